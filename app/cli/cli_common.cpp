@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "cli_common.h"
+
+#include <cstdio>
+#include <iostream>
+
+namespace optscope::cli {
+
+Args::Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& specs)
+{
+    bool onlyPositional = false;
+    for (size_t i = 0; i < argv.size(); ++i) {
+        const std::string& a = argv[i];
+        if (onlyPositional || a.size() < 2 || a[0] != '-') {
+            m_positional.push_back(a);
+            continue;
+        }
+        if (a == "--") {
+            onlyPositional = true;
+            continue;
+        }
+        std::string name = a;
+        std::optional<std::string> inlineValue;
+        if (const auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+            name = a.substr(0, eq);
+            inlineValue = a.substr(eq + 1);
+        }
+        const OptionSpec* spec = nullptr;
+        for (const auto& s : specs)
+            if (s.name == name || (!s.shortName.empty() && s.shortName == name))
+                spec = &s;
+        if (!spec)
+            throw UsageError("unknown option '" + name + "'");
+        if (spec->takesValue) {
+            if (!inlineValue) {
+                if (i + 1 >= argv.size())
+                    throw UsageError("option '" + name + "' needs a value");
+                inlineValue = argv[++i];
+            }
+            m_values.emplace(spec->name, *inlineValue);
+        } else {
+            if (inlineValue)
+                throw UsageError("option '" + name + "' takes no value");
+            m_values.emplace(spec->name, "");
+        }
+    }
+}
+
+std::optional<std::string> Args::value(const std::string& name) const
+{
+    auto it = m_values.find(name);
+    if (it == m_values.end())
+        return std::nullopt;
+    return it->second;
+}
+
+std::vector<std::string> Args::values(const std::string& name) const
+{
+    std::vector<std::string> out;
+    auto range = m_values.equal_range(name);
+    for (auto it = range.first; it != range.second; ++it)
+        out.push_back(it->second);
+    return out;
+}
+
+std::string humanBytes(uint64_t bytes)
+{
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        ++u;
+    }
+    char buf[32];
+    if (u == 0)
+        std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+    else
+        std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+std::string shapeString(const std::vector<int64_t>& shape)
+{
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i)
+        s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+void printError(const std::string& command, const std::string& message)
+{
+    finishTerminalProgress();
+    std::cerr << "optscope-cli" << (command.empty() ? "" : " " + command) << ": " << message << std::endl;
+}
+
+} // namespace optscope::cli

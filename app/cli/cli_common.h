@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/progress.h"
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace optscope::cli {
+
+/// Exit codes shared by every command: 0 success/clean, 1 findings/differences, 2 error or bad usage.
+enum ExitCode { ExitOk = 0, ExitFindings = 1, ExitError = 2 };
+
+struct OptionSpec
+{
+    OptionSpec(std::string n, bool value, std::string h, std::string shortN = {})
+        : name(std::move(n))
+        , takesValue(value)
+        , help(std::move(h))
+        , shortName(std::move(shortN))
+    {
+    }
+    std::string name; ///< "--json"
+    bool takesValue = false;
+    std::string help;
+    std::string shortName; ///< "-o", optional
+};
+
+/// Parsed command line of one subcommand.
+class Args
+{
+public:
+    /// throws UsageError on unknown options or missing values
+    Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& specs);
+    bool has(const std::string& name) const { return m_values.count(name) > 0; }
+    std::optional<std::string> value(const std::string& name) const;
+    std::vector<std::string> values(const std::string& name) const;
+    const std::vector<std::string>& positional() const { return m_positional; }
+
+private:
+    std::multimap<std::string, std::string> m_values;
+    std::vector<std::string> m_positional;
+};
+
+struct UsageError : std::runtime_error
+{
+    using std::runtime_error::runtime_error;
+};
+
+struct Command
+{
+    std::string name;
+    std::string synopsis; ///< one line for the command list
+    std::string usage; ///< full help text
+    int (*run)(const std::vector<std::string>& args);
+};
+
+const std::vector<Command>& commands();
+
+/// formats 1536 as "1.5 KiB"
+std::string humanBytes(uint64_t bytes);
+std::string shapeString(const std::vector<int64_t>& shape);
+/// prints "optscope-cli <cmd>: <message>" on stderr
+void printError(const std::string& command, const std::string& message);
+
+/// A Progress that draws a bar on stderr when stderr is a terminal (and nothing otherwise).
+Progress terminalProgress();
+void finishTerminalProgress();
+
+} // namespace optscope::cli

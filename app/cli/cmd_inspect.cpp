@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// optscope-cli inspect PATH [--json] [--hash] [--threads N]
+#include "cli_common.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/error.h"
+#include "optscope/inspect_report.h"
+
+#include <algorithm>
+#include <iostream>
+
+namespace optscope::cli {
+
+namespace {
+
+const std::vector<OptionSpec> kOptions = {
+    {"--json", false, "print the report as JSON"},
+    {"--hash", false, "add the SHA-256 of every full tensor (row-major, little-endian bytes)"},
+    {"--threads", true, "hashing threads (default: one per core)"},
+    {"--help", false, "show this help", "-h"},
+};
+
+std::string middleEllipsis(const std::string& s, size_t max)
+{
+    if (s.size() <= max)
+        return s;
+    const size_t keep = max - 3;
+    return s.substr(0, keep / 2) + "..." + s.substr(s.size() - (keep - keep / 2));
+}
+
+std::string ranksText(const std::vector<int>& ranks, size_t chunks)
+{
+    std::string r = std::to_string(chunks) + (chunks == 1 ? " chunk" : " chunks");
+    if (ranks.empty() || (ranks.size() == 1 && ranks[0] < 0))
+        return r;
+    std::vector<int> known;
+    for (int x : ranks)
+        if (x >= 0)
+            known.push_back(x);
+    if (known.empty())
+        return r;
+    const bool consecutive = known.back() - known.front() + 1 == static_cast<int>(known.size());
+    std::string rs = known.size() == 1 ? "r" + std::to_string(known[0])
+        : consecutive ? "r" + std::to_string(known.front()) + "-" + std::to_string(known.back())
+                      : std::to_string(known.size()) + " ranks";
+    return r + " (" + rs + ")";
+}
+
+void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
+{
+    struct Row
+    {
+        std::string key, dtype, shape, chunks, bytes, hash;
+    };
+    std::vector<Row> rows;
+    const auto& entries = report.json["entries"];
+    for (size_t i = 0; i < cp.entries.size(); ++i) {
+        const Entry& e = cp.entries[i];
+        Row r;
+        r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : e.key, 72);
+        if (e.isTensor()) {
+            r.dtype = std::string(dtypeName(e.tensor.dtype));
+            r.shape = shapeString(e.tensor.shape);
+            r.chunks = ranksText(e.tensor.ranks(), e.tensor.chunks.size());
+            r.bytes = humanBytes(e.tensor.nbytes());
+            if (hash && entries[i].contains("sha256"))
+                r.hash = entries[i]["sha256"].get<std::string>().substr(0, 16);
+        } else {
+            r.dtype = entries[i]["python_type"].get<std::string>();
+            r.shape = middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", 40);
+        }
+        if (hash && entries[i].contains("error"))
+            r.hash = "<error>";
+        rows.push_back(std::move(r));
+    }
+    Row head {"KEY", "DTYPE/TYPE", "SHAPE/VALUE", "CHUNKS", "BYTES", "SHA256"};
+    size_t wk = head.key.size(), wd = head.dtype.size(), ws = head.shape.size(), wc = head.chunks.size();
+    for (const auto& r : rows) {
+        wk = std::max(wk, r.key.size());
+        wd = std::max(wd, r.dtype.size());
+        ws = std::max(ws, r.shape.size());
+        wc = std::max(wc, r.chunks.size());
+    }
+    auto pad = [](const std::string& s, size_t w) { return s + std::string(w > s.size() ? w - s.size() : 0, ' '); };
+    auto print = [&](const Row& r) {
+        std::string line = pad(r.key, wk) + "  " + pad(r.dtype, wd) + "  " + pad(r.shape, ws) + "  " + pad(r.chunks, wc)
+            + "  " + pad(r.bytes, 10);
+        if (hash)
+            line += "  " + r.hash;
+        while (!line.empty() && line.back() == ' ')
+            line.pop_back();
+        std::cout << line << "\n";
+    };
+    print(head);
+    for (const auto& r : rows)
+        print(r);
+    const auto& s = report.json["summary"];
+    std::string ranks;
+    const auto& rl = s["ranks"];
+    if (!rl.empty())
+        ranks = "; ranks " + std::to_string(rl.front().get<int>()) + "-" + std::to_string(rl.back().get<int>());
+    std::cout << s["entries"].get<size_t>() << " entries: " << s["tensors"].get<size_t>() << " tensors ("
+              << humanBytes(s["tensor_bytes"].get<uint64_t>()) << "), " << s["values"].get<size_t>() << " values"
+              << ranks << "; " << report.json["format"].get<std::string>() << " (" << cp.formatDetail << ")\n";
+    for (const auto& w : cp.warnings)
+        std::cerr << (w.isError ? "error" : "warning") << " [" << w.code << "]"
+                  << (w.key.empty() ? "" : " " + w.key) << ": " << w.message << "\n";
+}
+
+int run(const std::vector<std::string>& argv)
+{
+    const Args args(argv, kOptions);
+    if (args.has("--help")) {
+        std::cout << commands()[0].usage;
+        return ExitOk;
+    }
+    if (args.positional().size() != 1)
+        throw UsageError("inspect takes exactly one PATH");
+    InspectOptions options;
+    options.hash = args.has("--hash");
+    if (auto t = args.value("--threads")) {
+        try {
+            options.threads = std::stoi(*t);
+        } catch (...) {
+            throw UsageError("--threads needs a number");
+        }
+    }
+    const Progress progress = terminalProgress();
+    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    InspectReport report = inspectCheckpoint(*cp, options, progress);
+    finishTerminalProgress();
+    if (args.has("--json"))
+        std::cout << report.json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+    else
+        printTable(*cp, report, options.hash);
+    if (!report.ok) {
+        std::string first;
+        for (const auto& w : cp->warnings)
+            if (w.isError) {
+                first = w.message;
+                break;
+            }
+        if (first.empty())
+            for (const auto& e : report.json["entries"])
+                if (e.contains("error")) {
+                    first = e["key"].get<std::string>() + ": " + e["error"].get<std::string>();
+                    break;
+                }
+        printError("inspect", cp->path + ": parts of the checkpoint cannot be read: " + first);
+        return ExitError;
+    }
+    return ExitOk;
+}
+
+} // namespace
+
+int runInspect(const std::vector<std::string>& argv)
+{
+    return run(argv);
+}
+
+} // namespace optscope::cli

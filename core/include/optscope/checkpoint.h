@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// One checkpoint model for every format. Entries are keyed as DCP's flatten_state_dict keys them: the path from the
+// root (dict keys as strings, list indices as numbers) joined with '.'. A key is only a label; the path is the
+// truth (FQNs contain dots, so a key is never split to recover the path).
+//
+// A tensor entry has its global shape, dtype and chunks: where each slice of the tensor lives on disk (a plain
+// torch.save tensor is one chunk covering everything). Any other entry holds a value from the inert pickle graph.
+//
+// A Checkpoint is immutable once a reader returns it; share it as std::shared_ptr<const Checkpoint>.
+
+#include "optscope/dtype.h"
+#include "optscope/py_value.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace optscope {
+
+class MappedFile;
+
+enum class CheckpointFormat { TorchSave, Dcp };
+
+/// "torch_save" or "dcp", as in `inspect --json`
+const char* checkpointFormatName(CheckpointFormat format);
+
+/// One step of a key path: a dict key (string) or a list index.
+struct KeyPathElem
+{
+    std::string key; ///< dict key, as str(key)
+    int64_t index = -1; ///< list/tuple index when >= 0
+    bool isIndex() const { return index >= 0; }
+    static KeyPathElem fromKey(std::string k)
+    {
+        KeyPathElem e;
+        e.key = std::move(k);
+        return e;
+    }
+    static KeyPathElem fromIndex(int64_t i)
+    {
+        KeyPathElem e;
+        e.index = i;
+        e.key = std::to_string(i);
+        return e;
+    }
+    bool operator==(const KeyPathElem& o) const { return index == o.index && key == o.key; }
+};
+using KeyPath = std::vector<KeyPathElem>;
+
+/// '.'-joined path, as DCP forms flat keys
+std::string joinKeyPath(const KeyPath& path);
+
+/// Where the bytes of one chunk are.
+struct ChunkSource
+{
+    enum class Kind {
+        StorageRecord, ///< raw storage bytes (torch.save record data/<key>, or a legacy-format storage)
+        TorchSaveBlob, ///< a complete torch.save archive holding the chunk as its only tensor (DCP .distcp items)
+    };
+    Kind kind = Kind::StorageRecord;
+    std::string file; ///< path relative to Checkpoint::rootDir
+    uint64_t offset = 0; ///< first byte in the file
+    uint64_t length = 0; ///< bytes (the whole storage record / the whole embedded archive)
+    // StorageRecord only: how the chunk views its storage
+    int64_t storageOffset = 0; ///< in elements
+    std::vector<int64_t> strides; ///< in elements
+    bool bigEndian = false;
+};
+
+struct TensorChunk
+{
+    int rank = -1; ///< the rank that wrote it (DCP: from __<rank>_<n>.distcp), -1 if unknown
+    std::vector<int64_t> offsets; ///< global offsets per dimension
+    std::vector<int64_t> sizes;
+    ChunkSource source;
+    int64_t numel() const;
+};
+
+struct TensorEntry
+{
+    DType dtype = DType::Unknown;
+    std::vector<int64_t> shape; ///< global shape
+    std::vector<TensorChunk> chunks;
+    bool requiresGrad = false;
+    bool isParameter = false;
+    std::string subclass; ///< DTensor / ShardedTensor class path, empty for plain tensors
+    std::string placements; ///< DTensor placements, e.g. "Shard(0)"
+    int64_t numel() const;
+    uint64_t nbytes() const;
+    /// distinct ranks holding chunks, ascending (-1 if unknown)
+    std::vector<int> ranks() const;
+};
+
+enum class EntryKind { Tensor, Value };
+
+struct Entry
+{
+    std::string key; ///< joinKeyPath(path)
+    KeyPath path;
+    EntryKind kind = EntryKind::Value;
+    TensorEntry tensor; ///< kind == Tensor
+    const PyValue* value = nullptr; ///< kind == Value (never null then)
+    std::string error; ///< set when the entry's data cannot be read (value is then None)
+    bool isTensor() const { return kind == EntryKind::Tensor; }
+};
+
+struct CheckpointWarning
+{
+    std::string code; ///< stable: "unsafe-global", "missing-file", "chunk-out-of-range", ...
+    std::string message;
+    std::string key; ///< entry key, empty if the warning is not about one entry
+    /// severity "error": part of the checkpoint cannot be read (missing file, range past the end, bad value);
+    /// severity "warning": readable, but worth knowing (unsafe globals, odd layouts)
+    bool isError = false;
+};
+
+/// Opens and caches the memory maps of a checkpoint's data files. Thread-safe.
+class CheckpointFiles
+{
+public:
+    explicit CheckpointFiles(std::string rootDir);
+    /// @p relative to the root; throws Error(Io) naming the file if it cannot be mapped
+    std::shared_ptr<const MappedFile> open(const std::string& relative) const;
+    /// seed the cache with a file already mapped (the reader's own)
+    void add(const std::string& relative, std::shared_ptr<const MappedFile> file) const;
+    const std::string& rootDir() const { return m_root; }
+    std::string absolute(const std::string& relative) const;
+
+private:
+    std::string m_root;
+    mutable std::mutex m_mutex;
+    mutable std::unordered_map<std::string, std::shared_ptr<const MappedFile>> m_files;
+};
+
+class Checkpoint
+{
+public:
+    CheckpointFormat format = CheckpointFormat::TorchSave;
+    std::string path; ///< as opened (file or directory)
+    std::vector<Entry> entries; ///< in file order
+    std::vector<CheckpointWarning> warnings;
+    int pickleProtocol = 0; ///< torch.save: data.pkl protocol; DCP: .metadata protocol
+    std::string formatDetail; ///< "zip, prefix 'optim/'", "legacy (pre-1.6)", "DCP version 1.0.0", ...
+    const PyValue* root = nullptr; ///< torch.save: the whole unpickled object; DCP: the Metadata object
+
+    std::shared_ptr<PyArena> arena; ///< owns every PyValue above
+    std::shared_ptr<CheckpointFiles> files;
+
+    /// entry by key, or null
+    const Entry* find(std::string_view key) const;
+    /// must be called once entries are complete (readers do it)
+    void buildIndex();
+    /// sum of tensor bytes
+    uint64_t tensorBytes() const;
+    size_t tensorCount() const;
+    /// any warning of severity error
+    bool hasErrors() const;
+
+private:
+    std::unordered_map<std::string, size_t> m_index;
+};
+
+using CheckpointPtr = std::shared_ptr<const Checkpoint>;
+
+} // namespace optscope

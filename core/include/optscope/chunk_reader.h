@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+
+#include <memory>
+#include <vector>
+
+namespace optscope {
+
+class MappedFile;
+
+/// The bytes of one chunk, located in a memory-mapped file (zero-copy).
+struct ChunkData
+{
+    std::shared_ptr<const MappedFile> file; ///< keeps the mapping alive
+    const uint8_t* storage = nullptr; ///< first byte of the storage (element 0)
+    uint64_t storageBytes = 0;
+    DType dtype = DType::Unknown;
+    std::vector<int64_t> sizes; ///< == the chunk's sizes
+    std::vector<int64_t> strides; ///< elements
+    int64_t storageOffset = 0; ///< elements
+    bool bigEndian = false;
+
+    size_t elementSize() const { return dtypeSize(dtype); }
+    int64_t numel() const;
+    /// row-major dense with no gaps: the chunk is the byte range [data(), data() + nbytes())
+    bool isContiguous() const;
+    const uint8_t* data() const { return storage + static_cast<uint64_t>(storageOffset) * elementSize(); }
+    uint64_t nbytes() const { return static_cast<uint64_t>(numel()) * elementSize(); }
+};
+
+class ChunkReader
+{
+public:
+    /// Locates @p chunk of @p entry. For DCP chunks this parses the embedded torch.save archive and checks that
+    /// the stored tensor matches the metadata (dtype, sizes). Throws Error naming the file on any problem
+    /// (missing file, range past the end, damaged archive, mismatch).
+    static ChunkData resolve(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk);
+};
+
+} // namespace optscope

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+#include "optscope/progress.h"
+
+#include <nlohmann/json.hpp>
+
+namespace optscope {
+
+struct InspectOptions
+{
+    bool hash = false; ///< add "sha256" of every full tensor
+    int threads = 0; ///< hashing threads; 0 = one per core
+};
+
+struct InspectReport
+{
+    nlohmann::ordered_json json;
+    /// false if anything could not be read (error-severity warnings, entries with errors, failed hashes)
+    bool ok = true;
+};
+
+/// The `inspect --json` document:
+/// {"format", "path", "detail", "pickle_protocol", "summary": {...},
+///  "entries": [{"key", "path", "type": "tensor", "dtype", "shape", "numel", "bytes", "chunks": [{"rank", "offsets",
+///               "sizes", "file"}], "sha256"} | {"key", "path", "type": "value", "python_type", "value"}],
+///  "warnings": [{"code", "severity", "message", "key"}]}
+InspectReport inspectCheckpoint(const Checkpoint& checkpoint, const InspectOptions& options, const Progress& progress = {});
+
+} // namespace optscope

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace optscope {
+
+/// A read-only memory map of a whole file. Tensors are read zero-copy from it; it is never written.
+/// An empty file maps to a valid object with size() == 0 and data() == nullptr.
+class MappedFile
+{
+public:
+    /// throws Error(Io) naming @p path when the file cannot be opened or mapped
+    static std::shared_ptr<const MappedFile> open(const std::string& path);
+
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const uint8_t* data() const { return m_data; }
+    uint64_t size() const { return m_size; }
+    const std::string& path() const { return m_path; }
+
+    /// hint that [offset, offset+length) will be read sequentially soon (madvise WILLNEED + SEQUENTIAL)
+    void adviseSequential(uint64_t offset, uint64_t length) const;
+
+private:
+    MappedFile() = default;
+    std::string m_path;
+    const uint8_t* m_data = nullptr;
+    uint64_t m_size = 0;
+};
+
+} // namespace optscope

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// The inert Python object graph that the pickle machine produces. Nothing here can execute code: classes and
+// functions are only names (Global), instances of unknown classes are records of how they would have been built
+// (Object: callable, args, state), and torch tensors are lazy references to storage bytes (Tensor).
+//
+// Values live in a PyArena and are referenced by plain pointers: pickles may contain cycles and shared references
+// (memo), which an owning tree could not represent. The arena owns every value and keeps the input bytes alive,
+// because strings point into them (zero-copy).
+
+#include "optscope/dtype.h"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace optscope {
+
+enum class PyKind : unsigned char {
+    None,
+    Bool,
+    Int, ///< fits in int64
+    BigInt, ///< text = little-endian two's complement bytes
+    Float,
+    Complex,
+    Str, ///< UTF-8 text
+    Bytes,
+    ByteArray,
+    Tuple,
+    List,
+    Dict, ///< ordered; dict, OrderedDict, defaultdict, Counter
+    Set,
+    FrozenSet,
+    Global, ///< a class or function, by name only
+    Object, ///< an inert instance or call result: callable(args) [+ BUILD state]
+    Storage, ///< a torch storage (persistent id)
+    Tensor, ///< a torch tensor: a lazy view on a storage, or a sharded wrapper (ShardedTensor, DTensor)
+    Dtype, ///< a torch dtype
+};
+
+const char* pyKindName(PyKind kind);
+
+struct PyValue;
+
+/// How an Object came to be (which opcode would have called the class).
+enum class PyObjectHow : unsigned char { Reduce, NewObj, Inst };
+
+struct PyGlobalInfo
+{
+    std::string_view module;
+    std::string_view name; ///< qualified name, may contain dots (nested classes, enum members)
+    bool known = false; ///< in the interpreted (safe) set
+    std::string path() const { return std::string(module) + "." + std::string(name); }
+};
+
+struct PyObjectInfo
+{
+    PyValue* callable = nullptr; ///< a Global, or another value for REDUCE on a non-global callable
+    PyValue* args = nullptr; ///< tuple (may be null)
+    PyValue* kwargs = nullptr; ///< NEWOBJ_EX only
+    PyValue* state = nullptr; ///< BUILD argument, if any
+    std::vector<PyValue*> listItems; ///< APPEND(S) on the object (list subclasses)
+    std::vector<PyValue*> dictItems; ///< SETITEM(S) on the object (dict subclasses), key/value interleaved
+    PyObjectHow how = PyObjectHow::Reduce;
+};
+
+struct PyContainer
+{
+    std::vector<PyValue*> items; ///< Dict: key0, value0, key1, value1, ...
+    PyValue* attrs = nullptr; ///< BUILD state applied to a dict (OrderedDict.__dict__, e.g. state_dict _metadata)
+    std::unique_ptr<std::unordered_map<std::string, size_t>> index; ///< Dict: hashable key -> item pair index
+};
+
+struct PyStorageInfo
+{
+    std::string_view key; ///< record name under "<prefix>/data/" (zip) or root key (legacy)
+    DType dtype = DType::Unknown; ///< element type of the storage (UInt8 for UntypedStorage)
+    int64_t numel = 0; ///< elements of dtype
+    std::string_view location; ///< "cpu", "cuda:0", ...
+    bool untyped = false;
+};
+
+/// One local shard of a sharded tensor wrapper.
+struct PyTensorShard
+{
+    PyValue* tensor = nullptr; ///< a plain Tensor value
+    std::vector<int64_t> offsets; ///< global offsets; empty when unknown (DTensor: depends on the rank)
+    int rank = -1;
+};
+
+struct PyTensorInfo
+{
+    PyValue* storage = nullptr; ///< Storage value; null for wrappers and storage-less (meta) tensors
+    DType dtype = DType::Unknown;
+    int64_t storageOffset = 0; ///< in elements
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;
+    bool requiresGrad = false;
+    bool isParameter = false;
+    bool conj = false; ///< metadata bits from _rebuild_tensor_v2's 7th argument
+    bool neg = false;
+    std::string_view subclass; ///< "torch.distributed.tensor.DTensor", ShardedTensor, ...; empty for plain tensors
+    std::vector<PyTensorShard> shards; ///< wrapper subclasses: the local shards this file holds
+    std::string placements; ///< DTensor: "Shard(0)", "Replicate()", ... joined by ','
+};
+
+/// One node of the object graph. Fields used depend on kind; unused ones stay default.
+struct PyValue
+{
+    PyKind kind = PyKind::None;
+    DType dtype = DType::Unknown; ///< Dtype
+    bool boolean = false; ///< Bool
+    int32_t depth = 0; ///< container nesting below this value, as seen while building (a cap on hostile input)
+    int64_t integer = 0; ///< Int
+    double real = 0.0; ///< Float, Complex (real part)
+    double imag = 0.0; ///< Complex
+    std::string_view text; ///< Str, Bytes, ByteArray, BigInt
+    PyContainer* container = nullptr; ///< Tuple, List, Dict, Set, FrozenSet
+    PyGlobalInfo* global = nullptr; ///< Global
+    PyObjectInfo* object = nullptr; ///< Object
+    PyStorageInfo* storage = nullptr; ///< Storage
+    PyTensorInfo* tensor = nullptr; ///< Tensor
+
+    bool is(PyKind k) const { return kind == k; }
+    bool isSequence() const { return kind == PyKind::Tuple || kind == PyKind::List; }
+    bool isMapping() const { return kind == PyKind::Dict; }
+    /// Tuple/List/Set/FrozenSet elements; Dict keys and values interleaved
+    const std::vector<PyValue*>& items() const;
+    size_t size() const; ///< elements, or dict pairs
+    const PyValue* item(size_t i) const { return items()[i]; }
+    const PyValue* dictKey(size_t i) const { return items()[2 * i]; }
+    const PyValue* dictValue(size_t i) const { return items()[2 * i + 1]; }
+    /// dict lookup by string key; null if absent or not a dict
+    const PyValue* get(std::string_view key) const;
+    /// Object: its class path "module.name", or "" if the callable is not a Global
+    std::string className() const;
+    /// Object or Global: is the class/function path equal to @p path?
+    bool isClass(std::string_view path) const;
+};
+
+/// Owns values, extension records and copied strings; keeps the input bytes alive.
+class PyArena
+{
+public:
+    PyArena() = default;
+    PyArena(const PyArena&) = delete;
+    PyArena& operator=(const PyArena&) = delete;
+
+    PyValue* make(PyKind kind);
+    PyValue* makeContainer(PyKind kind);
+    PyValue* makeInt(int64_t v);
+    PyValue* makeFloat(double v);
+    PyValue* makeBool(bool v);
+    PyValue* makeNone();
+    PyValue* makeStr(std::string_view s, bool copy);
+    PyValue* makeBytes(std::string_view s, bool copy, PyKind kind = PyKind::Bytes);
+    PyValue* makeGlobal(std::string_view module, std::string_view name, bool known);
+    PyObjectInfo* makeObjectInfo();
+    PyStorageInfo* makeStorageInfo();
+    PyTensorInfo* makeTensorInfo();
+    std::string_view copy(std::string_view s);
+    /// keep something (the mapped input) alive as long as the arena
+    void keepAlive(std::shared_ptr<const void> owner) { m_keepAlive.push_back(std::move(owner)); }
+    size_t valueCount() const { return m_values.size(); }
+
+private:
+    std::deque<PyValue> m_values;
+    std::deque<PyContainer> m_containers;
+    std::deque<PyGlobalInfo> m_globals;
+    std::deque<PyObjectInfo> m_objects;
+    std::deque<PyStorageInfo> m_storages;
+    std::deque<PyTensorInfo> m_tensors;
+    std::deque<std::string> m_strings;
+    std::vector<std::shared_ptr<const void>> m_keepAlive;
+};
+
+/// Python's str() of a value used as a dict key when DCP flattens keys: str -> itself, int -> decimal,
+/// bool -> "True"/"False", None -> "None", float -> repr. Other kinds get a descriptive rendering.
+std::string pyStr(const PyValue* v);
+/// A short Python-like rendering for messages and the UI ("[1, 2]", "{'lr': 0.001}", "<torch.float32>").
+std::string pyRepr(const PyValue* v, size_t maxLength = 200);
+/// Python float repr (shortest round-trip): 0.001, 1e-08, 1.0, inf, nan
+std::string pyFloatRepr(double v);
+/// BigInt text (little-endian two's complement) as a decimal string
+std::string bigIntToDecimal(std::string_view littleEndian);
+
+} // namespace optscope

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+#include "optscope/progress.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace optscope {
+
+/// Streams the full tensor of an entry, assembled from its chunks, as consecutive blocks of its row-major,
+/// little-endian bytes. Zero-copy where a chunk already is the block's byte range (the usual dim-0 sharding);
+/// otherwise a block of at most maxBlockBytes (or one row, if larger) is assembled with ATen copies. Only the chunks
+/// of the current block are touched, so memory stays bounded by one block whatever the tensor size.
+///
+/// Throws Error when the chunks do not tile the tensor exactly (gap, overlap, out of bounds), when a chunk cannot
+/// be read, or when the progress callback asks to cancel.
+class TensorAssembler
+{
+public:
+    using Sink = std::function<void(const uint8_t* data, size_t size)>;
+
+    TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes = 64u << 20);
+    /// @p onBytes is called with the number of bytes produced so far (for progress across many tensors)
+    void stream(const Sink& sink, const Progress& progress = {}, const std::function<void(uint64_t)>& onBytes = {});
+
+private:
+    const Checkpoint& m_checkpoint;
+    const Entry& m_entry;
+    size_t m_maxBlock;
+};
+
+/// SHA-256 (hex) of the entry's full tensor bytes in row-major C order, little-endian.
+std::string hashTensor(const Checkpoint& checkpoint, const Entry& entry, const Progress& progress = {},
+    const std::function<void(uint64_t)>& onBytes = {});
+
+} // namespace optscope

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Zip container of torch.save archives (PyTorch's PyTorchStreamWriter / miniz), as far as a reader needs it.
+//
+//  1. The archive is a byte range; every offset below is relative to its first byte (torch.save zips are also
+//     embedded inside DCP .distcp files, so the range need not start at 0 of a file).
+//  2. End of central directory (EOCD, "PK\5\6", 22 bytes + comment) at the end. torch.save always also writes a
+//     ZIP64 EOCD record ("PK\6\6") and its locator ("PK\6\7", 20 bytes, right before the EOCD); when present,
+//     entry count, directory size and offset come from the ZIP64 record.
+//  3. Central directory: one "PK\1\2" record per entry: method, sizes, name, extra (ZIP64 extra id 0x0001 holds
+//     the 64-bit uncompressed size / compressed size / local header offset, each present only when the 32-bit field
+//     is 0xFFFFFFFF), local header offset. Sizes are taken from here: torch writes data descriptors (flag bit 3),
+//     so the local header's sizes are zero.
+//  4. Local header "PK\3\4" (30 bytes + name + extra). Data starts at local_offset + 30 + name_len + extra_len;
+//     torch pads the extra field ("FB" id) so that the data is 64-byte aligned relative to the archive start.
+//  5. Method must be 0 (STORED); torch never compresses. CRC-32 is not checked (torch.load does not either).
+//  6. The archive prefix is the first entry's name up to its first '/'; every record is "<prefix>/<name>".
+//
+// Failure semantics: anything inconsistent (bad signatures, entries or data past the end, compressed entries,
+// duplicate names, a first entry without '/') throws Error naming the archive and the byte offset.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace optscope {
+
+struct ZipEntry
+{
+    std::string name; ///< full name, including the prefix
+    uint64_t dataOffset = 0; ///< first data byte, relative to the archive start
+    uint64_t size = 0; ///< stored (= uncompressed) size
+    uint32_t crc32 = 0;
+};
+
+class ZipArchive
+{
+public:
+    /// Parses the central directory of the archive in [data, data+size). @p name is used in error messages.
+    /// The bytes must outlive the ZipArchive.
+    static ZipArchive parse(const uint8_t* data, uint64_t size, std::string name);
+
+    const std::string& prefix() const { return m_prefix; }
+    const std::vector<ZipEntry>& entries() const { return m_entries; }
+    /// by full name
+    const ZipEntry* find(std::string_view fullName) const;
+    /// by name under the prefix ("data.pkl" finds "<prefix>/data.pkl")
+    const ZipEntry* findRecord(std::string_view record) const;
+    /// the record's bytes; throws if it is missing
+    std::string_view recordBytes(std::string_view record) const;
+    const uint8_t* base() const { return m_data; }
+    uint64_t size() const { return m_size; }
+    const std::string& name() const { return m_name; }
+
+private:
+    const uint8_t* m_data = nullptr;
+    uint64_t m_size = 0;
+    std::string m_name;
+    std::string m_prefix;
+    std::vector<ZipEntry> m_entries;
+    std::unordered_map<std::string, size_t> m_byName;
+};
+
+/// true if the bytes start like a zip local header ("PK\3\4")
+bool looksLikeZip(const uint8_t* data, uint64_t size);
+
+} // namespace optscope

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Internal seam to ATen (libtorch's tensor library). Only aten_*.cpp files include torch headers; everything else
+// in the core calls these functions with plain pointers and shapes.
+
+#include "optscope/chunk_reader.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace optscope::aten {
+
+/// Copies the block [srcBegin, srcBegin + extent) of a chunk (coordinates inside the chunk) into the dense
+/// row-major array @p dst of shape @p dstShape at @p dstBegin, converting to little-endian. An at::Tensor view over
+/// the mapped bytes (from_blob) is narrowed and copy_'d; element types are moved as bytes, so every dtype works.
+void copyBlock(const ChunkData& src, const std::vector<int64_t>& srcBegin, const std::vector<int64_t>& extent,
+    uint8_t* dst, const std::vector<int64_t>& dstShape, const std::vector<int64_t>& dstBegin);
+
+} // namespace optscope::aten

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/checkpoint.h"
+#include "optscope/mapped_file.h"
+
+#include <algorithm>
+
+namespace optscope {
+
+const char* checkpointFormatName(CheckpointFormat format)
+{
+    return format == CheckpointFormat::Dcp ? "dcp" : "torch_save";
+}
+
+std::string joinKeyPath(const KeyPath& path)
+{
+    std::string key;
+    for (size_t i = 0; i < path.size(); ++i) {
+        if (i)
+            key += '.';
+        key += path[i].key;
+    }
+    return key;
+}
+
+int64_t TensorChunk::numel() const
+{
+    int64_t n = 1;
+    for (auto s : sizes)
+        n *= s;
+    return n;
+}
+
+int64_t TensorEntry::numel() const
+{
+    int64_t n = 1;
+    for (auto s : shape)
+        n *= s;
+    return n;
+}
+
+uint64_t TensorEntry::nbytes() const
+{
+    return static_cast<uint64_t>(numel()) * dtypeSize(dtype);
+}
+
+std::vector<int> TensorEntry::ranks() const
+{
+    std::vector<int> r;
+    for (const auto& c : chunks)
+        r.push_back(c.rank);
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    return r;
+}
+
+CheckpointFiles::CheckpointFiles(std::string rootDir)
+    : m_root(std::move(rootDir))
+{
+}
+
+std::string CheckpointFiles::absolute(const std::string& relative) const
+{
+    if (!relative.empty() && relative.front() == '/')
+        return relative;
+    if (m_root.empty())
+        return relative;
+    return m_root + "/" + relative;
+}
+
+std::shared_ptr<const MappedFile> CheckpointFiles::open(const std::string& relative) const
+{
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        auto it = m_files.find(relative);
+        if (it != m_files.end())
+            return it->second;
+    }
+    auto f = MappedFile::open(absolute(relative));
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return m_files.emplace(relative, std::move(f)).first->second;
+}
+
+void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const MappedFile> file) const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_files.emplace(relative, std::move(file));
+}
+
+const Entry* Checkpoint::find(std::string_view key) const
+{
+    auto it = m_index.find(std::string(key));
+    return it == m_index.end() ? nullptr : &entries[it->second];
+}
+
+void Checkpoint::buildIndex()
+{
+    m_index.clear();
+    m_index.reserve(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i)
+        m_index.emplace(entries[i].key, i); // first wins on duplicates
+}
+
+uint64_t Checkpoint::tensorBytes() const
+{
+    uint64_t n = 0;
+    for (const auto& e : entries)
+        if (e.isTensor())
+            n += e.tensor.nbytes();
+    return n;
+}
+
+size_t Checkpoint::tensorCount() const
+{
+    return static_cast<size_t>(std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.isTensor(); }));
+}
+
+bool Checkpoint::hasErrors() const
+{
+    return std::any_of(warnings.begin(), warnings.end(), [](const CheckpointWarning& w) { return w.isError; });
+}
+
+} // namespace optscope

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "checkpoint_builder.h"
+#include "optscope/error.h"
+
+#include <unordered_set>
+
+namespace optscope {
+
+namespace {
+
+void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<const PyValue*>& seen, int depth)
+{
+    if (!v || depth > 500 || !seen.insert(v).second)
+        return;
+    switch (v->kind) {
+    case PyKind::Global:
+        if (!v->global->known)
+            out.insert(v->global->path());
+        return;
+    case PyKind::Object: {
+        const auto& o = *v->object;
+        collect(o.callable, out, seen, depth + 1);
+        collect(o.args, out, seen, depth + 1);
+        collect(o.kwargs, out, seen, depth + 1);
+        collect(o.state, out, seen, depth + 1);
+        for (const auto* i : o.listItems)
+            collect(i, out, seen, depth + 1);
+        for (const auto* i : o.dictItems)
+            collect(i, out, seen, depth + 1);
+        return;
+    }
+    case PyKind::Tensor:
+        for (const auto& s : v->tensor->shards)
+            collect(s.tensor, out, seen, depth + 1);
+        return;
+    default:
+        if (v->container) {
+            for (const auto* i : v->container->items)
+                collect(i, out, seen, depth + 1);
+            collect(v->container->attrs, out, seen, depth + 1);
+        }
+    }
+}
+
+} // namespace
+
+void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out)
+{
+    std::unordered_set<const PyValue*> seen;
+    collect(v, out, seen, 0);
+}
+
+TensorChunk CheckpointBuilder::chunkFromTensor(const PyTensorInfo& t, const TorchSaveArchive& archive,
+    const std::string& fileRel, const std::string& where)
+{
+    if (!t.storage)
+        throw Error(ErrorKind::Format, where, "tensor has no storage");
+    const std::string key(t.storage->storage->key);
+    auto it = archive.storages.find(key);
+    if (it == archive.storages.end())
+        throw Error(ErrorKind::Format, where, "tensor refers to storage '" + key + "' that is not in the archive");
+    TorchSaveReader::checkTensorExtent(t, it->second.length, where);
+    TensorChunk c;
+    c.offsets.assign(t.sizes.size(), 0);
+    c.sizes = t.sizes;
+    c.source.kind = ChunkSource::Kind::StorageRecord;
+    c.source.file = fileRel;
+    c.source.offset = it->second.offset;
+    c.source.length = it->second.length;
+    c.source.storageOffset = t.storageOffset;
+    c.source.strides = t.strides;
+    c.source.bigEndian = archive.bigEndian;
+    return c;
+}
+
+void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchSaveArchive& archive,
+    const std::string& fileRel, const std::string& where)
+{
+    if (value->kind != PyKind::Tensor) {
+        addValue(std::move(path), value);
+        return;
+    }
+    const PyTensorInfo& t = *value->tensor;
+    const std::string key = joinKeyPath(path);
+    TensorEntry e;
+    e.dtype = t.dtype;
+    e.shape = t.sizes;
+    e.requiresGrad = t.requiresGrad;
+    e.isParameter = t.isParameter;
+    e.subclass = std::string(t.subclass);
+    e.placements = t.placements;
+    if (t.conj || t.neg)
+        warn("lazy-bit", "tensor carries a lazy conj/neg bit; its stored bytes are shown as stored", key);
+    if (t.storage) {
+        e.chunks.push_back(chunkFromTensor(t, archive, fileRel, where));
+    } else if (!t.shards.empty()) {
+        for (const auto& s : t.shards) {
+            if (!s.tensor || !s.tensor->tensor->storage)
+                continue;
+            TensorChunk c = chunkFromTensor(*s.tensor->tensor, archive, fileRel, where);
+            c.rank = s.rank;
+            if (s.offsets.size() == c.sizes.size())
+                c.offsets = s.offsets;
+            else
+                warn("unknown-offsets", "local shard of " + e.subclass + " has no known global offset", key);
+            e.chunks.push_back(std::move(c));
+        }
+    } else {
+        warn("tensor-without-data", "tensor (" + std::string(t.subclass.empty() ? "meta" : t.subclass) + ") has no stored data", key);
+    }
+    addTensor(std::move(path), std::move(e));
+}
+
+void CheckpointBuilder::addValue(KeyPath path, const PyValue* value)
+{
+    Entry e;
+    e.key = joinKeyPath(path);
+    e.path = std::move(path);
+    e.kind = EntryKind::Value;
+    e.value = value;
+    m_cp.entries.push_back(std::move(e));
+}
+
+void CheckpointBuilder::addTensor(KeyPath path, TensorEntry tensor)
+{
+    Entry e;
+    e.key = joinKeyPath(path);
+    e.path = std::move(path);
+    e.kind = EntryKind::Tensor;
+    e.tensor = std::move(tensor);
+    m_cp.entries.push_back(std::move(e));
+}
+
+void CheckpointBuilder::addPickleWarnings(const std::vector<PickleWarning>& warnings)
+{
+    for (const auto& w : warnings) {
+        if (w.code == "unsafe-global")
+            m_unsafeGlobals.emplace(w.classPath, w.message);
+        else
+            warn(w.code, w.message);
+    }
+}
+
+void CheckpointBuilder::warn(std::string code, std::string message, std::string key, bool isError)
+{
+    m_cp.warnings.push_back({std::move(code), std::move(message), std::move(key), isError});
+}
+
+void CheckpointBuilder::finish()
+{
+    std::set<std::string> attributed;
+    if (!m_unsafeGlobals.empty()) {
+        for (const auto& e : m_cp.entries) {
+            if (e.isTensor())
+                continue;
+            std::set<std::string> found;
+            collectUnsafeGlobals(e.value, found);
+            for (const auto& path : found) {
+                auto it = m_unsafeGlobals.find(path);
+                warn("unsafe-global", it != m_unsafeGlobals.end() ? it->second : "global '" + path + "' kept inert", e.key);
+                attributed.insert(path);
+            }
+        }
+    }
+    for (const auto& [path, message] : m_unsafeGlobals)
+        if (!attributed.count(path))
+            warn("unsafe-global", message);
+    std::set<std::string> keys;
+    for (const auto& e : m_cp.entries)
+        if (!keys.insert(e.key).second)
+            warn("duplicate-key", "two entries flatten to the same key (DCP would refuse to save this state dict)", e.key);
+    m_cp.buildIndex();
+}
+
+} // namespace optscope

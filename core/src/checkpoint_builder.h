@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Internal: turns unpickled leaves into Checkpoint entries and attributes warnings to keys. Shared by the readers.
+
+#include "optscope/checkpoint.h"
+#include "optscope/pickle_machine.h"
+#include "optscope/torch_save_reader.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+class CheckpointBuilder
+{
+public:
+    explicit CheckpointBuilder(Checkpoint& cp)
+        : m_cp(cp)
+    {
+    }
+
+    /// A leaf from an unpickled archive: a tensor becomes a tensor entry whose chunks point into @p fileRel
+    /// (relative to the checkpoint root), anything else a value entry.
+    void addLeaf(KeyPath path, const PyValue* value, const TorchSaveArchive& archive, const std::string& fileRel,
+        const std::string& where);
+    void addValue(KeyPath path, const PyValue* value);
+    void addTensor(KeyPath path, TensorEntry tensor);
+    void addPickleWarnings(const std::vector<PickleWarning>& warnings);
+    void warn(std::string code, std::string message, std::string key = {}, bool isError = false);
+    void error(std::string code, std::string message, std::string key = {}) { warn(std::move(code), std::move(message), std::move(key), true); }
+    /// attributes unsafe globals to the entries that hold them, builds the key index
+    void finish();
+
+    /// chunk of a plain tensor stored in @p archive
+    static TensorChunk chunkFromTensor(const PyTensorInfo& t, const TorchSaveArchive& archive,
+        const std::string& fileRel, const std::string& where);
+
+private:
+    Checkpoint& m_cp;
+    std::map<std::string, std::string> m_unsafeGlobals; ///< class path -> message
+};
+
+/// unknown (unsafe) global class paths reachable from @p v
+void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out);
+
+} // namespace optscope

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/chunk_reader.h"
+#include "optscope/error.h"
+#include "optscope/mapped_file.h"
+#include "optscope/torch_save_reader.h"
+
+namespace optscope {
+
+namespace {
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+} // namespace
+
+int64_t ChunkData::numel() const
+{
+    int64_t n = 1;
+    for (auto s : sizes)
+        n *= s;
+    return n;
+}
+
+bool ChunkData::isContiguous() const
+{
+    if (numel() == 0)
+        return true;
+    int64_t expected = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+        if (sizes[d] != 1 && strides[d] != expected)
+            return false;
+        expected *= sizes[d];
+    }
+    return true;
+}
+
+ChunkData ChunkReader::resolve(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk)
+{
+    const ChunkSource& src = chunk.source;
+    if (src.file.empty())
+        throw Error(ErrorKind::Format, checkpoint.path, "chunk of '" + entry.key + "' has no known location");
+    auto file = checkpoint.files->open(src.file);
+    const std::string where = file->path() + "[" + std::to_string(src.offset) + "+" + std::to_string(src.length) + "]";
+    if (src.offset > file->size() || src.length > file->size() - src.offset)
+        throw Error(ErrorKind::Truncated, file->path(),
+            "chunk of '" + entry.key + "' at [" + std::to_string(src.offset) + ", +" + std::to_string(src.length)
+                + ") lies past the end of the file (" + std::to_string(file->size()) + " bytes)");
+    ChunkData d;
+    d.file = file;
+    d.dtype = entry.tensor.dtype;
+    if (src.kind == ChunkSource::Kind::StorageRecord) {
+        d.storage = file->data() + src.offset;
+        d.storageBytes = src.length;
+        d.sizes = chunk.sizes;
+        d.strides = src.strides;
+        d.storageOffset = src.storageOffset;
+        d.bigEndian = src.bigEndian;
+        if (d.strides.size() != d.sizes.size())
+            throw Error(ErrorKind::Format, where, "chunk of '" + entry.key + "' has strides of the wrong rank");
+        return d;
+    }
+    // an embedded torch.save archive holding exactly this chunk
+    PyArena arena;
+    TorchSaveArchive ar = TorchSaveReader::readArchive(file, src.offset, src.length, arena, where);
+    const PyValue* root = ar.root;
+    if (!root || root->kind != PyKind::Tensor || !root->tensor->storage)
+        throw Error(ErrorKind::Format, where, "DCP item of '" + entry.key + "' does not hold a tensor (found "
+                + pyRepr(root, 60) + ")");
+    const PyTensorInfo& t = *root->tensor;
+    if (t.dtype != entry.tensor.dtype)
+        throw Error(ErrorKind::Format, where,
+            "DCP item of '" + entry.key + "' stores " + std::string(dtypeName(t.dtype)) + " but the metadata says "
+                + std::string(dtypeName(entry.tensor.dtype)));
+    if (t.sizes != chunk.sizes)
+        throw Error(ErrorKind::Format, where,
+            "DCP item of '" + entry.key + "' stores shape " + shapeText(t.sizes) + " but the metadata chunk has "
+                + shapeText(chunk.sizes));
+    const auto rec = ar.storages.at(std::string(t.storage->storage->key));
+    TorchSaveReader::checkTensorExtent(t, rec.length, where);
+    d.storage = file->data() + rec.offset;
+    d.storageBytes = rec.length;
+    d.sizes = t.sizes;
+    d.strides = t.strides;
+    d.storageOffset = t.storageOffset;
+    d.bigEndian = ar.bigEndian;
+    return d;
+}
+
+} // namespace optscope

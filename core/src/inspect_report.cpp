@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/inspect_report.h"
+#include "optscope/error.h"
+#include "optscope/tensor_assembler.h"
+#include "optscope/value_json.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+namespace optscope {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json pathJson(const KeyPath& path)
+{
+    json p = json::array();
+    for (const auto& e : path) {
+        if (e.isIndex())
+            p.push_back(e.index);
+        else
+            p.push_back(e.key);
+    }
+    return p;
+}
+
+std::string pythonType(const PyValue* v)
+{
+    if (v->kind == PyKind::Object) {
+        const std::string c = v->className();
+        return c.empty() ? "object" : c;
+    }
+    return pyKindName(v->kind);
+}
+
+} // namespace
+
+InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
+{
+    InspectReport report;
+    report.ok = !cp.hasErrors();
+
+    // hashes first, in parallel over tensors (largest first, so the pool stays busy)
+    std::vector<std::string> hashes(cp.entries.size());
+    std::vector<std::string> errors(cp.entries.size());
+    if (options.hash) {
+        std::vector<size_t> order;
+        uint64_t totalBytes = 0;
+        for (size_t i = 0; i < cp.entries.size(); ++i)
+            if (cp.entries[i].isTensor()) {
+                order.push_back(i);
+                totalBytes += cp.entries[i].tensor.nbytes();
+            }
+        std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return cp.entries[a].tensor.nbytes() > cp.entries[b].tensor.nbytes(); });
+        std::atomic<size_t> next {0};
+        std::atomic<uint64_t> doneBytes {0};
+        std::atomic<bool> cancelled {false};
+        std::mutex progressMutex;
+        const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+        const unsigned nthreads = std::max(1u, std::min<unsigned>(options.threads > 0 ? unsigned(options.threads) : hw,
+                                                   static_cast<unsigned>(order.size())));
+        auto worker = [&] {
+            for (size_t k = next++; k < order.size() && !cancelled; k = next++) {
+                const size_t i = order[k];
+                uint64_t reported = 0;
+                try {
+                    hashes[i] = hashTensor(cp, cp.entries[i], progress, [&](uint64_t bytes) {
+                        doneBytes += bytes - reported;
+                        reported = bytes;
+                        std::lock_guard<std::mutex> lock(progressMutex);
+                        progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "hashing");
+                    });
+                } catch (const Error& e) {
+                    if (e.kind() == ErrorKind::Cancelled) {
+                        cancelled = true;
+                        return;
+                    }
+                    errors[i] = e.what();
+                } catch (const std::exception& e) {
+                    errors[i] = std::string("cannot hash: ") + e.what();
+                }
+                doneBytes += cp.entries[i].tensor.nbytes() - reported;
+            }
+        };
+        std::vector<std::thread> pool;
+        for (unsigned t = 1; t < nthreads; ++t)
+            pool.emplace_back(worker);
+        worker();
+        for (auto& t : pool)
+            t.join();
+        if (cancelled)
+            throw Error(ErrorKind::Cancelled, cp.path, "cancelled");
+    }
+
+    json& j = report.json;
+    j["format"] = checkpointFormatName(cp.format);
+    j["path"] = cp.path;
+    j["detail"] = cp.formatDetail;
+    j["pickle_protocol"] = cp.pickleProtocol;
+    std::vector<int> ranks;
+    size_t tensors = 0, values = 0;
+    json entries = json::array();
+    for (size_t i = 0; i < cp.entries.size(); ++i) {
+        const Entry& e = cp.entries[i];
+        json je;
+        je["key"] = e.key;
+        je["path"] = pathJson(e.path);
+        if (e.isTensor()) {
+            ++tensors;
+            const TensorEntry& t = e.tensor;
+            je["type"] = "tensor";
+            je["dtype"] = std::string(dtypeName(t.dtype));
+            je["shape"] = t.shape;
+            je["numel"] = t.numel();
+            je["bytes"] = t.nbytes();
+            if (!t.subclass.empty())
+                je["subclass"] = t.subclass;
+            if (!t.placements.empty())
+                je["placements"] = t.placements;
+            json chunks = json::array();
+            for (const auto& c : t.chunks) {
+                json jc;
+                jc["rank"] = c.rank >= 0 ? json(c.rank) : json(nullptr);
+                jc["offsets"] = c.offsets;
+                jc["sizes"] = c.sizes;
+                jc["file"] = c.source.file;
+                chunks.push_back(std::move(jc));
+                if (c.rank >= 0)
+                    ranks.push_back(c.rank);
+            }
+            je["chunks"] = std::move(chunks);
+            if (options.hash && errors[i].empty())
+                je["sha256"] = hashes[i];
+        } else {
+            ++values;
+            je["type"] = "value";
+            je["python_type"] = pythonType(e.value);
+            je["value"] = valueToJson(e.value);
+        }
+        const std::string& err = !e.error.empty() ? e.error : errors[i];
+        if (!err.empty()) {
+            je["error"] = err;
+            report.ok = false;
+        }
+        entries.push_back(std::move(je));
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    j["summary"] = {{"entries", cp.entries.size()}, {"tensors", tensors}, {"values", values},
+        {"tensor_bytes", cp.tensorBytes()}, {"ranks", ranks}};
+    j["entries"] = std::move(entries);
+    json warnings = json::array();
+    for (const auto& w : cp.warnings)
+        warnings.push_back({{"code", w.code}, {"severity", w.isError ? "error" : "warning"}, {"message", w.message},
+            {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
+    j["warnings"] = std::move(warnings);
+    return report;
+}
+
+} // namespace optscope

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/mapped_file.h"
+#include "optscope/error.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace optscope {
+
+std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        throw Error(ErrorKind::Io, path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        const int e = errno;
+        ::close(fd);
+        throw Error(ErrorKind::Io, path, std::string("cannot stat: ") + std::strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw Error(ErrorKind::Io, path, S_ISDIR(st.st_mode) ? "is a directory, expected a file" : "not a regular file");
+    }
+    std::shared_ptr<MappedFile> f(new MappedFile());
+    f->m_path = path;
+    f->m_size = static_cast<uint64_t>(st.st_size);
+    if (f->m_size > 0) {
+        void* p = ::mmap(nullptr, f->m_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            const int e = errno;
+            ::close(fd);
+            throw Error(ErrorKind::Io, path, std::string("cannot map: ") + std::strerror(e));
+        }
+        f->m_data = static_cast<const uint8_t*>(p);
+    }
+    ::close(fd);
+    return f;
+}
+
+MappedFile::~MappedFile()
+{
+    if (m_data)
+        ::munmap(const_cast<uint8_t*>(m_data), m_size);
+}
+
+void MappedFile::adviseSequential(uint64_t offset, uint64_t length) const
+{
+    if (!m_data || offset >= m_size)
+        return;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t start = offset / page * page;
+    const uint64_t end = std::min(m_size, offset + length);
+    auto* p = const_cast<uint8_t*>(m_data) + start;
+    ::madvise(p, end - start, MADV_SEQUENTIAL);
+    ::madvise(p, end - start, MADV_WILLNEED);
+}
+
+} // namespace optscope

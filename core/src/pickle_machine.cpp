@@ -1,0 +1,1572 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/pickle_machine.h"
+#include "optscope/error.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace optscope {
+
+namespace {
+
+// Opcode values, as in CPython's Lib/pickle.py.
+enum Op : uint8_t {
+    MARK = '(',
+    STOP = '.',
+    POP = '0',
+    POP_MARK = '1',
+    DUP = '2',
+    FLOAT = 'F',
+    INT = 'I',
+    BININT = 'J',
+    BININT1 = 'K',
+    LONG = 'L',
+    BININT2 = 'M',
+    NONE = 'N',
+    PERSID = 'P',
+    BINPERSID = 'Q',
+    REDUCE = 'R',
+    STRING = 'S',
+    BINSTRING = 'T',
+    SHORT_BINSTRING = 'U',
+    UNICODE = 'V',
+    BINUNICODE = 'X',
+    APPEND = 'a',
+    BUILD = 'b',
+    GLOBAL = 'c',
+    DICT = 'd',
+    EMPTY_DICT = '}',
+    APPENDS = 'e',
+    GET = 'g',
+    BINGET = 'h',
+    INST = 'i',
+    LONG_BINGET = 'j',
+    LIST = 'l',
+    EMPTY_LIST = ']',
+    OBJ = 'o',
+    PUT = 'p',
+    BINPUT = 'q',
+    LONG_BINPUT = 'r',
+    SETITEM = 's',
+    TUPLE = 't',
+    EMPTY_TUPLE = ')',
+    SETITEMS = 'u',
+    BINFLOAT = 'G',
+    // protocol 2
+    PROTO = 0x80,
+    NEWOBJ = 0x81,
+    EXT1 = 0x82,
+    EXT2 = 0x83,
+    EXT4 = 0x84,
+    TUPLE1 = 0x85,
+    TUPLE2 = 0x86,
+    TUPLE3 = 0x87,
+    NEWTRUE = 0x88,
+    NEWFALSE = 0x89,
+    LONG1 = 0x8a,
+    LONG4 = 0x8b,
+    // protocol 3
+    BINBYTES = 'B',
+    SHORT_BINBYTES = 'C',
+    // protocol 4
+    SHORT_BINUNICODE = 0x8c,
+    BINUNICODE8 = 0x8d,
+    BINBYTES8 = 0x8e,
+    EMPTY_SET = 0x8f,
+    ADDITEMS = 0x90,
+    FROZENSET = 0x91,
+    NEWOBJ_EX = 0x92,
+    STACK_GLOBAL = 0x93,
+    MEMOIZE = 0x94,
+    FRAME = 0x95,
+    // protocol 5
+    BYTEARRAY8 = 0x96,
+    NEXT_BUFFER = 0x97,
+    READONLY_BUFFER = 0x98,
+};
+
+std::string hex2(uint8_t b)
+{
+    static const char* digits = "0123456789abcdef";
+    return std::string("0x") + digits[b >> 4] + digits[b & 15];
+}
+
+bool endsWith(std::string_view s, std::string_view suffix)
+{
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool startsWith(std::string_view s, std::string_view prefix)
+{
+    return s.substr(0, prefix.size()) == prefix;
+}
+
+// Known classes and functions: interpreted or at least understood to be harmless data records.
+const std::unordered_set<std::string>& knownPaths()
+{
+    static const std::unordered_set<std::string> paths = {
+        "collections.OrderedDict",
+        "collections.defaultdict",
+        "collections.Counter",
+        "builtins.set",
+        "builtins.frozenset",
+        "builtins.bytearray",
+        "builtins.complex",
+        "builtins.getattr",
+        "builtins.list",
+        "builtins.dict",
+        "builtins.tuple",
+        "builtins.int",
+        "builtins.float",
+        "builtins.str",
+        "builtins.bool",
+        "builtins.bytes",
+        "builtins.object",
+        "builtins.slice",
+        "builtins.range",
+        "copyreg._reconstructor",
+        "copyreg.__newobj__",
+        "copyreg.__newobj_ex__",
+        "_codecs.encode",
+        "torch.Size",
+        "torch.device",
+        "torch.Tensor",
+        "torch.nn.parameter.Parameter",
+        "torch.serialization._get_layout",
+        "torch._utils._rebuild_tensor",
+        "torch._utils._rebuild_tensor_v2",
+        "torch._utils._rebuild_tensor_v3",
+        "torch._utils._rebuild_parameter",
+        "torch._utils._rebuild_parameter_with_state",
+        "torch._utils._rebuild_wrapper_subclass",
+        "torch._utils._rebuild_meta_tensor_no_storage",
+        "torch._utils._rebuild_qtensor",
+        "torch._utils._rebuild_sparse_tensor",
+        "torch._utils._rebuild_nested_tensor",
+        "torch._utils._rebuild_device_tensor_from_numpy",
+        "torch._utils._rebuild_device_tensor_from_cpu_tensor",
+        "torch._tensor._rebuild_from_type_v2",
+        "pathlib.Path",
+        "pathlib.PosixPath",
+        "pathlib.PurePosixPath",
+        "pathlib.WindowsPath",
+        "pathlib.PureWindowsPath",
+        "pathlib._local.Path",
+        "pathlib._local.PosixPath",
+        "pathlib._local.PurePosixPath",
+        "pathlib._local.WindowsPath",
+        "pathlib._local.PureWindowsPath",
+        // sharded tensors (torch.distributed._shard) and DTensor, as weights_only allows them
+        "torch.distributed._shard.sharded_tensor.api.ShardedTensor",
+        "torch.distributed._shard.sharded_tensor.api.ShardedTensor.ProcessGroupState",
+        "torch.distributed._shard.sharded_tensor.shard.Shard",
+        "torch.distributed._shard.sharded_tensor.metadata.ShardedTensorMetadata",
+        "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
+        "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING",
+        "torch.distributed._shard.metadata.ShardMetadata",
+        "torch.distributed._shard.sharding_spec.api.EnumerableShardingSpec",
+        "torch.distributed._shard.sharding_spec.chunk_sharding_spec.ChunkShardingSpec",
+        "torch.distributed.remote_device._remote_device",
+        "torch.distributed.device_mesh.DeviceMesh",
+        "torch.distributed._tensor.device_mesh.DeviceMesh",
+    };
+    return paths;
+}
+
+bool isDcpMetadataClass(std::string_view module, std::string_view name)
+{
+    // 2.0+ torch.distributed.checkpoint.*, 1.13 torch.distributed._shard.checkpoint.*
+    const bool metadataModule = module == "torch.distributed.checkpoint.metadata"
+        || module == "torch.distributed._shard.checkpoint.metadata";
+    const bool filesystemModule = module == "torch.distributed.checkpoint.filesystem"
+        || module == "torch.distributed._shard.checkpoint.filesystem";
+    if (metadataModule) {
+        static const std::unordered_set<std::string_view> names = {"Metadata", "TensorStorageMetadata",
+            "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties", "MetadataIndex", "StorageMeta",
+            "_MEM_FORMAT_ENCODING", "MEM_FORMAT_ENCODING", "TensorInfo", "StorageMetadata"};
+        return names.count(name) > 0;
+    }
+    if (filesystemModule)
+        return name == "_StorageInfo" || name == "_StoragePrefix";
+    return false;
+}
+
+bool isDTensorClass(std::string_view module, std::string_view name)
+{
+    if (!startsWith(module, "torch.distributed.tensor") && !startsWith(module, "torch.distributed._tensor"))
+        return false;
+    static const std::unordered_set<std::string_view> names = {"DTensor", "DTensorSpec", "TensorMeta", "Shard",
+        "Replicate", "Partial", "_Partial", "_StridedShard", "DeviceMesh"};
+    return names.count(name) > 0;
+}
+
+bool isStorageClass(std::string_view module, std::string_view name)
+{
+    return (module == "torch" || module == "torch.cuda") && endsWith(name, "Storage");
+}
+
+} // namespace
+
+bool isKnownGlobal(std::string_view module, std::string_view name)
+{
+    if (isStorageClass(module, name) || isDcpMetadataClass(module, name) || isDTensorClass(module, name))
+        return true;
+    if (module == "torch" && dtypeFromName(name))
+        return true;
+    std::string path;
+    path.reserve(module.size() + name.size() + 1);
+    path.append(module).append(".").append(name);
+    return knownPaths().count(path) > 0;
+}
+
+namespace {
+
+class Machine
+{
+public:
+    Machine(const uint8_t* data, uint64_t size, PyArena& arena, const PickleOptions& options)
+        : m_data(data)
+        , m_size(size)
+        , m_arena(arena)
+        , m_opt(options)
+        , m_limits(options.limits)
+    {
+    }
+
+    PickleResult run();
+
+private:
+    // --- input ---------------------------------------------------------------------------------------------
+    [[noreturn]] void fail(ErrorKind kind, const std::string& detail) const
+    {
+        throw Error(kind, m_opt.sourceName, "pickle: " + detail, m_opt.baseOffset + m_opOffset);
+    }
+
+    const uint8_t* take(uint64_t n)
+    {
+        if (n > m_size - m_pos)
+            fail(ErrorKind::Truncated,
+                "opcode " + hex2(m_op) + " needs " + std::to_string(n) + " bytes but only "
+                    + std::to_string(m_size - m_pos) + " remain");
+        const uint8_t* p = m_data + m_pos;
+        m_pos += n;
+        return p;
+    }
+    uint8_t u8() { return *take(1); }
+    uint16_t u16()
+    {
+        const uint8_t* p = take(2);
+        return static_cast<uint16_t>(p[0] | (p[1] << 8));
+    }
+    uint32_t u32()
+    {
+        const uint8_t* p = take(4);
+        return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16)
+            | (static_cast<uint32_t>(p[3]) << 24);
+    }
+    int32_t i32() { return static_cast<int32_t>(u32()); }
+    uint64_t u64()
+    {
+        const uint8_t* p = take(8);
+        uint64_t v = 0;
+        for (int i = 7; i >= 0; --i)
+            v = (v << 8) | p[i];
+        return v;
+    }
+    std::string_view bytes(uint64_t n)
+    {
+        const uint8_t* p = take(n);
+        return {reinterpret_cast<const char*>(p), static_cast<size_t>(n)};
+    }
+    /// protocol-0 argument: up to '\n' (excluded); a missing newline is truncation
+    std::string_view line()
+    {
+        const uint8_t* start = m_data + m_pos;
+        const void* nl = std::memchr(start, '\n', m_size - m_pos);
+        if (!nl)
+            fail(ErrorKind::Truncated, "opcode " + hex2(m_op) + " argument has no terminating newline");
+        const auto len = static_cast<size_t>(static_cast<const uint8_t*>(nl) - start);
+        m_pos += len + 1;
+        std::string_view s(reinterpret_cast<const char*>(start), len);
+        if (!s.empty() && s.back() == '\r')
+            s.remove_suffix(1);
+        return s;
+    }
+
+    // --- stack ---------------------------------------------------------------------------------------------
+    size_t frameBase() const { return m_marks.empty() ? 0 : m_marks.back(); }
+    void push(PyValue* v)
+    {
+        if (m_stack.size() >= m_limits.maxStack)
+            fail(ErrorKind::Limit, "stack exceeds " + std::to_string(m_limits.maxStack) + " values");
+        m_stack.push_back(v);
+    }
+    PyValue* pop()
+    {
+        if (m_stack.size() <= frameBase())
+            fail(ErrorKind::Format, "opcode " + hex2(m_op) + " pops from an empty stack");
+        PyValue* v = m_stack.back();
+        m_stack.pop_back();
+        return v;
+    }
+    PyValue* top()
+    {
+        if (m_stack.size() <= frameBase())
+            fail(ErrorKind::Format, "opcode " + hex2(m_op) + " needs a value on the stack");
+        return m_stack.back();
+    }
+    std::vector<PyValue*> popMark()
+    {
+        if (m_marks.empty())
+            fail(ErrorKind::Format, "opcode " + hex2(m_op) + " without a MARK");
+        const size_t base = m_marks.back();
+        m_marks.pop_back();
+        std::vector<PyValue*> items(m_stack.begin() + static_cast<std::ptrdiff_t>(base), m_stack.end());
+        m_stack.resize(base);
+        return items;
+    }
+
+    // --- memo ----------------------------------------------------------------------------------------------
+    void memoPut(uint64_t index, PyValue* v)
+    {
+        if (index > m_limits.maxMemoIndex)
+            fail(ErrorKind::Limit, "memo index " + std::to_string(index) + " is too large");
+        const bool existing = memoFind(index) != nullptr;
+        if (!existing && m_memoCount >= m_limits.maxMemo)
+            fail(ErrorKind::Limit, "memo exceeds " + std::to_string(m_limits.maxMemo) + " entries");
+        if (index < m_memoDense.size() || index <= m_memoDense.size() + 1024) {
+            if (index >= m_memoDense.size())
+                m_memoDense.resize(index + 1, nullptr);
+            m_memoDense[index] = v;
+        } else {
+            m_memoSparse[static_cast<uint32_t>(index)] = v;
+        }
+        if (!existing)
+            ++m_memoCount;
+    }
+    PyValue* memoFind(uint64_t index) const
+    {
+        if (index < m_memoDense.size())
+            return m_memoDense[index];
+        auto it = m_memoSparse.find(static_cast<uint32_t>(index));
+        return it == m_memoSparse.end() ? nullptr : it->second;
+    }
+    PyValue* memoGet(uint64_t index)
+    {
+        PyValue* v = memoFind(index);
+        if (!v)
+            fail(ErrorKind::Format, "memo has no entry " + std::to_string(index));
+        return v;
+    }
+
+    // --- values --------------------------------------------------------------------------------------------
+    void noteChild(PyValue* parent, const PyValue* child)
+    {
+        if (!child)
+            return;
+        const int32_t d = child->depth + 1;
+        if (d > parent->depth) {
+            parent->depth = d;
+            if (d > m_limits.maxNesting)
+                fail(ErrorKind::Limit, "containers nested deeper than " + std::to_string(m_limits.maxNesting));
+        }
+    }
+    PyValue* makeSequence(PyKind kind, std::vector<PyValue*> items)
+    {
+        PyValue* v = m_arena.makeContainer(kind);
+        for (auto* i : items)
+            noteChild(v, i);
+        v->container->items = std::move(items);
+        return v;
+    }
+    void append(PyValue* target, PyValue* value);
+    void setItem(PyValue* target, PyValue* key, PyValue* value);
+    void addToSet(PyValue* target, PyValue* value);
+    PyValue* makeInt(std::string_view littleEndian);
+    PyValue* parseDecimalInt(std::string_view text);
+    PyValue* decodeUtf8OrLatin1(std::string_view raw);
+
+    PyValue* findClass(std::string_view module, std::string_view name);
+    PyValue* callReduce(PyValue* callable, PyValue* args);
+    PyValue* makeObject(PyValue* callable, PyValue* args, PyValue* kwargs, PyObjectHow how);
+    void build(PyValue* inst, PyValue* state);
+    PyValue* persistentLoad(PyValue* pid);
+    void warn(const std::string& code, const std::string& message, const std::string& classPath = {});
+
+    // interpreted callables
+    PyValue* rebuildTensor(const std::string& fn, PyValue* args);
+    PyValue* rebuildFromTypeV2(PyValue* args);
+    PyValue* rebuildWrapperSubclass(PyValue* args);
+    void applyWrapperState(PyValue* tensor, PyValue* state);
+
+    const uint8_t* m_data;
+    uint64_t m_size;
+    uint64_t m_pos = 0;
+    uint64_t m_opOffset = 0;
+    uint8_t m_op = 0;
+    PyArena& m_arena;
+    const PickleOptions& m_opt;
+    const PickleLimits& m_limits;
+    std::vector<PyValue*> m_stack;
+    std::vector<size_t> m_marks;
+    std::vector<PyValue*> m_memoDense;
+    std::unordered_map<uint32_t, PyValue*> m_memoSparse;
+    size_t m_memoCount = 0;
+    std::vector<PickleWarning> m_warnings;
+    std::unordered_set<std::string> m_warnedGlobals;
+    int m_protocol = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+
+void Machine::warn(const std::string& code, const std::string& message, const std::string& classPath)
+{
+    PickleWarning w;
+    w.code = code;
+    w.message = message;
+    w.classPath = classPath;
+    w.offset = m_opt.baseOffset + m_opOffset;
+    m_warnings.push_back(std::move(w));
+}
+
+/// A hashable rendering of a dict key, so that SETITEM on an existing key replaces it as Python does.
+/// Returns false for unhashable or identity-hashed keys (objects), which are simply appended.
+bool hashKey(const PyValue* k, std::string& out, int depth = 0)
+{
+    if (depth > 16)
+        return false;
+    switch (k->kind) {
+    case PyKind::Str:
+        out += 's';
+        out += std::to_string(k->text.size());
+        out += ':';
+        out.append(k->text);
+        return true;
+    case PyKind::Int: out += 'i' + std::to_string(k->integer) + ';'; return true;
+    case PyKind::Bool: out += 'i' + std::to_string(k->boolean ? 1 : 0) + ';'; return true;
+    case PyKind::None: out += 'n'; return true;
+    case PyKind::Float:
+        if (std::isfinite(k->real) && std::floor(k->real) == k->real && std::fabs(k->real) < 9.0e18)
+            out += 'i' + std::to_string(static_cast<int64_t>(k->real)) + ';';
+        else
+            out += 'f' + pyFloatRepr(k->real) + ';';
+        return true;
+    case PyKind::BigInt:
+        out += 'b' + bigIntToDecimal(k->text) + ';';
+        return true;
+    case PyKind::Bytes:
+        out += 'y' + std::to_string(k->text.size()) + ':';
+        out.append(k->text);
+        return true;
+    case PyKind::Dtype: out += 'd' + std::to_string(static_cast<int>(k->dtype)) + ';'; return true;
+    case PyKind::Tuple:
+    case PyKind::FrozenSet:
+        out += k->kind == PyKind::Tuple ? "t(" : "f(";
+        for (const auto* i : k->items())
+            if (!hashKey(i, out, depth + 1))
+                return false;
+        out += ')';
+        return true;
+    default: return false;
+    }
+}
+
+void Machine::append(PyValue* target, PyValue* value)
+{
+    if (target->kind == PyKind::List) {
+        noteChild(target, value);
+        target->container->items.push_back(value);
+    } else if (target->kind == PyKind::Object) {
+        noteChild(target, value);
+        target->object->listItems.push_back(value);
+    } else {
+        fail(ErrorKind::Format, std::string("APPEND to a ") + pyKindName(target->kind));
+    }
+}
+
+void Machine::setItem(PyValue* target, PyValue* key, PyValue* value)
+{
+    if (target->kind == PyKind::Object) {
+        noteChild(target, key);
+        noteChild(target, value);
+        target->object->dictItems.push_back(key);
+        target->object->dictItems.push_back(value);
+        return;
+    }
+    if (target->kind != PyKind::Dict)
+        fail(ErrorKind::Format, std::string("SETITEM on a ") + pyKindName(target->kind));
+    noteChild(target, key);
+    noteChild(target, value);
+    auto& c = *target->container;
+    std::string h;
+    if (hashKey(key, h)) {
+        if (!c.index) {
+            // small dicts: linear scan is cheaper than a map; build the index once they grow
+            if (c.items.size() < 16) {
+                for (size_t i = 0; i < c.items.size(); i += 2) {
+                    std::string other;
+                    if (hashKey(c.items[i], other) && other == h) {
+                        c.items[i + 1] = value;
+                        return;
+                    }
+                }
+                c.items.push_back(key);
+                c.items.push_back(value);
+                return;
+            }
+            c.index = std::make_unique<std::unordered_map<std::string, size_t>>();
+            for (size_t i = 0; i < c.items.size(); i += 2) {
+                std::string other;
+                if (hashKey(c.items[i], other))
+                    c.index->emplace(std::move(other), i);
+            }
+        }
+        auto [it, inserted] = c.index->emplace(std::move(h), c.items.size());
+        if (!inserted) {
+            c.items[it->second + 1] = value;
+            return;
+        }
+    }
+    c.items.push_back(key);
+    c.items.push_back(value);
+}
+
+void Machine::addToSet(PyValue* target, PyValue* value)
+{
+    if (target->kind != PyKind::Set)
+        fail(ErrorKind::Format, std::string("ADDITEMS on a ") + pyKindName(target->kind));
+    noteChild(target, value);
+    target->container->items.push_back(value);
+}
+
+PyValue* Machine::makeInt(std::string_view le)
+{
+    if (le.size() > m_limits.maxBigIntBytes)
+        fail(ErrorKind::Limit, "integer of " + std::to_string(le.size()) + " bytes exceeds the cap");
+    if (le.size() <= 8) {
+        uint64_t u = 0;
+        for (size_t i = 0; i < le.size(); ++i)
+            u |= static_cast<uint64_t>(static_cast<uint8_t>(le[i])) << (8 * i);
+        if (!le.empty() && le.size() < 8 && (static_cast<uint8_t>(le.back()) & 0x80))
+            u |= ~uint64_t(0) << (8 * le.size()); // sign-extend
+        return m_arena.makeInt(static_cast<int64_t>(u));
+    }
+    // Normalise: a longer encoding may still fit in int64 (redundant sign bytes).
+    size_t n = le.size();
+    const bool negative = (static_cast<uint8_t>(le.back()) & 0x80) != 0;
+    const uint8_t fill = negative ? 0xff : 0x00;
+    while (n > 8 && static_cast<uint8_t>(le[n - 1]) == fill
+        && ((static_cast<uint8_t>(le[n - 2]) & 0x80) != 0) == negative)
+        --n;
+    if (n <= 8 && (n < 8 || ((static_cast<uint8_t>(le[7]) & 0x80) != 0) == negative))
+        return makeInt(le.substr(0, n));
+    return m_arena.makeBytes(le, false, PyKind::BigInt);
+}
+
+PyValue* Machine::parseDecimalInt(std::string_view text)
+{
+    std::string_view t = text;
+    while (!t.empty() && (t.back() == 'L' || t.back() == ' '))
+        t.remove_suffix(1);
+    while (!t.empty() && t.front() == ' ')
+        t.remove_prefix(1);
+    if (t.empty())
+        fail(ErrorKind::Format, "empty integer literal");
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec == std::errc() && p == t.data() + t.size())
+        return m_arena.makeInt(v);
+    // big decimal -> little-endian two's complement
+    bool negative = false;
+    if (t.front() == '-' || t.front() == '+') {
+        negative = t.front() == '-';
+        t.remove_prefix(1);
+    }
+    if (t.empty() || t.size() > m_limits.maxBigIntBytes * 3)
+        fail(ErrorKind::Format, "bad integer literal");
+    std::vector<uint8_t> mag; // little-endian magnitude
+    for (char c : t) {
+        if (c < '0' || c > '9')
+            fail(ErrorKind::Format, "bad integer literal '" + std::string(text.substr(0, 40)) + "'");
+        unsigned carry = static_cast<unsigned>(c - '0');
+        for (auto& b : mag) {
+            const unsigned cur = b * 10u + carry;
+            b = static_cast<uint8_t>(cur & 0xff);
+            carry = cur >> 8;
+        }
+        while (carry) {
+            mag.push_back(static_cast<uint8_t>(carry & 0xff));
+            carry >>= 8;
+        }
+    }
+    mag.push_back(0); // room for the sign bit
+    if (negative) {
+        bool carry = true;
+        for (auto& b : mag) {
+            b = static_cast<uint8_t>(~b);
+            if (carry) {
+                b = static_cast<uint8_t>(b + 1);
+                carry = b == 0;
+            }
+        }
+    }
+    std::string s(mag.begin(), mag.end());
+    return makeInt(m_arena.copy(s));
+}
+
+bool isValidUtf8(std::string_view s)
+{
+    size_t i = 0;
+    const size_t n = s.size();
+    while (i < n) {
+        const auto c = static_cast<uint8_t>(s[i]);
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        size_t len = 0;
+        if ((c & 0xe0) == 0xc0)
+            len = 2;
+        else if ((c & 0xf0) == 0xe0)
+            len = 3;
+        else if ((c & 0xf8) == 0xf0)
+            len = 4;
+        else
+            return false;
+        if (i + len > n)
+            return false;
+        for (size_t k = 1; k < len; ++k)
+            if ((static_cast<uint8_t>(s[i + k]) & 0xc0) != 0x80)
+                return false;
+        i += len;
+    }
+    return true;
+}
+
+void appendUtf8(std::string& out, uint32_t cp)
+{
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xc0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xe0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+        out += static_cast<char>(0xf0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+}
+
+PyValue* Machine::decodeUtf8OrLatin1(std::string_view raw)
+{
+    // torch.load unpickles with encoding="utf-8"; fall back to latin-1 so that odd py2 strings still show
+    if (isValidUtf8(raw))
+        return m_arena.makeStr(raw, false);
+    std::string out;
+    for (char c : raw)
+        appendUtf8(out, static_cast<uint8_t>(c));
+    return m_arena.makeStr(out, true);
+}
+
+/// Python 2 'string-escape' literal of the STRING opcode: 'abc' or "abc" with backslash escapes.
+std::string decodeStringLiteral(std::string_view s, bool& ok)
+{
+    ok = false;
+    if (s.size() < 2 || (s.front() != '\'' && s.front() != '"') || s.back() != s.front())
+        return {};
+    s = s.substr(1, s.size() - 2);
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] != '\\') {
+            out += s[i];
+            continue;
+        }
+        if (++i >= s.size())
+            return {};
+        const char c = s[i];
+        switch (c) {
+        case 'n': out += '\n'; break;
+        case 't': out += '\t'; break;
+        case 'r': out += '\r'; break;
+        case '0': out += '\0'; break;
+        case '\\': out += '\\'; break;
+        case '\'': out += '\''; break;
+        case '"': out += '"'; break;
+        case 'a': out += '\a'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'v': out += '\v'; break;
+        case 'x': {
+            if (i + 2 >= s.size())
+                return {};
+            unsigned v = 0;
+            auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + std::min(s.size(), i + 3), v, 16);
+            if (ec != std::errc() || p != s.data() + i + 3)
+                return {};
+            out += static_cast<char>(v);
+            i += 2;
+            break;
+        }
+        default:
+            out += '\\';
+            out += c;
+        }
+    }
+    ok = true;
+    return out;
+}
+
+/// 'raw-unicode-escape' of the UNICODE opcode: latin-1 bytes, with \uXXXX and \UXXXXXXXX escapes.
+std::string decodeRawUnicodeEscape(std::string_view s, bool& ok)
+{
+    ok = true;
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == 'u' || s[i + 1] == 'U')) {
+            const size_t digits = s[i + 1] == 'u' ? 4 : 8;
+            if (i + 2 + digits > s.size()) {
+                ok = false;
+                return {};
+            }
+            uint32_t cp = 0;
+            auto [p, ec] = std::from_chars(s.data() + i + 2, s.data() + i + 2 + digits, cp, 16);
+            if (ec != std::errc() || p != s.data() + i + 2 + digits || cp > 0x10ffff) {
+                ok = false;
+                return {};
+            }
+            appendUtf8(out, cp);
+            i += 1 + digits;
+        } else {
+            appendUtf8(out, static_cast<uint8_t>(s[i]));
+        }
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+PyValue* Machine::findClass(std::string_view module, std::string_view name)
+{
+    // Python 2 names, as pickle's fix_imports maps them
+    if (module == "__builtin__")
+        module = "builtins";
+    else if (module == "copy_reg")
+        module = "copyreg";
+    if (module == "torch") {
+        if (auto dt = dtypeFromName(name); dt && name.find('.') == std::string_view::npos) {
+            PyValue* v = m_arena.make(PyKind::Dtype);
+            v->dtype = *dt;
+            return v;
+        }
+    }
+    const bool known = isKnownGlobal(module, name);
+    if (!known) {
+        std::string path = std::string(module) + "." + std::string(name);
+        if (m_warnedGlobals.insert(path).second)
+            warn("unsafe-global",
+                "global '" + path + "' is not in the safe set; kept inert (never imported or called)", path);
+    }
+    return m_arena.makeGlobal(module, name, known);
+}
+
+PyValue* Machine::makeObject(PyValue* callable, PyValue* args, PyValue* kwargs, PyObjectHow how)
+{
+    PyValue* v = m_arena.make(PyKind::Object);
+    v->object = m_arena.makeObjectInfo();
+    v->object->callable = callable;
+    v->object->args = args;
+    v->object->kwargs = kwargs;
+    v->object->how = how;
+    noteChild(v, args);
+    noteChild(v, kwargs);
+    return v;
+}
+
+const PyValue* arg(const PyValue* args, size_t i)
+{
+    if (!args || !args->isSequence() || i >= args->size())
+        return nullptr;
+    return args->item(i);
+}
+
+bool intList(const PyValue* v, std::vector<int64_t>& out)
+{
+    if (!v || !v->isSequence())
+        return false;
+    out.clear();
+    for (const auto* i : v->items()) {
+        if (i->kind == PyKind::Int)
+            out.push_back(i->integer);
+        else if (i->kind == PyKind::Bool)
+            out.push_back(i->boolean ? 1 : 0);
+        else
+            return false;
+    }
+    return true;
+}
+
+bool asBool(const PyValue* v)
+{
+    if (!v)
+        return false;
+    if (v->kind == PyKind::Bool)
+        return v->boolean;
+    if (v->kind == PyKind::Int)
+        return v->integer != 0;
+    return false;
+}
+
+PyValue* Machine::rebuildTensor(const std::string& fn, PyValue* args)
+{
+    // _rebuild_tensor(storage, storage_offset, size, stride)
+    // _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
+    // _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
+    const PyValue* storage = arg(args, 0);
+    const PyValue* offset = arg(args, 1);
+    std::vector<int64_t> sizes, strides;
+    if (!storage || storage->kind != PyKind::Storage || !offset || offset->kind != PyKind::Int
+        || !intList(arg(args, 2), sizes) || !intList(arg(args, 3), strides) || sizes.size() != strides.size()) {
+        warn("bad-tensor", fn + " with unexpected arguments; kept inert");
+        return nullptr;
+    }
+    for (auto s : sizes)
+        if (s < 0) {
+            warn("bad-tensor", fn + " with a negative size; kept inert");
+            return nullptr;
+        }
+    for (auto s : strides)
+        if (s < 0) {
+            warn("bad-tensor", fn + " with a negative stride; kept inert");
+            return nullptr;
+        }
+    if (offset->integer < 0) {
+        warn("bad-tensor", fn + " with a negative storage offset; kept inert");
+        return nullptr;
+    }
+    auto* t = m_arena.makeTensorInfo();
+    t->storage = const_cast<PyValue*>(storage);
+    t->dtype = storage->storage->dtype;
+    t->storageOffset = offset->integer;
+    t->sizes = std::move(sizes);
+    t->strides = std::move(strides);
+    const PyValue* metadata = nullptr;
+    if (fn == "torch._utils._rebuild_tensor_v2") {
+        t->requiresGrad = asBool(arg(args, 4));
+        metadata = arg(args, 6);
+    } else if (fn == "torch._utils._rebuild_tensor_v3") {
+        t->requiresGrad = asBool(arg(args, 4));
+        const PyValue* dt = arg(args, 6);
+        if (!dt || dt->kind != PyKind::Dtype) {
+            warn("bad-tensor", fn + " without a dtype; kept inert");
+            return nullptr;
+        }
+        t->dtype = dt->dtype;
+        metadata = arg(args, 7);
+    }
+    if (metadata && metadata->kind == PyKind::Dict) {
+        t->conj = asBool(metadata->get("conj"));
+        t->neg = asBool(metadata->get("neg"));
+    }
+    PyValue* v = m_arena.make(PyKind::Tensor);
+    v->tensor = t;
+    return v;
+}
+
+PyValue* copyTensor(PyArena& arena, const PyValue* src)
+{
+    PyValue* v = arena.make(PyKind::Tensor);
+    v->tensor = arena.makeTensorInfo();
+    *v->tensor = *src->tensor;
+    v->depth = src->depth;
+    return v;
+}
+
+PyValue* Machine::rebuildWrapperSubclass(PyValue* args)
+{
+    // _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad)
+    const PyValue* cls = arg(args, 0);
+    const PyValue* dt = arg(args, 1);
+    std::vector<int64_t> sizes, strides;
+    if (!cls || cls->kind != PyKind::Global || !dt || dt->kind != PyKind::Dtype || !intList(arg(args, 2), sizes)) {
+        warn("bad-tensor", "_rebuild_wrapper_subclass with unexpected arguments; kept inert");
+        return nullptr;
+    }
+    intList(arg(args, 3), strides);
+    auto* t = m_arena.makeTensorInfo();
+    t->dtype = dt->dtype;
+    t->sizes = std::move(sizes);
+    t->strides = std::move(strides);
+    t->requiresGrad = asBool(arg(args, 7));
+    t->subclass = m_arena.copy(cls->global->path());
+    PyValue* v = m_arena.make(PyKind::Tensor);
+    v->tensor = t;
+    return v;
+}
+
+/// Slots state of a NEWOBJ+BUILD object: BUILD (None, {slots}) or BUILD {dict}
+const PyValue* objectField(const PyValue* obj, std::string_view field)
+{
+    if (!obj || obj->kind != PyKind::Object || !obj->object->state)
+        return nullptr;
+    const PyValue* st = obj->object->state;
+    if (st->kind == PyKind::Dict)
+        return st->get(field);
+    if (st->kind == PyKind::Tuple) {
+        for (const auto* part : st->items())
+            if (part->kind == PyKind::Dict)
+                if (const auto* f = part->get(field))
+                    return f;
+    }
+    return nullptr;
+}
+
+void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
+{
+    PyTensorInfo& t = *tensorValue->tensor;
+    const std::string_view cls = t.subclass;
+    if (endsWith(cls, ".ShardedTensor")) {
+        // state = (local_shards, ShardedTensorMetadata, ProcessGroupState, sharding_spec, init_rrefs)
+        const PyValue* shards = arg(state, 0);
+        if (!shards || shards->kind != PyKind::List) {
+            warn("bad-tensor", "ShardedTensor without local shards");
+            return;
+        }
+        const PyValue* pg = arg(state, 2);
+        const PyValue* globalRank = objectField(pg, "global_rank");
+        for (const auto* s : shards->items()) {
+            const PyValue* tensor = objectField(s, "tensor");
+            const PyValue* md = objectField(s, "metadata");
+            PyTensorShard shard;
+            if (!tensor || tensor->kind != PyKind::Tensor) {
+                warn("bad-tensor", "ShardedTensor shard without a tensor");
+                continue;
+            }
+            shard.tensor = const_cast<PyValue*>(tensor);
+            intList(objectField(md, "shard_offsets"), shard.offsets);
+            const PyValue* placement = objectField(md, "placement");
+            if (const PyValue* r = objectField(placement, "_rank"); r && r->kind == PyKind::Int)
+                shard.rank = static_cast<int>(r->integer);
+            else if (globalRank && globalRank->kind == PyKind::Int)
+                shard.rank = static_cast<int>(globalRank->integer);
+            t.shards.push_back(std::move(shard));
+        }
+        return;
+    }
+    if (endsWith(cls, ".DTensor")) {
+        // state = (__dict__ or None, {'_local_tensor': tensor, '_spec': DTensorSpec})
+        const PyValue* slots = nullptr;
+        if (state && state->kind == PyKind::Tuple) {
+            for (const auto* part : state->items())
+                if (part->kind == PyKind::Dict && part->get("_local_tensor"))
+                    slots = part;
+        } else if (state && state->kind == PyKind::Dict) {
+            slots = state;
+        }
+        const PyValue* local = slots ? slots->get("_local_tensor") : nullptr;
+        if (!local || local->kind != PyKind::Tensor) {
+            warn("bad-tensor", "DTensor without a local tensor");
+            return;
+        }
+        PyTensorShard shard;
+        shard.tensor = const_cast<PyValue*>(local);
+        const PyValue* spec = slots->get("_spec");
+        const PyValue* mesh = objectField(spec, "mesh");
+        const PyValue* placements = objectField(spec, "placements");
+        std::vector<int64_t> coordinate;
+        intList(objectField(mesh, "_coordinate_on_dim"), coordinate);
+        const PyValue* meshTensor = objectField(mesh, "mesh");
+        std::vector<int64_t> meshShape;
+        if (meshTensor && meshTensor->kind == PyKind::Tensor)
+            meshShape = meshTensor->tensor->sizes;
+        // Offsets as compute_local_shape_and_global_offset does for Shard(d): torch.chunk semantics per mesh dim.
+        bool ok = placements && placements->isSequence() && coordinate.size() == meshShape.size()
+            && placements->size() == meshShape.size();
+        std::vector<int64_t> localShape = t.sizes;
+        std::vector<int64_t> offsets(t.sizes.size(), 0);
+        std::string names;
+        if (placements && placements->isSequence()) {
+            for (size_t i = 0; i < placements->size(); ++i) {
+                const PyValue* p = placements->item(i);
+                const std::string pcls = p->className();
+                const auto shortName = pcls.substr(pcls.rfind('.') + 1);
+                const PyValue* dim = objectField(p, "dim");
+                if (!names.empty())
+                    names += ",";
+                if (shortName == "Shard" && dim && dim->kind == PyKind::Int) {
+                    names += "Shard(" + std::to_string(dim->integer) + ")";
+                    const int64_t d = dim->integer;
+                    if (!ok || d < 0 || d >= static_cast<int64_t>(localShape.size())) {
+                        ok = false;
+                        continue;
+                    }
+                    const int64_t n = meshShape[i];
+                    const int64_t c = coordinate[i];
+                    const int64_t size = localShape[static_cast<size_t>(d)];
+                    const int64_t full = n > 0 ? (size + n - 1) / n : size;
+                    const int64_t start = std::min(size, full * c);
+                    const int64_t len = std::max<int64_t>(0, std::min(size, start + full) - start);
+                    offsets[static_cast<size_t>(d)] += start;
+                    localShape[static_cast<size_t>(d)] = len;
+                } else if (shortName == "Replicate") {
+                    names += "Replicate()";
+                } else {
+                    names += shortName;
+                    ok = false; // Partial, _StridedShard: not a plain slice
+                }
+            }
+        }
+        t.placements = std::string(m_arena.copy(names));
+        if (ok && localShape == local->tensor->sizes)
+            shard.offsets = offsets;
+        else
+            warn("dtensor-layout",
+                "DTensor placements (" + names + ") do not give a plain slice; its global offsets are unknown");
+        t.shards.push_back(std::move(shard));
+        return;
+    }
+}
+
+PyValue* Machine::rebuildFromTypeV2(PyValue* args)
+{
+    // _rebuild_from_type_v2(func, new_type, args, state): ret = func(*args); ret = ret.as_subclass(new_type) if
+    // needed; then the state is applied (attributes, or the wrapper's slots).
+    PyValue* func = const_cast<PyValue*>(arg(args, 0));
+    const PyValue* newType = arg(args, 1);
+    PyValue* funcArgs = const_cast<PyValue*>(arg(args, 2));
+    PyValue* state = const_cast<PyValue*>(arg(args, 3));
+    if (!func || !funcArgs)
+        return nullptr;
+    PyValue* inner = callReduce(func, funcArgs);
+    if (!inner || inner->kind != PyKind::Tensor)
+        return nullptr;
+    if (newType && newType->kind == PyKind::Global) {
+        const std::string path = newType->global->path();
+        if (path == "torch.nn.parameter.Parameter") {
+            inner = copyTensor(m_arena, inner);
+            inner->tensor->isParameter = true;
+        } else if (path != "torch.Tensor" && inner->tensor->subclass.empty()) {
+            inner = copyTensor(m_arena, inner);
+            inner->tensor->subclass = m_arena.copy(path);
+        }
+    }
+    if (!inner->tensor->subclass.empty() && !inner->tensor->storage)
+        applyWrapperState(inner, state);
+    noteChild(inner, state);
+    return inner;
+}
+
+PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
+{
+    if (callable->kind != PyKind::Global || !callable->global->known)
+        return makeObject(callable, args, nullptr, PyObjectHow::Reduce);
+    const std::string fn = callable->global->path();
+    PyValue* result = nullptr;
+    if (fn == "collections.OrderedDict" || fn == "collections.Counter" || fn == "collections.defaultdict"
+        || fn == "builtins.dict") {
+        result = m_arena.makeContainer(PyKind::Dict);
+        const PyValue* init = fn == "collections.defaultdict" ? arg(args, 1) : arg(args, 0);
+        if (init && init->kind == PyKind::Dict) {
+            for (size_t i = 0; i < init->size(); ++i)
+                setItem(result, const_cast<PyValue*>(init->dictKey(i)), const_cast<PyValue*>(init->dictValue(i)));
+        } else if (init && init->isSequence()) {
+            for (const auto* pair : init->items())
+                if (pair->isSequence() && pair->size() == 2)
+                    setItem(result, const_cast<PyValue*>(pair->item(0)), const_cast<PyValue*>(pair->item(1)));
+        }
+    } else if (fn == "builtins.set" || fn == "builtins.frozenset" || fn == "builtins.list"
+        || fn == "builtins.tuple") {
+        const PyKind kind = fn == "builtins.set" ? PyKind::Set
+            : fn == "builtins.frozenset"         ? PyKind::FrozenSet
+            : fn == "builtins.list"              ? PyKind::List
+                                                 : PyKind::Tuple;
+        std::vector<PyValue*> items;
+        if (const PyValue* init = arg(args, 0); init && init->container)
+            items = init->kind == PyKind::Dict ? std::vector<PyValue*>() : init->container->items;
+        result = makeSequence(kind, std::move(items));
+    } else if (fn == "builtins.bytearray" || fn == "_codecs.encode" || fn == "builtins.bytes") {
+        const PyValue* a0 = arg(args, 0);
+        const PyValue* enc = arg(args, 1);
+        const PyKind kind = fn == "builtins.bytearray" ? PyKind::ByteArray : PyKind::Bytes;
+        if (!a0) {
+            result = m_arena.makeBytes({}, false, kind);
+        } else if (a0->kind == PyKind::Bytes || a0->kind == PyKind::ByteArray) {
+            result = m_arena.makeBytes(a0->text, false, kind);
+        } else if (a0->kind == PyKind::Str) {
+            std::string e = enc && enc->kind == PyKind::Str ? std::string(enc->text) : "utf-8";
+            std::transform(e.begin(), e.end(), e.begin(), ::tolower);
+            if (e == "latin1" || e == "latin-1" || e == "iso-8859-1" || e == "iso8859-1") {
+                // the protocol-2 bytes encoding: each code point < 256 is one byte
+                std::string out;
+                const std::string_view s = a0->text;
+                bool ok = true;
+                for (size_t i = 0; i < s.size() && ok;) {
+                    const auto c = static_cast<uint8_t>(s[i]);
+                    uint32_t cp = c;
+                    size_t len = 1;
+                    if (c >= 0xc0 && c < 0xe0 && i + 1 < s.size()) {
+                        cp = ((c & 0x1fu) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3fu);
+                        len = 2;
+                    } else if (c >= 0x80) {
+                        ok = false;
+                    }
+                    if (cp > 0xff)
+                        ok = false;
+                    out += static_cast<char>(cp);
+                    i += len;
+                }
+                result = ok ? m_arena.makeBytes(out, true, kind) : nullptr;
+            } else if (e == "utf-8" || e == "utf8") {
+                result = m_arena.makeBytes(a0->text, false, kind);
+            }
+        }
+    } else if (fn == "builtins.complex") {
+        result = m_arena.make(PyKind::Complex);
+        const PyValue* re = arg(args, 0);
+        const PyValue* im = arg(args, 1);
+        auto num = [](const PyValue* v) {
+            return !v ? 0.0 : v->kind == PyKind::Float ? v->real : v->kind == PyKind::Int ? double(v->integer) : 0.0;
+        };
+        result->real = num(re);
+        result->imag = num(im);
+    } else if (fn == "builtins.int" || fn == "builtins.float" || fn == "builtins.str" || fn == "builtins.bool") {
+        const PyValue* a0 = arg(args, 0);
+        if (!a0)
+            result = fn == "builtins.str" ? m_arena.makeStr({}, false)
+                : fn == "builtins.float"  ? m_arena.makeFloat(0)
+                : fn == "builtins.bool"   ? m_arena.makeBool(false)
+                                          : m_arena.makeInt(0);
+        else if ((fn == "builtins.int" && a0->kind == PyKind::Int) || (fn == "builtins.float" && a0->kind == PyKind::Float)
+            || (fn == "builtins.str" && a0->kind == PyKind::Str) || (fn == "builtins.bool" && a0->kind == PyKind::Bool))
+            result = const_cast<PyValue*>(a0);
+    } else if (fn == "builtins.getattr") {
+        // getattr(cls, "name"): nested classes (protocol < 4) and enum members on some CPython 3.11 builds
+        const PyValue* obj = arg(args, 0);
+        const PyValue* attr = arg(args, 1);
+        if (obj && obj->kind == PyKind::Global && attr && attr->kind == PyKind::Str) {
+            const std::string name = std::string(obj->global->name) + "." + std::string(attr->text);
+            const bool known = obj->global->known || isKnownGlobal(obj->global->module, name);
+            result = m_arena.makeGlobal(obj->global->module, m_arena.copy(name), known);
+        }
+    } else if (fn == "copyreg._reconstructor") {
+        // _reconstructor(cls, base, state): object.__new__(cls) (+ base.__init__(obj, state))
+        PyValue* cls = const_cast<PyValue*>(arg(args, 0));
+        if (cls) {
+            PyValue* rest = makeSequence(PyKind::Tuple, {});
+            if (const PyValue* st = arg(args, 2); st && st->kind != PyKind::None)
+                rest = makeSequence(PyKind::Tuple, {const_cast<PyValue*>(st)});
+            result = makeObject(cls, rest, nullptr, PyObjectHow::NewObj);
+        }
+    } else if (fn == "copyreg.__newobj__") {
+        PyValue* cls = const_cast<PyValue*>(arg(args, 0));
+        if (cls) {
+            std::vector<PyValue*> rest(args->items().begin() + 1, args->items().end());
+            result = makeObject(cls, makeSequence(PyKind::Tuple, std::move(rest)), nullptr, PyObjectHow::NewObj);
+        }
+    } else if (fn == "torch.Size") {
+        const PyValue* a0 = arg(args, 0);
+        result = makeSequence(PyKind::Tuple, a0 && a0->isSequence() ? a0->container->items : std::vector<PyValue*>());
+    } else if (fn == "torch.device") {
+        const PyValue* type = arg(args, 0);
+        const PyValue* index = arg(args, 1);
+        if (type && type->kind == PyKind::Str) {
+            std::string d(type->text);
+            if (index && index->kind == PyKind::Int)
+                d += ":" + std::to_string(index->integer);
+            result = m_arena.makeStr(d, true);
+        }
+    } else if (fn == "torch.serialization._get_layout") {
+        const PyValue* name = arg(args, 0);
+        if (name && name->kind == PyKind::Str)
+            result = m_arena.makeStr(name->text, false);
+    } else if (fn == "torch._utils._rebuild_tensor" || fn == "torch._utils._rebuild_tensor_v2"
+        || fn == "torch._utils._rebuild_tensor_v3") {
+        result = rebuildTensor(fn, args);
+    } else if (fn == "torch._utils._rebuild_parameter" || fn == "torch._utils._rebuild_parameter_with_state") {
+        const PyValue* data = arg(args, 0);
+        if (data && data->kind == PyKind::Tensor) {
+            result = copyTensor(m_arena, data);
+            result->tensor->isParameter = true;
+            result->tensor->requiresGrad = asBool(arg(args, 1));
+        }
+    } else if (fn == "torch._tensor._rebuild_from_type_v2") {
+        result = rebuildFromTypeV2(args);
+    } else if (fn == "torch._utils._rebuild_wrapper_subclass") {
+        result = rebuildWrapperSubclass(args);
+    } else if (fn == "torch._utils._rebuild_meta_tensor_no_storage") {
+        // (dtype, size, stride, requires_grad): a tensor with no data
+        const PyValue* dt = arg(args, 0);
+        std::vector<int64_t> sizes, strides;
+        if (dt && dt->kind == PyKind::Dtype && intList(arg(args, 1), sizes)) {
+            intList(arg(args, 2), strides);
+            auto* t = m_arena.makeTensorInfo();
+            t->dtype = dt->dtype;
+            t->sizes = std::move(sizes);
+            t->strides = std::move(strides);
+            t->subclass = "meta";
+            result = m_arena.make(PyKind::Tensor);
+            result->tensor = t;
+        }
+    } else if (startsWith(fn, "pathlib.")) {
+        std::string p;
+        for (const auto* part : args ? args->items() : std::vector<PyValue*>()) {
+            if (part->kind != PyKind::Str)
+                continue;
+            if (!p.empty() && p.back() != '/')
+                p += '/';
+            p.append(part->text);
+        }
+        result = m_arena.makeStr(p, true);
+    } else if (startsWith(fn, "torch._utils._rebuild_")) {
+        warn("unsupported-tensor", fn + ": this tensor kind (quantized, sparse, nested, device) is kept inert");
+    }
+    if (result) {
+        noteChild(result, args);
+        return result;
+    }
+    return makeObject(callable, args, nullptr, PyObjectHow::Reduce);
+}
+
+void Machine::build(PyValue* inst, PyValue* state)
+{
+    switch (inst->kind) {
+    case PyKind::Object: {
+        auto& o = *inst->object;
+        if (!o.state) {
+            o.state = state;
+        } else if (o.state->kind == PyKind::Dict && state->kind == PyKind::Dict) {
+            for (size_t i = 0; i < state->size(); ++i)
+                setItem(o.state, const_cast<PyValue*>(state->dictKey(i)), const_cast<PyValue*>(state->dictValue(i)));
+        } else {
+            o.state = state;
+        }
+        noteChild(inst, state);
+        return;
+    }
+    case PyKind::Dict:
+        // OrderedDict.__dict__.update(state): state_dict() results carry _metadata this way
+        inst->container->attrs = state;
+        noteChild(inst, state);
+        return;
+    case PyKind::Tensor:
+        // legacy tensor BUILD (set_ state) or Parameter attributes: nothing a reader needs
+        return;
+    default:
+        warn("build-ignored", std::string("BUILD on a ") + pyKindName(inst->kind) + " ignored");
+    }
+}
+
+PyValue* Machine::persistentLoad(PyValue* pid)
+{
+    if (!m_opt.persistentLoad)
+        fail(ErrorKind::Format, "persistent id " + pyRepr(pid, 80) + " in a pickle that allows none");
+    PyValue* v = m_opt.persistentLoad(m_arena, pid, m_opt.baseOffset + m_opOffset);
+    if (!v)
+        fail(ErrorKind::Format, "unresolvable persistent id " + pyRepr(pid, 80));
+    return v;
+}
+
+PickleResult Machine::run()
+{
+    PickleResult result;
+    while (true) {
+        if (m_pos >= m_size) {
+            m_opOffset = m_pos;
+            fail(ErrorKind::Truncated, "pickle ends without STOP");
+        }
+        m_opOffset = m_pos;
+        m_op = m_data[m_pos++];
+        switch (m_op) {
+        case MARK:
+            if (m_marks.size() >= m_limits.maxMarks)
+                fail(ErrorKind::Limit, "more than " + std::to_string(m_limits.maxMarks) + " open MARKs");
+            m_marks.push_back(m_stack.size());
+            break;
+        case STOP:
+            result.root = pop();
+            result.protocol = m_protocol;
+            result.bytesConsumed = m_pos;
+            result.warnings = std::move(m_warnings);
+            return result;
+        case POP:
+            if (m_stack.size() > frameBase())
+                m_stack.pop_back();
+            else
+                popMark();
+            break;
+        case POP_MARK: popMark(); break;
+        case DUP: push(top()); break;
+        case FLOAT: {
+            const std::string s(line());
+            char* end = nullptr;
+            const double d = std::strtod(s.c_str(), &end);
+            if (s.empty() || end != s.c_str() + s.size())
+                fail(ErrorKind::Format, "bad float literal '" + s.substr(0, 40) + "'");
+            push(m_arena.makeFloat(d));
+            break;
+        }
+        case INT: {
+            const std::string_view s = line();
+            if (s == "00" || s == "01")
+                push(m_arena.makeBool(s == "01"));
+            else
+                push(parseDecimalInt(s));
+            break;
+        }
+        case BININT: push(m_arena.makeInt(i32())); break;
+        case BININT1: push(m_arena.makeInt(u8())); break;
+        case BININT2: push(m_arena.makeInt(u16())); break;
+        case LONG: push(parseDecimalInt(line())); break;
+        case LONG1: {
+            const uint8_t n = u8();
+            push(makeInt(bytes(n)));
+            break;
+        }
+        case LONG4: {
+            const int32_t n = i32();
+            if (n < 0)
+                fail(ErrorKind::Format, "LONG4 with negative length");
+            push(makeInt(bytes(static_cast<uint64_t>(n))));
+            break;
+        }
+        case NONE: push(m_arena.makeNone()); break;
+        case NEWTRUE: push(m_arena.makeBool(true)); break;
+        case NEWFALSE: push(m_arena.makeBool(false)); break;
+        case PERSID: push(persistentLoad(m_arena.makeStr(line(), false))); break;
+        case BINPERSID: push(persistentLoad(pop())); break;
+        case REDUCE: {
+            PyValue* args = pop();
+            PyValue* callable = pop();
+            push(callReduce(callable, args));
+            break;
+        }
+        case STRING: {
+            bool ok = false;
+            const std::string s = decodeStringLiteral(line(), ok);
+            if (!ok)
+                fail(ErrorKind::Format, "bad STRING literal");
+            push(decodeUtf8OrLatin1(m_arena.copy(s)));
+            break;
+        }
+        case BINSTRING: {
+            const int32_t n = i32();
+            if (n < 0)
+                fail(ErrorKind::Format, "BINSTRING with negative length");
+            push(decodeUtf8OrLatin1(bytes(static_cast<uint64_t>(n))));
+            break;
+        }
+        case SHORT_BINSTRING: push(decodeUtf8OrLatin1(bytes(u8()))); break;
+        case UNICODE: {
+            bool ok = false;
+            const std::string s = decodeRawUnicodeEscape(line(), ok);
+            if (!ok)
+                fail(ErrorKind::Format, "bad UNICODE escape");
+            push(m_arena.makeStr(s, true));
+            break;
+        }
+        case BINUNICODE: push(m_arena.makeStr(bytes(u32()), false)); break;
+        case SHORT_BINUNICODE: push(m_arena.makeStr(bytes(u8()), false)); break;
+        case BINUNICODE8: push(m_arena.makeStr(bytes(u64()), false)); break;
+        case BINBYTES: push(m_arena.makeBytes(bytes(u32()), false)); break;
+        case SHORT_BINBYTES: push(m_arena.makeBytes(bytes(u8()), false)); break;
+        case BINBYTES8: push(m_arena.makeBytes(bytes(u64()), false)); break;
+        case BYTEARRAY8: push(m_arena.makeBytes(bytes(u64()), false, PyKind::ByteArray)); break;
+        case NEXT_BUFFER: fail(ErrorKind::Unsupported, "out-of-band buffers (NEXT_BUFFER) are not supported");
+        case READONLY_BUFFER: top(); break;
+        case APPEND: {
+            PyValue* v = pop();
+            append(top(), v);
+            break;
+        }
+        case APPENDS: {
+            auto items = popMark();
+            PyValue* target = top();
+            for (auto* v : items)
+                append(target, v);
+            break;
+        }
+        case BUILD: {
+            PyValue* state = pop();
+            build(top(), state);
+            break;
+        }
+        case GLOBAL: {
+            const std::string_view module = line();
+            const std::string_view name = line();
+            push(findClass(module, name));
+            break;
+        }
+        case STACK_GLOBAL: {
+            PyValue* name = pop();
+            PyValue* module = pop();
+            if (name->kind != PyKind::Str || module->kind != PyKind::Str)
+                fail(ErrorKind::Format, "STACK_GLOBAL needs two strings");
+            push(findClass(module->text, name->text));
+            break;
+        }
+        case DICT: {
+            auto items = popMark();
+            if (items.size() % 2)
+                fail(ErrorKind::Format, "DICT with an odd number of items");
+            PyValue* d = m_arena.makeContainer(PyKind::Dict);
+            for (size_t i = 0; i < items.size(); i += 2)
+                setItem(d, items[i], items[i + 1]);
+            push(d);
+            break;
+        }
+        case EMPTY_DICT: push(m_arena.makeContainer(PyKind::Dict)); break;
+        case GET: {
+            const std::string_view s = line();
+            uint64_t idx = 0;
+            auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
+            if (ec != std::errc() || p != s.data() + s.size())
+                fail(ErrorKind::Format, "bad GET index");
+            push(memoGet(idx));
+            break;
+        }
+        case BINGET: push(memoGet(u8())); break;
+        case LONG_BINGET: push(memoGet(u32())); break;
+        case PUT: {
+            const std::string_view s = line();
+            uint64_t idx = 0;
+            auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
+            if (ec != std::errc() || p != s.data() + s.size())
+                fail(ErrorKind::Format, "bad PUT index");
+            memoPut(idx, top());
+            break;
+        }
+        case BINPUT: memoPut(u8(), top()); break;
+        case LONG_BINPUT: memoPut(u32(), top()); break;
+        case MEMOIZE: memoPut(m_memoCount, top()); break;
+        case INST: {
+            const std::string_view module = line();
+            const std::string_view name = line();
+            auto args = popMark();
+            PyValue* cls = findClass(module, name);
+            push(makeObject(cls, makeSequence(PyKind::Tuple, std::move(args)), nullptr, PyObjectHow::Inst));
+            break;
+        }
+        case OBJ: {
+            auto items = popMark();
+            if (items.empty())
+                fail(ErrorKind::Format, "OBJ without a class");
+            PyValue* cls = items.front();
+            items.erase(items.begin());
+            push(makeObject(cls, makeSequence(PyKind::Tuple, std::move(items)), nullptr, PyObjectHow::Inst));
+            break;
+        }
+        case LIST: push(makeSequence(PyKind::List, popMark())); break;
+        case EMPTY_LIST: push(m_arena.makeContainer(PyKind::List)); break;
+        case NEWOBJ: {
+            PyValue* args = pop();
+            PyValue* cls = pop();
+            push(makeObject(cls, args, nullptr, PyObjectHow::NewObj));
+            break;
+        }
+        case NEWOBJ_EX: {
+            PyValue* kwargs = pop();
+            PyValue* args = pop();
+            PyValue* cls = pop();
+            push(makeObject(cls, args, kwargs, PyObjectHow::NewObj));
+            break;
+        }
+        case SETITEM: {
+            PyValue* value = pop();
+            PyValue* key = pop();
+            setItem(top(), key, value);
+            break;
+        }
+        case SETITEMS: {
+            auto items = popMark();
+            if (items.size() % 2)
+                fail(ErrorKind::Format, "SETITEMS with an odd number of items");
+            PyValue* target = top();
+            for (size_t i = 0; i < items.size(); i += 2)
+                setItem(target, items[i], items[i + 1]);
+            break;
+        }
+        case TUPLE: push(makeSequence(PyKind::Tuple, popMark())); break;
+        case EMPTY_TUPLE: push(makeSequence(PyKind::Tuple, {})); break;
+        case TUPLE1: {
+            PyValue* a = pop();
+            push(makeSequence(PyKind::Tuple, {a}));
+            break;
+        }
+        case TUPLE2: {
+            PyValue* b = pop();
+            PyValue* a = pop();
+            push(makeSequence(PyKind::Tuple, {a, b}));
+            break;
+        }
+        case TUPLE3: {
+            PyValue* c = pop();
+            PyValue* b = pop();
+            PyValue* a = pop();
+            push(makeSequence(PyKind::Tuple, {a, b, c}));
+            break;
+        }
+        case EMPTY_SET: push(m_arena.makeContainer(PyKind::Set)); break;
+        case ADDITEMS: {
+            auto items = popMark();
+            PyValue* target = top();
+            for (auto* v : items)
+                addToSet(target, v);
+            break;
+        }
+        case FROZENSET: push(makeSequence(PyKind::FrozenSet, popMark())); break;
+        case BINFLOAT: {
+            const uint8_t* p = take(8);
+            uint64_t bits = 0;
+            for (int i = 0; i < 8; ++i)
+                bits = (bits << 8) | p[i]; // big-endian
+            double d;
+            std::memcpy(&d, &bits, sizeof d);
+            push(m_arena.makeFloat(d));
+            break;
+        }
+        case PROTO: {
+            const uint8_t v = u8();
+            if (v > 5)
+                fail(ErrorKind::Unsupported, "pickle protocol " + std::to_string(v) + " (supported: 0-5)");
+            m_protocol = v;
+            break;
+        }
+        case FRAME: {
+            const uint64_t n = u64();
+            if (n > m_size - m_pos)
+                fail(ErrorKind::Truncated, "FRAME of " + std::to_string(n) + " bytes past the end of the input");
+            break;
+        }
+        case EXT1:
+        case EXT2:
+        case EXT4: {
+            const uint32_t code = m_op == EXT1 ? u8() : m_op == EXT2 ? u16() : u32();
+            const std::string path = "copyreg._extension_registry[" + std::to_string(code) + "]";
+            if (m_warnedGlobals.insert(path).second)
+                warn("unsafe-global", "extension code " + std::to_string(code) + " refers to a registered global; kept inert",
+                    path);
+            push(m_arena.makeGlobal("copyreg", m_arena.copy("_extension_registry[" + std::to_string(code) + "]"), false));
+            break;
+        }
+        default: fail(ErrorKind::Format, "unknown opcode " + hex2(m_op));
+        }
+    }
+}
+
+} // namespace
+
+PickleResult unpickle(const uint8_t* data, uint64_t size, PyArena& arena, const PickleOptions& options)
+{
+    Machine m(data, size, arena, options);
+    return m.run();
+}
+
+} // namespace optscope

@@ -1,0 +1,384 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/py_value.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace optscope {
+
+const char* pyKindName(PyKind kind)
+{
+    switch (kind) {
+    case PyKind::None: return "None";
+    case PyKind::Bool: return "bool";
+    case PyKind::Int: return "int";
+    case PyKind::BigInt: return "int";
+    case PyKind::Float: return "float";
+    case PyKind::Complex: return "complex";
+    case PyKind::Str: return "str";
+    case PyKind::Bytes: return "bytes";
+    case PyKind::ByteArray: return "bytearray";
+    case PyKind::Tuple: return "tuple";
+    case PyKind::List: return "list";
+    case PyKind::Dict: return "dict";
+    case PyKind::Set: return "set";
+    case PyKind::FrozenSet: return "frozenset";
+    case PyKind::Global: return "global";
+    case PyKind::Object: return "object";
+    case PyKind::Storage: return "storage";
+    case PyKind::Tensor: return "tensor";
+    case PyKind::Dtype: return "dtype";
+    }
+    return "?";
+}
+
+namespace {
+const std::vector<PyValue*> kNoItems;
+}
+
+const std::vector<PyValue*>& PyValue::items() const
+{
+    return container ? container->items : kNoItems;
+}
+
+size_t PyValue::size() const
+{
+    if (!container)
+        return 0;
+    return kind == PyKind::Dict ? container->items.size() / 2 : container->items.size();
+}
+
+const PyValue* PyValue::get(std::string_view key) const
+{
+    if (kind != PyKind::Dict || !container)
+        return nullptr;
+    const auto& it = container->items;
+    for (size_t i = 0; i + 1 < it.size(); i += 2) {
+        if (it[i]->kind == PyKind::Str && it[i]->text == key)
+            return it[i + 1];
+    }
+    return nullptr;
+}
+
+std::string PyValue::className() const
+{
+    const PyValue* c = nullptr;
+    if (kind == PyKind::Object && object)
+        c = object->callable;
+    else if (kind == PyKind::Global)
+        c = this;
+    if (c && c->kind == PyKind::Global && c->global)
+        return c->global->path();
+    return {};
+}
+
+bool PyValue::isClass(std::string_view path) const
+{
+    const PyValue* c = nullptr;
+    if (kind == PyKind::Object && object)
+        c = object->callable;
+    else if (kind == PyKind::Global)
+        c = this;
+    if (!c || c->kind != PyKind::Global || !c->global)
+        return false;
+    const auto& g = *c->global;
+    return path.size() == g.module.size() + 1 + g.name.size() && path.substr(0, g.module.size()) == g.module
+        && path[g.module.size()] == '.' && path.substr(g.module.size() + 1) == g.name;
+}
+
+PyValue* PyArena::make(PyKind kind)
+{
+    PyValue& v = m_values.emplace_back();
+    v.kind = kind;
+    return &v;
+}
+
+PyValue* PyArena::makeContainer(PyKind kind)
+{
+    PyValue* v = make(kind);
+    v->container = &m_containers.emplace_back();
+    return v;
+}
+
+PyValue* PyArena::makeInt(int64_t i)
+{
+    PyValue* v = make(PyKind::Int);
+    v->integer = i;
+    return v;
+}
+
+PyValue* PyArena::makeFloat(double d)
+{
+    PyValue* v = make(PyKind::Float);
+    v->real = d;
+    return v;
+}
+
+PyValue* PyArena::makeBool(bool b)
+{
+    PyValue* v = make(PyKind::Bool);
+    v->boolean = b;
+    return v;
+}
+
+PyValue* PyArena::makeNone()
+{
+    return make(PyKind::None);
+}
+
+std::string_view PyArena::copy(std::string_view s)
+{
+    return m_strings.emplace_back(s);
+}
+
+PyValue* PyArena::makeStr(std::string_view s, bool copyText)
+{
+    PyValue* v = make(PyKind::Str);
+    v->text = copyText ? copy(s) : s;
+    return v;
+}
+
+PyValue* PyArena::makeBytes(std::string_view s, bool copyText, PyKind kind)
+{
+    PyValue* v = make(kind);
+    v->text = copyText ? copy(s) : s;
+    return v;
+}
+
+PyValue* PyArena::makeGlobal(std::string_view module, std::string_view name, bool known)
+{
+    PyValue* v = make(PyKind::Global);
+    PyGlobalInfo& g = m_globals.emplace_back();
+    g.module = module;
+    g.name = name;
+    g.known = known;
+    v->global = &g;
+    return v;
+}
+
+PyObjectInfo* PyArena::makeObjectInfo()
+{
+    return &m_objects.emplace_back();
+}
+
+PyStorageInfo* PyArena::makeStorageInfo()
+{
+    return &m_storages.emplace_back();
+}
+
+PyTensorInfo* PyArena::makeTensorInfo()
+{
+    return &m_tensors.emplace_back();
+}
+
+std::string pyFloatRepr(double v)
+{
+    if (std::isnan(v))
+        return "nan";
+    if (std::isinf(v))
+        return v > 0 ? "inf" : "-inf";
+    // Python repr: the shortest string that round-trips, with ".0" for integral values and exponent form outside
+    // 1e-4 <= |v| < 1e16.
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+        if (std::strtod(buf, nullptr) == v)
+            break;
+    }
+    std::string s = buf;
+    const auto e = s.find('e');
+    if (e != std::string::npos) {
+        // C prints e-05 / e+16; Python prints e-05 / e+16 as well, but drops nothing else. Keep the mantissa as is.
+        std::string mant = s.substr(0, e);
+        std::string exp = s.substr(e + 1);
+        const char sign = exp[0];
+        exp = exp.substr(1);
+        while (exp.size() > 2 && exp[0] == '0')
+            exp.erase(0, 1);
+        return mant + "e" + sign + exp;
+    }
+    if (s.find('.') == std::string::npos && s.find("inf") == std::string::npos && s.find("nan") == std::string::npos)
+        s += ".0";
+    return s;
+}
+
+std::string bigIntToDecimal(std::string_view le)
+{
+    if (le.empty())
+        return "0";
+    std::vector<uint8_t> mag(le.begin(), le.end());
+    const bool negative = (mag.back() & 0x80) != 0;
+    if (negative) { // two's complement -> magnitude
+        bool carry = true;
+        for (auto& b : mag) {
+            b = static_cast<uint8_t>(~b);
+            if (carry) {
+                b = static_cast<uint8_t>(b + 1);
+                carry = b == 0;
+            }
+        }
+    }
+    std::string digits;
+    // repeated division by 10 over a big-endian copy
+    std::vector<uint8_t> be(mag.rbegin(), mag.rend());
+    while (!be.empty()) {
+        unsigned rem = 0;
+        std::vector<uint8_t> q;
+        q.reserve(be.size());
+        for (uint8_t b : be) {
+            const unsigned cur = (rem << 8) | b;
+            const auto d = static_cast<uint8_t>(cur / 10);
+            rem = cur % 10;
+            if (!q.empty() || d != 0)
+                q.push_back(d);
+        }
+        digits.push_back(static_cast<char>('0' + rem));
+        be.swap(q);
+    }
+    if (digits.empty())
+        digits = "0";
+    if (negative)
+        digits.push_back('-');
+    return std::string(digits.rbegin(), digits.rend());
+}
+
+namespace {
+
+void appendQuoted(std::string& out, std::string_view s)
+{
+    out += '\'';
+    for (char c : s) {
+        if (c == '\'' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else {
+            out += c;
+        }
+    }
+    out += '\'';
+}
+
+void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
+{
+    if (out.size() > maxLength)
+        return;
+    if (!v) {
+        out += "<null>";
+        return;
+    }
+    if (depth > 32) {
+        out += "...";
+        return;
+    }
+    switch (v->kind) {
+    case PyKind::None: out += "None"; return;
+    case PyKind::Bool: out += v->boolean ? "True" : "False"; return;
+    case PyKind::Int: out += std::to_string(v->integer); return;
+    case PyKind::BigInt: out += bigIntToDecimal(v->text); return;
+    case PyKind::Float: out += pyFloatRepr(v->real); return;
+    case PyKind::Complex: out += "(" + pyFloatRepr(v->real) + "+" + pyFloatRepr(v->imag) + "j)"; return;
+    case PyKind::Str: appendQuoted(out, v->text); return;
+    case PyKind::Bytes:
+    case PyKind::ByteArray:
+        out += v->kind == PyKind::Bytes ? "b" : "bytearray(b";
+        out += "<" + std::to_string(v->text.size()) + " bytes>";
+        if (v->kind == PyKind::ByteArray)
+            out += ")";
+        return;
+    case PyKind::Tuple:
+    case PyKind::List:
+    case PyKind::Set:
+    case PyKind::FrozenSet: {
+        const char* open = v->kind == PyKind::Tuple ? "(" : v->kind == PyKind::List ? "[" : "{";
+        const char* close = v->kind == PyKind::Tuple ? ")" : v->kind == PyKind::List ? "]" : "}";
+        if (v->kind == PyKind::FrozenSet)
+            out += "frozenset(";
+        out += open;
+        const auto& items = v->items();
+        for (size_t i = 0; i < items.size(); ++i) {
+            if (i)
+                out += ", ";
+            if (out.size() > maxLength) {
+                out += "...";
+                break;
+            }
+            reprInto(out, items[i], maxLength, depth + 1);
+        }
+        if (v->kind == PyKind::Tuple && items.size() == 1)
+            out += ",";
+        out += close;
+        if (v->kind == PyKind::FrozenSet)
+            out += ")";
+        return;
+    }
+    case PyKind::Dict: {
+        out += "{";
+        for (size_t i = 0; i < v->size(); ++i) {
+            if (i)
+                out += ", ";
+            if (out.size() > maxLength) {
+                out += "...";
+                break;
+            }
+            reprInto(out, v->dictKey(i), maxLength, depth + 1);
+            out += ": ";
+            reprInto(out, v->dictValue(i), maxLength, depth + 1);
+        }
+        out += "}";
+        return;
+    }
+    case PyKind::Global: out += "<" + v->global->path() + ">"; return;
+    case PyKind::Object: {
+        std::string cls = v->className();
+        out += "<" + (cls.empty() ? std::string("object") : cls);
+        if (v->object->args && v->object->args->size()) {
+            out += " ";
+            reprInto(out, v->object->args, maxLength, depth + 1);
+        }
+        out += ">";
+        return;
+    }
+    case PyKind::Storage: out += "<storage " + std::string(v->storage->key) + ">"; return;
+    case PyKind::Tensor: {
+        out += "tensor(";
+        out += dtypeName(v->tensor->dtype);
+        out += ", [";
+        for (size_t i = 0; i < v->tensor->sizes.size(); ++i)
+            out += (i ? ", " : "") + std::to_string(v->tensor->sizes[i]);
+        out += "])";
+        return;
+    }
+    case PyKind::Dtype: out += "torch." + std::string(dtypeName(v->dtype)); return;
+    }
+}
+
+} // namespace
+
+std::string pyRepr(const PyValue* v, size_t maxLength)
+{
+    std::string out;
+    reprInto(out, v, maxLength, 0);
+    if (out.size() > maxLength + 3)
+        out = out.substr(0, maxLength) + "...";
+    return out;
+}
+
+std::string pyStr(const PyValue* v)
+{
+    if (!v)
+        return "None";
+    switch (v->kind) {
+    case PyKind::Str: return std::string(v->text);
+    case PyKind::Int: return std::to_string(v->integer);
+    case PyKind::BigInt: return bigIntToDecimal(v->text);
+    case PyKind::Bool: return v->boolean ? "True" : "False";
+    case PyKind::None: return "None";
+    case PyKind::Float: return pyFloatRepr(v->real);
+    default: return pyRepr(v, 1000);
+    }
+}
+
+} // namespace optscope

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/tensor_assembler.h"
+#include "optscope/chunk_reader.h"
+#include "optscope/error.h"
+#include "optscope/mapped_file.h"
+#include "optscope/sha256.h"
+#include "aten_bridge.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace optscope {
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+} // namespace
+
+TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes)
+    : m_checkpoint(checkpoint)
+    , m_entry(entry)
+    , m_maxBlock(std::max<size_t>(maxBlockBytes, 1))
+{
+}
+
+void TensorAssembler::stream(const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes)
+{
+    const TensorEntry& t = m_entry.tensor;
+    const auto& shape = t.shape;
+    const size_t ndim = shape.size();
+    const size_t elem = dtypeSize(t.dtype);
+    const std::string where = m_checkpoint.path + ": '" + m_entry.key + "'";
+    if (t.dtype == DType::Unknown)
+        throw Error(ErrorKind::Format, where, "tensor has an unknown dtype");
+    for (auto s : shape)
+        if (s < 0)
+            throw Error(ErrorKind::Format, where, "tensor has a negative dimension " + shapeText(shape));
+    const int64_t total = t.numel();
+    if (total == 0)
+        return;
+
+    // every chunk must lie inside the tensor; empty chunks are legal and ignored
+    std::vector<size_t> live;
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+        const auto& c = t.chunks[i];
+        if (c.offsets.size() != ndim || c.sizes.size() != ndim)
+            throw Error(ErrorKind::Format, where,
+                "chunk " + std::to_string(i) + " has rank " + std::to_string(c.sizes.size()) + ", the tensor "
+                    + std::to_string(ndim));
+        for (size_t d = 0; d < ndim; ++d)
+            if (c.offsets[d] < 0 || c.sizes[d] < 0 || c.offsets[d] + c.sizes[d] > shape[d])
+                throw Error(ErrorKind::Format, where,
+                    "chunk at offsets " + shapeText(c.offsets) + " sizes " + shapeText(c.sizes)
+                        + " lies outside the tensor " + shapeText(shape));
+        if (c.numel() > 0)
+            live.push_back(i);
+    }
+
+    std::vector<std::optional<ChunkData>> resolved(t.chunks.size());
+    auto data = [&](size_t i) -> const ChunkData& {
+        if (!resolved[i]) {
+            resolved[i] = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i]);
+            if (resolved[i]->sizes != t.chunks[i].sizes)
+                throw Error(ErrorKind::Format, where, "chunk data shape differs from its metadata");
+        }
+        return *resolved[i];
+    };
+
+    uint64_t produced = 0;
+    auto emit = [&](const uint8_t* p, size_t n) {
+        sink(p, n);
+        produced += n;
+        if (onBytes)
+            onBytes(produced);
+    };
+
+    if (ndim == 0) {
+        if (live.size() != 1)
+            throw Error(ErrorKind::Format, where,
+                "0-dim tensor has " + std::to_string(live.size()) + " chunks (expected exactly one)");
+        const ChunkData& d = data(live[0]);
+        if (d.bigEndian && elem > 1) {
+            std::vector<uint8_t> buf(elem);
+            aten::copyBlock(d, {}, {}, buf.data(), {}, {});
+            emit(buf.data(), elem);
+        } else {
+            emit(d.data(), elem);
+        }
+        return;
+    }
+
+    // segments along dim 0: between consecutive chunk boundaries the set of chunks is constant
+    std::vector<int64_t> cuts {0, shape[0]};
+    for (size_t i : live) {
+        cuts.push_back(t.chunks[i].offsets[0]);
+        cuts.push_back(t.chunks[i].offsets[0] + t.chunks[i].sizes[0]);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+
+    int64_t rowElems = 1;
+    for (size_t d = 1; d < ndim; ++d)
+        rowElems *= shape[d];
+    const uint64_t rowBytes = static_cast<uint64_t>(rowElems) * elem;
+    const int64_t rowsPerBlock = std::max<int64_t>(1, static_cast<int64_t>(m_maxBlock / std::max<uint64_t>(rowBytes, 1)));
+    std::vector<uint8_t> buffer;
+
+    for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+        const int64_t a = cuts[s];
+        const int64_t b = cuts[s + 1];
+        std::vector<size_t> here;
+        for (size_t i : live) {
+            const auto& c = t.chunks[i];
+            if (c.offsets[0] < b && c.offsets[0] + c.sizes[0] > a)
+                here.push_back(i);
+        }
+        if (here.empty())
+            throw Error(ErrorKind::Format, where,
+                "no chunk covers rows [" + std::to_string(a) + ", " + std::to_string(b) + ") of " + shapeText(shape));
+
+        // zero-copy: one chunk spanning the full rows, stored densely in little-endian order
+        bool direct = false;
+        if (here.size() == 1) {
+            const auto& c = t.chunks[here[0]];
+            bool fullRows = true;
+            for (size_t d = 1; d < ndim; ++d)
+                fullRows = fullRows && c.offsets[d] == 0 && c.sizes[d] == shape[d];
+            if (fullRows) {
+                const ChunkData& d = data(here[0]);
+                direct = d.isContiguous() && (!d.bigEndian || elem == 1);
+            }
+        }
+        for (int64_t r0 = a; r0 < b; r0 += rowsPerBlock) {
+            progress.checkCancelled();
+            const int64_t r1 = std::min(b, r0 + rowsPerBlock);
+            if (direct) {
+                const auto& c = t.chunks[here[0]];
+                const ChunkData& d = data(here[0]);
+                const uint8_t* p = d.data() + static_cast<uint64_t>(r0 - c.offsets[0]) * rowBytes;
+                d.file->adviseSequential(static_cast<uint64_t>(p - d.file->data()), static_cast<uint64_t>(r1 - r0) * rowBytes);
+                emit(p, static_cast<size_t>(static_cast<uint64_t>(r1 - r0) * rowBytes));
+                continue;
+            }
+            std::vector<int64_t> blockShape(shape);
+            blockShape[0] = r1 - r0;
+            buffer.assign(static_cast<size_t>(static_cast<uint64_t>(r1 - r0) * rowBytes), 0);
+            int64_t covered = 0;
+            for (size_t i : here) {
+                const auto& c = t.chunks[i];
+                std::vector<int64_t> srcBegin(ndim, 0), extent(ndim), dstBegin(ndim);
+                const int64_t lo = std::max(r0, c.offsets[0]);
+                const int64_t hi = std::min(r1, c.offsets[0] + c.sizes[0]);
+                if (lo >= hi)
+                    continue;
+                srcBegin[0] = lo - c.offsets[0];
+                extent[0] = hi - lo;
+                dstBegin[0] = lo - r0;
+                int64_t vol = extent[0];
+                for (size_t d = 1; d < ndim; ++d) {
+                    extent[d] = c.sizes[d];
+                    dstBegin[d] = c.offsets[d];
+                    vol *= extent[d];
+                }
+                aten::copyBlock(data(i), srcBegin, extent, buffer.data(), blockShape, dstBegin);
+                covered += vol;
+            }
+            const int64_t want = (r1 - r0) * rowElems;
+            if (covered != want)
+                throw Error(ErrorKind::Format, where,
+                    std::string(covered < want ? "chunks leave a gap" : "chunks overlap") + " in rows ["
+                        + std::to_string(r0) + ", " + std::to_string(r1) + ") of " + shapeText(shape) + " ("
+                        + std::to_string(covered) + " of " + std::to_string(want) + " elements covered)");
+            emit(buffer.data(), buffer.size());
+        }
+    }
+}
+
+std::string hashTensor(const Checkpoint& checkpoint, const Entry& entry, const Progress& progress,
+    const std::function<void(uint64_t)>& onBytes)
+{
+    Sha256 h;
+    TensorAssembler(checkpoint, entry).stream([&](const uint8_t* p, size_t n) { h.update(p, n); }, progress, onBytes);
+    return h.hexDigest();
+}
+
+} // namespace optscope
