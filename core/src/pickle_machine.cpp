@@ -206,7 +206,7 @@ bool isDTensorClass(std::string_view module, std::string_view name)
 
 bool isStorageClass(std::string_view module, std::string_view name)
 {
-    return (module == "torch" || module == "torch.cuda") && endsWith(name, "Storage");
+    return (module == "torch" || module == "torch.cuda" || module == "torch.storage") && endsWith(name, "Storage");
 }
 
 } // namespace
