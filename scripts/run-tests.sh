@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Builds everything and runs every test:
+#   1. build/       GUI, CLI, core (+ CUDA backend compiled when nvcc exists); all tests, interop tests against real
+#                   PyTorch 2.6 through scripts/torch-python (first use builds a chroot: ~3 min, needs root + network
+#                   to Debian's mirror; set OPTSCOPE_NO_INTEROP=1 to skip)
+#   2. build-asan/  core + CLI under AddressSanitizer + UndefinedBehaviorSanitizer; the core tests again
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+torch_python="$PWD/scripts/torch-python"
+[ "${OPTSCOPE_NO_INTEROP:-0}" = 1 ] && torch_python=""
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPTSCOPE_TORCH_PYTHON="$torch_python"
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOPTSCOPE_BUILD_GUI=OFF -DOPTSCOPE_WITH_CUDA=OFF \
+    -DOPTSCOPE_SANITIZE=address,undefined
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
+    ctest --test-dir build-asan -L core --output-on-failure -j "$jobs"
