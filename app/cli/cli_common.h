@@ -59,6 +59,8 @@ struct Command
 };
 
 const std::vector<Command>& commands();
+/// the full help text of a command
+std::string commandUsage(const std::string& name);
 
 /// formats 1536 as "1.5 KiB"
 std::string humanBytes(uint64_t bytes);

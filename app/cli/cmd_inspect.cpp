@@ -111,7 +111,7 @@ int run(const std::vector<std::string>& argv)
 {
     const Args args(argv, kOptions);
     if (args.has("--help")) {
-        std::cout << commands()[0].usage;
+        std::cout << commandUsage("inspect");
         return ExitOk;
     }
     if (args.positional().size() != 1)

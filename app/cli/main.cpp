@@ -10,6 +10,16 @@ namespace optscope::cli {
 
 int runInspect(const std::vector<std::string>& argv);
 int runDevices(const std::vector<std::string>& argv);
+int runGather(const std::vector<std::string>& argv);
+int runCheck(const std::vector<std::string>& argv);
+
+std::string commandUsage(const std::string& name)
+{
+    for (const auto& c : commands())
+        if (c.name == name)
+            return c.usage;
+    return {};
+}
 
 const std::vector<Command>& commands()
 {
@@ -23,6 +33,29 @@ const std::vector<Command>& commands()
             "  --threads N  hashing threads (default: one per core)\n"
             "Exit status: 0 read (warnings allowed), 2 unreadable input or bad usage.\n",
             runInspect},
+        {"gather", "write the full state dict as one torch.save file (like dcp_to_torch_save)",
+            "usage: optscope-cli gather PATH -o OUT.pt [--only KEY_PREFIX] [--device cpu|cuda] [--json]\n"
+            "\n"
+            "Assembles every tensor from its chunks and writes one torch.save file that\n"
+            "torch.load(OUT, weights_only=True) reads: the same nesting, keys, tensors and values as\n"
+            "torch.distributed.checkpoint.format_utils.dcp_to_torch_save writes. Tensor bytes are streamed\n"
+            "chunk by chunk; the output appears under its name only when complete.\n"
+            "  -o, --output OUT.pt  output file\n"
+            "  --only KEY_PREFIX    only entries whose key is KEY_PREFIX or starts with KEY_PREFIX.\n"
+            "  --device cpu|cuda    assemble in host memory (default) or on the local GPUs\n"
+            "Exit status: 0 written, 2 error (the checkpoint is incomplete, unreadable, or bad usage).\n",
+            runGather},
+        {"check", "structural findings: coverage, overlaps, bounds, missing files, empty state, step",
+            "usage: optscope-cli check PATH [--json] [--no-data]\n"
+            "\n"
+            "Checks every tensor's chunk set (in bounds, no overlaps, full coverage, one dtype, every storage\n"
+            "file present and long enough) and the optimizer state (empty state, step that differs between\n"
+            "parameters or ranks).\n"
+            "  --json      print {\"clean\": bool, \"findings\": [{\"code\", \"severity\", \"key\", \"message\",\n"
+            "              \"ranks\", \"offsets\"}]}\n"
+            "  --no-data   metadata only: do not open the chunks themselves\n"
+            "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
+            runCheck},
         {"devices", "list the GPUs (CUDA, NCCL) available for gather/verify", "usage: optscope-cli devices [--json]\n",
             runDevices},
     };

@@ -2,12 +2,43 @@
 #pragma once
 
 // The seam between the core and CUDA/NCCL: plain C++ declarations, no CUDA headers, so core .cpp files can call it.
+// Failures throw std::runtime_error with a message; the core turns them into optscope::Error.
 
 #include "optscope/gpu_devices.h"
+
+#include <cstdint>
+#include <functional>
+#include <vector>
 
 namespace optscope::cuda {
 
 /// devices, driver status and NCCL availability (NCCL is dlopen'ed: libnccl.so.2)
 GpuInfo queryDevices();
+
+/// One chunk of a tensor, already dense and little-endian in host memory (row-major over its own sizes).
+struct HostChunk
+{
+    const void* data = nullptr;
+    std::vector<int64_t> offsets; ///< global offsets
+    std::vector<int64_t> sizes;
+    int rank = -1; ///< decides which GPU takes the chunk (rank modulo the GPU count)
+};
+
+struct TensorAssembly
+{
+    std::vector<int64_t> shape;
+    size_t elementSize = 1;
+    std::vector<HostChunk> chunks; ///< must tile the tensor exactly (checked by the caller)
+};
+
+/// Assembles the tensor in device memory: each GPU copies (through pinned staging buffers) the chunks of its ranks
+/// host->device; with several GPUs, NCCL broadcasts every chunk to all of them and each GPU scatters it into its
+/// full copy. The full tensor is then streamed device->host from GPU 0 (through pinned memory) to @p sink, in
+/// row-major order. @p maxGpus limits the GPUs used (0 = all).
+void assembleTensor(const TensorAssembly& assembly, const std::function<void(const uint8_t*, size_t)>& sink,
+    int maxGpus = 0);
+
+/// "cuda:0" or "cuda:0-3 + NCCL 2.x", or throws when no GPU can be used
+std::string describeAssembler(int maxGpus = 0);
 
 } // namespace optscope::cuda

@@ -18,3 +18,11 @@ void copyBlock(const ChunkData& src, const std::vector<int64_t>& srcBegin, const
     uint8_t* dst, const std::vector<int64_t>& dstShape, const std::vector<int64_t>& dstBegin);
 
 } // namespace optscope::aten
+
+namespace optscope::aten {
+
+/// @p n elements of @p dtype at @p data (dense, little-endian) as doubles: ATen's to(kDouble) for the types it has
+/// in every supported libtorch version, exact decoding for float8 and uint16-64 otherwise. Complex: the real part.
+std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n);
+
+} // namespace optscope::aten

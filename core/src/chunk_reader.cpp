@@ -39,6 +39,22 @@ bool ChunkData::isContiguous() const
 
 ChunkData ChunkReader::resolve(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk)
 {
+    ChunkData d = resolveAsStored(checkpoint, entry, chunk);
+    const std::string where = d.file->path() + "[" + std::to_string(chunk.source.offset) + "+"
+        + std::to_string(chunk.source.length) + "]";
+    if (d.dtype != entry.tensor.dtype)
+        throw Error(ErrorKind::Format, where,
+            "DCP item of '" + entry.key + "' stores " + std::string(dtypeName(d.dtype)) + " but the metadata says "
+                + std::string(dtypeName(entry.tensor.dtype)));
+    if (d.sizes != chunk.sizes)
+        throw Error(ErrorKind::Format, where,
+            "DCP item of '" + entry.key + "' stores shape " + shapeText(d.sizes) + " but the metadata chunk has "
+                + shapeText(chunk.sizes));
+    return d;
+}
+
+ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk)
+{
     const ChunkSource& src = chunk.source;
     if (src.file.empty())
         throw Error(ErrorKind::Format, checkpoint.path, "chunk of '" + entry.key + "' has no known location");
@@ -70,16 +86,9 @@ ChunkData ChunkReader::resolve(const Checkpoint& checkpoint, const Entry& entry,
         throw Error(ErrorKind::Format, where, "DCP item of '" + entry.key + "' does not hold a tensor (found "
                 + pyRepr(root, 60) + ")");
     const PyTensorInfo& t = *root->tensor;
-    if (t.dtype != entry.tensor.dtype)
-        throw Error(ErrorKind::Format, where,
-            "DCP item of '" + entry.key + "' stores " + std::string(dtypeName(t.dtype)) + " but the metadata says "
-                + std::string(dtypeName(entry.tensor.dtype)));
-    if (t.sizes != chunk.sizes)
-        throw Error(ErrorKind::Format, where,
-            "DCP item of '" + entry.key + "' stores shape " + shapeText(t.sizes) + " but the metadata chunk has "
-                + shapeText(chunk.sizes));
     const auto rec = ar.storages.at(std::string(t.storage->storage->key));
     TorchSaveReader::checkTensorExtent(t, rec.length, where);
+    d.dtype = t.dtype;
     d.storage = file->data() + rec.offset;
     d.storageBytes = rec.length;
     d.sizes = t.sizes;

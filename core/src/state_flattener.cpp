@@ -23,6 +23,7 @@ void traverse(KeyPath& path, const PyValue* v, int depth, std::vector<FlattenedL
     if (depth > 0 && v->kind == PyKind::Dict) {
         for (size_t i = 0; i < v->size(); ++i) {
             path.push_back(KeyPathElem::fromKey(pyStr(v->dictKey(i))));
+            path.back().keyValue = v->dictKey(i);
             traverse(path, v->dictValue(i), depth - 1, out);
             path.pop_back();
         }
@@ -31,6 +32,7 @@ void traverse(KeyPath& path, const PyValue* v, int depth, std::vector<FlattenedL
     if (depth > 0 && v->isSequence() && holdsTensorOrMapping(v, depth)) {
         for (size_t i = 0; i < v->size(); ++i) {
             path.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(i)));
+            path.back().inTuple = v->kind == PyKind::Tuple;
             traverse(path, v->item(i), depth - 1, out);
             path.pop_back();
         }

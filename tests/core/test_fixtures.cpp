@@ -76,8 +76,9 @@ TEST_P(FixtureTest, MatchesTorchManifest)
             EXPECT_EQ(e["value"], g["value"]);
         }
     }
-    if (!fx.contains("unsafe_global"))
+    if (!fx.contains("unsafe_global")) {
         EXPECT_EQ(expectedCount, got.size()) << "optscope has keys torch does not";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Torch26, FixtureTest, ::testing::ValuesIn(fixtureNames()),

@@ -35,6 +35,8 @@ struct KeyPathElem
 {
     std::string key; ///< dict key, as str(key)
     int64_t index = -1; ///< list/tuple index when >= 0
+    bool inTuple = false; ///< the index is into a tuple, not a list (torch.save sources only)
+    const PyValue* keyValue = nullptr; ///< the original dict key object (int keys stay ints), if known
     bool isIndex() const { return index >= 0; }
     static KeyPathElem fromKey(std::string k)
     {

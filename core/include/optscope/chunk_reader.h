@@ -37,6 +37,9 @@ public:
     /// the stored tensor matches the metadata (dtype, sizes). Throws Error naming the file on any problem
     /// (missing file, range past the end, damaged archive, mismatch).
     static ChunkData resolve(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk);
+    /// Like resolve(), but returns the tensor as stored (its own dtype and sizes) without comparing them with the
+    /// metadata: for checks that report mismatches instead of failing on them.
+    static ChunkData resolveAsStored(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk);
 };
 
 } // namespace optscope

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// optscope-cli check PATH [--json] [--no-data]
+#include "cli_common.h"
+
+#include "optscope/checkpoint_check.h"
+#include "optscope/checkpoint_loader.h"
+
+#include <iostream>
+
+namespace optscope::cli {
+
+int runCheck(const std::vector<std::string>& argv)
+{
+    const Args args(argv,
+        {{"--json", false, "print JSON"}, {"--no-data", false, "metadata only"}, {"--help", false, "show this help", "-h"}});
+    if (args.has("--help")) {
+        std::cout << commandUsage("check");
+        return ExitOk;
+    }
+    if (args.positional().size() != 1)
+        throw UsageError("check takes exactly one PATH");
+    CheckOptions options;
+    options.readChunks = !args.has("--no-data");
+    const Progress progress = terminalProgress();
+    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    const CheckReport report = checkCheckpoint(*cp, options, progress);
+    finishTerminalProgress();
+    if (args.has("--json")) {
+        auto j = report.toJson();
+        j["path"] = cp->path;
+        std::cout << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+    } else {
+        for (const auto& f : report.findings)
+            std::cout << f.severity << " [" << f.code << "]" << (f.key.empty() ? "" : " " + f.key) << ": " << f.message
+                      << "\n";
+        std::cout << (report.clean() ? "clean: " : std::to_string(report.findings.size()) + " finding(s): ")
+                  << report.tensorsChecked << " tensors, " << report.chunksChecked << " chunks, "
+                  << report.optimizersChecked << " optimizer state dict(s) checked in " << cp->path << "\n";
+    }
+    return report.clean() ? ExitOk : ExitFindings;
+}
+
+} // namespace optscope::cli

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// optscope-cli gather PATH -o OUT.pt [--only KEY_PREFIX] [--device cpu|cuda] [--json]
+#include "cli_common.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/gather.h"
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+namespace optscope::cli {
+
+int runGather(const std::vector<std::string>& argv)
+{
+    const Args args(argv,
+        {{"--output", true, "output torch.save file", "-o"}, {"--only", true, "only keys with this prefix"},
+            {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"},
+            {"--help", false, "show this help", "-h"}});
+    if (args.has("--help")) {
+        std::cout << commandUsage("gather");
+        return ExitOk;
+    }
+    if (args.positional().size() != 1)
+        throw UsageError("gather takes exactly one PATH");
+    const auto out = args.value("--output");
+    if (!out || out->empty())
+        throw UsageError("gather needs -o OUT.pt");
+    GatherOptions options;
+    options.onlyPrefix = args.value("--only").value_or("");
+    options.device = computeDeviceFromName(args.value("--device").value_or("cpu"));
+    const Progress progress = terminalProgress();
+    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    const GatherResult r = gatherCheckpoint(*cp, *out, options, progress);
+    finishTerminalProgress();
+    if (args.has("--json")) {
+        nlohmann::ordered_json j {{"output", *out}, {"device", r.device}, {"tensors", r.stats.tensors},
+            {"values", r.values}, {"tensor_bytes", r.stats.tensorBytes}, {"file_bytes", r.stats.fileBytes}};
+        std::cout << j.dump(2) << std::endl;
+    } else {
+        std::cout << "wrote " << *out << ": " << r.stats.tensors << " tensors (" << humanBytes(r.stats.tensorBytes)
+                  << "), " << r.values << " values; assembled on " << r.device << "\n";
+    }
+    return ExitOk;
+}
+
+} // namespace optscope::cli

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace optscope::cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* what)
+{
+    if (e != cudaSuccess)
+        throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// NCCL entry points, resolved at run time so that binaries start without libnccl.
+struct Nccl
+{
+    ncclResult_t (*commInitAll)(ncclComm_t*, int, const int*) = nullptr;
+    ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
+    ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
+    ncclResult_t (*groupStart)() = nullptr;
+    ncclResult_t (*groupEnd)() = nullptr;
+    const char* (*errorString)(ncclResult_t) = nullptr;
+    bool ok = false;
+
+    static const Nccl& get()
+    {
+        static const Nccl n = [] {
+            Nccl x;
+            void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+            if (!lib)
+                lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+            if (!lib)
+                return x;
+            x.commInitAll = reinterpret_cast<decltype(x.commInitAll)>(dlsym(lib, "ncclCommInitAll"));
+            x.commDestroy = reinterpret_cast<decltype(x.commDestroy)>(dlsym(lib, "ncclCommDestroy"));
+            x.broadcast = reinterpret_cast<decltype(x.broadcast)>(dlsym(lib, "ncclBroadcast"));
+            x.groupStart = reinterpret_cast<decltype(x.groupStart)>(dlsym(lib, "ncclGroupStart"));
+            x.groupEnd = reinterpret_cast<decltype(x.groupEnd)>(dlsym(lib, "ncclGroupEnd"));
+            x.errorString = reinterpret_cast<decltype(x.errorString)>(dlsym(lib, "ncclGetErrorString"));
+            x.ok = x.commInitAll && x.commDestroy && x.broadcast && x.groupStart && x.groupEnd && x.errorString;
+            return x;
+        }();
+        return n;
+    }
+    void check(ncclResult_t r, const char* what) const
+    {
+        if (r != ncclSuccess)
+            throw std::runtime_error(std::string(what) + ": " + errorString(r));
+    }
+};
+
+constexpr int kMaxDims = 8;
+
+struct BoxCopy
+{
+    int ndim;
+    int64_t shape[kMaxDims]; ///< destination (full tensor)
+    int64_t offsets[kMaxDims];
+    int64_t sizes[kMaxDims]; ///< source box, dense
+};
+
+template<typename T>
+__global__ void scatterBox(const T* __restrict__ src, T* __restrict__ dst, BoxCopy box, int64_t numel, int words)
+{
+    // each element is `words` T's (elements wider than 8 bytes move as several words)
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
+        int64_t rem = i;
+        int64_t dstIndex = 0;
+        int64_t stride = 1;
+        for (int d = box.ndim - 1; d >= 0; --d) {
+            const int64_t coord = rem % box.sizes[d] + box.offsets[d];
+            rem /= box.sizes[d];
+            dstIndex += coord * stride;
+            stride *= box.shape[d];
+        }
+        for (int w = 0; w < words; ++w)
+            dst[dstIndex * words + w] = src[i * words + w];
+    }
+}
+
+void launchScatter(const void* src, void* dst, const BoxCopy& box, int64_t numel, size_t elem, cudaStream_t s)
+{
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((numel + threads - 1) / threads, 65535));
+    if (numel == 0)
+        return;
+    if (elem % 8 == 0)
+        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), box,
+            numel, static_cast<int>(elem / 8));
+    else if (elem == 4)
+        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), box,
+            numel, 1);
+    else if (elem == 2)
+        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), box,
+            numel, 1);
+    else
+        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), box,
+            numel, static_cast<int>(elem));
+    check(cudaGetLastError(), "scatter kernel launch");
+}
+
+int deviceCount(int maxGpus)
+{
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw std::runtime_error(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
+    }
+    if (count == 0)
+        throw std::runtime_error("no CUDA device");
+    return maxGpus > 0 ? std::min(count, maxGpus) : count;
+}
+
+/// Pinned host staging for host->device and device->host copies, double-buffered.
+struct Staging
+{
+    static constexpr size_t kSize = 32u << 20;
+    void* buf[2] = {nullptr, nullptr};
+    cudaEvent_t done[2] = {nullptr, nullptr};
+    explicit Staging(int device)
+    {
+        check(cudaSetDevice(device), "cudaSetDevice");
+        for (int i = 0; i < 2; ++i) {
+            check(cudaMallocHost(&buf[i], kSize), "cudaMallocHost");
+            check(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
+        }
+    }
+    ~Staging()
+    {
+        for (int i = 0; i < 2; ++i) {
+            if (done[i])
+                cudaEventDestroy(done[i]);
+            if (buf[i])
+                cudaFreeHost(buf[i]);
+        }
+    }
+    /// pageable host -> device, through the pinned buffers
+    void toDevice(void* dst, const void* src, size_t n, cudaStream_t s)
+    {
+        size_t off = 0;
+        int k = 0;
+        while (off < n) {
+            const size_t len = std::min(kSize, n - off);
+            check(cudaEventSynchronize(done[k]), "staging wait");
+            std::memcpy(buf[k], static_cast<const char*>(src) + off, len);
+            check(cudaMemcpyAsync(static_cast<char*>(dst) + off, buf[k], len, cudaMemcpyHostToDevice, s), "H2D copy");
+            check(cudaEventRecord(done[k], s), "staging record");
+            off += len;
+            k ^= 1;
+        }
+    }
+};
+
+} // namespace
+
+std::string describeAssembler(int maxGpus)
+{
+    const int n = deviceCount(maxGpus);
+    if (n == 1)
+        return "cuda:0";
+    const Nccl& nccl = Nccl::get();
+    if (!nccl.ok)
+        return "cuda:0 (libnccl not found: one GPU used)";
+    return "cuda:0-" + std::to_string(n - 1) + " + NCCL";
+}
+
+void assembleTensor(const TensorAssembly& a, const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
+{
+    if (a.shape.size() > kMaxDims)
+        throw std::runtime_error("tensors of more than 8 dimensions are not supported on the GPU path");
+    int ngpu = deviceCount(maxGpus);
+    const Nccl& nccl = Nccl::get();
+    if (ngpu > 1 && !nccl.ok)
+        ngpu = 1;
+    int64_t numel = 1;
+    for (auto s : a.shape)
+        numel *= s;
+    const size_t nbytes = static_cast<size_t>(numel) * a.elementSize;
+    if (nbytes == 0)
+        return;
+
+    std::vector<void*> full(ngpu, nullptr);
+    std::vector<cudaStream_t> streams(ngpu, nullptr);
+    std::vector<ncclComm_t> comms(ngpu, nullptr);
+    std::vector<std::vector<void*>> staged(ngpu, std::vector<void*>(a.chunks.size(), nullptr));
+    auto cleanup = [&] {
+        for (int g = 0; g < ngpu; ++g) {
+            cudaSetDevice(g);
+            for (void* p : staged[g])
+                if (p)
+                    cudaFree(p);
+            if (full[g])
+                cudaFree(full[g]);
+            if (streams[g])
+                cudaStreamDestroy(streams[g]);
+            if (comms[g])
+                nccl.commDestroy(comms[g]);
+        }
+    };
+    try {
+        for (int g = 0; g < ngpu; ++g) {
+            check(cudaSetDevice(g), "cudaSetDevice");
+            check(cudaStreamCreateWithFlags(&streams[g], cudaStreamNonBlocking), "cudaStreamCreate");
+            check(cudaMalloc(&full[g], nbytes), "cudaMalloc (full tensor)");
+        }
+        if (ngpu > 1) {
+            std::vector<int> devs(ngpu);
+            for (int g = 0; g < ngpu; ++g)
+                devs[g] = g;
+            nccl.check(nccl.commInitAll(comms.data(), ngpu, devs.data()), "ncclCommInitAll");
+        }
+        // 1. each chunk goes to the GPU of its rank (host -> device, dense chunk bytes)
+        std::vector<int> owner(a.chunks.size());
+        for (size_t c = 0; c < a.chunks.size(); ++c) {
+            const HostChunk& ch = a.chunks[c];
+            int64_t cn = 1;
+            for (auto s : ch.sizes)
+                cn *= s;
+            if (cn == 0)
+                continue;
+            const int g = static_cast<int>((ch.rank >= 0 ? ch.rank : static_cast<int>(c)) % ngpu);
+            owner[c] = g;
+            check(cudaSetDevice(g), "cudaSetDevice");
+            for (int h = 0; h < ngpu; ++h) {
+                if (h != g && ngpu == 1)
+                    continue;
+                check(cudaSetDevice(h), "cudaSetDevice");
+                check(cudaMalloc(&staged[h][c], static_cast<size_t>(cn) * a.elementSize), "cudaMalloc (chunk)");
+            }
+            check(cudaSetDevice(g), "cudaSetDevice");
+            Staging staging(g);
+            staging.toDevice(staged[g][c], ch.data, static_cast<size_t>(cn) * a.elementSize, streams[g]);
+            check(cudaStreamSynchronize(streams[g]), "H2D sync");
+        }
+        // 2. several GPUs: broadcast every chunk from its owner to all
+        if (ngpu > 1) {
+            nccl.check(nccl.groupStart(), "ncclGroupStart");
+            for (size_t c = 0; c < a.chunks.size(); ++c) {
+                if (!staged[0][c])
+                    continue;
+                int64_t cn = 1;
+                for (auto s : a.chunks[c].sizes)
+                    cn *= s;
+                for (int g = 0; g < ngpu; ++g)
+                    nccl.check(nccl.broadcast(staged[g][c], staged[g][c], static_cast<size_t>(cn) * a.elementSize,
+                                   ncclUint8, owner[c], comms[g], streams[g]),
+                        "ncclBroadcast");
+            }
+            nccl.check(nccl.groupEnd(), "ncclGroupEnd");
+        }
+        // 3. every GPU scatters the chunks into its full tensor
+        for (int g = 0; g < ngpu; ++g) {
+            check(cudaSetDevice(g), "cudaSetDevice");
+            for (size_t c = 0; c < a.chunks.size(); ++c) {
+                if (!staged[g][c])
+                    continue;
+                const HostChunk& ch = a.chunks[c];
+                BoxCopy box {};
+                box.ndim = static_cast<int>(a.shape.size());
+                int64_t cn = 1;
+                for (int d = 0; d < box.ndim; ++d) {
+                    box.shape[d] = a.shape[d];
+                    box.offsets[d] = ch.offsets[d];
+                    box.sizes[d] = ch.sizes[d];
+                    cn *= ch.sizes[d];
+                }
+                if (box.ndim == 0) {
+                    check(cudaMemcpyAsync(full[g], staged[g][c], a.elementSize, cudaMemcpyDeviceToDevice, streams[g]),
+                        "D2D copy");
+                    continue;
+                }
+                launchScatter(staged[g][c], full[g], box, cn, a.elementSize, streams[g]);
+            }
+            check(cudaStreamSynchronize(streams[g]), "scatter sync");
+        }
+        // 4. device -> host from GPU 0, through pinned memory, in order
+        check(cudaSetDevice(0), "cudaSetDevice");
+        Staging out(0);
+        size_t off = 0;
+        while (off < nbytes) {
+            const size_t len = std::min(Staging::kSize, nbytes - off);
+            check(cudaMemcpyAsync(out.buf[0], static_cast<char*>(full[0]) + off, len, cudaMemcpyDeviceToHost, streams[0]),
+                "D2H copy");
+            check(cudaStreamSynchronize(streams[0]), "D2H sync");
+            sink(static_cast<const uint8_t*>(out.buf[0]), len);
+            off += len;
+        }
+    } catch (...) {
+        cleanup();
+        throw;
+    }
+    cleanup();
+}
+
+} // namespace optscope::cuda

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Finds the optimizer state dicts inside a checkpoint and indexes them by parameter.
+//
+// torch.optim's state_dict() is {"state": {param: {name: value}}, "param_groups": [{hyperparams..., "params": [...]}]}
+// where param is an integer id (optimizer.state_dict()) or an FQN (DSD get_optimizer_state_dict / FSDP APIs). DSD's
+// flatten_optimizer_state_dict=True instead writes {"state.<fqn>.<name>": value, "param_groups.<fqn>.<hp>": value}
+// (one entry per parameter and hyperparameter, group membership implicit). Either can sit anywhere in the checkpoint
+// (commonly under "optim" or "optimizer"); DCP ≤ 2.3 stored param_groups as one value, which the readers flatten.
+
+#include "optscope/checkpoint.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+struct OptimizerParam
+{
+    std::string key; ///< the parameter's key in "state": an FQN, or an integer id as text
+    std::map<std::string, const Entry*> states; ///< state name ("exp_avg", "step", ...) -> entry
+};
+
+struct OptimizerGroup
+{
+    std::vector<std::string> params; ///< "params" as text (ids or FQNs), in order
+    std::vector<std::string> paramNames; ///< "param_names" if present
+    std::map<std::string, const Entry*> hyperparams; ///< every other field -> entry
+};
+
+struct OptimizerView
+{
+    KeyPath root; ///< path of the optimizer state dict ({} when it is the whole checkpoint)
+    bool flattened = false; ///< DSD flattened format
+    bool idKeyed = false; ///< state keyed by integer ids (plain optimizer.state_dict())
+    bool hasStateKey = false; ///< a "state" part was found at all (an empty state dict leaves no entries in DCP)
+    std::vector<OptimizerParam> params; ///< in first-appearance order
+    std::vector<OptimizerGroup> groups;
+
+    std::string rootKey() const { return joinKeyPath(root); }
+    const OptimizerParam* param(const std::string& key) const;
+    /// every parameter named by param_groups, in order
+    std::vector<std::string> groupParams() const;
+};
+
+/// All optimizer state dicts in @p checkpoint, outermost first.
+std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint);
+
+} // namespace optscope

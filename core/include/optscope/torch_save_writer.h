@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Writes torch.save files that `torch.load(path, weights_only=True)` reads, streaming: the whole object is never in
+// memory, each tensor's bytes are produced block by block into its storage record.
+//
+// Layout (as PyTorch 2.6 writes it, see zip_writer.h and torch_save_reader.h): <prefix>/data.pkl (protocol 2),
+// <prefix>/byteorder ("little"), <prefix>/data/<k> (one storage per tensor, k = 0, 1, ...), <prefix>/version ("3\n");
+// the prefix is the output file's name without its extension, as torch.save names it. Tensors are
+// _rebuild_tensor_v2 over a typed storage (FloatStorage, ...), or _rebuild_tensor_v3 over torch.storage.UntypedStorage
+// for dtypes without one (float8, uint16-64); contiguous strides, storage offset 0, no requires_grad.
+//
+// The output goes to a temporary name next to the destination and is renamed when complete.
+
+#include "optscope/checkpoint.h"
+#include "optscope/progress.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+/// Bytes of one tensor, row-major and little-endian, delivered in blocks to the sink.
+using ByteSink = std::function<void(const uint8_t* data, size_t size)>;
+using TensorProducer = std::function<void(const ByteSink& sink)>;
+
+struct TensorToWrite
+{
+    DType dtype = DType::Float32;
+    std::vector<int64_t> shape;
+    bool isParameter = false;
+    bool requiresGrad = false;
+    TensorProducer produce; ///< must deliver exactly numel * dtypeSize bytes
+    int64_t numel() const;
+};
+
+/// The object to save: nested dicts, lists and tuples whose leaves are plain values (from a checkpoint's value
+/// graph) or tensors. Paths create containers the way DCP's set_element does: a string key makes a dict, an integer
+/// a list (padded with None up to the index).
+class StateTree
+{
+public:
+    enum class Kind { Dict, List, Tuple, None, Value, Tensor };
+    struct Node
+    {
+        Kind kind = Kind::None;
+        std::vector<size_t> children; ///< Dict: values; List/Tuple: elements
+        std::vector<std::string> keys; ///< Dict: str(key)
+        std::vector<const PyValue*> keyValues; ///< Dict: the original key object, or null for a str key
+        const PyValue* value = nullptr; ///< Value
+        size_t tensor = 0; ///< Tensor: index into tensors()
+    };
+
+    StateTree(); ///< an empty dict as root
+    void setValue(const KeyPath& path, const PyValue* value);
+    void setTensor(const KeyPath& path, TensorToWrite tensor);
+
+    const Node& node(size_t i) const { return m_nodes[i]; }
+    size_t root() const { return 0; }
+    const std::vector<TensorToWrite>& tensors() const { return m_tensors; }
+
+private:
+    size_t place(const KeyPath& path);
+    size_t child(size_t parent, const KeyPathElem& elem, Kind containerKind);
+    std::vector<Node> m_nodes;
+    std::vector<TensorToWrite> m_tensors;
+};
+
+struct WriteStats
+{
+    size_t tensors = 0;
+    uint64_t tensorBytes = 0;
+    uint64_t fileBytes = 0;
+};
+
+class TorchSaveWriter
+{
+public:
+    /// Writes @p tree to @p path (temporary name, then rename). Throws Error on I/O failure, on values that
+    /// weights_only loading cannot represent (inert objects of unknown classes), or when cancelled (the temporary
+    /// is removed and @p path is left untouched).
+    static WriteStats write(const StateTree& tree, const std::string& path, const Progress& progress = {});
+    /// the archive prefix torch.save uses for @p path: its file name without the last extension
+    static std::string archivePrefix(const std::string& path);
+};
+
+} // namespace optscope

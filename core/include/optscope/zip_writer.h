@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Writes zip archives the way PyTorch's PyTorchStreamWriter (miniz) does, streaming: each record is STORED,
+// its data starts at a multiple of 64 bytes (padding in a local-header extra field "FB"), flag 0x0808 (data
+// descriptor follows the data, UTF-8 names) with zero sizes/CRC in the local header, the real CRC-32 and sizes in the
+// data descriptor and the central directory, and always a ZIP64 end-of-central-directory record and locator (ZIP64
+// extra fields in the central directory for values that do not fit 32 bits).
+
+#include "optscope/output_file.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+class ZipWriter
+{
+public:
+    explicit ZipWriter(OutputFile& out, uint64_t alignment = 64);
+
+    void beginRecord(const std::string& name);
+    void write(const void* data, size_t size);
+    void endRecord();
+    /// a whole small record at once
+    void addRecord(const std::string& name, const void* data, size_t size);
+    /// central directory and end records; the OutputFile is then ready to commit
+    void finish();
+
+private:
+    struct Record
+    {
+        std::string name;
+        uint64_t localOffset = 0;
+        uint64_t size = 0;
+        uint32_t crc = 0;
+    };
+    OutputFile& m_out;
+    uint64_t m_alignment;
+    std::vector<Record> m_records;
+    bool m_open = false;
+    uint64_t m_crcState = 0;
+};
+
+} // namespace optscope

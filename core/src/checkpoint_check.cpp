@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/checkpoint_check.h"
+#include "optscope/chunk_reader.h"
+#include "optscope/error.h"
+#include "optscope/mapped_file.h"
+#include "optscope/optimizer_view.h"
+#include "optscope/shard_layout.h"
+#include "optscope/tensor_values.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace optscope {
+
+nlohmann::ordered_json CheckReport::toJson() const
+{
+    nlohmann::ordered_json j;
+    j["clean"] = clean();
+    j["tensors_checked"] = tensorsChecked;
+    j["chunks_checked"] = chunksChecked;
+    j["optimizers_checked"] = optimizersChecked;
+    j["findings"] = nlohmann::ordered_json::array();
+    for (const auto& f : findings)
+        j["findings"].push_back({{"code", f.code}, {"severity", f.severity},
+            {"key", f.key.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.key)},
+            {"message", f.message}, {"ranks", f.ranks}, {"offsets", f.offsets}});
+    return j;
+}
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+std::string numberText(double v)
+{
+    std::ostringstream o;
+    o << v;
+    return o.str();
+}
+
+/// codes of the reader's error-severity warnings, mapped to check codes
+std::string readerCode(const std::string& code)
+{
+    if (code == "chunk-out-of-range")
+        return "chunk-truncated";
+    if (code == "bad-storage-info" || code == "no-storage-data")
+        return "missing-storage-info";
+    return code;
+}
+
+class Checker
+{
+public:
+    Checker(const Checkpoint& cp, const CheckOptions& opt, const Progress& progress)
+        : m_cp(cp)
+        , m_opt(opt)
+        , m_progress(progress)
+    {
+    }
+
+    CheckReport run()
+    {
+        for (const auto& w : m_cp.warnings) {
+            if (!w.isError)
+                continue;
+            add(readerCode(w.code), "error", w.key, w.message);
+            if (w.code == "missing-file")
+                m_missingFiles.insert(missingFileName(w.message));
+        }
+        const size_t n = m_cp.entries.size();
+        for (size_t i = 0; i < n; ++i) {
+            if (i % 64 == 0) {
+                m_progress.checkCancelled();
+                m_progress(double(i) / double(std::max<size_t>(n, 1)), "checking");
+            }
+            const Entry& e = m_cp.entries[i];
+            if (e.isTensor())
+                checkTensor(e);
+        }
+        checkOptimizers();
+        m_progress(1.0, "checking");
+        return std::move(m_report);
+    }
+
+private:
+    static std::string missingFileName(const std::string& message)
+    {
+        // "data file '<name>' is missing from ..."
+        const auto a = message.find('\'');
+        const auto b = message.find('\'', a + 1);
+        return a == std::string::npos || b == std::string::npos ? std::string() : message.substr(a + 1, b - a - 1);
+    }
+
+    CheckFinding& add(std::string code, std::string severity, std::string key, std::string message)
+    {
+        m_report.findings.push_back({std::move(code), std::move(severity), std::move(key), std::move(message), {}, {}});
+        return m_report.findings.back();
+    }
+
+    bool sameBytes(const Entry& e, size_t a, size_t b)
+    {
+        try {
+            const ChunkData x = ChunkReader::resolve(m_cp, e, e.tensor.chunks[a]);
+            const ChunkData y = ChunkReader::resolve(m_cp, e, e.tensor.chunks[b]);
+            return x.isContiguous() && y.isContiguous() && x.nbytes() == y.nbytes()
+                && std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
+        } catch (const Error&) {
+            return false;
+        }
+    }
+
+    void checkTensor(const Entry& e)
+    {
+        ++m_report.tensorsChecked;
+        const TensorEntry& t = e.tensor;
+        const ShardLayout L = ShardLayout::of(t);
+        for (size_t i : L.outOfBounds) {
+            auto& f = add("chunk-out-of-bounds", "error", e.key,
+                "chunk at offsets " + shapeText(t.chunks[i].offsets) + " sizes " + shapeText(t.chunks[i].sizes)
+                    + " lies outside the tensor " + shapeText(t.shape));
+            f.ranks = {t.chunks[i].rank};
+            f.offsets = {t.chunks[i].offsets};
+        }
+        const bool isStep = !e.path.empty() && e.path.back().key == "step";
+        for (const auto& o : L.overlaps) {
+            const auto& a = t.chunks[o.first];
+            const auto& b = t.chunks[o.second];
+            const bool identical = a.offsets == b.offsets && a.sizes == b.sizes;
+            CheckFinding* f = nullptr;
+            if (identical && m_opt.readChunks && sameBytes(e, o.first, o.second)) {
+                f = &add("chunk-duplicate", "warning", e.key,
+                    "the same region " + boxText(o.region) + " is stored by ranks " + std::to_string(a.rank) + " and "
+                        + std::to_string(b.rank) + " with identical bytes");
+            } else if (identical && isStep && m_opt.readChunks) {
+                std::string values;
+                for (size_t idx : {o.first, o.second}) {
+                    try {
+                        TensorEntry one = t;
+                        one.chunks = {t.chunks[idx]};
+                        Entry tmp = e;
+                        tmp.tensor = one;
+                        const auto v = readTensorValues(m_cp, tmp, 1);
+                        values += (values.empty() ? "" : " vs ") + std::string("rank ") + std::to_string(t.chunks[idx].rank)
+                            + ": " + (v.empty() ? "?" : numberText(v[0]));
+                    } catch (const Error&) {
+                    }
+                }
+                f = &add("step-inconsistent", "error", e.key, "step differs between ranks (" + values + ")");
+            } else {
+                f = &add("chunk-overlap", "error", e.key,
+                    "chunks of ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + " overlap at "
+                        + boxText(o.region) + (identical ? " (same region, different bytes)" : ""));
+            }
+            f->ranks = {a.rank, b.rank};
+            f->offsets = {a.offsets, b.offsets};
+        }
+        for (const auto& g : L.gaps) {
+            auto& f = add("chunk-gap", "error", e.key,
+                "no chunk covers " + boxText(g) + " of the tensor " + shapeText(t.shape) + " ("
+                    + std::to_string(g.numel()) + " elements)");
+            f.offsets = {g.offsets};
+        }
+        if (!L.gapsExact)
+            add("chunk-gap", "error", e.key,
+                "chunks cover " + std::to_string(L.coveredElements) + " of " + std::to_string(L.totalElements)
+                    + " elements");
+
+        if (!m_opt.readChunks)
+            return;
+        for (size_t i = 0; i < t.chunks.size(); ++i) {
+            const TensorChunk& c = t.chunks[i];
+            if (c.source.file.empty() || m_missingFiles.count(c.source.file))
+                continue; // already reported (missing-storage-info / missing-file)
+            ++m_report.chunksChecked;
+            try {
+                const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c);
+                if (d.dtype != t.dtype) {
+                    auto& f = add("dtype-mismatch", "error", e.key,
+                        "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
+                            + ", the tensor is " + std::string(dtypeName(t.dtype)));
+                    f.ranks = {c.rank};
+                    f.offsets = {c.offsets};
+                }
+                if (d.sizes != c.sizes) {
+                    auto& f = add("shape-mismatch", "error", e.key,
+                        "chunk of rank " + std::to_string(c.rank) + " stores shape " + shapeText(d.sizes)
+                            + ", the metadata says " + shapeText(c.sizes));
+                    f.ranks = {c.rank};
+                    f.offsets = {c.offsets};
+                }
+            } catch (const Error& err) {
+                if (err.kind() == ErrorKind::Cancelled)
+                    throw;
+                auto& f = add(err.kind() == ErrorKind::Truncated ? "chunk-truncated" : "unreadable-chunk", "error", e.key,
+                    err.what());
+                f.ranks = {c.rank};
+                f.offsets = {c.offsets};
+            }
+        }
+    }
+
+    void checkOptimizers()
+    {
+        for (const OptimizerView& v : findOptimizers(m_cp)) {
+            ++m_report.optimizersChecked;
+            const std::string root = v.rootKey().empty() ? std::string("<root>") : v.rootKey();
+            const auto listed = v.groupParams();
+            if (v.params.empty() && !listed.empty()) {
+                add("empty-optimizer-state", "error", v.rootKey(),
+                    "optimizer '" + root + "' lists " + std::to_string(listed.size())
+                        + " parameters in param_groups but has no state for any of them (never stepped, or saved "
+                          "while the state was empty)");
+                continue;
+            }
+            // step must agree between the parameters of one optimizer
+            std::map<double, std::vector<std::string>> byStep;
+            for (const auto& p : v.params) {
+                auto it = p.states.find("step");
+                if (it == p.states.end())
+                    continue;
+                try {
+                    if (auto s = readScalar(m_cp, *it->second))
+                        byStep[*s].push_back(p.key);
+                } catch (const Error&) {
+                    // unreadable data is reported by the tensor checks
+                }
+            }
+            if (byStep.size() > 1) {
+                std::string detail;
+                for (const auto& [value, params] : byStep) {
+                    if (!detail.empty())
+                        detail += "; ";
+                    detail += "step " + numberText(value) + ": " + std::to_string(params.size()) + " parameter"
+                        + (params.size() == 1 ? "" : "s") + " (" + params.front() + (params.size() > 1 ? ", ..." : "")
+                        + ")";
+                }
+                add("step-inconsistent", "error", v.rootKey(), "optimizer '" + root + "' has different step values: " + detail);
+            }
+        }
+    }
+
+    const Checkpoint& m_cp;
+    const CheckOptions& m_opt;
+    const Progress& m_progress;
+    CheckReport m_report;
+    std::set<std::string> m_missingFiles;
+};
+
+} // namespace
+
+CheckReport checkCheckpoint(const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)
+{
+    return Checker(checkpoint, options, progress).run();
+}
+
+} // namespace optscope

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/gather.h"
+#include "optscope/error.h"
+#include "optscope/gpu_devices.h"
+#include "optscope/shard_layout.h"
+#include "optscope/tensor_assembler.h"
+#include "gpu_assembler.h"
+
+namespace optscope {
+
+ComputeDevice computeDeviceFromName(const std::string& name)
+{
+    if (name == "cpu")
+        return ComputeDevice::Cpu;
+    if (name == "cuda" || name == "gpu")
+        return ComputeDevice::Cuda;
+    throw Error(ErrorKind::Usage, {}, "unknown device '" + name + "' (expected cpu or cuda)");
+}
+
+bool keyMatchesPrefix(const std::string& key, const std::string& prefix)
+{
+    if (prefix.empty() || key == prefix)
+        return true;
+    return key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0
+        && (key[prefix.size()] == '.' || prefix.back() == '.');
+}
+
+namespace {
+
+std::string layoutProblem(const ShardLayout& L)
+{
+    if (!L.outOfBounds.empty())
+        return "a chunk lies outside the tensor " + boxText({std::vector<int64_t>(L.shape.size(), 0), L.shape});
+    if (!L.overlaps.empty())
+        return "chunks " + std::to_string(L.overlaps[0].first) + " and " + std::to_string(L.overlaps[0].second)
+            + " overlap at " + boxText(L.overlaps[0].region);
+    if (!L.gaps.empty())
+        return "no chunk covers " + boxText(L.gaps[0]);
+    return "chunks cover " + std::to_string(L.coveredElements) + " of " + std::to_string(L.totalElements) + " elements";
+}
+
+} // namespace
+
+StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options)
+{
+    StateTree tree;
+    size_t selected = 0;
+    for (const Entry& e : cp.entries) {
+        if (!keyMatchesPrefix(e.key, options.onlyPrefix))
+            continue;
+        ++selected;
+        if (!e.isTensor()) {
+            if (!e.error.empty())
+                throw Error(ErrorKind::Format, cp.path, "cannot gather '" + e.key + "': " + e.error);
+            tree.setValue(e.path, e.value);
+            continue;
+        }
+        const ShardLayout layout = ShardLayout::of(e.tensor);
+        if (!layout.complete())
+            throw Error(ErrorKind::Format, cp.path, "cannot gather '" + e.key + "': " + layoutProblem(layout));
+        TensorToWrite t;
+        t.dtype = e.tensor.dtype;
+        t.shape = e.tensor.shape;
+        t.isParameter = e.tensor.isParameter;
+        t.requiresGrad = e.tensor.requiresGrad && e.tensor.isParameter;
+        const Entry* entry = &e;
+        if (options.device == ComputeDevice::Cuda)
+            t.produce = [&cp, entry](const ByteSink& sink) { gpuAssemble(cp, *entry, sink); };
+        else
+            t.produce = [&cp, entry](const ByteSink& sink) { TensorAssembler(cp, *entry).stream(sink); };
+        tree.setTensor(e.path, std::move(t));
+    }
+    if (selected == 0)
+        throw Error(ErrorKind::Usage, cp.path,
+            options.onlyPrefix.empty() ? "the checkpoint has no entries" : "no entry matches '" + options.onlyPrefix + "'");
+    return tree;
+}
+
+GatherResult gatherCheckpoint(const Checkpoint& cp, const std::string& output, const GatherOptions& options,
+    const Progress& progress)
+{
+    GatherResult r;
+    if (options.device == ComputeDevice::Cuda)
+        r.device = gpuAssemblerDescription(); // throws if no GPU can be used
+    else
+        r.device = "cpu";
+    const StateTree tree = buildStateTree(cp, options);
+    for (size_t i = 0; i < cp.entries.size(); ++i)
+        if (!cp.entries[i].isTensor() && keyMatchesPrefix(cp.entries[i].key, options.onlyPrefix))
+            ++r.values;
+    r.stats = TorchSaveWriter::write(tree, output, progress);
+    return r;
+}
+
+} // namespace optscope

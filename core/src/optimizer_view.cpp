@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/optimizer_view.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace optscope {
+
+const OptimizerParam* OptimizerView::param(const std::string& key) const
+{
+    for (const auto& p : params)
+        if (p.key == key)
+            return &p;
+    return nullptr;
+}
+
+std::vector<std::string> OptimizerView::groupParams() const
+{
+    std::vector<std::string> out;
+    for (const auto& g : groups)
+        out.insert(out.end(), g.params.begin(), g.params.end());
+    return out;
+}
+
+namespace {
+
+bool startsWith(const std::string& s, const char* prefix)
+{
+    return s.rfind(prefix, 0) == 0;
+}
+
+bool isInteger(const std::string& s)
+{
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::vector<std::string> stringList(const Entry* e)
+{
+    std::vector<std::string> out;
+    if (!e || e->isTensor() || !e->value || !e->value->isSequence())
+        return out;
+    for (const auto* v : e->value->items())
+        out.push_back(pyStr(v));
+    return out;
+}
+
+struct Builder
+{
+    OptimizerView view;
+    bool hasGroups = false;
+    std::unordered_map<std::string, size_t> paramIndex;
+    std::map<int64_t, OptimizerGroup> nestedGroups;
+    // flattened: per fqn, hyperparameters in order
+    std::vector<std::pair<std::string, std::map<std::string, const Entry*>>> flatGroups;
+    std::unordered_map<std::string, size_t> flatGroupIndex;
+
+    OptimizerParam& param(const std::string& key)
+    {
+        auto it = paramIndex.find(key);
+        if (it != paramIndex.end())
+            return view.params[it->second];
+        paramIndex.emplace(key, view.params.size());
+        view.params.push_back({key, {}});
+        return view.params.back();
+    }
+};
+
+std::string rootText(const KeyPath& path, size_t k)
+{
+    return joinKeyPath(KeyPath(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(k))) + "#" + std::to_string(k);
+}
+
+} // namespace
+
+std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
+{
+    std::map<std::string, Builder> builders; // by root
+    std::vector<std::string> order;
+    auto builderFor = [&](const KeyPath& path, size_t k) -> Builder& {
+        const std::string id = rootText(path, k);
+        auto it = builders.find(id);
+        if (it == builders.end()) {
+            order.push_back(id);
+            it = builders.emplace(id, Builder {}).first;
+            it->second.view.root.assign(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        return it->second;
+    };
+
+    for (const Entry& e : checkpoint.entries) {
+        const KeyPath& p = e.path;
+        for (size_t k = 0; k < p.size(); ++k) {
+            if (p[k].isIndex())
+                continue;
+            const std::string& s = p[k].key;
+            if (s == "state" && k + 2 < p.size()) {
+                Builder& b = builderFor(p, k);
+                std::string name;
+                for (size_t j = k + 2; j < p.size(); ++j)
+                    name += (j > k + 2 ? "." : "") + p[j].key;
+                b.param(p[k + 1].key).states.emplace(name, &e);
+                b.view.hasStateKey = true;
+                break;
+            }
+            if (s == "param_groups" && k + 2 < p.size() && p[k + 1].isIndex()) {
+                Builder& b = builderFor(p, k);
+                b.hasGroups = true;
+                OptimizerGroup& g = b.nestedGroups[p[k + 1].index];
+                const std::string& field = p[k + 2].key;
+                if (field == "params")
+                    g.params = stringList(&e);
+                else if (field == "param_names")
+                    g.paramNames = stringList(&e);
+                else
+                    g.hyperparams.emplace(field, &e);
+                break;
+            }
+            if (k + 1 == p.size() && startsWith(s, "state.")) {
+                const auto dot = s.rfind('.');
+                if (dot <= 6)
+                    break;
+                Builder& b = builderFor(p, k);
+                b.view.flattened = true;
+                b.view.hasStateKey = true;
+                b.param(s.substr(6, dot - 6)).states.emplace(s.substr(dot + 1), &e);
+                break;
+            }
+            if (k + 1 == p.size() && startsWith(s, "param_groups.")) {
+                const auto dot = s.rfind('.');
+                if (dot <= 13)
+                    break;
+                Builder& b = builderFor(p, k);
+                b.view.flattened = true;
+                b.hasGroups = true;
+                const std::string fqn = s.substr(13, dot - 13);
+                auto it = b.flatGroupIndex.find(fqn);
+                if (it == b.flatGroupIndex.end()) {
+                    it = b.flatGroupIndex.emplace(fqn, b.flatGroups.size()).first;
+                    b.flatGroups.push_back({fqn, {}});
+                }
+                b.flatGroups[it->second].second.emplace(s.substr(dot + 1), &e);
+                break;
+            }
+        }
+    }
+
+    std::vector<OptimizerView> out;
+    for (const auto& id : order) {
+        Builder& b = builders[id];
+        if (!b.hasGroups)
+            continue; // a "state" without param_groups is not an optimizer state dict
+        for (auto& [index, g] : b.nestedGroups)
+            b.view.groups.push_back(std::move(g));
+        // flattened: parameters with identical hyperparameters form one group, in first-appearance order
+        for (auto& [fqn, hps] : b.flatGroups) {
+            OptimizerGroup* match = nullptr;
+            for (auto& g : b.view.groups) {
+                if (g.hyperparams.size() != hps.size())
+                    continue;
+                bool same = true;
+                for (const auto& [name, entry] : hps) {
+                    auto it = g.hyperparams.find(name);
+                    same = same && it != g.hyperparams.end() && !entry->isTensor() && !it->second->isTensor()
+                        && pyRepr(entry->value, 4000) == pyRepr(it->second->value, 4000);
+                }
+                if (same) {
+                    match = &g;
+                    break;
+                }
+            }
+            if (!match) {
+                b.view.groups.push_back({});
+                match = &b.view.groups.back();
+                match->hyperparams = hps;
+            }
+            match->params.push_back(fqn);
+        }
+        bool ids = !b.view.params.empty() || !b.view.groups.empty();
+        for (const auto& p : b.view.params)
+            ids = ids && isInteger(p.key);
+        for (const auto& g : b.view.groups)
+            for (const auto& p : g.params)
+                ids = ids && isInteger(p);
+        b.view.idKeyed = ids && !b.view.flattened;
+        out.push_back(std::move(b.view));
+    }
+    std::stable_sort(out.begin(), out.end(),
+        [](const OptimizerView& a, const OptimizerView& b) { return a.root.size() < b.root.size(); });
+    return out;
+}
+
+} // namespace optscope

@@ -1,0 +1,538 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/torch_save_writer.h"
+#include "optscope/error.h"
+#include "optscope/output_file.h"
+#include "optscope/zip_writer.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+namespace optscope {
+
+int64_t TensorToWrite::numel() const
+{
+    int64_t n = 1;
+    for (auto s : shape)
+        n *= s;
+    return n;
+}
+
+// ------------------------------------------------------------------------------------------------ StateTree
+
+StateTree::StateTree()
+{
+    m_nodes.push_back({});
+    m_nodes[0].kind = Kind::Dict;
+}
+
+size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKind)
+{
+    // containerKind: what to create if the child does not exist yet
+    auto make = [&]() {
+        Node n;
+        n.kind = containerKind;
+        m_nodes.push_back(std::move(n));
+        return m_nodes.size() - 1;
+    };
+    Node* p = &m_nodes[parent];
+    if (p->kind == Kind::Dict) {
+        for (size_t i = 0; i < p->keys.size(); ++i)
+            if (p->keys[i] == elem.key)
+                return p->children[i];
+        const size_t c = make();
+        p = &m_nodes[parent];
+        p->keys.push_back(elem.key);
+        p->keyValues.push_back(elem.keyValue && elem.keyValue->kind != PyKind::Str ? elem.keyValue : nullptr);
+        p->children.push_back(c);
+        return c;
+    }
+    if (p->kind == Kind::List || p->kind == Kind::Tuple) {
+        while (p->children.size() <= static_cast<size_t>(elem.index)) {
+            const size_t none = make();
+            m_nodes[none].kind = Kind::None;
+            p = &m_nodes[parent];
+            p->children.push_back(none);
+        }
+        const size_t c = p->children[static_cast<size_t>(elem.index)];
+        if (m_nodes[c].kind == Kind::None)
+            m_nodes[c].kind = containerKind;
+        return c;
+    }
+    throw Error(ErrorKind::Usage, {}, "state tree: cannot descend into a leaf at '" + elem.key + "'");
+}
+
+size_t StateTree::place(const KeyPath& path)
+{
+    if (path.empty())
+        return 0;
+    if (path[0].isIndex() && m_nodes[0].kind == Kind::Dict && m_nodes[0].children.empty())
+        m_nodes[0].kind = path[0].inTuple ? Kind::Tuple : Kind::List; // a top-level list
+    size_t cur = 0;
+    for (size_t i = 0; i + 1 < path.size(); ++i) {
+        const KeyPathElem& next = path[i + 1];
+        const Kind kind = next.isIndex() ? (next.inTuple ? Kind::Tuple : Kind::List) : Kind::Dict;
+        cur = child(cur, path[i], kind);
+        if (m_nodes[cur].kind != Kind::Dict && m_nodes[cur].kind != Kind::List && m_nodes[cur].kind != Kind::Tuple)
+            throw Error(ErrorKind::Usage, {}, "state tree: '" + joinKeyPath(path) + "' goes through a leaf");
+    }
+    const size_t leaf = child(cur, path.back(), Kind::None);
+    return leaf;
+}
+
+void StateTree::setValue(const KeyPath& path, const PyValue* value)
+{
+    if (path.empty()) {
+        m_nodes[0] = {};
+        m_nodes[0].kind = Kind::Value;
+        m_nodes[0].value = value;
+        return;
+    }
+    const size_t n = place(path);
+    m_nodes[n].kind = Kind::Value;
+    m_nodes[n].value = value;
+}
+
+void StateTree::setTensor(const KeyPath& path, TensorToWrite tensor)
+{
+    m_tensors.push_back(std::move(tensor));
+    const size_t index = m_tensors.size() - 1;
+    if (path.empty()) {
+        m_nodes[0] = {};
+        m_nodes[0].kind = Kind::Tensor;
+        m_nodes[0].tensor = index;
+        return;
+    }
+    const size_t n = place(path);
+    m_nodes[n].kind = Kind::Tensor;
+    m_nodes[n].tensor = index;
+}
+
+// ------------------------------------------------------------------------------------------------ pickling
+
+namespace {
+
+/// Protocol-2 pickle emission, the opcodes torch.save's pickler produces.
+class PickleEmitter
+{
+public:
+    std::string out;
+
+    PickleEmitter() { op(0x80), out += '\x02'; }
+    PickleEmitter& op(uint8_t code)
+    {
+        out += static_cast<char>(code);
+        return *this;
+    }
+    void u32(uint32_t v)
+    {
+        for (int i = 0; i < 4; ++i)
+            out += static_cast<char>((v >> (8 * i)) & 0xff);
+    }
+    void integer(int64_t v)
+    {
+        if (v >= 0 && v < 256) {
+            op('K');
+            out += static_cast<char>(v);
+        } else if (v >= 0 && v < 65536) {
+            op('M');
+            out += static_cast<char>(v & 0xff);
+            out += static_cast<char>(v >> 8);
+        } else if (v >= INT32_MIN && v <= INT32_MAX) {
+            op('J');
+            u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
+        } else {
+            // LONG1: minimal little-endian two's complement
+            std::string b;
+            uint64_t u = static_cast<uint64_t>(v);
+            for (int i = 0; i < 8; ++i)
+                b += static_cast<char>((u >> (8 * i)) & 0xff);
+            while (b.size() > 1) {
+                const auto last = static_cast<uint8_t>(b.back());
+                const auto prev = static_cast<uint8_t>(b[b.size() - 2]);
+                if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
+                    b.pop_back();
+                else
+                    break;
+            }
+            longBytes(b);
+        }
+    }
+    void longBytes(std::string_view le)
+    {
+        if (le.size() < 256) {
+            op(0x8a);
+            out += static_cast<char>(le.size());
+        } else {
+            op(0x8b);
+            u32(static_cast<uint32_t>(le.size()));
+        }
+        out.append(le);
+    }
+    void floating(double d)
+    {
+        op('G');
+        uint64_t bits;
+        std::memcpy(&bits, &d, sizeof bits);
+        for (int i = 7; i >= 0; --i)
+            out += static_cast<char>((bits >> (8 * i)) & 0xff);
+    }
+    void str(std::string_view s)
+    {
+        op('X');
+        u32(static_cast<uint32_t>(s.size()));
+        out.append(s);
+    }
+    void global(const std::string& module, const std::string& name)
+    {
+        const std::string key = module + "\n" + name;
+        auto it = m_memo.find(key);
+        if (it != m_memo.end()) {
+            get(it->second);
+            return;
+        }
+        op('c');
+        out += key + "\n";
+        put(key);
+    }
+    void mark() { op('('); }
+    void tuple(size_t n)
+    {
+        if (n == 0)
+            op(')');
+        else if (n <= 3)
+            op(static_cast<uint8_t>(0x84 + n));
+        else
+            op('t');
+    }
+
+private:
+    void put(const std::string& key)
+    {
+        const uint32_t idx = m_next++;
+        m_memo.emplace(key, idx);
+        if (idx < 256) {
+            op('q');
+            out += static_cast<char>(idx);
+        } else {
+            op('r');
+            u32(idx);
+        }
+    }
+    void get(uint32_t idx)
+    {
+        if (idx < 256) {
+            op('h');
+            out += static_cast<char>(idx);
+        } else {
+            op('j');
+            u32(idx);
+        }
+    }
+    std::map<std::string, uint32_t> m_memo;
+    uint32_t m_next = 0;
+};
+
+std::string storageClassName(DType d)
+{
+    switch (d) {
+    case DType::Float64: return "DoubleStorage";
+    case DType::Float32: return "FloatStorage";
+    case DType::Float16: return "HalfStorage";
+    case DType::BFloat16: return "BFloat16Storage";
+    case DType::Int8: return "CharStorage";
+    case DType::Int16: return "ShortStorage";
+    case DType::Int32: return "IntStorage";
+    case DType::Int64: return "LongStorage";
+    case DType::UInt8: return "ByteStorage";
+    case DType::Bool: return "BoolStorage";
+    case DType::Complex32: return "ComplexHalfStorage";
+    case DType::Complex64: return "ComplexFloatStorage";
+    case DType::Complex128: return "ComplexDoubleStorage";
+    default: return {};
+    }
+}
+
+class TreePickler
+{
+public:
+    explicit TreePickler(const StateTree& tree, const std::string& where)
+        : m_tree(tree)
+        , m_where(where)
+    {
+    }
+
+    std::string run()
+    {
+        node(m_tree.root(), 0);
+        e.op('.');
+        return std::move(e.out);
+    }
+
+private:
+    [[noreturn]] void unsupported(const std::string& what) const
+    {
+        throw Error(ErrorKind::Unsupported, m_where,
+            "cannot write " + what + " into a file that torch.load(weights_only=True) accepts");
+    }
+
+    void node(size_t i, int depth)
+    {
+        if (depth > 400)
+            unsupported("a structure nested deeper than 400 levels");
+        const StateTree::Node& n = m_tree.node(i);
+        switch (n.kind) {
+        case StateTree::Kind::None: e.op('N'); return;
+        case StateTree::Kind::Value: value(n.value, depth); return;
+        case StateTree::Kind::Tensor: tensor(m_tree.tensors()[n.tensor], n.tensor); return;
+        case StateTree::Kind::Dict:
+            e.op('}');
+            for (size_t k = 0; k < n.children.size(); ++k) {
+                if (k % 1000 == 0)
+                    e.mark();
+                if (n.keyValues[k])
+                    value(n.keyValues[k], depth + 1);
+                else
+                    e.str(n.keys[k]);
+                node(n.children[k], depth + 1);
+                if (k % 1000 == 999 || k + 1 == n.children.size())
+                    e.op('u');
+            }
+            return;
+        case StateTree::Kind::List:
+            e.op(']');
+            for (size_t k = 0; k < n.children.size(); ++k) {
+                if (k % 1000 == 0)
+                    e.mark();
+                node(n.children[k], depth + 1);
+                if (k % 1000 == 999 || k + 1 == n.children.size())
+                    e.op('e');
+            }
+            return;
+        case StateTree::Kind::Tuple:
+            if (n.children.size() > 3)
+                e.mark();
+            for (size_t c : n.children)
+                node(c, depth + 1);
+            e.tuple(n.children.size());
+            return;
+        }
+    }
+
+    void value(const PyValue* v, int depth)
+    {
+        if (depth > 400)
+            unsupported("a value nested deeper than 400 levels");
+        switch (v->kind) {
+        case PyKind::None: e.op('N'); return;
+        case PyKind::Bool: e.op(v->boolean ? 0x88 : 0x89); return;
+        case PyKind::Int: e.integer(v->integer); return;
+        case PyKind::BigInt: e.longBytes(v->text); return;
+        case PyKind::Float: e.floating(v->real); return;
+        case PyKind::Str: e.str(v->text); return;
+        case PyKind::Bytes: {
+            // protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1")
+            std::string latin;
+            for (char c : v->text) {
+                const auto b = static_cast<uint8_t>(c);
+                if (b < 0x80) {
+                    latin += c;
+                } else {
+                    latin += static_cast<char>(0xc0 | (b >> 6));
+                    latin += static_cast<char>(0x80 | (b & 0x3f));
+                }
+            }
+            e.global("_codecs", "encode");
+            e.str(latin);
+            e.str("latin1");
+            e.tuple(2);
+            e.op('R');
+            return;
+        }
+        case PyKind::Dtype: e.global("torch", std::string(dtypeName(v->dtype))); return;
+        case PyKind::Tuple:
+            if (v->size() > 3)
+                e.mark();
+            for (const auto* c : v->items())
+                value(c, depth + 1);
+            e.tuple(v->size());
+            return;
+        case PyKind::List:
+            e.op(']');
+            if (v->size()) {
+                e.mark();
+                for (const auto* c : v->items())
+                    value(c, depth + 1);
+                e.op('e');
+            }
+            return;
+        case PyKind::Set:
+            e.global("builtins", "set");
+            e.op(']');
+            if (v->size()) {
+                e.mark();
+                for (const auto* c : v->items())
+                    value(c, depth + 1);
+                e.op('e');
+            }
+            e.tuple(1);
+            e.op('R');
+            return;
+        case PyKind::Dict:
+            e.op('}');
+            if (v->size()) {
+                e.mark();
+                for (size_t k = 0; k < v->size(); ++k) {
+                    value(v->dictKey(k), depth + 1);
+                    value(v->dictValue(k), depth + 1);
+                }
+                e.op('u');
+            }
+            return;
+        case PyKind::Object:
+            unsupported("an object of class '" + v->className() + "'");
+        case PyKind::Tensor:
+            unsupported("a tensor nested inside a plain value");
+        default: unsupported(std::string("a value of type ") + pyKindName(v->kind));
+        }
+    }
+
+    void tensor(const TensorToWrite& t, size_t index)
+    {
+        // storage k holds tensor k: records are written in tensor order, whatever order the pickle meets them in
+        const std::string key = std::to_string(index);
+        const std::string cls = storageClassName(t.dtype);
+        const bool v3 = cls.empty();
+        if (t.isParameter)
+            e.global("torch._utils", "_rebuild_parameter");
+        e.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
+        e.mark();
+        // persistent id ('storage', StorageClass, key, 'cpu', numel)
+        e.mark();
+        e.str("storage");
+        if (v3)
+            e.global("torch.storage", "UntypedStorage");
+        else
+            e.global("torch", cls);
+        e.str(key);
+        e.str("cpu");
+        const int64_t numel = t.numel();
+        e.integer(v3 ? numel * static_cast<int64_t>(dtypeSize(t.dtype)) : numel);
+        e.op('t');
+        e.op('Q');
+        e.integer(0); // storage offset
+        if (t.shape.size() > 3)
+            e.mark();
+        for (auto s : t.shape)
+            e.integer(s);
+        e.tuple(t.shape.size());
+        // contiguous strides as torch computes them (sizes of 0 count as 1)
+        std::vector<int64_t> strides(t.shape.size(), 1);
+        for (size_t d = t.shape.size(); d-- > 1;)
+            strides[d - 1] = strides[d] * std::max<int64_t>(t.shape[d], 1);
+        if (strides.size() > 3)
+            e.mark();
+        for (auto s : strides)
+            e.integer(s);
+        e.tuple(strides.size());
+        e.op(t.requiresGrad && !t.isParameter ? 0x88 : 0x89);
+        e.global("collections", "OrderedDict");
+        e.tuple(0);
+        e.op('R');
+        if (v3)
+            e.global("torch", std::string(dtypeName(t.dtype)));
+        e.op('t');
+        e.op('R');
+        if (t.isParameter) {
+            e.op(t.requiresGrad ? 0x88 : 0x89);
+            e.global("collections", "OrderedDict");
+            e.tuple(0);
+            e.op('R');
+            e.tuple(3);
+            e.op('R');
+        }
+    }
+
+    const StateTree& m_tree;
+    std::string m_where;
+    PickleEmitter e;
+};
+
+bool isAscii(const std::string& s)
+{
+    for (char c : s)
+        if (static_cast<unsigned char>(c) >= 0x80)
+            return false;
+    return true;
+}
+
+} // namespace
+
+std::string TorchSaveWriter::archivePrefix(const std::string& path)
+{
+    std::string stem = std::filesystem::path(path).filename().string();
+    const auto dot = stem.rfind('.');
+    if (dot != std::string::npos && dot > 0)
+        stem = stem.substr(0, dot);
+    if (stem.empty() || !isAscii(stem))
+        return "archive";
+    return stem;
+}
+
+WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path, const Progress& progress)
+{
+    // tensor types must be representable before anything is written
+    for (const auto& t : tree.tensors())
+        if (t.dtype == DType::Unknown || t.dtype == DType::QInt8 || t.dtype == DType::QUInt8 || t.dtype == DType::QInt32
+            || t.dtype == DType::QUInt4x2 || t.dtype == DType::QUInt2x4)
+            throw Error(ErrorKind::Unsupported, path,
+                std::string("cannot write a tensor of dtype ") + std::string(dtypeName(t.dtype)));
+    const std::string pickle = TreePickler(tree, path).run();
+    const std::string prefix = archivePrefix(path);
+
+    uint64_t total = 0;
+    for (const auto& t : tree.tensors())
+        total += static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
+
+    OutputFile out(path);
+    ZipWriter zip(out);
+    zip.addRecord(prefix + "/data.pkl", pickle.data(), pickle.size());
+    zip.addRecord(prefix + "/byteorder", "little", 6);
+    WriteStats stats;
+    uint64_t done = 0;
+    for (size_t k = 0; k < tree.tensors().size(); ++k) {
+        progress.checkCancelled();
+        const TensorToWrite& t = tree.tensors()[k];
+        const uint64_t want = static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
+        zip.beginRecord(prefix + "/data/" + std::to_string(k));
+        uint64_t got = 0;
+        if (want > 0) {
+            if (!t.produce)
+                throw Error(ErrorKind::Usage, path, "tensor " + std::to_string(k) + " has no data producer");
+            t.produce([&](const uint8_t* p, size_t n) {
+                if (got + n > want)
+                    throw Error(ErrorKind::Format, path, "tensor " + std::to_string(k) + " produced too many bytes");
+                zip.write(p, n);
+                got += n;
+                done += n;
+                progress(total ? double(done) / double(total) : 1.0, "writing");
+            });
+        }
+        if (got != want)
+            throw Error(ErrorKind::Format, path,
+                "tensor " + std::to_string(k) + " produced " + std::to_string(got) + " of " + std::to_string(want)
+                    + " bytes");
+        zip.endRecord();
+        ++stats.tensors;
+        stats.tensorBytes += got;
+    }
+    zip.addRecord(prefix + "/version", "3\n", 2);
+    zip.finish();
+    stats.fileBytes = out.position();
+    out.commit();
+    progress(1.0, "writing");
+    return stats;
+}
+
+} // namespace optscope
