@@ -61,4 +61,16 @@ void MappedFile::adviseSequential(uint64_t offset, uint64_t length) const
     ::madvise(p, end - start, MADV_WILLNEED);
 }
 
+void MappedFile::release(uint64_t offset, uint64_t length) const
+{
+    if (!m_data || offset >= m_size)
+        return;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    // only whole pages inside the range: neighbours may still be in use
+    const uint64_t start = (offset + page - 1) / page * page;
+    const uint64_t end = std::min(m_size, offset + length) / page * page;
+    if (end > start)
+        ::madvise(const_cast<uint8_t*>(m_data) + start, end - start, MADV_DONTNEED);
+}
+
 } // namespace optscope

@@ -144,8 +144,11 @@ void TensorAssembler::stream(const Sink& sink, const Progress& progress, const s
                 const auto& c = t.chunks[here[0]];
                 const ChunkData& d = data(here[0]);
                 const uint8_t* p = d.data() + static_cast<uint64_t>(r0 - c.offsets[0]) * rowBytes;
-                d.file->adviseSequential(static_cast<uint64_t>(p - d.file->data()), static_cast<uint64_t>(r1 - r0) * rowBytes);
-                emit(p, static_cast<size_t>(static_cast<uint64_t>(r1 - r0) * rowBytes));
+                const uint64_t fileOffset = static_cast<uint64_t>(p - d.file->data());
+                const uint64_t len = static_cast<uint64_t>(r1 - r0) * rowBytes;
+                d.file->adviseSequential(fileOffset, len);
+                emit(p, static_cast<size_t>(len));
+                d.file->release(fileOffset, len);
                 continue;
             }
             std::vector<int64_t> blockShape(shape);
@@ -168,8 +171,18 @@ void TensorAssembler::stream(const Sink& sink, const Progress& progress, const s
                     dstBegin[d] = c.offsets[d];
                     vol *= extent[d];
                 }
-                aten::copyBlock(data(i), srcBegin, extent, buffer.data(), blockShape, dstBegin);
+                const ChunkData& cd = data(i);
+                aten::copyBlock(cd, srcBegin, extent, buffer.data(), blockShape, dstBegin);
                 covered += vol;
+                if (cd.isContiguous()) {
+                    // the rows just copied are done with
+                    int64_t chunkRow = 1;
+                    for (size_t d = 1; d < ndim; ++d)
+                        chunkRow *= c.sizes[d];
+                    const uint64_t rb = static_cast<uint64_t>(chunkRow) * elem;
+                    cd.file->release(static_cast<uint64_t>(cd.data() - cd.file->data()) + static_cast<uint64_t>(srcBegin[0]) * rb,
+                        static_cast<uint64_t>(extent[0]) * rb);
+                }
             }
             const int64_t want = (r1 - r0) * rowElems;
             if (covered != want)

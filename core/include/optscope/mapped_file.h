@@ -26,6 +26,9 @@ public:
 
     /// hint that [offset, offset+length) will be read sequentially soon (madvise WILLNEED + SEQUENTIAL)
     void adviseSequential(uint64_t offset, uint64_t length) const;
+    /// drop the pages of [offset, offset+length) from this process (MADV_DONTNEED): they stay in the page cache, but
+    /// no longer count toward our resident memory; reading them again simply maps them back
+    void release(uint64_t offset, uint64_t length) const;
 
 private:
     MappedFile() = default;
