@@ -12,6 +12,7 @@ int runInspect(const std::vector<std::string>& argv);
 int runDevices(const std::vector<std::string>& argv);
 int runGather(const std::vector<std::string>& argv);
 int runCheck(const std::vector<std::string>& argv);
+int runReshard(const std::vector<std::string>& argv);
 
 std::string commandUsage(const std::string& name)
 {
@@ -56,6 +57,18 @@ const std::vector<Command>& commands()
             "  --no-data   metadata only: do not open the chunks themselves\n"
             "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
             runCheck},
+        {"reshard", "write a DCP checkpoint laid out for another world size",
+            "usage: optscope-cli reshard PATH --world-size M -o OUTDIR [--layout fsdp2|fsdp1] [--json]\n"
+            "\n"
+            "Writes a torch.distributed.checkpoint folder (.metadata + __<rank>_0.distcp) laid out for M ranks,\n"
+            "that torch.distributed.checkpoint.load reads on M ranks into get_state_dict of an FSDP2 model and\n"
+            "optimizer. Non-tensor entries (param_groups, extras) are carried over.\n"
+            "  --world-size M       target number of ranks\n"
+            "  -o, --output OUTDIR  new folder (must not exist, or be empty)\n"
+            "  --layout fsdp2       every tensor as DTensor Shard(0): torch.chunk on dim 0, empty trailing chunks\n"
+            "  --layout fsdp1       as FSDP1's SHARDED_STATE_DICT: no chunks for ranks past the last row\n"
+            "Exit status: 0 written, 2 error.\n",
+            runReshard},
         {"devices", "list the GPUs (CUDA, NCCL) available for gather/verify", "usage: optscope-cli devices [--json]\n",
             runDevices},
     };

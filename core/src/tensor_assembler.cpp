@@ -32,6 +32,70 @@ TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entr
 
 void TensorAssembler::stream(const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes)
 {
+    streamRows(0, m_entry.tensor.shape.empty() ? 1 : m_entry.tensor.shape[0], sink, progress, onBytes);
+}
+
+void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
+    const Progress& progress)
+{
+    const TensorEntry& t = m_entry.tensor;
+    const size_t ndim = t.shape.size();
+    const std::string where = m_checkpoint.path + ": '" + m_entry.key + "'";
+    if (offsets.size() != ndim || sizes.size() != ndim)
+        throw Error(ErrorKind::Usage, where, "box of the wrong rank");
+    bool wholeRows = true;
+    for (size_t d = 0; d < ndim; ++d) {
+        if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] + sizes[d] > t.shape[d])
+            throw Error(ErrorKind::Usage, where, "box " + shapeText(offsets) + "+" + shapeText(sizes) + " outside " + shapeText(t.shape));
+        if (d > 0 && (offsets[d] != 0 || sizes[d] != t.shape[d]))
+            wholeRows = false;
+    }
+    if (ndim == 0) {
+        stream(sink, progress);
+        return;
+    }
+    if (wholeRows) {
+        if (sizes[0] > 0)
+            streamRows(offsets[0], offsets[0] + sizes[0], sink, progress, {});
+        return;
+    }
+    // a general box: copy every intersecting chunk's part into one dense buffer
+    int64_t numel = 1;
+    for (auto s : sizes)
+        numel *= s;
+    if (numel == 0)
+        return;
+    std::vector<uint8_t> buffer(static_cast<size_t>(numel) * dtypeSize(t.dtype));
+    int64_t covered = 0;
+    for (const auto& c : t.chunks) {
+        if (c.numel() == 0)
+            continue;
+        std::vector<int64_t> srcBegin(ndim), extent(ndim), dstBegin(ndim);
+        int64_t vol = 1;
+        for (size_t d = 0; d < ndim; ++d) {
+            const int64_t lo = std::max(offsets[d], c.offsets[d]);
+            const int64_t hi = std::min(offsets[d] + sizes[d], c.offsets[d] + c.sizes[d]);
+            extent[d] = std::max<int64_t>(0, hi - lo);
+            srcBegin[d] = lo - c.offsets[d];
+            dstBegin[d] = lo - offsets[d];
+            vol *= extent[d];
+        }
+        if (vol == 0)
+            continue;
+        progress.checkCancelled();
+        aten::copyBlock(ChunkReader::resolve(m_checkpoint, m_entry, c), srcBegin, extent, buffer.data(), sizes, dstBegin);
+        covered += vol;
+    }
+    if (covered != numel)
+        throw Error(ErrorKind::Format, where,
+            std::string(covered < numel ? "chunks leave a gap" : "chunks overlap") + " in the box "
+                + shapeText(offsets) + "+" + shapeText(sizes));
+    sink(buffer.data(), buffer.size());
+}
+
+void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
+    const std::function<void(uint64_t)>& onBytes)
+{
     const TensorEntry& t = m_entry.tensor;
     const auto& shape = t.shape;
     const size_t ndim = shape.size();
@@ -96,11 +160,13 @@ void TensorAssembler::stream(const Sink& sink, const Progress& progress, const s
         return;
     }
 
-    // segments along dim 0: between consecutive chunk boundaries the set of chunks is constant
-    std::vector<int64_t> cuts {0, shape[0]};
+    // segments along dim 0 (within the requested rows): between consecutive chunk boundaries the set of chunks is
+    // constant
+    std::vector<int64_t> cuts {rowBegin, rowEnd};
     for (size_t i : live) {
-        cuts.push_back(t.chunks[i].offsets[0]);
-        cuts.push_back(t.chunks[i].offsets[0] + t.chunks[i].sizes[0]);
+        for (int64_t b : {t.chunks[i].offsets[0], t.chunks[i].offsets[0] + t.chunks[i].sizes[0]})
+            if (b > rowBegin && b < rowEnd)
+                cuts.push_back(b);
     }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());

@@ -3,6 +3,7 @@
 #include "optscope/error.h"
 #include "optscope/output_file.h"
 #include "optscope/zip_writer.h"
+#include "pickle_emitter.h"
 
 #include <cmath>
 #include <cstring>
@@ -112,127 +113,6 @@ void StateTree::setTensor(const KeyPath& path, TensorToWrite tensor)
 // ------------------------------------------------------------------------------------------------ pickling
 
 namespace {
-
-/// Protocol-2 pickle emission, the opcodes torch.save's pickler produces.
-class PickleEmitter
-{
-public:
-    std::string out;
-
-    PickleEmitter() { op(0x80), out += '\x02'; }
-    PickleEmitter& op(uint8_t code)
-    {
-        out += static_cast<char>(code);
-        return *this;
-    }
-    void u32(uint32_t v)
-    {
-        for (int i = 0; i < 4; ++i)
-            out += static_cast<char>((v >> (8 * i)) & 0xff);
-    }
-    void integer(int64_t v)
-    {
-        if (v >= 0 && v < 256) {
-            op('K');
-            out += static_cast<char>(v);
-        } else if (v >= 0 && v < 65536) {
-            op('M');
-            out += static_cast<char>(v & 0xff);
-            out += static_cast<char>(v >> 8);
-        } else if (v >= INT32_MIN && v <= INT32_MAX) {
-            op('J');
-            u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
-        } else {
-            // LONG1: minimal little-endian two's complement
-            std::string b;
-            uint64_t u = static_cast<uint64_t>(v);
-            for (int i = 0; i < 8; ++i)
-                b += static_cast<char>((u >> (8 * i)) & 0xff);
-            while (b.size() > 1) {
-                const auto last = static_cast<uint8_t>(b.back());
-                const auto prev = static_cast<uint8_t>(b[b.size() - 2]);
-                if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
-                    b.pop_back();
-                else
-                    break;
-            }
-            longBytes(b);
-        }
-    }
-    void longBytes(std::string_view le)
-    {
-        if (le.size() < 256) {
-            op(0x8a);
-            out += static_cast<char>(le.size());
-        } else {
-            op(0x8b);
-            u32(static_cast<uint32_t>(le.size()));
-        }
-        out.append(le);
-    }
-    void floating(double d)
-    {
-        op('G');
-        uint64_t bits;
-        std::memcpy(&bits, &d, sizeof bits);
-        for (int i = 7; i >= 0; --i)
-            out += static_cast<char>((bits >> (8 * i)) & 0xff);
-    }
-    void str(std::string_view s)
-    {
-        op('X');
-        u32(static_cast<uint32_t>(s.size()));
-        out.append(s);
-    }
-    void global(const std::string& module, const std::string& name)
-    {
-        const std::string key = module + "\n" + name;
-        auto it = m_memo.find(key);
-        if (it != m_memo.end()) {
-            get(it->second);
-            return;
-        }
-        op('c');
-        out += key + "\n";
-        put(key);
-    }
-    void mark() { op('('); }
-    void tuple(size_t n)
-    {
-        if (n == 0)
-            op(')');
-        else if (n <= 3)
-            op(static_cast<uint8_t>(0x84 + n));
-        else
-            op('t');
-    }
-
-private:
-    void put(const std::string& key)
-    {
-        const uint32_t idx = m_next++;
-        m_memo.emplace(key, idx);
-        if (idx < 256) {
-            op('q');
-            out += static_cast<char>(idx);
-        } else {
-            op('r');
-            u32(idx);
-        }
-    }
-    void get(uint32_t idx)
-    {
-        if (idx < 256) {
-            op('h');
-            out += static_cast<char>(idx);
-        } else {
-            op('j');
-            u32(idx);
-        }
-    }
-    std::map<std::string, uint32_t> m_memo;
-    uint32_t m_next = 0;
-};
 
 std::string storageClassName(DType d)
 {
@@ -480,23 +360,22 @@ std::string TorchSaveWriter::archivePrefix(const std::string& path)
     return stem;
 }
 
-WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path, const Progress& progress)
+WriteStats TorchSaveWriter::writeArchive(
+    const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress)
 {
     // tensor types must be representable before anything is written
     for (const auto& t : tree.tensors())
         if (t.dtype == DType::Unknown || t.dtype == DType::QInt8 || t.dtype == DType::QUInt8 || t.dtype == DType::QInt32
             || t.dtype == DType::QUInt4x2 || t.dtype == DType::QUInt2x4)
-            throw Error(ErrorKind::Unsupported, path,
+            throw Error(ErrorKind::Unsupported, out.path(),
                 std::string("cannot write a tensor of dtype ") + std::string(dtypeName(t.dtype)));
-    const std::string pickle = TreePickler(tree, path).run();
-    const std::string prefix = archivePrefix(path);
+    const std::string pickle = TreePickler(tree, out.path()).run();
 
     uint64_t total = 0;
     for (const auto& t : tree.tensors())
         total += static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
 
-    OutputFile out(path);
-    ZipWriter zip(out);
+    ZipWriter zip(out, 64, out.position());
     zip.addRecord(prefix + "/data.pkl", pickle.data(), pickle.size());
     zip.addRecord(prefix + "/byteorder", "little", 6);
     WriteStats stats;
@@ -509,10 +388,10 @@ WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path
         uint64_t got = 0;
         if (want > 0) {
             if (!t.produce)
-                throw Error(ErrorKind::Usage, path, "tensor " + std::to_string(k) + " has no data producer");
+                throw Error(ErrorKind::Usage, out.path(), "tensor " + std::to_string(k) + " has no data producer");
             t.produce([&](const uint8_t* p, size_t n) {
                 if (got + n > want)
-                    throw Error(ErrorKind::Format, path, "tensor " + std::to_string(k) + " produced too many bytes");
+                    throw Error(ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
                 zip.write(p, n);
                 got += n;
                 done += n;
@@ -520,7 +399,7 @@ WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path
             });
         }
         if (got != want)
-            throw Error(ErrorKind::Format, path,
+            throw Error(ErrorKind::Format, out.path(),
                 "tensor " + std::to_string(k) + " produced " + std::to_string(got) + " of " + std::to_string(want)
                     + " bytes");
         zip.endRecord();
@@ -529,7 +408,14 @@ WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path
     }
     zip.addRecord(prefix + "/version", "3\n", 2);
     zip.finish();
-    stats.fileBytes = out.position();
+    stats.fileBytes = zip.size();
+    return stats;
+}
+
+WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path, const Progress& progress)
+{
+    OutputFile out(path);
+    WriteStats stats = writeArchive(tree, out, archivePrefix(path), progress);
     out.commit();
     progress(1.0, "writing");
     return stats;

@@ -30,10 +30,16 @@ constexpr uint16_t kFlags = 0x0808; // data descriptor + UTF-8 names, as torch w
 
 } // namespace
 
-ZipWriter::ZipWriter(OutputFile& out, uint64_t alignment)
+ZipWriter::ZipWriter(OutputFile& out, uint64_t alignment, uint64_t base)
     : m_out(out)
     , m_alignment(alignment)
+    , m_base(base)
 {
+}
+
+uint64_t ZipWriter::size() const
+{
+    return m_out.position() - m_base;
 }
 
 void ZipWriter::beginRecord(const std::string& name)
@@ -44,7 +50,7 @@ void ZipWriter::beginRecord(const std::string& name)
         throw Error(ErrorKind::Usage, m_out.path(), "zip: record name too long");
     Record r;
     r.name = name;
-    r.localOffset = m_out.position();
+    r.localOffset = size();
     std::string h;
     put32(h, 0x04034b50);
     put16(h, 0); // version needed (torch writes 0)
@@ -124,7 +130,7 @@ void ZipWriter::addRecord(const std::string& name, const void* data, size_t size
 
 void ZipWriter::finish()
 {
-    const uint64_t cdOffset = m_out.position();
+    const uint64_t cdOffset = size();
     std::string cd;
     for (const auto& r : m_records) {
         const bool big = r.size >= k32 || r.localOffset >= k32;
@@ -167,9 +173,9 @@ void ZipWriter::finish()
         }
     }
     m_out.write(cd.data(), cd.size());
-    const uint64_t cdSize = m_out.position() - cdOffset;
+    const uint64_t cdSize = size() - cdOffset;
     const uint64_t count = m_records.size();
-    const uint64_t eocd64 = m_out.position();
+    const uint64_t eocd64 = size();
     std::string e;
     put32(e, 0x06064b50);
     put64(e, 44); // size of the rest of this record

@@ -101,7 +101,8 @@ def make(out):
         json.dump(names, f)
 
 
-def same(a, b, path, errors):
+def same(a, b, path, errors, ordered=True):
+    """a is the reference. ordered=False compares dict keys as sets (two torch APIs may order them differently)."""
     if type(a) is not type(b):
         errors.append(f"{path}: type {type(b).__name__} != reference {type(a).__name__}")
         return
@@ -114,17 +115,17 @@ def same(a, b, path, errors):
         elif a.requires_grad != b.requires_grad:
             errors.append(f"{path}: requires_grad differs")
     elif isinstance(a, dict):
-        if list(a.keys()) != list(b.keys()):
+        if (list(a.keys()) if ordered else set(a.keys())) != (list(b.keys()) if ordered else set(b.keys())):
             errors.append(f"{path}: keys {list(b.keys())[:8]} != reference {list(a.keys())[:8]}")
             return
         for k in a:
-            same(a[k], b[k], f"{path}.{k}", errors)
+            same(a[k], b[k], f"{path}.{k}", errors, ordered)
     elif isinstance(a, (list, tuple)):
         if len(a) != len(b):
             errors.append(f"{path}: length {len(b)} != reference {len(a)}")
             return
         for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{path}.{i}", errors)
+            same(x, y, f"{path}.{i}", errors, ordered)
     elif isinstance(a, float):
         if struct.pack("<d", a) != struct.pack("<d", b):
             errors.append(f"{path}: {b!r} != reference {a!r}")

@@ -24,8 +24,14 @@ public:
     TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes = 64u << 20);
     /// @p onBytes is called with the number of bytes produced so far (for progress across many tensors)
     void stream(const Sink& sink, const Progress& progress = {}, const std::function<void(uint64_t)>& onBytes = {});
+    /// Only the box [offsets, offsets + sizes) of the full tensor, as the dense row-major bytes of that box. A box of
+    /// whole rows (a dim-0 slice) streams like stream(); any other box is assembled in one buffer of its size.
+    void streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
+        const Progress& progress = {});
 
 private:
+    void streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
+        const std::function<void(uint64_t)>& onBytes);
     const Checkpoint& m_checkpoint;
     const Entry& m_entry;
     size_t m_maxBlock;

@@ -75,6 +75,8 @@ struct WriteStats
     uint64_t fileBytes = 0;
 };
 
+class OutputFile;
+
 class TorchSaveWriter
 {
 public:
@@ -82,6 +84,10 @@ public:
     /// weights_only loading cannot represent (inert objects of unknown classes), or when cancelled (the temporary
     /// is removed and @p path is left untouched).
     static WriteStats write(const StateTree& tree, const std::string& path, const Progress& progress = {});
+    /// Writes @p tree as a complete archive at the current position of @p out (a DCP .distcp item: offsets and
+    /// alignment relative to the archive's first byte), under @p prefix ("archive" for DCP).
+    static WriteStats writeArchive(const StateTree& tree, OutputFile& out, const std::string& prefix,
+        const Progress& progress = {});
     /// the archive prefix torch.save uses for @p path: its file name without the last extension
     static std::string archivePrefix(const std::string& path);
 };

@@ -18,7 +18,11 @@ namespace optscope {
 class ZipWriter
 {
 public:
-    explicit ZipWriter(OutputFile& out, uint64_t alignment = 64);
+    /// @p base: where the archive starts in the file (offsets and alignment are relative to it, as for an archive
+    /// embedded in a DCP .distcp file)
+    explicit ZipWriter(OutputFile& out, uint64_t alignment = 64, uint64_t base = 0);
+    /// bytes written since the archive's start
+    uint64_t size() const;
 
     void beginRecord(const std::string& name);
     void write(const void* data, size_t size);
@@ -38,6 +42,7 @@ private:
     };
     OutputFile& m_out;
     uint64_t m_alignment;
+    uint64_t m_base;
     std::vector<Record> m_records;
     bool m_open = false;
     uint64_t m_crcState = 0;

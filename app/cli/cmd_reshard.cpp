@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// optscope-cli reshard PATH --world-size M -o OUTDIR [--layout fsdp2|fsdp1] [--json]
+#include "cli_common.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/reshard.h"
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+namespace optscope::cli {
+
+int parseWorldSize(const Args& args)
+{
+    const auto w = args.value("--world-size");
+    if (!w)
+        throw UsageError("--world-size M is required");
+    try {
+        size_t used = 0;
+        const int m = std::stoi(*w, &used);
+        if (used != w->size() || m < 1 || m > 1 << 20)
+            throw UsageError("");
+        return m;
+    } catch (...) {
+        throw UsageError("--world-size needs a positive integer, got '" + *w + "'");
+    }
+}
+
+int runReshard(const std::vector<std::string>& argv)
+{
+    const Args args(argv,
+        {{"--world-size", true, "target world size M"}, {"--output", true, "output folder", "-o"},
+            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--json", false, "print a JSON summary"},
+            {"--help", false, "show this help", "-h"}});
+    if (args.has("--help")) {
+        std::cout << commandUsage("reshard");
+        return ExitOk;
+    }
+    if (args.positional().size() != 1)
+        throw UsageError("reshard takes exactly one PATH");
+    const auto out = args.value("--output");
+    if (!out || out->empty())
+        throw UsageError("reshard needs -o OUTDIR");
+    ReshardOptions options;
+    options.worldSize = parseWorldSize(args);
+    options.layout = shardingStyleFromName(args.value("--layout").value_or("fsdp2"));
+    const Progress progress = terminalProgress();
+    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    const DcpWriteStats s = reshardCheckpoint(*cp, *out, options, progress);
+    finishTerminalProgress();
+    if (args.has("--json")) {
+        nlohmann::ordered_json j {{"output", *out}, {"world_size", options.worldSize},
+            {"layout", options.layout == ShardingStyle::Fsdp2 ? "fsdp2" : "fsdp1"}, {"files", s.files},
+            {"tensor_items", s.tensorItems}, {"value_items", s.valueItems}, {"bytes", s.bytes}};
+        std::cout << j.dump(2) << std::endl;
+    } else {
+        std::cout << "wrote " << *out << " for " << options.worldSize << " ranks: " << s.files << " files, "
+                  << s.tensorItems << " tensor chunks, " << s.valueItems << " values (" << humanBytes(s.bytes) << ")\n";
+    }
+    return ExitOk;
+}
+
+} // namespace optscope::cli

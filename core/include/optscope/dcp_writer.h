@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Writes torch.distributed.checkpoint folders that torch.distributed.checkpoint.load reads (see dcp_reader.h for the
+// format): .metadata (a pickle of Metadata with TensorStorageMetadata / BytesStorageMetadata, planner_data paths
+// and storage_data locations) and one __<rank>_0.distcp per rank that stores anything, holding its items back to back,
+// each a complete torch.save archive (prefix "archive/", 64-byte alignment relative to the item). BYTE_IO values come
+// first in a file, then tensor chunks, as FileSystemWriter orders them.
+//
+// The folder is written under a temporary name next to the destination and renamed when complete.
+
+#include "optscope/checkpoint.h"
+#include "optscope/progress.h"
+#include "optscope/torch_save_writer.h"
+
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+struct DcpPlan
+{
+    struct Chunk
+    {
+        int rank = 0; ///< which __<rank>_0.distcp stores it
+        std::vector<int64_t> offsets;
+        std::vector<int64_t> sizes;
+        TensorProducer produce; ///< the chunk's bytes, row-major over sizes, little-endian
+    };
+    struct Tensor
+    {
+        KeyPath path; ///< key = joinKeyPath(path); path goes to planner_data
+        DType dtype = DType::Float32;
+        std::vector<int64_t> shape;
+        bool requiresGrad = false;
+        std::vector<Chunk> chunks;
+    };
+    struct Value
+    {
+        KeyPath path;
+        const PyValue* value = nullptr;
+        int rank = 0;
+    };
+    std::vector<Tensor> tensors;
+    std::vector<Value> values;
+    /// order of the keys in .metadata (and so of the nesting a loader rebuilds): (is tensor, index); empty = tensors,
+    /// then values
+    std::vector<std::pair<bool, size_t>> order;
+};
+
+struct DcpWriteStats
+{
+    size_t files = 0;
+    size_t tensorItems = 0;
+    size_t valueItems = 0;
+    uint64_t bytes = 0;
+};
+
+/// Writes @p plan as a DCP folder at @p outDir, which must not exist yet (or be an empty directory).
+DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress = {});
+
+} // namespace optscope

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+#include "optscope/dcp_writer.h"
+#include "optscope/flat_param_layout.h"
+#include "optscope/progress.h"
+
+#include <string>
+
+namespace optscope {
+
+struct ReshardOptions
+{
+    int worldSize = 1;
+    /// Fsdp2: every tensor of rank >= 1 as DTensor Shard(0) over all ranks (torch.chunk, empty trailing chunks);
+    /// Fsdp1: as FSDP1's SHARDED_STATE_DICT (ShardedTensor chunks, none for ranks past the last non-empty chunk).
+    /// 0-dim tensors (step) are one chunk on rank 0; values are BYTE_IO items in rank 0's file.
+    ShardingStyle layout = ShardingStyle::Fsdp2;
+};
+
+/// "fsdp2" / "fsdp1"; throws Error(Usage) otherwise
+ShardingStyle shardingStyleFromName(const std::string& name);
+
+/// The DCP items of @p checkpoint laid out for options.worldSize ranks; chunk producers read the source lazily.
+/// Throws Error if a tensor's chunks do not tile it, a value is unreadable, or the checkpoint is not a state dict.
+DcpPlan planReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
+
+/// Writes @p checkpoint as a DCP folder for options.worldSize ranks at @p outDir (temporary name, then rename).
+DcpWriteStats reshardCheckpoint(const Checkpoint& checkpoint, const std::string& outDir, const ReshardOptions& options,
+    const Progress& progress = {});
+
+} // namespace optscope

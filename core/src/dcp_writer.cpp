@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/dcp_writer.h"
+#include "optscope/error.h"
+#include "optscope/output_file.h"
+#include "pickle_emitter.h"
+
+#include <filesystem>
+#include <map>
+#include <random>
+
+namespace fs = std::filesystem;
+
+namespace optscope {
+
+namespace {
+
+struct ItemLocation
+{
+    std::string fqn;
+    bool hasOffsets = false;
+    std::vector<int64_t> offsets;
+    int index = 0; ///< MetadataIndex.index hint: the chunk's position in its TensorStorageMetadata
+    std::string file;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+};
+
+const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
+
+class MetadataPickler
+{
+public:
+    std::string run(const DcpPlan& plan, const std::vector<ItemLocation>& items)
+    {
+        e.global(kMetadataModule, "Metadata");
+        e.tuple(0);
+        e.op(0x81); // NEWOBJ
+        e.op('}');
+        e.mark();
+        e.str("state_dict_metadata");
+        stateDictMetadata(plan);
+        e.str("planner_data");
+        plannerData(plan);
+        e.str("storage_data");
+        storageData(items);
+        e.str("storage_meta");
+        e.op('N');
+        e.op('u'); // SETITEMS
+        e.op('b'); // BUILD
+        e.op('.');
+        return std::move(e.out);
+    }
+
+private:
+    void size(const std::vector<int64_t>& v)
+    {
+        e.global("torch", "Size");
+        if (v.size() > 3)
+            e.mark();
+        for (auto x : v)
+            e.integer(x);
+        e.tuple(v.size());
+        e.tuple(1);
+        e.op('R');
+    }
+    void dataclass(const char* module, const char* name)
+    {
+        e.global(module, name);
+        e.tuple(0);
+        e.op(0x81);
+    }
+    static std::vector<std::pair<bool, size_t>> orderOf(const DcpPlan& plan)
+    {
+        if (!plan.order.empty())
+            return plan.order;
+        std::vector<std::pair<bool, size_t>> o;
+        for (size_t i = 0; i < plan.tensors.size(); ++i)
+            o.push_back({true, i});
+        for (size_t i = 0; i < plan.values.size(); ++i)
+            o.push_back({false, i});
+        return o;
+    }
+    void tensorMetadata(const DcpPlan::Tensor& t)
+    {
+        dataclass(kMetadataModule, "TensorStorageMetadata");
+        e.op('}');
+        e.mark();
+        e.str("properties");
+        dataclass(kMetadataModule, "TensorProperties");
+        // __setstate__((dtype, layout, requires_grad, memory_format encoding, pin_memory))
+        e.mark();
+        e.global("torch", std::string(dtypeName(t.dtype)));
+        e.global("torch.serialization", "_get_layout");
+        e.str("torch.strided");
+        e.tuple(1);
+        e.op('R');
+        e.op(t.requiresGrad ? 0x88 : 0x89);
+        e.global(kMetadataModule, "_MEM_FORMAT_ENCODING");
+        e.integer(0); // TORCH_CONTIGUOUS_FORMAT
+        e.tuple(1);
+        e.op('R');
+        e.op(0x89);
+        e.op('t');
+        e.op('b');
+        e.str("size");
+        size(t.shape);
+        e.str("chunks");
+        e.op(']');
+        if (!t.chunks.empty()) {
+            e.mark();
+            for (const auto& c : t.chunks) {
+                dataclass(kMetadataModule, "ChunkStorageMetadata");
+                e.op('}');
+                e.mark();
+                e.str("offsets");
+                size(c.offsets);
+                e.str("sizes");
+                size(c.sizes);
+                e.op('u');
+                e.op('b');
+            }
+            e.op('e');
+        }
+        e.op('u');
+        e.op('b');
+    }
+    void stateDictMetadata(const DcpPlan& plan)
+    {
+        e.op('}');
+        const auto order = orderOf(plan);
+        if (order.empty())
+            return;
+        e.mark();
+        for (const auto& [isTensor, i] : order) {
+            if (isTensor) {
+                e.str(joinKeyPath(plan.tensors[i].path));
+                tensorMetadata(plan.tensors[i]);
+            } else {
+                e.str(joinKeyPath(plan.values[i].path));
+                dataclass(kMetadataModule, "BytesStorageMetadata");
+            }
+        }
+        e.op('u');
+    }
+    void plannerData(const DcpPlan& plan)
+    {
+        e.op('}');
+        const auto order = orderOf(plan);
+        if (order.empty())
+            return;
+        e.mark();
+        for (const auto& [isTensor, i] : order) {
+            const KeyPath& path = isTensor ? plan.tensors[i].path : plan.values[i].path;
+            e.str(joinKeyPath(path));
+            if (path.size() > 3)
+                e.mark();
+            for (const auto& p : path) {
+                if (p.isIndex())
+                    e.integer(p.index);
+                else
+                    e.str(p.key);
+            }
+            e.tuple(path.size());
+        }
+        e.op('u');
+    }
+    void storageData(const std::vector<ItemLocation>& items)
+    {
+        e.op('}');
+        if (items.empty())
+            return;
+        e.mark();
+        for (const auto& it : items) {
+            dataclass(kMetadataModule, "MetadataIndex");
+            e.op('}');
+            e.mark();
+            e.str("fqn");
+            e.str(it.fqn);
+            if (it.hasOffsets) {
+                e.str("offset");
+                size(it.offsets);
+            }
+            e.str("index");
+            e.integer(it.index);
+            e.op('u');
+            e.op('b');
+            dataclass("torch.distributed.checkpoint.filesystem", "_StorageInfo");
+            e.op('}');
+            e.mark();
+            e.str("relative_path");
+            e.str(it.file);
+            e.str("offset");
+            e.integer(static_cast<int64_t>(it.offset));
+            e.str("length");
+            e.integer(static_cast<int64_t>(it.length));
+            e.op('u');
+            e.op('b');
+        }
+        e.op('u');
+    }
+
+    PickleEmitter e;
+};
+
+/// removes a half-written temporary folder unless committed
+class TempDir
+{
+public:
+    explicit TempDir(const std::string& dest)
+    {
+        std::random_device rd;
+        const fs::path d(dest);
+        path = (d.has_parent_path() ? d.parent_path() : fs::path(".")) / ("." + d.filename().string() + ".tmp-" + std::to_string(rd()));
+        std::error_code ec;
+        fs::create_directories(path, ec);
+        if (ec)
+            throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
+    }
+    ~TempDir()
+    {
+        if (!committed) {
+            std::error_code ec;
+            fs::remove_all(path, ec);
+        }
+    }
+    fs::path path;
+    bool committed = false;
+};
+
+} // namespace
+
+DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress)
+{
+    std::error_code ec;
+    if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec)))
+        throw Error(ErrorKind::Io, outDir, "already exists and is not an empty folder; choose a new output folder");
+    TempDir tmp(outDir);
+
+    // which items go to which rank's file, in FileSystemWriter's order: values first, then tensor chunks
+    std::map<int, std::vector<std::pair<const DcpPlan::Value*, std::pair<const DcpPlan::Tensor*, size_t>>>> byRank;
+    for (const auto& v : plan.values)
+        byRank[v.rank].push_back({&v, {nullptr, 0}});
+    for (const auto& t : plan.tensors)
+        for (size_t c = 0; c < t.chunks.size(); ++c)
+            byRank[t.chunks[c].rank].push_back({nullptr, {&t, c}});
+
+    uint64_t totalBytes = 0, doneBytes = 0;
+    for (const auto& t : plan.tensors)
+        for (const auto& c : t.chunks) {
+            uint64_t n = dtypeSize(t.dtype);
+            for (auto s : c.sizes)
+                n *= static_cast<uint64_t>(s);
+            totalBytes += n;
+        }
+
+    std::vector<ItemLocation> items;
+    DcpWriteStats stats;
+    for (const auto& [rank, list] : byRank) {
+        const std::string name = "__" + std::to_string(rank) + "_0.distcp";
+        OutputFile out((tmp.path / name).string());
+        for (const auto& [value, tensorChunk] : list) {
+            progress.checkCancelled();
+            ItemLocation loc;
+            loc.file = name;
+            loc.offset = out.position();
+            StateTree tree;
+            if (value) {
+                loc.fqn = joinKeyPath(value->path);
+                tree.setValue({}, value->value);
+                ++stats.valueItems;
+            } else {
+                const auto& [t, c] = tensorChunk;
+                const DcpPlan::Chunk& chunk = t->chunks[c];
+                loc.fqn = joinKeyPath(t->path);
+                loc.hasOffsets = true;
+                loc.offsets = chunk.offsets;
+                loc.index = static_cast<int>(c);
+                TensorToWrite w;
+                w.dtype = t->dtype;
+                w.shape = chunk.sizes;
+                w.produce = chunk.produce;
+                tree.setTensor({}, std::move(w));
+                ++stats.tensorItems;
+            }
+            Progress inner;
+            inner.cancelled = progress.cancelled;
+            const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", inner);
+            doneBytes += ws.tensorBytes;
+            progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "writing shards");
+            loc.length = out.position() - loc.offset;
+            items.push_back(std::move(loc));
+        }
+        stats.bytes += out.position();
+        out.commit();
+        ++stats.files;
+    }
+
+    MetadataPickler pickler;
+    const std::string meta = pickler.run(plan, items);
+    OutputFile metaFile((tmp.path / ".metadata").string());
+    metaFile.write(meta.data(), meta.size());
+    metaFile.commit();
+    stats.bytes += meta.size();
+
+    if (fs::exists(outDir, ec))
+        fs::remove(outDir, ec); // the empty destination folder
+    fs::rename(tmp.path, outDir, ec);
+    if (ec)
+        throw Error(ErrorKind::Io, outDir, "cannot rename the finished temporary folder into place: " + ec.message());
+    tmp.committed = true;
+    progress(1.0, "writing shards");
+    return stats;
+}
+
+} // namespace optscope

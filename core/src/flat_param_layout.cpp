@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/flat_param_layout.h"
+#include "optscope/error.h"
+
+#include <algorithm>
+
+namespace optscope {
+
+FlatParamLayout FlatParamLayout::compute(
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& params, int worldSize, int64_t alignedNumel)
+{
+    if (worldSize < 1)
+        throw Error(ErrorKind::Usage, {}, "world size must be at least 1");
+    if (alignedNumel < 0)
+        throw Error(ErrorKind::Usage, {}, "alignment must not be negative");
+    FlatParamLayout L;
+    L.worldSize = worldSize;
+    L.alignedNumel = alignedNumel;
+    int64_t total = 0;
+    auto pad = [&](int64_t n) {
+        L.segments.push_back({true, -1, total, n});
+        total += n;
+    };
+    for (const auto& [fqn, shape] : params) {
+        if (alignedNumel > 0) {
+            const int64_t toPad = alignedNumel - total % alignedNumel;
+            if (toPad > 0 && toPad < alignedNumel)
+                pad(toPad);
+        }
+        Member m;
+        m.fqn = fqn;
+        m.shape = shape;
+        m.numel = 1;
+        for (auto s : shape)
+            m.numel *= s;
+        m.offset = total;
+        L.segments.push_back({false, static_cast<int>(L.members.size()), total, m.numel});
+        total += m.numel;
+        L.members.push_back(std::move(m));
+    }
+    if (alignedNumel > 0) {
+        const int64_t toPad = worldSize - total % worldSize;
+        if (toPad > 0 && toPad < worldSize)
+            pad(toPad);
+    }
+    L.unpaddedNumel = total;
+    L.shardNumel = (total + worldSize - 1) / worldSize;
+    return L;
+}
+
+int64_t FlatParamLayout::rankPadding(int rank) const
+{
+    const int64_t start = std::min(unpaddedNumel, rankStart(rank));
+    const int64_t end = std::min(unpaddedNumel, rankStart(rank) + shardNumel);
+    return shardNumel - (end - start);
+}
+
+std::vector<FlatParamLayout::ShardParamInfo> FlatParamLayout::shardParamInfos(int rank) const
+{
+    // as FlatParamHandle.shard -> _get_shard_metadata: the rank's interval is [start, end] inclusive in the padded
+    // unsharded flat parameter
+    const int64_t start = rankStart(rank);
+    const int64_t end = start + shardNumel - 1;
+    std::vector<ShardParamInfo> out;
+    for (const auto& seg : segments) {
+        if (seg.padding)
+            continue;
+        ShardParamInfo info;
+        const int64_t pStart = seg.offset;
+        const int64_t pEnd = seg.offset + seg.numel - 1;
+        if (start <= pEnd && end >= pStart && seg.numel > 0) {
+            info.inShard = true;
+            if (start <= pStart) {
+                info.intraStart = 0;
+                info.offsetInShard = pStart - start;
+            } else {
+                info.intraStart = start - pStart;
+                info.offsetInShard = 0;
+            }
+            info.intraEnd = std::min(pEnd, end) - pStart;
+            info.numelInShard = info.intraEnd - info.intraStart + 1;
+        }
+        out.push_back(info);
+    }
+    return out;
+}
+
+Dim0Chunk chunkDim0(int64_t n, int world, int rank, ShardingStyle style)
+{
+    Dim0Chunk c;
+    const int64_t full = world > 0 ? (n + world - 1) / world : n;
+    const int64_t start = full * rank;
+    if (style == ShardingStyle::Fsdp1) {
+        // torch.chunk returns only the non-empty pieces: ranks past them hold nothing (n == 0: one empty chunk)
+        if (start >= n && !(n == 0 && rank == 0)) {
+            c.exists = false;
+            c.offset = n;
+            c.size = 0;
+            return c;
+        }
+    }
+    c.offset = std::min(n, start);
+    c.size = std::max<int64_t>(0, std::min(n, start + full) - c.offset);
+    return c;
+}
+
+} // namespace optscope

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Internal: pickle protocol-2 emission, the opcodes torch.save's pickler produces (and pickle.load reads).
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace optscope {
+
+/// Protocol-2 pickle emission, the opcodes torch.save's pickler produces.
+class PickleEmitter
+{
+public:
+    std::string out;
+
+    PickleEmitter() { op(0x80), out += '\x02'; }
+    PickleEmitter& op(uint8_t code)
+    {
+        out += static_cast<char>(code);
+        return *this;
+    }
+    void u32(uint32_t v)
+    {
+        for (int i = 0; i < 4; ++i)
+            out += static_cast<char>((v >> (8 * i)) & 0xff);
+    }
+    void integer(int64_t v)
+    {
+        if (v >= 0 && v < 256) {
+            op('K');
+            out += static_cast<char>(v);
+        } else if (v >= 0 && v < 65536) {
+            op('M');
+            out += static_cast<char>(v & 0xff);
+            out += static_cast<char>(v >> 8);
+        } else if (v >= INT32_MIN && v <= INT32_MAX) {
+            op('J');
+            u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
+        } else {
+            // LONG1: minimal little-endian two's complement
+            std::string b;
+            uint64_t u = static_cast<uint64_t>(v);
+            for (int i = 0; i < 8; ++i)
+                b += static_cast<char>((u >> (8 * i)) & 0xff);
+            while (b.size() > 1) {
+                const auto last = static_cast<uint8_t>(b.back());
+                const auto prev = static_cast<uint8_t>(b[b.size() - 2]);
+                if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
+                    b.pop_back();
+                else
+                    break;
+            }
+            longBytes(b);
+        }
+    }
+    void longBytes(std::string_view le)
+    {
+        if (le.size() < 256) {
+            op(0x8a);
+            out += static_cast<char>(le.size());
+        } else {
+            op(0x8b);
+            u32(static_cast<uint32_t>(le.size()));
+        }
+        out.append(le);
+    }
+    void floating(double d)
+    {
+        op('G');
+        uint64_t bits;
+        std::memcpy(&bits, &d, sizeof bits);
+        for (int i = 7; i >= 0; --i)
+            out += static_cast<char>((bits >> (8 * i)) & 0xff);
+    }
+    void str(std::string_view s)
+    {
+        op('X');
+        u32(static_cast<uint32_t>(s.size()));
+        out.append(s);
+    }
+    void global(const std::string& module, const std::string& name)
+    {
+        const std::string key = module + "\n" + name;
+        auto it = m_memo.find(key);
+        if (it != m_memo.end()) {
+            get(it->second);
+            return;
+        }
+        op('c');
+        out += key + "\n";
+        put(key);
+    }
+    void mark() { op('('); }
+    void tuple(size_t n)
+    {
+        if (n == 0)
+            op(')');
+        else if (n <= 3)
+            op(static_cast<uint8_t>(0x84 + n));
+        else
+            op('t');
+    }
+
+private:
+    void put(const std::string& key)
+    {
+        const uint32_t idx = m_next++;
+        m_memo.emplace(key, idx);
+        if (idx < 256) {
+            op('q');
+            out += static_cast<char>(idx);
+        } else {
+            op('r');
+            u32(idx);
+        }
+    }
+    void get(uint32_t idx)
+    {
+        if (idx < 256) {
+            op('h');
+            out += static_cast<char>(idx);
+        } else {
+            op('j');
+            u32(idx);
+        }
+    }
+    std::map<std::string, uint32_t> m_memo;
+    uint32_t m_next = 0;
+};
+
+
+} // namespace optscope

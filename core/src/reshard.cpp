@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/reshard.h"
+#include "optscope/error.h"
+#include "optscope/shard_layout.h"
+#include "optscope/tensor_assembler.h"
+
+namespace optscope {
+
+ShardingStyle shardingStyleFromName(const std::string& name)
+{
+    if (name == "fsdp2" || name == "dtensor")
+        return ShardingStyle::Fsdp2;
+    if (name == "fsdp1")
+        return ShardingStyle::Fsdp1;
+    throw Error(ErrorKind::Usage, {}, "unknown layout '" + name + "' (expected fsdp2 or fsdp1)");
+}
+
+DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
+{
+    if (options.worldSize < 1)
+        throw Error(ErrorKind::Usage, cp.path, "--world-size must be at least 1");
+    DcpPlan plan;
+    for (const Entry& e : cp.entries) {
+        if (e.path.empty() || e.path.front().isIndex())
+            throw Error(ErrorKind::Format, cp.path,
+                "is not a state dict (its top level is not a mapping); DCP can only store mappings");
+        if (!e.isTensor()) {
+            if (!e.error.empty())
+                throw Error(ErrorKind::Format, cp.path, "cannot reshard '" + e.key + "': " + e.error);
+            plan.order.push_back({false, plan.values.size()});
+            plan.values.push_back({e.path, e.value, 0});
+            continue;
+        }
+        const TensorEntry& t = e.tensor;
+        if (!ShardLayout::of(t).complete())
+            throw Error(ErrorKind::Format, cp.path,
+                "cannot reshard '" + e.key + "': its chunks do not tile the tensor (run `optscope-cli check`)");
+        DcpPlan::Tensor pt;
+        pt.path = e.path;
+        pt.dtype = t.dtype;
+        pt.shape = t.shape;
+        const Entry* entry = &e;
+        auto producer = [&cp, entry](std::vector<int64_t> offsets, std::vector<int64_t> sizes) {
+            return [&cp, entry, offsets, sizes](const ByteSink& sink) {
+                TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink);
+            };
+        };
+        if (t.shape.empty()) {
+            pt.chunks.push_back({0, {}, {}, producer({}, {})});
+        } else {
+            for (int r = 0; r < options.worldSize; ++r) {
+                const Dim0Chunk c = chunkDim0(t.shape[0], options.worldSize, r, options.layout);
+                if (!c.exists)
+                    continue;
+                std::vector<int64_t> offsets(t.shape.size(), 0), sizes(t.shape);
+                offsets[0] = c.offset;
+                sizes[0] = c.size;
+                pt.chunks.push_back({r, offsets, sizes, producer(offsets, sizes)});
+            }
+        }
+        plan.order.push_back({true, plan.tensors.size()});
+        plan.tensors.push_back(std::move(pt));
+    }
+    if (plan.tensors.empty() && plan.values.empty())
+        throw Error(ErrorKind::Format, cp.path, "has no entries to reshard");
+    return plan;
+}
+
+DcpWriteStats reshardCheckpoint(const Checkpoint& cp, const std::string& outDir, const ReshardOptions& options,
+    const Progress& progress)
+{
+    return writeDcp(planReshard(cp, options), outDir, progress);
+}
+
+} // namespace optscope

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Interop for `optscope-cli reshard`: real PyTorch loads our resharded DCP into FSDP2 on M ranks.
+
+    torch-python reshard_interop.py make OUTDIR        a 3-rank FSDP2 AdamW checkpoint (OUTDIR/src) and its full
+                                                       state as PyTorch gathers it (OUTDIR/src.ref.pt)
+    (optscope-cli reshard OUTDIR/src --world-size M -o OUTDIR/rs_M)
+    torch-python reshard_interop.py load OUTDIR M      M ranks: fresh FSDP2 model + optimizer, get_state_dict,
+                                                       dcp.load from rs_M, set_state_dict, then the full state
+                                                       (full_state_dict=True) must equal src.ref.pt bit for bit
+"""
+import os
+import random
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fixtures import Net, fake_steps, spawn  # noqa: E402
+from gather_interop import same  # noqa: E402
+
+
+def _setup(rank, world, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def _model_and_optimizer(seed):
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(seed)
+    model = Net()
+    for b in model.blocks:
+        fully_shard(b)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.02)
+    return model, opt
+
+
+def _make_worker(rank, world, port, out, seed):
+    _setup(rank, world, port)
+    model, opt = _model_and_optimizer(seed)
+    fake_steps(model, opt, steps=3, seed=seed)
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(out, "src"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _load_worker(rank, world, port, out, m):
+    _setup(rank, world, port)
+    # a different seed: every value must come from the checkpoint
+    model, opt = _model_and_optimizer(seed=999)
+    fake_steps(model, opt, steps=1, seed=999)  # optimizer state exists, with other values
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=os.path.join(out, f"rs_{m}"))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    full_msd, full_osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        torch.save({"model": full_msd, "optim": full_osd}, os.path.join(out, f"rs_{m}.loaded.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def make(out):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    os.makedirs(out, exist_ok=True)
+    seed = random.SystemRandom().randint(0, 10**6)
+    print("seed", seed)
+    spawn(_make_worker, 3, out, seed)
+    dcp_to_torch_save(os.path.join(out, "src"), os.path.join(out, "src.ref.pt"))
+
+
+def load(out, m):
+    spawn(_load_worker, m, out, m)
+    ref = torch.load(os.path.join(out, "src.ref.pt"), weights_only=True)
+    got = torch.load(os.path.join(out, f"rs_{m}.loaded.pt"), weights_only=True)
+    errors = []
+    same(ref, got, f"M={m}", errors, ordered=False)
+    print(f"FSDP2 on {m} ranks loaded the reshard: {'equal to the source' if not errors else 'DIFFERENT'}")
+    for e in errors[:20]:
+        print("   ", e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2])
+    else:
+        sys.exit(load(sys.argv[2], int(sys.argv[3])))
