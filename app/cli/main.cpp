@@ -13,6 +13,8 @@ int runDevices(const std::vector<std::string>& argv);
 int runGather(const std::vector<std::string>& argv);
 int runCheck(const std::vector<std::string>& argv);
 int runReshard(const std::vector<std::string>& argv);
+int runVerify(const std::vector<std::string>& argv);
+int runUnflatten(const std::vector<std::string>& argv);
 
 std::string commandUsage(const std::string& name)
 {
@@ -57,6 +59,19 @@ const std::vector<Command>& commands()
             "  --no-data   metadata only: do not open the chunks themselves\n"
             "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
             runCheck},
+        {"unflatten", "turn raw FSDP1 flat-parameter optimizer files into FQN-keyed full state",
+            "usage: optscope-cli unflatten RANK_FILE... --model MODEL [--units PREFIX,...] -o OUT.pt [--json]\n"
+            "\n"
+            "RANK_FILEs are torch.save files of optimizer.state_dict() of an FSDP1 model (use_orig_params=False),\n"
+            "one per rank (ordered by the numbers in their names). The output equals what\n"
+            "get_state_dict(..., full_state_dict=True) gives, keeping the input's nesting ({\"optim\": osd} in,\n"
+            "{\"optim\": {\"state\": {fqn: ...}, \"param_groups\": [... \"params\": [fqn, ...]]}} out).\n"
+            "  --model MODEL     any checkpoint holding the model's parameters: FQNs, shapes and order (for example\n"
+            "                    the FSDP1 DCP checkpoint; its optimizer's param_groups give the exact order)\n"
+            "  --units P1,P2     the FSDP-wrapped module prefixes (default: one unit, the root)\n"
+            "  -o, --output OUT  output torch.save file\n"
+            "Exit status: 0 written, 2 error (the error says which flat parameter does not match the model).\n",
+            runUnflatten},
         {"reshard", "write a DCP checkpoint laid out for another world size",
             "usage: optscope-cli reshard PATH --world-size M -o OUTDIR [--layout fsdp2|fsdp1] [--json]\n"
             "\n"
@@ -69,6 +84,21 @@ const std::vector<Command>& commands()
             "  --layout fsdp1       as FSDP1's SHARDED_STATE_DICT: no chunks for ranks past the last row\n"
             "Exit status: 0 written, 2 error.\n",
             runReshard},
+        {"verify", "reshard to M ranks, load each rank's shard, gather back, compare bit for bit",
+            "usage: optscope-cli verify PATH [--world-size M] [--device cpu|cuda] [--keep DIR] [--json]\n"
+            "       optscope-cli verify PATH --against RESHARDED [--json]\n"
+            "\n"
+            "Verify by load, offline: gathers PATH, reshards it to M ranks (FSDP2 Shard(0), written to disk),\n"
+            "loads each rank's shard from those files as that rank would (on the local GPUs with --device cuda:\n"
+            "one rank per GPU when there are enough, else several per GPU; NCCL all-gathers them back), gathers\n"
+            "again and compares bit for bit with the source. The report lists, per key and per rank, what differs.\n"
+            "  --world-size M  ranks to reshard to (default: the source's number of ranks)\n"
+            "  --device        cpu (default) or cuda\n"
+            "  --keep DIR      keep the resharded checkpoint in DIR (a new folder)\n"
+            "  --against B     compare PATH with B, a resharded copy made by any tool (PyTorch itself, say),\n"
+            "                  per key and per chunk of B\n"
+            "Exit status: 0 bit-identical, 1 not, 2 error.\n",
+            runVerify},
         {"devices", "list the GPUs (CUDA, NCCL) available for gather/verify", "usage: optscope-cli devices [--json]\n",
             runDevices},
     };

@@ -41,4 +41,18 @@ void assembleTensor(const TensorAssembly& assembly, const std::function<void(con
 /// "cuda:0" or "cuda:0-3 + NCCL 2.x", or throws when no GPU can be used
 std::string describeAssembler(int maxGpus = 0);
 
+/// One rank's loaded shard, dense bytes in host memory (at most shardBytes; shorter shards are zero-padded).
+struct HostShard
+{
+    const void* data = nullptr;
+    size_t bytes = 0;
+};
+
+/// Verify-by-load's "load on the GPUs and all-gather back": rank r's shard goes to GPU r / ceil(ranks / gpus) (one
+/// rank per GPU when there are enough GPUs, else consecutive ranks share one), padded to @p shardBytes; NCCL
+/// all-gathers the padded shards so that every GPU holds all of them in rank order, and GPU 0's copy is streamed to
+/// @p sink: rank r's padded shard occupies bytes [r * shardBytes, (r + 1) * shardBytes). One GPU needs no NCCL.
+void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
+    const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus = 0);
+
 } // namespace optscope::cuda

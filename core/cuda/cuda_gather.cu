@@ -26,6 +26,7 @@ struct Nccl
     ncclResult_t (*commInitAll)(ncclComm_t*, int, const int*) = nullptr;
     ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
     ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
+    ncclResult_t (*allGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) = nullptr;
     ncclResult_t (*groupStart)() = nullptr;
     ncclResult_t (*groupEnd)() = nullptr;
     const char* (*errorString)(ncclResult_t) = nullptr;
@@ -43,10 +44,12 @@ struct Nccl
             x.commInitAll = reinterpret_cast<decltype(x.commInitAll)>(dlsym(lib, "ncclCommInitAll"));
             x.commDestroy = reinterpret_cast<decltype(x.commDestroy)>(dlsym(lib, "ncclCommDestroy"));
             x.broadcast = reinterpret_cast<decltype(x.broadcast)>(dlsym(lib, "ncclBroadcast"));
+            x.allGather = reinterpret_cast<decltype(x.allGather)>(dlsym(lib, "ncclAllGather"));
             x.groupStart = reinterpret_cast<decltype(x.groupStart)>(dlsym(lib, "ncclGroupStart"));
             x.groupEnd = reinterpret_cast<decltype(x.groupEnd)>(dlsym(lib, "ncclGroupEnd"));
             x.errorString = reinterpret_cast<decltype(x.errorString)>(dlsym(lib, "ncclGetErrorString"));
-            x.ok = x.commInitAll && x.commDestroy && x.broadcast && x.groupStart && x.groupEnd && x.errorString;
+            x.ok = x.commInitAll && x.commDestroy && x.broadcast && x.allGather && x.groupStart && x.groupEnd
+                && x.errorString;
             return x;
         }();
         return n;
@@ -290,6 +293,92 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         while (off < nbytes) {
             const size_t len = std::min(Staging::kSize, nbytes - off);
             check(cudaMemcpyAsync(out.buf[0], static_cast<char*>(full[0]) + off, len, cudaMemcpyDeviceToHost, streams[0]),
+                "D2H copy");
+            check(cudaStreamSynchronize(streams[0]), "D2H sync");
+            sink(static_cast<const uint8_t*>(out.buf[0]), len);
+            off += len;
+        }
+    } catch (...) {
+        cleanup();
+        throw;
+    }
+    cleanup();
+}
+
+void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
+    const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
+{
+    const int ranks = static_cast<int>(shards.size());
+    if (ranks == 0 || shardBytes == 0)
+        return;
+    int ngpu = std::min(deviceCount(maxGpus), ranks);
+    const Nccl& nccl = Nccl::get();
+    if (ngpu > 1 && !nccl.ok)
+        ngpu = 1;
+    const int perGpu = (ranks + ngpu - 1) / ngpu; // consecutive ranks share a GPU
+    const size_t sendBytes = static_cast<size_t>(perGpu) * shardBytes;
+    const size_t recvBytes = sendBytes * static_cast<size_t>(ngpu);
+
+    std::vector<void*> send(ngpu, nullptr), recv(ngpu, nullptr);
+    std::vector<cudaStream_t> streams(ngpu, nullptr);
+    std::vector<ncclComm_t> comms(ngpu, nullptr);
+    auto cleanup = [&] {
+        for (int g = 0; g < ngpu; ++g) {
+            cudaSetDevice(g);
+            if (send[g])
+                cudaFree(send[g]);
+            if (recv[g])
+                cudaFree(recv[g]);
+            if (streams[g])
+                cudaStreamDestroy(streams[g]);
+            if (comms[g])
+                nccl.commDestroy(comms[g]);
+        }
+    };
+    try {
+        for (int g = 0; g < ngpu; ++g) {
+            check(cudaSetDevice(g), "cudaSetDevice");
+            check(cudaStreamCreateWithFlags(&streams[g], cudaStreamNonBlocking), "cudaStreamCreate");
+            check(cudaMalloc(&send[g], sendBytes), "cudaMalloc (rank shards)");
+            check(cudaMemsetAsync(send[g], 0, sendBytes, streams[g]), "cudaMemset");
+            if (ngpu > 1)
+                check(cudaMalloc(&recv[g], recvBytes), "cudaMalloc (all-gather)");
+            // each rank of this GPU loads its shard, as that rank would
+            Staging staging(g);
+            for (int j = 0; j < perGpu; ++j) {
+                const int r = g * perGpu + j;
+                if (r >= ranks || shards[r].bytes == 0)
+                    continue;
+                if (shards[r].bytes > shardBytes)
+                    throw std::runtime_error("a rank's shard is larger than the shard size");
+                staging.toDevice(static_cast<char*>(send[g]) + static_cast<size_t>(j) * shardBytes, shards[r].data,
+                    shards[r].bytes, streams[g]);
+            }
+            check(cudaStreamSynchronize(streams[g]), "H2D sync");
+        }
+        void* gathered = send[0];
+        if (ngpu > 1) {
+            std::vector<int> devs(ngpu);
+            for (int g = 0; g < ngpu; ++g)
+                devs[g] = g;
+            nccl.check(nccl.commInitAll(comms.data(), ngpu, devs.data()), "ncclCommInitAll");
+            nccl.check(nccl.groupStart(), "ncclGroupStart");
+            for (int g = 0; g < ngpu; ++g)
+                nccl.check(nccl.allGather(send[g], recv[g], sendBytes, ncclUint8, comms[g], streams[g]), "ncclAllGather");
+            nccl.check(nccl.groupEnd(), "ncclGroupEnd");
+            for (int g = 0; g < ngpu; ++g) {
+                check(cudaSetDevice(g), "cudaSetDevice");
+                check(cudaStreamSynchronize(streams[g]), "all-gather sync");
+            }
+            gathered = recv[0];
+        }
+        check(cudaSetDevice(0), "cudaSetDevice");
+        Staging out(0);
+        const size_t total = static_cast<size_t>(ranks) * shardBytes;
+        size_t off = 0;
+        while (off < total) {
+            const size_t len = std::min(Staging::kSize, total - off);
+            check(cudaMemcpyAsync(out.buf[0], static_cast<char*>(gathered) + off, len, cudaMemcpyDeviceToHost, streams[0]),
                 "D2H copy");
             check(cudaStreamSynchronize(streams[0]), "D2H sync");
             sink(static_cast<const uint8_t*>(out.buf[0]), len);

@@ -1,0 +1,525 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/fsdp1_optim.h"
+#include "optscope/error.h"
+#include "optscope/optimizer_view.h"
+#include "optscope/tensor_assembler.h"
+#include "optscope/tensor_values.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace optscope {
+
+namespace {
+
+bool underPrefix(const std::string& fqn, const std::string& prefix)
+{
+    return prefix.empty() || (fqn.size() > prefix.size() && fqn.compare(0, prefix.size(), prefix) == 0 && fqn[prefix.size()] == '.');
+}
+
+bool isKnownBuffer(const std::string& fqn)
+{
+    const auto dot = fqn.rfind('.');
+    const std::string leaf = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+    return leaf == "running_mean" || leaf == "running_var" || leaf == "num_batches_tracked";
+}
+
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+std::string listText(const std::vector<std::string>& v, size_t max = 6)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < v.size() && i < max; ++i)
+        t += (i ? ", '" : "'") + v[i] + "'";
+    if (v.size() > max)
+        t += ", ...";
+    return t + "]";
+}
+
+/// the one optimizer of a raw rank file
+const OptimizerView& rawOptimizer(const Checkpoint& cp, std::vector<OptimizerView>& keep)
+{
+    keep = findOptimizers(cp);
+    if (keep.empty())
+        throw Error(ErrorKind::Format, cp.path, "holds no optimizer state dict (no param_groups found)");
+    const OptimizerView& v = keep.front();
+    if (v.flattened || !v.idKeyed)
+        throw Error(ErrorKind::Format, cp.path,
+            "is not a raw FSDP1 optimizer state: its parameters are keyed by name, not by flat-parameter id (it may "
+            "already be unflattened)");
+    return v;
+}
+
+} // namespace
+
+Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector<std::string>& unitPrefixes)
+{
+    // shapes of every tensor the model file knows, by FQN relative to its "model" part (or the whole file)
+    std::map<std::string, std::vector<int64_t>> shapes;
+    std::vector<std::string> tensorOrder;
+    bool underModel = false;
+    for (const auto& e : model.entries)
+        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model")
+            underModel = true;
+    for (const auto& e : model.entries) {
+        if (!e.isTensor())
+            continue;
+        std::string fqn;
+        if (underModel && e.path.size() == 2 && e.path[0].key == "model")
+            fqn = e.path[1].key;
+        else if (!underModel && e.path.size() == 1)
+            fqn = e.path[0].key;
+        else
+            continue;
+        shapes.emplace(fqn, e.tensor.shape);
+        tensorOrder.push_back(fqn);
+    }
+
+    Fsdp1Model m;
+    std::vector<std::string> params;
+    for (const auto& v : findOptimizers(model)) {
+        if (v.idKeyed)
+            continue;
+        params = v.groupParams();
+        // shapes may also come from the optimizer state itself
+        for (const auto& p : v.params)
+            for (const auto& [name, entry] : p.states)
+                if (entry->isTensor() && !entry->tensor.shape.empty())
+                    shapes.emplace(p.key, entry->tensor.shape);
+        m.notes.push_back("parameter order and names from the param_groups of '" + v.rootKey() + "' in " + model.path);
+        break;
+    }
+    if (params.empty()) {
+        for (const auto& fqn : tensorOrder)
+            if (!isKnownBuffer(fqn))
+                params.push_back(fqn);
+        m.notes.push_back("parameters from the tensors of " + model.path + (underModel ? " under 'model'" : "")
+            + " in file order (known buffers skipped)");
+    }
+    if (params.empty())
+        throw Error(ErrorKind::Format, model.path, "names no model parameters (no tensors under 'model', no FQN-keyed optimizer)");
+
+    // units: the root "" and the given prefixes; each parameter belongs to the longest prefix it is under
+    std::vector<std::string> prefixes {""};
+    for (const auto& p : unitPrefixes)
+        if (!p.empty() && std::find(prefixes.begin(), prefixes.end(), p) == prefixes.end())
+            prefixes.push_back(p);
+    std::map<std::string, Unit> byPrefix;
+    std::map<std::string, size_t> firstPosition;
+    for (size_t i = 0; i < params.size(); ++i) {
+        const std::string& fqn = params[i];
+        auto it = shapes.find(fqn);
+        if (it == shapes.end())
+            throw Error(ErrorKind::Format, model.path, "has no shape for parameter '" + fqn + "'");
+        std::string best;
+        for (const auto& p : prefixes)
+            if (underPrefix(fqn, p) && p.size() >= best.size())
+                best = p;
+        byPrefix[best].prefix = best;
+        byPrefix[best].params.emplace_back(fqn, it->second);
+        for (const auto& p : prefixes)
+            if (underPrefix(fqn, p) && !firstPosition.count(p))
+                firstPosition[p] = i;
+    }
+    for (const auto& p : unitPrefixes)
+        if (!p.empty() && !firstPosition.count(p))
+            throw Error(ErrorKind::Usage, model.path, "no parameter lies under the unit prefix '" + p + "'");
+    // flat-parameter order: module pre-order, so a unit comes before the units inside it, and the root first
+    std::vector<std::string> order;
+    for (const auto& [p, u] : byPrefix)
+        order.push_back(p);
+    std::sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+        if (a.empty() != b.empty())
+            return a.empty();
+        if (underPrefix(b, a))
+            return true;
+        if (underPrefix(a, b))
+            return false;
+        return firstPosition[a] < firstPosition[b];
+    });
+    for (const auto& p : order)
+        m.units.push_back(std::move(byPrefix[p]));
+    return m;
+}
+
+UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fsdp1Model& model)
+{
+    if (ranks.empty())
+        throw Error(ErrorKind::Usage, {}, "unflatten needs at least one rank file");
+    const int W = static_cast<int>(ranks.size());
+    std::vector<std::vector<OptimizerView>> keep(ranks.size());
+    std::vector<const OptimizerView*> opts;
+    for (size_t r = 0; r < ranks.size(); ++r)
+        opts.push_back(&rawOptimizer(*ranks[r], keep[r]));
+    const OptimizerView& o0 = *opts[0];
+    const Checkpoint& cp0 = *ranks[0];
+
+    // flat parameter ids in the order the optimizer lists them
+    const std::vector<std::string> flatIds = o0.groupParams();
+    for (size_t r = 1; r < ranks.size(); ++r)
+        if (opts[r]->groupParams() != flatIds)
+            throw Error(ErrorKind::Format, ranks[r]->path,
+                "lists flat parameters " + listText(opts[r]->groupParams()) + " but rank 0 lists " + listText(flatIds));
+    if (flatIds.size() != model.units.size()) {
+        std::string units;
+        for (const auto& u : model.units)
+            units += (units.empty() ? "'" : ", '") + u.prefix + "'";
+        throw Error(ErrorKind::Format, cp0.path,
+            "has " + std::to_string(flatIds.size()) + " flat parameters, but the model gives " + std::to_string(model.units.size())
+                + " FSDP units (" + units + "); pass the wrapped module prefixes with --units");
+    }
+
+    UnflattenResult result;
+    result.flatParams = flatIds.size();
+    const KeyPath root = o0.root;
+    auto path = [&](std::initializer_list<KeyPathElem> rest) {
+        KeyPath p = root;
+        p.insert(p.end(), rest.begin(), rest.end());
+        return p;
+    };
+
+    // per flat parameter: layout, and the state names in DSD's order (positive-dim tensors, 0-dim, non-tensors)
+    for (size_t k = 0; k < flatIds.size(); ++k) {
+        const Fsdp1Model::Unit& unit = model.units[k];
+        const FlatParamLayout layout = FlatParamLayout::compute(unit.params, W, 0);
+        const OptimizerParam* state0 = o0.param(flatIds[k]);
+        if (!state0)
+            continue; // never stepped (frozen unit): no state, as get_state_dict reports it
+        std::vector<std::string> tensorNames, scalarNames, valueNames;
+        for (const auto& [name, e] : state0->states) {
+            if (e->isTensor() && !e->tensor.shape.empty())
+                tensorNames.push_back(name);
+            else if (e->isTensor())
+                scalarNames.push_back(name);
+            else
+                valueNames.push_back(name);
+        }
+        // keep the file's order of names within each kind
+        auto fileOrder = [&](std::vector<std::string>& names) {
+            std::sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+                return state0->states.at(a) < state0->states.at(b); // entries are stored in file order
+            });
+        };
+        fileOrder(tensorNames);
+        fileOrder(scalarNames);
+        fileOrder(valueNames);
+
+        // every rank must hold a padded 1-D shard of exactly layout.shardNumel elements
+        std::vector<const OptimizerParam*> perRank;
+        for (int r = 0; r < W; ++r) {
+            const OptimizerParam* p = opts[r]->param(flatIds[k]);
+            if (!p)
+                throw Error(ErrorKind::Format, ranks[r]->path, "has no state for flat parameter " + flatIds[k] + " but rank 0 does");
+            for (const auto& name : tensorNames) {
+                auto it = p->states.find(name);
+                if (it == p->states.end() || !it->second->isTensor())
+                    throw Error(ErrorKind::Format, ranks[r]->path, "flat parameter " + flatIds[k] + " has no tensor '" + name + "'");
+                const TensorEntry& t = it->second->tensor;
+                if (t.shape.size() != 1 || t.shape[0] != layout.shardNumel) {
+                    std::ostringstream msg;
+                    msg << "flat parameter " << flatIds[k] << " state '" << name << "' is " << shapeText(t.shape)
+                        << " on this rank, but unit '" << unit.prefix << "' of the model has " << layout.unpaddedNumel
+                        << " elements in " << unit.params.size() << " parameters (" << listText([&] {
+                               std::vector<std::string> f;
+                               for (const auto& pr : unit.params)
+                                   f.push_back(pr.first);
+                               return f;
+                           }())
+                        << "), which shard to [" << layout.shardNumel << "] on " << W
+                        << " ranks; check --units and the number of rank files";
+                    throw Error(ErrorKind::Format, ranks[r]->path, msg.str());
+                }
+            }
+            perRank.push_back(p);
+        }
+
+        for (const auto& member : layout.members) {
+            ++result.params;
+            for (const auto& name : tensorNames) {
+                TensorToWrite w;
+                w.dtype = state0->states.at(name)->tensor.dtype;
+                w.shape = member.shape;
+                std::vector<std::pair<const Checkpoint*, const Entry*>> sources;
+                for (int r = 0; r < W; ++r)
+                    sources.push_back({ranks[r].get(), perRank[r]->states.at(name)});
+                const int64_t off = member.offset;
+                const int64_t numel = member.numel;
+                const int64_t C = layout.shardNumel;
+                w.produce = [sources, off, numel, C](const ByteSink& sink) {
+                    // the member's elements, from the ranks whose shards cover them
+                    for (int64_t pos = off; pos < off + numel;) {
+                        const int64_t r = pos / C;
+                        const int64_t end = std::min(off + numel, (r + 1) * C);
+                        const auto& [cp, e] = sources[static_cast<size_t>(r)];
+                        TensorAssembler(*cp, *e).streamBox({pos - r * C}, {end - pos}, sink);
+                        pos = end;
+                    }
+                };
+                result.tree.setTensor(path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
+                    std::move(w));
+            }
+            for (const auto& name : scalarNames) {
+                // one value per flat parameter: every original parameter gets it (rank 0's, as FSDP does)
+                const Entry* e = state0->states.at(name);
+                TensorToWrite w;
+                w.dtype = e->tensor.dtype;
+                w.shape = {};
+                w.produce = [&cp0, e](const ByteSink& sink) { TensorAssembler(cp0, *e).stream(sink); };
+                result.tree.setTensor(path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
+                    std::move(w));
+            }
+            for (const auto& name : valueNames)
+                result.tree.setValue(path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
+                    state0->states.at(name)->value);
+        }
+    }
+
+    // param_groups: rank 0's fields in file order, "params" (and "param_names") as the FQNs of the group's flat
+    // parameters' members
+    result.arena = std::make_shared<PyArena>();
+    for (size_t g = 0; g < o0.groups.size(); ++g) {
+        const auto gi = static_cast<int64_t>(g);
+        const KeyPath groupPath = path({KeyPathElem::fromKey("param_groups"), KeyPathElem::fromIndex(gi)});
+        PyValue* fqns = result.arena->makeContainer(PyKind::List);
+        for (const auto& id : o0.groups[g].params) {
+            const auto pos = std::find(flatIds.begin(), flatIds.end(), id) - flatIds.begin();
+            for (const auto& [fqn, shape] : model.units[static_cast<size_t>(pos)].params)
+                fqns->container->items.push_back(result.arena->makeStr(fqn, true));
+        }
+        for (const Entry& e : cp0.entries) {
+            if (e.path.size() < groupPath.size() + 1 || !std::equal(groupPath.begin(), groupPath.end(), e.path.begin()))
+                continue;
+            KeyPath p = groupPath;
+            p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
+            const std::string& field = e.path[groupPath.size()].key;
+            if (field == "params" || field == "param_names") {
+                result.tree.setValue(p, fqns);
+                continue;
+            }
+            if (e.isTensor())
+                throw Error(ErrorKind::Unsupported, cp0.path, "a tensor-valued hyperparameter ('" + e.key + "') cannot be unflattened");
+            result.tree.setValue(p, e.value);
+        }
+    }
+    result.notes = model.notes;
+    return result;
+}
+
+namespace {
+
+/// elements [begin, end) of the row-major tensor, streamed (the rest of the tensor is read and skipped)
+void streamFlatRange(const Checkpoint& cp, const Entry& e, int64_t begin, int64_t end, const ByteSink& sink)
+{
+    const size_t elem = dtypeSize(e.tensor.dtype);
+    const uint64_t lo = static_cast<uint64_t>(begin) * elem;
+    const uint64_t hi = static_cast<uint64_t>(end) * elem;
+    uint64_t pos = 0;
+    TensorAssembler(cp, e).stream([&](const uint8_t* p, size_t n) {
+        const uint64_t a = std::max(pos, lo);
+        const uint64_t b = std::min(pos + n, hi);
+        if (a < b)
+            sink(p + (a - pos), static_cast<size_t>(b - a));
+        pos += n;
+    });
+}
+
+void zeros(const ByteSink& sink, uint64_t bytes)
+{
+    static const uint8_t z[4096] = {};
+    while (bytes > 0) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes, sizeof z));
+        sink(z, n);
+        bytes -= n;
+    }
+}
+
+std::string valuesText(const std::vector<std::string>& v)
+{
+    std::string t = "{";
+    std::set<std::string> uniq(v.begin(), v.end());
+    for (const auto& x : uniq)
+        t += (t.size() > 1 ? ", " : "") + x;
+    return t + "}";
+}
+
+} // namespace
+
+FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int W)
+{
+    if (W < 1)
+        throw Error(ErrorKind::Usage, full.path, "world size must be at least 1");
+    const auto views = findOptimizers(full);
+    if (views.empty())
+        throw Error(ErrorKind::Format, full.path, "holds no optimizer state dict");
+    const OptimizerView& v = views.front();
+    if (v.idKeyed || v.flattened)
+        throw Error(ErrorKind::Format, full.path, "flatten needs a nested optimizer state keyed by parameter FQNs");
+    FlattenResult out;
+    out.arena = std::make_shared<PyArena>();
+    out.ranks.resize(static_cast<size_t>(W));
+    const KeyPath root = v.root;
+
+    // which flat parameter (unit) each FQN belongs to
+    std::map<std::string, size_t> unitOf;
+    for (size_t k = 0; k < model.units.size(); ++k)
+        for (const auto& [fqn, shape] : model.units[k].params)
+            unitOf[fqn] = k;
+
+    std::vector<PyValue*> ids;
+    for (size_t k = 0; k < model.units.size(); ++k)
+        ids.push_back(out.arena->makeInt(static_cast<int64_t>(k)));
+    auto idElem = [&](size_t k) {
+        KeyPathElem e = KeyPathElem::fromKey(std::to_string(k));
+        e.keyValue = ids[k];
+        return e;
+    };
+
+    for (size_t k = 0; k < model.units.size(); ++k) {
+        const Fsdp1Model::Unit& unit = model.units[k];
+        const FlatParamLayout layout = FlatParamLayout::compute(unit.params, W, 0);
+        std::vector<std::string> names;
+        std::vector<const OptimizerParam*> members;
+        std::vector<std::string> fqns;
+        for (const auto& [fqn, shape] : unit.params) {
+            fqns.push_back(fqn);
+            const OptimizerParam* p = v.param(fqn);
+            members.push_back(p);
+            if (!p)
+                continue;
+            std::vector<std::string> n;
+            for (const auto& [name, e] : p->states)
+                n.push_back(name);
+            if (names.empty())
+                names = n;
+            else if (names != n)
+                throw Error(ErrorKind::Format, full.path,
+                    "Differing optimizer state names for the unflattened parameters: " + listText(fqns, 64));
+        }
+        if (names.empty())
+            continue; // no parameter of this unit has state
+        for (const auto& name : names) {
+            const Entry* first = nullptr;
+            for (const auto* m : members)
+                if (m && !first)
+                    first = m->states.at(name);
+            if (first->isTensor() && !first->tensor.shape.empty()) {
+                // positive-dim tensors: concatenated in flat order, missing ones as zeros, sharded with right padding
+                for (const auto* m : members)
+                    if (m && (!m->states.at(name)->isTensor() || m->states.at(name)->tensor.dtype != first->tensor.dtype))
+                        throw Error(ErrorKind::Format, full.path,
+                            "All unflattened parameters comprising a single flat parameter must have positive-dimension "
+                            "tensor state with the same dtype for state " + name + " and unflattened parameter names "
+                                + listText(fqns, 64));
+                const DType dtype = first->tensor.dtype;
+                const size_t elem = dtypeSize(dtype);
+                for (int r = 0; r < W; ++r) {
+                    TensorToWrite w;
+                    w.dtype = dtype;
+                    w.shape = {layout.shardNumel};
+                    const int64_t start = layout.rankStart(r);
+                    const int64_t stop = start + layout.shardNumel;
+                    std::vector<std::pair<const Entry*, FlatParamLayout::Member>> parts;
+                    for (size_t i = 0; i < members.size(); ++i)
+                        parts.push_back({members[i] ? members[i]->states.at(name) : nullptr, layout.members[i]});
+                    w.produce = [&full, parts, start, stop, elem](const ByteSink& sink) {
+                        int64_t pos = start;
+                        for (const auto& [e, m] : parts) {
+                            const int64_t a = std::max(pos, m.offset);
+                            const int64_t b = std::min(stop, m.offset + m.numel);
+                            if (a >= b)
+                                continue;
+                            zeros(sink, static_cast<uint64_t>(a - pos) * elem);
+                            if (e)
+                                streamFlatRange(full, *e, a - m.offset, b - m.offset, sink);
+                            else
+                                zeros(sink, static_cast<uint64_t>(b - a) * elem);
+                            pos = b;
+                        }
+                        zeros(sink, static_cast<uint64_t>(stop - pos) * elem);
+                    };
+                    KeyPath p = root;
+                    p.push_back(KeyPathElem::fromKey("state"));
+                    p.push_back(idElem(k));
+                    p.push_back(KeyPathElem::fromKey(name));
+                    out.ranks[static_cast<size_t>(r)].setTensor(p, std::move(w));
+                }
+                continue;
+            }
+            // 0-dim tensors and plain values: one value per flat parameter, which all its parameters must share
+            std::vector<std::string> values, dtypes;
+            for (const auto* m : members) {
+                if (!m)
+                    continue;
+                const Entry* e = m->states.at(name);
+                if (e->isTensor()) {
+                    const auto x = readScalar(full, *e);
+                    std::ostringstream os;
+                    os << (x ? *x : 0.0);
+                    values.push_back(os.str());
+                    dtypes.push_back("torch." + std::string(dtypeName(e->tensor.dtype)));
+                } else {
+                    values.push_back(pyRepr(e->value, 60));
+                }
+            }
+            if (std::set<std::string>(values.begin(), values.end()).size() > 1
+                || std::set<std::string>(dtypes.begin(), dtypes.end()).size() > 1)
+                throw Error(ErrorKind::Format, full.path,
+                    "All unflattened parameters comprising a single flat parameter must have scalar state with the same "
+                    "value and dtype but got values " + valuesText(values) + " and dtypes " + valuesText(dtypes)
+                        + " for state " + name + " and unflattened parameter names " + listText(fqns, 64));
+            for (int r = 0; r < W; ++r) {
+                KeyPath p = root;
+                p.push_back(KeyPathElem::fromKey("state"));
+                p.push_back(idElem(k));
+                p.push_back(KeyPathElem::fromKey(name));
+                if (first->isTensor()) {
+                    TensorToWrite w;
+                    w.dtype = first->tensor.dtype;
+                    w.produce = [&full, first](const ByteSink& sink) { TensorAssembler(full, *first).stream(sink); };
+                    out.ranks[static_cast<size_t>(r)].setTensor(p, std::move(w));
+                } else {
+                    out.ranks[static_cast<size_t>(r)].setValue(p, first->value);
+                }
+            }
+        }
+    }
+
+    // param_groups: the same hyperparameters; params as the flat-parameter ids of the group's units
+    for (size_t g = 0; g < v.groups.size(); ++g) {
+        const auto gi = static_cast<int64_t>(g);
+        KeyPath groupPath = root;
+        groupPath.push_back(KeyPathElem::fromKey("param_groups"));
+        groupPath.push_back(KeyPathElem::fromIndex(gi));
+        PyValue* flatIds = out.arena->makeContainer(PyKind::List);
+        std::set<size_t> added;
+        for (const auto& fqn : v.groups[g].params) {
+            auto it = unitOf.find(fqn);
+            if (it == unitOf.end())
+                throw Error(ErrorKind::Format, full.path, "param_groups names '" + fqn + "', which the model does not have");
+            if (added.insert(it->second).second)
+                flatIds->container->items.push_back(ids[it->second]);
+        }
+        for (const Entry& e : full.entries) {
+            if (e.path.size() < groupPath.size() + 1 || !std::equal(groupPath.begin(), groupPath.end(), e.path.begin()))
+                continue;
+            KeyPath p = groupPath;
+            p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
+            const std::string& field = e.path[groupPath.size()].key;
+            if (field == "param_names")
+                continue; // names of original parameters mean nothing for flat parameters
+            for (auto& tree : out.ranks)
+                tree.setValue(p, field == "params" ? flatIds : e.value);
+        }
+    }
+    return out;
+}
+
+} // namespace optscope

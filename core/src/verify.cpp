@@ -1,0 +1,391 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/verify_report.h"
+#include "optscope/checkpoint_loader.h"
+#include "optscope/dcp_reader.h"
+#include "optscope/error.h"
+#include "optscope/flat_param_layout.h"
+#include "optscope/reshard.h"
+#include "optscope/shard_layout.h"
+#include "optscope/tensor_assembler.h"
+#include "optscope/value_json.h"
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#ifdef OPTSCOPE_HAS_CUDA
+#include "cuda_backend.h"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace optscope {
+
+bool VerifyReport::identical() const
+{
+    for (const auto& e : entries)
+        if (e.status != "identical")
+            return false;
+    return !entries.empty();
+}
+
+size_t VerifyReport::count(const std::string& status) const
+{
+    size_t n = 0;
+    for (const auto& e : entries)
+        n += e.status == status;
+    return n;
+}
+
+nlohmann::ordered_json VerifyReport::toJson() const
+{
+    using json = nlohmann::ordered_json;
+    json j;
+    j["identical"] = identical();
+    j["source"] = source;
+    j["target"] = target;
+    j["device"] = device;
+    j["world_size"] = worldSize;
+    j["bytes_compared"] = bytesCompared;
+    j["summary"] = {{"identical", count("identical")}, {"different", count("different")}, {"missing", count("missing")},
+        {"unexpected", count("unexpected")}, {"error", count("error")}};
+    j["entries"] = json::array();
+    for (const auto& e : entries) {
+        json je {{"key", e.key}, {"type", e.type}, {"status", e.status}};
+        if (!e.detail.empty())
+            je["detail"] = e.detail;
+        if (e.type == "tensor") {
+            je["shape"] = e.shape;
+            je["elements"] = e.elements;
+            je["differing"] = e.differing;
+            json ranks = json::array();
+            for (const auto& r : e.ranks)
+                ranks.push_back({{"rank", r.rank}, {"elements", r.elements}, {"differing", r.differing},
+                    {"first_diff", r.firstDiff >= 0 ? json(r.firstDiff) : json(nullptr)}});
+            je["ranks"] = std::move(ranks);
+        }
+        j["entries"].push_back(std::move(je));
+    }
+    return j;
+}
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+std::vector<uint8_t> collect(const Checkpoint& cp, const Entry& e, const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& sizes, const Progress& progress)
+{
+    std::vector<uint8_t> out;
+    TensorAssembler(cp, e).streamBox(offsets, sizes,
+        [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); }, progress);
+    return out;
+}
+
+/// row-major index of element @p k of box (offsets, sizes) in a tensor of @p shape
+int64_t globalIndex(int64_t k, const std::vector<int64_t>& shape, const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& sizes)
+{
+    int64_t idx = 0;
+    int64_t stride = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+        const int64_t coord = k % sizes[d] + offsets[d];
+        k /= sizes[d];
+        idx += coord * stride;
+        stride *= shape[d];
+    }
+    return idx;
+}
+
+/// compares the source's box, streamed, with @p expected (the loaded shard); fills differing/firstDiff
+void compareBox(const Checkpoint& src, const Entry& srcEntry, const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& sizes, const uint8_t* loaded, size_t loadedBytes, VerifyRankResult& r,
+    uint64_t& bytesCompared, const Progress& progress)
+{
+    const size_t elem = dtypeSize(srcEntry.tensor.dtype);
+    size_t pos = 0;
+    bool sizeMismatch = false;
+    TensorAssembler(src, srcEntry).streamBox(offsets, sizes, [&](const uint8_t* p, size_t n) {
+        if (pos + n > loadedBytes) {
+            sizeMismatch = true;
+            n = pos < loadedBytes ? loadedBytes - pos : 0;
+        }
+        if (n && std::memcmp(p, loaded + pos, n) != 0) {
+            for (size_t k = 0; k < n; k += elem) {
+                if (std::memcmp(p + k, loaded + pos + k, elem) != 0) {
+                    const int64_t idx = static_cast<int64_t>((pos + k) / elem);
+                    if (r.firstDiff < 0)
+                        r.firstDiff = globalIndex(idx, srcEntry.tensor.shape, offsets, sizes);
+                    ++r.differing;
+                }
+            }
+        }
+        pos += n;
+        bytesCompared += n;
+    }, progress);
+    if (sizeMismatch || pos != loadedBytes) {
+        r.differing = r.elements;
+        if (r.firstDiff < 0)
+            r.firstDiff = globalIndex(0, srcEntry.tensor.shape, offsets, sizes);
+    }
+}
+
+bool sameValue(const PyValue* a, const PyValue* b)
+{
+    return valueToJson(a) == valueToJson(b);
+}
+
+class TempFolder
+{
+public:
+    explicit TempFolder(const std::string& keep)
+    {
+        if (!keep.empty()) {
+            path = keep;
+            remove = false;
+            return;
+        }
+        std::random_device rd;
+        path = (fs::temp_directory_path() / ("optscope-verify-" + std::to_string(rd()))).string();
+    }
+    ~TempFolder()
+    {
+        std::error_code ec;
+        if (remove)
+            fs::remove_all(path, ec);
+    }
+    std::string path;
+    bool remove = true;
+};
+
+int sourceRanks(const Checkpoint& cp)
+{
+    std::set<int> ranks;
+    for (const auto& e : cp.entries)
+        for (const auto& c : e.tensor.chunks)
+            if (c.rank >= 0)
+                ranks.insert(c.rank);
+    return ranks.empty() ? 1 : *ranks.rbegin() + 1;
+}
+
+} // namespace
+
+VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, const Progress& progress)
+{
+    VerifyReport report;
+    report.source = src.path;
+    report.worldSize = options.worldSize > 0 ? options.worldSize : sourceRanks(src);
+    const int M = report.worldSize;
+    report.target = "resharded to " + std::to_string(M) + " ranks (FSDP2 Shard(0))";
+
+#ifdef OPTSCOPE_HAS_CUDA
+    const bool gpu = options.device == ComputeDevice::Cuda;
+    if (gpu) {
+        try {
+            report.device = cuda::describeAssembler() + " (all-gather of " + std::to_string(M) + " rank shards)";
+        } catch (const std::runtime_error& e) {
+            throw Error(ErrorKind::Unsupported, {}, std::string("--device cuda: ") + e.what());
+        }
+    } else {
+        report.device = "cpu";
+    }
+#else
+    if (options.device == ComputeDevice::Cuda)
+        throw Error(ErrorKind::Unsupported, {}, "--device cuda: this build has no CUDA support (OPTSCOPE_WITH_CUDA=OFF)");
+    const bool gpu = false;
+    report.device = "cpu";
+#endif
+
+    // 1-2. gather + reshard: the resharded files are written for real, then read back like any checkpoint
+    TempFolder folder(options.keepResharded);
+    ReshardOptions ro;
+    ro.worldSize = M;
+    Progress writing;
+    writing.cancelled = progress.cancelled;
+    writing.report = [&](double f, std::string_view) { progress(0.5 * f, "resharding"); };
+    reshardCheckpoint(src, folder.path, ro, writing);
+    const CheckpointPtr rs = DcpReader::open(folder.path);
+
+    // 3-4. every rank loads its shard; the shards are gathered back and compared with the source
+    std::set<std::string> seen;
+    const size_t n = src.entries.size();
+    for (size_t i = 0; i < n; ++i) {
+        progress.checkCancelled();
+        progress(0.5 + 0.5 * double(i) / double(std::max<size_t>(n, 1)), "loading and comparing");
+        const Entry& e = src.entries[i];
+        seen.insert(e.key);
+        VerifyEntry ve;
+        ve.key = e.key;
+        ve.type = e.isTensor() ? "tensor" : "value";
+        const Entry* back = rs->find(e.key);
+        if (!back) {
+            ve.status = "missing";
+            ve.detail = "not in the resharded checkpoint";
+            report.entries.push_back(std::move(ve));
+            continue;
+        }
+        try {
+            if (!e.isTensor()) {
+                ve.status = !back->isTensor() && sameValue(e.value, back->value) ? "identical" : "different";
+                if (ve.status == "different")
+                    ve.detail = pyRepr(back->value, 80) + " != " + pyRepr(e.value, 80);
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
+            const TensorEntry& t = e.tensor;
+            ve.elements = t.numel();
+            ve.shape = t.shape;
+            if (!back->isTensor() || back->tensor.dtype != t.dtype || back->tensor.shape != t.shape) {
+                ve.status = "different";
+                ve.detail = "loaded as " + (back->isTensor() ? std::string(dtypeName(back->tensor.dtype)) + shapeText(back->tensor.shape) : "a value");
+                ve.differing = ve.elements;
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
+            const size_t elem = dtypeSize(t.dtype);
+            // each rank's box (0-dim tensors: rank 0 holds the value)
+            std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
+            for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {
+                std::vector<int64_t> off(t.shape.size(), 0), size(t.shape);
+                if (!t.shape.empty()) {
+                    const Dim0Chunk c = chunkDim0(t.shape[0], M, r);
+                    off[0] = c.offset;
+                    size[0] = c.size;
+                }
+                boxes.emplace_back(off, size);
+            }
+            std::vector<std::vector<uint8_t>> shards;
+            for (const auto& [off, size] : boxes)
+                shards.push_back(collect(*rs, *back, off, size, progress)); // what each rank loads
+            if (gpu) {
+#ifdef OPTSCOPE_HAS_CUDA
+                size_t shardBytes = 0;
+                std::vector<cuda::HostShard> hs;
+                for (const auto& s : shards) {
+                    shardBytes = std::max(shardBytes, s.size());
+                    hs.push_back({s.data(), s.size()});
+                }
+                std::vector<uint8_t> gathered;
+                gathered.reserve(shardBytes * shards.size());
+                try {
+                    cuda::allGatherShards(hs, std::max<size_t>(shardBytes, 1),
+                        [&](const uint8_t* p, size_t k) { gathered.insert(gathered.end(), p, p + k); });
+                } catch (const std::runtime_error& err) {
+                    throw Error(ErrorKind::Unsupported, src.path, "'" + e.key + "' on the GPUs: " + err.what());
+                }
+                // unpad: rank r's shard sits at r * shardBytes
+                for (size_t r = 0; r < shards.size(); ++r)
+                    if (!shards[r].empty())
+                        std::memcpy(shards[r].data(), gathered.data() + r * shardBytes, shards[r].size());
+#endif
+            }
+            for (size_t r = 0; r < boxes.size(); ++r) {
+                VerifyRankResult rr;
+                rr.rank = static_cast<int>(r);
+                rr.elements = static_cast<int64_t>(shards[r].size() / elem);
+                compareBox(src, e, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
+                    report.bytesCompared, progress);
+                ve.differing += rr.differing;
+                ve.ranks.push_back(rr);
+            }
+            ve.status = ve.differing == 0 ? "identical" : "different";
+        } catch (const Error& err) {
+            if (err.kind() == ErrorKind::Cancelled)
+                throw;
+            ve.status = "error";
+            ve.detail = err.what();
+        }
+        report.entries.push_back(std::move(ve));
+    }
+    for (const auto& e : rs->entries)
+        if (!seen.count(e.key))
+            report.entries.push_back({e.key, e.isTensor() ? "tensor" : "value", "unexpected",
+                "only in the resharded checkpoint", {}, 0, 0, {}});
+    progress(1.0, "loading and comparing");
+    return report;
+}
+
+VerifyReport verifyAgainst(const Checkpoint& src, const Checkpoint& other, const Progress& progress)
+{
+    VerifyReport report;
+    report.source = src.path;
+    report.target = other.path;
+    report.device = "cpu";
+    report.worldSize = sourceRanks(other);
+    std::set<std::string> seen;
+    const size_t n = src.entries.size();
+    for (size_t i = 0; i < n; ++i) {
+        progress.checkCancelled();
+        progress(double(i) / double(std::max<size_t>(n, 1)), "comparing");
+        const Entry& e = src.entries[i];
+        seen.insert(e.key);
+        VerifyEntry ve;
+        ve.key = e.key;
+        ve.type = e.isTensor() ? "tensor" : "value";
+        const Entry* b = other.find(e.key);
+        if (!b) {
+            ve.status = "missing";
+            ve.detail = "not in " + other.path;
+            report.entries.push_back(std::move(ve));
+            continue;
+        }
+        try {
+            if (!e.isTensor()) {
+                ve.status = !b->isTensor() && sameValue(e.value, b->value) ? "identical" : "different";
+                if (ve.status == "different")
+                    ve.detail = (b->isTensor() ? std::string("a tensor") : pyRepr(b->value, 80)) + " != " + pyRepr(e.value, 80);
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
+            const TensorEntry& t = e.tensor;
+            ve.elements = t.numel();
+            ve.shape = t.shape;
+            if (!b->isTensor() || b->tensor.dtype != t.dtype || b->tensor.shape != t.shape) {
+                ve.status = "different";
+                ve.detail = "is " + (b->isTensor() ? std::string(dtypeName(b->tensor.dtype)) + shapeText(b->tensor.shape) : "a value")
+                    + ", the source " + std::string(dtypeName(t.dtype)) + shapeText(t.shape);
+                ve.differing = ve.elements;
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
+            if (!ShardLayout::of(b->tensor).complete()) {
+                ve.status = "error";
+                ve.detail = "its chunks do not tile the tensor (run `optscope-cli check`)";
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
+            for (const auto& c : b->tensor.chunks) {
+                if (c.numel() == 0)
+                    continue;
+                VerifyRankResult rr;
+                rr.rank = c.rank;
+                rr.elements = c.numel();
+                const std::vector<uint8_t> loaded = collect(other, *b, c.offsets, c.sizes, progress);
+                compareBox(src, e, c.offsets, c.sizes, loaded.data(), loaded.size(), rr, report.bytesCompared, progress);
+                ve.differing += rr.differing;
+                ve.ranks.push_back(rr);
+            }
+            ve.status = ve.differing == 0 ? "identical" : "different";
+        } catch (const Error& err) {
+            if (err.kind() == ErrorKind::Cancelled)
+                throw;
+            ve.status = "error";
+            ve.detail = err.what();
+        }
+        report.entries.push_back(std::move(ve));
+    }
+    for (const auto& e : other.entries)
+        if (!seen.count(e.key))
+            report.entries.push_back({e.key, e.isTensor() ? "tensor" : "value", "unexpected", "only in " + other.path, {}, 0, 0, {}});
+    progress(1.0, "comparing");
+    return report;
+}
+
+} // namespace optscope

@@ -1,0 +1,309 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Flatten/unflatten of raw FSDP1 optimizer state against PyTorch's own files, reshard round trips N -> M -> N, and
+// verify-by-load: that it passes on good data and names the key and rank when a resharded copy is damaged.
+#include "optscope/checkpoint_loader.h"
+#include "optscope/dcp_reader.h"
+#include "optscope/error.h"
+#include "optscope/fsdp1_optim.h"
+#include "optscope/inspect_report.h"
+#include "optscope/reshard.h"
+#include "optscope/verify_report.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+
+using namespace optscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kData = OPTSCOPE_TEST_DATA;
+
+class TempDir
+{
+public:
+    TempDir()
+    {
+        std::random_device rd;
+        path = fs::temp_directory_path() / ("optscope-test-" + std::to_string(rd()));
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+    fs::path path;
+};
+
+std::map<std::string, nlohmann::ordered_json> hashed(const Checkpoint& cp)
+{
+    InspectOptions o;
+    o.hash = true;
+    std::map<std::string, nlohmann::ordered_json> m;
+    for (const auto& e : inspectCheckpoint(cp, o).json["entries"])
+        m[e["key"].get<std::string>()] = e;
+    return m;
+}
+
+std::vector<CheckpointPtr> rawRanks()
+{
+    return {openCheckpoint(kData + "/fsdp1_raw_r2/optim_rank0.pt"), openCheckpoint(kData + "/fsdp1_raw_r2/optim_rank1.pt")};
+}
+
+// ------------------------------------------------------------------------------------------- FSDP1 raw state
+
+TEST(Fsdp1Optim, ModelUnitsInFlatParameterOrder)
+{
+    const auto model = Fsdp1Model::fromCheckpoint(*openCheckpoint(kData + "/fsdp1_r2"), {"blocks.1", "blocks.0"});
+    ASSERT_EQ(model.units.size(), 3u);
+    EXPECT_EQ(model.units[0].prefix, ""); // the root's flat parameter comes first
+    EXPECT_EQ(model.units[1].prefix, "blocks.0");
+    EXPECT_EQ(model.units[2].prefix, "blocks.1");
+    EXPECT_EQ(model.units[0].params.size(), 2u); // out.weight, out.bias
+    EXPECT_EQ(model.units[1].params.front().first, "blocks.0.qkv.weight");
+}
+
+TEST(Fsdp1Optim, UnflattenEqualsPyTorchFullStateDict)
+{
+    TempDir tmp;
+    const auto ranks = rawRanks();
+    const auto model = Fsdp1Model::fromCheckpoint(*openCheckpoint(kData + "/fsdp1_r2"), {"blocks.0", "blocks.1"});
+    const UnflattenResult r = unflattenFsdp1(ranks, model);
+    EXPECT_EQ(r.params, 16u);
+    EXPECT_EQ(r.flatParams, 3u);
+    const std::string out = (tmp.path / "full.pt").string();
+    TorchSaveWriter::write(r.tree, out);
+    // get_state_dict(model, optim, full_state_dict=True) on the same run, saved by PyTorch
+    const auto want = hashed(*openCheckpoint(kData + "/fsdp1_raw_r2/full_optim.pt"));
+    const auto got = hashed(*openCheckpoint(out));
+    ASSERT_EQ(want.size(), got.size());
+    for (const auto& [key, e] : want) {
+        SCOPED_TRACE(key);
+        ASSERT_TRUE(got.count(key));
+        EXPECT_EQ(e["path"], got.at(key)["path"]);
+        if (e["type"] == "tensor") {
+            EXPECT_EQ(e["sha256"], got.at(key)["sha256"]);
+            EXPECT_EQ(e["shape"], got.at(key)["shape"]);
+        } else {
+            EXPECT_EQ(e["value"], got.at(key)["value"]);
+        }
+    }
+}
+
+TEST(Fsdp1Optim, FlattenEqualsPyTorchRankFiles)
+{
+    // the inverse: PyTorch's full state split for 2 ranks must be exactly what each rank saved
+    const auto full = openCheckpoint(kData + "/fsdp1_raw_r2/full_optim.pt");
+    const auto model = Fsdp1Model::fromCheckpoint(*openCheckpoint(kData + "/fsdp1_r2"), {"blocks.0", "blocks.1"});
+    const FlattenResult f = flattenFsdp1(*full, model, 2);
+    ASSERT_EQ(f.ranks.size(), 2u);
+    TempDir tmp;
+    const auto ranks = rawRanks();
+    for (int r = 0; r < 2; ++r) {
+        const std::string out = (tmp.path / ("rank" + std::to_string(r) + ".pt")).string();
+        TorchSaveWriter::write(f.ranks[r], out);
+        const auto want = hashed(*ranks[r]);
+        const auto got = hashed(*openCheckpoint(out));
+        ASSERT_EQ(want.size(), got.size()) << "rank " << r;
+        for (const auto& [key, e] : want) {
+            SCOPED_TRACE("rank " + std::to_string(r) + " " + key);
+            ASSERT_TRUE(got.count(key));
+            if (e["type"] == "tensor")
+                EXPECT_EQ(e["sha256"], got.at(key)["sha256"]);
+            else
+                EXPECT_EQ(e["value"], got.at(key)["value"]);
+        }
+    }
+}
+
+TEST(Fsdp1Optim, WrongUnitsOrWorldSizeAreClearErrors)
+{
+    const auto ranks = rawRanks();
+    const auto cp = openCheckpoint(kData + "/fsdp1_r2");
+    try {
+        unflattenFsdp1(ranks, Fsdp1Model::fromCheckpoint(*cp, {}));
+        FAIL() << "one unit cannot explain three flat parameters";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--units"), std::string::npos) << e.what();
+    }
+    try {
+        unflattenFsdp1({ranks[0]}, Fsdp1Model::fromCheckpoint(*cp, {"blocks.0", "blocks.1"}));
+        FAIL() << "one rank file cannot hold shards made for two";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("shard to ["), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(Fsdp1Model::fromCheckpoint(*cp, {"no.such.module"}), Error);
+}
+
+TEST(Fsdp1Optim, FlattenRefusesDifferingStep)
+{
+    // real FQN-keyed Adam state where one parameter's step lags: FSDP1 cannot put them in one flat parameter
+    const auto cp = openCheckpoint(kData + "/adam_fqn_step_mismatch.pt");
+    try {
+        flattenFsdp1(*cp, Fsdp1Model::fromCheckpoint(*cp, {}), 2);
+        FAIL() << "differing steps flattened";
+    } catch (const Error& e) {
+        // PyTorch's own wording (_optim_utils._flatten_zero_dim_tensor_optim_state)
+        EXPECT_NE(std::string(e.what()).find("All unflattened parameters comprising a single flat parameter must have "
+                                             "scalar state with the same value and dtype"),
+            std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("for state step"), std::string::npos) << e.what();
+    }
+    // with module "2" in a unit of its own, every flat parameter agrees on its step
+    EXPECT_NO_THROW(flattenFsdp1(*cp, Fsdp1Model::fromCheckpoint(*cp, {"2"}), 2));
+}
+
+// ------------------------------------------------------------------------------------------- reshard
+
+TEST(Reshard, RoundTripsKeepLayoutAndBytes)
+{
+    const auto src = openCheckpoint(kData + "/fsdp2_r3");
+    const auto srcHashes = hashed(*src);
+    for (int m : {1, 2, 4, 5, 7}) {
+        SCOPED_TRACE("3 -> " + std::to_string(m) + " -> 3");
+        TempDir tmp;
+        ReshardOptions to;
+        to.worldSize = m;
+        reshardCheckpoint(*src, (tmp.path / "m").string(), to);
+        const auto mid = openCheckpoint((tmp.path / "m").string());
+        ReshardOptions back;
+        back.worldSize = 3;
+        reshardCheckpoint(*mid, (tmp.path / "n").string(), back);
+        const auto again = openCheckpoint((tmp.path / "n").string());
+        const auto h = hashed(*again);
+        ASSERT_EQ(h.size(), srcHashes.size());
+        for (const auto& [key, e] : srcHashes) {
+            ASSERT_TRUE(h.count(key)) << key;
+            EXPECT_EQ(e.value("sha256", ""), h.at(key).value("sha256", "")) << key;
+            EXPECT_EQ(e.value("value", nlohmann::ordered_json()), h.at(key).value("value", nlohmann::ordered_json())) << key;
+        }
+        // back at 3 ranks, FSDP2 chunking gives the original chunk offsets
+        for (const auto& e : src->entries) {
+            if (!e.isTensor())
+                continue;
+            const Entry* b = again->find(e.key);
+            ASSERT_NE(b, nullptr);
+            ASSERT_EQ(b->tensor.chunks.size(), e.tensor.chunks.size()) << e.key;
+            for (size_t i = 0; i < e.tensor.chunks.size(); ++i) {
+                EXPECT_EQ(b->tensor.chunks[i].offsets, e.tensor.chunks[i].offsets) << e.key;
+                EXPECT_EQ(b->tensor.chunks[i].sizes, e.tensor.chunks[i].sizes) << e.key;
+            }
+        }
+    }
+}
+
+TEST(Reshard, Fsdp1LayoutHasNoEmptyChunks)
+{
+    TempDir tmp;
+    ReshardOptions o;
+    o.worldSize = 3;
+    o.layout = ShardingStyle::Fsdp1;
+    reshardCheckpoint(*openCheckpoint(kData + "/fsdp2_r2"), (tmp.path / "f1").string(), o);
+    const auto cp = openCheckpoint((tmp.path / "f1").string());
+    const Entry* e = cp->find("model.blocks.0.head.weight"); // 4 rows on 3 ranks: 2 + 2, nothing for rank 2
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->tensor.chunks.size(), 2u);
+    EXPECT_EQ(e->tensor.chunks[1].rank, 1);
+}
+
+TEST(Reshard, RefusesAnExistingOutputAndLeavesNoTemporary)
+{
+    TempDir tmp;
+    fs::create_directories(tmp.path / "busy");
+    std::ofstream(tmp.path / "busy" / "x") << "keep me";
+    ReshardOptions o;
+    o.worldSize = 2;
+    EXPECT_THROW(reshardCheckpoint(*openCheckpoint(kData + "/adam_int.pt"), (tmp.path / "busy").string(), o), Error);
+    EXPECT_TRUE(fs::exists(tmp.path / "busy" / "x"));
+    size_t n = 0;
+    for (const auto& f : fs::directory_iterator(tmp.path)) {
+        (void)f;
+        ++n;
+    }
+    EXPECT_EQ(n, 1u);
+}
+
+// ------------------------------------------------------------------------------------------- verify
+
+TEST(Verify, ByLoadIsIdenticalForEveryWorldSize)
+{
+    const auto src = openCheckpoint(kData + "/fsdp1_r2");
+    for (int m : {1, 2, 3, 4, 6}) {
+        VerifyOptions o;
+        o.worldSize = m;
+        const VerifyReport r = verifyByLoad(*src, o);
+        EXPECT_TRUE(r.identical()) << "M=" << m << ": " << r.toJson().dump().substr(0, 2000);
+        EXPECT_EQ(r.worldSize, m);
+        EXPECT_GT(r.bytesCompared, 0u);
+        // every tensor was loaded by every rank of its layout
+        for (const auto& e : r.entries) {
+            if (e.type == "tensor" && !e.shape.empty()) {
+                EXPECT_EQ(e.ranks.size(), static_cast<size_t>(m)) << e.key;
+            }
+        }
+    }
+}
+
+TEST(Verify, AgainstNamesTheDamagedKeyAndRank)
+{
+    TempDir tmp;
+    const auto src = openCheckpoint(kData + "/fsdp2_r3");
+    ReshardOptions o;
+    o.worldSize = 2;
+    const std::string copy = (tmp.path / "copy").string();
+    reshardCheckpoint(*src, copy, o);
+    // damage one element of one chunk on rank 1: find where its bytes are and flip them
+    const auto rs = DcpReader::open(copy);
+    const Entry* victim = rs->find("optim.state.blocks.1.proj.weight.exp_avg");
+    ASSERT_NE(victim, nullptr);
+    const TensorChunk& chunk = victim->tensor.chunks.at(1);
+    ASSERT_EQ(chunk.rank, 1);
+    {
+        // the storage record is the last thing before the zip's closing records: flip a byte of the data near its
+        // end, found through our own reader
+        InspectOptions io;
+        (void)io;
+        std::fstream f(fs::path(copy) / chunk.source.file, std::ios::in | std::ios::out | std::ios::binary);
+        // the item's data record starts at a 64-byte boundary after its pickle: read the item and locate it
+        std::vector<char> item(chunk.source.length);
+        f.seekg(static_cast<std::streamoff>(chunk.source.offset));
+        f.read(item.data(), static_cast<std::streamsize>(item.size()));
+        const std::string marker = "archive/data/0";
+        size_t at = std::string(item.data(), item.size()).find(marker);
+        ASSERT_NE(at, std::string::npos);
+        // local header: the data begins after the name and its 'FB' padding, at the next multiple of 64
+        size_t data = ((at + marker.size()) / 64 + 1) * 64;
+        f.seekp(static_cast<std::streamoff>(chunk.source.offset + data + 4)); // second float32 of the chunk
+        char b = item[data + 4];
+        b = static_cast<char>(b ^ 0x40);
+        f.write(&b, 1);
+    }
+    const auto damaged = openCheckpoint(copy);
+    const VerifyReport r = verifyAgainst(*src, *damaged);
+    EXPECT_FALSE(r.identical());
+    size_t different = 0;
+    for (const auto& e : r.entries) {
+        if (e.status == "identical")
+            continue;
+        ++different;
+        EXPECT_EQ(e.key, "optim.state.blocks.1.proj.weight.exp_avg");
+        EXPECT_EQ(e.status, "different");
+        EXPECT_EQ(e.differing, 1);
+        for (const auto& rr : e.ranks) {
+            EXPECT_EQ(rr.differing, rr.rank == 1 ? 1 : 0);
+        }
+    }
+    EXPECT_EQ(different, 1u);
+}
+
+TEST(Verify, AgainstReportsMissingAndUnexpectedKeys)
+{
+    const auto a = openCheckpoint(kData + "/adam_int.pt");
+    const auto b = openCheckpoint(kData + "/sgd_momentum.pt");
+    const VerifyReport r = verifyAgainst(*a, *b);
+    EXPECT_FALSE(r.identical());
+    EXPECT_GT(r.count("missing"), 0u); // exp_avg of Adam
+    EXPECT_GT(r.count("unexpected"), 0u); // momentum_buffer of SGD
+}
+
+} // namespace

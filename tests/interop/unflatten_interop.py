@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Interop for `optscope-cli unflatten`: raw FSDP1 (use_orig_params=False) optimizer shards, one file per rank,
+must unflatten to exactly what get_state_dict(..., full_state_dict=True) gives.
+
+    torch-python unflatten_interop.py make OUTDIR W     OUTDIR/w<W>/optim_rank<r>.pt (raw, {"optim": osd}),
+                                                        OUTDIR/w<W>/model (DCP of get_state_dict), and
+                                                        OUTDIR/w<W>/full.pt ({"optim": full osd}, the reference)
+    (optscope-cli unflatten OUTDIR/w<W>/optim_rank*.pt --model OUTDIR/w<W>/model --units ... -o .../ours.pt)
+    torch-python unflatten_interop.py compare OUTDIR W  torch.load both (weights_only) and compare: same nesting, key
+                                                        order, bit-identical tensors, equal values
+"""
+import os
+import random
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, StateDictOptions
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fixtures import spawn  # noqa: E402
+from gather_interop import WideBlock, WideNet, same  # noqa: E402
+
+
+def _worker(rank, world, port, out, seed):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(seed)
+    model = FSDP(WideNet(), auto_wrap_policy=ModuleWrapPolicy({WideBlock}), device_id=torch.device("cpu"),
+                 use_orig_params=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(seed))
+    for _ in range(3):
+        model(x).pow(2).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(out, "model"))
+    torch.save({"optim": opt.state_dict()}, os.path.join(out, f"optim_rank{rank}.pt"))
+    _, full = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True))
+    if rank == 0:
+        torch.save({"optim": full}, os.path.join(out, "full.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mode, out, world = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    d = os.path.join(out, f"w{world}")
+    if mode == "make":
+        os.makedirs(d, exist_ok=True)
+        seed = random.SystemRandom().randint(0, 10**6)
+        print("seed", seed)
+        spawn(_worker, world, d, seed)
+    else:
+        ref = torch.load(os.path.join(d, "full.pt"), weights_only=True)
+        ours = torch.load(os.path.join(d, "ours.pt"), weights_only=True)
+        errors = []
+        same(ref, ours, f"W={world}", errors)
+        print(f"unflatten of {world} raw FSDP1 ranks: {'equal to get_state_dict(full_state_dict=True)' if not errors else 'DIFFERENT'}")
+        for e in errors[:20]:
+            print("   ", e)
+        sys.exit(1 if errors else 0)

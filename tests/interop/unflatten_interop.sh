@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# unflatten_interop.sh TORCH_PYTHON OPTSCOPE_CLI: raw FSDP1 optimizer shards on 2, 3 and 4 ranks, unflattened by
+# optscope, compared in real PyTorch with get_state_dict(full_state_dict=True) of the same run.
+set -euo pipefail
+torch_python=$1
+cli=$2
+out=unflatten_out
+rm -rf "$out"
+status=0
+for w in 2 3 4; do
+    "$torch_python" unflatten_interop.py make "$out" "$w"
+    "$cli" unflatten "$out/w$w"/optim_rank*.pt --model "$out/w$w/model" --units blocks.0,blocks.1 -o "$out/w$w/ours.pt"
+    "$torch_python" unflatten_interop.py compare "$out" "$w" || status=1
+done
+exit $status
