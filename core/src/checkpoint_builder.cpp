@@ -2,6 +2,7 @@
 #include "checkpoint_builder.h"
 #include "optscope/error.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace optscope {
@@ -40,6 +41,24 @@ void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<co
             collect(v->container->attrs, out, seen, depth + 1);
         }
     }
+}
+
+/// dimensions >= 0 and numel * element size <= INT64_MAX, as PyTorch requires of a tensor
+bool shapeIsRepresentable(const std::vector<int64_t>& shape, size_t elementSize)
+{
+    for (auto s : shape)
+        if (s < 0)
+            return false;
+    for (auto s : shape)
+        if (s == 0)
+            return true;
+    auto bytes = static_cast<int64_t>(std::max<size_t>(elementSize, 1));
+    for (auto s : shape) {
+        if (bytes > INT64_MAX / s)
+            return false;
+        bytes *= s;
+    }
+    return true;
 }
 
 } // namespace
@@ -125,6 +144,15 @@ void CheckpointBuilder::addTensor(KeyPath path, TensorEntry tensor)
 {
     Entry e;
     e.key = joinKeyPath(path);
+    if (!shapeIsRepresentable(tensor.shape, dtypeSize(tensor.dtype))) {
+        // every size computation downstream (numel, bytes, chunk bounds, buffers) relies on this
+        std::string text;
+        for (auto s : tensor.shape)
+            text += (text.empty() ? "" : ", ") + std::to_string(s);
+        error("bad-shape", "tensor shape [" + text + "] has a negative dimension or more than 2^63 bytes", e.key);
+        tensor.shape.clear();
+        tensor.chunks.clear();
+    }
     e.path = std::move(path);
     e.kind = EntryKind::Tensor;
     e.tensor = std::move(tensor);

@@ -455,9 +455,18 @@ bool hashKey(const PyValue* k, std::string& out, int depth = 0)
         else
             out += 'f' + pyFloatRepr(k->real) + ';';
         return true;
-    case PyKind::BigInt:
-        out += 'b' + bigIntToDecimal(k->text) + ';';
+    case PyKind::BigInt: {
+        // the two's complement bytes without redundant sign bytes: equal integers give equal keys in linear time
+        // (rendering a 64 KiB integer in decimal for every comparison made dicts with such keys quadratic)
+        std::string_view t = k->text;
+        const bool negative = !t.empty() && (static_cast<uint8_t>(t.back()) & 0x80) != 0;
+        const char fill = negative ? '\xff' : '\0';
+        while (t.size() > 1 && t.back() == fill && ((static_cast<uint8_t>(t[t.size() - 2]) & 0x80) != 0) == negative)
+            t.remove_suffix(1);
+        out += 'b' + std::to_string(t.size()) + ':';
+        out.append(t);
         return true;
+    }
     case PyKind::Bytes:
         out += 'y' + std::to_string(k->text.size()) + ':';
         out.append(k->text);
@@ -586,8 +595,15 @@ PyValue* Machine::parseDecimalInt(std::string_view text)
         negative = t.front() == '-';
         t.remove_prefix(1);
     }
-    if (t.empty() || t.size() > m_limits.maxBigIntBytes * 3)
+    if (t.empty())
         fail(ErrorKind::Format, "bad integer literal");
+    // CPython's int() refuses more than 4300 decimal digits (sys.int_info.default_max_str_digits), so pickle's
+    // INT/LONG do too; the conversion below is quadratic in the length, and this bound keeps hostile literals cheap.
+    constexpr size_t kMaxDecimalDigits = 4300;
+    if (t.size() > kMaxDecimalDigits)
+        fail(ErrorKind::Limit,
+            "integer literal of " + std::to_string(t.size()) + " digits exceeds the limit of "
+                + std::to_string(kMaxDecimalDigits) + " digits");
     std::vector<uint8_t> mag; // little-endian magnitude
     for (char c : t) {
         if (c < '0' || c > '9')

@@ -219,22 +219,28 @@ std::string bigIntToDecimal(std::string_view le)
             }
         }
     }
-    std::string digits;
-    // repeated division by 10 over a big-endian copy
-    std::vector<uint8_t> be(mag.rbegin(), mag.rend());
-    while (!be.empty()) {
-        unsigned rem = 0;
-        std::vector<uint8_t> q;
-        q.reserve(be.size());
-        for (uint8_t b : be) {
-            const unsigned cur = (rem << 8) | b;
-            const auto d = static_cast<uint8_t>(cur / 10);
-            rem = cur % 10;
-            if (!q.empty() || d != 0)
-                q.push_back(d);
+    // Repeated division by 10^9 over little-endian 32-bit limbs: nine digits per pass over the number, so that the
+    // largest integers the pickle machine accepts (PickleLimits::maxBigIntBytes) convert in well under a second.
+    std::vector<uint32_t> limbs((mag.size() + 3) / 4, 0);
+    for (size_t i = 0; i < mag.size(); ++i)
+        limbs[i / 4] |= static_cast<uint32_t>(mag[i]) << (8 * (i % 4));
+    while (!limbs.empty() && limbs.back() == 0)
+        limbs.pop_back();
+    std::string digits; // least significant first
+    while (!limbs.empty()) {
+        uint64_t rem = 0;
+        for (size_t i = limbs.size(); i-- > 0;) {
+            const uint64_t cur = (rem << 32) | limbs[i];
+            limbs[i] = static_cast<uint32_t>(cur / 1000000000u);
+            rem = cur % 1000000000u;
         }
-        digits.push_back(static_cast<char>('0' + rem));
-        be.swap(q);
+        while (!limbs.empty() && limbs.back() == 0)
+            limbs.pop_back();
+        // nine digits per group, except that the most significant group has no leading zeros
+        for (int k = 0; k < 9 && (!limbs.empty() || rem != 0); ++k) {
+            digits.push_back(static_cast<char>('0' + rem % 10));
+            rem /= 10;
+        }
     }
     if (digits.empty())
         digits = "0";

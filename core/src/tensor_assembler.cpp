@@ -119,7 +119,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 "chunk " + std::to_string(i) + " has rank " + std::to_string(c.sizes.size()) + ", the tensor "
                     + std::to_string(ndim));
         for (size_t d = 0; d < ndim; ++d)
-            if (c.offsets[d] < 0 || c.sizes[d] < 0 || c.offsets[d] + c.sizes[d] > shape[d])
+            if (c.offsets[d] < 0 || c.sizes[d] < 0 || c.offsets[d] > shape[d] || c.sizes[d] > shape[d] - c.offsets[d])
                 throw Error(ErrorKind::Format, where,
                     "chunk at offsets " + shapeText(c.offsets) + " sizes " + shapeText(c.sizes)
                         + " lies outside the tensor " + shapeText(shape));
@@ -217,6 +217,26 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 d.file->release(fileOffset, len);
                 continue;
             }
+            // before a buffer for these rows is allocated, the chunks (resolved: their stored shapes match the
+            // metadata) must cover them exactly; a damaged global shape must not become a huge allocation
+            const int64_t want = (r1 - r0) * rowElems;
+            int64_t claimed = 0;
+            bool overlap = false;
+            for (size_t i : here) {
+                const auto& c = t.chunks[i];
+                const int64_t rows = std::min(r1, c.offsets[0] + c.sizes[0]) - std::max(r0, c.offsets[0]);
+                if (rows <= 0)
+                    continue;
+                data(i);
+                const int64_t part = rows * (c.numel() / c.sizes[0]);
+                overlap = overlap || part > want - claimed;
+                if (!overlap)
+                    claimed += part;
+            }
+            if (overlap || claimed != want)
+                throw Error(ErrorKind::Format, where,
+                    std::string(overlap ? "chunks overlap" : "chunks leave a gap") + " in rows [" + std::to_string(r0)
+                        + ", " + std::to_string(r1) + ") of " + shapeText(shape));
             std::vector<int64_t> blockShape(shape);
             blockShape[0] = r1 - r0;
             buffer.assign(static_cast<size_t>(static_cast<uint64_t>(r1 - r0) * rowBytes), 0);
@@ -250,7 +270,6 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                         static_cast<uint64_t>(extent[0]) * rb);
                 }
             }
-            const int64_t want = (r1 - r0) * rowElems;
             if (covered != want)
                 throw Error(ErrorKind::Format, where,
                     std::string(covered < want ? "chunks leave a gap" : "chunks overlap") + " in rows ["

@@ -229,21 +229,30 @@ TorchSaveArchive TorchSaveReader::readArchive(const std::shared_ptr<const Mapped
 void TorchSaveReader::checkTensorExtent(const PyTensorInfo& t, uint64_t storageBytes, const std::string& where)
 {
     const uint64_t elem = dtypeSize(t.dtype);
+    bool valid = t.storageOffset >= 0 && t.strides.size() == t.sizes.size();
     bool empty = false;
-    uint64_t last = static_cast<uint64_t>(t.storageOffset);
-    for (size_t d = 0; d < t.sizes.size(); ++d) {
-        if (t.sizes[d] == 0)
-            empty = true;
-        else
-            last += static_cast<uint64_t>(t.sizes[d] - 1) * static_cast<uint64_t>(t.strides[d]);
+    for (size_t d = 0; valid && d < t.sizes.size(); ++d) {
+        valid = t.sizes[d] >= 0 && t.strides[d] >= 0;
+        empty = empty || t.sizes[d] == 0;
     }
-    if (empty)
+    if (valid && empty)
         return;
-    if (last >= UINT64_MAX / elem || (last + 1) * elem > storageBytes)
+    // the last element the view reaches, offset + sum((size - 1) * stride), in checked arithmetic: a hostile size or
+    // stride must not wrap around 2^64 into a small extent that looks as if it fits
+    uint64_t last = valid ? static_cast<uint64_t>(t.storageOffset) : 0;
+    for (size_t d = 0; valid && d < t.sizes.size(); ++d) {
+        const auto span = static_cast<uint64_t>(t.sizes[d] - 1);
+        const auto stride = static_cast<uint64_t>(t.strides[d]);
+        if (stride != 0 && span > (UINT64_MAX - last) / stride)
+            valid = false;
+        else
+            last += span * stride;
+    }
+    if (!valid || last >= UINT64_MAX / elem || (last + 1) * elem > storageBytes)
         throw Error(ErrorKind::Format, where,
             "tensor view (offset " + std::to_string(t.storageOffset) + ", " + std::to_string(t.sizes.size())
-                + " dims) reaches element " + std::to_string(last) + " of a storage of "
-                + std::to_string(storageBytes / elem) + " elements");
+                + " dims) reaches " + (valid ? "element " + std::to_string(last) : std::string("beyond 2^64 elements"))
+                + " of a storage of " + std::to_string(storageBytes / elem) + " elements");
 }
 
 std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path, const Progress& progress)
