@@ -15,6 +15,9 @@ int runCheck(const std::vector<std::string>& argv);
 int runReshard(const std::vector<std::string>& argv);
 int runVerify(const std::vector<std::string>& argv);
 int runUnflatten(const std::vector<std::string>& argv);
+int runDiff(const std::vector<std::string>& argv);
+int runDiagnose(const std::vector<std::string>& argv);
+int runFix(const std::vector<std::string>& argv);
 
 std::string commandUsage(const std::string& name)
 {
@@ -59,6 +62,43 @@ const std::vector<Command>& commands()
             "  --no-data   metadata only: do not open the chunks themselves\n"
             "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
             runCheck},
+        {"diff", "compare two checkpoints (any formats, world sizes, key styles), key by key and number by number",
+            "usage: optscope-cli diff A B [--rtol R] [--atol A] [--all] [--json]\n"
+            "       optscope-cli diff PATH --ranks R1,R2 [--json]\n"
+            "\n"
+            "Keys are aligned through FQN normalisation: wrapper prefixes (module., _orig_mod.,\n"
+            "_fsdp_wrapped_module., _checkpoint_wrapped_module.), integer optimizer ids <-> FQNs (param_names, the\n"
+            "other side's param_groups, or the checkpoint's own model), DSD's flattened optimizer format; the report\n"
+            "says which normalisation matched each pair. Per key: only in A, only in B, shape or dtype change, max\n"
+            "|a-b|, max relative difference, RMS of the difference, number of differing elements, NaN/Inf counts,\n"
+            "and per rank which chunks differ. param_groups hyperparameters and step are compared too.\n"
+            "  --rtol R, --atol A  equal if |a-b| <= atol + rtol*|b| (default: bit-identical)\n"
+            "  --ranks R1,R2       compare what two ranks of one checkpoint hold\n"
+            "  --all               also list equal entries\n"
+            "  --json              {\"equal\": bool, \"entries\": [{\"key\", \"status\", \"reason\", \"max_abs_diff\",\n"
+            "                      \"max_rel_diff\", \"rms_diff\", \"num_diff\", \"numel\", ...}]}\n"
+            "Exit status: 0 equal within tolerance, 1 different, 2 error.\n",
+            runDiff},
+        {"diagnose", "explain missing/unexpected-key errors: what is wrong, PyTorch's error, the fix",
+            "usage: optscope-cli diagnose OPTIM [--model MODEL] [--json]\n"
+            "\n"
+            "OPTIM is any checkpoint holding optimizer state (torch.save file or DCP folder). MODEL is a model\n"
+            "state dict (file or DCP), another optimizer checkpoint, or a text file of expected FQNs (one per\n"
+            "line, optionally followed by a shape like 3,4). Findings have stable codes: prefix-mismatch, id-keyed,\n"
+            "flattened-format, missing-state, unexpected-state, param-groups-mismatch, shape-mismatch,\n"
+            "step-inconsistent, step-dtype, shard-gap, shard-overlap, empty-state; each says what is wrong, the text\n"
+            "PyTorch would raise, and the fix.\n"
+            "  --json   {\"findings\": [{\"code\", \"severity\", \"message\", \"pytorch_error\", \"fix\", ...}]}\n"
+            "Exit status: 0 nothing but information, 1 findings, 2 error.\n",
+            runDiagnose},
+        {"fix", "apply the renames and re-keying diagnose proposes; write the result in the input's format",
+            "usage: optscope-cli fix OPTIM --model MODEL -o OUT [--json]\n"
+            "\n"
+            "Applies what `diagnose OPTIM --model MODEL` proposes (prefix renames, integer ids -> FQNs, flattened ->\n"
+            "nested optimizer format, float32 steps) and writes OUT in OPTIM's format: a torch.save file, or a new DCP\n"
+            "folder. OPTIM is never modified; OUT appears only when complete.\n"
+            "Exit status: 0 written, 2 error (including: nothing to fix).\n",
+            runFix},
         {"unflatten", "turn raw FSDP1 flat-parameter optimizer files into FQN-keyed full state",
             "usage: optscope-cli unflatten RANK_FILE... --model MODEL [--units PREFIX,...] -o OUT.pt [--json]\n"
             "\n"

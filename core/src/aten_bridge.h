@@ -26,3 +26,30 @@ namespace optscope::aten {
 std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n);
 
 } // namespace optscope::aten
+
+namespace optscope::aten {
+
+/// Running comparison of two tensors, block by block.
+struct DiffAccumulator
+{
+    int64_t numel = 0;
+    int64_t numDiff = 0; ///< bitwise (rtol = atol = 0) or outside the tolerance
+    int64_t nanA = 0, nanB = 0, infA = 0, infB = 0;
+    double maxAbs = 0.0; ///< over pairs where both are finite
+    double maxRel = 0.0; ///< |a - b| / |b| over finite pairs with b != 0
+    double sumSq = 0.0; ///< of (a - b) over finite pairs
+    int64_t finitePairs = 0;
+};
+
+/// Compares @p n elements of @p a (dtype @p da) with @p n elements of @p b (dtype @p db), dense little-endian, with
+/// ATen ops (values as float32, or float64 when either side is float64 or an integer type). Bit-identical elements
+/// always count as equal (NaN == NaN with the same bits); with a tolerance, |a - b| <= atol + rtol * |b| is equal,
+/// two NaNs are equal, infinities must match.
+void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol,
+    DiffAccumulator& acc);
+
+/// Adds the finite differences (a - b) of the block to a histogram of @p counts.size() bins over [lo, hi].
+void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double lo, double hi,
+    std::vector<int64_t>& counts);
+
+} // namespace optscope::aten

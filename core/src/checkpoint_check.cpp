@@ -137,8 +137,10 @@ private:
             CheckFinding* f = nullptr;
             if (identical && m_opt.readChunks && sameBytes(e, o.first, o.second)) {
                 f = &add("chunk-duplicate", "warning", e.key,
-                    "the same region " + boxText(o.region) + " is stored by ranks " + std::to_string(a.rank) + " and "
-                        + std::to_string(b.rank) + " with identical bytes");
+                    "the same region " + boxText(o.region) + " is listed twice "
+                        + (a.rank == b.rank ? "(both entries point to rank " + std::to_string(a.rank) + "'s copy)"
+                                            : "(ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + ")")
+                        + " with identical bytes");
             } else if (identical && isStep && m_opt.readChunks) {
                 std::string values;
                 for (size_t idx : {o.first, o.second}) {

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// optscope-cli diagnose OPTIM [--model MODEL] [--json]; optscope-cli fix OPTIM --model MODEL -o OUT [--json]
+#include "cli_common.h"
+
+#include "optscope/checkpoint_fix.h"
+#include "optscope/checkpoint_loader.h"
+#include "optscope/diagnosis.h"
+#include "optscope/error.h"
+
+#include <filesystem>
+#include <iostream>
+
+namespace optscope::cli {
+
+namespace {
+
+/// MODEL: a checkpoint (file or DCP folder), or a text file listing FQNs
+std::optional<ExpectedParams> expectedFrom(const Args& args, const Progress& progress)
+{
+    const auto model = args.value("--model");
+    if (!model)
+        return std::nullopt;
+    try {
+        return ExpectedParams::fromCheckpoint(*openCheckpoint(*model, progress));
+    } catch (const Error& e) {
+        // not a checkpoint: a plain text list of FQNs?
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(*model, ec) && e.kind() == ErrorKind::Format
+            && std::string(e.what()).find("is not a torch.save file") != std::string::npos)
+            return ExpectedParams::fromFqnList(*model);
+        throw;
+    }
+}
+
+void printDiagnosis(const Diagnosis& d)
+{
+    for (const auto& f : d.findings) {
+        std::cout << f.severity << " [" << f.code << "]" << (f.optimizer.empty() ? "" : " " + f.optimizer) << ": "
+                  << f.message << "\n";
+        if (!f.pytorchError.empty())
+            std::cout << "    PyTorch: " << f.pytorchError << "\n";
+        if (!f.fix.empty())
+            std::cout << "    fix: " << f.fix << (f.actions.empty() ? "" : " [optscope-cli fix applies it]") << "\n";
+    }
+    std::cout << d.findings.size() << " finding(s) in " << d.path
+              << (d.expectedSource.empty() ? "" : " against " + d.expectedSource) << "\n";
+}
+
+} // namespace
+
+int runDiagnose(const std::vector<std::string>& argv)
+{
+    const Args args(argv, {{"--model", true, "model, reference optimizer or FQN list"}, {"--json", false, "print JSON"},
+                              {"--help", false, "show this help", "-h"}});
+    if (args.has("--help")) {
+        std::cout << commandUsage("diagnose");
+        return ExitOk;
+    }
+    if (args.positional().size() != 1)
+        throw UsageError("diagnose takes exactly one OPTIM path");
+    const Progress progress = terminalProgress();
+    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    const auto expected = expectedFrom(args, progress);
+    const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress);
+    finishTerminalProgress();
+    if (args.has("--json"))
+        std::cout << d.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+    else
+        printDiagnosis(d);
+    bool problems = false;
+    for (const auto& f : d.findings)
+        problems = problems || f.severity != "info";
+    return problems ? ExitFindings : ExitOk;
+}
+
+int runFix(const std::vector<std::string>& argv)
+{
+    const Args args(argv, {{"--model", true, "model, reference optimizer or FQN list"},
+                              {"--output", true, "output (file, or folder for DCP input)", "-o"},
+                              {"--json", false, "print JSON"}, {"--help", false, "show this help", "-h"}});
+    if (args.has("--help")) {
+        std::cout << commandUsage("fix");
+        return ExitOk;
+    }
+    if (args.positional().size() != 1)
+        throw UsageError("fix takes exactly one OPTIM path");
+    const auto out = args.value("--output");
+    if (!out || out->empty())
+        throw UsageError("fix needs -o OUT");
+    const Progress progress = terminalProgress();
+    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    const auto expected = expectedFrom(args, progress);
+    const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress);
+    const FixResult r = applyFixes(*cp, d, *out, progress);
+    finishTerminalProgress();
+    if (args.has("--json")) {
+        nlohmann::ordered_json j {{"output", r.output}, {"applied", r.applied}, {"renamed_keys", r.renamedKeys},
+            {"diagnosis", d.toJson()}};
+        std::cout << j.dump(2) << std::endl;
+    } else {
+        for (const auto& a : r.applied)
+            std::cout << "applied " << a << "\n";
+        std::cout << "wrote " << r.output << " (" << r.renamedKeys << " keys renamed)\n";
+    }
+    return ExitOk;
+}
+
+} // namespace optscope::cli

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Optimizer-aware comparison of two checkpoints of any formats and world sizes (or two ranks of one checkpoint).
+// Keys are aligned through FQN normalisation (wrapper prefixes, integer ids <-> FQNs); numbers are compared by
+// streaming both tensors block by block (never fully loaded), with multi-threaded ATen ops.
+
+#include "optscope/checkpoint.h"
+#include "optscope/progress.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+struct DiffOptions
+{
+    double rtol = 0.0; ///< |a - b| <= atol + rtol * |b| counts as equal; both 0 = bit-identical
+    double atol = 0.0;
+    int threads = 0; ///< 0 = one per core
+    size_t histogramBins = 0; ///< > 0: also a histogram of (a - b) per tensor, for the UI
+};
+
+/// per rank (of B's layout, or of the two ranks compared): which chunks differ
+struct DiffRank
+{
+    int rank = -1;
+    int64_t numel = 0;
+    int64_t numDiff = 0;
+    double maxAbsDiff = 0.0;
+};
+
+struct DiffEntry
+{
+    std::string key; ///< display key: A's key, or B's for only_b
+    std::string keyA;
+    std::string keyB;
+    std::string type; ///< "tensor" or "value"
+    std::string status; ///< "equal", "changed", "only_a", "only_b"
+    std::string reason; ///< why changed: "values differ", "shape [3, 4] -> [4, 3]", "dtype float32 -> bfloat16", ...
+    std::string match; ///< how A's and B's keys were paired: "exact", "strip '_orig_mod.'", "id 3 -> 'fc.weight'", ...
+    std::vector<int64_t> shapeA, shapeB;
+    std::string dtypeA, dtypeB;
+    int64_t numel = 0;
+    int64_t numDiff = 0; ///< elements outside the tolerance (bitwise different when rtol = atol = 0)
+    double maxAbsDiff = 0.0;
+    double maxRelDiff = 0.0; ///< max |a - b| / |b| over elements with b != 0
+    double rmsDiff = 0.0; ///< sqrt(mean((a - b)^2))
+    int64_t nanA = 0, nanB = 0, infA = 0, infB = 0;
+    std::vector<DiffRank> ranks;
+    std::string valueA, valueB; ///< values: short renderings
+    std::vector<double> histogramEdges; ///< (a - b) histogram when requested
+    std::vector<int64_t> histogramCounts;
+};
+
+struct DiffReport
+{
+    std::string pathA, pathB;
+    bool equal = true;
+    std::vector<DiffEntry> entries;
+    std::vector<std::string> notes; ///< normalisations applied, in words
+    size_t count(const std::string& status) const;
+    /// {"equal": bool, "entries": [{"key", "status", "reason", "max_abs_diff", "max_rel_diff", "rms_diff", "num_diff",
+    ///  "numel", ...}], ...}
+    nlohmann::ordered_json toJson() const;
+};
+
+/// Compares two checkpoints: exit semantics "equal within tolerance" = DiffReport::equal.
+DiffReport diffCheckpoints(const Checkpoint& a, const Checkpoint& b, const DiffOptions& options = {},
+    const Progress& progress = {});
+
+/// Compares what rank @p rankA and rank @p rankB of one checkpoint hold: chunk by chunk, in order, for every tensor
+/// both hold (replicated state, or any two ranks of per-rank files opened together).
+DiffReport diffRanks(const Checkpoint& checkpoint, int rankA, int rankB, const DiffOptions& options = {},
+    const Progress& progress = {});
+
+} // namespace optscope

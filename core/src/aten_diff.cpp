@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The numeric kernel of diff: ATen ops over blocks of two tensors (never whole tensors).
+#include "aten_bridge.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+namespace optscope::aten {
+
+namespace {
+
+std::optional<at::ScalarType> nativeFloat(DType d)
+{
+    switch (d) {
+    case DType::Float64: return at::kDouble;
+    case DType::Float32: return at::kFloat;
+    case DType::Float16: return at::kHalf;
+    case DType::BFloat16: return at::kBFloat16;
+    default: return std::nullopt;
+    }
+}
+
+std::optional<at::ScalarType> nativeAny(DType d)
+{
+    if (auto f = nativeFloat(d))
+        return f;
+    switch (d) {
+    case DType::Int8: return at::kChar;
+    case DType::Int16: return at::kShort;
+    case DType::Int32: return at::kInt;
+    case DType::Int64: return at::kLong;
+    case DType::UInt8: return at::kByte;
+    case DType::Bool: return at::kBool;
+    default: return std::nullopt;
+    }
+}
+
+/// the block as a tensor of @p compute type; complex numbers as pairs of reals
+at::Tensor values(const uint8_t* p, DType d, int64_t n, at::ScalarType compute, std::vector<double>& scratch)
+{
+    if (dtypeIsComplex(d)) {
+        // interleaved (real, imag) of half the element size each
+        const DType part = d == DType::Complex128 ? DType::Float64 : d == DType::Complex64 ? DType::Float32 : DType::Float16;
+        return values(p, part, 2 * n, compute, scratch);
+    }
+    if (auto st = nativeAny(d))
+        return at::from_blob(const_cast<uint8_t*>(p), {n}, at::TensorOptions().dtype(*st)).to(compute);
+    scratch = toDoubles(p, d, n); // float8 and uint16-64, which libtorch 1.13 lacks
+    return at::from_blob(scratch.data(), {n}, at::TensorOptions().dtype(at::kDouble)).to(compute);
+}
+
+int64_t lanes(DType d, int64_t n)
+{
+    return dtypeIsComplex(d) ? 2 * n : n;
+}
+
+at::ScalarType computeType(DType a, DType b)
+{
+    const bool wide = a == DType::Float64 || b == DType::Float64 || a == DType::Complex128 || b == DType::Complex128
+        || (!dtypeIsFloatingPoint(a) && !dtypeIsComplex(a)) || (!dtypeIsFloatingPoint(b) && !dtypeIsComplex(b));
+    return wide ? at::kDouble : at::kFloat;
+}
+
+} // namespace
+
+void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol,
+    DiffAccumulator& acc)
+{
+    if (n <= 0)
+        return;
+    acc.numel += n;
+    const bool exact = rtol == 0.0 && atol == 0.0;
+    const size_t elem = dtypeSize(da);
+    std::vector<double> sa, sb;
+    const at::ScalarType ct = computeType(da, db);
+    at::Tensor A = values(a, da, n, ct, sa);
+    at::Tensor B = values(b, db, n, ct, sb);
+    if (lanes(da, n) != lanes(db, n)) {
+        acc.numDiff += n;
+        return;
+    }
+    const at::Tensor finA = at::isfinite(A);
+    const at::Tensor finB = at::isfinite(B);
+    acc.nanA += at::isnan(A).sum().item<int64_t>();
+    acc.nanB += at::isnan(B).sum().item<int64_t>();
+    acc.infA += at::isinf(A).sum().item<int64_t>();
+    acc.infB += at::isinf(B).sum().item<int64_t>();
+
+    const at::Tensor both = finA.logical_and(finB);
+    const at::Tensor d = (A - B).masked_fill(both.logical_not(), 0);
+    const at::Tensor ad = d.abs();
+    acc.maxAbs = std::max(acc.maxAbs, ad.max().item<double>());
+    const at::Tensor absB = B.abs();
+    const at::Tensor relOk = both.logical_and(absB.ne(0));
+    if (relOk.any().item<bool>())
+        acc.maxRel = std::max(acc.maxRel, (ad / absB.masked_fill(relOk.logical_not(), 1)).masked_fill(relOk.logical_not(), 0).max().item<double>());
+    acc.sumSq += d.to(at::kDouble).square().sum().item<double>();
+    acc.finitePairs += both.sum().item<int64_t>();
+
+    int64_t diff = 0;
+    if (da == db && exact) {
+        // bitwise: the bytes of each element, as an integer of the element's size where one exists
+        at::ScalarType it = elem == 8 ? at::kLong : elem == 4 ? at::kInt : elem == 2 ? at::kShort : at::kByte;
+        if (elem == 1 || elem == 2 || elem == 4 || elem == 8) {
+            const at::Tensor x = at::from_blob(const_cast<uint8_t*>(a), {n}, at::TensorOptions().dtype(it));
+            const at::Tensor y = at::from_blob(const_cast<uint8_t*>(b), {n}, at::TensorOptions().dtype(it));
+            diff = x.ne(y).sum().item<int64_t>();
+        } else {
+            const auto e = static_cast<int64_t>(elem);
+            const at::Tensor x = at::from_blob(const_cast<uint8_t*>(a), {n, e}, at::TensorOptions().dtype(at::kByte));
+            const at::Tensor y = at::from_blob(const_cast<uint8_t*>(b), {n, e}, at::TensorOptions().dtype(at::kByte));
+            diff = x.ne(y).any(1).sum().item<int64_t>();
+        }
+    } else {
+        // numerically: within tolerance, or both NaN, or the same infinity
+        const at::Tensor close = ad.le(atol + rtol * absB).logical_and(both);
+        const at::Tensor nanPair = at::isnan(A).logical_and(at::isnan(B));
+        const at::Tensor infPair = at::isinf(A).logical_and(A.eq(B));
+        at::Tensor ok = close.logical_or(nanPair).logical_or(infPair);
+        if (dtypeIsComplex(da) || dtypeIsComplex(db))
+            ok = ok.reshape({n, 2}).all(1);
+        diff = n - ok.sum().item<int64_t>();
+    }
+    acc.numDiff += diff;
+}
+
+void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double lo, double hi,
+    std::vector<int64_t>& counts)
+{
+    if (n <= 0 || counts.empty() || lanes(da, n) != lanes(db, n))
+        return;
+    std::vector<double> sa, sb;
+    at::Tensor A = values(a, da, n, at::kDouble, sa);
+    at::Tensor B = values(b, db, n, at::kDouble, sb);
+    at::Tensor d = A - B;
+    d = d.masked_select(at::isfinite(d));
+    if (d.numel() == 0)
+        return;
+    if (hi <= lo)
+        hi = lo + 1.0;
+    const at::Tensor h = at::histc(d, static_cast<int64_t>(counts.size()), lo, hi);
+    const at::Tensor hl = h.to(at::kLong).contiguous();
+    const int64_t* p = hl.data_ptr<int64_t>();
+    for (size_t i = 0; i < counts.size(); ++i)
+        counts[i] += p[i];
+}
+
+} // namespace optscope::aten

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/checkpoint_fix.h"
+#include "optscope/dcp_writer.h"
+#include "optscope/error.h"
+#include "optscope/optimizer_view.h"
+#include "optscope/tensor_assembler.h"
+#include "optscope/tensor_values.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+
+namespace optscope {
+
+namespace {
+
+/// what to do to one optimizer state dict
+struct OptimizerRewrite
+{
+    const OptimizerView* view = nullptr;
+    std::map<std::string, std::string> rename; ///< parameter key (id or FQN) -> new key
+    bool toNested = false;
+    bool castStep = false;
+};
+
+/// One output item: an entry moved to a new path, possibly with a replaced value or a converted tensor.
+struct Item
+{
+    KeyPath path;
+    const Entry* source = nullptr; ///< tensor or value entry
+    const PyValue* value = nullptr; ///< replacement value (lists of renamed params), or the entry's value
+    bool castToFloat32 = false; ///< step: written as a 0-dim float32 tensor
+};
+
+bool startsWith(const KeyPath& path, const KeyPath& prefix)
+{
+    return path.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), path.begin());
+}
+
+KeyPathElem key(const std::string& s)
+{
+    return KeyPathElem::fromKey(s);
+}
+
+} // namespace
+
+FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output, const Progress& progress)
+{
+    if (!diagnosis.fixable())
+        throw Error(ErrorKind::Usage, cp.path, "the diagnosis proposes nothing that can be applied mechanically");
+    FixResult result;
+    result.output = output;
+    const auto views = findOptimizers(cp);
+    std::vector<OptimizerRewrite> rewrites(views.size());
+    for (size_t i = 0; i < views.size(); ++i)
+        rewrites[i].view = &views[i];
+    for (const auto& f : diagnosis.findings) {
+        for (auto& r : rewrites) {
+            if (r.view->rootKey() != f.optimizer)
+                continue;
+            for (const auto& a : f.actions) {
+                if (a.kind == "rename-prefix" || a.kind == "rekey-ids")
+                    r.rename[a.from] = a.to;
+                else if (a.kind == "unflatten-format")
+                    r.toNested = true;
+                else if (a.kind == "cast-step")
+                    r.castStep = true;
+            }
+            if (!f.actions.empty())
+                result.applied.push_back(f.code + ": " + (f.actions.size() == 1 ? f.actions[0].description
+                                                                                 : std::to_string(f.actions.size()) + " changes"));
+        }
+    }
+
+    auto arena = std::make_shared<PyArena>();
+    std::vector<Item> items;
+    std::set<const Entry*> handled;
+    for (const auto& r : rewrites) {
+        const OptimizerView& v = *r.view;
+        std::set<std::string> renamedOnce;
+        auto renamed = [&](const std::string& k) {
+            auto it = r.rename.find(k);
+            if (it != r.rename.end()) {
+                if (renamedOnce.insert(k).second)
+                    ++result.renamedKeys;
+                return it->second;
+            }
+            return k;
+        };
+        // state
+        for (const auto& p : v.params) {
+            const std::string newKey = renamed(p.key);
+            for (const auto& [name, e] : p.states) {
+                Item it;
+                it.source = e;
+                it.value = e->isTensor() ? nullptr : e->value;
+                it.castToFloat32 = r.castStep && name == "step";
+                if (v.flattened && !r.toNested) {
+                    it.path = v.root;
+                    it.path.push_back(key("state." + newKey + "." + name));
+                } else {
+                    it.path = v.root;
+                    it.path.push_back(key("state"));
+                    it.path.push_back(key(newKey));
+                    if (!v.flattened && p.key == newKey) {
+                        // keep the original key object (integer ids stay integers)
+                        const KeyPath& old = e->path;
+                        it.path.back() = old[v.root.size() + 1];
+                    }
+                    // nested state names (rarely deeper than one level)
+                    size_t start = v.flattened ? 0 : v.root.size() + 2;
+                    if (v.flattened)
+                        it.path.push_back(key(name));
+                    else
+                        for (size_t k = start; k < e->path.size(); ++k)
+                            it.path.push_back(e->path[k]);
+                }
+                items.push_back(std::move(it));
+                handled.insert(e);
+            }
+        }
+        // param_groups
+        for (size_t g = 0; g < v.groups.size(); ++g) {
+            const OptimizerGroup& group = v.groups[g];
+            auto list = [&](const std::vector<std::string>& keys, bool asInts) {
+                PyValue* l = arena->makeContainer(PyKind::List);
+                for (const auto& k : keys) {
+                    const std::string n = renamed(k);
+                    if (asInts && n == k)
+                        l->container->items.push_back(arena->makeInt(std::stoll(k)));
+                    else
+                        l->container->items.push_back(arena->makeStr(n, true));
+                }
+                return l;
+            };
+            const bool idsStay = v.idKeyed && r.rename.empty();
+            KeyPath gp = v.root;
+            gp.push_back(key("param_groups"));
+            gp.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(g)));
+            if (v.flattened && !r.toNested) {
+                // stays flattened: per-parameter hyperparameter entries, renamed
+                for (const auto& fqn : group.params)
+                    for (const auto& [field, e] : group.hyperparams) {
+                        (void)e;
+                        const std::string oldKey = "param_groups." + fqn + "." + field;
+                        for (const Entry& en : cp.entries)
+                            if (startsWith(en.path, v.root) && en.path.size() == v.root.size() + 1 && en.path.back().key == oldKey) {
+                                Item it;
+                                it.path = v.root;
+                                it.path.push_back(key("param_groups." + renamed(fqn) + "." + field));
+                                it.source = &en;
+                                it.value = en.value;
+                                items.push_back(std::move(it));
+                                handled.insert(&en);
+                            }
+                    }
+                continue;
+            }
+            // nested output: every field of the group, in file order; params (and param_names) rewritten
+            std::vector<const Entry*> fields;
+            for (const Entry& en : cp.entries)
+                if (startsWith(en.path, gp) && en.path.size() > gp.size())
+                    fields.push_back(&en);
+            if (v.flattened) {
+                // from the flattened format: the first parameter's hyperparameters stand for the group
+                for (const auto& [field, e] : group.hyperparams) {
+                    Item it;
+                    it.path = gp;
+                    it.path.push_back(key(field));
+                    it.source = e;
+                    it.value = e->value;
+                    items.push_back(std::move(it));
+                }
+                Item it;
+                it.path = gp;
+                it.path.push_back(key("params"));
+                it.value = list(group.params, false);
+                items.push_back(std::move(it));
+                for (const Entry& en : cp.entries)
+                    if (startsWith(en.path, v.root) && en.path.size() == v.root.size() + 1
+                        && en.path.back().key.rfind("param_groups.", 0) == 0)
+                        handled.insert(&en);
+                continue;
+            }
+            for (const Entry* en : fields) {
+                Item it;
+                it.path = en->path;
+                it.source = en;
+                it.value = en->value;
+                const std::string& field = en->path[gp.size()].key;
+                if (field == "params")
+                    it.value = list(group.params, idsStay);
+                else if (field == "param_names")
+                    it.value = list(group.paramNames, false);
+                items.push_back(std::move(it));
+                handled.insert(en);
+            }
+        }
+    }
+    // everything else, unchanged, in file order (optimizer parts stay where they were in the order)
+    std::vector<Item> ordered;
+    {
+        std::map<const Entry*, std::vector<Item*>> byEntry;
+        std::vector<Item*> synthetic;
+        for (auto& it : items) {
+            if (it.source)
+                byEntry[it.source].push_back(&it);
+            else
+                synthetic.push_back(&it);
+        }
+        std::set<const Item*> placed;
+        for (const Entry& e : cp.entries) {
+            if (!handled.count(&e)) {
+                Item it;
+                it.path = e.path;
+                it.source = &e;
+                it.value = e.isTensor() ? nullptr : e.value;
+                ordered.push_back(std::move(it));
+                continue;
+            }
+            for (Item* it : byEntry[&e])
+                if (placed.insert(it).second)
+                    ordered.push_back(*it);
+        }
+        for (Item* it : synthetic)
+            ordered.push_back(*it);
+    }
+
+    // check for collisions the renames could cause
+    std::set<std::string> keys;
+    for (const auto& it : ordered)
+        if (!keys.insert(joinKeyPath(it.path)).second)
+            throw Error(ErrorKind::Format, cp.path, "the fix would write two entries at '" + joinKeyPath(it.path) + "'");
+
+    auto stepProducer = [&cp](const Entry* e) {
+        return [&cp, e](const ByteSink& sink) {
+            const auto v = readScalar(cp, *e);
+            const float f = static_cast<float>(v.value_or(0.0));
+            uint8_t b[4];
+            std::memcpy(b, &f, 4);
+            sink(b, 4);
+        };
+    };
+    const bool toDcp = cp.format == CheckpointFormat::Dcp;
+    if (!toDcp) {
+        StateTree tree;
+        for (const auto& it : ordered) {
+            if (it.source && it.source->isTensor() && !it.castToFloat32) {
+                TensorToWrite w;
+                w.dtype = it.source->tensor.dtype;
+                w.shape = it.source->tensor.shape;
+                const Entry* e = it.source;
+                w.produce = [&cp, e](const ByteSink& sink) { TensorAssembler(cp, *e).stream(sink); };
+                tree.setTensor(it.path, std::move(w));
+            } else if (it.castToFloat32) {
+                TensorToWrite w;
+                w.dtype = DType::Float32;
+                w.produce = stepProducer(it.source);
+                tree.setTensor(it.path, std::move(w));
+            } else {
+                tree.setValue(it.path, it.value);
+            }
+        }
+        TorchSaveWriter::write(tree, output, progress);
+        return result;
+    }
+    DcpPlan plan;
+    for (const auto& it : ordered) {
+        if (it.source && it.source->isTensor() && !it.castToFloat32) {
+            DcpPlan::Tensor t;
+            t.path = it.path;
+            t.dtype = it.source->tensor.dtype;
+            t.shape = it.source->tensor.shape;
+            const Entry* e = it.source;
+            for (const auto& c : e->tensor.chunks) {
+                DcpPlan::Chunk ch;
+                ch.rank = std::max(0, c.rank);
+                ch.offsets = c.offsets;
+                ch.sizes = c.sizes;
+                const auto offsets = c.offsets;
+                const auto sizes = c.sizes;
+                ch.produce = [&cp, e, offsets, sizes](const ByteSink& sink) { TensorAssembler(cp, *e).streamBox(offsets, sizes, sink); };
+                t.chunks.push_back(std::move(ch));
+            }
+            plan.order.push_back({true, plan.tensors.size()});
+            plan.tensors.push_back(std::move(t));
+        } else if (it.castToFloat32) {
+            DcpPlan::Tensor t;
+            t.path = it.path;
+            t.dtype = DType::Float32;
+            t.chunks.push_back({0, {}, {}, stepProducer(it.source)});
+            plan.order.push_back({true, plan.tensors.size()});
+            plan.tensors.push_back(std::move(t));
+        } else {
+            plan.order.push_back({false, plan.values.size()});
+            plan.values.push_back({it.path, it.value, 0});
+        }
+    }
+    writeDcp(plan, output, progress);
+    return result;
+}
+
+} // namespace optscope

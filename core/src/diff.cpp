@@ -1,0 +1,682 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/diff_report.h"
+#include "optscope/error.h"
+#include "optscope/fqn_normalizer.h"
+#include "optscope/optimizer_view.h"
+#include "optscope/shard_layout.h"
+#include "optscope/tensor_assembler.h"
+#include "optscope/value_json.h"
+#include "aten_bridge.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace optscope {
+
+size_t DiffReport::count(const std::string& status) const
+{
+    return static_cast<size_t>(std::count_if(entries.begin(), entries.end(), [&](const DiffEntry& e) { return e.status == status; }));
+}
+
+nlohmann::ordered_json DiffReport::toJson() const
+{
+    using json = nlohmann::ordered_json;
+    auto num = [](double v) { return std::isfinite(v) ? json(v) : json(v > 0 ? "inf" : std::isnan(v) ? "nan" : "-inf"); };
+    json j;
+    j["equal"] = equal;
+    j["a"] = pathA;
+    j["b"] = pathB;
+    j["summary"] = {{"equal", count("equal")}, {"changed", count("changed")}, {"only_a", count("only_a")},
+        {"only_b", count("only_b")}};
+    j["notes"] = notes;
+    j["entries"] = json::array();
+    for (const auto& e : entries) {
+        json je {{"key", e.key}, {"status", e.status}, {"type", e.type}};
+        je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
+        je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
+        if (e.keyA != e.key && !e.keyA.empty())
+            je["key_a"] = e.keyA;
+        if (e.keyB != e.key && !e.keyB.empty())
+            je["key_b"] = e.keyB;
+        if (e.type == "tensor") {
+            je["max_abs_diff"] = num(e.maxAbsDiff);
+            je["max_rel_diff"] = num(e.maxRelDiff);
+            je["rms_diff"] = num(e.rmsDiff);
+            je["num_diff"] = e.numDiff;
+            je["numel"] = e.numel;
+            je["dtype_a"] = e.dtypeA.empty() ? json(nullptr) : json(e.dtypeA);
+            je["dtype_b"] = e.dtypeB.empty() ? json(nullptr) : json(e.dtypeB);
+            je["shape_a"] = e.status == "only_b" ? json(nullptr) : json(e.shapeA);
+            je["shape_b"] = e.status == "only_a" ? json(nullptr) : json(e.shapeB);
+            je["nan"] = {e.nanA, e.nanB};
+            je["inf"] = {e.infA, e.infB};
+            if (!e.ranks.empty()) {
+                json ranks = json::array();
+                for (const auto& r : e.ranks)
+                    ranks.push_back({{"rank", r.rank}, {"numel", r.numel}, {"num_diff", r.numDiff}, {"max_abs_diff", num(r.maxAbsDiff)}});
+                je["ranks"] = std::move(ranks);
+            }
+            if (!e.histogramCounts.empty()) {
+                je["histogram"] = {{"edges", e.histogramEdges}, {"counts", e.histogramCounts}};
+            }
+        } else {
+            if (e.status != "only_b")
+                je["value_a"] = e.valueA;
+            if (e.status != "only_a")
+                je["value_b"] = e.valueB;
+        }
+        j["entries"].push_back(std::move(je));
+    }
+    return j;
+}
+
+namespace {
+
+constexpr char kSep = '\x1f'; // joins canonical key parts: FQNs contain dots, never this
+
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+/// One side's entry under the name it is compared by.
+struct Canon
+{
+    std::string canonical;
+    const Entry* entry = nullptr;
+    std::vector<std::string> how; ///< normalisations applied
+    const PyValue* overrideValue = nullptr; ///< params lists rewritten as canonical FQNs
+};
+
+bool isBuffer(const std::string& fqn)
+{
+    const auto dot = fqn.rfind('.');
+    const std::string leaf = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+    return leaf == "running_mean" || leaf == "running_var" || leaf == "num_batches_tracked";
+}
+
+/// Parameter FQNs of a checkpoint's own model part ("model.<fqn>" tensors), for mapping optimizer ids.
+std::vector<std::string> modelParams(const Checkpoint& cp)
+{
+    std::vector<std::string> out;
+    for (const auto& e : cp.entries)
+        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model" && !isBuffer(e.path[1].key))
+            out.push_back(e.path[1].key);
+    return out;
+}
+
+struct Side
+{
+    const Checkpoint* cp = nullptr;
+    std::vector<OptimizerView> optimizers;
+    /// per optimizer: integer id -> (fqn, where it came from)
+    std::vector<std::map<std::string, std::pair<std::string, std::string>>> idToFqn;
+};
+
+std::vector<std::string> paramNamesOf(const OptimizerView& v)
+{
+    std::vector<std::string> names;
+    for (const auto& g : v.groups) {
+        if (g.paramNames.size() != g.params.size())
+            return {};
+        names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
+    }
+    return names;
+}
+
+void mapIds(Side& self, const Side& other, std::vector<std::string>& notes)
+{
+    self.idToFqn.resize(self.optimizers.size());
+    for (size_t i = 0; i < self.optimizers.size(); ++i) {
+        const OptimizerView& v = self.optimizers[i];
+        // ids are only translated when the other side names its parameters; two id-keyed sides compare by id
+        if (!v.idKeyed || (i < other.optimizers.size() && other.optimizers[i].idKeyed))
+            continue;
+        const std::vector<std::string> ids = v.groupParams();
+        std::vector<std::string> fqns;
+        std::string source;
+        if (auto names = paramNamesOf(v); !names.empty()) {
+            fqns = names;
+            source = "param_names";
+        } else if (i < other.optimizers.size() && !other.optimizers[i].idKeyed
+            && other.optimizers[i].groupParams().size() == ids.size()) {
+            fqns = other.optimizers[i].groupParams();
+            source = "the other side's param_groups order";
+        } else if (auto model = modelParams(*self.cp); model.size() == ids.size()) {
+            fqns = model;
+            source = "the order of its own model parameters";
+        }
+        if (fqns.size() != ids.size())
+            continue;
+        for (size_t k = 0; k < ids.size(); ++k)
+            self.idToFqn[i][ids[k]] = {fqns[k], source};
+        notes.push_back(self.cp->path + ": optimizer '" + v.rootKey() + "' is keyed by integer ids; mapped to FQNs by "
+            + source);
+    }
+}
+
+std::string canonicalFqn(const std::string& fqn, std::vector<std::string>& how)
+{
+    const NormalizedFqn n = normalizeFqn(fqn);
+    for (const auto& s : n.stripped)
+        if (std::find(how.begin(), how.end(), "strip '" + s + "'") == how.end())
+            how.push_back("strip '" + s + "'");
+    return n.fqn;
+}
+
+/// every entry of one side under its canonical name
+std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& arena)
+{
+    const Checkpoint& cp = *side.cp;
+    std::map<const Entry*, std::pair<size_t, std::string>> optimizerEntry; // entry -> (optimizer, role)
+    std::vector<Canon> out;
+    std::set<const Entry*> done;
+
+    for (size_t oi = 0; oi < side.optimizers.size(); ++oi) {
+        const OptimizerView& v = side.optimizers[oi];
+        const std::string opt = "<optimizer " + std::to_string(oi) + ">";
+        auto resolve = [&](const std::string& param, std::vector<std::string>& how) {
+            auto it = side.idToFqn[oi].find(param);
+            std::string fqn = param;
+            if (it != side.idToFqn[oi].end()) {
+                fqn = it->second.first;
+                how.push_back("id " + param + " -> '" + fqn + "' (" + it->second.second + ")");
+            }
+            return canonicalFqn(fqn, how);
+        };
+        for (const auto& p : v.params) {
+            for (const auto& [name, e] : p.states) {
+                Canon c;
+                c.entry = e;
+                const std::string fqn = resolve(p.key, c.how);
+                c.canonical = opt + kSep + "state" + kSep + fqn + kSep + name;
+                if (v.flattened)
+                    c.how.push_back("flattened optimizer format");
+                out.push_back(std::move(c));
+                done.insert(e);
+            }
+        }
+        // param_groups
+        for (size_t g = 0; g < v.groups.size(); ++g) {
+            const OptimizerGroup& group = v.groups[g];
+            // the params list, as canonical FQNs (ids mapped, prefixes stripped)
+            PyValue* list = arena.makeContainer(PyKind::List);
+            std::vector<std::string> listHow;
+            std::vector<std::string> canonicalParams;
+            for (const auto& p : group.params) {
+                canonicalParams.push_back(resolve(p, listHow));
+                list->container->items.push_back(arena.makeStr(canonicalParams.back(), true));
+            }
+            std::vector<const Entry*> fields;
+            for (const auto& [field, e] : group.hyperparams)
+                fields.push_back(e);
+            const bool namesMapped = !side.idToFqn[oi].empty() && side.idToFqn[oi].begin()->second.second == "param_names";
+            for (const Entry& e : cp.entries) {
+                // the params / param_names entries of this group (not in hyperparams); param_names that served to
+                // map the ids is not compared again
+                if (namesMapped && e.path.size() == v.root.size() + 3 && e.path.back().key == "param_names"
+                    && std::equal(v.root.begin(), v.root.end(), e.path.begin())) {
+                    done.insert(&e);
+                    continue;
+                }
+                const KeyPath& path = e.path;
+                if (path.size() == v.root.size() + 3 && std::equal(v.root.begin(), v.root.end(), path.begin())
+                    && path[v.root.size()].key == "param_groups" && path[v.root.size() + 1].index == static_cast<int64_t>(g)
+                    && (path.back().key == "params" || path.back().key == "param_names"))
+                    fields.push_back(&e);
+            }
+            if (v.flattened) {
+                // DSD's flattened format: every "param_groups.<fqn>.<hp>" entry of this group's parameters
+                const std::set<std::string> members(group.params.begin(), group.params.end());
+                fields.clear();
+                for (const Entry& e : cp.entries) {
+                    if (e.path.size() != v.root.size() + 1 || !std::equal(v.root.begin(), v.root.end(), e.path.begin()))
+                        continue;
+                    const std::string& s = e.path.back().key;
+                    const auto dot = s.rfind('.');
+                    if (s.rfind("param_groups.", 0) == 0 && dot > 13 && members.count(s.substr(13, dot - 13)))
+                        fields.push_back(&e);
+                }
+            }
+            for (const Entry* e : fields) {
+                done.insert(e);
+                const std::string field = e->path.back().key;
+                const bool isParams = field == "params" || field == "param_names";
+                if (v.flattened) {
+                    // "param_groups.<fqn>.<hp>": one entry per parameter already
+                    Canon c;
+                    c.entry = e;
+                    const std::string& s = e->path.back().key;
+                    const auto dot = s.rfind('.');
+                    const std::string fqn = resolve(s.substr(13, dot - 13), c.how);
+                    c.canonical = opt + kSep + "pg" + kSep + fqn + kSep + s.substr(dot + 1);
+                    c.how.push_back("flattened optimizer format");
+                    out.push_back(std::move(c));
+                    continue;
+                }
+                if (perParamGroups) {
+                    if (isParams)
+                        continue; // membership is implied by the per-parameter keys
+                    for (const auto& fqn : canonicalParams) {
+                        Canon c;
+                        c.entry = e;
+                        c.canonical = opt + kSep + "pg" + kSep + fqn + kSep + field;
+                        c.how.push_back("param_groups expanded per parameter");
+                        out.push_back(std::move(c));
+                    }
+                    continue;
+                }
+                Canon c;
+                c.entry = e;
+                c.canonical = opt + kSep + "param_groups" + kSep + std::to_string(g) + kSep + field;
+                if (isParams) {
+                    c.overrideValue = list;
+                    c.how = listHow;
+                }
+                out.push_back(std::move(c));
+            }
+        }
+    }
+    for (const Entry& e : cp.entries) {
+        if (done.count(&e))
+            continue;
+        Canon c;
+        c.entry = &e;
+        for (size_t i = 0; i < e.path.size(); ++i) {
+            if (i)
+                c.canonical += kSep;
+            c.canonical += e.path[i].isIndex() ? e.path[i].key : canonicalFqn(e.path[i].key, c.how);
+        }
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+/// (offsets, sizes) boxes of @p e's chunks with their ranks; a single whole box when it has one chunk
+std::vector<std::pair<int, TensorBox>> rankBoxes(const TensorEntry& t)
+{
+    std::vector<std::pair<int, TensorBox>> out;
+    for (const auto& c : t.chunks)
+        if (c.numel() > 0)
+            out.push_back({c.rank, {c.offsets, c.sizes}});
+    return out;
+}
+
+/// splits a box into pieces of whole dim-0 rows of at most @p maxElems elements (at least one row)
+std::vector<TensorBox> pieces(const TensorBox& box, int64_t maxElems)
+{
+    if (box.offsets.empty())
+        return {box};
+    int64_t rowElems = 1;
+    for (size_t d = 1; d < box.sizes.size(); ++d)
+        rowElems *= box.sizes[d];
+    const int64_t rows = std::max<int64_t>(1, maxElems / std::max<int64_t>(rowElems, 1));
+    std::vector<TensorBox> out;
+    for (int64_t r = 0; r < box.sizes[0]; r += rows) {
+        TensorBox p = box;
+        p.offsets[0] = box.offsets[0] + r;
+        p.sizes[0] = std::min(rows, box.sizes[0] - r);
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox& box)
+{
+    std::vector<uint8_t> out;
+    out.reserve(static_cast<size_t>(box.numel()) * dtypeSize(e.tensor.dtype));
+    TensorAssembler(cp, e).streamBox(box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
+    return out;
+}
+
+void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, const DiffOptions& opt,
+    DiffEntry& d, const Progress& progress)
+{
+    const TensorEntry& ta = a.tensor;
+    const TensorEntry& tb = b.tensor;
+    d.shapeA = ta.shape;
+    d.shapeB = tb.shape;
+    d.dtypeA = std::string(dtypeName(ta.dtype));
+    d.dtypeB = std::string(dtypeName(tb.dtype));
+    d.numel = ta.numel();
+    std::vector<std::string> reasons;
+    if (ta.dtype != tb.dtype)
+        reasons.push_back("dtype " + d.dtypeA + " -> " + d.dtypeB);
+    const bool sameNumel = ta.numel() == tb.numel();
+    if (ta.shape != tb.shape) {
+        std::string r = "shape " + shapeText(ta.shape) + " -> " + shapeText(tb.shape);
+        if (sameNumel && (ta.shape.size() == 1 || tb.shape.size() == 1))
+            r += " (flat vs unflattened)";
+        reasons.push_back(r);
+    }
+    if (!sameNumel || !ShardLayout::of(ta).complete() || !ShardLayout::of(tb).complete()) {
+        if (!ShardLayout::of(ta).complete() || !ShardLayout::of(tb).complete())
+            reasons.push_back("chunks do not tile the tensor");
+        d.status = "changed";
+        d.numDiff = std::max(ta.numel(), tb.numel());
+        d.reason = reasons.empty() ? "values differ" : reasons.front();
+        for (size_t i = 1; i < reasons.size(); ++i)
+            d.reason += "; " + reasons[i];
+        return;
+    }
+    // compare along the layout of the side with more chunks: that gives the per-rank picture
+    const bool byB = tb.chunks.size() >= ta.chunks.size();
+    const TensorEntry& layoutSide = byB ? tb : ta;
+    const bool sameShape = ta.shape == tb.shape;
+    constexpr int64_t kBlock = 1 << 20; // elements per block: stays in cache for the several ATen passes
+    aten::DiffAccumulator total;
+    for (const auto& [rank, box] : rankBoxes(layoutSide)) {
+        aten::DiffAccumulator acc;
+        for (const TensorBox& piece : pieces(box, kBlock)) {
+            progress.checkCancelled();
+            std::vector<uint8_t> bytesA, bytesB;
+            if (sameShape) {
+                bytesA = fetch(ca, a, piece);
+                bytesB = fetch(cb, b, piece);
+            } else {
+                // same numel, other shape: compare in row-major order; the box is in the layout side's shape
+                const Entry& lay = byB ? b : a;
+                const Entry& other = byB ? a : b;
+                const Checkpoint& cl = byB ? cb : ca;
+                const Checkpoint& co = byB ? ca : cb;
+                std::vector<uint8_t> mine = fetch(cl, lay, piece);
+                // row-major start of the piece in the layout side (whole rows when layout is dim-0 sharded)
+                int64_t start = 0, stride = 1;
+                for (size_t dd = lay.tensor.shape.size(); dd-- > 0;) {
+                    start += piece.offsets[dd] * stride;
+                    stride *= lay.tensor.shape[dd];
+                }
+                const int64_t count = piece.numel();
+                std::vector<uint8_t> theirs;
+                const size_t elem = dtypeSize(other.tensor.dtype);
+                uint64_t pos = 0;
+                TensorAssembler(co, other).stream([&](const uint8_t* p, size_t n) {
+                    const uint64_t lo = static_cast<uint64_t>(start) * elem, hi = static_cast<uint64_t>(start + count) * elem;
+                    const uint64_t s = std::max(pos, lo), e = std::min<uint64_t>(pos + n, hi);
+                    if (s < e)
+                        theirs.insert(theirs.end(), p + (s - pos), p + (e - pos));
+                    pos += n;
+                });
+                (byB ? bytesB : bytesA) = std::move(mine);
+                (byB ? bytesA : bytesB) = std::move(theirs);
+            }
+            aten::diffBlock(bytesA.data(), ta.dtype, bytesB.data(), tb.dtype, piece.numel(), opt.rtol, opt.atol, acc);
+        }
+        d.ranks.push_back({rank, acc.numel, acc.numDiff, acc.maxAbs});
+        total.numel += acc.numel;
+        total.numDiff += acc.numDiff;
+        total.nanA += acc.nanA;
+        total.nanB += acc.nanB;
+        total.infA += acc.infA;
+        total.infB += acc.infB;
+        total.maxAbs = std::max(total.maxAbs, acc.maxAbs);
+        total.maxRel = std::max(total.maxRel, acc.maxRel);
+        total.sumSq += acc.sumSq;
+        total.finitePairs += acc.finitePairs;
+    }
+    if (ta.numel() > 0 && ta.shape.empty() && d.ranks.empty()) {
+        // 0-dim: one element
+        aten::DiffAccumulator acc;
+        const auto x = fetch(ca, a, {{}, {}});
+        const auto y = fetch(cb, b, {{}, {}});
+        aten::diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, 1, opt.rtol, opt.atol, acc);
+        total = acc;
+        d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});
+    }
+    if (d.ranks.size() <= 1 && (d.ranks.empty() || d.ranks[0].rank < 0))
+        d.ranks.clear(); // no rank structure to show
+    d.numDiff = total.numDiff;
+    d.nanA = total.nanA;
+    d.nanB = total.nanB;
+    d.infA = total.infA;
+    d.infB = total.infB;
+    d.maxAbsDiff = total.maxAbs;
+    d.maxRelDiff = total.maxRel;
+    d.rmsDiff = total.numel ? std::sqrt(total.sumSq / double(total.numel)) : 0.0;
+    if (d.numDiff > 0)
+        reasons.insert(reasons.begin(), "values differ");
+    d.status = reasons.empty() ? "equal" : "changed";
+    d.reason.clear();
+    for (size_t i = 0; i < reasons.size(); ++i)
+        d.reason += (i ? "; " : "") + reasons[i];
+
+    if (opt.histogramBins > 0 && d.numDiff > 0 && sameShape) {
+        const double lim = d.maxAbsDiff > 0 ? d.maxAbsDiff : 1.0;
+        d.histogramCounts.assign(opt.histogramBins, 0);
+        for (size_t i = 0; i <= opt.histogramBins; ++i)
+            d.histogramEdges.push_back(-lim + 2.0 * lim * double(i) / double(opt.histogramBins));
+        for (const auto& [rank, box] : rankBoxes(layoutSide)) {
+            (void)rank;
+            for (const TensorBox& piece : pieces(box, kBlock)) {
+                const auto x = fetch(ca, a, piece);
+                const auto y = fetch(cb, b, piece);
+                aten::diffHistogram(x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), -lim, lim, d.histogramCounts);
+            }
+        }
+    }
+}
+
+void compareValues(const Canon& a, const Canon& b, DiffEntry& d)
+{
+    const PyValue* va = a.overrideValue ? a.overrideValue : a.entry->value;
+    const PyValue* vb = b.overrideValue ? b.overrideValue : b.entry->value;
+    d.valueA = pyRepr(va, 200);
+    d.valueB = pyRepr(vb, 200);
+    if (!a.entry->error.empty() || !b.entry->error.empty()) {
+        d.status = "changed";
+        d.reason = "unreadable: " + (a.entry->error.empty() ? b.entry->error : a.entry->error);
+        return;
+    }
+    const bool same = valueToJson(va) == valueToJson(vb);
+    d.status = same ? "equal" : "changed";
+    if (!same)
+        d.reason = va->kind != vb->kind ? std::string("type ") + pyKindName(va->kind) + " -> " + pyKindName(vb->kind)
+                                        : "values differ";
+}
+
+std::string joinHow(const std::vector<std::string>& a, const std::vector<std::string>& b)
+{
+    std::vector<std::string> all;
+    for (const auto& v : {a, b})
+        for (const auto& h : v)
+            if (std::find(all.begin(), all.end(), h) == all.end())
+                all.push_back(h);
+    std::string s;
+    for (const auto& h : all)
+        s += (s.empty() ? "" : ", ") + h;
+    return s.empty() ? "exact" : s;
+}
+
+DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vector<Canon> cb, const DiffOptions& opt,
+    const Progress& progress, DiffReport report)
+{
+    std::map<std::string, size_t> indexB;
+    for (size_t i = 0; i < cb.size(); ++i)
+        indexB.emplace(cb[i].canonical, i);
+    std::vector<std::pair<const Canon*, const Canon*>> pairs;
+    std::set<size_t> usedB;
+    std::set<std::string> seenA;
+    for (const auto& c : ca) {
+        if (!seenA.insert(c.canonical).second)
+            continue; // two A entries normalise to one name: compare the first
+        auto it = indexB.find(c.canonical);
+        if (it == indexB.end()) {
+            pairs.push_back({&c, nullptr});
+        } else {
+            pairs.push_back({&c, &cb[it->second]});
+            usedB.insert(it->second);
+        }
+    }
+    for (size_t i = 0; i < cb.size(); ++i)
+        if (!usedB.count(i) && indexB.at(cb[i].canonical) == i)
+            pairs.push_back({nullptr, &cb[i]});
+
+    report.entries.resize(pairs.size());
+    std::atomic<size_t> next {0};
+    std::atomic<bool> cancelled {false};
+    std::atomic<size_t> done {0};
+    std::mutex progressMutex;
+    std::mutex errorMutex;
+    std::string firstError;
+    auto work = [&] {
+        for (size_t i = next++; i < pairs.size() && !cancelled; i = next++) {
+            const auto [pa, pb] = pairs[i];
+            DiffEntry& d = report.entries[i];
+            d.keyA = pa ? pa->entry->key : std::string();
+            d.keyB = pb ? pb->entry->key : std::string();
+            d.key = pa ? d.keyA : d.keyB;
+            const Entry* any = pa ? pa->entry : pb->entry;
+            d.type = any->isTensor() ? "tensor" : "value";
+            try {
+                if (!pa || !pb) {
+                    d.status = pa ? "only_a" : "only_b";
+                    d.reason = pa ? "not in " + B.cp->path : "not in " + A.cp->path;
+                    if (any->isTensor()) {
+                        (pa ? d.shapeA : d.shapeB) = any->tensor.shape;
+                        (pa ? d.dtypeA : d.dtypeB) = std::string(dtypeName(any->tensor.dtype));
+                        d.numel = any->tensor.numel();
+                    } else {
+                        (pa ? d.valueA : d.valueB) = pyRepr((pa ? pa : pb)->overrideValue ? (pa ? pa : pb)->overrideValue : any->value, 200);
+                    }
+                } else {
+                    d.match = joinHow(pa->how, pb->how);
+                    if (d.keyA != d.keyB && d.match == "exact")
+                        d.match = "layout";
+                    if (pa->entry->isTensor() != pb->entry->isTensor()) {
+                        d.status = "changed";
+                        d.reason = pa->entry->isTensor() ? "tensor -> value" : "value -> tensor";
+                    } else if (pa->entry->isTensor()) {
+                        compareTensors(*A.cp, *pa->entry, *B.cp, *pb->entry, opt, d, progress);
+                    } else {
+                        compareValues(*pa, *pb, d);
+                    }
+                }
+            } catch (const Error& e) {
+                if (e.kind() == ErrorKind::Cancelled) {
+                    cancelled = true;
+                    return;
+                }
+                d.status = "changed";
+                d.reason = std::string("unreadable: ") + e.what();
+            }
+            const size_t k = ++done;
+            std::lock_guard<std::mutex> lock(progressMutex);
+            progress(double(k) / double(pairs.size()), "comparing");
+        }
+    };
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned n = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(pairs.size())));
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < n; ++t)
+        pool.emplace_back(work);
+    work();
+    for (auto& t : pool)
+        t.join();
+    if (cancelled)
+        throw Error(ErrorKind::Cancelled, {}, "cancelled");
+    report.equal = true;
+    for (const auto& e : report.entries)
+        if (e.status != "equal")
+            report.equal = false;
+    return report;
+}
+
+} // namespace
+
+DiffReport diffCheckpoints(const Checkpoint& a, const Checkpoint& b, const DiffOptions& options, const Progress& progress)
+{
+    DiffReport report;
+    report.pathA = a.path;
+    report.pathB = b.path;
+    Side A, B;
+    A.cp = &a;
+    B.cp = &b;
+    A.optimizers = findOptimizers(a);
+    B.optimizers = findOptimizers(b);
+    if (A.optimizers.size() == B.optimizers.size()) {
+        for (size_t i = 0; i < A.optimizers.size(); ++i)
+            if (A.optimizers[i].rootKey() != B.optimizers[i].rootKey())
+                report.notes.push_back("optimizer '" + A.optimizers[i].rootKey() + "' compared with '"
+                    + B.optimizers[i].rootKey() + "'");
+    }
+    mapIds(A, B, report.notes);
+    mapIds(B, A, report.notes);
+    // one flattened side and one nested: hyperparameters are compared per parameter on both
+    bool perParam = false;
+    for (size_t i = 0; i < std::min(A.optimizers.size(), B.optimizers.size()); ++i)
+        if (A.optimizers[i].flattened != B.optimizers[i].flattened)
+            perParam = true;
+    if (perParam)
+        report.notes.push_back("one side uses DSD's flattened optimizer format: param_groups compared per parameter");
+    PyArena arena;
+    auto ca = canonicalize(A, perParam, arena);
+    auto cb = canonicalize(B, perParam, arena);
+    return runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
+}
+
+DiffReport diffRanks(const Checkpoint& cp, int rankA, int rankB, const DiffOptions& options, const Progress& progress)
+{
+    // a view of the checkpoint restricted to one rank's chunks, per side; tensors compared chunk by chunk in order
+    DiffReport report;
+    report.pathA = cp.path + " (rank " + std::to_string(rankA) + ")";
+    report.pathB = cp.path + " (rank " + std::to_string(rankB) + ")";
+    auto restrict = [&](int rank) {
+        auto c = std::make_shared<Checkpoint>();
+        c->format = cp.format;
+        c->path = report.pathA;
+        c->arena = cp.arena;
+        c->files = cp.files;
+        for (const auto& e : cp.entries) {
+            if (!e.isTensor())
+                continue;
+            Entry r = e;
+            r.tensor.chunks.clear();
+            for (const auto& ch : e.tensor.chunks)
+                if (ch.rank == rank)
+                    r.tensor.chunks.push_back(ch);
+            if (r.tensor.chunks.empty())
+                continue;
+            // the rank's chunks, concatenated along dim 0, as a tensor of their own
+            int64_t rows = 0;
+            std::vector<int64_t> shape = r.tensor.chunks[0].sizes;
+            bool stackable = true;
+            for (auto& ch : r.tensor.chunks) {
+                if (ch.sizes.size() != shape.size() || (!shape.empty() && !std::equal(ch.sizes.begin() + 1, ch.sizes.end(), shape.begin() + 1)))
+                    stackable = false;
+                if (!ch.offsets.empty()) {
+                    ch.offsets.assign(ch.offsets.size(), 0);
+                    ch.offsets[0] = rows;
+                    rows += ch.sizes[0];
+                }
+            }
+            if (!stackable)
+                continue;
+            if (!shape.empty())
+                shape[0] = rows;
+            r.tensor.shape = shape;
+            c->entries.push_back(std::move(r));
+        }
+        c->buildIndex();
+        return c;
+    };
+    auto a = restrict(rankA);
+    auto b = restrict(rankB);
+    b->path = report.pathB;
+    Side A, B;
+    A.cp = a.get();
+    B.cp = b.get();
+    PyArena arena;
+    auto ca = canonicalize(A, false, arena);
+    auto cb = canonicalize(B, false, arena);
+    return runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
+}
+
+} // namespace optscope

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/fqn_normalizer.h"
+
+namespace optscope {
+
+const std::vector<std::string>& wrapperPrefixes()
+{
+    static const std::vector<std::string> p = {
+        "module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_fpw_module."};
+    return p;
+}
+
+NormalizedFqn normalizeFqn(const std::string& fqn)
+{
+    NormalizedFqn n;
+    std::string s = fqn;
+    // DDP's "module." only ever leads
+    while (s.rfind("module.", 0) == 0) {
+        s.erase(0, 7);
+        n.stripped.push_back("module.");
+    }
+    // the others wrap submodules too: remove them wherever a segment starts with them
+    for (const char* prefix : {"_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_fpw_module."}) {
+        const std::string p(prefix);
+        size_t pos = 0;
+        while ((pos = s.find(p, pos)) != std::string::npos) {
+            if (pos == 0 || s[pos - 1] == '.') {
+                s.erase(pos, p.size());
+                n.stripped.push_back(p);
+            } else {
+                pos += p.size();
+            }
+        }
+    }
+    n.fqn = s;
+    return n;
+}
+
+} // namespace optscope

@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Diff numbers against the numbers PyTorch computes on the same real pairs; key alignment across formats, wrappers
+// and id/FQN keying; one real checkpoint per diagnosis code; fixes that re-key, rename, unflatten and cast.
+#include "optscope/checkpoint_fix.h"
+#include "optscope/checkpoint_loader.h"
+#include "optscope/diagnosis.h"
+#include "optscope/diff_report.h"
+#include "optscope/error.h"
+#include "optscope/optimizer_view.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <random>
+
+using namespace optscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kData = OPTSCOPE_TEST_DATA;
+
+CheckpointPtr open(const std::string& rel)
+{
+    return openCheckpoint(kData + "/" + rel);
+}
+
+class TempDir
+{
+public:
+    TempDir()
+    {
+        std::random_device rd;
+        path = fs::temp_directory_path() / ("optscope-test-" + std::to_string(rd()));
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+    fs::path path;
+};
+
+const DiffEntry* entry(const DiffReport& r, const std::string& key)
+{
+    for (const auto& e : r.entries)
+        if (e.key == key || e.keyB == key)
+            return &e;
+    return nullptr;
+}
+
+// ------------------------------------------------------------------------------------------- diff numbers
+
+struct PairCase
+{
+    const char* name;
+    const char* a;
+    const char* b;
+    double rtol, atol;
+};
+
+class DiffAgainstTorch : public ::testing::TestWithParam<PairCase>
+{
+};
+
+TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
+{
+    const PairCase& c = GetParam();
+    std::ifstream in(kData + "/diff/expected.json");
+    const auto expected = nlohmann::json::parse(in)[c.name];
+    DiffOptions o;
+    o.rtol = c.rtol;
+    o.atol = c.atol;
+    const DiffReport r = diffCheckpoints(*open(c.a), *open(c.b), o);
+    EXPECT_FALSE(r.equal);
+    ASSERT_FALSE(expected.empty());
+    for (auto it = expected.begin(); it != expected.end(); ++it) {
+        SCOPED_TRACE(it.key());
+        const DiffEntry* d = entry(r, it.key());
+        ASSERT_NE(d, nullptr);
+        const auto& e = it.value();
+        EXPECT_EQ(d->numel, e["numel"].get<int64_t>());
+        EXPECT_EQ(d->numDiff, e["num_diff"].get<int64_t>());
+        EXPECT_NEAR(d->maxAbsDiff, e["max_abs_diff"].get<double>(), 1e-7 * std::max(1.0, e["max_abs_diff"].get<double>()));
+        EXPECT_NEAR(d->maxRelDiff, e["max_rel_diff"].get<double>(), 1e-6 * std::max(1.0, e["max_rel_diff"].get<double>()));
+        EXPECT_NEAR(d->rmsDiff, e["rms_diff"].get<double>(), 1e-6 * std::max(1.0, e["rms_diff"].get<double>()));
+        EXPECT_EQ(d->nanA, e["nan"][0].get<int64_t>());
+        EXPECT_EQ(d->nanB, e["nan"][1].get<int64_t>());
+        EXPECT_EQ(d->infA, e["inf"][0].get<int64_t>());
+        EXPECT_EQ(d->infB, e["inf"][1].get<int64_t>());
+        EXPECT_EQ(d->status, d->numDiff > 0 || d->dtypeA != d->dtypeB ? "changed" : "equal");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(RealPairs, DiffAgainstTorch,
+    ::testing::Values(PairCase {"step3_vs_step4", "diff/step3.pt", "diff/step4.pt", 0, 0},
+        PairCase {"step3_vs_step4_tol", "diff/step3.pt", "diff/step4.pt", 1e-2, 1e-3},
+        PairCase {"step4_vs_step4_bf16", "diff/step4.pt", "diff/step4_bf16.pt", 0, 0}),
+    [](const ::testing::TestParamInfo<PairCase>& info) { return std::string(info.param.name); });
+
+TEST(Diff, DcpEqualsItsOwnTorchSaveConversion)
+{
+    // dcp_to_torch_save of fsdp2_r3 is what gather writes (tested elsewhere); compare across formats and layouts
+    TempDir tmp;
+    const DiffReport same = diffCheckpoints(*open("fsdp2_r3"), *open("fsdp2_r2"));
+    EXPECT_TRUE(same.equal) << same.toJson().dump().substr(0, 1000);
+    EXPECT_EQ(same.count("equal"), same.entries.size());
+    // every tensor was compared per rank of the 3-rank side
+    const DiffEntry* e = entry(same, "optim.state.blocks.0.qkv.weight.exp_avg");
+    ASSERT_NE(e, nullptr);
+    EXPECT_FALSE(e->ranks.empty());
+}
+
+TEST(Diff, BitIdenticalFilesAreEqualAndExitSemanticsHold)
+{
+    const DiffReport r = diffCheckpoints(*open("adam_int.pt"), *open("adam_int_proto4.pt"));
+    EXPECT_TRUE(r.equal);
+    EXPECT_EQ(r.count("changed"), 0u);
+    EXPECT_EQ(r.entries.size(), 23u);
+}
+
+TEST(Diff, StripsTorchCompilePrefixAndSaysSo)
+{
+    const DiffReport r = diffCheckpoints(*open("compiled.pt"), *open("adam_step_mismatch.pt"));
+    const DiffEntry* e = entry(r, "model._orig_mod.0.weight");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->keyB, "model.0.weight");
+    EXPECT_NE(e->match.find("strip '_orig_mod.'"), std::string::npos) << e->match;
+    EXPECT_EQ(r.count("only_a") + r.count("only_b"), 0u);
+}
+
+TEST(Diff, MapsIntegerIdsToFqnsThroughParamNames)
+{
+    // the optimizer built from named_parameters() of a compiled model: ids, with param_names; against an FQN-keyed
+    // re-keying of the same state: ids map through param_names, the prefix is stripped on both sides
+    const DiffReport r = diffCheckpoints(*open("diag/compiled_param_names.pt"), *open("diag/compiled_fqn.pt"));
+    EXPECT_EQ(r.count("only_a") + r.count("only_b"), 0u) << r.toJson().dump().substr(0, 2000);
+    EXPECT_TRUE(r.equal);
+    bool viaNames = false;
+    for (const auto& e : r.entries)
+        viaNames = viaNames || e.match.find("param_names") != std::string::npos;
+    EXPECT_TRUE(viaNames);
+}
+
+TEST(Diff, FlattenedAgainstNestedOptimizerFormat)
+{
+    // same training recipe (mlp, Adam, two fake steps), one saved nested, one in DSD's flattened format
+    const DiffReport r = diffCheckpoints(*open("diag/flattened.pt"), *open("diag/compiled_fqn.pt"));
+    EXPECT_EQ(r.count("only_a") + r.count("only_b"), 0u) << r.toJson().dump().substr(0, 3000);
+    for (const auto& n : r.notes)
+        if (n.find("flattened") != std::string::npos)
+            SUCCEED();
+}
+
+TEST(Diff, RanksOfOneCheckpoint)
+{
+    // two ranks of a 2-rank FSDP2 checkpoint hold different rows: every shared tensor differs
+    const DiffReport r = diffRanks(*open("fsdp2_r2"), 0, 1);
+    EXPECT_FALSE(r.equal);
+    EXPECT_GT(r.count("changed"), 0u);
+    // a rank against itself is equal
+    EXPECT_TRUE(diffRanks(*open("fsdp2_r2"), 1, 1).equal);
+}
+
+TEST(Diff, HistogramOfDifferencesWhenAsked)
+{
+    DiffOptions o;
+    o.histogramBins = 16;
+    const DiffReport r = diffCheckpoints(*open("diff/step3.pt"), *open("diff/step4.pt"), o);
+    const DiffEntry* e = entry(r, "optim.state.2.weight.exp_avg");
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->histogramCounts.size(), 16u);
+    ASSERT_EQ(e->histogramEdges.size(), 17u);
+    int64_t total = 0;
+    for (auto c : e->histogramCounts)
+        total += c;
+    EXPECT_EQ(total, e->numel);
+}
+
+// ------------------------------------------------------------------------------------------- diagnose
+
+const DiagnosisFinding* finding(const Diagnosis& d, const std::string& code)
+{
+    for (const auto& f : d.findings)
+        if (f.code == code)
+            return &f;
+    return nullptr;
+}
+
+Diagnosis diagnose(const std::string& optim, const std::string& model = "diag/model.pt")
+{
+    const auto cp = open(optim);
+    if (model.empty())
+        return diagnoseCheckpoint(*cp, nullptr);
+    const ExpectedParams exp = ExpectedParams::fromCheckpoint(*open(model));
+    return diagnoseCheckpoint(*cp, &exp);
+}
+
+TEST(Diagnose, TorchCompilePrefix)
+{
+    for (const char* f : {"diag/compiled_fqn.pt", "diag/compiled_param_names.pt"}) {
+        const Diagnosis d = diagnose(f);
+        const DiagnosisFinding* p = finding(d, "prefix-mismatch");
+        ASSERT_NE(p, nullptr) << f << "\n" << d.toJson().dump(1);
+        EXPECT_NE(p->message.find("'_orig_mod.'"), std::string::npos) << p->message;
+        EXPECT_NE(p->message.find("optimizer's names carry"), std::string::npos) << p->message;
+        EXPECT_EQ(p->actions.size(), 4u);
+        EXPECT_EQ(p->actions[0].to, "0.weight");
+        EXPECT_NE(p->pytorchError.find("KeyError: '0.weight'"), std::string::npos) << p->pytorchError;
+    }
+}
+
+TEST(Diagnose, DdpAndFsdpWrapperPrefixes)
+{
+    const Diagnosis ddp = diagnose("diag/ddp_param_names.pt");
+    ASSERT_NE(finding(ddp, "prefix-mismatch"), nullptr);
+    EXPECT_NE(finding(ddp, "prefix-mismatch")->message.find("'module.'"), std::string::npos);
+    const Diagnosis fsdp = diagnose("diag/fsdp1_param_names.pt");
+    ASSERT_NE(finding(fsdp, "prefix-mismatch"), nullptr);
+    EXPECT_NE(finding(fsdp, "prefix-mismatch")->message.find("_fsdp_wrapped_module."), std::string::npos);
+    // the model side carries the prefix: DDP's own state dict as the reference
+    const Diagnosis other = diagnose("diag/two_groups.pt", "diag/ddp_model.pt");
+    const DiagnosisFinding* p = finding(other, "prefix-mismatch");
+    ASSERT_NE(p, nullptr) << other.toJson().dump(1);
+    EXPECT_NE(p->message.find("model's names carry"), std::string::npos) << p->message;
+    EXPECT_EQ(p->actions.front().to, "module.0.weight");
+    // both sides wrapped differently: a compiled model's optimizer against a DDP model
+    const Diagnosis both = diagnose("diag/compiled_fqn.pt", "diag/ddp_model.pt");
+    const DiagnosisFinding* b = finding(both, "prefix-mismatch");
+    ASSERT_NE(b, nullptr) << both.toJson().dump(1);
+    EXPECT_NE(b->message.find("both sides carry"), std::string::npos) << b->message;
+    EXPECT_EQ(b->actions.front().from, "_orig_mod.0.weight");
+    EXPECT_EQ(b->actions.front().to, "module.0.weight");
+    EXPECT_EQ(finding(both, "missing-state"), nullptr);
+}
+
+TEST(Diagnose, IntegerIdsMapToFqns)
+{
+    const Diagnosis d = diagnose("adam_int.pt");
+    const DiagnosisFinding* f = finding(d, "id-keyed");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(f->actions.size(), 4u);
+    EXPECT_EQ(f->actions[3].from, "3");
+    EXPECT_EQ(f->actions[3].to, "2.bias");
+    EXPECT_EQ(finding(d, "prefix-mismatch"), nullptr);
+}
+
+TEST(Diagnose, FrozenParameterHasNoState)
+{
+    const Diagnosis d = diagnose("sgd_momentum.pt", "");
+    const DiagnosisFinding* f = finding(d, "missing-state");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->keys, std::vector<std::string> {"1"}); // 0.bias, id 1, requires_grad=False
+}
+
+TEST(Diagnose, ParamGroupsDifferFromTheReference)
+{
+    const Diagnosis d = diagnose("diag/two_groups.pt", "diag/one_group.pt");
+    const DiagnosisFinding* f = finding(d, "param-groups-mismatch");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->pytorchError, "ValueError: loaded state dict has a different number of parameter groups");
+}
+
+TEST(Diagnose, FlattenedFormat)
+{
+    const Diagnosis d = diagnose("diag/flattened.pt");
+    const DiagnosisFinding* f = finding(d, "flattened-format");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->pytorchError, "KeyError: 'state'");
+    EXPECT_FALSE(f->actions.empty());
+}
+
+TEST(Diagnose, ShapesAgainstAWiderModel)
+{
+    const Diagnosis d = diagnose("diag/compiled_fqn.pt", "diag/model_wide.pt");
+    // the names match after stripping _orig_mod., the shapes do not
+    const DiagnosisFinding* f = finding(d, "shape-mismatch");
+    ASSERT_NE(f, nullptr) << d.toJson().dump(1);
+    EXPECT_NE(f->pytorchError.find("must match the size of tensor b"), std::string::npos) << f->pytorchError;
+}
+
+TEST(Diagnose, RawFsdp1ShardsAreFlat)
+{
+    const Diagnosis d = diagnose("fsdp1_raw_r2/optim_rank0.pt", "fsdp1_r2");
+    const DiagnosisFinding* f = finding(d, "shape-mismatch");
+    ASSERT_NE(f, nullptr);
+    EXPECT_NE(f->message.find("raw FSDP1 flat-parameter state"), std::string::npos);
+    EXPECT_NE(f->fix.find("optscope-cli unflatten"), std::string::npos);
+}
+
+TEST(Diagnose, StepFindings)
+{
+    EXPECT_NE(finding(diagnose("adam_fqn_step_mismatch.pt", ""), "step-inconsistent"), nullptr);
+    const Diagnosis d = diagnose("diag/step_int.pt", "");
+    const DiagnosisFinding* f = finding(d, "step-dtype");
+    ASSERT_NE(f, nullptr);
+    EXPECT_FALSE(f->actions.empty());
+}
+
+TEST(Diagnose, ShardGapOverlapAndEmptyState)
+{
+    EXPECT_NE(finding(diagnose("diag/dcp_gap", ""), "shard-gap"), nullptr);
+    EXPECT_NE(finding(diagnose("diag/dcp_overlap", ""), "shard-overlap"), nullptr);
+    EXPECT_NE(finding(diagnose("adam_empty_state.pt", ""), "empty-state"), nullptr);
+}
+
+TEST(Diagnose, FqnListAsTheModel)
+{
+    const ExpectedParams exp = ExpectedParams::fromFqnList(kData + "/diag/model_fqns.txt");
+    EXPECT_EQ(exp.fqns.size(), 4u);
+    EXPECT_EQ(exp.shapes.at("0.weight"), (std::vector<int64_t> {5, 6}));
+    const Diagnosis d = diagnoseCheckpoint(*open("diag/compiled_fqn.pt"), &exp);
+    EXPECT_NE(finding(d, "prefix-mismatch"), nullptr);
+}
+
+TEST(Diagnose, CleanCheckpointHasNoErrors)
+{
+    const Diagnosis d = diagnose("adamw_fqn.pt", "adamw_fqn.pt");
+    for (const auto& f : d.findings)
+        EXPECT_NE(f.severity, "error") << f.code << ": " << f.message;
+}
+
+// ------------------------------------------------------------------------------------------- fix
+
+TEST(Fix, StripsPrefixAndReDiagnosesClean)
+{
+    TempDir tmp;
+    const auto cp = open("diag/compiled_fqn.pt");
+    const ExpectedParams exp = ExpectedParams::fromCheckpoint(*open("diag/model.pt"));
+    const Diagnosis d = diagnoseCheckpoint(*cp, &exp);
+    const std::string out = (tmp.path / "fixed.pt").string();
+    const FixResult r = applyFixes(*cp, d, out);
+    EXPECT_EQ(r.renamedKeys, 4u);
+    const auto fixed = openCheckpoint(out);
+    const Diagnosis again = diagnoseCheckpoint(*fixed, &exp);
+    EXPECT_EQ(finding(again, "prefix-mismatch"), nullptr) << again.toJson().dump(1);
+    EXPECT_NE(fixed->find("optim.state.0.weight.exp_avg"), nullptr);
+    // values untouched: the fixed file equals the original except for the names
+    EXPECT_TRUE(diffCheckpoints(*cp, *fixed).equal);
+}
+
+TEST(Fix, ReKeysIdsToFqns)
+{
+    TempDir tmp;
+    const auto cp = open("adam_int.pt");
+    const ExpectedParams exp = ExpectedParams::fromCheckpoint(*open("diag/model.pt"));
+    const std::string out = (tmp.path / "fqn.pt").string();
+    applyFixes(*cp, diagnoseCheckpoint(*cp, &exp), out);
+    const auto fixed = openCheckpoint(out);
+    const auto views = findOptimizers(*fixed);
+    ASSERT_EQ(views.size(), 1u);
+    EXPECT_FALSE(views[0].idKeyed);
+    EXPECT_EQ(views[0].groupParams(), exp.fqns);
+    EXPECT_NE(fixed->find("state.2.bias.exp_avg"), nullptr);
+}
+
+TEST(Fix, FlattenedBecomesNested)
+{
+    TempDir tmp;
+    const auto flat = open("diag/flattened.pt");
+    const std::string out = (tmp.path / "nested.pt").string();
+    applyFixes(*flat, diagnoseCheckpoint(*flat, nullptr), out);
+    const auto fixed = openCheckpoint(out);
+    const auto views = findOptimizers(*fixed);
+    ASSERT_EQ(views.size(), 1u);
+    EXPECT_FALSE(views[0].flattened);
+    ASSERT_EQ(views[0].groups.size(), 1u);
+    EXPECT_EQ(views[0].groups[0].params.size(), 4u);
+    EXPECT_NE(fixed->find("optim.param_groups.0.lr"), nullptr);
+    EXPECT_TRUE(diffCheckpoints(*flat, *fixed).equal);
+}
+
+TEST(Fix, StepsBecomeFloat32Tensors)
+{
+    TempDir tmp;
+    const auto cast = open("diag/step_int.pt");
+    const std::string out = (tmp.path / "steps.pt").string();
+    applyFixes(*cast, diagnoseCheckpoint(*cast, nullptr), out);
+    const auto fixed = openCheckpoint(out);
+    const Entry* step = fixed->find("state.0.step");
+    ASSERT_NE(step, nullptr);
+    ASSERT_TRUE(step->isTensor());
+    EXPECT_EQ(step->tensor.dtype, DType::Float32);
+    EXPECT_TRUE(step->tensor.shape.empty());
+    EXPECT_EQ(finding(diagnoseCheckpoint(*fixed, nullptr), "step-dtype"), nullptr);
+}
+
+TEST(Fix, DcpInputGivesADcpOutput)
+{
+    // the expected names carry DDP's "module." (a list of FQNs, as a user would pass): the fix adds it to the
+    // optimizer's keys and writes a new DCP folder
+    TempDir tmp;
+    const auto cp = open("fsdp2_r3");
+    std::ofstream list(tmp.path / "fqns.txt");
+    for (const auto& p : findOptimizers(*cp)[0].groupParams())
+        list << "module." << p << "\n";
+    list.close();
+    const ExpectedParams exp = ExpectedParams::fromFqnList((tmp.path / "fqns.txt").string());
+    const Diagnosis d = diagnoseCheckpoint(*cp, &exp);
+    const DiagnosisFinding* p = finding(d, "prefix-mismatch");
+    ASSERT_NE(p, nullptr) << d.toJson().dump(1);
+    EXPECT_NE(p->message.find("model's names carry"), std::string::npos);
+    const std::string out = (tmp.path / "fixed").string();
+    applyFixes(*cp, d, out);
+    const auto fixed = openCheckpoint(out);
+    EXPECT_EQ(fixed->format, CheckpointFormat::Dcp);
+    EXPECT_NE(fixed->find("optim.state.module.blocks.0.qkv.weight.exp_avg"), nullptr);
+    EXPECT_EQ(finding(diagnoseCheckpoint(*fixed, &exp), "prefix-mismatch"), nullptr);
+    // the same numbers, rank by rank (diff strips the prefix again to pair the keys)
+    EXPECT_TRUE(diffCheckpoints(*cp, *fixed).equal);
+}
+
+TEST(Fix, NothingToFixIsAnError)
+{
+    TempDir tmp;
+    const auto cp = open("adamw_fqn.pt");
+    EXPECT_THROW(applyFixes(*cp, diagnoseCheckpoint(*cp, nullptr), (tmp.path / "x.pt").string()), Error);
+    EXPECT_FALSE(fs::exists(tmp.path / "x.pt"));
+}
+
+} // namespace

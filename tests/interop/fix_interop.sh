@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# fix_interop.sh TORCH_PYTHON OPTSCOPE_CLI DATA: `optscope-cli fix` on real fixtures, then real PyTorch loads each result.
+set -euo pipefail
+torch_python=$1
+cli=$2
+data=$3
+out=fix_out
+rm -rf "$out"
+mkdir -p "$out"
+status=0
+run() { # case optim model
+    local case=$1 optim=$2 model=$3
+    cp "$data/$optim" "$out/$case.orig.pt"
+    "$cli" fix "$data/$optim" ${model:+--model "$data/$model"} -o "$out/$case.fixed.pt"
+    "$torch_python" fix_interop.py "$case" "$out/$case.fixed.pt" "$out/$case.orig.pt" || status=1
+}
+run ids adam_int.pt diag/model.pt                       # integer ids -> FQNs
+run prefix_fqn diag/compiled_fqn.pt diag/model.pt       # _orig_mod. stripped from FQN keys
+run param_names diag/compiled_param_names.pt diag/model.pt  # _orig_mod. stripped from param_names
+run flattened diag/flattened.pt ""                      # DSD flattened -> nested
+run steps diag/step_int.pt ""                           # Python int steps -> float32 tensors
+exit $status
