@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tensor statistics with ATen over streamed blocks: each block is wrapped with at::from_blob, converted to float64
 // and reduced with ATen ops; per-block moments are merged with Chan et al.'s parallel variance formula.
-#include "optscope/tensor_stats.h"
+#include "aten_bridge.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
-#include "aten_bridge.h"
+#include "optscope/tensor_stats.h"
 
 #include <ATen/ATen.h>
 
@@ -21,19 +21,32 @@ namespace {
 std::optional<at::ScalarType> nativeType(DType d)
 {
     switch (d) {
-    case DType::Float64: return at::kDouble;
-    case DType::Float32: return at::kFloat;
-    case DType::Float16: return at::kHalf;
-    case DType::BFloat16: return at::kBFloat16;
-    case DType::Int8: return at::kChar;
-    case DType::Int16: return at::kShort;
-    case DType::Int32: return at::kInt;
-    case DType::Int64: return at::kLong;
-    case DType::UInt8: return at::kByte;
-    case DType::Bool: return at::kBool;
-    case DType::Complex64: return at::kComplexFloat;
-    case DType::Complex128: return at::kComplexDouble;
-    default: return std::nullopt;
+    case DType::Float64:
+        return at::kDouble;
+    case DType::Float32:
+        return at::kFloat;
+    case DType::Float16:
+        return at::kHalf;
+    case DType::BFloat16:
+        return at::kBFloat16;
+    case DType::Int8:
+        return at::kChar;
+    case DType::Int16:
+        return at::kShort;
+    case DType::Int32:
+        return at::kInt;
+    case DType::Int64:
+        return at::kLong;
+    case DType::UInt8:
+        return at::kByte;
+    case DType::Bool:
+        return at::kBool;
+    case DType::Complex64:
+        return at::kComplexFloat;
+    case DType::Complex128:
+        return at::kComplexDouble;
+    default:
+        return std::nullopt;
     }
 }
 
@@ -49,8 +62,10 @@ bool decodedType(DType d)
     case DType::UInt16:
     case DType::UInt32:
     case DType::UInt64:
-    case DType::Complex32: return true;
-    default: return false;
+    case DType::Complex32:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -63,8 +78,7 @@ public:
         , m_elem(dtypeSize(dtype))
         , m_native(nativeType(dtype))
         , m_onBlock(std::move(onBlock))
-    {
-    }
+    { }
 
     void feed(const uint8_t* data, size_t size)
     {
@@ -74,14 +88,12 @@ public:
             m_carry.insert(m_carry.end(), data, data + take);
             data += take;
             size -= take;
-            if (m_carry.size() < m_elem)
-                return;
+            if (m_carry.size() < m_elem) return;
             convert(m_carry.data(), 1);
             m_carry.clear();
         }
         const size_t whole = size / m_elem;
-        if (whole)
-            convert(data, static_cast<int64_t>(whole));
+        if (whole) convert(data, static_cast<int64_t>(whole));
         m_carry.assign(data + whole * m_elem, data + size);
     }
 
@@ -91,8 +103,7 @@ private:
         if (m_native) {
             // read-only use: the bytes may be a PROT_READ mapping; every op below allocates its result
             at::Tensor raw = at::from_blob(const_cast<uint8_t*>(data), {n}, at::TensorOptions().dtype(*m_native));
-            if (raw.is_complex())
-                raw = at::real(raw);
+            if (raw.is_complex()) raw = at::real(raw);
             m_onBlock(raw.to(at::kDouble));
             return;
         }
@@ -109,12 +120,11 @@ private:
 
 } // namespace
 
-TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins,
-    const Progress& progress)
+TensorStats computeTensorStats(
+    const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
 {
     const std::string where = checkpoint.path + ": '" + entry.key + "'";
-    if (!entry.isTensor())
-        throw Error(ErrorKind::Usage, where, "statistics need a tensor entry");
+    if (!entry.isTensor()) throw Error(ErrorKind::Usage, where, "statistics need a tensor entry");
     const TensorEntry& t = entry.tensor;
     if (!nativeType(t.dtype) && !decodedType(t.dtype))
         throw Error(ErrorKind::Unsupported, where,
@@ -126,8 +136,7 @@ TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry,
     s.complexRealPart = dtypeIsComplex(t.dtype);
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     s.min = s.max = s.mean = s.std = nan;
-    if (s.numel == 0)
-        return s;
+    if (s.numel == 0) return s;
 
     const bool histogram = histogramBins > 0;
     const double passes = histogram ? 2.0 : 1.0;
@@ -145,8 +154,7 @@ TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry,
             s.nanCount += at::isnan(x).sum().item<int64_t>();
             s.infCount += at::isinf(x).sum().item<int64_t>();
             s.zeroCount += x.eq(0).sum().item<int64_t>();
-            if (blockFinite == 0)
-                return;
+            if (blockFinite == 0) return;
             const at::Tensor f = blockFinite == x.numel() ? x : x.masked_select(finiteMask);
             lo = std::min(lo, f.min().item<double>());
             hi = std::max(hi, f.max().item<double>());
@@ -158,8 +166,9 @@ TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry,
             const int64_t merged = n + blockFinite;
             const double delta = blockMean - mean;
             mean += delta * static_cast<double>(blockFinite) / static_cast<double>(merged);
-            m2 += blockM2 + delta * delta * static_cast<double>(n) * static_cast<double>(blockFinite)
-                / static_cast<double>(merged);
+            m2 += blockM2
+                + delta * delta * static_cast<double>(n) * static_cast<double>(blockFinite)
+                    / static_cast<double>(merged);
             n = merged;
         });
         TensorAssembler(checkpoint, entry, 16u << 20)
@@ -167,16 +176,14 @@ TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry,
                 [&](uint64_t bytes) { progress(static_cast<double>(bytes) / totalBytes / passes, "statistics"); });
     }
     s.finite = n;
-    if (n == 0)
-        return s;
+    if (n == 0) return s;
     s.min = lo;
     s.max = hi;
     s.sum = sum;
     s.mean = mean;
     s.std = n > 1 ? std::sqrt(m2 / static_cast<double>(n - 1)) : 0.0;
     s.l2Norm = std::sqrt(sumSquares);
-    if (!histogram)
-        return s;
+    if (!histogram) return s;
 
     // pass 2: histogram of the finite values over the range found in pass 1
     const double histLo = lo == hi ? lo - 0.5 : lo;
@@ -187,13 +194,13 @@ TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry,
         BlockConverter conv(t.dtype, [&](const at::Tensor& x) {
             const at::Tensor finiteMask = at::isfinite(x);
             const at::Tensor f = finiteMask.all().item<bool>() ? x : x.masked_select(finiteMask);
-            if (f.numel() > 0)
-                counts += at::histc(f, bins, histLo, histHi);
+            if (f.numel() > 0) counts += at::histc(f, bins, histLo, histHi);
         });
         TensorAssembler(checkpoint, entry, 16u << 20)
-            .stream([&](const uint8_t* p, size_t size) { conv.feed(p, size); }, progress, [&](uint64_t bytes) {
-                progress((1.0 + static_cast<double>(bytes) / totalBytes) / passes, "histogram");
-            });
+            .stream([&](const uint8_t* p, size_t size) { conv.feed(p, size); }, progress,
+                [&](uint64_t bytes) {
+                    progress((1.0 + static_cast<double>(bytes) / totalBytes) / passes, "histogram");
+                });
     }
     const at::Tensor edges = at::linspace(histLo, histHi, bins + 1, at::TensorOptions().dtype(at::kDouble));
     s.histogramEdges.assign(edges.data_ptr<double>(), edges.data_ptr<double>() + bins + 1);

@@ -78,8 +78,7 @@ TEST(TensorStats, EveryReadableDtypeAgreesWithReadTensorValues)
 {
     const auto cp = openCheckpoint(kData + "/dtypes.pt");
     for (const auto& e : cp->entries) {
-        if (!e.isTensor() || e.key.rfind("dtypes.", 0) != 0)
-            continue;
+        if (!e.isTensor() || e.key.rfind("dtypes.", 0) != 0) continue;
         const TensorStats s = computeTensorStats(*cp, e, 4);
         const auto v = readTensorValues(*cp, e, 1000);
         double lo = INFINITY, hi = -INFINITY, sum = 0.0;

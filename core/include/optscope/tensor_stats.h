@@ -39,7 +39,7 @@ struct TensorStats
 /// Streams @p entry's tensor with TensorAssembler (two passes when @p histogramBins > 0: moments, then histogram)
 /// and computes its statistics in float64 with ATen. Bool counts as 0/1, complex as the real part. Throws Error if
 /// the entry is not a tensor, its data cannot be read, or @p progress asks to cancel.
-TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins,
-    const Progress& progress = {});
+TensorStats computeTensorStats(
+    const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress = {});
 
 } // namespace optscope
