@@ -1,37 +1,386 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "mainwindow.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
+#include "checkpointcontext.h"
+#include "diagnosepanel.h"
+#include "diffpanel.h"
+#include "fqnmappingpanel.h"
+#include "jobrunner.h"
+#include "reshardpanel.h"
+#include "shardlayoutpanel.h"
+#include "statekeyspanel.h"
+#include "tensordetailspanel.h"
 
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QKeySequence>
 #include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTimer>
+#include <QToolButton>
 
 namespace optscope::ui {
 
+namespace {
+constexpr int MaxRecent = 10;
+constexpr int LayoutVersion = 1;
+const QString kRecentKey = QStringLiteral("recentFiles");
+} // namespace
+
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent)
-    , m_summary(new QLabel(this))
+    , m_context(new CheckpointContext(this))
 {
-    setWindowTitle(QStringLiteral("OptScope"));
-    m_summary->setAlignment(Qt::AlignCenter);
-    m_summary->setText(tr("Open a checkpoint (torch.save file or DCP folder)"));
-    setCentralWidget(m_summary);
-    resize(900, 600);
+    setObjectName(QStringLiteral("OptScopeMainWindow"));
+    setWindowIcon(QIcon(QStringLiteral(":/optscope/optscope.png")));
+    setAcceptDrops(true);
+    setDockNestingEnabled(true);
+    setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowNestedDocks | QMainWindow::AllowTabbedDocks);
+    setTabPosition(Qt::AllDockWidgetAreas, QTabWidget::North);
+    // all content lives in docks; the central widget is a zero-size placeholder
+    auto* central = new QWidget(this);
+    central->setMaximumSize(0, 0);
+    setCentralWidget(central);
+
+    m_keys = new StateKeysPanel(m_context, this);
+    m_details = new TensorDetailsPanel(m_context, this);
+    m_fqn = new FqnMappingPanel(m_context, this);
+    m_shards = new ShardLayoutPanel(m_context, this);
+    m_diff = new DiffPanel(m_context, this);
+    m_diagnose = new DiagnosePanel(m_context, this);
+    m_reshard = new ReshardPanel(m_context, this);
+    addPanel(QStringLiteral("keys"), tr("State keys"), m_keys, QKeySequence(Qt::ALT | Qt::Key_1));
+    addPanel(QStringLiteral("details"), tr("Tensor details"), m_details, QKeySequence(Qt::ALT | Qt::Key_2));
+    addPanel(QStringLiteral("shards"), tr("Shard layout"), m_shards, QKeySequence(Qt::ALT | Qt::Key_3));
+    addPanel(QStringLiteral("fqn"), tr("FQN mapping"), m_fqn, QKeySequence(Qt::ALT | Qt::Key_4));
+    addPanel(QStringLiteral("diff"), tr("Diff"), m_diff, QKeySequence(Qt::ALT | Qt::Key_5));
+    addPanel(QStringLiteral("diagnose"), tr("Diagnose"), m_diagnose, QKeySequence(Qt::ALT | Qt::Key_6));
+    addPanel(QStringLiteral("reshard"), tr("Reshard and verify"), m_reshard, QKeySequence(Qt::ALT | Qt::Key_7));
+
+    setupMenus();
+    setupStatusBar();
+    resetLayout();
+    m_defaultState = saveState(LayoutVersion);
+    resize(1440, 900);
+
+    connect(m_fqn, &FqnMappingPanel::jumpRequested, this, [this] { raisePanel(QStringLiteral("keys")); });
+    connect(m_diff, &DiffPanel::jumpRequested, this, [this] { raisePanel(QStringLiteral("details")); });
+    connect(m_diagnose, &DiagnosePanel::openRequested, this, &MainWindow::openPath);
+    connect(m_context, &CheckpointContext::loadStarted, this,
+        [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(path)); });
+    connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
+        updateTitle();
+        if (!m_context->path().isEmpty()) {
+            addRecent(m_context->path());
+            statusBar()->showMessage(tr("Opened %1").arg(m_context->path()), 5000);
+        }
+    });
+    connect(m_context, &CheckpointContext::loadFailed, this, [this](const QString& path, const QString& message) {
+        statusBar()->showMessage(tr("Cannot open %1").arg(path), 10000);
+        if (isVisible() && !QApplication::platformName().startsWith(QLatin1String("offscreen")))
+            QMessageBox::warning(this, tr("Cannot open checkpoint"), tr("Cannot open %1:\n\n%2").arg(path, message));
+    });
+    connect(m_context, &CheckpointContext::referenceFailed, this, [this](const QString& path, const QString& message) {
+        statusBar()->showMessage(tr("Cannot open the model %1: %2").arg(path, message), 10000);
+    });
+    updateTitle();
 }
 
 MainWindow::~MainWindow() = default;
 
+QStringList MainWindow::panelNames()
+{
+    return {QStringLiteral("keys"), QStringLiteral("details"), QStringLiteral("shards"), QStringLiteral("fqn"),
+        QStringLiteral("diff"), QStringLiteral("diagnose"), QStringLiteral("reshard")};
+}
+
+QDockWidget* MainWindow::addPanel(
+    const QString& name, const QString& title, QWidget* panel, const QKeySequence& shortcut)
+{
+    auto* dock = new QDockWidget(title, this);
+    dock->setObjectName(QStringLiteral("dock_") + name);
+    dock->setWidget(panel);
+    dock->setFeatures(
+        QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable | QDockWidget::DockWidgetClosable);
+    m_docks.insert(name, dock);
+    // Alt+N shows and raises the panel (the View menu's check boxes toggle it)
+    auto* go = new QAction(title, this);
+    go->setObjectName(QStringLiteral("goto_") + name);
+    go->setShortcut(shortcut);
+    go->setShortcutContext(Qt::ApplicationShortcut);
+    connect(go, &QAction::triggered, this, [this, name] { raisePanel(name); });
+    addAction(go);
+    return dock;
+}
+
+QDockWidget* MainWindow::dock(const QString& name) const
+{
+    return m_docks.value(name);
+}
+
+void MainWindow::raisePanel(const QString& name)
+{
+    if (QDockWidget* d = m_docks.value(name)) {
+        d->show();
+        d->raise();
+        if (d->widget()) d->widget()->setFocus(Qt::OtherFocusReason);
+    }
+}
+
+void MainWindow::resetLayout()
+{
+    // left: State keys | FQN mapping (tabs); right: Tensor details | Diff | Diagnose | Reshard (tabs) over Shard layout
+    for (QDockWidget* d : std::as_const(m_docks)) {
+        removeDockWidget(d);
+        d->setFloating(false);
+    }
+    auto* keys = dock(QStringLiteral("keys"));
+    auto* details = dock(QStringLiteral("details"));
+    addDockWidget(Qt::LeftDockWidgetArea, keys);
+    addDockWidget(Qt::RightDockWidgetArea, details);
+    splitDockWidget(details, dock(QStringLiteral("shards")), Qt::Vertical);
+    tabifyDockWidget(keys, dock(QStringLiteral("fqn")));
+    tabifyDockWidget(details, dock(QStringLiteral("diff")));
+    tabifyDockWidget(details, dock(QStringLiteral("diagnose")));
+    tabifyDockWidget(details, dock(QStringLiteral("reshard")));
+    for (QDockWidget* d : std::as_const(m_docks))
+        d->show();
+    keys->raise();
+    details->raise();
+    resizeDocks({keys, details}, {560, 860}, Qt::Horizontal);
+    resizeDocks({details, dock(QStringLiteral("shards"))}, {560, 260}, Qt::Vertical);
+}
+
+void MainWindow::restoreLayout()
+{
+    QSettings settings;
+    const QByteArray geometry = settings.value(QStringLiteral("window/geometry")).toByteArray();
+    const QByteArray state = settings.value(QStringLiteral("window/state")).toByteArray();
+    if (!geometry.isEmpty()) restoreGeometry(geometry);
+    if (!state.isEmpty() && !restoreState(state, LayoutVersion)) resetLayout();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    m_context->runner()->cancelAll();
+    if (m_persistLayout) {
+        QSettings settings;
+        settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+        settings.setValue(QStringLiteral("window/state"), saveState(LayoutVersion));
+    }
+    QMainWindow::closeEvent(event);
+}
+
+void MainWindow::setupMenus()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    QAction* openFile
+        = file->addAction(QIcon::fromTheme(QStringLiteral("document-open")), tr("&Open File…"), this, [this] {
+              const QString path = QFileDialog::getOpenFileName(this, tr("Open checkpoint"), QString(),
+                  tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.tar .metadata);;All files (*)"));
+              if (!path.isEmpty()) openPath(path);
+          });
+    openFile->setShortcut(QKeySequence::Open);
+    QAction* openFolder
+        = file->addAction(QIcon::fromTheme(QStringLiteral("folder-open")), tr("Open &Folder…"), this, [this] {
+              const QString path = QFileDialog::getExistingDirectory(this, tr("Open DCP checkpoint folder"));
+              if (!path.isEmpty()) openPath(path);
+          });
+    openFolder->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+    m_recentMenu = file->addMenu(tr("Open &Recent"));
+    QAction* demo = file->addAction(tr("Open &Demo Checkpoint"), this, [this] {
+        if (!m_demoPath.isEmpty()) openPath(m_demoPath);
+    });
+    demo->setObjectName(QStringLiteral("openDemo"));
+    QAction* reload = file->addAction(tr("Re&load"), this, [this] {
+        if (!m_context->path().isEmpty()) openPath(m_context->path());
+    });
+    reload->setShortcut(QKeySequence::Refresh);
+    file->addAction(tr("&Close"), m_context, &CheckpointContext::close)->setShortcut(QKeySequence::Close);
+    file->addSeparator();
+    file->addAction(tr("&Quit"), this, &QWidget::close)->setShortcut(QKeySequence::Quit);
+
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    edit->addAction(tr("&Find Key…"), this,
+            [this] {
+                raisePanel(QStringLiteral("keys"));
+                m_keys->focusFilter();
+            })
+        ->setShortcut(QKeySequence::Find);
+    QAction* cancel = edit->addAction(tr("&Cancel Running Jobs"), m_context->runner(), &JobRunner::cancelAll);
+    cancel->setShortcut(QKeySequence(Qt::Key_Escape));
+    cancel->setShortcutContext(Qt::ApplicationShortcut);
+
+    m_viewMenu = menuBar()->addMenu(tr("&View"));
+    for (const QString& name : panelNames())
+        m_viewMenu->addAction(m_docks.value(name)->toggleViewAction());
+    m_viewMenu->addSeparator();
+    QMenu* go = m_viewMenu->addMenu(tr("&Go to Panel"));
+    for (const QString& name : panelNames())
+        go->addAction(findChild<QAction*>(QStringLiteral("goto_") + name));
+    m_viewMenu->addSeparator();
+    m_viewMenu->addAction(tr("&Reset Layout"), this, &MainWindow::resetLayout);
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About OptScope"), this, &MainWindow::showAbout);
+    help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
+    updateRecentMenu();
+}
+
+void MainWindow::setupStatusBar()
+{
+    m_checkpointLabel = new QLabel(this);
+    m_jobLabel = new QLabel(this);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1000);
+    m_progress->setMaximumWidth(180);
+    m_progress->setMaximumHeight(16);
+    m_progress->setTextVisible(false);
+    m_cancel = new QToolButton(this);
+    m_cancel->setText(tr("Cancel"));
+    m_cancel->setToolTip(tr("Cancel the running jobs (Esc)"));
+    m_cancel->setAutoRaise(true);
+    statusBar()->addPermanentWidget(m_jobLabel);
+    statusBar()->addPermanentWidget(m_progress);
+    statusBar()->addPermanentWidget(m_cancel);
+    statusBar()->addPermanentWidget(m_checkpointLabel);
+    m_jobLabel->hide();
+    m_progress->hide();
+    m_cancel->hide();
+
+    JobRunner* runner = m_context->runner();
+    connect(m_cancel, &QToolButton::clicked, runner, &JobRunner::cancelAll);
+    // show the bar only for jobs that take a moment: no flicker for quick statistics
+    auto* showTimer = new QTimer(this);
+    showTimer->setSingleShot(true);
+    showTimer->setInterval(250);
+    connect(showTimer, &QTimer::timeout, this, [this, runner] {
+        if (runner->isIdle()) return;
+        m_jobLabel->setText(runner->currentLabel());
+        m_jobLabel->show();
+        m_progress->show();
+        m_cancel->show();
+    });
+    connect(runner, &JobRunner::jobStarted, this, [this, showTimer](quint64, const QString& label) {
+        m_jobLabel->setText(label);
+        m_progress->setValue(0);
+        if (!showTimer->isActive() && m_progress->isHidden()) showTimer->start();
+    });
+    connect(runner, &JobRunner::progress, this, [this](const QString& label, double fraction, const QString& stage) {
+        m_jobLabel->setText(stage.isEmpty() ? label : QStringLiteral("%1 — %2").arg(label, stage));
+        m_progress->setValue(static_cast<int>(fraction * 1000));
+    });
+    connect(m_cancel, &QToolButton::clicked, this, [this] { statusBar()->showMessage(tr("Cancelled"), 3000); });
+    connect(runner, &JobRunner::jobFinished, this, [this, runner](quint64, const QString&, bool) {
+        if (!runner->isIdle()) m_jobLabel->setText(runner->currentLabel());
+    });
+    connect(runner, &JobRunner::idle, this, [this, showTimer] {
+        showTimer->stop();
+        m_jobLabel->hide();
+        m_progress->hide();
+        m_cancel->hide();
+    });
+}
+
 void MainWindow::openPath(const QString& path)
 {
-    try {
-        m_checkpoint = openCheckpoint(path.toStdString());
-        m_summary->setText(tr("%1\n%2 entries, %3 tensors")
-                               .arg(path)
-                               .arg(m_checkpoint->entries.size())
-                               .arg(m_checkpoint->tensorCount()));
-    } catch (const Error& e) {
-        m_summary->setText(tr("Cannot open %1:\n%2").arg(path, QString::fromStdString(e.what())));
+    m_context->open(QFileInfo(path).absoluteFilePath());
+}
+
+void MainWindow::setDemoPath(const QString& path)
+{
+    m_demoPath = path;
+    if (QAction* a = findChild<QAction*>(QStringLiteral("openDemo"))) a->setEnabled(!path.isEmpty());
+}
+
+QStringList MainWindow::recentFiles() const
+{
+    return QSettings().value(kRecentKey).toStringList();
+}
+
+void MainWindow::addRecent(const QString& path)
+{
+    if (!m_persistLayout || path == m_demoPath) return;
+    QSettings settings;
+    QStringList recent = settings.value(kRecentKey).toStringList();
+    recent.removeAll(path);
+    recent.prepend(path);
+    while (recent.size() > MaxRecent)
+        recent.removeLast();
+    settings.setValue(kRecentKey, recent);
+    updateRecentMenu();
+}
+
+void MainWindow::updateRecentMenu()
+{
+    m_recentMenu->clear();
+    const QStringList recent = recentFiles();
+    for (int i = 0; i < recent.size(); ++i) {
+        const QString path = recent[i];
+        QAction* a = m_recentMenu->addAction(
+            QStringLiteral("&%1  %2").arg(i + 1).arg(path), this, [this, path] { openPath(path); });
+        a->setEnabled(QFileInfo::exists(path));
     }
+    if (recent.isEmpty()) m_recentMenu->addAction(tr("(none)"))->setEnabled(false);
+    m_recentMenu->addSeparator();
+    m_recentMenu->addAction(tr("Clear List"), this, [this] {
+        QSettings().remove(kRecentKey);
+        updateRecentMenu();
+    });
+}
+
+void MainWindow::updateTitle()
+{
+    const QString path = m_context->path();
+    if (path.isEmpty()) {
+        setWindowTitle(tr("OptScope"));
+        m_checkpointLabel->setText(QString());
+        return;
+    }
+    QString name = QFileInfo(path).fileName();
+    if (path == m_demoPath) name = tr("demo checkpoint");
+    setWindowTitle(tr("%1 — OptScope").arg(name));
+    m_checkpointLabel->setText(path);
+}
+
+void MainWindow::showAbout()
+{
+    QMessageBox::about(this, tr("About OptScope"),
+        tr("<h3>OptScope %1</h3><p>Inspector and debugger for PyTorch optimizer checkpoints: torch.save files and "
+           "torch.distributed.checkpoint folders, read without running Python or unpickling code.</p>"
+           "<p>License: GPL-3.0-or-later. Plots: QCustomPlot.</p>")
+            .arg(QApplication::applicationVersion()));
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (event->mimeData()->hasUrls() && !event->mimeData()->urls().isEmpty()
+        && event->mimeData()->urls().constFirst().isLocalFile())
+        event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event)
+{
+    const auto urls = event->mimeData()->urls();
+    if (urls.isEmpty() || !urls.constFirst().isLocalFile()) return;
+    QString path = urls.constFirst().toLocalFile();
+    // a dropped .metadata or .distcp file means its DCP folder
+    const QFileInfo info(path);
+    if (info.fileName() == QLatin1String(".metadata") || info.suffix() == QLatin1String("distcp"))
+        path = info.absolutePath();
+    openPath(path);
+    event->acceptProposedAction();
 }
 
 } // namespace optscope::ui

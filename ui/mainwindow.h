@@ -1,18 +1,29 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include <QHash>
 #include <QMainWindow>
+#include <QStringList>
 
-#include <memory>
-
+class QDockWidget;
 class QLabel;
-
-namespace optscope {
-class Checkpoint;
-}
+class QMenu;
+class QProgressBar;
+class QToolButton;
 
 namespace optscope::ui {
 
+class CheckpointContext;
+class DiagnosePanel;
+class DiffPanel;
+class FqnMappingPanel;
+class ReshardPanel;
+class ShardLayoutPanel;
+class StateKeysPanel;
+class TensorDetailsPanel;
+
+/// The OptScope main window: one CheckpointContext shared by dockable panels, menus with recent files, drag and drop,
+/// a status bar with progress and cancel for every background job, and a remembered window/dock layout.
 class MainWindow : public QMainWindow
 {
     Q_OBJECT
@@ -20,12 +31,64 @@ public:
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
 
-    /// opens a checkpoint; errors are shown in the window, never thrown
+    /// opens a checkpoint in the background; errors are shown in the window, never thrown
     void openPath(const QString& path);
+    /// the bundled demo checkpoint (File > Open Demo); empty if none was found
+    void setDemoPath(const QString& path);
+    QString demoPath() const { return m_demoPath; }
+    /// restores window geometry and dock layout from QSettings (the default layout otherwise)
+    void restoreLayout();
+    /// whether closing saves the layout (off for screenshots and tests)
+    void setPersistLayout(bool persist) { m_persistLayout = persist; }
+    void resetLayout();
+
+    CheckpointContext* context() const { return m_context; }
+    StateKeysPanel* stateKeysPanel() const { return m_keys; }
+    TensorDetailsPanel* tensorDetailsPanel() const { return m_details; }
+    FqnMappingPanel* fqnMappingPanel() const { return m_fqn; }
+    ShardLayoutPanel* shardLayoutPanel() const { return m_shards; }
+    DiffPanel* diffPanel() const { return m_diff; }
+    DiagnosePanel* diagnosePanel() const { return m_diagnose; }
+    ReshardPanel* reshardPanel() const { return m_reshard; }
+
+    /// panel names for --panel: keys, details, fqn, shards, diff, diagnose, reshard
+    static QStringList panelNames();
+    QDockWidget* dock(const QString& name) const;
+    void raisePanel(const QString& name);
+    QStringList recentFiles() const;
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
 
 private:
-    QLabel* m_summary = nullptr;
-    std::shared_ptr<const Checkpoint> m_checkpoint;
+    QDockWidget* addPanel(const QString& name, const QString& title, QWidget* panel, const QKeySequence& shortcut);
+    void setupMenus();
+    void setupStatusBar();
+    void addRecent(const QString& path);
+    void updateRecentMenu();
+    void updateTitle();
+    void showAbout();
+
+    CheckpointContext* m_context;
+    StateKeysPanel* m_keys = nullptr;
+    TensorDetailsPanel* m_details = nullptr;
+    FqnMappingPanel* m_fqn = nullptr;
+    ShardLayoutPanel* m_shards = nullptr;
+    DiffPanel* m_diff = nullptr;
+    DiagnosePanel* m_diagnose = nullptr;
+    ReshardPanel* m_reshard = nullptr;
+    QHash<QString, QDockWidget*> m_docks;
+    QMenu* m_viewMenu = nullptr;
+    QMenu* m_recentMenu = nullptr;
+    QLabel* m_jobLabel = nullptr;
+    QProgressBar* m_progress = nullptr;
+    QToolButton* m_cancel = nullptr;
+    QLabel* m_checkpointLabel = nullptr;
+    QString m_demoPath;
+    QByteArray m_defaultState;
+    bool m_persistLayout = true;
 };
 
 } // namespace optscope::ui

@@ -1,23 +1,118 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "checkpointcontext.h"
+#include "diffpanel.h"
 #include "mainwindow.h"
+#include "screenshotdriver.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+#include <QFont>
+#include <QIcon>
+#include <QStyleFactory>
+#include <QTimer>
+
+#include <cstdio>
+
+namespace {
+
+/// the bundled demo checkpoint: installed next to the binary (../share/optscope/demo), else the source tree's
+QString findDemo()
+{
+    const QString installed
+        = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("../share/optscope/demo/checkpoint"));
+    if (QFileInfo(installed + QStringLiteral("/.metadata")).exists()) return QDir::cleanPath(installed);
+    const QString source = QStringLiteral(OPTSCOPE_DEMO_DIR);
+    if (QFileInfo(source + QStringLiteral("/.metadata")).exists()) return source;
+    return {};
+}
+
+} // namespace
 
 int main(int argc, char** argv)
 {
+    QApplication::setAttribute(Qt::AA_Use96Dpi);
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("OptScope"));
+    QApplication::setOrganizationName(QStringLiteral("OptScope"));
     QApplication::setApplicationVersion(QStringLiteral(OPTSCOPE_VERSION));
+    QApplication::setWindowIcon(QIcon(QStringLiteral(":/optscope/optscope.png")));
+
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Inspector and debugger for PyTorch optimizer checkpoints"));
     parser.addHelpOption();
     parser.addVersionOption();
-    parser.addPositionalArgument(QStringLiteral("path"), QStringLiteral("checkpoint to open"));
+    parser.addPositionalArgument(QStringLiteral("path"),
+        QStringLiteral("checkpoint to open (torch.save file or DCP folder); the demo checkpoint without one"));
+    parser.addPositionalArgument(QStringLiteral("compare"),
+        QStringLiteral("a second checkpoint to compare with (Diff)"), QStringLiteral("[compare]"));
+    const QCommandLineOption screenshot(QStringLiteral("screenshot"),
+        QStringLiteral("render the window (or --panel) to a PNG once loaded, then exit"), QStringLiteral("file.png"));
+    const QCommandLineOption panel(QStringLiteral("panel"),
+        QStringLiteral("panel to render: %1").arg(optscope::ui::MainWindow::panelNames().join(QLatin1String(", "))),
+        QStringLiteral("name"));
+    const QCommandLineOption select(QStringLiteral("select"), QStringLiteral("key to select"), QStringLiteral("key"));
+    const QCommandLineOption reference(QStringLiteral("reference"),
+        QStringLiteral("Diagnose against this model checkpoint or FQN list"), QStringLiteral("path"));
+    const QCommandLineOption worldSize(
+        QStringLiteral("world-size"), QStringLiteral("Reshard & verify: target world size"), QStringLiteral("n"));
+    const QCommandLineOption size(
+        QStringLiteral("size"), QStringLiteral("screenshot size, e.g. 1400x900"), QStringLiteral("WxH"));
+    parser.addOptions({screenshot, panel, select, reference, worldSize, size});
     parser.process(app);
+
+    const QStringList args = parser.positionalArguments();
+    const QString demo = findDemo();
+    const QString path = args.isEmpty() ? demo : args.at(0);
+    const QString compare = args.size() > 1 ? args.at(1) : QString();
+
+    if (parser.isSet(screenshot)) {
+        // deterministic rendering: one style, one font, 96 DPI
+        QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
+        QApplication::setFont(QFont(QStringLiteral("DejaVu Sans"), 9));
+        if (path.isEmpty()) {
+            std::fprintf(stderr, "optscope --screenshot: no checkpoint given and no demo checkpoint found\n");
+            return 2;
+        }
+        const QString panelName = parser.value(panel);
+        if (!panelName.isEmpty() && !optscope::ui::MainWindow::panelNames().contains(panelName)) {
+            std::fprintf(stderr, "optscope --screenshot: unknown panel '%s'\n", qPrintable(panelName));
+            return 2;
+        }
+        optscope::ui::MainWindow window;
+        window.setPersistLayout(false);
+        window.setDemoPath(demo);
+        optscope::app::ScreenshotDriver::Options options;
+        options.output = parser.value(screenshot);
+        options.panel = panelName;
+        options.select = parser.value(select);
+        options.compare = compare;
+        options.reference = parser.value(reference);
+        options.worldSize = parser.value(worldSize).toInt();
+        const QStringList wh = parser.value(size).split(QLatin1Char('x'));
+        if (wh.size() == 2) options.size = QSize(wh[0].toInt(), wh[1].toInt());
+        if (panelName.isEmpty()) window.resize(options.size.isValid() ? options.size : QSize(1440, 900));
+        window.show();
+        optscope::app::ScreenshotDriver driver(&window, options);
+        int exitCode = 0;
+        QObject::connect(&driver, &optscope::app::ScreenshotDriver::finished, &app, [&](int code) {
+            exitCode = code;
+            app.exit(code);
+        });
+        driver.start(path);
+        app.exec();
+        return exitCode;
+    }
+
     optscope::ui::MainWindow window;
-    if (!parser.positionalArguments().isEmpty())
-        window.openPath(parser.positionalArguments().constFirst());
+    window.setDemoPath(demo);
+    window.restoreLayout();
     window.show();
+    if (!path.isEmpty()) window.openPath(path);
+    if (!compare.isEmpty())
+        QObject::connect(
+            window.context(), &optscope::ui::CheckpointContext::checkpointChanged, &window,
+            [&window, compare] { window.diffPanel()->compareWith(compare); }, Qt::SingleShotConnection);
     return app.exec();
 }

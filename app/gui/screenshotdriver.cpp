@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "screenshotdriver.h"
+
+#include "checkpointcontext.h"
+#include "diagnosepanel.h"
+#include "diffpanel.h"
+#include "jobrunner.h"
+#include "mainwindow.h"
+#include "qcp.h"
+#include "reshardpanel.h"
+
+#include "optscope/checkpoint.h"
+
+#include <QDockWidget>
+#include <QPixmap>
+#include <QSpinBox>
+#include <QTimer>
+
+#include <cstdio>
+
+namespace optscope::app {
+
+namespace {
+constexpr int PollMs = 100;
+} // namespace
+
+ScreenshotDriver::ScreenshotDriver(ui::MainWindow* window, Options options, QObject* parent)
+    : QObject(parent)
+    , m_window(window)
+    , m_options(std::move(options))
+{ }
+
+void ScreenshotDriver::start(const QString& path)
+{
+    auto* context = m_window->context();
+    connect(context, &ui::CheckpointContext::checkpointChanged, this, &ScreenshotDriver::onLoaded,
+        Qt::SingleShotConnection);
+    connect(context, &ui::CheckpointContext::loadFailed, this, [this](const QString& p, const QString& message) {
+        fail(QStringLiteral("cannot open %1: %2").arg(p, message));
+    });
+    QTimer::singleShot(m_options.timeoutMs, this, [this] { fail(QStringLiteral("timed out")); });
+    m_window->openPath(path);
+}
+
+QString ScreenshotDriver::defaultSelection() const
+{
+    const auto& cp = m_window->context()->checkpoint();
+    if (!cp) return {};
+    const Entry* firstTensor = nullptr;
+    for (const auto& e : cp->entries) {
+        if (!e.isTensor()) continue;
+        if (!firstTensor) firstTensor = &e;
+        if (e.key.find("exp_avg") != std::string::npos && e.tensor.shape.size() >= 2)
+            return QString::fromStdString(e.key);
+    }
+    return firstTensor ? QString::fromStdString(firstTensor->key) : QString();
+}
+
+void ScreenshotDriver::onLoaded()
+{
+    auto* context = m_window->context();
+    context->select(m_options.select.isEmpty() ? defaultSelection() : m_options.select);
+    const QString& panel = m_options.panel;
+    if (!m_options.compare.isEmpty()) m_window->diffPanel()->compareWith(m_options.compare);
+    if (panel == QLatin1String("diagnose") || !m_options.reference.isEmpty()) {
+        m_window->diagnosePanel()->setReference(m_options.reference);
+        m_window->diagnosePanel()->diagnose();
+    }
+    if (panel == QLatin1String("reshard")) {
+        if (m_options.worldSize > 0) m_window->reshardPanel()->worldSize()->setValue(m_options.worldSize);
+        m_window->reshardPanel()->verify();
+    }
+    if (!panel.isEmpty()) m_window->raisePanel(panel);
+    waitUntilIdle();
+}
+
+void ScreenshotDriver::waitUntilIdle()
+{
+    // idle for a few polls in a row: results delivered, follow-up jobs (preview after stats, ...) finished too
+    m_idlePolls = m_window->context()->runner()->isIdle() ? m_idlePolls + 1 : 0;
+    if (m_idlePolls >= 3) {
+        capture();
+        return;
+    }
+    m_waitedMs += PollMs;
+    QTimer::singleShot(PollMs, this, &ScreenshotDriver::waitUntilIdle);
+}
+
+void ScreenshotDriver::capture()
+{
+    if (m_done) return;
+    QWidget* target = m_window;
+    if (!m_options.panel.isEmpty()) {
+        QDockWidget* dock = m_window->dock(m_options.panel);
+        if (!dock) {
+            fail(QStringLiteral("no panel named %1").arg(m_options.panel));
+            return;
+        }
+        target = dock->widget();
+        target->resize(m_options.size.isValid() ? m_options.size : QSize(1100, 680));
+    }
+    // plots repaint from a buffer: render them at their final size before grabbing
+    for (QCustomPlot* plot : target->findChildren<QCustomPlot*>())
+        plot->replot(QCustomPlot::rpImmediateRefresh);
+    const QPixmap pixmap = target->grab();
+    if (pixmap.isNull() || !pixmap.save(m_options.output, "PNG")) {
+        fail(QStringLiteral("cannot write %1").arg(m_options.output));
+        return;
+    }
+    m_done = true;
+    std::fprintf(stderr, "optscope: wrote %s (%dx%d)\n", qPrintable(m_options.output), pixmap.width(), pixmap.height());
+    Q_EMIT finished(0);
+}
+
+void ScreenshotDriver::fail(const QString& message)
+{
+    if (m_done) return;
+    m_done = true;
+    std::fprintf(stderr, "optscope --screenshot: %s\n", qPrintable(message));
+    Q_EMIT finished(2);
+}
+
+} // namespace optscope::app

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include <QObject>
+#include <QSize>
+#include <QString>
+
+namespace optscope::ui {
+class MainWindow;
+}
+
+namespace optscope::app {
+
+/// `optscope --screenshot FILE.png [--panel NAME] [PATH]`: opens the checkpoint, selects a tensor, runs what the
+/// panel shows (diff, diagnose, verify) and waits for every background job before rendering the window, or one
+/// panel, to a PNG with QWidget::grab. Works on the offscreen platform.
+class ScreenshotDriver : public QObject
+{
+    Q_OBJECT
+public:
+    struct Options
+    {
+        QString output;
+        QString panel; ///< empty: the whole window
+        QString select; ///< key to select; empty: a representative optimizer state tensor
+        QString compare; ///< Diff: checkpoint B
+        QString reference; ///< Diagnose: model / FQN list
+        int worldSize = 0; ///< Reshard & verify: target world size (0: the panel's default)
+        QSize size; ///< window or panel size; empty: a default
+        int timeoutMs = 120000;
+    };
+
+    ScreenshotDriver(ui::MainWindow* window, Options options, QObject* parent = nullptr);
+
+    /// opens @p path and emits finished(exit code) once the PNG is written (or failed)
+    void start(const QString& path);
+
+Q_SIGNALS:
+    void finished(int exitCode);
+
+private:
+    void onLoaded();
+    void waitUntilIdle();
+    void capture();
+    void fail(const QString& message);
+    QString defaultSelection() const;
+
+    ui::MainWindow* m_window;
+    Options m_options;
+    int m_idlePolls = 0;
+    int m_waitedMs = 0;
+    bool m_done = false;
+};
+
+} // namespace optscope::app

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "checkpointcontext.h"
+
+#include "jobrunner.h"
+#include "keytree.h"
+
+#include "optscope/checkpoint_loader.h"
+
+namespace optscope::ui {
+
+namespace {
+
+struct Loaded
+{
+    CheckpointPtr checkpoint;
+    std::shared_ptr<const KeyTree> tree;
+    std::vector<OptimizerView> optimizers;
+};
+
+} // namespace
+
+CheckpointContext::CheckpointContext(QObject* parent)
+    : QObject(parent)
+    , m_runner(new JobRunner(this))
+{ }
+
+CheckpointContext::~CheckpointContext() = default;
+
+void CheckpointContext::open(const QString& path)
+{
+    Q_EMIT loadStarted(path);
+    const std::string p = path.toStdString();
+    m_runner->run(
+        QStringLiteral("load"), tr("Opening %1").arg(path), this,
+        [p](const Progress& progress) {
+            Loaded l;
+            l.checkpoint = openCheckpoint(p, progress);
+            progress(0.95, "indexing");
+            l.tree = KeyTree::build(*l.checkpoint);
+            l.optimizers = findOptimizers(*l.checkpoint);
+            return l;
+        },
+        [this, path](Loaded l) {
+            // selections of the old checkpoint are meaningless now; running jobs about it are superseded
+            for (const auto& channel : {"stats", "preview", "diff", "diagnose", "reshard", "fqn"})
+                m_runner->cancel(QLatin1String(channel));
+            m_checkpoint = std::move(l.checkpoint);
+            m_tree = std::move(l.tree);
+            m_optimizers = std::move(l.optimizers);
+            m_path = path;
+            m_selectedKey.clear();
+            Q_EMIT checkpointChanged();
+            Q_EMIT selectionChanged(m_selectedKey);
+        },
+        [this, path](const QString& message, bool cancelled) {
+            if (!cancelled) Q_EMIT loadFailed(path, message);
+        });
+}
+
+void CheckpointContext::openReference(const QString& path)
+{
+    const std::string p = path.toStdString();
+    m_runner->run(
+        QStringLiteral("reference"), tr("Opening reference %1").arg(path), this,
+        [p](const Progress& progress) { return openCheckpoint(p, progress); },
+        [this, path](CheckpointPtr cp) {
+            m_reference = std::move(cp);
+            m_referencePath = path;
+            Q_EMIT referenceChanged();
+        },
+        [this, path](const QString& message, bool cancelled) {
+            if (!cancelled) Q_EMIT referenceFailed(path, message);
+        });
+}
+
+void CheckpointContext::clearReference()
+{
+    m_reference.reset();
+    m_referencePath.clear();
+    Q_EMIT referenceChanged();
+}
+
+void CheckpointContext::close()
+{
+    m_runner->cancelAll();
+    m_checkpoint.reset();
+    m_tree.reset();
+    m_optimizers.clear();
+    m_path.clear();
+    m_selectedKey.clear();
+    Q_EMIT checkpointChanged();
+    Q_EMIT selectionChanged(m_selectedKey);
+}
+
+bool CheckpointContext::isLoading() const
+{
+    return m_runner->isRunning(QStringLiteral("load"));
+}
+
+void CheckpointContext::select(const QString& key)
+{
+    if (key == m_selectedKey) return;
+    m_selectedKey = key;
+    Q_EMIT selectionChanged(key);
+}
+
+const Entry* CheckpointContext::selectedEntry() const
+{
+    if (!m_checkpoint || m_selectedKey.isEmpty()) return nullptr;
+    return m_checkpoint->find(m_selectedKey.toStdString());
+}
+
+} // namespace optscope::ui

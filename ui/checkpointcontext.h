@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+#include "optscope/optimizer_view.h"
+
+#include <QObject>
+#include <QString>
+
+#include <memory>
+#include <vector>
+
+namespace optscope::ui {
+
+class JobRunner;
+class KeyTree;
+
+/// What every panel shares: the open checkpoint (immutable, with its key tree and optimizer views, all computed off
+/// the UI thread), the selected key, the reference model used to name parameters and diagnose, and the job runner.
+/// Panels observe checkpointChanged / selectionChanged / referenceChanged and never talk to each other directly.
+class CheckpointContext : public QObject
+{
+    Q_OBJECT
+public:
+    explicit CheckpointContext(QObject* parent = nullptr);
+    ~CheckpointContext() override;
+
+    JobRunner* runner() const { return m_runner; }
+
+    /// Opens @p path in the background; checkpointChanged() follows on success, loadFailed() otherwise.
+    void open(const QString& path);
+    /// Opens @p path as the reference model (a checkpoint with the model's parameters) in the background.
+    void openReference(const QString& path);
+    void clearReference();
+    void close();
+
+    const CheckpointPtr& checkpoint() const { return m_checkpoint; }
+    const std::shared_ptr<const KeyTree>& keyTree() const { return m_tree; }
+    const std::vector<OptimizerView>& optimizers() const { return m_optimizers; }
+    QString path() const { return m_path; }
+    bool isLoading() const;
+
+    const CheckpointPtr& reference() const { return m_reference; }
+    QString referencePath() const { return m_referencePath; }
+
+    /// Selects a key: an entry key or an inner node of the key tree ("optim.state.fc.weight"). Emits
+    /// selectionChanged if it differs.
+    void select(const QString& key);
+    QString selectedKey() const { return m_selectedKey; }
+    /// the selected entry, or null when the selection is an inner node or nothing
+    const Entry* selectedEntry() const;
+
+Q_SIGNALS:
+    void loadStarted(const QString& path);
+    void checkpointChanged();
+    void loadFailed(const QString& path, const QString& message);
+    void selectionChanged(const QString& key);
+    void referenceChanged();
+    void referenceFailed(const QString& path, const QString& message);
+
+private:
+    JobRunner* m_runner;
+    CheckpointPtr m_checkpoint;
+    std::shared_ptr<const KeyTree> m_tree;
+    std::vector<OptimizerView> m_optimizers;
+    QString m_path;
+    QString m_selectedKey;
+    CheckpointPtr m_reference;
+    QString m_referencePath;
+};
+
+} // namespace optscope::ui

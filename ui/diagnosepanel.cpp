@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "diagnosepanel.h"
+
+#include "checkpointcontext.h"
+#include "diagnosismodel.h"
+#include "jobrunner.h"
+
+#include "optscope/checkpoint_fix.h"
+#include "optscope/checkpoint_loader.h"
+#include "optscope/diagnosis.h"
+
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QTableView>
+#include <QTextBrowser>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <memory>
+
+namespace optscope::ui {
+
+namespace {
+
+enum ReferenceKind { ModelFile, ModelFolder, FqnList };
+
+bool isFqnList(const QString& path)
+{
+    const QFileInfo info(path);
+    return info.isFile() && (info.suffix() == QLatin1String("txt") || info.suffix() == QLatin1String("lst"));
+}
+
+} // namespace
+
+DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
+    : QWidget(parent)
+    , m_context(context)
+    , m_reference(new QLineEdit(this))
+    , m_browse(new QToolButton(this))
+    , m_run(new QPushButton(tr("Diagnose"), this))
+    , m_apply(new QPushButton(tr("Apply fix and save as…"), this))
+    , m_openFixed(new QPushButton(tr("Open fixed"), this))
+    , m_summary(new QLabel(this))
+    , m_model(new DiagnosisModel(this))
+    , m_proxy(new QSortFilterProxyModel(this))
+    , m_view(new QTableView(this))
+    , m_details(new QTextBrowser(this))
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    auto* bar = new QHBoxLayout;
+    bar->addWidget(new QLabel(tr("Model / reference:"), this));
+    m_reference->setPlaceholderText(tr("none: self-consistency only (steps, groups, shards)"));
+    m_reference->setClearButtonEnabled(true);
+    m_reference->setToolTip(tr("What the optimizer must load into: a model checkpoint (file or DCP folder), a "
+                               "reference optimizer checkpoint, or a text file with one FQN per line"));
+    bar->addWidget(m_reference, 1);
+    m_browse->setText(tr("Browse"));
+    m_browse->setPopupMode(QToolButton::InstantPopup);
+    auto* menu = new QMenu(m_browse);
+    menu->addAction(tr("Model checkpoint file…"), this, [this] { chooseReference(ModelFile); });
+    menu->addAction(tr("Model checkpoint folder (DCP)…"), this, [this] { chooseReference(ModelFolder); });
+    menu->addAction(tr("FQN list (text file)…"), this, [this] { chooseReference(FqnList); });
+    m_browse->setMenu(menu);
+    bar->addWidget(m_browse);
+    m_run->setDefault(true);
+    bar->addWidget(m_run);
+    layout->addLayout(bar);
+
+    m_summary->setWordWrap(true);
+    m_summary->setTextFormat(Qt::RichText);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(m_summary);
+
+    auto* split = new QSplitter(Qt::Vertical, this);
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(DiagnosisModel::SortRole);
+    m_view->setModel(m_proxy);
+    m_view->setSortingEnabled(true);
+    m_view->sortByColumn(DiagnosisModel::SeverityColumn, Qt::AscendingOrder);
+    m_view->setAlternatingRowColors(true);
+    m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_view->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_view->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_view->setWordWrap(false);
+    m_view->verticalHeader()->hide();
+    m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 8);
+    m_view->horizontalHeader()->setStretchLastSection(true);
+    m_view->setColumnWidth(DiagnosisModel::SeverityColumn, 90);
+    m_view->setColumnWidth(DiagnosisModel::CodeColumn, 170);
+    m_view->setColumnWidth(DiagnosisModel::OptimizerColumn, 70);
+    split->addWidget(m_view);
+    m_details->setOpenLinks(false);
+    split->addWidget(m_details);
+    split->setStretchFactor(0, 2);
+    split->setStretchFactor(1, 3);
+    layout->addWidget(split, 1);
+
+    auto* actions = new QHBoxLayout;
+    m_apply->setToolTip(
+        tr("Apply every mechanical fix (renames, re-keying, step casts, ...) and write a new checkpoint "
+           "in the input's format"));
+    actions->addWidget(m_apply);
+    m_openFixed->setToolTip(tr("Open the fixed checkpoint"));
+    m_openFixed->hide();
+    actions->addWidget(m_openFixed);
+    actions->addStretch(1);
+    layout->addLayout(actions);
+
+    connect(m_run, &QPushButton::clicked, this, &DiagnosePanel::diagnose);
+    connect(m_reference, &QLineEdit::returnPressed, this, &DiagnosePanel::diagnose);
+    connect(m_apply, &QPushButton::clicked, this, [this] {
+        const CheckpointPtr cp = m_context->checkpoint();
+        if (!cp) return;
+        const QFileInfo in(m_context->path());
+        const bool dcp = cp->format == CheckpointFormat::Dcp;
+        const QString suggestion = in.absolutePath() + QLatin1Char('/') + in.completeBaseName()
+            + QStringLiteral("_fixed")
+            + (dcp ? QString() : QStringLiteral(".") + (in.suffix().isEmpty() ? QStringLiteral("pt") : in.suffix()));
+        const QString out = QFileDialog::getSaveFileName(this,
+            dcp ? tr("Save the fixed checkpoint as a new DCP folder") : tr("Save the fixed checkpoint"), suggestion,
+            dcp ? QString() : tr("PyTorch checkpoints (*.pt *.pth);;All files (*)"));
+        if (!out.isEmpty()) applyFixesTo(out);
+    });
+    connect(m_openFixed, &QPushButton::clicked, this, [this] {
+        if (!m_lastFixed.isEmpty()) Q_EMIT openRequested(m_lastFixed);
+    });
+    connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &DiagnosePanel::onCurrentChanged);
+    connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
+        m_model->setData({});
+        m_details->clear();
+        m_openFixed->hide();
+        m_summary->setText(m_context->checkpoint()
+                ? tr("Choose the model the optimizer should load into (or none), then Diagnose.")
+                : tr("No checkpoint open."));
+        setBusy(false);
+    });
+    m_summary->setText(tr("No checkpoint open."));
+    setBusy(false);
+}
+
+QString DiagnosePanel::summaryText() const
+{
+    return m_summary->text();
+}
+
+QString DiagnosePanel::detailsText() const
+{
+    return m_details->toPlainText();
+}
+
+void DiagnosePanel::setReference(const QString& path)
+{
+    m_reference->setText(path);
+}
+
+void DiagnosePanel::chooseReference(int kind)
+{
+    QString path;
+    if (kind == ModelFolder)
+        path = QFileDialog::getExistingDirectory(this, tr("Model checkpoint folder (DCP)"));
+    else if (kind == FqnList)
+        path = QFileDialog::getOpenFileName(this, tr("FQN list"), QString(), tr("Text files (*.txt);;All files (*)"));
+    else
+        path = QFileDialog::getOpenFileName(this, tr("Model checkpoint"), QString(),
+            tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt);;All files (*)"));
+    if (path.isEmpty()) return;
+    m_reference->setText(path);
+    // a model checkpoint also names parameters in the FQN mapping view
+    if (kind != FqnList) m_context->openReference(path);
+    diagnose();
+}
+
+void DiagnosePanel::setBusy(bool busy)
+{
+    m_busy = busy;
+    const bool open = m_context->checkpoint() != nullptr;
+    m_run->setEnabled(open && !busy);
+    m_browse->setEnabled(!busy);
+    updateApply();
+}
+
+void DiagnosePanel::updateApply()
+{
+    m_apply->setEnabled(!m_busy && m_context->checkpoint() && m_model->diagnosis().fixable());
+}
+
+void DiagnosePanel::diagnose()
+{
+    const CheckpointPtr cp = m_context->checkpoint();
+    if (!cp) return;
+    const QString ref = m_reference->text().trimmed();
+    const std::string refPath = ref.toStdString();
+    const bool list = isFqnList(ref);
+    setBusy(true);
+    m_summary->setText(tr("Diagnosing…"));
+    m_context->runner()->run(
+        QStringLiteral("diagnose"), tr("Diagnose"), this,
+        [cp, refPath, list](const Progress& progress) {
+            std::unique_ptr<ExpectedParams> expected;
+            if (!refPath.empty()) {
+                if (list) {
+                    expected = std::make_unique<ExpectedParams>(ExpectedParams::fromFqnList(refPath));
+                } else {
+                    const CheckpointPtr model = openCheckpoint(refPath, progress);
+                    expected = std::make_unique<ExpectedParams>(ExpectedParams::fromCheckpoint(*model));
+                }
+            }
+            return diagnoseCheckpoint(*cp, expected.get(), progress);
+        },
+        [this, ref](Diagnosis d) {
+            int errors = 0, warnings = 0, infos = 0;
+            for (const auto& f : d.findings) {
+                const int s = DiagnosisModel::severityRank(f.severity);
+                errors += s == 0;
+                warnings += s == 1;
+                infos += s == 2;
+            }
+            QString head;
+            if (d.findings.empty())
+                head = tr("<b style=\"color:#2e7d32\">No problems found</b>");
+            else
+                head = tr("<b>%n finding(s)</b>:", nullptr, static_cast<int>(d.findings.size()))
+                    + QStringLiteral(
+                        " <span style=\"color:#d62728\">%1</span>, <span style=\"color:#b35900\">%2</span>, %3")
+                          .arg(tr("%n error(s)", nullptr, errors), tr("%n warning(s)", nullptr, warnings),
+                              tr("%n info", nullptr, infos));
+            head += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>")
+                        .arg(ref.isEmpty() ? tr("self-consistency only (no model given)")
+                                           : tr("against %1").arg(ref.toHtmlEscaped()));
+            if (d.fixable()) head += tr("<br>Fixable: <i>Apply fix and save as…</i> writes a corrected copy.");
+            m_summary->setText(head);
+            m_model->setData(std::move(d));
+            setBusy(false);
+            if (m_proxy->rowCount() > 0)
+                m_view->setCurrentIndex(m_proxy->index(0, 0));
+            else
+                m_details->clear();
+            Q_EMIT finished(true);
+        },
+        [this](const QString& message, bool cancelled) {
+            setBusy(false);
+            m_summary->setText(cancelled
+                    ? tr("Cancelled.")
+                    : tr("<b style=\"color:#d62728\">Cannot diagnose:</b> %1").arg(message.toHtmlEscaped()));
+            Q_EMIT finished(false);
+        });
+}
+
+void DiagnosePanel::onCurrentChanged()
+{
+    const QModelIndex current = m_view->currentIndex();
+    const DiagnosisFinding* f = current.isValid() ? m_model->finding(m_proxy->mapToSource(current).row()) : nullptr;
+    if (!f) {
+        m_details->clear();
+        return;
+    }
+    auto esc = [](const std::string& s) { return QString::fromStdString(s).toHtmlEscaped(); };
+    QString html
+        = QStringLiteral("<h3 style=\"margin:0\">%1 <span style=\"font-weight:normal;color:gray\">%2</span></h3>")
+              .arg(esc(f->code), esc(f->severity));
+    html += QStringLiteral("<p>%1</p>").arg(esc(f->message));
+    if (!f->pytorchError.empty())
+        html += tr("<p><b>PyTorch would raise:</b></p>")
+            + QStringLiteral("<pre style=\"background:#fdecea;color:#611a15;padding:6px\">%1</pre>")
+                  .arg(esc(f->pytorchError));
+    else
+        html += tr("<p><i>PyTorch would load this silently.</i></p>");
+    if (!f->fix.empty()) html += tr("<p><b>Fix:</b> %1</p>").arg(esc(f->fix));
+    if (!f->actions.empty()) {
+        html += tr("<p><b>Apply fix</b> will:</p><ul>");
+        for (const auto& a : f->actions)
+            html += QStringLiteral("<li><tt>%1</tt> %2</li>").arg(esc(a.kind), esc(a.description));
+        html += QStringLiteral("</ul>");
+    }
+    if (!f->keys.empty()) {
+        QStringList keys;
+        for (const auto& k : f->keys)
+            keys << esc(k);
+        html += tr("<p><b>Keys:</b> <tt>%1</tt></p>").arg(keys.join(QLatin1String(", ")));
+    }
+    m_details->setHtml(html);
+}
+
+void DiagnosePanel::applyFixesTo(const QString& output)
+{
+    const CheckpointPtr cp = m_context->checkpoint();
+    if (!cp || !m_model->diagnosis().fixable()) return;
+    const Diagnosis d = m_model->diagnosis();
+    const std::string out = output.toStdString();
+    setBusy(true);
+    m_context->runner()->run(
+        QStringLiteral("fix"), tr("Apply fixes"), this,
+        [cp, d, out](const Progress& progress) { return applyFixes(*cp, d, out, progress); },
+        [this](FixResult r) {
+            setBusy(false);
+            m_lastFixed = QString::fromStdString(r.output);
+            QStringList applied;
+            for (const auto& a : r.applied)
+                applied << QString::fromStdString(a).toHtmlEscaped();
+            m_summary->setText(tr("<b style=\"color:#2e7d32\">Fixed copy written</b> to %1 (%n key(s) renamed)",
+                                   nullptr, static_cast<int>(r.renamedKeys))
+                                   .arg(m_lastFixed.toHtmlEscaped())
+                + (applied.isEmpty() ? QString() : QStringLiteral("<br>") + applied.join(QStringLiteral("<br>"))));
+            m_openFixed->show();
+            Q_EMIT fixFinished(true, m_lastFixed);
+        },
+        [this, output](const QString& message, bool cancelled) {
+            setBusy(false);
+            m_summary->setText(cancelled
+                    ? tr("Cancelled.")
+                    : tr("<b style=\"color:#d62728\">Cannot fix:</b> %1").arg(message.toHtmlEscaped()));
+            Q_EMIT fixFinished(false, output);
+        });
+}
+
+} // namespace optscope::ui

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include <QWidget>
+
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSortFilterProxyModel;
+class QTableView;
+class QTextBrowser;
+class QToolButton;
+
+namespace optscope::ui {
+
+class CheckpointContext;
+class DiagnosisModel;
+
+/// The "Diagnose" dock: checks the open optimizer checkpoint against the model it should load into (a model
+/// checkpoint file or folder, or a text file of FQNs; none = self-consistency only), shows each finding with the
+/// error PyTorch would raise and the fix, and applies the mechanical fixes into a new checkpoint.
+class DiagnosePanel : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit DiagnosePanel(CheckpointContext* context, QWidget* parent = nullptr);
+
+    DiagnosisModel* model() const { return m_model; }
+    QSortFilterProxyModel* proxy() const { return m_proxy; }
+    QTableView* view() const { return m_view; }
+    QLineEdit* referenceEdit() const { return m_reference; }
+    QPushButton* applyButton() const { return m_apply; }
+    QString summaryText() const;
+    QString detailsText() const;
+
+    /// sets the reference (a checkpoint path, a .txt FQN list, or empty for none)
+    void setReference(const QString& path);
+    /// diagnoses in the background
+    void diagnose();
+    /// applies the fixes of the last diagnosis and writes them to @p output (a file for torch.save input, a new
+    /// folder for DCP input)
+    void applyFixesTo(const QString& output);
+    QString lastFixedPath() const { return m_lastFixed; }
+
+Q_SIGNALS:
+    void finished(bool ok);
+    void fixFinished(bool ok, const QString& output);
+    void openRequested(const QString& path);
+
+private:
+    void chooseReference(int kind);
+    void onCurrentChanged();
+    void setBusy(bool busy);
+    void updateApply();
+
+    CheckpointContext* m_context;
+    QLineEdit* m_reference;
+    QToolButton* m_browse;
+    QPushButton* m_run;
+    QPushButton* m_apply;
+    QPushButton* m_openFixed;
+    QLabel* m_summary;
+    DiagnosisModel* m_model;
+    QSortFilterProxyModel* m_proxy;
+    QTableView* m_view;
+    QTextBrowser* m_details;
+    QString m_lastFixed;
+    bool m_busy = false;
+};
+
+} // namespace optscope::ui

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "diagnosismodel.h"
+
+#include <QApplication>
+#include <QColor>
+#include <QStyle>
+
+namespace optscope::ui {
+
+DiagnosisModel::DiagnosisModel(QObject* parent)
+    : QAbstractTableModel(parent)
+{ }
+
+int DiagnosisModel::severityRank(const std::string& severity)
+{
+    if (severity == "error") return 0;
+    if (severity == "warning") return 1;
+    return 2;
+}
+
+void DiagnosisModel::setData(Diagnosis diagnosis)
+{
+    beginResetModel();
+    m_diagnosis = std::move(diagnosis);
+    endResetModel();
+}
+
+const DiagnosisFinding* DiagnosisModel::finding(int row) const
+{
+    if (row < 0 || row >= static_cast<int>(m_diagnosis.findings.size())) return nullptr;
+    return &m_diagnosis.findings[static_cast<size_t>(row)];
+}
+
+int DiagnosisModel::rowCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(m_diagnosis.findings.size());
+}
+
+int DiagnosisModel::columnCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
+{
+    const DiagnosisFinding* f = index.isValid() ? finding(index.row()) : nullptr;
+    if (!f) return {};
+    const int col = index.column();
+    switch (role) {
+    case SeverityRole:
+        return QString::fromStdString(f->severity);
+    case FixableRole:
+        return !f->actions.empty();
+    case SortRole:
+        if (col == SeverityColumn) return severityRank(f->severity) * 100000 + index.row();
+        break;
+    case Qt::DecorationRole:
+        if (col == SeverityColumn) {
+            const auto icon = f->severity == "error" ? QStyle::SP_MessageBoxCritical
+                : f->severity == "warning"           ? QStyle::SP_MessageBoxWarning
+                                                     : QStyle::SP_MessageBoxInformation;
+            return QApplication::style()->standardIcon(icon);
+        }
+        return {};
+    case Qt::ForegroundRole:
+        if (col == SeverityColumn)
+            return f->severity == "error"  ? QColor(0xd6, 0x27, 0x28)
+                : f->severity == "warning" ? QColor(0xb3, 0x59, 0x00)
+                                           : QColor(0x1f, 0x6f, 0xb4);
+        return {};
+    case Qt::ToolTipRole:
+        return QString::fromStdString(f->message);
+    default:
+        break;
+    }
+    if (role != Qt::DisplayRole && role != SortRole) return {};
+    switch (col) {
+    case SeverityColumn:
+        return QString::fromStdString(f->severity);
+    case CodeColumn:
+        return QString(QString::fromStdString(f->code) + (f->actions.empty() ? QString() : tr(" (fixable)")));
+    case OptimizerColumn:
+        return QString::fromStdString(f->optimizer);
+    case MessageColumn:
+        return QString::fromStdString(f->message);
+    default:
+        return {};
+    }
+}
+
+QVariant DiagnosisModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+    switch (section) {
+    case SeverityColumn:
+        return tr("Severity");
+    case CodeColumn:
+        return tr("Finding");
+    case OptimizerColumn:
+        return tr("Optimizer");
+    case MessageColumn:
+        return tr("Message");
+    default:
+        return {};
+    }
+}
+
+} // namespace optscope::ui

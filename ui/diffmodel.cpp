@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "diffmodel.h"
+
+#include "format.h"
+
+#include <QColor>
+
+namespace optscope::ui {
+
+namespace {
+
+QColor statusColor(const std::string& s)
+{
+    if (s == "equal") return {0x2e, 0x7d, 0x32};
+    if (s == "changed") return {0xd6, 0x27, 0x28};
+    return {0xb3, 0x59, 0x00};
+}
+
+QString statusText(const std::string& s)
+{
+    if (s == "only_a") return QObject::tr("only in A");
+    if (s == "only_b") return QObject::tr("only in B");
+    return QString::fromStdString(s);
+}
+
+} // namespace
+
+DiffModel::DiffModel(QObject* parent)
+    : QAbstractTableModel(parent)
+{ }
+
+void DiffModel::setData(DiffReport report)
+{
+    beginResetModel();
+    m_report = std::move(report);
+    endResetModel();
+}
+
+int DiffModel::rowCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(m_report.entries.size());
+}
+
+int DiffModel::columnCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant DiffModel::data(const QModelIndex& index, int role) const
+{
+    if (!index.isValid()) return {};
+    const DiffEntry& e = m_report.entries[static_cast<size_t>(index.row())];
+    const int col = index.column();
+    const bool tensor = e.type == "tensor";
+    const bool numbers = tensor && (e.status == "equal" || e.status == "changed");
+    if (role == StatusRole) return QString::fromStdString(e.status);
+    if (role == EntryIndexRole) return index.row();
+    if (role == Qt::ForegroundRole && col == StatusColumn) return statusColor(e.status);
+    if (role == Qt::TextAlignmentRole && col >= MaxAbsColumn && col <= NumelColumn)
+        return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+    if (role == Qt::ToolTipRole) {
+        QString tip = QString::fromStdString(e.keyA.empty() ? e.keyB : e.keyA);
+        if (!e.keyB.empty() && e.keyB != e.keyA) tip += QStringLiteral(" ↔ ") + QString::fromStdString(e.keyB);
+        if (!e.reason.empty()) tip += QLatin1Char('\n') + QString::fromStdString(e.reason);
+        if (!tensor && (!e.valueA.empty() || !e.valueB.empty()))
+            tip += QStringLiteral("\nA: %1\nB: %2")
+                       .arg(QString::fromStdString(e.valueA), QString::fromStdString(e.valueB));
+        if (e.nanA || e.nanB || e.infA || e.infB)
+            tip += tr("\nNaN A/B: %1/%2, inf A/B: %3/%4").arg(e.nanA).arg(e.nanB).arg(e.infA).arg(e.infB);
+        return tip;
+    }
+    if (role == SortRole) {
+        switch (col) {
+        case KeyColumn:
+            return QString::fromStdString(e.key);
+        case StatusColumn:
+            return QString::fromStdString(e.status);
+        case MaxAbsColumn:
+            return numbers ? e.maxAbsDiff : -1.0;
+        case MaxRelColumn:
+            return numbers ? e.maxRelDiff : -1.0;
+        case RmsColumn:
+            return numbers ? e.rmsDiff : -1.0;
+        case NumDiffColumn:
+            return qlonglong(numbers ? e.numDiff : -1);
+        case NumelColumn:
+            return qlonglong(e.numel);
+        default:
+            break;
+        }
+    }
+    if (role != Qt::DisplayRole && role != SortRole) return {};
+    switch (col) {
+    case KeyColumn:
+        return QString::fromStdString(e.key);
+    case StatusColumn:
+        return statusText(e.status);
+    case MaxAbsColumn:
+        return numbers ? Format::number(e.maxAbsDiff, 4) : QString();
+    case MaxRelColumn:
+        return numbers ? Format::number(e.maxRelDiff, 4) : QString();
+    case RmsColumn:
+        return numbers ? Format::number(e.rmsDiff, 4) : QString();
+    case NumDiffColumn:
+        return numbers ? Format::count(e.numDiff) : QString();
+    case NumelColumn:
+        return tensor ? Format::count(e.numel) : QString();
+    case ReasonColumn: {
+        if (!tensor && e.status == "changed" && e.reason.empty())
+            return QStringLiteral("%1 → %2").arg(QString::fromStdString(e.valueA), QString::fromStdString(e.valueB));
+        return QString::fromStdString(e.reason);
+    }
+    case MatchColumn:
+        return QString::fromStdString(e.match);
+    default:
+        return {};
+    }
+}
+
+QVariant DiffModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal) return {};
+    if (role == Qt::ToolTipRole) {
+        switch (section) {
+        case MaxAbsColumn:
+            return tr("max |a − b|");
+        case MaxRelColumn:
+            return tr("max |a − b| / |b| over elements with b ≠ 0");
+        case RmsColumn:
+            return tr("sqrt(mean((a − b)²))");
+        case NumDiffColumn:
+            return tr("elements outside the tolerance (bitwise different at rtol = atol = 0)");
+        case MatchColumn:
+            return tr("how the keys of A and B were paired");
+        default:
+            return {};
+        }
+    }
+    if (role != Qt::DisplayRole) return {};
+    switch (section) {
+    case KeyColumn:
+        return tr("Key");
+    case StatusColumn:
+        return tr("Status");
+    case MaxAbsColumn:
+        return tr("max |Δ|");
+    case MaxRelColumn:
+        return tr("max rel");
+    case RmsColumn:
+        return tr("RMS");
+    case NumDiffColumn:
+        return tr("#diff");
+    case NumelColumn:
+        return tr("Numel");
+    case ReasonColumn:
+        return tr("Reason");
+    case MatchColumn:
+        return tr("Match");
+    default:
+        return {};
+    }
+}
+
+} // namespace optscope::ui

@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "diffpanel.h"
+
+#include "checkpointcontext.h"
+#include "diffheatmap.h"
+#include "diffmodel.h"
+#include "format.h"
+#include "histogramplot.h"
+#include "jobrunner.h"
+#include "reportexport.h"
+#include "statusfilterproxy.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/diff_report.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleValidator>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableView>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <set>
+
+namespace optscope::ui {
+
+DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
+    : QWidget(parent)
+    , m_context(context)
+    , m_openB(new QPushButton(tr("Compare with…"), this))
+    , m_rankA(new QSpinBox(this))
+    , m_rankB(new QSpinBox(this))
+    , m_compareRanks(new QPushButton(tr("Compare ranks"), this))
+    , m_rtol(new QLineEdit(this))
+    , m_atol(new QLineEdit(this))
+    , m_statusFilter(new QComboBox(this))
+    , m_search(new QLineEdit(this))
+    , m_export(new QToolButton(this))
+    , m_summary(new QLabel(this))
+    , m_model(new DiffModel(this))
+    , m_proxy(new StatusFilterProxy(DiffModel::StatusRole, this))
+    , m_view(new QTableView(this))
+    , m_heatmap(new DiffHeatmap(this))
+    , m_histogram(new HistogramPlot(this))
+    , m_logScale(new QCheckBox(tr("Log scale"), this))
+    , m_histTitle(new QLabel(this))
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    auto* bar = new QHBoxLayout;
+    m_openB->setToolTip(tr("Compare the open checkpoint (A) with a second checkpoint (B): a file or a DCP folder"));
+    auto* openMenu = new QMenu(m_openB);
+    openMenu->addAction(tr("File…"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Checkpoint B"), QString(), tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt);;All files (*)"));
+        if (!path.isEmpty()) compareWith(path);
+    });
+    openMenu->addAction(tr("DCP folder…"), this, [this] {
+        const QString path = QFileDialog::getExistingDirectory(this, tr("Checkpoint B (DCP folder)"));
+        if (!path.isEmpty()) compareWith(path);
+    });
+    m_openB->setMenu(openMenu);
+    bar->addWidget(m_openB);
+    bar->addSpacing(12);
+    bar->addWidget(new QLabel(tr("or ranks"), this));
+    m_rankA->setRange(0, 65535);
+    m_rankB->setRange(0, 65535);
+    m_rankB->setValue(1);
+    bar->addWidget(m_rankA);
+    bar->addWidget(new QLabel(QStringLiteral("↔"), this));
+    bar->addWidget(m_rankB);
+    m_compareRanks->setToolTip(tr("Compare what two ranks of the open checkpoint hold, chunk by chunk"));
+    bar->addWidget(m_compareRanks);
+    bar->addSpacing(12);
+    auto* validator = new QDoubleValidator(0, 1e300, 20, this);
+    validator->setNotation(QDoubleValidator::ScientificNotation);
+    m_rtol->setValidator(validator);
+    m_atol->setValidator(validator);
+    m_rtol->setPlaceholderText(QStringLiteral("0"));
+    m_atol->setPlaceholderText(QStringLiteral("0"));
+    m_rtol->setMaximumWidth(70);
+    m_atol->setMaximumWidth(70);
+    m_rtol->setToolTip(tr("relative tolerance: |a − b| ≤ atol + rtol·|b| counts as equal (0 and 0: bit-identical)"));
+    m_atol->setToolTip(m_rtol->toolTip());
+    bar->addWidget(new QLabel(tr("rtol"), this));
+    bar->addWidget(m_rtol);
+    bar->addWidget(new QLabel(tr("atol"), this));
+    bar->addWidget(m_atol);
+    bar->addStretch(1);
+    m_export->setText(tr("Export"));
+    m_export->setPopupMode(QToolButton::InstantPopup);
+    auto* exportMenu = new QMenu(m_export);
+    exportMenu->addAction(tr("JSON…"), this, [this] {
+        const QString p
+            = QFileDialog::getSaveFileName(this, tr("Export diff"), QStringLiteral("diff.json"), tr("JSON (*.json)"));
+        if (!p.isEmpty())
+            if (const QString err = exportJson(p); !err.isEmpty()) QMessageBox::warning(this, tr("Export diff"), err);
+    });
+    exportMenu->addAction(tr("CSV…"), this, [this] {
+        const QString p
+            = QFileDialog::getSaveFileName(this, tr("Export diff"), QStringLiteral("diff.csv"), tr("CSV (*.csv)"));
+        if (!p.isEmpty())
+            if (const QString err = exportCsv(p); !err.isEmpty()) QMessageBox::warning(this, tr("Export diff"), err);
+    });
+    m_export->setMenu(exportMenu);
+    m_export->setEnabled(false);
+    bar->addWidget(m_export);
+    layout->addLayout(bar);
+
+    m_summary->setWordWrap(true);
+    m_summary->setTextFormat(Qt::RichText);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(m_summary);
+
+    auto* filterBar = new QHBoxLayout;
+    m_statusFilter->addItem(tr("All keys"), QString());
+    m_statusFilter->addItem(tr("Changed"), QStringLiteral("changed"));
+    m_statusFilter->addItem(tr("Only in A"), QStringLiteral("only_a"));
+    m_statusFilter->addItem(tr("Only in B"), QStringLiteral("only_b"));
+    m_statusFilter->addItem(tr("Equal"), QStringLiteral("equal"));
+    filterBar->addWidget(m_statusFilter);
+    m_search->setPlaceholderText(tr("Filter keys"));
+    m_search->setClearButtonEnabled(true);
+    filterBar->addWidget(m_search, 1);
+    layout->addLayout(filterBar);
+
+    auto* split = new QSplitter(Qt::Horizontal, this);
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(DiffModel::SortRole);
+    m_proxy->setFilterCaseSensitivity(Qt::CaseInsensitive);
+    m_proxy->setFilterKeyColumn(DiffModel::KeyColumn);
+    m_view->setModel(m_proxy);
+    m_view->setSortingEnabled(true);
+    m_view->sortByColumn(-1, Qt::AscendingOrder);
+    m_view->setAlternatingRowColors(true);
+    m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_view->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_view->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_view->verticalHeader()->hide();
+    m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 6);
+    m_view->horizontalHeader()->setStretchLastSection(true);
+    m_view->setTextElideMode(Qt::ElideMiddle);
+    m_view->setWordWrap(false);
+    m_view->setColumnWidth(DiffModel::KeyColumn, 260);
+    m_view->setColumnWidth(DiffModel::StatusColumn, 70);
+    for (int c : {DiffModel::MaxAbsColumn, DiffModel::MaxRelColumn, DiffModel::RmsColumn})
+        m_view->setColumnWidth(c, 72);
+    m_view->setColumnWidth(DiffModel::NumDiffColumn, 55);
+    m_view->setColumnWidth(DiffModel::NumelColumn, 60);
+    m_view->setColumnWidth(DiffModel::ReasonColumn, 120);
+    split->addWidget(m_view);
+    auto* right = new QSplitter(Qt::Vertical, split);
+    right->addWidget(m_heatmap);
+    auto* histBox = new QWidget(right);
+    auto* histLayout = new QVBoxLayout(histBox);
+    histLayout->setContentsMargins(0, 0, 0, 0);
+    auto* histBar = new QHBoxLayout;
+    histBar->addWidget(m_histTitle, 1);
+    histBar->addWidget(m_logScale);
+    histLayout->addLayout(histBar);
+    histLayout->addWidget(m_histogram, 1);
+    right->addWidget(histBox);
+    right->setStretchFactor(0, 3);
+    right->setStretchFactor(1, 2);
+    split->addWidget(right);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+    layout->addWidget(split, 1);
+    m_histogram->clearHistogram(tr("Select a changed tensor"));
+
+    connect(m_compareRanks, &QPushButton::clicked, this, [this] { compareRanks(m_rankA->value(), m_rankB->value()); });
+    connect(m_statusFilter, qOverload<int>(&QComboBox::currentIndexChanged), this, &DiffPanel::updateFilter);
+    connect(m_search, &QLineEdit::textChanged, this, &DiffPanel::updateFilter);
+    connect(m_logScale, &QCheckBox::toggled, m_histogram, &HistogramPlot::setLogScale);
+    connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &DiffPanel::onCurrentChanged);
+    connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
+        const int row = index.data(DiffModel::EntryIndexRole).toInt();
+        const auto& e = m_model->report().entries[static_cast<size_t>(row)];
+        if (e.keyA.empty()) return;
+        m_context->select(QString::fromStdString(e.keyA));
+        Q_EMIT jumpRequested(QString::fromStdString(e.keyA));
+    });
+    connect(m_heatmap, &DiffHeatmap::keyClicked, this, &DiffPanel::showKey);
+    connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
+        m_model->setData({});
+        m_heatmap->setReport({});
+        m_histogram->clearHistogram(tr("Select a changed tensor"));
+        m_export->setEnabled(false);
+        m_summary->setText(
+            m_context->checkpoint() ? tr("A: %1").arg(m_context->path().toHtmlEscaped()) : tr("No checkpoint open."));
+        setBusy(false);
+    });
+    m_summary->setText(tr("No checkpoint open."));
+    setBusy(false);
+}
+
+QString DiffPanel::summaryText() const
+{
+    return m_summary->text();
+}
+
+void DiffPanel::setBusy(bool busy)
+{
+    const bool open = m_context->checkpoint() != nullptr;
+    m_openB->setEnabled(open && !busy);
+    m_compareRanks->setEnabled(open && !busy);
+}
+
+void DiffPanel::compareWith(const QString& path)
+{
+    const QString abs = QFileInfo(path).absoluteFilePath();
+    run(tr("Diff with %1").arg(QFileInfo(abs).fileName()), abs, -1, -1);
+}
+
+void DiffPanel::compareRanks(int rankA, int rankB)
+{
+    run(tr("Diff of rank %1 and rank %2").arg(rankA).arg(rankB), QString(), rankA, rankB);
+}
+
+void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int rankB)
+{
+    const CheckpointPtr a = m_context->checkpoint();
+    if (!a) return;
+    DiffOptions options;
+    options.rtol = m_rtol->text().isEmpty() ? 0.0 : m_rtol->text().toDouble();
+    options.atol = m_atol->text().isEmpty() ? 0.0 : m_atol->text().toDouble();
+    options.histogramBins = HistogramBins;
+    const std::string b = pathB.toStdString();
+    m_pathB = pathB;
+    setBusy(true);
+    m_summary->setText(tr("%1…").arg(label.toHtmlEscaped()));
+    m_context->runner()->run(
+        QStringLiteral("diff"), label, this,
+        [a, b, rankA, rankB, options](const Progress& progress) {
+            if (b.empty()) return diffRanks(*a, rankA, rankB, options, progress);
+            const CheckpointPtr other = openCheckpoint(b, progress);
+            return diffCheckpoints(*a, *other, options, progress);
+        },
+        [this, label](DiffReport report) {
+            setBusy(false);
+            const bool equal = report.equal;
+            QStringList counts;
+            for (const char* s : {"changed", "only_a", "only_b"})
+                if (const size_t n = report.count(s))
+                    counts << QStringLiteral("%1 %2").arg(n).arg(QLatin1String(s) == QLatin1String("only_a")
+                            ? tr("only in A")
+                            : QLatin1String(s) == QLatin1String("only_b") ? tr("only in B")
+                                                                          : tr("changed"));
+            QString text
+                = (equal ? tr("<b style=\"color:#2e7d32\">EQUAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>"))
+                + tr(": %1 of %2 keys equal").arg(report.count("equal")).arg(report.entries.size());
+            if (!counts.isEmpty()) text += QStringLiteral(", ") + counts.join(QLatin1String(", "));
+            text += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>").arg(label.toHtmlEscaped());
+            for (const auto& n : report.notes)
+                text += QStringLiteral("<br><span style=\"color:gray\">%1</span>")
+                            .arg(QString::fromStdString(n).toHtmlEscaped());
+            m_summary->setText(text);
+            m_heatmap->setReport(report);
+            m_model->setData(std::move(report));
+            m_export->setEnabled(true);
+            updateFilter();
+            // most interesting first: the largest difference
+            m_view->sortByColumn(DiffModel::MaxAbsColumn, Qt::DescendingOrder);
+            // start on the most different tensor of more than one element (steps are scalars)
+            int first = m_proxy->rowCount() > 0 ? 0 : -1;
+            for (int r = 0; r < m_proxy->rowCount(); ++r) {
+                const auto& e
+                    = m_model->report()
+                          .entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
+                if (e.numel > 1 && e.numDiff > 0) {
+                    first = r;
+                    break;
+                }
+            }
+            if (first >= 0) m_view->setCurrentIndex(m_proxy->index(first, 0));
+            Q_EMIT finished(true);
+        },
+        [this](const QString& message, bool cancelled) {
+            setBusy(false);
+            m_summary->setText(cancelled
+                    ? tr("Cancelled.")
+                    : tr("<b style=\"color:#d62728\">Failed:</b> %1").arg(message.toHtmlEscaped()));
+            Q_EMIT finished(false);
+        });
+}
+
+void DiffPanel::updateFilter()
+{
+    m_proxy->setRequiredStatus(m_statusFilter->currentData().toString());
+    m_proxy->setFilterFixedString(m_search->text());
+}
+
+void DiffPanel::onCurrentChanged()
+{
+    const QModelIndex current = m_view->currentIndex();
+    if (!current.isValid()) return;
+    showEntry(current.data(DiffModel::EntryIndexRole).toInt());
+}
+
+void DiffPanel::showKey(const QString& key)
+{
+    for (int r = 0; r < m_proxy->rowCount(); ++r) {
+        if (m_proxy->index(r, DiffModel::KeyColumn).data().toString() == key) {
+            m_view->setCurrentIndex(m_proxy->index(r, 0));
+            m_view->scrollTo(m_proxy->index(r, 0));
+            return;
+        }
+    }
+}
+
+void DiffPanel::showEntry(int entryIndex)
+{
+    const auto& entries = m_model->report().entries;
+    if (entryIndex < 0 || entryIndex >= static_cast<int>(entries.size())) return;
+    const DiffEntry& e = entries[static_cast<size_t>(entryIndex)];
+    m_histTitle->setText(tr("Δ = A − B of %1").arg(QString::fromStdString(e.key)));
+    if (!e.histogramCounts.empty())
+        m_histogram->setHistogram(e.histogramEdges, e.histogramCounts, tr("a − b"));
+    else if (e.status == "equal")
+        m_histogram->clearHistogram(tr("Equal: no differences"));
+    else
+        m_histogram->clearHistogram(e.type == "tensor" ? tr("No histogram (%1)").arg(QString::fromStdString(e.reason))
+                                                       : tr("A value, not a tensor"));
+}
+
+QString DiffPanel::exportJson(const QString& path) const
+{
+    return ReportExport::write(path, ReportExport::json(m_model->report().toJson()));
+}
+
+QString DiffPanel::exportCsv(const QString& path) const
+{
+    return ReportExport::write(path, ReportExport::diffCsv(m_model->report()));
+}
+
+} // namespace optscope::ui

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include <QWidget>
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSpinBox;
+class QTableView;
+class QToolButton;
+
+namespace optscope::ui {
+
+class CheckpointContext;
+class DiffHeatmap;
+class DiffModel;
+class HistogramPlot;
+class StatusFilterProxy;
+
+/// The "Diff" dock: compares the open checkpoint (A) with a second one (B), or two ranks of it; a sortable table of
+/// keys with status and numbers, a heatmap of max |Δ| per key × rank and the histogram of Δ of the selected key.
+class DiffPanel : public QWidget
+{
+    Q_OBJECT
+public:
+    static constexpr int HistogramBins = 48;
+
+    explicit DiffPanel(CheckpointContext* context, QWidget* parent = nullptr);
+
+    DiffModel* model() const { return m_model; }
+    StatusFilterProxy* proxy() const { return m_proxy; }
+    QTableView* view() const { return m_view; }
+    DiffHeatmap* heatmap() const { return m_heatmap; }
+    HistogramPlot* histogram() const { return m_histogram; }
+    QString summaryText() const;
+    QString pathB() const { return m_pathB; }
+
+    /// compares the open checkpoint with @p path in the background
+    void compareWith(const QString& path);
+    /// compares two ranks of the open checkpoint
+    void compareRanks(int rankA, int rankB);
+    /// shows the Δ histogram of a key of the report (the table selection follows)
+    void showKey(const QString& key);
+    QString exportJson(const QString& path) const;
+    QString exportCsv(const QString& path) const;
+
+Q_SIGNALS:
+    void finished(bool ok);
+    /// the user asked to inspect a key of A: the main window raises Tensor details
+    void jumpRequested(const QString& key);
+
+private:
+    void run(const QString& label, const QString& pathB, int rankA, int rankB);
+    void onCurrentChanged();
+    void showEntry(int entryIndex);
+    void updateFilter();
+    void setBusy(bool busy);
+
+    CheckpointContext* m_context;
+    QPushButton* m_openB;
+    QSpinBox* m_rankA;
+    QSpinBox* m_rankB;
+    QPushButton* m_compareRanks;
+    QLineEdit* m_rtol;
+    QLineEdit* m_atol;
+    QComboBox* m_statusFilter;
+    QLineEdit* m_search;
+    QToolButton* m_export;
+    QLabel* m_summary;
+    DiffModel* m_model;
+    StatusFilterProxy* m_proxy;
+    QTableView* m_view;
+    DiffHeatmap* m_heatmap;
+    HistogramPlot* m_histogram;
+    QCheckBox* m_logScale;
+    QLabel* m_histTitle;
+    QString m_pathB;
+};
+
+} // namespace optscope::ui

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "format.h"
+
+#include <QStringList>
+
+#include <cmath>
+
+namespace optscope::ui {
+
+QString Format::bytes(uint64_t bytes)
+{
+    static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (bytes < 1024) return QStringLiteral("%1 B").arg(bytes);
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        ++u;
+    }
+    return QStringLiteral("%1 %2").arg(v, 0, 'f', v < 10 ? 1 : 0).arg(QLatin1String(units[u]));
+}
+
+QString Format::shape(const std::vector<int64_t>& shape)
+{
+    QStringList parts;
+    parts.reserve(static_cast<qsizetype>(shape.size()));
+    for (auto d : shape)
+        parts << QString::number(d);
+    return QLatin1Char('[') + parts.join(QLatin1String(", ")) + QLatin1Char(']');
+}
+
+QString Format::count(int64_t n)
+{
+    QString digits = QString::number(n < 0 ? -n : n);
+    for (qsizetype i = digits.size() - 3; i > 0; i -= 3)
+        digits.insert(i, QLatin1Char(','));
+    return n < 0 ? QLatin1Char('-') + digits : digits;
+}
+
+QString Format::number(double v, int precision)
+{
+    if (std::isnan(v)) return QStringLiteral("nan");
+    if (std::isinf(v)) return v > 0 ? QStringLiteral("inf") : QStringLiteral("-inf");
+    if (v == 0.0) return QStringLiteral("0");
+    const double a = std::abs(v);
+    if (a >= 1e6 || a < 1e-4) return QString::number(v, 'e', precision - 1);
+    return QString::number(v, 'g', precision);
+}
+
+QString Format::ranks(const std::vector<int>& ranks)
+{
+    if (ranks.empty()) return QStringLiteral("-");
+    if (ranks.size() == 1) return ranks[0] < 0 ? QStringLiteral("?") : QStringLiteral("r%1").arg(ranks[0]);
+    bool contiguous = ranks.front() >= 0;
+    for (size_t i = 1; i < ranks.size(); ++i)
+        contiguous = contiguous && ranks[i] == ranks[i - 1] + 1;
+    if (contiguous) return QStringLiteral("r%1-%2").arg(ranks.front()).arg(ranks.back());
+    QStringList parts;
+    for (int r : ranks)
+        parts << (r < 0 ? QStringLiteral("?") : QStringLiteral("r%1").arg(r));
+    return parts.join(QLatin1String(", "));
+}
+
+QString Format::box(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes)
+{
+    QStringList parts;
+    for (size_t d = 0; d < offsets.size() && d < sizes.size(); ++d)
+        parts << QStringLiteral("%1:%2").arg(offsets[d]).arg(offsets[d] + sizes[d]);
+    return QLatin1Char('[') + parts.join(QLatin1String(", ")) + QLatin1Char(']');
+}
+
+} // namespace optscope::ui

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+
+#include <QString>
+
+#include <cstdint>
+#include <vector>
+
+namespace optscope::ui {
+
+/// Text renderings shared by the models and panels.
+class Format
+{
+public:
+    /// "3.0 KiB", "512 B"
+    static QString bytes(uint64_t bytes);
+    /// "[7, 6]", "[]" for a 0-dim tensor
+    static QString shape(const std::vector<int64_t>& shape);
+    /// "1,234,567"
+    static QString count(int64_t n);
+    /// a number for tables: 6 significant digits, scientific when very large or small, "nan", "inf"
+    static QString number(double v, int precision = 6);
+    /// "r0-2", "r0, r2", "r1", "-" for none (-1 = unknown rank: "?")
+    static QString ranks(const std::vector<int>& ranks);
+    /// "[0:2, 0:6]" for a box at @p offsets of @p sizes
+    static QString box(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes);
+    static QString fromStd(const std::string& s) { return QString::fromStdString(s); }
+};
+
+} // namespace optscope::ui

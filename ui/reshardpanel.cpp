@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "reshardpanel.h"
+
+#include "checkpointcontext.h"
+#include "format.h"
+#include "jobrunner.h"
+#include "reportexport.h"
+#include "statusfilterproxy.h"
+#include "verifymodel.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/error.h"
+#include "optscope/gpu_devices.h"
+#include "optscope/reshard.h"
+#include "optscope/verify_report.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMenu>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSpinBox>
+#include <QStandardItemModel>
+#include <QTemporaryDir>
+#include <QToolButton>
+#include <QTreeView>
+#include <QVBoxLayout>
+
+#include <set>
+
+namespace optscope::ui {
+
+ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
+    : QWidget(parent)
+    , m_context(context)
+    , m_world(new QSpinBox(this))
+    , m_layout(new QComboBox(this))
+    , m_device(new QComboBox(this))
+    , m_verify(new QPushButton(tr("Verify"), this))
+    , m_reshard(new QPushButton(tr("Reshard and save…"), this))
+    , m_export(new QToolButton(this))
+    , m_problemsOnly(new QCheckBox(tr("Only problems"), this))
+    , m_summary(new QLabel(this))
+    , m_model(new VerifyModel(this))
+    , m_proxy(new StatusFilterProxy(VerifyModel::StatusRole, this))
+    , m_view(new QTreeView(this))
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    auto* options = new QHBoxLayout;
+    options->addWidget(new QLabel(tr("World size"), this));
+    m_world->setRange(1, 65536);
+    m_world->setValue(2);
+    m_world->setToolTip(tr("Number of ranks of the target layout"));
+    options->addWidget(m_world);
+    options->addSpacing(8);
+    options->addWidget(new QLabel(tr("Layout"), this));
+    m_layout->addItem(tr("FSDP2 (DTensor Shard(0))"), QStringLiteral("fsdp2"));
+    m_layout->addItem(tr("FSDP1 (ShardedTensor)"), QStringLiteral("fsdp1"));
+    options->addWidget(m_layout);
+    options->addSpacing(8);
+    options->addWidget(new QLabel(tr("Device"), this));
+    m_device->addItem(tr("CPU"), QStringLiteral("cpu"));
+    m_device->setToolTip(tr("Where the shards are loaded and gathered again"));
+    options->addWidget(m_device);
+    options->addStretch(1);
+    layout->addLayout(options);
+
+    auto* actions = new QHBoxLayout;
+    m_verify->setToolTip(tr("Reshard to the target layout, load every rank's shard from the written files as that "
+                            "rank would, gather again and compare bit for bit with the source"));
+    m_verify->setDefault(true);
+    actions->addWidget(m_verify);
+    m_reshard->setToolTip(tr("Write the resharded checkpoint (a DCP folder) and verify the written copy"));
+    actions->addWidget(m_reshard);
+    m_export->setText(tr("Export report"));
+    m_export->setPopupMode(QToolButton::InstantPopup);
+    auto* menu = new QMenu(m_export);
+    menu->addAction(tr("JSON…"), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export report"), QStringLiteral("verify.json"), tr("JSON (*.json)"));
+        if (!path.isEmpty())
+            if (const QString err = exportJson(path); !err.isEmpty())
+                QMessageBox::warning(this, tr("Export report"), err);
+    });
+    menu->addAction(tr("CSV…"), this, [this] {
+        const QString path
+            = QFileDialog::getSaveFileName(this, tr("Export report"), QStringLiteral("verify.csv"), tr("CSV (*.csv)"));
+        if (!path.isEmpty())
+            if (const QString err = exportCsv(path); !err.isEmpty())
+                QMessageBox::warning(this, tr("Export report"), err);
+    });
+    m_export->setMenu(menu);
+    m_export->setEnabled(false);
+    actions->addWidget(m_export);
+    actions->addStretch(1);
+    actions->addWidget(m_problemsOnly);
+    layout->addLayout(actions);
+
+    m_summary->setWordWrap(true);
+    m_summary->setTextFormat(Qt::RichText);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(m_summary);
+
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(VerifyModel::SortRole);
+    m_view->setModel(m_proxy);
+    m_view->setSortingEnabled(true);
+    m_view->sortByColumn(-1, Qt::AscendingOrder);
+    m_view->setUniformRowHeights(true);
+    m_view->setAlternatingRowColors(true);
+    m_view->header()->setStretchLastSection(true);
+    m_view->setColumnWidth(VerifyModel::KeyColumn, 300);
+    m_view->setColumnWidth(VerifyModel::StatusColumn, 80);
+    m_view->setColumnWidth(VerifyModel::ElementsColumn, 80);
+    m_view->setColumnWidth(VerifyModel::DifferingColumn, 80);
+    m_view->setColumnWidth(VerifyModel::FirstDiffColumn, 80);
+    layout->addWidget(m_view, 1);
+
+    connect(m_verify, &QPushButton::clicked, this, &ReshardPanel::verify);
+    connect(m_reshard, &QPushButton::clicked, this, [this] {
+        const QString out = QFileDialog::getSaveFileName(this, tr("Save the resharded checkpoint as a new folder"),
+            QDir::homePath() + QStringLiteral("/resharded"), QString(), nullptr, QFileDialog::ShowDirsOnly);
+        if (!out.isEmpty()) reshardTo(out);
+    });
+    connect(m_problemsOnly, &QCheckBox::toggled, this,
+        [this](bool on) { m_proxy->setExcludedStatus(on ? QStringLiteral("identical") : QString()); });
+    connect(m_context, &CheckpointContext::checkpointChanged, this, &ReshardPanel::onCheckpointChanged);
+    onCheckpointChanged();
+    queryDevices();
+}
+
+QString ReshardPanel::summaryText() const
+{
+    return m_summary->text();
+}
+
+void ReshardPanel::queryDevices()
+{
+    m_context->runner()->run(
+        QStringLiteral("gpus"), tr("Looking for GPUs"), this, [](const Progress&) { return queryGpus(); },
+        [this](GpuInfo info) {
+            while (m_device->count() > 1)
+                m_device->removeItem(1);
+            if (info.devices.empty()) {
+                m_device->addItem(
+                    tr("GPU: none (%1)").arg(QString::fromStdString(info.status)), QStringLiteral("cuda"));
+                auto* model = qobject_cast<QStandardItemModel*>(m_device->model());
+                if (model) model->item(1)->setEnabled(false);
+                return;
+            }
+            QStringList names;
+            for (const auto& d : info.devices)
+                names << QStringLiteral("%1: %2").arg(d.index).arg(QString::fromStdString(d.name));
+            QString label = tr("CUDA (%n GPU(s))", nullptr, static_cast<int>(info.devices.size()));
+            if (info.devices.size() > 1)
+                label += info.ncclAvailable ? tr(" + NCCL %1").arg(QString::fromStdString(info.ncclVersion))
+                                            : tr(" (no NCCL: one GPU used)");
+            m_device->addItem(label, QStringLiteral("cuda"));
+            m_device->setItemData(1, names.join(QLatin1Char('\n')), Qt::ToolTipRole);
+        });
+}
+
+void ReshardPanel::onCheckpointChanged()
+{
+    m_model->setData({});
+    m_export->setEnabled(false);
+    const auto& cp = m_context->checkpoint();
+    const bool open = cp != nullptr;
+    m_verify->setEnabled(open);
+    m_reshard->setEnabled(open);
+    if (!open) {
+        m_summary->setText(tr("No checkpoint open."));
+        return;
+    }
+    std::set<int> ranks;
+    for (const auto& e : cp->entries)
+        for (const auto& c : e.tensor.chunks)
+            ranks.insert(c.rank);
+    const int sourceRanks = static_cast<int>(ranks.size());
+    // a different world size is the interesting default: 3 ranks -> 2, 1 -> 2, 2 -> 4
+    m_world->setValue(sourceRanks == 2 ? 4 : 2);
+    m_summary->setText(
+        tr("The source has %n rank(s). Choose a target world size and layout, then Verify.", nullptr, sourceRanks));
+}
+
+void ReshardPanel::setBusy(bool busy)
+{
+    const bool open = m_context->checkpoint() != nullptr;
+    m_verify->setEnabled(!busy && open);
+    m_reshard->setEnabled(!busy && open);
+    m_world->setEnabled(!busy);
+    m_layout->setEnabled(!busy);
+    m_device->setEnabled(!busy);
+}
+
+void ReshardPanel::showReport()
+{
+    const VerifyReport& r = m_model->report();
+    const bool ok = r.identical();
+    QString head = ok ? tr("<b style=\"color:#2e7d32\">IDENTICAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>");
+    QStringList counts;
+    for (const char* s : {"different", "missing", "unexpected", "error"})
+        if (const size_t n = r.count(s)) counts << QStringLiteral("%1 %2").arg(n).arg(QLatin1String(s));
+    m_summary->setText(tr("%1: %2 of %3 entries bit-identical%4 (%5 compared); %6; loaded on %7")
+                           .arg(head)
+                           .arg(r.count("identical"))
+                           .arg(r.entries.size())
+                           .arg(counts.isEmpty() ? QString() : QStringLiteral(", ") + counts.join(QLatin1String(", ")),
+                               Format::bytes(r.bytesCompared), QString::fromStdString(r.target).toHtmlEscaped(),
+                               QString::fromStdString(r.device).toHtmlEscaped()));
+    m_export->setEnabled(true);
+}
+
+void ReshardPanel::verify()
+{
+    const CheckpointPtr cp = m_context->checkpoint();
+    if (!cp) return;
+    const int world = m_world->value();
+    const std::string layoutName = m_layout->currentData().toString().toStdString();
+    const ComputeDevice device = computeDeviceFromName(m_device->currentData().toString().toStdString());
+    setBusy(true);
+    m_summary->setText(tr("Resharding to %n rank(s) and verifying…", nullptr, world));
+    m_context->runner()->run(
+        QStringLiteral("reshard"), tr("Verify: reshard to %n rank(s)", nullptr, world), this,
+        [cp, world, layoutName, device](const Progress& progress) {
+            if (layoutName == "fsdp2") {
+                VerifyOptions options;
+                options.worldSize = world;
+                options.device = device;
+                return verifyByLoad(*cp, options, progress);
+            }
+            // FSDP1 layout: write it for real into a temporary folder, then load that copy back
+            QTemporaryDir tmp;
+            if (!tmp.isValid())
+                throw Error(ErrorKind::Io, tmp.path().toStdString(), "cannot create a temporary folder");
+            const std::string out = QString(tmp.path() + QStringLiteral("/resharded")).toStdString();
+            ReshardOptions options;
+            options.worldSize = world;
+            options.layout = ShardingStyle::Fsdp1;
+            reshardCheckpoint(*cp, out, options, progress);
+            const CheckpointPtr copy = openCheckpoint(out);
+            VerifyReport report = verifyAgainst(*cp, *copy, progress);
+            report.target = "resharded to " + std::to_string(world) + " ranks (FSDP1 layout)";
+            return report;
+        },
+        [this](VerifyReport report) {
+            setBusy(false);
+            m_model->setData(std::move(report));
+            showReport();
+            Q_EMIT finished(true);
+        },
+        [this](const QString& message, bool cancelled) {
+            setBusy(false);
+            m_summary->setText(cancelled
+                    ? tr("Cancelled.")
+                    : tr("<b style=\"color:#d62728\">Failed:</b> %1").arg(message.toHtmlEscaped()));
+            Q_EMIT finished(false);
+        });
+}
+
+void ReshardPanel::reshardTo(const QString& outDir)
+{
+    const CheckpointPtr cp = m_context->checkpoint();
+    if (!cp) return;
+    const int world = m_world->value();
+    ReshardOptions options;
+    options.worldSize = world;
+    options.layout = shardingStyleFromName(m_layout->currentData().toString().toStdString());
+    const std::string out = outDir.toStdString();
+    setBusy(true);
+    m_summary->setText(tr("Writing %1…").arg(outDir.toHtmlEscaped()));
+    m_context->runner()->run(
+        QStringLiteral("reshard"), tr("Reshard to %n rank(s)", nullptr, world), this,
+        [cp, out, options](const Progress& progress) {
+            const DcpWriteStats stats = reshardCheckpoint(*cp, out, options, progress);
+            const CheckpointPtr copy = openCheckpoint(out);
+            VerifyReport report = verifyAgainst(*cp, *copy, progress);
+            report.target
+                = out + " (" + std::to_string(stats.files) + " files, " + std::to_string(stats.bytes) + " bytes)";
+            return report;
+        },
+        [this, outDir](VerifyReport report) {
+            setBusy(false);
+            m_model->setData(std::move(report));
+            showReport();
+            m_summary->setText(m_summary->text() + tr("<br>Saved to %1").arg(outDir.toHtmlEscaped()));
+            Q_EMIT finished(true);
+        },
+        [this](const QString& message, bool cancelled) {
+            setBusy(false);
+            m_summary->setText(cancelled
+                    ? tr("Cancelled.")
+                    : tr("<b style=\"color:#d62728\">Failed:</b> %1").arg(message.toHtmlEscaped()));
+            Q_EMIT finished(false);
+        });
+}
+
+QString ReshardPanel::exportJson(const QString& path) const
+{
+    return ReportExport::write(path, ReportExport::json(m_model->report().toJson()));
+}
+
+QString ReshardPanel::exportCsv(const QString& path) const
+{
+    return ReportExport::write(path, ReportExport::verifyCsv(m_model->report()));
+}
+
+} // namespace optscope::ui

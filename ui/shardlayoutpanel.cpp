@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "shardlayoutpanel.h"
+
+#include "checkpointcontext.h"
+#include "format.h"
+#include "shardlayoutwidget.h"
+
+#include "optscope/shard_layout.h"
+
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPainter>
+#include <QPixmap>
+#include <QVBoxLayout>
+
+namespace optscope::ui {
+
+namespace {
+
+QWidget* legendSwatch(const QBrush& brush, const QPen& pen, const QString& text, QWidget* parent)
+{
+    QPixmap swatch(22, 12);
+    swatch.fill(Qt::transparent);
+    {
+        QPainter p(&swatch);
+        p.fillRect(QRect(0, 0, 21, 11), brush);
+        p.setPen(pen);
+        p.drawRect(QRect(0, 0, 21, 11));
+    }
+    auto* box = new QWidget(parent);
+    auto* layout = new QHBoxLayout(box);
+    layout->setContentsMargins(0, 0, 8, 0);
+    layout->setSpacing(4);
+    auto* icon = new QLabel(box);
+    icon->setPixmap(swatch);
+    layout->addWidget(icon);
+    layout->addWidget(new QLabel(text, box));
+    return box;
+}
+
+} // namespace
+
+ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, QWidget* parent)
+    : QWidget(parent)
+    , m_context(context)
+    , m_title(new QLabel(this))
+    , m_widget(new ShardLayoutWidget(this))
+    , m_summary(new QLabel(this))
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    m_title->setTextFormat(Qt::RichText);
+    m_title->setWordWrap(true);
+    layout->addWidget(m_title);
+    layout->addWidget(m_widget, 1);
+    auto* legend = new QHBoxLayout;
+    const QColor blue(0x4e, 0x79, 0xa7), red(0xd6, 0x27, 0x28);
+    legend->addWidget(legendSwatch(blue, QPen(blue.darker(140)), tr("chunk (colour per rank)"), this));
+    legend->addWidget(legendSwatch(QBrush(blue.lighter(150), Qt::BDiagPattern), QPen(blue, 1, Qt::DashLine),
+        tr("FSDP padding (not stored)"), this));
+    legend->addWidget(legendSwatch(red, QPen(red), tr("gap"), this));
+    legend->addWidget(legendSwatch(QBrush(red, Qt::DiagCrossPattern), QPen(red, 2), tr("overlap"), this));
+    legend->addStretch(1);
+    auto* hint = new QLabel(tr("wheel: zoom · drag: pan · double-click: reset"), this);
+    hint->setEnabled(false);
+    legend->addWidget(hint);
+    layout->addLayout(legend);
+    m_summary->setWordWrap(true);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(m_summary);
+
+    connect(m_context, &CheckpointContext::selectionChanged, this, &ShardLayoutPanel::onSelectionChanged);
+    connect(m_context, &CheckpointContext::checkpointChanged, this, &ShardLayoutPanel::onSelectionChanged);
+    onSelectionChanged();
+}
+
+QString ShardLayoutPanel::summaryText() const
+{
+    return m_summary->text();
+}
+
+void ShardLayoutPanel::onSelectionChanged()
+{
+    const Entry* entry = m_context->selectedEntry();
+    if (!entry || !entry->isTensor()) {
+        m_title->setText(QString());
+        m_summary->setText(QString());
+        m_widget->setShardLayout(std::nullopt,
+            m_context->checkpoint() ? tr("Select a tensor to see which rank holds which rows.")
+                                    : tr("No checkpoint open."));
+        return;
+    }
+    // pure geometry over the metadata: cheap enough for the UI thread even with thousands of chunks
+    ShardLayout layout = ShardLayout::of(entry->tensor);
+    m_title->setText(tr("<b>%1</b> &nbsp; %2 &nbsp; %n chunk(s)", nullptr, static_cast<int>(layout.chunks.size()))
+                         .arg(QString::fromStdString(entry->key).toHtmlEscaped(), Format::shape(entry->tensor.shape)));
+    QStringList problems;
+    if (!layout.gaps.empty())
+        problems << tr("%n gap(s): %1 of %2 elements held by no rank", nullptr, static_cast<int>(layout.gaps.size()))
+                        .arg(Format::count(layout.totalElements - layout.coveredElements),
+                            Format::count(layout.totalElements));
+    if (!layout.gapsExact) problems << tr("gaps not enumerated (chunk grid too large)");
+    for (const auto& o : layout.overlaps) {
+        if (problems.size() > 6) break;
+        problems << tr("overlap of rank %1 and rank %2 at %3")
+                        .arg(layout.ranks[o.first])
+                        .arg(layout.ranks[o.second])
+                        .arg(QString::fromStdString(boxText(o.region)));
+    }
+    for (size_t i : layout.outOfBounds)
+        problems << tr("chunk %1 of rank %2 reaches outside the tensor").arg(i).arg(layout.ranks[i]);
+    if (problems.isEmpty()) {
+        m_summary->setText(tr("<span style=\"color:#2e7d32\">✔</span> The chunks tile the tensor exactly: "
+                              "%1 elements, no gap, no overlap.")
+                               .arg(Format::count(layout.totalElements)));
+    } else {
+        m_summary->setText(QStringLiteral("<span style=\"color:#d62728\">%1</span>")
+                               .arg(problems.join(QStringLiteral("<br>"))
+                                        .toHtmlEscaped()
+                                        .replace(QStringLiteral("&lt;br&gt;"), QStringLiteral("<br>"))));
+    }
+    m_widget->setShardLayout(std::move(layout));
+}
+
+} // namespace optscope::ui

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "statekeysmodel.h"
+
+#include "format.h"
+#include "keytree.h"
+
+#include <QColor>
+#include <QGuiApplication>
+#include <QPalette>
+
+namespace optscope::ui {
+
+namespace {
+const std::vector<int> kNoChildren;
+} // namespace
+
+StateKeysModel::StateKeysModel(QObject* parent)
+    : QAbstractItemModel(parent)
+{ }
+
+StateKeysModel::~StateKeysModel() = default;
+
+void StateKeysModel::setData(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree)
+{
+    beginResetModel();
+    m_checkpoint = std::move(checkpoint);
+    m_tree = std::move(tree);
+    rebuildFilter();
+    endResetModel();
+}
+
+void StateKeysModel::setFilter(const QString& text)
+{
+    const QString t = text.trimmed();
+    if (t == m_filter) return;
+    beginResetModel();
+    m_filter = t;
+    rebuildFilter();
+    endResetModel();
+}
+
+void StateKeysModel::rebuildFilter()
+{
+    m_filteredChildren.clear();
+    m_filteredRow.clear();
+    m_fetched.assign(m_tree ? static_cast<size_t>(m_tree->size()) : 0, 0);
+    if (!m_tree) {
+        m_matching = 0;
+        return;
+    }
+    if (!m_fetched.empty()) m_fetched[KeyTree::Root] = 1; // the top level is always there
+    if (m_filter.isEmpty()) {
+        m_matching = m_tree->node(KeyTree::Root).leaves;
+        return;
+    }
+    const int n = m_tree->size();
+    std::vector<char> visible(static_cast<size_t>(n), 0);
+    const std::string needle = m_filter.toLower().toStdString();
+    auto containsFolded = [&needle](const std::string& hay) {
+        if (needle.size() > hay.size()) return false;
+        for (size_t i = 0; i + needle.size() <= hay.size(); ++i) {
+            size_t j = 0;
+            while (j < needle.size()
+                && static_cast<char>(std::tolower(static_cast<unsigned char>(hay[i + j]))) == needle[j])
+                ++j;
+            if (j == needle.size()) return true;
+        }
+        return false;
+    };
+    m_matching = 0;
+    for (int i = 1; i < n; ++i) {
+        const auto& node = m_tree->node(i);
+        if (node.entry < 0 || !containsFolded(node.key)) continue;
+        ++m_matching;
+        for (int a = i; a > 0 && !visible[static_cast<size_t>(a)]; a = m_tree->node(a).parent)
+            visible[static_cast<size_t>(a)] = 1;
+    }
+    m_filteredChildren.assign(static_cast<size_t>(n), {});
+    m_filteredRow.assign(static_cast<size_t>(n), 0);
+    for (int i = 1; i < n; ++i) {
+        if (!visible[static_cast<size_t>(i)]) continue;
+        auto& siblings = m_filteredChildren[static_cast<size_t>(m_tree->node(i).parent)];
+        m_filteredRow[static_cast<size_t>(i)] = static_cast<int>(siblings.size());
+        siblings.push_back(i);
+    }
+    // nodes are created parent-first in key order, so children lists come out in file order
+}
+
+const std::vector<int>& StateKeysModel::visibleChildren(int node) const
+{
+    if (!m_tree) return kNoChildren;
+    if (m_filter.isEmpty()) return m_tree->node(node).children;
+    return m_filteredChildren[static_cast<size_t>(node)];
+}
+
+int StateKeysModel::visibleRow(int node) const
+{
+    return m_filter.isEmpty() ? m_tree->node(node).row : m_filteredRow[static_cast<size_t>(node)];
+}
+
+int StateKeysModel::nodeOf(const QModelIndex& index) const
+{
+    return index.isValid() ? static_cast<int>(index.internalId()) : KeyTree::Root;
+}
+
+QModelIndex StateKeysModel::index(int row, int column, const QModelIndex& parent) const
+{
+    if (!m_tree || row < 0 || column < 0 || column >= ColumnCount || parent.column() > 0) return {};
+    const int p = nodeOf(parent);
+    if (!m_fetched[static_cast<size_t>(p)]) return {};
+    const auto& children = visibleChildren(p);
+    if (row >= static_cast<int>(children.size())) return {};
+    return createIndex(row, column, static_cast<quintptr>(children[static_cast<size_t>(row)]));
+}
+
+QModelIndex StateKeysModel::parent(const QModelIndex& child) const
+{
+    if (!child.isValid() || !m_tree) return {};
+    const int p = m_tree->node(static_cast<int>(child.internalId())).parent;
+    if (p <= KeyTree::Root) return {};
+    return createIndex(visibleRow(p), 0, static_cast<quintptr>(p));
+}
+
+int StateKeysModel::rowCount(const QModelIndex& parent) const
+{
+    if (!m_tree || parent.column() > 0) return 0;
+    const int p = nodeOf(parent);
+    return m_fetched[static_cast<size_t>(p)] ? static_cast<int>(visibleChildren(p).size()) : 0;
+}
+
+int StateKeysModel::columnCount(const QModelIndex& parent) const
+{
+    return parent.column() > 0 ? 0 : ColumnCount;
+}
+
+bool StateKeysModel::hasChildren(const QModelIndex& parent) const
+{
+    if (!m_tree || parent.column() > 0) return false;
+    return !visibleChildren(nodeOf(parent)).empty();
+}
+
+bool StateKeysModel::canFetchMore(const QModelIndex& parent) const
+{
+    if (!m_tree || parent.column() > 0) return false;
+    const int p = nodeOf(parent);
+    return !m_fetched[static_cast<size_t>(p)] && !visibleChildren(p).empty();
+}
+
+void StateKeysModel::fetchMore(const QModelIndex& parent)
+{
+    if (!canFetchMore(parent)) return;
+    const int p = nodeOf(parent);
+    const int n = static_cast<int>(visibleChildren(p).size());
+    beginInsertRows(parent, 0, n - 1);
+    m_fetched[static_cast<size_t>(p)] = 1;
+    endInsertRows();
+}
+
+QModelIndex StateKeysModel::indexForKey(const QString& key)
+{
+    if (!m_tree) return {};
+    const int node = m_tree->find(key.toStdString());
+    if (node <= KeyTree::Root) return {};
+    // the chain of ancestors, root first; each must be visible under the filter
+    std::vector<int> chain;
+    for (int n = node; n > KeyTree::Root; n = m_tree->node(n).parent)
+        chain.push_back(n);
+    QModelIndex parentIndex;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+        const int p = nodeOf(parentIndex);
+        const auto& children = visibleChildren(p);
+        const int row = visibleRow(*it);
+        if (row >= static_cast<int>(children.size()) || children[static_cast<size_t>(row)] != *it) return {};
+        if (canFetchMore(parentIndex)) fetchMore(parentIndex);
+        parentIndex = index(row, 0, parentIndex);
+    }
+    return parentIndex;
+}
+
+QVariant StateKeysModel::data(const QModelIndex& index, int role) const
+{
+    if (!index.isValid() || !m_tree) return {};
+    const auto& node = m_tree->node(static_cast<int>(index.internalId()));
+    const Entry* entry = node.entry >= 0 ? &m_checkpoint->entries[static_cast<size_t>(node.entry)] : nullptr;
+    const int col = index.column();
+    if (role == KeyRole) return QString::fromStdString(node.key);
+    if (role == IsEntryRole) return entry != nullptr;
+    if (role == Qt::TextAlignmentRole) {
+        if (col == NumelColumn || col == BytesColumn) return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+        return {};
+    }
+    if (role == Qt::ForegroundRole) {
+        if (entry && !entry->error.empty()) return QColor(Qt::red);
+        if (!entry && col != NameColumn) return QGuiApplication::palette().color(QPalette::Disabled, QPalette::Text);
+        return {};
+    }
+    if (role == Qt::ToolTipRole) {
+        QString tip = QString::fromStdString(node.key);
+        if (entry && !entry->error.empty()) tip += QLatin1Char('\n') + QString::fromStdString(entry->error);
+        if (entry && !entry->isTensor() && entry->value)
+            tip += QLatin1Char('\n') + QString::fromStdString(pyRepr(entry->value, 2000));
+        return tip;
+    }
+    if (role != Qt::DisplayRole && role != SortRole) return {};
+    const bool sort = role == SortRole;
+    switch (col) {
+    case NameColumn:
+        return node.name.isEmpty() ? tr("(root)") : node.name;
+    case TypeColumn:
+        if (!entry) return sort ? QVariant(QString()) : QVariant();
+        if (entry->isTensor())
+            return QString::fromLatin1(
+                dtypeName(entry->tensor.dtype).data(), static_cast<qsizetype>(dtypeName(entry->tensor.dtype).size()));
+        return QString::fromLatin1(pyKindName(entry->value->kind)).toLower();
+    case ShapeColumn:
+        if (!entry) return sort ? QVariant(node.leaves) : QVariant(tr("%n key(s)", nullptr, node.leaves));
+        if (entry->isTensor()) return Format::shape(entry->tensor.shape);
+        return QString::fromStdString(pyRepr(entry->value, 80));
+    case NumelColumn:
+        if (sort) return static_cast<qlonglong>(node.numel);
+        if (!entry && node.tensors == 0) return {};
+        if (entry && !entry->isTensor()) return {};
+        return Format::count(node.numel);
+    case BytesColumn:
+        if (sort) return static_cast<qulonglong>(node.bytes);
+        if (node.tensors == 0) return {};
+        return Format::bytes(node.bytes);
+    case RanksColumn:
+        if (!entry || !entry->isTensor()) return sort ? QVariant(QString()) : QVariant();
+        return Format::ranks(entry->tensor.ranks());
+    default:
+        return {};
+    }
+}
+
+QVariant StateKeysModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+    switch (section) {
+    case NameColumn:
+        return tr("Key");
+    case TypeColumn:
+        return tr("Type");
+    case ShapeColumn:
+        return tr("Shape / value");
+    case NumelColumn:
+        return tr("Numel");
+    case BytesColumn:
+        return tr("Bytes");
+    case RanksColumn:
+        return tr("Ranks");
+    default:
+        return {};
+    }
+}
+
+} // namespace optscope::ui

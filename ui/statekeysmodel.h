@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+
+#include <QAbstractItemModel>
+
+#include <memory>
+#include <vector>
+
+namespace optscope::ui {
+
+class KeyTree;
+
+/// The checkpoint's keys as a tree over a prebuilt KeyTree. Lazy: a node's children become rows only when the view
+/// asks for them (canFetchMore/fetchMore on expansion), so opening 100k keys costs nothing but the top level.
+/// Filtering keeps the leaves whose full key contains the text (case-insensitive) and their ancestors.
+class StateKeysModel : public QAbstractItemModel
+{
+    Q_OBJECT
+public:
+    enum Columns { NameColumn, TypeColumn, ShapeColumn, NumelColumn, BytesColumn, RanksColumn, ColumnCount };
+    enum Roles {
+        SortRole = Qt::UserRole, ///< numbers as numbers
+        KeyRole, ///< the node's full key (QString)
+        IsEntryRole, ///< bool: a leaf (an entry)
+    };
+
+    explicit StateKeysModel(QObject* parent = nullptr);
+    ~StateKeysModel() override;
+
+    void setData(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree);
+    void setFilter(const QString& text);
+    QString filter() const { return m_filter; }
+    /// leaves matching the filter (all leaves without a filter)
+    int matchingLeaves() const { return m_matching; }
+
+    /// the index of a key's node, fetching the rows on the way; invalid if the key is unknown or filtered out
+    QModelIndex indexForKey(const QString& key);
+
+    QModelIndex index(int row, int column, const QModelIndex& parent = {}) const override;
+    QModelIndex parent(const QModelIndex& child) const override;
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    bool hasChildren(const QModelIndex& parent = {}) const override;
+    bool canFetchMore(const QModelIndex& parent) const override;
+    void fetchMore(const QModelIndex& parent) override;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+private:
+    int nodeOf(const QModelIndex& index) const;
+    const std::vector<int>& visibleChildren(int node) const;
+    int visibleRow(int node) const;
+    void rebuildFilter();
+
+    CheckpointPtr m_checkpoint;
+    std::shared_ptr<const KeyTree> m_tree;
+    QString m_filter;
+    int m_matching = 0;
+    /// with a filter: the visible children and row of every node (empty = no filter)
+    std::vector<std::vector<int>> m_filteredChildren;
+    std::vector<int> m_filteredRow;
+    /// whether a node's children have been fetched (exposed as rows)
+    std::vector<char> m_fetched;
+};
+
+} // namespace optscope::ui
