@@ -38,8 +38,9 @@ std::map<std::string, nlohmann::ordered_json> hashed(const Checkpoint& cp)
 {
     InspectOptions o;
     o.hash = true;
+    const InspectReport report = inspectCheckpoint(cp, o); // kept alive: the loop below iterates into it
     std::map<std::string, nlohmann::ordered_json> m;
-    for (const auto& e : inspectCheckpoint(cp, o).json["entries"])
+    for (const auto& e : report.json["entries"])
         m[e["key"].get<std::string>()] = e;
     return m;
 }
