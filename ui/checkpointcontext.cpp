@@ -111,3 +111,20 @@ const Entry* CheckpointContext::selectedEntry() const
 }
 
 } // namespace optscope::ui
+
+namespace optscope::ui {
+
+QString CheckpointContext::representativeKey() const
+{
+    if (!m_checkpoint) return {};
+    const Entry* firstTensor = nullptr;
+    for (const auto& e : m_checkpoint->entries) {
+        if (!e.isTensor()) continue;
+        if (!firstTensor) firstTensor = &e;
+        if (e.key.find("exp_avg") != std::string::npos && e.tensor.shape.size() >= 2)
+            return QString::fromStdString(e.key);
+    }
+    return firstTensor ? QString::fromStdString(firstTensor->key) : QString();
+}
+
+} // namespace optscope::ui

@@ -49,6 +49,8 @@ public:
     QString selectedKey() const { return m_selectedKey; }
     /// the selected entry, or null when the selection is an inner node or nothing
     const Entry* selectedEntry() const;
+    /// a tensor worth showing first: the first optimizer moment (exp_avg, ...) of 2+ dims, else the first tensor
+    QString representativeKey() const;
 
 Q_SIGNALS:
     void loadStarted(const QString& path);

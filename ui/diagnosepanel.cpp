@@ -270,7 +270,8 @@ void DiagnosePanel::onCurrentChanged()
     html += QStringLiteral("<p>%1</p>").arg(esc(f->message));
     if (!f->pytorchError.empty())
         html += tr("<p><b>PyTorch would raise:</b></p>")
-            + QStringLiteral("<pre style=\"background:#fdecea;color:#611a15;padding:6px\">%1</pre>")
+            + QStringLiteral(
+                "<p style=\"background:#fdecea;color:#611a15;font-family:monospace;white-space:pre-wrap\">%1</p>")
                   .arg(esc(f->pytorchError));
     else
         html += tr("<p><i>PyTorch would load this silently.</i></p>");

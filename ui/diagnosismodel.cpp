@@ -78,7 +78,8 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     case SeverityColumn:
         return QString::fromStdString(f->severity);
     case CodeColumn:
-        return QString(QString::fromStdString(f->code) + (f->actions.empty() ? QString() : tr(" (fixable)")));
+        if (role == SortRole || f->actions.empty()) return QString::fromStdString(f->code);
+        return QString(QString::fromStdString(f->code) + tr(" (fixable)"));
     case OptimizerColumn:
         return QString::fromStdString(f->optimizer);
     case MessageColumn:

@@ -82,6 +82,8 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
         updateTitle();
         if (!m_context->path().isEmpty()) {
+            // start on something to look at
+            if (m_context->selectedKey().isEmpty()) m_context->select(m_context->representativeKey());
             addRecent(m_context->path());
             statusBar()->showMessage(tr("Opened %1").arg(m_context->path()), 5000);
         }

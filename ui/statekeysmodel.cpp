@@ -26,7 +26,7 @@ void StateKeysModel::setData(CheckpointPtr checkpoint, std::shared_ptr<const Key
     m_checkpoint = std::move(checkpoint);
     m_tree = std::move(tree);
     rebuildFilter();
-    endResetModel();
+    endReset();
 }
 
 void StateKeysModel::setFilter(const QString& text)
@@ -36,7 +36,15 @@ void StateKeysModel::setFilter(const QString& text)
     beginResetModel();
     m_filter = t;
     rebuildFilter();
+    endReset();
+}
+
+void StateKeysModel::endReset()
+{
+    // observers walk the fresh model while modelReset is announced: nothing may be fetched (inserted) meanwhile
+    m_changing = true;
     endResetModel();
+    m_changing = false;
 }
 
 void StateKeysModel::rebuildFilter()
@@ -141,7 +149,7 @@ bool StateKeysModel::hasChildren(const QModelIndex& parent) const
 
 bool StateKeysModel::canFetchMore(const QModelIndex& parent) const
 {
-    if (!m_tree || parent.column() > 0) return false;
+    if (!m_tree || parent.column() > 0 || m_changing) return false;
     const int p = nodeOf(parent);
     return !m_fetched[static_cast<size_t>(p)] && !visibleChildren(p).empty();
 }
@@ -151,9 +159,12 @@ void StateKeysModel::fetchMore(const QModelIndex& parent)
     if (!canFetchMore(parent)) return;
     const int p = nodeOf(parent);
     const int n = static_cast<int>(visibleChildren(p).size());
+    // observers of the insertion may walk the model: no nested fetch while the rows are being announced
+    m_changing = true;
     beginInsertRows(parent, 0, n - 1);
     m_fetched[static_cast<size_t>(p)] = 1;
     endInsertRows();
+    m_changing = false;
 }
 
 QModelIndex StateKeysModel::indexForKey(const QString& key)

@@ -53,6 +53,7 @@ private:
     const std::vector<int>& visibleChildren(int node) const;
     int visibleRow(int node) const;
     void rebuildFilter();
+    void endReset();
 
     CheckpointPtr m_checkpoint;
     std::shared_ptr<const KeyTree> m_tree;
@@ -63,6 +64,7 @@ private:
     std::vector<int> m_filteredRow;
     /// whether a node's children have been fetched (exposed as rows)
     std::vector<char> m_fetched;
+    bool m_changing = false; ///< a reset or insertion is being announced
 };
 
 } // namespace optscope::ui

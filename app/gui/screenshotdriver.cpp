@@ -42,24 +42,10 @@ void ScreenshotDriver::start(const QString& path)
     m_window->openPath(path);
 }
 
-QString ScreenshotDriver::defaultSelection() const
-{
-    const auto& cp = m_window->context()->checkpoint();
-    if (!cp) return {};
-    const Entry* firstTensor = nullptr;
-    for (const auto& e : cp->entries) {
-        if (!e.isTensor()) continue;
-        if (!firstTensor) firstTensor = &e;
-        if (e.key.find("exp_avg") != std::string::npos && e.tensor.shape.size() >= 2)
-            return QString::fromStdString(e.key);
-    }
-    return firstTensor ? QString::fromStdString(firstTensor->key) : QString();
-}
-
 void ScreenshotDriver::onLoaded()
 {
     auto* context = m_window->context();
-    context->select(m_options.select.isEmpty() ? defaultSelection() : m_options.select);
+    context->select(m_options.select.isEmpty() ? context->representativeKey() : m_options.select);
     const QString& panel = m_options.panel;
     if (!m_options.compare.isEmpty()) m_window->diffPanel()->compareWith(m_options.compare);
     if (panel == QLatin1String("diagnose") || !m_options.reference.isEmpty()) {

@@ -22,7 +22,7 @@ public:
     {
         QString output;
         QString panel; ///< empty: the whole window
-        QString select; ///< key to select; empty: a representative optimizer state tensor
+        QString select; ///< key to select; empty: CheckpointContext::representativeKey()
         QString compare; ///< Diff: checkpoint B
         QString reference; ///< Diagnose: model / FQN list
         int worldSize = 0; ///< Reshard & verify: target world size (0: the panel's default)
@@ -43,7 +43,6 @@ private:
     void waitUntilIdle();
     void capture();
     void fail(const QString& message);
-    QString defaultSelection() const;
 
     ui::MainWindow* m_window;
     Options m_options;

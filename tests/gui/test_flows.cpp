@@ -1,0 +1,554 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// User flows through the main window on real fixtures: open -> select -> statistics, diff, diagnose + fix,
+// reshard + verify, FQN jump, drag and drop, layout persistence; and the job runner's supersede/cancel contract.
+#include "guitest.h"
+
+#include "checkpointcontext.h"
+#include "chunklistmodel.h"
+#include "diagnosepanel.h"
+#include "diagnosismodel.h"
+#include "diffheatmap.h"
+#include "diffmodel.h"
+#include "diffpanel.h"
+#include "fqnmappingmodel.h"
+#include "fqnmappingpanel.h"
+#include "histogramplot.h"
+#include "jobrunner.h"
+#include "mainwindow.h"
+#include "reshardpanel.h"
+#include "shardlayoutpanel.h"
+#include "shardlayoutwidget.h"
+#include "statekeysmodel.h"
+#include "statekeyspanel.h"
+#include "statusfilterproxy.h"
+#include "tensordetailspanel.h"
+#include "tensorstatsmodel.h"
+#include "valuespreviewmodel.h"
+#include "verifymodel.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/error.h"
+
+#include <QComboBox>
+#include <QDir>
+#include <QDockWidget>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QMimeData>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <QThread>
+#include <QTreeView>
+#include <QUrl>
+
+#include <atomic>
+#include <cmath>
+#include <set>
+
+using namespace optscope;
+using namespace optscope::ui;
+
+namespace {
+
+constexpr int Timeout = 60000;
+
+bool openAndWait(MainWindow& w, const QString& path)
+{
+    QSignalSpy loaded(w.context(), &CheckpointContext::checkpointChanged);
+    w.openPath(path);
+    return loaded.wait(Timeout) && w.context()->checkpoint() != nullptr;
+}
+
+QString readFile(const QString& path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return {};
+    return QString::fromUtf8(f.readAll());
+}
+
+} // namespace
+
+class TestFlows : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void init();
+    void openSelectStatistics();
+    void selectingQuicklySupersedes();
+    void innerNodesAndValues();
+    void diffEqualCheckpoints();
+    void diffChangedCheckpoints();
+    void diffRanks();
+    void diagnoseFindings();
+    void diagnoseApplyFixAndSave();
+    void reshardAndVerify();
+    void fqnMappingJumpsToState();
+    void dragAndDropOpensFolder();
+    void openFailureIsReported();
+    void layoutAndRecentFilesPersist();
+    void jobRunnerSupersedesAndCancels();
+    void jobRunnerThrottlesProgress();
+};
+
+void TestFlows::init()
+{
+    QSettings().clear();
+}
+
+void TestFlows::openSelectStatistics()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    w.show();
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    QCOMPARE(w.windowTitle(), QStringLiteral("fsdp2_r3 — OptScope"));
+    TensorDetailsPanel* details = w.tensorDetailsPanel();
+    QSignalSpy stats(details, &TensorDetailsPanel::statsReady);
+    QSignalSpy preview(details, &TensorDetailsPanel::previewReady);
+    w.context()->select(QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg"));
+    QVERIFY(stats.wait(Timeout));
+    // the values PyTorch computes for the gathered tensor
+    const auto& s = details->statsModel()->stats();
+    QVERIFY(s.has_value());
+    QCOMPARE(s->numel, 42);
+    QCOMPARE(s->min, -0.35204219818115234);
+    QCOMPARE(s->max, 0.15582334995269775);
+    QVERIFY(std::abs(s->mean - -0.05488828943288397) < 1e-12);
+    QVERIFY(std::abs(s->std - 0.11267490445591472) < 1e-12);
+    QVERIFY(std::abs(s->l2Norm - 0.8043975504491467) < 1e-12);
+    QCOMPARE(details->histogram()->binCount(), TensorDetailsPanel::HistogramBins);
+    QCOMPARE(details->histogram()->totalCount(), 42);
+    details->logScale()->setChecked(true);
+    QVERIFY(details->histogram()->logScale());
+    // the preview: all 7 rows of 6, the chunk list: one chunk per rank
+    if (details->previewModel()->rowCount() == 0) QVERIFY(preview.wait(Timeout));
+    QCOMPARE(details->previewModel()->rowCount(), 7);
+    QCOMPARE(details->previewModel()->columnCount(), 6);
+    QCOMPARE(details->chunkModel()->rowCount(), 3);
+    // the State keys view follows the selection
+    QCOMPARE(w.stateKeysPanel()->view()->currentIndex().data(StateKeysModel::KeyRole).toString(),
+        QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg"));
+    // a row offset reads another window
+    preview.clear();
+    details->rowOffset()->setValue(5);
+    QVERIFY(preview.wait(Timeout));
+    QCOMPARE(details->previewModel()->slice().rowOffset, 5);
+    QCOMPARE(details->previewModel()->rowCount(), 2);
+    // the shard layout: three lanes, rows 3/3/1 of 7 with FSDP's ceil(7/3) = 3 rows per rank: rank 2 pads 2
+    ShardLayoutWidget* lanes = w.shardLayoutPanel()->layoutWidget();
+    QCOMPARE(lanes->laneCount(), 3);
+    QCOMPARE(lanes->paddingRows(0), 0);
+    QCOMPARE(lanes->paddingRows(2), 2);
+    QVERIFY(w.shardLayoutPanel()->summaryText().contains(QLatin1String("tile the tensor exactly")));
+    QVERIFY(lanes->toolTipAt(QPoint(lanes->width() / 10 + 100, lanes->height() / 2)).contains(QLatin1String("rank")));
+    // zoom and pan change the view, double-click resets it
+    const double span = lanes->viewEnd() - lanes->viewStart();
+    QWheelEvent wheel(QPointF(lanes->width() / 2.0, lanes->height() / 2.0), lanes->mapToGlobal(QPointF(10, 10)),
+        QPoint(), QPoint(0, 240), Qt::NoButton, Qt::NoModifier, Qt::NoScrollPhase, false);
+    QApplication::sendEvent(lanes, &wheel);
+    QVERIFY(lanes->viewEnd() - lanes->viewStart() < span);
+    lanes->resetView();
+    QCOMPARE(lanes->viewEnd() - lanes->viewStart(), span);
+}
+
+void TestFlows::selectingQuicklySupersedes()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    TensorDetailsPanel* details = w.tensorDetailsPanel();
+    QSignalSpy stats(details, &TensorDetailsPanel::statsReady);
+    w.context()->select(QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg"));
+    w.context()->select(QStringLiteral("optim.state.blocks.0.head.weight.exp_avg_sq"));
+    QVERIFY(stats.wait(Timeout));
+    QTRY_VERIFY_WITH_TIMEOUT(w.context()->runner()->isIdle(), Timeout);
+    QCOMPARE(stats.count(), 1); // the first selection's statistics were dropped
+    const auto& s = details->statsModel()->stats();
+    QCOMPARE(s->numel, 20);
+    QVERIFY(std::abs(s->mean - 0.002214645390631631) < 1e-12);
+}
+
+void TestFlows::innerNodesAndValues()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("dtypes.pt")));
+    w.context()->select(QStringLiteral("dtypes"));
+    QVERIFY(w.context()->selectedEntry() == nullptr);
+    QVERIFY(!w.tensorDetailsPanel()->statsModel()->stats().has_value());
+    QCOMPARE(w.tensorDetailsPanel()->chunkModel()->rowCount(), 0);
+    w.context()->select(QStringLiteral("values.tuple"));
+    QVERIFY(w.context()->selectedEntry() != nullptr);
+    QVERIFY(!w.context()->selectedEntry()->isTensor());
+    // a filter in State keys
+    w.stateKeysPanel()->filterEdit()->setText(QStringLiteral("float8"));
+    QTRY_COMPARE(w.stateKeysPanel()->model()->matchingLeaves(), 4); // e5m2, e4m3fn and their fnuz variants
+}
+
+void TestFlows::diffEqualCheckpoints()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("adam_int.pt")));
+    QSignalSpy done(w.diffPanel(), &DiffPanel::finished);
+    w.diffPanel()->compareWith(testData("adam_int_proto4.pt"));
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(done.first().first().toBool());
+    const DiffReport& r = w.diffPanel()->model()->report();
+    QVERIFY(r.equal);
+    QCOMPARE(r.entries.size(), size_t(23));
+    QCOMPARE(r.count("equal"), size_t(23));
+    QVERIFY(w.diffPanel()->summaryText().contains(QLatin1String("EQUAL")));
+    QVERIFY(!w.diffPanel()->heatmap()->keys().isEmpty());
+    for (int k = 0; k < w.diffPanel()->heatmap()->keys().size(); ++k)
+        QVERIFY(std::isnan(w.diffPanel()->heatmap()->cell(k, 0)));
+}
+
+void TestFlows::diffChangedCheckpoints()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("adam_int.pt")));
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("adam_step_mismatch.pt"));
+    QVERIFY(done.wait(Timeout));
+    const DiffReport& r = diff->model()->report();
+    QVERIFY(!r.equal);
+    QCOMPARE(r.count("equal"), size_t(14));
+    QCOMPARE(r.count("changed"), size_t(9));
+    QCOMPARE(r.count("only_b"), size_t(4));
+    QVERIFY(diff->summaryText().contains(QLatin1String("DIFFERENT")));
+    // sorted by max |Δ|; the current row is the most different tensor of more than one element
+    QCOMPARE(diff->proxy()->index(0, DiffModel::KeyColumn).data().toString(), QStringLiteral("state.3.step"));
+    QCOMPARE(diff->view()
+                 ->currentIndex()
+                 .sibling(diff->view()->currentIndex().row(), DiffModel::KeyColumn)
+                 .data()
+                 .toString(),
+        QStringLiteral("state.0.exp_avg"));
+    QCOMPARE(diff->histogram()->binCount(), DiffPanel::HistogramBins);
+    // the histogram the core computed for the 30 differing elements
+    auto histogramTotal = [&](const char* key) {
+        int64_t n = 0;
+        for (const auto& e : r.entries)
+            if (e.key == key)
+                for (auto c : e.histogramCounts)
+                    n += c;
+        return n;
+    };
+    QCOMPARE(diff->histogram()->totalCount(), histogramTotal("state.0.exp_avg"));
+    QVERIFY(diff->histogram()->totalCount() >= 29);
+    // the heatmap: the largest differences first, exp_avg of parameter 0 at 0.3015...
+    const int row = diff->heatmap()->keys().indexOf(QStringLiteral("state.0.exp_avg"));
+    QVERIFY(row >= 0);
+    QVERIFY(std::abs(diff->heatmap()->cell(row, 0) - 0.30154550075531006) < 1e-9);
+    diff->showKey(QStringLiteral("state.1.exp_avg"));
+    QCOMPARE(diff->histogram()->totalCount(), histogramTotal("state.1.exp_avg"));
+    QVERIFY(diff->histogram()->totalCount() >= 4);
+    // export
+    QTemporaryDir tmp;
+    QVERIFY(diff->exportJson(tmp.filePath(QStringLiteral("diff.json"))).isEmpty());
+    const QJsonObject json
+        = QJsonDocument::fromJson(readFile(tmp.filePath(QStringLiteral("diff.json"))).toUtf8()).object();
+    QCOMPARE(json.value(QStringLiteral("equal")).toBool(true), false);
+    QVERIFY(diff->exportCsv(tmp.filePath(QStringLiteral("diff.csv"))).isEmpty());
+    const QString csv = readFile(tmp.filePath(QStringLiteral("diff.csv")));
+    QVERIFY(csv.startsWith(QLatin1String("key,key_a,key_b,type,status")));
+    QVERIFY(csv.contains(QLatin1String("state.3.step,")));
+    // double-click semantics: inspect A's key
+    QSignalSpy jump(diff, &DiffPanel::jumpRequested);
+    emit diff->view()->doubleClicked(diff->view()->currentIndex());
+    QCOMPARE(jump.count(), 1);
+    QCOMPARE(w.context()->selectedKey(), QStringLiteral("state.1.exp_avg"));
+}
+
+void TestFlows::diffRanks()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    QSignalSpy done(w.diffPanel(), &DiffPanel::finished);
+    w.diffPanel()->compareRanks(0, 1);
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(done.first().first().toBool());
+    QVERIFY(w.diffPanel()->model()->rowCount() > 0);
+}
+
+void TestFlows::diagnoseFindings()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("adam_step_mismatch.pt")));
+    DiagnosePanel* diag = w.diagnosePanel();
+    QSignalSpy done(diag, &DiagnosePanel::finished);
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(diag->model()->rowCount(), 2); // id-keyed (info), step-inconsistent (warning)
+    QVERIFY(!diag->applyButton()->isEnabled());
+    // sorted by severity: the warning first, its details shown
+    QCOMPARE(
+        diag->proxy()->index(0, DiagnosisModel::CodeColumn).data().toString(), QStringLiteral("step-inconsistent"));
+    QVERIFY(diag->detailsText().contains(QLatin1String("step-inconsistent")));
+
+    QVERIFY(openAndWait(w, testData("adam_empty_state.pt")));
+    done.clear();
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(diag->model()->rowCount(), 1);
+    QCOMPARE(diag->model()->index(0, DiagnosisModel::SeverityColumn).data().toString(), QStringLiteral("error"));
+    QCOMPARE(diag->model()->index(0, DiagnosisModel::CodeColumn).data().toString(), QStringLiteral("empty-state"));
+}
+
+void TestFlows::diagnoseApplyFixAndSave()
+{
+    // the demo optimizer against the FQNs of the same model under torch.compile: every key lacks '_orig_mod.'
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, QStringLiteral(OPTSCOPE_DEMO_DIR "/checkpoint")));
+    DiagnosePanel* diag = w.diagnosePanel();
+    const QString fqns = QStringLiteral(OPTSCOPE_DEMO_DIR "/compiled_fqns.txt");
+    diag->setReference(fqns);
+    QSignalSpy done(diag, &DiagnosePanel::finished);
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(diag->model()->rowCount(), 1);
+    QCOMPARE(diag->model()->index(0, DiagnosisModel::CodeColumn).data(DiagnosisModel::SortRole).toString(),
+        QStringLiteral("prefix-mismatch"));
+    QCOMPARE(diag->model()->index(0, DiagnosisModel::SeverityColumn).data().toString(), QStringLiteral("error"));
+    QVERIFY(diag->detailsText().contains(QLatin1String("PyTorch would raise")));
+    QVERIFY(diag->applyButton()->isEnabled());
+
+    QTemporaryDir tmp;
+    const QString out = tmp.filePath(QStringLiteral("fixed"));
+    QSignalSpy fixed(diag, &DiagnosePanel::fixFinished);
+    diag->applyFixesTo(out);
+    QVERIFY(fixed.wait(Timeout));
+    QVERIFY2(fixed.first().first().toBool(), qPrintable(diag->summaryText()));
+    QVERIFY(QFileInfo::exists(out + QStringLiteral("/.metadata")));
+    // the fixed copy diagnoses clean against the same reference
+    QVERIFY(openAndWait(w, out));
+    QVERIFY(w.context()->checkpoint()->find("optim.state._orig_mod.embed.weight.exp_avg") != nullptr);
+    diag->setReference(fqns);
+    done.clear();
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    for (int r = 0; r < diag->model()->rowCount(); ++r)
+        QVERIFY(diag->model()->index(r, DiagnosisModel::SeverityColumn).data().toString() != QLatin1String("error"));
+}
+
+void TestFlows::reshardAndVerify()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    ReshardPanel* panel = w.reshardPanel();
+    QCOMPARE(panel->deviceCombo()->itemData(0).toString(), QStringLiteral("cpu"));
+    QSignalSpy done(panel, &ReshardPanel::finished);
+    // FSDP2 layout on 2 ranks: verify-by-load
+    panel->worldSize()->setValue(2);
+    panel->verify();
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(done.first().first().toBool());
+    const VerifyReport& r = panel->model()->report();
+    QVERIFY(r.identical());
+    QCOMPARE(r.entries.size(), size_t(75));
+    QCOMPARE(r.worldSize, 2);
+    QVERIFY(panel->summaryText().contains(QLatin1String("IDENTICAL")));
+    // FSDP1 layout on 4 ranks: written and loaded back
+    panel->layoutCombo()->setCurrentIndex(panel->layoutCombo()->findData(QStringLiteral("fsdp1")));
+    panel->worldSize()->setValue(4);
+    done.clear();
+    panel->verify();
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(panel->model()->report().identical());
+    QVERIFY(panel->summaryText().contains(QLatin1String("FSDP1")));
+    // reshard to a folder: a 4-rank DCP checkpoint that holds the same tensors
+    QTemporaryDir tmp;
+    const QString out = tmp.filePath(QStringLiteral("r4"));
+    done.clear();
+    panel->reshardTo(out);
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(panel->model()->report().identical());
+    const CheckpointPtr copy = openCheckpoint(out.toStdString());
+    std::set<int> ranks;
+    for (const auto& e : copy->entries)
+        for (const auto& c : e.tensor.chunks)
+            ranks.insert(c.rank);
+    QCOMPARE(*ranks.rbegin(), 3);
+    // reports
+    QVERIFY(panel->exportJson(tmp.filePath(QStringLiteral("v.json"))).isEmpty());
+    const QJsonObject json
+        = QJsonDocument::fromJson(readFile(tmp.filePath(QStringLiteral("v.json"))).toUtf8()).object();
+    QVERIFY(json.value(QStringLiteral("identical")).toBool());
+    QVERIFY(panel->exportCsv(tmp.filePath(QStringLiteral("v.csv"))).isEmpty());
+    const QStringList lines
+        = readFile(tmp.filePath(QStringLiteral("v.csv"))).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QCOMPARE(lines.first(), QStringLiteral("key,type,status,rank,elements,differing,first_diff,detail"));
+    // FSDP1 on 4 ranks: ceil(7 / 4) = 2 rows each, rank 3 the last row (6 elements)
+    QVERIFY(lines.contains(QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg,rank,identical,3,6,0,,")));
+}
+
+void TestFlows::fqnMappingJumpsToState()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QSignalSpy mapped(w.fqnMappingPanel(), &FqnMappingPanel::mappingReady);
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    QVERIFY(mapped.count() > 0 || mapped.wait(Timeout));
+    QCOMPARE(w.fqnMappingPanel()->model()->rowCount(), 16);
+    w.fqnMappingPanel()->searchEdit()->setText(QStringLiteral("blocks.1.proj"));
+    QCOMPARE(w.fqnMappingPanel()->proxy()->rowCount(), 2);
+    QSignalSpy jump(w.fqnMappingPanel(), &FqnMappingPanel::jumpRequested);
+    w.fqnMappingPanel()->activateRow(0);
+    QCOMPARE(jump.count(), 1);
+    QCOMPARE(w.context()->selectedKey(), QStringLiteral("optim.state.blocks.1.proj.weight"));
+    QCOMPARE(w.stateKeysPanel()->view()->currentIndex().data(StateKeysModel::KeyRole).toString(),
+        QStringLiteral("optim.state.blocks.1.proj.weight"));
+    // a reference model names the raw FSDP1 flat parameters
+    QVERIFY(openAndWait(w, testData("fsdp1_raw_r2/optim_rank1.pt")));
+    mapped.clear();
+    w.context()->openReference(testData("fsdp1_r2"));
+    QTRY_COMPARE_WITH_TIMEOUT(w.fqnMappingPanel()->model()->rowCount(), 16, Timeout);
+}
+
+void TestFlows::dragAndDropOpensFolder()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QMimeData mime;
+    mime.setUrls({QUrl::fromLocalFile(testData("fsdp2_r2/.metadata"))});
+    QSignalSpy loaded(w.context(), &CheckpointContext::checkpointChanged);
+    QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&w, &enter);
+    QVERIFY(enter.isAccepted());
+    QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&w, &drop);
+    QVERIFY(loaded.wait(Timeout));
+    QCOMPARE(w.context()->path(), QDir(testData("fsdp2_r2")).absolutePath());
+}
+
+void TestFlows::openFailureIsReported()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QSignalSpy failed(w.context(), &CheckpointContext::loadFailed);
+    w.openPath(testData("manifest.json"));
+    QVERIFY(failed.wait(Timeout));
+    QVERIFY(failed.first().at(1).toString().contains(QLatin1String("manifest.json")));
+    QVERIFY(!w.context()->checkpoint());
+}
+
+void TestFlows::layoutAndRecentFilesPersist()
+{
+    {
+        MainWindow w;
+        QVERIFY(openAndWait(w, testData("sgd_momentum.pt")));
+        QCOMPARE(w.recentFiles().value(0), QFileInfo(testData("sgd_momentum.pt")).absoluteFilePath());
+        w.show();
+        w.dock(QStringLiteral("diff"))->hide();
+        w.close();
+    }
+    MainWindow again;
+    again.restoreLayout();
+    again.show();
+    QVERIFY(again.dock(QStringLiteral("diff"))->isHidden());
+    QVERIFY(!again.dock(QStringLiteral("keys"))->isHidden());
+    QCOMPARE(again.recentFiles().size(), 1);
+    again.resetLayout();
+    QVERIFY(!again.dock(QStringLiteral("diff"))->isHidden());
+}
+
+void TestFlows::jobRunnerSupersedesAndCancels()
+{
+    JobRunner runner;
+    QObject context;
+    std::atomic<bool> firstSawCancel {false};
+    QStringList delivered;
+    QStringList failures;
+    // a job that runs until cancelled
+    runner.run(
+        QStringLiteral("work"), QStringLiteral("first"), &context,
+        [&](const Progress& p) {
+            while (!p.isCancelled())
+                QThread::msleep(2);
+            firstSawCancel = true;
+            p.checkCancelled();
+            return QStringLiteral("first");
+        },
+        [&](QString s) { delivered << s; }, [&](const QString& m, bool) { failures << m; });
+    // a second job in the same channel supersedes it
+    runner.run(
+        QStringLiteral("work"), QStringLiteral("second"), &context,
+        [](const Progress&) { return QStringLiteral("second"); }, [&](QString s) { delivered << s; },
+        [&](const QString& m, bool) { failures << m; });
+    QTRY_VERIFY_WITH_TIMEOUT(runner.isIdle(), Timeout);
+    runner.waitForDone();
+    QCoreApplication::processEvents();
+    QVERIFY(firstSawCancel);
+    QCOMPARE(delivered, QStringList {QStringLiteral("second")});
+    QVERIFY(failures.isEmpty()); // a superseded job says nothing
+    // an explicit cancel reaches the failure handler as "cancelled"
+    bool cancelled = false;
+    runner.run(
+        QStringLiteral("work"), QStringLiteral("third"), &context,
+        [](const Progress& p) {
+            while (!p.isCancelled())
+                QThread::msleep(2);
+            p.checkCancelled();
+            return 0;
+        },
+        [&](int) { delivered << QStringLiteral("third"); }, [&](const QString&, bool c) { cancelled = c; });
+    QVERIFY(!runner.isIdle());
+    runner.cancelAll();
+    QTRY_VERIFY_WITH_TIMEOUT(cancelled, Timeout);
+    // errors arrive as messages; a deleted context gets nothing
+    QString error;
+    runner.run(
+        QStringLiteral("err"), QStringLiteral("error"), &context,
+        [](const Progress&) -> int { throw Error(ErrorKind::Format, "x.pt", "broken"); }, [](int) {},
+        [&](const QString& m, bool) { error = m; });
+    QTRY_VERIFY_WITH_TIMEOUT(!error.isEmpty(), Timeout);
+    QVERIFY(error.contains(QLatin1String("broken")));
+    bool reached = false;
+    {
+        QObject shortLived;
+        runner.run(
+            QStringLiteral("gone"), QStringLiteral("gone"), &shortLived,
+            [](const Progress&) {
+                QThread::msleep(50);
+                return 1;
+            },
+            [&](int) { reached = true; });
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(runner.isIdle(), Timeout);
+    QCoreApplication::processEvents();
+    QVERIFY(!reached);
+}
+
+void TestFlows::jobRunnerThrottlesProgress()
+{
+    JobRunner runner;
+    QObject context;
+    QSignalSpy progress(&runner, &JobRunner::progress);
+    bool done = false;
+    runner.run(
+        QStringLiteral("p"), QStringLiteral("progress"), &context,
+        [](const Progress& p) {
+            for (int i = 0; i <= 20000; ++i)
+                p(i / 20000.0, "step");
+            return 0;
+        },
+        [&](int) { done = true; });
+    QTRY_VERIFY_WITH_TIMEOUT(done, Timeout);
+    // 20001 reports in a few milliseconds become a handful of signals, the last one complete
+    QVERIFY(progress.count() >= 1);
+    QVERIFY(progress.count() < 50);
+    QCOMPARE(progress.last().at(1).toDouble(), 1.0);
+}
+
+OPTSCOPE_GUI_TEST_MAIN(TestFlows)
+#include "test_flows.moc"

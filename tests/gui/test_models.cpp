@@ -1,0 +1,483 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Every item model under QAbstractItemModelTester, on real fixtures, with the values they must show.
+#include "guitest.h"
+
+#include "chunklistmodel.h"
+#include "diagnosismodel.h"
+#include "diffmodel.h"
+#include "elementdecoder.h"
+#include "format.h"
+#include "fqnmapping.h"
+#include "fqnmappingmodel.h"
+#include "keytree.h"
+#include "statekeysmodel.h"
+#include "statusfilterproxy.h"
+#include "tensorstatsmodel.h"
+#include "valuespreviewmodel.h"
+#include "verifymodel.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/diagnosis.h"
+#include "optscope/diff_report.h"
+#include "optscope/tensor_stats.h"
+#include "optscope/verify_report.h"
+
+#include <QAbstractItemModelTester>
+#include <QElapsedTimer>
+#include <QTreeView>
+
+using namespace optscope;
+using namespace optscope::ui;
+
+namespace {
+
+CheckpointPtr open(const char* name)
+{
+    return openCheckpoint(testData(name).toStdString());
+}
+
+/// walks every index (fetching lazily populated rows) so the tester sees the whole model
+int visitAll(QAbstractItemModel* model, const QModelIndex& parent = {})
+{
+    if (model->canFetchMore(parent)) model->fetchMore(parent);
+    int n = 0;
+    for (int r = 0; r < model->rowCount(parent); ++r) {
+        for (int c = 0; c < model->columnCount(parent); ++c)
+            (void)model->data(model->index(r, c, parent));
+        ++n;
+        n += visitAll(model, model->index(r, 0, parent));
+    }
+    return n;
+}
+
+QStringList childNames(QAbstractItemModel* model, const QModelIndex& parent)
+{
+    if (model->canFetchMore(parent)) model->fetchMore(parent);
+    QStringList names;
+    for (int r = 0; r < model->rowCount(parent); ++r)
+        names << model->index(r, 0, parent).data().toString();
+    return names;
+}
+
+QModelIndex child(QAbstractItemModel* model, const QModelIndex& parent, const QString& name)
+{
+    if (model->canFetchMore(parent)) model->fetchMore(parent);
+    for (int r = 0; r < model->rowCount(parent); ++r)
+        if (model->index(r, 0, parent).data().toString() == name) return model->index(r, 0, parent);
+    return {};
+}
+
+} // namespace
+
+class TestModels : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void stateKeysTree();
+    void stateKeysFilter();
+    void stateKeysOpensHundredThousandKeysFast();
+    void chunkList();
+    void tensorStats();
+    void valuesPreview();
+    void elementDecoder();
+    void fqnMappingFqnKeyed();
+    void fqnMappingIdKeyedByModelOrder();
+    void fqnMappingFsdp1Raw();
+    void fqnNormalize();
+    void diffModel();
+    void diagnosisModel();
+    void verifyModel();
+    void format();
+};
+
+void TestModels::stateKeysTree()
+{
+    const CheckpointPtr cp = open("fsdp2_r3");
+    StateKeysModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setData(cp, KeyTree::build(*cp));
+    QCOMPARE(childNames(&model, {}), (QStringList {QStringLiteral("model"), QStringLiteral("optim")}));
+    const QModelIndex optim = child(&model, {}, QStringLiteral("optim"));
+    QCOMPARE(childNames(&model, optim), (QStringList {QStringLiteral("state"), QStringLiteral("param_groups")}));
+    // an FQN stays one node: optim / state / blocks.0.qkv.weight / exp_avg
+    const QModelIndex state = child(&model, optim, QStringLiteral("state"));
+    const QModelIndex qkv = child(&model, state, QStringLiteral("blocks.0.qkv.weight"));
+    QVERIFY(qkv.isValid());
+    QCOMPARE(childNames(&model, qkv),
+        (QStringList {QStringLiteral("exp_avg"), QStringLiteral("exp_avg_sq"), QStringLiteral("step")}));
+    const QModelIndex expAvg = child(&model, qkv, QStringLiteral("exp_avg"));
+    auto cell = [&](int column) { return model.index(expAvg.row(), column, qkv).data().toString(); };
+    QCOMPARE(cell(StateKeysModel::TypeColumn), QStringLiteral("float32"));
+    QCOMPARE(cell(StateKeysModel::ShapeColumn), QStringLiteral("[7, 6]"));
+    QCOMPARE(cell(StateKeysModel::NumelColumn), QStringLiteral("42"));
+    QCOMPARE(cell(StateKeysModel::BytesColumn), QStringLiteral("168 B"));
+    QCOMPARE(cell(StateKeysModel::RanksColumn), QStringLiteral("r0-2"));
+    QCOMPARE(
+        expAvg.data(StateKeysModel::KeyRole).toString(), QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg"));
+    QVERIFY(expAvg.data(StateKeysModel::IsEntryRole).toBool());
+    // inner nodes aggregate: the parameter's three states are 42 + 42 + 1 elements
+    QCOMPARE(
+        model.index(qkv.row(), StateKeysModel::NumelColumn, state).data(StateKeysModel::SortRole).toLongLong(), 85);
+    // every node reachable, every entry a leaf
+    QCOMPARE(visitAll(&model), KeyTree::build(*cp)->size() - 1);
+    // indexForKey fetches its way down
+    StateKeysModel fresh;
+    fresh.setData(cp, KeyTree::build(*cp));
+    const QModelIndex found = fresh.indexForKey(QStringLiteral("optim.param_groups.0.lr"));
+    QVERIFY(found.isValid());
+    QCOMPARE(found.data().toString(), QStringLiteral("lr"));
+    QCOMPARE(fresh.index(found.row(), StateKeysModel::ShapeColumn, found.parent()).data().toString(),
+        QStringLiteral("0.001"));
+    QVERIFY(!fresh.indexForKey(QStringLiteral("no.such.key")).isValid());
+}
+
+void TestModels::stateKeysFilter()
+{
+    const CheckpointPtr cp = open("fsdp2_r3");
+    StateKeysModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setData(cp, KeyTree::build(*cp));
+    model.setFilter(QStringLiteral("QKV.WEIGHT.EXP_AVG_SQ"));
+    QCOMPARE(model.matchingLeaves(), 2); // blocks.0 and blocks.1, case-insensitive
+    QCOMPARE(childNames(&model, {}), QStringList {QStringLiteral("optim")});
+    visitAll(&model);
+    QVERIFY(model.indexForKey(QStringLiteral("optim.state.blocks.1.qkv.weight.exp_avg_sq")).isValid());
+    QVERIFY(!model.indexForKey(QStringLiteral("optim.state.blocks.1.qkv.weight.exp_avg")).isValid());
+    model.setFilter(QStringLiteral("step"));
+    QCOMPARE(model.matchingLeaves(), 16); // one step per parameter
+    model.setFilter(QStringLiteral("nothing matches this"));
+    QCOMPARE(model.rowCount(), 0);
+    model.setFilter(QString());
+    QCOMPARE(model.matchingLeaves(), static_cast<int>(cp->entries.size()));
+}
+
+void TestModels::stateKeysOpensHundredThousandKeysFast()
+{
+    // 100k keys shaped like a large FSDP optimizer: optim.state.<fqn>.<state>
+    auto cp = std::make_shared<Checkpoint>();
+    cp->path = "synthetic";
+    cp->entries.reserve(100000);
+    for (int i = 0; cp->entries.size() < 100000; ++i) {
+        const std::string fqn = "layers." + std::to_string(i / 8) + ".block.w" + std::to_string(i % 8);
+        for (const char* name : {"exp_avg", "exp_avg_sq", "step"}) {
+            if (cp->entries.size() == 100000) break;
+            Entry e;
+            e.path = {KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("state"), KeyPathElem::fromKey(fqn),
+                KeyPathElem::fromKey(name)};
+            e.key = joinKeyPath(e.path);
+            e.kind = EntryKind::Tensor;
+            e.tensor.dtype = DType::Float32;
+            e.tensor.shape = {4096, 1024};
+            cp->entries.push_back(std::move(e));
+        }
+    }
+    cp->buildIndex();
+    QElapsedTimer timer;
+    timer.start();
+    const auto tree = KeyTree::build(*cp);
+    StateKeysModel model;
+    model.setData(cp, tree);
+    QTreeView view;
+    view.setUniformRowHeights(true);
+    view.setModel(&model);
+    view.resize(800, 600);
+    view.show();
+    view.expand(model.index(0, 0));
+    const QModelIndex state = model.index(0, 0, model.index(0, 0));
+    view.expand(state);
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QCoreApplication::processEvents();
+    const qint64 ms = timer.elapsed();
+    qInfo("100k keys: tree built, model set and view shown in %lld ms", static_cast<long long>(ms));
+    QVERIFY2(ms < 1000, qPrintable(QStringLiteral("took %1 ms").arg(ms)));
+    QCOMPARE(model.rowCount(state), 33334);
+    model.setFilter(QStringLiteral("layers.4000.block.w3"));
+    QCOMPARE(model.matchingLeaves(), 3);
+}
+
+void TestModels::chunkList()
+{
+    const CheckpointPtr cp = open("fsdp2_r3");
+    ChunkListModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    // 4 rows on 3 ranks: torch.chunk gives 2 + 2 + an empty chunk on rank 2
+    const Entry* e = cp->find("optim.state.blocks.0.head.weight.exp_avg");
+    QVERIFY(e);
+    model.setData(cp, e);
+    QCOMPARE(model.rowCount(), 3);
+    QCOMPARE(model.index(0, ChunkListModel::RankColumn).data().toString(), QStringLiteral("0"));
+    QCOMPARE(model.index(1, ChunkListModel::OffsetsColumn).data().toString(), QStringLiteral("[2, 0]"));
+    QCOMPARE(model.index(1, ChunkListModel::SizesColumn).data().toString(), QStringLiteral("[2, 5]"));
+    QCOMPARE(model.index(2, ChunkListModel::NumelColumn).data().toString(), QStringLiteral("0"));
+    QCOMPARE(model.index(0, ChunkListModel::BytesColumn).data().toString(), QStringLiteral("40 B"));
+    QVERIFY(model.index(0, ChunkListModel::FileColumn).data().toString().endsWith(QLatin1String(".distcp")));
+    model.setData(cp, cp->find("optim.param_groups.0.lr"));
+    QCOMPARE(model.rowCount(), 0);
+}
+
+void TestModels::tensorStats()
+{
+    const CheckpointPtr cp = open("fsdp2_r3");
+    TensorStatsModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model.rowCount(), 0);
+    model.setData(computeTensorStats(*cp, *cp->find("optim.state.blocks.0.qkv.weight.exp_avg"), 8));
+    QCOMPARE(model.rowCount(), static_cast<int>(TensorStatsModel::RowCount));
+    // PyTorch 2.6: torch.min/max/std/norm of the gathered tensor
+    QCOMPARE(model.index(TensorStatsModel::Min, 1).data(TensorStatsModel::ValueRole).toDouble(), -0.35204219818115234);
+    QCOMPARE(model.index(TensorStatsModel::Max, 1).data(TensorStatsModel::ValueRole).toDouble(), 0.15582334995269775);
+    QVERIFY(
+        qAbs(model.index(TensorStatsModel::Std, 1).data(TensorStatsModel::ValueRole).toDouble() - 0.11267490445591472)
+        < 1e-12);
+    QCOMPARE(model.index(TensorStatsModel::Min, 1).data().toString(), QStringLiteral("-0.3520422"));
+    QCOMPARE(model.index(TensorStatsModel::Std, 0).data().toString(), QStringLiteral("std"));
+    QCOMPARE(model.index(TensorStatsModel::NaNs, 1).data().toString(), QStringLiteral("0"));
+    model.setData(std::nullopt);
+    QCOMPARE(model.rowCount(), 0);
+}
+
+void TestModels::valuesPreview()
+{
+    const CheckpointPtr dtypes = open("dtypes.pt");
+    ValuesPreviewModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    // torch.arange(10) as a 1-D column from row 3
+    model.setData(ValuesPreviewModel::read(*dtypes, *dtypes->find("layouts.view_whole"), 3, 4, 32));
+    QCOMPARE(model.rowCount(), 4);
+    QCOMPARE(model.columnCount(), 1);
+    QCOMPARE(model.index(0, 0).data().toString(), QStringLiteral("3"));
+    QCOMPARE(model.index(3, 0).data(ValuesPreviewModel::ValueRole).toDouble(), 6.0);
+    QCOMPARE(model.headerData(0, Qt::Vertical).toString(), QStringLiteral("3"));
+    // the transposed (non-contiguous) [6, 4] view of randn(4, 6): rows 2..3, first 3 columns = base[0:3, 2:4].T
+    const auto full = ValuesPreviewModel::read(*dtypes, *dtypes->find("dtypes.float32"), 0, 4, 32);
+    model.setData(ValuesPreviewModel::read(*dtypes, *dtypes->find("layouts.transposed"), 2, 2, 3));
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.columnCount(), 3);
+    for (int r = 0; r < 2; ++r)
+        for (int c = 0; c < 3; ++c)
+            QCOMPARE(model.index(r, c).data(ValuesPreviewModel::ValueRole).toDouble(),
+                full.values[static_cast<size_t>(c * 6 + (r + 2))]);
+    // bool and a sharded DCP tensor (rows from two ranks' files)
+    model.setData(ValuesPreviewModel::read(*dtypes, *dtypes->find("dtypes.bool"), 0, 1, 2));
+    QVERIFY(model.index(0, 0).data().toString() == QLatin1String("True")
+        || model.index(0, 0).data().toString() == QLatin1String("False"));
+    const CheckpointPtr dcp = open("fsdp2_r3");
+    const Entry* qkv = dcp->find("optim.state.blocks.0.qkv.weight.exp_avg");
+    const auto window = ValuesPreviewModel::read(*dcp, *qkv, 1, 4, 6);
+    QCOMPARE(window.rows, 4);
+    QCOMPARE(window.columns, 6);
+    // the minimum PyTorch reports must be among the 42 values, the row window matches the full read
+    const auto all = ValuesPreviewModel::read(*dcp, *qkv, 0, 7, 6);
+    for (size_t i = 0; i < window.values.size(); ++i)
+        QCOMPARE(window.values[i], all.values[i + 6]);
+    QVERIFY(
+        std::find(all.values.begin(), all.values.end(), static_cast<double>(static_cast<float>(-0.35204219818115234)))
+        != all.values.end());
+    // a 0-dim tensor
+    model.setData(ValuesPreviewModel::read(*dtypes, *dtypes->find("layouts.scalar"), 0, 10, 10));
+    QCOMPARE(model.rowCount(), 1);
+    QCOMPARE(model.index(0, 0).data().toString(), QStringLiteral("3.5"));
+    model.clear();
+    QCOMPARE(model.rowCount(), 0);
+}
+
+void TestModels::elementDecoder()
+{
+    const uint8_t half[] = {0x00, 0x3c}; // 1.0
+    QCOMPARE(ElementDecoder::decode(half, DType::Float16), 1.0);
+    const uint8_t bf[] = {0x80, 0xbf}; // -1.0
+    QCOMPARE(ElementDecoder::decode(bf, DType::BFloat16), -1.0);
+    const uint8_t e4m3[] = {0x38}; // 1.0 in float8_e4m3fn
+    QCOMPARE(ElementDecoder::decode(e4m3, DType::Float8_e4m3fn), 1.0);
+    const uint8_t c64[] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}; // 1 - 2j
+    QCOMPARE(ElementDecoder::decode(c64, DType::Complex64), 1.0);
+    QCOMPARE(ElementDecoder::imaginary(c64, DType::Complex64), -2.0);
+    // every float dtype of dtypes.pt decodes to nearly the float64 values
+    const CheckpointPtr cp = open("dtypes.pt");
+    const auto ref = ValuesPreviewModel::read(*cp, *cp->find("dtypes.float64"), 0, 4, 6).values;
+    for (const char* key : {"dtypes.float32", "dtypes.float16", "dtypes.bfloat16", "dtypes.float8_e5m2"}) {
+        const auto v = ValuesPreviewModel::read(*cp, *cp->find(key), 0, 4, 6).values;
+        QCOMPARE(v.size(), ref.size());
+        for (size_t i = 0; i < v.size(); ++i)
+            QVERIFY2(qAbs(v[i] - ref[i]) <= 0.13 * qAbs(ref[i]) + 1e-3, key);
+    }
+}
+
+void TestModels::fqnMappingFqnKeyed()
+{
+    const CheckpointPtr cp = open("fsdp2_r3");
+    FqnMappingModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setData(FqnMapping::build(*cp, findOptimizers(*cp), nullptr, {}));
+    QCOMPARE(model.rowCount(), 16);
+    QCOMPARE(model.index(0, FqnMappingModel::IdColumn).data().toString(), QStringLiteral("0"));
+    QCOMPARE(model.index(0, FqnMappingModel::FqnColumn).data().toString(), QStringLiteral("blocks.0.qkv.weight"));
+    QCOMPARE(model.index(0, FqnMappingModel::ShapeColumn).data().toString(), QStringLiteral("[7, 6]"));
+    QCOMPARE(
+        model.index(0, FqnMappingModel::StatesColumn).data().toString(), QStringLiteral("exp_avg, exp_avg_sq, step"));
+    QCOMPARE(model.index(15, FqnMappingModel::FqnColumn).data().toString(), QStringLiteral("out.bias"));
+    QCOMPARE(model.index(0, 0).data(FqnMappingModel::JumpKeyRole).toString(),
+        QStringLiteral("optim.state.blocks.0.qkv.weight"));
+}
+
+void TestModels::fqnMappingIdKeyedByModelOrder()
+{
+    // torch.compile: the model part says _orig_mod.0.weight, the optimizer uses ids 0..3
+    const CheckpointPtr cp = open("compiled.pt");
+    const FqnMapping m = FqnMapping::build(*cp, findOptimizers(*cp), nullptr, {});
+    QCOMPARE(m.rows.size(), size_t(4));
+    QCOMPARE(m.rows[0].id, QStringLiteral("0"));
+    QCOMPARE(m.rows[0].fqn, QStringLiteral("_orig_mod.0.weight"));
+    QCOMPARE(m.rows[0].normalized, QStringLiteral("0.weight"));
+    QCOMPARE(m.rows[0].shape, (std::vector<int64_t> {5, 6}));
+    QCOMPARE(m.rows[3].fqn, QStringLiteral("_orig_mod.2.bias"));
+    QVERIFY(m.rows[0].note.isEmpty());
+    // without a model the ids stay unnamed
+    const CheckpointPtr ids = open("adam_int.pt");
+    const FqnMapping unnamed = FqnMapping::build(*ids, findOptimizers(*ids), nullptr, {});
+    QCOMPARE(unnamed.rows.size(), size_t(4));
+    QVERIFY(unnamed.rows[1].fqn.isEmpty());
+    QCOMPARE(unnamed.rows[1].shape, (std::vector<int64_t> {5}));
+    // ... and a reference model names them by position
+    const FqnMapping named = FqnMapping::build(*ids, findOptimizers(*ids), open("compiled.pt").get(), {});
+    QCOMPARE(named.rows[1].fqn, QStringLiteral("_orig_mod.0.bias"));
+}
+
+void TestModels::fqnMappingFsdp1Raw()
+{
+    // raw FSDP1 rank file: 3 flat parameters (root: out.*, then blocks.0, blocks.1); the model names them
+    const CheckpointPtr rank0 = open("fsdp1_raw_r2/optim_rank0.pt");
+    const CheckpointPtr model = open("fsdp1_r2");
+    FqnMappingModel fm;
+    QAbstractItemModelTester tester(&fm, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    fm.setData(FqnMapping::build(*rank0, findOptimizers(*rank0), model.get(), {}));
+    const FqnMapping& m = fm.mapping();
+    QCOMPARE(m.rows.size(), size_t(16));
+    QVERIFY(m.notes.join(QLatin1Char(' ')).contains(QLatin1String("over 2 ranks")));
+    QCOMPARE(m.rows[0].fqn, QStringLiteral("out.weight"));
+    QCOMPARE(m.rows[0].flatParam, 0);
+    QCOMPARE(m.rows[0].flatOffset, 0);
+    QCOMPARE(m.rows[0].numel, 12);
+    QCOMPARE(m.rows[1].fqn, QStringLiteral("out.bias"));
+    QCOMPARE(m.rows[1].flatOffset, 12);
+    QCOMPARE(m.rows[2].fqn, QStringLiteral("blocks.0.qkv.weight"));
+    QCOMPARE(m.rows[2].flatParam, 1);
+    QCOMPARE(m.rows[2].flatUnit, QStringLiteral("blocks.0"));
+    QCOMPARE(m.rows[3].fqn, QStringLiteral("blocks.0.qkv.bias"));
+    QCOMPARE(m.rows[3].flatOffset, 42);
+    QCOMPARE(m.rows[3].shape, (std::vector<int64_t> {7}));
+    QCOMPARE(m.rows[9].fqn, QStringLiteral("blocks.1.qkv.weight"));
+    QCOMPARE(m.rows[9].flatParam, 2);
+    // rank 0 holds the first 60 of 119 elements of blocks.0: qkv.weight entirely, proj.weight partly
+    QVERIFY(m.rows[2].note.contains(QLatin1String("this file holds [0, 41]")));
+    QCOMPARE(fm.index(2, FqnMappingModel::FlatParamColumn).data().toString(), QStringLiteral("1 (blocks.0)"));
+    // explicit units and world size give the same answer; a wrong world size finds no layout
+    FqnMapping::Options options;
+    options.units = {QStringLiteral("blocks.0"), QStringLiteral("blocks.1")};
+    options.worldSize = 2;
+    QCOMPARE(FqnMapping::build(*rank0, findOptimizers(*rank0), model.get(), options).rows.size(), size_t(16));
+    options.worldSize = 3;
+    QCOMPARE(FqnMapping::build(*rank0, findOptimizers(*rank0), model.get(), options).rows.size(), size_t(3));
+    // without a model: three unnamed flat parameters and a hint
+    const FqnMapping alone = FqnMapping::build(*rank0, findOptimizers(*rank0), nullptr, {});
+    QCOMPARE(alone.rows.size(), size_t(3));
+    QVERIFY(alone.notes.join(QLatin1Char(' ')).contains(QLatin1String("FSDP1")));
+}
+
+void TestModels::fqnNormalize()
+{
+    QCOMPARE(FqnMapping::normalize(QStringLiteral("module._orig_mod.layers.0._fsdp_wrapped_module.attn.weight")),
+        QStringLiteral("layers.0.attn.weight"));
+    QCOMPARE(FqnMapping::normalize(QStringLiteral("layers.0._checkpoint_wrapped_module.mlp.up.weight")),
+        QStringLiteral("layers.0.mlp.up.weight"));
+    // "module" is only DDP's prefix at the front
+    QCOMPARE(FqnMapping::normalize(QStringLiteral("encoder.module.weight")), QStringLiteral("encoder.module.weight"));
+}
+
+void TestModels::diffModel()
+{
+    const CheckpointPtr a = open("adam_int.pt");
+    const CheckpointPtr b = open("adam_step_mismatch.pt");
+    DiffModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    DiffOptions options;
+    options.histogramBins = 16;
+    model.setData(diffCheckpoints(*a, *b, options));
+    QCOMPARE(model.rowCount(), 27);
+    StatusFilterProxy proxy(DiffModel::StatusRole);
+    QAbstractItemModelTester proxyTester(&proxy, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    proxy.setSourceModel(&model);
+    proxy.setSortRole(DiffModel::SortRole);
+    proxy.setRequiredStatus(QStringLiteral("changed"));
+    QCOMPARE(proxy.rowCount(), 9);
+    proxy.setRequiredStatus(QStringLiteral("only_b"));
+    QCOMPARE(proxy.rowCount(), 4);
+    QCOMPARE(proxy.index(0, DiffModel::StatusColumn).data().toString(), QStringLiteral("only in B"));
+    proxy.setRequiredStatus(QString());
+    proxy.sort(DiffModel::MaxAbsColumn, Qt::DescendingOrder);
+    // the steps differ by one (2 vs 1): the largest |Δ|
+    QCOMPARE(proxy.index(0, DiffModel::KeyColumn).data().toString(), QStringLiteral("state.3.step"));
+    QCOMPARE(proxy.index(0, DiffModel::MaxAbsColumn).data().toString(), QStringLiteral("1"));
+    QCOMPARE(proxy.index(1, DiffModel::KeyColumn).data().toString(), QStringLiteral("state.0.exp_avg"));
+    QCOMPARE(proxy.index(1, DiffModel::NumDiffColumn).data().toString(), QStringLiteral("30"));
+    proxy.setFilterFixedString(QStringLiteral("exp_avg_sq"));
+    QCOMPARE(proxy.rowCount(), 4);
+}
+
+void TestModels::diagnosisModel()
+{
+    const CheckpointPtr cp = open("adam_step_mismatch.pt");
+    DiagnosisModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setData(diagnoseCheckpoint(*cp, nullptr));
+    QCOMPARE(model.rowCount(), 2);
+    QStringList codes;
+    for (int r = 0; r < model.rowCount(); ++r)
+        codes << model.index(r, DiagnosisModel::CodeColumn).data().toString();
+    codes.sort();
+    QCOMPARE(codes, (QStringList {QStringLiteral("id-keyed"), QStringLiteral("step-inconsistent")}));
+    QVERIFY(!model.index(0, DiagnosisModel::SeverityColumn).data(Qt::DecorationRole).isNull());
+}
+
+void TestModels::verifyModel()
+{
+    const CheckpointPtr cp = open("fsdp2_r3");
+    VerifyModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    VerifyOptions options;
+    options.worldSize = 2;
+    model.setData(verifyByLoad(*cp, options));
+    QVERIFY(model.report().identical());
+    QCOMPARE(model.rowCount(), static_cast<int>(cp->entries.size()));
+    int tensorRow = -1;
+    for (int r = 0; r < model.rowCount() && tensorRow < 0; ++r)
+        if (model.index(r, 0).data().toString() == QLatin1String("optim.state.blocks.0.qkv.weight.exp_avg"))
+            tensorRow = r;
+    QVERIFY(tensorRow >= 0);
+    const QModelIndex key = model.index(tensorRow, 0);
+    QCOMPARE(model.rowCount(key), 2); // two ranks in the target layout
+    QCOMPARE(model.index(0, VerifyModel::KeyColumn, key).data().toString(), QStringLiteral("rank 0"));
+    QCOMPARE(model.index(0, VerifyModel::ElementsColumn, key).data().toString(), QStringLiteral("24"));
+    QCOMPARE(model.index(1, VerifyModel::ElementsColumn, key).data().toString(), QStringLiteral("18"));
+    QCOMPARE(model.index(tensorRow, VerifyModel::StatusColumn).data().toString(), QStringLiteral("identical"));
+    visitAll(&model);
+    StatusFilterProxy proxy(VerifyModel::StatusRole);
+    QAbstractItemModelTester proxyTester(&proxy, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    proxy.setSourceModel(&model);
+    proxy.setExcludedStatus(QStringLiteral("identical"));
+    QCOMPARE(proxy.rowCount(), 0);
+}
+
+void TestModels::format()
+{
+    QCOMPARE(Format::bytes(3104), QStringLiteral("3.0 KiB"));
+    QCOMPARE(Format::bytes(512), QStringLiteral("512 B"));
+    QCOMPARE(Format::count(1234567), QStringLiteral("1,234,567"));
+    QCOMPARE(Format::ranks({0, 1, 2}), QStringLiteral("r0-2"));
+    QCOMPARE(Format::ranks({0, 2}), QStringLiteral("r0, r2"));
+    QCOMPARE(Format::box({2, 0}, {2, 5}), QStringLiteral("[2:4, 0:5]"));
+    QCOMPARE(Format::number(1e-9), QStringLiteral("1.00000e-09"));
+}
+
+OPTSCOPE_GUI_TEST_MAIN(TestModels)
+#include "test_models.moc"
