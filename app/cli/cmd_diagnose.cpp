@@ -77,7 +77,8 @@ int runFix(const std::vector<std::string>& argv)
 {
     const Args args(argv, {{"--model", true, "model, reference optimizer or FQN list"},
                               {"--output", true, "output (file, or folder for DCP input)", "-o"},
-                              {"--json", false, "print JSON"}, {"--help", false, "show this help", "-h"}});
+                              {"--json", false, "print JSON"}, {"--no-fsync", false, "skip fsync before the rename"},
+                              {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("fix");
         return ExitOk;
@@ -91,7 +92,9 @@ int runFix(const std::vector<std::string>& argv)
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const auto expected = expectedFrom(args, progress);
     const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress);
-    const FixResult r = applyFixes(*cp, d, *out, progress);
+    WriteOptions write;
+    write.fsync = !args.has("--no-fsync");
+    const FixResult r = applyFixes(*cp, d, *out, progress, write);
     finishTerminalProgress();
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", r.output}, {"applied", r.applied}, {"renamed_keys", r.renamedKeys},

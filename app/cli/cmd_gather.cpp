@@ -14,7 +14,7 @@ int runGather(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--output", true, "output torch.save file", "-o"}, {"--only", true, "only keys with this prefix"},
-            {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"},
+            {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"}, {"--no-fsync", false, "skip fsync before the final rename"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("gather");
@@ -28,6 +28,7 @@ int runGather(const std::vector<std::string>& argv)
     GatherOptions options;
     options.onlyPrefix = args.value("--only").value_or("");
     options.device = computeDeviceFromName(args.value("--device").value_or("cpu"));
+    options.write.fsync = !args.has("--no-fsync");
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const GatherResult r = gatherCheckpoint(*cp, *out, options, progress);

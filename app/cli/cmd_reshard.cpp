@@ -30,7 +30,7 @@ int runReshard(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--world-size", true, "target world size M"}, {"--output", true, "output folder", "-o"},
-            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--json", false, "print a JSON summary"},
+            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--json", false, "print a JSON summary"}, {"--no-fsync", false, "skip fsync before the final rename"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("reshard");
@@ -44,6 +44,7 @@ int runReshard(const std::vector<std::string>& argv)
     ReshardOptions options;
     options.worldSize = parseWorldSize(args);
     options.layout = shardingStyleFromName(args.value("--layout").value_or("fsdp2"));
+    options.write.fsync = !args.has("--no-fsync");
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const DcpWriteStats s = reshardCheckpoint(*cp, *out, options, progress);

@@ -65,6 +65,7 @@ int runUnflatten(const std::vector<std::string>& argv)
     const Args args(argv,
         {{"--model", true, "checkpoint with the model's parameters"}, {"--units", true, "FSDP unit prefixes"},
             {"--output", true, "output torch.save file", "-o"}, {"--json", false, "print a JSON summary"},
+            {"--no-fsync", false, "skip fsync before the final rename"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("unflatten");
@@ -89,7 +90,9 @@ int runUnflatten(const std::vector<std::string>& argv)
     CheckpointPtr modelCp = openCheckpoint(*model, progress);
     const Fsdp1Model layout = Fsdp1Model::fromCheckpoint(*modelCp, splitComma(args.value("--units").value_or("")));
     const UnflattenResult r = unflattenFsdp1(ranks, layout);
-    const WriteStats s = TorchSaveWriter::write(r.tree, *out, progress);
+    WriteOptions write;
+    write.fsync = !args.has("--no-fsync");
+    const WriteStats s = TorchSaveWriter::write(r.tree, *out, progress, write);
     finishTerminalProgress();
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", *out}, {"world_size", ranks.size()}, {"flat_params", r.flatParams},

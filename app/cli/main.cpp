@@ -49,6 +49,7 @@ const std::vector<Command>& commands()
             "  -o, --output OUT.pt  output file\n"
             "  --only KEY_PREFIX    only entries whose key is KEY_PREFIX or starts with KEY_PREFIX.\n"
             "  --device cpu|cuda    assemble in host memory (default) or on the local GPUs\n"
+            "  --no-fsync           skip the fsync before the final rename (faster; not crash-safe)\n"
             "Exit status: 0 written, 2 error (the checkpoint is incomplete, unreadable, or bad usage).\n",
             runGather},
         {"check", "structural findings: coverage, overlaps, bounds, missing files, empty state, step",
@@ -96,7 +97,7 @@ const std::vector<Command>& commands()
             "\n"
             "Applies what `diagnose OPTIM --model MODEL` proposes (prefix renames, integer ids -> FQNs, flattened ->\n"
             "nested optimizer format, float32 steps) and writes OUT in OPTIM's format: a torch.save file, or a new DCP\n"
-            "folder. OPTIM is never modified; OUT appears only when complete.\n"
+            "folder. OPTIM is never modified; OUT appears only when complete (and synced; --no-fsync skips that).\n"
             "Exit status: 0 written, 2 error (including: nothing to fix).\n",
             runFix},
         {"unflatten", "turn raw FSDP1 flat-parameter optimizer files into FQN-keyed full state",
@@ -110,6 +111,7 @@ const std::vector<Command>& commands()
             "                    the FSDP1 DCP checkpoint; its optimizer's param_groups give the exact order)\n"
             "  --units P1,P2     the FSDP-wrapped module prefixes (default: one unit, the root)\n"
             "  -o, --output OUT  output torch.save file\n"
+            "  --no-fsync        skip the fsync before the final rename\n"
             "Exit status: 0 written, 2 error (the error says which flat parameter does not match the model).\n",
             runUnflatten},
         {"reshard", "write a DCP checkpoint laid out for another world size",
@@ -122,6 +124,7 @@ const std::vector<Command>& commands()
             "  -o, --output OUTDIR  new folder (must not exist, or be empty)\n"
             "  --layout fsdp2       every tensor as DTensor Shard(0): torch.chunk on dim 0, empty trailing chunks\n"
             "  --layout fsdp1       as FSDP1's SHARDED_STATE_DICT: no chunks for ranks past the last row\n"
+            "  --no-fsync           skip the fsync of each file before the final rename\n"
             "Exit status: 0 written, 2 error.\n",
             runReshard},
         {"verify", "reshard to M ranks, load each rank's shard, gather back, compare bit for bit",

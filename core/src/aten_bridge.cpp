@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "aten_bridge.h"
+#include "aten_impl.h"
 
 #include <optional>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-namespace optscope::aten {
+namespace optscope::aten::impl {
 
 namespace {
 
@@ -154,4 +154,4 @@ std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
     return out;
 }
 
-} // namespace optscope::aten
+} // namespace optscope::aten::impl

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-// Internal seam to ATen (libtorch's tensor library). Only aten_*.cpp files include torch headers; everything else
-// in the core calls these functions with plain pointers and shapes.
+// Internal seam to ATen (libtorch's tensor library). The kernels behind these functions live in a shared library of
+// their own, liboptscope_aten.so (aten_bridge.cpp, aten_diff.cpp, aten_stats_kernels.cpp: the only files that include
+// torch headers), which the core loads on first use (aten_loader.cpp). libtorch's start-up (operator registration in
+// hundreds of static initialisers, ~0.4 s) is then only paid by runs that need a tensor operation; reading,
+// inspecting, hashing and streaming dim-0 shards never do. Everything else calls these functions with plain
+// pointers and shapes.
 
 #include "optscope/chunk_reader.h"
 
@@ -51,5 +55,53 @@ void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n
 /// Adds the finite differences (a - b) of the block to a histogram of @p counts.size() bins over [lo, hi].
 void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double lo, double hi,
     std::vector<int64_t>& counts);
+
+} // namespace optscope::aten
+
+namespace optscope::aten {
+
+/// Reductions of one block of elements (values as float64; complex: real parts), merged by the caller.
+struct StatsBlock
+{
+    int64_t numel = 0;
+    int64_t finite = 0;
+    int64_t nan = 0;
+    int64_t inf = 0;
+    int64_t zero = 0;
+    double min = 0.0, max = 0.0; ///< over finite elements (finite > 0)
+    double sum = 0.0; ///< of finite elements
+    double m2 = 0.0; ///< sum of squared deviations from the block's own mean, finite elements
+    double sumSquares = 0.0;
+};
+StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n);
+
+/// Adds the block's finite values, multiplied by @p scale, to @p counts (histc over [lo, hi], counts.size() bins).
+void statsHistogram(const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi,
+    std::vector<double>& counts);
+
+/// at::linspace(lo, hi, n) (bin edges exactly as torch computes them)
+std::vector<double> linspace(double lo, double hi, int64_t n);
+
+/// true if statsBlock can reduce @p dtype (everything but quantized and packed-bit types)
+bool statsSupported(DType dtype);
+
+/// The function table liboptscope_aten.so exports (optscope_aten_ops_v1). The version changes with any signature.
+struct Ops
+{
+    uint32_t abiVersion;
+    void (*copyBlock)(const ChunkData&, const std::vector<int64_t>&, const std::vector<int64_t>&, uint8_t*,
+        const std::vector<int64_t>&, const std::vector<int64_t>&);
+    std::vector<double> (*toDoubles)(const uint8_t*, DType, int64_t);
+    void (*diffBlock)(const uint8_t*, DType, const uint8_t*, DType, int64_t, double, double, DiffAccumulator&);
+    void (*diffHistogram)(const uint8_t*, DType, const uint8_t*, DType, int64_t, double, double, std::vector<int64_t>&);
+    StatsBlock (*statsBlock)(const uint8_t*, DType, int64_t);
+    void (*statsHistogram)(const uint8_t*, DType, int64_t, double, double, double, std::vector<double>&);
+    std::vector<double> (*linspace)(double, double, int64_t);
+    bool (*statsSupported)(DType);
+};
+constexpr uint32_t kOpsAbiVersion = 1;
+
+/// the loaded table; throws Error(Unsupported) naming what could not be loaded
+const Ops& ops();
 
 } // namespace optscope::aten

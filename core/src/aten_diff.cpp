@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The numeric kernel of diff: ATen ops over blocks of two tensors (never whole tensors).
-#include "aten_bridge.h"
+#include "aten_impl.h"
 
 #include <ATen/ATen.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <optional>
 
-namespace optscope::aten {
+namespace optscope::aten::impl {
 
 namespace {
 
@@ -148,4 +148,4 @@ void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64
         counts[i] += p[i];
 }
 
-} // namespace optscope::aten
+} // namespace optscope::aten::impl

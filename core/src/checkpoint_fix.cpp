@@ -44,7 +44,8 @@ KeyPathElem key(const std::string& s)
 
 } // namespace
 
-FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output, const Progress& progress)
+FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output, const Progress& progress,
+    WriteOptions options)
 {
     if (!diagnosis.fixable())
         throw Error(ErrorKind::Usage, cp.path, "the diagnosis proposes nothing that can be applied mechanically");
@@ -261,7 +262,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
                 tree.setValue(it.path, it.value);
             }
         }
-        TorchSaveWriter::write(tree, output, progress);
+        TorchSaveWriter::write(tree, output, progress, options);
         return result;
     }
     DcpPlan plan;
@@ -296,7 +297,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
             plan.values.push_back({it.path, it.value, 0});
         }
     }
-    writeDcp(plan, output, progress);
+    writeDcp(plan, output, progress, options);
     return result;
 }
 

@@ -229,7 +229,7 @@ public:
 
 } // namespace
 
-DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress)
+DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
 {
     std::error_code ec;
     if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec)))
@@ -257,7 +257,7 @@ DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Pro
     DcpWriteStats stats;
     for (const auto& [rank, list] : byRank) {
         const std::string name = "__" + std::to_string(rank) + "_0.distcp";
-        OutputFile out((tmp.path / name).string());
+        OutputFile out((tmp.path / name).string(), options);
         for (const auto& [value, tensorChunk] : list) {
             progress.checkCancelled();
             ItemLocation loc;
@@ -297,7 +297,7 @@ DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Pro
 
     MetadataPickler pickler;
     const std::string meta = pickler.run(plan, items);
-    OutputFile metaFile((tmp.path / ".metadata").string());
+    OutputFile metaFile((tmp.path / ".metadata").string(), options);
     metaFile.write(meta.data(), meta.size());
     metaFile.commit();
     stats.bytes += meta.size();

@@ -67,7 +67,9 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options)
         if (options.device == ComputeDevice::Cuda)
             t.produce = [&cp, entry](const ByteSink& sink) { gpuAssemble(cp, *entry, sink); };
         else
-            t.produce = [&cp, entry](const ByteSink& sink) { TensorAssembler(cp, *entry).stream(sink); };
+            t.produce = [&cp, entry](const ByteSink& sink) {
+                TensorAssembler(cp, *entry).stream(sink.bytes, {}, {}, sink.region);
+            };
         tree.setTensor(e.path, std::move(t));
     }
     if (selected == 0)
@@ -88,7 +90,7 @@ GatherResult gatherCheckpoint(const Checkpoint& cp, const std::string& output, c
     for (size_t i = 0; i < cp.entries.size(); ++i)
         if (!cp.entries[i].isTensor() && keyMatchesPrefix(cp.entries[i].key, options.onlyPrefix))
             ++r.values;
-    r.stats = TorchSaveWriter::write(tree, output, progress);
+    r.stats = TorchSaveWriter::write(tree, output, progress, options.write);
     return r;
 }
 

@@ -39,7 +39,7 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
         }
         f->m_data = static_cast<const uint8_t*>(p);
     }
-    ::close(fd);
+    f->m_fd = fd;
     return f;
 }
 
@@ -47,6 +47,8 @@ MappedFile::~MappedFile()
 {
     if (m_data)
         ::munmap(const_cast<uint8_t*>(m_data), m_size);
+    if (m_fd >= 0)
+        ::close(m_fd);
 }
 
 void MappedFile::adviseSequential(uint64_t offset, uint64_t length) const

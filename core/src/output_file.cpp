@@ -2,6 +2,7 @@
 #include "optscope/output_file.h"
 #include "optscope/error.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -9,11 +10,13 @@
 #include <sys/stat.h>
 #include <filesystem>
 #include <unistd.h>
+#include <vector>
 
 namespace optscope {
 
-OutputFile::OutputFile(std::string path)
+OutputFile::OutputFile(std::string path, WriteOptions options)
     : m_path(std::move(path))
+    , m_options(options)
 {
     const std::filesystem::path p(m_path);
     const std::string dir = p.has_parent_path() ? p.parent_path().string() : std::string(".");
@@ -85,10 +88,44 @@ void OutputFile::writeZeros(size_t size)
     }
 }
 
+void OutputFile::copyFrom(int srcFd, uint64_t offset, uint64_t length)
+{
+    flushBuffer();
+    loff_t in = static_cast<loff_t>(offset);
+    uint64_t left = length;
+    while (left > 0) {
+        const ssize_t n = ::copy_file_range(srcFd, &in, m_fd, nullptr, static_cast<size_t>(std::min<uint64_t>(left, 1u << 30)), 0);
+        if (n > 0) {
+            left -= static_cast<uint64_t>(n);
+            m_position += static_cast<uint64_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF) {
+            // not supported between these files (or the source ended early: read() reports it below)
+            std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(left, 8u << 20)));
+            while (left > 0) {
+                const ssize_t r = ::pread(srcFd, buf.data(), std::min<uint64_t>(left, buf.size()), in);
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r <= 0)
+                    throw Error(ErrorKind::Io, m_path, "copying from a source file: it ended early or failed to read");
+                write(buf.data(), static_cast<size_t>(r));
+                flushBuffer();
+                in += r;
+                left -= static_cast<uint64_t>(r);
+            }
+            return;
+        }
+        throw Error(ErrorKind::Io, m_path, std::string("copy_file_range failed: ") + std::strerror(errno));
+    }
+}
+
 void OutputFile::commit()
 {
     flushBuffer();
-    if (::fsync(m_fd) != 0)
+    if (m_options.fsync && ::fsync(m_fd) != 0)
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
     ::close(m_fd);
     m_fd = -1;

@@ -42,7 +42,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
         const Entry* entry = &e;
         auto producer = [&cp, entry](std::vector<int64_t> offsets, std::vector<int64_t> sizes) {
             return [&cp, entry, offsets, sizes](const ByteSink& sink) {
-                TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink);
+                TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink.bytes, {}, sink.region);
             };
         };
         if (t.shape.empty()) {
@@ -69,7 +69,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
 DcpWriteStats reshardCheckpoint(const Checkpoint& cp, const std::string& outDir, const ReshardOptions& options,
     const Progress& progress)
 {
-    return writeDcp(planReshard(cp, options), outDir, progress);
+    return writeDcp(planReshard(cp, options), outDir, progress, options.write);
 }
 
 } // namespace optscope

@@ -30,13 +30,14 @@ TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entr
 {
 }
 
-void TensorAssembler::stream(const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes)
+void TensorAssembler::stream(const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes,
+    const RegionSink& region)
 {
-    streamRows(0, m_entry.tensor.shape.empty() ? 1 : m_entry.tensor.shape[0], sink, progress, onBytes);
+    streamRows(0, m_entry.tensor.shape.empty() ? 1 : m_entry.tensor.shape[0], sink, progress, onBytes, region);
 }
 
 void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
-    const Progress& progress)
+    const Progress& progress, const RegionSink& region)
 {
     const TensorEntry& t = m_entry.tensor;
     const size_t ndim = t.shape.size();
@@ -51,12 +52,12 @@ void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::
             wholeRows = false;
     }
     if (ndim == 0) {
-        stream(sink, progress);
+        stream(sink, progress, {}, region);
         return;
     }
     if (wholeRows) {
         if (sizes[0] > 0)
-            streamRows(offsets[0], offsets[0] + sizes[0], sink, progress, {});
+            streamRows(offsets[0], offsets[0] + sizes[0], sink, progress, {}, region);
         return;
     }
     // a general box: copy every intersecting chunk's part into one dense buffer
@@ -94,7 +95,7 @@ void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::
 }
 
 void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
-    const std::function<void(uint64_t)>& onBytes)
+    const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
 {
     const TensorEntry& t = m_entry.tensor;
     const auto& shape = t.shape;
@@ -212,6 +213,14 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 const uint8_t* p = d.data() + static_cast<uint64_t>(r0 - c.offsets[0]) * rowBytes;
                 const uint64_t fileOffset = static_cast<uint64_t>(p - d.file->data());
                 const uint64_t len = static_cast<uint64_t>(r1 - r0) * rowBytes;
+                if (region) {
+                    // the consumer copies the region itself (in the kernel): no bytes through this process
+                    region(*d.file, fileOffset, len);
+                    produced += len;
+                    if (onBytes)
+                        onBytes(produced);
+                    continue;
+                }
                 d.file->adviseSequential(fileOffset, len);
                 emit(p, static_cast<size_t>(len));
                 d.file->release(fileOffset, len);

@@ -389,14 +389,24 @@ WriteStats TorchSaveWriter::writeArchive(
         if (want > 0) {
             if (!t.produce)
                 throw Error(ErrorKind::Usage, out.path(), "tensor " + std::to_string(k) + " has no data producer");
-            t.produce([&](const uint8_t* p, size_t n) {
+            ByteSink sink;
+            sink.bytes = [&](const uint8_t* p, size_t n) {
                 if (got + n > want)
                     throw Error(ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
                 zip.write(p, n);
                 got += n;
                 done += n;
                 progress(total ? double(done) / double(total) : 1.0, "writing");
-            });
+            };
+            sink.region = [&](const MappedFile& file, uint64_t offset, uint64_t length) {
+                if (got + length > want)
+                    throw Error(ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
+                zip.writeFromFile(file, offset, length);
+                got += length;
+                done += length;
+                progress(total ? double(done) / double(total) : 1.0, "writing");
+            };
+            t.produce(sink);
         }
         if (got != want)
             throw Error(ErrorKind::Format, out.path(),
@@ -412,9 +422,10 @@ WriteStats TorchSaveWriter::writeArchive(
     return stats;
 }
 
-WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path, const Progress& progress)
+WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path, const Progress& progress,
+    WriteOptions options)
 {
-    OutputFile out(path);
+    OutputFile out(path, options);
     WriteStats stats = writeArchive(tree, out, archivePrefix(path), progress);
     out.commit();
     progress(1.0, "writing");

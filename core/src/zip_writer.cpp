@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/zip_writer.h"
 #include "optscope/error.h"
+#include "optscope/mapped_file.h"
 
 #include <future>
 #include <zlib.h>
@@ -101,6 +102,35 @@ void ZipWriter::write(const void* data, size_t size)
         m_out.write(data, size);
     }
     m_records.back().size += size;
+}
+
+void ZipWriter::writeFromFile(const MappedFile& file, uint64_t offset, uint64_t length)
+{
+    if (!m_open)
+        throw Error(ErrorKind::Usage, m_out.path(), "zip: data written outside a record");
+    if (offset > file.size() || length > file.size() - offset)
+        throw Error(ErrorKind::Truncated, file.path(), "region past the end of the file");
+    // CRC over the mapping, 64 MiB at a time, each piece dropped from our resident memory once summed
+    auto crc = std::async(std::launch::async, [&file, offset, length] {
+        uLong c = crc32(0L, Z_NULL, 0);
+        constexpr uint64_t piece = 64u << 20;
+        for (uint64_t done = 0; done < length;) {
+            const uint64_t n = std::min(piece, length - done);
+            file.adviseSequential(offset + done, n);
+            const Bytef* p = file.data() + offset + done;
+            for (uint64_t k = 0; k < n;) {
+                const auto m = static_cast<uInt>(std::min<uint64_t>(n - k, 1u << 30));
+                c = crc32(c, p + k, m);
+                k += m;
+            }
+            file.release(offset + done, n);
+            done += n;
+        }
+        return c;
+    });
+    m_out.copyFrom(file.fd(), offset, length);
+    m_crcState = crc32_combine64(m_crcState, crc.get(), static_cast<z_off64_t>(length));
+    m_records.back().size += length;
 }
 
 void ZipWriter::endRecord()

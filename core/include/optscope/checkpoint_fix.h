@@ -3,6 +3,7 @@
 
 #include "optscope/checkpoint.h"
 #include "optscope/diagnosis.h"
+#include "optscope/output_file.h"
 #include "optscope/progress.h"
 
 #include <string>
@@ -20,6 +21,6 @@ struct FixResult
 /// torch.save file for torch.save input, a DCP folder for DCP input), under a temporary name renamed when complete.
 /// Throws Error(Usage) if nothing is fixable.
 FixResult applyFixes(const Checkpoint& optim, const Diagnosis& diagnosis, const std::string& output,
-    const Progress& progress = {});
+    const Progress& progress = {}, WriteOptions options = {});
 
 } // namespace optscope

@@ -21,6 +21,7 @@ struct GatherOptions
     /// keep entries whose key equals this prefix or starts with it followed by '.'; empty = everything
     std::string onlyPrefix;
     ComputeDevice device = ComputeDevice::Cpu;
+    WriteOptions write;
 };
 
 struct GatherResult

@@ -23,6 +23,8 @@ public:
     const uint8_t* data() const { return m_data; }
     uint64_t size() const { return m_size; }
     const std::string& path() const { return m_path; }
+    /// the open descriptor (kept for kernel-side copies: copy_file_range)
+    int fd() const { return m_fd; }
 
     /// hint that [offset, offset+length) will be read sequentially soon (madvise WILLNEED + SEQUENTIAL)
     void adviseSequential(uint64_t offset, uint64_t length) const;
@@ -35,6 +37,7 @@ private:
     std::string m_path;
     const uint8_t* m_data = nullptr;
     uint64_t m_size = 0;
+    int m_fd = -1;
 };
 
 } // namespace optscope

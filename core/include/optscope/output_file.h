@@ -7,13 +7,21 @@
 
 namespace optscope {
 
+/// How outputs are made durable.
+struct WriteOptions
+{
+    /// fsync the file (and, for folders, every file) before the rename that makes it visible: on a crash the
+    /// output is either complete or absent. Off trades that for speed (torch.save does not sync either).
+    bool fsync = true;
+};
+
 /// A file written under a temporary name next to its destination and renamed into place by commit(), so that a
 /// reader never sees a half-written output. Destroying an uncommitted OutputFile removes the temporary.
 class OutputFile
 {
 public:
     /// throws Error(Io) naming @p path if the temporary cannot be created
-    explicit OutputFile(std::string path);
+    explicit OutputFile(std::string path, WriteOptions options = {});
     ~OutputFile();
     OutputFile(const OutputFile&) = delete;
     OutputFile& operator=(const OutputFile&) = delete;
@@ -21,6 +29,9 @@ public:
     void write(const void* data, size_t size);
     /// zero bytes, for alignment padding
     void writeZeros(size_t size);
+    /// appends [offset, offset+length) of the open file @p srcFd, copied inside the kernel (copy_file_range) when
+    /// the file systems allow it, through a buffer otherwise
+    void copyFrom(int srcFd, uint64_t offset, uint64_t length);
     uint64_t position() const { return m_position; }
     /// flush, fsync and rename over the destination
     void commit();
@@ -34,6 +45,7 @@ private:
     int m_fd = -1;
     uint64_t m_position = 0;
     bool m_committed = false;
+    WriteOptions m_options;
     // small writes (headers, pickles) are batched; large blocks go straight to the kernel
     static constexpr size_t kBufferSize = 1 << 16;
     char* m_buffer = nullptr;

@@ -17,6 +17,7 @@ struct ReshardOptions
     /// Fsdp1: as FSDP1's SHARDED_STATE_DICT (ShardedTensor chunks, none for ranks past the last non-empty chunk).
     /// 0-dim tensors (step) are one chunk on rank 0; values are BYTE_IO items in rank 0's file.
     ShardingStyle layout = ShardingStyle::Fsdp2;
+    WriteOptions write;
 };
 
 /// "fsdp2" / "fsdp1"; throws Error(Usage) otherwise

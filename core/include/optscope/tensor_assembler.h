@@ -9,6 +9,8 @@
 
 namespace optscope {
 
+class MappedFile;
+
 /// Streams the full tensor of an entry, assembled from its chunks, as consecutive blocks of its row-major,
 /// little-endian bytes. Zero-copy where a chunk already is the block's byte range (the usual dim-0 sharding);
 /// otherwise a block of at most maxBlockBytes (or one row, if larger) is assembled with ATen copies. Only the chunks
@@ -20,18 +22,21 @@ class TensorAssembler
 {
 public:
     using Sink = std::function<void(const uint8_t* data, size_t size)>;
+    /// optional: receives a contiguous region of a mapped chunk file instead of its bytes (zero-copy direct path)
+    using RegionSink = std::function<void(const MappedFile& file, uint64_t offset, uint64_t length)>;
 
     TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes = 64u << 20);
     /// @p onBytes is called with the number of bytes produced so far (for progress across many tensors)
-    void stream(const Sink& sink, const Progress& progress = {}, const std::function<void(uint64_t)>& onBytes = {});
+    void stream(const Sink& sink, const Progress& progress = {}, const std::function<void(uint64_t)>& onBytes = {},
+        const RegionSink& region = {});
     /// Only the box [offsets, offsets + sizes) of the full tensor, as the dense row-major bytes of that box. A box of
     /// whole rows (a dim-0 slice) streams like stream(); any other box is assembled in one buffer of its size.
     void streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
-        const Progress& progress = {});
+        const Progress& progress = {}, const RegionSink& region = {});
 
 private:
     void streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
-        const std::function<void(uint64_t)>& onBytes);
+        const std::function<void(uint64_t)>& onBytes, const RegionSink& region);
     const Checkpoint& m_checkpoint;
     const Entry& m_entry;
     size_t m_maxBlock;

@@ -13,6 +13,7 @@
 // The output goes to a temporary name next to the destination and is renamed when complete.
 
 #include "optscope/checkpoint.h"
+#include "optscope/output_file.h"
 #include "optscope/progress.h"
 
 #include <functional>
@@ -22,8 +23,24 @@
 
 namespace optscope {
 
-/// Bytes of one tensor, row-major and little-endian, delivered in blocks to the sink.
-using ByteSink = std::function<void(const uint8_t* data, size_t size)>;
+class MappedFile;
+
+/// Where a tensor's bytes go, row-major and little-endian, block by block. A producer calls it with bytes; where the
+/// next bytes are a contiguous region of a mapped file, it may instead pass that region (region(file, offset, length)),
+/// which the writer then copies inside the kernel. Producers must only use the region form when it is set.
+struct ByteSink
+{
+    std::function<void(const uint8_t* data, size_t size)> bytes;
+    std::function<void(const MappedFile& file, uint64_t offset, uint64_t length)> region; ///< optional
+
+    ByteSink() = default;
+    template<typename F, typename = decltype(std::declval<F&>()(static_cast<const uint8_t*>(nullptr), size_t(0)))>
+    ByteSink(F f) // NOLINT(google-explicit-constructor): any bytes callback is a sink
+        : bytes(std::move(f))
+    {
+    }
+    void operator()(const uint8_t* data, size_t size) const { bytes(data, size); }
+};
 using TensorProducer = std::function<void(const ByteSink& sink)>;
 
 struct TensorToWrite
@@ -75,15 +92,14 @@ struct WriteStats
     uint64_t fileBytes = 0;
 };
 
-class OutputFile;
-
 class TorchSaveWriter
 {
 public:
     /// Writes @p tree to @p path (temporary name, then rename). Throws Error on I/O failure, on values that
     /// weights_only loading cannot represent (inert objects of unknown classes), or when cancelled (the temporary
     /// is removed and @p path is left untouched).
-    static WriteStats write(const StateTree& tree, const std::string& path, const Progress& progress = {});
+    static WriteStats write(const StateTree& tree, const std::string& path, const Progress& progress = {},
+        WriteOptions options = {});
     /// Writes @p tree as a complete archive at the current position of @p out (a DCP .distcp item: offsets and
     /// alignment relative to the archive's first byte), under @p prefix ("archive" for DCP).
     static WriteStats writeArchive(const StateTree& tree, OutputFile& out, const std::string& prefix,
