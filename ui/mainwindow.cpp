@@ -222,7 +222,6 @@ void MainWindow::setupMenus()
         ->setShortcut(QKeySequence::Find);
     QAction* cancel = edit->addAction(tr("&Cancel Running Jobs"), m_context->runner(), &JobRunner::cancelAll);
     cancel->setShortcut(QKeySequence(Qt::Key_Escape));
-    cancel->setShortcutContext(Qt::ApplicationShortcut);
 
     m_viewMenu = menuBar()->addMenu(tr("&View"));
     for (const QString& name : panelNames())
