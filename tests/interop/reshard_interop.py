@@ -4,6 +4,8 @@
     torch-python reshard_interop.py make OUTDIR        a 3-rank FSDP2 AdamW checkpoint (OUTDIR/src) and its full
                                                        state as PyTorch gathers it (OUTDIR/src.ref.pt)
     (optscope-cli reshard OUTDIR/src --world-size M -o OUTDIR/rs_M)
+    torch-python reshard_interop.py load_fsdp1 OUTDIR M  the same with FSDP1 loading a --layout fsdp1 reshard of a
+                                                       2-rank FSDP1 checkpoint (OUTDIR/src_fsdp1)
     torch-python reshard_interop.py load OUTDIR M      M ranks: fresh FSDP2 model + optimizer, get_state_dict,
                                                        dcp.load from rs_M, set_state_dict, then the full state
                                                        (full_state_dict=True) must equal src.ref.pt bit for bit
@@ -19,13 +21,50 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import Net, fake_steps, spawn  # noqa: E402
-from gather_interop import same  # noqa: E402
+from gather_interop import WideBlock, WideNet, same  # noqa: E402
 
 
 def _setup(rank, world, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def _fsdp1_model_and_optimizer(seed):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(seed)
+    model = FSDP(WideNet(), auto_wrap_policy=ModuleWrapPolicy({WideBlock}), device_id=torch.device("cpu"))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(seed))
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return model, opt
+
+
+def _make_fsdp1_worker(rank, world, port, out, seed):
+    _setup(rank, world, port)
+    model, opt = _fsdp1_model_and_optimizer(seed)
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(out, "src_fsdp1"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _load_fsdp1_worker(rank, world, port, out, m):
+    _setup(rank, world, port)
+    model, opt = _fsdp1_model_and_optimizer(seed=999)
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=os.path.join(out, f"rs1_{m}"))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    full_msd, full_osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True))
+    if rank == 0:
+        torch.save({"model": full_msd, "optim": full_osd}, os.path.join(out, f"rs1_{m}.loaded.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _model_and_optimizer(seed):
@@ -74,6 +113,21 @@ def make(out):
     print("seed", seed)
     spawn(_make_worker, 3, out, seed)
     dcp_to_torch_save(os.path.join(out, "src"), os.path.join(out, "src.ref.pt"))
+    spawn(_make_fsdp1_worker, 2, out, seed)
+    dcp_to_torch_save(os.path.join(out, "src_fsdp1"), os.path.join(out, "src_fsdp1.ref.pt"))
+
+
+def load_fsdp1(out, m):
+    spawn(_load_fsdp1_worker, m, out, m)
+    ref = torch.load(os.path.join(out, "src_fsdp1.ref.pt"), weights_only=True)
+    got = torch.load(os.path.join(out, f"rs1_{m}.loaded.pt"), weights_only=True)
+    errors = []
+    same(ref, got, f"FSDP1 M={m}", errors, ordered=False)
+    print(f"FSDP1 on {m} ranks loaded the --layout fsdp1 reshard of a 2-rank checkpoint: "
+          f"{'equal to the source' if not errors else 'DIFFERENT'}")
+    for e in errors[:20]:
+        print("   ", e)
+    return 1 if errors else 0
 
 
 def load(out, m):
@@ -91,5 +145,7 @@ def load(out, m):
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "load_fsdp1":
+        sys.exit(load_fsdp1(sys.argv[2], int(sys.argv[3])))
     else:
         sys.exit(load(sys.argv[2], int(sys.argv[3])))
