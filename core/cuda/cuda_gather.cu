@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -222,7 +223,9 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
                 devs[g] = g;
             nccl.check(nccl.commInitAll(comms.data(), ngpu, devs.data()), "ncclCommInitAll");
         }
-        // 1. each chunk goes to the GPU of its rank (host -> device, dense chunk bytes)
+        // 1. each chunk goes to the GPU of its rank (host -> device, dense chunk bytes), through one pair of pinned
+        // staging buffers per GPU
+        std::vector<std::unique_ptr<Staging>> staging(ngpu);
         std::vector<int> owner(a.chunks.size());
         for (size_t c = 0; c < a.chunks.size(); ++c) {
             const HostChunk& ch = a.chunks[c];
@@ -241,8 +244,12 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
                 check(cudaMalloc(&staged[h][c], static_cast<size_t>(cn) * a.elementSize), "cudaMalloc (chunk)");
             }
             check(cudaSetDevice(g), "cudaSetDevice");
-            Staging staging(g);
-            staging.toDevice(staged[g][c], ch.data, static_cast<size_t>(cn) * a.elementSize, streams[g]);
+            if (!staging[g])
+                staging[g] = std::make_unique<Staging>(g);
+            staging[g]->toDevice(staged[g][c], ch.data, static_cast<size_t>(cn) * a.elementSize, streams[g]);
+        }
+        for (int g = 0; g < ngpu; ++g) {
+            check(cudaSetDevice(g), "cudaSetDevice");
             check(cudaStreamSynchronize(streams[g]), "H2D sync");
         }
         // 2. several GPUs: broadcast every chunk from its owner to all
