@@ -43,6 +43,7 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     , m_rankA(new QSpinBox(this))
     , m_rankB(new QSpinBox(this))
     , m_compareRanks(new QPushButton(tr("Compare ranks"), this))
+    , m_stop(new QPushButton(tr("Stop"), this))
     , m_rtol(new QLineEdit(this))
     , m_atol(new QLineEdit(this))
     , m_statusFilter(new QComboBox(this))
@@ -83,6 +84,9 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     bar->addWidget(m_rankB);
     m_compareRanks->setToolTip(tr("Compare what two ranks of the open checkpoint hold, chunk by chunk"));
     bar->addWidget(m_compareRanks);
+    m_stop->setToolTip(tr("Cancel the running comparison"));
+    m_stop->hide();
+    bar->addWidget(m_stop);
     bar->addSpacing(12);
     auto* validator = new QDoubleValidator(0, 1e300, 20, this);
     validator->setNotation(QDoubleValidator::ScientificNotation);
@@ -180,6 +184,7 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     layout->addWidget(split, 1);
     m_histogram->clearHistogram(tr("Select a changed tensor"));
 
+    connect(m_stop, &QPushButton::clicked, this, [this] { m_context->runner()->cancel(QStringLiteral("diff")); });
     connect(m_compareRanks, &QPushButton::clicked, this, [this] { compareRanks(m_rankA->value(), m_rankB->value()); });
     connect(m_statusFilter, qOverload<int>(&QComboBox::currentIndexChanged), this, &DiffPanel::updateFilter);
     connect(m_search, &QLineEdit::textChanged, this, &DiffPanel::updateFilter);
@@ -216,6 +221,7 @@ void DiffPanel::setBusy(bool busy)
     const bool open = m_context->checkpoint() != nullptr;
     m_openB->setEnabled(open && !busy);
     m_compareRanks->setEnabled(open && !busy);
+    m_stop->setVisible(busy);
 }
 
 void DiffPanel::compareWith(const QString& path)

@@ -64,6 +64,7 @@ private:
     QSpinBox* m_rankA;
     QSpinBox* m_rankB;
     QPushButton* m_compareRanks;
+    QPushButton* m_stop;
     QLineEdit* m_rtol;
     QLineEdit* m_atol;
     QComboBox* m_statusFilter;

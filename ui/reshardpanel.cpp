@@ -45,6 +45,7 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     , m_device(new QComboBox(this))
     , m_verify(new QPushButton(tr("Verify"), this))
     , m_reshard(new QPushButton(tr("Reshard and save…"), this))
+    , m_stop(new QPushButton(tr("Stop"), this))
     , m_export(new QToolButton(this))
     , m_problemsOnly(new QCheckBox(tr("Only problems"), this))
     , m_summary(new QLabel(this))
@@ -80,6 +81,9 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     actions->addWidget(m_verify);
     m_reshard->setToolTip(tr("Write the resharded checkpoint (a DCP folder) and verify the written copy"));
     actions->addWidget(m_reshard);
+    m_stop->setToolTip(tr("Cancel the running reshard or verify"));
+    m_stop->hide();
+    actions->addWidget(m_stop);
     m_export->setText(tr("Export report"));
     m_export->setPopupMode(QToolButton::InstantPopup);
     auto* menu = new QMenu(m_export);
@@ -125,6 +129,7 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     layout->addWidget(m_view, 1);
 
     connect(m_verify, &QPushButton::clicked, this, &ReshardPanel::verify);
+    connect(m_stop, &QPushButton::clicked, this, [this] { m_context->runner()->cancel(QStringLiteral("reshard")); });
     connect(m_reshard, &QPushButton::clicked, this, [this] {
         const QString out = QFileDialog::getSaveFileName(this, tr("Save the resharded checkpoint as a new folder"),
             QDir::homePath() + QStringLiteral("/resharded"), QString(), nullptr, QFileDialog::ShowDirsOnly);
@@ -199,6 +204,7 @@ void ReshardPanel::setBusy(bool busy)
     m_world->setEnabled(!busy);
     m_layout->setEnabled(!busy);
     m_device->setEnabled(!busy);
+    m_stop->setVisible(busy);
 }
 
 void ReshardPanel::showReport()

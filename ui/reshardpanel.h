@@ -31,6 +31,7 @@ public:
     QSpinBox* worldSize() const { return m_world; }
     QComboBox* layoutCombo() const { return m_layout; }
     QComboBox* deviceCombo() const { return m_device; }
+    QPushButton* stopButton() const { return m_stop; }
     QString summaryText() const;
 
     /// verify-by-load in the background (the Verify button)
@@ -55,6 +56,7 @@ private:
     QComboBox* m_device;
     QPushButton* m_verify;
     QPushButton* m_reshard;
+    QPushButton* m_stop;
     QToolButton* m_export;
     QCheckBox* m_problemsOnly;
     QLabel* m_summary;

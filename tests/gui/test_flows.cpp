@@ -348,6 +348,15 @@ void TestFlows::reshardAndVerify()
     ReshardPanel* panel = w.reshardPanel();
     QCOMPARE(panel->deviceCombo()->itemData(0).toString(), QStringLiteral("cpu"));
     QSignalSpy done(panel, &ReshardPanel::finished);
+    // Stop cancels: the job reports back as cancelled, the panel is usable again
+    panel->verify();
+    QVERIFY(!panel->stopButton()->isHidden());
+    QTest::mouseClick(panel->stopButton(), Qt::LeftButton);
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(done.first().first().toBool(), false);
+    QCOMPARE(panel->summaryText(), QStringLiteral("Cancelled."));
+    QVERIFY(panel->stopButton()->isHidden());
+    done.clear();
     // FSDP2 layout on 2 ranks: verify-by-load
     panel->worldSize()->setValue(2);
     panel->verify();
