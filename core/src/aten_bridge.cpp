@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "aten_impl.h"
+#include "aten_scalar_type.h"
 
 #include <optional>
 
@@ -88,23 +89,6 @@ double decodeFloat8(uint8_t b, int expBits, int manBits, int bias, bool fnuz, bo
     return sign ? -v : v;
 }
 
-std::optional<at::ScalarType> scalarType(DType d)
-{
-    switch (d) {
-    case DType::Float64: return at::kDouble;
-    case DType::Float32: return at::kFloat;
-    case DType::Float16: return at::kHalf;
-    case DType::BFloat16: return at::kBFloat16;
-    case DType::Int8: return at::kChar;
-    case DType::Int16: return at::kShort;
-    case DType::Int32: return at::kInt;
-    case DType::Int64: return at::kLong;
-    case DType::UInt8: return at::kByte;
-    case DType::Bool: return at::kBool;
-    default: return std::nullopt;
-    }
-}
-
 template<typename T>
 T load(const uint8_t* p)
 {
@@ -120,7 +104,7 @@ std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
     std::vector<double> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
     if (n <= 0)
         return out;
-    if (auto st = scalarType(dtype)) {
+    if (auto st = realScalarType(dtype)) {
         at::Tensor src = at::from_blob(const_cast<uint8_t*>(data), {n}, at::TensorOptions().dtype(*st));
         at::Tensor dst = at::from_blob(out.data(), {n}, at::TensorOptions().dtype(at::kDouble));
         dst.copy_(src);

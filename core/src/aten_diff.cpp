@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The numeric kernel of diff: ATen ops over blocks of two tensors (never whole tensors).
 #include "aten_impl.h"
+#include "aten_scalar_type.h"
 
 #include <ATen/ATen.h>
 
@@ -12,32 +13,6 @@ namespace optscope::aten::impl {
 
 namespace {
 
-std::optional<at::ScalarType> nativeFloat(DType d)
-{
-    switch (d) {
-    case DType::Float64: return at::kDouble;
-    case DType::Float32: return at::kFloat;
-    case DType::Float16: return at::kHalf;
-    case DType::BFloat16: return at::kBFloat16;
-    default: return std::nullopt;
-    }
-}
-
-std::optional<at::ScalarType> nativeAny(DType d)
-{
-    if (auto f = nativeFloat(d))
-        return f;
-    switch (d) {
-    case DType::Int8: return at::kChar;
-    case DType::Int16: return at::kShort;
-    case DType::Int32: return at::kInt;
-    case DType::Int64: return at::kLong;
-    case DType::UInt8: return at::kByte;
-    case DType::Bool: return at::kBool;
-    default: return std::nullopt;
-    }
-}
-
 /// the block as a tensor of @p compute type; complex numbers as pairs of reals
 at::Tensor values(const uint8_t* p, DType d, int64_t n, at::ScalarType compute, std::vector<double>& scratch)
 {
@@ -46,7 +21,7 @@ at::Tensor values(const uint8_t* p, DType d, int64_t n, at::ScalarType compute, 
         const DType part = d == DType::Complex128 ? DType::Float64 : d == DType::Complex64 ? DType::Float32 : DType::Float16;
         return values(p, part, 2 * n, compute, scratch);
     }
-    if (auto st = nativeAny(d))
+    if (auto st = realScalarType(d))
         return at::from_blob(const_cast<uint8_t*>(p), {n}, at::TensorOptions().dtype(*st)).to(compute);
     scratch = toDoubles(p, d, n); // float8 and uint16-64, which libtorch 1.13 lacks
     return at::from_blob(scratch.data(), {n}, at::TensorOptions().dtype(at::kDouble)).to(compute);
@@ -141,6 +116,9 @@ void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64
         return;
     if (hi <= lo)
         hi = lo + 1.0;
+    // the range comes from max|a-b| taken in the compute dtype (float32 for float32 pairs), which can round below
+    // the float64 difference of the same two values: clamp so that every finite difference lands in a bin
+    d = d.clamp(lo, hi);
     const at::Tensor h = at::histc(d, static_cast<int64_t>(counts.size()), lo, hi);
     const at::Tensor hl = h.to(at::kLong).contiguous();
     const int64_t* p = hl.data_ptr<int64_t>();

@@ -2,6 +2,7 @@
 // Statistics kernels: one block of elements, wrapped with at::from_blob, converted to float64 and reduced with ATen
 // ops (computeTensorStats in tensor_stats.cpp streams the blocks and merges the results).
 #include "aten_impl.h"
+#include "aten_scalar_type.h"
 
 #include <ATen/ATen.h>
 
@@ -16,21 +17,11 @@ namespace {
 /// ATen scalar types that from_blob + to(kDouble) handle in libtorch 1.13 and 2.x alike
 std::optional<at::ScalarType> nativeType(DType d)
 {
-    switch (d) {
-    case DType::Float64: return at::kDouble;
-    case DType::Float32: return at::kFloat;
-    case DType::Float16: return at::kHalf;
-    case DType::BFloat16: return at::kBFloat16;
-    case DType::Int8: return at::kChar;
-    case DType::Int16: return at::kShort;
-    case DType::Int32: return at::kInt;
-    case DType::Int64: return at::kLong;
-    case DType::UInt8: return at::kByte;
-    case DType::Bool: return at::kBool;
-    case DType::Complex64: return at::kComplexFloat;
-    case DType::Complex128: return at::kComplexDouble;
-    default: return std::nullopt;
-    }
+    if (d == DType::Complex64)
+        return at::kComplexFloat;
+    if (d == DType::Complex128)
+        return at::kComplexDouble;
+    return realScalarType(d);
 }
 
 /// dtypes toDoubles decodes by hand (libtorch 1.13 has no such type)
