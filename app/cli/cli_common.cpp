@@ -80,14 +80,6 @@ std::string humanBytes(uint64_t bytes)
     return buf;
 }
 
-std::string shapeString(const std::vector<int64_t>& shape)
-{
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i)
-        s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-}
-
 void printError(const std::string& command, const std::string& message)
 {
     finishTerminalProgress();

@@ -64,7 +64,6 @@ std::string commandUsage(const std::string& name);
 
 /// formats 1536 as "1.5 KiB"
 std::string humanBytes(uint64_t bytes);
-std::string shapeString(const std::vector<int64_t>& shape);
 /// prints "optscope-cli <cmd>: <message>" on stderr
 void printError(const std::string& command, const std::string& message);
 

@@ -60,7 +60,7 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
         r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : e.key, 72);
         if (e.isTensor()) {
             r.dtype = std::string(dtypeName(e.tensor.dtype));
-            r.shape = shapeString(e.tensor.shape);
+            r.shape = shapeText(e.tensor.shape);
             r.chunks = ranksText(e.tensor.ranks(), e.tensor.chunks.size());
             r.bytes = humanBytes(e.tensor.nbytes());
             if (hash && entries[i].contains("sha256"))

@@ -11,6 +11,14 @@ const char* checkpointFormatName(CheckpointFormat format)
     return format == CheckpointFormat::Dcp ? "dcp" : "torch_save";
 }
 
+std::string shapeText(const std::vector<int64_t>& shape)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < shape.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(shape[i]);
+    return t + "]";
+}
+
 std::string joinKeyPath(const KeyPath& path)
 {
     std::string key;

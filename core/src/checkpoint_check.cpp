@@ -31,14 +31,6 @@ nlohmann::ordered_json CheckReport::toJson() const
 
 namespace {
 
-std::string shapeText(const std::vector<int64_t>& s)
-{
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-}
-
 std::string numberText(double v)
 {
     std::ostringstream o;

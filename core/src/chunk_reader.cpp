@@ -7,13 +7,6 @@
 namespace optscope {
 
 namespace {
-std::string shapeText(const std::vector<int64_t>& s)
-{
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-}
 } // namespace
 
 int64_t ChunkData::numel() const

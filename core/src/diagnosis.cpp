@@ -45,13 +45,6 @@ nlohmann::ordered_json Diagnosis::toJson() const
 
 namespace {
 
-bool isBuffer(const std::string& fqn)
-{
-    const auto dot = fqn.rfind('.');
-    const std::string leaf = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
-    return leaf == "running_mean" || leaf == "running_var" || leaf == "num_batches_tracked";
-}
-
 std::string quoteList(const std::vector<std::string>& v, size_t max = 5)
 {
     std::string s;
@@ -67,12 +60,10 @@ std::vector<std::string> head(const std::vector<std::string>& v, size_t n = 8)
     return {v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size()))};
 }
 
-std::string shapeText(const std::vector<int64_t>& s)
+/// how PyTorch prints a shape in its error messages
+std::string torchSizeText(const std::vector<int64_t>& s)
 {
-    std::string t = "torch.Size([";
-    for (size_t i = 0; i < s.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "])";
+    return "torch.Size(" + shapeText(s) + ")";
 }
 
 /// the parameter FQNs an optimizer names, with how they were found (ids are mapped through param_names if present)
@@ -508,7 +499,7 @@ private:
                     if (e->isTensor() && !e->tensor.shape.empty()) {
                         allFlat = allFlat && e->tensor.shape.size() == 1;
                         if (name == p.states.begin()->first || sizes.size() < v.params.size())
-                            sizes.push_back("id " + p.key + ": " + shapeText(e->tensor.shape));
+                            sizes.push_back("id " + p.key + ": " + torchSizeText(e->tensor.shape));
                     }
             if (allFlat) {
                 add(d, {"shape-mismatch", "error",
@@ -554,11 +545,11 @@ private:
                     n *= s;
                 const bool isFlat = e->tensor.shape.size() == 1 && it->second.size() != 1;
                 flat = flat || isFlat;
-                wrong.push_back(fqn + "." + name + " " + shapeText(e->tensor.shape) + " vs " + shapeText(it->second));
+                wrong.push_back(fqn + "." + name + " " + torchSizeText(e->tensor.shape) + " vs " + torchSizeText(it->second));
                 if (firstError.empty())
                     firstError = e->tensor.numel() == n
-                        ? "ValueError: Size mismatch between saved " + shapeText(e->tensor.shape) + " and current: "
-                            + shapeText(it->second) + " for " + root + (root.empty() ? "" : ".") + "state." + fqn + "." + name
+                        ? "ValueError: Size mismatch between saved " + torchSizeText(e->tensor.shape) + " and current: "
+                            + torchSizeText(it->second) + " for " + root + (root.empty() ? "" : ".") + "state." + fqn + "." + name
                         : "RuntimeError: The size of tensor a (" + std::to_string(n) + ") must match the size of tensor b ("
                             + std::to_string(e->tensor.numel()) + ") at non-singleton dimension 0";
             }
@@ -660,7 +651,7 @@ ExpectedParams ExpectedParams::fromCheckpoint(const Checkpoint& model)
         else
             continue;
         e.shapes[fqn] = en.tensor.shape;
-        if (!isBuffer(fqn))
+        if (!isKnownBufferName(fqn))
             fqns.push_back(fqn);
     }
     if (e.fqns.empty())

@@ -79,14 +79,6 @@ namespace {
 
 constexpr char kSep = '\x1f'; // joins canonical key parts: FQNs contain dots, never this
 
-std::string shapeText(const std::vector<int64_t>& s)
-{
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-}
-
 /// One side's entry under the name it is compared by.
 struct Canon
 {
@@ -96,19 +88,12 @@ struct Canon
     const PyValue* overrideValue = nullptr; ///< params lists rewritten as canonical FQNs
 };
 
-bool isBuffer(const std::string& fqn)
-{
-    const auto dot = fqn.rfind('.');
-    const std::string leaf = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
-    return leaf == "running_mean" || leaf == "running_var" || leaf == "num_batches_tracked";
-}
-
 /// Parameter FQNs of a checkpoint's own model part ("model.<fqn>" tensors), for mapping optimizer ids.
 std::vector<std::string> modelParams(const Checkpoint& cp)
 {
     std::vector<std::string> out;
     for (const auto& e : cp.entries)
-        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model" && !isBuffer(e.path[1].key))
+        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model" && !isKnownBufferName(e.path[1].key))
             out.push_back(e.path[1].key);
     return out;
 }

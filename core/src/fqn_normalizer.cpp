@@ -10,6 +10,13 @@ const std::vector<std::string>& wrapperPrefixes()
     return p;
 }
 
+bool isKnownBufferName(const std::string& fqn)
+{
+    const auto dot = fqn.rfind('.');
+    const std::string leaf = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+    return leaf == "running_mean" || leaf == "running_var" || leaf == "num_batches_tracked";
+}
+
 NormalizedFqn normalizeFqn(const std::string& fqn)
 {
     NormalizedFqn n;

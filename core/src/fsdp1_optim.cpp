@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/fqn_normalizer.h"
 #include "optscope/fsdp1_optim.h"
 #include "optscope/error.h"
 #include "optscope/optimizer_view.h"
@@ -17,21 +18,6 @@ namespace {
 bool underPrefix(const std::string& fqn, const std::string& prefix)
 {
     return prefix.empty() || (fqn.size() > prefix.size() && fqn.compare(0, prefix.size(), prefix) == 0 && fqn[prefix.size()] == '.');
-}
-
-bool isKnownBuffer(const std::string& fqn)
-{
-    const auto dot = fqn.rfind('.');
-    const std::string leaf = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
-    return leaf == "running_mean" || leaf == "running_var" || leaf == "num_batches_tracked";
-}
-
-std::string shapeText(const std::vector<int64_t>& s)
-{
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
 }
 
 std::string listText(const std::vector<std::string>& v, size_t max = 6)
@@ -99,7 +85,7 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
     }
     if (params.empty()) {
         for (const auto& fqn : tensorOrder)
-            if (!isKnownBuffer(fqn))
+            if (!isKnownBufferName(fqn))
                 params.push_back(fqn);
         m.notes.push_back("parameters from the tensors of " + model.path + (underModel ? " under 'model'" : "")
             + " in file order (known buffers skipped)");

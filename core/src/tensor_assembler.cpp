@@ -13,14 +13,6 @@ namespace optscope {
 
 namespace {
 
-std::string shapeText(const std::vector<int64_t>& s)
-{
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-}
-
 } // namespace
 
 TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes)

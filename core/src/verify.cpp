@@ -72,14 +72,6 @@ nlohmann::ordered_json VerifyReport::toJson() const
 
 namespace {
 
-std::string shapeText(const std::vector<int64_t>& s)
-{
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-}
-
 std::vector<uint8_t> collect(const Checkpoint& cp, const Entry& e, const std::vector<int64_t>& offsets,
     const std::vector<int64_t>& sizes, const Progress& progress)
 {
@@ -175,6 +167,71 @@ int sourceRanks(const Checkpoint& cp)
     return ranks.empty() ? 1 : *ranks.rbegin() + 1;
 }
 
+/// The per-entry frame both verifications share: every source entry is looked up in @p other, values are compared
+/// by value, tensors by dtype and shape and then by @p compareTensor (which adds ranks and differing counts); errors
+/// of one entry are reported on that entry; entries only @p other has are listed as unexpected. Progress runs from
+/// @p progressBase to 1.
+template<typename CompareTensor>
+void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::string& otherName,
+    double progressBase, const char* label, VerifyReport& report, const Progress& progress,
+    const CompareTensor& compareTensor)
+{
+    std::set<std::string> seen;
+    const size_t n = src.entries.size();
+    for (size_t i = 0; i < n; ++i) {
+        progress.checkCancelled();
+        progress(progressBase + (1.0 - progressBase) * double(i) / double(std::max<size_t>(n, 1)), label);
+        const Entry& e = src.entries[i];
+        seen.insert(e.key);
+        VerifyEntry ve;
+        ve.key = e.key;
+        ve.type = e.isTensor() ? "tensor" : "value";
+        const Entry* back = other.find(e.key);
+        if (!back) {
+            ve.status = "missing";
+            ve.detail = "not in " + otherName;
+            report.entries.push_back(std::move(ve));
+            continue;
+        }
+        try {
+            if (!e.isTensor()) {
+                ve.status = !back->isTensor() && sameValue(e.value, back->value) ? "identical" : "different";
+                if (ve.status == "different")
+                    ve.detail = (back->isTensor() ? std::string("a tensor") : pyRepr(back->value, 80)) + " != "
+                        + pyRepr(e.value, 80);
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
+            const TensorEntry& t = e.tensor;
+            ve.elements = t.numel();
+            ve.shape = t.shape;
+            if (!back->isTensor() || back->tensor.dtype != t.dtype || back->tensor.shape != t.shape) {
+                ve.status = "different";
+                ve.detail = "is "
+                    + (back->isTensor() ? std::string(dtypeName(back->tensor.dtype)) + shapeText(back->tensor.shape)
+                                        : "a value")
+                    + ", the source " + std::string(dtypeName(t.dtype)) + shapeText(t.shape);
+                ve.differing = ve.elements;
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
+            compareTensor(e, *back, ve);
+            ve.status = ve.differing == 0 ? "identical" : "different";
+        } catch (const Error& err) {
+            if (err.kind() == ErrorKind::Cancelled)
+                throw;
+            ve.status = "error";
+            ve.detail = err.what();
+        }
+        report.entries.push_back(std::move(ve));
+    }
+    for (const auto& e : other.entries)
+        if (!seen.count(e.key))
+            report.entries.push_back(
+                {e.key, e.isTensor() ? "tensor" : "value", "unexpected", "only in " + otherName, {}, 0, 0, {}});
+    progress(1.0, label);
+}
+
 } // namespace
 
 VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, const Progress& progress)
@@ -214,101 +271,56 @@ VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, c
     const CheckpointPtr rs = DcpReader::open(folder.path);
 
     // 3-4. every rank loads its shard; the shards are gathered back and compared with the source
-    std::set<std::string> seen;
-    const size_t n = src.entries.size();
-    for (size_t i = 0; i < n; ++i) {
-        progress.checkCancelled();
-        progress(0.5 + 0.5 * double(i) / double(std::max<size_t>(n, 1)), "loading and comparing");
-        const Entry& e = src.entries[i];
-        seen.insert(e.key);
-        VerifyEntry ve;
-        ve.key = e.key;
-        ve.type = e.isTensor() ? "tensor" : "value";
-        const Entry* back = rs->find(e.key);
-        if (!back) {
-            ve.status = "missing";
-            ve.detail = "not in the resharded checkpoint";
-            report.entries.push_back(std::move(ve));
-            continue;
-        }
-        try {
-            if (!e.isTensor()) {
-                ve.status = !back->isTensor() && sameValue(e.value, back->value) ? "identical" : "different";
-                if (ve.status == "different")
-                    ve.detail = pyRepr(back->value, 80) + " != " + pyRepr(e.value, 80);
-                report.entries.push_back(std::move(ve));
-                continue;
-            }
+    compareEntries(src, *rs, "the resharded checkpoint", 0.5, "loading and comparing", report, progress,
+        [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
             const TensorEntry& t = e.tensor;
-            ve.elements = t.numel();
-            ve.shape = t.shape;
-            if (!back->isTensor() || back->tensor.dtype != t.dtype || back->tensor.shape != t.shape) {
-                ve.status = "different";
-                ve.detail = "loaded as " + (back->isTensor() ? std::string(dtypeName(back->tensor.dtype)) + shapeText(back->tensor.shape) : "a value");
-                ve.differing = ve.elements;
-                report.entries.push_back(std::move(ve));
-                continue;
+        const size_t elem = dtypeSize(t.dtype);
+        // each rank's box (0-dim tensors: rank 0 holds the value)
+        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
+        for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {
+            std::vector<int64_t> off(t.shape.size(), 0), size(t.shape);
+            if (!t.shape.empty()) {
+                const Dim0Chunk c = chunkDim0(t.shape[0], M, r);
+                off[0] = c.offset;
+                size[0] = c.size;
             }
-            const size_t elem = dtypeSize(t.dtype);
-            // each rank's box (0-dim tensors: rank 0 holds the value)
-            std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
-            for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {
-                std::vector<int64_t> off(t.shape.size(), 0), size(t.shape);
-                if (!t.shape.empty()) {
-                    const Dim0Chunk c = chunkDim0(t.shape[0], M, r);
-                    off[0] = c.offset;
-                    size[0] = c.size;
-                }
-                boxes.emplace_back(off, size);
-            }
-            std::vector<std::vector<uint8_t>> shards;
-            for (const auto& [off, size] : boxes)
-                shards.push_back(collect(*rs, *back, off, size, progress)); // what each rank loads
-            if (gpu) {
-#ifdef OPTSCOPE_HAS_CUDA
-                size_t shardBytes = 0;
-                std::vector<cuda::HostShard> hs;
-                for (const auto& s : shards) {
-                    shardBytes = std::max(shardBytes, s.size());
-                    hs.push_back({s.data(), s.size()});
-                }
-                std::vector<uint8_t> gathered;
-                gathered.reserve(shardBytes * shards.size());
-                try {
-                    cuda::allGatherShards(hs, std::max<size_t>(shardBytes, 1),
-                        [&](const uint8_t* p, size_t k) { gathered.insert(gathered.end(), p, p + k); });
-                } catch (const std::runtime_error& err) {
-                    throw Error(ErrorKind::Unsupported, src.path, "'" + e.key + "' on the GPUs: " + err.what());
-                }
-                // unpad: rank r's shard sits at r * shardBytes
-                for (size_t r = 0; r < shards.size(); ++r)
-                    if (!shards[r].empty())
-                        std::memcpy(shards[r].data(), gathered.data() + r * shardBytes, shards[r].size());
-#endif
-            }
-            for (size_t r = 0; r < boxes.size(); ++r) {
-                VerifyRankResult rr;
-                rr.rank = static_cast<int>(r);
-                rr.elements = static_cast<int64_t>(shards[r].size() / elem);
-                compareBox(src, e, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
-                    report.bytesCompared, progress);
-                ve.differing += rr.differing;
-                ve.ranks.push_back(rr);
-            }
-            ve.status = ve.differing == 0 ? "identical" : "different";
-        } catch (const Error& err) {
-            if (err.kind() == ErrorKind::Cancelled)
-                throw;
-            ve.status = "error";
-            ve.detail = err.what();
+            boxes.emplace_back(off, size);
         }
-        report.entries.push_back(std::move(ve));
-    }
-    for (const auto& e : rs->entries)
-        if (!seen.count(e.key))
-            report.entries.push_back({e.key, e.isTensor() ? "tensor" : "value", "unexpected",
-                "only in the resharded checkpoint", {}, 0, 0, {}});
-    progress(1.0, "loading and comparing");
+        std::vector<std::vector<uint8_t>> shards;
+        for (const auto& [off, size] : boxes)
+            shards.push_back(collect(*rs, back, off, size, progress)); // what each rank loads
+        if (gpu) {
+#ifdef OPTSCOPE_HAS_CUDA
+            size_t shardBytes = 0;
+            std::vector<cuda::HostShard> hs;
+            for (const auto& s : shards) {
+                shardBytes = std::max(shardBytes, s.size());
+                hs.push_back({s.data(), s.size()});
+            }
+            std::vector<uint8_t> gathered;
+            gathered.reserve(shardBytes * shards.size());
+            try {
+                cuda::allGatherShards(hs, std::max<size_t>(shardBytes, 1),
+                    [&](const uint8_t* p, size_t k) { gathered.insert(gathered.end(), p, p + k); });
+            } catch (const std::runtime_error& err) {
+                throw Error(ErrorKind::Unsupported, src.path, "'" + e.key + "' on the GPUs: " + err.what());
+            }
+            // unpad: rank r's shard sits at r * shardBytes
+            for (size_t r = 0; r < shards.size(); ++r)
+                if (!shards[r].empty())
+                    std::memcpy(shards[r].data(), gathered.data() + r * shardBytes, shards[r].size());
+#endif
+        }
+        for (size_t r = 0; r < boxes.size(); ++r) {
+            VerifyRankResult rr;
+            rr.rank = static_cast<int>(r);
+            rr.elements = static_cast<int64_t>(shards[r].size() / elem);
+            compareBox(src, e, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
+                report.bytesCompared, progress);
+            ve.differing += rr.differing;
+            ve.ranks.push_back(rr);
+        }
+        });
     return report;
 }
 
@@ -319,72 +331,23 @@ VerifyReport verifyAgainst(const Checkpoint& src, const Checkpoint& other, const
     report.target = other.path;
     report.device = "cpu";
     report.worldSize = sourceRanks(other);
-    std::set<std::string> seen;
-    const size_t n = src.entries.size();
-    for (size_t i = 0; i < n; ++i) {
-        progress.checkCancelled();
-        progress(double(i) / double(std::max<size_t>(n, 1)), "comparing");
-        const Entry& e = src.entries[i];
-        seen.insert(e.key);
-        VerifyEntry ve;
-        ve.key = e.key;
-        ve.type = e.isTensor() ? "tensor" : "value";
-        const Entry* b = other.find(e.key);
-        if (!b) {
-            ve.status = "missing";
-            ve.detail = "not in " + other.path;
-            report.entries.push_back(std::move(ve));
-            continue;
+    compareEntries(src, other, other.path, 0.0, "comparing", report, progress,
+        [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
+        if (!ShardLayout::of(back.tensor).complete()) {
+            throw Error(ErrorKind::Format, other.path, "its chunks do not tile the tensor (run `optscope-cli check`)");
         }
-        try {
-            if (!e.isTensor()) {
-                ve.status = !b->isTensor() && sameValue(e.value, b->value) ? "identical" : "different";
-                if (ve.status == "different")
-                    ve.detail = (b->isTensor() ? std::string("a tensor") : pyRepr(b->value, 80)) + " != " + pyRepr(e.value, 80);
-                report.entries.push_back(std::move(ve));
+        for (const auto& c : back.tensor.chunks) {
+            if (c.numel() == 0)
                 continue;
-            }
-            const TensorEntry& t = e.tensor;
-            ve.elements = t.numel();
-            ve.shape = t.shape;
-            if (!b->isTensor() || b->tensor.dtype != t.dtype || b->tensor.shape != t.shape) {
-                ve.status = "different";
-                ve.detail = "is " + (b->isTensor() ? std::string(dtypeName(b->tensor.dtype)) + shapeText(b->tensor.shape) : "a value")
-                    + ", the source " + std::string(dtypeName(t.dtype)) + shapeText(t.shape);
-                ve.differing = ve.elements;
-                report.entries.push_back(std::move(ve));
-                continue;
-            }
-            if (!ShardLayout::of(b->tensor).complete()) {
-                ve.status = "error";
-                ve.detail = "its chunks do not tile the tensor (run `optscope-cli check`)";
-                report.entries.push_back(std::move(ve));
-                continue;
-            }
-            for (const auto& c : b->tensor.chunks) {
-                if (c.numel() == 0)
-                    continue;
-                VerifyRankResult rr;
-                rr.rank = c.rank;
-                rr.elements = c.numel();
-                const std::vector<uint8_t> loaded = collect(other, *b, c.offsets, c.sizes, progress);
-                compareBox(src, e, c.offsets, c.sizes, loaded.data(), loaded.size(), rr, report.bytesCompared, progress);
-                ve.differing += rr.differing;
-                ve.ranks.push_back(rr);
-            }
-            ve.status = ve.differing == 0 ? "identical" : "different";
-        } catch (const Error& err) {
-            if (err.kind() == ErrorKind::Cancelled)
-                throw;
-            ve.status = "error";
-            ve.detail = err.what();
+            VerifyRankResult rr;
+            rr.rank = c.rank;
+            rr.elements = c.numel();
+            const std::vector<uint8_t> loaded = collect(other, back, c.offsets, c.sizes, progress);
+            compareBox(src, e, c.offsets, c.sizes, loaded.data(), loaded.size(), rr, report.bytesCompared, progress);
+            ve.differing += rr.differing;
+            ve.ranks.push_back(rr);
         }
-        report.entries.push_back(std::move(ve));
-    }
-    for (const auto& e : other.entries)
-        if (!seen.count(e.key))
-            report.entries.push_back({e.key, e.isTensor() ? "tensor" : "value", "unexpected", "only in " + other.path, {}, 0, 0, {}});
-    progress(1.0, "comparing");
+        });
     return report;
 }
 

@@ -58,6 +58,9 @@ using KeyPath = std::vector<KeyPathElem>;
 /// '.'-joined path, as DCP forms flat keys
 std::string joinKeyPath(const KeyPath& path);
 
+/// "[2, 3]": how messages and reports write a shape
+std::string shapeText(const std::vector<int64_t>& shape);
+
 /// Where the bytes of one chunk are.
 struct ChunkSource
 {

@@ -23,4 +23,8 @@ NormalizedFqn normalizeFqn(const std::string& fqn);
 /// the wrapper prefixes normalizeFqn knows, in the order they are listed above
 const std::vector<std::string>& wrapperPrefixes();
 
+/// Whether an FQN names one of the well-known module buffers (BatchNorm running statistics), which live in a
+/// model state dict but never have optimizer state.
+bool isKnownBufferName(const std::string& fqn);
+
 } // namespace optscope
