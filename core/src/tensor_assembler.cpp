@@ -13,6 +13,37 @@ namespace optscope {
 
 namespace {
 
+/// Copies the part of each listed chunk that lies inside the box [offsets, offsets + sizes) into @p out, the box's
+/// dense row-major bytes; returns how many elements were copied (the box's numel when the chunks tile it).
+template<typename ChunkDataOf>
+int64_t copyIntoBox(const TensorEntry& t, const std::vector<size_t>& chunks, const ChunkDataOf& dataOf,
+    const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, uint8_t* out, const Progress& progress)
+{
+    const size_t ndim = sizes.size();
+    int64_t covered = 0;
+    for (size_t i : chunks) {
+        const auto& c = t.chunks[i];
+        if (c.numel() == 0)
+            continue;
+        std::vector<int64_t> srcBegin(ndim), extent(ndim), dstBegin(ndim);
+        int64_t vol = 1;
+        for (size_t d = 0; d < ndim; ++d) {
+            const int64_t lo = std::max(offsets[d], c.offsets[d]);
+            const int64_t hi = std::min(offsets[d] + sizes[d], c.offsets[d] + c.sizes[d]);
+            extent[d] = std::max<int64_t>(0, hi - lo);
+            srcBegin[d] = lo - c.offsets[d];
+            dstBegin[d] = lo - offsets[d];
+            vol *= extent[d];
+        }
+        if (vol == 0)
+            continue;
+        progress.checkCancelled();
+        aten::copyBlock(dataOf(i), srcBegin, extent, out, sizes, dstBegin);
+        covered += vol;
+    }
+    return covered;
+}
+
 } // namespace
 
 TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes)
@@ -59,26 +90,12 @@ void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::
     if (numel == 0)
         return;
     std::vector<uint8_t> buffer(static_cast<size_t>(numel) * dtypeSize(t.dtype));
-    int64_t covered = 0;
-    for (const auto& c : t.chunks) {
-        if (c.numel() == 0)
-            continue;
-        std::vector<int64_t> srcBegin(ndim), extent(ndim), dstBegin(ndim);
-        int64_t vol = 1;
-        for (size_t d = 0; d < ndim; ++d) {
-            const int64_t lo = std::max(offsets[d], c.offsets[d]);
-            const int64_t hi = std::min(offsets[d] + sizes[d], c.offsets[d] + c.sizes[d]);
-            extent[d] = std::max<int64_t>(0, hi - lo);
-            srcBegin[d] = lo - c.offsets[d];
-            dstBegin[d] = lo - offsets[d];
-            vol *= extent[d];
-        }
-        if (vol == 0)
-            continue;
-        progress.checkCancelled();
-        aten::copyBlock(ChunkReader::resolve(m_checkpoint, m_entry, c), srcBegin, extent, buffer.data(), sizes, dstBegin);
-        covered += vol;
-    }
+    std::vector<size_t> all(t.chunks.size());
+    for (size_t i = 0; i < all.size(); ++i)
+        all[i] = i;
+    const int64_t covered = copyIntoBox(
+        t, all, [&](size_t i) { return ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i]); }, offsets, sizes,
+        buffer.data(), progress);
     if (covered != numel)
         throw Error(ErrorKind::Format, where,
             std::string(covered < numel ? "chunks leave a gap" : "chunks overlap") + " in the box "
@@ -171,6 +188,57 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     const int64_t rowsPerBlock = std::max<int64_t>(1, static_cast<int64_t>(m_maxBlock / std::max<uint64_t>(rowBytes, 1)));
     std::vector<uint8_t> buffer;
 
+    // A row larger than one block (a huge inner extent, such as a [1, 10^10] broadcast saved with stride 0, whose
+    // file is tiny) is cut into boxes of at most one block, emitted in row-major order: the outermost dim k >= 1 whose
+    // trailing extent fits a block is split into runs, the dims between 1 and k are walked one index at a time.
+    auto emitRowInBoxes = [&](int64_t row, const std::vector<size_t>& here) {
+        size_t k = ndim - 1;
+        uint64_t trailing = elem; // bytes of one index of dim k (dims k+1.. whole)
+        for (size_t d = 1; d < ndim; ++d) {
+            uint64_t b = elem;
+            for (size_t e = d + 1; e < ndim; ++e)
+                b *= static_cast<uint64_t>(shape[e]);
+            if (b <= m_maxBlock) {
+                k = d;
+                trailing = b;
+                break;
+            }
+        }
+        const int64_t run = std::max<int64_t>(1, static_cast<int64_t>(m_maxBlock / trailing));
+        std::vector<int64_t> off(ndim, 0), size(shape);
+        off[0] = row;
+        size[0] = 1;
+        for (size_t d = 1; d < k; ++d)
+            size[d] = 1;
+        while (true) {
+            for (off[k] = 0; off[k] < shape[k]; off[k] += run) {
+                progress.checkCancelled();
+                size[k] = std::min(run, shape[k] - off[k]);
+                int64_t want = 1;
+                for (auto v : size)
+                    want *= v;
+                buffer.assign(static_cast<size_t>(want) * elem, 0);
+                const int64_t covered = copyIntoBox(t, here, data, off, size, buffer.data(), progress);
+                if (covered != want)
+                    throw Error(ErrorKind::Format, where,
+                        std::string(covered < want ? "chunks leave a gap" : "chunks overlap") + " in the box "
+                            + shapeText(off) + "+" + shapeText(size) + " of " + shapeText(shape));
+                emit(buffer.data(), buffer.size());
+            }
+            // the next index of dims 1 .. k-1 (odometer); done when it wraps around
+            bool done = true;
+            for (size_t d = k; d-- > 1;) {
+                if (++off[d] < shape[d]) {
+                    done = false;
+                    break;
+                }
+                off[d] = 0;
+            }
+            if (done)
+                return;
+        }
+    };
+
     for (size_t s = 0; s + 1 < cuts.size(); ++s) {
         const int64_t a = cuts[s];
         const int64_t b = cuts[s + 1];
@@ -238,6 +306,10 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 throw Error(ErrorKind::Format, where,
                     std::string(overlap ? "chunks overlap" : "chunks leave a gap") + " in rows [" + std::to_string(r0)
                         + ", " + std::to_string(r1) + ") of " + shapeText(shape));
+            if (rowBytes > m_maxBlock) {
+                emitRowInBoxes(r0, here);
+                continue;
+            }
             std::vector<int64_t> blockShape(shape);
             blockShape[0] = r1 - r0;
             buffer.assign(static_cast<size_t>(static_cast<uint64_t>(r1 - r0) * rowBytes), 0);

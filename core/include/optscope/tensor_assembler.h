@@ -13,8 +13,9 @@ class MappedFile;
 
 /// Streams the full tensor of an entry, assembled from its chunks, as consecutive blocks of its row-major,
 /// little-endian bytes. Zero-copy where a chunk already is the block's byte range (the usual dim-0 sharding);
-/// otherwise a block of at most maxBlockBytes (or one row, if larger) is assembled with ATen copies. Only the chunks
-/// of the current block are touched, so memory stays bounded by one block whatever the tensor size.
+/// otherwise a block of at most maxBlockBytes is assembled with ATen copies (a row larger than that is cut into boxes
+/// of at most one block). Only the chunks of the current block are touched, so memory stays bounded by one block
+/// whatever the tensor size, even for a tiny stride-0 file that declares a huge tensor.
 ///
 /// Throws Error when the chunks do not tile the tensor exactly (gap, overlap, out of bounds), when a chunk cannot
 /// be read, or when the progress callback asks to cancel.
