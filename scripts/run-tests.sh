@@ -5,6 +5,9 @@
 #                   PyTorch 2.6 through scripts/torch-python (first use builds a chroot: ~3 min, needs root + network
 #                   to Debian's mirror; set OPTSCOPE_NO_INTEROP=1 to skip)
 #   2. build-asan/  core + CLI under AddressSanitizer + UndefinedBehaviorSanitizer; the core tests again
+#   3. build-fuzz/  the libFuzzer harnesses (tests/fuzz; clang-14, ASan + UBSan): the committed regression inputs,
+#                   then each harness for OPTSCOPE_FUZZ_SECONDS seconds (default 30) from seeds made of the fixtures
+#                   (scripts/run-fuzzers.sh; OPTSCOPE_FUZZ_SECONDS=0 replays regressions and seeds only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -24,3 +27,5 @@ cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
     ctest --test-dir build-asan -L core --output-on-failure -j "$jobs"
+
+scripts/run-fuzzers.sh "${OPTSCOPE_FUZZ_SECONDS:-30}" 1

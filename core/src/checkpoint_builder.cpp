@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpoint_builder.h"
 #include "optscope/error.h"
+#include "optscope/state_flattener.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -11,13 +12,17 @@ namespace {
 
 void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<const PyValue*>& seen, int depth)
 {
-    if (!v || depth > 500 || !seen.insert(v).second)
+    if (!v || depth > 500)
         return;
-    switch (v->kind) {
-    case PyKind::Global:
+    if (v->kind == PyKind::Global) {
+        // not marked seen: a class memoized once and used by many entries is attributed to each of them
         if (!v->global->known)
             out.insert(v->global->path());
         return;
+    }
+    if (!seen.insert(v).second)
+        return;
+    switch (v->kind) {
     case PyKind::Object: {
         const auto& o = *v->object;
         collect(o.callable, out, seen, depth + 1);
@@ -67,6 +72,20 @@ void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out)
 {
     std::unordered_set<const PyValue*> seen;
     collect(v, out, seen, 0);
+}
+
+void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out, std::unordered_set<const PyValue*>& seen)
+{
+    collect(v, out, seen, 0);
+}
+
+void CheckpointBuilder::chargeKeyPath(const KeyPath& path)
+{
+    m_keyPathBytes += keyPathBytes(path);
+    if (m_keyPathBytes > kMaxKeyPathBytes)
+        throw Error(ErrorKind::Limit, m_cp.path,
+            "the entries' key paths take more than " + std::to_string(kMaxKeyPathBytes >> 20)
+                + " MiB (long keys repeated through deep nesting)");
 }
 
 TensorChunk CheckpointBuilder::chunkFromTensor(const PyTensorInfo& t, const TorchSaveArchive& archive,
@@ -132,6 +151,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
 
 void CheckpointBuilder::addValue(KeyPath path, const PyValue* value)
 {
+    chargeKeyPath(path);
     Entry e;
     e.key = joinKeyPath(path);
     e.path = std::move(path);
@@ -142,6 +162,7 @@ void CheckpointBuilder::addValue(KeyPath path, const PyValue* value)
 
 void CheckpointBuilder::addTensor(KeyPath path, TensorEntry tensor)
 {
+    chargeKeyPath(path);
     Entry e;
     e.key = joinKeyPath(path);
     if (!shapeIsRepresentable(tensor.shape, dtypeSize(tensor.dtype))) {
@@ -178,11 +199,14 @@ void CheckpointBuilder::finish()
 {
     std::set<std::string> attributed;
     if (!m_unsafeGlobals.empty()) {
+        // one walk over the whole graph: a value shared by many entries is attributed to the first that holds it
+        // (a fresh walk per entry would be quadratic in the file's size)
+        std::unordered_set<const PyValue*> seen;
         for (const auto& e : m_cp.entries) {
             if (e.isTensor())
                 continue;
             std::set<std::string> found;
-            collectUnsafeGlobals(e.value, found);
+            collectUnsafeGlobals(e.value, found, seen);
             for (const auto& path : found) {
                 auto it = m_unsafeGlobals.find(path);
                 warn("unsafe-global", it != m_unsafeGlobals.end() ? it->second : "global '" + path + "' kept inert", e.key);

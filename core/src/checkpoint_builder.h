@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace optscope {
@@ -39,11 +40,16 @@ public:
         const std::string& fileRel, const std::string& where);
 
 private:
+    /// counts the entry's key path against kMaxKeyPathBytes; throws Error(Limit) past it
+    void chargeKeyPath(const KeyPath& path);
     Checkpoint& m_cp;
     std::map<std::string, std::string> m_unsafeGlobals; ///< class path -> message
+    uint64_t m_keyPathBytes = 0;
 };
 
 /// unknown (unsafe) global class paths reachable from @p v
 void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out);
+/// the same, skipping values in @p seen (and adding those it visits): one walk over values shared by many entries
+void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out, std::unordered_set<const PyValue*>& seen);
 
 } // namespace optscope

@@ -240,6 +240,14 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         KeyPath path;
         const PyValue* p = planner && planner->kind == PyKind::Dict ? planner->get(fqn) : nullptr;
         if (p && p->isSequence() && p->size() > 0) {
+            // a path repeating one long key string (shared through the memo) could take gigabytes: bound it first
+            uint64_t pathBytes = 0;
+            for (const auto* el : p->items())
+                pathBytes += sizeof(KeyPathElem) + 2 * (2 * el->text.size() + 1024);
+            if (pathBytes > kMaxKeyPathBytes)
+                throw Error(ErrorKind::Limit, metaPath,
+                    "planner_data path of '" + fqn.substr(0, 80) + "' would take more than "
+                        + std::to_string(kMaxKeyPathBytes >> 20) + " MiB");
             for (const auto* el : p->items()) {
                 if (el->kind == PyKind::Int)
                     path.push_back(KeyPathElem::fromIndex(el->integer));

@@ -103,6 +103,13 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
     j["pickle_protocol"] = cp.pickleProtocol;
     std::vector<int> ranks;
     size_t tensors = 0, values = 0;
+    // values rendered with one budget: entries sharing one large object must not render it once each
+    std::vector<const PyValue*> valueRoots;
+    for (const auto& e : cp.entries)
+        if (!e.isTensor())
+            valueRoots.push_back(e.value);
+    std::vector<json> renderedValues = valuesToJson(valueRoots);
+    size_t nextValue = 0;
     json entries = json::array();
     for (size_t i = 0; i < cp.entries.size(); ++i) {
         const Entry& e = cp.entries[i];
@@ -139,7 +146,7 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
             ++values;
             je["type"] = "value";
             je["python_type"] = pythonType(e.value);
-            je["value"] = valueToJson(e.value);
+            je["value"] = std::move(renderedValues[nextValue++]);
         }
         const std::string& err = !e.error.empty() ? e.error : errors[i];
         if (!err.empty()) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/pickle_machine.h"
+#include "dict_index.h"
 #include "optscope/error.h"
 
 #include <algorithm>
@@ -434,10 +435,11 @@ void Machine::warn(const std::string& code, const std::string& message, const st
 }
 
 /// A hashable rendering of a dict key, so that SETITEM on an existing key replaces it as Python does.
-/// Returns false for unhashable or identity-hashed keys (objects), which are simply appended.
+/// Returns false for unhashable or identity-hashed keys (objects), which are simply appended, and for keys whose
+/// rendering would exceed kMaxDictKeyRenderingBytes (dict_index.h).
 bool hashKey(const PyValue* k, std::string& out, int depth = 0)
 {
-    if (depth > 16)
+    if (depth > 16 || out.size() + k->text.size() > kMaxDictKeyRenderingBytes)
         return false;
     switch (k->kind) {
     case PyKind::Str:
@@ -476,7 +478,7 @@ bool hashKey(const PyValue* k, std::string& out, int depth = 0)
     case PyKind::FrozenSet:
         out += k->kind == PyKind::Tuple ? "t(" : "f(";
         for (const auto* i : k->items())
-            if (!hashKey(i, out, depth + 1))
+            if (out.size() > kMaxDictKeyRenderingBytes || !hashKey(i, out, depth + 1))
                 return false;
         out += ')';
         return true;
@@ -514,8 +516,9 @@ void Machine::setItem(PyValue* target, PyValue* key, PyValue* value)
     std::string h;
     if (hashKey(key, h)) {
         if (!c.index) {
-            // small dicts: linear scan is cheaper than a map; build the index once they grow
-            if (c.items.size() < 16) {
+            // small dicts with short keys: a linear scan is cheaper than a map; build the index once they grow (or
+            // for a long key, which would be rendered again for every comparison)
+            if (c.items.size() < 16 && h.size() <= 64) {
                 for (size_t i = 0; i < c.items.size(); i += 2) {
                     std::string other;
                     if (hashKey(c.items[i], other) && other == h) {
@@ -531,10 +534,10 @@ void Machine::setItem(PyValue* target, PyValue* key, PyValue* value)
             for (size_t i = 0; i < c.items.size(); i += 2) {
                 std::string other;
                 if (hashKey(c.items[i], other))
-                    c.index->emplace(std::move(other), i);
+                    c.index->emplace(dictIndexKey(std::move(other)), i);
             }
         }
-        auto [it, inserted] = c.index->emplace(std::move(h), c.items.size());
+        auto [it, inserted] = c.index->emplace(dictIndexKey(std::move(h)), c.items.size());
         if (!inserted) {
             c.items[it->second + 1] = value;
             return;

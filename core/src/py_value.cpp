@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/py_value.h"
+#include "dict_index.h"
 
 #include <cmath>
 #include <cstdio>
@@ -54,6 +55,14 @@ const PyValue* PyValue::get(std::string_view key) const
     if (kind != PyKind::Dict || !container)
         return nullptr;
     const auto& it = container->items;
+    if (container->index && key.size() + 16 <= kMaxDictKeyRenderingBytes) {
+        // an indexed dict (one the pickle machine grew past 16 items) has every str key of this length in its index,
+        // rendered as 's' <length> ':' <text> (a linear scan made DCP's planner_data lookups quadratic)
+        std::string h = "s" + std::to_string(key.size()) + ":";
+        h.append(key);
+        auto found = container->index->find(dictIndexKey(std::move(h)));
+        return found == container->index->end() ? nullptr : it[found->second + 1];
+    }
     for (size_t i = 0; i + 1 < it.size(); i += 2) {
         if (it[i]->kind == PyKind::Str && it[i]->text == key)
             return it[i + 1];
@@ -219,8 +228,28 @@ std::string bigIntToDecimal(std::string_view le)
             }
         }
     }
-    // Repeated division by 10^9 over little-endian 32-bit limbs: nine digits per pass over the number, so that the
-    // largest integers the pickle machine accepts (PickleLimits::maxBigIntBytes) convert in well under a second.
+    // Decimal conversion is quadratic in the length: like CPython's str(int) (sys.int_info.default_max_str_digits),
+    // stop at 4300 digits (1786 bytes of magnitude cover them all) and write longer integers in hexadecimal, which
+    // is linear. Values shared through the pickle memo may be rendered many times.
+    constexpr size_t kMaxDecimalBytes = 1786;
+    while (mag.size() > 1 && mag.back() == 0)
+        mag.pop_back();
+    if (mag.size() > kMaxDecimalBytes) {
+        static const char* digits = "0123456789abcdef";
+        std::string hex = negative ? "-0x" : "0x";
+        bool leading = true;
+        for (size_t i = mag.size(); i-- > 0;) {
+            for (int shift : {4, 0}) {
+                const int d = (mag[i] >> shift) & 15;
+                if (leading && d == 0)
+                    continue;
+                leading = false;
+                hex += digits[d];
+            }
+        }
+        return hex;
+    }
+    // Repeated division by 10^9 over little-endian 32-bit limbs: nine digits per pass over the number.
     std::vector<uint32_t> limbs((mag.size() + 3) / 4, 0);
     for (size_t i = 0; i < mag.size(); ++i)
         limbs[i / 4] |= static_cast<uint32_t>(mag[i]) << (8 * (i % 4));

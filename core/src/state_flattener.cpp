@@ -1,56 +1,116 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/state_flattener.h"
+#include "optscope/error.h"
+
+#include <unordered_map>
+#include <unordered_set>
 
 namespace optscope {
 
 namespace {
 
-bool holdsTensorOrMapping(const PyValue* v, int depth)
+/// Path elements (items times their depth) that re-expanding containers already expanded once (shared references:
+/// the same object under two keys) may add in total. Pickles share objects through the memo, so a few bytes can
+/// describe a DAG whose expansion is exponential; past this budget a repeated container stays one leaf.
+constexpr size_t kMaxRepeatedPathElements = size_t(1) << 20;
+
+struct Walk
+{
+    std::unordered_map<const PyValue*, std::pair<bool, int>> holds; ///< holdsTensorOrMapping: (answer, depth)
+    std::unordered_set<const PyValue*> active; ///< containers on the current path: a cycle back to one is a leaf
+    std::unordered_set<const PyValue*> expanded; ///< containers expanded at least once
+    size_t repeatBudget = kMaxRepeatedPathElements;
+    uint64_t pathBytes = 0; ///< keyPathBytes of the current path
+    uint64_t totalBytes = 0; ///< keyPathBytes of every leaf so far
+    std::vector<FlattenedLeaf> out;
+};
+
+uint64_t elemBytes(const KeyPathElem& e)
+{
+    return sizeof(KeyPathElem) + 2 * e.key.size() + 1; // the element, its key, and the key in the joined key
+}
+
+/// does the sequence hold a tensor or a mapping within @p depth levels (through nested sequences)? Memoized per
+/// sequence with the depth it was answered for: a false answer holds for every smaller depth, a true one for every
+/// larger one, so shared sequences are walked at most once per depth, never exponentially often.
+bool holdsTensorOrMapping(const PyValue* v, int depth, Walk& w)
 {
     if (depth <= 0)
         return false;
-    for (const auto* item : v->items()) {
-        if (item->kind == PyKind::Tensor || item->kind == PyKind::Dict)
-            return true;
-        if (item->isSequence() && holdsTensorOrMapping(item, depth - 1))
-            return true;
+    auto it = w.holds.find(v);
+    if (it != w.holds.end()) {
+        const auto [found, at] = it->second;
+        if (found ? depth >= at : depth <= at)
+            return found;
     }
-    return false;
+    w.holds[v] = {false, depth}; // in progress: a cycle back to v adds nothing
+    bool found = false;
+    for (const auto* item : v->items()) {
+        if (item->kind == PyKind::Tensor || item->kind == PyKind::Dict
+            || (item->isSequence() && holdsTensorOrMapping(item, depth - 1, w))) {
+            found = true;
+            break;
+        }
+    }
+    w.holds[v] = {found, depth};
+    return found;
 }
 
-void traverse(KeyPath& path, const PyValue* v, int depth, std::vector<FlattenedLeaf>& out)
+void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
 {
-    if (depth > 0 && v->kind == PyKind::Dict) {
-        for (size_t i = 0; i < v->size(); ++i) {
-            path.push_back(KeyPathElem::fromKey(pyStr(v->dictKey(i))));
-            path.back().keyValue = v->dictKey(i);
-            traverse(path, v->dictValue(i), depth - 1, out);
-            path.pop_back();
+    const bool descend
+        = depth > 0 && (v->kind == PyKind::Dict || (v->isSequence() && holdsTensorOrMapping(v, depth, w)));
+    if (descend && !w.active.count(v)) {
+        const bool repeated = !w.expanded.insert(v).second;
+        const size_t charge = v->size() * (path.size() + 1);
+        if (!repeated || charge <= w.repeatBudget) {
+            if (repeated)
+                w.repeatBudget -= charge;
+            w.active.insert(v);
+            for (size_t i = 0; i < v->size(); ++i) {
+                if (v->kind == PyKind::Dict) {
+                    path.push_back(KeyPathElem::fromKey(pyStr(v->dictKey(i))));
+                    path.back().keyValue = v->dictKey(i);
+                    w.pathBytes += elemBytes(path.back());
+                    traverse(path, v->dictValue(i), depth - 1, w);
+                } else {
+                    path.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(i)));
+                    path.back().inTuple = v->kind == PyKind::Tuple;
+                    w.pathBytes += elemBytes(path.back());
+                    traverse(path, v->item(i), depth - 1, w);
+                }
+                w.pathBytes -= elemBytes(path.back());
+                path.pop_back();
+            }
+            w.active.erase(v);
+            return;
         }
-        return;
     }
-    if (depth > 0 && v->isSequence() && holdsTensorOrMapping(v, depth)) {
-        for (size_t i = 0; i < v->size(); ++i) {
-            path.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(i)));
-            path.back().inTuple = v->kind == PyKind::Tuple;
-            traverse(path, v->item(i), depth - 1, out);
-            path.pop_back();
-        }
-        return;
-    }
-    out.push_back({path, v});
+    w.totalBytes += w.pathBytes;
+    if (w.totalBytes > kMaxKeyPathBytes)
+        throw Error(ErrorKind::Limit, {},
+            "the state dict's key paths take more than " + std::to_string(kMaxKeyPathBytes >> 20)
+                + " MiB (long keys repeated through deep nesting)");
+    w.out.push_back({path, v});
 }
 
 } // namespace
 
+uint64_t keyPathBytes(const KeyPath& path)
+{
+    uint64_t bytes = 0;
+    for (const auto& e : path)
+        bytes += elemBytes(e);
+    return bytes;
+}
+
 std::vector<FlattenedLeaf> flattenStateDict(const PyValue* root, int maxDepth)
 {
-    std::vector<FlattenedLeaf> out;
-    if (!root)
-        return out;
+    if (!root) return {};
+    Walk w;
     KeyPath path;
-    traverse(path, root, maxDepth, out);
-    return out;
+    traverse(path, root, maxDepth, w);
+    return std::move(w.out);
 }
 
 } // namespace optscope

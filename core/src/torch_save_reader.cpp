@@ -276,7 +276,13 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path,
         cp->formatDetail += ", big-endian";
 
     CheckpointBuilder builder(*cp);
-    for (auto& leaf : flattenStateDict(ar.root)) {
+    std::vector<FlattenedLeaf> leaves;
+    try {
+        leaves = flattenStateDict(ar.root);
+    } catch (const Error& e) {
+        throw Error(e.kind(), path, e.detail(), e.offset()); // name the file
+    }
+    for (auto& leaf : leaves) {
         progress.checkCancelled();
         builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, path);
     }

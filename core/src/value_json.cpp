@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/value_json.h"
 
+#include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace optscope {
 
@@ -22,13 +25,98 @@ std::string hexOf(std::string_view bytes, size_t max = 4096)
     return out;
 }
 
-nlohmann::ordered_json toJson(const PyValue* v, int depth, std::unordered_set<const PyValue*>& active)
+/// What rendering one value costs: one unit, plus one per 64 bytes of text it copies (per byte for big integers:
+/// their decimal conversion is quadratic, up to 4300 digits).
+size_t cost(const PyValue* v)
+{
+    switch (v->kind) {
+    case PyKind::Str:
+    case PyKind::Bytes:
+    case PyKind::ByteArray:
+        return 1 + v->text.size() / 64;
+    case PyKind::BigInt:
+        return 1 + v->text.size();
+    default:
+        return 1;
+    }
+}
+
+template<typename F> void forEachChild(const PyValue* v, F&& f)
+{
+    if (v->kind == PyKind::Object) {
+        const auto& o = *v->object;
+        for (const PyValue* c : {o.callable, o.args, o.kwargs, o.state})
+            if (c)
+                f(c);
+        for (const auto* i : o.listItems)
+            f(i);
+        for (const auto* i : o.dictItems)
+            f(i);
+    } else if (v->container) {
+        for (const auto* i : v->container->items)
+            f(i);
+    }
+}
+
+/// The budget of a rendering: twice what rendering every object reachable from @p roots once costs, plus 65536.
+/// Objects shared through the pickle memo render at each reference, so a few bytes can describe a rendering of
+/// exponential (or, over many entries, quadratic) size; a graph without sharing always fits.
+size_t renderBudget(const std::vector<const PyValue*>& roots)
+{
+    std::unordered_set<const PyValue*> seen;
+    std::vector<const PyValue*> stack;
+    size_t total = 0;
+    for (const auto* r : roots)
+        if (r && seen.insert(r).second)
+            stack.push_back(r);
+    while (!stack.empty()) {
+        const PyValue* v = stack.back();
+        stack.pop_back();
+        total += cost(v);
+        forEachChild(v, [&](const PyValue* c) {
+            if (seen.insert(c).second)
+                stack.push_back(c);
+        });
+    }
+    return 2 * total + (size_t(1) << 16);
+}
+
+/// Adds key: value to a JSON object in constant time. nlohmann's ordered_map looks keys up linearly, which made
+/// rendering a dict quadratic in its size; str(key) can repeat (1 and '1'), and then the last value wins, as before.
+class ObjectBuilder
+{
+public:
+    explicit ObjectBuilder(nlohmann::ordered_json& object)
+        : m_items(object.get_ref<nlohmann::ordered_json::object_t&>())
+    { }
+    void set(std::string key, nlohmann::ordered_json value)
+    {
+        auto [it, inserted] = m_index.emplace(key, m_items.size());
+        if (inserted)
+            m_items.Container::emplace_back(std::move(key), std::move(value));
+        else
+            m_items.Container::operator[](it->second).second = std::move(value);
+    }
+
+private:
+    nlohmann::ordered_json::object_t& m_items;
+    std::unordered_map<std::string, size_t> m_index;
+};
+
+struct Render
+{
+    std::unordered_set<const PyValue*> active; ///< containers being rendered: a cycle back to one is "<...>"
+    size_t budget = 0;
+};
+
+nlohmann::ordered_json toJson(const PyValue* v, int depth, Render& r)
 {
     using json = nlohmann::ordered_json;
     if (!v)
         return nullptr;
-    if (depth <= 0 || active.count(v))
+    if (depth <= 0 || r.active.count(v) || r.budget < cost(v))
         return "<...>";
+    r.budget -= cost(v);
     switch (v->kind) {
     case PyKind::None: return nullptr;
     case PyKind::Bool: return v->boolean;
@@ -51,41 +139,50 @@ nlohmann::ordered_json toJson(const PyValue* v, int depth, std::unordered_set<co
     }
     default: break;
     }
-    active.insert(v);
+    // dict keys render through str(key), which copies their text: long ones are charged for it (short ones are free:
+    // the same interned key string, 'step' or 'exp_avg', is shared by every state dict of a checkpoint)
+    auto key = [&](const PyValue* k) {
+        const size_t c = cost(k) - 1;
+        r.budget -= std::min(r.budget, c);
+        return pyStr(k);
+    };
+    r.active.insert(v);
     json out;
     if (v->kind == PyKind::Dict) {
         out = json::object();
+        ObjectBuilder members(out);
         for (size_t i = 0; i < v->size(); ++i)
-            out[pyStr(v->dictKey(i))] = toJson(v->dictValue(i), depth - 1, active);
+            members.set(key(v->dictKey(i)), toJson(v->dictValue(i), depth - 1, r));
     } else if (v->kind == PyKind::Object) {
         const auto& o = *v->object;
         out = json::object();
         const std::string cls = v->className();
-        out["__class__"] = cls.empty() ? toJson(o.callable, depth - 1, active) : json(cls);
+        out["__class__"] = cls.empty() ? toJson(o.callable, depth - 1, r) : json(cls);
         if (o.args && o.args->size())
-            out["args"] = toJson(o.args, depth - 1, active);
+            out["args"] = toJson(o.args, depth - 1, r);
         if (o.kwargs && o.kwargs->size())
-            out["kwargs"] = toJson(o.kwargs, depth - 1, active);
+            out["kwargs"] = toJson(o.kwargs, depth - 1, r);
         if (o.state)
-            out["state"] = toJson(o.state, depth - 1, active);
+            out["state"] = toJson(o.state, depth - 1, r);
         if (!o.listItems.empty()) {
             json items = json::array();
             for (const auto* i : o.listItems)
-                items.push_back(toJson(i, depth - 1, active));
+                items.push_back(toJson(i, depth - 1, r));
             out["items"] = std::move(items);
         }
         if (!o.dictItems.empty()) {
             json items = json::object();
+            ObjectBuilder members(items);
             for (size_t i = 0; i + 1 < o.dictItems.size(); i += 2)
-                items[pyStr(o.dictItems[i])] = toJson(o.dictItems[i + 1], depth - 1, active);
+                members.set(key(o.dictItems[i]), toJson(o.dictItems[i + 1], depth - 1, r));
             out["dict"] = std::move(items);
         }
     } else {
         out = json::array();
         for (const auto* i : v->items())
-            out.push_back(toJson(i, depth - 1, active));
+            out.push_back(toJson(i, depth - 1, r));
     }
-    active.erase(v);
+    r.active.erase(v);
     return out;
 }
 
@@ -93,8 +190,20 @@ nlohmann::ordered_json toJson(const PyValue* v, int depth, std::unordered_set<co
 
 nlohmann::ordered_json valueToJson(const PyValue* value, int maxDepth)
 {
-    std::unordered_set<const PyValue*> active;
-    return toJson(value, maxDepth, active);
+    Render r;
+    r.budget = renderBudget({value});
+    return toJson(value, maxDepth, r);
+}
+
+std::vector<nlohmann::ordered_json> valuesToJson(const std::vector<const PyValue*>& values, int maxDepth)
+{
+    Render r;
+    r.budget = renderBudget(values);
+    std::vector<nlohmann::ordered_json> out;
+    out.reserve(values.size());
+    for (const auto* v : values)
+        out.push_back(toJson(v, maxDepth, r));
+    return out;
 }
 
 } // namespace optscope

@@ -1330,17 +1330,13 @@ TEST(PickleHostileInput, LargestBigIntRendersQuickly)
     const auto start = std::chrono::steady_clock::now();
     const std::string dec = bigIntToDecimal(u->root()->text);
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
-    // str(2**524280): 157825 digits, as Python prints it
-    EXPECT_EQ(dec.size(), 157825u);
-    EXPECT_EQ(dec.substr(0, 20), "10142072530589846781");
-    EXPECT_EQ(dec.substr(dec.size() - 20), "63337361438383538176");
+    // 2**524280 has 157825 digits, beyond CPython's 4300-digit str(int) limit: hexadecimal, which is linear (a value
+    // shared through the memo can be rendered many times; decimal stays for up to 1786 bytes, tests/limits)
+    EXPECT_EQ(dec, "0x1" + std::string(131070, '0'));
     // the most negative one, -(2**524287): 0x80 in the top byte
     std::string neg(65535, '\0');
     neg += '\x80';
-    const std::string negDec = bigIntToDecimal(neg);
-    EXPECT_EQ(negDec.size(), 1u + 157827u);
-    EXPECT_EQ(negDec.substr(0, 21), "-12981852839155003880");
-    EXPECT_EQ(negDec.substr(negDec.size() - 20), "07182264113092886528");
+    EXPECT_EQ(bigIntToDecimal(neg), "-0x8" + std::string(131071, '0'));
     // groups of nine digits keep their inner zeros: 10**18 and 10**9 + 7
     EXPECT_EQ(bigIntToDecimal(std::string("\x00\x00\x64\xa7\xb3\xb6\xe0\x0d\x00", 9)), "1000000000000000000");
     EXPECT_EQ(bigIntToDecimal(std::string("\x07\xca\x9a\x3b", 4)), "1000000007");

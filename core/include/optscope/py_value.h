@@ -74,7 +74,9 @@ struct PyContainer
 {
     std::vector<PyValue*> items; ///< Dict: key0, value0, key1, value1, ...
     PyValue* attrs = nullptr; ///< BUILD state applied to a dict (OrderedDict.__dict__, e.g. state_dict _metadata)
-    std::unique_ptr<std::unordered_map<std::string, size_t>> index; ///< Dict: hashable key -> item pair index
+    /// Dict (built by the pickle machine once past 16 items or given a long key): hashable key -> position of the key
+    /// in items, under the key's rendering (src/dict_index.h)
+    std::unique_ptr<std::unordered_map<std::string, size_t>> index;
 };
 
 struct PyStorageInfo
@@ -187,7 +189,9 @@ std::string pyStr(const PyValue* v);
 std::string pyRepr(const PyValue* v, size_t maxLength = 200);
 /// Python float repr (shortest round-trip): 0.001, 1e-08, 1.0, inf, nan
 std::string pyFloatRepr(double v);
-/// BigInt text (little-endian two's complement) as a decimal string
+/// BigInt text (little-endian two's complement) as a decimal string; integers of more than 1786 bytes (about 4300
+/// digits, CPython's limit for str(int), sys.int_info.default_max_str_digits: the conversion is quadratic) in
+/// hexadecimal, "0x..." or "-0x..."
 std::string bigIntToDecimal(std::string_view littleEndian);
 
 } // namespace optscope

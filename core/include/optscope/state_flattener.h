@@ -18,7 +18,18 @@ struct FlattenedLeaf
 /// every mapping is descended (keys become str(key)); a list or tuple is descended (indices as path items) only if
 /// it holds a tensor or a mapping at some depth; anything else is a leaf. Empty mappings produce no leaf, as in DCP.
 /// A root that is not a mapping is traversed from the empty path (a bare tensor becomes the leaf "").
-/// Graphs deeper than @p maxDepth (or cyclic) stop there and the rest becomes one leaf.
+/// Graphs deeper than @p maxDepth stop there and the rest becomes one leaf; so does a container reached again on its
+/// own path (a cycle). A container referenced from several places (one object shared through the pickle memo) is
+/// expanded at each, as DCP would, but such repeats add at most 2^20 path elements in all (a few bytes of pickle can
+/// describe an exponentially large tree); past that a repeated container stays one leaf.
+/// Throws Error(Limit) when the leaves' key paths would take more than kMaxKeyPathBytes.
 std::vector<FlattenedLeaf> flattenStateDict(const PyValue* root, int maxDepth = 200);
+
+/// The most memory the key paths of a checkpoint's entries (and of one flattening) may take. Every leaf copies each
+/// key on its path, so one long key string, shared through the pickle memo at every level of a deep nesting, would
+/// multiply into gigabytes. Real checkpoints stay far below (100k entries with 6-level paths take about 40 MiB).
+constexpr uint64_t kMaxKeyPathBytes = uint64_t(1) << 30;
+/// what @p path costs against kMaxKeyPathBytes: its elements with their text, and its joined key
+uint64_t keyPathBytes(const KeyPath& path);
 
 } // namespace optscope

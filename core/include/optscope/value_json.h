@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
 namespace optscope {
 
 /// JSON rendering of an inert Python value, as `inspect --json` prints values:
@@ -12,6 +14,13 @@ namespace optscope {
 /// 64 bits as decimal strings), tuples/lists/sets as arrays, dicts as objects with str(key) keys, dtypes as "float32",
 /// bytes as {"__bytes__": hex}, tensors as {"__tensor__": {"dtype", "shape"}}, inert objects as
 /// {"__class__": path, "args": [...], "state": ...}. Cycles and nesting beyond @p maxDepth render as "<...>".
+/// An object referenced from several places (shared through the pickle memo) renders at each of them, within a
+/// budget of twice what rendering every reachable object once costs (plus 65536 values): past it, the rest renders as
+/// "<...>". So a graph without sharing renders completely, and a small file cannot describe an exponentially large
+/// rendering.
 nlohmann::ordered_json valueToJson(const PyValue* value, int maxDepth = 64);
+/// valueToJson of each value, with one budget for all of them (many entries referencing one large object would
+/// otherwise render it once per entry: quadratic in the file's size)
+std::vector<nlohmann::ordered_json> valuesToJson(const std::vector<const PyValue*>& values, int maxDepth = 64);
 
 } // namespace optscope

@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "fuzz_targets.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/dtype.h"
+#include "optscope/error.h"
+#include "optscope/inspect_report.h"
+#include "optscope/pickle_machine.h"
+#include "optscope/state_flattener.h"
+#include "optscope/tensor_assembler.h"
+#include "optscope/tensor_stats.h"
+#include "optscope/tensor_values.h"
+#include "optscope/value_json.h"
+#include "optscope/zip_archive.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace optscope::fuzz {
+
+namespace {
+
+/// A broken invariant of a successful read: abort, so that libFuzzer (or the regression test) reports it.
+void require(bool ok, const char* what)
+{
+    if (!ok) {
+        std::fprintf(stderr, "fuzz harness: invariant violated: %s\n", what);
+        std::abort();
+    }
+}
+
+/// One private folder per process for the files a harness writes, removed at exit. tmpfs (/dev/shm) when there is
+/// one: the harnesses write every input, and a disk-backed folder would make that the bottleneck.
+class Scratch
+{
+public:
+    static const fs::path& dir()
+    {
+        static Scratch s;
+        return s.m_dir;
+    }
+    /// removes every file the previous input left
+    static void clear()
+    {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir(), ec))
+            fs::remove_all(e.path(), ec);
+    }
+
+private:
+    Scratch()
+    {
+        std::error_code ec;
+        fs::path base = fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0 ? fs::path("/dev/shm")
+                                                                                            : fs::temp_directory_path();
+        std::string templ = (base / "optscope-fuzz-XXXXXX").string();
+        if (!::mkdtemp(templ.data())) {
+            std::perror("fuzz harness: mkdtemp");
+            std::abort();
+        }
+        m_dir = templ;
+    }
+    ~Scratch()
+    {
+        std::error_code ec;
+        fs::remove_all(m_dir, ec);
+    }
+    fs::path m_dir;
+};
+
+void writeFile(const fs::path& p, std::string_view bytes)
+{
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    require(out.good(), "cannot write a scratch file");
+}
+
+std::string dumpJson(const nlohmann::ordered_json& j)
+{
+    // as the CLI prints it: strings from pickles need not be valid UTF-8
+    return j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+/// What the CLI's `inspect --json --hash` and the GUI's tensor views do with a checkpoint that opened. The tensor
+/// statistics (ATen, the slowest part) only for torch.save inputs: DCP chunks reach them through the same
+/// ChunkReader and TensorAssembler code that hashing exercises, and the DCP harness needs its executions per second.
+void exerciseCheckpoint(const Checkpoint& cp, bool statistics)
+{
+    InspectOptions options;
+    options.hash = false; // hashed below, only the tensors up to kMaxHashBytes
+    const InspectReport report = inspectCheckpoint(cp, options);
+    require(report.json.contains("entries") && report.json["entries"].size() == cp.entries.size(),
+        "inspect lists every entry");
+    require(!dumpJson(report.json).empty(), "inspect JSON dumps");
+    for (const Entry& e : cp.entries) {
+        require(cp.find(e.key) != nullptr, "every entry can be found by its key");
+        if (!e.isTensor()) {
+            require(e.value != nullptr, "a value entry has a value");
+            continue;
+        }
+        if (e.tensor.nbytes() > kMaxHashBytes) continue;
+        try {
+            const std::string h = hashTensor(cp, e);
+            require(h.size() == 64, "a SHA-256 has 64 hex digits");
+        } catch (const Error&) { }
+        if (!statistics) continue;
+        try {
+            const auto values = readTensorValues(cp, e, 16);
+            require(values.size() <= 16, "readTensorValues respects maxElements");
+        } catch (const Error&) { }
+        try {
+            const TensorStats s = computeTensorStats(cp, e, 8);
+            require(s.numel == e.tensor.numel(), "statistics count every element");
+            require(s.finite + s.nanCount + s.infCount == s.numel, "finite + NaN + inf == numel");
+        } catch (const Error&) { }
+    }
+}
+
+/// torch.save's ('storage', StorageClass, key, location, numel), as the torch.save reader resolves it (without
+/// locating the bytes): anything else is unresolvable (null), which unpickle reports as an Error.
+PyValue* loadStorage(PyArena& arena, PyValue* pid, uint64_t)
+{
+    if (!pid->isSequence() || pid->size() < 5 || pid->item(0)->kind != PyKind::Str || pid->item(0)->text != "storage")
+        return nullptr;
+    const PyValue* cls = pid->item(1);
+    const PyValue* key = pid->item(2);
+    const PyValue* numel = pid->item(4);
+    if (cls->kind != PyKind::Global || key->kind != PyKind::Str || numel->kind != PyKind::Int || numel->integer < 0)
+        return nullptr;
+    const auto dtype = dtypeFromStorageClass(cls->global->name);
+    if (!dtype) return nullptr;
+    PyValue* v = arena.make(PyKind::Storage);
+    v->storage = arena.makeStorageInfo();
+    v->storage->key = key->text;
+    v->storage->dtype = *dtype;
+    v->storage->numel = numel->integer;
+    v->storage->untyped = cls->global->name == "UntypedStorage";
+    return v;
+}
+
+bool validFileName(std::string_view name)
+{
+    if (name.empty() || name.size() > 64 || name.front() == '.') return false;
+    for (char c : name)
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_'
+                || c == '-'))
+            return false;
+    return true;
+}
+
+template<typename F> Outcome guarded(F&& body)
+{
+    try {
+        body();
+        return Outcome::Accepted;
+    } catch (const Error& e) {
+        require(e.what() != nullptr && *e.what() != '\0', "an Error has a message");
+        return Outcome::Rejected;
+    }
+    // anything else (std::bad_alloc, std::out_of_range, json errors) escapes: a finding
+}
+
+} // namespace
+
+std::vector<DcpFile> splitDcpInput(std::string_view input)
+{
+    std::vector<DcpFile> files;
+    size_t pos = input.find(kDcpFileMarker);
+    files.push_back({".metadata", input.substr(0, pos)});
+    while (pos != std::string_view::npos && files.size() < 17) {
+        const size_t nameStart = pos + kDcpFileMarker.size();
+        const size_t nameEnd = input.find('\n', nameStart);
+        if (nameEnd == std::string_view::npos) break;
+        const size_t next = input.find(kDcpFileMarker, nameEnd + 1);
+        const std::string_view name = input.substr(nameStart, nameEnd - nameStart);
+        const std::string_view bytes
+            = input.substr(nameEnd + 1, next == std::string_view::npos ? std::string_view::npos : next - nameEnd - 1);
+        bool duplicate = false;
+        for (const auto& f : files)
+            duplicate = duplicate || f.name == name;
+        if (validFileName(name) && !duplicate) files.push_back({std::string(name), bytes});
+        pos = next;
+    }
+    return files;
+}
+
+std::string joinDcpInput(const std::vector<DcpFile>& files)
+{
+    std::string out;
+    for (size_t i = 0; i < files.size(); ++i) {
+        if (i > 0) out.append(kDcpFileMarker).append(files[i].name).append("\n");
+        out.append(files[i].bytes);
+    }
+    return out;
+}
+
+Outcome fuzzPickle(const uint8_t* data, size_t size)
+{
+    return guarded([&] {
+        PyArena arena;
+        PickleOptions options;
+        options.sourceName = "fuzz.pkl";
+        options.persistentLoad = loadStorage;
+        const PickleResult r = unpickle(data, size, arena, options);
+        require(r.root != nullptr, "unpickle returns a root");
+        require(r.bytesConsumed >= 1 && r.bytesConsumed <= size, "STOP lies inside the input");
+        require(r.protocol >= 0 && r.protocol <= 5, "protocol 0-5");
+        for (const auto& leaf : flattenStateDict(r.root)) {
+            require(leaf.value != nullptr, "a flattened leaf has a value");
+            joinKeyPath(leaf.path);
+        }
+        require(!dumpJson(valueToJson(r.root)).empty(), "value JSON dumps");
+        require(pyRepr(r.root, 200).size() <= 203, "pyRepr respects maxLength");
+    });
+}
+
+Outcome fuzzZip(const uint8_t* data, size_t size)
+{
+    return guarded([&] {
+        const ZipArchive zip = ZipArchive::parse(data, size, "fuzz.zip");
+        require(!zip.entries().empty(), "an archive has entries");
+        for (const ZipEntry& e : zip.entries()) {
+            require(e.dataOffset <= size && e.size <= size - e.dataOffset, "record data inside the archive");
+            require(zip.find(e.name) == &e, "find() returns the entry");
+            if (e.name.compare(0, zip.prefix().size() + 1, zip.prefix() + "/") == 0) {
+                const std::string_view bytes = zip.recordBytes(e.name.substr(zip.prefix().size() + 1));
+                require(bytes.size() == e.size, "recordBytes has the entry's size");
+            }
+        }
+    });
+}
+
+Outcome fuzzTorchSave(const uint8_t* data, size_t size)
+{
+    Scratch::clear();
+    const fs::path file = Scratch::dir() / "checkpoint.pt";
+    writeFile(file, std::string_view(reinterpret_cast<const char*>(data), size));
+    return guarded([&] {
+        const CheckpointPtr cp = openCheckpoint(file.string());
+        require(cp->format == CheckpointFormat::TorchSave, "a file opens as torch.save");
+        exerciseCheckpoint(*cp, true);
+    });
+}
+
+Outcome fuzzDcp(const uint8_t* data, size_t size)
+{
+    Scratch::clear();
+    const fs::path dir = Scratch::dir() / "dcp";
+    fs::create_directory(dir);
+    for (const DcpFile& f : splitDcpInput(std::string_view(reinterpret_cast<const char*>(data), size)))
+        writeFile(dir / f.name, f.bytes);
+    return guarded([&] {
+        const CheckpointPtr cp = openCheckpoint(dir.string());
+        require(cp->format == CheckpointFormat::Dcp, "a folder with .metadata opens as DCP");
+        exerciseCheckpoint(*cp, false);
+    });
+}
+
+} // namespace optscope::fuzz

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Seed corpora for the fuzzers, made from the real fixtures (files written by PyTorch) at run time.
+
+    tests/fuzz/make_seeds.py tests/data OUT
+
+writes OUT/pickle, OUT/zip, OUT/torch_save and OUT/dcp (one file per seed, named by its SHA-1):
+  pickle      data.pkl of every torch.save zip, the five pickles of legacy files, every DCP .metadata, data.pkl of
+              every archive embedded in .distcp files, and small pickles of plain Python values (protocols 0-5)
+  zip         every torch.save zip and every archive embedded in .distcp files
+  torch_save  every .pt file and every embedded archive
+  dcp         every DCP folder packed as the dcp harness reads it (.metadata, then "\\n==> NAME\\n" + each file)
+
+Only the Python standard library is used; nothing is unpickled (pickletools only walks opcodes).
+"""
+import collections
+import hashlib
+import io
+import pathlib
+import pickle
+import pickletools
+import sys
+import zipfile
+
+DCP_MARKER = b"\n==> "
+
+
+def write(out: pathlib.Path, harness: str, data: bytes) -> None:
+    d = out / harness
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def embedded_archives(blob: bytes):
+    """the torch.save archives stored back to back in a .distcp file: each ends with its EOCD record"""
+    start = 0
+    pos = blob.find(b"PK\x05\x06")
+    while pos >= 0:
+        comment = int.from_bytes(blob[pos + 20:pos + 22], "little")
+        end = pos + 22 + comment
+        first = blob.find(b"PK\x03\x04", start, end)
+        if first >= 0:
+            yield blob[first:end]
+        start = end
+        pos = blob.find(b"PK\x05\x06", end)
+
+
+def data_pkl(archive: bytes):
+    try:
+        with zipfile.ZipFile(io.BytesIO(archive)) as z:
+            for name in z.namelist():
+                if name.endswith("/data.pkl"):
+                    return z.read(name)
+    except zipfile.BadZipFile:
+        return None
+    return None
+
+
+def split_pickles(blob: bytes):
+    """consecutive pickles (the legacy torch.save format): each up to and including its STOP"""
+    pos = 0
+    while pos < len(blob):
+        try:
+            end = None
+            for op, _, at in pickletools.genops(io.BytesIO(blob[pos:])):
+                if op.name == "STOP":
+                    end = pos + at + 1
+                    break
+        except Exception:
+            return
+        if end is None:
+            return
+        yield blob[pos:end]
+        pos = end
+        if len(blob) - pos > 0 and blob[pos] != 0x80:
+            return  # storage bytes follow the last pickle
+
+
+def plain_values():
+    big = 2**200 + 12345
+    rec = [1, 2]
+    rec.append(rec)
+    values = [
+        {"lr": 0.001, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgrad": False, "params": [0, 1, 2]},
+        collections.OrderedDict([("a", 1), ("b", [1.5, float("inf"), float("nan")])]),
+        {1: "one", (1, 2): b"bytes", None: bytearray(b"ba"), 2.5: {3, 4}, "fs": frozenset([5])},
+        [big, -big, 2**63, -(2**63) - 1, 255, 65535, -1, True, None, 1 + 2j],
+        ["\u00e9t\u00e9", "\U0001F600", "a" * 300, b"\x00\xff" * 10],
+        rec,
+    ]
+    for proto in range(0, 6):
+        for v in values:
+            yield pickle.dumps(v, protocol=proto)
+
+
+def main() -> None:
+    data, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    for p in sorted(data.rglob("*.pt")):
+        blob = p.read_bytes()
+        write(out, "torch_save", blob)
+        if blob.startswith(b"PK\x03\x04"):
+            write(out, "zip", blob)
+            pkl = data_pkl(blob)
+            if pkl:
+                write(out, "pickle", pkl)
+        else:
+            for pkl in split_pickles(blob):
+                write(out, "pickle", pkl)
+    for meta in sorted(data.rglob(".metadata")):
+        folder = meta.parent
+        write(out, "pickle", meta.read_bytes())
+        packed = meta.read_bytes()
+        for f in sorted(folder.glob("*.distcp")):
+            blob = f.read_bytes()
+            packed += DCP_MARKER + f.name.encode() + b"\n" + blob
+            for archive in embedded_archives(blob):
+                write(out, "zip", archive)
+                write(out, "torch_save", archive)
+                pkl = data_pkl(archive)
+                if pkl:
+                    write(out, "pickle", pkl)
+        write(out, "dcp", packed)
+    for pkl in plain_values():
+        write(out, "pickle", pkl)
+    for h in ("pickle", "zip", "torch_save", "dcp"):
+        n = len(list((out / h).iterdir())) if (out / h).is_dir() else 0
+        print(f"make_seeds: {h}: {n} seeds")
+
+
+if __name__ == "__main__":
+    main()

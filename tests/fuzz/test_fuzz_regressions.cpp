@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Replays the fuzzers' findings (tests/fuzz/regressions/<harness>/, one file per crash, leak, hang or OOM that was
+// fixed in the core) through the harness bodies under the normal build, so that every build (build-asan included)
+// keeps them fixed without clang or libFuzzer. Also runs the real fixtures through the harnesses: a harness that
+// rejected valid checkpoints would fuzz nothing but the error paths.
+#include "fuzz_targets.h"
+
+#include "optscope/zip_archive.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace optscope;
+using namespace optscope::fuzz;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kData = OPTSCOPE_TEST_DATA;
+const fs::path kRegressions = OPTSCOPE_FUZZ_REGRESSIONS;
+
+std::string readFile(const fs::path& p)
+{
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const uint8_t* bytes(const std::string& s)
+{
+    return reinterpret_cast<const uint8_t*>(s.data());
+}
+
+using Harness = Outcome (*)(const uint8_t*, size_t);
+
+/// Each committed input of one harness: no crash (an abort or a sanitizer report would end the test binary), no
+/// exception but optscope::Error, and no hang: a generous bound that still fails a regression to exponential time.
+void replay(const std::string& harness, Harness fn)
+{
+    const fs::path dir = kRegressions / harness;
+    if (!fs::is_directory(dir)) GTEST_SKIP() << "no findings for this harness (" << dir << ")";
+    size_t count = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        if (!e.is_regular_file() || e.path().filename().string().front() == '.' || e.path().extension() == ".md")
+            continue;
+        const std::string input = readFile(e.path());
+        const auto start = std::chrono::steady_clock::now();
+        const Outcome outcome = fn(bytes(input), input.size());
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        EXPECT_LT(seconds, 20.0) << e.path() << " took " << seconds << " s";
+        std::cout << "  " << e.path().filename().string() << ": "
+                  << (outcome == Outcome::Accepted ? "accepted" : "rejected") << " in " << seconds << " s\n";
+        ++count;
+    }
+    EXPECT_GT(count, 0u) << "no regression inputs in " << dir;
+}
+
+bool isZipFile(const fs::path& p)
+{
+    const std::string head = readFile(p).substr(0, 4);
+    return head == std::string("PK\x03\x04", 4);
+}
+
+/// torch.save files among the fixtures (tests/data, recursively)
+std::vector<fs::path> torchSaveFixtures()
+{
+    std::vector<fs::path> out;
+    for (const auto& e : fs::recursive_directory_iterator(kData))
+        if (e.is_regular_file() && e.path().extension() == ".pt") out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+/// DCP folders among the fixtures
+std::vector<fs::path> dcpFixtures()
+{
+    std::vector<fs::path> out;
+    for (const auto& e : fs::recursive_directory_iterator(kData))
+        if (e.is_directory() && fs::is_regular_file(e.path() / ".metadata")) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::string packDcp(const fs::path& dir, std::vector<std::string>& storage)
+{
+    std::vector<DcpFile> files;
+    storage.push_back(readFile(dir / ".metadata"));
+    std::vector<fs::path> data;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().extension() == ".distcp") data.push_back(e.path());
+    std::sort(data.begin(), data.end());
+    storage.reserve(data.size() + 1);
+    for (const auto& p : data)
+        storage.push_back(readFile(p));
+    files.push_back({".metadata", storage[0]});
+    for (size_t i = 0; i < data.size(); ++i)
+        files.push_back({data[i].filename().string(), storage[i + 1]});
+    return joinDcpInput(files);
+}
+
+} // namespace
+
+TEST(FuzzRegressions, Pickle)
+{
+    replay("pickle", fuzzPickle);
+}
+
+TEST(FuzzRegressions, Zip)
+{
+    replay("zip", fuzzZip);
+}
+
+TEST(FuzzRegressions, TorchSave)
+{
+    replay("torch_save", fuzzTorchSave);
+}
+
+TEST(FuzzRegressions, Dcp)
+{
+    replay("dcp", fuzzDcp);
+}
+
+TEST(FuzzHarnesses, TorchSaveFixturesAreAccepted)
+{
+    const auto files = torchSaveFixtures();
+    ASSERT_GE(files.size(), 10u);
+    for (const auto& p : files) {
+        const std::string input = readFile(p);
+        EXPECT_EQ(fuzzTorchSave(bytes(input), input.size()), Outcome::Accepted) << p;
+        if (isZipFile(p)) {
+            EXPECT_EQ(fuzzZip(bytes(input), input.size()), Outcome::Accepted) << p;
+        }
+    }
+}
+
+TEST(FuzzHarnesses, PicklesOfTheFixturesAreAccepted)
+{
+    size_t count = 0;
+    for (const auto& p : torchSaveFixtures()) {
+        if (!isZipFile(p)) continue;
+        const std::string file = readFile(p);
+        const ZipArchive zip = ZipArchive::parse(bytes(file), file.size(), p.string());
+        const std::string_view pkl = zip.recordBytes("data.pkl");
+        EXPECT_EQ(fuzzPickle(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()), Outcome::Accepted) << p;
+        ++count;
+    }
+    for (const auto& dir : dcpFixtures()) {
+        const std::string meta = readFile(dir / ".metadata");
+        EXPECT_EQ(fuzzPickle(bytes(meta), meta.size()), Outcome::Accepted) << dir;
+        ++count;
+    }
+    EXPECT_GE(count, 10u);
+}
+
+TEST(FuzzHarnesses, DcpFixturesAreAccepted)
+{
+    const auto dirs = dcpFixtures();
+    ASSERT_GE(dirs.size(), 3u);
+    for (const auto& dir : dirs) {
+        std::vector<std::string> storage;
+        const std::string input = packDcp(dir, storage);
+        // the packed form splits back into the same files
+        const auto files = splitDcpInput(input);
+        ASSERT_EQ(files.size(), storage.size()) << dir;
+        EXPECT_EQ(files[0].name, ".metadata");
+        for (size_t i = 0; i < files.size(); ++i)
+            EXPECT_EQ(files[i].bytes, storage[i]) << dir << " file " << i;
+        EXPECT_EQ(fuzzDcp(bytes(input), input.size()), Outcome::Accepted) << dir;
+    }
+}
+
+TEST(FuzzHarnesses, DcpInputNamesAreSanitized)
+{
+    const std::string input = std::string("META") + "\n==> ../escape\nA" + "\n==> .metadata\nB" + "\n==> ok_1.distcp\nC"
+        + "\n==> ok_1.distcp\nD" + "\n==> a/b\nE";
+    const auto files = splitDcpInput(input);
+    ASSERT_EQ(files.size(), 2u);
+    EXPECT_EQ(files[0].name, ".metadata");
+    EXPECT_EQ(files[0].bytes, "META");
+    EXPECT_EQ(files[1].name, "ok_1.distcp");
+    EXPECT_EQ(files[1].bytes, "C");
+}
+
+TEST(FuzzHarnesses, GarbageIsRejected)
+{
+    const std::string empty;
+    const std::string garbage = "not a checkpoint at all";
+    for (const std::string* s : {&empty, &garbage}) {
+        EXPECT_EQ(fuzzPickle(bytes(*s), s->size()), Outcome::Rejected);
+        EXPECT_EQ(fuzzZip(bytes(*s), s->size()), Outcome::Rejected);
+        EXPECT_EQ(fuzzTorchSave(bytes(*s), s->size()), Outcome::Rejected);
+        EXPECT_EQ(fuzzDcp(bytes(*s), s->size()), Outcome::Rejected);
+    }
+}
