@@ -7,14 +7,33 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 namespace optscope {
 
+namespace {
+
+/// Raises the soft limit on open files to the hard limit; true if it was raised. Every mapped file keeps its
+/// descriptor (for copy_file_range), and a DCP folder can hold thousands of files: more than the usual soft limit of
+/// 1024, far fewer than the hard limit (524288 under systemd), which any process may raise its soft limit to.
+bool raiseOpenFileLimit()
+{
+    struct rlimit rl {};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return false;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? rlim_t(1) << 20 : rl.rlim_max; // the kernel's nr_open default
+    return ::setrlimit(RLIMIT_NOFILE, &rl) == 0;
+}
+
+} // namespace
+
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
 {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == EMFILE && raiseOpenFileLimit())
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         throw Error(ErrorKind::Io, path, std::string("cannot open: ") + std::strerror(errno));
     struct stat st {};

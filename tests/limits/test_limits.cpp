@@ -11,6 +11,7 @@
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
 #include "optscope/inspect_report.h"
+#include "optscope/mapped_file.h"
 #include "optscope/pickle_machine.h"
 #include "optscope/state_flattener.h"
 #include "optscope/tensor_assembler.h"
@@ -29,6 +30,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -484,4 +486,33 @@ TEST(TensorStatistics, ExtremeRangesGiveAHistogram)
             EXPECT_EQ(s.histogramCounts.back(), 1); // the highest in the last (not everything in bin 0)
         }
     }
+}
+
+// --- many files ---------------------------------------------------------------------------------------------------
+
+TEST(ManyFiles, MappingMoreFilesThanTheSoftLimitRaisesIt)
+{
+    // every mapped file keeps its descriptor, and a DCP folder can hold thousands of data files: past the soft limit
+    // (1024 on most desktops) MappedFile::open raises it to the hard limit instead of failing with EMFILE
+    struct rlimit saved {};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 512)
+        GTEST_SKIP() << "hard limit on open files below 512";
+    struct rlimit low = saved;
+    low.rlim_cur = 128;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    std::vector<std::shared_ptr<const MappedFile>> maps;
+    std::string failure;
+    try {
+        for (int i = 0; i < 400; ++i)
+            maps.push_back(MappedFile::open((kData / "limits" / "zero_size.pt").string()));
+    } catch (const Error& e) {
+        failure = e.what();
+    }
+    struct rlimit now {};
+    ::getrlimit(RLIMIT_NOFILE, &now);
+    maps.clear();
+    ::setrlimit(RLIMIT_NOFILE, &saved);
+    EXPECT_EQ(failure, "");
+    EXPECT_GT(now.rlim_cur, 400u);
 }
