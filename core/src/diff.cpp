@@ -2,11 +2,13 @@
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
+#include "optscope/mapped_file.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/value_json.h"
 #include "aten_bridge.h"
+#include "diff_kernel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -322,6 +324,62 @@ std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox
     return out;
 }
 
+/// The bytes of one box of a tensor: a pointer into the mapped chunk file when one chunk stores the box as it is
+/// (a torch.save tensor, a dim-0 DCP shard: no copy), else assembled into a buffer. The mapped pages are dropped
+/// from this process when done (they stay in the page cache), which keeps resident memory at about one block.
+class BoxBytes
+{
+public:
+    BoxBytes(const Checkpoint& cp, const Entry& e, const TensorBox& box, const Progress& progress)
+    {
+        const uint64_t want = static_cast<uint64_t>(box.numel()) * dtypeSize(e.tensor.dtype);
+        TensorAssembler(cp, e).streamBox(
+            box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { append(p, n); }, progress,
+            [&](const MappedFile& f, uint64_t offset, uint64_t length) {
+                if (!m_file && m_buffer.empty() && length == want) {
+                    // the checkpoint's file cache keeps the mapping alive as long as the checkpoint
+                    m_file = &f;
+                    m_offset = offset;
+                    m_length = length;
+                    f.adviseSequential(offset, length);
+                } else {
+                    append(f.data() + offset, static_cast<size_t>(length));
+                }
+            });
+    }
+    ~BoxBytes()
+    {
+        if (m_file)
+            m_file->release(m_offset, m_length);
+    }
+    BoxBytes(const BoxBytes&) = delete;
+    BoxBytes& operator=(const BoxBytes&) = delete;
+    const uint8_t* data() const { return m_file ? m_file->data() + m_offset : m_buffer.data(); }
+
+private:
+    void append(const uint8_t* p, size_t n)
+    {
+        if (m_file) { // a second piece after a whole-box region cannot happen, but stay correct if it does
+            m_buffer.assign(m_file->data() + m_offset, m_file->data() + m_offset + m_length);
+            m_file = nullptr;
+        }
+        m_buffer.insert(m_buffer.end(), p, p + n);
+    }
+    std::vector<uint8_t> m_buffer;
+    const MappedFile* m_file = nullptr;
+    uint64_t m_offset = 0, m_length = 0;
+};
+
+/// one block of the comparison: the fused kernel where it handles the dtypes, the ATen kernel otherwise
+void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, const DiffOptions& opt,
+    aten::DiffAccumulator& acc)
+{
+    if (detail::fusedDiffSupports(da, db))
+        detail::diffBlockFused(a, b, da, n, opt.rtol, opt.atol, acc);
+    else
+        aten::diffBlock(a, da, b, db, n, opt.rtol, opt.atol, acc);
+}
+
 void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, const DiffOptions& opt,
     DiffEntry& d, const Progress& progress)
 {
@@ -362,10 +420,10 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         aten::DiffAccumulator acc;
         for (const TensorBox& piece : pieces(box, kBlock)) {
             progress.checkCancelled();
-            std::vector<uint8_t> bytesA, bytesB;
             if (sameShape) {
-                bytesA = fetch(ca, a, piece);
-                bytesB = fetch(cb, b, piece);
+                const BoxBytes x(ca, a, piece, progress);
+                const BoxBytes y(cb, b, piece, progress);
+                diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), opt, acc);
             } else {
                 // same numel, other shape: compare in row-major order; the box is in the layout side's shape
                 const Entry& lay = byB ? b : a;
@@ -390,10 +448,10 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
                         theirs.insert(theirs.end(), p + (s - pos), p + (e - pos));
                     pos += n;
                 });
-                (byB ? bytesB : bytesA) = std::move(mine);
-                (byB ? bytesA : bytesB) = std::move(theirs);
+                const std::vector<uint8_t>& bytesA = byB ? theirs : mine;
+                const std::vector<uint8_t>& bytesB = byB ? mine : theirs;
+                diffBlock(bytesA.data(), ta.dtype, bytesB.data(), tb.dtype, piece.numel(), opt, acc);
             }
-            aten::diffBlock(bytesA.data(), ta.dtype, bytesB.data(), tb.dtype, piece.numel(), opt.rtol, opt.atol, acc);
         }
         d.ranks.push_back({rank, acc.numel, acc.numDiff, acc.maxAbs});
         total.numel += acc.numel;
@@ -412,7 +470,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         aten::DiffAccumulator acc;
         const auto x = fetch(ca, a, {{}, {}});
         const auto y = fetch(cb, b, {{}, {}});
-        aten::diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, 1, opt.rtol, opt.atol, acc);
+        diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, 1, opt, acc);
         total = acc;
         d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});
     }
@@ -505,6 +563,15 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
             pairs.push_back({nullptr, &cb[i]});
 
     report.entries.resize(pairs.size());
+    // the largest tensors first, so that no thread is left with a big one while the others are done
+    std::vector<size_t> order(pairs.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    auto weight = [&](size_t i) {
+        const Canon* c = pairs[i].first && pairs[i].second ? pairs[i].first : nullptr;
+        return c && c->entry->isTensor() ? c->entry->tensor.numel() : 0;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return weight(x) > weight(y); });
     std::atomic<size_t> next {0};
     std::atomic<bool> cancelled {false};
     std::atomic<size_t> done {0};
@@ -512,7 +579,8 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     std::mutex errorMutex;
     std::string firstError;
     auto work = [&] {
-        for (size_t i = next++; i < pairs.size() && !cancelled; i = next++) {
+        for (size_t k = next++; k < pairs.size() && !cancelled; k = next++) {
+            const size_t i = order[k];
             const auto [pa, pb] = pairs[i];
             DiffEntry& d = report.entries[i];
             d.keyA = pa ? pa->entry->key : std::string();
@@ -552,9 +620,9 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                 d.status = "changed";
                 d.reason = std::string("unreadable: ") + e.what();
             }
-            const size_t k = ++done;
+            const size_t finished = ++done;
             std::lock_guard<std::mutex> lock(progressMutex);
-            progress(double(k) / double(pairs.size()), "comparing");
+            progress(double(finished) / double(pairs.size()), "comparing");
         }
     };
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
