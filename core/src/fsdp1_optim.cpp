@@ -257,7 +257,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                 const Entry* e = state0->states.at(name);
                 TensorToWrite w;
                 w.dtype = e->tensor.dtype;
-                w.shape = {};
+                w.shape.clear();
                 w.produce = [&cp0, e](const ByteSink& sink) { TensorAssembler(cp0, *e).stream(sink); };
                 result.tree.setTensor(path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
                     std::move(w));
@@ -409,7 +409,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
                 for (int r = 0; r < W; ++r) {
                     TensorToWrite w;
                     w.dtype = dtype;
-                    w.shape = {layout.shardNumel};
+                    w.shape.assign(1, layout.shardNumel);
                     const int64_t start = layout.rankStart(r);
                     const int64_t stop = start + layout.shardNumel;
                     std::vector<std::pair<const Entry*, FlatParamLayout::Member>> parts;
