@@ -27,20 +27,16 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& 
         }
         const OptionSpec* spec = nullptr;
         for (const auto& s : specs)
-            if (s.name == name || (!s.shortName.empty() && s.shortName == name))
-                spec = &s;
-        if (!spec)
-            throw UsageError("unknown option '" + name + "'");
+            if (s.name == name || (!s.shortName.empty() && s.shortName == name)) spec = &s;
+        if (!spec) throw UsageError("unknown option '" + name + "'");
         if (spec->takesValue) {
             if (!inlineValue) {
-                if (i + 1 >= argv.size())
-                    throw UsageError("option '" + name + "' needs a value");
+                if (i + 1 >= argv.size()) throw UsageError("option '" + name + "' needs a value");
                 inlineValue = argv[++i];
             }
             m_values.emplace(spec->name, *inlineValue);
         } else {
-            if (inlineValue)
-                throw UsageError("option '" + name + "' takes no value");
+            if (inlineValue) throw UsageError("option '" + name + "' takes no value");
             m_values.emplace(spec->name, "");
         }
     }
@@ -49,8 +45,7 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& 
 std::optional<std::string> Args::value(const std::string& name) const
 {
     auto it = m_values.find(name);
-    if (it == m_values.end())
-        return std::nullopt;
+    if (it == m_values.end()) return std::nullopt;
     return it->second;
 }
 

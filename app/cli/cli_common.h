@@ -21,8 +21,7 @@ struct OptionSpec
         , takesValue(value)
         , help(std::move(h))
         , shortName(std::move(shortN))
-    {
-    }
+    { }
     std::string name; ///< "--json"
     bool takesValue = false;
     std::string help;

@@ -12,13 +12,13 @@ namespace optscope::cli {
 int runCheck(const std::vector<std::string>& argv)
 {
     const Args args(argv,
-        {{"--json", false, "print JSON"}, {"--no-data", false, "metadata only"}, {"--help", false, "show this help", "-h"}});
+        {{"--json", false, "print JSON"}, {"--no-data", false, "metadata only"},
+            {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("check");
         return ExitOk;
     }
-    if (args.positional().size() != 1)
-        throw UsageError("check takes exactly one PATH");
+    if (args.positional().size() != 1) throw UsageError("check takes exactly one PATH");
     CheckOptions options;
     options.readChunks = !args.has("--no-data");
     const Progress progress = terminalProgress();

@@ -16,8 +16,7 @@ int runDevices(const std::vector<std::string>& argv)
         std::cout << "usage: optscope-cli devices [--json]\n";
         return ExitOk;
     }
-    if (!args.positional().empty())
-        throw UsageError("devices takes no arguments");
+    if (!args.positional().empty()) throw UsageError("devices takes no arguments");
     const GpuInfo info = queryGpus();
     if (args.has("--json")) {
         nlohmann::ordered_json j;

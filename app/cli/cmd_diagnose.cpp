@@ -18,8 +18,7 @@ namespace {
 std::optional<ExpectedParams> expectedFrom(const Args& args, const Progress& progress)
 {
     const auto model = args.value("--model");
-    if (!model)
-        return std::nullopt;
+    if (!model) return std::nullopt;
     try {
         return ExpectedParams::fromCheckpoint(*openCheckpoint(*model, progress));
     } catch (const Error& e) {
@@ -37,8 +36,7 @@ void printDiagnosis(const Diagnosis& d)
     for (const auto& f : d.findings) {
         std::cout << f.severity << " [" << f.code << "]" << (f.optimizer.empty() ? "" : " " + f.optimizer) << ": "
                   << f.message << "\n";
-        if (!f.pytorchError.empty())
-            std::cout << "    PyTorch: " << f.pytorchError << "\n";
+        if (!f.pytorchError.empty()) std::cout << "    PyTorch: " << f.pytorchError << "\n";
         if (!f.fix.empty())
             std::cout << "    fix: " << f.fix << (f.actions.empty() ? "" : " [optscope-cli fix applies it]") << "\n";
     }
@@ -50,14 +48,14 @@ void printDiagnosis(const Diagnosis& d)
 
 int runDiagnose(const std::vector<std::string>& argv)
 {
-    const Args args(argv, {{"--model", true, "model, reference optimizer or FQN list"}, {"--json", false, "print JSON"},
-                              {"--help", false, "show this help", "-h"}});
+    const Args args(argv,
+        {{"--model", true, "model, reference optimizer or FQN list"}, {"--json", false, "print JSON"},
+            {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("diagnose");
         return ExitOk;
     }
-    if (args.positional().size() != 1)
-        throw UsageError("diagnose takes exactly one OPTIM path");
+    if (args.positional().size() != 1) throw UsageError("diagnose takes exactly one OPTIM path");
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const auto expected = expectedFrom(args, progress);
@@ -75,19 +73,17 @@ int runDiagnose(const std::vector<std::string>& argv)
 
 int runFix(const std::vector<std::string>& argv)
 {
-    const Args args(argv, {{"--model", true, "model, reference optimizer or FQN list"},
-                              {"--output", true, "output (file, or folder for DCP input)", "-o"},
-                              {"--json", false, "print JSON"}, {"--no-fsync", false, "skip fsync before the rename"},
-                              {"--help", false, "show this help", "-h"}});
+    const Args args(argv,
+        {{"--model", true, "model, reference optimizer or FQN list"},
+            {"--output", true, "output (file, or folder for DCP input)", "-o"}, {"--json", false, "print JSON"},
+            {"--no-fsync", false, "skip fsync before the rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("fix");
         return ExitOk;
     }
-    if (args.positional().size() != 1)
-        throw UsageError("fix takes exactly one OPTIM path");
+    if (args.positional().size() != 1) throw UsageError("fix takes exactly one OPTIM path");
     const auto out = args.value("--output");
-    if (!out || out->empty())
-        throw UsageError("fix needs -o OUT");
+    if (!out || out->empty()) throw UsageError("fix needs -o OUT");
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const auto expected = expectedFrom(args, progress);
@@ -97,8 +93,8 @@ int runFix(const std::vector<std::string>& argv)
     const FixResult r = applyFixes(*cp, d, *out, progress, write);
     finishTerminalProgress();
     if (args.has("--json")) {
-        nlohmann::ordered_json j {{"output", r.output}, {"applied", r.applied}, {"renamed_keys", r.renamedKeys},
-            {"diagnosis", d.toJson()}};
+        nlohmann::ordered_json j {
+            {"output", r.output}, {"applied", r.applied}, {"renamed_keys", r.renamedKeys}, {"diagnosis", d.toJson()}};
         std::cout << j.dump(2) << std::endl;
     } else {
         for (const auto& a : r.applied)

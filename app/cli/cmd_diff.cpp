@@ -15,13 +15,11 @@ namespace {
 double parseNumber(const Args& args, const std::string& name)
 {
     const auto v = args.value(name);
-    if (!v)
-        return 0.0;
+    if (!v) return 0.0;
     try {
         size_t used = 0;
         const double d = std::stod(*v, &used);
-        if (used != v->size() || d < 0)
-            throw UsageError("");
+        if (used != v->size() || d < 0) throw UsageError("");
         return d;
     } catch (...) {
         throw UsageError(name + " needs a non-negative number, got '" + *v + "'");
@@ -51,16 +49,13 @@ int runDiff(const std::vector<std::string>& argv)
     DiffOptions options;
     options.rtol = parseNumber(args, "--rtol");
     options.atol = parseNumber(args, "--atol");
-    if (auto t = args.value("--threads"))
-        options.threads = std::atoi(t->c_str());
+    if (auto t = args.value("--threads")) options.threads = std::atoi(t->c_str());
     const Progress progress = terminalProgress();
     DiffReport report;
     if (auto ranks = args.value("--ranks")) {
-        if (args.positional().size() != 1)
-            throw UsageError("diff --ranks R1,R2 takes one PATH");
+        if (args.positional().size() != 1) throw UsageError("diff --ranks R1,R2 takes one PATH");
         const auto comma = ranks->find(',');
-        if (comma == std::string::npos)
-            throw UsageError("--ranks needs two ranks, e.g. --ranks 0,1");
+        if (comma == std::string::npos) throw UsageError("--ranks needs two ranks, e.g. --ranks 0,1");
         int r1 = 0, r2 = 0;
         try {
             r1 = std::stoi(ranks->substr(0, comma));
@@ -71,8 +66,7 @@ int runDiff(const std::vector<std::string>& argv)
         CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
         report = diffRanks(*cp, r1, r2, options, progress);
     } else {
-        if (args.positional().size() != 2)
-            throw UsageError("diff takes two paths A and B");
+        if (args.positional().size() != 2) throw UsageError("diff takes two paths A and B");
         CheckpointPtr a = openCheckpoint(args.positional()[0], progress);
         CheckpointPtr b = openCheckpoint(args.positional()[1], progress);
         report = diffCheckpoints(*a, *b, options, progress);
@@ -84,31 +78,27 @@ int runDiff(const std::vector<std::string>& argv)
         for (const auto& n : report.notes)
             std::cout << "note: " << n << "\n";
         for (const auto& e : report.entries) {
-            if (e.status == "equal" && !args.has("--all"))
-                continue;
+            if (e.status == "equal" && !args.has("--all")) continue;
             std::cout << e.status << "  " << e.key;
-            if (!e.keyB.empty() && e.keyB != e.key)
-                std::cout << "  <->  " << e.keyB;
-            if (!e.reason.empty())
-                std::cout << "  (" << e.reason << ")";
+            if (!e.keyB.empty() && e.keyB != e.key) std::cout << "  <->  " << e.keyB;
+            if (!e.reason.empty()) std::cout << "  (" << e.reason << ")";
             if (e.status == "changed" && e.type == "tensor" && e.numDiff > 0)
-                std::cout << "  max|d|=" << number(e.maxAbsDiff) << " maxrel=" << number(e.maxRelDiff) << " rms="
-                          << number(e.rmsDiff) << " diff=" << e.numDiff << "/" << e.numel;
-            if (e.status == "changed" && e.type == "value")
-                std::cout << "  " << e.valueA << " -> " << e.valueB;
-            if (!e.match.empty() && e.match != "exact")
-                std::cout << "  [" << e.match << "]";
+                std::cout << "  max|d|=" << number(e.maxAbsDiff) << " maxrel=" << number(e.maxRelDiff)
+                          << " rms=" << number(e.rmsDiff) << " diff=" << e.numDiff << "/" << e.numel;
+            if (e.status == "changed" && e.type == "value") std::cout << "  " << e.valueA << " -> " << e.valueB;
+            if (!e.match.empty() && e.match != "exact") std::cout << "  [" << e.match << "]";
             std::cout << "\n";
             for (const auto& r : e.ranks)
                 if (r.numDiff > 0)
-                    std::cout << "    rank " << r.rank << ": " << r.numDiff << " of " << r.numel << " differ, max|d|="
-                              << number(r.maxAbsDiff) << "\n";
+                    std::cout << "    rank " << r.rank << ": " << r.numDiff << " of " << r.numel
+                              << " differ, max|d|=" << number(r.maxAbsDiff) << "\n";
         }
         std::cout << (report.equal ? "EQUAL" : "DIFFERENT") << ": " << report.count("equal") << " equal, "
                   << report.count("changed") << " changed, " << report.count("only_a") << " only in A, "
                   << report.count("only_b") << " only in B"
-                  << (options.rtol > 0 || options.atol > 0 ? " (rtol " + number(options.rtol) + ", atol " + number(options.atol) + ")"
-                                                           : " (bit-identical)")
+                  << (options.rtol > 0 || options.atol > 0
+                             ? " (rtol " + number(options.rtol) + ", atol " + number(options.atol) + ")"
+                             : " (bit-identical)")
                   << "\n";
     }
     return report.equal ? ExitOk : ExitFindings;

@@ -14,17 +14,15 @@ int runGather(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--output", true, "output torch.save file", "-o"}, {"--only", true, "only keys with this prefix"},
-            {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"}, {"--no-fsync", false, "skip fsync before the final rename"},
-            {"--help", false, "show this help", "-h"}});
+            {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"},
+            {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("gather");
         return ExitOk;
     }
-    if (args.positional().size() != 1)
-        throw UsageError("gather takes exactly one PATH");
+    if (args.positional().size() != 1) throw UsageError("gather takes exactly one PATH");
     const auto out = args.value("--output");
-    if (!out || out->empty())
-        throw UsageError("gather needs -o OUT.pt");
+    if (!out || out->empty()) throw UsageError("gather needs -o OUT.pt");
     GatherOptions options;
     options.onlyPrefix = args.value("--only").value_or("");
     options.device = computeDeviceFromName(args.value("--device").value_or("cpu"));

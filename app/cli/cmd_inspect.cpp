@@ -22,8 +22,7 @@ const std::vector<OptionSpec> kOptions = {
 
 std::string middleEllipsis(const std::string& s, size_t max)
 {
-    if (s.size() <= max)
-        return s;
+    if (s.size() <= max) return s;
     const size_t keep = max - 3;
     return s.substr(0, keep / 2) + "..." + s.substr(s.size() - (keep - keep / 2));
 }
@@ -31,18 +30,15 @@ std::string middleEllipsis(const std::string& s, size_t max)
 std::string ranksText(const std::vector<int>& ranks, size_t chunks)
 {
     std::string r = std::to_string(chunks) + (chunks == 1 ? " chunk" : " chunks");
-    if (ranks.empty() || (ranks.size() == 1 && ranks[0] < 0))
-        return r;
+    if (ranks.empty() || (ranks.size() == 1 && ranks[0] < 0)) return r;
     std::vector<int> known;
     for (int x : ranks)
-        if (x >= 0)
-            known.push_back(x);
-    if (known.empty())
-        return r;
+        if (x >= 0) known.push_back(x);
+    if (known.empty()) return r;
     const bool consecutive = known.back() - known.front() + 1 == static_cast<int>(known.size());
     std::string rs = known.size() == 1 ? "r" + std::to_string(known[0])
-        : consecutive ? "r" + std::to_string(known.front()) + "-" + std::to_string(known.back())
-                      : std::to_string(known.size()) + " ranks";
+        : consecutive                  ? "r" + std::to_string(known.front()) + "-" + std::to_string(known.back())
+                                       : std::to_string(known.size()) + " ranks";
     return r + " (" + rs + ")";
 }
 
@@ -63,14 +59,12 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
             r.shape = shapeText(e.tensor.shape);
             r.chunks = ranksText(e.tensor.ranks(), e.tensor.chunks.size());
             r.bytes = humanBytes(e.tensor.nbytes());
-            if (hash && entries[i].contains("sha256"))
-                r.hash = entries[i]["sha256"].get<std::string>().substr(0, 16);
+            if (hash && entries[i].contains("sha256")) r.hash = entries[i]["sha256"].get<std::string>().substr(0, 16);
         } else {
             r.dtype = entries[i]["python_type"].get<std::string>();
             r.shape = middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", 40);
         }
-        if (hash && entries[i].contains("error"))
-            r.hash = "<error>";
+        if (hash && entries[i].contains("error")) r.hash = "<error>";
         rows.push_back(std::move(r));
     }
     Row head {"KEY", "DTYPE/TYPE", "SHAPE/VALUE", "CHUNKS", "BYTES", "SHA256"};
@@ -85,8 +79,7 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
     auto print = [&](const Row& r) {
         std::string line = pad(r.key, wk) + "  " + pad(r.dtype, wd) + "  " + pad(r.shape, ws) + "  " + pad(r.chunks, wc)
             + "  " + pad(r.bytes, 10);
-        if (hash)
-            line += "  " + r.hash;
+        if (hash) line += "  " + r.hash;
         while (!line.empty() && line.back() == ' ')
             line.pop_back();
         std::cout << line << "\n";
@@ -103,8 +96,8 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
               << humanBytes(s["tensor_bytes"].get<uint64_t>()) << "), " << s["values"].get<size_t>() << " values"
               << ranks << "; " << report.json["format"].get<std::string>() << " (" << cp.formatDetail << ")\n";
     for (const auto& w : cp.warnings)
-        std::cerr << (w.isError ? "error" : "warning") << " [" << w.code << "]"
-                  << (w.key.empty() ? "" : " " + w.key) << ": " << w.message << "\n";
+        std::cerr << (w.isError ? "error" : "warning") << " [" << w.code << "]" << (w.key.empty() ? "" : " " + w.key)
+                  << ": " << w.message << "\n";
 }
 
 int run(const std::vector<std::string>& argv)
@@ -114,8 +107,7 @@ int run(const std::vector<std::string>& argv)
         std::cout << commandUsage("inspect");
         return ExitOk;
     }
-    if (args.positional().size() != 1)
-        throw UsageError("inspect takes exactly one PATH");
+    if (args.positional().size() != 1) throw UsageError("inspect takes exactly one PATH");
     InspectOptions options;
     options.hash = args.has("--hash");
     if (auto t = args.value("--threads")) {

@@ -13,13 +13,11 @@ namespace optscope::cli {
 int parseWorldSize(const Args& args)
 {
     const auto w = args.value("--world-size");
-    if (!w)
-        throw UsageError("--world-size M is required");
+    if (!w) throw UsageError("--world-size M is required");
     try {
         size_t used = 0;
         const int m = std::stoi(*w, &used);
-        if (used != w->size() || m < 1 || m > 1 << 20)
-            throw UsageError("");
+        if (used != w->size() || m < 1 || m > 1 << 20) throw UsageError("");
         return m;
     } catch (...) {
         throw UsageError("--world-size needs a positive integer, got '" + *w + "'");
@@ -30,17 +28,15 @@ int runReshard(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--world-size", true, "target world size M"}, {"--output", true, "output folder", "-o"},
-            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--json", false, "print a JSON summary"}, {"--no-fsync", false, "skip fsync before the final rename"},
-            {"--help", false, "show this help", "-h"}});
+            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--json", false, "print a JSON summary"},
+            {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("reshard");
         return ExitOk;
     }
-    if (args.positional().size() != 1)
-        throw UsageError("reshard takes exactly one PATH");
+    if (args.positional().size() != 1) throw UsageError("reshard takes exactly one PATH");
     const auto out = args.value("--output");
-    if (!out || out->empty())
-        throw UsageError("reshard needs -o OUTDIR");
+    if (!out || out->empty()) throw UsageError("reshard needs -o OUTDIR");
     ReshardOptions options;
     options.worldSize = parseWorldSize(args);
     options.layout = shardingStyleFromName(args.value("--layout").value_or("fsdp2"));

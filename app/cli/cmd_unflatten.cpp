@@ -26,15 +26,12 @@ bool naturalLess(const std::string& a, const std::string& b)
             while (je < b.size() && isdigit(static_cast<unsigned char>(b[je])))
                 ++je;
             const std::string na = a.substr(i, ie - i), nb = b.substr(j, je - j);
-            if (na.size() != nb.size())
-                return na.size() < nb.size();
-            if (na != nb)
-                return na < nb;
+            if (na.size() != nb.size()) return na.size() < nb.size();
+            if (na != nb) return na < nb;
             i = ie;
             j = je;
         } else {
-            if (a[i] != b[j])
-                return a[i] < b[j];
+            if (a[i] != b[j]) return a[i] < b[j];
             ++i;
             ++j;
         }
@@ -49,10 +46,8 @@ std::vector<std::string> splitComma(const std::string& s)
     while (start <= s.size()) {
         const size_t end = s.find(',', start);
         std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
-        if (!part.empty())
-            out.push_back(part);
-        if (end == std::string::npos)
-            break;
+        if (!part.empty()) out.push_back(part);
+        if (end == std::string::npos) break;
         start = end + 1;
     }
     return out;
@@ -65,20 +60,16 @@ int runUnflatten(const std::vector<std::string>& argv)
     const Args args(argv,
         {{"--model", true, "checkpoint with the model's parameters"}, {"--units", true, "FSDP unit prefixes"},
             {"--output", true, "output torch.save file", "-o"}, {"--json", false, "print a JSON summary"},
-            {"--no-fsync", false, "skip fsync before the final rename"},
-            {"--help", false, "show this help", "-h"}});
+            {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("unflatten");
         return ExitOk;
     }
-    if (args.positional().empty())
-        throw UsageError("unflatten needs the rank files");
+    if (args.positional().empty()) throw UsageError("unflatten needs the rank files");
     const auto model = args.value("--model");
-    if (!model)
-        throw UsageError("unflatten needs --model MODEL (a checkpoint with the model's parameters)");
+    if (!model) throw UsageError("unflatten needs --model MODEL (a checkpoint with the model's parameters)");
     const auto out = args.value("--output");
-    if (!out || out->empty())
-        throw UsageError("unflatten needs -o OUT.pt");
+    if (!out || out->empty()) throw UsageError("unflatten needs -o OUT.pt");
     std::vector<std::string> files = args.positional();
     std::stable_sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
         return naturalLess(std::filesystem::path(a).filename().string(), std::filesystem::path(b).filename().string());

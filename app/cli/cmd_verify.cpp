@@ -21,8 +21,7 @@ int runVerify(const std::vector<std::string>& argv)
         std::cout << commandUsage("verify");
         return ExitOk;
     }
-    if (args.positional().size() != 1)
-        throw UsageError("verify takes exactly one PATH");
+    if (args.positional().size() != 1) throw UsageError("verify takes exactly one PATH");
     const Progress progress = terminalProgress();
     CheckpointPtr src = openCheckpoint(args.positional()[0], progress);
     VerifyReport report;
@@ -33,8 +32,7 @@ int runVerify(const std::vector<std::string>& argv)
         report = verifyAgainst(*src, *other, progress);
     } else {
         VerifyOptions options;
-        if (args.has("--world-size"))
-            options.worldSize = parseWorldSize(args);
+        if (args.has("--world-size")) options.worldSize = parseWorldSize(args);
         options.device = computeDeviceFromName(args.value("--device").value_or("cpu"));
         options.keepResharded = args.value("--keep").value_or("");
         report = verifyByLoad(*src, options, progress);
@@ -44,13 +42,11 @@ int runVerify(const std::vector<std::string>& argv)
         std::cout << report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else {
         for (const auto& e : report.entries) {
-            if (e.status == "identical")
-                continue;
+            if (e.status == "identical") continue;
             std::cout << e.status << "  " << e.key;
             if (e.type == "tensor" && e.differing > 0)
                 std::cout << "  (" << e.differing << " of " << e.elements << " elements differ)";
-            if (!e.detail.empty())
-                std::cout << "  " << e.detail;
+            if (!e.detail.empty()) std::cout << "  " << e.detail;
             std::cout << "\n";
             for (const auto& r : e.ranks)
                 if (r.differing > 0)

@@ -22,8 +22,7 @@ int runFix(const std::vector<std::string>& argv);
 std::string commandUsage(const std::string& name)
 {
     for (const auto& c : commands())
-        if (c.name == name)
-            return c.usage;
+        if (c.name == name) return c.usage;
     return {};
 }
 
@@ -76,7 +75,8 @@ const std::vector<Command>& commands()
             "  --rtol R, --atol A  equal if |a-b| <= atol + rtol*|b| (default: bit-identical)\n"
             "  --ranks R1,R2       compare what two ranks of one checkpoint hold\n"
             "  --all               also list equal entries\n"
-            "  --json              {\"equal\": bool, \"entries\": [{\"key\", \"status\", \"reason\", \"max_abs_diff\",\n"
+            "  --json              {\"equal\": bool, \"entries\": [{\"key\", \"status\", \"reason\", "
+            "\"max_abs_diff\",\n"
             "                      \"max_rel_diff\", \"rms_diff\", \"num_diff\", \"numel\", ...}]}\n"
             "Exit status: 0 equal within tolerance, 1 different, 2 error.\n",
             runDiff},
@@ -96,7 +96,8 @@ const std::vector<Command>& commands()
             "usage: optscope-cli fix OPTIM --model MODEL -o OUT [--json]\n"
             "\n"
             "Applies what `diagnose OPTIM --model MODEL` proposes (prefix renames, integer ids -> FQNs, flattened ->\n"
-            "nested optimizer format, float32 steps) and writes OUT in OPTIM's format: a torch.save file, or a new DCP\n"
+            "nested optimizer format, float32 steps) and writes OUT in OPTIM's format: a torch.save file, or a new "
+            "DCP\n"
             "folder. OPTIM is never modified; OUT appears only when complete (and synced; --no-fsync skips that).\n"
             "Exit status: 0 written, 2 error (including: nothing to fix).\n",
             runFix},
@@ -175,8 +176,7 @@ int main(int argc, char** argv)
     }
     const std::string name = args[0];
     for (const auto& c : commands()) {
-        if (c.name != name)
-            continue;
+        if (c.name != name) continue;
         try {
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const UsageError& e) {

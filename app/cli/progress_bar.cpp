@@ -33,18 +33,15 @@ void draw(double fraction, std::string_view stage)
     const int permille = static_cast<int>(std::max(0.0, std::min(1.0, fraction)) * 1000.0);
     const auto now = std::chrono::steady_clock::now();
     // redraw at most every 50 ms unless the stage changes or we are done
-    if (permille == s.lastPermille && stage == s.lastStage)
-        return;
-    if (stage == s.lastStage && permille != 1000 && now - s.lastDraw < std::chrono::milliseconds(50))
-        return;
+    if (permille == s.lastPermille && stage == s.lastStage) return;
+    if (stage == s.lastStage && permille != 1000 && now - s.lastDraw < std::chrono::milliseconds(50)) return;
     s.lastPermille = permille;
     s.lastStage = std::string(stage);
     s.lastDraw = now;
     constexpr int width = 30;
     const int filled = permille * width / 1000;
     std::string bar(static_cast<size_t>(filled), '=');
-    if (filled < width)
-        bar += '>';
+    if (filled < width) bar += '>';
     bar.resize(width, ' ');
     std::fprintf(stderr, "\r[%s] %5.1f%% %-24.24s", bar.c_str(), permille / 10.0, s.lastStage.c_str());
     std::fflush(stderr);
@@ -56,8 +53,7 @@ void draw(double fraction, std::string_view stage)
 Progress terminalProgress()
 {
     Progress p;
-    if (::isatty(STDERR_FILENO))
-        p.report = draw;
+    if (::isatty(STDERR_FILENO)) p.report = draw;
     return p;
 }
 

@@ -35,8 +35,8 @@ struct TensorAssembly
 /// host->device; with several GPUs, NCCL broadcasts every chunk to all of them and each GPU scatters it into its
 /// full copy. The full tensor is then streamed device->host from GPU 0 (through pinned memory) to @p sink, in
 /// row-major order. @p maxGpus limits the GPUs used (0 = all).
-void assembleTensor(const TensorAssembly& assembly, const std::function<void(const uint8_t*, size_t)>& sink,
-    int maxGpus = 0);
+void assembleTensor(
+    const TensorAssembly& assembly, const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus = 0);
 
 /// "cuda:0" or "cuda:0-3 + NCCL 2.x", or throws when no GPU can be used
 std::string describeAssembler(int maxGpus = 0);

@@ -14,15 +14,14 @@ using NcclGetVersionFn = ncclResult_t (*)(int*);
 void probeNccl(GpuInfo& info)
 {
     void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        return;
+    if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
     auto getVersion = reinterpret_cast<NcclGetVersionFn>(dlsym(lib, "ncclGetVersion"));
     int v = 0;
     if (getVersion && getVersion(&v) == ncclSuccess) {
         info.ncclAvailable = true;
-        info.ncclVersion = std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+        info.ncclVersion
+            = std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
     }
     // keep the library loaded: later NCCL calls resolve through it
 }
@@ -42,8 +41,7 @@ GpuInfo queryDevices()
     }
     for (int i = 0; i < count; ++i) {
         cudaDeviceProp prop {};
-        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess)
-            continue;
+        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
         GpuDevice d;
         d.index = i;
         d.name = prop.name;

@@ -6,8 +6,8 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -17,8 +17,7 @@ namespace {
 
 void check(cudaError_t e, const char* what)
 {
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
 /// NCCL entry points, resolved at run time so that binaries start without libnccl.
@@ -38,10 +37,8 @@ struct Nccl
         static const Nccl n = [] {
             Nccl x;
             void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-            if (!lib)
-                lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
-            if (!lib)
-                return x;
+            if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+            if (!lib) return x;
             x.commInitAll = reinterpret_cast<decltype(x.commInitAll)>(dlsym(lib, "ncclCommInitAll"));
             x.commDestroy = reinterpret_cast<decltype(x.commDestroy)>(dlsym(lib, "ncclCommDestroy"));
             x.broadcast = reinterpret_cast<decltype(x.broadcast)>(dlsym(lib, "ncclBroadcast"));
@@ -57,8 +54,7 @@ struct Nccl
     }
     void check(ncclResult_t r, const char* what) const
     {
-        if (r != ncclSuccess)
-            throw std::runtime_error(std::string(what) + ": " + errorString(r));
+        if (r != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + errorString(r));
     }
 };
 
@@ -95,20 +91,19 @@ void launchScatter(const void* src, void* dst, const BoxCopy& box, int64_t numel
 {
     const int threads = 256;
     const int blocks = static_cast<int>(std::min<int64_t>((numel + threads - 1) / threads, 65535));
-    if (numel == 0)
-        return;
+    if (numel == 0) return;
     if (elem % 8 == 0)
-        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), box,
-            numel, static_cast<int>(elem / 8));
+        scatterBox<<<blocks, threads, 0, s>>>(
+            static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), box, numel, static_cast<int>(elem / 8));
     else if (elem == 4)
-        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), box,
-            numel, 1);
+        scatterBox<<<blocks, threads, 0, s>>>(
+            static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), box, numel, 1);
     else if (elem == 2)
-        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), box,
-            numel, 1);
+        scatterBox<<<blocks, threads, 0, s>>>(
+            static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), box, numel, 1);
     else
-        scatterBox<<<blocks, threads, 0, s>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), box,
-            numel, static_cast<int>(elem));
+        scatterBox<<<blocks, threads, 0, s>>>(
+            static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), box, numel, static_cast<int>(elem));
     check(cudaGetLastError(), "scatter kernel launch");
 }
 
@@ -120,8 +115,7 @@ int deviceCount(int maxGpus)
         cudaGetLastError();
         throw std::runtime_error(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
     }
-    if (count == 0)
-        throw std::runtime_error("no CUDA device");
+    if (count == 0) throw std::runtime_error("no CUDA device");
     return maxGpus > 0 ? std::min(count, maxGpus) : count;
 }
 
@@ -142,10 +136,8 @@ struct Staging
     ~Staging()
     {
         for (int i = 0; i < 2; ++i) {
-            if (done[i])
-                cudaEventDestroy(done[i]);
-            if (buf[i])
-                cudaFreeHost(buf[i]);
+            if (done[i]) cudaEventDestroy(done[i]);
+            if (buf[i]) cudaFreeHost(buf[i]);
         }
     }
     /// pageable host -> device, through the pinned buffers
@@ -170,11 +162,9 @@ struct Staging
 std::string describeAssembler(int maxGpus)
 {
     const int n = deviceCount(maxGpus);
-    if (n == 1)
-        return "cuda:0";
+    if (n == 1) return "cuda:0";
     const Nccl& nccl = Nccl::get();
-    if (!nccl.ok)
-        return "cuda:0 (libnccl not found: one GPU used)";
+    if (!nccl.ok) return "cuda:0 (libnccl not found: one GPU used)";
     return "cuda:0-" + std::to_string(n - 1) + " + NCCL";
 }
 
@@ -184,14 +174,12 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         throw std::runtime_error("tensors of more than 8 dimensions are not supported on the GPU path");
     int ngpu = deviceCount(maxGpus);
     const Nccl& nccl = Nccl::get();
-    if (ngpu > 1 && !nccl.ok)
-        ngpu = 1;
+    if (ngpu > 1 && !nccl.ok) ngpu = 1;
     int64_t numel = 1;
     for (auto s : a.shape)
         numel *= s;
     const size_t nbytes = static_cast<size_t>(numel) * a.elementSize;
-    if (nbytes == 0)
-        return;
+    if (nbytes == 0) return;
 
     std::vector<void*> full(ngpu, nullptr);
     std::vector<cudaStream_t> streams(ngpu, nullptr);
@@ -201,14 +189,10 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         for (int g = 0; g < ngpu; ++g) {
             cudaSetDevice(g);
             for (void* p : staged[g])
-                if (p)
-                    cudaFree(p);
-            if (full[g])
-                cudaFree(full[g]);
-            if (streams[g])
-                cudaStreamDestroy(streams[g]);
-            if (comms[g])
-                nccl.commDestroy(comms[g]);
+                if (p) cudaFree(p);
+            if (full[g]) cudaFree(full[g]);
+            if (streams[g]) cudaStreamDestroy(streams[g]);
+            if (comms[g]) nccl.commDestroy(comms[g]);
         }
     };
     try {
@@ -232,20 +216,17 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
             int64_t cn = 1;
             for (auto s : ch.sizes)
                 cn *= s;
-            if (cn == 0)
-                continue;
+            if (cn == 0) continue;
             const int g = static_cast<int>((ch.rank >= 0 ? ch.rank : static_cast<int>(c)) % ngpu);
             owner[c] = g;
             check(cudaSetDevice(g), "cudaSetDevice");
             for (int h = 0; h < ngpu; ++h) {
-                if (h != g && ngpu == 1)
-                    continue;
+                if (h != g && ngpu == 1) continue;
                 check(cudaSetDevice(h), "cudaSetDevice");
                 check(cudaMalloc(&staged[h][c], static_cast<size_t>(cn) * a.elementSize), "cudaMalloc (chunk)");
             }
             check(cudaSetDevice(g), "cudaSetDevice");
-            if (!staging[g])
-                staging[g] = std::make_unique<Staging>(g);
+            if (!staging[g]) staging[g] = std::make_unique<Staging>(g);
             staging[g]->toDevice(staged[g][c], ch.data, static_cast<size_t>(cn) * a.elementSize, streams[g]);
         }
         for (int g = 0; g < ngpu; ++g) {
@@ -256,8 +237,7 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         if (ngpu > 1) {
             nccl.check(nccl.groupStart(), "ncclGroupStart");
             for (size_t c = 0; c < a.chunks.size(); ++c) {
-                if (!staged[0][c])
-                    continue;
+                if (!staged[0][c]) continue;
                 int64_t cn = 1;
                 for (auto s : a.chunks[c].sizes)
                     cn *= s;
@@ -272,8 +252,7 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         for (int g = 0; g < ngpu; ++g) {
             check(cudaSetDevice(g), "cudaSetDevice");
             for (size_t c = 0; c < a.chunks.size(); ++c) {
-                if (!staged[g][c])
-                    continue;
+                if (!staged[g][c]) continue;
                 const HostChunk& ch = a.chunks[c];
                 BoxCopy box {};
                 box.ndim = static_cast<int>(a.shape.size());
@@ -299,7 +278,8 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         size_t off = 0;
         while (off < nbytes) {
             const size_t len = std::min(Staging::kSize, nbytes - off);
-            check(cudaMemcpyAsync(out.buf[0], static_cast<char*>(full[0]) + off, len, cudaMemcpyDeviceToHost, streams[0]),
+            check(
+                cudaMemcpyAsync(out.buf[0], static_cast<char*>(full[0]) + off, len, cudaMemcpyDeviceToHost, streams[0]),
                 "D2H copy");
             check(cudaStreamSynchronize(streams[0]), "D2H sync");
             sink(static_cast<const uint8_t*>(out.buf[0]), len);
@@ -316,12 +296,10 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
     const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
 {
     const int ranks = static_cast<int>(shards.size());
-    if (ranks == 0 || shardBytes == 0)
-        return;
+    if (ranks == 0 || shardBytes == 0) return;
     int ngpu = std::min(deviceCount(maxGpus), ranks);
     const Nccl& nccl = Nccl::get();
-    if (ngpu > 1 && !nccl.ok)
-        ngpu = 1;
+    if (ngpu > 1 && !nccl.ok) ngpu = 1;
     const int perGpu = (ranks + ngpu - 1) / ngpu; // consecutive ranks share a GPU
     const size_t sendBytes = static_cast<size_t>(perGpu) * shardBytes;
     const size_t recvBytes = sendBytes * static_cast<size_t>(ngpu);
@@ -332,14 +310,10 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
     auto cleanup = [&] {
         for (int g = 0; g < ngpu; ++g) {
             cudaSetDevice(g);
-            if (send[g])
-                cudaFree(send[g]);
-            if (recv[g])
-                cudaFree(recv[g]);
-            if (streams[g])
-                cudaStreamDestroy(streams[g]);
-            if (comms[g])
-                nccl.commDestroy(comms[g]);
+            if (send[g]) cudaFree(send[g]);
+            if (recv[g]) cudaFree(recv[g]);
+            if (streams[g]) cudaStreamDestroy(streams[g]);
+            if (comms[g]) nccl.commDestroy(comms[g]);
         }
     };
     try {
@@ -348,14 +322,12 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
             check(cudaStreamCreateWithFlags(&streams[g], cudaStreamNonBlocking), "cudaStreamCreate");
             check(cudaMalloc(&send[g], sendBytes), "cudaMalloc (rank shards)");
             check(cudaMemsetAsync(send[g], 0, sendBytes, streams[g]), "cudaMemset");
-            if (ngpu > 1)
-                check(cudaMalloc(&recv[g], recvBytes), "cudaMalloc (all-gather)");
+            if (ngpu > 1) check(cudaMalloc(&recv[g], recvBytes), "cudaMalloc (all-gather)");
             // each rank of this GPU loads its shard, as that rank would
             Staging staging(g);
             for (int j = 0; j < perGpu; ++j) {
                 const int r = g * perGpu + j;
-                if (r >= ranks || shards[r].bytes == 0)
-                    continue;
+                if (r >= ranks || shards[r].bytes == 0) continue;
                 if (shards[r].bytes > shardBytes)
                     throw std::runtime_error("a rank's shard is larger than the shard size");
                 staging.toDevice(static_cast<char*>(send[g]) + static_cast<size_t>(j) * shardBytes, shards[r].data,
@@ -371,7 +343,8 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
             nccl.check(nccl.commInitAll(comms.data(), ngpu, devs.data()), "ncclCommInitAll");
             nccl.check(nccl.groupStart(), "ncclGroupStart");
             for (int g = 0; g < ngpu; ++g)
-                nccl.check(nccl.allGather(send[g], recv[g], sendBytes, ncclUint8, comms[g], streams[g]), "ncclAllGather");
+                nccl.check(
+                    nccl.allGather(send[g], recv[g], sendBytes, ncclUint8, comms[g], streams[g]), "ncclAllGather");
             nccl.check(nccl.groupEnd(), "ncclGroupEnd");
             for (int g = 0; g < ngpu; ++g) {
                 check(cudaSetDevice(g), "cudaSetDevice");
@@ -385,7 +358,8 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
         size_t off = 0;
         while (off < total) {
             const size_t len = std::min(Staging::kSize, total - off);
-            check(cudaMemcpyAsync(out.buf[0], static_cast<char*>(gathered) + off, len, cudaMemcpyDeviceToHost, streams[0]),
+            check(cudaMemcpyAsync(
+                      out.buf[0], static_cast<char*>(gathered) + off, len, cudaMemcpyDeviceToHost, streams[0]),
                 "D2H copy");
             check(cudaStreamSynchronize(streams[0]), "D2H sync");
             sink(static_cast<const uint8_t*>(out.buf[0]), len);

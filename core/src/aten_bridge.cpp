@@ -15,8 +15,8 @@ namespace optscope::aten::impl {
 namespace {
 
 /// a byte view [sizes..., elem] over strided elements
-at::Tensor byteView(const uint8_t* base, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-    size_t elem)
+at::Tensor byteView(
+    const uint8_t* base, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, size_t elem)
 {
     std::vector<int64_t> s(sizes);
     std::vector<int64_t> st;
@@ -68,8 +68,7 @@ namespace {
 /// float8 formats (OCP FP8 and the AMD "fnuz" variants): sign, exponent bits, mantissa bits, bias, and where NaN is
 double decodeFloat8(uint8_t b, int expBits, int manBits, int bias, bool fnuz, bool hasInf)
 {
-    if (fnuz && b == 0x80)
-        return std::numeric_limits<double>::quiet_NaN();
+    if (fnuz && b == 0x80) return std::numeric_limits<double>::quiet_NaN();
     const bool sign = (b & 0x80) != 0;
     const int exp = (b >> manBits) & ((1 << expBits) - 1);
     const int man = b & ((1 << manBits) - 1);
@@ -89,8 +88,7 @@ double decodeFloat8(uint8_t b, int expBits, int manBits, int bias, bool fnuz, bo
     return sign ? -v : v;
 }
 
-template<typename T>
-T load(const uint8_t* p)
+template<typename T> T load(const uint8_t* p)
 {
     T v;
     std::memcpy(&v, p, sizeof v);
@@ -102,8 +100,7 @@ T load(const uint8_t* p)
 std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
 {
     std::vector<double> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
-    if (n <= 0)
-        return out;
+    if (n <= 0) return out;
     if (auto st = realScalarType(dtype)) {
         at::Tensor src = at::from_blob(const_cast<uint8_t*>(data), {n}, at::TensorOptions().dtype(*st));
         at::Tensor dst = at::from_blob(out.data(), {n}, at::TensorOptions().dtype(at::kDouble));
@@ -115,23 +112,44 @@ std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
         const uint8_t* p = data + static_cast<size_t>(i) * elem;
         double v = std::numeric_limits<double>::quiet_NaN();
         switch (dtype) {
-        case DType::UInt16: v = load<uint16_t>(p); break;
-        case DType::UInt32: v = load<uint32_t>(p); break;
-        case DType::UInt64: v = static_cast<double>(load<uint64_t>(p)); break;
-        case DType::Float8_e5m2: v = decodeFloat8(*p, 5, 2, 15, false, true); break;
-        case DType::Float8_e4m3fn: v = decodeFloat8(*p, 4, 3, 7, false, false); break;
-        case DType::Float8_e5m2fnuz: v = decodeFloat8(*p, 5, 2, 16, true, false); break;
-        case DType::Float8_e4m3fnuz: v = decodeFloat8(*p, 4, 3, 8, true, false); break;
-        case DType::Float8_e8m0fnu: v = *p == 0xff ? v : std::ldexp(1.0, int(*p) - 127); break;
-        case DType::Complex64: v = load<float>(p); break;
-        case DType::Complex128: v = load<double>(p); break;
+        case DType::UInt16:
+            v = load<uint16_t>(p);
+            break;
+        case DType::UInt32:
+            v = load<uint32_t>(p);
+            break;
+        case DType::UInt64:
+            v = static_cast<double>(load<uint64_t>(p));
+            break;
+        case DType::Float8_e5m2:
+            v = decodeFloat8(*p, 5, 2, 15, false, true);
+            break;
+        case DType::Float8_e4m3fn:
+            v = decodeFloat8(*p, 4, 3, 7, false, false);
+            break;
+        case DType::Float8_e5m2fnuz:
+            v = decodeFloat8(*p, 5, 2, 16, true, false);
+            break;
+        case DType::Float8_e4m3fnuz:
+            v = decodeFloat8(*p, 4, 3, 8, true, false);
+            break;
+        case DType::Float8_e8m0fnu:
+            v = *p == 0xff ? v : std::ldexp(1.0, int(*p) - 127);
+            break;
+        case DType::Complex64:
+            v = load<float>(p);
+            break;
+        case DType::Complex128:
+            v = load<double>(p);
+            break;
         case DType::Complex32: {
             at::Half h;
             std::memcpy(&h, p, 2);
             v = static_cast<float>(h);
             break;
         }
-        default: break;
+        default:
+            break;
         }
         out[static_cast<size_t>(i)] = v;
     }

@@ -49,8 +49,8 @@ struct DiffAccumulator
 /// ATen ops (values as float32, or float64 when either side is float64 or an integer type). Bit-identical elements
 /// always count as equal (NaN == NaN with the same bits); with a tolerance, |a - b| <= atol + rtol * |b| is equal,
 /// two NaNs are equal, infinities must match.
-void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol,
-    DiffAccumulator& acc);
+void diffBlock(
+    const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol, DiffAccumulator& acc);
 
 /// Adds the finite differences (a - b) of the block to a histogram of @p counts.size() bins over [lo, hi].
 void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double lo, double hi,
@@ -76,8 +76,8 @@ struct StatsBlock
 StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n);
 
 /// Adds the block's finite values, multiplied by @p scale, to @p counts (histc over [lo, hi], counts.size() bins).
-void statsHistogram(const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi,
-    std::vector<double>& counts);
+void statsHistogram(
+    const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi, std::vector<double>& counts);
 
 /// at::linspace(lo, hi, n) (bin edges exactly as torch computes them)
 std::vector<double> linspace(double lo, double hi, int64_t n);

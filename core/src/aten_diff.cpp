@@ -18,7 +18,9 @@ at::Tensor values(const uint8_t* p, DType d, int64_t n, at::ScalarType compute, 
 {
     if (dtypeIsComplex(d)) {
         // interleaved (real, imag) of half the element size each
-        const DType part = d == DType::Complex128 ? DType::Float64 : d == DType::Complex64 ? DType::Float32 : DType::Float16;
+        const DType part = d == DType::Complex128 ? DType::Float64
+            : d == DType::Complex64               ? DType::Float32
+                                                  : DType::Float16;
         return values(p, part, 2 * n, compute, scratch);
     }
     if (auto st = realScalarType(d))
@@ -41,11 +43,10 @@ at::ScalarType computeType(DType a, DType b)
 
 } // namespace
 
-void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol,
-    DiffAccumulator& acc)
+void diffBlock(
+    const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol, DiffAccumulator& acc)
 {
-    if (n <= 0)
-        return;
+    if (n <= 0) return;
     acc.numel += n;
     const bool exact = rtol == 0.0 && atol == 0.0;
     const size_t elem = dtypeSize(da);
@@ -71,7 +72,8 @@ void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n
     const at::Tensor absB = B.abs();
     const at::Tensor relOk = both.logical_and(absB.ne(0));
     if (relOk.any().item<bool>())
-        acc.maxRel = std::max(acc.maxRel, (ad / absB.masked_fill(relOk.logical_not(), 1)).masked_fill(relOk.logical_not(), 0).max().item<double>());
+        acc.maxRel = std::max(acc.maxRel,
+            (ad / absB.masked_fill(relOk.logical_not(), 1)).masked_fill(relOk.logical_not(), 0).max().item<double>());
     acc.sumSq += d.to(at::kDouble).square().sum().item<double>();
     acc.finitePairs += both.sum().item<int64_t>();
 
@@ -95,8 +97,7 @@ void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n
         const at::Tensor nanPair = at::isnan(A).logical_and(at::isnan(B));
         const at::Tensor infPair = at::isinf(A).logical_and(A.eq(B));
         at::Tensor ok = close.logical_or(nanPair).logical_or(infPair);
-        if (dtypeIsComplex(da) || dtypeIsComplex(db))
-            ok = ok.reshape({n, 2}).all(1);
+        if (dtypeIsComplex(da) || dtypeIsComplex(db)) ok = ok.reshape({n, 2}).all(1);
         diff = n - ok.sum().item<int64_t>();
     }
     acc.numDiff += diff;
@@ -105,17 +106,14 @@ void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n
 void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double lo, double hi,
     std::vector<int64_t>& counts)
 {
-    if (n <= 0 || counts.empty() || lanes(da, n) != lanes(db, n))
-        return;
+    if (n <= 0 || counts.empty() || lanes(da, n) != lanes(db, n)) return;
     std::vector<double> sa, sb;
     at::Tensor A = values(a, da, n, at::kDouble, sa);
     at::Tensor B = values(b, db, n, at::kDouble, sb);
     at::Tensor d = A - B;
     d = d.masked_select(at::isfinite(d));
-    if (d.numel() == 0)
-        return;
-    if (hi <= lo)
-        hi = lo + 1.0;
+    if (d.numel() == 0) return;
+    if (hi <= lo) hi = lo + 1.0;
     // the range comes from max|a-b| taken in the compute dtype (float32 for float32 pairs), which can round below
     // the float64 difference of the same two values: clamp so that every finite difference lands in a bin
     d = d.clamp(lo, hi);

@@ -18,8 +18,7 @@ std::string executableDir()
 {
     char buf[4096];
     const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0)
-        return {};
+    if (n <= 0) return {};
     buf[n] = '\0';
     return std::filesystem::path(buf).parent_path().string();
 }
@@ -28,8 +27,7 @@ const Ops* load(std::string& tried)
 {
     const char* name = "liboptscope_aten.so";
     std::vector<std::string> candidates;
-    if (const char* env = std::getenv("OPTSCOPE_ATEN_LIBRARY"))
-        candidates.emplace_back(env);
+    if (const char* env = std::getenv("OPTSCOPE_ATEN_LIBRARY")) candidates.emplace_back(env);
     const std::string exe = executableDir();
     if (!exe.empty()) {
         candidates.push_back(exe + "/" + name); // next to the binary
@@ -43,8 +41,7 @@ const Ops* load(std::string& tried)
 #endif
     candidates.emplace_back(name); // the dynamic linker's search path
     for (const auto& c : candidates) {
-        if (c.find('/') != std::string::npos && !std::filesystem::exists(c))
-            continue;
+        if (c.find('/') != std::string::npos && !std::filesystem::exists(c)) continue;
         void* lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             tried += "\n  " + c + ": " + ::dlerror();
@@ -52,9 +49,9 @@ const Ops* load(std::string& tried)
         }
         auto entry = reinterpret_cast<const Ops* (*)()>(::dlsym(lib, "optscope_aten_ops_v1"));
         const Ops* ops = entry ? entry() : nullptr;
-        if (ops && ops->abiVersion == kOpsAbiVersion)
-            return ops; // stays loaded for the life of the process
-        tried += "\n  " + c + ": not a matching liboptscope_aten (ABI " + std::to_string(ops ? ops->abiVersion : 0) + ")";
+        if (ops && ops->abiVersion == kOpsAbiVersion) return ops; // stays loaded for the life of the process
+        tried
+            += "\n  " + c + ": not a matching liboptscope_aten (ABI " + std::to_string(ops ? ops->abiVersion : 0) + ")";
         ::dlclose(lib);
     }
     return nullptr;
@@ -71,7 +68,8 @@ const Ops& ops()
     if (!table)
         throw Error(ErrorKind::Unsupported, {},
             "the tensor operations library (liboptscope_aten.so, which links libtorch) could not be loaded; set "
-            "OPTSCOPE_ATEN_LIBRARY to its path. Tried:" + tried);
+            "OPTSCOPE_ATEN_LIBRARY to its path. Tried:"
+                + tried);
     return *table;
 }
 
@@ -86,8 +84,8 @@ std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
     return ops().toDoubles(data, dtype, n);
 }
 
-void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol,
-    DiffAccumulator& acc)
+void diffBlock(
+    const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol, DiffAccumulator& acc)
 {
     ops().diffBlock(a, da, b, db, n, rtol, atol, acc);
 }
@@ -103,8 +101,8 @@ StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
     return ops().statsBlock(data, dtype, n);
 }
 
-void statsHistogram(const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi,
-    std::vector<double>& counts)
+void statsHistogram(
+    const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi, std::vector<double>& counts)
 {
     ops().statsHistogram(data, dtype, n, scale, lo, hi, counts);
 }

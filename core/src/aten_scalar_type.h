@@ -16,17 +16,28 @@ namespace optscope::aten::impl {
 inline std::optional<c10::ScalarType> realScalarType(DType d)
 {
     switch (d) {
-    case DType::Float64: return c10::kDouble;
-    case DType::Float32: return c10::kFloat;
-    case DType::Float16: return c10::kHalf;
-    case DType::BFloat16: return c10::kBFloat16;
-    case DType::Int8: return c10::kChar;
-    case DType::Int16: return c10::kShort;
-    case DType::Int32: return c10::kInt;
-    case DType::Int64: return c10::kLong;
-    case DType::UInt8: return c10::kByte;
-    case DType::Bool: return c10::kBool;
-    default: return std::nullopt;
+    case DType::Float64:
+        return c10::kDouble;
+    case DType::Float32:
+        return c10::kFloat;
+    case DType::Float16:
+        return c10::kHalf;
+    case DType::BFloat16:
+        return c10::kBFloat16;
+    case DType::Int8:
+        return c10::kChar;
+    case DType::Int16:
+        return c10::kShort;
+    case DType::Int32:
+        return c10::kInt;
+    case DType::Int64:
+        return c10::kLong;
+    case DType::UInt8:
+        return c10::kByte;
+    case DType::Bool:
+        return c10::kBool;
+    default:
+        return std::nullopt;
     }
 }
 

@@ -17,10 +17,8 @@ namespace {
 /// ATen scalar types that from_blob + to(kDouble) handle in libtorch 1.13 and 2.x alike
 std::optional<at::ScalarType> nativeType(DType d)
 {
-    if (d == DType::Complex64)
-        return at::kComplexFloat;
-    if (d == DType::Complex128)
-        return at::kComplexDouble;
+    if (d == DType::Complex64) return at::kComplexFloat;
+    if (d == DType::Complex128) return at::kComplexDouble;
     return realScalarType(d);
 }
 
@@ -36,8 +34,10 @@ bool decodedType(DType d)
     case DType::UInt16:
     case DType::UInt32:
     case DType::UInt64:
-    case DType::Complex32: return true;
-    default: return false;
+    case DType::Complex32:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -46,8 +46,7 @@ at::Tensor asDoubles(const uint8_t* data, DType dtype, int64_t n, std::vector<do
     if (auto st = nativeType(dtype)) {
         // read-only use: the bytes may be a PROT_READ mapping; every op below allocates its result
         at::Tensor raw = at::from_blob(const_cast<uint8_t*>(data), {n}, at::TensorOptions().dtype(*st));
-        if (raw.is_complex())
-            raw = at::real(raw);
+        if (raw.is_complex()) raw = at::real(raw);
         return raw.to(at::kDouble);
     }
     scratch = toDoubles(data, dtype, n);
@@ -73,8 +72,7 @@ StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
     b.nan = at::isnan(x).sum().item<int64_t>();
     b.inf = at::isinf(x).sum().item<int64_t>();
     b.zero = x.eq(0).sum().item<int64_t>();
-    if (b.finite == 0)
-        return b;
+    if (b.finite == 0) return b;
     const at::Tensor f = b.finite == x.numel() ? x : x.masked_select(finiteMask);
     b.min = f.min().item<double>();
     b.max = f.max().item<double>();
@@ -85,16 +83,15 @@ StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
     return b;
 }
 
-void statsHistogram(const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi,
-    std::vector<double>& counts)
+void statsHistogram(
+    const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi, std::vector<double>& counts)
 {
     at::NoGradGuard noGrad;
     std::vector<double> scratch;
     const at::Tensor x = asDoubles(data, dtype, n, scratch);
     const at::Tensor finiteMask = at::isfinite(x);
     const at::Tensor f = finiteMask.all().item<bool>() ? x : x.masked_select(finiteMask);
-    if (f.numel() == 0 || counts.empty())
-        return;
+    if (f.numel() == 0 || counts.empty()) return;
     const auto bins = static_cast<int64_t>(counts.size());
     const at::Tensor h = (scale == 1.0 ? at::histc(f, bins, lo, hi) : at::histc(f * scale, bins, lo, hi)).contiguous();
     const double* p = h.data_ptr<double>();

@@ -23,8 +23,7 @@ std::string joinKeyPath(const KeyPath& path)
 {
     std::string key;
     for (size_t i = 0; i < path.size(); ++i) {
-        if (i)
-            key += '.';
+        if (i) key += '.';
         key += path[i].key;
     }
     return key;
@@ -63,15 +62,12 @@ std::vector<int> TensorEntry::ranks() const
 
 CheckpointFiles::CheckpointFiles(std::string rootDir)
     : m_root(std::move(rootDir))
-{
-}
+{ }
 
 std::string CheckpointFiles::absolute(const std::string& relative) const
 {
-    if (!relative.empty() && relative.front() == '/')
-        return relative;
-    if (m_root.empty())
-        return relative;
+    if (!relative.empty() && relative.front() == '/') return relative;
+    if (m_root.empty()) return relative;
     return m_root + "/" + relative;
 }
 
@@ -80,8 +76,7 @@ std::shared_ptr<const MappedFile> CheckpointFiles::open(const std::string& relat
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         auto it = m_files.find(relative);
-        if (it != m_files.end())
-            return it->second;
+        if (it != m_files.end()) return it->second;
     }
     auto f = MappedFile::open(absolute(relative));
     std::lock_guard<std::mutex> lock(m_mutex);
@@ -112,14 +107,14 @@ uint64_t Checkpoint::tensorBytes() const
 {
     uint64_t n = 0;
     for (const auto& e : entries)
-        if (e.isTensor())
-            n += e.tensor.nbytes();
+        if (e.isTensor()) n += e.tensor.nbytes();
     return n;
 }
 
 size_t Checkpoint::tensorCount() const
 {
-    return static_cast<size_t>(std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.isTensor(); }));
+    return static_cast<size_t>(
+        std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.isTensor(); }));
 }
 
 bool Checkpoint::hasErrors() const

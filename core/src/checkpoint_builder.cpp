@@ -12,16 +12,13 @@ namespace {
 
 void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<const PyValue*>& seen, int depth)
 {
-    if (!v || depth > 500)
-        return;
+    if (!v || depth > 500) return;
     if (v->kind == PyKind::Global) {
         // not marked seen: a class memoized once and used by many entries is attributed to each of them
-        if (!v->global->known)
-            out.insert(v->global->path());
+        if (!v->global->known) out.insert(v->global->path());
         return;
     }
-    if (!seen.insert(v).second)
-        return;
+    if (!seen.insert(v).second) return;
     switch (v->kind) {
     case PyKind::Object: {
         const auto& o = *v->object;
@@ -52,15 +49,12 @@ void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<co
 bool shapeIsRepresentable(const std::vector<int64_t>& shape, size_t elementSize)
 {
     for (auto s : shape)
-        if (s < 0)
-            return false;
+        if (s < 0) return false;
     for (auto s : shape)
-        if (s == 0)
-            return true;
+        if (s == 0) return true;
     auto bytes = static_cast<int64_t>(std::max<size_t>(elementSize, 1));
     for (auto s : shape) {
-        if (bytes > INT64_MAX / s)
-            return false;
+        if (bytes > INT64_MAX / s) return false;
         bytes *= s;
     }
     return true;
@@ -88,11 +82,10 @@ void CheckpointBuilder::chargeKeyPath(const KeyPath& path)
                 + " MiB (long keys repeated through deep nesting)");
 }
 
-TensorChunk CheckpointBuilder::chunkFromTensor(const PyTensorInfo& t, const TorchSaveArchive& archive,
-    const std::string& fileRel, const std::string& where)
+TensorChunk CheckpointBuilder::chunkFromTensor(
+    const PyTensorInfo& t, const TorchSaveArchive& archive, const std::string& fileRel, const std::string& where)
 {
-    if (!t.storage)
-        throw Error(ErrorKind::Format, where, "tensor has no storage");
+    if (!t.storage) throw Error(ErrorKind::Format, where, "tensor has no storage");
     const std::string key(t.storage->storage->key);
     auto it = archive.storages.find(key);
     if (it == archive.storages.end())
@@ -133,8 +126,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
         e.chunks.push_back(chunkFromTensor(t, archive, fileRel, where));
     } else if (!t.shards.empty()) {
         for (const auto& s : t.shards) {
-            if (!s.tensor || !s.tensor->tensor->storage)
-                continue;
+            if (!s.tensor || !s.tensor->tensor->storage) continue;
             TensorChunk c = chunkFromTensor(*s.tensor->tensor, archive, fileRel, where);
             c.rank = s.rank;
             if (s.offsets.size() == c.sizes.size())
@@ -144,7 +136,8 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
             e.chunks.push_back(std::move(c));
         }
     } else {
-        warn("tensor-without-data", "tensor (" + std::string(t.subclass.empty() ? "meta" : t.subclass) + ") has no stored data", key);
+        warn("tensor-without-data",
+            "tensor (" + std::string(t.subclass.empty() ? "meta" : t.subclass) + ") has no stored data", key);
     }
     addTensor(std::move(path), std::move(e));
 }
@@ -203,24 +196,24 @@ void CheckpointBuilder::finish()
         // (a fresh walk per entry would be quadratic in the file's size)
         std::unordered_set<const PyValue*> seen;
         for (const auto& e : m_cp.entries) {
-            if (e.isTensor())
-                continue;
+            if (e.isTensor()) continue;
             std::set<std::string> found;
             collectUnsafeGlobals(e.value, found, seen);
             for (const auto& path : found) {
                 auto it = m_unsafeGlobals.find(path);
-                warn("unsafe-global", it != m_unsafeGlobals.end() ? it->second : "global '" + path + "' kept inert", e.key);
+                warn("unsafe-global", it != m_unsafeGlobals.end() ? it->second : "global '" + path + "' kept inert",
+                    e.key);
                 attributed.insert(path);
             }
         }
     }
     for (const auto& [path, message] : m_unsafeGlobals)
-        if (!attributed.count(path))
-            warn("unsafe-global", message);
+        if (!attributed.count(path)) warn("unsafe-global", message);
     std::set<std::string> keys;
     for (const auto& e : m_cp.entries)
         if (!keys.insert(e.key).second)
-            warn("duplicate-key", "two entries flatten to the same key (DCP would refuse to save this state dict)", e.key);
+            warn("duplicate-key", "two entries flatten to the same key (DCP would refuse to save this state dict)",
+                e.key);
     m_cp.buildIndex();
 }
 

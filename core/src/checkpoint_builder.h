@@ -20,8 +20,7 @@ class CheckpointBuilder
 public:
     explicit CheckpointBuilder(Checkpoint& cp)
         : m_cp(cp)
-    {
-    }
+    { }
 
     /// A leaf from an unpickled archive: a tensor becomes a tensor entry whose chunks point into @p fileRel
     /// (relative to the checkpoint root), anything else a value entry.
@@ -31,13 +30,16 @@ public:
     void addTensor(KeyPath path, TensorEntry tensor);
     void addPickleWarnings(const std::vector<PickleWarning>& warnings);
     void warn(std::string code, std::string message, std::string key = {}, bool isError = false);
-    void error(std::string code, std::string message, std::string key = {}) { warn(std::move(code), std::move(message), std::move(key), true); }
+    void error(std::string code, std::string message, std::string key = {})
+    {
+        warn(std::move(code), std::move(message), std::move(key), true);
+    }
     /// attributes unsafe globals to the entries that hold them, builds the key index
     void finish();
 
     /// chunk of a plain tensor stored in @p archive
-    static TensorChunk chunkFromTensor(const PyTensorInfo& t, const TorchSaveArchive& archive,
-        const std::string& fileRel, const std::string& where);
+    static TensorChunk chunkFromTensor(
+        const PyTensorInfo& t, const TorchSaveArchive& archive, const std::string& fileRel, const std::string& where);
 
 private:
     /// counts the entry's key path against kMaxKeyPathBytes; throws Error(Limit) past it

@@ -41,10 +41,8 @@ std::string numberText(double v)
 /// codes of the reader's error-severity warnings, mapped to check codes
 std::string readerCode(const std::string& code)
 {
-    if (code == "chunk-out-of-range")
-        return "chunk-truncated";
-    if (code == "bad-storage-info" || code == "no-storage-data")
-        return "missing-storage-info";
+    if (code == "chunk-out-of-range") return "chunk-truncated";
+    if (code == "bad-storage-info" || code == "no-storage-data") return "missing-storage-info";
     return code;
 }
 
@@ -55,17 +53,14 @@ public:
         : m_cp(cp)
         , m_opt(opt)
         , m_progress(progress)
-    {
-    }
+    { }
 
     CheckReport run()
     {
         for (const auto& w : m_cp.warnings) {
-            if (!w.isError)
-                continue;
+            if (!w.isError) continue;
             add(readerCode(w.code), "error", w.key, w.message);
-            if (w.code == "missing-file")
-                m_missingFiles.insert(missingFileName(w.message));
+            if (w.code == "missing-file") m_missingFiles.insert(missingFileName(w.message));
         }
         const size_t n = m_cp.entries.size();
         for (size_t i = 0; i < n; ++i) {
@@ -74,8 +69,7 @@ public:
                 m_progress(double(i) / double(std::max<size_t>(n, 1)), "checking");
             }
             const Entry& e = m_cp.entries[i];
-            if (e.isTensor())
-                checkTensor(e);
+            if (e.isTensor()) checkTensor(e);
         }
         checkOptimizers();
         m_progress(1.0, "checking");
@@ -130,8 +124,9 @@ private:
             if (identical && m_opt.readChunks && sameBytes(e, o.first, o.second)) {
                 f = &add("chunk-duplicate", "warning", e.key,
                     "the same region " + boxText(o.region) + " is listed twice "
-                        + (a.rank == b.rank ? "(both entries point to rank " + std::to_string(a.rank) + "'s copy)"
-                                            : "(ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + ")")
+                        + (a.rank == b.rank
+                                ? "(both entries point to rank " + std::to_string(a.rank) + "'s copy)"
+                                : "(ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + ")")
                         + " with identical bytes");
             } else if (identical && isStep && m_opt.readChunks) {
                 std::string values;
@@ -142,10 +137,9 @@ private:
                         Entry tmp = e;
                         tmp.tensor = one;
                         const auto v = readTensorValues(m_cp, tmp, 1);
-                        values += (values.empty() ? "" : " vs ") + std::string("rank ") + std::to_string(t.chunks[idx].rank)
-                            + ": " + (v.empty() ? "?" : numberText(v[0]));
-                    } catch (const Error&) {
-                    }
+                        values += (values.empty() ? "" : " vs ") + std::string("rank ")
+                            + std::to_string(t.chunks[idx].rank) + ": " + (v.empty() ? "?" : numberText(v[0]));
+                    } catch (const Error&) { }
                 }
                 f = &add("step-inconsistent", "error", e.key, "step differs between ranks (" + values + ")");
             } else {
@@ -167,8 +161,7 @@ private:
                 "chunks cover " + std::to_string(L.coveredElements) + " of " + std::to_string(L.totalElements)
                     + " elements");
 
-        if (!m_opt.readChunks)
-            return;
+        if (!m_opt.readChunks) return;
         for (size_t i = 0; i < t.chunks.size(); ++i) {
             const TensorChunk& c = t.chunks[i];
             if (c.source.file.empty() || m_missingFiles.count(c.source.file))
@@ -191,10 +184,9 @@ private:
                     f.offsets = {c.offsets};
                 }
             } catch (const Error& err) {
-                if (err.kind() == ErrorKind::Cancelled)
-                    throw;
-                auto& f = add(err.kind() == ErrorKind::Truncated ? "chunk-truncated" : "unreadable-chunk", "error", e.key,
-                    err.what());
+                if (err.kind() == ErrorKind::Cancelled) throw;
+                auto& f = add(err.kind() == ErrorKind::Truncated ? "chunk-truncated" : "unreadable-chunk", "error",
+                    e.key, err.what());
                 f.ranks = {c.rank};
                 f.offsets = {c.offsets};
             }
@@ -218,11 +210,9 @@ private:
             std::map<double, std::vector<std::string>> byStep;
             for (const auto& p : v.params) {
                 auto it = p.states.find("step");
-                if (it == p.states.end())
-                    continue;
+                if (it == p.states.end()) continue;
                 try {
-                    if (auto s = readScalar(m_cp, *it->second))
-                        byStep[*s].push_back(p.key);
+                    if (auto s = readScalar(m_cp, *it->second)) byStep[*s].push_back(p.key);
                 } catch (const Error&) {
                     // unreadable data is reported by the tensor checks
                 }
@@ -230,13 +220,13 @@ private:
             if (byStep.size() > 1) {
                 std::string detail;
                 for (const auto& [value, params] : byStep) {
-                    if (!detail.empty())
-                        detail += "; ";
+                    if (!detail.empty()) detail += "; ";
                     detail += "step " + numberText(value) + ": " + std::to_string(params.size()) + " parameter"
                         + (params.size() == 1 ? "" : "s") + " (" + params.front() + (params.size() > 1 ? ", ..." : "")
                         + ")";
                 }
-                add("step-inconsistent", "error", v.rootKey(), "optimizer '" + root + "' has different step values: " + detail);
+                add("step-inconsistent", "error", v.rootKey(),
+                    "optimizer '" + root + "' has different step values: " + detail);
             }
         }
     }

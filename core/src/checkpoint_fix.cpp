@@ -44,8 +44,8 @@ KeyPathElem key(const std::string& s)
 
 } // namespace
 
-FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output, const Progress& progress,
-    WriteOptions options)
+FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,
+    const Progress& progress, WriteOptions options)
 {
     if (!diagnosis.fixable())
         throw Error(ErrorKind::Usage, cp.path, "the diagnosis proposes nothing that can be applied mechanically");
@@ -57,8 +57,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
         rewrites[i].view = &views[i];
     for (const auto& f : diagnosis.findings) {
         for (auto& r : rewrites) {
-            if (r.view->rootKey() != f.optimizer)
-                continue;
+            if (r.view->rootKey() != f.optimizer) continue;
             for (const auto& a : f.actions) {
                 if (a.kind == "rename-prefix" || a.kind == "rekey-ids")
                     r.rename[a.from] = a.to;
@@ -68,8 +67,9 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
                     r.castStep = true;
             }
             if (!f.actions.empty())
-                result.applied.push_back(f.code + ": " + (f.actions.size() == 1 ? f.actions[0].description
-                                                                                 : std::to_string(f.actions.size()) + " changes"));
+                result.applied.push_back(f.code + ": "
+                    + (f.actions.size() == 1 ? f.actions[0].description
+                                             : std::to_string(f.actions.size()) + " changes"));
         }
     }
 
@@ -82,8 +82,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
         auto renamed = [&](const std::string& k) {
             auto it = r.rename.find(k);
             if (it != r.rename.end()) {
-                if (renamedOnce.insert(k).second)
-                    ++result.renamedKeys;
+                if (renamedOnce.insert(k).second) ++result.renamedKeys;
                 return it->second;
             }
             return k;
@@ -145,7 +144,8 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
                         (void)e;
                         const std::string oldKey = "param_groups." + fqn + "." + field;
                         for (const Entry& en : cp.entries)
-                            if (startsWith(en.path, v.root) && en.path.size() == v.root.size() + 1 && en.path.back().key == oldKey) {
+                            if (startsWith(en.path, v.root) && en.path.size() == v.root.size() + 1
+                                && en.path.back().key == oldKey) {
                                 Item it;
                                 it.path = v.root;
                                 it.path.push_back(key("param_groups." + renamed(fqn) + "." + field));
@@ -160,8 +160,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
             // nested output: every field of the group, in file order; params (and param_names) rewritten
             std::vector<const Entry*> fields;
             for (const Entry& en : cp.entries)
-                if (startsWith(en.path, gp) && en.path.size() > gp.size())
-                    fields.push_back(&en);
+                if (startsWith(en.path, gp) && en.path.size() > gp.size()) fields.push_back(&en);
             if (v.flattened) {
                 // from the flattened format: the first parameter's hyperparameters stand for the group
                 for (const auto& [field, e] : group.hyperparams) {
@@ -220,8 +219,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
                 continue;
             }
             for (Item* it : byEntry[&e])
-                if (placed.insert(it).second)
-                    ordered.push_back(*it);
+                if (placed.insert(it).second) ordered.push_back(*it);
         }
         for (Item* it : synthetic)
             ordered.push_back(*it);
@@ -231,7 +229,8 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
     std::set<std::string> keys;
     for (const auto& it : ordered)
         if (!keys.insert(joinKeyPath(it.path)).second)
-            throw Error(ErrorKind::Format, cp.path, "the fix would write two entries at '" + joinKeyPath(it.path) + "'");
+            throw Error(
+                ErrorKind::Format, cp.path, "the fix would write two entries at '" + joinKeyPath(it.path) + "'");
 
     auto stepProducer = [&cp](const Entry* e) {
         return [&cp, e](const ByteSink& sink) {
@@ -280,7 +279,8 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
                 ch.sizes = c.sizes;
                 const auto offsets = c.offsets;
                 const auto sizes = c.sizes;
-                ch.produce = [&cp, e, offsets, sizes](const ByteSink& sink) { TensorAssembler(cp, *e).streamBox(offsets, sizes, sink); };
+                ch.produce = [&cp, e, offsets, sizes](
+                                 const ByteSink& sink) { TensorAssembler(cp, *e).streamBox(offsets, sizes, sink); };
                 t.chunks.push_back(std::move(ch));
             }
             plan.order.push_back({true, plan.tensors.size()});

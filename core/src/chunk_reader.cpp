@@ -6,8 +6,7 @@
 
 namespace optscope {
 
-namespace {
-} // namespace
+namespace { } // namespace
 
 int64_t ChunkData::numel() const
 {
@@ -19,12 +18,10 @@ int64_t ChunkData::numel() const
 
 bool ChunkData::isContiguous() const
 {
-    if (numel() == 0)
-        return true;
+    if (numel() == 0) return true;
     int64_t expected = 1;
     for (size_t d = sizes.size(); d-- > 0;) {
-        if (sizes[d] != 1 && strides[d] != expected)
-            return false;
+        if (sizes[d] != 1 && strides[d] != expected) return false;
         expected *= sizes[d];
     }
     return true;
@@ -33,8 +30,8 @@ bool ChunkData::isContiguous() const
 ChunkData ChunkReader::resolve(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk)
 {
     ChunkData d = resolveAsStored(checkpoint, entry, chunk);
-    const std::string where = d.file->path() + "[" + std::to_string(chunk.source.offset) + "+"
-        + std::to_string(chunk.source.length) + "]";
+    const std::string where
+        = d.file->path() + "[" + std::to_string(chunk.source.offset) + "+" + std::to_string(chunk.source.length) + "]";
     if (d.dtype != entry.tensor.dtype)
         throw Error(ErrorKind::Format, where,
             "DCP item of '" + entry.key + "' stores " + std::string(dtypeName(d.dtype)) + " but the metadata says "
@@ -76,8 +73,8 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
     TorchSaveArchive ar = TorchSaveReader::readArchive(file, src.offset, src.length, arena, where);
     const PyValue* root = ar.root;
     if (!root || root->kind != PyKind::Tensor || !root->tensor->storage)
-        throw Error(ErrorKind::Format, where, "DCP item of '" + entry.key + "' does not hold a tensor (found "
-                + pyRepr(root, 60) + ")");
+        throw Error(ErrorKind::Format, where,
+            "DCP item of '" + entry.key + "' does not hold a tensor (found " + pyRepr(root, 60) + ")");
     const PyTensorInfo& t = *root->tensor;
     const auto rec = ar.storages.at(std::string(t.storage->storage->key));
     TorchSaveReader::checkTensorExtent(t, rec.length, where);

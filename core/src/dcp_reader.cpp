@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/dcp_reader.h"
+#include "checkpoint_builder.h"
 #include "optscope/error.h"
 #include "optscope/mapped_file.h"
 #include "optscope/pickle_machine.h"
 #include "optscope/state_flattener.h"
 #include "optscope/torch_save_reader.h"
-#include "checkpoint_builder.h"
 
 #include <filesystem>
 #include <map>
@@ -29,16 +29,13 @@ struct StorageInfo
 /// dataclass fields: BUILD {name: value} (or (dict, slots) for __slots__ classes)
 const PyValue* field(const PyValue* obj, std::string_view name)
 {
-    if (!obj || obj->kind != PyKind::Object || !obj->object->state)
-        return nullptr;
+    if (!obj || obj->kind != PyKind::Object || !obj->object->state) return nullptr;
     const PyValue* st = obj->object->state;
-    if (st->kind == PyKind::Dict)
-        return st->get(name);
+    if (st->kind == PyKind::Dict) return st->get(name);
     if (st->kind == PyKind::Tuple)
         for (const auto* part : st->items())
             if (part->kind == PyKind::Dict)
-                if (const auto* f = part->get(name))
-                    return f;
+                if (const auto* f = part->get(name)) return f;
     return nullptr;
 }
 
@@ -52,11 +49,9 @@ bool classEndsWith(const PyValue* obj, std::string_view name)
 bool intVector(const PyValue* v, std::vector<int64_t>& out)
 {
     out.clear();
-    if (!v || !v->isSequence())
-        return false;
+    if (!v || !v->isSequence()) return false;
     for (const auto* i : v->items()) {
-        if (i->kind != PyKind::Int)
-            return false;
+        if (i->kind != PyKind::Int) return false;
         out.push_back(i->integer);
     }
     return true;
@@ -79,16 +74,14 @@ std::string storageKey(std::string_view fqn, const std::vector<int64_t>* offsets
 
 std::optional<DType> dtypeOfProperties(const PyValue* props)
 {
-    if (!props || props->kind != PyKind::Object || !props->object->state)
-        return std::nullopt;
+    if (!props || props->kind != PyKind::Object || !props->object->state) return std::nullopt;
     const PyValue* st = props->object->state;
     const PyValue* dt = nullptr;
     if (st->kind == PyKind::Tuple && st->size() >= 1)
         dt = st->item(0); // __getstate__: (dtype, layout, requires_grad, memory_format, pin_memory)
     else if (st->kind == PyKind::Dict)
         dt = st->get("dtype");
-    if (dt && dt->kind == PyKind::Dtype)
-        return dt->dtype;
+    if (dt && dt->kind == PyKind::Dtype) return dt->dtype;
     return std::nullopt;
 }
 
@@ -97,8 +90,7 @@ std::optional<DType> dtypeOfProperties(const PyValue* props)
 int DcpReader::rankFromFileName(const std::string& relativePath)
 {
     const std::string name = fs::path(relativePath).filename().string();
-    if (name.size() < 5 || name.compare(0, 2, "__") != 0)
-        return -1;
+    if (name.size() < 5 || name.compare(0, 2, "__") != 0) return -1;
     size_t i = 2;
     int rank = 0;
     bool any = false;
@@ -107,16 +99,14 @@ int DcpReader::rankFromFileName(const std::string& relativePath)
         any = true;
         ++i;
     }
-    if (!any || i >= name.size() || name[i] != '_')
-        return -1;
+    if (!any || i >= name.size() || name[i] != '_') return -1;
     return rank;
 }
 
 bool DcpReader::looksLikeDcp(const std::string& path)
 {
     std::error_code ec;
-    if (fs::is_directory(path, ec))
-        return fs::is_regular_file(fs::path(path) / ".metadata", ec);
+    if (fs::is_directory(path, ec)) return fs::is_regular_file(fs::path(path) / ".metadata", ec);
     return fs::path(path).filename() == ".metadata" && fs::is_regular_file(path, ec);
 }
 
@@ -125,8 +115,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     progress(0.0, "reading metadata");
     std::error_code ec;
     fs::path dir = path;
-    if (!fs::is_directory(dir, ec))
-        dir = dir.parent_path();
+    if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
     const std::string metaPath = (dir / ".metadata").string();
 
     auto cp = std::make_shared<Checkpoint>();
@@ -147,8 +136,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
 
     const PyValue* md = r.root;
     if (!classEndsWith(md, "Metadata"))
-        throw Error(ErrorKind::Format, metaPath,
-            "does not hold a DCP Metadata object (found " + pyRepr(md, 80) + ")");
+        throw Error(ErrorKind::Format, metaPath, "does not hold a DCP Metadata object (found " + pyRepr(md, 80) + ")");
     const PyValue* sdm = field(md, "state_dict_metadata");
     const PyValue* planner = field(md, "planner_data");
     const PyValue* storageData = field(md, "storage_data");
@@ -156,8 +144,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     if (!sdm || sdm->kind != PyKind::Dict)
         throw Error(ErrorKind::Format, metaPath, "Metadata has no state_dict_metadata dict");
     cp->formatDetail = "DCP";
-    if (version && version->kind == PyKind::Str)
-        cp->formatDetail += " version " + std::string(version->text);
+    if (version && version->kind == PyKind::Str) cp->formatDetail += " version " + std::string(version->text);
 
     // (fqn, offsets) -> where the item is
     std::unordered_map<std::string, StorageInfo> storage;
@@ -173,8 +160,9 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
             const PyValue* len = field(info, "length");
             if (!fqn || fqn->kind != PyKind::Str || !rel || rel->kind != PyKind::Str || !off || off->kind != PyKind::Int
                 || !len || len->kind != PyKind::Int || off->integer < 0 || len->integer < 0) {
-                builder.error("bad-storage-info", "storage_data entry " + std::to_string(i) + " is malformed: "
-                        + pyRepr(index, 80) + " -> " + pyRepr(info, 120));
+                builder.error("bad-storage-info",
+                    "storage_data entry " + std::to_string(i) + " is malformed: " + pyRepr(index, 80) + " -> "
+                        + pyRepr(info, 120));
                 continue;
             }
             StorageInfo s;
@@ -195,20 +183,18 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     std::map<std::string, int64_t> fileSizes; // -1 missing
     auto fileSize = [&](const std::string& rel) {
         auto it = fileSizes.find(rel);
-        if (it != fileSizes.end())
-            return it->second;
-        struct stat st {};
+        if (it != fileSizes.end()) return it->second;
+        struct stat st
+        { };
         const std::string abs = cp->files->absolute(rel);
         int64_t size = ::stat(abs.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
-        if (size < 0)
-            builder.error("missing-file", "data file '" + rel + "' is missing from " + dir.string());
+        if (size < 0) builder.error("missing-file", "data file '" + rel + "' is missing from " + dir.string());
         fileSizes.emplace(rel, size);
         return size;
     };
     auto checkRange = [&](const StorageInfo& s, const std::string& key) {
         const int64_t size = fileSize(s.relativePath);
-        if (size < 0)
-            return false;
+        if (size < 0) return false;
         if (s.offset > static_cast<uint64_t>(size) || s.length > static_cast<uint64_t>(size) - s.offset) {
             builder.error("chunk-out-of-range",
                 "item [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) + ") lies past the end of '"
@@ -261,8 +247,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         if (classEndsWith(smd, "TensorStorageMetadata")) {
             TensorEntry t;
             const auto dtype = dtypeOfProperties(field(smd, "properties"));
-            if (!dtype)
-                builder.error("bad-metadata", "tensor has no readable dtype in its properties", fqn);
+            if (!dtype) builder.error("bad-metadata", "tensor has no readable dtype in its properties", fqn);
             t.dtype = dtype.value_or(DType::Unknown);
             if (!intVector(field(smd, "size"), t.shape))
                 builder.error("bad-metadata", "tensor has no readable size", fqn);
@@ -276,9 +261,8 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                 }
                 auto it = storage.find(storageKey(fqn, &c.offsets));
                 if (it == storage.end()) {
-                    builder.error("missing-storage-info", "no storage_data entry for the chunk at offsets "
-                            + pyRepr(field(ch, "offsets"), 60),
-                        fqn);
+                    builder.error("missing-storage-info",
+                        "no storage_data entry for the chunk at offsets " + pyRepr(field(ch, "offsets"), 60), fqn);
                 } else {
                     c.source.kind = ChunkSource::Kind::TorchSaveBlob;
                     c.source.file = it->second.relativePath;
@@ -306,8 +290,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                     builder.addPickleWarnings(ar.warnings);
                     // values of old (<= 2.3) checkpoints may still be nested (param_groups as one list): flatten them
                     auto leaves = flattenStateDict(ar.root);
-                    if (leaves.empty())
-                        leaves.push_back({{}, ar.root}); // an empty mapping stays one value
+                    if (leaves.empty()) leaves.push_back({{}, ar.root}); // an empty mapping stays one value
                     for (auto& leaf : leaves) {
                         KeyPath full = path;
                         full.insert(full.end(), leaf.path.begin(), leaf.path.end());

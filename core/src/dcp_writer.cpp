@@ -55,8 +55,7 @@ private:
     void size(const std::vector<int64_t>& v)
     {
         e.global("torch", "Size");
-        if (v.size() > 3)
-            e.mark();
+        if (v.size() > 3) e.mark();
         for (auto x : v)
             e.integer(x);
         e.tuple(v.size());
@@ -71,8 +70,7 @@ private:
     }
     static std::vector<std::pair<bool, size_t>> orderOf(const DcpPlan& plan)
     {
-        if (!plan.order.empty())
-            return plan.order;
+        if (!plan.order.empty()) return plan.order;
         std::vector<std::pair<bool, size_t>> o;
         for (size_t i = 0; i < plan.tensors.size(); ++i)
             o.push_back({true, i});
@@ -128,8 +126,7 @@ private:
     {
         e.op('}');
         const auto order = orderOf(plan);
-        if (order.empty())
-            return;
+        if (order.empty()) return;
         e.mark();
         for (const auto& [isTensor, i] : order) {
             if (isTensor) {
@@ -146,14 +143,12 @@ private:
     {
         e.op('}');
         const auto order = orderOf(plan);
-        if (order.empty())
-            return;
+        if (order.empty()) return;
         e.mark();
         for (const auto& [isTensor, i] : order) {
             const KeyPath& path = isTensor ? plan.tensors[i].path : plan.values[i].path;
             e.str(joinKeyPath(path));
-            if (path.size() > 3)
-                e.mark();
+            if (path.size() > 3) e.mark();
             for (const auto& p : path) {
                 if (p.isIndex())
                     e.integer(p.index);
@@ -167,8 +162,7 @@ private:
     void storageData(const std::vector<ItemLocation>& items)
     {
         e.op('}');
-        if (items.empty())
-            return;
+        if (items.empty()) return;
         e.mark();
         for (const auto& it : items) {
             dataclass(kMetadataModule, "MetadataIndex");
@@ -210,11 +204,11 @@ public:
     {
         std::random_device rd;
         const fs::path d(dest);
-        path = (d.has_parent_path() ? d.parent_path() : fs::path(".")) / ("." + d.filename().string() + ".tmp-" + std::to_string(rd()));
+        path = (d.has_parent_path() ? d.parent_path() : fs::path("."))
+            / ("." + d.filename().string() + ".tmp-" + std::to_string(rd()));
         std::error_code ec;
         fs::create_directories(path, ec);
-        if (ec)
-            throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
+        if (ec) throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
     }
     ~TempDir()
     {
@@ -302,8 +296,7 @@ DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Pro
     metaFile.commit();
     stats.bytes += meta.size();
 
-    if (fs::exists(outDir, ec))
-        fs::remove(outDir, ec); // the empty destination folder
+    if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
     fs::rename(tmp.path, outDir, ec);
     if (ec)
         throw Error(ErrorKind::Io, outDir, "cannot rename the finished temporary folder into place: " + ec.message());

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "aten_bridge.h"
+#include "diff_kernel.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
@@ -7,8 +9,6 @@
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/value_json.h"
-#include "aten_bridge.h"
-#include "diff_kernel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -22,13 +22,16 @@ namespace optscope {
 
 size_t DiffReport::count(const std::string& status) const
 {
-    return static_cast<size_t>(std::count_if(entries.begin(), entries.end(), [&](const DiffEntry& e) { return e.status == status; }));
+    return static_cast<size_t>(
+        std::count_if(entries.begin(), entries.end(), [&](const DiffEntry& e) { return e.status == status; }));
 }
 
 nlohmann::ordered_json DiffReport::toJson() const
 {
     using json = nlohmann::ordered_json;
-    auto num = [](double v) { return std::isfinite(v) ? json(v) : json(v > 0 ? "inf" : std::isnan(v) ? "nan" : "-inf"); };
+    auto num = [](double v) {
+        return std::isfinite(v) ? json(v) : json(v > 0 ? "inf" : std::isnan(v) ? "nan" : "-inf");
+    };
     json j;
     j["equal"] = equal;
     j["a"] = pathA;
@@ -41,10 +44,8 @@ nlohmann::ordered_json DiffReport::toJson() const
         json je {{"key", e.key}, {"status", e.status}, {"type", e.type}};
         je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
         je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
-        if (e.keyA != e.key && !e.keyA.empty())
-            je["key_a"] = e.keyA;
-        if (e.keyB != e.key && !e.keyB.empty())
-            je["key_b"] = e.keyB;
+        if (e.keyA != e.key && !e.keyA.empty()) je["key_a"] = e.keyA;
+        if (e.keyB != e.key && !e.keyB.empty()) je["key_b"] = e.keyB;
         if (e.type == "tensor") {
             je["max_abs_diff"] = num(e.maxAbsDiff);
             je["max_rel_diff"] = num(e.maxRelDiff);
@@ -60,17 +61,16 @@ nlohmann::ordered_json DiffReport::toJson() const
             if (!e.ranks.empty()) {
                 json ranks = json::array();
                 for (const auto& r : e.ranks)
-                    ranks.push_back({{"rank", r.rank}, {"numel", r.numel}, {"num_diff", r.numDiff}, {"max_abs_diff", num(r.maxAbsDiff)}});
+                    ranks.push_back({{"rank", r.rank}, {"numel", r.numel}, {"num_diff", r.numDiff},
+                        {"max_abs_diff", num(r.maxAbsDiff)}});
                 je["ranks"] = std::move(ranks);
             }
             if (!e.histogramCounts.empty()) {
                 je["histogram"] = {{"edges", e.histogramEdges}, {"counts", e.histogramCounts}};
             }
         } else {
-            if (e.status != "only_b")
-                je["value_a"] = e.valueA;
-            if (e.status != "only_a")
-                je["value_b"] = e.valueB;
+            if (e.status != "only_b") je["value_a"] = e.valueA;
+            if (e.status != "only_a") je["value_b"] = e.valueB;
         }
         j["entries"].push_back(std::move(je));
     }
@@ -112,8 +112,7 @@ std::vector<std::string> paramNamesOf(const OptimizerView& v)
 {
     std::vector<std::string> names;
     for (const auto& g : v.groups) {
-        if (g.paramNames.size() != g.params.size())
-            return {};
+        if (g.paramNames.size() != g.params.size()) return {};
         names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
     }
     return names;
@@ -125,8 +124,7 @@ void mapIds(Side& self, const Side& other, std::vector<std::string>& notes)
     for (size_t i = 0; i < self.optimizers.size(); ++i) {
         const OptimizerView& v = self.optimizers[i];
         // ids are only translated when the other side names its parameters; two id-keyed sides compare by id
-        if (!v.idKeyed || (i < other.optimizers.size() && other.optimizers[i].idKeyed))
-            continue;
+        if (!v.idKeyed || (i < other.optimizers.size() && other.optimizers[i].idKeyed)) continue;
         const std::vector<std::string> ids = v.groupParams();
         std::vector<std::string> fqns;
         std::string source;
@@ -141,12 +139,11 @@ void mapIds(Side& self, const Side& other, std::vector<std::string>& notes)
             fqns = model;
             source = "the order of its own model parameters";
         }
-        if (fqns.size() != ids.size())
-            continue;
+        if (fqns.size() != ids.size()) continue;
         for (size_t k = 0; k < ids.size(); ++k)
             self.idToFqn[i][ids[k]] = {fqns[k], source};
-        notes.push_back(self.cp->path + ": optimizer '" + v.rootKey() + "' is keyed by integer ids; mapped to FQNs by "
-            + source);
+        notes.push_back(
+            self.cp->path + ": optimizer '" + v.rootKey() + "' is keyed by integer ids; mapped to FQNs by " + source);
     }
 }
 
@@ -154,8 +151,7 @@ std::string canonicalFqn(const std::string& fqn, std::vector<std::string>& how)
 {
     const NormalizedFqn n = normalizeFqn(fqn);
     for (const auto& s : n.stripped)
-        if (std::find(how.begin(), how.end(), "strip '" + s + "'") == how.end())
-            how.push_back("strip '" + s + "'");
+        if (std::find(how.begin(), how.end(), "strip '" + s + "'") == how.end()) how.push_back("strip '" + s + "'");
     return n.fqn;
 }
 
@@ -185,8 +181,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
                 c.entry = e;
                 const std::string fqn = resolve(p.key, c.how);
                 c.canonical = opt + kSep + "state" + kSep + fqn + kSep + name;
-                if (v.flattened)
-                    c.how.push_back("flattened optimizer format");
+                if (v.flattened) c.how.push_back("flattened optimizer format");
                 out.push_back(std::move(c));
                 done.insert(e);
             }
@@ -205,7 +200,8 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
             std::vector<const Entry*> fields;
             for (const auto& [field, e] : group.hyperparams)
                 fields.push_back(e);
-            const bool namesMapped = !side.idToFqn[oi].empty() && side.idToFqn[oi].begin()->second.second == "param_names";
+            const bool namesMapped
+                = !side.idToFqn[oi].empty() && side.idToFqn[oi].begin()->second.second == "param_names";
             for (const Entry& e : cp.entries) {
                 // the params / param_names entries of this group (not in hyperparams); param_names that served to
                 // map the ids is not compared again
@@ -216,7 +212,8 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
                 }
                 const KeyPath& path = e.path;
                 if (path.size() == v.root.size() + 3 && std::equal(v.root.begin(), v.root.end(), path.begin())
-                    && path[v.root.size()].key == "param_groups" && path[v.root.size() + 1].index == static_cast<int64_t>(g)
+                    && path[v.root.size()].key == "param_groups"
+                    && path[v.root.size() + 1].index == static_cast<int64_t>(g)
                     && (path.back().key == "params" || path.back().key == "param_names"))
                     fields.push_back(&e);
             }
@@ -250,8 +247,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
                     continue;
                 }
                 if (perParamGroups) {
-                    if (isParams)
-                        continue; // membership is implied by the per-parameter keys
+                    if (isParams) continue; // membership is implied by the per-parameter keys
                     for (const auto& fqn : canonicalParams) {
                         Canon c;
                         c.entry = e;
@@ -273,13 +269,11 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
         }
     }
     for (const Entry& e : cp.entries) {
-        if (done.count(&e))
-            continue;
+        if (done.count(&e)) continue;
         Canon c;
         c.entry = &e;
         for (size_t i = 0; i < e.path.size(); ++i) {
-            if (i)
-                c.canonical += kSep;
+            if (i) c.canonical += kSep;
             c.canonical += e.path[i].isIndex() ? e.path[i].key : canonicalFqn(e.path[i].key, c.how);
         }
         out.push_back(std::move(c));
@@ -292,16 +286,14 @@ std::vector<std::pair<int, TensorBox>> rankBoxes(const TensorEntry& t)
 {
     std::vector<std::pair<int, TensorBox>> out;
     for (const auto& c : t.chunks)
-        if (c.numel() > 0)
-            out.push_back({c.rank, {c.offsets, c.sizes}});
+        if (c.numel() > 0) out.push_back({c.rank, {c.offsets, c.sizes}});
     return out;
 }
 
 /// splits a box into pieces of whole dim-0 rows of at most @p maxElems elements (at least one row)
 std::vector<TensorBox> pieces(const TensorBox& box, int64_t maxElems)
 {
-    if (box.offsets.empty())
-        return {box};
+    if (box.offsets.empty()) return {box};
     int64_t rowElems = 1;
     for (size_t d = 1; d < box.sizes.size(); ++d)
         rowElems *= box.sizes[d];
@@ -320,7 +312,8 @@ std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox
 {
     std::vector<uint8_t> out;
     out.reserve(static_cast<size_t>(box.numel()) * dtypeSize(e.tensor.dtype));
-    TensorAssembler(cp, e).streamBox(box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
+    TensorAssembler(cp, e).streamBox(
+        box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
     return out;
 }
 
@@ -349,8 +342,7 @@ public:
     }
     ~BoxBytes()
     {
-        if (m_file)
-            m_file->release(m_offset, m_length);
+        if (m_file) m_file->release(m_offset, m_length);
     }
     BoxBytes(const BoxBytes&) = delete;
     BoxBytes& operator=(const BoxBytes&) = delete;
@@ -391,13 +383,11 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     d.dtypeB = std::string(dtypeName(tb.dtype));
     d.numel = ta.numel();
     std::vector<std::string> reasons;
-    if (ta.dtype != tb.dtype)
-        reasons.push_back("dtype " + d.dtypeA + " -> " + d.dtypeB);
+    if (ta.dtype != tb.dtype) reasons.push_back("dtype " + d.dtypeA + " -> " + d.dtypeB);
     const bool sameNumel = ta.numel() == tb.numel();
     if (ta.shape != tb.shape) {
         std::string r = "shape " + shapeText(ta.shape) + " -> " + shapeText(tb.shape);
-        if (sameNumel && (ta.shape.size() == 1 || tb.shape.size() == 1))
-            r += " (flat vs unflattened)";
+        if (sameNumel && (ta.shape.size() == 1 || tb.shape.size() == 1)) r += " (flat vs unflattened)";
         reasons.push_back(r);
     }
     if (!sameNumel || !ShardLayout::of(ta).complete() || !ShardLayout::of(tb).complete()) {
@@ -442,10 +432,10 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
                 const size_t elem = dtypeSize(other.tensor.dtype);
                 uint64_t pos = 0;
                 TensorAssembler(co, other).stream([&](const uint8_t* p, size_t n) {
-                    const uint64_t lo = static_cast<uint64_t>(start) * elem, hi = static_cast<uint64_t>(start + count) * elem;
+                    const uint64_t lo = static_cast<uint64_t>(start) * elem,
+                                   hi = static_cast<uint64_t>(start + count) * elem;
                     const uint64_t s = std::max(pos, lo), e = std::min<uint64_t>(pos + n, hi);
-                    if (s < e)
-                        theirs.insert(theirs.end(), p + (s - pos), p + (e - pos));
+                    if (s < e) theirs.insert(theirs.end(), p + (s - pos), p + (e - pos));
                     pos += n;
                 });
                 const std::vector<uint8_t>& bytesA = byB ? theirs : mine;
@@ -474,8 +464,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         total = acc;
         d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});
     }
-    if (d.ranks.size() <= 1 && (d.ranks.empty() || d.ranks[0].rank < 0))
-        d.ranks.clear(); // no rank structure to show
+    if (d.ranks.size() <= 1 && (d.ranks.empty() || d.ranks[0].rank < 0)) d.ranks.clear(); // no rank structure to show
     d.numDiff = total.numDiff;
     d.nanA = total.nanA;
     d.nanB = total.nanB;
@@ -484,8 +473,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     d.maxAbsDiff = total.maxAbs;
     d.maxRelDiff = total.maxRel;
     d.rmsDiff = total.numel ? std::sqrt(total.sumSq / double(total.numel)) : 0.0;
-    if (d.numDiff > 0)
-        reasons.insert(reasons.begin(), "values differ");
+    if (d.numDiff > 0) reasons.insert(reasons.begin(), "values differ");
     d.status = reasons.empty() ? "equal" : "changed";
     d.reason.clear();
     for (size_t i = 0; i < reasons.size(); ++i)
@@ -501,7 +489,8 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
             for (const TensorBox& piece : pieces(box, kBlock)) {
                 const auto x = fetch(ca, a, piece);
                 const auto y = fetch(cb, b, piece);
-                aten::diffHistogram(x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), -lim, lim, d.histogramCounts);
+                aten::diffHistogram(
+                    x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), -lim, lim, d.histogramCounts);
             }
         }
     }
@@ -530,8 +519,7 @@ std::string joinHow(const std::vector<std::string>& a, const std::vector<std::st
     std::vector<std::string> all;
     for (const auto& v : {a, b})
         for (const auto& h : v)
-            if (std::find(all.begin(), all.end(), h) == all.end())
-                all.push_back(h);
+            if (std::find(all.begin(), all.end(), h) == all.end()) all.push_back(h);
     std::string s;
     for (const auto& h : all)
         s += (s.empty() ? "" : ", ") + h;
@@ -548,8 +536,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     std::set<size_t> usedB;
     std::set<std::string> seenA;
     for (const auto& c : ca) {
-        if (!seenA.insert(c.canonical).second)
-            continue; // two A entries normalise to one name: compare the first
+        if (!seenA.insert(c.canonical).second) continue; // two A entries normalise to one name: compare the first
         auto it = indexB.find(c.canonical);
         if (it == indexB.end()) {
             pairs.push_back({&c, nullptr});
@@ -559,8 +546,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         }
     }
     for (size_t i = 0; i < cb.size(); ++i)
-        if (!usedB.count(i) && indexB.at(cb[i].canonical) == i)
-            pairs.push_back({nullptr, &cb[i]});
+        if (!usedB.count(i) && indexB.at(cb[i].canonical) == i) pairs.push_back({nullptr, &cb[i]});
 
     report.entries.resize(pairs.size());
     // the largest tensors first, so that no thread is left with a big one while the others are done
@@ -597,12 +583,12 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                         (pa ? d.dtypeA : d.dtypeB) = std::string(dtypeName(any->tensor.dtype));
                         d.numel = any->tensor.numel();
                     } else {
-                        (pa ? d.valueA : d.valueB) = pyRepr((pa ? pa : pb)->overrideValue ? (pa ? pa : pb)->overrideValue : any->value, 200);
+                        (pa ? d.valueA : d.valueB)
+                            = pyRepr((pa ? pa : pb)->overrideValue ? (pa ? pa : pb)->overrideValue : any->value, 200);
                     }
                 } else {
                     d.match = joinHow(pa->how, pb->how);
-                    if (d.keyA != d.keyB && d.match == "exact")
-                        d.match = "layout";
+                    if (d.keyA != d.keyB && d.match == "exact") d.match = "layout";
                     if (pa->entry->isTensor() != pb->entry->isTensor()) {
                         d.status = "changed";
                         d.reason = pa->entry->isTensor() ? "tensor -> value" : "value -> tensor";
@@ -626,25 +612,25 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         }
     };
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    const unsigned n = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(pairs.size())));
+    const unsigned n
+        = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(pairs.size())));
     std::vector<std::thread> pool;
     for (unsigned t = 1; t < n; ++t)
         pool.emplace_back(work);
     work();
     for (auto& t : pool)
         t.join();
-    if (cancelled)
-        throw Error(ErrorKind::Cancelled, {}, "cancelled");
+    if (cancelled) throw Error(ErrorKind::Cancelled, {}, "cancelled");
     report.equal = true;
     for (const auto& e : report.entries)
-        if (e.status != "equal")
-            report.equal = false;
+        if (e.status != "equal") report.equal = false;
     return report;
 }
 
 } // namespace
 
-DiffReport diffCheckpoints(const Checkpoint& a, const Checkpoint& b, const DiffOptions& options, const Progress& progress)
+DiffReport diffCheckpoints(
+    const Checkpoint& a, const Checkpoint& b, const DiffOptions& options, const Progress& progress)
 {
     DiffReport report;
     report.pathA = a.path;
@@ -657,16 +643,15 @@ DiffReport diffCheckpoints(const Checkpoint& a, const Checkpoint& b, const DiffO
     if (A.optimizers.size() == B.optimizers.size()) {
         for (size_t i = 0; i < A.optimizers.size(); ++i)
             if (A.optimizers[i].rootKey() != B.optimizers[i].rootKey())
-                report.notes.push_back("optimizer '" + A.optimizers[i].rootKey() + "' compared with '"
-                    + B.optimizers[i].rootKey() + "'");
+                report.notes.push_back(
+                    "optimizer '" + A.optimizers[i].rootKey() + "' compared with '" + B.optimizers[i].rootKey() + "'");
     }
     mapIds(A, B, report.notes);
     mapIds(B, A, report.notes);
     // one flattened side and one nested: hyperparameters are compared per parameter on both
     bool perParam = false;
     for (size_t i = 0; i < std::min(A.optimizers.size(), B.optimizers.size()); ++i)
-        if (A.optimizers[i].flattened != B.optimizers[i].flattened)
-            perParam = true;
+        if (A.optimizers[i].flattened != B.optimizers[i].flattened) perParam = true;
     if (perParam)
         report.notes.push_back("one side uses DSD's flattened optimizer format: param_groups compared per parameter");
     PyArena arena;
@@ -688,21 +673,19 @@ DiffReport diffRanks(const Checkpoint& cp, int rankA, int rankB, const DiffOptio
         c->arena = cp.arena;
         c->files = cp.files;
         for (const auto& e : cp.entries) {
-            if (!e.isTensor())
-                continue;
+            if (!e.isTensor()) continue;
             Entry r = e;
             r.tensor.chunks.clear();
             for (const auto& ch : e.tensor.chunks)
-                if (ch.rank == rank)
-                    r.tensor.chunks.push_back(ch);
-            if (r.tensor.chunks.empty())
-                continue;
+                if (ch.rank == rank) r.tensor.chunks.push_back(ch);
+            if (r.tensor.chunks.empty()) continue;
             // the rank's chunks, concatenated along dim 0, as a tensor of their own
             int64_t rows = 0;
             std::vector<int64_t> shape = r.tensor.chunks[0].sizes;
             bool stackable = true;
             for (auto& ch : r.tensor.chunks) {
-                if (ch.sizes.size() != shape.size() || (!shape.empty() && !std::equal(ch.sizes.begin() + 1, ch.sizes.end(), shape.begin() + 1)))
+                if (ch.sizes.size() != shape.size()
+                    || (!shape.empty() && !std::equal(ch.sizes.begin() + 1, ch.sizes.end(), shape.begin() + 1)))
                     stackable = false;
                 if (!ch.offsets.empty()) {
                     ch.offsets.assign(ch.offsets.size(), 0);
@@ -710,10 +693,8 @@ DiffReport diffRanks(const Checkpoint& cp, int rankA, int rankB, const DiffOptio
                     rows += ch.sizes[0];
                 }
             }
-            if (!stackable)
-                continue;
-            if (!shape.empty())
-                shape[0] = rows;
+            if (!stackable) continue;
+            if (!shape.empty()) shape[0] = rows;
             r.tensor.shape = shape;
             c->entries.push_back(std::move(r));
         }

@@ -11,8 +11,7 @@ bool fusedDiffSupports(DType a, DType b)
 
 bool diffKernelAvailable(DiffKernelIsa isa)
 {
-    if (isa == DiffKernelIsa::Baseline)
-        return true;
+    if (isa == DiffKernelIsa::Baseline) return true;
 #if defined(OPTSCOPE_DIFF_KERNEL_AVX2)
     return __builtin_cpu_supports("avx2");
 #else
@@ -23,8 +22,7 @@ bool diffKernelAvailable(DiffKernelIsa isa)
 void diffBlockFusedWith(DiffKernelIsa isa, const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol,
     double atol, aten::DiffAccumulator& acc)
 {
-    if (n <= 0)
-        return;
+    if (n <= 0) return;
 #if defined(OPTSCOPE_DIFF_KERNEL_AVX2)
     if (isa == DiffKernelIsa::Avx2) {
         avx2::diffBlockFused(a, b, dtype, n, rtol, atol, acc);
@@ -35,8 +33,8 @@ void diffBlockFusedWith(DiffKernelIsa isa, const uint8_t* a, const uint8_t* b, D
     baseline::diffBlockFused(a, b, dtype, n, rtol, atol, acc);
 }
 
-void diffBlockFused(const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol,
-    aten::DiffAccumulator& acc)
+void diffBlockFused(
+    const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc)
 {
     static const DiffKernelIsa best
         = diffKernelAvailable(DiffKernelIsa::Avx2) ? DiffKernelIsa::Avx2 : DiffKernelIsa::Baseline;

@@ -25,20 +25,20 @@ bool diffKernelAvailable(DiffKernelIsa isa);
 /// semantics of aten::diffBlock: values computed in float32 (float64 for float64), bit-identical elements equal,
 /// with a tolerance |a - b| <= atol + rtol * |b| equal, two NaNs equal, infinities equal when they match;
 /// max |a - b|, max relative difference and the sum of squares over pairs where both are finite.
-void diffBlockFused(const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol,
-    aten::DiffAccumulator& acc);
+void diffBlockFused(
+    const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc);
 /// diffBlockFused with a given instruction set (tests compare each with the ATen kernel); it must be available
 void diffBlockFusedWith(DiffKernelIsa isa, const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol,
     double atol, aten::DiffAccumulator& acc);
 
 /// one variant's entry point (diff_kernel_impl.h)
 namespace baseline {
-void diffBlockFused(const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol,
-    aten::DiffAccumulator& acc);
+void diffBlockFused(
+    const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc);
 }
 namespace avx2 {
-void diffBlockFused(const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol,
-    aten::DiffAccumulator& acc);
+void diffBlockFused(
+    const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc);
 }
 
 } // namespace optscope::detail

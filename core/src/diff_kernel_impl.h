@@ -91,11 +91,9 @@ struct Float16Traits
 };
 
 /// products below this are near the underflow range, where rounding is not bounded relatively
-template<typename C>
-constexpr C kTinyProduct = std::numeric_limits<C>::min() * 4;
+template<typename C> constexpr C kTinyProduct = std::numeric_limits<C>::min() * 4;
 
-template<typename T>
-typename T::Bits load(const uint8_t* p, int64_t i)
+template<typename T> typename T::Bits load(const uint8_t* p, int64_t i)
 {
     typename T::Bits b;
     std::memcpy(&b, p + static_cast<size_t>(i) * sizeof b, sizeof b);
@@ -122,8 +120,7 @@ void slowPath(const uint8_t* a, const uint8_t* b, int64_t begin, int64_t end, bo
             const C ad = std::fabs(d);
             const C ab = std::fabs(y);
             acc.maxAbs = std::max(acc.maxAbs, static_cast<double>(ad));
-            if (ab != 0)
-                acc.maxRel = std::max(acc.maxRel, static_cast<double>(ad / ab));
+            if (ab != 0) acc.maxRel = std::max(acc.maxRel, static_cast<double>(ad / ab));
             acc.sumSq += static_cast<double>(d) * static_cast<double>(d);
             ++acc.finitePairs;
             close = ad <= atol + rtol * ab;
@@ -198,8 +195,7 @@ void fused(const uint8_t* a, const uint8_t* b, int64_t n, double rtolD, double a
             for (int64_t i = s; i < e; ++i) {
                 const C x = T::value(load<T>(a, i), table), y = T::value(load<T>(b, i), table);
                 const C ab = std::fabs(y);
-                if (ab != 0)
-                    maxRel = std::max(maxRel, std::fabs(x - y) / ab);
+                if (ab != 0) maxRel = std::max(maxRel, std::fabs(x - y) / ab);
             }
         }
         maxAbs = std::max(maxAbs, mx);
@@ -226,15 +222,24 @@ void dispatch(const uint8_t* a, const uint8_t* b, int64_t n, double rtol, double
 
 } // namespace
 
-void diffBlockFused(const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol,
-    aten::DiffAccumulator& acc)
+void diffBlockFused(
+    const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc)
 {
     switch (dtype) {
-    case DType::Float32: dispatch<Float32Traits>(a, b, n, rtol, atol, acc); break;
-    case DType::Float64: dispatch<Float64Traits>(a, b, n, rtol, atol, acc); break;
-    case DType::BFloat16: dispatch<BFloat16Traits>(a, b, n, rtol, atol, acc); break;
-    case DType::Float16: dispatch<Float16Traits>(a, b, n, rtol, atol, acc); break;
-    default: break;
+    case DType::Float32:
+        dispatch<Float32Traits>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::Float64:
+        dispatch<Float64Traits>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::BFloat16:
+        dispatch<BFloat16Traits>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::Float16:
+        dispatch<Float16Traits>(a, b, n, rtol, atol, acc);
+        break;
+    default:
+        break;
     }
 }
 

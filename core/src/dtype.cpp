@@ -74,42 +74,34 @@ constexpr std::array<Alias, 10> kAliases = {{
 std::string_view dtypeName(DType dtype)
 {
     for (const auto& i : kInfos)
-        if (i.dtype == dtype)
-            return i.name;
+        if (i.dtype == dtype) return i.name;
     return "unknown";
 }
 
 size_t dtypeSize(DType dtype)
 {
     for (const auto& i : kInfos)
-        if (i.dtype == dtype)
-            return i.size;
+        if (i.dtype == dtype) return i.size;
     return 1;
 }
 
 std::optional<DType> dtypeFromName(std::string_view name)
 {
-    if (name.substr(0, 6) == "torch.")
-        name.remove_prefix(6);
+    if (name.substr(0, 6) == "torch.") name.remove_prefix(6);
     for (const auto& i : kInfos)
-        if (i.name == name)
-            return i.dtype;
+        if (i.name == name) return i.dtype;
     for (const auto& a : kAliases)
-        if (a.alias == name)
-            return a.dtype;
+        if (a.alias == name) return a.dtype;
     return std::nullopt;
 }
 
 std::optional<DType> dtypeFromStorageClass(std::string_view className)
 {
     const auto dot = className.rfind('.');
-    if (dot != std::string_view::npos)
-        className.remove_prefix(dot + 1);
-    if (className == "UntypedStorage")
-        return DType::UInt8;
+    if (dot != std::string_view::npos) className.remove_prefix(dot + 1);
+    if (className == "UntypedStorage") return DType::UInt8;
     for (const auto& i : kInfos)
-        if (!i.storageClass.empty() && i.storageClass == className)
-            return i.dtype;
+        if (!i.storageClass.empty() && i.storageClass == className) return i.dtype;
     return std::nullopt;
 }
 
@@ -124,8 +116,10 @@ bool dtypeIsFloatingPoint(DType d)
     case DType::Float8_e4m3fn:
     case DType::Float8_e5m2fnuz:
     case DType::Float8_e4m3fnuz:
-    case DType::Float8_e8m0fnu: return true;
-    default: return false;
+    case DType::Float8_e8m0fnu:
+        return true;
+    default:
+        return false;
     }
 }
 

@@ -7,13 +7,20 @@ namespace optscope {
 const char* errorKindName(ErrorKind kind)
 {
     switch (kind) {
-    case ErrorKind::Io: return "io";
-    case ErrorKind::Format: return "format";
-    case ErrorKind::Truncated: return "truncated";
-    case ErrorKind::Unsupported: return "unsupported";
-    case ErrorKind::Limit: return "limit";
-    case ErrorKind::Cancelled: return "cancelled";
-    case ErrorKind::Usage: return "usage";
+    case ErrorKind::Io:
+        return "io";
+    case ErrorKind::Format:
+        return "format";
+    case ErrorKind::Truncated:
+        return "truncated";
+    case ErrorKind::Unsupported:
+        return "unsupported";
+    case ErrorKind::Limit:
+        return "limit";
+    case ErrorKind::Cancelled:
+        return "cancelled";
+    case ErrorKind::Usage:
+        return "usage";
     }
     return "error";
 }
@@ -22,11 +29,9 @@ namespace {
 std::string composeMessage(const std::string& file, const std::string& detail, uint64_t offset)
 {
     std::string msg;
-    if (!file.empty())
-        msg = file + ": ";
+    if (!file.empty()) msg = file + ": ";
     msg += detail;
-    if (offset != Error::NoOffset)
-        msg += " (at byte " + std::to_string(offset) + ")";
+    if (offset != Error::NoOffset) msg += " (at byte " + std::to_string(offset) + ")";
     return msg;
 }
 } // namespace
@@ -37,13 +42,11 @@ Error::Error(ErrorKind kind, std::string file, std::string detail, uint64_t offs
     , m_file(std::move(file))
     , m_detail(std::move(detail))
     , m_offset(offset)
-{
-}
+{ }
 
 void Progress::checkCancelled() const
 {
-    if (isCancelled())
-        throw Error(ErrorKind::Cancelled, {}, "cancelled");
+    if (isCancelled()) throw Error(ErrorKind::Cancelled, {}, "cancelled");
 }
 
 } // namespace optscope

@@ -9,10 +9,8 @@ namespace optscope {
 FlatParamLayout FlatParamLayout::compute(
     const std::vector<std::pair<std::string, std::vector<int64_t>>>& params, int worldSize, int64_t alignedNumel)
 {
-    if (worldSize < 1)
-        throw Error(ErrorKind::Usage, {}, "world size must be at least 1");
-    if (alignedNumel < 0)
-        throw Error(ErrorKind::Usage, {}, "alignment must not be negative");
+    if (worldSize < 1) throw Error(ErrorKind::Usage, {}, "world size must be at least 1");
+    if (alignedNumel < 0) throw Error(ErrorKind::Usage, {}, "alignment must not be negative");
     FlatParamLayout L;
     L.worldSize = worldSize;
     L.alignedNumel = alignedNumel;
@@ -24,8 +22,7 @@ FlatParamLayout FlatParamLayout::compute(
     for (const auto& [fqn, shape] : params) {
         if (alignedNumel > 0) {
             const int64_t toPad = alignedNumel - total % alignedNumel;
-            if (toPad > 0 && toPad < alignedNumel)
-                pad(toPad);
+            if (toPad > 0 && toPad < alignedNumel) pad(toPad);
         }
         Member m;
         m.fqn = fqn;
@@ -40,8 +37,7 @@ FlatParamLayout FlatParamLayout::compute(
     }
     if (alignedNumel > 0) {
         const int64_t toPad = worldSize - total % worldSize;
-        if (toPad > 0 && toPad < worldSize)
-            pad(toPad);
+        if (toPad > 0 && toPad < worldSize) pad(toPad);
     }
     L.unpaddedNumel = total;
     L.shardNumel = (total + worldSize - 1) / worldSize;
@@ -63,8 +59,7 @@ std::vector<FlatParamLayout::ShardParamInfo> FlatParamLayout::shardParamInfos(in
     const int64_t end = start + shardNumel - 1;
     std::vector<ShardParamInfo> out;
     for (const auto& seg : segments) {
-        if (seg.padding)
-            continue;
+        if (seg.padding) continue;
         ShardParamInfo info;
         const int64_t pStart = seg.offset;
         const int64_t pEnd = seg.offset + seg.numel - 1;

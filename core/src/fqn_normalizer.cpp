@@ -5,8 +5,8 @@ namespace optscope {
 
 const std::vector<std::string>& wrapperPrefixes()
 {
-    static const std::vector<std::string> p = {
-        "module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_fpw_module."};
+    static const std::vector<std::string> p
+        = {"module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_fpw_module."};
     return p;
 }
 

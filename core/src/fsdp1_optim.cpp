@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/fqn_normalizer.h"
 #include "optscope/fsdp1_optim.h"
 #include "optscope/error.h"
+#include "optscope/fqn_normalizer.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/tensor_values.h"
@@ -17,7 +17,8 @@ namespace {
 
 bool underPrefix(const std::string& fqn, const std::string& prefix)
 {
-    return prefix.empty() || (fqn.size() > prefix.size() && fqn.compare(0, prefix.size(), prefix) == 0 && fqn[prefix.size()] == '.');
+    return prefix.empty()
+        || (fqn.size() > prefix.size() && fqn.compare(0, prefix.size(), prefix) == 0 && fqn[prefix.size()] == '.');
 }
 
 std::string listText(const std::vector<std::string>& v, size_t max = 6)
@@ -25,8 +26,7 @@ std::string listText(const std::vector<std::string>& v, size_t max = 6)
     std::string t = "[";
     for (size_t i = 0; i < v.size() && i < max; ++i)
         t += (i ? ", '" : "'") + v[i] + "'";
-    if (v.size() > max)
-        t += ", ...";
+    if (v.size() > max) t += ", ...";
     return t + "]";
 }
 
@@ -34,8 +34,7 @@ std::string listText(const std::vector<std::string>& v, size_t max = 6)
 const OptimizerView& rawOptimizer(const Checkpoint& cp, std::vector<OptimizerView>& keep)
 {
     keep = findOptimizers(cp);
-    if (keep.empty())
-        throw Error(ErrorKind::Format, cp.path, "holds no optimizer state dict (no param_groups found)");
+    if (keep.empty()) throw Error(ErrorKind::Format, cp.path, "holds no optimizer state dict (no param_groups found)");
     const OptimizerView& v = keep.front();
     if (v.flattened || !v.idKeyed)
         throw Error(ErrorKind::Format, cp.path,
@@ -53,11 +52,9 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
     std::vector<std::string> tensorOrder;
     bool underModel = false;
     for (const auto& e : model.entries)
-        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model")
-            underModel = true;
+        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model") underModel = true;
     for (const auto& e : model.entries) {
-        if (!e.isTensor())
-            continue;
+        if (!e.isTensor()) continue;
         std::string fqn;
         if (underModel && e.path.size() == 2 && e.path[0].key == "model")
             fqn = e.path[1].key;
@@ -72,48 +69,42 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
     Fsdp1Model m;
     std::vector<std::string> params;
     for (const auto& v : findOptimizers(model)) {
-        if (v.idKeyed)
-            continue;
+        if (v.idKeyed) continue;
         params = v.groupParams();
         // shapes may also come from the optimizer state itself
         for (const auto& p : v.params)
             for (const auto& [name, entry] : p.states)
-                if (entry->isTensor() && !entry->tensor.shape.empty())
-                    shapes.emplace(p.key, entry->tensor.shape);
+                if (entry->isTensor() && !entry->tensor.shape.empty()) shapes.emplace(p.key, entry->tensor.shape);
         m.notes.push_back("parameter order and names from the param_groups of '" + v.rootKey() + "' in " + model.path);
         break;
     }
     if (params.empty()) {
         for (const auto& fqn : tensorOrder)
-            if (!isKnownBufferName(fqn))
-                params.push_back(fqn);
+            if (!isKnownBufferName(fqn)) params.push_back(fqn);
         m.notes.push_back("parameters from the tensors of " + model.path + (underModel ? " under 'model'" : "")
             + " in file order (known buffers skipped)");
     }
     if (params.empty())
-        throw Error(ErrorKind::Format, model.path, "names no model parameters (no tensors under 'model', no FQN-keyed optimizer)");
+        throw Error(ErrorKind::Format, model.path,
+            "names no model parameters (no tensors under 'model', no FQN-keyed optimizer)");
 
     // units: the root "" and the given prefixes; each parameter belongs to the longest prefix it is under
     std::vector<std::string> prefixes {""};
     for (const auto& p : unitPrefixes)
-        if (!p.empty() && std::find(prefixes.begin(), prefixes.end(), p) == prefixes.end())
-            prefixes.push_back(p);
+        if (!p.empty() && std::find(prefixes.begin(), prefixes.end(), p) == prefixes.end()) prefixes.push_back(p);
     std::map<std::string, Unit> byPrefix;
     std::map<std::string, size_t> firstPosition;
     for (size_t i = 0; i < params.size(); ++i) {
         const std::string& fqn = params[i];
         auto it = shapes.find(fqn);
-        if (it == shapes.end())
-            throw Error(ErrorKind::Format, model.path, "has no shape for parameter '" + fqn + "'");
+        if (it == shapes.end()) throw Error(ErrorKind::Format, model.path, "has no shape for parameter '" + fqn + "'");
         std::string best;
         for (const auto& p : prefixes)
-            if (underPrefix(fqn, p) && p.size() >= best.size())
-                best = p;
+            if (underPrefix(fqn, p) && p.size() >= best.size()) best = p;
         byPrefix[best].prefix = best;
         byPrefix[best].params.emplace_back(fqn, it->second);
         for (const auto& p : prefixes)
-            if (underPrefix(fqn, p) && !firstPosition.count(p))
-                firstPosition[p] = i;
+            if (underPrefix(fqn, p) && !firstPosition.count(p)) firstPosition[p] = i;
     }
     for (const auto& p : unitPrefixes)
         if (!p.empty() && !firstPosition.count(p))
@@ -123,12 +114,9 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
     for (const auto& [p, u] : byPrefix)
         order.push_back(p);
     std::sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-        if (a.empty() != b.empty())
-            return a.empty();
-        if (underPrefix(b, a))
-            return true;
-        if (underPrefix(a, b))
-            return false;
+        if (a.empty() != b.empty()) return a.empty();
+        if (underPrefix(b, a)) return true;
+        if (underPrefix(a, b)) return false;
         return firstPosition[a] < firstPosition[b];
     });
     for (const auto& p : order)
@@ -138,8 +126,7 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
 
 UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fsdp1Model& model)
 {
-    if (ranks.empty())
-        throw Error(ErrorKind::Usage, {}, "unflatten needs at least one rank file");
+    if (ranks.empty()) throw Error(ErrorKind::Usage, {}, "unflatten needs at least one rank file");
     const int W = static_cast<int>(ranks.size());
     std::vector<std::vector<OptimizerView>> keep(ranks.size());
     std::vector<const OptimizerView*> opts;
@@ -159,8 +146,9 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
         for (const auto& u : model.units)
             units += (units.empty() ? "'" : ", '") + u.prefix + "'";
         throw Error(ErrorKind::Format, cp0.path,
-            "has " + std::to_string(flatIds.size()) + " flat parameters, but the model gives " + std::to_string(model.units.size())
-                + " FSDP units (" + units + "); pass the wrapped module prefixes with --units");
+            "has " + std::to_string(flatIds.size()) + " flat parameters, but the model gives "
+                + std::to_string(model.units.size()) + " FSDP units (" + units
+                + "); pass the wrapped module prefixes with --units");
     }
 
     UnflattenResult result;
@@ -177,8 +165,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
         const Fsdp1Model::Unit& unit = model.units[k];
         const FlatParamLayout layout = FlatParamLayout::compute(unit.params, W, 0);
         const OptimizerParam* state0 = o0.param(flatIds[k]);
-        if (!state0)
-            continue; // never stepped (frozen unit): no state, as get_state_dict reports it
+        if (!state0) continue; // never stepped (frozen unit): no state, as get_state_dict reports it
         std::vector<std::string> tensorNames, scalarNames, valueNames;
         for (const auto& [name, e] : state0->states) {
             if (e->isTensor() && !e->tensor.shape.empty())
@@ -203,11 +190,13 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
         for (int r = 0; r < W; ++r) {
             const OptimizerParam* p = opts[r]->param(flatIds[k]);
             if (!p)
-                throw Error(ErrorKind::Format, ranks[r]->path, "has no state for flat parameter " + flatIds[k] + " but rank 0 does");
+                throw Error(ErrorKind::Format, ranks[r]->path,
+                    "has no state for flat parameter " + flatIds[k] + " but rank 0 does");
             for (const auto& name : tensorNames) {
                 auto it = p->states.find(name);
                 if (it == p->states.end() || !it->second->isTensor())
-                    throw Error(ErrorKind::Format, ranks[r]->path, "flat parameter " + flatIds[k] + " has no tensor '" + name + "'");
+                    throw Error(ErrorKind::Format, ranks[r]->path,
+                        "flat parameter " + flatIds[k] + " has no tensor '" + name + "'");
                 const TensorEntry& t = it->second->tensor;
                 if (t.shape.size() != 1 || t.shape[0] != layout.shardNumel) {
                     std::ostringstream msg;
@@ -249,7 +238,8 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                         pos = end;
                     }
                 };
-                result.tree.setTensor(path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
+                result.tree.setTensor(
+                    path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
                     std::move(w));
             }
             for (const auto& name : scalarNames) {
@@ -259,11 +249,13 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                 w.dtype = e->tensor.dtype;
                 w.shape.clear();
                 w.produce = [&cp0, e](const ByteSink& sink) { TensorAssembler(cp0, *e).stream(sink); };
-                result.tree.setTensor(path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
+                result.tree.setTensor(
+                    path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
                     std::move(w));
             }
             for (const auto& name : valueNames)
-                result.tree.setValue(path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
+                result.tree.setValue(
+                    path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
                     state0->states.at(name)->value);
         }
     }
@@ -291,7 +283,8 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                 continue;
             }
             if (e.isTensor())
-                throw Error(ErrorKind::Unsupported, cp0.path, "a tensor-valued hyperparameter ('" + e.key + "') cannot be unflattened");
+                throw Error(ErrorKind::Unsupported, cp0.path,
+                    "a tensor-valued hyperparameter ('" + e.key + "') cannot be unflattened");
             result.tree.setValue(p, e.value);
         }
     }
@@ -311,8 +304,7 @@ void streamFlatRange(const Checkpoint& cp, const Entry& e, int64_t begin, int64_
     TensorAssembler(cp, e).stream([&](const uint8_t* p, size_t n) {
         const uint64_t a = std::max(pos, lo);
         const uint64_t b = std::min(pos + n, hi);
-        if (a < b)
-            sink(p + (a - pos), static_cast<size_t>(b - a));
+        if (a < b) sink(p + (a - pos), static_cast<size_t>(b - a));
         pos += n;
     });
 }
@@ -340,11 +332,9 @@ std::string valuesText(const std::vector<std::string>& v)
 
 FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int W)
 {
-    if (W < 1)
-        throw Error(ErrorKind::Usage, full.path, "world size must be at least 1");
+    if (W < 1) throw Error(ErrorKind::Usage, full.path, "world size must be at least 1");
     const auto views = findOptimizers(full);
-    if (views.empty())
-        throw Error(ErrorKind::Format, full.path, "holds no optimizer state dict");
+    if (views.empty()) throw Error(ErrorKind::Format, full.path, "holds no optimizer state dict");
     const OptimizerView& v = views.front();
     if (v.idKeyed || v.flattened)
         throw Error(ErrorKind::Format, full.path, "flatten needs a nested optimizer state keyed by parameter FQNs");
@@ -378,8 +368,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
             fqns.push_back(fqn);
             const OptimizerParam* p = v.param(fqn);
             members.push_back(p);
-            if (!p)
-                continue;
+            if (!p) continue;
             std::vector<std::string> n;
             for (const auto& [name, e] : p->states)
                 n.push_back(name);
@@ -389,21 +378,21 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
                 throw Error(ErrorKind::Format, full.path,
                     "Differing optimizer state names for the unflattened parameters: " + listText(fqns, 64));
         }
-        if (names.empty())
-            continue; // no parameter of this unit has state
+        if (names.empty()) continue; // no parameter of this unit has state
         for (const auto& name : names) {
             const Entry* first = nullptr;
             for (const auto* m : members)
-                if (m && !first)
-                    first = m->states.at(name);
+                if (m && !first) first = m->states.at(name);
             if (first->isTensor() && !first->tensor.shape.empty()) {
                 // positive-dim tensors: concatenated in flat order, missing ones as zeros, sharded with right padding
                 for (const auto* m : members)
-                    if (m && (!m->states.at(name)->isTensor() || m->states.at(name)->tensor.dtype != first->tensor.dtype))
+                    if (m
+                        && (!m->states.at(name)->isTensor() || m->states.at(name)->tensor.dtype != first->tensor.dtype))
                         throw Error(ErrorKind::Format, full.path,
-                            "All unflattened parameters comprising a single flat parameter must have positive-dimension "
-                            "tensor state with the same dtype for state " + name + " and unflattened parameter names "
-                                + listText(fqns, 64));
+                            "All unflattened parameters comprising a single flat parameter must have "
+                            "positive-dimension "
+                            "tensor state with the same dtype for state "
+                                + name + " and unflattened parameter names " + listText(fqns, 64));
                 const DType dtype = first->tensor.dtype;
                 const size_t elem = dtypeSize(dtype);
                 for (int r = 0; r < W; ++r) {
@@ -420,8 +409,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
                         for (const auto& [e, m] : parts) {
                             const int64_t a = std::max(pos, m.offset);
                             const int64_t b = std::min(stop, m.offset + m.numel);
-                            if (a >= b)
-                                continue;
+                            if (a >= b) continue;
                             zeros(sink, static_cast<uint64_t>(a - pos) * elem);
                             if (e)
                                 streamFlatRange(full, *e, a - m.offset, b - m.offset, sink);
@@ -442,8 +430,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
             // 0-dim tensors and plain values: one value per flat parameter, which all its parameters must share
             std::vector<std::string> values, dtypes;
             for (const auto* m : members) {
-                if (!m)
-                    continue;
+                if (!m) continue;
                 const Entry* e = m->states.at(name);
                 if (e->isTensor()) {
                     const auto x = readScalar(full, *e);
@@ -458,9 +445,11 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
             if (std::set<std::string>(values.begin(), values.end()).size() > 1
                 || std::set<std::string>(dtypes.begin(), dtypes.end()).size() > 1)
                 throw Error(ErrorKind::Format, full.path,
-                    "All unflattened parameters comprising a single flat parameter must have scalar state with the same "
-                    "value and dtype but got values " + valuesText(values) + " and dtypes " + valuesText(dtypes)
-                        + " for state " + name + " and unflattened parameter names " + listText(fqns, 64));
+                    "All unflattened parameters comprising a single flat parameter must have scalar state with the "
+                    "same "
+                    "value and dtype but got values "
+                        + valuesText(values) + " and dtypes " + valuesText(dtypes) + " for state " + name
+                        + " and unflattened parameter names " + listText(fqns, 64));
             for (int r = 0; r < W; ++r) {
                 KeyPath p = root;
                 p.push_back(KeyPathElem::fromKey("state"));
@@ -489,9 +478,9 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
         for (const auto& fqn : v.groups[g].params) {
             auto it = unitOf.find(fqn);
             if (it == unitOf.end())
-                throw Error(ErrorKind::Format, full.path, "param_groups names '" + fqn + "', which the model does not have");
-            if (added.insert(it->second).second)
-                flatIds->container->items.push_back(ids[it->second]);
+                throw Error(
+                    ErrorKind::Format, full.path, "param_groups names '" + fqn + "', which the model does not have");
+            if (added.insert(it->second).second) flatIds->container->items.push_back(ids[it->second]);
         }
         for (const Entry& e : full.entries) {
             if (e.path.size() < groupPath.size() + 1 || !std::equal(groupPath.begin(), groupPath.end(), e.path.begin()))
@@ -499,8 +488,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
             KeyPath p = groupPath;
             p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
             const std::string& field = e.path[groupPath.size()].key;
-            if (field == "param_names")
-                continue; // names of original parameters mean nothing for flat parameters
+            if (field == "param_names") continue; // names of original parameters mean nothing for flat parameters
             for (auto& tree : out.ranks)
                 tree.setValue(p, field == "params" ? flatIds : e.value);
         }

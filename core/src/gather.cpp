@@ -1,26 +1,23 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/gather.h"
+#include "gpu_assembler.h"
 #include "optscope/error.h"
 #include "optscope/gpu_devices.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
-#include "gpu_assembler.h"
 
 namespace optscope {
 
 ComputeDevice computeDeviceFromName(const std::string& name)
 {
-    if (name == "cpu")
-        return ComputeDevice::Cpu;
-    if (name == "cuda" || name == "gpu")
-        return ComputeDevice::Cuda;
+    if (name == "cpu") return ComputeDevice::Cpu;
+    if (name == "cuda" || name == "gpu") return ComputeDevice::Cuda;
     throw Error(ErrorKind::Usage, {}, "unknown device '" + name + "' (expected cpu or cuda)");
 }
 
 bool keyMatchesPrefix(const std::string& key, const std::string& prefix)
 {
-    if (prefix.empty() || key == prefix)
-        return true;
+    if (prefix.empty() || key == prefix) return true;
     return key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0
         && (key[prefix.size()] == '.' || prefix.back() == '.');
 }
@@ -34,8 +31,7 @@ std::string layoutProblem(const ShardLayout& L)
     if (!L.overlaps.empty())
         return "chunks " + std::to_string(L.overlaps[0].first) + " and " + std::to_string(L.overlaps[0].second)
             + " overlap at " + boxText(L.overlaps[0].region);
-    if (!L.gaps.empty())
-        return "no chunk covers " + boxText(L.gaps[0]);
+    if (!L.gaps.empty()) return "no chunk covers " + boxText(L.gaps[0]);
     return "chunks cover " + std::to_string(L.coveredElements) + " of " + std::to_string(L.totalElements) + " elements";
 }
 
@@ -46,12 +42,10 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options)
     StateTree tree;
     size_t selected = 0;
     for (const Entry& e : cp.entries) {
-        if (!keyMatchesPrefix(e.key, options.onlyPrefix))
-            continue;
+        if (!keyMatchesPrefix(e.key, options.onlyPrefix)) continue;
         ++selected;
         if (!e.isTensor()) {
-            if (!e.error.empty())
-                throw Error(ErrorKind::Format, cp.path, "cannot gather '" + e.key + "': " + e.error);
+            if (!e.error.empty()) throw Error(ErrorKind::Format, cp.path, "cannot gather '" + e.key + "': " + e.error);
             tree.setValue(e.path, e.value);
             continue;
         }
@@ -74,12 +68,13 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options)
     }
     if (selected == 0)
         throw Error(ErrorKind::Usage, cp.path,
-            options.onlyPrefix.empty() ? "the checkpoint has no entries" : "no entry matches '" + options.onlyPrefix + "'");
+            options.onlyPrefix.empty() ? "the checkpoint has no entries"
+                                       : "no entry matches '" + options.onlyPrefix + "'");
     return tree;
 }
 
-GatherResult gatherCheckpoint(const Checkpoint& cp, const std::string& output, const GatherOptions& options,
-    const Progress& progress)
+GatherResult gatherCheckpoint(
+    const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
 {
     GatherResult r;
     if (options.device == ComputeDevice::Cuda)
@@ -88,8 +83,7 @@ GatherResult gatherCheckpoint(const Checkpoint& cp, const std::string& output, c
         r.device = "cpu";
     const StateTree tree = buildStateTree(cp, options);
     for (size_t i = 0; i < cp.entries.size(); ++i)
-        if (!cp.entries[i].isTensor() && keyMatchesPrefix(cp.entries[i].key, options.onlyPrefix))
-            ++r.values;
+        if (!cp.entries[i].isTensor() && keyMatchesPrefix(cp.entries[i].key, options.onlyPrefix)) ++r.values;
     r.stats = TorchSaveWriter::write(tree, output, progress, options.write);
     return r;
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "gpu_assembler.h"
+#include "aten_bridge.h"
 #include "optscope/chunk_reader.h"
 #include "optscope/error.h"
-#include "aten_bridge.h"
 
 #include <stdexcept>
 
@@ -32,8 +32,7 @@ void gpuAssemble(const Checkpoint& cp, const Entry& entry, const ByteSink& sink,
     std::vector<std::vector<uint8_t>> dense; // chunks that are not already dense little-endian bytes
     std::vector<ChunkData> keep;
     for (const auto& c : t.chunks) {
-        if (c.numel() == 0)
-            continue;
+        if (c.numel() == 0) continue;
         ChunkData d = ChunkReader::resolve(cp, entry, c);
         cuda::HostChunk h;
         h.offsets = c.offsets;

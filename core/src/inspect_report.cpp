@@ -61,8 +61,9 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
         std::atomic<bool> cancelled {false};
         std::mutex progressMutex;
         const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-        const unsigned nthreads = std::max(1u, std::min<unsigned>(options.threads > 0 ? unsigned(options.threads) : hw,
-                                                   static_cast<unsigned>(order.size())));
+        const unsigned nthreads = std::max(1u,
+            std::min<unsigned>(
+                options.threads > 0 ? unsigned(options.threads) : hw, static_cast<unsigned>(order.size())));
         auto worker = [&] {
             for (size_t k = next++; k < order.size() && !cancelled; k = next++) {
                 const size_t i = order[k];
@@ -92,8 +93,7 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
         worker();
         for (auto& t : pool)
             t.join();
-        if (cancelled)
-            throw Error(ErrorKind::Cancelled, cp.path, "cancelled");
+        if (cancelled) throw Error(ErrorKind::Cancelled, cp.path, "cancelled");
     }
 
     json& j = report.json;
@@ -106,8 +106,7 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
     // values rendered with one budget: entries sharing one large object must not render it once each
     std::vector<const PyValue*> valueRoots;
     for (const auto& e : cp.entries)
-        if (!e.isTensor())
-            valueRoots.push_back(e.value);
+        if (!e.isTensor()) valueRoots.push_back(e.value);
     std::vector<json> renderedValues = valuesToJson(valueRoots);
     size_t nextValue = 0;
     json entries = json::array();
@@ -124,10 +123,8 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
             je["shape"] = t.shape;
             je["numel"] = t.numel();
             je["bytes"] = t.nbytes();
-            if (!t.subclass.empty())
-                je["subclass"] = t.subclass;
-            if (!t.placements.empty())
-                je["placements"] = t.placements;
+            if (!t.subclass.empty()) je["subclass"] = t.subclass;
+            if (!t.placements.empty()) je["placements"] = t.placements;
             json chunks = json::array();
             for (const auto& c : t.chunks) {
                 json jc;
@@ -136,12 +133,10 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
                 jc["sizes"] = c.sizes;
                 jc["file"] = c.source.file;
                 chunks.push_back(std::move(jc));
-                if (c.rank >= 0)
-                    ranks.push_back(c.rank);
+                if (c.rank >= 0) ranks.push_back(c.rank);
             }
             je["chunks"] = std::move(chunks);
-            if (options.hash && errors[i].empty())
-                je["sha256"] = hashes[i];
+            if (options.hash && errors[i].empty()) je["sha256"] = hashes[i];
         } else {
             ++values;
             je["type"] = "value";

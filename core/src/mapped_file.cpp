@@ -20,9 +20,9 @@ namespace {
 /// 1024, far fewer than the hard limit (524288 under systemd), which any process may raise its soft limit to.
 bool raiseOpenFileLimit()
 {
-    struct rlimit rl {};
-    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
-        return false;
+    struct rlimit rl
+    { };
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return false;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? rlim_t(1) << 20 : rl.rlim_max; // the kernel's nr_open default
     return ::setrlimit(RLIMIT_NOFILE, &rl) == 0;
 }
@@ -32,11 +32,10 @@ bool raiseOpenFileLimit()
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
 {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno == EMFILE && raiseOpenFileLimit())
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        throw Error(ErrorKind::Io, path, std::string("cannot open: ") + std::strerror(errno));
-    struct stat st {};
+    if (fd < 0 && errno == EMFILE && raiseOpenFileLimit()) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(ErrorKind::Io, path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st
+    { };
     if (::fstat(fd, &st) != 0) {
         const int e = errno;
         ::close(fd);
@@ -44,7 +43,8 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
     }
     if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        throw Error(ErrorKind::Io, path, S_ISDIR(st.st_mode) ? "is a directory, expected a file" : "not a regular file");
+        throw Error(
+            ErrorKind::Io, path, S_ISDIR(st.st_mode) ? "is a directory, expected a file" : "not a regular file");
     }
     std::shared_ptr<MappedFile> f(new MappedFile());
     f->m_path = path;
@@ -64,16 +64,13 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
 
 MappedFile::~MappedFile()
 {
-    if (m_data)
-        ::munmap(const_cast<uint8_t*>(m_data), m_size);
-    if (m_fd >= 0)
-        ::close(m_fd);
+    if (m_data) ::munmap(const_cast<uint8_t*>(m_data), m_size);
+    if (m_fd >= 0) ::close(m_fd);
 }
 
 void MappedFile::adviseSequential(uint64_t offset, uint64_t length) const
 {
-    if (!m_data || offset >= m_size)
-        return;
+    if (!m_data || offset >= m_size) return;
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t start = offset / page * page;
     const uint64_t end = std::min(m_size, offset + length);
@@ -84,14 +81,12 @@ void MappedFile::adviseSequential(uint64_t offset, uint64_t length) const
 
 void MappedFile::release(uint64_t offset, uint64_t length) const
 {
-    if (!m_data || offset >= m_size)
-        return;
+    if (!m_data || offset >= m_size) return;
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     // only whole pages inside the range: neighbours may still be in use
     const uint64_t start = (offset + page - 1) / page * page;
     const uint64_t end = std::min(m_size, offset + length) / page * page;
-    if (end > start)
-        ::madvise(const_cast<uint8_t*>(m_data) + start, end - start, MADV_DONTNEED);
+    if (end > start) ::madvise(const_cast<uint8_t*>(m_data) + start, end - start, MADV_DONTNEED);
 }
 
 } // namespace optscope

@@ -9,8 +9,7 @@ namespace optscope {
 const OptimizerParam* OptimizerView::param(const std::string& key) const
 {
     for (const auto& p : params)
-        if (p.key == key)
-            return &p;
+        if (p.key == key) return &p;
     return nullptr;
 }
 
@@ -37,8 +36,7 @@ bool isInteger(const std::string& s)
 std::vector<std::string> stringList(const Entry* e)
 {
     std::vector<std::string> out;
-    if (!e || e->isTensor() || !e->value || !e->value->isSequence())
-        return out;
+    if (!e || e->isTensor() || !e->value || !e->value->isSequence()) return out;
     for (const auto* v : e->value->items())
         out.push_back(pyStr(v));
     return out;
@@ -57,8 +55,7 @@ struct Builder
     OptimizerParam& param(const std::string& key)
     {
         auto it = paramIndex.find(key);
-        if (it != paramIndex.end())
-            return view.params[it->second];
+        if (it != paramIndex.end()) return view.params[it->second];
         paramIndex.emplace(key, view.params.size());
         view.params.push_back({key, {}});
         return view.params.back();
@@ -90,8 +87,7 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
     for (const Entry& e : checkpoint.entries) {
         const KeyPath& p = e.path;
         for (size_t k = 0; k < p.size(); ++k) {
-            if (p[k].isIndex())
-                continue;
+            if (p[k].isIndex()) continue;
             const std::string& s = p[k].key;
             if (s == "state" && k + 2 < p.size()) {
                 Builder& b = builderFor(p, k);
@@ -117,8 +113,7 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
             }
             if (k + 1 == p.size() && startsWith(s, "state.")) {
                 const auto dot = s.rfind('.');
-                if (dot <= 6)
-                    break;
+                if (dot <= 6) break;
                 Builder& b = builderFor(p, k);
                 b.view.flattened = true;
                 b.view.hasStateKey = true;
@@ -127,8 +122,7 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
             }
             if (k + 1 == p.size() && startsWith(s, "param_groups.")) {
                 const auto dot = s.rfind('.');
-                if (dot <= 13)
-                    break;
+                if (dot <= 13) break;
                 Builder& b = builderFor(p, k);
                 b.view.flattened = true;
                 b.hasGroups = true;
@@ -147,16 +141,14 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
     std::vector<OptimizerView> out;
     for (const auto& id : order) {
         Builder& b = builders[id];
-        if (!b.hasGroups)
-            continue; // a "state" without param_groups is not an optimizer state dict
+        if (!b.hasGroups) continue; // a "state" without param_groups is not an optimizer state dict
         for (auto& [index, g] : b.nestedGroups)
             b.view.groups.push_back(std::move(g));
         // flattened: parameters with identical hyperparameters form one group, in first-appearance order
         for (auto& [fqn, hps] : b.flatGroups) {
             OptimizerGroup* match = nullptr;
             for (auto& g : b.view.groups) {
-                if (g.hyperparams.size() != hps.size())
-                    continue;
+                if (g.hyperparams.size() != hps.size()) continue;
                 bool same = true;
                 for (const auto& [name, entry] : hps) {
                     auto it = g.hyperparams.find(name);

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <filesystem>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -23,7 +23,8 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
     std::string templ = dir + "/." + p.filename().string() + ".tmp-XXXXXX";
     m_fd = ::mkstemp(templ.data());
     if (m_fd < 0)
-        throw Error(ErrorKind::Io, m_path, std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
+        throw Error(
+            ErrorKind::Io, m_path, std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
     ::fchmod(m_fd, 0644);
     m_temp = templ;
     m_buffer = new char[kBufferSize];
@@ -32,10 +33,8 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
 OutputFile::~OutputFile()
 {
     delete[] m_buffer;
-    if (m_fd >= 0)
-        ::close(m_fd);
-    if (!m_committed && !m_temp.empty())
-        ::unlink(m_temp.c_str());
+    if (m_fd >= 0) ::close(m_fd);
+    if (!m_committed && !m_temp.empty()) ::unlink(m_temp.c_str());
 }
 
 void OutputFile::flushBuffer()
@@ -43,10 +42,8 @@ void OutputFile::flushBuffer()
     size_t done = 0;
     while (done < m_buffered) {
         const ssize_t n = ::write(m_fd, m_buffer + done, m_buffered - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            throw Error(ErrorKind::Io, m_path, std::string("write failed: ") + std::strerror(errno));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw Error(ErrorKind::Io, m_path, std::string("write failed: ") + std::strerror(errno));
         done += static_cast<size_t>(n);
     }
     m_buffered = 0;
@@ -69,10 +66,8 @@ void OutputFile::write(const void* data, size_t size)
     }
     while (size > 0) {
         const ssize_t n = ::write(m_fd, p, std::min<size_t>(size, size_t(1) << 30));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            throw Error(ErrorKind::Io, m_path, std::string("write failed: ") + std::strerror(errno));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw Error(ErrorKind::Io, m_path, std::string("write failed: ") + std::strerror(errno));
         p += n;
         size -= static_cast<size_t>(n);
     }
@@ -94,21 +89,20 @@ void OutputFile::copyFrom(int srcFd, uint64_t offset, uint64_t length)
     loff_t in = static_cast<loff_t>(offset);
     uint64_t left = length;
     while (left > 0) {
-        const ssize_t n = ::copy_file_range(srcFd, &in, m_fd, nullptr, static_cast<size_t>(std::min<uint64_t>(left, 1u << 30)), 0);
+        const ssize_t n
+            = ::copy_file_range(srcFd, &in, m_fd, nullptr, static_cast<size_t>(std::min<uint64_t>(left, 1u << 30)), 0);
         if (n > 0) {
             left -= static_cast<uint64_t>(n);
             m_position += static_cast<uint64_t>(n);
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
+        if (n < 0 && errno == EINTR) continue;
         if (n == 0 || errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF) {
             // not supported between these files (or the source ended early: read() reports it below)
             std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(left, 8u << 20)));
             while (left > 0) {
                 const ssize_t r = ::pread(srcFd, buf.data(), std::min<uint64_t>(left, buf.size()), in);
-                if (r < 0 && errno == EINTR)
-                    continue;
+                if (r < 0 && errno == EINTR) continue;
                 if (r <= 0)
                     throw Error(ErrorKind::Io, m_path, "copying from a source file: it ended early or failed to read");
                 write(buf.data(), static_cast<size_t>(r));
@@ -130,7 +124,8 @@ void OutputFile::commit()
     ::close(m_fd);
     m_fd = -1;
     if (::rename(m_temp.c_str(), m_path.c_str()) != 0)
-        throw Error(ErrorKind::Io, m_path, std::string("cannot rename the finished temporary into place: ") + std::strerror(errno));
+        throw Error(ErrorKind::Io, m_path,
+            std::string("cannot rename the finished temporary into place: ") + std::strerror(errno));
     m_committed = true;
 }
 

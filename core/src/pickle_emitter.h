@@ -132,5 +132,4 @@ private:
     uint32_t m_next = 0;
 };
 
-
 } // namespace optscope

@@ -181,8 +181,8 @@ const std::unordered_set<std::string>& knownPaths()
 bool isDcpMetadataClass(std::string_view module, std::string_view name)
 {
     // 2.0+ torch.distributed.checkpoint.*, 1.13 torch.distributed._shard.checkpoint.*
-    const bool metadataModule = module == "torch.distributed.checkpoint.metadata"
-        || module == "torch.distributed._shard.checkpoint.metadata";
+    const bool metadataModule
+        = module == "torch.distributed.checkpoint.metadata" || module == "torch.distributed._shard.checkpoint.metadata";
     const bool filesystemModule = module == "torch.distributed.checkpoint.filesystem"
         || module == "torch.distributed._shard.checkpoint.filesystem";
     if (metadataModule) {
@@ -191,8 +191,7 @@ bool isDcpMetadataClass(std::string_view module, std::string_view name)
             "_MEM_FORMAT_ENCODING", "MEM_FORMAT_ENCODING", "TensorInfo", "StorageMetadata"};
         return names.count(name) > 0;
     }
-    if (filesystemModule)
-        return name == "_StorageInfo" || name == "_StoragePrefix";
+    if (filesystemModule) return name == "_StorageInfo" || name == "_StoragePrefix";
     return false;
 }
 
@@ -214,10 +213,8 @@ bool isStorageClass(std::string_view module, std::string_view name)
 
 bool isKnownGlobal(std::string_view module, std::string_view name)
 {
-    if (isStorageClass(module, name) || isDcpMetadataClass(module, name) || isDTensorClass(module, name))
-        return true;
-    if (module == "torch" && dtypeFromName(name))
-        return true;
+    if (isStorageClass(module, name) || isDcpMetadataClass(module, name) || isDTensorClass(module, name)) return true;
+    if (module == "torch" && dtypeFromName(name)) return true;
     std::string path;
     path.reserve(module.size() + name.size() + 1);
     path.append(module).append(".").append(name);
@@ -235,8 +232,7 @@ public:
         , m_arena(arena)
         , m_opt(options)
         , m_limits(options.limits)
-    {
-    }
+    { }
 
     PickleResult run();
 
@@ -288,13 +284,11 @@ private:
     {
         const uint8_t* start = m_data + m_pos;
         const void* nl = std::memchr(start, '\n', m_size - m_pos);
-        if (!nl)
-            fail(ErrorKind::Truncated, "opcode " + hex2(m_op) + " argument has no terminating newline");
+        if (!nl) fail(ErrorKind::Truncated, "opcode " + hex2(m_op) + " argument has no terminating newline");
         const auto len = static_cast<size_t>(static_cast<const uint8_t*>(nl) - start);
         m_pos += len + 1;
         std::string_view s(reinterpret_cast<const char*>(start), len);
-        if (!s.empty() && s.back() == '\r')
-            s.remove_suffix(1);
+        if (!s.empty() && s.back() == '\r') s.remove_suffix(1);
         return s;
     }
 
@@ -322,8 +316,7 @@ private:
     }
     std::vector<PyValue*> popMark()
     {
-        if (m_marks.empty())
-            fail(ErrorKind::Format, "opcode " + hex2(m_op) + " without a MARK");
+        if (m_marks.empty()) fail(ErrorKind::Format, "opcode " + hex2(m_op) + " without a MARK");
         const size_t base = m_marks.back();
         m_marks.pop_back();
         std::vector<PyValue*> items(m_stack.begin() + static_cast<std::ptrdiff_t>(base), m_stack.end());
@@ -340,35 +333,30 @@ private:
         if (!existing && m_memoCount >= m_limits.maxMemo)
             fail(ErrorKind::Limit, "memo exceeds " + std::to_string(m_limits.maxMemo) + " entries");
         if (index < m_memoDense.size() || index <= m_memoDense.size() + 1024) {
-            if (index >= m_memoDense.size())
-                m_memoDense.resize(index + 1, nullptr);
+            if (index >= m_memoDense.size()) m_memoDense.resize(index + 1, nullptr);
             m_memoDense[index] = v;
         } else {
             m_memoSparse[static_cast<uint32_t>(index)] = v;
         }
-        if (!existing)
-            ++m_memoCount;
+        if (!existing) ++m_memoCount;
     }
     PyValue* memoFind(uint64_t index) const
     {
-        if (index < m_memoDense.size())
-            return m_memoDense[index];
+        if (index < m_memoDense.size()) return m_memoDense[index];
         auto it = m_memoSparse.find(static_cast<uint32_t>(index));
         return it == m_memoSparse.end() ? nullptr : it->second;
     }
     PyValue* memoGet(uint64_t index)
     {
         PyValue* v = memoFind(index);
-        if (!v)
-            fail(ErrorKind::Format, "memo has no entry " + std::to_string(index));
+        if (!v) fail(ErrorKind::Format, "memo has no entry " + std::to_string(index));
         return v;
     }
 
     // --- values --------------------------------------------------------------------------------------------
     void noteChild(PyValue* parent, const PyValue* child)
     {
-        if (!child)
-            return;
+        if (!child) return;
         const int32_t d = child->depth + 1;
         if (d > parent->depth) {
             parent->depth = d;
@@ -439,8 +427,7 @@ void Machine::warn(const std::string& code, const std::string& message, const st
 /// rendering would exceed kMaxDictKeyRenderingBytes (dict_index.h).
 bool hashKey(const PyValue* k, std::string& out, int depth = 0)
 {
-    if (depth > 16 || out.size() + k->text.size() > kMaxDictKeyRenderingBytes)
-        return false;
+    if (depth > 16 || out.size() + k->text.size() > kMaxDictKeyRenderingBytes) return false;
     switch (k->kind) {
     case PyKind::Str:
         out += 's';
@@ -448,9 +435,15 @@ bool hashKey(const PyValue* k, std::string& out, int depth = 0)
         out += ':';
         out.append(k->text);
         return true;
-    case PyKind::Int: out += 'i' + std::to_string(k->integer) + ';'; return true;
-    case PyKind::Bool: out += 'i' + std::to_string(k->boolean ? 1 : 0) + ';'; return true;
-    case PyKind::None: out += 'n'; return true;
+    case PyKind::Int:
+        out += 'i' + std::to_string(k->integer) + ';';
+        return true;
+    case PyKind::Bool:
+        out += 'i' + std::to_string(k->boolean ? 1 : 0) + ';';
+        return true;
+    case PyKind::None:
+        out += 'n';
+        return true;
     case PyKind::Float:
         if (std::isfinite(k->real) && std::floor(k->real) == k->real && std::fabs(k->real) < 9.0e18)
             out += 'i' + std::to_string(static_cast<int64_t>(k->real)) + ';';
@@ -473,16 +466,18 @@ bool hashKey(const PyValue* k, std::string& out, int depth = 0)
         out += 'y' + std::to_string(k->text.size()) + ':';
         out.append(k->text);
         return true;
-    case PyKind::Dtype: out += 'd' + std::to_string(static_cast<int>(k->dtype)) + ';'; return true;
+    case PyKind::Dtype:
+        out += 'd' + std::to_string(static_cast<int>(k->dtype)) + ';';
+        return true;
     case PyKind::Tuple:
     case PyKind::FrozenSet:
         out += k->kind == PyKind::Tuple ? "t(" : "f(";
         for (const auto* i : k->items())
-            if (out.size() > kMaxDictKeyRenderingBytes || !hashKey(i, out, depth + 1))
-                return false;
+            if (out.size() > kMaxDictKeyRenderingBytes || !hashKey(i, out, depth + 1)) return false;
         out += ')';
         return true;
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -508,8 +503,7 @@ void Machine::setItem(PyValue* target, PyValue* key, PyValue* value)
         target->object->dictItems.push_back(value);
         return;
     }
-    if (target->kind != PyKind::Dict)
-        fail(ErrorKind::Format, std::string("SETITEM on a ") + pyKindName(target->kind));
+    if (target->kind != PyKind::Dict) fail(ErrorKind::Format, std::string("SETITEM on a ") + pyKindName(target->kind));
     noteChild(target, key);
     noteChild(target, value);
     auto& c = *target->container;
@@ -533,8 +527,7 @@ void Machine::setItem(PyValue* target, PyValue* key, PyValue* value)
             c.index = std::make_unique<std::unordered_map<std::string, size_t>>();
             for (size_t i = 0; i < c.items.size(); i += 2) {
                 std::string other;
-                if (hashKey(c.items[i], other))
-                    c.index->emplace(dictIndexKey(std::move(other)), i);
+                if (hashKey(c.items[i], other)) c.index->emplace(dictIndexKey(std::move(other)), i);
             }
         }
         auto [it, inserted] = c.index->emplace(dictIndexKey(std::move(h)), c.items.size());
@@ -549,8 +542,7 @@ void Machine::setItem(PyValue* target, PyValue* key, PyValue* value)
 
 void Machine::addToSet(PyValue* target, PyValue* value)
 {
-    if (target->kind != PyKind::Set)
-        fail(ErrorKind::Format, std::string("ADDITEMS on a ") + pyKindName(target->kind));
+    if (target->kind != PyKind::Set) fail(ErrorKind::Format, std::string("ADDITEMS on a ") + pyKindName(target->kind));
     noteChild(target, value);
     target->container->items.push_back(value);
 }
@@ -571,11 +563,10 @@ PyValue* Machine::makeInt(std::string_view le)
     size_t n = le.size();
     const bool negative = (static_cast<uint8_t>(le.back()) & 0x80) != 0;
     const uint8_t fill = negative ? 0xff : 0x00;
-    while (n > 8 && static_cast<uint8_t>(le[n - 1]) == fill
-        && ((static_cast<uint8_t>(le[n - 2]) & 0x80) != 0) == negative)
+    while (
+        n > 8 && static_cast<uint8_t>(le[n - 1]) == fill && ((static_cast<uint8_t>(le[n - 2]) & 0x80) != 0) == negative)
         --n;
-    if (n <= 8 && (n < 8 || ((static_cast<uint8_t>(le[7]) & 0x80) != 0) == negative))
-        return makeInt(le.substr(0, n));
+    if (n <= 8 && (n < 8 || ((static_cast<uint8_t>(le[7]) & 0x80) != 0) == negative)) return makeInt(le.substr(0, n));
     return m_arena.makeBytes(le, false, PyKind::BigInt);
 }
 
@@ -586,20 +577,17 @@ PyValue* Machine::parseDecimalInt(std::string_view text)
         t.remove_suffix(1);
     while (!t.empty() && t.front() == ' ')
         t.remove_prefix(1);
-    if (t.empty())
-        fail(ErrorKind::Format, "empty integer literal");
+    if (t.empty()) fail(ErrorKind::Format, "empty integer literal");
     int64_t v = 0;
     auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec == std::errc() && p == t.data() + t.size())
-        return m_arena.makeInt(v);
+    if (ec == std::errc() && p == t.data() + t.size()) return m_arena.makeInt(v);
     // big decimal -> little-endian two's complement
     bool negative = false;
     if (t.front() == '-' || t.front() == '+') {
         negative = t.front() == '-';
         t.remove_prefix(1);
     }
-    if (t.empty())
-        fail(ErrorKind::Format, "bad integer literal");
+    if (t.empty()) fail(ErrorKind::Format, "bad integer literal");
     // CPython's int() refuses more than 4300 decimal digits (sys.int_info.default_max_str_digits), so pickle's
     // INT/LONG do too; the conversion below is quadratic in the length, and this bound keeps hostile literals cheap.
     constexpr size_t kMaxDecimalDigits = 4300;
@@ -656,11 +644,9 @@ bool isValidUtf8(std::string_view s)
             len = 4;
         else
             return false;
-        if (i + len > n)
-            return false;
+        if (i + len > n) return false;
         for (size_t k = 1; k < len; ++k)
-            if ((static_cast<uint8_t>(s[i + k]) & 0xc0) != 0x80)
-                return false;
+            if ((static_cast<uint8_t>(s[i + k]) & 0xc0) != 0x80) return false;
         i += len;
     }
     return true;
@@ -688,8 +674,7 @@ void appendUtf8(std::string& out, uint32_t cp)
 PyValue* Machine::decodeUtf8OrLatin1(std::string_view raw)
 {
     // torch.load unpickles with encoding="utf-8"; fall back to latin-1 so that odd py2 strings still show
-    if (isValidUtf8(raw))
-        return m_arena.makeStr(raw, false);
+    if (isValidUtf8(raw)) return m_arena.makeStr(raw, false);
     std::string out;
     for (char c : raw)
         appendUtf8(out, static_cast<uint8_t>(c));
@@ -700,8 +685,7 @@ PyValue* Machine::decodeUtf8OrLatin1(std::string_view raw)
 std::string decodeStringLiteral(std::string_view s, bool& ok)
 {
     ok = false;
-    if (s.size() < 2 || (s.front() != '\'' && s.front() != '"') || s.back() != s.front())
-        return {};
+    if (s.size() < 2 || (s.front() != '\'' && s.front() != '"') || s.back() != s.front()) return {};
     s = s.substr(1, s.size() - 2);
     std::string out;
     for (size_t i = 0; i < s.size(); ++i) {
@@ -709,28 +693,47 @@ std::string decodeStringLiteral(std::string_view s, bool& ok)
             out += s[i];
             continue;
         }
-        if (++i >= s.size())
-            return {};
+        if (++i >= s.size()) return {};
         const char c = s[i];
         switch (c) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case '0': out += '\0'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
+        case 'n':
+            out += '\n';
+            break;
+        case 't':
+            out += '\t';
+            break;
+        case 'r':
+            out += '\r';
+            break;
+        case '0':
+            out += '\0';
+            break;
+        case '\\':
+            out += '\\';
+            break;
+        case '\'':
+            out += '\'';
+            break;
+        case '"':
+            out += '"';
+            break;
+        case 'a':
+            out += '\a';
+            break;
+        case 'b':
+            out += '\b';
+            break;
+        case 'f':
+            out += '\f';
+            break;
+        case 'v':
+            out += '\v';
+            break;
         case 'x': {
-            if (i + 2 >= s.size())
-                return {};
+            if (i + 2 >= s.size()) return {};
             unsigned v = 0;
             auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + std::min(s.size(), i + 3), v, 16);
-            if (ec != std::errc() || p != s.data() + i + 3)
-                return {};
+            if (ec != std::errc() || p != s.data() + i + 3) return {};
             out += static_cast<char>(v);
             i += 2;
             break;
@@ -791,8 +794,8 @@ PyValue* Machine::findClass(std::string_view module, std::string_view name)
     if (!known) {
         std::string path = std::string(module) + "." + std::string(name);
         if (m_warnedGlobals.insert(path).second)
-            warn("unsafe-global",
-                "global '" + path + "' is not in the safe set; kept inert (never imported or called)", path);
+            warn("unsafe-global", "global '" + path + "' is not in the safe set; kept inert (never imported or called)",
+                path);
     }
     return m_arena.makeGlobal(module, name, known);
 }
@@ -812,15 +815,13 @@ PyValue* Machine::makeObject(PyValue* callable, PyValue* args, PyValue* kwargs, 
 
 const PyValue* arg(const PyValue* args, size_t i)
 {
-    if (!args || !args->isSequence() || i >= args->size())
-        return nullptr;
+    if (!args || !args->isSequence() || i >= args->size()) return nullptr;
     return args->item(i);
 }
 
 bool intList(const PyValue* v, std::vector<int64_t>& out)
 {
-    if (!v || !v->isSequence())
-        return false;
+    if (!v || !v->isSequence()) return false;
     out.clear();
     for (const auto* i : v->items()) {
         if (i->kind == PyKind::Int)
@@ -835,12 +836,9 @@ bool intList(const PyValue* v, std::vector<int64_t>& out)
 
 bool asBool(const PyValue* v)
 {
-    if (!v)
-        return false;
-    if (v->kind == PyKind::Bool)
-        return v->boolean;
-    if (v->kind == PyKind::Int)
-        return v->integer != 0;
+    if (!v) return false;
+    if (v->kind == PyKind::Bool) return v->boolean;
+    if (v->kind == PyKind::Int) return v->integer != 0;
     return false;
 }
 
@@ -934,16 +932,13 @@ PyValue* Machine::rebuildWrapperSubclass(PyValue* args)
 /// Slots state of a NEWOBJ+BUILD object: BUILD (None, {slots}) or BUILD {dict}
 const PyValue* objectField(const PyValue* obj, std::string_view field)
 {
-    if (!obj || obj->kind != PyKind::Object || !obj->object->state)
-        return nullptr;
+    if (!obj || obj->kind != PyKind::Object || !obj->object->state) return nullptr;
     const PyValue* st = obj->object->state;
-    if (st->kind == PyKind::Dict)
-        return st->get(field);
+    if (st->kind == PyKind::Dict) return st->get(field);
     if (st->kind == PyKind::Tuple) {
         for (const auto* part : st->items())
             if (part->kind == PyKind::Dict)
-                if (const auto* f = part->get(field))
-                    return f;
+                if (const auto* f = part->get(field)) return f;
     }
     return nullptr;
 }
@@ -985,8 +980,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
         const PyValue* slots = nullptr;
         if (state && state->kind == PyKind::Tuple) {
             for (const auto* part : state->items())
-                if (part->kind == PyKind::Dict && part->get("_local_tensor"))
-                    slots = part;
+                if (part->kind == PyKind::Dict && part->get("_local_tensor")) slots = part;
         } else if (state && state->kind == PyKind::Dict) {
             slots = state;
         }
@@ -1004,8 +998,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
         intList(objectField(mesh, "_coordinate_on_dim"), coordinate);
         const PyValue* meshTensor = objectField(mesh, "mesh");
         std::vector<int64_t> meshShape;
-        if (meshTensor && meshTensor->kind == PyKind::Tensor)
-            meshShape = meshTensor->tensor->sizes;
+        if (meshTensor && meshTensor->kind == PyKind::Tensor) meshShape = meshTensor->tensor->sizes;
         // Offsets as compute_local_shape_and_global_offset does for Shard(d): torch.chunk semantics per mesh dim.
         bool ok = placements && placements->isSequence() && coordinate.size() == meshShape.size()
             && placements->size() == meshShape.size();
@@ -1018,8 +1011,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
                 const std::string pcls = p->className();
                 const auto shortName = pcls.substr(pcls.rfind('.') + 1);
                 const PyValue* dim = objectField(p, "dim");
-                if (!names.empty())
-                    names += ",";
+                if (!names.empty()) names += ",";
                 if (shortName == "Shard" && dim && dim->kind == PyKind::Int) {
                     names += "Shard(" + std::to_string(dim->integer) + ")";
                     const int64_t d = dim->integer;
@@ -1062,11 +1054,9 @@ PyValue* Machine::rebuildFromTypeV2(PyValue* args)
     const PyValue* newType = arg(args, 1);
     PyValue* funcArgs = const_cast<PyValue*>(arg(args, 2));
     PyValue* state = const_cast<PyValue*>(arg(args, 3));
-    if (!func || !funcArgs)
-        return nullptr;
+    if (!func || !funcArgs) return nullptr;
     PyValue* inner = callReduce(func, funcArgs);
-    if (!inner || inner->kind != PyKind::Tensor)
-        return nullptr;
+    if (!inner || inner->kind != PyKind::Tensor) return nullptr;
     if (newType && newType->kind == PyKind::Global) {
         const std::string path = newType->global->path();
         if (path == "torch.nn.parameter.Parameter") {
@@ -1077,8 +1067,7 @@ PyValue* Machine::rebuildFromTypeV2(PyValue* args)
             inner->tensor->subclass = m_arena.copy(path);
         }
     }
-    if (!inner->tensor->subclass.empty() && !inner->tensor->storage)
-        applyWrapperState(inner, state);
+    if (!inner->tensor->subclass.empty() && !inner->tensor->storage) applyWrapperState(inner, state);
     noteChild(inner, state);
     return inner;
 }
@@ -1101,8 +1090,7 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
                 if (pair->isSequence() && pair->size() == 2)
                     setItem(result, const_cast<PyValue*>(pair->item(0)), const_cast<PyValue*>(pair->item(1)));
         }
-    } else if (fn == "builtins.set" || fn == "builtins.frozenset" || fn == "builtins.list"
-        || fn == "builtins.tuple") {
+    } else if (fn == "builtins.set" || fn == "builtins.frozenset" || fn == "builtins.list" || fn == "builtins.tuple") {
         const PyKind kind = fn == "builtins.set" ? PyKind::Set
             : fn == "builtins.frozenset"         ? PyKind::FrozenSet
             : fn == "builtins.list"              ? PyKind::List
@@ -1137,8 +1125,7 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
                     } else if (c >= 0x80) {
                         ok = false;
                     }
-                    if (cp > 0xff)
-                        ok = false;
+                    if (cp > 0xff) ok = false;
                     out += static_cast<char>(cp);
                     i += len;
                 }
@@ -1163,7 +1150,8 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
                 : fn == "builtins.float"  ? m_arena.makeFloat(0)
                 : fn == "builtins.bool"   ? m_arena.makeBool(false)
                                           : m_arena.makeInt(0);
-        else if ((fn == "builtins.int" && a0->kind == PyKind::Int) || (fn == "builtins.float" && a0->kind == PyKind::Float)
+        else if ((fn == "builtins.int" && a0->kind == PyKind::Int)
+            || (fn == "builtins.float" && a0->kind == PyKind::Float)
             || (fn == "builtins.str" && a0->kind == PyKind::Str) || (fn == "builtins.bool" && a0->kind == PyKind::Bool))
             result = const_cast<PyValue*>(a0);
     } else if (fn == "builtins.getattr") {
@@ -1198,14 +1186,12 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
         const PyValue* index = arg(args, 1);
         if (type && type->kind == PyKind::Str) {
             std::string d(type->text);
-            if (index && index->kind == PyKind::Int)
-                d += ":" + std::to_string(index->integer);
+            if (index && index->kind == PyKind::Int) d += ":" + std::to_string(index->integer);
             result = m_arena.makeStr(d, true);
         }
     } else if (fn == "torch.serialization._get_layout") {
         const PyValue* name = arg(args, 0);
-        if (name && name->kind == PyKind::Str)
-            result = m_arena.makeStr(name->text, false);
+        if (name && name->kind == PyKind::Str) result = m_arena.makeStr(name->text, false);
     } else if (fn == "torch._utils._rebuild_tensor" || fn == "torch._utils._rebuild_tensor_v2"
         || fn == "torch._utils._rebuild_tensor_v3") {
         result = rebuildTensor(fn, args);
@@ -1237,10 +1223,8 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
     } else if (startsWith(fn, "pathlib.")) {
         std::string p;
         for (const auto* part : args ? args->items() : std::vector<PyValue*>()) {
-            if (part->kind != PyKind::Str)
-                continue;
-            if (!p.empty() && p.back() != '/')
-                p += '/';
+            if (part->kind != PyKind::Str) continue;
+            if (!p.empty() && p.back() != '/') p += '/';
             p.append(part->text);
         }
         result = m_arena.makeStr(p, true);
@@ -1288,8 +1272,7 @@ PyValue* Machine::persistentLoad(PyValue* pid)
     if (!m_opt.persistentLoad)
         fail(ErrorKind::Format, "persistent id " + pyRepr(pid, 80) + " in a pickle that allows none");
     PyValue* v = m_opt.persistentLoad(m_arena, pid, m_opt.baseOffset + m_opOffset);
-    if (!v)
-        fail(ErrorKind::Format, "unresolvable persistent id " + pyRepr(pid, 80));
+    if (!v) fail(ErrorKind::Format, "unresolvable persistent id " + pyRepr(pid, 80));
     return v;
 }
 
@@ -1321,8 +1304,12 @@ PickleResult Machine::run()
             else
                 popMark();
             break;
-        case POP_MARK: popMark(); break;
-        case DUP: push(top()); break;
+        case POP_MARK:
+            popMark();
+            break;
+        case DUP:
+            push(top());
+            break;
         case FLOAT: {
             const std::string s(line());
             char* end = nullptr;
@@ -1340,10 +1327,18 @@ PickleResult Machine::run()
                 push(parseDecimalInt(s));
             break;
         }
-        case BININT: push(m_arena.makeInt(i32())); break;
-        case BININT1: push(m_arena.makeInt(u8())); break;
-        case BININT2: push(m_arena.makeInt(u16())); break;
-        case LONG: push(parseDecimalInt(line())); break;
+        case BININT:
+            push(m_arena.makeInt(i32()));
+            break;
+        case BININT1:
+            push(m_arena.makeInt(u8()));
+            break;
+        case BININT2:
+            push(m_arena.makeInt(u16()));
+            break;
+        case LONG:
+            push(parseDecimalInt(line()));
+            break;
         case LONG1: {
             const uint8_t n = u8();
             push(makeInt(bytes(n)));
@@ -1351,16 +1346,25 @@ PickleResult Machine::run()
         }
         case LONG4: {
             const int32_t n = i32();
-            if (n < 0)
-                fail(ErrorKind::Format, "LONG4 with negative length");
+            if (n < 0) fail(ErrorKind::Format, "LONG4 with negative length");
             push(makeInt(bytes(static_cast<uint64_t>(n))));
             break;
         }
-        case NONE: push(m_arena.makeNone()); break;
-        case NEWTRUE: push(m_arena.makeBool(true)); break;
-        case NEWFALSE: push(m_arena.makeBool(false)); break;
-        case PERSID: push(persistentLoad(m_arena.makeStr(line(), false))); break;
-        case BINPERSID: push(persistentLoad(pop())); break;
+        case NONE:
+            push(m_arena.makeNone());
+            break;
+        case NEWTRUE:
+            push(m_arena.makeBool(true));
+            break;
+        case NEWFALSE:
+            push(m_arena.makeBool(false));
+            break;
+        case PERSID:
+            push(persistentLoad(m_arena.makeStr(line(), false)));
+            break;
+        case BINPERSID:
+            push(persistentLoad(pop()));
+            break;
         case REDUCE: {
             PyValue* args = pop();
             PyValue* callable = pop();
@@ -1370,36 +1374,52 @@ PickleResult Machine::run()
         case STRING: {
             bool ok = false;
             const std::string s = decodeStringLiteral(line(), ok);
-            if (!ok)
-                fail(ErrorKind::Format, "bad STRING literal");
+            if (!ok) fail(ErrorKind::Format, "bad STRING literal");
             push(decodeUtf8OrLatin1(m_arena.copy(s)));
             break;
         }
         case BINSTRING: {
             const int32_t n = i32();
-            if (n < 0)
-                fail(ErrorKind::Format, "BINSTRING with negative length");
+            if (n < 0) fail(ErrorKind::Format, "BINSTRING with negative length");
             push(decodeUtf8OrLatin1(bytes(static_cast<uint64_t>(n))));
             break;
         }
-        case SHORT_BINSTRING: push(decodeUtf8OrLatin1(bytes(u8()))); break;
+        case SHORT_BINSTRING:
+            push(decodeUtf8OrLatin1(bytes(u8())));
+            break;
         case UNICODE: {
             bool ok = false;
             const std::string s = decodeRawUnicodeEscape(line(), ok);
-            if (!ok)
-                fail(ErrorKind::Format, "bad UNICODE escape");
+            if (!ok) fail(ErrorKind::Format, "bad UNICODE escape");
             push(m_arena.makeStr(s, true));
             break;
         }
-        case BINUNICODE: push(m_arena.makeStr(bytes(u32()), false)); break;
-        case SHORT_BINUNICODE: push(m_arena.makeStr(bytes(u8()), false)); break;
-        case BINUNICODE8: push(m_arena.makeStr(bytes(u64()), false)); break;
-        case BINBYTES: push(m_arena.makeBytes(bytes(u32()), false)); break;
-        case SHORT_BINBYTES: push(m_arena.makeBytes(bytes(u8()), false)); break;
-        case BINBYTES8: push(m_arena.makeBytes(bytes(u64()), false)); break;
-        case BYTEARRAY8: push(m_arena.makeBytes(bytes(u64()), false, PyKind::ByteArray)); break;
-        case NEXT_BUFFER: fail(ErrorKind::Unsupported, "out-of-band buffers (NEXT_BUFFER) are not supported");
-        case READONLY_BUFFER: top(); break;
+        case BINUNICODE:
+            push(m_arena.makeStr(bytes(u32()), false));
+            break;
+        case SHORT_BINUNICODE:
+            push(m_arena.makeStr(bytes(u8()), false));
+            break;
+        case BINUNICODE8:
+            push(m_arena.makeStr(bytes(u64()), false));
+            break;
+        case BINBYTES:
+            push(m_arena.makeBytes(bytes(u32()), false));
+            break;
+        case SHORT_BINBYTES:
+            push(m_arena.makeBytes(bytes(u8()), false));
+            break;
+        case BINBYTES8:
+            push(m_arena.makeBytes(bytes(u64()), false));
+            break;
+        case BYTEARRAY8:
+            push(m_arena.makeBytes(bytes(u64()), false, PyKind::ByteArray));
+            break;
+        case NEXT_BUFFER:
+            fail(ErrorKind::Unsupported, "out-of-band buffers (NEXT_BUFFER) are not supported");
+        case READONLY_BUFFER:
+            top();
+            break;
         case APPEND: {
             PyValue* v = pop();
             append(top(), v);
@@ -1433,38 +1453,47 @@ PickleResult Machine::run()
         }
         case DICT: {
             auto items = popMark();
-            if (items.size() % 2)
-                fail(ErrorKind::Format, "DICT with an odd number of items");
+            if (items.size() % 2) fail(ErrorKind::Format, "DICT with an odd number of items");
             PyValue* d = m_arena.makeContainer(PyKind::Dict);
             for (size_t i = 0; i < items.size(); i += 2)
                 setItem(d, items[i], items[i + 1]);
             push(d);
             break;
         }
-        case EMPTY_DICT: push(m_arena.makeContainer(PyKind::Dict)); break;
+        case EMPTY_DICT:
+            push(m_arena.makeContainer(PyKind::Dict));
+            break;
         case GET: {
             const std::string_view s = line();
             uint64_t idx = 0;
             auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
-            if (ec != std::errc() || p != s.data() + s.size())
-                fail(ErrorKind::Format, "bad GET index");
+            if (ec != std::errc() || p != s.data() + s.size()) fail(ErrorKind::Format, "bad GET index");
             push(memoGet(idx));
             break;
         }
-        case BINGET: push(memoGet(u8())); break;
-        case LONG_BINGET: push(memoGet(u32())); break;
+        case BINGET:
+            push(memoGet(u8()));
+            break;
+        case LONG_BINGET:
+            push(memoGet(u32()));
+            break;
         case PUT: {
             const std::string_view s = line();
             uint64_t idx = 0;
             auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
-            if (ec != std::errc() || p != s.data() + s.size())
-                fail(ErrorKind::Format, "bad PUT index");
+            if (ec != std::errc() || p != s.data() + s.size()) fail(ErrorKind::Format, "bad PUT index");
             memoPut(idx, top());
             break;
         }
-        case BINPUT: memoPut(u8(), top()); break;
-        case LONG_BINPUT: memoPut(u32(), top()); break;
-        case MEMOIZE: memoPut(m_memoCount, top()); break;
+        case BINPUT:
+            memoPut(u8(), top());
+            break;
+        case LONG_BINPUT:
+            memoPut(u32(), top());
+            break;
+        case MEMOIZE:
+            memoPut(m_memoCount, top());
+            break;
         case INST: {
             const std::string_view module = line();
             const std::string_view name = line();
@@ -1475,15 +1504,18 @@ PickleResult Machine::run()
         }
         case OBJ: {
             auto items = popMark();
-            if (items.empty())
-                fail(ErrorKind::Format, "OBJ without a class");
+            if (items.empty()) fail(ErrorKind::Format, "OBJ without a class");
             PyValue* cls = items.front();
             items.erase(items.begin());
             push(makeObject(cls, makeSequence(PyKind::Tuple, std::move(items)), nullptr, PyObjectHow::Inst));
             break;
         }
-        case LIST: push(makeSequence(PyKind::List, popMark())); break;
-        case EMPTY_LIST: push(m_arena.makeContainer(PyKind::List)); break;
+        case LIST:
+            push(makeSequence(PyKind::List, popMark()));
+            break;
+        case EMPTY_LIST:
+            push(m_arena.makeContainer(PyKind::List));
+            break;
         case NEWOBJ: {
             PyValue* args = pop();
             PyValue* cls = pop();
@@ -1505,15 +1537,18 @@ PickleResult Machine::run()
         }
         case SETITEMS: {
             auto items = popMark();
-            if (items.size() % 2)
-                fail(ErrorKind::Format, "SETITEMS with an odd number of items");
+            if (items.size() % 2) fail(ErrorKind::Format, "SETITEMS with an odd number of items");
             PyValue* target = top();
             for (size_t i = 0; i < items.size(); i += 2)
                 setItem(target, items[i], items[i + 1]);
             break;
         }
-        case TUPLE: push(makeSequence(PyKind::Tuple, popMark())); break;
-        case EMPTY_TUPLE: push(makeSequence(PyKind::Tuple, {})); break;
+        case TUPLE:
+            push(makeSequence(PyKind::Tuple, popMark()));
+            break;
+        case EMPTY_TUPLE:
+            push(makeSequence(PyKind::Tuple, {}));
+            break;
         case TUPLE1: {
             PyValue* a = pop();
             push(makeSequence(PyKind::Tuple, {a}));
@@ -1532,7 +1567,9 @@ PickleResult Machine::run()
             push(makeSequence(PyKind::Tuple, {a, b, c}));
             break;
         }
-        case EMPTY_SET: push(m_arena.makeContainer(PyKind::Set)); break;
+        case EMPTY_SET:
+            push(m_arena.makeContainer(PyKind::Set));
+            break;
         case ADDITEMS: {
             auto items = popMark();
             PyValue* target = top();
@@ -1540,7 +1577,9 @@ PickleResult Machine::run()
                 addToSet(target, v);
             break;
         }
-        case FROZENSET: push(makeSequence(PyKind::FrozenSet, popMark())); break;
+        case FROZENSET:
+            push(makeSequence(PyKind::FrozenSet, popMark()));
+            break;
         case BINFLOAT: {
             const uint8_t* p = take(8);
             uint64_t bits = 0;
@@ -1553,8 +1592,7 @@ PickleResult Machine::run()
         }
         case PROTO: {
             const uint8_t v = u8();
-            if (v > 5)
-                fail(ErrorKind::Unsupported, "pickle protocol " + std::to_string(v) + " (supported: 0-5)");
+            if (v > 5) fail(ErrorKind::Unsupported, "pickle protocol " + std::to_string(v) + " (supported: 0-5)");
             m_protocol = v;
             break;
         }
@@ -1570,12 +1608,14 @@ PickleResult Machine::run()
             const uint32_t code = m_op == EXT1 ? u8() : m_op == EXT2 ? u16() : u32();
             const std::string path = "copyreg._extension_registry[" + std::to_string(code) + "]";
             if (m_warnedGlobals.insert(path).second)
-                warn("unsafe-global", "extension code " + std::to_string(code) + " refers to a registered global; kept inert",
-                    path);
-            push(m_arena.makeGlobal("copyreg", m_arena.copy("_extension_registry[" + std::to_string(code) + "]"), false));
+                warn("unsafe-global",
+                    "extension code " + std::to_string(code) + " refers to a registered global; kept inert", path);
+            push(m_arena.makeGlobal(
+                "copyreg", m_arena.copy("_extension_registry[" + std::to_string(code) + "]"), false));
             break;
         }
-        default: fail(ErrorKind::Format, "unknown opcode " + hex2(m_op));
+        default:
+            fail(ErrorKind::Format, "unknown opcode " + hex2(m_op));
         }
     }
 }

@@ -11,25 +11,44 @@ namespace optscope {
 const char* pyKindName(PyKind kind)
 {
     switch (kind) {
-    case PyKind::None: return "None";
-    case PyKind::Bool: return "bool";
-    case PyKind::Int: return "int";
-    case PyKind::BigInt: return "int";
-    case PyKind::Float: return "float";
-    case PyKind::Complex: return "complex";
-    case PyKind::Str: return "str";
-    case PyKind::Bytes: return "bytes";
-    case PyKind::ByteArray: return "bytearray";
-    case PyKind::Tuple: return "tuple";
-    case PyKind::List: return "list";
-    case PyKind::Dict: return "dict";
-    case PyKind::Set: return "set";
-    case PyKind::FrozenSet: return "frozenset";
-    case PyKind::Global: return "global";
-    case PyKind::Object: return "object";
-    case PyKind::Storage: return "storage";
-    case PyKind::Tensor: return "tensor";
-    case PyKind::Dtype: return "dtype";
+    case PyKind::None:
+        return "None";
+    case PyKind::Bool:
+        return "bool";
+    case PyKind::Int:
+        return "int";
+    case PyKind::BigInt:
+        return "int";
+    case PyKind::Float:
+        return "float";
+    case PyKind::Complex:
+        return "complex";
+    case PyKind::Str:
+        return "str";
+    case PyKind::Bytes:
+        return "bytes";
+    case PyKind::ByteArray:
+        return "bytearray";
+    case PyKind::Tuple:
+        return "tuple";
+    case PyKind::List:
+        return "list";
+    case PyKind::Dict:
+        return "dict";
+    case PyKind::Set:
+        return "set";
+    case PyKind::FrozenSet:
+        return "frozenset";
+    case PyKind::Global:
+        return "global";
+    case PyKind::Object:
+        return "object";
+    case PyKind::Storage:
+        return "storage";
+    case PyKind::Tensor:
+        return "tensor";
+    case PyKind::Dtype:
+        return "dtype";
     }
     return "?";
 }
@@ -45,15 +64,13 @@ const std::vector<PyValue*>& PyValue::items() const
 
 size_t PyValue::size() const
 {
-    if (!container)
-        return 0;
+    if (!container) return 0;
     return kind == PyKind::Dict ? container->items.size() / 2 : container->items.size();
 }
 
 const PyValue* PyValue::get(std::string_view key) const
 {
-    if (kind != PyKind::Dict || !container)
-        return nullptr;
+    if (kind != PyKind::Dict || !container) return nullptr;
     const auto& it = container->items;
     if (container->index && key.size() + 16 <= kMaxDictKeyRenderingBytes) {
         // an indexed dict (one the pickle machine grew past 16 items) has every str key of this length in its index,
@@ -64,8 +81,7 @@ const PyValue* PyValue::get(std::string_view key) const
         return found == container->index->end() ? nullptr : it[found->second + 1];
     }
     for (size_t i = 0; i + 1 < it.size(); i += 2) {
-        if (it[i]->kind == PyKind::Str && it[i]->text == key)
-            return it[i + 1];
+        if (it[i]->kind == PyKind::Str && it[i]->text == key) return it[i + 1];
     }
     return nullptr;
 }
@@ -77,8 +93,7 @@ std::string PyValue::className() const
         c = object->callable;
     else if (kind == PyKind::Global)
         c = this;
-    if (c && c->kind == PyKind::Global && c->global)
-        return c->global->path();
+    if (c && c->kind == PyKind::Global && c->global) return c->global->path();
     return {};
 }
 
@@ -89,8 +104,7 @@ bool PyValue::isClass(std::string_view path) const
         c = object->callable;
     else if (kind == PyKind::Global)
         c = this;
-    if (!c || c->kind != PyKind::Global || !c->global)
-        return false;
+    if (!c || c->kind != PyKind::Global || !c->global) return false;
     const auto& g = *c->global;
     return path.size() == g.module.size() + 1 + g.name.size() && path.substr(0, g.module.size()) == g.module
         && path[g.module.size()] == '.' && path.substr(g.module.size() + 1) == g.name;
@@ -183,17 +197,14 @@ PyTensorInfo* PyArena::makeTensorInfo()
 
 std::string pyFloatRepr(double v)
 {
-    if (std::isnan(v))
-        return "nan";
-    if (std::isinf(v))
-        return v > 0 ? "inf" : "-inf";
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     // Python repr: the shortest string that round-trips, with ".0" for integral values and exponent form outside
     // 1e-4 <= |v| < 1e16.
     char buf[40];
     for (int precision = 1; precision <= 17; ++precision) {
         std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-        if (std::strtod(buf, nullptr) == v)
-            break;
+        if (std::strtod(buf, nullptr) == v) break;
     }
     std::string s = buf;
     const auto e = s.find('e');
@@ -214,8 +225,7 @@ std::string pyFloatRepr(double v)
 
 std::string bigIntToDecimal(std::string_view le)
 {
-    if (le.empty())
-        return "0";
+    if (le.empty()) return "0";
     std::vector<uint8_t> mag(le.begin(), le.end());
     const bool negative = (mag.back() & 0x80) != 0;
     if (negative) { // two's complement -> magnitude
@@ -241,8 +251,7 @@ std::string bigIntToDecimal(std::string_view le)
         for (size_t i = mag.size(); i-- > 0;) {
             for (int shift : {4, 0}) {
                 const int d = (mag[i] >> shift) & 15;
-                if (leading && d == 0)
-                    continue;
+                if (leading && d == 0) continue;
                 leading = false;
                 hex += digits[d];
             }
@@ -271,10 +280,8 @@ std::string bigIntToDecimal(std::string_view le)
             rem /= 10;
         }
     }
-    if (digits.empty())
-        digits = "0";
-    if (negative)
-        digits.push_back('-');
+    if (digits.empty()) digits = "0";
+    if (negative) digits.push_back('-');
     return std::string(digits.rbegin(), digits.rend());
 }
 
@@ -298,8 +305,7 @@ void appendQuoted(std::string& out, std::string_view s)
 
 void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
 {
-    if (out.size() > maxLength)
-        return;
+    if (out.size() > maxLength) return;
     if (!v) {
         out += "<null>";
         return;
@@ -309,19 +315,32 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
         return;
     }
     switch (v->kind) {
-    case PyKind::None: out += "None"; return;
-    case PyKind::Bool: out += v->boolean ? "True" : "False"; return;
-    case PyKind::Int: out += std::to_string(v->integer); return;
-    case PyKind::BigInt: out += bigIntToDecimal(v->text); return;
-    case PyKind::Float: out += pyFloatRepr(v->real); return;
-    case PyKind::Complex: out += "(" + pyFloatRepr(v->real) + "+" + pyFloatRepr(v->imag) + "j)"; return;
-    case PyKind::Str: appendQuoted(out, v->text); return;
+    case PyKind::None:
+        out += "None";
+        return;
+    case PyKind::Bool:
+        out += v->boolean ? "True" : "False";
+        return;
+    case PyKind::Int:
+        out += std::to_string(v->integer);
+        return;
+    case PyKind::BigInt:
+        out += bigIntToDecimal(v->text);
+        return;
+    case PyKind::Float:
+        out += pyFloatRepr(v->real);
+        return;
+    case PyKind::Complex:
+        out += "(" + pyFloatRepr(v->real) + "+" + pyFloatRepr(v->imag) + "j)";
+        return;
+    case PyKind::Str:
+        appendQuoted(out, v->text);
+        return;
     case PyKind::Bytes:
     case PyKind::ByteArray:
         out += v->kind == PyKind::Bytes ? "b" : "bytearray(b";
         out += "<" + std::to_string(v->text.size()) + " bytes>";
-        if (v->kind == PyKind::ByteArray)
-            out += ")";
+        if (v->kind == PyKind::ByteArray) out += ")";
         return;
     case PyKind::Tuple:
     case PyKind::List:
@@ -329,31 +348,26 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
     case PyKind::FrozenSet: {
         const char* open = v->kind == PyKind::Tuple ? "(" : v->kind == PyKind::List ? "[" : "{";
         const char* close = v->kind == PyKind::Tuple ? ")" : v->kind == PyKind::List ? "]" : "}";
-        if (v->kind == PyKind::FrozenSet)
-            out += "frozenset(";
+        if (v->kind == PyKind::FrozenSet) out += "frozenset(";
         out += open;
         const auto& items = v->items();
         for (size_t i = 0; i < items.size(); ++i) {
-            if (i)
-                out += ", ";
+            if (i) out += ", ";
             if (out.size() > maxLength) {
                 out += "...";
                 break;
             }
             reprInto(out, items[i], maxLength, depth + 1);
         }
-        if (v->kind == PyKind::Tuple && items.size() == 1)
-            out += ",";
+        if (v->kind == PyKind::Tuple && items.size() == 1) out += ",";
         out += close;
-        if (v->kind == PyKind::FrozenSet)
-            out += ")";
+        if (v->kind == PyKind::FrozenSet) out += ")";
         return;
     }
     case PyKind::Dict: {
         out += "{";
         for (size_t i = 0; i < v->size(); ++i) {
-            if (i)
-                out += ", ";
+            if (i) out += ", ";
             if (out.size() > maxLength) {
                 out += "...";
                 break;
@@ -365,7 +379,9 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
         out += "}";
         return;
     }
-    case PyKind::Global: out += "<" + v->global->path() + ">"; return;
+    case PyKind::Global:
+        out += "<" + v->global->path() + ">";
+        return;
     case PyKind::Object: {
         std::string cls = v->className();
         out += "<" + (cls.empty() ? std::string("object") : cls);
@@ -376,7 +392,9 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
         out += ">";
         return;
     }
-    case PyKind::Storage: out += "<storage " + std::string(v->storage->key) + ">"; return;
+    case PyKind::Storage:
+        out += "<storage " + std::string(v->storage->key) + ">";
+        return;
     case PyKind::Tensor: {
         out += "tensor(";
         out += dtypeName(v->tensor->dtype);
@@ -386,7 +404,9 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
         out += "])";
         return;
     }
-    case PyKind::Dtype: out += "torch." + std::string(dtypeName(v->dtype)); return;
+    case PyKind::Dtype:
+        out += "torch." + std::string(dtypeName(v->dtype));
+        return;
     }
 }
 
@@ -396,23 +416,28 @@ std::string pyRepr(const PyValue* v, size_t maxLength)
 {
     std::string out;
     reprInto(out, v, maxLength, 0);
-    if (out.size() > maxLength + 3)
-        out = out.substr(0, maxLength) + "...";
+    if (out.size() > maxLength + 3) out = out.substr(0, maxLength) + "...";
     return out;
 }
 
 std::string pyStr(const PyValue* v)
 {
-    if (!v)
-        return "None";
+    if (!v) return "None";
     switch (v->kind) {
-    case PyKind::Str: return std::string(v->text);
-    case PyKind::Int: return std::to_string(v->integer);
-    case PyKind::BigInt: return bigIntToDecimal(v->text);
-    case PyKind::Bool: return v->boolean ? "True" : "False";
-    case PyKind::None: return "None";
-    case PyKind::Float: return pyFloatRepr(v->real);
-    default: return pyRepr(v, 1000);
+    case PyKind::Str:
+        return std::string(v->text);
+    case PyKind::Int:
+        return std::to_string(v->integer);
+    case PyKind::BigInt:
+        return bigIntToDecimal(v->text);
+    case PyKind::Bool:
+        return v->boolean ? "True" : "False";
+    case PyKind::None:
+        return "None";
+    case PyKind::Float:
+        return pyFloatRepr(v->real);
+    default:
+        return pyRepr(v, 1000);
     }
 }
 

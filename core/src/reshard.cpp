@@ -8,25 +8,21 @@ namespace optscope {
 
 ShardingStyle shardingStyleFromName(const std::string& name)
 {
-    if (name == "fsdp2" || name == "dtensor")
-        return ShardingStyle::Fsdp2;
-    if (name == "fsdp1")
-        return ShardingStyle::Fsdp1;
+    if (name == "fsdp2" || name == "dtensor") return ShardingStyle::Fsdp2;
+    if (name == "fsdp1") return ShardingStyle::Fsdp1;
     throw Error(ErrorKind::Usage, {}, "unknown layout '" + name + "' (expected fsdp2 or fsdp1)");
 }
 
 DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
 {
-    if (options.worldSize < 1)
-        throw Error(ErrorKind::Usage, cp.path, "--world-size must be at least 1");
+    if (options.worldSize < 1) throw Error(ErrorKind::Usage, cp.path, "--world-size must be at least 1");
     DcpPlan plan;
     for (const Entry& e : cp.entries) {
         if (e.path.empty() || e.path.front().isIndex())
             throw Error(ErrorKind::Format, cp.path,
                 "is not a state dict (its top level is not a mapping); DCP can only store mappings");
         if (!e.isTensor()) {
-            if (!e.error.empty())
-                throw Error(ErrorKind::Format, cp.path, "cannot reshard '" + e.key + "': " + e.error);
+            if (!e.error.empty()) throw Error(ErrorKind::Format, cp.path, "cannot reshard '" + e.key + "': " + e.error);
             plan.order.push_back({false, plan.values.size()});
             plan.values.push_back({e.path, e.value, 0});
             continue;
@@ -50,8 +46,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
         } else {
             for (int r = 0; r < options.worldSize; ++r) {
                 const Dim0Chunk c = chunkDim0(t.shape[0], options.worldSize, r, options.layout);
-                if (!c.exists)
-                    continue;
+                if (!c.exists) continue;
                 std::vector<int64_t> offsets(t.shape.size(), 0), sizes(t.shape);
                 offsets[0] = c.offset;
                 sizes[0] = c.size;
@@ -66,8 +61,8 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
     return plan;
 }
 
-DcpWriteStats reshardCheckpoint(const Checkpoint& cp, const std::string& outDir, const ReshardOptions& options,
-    const Progress& progress)
+DcpWriteStats reshardCheckpoint(
+    const Checkpoint& cp, const std::string& outDir, const ReshardOptions& options, const Progress& progress)
 {
     return writeDcp(planReshard(cp, options), outDir, progress, options.write);
 }

@@ -26,8 +26,7 @@ Sha256::~Sha256()
 
 void Sha256::update(const void* data, size_t size)
 {
-    if (size)
-        EVP_DigestUpdate(m_impl->ctx, data, size);
+    if (size) EVP_DigestUpdate(m_impl->ctx, data, size);
 }
 
 std::string Sha256::hexDigest()

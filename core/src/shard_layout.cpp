@@ -18,8 +18,7 @@ std::string boxText(const TensorBox& box)
 {
     std::string t = "[";
     for (size_t d = 0; d < box.offsets.size(); ++d) {
-        if (d)
-            t += ", ";
+        if (d) t += ", ";
         t += std::to_string(box.offsets[d]) + ":" + std::to_string(box.offsets[d] + box.sizes[d]);
     }
     return t + "]";
@@ -36,8 +35,7 @@ bool intersect(const TensorBox& a, const TensorBox& b, TensorBox& out)
     for (size_t d = 0; d < a.offsets.size(); ++d) {
         const int64_t lo = std::max(a.offsets[d], b.offsets[d]);
         const int64_t hi = std::min(a.offsets[d] + a.sizes[d], b.offsets[d] + b.sizes[d]);
-        if (hi <= lo)
-            return false;
+        if (hi <= lo) return false;
         out.offsets[d] = lo;
         out.sizes[d] = hi - lo;
     }
@@ -64,8 +62,7 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
             L.outOfBounds.push_back(i);
             continue;
         }
-        if (c.numel() > 0)
-            valid.push_back(i);
+        if (c.numel() > 0) valid.push_back(i);
     }
 
     // overlaps: pairs whose boxes intersect; sorted by dim-0 start so that a sweep stops early
@@ -74,28 +71,24 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
             for (size_t k = 1; k < valid.size(); ++k)
                 L.overlaps.push_back({valid[0], valid[k], TensorBox {}});
         L.coveredElements = valid.empty() ? 0 : 1;
-        if (valid.empty())
-            L.gaps.push_back(TensorBox {});
+        if (valid.empty()) L.gaps.push_back(TensorBox {});
         return L;
     }
     std::vector<size_t> byStart(valid);
-    std::sort(byStart.begin(), byStart.end(), [&](size_t a, size_t b) {
-        return L.chunks[a].offsets[0] < L.chunks[b].offsets[0];
-    });
+    std::sort(byStart.begin(), byStart.end(),
+        [&](size_t a, size_t b) { return L.chunks[a].offsets[0] < L.chunks[b].offsets[0]; });
     for (size_t x = 0; x < byStart.size(); ++x) {
         const TensorBox& a = L.chunks[byStart[x]];
         for (size_t y = x + 1; y < byStart.size(); ++y) {
             const TensorBox& b = L.chunks[byStart[y]];
-            if (b.offsets[0] >= a.offsets[0] + a.sizes[0])
-                break;
+            if (b.offsets[0] >= a.offsets[0] + a.sizes[0]) break;
             TensorBox region;
             if (intersect(a, b, region))
                 L.overlaps.push_back({std::min(byStart[x], byStart[y]), std::max(byStart[x], byStart[y]), region});
         }
     }
 
-    if (L.totalElements == 0)
-        return L;
+    if (L.totalElements == 0) return L;
 
     // coverage on the grid of all chunk boundaries (coordinate compression)
     std::vector<std::vector<int64_t>> cuts(ndim);
@@ -144,12 +137,10 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
             covered[cellIndex(idx)] = 1;
             size_t d = ndim;
             while (d-- > 0) {
-                if (++idx[d] < hi[d])
-                    break;
+                if (++idx[d] < hi[d]) break;
                 idx[d] = lo[d];
             }
-            if (d == static_cast<size_t>(-1))
-                break;
+            if (d == static_cast<size_t>(-1)) break;
         }
     }
     // sum covered volume; uncovered cells become gaps, merged along dim 0 when the rest of the box matches
@@ -169,8 +160,7 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
             L.coveredElements += cell.numel();
             continue;
         }
-        if (cell.numel() == 0)
-            continue;
+        if (cell.numel() == 0) continue;
         bool merged = false;
         for (auto& g : L.gaps) {
             bool sameRest = g.offsets[0] + g.sizes[0] == cell.offsets[0];
@@ -182,8 +172,7 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
                 break;
             }
         }
-        if (!merged)
-            L.gaps.push_back(std::move(cell));
+        if (!merged) L.gaps.push_back(std::move(cell));
     }
     return L;
 }

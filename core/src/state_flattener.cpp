@@ -35,13 +35,11 @@ uint64_t elemBytes(const KeyPathElem& e)
 /// larger one, so shared sequences are walked at most once per depth, never exponentially often.
 bool holdsTensorOrMapping(const PyValue* v, int depth, Walk& w)
 {
-    if (depth <= 0)
-        return false;
+    if (depth <= 0) return false;
     auto it = w.holds.find(v);
     if (it != w.holds.end()) {
         const auto [found, at] = it->second;
-        if (found ? depth >= at : depth <= at)
-            return found;
+        if (found ? depth >= at : depth <= at) return found;
     }
     w.holds[v] = {false, depth}; // in progress: a cycle back to v adds nothing
     bool found = false;
@@ -64,8 +62,7 @@ void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
         const bool repeated = !w.expanded.insert(v).second;
         const size_t charge = v->size() * (path.size() + 1);
         if (!repeated || charge <= w.repeatBudget) {
-            if (repeated)
-                w.repeatBudget -= charge;
+            if (repeated) w.repeatBudget -= charge;
             w.active.insert(v);
             for (size_t i = 0; i < v->size(); ++i) {
                 if (v->kind == PyKind::Dict) {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor_assembler.h"
+#include "aten_bridge.h"
 #include "optscope/chunk_reader.h"
 #include "optscope/error.h"
 #include "optscope/mapped_file.h"
 #include "optscope/sha256.h"
-#include "aten_bridge.h"
 
 #include <algorithm>
 #include <optional>
@@ -23,8 +23,7 @@ int64_t copyIntoBox(const TensorEntry& t, const std::vector<size_t>& chunks, con
     int64_t covered = 0;
     for (size_t i : chunks) {
         const auto& c = t.chunks[i];
-        if (c.numel() == 0)
-            continue;
+        if (c.numel() == 0) continue;
         std::vector<int64_t> srcBegin(ndim), extent(ndim), dstBegin(ndim);
         int64_t vol = 1;
         for (size_t d = 0; d < ndim; ++d) {
@@ -35,8 +34,7 @@ int64_t copyIntoBox(const TensorEntry& t, const std::vector<size_t>& chunks, con
             dstBegin[d] = lo - offsets[d];
             vol *= extent[d];
         }
-        if (vol == 0)
-            continue;
+        if (vol == 0) continue;
         progress.checkCancelled();
         aten::copyBlock(dataOf(i), srcBegin, extent, out, sizes, dstBegin);
         covered += vol;
@@ -50,45 +48,41 @@ TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entr
     : m_checkpoint(checkpoint)
     , m_entry(entry)
     , m_maxBlock(std::max<size_t>(maxBlockBytes, 1))
-{
-}
+{ }
 
-void TensorAssembler::stream(const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes,
-    const RegionSink& region)
+void TensorAssembler::stream(
+    const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
 {
     streamRows(0, m_entry.tensor.shape.empty() ? 1 : m_entry.tensor.shape[0], sink, progress, onBytes, region);
 }
 
-void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
-    const Progress& progress, const RegionSink& region)
+void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
+    const Sink& sink, const Progress& progress, const RegionSink& region)
 {
     const TensorEntry& t = m_entry.tensor;
     const size_t ndim = t.shape.size();
     const std::string where = m_checkpoint.path + ": '" + m_entry.key + "'";
-    if (offsets.size() != ndim || sizes.size() != ndim)
-        throw Error(ErrorKind::Usage, where, "box of the wrong rank");
+    if (offsets.size() != ndim || sizes.size() != ndim) throw Error(ErrorKind::Usage, where, "box of the wrong rank");
     bool wholeRows = true;
     for (size_t d = 0; d < ndim; ++d) {
         if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] + sizes[d] > t.shape[d])
-            throw Error(ErrorKind::Usage, where, "box " + shapeText(offsets) + "+" + shapeText(sizes) + " outside " + shapeText(t.shape));
-        if (d > 0 && (offsets[d] != 0 || sizes[d] != t.shape[d]))
-            wholeRows = false;
+            throw Error(ErrorKind::Usage, where,
+                "box " + shapeText(offsets) + "+" + shapeText(sizes) + " outside " + shapeText(t.shape));
+        if (d > 0 && (offsets[d] != 0 || sizes[d] != t.shape[d])) wholeRows = false;
     }
     if (ndim == 0) {
         stream(sink, progress, {}, region);
         return;
     }
     if (wholeRows) {
-        if (sizes[0] > 0)
-            streamRows(offsets[0], offsets[0] + sizes[0], sink, progress, {}, region);
+        if (sizes[0] > 0) streamRows(offsets[0], offsets[0] + sizes[0], sink, progress, {}, region);
         return;
     }
     // a general box: copy every intersecting chunk's part into one dense buffer
     int64_t numel = 1;
     for (auto s : sizes)
         numel *= s;
-    if (numel == 0)
-        return;
+    if (numel == 0) return;
     std::vector<uint8_t> buffer(static_cast<size_t>(numel) * dtypeSize(t.dtype));
     std::vector<size_t> all(t.chunks.size());
     for (size_t i = 0; i < all.size(); ++i)
@@ -98,8 +92,8 @@ void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::
         buffer.data(), progress);
     if (covered != numel)
         throw Error(ErrorKind::Format, where,
-            std::string(covered < numel ? "chunks leave a gap" : "chunks overlap") + " in the box "
-                + shapeText(offsets) + "+" + shapeText(sizes));
+            std::string(covered < numel ? "chunks leave a gap" : "chunks overlap") + " in the box " + shapeText(offsets)
+                + "+" + shapeText(sizes));
     sink(buffer.data(), buffer.size());
 }
 
@@ -111,14 +105,11 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     const size_t ndim = shape.size();
     const size_t elem = dtypeSize(t.dtype);
     const std::string where = m_checkpoint.path + ": '" + m_entry.key + "'";
-    if (t.dtype == DType::Unknown)
-        throw Error(ErrorKind::Format, where, "tensor has an unknown dtype");
+    if (t.dtype == DType::Unknown) throw Error(ErrorKind::Format, where, "tensor has an unknown dtype");
     for (auto s : shape)
-        if (s < 0)
-            throw Error(ErrorKind::Format, where, "tensor has a negative dimension " + shapeText(shape));
+        if (s < 0) throw Error(ErrorKind::Format, where, "tensor has a negative dimension " + shapeText(shape));
     const int64_t total = t.numel();
-    if (total == 0)
-        return;
+    if (total == 0) return;
 
     // every chunk must lie inside the tensor; empty chunks are legal and ignored
     std::vector<size_t> live;
@@ -133,8 +124,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 throw Error(ErrorKind::Format, where,
                     "chunk at offsets " + shapeText(c.offsets) + " sizes " + shapeText(c.sizes)
                         + " lies outside the tensor " + shapeText(shape));
-        if (c.numel() > 0)
-            live.push_back(i);
+        if (c.numel() > 0) live.push_back(i);
     }
 
     std::vector<std::optional<ChunkData>> resolved(t.chunks.size());
@@ -151,8 +141,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     auto emit = [&](const uint8_t* p, size_t n) {
         sink(p, n);
         produced += n;
-        if (onBytes)
-            onBytes(produced);
+        if (onBytes) onBytes(produced);
     };
 
     if (ndim == 0) {
@@ -175,8 +164,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     std::vector<int64_t> cuts {rowBegin, rowEnd};
     for (size_t i : live) {
         for (int64_t b : {t.chunks[i].offsets[0], t.chunks[i].offsets[0] + t.chunks[i].sizes[0]})
-            if (b > rowBegin && b < rowEnd)
-                cuts.push_back(b);
+            if (b > rowBegin && b < rowEnd) cuts.push_back(b);
     }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
@@ -185,7 +173,8 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     for (size_t d = 1; d < ndim; ++d)
         rowElems *= shape[d];
     const uint64_t rowBytes = static_cast<uint64_t>(rowElems) * elem;
-    const int64_t rowsPerBlock = std::max<int64_t>(1, static_cast<int64_t>(m_maxBlock / std::max<uint64_t>(rowBytes, 1)));
+    const int64_t rowsPerBlock
+        = std::max<int64_t>(1, static_cast<int64_t>(m_maxBlock / std::max<uint64_t>(rowBytes, 1)));
     std::vector<uint8_t> buffer;
 
     // A row larger than one block (a huge inner extent, such as a [1, 10^10] broadcast saved with stride 0, whose
@@ -234,8 +223,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 }
                 off[d] = 0;
             }
-            if (done)
-                return;
+            if (done) return;
         }
     };
 
@@ -245,8 +233,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
         std::vector<size_t> here;
         for (size_t i : live) {
             const auto& c = t.chunks[i];
-            if (c.offsets[0] < b && c.offsets[0] + c.sizes[0] > a)
-                here.push_back(i);
+            if (c.offsets[0] < b && c.offsets[0] + c.sizes[0] > a) here.push_back(i);
         }
         if (here.empty())
             throw Error(ErrorKind::Format, where,
@@ -277,8 +264,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                     // the consumer copies the region itself (in the kernel): no bytes through this process
                     region(*d.file, fileOffset, len);
                     produced += len;
-                    if (onBytes)
-                        onBytes(produced);
+                    if (onBytes) onBytes(produced);
                     continue;
                 }
                 d.file->adviseSequential(fileOffset, len);
@@ -294,13 +280,11 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
             for (size_t i : here) {
                 const auto& c = t.chunks[i];
                 const int64_t rows = std::min(r1, c.offsets[0] + c.sizes[0]) - std::max(r0, c.offsets[0]);
-                if (rows <= 0)
-                    continue;
+                if (rows <= 0) continue;
                 data(i);
                 const int64_t part = rows * (c.numel() / c.sizes[0]);
                 overlap = overlap || part > want - claimed;
-                if (!overlap)
-                    claimed += part;
+                if (!overlap) claimed += part;
             }
             if (overlap || claimed != want)
                 throw Error(ErrorKind::Format, where,
@@ -319,8 +303,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 std::vector<int64_t> srcBegin(ndim, 0), extent(ndim), dstBegin(ndim);
                 const int64_t lo = std::max(r0, c.offsets[0]);
                 const int64_t hi = std::min(r1, c.offsets[0] + c.sizes[0]);
-                if (lo >= hi)
-                    continue;
+                if (lo >= hi) continue;
                 srcBegin[0] = lo - c.offsets[0];
                 extent[0] = hi - lo;
                 dstBegin[0] = lo - r0;
@@ -339,7 +322,8 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                     for (size_t d = 1; d < ndim; ++d)
                         chunkRow *= c.sizes[d];
                     const uint64_t rb = static_cast<uint64_t>(chunkRow) * elem;
-                    cd.file->release(static_cast<uint64_t>(cd.data() - cd.file->data()) + static_cast<uint64_t>(srcBegin[0]) * rb,
+                    cd.file->release(
+                        static_cast<uint64_t>(cd.data() - cd.file->data()) + static_cast<uint64_t>(srcBegin[0]) * rb,
                         static_cast<uint64_t>(extent[0]) * rb);
                 }
             }

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tensor statistics over streamed blocks: each block is reduced by the ATen kernels (aten_stats_kernels.cpp, in
 // liboptscope_aten.so); per-block moments are merged here with Chan et al.'s parallel variance formula.
+#include "optscope/tensor_stats.h"
 #include "aten_bridge.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
-#include "optscope/tensor_stats.h"
 
 #include <cmath>
 #include <functional>
@@ -22,8 +22,7 @@ public:
     ElementBlocks(size_t elementSize, std::function<void(const uint8_t*, int64_t)> onBlock)
         : m_elem(elementSize)
         , m_onBlock(std::move(onBlock))
-    {
-    }
+    { }
 
     void feed(const uint8_t* data, size_t size)
     {
@@ -32,14 +31,12 @@ public:
             m_carry.insert(m_carry.end(), data, data + take);
             data += take;
             size -= take;
-            if (m_carry.size() < m_elem)
-                return;
+            if (m_carry.size() < m_elem) return;
             m_onBlock(m_carry.data(), 1);
             m_carry.clear();
         }
         const size_t whole = size / m_elem;
-        if (whole)
-            m_onBlock(data, static_cast<int64_t>(whole));
+        if (whole) m_onBlock(data, static_cast<int64_t>(whole));
         m_carry.assign(data + whole * m_elem, data + size);
     }
 
@@ -55,8 +52,7 @@ TensorStats computeTensorStats(
     const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
 {
     const std::string where = checkpoint.path + ": '" + entry.key + "'";
-    if (!entry.isTensor())
-        throw Error(ErrorKind::Usage, where, "statistics need a tensor entry");
+    if (!entry.isTensor()) throw Error(ErrorKind::Usage, where, "statistics need a tensor entry");
     const TensorEntry& t = entry.tensor;
     if (!aten::statsSupported(t.dtype))
         throw Error(ErrorKind::Unsupported, where,
@@ -68,8 +64,7 @@ TensorStats computeTensorStats(
     s.complexRealPart = dtypeIsComplex(t.dtype);
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     s.min = s.max = s.mean = s.std = nan;
-    if (s.numel == 0)
-        return s;
+    if (s.numel == 0) return s;
 
     const bool histogram = histogramBins > 0;
     const double passes = histogram ? 2.0 : 1.0;
@@ -86,8 +81,7 @@ TensorStats computeTensorStats(
             s.nanCount += b.nan;
             s.infCount += b.inf;
             s.zeroCount += b.zero;
-            if (b.finite == 0)
-                return;
+            if (b.finite == 0) return;
             lo = std::min(lo, b.min);
             hi = std::max(hi, b.max);
             const double blockMean = b.sum / static_cast<double>(b.finite);
@@ -96,7 +90,8 @@ TensorStats computeTensorStats(
             const int64_t merged = n + b.finite;
             const double delta = blockMean - mean;
             mean += delta * static_cast<double>(b.finite) / static_cast<double>(merged);
-            m2 += b.m2 + delta * delta * static_cast<double>(n) * static_cast<double>(b.finite) / static_cast<double>(merged);
+            m2 += b.m2
+                + delta * delta * static_cast<double>(n) * static_cast<double>(b.finite) / static_cast<double>(merged);
             n = merged;
         });
         TensorAssembler(checkpoint, entry, 16u << 20)
@@ -104,16 +99,14 @@ TensorStats computeTensorStats(
                 [&](uint64_t bytes) { progress(static_cast<double>(bytes) / totalBytes / passes, "statistics"); });
     }
     s.finite = n;
-    if (n == 0)
-        return s;
+    if (n == 0) return s;
     s.min = lo;
     s.max = hi;
     s.sum = sum;
     s.mean = mean;
     s.std = n > 1 ? std::sqrt(m2 / static_cast<double>(n - 1)) : 0.0;
     s.l2Norm = std::sqrt(sumSquares);
-    if (!histogram)
-        return s;
+    if (!histogram) return s;
 
     // pass 2: histogram of the finite values over the range found in pass 1
     double histLo = lo == hi ? lo - 0.5 : lo;
@@ -122,10 +115,8 @@ TensorStats computeTensorStats(
         // |lo| >= 2^53: 0.5 is below the precision, widen by one step of the representation instead
         histLo = std::nextafter(lo, -std::numeric_limits<double>::infinity());
         histHi = std::nextafter(hi, std::numeric_limits<double>::infinity());
-        if (!std::isfinite(histLo))
-            histLo = lo;
-        if (!std::isfinite(histHi))
-            histHi = hi;
+        if (!std::isfinite(histLo)) histLo = lo;
+        if (!std::isfinite(histHi)) histHi = hi;
     }
     const auto bins = static_cast<int64_t>(histogramBins);
     // histc computes (x - lo) * bins / (hi - lo): a range near the largest doubles overflows to inf (and NaN, an
@@ -139,9 +130,10 @@ TensorStats computeTensorStats(
             aten::statsHistogram(p, t.dtype, count, scale, histLo * scale, histHi * scale, counts);
         });
         TensorAssembler(checkpoint, entry, 16u << 20)
-            .stream([&](const uint8_t* p, size_t size) { blocks.feed(p, size); }, progress, [&](uint64_t bytes) {
-                progress((1.0 + static_cast<double>(bytes) / totalBytes) / passes, "histogram");
-            });
+            .stream([&](const uint8_t* p, size_t size) { blocks.feed(p, size); }, progress,
+                [&](uint64_t bytes) {
+                    progress((1.0 + static_cast<double>(bytes) / totalBytes) / passes, "histogram");
+                });
     }
     s.histogramEdges = aten::linspace(histLo * scale, histHi * scale, bins + 1);
     for (double& e : s.histogramEdges)

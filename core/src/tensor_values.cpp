@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor_values.h"
+#include "aten_bridge.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
-#include "aten_bridge.h"
 
 namespace optscope {
 
 namespace {
 struct Enough
-{
-};
+{ };
 } // namespace
 
 std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, size_t maxElements)
@@ -22,30 +21,30 @@ std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, s
         TensorAssembler(cp, entry, std::max<size_t>(want, 1)).stream([&](const uint8_t* p, size_t n) {
             const size_t take = std::min(n, want - bytes.size());
             bytes.insert(bytes.end(), p, p + take);
-            if (bytes.size() >= want)
-                throw Enough {};
+            if (bytes.size() >= want) throw Enough {};
         });
-    } catch (const Enough&) {
-    }
+    } catch (const Enough&) { }
     return aten::toDoubles(bytes.data(), entry.tensor.dtype, static_cast<int64_t>(bytes.size() / elem));
 }
 
 std::optional<double> readScalar(const Checkpoint& cp, const Entry& entry)
 {
     if (entry.isTensor()) {
-        if (entry.tensor.numel() != 1)
-            return std::nullopt;
+        if (entry.tensor.numel() != 1) return std::nullopt;
         const auto v = readTensorValues(cp, entry, 1);
         return v.empty() ? std::nullopt : std::optional<double>(v[0]);
     }
     const PyValue* v = entry.value;
-    if (!v)
-        return std::nullopt;
+    if (!v) return std::nullopt;
     switch (v->kind) {
-    case PyKind::Int: return static_cast<double>(v->integer);
-    case PyKind::Float: return v->real;
-    case PyKind::Bool: return v->boolean ? 1.0 : 0.0;
-    default: return std::nullopt;
+    case PyKind::Int:
+        return static_cast<double>(v->integer);
+    case PyKind::Float:
+        return v->real;
+    case PyKind::Bool:
+        return v->boolean ? 1.0 : 0.0;
+    default:
+        return std::nullopt;
     }
 }
 

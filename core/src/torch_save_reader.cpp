@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/torch_save_reader.h"
+#include "checkpoint_builder.h"
 #include "optscope/error.h"
 #include "optscope/mapped_file.h"
 #include "optscope/state_flattener.h"
 #include "optscope/zip_archive.h"
-#include "checkpoint_builder.h"
 
 #include <cstring>
 #include <filesystem>
@@ -17,8 +17,7 @@ constexpr uint8_t kLegacyMagicLe[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 
 
 bool isLegacyMagic(const PyValue* v)
 {
-    if (!v || v->kind != PyKind::BigInt)
-        return false;
+    if (!v || v->kind != PyKind::BigInt) return false;
     // 0x1950a86a20f9469cfc6c as little-endian two's complement (10 bytes, positive)
     std::string_view t = v->text;
     while (t.size() > sizeof kLegacyMagicLe && t.back() == 0)
@@ -30,8 +29,7 @@ bool isLegacyMagic(const PyValue* v)
 PyValue* makeStorageFromPid(PyArena& arena, PyValue* pid, uint64_t offset, const std::string& where,
     std::unordered_map<std::string, PyValue*>& seen)
 {
-    if (!pid->isSequence() || pid->size() < 5 || pid->item(0)->kind != PyKind::Str
-        || pid->item(0)->text != "storage")
+    if (!pid->isSequence() || pid->size() < 5 || pid->item(0)->kind != PyKind::Str || pid->item(0)->text != "storage")
         throw Error(ErrorKind::Format, where, "persistent id is not a storage tuple: " + pyRepr(pid, 80), offset);
     const PyValue* cls = pid->item(1);
     const PyValue* key = pid->item(2);
@@ -47,8 +45,7 @@ PyValue* makeStorageFromPid(PyArena& arena, PyValue* pid, uint64_t offset, const
     } else if (cls->kind == PyKind::Dtype) {
         dtype = cls->dtype; // some writers pass the dtype itself
     }
-    if (!dtype)
-        throw Error(ErrorKind::Format, where, "unknown storage class in " + pyRepr(pid, 80), offset);
+    if (!dtype) throw Error(ErrorKind::Format, where, "unknown storage class in " + pyRepr(pid, 80), offset);
     if (pid->size() >= 6 && pid->item(5)->kind != PyKind::None)
         throw Error(ErrorKind::Unsupported, where, "legacy storage views (view_metadata) are not supported", offset);
     const std::string k(key->text);
@@ -72,8 +69,7 @@ PyValue* makeStorageFromPid(PyArena& arena, PyValue* pid, uint64_t offset, const
 /// checked multiplication for byte counts from length fields
 uint64_t mulChecked(uint64_t a, uint64_t b, const std::string& where)
 {
-    if (a != 0 && b > UINT64_MAX / a)
-        throw Error(ErrorKind::Format, where, "size overflow in a length field");
+    if (a != 0 && b > UINT64_MAX / a) throw Error(ErrorKind::Format, where, "size overflow in a length field");
     return a * b;
 }
 
@@ -87,8 +83,7 @@ TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t
     if (zip.findRecord("constants.pkl") && !zip.findRecord("data.pkl"))
         throw Error(ErrorKind::Unsupported, where, "a TorchScript archive (torch.jit.save), not a torch.save file");
     const ZipEntry* pkl = zip.findRecord("data.pkl");
-    if (!pkl)
-        throw Error(ErrorKind::Format, where, "zip archive has no '" + ar.prefix + "/data.pkl' record");
+    if (!pkl) throw Error(ErrorKind::Format, where, "zip archive has no '" + ar.prefix + "/data.pkl' record");
     if (const ZipEntry* bo = zip.findRecord("byteorder")) {
         const std::string_view order(reinterpret_cast<const char*>(base + bo->dataOffset), bo->size);
         if (order == "big")
@@ -106,13 +101,12 @@ TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t
     opt.persistentLoad = [&](PyArena& a, PyValue* pid, uint64_t off) -> PyValue* {
         PyValue* s = makeStorageFromPid(a, pid, off, where, seen);
         const std::string key(s->storage->key);
-        if (ar.storages.count(key))
-            return s;
+        if (ar.storages.count(key)) return s;
         const ZipEntry* rec = zip.findRecord("data/" + key);
         if (!rec)
             throw Error(ErrorKind::Format, where, "missing storage record '" + ar.prefix + "/data/" + key + "'", off);
-        const uint64_t need = mulChecked(static_cast<uint64_t>(s->storage->numel),
-            s->storage->untyped ? 1 : dtypeSize(s->storage->dtype), where);
+        const uint64_t need = mulChecked(
+            static_cast<uint64_t>(s->storage->numel), s->storage->untyped ? 1 : dtypeSize(s->storage->dtype), where);
         if (rec->size < need)
             throw Error(ErrorKind::Format, where,
                 "storage record '" + ar.prefix + "/data/" + key + "' holds " + std::to_string(rec->size)
@@ -149,19 +143,20 @@ TorchSaveArchive readLegacy(const std::shared_ptr<const MappedFile>& file, uint6
         return r.root;
     };
     if (!isLegacyMagic(next({})))
-        throw Error(ErrorKind::Format, where, "not a torch.save file (no zip header and no legacy magic number)", offset);
+        throw Error(
+            ErrorKind::Format, where, "not a torch.save file (no zip header and no legacy magic number)", offset);
     const PyValue* version = next({});
     if (!version || version->kind != PyKind::Int || version->integer != 1001)
-        throw Error(ErrorKind::Unsupported, where, "legacy torch.save protocol version " + pyRepr(version, 40)
-                + " (only 1001 is known)",
-            offset);
+        throw Error(ErrorKind::Unsupported, where,
+            "legacy torch.save protocol version " + pyRepr(version, 40) + " (only 1001 is known)", offset);
     const PyValue* sysInfo = next({});
     if (const PyValue* le = sysInfo ? sysInfo->get("little_endian") : nullptr; le && le->kind == PyKind::Bool)
         ar.bigEndian = !le->boolean;
 
     std::unordered_map<std::string, PyValue*> seen;
     ar.root = next([&](PyArena& a, PyValue* pid, uint64_t off) -> PyValue* {
-        if (pid->isSequence() && pid->size() >= 1 && pid->item(0)->kind == PyKind::Str && pid->item(0)->text == "module")
+        if (pid->isSequence() && pid->size() >= 1 && pid->item(0)->kind == PyKind::Str
+            && pid->item(0)->text == "module")
             return a.makeStr("<module source>", false); // ('module', cls, source_file, source): pickled nn.Module class
         return makeStorageFromPid(a, pid, off, where, seen);
     });
@@ -201,8 +196,7 @@ bool isTar(const uint8_t* data, uint64_t size)
 
 bool looksLikeTorchSave(const uint8_t* data, uint64_t size)
 {
-    if (looksLikeZip(data, size))
-        return true;
+    if (looksLikeZip(data, size)) return true;
     // legacy: PROTO 2, LONG1 10 <magic>
     return size >= 13 && data[0] == 0x80 && data[1] == 0x02 && data[2] == 0x8a && data[3] == 10
         && std::memcmp(data + 4, kLegacyMagicLe, 9) == 0;
@@ -217,13 +211,13 @@ TorchSaveArchive TorchSaveReader::readArchive(const std::shared_ptr<const Mapped
                 + std::to_string(file->size()) + "-byte file");
     arena.keepAlive(file);
     const uint8_t* base = file->data() + offset;
-    if (looksLikeZip(base, length))
-        return readZip(file, offset, length, arena, displayName, limits);
-    if (length >= 2 && base[0] == 0x80)
-        return readLegacy(file, offset, length, arena, displayName, limits);
+    if (looksLikeZip(base, length)) return readZip(file, offset, length, arena, displayName, limits);
+    if (length >= 2 && base[0] == 0x80) return readLegacy(file, offset, length, arena, displayName, limits);
     if (isTar(base, length))
-        throw Error(ErrorKind::Unsupported, displayName, "the tar-based torch.save format of PyTorch <= 0.3 is not supported");
-    throw Error(ErrorKind::Format, displayName, "not a torch.save file (neither a zip archive nor a legacy pickle)", offset);
+        throw Error(
+            ErrorKind::Unsupported, displayName, "the tar-based torch.save format of PyTorch <= 0.3 is not supported");
+    throw Error(
+        ErrorKind::Format, displayName, "not a torch.save file (neither a zip archive nor a legacy pickle)", offset);
 }
 
 void TorchSaveReader::checkTensorExtent(const PyTensorInfo& t, uint64_t storageBytes, const std::string& where)
@@ -235,8 +229,7 @@ void TorchSaveReader::checkTensorExtent(const PyTensorInfo& t, uint64_t storageB
         valid = t.sizes[d] >= 0 && t.strides[d] >= 0;
         empty = empty || t.sizes[d] == 0;
     }
-    if (valid && empty)
-        return;
+    if (valid && empty) return;
     // the last element the view reaches, offset + sum((size - 1) * stride), in checked arithmetic: a hostile size or
     // stride must not wrap around 2^64 into a small extent that looks as if it fits
     uint64_t last = valid ? static_cast<uint64_t>(t.storageOffset) : 0;
@@ -272,8 +265,7 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path,
     cp->pickleProtocol = ar.pickleProtocol;
     cp->root = ar.root;
     cp->formatDetail = ar.legacy ? "legacy (pre-1.6) format" : "zip, prefix '" + ar.prefix + "/'";
-    if (ar.bigEndian)
-        cp->formatDetail += ", big-endian";
+    if (ar.bigEndian) cp->formatDetail += ", big-endian";
 
     CheckpointBuilder builder(*cp);
     std::vector<FlattenedLeaf> leaves;

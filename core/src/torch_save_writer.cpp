@@ -40,8 +40,7 @@ size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKi
     Node* p = &m_nodes[parent];
     if (p->kind == Kind::Dict) {
         for (size_t i = 0; i < p->keys.size(); ++i)
-            if (p->keys[i] == elem.key)
-                return p->children[i];
+            if (p->keys[i] == elem.key) return p->children[i];
         const size_t c = make();
         p = &m_nodes[parent];
         p->keys.push_back(elem.key);
@@ -57,8 +56,7 @@ size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKi
             p->children.push_back(none);
         }
         const size_t c = p->children[static_cast<size_t>(elem.index)];
-        if (m_nodes[c].kind == Kind::None)
-            m_nodes[c].kind = containerKind;
+        if (m_nodes[c].kind == Kind::None) m_nodes[c].kind = containerKind;
         return c;
     }
     throw Error(ErrorKind::Usage, {}, "state tree: cannot descend into a leaf at '" + elem.key + "'");
@@ -66,8 +64,7 @@ size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKi
 
 size_t StateTree::place(const KeyPath& path)
 {
-    if (path.empty())
-        return 0;
+    if (path.empty()) return 0;
     if (path[0].isIndex() && m_nodes[0].kind == Kind::Dict && m_nodes[0].children.empty())
         m_nodes[0].kind = path[0].inTuple ? Kind::Tuple : Kind::List; // a top-level list
     size_t cur = 0;
@@ -117,20 +114,34 @@ namespace {
 std::string storageClassName(DType d)
 {
     switch (d) {
-    case DType::Float64: return "DoubleStorage";
-    case DType::Float32: return "FloatStorage";
-    case DType::Float16: return "HalfStorage";
-    case DType::BFloat16: return "BFloat16Storage";
-    case DType::Int8: return "CharStorage";
-    case DType::Int16: return "ShortStorage";
-    case DType::Int32: return "IntStorage";
-    case DType::Int64: return "LongStorage";
-    case DType::UInt8: return "ByteStorage";
-    case DType::Bool: return "BoolStorage";
-    case DType::Complex32: return "ComplexHalfStorage";
-    case DType::Complex64: return "ComplexFloatStorage";
-    case DType::Complex128: return "ComplexDoubleStorage";
-    default: return {};
+    case DType::Float64:
+        return "DoubleStorage";
+    case DType::Float32:
+        return "FloatStorage";
+    case DType::Float16:
+        return "HalfStorage";
+    case DType::BFloat16:
+        return "BFloat16Storage";
+    case DType::Int8:
+        return "CharStorage";
+    case DType::Int16:
+        return "ShortStorage";
+    case DType::Int32:
+        return "IntStorage";
+    case DType::Int64:
+        return "LongStorage";
+    case DType::UInt8:
+        return "ByteStorage";
+    case DType::Bool:
+        return "BoolStorage";
+    case DType::Complex32:
+        return "ComplexHalfStorage";
+    case DType::Complex64:
+        return "ComplexFloatStorage";
+    case DType::Complex128:
+        return "ComplexDoubleStorage";
+    default:
+        return {};
     }
 }
 
@@ -140,8 +151,7 @@ public:
     explicit TreePickler(const StateTree& tree, const std::string& where)
         : m_tree(tree)
         , m_where(where)
-    {
-    }
+    { }
 
     std::string run()
     {
@@ -159,40 +169,40 @@ private:
 
     void node(size_t i, int depth)
     {
-        if (depth > 400)
-            unsupported("a structure nested deeper than 400 levels");
+        if (depth > 400) unsupported("a structure nested deeper than 400 levels");
         const StateTree::Node& n = m_tree.node(i);
         switch (n.kind) {
-        case StateTree::Kind::None: e.op('N'); return;
-        case StateTree::Kind::Value: value(n.value, depth); return;
-        case StateTree::Kind::Tensor: tensor(m_tree.tensors()[n.tensor], n.tensor); return;
+        case StateTree::Kind::None:
+            e.op('N');
+            return;
+        case StateTree::Kind::Value:
+            value(n.value, depth);
+            return;
+        case StateTree::Kind::Tensor:
+            tensor(m_tree.tensors()[n.tensor], n.tensor);
+            return;
         case StateTree::Kind::Dict:
             e.op('}');
             for (size_t k = 0; k < n.children.size(); ++k) {
-                if (k % 1000 == 0)
-                    e.mark();
+                if (k % 1000 == 0) e.mark();
                 if (n.keyValues[k])
                     value(n.keyValues[k], depth + 1);
                 else
                     e.str(n.keys[k]);
                 node(n.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == n.children.size())
-                    e.op('u');
+                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op('u');
             }
             return;
         case StateTree::Kind::List:
             e.op(']');
             for (size_t k = 0; k < n.children.size(); ++k) {
-                if (k % 1000 == 0)
-                    e.mark();
+                if (k % 1000 == 0) e.mark();
                 node(n.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == n.children.size())
-                    e.op('e');
+                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op('e');
             }
             return;
         case StateTree::Kind::Tuple:
-            if (n.children.size() > 3)
-                e.mark();
+            if (n.children.size() > 3) e.mark();
             for (size_t c : n.children)
                 node(c, depth + 1);
             e.tuple(n.children.size());
@@ -202,15 +212,26 @@ private:
 
     void value(const PyValue* v, int depth)
     {
-        if (depth > 400)
-            unsupported("a value nested deeper than 400 levels");
+        if (depth > 400) unsupported("a value nested deeper than 400 levels");
         switch (v->kind) {
-        case PyKind::None: e.op('N'); return;
-        case PyKind::Bool: e.op(v->boolean ? 0x88 : 0x89); return;
-        case PyKind::Int: e.integer(v->integer); return;
-        case PyKind::BigInt: e.longBytes(v->text); return;
-        case PyKind::Float: e.floating(v->real); return;
-        case PyKind::Str: e.str(v->text); return;
+        case PyKind::None:
+            e.op('N');
+            return;
+        case PyKind::Bool:
+            e.op(v->boolean ? 0x88 : 0x89);
+            return;
+        case PyKind::Int:
+            e.integer(v->integer);
+            return;
+        case PyKind::BigInt:
+            e.longBytes(v->text);
+            return;
+        case PyKind::Float:
+            e.floating(v->real);
+            return;
+        case PyKind::Str:
+            e.str(v->text);
+            return;
         case PyKind::Bytes: {
             // protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1")
             std::string latin;
@@ -230,10 +251,11 @@ private:
             e.op('R');
             return;
         }
-        case PyKind::Dtype: e.global("torch", std::string(dtypeName(v->dtype))); return;
+        case PyKind::Dtype:
+            e.global("torch", std::string(dtypeName(v->dtype)));
+            return;
         case PyKind::Tuple:
-            if (v->size() > 3)
-                e.mark();
+            if (v->size() > 3) e.mark();
             for (const auto* c : v->items())
                 value(c, depth + 1);
             e.tuple(v->size());
@@ -274,7 +296,8 @@ private:
             unsupported("an object of class '" + v->className() + "'");
         case PyKind::Tensor:
             unsupported("a tensor nested inside a plain value");
-        default: unsupported(std::string("a value of type ") + pyKindName(v->kind));
+        default:
+            unsupported(std::string("a value of type ") + pyKindName(v->kind));
         }
     }
 
@@ -284,8 +307,7 @@ private:
         const std::string key = std::to_string(index);
         const std::string cls = storageClassName(t.dtype);
         const bool v3 = cls.empty();
-        if (t.isParameter)
-            e.global("torch._utils", "_rebuild_parameter");
+        if (t.isParameter) e.global("torch._utils", "_rebuild_parameter");
         e.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
         e.mark();
         // persistent id ('storage', StorageClass, key, 'cpu', numel)
@@ -302,8 +324,7 @@ private:
         e.op('t');
         e.op('Q');
         e.integer(0); // storage offset
-        if (t.shape.size() > 3)
-            e.mark();
+        if (t.shape.size() > 3) e.mark();
         for (auto s : t.shape)
             e.integer(s);
         e.tuple(t.shape.size());
@@ -311,8 +332,7 @@ private:
         std::vector<int64_t> strides(t.shape.size(), 1);
         for (size_t d = t.shape.size(); d-- > 1;)
             strides[d - 1] = strides[d] * std::max<int64_t>(t.shape[d], 1);
-        if (strides.size() > 3)
-            e.mark();
+        if (strides.size() > 3) e.mark();
         for (auto s : strides)
             e.integer(s);
         e.tuple(strides.size());
@@ -320,8 +340,7 @@ private:
         e.global("collections", "OrderedDict");
         e.tuple(0);
         e.op('R');
-        if (v3)
-            e.global("torch", std::string(dtypeName(t.dtype)));
+        if (v3) e.global("torch", std::string(dtypeName(t.dtype)));
         e.op('t');
         e.op('R');
         if (t.isParameter) {
@@ -342,8 +361,7 @@ private:
 bool isAscii(const std::string& s)
 {
     for (char c : s)
-        if (static_cast<unsigned char>(c) >= 0x80)
-            return false;
+        if (static_cast<unsigned char>(c) >= 0x80) return false;
     return true;
 }
 
@@ -353,10 +371,8 @@ std::string TorchSaveWriter::archivePrefix(const std::string& path)
 {
     std::string stem = std::filesystem::path(path).filename().string();
     const auto dot = stem.rfind('.');
-    if (dot != std::string::npos && dot > 0)
-        stem = stem.substr(0, dot);
-    if (stem.empty() || !isAscii(stem))
-        return "archive";
+    if (dot != std::string::npos && dot > 0) stem = stem.substr(0, dot);
+    if (stem.empty() || !isAscii(stem)) return "archive";
     return stem;
 }
 
@@ -392,7 +408,8 @@ WriteStats TorchSaveWriter::writeArchive(
             ByteSink sink;
             sink.bytes = [&](const uint8_t* p, size_t n) {
                 if (got + n > want)
-                    throw Error(ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
+                    throw Error(
+                        ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
                 zip.write(p, n);
                 got += n;
                 done += n;
@@ -400,7 +417,8 @@ WriteStats TorchSaveWriter::writeArchive(
             };
             sink.region = [&](const MappedFile& file, uint64_t offset, uint64_t length) {
                 if (got + length > want)
-                    throw Error(ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
+                    throw Error(
+                        ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
                 zip.writeFromFile(file, offset, length);
                 got += length;
                 done += length;
@@ -422,8 +440,8 @@ WriteStats TorchSaveWriter::writeArchive(
     return stats;
 }
 
-WriteStats TorchSaveWriter::write(const StateTree& tree, const std::string& path, const Progress& progress,
-    WriteOptions options)
+WriteStats TorchSaveWriter::write(
+    const StateTree& tree, const std::string& path, const Progress& progress, WriteOptions options)
 {
     OutputFile out(path, options);
     WriteStats stats = writeArchive(tree, out, archivePrefix(path), progress);

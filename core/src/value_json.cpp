@@ -20,8 +20,7 @@ std::string hexOf(std::string_view bytes, size_t max = 4096)
         out += digits[b >> 4];
         out += digits[b & 15];
     }
-    if (bytes.size() > max)
-        out += "...";
+    if (bytes.size() > max) out += "...";
     return out;
 }
 
@@ -46,8 +45,7 @@ template<typename F> void forEachChild(const PyValue* v, F&& f)
     if (v->kind == PyKind::Object) {
         const auto& o = *v->object;
         for (const PyValue* c : {o.callable, o.args, o.kwargs, o.state})
-            if (c)
-                f(c);
+            if (c) f(c);
         for (const auto* i : o.listItems)
             f(i);
         for (const auto* i : o.dictItems)
@@ -67,15 +65,13 @@ size_t renderBudget(const std::vector<const PyValue*>& roots)
     std::vector<const PyValue*> stack;
     size_t total = 0;
     for (const auto* r : roots)
-        if (r && seen.insert(r).second)
-            stack.push_back(r);
+        if (r && seen.insert(r).second) stack.push_back(r);
     while (!stack.empty()) {
         const PyValue* v = stack.back();
         stack.pop_back();
         total += cost(v);
         forEachChild(v, [&](const PyValue* c) {
-            if (seen.insert(c).second)
-                stack.push_back(c);
+            if (seen.insert(c).second) stack.push_back(c);
         });
     }
     return 2 * total + (size_t(1) << 16);
@@ -112,32 +108,41 @@ struct Render
 nlohmann::ordered_json toJson(const PyValue* v, int depth, Render& r)
 {
     using json = nlohmann::ordered_json;
-    if (!v)
-        return nullptr;
-    if (depth <= 0 || r.active.count(v) || r.budget < cost(v))
-        return "<...>";
+    if (!v) return nullptr;
+    if (depth <= 0 || r.active.count(v) || r.budget < cost(v)) return "<...>";
     r.budget -= cost(v);
     switch (v->kind) {
-    case PyKind::None: return nullptr;
-    case PyKind::Bool: return v->boolean;
-    case PyKind::Int: return v->integer;
-    case PyKind::BigInt: return bigIntToDecimal(v->text);
+    case PyKind::None:
+        return nullptr;
+    case PyKind::Bool:
+        return v->boolean;
+    case PyKind::Int:
+        return v->integer;
+    case PyKind::BigInt:
+        return bigIntToDecimal(v->text);
     case PyKind::Float:
-        if (!std::isfinite(v->real))
-            return pyFloatRepr(v->real);
+        if (!std::isfinite(v->real)) return pyFloatRepr(v->real);
         return v->real;
-    case PyKind::Complex: return json {{"real", v->real}, {"imag", v->imag}};
-    case PyKind::Str: return std::string(v->text);
-    case PyKind::Bytes: return json {{"__bytes__", hexOf(v->text)}};
-    case PyKind::ByteArray: return json {{"__bytearray__", hexOf(v->text)}};
-    case PyKind::Dtype: return std::string(dtypeName(v->dtype));
-    case PyKind::Global: return json {{"__global__", v->global->path()}};
-    case PyKind::Storage: return json {{"__storage__", std::string(v->storage->key)}};
+    case PyKind::Complex:
+        return json {{"real", v->real}, {"imag", v->imag}};
+    case PyKind::Str:
+        return std::string(v->text);
+    case PyKind::Bytes:
+        return json {{"__bytes__", hexOf(v->text)}};
+    case PyKind::ByteArray:
+        return json {{"__bytearray__", hexOf(v->text)}};
+    case PyKind::Dtype:
+        return std::string(dtypeName(v->dtype));
+    case PyKind::Global:
+        return json {{"__global__", v->global->path()}};
+    case PyKind::Storage:
+        return json {{"__storage__", std::string(v->storage->key)}};
     case PyKind::Tensor: {
         json t {{"dtype", std::string(dtypeName(v->tensor->dtype))}, {"shape", v->tensor->sizes}};
         return json {{"__tensor__", t}};
     }
-    default: break;
+    default:
+        break;
     }
     // dict keys render through str(key), which copies their text: long ones are charged for it (short ones are free:
     // the same interned key string, 'step' or 'exp_avg', is shared by every state dict of a checkpoint)
@@ -158,12 +163,9 @@ nlohmann::ordered_json toJson(const PyValue* v, int depth, Render& r)
         out = json::object();
         const std::string cls = v->className();
         out["__class__"] = cls.empty() ? toJson(o.callable, depth - 1, r) : json(cls);
-        if (o.args && o.args->size())
-            out["args"] = toJson(o.args, depth - 1, r);
-        if (o.kwargs && o.kwargs->size())
-            out["kwargs"] = toJson(o.kwargs, depth - 1, r);
-        if (o.state)
-            out["state"] = toJson(o.state, depth - 1, r);
+        if (o.args && o.args->size()) out["args"] = toJson(o.args, depth - 1, r);
+        if (o.kwargs && o.kwargs->size()) out["kwargs"] = toJson(o.kwargs, depth - 1, r);
+        if (o.state) out["state"] = toJson(o.state, depth - 1, r);
         if (!o.listItems.empty()) {
             json items = json::array();
             for (const auto* i : o.listItems)

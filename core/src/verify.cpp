@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/verify_report.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/dcp_reader.h"
 #include "optscope/error.h"
@@ -8,6 +7,7 @@
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/value_json.h"
+#include "optscope/verify_report.h"
 
 #include <cstring>
 #include <filesystem>
@@ -25,8 +25,7 @@ namespace optscope {
 bool VerifyReport::identical() const
 {
     for (const auto& e : entries)
-        if (e.status != "identical")
-            return false;
+        if (e.status != "identical") return false;
     return !entries.empty();
 }
 
@@ -53,8 +52,7 @@ nlohmann::ordered_json VerifyReport::toJson() const
     j["entries"] = json::array();
     for (const auto& e : entries) {
         json je {{"key", e.key}, {"type", e.type}, {"status", e.status}};
-        if (!e.detail.empty())
-            je["detail"] = e.detail;
+        if (!e.detail.empty()) je["detail"] = e.detail;
         if (e.type == "tensor") {
             je["shape"] = e.shape;
             je["elements"] = e.elements;
@@ -76,8 +74,8 @@ std::vector<uint8_t> collect(const Checkpoint& cp, const Entry& e, const std::ve
     const std::vector<int64_t>& sizes, const Progress& progress)
 {
     std::vector<uint8_t> out;
-    TensorAssembler(cp, e).streamBox(offsets, sizes,
-        [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); }, progress);
+    TensorAssembler(cp, e).streamBox(
+        offsets, sizes, [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); }, progress);
     return out;
 }
 
@@ -104,28 +102,30 @@ void compareBox(const Checkpoint& src, const Entry& srcEntry, const std::vector<
     const size_t elem = dtypeSize(srcEntry.tensor.dtype);
     size_t pos = 0;
     bool sizeMismatch = false;
-    TensorAssembler(src, srcEntry).streamBox(offsets, sizes, [&](const uint8_t* p, size_t n) {
-        if (pos + n > loadedBytes) {
-            sizeMismatch = true;
-            n = pos < loadedBytes ? loadedBytes - pos : 0;
-        }
-        if (n && std::memcmp(p, loaded + pos, n) != 0) {
-            for (size_t k = 0; k < n; k += elem) {
-                if (std::memcmp(p + k, loaded + pos + k, elem) != 0) {
-                    const int64_t idx = static_cast<int64_t>((pos + k) / elem);
-                    if (r.firstDiff < 0)
-                        r.firstDiff = globalIndex(idx, srcEntry.tensor.shape, offsets, sizes);
-                    ++r.differing;
+    TensorAssembler(src, srcEntry)
+        .streamBox(
+            offsets, sizes,
+            [&](const uint8_t* p, size_t n) {
+                if (pos + n > loadedBytes) {
+                    sizeMismatch = true;
+                    n = pos < loadedBytes ? loadedBytes - pos : 0;
                 }
-            }
-        }
-        pos += n;
-        bytesCompared += n;
-    }, progress);
+                if (n && std::memcmp(p, loaded + pos, n) != 0) {
+                    for (size_t k = 0; k < n; k += elem) {
+                        if (std::memcmp(p + k, loaded + pos + k, elem) != 0) {
+                            const int64_t idx = static_cast<int64_t>((pos + k) / elem);
+                            if (r.firstDiff < 0) r.firstDiff = globalIndex(idx, srcEntry.tensor.shape, offsets, sizes);
+                            ++r.differing;
+                        }
+                    }
+                }
+                pos += n;
+                bytesCompared += n;
+            },
+            progress);
     if (sizeMismatch || pos != loadedBytes) {
         r.differing = r.elements;
-        if (r.firstDiff < 0)
-            r.firstDiff = globalIndex(0, srcEntry.tensor.shape, offsets, sizes);
+        if (r.firstDiff < 0) r.firstDiff = globalIndex(0, srcEntry.tensor.shape, offsets, sizes);
     }
 }
 
@@ -150,8 +150,7 @@ public:
     ~TempFolder()
     {
         std::error_code ec;
-        if (remove)
-            fs::remove_all(path, ec);
+        if (remove) fs::remove_all(path, ec);
     }
     std::string path;
     bool remove = true;
@@ -162,8 +161,7 @@ int sourceRanks(const Checkpoint& cp)
     std::set<int> ranks;
     for (const auto& e : cp.entries)
         for (const auto& c : e.tensor.chunks)
-            if (c.rank >= 0)
-                ranks.insert(c.rank);
+            if (c.rank >= 0) ranks.insert(c.rank);
     return ranks.empty() ? 1 : *ranks.rbegin() + 1;
 }
 
@@ -172,9 +170,8 @@ int sourceRanks(const Checkpoint& cp)
 /// of one entry are reported on that entry; entries only @p other has are listed as unexpected. Progress runs from
 /// @p progressBase to 1.
 template<typename CompareTensor>
-void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::string& otherName,
-    double progressBase, const char* label, VerifyReport& report, const Progress& progress,
-    const CompareTensor& compareTensor)
+void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::string& otherName, double progressBase,
+    const char* label, VerifyReport& report, const Progress& progress, const CompareTensor& compareTensor)
 {
     std::set<std::string> seen;
     const size_t n = src.entries.size();
@@ -197,8 +194,8 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
             if (!e.isTensor()) {
                 ve.status = !back->isTensor() && sameValue(e.value, back->value) ? "identical" : "different";
                 if (ve.status == "different")
-                    ve.detail = (back->isTensor() ? std::string("a tensor") : pyRepr(back->value, 80)) + " != "
-                        + pyRepr(e.value, 80);
+                    ve.detail = (back->isTensor() ? std::string("a tensor") : pyRepr(back->value, 80))
+                        + " != " + pyRepr(e.value, 80);
                 report.entries.push_back(std::move(ve));
                 continue;
             }
@@ -218,8 +215,7 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
             compareTensor(e, *back, ve);
             ve.status = ve.differing == 0 ? "identical" : "different";
         } catch (const Error& err) {
-            if (err.kind() == ErrorKind::Cancelled)
-                throw;
+            if (err.kind() == ErrorKind::Cancelled) throw;
             ve.status = "error";
             ve.detail = err.what();
         }
@@ -255,7 +251,8 @@ VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, c
     }
 #else
     if (options.device == ComputeDevice::Cuda)
-        throw Error(ErrorKind::Unsupported, {}, "--device cuda: this build has no CUDA support (OPTSCOPE_WITH_CUDA=OFF)");
+        throw Error(
+            ErrorKind::Unsupported, {}, "--device cuda: this build has no CUDA support (OPTSCOPE_WITH_CUDA=OFF)");
     const bool gpu = false;
     report.device = "cpu";
 #endif
@@ -274,52 +271,52 @@ VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, c
     compareEntries(src, *rs, "the resharded checkpoint", 0.5, "loading and comparing", report, progress,
         [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
             const TensorEntry& t = e.tensor;
-        const size_t elem = dtypeSize(t.dtype);
-        // each rank's box (0-dim tensors: rank 0 holds the value)
-        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
-        for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {
-            std::vector<int64_t> off(t.shape.size(), 0), size(t.shape);
-            if (!t.shape.empty()) {
-                const Dim0Chunk c = chunkDim0(t.shape[0], M, r);
-                off[0] = c.offset;
-                size[0] = c.size;
+            const size_t elem = dtypeSize(t.dtype);
+            // each rank's box (0-dim tensors: rank 0 holds the value)
+            std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
+            for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {
+                std::vector<int64_t> off(t.shape.size(), 0), size(t.shape);
+                if (!t.shape.empty()) {
+                    const Dim0Chunk c = chunkDim0(t.shape[0], M, r);
+                    off[0] = c.offset;
+                    size[0] = c.size;
+                }
+                boxes.emplace_back(off, size);
             }
-            boxes.emplace_back(off, size);
-        }
-        std::vector<std::vector<uint8_t>> shards;
-        for (const auto& [off, size] : boxes)
-            shards.push_back(collect(*rs, back, off, size, progress)); // what each rank loads
-        if (gpu) {
+            std::vector<std::vector<uint8_t>> shards;
+            for (const auto& [off, size] : boxes)
+                shards.push_back(collect(*rs, back, off, size, progress)); // what each rank loads
+            if (gpu) {
 #ifdef OPTSCOPE_HAS_CUDA
-            size_t shardBytes = 0;
-            std::vector<cuda::HostShard> hs;
-            for (const auto& s : shards) {
-                shardBytes = std::max(shardBytes, s.size());
-                hs.push_back({s.data(), s.size()});
-            }
-            std::vector<uint8_t> gathered;
-            gathered.reserve(shardBytes * shards.size());
-            try {
-                cuda::allGatherShards(hs, std::max<size_t>(shardBytes, 1),
-                    [&](const uint8_t* p, size_t k) { gathered.insert(gathered.end(), p, p + k); });
-            } catch (const std::runtime_error& err) {
-                throw Error(ErrorKind::Unsupported, src.path, "'" + e.key + "' on the GPUs: " + err.what());
-            }
-            // unpad: rank r's shard sits at r * shardBytes
-            for (size_t r = 0; r < shards.size(); ++r)
-                if (!shards[r].empty())
-                    std::memcpy(shards[r].data(), gathered.data() + r * shardBytes, shards[r].size());
+                size_t shardBytes = 0;
+                std::vector<cuda::HostShard> hs;
+                for (const auto& s : shards) {
+                    shardBytes = std::max(shardBytes, s.size());
+                    hs.push_back({s.data(), s.size()});
+                }
+                std::vector<uint8_t> gathered;
+                gathered.reserve(shardBytes * shards.size());
+                try {
+                    cuda::allGatherShards(hs, std::max<size_t>(shardBytes, 1),
+                        [&](const uint8_t* p, size_t k) { gathered.insert(gathered.end(), p, p + k); });
+                } catch (const std::runtime_error& err) {
+                    throw Error(ErrorKind::Unsupported, src.path, "'" + e.key + "' on the GPUs: " + err.what());
+                }
+                // unpad: rank r's shard sits at r * shardBytes
+                for (size_t r = 0; r < shards.size(); ++r)
+                    if (!shards[r].empty())
+                        std::memcpy(shards[r].data(), gathered.data() + r * shardBytes, shards[r].size());
 #endif
-        }
-        for (size_t r = 0; r < boxes.size(); ++r) {
-            VerifyRankResult rr;
-            rr.rank = static_cast<int>(r);
-            rr.elements = static_cast<int64_t>(shards[r].size() / elem);
-            compareBox(src, e, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
-                report.bytesCompared, progress);
-            ve.differing += rr.differing;
-            ve.ranks.push_back(rr);
-        }
+            }
+            for (size_t r = 0; r < boxes.size(); ++r) {
+                VerifyRankResult rr;
+                rr.rank = static_cast<int>(r);
+                rr.elements = static_cast<int64_t>(shards[r].size() / elem);
+                compareBox(src, e, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
+                    report.bytesCompared, progress);
+                ve.differing += rr.differing;
+                ve.ranks.push_back(rr);
+            }
         });
     return report;
 }
@@ -333,20 +330,21 @@ VerifyReport verifyAgainst(const Checkpoint& src, const Checkpoint& other, const
     report.worldSize = sourceRanks(other);
     compareEntries(src, other, other.path, 0.0, "comparing", report, progress,
         [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
-        if (!ShardLayout::of(back.tensor).complete()) {
-            throw Error(ErrorKind::Format, other.path, "its chunks do not tile the tensor (run `optscope-cli check`)");
-        }
-        for (const auto& c : back.tensor.chunks) {
-            if (c.numel() == 0)
-                continue;
-            VerifyRankResult rr;
-            rr.rank = c.rank;
-            rr.elements = c.numel();
-            const std::vector<uint8_t> loaded = collect(other, back, c.offsets, c.sizes, progress);
-            compareBox(src, e, c.offsets, c.sizes, loaded.data(), loaded.size(), rr, report.bytesCompared, progress);
-            ve.differing += rr.differing;
-            ve.ranks.push_back(rr);
-        }
+            if (!ShardLayout::of(back.tensor).complete()) {
+                throw Error(
+                    ErrorKind::Format, other.path, "its chunks do not tile the tensor (run `optscope-cli check`)");
+            }
+            for (const auto& c : back.tensor.chunks) {
+                if (c.numel() == 0) continue;
+                VerifyRankResult rr;
+                rr.rank = c.rank;
+                rr.elements = c.numel();
+                const std::vector<uint8_t> loaded = collect(other, back, c.offsets, c.sizes, progress);
+                compareBox(
+                    src, e, c.offsets, c.sizes, loaded.data(), loaded.size(), rr, report.bytesCompared, progress);
+                ve.differing += rr.differing;
+                ve.ranks.push_back(rr);
+            }
         });
     return report;
 }

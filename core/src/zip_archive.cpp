@@ -62,8 +62,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
         }
     }
     if (eocd == UINT64_MAX)
-        fail(ErrorKind::Truncated, "no end-of-central-directory record (file cut short or not a zip archive)",
-            size);
+        fail(ErrorKind::Truncated, "no end-of-central-directory record (file cut short or not a zip archive)", size);
 
     uint64_t entryCount = rd16(data + eocd + 10);
     uint64_t cdSize = rd32(data + eocd + 12);
@@ -84,8 +83,9 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
                 + ") lies outside the archive of " + std::to_string(size) + " bytes",
             eocd);
     if (entryCount > cdSize / kCentralSize)
-        fail(ErrorKind::Format, std::to_string(entryCount) + " entries cannot fit a central directory of "
-                + std::to_string(cdSize) + " bytes",
+        fail(ErrorKind::Format,
+            std::to_string(entryCount) + " entries cannot fit a central directory of " + std::to_string(cdSize)
+                + " bytes",
             eocd);
 
     z.m_entries.reserve(static_cast<size_t>(entryCount));
@@ -122,10 +122,8 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
                 const uint8_t* f = x + 4;
                 const uint8_t* fEnd = f + len;
                 auto next = [&](uint64_t& field) {
-                    if (field != 0xFFFFFFFFu)
-                        return;
-                    if (fEnd - f < 8)
-                        fail(ErrorKind::Format, "short ZIP64 extra field of '" + e.name + "'", pos);
+                    if (field != 0xFFFFFFFFu) return;
+                    if (fEnd - f < 8) fail(ErrorKind::Format, "short ZIP64 extra field of '" + e.name + "'", pos);
                     field = rd64(f);
                     f += 8;
                 };
@@ -140,14 +138,14 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
                 "entry '" + e.name + "' is compressed (method " + std::to_string(method)
                     + "); torch.save archives store records uncompressed",
                 pos);
-        if (flags & 0x1)
-            fail(ErrorKind::Unsupported, "entry '" + e.name + "' is encrypted", pos);
+        if (flags & 0x1) fail(ErrorKind::Unsupported, "entry '" + e.name + "' is encrypted", pos);
         if (compSize != size32)
             fail(ErrorKind::Format, "entry '" + e.name + "' has different stored and uncompressed sizes", pos);
         e.size = size32;
         // local header gives the data offset (its extra field differs from the central one: torch's alignment pad)
         if (localOffset > size || size - localOffset < kLocalSize || rd32(data + localOffset) != kLocalHeaderSig)
-            fail(ErrorKind::Format, "entry '" + e.name + "' has no local header at its recorded offset " + std::to_string(localOffset),
+            fail(ErrorKind::Format,
+                "entry '" + e.name + "' has no local header at its recorded offset " + std::to_string(localOffset),
                 pos);
         const uint64_t lNameLen = rd16(data + localOffset + 26);
         const uint64_t lExtraLen = rd16(data + localOffset + 28);
@@ -162,8 +160,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
         z.m_entries.push_back(std::move(e));
         pos += recLen;
     }
-    if (z.m_entries.empty())
-        fail(ErrorKind::Format, "archive has no entries", eocd);
+    if (z.m_entries.empty()) fail(ErrorKind::Format, "archive has no entries", eocd);
     const auto& first = z.m_entries.front().name;
     const auto slash = first.find('/');
     if (slash == std::string::npos)

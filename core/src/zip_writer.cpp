@@ -35,8 +35,7 @@ ZipWriter::ZipWriter(OutputFile& out, uint64_t alignment, uint64_t base)
     : m_out(out)
     , m_alignment(alignment)
     , m_base(base)
-{
-}
+{ }
 
 uint64_t ZipWriter::size() const
 {
@@ -45,10 +44,8 @@ uint64_t ZipWriter::size() const
 
 void ZipWriter::beginRecord(const std::string& name)
 {
-    if (m_open)
-        throw Error(ErrorKind::Usage, m_out.path(), "zip: record '" + name + "' started inside another");
-    if (name.size() > 0xffff)
-        throw Error(ErrorKind::Usage, m_out.path(), "zip: record name too long");
+    if (m_open) throw Error(ErrorKind::Usage, m_out.path(), "zip: record '" + name + "' started inside another");
+    if (name.size() > 0xffff) throw Error(ErrorKind::Usage, m_out.path(), "zip: record name too long");
     Record r;
     r.name = name;
     r.localOffset = size();
@@ -79,8 +76,7 @@ void ZipWriter::beginRecord(const std::string& name)
 
 void ZipWriter::write(const void* data, size_t size)
 {
-    if (!m_open)
-        throw Error(ErrorKind::Usage, m_out.path(), "zip: data written outside a record");
+    if (!m_open) throw Error(ErrorKind::Usage, m_out.path(), "zip: data written outside a record");
     auto crcOf = [](const Bytef* p, size_t left) {
         uLong c = crc32(0L, Z_NULL, 0);
         while (left > 0) {
@@ -106,8 +102,7 @@ void ZipWriter::write(const void* data, size_t size)
 
 void ZipWriter::writeFromFile(const MappedFile& file, uint64_t offset, uint64_t length)
 {
-    if (!m_open)
-        throw Error(ErrorKind::Usage, m_out.path(), "zip: data written outside a record");
+    if (!m_open) throw Error(ErrorKind::Usage, m_out.path(), "zip: data written outside a record");
     if (offset > file.size() || length > file.size() - offset)
         throw Error(ErrorKind::Truncated, file.path(), "region past the end of the file");
     // CRC over the mapping, 64 MiB at a time, each piece dropped from our resident memory once summed
@@ -172,8 +167,7 @@ void ZipWriter::finish()
                 put64(body, r.size);
                 put64(body, r.size);
             }
-            if (r.localOffset >= k32)
-                put64(body, r.localOffset);
+            if (r.localOffset >= k32) put64(body, r.localOffset);
             put16(extra, 0x0001);
             put16(extra, static_cast<uint16_t>(body.size()));
             extra += body;

@@ -42,8 +42,7 @@ public:
 const DiffEntry* entry(const DiffReport& r, const std::string& key)
 {
     for (const auto& e : r.entries)
-        if (e.key == key || e.keyB == key)
-            return &e;
+        if (e.key == key || e.keyB == key) return &e;
     return nullptr;
 }
 
@@ -58,8 +57,7 @@ struct PairCase
 };
 
 class DiffAgainstTorch : public ::testing::TestWithParam<PairCase>
-{
-};
+{ };
 
 TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
 {
@@ -79,8 +77,10 @@ TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
         const auto& e = it.value();
         EXPECT_EQ(d->numel, e["numel"].get<int64_t>());
         EXPECT_EQ(d->numDiff, e["num_diff"].get<int64_t>());
-        EXPECT_NEAR(d->maxAbsDiff, e["max_abs_diff"].get<double>(), 1e-7 * std::max(1.0, e["max_abs_diff"].get<double>()));
-        EXPECT_NEAR(d->maxRelDiff, e["max_rel_diff"].get<double>(), 1e-6 * std::max(1.0, e["max_rel_diff"].get<double>()));
+        EXPECT_NEAR(
+            d->maxAbsDiff, e["max_abs_diff"].get<double>(), 1e-7 * std::max(1.0, e["max_abs_diff"].get<double>()));
+        EXPECT_NEAR(
+            d->maxRelDiff, e["max_rel_diff"].get<double>(), 1e-6 * std::max(1.0, e["max_rel_diff"].get<double>()));
         EXPECT_NEAR(d->rmsDiff, e["rms_diff"].get<double>(), 1e-6 * std::max(1.0, e["rms_diff"].get<double>()));
         EXPECT_EQ(d->nanA, e["nan"][0].get<int64_t>());
         EXPECT_EQ(d->nanB, e["nan"][1].get<int64_t>());
@@ -148,8 +148,7 @@ TEST(Diff, FlattenedAgainstNestedOptimizerFormat)
     const DiffReport r = diffCheckpoints(*open("diag/flattened.pt"), *open("diag/compiled_fqn.pt"));
     EXPECT_EQ(r.count("only_a") + r.count("only_b"), 0u) << r.toJson().dump().substr(0, 3000);
     for (const auto& n : r.notes)
-        if (n.find("flattened") != std::string::npos)
-            SUCCEED();
+        if (n.find("flattened") != std::string::npos) SUCCEED();
 }
 
 TEST(Diff, RanksOfOneCheckpoint)
@@ -183,7 +182,7 @@ TEST(Diff, HistogramCountsEveryElementOfEveryChangedTensor)
     // must still land in the outer bin (regression: adam_int vs adam_step_mismatch lost one element of 30)
     DiffOptions o;
     o.histogramBins = 64;
-    for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{
+    for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>> {
              {"adam_int.pt", "adam_step_mismatch.pt"}, {"diff/step3.pt", "diff/step4.pt"}}) {
         const DiffReport r = diffCheckpoints(*open(a), *open(b), o);
         size_t checked = 0;
@@ -205,16 +204,14 @@ TEST(Diff, HistogramCountsEveryElementOfEveryChangedTensor)
 const DiagnosisFinding* finding(const Diagnosis& d, const std::string& code)
 {
     for (const auto& f : d.findings)
-        if (f.code == code)
-            return &f;
+        if (f.code == code) return &f;
     return nullptr;
 }
 
 Diagnosis diagnose(const std::string& optim, const std::string& model = "diag/model.pt")
 {
     const auto cp = open(optim);
-    if (model.empty())
-        return diagnoseCheckpoint(*cp, nullptr);
+    if (model.empty()) return diagnoseCheckpoint(*cp, nullptr);
     const ExpectedParams exp = ExpectedParams::fromCheckpoint(*open(model));
     return diagnoseCheckpoint(*cp, &exp);
 }

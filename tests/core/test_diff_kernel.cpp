@@ -126,8 +126,7 @@ TEST(DiffKernel, MatchesTheAtenKernelForEveryDtypeToleranceAndInstructionSet)
 {
     int variants = 0;
     for (auto isa : {detail::DiffKernelIsa::Baseline, detail::DiffKernelIsa::Avx2}) {
-        if (!detail::diffKernelAvailable(isa))
-            continue;
+        if (!detail::diffKernelAvailable(isa)) continue;
         ++variants;
         for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
             ASSERT_TRUE(detail::fusedDiffSupports(dt, dt));
@@ -135,15 +134,16 @@ TEST(DiffKernel, MatchesTheAtenKernelForEveryDtypeToleranceAndInstructionSet)
                 const Data d = makeData(10007, 42 + static_cast<unsigned>(dt), specials);
                 const auto a = encode(d.a, dt), b = encode(d.b, dt);
                 for (auto [rtol, atol] : {std::pair {0.0, 0.0}, std::pair {1e-3, 1e-5}, std::pair {0.5, 0.0}}) {
-                    const std::string what = std::string(dtypeName(dt)) + (specials ? " with NaN/inf" : "")
-                        + " rtol " + std::to_string(rtol) + " atol " + std::to_string(atol) + " isa "
+                    const std::string what = std::string(dtypeName(dt)) + (specials ? " with NaN/inf" : "") + " rtol "
+                        + std::to_string(rtol) + " atol " + std::to_string(atol) + " isa "
                         + std::to_string(static_cast<int>(isa));
                     // in several blocks, as diff feeds them: the accumulator carries over
                     aten::DiffAccumulator fused, ref;
                     const size_t elem = dtypeSize(dt);
                     for (size_t s = 0; s < d.a.size(); s += 4000) {
                         const int64_t n = static_cast<int64_t>(std::min<size_t>(4000, d.a.size() - s));
-                        detail::diffBlockFusedWith(isa, a.data() + s * elem, b.data() + s * elem, dt, n, rtol, atol, fused);
+                        detail::diffBlockFusedWith(
+                            isa, a.data() + s * elem, b.data() + s * elem, dt, n, rtol, atol, fused);
                         aten::diffBlock(a.data() + s * elem, dt, b.data() + s * elem, dt, n, rtol, atol, ref);
                     }
                     expectSame(fused, ref, what);

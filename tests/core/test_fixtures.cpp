@@ -27,14 +27,12 @@ std::vector<std::string> fixtureNames()
 {
     std::vector<std::string> names;
     for (auto it = manifest().begin(); it != manifest().end(); ++it)
-        if (it.key() != "torch_version")
-            names.push_back(it.key());
+        if (it.key() != "torch_version") names.push_back(it.key());
     return names;
 }
 
 class FixtureTest : public ::testing::TestWithParam<std::string>
-{
-};
+{ };
 
 TEST_P(FixtureTest, MatchesTorchManifest)
 {
@@ -81,12 +79,11 @@ TEST_P(FixtureTest, MatchesTorchManifest)
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Torch26, FixtureTest, ::testing::ValuesIn(fixtureNames()),
-    [](const ::testing::TestParamInfo<std::string>& info) {
+INSTANTIATE_TEST_SUITE_P(
+    Torch26, FixtureTest, ::testing::ValuesIn(fixtureNames()), [](const ::testing::TestParamInfo<std::string>& info) {
         std::string n = info.param;
         for (auto& c : n)
-            if (!isalnum(static_cast<unsigned char>(c)))
-                c = '_';
+            if (!isalnum(static_cast<unsigned char>(c))) c = '_';
         return n;
     });
 
@@ -116,8 +113,8 @@ TEST(Fixtures, KnownClassesRaiseNoWarnings)
     for (const char* name : {"adam_int.pt", "adam_int_proto4.pt", "adam_int_legacy.pt", "dtypes.pt", "fsdp2_r3",
              "fsdp1_r2", "fsdp1_raw_r2/optim_rank0.pt"}) {
         CheckpointPtr cp = openCheckpoint(std::string(OPTSCOPE_TEST_DATA) + "/" + name);
-        EXPECT_TRUE(cp->warnings.empty()) << name << ": " << cp->warnings.front().code << " "
-                                          << cp->warnings.front().message;
+        EXPECT_TRUE(cp->warnings.empty())
+            << name << ": " << cp->warnings.front().code << " " << cp->warnings.front().message;
     }
 }
 

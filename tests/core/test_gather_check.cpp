@@ -33,7 +33,8 @@ const nlohmann::json& manifest()
     return m;
 }
 
-TensorEntry tensorOf(std::vector<int64_t> shape, std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> chunks)
+TensorEntry tensorOf(
+    std::vector<int64_t> shape, std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> chunks)
 {
     TensorEntry t;
     t.dtype = DType::Float32;
@@ -65,8 +66,7 @@ public:
 bool hasFinding(const CheckReport& r, const std::string& code, const std::string& key = {})
 {
     for (const auto& f : r.findings)
-        if (f.code == code && (key.empty() || f.key == key))
-            return true;
+        if (f.code == code && (key.empty() || f.key == key)) return true;
     return false;
 }
 
@@ -122,8 +122,7 @@ TEST(ShardLayout, OutOfBoundsAndWrongRank)
 TEST(ShardLayout, TwoDimensionalGridWithHole)
 {
     // 2x2 grid of 3x3 blocks on a 6x6 tensor, the bottom-right block missing
-    const auto L = ShardLayout::of(
-        tensorOf({6, 6}, {{{0, 0}, {3, 3}}, {{0, 3}, {3, 3}}, {{3, 0}, {3, 3}}}));
+    const auto L = ShardLayout::of(tensorOf({6, 6}, {{{0, 0}, {3, 3}}, {{0, 3}, {3, 3}}, {{3, 0}, {3, 3}}}));
     ASSERT_EQ(L.gaps.size(), 1u);
     EXPECT_EQ(L.gaps[0].offsets, (std::vector<int64_t> {3, 3}));
     EXPECT_EQ(L.gaps[0].sizes, (std::vector<int64_t> {3, 3}));
@@ -237,8 +236,7 @@ TEST(Assembler, RowsLargerThanABlockAreCutIntoBoxes)
     size_t checked = 0;
     for (const auto& me : m["entries"]) {
         const std::string key = me["key"];
-        if (key.rfind("layouts.", 0) != 0 || me["type"] != "tensor")
-            continue;
+        if (key.rfind("layouts.", 0) != 0 || me["type"] != "tensor") continue;
         const Entry* e = cp->find(key);
         ASSERT_NE(e, nullptr) << key;
         for (size_t block : {size_t(1), size_t(4), size_t(7), size_t(12), size_t(20), size_t(64) << 20}) {
@@ -261,8 +259,7 @@ TEST(Assembler, RowsLargerThanABlockAreCutIntoBoxes)
 }
 
 class GatherRoundTrip : public ::testing::TestWithParam<std::string>
-{
-};
+{ };
 
 TEST_P(GatherRoundTrip, OutputReadsBackWithIdenticalContent)
 {
@@ -299,8 +296,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GatherRoundTrip,
     [](const ::testing::TestParamInfo<std::string>& info) {
         std::string n = info.param;
         for (auto& c : n)
-            if (!isalnum(static_cast<unsigned char>(c)))
-                c = '_';
+            if (!isalnum(static_cast<unsigned char>(c))) c = '_';
         return n;
     });
 

@@ -27,7 +27,8 @@ TEST(FlatParamLayout, MatchesPyTorchFsdp1)
     for (const auto& config : layouts()["fsdp1"]) {
         const int world = config["world_size"];
         const bool orig = config["use_orig_params"];
-        const int64_t aligned = orig ? FlatParamLayout::alignedNumelFor(config["param_dtype"] == "bfloat16" ? 2 : 4) : 0;
+        const int64_t aligned
+            = orig ? FlatParamLayout::alignedNumelFor(config["param_dtype"] == "bfloat16" ? 2 : 4) : 0;
         const auto& rank0 = config["ranks"][0];
         for (size_t u = 0; u < rank0.size(); ++u) {
             SCOPED_TRACE("world " + std::to_string(world) + (orig ? " use_orig_params " : " ")
@@ -54,8 +55,7 @@ TEST(FlatParamLayout, MatchesPyTorchFsdp1)
                 for (size_t i = 0; i < infos.size(); ++i) {
                     const auto& want = ru["shard_param_infos"][i];
                     ASSERT_EQ(infos[i].inShard, want[0].get<bool>()) << "rank " << r << " param " << i;
-                    if (!infos[i].inShard)
-                        continue;
+                    if (!infos[i].inShard) continue;
                     EXPECT_EQ(infos[i].offsetInShard, want[1].get<int64_t>()) << "rank " << r << " param " << i;
                     EXPECT_EQ(infos[i].numelInShard, want[2].get<int64_t>()) << "rank " << r << " param " << i;
                     EXPECT_EQ(infos[i].intraStart, want[3].get<int64_t>()) << "rank " << r << " param " << i;

@@ -47,7 +47,8 @@ std::map<std::string, nlohmann::ordered_json> hashed(const Checkpoint& cp)
 
 std::vector<CheckpointPtr> rawRanks()
 {
-    return {openCheckpoint(kData + "/fsdp1_raw_r2/optim_rank0.pt"), openCheckpoint(kData + "/fsdp1_raw_r2/optim_rank1.pt")};
+    return {
+        openCheckpoint(kData + "/fsdp1_raw_r2/optim_rank0.pt"), openCheckpoint(kData + "/fsdp1_raw_r2/optim_rank1.pt")};
 }
 
 // ------------------------------------------------------------------------------------------- FSDP1 raw state
@@ -176,12 +177,12 @@ TEST(Reshard, RoundTripsKeepLayoutAndBytes)
         for (const auto& [key, e] : srcHashes) {
             ASSERT_TRUE(h.count(key)) << key;
             EXPECT_EQ(e.value("sha256", ""), h.at(key).value("sha256", "")) << key;
-            EXPECT_EQ(e.value("value", nlohmann::ordered_json()), h.at(key).value("value", nlohmann::ordered_json())) << key;
+            EXPECT_EQ(e.value("value", nlohmann::ordered_json()), h.at(key).value("value", nlohmann::ordered_json()))
+                << key;
         }
         // back at 3 ranks, FSDP2 chunking gives the original chunk offsets
         for (const auto& e : src->entries) {
-            if (!e.isTensor())
-                continue;
+            if (!e.isTensor()) continue;
             const Entry* b = again->find(e.key);
             ASSERT_NE(b, nullptr);
             ASSERT_EQ(b->tensor.chunks.size(), e.tensor.chunks.size()) << e.key;
@@ -284,8 +285,7 @@ TEST(Verify, AgainstNamesTheDamagedKeyAndRank)
     EXPECT_FALSE(r.identical());
     size_t different = 0;
     for (const auto& e : r.entries) {
-        if (e.status == "identical")
-            continue;
+        if (e.status == "identical") continue;
         ++different;
         EXPECT_EQ(e.key, "optim.state.blocks.1.proj.weight.exp_avg");
         EXPECT_EQ(e.status, "different");

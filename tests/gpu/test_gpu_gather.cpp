@@ -28,8 +28,7 @@ protected:
     void SetUp() override
     {
         const GpuInfo info = queryGpus();
-        if (!info.compiledWithCuda || info.devices.empty())
-            GTEST_SKIP() << "no CUDA device: " << info.status;
+        if (!info.compiledWithCuda || info.devices.empty()) GTEST_SKIP() << "no CUDA device: " << info.status;
     }
 };
 
@@ -57,8 +56,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGather,
     [](const ::testing::TestParamInfo<std::string>& info) {
         std::string n = info.param;
         for (auto& c : n)
-            if (!isalnum(static_cast<unsigned char>(c)))
-                c = '_';
+            if (!isalnum(static_cast<unsigned char>(c))) c = '_';
         return n;
     });
 

@@ -494,10 +494,10 @@ TEST(ManyFiles, MappingMoreFilesThanTheSoftLimitRaisesIt)
 {
     // every mapped file keeps its descriptor, and a DCP folder can hold thousands of data files: past the soft limit
     // (1024 on most desktops) MappedFile::open raises it to the hard limit instead of failing with EMFILE
-    struct rlimit saved {};
+    struct rlimit saved
+    { };
     ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
-    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 512)
-        GTEST_SKIP() << "hard limit on open files below 512";
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 512) GTEST_SKIP() << "hard limit on open files below 512";
     struct rlimit low = saved;
     low.rlim_cur = 128;
     ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
@@ -509,7 +509,8 @@ TEST(ManyFiles, MappingMoreFilesThanTheSoftLimitRaisesIt)
     } catch (const Error& e) {
         failure = e.what();
     }
-    struct rlimit now {};
+    struct rlimit now
+    { };
     ::getrlimit(RLIMIT_NOFILE, &now);
     maps.clear();
     ::setrlimit(RLIMIT_NOFILE, &saved);

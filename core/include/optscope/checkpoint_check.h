@@ -44,6 +44,7 @@ struct CheckReport
 /// each chunk's stored dtype, shape and presence), and every optimizer state dict (empty state, `step` differing
 /// between parameters or between ranks). Problems become findings; nothing throws for a damaged checkpoint except
 /// cancellation.
-CheckReport checkCheckpoint(const Checkpoint& checkpoint, const CheckOptions& options = {}, const Progress& progress = {});
+CheckReport checkCheckpoint(
+    const Checkpoint& checkpoint, const CheckOptions& options = {}, const Progress& progress = {});
 
 } // namespace optscope

@@ -57,7 +57,7 @@ struct DcpWriteStats
 };
 
 /// Writes @p plan as a DCP folder at @p outDir, which must not exist yet (or be an empty directory).
-DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress = {},
-    WriteOptions options = {});
+DcpWriteStats writeDcp(
+    const DcpPlan& plan, const std::string& outDir, const Progress& progress = {}, WriteOptions options = {});
 
 } // namespace optscope

@@ -59,7 +59,8 @@ struct Diagnosis
     std::string expectedSource;
     std::vector<DiagnosisFinding> findings;
     bool fixable() const; ///< some finding has actions
-    nlohmann::ordered_json toJson() const; ///< {"findings": [{"code", "severity", "message", "pytorch_error", "fix", ...}]}
+    nlohmann::ordered_json
+    toJson() const; ///< {"findings": [{"code", "severity", "message", "pytorch_error", "fix", ...}]}
 };
 
 /// Diagnoses @p optim (any checkpoint holding one or more optimizer state dicts) against @p expected (may be null:

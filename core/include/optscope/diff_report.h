@@ -68,12 +68,12 @@ struct DiffReport
 };
 
 /// Compares two checkpoints: exit semantics "equal within tolerance" = DiffReport::equal.
-DiffReport diffCheckpoints(const Checkpoint& a, const Checkpoint& b, const DiffOptions& options = {},
-    const Progress& progress = {});
+DiffReport diffCheckpoints(
+    const Checkpoint& a, const Checkpoint& b, const DiffOptions& options = {}, const Progress& progress = {});
 
 /// Compares what rank @p rankA and rank @p rankB of one checkpoint hold: chunk by chunk, in order, for every tensor
 /// both hold (replicated state, or any two ranks of per-rank files opened together).
-DiffReport diffRanks(const Checkpoint& checkpoint, int rankA, int rankB, const DiffOptions& options = {},
-    const Progress& progress = {});
+DiffReport diffRanks(
+    const Checkpoint& checkpoint, int rankA, int rankB, const DiffOptions& options = {}, const Progress& progress = {});
 
 } // namespace optscope

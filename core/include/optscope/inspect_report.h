@@ -26,6 +26,7 @@ struct InspectReport
 ///  "entries": [{"key", "path", "type": "tensor", "dtype", "shape", "numel", "bytes", "chunks": [{"rank", "offsets",
 ///               "sizes", "file"}], "sha256"} | {"key", "path", "type": "value", "python_type", "value"}],
 ///  "warnings": [{"code", "severity", "message", "key"}]}
-InspectReport inspectCheckpoint(const Checkpoint& checkpoint, const InspectOptions& options, const Progress& progress = {});
+InspectReport inspectCheckpoint(
+    const Checkpoint& checkpoint, const InspectOptions& options, const Progress& progress = {});
 
 } // namespace optscope

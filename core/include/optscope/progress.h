@@ -17,8 +17,7 @@ struct Progress
 
     void operator()(double fraction, std::string_view stage) const
     {
-        if (report)
-            report(fraction, stage);
+        if (report) report(fraction, stage);
     }
     bool isCancelled() const { return cancelled && cancelled(); }
     /// throws Error(Cancelled) if the caller asked to stop

@@ -56,8 +56,8 @@ class TorchSaveReader
 public:
     /// Reads the archive in [offset, offset+length) of @p file into @p arena (which then keeps the file mapped).
     /// @p displayName names the archive in errors ("ckpt/__0_0.distcp[4096+1244]").
-    static TorchSaveArchive readArchive(const std::shared_ptr<const MappedFile>& file, uint64_t offset,
-        uint64_t length, PyArena& arena, const std::string& displayName, const PickleLimits& limits = {});
+    static TorchSaveArchive readArchive(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
+        PyArena& arena, const std::string& displayName, const PickleLimits& limits = {});
 
     /// Opens a torch.save file as a checkpoint: flattens the object into entries, tensors become one-chunk entries
     /// (ShardedTensor/DTensor: their local shards).

@@ -37,8 +37,7 @@ struct ByteSink
     template<typename F, typename = decltype(std::declval<F&>()(static_cast<const uint8_t*>(nullptr), size_t(0)))>
     ByteSink(F f) // NOLINT(google-explicit-constructor): any bytes callback is a sink
         : bytes(std::move(f))
-    {
-    }
+    { }
     void operator()(const uint8_t* data, size_t size) const { bytes(data, size); }
 };
 using TensorProducer = std::function<void(const ByteSink& sink)>;
@@ -98,12 +97,12 @@ public:
     /// Writes @p tree to @p path (temporary name, then rename). Throws Error on I/O failure, on values that
     /// weights_only loading cannot represent (inert objects of unknown classes), or when cancelled (the temporary
     /// is removed and @p path is left untouched).
-    static WriteStats write(const StateTree& tree, const std::string& path, const Progress& progress = {},
-        WriteOptions options = {});
+    static WriteStats write(
+        const StateTree& tree, const std::string& path, const Progress& progress = {}, WriteOptions options = {});
     /// Writes @p tree as a complete archive at the current position of @p out (a DCP .distcp item: offsets and
     /// alignment relative to the archive's first byte), under @p prefix ("archive" for DCP).
-    static WriteStats writeArchive(const StateTree& tree, OutputFile& out, const std::string& prefix,
-        const Progress& progress = {});
+    static WriteStats writeArchive(
+        const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress = {});
     /// the archive prefix torch.save uses for @p path: its file name without the last extension
     static std::string archivePrefix(const std::string& path);
 };
