@@ -12,6 +12,7 @@ packages=(
     time                                       # benchmarks: peak RSS
     dpkg-dev file                              # packaging tests (cpack DEB)
     clang-14 libclang-rt-14-dev                # fuzzing (libFuzzer) and sanitizers
+    clang-format-14                            # scripts/check-format.sh
 )
 missing=()
 for p in "${packages[@]}"; do

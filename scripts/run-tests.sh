@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Builds everything and runs every test:
+#   0. scripts/check-format.sh: every C++/CUDA source as clang-format makes it (.clang-format)
 #   1. build/       GUI, CLI, core (+ CUDA backend compiled when nvcc exists); all tests, interop tests against real
 #                   PyTorch 2.6 through scripts/torch-python (first use builds a chroot: ~3 min, needs root + network
 #                   to Debian's mirror; set OPTSCOPE_NO_INTEROP=1 to skip)
@@ -14,6 +15,7 @@ jobs=$(nproc)
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
     export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
+scripts/check-format.sh
 torch_python="$PWD/scripts/torch-python"
 [ "${OPTSCOPE_NO_INTEROP:-0}" = 1 ] && torch_python=""
 
