@@ -41,6 +41,7 @@ int runDiff(const std::vector<std::string>& argv)
         {{"--rtol", true, "relative tolerance"}, {"--atol", true, "absolute tolerance"},
             {"--ranks", true, "compare two ranks of one checkpoint: R1,R2"}, {"--json", false, "print JSON"},
             {"--all", false, "also list equal entries"}, {"--threads", true, "threads"},
+            {"--engine", true, "auto (fused kernel, ATen for other dtypes) or aten (ATen ops only, the reference)"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("diff");
@@ -50,6 +51,12 @@ int runDiff(const std::vector<std::string>& argv)
     options.rtol = parseNumber(args, "--rtol");
     options.atol = parseNumber(args, "--atol");
     if (auto t = args.value("--threads")) options.threads = std::atoi(t->c_str());
+    if (auto e = args.value("--engine")) {
+        if (*e == "aten")
+            options.engine = DiffEngine::Aten;
+        else if (*e != "auto")
+            throw UsageError("--engine is auto or aten, got '" + *e + "'");
+    }
     const Progress progress = terminalProgress();
     DiffReport report;
     if (auto ranks = args.value("--ranks")) {

@@ -63,7 +63,7 @@ const std::vector<Command>& commands()
             "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
             runCheck},
         {"diff", "compare two checkpoints (any formats, world sizes, key styles), key by key and number by number",
-            "usage: optscope-cli diff A B [--rtol R] [--atol A] [--all] [--json]\n"
+            "usage: optscope-cli diff A B [--rtol R] [--atol A] [--all] [--engine auto|aten] [--json]\n"
             "       optscope-cli diff PATH --ranks R1,R2 [--json]\n"
             "\n"
             "Keys are aligned through FQN normalisation: wrapper prefixes (module., _orig_mod.,\n"
@@ -75,6 +75,9 @@ const std::vector<Command>& commands()
             "  --rtol R, --atol A  equal if |a-b| <= atol + rtol*|b| (default: bit-identical)\n"
             "  --ranks R1,R2       compare what two ranks of one checkpoint hold\n"
             "  --all               also list equal entries\n"
+            "  --threads N         tensors compared in parallel (default: one per core)\n"
+            "  --engine auto|aten  auto: a fused one-pass kernel for same-dtype float32/64, bf16, fp16 blocks,\n"
+            "                      ATen ops for the rest; aten: ATen ops only (the reference; same report, slower)\n"
             "  --json              {\"equal\": bool, \"entries\": [{\"key\", \"status\", \"reason\", "
             "\"max_abs_diff\",\n"
             "                      \"max_rel_diff\", \"rms_diff\", \"num_diff\", \"numel\", ...}]}\n"

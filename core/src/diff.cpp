@@ -366,7 +366,7 @@ private:
 void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, const DiffOptions& opt,
     aten::DiffAccumulator& acc)
 {
-    if (detail::fusedDiffSupports(da, db))
+    if (opt.engine == DiffEngine::Auto && detail::fusedDiffSupports(da, db))
         detail::diffBlockFused(a, b, da, n, opt.rtol, opt.atol, acc);
     else
         aten::diffBlock(a, da, b, db, n, opt.rtol, opt.atol, acc);

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 using namespace optscope;
 namespace fs = std::filesystem;
@@ -56,17 +57,19 @@ struct PairCase
     double rtol, atol;
 };
 
-class DiffAgainstTorch : public ::testing::TestWithParam<PairCase>
+// both engines (the fused kernel and the ATen reference) must give PyTorch's numbers
+class DiffAgainstTorch : public ::testing::TestWithParam<std::tuple<PairCase, DiffEngine>>
 { };
 
 TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
 {
-    const PairCase& c = GetParam();
+    const PairCase& c = std::get<0>(GetParam());
     std::ifstream in(kData + "/diff/expected.json");
     const auto expected = nlohmann::json::parse(in)[c.name];
     DiffOptions o;
     o.rtol = c.rtol;
     o.atol = c.atol;
+    o.engine = std::get<1>(GetParam());
     const DiffReport r = diffCheckpoints(*open(c.a), *open(c.b), o);
     EXPECT_FALSE(r.equal);
     ASSERT_FALSE(expected.empty());
@@ -91,10 +94,55 @@ TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
 }
 
 INSTANTIATE_TEST_SUITE_P(RealPairs, DiffAgainstTorch,
-    ::testing::Values(PairCase {"step3_vs_step4", "diff/step3.pt", "diff/step4.pt", 0, 0},
-        PairCase {"step3_vs_step4_tol", "diff/step3.pt", "diff/step4.pt", 1e-2, 1e-3},
-        PairCase {"step4_vs_step4_bf16", "diff/step4.pt", "diff/step4_bf16.pt", 0, 0}),
-    [](const ::testing::TestParamInfo<PairCase>& info) { return std::string(info.param.name); });
+    ::testing::Combine(::testing::Values(PairCase {"step3_vs_step4", "diff/step3.pt", "diff/step4.pt", 0, 0},
+                           PairCase {"step3_vs_step4_tol", "diff/step3.pt", "diff/step4.pt", 1e-2, 1e-3},
+                           PairCase {"step4_vs_step4_bf16", "diff/step4.pt", "diff/step4_bf16.pt", 0, 0}),
+        ::testing::Values(DiffEngine::Auto, DiffEngine::Aten)),
+    [](const ::testing::TestParamInfo<std::tuple<PairCase, DiffEngine>>& info) {
+        return std::string(std::get<0>(info.param).name)
+            + (std::get<1>(info.param) == DiffEngine::Aten ? "_aten" : "_auto");
+    });
+
+// the two engines agree on every entry of every real pair, ranks included, not only on the keys torch computed
+TEST(Diff, FusedKernelAndAtenGiveTheSameReport)
+{
+    const std::pair<const char*, const char*> pairs[]
+        = {{"diff/step3.pt", "diff/step4.pt"}, {"diff/step4.pt", "diff/step4_bf16.pt"}, {"fsdp2_r3", "fsdp2_r2"},
+            {"dtypes.pt", "dtypes.pt"}, {"adam_bf16.pt", "adam_fp16.pt"}, {"adam_fp64.pt", "adam_int.pt"}};
+    for (const auto& [a, b] : pairs) {
+        SCOPED_TRACE(std::string(a) + " vs " + b);
+        for (const double rtol : {0.0, 1e-3}) {
+            DiffOptions fused;
+            fused.rtol = rtol;
+            fused.atol = rtol / 10;
+            fused.histogramBins = 16;
+            DiffOptions ref = fused;
+            ref.engine = DiffEngine::Aten;
+            const DiffReport x = diffCheckpoints(*open(a), *open(b), fused);
+            const DiffReport y = diffCheckpoints(*open(a), *open(b), ref);
+            EXPECT_EQ(x.equal, y.equal);
+            ASSERT_EQ(x.entries.size(), y.entries.size());
+            for (size_t i = 0; i < x.entries.size(); ++i) {
+                const DiffEntry& p = x.entries[i];
+                const DiffEntry& q = y.entries[i];
+                SCOPED_TRACE(p.key);
+                EXPECT_EQ(p.key, q.key);
+                EXPECT_EQ(p.status, q.status);
+                EXPECT_EQ(p.numDiff, q.numDiff);
+                EXPECT_EQ(p.maxAbsDiff, q.maxAbsDiff);
+                EXPECT_NEAR(p.maxRelDiff, q.maxRelDiff, 1e-6 * std::max(1.0, q.maxRelDiff));
+                EXPECT_NEAR(p.rmsDiff, q.rmsDiff, 1e-9 + 1e-9 * q.rmsDiff);
+                EXPECT_EQ(std::tie(p.nanA, p.nanB, p.infA, p.infB), std::tie(q.nanA, q.nanB, q.infA, q.infB));
+                ASSERT_EQ(p.ranks.size(), q.ranks.size());
+                for (size_t r = 0; r < p.ranks.size(); ++r) {
+                    EXPECT_EQ(p.ranks[r].numDiff, q.ranks[r].numDiff);
+                    EXPECT_EQ(p.ranks[r].maxAbsDiff, q.ranks[r].maxAbsDiff);
+                }
+                EXPECT_EQ(p.histogramCounts, q.histogramCounts);
+            }
+        }
+    }
+}
 
 TEST(Diff, DcpEqualsItsOwnTorchSaveConversion)
 {

@@ -3,7 +3,10 @@
 
 // Optimizer-aware comparison of two checkpoints of any formats and world sizes (or two ranks of one checkpoint).
 // Keys are aligned through FQN normalisation (wrapper prefixes, integer ids <-> FQNs); numbers are compared by
-// streaming both tensors block by block (never fully loaded), with multi-threaded ATen ops.
+// streaming both tensors block by block (never fully loaded), tensors in parallel. Same-dtype float32/float64/
+// bfloat16/float16 blocks go through a fused one-pass kernel (src/diff_kernel.h: every statistic in one read of the
+// bytes, where ATen needs a pass and a temporary per statistic); everything else, and every block when
+// DiffEngine::Aten is asked for, through ATen ops, the reference the fused kernel is tested against.
 
 #include "optscope/checkpoint.h"
 #include "optscope/progress.h"
@@ -15,12 +18,19 @@
 
 namespace optscope {
 
+/// how blocks of numbers are compared; both give the same report (tests/core/test_diff_kernel.cpp)
+enum class DiffEngine {
+    Auto, ///< the fused kernel where it handles the dtype pair, ATen otherwise
+    Aten, ///< ATen ops only (the reference; slower: one pass per statistic)
+};
+
 struct DiffOptions
 {
     double rtol = 0.0; ///< |a - b| <= atol + rtol * |b| counts as equal; both 0 = bit-identical
     double atol = 0.0;
     int threads = 0; ///< 0 = one per core
     size_t histogramBins = 0; ///< > 0: also a histogram of (a - b) per tensor, for the UI
+    DiffEngine engine = DiffEngine::Auto;
 };
 
 /// per rank (of B's layout, or of the two ranks compared): which chunks differ
