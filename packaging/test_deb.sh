@@ -52,7 +52,8 @@ dpkg-deb -c "$deb" >"$work/contents"
 paths=$(awk '{print $6}' "$work/contents" | sed 's|^\./|/|')
 for f in /usr/bin/optscope /usr/bin/optscope-cli /usr/share/applications/optscope.desktop \
     /usr/share/icons/hicolor/scalable/apps/optscope.svg /usr/share/icons/hicolor/256x256/apps/optscope.png \
-    /usr/share/optscope/demo/checkpoint/.metadata /usr/share/doc/optscope/copyright; do
+    /usr/share/optscope/demo/checkpoint/.metadata /usr/share/doc/optscope/copyright \
+    /usr/lib/optscope/liboptscope_aten.so; do
     grep -qx "$f" <<<"$paths" || fail "the package lacks $f"
 done
 for f in /usr/bin/optscope /usr/bin/optscope-cli; do
