@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Interop on checkpoints unlike the fixtures: every kind of state PyTorch users save that is not a plain Adam/FSDP
+state dict. `make` writes them with real PyTorch (and the reference each gather must equal); optscope-cli gathers
+each (unusual_interop.sh); `compare` loads every gather output with weights_only=True and checks it against the
+reference: same keys in the same order, bit-identical tensors of the same dtype and shape, equal plain values.
+
+    torch-python unusual_interop.py make OUTDIR
+    torch-python unusual_interop.py compare OUTDIR
+
+Cases: LBFGS state (lists of tensors), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
+(transposed, strided, offset), complex/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values, a
+legacy-format (pre-1.6 serialisation) state dict, a single-process DCP with nested lists, strings, None and the
+RNG state, and a 4-rank DCP mixing FSDP2 state with 2-D DTensors ([Shard(0), Shard(1)] and [Replicate(), Shard(1)]
+on a 2x2 mesh).
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import get_state_dict
+
+
+def small_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+
+
+def make_plain(out):
+    names = []
+    m = small_model()
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+
+    opt = torch.optim.LBFGS(m.parameters(), history_size=3)
+
+    def closure():
+        opt.zero_grad()
+        loss = m(x).pow(2).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(2):
+        opt.step(closure)
+    torch.save({"optim": opt.state_dict()}, f"{out}/lbfgs.pt")
+    names.append("lbfgs.pt")
+
+    opt2 = torch.optim.Adam(m.parameters(), amsgrad=True, foreach=False, fused=True)
+    m(x).sum().backward()
+    opt2.step()
+    torch.save(opt2.state_dict(), f"{out}/adam_amsgrad_fused_proto2.pt", pickle_protocol=2)
+    names.append("adam_amsgrad_fused_proto2.pt")
+
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    torch.save({"a": base, "t": base.t(), "v": base[1:3, 2:5], "s": base[::2], "e": base.expand(2, 4, 6)},
+               f"{out}/views.pt")
+    names.append("views.pt")
+
+    torch.save({"c": torch.randn(3, dtype=torch.complex64), "b": torch.tensor(True), "e": torch.empty(0, 5),
+                "u": torch.tensor(7, dtype=torch.uint8), "bytes": b"\x00\x01", "tuple": (1, 2.5, "x"),
+                "set": {1, 2}, "inf": math.inf}, f"{out}/misc.pt")
+    names.append("misc.pt")
+
+    torch.save(m.state_dict(), f"{out}/legacy_state_dict.pt", _use_new_zipfile_serialization=False)
+    names.append("legacy_state_dict.pt")
+
+    sd = {"model": m.state_dict(), "optim": opt2.state_dict(),
+          "extra": {"epoch": 3, "lst": [torch.ones(2), {"q": torch.zeros(3, dtype=torch.int64)}], "name": "run-7",
+                    "f": 1.5, "none": None},
+          "rng": torch.get_rng_state()}
+    dcp.save(sd, checkpoint_id=f"{out}/dcp_single_process")  # no process group: DCP saves as one rank
+    names.append("dcp_single_process")
+    return names
+
+
+def _mesh_worker(rank, world, port, out):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    m = small_model()
+    fully_shard(m)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(2):  # FSDP2 cannot run backward on CPU in 2.6: gradients by hand, with the parameters' layout
+        for p in m.parameters():
+            p.grad = distribute_tensor(torch.randn(p.shape, generator=g), p.device_mesh, p.placements)
+        opt.step()
+        opt.zero_grad()
+    msd, osd = get_state_dict(m, opt)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("x", "y"))
+    full = torch.arange(9 * 11, dtype=torch.float32).reshape(9, 11)
+    sd = {"model": msd, "optim": osd, "tp_2d": distribute_tensor(full, mesh, [Shard(0), Shard(1)]),
+          "replicated_cols": distribute_tensor(full[:5].clone(), mesh, [Replicate(), Shard(1)])}
+    dcp.save(sd, checkpoint_id=out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def make(out):
+    os.makedirs(out, exist_ok=True)
+    names = make_plain(out)
+    import torch.multiprocessing as mp
+
+    mp.spawn(_mesh_worker, args=(4, 29500 + os.getpid() % 300, f"{out}/dcp_2d_mesh_4ranks"), nprocs=4, join=True)
+    names.append("dcp_2d_mesh_4ranks")
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    for n in names:
+        if os.path.isdir(f"{out}/{n}"):
+            dcp_to_torch_save(f"{out}/{n}", f"{out}/{n}.ref.pt")
+    json.dump(names, open(f"{out}/names.json", "w"))
+    print(f"made {len(names)} checkpoints in {out}")
+
+
+def equal(a, b, path):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), f"{path}: tensor vs {type(b).__name__}"
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"
+        if a.numel():  # compare the bytes, so that NaNs and -0.0 count too
+            assert torch.equal(a.reshape(-1).contiguous().view(torch.uint8),
+                               b.reshape(-1).contiguous().view(torch.uint8)), f"{path}: bytes differ"
+    elif isinstance(a, dict):
+        assert isinstance(b, dict), f"{path}: dict vs {type(b).__name__}"
+        assert list(a.keys()) == list(b.keys()), f"{path}: keys {list(a.keys())} vs {list(b.keys())}"
+        for k in a:
+            equal(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), f"{path}: {type(a).__name__}/{len(a)} vs {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            equal(x, y, f"{path}.{i}")
+    else:
+        assert type(a) is type(b) and a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def compare(out):
+    names = json.load(open(f"{out}/names.json"))
+    for n in names:
+        src = f"{out}/{n}"
+        ref = torch.load(f"{src}.ref.pt" if os.path.isdir(src) else src, weights_only=True)
+        got = torch.load(f"{src}.optscope.pt", weights_only=True)
+        equal(ref, got, n)
+        print(f"{n}: equal")
+    print(f"all {len(names)} gather outputs equal PyTorch's own view")
+
+
+if __name__ == "__main__":
+    {"make": make, "compare": compare}[sys.argv[1]](sys.argv[2])

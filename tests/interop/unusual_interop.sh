@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# unusual_interop.sh TORCH_PYTHON OPTSCOPE_CLI: checkpoints unlike the fixtures (unusual_interop.py), made by real
+# PyTorch; each must inspect, check clean and gather into what PyTorch itself sees; the 4-rank DCP with 2-D DTensors
+# must also verify bit-identical after resharding to 2, 3 and 5 ranks.
+set -euo pipefail
+torch_python=$1
+cli=$2
+out=unusual_out
+rm -rf "$out"
+"$torch_python" unusual_interop.py make "$out"
+for name in $(python3 -c "import json; print(' '.join(json.load(open('$out/names.json'))))"); do
+    "$cli" inspect --hash "$out/$name" >/dev/null
+    "$cli" check "$out/$name" >/dev/null
+    "$cli" gather "$out/$name" -o "$out/$name.optscope.pt"
+done
+for m in 2 3 5; do
+    "$cli" verify "$out/dcp_2d_mesh_4ranks" --world-size "$m"
+done
+"$torch_python" unusual_interop.py compare "$out"
