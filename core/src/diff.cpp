@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <set>
@@ -562,9 +563,11 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     std::atomic<bool> cancelled {false};
     std::atomic<size_t> done {0};
     std::mutex progressMutex;
-    std::mutex errorMutex;
-    std::string firstError;
-    auto work = [&] {
+    // an exception other than Error (bad_alloc, say) must not escape a worker thread (std::terminate): the first
+    // one stops the others and is rethrown on the calling thread
+    std::mutex failureMutex;
+    std::exception_ptr failure;
+    auto compareAll = [&] {
         for (size_t k = next++; k < pairs.size() && !cancelled; k = next++) {
             const size_t i = order[k];
             const auto [pa, pb] = pairs[i];
@@ -611,6 +614,15 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
             progress(double(finished) / double(pairs.size()), "comparing");
         }
     };
+    auto work = [&] {
+        try {
+            compareAll();
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(failureMutex);
+            if (!failure) failure = std::current_exception();
+            cancelled = true;
+        }
+    };
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     const unsigned n
         = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(pairs.size())));
@@ -620,6 +632,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     work();
     for (auto& t : pool)
         t.join();
+    if (failure) std::rethrow_exception(failure);
     if (cancelled) throw Error(ErrorKind::Cancelled, {}, "cancelled");
     report.equal = true;
     for (const auto& e : report.entries)

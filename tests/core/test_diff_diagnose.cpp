@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 #include <tuple>
 
 using namespace optscope;
@@ -165,6 +166,26 @@ TEST(Diff, BitIdenticalFilesAreEqualAndExitSemanticsHold)
     EXPECT_TRUE(r.equal);
     EXPECT_EQ(r.count("changed"), 0u);
     EXPECT_EQ(r.entries.size(), 23u);
+}
+
+TEST(Diff, CancelsAndHandsWorkerExceptionsToTheCaller)
+{
+    const CheckpointPtr a = open("adam_int.pt"), b = open("adam_int_proto4.pt");
+    DiffOptions opt;
+    opt.threads = 4;
+    Progress cancel;
+    cancel.cancelled = [] { return true; };
+    try {
+        diffCheckpoints(*a, *b, opt, cancel);
+        FAIL() << "not cancelled";
+    } catch (const Error& err) {
+        EXPECT_EQ(err.kind(), ErrorKind::Cancelled);
+    }
+    // a callback that throws something other than Error on a worker thread: it must reach the caller (before,
+    // it escaped the thread and std::terminate ended the process)
+    Progress throwing;
+    throwing.report = [](double, std::string_view) { throw std::runtime_error("callback failed"); };
+    EXPECT_THROW(diffCheckpoints(*a, *b, opt, throwing), std::runtime_error);
 }
 
 TEST(Diff, StripsTorchCompilePrefixAndSaysSo)
