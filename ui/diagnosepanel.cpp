@@ -266,7 +266,7 @@ void DiagnosePanel::onCurrentChanged()
     auto esc = [](const std::string& s) { return QString::fromStdString(s).toHtmlEscaped(); };
     QString html
         = QStringLiteral("<h3 style=\"margin:0\">%1 <span style=\"font-weight:normal;color:gray\">%2</span></h3>")
-              .arg(esc(f->code), esc(f->severity));
+              .arg(esc(f->name()), esc(severityName(f->severity)));
     html += QStringLiteral("<p>%1</p>").arg(esc(f->message));
     if (!f->pytorchError.empty())
         html += tr("<p><b>PyTorch would raise:</b></p>")
@@ -279,7 +279,7 @@ void DiagnosePanel::onCurrentChanged()
     if (!f->actions.empty()) {
         html += tr("<p><b>Apply fix</b> will:</p><ul>");
         for (const auto& a : f->actions)
-            html += QStringLiteral("<li><tt>%1</tt> %2</li>").arg(esc(a.kind), esc(a.description));
+            html += QStringLiteral("<li><tt>%1</tt> %2</li>").arg(esc(fixActionKindName(a.kind)), esc(a.description));
         html += QStringLiteral("</ul>");
     }
     if (!f->keys.empty()) {

@@ -11,11 +11,9 @@ DiagnosisModel::DiagnosisModel(QObject* parent)
     : QAbstractTableModel(parent)
 { }
 
-int DiagnosisModel::severityRank(const std::string& severity)
+int DiagnosisModel::severityRank(Severity severity)
 {
-    if (severity == "error") return 0;
-    if (severity == "warning") return 1;
-    return 2;
+    return static_cast<int>(severity); // Error < Warning < Info
 }
 
 void DiagnosisModel::setData(Diagnosis diagnosis)
@@ -48,7 +46,7 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     const int col = index.column();
     switch (role) {
     case SeverityRole:
-        return QString::fromStdString(f->severity);
+        return QString::fromLatin1(severityName(f->severity));
     case FixableRole:
         return !f->actions.empty();
     case SortRole:
@@ -56,17 +54,17 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
         break;
     case Qt::DecorationRole:
         if (col == SeverityColumn) {
-            const auto icon = f->severity == "error" ? QStyle::SP_MessageBoxCritical
-                : f->severity == "warning"           ? QStyle::SP_MessageBoxWarning
-                                                     : QStyle::SP_MessageBoxInformation;
+            const auto icon = f->severity == Severity::Error ? QStyle::SP_MessageBoxCritical
+                : f->severity == Severity::Warning           ? QStyle::SP_MessageBoxWarning
+                                                             : QStyle::SP_MessageBoxInformation;
             return QApplication::style()->standardIcon(icon);
         }
         return {};
     case Qt::ForegroundRole:
         if (col == SeverityColumn)
-            return f->severity == "error"  ? QColor(0xd6, 0x27, 0x28)
-                : f->severity == "warning" ? QColor(0xb3, 0x59, 0x00)
-                                           : QColor(0x1f, 0x6f, 0xb4);
+            return f->severity == Severity::Error  ? QColor(0xd6, 0x27, 0x28)
+                : f->severity == Severity::Warning ? QColor(0xb3, 0x59, 0x00)
+                                                   : QColor(0x1f, 0x6f, 0xb4);
         return {};
     case Qt::ToolTipRole:
         return QString::fromStdString(f->message);
@@ -76,12 +74,12 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     if (role != Qt::DisplayRole && role != SortRole) return {};
     switch (col) {
     case SeverityColumn:
-        return QString::fromStdString(f->severity);
+        return QString::fromLatin1(severityName(f->severity));
     case CodeColumn:
-        if (role == SortRole || f->actions.empty()) return QString::fromStdString(f->code);
-        return QString(QString::fromStdString(f->code) + tr(" (fixable)"));
+        if (role == SortRole || f->actions.empty()) return QString::fromStdString(f->name());
+        return QString(QString::fromStdString(f->name()) + tr(" (fixable)"));
     case OptimizerColumn:
-        return QString::fromStdString(f->optimizer);
+        return QString::fromStdString(f->key);
     case MessageColumn:
         return QString::fromStdString(f->message);
     default:

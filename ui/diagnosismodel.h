@@ -27,7 +27,7 @@ public:
     QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
     /// 0 error, 1 warning, 2 info (sort order)
-    static int severityRank(const std::string& severity);
+    static int severityRank(Severity severity);
 
 private:
     Diagnosis m_diagnosis;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "valuespreviewmodel.h"
 
-#include "elementdecoder.h"
 #include "format.h"
+#include "optscope/element_decoder.h"
 
 #include "optscope/tensor_assembler.h"
 

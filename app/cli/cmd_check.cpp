@@ -31,8 +31,8 @@ int runCheck(const std::vector<std::string>& argv)
         std::cout << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else {
         for (const auto& f : report.findings)
-            std::cout << f.severity << " [" << f.code << "]" << (f.key.empty() ? "" : " " + f.key) << ": " << f.message
-                      << "\n";
+            std::cout << severityName(f.severity) << " [" << f.name() << "]" << (f.key.empty() ? "" : " " + f.key)
+                      << ": " << f.message << "\n";
         std::cout << (report.clean() ? "clean: " : std::to_string(report.findings.size()) + " finding(s): ")
                   << report.tensorsChecked << " tensors, " << report.chunksChecked << " chunks, "
                   << report.optimizersChecked << " optimizer state dict(s) checked in " << cp->path << "\n";

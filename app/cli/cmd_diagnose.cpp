@@ -31,17 +31,42 @@ std::optional<ExpectedParams> expectedFrom(const Args& args, const Progress& pro
     }
 }
 
+std::optional<TargetOptimizer> targetFrom(const Args& args, const Progress& progress)
+{
+    const auto t = args.value("--target-optim");
+    if (!t) return std::nullopt;
+    return TargetOptimizer::fromCheckpoint(*openCheckpoint(*t, progress));
+}
+
 void printDiagnosis(const Diagnosis& d)
 {
     for (const auto& f : d.findings) {
-        std::cout << f.severity << " [" << f.code << "]" << (f.optimizer.empty() ? "" : " " + f.optimizer) << ": "
+        std::cout << severityName(f.severity) << " [" << f.name() << "]" << (f.key.empty() ? "" : " " + f.key) << ": "
                   << f.message << "\n";
         if (!f.pytorchError.empty()) std::cout << "    PyTorch: " << f.pytorchError << "\n";
         if (!f.fix.empty())
             std::cout << "    fix: " << f.fix << (f.actions.empty() ? "" : " [optscope-cli fix applies it]") << "\n";
     }
+    if (!d.verdicts.empty()) std::cout << "what PyTorch 2.6 does with it:\n";
+    for (const auto& v : d.verdicts) {
+        std::cout << "  " << loadPathName(v.path) << ": ";
+        if (v.outcome == LoadOutcome::NotApplicable)
+            std::cout << "n/a (" << v.why << ")\n";
+        else if (v.outcome == LoadOutcome::Raises)
+            std::cout << "raises " << v.exception << ": " << v.message << "\n";
+        else
+            std::cout << "loads"
+                      << (v.paramsTotal >= 0 ? " (" + std::to_string(v.paramsWithState) + " of "
+                                     + std::to_string(v.paramsTotal) + " parameters get state)"
+                                             : std::string())
+                      << (v.stepAfterLoad.empty() || v.stepAfterLoad == "ok"
+                                 ? std::string()
+                                 : "; the first step() raises " + v.stepAfterLoad)
+                      << "\n";
+    }
     std::cout << d.findings.size() << " finding(s) in " << d.path
-              << (d.expectedSource.empty() ? "" : " against " + d.expectedSource) << "\n";
+              << (d.expectedSource.empty() ? "" : " against " + d.expectedSource)
+              << (d.optimizerKind.empty() ? "" : " (" + d.optimizerKind + ")") << "\n";
 }
 
 } // namespace
@@ -49,8 +74,9 @@ void printDiagnosis(const Diagnosis& d)
 int runDiagnose(const std::vector<std::string>& argv)
 {
     const Args args(argv,
-        {{"--model", true, "model, reference optimizer or FQN list"}, {"--json", false, "print JSON"},
-            {"--help", false, "show this help", "-h"}});
+        {{"--model", true, "model, reference optimizer or FQN list"},
+            {"--target-optim", true, "the optimizer the loading code builds (its param groups)"},
+            {"--json", false, "print JSON"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("diagnose");
         return ExitOk;
@@ -59,22 +85,22 @@ int runDiagnose(const std::vector<std::string>& argv)
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const auto expected = expectedFrom(args, progress);
-    const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress);
+    const auto target = targetFrom(args, progress);
+    const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress, target ? &*target : nullptr);
     finishTerminalProgress();
     if (args.has("--json"))
         std::cout << d.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     else
         printDiagnosis(d);
-    bool problems = false;
-    for (const auto& f : d.findings)
-        problems = problems || f.severity != "info";
-    return problems ? ExitFindings : ExitOk;
+    return d.hasProblems() ? ExitFindings : ExitOk;
 }
 
 int runFix(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--model", true, "model, reference optimizer or FQN list"},
+            {"--target-optim", true, "the optimizer the loading code builds (its param groups)"},
+            {"--rename", true, "OLD=NEW: rename a parameter or module prefix (repeatable)"},
             {"--output", true, "output (file, or folder for DCP input)", "-o"}, {"--json", false, "print JSON"},
             {"--no-fsync", false, "skip fsync before the rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
@@ -87,10 +113,14 @@ int runFix(const std::vector<std::string>& argv)
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const auto expected = expectedFrom(args, progress);
-    const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress);
+    const auto target = targetFrom(args, progress);
+    const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress, target ? &*target : nullptr);
+    std::vector<UserRename> renames;
+    for (const auto& r : args.values("--rename"))
+        renames.push_back(UserRename::parse(r));
     WriteOptions write;
     write.fsync = !args.has("--no-fsync");
-    const FixResult r = applyFixes(*cp, d, *out, progress, write);
+    const FixResult r = applyFixes(*cp, d, *out, progress, write, renames);
     finishTerminalProgress();
     if (args.has("--json")) {
         nlohmann::ordered_json j {

@@ -18,6 +18,8 @@ int runUnflatten(const std::vector<std::string>& argv);
 int runDiff(const std::vector<std::string>& argv);
 int runDiagnose(const std::vector<std::string>& argv);
 int runFix(const std::vector<std::string>& argv);
+int runMap(const std::vector<std::string>& argv);
+int runCodes(const std::vector<std::string>& argv);
 
 std::string commandUsage(const std::string& name)
 {
@@ -84,26 +86,42 @@ const std::vector<Command>& commands()
             "Exit status: 0 equal within tolerance, 1 different, 2 error.\n",
             runDiff},
         {"diagnose", "explain missing/unexpected-key errors: what is wrong, PyTorch's error, the fix",
-            "usage: optscope-cli diagnose OPTIM [--model MODEL] [--json]\n"
+            "usage: optscope-cli diagnose OPTIM [--model MODEL] [--target-optim TARGET] [--json]\n"
             "\n"
             "OPTIM is any checkpoint holding optimizer state (torch.save file or DCP folder). MODEL is a model\n"
             "state dict (file or DCP), another optimizer checkpoint, or a text file of expected FQNs (one per\n"
-            "line, optionally followed by a shape like 3,4). Findings have stable codes: prefix-mismatch, id-keyed,\n"
-            "flattened-format, missing-state, unexpected-state, param-groups-mismatch, shape-mismatch,\n"
-            "step-inconsistent, step-dtype, shard-gap, shard-overlap, empty-state; each says what is wrong, the text\n"
-            "PyTorch would raise, and the fix.\n"
-            "  --json   {\"findings\": [{\"code\", \"severity\", \"message\", \"pytorch_error\", \"fix\", ...}]}\n"
+            "line, optionally followed by a shape like 3,4). TARGET is the optimizer the loading code builds (a saved\n"
+            "optimizer.state_dict(): its param group sizes); without it, one group over model.parameters().\n"
+            "Findings use the codes `optscope-cli codes` lists (the same as check's); each says what is wrong, the\n"
+            "text PyTorch raises, and the fix. With MODEL, it also says what PyTorch 2.6 does on each load path:\n"
+            "optimizer.load_state_dict, set_optimizer_state_dict (strict or not), FSDP.optim_state_dict_to_load,\n"
+            "model.load_state_dict: loads (how many parameters get state; whether the first step() works), or the\n"
+            "exception and its text.\n"
+            "  --json   {\"findings\": [{\"code\", \"severity\", \"message\", \"pytorch_error\", \"fix\", ...}],\n"
+            "            \"verdicts\": {PATH: {\"loads\", \"exception\", \"message\", ...}}}\n"
             "Exit status: 0 nothing but information, 1 findings, 2 error.\n",
             runDiagnose},
         {"fix", "apply the renames and re-keying diagnose proposes; write the result in the input's format",
-            "usage: optscope-cli fix OPTIM --model MODEL -o OUT [--json]\n"
+            "usage: optscope-cli fix OPTIM --model MODEL -o OUT [--rename OLD=NEW]... [--json]\n"
             "\n"
-            "Applies what `diagnose OPTIM --model MODEL` proposes (prefix renames, integer ids -> FQNs, flattened ->\n"
-            "nested optimizer format, float32 steps) and writes OUT in OPTIM's format: a torch.save file, or a new "
-            "DCP\n"
-            "folder. OPTIM is never modified; OUT appears only when complete (and synced; --no-fsync skips that).\n"
+            "Applies what `diagnose OPTIM --model MODEL` proposes (wrapper/prefix renames, renamed layers paired by\n"
+            "shape and position, integer ids -> FQNs, flattened -> nested optimizer format, float32 steps) and every\n"
+            "--rename (a parameter name or a module prefix: --rename fc1=fc_in renames fc1.weight and fc1.bias), to\n"
+            "every part that names parameters: state keys, params, param_names, and the model state dict saved beside\n"
+            "the optimizer. Writes OUT in OPTIM's format: a torch.save file, or a new DCP folder. OPTIM is never\n"
+            "modified; OUT appears only when complete (and synced; --no-fsync skips that).\n"
             "Exit status: 0 written, 2 error (including: nothing to fix).\n",
             runFix},
+        {"map", "the parameter table: integer id <-> FQN <-> FSDP1 flat parameter <-> shape <-> states <-> group",
+            "usage: optscope-cli map OPTIM [--model MODEL] [--units PREFIX,...] [--world-size N] [--json|--csv]\n"
+            "\n"
+            "Prints the table the GUI's FQN mapping panel shows, for every optimizer state dict in OPTIM. Integer ids\n"
+            "are named from param_names, from raw FSDP1 flat-parameter layouts (MODEL needed), or by position from\n"
+            "the model in the same file or MODEL; the source of every name is given.\n"
+            "Exit status: 0, or 2 error.\n",
+            runMap},
+        {"codes", "the finding codes check and diagnose report, with severity and meaning",
+            "usage: optscope-cli codes [--json]\n", runCodes},
         {"unflatten", "turn raw FSDP1 flat-parameter optimizer files into FQN-keyed full state",
             "usage: optscope-cli unflatten RANK_FILE... --model MODEL [--units PREFIX,...] -o OUT.pt [--json]\n"
             "\n"

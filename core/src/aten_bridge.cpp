@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "aten_impl.h"
 #include "aten_scalar_type.h"
+#include "optscope/element_decoder.h"
 
 #include <optional>
 
@@ -63,40 +64,6 @@ void copyBlock(const ChunkData& src, const std::vector<int64_t>& srcBegin, const
     d.copy_(s);
 }
 
-namespace {
-
-/// float8 formats (OCP FP8 and the AMD "fnuz" variants): sign, exponent bits, mantissa bits, bias, and where NaN is
-double decodeFloat8(uint8_t b, int expBits, int manBits, int bias, bool fnuz, bool hasInf)
-{
-    if (fnuz && b == 0x80) return std::numeric_limits<double>::quiet_NaN();
-    const bool sign = (b & 0x80) != 0;
-    const int exp = (b >> manBits) & ((1 << expBits) - 1);
-    const int man = b & ((1 << manBits) - 1);
-    const int maxExp = (1 << expBits) - 1;
-    if (!fnuz) {
-        if (hasInf && exp == maxExp)
-            return man ? std::numeric_limits<double>::quiet_NaN()
-                       : (sign ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity());
-        if (!hasInf && exp == maxExp && man == (1 << manBits) - 1)
-            return std::numeric_limits<double>::quiet_NaN(); // e4m3fn: S.1111.111
-    }
-    double v;
-    if (exp == 0)
-        v = std::ldexp(static_cast<double>(man), 1 - bias - manBits);
-    else
-        v = std::ldexp(1.0 + static_cast<double>(man) / (1 << manBits), exp - bias);
-    return sign ? -v : v;
-}
-
-template<typename T> T load(const uint8_t* p)
-{
-    T v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-} // namespace
-
 std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
 {
     std::vector<double> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
@@ -107,52 +74,10 @@ std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
         dst.copy_(src);
         return out;
     }
+    // dtypes libtorch 1.13 lacks (float8, uint16-64) and complex32: the core's one element decoder
     const size_t elem = dtypeSize(dtype);
-    for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* p = data + static_cast<size_t>(i) * elem;
-        double v = std::numeric_limits<double>::quiet_NaN();
-        switch (dtype) {
-        case DType::UInt16:
-            v = load<uint16_t>(p);
-            break;
-        case DType::UInt32:
-            v = load<uint32_t>(p);
-            break;
-        case DType::UInt64:
-            v = static_cast<double>(load<uint64_t>(p));
-            break;
-        case DType::Float8_e5m2:
-            v = decodeFloat8(*p, 5, 2, 15, false, true);
-            break;
-        case DType::Float8_e4m3fn:
-            v = decodeFloat8(*p, 4, 3, 7, false, false);
-            break;
-        case DType::Float8_e5m2fnuz:
-            v = decodeFloat8(*p, 5, 2, 16, true, false);
-            break;
-        case DType::Float8_e4m3fnuz:
-            v = decodeFloat8(*p, 4, 3, 8, true, false);
-            break;
-        case DType::Float8_e8m0fnu:
-            v = *p == 0xff ? v : std::ldexp(1.0, int(*p) - 127);
-            break;
-        case DType::Complex64:
-            v = load<float>(p);
-            break;
-        case DType::Complex128:
-            v = load<double>(p);
-            break;
-        case DType::Complex32: {
-            at::Half h;
-            std::memcpy(&h, p, 2);
-            v = static_cast<float>(h);
-            break;
-        }
-        default:
-            break;
-        }
-        out[static_cast<size_t>(i)] = v;
-    }
+    for (int64_t i = 0; i < n; ++i)
+        out[static_cast<size_t>(i)] = ElementDecoder::decode(data + static_cast<size_t>(i) * elem, dtype);
     return out;
 }
 

@@ -14,6 +14,13 @@
 
 namespace optscope {
 
+bool CheckReport::clean() const
+{
+    for (const auto& f : findings)
+        if (f.severity != Severity::Info) return false;
+    return true;
+}
+
 nlohmann::ordered_json CheckReport::toJson() const
 {
     nlohmann::ordered_json j;
@@ -23,9 +30,7 @@ nlohmann::ordered_json CheckReport::toJson() const
     j["optimizers_checked"] = optimizersChecked;
     j["findings"] = nlohmann::ordered_json::array();
     for (const auto& f : findings)
-        j["findings"].push_back({{"code", f.code}, {"severity", f.severity},
-            {"key", f.key.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.key)},
-            {"message", f.message}, {"ranks", f.ranks}, {"offsets", f.offsets}});
+        j["findings"].push_back(f.toJson());
     return j;
 }
 
@@ -38,12 +43,16 @@ std::string numberText(double v)
     return o.str();
 }
 
-/// codes of the reader's error-severity warnings, mapped to check codes
-std::string readerCode(const std::string& code)
+/// the reader's error-severity warnings as findings (their codes are the reader's own)
+FindingCode readerCode(const std::string& code)
 {
-    if (code == "chunk-out-of-range") return "chunk-truncated";
-    if (code == "bad-storage-info" || code == "no-storage-data") return "missing-storage-info";
-    return code;
+    if (code == "chunk-out-of-range") return FindingCode::ChunkTruncated;
+    if (code == "bad-storage-info" || code == "no-storage-data" || code == "missing-storage-info")
+        return FindingCode::MissingStorageInfo;
+    if (code == "missing-file") return FindingCode::MissingFile;
+    if (code == "unsupported-transform") return FindingCode::UnsupportedTransform;
+    if (code == "unreadable-value") return FindingCode::UnreadableValue;
+    return FindingCode::BadMetadata;
 }
 
 class Checker
@@ -58,8 +67,9 @@ public:
     CheckReport run()
     {
         for (const auto& w : m_cp.warnings) {
+            if (w.code == "unsafe-global") add(FindingCode::UnsafeGlobal, w.key, w.message);
             if (!w.isError) continue;
-            add(readerCode(w.code), "error", w.key, w.message);
+            add(readerCode(w.code), w.key, w.message);
             if (w.code == "missing-file") m_missingFiles.insert(missingFileName(w.message));
         }
         const size_t n = m_cp.entries.size();
@@ -71,7 +81,7 @@ public:
             const Entry& e = m_cp.entries[i];
             if (e.isTensor()) checkTensor(e);
         }
-        checkOptimizers();
+        if (m_opt.optimizers) checkOptimizers();
         m_progress(1.0, "checking");
         return std::move(m_report);
     }
@@ -85,9 +95,9 @@ private:
         return a == std::string::npos || b == std::string::npos ? std::string() : message.substr(a + 1, b - a - 1);
     }
 
-    CheckFinding& add(std::string code, std::string severity, std::string key, std::string message)
+    Finding& add(FindingCode code, std::string key, std::string message)
     {
-        m_report.findings.push_back({std::move(code), std::move(severity), std::move(key), std::move(message), {}, {}});
+        m_report.findings.emplace_back(code, std::move(message), std::move(key));
         return m_report.findings.back();
     }
 
@@ -109,7 +119,7 @@ private:
         const TensorEntry& t = e.tensor;
         const ShardLayout L = ShardLayout::of(t);
         for (size_t i : L.outOfBounds) {
-            auto& f = add("chunk-out-of-bounds", "error", e.key,
+            auto& f = add(FindingCode::ChunkOutOfBounds, e.key,
                 "chunk at offsets " + shapeText(t.chunks[i].offsets) + " sizes " + shapeText(t.chunks[i].sizes)
                     + " lies outside the tensor " + shapeText(t.shape));
             f.ranks = {t.chunks[i].rank};
@@ -120,9 +130,9 @@ private:
             const auto& a = t.chunks[o.first];
             const auto& b = t.chunks[o.second];
             const bool identical = a.offsets == b.offsets && a.sizes == b.sizes;
-            CheckFinding* f = nullptr;
+            Finding* f = nullptr;
             if (identical && m_opt.readChunks && sameBytes(e, o.first, o.second)) {
-                f = &add("chunk-duplicate", "warning", e.key,
+                f = &add(FindingCode::ChunkDuplicate, e.key,
                     "the same region " + boxText(o.region) + " is listed twice "
                         + (a.rank == b.rank
                                 ? "(both entries point to rank " + std::to_string(a.rank) + "'s copy)"
@@ -141,9 +151,9 @@ private:
                             + std::to_string(t.chunks[idx].rank) + ": " + (v.empty() ? "?" : numberText(v[0]));
                     } catch (const Error&) { }
                 }
-                f = &add("step-inconsistent", "error", e.key, "step differs between ranks (" + values + ")");
+                f = &add(FindingCode::StepRankConflict, e.key, "step differs between ranks (" + values + ")");
             } else {
-                f = &add("chunk-overlap", "error", e.key,
+                f = &add(FindingCode::ChunkOverlap, e.key,
                     "chunks of ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + " overlap at "
                         + boxText(o.region) + (identical ? " (same region, different bytes)" : ""));
             }
@@ -151,13 +161,13 @@ private:
             f->offsets = {a.offsets, b.offsets};
         }
         for (const auto& g : L.gaps) {
-            auto& f = add("chunk-gap", "error", e.key,
+            auto& f = add(FindingCode::ChunkGap, e.key,
                 "no chunk covers " + boxText(g) + " of the tensor " + shapeText(t.shape) + " ("
                     + std::to_string(g.numel()) + " elements)");
             f.offsets = {g.offsets};
         }
         if (!L.gapsExact)
-            add("chunk-gap", "error", e.key,
+            add(FindingCode::ChunkGap, e.key,
                 "chunks cover " + std::to_string(L.coveredElements) + " of " + std::to_string(L.totalElements)
                     + " elements");
 
@@ -170,14 +180,14 @@ private:
             try {
                 const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c);
                 if (d.dtype != t.dtype) {
-                    auto& f = add("dtype-mismatch", "error", e.key,
+                    auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
                         "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
                             + ", the tensor is " + std::string(dtypeName(t.dtype)));
                     f.ranks = {c.rank};
                     f.offsets = {c.offsets};
                 }
                 if (d.sizes != c.sizes) {
-                    auto& f = add("shape-mismatch", "error", e.key,
+                    auto& f = add(FindingCode::ChunkShapeMismatch, e.key,
                         "chunk of rank " + std::to_string(c.rank) + " stores shape " + shapeText(d.sizes)
                             + ", the metadata says " + shapeText(c.sizes));
                     f.ranks = {c.rank};
@@ -185,7 +195,8 @@ private:
                 }
             } catch (const Error& err) {
                 if (err.kind() == ErrorKind::Cancelled) throw;
-                auto& f = add(err.kind() == ErrorKind::Truncated ? "chunk-truncated" : "unreadable-chunk", "error",
+                auto& f = add(
+                    err.kind() == ErrorKind::Truncated ? FindingCode::ChunkTruncated : FindingCode::UnreadableChunk,
                     e.key, err.what());
                 f.ranks = {c.rank};
                 f.offsets = {c.offsets};
@@ -195,40 +206,10 @@ private:
 
     void checkOptimizers()
     {
-        for (const OptimizerView& v : findOptimizers(m_cp)) {
-            ++m_report.optimizersChecked;
-            const std::string root = v.rootKey().empty() ? std::string("<root>") : v.rootKey();
-            const auto listed = v.groupParams();
-            if (v.params.empty() && !listed.empty()) {
-                add("empty-optimizer-state", "error", v.rootKey(),
-                    "optimizer '" + root + "' lists " + std::to_string(listed.size())
-                        + " parameters in param_groups but has no state for any of them (never stepped, or saved "
-                          "while the state was empty)");
-                continue;
-            }
-            // step must agree between the parameters of one optimizer
-            std::map<double, std::vector<std::string>> byStep;
-            for (const auto& p : v.params) {
-                auto it = p.states.find("step");
-                if (it == p.states.end()) continue;
-                try {
-                    if (auto s = readScalar(m_cp, *it->second)) byStep[*s].push_back(p.key);
-                } catch (const Error&) {
-                    // unreadable data is reported by the tensor checks
-                }
-            }
-            if (byStep.size() > 1) {
-                std::string detail;
-                for (const auto& [value, params] : byStep) {
-                    if (!detail.empty()) detail += "; ";
-                    detail += "step " + numberText(value) + ": " + std::to_string(params.size()) + " parameter"
-                        + (params.size() == 1 ? "" : "s") + " (" + params.front() + (params.size() > 1 ? ", ..." : "")
-                        + ")";
-                }
-                add("step-inconsistent", "error", v.rootKey(),
-                    "optimizer '" + root + "' has different step values: " + detail);
-            }
-        }
+        const ParamTable table = ParamTable::build(m_cp);
+        m_report.optimizersChecked = table.optimizers.size();
+        for (auto& f : optimizerFindings(m_cp, table))
+            m_report.findings.push_back(std::move(f));
     }
 
     const Checkpoint& m_cp;

@@ -3,6 +3,7 @@
 #include "optscope/dcp_writer.h"
 #include "optscope/error.h"
 #include "optscope/optimizer_view.h"
+#include "optscope/param_table.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/tensor_values.h"
 
@@ -18,7 +19,8 @@ namespace {
 struct OptimizerRewrite
 {
     const OptimizerView* view = nullptr;
-    std::map<std::string, std::string> rename; ///< parameter key (id or FQN) -> new key
+    std::map<std::string, std::string> rekey; ///< integer id -> FQN (rekey-ids)
+    std::map<std::string, std::string> rename; ///< parameter name -> new name (state keys, params, param_names)
     bool toNested = false;
     bool castStep = false;
 };
@@ -44,10 +46,27 @@ KeyPathElem key(const std::string& s)
 
 } // namespace
 
-FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,
-    const Progress& progress, WriteOptions options)
+UserRename UserRename::parse(const std::string& text)
 {
-    if (!diagnosis.fixable())
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size() || text.find('=', eq + 1) != std::string::npos)
+        throw Error(
+            ErrorKind::Usage, "--rename", "expects OLD=NEW (a parameter name or a module prefix), got '" + text + "'");
+    return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+std::optional<std::string> UserRename::apply(const std::string& name) const
+{
+    if (name == from) return to;
+    if (name.size() > from.size() && name.compare(0, from.size(), from) == 0 && name[from.size()] == '.')
+        return to + name.substr(from.size());
+    return std::nullopt;
+}
+
+FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,
+    const Progress& progress, WriteOptions options, const std::vector<UserRename>& userRenames)
+{
+    if (!diagnosis.fixable() && userRenames.empty())
         throw Error(ErrorKind::Usage, cp.path, "the diagnosis proposes nothing that can be applied mechanically");
     FixResult result;
     result.output = output;
@@ -55,22 +74,49 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
     std::vector<OptimizerRewrite> rewrites(views.size());
     for (size_t i = 0; i < views.size(); ++i)
         rewrites[i].view = &views[i];
+    std::map<std::string, std::string> modelRename; // key of the model saved beside the optimizer -> new key
     for (const auto& f : diagnosis.findings) {
+        if (f.actions.empty()) continue;
+        for (const auto& a : f.actions)
+            if (a.kind == FixAction::Kind::RenameModelKey) modelRename[a.from] = a.to;
         for (auto& r : rewrites) {
-            if (r.view->rootKey() != f.optimizer) continue;
+            if (r.view->rootKey() != f.key) continue;
             for (const auto& a : f.actions) {
-                if (a.kind == "rename-prefix" || a.kind == "rekey-ids")
+                if (a.kind == FixAction::Kind::RenameParam)
                     r.rename[a.from] = a.to;
-                else if (a.kind == "unflatten-format")
+                else if (a.kind == FixAction::Kind::RekeyIds)
+                    r.rekey[a.from] = a.to;
+                else if (a.kind == FixAction::Kind::UnflattenFormat)
                     r.toNested = true;
-                else if (a.kind == "cast-step")
+                else if (a.kind == FixAction::Kind::CastStep)
                     r.castStep = true;
             }
-            if (!f.actions.empty())
-                result.applied.push_back(f.code + ": "
-                    + (f.actions.size() == 1 ? f.actions[0].description
-                                             : std::to_string(f.actions.size()) + " changes"));
         }
+        result.applied.push_back(std::string(f.name()) + ": "
+            + (f.actions.size() == 1 ? f.actions[0].description : std::to_string(f.actions.size()) + " changes"));
+    }
+    // the user's renames: every name of every optimizer, and the model part's keys
+    const auto modelPart = ModelParams::modelPartOf(cp);
+    for (const auto& u : userRenames) {
+        size_t hits = 0;
+        for (auto& r : rewrites) {
+            std::vector<std::string> names = r.view->groupParams();
+            for (const auto& g : r.view->groups)
+                names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
+            for (const auto& p : r.view->params)
+                names.push_back(p.key);
+            for (const auto& n : names)
+                if (auto to = u.apply(n)) hits += r.rename.emplace(n, *to).second;
+        }
+        if (modelPart && !modelPart->root.empty())
+            for (const auto* list : {&modelPart->fqns, &modelPart->buffers})
+                for (const auto& k : *list)
+                    if (auto to = u.apply(k)) hits += modelRename.emplace(k, *to).second;
+        if (!hits)
+            throw Error(ErrorKind::Usage, cp.path,
+                "--rename " + u.from + "=" + u.to + ": no parameter is named '" + u.from + "' or starts with '" + u.from
+                    + ".'");
+        result.applied.push_back("rename: '" + u.from + "' -> '" + u.to + "' (" + std::to_string(hits) + " names)");
     }
 
     auto arena = std::make_shared<PyArena>();
@@ -80,12 +126,11 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
         const OptimizerView& v = *r.view;
         std::set<std::string> renamedOnce;
         auto renamed = [&](const std::string& k) {
-            auto it = r.rename.find(k);
-            if (it != r.rename.end()) {
-                if (renamedOnce.insert(k).second) ++result.renamedKeys;
-                return it->second;
-            }
-            return k;
+            std::string n = k;
+            if (auto it = r.rekey.find(n); it != r.rekey.end()) n = it->second;
+            if (auto it = r.rename.find(n); it != r.rename.end()) n = it->second;
+            if (n != k && renamedOnce.insert(k).second) ++result.renamedKeys;
+            return n;
         };
         // state
         for (const auto& p : v.params) {
@@ -133,7 +178,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
                 }
                 return l;
             };
-            const bool idsStay = v.idKeyed && r.rename.empty();
+            const bool idsStay = v.idKeyed && r.rekey.empty();
             KeyPath gp = v.root;
             gp.push_back(key("param_groups"));
             gp.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(g)));
@@ -213,6 +258,12 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
             if (!handled.count(&e)) {
                 Item it;
                 it.path = e.path;
+                // the model state dict saved beside the optimizer
+                if (modelPart && !modelPart->root.empty() && e.path.size() == 2 && e.path[0] == modelPart->root[0])
+                    if (auto mr = modelRename.find(e.path[1].key); mr != modelRename.end()) {
+                        it.path[1] = key(mr->second);
+                        ++result.renamedKeys;
+                    }
                 it.source = &e;
                 it.value = e.isTensor() ? nullptr : e.value;
                 ordered.push_back(std::move(it));

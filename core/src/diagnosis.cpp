@@ -1,24 +1,68 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/diagnosis.h"
+#include "optscope/checkpoint_check.h"
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
-#include "optscope/optimizer_view.h"
-#include "optscope/shard_layout.h"
-#include "optscope/tensor_values.h"
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
-#include <sstream>
 
 namespace optscope {
+
+const char* loadPathName(LoadPath path)
+{
+    switch (path) {
+    case LoadPath::OptimizerLoadStateDict:
+        return "optimizer.load_state_dict";
+    case LoadPath::SetOptimizerStateDict:
+        return "set_optimizer_state_dict";
+    case LoadPath::SetOptimizerStateDictNonStrict:
+        return "set_optimizer_state_dict(strict=False)";
+    case LoadPath::Fsdp1OptimStateDictToLoad:
+        return "fsdp1.optim_state_dict_to_load";
+    case LoadPath::ModelLoadStateDict:
+        return "model.load_state_dict";
+    }
+    return "?";
+}
+
+nlohmann::ordered_json LoadVerdict::toJson() const
+{
+    using json = nlohmann::ordered_json;
+    json j;
+    j["path"] = loadPathName(path);
+    if (outcome == LoadOutcome::NotApplicable) {
+        j["skipped"] = why;
+        return j;
+    }
+    j["loads"] = outcome == LoadOutcome::Loads;
+    if (outcome == LoadOutcome::Raises) {
+        j["exception"] = exception;
+        j["message"] = message;
+    } else {
+        if (paramsTotal >= 0) {
+            j["params_with_state"] = paramsWithState;
+            j["params_total"] = paramsTotal;
+            j["step_after_load"] = stepAfterLoad;
+        }
+    }
+    j["why"] = why;
+    return j;
+}
 
 bool Diagnosis::fixable() const
 {
     for (const auto& f : findings)
         if (!f.actions.empty()) return true;
+    return false;
+}
+
+bool Diagnosis::hasProblems() const
+{
+    for (const auto& f : findings)
+        if (f.severity != Severity::Info) return true;
     return false;
 }
 
@@ -28,18 +72,30 @@ nlohmann::ordered_json Diagnosis::toJson() const
     json j;
     j["path"] = path;
     j["expected"] = expectedSource.empty() ? json(nullptr) : json(expectedSource);
+    j["optimizer_kind"] = optimizerKind;
     j["fixable"] = fixable();
     j["findings"] = json::array();
-    for (const auto& f : findings) {
-        json a = json::array();
-        for (const auto& x : f.actions)
-            a.push_back({{"kind", x.kind}, {"from", x.from}, {"to", x.to}, {"description", x.description}});
-        j["findings"].push_back({{"code", f.code}, {"severity", f.severity}, {"message", f.message},
-            {"pytorch_error", f.pytorchError.empty() ? json(nullptr) : json(f.pytorchError)},
-            {"fix", f.fix.empty() ? json(nullptr) : json(f.fix)}, {"optimizer", f.optimizer}, {"keys", f.keys},
-            {"actions", a}});
-    }
+    for (const auto& f : findings)
+        j["findings"].push_back(f.toJson());
+    j["verdicts"] = json::object();
+    for (const auto& v : verdicts)
+        j["verdicts"][loadPathName(v.path)] = v.toJson();
     return j;
+}
+
+TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
+{
+    const auto views = findOptimizers(optimizer);
+    if (views.empty())
+        throw Error(ErrorKind::Format, optimizer.path, "holds no optimizer state dict (no param_groups found)");
+    TargetOptimizer t;
+    t.source = optimizer.path;
+    const ParamTable table = ParamTable::build(optimizer);
+    for (const auto& g : table.optimizers.front().groups)
+        t.groupSizes.push_back(g.params.size());
+    for (const ParamRow* r : table.rowsOf(0))
+        if (r->position >= 0) t.shapes.push_back(r->shape);
+    return t;
 }
 
 namespace {
@@ -48,8 +104,17 @@ std::string quoteList(const std::vector<std::string>& v, size_t max = 5)
 {
     std::string s;
     for (size_t i = 0; i < v.size() && i < max; ++i)
-        s += (i ? ", \"" : "\"") + v[i] + "\"";
+        s += (i ? ", '" : "'") + v[i] + "'";
     if (v.size() > max) s += ", ... (" + std::to_string(v.size()) + " in all)";
+    return s;
+}
+
+/// how nn.Module.load_state_dict lists keys
+std::string torchKeyList(const std::vector<std::string>& v)
+{
+    std::string s;
+    for (const auto& k : v)
+        s += (s.empty() ? "\"" : ", \"") + k + "\"";
     return s;
 }
 
@@ -58,649 +123,659 @@ std::vector<std::string> head(const std::vector<std::string>& v, size_t n = 8)
     return {v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size()))};
 }
 
-/// how PyTorch prints a shape in its error messages
 std::string torchSizeText(const std::vector<int64_t>& s)
 {
-    return "torch.Size(" + shapeText(s) + ")";
+    std::string t = "torch.Size([";
+    for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "])";
 }
 
-/// the parameter FQNs an optimizer names, with how they were found (ids are mapped through param_names if present)
-struct OptimizerParams
-{
-    std::vector<std::string> fqns; ///< in param_groups order (or state order if there are no groups)
-    bool fromIds = false;
-    std::vector<std::string> ids;
-    std::map<std::string, std::string> stateKeyOf; ///< fqn -> key used in "state"
-};
+const char* kGroupCountError = "loaded state dict has a different number of parameter groups";
+const char* kGroupSizeError
+    = "loaded state dict contains a parameter group that doesn't match the size of optimizer's group";
 
-OptimizerParams namesOf(const OptimizerView& v)
-{
-    OptimizerParams out;
-    std::vector<std::string> names;
-    bool haveNames = true;
-    for (const auto& g : v.groups) {
-        if (g.paramNames.size() != g.params.size()) haveNames = false;
-        names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
-    }
-    const std::vector<std::string> listed = v.groupParams();
-    if (v.idKeyed) {
-        out.fromIds = true;
-        out.ids = listed;
-        if (haveNames && names.size() == listed.size()) {
-            out.fqns = names;
-            for (size_t i = 0; i < names.size(); ++i)
-                out.stateKeyOf[names[i]] = listed[i];
-        }
-        return out;
-    }
-    out.fqns = listed;
-    for (const auto& p : v.params)
-        if (std::find(out.fqns.begin(), out.fqns.end(), p.key) == out.fqns.end())
-            out.fqns.push_back(p.key); // state for a parameter no group lists
-    for (const auto& f : out.fqns)
-        out.stateKeyOf[f] = f;
-    return out;
-}
-
-/// the plain leading prefix ("model.", "backbone.", ...) that, added to or removed from every name on one side, makes
-/// the sets agree best (wrapper prefixes are handled before, by normalising both sides)
+/// the plain leading prefix ("model.", "backbone.") that, added to or removed from the optimizer's names, makes the
+/// most of them model names (wrapper prefixes are handled before, by normalising)
 struct PrefixMatch
 {
     std::string prefix;
-    bool optimizerHasIt = false; ///< true: the optimizer's names carry the prefix the model lacks
+    bool optimizerHasIt = false;
     size_t matched = 0;
 };
 
 PrefixMatch bestPrefix(const std::vector<std::string>& optim, const std::set<std::string>& model)
 {
     PrefixMatch best;
-    auto count = [&](const std::vector<std::string>& names, const std::function<std::string(const std::string&)>& f) {
+    auto count = [&](const std::function<std::string(const std::string&)>& f) {
         size_t n = 0;
-        for (const auto& x : names)
+        for (const auto& x : optim)
             n += model.count(f(x)) > 0;
         return n;
     };
-    size_t base = count(optim, [](const std::string& x) { return x; });
-    std::set<std::string> candidates(wrapperPrefixes().begin(), wrapperPrefixes().end());
-    // common leading segments of either side (e.g. "model.", "backbone.", "chained_0.")
+    const size_t base = count([](const std::string& x) { return x; });
+    std::set<std::string> candidates;
     for (const auto& x : optim)
         if (auto dot = x.find('.'); dot != std::string::npos) candidates.insert(x.substr(0, dot + 1));
     for (const auto& x : model)
         if (auto dot = x.find('.'); dot != std::string::npos) candidates.insert(x.substr(0, dot + 1));
     for (const auto& p : candidates) {
-        const size_t strip
-            = count(optim, [&](const std::string& x) { return x.rfind(p, 0) == 0 ? x.substr(p.size()) : x; });
+        const size_t strip = count([&](const std::string& x) { return x.rfind(p, 0) == 0 ? x.substr(p.size()) : x; });
         if (strip > std::max(base, best.matched)) best = {p, true, strip};
-        const size_t add = count(optim, [&](const std::string& x) { return p + x; });
+        const size_t add = count([&](const std::string& x) { return p + x; });
         if (add > std::max(base, best.matched)) best = {p, false, add};
     }
     return best;
 }
 
-std::string applyPrefix(const std::string& x, const PrefixMatch& m)
-{
-    if (m.optimizerHasIt) return x.rfind(m.prefix, 0) == 0 ? x.substr(m.prefix.size()) : x;
-    return m.prefix + x;
-}
-
 class Diagnoser
 {
 public:
-    Diagnoser(const Checkpoint& cp, const ExpectedParams* expected, const Progress& progress)
+    Diagnoser(
+        const Checkpoint& cp, const ModelParams* expected, const TargetOptimizer* target, const Progress& progress)
         : m_cp(cp)
-        , m_expected(expected)
+        , m_exp(expected)
+        , m_target(target)
         , m_progress(progress)
+        , m_table(ParamTable::build(cp, expected))
     { }
 
     Diagnosis run()
     {
         Diagnosis d;
         d.path = m_cp.path;
-        d.expectedSource = m_expected ? m_expected->source : std::string();
-        const auto views = findOptimizers(m_cp);
-        shards(d);
-        if (views.empty()) {
-            d.findings.push_back({"empty-state", "error",
-                "no optimizer state dict was found in " + m_cp.path + " (nothing with \"state\" and \"param_groups\")",
-                "KeyError: 'state'", "point the loader at the optimizer part of the checkpoint", "", {}, {}});
+        d.expectedSource = m_exp ? m_exp->source : std::string();
+        // the structure as check sees it (metadata only: diagnosing never reads every chunk)
+        CheckOptions structural;
+        structural.readChunks = false;
+        structural.optimizers = false;
+        for (auto& f : checkCheckpoint(m_cp, structural, m_progress).findings)
+            d.findings.push_back(std::move(f));
+        if (m_table.optimizers.empty()) {
+            Finding f(FindingCode::NoOptimizer,
+                "no optimizer state dict was found in " + m_cp.path + " (nothing with \"state\" and \"param_groups\")");
+            f.pytorchError = "KeyError: 'param_groups'";
+            f.fix = "point the loader at the optimizer part of the checkpoint";
+            d.findings.push_back(std::move(f));
             return d;
         }
-        for (const auto& v : views) {
+        d.optimizerKind = optimizerKindName(m_table.kinds.front());
+        for (auto& f : optimizerFindings(m_cp, m_table))
+            d.findings.push_back(std::move(f));
+        if (!m_exp) return d;
+        for (size_t oi = 0; oi < m_table.optimizers.size(); ++oi) {
             m_progress.checkCancelled();
-            optimizer(v, d);
+            compare(static_cast<int>(oi), d, oi == 0);
         }
         return d;
     }
 
 private:
-    void add(Diagnosis& d, DiagnosisFinding f) { d.findings.push_back(std::move(f)); }
-
-    void shards(Diagnosis& d)
+    struct Names
     {
-        for (const auto& e : m_cp.entries) {
-            if (!e.isTensor()) continue;
-            const ShardLayout L = ShardLayout::of(e.tensor);
-            if (!L.gaps.empty() || !L.gapsExact) {
-                std::string where = L.gaps.empty() ? std::string("part of it") : boxText(L.gaps.front());
-                add(d,
-                    {"shard-gap", "error",
-                        "no chunk holds " + where + " of '" + e.key + "' ("
-                            + std::to_string(L.totalElements - L.coveredElements) + " of "
-                            + std::to_string(L.totalElements) + " elements missing)",
-                        "", "the checkpoint is incomplete: re-save it, or restore the missing rank's file", "", {e.key},
-                        {}});
-            }
-            if (!L.overlaps.empty()) {
-                const auto& o = L.overlaps.front();
-                const int ra = L.ranks[o.first], rb = L.ranks[o.second];
-                const std::string who = ra == rb
-                    ? "two chunks (both stored by rank " + std::to_string(ra) + ")"
-                    : "chunks of ranks " + std::to_string(ra) + " and " + std::to_string(rb);
-                add(d,
-                    {"shard-overlap", "error",
-                        who + " of '" + e.key + "' overlap at " + boxText(o.region) + " ("
-                            + std::to_string(L.overlaps.size())
-                            + " overlapping pair(s)); DCP's own save validation refuses this, and a loader takes one "
-                              "of them silently",
-                        "", "run `optscope-cli check` and `diff --ranks` to see whether the copies agree; re-save", "",
-                        {e.key}, {}});
-            }
-        }
+        std::vector<std::string> opt; ///< the optimizer's parameter names in param_groups order ("" unknown)
+        std::map<std::string, std::string> rename; ///< optimizer name -> model name
+    };
+
+    /// the model's parameter shape for a name (as written, or normalised)
+    const std::vector<int64_t>* modelShape(const std::string& fqn) const
+    {
+        auto it = m_exp->shapes.find(fqn);
+        if (it == m_exp->shapes.end()) it = m_exp->shapes.find(normalizeFqn(fqn).fqn);
+        return it == m_exp->shapes.end() ? nullptr : &it->second;
     }
 
-    void optimizer(const OptimizerView& v, Diagnosis& d)
+    /// first state of @p row whose shape is not what the parameter @p shape needs; "" if none
+    std::string wrongState(const ParamRow& row, OptimizerKind kind, const std::vector<int64_t>& shape) const
     {
+        if (!row.param) return {};
+        for (const auto& [name, e] : row.param->states) {
+            if (!e->isTensor()) continue;
+            const auto want = expectedStateShape(kind, name, shape);
+            if (!want || e->tensor.shape == *want) continue;
+            if (kind == OptimizerKind::Adafactor && shape.size() < 2 && name == "variance" && e->tensor.shape == shape)
+                continue;
+            return name + " " + torchSizeText(e->tensor.shape) + " vs " + torchSizeText(*want);
+        }
+        return {};
+    }
+
+    std::vector<size_t> targetGroupSizes() const
+    {
+        if (m_target) return m_target->groupSizes;
+        if (m_exp->fromOptimizer && !m_exp->groups.empty()) {
+            std::vector<size_t> s;
+            for (const auto& g : m_exp->groups)
+                s.push_back(g.size());
+            return s;
+        }
+        return {m_exp->fqns.size()};
+    }
+
+    void compare(int oi, Diagnosis& d, bool withVerdicts)
+    {
+        const OptimizerView& v = m_table.optimizers[static_cast<size_t>(oi)];
+        const OptimizerKind kind = m_table.kinds[static_cast<size_t>(oi)];
         const std::string root = v.rootKey();
         const std::string where = root.empty() ? std::string("the optimizer state dict") : "optimizer '" + root + "'";
-        const OptimizerParams names = namesOf(v);
-        const auto listed = v.groupParams();
+        const ModelParams& exp = *m_exp;
+        const auto rows = m_table.rowsOf(oi);
+        std::vector<const ParamRow*> listed; // by position
+        for (const ParamRow* r : rows)
+            if (r->position >= 0 && r->flatParam < 0) listed.push_back(r);
+        const bool fsdp1 = m_table.sources[static_cast<size_t>(oi)] == NameSource::Fsdp1Layout;
+        const std::vector<size_t> targetSizes = targetGroupSizes();
+        std::vector<size_t> savedSizes;
+        for (const auto& g : v.groups)
+            savedSizes.push_back(g.params.size());
+        size_t savedTotal = 0, targetTotal = 0;
+        for (auto s : savedSizes)
+            savedTotal += s;
+        for (auto s : targetSizes)
+            targetTotal += s;
+        const std::string targetText = m_target ? m_target->source
+            : exp.fromOptimizer                 ? exp.source
+                                                : "an optimizer over model.parameters() in one group";
 
-        // empty state
-        if (v.params.empty()) {
-            add(d,
-                {"empty-state", "error",
-                    where + " has no state at all although param_groups list " + std::to_string(listed.size())
-                        + " parameters: it was saved before the first step, or while the state was empty (DCP "
-                          "saves an empty optimizer when gradients were still set, pytorch#140898)",
-                    "", "save after optimizer.step(), and check that get_optimizer_state_dict returns state", root,
-                    head(listed), {}});
-        }
-
-        // formats
-        if (v.flattened) {
-            DiagnosisFinding f {"flattened-format", "warning",
-                where
-                    + " uses DSD's flattened format (\"state.<fqn>.<name>\", \"param_groups.<fqn>.<hp>\") "
-                      "written with StateDictOptions(flatten_optimizer_state_dict=True)",
-                "KeyError: 'state'",
-                "load it with StateDictOptions(flatten_optimizer_state_dict=True), or let `optscope-cli fix` convert "
-                "it "
-                "to the nested format",
-                root, {},
-                {{"unflatten-format", "flattened", "nested", "convert to the nested {state, param_groups} format"}}};
-            add(d, std::move(f));
-        }
-        if (v.idKeyed && !v.params.empty()) {
-            DiagnosisFinding f {"id-keyed", "info",
-                where + " is keyed by integer parameter ids (optimizer.state_dict()): ids 0.."
-                    + std::to_string(listed.size() - 1)
-                    + " follow the order of model.parameters() at save time, and nothing checks that order on load",
-                "", "", root, head(listed), {}};
-            std::vector<std::string> fqns = names.fqns;
-            std::string how = "param_names";
-            if (fqns.empty() && m_expected && m_expected->fqns.size() == listed.size()) {
-                fqns = m_expected->fqns;
-                how = "the order of the expected parameters (" + m_expected->source + ")";
-            }
-            if (fqns.size() == listed.size()) {
-                f.message += "; they map to FQNs by " + how + ": " + listed[0] + " -> '" + fqns[0] + "'"
-                    + (fqns.size() > 1 ? ", ..., " + listed.back() + " -> '" + fqns.back() + "'" : "");
-                f.fix = "re-key the state by FQN (what get_optimizer_state_dict produces) so that loading no longer "
-                        "depends on parameter order";
-                for (size_t i = 0; i < listed.size(); ++i)
-                    f.actions.push_back(
-                        {"rekey-ids", listed[i], fqns[i], "state[" + listed[i] + "] -> state['" + fqns[i] + "']"});
-                if (m_expected && how == "param_names") {
-                    // the names must also match the expected model
-                    std::set<std::string> exp(m_expected->fqns.begin(), m_expected->fqns.end());
-                    (void)exp;
-                }
-            } else {
-                f.fix = "pass --model with the model's parameters (in model.parameters() order) to map ids to names";
-            }
-            add(d, std::move(f));
-        }
-
-        // per-parameter state checks
-        std::vector<std::string> stateless;
-        for (size_t i = 0; i < listed.size(); ++i)
-            if (!v.param(listed[i]))
-                stateless.push_back(names.fromIds && i < names.fqns.size() ? names.fqns[i] : listed[i]);
-        std::vector<std::string> orphans;
+        // raw FSDP1 flat-parameter state
+        bool allFlat = v.idKeyed && !v.params.empty() && !keepsAllStateOnFirstParam(kind);
         for (const auto& p : v.params)
-            if (std::find(listed.begin(), listed.end(), p.key) == listed.end()) orphans.push_back(p.key);
-        if (!stateless.empty() && !v.params.empty()) {
-            const bool named = !v.idKeyed || !names.fqns.empty();
-            add(d,
-                {"missing-state", "warning",
-                    std::to_string(stateless.size()) + " parameter(s) listed in the param_groups of " + where
-                        + " have no state: they are frozen (requires_grad=False) or never received a gradient: "
-                        + (named ? quoteList(stateless) : "ids " + quoteList(stateless)),
-                    // a plain optimizer.load_state_dict accepts this silently; DSD refuses it for trainable params
-                    named ? "RuntimeError: Missing optimizer state for parameter '" + stateless.front()
-                            + "' in checkpoint. The parameter requires gradients but has no saved optimizer state. To "
-                              "load anyway, use StateDictOptions(strict=False)."
-                          : std::string(),
-                    "if they are trainable, their moments restart from zero on load; load with "
-                    "StateDictOptions(strict=False) (DSD), or make sure every trainable parameter gets a gradient "
-                    "before saving",
-                    root, head(stateless), {}});
-        }
-        if (!orphans.empty()) {
-            add(d,
-                {"unexpected-state", "warning",
-                    where + " has state for " + std::to_string(orphans.size())
-                        + " parameter(s) that no param_group lists: " + quoteList(orphans),
-                    "", "they are ignored on load; drop them, or add the parameters to a group", root, head(orphans),
-                    {}});
+            for (const auto& [name, e] : p.states)
+                if (e->isTensor() && !e->tensor.shape.empty()) allFlat = allFlat && e->tensor.shape.size() == 1;
+        const bool named = !listed.empty()
+            && std::all_of(listed.begin(), listed.end(), [](const ParamRow* r) { return !r->fqn.empty(); });
+        if (fsdp1 || (allFlat && !named && savedTotal < exp.fqns.size())) {
+            Finding f(FindingCode::Fsdp1FlatState,
+                where + " holds " + std::to_string(savedTotal) + " flat 1-D parameters for the "
+                    + std::to_string(exp.fqns.size()) + " parameters of " + exp.source
+                    + ": this is raw FSDP1 flat-parameter state (one rank's padded shard per flat parameter)",
+                root);
+            f.pytorchError = std::string("ValueError: ") + kGroupSizeError;
+            f.fix = "unflatten it with all ranks' files: `optscope-cli unflatten RANK_FILE... --model MODEL`";
+            d.findings.push_back(std::move(f));
         }
 
-        // step
-        std::map<double, std::vector<std::string>> steps;
-        std::vector<std::string> oddDtype, onDevice;
-        for (const auto& p : v.params) {
-            auto it = p.states.find("step");
-            if (it == p.states.end()) continue;
-            const Entry* e = it->second;
-            if (!e->isTensor() || e->tensor.dtype != DType::Float32 || !e->tensor.shape.empty())
-                oddDtype.push_back(p.key + " ("
-                    + (e->isTensor() ? std::string(dtypeName(e->tensor.dtype)) : pyKindName(e->value->kind)) + ")");
-            try {
-                if (auto s = readScalar(m_cp, *e)) steps[*s].push_back(p.key);
-            } catch (const Error&) { }
-        }
-        if (steps.size() > 1) {
-            std::string detail;
-            for (const auto& [value, params] : steps)
-                detail += (detail.empty() ? "" : "; ") + std::string("step ") + numberText(value) + ": "
-                    + std::to_string(params.size()) + " (" + params.front() + (params.size() > 1 ? ", ..." : "") + ")";
-            add(d,
-                {"step-inconsistent", "warning",
-                    "the parameters of " + where + " are at different steps: " + detail
-                        + ". Adam's bias correction uses each parameter's own step, so this resumes as saved, but "
-                          "FSDP1 cannot put such parameters into one flat parameter",
-                    "ValueError: All unflattened parameters comprising a single flat parameter must have scalar "
-                    "state with the same value and dtype but got values {...} for state step",
-                    "expected when some parameters skip steps (no gradient); otherwise check which run wrote them",
-                    root, head(steps.begin()->second), {}});
-        }
-        if (!oddDtype.empty()) {
-            DiagnosisFinding f {"step-dtype", "warning",
-                "step of " + std::to_string(oddDtype.size()) + " parameter(s) in " + where
-                    + " is not a 0-dim float32 tensor: " + quoteList(oddDtype)
-                    + ". Fused/capturable optimizers force float32 steps and load_state_dict casts them, which "
-                      "changes the value silently for large steps (pytorch#173901)",
-                "", "store step as a float32 0-dim tensor; `optscope-cli fix` casts it", root, head(oddDtype),
-                {{"cast-step", "", "float32", "cast every step to a 0-dim float32 tensor"}}};
-            add(d, std::move(f));
-        }
-
-        if (!m_expected) return;
-        compareWithExpected(v, names, d);
-    }
-
-    static std::string numberText(double v)
-    {
-        std::ostringstream o;
-        o << v;
-        return o.str();
-    }
-
-    void compareWithExpected(const OptimizerView& v, const OptimizerParams& names, Diagnosis& d)
-    {
-        const std::string root = v.rootKey();
-        const std::string where = root.empty() ? std::string("the optimizer state dict") : "optimizer '" + root + "'";
-        const ExpectedParams& exp = *m_expected;
+        // names: wrapper/plain prefixes, then renamed layers (same shape, same position), then what is left
+        Names names;
+        for (const ParamRow* r : listed)
+            names.opt.push_back(r->fqn);
         const std::set<std::string> expected(exp.fqns.begin(), exp.fqns.end());
-
-        // names: direct, or through a prefix
-        std::vector<std::string> optNames = names.fqns;
-        if (optNames.empty() && v.idKeyed && exp.fqns.size() == v.groupParams().size())
-            optNames = exp.fqns; // ids mapped by order: names agree by construction
-        if (!optNames.empty()) {
-            std::vector<std::string> missing, unexpected;
-            for (const auto& n : optNames)
-                if (!expected.count(n)) unexpected.push_back(n);
-            const std::set<std::string> have(optNames.begin(), optNames.end());
-            for (const auto& n : exp.fqns)
-                if (!have.count(n)) missing.push_back(n);
-            if (!missing.empty() || !unexpected.empty()) {
-                // 1. wrapper prefixes on either side or both: names whose normalised forms agree
-                std::map<std::string, std::string> expectedByNorm;
-                std::set<std::string> ambiguous;
-                for (const auto& n : exp.fqns) {
-                    const std::string k = normalizeFqn(n).fqn;
-                    if (!expectedByNorm.emplace(k, n).second) ambiguous.insert(k);
-                }
-                std::map<std::string, std::string> rename;
-                std::set<std::string> strippedOpt, strippedExp;
-                for (const auto& n : optNames) {
-                    if (expected.count(n)) continue;
-                    const NormalizedFqn nn = normalizeFqn(n);
-                    auto it = expectedByNorm.find(nn.fqn);
-                    if (it == expectedByNorm.end() || ambiguous.count(nn.fqn)) continue;
-                    rename[n] = it->second;
-                    strippedOpt.insert(nn.stripped.begin(), nn.stripped.end());
-                    for (const auto& s2 : normalizeFqn(it->second).stripped)
-                        strippedExp.insert(s2);
-                }
-                // 2. otherwise a plain leading prefix ("model.", "backbone.", ...) on one side
-                std::string prefixText;
-                bool optimizerSide = true;
-                if (rename.empty()) {
-                    const PrefixMatch pm = bestPrefix(optNames, expected);
-                    if (pm.matched > 0 && pm.matched * 2 >= optNames.size()) {
-                        for (const auto& n : optNames) {
-                            const std::string to = applyPrefix(n, pm);
-                            if (to != n && expected.count(to)) rename[n] = to;
-                        }
-                        prefixText = "'" + pm.prefix + "'";
-                        optimizerSide = pm.optimizerHasIt;
-                    }
-                } else {
-                    auto join = [](const std::set<std::string>& v) {
-                        std::string t;
-                        for (const auto& x : v)
-                            t += (t.empty() ? "'" : ", '") + x + "'";
-                        return t;
-                    };
-                    if (!strippedOpt.empty() && !strippedExp.empty())
-                        prefixText = join(strippedOpt) + " (optimizer) and " + join(strippedExp) + " (model)";
-                    else
-                        prefixText = join(strippedOpt.empty() ? strippedExp : strippedOpt);
-                    optimizerSide = !strippedOpt.empty();
-                    if (!strippedOpt.empty() && !strippedExp.empty())
-                        prefixText = "different wrapper prefixes: " + prefixText;
-                }
-                if (!rename.empty()) {
-                    const bool both = prefixText.rfind("different wrapper prefixes", 0) == 0;
-                    const std::string side = both ? "both sides carry"
-                        : optimizerSide           ? "the optimizer's names carry"
-                                                  : "the model's names carry";
-                    DiagnosisFinding f {"prefix-mismatch", "error",
-                        side + " "
-                            + (both ? prefixText.substr(std::string("different wrapper prefixes: ").size())
-                                        + " wrapper prefixes"
-                                    : "the prefix " + prefixText + " that the other side lacks")
-                            + ": " + std::to_string(rename.size()) + " of " + std::to_string(optNames.size())
-                            + " parameters of " + where + " match " + exp.source + " once renamed",
-                        "", "", root, {}, {}};
-                    std::vector<std::string> expMissing, optUnexpected;
-                    for (const auto& n : exp.fqns)
-                        if (!have.count(n)) expMissing.push_back(n);
-                    for (const auto& n : optNames)
-                        if (!expected.count(n)) optUnexpected.push_back(n);
-                    f.pytorchError = "KeyError: '" + (expMissing.empty() ? std::string("?") : expMissing.front())
-                        + "'  "
-                          "(set_optimizer_state_dict; the model's own load_state_dict says: Missing key(s) in "
-                          "state_dict: "
-                        + quoteList(expMissing, 3) + ". Unexpected key(s) in state_dict: " + quoteList(optUnexpected, 3)
-                        + ".)";
-                    f.keys = head(optUnexpected);
-                    for (const auto& [from, to] : rename)
-                        f.actions.push_back({"rename-prefix", from, to, "'" + from + "' -> '" + to + "'"});
-                    // actions in the optimizer's parameter order
-                    std::sort(f.actions.begin(), f.actions.end(), [&](const FixAction& a, const FixAction& b) {
-                        return std::find(optNames.begin(), optNames.end(), a.from)
-                            < std::find(optNames.begin(), optNames.end(), b.from);
-                    });
-                    f.fix = both ? "rename the optimizer's keys to the model's names (`optscope-cli fix` does it)"
-                        : optimizerSide ? "strip " + prefixText
-                            + " from the optimizer's keys (`optscope-cli fix` does it), or "
-                              "save from the unwrapped model (model._orig_mod / model.module)"
-                                        : "add " + prefixText
-                            + " to the optimizer's keys (`optscope-cli fix`), or load into the unwrapped model";
-                    add(d, std::move(f));
-                    // after the rename, what is still missing or unexpected
-                    missing.clear();
-                    unexpected.clear();
-                    std::set<std::string> renamed;
-                    for (const auto& n : optNames)
-                        renamed.insert(rename.count(n) ? rename.at(n) : n);
-                    for (const auto& n : renamed)
-                        if (!expected.count(n)) unexpected.push_back(n);
-                    for (const auto& n : exp.fqns)
-                        if (!renamed.count(n)) missing.push_back(n);
-                }
-                if (!missing.empty())
-                    add(d,
-                        {"missing-state", "error",
-                            std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where
-                                + ": " + quoteList(missing),
-                            "KeyError: '" + missing.front() + "'",
-                            "the optimizer was saved for a different model (or with frozen parameters left out); load "
-                            "with StateDictOptions(strict=False) to start them from zero state",
-                            root, head(missing), {}});
-                if (!unexpected.empty())
-                    add(d,
-                        {"unexpected-state", "error",
-                            std::to_string(unexpected.size()) + " parameter(s) of " + where + " are not in "
-                                + exp.source + ": " + quoteList(unexpected),
-                            "RuntimeError: Error(s) in loading state_dict: Unexpected key(s) in state_dict: "
-                                + quoteList(unexpected, 3) + ".",
-                            "drop them, or check that the model is the one this optimizer was trained with", root,
-                            head(unexpected), {}});
-            }
-        }
-
-        // raw FSDP1 flat-parameter state: fewer (flat) parameters than the model has, all 1-D
-        if (v.idKeyed && names.fqns.empty() && !v.params.empty() && v.groupParams().size() < exp.fqns.size()) {
-            bool allFlat = true;
-            std::vector<std::string> sizes;
-            for (const auto& p : v.params)
-                for (const auto& [name, e] : p.states)
-                    if (e->isTensor() && !e->tensor.shape.empty()) {
-                        allFlat = allFlat && e->tensor.shape.size() == 1;
-                        if (name == p.states.begin()->first || sizes.size() < v.params.size())
-                            sizes.push_back("id " + p.key + ": " + torchSizeText(e->tensor.shape));
-                    }
-            if (allFlat) {
-                add(d,
-                    {"shape-mismatch", "error",
-                        where + " holds " + std::to_string(v.groupParams().size()) + " flat 1-D parameters for the "
-                            + std::to_string(exp.fqns.size()) + " parameters of " + exp.source
-                            + ": this is raw FSDP1 flat-parameter state (one rank's padded shard per flat parameter), "
-                              "not per-parameter state",
-                        "ValueError: loaded state dict contains a parameter group that doesn't match the size of "
-                        "optimizer's group",
-                        "unflatten it with all ranks' files: `optscope-cli unflatten RANK_FILE... --model MODEL "
-                        "--units ...`",
-                        root, head(sizes), {}});
-                return;
-            }
-        }
-
-        // shapes
-        std::vector<std::string> wrong;
-        bool flat = false;
-        std::string firstError;
-        for (const auto& p : v.params) {
-            std::string fqn = p.key;
-            if (v.idKeyed) {
-                const auto ids = v.groupParams();
-                const auto pos = std::find(ids.begin(), ids.end(), p.key) - ids.begin();
-                if (!names.fqns.empty() && static_cast<size_t>(pos) < names.fqns.size())
-                    fqn = names.fqns[static_cast<size_t>(pos)];
-                else if (ids.size() == exp.fqns.size() && static_cast<size_t>(pos) < exp.fqns.size())
-                    fqn = exp.fqns[static_cast<size_t>(pos)]; // ids follow the model's parameter order
+        std::vector<std::string> missing, extra;
+        if (named && !fsdp1) {
+            nameFindings(oi, where, listed, names, d);
+            std::set<std::string> covered;
+            for (const auto& n : names.opt) {
+                const auto it = names.rename.find(n);
+                const std::string to = it == names.rename.end() ? n : it->second;
+                if (expected.count(to))
+                    covered.insert(to);
                 else
-                    continue;
+                    extra.push_back(n);
             }
-            auto it = exp.shapes.find(fqn);
-            if (it == exp.shapes.end()) it = exp.shapes.find(normalizeFqn(fqn).fqn);
-            if (it == exp.shapes.end()) continue;
-            for (const auto& [name, e] : p.states) {
-                if (!e->isTensor() || e->tensor.shape.empty() || e->tensor.shape == it->second) continue;
-                int64_t n = 1;
-                for (auto s : it->second)
-                    n *= s;
-                const bool isFlat = e->tensor.shape.size() == 1 && it->second.size() != 1;
-                flat = flat || isFlat;
-                wrong.push_back(
-                    fqn + "." + name + " " + torchSizeText(e->tensor.shape) + " vs " + torchSizeText(it->second));
-                if (firstError.empty())
-                    firstError = e->tensor.numel() == n ? "ValueError: Size mismatch between saved "
-                            + torchSizeText(e->tensor.shape) + " and current: " + torchSizeText(it->second) + " for "
-                            + root + (root.empty() ? "" : ".") + "state." + fqn + "." + name
-                                                        : "RuntimeError: The size of tensor a (" + std::to_string(n)
-                            + ") must match the size of tensor b (" + std::to_string(e->tensor.numel())
-                            + ") at non-singleton dimension 0";
+            for (const auto& n : exp.fqns)
+                if (!covered.count(n)) missing.push_back(n);
+            if (!missing.empty()) {
+                Finding f(FindingCode::MissingState,
+                    std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where + ": "
+                        + quoteList(missing),
+                    root);
+                f.pytorchError = "KeyError: '" + normalizeFqn(missing.front()).fqn + "' (set_optimizer_state_dict, "
+                    + "with or without strict=False)";
+                f.fix = "the optimizer was saved for a different model, or before these layers were added; if they "
+                        "are new, build the optimizer state for them from zero: load with optimizer.load_state_dict "
+                        "after rebuilding the param groups, or drop them from the model before loading";
+                f.keys = head(missing);
+                d.findings.push_back(std::move(f));
+            }
+            if (!extra.empty()) {
+                Finding f(FindingCode::ExtraParams,
+                    std::to_string(extra.size()) + " parameter(s) of " + where + " are not in " + exp.source + ": "
+                        + quoteList(extra)
+                        + "; set_optimizer_state_dict ignores them silently, optimizer.load_state_dict pairs by "
+                          "position and counts them",
+                    root);
+                f.fix = "check that the model is the one this optimizer was trained with";
+                f.keys = head(extra);
+                d.findings.push_back(std::move(f));
             }
         }
-        if (!wrong.empty())
-            add(d,
-                {"shape-mismatch", "error",
-                    std::to_string(wrong.size()) + " state tensor(s) of " + where
-                        + " do not have their parameter's shape"
-                        + (flat ? " (flat 1-D FSDP state against unflattened parameters)" : "") + ": "
-                        + quoteList(wrong, 4),
-                    firstError,
-                    flat ? "this is raw FSDP1 flat-parameter state: unflatten it first (`optscope-cli unflatten ... "
-                           "--model`)"
-                         : "the optimizer belongs to a different architecture; it cannot be loaded into this model",
-                    root, head(wrong), {}});
 
-        // groups, when the reference is an optimizer
-        if (!exp.groups.empty()) {
-            // names to compare with: FQNs, or ids mapped through param_names; bare ids can only be counted
-            std::vector<std::vector<std::string>> mine;
-            bool comparable = !v.idKeyed;
-            for (const auto& g : v.groups) {
-                if (v.idKeyed && g.paramNames.size() == g.params.size()) {
-                    mine.push_back(g.paramNames);
-                    comparable = true;
-                } else {
-                    mine.push_back(g.params);
-                }
+        // the positional loader: group count and sizes, then state shapes by position
+        std::string groupError;
+        if (savedSizes.size() != targetSizes.size())
+            groupError = kGroupCountError;
+        else if (savedSizes != targetSizes)
+            groupError = kGroupSizeError;
+        if (!groupError.empty() && v.idKeyed && !fsdp1) {
+            std::string sizes;
+            for (size_t g = 0; g < savedSizes.size(); ++g)
+                sizes += (g ? ", " : "") + std::to_string(savedSizes[g]);
+            std::string tsizes;
+            for (size_t g = 0; g < targetSizes.size(); ++g)
+                tsizes += (g ? ", " : "") + std::to_string(targetSizes[g]);
+            Finding f(FindingCode::ParamGroupsMismatch,
+                where + " has " + std::to_string(savedSizes.size()) + " param group(s) of [" + sizes + "] parameters; "
+                    + targetText + " has " + std::to_string(targetSizes.size()) + " of [" + tsizes + "]",
+                root);
+            f.pytorchError = "ValueError: " + groupError;
+            f.fix = savedTotal != targetTotal
+                ? "the optimizer was saved for a model with " + std::to_string(savedTotal)
+                    + " parameters; this one has " + std::to_string(targetTotal) + ": it is another model"
+                : "build the optimizer with the same param groups as the run that saved it (same order, same split)";
+            d.findings.push_back(std::move(f));
+        }
+        std::vector<std::string> wrongByPosition;
+        if (!fsdp1)
+            for (size_t i = 0; i < listed.size() && i < exp.fqns.size(); ++i) {
+                const bool byTarget = m_target && m_target->shapes.size() == exp.fqns.size();
+                const auto* shape = byTarget ? &m_target->shapes[i] : modelShape(exp.fqns[i]);
+                if (!shape || shape->empty()) continue;
+                const std::string w = wrongState(*listed[i], kind, *shape);
+                if (!w.empty())
+                    wrongByPosition.push_back(
+                        (listed[i]->fqn.empty() ? "id " + listed[i]->id : listed[i]->fqn) + "." + w);
             }
-            if (mine.size() != exp.groups.size()) {
-                add(d,
-                    {"param-groups-mismatch", "error",
-                        where + " has " + std::to_string(mine.size()) + " parameter group(s), " + exp.source + " has "
-                            + std::to_string(exp.groups.size()),
-                        "ValueError: loaded state dict has a different number of parameter groups",
-                        "build the optimizer with the same parameter groups as the run that saved it", root, {}, {}});
-            } else {
-                for (size_t g = 0; g < mine.size(); ++g) {
-                    if (mine[g].size() == exp.groups[g].size()) continue;
-                    std::vector<std::string> extra, lacking;
-                    const std::set<std::string> a(mine[g].begin(), mine[g].end()),
-                        b(exp.groups[g].begin(), exp.groups[g].end());
-                    for (const auto& x : mine[g])
-                        if (comparable && !b.count(x)) extra.push_back(x);
-                    for (const auto& x : exp.groups[g])
-                        if (comparable && !a.count(x)) lacking.push_back(x);
-                    add(d,
-                        {"param-groups-mismatch", "error",
-                            "parameter group " + std::to_string(g) + " of " + where + " has "
-                                + std::to_string(mine[g].size()) + " parameters, the reference's has "
-                                + std::to_string(exp.groups[g].size())
-                                + (extra.empty() ? "" : "; only here: " + quoteList(extra))
-                                + (lacking.empty() ? "" : "; only in the reference: " + quoteList(lacking)),
-                            "ValueError: loaded state dict contains a parameter group that doesn't match the size of "
-                            "optimizer's group",
-                            "rebuild the optimizer over the same parameter list per group", root,
-                            head(extra.empty() ? lacking : extra), {}});
+        if (!wrongByPosition.empty() && (v.idKeyed || !named)) {
+            Finding f(FindingCode::ShapeMismatch,
+                std::to_string(wrongByPosition.size()) + " state tensor(s) of " + where
+                    + " do not have the shape of the model parameter at their position: "
+                    + quoteList(wrongByPosition, 4)
+                    + ". optimizer.load_state_dict does not look at shapes and loads them; the first step() fails",
+                root);
+            f.pytorchError = "RuntimeError: The size of tensor a must match the size of tensor b (at the first "
+                             "optimizer.step() after loading)";
+            f.fix = "the optimizer belongs to a different architecture (or another parameter order)";
+            f.keys = head(wrongByPosition);
+            d.findings.push_back(std::move(f));
+        }
+
+        // the model state dict saved beside the optimizer
+        modelPartFindings(d);
+
+        if (withVerdicts) verdicts(oi, kind, listed, names, groupError, wrongByPosition, d);
+    }
+
+    void nameFindings(
+        int oi, const std::string& where, const std::vector<const ParamRow*>& listed, Names& names, Diagnosis& d)
+    {
+        const ModelParams& exp = *m_exp;
+        const std::string root = m_table.optimizers[static_cast<size_t>(oi)].rootKey();
+        const std::set<std::string> expected(exp.fqns.begin(), exp.fqns.end());
+        const bool idKeyed = m_table.optimizers[static_cast<size_t>(oi)].idKeyed;
+        // 1. wrapper prefixes on either side: names whose normalised forms agree
+        std::map<std::string, std::string> expectedByNorm;
+        std::set<std::string> ambiguous;
+        for (const auto& n : exp.fqns)
+            if (!expectedByNorm.emplace(normalizeFqn(n).fqn, n).second) ambiguous.insert(normalizeFqn(n).fqn);
+        std::set<std::string> strippedOpt, strippedExp;
+        for (const auto& n : names.opt) {
+            if (expected.count(n)) continue;
+            const NormalizedFqn nn = normalizeFqn(n);
+            auto it = expectedByNorm.find(nn.fqn);
+            if (it == expectedByNorm.end() || ambiguous.count(nn.fqn)) continue;
+            names.rename[n] = it->second;
+            strippedOpt.insert(nn.stripped.begin(), nn.stripped.end());
+            for (const auto& s : normalizeFqn(it->second).stripped)
+                strippedExp.insert(s);
+        }
+        std::string prefixText;
+        if (names.rename.empty()) {
+            // 2. a plain leading prefix on one side
+            const PrefixMatch pm = bestPrefix(names.opt, expected);
+            if (pm.matched > 0 && pm.matched * 2 >= names.opt.size()) {
+                for (const auto& n : names.opt) {
+                    const std::string to = pm.optimizerHasIt
+                        ? (n.rfind(pm.prefix, 0) == 0 ? n.substr(pm.prefix.size()) : n)
+                        : pm.prefix + n;
+                    if (to != n && expected.count(to)) names.rename[n] = to;
                 }
+                prefixText = (pm.optimizerHasIt ? "the optimizer's names carry '" : "the model's names carry '")
+                    + pm.prefix + "' that the other side lacks";
+            }
+        } else {
+            auto join = [](const std::set<std::string>& v) {
+                std::string t;
+                for (const auto& x : v)
+                    t += (t.empty() ? "'" : ", '") + x + "'";
+                return t;
+            };
+            if (!strippedOpt.empty() && !strippedExp.empty())
+                prefixText
+                    = "the optimizer's names carry " + join(strippedOpt) + " and the model's " + join(strippedExp);
+            else if (!strippedOpt.empty())
+                prefixText
+                    = "the optimizer's names carry the wrapper prefix " + join(strippedOpt) + " that the model's lack";
+            else
+                prefixText
+                    = "the model's names carry the wrapper prefix " + join(strippedExp) + " that the optimizer's lack";
+        }
+        if (!names.rename.empty()) {
+            Finding f(FindingCode::PrefixMismatch,
+                prefixText + ": " + std::to_string(names.rename.size()) + " of " + std::to_string(names.opt.size())
+                    + " parameters of " + where + " match " + exp.source + " once renamed",
+                root);
+            if (idKeyed) {
+                f.pytorchError = "";
+                f.message += ". The state is keyed by ids, so optimizer.load_state_dict pairs it by position and "
+                             "loads; the names in param_names"
+                    + std::string(m_table.modelInFile ? " and the model saved beside it" : "") + " are what is wrong";
+            } else {
+                f.pytorchError = "KeyError: '" + normalizeFqn(exp.fqns.front()).fqn
+                    + "' (set_optimizer_state_dict looks every model parameter up by name)";
+            }
+            f.fix = "rename the optimizer's names to the model's (`optscope-cli fix` does it), or save from the "
+                    "unwrapped model (model._orig_mod / model.module)";
+            for (const auto& n : names.opt)
+                if (auto it = names.rename.find(n); it != names.rename.end())
+                    f.actions.push_back(
+                        {FixAction::Kind::RenameParam, n, it->second, "'" + n + "' -> '" + it->second + "'"});
+            d.findings.push_back(std::move(f));
+        }
+        // 3. renamed layers: an unmatched optimizer name and an unmatched model name at the same position, same shape
+        std::set<std::string> covered;
+        for (const auto& n : names.opt)
+            covered.insert(names.rename.count(n) ? names.rename.at(n) : n);
+        std::vector<std::pair<std::string, std::string>> pairs;
+        for (size_t i = 0; i < names.opt.size() && i < exp.fqns.size(); ++i) {
+            const std::string& o = names.opt[i];
+            const std::string& m = exp.fqns[i];
+            if (names.rename.count(o) || expected.count(o) || covered.count(m)) continue;
+            const auto* shape = modelShape(m);
+            if (!shape || !listed[i]->param || listed[i]->shape != *shape) continue;
+            pairs.push_back({o, m});
+        }
+        if (!pairs.empty()) {
+            std::string list;
+            for (size_t i = 0; i < pairs.size() && i < 4; ++i)
+                list += (i ? ", '" : "'") + pairs[i].first + "' -> '" + pairs[i].second + "'";
+            if (pairs.size() > 4) list += ", ...";
+            Finding f(FindingCode::RenamedParams,
+                std::to_string(pairs.size()) + " parameter(s) of " + where
+                    + " are not in the model, but the model parameter at the same position has the same shape and "
+                      "no state: probably renamed: "
+                    + list,
+                root);
+            f.pytorchError = idKeyed ? std::string()
+                                     : "KeyError: '" + normalizeFqn(pairs.front().second).fqn
+                    + "' (set_optimizer_state_dict, also with StateDictOptions(strict=False): strict applies to "
+                      "the model only)";
+            // a common renamed module prefix makes a shorter command
+            f.fix = "apply the renames with `optscope-cli fix --rename OLD=NEW` (or accept them as proposed: "
+                    "`optscope-cli fix` applies this finding's renames)";
+            for (const auto& [o, m] : pairs) {
+                f.actions.push_back({FixAction::Kind::RenameParam, o, m, "'" + o + "' -> '" + m + "'"});
+                names.rename[o] = m;
+            }
+            d.findings.push_back(std::move(f));
+        }
+    }
+
+    void modelPartFindings(Diagnosis& d)
+    {
+        if (!m_table.modelInFile || m_exp->fromOptimizer || m_reportedModelPart) return;
+        m_reportedModelPart = true;
+        const ModelParams& part = *m_table.modelInFile;
+        std::vector<std::string> missing, unexpected;
+        const std::set<std::string> have(part.keys.begin(), part.keys.end()),
+            want(m_exp->keys.begin(), m_exp->keys.end());
+        keyDifference(part, *m_exp, missing, unexpected);
+        if (missing.empty() && unexpected.empty()) return;
+        Finding f(FindingCode::ModelKeysMismatch,
+            "the model state dict saved in " + part.source + " does not have the model's keys: "
+                + std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) + " unexpected",
+            joinKeyPath(part.root));
+        f.pytorchError = "RuntimeError: " + modelLoadMessage(missing, unexpected);
+        for (const auto& k : unexpected) {
+            const std::string n = normalizeFqn(k).fqn;
+            if (n != k && want.count(n) && !have.count(n))
+                f.actions.push_back({FixAction::Kind::RenameModelKey, k, n, "model '" + k + "' -> '" + n + "'"});
+        }
+        f.fix = f.actions.empty() ? "the model saved beside the optimizer is another model"
+                                  : "strip the wrapper prefixes from its keys (`optscope-cli fix` does it), or load it "
+                                    "into the wrapped model";
+        f.keys = head(unexpected.empty() ? missing : unexpected);
+        d.findings.push_back(std::move(f));
+    }
+
+    /// nn.Module.load_state_dict's lists: missing keys in the model's order, unexpected ones in the file's
+    static void keyDifference(const ModelParams& part, const ModelParams& model, std::vector<std::string>& missing,
+        std::vector<std::string>& unexpected)
+    {
+        const std::set<std::string> have(part.keys.begin(), part.keys.end()),
+            want(model.keys.begin(), model.keys.end());
+        for (const auto& k : model.keys)
+            if (!have.count(k)) missing.push_back(k);
+        for (const auto& k : part.keys)
+            if (!want.count(k)) unexpected.push_back(k);
+    }
+
+    static std::string modelLoadMessage(const std::vector<std::string>& missing,
+        const std::vector<std::string>& unexpected, const std::vector<std::string>& sizes = {})
+    {
+        // nn.Module.load_state_dict: "Missing" is inserted before "Unexpected"
+        std::vector<std::string> msgs;
+        if (!missing.empty()) msgs.push_back("Missing key(s) in state_dict: " + torchKeyList(missing) + ". ");
+        if (!unexpected.empty()) msgs.push_back("Unexpected key(s) in state_dict: " + torchKeyList(unexpected) + ". ");
+        msgs.insert(msgs.end(), sizes.begin(), sizes.end()); // size mismatches are collected first, listed last
+        std::string s = "Error(s) in loading state_dict for <Model>:\n\t";
+        for (size_t i = 0; i < msgs.size(); ++i)
+            s += (i ? "\n\t" : "") + msgs[i];
+        return s;
+    }
+
+    void verdicts(int oi, OptimizerKind kind, const std::vector<const ParamRow*>& listed, const Names& names,
+        const std::string& groupError, const std::vector<std::string>& wrongByPosition, Diagnosis& d)
+    {
+        const OptimizerView& v = m_table.optimizers[static_cast<size_t>(oi)];
+        const ModelParams& exp = *m_exp;
+        const int targetTotal = static_cast<int>(exp.fqns.size());
+
+        // 1. optimizer.load_state_dict: group count, group sizes, then pairs by position (no names, no shapes)
+        LoadVerdict p1;
+        p1.path = LoadPath::OptimizerLoadStateDict;
+        if (v.flattened) {
+            p1.outcome = LoadOutcome::Raises;
+            p1.exception = "KeyError";
+            p1.message = "'param_groups'";
+            p1.why = "the flattened format has no \"param_groups\" key";
+        } else if (!groupError.empty()) {
+            p1.outcome = LoadOutcome::Raises;
+            p1.exception = "ValueError";
+            p1.message = groupError;
+            p1.why = "param groups differ from the target optimizer's";
+        } else {
+            p1.outcome = LoadOutcome::Loads;
+            p1.paramsTotal = targetTotal;
+            p1.paramsWithState = 0;
+            for (const ParamRow* r : listed)
+                p1.paramsWithState += r->param != nullptr;
+            p1.stepAfterLoad = wrongByPosition.empty() ? "ok" : "RuntimeError";
+            if (capturable(v)) p1.stepAfterLoad = "AssertionError";
+            p1.why = "state pairs with the target's parameters by position";
+            if (capturable(v))
+                p1.why += "; capturable=True comes back with the param groups and cannot step on a CPU target";
+        }
+        d.verdicts.push_back(p1);
+
+        // 2./3. set_optimizer_state_dict: integer-keyed state goes straight to load_state_dict; FQN-keyed state is
+        // looked up by each trainable model parameter's name (wrappers stripped), KeyError when absent; strict=False
+        // changes nothing for the optimizer
+        LoadVerdict p2;
+        p2.path = LoadPath::SetOptimizerStateDict;
+        // DSD first steps the fresh optimizer with zero gradients (_init_optim_state) whatever the file holds
+        const std::string initError = dsdInitError(kind, v);
+        bool allInts = !v.flattened;
+        for (const auto& p : v.params)
+            allInts = allInts && !p.key.empty() && std::all_of(p.key.begin(), p.key.end(), ::isdigit);
+        if (allInts) {
+            p2 = p1;
+            p2.path = LoadPath::SetOptimizerStateDict;
+            p2.why = "integer-keyed state is handed to optimizer.load_state_dict unchanged";
+        } else {
+            std::set<std::string> stateKeys, listedNoState;
+            for (const auto& p : v.params)
+                stateKeys.insert(p.key);
+            for (const ParamRow* r : listed)
+                if (!r->param) listedNoState.insert(r->id);
+            int withState = 0;
+            std::string firstMissing;
+            bool shapeBad = false;
+            for (const auto& fqn : exp.fqns) {
+                const std::string dsd = normalizeFqn(fqn).fqn;
+                const std::string key = v.flattened ? dsd : dsd;
+                if (stateKeys.count(key)) {
+                    ++withState;
+                    for (const ParamRow* r : listed)
+                        if (r->id == key && modelShape(fqn) && !wrongState(*r, kind, *modelShape(fqn)).empty())
+                            shapeBad = true;
+                    continue;
+                }
+                if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
+                if (firstMissing.empty()) firstMissing = dsd;
+            }
+            if (!firstMissing.empty()) {
+                p2.outcome = LoadOutcome::Raises;
+                p2.exception = "KeyError";
+                p2.message
+                    = v.flattened ? "'state." + firstMissing + "." + firstStateName(v) + "'" : "'" + firstMissing + "'";
+                p2.why = "the model parameter '" + firstMissing + "' has no state under that name";
+            } else {
+                p2.outcome = LoadOutcome::Loads;
+                p2.paramsWithState = withState;
+                p2.paramsTotal = targetTotal;
+                p2.stepAfterLoad = shapeBad ? "RuntimeError" : "ok";
+                p2.why = "every trainable model parameter has state under its name";
             }
         }
+        if (!initError.empty()) {
+            const auto colon = initError.find(": ");
+            p2 = LoadVerdict();
+            p2.path = LoadPath::SetOptimizerStateDict;
+            p2.outcome = LoadOutcome::Raises;
+            p2.exception = initError.substr(0, colon);
+            p2.message = initError.substr(colon + 2);
+            p2.why = "set_optimizer_state_dict first calls optimizer.step() with zero gradients (_init_optim_state)";
+        }
+        d.verdicts.push_back(p2);
+        LoadVerdict p3 = p2;
+        p3.path = LoadPath::SetOptimizerStateDictNonStrict;
+        d.verdicts.push_back(p3);
+
+        // FSDP1 (use_orig_params=True): integer keys are refused; every saved name must be a model parameter, then
+        // the positional group checks of load_state_dict apply
+        LoadVerdict pf;
+        pf.path = LoadPath::Fsdp1OptimStateDictToLoad;
+        if (v.flattened) {
+            pf.why = "the flattened format is not read by FSDP1";
+        } else if (v.idKeyed) {
+            pf.outcome = LoadOutcome::Raises;
+            pf.exception = "AttributeError";
+            pf.message = "'int' object has no attribute 'unflat_param_names'";
+            pf.why = "FSDP1 expects FQN keys";
+        } else {
+            std::set<std::string> modelNames;
+            for (const auto& f : exp.fqns)
+                modelNames.insert(normalizeFqn(f).fqn);
+            std::string unknown;
+            for (const auto& p : v.params)
+                if (!modelNames.count(p.key)) {
+                    unknown = p.key;
+                    break;
+                }
+            if (!unknown.empty()) {
+                pf.outcome = LoadOutcome::Raises;
+                pf.exception = "KeyError";
+                pf.message = "'" + unknown + "'";
+                pf.why = "the saved parameter '" + unknown + "' is not a parameter of the model";
+            } else if (!groupError.empty()) {
+                pf.outcome = LoadOutcome::Raises;
+                pf.exception = "ValueError";
+                pf.message = groupError;
+                pf.why = "param groups differ from the target optimizer's";
+            } else {
+                pf.outcome = LoadOutcome::Loads;
+                pf.paramsTotal = targetTotal;
+                pf.paramsWithState = static_cast<int>(v.params.size());
+                pf.stepAfterLoad = wrongByPosition.empty() ? "ok" : "RuntimeError";
+                pf.why = "every saved name is a model parameter";
+            }
+        }
+        d.verdicts.push_back(pf);
+
+        // 4. the model saved beside the optimizer
+        LoadVerdict p4;
+        p4.path = LoadPath::ModelLoadStateDict;
+        if (!m_table.modelInFile) {
+            p4.why = "the file holds no model state dict";
+        } else if (exp.fromOptimizer) {
+            p4.why = "the reference is an optimizer: the model's keys are not known";
+        } else {
+            const ModelParams& part = *m_table.modelInFile;
+            std::vector<std::string> missing, unexpected, sizes;
+            keyDifference(part, exp, missing, unexpected);
+            for (const auto& k : part.keys)
+                if (exp.shapes.count(k) && part.shapes.at(k) != exp.shapes.at(k))
+                    sizes.push_back("size mismatch for " + k + ": copying a param with shape "
+                        + torchSizeText(part.shapes.at(k)) + " from checkpoint, the shape in current model is "
+                        + torchSizeText(exp.shapes.at(k)) + ".");
+            if (missing.empty() && unexpected.empty() && sizes.empty()) {
+                p4.outcome = LoadOutcome::Loads;
+                p4.why = "same keys and shapes";
+            } else {
+                p4.outcome = LoadOutcome::Raises;
+                p4.exception = "RuntimeError";
+                p4.message = modelLoadMessage(missing, unexpected, sizes);
+                p4.why = std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size())
+                    + " unexpected, " + std::to_string(sizes.size()) + " of another shape";
+            }
+        }
+        d.verdicts.push_back(p4);
+        (void)names;
+    }
+
+    static bool capturable(const OptimizerView& v)
+    {
+        for (const auto& g : v.groups)
+            if (auto it = g.hyperparams.find("capturable"); it != g.hyperparams.end() && !it->second->isTensor()
+                && it->second->value && it->second->value->kind == PyKind::Bool && it->second->value->boolean)
+                return true;
+        return false;
+    }
+
+    /// what the zero-gradient step set_optimizer_state_dict runs first raises, for optimizers built like the saved one
+    /// on a CPU target ("" when it works)
+    static std::string dsdInitError(OptimizerKind kind, const OptimizerView& v)
+    {
+        if (kind == OptimizerKind::LBFGS) return "TypeError: 'NoneType' object is not callable"; // step(closure=None)
+        if (kind == OptimizerKind::SparseAdam)
+            return "RuntimeError: SparseAdam does not support dense gradients, please consider Adam instead";
+        if (capturable(v))
+            return "AssertionError: If capturable=True, params and state_steps must be on supported devices: "
+                   "['cuda', 'xpu', 'hpu', 'privateuseone', 'xla'].";
+        return {};
+    }
+
+    static std::string firstStateName(const OptimizerView& v)
+    {
+        for (const auto& p : v.params)
+            if (!p.states.empty()) return p.states.begin()->first;
+        return "step";
     }
 
     const Checkpoint& m_cp;
-    const ExpectedParams* m_expected;
+    const ModelParams* m_exp;
+    const TargetOptimizer* m_target;
     const Progress& m_progress;
+    ParamTable m_table;
+    bool m_reportedModelPart = false;
 };
 
 } // namespace
 
-ExpectedParams ExpectedParams::fromCheckpoint(const Checkpoint& model)
+Diagnosis diagnoseCheckpoint(
+    const Checkpoint& optim, const ModelParams* expected, const Progress& progress, const TargetOptimizer* target)
 {
-    ExpectedParams e;
-    e.source = model.path;
-    // a reference optimizer: its param_groups are the truth (names, order, groups)
-    for (const auto& v : findOptimizers(model)) {
-        const OptimizerParams names = namesOf(v);
-        if (names.fqns.empty()) continue;
-        e.fqns = names.fqns;
-        for (const auto& g : v.groups)
-            e.groups.push_back(g.paramNames.size() == g.params.size() && v.idKeyed ? g.paramNames : g.params);
-        for (const auto& p : v.params)
-            for (const auto& [name, entry] : p.states)
-                if (entry->isTensor() && !entry->tensor.shape.empty())
-                    e.shapes.emplace(v.idKeyed ? std::string() : p.key, entry->tensor.shape);
-        e.shapes.erase(std::string());
-        e.source = model.path + " (optimizer '" + v.rootKey() + "')";
-        break;
-    }
-    // a model state dict: tensors under "model" (or at the top), minus known buffers
-    bool underModel = false;
-    for (const auto& en : model.entries)
-        if (en.isTensor() && en.path.size() == 2 && en.path[0].key == "model") underModel = true;
-    std::vector<std::string> fqns;
-    for (const auto& en : model.entries) {
-        if (!en.isTensor()) continue;
-        std::string fqn;
-        if (underModel && en.path.size() == 2 && en.path[0].key == "model")
-            fqn = en.path[1].key;
-        else if (!underModel && en.path.size() == 1)
-            fqn = en.path[0].key;
-        else
-            continue;
-        e.shapes[fqn] = en.tensor.shape;
-        if (!isKnownBufferName(fqn)) fqns.push_back(fqn);
-    }
-    if (e.fqns.empty()) e.fqns = fqns;
-    if (e.fqns.empty())
-        throw Error(ErrorKind::Format, model.path, "names no parameters (no model tensors and no FQN-keyed optimizer)");
-    return e;
-}
-
-ExpectedParams ExpectedParams::fromFqnList(const std::string& path)
-{
-    std::ifstream in(path);
-    if (!in) throw Error(ErrorKind::Io, path, "cannot read the FQN list");
-    ExpectedParams e;
-    e.source = path;
-    std::string line;
-    int lineNo = 0;
-    while (std::getline(in, line)) {
-        ++lineNo;
-        if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
-        std::istringstream ls(line);
-        std::string fqn, shape;
-        if (!(ls >> fqn)) continue;
-        e.fqns.push_back(fqn);
-        if (ls >> shape) {
-            std::vector<int64_t> dims;
-            std::istringstream ss(shape);
-            std::string part;
-            while (std::getline(ss, part, ','))
-                try {
-                    dims.push_back(std::stoll(part));
-                } catch (...) {
-                    throw Error(
-                        ErrorKind::Format, path, "line " + std::to_string(lineNo) + ": bad shape '" + shape + "'");
-                }
-            e.shapes[fqn] = dims;
-        }
-    }
-    if (e.fqns.empty()) throw Error(ErrorKind::Format, path, "lists no FQNs");
-    return e;
-}
-
-Diagnosis diagnoseCheckpoint(const Checkpoint& optim, const ExpectedParams* expected, const Progress& progress)
-{
-    return Diagnoser(optim, expected, progress).run();
+    return Diagnoser(optim, expected, target, progress).run();
 }
 
 } // namespace optscope

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor_values.h"
-#include "aten_bridge.h"
+#include "optscope/element_decoder.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
 
@@ -24,7 +24,8 @@ std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, s
             if (bytes.size() >= want) throw Enough {};
         });
     } catch (const Enough&) { }
-    return aten::toDoubles(bytes.data(), entry.tensor.dtype, static_cast<int64_t>(bytes.size() / elem));
+    // decoded here, not through ATen: check and diagnose read `step` values and must not load libtorch
+    return ElementDecoder::decode(bytes.data(), bytes.size() / elem, entry.tensor.dtype);
 }
 
 std::optional<double> readScalar(const Checkpoint& cp, const Entry& entry)

@@ -273,7 +273,7 @@ TEST(Diff, HistogramCountsEveryElementOfEveryChangedTensor)
 const DiagnosisFinding* finding(const Diagnosis& d, const std::string& code)
 {
     for (const auto& f : d.findings)
-        if (f.code == code) return &f;
+        if (std::string(f.name()) == code) return &f;
     return nullptr;
 }
 
@@ -406,7 +406,7 @@ TEST(Diagnose, CleanCheckpointHasNoErrors)
 {
     const Diagnosis d = diagnose("adamw_fqn.pt", "adamw_fqn.pt");
     for (const auto& f : d.findings)
-        EXPECT_NE(f.severity, "error") << f.code << ": " << f.message;
+        EXPECT_NE(f.severity, Severity::Error) << f.name() << ": " << f.message;
 }
 
 // ------------------------------------------------------------------------------------------- fix

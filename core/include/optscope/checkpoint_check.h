@@ -2,6 +2,8 @@
 #pragma once
 
 #include "optscope/checkpoint.h"
+#include "optscope/finding.h"
+#include "optscope/param_table.h"
 #include "optscope/progress.h"
 
 #include <nlohmann/json.hpp>
@@ -11,23 +13,13 @@
 
 namespace optscope {
 
-/// One structural problem. Codes are stable:
-///  chunk-out-of-bounds, chunk-overlap, chunk-duplicate (same box on several ranks, same bytes), chunk-gap,
-///  dtype-mismatch, shape-mismatch, chunk-truncated, missing-file, missing-storage-info, unreadable-chunk,
-///  unreadable-value, bad-metadata, unsupported-transform, empty-optimizer-state, step-inconsistent
-struct CheckFinding
-{
-    std::string code;
-    std::string severity; ///< "error" or "warning"
-    std::string key; ///< entry key, empty for checkpoint-wide findings
-    std::string message;
-    std::vector<int> ranks; ///< ranks involved
-    std::vector<std::vector<int64_t>> offsets; ///< chunk offsets (or region starts) involved
-};
+/// Check findings are the one Finding type (finding.h), with its registry of codes.
+using CheckFinding = Finding;
 
 struct CheckOptions
 {
     bool readChunks = true; ///< open every chunk (DCP: its embedded archive) to check dtype, shape and extent
+    bool optimizers = true; ///< also the optimizer findings (optimizerFindings)
 };
 
 struct CheckReport
@@ -36,7 +28,7 @@ struct CheckReport
     size_t tensorsChecked = 0;
     size_t chunksChecked = 0;
     size_t optimizersChecked = 0;
-    bool clean() const { return findings.empty(); }
+    bool clean() const; ///< no error and no warning (info findings only describe)
     nlohmann::ordered_json toJson() const;
 };
 
@@ -46,5 +38,9 @@ struct CheckReport
 /// cancellation.
 CheckReport checkCheckpoint(
     const Checkpoint& checkpoint, const CheckOptions& options = {}, const Progress& progress = {});
+
+/// The findings about each optimizer on its own (empty state, steps, frozen parameters, unlisted state, formats),
+/// shared by check and diagnose so that both report a problem under one code and severity.
+std::vector<Finding> optimizerFindings(const Checkpoint& checkpoint, const ParamTable& table);
 
 } // namespace optscope

@@ -2,69 +2,79 @@
 #pragma once
 
 // The missing/unexpected-key debugger: what is wrong between an optimizer checkpoint and the model it should load
-// into, the exact error PyTorch would raise, and a fix that can be applied (fix.h).
+// into, what PyTorch 2.6 does on each load path (loads, or the exception it raises, with its text), and a fix that can
+// be applied (checkpoint_fix.h). Built on the one optimizer model (param_table.h) and the one finding type
+// (finding.h); check's structural and self-consistency findings are part of every diagnosis.
 
 #include "optscope/checkpoint.h"
+#include "optscope/finding.h"
+#include "optscope/param_table.h"
 #include "optscope/progress.h"
 
 #include <nlohmann/json.hpp>
 
-#include <map>
 #include <string>
 #include <vector>
 
 namespace optscope {
 
-/// What the optimizer should match: the model's parameters (FQNs in order, shapes when known, and groups when the
-/// reference is itself an optimizer checkpoint).
-struct ExpectedParams
-{
-    std::string source; ///< where it came from, for messages
-    std::vector<std::string> fqns;
-    std::map<std::string, std::vector<int64_t>> shapes;
-    std::vector<std::vector<std::string>> groups; ///< param_groups of a reference optimizer; empty otherwise
+/// the model side of a diagnosis (historical name)
+using ExpectedParams = ModelParams;
+using DiagnosisFinding = Finding;
 
-    /// a model state dict (file or DCP), or another optimizer checkpoint
-    static ExpectedParams fromCheckpoint(const Checkpoint& model);
-    /// a text file with one FQN per line ('#' comments; optional whitespace-separated shape "3,4")
-    static ExpectedParams fromFqnList(const std::string& path);
+/// How the user's code builds the optimizer it loads into: param group sizes (and names when known). Without it the
+/// optimizer is taken to be built over model.parameters() in one group.
+struct TargetOptimizer
+{
+    std::string source;
+    std::vector<size_t> groupSizes;
+    /// per position in param_groups order: the parameter's shape (from its state), empty when unknown; groups may
+    /// reorder parameters (Hugging Face Trainer: decay, then no-decay), so position i is not model.parameters()[i]
+    std::vector<std::vector<int64_t>> shapes;
+    static TargetOptimizer fromCheckpoint(const Checkpoint& optimizer);
 };
 
-/// One rename/re-key the fix will apply, at one optimizer.
-struct FixAction
-{
-    std::string kind; ///< "rename-prefix", "rekey-ids", "unflatten-format", "cast-step", "regroup"
-    std::string from; ///< e.g. "_orig_mod." / "3"
-    std::string to; ///< e.g. "" / "fc.weight"
-    std::string description;
+/// The load paths a user may take, as PyTorch 2.6 implements them.
+enum class LoadPath {
+    OptimizerLoadStateDict, ///< optimizer.load_state_dict(osd)
+    SetOptimizerStateDict, ///< torch.distributed.checkpoint.state_dict.set_optimizer_state_dict(model, optim, osd)
+    SetOptimizerStateDictNonStrict, ///< the same with StateDictOptions(strict=False)
+    Fsdp1OptimStateDictToLoad, ///< FSDP.optim_state_dict_to_load(fsdp_model, optim, osd) (use_orig_params=True)
+    ModelLoadStateDict, ///< model.load_state_dict(the model state dict saved beside the optimizer)
 };
+const char* loadPathName(LoadPath path);
 
-/// Stable codes: prefix-mismatch, id-keyed, flattened-format, missing-state, unexpected-state, param-groups-mismatch,
-/// shape-mismatch, step-inconsistent, step-dtype, shard-gap, shard-overlap, empty-state.
-struct DiagnosisFinding
+enum class LoadOutcome { Loads, Raises, NotApplicable };
+
+struct LoadVerdict
 {
-    std::string code;
-    std::string severity; ///< "error" (load fails or state is lost), "warning" (loads, but check), "info"
-    std::string message; ///< what is wrong, in words, naming keys/parameters
-    std::string pytorchError; ///< the text PyTorch would raise (empty if PyTorch would load silently)
-    std::string fix; ///< what to do; when the fix is mechanical, `optscope-cli fix` applies it
-    std::string optimizer; ///< key of the optimizer state dict concerned
-    std::vector<std::string> keys; ///< parameters/keys involved (first few)
-    std::vector<FixAction> actions; ///< what `fix` would do for this finding
+    LoadPath path = LoadPath::OptimizerLoadStateDict;
+    LoadOutcome outcome = LoadOutcome::NotApplicable;
+    std::string exception; ///< "ValueError", "KeyError", "RuntimeError"
+    std::string message; ///< str(e) as PyTorch formats it; the model's class name is written <Model>
+    int paramsWithState = -1; ///< Loads: parameters of the target optimizer that get state
+    int paramsTotal = -1;
+    std::string stepAfterLoad; ///< Loads: "ok", or the exception type the first step() raises ("RuntimeError")
+    std::string why; ///< NotApplicable: why; otherwise what decided it
+    nlohmann::ordered_json toJson() const;
 };
 
 struct Diagnosis
 {
     std::string path;
     std::string expectedSource;
-    std::vector<DiagnosisFinding> findings;
+    std::string optimizerKind; ///< of the first optimizer
+    std::vector<Finding> findings;
+    std::vector<LoadVerdict> verdicts; ///< for the first optimizer against the model; empty without a model
     bool fixable() const; ///< some finding has actions
-    nlohmann::ordered_json
-    toJson() const; ///< {"findings": [{"code", "severity", "message", "pytorch_error", "fix", ...}]}
+    bool hasProblems() const; ///< some finding is an error or a warning
+    nlohmann::ordered_json toJson() const;
 };
 
 /// Diagnoses @p optim (any checkpoint holding one or more optimizer state dicts) against @p expected (may be null:
-/// then only self-consistency is checked: steps, groups, shard structure, empty state).
-Diagnosis diagnoseCheckpoint(const Checkpoint& optim, const ExpectedParams* expected, const Progress& progress = {});
+/// then only the structure and self-consistency are checked). @p target (may be null) says how the loading code
+/// builds its optimizer's param groups.
+Diagnosis diagnoseCheckpoint(const Checkpoint& optim, const ModelParams* expected, const Progress& progress = {},
+    const TargetOptimizer* target = nullptr);
 
 } // namespace optscope

@@ -7,9 +7,10 @@
 #include <cstdint>
 #include <vector>
 
-namespace optscope::ui {
+namespace optscope {
 
-/// Little-endian element bytes (as TensorAssembler streams them) to doubles, for showing a few values in a table.
+/// Little-endian element bytes (as TensorAssembler streams them) to doubles, without ATen: reading a few values (a
+/// `step`, a preview) must not load libtorch. The one decoder for every dtype libtorch 1.13 lacks, too.
 /// Complex numbers give their real part; types without a numeric meaning (quantized, packed bits) give NaN.
 class ElementDecoder
 {
@@ -20,4 +21,4 @@ public:
     static double imaginary(const uint8_t* element, DType dtype);
 };
 
-} // namespace optscope::ui
+} // namespace optscope

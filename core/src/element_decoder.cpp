@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "elementdecoder.h"
+#include "optscope/element_decoder.h"
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-namespace optscope::ui {
+namespace optscope {
 
 namespace {
 
@@ -133,4 +133,4 @@ std::vector<double> ElementDecoder::decode(const uint8_t* data, size_t count, DT
     return out;
 }
 
-} // namespace optscope::ui
+} // namespace optscope

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// optscope-cli map OPTIM [--model MODEL] [--json|--csv]: the parameter table the GUI's FQN panel shows.
+// optscope-cli codes: the registry of finding codes check and diagnose share.
+#include "cli_common.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/finding.h"
+#include "optscope/param_table.h"
+
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+namespace optscope::cli {
+
+int runMap(const std::vector<std::string>& argv)
+{
+    const Args args(argv,
+        {{"--model", true, "model checkpoint naming ids (by position) and FSDP1 flat parameters"},
+            {"--units", true, "FSDP1 unit prefixes, comma separated"}, {"--world-size", true, "FSDP1 world size"},
+            {"--json", false, "print JSON"}, {"--csv", false, "print CSV"}, {"--help", false, "show this help", "-h"}});
+    if (args.has("--help")) {
+        std::cout << commandUsage("map");
+        return ExitOk;
+    }
+    if (args.positional().size() != 1) throw UsageError("map takes exactly one OPTIM path");
+    if (args.has("--json") && args.has("--csv")) throw UsageError("--json and --csv exclude each other");
+    const Progress progress = terminalProgress();
+    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    CheckpointPtr model;
+    std::optional<ModelParams> reference;
+    if (auto m = args.value("--model")) {
+        model = openCheckpoint(*m, progress);
+        reference = ModelParams::fromCheckpoint(*model);
+    }
+    ParamTableOptions options;
+    if (auto u = args.value("--units")) {
+        std::stringstream ss(*u);
+        std::string part;
+        while (std::getline(ss, part, ','))
+            if (!part.empty()) options.units.push_back(part);
+    }
+    if (auto w = args.value("--world-size")) {
+        try {
+            options.worldSize = std::stoi(*w);
+        } catch (...) {
+            throw UsageError("--world-size takes a positive number");
+        }
+        if (options.worldSize < 1) throw UsageError("--world-size takes a positive number");
+    }
+    const ParamTable table = ParamTable::build(*cp, reference ? &*reference : nullptr, model.get(), options);
+    finishTerminalProgress();
+    if (args.has("--json")) {
+        auto j = table.toJson();
+        j["path"] = cp->path;
+        std::cout << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+    } else if (args.has("--csv")) {
+        std::cout << table.toCsv();
+    } else {
+        for (size_t i = 0; i < table.optimizers.size(); ++i)
+            std::cout << "optimizer '" << table.optimizers[i].rootKey() << "': " << optimizerKindName(table.kinds[i])
+                      << ", " << table.optimizers[i].groups.size() << " group(s), "
+                      << (table.optimizers[i].idKeyed ? "integer ids" : "FQN keys")
+                      << (table.sources[i] == NameSource::None || !table.optimizers[i].idKeyed
+                                 ? std::string()
+                                 : std::string(", named by ") + nameSourceText(table.sources[i]))
+                      << "\n";
+        std::cout << std::left << std::setw(6) << "ID" << std::setw(44) << "FQN" << std::setw(6) << "GROUP"
+                  << std::setw(14) << "SHAPE" << "STATES / NOTE\n";
+        for (const auto& r : table.rows) {
+            std::string states;
+            for (const auto& s : r.states)
+                states += (states.empty() ? "" : ",") + s;
+            std::cout << std::setw(6) << r.id << std::setw(44) << (r.fqn.empty() ? "?" : r.fqn) << std::setw(6)
+                      << (r.group < 0 ? std::string("-") : std::to_string(r.group)) << std::setw(14)
+                      << (r.shape.empty() && r.numel < 0 ? std::string("?") : shapeText(r.shape)) << states
+                      << (r.note.empty() ? "" : "  (" + r.note + ")") << "\n";
+        }
+        for (const auto& n : table.notes)
+            std::cout << "note: " << n << "\n";
+    }
+    return ExitOk;
+}
+
+int runCodes(const std::vector<std::string>& argv)
+{
+    const Args args(argv, {{"--json", false, "print JSON"}, {"--help", false, "show this help", "-h"}});
+    if (args.has("--help")) {
+        std::cout << commandUsage("codes");
+        return ExitOk;
+    }
+    if (args.has("--json")) {
+        nlohmann::ordered_json j = nlohmann::ordered_json::array();
+        for (const auto& c : findingRegistry())
+            j.push_back({{"code", c.name}, {"severity", severityName(c.severity)}, {"meaning", c.meaning}});
+        std::cout << j.dump(2) << std::endl;
+        return ExitOk;
+    }
+    for (const auto& c : findingRegistry())
+        std::cout << std::left << std::setw(24) << c.name << std::setw(9) << severityName(c.severity) << c.meaning
+                  << "\n";
+    return ExitOk;
+}
+
+} // namespace optscope::cli

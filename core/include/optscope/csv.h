@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// RFC 4180 CSV text: fields with a comma, quote or line break are quoted, quotes doubled; rows end in CRLF-free "\n".
+// The one CSV writer of the core: `map --csv`, `diff --csv`, `verify --csv` and the GUI's exports all use it.
+
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+class CsvWriter
+{
+public:
+    static std::string field(const std::string& value);
+    void row(const std::vector<std::string>& fields);
+    const std::string& text() const { return m_text; }
+
+private:
+    std::string m_text;
+};
+
+} // namespace optscope

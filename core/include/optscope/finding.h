@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// One finding type for check and diagnose, and one registry of codes: a code always has the same name, severity and
+// meaning whichever command reports it (the README lists the registry; `optscope-cli codes` prints it).
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+enum class Severity {
+    Error, ///< the load fails, or state is lost or wrong
+    Warning, ///< loads, but worth checking
+    Info, ///< a fact about the file that explains how it loads
+};
+const char* severityName(Severity s);
+
+enum class FindingCode {
+    // structure (check, and diagnose without reading chunks)
+    ChunkOutOfBounds,
+    ChunkOverlap,
+    ChunkDuplicate,
+    ChunkGap,
+    ChunkDtypeMismatch,
+    ChunkShapeMismatch,
+    ChunkTruncated,
+    MissingFile,
+    MissingStorageInfo,
+    UnreadableChunk,
+    UnreadableValue,
+    BadMetadata,
+    UnsupportedTransform,
+    UnsafeGlobal,
+    // one optimizer on its own (check and diagnose)
+    NoOptimizer,
+    EmptyState,
+    StepInconsistent,
+    StepRankConflict,
+    StepDtype,
+    UnexpectedState,
+    FrozenParams,
+    IdKeyed,
+    FlattenedFormat,
+    // an optimizer against the model it is loaded into (diagnose)
+    PrefixMismatch,
+    RenamedParams,
+    MissingState,
+    ExtraParams,
+    ParamGroupsMismatch,
+    ShapeMismatch,
+    Fsdp1FlatState,
+    ModelKeysMismatch,
+};
+
+struct FindingInfo
+{
+    FindingCode code;
+    const char* name; ///< stable text code ("chunk-gap")
+    Severity severity;
+    const char* meaning; ///< one sentence
+};
+
+/// every code, in declaration order
+const std::vector<FindingInfo>& findingRegistry();
+const FindingInfo& findingInfo(FindingCode code);
+const char* findingName(FindingCode code);
+
+/// One rename/re-key the fix applies, at one optimizer (and the model part beside it).
+struct FixAction
+{
+    /// RenameParam renames one parameter everywhere in the optimizer (state keys, params, param_names);
+    /// RenameModelKey one key of the model state dict saved beside it
+    enum class Kind { RenameParam, RenameModelKey, RekeyIds, UnflattenFormat, CastStep };
+    Kind kind;
+    std::string from; ///< e.g. "_orig_mod.fc.weight" / "3"
+    std::string to; ///< e.g. "fc.weight"
+    std::string description;
+};
+const char* fixActionKindName(FixAction::Kind kind);
+
+struct Finding
+{
+    FindingCode code;
+    Severity severity; ///< from the registry
+    std::string message; ///< what is wrong, in words, naming keys/parameters
+    std::string key; ///< entry key, or the optimizer's root key; empty for checkpoint-wide findings
+    std::string pytorchError; ///< what PyTorch raises because of it (diagnose), empty when it loads
+    std::string fix; ///< what to do
+    std::vector<std::string> keys; ///< parameters/keys involved (first few)
+    std::vector<int> ranks;
+    std::vector<std::vector<int64_t>> offsets;
+    std::vector<FixAction> actions; ///< what `fix` would do for this finding
+
+    Finding(FindingCode c, std::string msg, std::string k = {});
+    const char* name() const { return findingName(code); }
+    nlohmann::ordered_json toJson() const;
+};
+
+} // namespace optscope

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Which torch.optim optimizer wrote a state dict, from its hyperparameter and state names, and what its state looks
+// like: which states have the parameter's shape (exp_avg), which are factored (Adafactor's row_var/col_var), which are
+// scalars (step, eta, mu), and whether all state sits under one parameter (LBFGS).
+
+#include "optscope/optimizer_view.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+enum class OptimizerKind {
+    Unknown,
+    Adam, ///< Adam and AdamW (same state; amsgrad adds max_exp_avg_sq)
+    NAdam,
+    RAdam,
+    Adamax,
+    Adagrad,
+    Adadelta,
+    Adafactor,
+    ASGD,
+    LBFGS,
+    RMSprop,
+    Rprop,
+    SGD,
+    SparseAdam,
+};
+const char* optimizerKindName(OptimizerKind kind);
+
+/// detected from param_groups' hyperparameter names first (unique per class), then from state names
+OptimizerKind detectOptimizerKind(const OptimizerView& view);
+
+/// LBFGS keeps its whole state (d, t, old_dirs, ...) under the first parameter; the others have none, by design
+bool keepsAllStateOnFirstParam(OptimizerKind kind);
+
+/// The shape state @p name must have for a parameter of shape @p param; nullopt when the state has no fixed relation
+/// to the parameter's shape (scalars like step/eta/mu, LBFGS's flat history).
+std::optional<std::vector<int64_t>> expectedStateShape(
+    OptimizerKind kind, const std::string& name, const std::vector<int64_t>& param);
+
+/// The parameter's shape as its state shows it: the first parameter-shaped state (exp_avg, momentum_buffer, ...), or
+/// for Adafactor's factored second moment row_var [..., r, 1] and col_var [..., 1, c] together; empty when unknown.
+std::vector<int64_t> paramShapeFromState(OptimizerKind kind, const OptimizerParam& param);
+
+} // namespace optscope

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/finding.h"
+
+namespace optscope {
+
+const char* severityName(Severity s)
+{
+    switch (s) {
+    case Severity::Error:
+        return "error";
+    case Severity::Warning:
+        return "warning";
+    case Severity::Info:
+        return "info";
+    }
+    return "?";
+}
+
+const std::vector<FindingInfo>& findingRegistry()
+{
+    using C = FindingCode;
+    using S = Severity;
+    static const std::vector<FindingInfo> r = {
+        {C::ChunkOutOfBounds, "chunk-out-of-bounds", S::Error, "a chunk lies (partly) outside its tensor's shape"},
+        {C::ChunkOverlap, "chunk-overlap", S::Error,
+            "two chunks cover the same elements with different bytes; a loader takes one silently"},
+        {C::ChunkDuplicate, "chunk-duplicate", S::Warning, "the same region is stored twice with identical bytes"},
+        {C::ChunkGap, "chunk-gap", S::Error, "no chunk holds some elements of a tensor: the checkpoint is incomplete"},
+        {C::ChunkDtypeMismatch, "dtype-mismatch", S::Error, "a chunk stores another dtype than its tensor's"},
+        {C::ChunkShapeMismatch, "chunk-shape-mismatch", S::Error,
+            "a chunk stores another shape than the metadata says"},
+        {C::ChunkTruncated, "chunk-truncated", S::Error, "a chunk's bytes run past the end of its file"},
+        {C::MissingFile, "missing-file", S::Error, "a data file the metadata names is not there"},
+        {C::MissingStorageInfo, "missing-storage-info", S::Error, "the metadata does not say where a chunk is stored"},
+        {C::UnreadableChunk, "unreadable-chunk", S::Error, "a chunk's bytes cannot be read or parsed"},
+        {C::UnreadableValue, "unreadable-value", S::Error, "a non-tensor value cannot be read"},
+        {C::BadMetadata, "bad-metadata", S::Error, "the DCP metadata is inconsistent"},
+        {C::UnsupportedTransform, "unsupported-transform", S::Error,
+            "a DCP stream transform (compression) this version cannot undo"},
+        {C::UnsafeGlobal, "unsafe-global", S::Warning,
+            "the pickle references a class or function outside the safe set: torch.load(weights_only=True) refuses "
+            "it, and a full unpickle would run it"},
+        {C::NoOptimizer, "no-optimizer", S::Error, "no optimizer state dict (state + param_groups) in the file"},
+        {C::EmptyState, "empty-state", S::Error,
+            "param_groups list parameters but there is no state at all (saved before the first step)"},
+        {C::StepInconsistent, "step-inconsistent", S::Warning, "parameters of one optimizer are at different steps"},
+        {C::StepRankConflict, "step-rank-conflict", S::Error,
+            "ranks store different values for the same parameter's step"},
+        {C::StepDtype, "step-dtype", S::Warning,
+            "step is not a 0-dim float32 tensor; load_state_dict casts it, which can change large values"},
+        {C::UnexpectedState, "unexpected-state", S::Warning,
+            "state for parameters no param_group lists; load_state_dict ignores it"},
+        {C::FrozenParams, "frozen-params", S::Warning,
+            "parameters without state: frozen (fine) or never given a gradient (their moments restart)"},
+        {C::IdKeyed, "id-keyed", S::Info,
+            "state keyed by integer ids: loading pairs parameters by position, and nothing checks the names"},
+        {C::FlattenedFormat, "flattened-format", S::Warning,
+            "DSD's flattened format (state.<fqn>.<name>): set_optimizer_state_dict reads it, optimizer.load_state_dict "
+            "raises KeyError"},
+        {C::PrefixMismatch, "prefix-mismatch", S::Error,
+            "names differ by a wrapper or module prefix (module., _orig_mod., ...)"},
+        {C::RenamedParams, "renamed-params", S::Error,
+            "parameters whose names differ but whose shapes and positions agree: probably renamed"},
+        {C::MissingState, "missing-state", S::Error, "parameters of the model have no entry in the optimizer"},
+        {C::ExtraParams, "extra-params", S::Warning,
+            "the optimizer names parameters the model does not have; name-based loaders ignore them"},
+        {C::ParamGroupsMismatch, "param-groups-mismatch", S::Error,
+            "the number of param groups or of parameters per group differs from the optimizer it loads into"},
+        {C::ShapeMismatch, "shape-mismatch", S::Error,
+            "state tensors do not have their parameter's shape: the first step after loading fails"},
+        {C::Fsdp1FlatState, "fsdp1-flat-state", S::Error,
+            "raw FSDP1 flat-parameter state (one rank's padded shard per flat parameter), not per-parameter state"},
+        {C::ModelKeysMismatch, "model-keys-mismatch", S::Error,
+            "the model state dict saved beside the optimizer does not match the model's keys"},
+    };
+    return r;
+}
+
+const FindingInfo& findingInfo(FindingCode code)
+{
+    return findingRegistry()[static_cast<size_t>(code)];
+}
+
+const char* findingName(FindingCode code)
+{
+    return findingInfo(code).name;
+}
+
+const char* fixActionKindName(FixAction::Kind kind)
+{
+    switch (kind) {
+    case FixAction::Kind::RenameParam:
+        return "rename-param";
+    case FixAction::Kind::RenameModelKey:
+        return "rename-model-key";
+    case FixAction::Kind::RekeyIds:
+        return "rekey-ids";
+    case FixAction::Kind::UnflattenFormat:
+        return "unflatten-format";
+    case FixAction::Kind::CastStep:
+        return "cast-step";
+    }
+    return "?";
+}
+
+Finding::Finding(FindingCode c, std::string msg, std::string k)
+    : code(c)
+    , severity(findingInfo(c).severity)
+    , message(std::move(msg))
+    , key(std::move(k))
+{ }
+
+nlohmann::ordered_json Finding::toJson() const
+{
+    using json = nlohmann::ordered_json;
+    json a = json::array();
+    for (const auto& x : actions)
+        a.push_back({{"kind", fixActionKindName(x.kind)}, {"from", x.from}, {"to", x.to}, {"description", x.description}});
+    return {{"code", name()}, {"severity", severityName(severity)}, {"key", key.empty() ? json(nullptr) : json(key)},
+        {"message", message},
+        {"pytorch_error", pytorchError.empty() ? json(nullptr) : json(pytorchError)}, {"fix", fix.empty() ? json(nullptr) : json(fix)}, {"keys", keys}, {"ranks", ranks},
+        {"offsets", offsets}, {"actions", a}};
+}
+
+} // namespace optscope

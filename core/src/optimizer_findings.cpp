@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The findings about one optimizer on its own, shared by check and diagnose.
+#include "optscope/checkpoint_check.h"
+#include "optscope/error.h"
+#include "optscope/tensor_values.h"
+
+#include <map>
+#include <sstream>
+
+namespace optscope {
+
+namespace {
+
+std::string numberText(double v)
+{
+    std::ostringstream o;
+    o << v;
+    return o.str();
+}
+
+std::string quoteList(const std::vector<std::string>& v, size_t max = 5)
+{
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < max; ++i)
+        s += (i ? ", '" : "'") + v[i] + "'";
+    if (v.size() > max) s += ", ... (" + std::to_string(v.size()) + " in all)";
+    return s;
+}
+
+std::vector<std::string> head(const std::vector<std::string>& v, size_t n = 8)
+{
+    return {v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size()))};
+}
+
+/// how a row is named in messages: its FQN when known, else "id N"
+std::string label(const ParamRow& r)
+{
+    return r.fqn.empty() ? "id " + r.id : r.fqn;
+}
+
+} // namespace
+
+std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& table)
+{
+    std::vector<Finding> out;
+    for (size_t oi = 0; oi < table.optimizers.size(); ++oi) {
+        const OptimizerView& v = table.optimizers[oi];
+        const OptimizerKind kind = table.kinds[oi];
+        const std::string root = v.rootKey();
+        const std::string where = root.empty() ? std::string("the optimizer state dict") : "optimizer '" + root + "'";
+        const auto rows = table.rowsOf(static_cast<int>(oi));
+        const auto listed = v.groupParams();
+
+        if (v.params.empty() && !listed.empty()) {
+            Finding f(FindingCode::EmptyState,
+                where + " lists " + std::to_string(listed.size())
+                    + " parameters in param_groups but has no state for any of them: it was saved before the first "
+                      "step, or while the state was empty (DCP saves an empty optimizer when gradients were still "
+                      "set, pytorch#140898)",
+                root);
+            f.fix = "save after optimizer.step(), and check that get_optimizer_state_dict returns state";
+            f.keys = head(listed);
+            out.push_back(std::move(f));
+            continue;
+        }
+        if (v.flattened) {
+            Finding f(FindingCode::FlattenedFormat,
+                where
+                    + " uses DSD's flattened format (\"state.<fqn>.<name>\", \"param_groups.<fqn>.<hp>\"), written "
+                      "with StateDictOptions(flatten_optimizer_state_dict=True): optimizer.load_state_dict cannot read it",
+                root);
+            f.pytorchError = "KeyError: 'param_groups'";
+            f.fix = "load it with set_optimizer_state_dict (which reads this format whatever its options say), or let "
+                    "`optscope-cli fix` convert it to the nested format for optimizer.load_state_dict";
+            f.actions.push_back({FixAction::Kind::UnflattenFormat, "flattened", "nested",
+                "convert to the nested {state, param_groups} format"});
+            out.push_back(std::move(f));
+        }
+        if (v.idKeyed && !v.params.empty()) {
+            std::string msg = where + " is keyed by integer parameter ids (optimizer.state_dict()): loading pairs "
+                                      "them with the optimizer's parameters by position, and nothing checks names";
+            if (table.sources[oi] != NameSource::None)
+                msg += "; named here by " + std::string(nameSourceText(table.sources[oi]));
+            out.emplace_back(FindingCode::IdKeyed, msg, root);
+        }
+
+        // parameters without state: frozen, or never given a gradient. LBFGS keeps all its state on the first one.
+        std::vector<std::string> stateless;
+        if (!v.params.empty() && !keepsAllStateOnFirstParam(kind))
+            for (const ParamRow* r : rows)
+                if (r->position >= 0 && !r->param && r->flatParam < 0) stateless.push_back(label(*r));
+        if (!stateless.empty()) {
+            Finding f(FindingCode::FrozenParams,
+                std::to_string(stateless.size()) + " of the " + std::to_string(listed.size())
+                    + " parameters in the param_groups of " + where + " have no state: " + quoteList(stateless)
+                    + ". Either they are frozen (requires_grad=False: nothing is lost, and every loader accepts "
+                      "this as long as they are frozen in the model you load into too), or they never received a "
+                      "gradient before saving (their moments restart from zero, and set_optimizer_state_dict "
+                      "raises KeyError for them if they are trainable there)",
+                root);
+            f.fix = "nothing, if they are frozen; otherwise save after a step in which they got gradients";
+            f.keys = head(stateless);
+            out.push_back(std::move(f));
+        }
+        std::vector<std::string> orphans;
+        for (const ParamRow* r : rows)
+            if (r->position < 0) orphans.push_back(label(*r));
+        if (!orphans.empty()) {
+            Finding f(FindingCode::UnexpectedState,
+                where + " has state for " + std::to_string(orphans.size())
+                    + " parameter(s) that no param_group lists: " + quoteList(orphans),
+                root);
+            f.fix = "they are ignored on load; drop them, or add the parameters to a group";
+            f.keys = head(orphans);
+            out.push_back(std::move(f));
+        }
+
+        // step: one value per optimizer, a 0-dim float32 tensor
+        std::map<double, std::vector<std::string>> steps;
+        std::vector<std::string> oddDtype;
+        for (const auto& p : v.params) {
+            auto it = p.states.find("step");
+            if (it == p.states.end()) continue;
+            const Entry* e = it->second;
+            if (!e->isTensor() || e->tensor.dtype != DType::Float32 || !e->tensor.shape.empty())
+                oddDtype.push_back(p.key + " ("
+                    + (e->isTensor() ? std::string(dtypeName(e->tensor.dtype)) : pyKindName(e->value->kind)) + ")");
+            try {
+                if (auto s = readScalar(cp, *e)) steps[*s].push_back(p.key);
+            } catch (const Error&) {
+                // unreadable data is reported by the structural checks
+            }
+        }
+        if (steps.size() > 1) {
+            std::string detail;
+            for (const auto& [value, params] : steps)
+                detail += (detail.empty() ? "" : "; ") + std::string("step ") + numberText(value) + ": "
+                    + std::to_string(params.size()) + " (" + params.front() + (params.size() > 1 ? ", ..." : "") + ")";
+            Finding f(FindingCode::StepInconsistent,
+                "the parameters of " + where + " are at different steps: " + detail
+                    + ". Each parameter's bias correction uses its own step, so this resumes as saved, but FSDP1 "
+                      "cannot put such parameters into one flat parameter",
+                root);
+            f.pytorchError = "ValueError: All unflattened parameters comprising a single flat parameter must have "
+                             "scalar state with the same value and dtype (FSDP1 only)";
+            f.fix = "expected when some parameters skip steps (no gradient); otherwise check which run wrote them";
+            f.keys = head(steps.begin()->second);
+            out.push_back(std::move(f));
+        }
+        if (!oddDtype.empty()) {
+            Finding f(FindingCode::StepDtype,
+                "step of " + std::to_string(oddDtype.size()) + " parameter(s) in " + where
+                    + " is not a 0-dim float32 tensor: " + quoteList(oddDtype)
+                    + ". Fused/capturable optimizers force float32 steps and load_state_dict casts them, which "
+                      "changes the value silently for large steps (pytorch#173901)",
+                root);
+            f.fix = "store step as a float32 0-dim tensor; `optscope-cli fix` casts it";
+            f.keys = head(oddDtype);
+            f.actions.push_back({FixAction::Kind::CastStep, "", "float32", "cast every step to a 0-dim float32 tensor"});
+            out.push_back(std::move(f));
+        }
+    }
+    return out;
+}
+
+} // namespace optscope

@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/param_table.h"
+#include "optscope/csv.h"
+#include "optscope/error.h"
+#include "optscope/flat_param_layout.h"
+#include "optscope/fqn_normalizer.h"
+#include "optscope/fsdp1_optim.h"
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace optscope {
+
+const char* nameSourceText(NameSource source)
+{
+    switch (source) {
+    case NameSource::StateKey:
+        return "state key";
+    case NameSource::FlattenedKey:
+        return "flattened state key";
+    case NameSource::ParamNames:
+        return "param_names";
+    case NameSource::Fsdp1Layout:
+        return "FSDP1 flat parameter layout";
+    case NameSource::ModelInFile:
+        return "model order (this checkpoint)";
+    case NameSource::ReferenceOrder:
+        return "model order (reference)";
+    case NameSource::None:
+        return "";
+    }
+    return "";
+}
+
+namespace {
+
+/// where training checkpoints keep the model state dict next to the optimizer
+const std::vector<std::string>& modelKeys()
+{
+    static const std::vector<std::string> k = {"model", "state_dict", "model_state_dict", "module"};
+    return k;
+}
+
+int64_t numelOf(const std::vector<int64_t>& shape)
+{
+    int64_t n = 1;
+    for (auto d : shape)
+        n *= d;
+    return n;
+}
+
+/// the first non-scalar tensor state (exp_avg, momentum_buffer, ...)
+const Entry* shapedState(const OptimizerParam& p)
+{
+    for (const auto& [name, e] : p.states)
+        if (e->isTensor() && !e->tensor.shape.empty()) return e;
+    return nullptr;
+}
+
+std::string jumpKeyOf(const OptimizerView& view, const OptimizerParam* p)
+{
+    if (!p || p->states.empty()) return {};
+    const Entry* e = p->states.begin()->second;
+    if (!view.flattened && e->path.size() >= 2) return joinKeyPath(KeyPath(e->path.begin(), e->path.end() - 1));
+    return e->key;
+}
+
+/// module prefixes FSDP auto-wrap policies usually wrap: items of ModuleLists ("layers.0", "blocks.1")
+std::vector<std::string> guessUnits(const Checkpoint& model)
+{
+    std::vector<std::string> units;
+    try {
+        const Fsdp1Model m = Fsdp1Model::fromCheckpoint(model, {});
+        static const std::regex item("^(.*?\\.\\d+)\\.");
+        for (const auto& u : m.units)
+            for (const auto& [fqn, shape] : u.params) {
+                std::smatch sm;
+                if (std::regex_search(fqn, sm, item)
+                    && std::find(units.begin(), units.end(), sm[1].str()) == units.end())
+                    units.push_back(sm[1].str());
+            }
+    } catch (const Error&) {
+    }
+    return units;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep)
+{
+    std::string s;
+    for (const auto& x : v)
+        s += (s.empty() ? "" : sep) + x;
+    return s;
+}
+
+/// Explains an id-keyed optimizer with 1-D states as raw FSDP1 flat parameters of @p model. Returns false when no
+/// unit split and world size reproduce the shard sizes.
+bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view, const Checkpoint& model,
+    const ParamTableOptions& options, std::vector<ParamRow>& rows, std::vector<std::string>& notes)
+{
+    const std::vector<std::string> ids = view.groupParams();
+    if (ids.empty()) return false;
+    std::vector<int64_t> shardNumel;
+    for (const auto& id : ids) {
+        const OptimizerParam* p = view.param(id);
+        const Entry* e = p ? shapedState(*p) : nullptr;
+        if (!e || e->tensor.shape.size() != 1) return false;
+        shardNumel.push_back(e->tensor.shape[0]);
+    }
+    const std::vector<std::vector<std::string>> candidates
+        = options.units.empty() ? std::vector<std::vector<std::string>> {guessUnits(model), {}}
+                                : std::vector<std::vector<std::string>> {options.units};
+    for (const auto& units : candidates) {
+        Fsdp1Model m;
+        try {
+            m = Fsdp1Model::fromCheckpoint(model, units);
+        } catch (const Error&) {
+            continue;
+        }
+        if (m.units.size() != ids.size()) continue;
+        std::vector<FlatParamLayout> layouts;
+        int world = 0;
+        const int lo = options.worldSize > 0 ? options.worldSize : 1;
+        const int hi = options.worldSize > 0 ? options.worldSize : 4096;
+        for (int w = lo; w <= hi && !world; ++w) {
+            layouts.clear();
+            bool fits = true;
+            for (size_t u = 0; u < m.units.size() && fits; ++u) {
+                layouts.push_back(FlatParamLayout::compute(m.units[u].params, w, 0));
+                fits = layouts.back().shardNumel == shardNumel[u];
+            }
+            if (fits) world = w;
+        }
+        if (!world) continue;
+        // which rank wrote this file, if its name says so (optim_rank1.pt)
+        static const std::regex rankRe("rank[_-]?(\\d+)");
+        const std::string base = checkpoint.path.substr(checkpoint.path.find_last_of('/') + 1);
+        std::smatch rm;
+        const int fileRank = std::regex_search(base, rm, rankRe) ? std::stoi(rm[1].str()) : -1;
+        notes.push_back("raw FSDP1 optimizer state (use_orig_params=False): " + std::to_string(ids.size())
+            + " flat parameters over " + std::to_string(world) + " ranks, units "
+            + (units.empty() ? std::string("(root only)") : join(units, ", ")) + ", parameters from " + model.path);
+        if (fileRank >= 0) notes.push_back("this file is rank " + std::to_string(fileRank) + " (from its name)");
+        for (size_t u = 0; u < m.units.size(); ++u) {
+            const FlatParamLayout& layout = layouts[u];
+            const OptimizerParam* p = view.param(ids[u]);
+            std::vector<std::string> states;
+            for (const auto& [name, e] : p->states)
+                states.push_back(name);
+            const auto infos = fileRank >= 0 && fileRank < world ? layout.shardParamInfos(fileRank)
+                                                                 : std::vector<FlatParamLayout::ShardParamInfo> {};
+            for (size_t k = 0; k < layout.members.size(); ++k) {
+                const auto& member = layout.members[k];
+                ParamRow r;
+                r.optimizer = index;
+                r.group = 0;
+                r.position = static_cast<int>(u);
+                r.id = ids[u];
+                r.fqn = member.fqn;
+                r.normalized = normalizeFqn(r.fqn).fqn;
+                r.source = NameSource::Fsdp1Layout;
+                r.flatParam = static_cast<int>(u);
+                r.flatUnit = m.units[u].prefix;
+                r.flatOffset = member.offset;
+                r.numel = member.numel;
+                r.shape = member.shape;
+                r.states = states;
+                r.param = p;
+                const int64_t first = member.offset / layout.shardNumel;
+                const int64_t last = (member.offset + std::max<int64_t>(member.numel, 1) - 1) / layout.shardNumel;
+                r.note = first == last ? "on rank " + std::to_string(first)
+                                       : "split over ranks " + std::to_string(first) + "-" + std::to_string(last);
+                if (k < infos.size()) {
+                    const auto& info = infos[k];
+                    r.note += info.inShard ? "; this file holds [" + std::to_string(info.intraStart) + ", "
+                            + std::to_string(info.intraEnd) + "] at shard offset " + std::to_string(info.offsetInShard)
+                                           : std::string("; not in this file");
+                }
+                r.jumpKey = jumpKeyOf(view, p);
+                rows.push_back(std::move(r));
+            }
+        }
+        return true;
+    }
+    return false;
+}
+
+} // namespace
+
+std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
+{
+    // a model state dict under one of the usual keys, else top-level tensors when the file holds no optimizer
+    std::optional<std::string> under;
+    for (const auto& k : modelKeys()) {
+        for (const auto& e : cp.entries)
+            if (e.isTensor() && e.path.size() == 2 && e.path[0].key == k) {
+                under = k;
+                break;
+            }
+        if (under) break;
+    }
+    if (!under && !findOptimizers(cp).empty()) return std::nullopt;
+    ModelParams m;
+    m.source = cp.path;
+    if (under) {
+        m.root = {KeyPathElem::fromKey(*under)};
+        m.source += " ('" + *under + "')";
+    }
+    for (const auto& e : cp.entries) {
+        if (!e.isTensor()) continue;
+        std::string fqn;
+        if (under && e.path.size() == 2 && e.path[0].key == *under)
+            fqn = e.path[1].key;
+        else if (!under && e.path.size() == 1)
+            fqn = e.path[0].key;
+        else
+            continue;
+        m.shapes[fqn] = e.tensor.shape;
+        m.keys.push_back(fqn);
+        (isKnownBufferName(fqn) ? m.buffers : m.fqns).push_back(fqn);
+    }
+    if (m.fqns.empty()) return std::nullopt;
+    return m;
+}
+
+ModelParams ModelParams::fromCheckpoint(const Checkpoint& model)
+{
+    ModelParams e;
+    e.source = model.path;
+    // a reference optimizer: its param_groups are the truth (names, order, groups)
+    const ParamTable table = ParamTable::build(model);
+    for (size_t i = 0; i < table.optimizers.size(); ++i) {
+        const auto names = table.fqnsInOrder(static_cast<int>(i));
+        if (names.empty() || std::find(names.begin(), names.end(), std::string()) != names.end()) continue;
+        e.fqns = names;
+        e.fromOptimizer = true;
+        const OptimizerView& v = table.optimizers[i];
+        size_t k = 0;
+        for (const auto& g : v.groups) {
+            e.groups.emplace_back(names.begin() + static_cast<std::ptrdiff_t>(k),
+                names.begin() + static_cast<std::ptrdiff_t>(k + g.params.size()));
+            k += g.params.size();
+        }
+        for (const ParamRow* r : table.rowsOf(static_cast<int>(i)))
+            if (!r->fqn.empty() && !r->shape.empty() && keepsAllStateOnFirstParam(table.kinds[i]) == false)
+                e.shapes.emplace(r->fqn, r->shape);
+        e.source = model.path + " (optimizer '" + v.rootKey() + "')";
+        break;
+    }
+    if (auto part = modelPartOf(model)) {
+        // the model's shapes are the truth; its order too when no optimizer names the parameters
+        for (const auto& [k, s] : part->shapes)
+            e.shapes[k] = s;
+        e.buffers = part->buffers;
+        e.keys = part->keys;
+        e.root = part->root;
+        if (e.fqns.empty()) {
+            e.fqns = part->fqns;
+            e.source = part->source;
+        }
+    }
+    if (e.fqns.empty())
+        throw Error(ErrorKind::Format, model.path, "names no parameters (no model tensors and no named optimizer)");
+    return e;
+}
+
+ModelParams ModelParams::fromFqnList(const std::string& path)
+{
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorKind::Io, path, "cannot read the FQN list");
+    ModelParams e;
+    e.source = path;
+    std::string line;
+    int lineNo = 0;
+    while (std::getline(in, line)) {
+        ++lineNo;
+        if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+        std::istringstream ls(line);
+        std::string fqn, shape;
+        if (!(ls >> fqn)) continue;
+        e.fqns.push_back(fqn);
+        if (ls >> shape) {
+            std::vector<int64_t> dims;
+            std::istringstream ss(shape);
+            std::string part;
+            while (std::getline(ss, part, ','))
+                try {
+                    dims.push_back(std::stoll(part));
+                } catch (...) {
+                    throw Error(
+                        ErrorKind::Format, path, "line " + std::to_string(lineNo) + ": bad shape '" + shape + "'");
+                }
+            e.shapes[fqn] = dims;
+        }
+    }
+    if (e.fqns.empty()) throw Error(ErrorKind::Format, path, "lists no FQNs");
+    return e;
+}
+
+ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* reference,
+    const Checkpoint* referenceCheckpoint, const ParamTableOptions& options)
+{
+    ParamTable out;
+    out.optimizers = findOptimizers(checkpoint);
+    out.modelInFile = ModelParams::modelPartOf(checkpoint);
+    if (!out.optimizers.empty() && out.modelInFile && out.modelInFile->root.empty()) out.modelInFile.reset();
+    const ModelParams* shapesFrom = reference ? reference : out.modelInFile ? &*out.modelInFile : nullptr;
+
+    for (size_t oi = 0; oi < out.optimizers.size(); ++oi) {
+        const int index = static_cast<int>(oi);
+        const OptimizerView& view = out.optimizers[oi];
+        out.kinds.push_back(detectOptimizerKind(view));
+        const std::vector<std::string> ids = view.groupParams();
+        NameSource source = view.idKeyed ? NameSource::None
+            : view.flattened             ? NameSource::FlattenedKey
+                                         : NameSource::StateKey;
+        std::vector<std::string> names;
+        if (view.idKeyed) {
+            // 2. param_names in every group
+            bool complete = !view.groups.empty();
+            for (const auto& g : view.groups) {
+                complete = complete && g.paramNames.size() == g.params.size();
+                names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
+            }
+            if (complete && !names.empty()) {
+                source = NameSource::ParamNames;
+            } else {
+                names.clear();
+                // 3. raw FSDP1 shards: fewer, all 1-D "parameters" than the model has
+                bool oneDim = !view.params.empty() && !keepsAllStateOnFirstParam(out.kinds.back());
+                for (const auto& p : view.params) {
+                    const Entry* e = shapedState(p);
+                    oneDim = oneDim && (!e || e->tensor.shape.size() == 1);
+                }
+                const Checkpoint* modelCp = out.modelInFile ? &checkpoint : referenceCheckpoint;
+                const ModelParams* model = out.modelInFile ? &*out.modelInFile : reference;
+                if (oneDim && modelCp && model && model->fqns.size() != ids.size()
+                    && mapFsdp1(checkpoint, index, view, *modelCp, options, out.rows, out.notes)) {
+                    out.sources.push_back(NameSource::Fsdp1Layout);
+                    continue;
+                }
+                if (oneDim && !model && ids.size() > 0)
+                    out.notes.push_back("every state of '" + view.rootKey()
+                        + "' is 1-D: if this is a raw FSDP1 optimizer file, give the model to map flat parameters "
+                          "to FQNs");
+                // 4./5. a model by position
+                const ModelParams* inFile = out.modelInFile ? &*out.modelInFile : nullptr;
+                const std::pair<const ModelParams*, NameSource> candidates[]
+                    = {{inFile, NameSource::ModelInFile}, {reference, NameSource::ReferenceOrder}};
+                for (const auto& [m, src] : candidates) {
+                    if (!m || source != NameSource::None) continue;
+                    if (m->fqns.size() == ids.size()) {
+                        names = m->fqns;
+                        source = src;
+                    } else {
+                        out.notes.push_back("'" + view.rootKey() + "' has " + std::to_string(ids.size())
+                            + " parameters but " + m->source + " has " + std::to_string(m->fqns.size())
+                            + ": ids cannot be named by position");
+                    }
+                }
+            }
+        }
+        out.sources.push_back(source);
+
+        std::map<std::string, int> groupOf;
+        for (size_t g = 0; g < view.groups.size(); ++g)
+            for (const auto& p : view.groups[g].params)
+                groupOf.emplace(p, static_cast<int>(g));
+        // every parameter named by param_groups, then any with state but no group
+        std::vector<std::string> order = ids;
+        std::set<std::string> seen(ids.begin(), ids.end());
+        for (const auto& p : view.params)
+            if (seen.insert(p.key).second) order.push_back(p.key);
+        for (size_t i = 0; i < order.size(); ++i) {
+            const std::string& key = order[i];
+            const OptimizerParam* p = view.param(key);
+            ParamRow r;
+            r.optimizer = index;
+            r.id = key;
+            r.param = p;
+            const bool inGroups = i < ids.size();
+            r.position = inGroups ? static_cast<int>(i) : -1;
+            if (!view.idKeyed) {
+                r.fqn = key;
+                r.source = source;
+            } else if (inGroups && i < names.size()) {
+                r.fqn = names[i];
+                r.source = source;
+            }
+            r.normalized = normalizeFqn(r.fqn).fqn;
+            auto git = groupOf.find(key);
+            r.group = git == groupOf.end() ? -1 : git->second;
+            if (p) {
+                for (const auto& [name, e] : p->states)
+                    r.states.push_back(name);
+                r.shape = paramShapeFromState(out.kinds.back(), *p);
+                if (!r.shape.empty()) r.numel = numelOf(r.shape);
+            } else if (inGroups) {
+                r.note = "no state (frozen, or no step taken yet)";
+            }
+            if (shapesFrom && !r.fqn.empty()) {
+                auto ms = shapesFrom->shapes.find(r.fqn);
+                if (ms == shapesFrom->shapes.end()) ms = shapesFrom->shapes.find(r.normalized);
+                if (ms != shapesFrom->shapes.end()) {
+                    const auto want = p ? expectedStateShape(out.kinds.back(), "exp_avg", ms->second)
+                                        : std::optional<std::vector<int64_t>>();
+                    if (p && want && r.shape != *want && !r.shape.empty())
+                        r.note = "state shape " + shapeText(r.shape) + " differs from the model's "
+                            + shapeText(ms->second);
+                    r.shape = ms->second;
+                    r.numel = numelOf(r.shape);
+                }
+            }
+            if (!inGroups) r.note = "has state but is in no param_group";
+            if (keepsAllStateOnFirstParam(out.kinds.back()) && r.position > 0 && !p)
+                r.note = std::string(optimizerKindName(out.kinds.back())) + " keeps its state on the first parameter";
+            r.jumpKey = jumpKeyOf(view, p);
+            out.rows.push_back(std::move(r));
+        }
+    }
+    if (out.optimizers.empty()) {
+        // a model-only checkpoint: its parameters
+        if (auto m = ModelParams::modelPartOf(checkpoint)) {
+            for (const auto& fqn : m->fqns) {
+                ParamRow r;
+                r.fqn = fqn;
+                r.normalized = normalizeFqn(fqn).fqn;
+                r.shape = m->shapes[fqn];
+                r.numel = numelOf(r.shape);
+                r.jumpKey = (m->root.empty() ? std::string() : joinKeyPath(m->root) + ".") + fqn;
+                out.rows.push_back(std::move(r));
+            }
+        }
+        if (out.rows.empty()) out.notes.push_back("no optimizer state dict and no model parameters found");
+    }
+    return out;
+}
+
+std::vector<const ParamRow*> ParamTable::rowsOf(int optimizer) const
+{
+    std::vector<const ParamRow*> out;
+    for (const auto& r : rows)
+        if (r.optimizer == optimizer) out.push_back(&r);
+    return out;
+}
+
+std::map<std::string, std::string> ParamTable::idToFqn(int optimizer) const
+{
+    std::map<std::string, std::string> out;
+    for (const auto& r : rows)
+        if (r.optimizer == optimizer && !r.fqn.empty() && r.flatParam < 0) out.emplace(r.id, r.fqn);
+    return out;
+}
+
+std::vector<std::string> ParamTable::fqnsInOrder(int optimizer) const
+{
+    std::vector<std::string> out;
+    for (const auto& r : rows)
+        if (r.optimizer == optimizer && r.position >= 0 && r.flatParam < 0) out.push_back(r.fqn);
+    return out;
+}
+
+nlohmann::ordered_json ParamTable::toJson() const
+{
+    using json = nlohmann::ordered_json;
+    json j;
+    j["optimizers"] = json::array();
+    for (size_t i = 0; i < optimizers.size(); ++i)
+        j["optimizers"].push_back({{"root", optimizers[i].rootKey()}, {"kind", optimizerKindName(kinds[i])},
+            {"id_keyed", optimizers[i].idKeyed}, {"flattened", optimizers[i].flattened},
+            {"groups", optimizers[i].groups.size()}, {"names_from", nameSourceText(sources[i])}});
+    j["params"] = json::array();
+    for (const auto& r : rows) {
+        auto opt = [](bool has, json v) { return has ? v : json(nullptr); };
+        j["params"].push_back({{"optimizer", r.optimizer < 0 ? json(nullptr) : json(optimizers[r.optimizer].rootKey())},
+            {"id", r.id}, {"fqn", opt(!r.fqn.empty(), r.fqn)}, {"normalized", opt(!r.fqn.empty(), r.normalized)},
+            {"source", nameSourceText(r.source)}, {"group", opt(r.group >= 0, r.group)},
+            {"position", opt(r.position >= 0, r.position)}, {"shape", r.shape}, {"numel", opt(r.numel >= 0, r.numel)},
+            {"states", r.states}, {"flat_param", opt(r.flatParam >= 0, r.flatParam)},
+            {"flat_unit", opt(r.flatParam >= 0, r.flatUnit)}, {"flat_offset", opt(r.flatOffset >= 0, r.flatOffset)},
+            {"note", opt(!r.note.empty(), r.note)}});
+    }
+    j["notes"] = notes;
+    return j;
+}
+
+std::string ParamTable::toCsv() const
+{
+    CsvWriter w;
+    w.row({"optimizer", "id", "fqn", "normalized", "source", "group", "position", "shape", "numel", "states",
+        "flat_param", "flat_unit", "flat_offset", "note"});
+    auto num = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
+    for (const auto& r : rows)
+        w.row({r.optimizer < 0 ? std::string() : optimizers[static_cast<size_t>(r.optimizer)].rootKey(), r.id, r.fqn,
+            r.normalized, nameSourceText(r.source), num(r.group), num(r.position), r.shape.empty() && r.numel < 0 ? "" : shapeText(r.shape),
+            num(r.numel), join(r.states, " "), num(r.flatParam), r.flatUnit, num(r.flatOffset), r.note});
+    return w.text();
+}
+
+} // namespace optscope
