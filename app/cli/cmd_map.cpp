@@ -66,7 +66,8 @@ int runMap(const std::vector<std::string>& argv)
                                  : std::string(", named by ") + nameSourceText(table.sources[i]))
                       << "\n";
         std::cout << std::left << std::setw(6) << "ID" << std::setw(44) << "FQN" << std::setw(6) << "GROUP"
-                  << std::setw(14) << "SHAPE" << "STATES / NOTE\n";
+                  << std::setw(14) << "SHAPE"
+                  << "STATES / NOTE\n";
         for (const auto& r : table.rows) {
             std::string states;
             for (const auto& s : r.states)

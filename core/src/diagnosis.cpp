@@ -217,12 +217,17 @@ private:
         std::map<std::string, std::string> rename; ///< optimizer name -> model name
     };
 
-    /// the model's parameter shape for a name (as written, or normalised)
+    /// the name set_optimizer_state_dict looks a model parameter up by: wrapper prefixes stripped (DSD's _get_fqns)
+    static std::string canon(const std::string& fqn) { return normalizeFqn(fqn).fqn; }
+
+    /// the model's parameter shape for a name (as written, or as DSD names it)
     const std::vector<int64_t>* modelShape(const std::string& fqn) const
     {
         auto it = m_exp->shapes.find(fqn);
-        if (it == m_exp->shapes.end()) it = m_exp->shapes.find(normalizeFqn(fqn).fqn);
-        return it == m_exp->shapes.end() ? nullptr : &it->second;
+        if (it != m_exp->shapes.end()) return &it->second;
+        for (const auto& [k, shape] : m_exp->shapes)
+            if (canon(k) == canon(fqn)) return &shape;
+        return nullptr;
     }
 
     /// first state of @p row whose shape is not what the parameter @p shape needs; "" if none
@@ -299,8 +304,11 @@ private:
         Names names;
         for (const ParamRow* r : listed)
             names.opt.push_back(r->fqn);
-        const std::set<std::string> expected(exp.fqns.begin(), exp.fqns.end());
+        std::set<std::string> expected; // the names DSD looks up
+        for (const auto& n : exp.fqns)
+            expected.insert(canon(n));
         std::vector<std::string> missing, extra;
+        const size_t firstFinding = d.findings.size();
         if (named && !fsdp1) {
             nameFindings(oi, where, listed, names, d);
             std::set<std::string> covered;
@@ -313,14 +321,12 @@ private:
                     extra.push_back(n);
             }
             for (const auto& n : exp.fqns)
-                if (!covered.count(n)) missing.push_back(n);
+                if (!covered.count(canon(n))) missing.push_back(n);
             if (!missing.empty()) {
                 Finding f(FindingCode::MissingState,
                     std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where + ": "
                         + quoteList(missing),
                     root);
-                f.pytorchError = "KeyError: '" + normalizeFqn(missing.front()).fqn + "' (set_optimizer_state_dict, "
-                    + "with or without strict=False)";
                 f.fix = "the optimizer was saved for a different model, or before these layers were added; if they "
                         "are new, build the optimizer state for them from zero: load with optimizer.load_state_dict "
                         "after rebuilding the param groups, or drop them from the model before loading";
@@ -346,7 +352,7 @@ private:
             groupError = kGroupCountError;
         else if (savedSizes != targetSizes)
             groupError = kGroupSizeError;
-        if (!groupError.empty() && v.idKeyed && !fsdp1) {
+        if (!groupError.empty() && !fsdp1) {
             std::string sizes;
             for (size_t g = 0; g < savedSizes.size(); ++g)
                 sizes += (g ? ", " : "") + std::to_string(savedSizes[g]);
@@ -357,7 +363,10 @@ private:
                 where + " has " + std::to_string(savedSizes.size()) + " param group(s) of [" + sizes + "] parameters; "
                     + targetText + " has " + std::to_string(targetSizes.size()) + " of [" + tsizes + "]",
                 root);
-            f.pytorchError = "ValueError: " + groupError;
+            f.pytorchError = "ValueError: " + groupError + " (optimizer.load_state_dict"
+                + (v.idKeyed ? std::string(" and set_optimizer_state_dict)")
+                             : std::string("; set_optimizer_state_dict regroups FQN-keyed state and gives each group "
+                                           "the hyperparameters of the saved group holding its parameters)"));
             f.fix = savedTotal != targetTotal
                 ? "the optimizer was saved for a model with " + std::to_string(savedTotal)
                     + " parameters; this one has " + std::to_string(targetTotal) + ": it is another model"
@@ -375,6 +384,28 @@ private:
                     wrongByPosition.push_back(
                         (listed[i]->fqn.empty() ? "id " + listed[i]->id : listed[i]->fqn) + "." + w);
             }
+        // FQN-keyed state: shapes by name (after the renames), as set_optimizer_state_dict pairs them
+        std::vector<std::string> wrongByName;
+        if (named && !v.idKeyed && !fsdp1)
+            for (const ParamRow* r : listed) {
+                const auto it = names.rename.find(r->fqn);
+                const auto* shape = modelShape(it == names.rename.end() ? r->fqn : it->second);
+                if (!shape) continue;
+                const std::string w = wrongState(*r, kind, *shape);
+                if (!w.empty()) wrongByName.push_back(r->fqn + "." + w);
+            }
+        if (!wrongByName.empty()) {
+            Finding f(FindingCode::ShapeMismatch,
+                std::to_string(wrongByName.size()) + " state tensor(s) of " + where
+                    + " do not have their parameter's shape in " + exp.source + ": " + quoteList(wrongByName, 4)
+                    + ". The loaders do not compare shapes; the first step() after loading fails",
+                root);
+            f.pytorchError = "RuntimeError: The size of tensor a must match the size of tensor b (at the first "
+                             "optimizer.step() after loading)";
+            f.fix = "the optimizer belongs to a different architecture; it cannot be loaded into this model";
+            f.keys = head(wrongByName);
+            d.findings.push_back(std::move(f));
+        }
         if (!wrongByPosition.empty() && (v.idKeyed || !named)) {
             Finding f(FindingCode::ShapeMismatch,
                 std::to_string(wrongByPosition.size()) + " state tensor(s) of " + where
@@ -392,7 +423,27 @@ private:
         // the model state dict saved beside the optimizer
         modelPartFindings(d);
 
-        if (withVerdicts) verdicts(oi, kind, listed, names, groupError, wrongByPosition, d);
+        Diagnosis v2;
+        verdicts(oi, kind, listed, names, groupError, wrongByPosition, v2);
+        // what the name findings cost on load: set_optimizer_state_dict's error (strict changes nothing), else the
+        // positional loader's
+        const LoadVerdict* byName = &v2.verdicts[1];
+        for (size_t i = firstFinding; i < d.findings.size(); ++i) {
+            Finding& f = d.findings[i];
+            if (f.code != FindingCode::PrefixMismatch && f.code != FindingCode::RenamedParams
+                && f.code != FindingCode::MissingState)
+                continue;
+            if (byName->outcome == LoadOutcome::Raises)
+                f.pytorchError = byName->exception + ": " + byName->message
+                    + " (set_optimizer_state_dict, also with StateDictOptions(strict=False): strict applies to the "
+                      "model only)";
+            else if (v2.verdicts[0].outcome == LoadOutcome::Raises)
+                f.pytorchError
+                    = v2.verdicts[0].exception + ": " + v2.verdicts[0].message + " (optimizer.load_state_dict)";
+            else
+                f.pytorchError.clear();
+        }
+        if (withVerdicts) d.verdicts = std::move(v2.verdicts);
     }
 
     void nameFindings(
@@ -400,71 +451,47 @@ private:
     {
         const ModelParams& exp = *m_exp;
         const std::string root = m_table.optimizers[static_cast<size_t>(oi)].rootKey();
-        const std::set<std::string> expected(exp.fqns.begin(), exp.fqns.end());
-        const bool idKeyed = m_table.optimizers[static_cast<size_t>(oi)].idKeyed;
-        // 1. wrapper prefixes on either side: names whose normalised forms agree
-        std::map<std::string, std::string> expectedByNorm;
-        std::set<std::string> ambiguous;
+        std::set<std::string> expected; // what set_optimizer_state_dict looks up: model names without wrappers
         for (const auto& n : exp.fqns)
-            if (!expectedByNorm.emplace(normalizeFqn(n).fqn, n).second) ambiguous.insert(normalizeFqn(n).fqn);
-        std::set<std::string> strippedOpt, strippedExp;
+            expected.insert(canon(n));
+        // 1. wrapper prefixes on the optimizer's names (module., _orig_mod., ...): DSD's names have none, and it strips
+        // the model's own wrappers, so the canonical name is the fix (a wrapper only on the model side is no problem)
+        std::set<std::string> stripped;
         for (const auto& n : names.opt) {
             if (expected.count(n)) continue;
             const NormalizedFqn nn = normalizeFqn(n);
-            auto it = expectedByNorm.find(nn.fqn);
-            if (it == expectedByNorm.end() || ambiguous.count(nn.fqn)) continue;
-            names.rename[n] = it->second;
-            strippedOpt.insert(nn.stripped.begin(), nn.stripped.end());
-            for (const auto& s : normalizeFqn(it->second).stripped)
-                strippedExp.insert(s);
+            if (nn.stripped.empty() || !expected.count(nn.fqn)) continue;
+            names.rename[n] = nn.fqn;
+            stripped.insert(nn.stripped.begin(), nn.stripped.end());
         }
         std::string prefixText;
         if (names.rename.empty()) {
-            // 2. a plain leading prefix on one side
+            // 2. a plain leading prefix on one side ("model.", "backbone.")
             const PrefixMatch pm = bestPrefix(names.opt, expected);
             if (pm.matched > 0 && pm.matched * 2 >= names.opt.size()) {
                 for (const auto& n : names.opt) {
                     const std::string to = pm.optimizerHasIt
                         ? (n.rfind(pm.prefix, 0) == 0 ? n.substr(pm.prefix.size()) : n)
                         : pm.prefix + n;
-                    if (to != n && expected.count(to)) names.rename[n] = to;
+                    if (to != n && expected.count(to) && !expected.count(n)) names.rename[n] = to;
                 }
                 prefixText = (pm.optimizerHasIt ? "the optimizer's names carry '" : "the model's names carry '")
                     + pm.prefix + "' that the other side lacks";
             }
         } else {
-            auto join = [](const std::set<std::string>& v) {
-                std::string t;
-                for (const auto& x : v)
-                    t += (t.empty() ? "'" : ", '") + x + "'";
-                return t;
-            };
-            if (!strippedOpt.empty() && !strippedExp.empty())
-                prefixText
-                    = "the optimizer's names carry " + join(strippedOpt) + " and the model's " + join(strippedExp);
-            else if (!strippedOpt.empty())
-                prefixText
-                    = "the optimizer's names carry the wrapper prefix " + join(strippedOpt) + " that the model's lack";
-            else
-                prefixText
-                    = "the model's names carry the wrapper prefix " + join(strippedExp) + " that the optimizer's lack";
+            std::string t;
+            for (const auto& x : stripped)
+                t += (t.empty() ? "'" : ", '") + x + "'";
+            prefixText = "the optimizer's names carry the wrapper prefix " + t
+                + " (saved from the wrapped model); set_optimizer_state_dict looks names up without wrappers";
         }
         if (!names.rename.empty()) {
             Finding f(FindingCode::PrefixMismatch,
                 prefixText + ": " + std::to_string(names.rename.size()) + " of " + std::to_string(names.opt.size())
                     + " parameters of " + where + " match " + exp.source + " once renamed",
                 root);
-            if (idKeyed) {
-                f.pytorchError = "";
-                f.message += ". The state is keyed by ids, so optimizer.load_state_dict pairs it by position and "
-                             "loads; the names in param_names"
-                    + std::string(m_table.modelInFile ? " and the model saved beside it" : "") + " are what is wrong";
-            } else {
-                f.pytorchError = "KeyError: '" + normalizeFqn(exp.fqns.front()).fqn
-                    + "' (set_optimizer_state_dict looks every model parameter up by name)";
-            }
-            f.fix = "rename the optimizer's names to the model's (`optscope-cli fix` does it), or save from the "
-                    "unwrapped model (model._orig_mod / model.module)";
+            f.fix = "rename the optimizer's names (`optscope-cli fix` does it), or save with "
+                    "get_optimizer_state_dict, which writes names without wrappers";
             for (const auto& n : names.opt)
                 if (auto it = names.rename.find(n); it != names.rename.end())
                     f.actions.push_back(
@@ -478,9 +505,9 @@ private:
         std::vector<std::pair<std::string, std::string>> pairs;
         for (size_t i = 0; i < names.opt.size() && i < exp.fqns.size(); ++i) {
             const std::string& o = names.opt[i];
-            const std::string& m = exp.fqns[i];
+            const std::string m = canon(exp.fqns[i]);
             if (names.rename.count(o) || expected.count(o) || covered.count(m)) continue;
-            const auto* shape = modelShape(m);
+            const auto* shape = modelShape(exp.fqns[i]);
             if (!shape || !listed[i]->param || listed[i]->shape != *shape) continue;
             pairs.push_back({o, m});
         }
@@ -495,13 +522,8 @@ private:
                       "no state: probably renamed: "
                     + list,
                 root);
-            f.pytorchError = idKeyed ? std::string()
-                                     : "KeyError: '" + normalizeFqn(pairs.front().second).fqn
-                    + "' (set_optimizer_state_dict, also with StateDictOptions(strict=False): strict applies to "
-                      "the model only)";
-            // a common renamed module prefix makes a shorter command
-            f.fix = "apply the renames with `optscope-cli fix --rename OLD=NEW` (or accept them as proposed: "
-                    "`optscope-cli fix` applies this finding's renames)";
+            f.fix = "`optscope-cli fix` applies these renames; to rename a whole module use `optscope-cli fix "
+                    "--rename OLD=NEW` (a module prefix renames every parameter under it)";
             for (const auto& [o, m] : pairs) {
                 f.actions.push_back({FixAction::Kind::RenameParam, o, m, "'" + o + "' -> '" + m + "'"});
                 names.rename[o] = m;
@@ -525,14 +547,16 @@ private:
                 + std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) + " unexpected",
             joinKeyPath(part.root));
         f.pytorchError = "RuntimeError: " + modelLoadMessage(missing, unexpected);
-        for (const auto& k : unexpected) {
-            const std::string n = normalizeFqn(k).fqn;
-            if (n != k && want.count(n) && !have.count(n))
-                f.actions.push_back({FixAction::Kind::RenameModelKey, k, n, "model '" + k + "' -> '" + n + "'"});
-        }
+        std::map<std::string, std::string> missingByCanon;
+        for (const auto& k : missing)
+            missingByCanon.emplace(canon(k), k);
+        for (const auto& k : unexpected)
+            if (auto it = missingByCanon.find(canon(k)); it != missingByCanon.end())
+                f.actions.push_back(
+                    {FixAction::Kind::RenameModelKey, k, it->second, "model '" + k + "' -> '" + it->second + "'"});
         f.fix = f.actions.empty() ? "the model saved beside the optimizer is another model"
-                                  : "strip the wrapper prefixes from its keys (`optscope-cli fix` does it), or load it "
-                                    "into the wrapped model";
+                                  : "rename its keys to the model's (`optscope-cli fix` does it), or load it into the "
+                                    "module it was saved from (wrapped or not)";
         f.keys = head(unexpected.empty() ? missing : unexpected);
         d.findings.push_back(std::move(f));
     }

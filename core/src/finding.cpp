@@ -115,11 +115,12 @@ nlohmann::ordered_json Finding::toJson() const
     using json = nlohmann::ordered_json;
     json a = json::array();
     for (const auto& x : actions)
-        a.push_back({{"kind", fixActionKindName(x.kind)}, {"from", x.from}, {"to", x.to}, {"description", x.description}});
+        a.push_back(
+            {{"kind", fixActionKindName(x.kind)}, {"from", x.from}, {"to", x.to}, {"description", x.description}});
     return {{"code", name()}, {"severity", severityName(severity)}, {"key", key.empty() ? json(nullptr) : json(key)},
-        {"message", message},
-        {"pytorch_error", pytorchError.empty() ? json(nullptr) : json(pytorchError)}, {"fix", fix.empty() ? json(nullptr) : json(fix)}, {"keys", keys}, {"ranks", ranks},
-        {"offsets", offsets}, {"actions", a}};
+        {"message", message}, {"pytorch_error", pytorchError.empty() ? json(nullptr) : json(pytorchError)},
+        {"fix", fix.empty() ? json(nullptr) : json(fix)}, {"keys", keys}, {"ranks", ranks}, {"offsets", offsets},
+        {"actions", a}};
 }
 
 } // namespace optscope

@@ -67,7 +67,8 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             Finding f(FindingCode::FlattenedFormat,
                 where
                     + " uses DSD's flattened format (\"state.<fqn>.<name>\", \"param_groups.<fqn>.<hp>\"), written "
-                      "with StateDictOptions(flatten_optimizer_state_dict=True): optimizer.load_state_dict cannot read it",
+                      "with StateDictOptions(flatten_optimizer_state_dict=True): optimizer.load_state_dict cannot read "
+                      "it",
                 root);
             f.pytorchError = "KeyError: 'param_groups'";
             f.fix = "load it with set_optimizer_state_dict (which reads this format whatever its options say), or let "
@@ -77,11 +78,27 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             out.push_back(std::move(f));
         }
         if (v.idKeyed && !v.params.empty()) {
-            std::string msg = where + " is keyed by integer parameter ids (optimizer.state_dict()): loading pairs "
-                                      "them with the optimizer's parameters by position, and nothing checks names";
+            std::string msg = where
+                + " is keyed by integer parameter ids (optimizer.state_dict()): loading pairs "
+                  "them with the optimizer's parameters by position, and nothing checks names";
             if (table.sources[oi] != NameSource::None)
                 msg += "; named here by " + std::string(nameSourceText(table.sources[oi]));
-            out.emplace_back(FindingCode::IdKeyed, msg, root);
+            Finding f(FindingCode::IdKeyed, msg, root);
+            // only names the file or the user vouch for (param_names, --model); the model saved beside it may be
+            // another wrapper's
+            if (table.sources[oi] == NameSource::ParamNames || table.sources[oi] == NameSource::ReferenceOrder) {
+                // names known: re-keying by FQN makes every loader check names instead of trusting the order
+                for (const ParamRow* r : rows)
+                    if (r->position >= 0 && !r->fqn.empty())
+                        f.actions.push_back({FixAction::Kind::RekeyIds, r->id, r->fqn,
+                            "state[" + r->id + "] -> state['" + r->fqn + "']"});
+                if (!f.actions.empty())
+                    f.fix = "re-key the state by FQN (what get_optimizer_state_dict produces) so that loading no "
+                            "longer depends on parameter order (`optscope-cli fix` does it)";
+            } else {
+                f.fix = "give the model (--model) to name the ids by position";
+            }
+            out.push_back(std::move(f));
         }
 
         // parameters without state: frozen, or never given a gradient. LBFGS keeps all its state on the first one.
@@ -156,7 +173,8 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
                 root);
             f.fix = "store step as a float32 0-dim tensor; `optscope-cli fix` casts it";
             f.keys = head(oddDtype);
-            f.actions.push_back({FixAction::Kind::CastStep, "", "float32", "cast every step to a 0-dim float32 tensor"});
+            f.actions.push_back(
+                {FixAction::Kind::CastStep, "", "float32", "cast every step to a 0-dim float32 tensor"});
             out.push_back(std::move(f));
         }
     }

@@ -82,8 +82,7 @@ std::vector<std::string> guessUnits(const Checkpoint& model)
                     && std::find(units.begin(), units.end(), sm[1].str()) == units.end())
                     units.push_back(sm[1].str());
             }
-    } catch (const Error&) {
-    }
+    } catch (const Error&) { }
     return units;
 }
 
@@ -109,9 +108,9 @@ bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view
         if (!e || e->tensor.shape.size() != 1) return false;
         shardNumel.push_back(e->tensor.shape[0]);
     }
-    const std::vector<std::vector<std::string>> candidates
-        = options.units.empty() ? std::vector<std::vector<std::string>> {guessUnits(model), {}}
-                                : std::vector<std::vector<std::string>> {options.units};
+    const std::vector<std::vector<std::string>> candidates = options.units.empty()
+        ? std::vector<std::vector<std::string>> {guessUnits(model), {}}
+        : std::vector<std::vector<std::string>> {options.units};
     for (const auto& units : candidates) {
         Fsdp1Model m;
         try {
@@ -296,6 +295,7 @@ ModelParams ModelParams::fromFqnList(const std::string& path)
         }
     }
     if (e.fqns.empty()) throw Error(ErrorKind::Format, path, "lists no FQNs");
+    e.keys = e.fqns;
     return e;
 }
 
@@ -494,8 +494,9 @@ std::string ParamTable::toCsv() const
     auto num = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
     for (const auto& r : rows)
         w.row({r.optimizer < 0 ? std::string() : optimizers[static_cast<size_t>(r.optimizer)].rootKey(), r.id, r.fqn,
-            r.normalized, nameSourceText(r.source), num(r.group), num(r.position), r.shape.empty() && r.numel < 0 ? "" : shapeText(r.shape),
-            num(r.numel), join(r.states, " "), num(r.flatParam), r.flatUnit, num(r.flatOffset), r.note});
+            r.normalized, nameSourceText(r.source), num(r.group), num(r.position),
+            r.shape.empty() && r.numel < 0 ? "" : shapeText(r.shape), num(r.numel), join(r.states, " "),
+            num(r.flatParam), r.flatUnit, num(r.flatOffset), r.note});
     return w.text();
 }
 
