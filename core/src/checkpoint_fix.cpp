@@ -98,7 +98,7 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
     // the user's renames: every name of every optimizer, and the model part's keys
     const auto modelPart = ModelParams::modelPartOf(cp);
     for (const auto& u : userRenames) {
-        size_t hits = 0;
+        std::set<std::string> matched; // names the rename applies to (also when the diagnosis proposed it already)
         for (auto& r : rewrites) {
             std::vector<std::string> names = r.view->groupParams();
             for (const auto& g : r.view->groups)
@@ -106,12 +106,19 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
             for (const auto& p : r.view->params)
                 names.push_back(p.key);
             for (const auto& n : names)
-                if (auto to = u.apply(n)) hits += r.rename.emplace(n, *to).second;
+                if (auto to = u.apply(n)) {
+                    r.rename.emplace(n, *to);
+                    matched.insert(n);
+                }
         }
         if (modelPart && !modelPart->root.empty())
             for (const auto* list : {&modelPart->fqns, &modelPart->buffers})
                 for (const auto& k : *list)
-                    if (auto to = u.apply(k)) hits += modelRename.emplace(k, *to).second;
+                    if (auto to = u.apply(k)) {
+                        modelRename.emplace(k, *to);
+                        matched.insert("model:" + k);
+                    }
+        const size_t hits = matched.size();
         if (!hits)
             throw Error(ErrorKind::Usage, cp.path,
                 "--rename " + u.from + "=" + u.to + ": no parameter is named '" + u.from + "' or starts with '" + u.from

@@ -421,7 +421,7 @@ private:
         }
 
         // the model state dict saved beside the optimizer
-        modelPartFindings(d);
+        modelPartFindings(names.rename, d);
 
         Diagnosis v2;
         verdicts(oi, kind, listed, names, groupError, wrongByPosition, v2);
@@ -532,7 +532,7 @@ private:
         }
     }
 
-    void modelPartFindings(Diagnosis& d)
+    void modelPartFindings(const std::map<std::string, std::string>& optimizerRenames, Diagnosis& d)
     {
         if (!m_table.modelInFile || m_exp->fromOptimizer || m_reportedModelPart) return;
         m_reportedModelPart = true;
@@ -550,10 +550,23 @@ private:
         std::map<std::string, std::string> missingByCanon;
         for (const auto& k : missing)
             missingByCanon.emplace(canon(k), k);
-        for (const auto& k : unexpected)
-            if (auto it = missingByCanon.find(canon(k)); it != missingByCanon.end())
-                f.actions.push_back(
-                    {FixAction::Kind::RenameModelKey, k, it->second, "model '" + k + "' -> '" + it->second + "'"});
+        // the optimizer's renames as module renames (fc1.weight -> fc_in.weight: fc1 -> fc_in), for buffers too
+        std::map<std::string, std::string> moduleRenames;
+        for (const auto& [from, to] : optimizerRenames) {
+            const auto a = from.rfind('.'), b = to.rfind('.');
+            if (a != std::string::npos && b != std::string::npos && from.substr(a) == to.substr(b))
+                moduleRenames.emplace(from.substr(0, a + 1), to.substr(0, b + 1));
+        }
+        const std::set<std::string> missingSet(missing.begin(), missing.end());
+        for (const auto& k : unexpected) {
+            std::string to;
+            if (auto it = missingByCanon.find(canon(k)); it != missingByCanon.end()) to = it->second;
+            for (const auto& [from, into] : moduleRenames)
+                if (to.empty() && k.rfind(from, 0) == 0 && missingSet.count(into + k.substr(from.size())))
+                    to = into + k.substr(from.size());
+            if (!to.empty())
+                f.actions.push_back({FixAction::Kind::RenameModelKey, k, to, "model '" + k + "' -> '" + to + "'"});
+        }
         f.fix = f.actions.empty() ? "the model saved beside the optimizer is another model"
                                   : "rename its keys to the model's (`optscope-cli fix` does it), or load it into the "
                                     "module it was saved from (wrapped or not)";

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Diff numbers against the numbers PyTorch computes on the same real pairs; key alignment across formats, wrappers
 // and id/FQN keying; one real checkpoint per diagnosis code; fixes that re-key, rename, unflatten and cast.
+#include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_fix.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/diagnosis.h"
@@ -522,3 +523,21 @@ TEST(Fix, NothingToFixIsAnError)
 }
 
 } // namespace
+
+TEST(Diagnose, CheckAndDiagnoseNeverLoadLibtorch)
+{
+    // files with nothing to compute must start and finish without libtorch (~0.5 s and 165 MB to load): reading
+    // `step` values decodes them in core (ElementDecoder). gtest_discover_tests runs each test in its own process.
+    for (const char* f : {"adam_int.pt", "diag/step_int.pt", "adam_fqn_step_mismatch.pt", "fsdp2_r3"}) {
+        const auto cp = open(f);
+        checkCheckpoint(*cp);
+        const ExpectedParams exp = ExpectedParams::fromCheckpoint(*open("diag/model.pt"));
+        diagnoseCheckpoint(*cp, &exp);
+    }
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+        EXPECT_EQ(line.find("liboptscope_aten"), std::string::npos) << line;
+        EXPECT_EQ(line.find("libtorch_cpu"), std::string::npos) << line;
+    }
+}

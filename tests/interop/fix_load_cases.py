@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`optscope-cli fix` on the load cases that do not load (tests/data/load_cases), then real PyTorch 2.6 on the fixed
+files: diagnose finds no error in them any more, every load path that failed before now loads (or fails only for a
+reason no rename can change, such as DSD's zero-gradient step), and diagnose's predicted verdicts for the fixed
+files equal PyTorch's, path by path.
+
+    python3 fix_load_cases.py TORCH_PYTHON OPTSCOPE_CLI CASES_DIR MAKE_LOAD_CASES_PY
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
+from compare_verdicts import compare  # noqa: E402  (copied beside this script)
+
+# case -> extra fix arguments; each has something fix must rewrite (names, model keys)
+CASES = {
+    "compiled": [],  # param_names and the model saved beside carry _orig_mod.
+    "ddp": [],  # the same with module.
+    "renamed_layer": [],  # FQN-keyed; fc1 -> fc_in proposed from shapes and positions
+    "renamed_layer_ids": ["--rename", "fc1=fc_in"],  # the user names the rename
+}
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def main():
+    torch_python, cli, cases, maker = sys.argv[1:5]
+    work = os.path.abspath("fix_load_cases_out")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    shutil.copy(maker, os.path.join(work, "make_load_cases.py"))
+    passed = failed = 0
+    for case, extra in CASES.items():
+        src = os.path.join(cases, case)
+        dst = os.path.join(work, case)
+        shutil.copytree(src, dst)
+        ref = ["--model", os.path.join(dst, "model.pt"), "--target-optim", os.path.join(dst, "target_optim.pt")]
+        fixed = os.path.join(dst, "fixed.pt")
+        errors = []
+        r = run([cli, "fix", os.path.join(dst, "optim.pt"), *ref, "-o", fixed, "--no-fsync", *extra])
+        if r.returncode != 0:
+            errors.append(f"fix exited {r.returncode}: {r.stderr.strip()}")
+        else:
+            r = run([cli, "diagnose", fixed, *ref, "--json"])
+            diag = json.loads(r.stdout)
+            left = [f for f in diag["findings"] if f["severity"] == "error"]
+            errors += [f"after fix: error [{f['code']}] {f['message']}" for f in left]
+            r = run([torch_python, "make_load_cases.py", "verdicts", case, os.path.join(case, "fixed.pt")], cwd=work)
+            if r.returncode != 0:
+                errors.append(f"PyTorch verdicts failed: {r.stderr.strip()[-2000:]}")
+            else:
+                torch_verdicts = json.loads(r.stdout)["verdicts"]
+                before = json.load(open(os.path.join(src, "case.json")))["verdicts"]
+                for path, want in torch_verdicts.items():
+                    errors += ["fixed file: " + e for e in compare(path, want, diag["verdicts"].get(path, {}))]
+                    if before.get(path, {}).get("loads") is False and path != "fsdp1.optim_state_dict_to_load":
+                        if want.get("loads") is not True:
+                            errors.append(f"{path} still fails after fix: {want}")
+        if errors:
+            failed += 1
+            print(f"FAIL {case}:")
+            for e in errors:
+                print("    " + e)
+        else:
+            passed += 1
+            print(f"ok   {case}: fixed, diagnoses clean, and PyTorch loads it as predicted")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
