@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "shardlayoutwidget.h"
 
+#include "optscope/flat_param_layout.h"
+
 #include "format.h"
 
 #include <QHelpEvent>
@@ -74,26 +76,15 @@ void ShardLayoutWidget::computePadding()
     m_padding.clear();
     m_chunkRows = 0;
     if (!m_layout || m_layout->shape.empty() || m_layout->chunks.empty()) return;
-    // FSDP shards dim 0 with torch.chunk: rank r holds [r*C, min((r+1)*C, n)) and is padded to C rows
+    // FSDP shards dim 0 with torch.chunk and pads every chunk to ceil(n / world) rows (the core's one dim-0 rule)
     const int world = laneCount();
-    const int64_t n = m_layout->shape[0];
-    const int64_t c = (n + world - 1) / std::max(world, 1);
-    if (c <= 0 || world < 2) return;
-    std::vector<int> seen(static_cast<size_t>(world), 0);
-    for (size_t i = 0; i < m_layout->chunks.size(); ++i) {
-        const int r = m_layout->ranks[i];
-        const TensorBox& b = m_layout->chunks[i];
-        if (r < 0 || seen[static_cast<size_t>(r)]++) return;
-        for (size_t d = 1; d < b.sizes.size(); ++d)
-            if (b.offsets[d] != 0 || b.sizes[d] != m_layout->shape[d]) return;
-        const int64_t start = std::min<int64_t>(static_cast<int64_t>(r) * c, n);
-        const int64_t size = std::clamp<int64_t>(n - static_cast<int64_t>(r) * c, 0, c);
-        if (b.offsets[0] != start || b.sizes[0] != size) return;
+    std::vector<std::vector<int64_t>> offsets, sizes;
+    for (const auto& b : m_layout->chunks) {
+        offsets.push_back(b.offsets);
+        sizes.push_back(b.sizes);
     }
-    m_chunkRows = c;
-    m_padding.assign(static_cast<size_t>(world), 0);
-    for (int r = 0; r < world; ++r)
-        m_padding[static_cast<size_t>(r)] = c - std::clamp<int64_t>(n - static_cast<int64_t>(r) * c, 0, c);
+    m_padding = dim0PaddingRows(m_layout->shape, m_layout->ranks, offsets, sizes, world);
+    if (!m_padding.empty()) m_chunkRows = chunkDim0(m_layout->shape[0], world, 0).size;
 }
 
 int64_t ShardLayoutWidget::paddingRows(int rank) const

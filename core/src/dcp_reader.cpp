@@ -302,7 +302,16 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                     builder.error("unreadable-value", err, fqn);
                 }
             } else {
-                err = "the value's bytes are not available";
+                // say which file and why (checkRange reported it for check; gather and the GUI show this text)
+                const StorageInfo& s = it->second;
+                const int64_t size = fileSize(s.relativePath);
+                err = size < 0 ? "its data file '" + cp->files->absolute(s.relativePath)
+                        + "' is missing (written by rank " + std::to_string(rankFromFileName(s.relativePath)) + ")"
+                    : s.hasTransforms ? "it is stored in '" + cp->files->absolute(s.relativePath)
+                        + "' through DCP stream transforms, which are not supported"
+                                      : "its bytes [" + std::to_string(s.offset) + ", +" + std::to_string(s.length)
+                        + ") lie past the end of '" + cp->files->absolute(s.relativePath) + "' (" + std::to_string(size)
+                        + " bytes)";
             }
             builder.addValue(std::move(path), cp->arena->makeNone());
             cp->entries.back().error = err;

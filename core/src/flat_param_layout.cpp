@@ -99,4 +99,26 @@ Dim0Chunk chunkDim0(int64_t n, int world, int rank, ShardingStyle style)
     return c;
 }
 
+std::vector<int64_t> dim0PaddingRows(const std::vector<int64_t>& shape, const std::vector<int>& ranks,
+    const std::vector<std::vector<int64_t>>& offsets, const std::vector<std::vector<int64_t>>& sizes, int world)
+{
+    if (shape.empty() || ranks.empty() || world < 2) return {};
+    const int64_t n = shape[0];
+    const int64_t full = chunkDim0(n, world, 0).size;
+    if (full <= 0) return {};
+    std::vector<int> seen(static_cast<size_t>(world), 0);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+        const int r = ranks[i];
+        if (r < 0 || r >= world || seen[static_cast<size_t>(r)]++) return {};
+        for (size_t d = 1; d < sizes[i].size(); ++d)
+            if (offsets[i][d] != 0 || sizes[i][d] != shape[d]) return {};
+        const Dim0Chunk c = chunkDim0(n, world, r);
+        if (offsets[i][0] != c.offset || sizes[i][0] != c.size) return {};
+    }
+    std::vector<int64_t> padding(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r)
+        padding[static_cast<size_t>(r)] = full - chunkDim0(n, world, r).size;
+    return padding;
+}
+
 } // namespace optscope

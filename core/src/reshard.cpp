@@ -47,6 +47,11 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
             for (int r = 0; r < options.worldSize; ++r) {
                 const Dim0Chunk c = chunkDim0(t.shape[0], options.worldSize, r, options.layout);
                 if (!c.exists) continue;
+                // ranks past the last row all hold an empty chunk at offset n: DCP's dedup_save_plans keeps one
+                // write item per (fqn, offsets), the first rank's
+                if (c.size == 0 && !pt.chunks.empty() && pt.chunks.back().offsets[0] == c.offset
+                    && pt.chunks.back().sizes[0] == 0)
+                    continue;
                 std::vector<int64_t> offsets(t.shape.size(), 0), sizes(t.shape);
                 offsets[0] = c.offset;
                 sizes[0] = c.size;

@@ -8,6 +8,7 @@
 // and lengths past the end), the damage must be reported: an Error, or a report with ok == false.
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
+#include "optscope/gather.h"
 #include "optscope/inspect_report.h"
 #include "optscope/mapped_file.h"
 #include "optscope/pickle_machine.h"
@@ -327,6 +328,14 @@ TEST(CorruptInputs, MissingDistcpFile)
     InspectOptions options;
     options.hash = true;
     EXPECT_FALSE(inspectCheckpoint(*cp, options).ok);
+    // gather names the file, as check does (it used to say "the value's bytes are not available")
+    try {
+        gatherCheckpoint(*cp, (tmp.path() / "out.pt").string(), {});
+        ADD_FAILURE() << "gather of a checkpoint with a missing file succeeded";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("__1_0.distcp' is missing"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(tmp.path() / "out.pt"));
 }
 
 TEST(CorruptInputs, DirectoryWithoutMetadata)

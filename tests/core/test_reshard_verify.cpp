@@ -13,6 +13,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <random>
+#include <set>
 
 using namespace optscope;
 namespace fs = std::filesystem;
@@ -206,6 +207,28 @@ TEST(Reshard, Fsdp1LayoutHasNoEmptyChunks)
     ASSERT_NE(e, nullptr);
     ASSERT_EQ(e->tensor.chunks.size(), 2u);
     EXPECT_EQ(e->tensor.chunks[1].rank, 1);
+}
+
+TEST(Reshard, OneEmptyChunkPerTensorLikeDcpDedup)
+{
+    // model.out.weight has 3 rows: on 5 ranks, ranks 3 and 4 both hold the empty chunk at offset 3. PyTorch's
+    // dedup_save_plans keeps one write item per (fqn, offsets): one chunk and one storage entry, rank 3's.
+    TempDir tmp;
+    ReshardOptions o;
+    o.worldSize = 5;
+    reshardCheckpoint(*openCheckpoint(kData + "/fsdp2_r3"), (tmp.path / "r5").string(), o);
+    const auto cp = openCheckpoint((tmp.path / "r5").string());
+    for (const Entry& e : cp->entries) {
+        if (!e.isTensor()) continue;
+        std::set<std::vector<int64_t>> offsets;
+        for (const auto& c : e.tensor.chunks)
+            EXPECT_TRUE(offsets.insert(c.offsets).second) << e.key << ": two chunks at " << shapeText(c.offsets);
+    }
+    const Entry* e = cp->find("model.out.weight");
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->tensor.chunks.size(), 4u);
+    EXPECT_EQ(e->tensor.chunks[3].rank, 3);
+    EXPECT_EQ(e->tensor.chunks[3].sizes[0], 0);
 }
 
 TEST(Reshard, RefusesAnExistingOutputAndLeavesNoTemporary)

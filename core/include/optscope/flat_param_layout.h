@@ -84,4 +84,9 @@ struct Dim0Chunk
 enum class ShardingStyle { Fsdp2, Fsdp1 };
 Dim0Chunk chunkDim0(int64_t n, int world, int rank, ShardingStyle style = ShardingStyle::Fsdp2);
 
+/// The rows of padding each rank's chunk carries when the chunks (offsets/sizes per chunk, rank per chunk) are exactly
+/// chunkDim0 of dim 0 over @p world ranks (FSDP pads every chunk to ceil(n / world) rows); empty when they are not.
+std::vector<int64_t> dim0PaddingRows(const std::vector<int64_t>& shape, const std::vector<int>& ranks,
+    const std::vector<std::vector<int64_t>>& offsets, const std::vector<std::vector<int64_t>>& sizes, int world);
+
 } // namespace optscope
