@@ -6,6 +6,7 @@
 #include "optscope/fqn_normalizer.h"
 #include "optscope/mapped_file.h"
 #include "optscope/optimizer_view.h"
+#include "optscope/param_table.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/value_json.h"
@@ -91,16 +92,6 @@ struct Canon
     const PyValue* overrideValue = nullptr; ///< params lists rewritten as canonical FQNs
 };
 
-/// Parameter FQNs of a checkpoint's own model part ("model.<fqn>" tensors), for mapping optimizer ids.
-std::vector<std::string> modelParams(const Checkpoint& cp)
-{
-    std::vector<std::string> out;
-    for (const auto& e : cp.entries)
-        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model" && !isKnownBufferName(e.path[1].key))
-            out.push_back(e.path[1].key);
-    return out;
-}
-
 struct Side
 {
     const Checkpoint* cp = nullptr;
@@ -109,39 +100,25 @@ struct Side
     std::vector<std::map<std::string, std::pair<std::string, std::string>>> idToFqn;
 };
 
-std::vector<std::string> paramNamesOf(const OptimizerView& v)
-{
-    std::vector<std::string> names;
-    for (const auto& g : v.groups) {
-        if (g.paramNames.size() != g.params.size()) return {};
-        names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
-    }
-    return names;
-}
-
+/// ids -> FQNs by the core's one rule (param_table.h); the other side, when it names its parameters, is the
+/// reference by position. Ids are only translated when the other side names its parameters: two id-keyed sides
+/// compare by id.
 void mapIds(Side& self, const Side& other, std::vector<std::string>& notes)
 {
     self.idToFqn.resize(self.optimizers.size());
-    for (size_t i = 0; i < self.optimizers.size(); ++i) {
+    std::optional<ModelParams> reference;
+    try {
+        reference = ModelParams::fromCheckpoint(*other.cp);
+    } catch (const Error&) { }
+    const ParamTable table = ParamTable::build(*self.cp, reference ? &*reference : nullptr);
+    for (size_t i = 0; i < self.optimizers.size() && i < table.optimizers.size(); ++i) {
         const OptimizerView& v = self.optimizers[i];
-        // ids are only translated when the other side names its parameters; two id-keyed sides compare by id
         if (!v.idKeyed || (i < other.optimizers.size() && other.optimizers[i].idKeyed)) continue;
+        const auto fqns = table.fqnsInOrder(static_cast<int>(i));
+        if (fqns.empty() || std::find(fqns.begin(), fqns.end(), std::string()) != fqns.end()) continue;
+        const std::string source = nameSourceText(table.sources[i]);
         const std::vector<std::string> ids = v.groupParams();
-        std::vector<std::string> fqns;
-        std::string source;
-        if (auto names = paramNamesOf(v); !names.empty()) {
-            fqns = names;
-            source = "param_names";
-        } else if (i < other.optimizers.size() && !other.optimizers[i].idKeyed
-            && other.optimizers[i].groupParams().size() == ids.size()) {
-            fqns = other.optimizers[i].groupParams();
-            source = "the other side's param_groups order";
-        } else if (auto model = modelParams(*self.cp); model.size() == ids.size()) {
-            fqns = model;
-            source = "the order of its own model parameters";
-        }
-        if (fqns.size() != ids.size()) continue;
-        for (size_t k = 0; k < ids.size(); ++k)
+        for (size_t k = 0; k < ids.size() && k < fqns.size(); ++k)
             self.idToFqn[i][ids[k]] = {fqns[k], source};
         notes.push_back(
             self.cp->path + ": optimizer '" + v.rootKey() + "' is keyed by integer ids; mapped to FQNs by " + source);
