@@ -3,6 +3,7 @@
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
 #include "optscope/optimizer_view.h"
+#include "optscope/param_table.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/tensor_values.h"
 
@@ -48,22 +49,14 @@ const OptimizerView& rawOptimizer(const Checkpoint& cp, std::vector<OptimizerVie
 Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector<std::string>& unitPrefixes)
 {
     // shapes of every tensor the model file knows, by FQN relative to its "model" part (or the whole file)
+    // (the one rule for where a model state dict sits in a checkpoint: ModelParams::modelPartOf)
     std::map<std::string, std::vector<int64_t>> shapes;
     std::vector<std::string> tensorOrder;
-    bool underModel = false;
-    for (const auto& e : model.entries)
-        if (e.isTensor() && e.path.size() == 2 && e.path[0].key == "model") underModel = true;
-    for (const auto& e : model.entries) {
-        if (!e.isTensor()) continue;
-        std::string fqn;
-        if (underModel && e.path.size() == 2 && e.path[0].key == "model")
-            fqn = e.path[1].key;
-        else if (!underModel && e.path.size() == 1)
-            fqn = e.path[0].key;
-        else
-            continue;
-        shapes.emplace(fqn, e.tensor.shape);
-        tensorOrder.push_back(fqn);
+    std::string under;
+    if (const auto part = ModelParams::modelPartOf(model)) {
+        shapes = part->shapes;
+        tensorOrder = part->keys;
+        if (!part->root.empty()) under = " under '" + joinKeyPath(part->root) + "'";
     }
 
     Fsdp1Model m;
@@ -81,8 +74,8 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
     if (params.empty()) {
         for (const auto& fqn : tensorOrder)
             if (!isKnownBufferName(fqn)) params.push_back(fqn);
-        m.notes.push_back("parameters from the tensors of " + model.path + (underModel ? " under 'model'" : "")
-            + " in file order (known buffers skipped)");
+        m.notes.push_back(
+            "parameters from the tensors of " + model.path + under + " in file order (known buffers skipped)");
     }
     if (params.empty())
         throw Error(ErrorKind::Format, model.path,
