@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/diagnosis.h"
+#include "finding_text.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
@@ -52,6 +53,29 @@ nlohmann::ordered_json LoadVerdict::toJson() const
     return j;
 }
 
+LoadVerdict LoadVerdict::raises(LoadPath path, std::string exception, std::string message, std::string why)
+{
+    LoadVerdict v;
+    v.path = path;
+    v.outcome = LoadOutcome::Raises;
+    v.exception = std::move(exception);
+    v.message = std::move(message);
+    v.why = std::move(why);
+    return v;
+}
+
+LoadVerdict LoadVerdict::loads(LoadPath path, int withState, int total, std::string stepAfterLoad, std::string why)
+{
+    LoadVerdict v;
+    v.path = path;
+    v.outcome = LoadOutcome::Loads;
+    v.paramsWithState = withState;
+    v.paramsTotal = total;
+    v.stepAfterLoad = std::move(stepAfterLoad);
+    v.why = std::move(why);
+    return v;
+}
+
 bool Diagnosis::fixable() const
 {
     for (const auto& f : findings)
@@ -100,15 +124,6 @@ TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
 
 namespace {
 
-std::string quoteList(const std::vector<std::string>& v, size_t max = 5)
-{
-    std::string s;
-    for (size_t i = 0; i < v.size() && i < max; ++i)
-        s += (i ? ", '" : "'") + v[i] + "'";
-    if (v.size() > max) s += ", ... (" + std::to_string(v.size()) + " in all)";
-    return s;
-}
-
 /// how nn.Module.load_state_dict lists keys
 std::string torchKeyList(const std::vector<std::string>& v)
 {
@@ -116,11 +131,6 @@ std::string torchKeyList(const std::vector<std::string>& v)
     for (const auto& k : v)
         s += (s.empty() ? "\"" : ", \"") + k + "\"";
     return s;
-}
-
-std::vector<std::string> head(const std::vector<std::string>& v, size_t n = 8)
-{
-    return {v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size()))};
 }
 
 std::string torchSizeText(const std::vector<int64_t>& s)
@@ -611,26 +621,21 @@ private:
         LoadVerdict p1;
         p1.path = LoadPath::OptimizerLoadStateDict;
         if (v.flattened) {
-            p1.outcome = LoadOutcome::Raises;
-            p1.exception = "KeyError";
-            p1.message = "'param_groups'";
-            p1.why = "the flattened format has no \"param_groups\" key";
+            p1 = LoadVerdict::raises(
+                p1.path, "KeyError", "'param_groups'", "the flattened format has no \"param_groups\" key");
         } else if (!groupError.empty()) {
-            p1.outcome = LoadOutcome::Raises;
-            p1.exception = "ValueError";
-            p1.message = groupError;
-            p1.why = "param groups differ from the target optimizer's";
+            p1 = LoadVerdict::raises(
+                p1.path, "ValueError", groupError, "param groups differ from the target optimizer's");
         } else {
-            p1.outcome = LoadOutcome::Loads;
-            p1.paramsTotal = targetTotal;
-            p1.paramsWithState = 0;
+            int withState = 0;
             for (const ParamRow* r : listed)
-                p1.paramsWithState += r->param != nullptr;
-            p1.stepAfterLoad = wrongByPosition.empty() ? "ok" : "RuntimeError";
-            if (capturable(v)) p1.stepAfterLoad = "AssertionError";
-            p1.why = "state pairs with the target's parameters by position";
-            if (capturable(v))
+                withState += r->param != nullptr;
+            p1 = LoadVerdict::loads(p1.path, withState, targetTotal, wrongByPosition.empty() ? "ok" : "RuntimeError",
+                "state pairs with the target's parameters by position");
+            if (capturable(v)) {
+                p1.stepAfterLoad = "AssertionError";
                 p1.why += "; capturable=True comes back with the param groups and cannot step on a CPU target";
+            }
         }
         d.verdicts.push_back(p1);
 
@@ -670,28 +675,19 @@ private:
                 if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
                 if (firstMissing.empty()) firstMissing = dsd;
             }
-            if (!firstMissing.empty()) {
-                p2.outcome = LoadOutcome::Raises;
-                p2.exception = "KeyError";
-                p2.message
-                    = v.flattened ? "'state." + firstMissing + "." + firstStateName(v) + "'" : "'" + firstMissing + "'";
-                p2.why = "the model parameter '" + firstMissing + "' has no state under that name";
-            } else {
-                p2.outcome = LoadOutcome::Loads;
-                p2.paramsWithState = withState;
-                p2.paramsTotal = targetTotal;
-                p2.stepAfterLoad = shapeBad ? "RuntimeError" : "ok";
-                p2.why = "every trainable model parameter has state under its name";
-            }
+            if (!firstMissing.empty())
+                p2 = LoadVerdict::raises(p2.path, "KeyError",
+                    v.flattened ? "'state." + firstMissing + "." + firstStateName(v) + "'" : "'" + firstMissing + "'",
+                    "the model parameter '" + firstMissing + "' has no state under that name");
+            else
+                p2 = LoadVerdict::loads(p2.path, withState, targetTotal, shapeBad ? "RuntimeError" : "ok",
+                    "every trainable model parameter has state under its name");
         }
         if (!initError.empty()) {
             const auto colon = initError.find(": ");
-            p2 = LoadVerdict();
-            p2.path = LoadPath::SetOptimizerStateDict;
-            p2.outcome = LoadOutcome::Raises;
-            p2.exception = initError.substr(0, colon);
-            p2.message = initError.substr(colon + 2);
-            p2.why = "set_optimizer_state_dict first calls optimizer.step() with zero gradients (_init_optim_state)";
+            p2 = LoadVerdict::raises(LoadPath::SetOptimizerStateDict, initError.substr(0, colon),
+                initError.substr(colon + 2),
+                "set_optimizer_state_dict first calls optimizer.step() with zero gradients (_init_optim_state)");
         }
         d.verdicts.push_back(p2);
         LoadVerdict p3 = p2;
@@ -705,10 +701,8 @@ private:
         if (v.flattened) {
             pf.why = "the flattened format is not read by FSDP1";
         } else if (v.idKeyed) {
-            pf.outcome = LoadOutcome::Raises;
-            pf.exception = "AttributeError";
-            pf.message = "'int' object has no attribute 'unflat_param_names'";
-            pf.why = "FSDP1 expects FQN keys";
+            pf = LoadVerdict::raises(pf.path, "AttributeError", "'int' object has no attribute 'unflat_param_names'",
+                "FSDP1 expects FQN keys");
         } else {
             std::set<std::string> modelNames;
             for (const auto& f : exp.fqns)
@@ -720,21 +714,14 @@ private:
                     break;
                 }
             if (!unknown.empty()) {
-                pf.outcome = LoadOutcome::Raises;
-                pf.exception = "KeyError";
-                pf.message = "'" + unknown + "'";
-                pf.why = "the saved parameter '" + unknown + "' is not a parameter of the model";
+                pf = LoadVerdict::raises(pf.path, "KeyError", "'" + unknown + "'",
+                    "the saved parameter '" + unknown + "' is not a parameter of the model");
             } else if (!groupError.empty()) {
-                pf.outcome = LoadOutcome::Raises;
-                pf.exception = "ValueError";
-                pf.message = groupError;
-                pf.why = "param groups differ from the target optimizer's";
+                pf = LoadVerdict::raises(
+                    pf.path, "ValueError", groupError, "param groups differ from the target optimizer's");
             } else {
-                pf.outcome = LoadOutcome::Loads;
-                pf.paramsTotal = targetTotal;
-                pf.paramsWithState = static_cast<int>(v.params.size());
-                pf.stepAfterLoad = wrongByPosition.empty() ? "ok" : "RuntimeError";
-                pf.why = "every saved name is a model parameter";
+                pf = LoadVerdict::loads(pf.path, static_cast<int>(v.params.size()), targetTotal,
+                    wrongByPosition.empty() ? "ok" : "RuntimeError", "every saved name is a model parameter");
             }
         }
         d.verdicts.push_back(pf);
@@ -759,11 +746,9 @@ private:
                 p4.outcome = LoadOutcome::Loads;
                 p4.why = "same keys and shapes";
             } else {
-                p4.outcome = LoadOutcome::Raises;
-                p4.exception = "RuntimeError";
-                p4.message = modelLoadMessage(missing, unexpected, sizes);
-                p4.why = std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size())
-                    + " unexpected, " + std::to_string(sizes.size()) + " of another shape";
+                p4 = LoadVerdict::raises(p4.path, "RuntimeError", modelLoadMessage(missing, unexpected, sizes),
+                    std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) + " unexpected, "
+                        + std::to_string(sizes.size()) + " of another shape");
             }
         }
         d.verdicts.push_back(p4);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The findings about one optimizer on its own, shared by check and diagnose.
+#include "finding_text.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/error.h"
 #include "optscope/tensor_values.h"
@@ -16,20 +17,6 @@ std::string numberText(double v)
     std::ostringstream o;
     o << v;
     return o.str();
-}
-
-std::string quoteList(const std::vector<std::string>& v, size_t max = 5)
-{
-    std::string s;
-    for (size_t i = 0; i < v.size() && i < max; ++i)
-        s += (i ? ", '" : "'") + v[i] + "'";
-    if (v.size() > max) s += ", ... (" + std::to_string(v.size()) + " in all)";
-    return s;
-}
-
-std::vector<std::string> head(const std::vector<std::string>& v, size_t n = 8)
-{
-    return {v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size()))};
 }
 
 /// how a row is named in messages: its FQN when known, else "id N"

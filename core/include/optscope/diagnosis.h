@@ -57,6 +57,9 @@ struct LoadVerdict
     std::string stepAfterLoad; ///< Loads: "ok", or the exception type the first step() raises ("RuntimeError")
     std::string why; ///< NotApplicable: why; otherwise what decided it
     nlohmann::ordered_json toJson() const;
+
+    static LoadVerdict raises(LoadPath path, std::string exception, std::string message, std::string why);
+    static LoadVerdict loads(LoadPath path, int withState, int total, std::string stepAfterLoad, std::string why);
 };
 
 struct Diagnosis
