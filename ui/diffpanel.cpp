@@ -348,7 +348,7 @@ QString DiffPanel::exportJson(const QString& path) const
 
 QString DiffPanel::exportCsv(const QString& path) const
 {
-    return ReportExport::write(path, ReportExport::diffCsv(m_model->report()));
+    return ReportExport::write(path, QString::fromStdString(m_model->report().toCsv()));
 }
 
 } // namespace optscope::ui

@@ -16,12 +16,9 @@ namespace optscope::ui {
 class ReportExport
 {
 public:
-    static QString verifyCsv(const VerifyReport& report);
-    static QString diffCsv(const DiffReport& report);
     static QString json(const nlohmann::ordered_json& json);
     /// writes @p text as UTF-8; returns an error message, empty on success
     static QString write(const QString& path, const QString& text);
-    static QString csvField(const QString& field);
 };
 
 } // namespace optscope::ui

@@ -316,7 +316,7 @@ QString ReshardPanel::exportJson(const QString& path) const
 
 QString ReshardPanel::exportCsv(const QString& path) const
 {
-    return ReportExport::write(path, ReportExport::verifyCsv(m_model->report()));
+    return ReportExport::write(path, QString::fromStdString(m_model->report().toCsv()));
 }
 
 } // namespace optscope::ui

@@ -40,7 +40,8 @@ int runDiff(const std::vector<std::string>& argv)
     const Args args(argv,
         {{"--rtol", true, "relative tolerance"}, {"--atol", true, "absolute tolerance"},
             {"--ranks", true, "compare two ranks of one checkpoint: R1,R2"}, {"--json", false, "print JSON"},
-            {"--all", false, "also list equal entries"}, {"--threads", true, "threads"},
+            {"--csv", false, "print CSV (a row per key and per rank)"}, {"--all", false, "also list equal entries"},
+            {"--threads", true, "threads"},
             {"--engine", true, "auto (fused kernel, ATen for other dtypes) or aten (ATen ops only, the reference)"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
@@ -81,6 +82,8 @@ int runDiff(const std::vector<std::string>& argv)
     finishTerminalProgress();
     if (args.has("--json")) {
         std::cout << report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+    } else if (args.has("--csv")) {
+        std::cout << report.toCsv();
     } else {
         for (const auto& n : report.notes)
             std::cout << "note: " << n << "\n";

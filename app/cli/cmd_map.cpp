@@ -72,7 +72,10 @@ int runMap(const std::vector<std::string>& argv)
             std::string states;
             for (const auto& s : r.states)
                 states += (states.empty() ? "" : ",") + s;
-            std::cout << std::setw(6) << r.id << std::setw(44) << (r.fqn.empty() ? "?" : r.fqn) << std::setw(6)
+            // FQN-keyed state has no ids: its position in param_groups is what optimizer.state_dict() would use
+            const bool ids = r.optimizer >= 0 && table.optimizers[static_cast<size_t>(r.optimizer)].idKeyed;
+            const std::string id = ids ? r.id : r.position >= 0 ? std::to_string(r.position) : std::string("-");
+            std::cout << std::setw(6) << id << std::setw(44) << (r.fqn.empty() ? "?" : r.fqn) << std::setw(6)
                       << (r.group < 0 ? std::string("-") : std::to_string(r.group)) << std::setw(14)
                       << (r.shape.empty() && r.numel < 0 ? std::string("?") : shapeText(r.shape)) << states
                       << (r.note.empty() ? "" : "  (" + r.note + ")") << "\n";

@@ -16,7 +16,7 @@ int runVerify(const std::vector<std::string>& argv)
     const Args args(argv,
         {{"--world-size", true, "M"}, {"--device", true, "cpu or cuda"}, {"--against", true, "a resharded copy"},
             {"--keep", true, "keep the resharded checkpoint in this new folder"}, {"--json", false, "print JSON"},
-            {"--help", false, "show this help", "-h"}});
+            {"--csv", false, "print CSV (a row per key and per rank)"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("verify");
         return ExitOk;
@@ -40,6 +40,8 @@ int runVerify(const std::vector<std::string>& argv)
     finishTerminalProgress();
     if (args.has("--json")) {
         std::cout << report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+    } else if (args.has("--csv")) {
+        std::cout << report.toCsv();
     } else {
         for (const auto& e : report.entries) {
             if (e.status == "identical") continue;

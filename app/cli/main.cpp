@@ -65,7 +65,7 @@ const std::vector<Command>& commands()
             "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
             runCheck},
         {"diff", "compare two checkpoints (any formats, world sizes, key styles), key by key and number by number",
-            "usage: optscope-cli diff A B [--rtol R] [--atol A] [--all] [--engine auto|aten] [--json]\n"
+            "usage: optscope-cli diff A B [--rtol R] [--atol A] [--all] [--engine auto|aten] [--json|--csv]\n"
             "       optscope-cli diff PATH --ranks R1,R2 [--json]\n"
             "\n"
             "Keys are aligned through FQN normalisation: wrapper prefixes (module., _orig_mod.,\n"
@@ -80,6 +80,7 @@ const std::vector<Command>& commands()
             "  --threads N         tensors compared in parallel (default: one per core)\n"
             "  --engine auto|aten  auto: a fused one-pass kernel for same-dtype float32/64, bf16, fp16 blocks,\n"
             "                      ATen ops for the rest; aten: ATen ops only (the reference; same report, slower)\n"
+            "  --csv               a row per key and per rank (the GUI's CSV export)\n"
             "  --json              {\"equal\": bool, \"entries\": [{\"key\", \"status\", \"reason\", "
             "\"max_abs_diff\",\n"
             "                      \"max_rel_diff\", \"rms_diff\", \"num_diff\", \"numel\", ...}]}\n"
@@ -150,8 +151,8 @@ const std::vector<Command>& commands()
             "Exit status: 0 written, 2 error.\n",
             runReshard},
         {"verify", "reshard to M ranks, load each rank's shard, gather back, compare bit for bit",
-            "usage: optscope-cli verify PATH [--world-size M] [--device cpu|cuda] [--keep DIR] [--json]\n"
-            "       optscope-cli verify PATH --against RESHARDED [--json]\n"
+            "usage: optscope-cli verify PATH [--world-size M] [--device cpu|cuda] [--keep DIR] [--json|--csv]\n"
+            "       optscope-cli verify PATH --against RESHARDED [--json|--csv]\n"
             "\n"
             "Verify by load, offline: gathers PATH, reshards it to M ranks (FSDP2 Shard(0), written to disk),\n"
             "loads each rank's shard from those files as that rank would (on the local GPUs with --device cuda:\n"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "aten_bridge.h"
 #include "diff_kernel.h"
+#include "optscope/csv.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
@@ -77,6 +78,26 @@ nlohmann::ordered_json DiffReport::toJson() const
         j["entries"].push_back(std::move(je));
     }
     return j;
+}
+
+std::string DiffReport::toCsv() const
+{
+    CsvWriter w;
+    w.row({"key", "key_a", "key_b", "type", "status", "reason", "numel", "num_diff", "max_abs_diff", "max_rel_diff",
+        "rms_diff", "rank", "match"});
+    auto num = [](double v) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.17g", v);
+        return std::string(b);
+    };
+    for (const auto& e : entries) {
+        w.row({e.key, e.keyA, e.keyB, e.type, e.status, e.reason, std::to_string(e.numel), std::to_string(e.numDiff),
+            num(e.maxAbsDiff), num(e.maxRelDiff), num(e.rmsDiff), "", e.match});
+        for (const auto& r : e.ranks)
+            w.row({e.key, "", "", "rank", r.numDiff ? "changed" : "equal", "", std::to_string(r.numel),
+                std::to_string(r.numDiff), num(r.maxAbsDiff), "", "", std::to_string(r.rank), ""});
+    }
+    return w.text();
 }
 
 namespace {

@@ -29,6 +29,8 @@ const char* nameSourceText(NameSource source)
         return "model order (this checkpoint)";
     case NameSource::ReferenceOrder:
         return "model order (reference)";
+    case NameSource::TrainerGroups:
+        return "Hugging Face Trainer groups (decay, no-decay), shapes agree";
     case NameSource::None:
         return "";
     }
@@ -345,7 +347,36 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                     out.notes.push_back("every state of '" + view.rootKey()
                         + "' is 1-D: if this is a raw FSDP1 optimizer file, give the model to map flat parameters "
                           "to FQNs");
-                // 4./5. a model by position
+                // 4./5. a model by position; 6. the Trainer's decay/no-decay order when only that fits the shapes
+                const ModelParams* byShape = out.modelInFile ? &*out.modelInFile : reference;
+                if (byShape && byShape->fqns.size() == ids.size() && view.groups.size() == 2) {
+                    auto fits = [&](const std::vector<std::string>& order) {
+                        for (size_t i = 0; i < ids.size(); ++i) {
+                            const OptimizerParam* p = view.param(ids[i]);
+                            if (!p) continue;
+                            const auto shape = paramShapeFromState(out.kinds.back(), *p);
+                            auto it = byShape->shapes.find(order[i]);
+                            if (!shape.empty() && it != byShape->shapes.end() && it->second != shape) return false;
+                        }
+                        return true;
+                    };
+                    std::vector<std::string> decay, noDecay;
+                    for (const auto& f : byShape->fqns) {
+                        const auto it = byShape->shapes.find(f);
+                        const bool noWd = f.find("bias") != std::string::npos
+                            || (it != byShape->shapes.end() && it->second.size() <= 1);
+                        (noWd ? noDecay : decay).push_back(f);
+                    }
+                    std::vector<std::string> trainer = decay;
+                    trainer.insert(trainer.end(), noDecay.begin(), noDecay.end());
+                    if (!fits(byShape->fqns) && view.groups[0].params.size() == decay.size() && fits(trainer)) {
+                        names = trainer;
+                        source = NameSource::TrainerGroups;
+                        out.notes.push_back("'" + view.rootKey() + "': the model's order does not fit the state's "
+                            + "shapes; the Hugging Face Trainer's groups (" + std::to_string(decay.size())
+                            + " with weight decay, then " + std::to_string(noDecay.size()) + " without) fit every one");
+                    }
+                }
                 const ModelParams* inFile = out.modelInFile ? &*out.modelInFile : nullptr;
                 const std::pair<const ModelParams*, NameSource> candidates[]
                     = {{inFile, NameSource::ModelInFile}, {reference, NameSource::ReferenceOrder}};

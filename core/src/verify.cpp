@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint_loader.h"
+#include "optscope/csv.h"
 #include "optscope/dcp_reader.h"
 #include "optscope/error.h"
 #include "optscope/flat_param_layout.h"
@@ -35,6 +36,22 @@ size_t VerifyReport::count(const std::string& status) const
     for (const auto& e : entries)
         n += e.status == status;
     return n;
+}
+
+std::string VerifyReport::toCsv() const
+{
+    CsvWriter w;
+    w.row({"key", "type", "status", "rank", "elements", "differing", "first_diff", "detail"});
+    for (const auto& e : entries) {
+        const bool tensor = e.type == "tensor";
+        w.row({e.key, e.type, e.status, "", tensor ? std::to_string(e.elements) : "",
+            tensor ? std::to_string(e.differing) : "", "", e.detail});
+        for (const auto& r : e.ranks)
+            w.row({e.key, "rank", r.differing ? "different" : "identical", std::to_string(r.rank),
+                std::to_string(r.elements), std::to_string(r.differing),
+                r.firstDiff >= 0 ? std::to_string(r.firstDiff) : "", ""});
+    }
+    return w.text();
 }
 
 nlohmann::ordered_json VerifyReport::toJson() const

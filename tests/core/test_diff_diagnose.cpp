@@ -4,10 +4,12 @@
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_fix.h"
 #include "optscope/checkpoint_loader.h"
+#include "optscope/csv.h"
 #include "optscope/diagnosis.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/optimizer_view.h"
+#include "optscope/param_table.h"
 
 #include <filesystem>
 #include <fstream>
@@ -547,5 +549,62 @@ TEST(Diagnose, CheckAndDiagnoseNeverLoadLibtorch)
     while (std::getline(maps, line)) {
         EXPECT_EQ(line.find("liboptscope_aten"), std::string::npos) << line;
         EXPECT_EQ(line.find("libtorch_cpu"), std::string::npos) << line;
+    }
+}
+
+TEST(Csv, QuotesAndReportRows)
+{
+    EXPECT_EQ(CsvWriter::field("plain"), "plain");
+    EXPECT_EQ(CsvWriter::field("a,b"), "\"a,b\"");
+    EXPECT_EQ(CsvWriter::field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
+    const DiffReport r = diffCheckpoints(*open("fsdp2_r2"), *open("fsdp2_r3"));
+    const std::string csv = r.toCsv();
+    size_t rows = 1; // header
+    for (const auto& e : r.entries)
+        rows += 1 + e.ranks.size();
+    EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), rows);
+    EXPECT_EQ(csv.rfind("key,key_a,key_b,type,status,reason,numel,num_diff,max_abs_diff", 0), 0u);
+    // the parameter table: a header and a row per parameter
+    const ParamTable t = ParamTable::build(*open("adam_int.pt"));
+    const std::string map = t.toCsv();
+    EXPECT_EQ(static_cast<size_t>(std::count(map.begin(), map.end(), '\n')), t.rows.size() + 1);
+}
+
+TEST(ParamTable, NamesIdsOnceForEveryConsumer)
+{
+    // param_names win; Lightning's model under "state_dict" names by position; LBFGS keeps state on one parameter;
+    // Adafactor's factored state gives the parameter's shape; HF Trainer's decay/no-decay groups are recognised
+    const std::string cases = kData + "/load_cases/";
+    {
+        const ParamTable t = ParamTable::build(*openCheckpoint(cases + "compiled/optim.pt"));
+        EXPECT_EQ(t.sources[0], NameSource::ParamNames);
+        EXPECT_EQ(t.rows[0].fqn, "_orig_mod.fc1.weight");
+        EXPECT_EQ(t.rows[0].normalized, "fc1.weight");
+    }
+    {
+        const ParamTable t = ParamTable::build(*openCheckpoint(cases + "lightning/optim.pt"));
+        ASSERT_TRUE(t.modelInFile.has_value());
+        EXPECT_EQ(t.sources[0], NameSource::ModelInFile);
+        EXPECT_EQ(t.rows[0].fqn, "model.fc1.weight");
+    }
+    {
+        const ParamTable t = ParamTable::build(*openCheckpoint(cases + "lbfgs/optim.pt"));
+        EXPECT_EQ(t.kinds[0], OptimizerKind::LBFGS);
+        EXPECT_TRUE(optimizerFindings(*openCheckpoint(cases + "lbfgs/optim.pt"), t).size() <= 1u); // id-keyed only
+    }
+    {
+        const ParamTable t = ParamTable::build(*openCheckpoint(cases + "adafactor/optim.pt"));
+        EXPECT_EQ(t.kinds[0], OptimizerKind::Adafactor);
+        EXPECT_EQ(t.rows[0].shape, (std::vector<int64_t> {3, 4})); // row_var [3, 1] + col_var [1, 4]
+    }
+    {
+        const auto model = openCheckpoint(cases + "hf_trainer/model.pt");
+        const ModelParams ref = ModelParams::fromCheckpoint(*model);
+        const ParamTable t = ParamTable::build(*openCheckpoint(cases + "hf_trainer/optim.pt"), &ref, model.get());
+        EXPECT_EQ(t.sources[0], NameSource::TrainerGroups);
+        EXPECT_EQ(t.rows[1].fqn, "fc2.weight");
+        EXPECT_EQ(t.rows[2].fqn, "fc1.bias");
+        for (const auto& r : t.rows)
+            EXPECT_TRUE(r.note.empty()) << r.fqn << ": " << r.note;
     }
 }

@@ -75,6 +75,8 @@ struct DiffReport
     /// {"equal": bool, "entries": [{"key", "status", "reason", "max_abs_diff", "max_rel_diff", "rms_diff", "num_diff",
     ///  "numel", ...}], ...}
     nlohmann::ordered_json toJson() const;
+    /// one row per entry and one per rank of it (`diff --csv`, the GUI's CSV export)
+    std::string toCsv() const;
 };
 
 /// Compares two checkpoints: exit semantics "equal within tolerance" = DiffReport::equal.

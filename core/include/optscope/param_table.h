@@ -10,6 +10,8 @@
 //   3. raw FSDP1 flat-parameter state with a model known: the FlatParamLayout that reproduces the shard sizes
 //   4. a model state dict in the same file, with as many parameters: by position (model.parameters() order)
 //   5. a reference (--model), with as many parameters: by position
+//   6. with two groups and a model: the Hugging Face Trainer's split (weights with decay, then biases and 1-D
+//      weights), kept only when every state shape agrees with it
 // otherwise the row has no FQN, and a note says why.
 
 #include "optscope/checkpoint.h"
@@ -47,7 +49,16 @@ struct ModelParams
     static ModelParams fromFqnList(const std::string& path);
 };
 
-enum class NameSource { StateKey, FlattenedKey, ParamNames, Fsdp1Layout, ModelInFile, ReferenceOrder, None };
+enum class NameSource {
+    StateKey,
+    FlattenedKey,
+    ParamNames,
+    Fsdp1Layout,
+    ModelInFile,
+    ReferenceOrder,
+    TrainerGroups, ///< Hugging Face Trainer order: decay group (no bias, not 1-D) then no-decay, checked by shapes
+    None
+};
 const char* nameSourceText(NameSource source);
 
 struct ParamRow

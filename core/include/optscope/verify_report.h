@@ -49,6 +49,8 @@ struct VerifyReport
     bool identical() const;
     size_t count(const std::string& status) const;
     nlohmann::ordered_json toJson() const;
+    /// one row per entry and one per rank of it (`verify --csv`, the GUI's CSV export)
+    std::string toCsv() const;
 };
 
 struct VerifyOptions
