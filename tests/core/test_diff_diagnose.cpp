@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -292,8 +293,11 @@ TEST(Diagnose, TorchCompilePrefix)
 {
     for (const char* f : {"diag/compiled_fqn.pt", "diag/compiled_param_names.pt"}) {
         const Diagnosis d = diagnose(f);
-        const DiagnosisFinding* p = finding(d, "prefix-mismatch");
+        // FQN-keyed: the names are what loaders look up (an error); id-keyed: only param_names (a warning)
+        const bool fqnKeyed = std::string(f) == "diag/compiled_fqn.pt";
+        const DiagnosisFinding* p = finding(d, fqnKeyed ? "prefix-mismatch" : "param-names-prefix");
         ASSERT_NE(p, nullptr) << f << "\n" << d.toJson().dump(1);
+        EXPECT_EQ(p->severity, fqnKeyed ? Severity::Error : Severity::Warning);
         EXPECT_NE(p->message.find("'_orig_mod.'"), std::string::npos) << p->message;
         EXPECT_NE(p->message.find("optimizer's names carry"), std::string::npos) << p->message;
         EXPECT_EQ(p->actions.size(), 4u);
@@ -314,11 +318,11 @@ TEST(Diagnose, TorchCompilePrefix)
 TEST(Diagnose, DdpAndFsdpWrapperPrefixes)
 {
     const Diagnosis ddp = diagnose("diag/ddp_param_names.pt");
-    ASSERT_NE(finding(ddp, "prefix-mismatch"), nullptr);
-    EXPECT_NE(finding(ddp, "prefix-mismatch")->message.find("'module.'"), std::string::npos);
+    ASSERT_NE(finding(ddp, "param-names-prefix"), nullptr);
+    EXPECT_NE(finding(ddp, "param-names-prefix")->message.find("'module.'"), std::string::npos);
     const Diagnosis fsdp = diagnose("diag/fsdp1_param_names.pt");
-    ASSERT_NE(finding(fsdp, "prefix-mismatch"), nullptr);
-    EXPECT_NE(finding(fsdp, "prefix-mismatch")->message.find("_fsdp_wrapped_module."), std::string::npos);
+    ASSERT_NE(finding(fsdp, "param-names-prefix"), nullptr);
+    EXPECT_NE(finding(fsdp, "param-names-prefix")->message.find("_fsdp_wrapped_module."), std::string::npos);
     // the model side carries the prefix: DDP's own state dict as the reference. set_optimizer_state_dict strips
     // "module." from the model's names itself (torch 2.6 _get_fqns), so plain optimizer names are right as they are
     const Diagnosis other = diagnose("diag/two_groups.pt", "diag/ddp_model.pt");
@@ -607,4 +611,16 @@ TEST(ParamTable, NamesIdsOnceForEveryConsumer)
         for (const auto& r : t.rows)
             EXPECT_TRUE(r.note.empty()) << r.fqn << ": " << r.note;
     }
+}
+
+TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)
+{
+    std::set<std::string> names;
+    for (size_t i = 0; i < findingRegistry().size(); ++i) {
+        const FindingInfo& f = findingRegistry()[i];
+        EXPECT_EQ(static_cast<size_t>(f.code), i) << f.name;
+        EXPECT_TRUE(names.insert(f.name).second) << f.name;
+        EXPECT_EQ(&findingInfo(f.code), &f);
+    }
+    EXPECT_EQ(findingRegistry().back().code, FindingCode::ModelKeysMismatch); // the last enumerator
 }

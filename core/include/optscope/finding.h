@@ -46,6 +46,7 @@ enum class FindingCode {
     FlattenedFormat,
     // an optimizer against the model it is loaded into (diagnose)
     PrefixMismatch,
+    ParamNamesPrefix,
     RenamedParams,
     MissingState,
     ExtraParams,

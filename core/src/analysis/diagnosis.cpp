@@ -441,7 +441,7 @@ private:
         for (size_t i = firstFinding; i < d.findings.size(); ++i) {
             Finding& f = d.findings[i];
             if (f.code != FindingCode::PrefixMismatch && f.code != FindingCode::RenamedParams
-                && f.code != FindingCode::MissingState)
+                && f.code != FindingCode::MissingState && f.code != FindingCode::ParamNamesPrefix)
                 continue;
             if (byName->outcome == LoadOutcome::Raises)
                 f.pytorchError = byName->exception + ": " + byName->message
@@ -496,7 +496,9 @@ private:
                 + " (saved from the wrapped model); set_optimizer_state_dict looks names up without wrappers";
         }
         if (!names.rename.empty()) {
-            Finding f(FindingCode::PrefixMismatch,
+            // integer-keyed state loads by position: the names are only param_names (or the model's, by position)
+            const bool idKeyed = m_table.optimizers[static_cast<size_t>(oi)].idKeyed;
+            Finding f(idKeyed ? FindingCode::ParamNamesPrefix : FindingCode::PrefixMismatch,
                 prefixText + ": " + std::to_string(names.rename.size()) + " of " + std::to_string(names.opt.size())
                     + " parameters of " + where + " match " + exp.source + " once renamed",
                 root);

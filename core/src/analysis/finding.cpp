@@ -59,6 +59,9 @@ const std::vector<FindingInfo>& findingRegistry()
             "raises KeyError"},
         {C::PrefixMismatch, "prefix-mismatch", S::Error,
             "names differ by a wrapper or module prefix (module., _orig_mod., ...)"},
+        {C::ParamNamesPrefix, "param-names-prefix", S::Warning,
+            "param_names of integer-keyed state carry wrapper prefixes: optimizer.load_state_dict pairs by position "
+            "and ignores them, name-based tools see other names"},
         {C::RenamedParams, "renamed-params", S::Error,
             "parameters whose names differ but whose shapes and positions agree: probably renamed"},
         {C::MissingState, "missing-state", S::Error, "parameters of the model have no entry in the optimizer"},
