@@ -14,6 +14,7 @@
 #include "optscope/py_value.h"
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -136,11 +137,22 @@ public:
     void add(const std::string& relative, std::shared_ptr<const MappedFile> file) const;
     const std::string& rootDir() const { return m_root; }
     std::string absolute(const std::string& relative) const;
+    /// the size the reader saw when it indexed the checkpoint: a later open() of another size throws "changed"
+    void expectSize(const std::string& relative, uint64_t size) const;
+
+    /// throws Error(Io) naming the file when any file mapped so far changed, vanished or was replaced since it was
+    /// read (MappedFile::checkUnchanged): called after long reads and before an output is committed
+    void checkUnchanged() const;
+    /// the same, but only when a mapped read faulted somewhere in the process since the last call (one atomic load
+    /// otherwise): cheap enough to call after every block
+    void checkFaults() const;
 
 private:
     std::string m_root;
     mutable std::mutex m_mutex;
     mutable std::unordered_map<std::string, std::shared_ptr<const MappedFile>> m_files;
+    mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
+    mutable std::atomic<uint64_t> m_faultsSeen {0};
 };
 
 class Checkpoint

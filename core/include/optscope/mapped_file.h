@@ -10,6 +10,12 @@ namespace optscope {
 
 /// A read-only memory map of a whole file. Tensors are read zero-copy from it; it is never written.
 /// An empty file maps to a valid object with size() == 0 and data() == nullptr.
+///
+/// Files change under a map (a training job rewrites its checkpoint): reading a page the file no longer has raises
+/// SIGBUS. Every map is registered with a process-wide SIGBUS handler that, for a fault inside a registered map, maps
+/// zero pages over the rest of it and flags it (no longjmp through C++ frames: the read simply goes on and reads
+/// zeros); faults anywhere else go to the previous handler. Whoever reads must then ask checkUnchanged() (or the
+/// cheap faultCount()) before trusting what it read: it throws "changed while being read (was N bytes, now M)".
 class MappedFile
 {
 public:
@@ -26,6 +32,14 @@ public:
     /// the open descriptor (kept for kernel-side copies: copy_file_range)
     int fd() const { return m_fd; }
 
+    /// a read through this map hit a page the file no longer has (those pages now read as zeros)
+    bool faulted() const;
+    /// throws Error(Io) "changed while being read (was N bytes, now M)", "removed while being read" or "replaced
+    /// while being read" when a read faulted or the file on disk is no longer the one mapped (size, mtime, inode)
+    void checkUnchanged() const;
+    /// faults handled in this process so far (all maps): a cheap test before the per-file checks
+    static uint64_t faultCount();
+
     /// hint that [offset, offset+length) will be read sequentially soon (madvise WILLNEED + SEQUENTIAL)
     void adviseSequential(uint64_t offset, uint64_t length) const;
     /// drop the pages of [offset, offset+length) from this process (MADV_DONTNEED): they stay in the page cache, but
@@ -38,6 +52,9 @@ private:
     const uint8_t* m_data = nullptr;
     uint64_t m_size = 0;
     int m_fd = -1;
+    int m_slot = -1; ///< in the SIGBUS registry; -1 when not guarded (empty file, registry full)
+    uint64_t m_dev = 0, m_ino = 0;
+    int64_t m_mtimeSec = 0, m_mtimeNsec = 0;
 };
 
 } // namespace optscope

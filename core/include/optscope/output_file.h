@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace optscope {
@@ -13,7 +14,16 @@ struct WriteOptions
     /// fsync the file (and, for folders, every file) before the rename that makes it visible: on a crash the
     /// output is either complete or absent. Off trades that for speed (torch.save does not sync either).
     bool fsync = true;
+    /// called just before the rename that publishes the output; throwing there leaves no output (the algorithms
+    /// check here that their inputs did not change while they were read)
+    std::function<void()> beforeCommit;
 };
+
+/// Temporaries are named ".NAME.tmp-PID-XXXXXX" next to the output NAME: recognisable, and a later run that writes
+/// NAME removes those whose process no longer exists (one killed mid-write). Returns how many it removed.
+size_t removeStaleTemporaries(const std::string& output);
+/// the temporary name prefix for @p output: ".NAME.tmp-PID-"
+std::string temporaryPrefix(const std::string& output);
 
 /// A file written under a temporary name next to its destination and renamed into place by commit(), so that a
 /// reader never sees a half-written output. Destroying an uncommitted OutputFile removes the temporary.

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "read_guard.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/chunk_reader.h"
 #include "optscope/error.h"
@@ -221,9 +222,14 @@ private:
 
 } // namespace
 
-CheckReport checkCheckpoint(const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)
+static CheckReport checkCheckpointUnguarded(const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)
 {
     return Checker(checkpoint, options, progress).run();
+}
+
+CheckReport checkCheckpoint(const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)
+{
+    return readGuarded({&checkpoint}, [&] { return checkCheckpointUnguarded(checkpoint, options, progress); });
 }
 
 } // namespace optscope

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "read_guard.h"
 #include "optscope/checkpoint_fix.h"
 #include "optscope/dcp_writer.h"
 #include "optscope/error.h"
@@ -63,7 +64,7 @@ std::optional<std::string> UserRename::apply(const std::string& name) const
     return std::nullopt;
 }
 
-FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,
+static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,
     const Progress& progress, WriteOptions options, const std::vector<UserRename>& userRenames)
 {
     if (!diagnosis.fixable() && userRenames.empty())
@@ -357,6 +358,12 @@ FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std
     }
     writeDcp(plan, output, progress, options);
     return result;
+}
+
+FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output, const Progress& progress,
+    WriteOptions options, const std::vector<UserRename>& userRenames)
+{
+    return readGuarded({&cp}, [&] { return applyFixesUnguarded(cp, diagnosis, output, progress, guardedWrite(options, {&cp}), userRenames); });
 }
 
 } // namespace optscope

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "read_guard.h"
 #include "aten_bridge.h"
 #include "diff_kernel.h"
 #include "optscope/csv.h"
@@ -640,7 +641,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
 
 } // namespace
 
-DiffReport diffCheckpoints(
+static DiffReport diffCheckpointsUnguarded(
     const Checkpoint& a, const Checkpoint& b, const DiffOptions& options, const Progress& progress)
 {
     DiffReport report;
@@ -671,7 +672,12 @@ DiffReport diffCheckpoints(
     return runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
 }
 
-DiffReport diffRanks(const Checkpoint& cp, int rankA, int rankB, const DiffOptions& options, const Progress& progress)
+DiffReport diffCheckpoints(const Checkpoint& a, const Checkpoint& b, const DiffOptions& options, const Progress& progress)
+{
+    return readGuarded({&a, &b}, [&] { return diffCheckpointsUnguarded(a, b, options, progress); });
+}
+
+static DiffReport diffRanksUnguarded(const Checkpoint& cp, int rankA, int rankB, const DiffOptions& options, const Progress& progress)
 {
     // a view of the checkpoint restricted to one rank's chunks, per side; tensors compared chunk by chunk in order
     DiffReport report;
@@ -722,6 +728,11 @@ DiffReport diffRanks(const Checkpoint& cp, int rankA, int rankB, const DiffOptio
     auto ca = canonicalize(A, false, arena);
     auto cb = canonicalize(B, false, arena);
     return runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
+}
+
+DiffReport diffRanks(const Checkpoint& cp, int rankA, int rankB, const DiffOptions& options, const Progress& progress)
+{
+    return readGuarded({&cp}, [&] { return diffRanksUnguarded(cp, rankA, rankB, options, progress); });
 }
 
 } // namespace optscope

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "read_guard.h"
 #include "optscope/gather.h"
 #include "gpu_assembler.h"
 #include "optscope/error.h"
@@ -73,7 +74,7 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options)
     return tree;
 }
 
-GatherResult gatherCheckpoint(
+static GatherResult gatherCheckpointUnguarded(
     const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
 {
     GatherResult r;
@@ -86,6 +87,13 @@ GatherResult gatherCheckpoint(
         if (!cp.entries[i].isTensor() && keyMatchesPrefix(cp.entries[i].key, options.onlyPrefix)) ++r.values;
     r.stats = TorchSaveWriter::write(tree, output, progress, options.write);
     return r;
+}
+
+GatherResult gatherCheckpoint(const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
+{
+    GatherOptions guarded = options;
+    guarded.write = guardedWrite(options.write, {&cp}); // nothing is published from an input that changed
+    return readGuarded({&cp}, [&] { return gatherCheckpointUnguarded(cp, output, guarded, progress); });
 }
 
 } // namespace optscope

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "read_guard.h"
 #include "optscope/inspect_report.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
@@ -38,7 +39,7 @@ std::string pythonType(const PyValue* v)
 
 } // namespace
 
-InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
+static InspectReport inspectCheckpointUnguarded(const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
 {
     InspectReport report;
     report.ok = !cp.hasErrors();
@@ -161,6 +162,11 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
             {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
     j["warnings"] = std::move(warnings);
     return report;
+}
+
+InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
+{
+    return readGuarded({&cp}, [&] { return inspectCheckpointUnguarded(cp, options, progress); });
 }
 
 } // namespace optscope

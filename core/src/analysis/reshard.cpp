@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "read_guard.h"
 #include "optscope/reshard.h"
 #include "optscope/error.h"
 #include "optscope/shard_layout.h"
@@ -69,7 +70,9 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
 DcpWriteStats reshardCheckpoint(
     const Checkpoint& cp, const std::string& outDir, const ReshardOptions& options, const Progress& progress)
 {
-    return writeDcp(planReshard(cp, options), outDir, progress, options.write);
+    // nothing is published from an input that changed while it was read
+    return readGuarded({&cp},
+        [&] { return writeDcp(planReshard(cp, options), outDir, progress, guardedWrite(options.write, {&cp})); });
 }
 
 } // namespace optscope

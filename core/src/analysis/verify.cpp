@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "read_guard.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/csv.h"
 #include "optscope/dcp_reader.h"
@@ -247,7 +248,7 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
 
 } // namespace
 
-VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, const Progress& progress)
+static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOptions& options, const Progress& progress)
 {
     VerifyReport report;
     report.source = src.path;
@@ -338,7 +339,12 @@ VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, c
     return report;
 }
 
-VerifyReport verifyAgainst(const Checkpoint& src, const Checkpoint& other, const Progress& progress)
+VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, const Progress& progress)
+{
+    return readGuarded({&src}, [&] { return verifyByLoadUnguarded(src, options, progress); });
+}
+
+static VerifyReport verifyAgainstUnguarded(const Checkpoint& src, const Checkpoint& other, const Progress& progress)
 {
     VerifyReport report;
     report.source = src.path;
@@ -364,6 +370,11 @@ VerifyReport verifyAgainst(const Checkpoint& src, const Checkpoint& other, const
             }
         });
     return report;
+}
+
+VerifyReport verifyAgainst(const Checkpoint& src, const Checkpoint& other, const Progress& progress)
+{
+    return readGuarded({&src, &other}, [&] { return verifyAgainstUnguarded(src, other, progress); });
 }
 
 } // namespace optscope

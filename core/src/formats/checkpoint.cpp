@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint.h"
+#include "optscope/error.h"
 #include "optscope/mapped_file.h"
 
 #include <algorithm>
@@ -80,7 +81,47 @@ std::shared_ptr<const MappedFile> CheckpointFiles::open(const std::string& relat
     }
     auto f = MappedFile::open(absolute(relative));
     std::lock_guard<std::mutex> lock(m_mutex);
+    if (auto e = m_expectedSizes.find(relative); e != m_expectedSizes.end() && e->second != f->size())
+        throw Error(ErrorKind::Io, f->path(),
+            "changed while being read (was " + std::to_string(e->second) + " bytes, now " + std::to_string(f->size())
+                + " bytes)");
     return m_files.emplace(relative, std::move(f)).first->second;
+}
+
+void CheckpointFiles::expectSize(const std::string& relative, uint64_t size) const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_expectedSizes.emplace(relative, size);
+}
+
+void CheckpointFiles::checkUnchanged() const
+{
+    std::vector<std::shared_ptr<const MappedFile>> files;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        for (const auto& [name, f] : m_files)
+            files.push_back(f);
+    }
+    // faulted ones first: their message says what the reader met
+    for (const auto& f : files)
+        if (f->faulted()) f->checkUnchanged();
+    for (const auto& f : files)
+        f->checkUnchanged();
+}
+
+void CheckpointFiles::checkFaults() const
+{
+    const uint64_t n = MappedFile::faultCount();
+    if (n == m_faultsSeen.load(std::memory_order_relaxed)) return;
+    std::vector<std::shared_ptr<const MappedFile>> files;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        for (const auto& [name, f] : m_files)
+            files.push_back(f);
+    }
+    for (const auto& f : files)
+        if (f->faulted()) f->checkUnchanged();
+    m_faultsSeen.store(n, std::memory_order_relaxed); // the faults were another checkpoint's
 }
 
 void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const MappedFile> file) const

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint_loader.h"
+#include "optscope/fault_injection.h"
 #include "optscope/dcp_reader.h"
 #include "optscope/error.h"
 #include "optscope/mapped_file.h"
@@ -26,7 +27,7 @@ std::string describeStart(const uint8_t* data, uint64_t size)
 }
 } // namespace
 
-CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
+static CheckpointPtr openUnguarded(const std::string& path, const Progress& progress)
 {
     std::error_code ec;
     const auto status = fs::status(path, ec);
@@ -45,6 +46,27 @@ CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
                 + describeStart(file->data(), file->size())
                 + "; expected a zip archive 'PK\\x03\\x04' or a legacy torch pickle)");
     return TorchSaveReader::open(path, progress);
+}
+
+CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
+{
+    const uint64_t faults = MappedFile::faultCount();
+    CheckpointPtr cp;
+    try {
+        cp = openUnguarded(path, progress);
+        cp->files->checkFaults();
+    } catch (const Error& e) {
+        // a file cut short while its index was parsed reads as zeros: that, not the parse error, is what happened
+        if (e.kind() != ErrorKind::Cancelled && MappedFile::faultCount() != faults) {
+            std::error_code ec;
+            const auto size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+            throw Error(ErrorKind::Io, path,
+                "changed while being read" + (ec ? std::string() : " (now " + std::to_string(size) + " bytes)"));
+        }
+        throw;
+    }
+    pausePoint("opened");
+    return cp;
 }
 
 } // namespace optscope

@@ -189,6 +189,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         const std::string abs = cp->files->absolute(rel);
         int64_t size = ::stat(abs.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
         if (size < 0) builder.error("missing-file", "data file '" + rel + "' is missing from " + dir.string());
+        if (size >= 0) cp->files->expectSize(rel, static_cast<uint64_t>(size));
         fileSizes.emplace(rel, size);
         return size;
     };

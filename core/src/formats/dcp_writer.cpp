@@ -203,11 +203,10 @@ public:
     explicit TempDir(const std::string& dest)
     {
         std::random_device rd;
-        const fs::path d(dest);
-        path = (d.has_parent_path() ? d.parent_path() : fs::path("."))
-            / ("." + d.filename().string() + ".tmp-" + std::to_string(rd()));
+        removeStaleTemporaries(dest); // a run killed mid-write left one
+        path = temporaryPrefix(dest) + std::to_string(rd());
         std::error_code ec;
-        fs::create_directories(path, ec);
+        fs::create_directory(path, ec); // not the parents: a missing parent folder is the user's mistake to hear of
         if (ec) throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
     }
     ~TempDir()
@@ -223,12 +222,34 @@ public:
 
 } // namespace
 
+static DcpWriteStats writeDcpUnnamed(
+    const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options);
+
 DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
+{
+    try {
+        return writeDcpUnnamed(plan, outDir, progress, std::move(options));
+    } catch (const Error& e) {
+        // a write inside the temporary folder failed (disk full, quota): name the output the user asked for
+        const std::string tmpMark = "/." + fs::path(outDir).filename().string() + ".tmp-";
+        if (e.kind() == ErrorKind::Io && e.file().find(tmpMark) != std::string::npos)
+            throw Error(ErrorKind::Io, outDir,
+                "writing " + fs::path(e.file()).filename().string() + ": " + e.detail()
+                    + " (nothing was written: the temporary folder is removed)");
+        throw;
+    }
+}
+
+static DcpWriteStats writeDcpUnnamed(
+    const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
 {
     std::error_code ec;
     if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec)))
         throw Error(ErrorKind::Io, outDir, "already exists and is not an empty folder; choose a new output folder");
     TempDir tmp(outDir);
+    // the files inside the temporary folder are committed there; the inputs are checked once, before the folder is
+    WriteOptions inner = options;
+    inner.beforeCommit = nullptr;
 
     // which items go to which rank's file, in FileSystemWriter's order: values first, then tensor chunks
     std::map<int, std::vector<std::pair<const DcpPlan::Value*, std::pair<const DcpPlan::Tensor*, size_t>>>> byRank;
@@ -251,7 +272,7 @@ DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Pro
     DcpWriteStats stats;
     for (const auto& [rank, list] : byRank) {
         const std::string name = "__" + std::to_string(rank) + "_0.distcp";
-        OutputFile out((tmp.path / name).string(), options);
+        OutputFile out((tmp.path / name).string(), inner);
         for (const auto& [value, tensorChunk] : list) {
             progress.checkCancelled();
             ItemLocation loc;
@@ -291,12 +312,13 @@ DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Pro
 
     MetadataPickler pickler;
     const std::string meta = pickler.run(plan, items);
-    OutputFile metaFile((tmp.path / ".metadata").string(), options);
+    OutputFile metaFile((tmp.path / ".metadata").string(), inner);
     metaFile.write(meta.data(), meta.size());
     metaFile.commit();
     stats.bytes += meta.size();
 
     if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
+    if (options.beforeCommit) options.beforeCommit();
     fs::rename(tmp.path, outDir, ec);
     if (ec)
         throw Error(ErrorKind::Io, outDir, "cannot rename the finished temporary folder into place: " + ec.message());

@@ -3,7 +3,10 @@
 #include "optscope/error.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <mutex>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -27,7 +30,119 @@ bool raiseOpenFileLimit()
     return ::setrlimit(RLIMIT_NOFILE, &rl) == 0;
 }
 
+// --- the SIGBUS guard ------------------------------------------------------------------------------------------
+// A fixed table of mapped ranges the handler can search without locks or allocation (async-signal-safe): a slot is
+// claimed with a CAS on `end`, published by storing `begin` last, and released before the range is unmapped.
+constexpr int kSlots = 1 << 17; // more maps than any checkpoint has files; past it maps are simply unguarded
+struct Slot
+{
+    std::atomic<uintptr_t> begin {0};
+    std::atomic<uintptr_t> end {0};
+    std::atomic<int> faulted {0};
+};
+Slot g_slots[kSlots];
+std::atomic<int> g_slotHint {0};
+std::atomic<uint64_t> g_faults {0};
+uintptr_t g_pageSize = 4096;
+struct sigaction g_previous
+{ };
+
+void onSigbus(int sig, siginfo_t* info, void* context)
+{
+    const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+    for (auto& slot : g_slots) {
+        const uintptr_t b = slot.begin.load(std::memory_order_acquire);
+        if (!b || addr < b) continue;
+        const uintptr_t e = slot.end.load(std::memory_order_acquire);
+        if (addr >= e) continue;
+        // the file is shorter than the map now: zeros from the faulting page to the end of the map, then go on
+        const uintptr_t page = addr & ~(g_pageSize - 1);
+        if (::mmap(reinterpret_cast<void*>(page), e - page, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+            == MAP_FAILED)
+            break;
+        slot.faulted.store(1, std::memory_order_release);
+        g_faults.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    // not ours: what would have happened without us
+    if (g_previous.sa_flags & SA_SIGINFO) {
+        if (g_previous.sa_sigaction) return g_previous.sa_sigaction(sig, info, context);
+    } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+        return g_previous.sa_handler(sig);
+    }
+    ::signal(SIGBUS, SIG_DFL); // returning re-executes the access, which now ends the process as it always would
+}
+
+void installGuard()
+{
+    static std::once_flag once;
+    std::call_once(once, [] {
+        g_pageSize = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+        struct sigaction sa
+        { };
+        sa.sa_sigaction = onSigbus;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        ::sigaction(SIGBUS, &sa, &g_previous);
+    });
+}
+
+int registerRange(const void* data, uint64_t size)
+{
+    installGuard();
+    const auto b = reinterpret_cast<uintptr_t>(data);
+    for (int i = 0; i < kSlots; ++i) {
+        const int k = (g_slotHint.fetch_add(1, std::memory_order_relaxed) & (kSlots - 1));
+        uintptr_t expected = 0;
+        if (g_slots[k].end.compare_exchange_strong(expected, b + size, std::memory_order_acq_rel)) {
+            g_slots[k].faulted.store(0, std::memory_order_relaxed);
+            g_slots[k].begin.store(b, std::memory_order_release);
+            return k;
+        }
+    }
+    return -1;
+}
+
+void unregisterRange(int slot)
+{
+    if (slot < 0) return;
+    g_slots[slot].begin.store(0, std::memory_order_release);
+    g_slots[slot].end.store(0, std::memory_order_release);
+}
+
+std::string sizeText(uint64_t n)
+{
+    return std::to_string(n) + " bytes";
+}
+
 } // namespace
+
+uint64_t MappedFile::faultCount()
+{
+    return g_faults.load(std::memory_order_relaxed);
+}
+
+bool MappedFile::faulted() const
+{
+    return m_slot >= 0 && g_slots[m_slot].faulted.load(std::memory_order_acquire) != 0;
+}
+
+void MappedFile::checkUnchanged() const
+{
+    struct stat st
+    { };
+    const bool exists = ::stat(m_path.c_str(), &st) == 0;
+    const std::string now = exists ? sizeText(static_cast<uint64_t>(st.st_size)) : std::string("gone");
+    if (faulted())
+        throw Error(ErrorKind::Io, m_path, "changed while being read (was " + sizeText(m_size) + ", now " + now + ")");
+    if (!exists) throw Error(ErrorKind::Io, m_path, "removed while being read (was " + sizeText(m_size) + ")");
+    if (static_cast<uint64_t>(st.st_dev) != m_dev || static_cast<uint64_t>(st.st_ino) != m_ino)
+        throw Error(ErrorKind::Io, m_path,
+            "replaced while being read (was " + sizeText(m_size) + ", now another file of " + now + ")");
+    if (static_cast<uint64_t>(st.st_size) != m_size || st.st_mtim.tv_sec != m_mtimeSec
+        || st.st_mtim.tv_nsec != m_mtimeNsec)
+        throw Error(ErrorKind::Io, m_path, "changed while being read (was " + sizeText(m_size) + ", now " + now + ")");
+}
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
 {
@@ -57,13 +172,19 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
             throw Error(ErrorKind::Io, path, std::string("cannot map: ") + std::strerror(e));
         }
         f->m_data = static_cast<const uint8_t*>(p);
+        f->m_slot = registerRange(p, f->m_size);
     }
     f->m_fd = fd;
+    f->m_dev = static_cast<uint64_t>(st.st_dev);
+    f->m_ino = static_cast<uint64_t>(st.st_ino);
+    f->m_mtimeSec = st.st_mtim.tv_sec;
+    f->m_mtimeNsec = st.st_mtim.tv_nsec;
     return f;
 }
 
 MappedFile::~MappedFile()
 {
+    unregisterRange(m_slot);
     if (m_data) ::munmap(const_cast<uint8_t*>(m_data), m_size);
     if (m_fd >= 0) ::close(m_fd);
 }

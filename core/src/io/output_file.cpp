@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/output_file.h"
 #include "optscope/error.h"
+#include "optscope/fault_injection.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <csignal>
 #include <fcntl.h>
 #include <filesystem>
 #include <sys/stat.h>
@@ -14,13 +16,45 @@
 
 namespace optscope {
 
+std::string temporaryPrefix(const std::string& output)
+{
+    const std::filesystem::path p(output);
+    const std::string dir = p.has_parent_path() ? p.parent_path().string() : std::string(".");
+    return dir + "/." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-";
+}
+
+size_t removeStaleTemporaries(const std::string& output)
+{
+    namespace fs = std::filesystem;
+    const fs::path p(output);
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    const std::string prefix = "." + p.filename().string() + ".tmp-";
+    size_t removed = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.rfind(prefix, 0) != 0) continue;
+        // ".NAME.tmp-PID-XXXXXX": remove it when PID is gone (kill(pid, 0) says ESRCH)
+        const std::string rest = name.substr(prefix.size());
+        const auto dash = rest.find('-');
+        if (dash == std::string::npos || dash == 0) continue;
+        char* stop = nullptr;
+        const long pid = std::strtol(rest.c_str(), &stop, 10);
+        if (stop != rest.c_str() + dash || pid <= 0) continue;
+        if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+        std::error_code rm;
+        fs::remove_all(it->path(), rm);
+        removed += !rm;
+    }
+    return removed;
+}
+
 OutputFile::OutputFile(std::string path, WriteOptions options)
     : m_path(std::move(path))
     , m_options(options)
 {
-    const std::filesystem::path p(m_path);
-    const std::string dir = p.has_parent_path() ? p.parent_path().string() : std::string(".");
-    std::string templ = dir + "/." + p.filename().string() + ".tmp-XXXXXX";
+    removeStaleTemporaries(m_path);
+    std::string templ = temporaryPrefix(m_path) + "XXXXXX";
     m_fd = ::mkstemp(templ.data());
     if (m_fd < 0)
         throw Error(
@@ -47,6 +81,7 @@ void OutputFile::flushBuffer()
         done += static_cast<size_t>(n);
     }
     m_buffered = 0;
+    if (done > 0) pausePoint("writing");
 }
 
 void OutputFile::write(const void* data, size_t size)
@@ -123,6 +158,7 @@ void OutputFile::commit()
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
     ::close(m_fd);
     m_fd = -1;
+    if (m_options.beforeCommit) m_options.beforeCommit();
     if (::rename(m_temp.c_str(), m_path.c_str()) != 0)
         throw Error(ErrorKind::Io, m_path,
             std::string("cannot rename the finished temporary into place: ") + std::strerror(errno));

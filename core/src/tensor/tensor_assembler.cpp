@@ -140,6 +140,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     uint64_t produced = 0;
     auto emit = [&](const uint8_t* p, size_t n) {
         sink(p, n);
+        m_checkpoint.files->checkFaults(); // the sink read mapped bytes: stop at the first block a fault zeroed
         produced += n;
         if (onBytes) onBytes(produced);
     };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tensor statistics over streamed blocks: each block is reduced by the ATen kernels (aten_stats_kernels.cpp, in
 // liboptscope_aten.so); per-block moments are merged here with Chan et al.'s parallel variance formula.
+#include "read_guard.h"
 #include "optscope/tensor_stats.h"
 #include "aten_bridge.h"
 #include "optscope/error.h"
@@ -48,7 +49,7 @@ private:
 
 } // namespace
 
-TensorStats computeTensorStats(
+static TensorStats computeTensorStatsUnguarded(
     const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
 {
     const std::string where = checkpoint.path + ": '" + entry.key + "'";
@@ -143,6 +144,11 @@ TensorStats computeTensorStats(
         s.histogramCounts.push_back(static_cast<int64_t>(std::llround(c)));
     progress(1.0, "histogram");
     return s;
+}
+
+TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
+{
+    return readGuarded({&checkpoint}, [&] { return computeTensorStatsUnguarded(checkpoint, entry, histogramBins, progress); });
 }
 
 } // namespace optscope

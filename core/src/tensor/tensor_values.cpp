@@ -24,6 +24,7 @@ std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, s
             if (bytes.size() >= want) throw Enough {};
         });
     } catch (const Enough&) { }
+    cp.files->checkFaults(); // a truncated file read as zeros: say so instead of returning them
     // decoded here, not through ATen: check and diagnose read `step` values and must not load libtorch
     return ElementDecoder::decode(bytes.data(), bytes.size() / elem, entry.tensor.dtype);
 }

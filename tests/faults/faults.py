@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fault injection for optscope-cli: files that shrink, are replaced or vanish while a command reads them; outputs on
+a full disk, a read-only folder or a missing parent; a process killed mid-write and the run after it. Each case
+asserts the exit code, the message (which file, what happened), that the inputs are unchanged where the test did not
+damage them, and that no partial output exists. Timing is synchronised through the CLI's pause points
+(OPTSCOPE_PAUSE_AT / OPTSCOPE_PAUSE_FIFO, core/include/optscope/fault_injection.h), never by sleeping.
+
+    python3 faults.py OPTSCOPE_CLI TEST_DATA WORKDIR [REPORT.md]
+"""
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+CLI, DATA, WORK = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
+REPORT = sys.argv[4] if len(sys.argv) > 4 else None
+results = []  # (fault, command, outcome, ok)
+
+
+def sha(path):
+    if os.path.isdir(path):
+        h = hashlib.sha256()
+        for name in sorted(os.listdir(path)):
+            h.update(name.encode() + sha(os.path.join(path, name)).encode())
+        return h.hexdigest()
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def fresh(name):
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def leftovers(d, output):
+    """the output and any temporary named after it"""
+    base = os.path.basename(output)
+    return [n for n in os.listdir(d) if n == base or n.startswith("." + base + ".tmp-")]
+
+
+def paused_run(args, cwd, at, damage):
+    """runs the CLI until it reaches pause point `at`, applies damage(proc), lets it go on; returns (rc, stderr)"""
+    fifo = os.path.join(cwd, "pause")
+    for s in (".out", ".in"):
+        if os.path.exists(fifo + s):
+            os.unlink(fifo + s)
+        os.mkfifo(fifo + s)
+    env = dict(os.environ, OPTSCOPE_PAUSE_AT=at, OPTSCOPE_PAUSE_FIFO=fifo)
+    p = subprocess.Popen([CLI] + args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(fifo + ".out") as f:
+        reached = f.readline().strip()
+    assert reached == at, f"paused at {reached!r}"
+    kill = damage(p)
+    if not kill:
+        with open(fifo + ".in", "w") as f:
+            f.write("go\n")
+    out, err = p.communicate(timeout=300)
+    return p.returncode, err.strip()
+
+
+def record(fault, command, ok, outcome):
+    results.append((fault, command, outcome, ok))
+    print(("ok   " if ok else "FAIL ") + f"{fault} / {command}: {outcome}")
+
+
+# inputs: a torch.save file (written by OptScope's own gather from a fixture made by PyTorch) and a DCP folder
+SRC_FILE = os.path.join(DATA, "fsdp2_r3_converted.pt")
+SRC_DCP = os.path.join(DATA, "fsdp2_r3")
+
+COMMANDS = [
+    ("inspect --hash", lambda i, o: ["inspect", i, "--hash"]),
+    ("check", lambda i, o: ["check", i]),
+    ("diff", lambda i, o: ["diff", i, "reference"]),
+    ("gather", lambda i, o: ["gather", i, "-o", o, "--no-fsync"]),
+    ("reshard", lambda i, o: ["reshard", i, "--world-size", "2", "-o", o, "--no-fsync"]),
+    ("verify", lambda i, o: ["verify", i, "--world-size", "2"]),
+]
+
+
+def input_faults():
+    for kind, src in (("torch.save", SRC_FILE), ("DCP", SRC_DCP)):
+        for fault in ("truncated", "replaced", "removed"):
+            for name, cmd in COMMANDS:
+                d = fresh("in")
+                inp = os.path.join(d, "input")
+                (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, os.path.join(d, "reference"))
+                if os.path.isdir(src):
+                    shutil.copytree(src, inp)
+                    victim = os.path.join(inp, "__1_0.distcp")
+                else:
+                    shutil.copy(src, inp)
+                    victim = inp
+                size = os.path.getsize(victim)
+                out = os.path.join(d, "out")
+
+                def damage(p, victim=victim, size=size, fault=fault):
+                    if fault == "truncated":
+                        os.truncate(victim, size // 3)
+                    elif fault == "replaced":
+                        tmp = victim + ".new"
+                        shutil.copy(victim, tmp)
+                        with open(tmp, "r+b") as f:  # same size, other bytes: a rewrite, not a shrink
+                            f.seek(size // 2)
+                            f.write(b"\xff" * 64)
+                        os.replace(tmp, victim)
+                    else:
+                        os.unlink(victim)
+                    return False
+
+                rc, err = paused_run(cmd("input", "out"), d, "opened", damage)
+                what = {"truncated": "changed while being read", "replaced": "while being read",
+                        "removed": "while being read"}[fault]
+                # a DCP file no command has mapped yet is caught when it is opened ("changed"/"missing"),
+                # one already mapped when it is read or checked
+                ok = rc == 2 and os.path.basename(victim) in err and (what in err or "missing" in err
+                                                                     or "cannot open" in err)
+                ok = ok and not leftovers(d, out)
+                record(f"{kind} input {fault} after open", name, ok, f"exit {rc}: {err.splitlines()[-1] if err else ''}")
+
+
+def output_faults():
+    can_mount = os.geteuid() == 0 and subprocess.run(["unshare", "-m", "true"]).returncode == 0
+    d = fresh("out")
+    inp = os.path.join(d, "input.pt")
+    shutil.copy(SRC_FILE, inp)
+    before = sha(inp)
+    # a missing parent folder
+    for name, cmd in (("gather", ["gather", inp, "-o", os.path.join(d, "no/such/dir/out.pt")]),
+                      ("reshard", ["reshard", inp, "--world-size", "2", "-o", os.path.join(d, "no/such/out")])):
+        r = subprocess.run([CLI] + cmd, capture_output=True, text=True)
+        ok = r.returncode == 2 and "no/such" in r.stderr and not os.path.exists(os.path.join(d, "no"))
+        record("output parent missing", name, ok, f"exit {r.returncode}: {r.stderr.strip()}")
+    if not can_mount:
+        record("full disk / read-only folder", "all", True, "skipped: needs root and a mount namespace")
+    else:
+        for fault, opts in (("full disk (ENOSPC, 4 KiB tmpfs)", "size=4k"), ("read-only folder", "ro")):
+            for name, args in (("gather", ["gather", inp, "-o", "/mnt/t/out.pt"]),
+                               ("reshard", ["reshard", inp, "--world-size", "2", "-o", "/mnt/t/out"]),
+                               ("fix", ["fix", os.path.join(DATA, "load_cases/compiled/optim.pt"), "--model",
+                                        os.path.join(DATA, "load_cases/compiled/model.pt"), "-o", "/mnt/t/out.pt"])):
+                script = (f"mkdir -p /mnt/t && mount -t tmpfs -o {opts} tmpfs /mnt/t && "
+                          f"{CLI} {' '.join(args)}; rc=$?; ls -A /mnt/t; exit $rc")
+                r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True)
+                reason = "No space left on device" if "ENOSPC" in fault else "Read-only file system"
+                ok = r.returncode == 2 and "/mnt/t/out" in r.stderr and reason in r.stderr and r.stdout.strip() == ""
+                record(fault, name, ok, f"exit {r.returncode}: {r.stderr.strip()}"
+                       + (f"; left: {r.stdout.strip()}" if r.stdout.strip() else "; nothing left"))
+    # SIGKILL while the output is being written, then a rerun
+    for name, args in (("gather", lambda o: ["gather", "input.pt", "-o", o, "--no-fsync"]),
+                       ("reshard", lambda o: ["reshard", "input.pt", "--world-size", "3", "-o", o, "--no-fsync"]),
+                       ("fix", lambda o: ["fix", os.path.join(DATA, "diag/compiled_fqn.pt"), "--model",
+                                          os.path.join(DATA, "diag/model.pt"), "-o", o, "--no-fsync"])):
+        out = os.path.join(d, "killed_" + name)
+
+        def kill(p):
+            p.send_signal(signal.SIGKILL)
+            return True
+
+        rc, err = paused_run(args(out), d, "writing", kill)
+        temps = [n for n in os.listdir(d) if n.startswith("." + os.path.basename(out) + ".tmp-")]
+        ok = rc == -signal.SIGKILL and not os.path.exists(out) and len(temps) == 1
+        record("SIGKILL mid-write", name, ok, f"killed; output absent: {not os.path.exists(out)}; temporary {temps}")
+        r = subprocess.run([CLI] + args(out), cwd=d, capture_output=True, text=True)
+        temps = [n for n in os.listdir(d) if n.startswith("." + os.path.basename(out) + ".tmp-")]
+        ok = r.returncode == 0 and os.path.exists(out) and not temps
+        record("SIGKILL mid-write, then a rerun", name, ok,
+               f"exit {r.returncode}; output written; stale temporary removed: {not temps}")
+    record("inputs unchanged", "all output faults", sha(inp) == before, "input.pt byte-identical after every case")
+
+
+input_faults()
+output_faults()
+failed = sum(1 for r in results if not r[3])
+if REPORT:
+    with open(REPORT, "w") as f:
+        f.write("| fault | command | outcome | ok |\n|---|---|---|---|\n")
+        for fault, cmd, outcome, ok in results:
+            f.write(f"| {fault} | {cmd} | {outcome.replace('|', '/')} | {'yes' if ok else 'NO'} |\n")
+print(f"{len(results) - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
