@@ -13,8 +13,8 @@
 #include "optscope/dtype.h"
 #include "optscope/py_value.h"
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>

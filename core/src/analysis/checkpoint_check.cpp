@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "read_guard.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/chunk_reader.h"
 #include "optscope/error.h"
@@ -7,6 +6,7 @@
 #include "optscope/optimizer_view.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_values.h"
+#include "read_guard.h"
 
 #include <cstring>
 #include <map>
@@ -222,7 +222,8 @@ private:
 
 } // namespace
 
-static CheckReport checkCheckpointUnguarded(const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)
+static CheckReport checkCheckpointUnguarded(
+    const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)
 {
     return Checker(checkpoint, options, progress).run();
 }

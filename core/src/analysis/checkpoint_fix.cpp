@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "read_guard.h"
 #include "optscope/checkpoint_fix.h"
 #include "optscope/dcp_writer.h"
 #include "optscope/error.h"
@@ -7,6 +6,7 @@
 #include "optscope/param_table.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/tensor_values.h"
+#include "read_guard.h"
 
 #include <cstring>
 #include <map>
@@ -360,10 +360,12 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
     return result;
 }
 
-FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output, const Progress& progress,
-    WriteOptions options, const std::vector<UserRename>& userRenames)
+FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,
+    const Progress& progress, WriteOptions options, const std::vector<UserRename>& userRenames)
 {
-    return readGuarded({&cp}, [&] { return applyFixesUnguarded(cp, diagnosis, output, progress, guardedWrite(options, {&cp}), userRenames); });
+    return readGuarded({&cp}, [&] {
+        return applyFixesUnguarded(cp, diagnosis, output, progress, guardedWrite(options, {&cp}), userRenames);
+    });
 }
 
 } // namespace optscope

@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "read_guard.h"
 #include "aten_bridge.h"
 #include "diff_kernel.h"
 #include "optscope/csv.h"
@@ -12,6 +11,7 @@
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/value_json.h"
+#include "read_guard.h"
 
 #include <algorithm>
 #include <atomic>
@@ -672,12 +672,14 @@ static DiffReport diffCheckpointsUnguarded(
     return runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
 }
 
-DiffReport diffCheckpoints(const Checkpoint& a, const Checkpoint& b, const DiffOptions& options, const Progress& progress)
+DiffReport diffCheckpoints(
+    const Checkpoint& a, const Checkpoint& b, const DiffOptions& options, const Progress& progress)
 {
     return readGuarded({&a, &b}, [&] { return diffCheckpointsUnguarded(a, b, options, progress); });
 }
 
-static DiffReport diffRanksUnguarded(const Checkpoint& cp, int rankA, int rankB, const DiffOptions& options, const Progress& progress)
+static DiffReport diffRanksUnguarded(
+    const Checkpoint& cp, int rankA, int rankB, const DiffOptions& options, const Progress& progress)
 {
     // a view of the checkpoint restricted to one rank's chunks, per side; tensors compared chunk by chunk in order
     DiffReport report;

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "read_guard.h"
 #include "optscope/gather.h"
 #include "gpu_assembler.h"
 #include "optscope/error.h"
 #include "optscope/gpu_devices.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "read_guard.h"
 
 namespace optscope {
 
@@ -89,7 +89,8 @@ static GatherResult gatherCheckpointUnguarded(
     return r;
 }
 
-GatherResult gatherCheckpoint(const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
+GatherResult gatherCheckpoint(
+    const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
 {
     GatherOptions guarded = options;
     guarded.write = guardedWrite(options.write, {&cp}); // nothing is published from an input that changed

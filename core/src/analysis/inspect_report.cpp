@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "read_guard.h"
 #include "optscope/inspect_report.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/value_json.h"
+#include "read_guard.h"
 
 #include <algorithm>
 #include <atomic>
@@ -39,7 +39,8 @@ std::string pythonType(const PyValue* v)
 
 } // namespace
 
-static InspectReport inspectCheckpointUnguarded(const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
+static InspectReport inspectCheckpointUnguarded(
+    const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
 {
     InspectReport report;
     report.ok = !cp.hasErrors();

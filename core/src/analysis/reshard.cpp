@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "read_guard.h"
 #include "optscope/reshard.h"
 #include "optscope/error.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "read_guard.h"
 
 namespace optscope {
 

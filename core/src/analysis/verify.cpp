@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "read_guard.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/csv.h"
 #include "optscope/dcp_reader.h"
@@ -10,6 +9,7 @@
 #include "optscope/tensor_assembler.h"
 #include "optscope/value_json.h"
 #include "optscope/verify_report.h"
+#include "read_guard.h"
 
 #include <cstring>
 #include <filesystem>

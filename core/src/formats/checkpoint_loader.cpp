@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint_loader.h"
-#include "optscope/fault_injection.h"
 #include "optscope/dcp_reader.h"
 #include "optscope/error.h"
+#include "optscope/fault_injection.h"
 #include "optscope/mapped_file.h"
 #include "optscope/torch_save_reader.h"
 

@@ -22,8 +22,7 @@ inline void checkUnchanged(std::initializer_list<const Checkpoint*> checkpoints)
         if (cp && cp->files) cp->files->checkUnchanged();
 }
 
-template<typename F>
-auto readGuarded(std::initializer_list<const Checkpoint*> checkpoints, F&& f) -> decltype(f())
+template<typename F> auto readGuarded(std::initializer_list<const Checkpoint*> checkpoints, F&& f) -> decltype(f())
 {
     try {
         if constexpr (std::is_void_v<decltype(f())>) {

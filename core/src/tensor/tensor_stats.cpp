@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tensor statistics over streamed blocks: each block is reduced by the ATen kernels (aten_stats_kernels.cpp, in
 // liboptscope_aten.so); per-block moments are merged here with Chan et al.'s parallel variance formula.
-#include "read_guard.h"
 #include "optscope/tensor_stats.h"
 #include "aten_bridge.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
+#include "read_guard.h"
 
 #include <cmath>
 #include <functional>
@@ -146,9 +146,11 @@ static TensorStats computeTensorStatsUnguarded(
     return s;
 }
 
-TensorStats computeTensorStats(const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
+TensorStats computeTensorStats(
+    const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
 {
-    return readGuarded({&checkpoint}, [&] { return computeTensorStatsUnguarded(checkpoint, entry, histogramBins, progress); });
+    return readGuarded(
+        {&checkpoint}, [&] { return computeTensorStatsUnguarded(checkpoint, entry, histogramBins, progress); });
 }
 
 } // namespace optscope
