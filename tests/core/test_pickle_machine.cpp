@@ -1204,6 +1204,7 @@ TEST(PickleSafety, KnownGlobalSet)
 TEST(PickleHostileInput, StackCap)
 {
     PickleOptions opt;
+    opt.limits.scaleWithInput = false;
     opt.limits.maxStack = 4;
     expectInt(load(Pk().op(op::NONE).op(op::NONE).op(op::NONE).int1(4).stop(), opt)->root(), 4);
     EXPECT_PICKLE_ERROR(
@@ -1215,6 +1216,7 @@ TEST(PickleHostileInput, StackCap)
 TEST(PickleHostileInput, MarkCap)
 {
     PickleOptions opt;
+    opt.limits.scaleWithInput = false;
     opt.limits.maxMarks = 3;
     auto u = load(Pk().op(op::MARK).op(op::MARK).op(op::MARK).op(op::TUPLE).op(op::TUPLE).op(op::TUPLE).stop(), opt);
     EXPECT_EQ(u->root()->kind, PyKind::Tuple);
@@ -1224,6 +1226,7 @@ TEST(PickleHostileInput, MarkCap)
 TEST(PickleHostileInput, MemoCap)
 {
     PickleOptions opt;
+    opt.limits.scaleWithInput = false;
     opt.limits.maxMemo = 2;
     // re-putting an existing index does not count
     auto u = load(
@@ -1234,6 +1237,21 @@ TEST(PickleHostileInput, MemoCap)
         ErrorKind::Limit, 5, opt);
     EXPECT_PICKLE_ERROR(
         Pk().proto(4).op(op::NONE).op(op::MEMOIZE).op(op::MEMOIZE).op(op::MEMOIZE).stop(), ErrorKind::Limit, 5, opt);
+}
+
+TEST(PickleHostileInput, CapsFollowTheInputsLength)
+{
+    // 40 MEMOIZE ops in a 45-byte pickle: over a floor of 4 entries, within the input's length (one byte per entry)
+    Pk p = Pk().proto(4).op(op::NONE);
+    for (int i = 0; i < 40; ++i)
+        p.op(op::MEMOIZE);
+    p.stop();
+    PickleOptions opt;
+    opt.limits.maxMemo = 4;
+    opt.limits.maxStack = 4;
+    EXPECT_EQ(load(p, opt)->root()->kind, PyKind::None);
+    opt.limits.scaleWithInput = false;
+    EXPECT_PICKLE_ERROR(p, ErrorKind::Limit, 7, opt);
 }
 
 TEST(PickleHostileInput, HugeMemoIndex)

@@ -30,6 +30,8 @@
 
 namespace optscope {
 
+/// Floors of the safety caps: the VM raises memo, stack and MARK caps to the input's length in bytes (each costs an
+/// opcode byte), so real pickles of any size pass and hostile ones stay linear in their size.
 struct PickleLimits
 {
     size_t maxStack = 1u << 20; ///< values on the stack at once
@@ -38,6 +40,7 @@ struct PickleLimits
     uint32_t maxMemoIndex = 1u << 30; ///< largest PUT index accepted
     int32_t maxNesting = 2000; ///< container nesting depth
     size_t maxBigIntBytes = 1u << 16; ///< LONG/LONG1/LONG4 payload
+    bool scaleWithInput = true; ///< raise maxMemo/maxStack/maxMarks to the input's length (off: fixed caps)
 };
 
 struct PickleWarning

@@ -231,7 +231,7 @@ public:
         , m_size(size)
         , m_arena(arena)
         , m_opt(options)
-        , m_limits(options.limits)
+        , m_limits(scaled(options.limits, size))
     { }
 
     PickleResult run();
@@ -399,7 +399,20 @@ private:
     uint8_t m_op = 0;
     PyArena& m_arena;
     const PickleOptions& m_opt;
-    const PickleLimits& m_limits;
+    /// The caps grow with the input: a memo entry, a stack value and a MARK each cost at least one opcode byte, so
+    /// an N-byte pickle can never need more than N of them, and honouring that keeps work and memory linear in the
+    /// input (a 1,024-rank DCP .metadata holds 2.2 million chunks and over 16 million memo entries). The fixed values
+    /// stay the floor for small inputs; depth and integer sizes stay fixed (they bound recursion, not counts).
+    static PickleLimits scaled(PickleLimits l, uint64_t size)
+    {
+        if (!l.scaleWithInput) return l;
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(size, SIZE_MAX));
+        l.maxMemo = std::max(l.maxMemo, n);
+        l.maxStack = std::max(l.maxStack, n);
+        l.maxMarks = std::max(l.maxMarks, n);
+        return l; // a memo index is a key in a sparse map: its cap bounds nothing that grows
+    }
+    const PickleLimits m_limits;
     std::vector<PyValue*> m_stack;
     std::vector<size_t> m_marks;
     std::vector<PyValue*> m_memoDense;
