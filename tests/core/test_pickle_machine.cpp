@@ -1254,6 +1254,17 @@ TEST(PickleHostileInput, CapsFollowTheInputsLength)
     EXPECT_PICKLE_ERROR(p, ErrorKind::Limit, 7, opt);
 }
 
+TEST(PickleHostileInput, MoreMemoEntriesThanTheOldFixedCap)
+{
+    // a 1,024-rank DCP .metadata memoizes over 16,777,216 objects: the old fixed cap refused it ("memo exceeds")
+    Pk p = Pk().proto(4).op(op::NONE);
+    const size_t n = (size_t(1) << 24) + 1000;
+    for (size_t i = 0; i < n; ++i)
+        p.op(op::MEMOIZE);
+    p.stop();
+    EXPECT_EQ(load(p)->root()->kind, PyKind::None);
+}
+
 TEST(PickleHostileInput, HugeMemoIndex)
 {
     EXPECT_PICKLE_ERROR(Pk().op(op::NONE).op(op::LONG_BINPUT).u32(0xffffffff).stop(), ErrorKind::Limit, 1);
