@@ -10,47 +10,31 @@
 #include "optscope/error.h"
 #include "optscope/output_file.h"
 
+#include <functional>
 #include <initializer_list>
+#include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace optscope {
 
-inline void checkUnchanged(std::initializer_list<const Checkpoint*> checkpoints)
-{
-    for (const Checkpoint* cp : checkpoints)
-        if (cp && cp->files) cp->files->checkUnchanged();
-}
+/// runs @p read, then checks @p checkpoints' files; on an Error (not cancellation) checks them first (a changed input
+/// explains the failure better than what it caused), then rethrows
+void runReadGuarded(const std::vector<const Checkpoint*>& checkpoints, const std::function<void()>& read);
 
 template<typename F> auto readGuarded(std::initializer_list<const Checkpoint*> checkpoints, F&& f) -> decltype(f())
 {
-    try {
-        if constexpr (std::is_void_v<decltype(f())>) {
-            f();
-            checkUnchanged(checkpoints);
-        } else {
-            auto result = f();
-            checkUnchanged(checkpoints);
-            return result;
-        }
-    } catch (const Error& e) {
-        if (e.kind() == ErrorKind::Cancelled) throw;
-        checkUnchanged(checkpoints); // a changed input explains the failure better than what it caused
-        throw;
+    if constexpr (std::is_void_v<decltype(f())>) {
+        runReadGuarded(checkpoints, f);
+    } else {
+        std::optional<decltype(f())> result;
+        runReadGuarded(checkpoints, [&] { result.emplace(f()); });
+        return std::move(*result);
     }
 }
 
 /// @p options with a commit hook that first checks @p checkpoints (keeping any hook already there)
-inline WriteOptions guardedWrite(WriteOptions options, std::initializer_list<const Checkpoint*> checkpoints)
-{
-    std::vector<const Checkpoint*> list(checkpoints);
-    auto previous = std::move(options.beforeCommit);
-    options.beforeCommit = [list, previous] {
-        for (const Checkpoint* cp : list)
-            if (cp && cp->files) cp->files->checkUnchanged();
-        if (previous) previous();
-    };
-    return options;
-}
+WriteOptions guardedWrite(WriteOptions options, const std::vector<const Checkpoint*>& checkpoints);
 
 } // namespace optscope
