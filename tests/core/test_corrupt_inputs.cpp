@@ -6,14 +6,14 @@
 // an Error whose message names the path, or returns; inspectCheckpoint then throws an Error or returns a report.
 // Where the data is definitely damaged (truncated files, missing or cut .distcp files, shortened records, offsets
 // and lengths past the end), the damage must be reported: an Error, or a report with ok == false.
+#include "mapped_file.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
 #include "optscope/gather.h"
 #include "optscope/inspect_report.h"
-#include "optscope/mapped_file.h"
-#include "optscope/pickle_machine.h"
-#include "optscope/torch_save_reader.h"
-#include "optscope/zip_archive.h"
+#include "pickle_machine.h"
+#include "torch_save_reader.h"
+#include "zip_archive.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Diff numbers against the numbers PyTorch computes on the same real pairs; key alignment across formats, wrappers
 // and id/FQN keying; one real checkpoint per diagnosis code; fixes that re-key, rename, unflatten and cast.
+#include "csv.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_fix.h"
 #include "optscope/checkpoint_loader.h"
-#include "optscope/csv.h"
 #include "optscope/diagnosis.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"

@@ -3,7 +3,7 @@
 // manifest torch computed for it: keys, paths, dtypes, shapes, SHA-256 of full tensors, plain values, DCP chunks.
 #include "optscope/checkpoint_loader.h"
 #include "optscope/inspect_report.h"
-#include "optscope/value_json.h"
+#include "value_json.h"
 
 #include <fstream>
 #include <gtest/gtest.h>

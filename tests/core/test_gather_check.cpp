@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Chunk-set validation (ShardLayout, check), assembly and gather: on fixtures made by real PyTorch, on damaged
 // copies of them (a missing .distcp, a chunk cut short), and gather round trips through our own reader.
+#include "chunk_reader.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_loader.h"
-#include "optscope/chunk_reader.h"
 #include "optscope/error.h"
 #include "optscope/gather.h"
 #include "optscope/inspect_report.h"
-#include "optscope/sha256.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "sha256.h"
 
 #include <filesystem>
 #include <fstream>

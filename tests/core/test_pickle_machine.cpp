@@ -3,7 +3,7 @@
 // semantics, the safety model (unknown globals stay inert and are reported) and the limits on hostile input.
 // The byte sequences are written here opcode by opcode, as CPython's Lib/pickle.py defines them.
 #include "optscope/error.h"
-#include "optscope/pickle_machine.h"
+#include "pickle_machine.h"
 
 #include <chrono>
 #include <cmath>

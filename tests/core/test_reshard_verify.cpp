@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Flatten/unflatten of raw FSDP1 optimizer state against PyTorch's own files, reshard round trips N -> M -> N, and
 // verify-by-load: that it passes on good data and names the key and rank when a resharded copy is damaged.
+#include "dcp_reader.h"
 #include "optscope/checkpoint_loader.h"
-#include "optscope/dcp_reader.h"
 #include "optscope/error.h"
 #include "optscope/fsdp1_optim.h"
 #include "optscope/inspect_report.h"

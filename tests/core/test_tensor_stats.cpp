@@ -4,7 +4,7 @@
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
 #include "optscope/tensor_stats.h"
-#include "optscope/tensor_values.h"
+#include "tensor_values.h"
 
 #include <gtest/gtest.h>
 

@@ -5,13 +5,13 @@
 #include "optscope/dtype.h"
 #include "optscope/error.h"
 #include "optscope/inspect_report.h"
-#include "optscope/pickle_machine.h"
-#include "optscope/state_flattener.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/tensor_stats.h"
-#include "optscope/tensor_values.h"
-#include "optscope/value_json.h"
-#include "optscope/zip_archive.h"
+#include "pickle_machine.h"
+#include "state_flattener.h"
+#include "tensor_values.h"
+#include "value_json.h"
+#include "zip_archive.h"
 
 #include <cstdio>
 #include <cstdlib>

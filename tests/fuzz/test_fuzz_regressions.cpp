@@ -5,7 +5,7 @@
 // rejected valid checkpoints would fuzz nothing but the error paths.
 #include "fuzz_targets.h"
 
-#include "optscope/zip_archive.h"
+#include "zip_archive.h"
 
 #include <algorithm>
 #include <chrono>

@@ -8,17 +8,17 @@
 //    repeated through deep nesting, nested tuple keys, huge integers, large dicts: bounded time and memory, and the
 //    same results as before for real checkpoints (tests/fuzz/regressions/pickle holds the inputs as files)
 //  * tensor statistics at the ends of the double range (a fuzzer finding: histc threw, or indexed out of range)
+#include "mapped_file.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
 #include "optscope/inspect_report.h"
-#include "optscope/mapped_file.h"
-#include "optscope/pickle_machine.h"
-#include "optscope/state_flattener.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/tensor_stats.h"
-#include "optscope/tensor_values.h"
 #include "optscope/torch_save_writer.h"
-#include "optscope/value_json.h"
+#include "pickle_machine.h"
+#include "state_flattener.h"
+#include "tensor_values.h"
+#include "value_json.h"
 
 #include <chrono>
 #include <cmath>

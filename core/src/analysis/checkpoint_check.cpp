@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint_check.h"
-#include "optscope/chunk_reader.h"
+#include "chunk_reader.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
-#include "optscope/mapped_file.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/shard_layout.h"
-#include "optscope/tensor_values.h"
 #include "read_guard.h"
+#include "tensor_values.h"
 
 #include <cstring>
 #include <map>

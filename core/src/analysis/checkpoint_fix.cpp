@@ -5,8 +5,8 @@
 #include "optscope/optimizer_view.h"
 #include "optscope/param_table.h"
 #include "optscope/tensor_assembler.h"
-#include "optscope/tensor_values.h"
 #include "read_guard.h"
+#include "tensor_values.h"
 
 #include <cstring>
 #include <map>

@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "aten_bridge.h"
+#include "csv.h"
 #include "diff_kernel.h"
-#include "optscope/csv.h"
+#include "mapped_file.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
-#include "optscope/mapped_file.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/param_table.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
-#include "optscope/value_json.h"
 #include "read_guard.h"
+#include "value_json.h"
 
 #include <algorithm>
 #include <atomic>

@@ -2,8 +2,8 @@
 #include "optscope/inspect_report.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
-#include "optscope/value_json.h"
 #include "read_guard.h"
+#include "value_json.h"
 
 #include <algorithm>
 #include <atomic>

@@ -3,7 +3,7 @@
 #include "finding_text.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/error.h"
-#include "optscope/tensor_values.h"
+#include "tensor_values.h"
 
 #include <map>
 #include <sstream>

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
+#include "csv.h"
+#include "dcp_reader.h"
 #include "optscope/checkpoint_loader.h"
-#include "optscope/csv.h"
-#include "optscope/dcp_reader.h"
 #include "optscope/error.h"
 #include "optscope/flat_param_layout.h"
 #include "optscope/reshard.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
-#include "optscope/value_json.h"
 #include "optscope/verify_report.h"
 #include "read_guard.h"
+#include "value_json.h"
 
 #include <cstring>
 #include <filesystem>

@@ -8,7 +8,7 @@
 // inspecting, hashing and streaming dim-0 shards never do. Everything else calls these functions with plain
 // pointers and shapes.
 
-#include "optscope/chunk_reader.h"
+#include "chunk_reader.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
-#include "optscope/mapped_file.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpoint_builder.h"
 #include "optscope/error.h"
-#include "optscope/state_flattener.h"
+#include "state_flattener.h"
 
 #include <algorithm>
 #include <unordered_set>

@@ -4,8 +4,8 @@
 // Internal: turns unpickled leaves into Checkpoint entries and attributes warnings to keys. Shared by the readers.
 
 #include "optscope/checkpoint.h"
-#include "optscope/pickle_machine.h"
-#include "optscope/torch_save_reader.h"
+#include "pickle_machine.h"
+#include "torch_save_reader.h"
 
 #include <map>
 #include <set>

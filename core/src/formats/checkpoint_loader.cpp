@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint_loader.h"
-#include "optscope/dcp_reader.h"
+#include "dcp_reader.h"
+#include "fault_injection.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
-#include "optscope/fault_injection.h"
-#include "optscope/mapped_file.h"
-#include "optscope/torch_save_reader.h"
+#include "torch_save_reader.h"
 
 #include <cstdio>
 #include <filesystem>

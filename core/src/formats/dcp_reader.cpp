@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/dcp_reader.h"
+#include "dcp_reader.h"
 #include "checkpoint_builder.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
-#include "optscope/mapped_file.h"
-#include "optscope/pickle_machine.h"
-#include "optscope/state_flattener.h"
-#include "optscope/torch_save_reader.h"
+#include "pickle_machine.h"
+#include "state_flattener.h"
+#include "torch_save_reader.h"
 
 #include <filesystem>
 #include <map>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/state_flattener.h"
+#include "state_flattener.h"
 #include "optscope/error.h"
 
 #include <unordered_map>

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/torch_save_reader.h"
+#include "torch_save_reader.h"
 #include "checkpoint_builder.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
-#include "optscope/mapped_file.h"
-#include "optscope/state_flattener.h"
-#include "optscope/zip_archive.h"
+#include "state_flattener.h"
+#include "zip_archive.h"
 
 #include <cstring>
 #include <filesystem>

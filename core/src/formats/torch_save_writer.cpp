@@ -2,8 +2,8 @@
 #include "optscope/torch_save_writer.h"
 #include "optscope/error.h"
 #include "optscope/output_file.h"
-#include "optscope/zip_writer.h"
 #include "pickle_emitter.h"
+#include "zip_writer.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "gpu_assembler.h"
 #include "aten_bridge.h"
-#include "optscope/chunk_reader.h"
+#include "chunk_reader.h"
 #include "optscope/error.h"
 
 #include <stdexcept>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/csv.h"
+#include "csv.h"
 
 namespace optscope {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/mapped_file.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/sha256.h"
+#include "sha256.h"
 
 #include <openssl/evp.h>
 #include <stdexcept>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/zip_archive.h"
+#include "zip_archive.h"
 #include "optscope/error.h"
 
 #include <cstring>

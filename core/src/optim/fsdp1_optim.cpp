@@ -5,7 +5,7 @@
 #include "optscope/optimizer_view.h"
 #include "optscope/param_table.h"
 #include "optscope/tensor_assembler.h"
-#include "optscope/tensor_values.h"
+#include "tensor_values.h"
 
 #include <algorithm>
 #include <map>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/param_table.h"
-#include "optscope/csv.h"
+#include "csv.h"
 #include "optscope/error.h"
 #include "optscope/flat_param_layout.h"
 #include "optscope/fqn_normalizer.h"

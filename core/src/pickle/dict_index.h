@@ -5,7 +5,7 @@
 // pickle_machine.cpp: str keys as "s<length>:<text>", ints as "i<value>;", tuples as "t(...)", ...) and PyValue::get
 // looks str keys up the same way.
 
-#include "optscope/sha256.h"
+#include "sha256.h"
 
 #include <string>
 

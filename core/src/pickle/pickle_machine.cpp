@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/pickle_machine.h"
+#include "pickle_machine.h"
 #include "dict_index.h"
 #include "optscope/error.h"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/value_json.h"
+#include "value_json.h"
 
 #include <algorithm>
 #include <cmath>

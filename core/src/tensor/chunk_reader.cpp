@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/chunk_reader.h"
+#include "chunk_reader.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
-#include "optscope/mapped_file.h"
-#include "optscope/torch_save_reader.h"
+#include "torch_save_reader.h"
 
 namespace optscope {
 

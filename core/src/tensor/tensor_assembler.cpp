@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor_assembler.h"
 #include "aten_bridge.h"
-#include "optscope/chunk_reader.h"
+#include "chunk_reader.h"
+#include "mapped_file.h"
 #include "optscope/error.h"
-#include "optscope/mapped_file.h"
-#include "optscope/sha256.h"
+#include "sha256.h"
 
 #include <algorithm>
 #include <optional>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/tensor_values.h"
+#include "tensor_values.h"
 #include "optscope/element_decoder.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"

@@ -23,8 +23,8 @@
 // inconsistent, or a tensor that reaches past its storage throws Error naming the file and the byte offset.
 
 #include "optscope/checkpoint.h"
-#include "optscope/pickle_machine.h"
 #include "optscope/progress.h"
+#include "pickle_machine.h"
 
 #include <memory>
 #include <string>
