@@ -82,7 +82,8 @@ void DiffHeatmap::setReport(const DiffReport& report)
     // tensors that differ, largest first; then equal ones to fill up (so the map shows where things agree too)
     std::vector<const DiffEntry*> rows;
     for (const auto& e : report.entries)
-        if (e.type == "tensor" && (e.status == "changed" || e.status == "equal")) rows.push_back(&e);
+        if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
+            rows.push_back(&e);
     std::stable_sort(rows.begin(), rows.end(), [](const DiffEntry* a, const DiffEntry* b) {
         const bool ca = a->numDiff > 0, cb = b->numDiff > 0;
         if (ca != cb) return ca;

@@ -9,18 +9,18 @@ namespace optscope::ui {
 
 namespace {
 
-QColor statusColor(const std::string& s)
+QColor statusColor(DiffStatus s)
 {
-    if (s == "equal") return {0x2e, 0x7d, 0x32};
-    if (s == "changed") return {0xd6, 0x27, 0x28};
+    if (s == DiffStatus::Equal) return {0x2e, 0x7d, 0x32};
+    if (s == DiffStatus::Changed) return {0xd6, 0x27, 0x28};
     return {0xb3, 0x59, 0x00};
 }
 
-QString statusText(const std::string& s)
+QString statusText(DiffStatus s)
 {
-    if (s == "only_a") return QObject::tr("only in A");
-    if (s == "only_b") return QObject::tr("only in B");
-    return QString::fromStdString(s);
+    if (s == DiffStatus::OnlyA) return QObject::tr("only in A");
+    if (s == DiffStatus::OnlyB) return QObject::tr("only in B");
+    return QString::fromLatin1(diffStatusName(s));
 }
 
 } // namespace
@@ -52,8 +52,8 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
     const DiffEntry& e = m_report.entries[static_cast<size_t>(index.row())];
     const int col = index.column();
     const bool tensor = e.type == "tensor";
-    const bool numbers = tensor && (e.status == "equal" || e.status == "changed");
-    if (role == StatusRole) return QString::fromStdString(e.status);
+    const bool numbers = tensor && (e.status == DiffStatus::Equal || e.status == DiffStatus::Changed);
+    if (role == StatusRole) return QString::fromLatin1(diffStatusName(e.status));
     if (role == EntryIndexRole) return index.row();
     if (role == Qt::ForegroundRole && col == StatusColumn) return statusColor(e.status);
     if (role == Qt::TextAlignmentRole && col >= MaxAbsColumn && col <= NumelColumn)
@@ -74,7 +74,7 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
         case KeyColumn:
             return QString::fromStdString(e.key);
         case StatusColumn:
-            return QString::fromStdString(e.status);
+            return QString::fromLatin1(diffStatusName(e.status));
         case MaxAbsColumn:
             return numbers ? e.maxAbsDiff : -1.0;
         case MaxRelColumn:
@@ -106,7 +106,7 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
     case NumelColumn:
         return tensor ? Format::count(e.numel) : QString();
     case ReasonColumn: {
-        if (!tensor && e.status == "changed" && e.reason.empty())
+        if (!tensor && e.status == DiffStatus::Changed && e.reason.empty())
             return QStringLiteral("%1 → %2").arg(QString::fromStdString(e.valueA), QString::fromStdString(e.valueB));
         return QString::fromStdString(e.reason);
     }

@@ -258,15 +258,14 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
             setBusy(false);
             const bool equal = report.equal;
             QStringList counts;
-            for (const char* s : {"changed", "only_a", "only_b"})
+            for (const DiffStatus s : {DiffStatus::Changed, DiffStatus::OnlyA, DiffStatus::OnlyB})
                 if (const size_t n = report.count(s))
-                    counts << QStringLiteral("%1 %2").arg(n).arg(QLatin1String(s) == QLatin1String("only_a")
-                            ? tr("only in A")
-                            : QLatin1String(s) == QLatin1String("only_b") ? tr("only in B")
-                                                                          : tr("changed"));
+                    counts << QStringLiteral("%1 %2").arg(n).arg(s == DiffStatus::OnlyA ? tr("only in A")
+                            : s == DiffStatus::OnlyB                                    ? tr("only in B")
+                                                                                        : tr("changed"));
             QString text
                 = (equal ? tr("<b style=\"color:#2e7d32\">EQUAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>"))
-                + tr(": %1 of %2 keys equal").arg(report.count("equal")).arg(report.entries.size());
+                + tr(": %1 of %2 keys equal").arg(report.count(DiffStatus::Equal)).arg(report.entries.size());
             if (!counts.isEmpty()) text += QStringLiteral(", ") + counts.join(QLatin1String(", "));
             text += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>").arg(label.toHtmlEscaped());
             for (const auto& n : report.notes)
@@ -334,7 +333,7 @@ void DiffPanel::showEntry(int entryIndex)
     m_histTitle->setText(tr("Δ = A − B of %1").arg(QString::fromStdString(e.key)));
     if (!e.histogramCounts.empty())
         m_histogram->setHistogram(e.histogramEdges, e.histogramCounts, tr("a − b"));
-    else if (e.status == "equal")
+    else if (e.status == DiffStatus::Equal)
         m_histogram->clearHistogram(tr("Equal: no differences"));
     else
         m_histogram->clearHistogram(e.type == "tensor" ? tr("No histogram (%1)").arg(QString::fromStdString(e.reason))

@@ -213,11 +213,13 @@ void ReshardPanel::showReport()
     const bool ok = r.identical();
     QString head = ok ? tr("<b style=\"color:#2e7d32\">IDENTICAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>");
     QStringList counts;
-    for (const char* s : {"different", "missing", "unexpected", "error"})
-        if (const size_t n = r.count(s)) counts << QStringLiteral("%1 %2").arg(n).arg(QLatin1String(s));
+    for (const VerifyStatus s :
+        {VerifyStatus::Different, VerifyStatus::Missing, VerifyStatus::Unexpected, VerifyStatus::Error})
+        if (const size_t n = r.count(s))
+            counts << QStringLiteral("%1 %2").arg(n).arg(QLatin1String(verifyStatusName(s)));
     m_summary->setText(tr("%1: %2 of %3 entries bit-identical%4 (%5 compared); %6; loaded on %7")
                            .arg(head)
-                           .arg(r.count("identical"))
+                           .arg(r.count(VerifyStatus::Identical))
                            .arg(r.entries.size())
                            .arg(counts.isEmpty() ? QString() : QStringLiteral(", ") + counts.join(QLatin1String(", ")),
                                Format::bytes(r.bytesCompared), QString::fromStdString(r.target).toHtmlEscaped(),

@@ -9,10 +9,10 @@ namespace optscope::ui {
 
 namespace {
 
-QColor statusColor(const std::string& status)
+QColor statusColor(VerifyStatus status)
 {
-    if (status == "identical") return {0x2e, 0x7d, 0x32};
-    if (status == "different" || status == "error") return {0xd6, 0x27, 0x28};
+    if (status == VerifyStatus::Identical) return {0x2e, 0x7d, 0x32};
+    if (status == VerifyStatus::Different || status == VerifyStatus::Error) return {0xd6, 0x27, 0x28};
     return {0xb3, 0x59, 0x00};
 }
 
@@ -67,8 +67,8 @@ QVariant VerifyModel::data(const QModelIndex& index, int role) const
     if (index.internalId() != TopLevel) {
         const auto& e = m_report.entries[index.internalId()];
         const auto& r = e.ranks[static_cast<size_t>(index.row())];
-        const std::string status = r.differing > 0 ? "different" : "identical";
-        if (role == StatusRole) return QString::fromStdString(status);
+        const VerifyStatus status = r.differing > 0 ? VerifyStatus::Different : VerifyStatus::Identical;
+        if (role == StatusRole) return QString::fromLatin1(verifyStatusName(status));
         if (role == Qt::ForegroundRole && col == StatusColumn) return statusColor(status);
         if (role == Qt::TextAlignmentRole && col >= ElementsColumn && col <= FirstDiffColumn)
             return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
@@ -91,7 +91,7 @@ QVariant VerifyModel::data(const QModelIndex& index, int role) const
         case KeyColumn:
             return tr("rank %1").arg(r.rank);
         case StatusColumn:
-            return QString::fromStdString(status);
+            return QString::fromLatin1(verifyStatusName(status));
         case ElementsColumn:
             return Format::count(r.elements);
         case DifferingColumn:
@@ -103,7 +103,7 @@ QVariant VerifyModel::data(const QModelIndex& index, int role) const
         }
     }
     const auto& e = m_report.entries[static_cast<size_t>(index.row())];
-    if (role == StatusRole) return QString::fromStdString(e.status);
+    if (role == StatusRole) return QString::fromLatin1(verifyStatusName(e.status));
     if (role == Qt::ForegroundRole && col == StatusColumn) return statusColor(e.status);
     if (role == Qt::TextAlignmentRole && col >= ElementsColumn && col <= FirstDiffColumn)
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
@@ -128,7 +128,7 @@ QVariant VerifyModel::data(const QModelIndex& index, int role) const
     case KeyColumn:
         return QString::fromStdString(e.key);
     case StatusColumn:
-        return QString::fromStdString(e.status);
+        return QString::fromLatin1(verifyStatusName(e.status));
     case ElementsColumn:
         return e.type == "tensor" ? Format::count(e.elements) : QString();
     case DifferingColumn:

@@ -88,14 +88,15 @@ int runDiff(const std::vector<std::string>& argv)
         for (const auto& n : report.notes)
             std::cout << "note: " << n << "\n";
         for (const auto& e : report.entries) {
-            if (e.status == "equal" && !args.has("--all")) continue;
-            std::cout << e.status << "  " << e.key;
+            if (e.status == DiffStatus::Equal && !args.has("--all")) continue;
+            std::cout << diffStatusName(e.status) << "  " << e.key;
             if (!e.keyB.empty() && e.keyB != e.key) std::cout << "  <->  " << e.keyB;
             if (!e.reason.empty()) std::cout << "  (" << e.reason << ")";
-            if (e.status == "changed" && e.type == "tensor" && e.numDiff > 0)
+            if (e.status == DiffStatus::Changed && e.type == "tensor" && e.numDiff > 0)
                 std::cout << "  max|d|=" << number(e.maxAbsDiff) << " maxrel=" << number(e.maxRelDiff)
                           << " rms=" << number(e.rmsDiff) << " diff=" << e.numDiff << "/" << e.numel;
-            if (e.status == "changed" && e.type == "value") std::cout << "  " << e.valueA << " -> " << e.valueB;
+            if (e.status == DiffStatus::Changed && e.type == "value")
+                std::cout << "  " << e.valueA << " -> " << e.valueB;
             if (!e.match.empty() && e.match != "exact") std::cout << "  [" << e.match << "]";
             std::cout << "\n";
             for (const auto& r : e.ranks)
@@ -103,9 +104,9 @@ int runDiff(const std::vector<std::string>& argv)
                     std::cout << "    rank " << r.rank << ": " << r.numDiff << " of " << r.numel
                               << " differ, max|d|=" << number(r.maxAbsDiff) << "\n";
         }
-        std::cout << (report.equal ? "EQUAL" : "DIFFERENT") << ": " << report.count("equal") << " equal, "
-                  << report.count("changed") << " changed, " << report.count("only_a") << " only in A, "
-                  << report.count("only_b") << " only in B"
+        std::cout << (report.equal ? "EQUAL" : "DIFFERENT") << ": " << report.count(DiffStatus::Equal) << " equal, "
+                  << report.count(DiffStatus::Changed) << " changed, " << report.count(DiffStatus::OnlyA)
+                  << " only in A, " << report.count(DiffStatus::OnlyB) << " only in B"
                   << (options.rtol > 0 || options.atol > 0
                              ? " (rtol " + number(options.rtol) + ", atol " + number(options.atol) + ")"
                              : " (bit-identical)")

@@ -44,8 +44,8 @@ int runVerify(const std::vector<std::string>& argv)
         std::cout << report.toCsv();
     } else {
         for (const auto& e : report.entries) {
-            if (e.status == "identical") continue;
-            std::cout << e.status << "  " << e.key;
+            if (e.status == VerifyStatus::Identical) continue;
+            std::cout << verifyStatusName(e.status) << "  " << e.key;
             if (e.type == "tensor" && e.differing > 0)
                 std::cout << "  (" << e.differing << " of " << e.elements << " elements differ)";
             if (!e.detail.empty()) std::cout << "  " << e.detail;
@@ -55,8 +55,8 @@ int runVerify(const std::vector<std::string>& argv)
                     std::cout << "    rank " << r.rank << ": " << r.differing << " of " << r.elements
                               << " elements differ, first at flat index " << r.firstDiff << "\n";
         }
-        std::cout << (report.identical() ? "IDENTICAL" : "DIFFERENT") << ": " << report.count("identical") << " of "
-                  << report.entries.size() << " entries bit-identical (" << humanBytes(report.bytesCompared)
+        std::cout << (report.identical() ? "IDENTICAL" : "DIFFERENT") << ": " << report.count(VerifyStatus::Identical)
+                  << " of " << report.entries.size() << " entries bit-identical (" << humanBytes(report.bytesCompared)
                   << " compared); " << report.source << " vs " << report.target << "; loaded on " << report.device
                   << "\n";
     }

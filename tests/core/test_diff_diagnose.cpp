@@ -94,7 +94,7 @@ TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
         EXPECT_EQ(d->nanB, e["nan"][1].get<int64_t>());
         EXPECT_EQ(d->infA, e["inf"][0].get<int64_t>());
         EXPECT_EQ(d->infB, e["inf"][1].get<int64_t>());
-        EXPECT_EQ(d->status, d->numDiff > 0 || d->dtypeA != d->dtypeB ? "changed" : "equal");
+        EXPECT_EQ(d->status, d->numDiff > 0 || d->dtypeA != d->dtypeB ? DiffStatus::Changed : DiffStatus::Equal);
     }
 }
 
@@ -154,7 +154,7 @@ TEST(Diff, DcpEqualsItsOwnTorchSaveConversion)
     // fsdp2_r3_converted.pt was written by PyTorch's dcp_to_torch_save from the fsdp2_r3 folder
     const DiffReport same = diffCheckpoints(*open("fsdp2_r3"), *open("fsdp2_r3_converted.pt"));
     EXPECT_TRUE(same.equal) << same.toJson().dump().substr(0, 1000);
-    EXPECT_EQ(same.count("equal"), same.entries.size());
+    EXPECT_EQ(same.count(DiffStatus::Equal), same.entries.size());
     EXPECT_EQ(same.entries.size(), 75u);
     // every tensor was compared per rank of the 3-rank side
     const DiffEntry* e = entry(same, "optim.state.blocks.0.qkv.weight.exp_avg");
@@ -168,7 +168,7 @@ TEST(Diff, BitIdenticalFilesAreEqualAndExitSemanticsHold)
 {
     const DiffReport r = diffCheckpoints(*open("adam_int.pt"), *open("adam_int_proto4.pt"));
     EXPECT_TRUE(r.equal);
-    EXPECT_EQ(r.count("changed"), 0u);
+    EXPECT_EQ(r.count(DiffStatus::Changed), 0u);
     EXPECT_EQ(r.entries.size(), 23u);
 }
 
@@ -199,7 +199,7 @@ TEST(Diff, StripsTorchCompilePrefixAndSaysSo)
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(e->keyB, "model.0.weight");
     EXPECT_NE(e->match.find("strip '_orig_mod.'"), std::string::npos) << e->match;
-    EXPECT_EQ(r.count("only_a") + r.count("only_b"), 0u);
+    EXPECT_EQ(r.count(DiffStatus::OnlyA) + r.count(DiffStatus::OnlyB), 0u);
 }
 
 TEST(Diff, MapsIntegerIdsToFqnsThroughParamNames)
@@ -207,7 +207,7 @@ TEST(Diff, MapsIntegerIdsToFqnsThroughParamNames)
     // the optimizer built from named_parameters() of a compiled model: ids, with param_names; against an FQN-keyed
     // re-keying of the same state: ids map through param_names, the prefix is stripped on both sides
     const DiffReport r = diffCheckpoints(*open("diag/compiled_param_names.pt"), *open("diag/compiled_fqn.pt"));
-    EXPECT_EQ(r.count("only_a") + r.count("only_b"), 0u) << r.toJson().dump().substr(0, 2000);
+    EXPECT_EQ(r.count(DiffStatus::OnlyA) + r.count(DiffStatus::OnlyB), 0u) << r.toJson().dump().substr(0, 2000);
     EXPECT_TRUE(r.equal);
     bool viaNames = false;
     for (const auto& e : r.entries)
@@ -219,7 +219,7 @@ TEST(Diff, FlattenedAgainstNestedOptimizerFormat)
 {
     // same training recipe (mlp, Adam, two fake steps), one saved nested, one in DSD's flattened format
     const DiffReport r = diffCheckpoints(*open("diag/flattened.pt"), *open("diag/compiled_fqn.pt"));
-    EXPECT_EQ(r.count("only_a") + r.count("only_b"), 0u) << r.toJson().dump().substr(0, 3000);
+    EXPECT_EQ(r.count(DiffStatus::OnlyA) + r.count(DiffStatus::OnlyB), 0u) << r.toJson().dump().substr(0, 3000);
     for (const auto& n : r.notes)
         if (n.find("flattened") != std::string::npos) SUCCEED();
 }
@@ -229,7 +229,7 @@ TEST(Diff, RanksOfOneCheckpoint)
     // two ranks of a 2-rank FSDP2 checkpoint hold different rows: every shared tensor differs
     const DiffReport r = diffRanks(*open("fsdp2_r2"), 0, 1);
     EXPECT_FALSE(r.equal);
-    EXPECT_GT(r.count("changed"), 0u);
+    EXPECT_GT(r.count(DiffStatus::Changed), 0u);
     // a rank against itself is equal
     EXPECT_TRUE(diffRanks(*open("fsdp2_r2"), 1, 1).equal);
 }

@@ -308,10 +308,10 @@ TEST(Verify, AgainstNamesTheDamagedKeyAndRank)
     EXPECT_FALSE(r.identical());
     size_t different = 0;
     for (const auto& e : r.entries) {
-        if (e.status == "identical") continue;
+        if (e.status == VerifyStatus::Identical) continue;
         ++different;
         EXPECT_EQ(e.key, "optim.state.blocks.1.proj.weight.exp_avg");
-        EXPECT_EQ(e.status, "different");
+        EXPECT_EQ(e.status, VerifyStatus::Different);
         EXPECT_EQ(e.differing, 1);
         for (const auto& rr : e.ranks) {
             EXPECT_EQ(rr.differing, rr.rank == 1 ? 1 : 0);
@@ -326,8 +326,8 @@ TEST(Verify, AgainstReportsMissingAndUnexpectedKeys)
     const auto b = openCheckpoint(kData + "/sgd_momentum.pt");
     const VerifyReport r = verifyAgainst(*a, *b);
     EXPECT_FALSE(r.identical());
-    EXPECT_GT(r.count("missing"), 0u); // exp_avg of Adam
-    EXPECT_GT(r.count("unexpected"), 0u); // momentum_buffer of SGD
+    EXPECT_GT(r.count(VerifyStatus::Missing), 0u); // exp_avg of Adam
+    EXPECT_GT(r.count(VerifyStatus::Unexpected), 0u); // momentum_buffer of SGD
 }
 
 } // namespace

@@ -203,7 +203,7 @@ void TestFlows::diffEqualCheckpoints()
     const DiffReport& r = w.diffPanel()->model()->report();
     QVERIFY(r.equal);
     QCOMPARE(r.entries.size(), size_t(23));
-    QCOMPARE(r.count("equal"), size_t(23));
+    QCOMPARE(r.count(DiffStatus::Equal), size_t(23));
     QVERIFY(w.diffPanel()->summaryText().contains(QLatin1String("EQUAL")));
     QVERIFY(!w.diffPanel()->heatmap()->keys().isEmpty());
     for (int k = 0; k < w.diffPanel()->heatmap()->keys().size(); ++k)
@@ -221,9 +221,9 @@ void TestFlows::diffChangedCheckpoints()
     QVERIFY(done.wait(Timeout));
     const DiffReport& r = diff->model()->report();
     QVERIFY(!r.equal);
-    QCOMPARE(r.count("equal"), size_t(14));
-    QCOMPARE(r.count("changed"), size_t(9));
-    QCOMPARE(r.count("only_b"), size_t(4));
+    QCOMPARE(r.count(DiffStatus::Equal), size_t(14));
+    QCOMPARE(r.count(DiffStatus::Changed), size_t(9));
+    QCOMPARE(r.count(DiffStatus::OnlyB), size_t(4));
     QVERIFY(diff->summaryText().contains(QLatin1String("DIFFERENT")));
     // sorted by max |Δ|; the current row is the most different tensor of more than one element
     QCOMPARE(diff->proxy()->index(0, DiffModel::KeyColumn).data().toString(), QStringLiteral("state.3.step"));

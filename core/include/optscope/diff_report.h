@@ -18,6 +18,11 @@
 
 namespace optscope {
 
+/// what a key's comparison found
+enum class DiffStatus { Equal, Changed, OnlyA, OnlyB };
+/// "equal", "changed", "only_a", "only_b" (JSON, CSV, the CLI and the GUI's filter)
+const char* diffStatusName(DiffStatus status);
+
 /// how blocks of numbers are compared; both give the same report (tests/core/test_diff_kernel.cpp)
 enum class DiffEngine {
     Auto, ///< the fused kernel where it handles the dtype pair, ATen otherwise
@@ -48,7 +53,7 @@ struct DiffEntry
     std::string keyA;
     std::string keyB;
     std::string type; ///< "tensor" or "value"
-    std::string status; ///< "equal", "changed", "only_a", "only_b"
+    DiffStatus status = DiffStatus::Equal;
     std::string reason; ///< why changed: "values differ", "shape [3, 4] -> [4, 3]", "dtype float32 -> bfloat16", ...
     std::string match; ///< how A's and B's keys were paired: "exact", "strip '_orig_mod.'", "id 3 -> 'fc.weight'", ...
     std::vector<int64_t> shapeA, shapeB;
@@ -71,7 +76,7 @@ struct DiffReport
     bool equal = true;
     std::vector<DiffEntry> entries;
     std::vector<std::string> notes; ///< normalisations applied, in words
-    size_t count(const std::string& status) const;
+    size_t count(DiffStatus status) const;
     /// {"equal": bool, "entries": [{"key", "status", "reason", "max_abs_diff", "max_rel_diff", "rms_diff", "num_diff",
     ///  "numel", ...}], ...}
     nlohmann::ordered_json toJson() const;

@@ -15,6 +15,11 @@
 
 namespace optscope {
 
+/// what loading a key back found
+enum class VerifyStatus { Identical, Different, Missing, Unexpected, Error };
+/// "identical", "different", "missing", "unexpected", "error"
+const char* verifyStatusName(VerifyStatus status);
+
 struct VerifyRankResult
 {
     int rank = -1;
@@ -29,7 +34,7 @@ struct VerifyEntry
     std::string type; ///< "tensor" or "value"
     /// "identical", "different", "missing" (in the source, not in the result), "unexpected" (only in the result),
     /// "error" (could not be read)
-    std::string status;
+    VerifyStatus status = VerifyStatus::Identical;
     std::string detail;
     std::vector<int64_t> shape; ///< tensors
     int64_t elements = 0;
@@ -47,7 +52,7 @@ struct VerifyReport
     std::vector<VerifyEntry> entries;
 
     bool identical() const;
-    size_t count(const std::string& status) const;
+    size_t count(VerifyStatus status) const;
     nlohmann::ordered_json toJson() const;
     /// one row per entry and one per rank of it (`verify --csv`, the GUI's CSV export)
     std::string toCsv() const;

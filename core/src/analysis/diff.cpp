@@ -24,7 +24,22 @@
 
 namespace optscope {
 
-size_t DiffReport::count(const std::string& status) const
+const char* diffStatusName(DiffStatus status)
+{
+    switch (status) {
+    case DiffStatus::Equal:
+        return "equal";
+    case DiffStatus::Changed:
+        return "changed";
+    case DiffStatus::OnlyA:
+        return "only_a";
+    case DiffStatus::OnlyB:
+        return "only_b";
+    }
+    return "?";
+}
+
+size_t DiffReport::count(DiffStatus status) const
 {
     return static_cast<size_t>(
         std::count_if(entries.begin(), entries.end(), [&](const DiffEntry& e) { return e.status == status; }));
@@ -40,12 +55,12 @@ nlohmann::ordered_json DiffReport::toJson() const
     j["equal"] = equal;
     j["a"] = pathA;
     j["b"] = pathB;
-    j["summary"] = {{"equal", count("equal")}, {"changed", count("changed")}, {"only_a", count("only_a")},
-        {"only_b", count("only_b")}};
+    j["summary"] = {{"equal", count(DiffStatus::Equal)}, {"changed", count(DiffStatus::Changed)},
+        {"only_a", count(DiffStatus::OnlyA)}, {"only_b", count(DiffStatus::OnlyB)}};
     j["notes"] = notes;
     j["entries"] = json::array();
     for (const auto& e : entries) {
-        json je {{"key", e.key}, {"status", e.status}, {"type", e.type}};
+        json je {{"key", e.key}, {"status", diffStatusName(e.status)}, {"type", e.type}};
         je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
         je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
         if (e.keyA != e.key && !e.keyA.empty()) je["key_a"] = e.keyA;
@@ -58,8 +73,8 @@ nlohmann::ordered_json DiffReport::toJson() const
             je["numel"] = e.numel;
             je["dtype_a"] = e.dtypeA.empty() ? json(nullptr) : json(e.dtypeA);
             je["dtype_b"] = e.dtypeB.empty() ? json(nullptr) : json(e.dtypeB);
-            je["shape_a"] = e.status == "only_b" ? json(nullptr) : json(e.shapeA);
-            je["shape_b"] = e.status == "only_a" ? json(nullptr) : json(e.shapeB);
+            je["shape_a"] = e.status == DiffStatus::OnlyB ? json(nullptr) : json(e.shapeA);
+            je["shape_b"] = e.status == DiffStatus::OnlyA ? json(nullptr) : json(e.shapeB);
             je["nan"] = {e.nanA, e.nanB};
             je["inf"] = {e.infA, e.infB};
             if (!e.ranks.empty()) {
@@ -73,8 +88,8 @@ nlohmann::ordered_json DiffReport::toJson() const
                 je["histogram"] = {{"edges", e.histogramEdges}, {"counts", e.histogramCounts}};
             }
         } else {
-            if (e.status != "only_b") je["value_a"] = e.valueA;
-            if (e.status != "only_a") je["value_b"] = e.valueB;
+            if (e.status != DiffStatus::OnlyB) je["value_a"] = e.valueA;
+            if (e.status != DiffStatus::OnlyA) je["value_b"] = e.valueB;
         }
         j["entries"].push_back(std::move(je));
     }
@@ -92,8 +107,8 @@ std::string DiffReport::toCsv() const
         return std::string(b);
     };
     for (const auto& e : entries) {
-        w.row({e.key, e.keyA, e.keyB, e.type, e.status, e.reason, std::to_string(e.numel), std::to_string(e.numDiff),
-            num(e.maxAbsDiff), num(e.maxRelDiff), num(e.rmsDiff), "", e.match});
+        w.row({e.key, e.keyA, e.keyB, e.type, diffStatusName(e.status), e.reason, std::to_string(e.numel),
+            std::to_string(e.numDiff), num(e.maxAbsDiff), num(e.maxRelDiff), num(e.rmsDiff), "", e.match});
         for (const auto& r : e.ranks)
             w.row({e.key, "", "", "rank", r.numDiff ? "changed" : "equal", "", std::to_string(r.numel),
                 std::to_string(r.numDiff), num(r.maxAbsDiff), "", "", std::to_string(r.rank), ""});
@@ -393,7 +408,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     if (!sameNumel || !ShardLayout::of(ta).complete() || !ShardLayout::of(tb).complete()) {
         if (!ShardLayout::of(ta).complete() || !ShardLayout::of(tb).complete())
             reasons.push_back("chunks do not tile the tensor");
-        d.status = "changed";
+        d.status = DiffStatus::Changed;
         d.numDiff = std::max(ta.numel(), tb.numel());
         d.reason = reasons.empty() ? "values differ" : reasons.front();
         for (size_t i = 1; i < reasons.size(); ++i)
@@ -474,7 +489,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     d.maxRelDiff = total.maxRel;
     d.rmsDiff = total.numel ? std::sqrt(total.sumSq / double(total.numel)) : 0.0;
     if (d.numDiff > 0) reasons.insert(reasons.begin(), "values differ");
-    d.status = reasons.empty() ? "equal" : "changed";
+    d.status = reasons.empty() ? DiffStatus::Equal : DiffStatus::Changed;
     d.reason.clear();
     for (size_t i = 0; i < reasons.size(); ++i)
         d.reason += (i ? "; " : "") + reasons[i];
@@ -503,12 +518,12 @@ void compareValues(const Canon& a, const Canon& b, DiffEntry& d)
     d.valueA = pyRepr(va, 200);
     d.valueB = pyRepr(vb, 200);
     if (!a.entry->error.empty() || !b.entry->error.empty()) {
-        d.status = "changed";
+        d.status = DiffStatus::Changed;
         d.reason = "unreadable: " + (a.entry->error.empty() ? b.entry->error : a.entry->error);
         return;
     }
     const bool same = valueToJson(va) == valueToJson(vb);
-    d.status = same ? "equal" : "changed";
+    d.status = same ? DiffStatus::Equal : DiffStatus::Changed;
     if (!same)
         d.reason = va->kind != vb->kind ? std::string("type ") + pyKindName(va->kind) + " -> " + pyKindName(vb->kind)
                                         : "values differ";
@@ -578,7 +593,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
             d.type = any->isTensor() ? "tensor" : "value";
             try {
                 if (!pa || !pb) {
-                    d.status = pa ? "only_a" : "only_b";
+                    d.status = pa ? DiffStatus::OnlyA : DiffStatus::OnlyB;
                     d.reason = pa ? "not in " + B.cp->path : "not in " + A.cp->path;
                     if (any->isTensor()) {
                         (pa ? d.shapeA : d.shapeB) = any->tensor.shape;
@@ -592,7 +607,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                     d.match = joinHow(pa->how, pb->how);
                     if (d.keyA != d.keyB && d.match == "exact") d.match = "layout";
                     if (pa->entry->isTensor() != pb->entry->isTensor()) {
-                        d.status = "changed";
+                        d.status = DiffStatus::Changed;
                         d.reason = pa->entry->isTensor() ? "tensor -> value" : "value -> tensor";
                     } else if (pa->entry->isTensor()) {
                         compareTensors(*A.cp, *pa->entry, *B.cp, *pb->entry, opt, d, progress);
@@ -605,7 +620,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                     cancelled = true;
                     return;
                 }
-                d.status = "changed";
+                d.status = DiffStatus::Changed;
                 d.reason = std::string("unreadable: ") + e.what();
             }
             const size_t finished = ++done;
@@ -635,7 +650,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     if (cancelled) throw Error(ErrorKind::Cancelled, {}, "cancelled");
     report.equal = true;
     for (const auto& e : report.entries)
-        if (e.status != "equal") report.equal = false;
+        if (e.status != DiffStatus::Equal) report.equal = false;
     return report;
 }
 

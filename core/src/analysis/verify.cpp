@@ -27,11 +27,28 @@ namespace optscope {
 bool VerifyReport::identical() const
 {
     for (const auto& e : entries)
-        if (e.status != "identical") return false;
+        if (e.status != VerifyStatus::Identical) return false;
     return !entries.empty();
 }
 
-size_t VerifyReport::count(const std::string& status) const
+const char* verifyStatusName(VerifyStatus status)
+{
+    switch (status) {
+    case VerifyStatus::Identical:
+        return "identical";
+    case VerifyStatus::Different:
+        return "different";
+    case VerifyStatus::Missing:
+        return "missing";
+    case VerifyStatus::Unexpected:
+        return "unexpected";
+    case VerifyStatus::Error:
+        return "error";
+    }
+    return "?";
+}
+
+size_t VerifyReport::count(VerifyStatus status) const
 {
     size_t n = 0;
     for (const auto& e : entries)
@@ -45,7 +62,7 @@ std::string VerifyReport::toCsv() const
     w.row({"key", "type", "status", "rank", "elements", "differing", "first_diff", "detail"});
     for (const auto& e : entries) {
         const bool tensor = e.type == "tensor";
-        w.row({e.key, e.type, e.status, "", tensor ? std::to_string(e.elements) : "",
+        w.row({e.key, e.type, verifyStatusName(e.status), "", tensor ? std::to_string(e.elements) : "",
             tensor ? std::to_string(e.differing) : "", "", e.detail});
         for (const auto& r : e.ranks)
             w.row({e.key, "rank", r.differing ? "different" : "identical", std::to_string(r.rank),
@@ -65,11 +82,12 @@ nlohmann::ordered_json VerifyReport::toJson() const
     j["device"] = device;
     j["world_size"] = worldSize;
     j["bytes_compared"] = bytesCompared;
-    j["summary"] = {{"identical", count("identical")}, {"different", count("different")}, {"missing", count("missing")},
-        {"unexpected", count("unexpected")}, {"error", count("error")}};
+    j["summary"] = {{"identical", count(VerifyStatus::Identical)}, {"different", count(VerifyStatus::Different)},
+        {"missing", count(VerifyStatus::Missing)}, {"unexpected", count(VerifyStatus::Unexpected)},
+        {"error", count(VerifyStatus::Error)}};
     j["entries"] = json::array();
     for (const auto& e : entries) {
-        json je {{"key", e.key}, {"type", e.type}, {"status", e.status}};
+        json je {{"key", e.key}, {"type", e.type}, {"status", verifyStatusName(e.status)}};
         if (!e.detail.empty()) je["detail"] = e.detail;
         if (e.type == "tensor") {
             je["shape"] = e.shape;
@@ -203,15 +221,16 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
         ve.type = e.isTensor() ? "tensor" : "value";
         const Entry* back = other.find(e.key);
         if (!back) {
-            ve.status = "missing";
+            ve.status = VerifyStatus::Missing;
             ve.detail = "not in " + otherName;
             report.entries.push_back(std::move(ve));
             continue;
         }
         try {
             if (!e.isTensor()) {
-                ve.status = !back->isTensor() && sameValue(e.value, back->value) ? "identical" : "different";
-                if (ve.status == "different")
+                ve.status = !back->isTensor() && sameValue(e.value, back->value) ? VerifyStatus::Identical
+                                                                                 : VerifyStatus::Different;
+                if (ve.status == VerifyStatus::Different)
                     ve.detail = (back->isTensor() ? std::string("a tensor") : pyRepr(back->value, 80))
                         + " != " + pyRepr(e.value, 80);
                 report.entries.push_back(std::move(ve));
@@ -221,7 +240,7 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
             ve.elements = t.numel();
             ve.shape = t.shape;
             if (!back->isTensor() || back->tensor.dtype != t.dtype || back->tensor.shape != t.shape) {
-                ve.status = "different";
+                ve.status = VerifyStatus::Different;
                 ve.detail = "is "
                     + (back->isTensor() ? std::string(dtypeName(back->tensor.dtype)) + shapeText(back->tensor.shape)
                                         : "a value")
@@ -231,18 +250,18 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
                 continue;
             }
             compareTensor(e, *back, ve);
-            ve.status = ve.differing == 0 ? "identical" : "different";
+            ve.status = ve.differing == 0 ? VerifyStatus::Identical : VerifyStatus::Different;
         } catch (const Error& err) {
             if (err.kind() == ErrorKind::Cancelled) throw;
-            ve.status = "error";
+            ve.status = VerifyStatus::Error;
             ve.detail = err.what();
         }
         report.entries.push_back(std::move(ve));
     }
     for (const auto& e : other.entries)
         if (!seen.count(e.key))
-            report.entries.push_back(
-                {e.key, e.isTensor() ? "tensor" : "value", "unexpected", "only in " + otherName, {}, 0, 0, {}});
+            report.entries.push_back({e.key, e.isTensor() ? "tensor" : "value", VerifyStatus::Unexpected,
+                "only in " + otherName, {}, 0, 0, {}});
     progress(1.0, label);
 }
 
