@@ -10,6 +10,7 @@
 //
 // A Checkpoint is immutable once a reader returns it; share it as std::shared_ptr<const Checkpoint>.
 
+#include "optscope/chunk_table.h"
 #include "optscope/dtype.h"
 #include "optscope/py_value.h"
 
@@ -62,37 +63,11 @@ std::string joinKeyPath(const KeyPath& path);
 /// "[2, 3]": how messages and reports write a shape
 std::string shapeText(const std::vector<int64_t>& shape);
 
-/// Where the bytes of one chunk are.
-struct ChunkSource
-{
-    enum class Kind {
-        StorageRecord, ///< raw storage bytes (torch.save record data/<key>, or a legacy-format storage)
-        TorchSaveBlob, ///< a complete torch.save archive holding the chunk as its only tensor (DCP .distcp items)
-    };
-    Kind kind = Kind::StorageRecord;
-    std::string file; ///< path relative to Checkpoint::rootDir
-    uint64_t offset = 0; ///< first byte in the file
-    uint64_t length = 0; ///< bytes (the whole storage record / the whole embedded archive)
-    // StorageRecord only: how the chunk views its storage
-    int64_t storageOffset = 0; ///< in elements
-    std::vector<int64_t> strides; ///< in elements
-    bool bigEndian = false;
-};
-
-struct TensorChunk
-{
-    int rank = -1; ///< the rank that wrote it (DCP: from __<rank>_<n>.distcp), -1 if unknown
-    std::vector<int64_t> offsets; ///< global offsets per dimension
-    std::vector<int64_t> sizes;
-    ChunkSource source;
-    int64_t numel() const;
-};
-
 struct TensorEntry
 {
     DType dtype = DType::Unknown;
     std::vector<int64_t> shape; ///< global shape
-    std::vector<TensorChunk> chunks;
+    ChunkTable chunks;
     bool requiresGrad = false;
     bool isParameter = false;
     std::string subclass; ///< DTensor / ShardedTensor class path, empty for plain tensors

@@ -710,14 +710,14 @@ static DiffReport diffRanksUnguarded(
             if (!e.isTensor()) continue;
             Entry r = e;
             r.tensor.chunks.clear();
-            for (const auto& ch : e.tensor.chunks)
-                if (ch.rank == rank) r.tensor.chunks.push_back(ch);
-            if (r.tensor.chunks.empty()) continue;
             // the rank's chunks, concatenated along dim 0, as a tensor of their own
             int64_t rows = 0;
-            std::vector<int64_t> shape = r.tensor.chunks[0].sizes;
+            std::vector<int64_t> shape;
             bool stackable = true;
-            for (auto& ch : r.tensor.chunks) {
+            for (size_t i = 0; i < e.tensor.chunks.size(); ++i) {
+                if (e.tensor.chunks.rank(i) != rank) continue;
+                TensorChunk ch = e.tensor.chunks[i];
+                if (r.tensor.chunks.empty()) shape = ch.sizes;
                 if (ch.sizes.size() != shape.size()
                     || (!shape.empty() && !std::equal(ch.sizes.begin() + 1, ch.sizes.end(), shape.begin() + 1)))
                     stackable = false;
@@ -726,7 +726,9 @@ static DiffReport diffRanksUnguarded(
                     ch.offsets[0] = rows;
                     rows += ch.sizes[0];
                 }
+                r.tensor.chunks.push_back(ch);
             }
+            if (r.tensor.chunks.empty()) continue;
             if (!stackable) continue;
             if (!shape.empty()) shape[0] = rows;
             r.tensor.shape = shape;

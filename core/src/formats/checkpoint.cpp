@@ -30,14 +30,6 @@ std::string joinKeyPath(const KeyPath& path)
     return key;
 }
 
-int64_t TensorChunk::numel() const
-{
-    int64_t n = 1;
-    for (auto s : sizes)
-        n *= s;
-    return n;
-}
-
 int64_t TensorEntry::numel() const
 {
     int64_t n = 1;
@@ -54,8 +46,8 @@ uint64_t TensorEntry::nbytes() const
 std::vector<int> TensorEntry::ranks() const
 {
     std::vector<int> r;
-    for (const auto& c : chunks)
-        r.push_back(c.rank);
+    for (size_t i = 0; i < chunks.size(); ++i)
+        r.push_back(chunks.rank(i));
     std::sort(r.begin(), r.end());
     r.erase(std::unique(r.begin(), r.end()), r.end());
     return r;

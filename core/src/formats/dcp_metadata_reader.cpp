@@ -1,0 +1,859 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "dcp_metadata_reader.h"
+#include "mapped_file.h"
+#include "optscope/error.h"
+#include "pickle_machine.h"
+
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <unordered_map>
+
+namespace optscope {
+
+namespace {
+
+/// thrown inside the reader when the pickle holds something it does not handle; caught in read()
+struct Unsupported
+{ int line; };
+
+enum class Cls : uint8_t {
+    Metadata,
+    TensorStorageMetadata,
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    TensorProperties,
+    MetadataIndex,
+    StorageInfo,
+    Size,
+    Dtype,
+    OtherKnown, ///< a safe global whose value is never needed here (layouts, memory formats, paths, StorageMeta)
+};
+
+enum class T : uint8_t {
+    None,
+    Bool,
+    Int,
+    Float,
+    Str, ///< i = offset in the input, a = length
+    Tuple, ///< i = first item in m_tuples, a = count
+    List, ///< a = container
+    Dict, ///< a = container
+    Global, ///< a = Cls, i = dtype for Cls::Dtype
+    Object, ///< a = Cls, not yet built (NEWOBJ)
+    Size, ///< i = first in m_ints, a = ndim
+    Chunk, ///< i = index into out.chunks
+    Tensor, ///< i = index into m_tensors
+    Bytes, ///< a BytesStorageMetadata
+    Props, ///< i = dtype, or -1
+    Index, ///< i = index into m_indexes
+    Info, ///< i = index into m_infos
+    Meta, ///< the Metadata object, built
+    Opaque,
+};
+
+struct V
+{
+    T t = T::None;
+    bool pinned = false; ///< kept in the memo: never reuse its storage
+    uint32_t a = 0;
+    int64_t i = 0;
+};
+
+struct Container
+{
+    std::vector<V> items; ///< Dict: key, value, key, value, ...
+    bool storageDict = false; ///< pairs went to out.storage instead
+    uint64_t storagePairs = 0;
+};
+
+struct TensorRec
+{
+    int64_t dtype = -1;
+    bool hasShape = false;
+    uint64_t shapeAt = 0;
+    uint32_t ndim = 0;
+    uint64_t firstChunk = 0;
+    uint64_t chunkCount = 0;
+};
+struct IndexRec
+{
+    V fqn;
+    bool hasOffset = false;
+    uint64_t offsetsAt = 0; ///< into out.dims
+    uint32_t ndim = 0;
+};
+struct InfoRec
+{
+    uint32_t file = 0;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    bool transforms = false;
+};
+
+class Machine
+{
+public:
+    Machine(const MappedFile& file, const Progress& progress)
+        : m_file(file)
+        , m_data(file.data())
+        , m_size(file.size())
+        , m_progress(progress)
+    { }
+
+    DcpMetadata run()
+    {
+        m_file.adviseSequential(0, m_size);
+        scanMemoReads();
+        m_file.release(0, m_size);
+        execute();
+        m_file.release(0, m_size);
+        return std::move(m_out);
+    }
+
+private:
+    // ---- input
+    #define unsupported() throw Unsupported {__LINE__}
+    void need(uint64_t n) const
+    {
+        if (n > m_size - m_pos) unsupported();
+    }
+    uint64_t readUInt(unsigned bytes)
+    {
+        need(bytes);
+        uint64_t v = 0;
+        for (unsigned b = 0; b < bytes; ++b)
+            v |= static_cast<uint64_t>(m_data[m_pos + b]) << (8 * b);
+        m_pos += bytes;
+        return v;
+    }
+    std::string_view str(const V& v) const
+    {
+        return {reinterpret_cast<const char*>(m_data) + v.i, v.a};
+    }
+
+    /// pass 1: which memo entries are ever read back (GET); everything else need not be kept
+    void scanMemoReads()
+    {
+        uint64_t pos = 0;
+        uint64_t memoized = 0;
+        bool puts = false;
+        std::vector<uint64_t> gets;
+        auto skip = [&](uint64_t n) {
+            if (n > m_size - pos) unsupported();
+            pos += n;
+        };
+        auto uint = [&](unsigned bytes) {
+            if (bytes > m_size - pos) unsupported();
+            uint64_t v = 0;
+            for (unsigned b = 0; b < bytes; ++b)
+                v |= static_cast<uint64_t>(m_data[pos + b]) << (8 * b);
+            pos += bytes;
+            return v;
+        };
+        while (pos < m_size) {
+            const uint8_t op = m_data[pos++];
+            switch (op) {
+            case 0x80: skip(1); break; // PROTO
+            case 0x95: skip(8); break; // FRAME
+            case '.': pos = m_size; break;
+            case '(': case '}': case ']': case ')': case 't': case 0x85: case 0x86: case 0x87: case 's': case 'u':
+            case 'a': case 'e': case 'N': case 0x88: case 0x89: case 0x93: case 0x81: case 'R': case 'b': break;
+            case 'J': skip(4); break;
+            case 'K': skip(1); break;
+            case 'M': skip(2); break;
+            case 0x8a: skip(uint(1)); break; // LONG1
+            case 'G': skip(8); break;
+            case 0x8c: skip(uint(1)); break;
+            case 'X': skip(uint(4)); break;
+            case 0x8d: skip(uint(8)); break;
+            case 'c': // GLOBAL: two lines
+                for (int line = 0; line < 2; ++line) {
+                    const void* nl = pos < m_size ? std::memchr(m_data + pos, '\n', m_size - pos) : nullptr;
+                    if (!nl) unsupported();
+                    pos = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - m_data) + 1;
+                }
+                break;
+            case 0x94: ++memoized; break;
+            case 'q': puts = true; memoized = std::max<uint64_t>(memoized, uint(1) + 1); break;
+            case 'r': puts = true; memoized = std::max<uint64_t>(memoized, uint(4) + 1); break;
+            case 'h': gets.push_back(uint(1)); break;
+            case 'j': gets.push_back(uint(4)); break;
+            default: unsupported(); // an opcode DCP's pickles never hold
+            }
+        }
+        if (puts && memoized > m_size) unsupported();
+        m_memoRead.assign(memoized, false);
+        for (auto g : gets) {
+            if (g >= memoized) unsupported(); // reading an entry never written: the general reader says so
+            m_memoRead[g] = true;
+        }
+    }
+
+    // ---- values
+    V pop()
+    {
+        if (m_stack.size() <= m_markFloor()) unsupported();
+        V v = m_stack.back();
+        m_stack.pop_back();
+        return v;
+    }
+    size_t m_markFloor() const { return m_marks.empty() ? 0 : m_marks.back(); }
+    V& top()
+    {
+        if (m_stack.size() <= m_markFloor()) unsupported();
+        return m_stack.back();
+    }
+    size_t popMark()
+    {
+        if (m_marks.empty()) unsupported();
+        const size_t at = m_marks.back();
+        m_marks.pop_back();
+        return at;
+    }
+    uint32_t newContainer()
+    {
+        if (!m_freeContainers.empty()) {
+            const uint32_t id = m_freeContainers.back();
+            m_freeContainers.pop_back();
+            return id;
+        }
+        m_containers.emplace_back();
+        return static_cast<uint32_t>(m_containers.size() - 1);
+    }
+    void releaseContainer(const V& v)
+    {
+        if (v.pinned || (v.t != T::Dict && v.t != T::List)) return;
+        Container& c = m_containers[v.a];
+        c.items.clear();
+        c.storageDict = false;
+        c.storagePairs = 0;
+        m_freeContainers.push_back(v.a);
+    }
+    /// tuples are immutable and built in order: the last one made is at the end of m_tuples and can go
+    void releaseTuple(V v)
+    {
+        while (v.t == T::Tuple && !v.pinned && v.i + v.a == static_cast<int64_t>(m_tuples.size())) {
+            const V inner = v.a == 1 ? m_tuples[static_cast<size_t>(v.i)] : V {};
+            m_tuples.resize(static_cast<size_t>(v.i));
+            v = inner; // torch.Size((d0, d1)): the inner tuple was made just before
+        }
+    }
+    void releaseSize(const V& v)
+    {
+        if (v.t == T::Size && !v.pinned && v.i + v.a == static_cast<int64_t>(m_ints.size()))
+            m_ints.resize(static_cast<size_t>(v.i));
+    }
+    const V* tupleItems(const V& v) const { return m_tuples.data() + v.i; }
+
+    /// value of @p key in a Dict state, or null
+    const V* dictGet(const V& dict, std::string_view key) const
+    {
+        const auto& items = m_containers[dict.a].items;
+        for (size_t k = 0; k + 1 < items.size(); k += 2)
+            if (items[k].t == T::Str && str(items[k]) == key) return &items[k + 1];
+        return nullptr;
+    }
+    /// the dataclass state as a Dict, each key one of @p allowed (anything else: not what DCP writes)
+    void expectFields(const V& state, std::initializer_list<std::string_view> allowed) const
+    {
+        if (state.t != T::Dict) unsupported();
+        const auto& items = m_containers[state.a].items;
+        for (size_t k = 0; k < items.size(); k += 2) {
+            if (items[k].t != T::Str) unsupported();
+            bool ok = false;
+            for (auto a : allowed)
+                ok = ok || str(items[k]) == a;
+            if (!ok) unsupported();
+        }
+    }
+    int64_t intField(const V& state, std::string_view key) const
+    {
+        const V* v = dictGet(state, key);
+        if (!v || v->t != T::Int) unsupported();
+        return v->i;
+    }
+
+    Cls classOf(std::string_view module, std::string_view name, int64_t& dtype)
+    {
+        const bool metadata
+            = module == "torch.distributed.checkpoint.metadata" || module == "torch.distributed._shard.checkpoint.metadata";
+        const bool filesystem = module == "torch.distributed.checkpoint.filesystem"
+            || module == "torch.distributed._shard.checkpoint.filesystem";
+        if (metadata) {
+            if (name == "Metadata") return Cls::Metadata;
+            if (name == "TensorStorageMetadata") return Cls::TensorStorageMetadata;
+            if (name == "BytesStorageMetadata") return Cls::BytesStorageMetadata;
+            if (name == "ChunkStorageMetadata") return Cls::ChunkStorageMetadata;
+            if (name == "TensorProperties") return Cls::TensorProperties;
+            if (name == "MetadataIndex") return Cls::MetadataIndex;
+        }
+        if (filesystem && name == "_StorageInfo") return Cls::StorageInfo;
+        if (module == "torch" && name == "Size") return Cls::Size;
+        if (module == "torch" && name.find('.') == std::string_view::npos)
+            if (auto dt = dtypeFromName(name)) {
+                dtype = static_cast<int64_t>(*dt);
+                return Cls::Dtype;
+            }
+        if (isKnownGlobal(module, name)) return Cls::OtherKnown;
+        unsupported(); // unknown classes: the general reader reports them
+    }
+
+    void pushGlobal(std::string_view module, std::string_view name)
+    {
+        V g;
+        g.t = T::Global;
+        int64_t dtype = -1;
+        g.a = static_cast<uint32_t>(classOf(module, name, dtype));
+        g.i = dtype;
+        m_stack.push_back(g);
+    }
+
+    void newObject(const V& cls, const V& args)
+    {
+        if (cls.t != T::Global) unsupported();
+        const auto c = static_cast<Cls>(cls.a);
+        if (args.t != T::Tuple || args.a != 0) unsupported(); // dataclasses: cls.__new__(cls)
+        releaseTuple(args);
+        V o;
+        switch (c) {
+        case Cls::BytesStorageMetadata: o.t = T::Bytes; break; // no fields: no BUILD follows
+        case Cls::OtherKnown: o.t = T::Opaque; break;
+        case Cls::Size:
+        case Cls::Dtype: unsupported();
+        default:
+            o.t = T::Object;
+            o.a = cls.a;
+        }
+        m_stack.push_back(o);
+    }
+
+    void reduce(const V& callable, const V& args)
+    {
+        if (callable.t != T::Global || args.t != T::Tuple) unsupported();
+        const auto c = static_cast<Cls>(callable.a);
+        V r;
+        if (c == Cls::Size) {
+            // torch.Size((d0, d1, ...))
+            if (args.a != 1) unsupported();
+            const V dims = tupleItems(args)[0];
+            if (dims.t != T::Tuple) unsupported();
+            r.t = T::Size;
+            r.a = dims.a;
+            const V* items = tupleItems(dims);
+            std::vector<int64_t> tmp(dims.a);
+            for (uint32_t d = 0; d < dims.a; ++d) {
+                if (items[d].t != T::Int) unsupported();
+                tmp[d] = items[d].i;
+            }
+            releaseTuple(args);
+            r.i = static_cast<int64_t>(m_ints.size());
+            m_ints.insert(m_ints.end(), tmp.begin(), tmp.end());
+        } else if (c == Cls::OtherKnown) {
+            releaseTuple(args);
+            r.t = T::Opaque;
+        } else {
+            unsupported();
+        }
+        m_stack.push_back(r);
+    }
+
+    /// copies a Size into out.dims; returns where
+    uint64_t keepSize(const V& s)
+    {
+        const uint64_t at = m_out.dims.size();
+        m_out.dims.insert(m_out.dims.end(), m_ints.begin() + s.i, m_ints.begin() + s.i + s.a);
+        return at;
+    }
+
+    void build()
+    {
+        const V state = pop();
+        V& obj = top();
+        if (obj.t == T::Opaque) {
+            releaseContainer(state);
+            releaseTuple(state);
+            return;
+        }
+        if (obj.t != T::Object) unsupported();
+        V built;
+        switch (static_cast<Cls>(obj.a)) {
+        case Cls::ChunkStorageMetadata: {
+            expectFields(state, {"offsets", "sizes"});
+            const V* offsets = dictGet(state, "offsets");
+            const V* sizes = dictGet(state, "sizes");
+            if (!offsets || !sizes || offsets->t != T::Size || sizes->t != T::Size || offsets->a != sizes->a)
+                unsupported();
+            DcpMetadata::Chunk ch;
+            ch.ndim = offsets->a;
+            ch.dimsAt = keepSize(*offsets);
+            keepSize(*sizes);
+            const V o = *offsets, s = *sizes;
+            releaseSize(s);
+            releaseSize(o);
+            m_out.chunks.push_back(ch);
+            built.t = T::Chunk;
+            built.i = static_cast<int64_t>(m_out.chunks.size() - 1);
+            break;
+        }
+        case Cls::TensorProperties: {
+            built.t = T::Props;
+            built.i = -1;
+            const V* dt = nullptr;
+            if (state.t == T::Tuple && state.a >= 1) // __getstate__: (dtype, layout, requires_grad, ...)
+                dt = tupleItems(state);
+            else if (state.t == T::Dict)
+                dt = dictGet(state, "dtype");
+            else
+                unsupported();
+            if (!dt || dt->t != T::Global || static_cast<Cls>(dt->a) != Cls::Dtype) unsupported();
+            built.i = dt->i;
+            break;
+        }
+        case Cls::TensorStorageMetadata: {
+            expectFields(state, {"properties", "size", "chunks"});
+            const V* props = dictGet(state, "properties");
+            const V* size = dictGet(state, "size");
+            const V* chunks = dictGet(state, "chunks");
+            if (!props || props->t != T::Props || !size || size->t != T::Size || !chunks || chunks->t != T::List)
+                unsupported();
+            TensorRec t;
+            t.dtype = props->i;
+            t.hasShape = true;
+            t.ndim = size->a;
+            t.shapeAt = keepSize(*size);
+            const auto& items = m_containers[chunks->a].items;
+            for (size_t k = 0; k < items.size(); ++k) {
+                if (items[k].t != T::Chunk) unsupported();
+                const auto idx = static_cast<uint64_t>(items[k].i);
+                if (k == 0) t.firstChunk = idx;
+                if (idx != t.firstChunk + k) unsupported(); // chunks shared between tensors: not DCP
+            }
+            t.chunkCount = items.size();
+            releaseContainer(*chunks);
+            m_tensors.push_back(t);
+            built.t = T::Tensor;
+            built.i = static_cast<int64_t>(m_tensors.size() - 1);
+            break;
+        }
+        case Cls::MetadataIndex: {
+            expectFields(state, {"fqn", "offset", "index"});
+            const V* fqn = dictGet(state, "fqn");
+            const V* offset = dictGet(state, "offset");
+            const V* index = dictGet(state, "index");
+            if (!fqn || fqn->t != T::Str || (offset && offset->t != T::Size && offset->t != T::None)
+                || (index && index->t != T::Int && index->t != T::None))
+                unsupported();
+            IndexRec r;
+            r.fqn = *fqn;
+            if (offset && offset->t == T::Size) {
+                r.hasOffset = true;
+                r.ndim = offset->a;
+                r.offsetsAt = keepSize(*offset);
+                releaseSize(*offset);
+            }
+            m_indexes.push_back(r);
+            built.t = T::Index;
+            built.i = static_cast<int64_t>(m_indexes.size() - 1);
+            break;
+        }
+        case Cls::StorageInfo: {
+            expectFields(state, {"relative_path", "offset", "length", "transform_descriptors"});
+            const V* rel = dictGet(state, "relative_path");
+            const V* td = dictGet(state, "transform_descriptors");
+            if (!rel || rel->t != T::Str) unsupported();
+            InfoRec r;
+            const int64_t off = intField(state, "offset");
+            const int64_t len = intField(state, "length");
+            if (off < 0 || len < 0) unsupported();
+            r.offset = static_cast<uint64_t>(off);
+            r.length = static_cast<uint64_t>(len);
+            if (td && td->t != T::None) {
+                if (td->t == T::List)
+                    r.transforms = !m_containers[td->a].items.empty();
+                else if (td->t == T::Tuple)
+                    r.transforms = td->a > 0;
+                else
+                    unsupported();
+            }
+            r.file = fileId(*rel);
+            m_infos.push_back(r);
+            built.t = T::Info;
+            built.i = static_cast<int64_t>(m_infos.size() - 1);
+            break;
+        }
+        case Cls::Metadata: {
+            expectFields(state, {"state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version"});
+            m_meta = state;
+            m_meta.pinned = true; // its dicts are read at the end
+            built.t = T::Meta;
+            break;
+        }
+        default: unsupported();
+        }
+        if (static_cast<Cls>(obj.a) != Cls::Metadata) {
+            releaseContainer(state);
+            releaseTuple(state);
+        }
+        // shared objects (one TensorProperties for many tensors) are memoized at NEWOBJ: later reads get the built one
+        built.pinned = obj.pinned;
+        if (obj.pinned) m_memo[static_cast<uint64_t>(obj.i)] = built;
+        obj = built;
+    }
+
+    uint32_t fileId(const V& s)
+    {
+        const std::string_view name = str(s);
+        auto it = m_fileIds.find(name);
+        if (it != m_fileIds.end()) return it->second;
+        const uint32_t id = m_out.files->intern(std::string(name));
+        m_fileIds.emplace(name, id);
+        return id;
+    }
+    uint32_t fqnId(const V& s)
+    {
+        const std::string_view name = str(s);
+        auto it = m_fqnIds.find(name);
+        if (it != m_fqnIds.end()) return it->second;
+        const auto id = static_cast<uint32_t>(m_out.storageFqns.size());
+        m_out.storageFqns.emplace_back(name);
+        m_fqnIds.emplace(name, id);
+        return id;
+    }
+
+    void setItem(Container& c, const V& key, const V& value)
+    {
+        if (key.t == T::Index && value.t == T::Info) {
+            // a storage_data entry: straight into the index
+            if (!c.items.empty()) unsupported();
+            const IndexRec& ix = m_indexes[static_cast<size_t>(key.i)];
+            const InfoRec& in = m_infos[static_cast<size_t>(value.i)];
+            DcpMetadata::Storage s;
+            s.fqn = fqnId(ix.fqn);
+            s.file = in.file;
+            s.hasOffset = ix.hasOffset;
+            s.hasTransforms = in.transforms;
+            s.ndim = ix.ndim;
+            s.offsetsAt = ix.offsetsAt;
+            s.offset = in.offset;
+            s.length = in.length;
+            m_out.storage.push_back(s);
+            c.storageDict = true;
+            ++c.storagePairs;
+            if (!key.pinned && key.i + 1 == static_cast<int64_t>(m_indexes.size())) m_indexes.pop_back();
+            if (!value.pinned && value.i + 1 == static_cast<int64_t>(m_infos.size())) m_infos.pop_back();
+            return;
+        }
+        if (c.storageDict) unsupported();
+        c.items.push_back(key);
+        c.items.push_back(value);
+    }
+
+    void execute()
+    {
+        m_pos = 0;
+        uint64_t memoNext = 0;
+        uint64_t nextProgress = 0;
+        while (true) {
+            if (m_pos >= nextProgress) {
+                m_progress.checkCancelled();
+                m_progress(0.9 * static_cast<double>(m_pos) / static_cast<double>(m_size), "reading metadata");
+                // what lies behind is parsed: only the few strings kept (file names, fqns) are read again
+                if (m_pos > (64u << 20)) m_file.release(0, m_pos - (1u << 20));
+                nextProgress = m_pos + (8u << 20);
+            }
+            need(1);
+            const uint8_t op = m_data[m_pos++];
+            switch (op) {
+            case 0x80:
+                m_out.protocol = static_cast<int>(readUInt(1));
+                break;
+            case 0x95: readUInt(8); break;
+            case '.': {
+                if (m_stack.size() != 1 || m_stack[0].t != T::Meta || !m_marks.empty()) unsupported();
+                finish();
+                return;
+            }
+            case '(': m_marks.push_back(m_stack.size()); break;
+            case '}':
+            case ']': {
+                V v;
+                v.t = op == '}' ? T::Dict : T::List;
+                v.a = newContainer();
+                m_stack.push_back(v);
+                break;
+            }
+            case ')':
+            case 't':
+            case 0x85:
+            case 0x86:
+            case 0x87: {
+                size_t n = op == ')' ? 0 : op == 0x85 ? 1 : op == 0x86 ? 2 : op == 0x87 ? 3 : 0;
+                size_t from;
+                if (op == 't') {
+                    from = popMark();
+                    n = m_stack.size() - from;
+                } else {
+                    if (m_stack.size() < m_markFloor() + n) unsupported();
+                    from = m_stack.size() - n;
+                }
+                V v;
+                v.t = T::Tuple;
+                v.a = static_cast<uint32_t>(n);
+                v.i = static_cast<int64_t>(m_tuples.size());
+                m_tuples.insert(m_tuples.end(), m_stack.begin() + static_cast<std::ptrdiff_t>(from), m_stack.end());
+                m_stack.resize(from);
+                m_stack.push_back(v);
+                break;
+            }
+            case 's':
+            case 'u': {
+                const size_t from = op == 'u' ? popMark() : m_stack.size() - 2;
+                if (from < 1 || from > m_stack.size() || (m_stack.size() - from) % 2 != 0 || from < m_markFloor() + 1)
+                    unsupported();
+                const V& d = m_stack[from - 1];
+                if (d.t != T::Dict) unsupported();
+                Container& c = m_containers[d.a];
+                for (size_t k = from; k < m_stack.size(); k += 2)
+                    setItem(c, m_stack[k], m_stack[k + 1]);
+                m_stack.resize(from);
+                break;
+            }
+            case 'a':
+            case 'e': {
+                const size_t from = op == 'e' ? popMark() : m_stack.size() - 1;
+                if (from < 1 || from > m_stack.size() || from < m_markFloor() + 1) unsupported();
+                const V& l = m_stack[from - 1];
+                if (l.t != T::List) unsupported();
+                auto& items = m_containers[l.a].items;
+                items.insert(items.end(), m_stack.begin() + static_cast<std::ptrdiff_t>(from), m_stack.end());
+                m_stack.resize(from);
+                break;
+            }
+            case 'J': {
+                V v;
+                v.t = T::Int;
+                v.i = static_cast<int32_t>(static_cast<uint32_t>(readUInt(4)));
+                m_stack.push_back(v);
+                break;
+            }
+            case 'K':
+            case 'M': {
+                V v;
+                v.t = T::Int;
+                v.i = static_cast<int64_t>(readUInt(op == 'K' ? 1 : 2));
+                m_stack.push_back(v);
+                break;
+            }
+            case 0x8a: {
+                const auto n = static_cast<unsigned>(readUInt(1));
+                if (n > 8) unsupported();
+                need(n);
+                uint64_t u = 0;
+                for (unsigned b = 0; b < n; ++b)
+                    u |= static_cast<uint64_t>(m_data[m_pos + b]) << (8 * b);
+                if (n > 0 && n < 8 && (m_data[m_pos + n - 1] & 0x80)) u |= ~uint64_t(0) << (8 * n); // sign
+                m_pos += n;
+                V v;
+                v.t = T::Int;
+                v.i = static_cast<int64_t>(u);
+                m_stack.push_back(v);
+                break;
+            }
+            case 'N': m_stack.push_back(V {}); break;
+            case 0x88:
+            case 0x89: {
+                V v;
+                v.t = T::Bool;
+                v.i = op == 0x88;
+                m_stack.push_back(v);
+                break;
+            }
+            case 'G': {
+                readUInt(8);
+                V v;
+                v.t = T::Float;
+                m_stack.push_back(v);
+                break;
+            }
+            case 0x8c:
+            case 'X':
+            case 0x8d: {
+                const uint64_t n = readUInt(op == 0x8c ? 1 : op == 'X' ? 4 : 8);
+                need(n);
+                if (n > std::numeric_limits<uint32_t>::max()) unsupported();
+                V v;
+                v.t = T::Str;
+                v.i = static_cast<int64_t>(m_pos);
+                v.a = static_cast<uint32_t>(n);
+                m_pos += n;
+                m_stack.push_back(v);
+                break;
+            }
+            case 0x93: {
+                const V name = pop();
+                const V module = pop();
+                if (name.t != T::Str || module.t != T::Str) unsupported();
+                pushGlobal(str(module), str(name));
+                break;
+            }
+            case 'c': {
+                std::string_view lines[2];
+                for (auto& line : lines) {
+                    const void* nl = std::memchr(m_data + m_pos, '\n', m_size - m_pos);
+                    if (!nl) unsupported();
+                    const auto end = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - m_data);
+                    line = {reinterpret_cast<const char*>(m_data) + m_pos, end - m_pos};
+                    m_pos = end + 1;
+                }
+                pushGlobal(lines[0], lines[1]);
+                break;
+            }
+            case 0x94:
+            case 'q':
+            case 'r': {
+                const uint64_t idx = op == 0x94 ? memoNext++ : readUInt(op == 'q' ? 1 : 4);
+                if (idx >= m_memoRead.size()) unsupported();
+                if (m_memoRead[idx]) {
+                    V& v = top();
+                    if (v.t == T::Object) {
+                        if (v.pinned) unsupported(); // memoized twice
+                        v.i = static_cast<int64_t>(idx); // where BUILD puts the built value
+                    }
+                    v.pinned = true;
+                    m_memo[idx] = v;
+                }
+                break;
+            }
+            case 'h':
+            case 'j': {
+                const uint64_t idx = readUInt(op == 'h' ? 1 : 4);
+                auto it = m_memo.find(idx);
+                if (it == m_memo.end()) unsupported();
+                m_stack.push_back(it->second);
+                break;
+            }
+            case 0x81: {
+                const V args = pop();
+                const V cls = pop();
+                newObject(cls, args);
+                break;
+            }
+            case 'R': {
+                const V args = pop();
+                const V callable = pop();
+                reduce(callable, args);
+                break;
+            }
+            case 'b': build(); break;
+            default: unsupported();
+            }
+        }
+    }
+
+    KeyPath plannerPath(const V& tuple) const
+    {
+        KeyPath path;
+        if (tuple.t != T::Tuple && tuple.t != T::List) unsupported();
+        const V* items = tuple.t == T::Tuple ? tupleItems(tuple) : m_containers[tuple.a].items.data();
+        const size_t n = tuple.t == T::Tuple ? tuple.a : m_containers[tuple.a].items.size();
+        for (size_t k = 0; k < n; ++k) {
+            if (items[k].t == T::Int)
+                path.push_back(KeyPathElem::fromIndex(items[k].i));
+            else if (items[k].t == T::Str)
+                path.push_back(KeyPathElem::fromKey(std::string(str(items[k]))));
+            else
+                unsupported(); // other key types: the general reader renders them
+        }
+        return path;
+    }
+
+    void finish()
+    {
+        const V* sdm = dictGet(m_meta, "state_dict_metadata");
+        const V* planner = dictGet(m_meta, "planner_data");
+        const V* storage = dictGet(m_meta, "storage_data");
+        const V* version = dictGet(m_meta, "version");
+        if (!sdm || sdm->t != T::Dict) unsupported();
+        if (version && version->t == T::Str) m_out.version = std::string(str(*version));
+        if (storage && storage->t == T::Dict) {
+            const Container& c = m_containers[storage->a];
+            if (!c.items.empty() || c.storagePairs != m_out.storage.size()) unsupported();
+            m_out.hasStorageData = true;
+        } else if (storage && storage->t != T::None) {
+            unsupported();
+        }
+        std::unordered_map<std::string_view, const V*> paths;
+        if (planner && planner->t == T::Dict) {
+            const auto& items = m_containers[planner->a].items;
+            for (size_t k = 0; k + 1 < items.size(); k += 2) {
+                if (items[k].t != T::Str) unsupported();
+                paths[str(items[k])] = &items[k + 1];
+            }
+        } else if (planner && planner->t != T::None) {
+            unsupported();
+        }
+        const auto& items = m_containers[sdm->a].items;
+        m_out.items.reserve(items.size() / 2);
+        for (size_t k = 0; k + 1 < items.size(); k += 2) {
+            const V& key = items[k];
+            const V& md = items[k + 1];
+            if (key.t != T::Str) unsupported();
+            DcpMetadata::Item it;
+            it.fqn = std::string(str(key));
+            auto p = paths.find(str(key));
+            if (p != paths.end() && p->second->t != T::None) it.path = plannerPath(*p->second);
+            if (md.t == T::Tensor) {
+                const TensorRec& t = m_tensors[static_cast<size_t>(md.i)];
+                it.kind = DcpMetadata::ItemKind::Tensor;
+                if (t.dtype >= 0) it.dtype = static_cast<DType>(t.dtype);
+                it.shapeOk = t.hasShape;
+                it.shape.assign(m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt),
+                    m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt + t.ndim));
+                it.firstChunk = t.firstChunk;
+                it.chunkCount = t.chunkCount;
+            } else if (md.t == T::Bytes) {
+                it.kind = DcpMetadata::ItemKind::Bytes;
+            } else {
+                unsupported();
+            }
+            m_out.items.push_back(std::move(it));
+        }
+    }
+
+    const MappedFile& m_file;
+    const uint8_t* m_data;
+    uint64_t m_size;
+    uint64_t m_pos = 0;
+    const Progress& m_progress;
+    std::vector<bool> m_memoRead;
+    std::unordered_map<uint64_t, V> m_memo;
+    std::vector<V> m_stack;
+    std::vector<size_t> m_marks;
+    std::vector<V> m_tuples;
+    std::vector<int64_t> m_ints;
+    std::vector<Container> m_containers;
+    std::vector<uint32_t> m_freeContainers;
+    std::vector<TensorRec> m_tensors;
+    std::vector<IndexRec> m_indexes;
+    std::vector<InfoRec> m_infos;
+    std::unordered_map<std::string_view, uint32_t> m_fileIds;
+    std::unordered_map<std::string_view, uint32_t> m_fqnIds;
+    V m_meta;
+    DcpMetadata m_out;
+};
+
+} // namespace
+
+std::optional<DcpMetadata> DcpMetadataReader::read(const MappedFile& file, const Progress& progress)
+{
+    try {
+        Machine m(file, progress);
+        return m.run();
+    } catch (const Unsupported& u) {
+        if (getenv("OPTSCOPE_TRACE_DCP")) fprintf(stderr, "dcp fast path: unsupported at line %d\n", u.line);
+        return std::nullopt;
+    }
+}
+
+} // namespace optscope
