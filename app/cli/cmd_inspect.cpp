@@ -110,6 +110,7 @@ int run(const std::vector<std::string>& argv)
     if (args.positional().size() != 1) throw UsageError("inspect takes exactly one PATH");
     InspectOptions options;
     options.hash = args.has("--hash");
+    options.listChunks = args.has("--json");
     if (auto t = args.value("--threads")) {
         try {
             options.threads = std::stoi(*t);

@@ -102,7 +102,7 @@ public:
     void reserve(size_t chunks, size_t dims);
 
     void push_back(const TensorChunk& c);
-    template <class... A> void emplace_back(A&&... a) { push_back(TensorChunk {std::forward<A>(a)...}); }
+    template<class... A> void emplace_back(A&&... a) { push_back(TensorChunk {std::forward<A>(a)...}); }
     /// a TorchSaveBlob chunk whose file is already in fileTable() (readers of millions of chunks)
     void appendBlob(int rank, uint32_t fileId, uint64_t offset, uint64_t length, const int64_t* offsets,
         const int64_t* sizes, size_t ndim);

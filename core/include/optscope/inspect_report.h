@@ -12,6 +12,9 @@ struct InspectOptions
 {
     bool hash = false; ///< add "sha256" of every full tensor
     int threads = 0; ///< hashing threads; 0 = one per core
+    /// list every chunk of every tensor under "chunks" (a 1,024-rank checkpoint has millions: the text report, which
+    /// shows a count and the ranks, leaves them out and gives "chunk_count" and "ranks" per tensor instead)
+    bool listChunks = true;
 };
 
 struct InspectReport

@@ -104,6 +104,7 @@ static InspectReport inspectCheckpointUnguarded(
     j["detail"] = cp.formatDetail;
     j["pickle_protocol"] = cp.pickleProtocol;
     std::vector<int> ranks;
+    std::vector<bool> seenRank;
     size_t tensors = 0, values = 0;
     // values rendered with one budget: entries sharing one large object must not render it once each
     std::vector<const PyValue*> valueRoots;
@@ -127,17 +128,27 @@ static InspectReport inspectCheckpointUnguarded(
             je["bytes"] = t.nbytes();
             if (!t.subclass.empty()) je["subclass"] = t.subclass;
             if (!t.placements.empty()) je["placements"] = t.placements;
-            json chunks = json::array();
-            for (const auto& c : t.chunks) {
-                json jc;
-                jc["rank"] = c.rank >= 0 ? json(c.rank) : json(nullptr);
-                jc["offsets"] = c.offsets;
-                jc["sizes"] = c.sizes;
-                jc["file"] = c.source.file;
-                chunks.push_back(std::move(jc));
-                if (c.rank >= 0) ranks.push_back(c.rank);
+            if (options.listChunks) {
+                json chunks = json::array();
+                for (size_t c = 0; c < t.chunks.size(); ++c) {
+                    json jc;
+                    jc["rank"] = t.chunks.rank(c) >= 0 ? json(t.chunks.rank(c)) : json(nullptr);
+                    jc["offsets"] = t.chunks.offsetsOf(c).vec();
+                    jc["sizes"] = t.chunks.sizesOf(c).vec();
+                    jc["file"] = t.chunks.fileOf(c);
+                    chunks.push_back(std::move(jc));
+                }
+                je["chunks"] = std::move(chunks);
+            } else {
+                je["chunk_count"] = t.chunks.size();
             }
-            je["chunks"] = std::move(chunks);
+            for (size_t c = 0; c < t.chunks.size(); ++c) {
+                const int r = t.chunks.rank(c);
+                if (r < 0) continue;
+                if (static_cast<size_t>(r) >= seenRank.size()) seenRank.resize(static_cast<size_t>(r) + 1);
+                if (!seenRank[static_cast<size_t>(r)]) ranks.push_back(r);
+                seenRank[static_cast<size_t>(r)] = true;
+            }
             if (options.hash && errors[i].empty()) je["sha256"] = hashes[i];
         } else {
             ++values;

@@ -3,6 +3,10 @@
 #include "mapped_file.h"
 #include "optscope/error.h"
 #include "pickle_machine.h"
+#include "state_flattener.h"
+#include "torch_save_reader.h"
+
+#include <unordered_map>
 
 #include <cstring>
 #include <limits>
@@ -15,7 +19,9 @@ namespace {
 
 /// thrown inside the reader when the pickle holds something it does not handle; caught in read()
 struct Unsupported
-{ int line; };
+{
+    int line;
+};
 
 enum class Cls : uint8_t {
     Metadata,
@@ -112,8 +118,12 @@ public:
     }
 
 private:
-    // ---- input
-    #define unsupported() throw Unsupported {__LINE__}
+// ---- input
+#define unsupported()                                                                                                  \
+    throw Unsupported                                                                                                  \
+    {                                                                                                                  \
+        __LINE__                                                                                                       \
+    }
     void need(uint64_t n) const
     {
         if (n > m_size - m_pos) unsupported();
@@ -154,19 +164,59 @@ private:
         while (pos < m_size) {
             const uint8_t op = m_data[pos++];
             switch (op) {
-            case 0x80: skip(1); break; // PROTO
-            case 0x95: skip(8); break; // FRAME
-            case '.': pos = m_size; break;
-            case '(': case '}': case ']': case ')': case 't': case 0x85: case 0x86: case 0x87: case 's': case 'u':
-            case 'a': case 'e': case 'N': case 0x88: case 0x89: case 0x93: case 0x81: case 'R': case 'b': break;
-            case 'J': skip(4); break;
-            case 'K': skip(1); break;
-            case 'M': skip(2); break;
-            case 0x8a: skip(uint(1)); break; // LONG1
-            case 'G': skip(8); break;
-            case 0x8c: skip(uint(1)); break;
-            case 'X': skip(uint(4)); break;
-            case 0x8d: skip(uint(8)); break;
+            case 0x80:
+                skip(1);
+                break; // PROTO
+            case 0x95:
+                skip(8);
+                break; // FRAME
+            case '.':
+                pos = m_size;
+                break;
+            case '(':
+            case '}':
+            case ']':
+            case ')':
+            case 't':
+            case 0x85:
+            case 0x86:
+            case 0x87:
+            case 's':
+            case 'u':
+            case 'a':
+            case 'e':
+            case 'N':
+            case 0x88:
+            case 0x89:
+            case 0x93:
+            case 0x81:
+            case 'R':
+            case 'b':
+                break;
+            case 'J':
+                skip(4);
+                break;
+            case 'K':
+                skip(1);
+                break;
+            case 'M':
+                skip(2);
+                break;
+            case 0x8a:
+                skip(uint(1));
+                break; // LONG1
+            case 'G':
+                skip(8);
+                break;
+            case 0x8c:
+                skip(uint(1));
+                break;
+            case 'X':
+                skip(uint(4));
+                break;
+            case 0x8d:
+                skip(uint(8));
+                break;
             case 'c': // GLOBAL: two lines
                 for (int line = 0; line < 2; ++line) {
                     const void* nl = pos < m_size ? std::memchr(m_data + pos, '\n', m_size - pos) : nullptr;
@@ -174,12 +224,25 @@ private:
                     pos = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - m_data) + 1;
                 }
                 break;
-            case 0x94: ++memoized; break;
-            case 'q': puts = true; memoized = std::max<uint64_t>(memoized, uint(1) + 1); break;
-            case 'r': puts = true; memoized = std::max<uint64_t>(memoized, uint(4) + 1); break;
-            case 'h': gets.push_back(uint(1)); break;
-            case 'j': gets.push_back(uint(4)); break;
-            default: unsupported(); // an opcode DCP's pickles never hold
+            case 0x94:
+                ++memoized;
+                break;
+            case 'q':
+                puts = true;
+                memoized = std::max<uint64_t>(memoized, uint(1) + 1);
+                break;
+            case 'r':
+                puts = true;
+                memoized = std::max<uint64_t>(memoized, uint(4) + 1);
+                break;
+            case 'h':
+                gets.push_back(uint(1));
+                break;
+            case 'j':
+                gets.push_back(uint(4));
+                break;
+            default:
+                unsupported(); // an opcode DCP's pickles never hold
             }
         }
         if (puts && memoized > m_size) unsupported();
@@ -198,7 +261,10 @@ private:
         m_stack.pop_back();
         return v;
     }
-    size_t m_markFloor() const { return m_marks.empty() ? 0 : m_marks.back(); }
+    size_t m_markFloor() const
+    {
+        return m_marks.empty() ? 0 : m_marks.back();
+    }
     V& top()
     {
         if (m_stack.size() <= m_markFloor()) unsupported();
@@ -244,7 +310,10 @@ private:
         if (v.t == T::Size && !v.pinned && v.i + v.a == static_cast<int64_t>(m_ints.size()))
             m_ints.resize(static_cast<size_t>(v.i));
     }
-    const V* tupleItems(const V& v) const { return m_tuples.data() + v.i; }
+    const V* tupleItems(const V& v) const
+    {
+        return m_tuples.data() + v.i;
+    }
 
     /// value of @p key in a Dict state, or null
     const V* dictGet(const V& dict, std::string_view key) const
@@ -276,8 +345,8 @@ private:
 
     Cls classOf(std::string_view module, std::string_view name, int64_t& dtype)
     {
-        const bool metadata
-            = module == "torch.distributed.checkpoint.metadata" || module == "torch.distributed._shard.checkpoint.metadata";
+        const bool metadata = module == "torch.distributed.checkpoint.metadata"
+            || module == "torch.distributed._shard.checkpoint.metadata";
         const bool filesystem = module == "torch.distributed.checkpoint.filesystem"
             || module == "torch.distributed._shard.checkpoint.filesystem";
         if (metadata) {
@@ -317,10 +386,15 @@ private:
         releaseTuple(args);
         V o;
         switch (c) {
-        case Cls::BytesStorageMetadata: o.t = T::Bytes; break; // no fields: no BUILD follows
-        case Cls::OtherKnown: o.t = T::Opaque; break;
+        case Cls::BytesStorageMetadata:
+            o.t = T::Bytes;
+            break; // no fields: no BUILD follows
+        case Cls::OtherKnown:
+            o.t = T::Opaque;
+            break;
         case Cls::Size:
-        case Cls::Dtype: unsupported();
+        case Cls::Dtype:
+            unsupported();
         default:
             o.t = T::Object;
             o.a = cls.a;
@@ -341,14 +415,12 @@ private:
             r.t = T::Size;
             r.a = dims.a;
             const V* items = tupleItems(dims);
-            std::vector<int64_t> tmp(dims.a);
+            r.i = static_cast<int64_t>(m_ints.size());
             for (uint32_t d = 0; d < dims.a; ++d) {
                 if (items[d].t != T::Int) unsupported();
-                tmp[d] = items[d].i;
+                m_ints.push_back(items[d].i);
             }
             releaseTuple(args);
-            r.i = static_cast<int64_t>(m_ints.size());
-            m_ints.insert(m_ints.end(), tmp.begin(), tmp.end());
         } else if (c == Cls::OtherKnown) {
             releaseTuple(args);
             r.t = T::Opaque;
@@ -489,7 +561,8 @@ private:
             built.t = T::Meta;
             break;
         }
-        default: unsupported();
+        default:
+            unsupported();
         }
         if (static_cast<Cls>(obj.a) != Cls::Metadata) {
             releaseContainer(state);
@@ -568,13 +641,17 @@ private:
             case 0x80:
                 m_out.protocol = static_cast<int>(readUInt(1));
                 break;
-            case 0x95: readUInt(8); break;
+            case 0x95: // FRAME: only a hint, but one past the end means a cut file
+                if (readUInt(8) > m_size - m_pos) unsupported();
+                break;
             case '.': {
                 if (m_stack.size() != 1 || m_stack[0].t != T::Meta || !m_marks.empty()) unsupported();
                 finish();
                 return;
             }
-            case '(': m_marks.push_back(m_stack.size()); break;
+            case '(':
+                m_marks.push_back(m_stack.size());
+                break;
             case '}':
             case ']': {
                 V v;
@@ -660,7 +737,9 @@ private:
                 m_stack.push_back(v);
                 break;
             }
-            case 'N': m_stack.push_back(V {}); break;
+            case 'N':
+                m_stack.push_back(V {});
+                break;
             case 0x88:
             case 0x89: {
                 V v;
@@ -745,8 +824,11 @@ private:
                 reduce(callable, args);
                 break;
             }
-            case 'b': build(); break;
-            default: unsupported();
+            case 'b':
+                build();
+                break;
+            default:
+                unsupported();
             }
         }
     }
@@ -854,6 +936,170 @@ std::optional<DcpMetadata> DcpMetadataReader::read(const MappedFile& file, const
         if (getenv("OPTSCOPE_TRACE_DCP")) fprintf(stderr, "dcp fast path: unsupported at line %d\n", u.line);
         return std::nullopt;
     }
+}
+
+namespace {
+
+/// dataclass fields: BUILD {name: value} (or (dict, slots) for __slots__ classes)
+const PyValue* field(const PyValue* obj, std::string_view name)
+{
+    if (!obj || obj->kind != PyKind::Object || !obj->object->state) return nullptr;
+    const PyValue* st = obj->object->state;
+    if (st->kind == PyKind::Dict) return st->get(name);
+    if (st->kind == PyKind::Tuple)
+        for (const auto* part : st->items())
+            if (part->kind == PyKind::Dict)
+                if (const auto* f = part->get(name)) return f;
+    return nullptr;
+}
+
+bool classEndsWith(const PyValue* obj, std::string_view name)
+{
+    const std::string cls = obj ? obj->className() : std::string();
+    return cls.size() > name.size() && cls.compare(cls.size() - name.size(), name.size(), name) == 0
+        && cls[cls.size() - name.size() - 1] == '.';
+}
+
+bool intVector(const PyValue* v, std::vector<int64_t>& out)
+{
+    out.clear();
+    if (!v || !v->isSequence()) return false;
+    for (const auto* i : v->items()) {
+        if (i->kind != PyKind::Int) return false;
+        out.push_back(i->integer);
+    }
+    return true;
+}
+
+std::optional<DType> dtypeOfProperties(const PyValue* props)
+{
+    if (!props || props->kind != PyKind::Object || !props->object->state) return std::nullopt;
+    const PyValue* st = props->object->state;
+    const PyValue* dt = nullptr;
+    if (st->kind == PyKind::Tuple && st->size() >= 1)
+        dt = st->item(0); // __getstate__: (dtype, layout, requires_grad, memory_format, pin_memory)
+    else if (st->kind == PyKind::Dict)
+        dt = st->get("dtype");
+    if (dt && dt->kind == PyKind::Dtype) return dt->dtype;
+    return std::nullopt;
+}
+
+} // namespace
+
+DcpMetadata DcpMetadataReader::fromGraph(const PyValue* md, const std::string& metaPath, int protocol)
+{
+    DcpMetadata out;
+    out.protocol = protocol;
+    if (!classEndsWith(md, "Metadata"))
+        throw Error(ErrorKind::Format, metaPath, "does not hold a DCP Metadata object (found " + pyRepr(md, 80) + ")");
+    const PyValue* sdm = field(md, "state_dict_metadata");
+    const PyValue* planner = field(md, "planner_data");
+    const PyValue* storageData = field(md, "storage_data");
+    const PyValue* version = field(md, "version");
+    if (!sdm || sdm->kind != PyKind::Dict)
+        throw Error(ErrorKind::Format, metaPath, "Metadata has no state_dict_metadata dict");
+    if (version && version->kind == PyKind::Str) out.version = std::string(version->text);
+
+    std::unordered_map<std::string, uint32_t> fqnIds;
+    if (storageData && storageData->kind == PyKind::Dict) {
+        out.hasStorageData = true;
+        for (size_t i = 0; i < storageData->size(); ++i) {
+            const PyValue* index = storageData->dictKey(i);
+            const PyValue* info = storageData->dictValue(i);
+            const PyValue* fqn = field(index, "fqn");
+            const PyValue* offset = field(index, "offset");
+            const PyValue* rel = field(info, "relative_path");
+            const PyValue* off = field(info, "offset");
+            const PyValue* len = field(info, "length");
+            if (!fqn || fqn->kind != PyKind::Str || !rel || rel->kind != PyKind::Str || !off || off->kind != PyKind::Int
+                || !len || len->kind != PyKind::Int || off->integer < 0 || len->integer < 0) {
+                out.storageErrors.push_back("storage_data entry " + std::to_string(i)
+                    + " is malformed: " + pyRepr(index, 80) + " -> " + pyRepr(info, 120));
+                continue;
+            }
+            DcpMetadata::Storage s;
+            const std::string name(fqn->text);
+            auto [it, added] = fqnIds.emplace(name, static_cast<uint32_t>(out.storageFqns.size()));
+            if (added) out.storageFqns.push_back(name);
+            s.fqn = it->second;
+            s.file = out.files->intern(std::string(rel->text));
+            s.offset = static_cast<uint64_t>(off->integer);
+            s.length = static_cast<uint64_t>(len->integer);
+            const PyValue* transforms = field(info, "transform_descriptors");
+            s.hasTransforms = transforms && transforms->isSequence() && transforms->size() > 0;
+            std::vector<int64_t> offs;
+            s.hasOffset = offset && offset->kind != PyKind::None && intVector(offset, offs);
+            if (s.hasOffset) {
+                s.ndim = static_cast<uint32_t>(offs.size());
+                s.offsetsAt = out.dims.size();
+                out.dims.insert(out.dims.end(), offs.begin(), offs.end());
+            }
+            out.storage.push_back(s);
+        }
+    }
+
+    out.items.reserve(sdm->size());
+    for (size_t i = 0; i < sdm->size(); ++i) {
+        const PyValue* keyValue = sdm->dictKey(i);
+        const PyValue* smd = sdm->dictValue(i);
+        DcpMetadata::Item it;
+        if (keyValue->kind != PyKind::Str) {
+            it.kind = DcpMetadata::ItemKind::Unknown;
+            it.unknownText = "state_dict_metadata key is not a string: " + pyRepr(keyValue, 60);
+            out.items.push_back(std::move(it));
+            continue;
+        }
+        it.fqn = std::string(keyValue->text);
+        const PyValue* p = planner && planner->kind == PyKind::Dict ? planner->get(it.fqn) : nullptr;
+        if (p && p->isSequence() && p->size() > 0) {
+            // a path repeating one long key string (shared through the memo) could take gigabytes: bound it first
+            uint64_t pathBytes = 0;
+            for (const auto* el : p->items())
+                pathBytes += sizeof(KeyPathElem) + 2 * (2 * el->text.size() + 1024);
+            if (pathBytes > kMaxKeyPathBytes)
+                throw Error(ErrorKind::Limit, metaPath,
+                    "planner_data path of '" + it.fqn.substr(0, 80) + "' would take more than "
+                        + std::to_string(kMaxKeyPathBytes >> 20) + " MiB");
+            for (const auto* el : p->items()) {
+                if (el->kind == PyKind::Int)
+                    it.path.push_back(KeyPathElem::fromIndex(el->integer));
+                else
+                    it.path.push_back(KeyPathElem::fromKey(pyStr(el)));
+            }
+        }
+        if (classEndsWith(smd, "TensorStorageMetadata")) {
+            it.kind = DcpMetadata::ItemKind::Tensor;
+            it.dtype = dtypeOfProperties(field(smd, "properties"));
+            it.shapeOk = intVector(field(smd, "size"), it.shape);
+            const PyValue* chunks = field(smd, "chunks");
+            it.firstChunk = out.chunks.size();
+            for (const auto* ch : chunks ? chunks->items() : std::vector<PyValue*>()) {
+                std::vector<int64_t> offsets, sizes;
+                DcpMetadata::Chunk c;
+                if (!intVector(field(ch, "offsets"), offsets) || !intVector(field(ch, "sizes"), sizes)
+                    || offsets.size() != sizes.size()) {
+                    c.ok = false;
+                    out.chunkErrors.emplace_back(
+                        out.chunks.size(), "chunk without readable offsets/sizes: " + pyRepr(ch, 80));
+                } else {
+                    c.ndim = static_cast<uint32_t>(offsets.size());
+                    c.dimsAt = out.dims.size();
+                    out.dims.insert(out.dims.end(), offsets.begin(), offsets.end());
+                    out.dims.insert(out.dims.end(), sizes.begin(), sizes.end());
+                }
+                out.chunks.push_back(c);
+            }
+            it.chunkCount = out.chunks.size() - it.firstChunk;
+        } else if (classEndsWith(smd, "BytesStorageMetadata")) {
+            it.kind = DcpMetadata::ItemKind::Bytes;
+        } else {
+            it.kind = DcpMetadata::ItemKind::Unknown;
+            it.value = smd;
+            it.unknownText = "unknown storage metadata " + pyRepr(smd, 80);
+        }
+        out.items.push_back(std::move(it));
+    }
+    return out;
 }
 
 } // namespace optscope

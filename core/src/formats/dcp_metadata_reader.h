@@ -16,8 +16,8 @@
 // type) it gives up and returns nothing, and the caller unpickles the file with the general pickle machine, which
 // reports every oddity precisely: this reader is a fast path, never the only judge of a file.
 
-#include "optscope/chunk_table.h"
 #include "optscope/checkpoint.h"
+#include "optscope/chunk_table.h"
 #include "optscope/dtype.h"
 #include "optscope/progress.h"
 
@@ -87,6 +87,9 @@ public:
     /// the index of @p data (a whole .metadata file), or nothing when the pickle holds anything this reader does not
     /// know (then unpickle it generally); throws Error(Cancelled) from @p progress, Error(Limit) past the caps
     static std::optional<DcpMetadata> read(const MappedFile& file, const Progress& progress = {});
+    /// the general path: the index from the unpickled object graph (any pickle read() gave up on); malformed parts
+    /// become errors in the index, so that the rest can still be browsed; throws Error(Format) without a Metadata
+    static DcpMetadata fromGraph(const PyValue* metadata, const std::string& metaPath, int protocol);
 };
 
 } // namespace optscope

@@ -8,8 +8,8 @@
 #include "state_flattener.h"
 #include "torch_save_reader.h"
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <sys/stat.h>
@@ -18,172 +18,6 @@
 namespace fs = std::filesystem;
 
 namespace optscope {
-
-namespace {
-
-/// dataclass fields: BUILD {name: value} (or (dict, slots) for __slots__ classes)
-const PyValue* field(const PyValue* obj, std::string_view name)
-{
-    if (!obj || obj->kind != PyKind::Object || !obj->object->state) return nullptr;
-    const PyValue* st = obj->object->state;
-    if (st->kind == PyKind::Dict) return st->get(name);
-    if (st->kind == PyKind::Tuple)
-        for (const auto* part : st->items())
-            if (part->kind == PyKind::Dict)
-                if (const auto* f = part->get(name)) return f;
-    return nullptr;
-}
-
-bool classEndsWith(const PyValue* obj, std::string_view name)
-{
-    const std::string cls = obj ? obj->className() : std::string();
-    return cls.size() > name.size() && cls.compare(cls.size() - name.size(), name.size(), name) == 0
-        && cls[cls.size() - name.size() - 1] == '.';
-}
-
-bool intVector(const PyValue* v, std::vector<int64_t>& out)
-{
-    out.clear();
-    if (!v || !v->isSequence()) return false;
-    for (const auto* i : v->items()) {
-        if (i->kind != PyKind::Int) return false;
-        out.push_back(i->integer);
-    }
-    return true;
-}
-
-std::optional<DType> dtypeOfProperties(const PyValue* props)
-{
-    if (!props || props->kind != PyKind::Object || !props->object->state) return std::nullopt;
-    const PyValue* st = props->object->state;
-    const PyValue* dt = nullptr;
-    if (st->kind == PyKind::Tuple && st->size() >= 1)
-        dt = st->item(0); // __getstate__: (dtype, layout, requires_grad, memory_format, pin_memory)
-    else if (st->kind == PyKind::Dict)
-        dt = st->get("dtype");
-    if (dt && dt->kind == PyKind::Dtype) return dt->dtype;
-    return std::nullopt;
-}
-
-/// The general path: the index from the unpickled object graph (any pickle the fast reader gave up on). Malformed
-/// parts become errors in the index, so that the rest can still be browsed.
-DcpMetadata metadataFromGraph(const PyValue* md, const std::string& metaPath, int protocol)
-{
-    DcpMetadata out;
-    out.protocol = protocol;
-    if (!classEndsWith(md, "Metadata"))
-        throw Error(ErrorKind::Format, metaPath, "does not hold a DCP Metadata object (found " + pyRepr(md, 80) + ")");
-    const PyValue* sdm = field(md, "state_dict_metadata");
-    const PyValue* planner = field(md, "planner_data");
-    const PyValue* storageData = field(md, "storage_data");
-    const PyValue* version = field(md, "version");
-    if (!sdm || sdm->kind != PyKind::Dict)
-        throw Error(ErrorKind::Format, metaPath, "Metadata has no state_dict_metadata dict");
-    if (version && version->kind == PyKind::Str) out.version = std::string(version->text);
-
-    std::unordered_map<std::string, uint32_t> fqnIds;
-    if (storageData && storageData->kind == PyKind::Dict) {
-        out.hasStorageData = true;
-        for (size_t i = 0; i < storageData->size(); ++i) {
-            const PyValue* index = storageData->dictKey(i);
-            const PyValue* info = storageData->dictValue(i);
-            const PyValue* fqn = field(index, "fqn");
-            const PyValue* offset = field(index, "offset");
-            const PyValue* rel = field(info, "relative_path");
-            const PyValue* off = field(info, "offset");
-            const PyValue* len = field(info, "length");
-            if (!fqn || fqn->kind != PyKind::Str || !rel || rel->kind != PyKind::Str || !off || off->kind != PyKind::Int
-                || !len || len->kind != PyKind::Int || off->integer < 0 || len->integer < 0) {
-                out.storageErrors.push_back("storage_data entry " + std::to_string(i) + " is malformed: "
-                    + pyRepr(index, 80) + " -> " + pyRepr(info, 120));
-                continue;
-            }
-            DcpMetadata::Storage s;
-            const std::string name(fqn->text);
-            auto [it, added] = fqnIds.emplace(name, static_cast<uint32_t>(out.storageFqns.size()));
-            if (added) out.storageFqns.push_back(name);
-            s.fqn = it->second;
-            s.file = out.files->intern(std::string(rel->text));
-            s.offset = static_cast<uint64_t>(off->integer);
-            s.length = static_cast<uint64_t>(len->integer);
-            const PyValue* transforms = field(info, "transform_descriptors");
-            s.hasTransforms = transforms && transforms->isSequence() && transforms->size() > 0;
-            std::vector<int64_t> offs;
-            s.hasOffset = offset && offset->kind != PyKind::None && intVector(offset, offs);
-            if (s.hasOffset) {
-                s.ndim = static_cast<uint32_t>(offs.size());
-                s.offsetsAt = out.dims.size();
-                out.dims.insert(out.dims.end(), offs.begin(), offs.end());
-            }
-            out.storage.push_back(s);
-        }
-    }
-
-    out.items.reserve(sdm->size());
-    for (size_t i = 0; i < sdm->size(); ++i) {
-        const PyValue* keyValue = sdm->dictKey(i);
-        const PyValue* smd = sdm->dictValue(i);
-        DcpMetadata::Item it;
-        if (keyValue->kind != PyKind::Str) {
-            it.kind = DcpMetadata::ItemKind::Unknown;
-            it.unknownText = "state_dict_metadata key is not a string: " + pyRepr(keyValue, 60);
-            out.items.push_back(std::move(it));
-            continue;
-        }
-        it.fqn = std::string(keyValue->text);
-        const PyValue* p = planner && planner->kind == PyKind::Dict ? planner->get(it.fqn) : nullptr;
-        if (p && p->isSequence() && p->size() > 0) {
-            // a path repeating one long key string (shared through the memo) could take gigabytes: bound it first
-            uint64_t pathBytes = 0;
-            for (const auto* el : p->items())
-                pathBytes += sizeof(KeyPathElem) + 2 * (2 * el->text.size() + 1024);
-            if (pathBytes > kMaxKeyPathBytes)
-                throw Error(ErrorKind::Limit, metaPath,
-                    "planner_data path of '" + it.fqn.substr(0, 80) + "' would take more than "
-                        + std::to_string(kMaxKeyPathBytes >> 20) + " MiB");
-            for (const auto* el : p->items()) {
-                if (el->kind == PyKind::Int)
-                    it.path.push_back(KeyPathElem::fromIndex(el->integer));
-                else
-                    it.path.push_back(KeyPathElem::fromKey(pyStr(el)));
-            }
-        }
-        if (classEndsWith(smd, "TensorStorageMetadata")) {
-            it.kind = DcpMetadata::ItemKind::Tensor;
-            it.dtype = dtypeOfProperties(field(smd, "properties"));
-            it.shapeOk = intVector(field(smd, "size"), it.shape);
-            const PyValue* chunks = field(smd, "chunks");
-            it.firstChunk = out.chunks.size();
-            for (const auto* ch : chunks ? chunks->items() : std::vector<PyValue*>()) {
-                std::vector<int64_t> offsets, sizes;
-                DcpMetadata::Chunk c;
-                if (!intVector(field(ch, "offsets"), offsets) || !intVector(field(ch, "sizes"), sizes)
-                    || offsets.size() != sizes.size()) {
-                    c.ok = false;
-                    out.chunkErrors.emplace_back(
-                        out.chunks.size(), "chunk without readable offsets/sizes: " + pyRepr(ch, 80));
-                } else {
-                    c.ndim = static_cast<uint32_t>(offsets.size());
-                    c.dimsAt = out.dims.size();
-                    out.dims.insert(out.dims.end(), offsets.begin(), offsets.end());
-                    out.dims.insert(out.dims.end(), sizes.begin(), sizes.end());
-                }
-                out.chunks.push_back(c);
-            }
-            it.chunkCount = out.chunks.size() - it.firstChunk;
-        } else if (classEndsWith(smd, "BytesStorageMetadata")) {
-            it.kind = DcpMetadata::ItemKind::Bytes;
-        } else {
-            it.kind = DcpMetadata::ItemKind::Unknown;
-            it.value = smd;
-            it.unknownText = "unknown storage metadata " + pyRepr(smd, 80);
-        }
-        out.items.push_back(std::move(it));
-    }
-    return out;
-}
-
-} // namespace
 
 int DcpReader::rankFromFileName(const std::string& relativePath)
 {
@@ -207,7 +41,6 @@ bool DcpReader::looksLikeDcp(const std::string& path)
     if (fs::is_directory(path, ec)) return fs::is_regular_file(fs::path(path) / ".metadata", ec);
     return fs::path(path).filename() == ".metadata" && fs::is_regular_file(path, ec);
 }
-
 
 std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const Progress& progress)
 {
@@ -238,7 +71,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         cp->pickleProtocol = r.protocol;
         cp->root = r.root;
         builder.addPickleWarnings(r.warnings);
-        md = metadataFromGraph(r.root, metaPath, r.protocol);
+        md = DcpMetadataReader::fromGraph(r.root, metaPath, r.protocol);
     }
     cp->formatDetail = "DCP";
     if (!md.version.empty()) cp->formatDetail += " version " + md.version;
@@ -265,7 +98,8 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     fqnIds.reserve(md.storageFqns.size());
     for (size_t i = 0; i < md.storageFqns.size(); ++i)
         fqnIds.emplace(md.storageFqns[i], static_cast<uint32_t>(i));
-    auto findStorage = [&](const std::string& fqn, const int64_t* offsets, uint32_t ndim) -> const DcpMetadata::Storage* {
+    auto findStorage
+        = [&](const std::string& fqn, const int64_t* offsets, uint32_t ndim) -> const DcpMetadata::Storage* {
         auto id = fqnIds.find(fqn);
         if (id == fqnIds.end()) return nullptr;
         DcpMetadata::Storage probe;
@@ -375,8 +209,8 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
             } else if (checkRange(*found, fqn)) {
                 const DcpMetadata::Storage& s = *found;
                 const std::string& rel = md.files->name(s.file);
-                const std::string where = cp->files->absolute(rel) + "[" + std::to_string(s.offset) + "+"
-                    + std::to_string(s.length) + "]";
+                const std::string where
+                    = cp->files->absolute(rel) + "[" + std::to_string(s.offset) + "+" + std::to_string(s.length) + "]";
                 try {
                     auto file = cp->files->open(rel);
                     TorchSaveArchive ar = TorchSaveReader::readArchive(file, s.offset, s.length, *cp->arena, where);
@@ -399,8 +233,8 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                 const DcpMetadata::Storage& s = *found;
                 const std::string abs = cp->files->absolute(md.files->name(s.file));
                 const int64_t size = fileSize(s.file);
-                err = size < 0
-                    ? "its data file '" + abs + "' is missing (written by rank " + std::to_string(fileRanks[s.file]) + ")"
+                err = size < 0 ? "its data file '" + abs + "' is missing (written by rank "
+                        + std::to_string(fileRanks[s.file]) + ")"
                     : s.hasTransforms
                     ? "it is stored in '" + abs + "' through DCP stream transforms, which are not supported"
                     : "its bytes [" + std::to_string(s.offset) + ", +" + std::to_string(s.length)
