@@ -39,7 +39,9 @@ ShardLayoutWidget::ShardLayoutWidget(QWidget* parent)
 
 QSize ShardLayoutWidget::sizeHint() const
 {
-    return {640, TopMargin + CoverageHeight + 8 + static_cast<int>(MaxLane) * std::max(laneCount(), 2) + AxisHeight};
+    // past 8 ranks lanes shrink (and group) rather than ask for a taller widget
+    return {
+        640, TopMargin + CoverageHeight + 8 + static_cast<int>(MaxLane) * std::clamp(laneCount(), 2, 8) + AxisHeight};
 }
 
 QSize ShardLayoutWidget::minimumSizeHint() const
@@ -56,16 +58,52 @@ int ShardLayoutWidget::laneCount() const
     return maxRank + 1 + (std::count(m_layout->ranks.begin(), m_layout->ranks.end(), -1) > 0 ? 1 : 0);
 }
 
-int ShardLayoutWidget::laneOf(int rank) const
+bool ShardLayoutWidget::hasUnknownRank() const
 {
-    if (rank >= 0) return rank;
-    return laneCount() - 1; // unknown rank: the last lane
+    return m_layout && std::count(m_layout->ranks.begin(), m_layout->ranks.end(), -1) > 0;
+}
+
+int ShardLayoutWidget::lastRank() const
+{
+    const int world = laneCount() - (hasUnknownRank() ? 1 : 0);
+    return m_rankLast < 0 ? world - 1 : std::min(m_rankLast, world - 1);
+}
+
+void ShardLayoutWidget::setRankRange(int first, int last)
+{
+    const int world = laneCount() - (hasUnknownRank() ? 1 : 0);
+    m_rankFirst = std::clamp(first, 0, std::max(world - 1, 0));
+    m_rankLast = std::clamp(last, m_rankFirst, std::max(world - 1, 0));
+    if (m_rankFirst == 0 && m_rankLast == world - 1) m_rankLast = -1;
+    update();
+}
+
+int ShardLayoutWidget::ranksPerLane() const
+{
+    return geometry().group;
+}
+
+int ShardLayoutWidget::laneOf(const Geometry& g, int rank) const
+{
+    if (rank < 0) return hasUnknownRank() ? g.lanes - 1 : -1; // unknown rank: the last lane
+    if (rank < m_rankFirst || rank > lastRank()) return -1;
+    return (rank - m_rankFirst) / g.group;
+}
+
+QString ShardLayoutWidget::laneName(const Geometry& g, int lane) const
+{
+    if (hasUnknownRank() && lane == g.lanes - 1) return tr("rank ?");
+    const int first = m_rankFirst + lane * g.group;
+    const int last = std::min(first + g.group - 1, lastRank());
+    return first == last ? tr("rank %1").arg(first) : tr("r%1–%2").arg(first).arg(last);
 }
 
 void ShardLayoutWidget::setShardLayout(std::optional<ShardLayout> layout, const QString& message)
 {
     m_layout = std::move(layout);
     m_message = message;
+    m_rankFirst = 0;
+    m_rankLast = -1;
     computePadding();
     resetView();
     updateGeometry();
@@ -118,12 +156,19 @@ void ShardLayoutWidget::resetView()
 ShardLayoutWidget::Geometry ShardLayoutWidget::geometry() const
 {
     Geometry g;
-    const int lanes = std::max(laneCount(), 1);
     g.coverageTop = TopMargin;
     const double top = TopMargin + CoverageHeight + 8;
-    const double available = height() - top - AxisHeight;
-    g.laneHeight = std::clamp(available / lanes, 12.0, MaxLane);
-    g.plot = QRectF(LeftMargin, top, std::max(10, width() - LeftMargin - RightMargin), g.laneHeight * lanes);
+    const double available = std::max(12.0, height() - top - AxisHeight);
+    // as many ranks per lane as it takes to give each lane 12 px: 1, 2, 4, 8, ... (round numbers read better)
+    const int shown = m_layout ? lastRank() - m_rankFirst + 1 : 1;
+    const int unknown = hasUnknownRank() ? 1 : 0;
+    const int fit = std::max(1, static_cast<int>(available / 12.0) - unknown);
+    g.group = 1;
+    while ((shown + g.group - 1) / g.group > fit)
+        g.group *= 2;
+    g.lanes = std::max(1, (shown + g.group - 1) / g.group + unknown);
+    g.laneHeight = std::clamp(available / g.lanes, 12.0, MaxLane);
+    g.plot = QRectF(LeftMargin, top, std::max(10, width() - LeftMargin - RightMargin), g.laneHeight * g.lanes);
     return g;
 }
 
@@ -174,21 +219,26 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
     }
     p.setRenderHint(QPainter::Antialiasing, false);
     const Geometry g = geometry();
-    const int lanes = laneCount();
+    const int lanes = g.lanes;
     const double end = rows();
     p.setClipRect(QRectF(0, 0, width(), height()));
 
+    // what each lane holds, in one pass over the chunks
+    std::vector<int64_t> held(static_cast<size_t>(lanes), 0);
+    std::vector<int64_t> chunkCount(static_cast<size_t>(lanes), 0);
+    for (size_t i = 0; i < m_layout->chunks.size(); ++i) {
+        const int l = laneOf(g, m_layout->ranks[i]);
+        if (l < 0 || l >= lanes) continue;
+        held[static_cast<size_t>(l)] += m_layout->chunks[i].numel();
+        ++chunkCount[static_cast<size_t>(l)];
+    }
     // lane backgrounds and labels
     for (int l = 0; l < lanes; ++l) {
         const double top = g.plot.top() + l * g.laneHeight;
         p.fillRect(QRectF(g.plot.left(), top, g.plot.width(), g.laneHeight),
             l % 2 ? palette().color(QPalette::AlternateBase) : palette().color(QPalette::Base));
         p.setPen(text);
-        const bool unknown = std::count(m_layout->ranks.begin(), m_layout->ranks.end(), -1) > 0 && l == lanes - 1;
-        int64_t held = 0;
-        for (size_t i = 0; i < m_layout->chunks.size(); ++i)
-            if (laneOf(m_layout->ranks[i]) == l) held += m_layout->chunks[i].numel();
-        const QString name = unknown ? tr("rank ?") : tr("rank %1").arg(l);
+        const QString name = laneName(g, l);
         if (g.laneHeight >= 2.2 * fontMetrics().height()) {
             QFont bold = font();
             bold.setBold(true);
@@ -196,8 +246,12 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
             p.drawText(QRectF(4, top, LeftMargin - 10, g.laneHeight / 2), Qt::AlignRight | Qt::AlignBottom, name);
             p.setFont(font());
             p.setPen(palette().color(QPalette::PlaceholderText));
+            const QString summary = g.group > 1 ? tr("%1 chunks, %2")
+                                                      .arg(chunkCount[static_cast<size_t>(l)])
+                                                      .arg(Format::count(held[static_cast<size_t>(l)]))
+                                                : tr("%1 elements").arg(Format::count(held[static_cast<size_t>(l)]));
             p.drawText(QRectF(4, top + g.laneHeight / 2, LeftMargin - 10, g.laneHeight / 2),
-                Qt::AlignRight | Qt::AlignTop, tr("%1 elements").arg(Format::count(held)));
+                Qt::AlignRight | Qt::AlignTop, summary);
         } else {
             p.drawText(QRectF(4, top, LeftMargin - 10, g.laneHeight), Qt::AlignRight | Qt::AlignVCenter, name);
         }
@@ -213,12 +267,12 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
     p.setClipRect(g.plot.adjusted(0, -CoverageHeight - 8, 0, 0));
     // padding, hatched
     if (m_chunkRows > 0) {
-        for (int r = 0; r < lanes; ++r) {
+        for (int r = m_rankFirst; r <= lastRank(); ++r) {
             const int64_t pad = paddingRows(r);
             if (pad <= 0) continue;
             const double padEnd = static_cast<double>((r + 1) * m_chunkRows);
             const double padStart = padEnd - static_cast<double>(pad);
-            const double top = g.plot.top() + laneOf(r) * g.laneHeight;
+            const double top = g.plot.top() + laneOf(g, r) * g.laneHeight;
             const QRectF rr(QPointF(toX(g, padStart), top + 3), QPointF(toX(g, padEnd), top + g.laneHeight - 3));
             QColor c = rankColor(r);
             p.fillRect(rr, QBrush(c.lighter(150), Qt::BDiagPattern));
@@ -230,7 +284,8 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
     std::set<size_t> bad(m_layout->outOfBounds.begin(), m_layout->outOfBounds.end());
     for (size_t i = 0; i < m_layout->chunks.size(); ++i) {
         const int rank = m_layout->ranks[i];
-        const double top = g.plot.top() + laneOf(rank) * g.laneHeight;
+        if (laneOf(g, rank) < 0) continue;
+        const double top = g.plot.top() + laneOf(g, rank) * g.laneHeight;
         QRectF rr = boxRect(g, m_layout->chunks[i], top, g.laneHeight);
         const QColor c = rankColor(rank);
         if (m_layout->chunks[i].empty()) {
@@ -255,7 +310,8 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
     // overlaps: red cross-hatch on both chunks' lanes
     for (const auto& o : m_layout->overlaps) {
         for (size_t idx : {o.first, o.second}) {
-            const double top = g.plot.top() + laneOf(m_layout->ranks[idx]) * g.laneHeight;
+            if (laneOf(g, m_layout->ranks[idx]) < 0) continue;
+            const double top = g.plot.top() + laneOf(g, m_layout->ranks[idx]) * g.laneHeight;
             const QRectF rr = boxRect(g, o.region, top, g.laneHeight);
             p.fillRect(rr, QBrush(kGap, Qt::DiagCrossPattern));
             p.setPen(QPen(kGap, 2));
@@ -337,7 +393,7 @@ QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
     if (!g.plot.contains(pos)) return {};
     const int lane = static_cast<int>((pos.y() - g.plot.top()) / g.laneHeight);
     for (size_t i = 0; i < m_layout->chunks.size(); ++i) {
-        if (laneOf(m_layout->ranks[i]) != lane) continue;
+        if (laneOf(g, m_layout->ranks[i]) != lane) continue;
         const QRectF rr
             = boxRect(g, m_layout->chunks[i], g.plot.top() + lane * g.laneHeight, g.laneHeight).adjusted(-2, -2, 2, 2);
         if (!rr.contains(pos)) continue;
@@ -351,15 +407,16 @@ QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
             tip += tr("\nreaches outside the tensor");
         return tip;
     }
-    if (m_chunkRows > 0 && lane < static_cast<int>(m_padding.size()) && paddingRows(lane) > 0) {
-        const double padEnd = static_cast<double>((lane + 1) * m_chunkRows);
-        if (row >= padEnd - static_cast<double>(paddingRows(lane)) && row < padEnd)
+    const int laneRank = m_rankFirst + lane * g.group;
+    if (g.group == 1 && m_chunkRows > 0 && laneRank < static_cast<int>(m_padding.size()) && paddingRows(laneRank) > 0) {
+        const double padEnd = static_cast<double>((laneRank + 1) * m_chunkRows);
+        if (row >= padEnd - static_cast<double>(paddingRows(laneRank)) && row < padEnd)
             return tr("rank %1: %2 row(s) of padding (FSDP pads every rank to %3 rows; not stored)")
-                .arg(lane)
-                .arg(paddingRows(lane))
+                .arg(laneRank)
+                .arg(paddingRows(laneRank))
                 .arg(m_chunkRows);
     }
-    return tr("rank %1, row %2").arg(lane).arg(static_cast<qlonglong>(std::floor(row)));
+    return tr("%1, row %2").arg(laneName(g, lane)).arg(static_cast<qlonglong>(std::floor(row)));
 }
 
 bool ShardLayoutWidget::event(QEvent* event)
@@ -380,6 +437,20 @@ void ShardLayoutWidget::wheelEvent(QWheelEvent* event)
 {
     if (!m_layout) return;
     const Geometry g = geometry();
+    if (event->modifiers() & Qt::ControlModifier) {
+        // zoom the rank range around the lane under the cursor
+        const int lane = std::clamp(
+            static_cast<int>((event->position().y() - g.plot.top()) / g.laneHeight), 0, std::max(g.lanes - 1, 0));
+        const int anchorRank = std::min(m_rankFirst + lane * g.group, lastRank());
+        const int shown = lastRank() - m_rankFirst + 1;
+        const int want
+            = std::max(1, static_cast<int>(std::lround(shown * std::pow(0.7, event->angleDelta().y() / 120.0))));
+        const double t = shown > 1 ? static_cast<double>(anchorRank - m_rankFirst) / (shown - 1) : 0.0;
+        const int first = anchorRank - static_cast<int>(std::lround(t * (want - 1)));
+        setRankRange(first, first + want - 1);
+        event->accept();
+        return;
+    }
     const double anchor = toRow(g, event->position().x());
     const double factor = std::pow(0.85, event->angleDelta().y() / 120.0);
     const double span = std::clamp((m_viewEnd - m_viewStart) * factor, 1e-3, domainEnd() * 1.5);
@@ -419,6 +490,8 @@ void ShardLayoutWidget::mouseReleaseEvent(QMouseEvent*)
 
 void ShardLayoutWidget::mouseDoubleClickEvent(QMouseEvent*)
 {
+    m_rankFirst = 0;
+    m_rankLast = -1;
     resetView();
 }
 

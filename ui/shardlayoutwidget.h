@@ -12,6 +12,8 @@ namespace optscope::ui {
 /// Paints which rank holds which rows of one tensor: one lane per rank, chunks in proportion along dim 0 (and, for
 /// chunks that split dim 1, the part of the lane's height they cover), FSDP padding hatched, gaps and overlaps in red.
 /// Wheel zooms around the cursor, dragging pans, double-click resets; tooltips name offsets and sizes.
+/// Thousands of ranks do not fit one lane each: consecutive ranks then share a lane (r0-15, r16-31, ...) labelled
+/// with what the group holds, and Ctrl+wheel zooms into a range of ranks (down to one lane per rank).
 class ShardLayoutWidget : public QWidget
 {
     Q_OBJECT
@@ -22,6 +24,13 @@ public:
     const std::optional<ShardLayout>& shardLayout() const { return m_layout; }
     /// ranks drawn (max rank + 1, or 1)
     int laneCount() const;
+    /// ranks shown in one lane at the current size and rank range (1 = a lane per rank)
+    int ranksPerLane() const;
+    /// ranks shown: [first, last]
+    int firstRank() const { return m_rankFirst; }
+    int lastRank() const;
+    /// show ranks [first, last] only (clamped; Ctrl+wheel does the same around the cursor)
+    void setRankRange(int first, int last);
     /// visible dim-0 range
     double viewStart() const { return m_viewStart; }
     double viewEnd() const { return m_viewEnd; }
@@ -49,6 +58,8 @@ private:
         QRectF plot; ///< lanes area
         double laneHeight = 0;
         double coverageTop = 0; ///< coverage lane
+        int group = 1; ///< ranks per lane
+        int lanes = 0; ///< lanes drawn (rank groups, plus one for unknown ranks)
     };
     Geometry geometry() const;
     double rows() const; ///< dim 0 extent (1 for 0-dim)
@@ -56,7 +67,10 @@ private:
     double toX(const Geometry& g, double row) const;
     double toRow(const Geometry& g, double x) const;
     QRectF boxRect(const Geometry& g, const TensorBox& box, double top, double height) const;
-    int laneOf(int rank) const;
+    /// the lane of @p rank, -1 when outside the rank range shown
+    int laneOf(const Geometry& g, int rank) const;
+    QString laneName(const Geometry& g, int lane) const;
+    bool hasUnknownRank() const;
     QColor rankColor(int rank) const;
     void computePadding();
 
@@ -64,6 +78,8 @@ private:
     QString m_message;
     std::vector<int64_t> m_padding; ///< per rank: padded chunk [start, start + size) rows, or empty
     int64_t m_chunkRows = 0; ///< FSDP chunk size C when the layout is torch.chunk along dim 0
+    int m_rankFirst = 0;
+    int m_rankLast = -1; ///< -1: to the last rank
     double m_viewStart = 0;
     double m_viewEnd = 1;
     bool m_dragging = false;

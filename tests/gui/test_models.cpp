@@ -10,6 +10,7 @@
 #include "fqnmappingmodel.h"
 #include "keytree.h"
 #include "optscope/element_decoder.h"
+#include "shardlayoutwidget.h"
 #include "statekeysmodel.h"
 #include "statusfilterproxy.h"
 #include "tensorstatsmodel.h"
@@ -24,7 +25,9 @@
 
 #include <QAbstractItemModelTester>
 #include <QElapsedTimer>
+#include <QRegularExpression>
 #include <QTreeView>
+#include <QWheelEvent>
 
 using namespace optscope;
 using namespace optscope::ui;
@@ -77,6 +80,7 @@ private Q_SLOTS:
     void stateKeysFilter();
     void stateKeysOpensHundredThousandKeysFast();
     void chunkList();
+    void shardLayoutGroupsThousandsOfRanks();
     void tensorStats();
     void valuesPreview();
     void elementDecoder();
@@ -213,6 +217,64 @@ void TestModels::chunkList()
     QVERIFY(model.index(0, ChunkListModel::FileColumn).data().toString().endsWith(QLatin1String(".distcp")));
     model.setData(cp, cp->find("optim.param_groups.0.lr"));
     QCOMPARE(model.rowCount(), 0);
+}
+
+void TestModels::shardLayoutGroupsThousandsOfRanks()
+{
+    // the 16-rank index of a 70B-shaped model (PyTorch's classes): four ranks share a lane when only ~7 lanes fit
+    auto cp = openCheckpoint(testData("scale/r16_l1").toStdString());
+    const Entry* e = cp->find("model.model.layers.0.self_attn.q_proj.weight");
+    QVERIFY(e);
+    ShardLayoutWidget w;
+    w.resize(640, 150);
+    w.setShardLayout(ShardLayout::of(e->tensor));
+    QCOMPARE(w.laneCount(), 16);
+    QCOMPARE(w.ranksPerLane(), 4);
+    const QString tip = w.toolTipAt(QPoint(200, 40));
+    // lane 0 holds ranks 0-3: the chunk under the cursor is one of theirs
+    QVERIFY2(QRegularExpression(QStringLiteral("^rank [0-3], chunk")).match(tip).hasMatch(), qPrintable(tip));
+    // a rank range: one lane per rank again
+    w.setRankRange(4, 7);
+    QCOMPARE(w.ranksPerLane(), 1);
+    QCOMPARE(w.firstRank(), 4);
+    QCOMPARE(w.lastRank(), 7);
+    // 1,024 ranks on dim 0 of a [128256, 8192] tensor, as FSDP2 shards it: 32 ranks per lane at 700 px, Ctrl+wheel
+    // zooms into the ranks under the cursor, double-click shows them all again
+    TensorEntry big;
+    big.dtype = DType::Float32;
+    big.shape = {128256, 8192};
+    const int64_t rows = (128256 + 1023) / 1024;
+    for (int r = 0; r < 1024; ++r) {
+        const int64_t off[2] = {std::min<int64_t>(r * rows, 128256), 0};
+        const int64_t size[2] = {std::max<int64_t>(0, std::min<int64_t>(rows, 128256 - off[0])), 8192};
+        big.chunks.appendBox(r, off, size, 2);
+    }
+    w.resize(900, 700);
+    QElapsedTimer timer;
+    timer.start();
+    w.setShardLayout(ShardLayout::of(big));
+    const QPixmap shot = w.grab(); // paints every lane
+    QVERIFY(!shot.isNull());
+    QVERIFY2(timer.elapsed() < 2000, qPrintable(QString::number(timer.elapsed())));
+    QCOMPARE(w.laneCount(), 1024);
+    QCOMPARE(w.ranksPerLane(), 32);
+    // rows of ranks 0-31 are the first 1/32 of the axis: a chunk of theirs near the left, the lane's name further right
+    QVERIFY2(QRegularExpression(QStringLiteral("^rank ([0-9]|[12][0-9]|3[01]), chunk"))
+                 .match(w.toolTipAt(QPoint(100, 40)))
+                 .hasMatch(),
+        qPrintable(w.toolTipAt(QPoint(100, 40))));
+    QVERIFY2(w.toolTipAt(QPoint(600, 40)).startsWith(QStringLiteral("r0–31, row")),
+        qPrintable(w.toolTipAt(QPoint(600, 40))));
+    QWheelEvent zoom(QPointF(300, 40), w.mapToGlobal(QPointF(300, 40)), QPoint(), QPoint(0, 120 * 8), Qt::NoButton,
+        Qt::ControlModifier, Qt::NoScrollPhase, false);
+    QApplication::sendEvent(&w, &zoom);
+    QVERIFY(w.lastRank() - w.firstRank() + 1 < 1024);
+    QVERIFY(w.ranksPerLane() < 32);
+    QCOMPARE(w.firstRank(), 0);
+    QMouseEvent dbl(QEvent::MouseButtonDblClick, QPointF(300, 40), w.mapToGlobal(QPointF(300, 40)), Qt::LeftButton,
+        Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&w, &dbl);
+    QCOMPARE(w.ranksPerLane(), 32);
 }
 
 void TestModels::tensorStats()
