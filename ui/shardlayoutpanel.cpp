@@ -61,7 +61,7 @@ ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, QWidget* parent)
     legend->addWidget(legendSwatch(red, QPen(red), tr("gap"), this));
     legend->addWidget(legendSwatch(QBrush(red, Qt::DiagCrossPattern), QPen(red, 2), tr("overlap"), this));
     legend->addStretch(1);
-    auto* hint = new QLabel(tr("wheel: zoom · drag: pan · double-click: reset"), this);
+    auto* hint = new QLabel(tr("wheel: zoom · Ctrl+wheel: ranks · drag: pan · double-click: reset"), this);
     hint->setEnabled(false);
     legend->addWidget(hint);
     layout->addLayout(legend);
