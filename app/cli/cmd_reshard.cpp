@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// optscope-cli reshard PATH --world-size M -o OUTDIR [--layout fsdp2|fsdp1] [--json]
+// optscope-cli reshard PATH --world-size M (-o OUTDIR | --dry-run) [--layout fsdp2|fsdp1] [--json]
 #include "cli_common.h"
 
 #include "optscope/checkpoint_loader.h"
 #include "optscope/reshard.h"
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -29,20 +30,40 @@ int runReshard(const std::vector<std::string>& argv)
     const Args args(argv,
         {{"--world-size", true, "target world size M"}, {"--output", true, "output folder", "-o"},
             {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--json", false, "print a JSON summary"},
-            {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}});
+            {"--no-fsync", false, "skip fsync before the final rename"},
+            {"--dry-run", false, "plan only: print what would be written, read and write no data"},
+            {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("reshard");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("reshard takes exactly one PATH");
     const auto out = args.value("--output");
-    if (!out || out->empty()) throw UsageError("reshard needs -o OUTDIR");
+    const bool dryRun = args.has("--dry-run");
+    if (!dryRun && (!out || out->empty())) throw UsageError("reshard needs -o OUTDIR");
     ReshardOptions options;
     options.worldSize = parseWorldSize(args);
     options.layout = shardingStyleFromName(args.value("--layout").value_or("fsdp2"));
     options.write.fsync = !args.has("--no-fsync");
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    if (dryRun) {
+        const ReshardSummary s = summarizeReshard(*cp, options);
+        finishTerminalProgress();
+        const auto [minIt, maxIt] = std::minmax_element(s.bytesPerRank.begin(), s.bytesPerRank.end());
+        if (args.has("--json")) {
+            nlohmann::ordered_json j {{"dry_run", true}, {"world_size", s.worldSize},
+                {"layout", options.layout == ShardingStyle::Fsdp2 ? "fsdp2" : "fsdp1"}, {"tensor_items", s.tensorItems},
+                {"value_items", s.valueItems}, {"bytes", s.bytes}, {"bytes_per_rank", s.bytesPerRank},
+                {"chunks_per_rank", s.chunksPerRank}};
+            std::cout << j.dump(2) << std::endl;
+        } else {
+            std::cout << "would write " << s.worldSize << " rank files: " << s.tensorItems << " tensor chunks, "
+                      << s.valueItems << " values (" << humanBytes(s.bytes) << "); per rank " << humanBytes(*minIt)
+                      << " to " << humanBytes(*maxIt) << "\n";
+        }
+        return ExitOk;
+    }
     const DcpWriteStats s = reshardCheckpoint(*cp, *out, options, progress);
     finishTerminalProgress();
     if (args.has("--json")) {

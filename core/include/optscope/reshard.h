@@ -27,6 +27,18 @@ ShardingStyle shardingStyleFromName(const std::string& name);
 /// Throws Error if a tensor's chunks do not tile it, a value is unreadable, or the checkpoint is not a state dict.
 DcpPlan planReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
 
+/// What a reshard would write, without reading or writing any tensor data (reshard --dry-run; the GUI's preview).
+struct ReshardSummary
+{
+    int worldSize = 0;
+    size_t tensorItems = 0; ///< chunks written, over all ranks
+    size_t valueItems = 0;
+    uint64_t bytes = 0; ///< tensor bytes
+    std::vector<uint64_t> bytesPerRank; ///< tensor bytes each target rank's file holds
+    std::vector<size_t> chunksPerRank;
+};
+ReshardSummary summarizeReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
+
 /// Writes @p checkpoint as a DCP folder for options.worldSize ranks at @p outDir (temporary name, then rename).
 DcpWriteStats reshardCheckpoint(const Checkpoint& checkpoint, const std::string& outDir, const ReshardOptions& options,
     const Progress& progress = {});

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/reshard.h"
+
 #include "optscope/error.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "read_guard.h"
+#include <algorithm>
 
 namespace optscope {
 
@@ -65,6 +67,29 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
     if (plan.tensors.empty() && plan.values.empty())
         throw Error(ErrorKind::Format, cp.path, "has no entries to reshard");
     return plan;
+}
+
+ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& options)
+{
+    const DcpPlan plan = planReshard(cp, options);
+    ReshardSummary s;
+    s.worldSize = options.worldSize;
+    s.bytesPerRank.assign(static_cast<size_t>(options.worldSize), 0);
+    s.chunksPerRank.assign(static_cast<size_t>(options.worldSize), 0);
+    for (const auto& t : plan.tensors)
+        for (const auto& c : t.chunks) {
+            int64_t n = 1;
+            for (auto d : c.sizes)
+                n *= d;
+            const uint64_t bytes = static_cast<uint64_t>(n) * dtypeSize(t.dtype);
+            const auto r = static_cast<size_t>(std::clamp(c.rank, 0, options.worldSize - 1));
+            s.bytesPerRank[r] += bytes;
+            ++s.chunksPerRank[r];
+            s.bytes += bytes;
+            ++s.tensorItems;
+        }
+    s.valueItems = plan.values.size();
+    return s;
 }
 
 DcpWriteStats reshardCheckpoint(

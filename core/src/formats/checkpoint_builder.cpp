@@ -114,6 +114,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     const PyTensorInfo& t = *value->tensor;
     const std::string key = joinKeyPath(path);
     TensorEntry e;
+    e.chunks.useFileTable(m_fileNames); // one table of file names for all entries, not one each
     e.dtype = t.dtype;
     e.shape = t.sizes;
     e.requiresGrad = t.requiresGrad;

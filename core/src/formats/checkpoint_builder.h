@@ -45,6 +45,7 @@ private:
     /// counts the entry's key path against kMaxKeyPathBytes; throws Error(Limit) past it
     void chargeKeyPath(const KeyPath& path);
     Checkpoint& m_cp;
+    std::shared_ptr<FileNameTable> m_fileNames = std::make_shared<FileNameTable>();
     std::map<std::string, std::string> m_unsafeGlobals; ///< class path -> message
     uint64_t m_keyPathBytes = 0;
 };
