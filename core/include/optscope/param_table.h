@@ -73,6 +73,8 @@ enum class Confidence {
     Stored, ///< the file names the parameter (FQN state key, param_names)
     Exact, ///< derived from a model whose order is known, every shape agrees
     ShapeUnique, ///< the model's order is unknown, but it is the only parameter of its shape in its group
+    IndexOrder, ///< its group's other parameters of its shape differ from it only in numeric path items
+                ///< (layers.0 / layers.1): ordered by index, as nn.ModuleList / nn.Sequential register them
     OrderAssumed, ///< several parameters of its group share its shape (or frozen ones were skipped): which of them
                   ///< is which follows the guessed module order, shapes cannot tell
     None, ///< not named

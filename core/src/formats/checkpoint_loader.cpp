@@ -47,7 +47,10 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
     auto file = MappedFile::open(path);
     if (file->size() == 0) throw Error(ErrorKind::Format, path, "is empty (0 bytes), not a checkpoint");
     if (!looksLikeTorchSave(file->data(), file->size())) {
-        if (SafetensorsReader::looksLikeSafetensors(file->data(), file->size()))
+        // by content, or by name: a damaged .safetensors file gets the safetensors reader's own error
+        const std::string sfx = ".safetensors";
+        if (SafetensorsReader::looksLikeSafetensors(file->data(), file->size())
+            || (path.size() > sfx.size() && path.compare(path.size() - sfx.size(), sfx.size(), sfx) == 0))
             return SafetensorsReader::open(path, progress);
         throw Error(ErrorKind::Format, path,
             "is not a torch.save file, a safetensors file or a DCP checkpoint (it starts with bytes "

@@ -207,9 +207,8 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     const std::string modelFile = SafetensorsReader::modelFileIn(path);
     const std::string binModel = firstExisting(dir, {"pytorch_model.bin"});
     if (!modelFile.empty()) {
-        detail += "safetensors (" + SafetensorsReader::addModel(*cp, builder, modelFile, {KeyPathElem::fromKey("model")},
-                                        progress)
-            + ")";
+        detail += "safetensors ("
+            + SafetensorsReader::addModel(*cp, builder, modelFile, {KeyPathElem::fromKey("model")}, progress) + ")";
     } else if (!binModel.empty()) {
         addTorchFile(*cp, builder, binModel, "model", progress);
         detail += binModel;

@@ -90,8 +90,8 @@ struct AddedFile
 
 /// Adds the tensors of one safetensors file as entries; @p only (when not null) lists the names the index gives this
 /// file: others are reported. A file that is missing or unreadable throws (the caller decides).
-AddedFile addFile(Checkpoint& cp, CheckpointBuilder& builder, const std::string& rel, const KeyPath& prefix,
-    const Progress& progress)
+AddedFile addFile(
+    Checkpoint& cp, CheckpointBuilder& builder, const std::string& rel, const KeyPath& prefix, const Progress& progress)
 {
     AddedFile out;
     auto file = cp.files->open(rel);
@@ -165,15 +165,13 @@ SafetensorsHeader SafetensorsReader::parseHeader(const uint8_t* data, uint64_t s
             8);
     h.dataStart = 8 + h.headerLength;
     const char* text = reinterpret_cast<const char*>(data + 8);
-    if (text[0] != '{')
-        throw Error(ErrorKind::Format, where, "safetensors header does not start with '{'", 8);
+    if (text[0] != '{') throw Error(ErrorKind::Format, where, "safetensors header does not start with '{'", 8);
     json header;
     try {
         header = json::parse(text, text + h.headerLength);
     } catch (const json::exception& e) {
         const auto* pe = dynamic_cast<const json::parse_error*>(&e);
-        throw Error(ErrorKind::Format, where,
-            std::string("safetensors header is not valid JSON: ") + e.what(),
+        throw Error(ErrorKind::Format, where, std::string("safetensors header is not valid JSON: ") + e.what(),
             pe ? 8 + static_cast<uint64_t>(pe->byte) : 8);
     }
     if (!header.is_object()) throw Error(ErrorKind::Format, where, "safetensors header is not a JSON object", 8);
@@ -217,7 +215,8 @@ SafetensorsHeader SafetensorsReader::parseHeader(const uint8_t* data, uint64_t s
         bool overflow = false;
         for (const auto& d : *shape) {
             uint64_t v = 0;
-            if (!asUnsigned(d, v) || v > static_cast<uint64_t>(INT64_MAX)) throw bad("shape " + shape->dump() + " is not a list of sizes");
+            if (!asUnsigned(d, v) || v > static_cast<uint64_t>(INT64_MAX))
+                throw bad("shape " + shape->dump() + " is not a list of sizes");
             t.shape.push_back(static_cast<int64_t>(v));
             if (v != 0 && bytes > static_cast<uint64_t>(INT64_MAX) / v)
                 overflow = true;
@@ -281,13 +280,12 @@ bool SafetensorsReader::looksLikeSafetensorsPath(const std::string& path)
         && fs::is_regular_file(path, ec);
 }
 
-std::string SafetensorsReader::addModel(
-    Checkpoint& cp, CheckpointBuilder& builder, const std::string& modelFile, const KeyPath& prefix,
-    const Progress& progress)
+std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& builder, const std::string& modelFile,
+    const KeyPath& prefix, const Progress& progress)
 {
     const std::string suffix = ".index.json";
-    const bool isIndex
-        = modelFile.size() > suffix.size() && modelFile.compare(modelFile.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const bool isIndex = modelFile.size() > suffix.size()
+        && modelFile.compare(modelFile.size() - suffix.size(), suffix.size(), suffix) == 0;
     if (!isIndex) {
         AddedFile f = addFile(cp, builder, modelFile, prefix, progress);
         const std::string meta = describeMetadata(f.header);
@@ -298,7 +296,8 @@ std::string SafetensorsReader::addModel(
     const std::string indexPath = cp.files->absolute(modelFile);
     auto indexFile = cp.files->open(modelFile);
     if (indexFile->size() > kMaxHeaderLength)
-        throw Error(ErrorKind::Limit, indexPath, "index of " + std::to_string(indexFile->size()) + " bytes is too large");
+        throw Error(
+            ErrorKind::Limit, indexPath, "index of " + std::to_string(indexFile->size()) + " bytes is too large");
     json index;
     try {
         const char* text = reinterpret_cast<const char*>(indexFile->data());

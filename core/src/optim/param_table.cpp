@@ -46,6 +46,8 @@ const char* confidenceText(Confidence c)
         return "exact";
     case Confidence::ShapeUnique:
         return "unique shape";
+    case Confidence::IndexOrder:
+        return "index order";
     case Confidence::OrderAssumed:
         return "order assumed";
     case Confidence::None:
@@ -302,6 +304,25 @@ bool matchGroup(const std::vector<std::string>& candidates, const std::vector<st
         const auto* s = shapeIn(model, c);
         byShape[s ? *s : std::vector<int64_t> {}].push_back(c);
     }
+    // a shape class whose names differ only in numeric items (layers.0.fc.weight, layers.1.fc.weight) is ordered by
+    // those indices for sure; count what each class needs, to see whether frozen ones were skipped in it
+    auto templateOf = [](const std::string& n) {
+        std::string t;
+        for (const auto& part : splitDots(n))
+            t += (t.empty() ? "" : ".") + (isNumber(part) ? std::string("#") : part);
+        return t;
+    };
+    std::map<std::vector<int64_t>, size_t> wanted;
+    for (const auto& want : shapes)
+        if (!want.empty()) ++wanted[want];
+    auto classConfidence = [&](const std::vector<std::string>& cls, const std::vector<int64_t>& shape) {
+        if (cls.size() == 1) return Confidence::ShapeUnique;
+        if (wanted[shape] != cls.size()) return Confidence::OrderAssumed; // some of this shape are frozen: which?
+        const std::string t = templateOf(cls.front());
+        for (const auto& n : cls)
+            if (templateOf(n) != t) return Confidence::OrderAssumed;
+        return Confidence::IndexOrder;
+    };
     std::map<std::vector<int64_t>, size_t> next;
     std::set<std::string> used;
     const size_t first = names.size();
@@ -316,7 +337,7 @@ bool matchGroup(const std::vector<std::string>& candidates, const std::vector<st
         if (it == byShape.end() || k >= it->second.size()) return false;
         names.push_back(it->second[k++]);
         used.insert(names.back());
-        confidence.push_back(it->second.size() == 1 ? Confidence::ShapeUnique : Confidence::OrderAssumed);
+        confidence.push_back(classConfidence(it->second, want));
     }
     // positions without a shaped state take the candidates left over, in order
     size_t c = 0;
@@ -650,8 +671,8 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                 if (auto o = origins.find(key); o != origins.end()) {
                     r.id = o->second->id;
                     r.source = readerSource;
-                    for (auto c :
-                        {Confidence::Stored, Confidence::Exact, Confidence::ShapeUnique, Confidence::OrderAssumed})
+                    for (auto c : {Confidence::Stored, Confidence::Exact, Confidence::ShapeUnique,
+                             Confidence::IndexOrder, Confidence::OrderAssumed})
                         if (o->second->confidence == confidenceText(c)) r.confidence = c;
                 }
             } else if (inGroups && i < names.size()) {
