@@ -156,7 +156,8 @@ TEST(Safetensors, ShardedIndexAndFolderOpenAsOneCheckpoint)
         std::set<std::string> files;
         for (const auto& e : cp->entries)
             files.insert(e.tensor.chunks.at(0).source.file);
-        EXPECT_EQ(files, (std::set<std::string> {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
+        EXPECT_EQ(
+            files, (std::set<std::string> {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
     }
 }
 
@@ -199,7 +200,7 @@ TEST(Safetensors, HostileHeadersAreErrorsNamingTheFile)
     expectRejected(safetensors(R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", 8), "unknown dtype");
     expectRejected(safetensors(R"({"a":{"dtype":"F32","shape":[2]}})", 8), "data_offsets");
     expectRejected(safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                               R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                        8),
         "overlap");
     expectRejected(safetensors(R"({"__metadata__":{"format":3}})", 0), "__metadata__");
@@ -330,9 +331,11 @@ TEST(HfTrainer, IdsAreNamedAsTheTrainerGroupsThem)
             }
             // shapes cannot tell same-shaped parameters apart: a wrong name must be marked as an assumed order
             ++wrong;
-            EXPECT_EQ(r.confidence, Confidence::OrderAssumed) << "id " << r.id << " named " << r.fqn << ", is " << truth;
+            EXPECT_EQ(r.confidence, Confidence::OrderAssumed)
+                << "id " << r.id << " named " << r.fqn << ", is " << truth;
         }
-        EXPECT_EQ(wrong, std::string(name) == "checkpoint-ambiguous" ? 8u : 0u); // q/k/v/o of both layers: k, o, q, v by name
+        EXPECT_EQ(
+            wrong, std::string(name) == "checkpoint-ambiguous" ? 8u : 0u); // q/k/v/o of both layers: k, o, q, v by name
         // frozen parameters are in no group and have no state
         for (const auto& f : c.truth["frozen"])
             EXPECT_FALSE(c.folder->find("optim.state." + f.get<std::string>() + ".exp_avg")) << f;
