@@ -403,8 +403,11 @@ private:
         if (!fsdp1)
             for (size_t i = 0; i < listed.size() && i < exp.fqns.size(); ++i) {
                 const bool byTarget = m_target && m_target->shapes.size() == exp.fqns.size();
+                // a model whose order is not stored (safetensors) names the rows by shapes: compare with the
+                // parameter each row was given, not the guessed order's i-th
+                const bool byRow = trainer || (!exp.orderKnown && !listed[i]->fqn.empty());
                 const auto* shape = byTarget ? &m_target->shapes[i]
-                    : trainer                ? modelShape(listed[i]->fqn)
+                    : byRow                  ? modelShape(listed[i]->fqn)
                                              : modelShape(exp.fqns[i]);
                 if (!shape || shape->empty()) continue;
                 const std::string w = wrongState(*listed[i], kind, *shape);

@@ -173,8 +173,18 @@ void nameParameters(Checkpoint& cp, CheckpointBuilder& builder, const std::strin
         std::string summary;
         for (const auto& [c, n] : byConfidence)
             summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + c;
+        const auto assumed = byConfidence.find(confidenceText(Confidence::OrderAssumed));
         builder.warn("param-mapping",
-            "the integer ids of " + optimizerFile + " were named by " + how + " (" + summary + ")", "optim");
+            "the integer ids of " + optimizerFile + " were named by " + how + " (" + summary + ")"
+                + (assumed == byConfidence.end() ? std::string()
+                                                 : "; " + std::to_string(assumed->second)
+                            + " rest on an assumed order: shapes cannot tell those parameters apart, and if the "
+                              "model registers them in another order than their names sort, their state is "
+                              "swapped; `optscope-cli map "
+                            + optimizerFile
+                            + " --model MODEL.pt` with a torch.save of model.state_dict() names "
+                              "them exactly"),
+            "optim");
         cp.buildIndex();
         return;
     }

@@ -8,7 +8,8 @@
 //       "<tensor name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}
 //                          one per tensor; offsets in bytes relative to the data area; end - begin = numel x the
 //                          dtype's size; dtypes BOOL U8 I8 U16 I16 U32 I32 U64 I64 F16 BF16 F32 F64 F8_E4M3 (torch's
-//                          float8_e4m3fn) F8_E5M2 F8_E8M0 C64 (and F4/F6_* in newer writers: not representable here)
+//                          float8_e4m3fn) F8_E5M2 F8_E8M0 C64 (F4/F6_* of newer writers, and unknown ones: an
+//                          entry with an error)
 //       "__metadata__":      optional {str: str} (transformers writes {"format": "pt"})
 //   bytes [8+N, end)      the data area: each tensor's raw bytes, little-endian, C-contiguous. The Rust writer lays
 //                         tensors out by descending dtype alignment, then by name: the model's parameter order
@@ -22,8 +23,8 @@
 // (file, offset, length, contiguous strides). Order: the data area's order (begin offset).
 //
 // Failure semantics: a header whose length is out of bounds, that is not a JSON object, or whose tensor records are
-// malformed (bad dtype text, negative or overflowing shape, begin > end, a byte count that does not match the shape,
-// tensors that overlap) throws Error naming the file. A tensor whose bytes lie past the end of a file cut short, a
+// malformed (negative or overflowing shape, begin > end, a byte count that does not match the shape, tensors that
+// overlap) throws Error naming the file. A tensor whose bytes lie past the end of a file cut short, a
 // dtype this version cannot represent, a shard file the index names that is missing, become warnings of severity
 // "error" on the checkpoint (those entries have no data), so that the rest can be browsed.
 
@@ -46,7 +47,7 @@ struct SafetensorsHeader
     {
         std::string name;
         std::string dtypeText; ///< as in the file ("BF16")
-        std::optional<DType> dtype; ///< nullopt: a safetensors dtype DType cannot represent (F4, F6_E2M3, ...)
+        std::optional<DType> dtype; ///< nullopt: a dtype DType cannot represent (F4, F6_E2M3, unknown ones)
         std::vector<int64_t> shape;
         uint64_t begin = 0; ///< relative to the data area
         uint64_t end = 0;
