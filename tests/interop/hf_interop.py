@@ -34,11 +34,14 @@ for name in ("single", "sharded"):
         check(k in g and same(g[k], t), f"{name}: {k}")
 
 KWARGS = {"checkpoint-3": ({}, (), torch.float32), "checkpoint-tied": ({"tie": True, "wte_name": "wte"}, (), torch.bfloat16),
-          "checkpoint-frozen": ({}, ("embed.", "head."), torch.float32)}
+          "checkpoint-frozen": ({}, ("embed.", "head."), torch.float32),
+          "checkpoint-bin": ({"split_qkv": True, "layers": 1}, (), torch.float32)}
 for name, (kwargs, freeze, dtype) in KWARGS.items():
     truth = expected["checkpoints"][name]
     g = torch.load(os.path.join(out, f"{name}.optscope.pt"), weights_only=True)
-    model_ref = load_file(os.path.join(out, name, "model.safetensors"))
+    st = os.path.join(out, name, "model.safetensors")
+    model_ref = load_file(st) if os.path.exists(st) else \
+        torch.load(os.path.join(out, name, "pytorch_model.bin"), weights_only=True)
     osd = torch.load(os.path.join(out, name, "optimizer.pt"), weights_only=True)
     check(set(g["model"]) == set(model_ref), f"{name}: model keys")
     for k, t in model_ref.items():

@@ -14,7 +14,7 @@ mkdir -p "$out"
 cp -r "$data"/. "$out"/
 "$cli" gather "$out/single/model.safetensors" -o "$out/single.optscope.pt"
 "$cli" gather "$out/sharded" -o "$out/sharded.optscope.pt"
-for c in checkpoint-3 checkpoint-tied checkpoint-frozen; do
+for c in checkpoint-3 checkpoint-tied checkpoint-frozen checkpoint-bin; do
     "$cli" gather "$out/$c" -o "$out/$c.optscope.pt"
 done
 "$torch_python" hf_interop.py "$out"
