@@ -8,6 +8,7 @@
 #include "optscope/element_decoder.h"
 #include "optscope/error.h"
 #include "optscope/param_table.h"
+#include "optscope/verify_report.h"
 #include "safetensors_reader.h"
 #include "sha256.h"
 
@@ -287,6 +288,8 @@ TEST(HfTrainer, FolderIsOneCheckpointWithModelOptimizerSchedulerAndState)
     EXPECT_EQ(cp.format, CheckpointFormat::HfTrainer);
     EXPECT_FALSE(cp.hasErrors());
     EXPECT_NE(cp.formatDetail.find("not read: rng_state.pth"), std::string::npos) << cp.formatDetail;
+    ASSERT_TRUE(cp.find("trainer_state.log_history.2.step")); // flattened as DCP flattens
+    EXPECT_EQ(cp.find("trainer_state.log_history.2.step")->value->integer, 3);
     const Entry* step = cp.find("trainer_state.global_step");
     ASSERT_TRUE(step);
     EXPECT_EQ(step->value->integer, 3);
@@ -364,6 +367,19 @@ TEST(HfTrainer, ConfidenceSaysWhatShapesDecide)
     const auto j = table.toJson();
     EXPECT_EQ(j["params"][0]["confidence"], "unique shape");
     EXPECT_EQ(j["params"][0]["id"], "0");
+}
+
+TEST(HfTrainer, ReshardsToDcpAndLoadsBackBitIdentical)
+{
+    // the one model: a Trainer folder (bf16 model, fp32 state) and a sharded safetensors model go through the same
+    // reshard -> load -> gather as DCP checkpoints
+    for (const std::string& path : {kHf + "/checkpoint-tied", kHf + "/sharded"})
+        for (int m : {1, 3}) {
+            VerifyOptions o;
+            o.worldSize = m;
+            const VerifyReport r = verifyByLoad(*openCheckpoint(path), o);
+            EXPECT_TRUE(r.identical()) << path << " M=" << m << ": " << r.toJson().dump().substr(0, 1500);
+        }
 }
 
 TEST(HfTrainer, ChangedModelKeepsIdsAndIsAFinding)

@@ -94,7 +94,7 @@ PyValue* jsonToPy(PyArena& arena, const nlohmann::ordered_json& j, int depth)
     return arena.makeNone();
 }
 
-/// trainer_state.json: one value entry per top-level field
+/// trainer_state.json: its fields as value entries
 void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::string& rel)
 {
     auto file = cp.files->open(rel);
@@ -115,8 +115,12 @@ void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::stri
         builder.error("unreadable-value", where + " is not a JSON object");
         return;
     }
-    for (const auto& [k, v] : j.items())
-        builder.addValue({KeyPathElem::fromKey("trainer_state"), KeyPathElem::fromKey(k)}, jsonToPy(*cp.arena, v, 0));
+    // flattened as every other part (and as DCP would store it): log_history.<i>.loss, stateful_callbacks....
+    for (auto& leaf : flattenStateDict(jsonToPy(*cp.arena, j, 0))) {
+        KeyPath path {KeyPathElem::fromKey("trainer_state")};
+        path.insert(path.end(), leaf.path.begin(), leaf.path.end());
+        builder.addValue(std::move(path), leaf.value);
+    }
 }
 
 /// Names the optimizer's integer ids by ParamTable's rule and re-keys its entries by FQN; records how in

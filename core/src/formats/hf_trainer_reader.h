@@ -17,11 +17,11 @@
 //                                                  (arbitrary Python objects, nothing a loader checks)
 //
 // Entries: model.<fqn> (tensors named as the model file names them), optim.state.<fqn>.<state> and
-// optim.param_groups.<i>.<hyperparameter> (params: the FQNs), scheduler.<key>, trainer_state.<key> (log_history as one
-// value). The optimizer's integer ids are named by ParamTable (the one id -> FQN rule: the Trainer's groups matched
-// by shapes); each named parameter's id, rule and confidence are kept in Checkpoint::paramOrigins. When no rule fits
-// (the model changed: a parameter missing or added) the state keeps its integer ids and an error warning
-// "param-mapping" says why.
+// optim.param_groups.<i>.<hyperparameter> (params: the FQNs), scheduler.<key>, trainer_state.<key> (flattened like
+// the rest: trainer_state.log_history.0.loss). The optimizer's integer ids are named by ParamTable (the one id -> FQN
+// rule: the Trainer's groups matched by shapes); each named parameter's id, rule and confidence are kept in
+// Checkpoint::paramOrigins. When no rule fits (the model changed: a parameter missing or added) the state keeps its
+// integer ids and an error warning "param-mapping" says why.
 //
 // Failure semantics: a folder without optimizer.pt and trainer_state.json is not a Trainer folder; a part that is
 // missing or cannot be read becomes a warning of severity "error" (the rest is still read); a model file or optimizer
