@@ -260,21 +260,29 @@ const std::vector<int64_t>* shapeIn(const ModelParams& model, const std::string&
 }
 
 /// an nn.LayerNorm by its parameters (the Trainer excludes it by type): a 1-D weight beside a bias of the same shape,
-/// nothing else in the module (BatchNorm has running stats, Linear a 2-D weight)
-bool looksLikeLayerNorm(const ModelParams& model, const std::string& fqn)
+/// nothing else in the module (BatchNorm has running stats, Linear a 2-D weight). @p members: tensors per module
+/// prefix ("ln_f." or ""), counted once per model.
+bool looksLikeLayerNorm(const ModelParams& model, const std::map<std::string, int>& members, const std::string& fqn)
 {
     const std::string suffix = "weight";
     if (fqn.size() < suffix.size() || fqn.compare(fqn.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
-    const std::string module = fqn.substr(0, fqn.size() - suffix.size()); // "ln_f." or ""
+    const std::string module = fqn.substr(0, fqn.size() - suffix.size());
     if (!module.empty() && module.back() != '.') return false;
     const auto* w = shapeIn(model, fqn);
     const auto* b = shapeIn(model, module + "bias");
-    if (!w || !b || w->size() != 1 || *w != *b) return false;
-    for (const auto& k : model.keys)
-        if (k.compare(0, module.size(), module) == 0 && k != fqn && k != module + "bias"
-            && k.find('.', module.size()) == std::string::npos)
-            return false;
-    return true;
+    const auto n = members.find(module);
+    return w && b && w->size() == 1 && *w == *b && n != members.end() && n->second == 2;
+}
+
+/// tensors (parameters and buffers) directly in each module, by module prefix with its trailing dot
+std::map<std::string, int> moduleMembers(const ModelParams& model)
+{
+    std::map<std::string, int> out;
+    for (const auto& k : model.keys) {
+        const auto dot = k.rfind('.');
+        ++out[dot == std::string::npos ? std::string() : k.substr(0, dot + 1)];
+    }
+    return out;
 }
 
 /// Names the positions of one param group from its candidate parameters (in the model's order, or the guessed one)
@@ -323,6 +331,7 @@ bool matchGroup(const std::vector<std::string>& candidates, const std::vector<st
             if (templateOf(n) != t) return Confidence::OrderAssumed;
         return Confidence::IndexOrder;
     };
+    std::map<std::vector<int64_t>, Confidence> classCache; // one verdict per shape class
     std::map<std::vector<int64_t>, size_t> next;
     std::set<std::string> used;
     const size_t first = names.size();
@@ -337,7 +346,9 @@ bool matchGroup(const std::vector<std::string>& candidates, const std::vector<st
         if (it == byShape.end() || k >= it->second.size()) return false;
         names.push_back(it->second[k++]);
         used.insert(names.back());
-        confidence.push_back(classConfidence(it->second, want));
+        auto cached = classCache.find(want);
+        if (cached == classCache.end()) cached = classCache.emplace(want, classConfidence(it->second, want)).first;
+        confidence.push_back(cached->second);
     }
     // positions without a shaped state take the candidates left over, in order
     size_t c = 0;
@@ -553,12 +564,20 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                     && !(byShape->orderKnown && positionalFits(*byShape))) {
                     // the current rule by names, then the pre-4.48 one ("bias" only); 1-D weights beside a bias of
                     // their shape (nn.LayerNorm, excluded by type) first without decay, then with
+                    const auto members = moduleMembers(*byShape);
+                    std::vector<char> byName, byNameLegacy, layerNorm; // per parameter, computed once
+                    for (const auto& f : byShape->fqns) {
+                        byName.push_back(trainerDecaysByName(f, false));
+                        byNameLegacy.push_back(trainerDecaysByName(f, true));
+                        layerNorm.push_back(looksLikeLayerNorm(*byShape, members, f));
+                    }
                     for (const bool legacy : {false, true}) {
                         for (const bool layerNormByType : {true, false}) {
                             std::vector<std::string> decay, noDecay;
-                            for (const auto& f : byShape->fqns) {
-                                const bool wd = trainerDecaysByName(f, legacy)
-                                    && !(layerNormByType && looksLikeLayerNorm(*byShape, f));
+                            for (size_t k = 0; k < byShape->fqns.size(); ++k) {
+                                const std::string& f = byShape->fqns[k];
+                                const bool wd
+                                    = (legacy ? byNameLegacy[k] : byName[k]) && !(layerNormByType && layerNorm[k]);
                                 (wd ? decay : noDecay).push_back(f);
                             }
                             std::vector<std::string> n;
