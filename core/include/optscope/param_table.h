@@ -63,7 +63,7 @@ enum class NameSource {
     Fsdp1Layout,
     ModelInFile,
     ReferenceOrder,
-    TrainerGroups, ///< Hugging Face Trainer order: decay group (no bias, not 1-D) then no-decay, checked by shapes
+    TrainerGroups, ///< Hugging Face Trainer: decay group then no-decay (get_decay_parameter_names), checked by shapes
     None
 };
 const char* nameSourceText(NameSource source);
