@@ -171,7 +171,7 @@ void DiagnosePanel::chooseReference(int kind)
         path = QFileDialog::getOpenFileName(this, tr("FQN list"), QString(), tr("Text files (*.txt);;All files (*)"));
     else
         path = QFileDialog::getOpenFileName(this, tr("Model checkpoint"), QString(),
-            tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt);;All files (*)"));
+            tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.index.json);;All files (*)"));
     if (path.isEmpty()) return;
     m_reference->setText(path);
     // a model checkpoint also names parameters in the FQN mapping view

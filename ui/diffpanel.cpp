@@ -64,8 +64,8 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     m_openB->setToolTip(tr("Compare the open checkpoint (A) with a second checkpoint (B): a file or a DCP folder"));
     auto* openMenu = new QMenu(m_openB);
     openMenu->addAction(tr("File…"), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(
-            this, tr("Checkpoint B"), QString(), tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt);;All files (*)"));
+        const QString path = QFileDialog::getOpenFileName(this, tr("Checkpoint B"), QString(),
+            tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.index.json);;All files (*)"));
         if (!path.isEmpty()) compareWith(path);
     });
     openMenu->addAction(tr("DCP folder…"), this, [this] {

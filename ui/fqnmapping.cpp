@@ -41,8 +41,11 @@ FqnMapping FqnMapping::build(const Checkpoint& checkpoint, const std::vector<Opt
     for (const auto& r : table.rows) {
         Row row;
         row.optimizer = r.optimizer < 0 ? QString() : qs(table.optimizers[static_cast<size_t>(r.optimizer)].rootKey());
+        // a reader that re-keyed integer ids by FQN (Hugging Face Trainer folders) keeps the file's id in the row
+        const bool fileId = r.optimizer >= 0
+            && (table.optimizers[static_cast<size_t>(r.optimizer)].idKeyed || (!r.id.empty() && r.id != r.fqn));
         row.id = r.optimizer < 0 ? QString()
-                                 : qs(table.optimizers[static_cast<size_t>(r.optimizer)].idKeyed ? r.id
+                                 : qs(fileId               ? r.id
                                          : r.position >= 0 ? std::to_string(r.position)
                                                            : std::string());
         row.fqn = qs(r.fqn);
@@ -56,6 +59,9 @@ FqnMapping FqnMapping::build(const Checkpoint& checkpoint, const std::vector<Opt
             row.states << qs(st);
         row.group = r.group;
         row.source = qs(r.optimizer < 0 ? std::string("model") : std::string(nameSourceText(r.source)));
+        // how sure a derived name is (shapes decide it, or an order is assumed)
+        if (r.confidence != Confidence::None && r.confidence != Confidence::Stored)
+            row.source += QStringLiteral(" [%1]").arg(qs(confidenceText(r.confidence)));
         row.note = qs(r.note);
         row.jumpKey = qs(r.jumpKey);
         out.rows.push_back(std::move(row));

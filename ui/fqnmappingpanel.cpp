@@ -104,9 +104,10 @@ void FqnMappingPanel::activateRow(int proxyRow)
 
 void FqnMappingPanel::chooseModel(bool folder)
 {
-    const QString path = folder ? QFileDialog::getExistingDirectory(this, tr("Model checkpoint folder (DCP)"))
-                                : QFileDialog::getOpenFileName(this, tr("Model checkpoint"), QString(),
-                                    tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt);;All files (*)"));
+    const QString path = folder
+        ? QFileDialog::getExistingDirectory(this, tr("Model checkpoint folder (DCP)"))
+        : QFileDialog::getOpenFileName(this, tr("Model checkpoint"), QString(),
+            tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.index.json);;All files (*)"));
     if (!path.isEmpty()) m_context->openReference(path);
 }
 

@@ -190,7 +190,8 @@ void MainWindow::setupMenus()
     QAction* openFile
         = file->addAction(QIcon::fromTheme(QStringLiteral("document-open")), tr("&Open File…"), this, [this] {
               const QString path = QFileDialog::getOpenFileName(this, tr("Open checkpoint"), QString(),
-                  tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.tar .metadata);;All files (*)"));
+                  tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.tar .metadata *.safetensors *.index.json);;All "
+                     "files (*)"));
               if (!path.isEmpty()) openPath(path);
           });
     openFile->setShortcut(QKeySequence::Open);

@@ -61,23 +61,27 @@ int runMap(const std::vector<std::string>& argv)
             std::cout << "optimizer '" << table.optimizers[i].rootKey() << "': " << optimizerKindName(table.kinds[i])
                       << ", " << table.optimizers[i].groups.size() << " group(s), "
                       << (table.optimizers[i].idKeyed ? "integer ids" : "FQN keys")
-                      << (table.sources[i] == NameSource::None || !table.optimizers[i].idKeyed
+                      << (table.sources[i] == NameSource::None || table.sources[i] == NameSource::StateKey
+                                     || table.sources[i] == NameSource::FlattenedKey
                                  ? std::string()
                                  : std::string(", named by ") + nameSourceText(table.sources[i]))
                       << "\n";
         std::cout << std::left << std::setw(6) << "ID" << std::setw(44) << "FQN" << std::setw(6) << "GROUP"
-                  << std::setw(14) << "SHAPE"
+                  << std::setw(14) << "SHAPE" << std::setw(15) << "CONFIDENCE"
                   << "STATES / NOTE\n";
         for (const auto& r : table.rows) {
             std::string states;
             for (const auto& s : r.states)
                 states += (states.empty() ? "" : ",") + s;
             // FQN-keyed state has no ids: its position in param_groups is what optimizer.state_dict() would use
-            const bool ids = r.optimizer >= 0 && table.optimizers[static_cast<size_t>(r.optimizer)].idKeyed;
+            // (a reader that re-keyed integer ids by FQN keeps the file's id in the row)
+            const bool ids = r.optimizer >= 0
+                && (table.optimizers[static_cast<size_t>(r.optimizer)].idKeyed || (!r.id.empty() && r.id != r.fqn));
             const std::string id = ids ? r.id : r.position >= 0 ? std::to_string(r.position) : std::string("-");
             std::cout << std::setw(6) << id << std::setw(44) << (r.fqn.empty() ? "?" : r.fqn) << std::setw(6)
                       << (r.group < 0 ? std::string("-") : std::to_string(r.group)) << std::setw(14)
-                      << (r.shape.empty() && r.numel < 0 ? std::string("?") : shapeText(r.shape)) << states
+                      << (r.shape.empty() && r.numel < 0 ? std::string("?") : shapeText(r.shape)) << std::setw(15)
+                      << (r.confidence == Confidence::None ? std::string("-") : confidenceText(r.confidence)) << states
                       << (r.note.empty() ? "" : "  (" + r.note + ")") << "\n";
         }
         for (const auto& n : table.notes)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// libFuzzer entry point; OPTSCOPE_FUZZ_TARGET names the harness (fuzzPickle, fuzzZip, fuzzTorchSave, fuzzDcp).
+// libFuzzer entry point; OPTSCOPE_FUZZ_TARGET names the harness (fuzzPickle, fuzzZip, fuzzTorchSave, fuzzDcp,
+// fuzzSafetensors).
 #include "fuzz_targets.h"
 
 #include <cstdlib>

@@ -263,4 +263,20 @@ Outcome fuzzDcp(const uint8_t* data, size_t size)
     });
 }
 
+Outcome fuzzSafetensors(const uint8_t* data, size_t size)
+{
+    Scratch::clear();
+    const fs::path file = Scratch::dir() / "model.safetensors";
+    writeFile(file, std::string_view(reinterpret_cast<const char*>(data), size));
+    return guarded([&] {
+        const CheckpointPtr cp = openCheckpoint(file.string());
+        require(cp->format == CheckpointFormat::Safetensors, "a .safetensors file opens as safetensors");
+        for (const auto& e : cp->entries)
+            if (e.isTensor() && !e.tensor.chunks.empty())
+                require(e.tensor.chunks[0].source.offset + e.tensor.chunks[0].source.length <= size,
+                    "a tensor's bytes lie inside the file");
+        exerciseCheckpoint(*cp, true);
+    });
+}
+
 } // namespace optscope::fuzz

@@ -34,6 +34,9 @@ Outcome fuzzTorchSave(const uint8_t* data, size_t size);
 /// A DCP folder packed into one input (see splitDcpInput): written to a private temporary folder, opened with
 /// DcpReader::open through openCheckpoint, inspected and hashed like fuzzTorchSave.
 Outcome fuzzDcp(const uint8_t* data, size_t size);
+/// a .safetensors file: SafetensorsReader (header length, JSON header, tensor records) through openCheckpoint,
+/// inspected, hashed and with statistics like fuzzTorchSave.
+Outcome fuzzSafetensors(const uint8_t* data, size_t size);
 
 /// Tensors larger than this are not hashed by the harnesses: a few bytes of pickle can describe an expanded
 /// (stride 0) tensor of terabytes, which is valid and would only make the fuzzer slow.

@@ -4,12 +4,13 @@
 
     tests/fuzz/make_seeds.py tests/data OUT
 
-writes OUT/pickle, OUT/zip, OUT/torch_save and OUT/dcp (one file per seed, named by its SHA-1):
+writes OUT/pickle, OUT/zip, OUT/torch_save, OUT/dcp and OUT/safetensors (one file per seed, named by its SHA-1):
   pickle      data.pkl of every torch.save zip, the five pickles of legacy files, every DCP .metadata, data.pkl of
               every archive embedded in .distcp files, and small pickles of plain Python values (protocols 0-5)
   zip         every torch.save zip and every archive embedded in .distcp files
   torch_save  every .pt file and every embedded archive
   dcp         every DCP folder packed as the dcp harness reads it (.metadata, then "\\n==> NAME\\n" + each file)
+  safetensors every .safetensors file
 
 Only the Python standard library is used; nothing is unpickled (pickletools only walks opcodes).
 """
@@ -122,7 +123,9 @@ def main() -> None:
         write(out, "dcp", packed)
     for pkl in plain_values():
         write(out, "pickle", pkl)
-    for h in ("pickle", "zip", "torch_save", "dcp"):
+    for p in sorted(data.rglob("*.safetensors")):
+        write(out, "safetensors", p.read_bytes())
+    for h in ("pickle", "zip", "torch_save", "dcp", "safetensors"):
         n = len(list((out / h).iterdir())) if (out / h).is_dir() else 0
         print(f"make_seeds: {h}: {n} seeds")
 

@@ -27,9 +27,14 @@ namespace optscope {
 
 class MappedFile;
 
-enum class CheckpointFormat { TorchSave, Dcp };
+enum class CheckpointFormat {
+    TorchSave,
+    Dcp,
+    Safetensors, ///< a .safetensors file, or a sharded set with its index
+    HfTrainer, ///< a Hugging Face Trainer checkpoint-N/ folder (safetensors model + optimizer.pt + scheduler.pt ...)
+};
 
-/// "torch_save" or "dcp", as in `inspect --json`
+/// "torch_save", "dcp", "safetensors" or "hf_trainer", as in `inspect --json`
 const char* checkpointFormatName(CheckpointFormat format);
 
 /// One step of a key path: a dict key (string) or a list index.
@@ -130,6 +135,18 @@ private:
     mutable std::atomic<uint64_t> m_faultsSeen {0};
 };
 
+/// How a reader named a parameter that its files key otherwise (an optimizer's integer id): the reader re-keys the
+/// entries by FQN and records the rule here, so that the FQN mapping (ParamTable) can show the original id and how
+/// sure the name is.
+struct ParamOrigin
+{
+    std::string optimizer; ///< the optimizer state dict's root key ("optim")
+    std::string fqn; ///< the name the entries now carry
+    std::string id; ///< the key in the file ("3")
+    std::string how; ///< the rule (ParamTable's nameSourceText)
+    std::string confidence; ///< ParamTable's confidenceText
+};
+
 class Checkpoint
 {
 public:
@@ -140,6 +157,7 @@ public:
     int pickleProtocol = 0; ///< torch.save: data.pkl protocol; DCP: .metadata protocol
     std::string formatDetail; ///< "zip, prefix 'optim/'", "legacy (pre-1.6)", "DCP version 1.0.0", ...
     const PyValue* root = nullptr; ///< torch.save: the whole unpickled object; DCP: the Metadata object
+    std::vector<ParamOrigin> paramOrigins; ///< parameters a reader named (Hugging Face Trainer folders)
 
     std::shared_ptr<PyArena> arena; ///< owns every PyValue above
     std::shared_ptr<CheckpointFiles> files;

@@ -44,6 +44,7 @@ enum class FindingCode {
     FrozenParams,
     IdKeyed,
     FlattenedFormat,
+    ParamMapping,
     // an optimizer against the model it is loaded into (diagnose)
     PrefixMismatch,
     ParamNamesPrefix,

@@ -10,9 +10,13 @@
 //   3. raw FSDP1 flat-parameter state with a model known: the FlatParamLayout that reproduces the shard sizes
 //   4. a model state dict in the same file, with as many parameters: by position (model.parameters() order)
 //   5. a reference (--model), with as many parameters: by position
-//   6. with two groups and a model: the Hugging Face Trainer's split (weights with decay, then biases and 1-D
-//      weights), kept only when every state shape agrees with it
-// otherwise the row has no FQN, and a note says why.
+//   6. with two groups and a model: the Hugging Face Trainer's split (Trainer.get_decay_parameter_names: no
+//      weight decay for names matching bias / layernorm / rmsnorm / norm / _norm, nor for nn.LayerNorm modules),
+//      each group in named_parameters() order without frozen parameters, kept only when every state shape agrees
+// A model whose parameter order is not recorded (safetensors sorts tensors by dtype and name) is matched by shapes:
+// within a group, the k-th state of a shape gets the k-th parameter of that shape in module order as the names
+// suggest it (numeric indices numerically, a module's own parameters before its children's, weight before bias).
+// Each row says how sure that is (Confidence). Otherwise the row has no FQN, and a note says why.
 
 #include "optscope/checkpoint.h"
 #include "optscope/optimizer_kind.h"
@@ -38,6 +42,9 @@ struct ModelParams
     std::map<std::string, std::vector<int64_t>> shapes; ///< every tensor's shape, buffers included
     std::vector<std::vector<std::string>> groups; ///< param_groups of a reference optimizer (names); else empty
     bool fromOptimizer = false; ///< names, order and groups come from an optimizer's param_groups
+    /// fqns are in the model's named_parameters() order; false when the file does not record it (safetensors): fqns
+    /// are then in the order moduleOrderLess guesses from the names
+    bool orderKnown = true;
 
     /// a model state dict (file or DCP, or the model part of a training checkpoint), or an optimizer checkpoint whose
     /// parameters are named; throws Error(Format) when it names no parameters
@@ -56,10 +63,32 @@ enum class NameSource {
     Fsdp1Layout,
     ModelInFile,
     ReferenceOrder,
-    TrainerGroups, ///< Hugging Face Trainer order: decay group (no bias, not 1-D) then no-decay, checked by shapes
+    TrainerGroups, ///< Hugging Face Trainer: decay group then no-decay (get_decay_parameter_names), checked by shapes
     None
 };
 const char* nameSourceText(NameSource source);
+
+/// How sure a derived name is.
+enum class Confidence {
+    Stored, ///< the file names the parameter (FQN state key, param_names)
+    Exact, ///< derived from a model whose order is known, every shape agrees
+    ShapeUnique, ///< the model's order is unknown, but it is the only parameter of its shape in its group
+    IndexOrder, ///< its group's other parameters of its shape differ from it only in numeric path items
+                ///< (layers.0 / layers.1): ordered by index, as nn.ModuleList / nn.Sequential register them
+    OrderAssumed, ///< several parameters of its group share its shape (or frozen ones were skipped): which of them
+                  ///< is which follows the guessed module order, shapes cannot tell
+    None, ///< not named
+};
+const char* confidenceText(Confidence c);
+
+/// a guess of named_parameters() order from names alone: numeric path items numerically, a module's own parameters
+/// before its children's, "weight" before "bias", otherwise alphabetical
+bool moduleOrderLess(const std::string& a, const std::string& b);
+
+/// transformers' Trainer.get_decay_parameter_names by name (>= 4.48): false for names matching "bias", "layernorm",
+/// "rmsnorm", "(^|.)norm($|.)", "_norm($|.)" (lower-cased); with @p legacy only "bias" (older versions). Parameters
+/// of nn.LayerNorm modules are also excluded by type, which names cannot show (ParamTable tries both).
+bool trainerDecaysByName(const std::string& fqn, bool legacy = false);
 
 struct ParamRow
 {
@@ -70,6 +99,7 @@ struct ParamRow
     std::string fqn; ///< empty when unknown
     std::string normalized; ///< fqn without wrapper prefixes
     NameSource source = NameSource::None;
+    Confidence confidence = Confidence::None;
     std::vector<int64_t> shape; ///< the parameter's shape: the model's when known, else a shaped state's
     int64_t numel = -1;
     std::vector<std::string> states; ///< state names present ("exp_avg", "step", ...); empty: no state

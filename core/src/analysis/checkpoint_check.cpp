@@ -53,6 +53,7 @@ FindingCode readerCode(const std::string& code)
     if (code == "missing-file") return FindingCode::MissingFile;
     if (code == "unsupported-transform") return FindingCode::UnsupportedTransform;
     if (code == "unreadable-value") return FindingCode::UnreadableValue;
+    if (code == "param-mapping") return FindingCode::ParamMapping;
     return FindingCode::BadMetadata;
 }
 

@@ -279,10 +279,14 @@ private:
         for (const ParamRow* r : rows)
             if (r->position >= 0 && r->flatParam < 0) listed.push_back(r);
         const bool fsdp1 = m_table.sources[static_cast<size_t>(oi)] == NameSource::Fsdp1Layout;
-        const std::vector<size_t> targetSizes = targetGroupSizes();
         std::vector<size_t> savedSizes;
         for (const auto& g : v.groups)
             savedSizes.push_back(g.params.size());
+        // ids named by the Hugging Face Trainer's groups: the run resuming it builds the same two groups from the
+        // same model (Trainer.create_optimizer), so that is the target, and each position has its named parameter
+        const bool trainer
+            = !m_target && !exp.fromOptimizer && m_table.sources[static_cast<size_t>(oi)] == NameSource::TrainerGroups;
+        const std::vector<size_t> targetSizes = trainer ? savedSizes : targetGroupSizes();
         size_t savedTotal = 0, targetTotal = 0;
         for (auto s : savedSizes)
             savedTotal += s;
@@ -290,7 +294,8 @@ private:
             targetTotal += s;
         const std::string targetText = m_target ? m_target->source
             : exp.fromOptimizer                 ? exp.source
-                                                : "an optimizer over model.parameters() in one group";
+            : trainer ? "the Hugging Face Trainer's optimizer (decay and no-decay groups over the model)"
+                      : "an optimizer over model.parameters() in one group";
 
         // raw FSDP1 flat-parameter state
         bool allFlat = v.idKeyed && !v.params.empty() && !keepsAllStateOnFirstParam(kind);
@@ -332,7 +337,18 @@ private:
             }
             for (const auto& n : exp.fqns)
                 if (!covered.count(canon(n))) missing.push_back(n);
-            if (!missing.empty()) {
+            if (!missing.empty() && trainer) {
+                // the Trainer puts requires_grad=False parameters in no group: they were frozen when it saved
+                Finding f(FindingCode::FrozenParams,
+                    std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are in neither of the "
+                        + "Trainer's param groups of " + where
+                        + ": frozen (requires_grad=False) when it was saved: " + quoteList(missing),
+                    root);
+                f.fix = "nothing to do if they are still frozen; a parameter trainable now starts with empty state "
+                        "(and the Trainer's groups then differ in size: optimizer.load_state_dict raises)";
+                f.keys = head(missing);
+                d.findings.push_back(std::move(f));
+            } else if (!missing.empty()) {
                 Finding f(FindingCode::MissingState,
                     std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where + ": "
                         + quoteList(missing),
@@ -387,7 +403,12 @@ private:
         if (!fsdp1)
             for (size_t i = 0; i < listed.size() && i < exp.fqns.size(); ++i) {
                 const bool byTarget = m_target && m_target->shapes.size() == exp.fqns.size();
-                const auto* shape = byTarget ? &m_target->shapes[i] : modelShape(exp.fqns[i]);
+                // a model whose order is not stored (safetensors) names the rows by shapes: compare with the
+                // parameter each row was given, not the guessed order's i-th
+                const bool byRow = trainer || (!exp.orderKnown && !listed[i]->fqn.empty());
+                const auto* shape = byTarget ? &m_target->shapes[i]
+                    : byRow                  ? modelShape(listed[i]->fqn)
+                                             : modelShape(exp.fqns[i]);
                 if (!shape || shape->empty()) continue;
                 const std::string w = wrongState(*listed[i], kind, *shape);
                 if (!w.empty())

@@ -57,6 +57,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::FlattenedFormat, "flattened-format", S::Warning,
             "DSD's flattened format (state.<fqn>.<name>): set_optimizer_state_dict reads it, optimizer.load_state_dict "
             "raises KeyError"},
+        {C::ParamMapping, "param-mapping", S::Error,
+            "an optimizer's integer ids cannot be named: no rule (the model's order, the Hugging Face Trainer's "
+            "groups) fits the shapes of its state and the model beside it"},
         {C::PrefixMismatch, "prefix-mismatch", S::Error,
             "names differ by a wrapper or module prefix (module., _orig_mod., ...)"},
         {C::ParamNamesPrefix, "param-names-prefix", S::Warning,

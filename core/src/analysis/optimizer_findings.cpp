@@ -73,7 +73,14 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             Finding f(FindingCode::IdKeyed, msg, root);
             // only names the file or the user vouch for (param_names, --model); the model saved beside it may be
             // another wrapper's
-            if (table.sources[oi] == NameSource::ParamNames || table.sources[oi] == NameSource::ReferenceOrder) {
+            size_t assumed = 0; // names shapes could not decide (a model file without its order): never re-key by them
+            for (const ParamRow* r : rows)
+                assumed += r->position >= 0 && r->confidence == Confidence::OrderAssumed;
+            if (assumed && table.sources[oi] == NameSource::ReferenceOrder) {
+                f.fix = std::to_string(assumed) + " of the names rest on an assumed order (parameters of one shape, "
+                    + "and the model file does not store its order): give the model in its real order (a torch.save "
+                      "of model.state_dict()) to name and re-key the ids";
+            } else if (table.sources[oi] == NameSource::ParamNames || table.sources[oi] == NameSource::ReferenceOrder) {
                 // names known: re-keying by FQN makes every loader check names instead of trusting the order
                 for (const ParamRow* r : rows)
                     if (r->position >= 0 && !r->fqn.empty())

@@ -2,8 +2,10 @@
 #include "optscope/checkpoint_loader.h"
 #include "dcp_reader.h"
 #include "fault_injection.h"
+#include "hf_trainer_reader.h"
 #include "mapped_file.h"
 #include "optscope/error.h"
+#include "safetensors_reader.h"
 #include "torch_save_reader.h"
 
 #include <cstdio>
@@ -34,17 +36,28 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
     if (ec || !fs::exists(status)) throw Error(ErrorKind::Io, path, "no such file or directory");
     if (fs::is_directory(status)) {
         if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
+        if (HfTrainerReader::looksLikeTrainerFolder(path)) return HfTrainerReader::open(path, progress);
+        if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
         throw Error(ErrorKind::Format, path,
-            "is a directory without a .metadata file (not a torch.distributed.checkpoint folder)");
+            "is a directory without a .metadata file (not a torch.distributed.checkpoint folder), without "
+            "model.safetensors or a safetensors index, and without optimizer.pt (not a Hugging Face Trainer folder)");
     }
     if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
+    if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
     auto file = MappedFile::open(path);
     if (file->size() == 0) throw Error(ErrorKind::Format, path, "is empty (0 bytes), not a checkpoint");
-    if (!looksLikeTorchSave(file->data(), file->size()))
+    if (!looksLikeTorchSave(file->data(), file->size())) {
+        // by content, or by name: a damaged .safetensors file gets the safetensors reader's own error
+        const std::string sfx = ".safetensors";
+        if (SafetensorsReader::looksLikeSafetensors(file->data(), file->size())
+            || (path.size() > sfx.size() && path.compare(path.size() - sfx.size(), sfx.size(), sfx) == 0))
+            return SafetensorsReader::open(path, progress);
         throw Error(ErrorKind::Format, path,
-            "is not a torch.save file or a DCP checkpoint (it starts with bytes "
+            "is not a torch.save file, a safetensors file or a DCP checkpoint (it starts with bytes "
                 + describeStart(file->data(), file->size())
-                + "; expected a zip archive 'PK\\x03\\x04' or a legacy torch pickle)");
+                + "; expected a zip archive 'PK\\x03\\x04', a legacy torch pickle or a safetensors header "
+                  "length and '{')");
+    }
     return TorchSaveReader::open(path, progress);
 }
 

@@ -37,6 +37,70 @@ const char* nameSourceText(NameSource source)
     return "";
 }
 
+const char* confidenceText(Confidence c)
+{
+    switch (c) {
+    case Confidence::Stored:
+        return "stored";
+    case Confidence::Exact:
+        return "exact";
+    case Confidence::ShapeUnique:
+        return "unique shape";
+    case Confidence::IndexOrder:
+        return "index order";
+    case Confidence::OrderAssumed:
+        return "order assumed";
+    case Confidence::None:
+        return "";
+    }
+    return "";
+}
+
+namespace {
+std::vector<std::string> splitDots(const std::string& s)
+{
+    std::vector<std::string> out;
+    size_t start = 0;
+    for (size_t i = 0; i <= s.size(); ++i)
+        if (i == s.size() || s[i] == '.') {
+            out.push_back(s.substr(start, i - start));
+            start = i + 1;
+        }
+    return out;
+}
+
+bool isNumber(const std::string& s)
+{
+    return !s.empty() && s.size() < 19 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+} // namespace
+
+bool moduleOrderLess(const std::string& a, const std::string& b)
+{
+    const auto x = splitDots(a), y = splitDots(b);
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+        if (x[i] == y[i]) continue;
+        const bool leafX = i + 1 == x.size(), leafY = i + 1 == y.size();
+        if (leafX != leafY) return leafX; // named_parameters(): a module's own parameters, then its children's
+        if (isNumber(x[i]) && isNumber(y[i])) return std::stoll(x[i]) < std::stoll(y[i]);
+        if (leafX) { // torch's modules register weight, then bias
+            auto rank = [](const std::string& n) { return n == "weight" ? 0 : n == "bias" ? 1 : 2; };
+            if (rank(x[i]) != rank(y[i])) return rank(x[i]) < rank(y[i]);
+        }
+        return x[i] < y[i];
+    }
+    return x.size() < y.size();
+}
+
+bool trainerDecaysByName(const std::string& fqn, bool legacy)
+{
+    std::string lower = fqn;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (legacy) return lower.find("bias") == std::string::npos;
+    static const std::regex forbidden("bias|layernorm|rmsnorm|(?:^|\\.)norm(?:$|\\.)|_norm(?:$|\\.)");
+    return !std::regex_search(lower, forbidden);
+}
+
 namespace {
 
 /// where training checkpoints keep the model state dict next to the optimizer
@@ -162,6 +226,7 @@ bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view
                 r.fqn = member.fqn;
                 r.normalized = normalizeFqn(r.fqn).fqn;
                 r.source = NameSource::Fsdp1Layout;
+                r.confidence = Confidence::Exact;
                 r.flatParam = static_cast<int>(u);
                 r.flatUnit = m.units[u].prefix;
                 r.flatOffset = member.offset;
@@ -186,6 +251,116 @@ bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view
         return true;
     }
     return false;
+}
+
+const std::vector<int64_t>* shapeIn(const ModelParams& model, const std::string& fqn)
+{
+    auto it = model.shapes.find(fqn);
+    return it == model.shapes.end() ? nullptr : &it->second;
+}
+
+/// an nn.LayerNorm by its parameters (the Trainer excludes it by type): a 1-D weight beside a bias of the same shape,
+/// nothing else in the module (BatchNorm has running stats, Linear a 2-D weight). @p members: tensors per module
+/// prefix ("ln_f." or ""), counted once per model.
+bool looksLikeLayerNorm(const ModelParams& model, const std::map<std::string, int>& members, const std::string& fqn)
+{
+    const std::string suffix = "weight";
+    if (fqn.size() < suffix.size() || fqn.compare(fqn.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+    const std::string module = fqn.substr(0, fqn.size() - suffix.size());
+    if (!module.empty() && module.back() != '.') return false;
+    const auto* w = shapeIn(model, fqn);
+    const auto* b = shapeIn(model, module + "bias");
+    const auto n = members.find(module);
+    return w && b && w->size() == 1 && *w == *b && n != members.end() && n->second == 2;
+}
+
+/// tensors (parameters and buffers) directly in each module, by module prefix with its trailing dot
+std::map<std::string, int> moduleMembers(const ModelParams& model)
+{
+    std::map<std::string, int> out;
+    for (const auto& k : model.keys) {
+        const auto dot = k.rfind('.');
+        ++out[dot == std::string::npos ? std::string() : k.substr(0, dot + 1)];
+    }
+    return out;
+}
+
+/// Names the positions of one param group from its candidate parameters (in the model's order, or the guessed one)
+/// by shapes (@p shapes: per position, empty when the parameter has no shaped state). With a known order the group is
+/// the candidates in order, frozen ones (no state, not in the group) skipped; with an unknown order the k-th
+/// position of a shape takes the k-th candidate of that shape. False when the shapes cannot be met.
+bool matchGroup(const std::vector<std::string>& candidates, const std::vector<std::vector<int64_t>>& shapes,
+    const ModelParams& model, std::vector<std::string>& names, std::vector<Confidence>& confidence)
+{
+    if (candidates.size() < shapes.size()) return false;
+    const bool skips = candidates.size() > shapes.size();
+    if (model.orderKnown) {
+        size_t c = 0;
+        for (const auto& want : shapes) {
+            for (; c < candidates.size(); ++c) {
+                const auto* s = shapeIn(model, candidates[c]);
+                if (want.empty() || !s || *s == want) break;
+            }
+            if (c == candidates.size()) return false;
+            names.push_back(candidates[c++]);
+            confidence.push_back(skips ? Confidence::OrderAssumed : Confidence::Exact);
+        }
+        return true;
+    }
+    std::map<std::vector<int64_t>, std::vector<std::string>> byShape; // candidates of each shape, in order
+    for (const auto& c : candidates) {
+        const auto* s = shapeIn(model, c);
+        byShape[s ? *s : std::vector<int64_t> {}].push_back(c);
+    }
+    // a shape class whose names differ only in numeric items (layers.0.fc.weight, layers.1.fc.weight) is ordered by
+    // those indices for sure; count what each class needs, to see whether frozen ones were skipped in it
+    auto templateOf = [](const std::string& n) {
+        std::string t;
+        for (const auto& part : splitDots(n))
+            t += (t.empty() ? "" : ".") + (isNumber(part) ? std::string("#") : part);
+        return t;
+    };
+    std::map<std::vector<int64_t>, size_t> wanted;
+    for (const auto& want : shapes)
+        if (!want.empty()) ++wanted[want];
+    auto classConfidence = [&](const std::vector<std::string>& cls, const std::vector<int64_t>& shape) {
+        if (cls.size() == 1) return Confidence::ShapeUnique;
+        if (wanted[shape] != cls.size()) return Confidence::OrderAssumed; // some of this shape are frozen: which?
+        const std::string t = templateOf(cls.front());
+        for (const auto& n : cls)
+            if (templateOf(n) != t) return Confidence::OrderAssumed;
+        return Confidence::IndexOrder;
+    };
+    std::map<std::vector<int64_t>, Confidence> classCache; // one verdict per shape class
+    std::map<std::vector<int64_t>, size_t> next;
+    std::set<std::string> used;
+    const size_t first = names.size();
+    for (const auto& want : shapes) {
+        if (want.empty()) {
+            names.emplace_back();
+            confidence.push_back(Confidence::OrderAssumed);
+            continue;
+        }
+        auto it = byShape.find(want);
+        size_t& k = next[want];
+        if (it == byShape.end() || k >= it->second.size()) return false;
+        names.push_back(it->second[k++]);
+        used.insert(names.back());
+        auto cached = classCache.find(want);
+        if (cached == classCache.end()) cached = classCache.emplace(want, classConfidence(it->second, want)).first;
+        confidence.push_back(cached->second);
+    }
+    // positions without a shaped state take the candidates left over, in order
+    size_t c = 0;
+    for (size_t i = first; i < names.size(); ++i) {
+        if (!names[i].empty()) continue;
+        while (c < candidates.size() && used.count(candidates[c]))
+            ++c;
+        if (c == candidates.size()) return false;
+        names[i] = candidates[c];
+        used.insert(candidates[c++]);
+    }
+    return true;
 }
 
 } // namespace
@@ -221,8 +396,20 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
         m.shapes[fqn] = e.tensor.shape;
         m.keys.push_back(fqn);
         (isKnownBufferName(fqn) ? m.buffers : m.fqns).push_back(fqn);
+        // safetensors lays tensors out by dtype and name: the model's order is not in the file
+        const std::string sfx = ".safetensors";
+        if (!e.tensor.chunks.empty()) {
+            const std::string& file = e.tensor.chunks[0].source.file;
+            if (file.size() >= sfx.size() && file.compare(file.size() - sfx.size(), sfx.size(), sfx) == 0)
+                m.orderKnown = false;
+        }
     }
     if (m.fqns.empty()) return std::nullopt;
+    if (!m.orderKnown) {
+        std::stable_sort(m.fqns.begin(), m.fqns.end(), moduleOrderLess);
+        std::stable_sort(m.keys.begin(), m.keys.end(), moduleOrderLess);
+        m.source += " (parameter order not stored: guessed from names)";
+    }
     return m;
 }
 
@@ -260,6 +447,7 @@ ModelParams ModelParams::fromCheckpoint(const Checkpoint& model)
         if (e.fqns.empty()) {
             e.fqns = part->fqns;
             e.source = part->source;
+            e.orderKnown = part->orderKnown;
         }
     }
     if (e.fqns.empty())
@@ -319,6 +507,7 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
             : view.flattened             ? NameSource::FlattenedKey
                                          : NameSource::StateKey;
         std::vector<std::string> names;
+        std::vector<Confidence> confidences; ///< per name, when derived
         if (view.idKeyed) {
             // 2. param_names in every group
             bool complete = !view.groups.empty();
@@ -347,51 +536,131 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                     out.notes.push_back("every state of '" + view.rootKey()
                         + "' is 1-D: if this is a raw FSDP1 optimizer file, give the model to map flat parameters "
                           "to FQNs");
-                // 4./5. a model by position; 6. the Trainer's decay/no-decay order when only that fits the shapes
+                // 4./5. a model by position; 6. the Trainer's decay/no-decay groups when they fit the shapes (and
+                // the model's own order does not); a model without a known order is matched by shapes
                 const ModelParams* byShape = out.modelInFile ? &*out.modelInFile : reference;
-                if (byShape && byShape->fqns.size() == ids.size() && view.groups.size() == 2) {
-                    auto fits = [&](const std::vector<std::string>& order) {
-                        for (size_t i = 0; i < ids.size(); ++i) {
-                            const OptimizerParam* p = view.param(ids[i]);
-                            if (!p) continue;
-                            const auto shape = paramShapeFromState(out.kinds.back(), *p);
-                            auto it = byShape->shapes.find(order[i]);
-                            if (!shape.empty() && it != byShape->shapes.end() && it->second != shape) return false;
-                        }
-                        return true;
-                    };
-                    std::vector<std::string> decay, noDecay;
-                    for (const auto& f : byShape->fqns) {
-                        const auto it = byShape->shapes.find(f);
-                        const bool noWd = f.find("bias") != std::string::npos
-                            || (it != byShape->shapes.end() && it->second.size() <= 1);
-                        (noWd ? noDecay : decay).push_back(f);
+                const NameSource byShapeSource = out.modelInFile ? NameSource::ModelInFile : NameSource::ReferenceOrder;
+                std::vector<std::vector<std::vector<int64_t>>> groupShapes; // per group, per position
+                for (const auto& g : view.groups) {
+                    groupShapes.emplace_back();
+                    for (const auto& id : g.params) {
+                        const OptimizerParam* p = view.param(id);
+                        groupShapes.back().push_back(
+                            p ? paramShapeFromState(out.kinds.back(), *p) : std::vector<int64_t> {});
                     }
-                    std::vector<std::string> trainer = decay;
-                    trainer.insert(trainer.end(), noDecay.begin(), noDecay.end());
-                    if (!fits(byShape->fqns) && view.groups[0].params.size() == decay.size() && fits(trainer)) {
-                        names = trainer;
-                        source = NameSource::TrainerGroups;
-                        out.notes.push_back("'" + view.rootKey() + "': the model's order does not fit the state's "
-                            + "shapes; the Hugging Face Trainer's groups (" + std::to_string(decay.size())
-                            + " with weight decay, then " + std::to_string(noDecay.size()) + " without) fit every one");
+                }
+                auto positionalFits = [&](const ModelParams& m) {
+                    if (m.fqns.size() != ids.size()) return false;
+                    std::vector<std::string> n;
+                    std::vector<Confidence> c;
+                    std::vector<std::vector<int64_t>> all;
+                    for (const auto& g : groupShapes)
+                        all.insert(all.end(), g.begin(), g.end());
+                    ModelParams known = m;
+                    known.orderKnown = true;
+                    return matchGroup(m.fqns, all, known, n, c);
+                };
+                if (byShape && view.groups.size() == 2 && byShape->fqns.size() >= ids.size()
+                    && !(byShape->orderKnown && positionalFits(*byShape))) {
+                    // the current rule by names, then the pre-4.48 one ("bias" only); 1-D weights beside a bias of
+                    // their shape (nn.LayerNorm, excluded by type) first without decay, then with
+                    const auto members = moduleMembers(*byShape);
+                    std::vector<char> byName, byNameLegacy, layerNorm; // per parameter, computed once
+                    for (const auto& f : byShape->fqns) {
+                        byName.push_back(trainerDecaysByName(f, false));
+                        byNameLegacy.push_back(trainerDecaysByName(f, true));
+                        layerNorm.push_back(looksLikeLayerNorm(*byShape, members, f));
+                    }
+                    for (const bool legacy : {false, true}) {
+                        for (const bool layerNormByType : {true, false}) {
+                            std::vector<std::string> decay, noDecay;
+                            for (size_t k = 0; k < byShape->fqns.size(); ++k) {
+                                const std::string& f = byShape->fqns[k];
+                                const bool wd
+                                    = (legacy ? byNameLegacy[k] : byName[k]) && !(layerNormByType && layerNorm[k]);
+                                (wd ? decay : noDecay).push_back(f);
+                            }
+                            std::vector<std::string> n;
+                            std::vector<Confidence> c;
+                            if (matchGroup(decay, groupShapes[0], *byShape, n, c)
+                                && matchGroup(noDecay, groupShapes[1], *byShape, n, c)) {
+                                names = std::move(n);
+                                confidences = std::move(c);
+                                source = NameSource::TrainerGroups;
+                                const size_t frozen = byShape->fqns.size() - ids.size();
+                                out.notes.push_back("'" + view.rootKey() + "': the Hugging Face Trainer's groups ("
+                                    + std::to_string(decay.size()) + " parameters with weight decay, then "
+                                    + std::to_string(noDecay.size()) + " without"
+                                    + (legacy ? ", pre-4.48 rule: only 'bias' by name" : "")
+                                    + (frozen ? "; " + std::to_string(frozen) + " frozen, in no group" : std::string())
+                                    + ") fit every state's shape, parameters from " + byShape->source);
+                                break;
+                            }
+                        }
+                        if (source != NameSource::None) break;
+                    }
+                }
+                if (source == NameSource::None && byShape && !byShape->orderKnown) {
+                    // the groups in model order, matched by shapes, frozen parameters skipped
+                    std::vector<std::vector<int64_t>> all;
+                    for (const auto& g : groupShapes)
+                        all.insert(all.end(), g.begin(), g.end());
+                    std::vector<std::string> n;
+                    std::vector<Confidence> c;
+                    if (matchGroup(byShape->fqns, all, *byShape, n, c)) {
+                        names = std::move(n);
+                        confidences = std::move(c);
+                        source = byShapeSource;
+                        out.notes.push_back("'" + view.rootKey() + "': " + byShape->source
+                            + " does not record the parameters' order: ids matched by shapes");
+                    } else {
+                        out.notes.push_back("'" + view.rootKey() + "': the shapes of its " + std::to_string(ids.size())
+                            + " parameters cannot be matched to the " + std::to_string(byShape->fqns.size()) + " of "
+                            + byShape->source);
                     }
                 }
                 const ModelParams* inFile = out.modelInFile ? &*out.modelInFile : nullptr;
                 const std::pair<const ModelParams*, NameSource> candidates[]
                     = {{inFile, NameSource::ModelInFile}, {reference, NameSource::ReferenceOrder}};
                 for (const auto& [m, src] : candidates) {
-                    if (!m || source != NameSource::None) continue;
+                    if (!m || source != NameSource::None || !m->orderKnown) continue;
                     if (m->fqns.size() == ids.size()) {
                         names = m->fqns;
                         source = src;
+                        confidences.assign(
+                            names.size(), positionalFits(*m) ? Confidence::Exact : Confidence::OrderAssumed);
                     } else {
                         out.notes.push_back("'" + view.rootKey() + "' has " + std::to_string(ids.size())
                             + " parameters but " + m->source + " has " + std::to_string(m->fqns.size())
                             + ": ids cannot be named by position");
                     }
                 }
+                if (!confidences.empty()) {
+                    size_t assumed = 0;
+                    for (auto c : confidences)
+                        assumed += c == Confidence::OrderAssumed;
+                    if (assumed)
+                        out.notes.push_back("'" + view.rootKey() + "': " + std::to_string(assumed) + " of "
+                            + std::to_string(confidences.size())
+                            + " names rest on an assumed order (parameters of one shape in one group, or frozen "
+                              "ones skipped): shapes cannot tell them apart");
+                }
             }
+        }
+        std::map<std::string, const ParamOrigin*> origins;
+        NameSource readerSource = source;
+        for (const auto& o : checkpoint.paramOrigins)
+            if (!view.idKeyed && o.optimizer == view.rootKey()) {
+                origins.emplace(o.fqn, &o);
+                for (auto s : {NameSource::ModelInFile, NameSource::ReferenceOrder, NameSource::TrainerGroups,
+                         NameSource::ParamNames, NameSource::Fsdp1Layout})
+                    if (o.how == nameSourceText(s)) readerSource = s;
+            }
+        if (!origins.empty()) {
+            source = readerSource;
+            out.notes.push_back("'" + view.rootKey() + "': " + std::to_string(origins.size())
+                + " parameters were keyed by integer id in the file; the reader named them by "
+                + nameSourceText(readerSource));
         }
         out.sources.push_back(source);
 
@@ -416,9 +685,21 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
             if (!view.idKeyed) {
                 r.fqn = key;
                 r.source = source;
+                r.confidence = Confidence::Stored;
+                // a parameter the reader named (its file keyed it by integer id): that id and the rule
+                if (auto o = origins.find(key); o != origins.end()) {
+                    r.id = o->second->id;
+                    r.source = readerSource;
+                    for (auto c : {Confidence::Stored, Confidence::Exact, Confidence::ShapeUnique,
+                             Confidence::IndexOrder, Confidence::OrderAssumed})
+                        if (o->second->confidence == confidenceText(c)) r.confidence = c;
+                }
             } else if (inGroups && i < names.size()) {
                 r.fqn = names[i];
                 r.source = source;
+                r.confidence = source == NameSource::ParamNames ? Confidence::Stored
+                    : i < confidences.size()                    ? confidences[i]
+                                                                : Confidence::Exact;
             }
             r.normalized = normalizeFqn(r.fqn).fqn;
             auto git = groupOf.find(key);
@@ -457,6 +738,7 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
             for (const auto& fqn : m->fqns) {
                 ParamRow r;
                 r.fqn = fqn;
+                r.confidence = Confidence::Stored;
                 r.normalized = normalizeFqn(fqn).fqn;
                 r.shape = m->shapes[fqn];
                 r.numel = numelOf(r.shape);
@@ -507,11 +789,12 @@ nlohmann::ordered_json ParamTable::toJson() const
         auto opt = [](bool has, json v) { return has ? v : json(nullptr); };
         j["params"].push_back({{"optimizer", r.optimizer < 0 ? json(nullptr) : json(optimizers[r.optimizer].rootKey())},
             {"id", r.id}, {"fqn", opt(!r.fqn.empty(), r.fqn)}, {"normalized", opt(!r.fqn.empty(), r.normalized)},
-            {"source", nameSourceText(r.source)}, {"group", opt(r.group >= 0, r.group)},
-            {"position", opt(r.position >= 0, r.position)}, {"shape", r.shape}, {"numel", opt(r.numel >= 0, r.numel)},
-            {"states", r.states}, {"flat_param", opt(r.flatParam >= 0, r.flatParam)},
-            {"flat_unit", opt(r.flatParam >= 0, r.flatUnit)}, {"flat_offset", opt(r.flatOffset >= 0, r.flatOffset)},
-            {"note", opt(!r.note.empty(), r.note)}});
+            {"source", nameSourceText(r.source)},
+            {"confidence", opt(r.confidence != Confidence::None, confidenceText(r.confidence))},
+            {"group", opt(r.group >= 0, r.group)}, {"position", opt(r.position >= 0, r.position)}, {"shape", r.shape},
+            {"numel", opt(r.numel >= 0, r.numel)}, {"states", r.states},
+            {"flat_param", opt(r.flatParam >= 0, r.flatParam)}, {"flat_unit", opt(r.flatParam >= 0, r.flatUnit)},
+            {"flat_offset", opt(r.flatOffset >= 0, r.flatOffset)}, {"note", opt(!r.note.empty(), r.note)}});
     }
     j["notes"] = notes;
     return j;
@@ -520,12 +803,12 @@ nlohmann::ordered_json ParamTable::toJson() const
 std::string ParamTable::toCsv() const
 {
     CsvWriter w;
-    w.row({"optimizer", "id", "fqn", "normalized", "source", "group", "position", "shape", "numel", "states",
-        "flat_param", "flat_unit", "flat_offset", "note"});
+    w.row({"optimizer", "id", "fqn", "normalized", "source", "confidence", "group", "position", "shape", "numel",
+        "states", "flat_param", "flat_unit", "flat_offset", "note"});
     auto num = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
     for (const auto& r : rows)
         w.row({r.optimizer < 0 ? std::string() : optimizers[static_cast<size_t>(r.optimizer)].rootKey(), r.id, r.fqn,
-            r.normalized, nameSourceText(r.source), num(r.group), num(r.position),
+            r.normalized, nameSourceText(r.source), confidenceText(r.confidence), num(r.group), num(r.position),
             r.shape.empty() && r.numel < 0 ? "" : shapeText(r.shape), num(r.numel), join(r.states, " "),
             num(r.flatParam), r.flatUnit, num(r.flatOffset), r.note});
     return w.text();

@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "hf_trainer_reader.h"
+#include "checkpoint_builder.h"
+#include "mapped_file.h"
+#include "optscope/error.h"
+#include "optscope/param_table.h"
+#include "safetensors_reader.h"
+#include "state_flattener.h"
+#include "torch_save_reader.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace optscope {
+
+namespace {
+
+constexpr const char* kOptimizerNames[] = {"optimizer.pt", "optimizer.bin"};
+
+std::string firstExisting(const fs::path& dir, std::initializer_list<const char*> names)
+{
+    std::error_code ec;
+    for (const char* n : names)
+        if (fs::is_regular_file(dir / n, ec)) return n;
+    return {};
+}
+
+/// a torch.save file of the folder, flattened under @p prefix
+void addTorchFile(Checkpoint& cp, CheckpointBuilder& builder, const std::string& rel, const std::string& prefix,
+    const Progress& progress)
+{
+    auto file = cp.files->open(rel);
+    const std::string where = cp.files->absolute(rel);
+    if (file->size() == 0) throw Error(ErrorKind::Format, where, "is empty (0 bytes)");
+    TorchSaveArchive ar = TorchSaveReader::readArchive(file, 0, file->size(), *cp.arena, where);
+    builder.addPickleWarnings(ar.warnings);
+    std::vector<FlattenedLeaf> leaves;
+    try {
+        leaves = flattenStateDict(ar.root);
+    } catch (const Error& e) {
+        throw Error(e.kind(), where, e.detail(), e.offset());
+    }
+    for (auto& leaf : leaves) {
+        progress.checkCancelled();
+        KeyPath path {KeyPathElem::fromKey(prefix)};
+        path.insert(path.end(), leaf.path.begin(), leaf.path.end());
+        builder.addLeaf(std::move(path), leaf.value, ar, rel, where);
+    }
+}
+
+PyValue* jsonToPy(PyArena& arena, const nlohmann::ordered_json& j, int depth)
+{
+    using t = nlohmann::ordered_json::value_t;
+    if (depth > 64) return arena.makeStr("<nested too deep>", false);
+    switch (j.type()) {
+    case t::null:
+    case t::discarded:
+        return arena.makeNone();
+    case t::boolean:
+        return arena.makeBool(j.get<bool>());
+    case t::number_integer:
+        return arena.makeInt(j.get<int64_t>());
+    case t::number_unsigned: {
+        const auto v = j.get<uint64_t>();
+        return v <= static_cast<uint64_t>(INT64_MAX) ? arena.makeInt(static_cast<int64_t>(v))
+                                                     : arena.makeFloat(static_cast<double>(v));
+    }
+    case t::number_float:
+        return arena.makeFloat(j.get<double>());
+    case t::string:
+        return arena.makeStr(j.get_ref<const std::string&>(), true);
+    case t::array: {
+        PyValue* v = arena.makeContainer(PyKind::List);
+        for (const auto& x : j)
+            v->container->items.push_back(jsonToPy(arena, x, depth + 1));
+        return v;
+    }
+    case t::object: {
+        PyValue* v = arena.makeContainer(PyKind::Dict);
+        for (const auto& [k, x] : j.items()) {
+            v->container->items.push_back(arena.makeStr(k, true));
+            v->container->items.push_back(jsonToPy(arena, x, depth + 1));
+        }
+        return v;
+    }
+    case t::binary:
+        return arena.makeNone();
+    }
+    return arena.makeNone();
+}
+
+/// trainer_state.json: its fields as value entries
+void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::string& rel)
+{
+    auto file = cp.files->open(rel);
+    const std::string where = cp.files->absolute(rel);
+    if (file->size() > (uint64_t(64) << 20)) {
+        builder.error("unreadable-value", where + " is larger than 64 MiB; not read");
+        return;
+    }
+    nlohmann::ordered_json j;
+    try {
+        const char* text = reinterpret_cast<const char*>(file->data());
+        j = nlohmann::ordered_json::parse(text, text + file->size());
+    } catch (const nlohmann::json::exception& e) {
+        builder.error("unreadable-value", where + " is not valid JSON: " + e.what());
+        return;
+    }
+    if (!j.is_object()) {
+        builder.error("unreadable-value", where + " is not a JSON object");
+        return;
+    }
+    // flattened as every other part (and as DCP would store it): log_history.<i>.loss, stateful_callbacks....
+    for (auto& leaf : flattenStateDict(jsonToPy(*cp.arena, j, 0))) {
+        KeyPath path {KeyPathElem::fromKey("trainer_state")};
+        path.insert(path.end(), leaf.path.begin(), leaf.path.end());
+        builder.addValue(std::move(path), leaf.value);
+    }
+}
+
+/// Names the optimizer's integer ids by ParamTable's rule and re-keys its entries by FQN; records how in
+/// paramOrigins. Leaves the ids when no rule names every parameter in the groups.
+void nameParameters(Checkpoint& cp, CheckpointBuilder& builder, const std::string& optimizerFile)
+{
+    const ParamTable table = ParamTable::build(cp);
+    for (size_t oi = 0; oi < table.optimizers.size(); ++oi) {
+        const OptimizerView& view = table.optimizers[oi];
+        if (!view.idKeyed || view.rootKey() != "optim") continue;
+        std::map<std::string, std::string> idToFqn;
+        std::map<std::string, int> count;
+        bool complete = table.sources[oi] != NameSource::None;
+        for (const ParamRow* r : table.rowsOf(static_cast<int>(oi))) {
+            if (r->position < 0) continue;
+            if (r->fqn.empty() || ++count[r->fqn] > 1) complete = false;
+            idToFqn.emplace(r->id, r->fqn);
+        }
+        if (!complete || idToFqn.empty()) {
+            std::string why;
+            for (const auto& n : table.notes)
+                why += (why.empty() ? "" : "; ") + n;
+            builder.error("param-mapping",
+                "the integer ids of " + optimizerFile + " cannot be named from the model beside it"
+                    + (why.empty() ? std::string() : ": " + why)
+                    + "; the state keeps its ids (did the model change since this checkpoint?)",
+                "optim");
+            return;
+        }
+        const char* how = nameSourceText(table.sources[oi]);
+        std::map<std::string, size_t> byConfidence;
+        for (const ParamRow* r : table.rowsOf(static_cast<int>(oi))) {
+            if (r->position < 0) continue;
+            cp.paramOrigins.push_back({"optim", r->fqn, r->id, how, confidenceText(r->confidence)});
+            ++byConfidence[confidenceText(r->confidence)];
+        }
+        for (auto& e : cp.entries) {
+            if (e.path.size() >= 3 && e.path[0].key == "optim" && e.path[1].key == "state" && !e.path[2].isIndex()) {
+                auto it = idToFqn.find(e.path[2].key);
+                if (it == idToFqn.end()) continue; // state of a parameter no group lists: stays an id
+                e.path[2] = KeyPathElem::fromKey(it->second);
+                e.key = joinKeyPath(e.path);
+            } else if (e.path.size() == 4 && e.path[0].key == "optim" && e.path[1].key == "param_groups"
+                && e.path[3].key == "params" && !e.isTensor() && e.value && e.value->isSequence()) {
+                PyValue* names = cp.arena->makeContainer(PyKind::List);
+                for (const auto* id : e.value->items()) {
+                    auto it = idToFqn.find(pyStr(id));
+                    names->container->items.push_back(
+                        it != idToFqn.end() ? cp.arena->makeStr(it->second, true) : const_cast<PyValue*>(id));
+                }
+                e.value = names;
+            }
+        }
+        std::string summary;
+        for (const auto& [c, n] : byConfidence)
+            summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + c;
+        const auto assumed = byConfidence.find(confidenceText(Confidence::OrderAssumed));
+        builder.warn("param-mapping",
+            "the integer ids of " + optimizerFile + " were named by " + how + " (" + summary + ")"
+                + (assumed == byConfidence.end() ? std::string()
+                                                 : "; " + std::to_string(assumed->second)
+                            + " rest on an assumed order: shapes cannot tell those parameters apart, and if the "
+                              "model registers them in another order than their names sort, their state is "
+                              "swapped; `optscope-cli map "
+                            + optimizerFile
+                            + " --model MODEL.pt` with a torch.save of model.state_dict() names "
+                              "them exactly"),
+            "optim");
+        cp.buildIndex();
+        return;
+    }
+}
+
+} // namespace
+
+bool HfTrainerReader::looksLikeTrainerFolder(const std::string& path)
+{
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) return false;
+    const fs::path dir(path);
+    const bool optimizer = !firstExisting(dir, {"optimizer.pt", "optimizer.bin"}).empty();
+    const bool state = fs::is_regular_file(dir / "trainer_state.json", ec);
+    return optimizer || state;
+}
+
+std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path, const Progress& progress)
+{
+    progress(0.0, "reading Trainer checkpoint");
+    const fs::path dir(path);
+    auto cp = std::make_shared<Checkpoint>();
+    cp->format = CheckpointFormat::HfTrainer;
+    cp->path = path;
+    cp->arena = std::make_shared<PyArena>();
+    cp->files = std::make_shared<CheckpointFiles>(dir.string());
+    CheckpointBuilder builder(*cp);
+    std::string detail = "Hugging Face Trainer folder: model ";
+
+    const std::string modelFile = SafetensorsReader::modelFileIn(path);
+    const std::string binModel = firstExisting(dir, {"pytorch_model.bin"});
+    if (!modelFile.empty()) {
+        detail += "safetensors ("
+            + SafetensorsReader::addModel(*cp, builder, modelFile, {KeyPathElem::fromKey("model")}, progress) + ")";
+    } else if (!binModel.empty()) {
+        addTorchFile(*cp, builder, binModel, "model", progress);
+        detail += binModel;
+    } else {
+        detail += "missing";
+        builder.warn("no-model", "no model weights (model.safetensors, an index or pytorch_model.bin) in " + path);
+    }
+    progress(0.4, "reading Trainer checkpoint");
+    const std::string optimizer = firstExisting(dir, {kOptimizerNames[0], kOptimizerNames[1]});
+    if (!optimizer.empty()) {
+        addTorchFile(*cp, builder, optimizer, "optim", progress);
+        detail += ", " + optimizer;
+    } else {
+        builder.warn("no-optimizer", "no optimizer.pt in " + path + " (saved with save_only_model=True?)");
+    }
+    progress(0.7, "reading Trainer checkpoint");
+    std::error_code ec;
+    if (fs::is_regular_file(dir / "scheduler.pt", ec)) {
+        try {
+            addTorchFile(*cp, builder, "scheduler.pt", "scheduler", progress);
+            detail += ", scheduler.pt";
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Cancelled) throw;
+            builder.error("unreadable-value", std::string(e.what()));
+        }
+    }
+    if (fs::is_regular_file(dir / "trainer_state.json", ec)) {
+        addTrainerState(*cp, builder, "trainer_state.json");
+        detail += ", trainer_state.json";
+    }
+    std::set<std::string> notRead;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n == "training_args.bin" || n == "scaler.pt" || n.rfind("rng_state", 0) == 0) notRead.insert(n);
+    }
+    std::string skipped;
+    for (const auto& n : notRead)
+        skipped += (skipped.empty() ? "" : ", ") + n;
+    if (!skipped.empty()) detail += "; not read: " + skipped;
+    cp->formatDetail = detail;
+    builder.finish();
+    if (!optimizer.empty()) nameParameters(*cp, builder, optimizer);
+    progress(1.0, "reading Trainer checkpoint");
+    return cp;
+}
+
+} // namespace optscope
