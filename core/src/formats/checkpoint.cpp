@@ -9,7 +9,17 @@ namespace optscope {
 
 const char* checkpointFormatName(CheckpointFormat format)
 {
-    return format == CheckpointFormat::Dcp ? "dcp" : "torch_save";
+    switch (format) {
+    case CheckpointFormat::TorchSave:
+        return "torch_save";
+    case CheckpointFormat::Dcp:
+        return "dcp";
+    case CheckpointFormat::DeepSpeedZero:
+        return "deepspeed_zero";
+    case CheckpointFormat::DeepSpeedUniversal:
+        return "deepspeed_universal";
+    }
+    return "torch_save";
 }
 
 std::string shapeText(const std::vector<int64_t>& shape)
