@@ -33,7 +33,8 @@ std::string bytesOf(const Checkpoint& cp, const std::string& key)
     const Entry* e = cp.find(key);
     if (!e || !e->isTensor()) return "<no tensor " + key + ">";
     std::string out;
-    TensorAssembler(cp, *e).stream([&](const uint8_t* p, size_t n) { out.append(reinterpret_cast<const char*>(p), n); });
+    TensorAssembler(cp, *e).stream(
+        [&](const uint8_t* p, size_t n) { out.append(reinterpret_cast<const char*>(p), n); });
     return out;
 }
 
@@ -199,8 +200,8 @@ TEST_P(ZeroStage, FqnMappingShowsWhereEachParameterLiesInThePartitions)
     const ParamTable t = ParamTable::build(*cp);
     ASSERT_EQ(t.optimizers.size(), 1u);
     EXPECT_EQ(t.fqnsInOrder(0),
-        (std::vector<std::string> {"inp.weight", "hid.weight", "out.weight", "emb_scale", "inp.bias", "hid.bias",
-            "out.bias"}));
+        (std::vector<std::string> {
+            "inp.weight", "hid.weight", "out.weight", "emb_scale", "inp.bias", "hid.bias", "out.bias"}));
     for (const auto& r : t.rows) {
         EXPECT_GE(r.flatParam, 0) << r.fqn;
         EXPECT_EQ(r.flatParam, r.group) << r.fqn; // one flat buffer per group in these samples
@@ -211,7 +212,8 @@ TEST_P(ZeroStage, FqnMappingShowsWhereEachParameterLiesInThePartitions)
         }
     }
     // ZeRO-1/2: offsets in the group's flat buffer (35 + 49 = 84 for out.weight); ZeRO-3: in each rank's part
-    const auto out = std::find_if(t.rows.begin(), t.rows.end(), [](const ParamRow& r) { return r.fqn == "out.weight"; });
+    const auto out
+        = std::find_if(t.rows.begin(), t.rows.end(), [](const ParamRow& r) { return r.fqn == "out.weight"; });
     EXPECT_EQ(out->flatOffset, GetParam() == 3 ? 18 + 25 : 35 + 49);
 }
 
@@ -239,7 +241,8 @@ TEST(ZeroDamaged, MissingRankFileIsAnErrorWithDeepSpeedsTextAndLeavesGaps)
         }
     }
     EXPECT_TRUE(gap);
-    EXPECT_EQ(bytesOf(*cp, "model.inp.weight"), bytesOf(*openCheckpoint(kZero + "/stage2/fp32/pytorch_model.bin"), "inp.weight"));
+    EXPECT_EQ(bytesOf(*cp, "model.inp.weight"),
+        bytesOf(*openCheckpoint(kZero + "/stage2/fp32/pytorch_model.bin"), "inp.weight"));
 }
 
 TEST(ZeroDamaged, MissingLatestReadsTheNewestTagAndSaysDeepSpeedLoadsNothing)
@@ -329,4 +332,46 @@ TEST(ZeroDamaged, ModelParallelRanksAreReadAsSeparateShards)
     ASSERT_TRUE(w);
     EXPECT_NE(w->loadError.find("checkpoint count 2 is different from saved mp_world_size 1"), std::string::npos)
         << w->loadError;
+}
+
+// ---- universal checkpoints (DeepSpeed's own ds_to_universal output of the same samples) ----------------------------
+
+TEST_P(ZeroStage, UniversalCheckpointIsTheSameModel)
+{
+    const auto u = openCheckpoint(stageDir()); // via latest_universal
+    EXPECT_EQ(u->format, CheckpointFormat::DeepSpeedUniversal);
+    EXPECT_STREQ(checkpointFormatName(u->format), "deepspeed_universal");
+    EXPECT_FALSE(u->hasErrors());
+    const auto z = openCheckpoint(stageDir() + "/ckpt");
+    ASSERT_EQ(u->entries.size(), z->entries.size());
+    for (const auto& e : z->entries) {
+        const Entry* o = u->find(e.key);
+        ASSERT_TRUE(o) << e.key;
+        ASSERT_EQ(o->isTensor(), e.isTensor()) << e.key;
+        if (e.isTensor()) {
+            EXPECT_EQ(o->tensor.shape, e.tensor.shape) << e.key;
+            EXPECT_EQ(bytesOf(*u, e.key), bytesOf(*z, e.key)) << e.key;
+        } else {
+            EXPECT_EQ(pyRepr(o->value), pyRepr(e.value)) << e.key;
+        }
+    }
+    // opened directly and through a file in the folder too
+    EXPECT_EQ(openCheckpoint(stageDir() + "/universal")->entries.size(), z->entries.size());
+    const std::string states
+        = GetParam() == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt";
+    EXPECT_EQ(openCheckpoint(stageDir() + "/universal/" + states)->format, CheckpointFormat::DeepSpeedUniversal);
+    // any other file in these folders opens on its own
+    EXPECT_EQ(openCheckpoint(stageDir() + "/reference.pt")->format, CheckpointFormat::TorchSave);
+    EXPECT_EQ(openCheckpoint(stageDir() + "/universal/zero/hid.weight/fp32.pt")->format, CheckpointFormat::TorchSave);
+}
+
+TEST(ZeroDamaged, UniversalWithoutAParameterFolderReportsItMissing)
+{
+    TempCopy t(kZero + "/stage2/universal");
+    fs::remove_all(t.path / "zero/hid.bias");
+    const auto cp = openCheckpoint(t.path.string());
+    EXPECT_EQ(cp->format, CheckpointFormat::DeepSpeedUniversal);
+    EXPECT_TRUE(cp->hasErrors());
+    EXPECT_FALSE(cp->find("model.hid.bias"));
+    EXPECT_TRUE(cp->find("model.hid.weight"));
 }
