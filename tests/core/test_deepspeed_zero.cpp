@@ -45,6 +45,14 @@ const CheckpointWarning* warningOf(const Checkpoint& cp, const std::string& code
     return nullptr;
 }
 
+/// the finding check/diagnose report for @p code, with the loader's own error text
+const Finding* findingOf(const std::vector<Finding>& findings, FindingCode code)
+{
+    for (const auto& f : findings)
+        if (f.code == code) return &f;
+    return nullptr;
+}
+
 class TempCopy
 {
 public:
@@ -241,6 +249,12 @@ TEST(ZeroDamaged, MissingRankFileIsAnErrorWithDeepSpeedsTextAndLeavesGaps)
         }
     }
     EXPECT_TRUE(gap);
+    const auto report = checkCheckpoint(*cp);
+    const Finding* f = findingOf(report.findings, FindingCode::ZeroMissingRankFile);
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->severity, Severity::Error);
+    EXPECT_EQ(f->pytorchError, w->loadError);
+    EXPECT_FALSE(f->fix.empty());
     EXPECT_EQ(bytesOf(*cp, "model.inp.weight"),
         bytesOf(*openCheckpoint(kZero + "/stage2/fp32/pytorch_model.bin"), "inp.weight"));
 }
@@ -259,6 +273,10 @@ TEST(ZeroDamaged, MissingLatestReadsTheNewestTagAndSaysDeepSpeedLoadsNothing)
         << w->loadError;
     EXPECT_NE(cp->formatDetail.find("global_step2"), std::string::npos);
     EXPECT_EQ(cp->entries.size(), 50u);
+    const auto report = checkCheckpoint(*cp);
+    const Finding* f = findingOf(report.findings, FindingCode::ZeroMissingLatest);
+    ASSERT_TRUE(f);
+    EXPECT_NE(f->fix.find("global_step2"), std::string::npos) << f->fix;
 }
 
 TEST(ZeroDamaged, LatestNamingAnAbsentTagFailsNamingIt)
@@ -285,6 +303,7 @@ TEST(ZeroDamaged, RankFilesOfTwoRunsGiveStageMismatch)
     ASSERT_TRUE(w);
     EXPECT_TRUE(w->isError);
     EXPECT_NE(w->message.find("stage 1"), std::string::npos) << w->message;
+    EXPECT_TRUE(findingOf(checkCheckpoint(*cp).findings, FindingCode::ZeroStageMismatch));
 }
 
 TEST(ZeroDamaged, ARankFileLeftFromALargerRunIsAWorldSizeMismatch)
@@ -297,6 +316,7 @@ TEST(ZeroDamaged, ARankFileLeftFromALargerRunIsAWorldSizeMismatch)
     ASSERT_TRUE(w);
     EXPECT_NE(w->loadError.find("Expected 2 of '*_optim_states.pt'"), std::string::npos) << w->loadError;
     EXPECT_NE(w->loadError.find("found 3 files"), std::string::npos) << w->loadError;
+    EXPECT_TRUE(findingOf(checkCheckpoint(*cp).findings, FindingCode::ZeroWorldSizeMismatch));
 }
 
 TEST(ZeroDamaged, AFileCutShortIsAnErrorNamingIt)
@@ -374,4 +394,20 @@ TEST(ZeroDamaged, UniversalWithoutAParameterFolderReportsItMissing)
     EXPECT_TRUE(cp->hasErrors());
     EXPECT_FALSE(cp->find("model.hid.bias"));
     EXPECT_TRUE(cp->find("model.hid.weight"));
+}
+
+TEST(ZeroDamaged, MissingZero3ModelStatesFileIsReported)
+{
+    // ZeRO-3 writes one model states file per rank; rank 1's is gone
+    TempCopy t(kZero + "/stage3/ckpt");
+    fs::remove(t.path / "global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt");
+    const auto cp = openCheckpoint(t.path.string());
+    const auto report = checkCheckpoint(*cp);
+    const Finding* f = findingOf(report.findings, FindingCode::ZeroMissingRankFile);
+    ASSERT_TRUE(f);
+    EXPECT_NE(f->message.find("zero_pp_rank_1_mp_rank_00_model_states.pt"), std::string::npos) << f->message;
+    EXPECT_NE(f->pytorchError.find("AssertionError"), std::string::npos) << f->pytorchError;
+    // the optimizer files hold all the data: the weights are still complete and right
+    EXPECT_EQ(bytesOf(*cp, "model.hid.weight"),
+        bytesOf(*openCheckpoint(kZero + "/stage3/fp32/pytorch_model.bin"), "hid.weight"));
 }

@@ -23,12 +23,11 @@ namespace {
 bool isUniversalFolder(const fs::path& dir)
 {
     std::error_code ec;
-    return fs::is_directory(dir / "zero", ec)
-        && (fs::is_regular_file(dir / "zero" / "optimizer_state.pt", ec) || [&] {
-               for (fs::directory_iterator it(dir / "zero", ec), end; !ec && it != end; it.increment(ec))
-                   if (fs::is_regular_file(it->path() / "fp32.pt", ec)) return true;
-               return false;
-           }());
+    return fs::is_directory(dir / "zero", ec) && (fs::is_regular_file(dir / "zero" / "optimizer_state.pt", ec) || [&] {
+        for (fs::directory_iterator it(dir / "zero", ec), end; !ec && it != end; it.increment(ec))
+            if (fs::is_regular_file(it->path() / "fp32.pt", ec)) return true;
+        return false;
+    }());
 }
 
 std::string readName(const fs::path& file)
@@ -181,7 +180,9 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
                     names.push_back(f.substr(0, f.size() - 3));
             }
             std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-                auto rank = [](const std::string& n) { return n == "step" ? 0 : n == "exp_avg" ? 1 : n == "exp_avg_sq" ? 2 : 3; };
+                auto rank = [](const std::string& n) {
+                    return n == "step" ? 0 : n == "exp_avg" ? 1 : n == "exp_avg_sq" ? 2 : 3;
+                };
                 return rank(a) != rank(b) ? rank(a) < rank(b) : a < b;
             });
             KeyPath base = {KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("state"), KeyPathElem::fromKey(m.fqn)};
@@ -196,23 +197,22 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             }
             if (!hasStep && zero3) {
                 // ds_to_universal writes no step.pt at ZeRO-3: the sub-group's step in optimizer_state.pt
-                const PyValue* st = getIntKey(getKey(getKey(optimState, "optimizer_state_dict"), "state"),
-                    static_cast<int64_t>(s));
+                const PyValue* st
+                    = getIntKey(getKey(getKey(optimState, "optimizer_state_dict"), "state"), static_cast<int64_t>(s));
                 const PyValue* step = getKey(st, "step");
                 if (step && step->kind == PyKind::Tensor && step->tensor->storage) {
                     TensorEntry e;
                     e.dtype = step->tensor->dtype;
                     e.shape = step->tensor->sizes;
-                    e.chunks.push_back(CheckpointBuilder::chunkFromTensor(*step->tensor, archives.at("zero/optimizer_state.pt"),
-                        "zero/optimizer_state.pt", (dir / "zero/optimizer_state.pt").string()));
+                    e.chunks.push_back(
+                        CheckpointBuilder::chunkFromTensor(*step->tensor, archives.at("zero/optimizer_state.pt"),
+                            "zero/optimizer_state.pt", (dir / "zero/optimizer_state.pt").string()));
                     KeyPath p = base;
                     p.push_back(KeyPathElem::fromKey("step"));
                     // step first, as the ZeRO reader orders the optimizer's state
-                    stateEntries.emplace(stateEntries.end() - static_cast<std::ptrdiff_t>(std::count_if(
-                                                                  stateEntries.begin(), stateEntries.end(),
-                                                                  [&](const auto& x) {
-                                                                      return x.first.size() == 4 && x.first[2].key == m.fqn;
-                                                                  })),
+                    stateEntries.emplace(stateEntries.end()
+                            - static_cast<std::ptrdiff_t>(std::count_if(stateEntries.begin(), stateEntries.end(),
+                                [&](const auto& x) { return x.first.size() == 4 && x.first[2].key == m.fqn; })),
                         std::move(p), std::move(e));
                 }
             }
@@ -228,8 +228,10 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             TensorEntry e;
             e.dtype = t->tensor->dtype;
             e.shape = t->tensor->sizes;
-            e.chunks.push_back(CheckpointBuilder::chunkFromTensor(*t->tensor, archives.at(modelRel), modelRel, modelRel));
-            builder.addTensor({KeyPathElem::fromKey("model"), KeyPathElem::fromKey(std::string(b->text))}, std::move(e));
+            e.chunks.push_back(
+                CheckpointBuilder::chunkFromTensor(*t->tensor, archives.at(modelRel), modelRel, modelRel));
+            builder.addTensor(
+                {KeyPathElem::fromKey("model"), KeyPathElem::fromKey(std::string(b->text))}, std::move(e));
             added.insert(std::string(b->text));
         }
     if (const PyValue* frozen = getKey(ms, "frozen_param_fragments"); frozen && frozen->isMapping() && !zero3)
@@ -240,8 +242,10 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             TensorEntry e;
             e.dtype = t->tensor->dtype;
             e.shape = t->tensor->sizes;
-            e.chunks.push_back(CheckpointBuilder::chunkFromTensor(*t->tensor, archives.at(modelRel), modelRel, modelRel));
-            builder.addTensor({KeyPathElem::fromKey("model"), KeyPathElem::fromKey(std::string(k->text))}, std::move(e));
+            e.chunks.push_back(
+                CheckpointBuilder::chunkFromTensor(*t->tensor, archives.at(modelRel), modelRel, modelRel));
+            builder.addTensor(
+                {KeyPathElem::fromKey("model"), KeyPathElem::fromKey(std::string(k->text))}, std::move(e));
         }
     for (auto& [p, e] : stateEntries)
         builder.addTensor(std::move(p), std::move(e));
@@ -272,7 +276,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             }
         }
     } else {
-        builder.warn("zero-elastic", "zero/optimizer_state.pt is missing or has no param_groups: hyperparameters unknown");
+        builder.warn(
+            "zero-elastic", "zero/optimizer_state.pt is missing or has no param_groups: hyperparameters unknown");
     }
     cp->formatDetail = "DeepSpeed universal checkpoint"
         + (stage ? " from ZeRO stage " + std::to_string(*stage) : std::string())
