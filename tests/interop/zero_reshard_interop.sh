@@ -20,5 +20,10 @@ for s in 1 2 3; do
         "$cli" reshard "$out/stage$s/ckpt" --world-size "$m" --layout fsdp2 -o "$out/stage$s/rs_$m"
     done
     "$torch_python" zero_reshard_interop.py "$out/stage$s" 1 2 3 4 || status=1
+    # across the formats: the universal form and the FSDP2 reshards are the same data; verify round-trips
+    "$cli" diff "$out/stage$s/ckpt" "$out/stage$s/universal" || status=1
+    "$cli" diff "$out/stage$s/ckpt" "$out/stage$s/rs_3" || status=1
+    "$cli" verify "$out/stage$s/ckpt" --world-size 3 || status=1
+    "$cli" verify "$out/stage$s/universal" --world-size 4 || status=1
 done
 exit $status

@@ -76,6 +76,17 @@ inline int64_t numelOf(const std::vector<int64_t>& shape)
     return n;
 }
 
+/// the element count of @p shape, or nullopt past 2^50 (a hostile shape must not overflow what is computed from it)
+inline std::optional<int64_t> boundedNumel(const std::vector<int64_t>& shape)
+{
+    int64_t n = 1;
+    for (auto d : shape) {
+        if (d < 0 || (d != 0 && n > (int64_t(1) << 50) / d)) return std::nullopt;
+        n *= d;
+    }
+    return n;
+}
+
 inline int64_t ceilDiv(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;
@@ -103,7 +114,11 @@ inline std::vector<std::vector<Member>> readParamShapes(const PyValue* list, con
             if (k->kind != PyKind::Str || !shape)
                 throw Error(ErrorKind::Format, where,
                     "param_shapes entry " + pyRepr(k, 60) + " -> " + pyRepr(g->dictValue(i), 60) + " is malformed");
-            members.push_back({std::string(k->text), *shape, numelOf(*shape)});
+            const auto n = boundedNumel(*shape);
+            if (!n)
+                throw Error(ErrorKind::Format, where,
+                    "param_shapes entry '" + std::string(k->text) + "' has more than 2^50 elements");
+            members.push_back({std::string(k->text), *shape, *n});
         }
         groups.push_back(std::move(members));
     }

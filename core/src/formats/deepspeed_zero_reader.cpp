@@ -438,7 +438,8 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                 v[g].fp32 = flat(parts->item(g), l, "single_partition_of_fp32_groups[" + std::to_string(g) + "]");
                 const PyValue* pad = pads && pads->isSequence() && g < pads->size() ? pads->item(g) : nullptr;
                 v[g].padding = asInt(pad).value_or(0);
-                if (v[g].padding < 0 || (bf16Optimizer && v[g].padding > v[g].fp32.numel))
+                if (v[g].padding < 0 || v[g].padding > (int64_t(1) << 50)
+                    || (bf16Optimizer && v[g].padding > v[g].fp32.numel))
                     throw Error(ErrorKind::Format, l.abs, "group_paddings[" + std::to_string(g) + "] is invalid");
                 v[g].real = bf16Optimizer ? v[g].fp32.numel - v[g].padding : v[g].fp32.numel;
                 if (base && base->isSequence()) { // elastic: a state per group, padding stripped
@@ -463,6 +464,9 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
         for (size_t g = 0; g < G; ++g) {
             // every rank's partition has the same length P (the flat group is padded to a multiple of 2W first)
             const int64_t P = rg[r0][g].real + rg[r0][g].padding;
+            if (P > (int64_t(1) << 62) / W)
+                throw Error(
+                    ErrorKind::Format, optim[r0]->abs, "group " + std::to_string(g) + "'s partitions are too large");
             for (const auto& [dp, v] : rg)
                 if (v[g].real + v[g].padding != P)
                     throw Error(ErrorKind::Format, optim[dp]->abs,
@@ -766,16 +770,26 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
         for (size_t i = 0; i < frozen->size(); ++i) {
             const PyValue* k = frozen->dictKey(i);
             auto shape = asShape(frozen->dictValue(i));
-            if (k->kind != PyKind::Str || !shape) continue;
+            const auto numel = shape ? boundedNumel(*shape) : std::nullopt;
+            if (k->kind != PyKind::Str || !numel) {
+                warn("bad-metadata", modelFile->rel + ": frozen_param_shapes entry " + pyRepr(k, 60) + " is malformed",
+                    true);
+                continue;
+            }
             const std::string fqn(k->text);
             if (stage <= 2) {
                 const PyValue* frag = getKey(getKey(ms, "frozen_param_fragments"), fqn);
-                if (frag) weights[fqn] = wholeTensor(frag, *modelFile, "frozen_param_fragments '" + fqn + "'", 0);
+                if (frag)
+                    weights[fqn] = wholeTensor(frag, *modelFile, "frozen_param_fragments '" + fqn + "'", 0);
+                else
+                    warn("missing-storage-info",
+                        "frozen parameter '" + fqn + "' has no frozen_param_fragments entry in " + modelFile->rel,
+                        true);
                 continue;
             }
             TensorEntry w;
             w.shape = *shape;
-            const int64_t n = numelOf(*shape);
+            const int64_t n = *numel;
             const int64_t q = ceilDiv(n, W);
             for (const auto& [dp, l] : model3) {
                 const PyValue* frag = getKey(getKey(l->ar.root, "frozen_param_fragments"), fqn);
