@@ -441,3 +441,19 @@ TEST(ZeroDamaged, RandomlyCorruptedFilesFailCleanly)
         } catch (const Error&) { }
     }
 }
+
+TEST(ZeroDamaged, Bf16PrefixedOptimizerFileNamesAreFound)
+{
+    // only the names: DeepSpeed's BF16_Optimizer writes bf16_zero_pp_rank_R_mp_rank_MM_optim_states.pt; these files
+    // keep the ZeRO-1 contents (zero_stage present, partitions unpadded), so the data must read as before
+    TempCopy t(kZero + "/stage1/ckpt");
+    const fs::path d = t.path / "global_step2";
+    for (int r = 0; r < 2; ++r)
+        fs::rename(d / ("zero_pp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt"),
+            d / ("bf16_zero_pp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt"));
+    const auto cp = openCheckpoint(t.path.string());
+    EXPECT_FALSE(cp->hasErrors());
+    const auto orig = openCheckpoint(kZero + "/stage1/ckpt");
+    for (const auto& p : kParams)
+        EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg"), bytesOf(*orig, "optim.state." + p + ".exp_avg")) << p;
+}
