@@ -1034,8 +1034,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
             if (mp != mps.begin()->first) names += (names.empty() ? "" : ", ") + mpName(mp);
         builder.warn("zero-model-parallel",
             std::to_string(mps.size()) + " model-parallel ranks (tensor/pipeline parallel): each holds its own slices "
-                + "of the parameters; " + names + " are separate shards, read under the prefix '" + names.substr(0, 10)
-                + ".' (not merged into one model)");
+                + "of the parameters; " + names + " are separate shards, each read under its own name as a key "
+                + "prefix ('" + names.substr(0, names.find(',')) + ".model...'), not merged into one model");
         detail += ", " + std::to_string(mps.size()) + " model-parallel ranks";
     }
     for (const auto& name : other)
