@@ -43,7 +43,10 @@ void printDiagnosis(const Diagnosis& d)
     for (const auto& f : d.findings) {
         std::cout << severityName(f.severity) << " [" << f.name() << "]" << (f.key.empty() ? "" : " " + f.key) << ": "
                   << f.message << "\n";
-        if (!f.pytorchError.empty()) std::cout << "    PyTorch: " << f.pytorchError << "\n";
+        // the loading library's own words: PyTorch's, or DeepSpeed's for the zero-* findings of a ZeRO folder
+        const bool deepspeed = std::string(f.name()).rfind("zero-", 0) == 0;
+        if (!f.pytorchError.empty())
+            std::cout << (deepspeed ? "    DeepSpeed: " : "    PyTorch: ") << f.pytorchError << "\n";
         if (!f.fix.empty())
             std::cout << "    fix: " << f.fix << (f.actions.empty() ? "" : " [optscope-cli fix applies it]") << "\n";
     }

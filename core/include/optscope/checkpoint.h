@@ -32,9 +32,11 @@ enum class CheckpointFormat {
     Dcp,
     Safetensors, ///< a .safetensors file, or a sharded set with its index
     HfTrainer, ///< a Hugging Face Trainer checkpoint-N/ folder (safetensors model + optimizer.pt + scheduler.pt ...)
+    DeepSpeedZero, ///< a DeepSpeed ZeRO 1/2/3 global_stepN/ folder (or its parent with `latest`)
+    DeepSpeedUniversal, ///< a DeepSpeed universal checkpoint (zero/<param>/fp32.pt, ...)
 };
 
-/// "torch_save", "dcp", "safetensors" or "hf_trainer", as in `inspect --json`
+/// "torch_save", "dcp", "safetensors", "hf_trainer", "deepspeed_zero" or "deepspeed_universal", as in `inspect --json`
 const char* checkpointFormatName(CheckpointFormat format);
 
 /// One step of a key path: a dict key (string) or a list index.
@@ -104,6 +106,19 @@ struct CheckpointWarning
     /// severity "error": part of the checkpoint cannot be read (missing file, range past the end, bad value);
     /// severity "warning": readable, but worth knowing (unsafe globals, odd layouts)
     bool isError = false;
+    std::string loadError; ///< what the library that loads it raises because of it (its own text), if known
+    std::string fix; ///< what to do about it, if known
+};
+
+/// Where one parameter lies in a format's flat per-rank partitions (DeepSpeed ZeRO), for the FQN mapping; the
+/// parameter's chunks say the same per element range.
+struct FlatPartitionSlot
+{
+    std::string fqn;
+    int buffer = -1; ///< the flat buffer holding it (ZeRO-1/2: param group; ZeRO-3: sub-group)
+    std::string bufferName; ///< "group 0", "sub-group 1"
+    int64_t offset = 0; ///< first element in the buffer (ZeRO-1/2: the padded flat group; ZeRO-3: each rank's part)
+    std::string note; ///< which ranks hold which range, padding
 };
 
 /// Opens and caches the memory maps of a checkpoint's data files. Thread-safe.
@@ -158,6 +173,7 @@ public:
     std::string formatDetail; ///< "zip, prefix 'optim/'", "legacy (pre-1.6)", "DCP version 1.0.0", ...
     const PyValue* root = nullptr; ///< torch.save: the whole unpickled object; DCP: the Metadata object
     std::vector<ParamOrigin> paramOrigins; ///< parameters a reader named (Hugging Face Trainer folders)
+    std::vector<FlatPartitionSlot> flatSlots; ///< parameters in flat partitions (DeepSpeed ZeRO); empty otherwise
 
     std::shared_ptr<PyArena> arena; ///< owns every PyValue above
     std::shared_ptr<CheckpointFiles> files;

@@ -55,6 +55,11 @@ enum class FindingCode {
     ShapeMismatch,
     Fsdp1FlatState,
     ModelKeysMismatch,
+    // DeepSpeed ZeRO checkpoint folders (check and diagnose; the reader finds them)
+    ZeroMissingRankFile,
+    ZeroWorldSizeMismatch,
+    ZeroStageMismatch,
+    ZeroMissingLatest,
 };
 
 struct FindingInfo

@@ -89,4 +89,19 @@ Dim0Chunk chunkDim0(int64_t n, int world, int rank, ShardingStyle style = Shardi
 std::vector<int64_t> dim0PaddingRows(const std::vector<int64_t>& shape, const std::vector<int>& ranks,
     const std::vector<std::vector<int64_t>>& offsets, const std::vector<std::vector<int64_t>>& sizes, int world);
 
+/// One rectangular piece of a flat element range of a row-major tensor.
+struct FlatRangeBox
+{
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> sizes;
+    int64_t flatStart = 0; ///< row-major index of the box's first element in the tensor
+};
+/// Elements [@p begin, @p end) of a row-major tensor of @p shape as rectangular boxes in flat order (a partial first
+/// row, a block of full rows, a partial last row, recursively per dimension): at most 2*ndim-1 boxes. Flat partitions
+/// (FSDP1 flat parameters, DeepSpeed ZeRO) store such ranges; each box views the flat storage with the tensor's
+/// contiguous strides at storage offset base + (flatStart - begin). A 0-dim tensor is one box with no dimensions.
+std::vector<FlatRangeBox> flatRangeBoxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
+/// row-major contiguous strides of @p shape (elements)
+std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& shape);
+
 } // namespace optscope

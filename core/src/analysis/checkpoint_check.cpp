@@ -54,6 +54,10 @@ FindingCode readerCode(const std::string& code)
     if (code == "unsupported-transform") return FindingCode::UnsupportedTransform;
     if (code == "unreadable-value") return FindingCode::UnreadableValue;
     if (code == "param-mapping") return FindingCode::ParamMapping;
+    if (code == "zero-missing-rank-file") return FindingCode::ZeroMissingRankFile;
+    if (code == "zero-world-size-mismatch") return FindingCode::ZeroWorldSizeMismatch;
+    if (code == "zero-stage-mismatch") return FindingCode::ZeroStageMismatch;
+    if (code == "zero-missing-latest") return FindingCode::ZeroMissingLatest;
     return FindingCode::BadMetadata;
 }
 
@@ -71,7 +75,9 @@ public:
         for (const auto& w : m_cp.warnings) {
             if (w.code == "unsafe-global") add(FindingCode::UnsafeGlobal, w.key, w.message);
             if (!w.isError) continue;
-            add(readerCode(w.code), w.key, w.message);
+            Finding& f = add(readerCode(w.code), w.key, w.message);
+            f.pytorchError = w.loadError; // the loading library's own error text (DeepSpeed's, for ZeRO folders)
+            f.fix = w.fix;
             if (w.code == "missing-file") m_missingFiles.insert(missingFileName(w.message));
         }
         const size_t n = m_cp.entries.size();

@@ -277,7 +277,7 @@ private:
         const auto rows = m_table.rowsOf(oi);
         std::vector<const ParamRow*> listed; // by position
         for (const ParamRow* r : rows)
-            if (r->position >= 0 && r->flatParam < 0) listed.push_back(r);
+            if (r->position >= 0 && r->source != NameSource::Fsdp1Layout) listed.push_back(r);
         const bool fsdp1 = m_table.sources[static_cast<size_t>(oi)] == NameSource::Fsdp1Layout;
         std::vector<size_t> savedSizes;
         for (const auto& g : v.groups)

@@ -78,6 +78,14 @@ const std::vector<FindingInfo>& findingRegistry()
             "raw FSDP1 flat-parameter state (one rank's padded shard per flat parameter), not per-parameter state"},
         {C::ModelKeysMismatch, "model-keys-mismatch", S::Error,
             "the model state dict saved beside the optimizer does not match the model's keys"},
+        {C::ZeroMissingRankFile, "zero-missing-rank-file", S::Error,
+            "a DeepSpeed ZeRO rank's optimizer (or ZeRO-3 model states) file is missing: its partitions are lost"},
+        {C::ZeroWorldSizeMismatch, "zero-world-size-mismatch", S::Error,
+            "DeepSpeed ZeRO files disagree on the data-parallel world size (partition_count, dp_world_size, files)"},
+        {C::ZeroStageMismatch, "zero-stage-mismatch", S::Error,
+            "DeepSpeed ZeRO files were written at different ZeRO stages (files of two runs, or the wrong config)"},
+        {C::ZeroMissingLatest, "zero-missing-latest", S::Error,
+            "a DeepSpeed save folder without 'latest': load_checkpoint without a tag loads nothing and returns None"},
     };
     return r;
 }

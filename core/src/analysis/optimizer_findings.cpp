@@ -99,7 +99,8 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
         std::vector<std::string> stateless;
         if (!v.params.empty() && !keepsAllStateOnFirstParam(kind))
             for (const ParamRow* r : rows)
-                if (r->position >= 0 && !r->param && r->flatParam < 0) stateless.push_back(label(*r));
+                if (r->position >= 0 && !r->param && r->source != NameSource::Fsdp1Layout)
+                    stateless.push_back(label(*r));
         if (!stateless.empty()) {
             Finding f(FindingCode::FrozenParams,
                 std::to_string(stateless.size()) + " of the " + std::to_string(listed.size())

@@ -18,6 +18,10 @@ const char* checkpointFormatName(CheckpointFormat format)
         return "safetensors";
     case CheckpointFormat::HfTrainer:
         return "hf_trainer";
+    case CheckpointFormat::DeepSpeedZero:
+        return "deepspeed_zero";
+    case CheckpointFormat::DeepSpeedUniversal:
+        return "deepspeed_universal";
     }
     return "torch_save";
 }

@@ -186,7 +186,12 @@ void CheckpointBuilder::addPickleWarnings(const std::vector<PickleWarning>& warn
 
 void CheckpointBuilder::warn(std::string code, std::string message, std::string key, bool isError)
 {
-    m_cp.warnings.push_back({std::move(code), std::move(message), std::move(key), isError});
+    CheckpointWarning w;
+    w.code = std::move(code);
+    w.message = std::move(message);
+    w.key = std::move(key);
+    w.isError = isError;
+    m_cp.warnings.push_back(std::move(w));
 }
 
 void CheckpointBuilder::finish()

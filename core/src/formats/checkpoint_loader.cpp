@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/checkpoint_loader.h"
 #include "dcp_reader.h"
+#include "deepspeed_universal_reader.h"
+#include "deepspeed_zero_reader.h"
 #include "fault_injection.h"
 #include "hf_trainer_reader.h"
 #include "mapped_file.h"
@@ -37,13 +39,19 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
     if (fs::is_directory(status)) {
         if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
         if (HfTrainerReader::looksLikeTrainerFolder(path)) return HfTrainerReader::open(path, progress);
+        // before safetensors: a Trainer run under DeepSpeed keeps global_stepN/ and `latest` beside its model files
+        if (DeepSpeedZeroReader::looksLikeZero(path)) return DeepSpeedZeroReader::open(path, progress);
+        if (DeepSpeedUniversalReader::looksLikeUniversal(path)) return DeepSpeedUniversalReader::open(path, progress);
         if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
         throw Error(ErrorKind::Format, path,
             "is a directory without a .metadata file (not a torch.distributed.checkpoint folder), without "
-            "model.safetensors or a safetensors index, and without optimizer.pt (not a Hugging Face Trainer folder)");
+            "model.safetensors or a safetensors index, without optimizer.pt (not a Hugging Face Trainer folder) and "
+            "without DeepSpeed ZeRO or universal checkpoint files");
     }
     if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
     if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
+    if (DeepSpeedZeroReader::looksLikeZero(path)) return DeepSpeedZeroReader::open(path, progress);
+    if (DeepSpeedUniversalReader::looksLikeUniversal(path)) return DeepSpeedUniversalReader::open(path, progress);
     auto file = MappedFile::open(path);
     if (file->size() == 0) throw Error(ErrorKind::Format, path, "is empty (0 bytes), not a checkpoint");
     if (!looksLikeTorchSave(file->data(), file->size())) {

@@ -121,4 +121,75 @@ std::vector<int64_t> dim0PaddingRows(const std::vector<int64_t>& shape, const st
     return padding;
 }
 
+std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& shape)
+{
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (size_t d = shape.size(); d-- > 1;)
+        strides[d - 1] = strides[d] * shape[d];
+    return strides;
+}
+
+namespace {
+
+/// [begin, end) relative to the sub-tensor at dimension @p dim whose leading indices are fixed in @p prefix
+void flatBoxes(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, size_t dim,
+    std::vector<int64_t>& prefix, int64_t base, int64_t begin, int64_t end, std::vector<FlatRangeBox>& out)
+{
+    if (begin >= end) return;
+    const size_t ndim = shape.size();
+    const int64_t inner = strides[dim]; // elements per index of this dimension
+    auto emit = [&](int64_t lo, int64_t hi) { // indices [lo, hi) of this dimension, the rest whole
+        FlatRangeBox b;
+        b.offsets = prefix;
+        b.sizes.assign(prefix.size(), 1);
+        b.offsets.push_back(lo);
+        b.sizes.push_back(hi - lo);
+        for (size_t d = dim + 1; d < ndim; ++d) {
+            b.offsets.push_back(0);
+            b.sizes.push_back(shape[d]);
+        }
+        b.flatStart = base + lo * inner;
+        out.push_back(std::move(b));
+    };
+    auto row = [&](int64_t index, int64_t lo, int64_t hi) { // part of one index: recurse into the next dimension
+        prefix.push_back(index);
+        flatBoxes(shape, strides, dim + 1, prefix, base + index * inner, lo, hi, out);
+        prefix.pop_back();
+    };
+    if (dim + 1 == ndim || (begin % inner == 0 && end % inner == 0)) {
+        emit(begin / inner, end / inner);
+        return;
+    }
+    const int64_t first = begin / inner;
+    const int64_t last = end / inner; // the row holding end (partial) or one past the full rows
+    if (first == last) {
+        row(first, begin - first * inner, end - first * inner);
+        return;
+    }
+    int64_t fullFrom = first;
+    if (begin % inner != 0) {
+        row(first, begin - first * inner, inner);
+        fullFrom = first + 1;
+    }
+    if (fullFrom < last) emit(fullFrom, last);
+    if (end % inner != 0) row(last, 0, end - last * inner);
+}
+
+} // namespace
+
+std::vector<FlatRangeBox> flatRangeBoxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end)
+{
+    std::vector<FlatRangeBox> out;
+    if (begin >= end) return out;
+    if (shape.empty()) {
+        out.push_back({});
+        return out;
+    }
+    for (auto s : shape)
+        if (s <= 0) return out;
+    std::vector<int64_t> prefix;
+    flatBoxes(shape, contiguousStrides(shape), 0, prefix, 0, begin, end, out);
+    return out;
+}
+
 } // namespace optscope

@@ -748,6 +748,30 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
         }
         if (out.rows.empty()) out.notes.push_back("no optimizer state dict and no model parameters found");
     }
+    // parameters stored in flat per-rank partitions (DeepSpeed ZeRO): the flat columns say where, as for FSDP1
+    if (!checkpoint.flatSlots.empty()) {
+        std::map<std::string, const FlatPartitionSlot*> slotOf;
+        for (const auto& slot : checkpoint.flatSlots)
+            slotOf.emplace(slot.fqn, &slot);
+        size_t mapped = 0;
+        for (auto& r : out.rows) {
+            auto it = slotOf.find(r.fqn);
+            // only the main model-parallel rank's optimizer ("optim"); others sit under their mp_rank_MM prefix
+            const bool mainOptimizer
+                = r.optimizer < 0 || out.optimizers[static_cast<size_t>(r.optimizer)].rootKey() == "optim";
+            if (it == slotOf.end() || r.flatParam >= 0 || !mainOptimizer) continue;
+            r.flatParam = it->second->buffer;
+            r.flatUnit = it->second->bufferName;
+            r.flatOffset = it->second->offset;
+            const std::string where
+                = it->second->bufferName + " at " + std::to_string(it->second->offset) + ": " + it->second->note;
+            r.note = r.note.empty() ? where : r.note + "; " + where;
+            ++mapped;
+        }
+        if (mapped)
+            out.notes.push_back(std::to_string(mapped) + " parameters lie in flat per-rank partitions ("
+                + checkpoint.formatDetail + "): flat parameter = the partitioned buffer, offset = first element in it");
+    }
     return out;
 }
 
@@ -763,7 +787,7 @@ std::map<std::string, std::string> ParamTable::idToFqn(int optimizer) const
 {
     std::map<std::string, std::string> out;
     for (const auto& r : rows)
-        if (r.optimizer == optimizer && !r.fqn.empty() && r.flatParam < 0) out.emplace(r.id, r.fqn);
+        if (r.optimizer == optimizer && !r.fqn.empty() && r.source != NameSource::Fsdp1Layout) out.emplace(r.id, r.fqn);
     return out;
 }
 
@@ -771,7 +795,7 @@ std::vector<std::string> ParamTable::fqnsInOrder(int optimizer) const
 {
     std::vector<std::string> out;
     for (const auto& r : rows)
-        if (r.optimizer == optimizer && r.position >= 0 && r.flatParam < 0) out.push_back(r.fqn);
+        if (r.optimizer == optimizer && r.position >= 0 && r.source != NameSource::Fsdp1Layout) out.push_back(r.fqn);
     return out;
 }
 

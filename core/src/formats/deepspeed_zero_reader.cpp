@@ -1,0 +1,1050 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "deepspeed_zero_reader.h"
+#include "checkpoint_builder.h"
+#include "deepspeed_common.h"
+#include "mapped_file.h"
+#include "optscope/error.h"
+#include "optscope/flat_param_layout.h"
+#include "torch_save_reader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace optscope {
+
+using namespace deepspeed;
+
+namespace {
+
+// ---- file names ----------------------------------------------------------------------------------------------------
+
+struct FileName
+{
+    enum Kind { Other, ModelStates, Zero3ModelStates, OptimStates } kind = Other;
+    int dp = -1;
+    int mp = -1;
+    bool bf16 = false;
+};
+
+int smallInt(const std::string& digits)
+{
+    if (digits.empty() || digits.size() > 6) return -1;
+    return std::stoi(digits);
+}
+
+FileName parseFileName(const std::string& name)
+{
+    static const std::regex model(R"(^mp_rank_(\d+)_model_states\.pt$)");
+    static const std::regex model3(R"(^zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt$)");
+    // "..._mp_rank_00optim_states.pt" is the old name DeepSpeed still accepts
+    static const std::regex optim(R"(^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_?optim_states\.pt$)");
+    FileName f;
+    std::smatch m;
+    if (std::regex_match(name, m, model)) {
+        f.kind = FileName::ModelStates;
+        f.mp = smallInt(m[1].str());
+    } else if (std::regex_match(name, m, model3)) {
+        f.kind = FileName::Zero3ModelStates;
+        f.dp = smallInt(m[1].str());
+        f.mp = smallInt(m[2].str());
+    } else if (std::regex_match(name, m, optim)) {
+        f.kind = FileName::OptimStates;
+        f.bf16 = m[1].matched;
+        f.dp = smallInt(m[2].str());
+        f.mp = smallInt(m[3].str());
+    }
+    if (f.mp < 0 || (f.kind != FileName::ModelStates && f.dp < 0)) f.kind = FileName::Other;
+    return f;
+}
+
+/// the files of one model-parallel rank
+struct MpFiles
+{
+    std::string model; ///< mp_rank_MM_model_states.pt
+    std::map<int, std::string> model3; ///< dp rank -> zero_pp_rank_R_mp_rank_MM_model_states.pt
+    std::map<int, std::string> optim; ///< dp rank -> [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt
+};
+
+bool hasZeroFiles(const fs::path& dir)
+{
+    std::error_code ec;
+    // the optimizer files make it ZeRO: a model states file alone is a plain (ZeRO-0) torch.save file
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+        if (parseFileName(it->path().filename().string()).kind == FileName::OptimStates) return true;
+    return false;
+}
+
+std::string readTag(const fs::path& file)
+{
+    std::ifstream in(file);
+    std::string tag((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto b = tag.find_first_not_of(" \t\r\n");
+    const auto e = tag.find_last_not_of(" \t\r\n");
+    return b == std::string::npos ? std::string() : tag.substr(b, e - b + 1);
+}
+
+/// the number in a tag "global_step12" (-1 if none), to pick the newest folder when `latest` is missing
+int64_t tagNumber(const std::string& tag)
+{
+    static const std::regex num(R"((\d+)$)");
+    std::smatch m;
+    if (!std::regex_search(tag, m, num) || m[1].str().size() > 15) return -1;
+    return std::stoll(m[1].str());
+}
+
+std::string mpName(int mp)
+{
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "mp_rank_%02d", mp);
+    return buf;
+}
+
+// ---- one loaded file -----------------------------------------------------------------------------------------------
+
+struct Loaded
+{
+    std::string rel; ///< file name relative to the tag folder
+    std::string abs;
+    TorchSaveArchive ar;
+};
+
+/// a 1-D contiguous tensor of a loaded file: where its elements are
+struct FlatTensor
+{
+    const Loaded* file = nullptr;
+    DType dtype = DType::Unknown;
+    int64_t numel = 0;
+    TensorChunk base; ///< the chunk of the whole tensor: source offset/length, storageOffset of element 0
+};
+
+// ---- the reading ---------------------------------------------------------------------------------------------------
+
+struct ParamState
+{
+    std::string name;
+    bool tensor = false;
+    TensorEntry entry;
+    const PyValue* value = nullptr;
+};
+
+class ZeroReading
+{
+public:
+    ZeroReading(Checkpoint& cp, CheckpointBuilder& builder, fs::path tagDir, const Progress& progress)
+        : m_cp(cp)
+        , m_builder(builder)
+        , m_dir(std::move(tagDir))
+        , m_progress(progress)
+    { }
+
+    std::string detail;
+    int m_mpCount = 1; ///< model-parallel ranks found
+
+    void readMp(int mp, const MpFiles& files, const KeyPath& prefix, bool main);
+
+private:
+    const Loaded* load(const std::string& rel)
+    {
+        auto it = m_loaded.find(rel);
+        if (it != m_loaded.end()) return it->second.get();
+        m_progress.checkCancelled();
+        auto l = std::make_unique<Loaded>();
+        l->rel = rel;
+        l->abs = (m_dir / rel).string();
+        auto file = MappedFile::open(l->abs);
+        m_cp.files->add(rel, file);
+        l->ar = TorchSaveReader::readArchive(file, 0, file->size(), *m_cp.arena, l->abs);
+        m_builder.addPickleWarnings(l->ar.warnings);
+        return m_loaded.emplace(rel, std::move(l)).first->second.get();
+    }
+
+    /// @p v must be a 1-D contiguous tensor of @p file; throws Error naming the file otherwise
+    FlatTensor flat(const PyValue* v, const Loaded& file, const std::string& what)
+    {
+        if (!v || v->kind != PyKind::Tensor || !v->tensor->storage)
+            throw Error(ErrorKind::Format, file.abs, what + " is not a tensor (found " + pyRepr(v, 60) + ")");
+        const PyTensorInfo& t = *v->tensor;
+        if (t.sizes.size() != 1 || (t.sizes[0] > 1 && t.strides[0] != 1))
+            throw Error(ErrorKind::Format, file.abs,
+                what + " is not a 1-D contiguous flat partition (shape " + shapeText(t.sizes) + ")");
+        FlatTensor f;
+        f.file = &file;
+        f.dtype = t.dtype;
+        f.numel = t.sizes[0];
+        f.base = CheckpointBuilder::chunkFromTensor(t, file.ar, file.rel, file.abs + " (" + what + ")");
+        return f;
+    }
+
+    /// chunks for elements [begin, end) of a tensor of @p shape stored from element @p at of @p src on @p rank
+    static void addPieces(TensorEntry& e, int64_t begin, int64_t end, const FlatTensor& src, int64_t at, int rank)
+    {
+        const auto strides = contiguousStrides(e.shape);
+        for (const auto& b : flatRangeBoxes(e.shape, begin, end)) {
+            TensorChunk c;
+            c.rank = rank;
+            c.offsets = b.offsets;
+            c.sizes = b.sizes;
+            c.source = src.base.source;
+            c.source.storageOffset = src.base.source.storageOffset + at + (b.flatStart - begin);
+            c.source.strides = e.shape.empty() ? std::vector<int64_t> {} : strides;
+            e.chunks.push_back(c);
+        }
+    }
+
+    /// a whole tensor of a model states file as one chunk
+    TensorEntry wholeTensor(const PyValue* v, const Loaded& file, const std::string& what, int rank)
+    {
+        if (!v || v->kind != PyKind::Tensor || !v->tensor->storage)
+            throw Error(ErrorKind::Format, file.abs, what + " is not a tensor (found " + pyRepr(v, 60) + ")");
+        TensorEntry e;
+        e.dtype = v->tensor->dtype;
+        e.shape = v->tensor->sizes;
+        TensorChunk c = CheckpointBuilder::chunkFromTensor(*v->tensor, file.ar, file.rel, file.abs + " (" + what + ")");
+        c.rank = rank;
+        e.chunks.push_back(c);
+        return e;
+    }
+
+    void warn(std::string code, std::string message, bool isError, std::string loadError = {}, std::string fix = {})
+    {
+        CheckpointWarning w;
+        w.code = std::move(code);
+        w.message = std::move(message);
+        w.isError = isError;
+        w.loadError = std::move(loadError);
+        w.fix = std::move(fix);
+        m_cp.warnings.push_back(std::move(w));
+    }
+
+    Checkpoint& m_cp;
+    CheckpointBuilder& m_builder;
+    fs::path m_dir;
+    const Progress& m_progress;
+    std::map<std::string, std::unique_ptr<Loaded>> m_loaded;
+};
+
+std::string rangesText(const std::vector<std::pair<int, std::pair<int64_t, int64_t>>>& pieces)
+{
+    std::string t;
+    for (const auto& [rank, range] : pieces)
+        t += (t.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " [" + std::to_string(range.first)
+            + ", " + std::to_string(range.second) + ")";
+    return t;
+}
+
+void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bool main)
+{
+    const std::string tagDir = m_dir.string();
+    // ---- optimizer files: stage, world size, per rank
+    if (files.optim.empty())
+        throw Error(ErrorKind::Format, tagDir,
+            "holds no '*_" + mpName(mp)
+                + "_optim_states.pt' files (a DeepSpeed checkpoint without ZeRO optimizer "
+                  "state, or not a DeepSpeed checkpoint)");
+    std::map<int, const Loaded*> optim;
+    std::map<int, const PyValue*> osd;
+    std::map<int, int> stageOf; // -1: BF16_Optimizer (no zero_stage)
+    size_t done = 0;
+    for (const auto& [dp, rel] : files.optim) {
+        m_progress(0.8 * double(done++) / double(files.optim.size()), "reading");
+        const Loaded* l = load(rel);
+        const PyValue* sd = getKey(l->ar.root, "optimizer_state_dict");
+        if (!sd || !sd->isMapping())
+            throw Error(ErrorKind::Format, l->abs, "has no optimizer_state_dict (not a DeepSpeed optim states file)");
+        optim[dp] = l;
+        osd[dp] = sd;
+        const auto stage = zeroStageOf(getKey(sd, "zero_stage"));
+        if (stage)
+            stageOf[dp] = *stage;
+        else if (getKey(sd, "single_partition_of_fp32_groups"))
+            stageOf[dp] = -1;
+        else
+            throw Error(ErrorKind::Format, l->abs,
+                "optimizer_state_dict has neither zero_stage nor single_partition_of_fp32_groups (not a ZeRO "
+                "checkpoint: zero_to_fp32 says \""
+                    + l->abs + " is not a zero checkpoint\")");
+    }
+    const int first = optim.begin()->first;
+    const PyValue* sd0 = osd[first];
+    const int stageCode = stageOf[first];
+    const bool bf16Optimizer = stageCode == -1;
+    const int stage = bf16Optimizer ? 1 : stageCode;
+    for (const auto& [dp, s] : stageOf)
+        if (s != stageCode)
+            warn("zero-stage-mismatch",
+                optim[dp]->rel + " was written at ZeRO stage " + std::to_string(s) + " but " + optim[first]->rel
+                    + " at stage " + std::to_string(stageCode)
+                    + ": the rank files come from different runs (an old checkpoint partly overwritten?)",
+                true, {}, "save the checkpoint again, or restore the rank files of one run");
+
+    int W = 0;
+    const PyValue* pc = getKey(sd0, "partition_count");
+    if (auto n = asInt(pc)) W = static_cast<int>(*n);
+    if (pc && pc->isSequence())
+        for (const auto* x : pc->items())
+            if (auto n = asInt(x)) W = std::max(W, static_cast<int>(*n));
+    if (W <= 0 || W > (1 << 20))
+        throw Error(ErrorKind::Format, optim[first]->abs, "has no valid partition_count (" + pyRepr(pc, 40) + ")");
+
+    // ---- model states
+    const Loaded* modelFile = nullptr;
+    std::map<int, const Loaded*> model3;
+    if (stage == 3) {
+        for (const auto& [dp, rel] : files.model3)
+            model3[dp] = load(rel);
+        if (model3.empty()) {
+            if (!files.model.empty())
+                warn("zero-stage-mismatch",
+                    "the optimizer files are ZeRO stage 3 but the folder holds the ZeRO-1/2 model states file "
+                        + files.model + " and no 'zero_pp_rank_*_" + mpName(mp) + "_model_states.pt'",
+                    true,
+                    "FileNotFoundError: can't find model states file at '"
+                        + (m_dir / ("zero_pp_rank_0_" + mpName(mp) + "_model_states.pt")).string() + "'");
+            throw Error(ErrorKind::Format, tagDir,
+                "holds ZeRO-3 optimizer files but no 'zero_pp_rank_*_" + mpName(mp)
+                    + "_model_states.pt' (zero_to_fp32: can't find model states file)");
+        }
+        modelFile = model3.begin()->second;
+    } else {
+        if (files.model.empty()) {
+            if (!files.model3.empty())
+                warn("zero-stage-mismatch",
+                    "the optimizer files are ZeRO stage " + std::to_string(stage)
+                        + " but the folder holds only ZeRO-3 model states files (" + files.model3.begin()->second
+                        + ", ...)",
+                    true);
+            throw Error(ErrorKind::Format, tagDir,
+                "has no '" + mpName(mp)
+                    + "_model_states.pt' (zero_to_fp32: FileNotFoundError: can't find model states "
+                      "file at '"
+                    + (m_dir / (mpName(mp) + "_model_states.pt")).string() + "')");
+        }
+        modelFile = load(files.model);
+    }
+    const PyValue* ms = modelFile->ar.root;
+    if (!getKey(ms, "buffer_names"))
+        throw Error(ErrorKind::Format, modelFile->abs,
+            "is not a model state checkpoint (no buffer_names; zero_to_fp32 says \"" + modelFile->abs
+                + " is not a model state checkpoint\")");
+    const auto groups = readParamShapes(getKey(ms, "param_shapes"), modelFile->abs);
+    const PyValue* module = getKey(ms, "module");
+
+    // ---- world size, rank files, stage: what DeepSpeed checks, with its own words
+    const auto dpWorld = asInt(getKey(ms, "dp_world_size"));
+    if (dpWorld && *dpWorld != W)
+        warn("zero-world-size-mismatch",
+            modelFile->rel + " says dp_world_size " + std::to_string(*dpWorld)
+                + " but the optimizer state is partitioned " + "over " + std::to_string(W)
+                + " ranks (partition_count): the model states and the optimizer files " + "come from different runs",
+            true,
+            "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of "
+                + std::to_string(*dpWorld) + " but the current world size is " + std::to_string(W)
+                + ". Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not "
+                  "currently supported.",
+            "restore the files of one run; to change the world size convert with ds_to_universal or reshard with "
+            "optscope-cli reshard");
+    if (const PyValue* cfg = getKey(ms, "ds_config")) {
+        if (auto cfgStage = asInt(getKey(getKey(cfg, "zero_optimization"), "stage")); cfgStage && *cfgStage != stage)
+            warn("zero-stage-mismatch",
+                modelFile->rel + "'s ds_config says ZeRO stage " + std::to_string(*cfgStage)
+                    + " but the optimizer files were written at stage " + std::to_string(stage),
+                true, {}, "load it with the ZeRO stage it was saved with (zero_optimization.stage)");
+    }
+    std::vector<int> missing;
+    for (int r = 0; r < W; ++r)
+        if (!optim.count(r)) missing.push_back(r);
+    const std::string z2fError = "ValueError: Expected " + std::to_string(W) + " of '*_optim_states.pt' under '"
+        + tagDir + "' but found " + std::to_string(optim.size())
+        + " files. Possibly due to an overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more "
+          "processes.";
+    const std::string prefixName = bf16Optimizer ? "bf16_zero_pp_rank_" : "zero_pp_rank_";
+    for (int r : missing) {
+        const std::string name = prefixName + std::to_string(r) + "_" + mpName(mp) + "_optim_states.pt";
+        warn("zero-missing-rank-file",
+            "rank " + std::to_string(r) + "'s optimizer file " + name + " is missing (partition_count "
+                + std::to_string(W) + "): its partitions of every parameter are lost; DeepSpeed's rank "
+                + std::to_string(r) + " fails with FileNotFoundError: [Errno 2] No such file or directory: '"
+                + (m_dir / name).string() + "'",
+            true, z2fError,
+            "restore the file from the run that wrote the others; without it the checkpoint is incomplete");
+    }
+    for (const auto& [dp, l] : optim)
+        if (dp >= W)
+            warn("zero-world-size-mismatch",
+                l->rel + " is for rank " + std::to_string(dp) + ", but the optimizer state is partitioned over "
+                    + std::to_string(W) + " ranks: a file left from a run with more ranks",
+                true, z2fError, "remove the files of the other run");
+    if (stage == 3)
+        for (int r = 0; r < W; ++r)
+            if (!model3.count(r))
+                warn("zero-missing-rank-file",
+                    "rank " + std::to_string(r) + "'s model states file zero_pp_rank_" + std::to_string(r) + "_"
+                        + mpName(mp) + "_model_states.pt is missing (ZeRO-3 writes one per rank)",
+                    true,
+                    "AssertionError (DeepSpeed's SDLoaderBase.check_ckpt_list: assert len(self.ckpt_list) > 0) on rank "
+                        + std::to_string(r) + " in load_checkpoint",
+                    "restore the file from the run that wrote the others");
+    if (const auto mpWorld = asInt(getKey(ms, "mp_world_size")); main && mpWorld && *mpWorld != m_mpCount)
+        warn("zero-world-size-mismatch",
+            modelFile->rel + " says mp_world_size " + std::to_string(*mpWorld) + " but the folder holds "
+                + std::to_string(m_mpCount) + " model-parallel rank(s)",
+            true,
+            "AssertionError: checkpoint count " + std::to_string(m_mpCount) + " is different from saved mp_world_size "
+                + std::to_string(*mpWorld),
+            "restore the missing mp_rank_* files");
+
+    // ---- the parameters
+    std::map<std::string, TensorEntry> weights;
+    std::map<std::string, std::vector<ParamState>> states;
+    std::vector<std::vector<std::string>> groupFqns;
+    std::vector<const PyValue*> groupDicts; // hyperparameters per param group (null when not saved)
+    std::vector<FlatPartitionSlot> slots;
+
+    auto addState = [&](const std::string& fqn, ParamState s) { states[fqn].push_back(std::move(s)); };
+
+    if (stage <= 2) {
+        const size_t G = groups.size();
+        // per rank and group: fp32 partition, padding, base state
+        struct RankGroup
+        {
+            FlatTensor fp32;
+            int64_t padding = 0;
+            int64_t real = 0; ///< elements of parameters (no padding)
+            const PyValue* state = nullptr; ///< the base optimizer's state of this group's flat partition
+        };
+        std::map<int, std::vector<RankGroup>> rg;
+        bool elastic = false;
+        const PyValue* baseGroups0 = nullptr;
+        for (const auto& [dp, sd] : osd) {
+            if (dp >= W) continue;
+            const Loaded& l = *optim[dp];
+            const PyValue* parts = getKey(sd, "single_partition_of_fp32_groups");
+            const PyValue* pads = getKey(sd, "group_paddings");
+            const PyValue* base = getKey(sd, "base_optimizer_state");
+            if (!parts || !parts->isSequence() || parts->size() != G)
+                throw Error(ErrorKind::Format, l.abs,
+                    "has " + std::to_string(parts && parts->isSequence() ? parts->size() : 0)
+                        + " single_partition_of_fp32_groups but param_shapes in " + modelFile->rel + " lists "
+                        + std::to_string(G) + " groups");
+            std::vector<RankGroup> v(G);
+            for (size_t g = 0; g < G; ++g) {
+                v[g].fp32 = flat(parts->item(g), l, "single_partition_of_fp32_groups[" + std::to_string(g) + "]");
+                const PyValue* pad = pads && pads->isSequence() && g < pads->size() ? pads->item(g) : nullptr;
+                v[g].padding = asInt(pad).value_or(0);
+                if (v[g].padding < 0 || v[g].padding > (int64_t(1) << 50)
+                    || (bf16Optimizer && v[g].padding > v[g].fp32.numel))
+                    throw Error(ErrorKind::Format, l.abs, "group_paddings[" + std::to_string(g) + "] is invalid");
+                v[g].real = bf16Optimizer ? v[g].fp32.numel - v[g].padding : v[g].fp32.numel;
+                if (base && base->isSequence()) { // elastic: a state per group, padding stripped
+                    elastic = true;
+                    v[g].state = g < base->size() ? base->item(g) : nullptr;
+                } else if (base && base->isMapping()) {
+                    const PyValue* pg = getKey(base, "param_groups");
+                    const PyValue* st = getKey(base, "state");
+                    const PyValue* group = pg && pg->isSequence() && g < pg->size() ? pg->item(g) : nullptr;
+                    const PyValue* ids = getKey(group, "params");
+                    const auto id
+                        = ids && ids->isSequence() && ids->size() == 1 ? asInt(ids->item(0)) : std::optional<int64_t>();
+                    v[g].state = id ? getIntKey(st, *id) : getIntKey(st, static_cast<int64_t>(g));
+                    if (!baseGroups0) baseGroups0 = pg;
+                }
+            }
+            rg[dp] = std::move(v);
+        }
+        if (rg.empty())
+            throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
+        const int r0 = rg.begin()->first;
+        for (size_t g = 0; g < G; ++g) {
+            // every rank's partition has the same length P (the flat group is padded to a multiple of 2W first)
+            const int64_t P = rg[r0][g].real + rg[r0][g].padding;
+            if (P > (int64_t(1) << 62) / W)
+                throw Error(
+                    ErrorKind::Format, optim[r0]->abs, "group " + std::to_string(g) + "'s partitions are too large");
+            for (const auto& [dp, v] : rg)
+                if (v[g].real + v[g].padding != P)
+                    throw Error(ErrorKind::Format, optim[dp]->abs,
+                        "group " + std::to_string(g) + "'s partition holds " + std::to_string(v[g].real + v[g].padding)
+                            + " elements with padding, rank " + std::to_string(r0) + "'s " + std::to_string(P)
+                            + ": the rank files do not belong together");
+            int64_t total = 0;
+            for (const auto& m : groups[g])
+                total += m.numel;
+            if (missing.empty()) {
+                int64_t avail = 0;
+                for (const auto& [dp, v] : rg)
+                    avail += v[g].real;
+                const int64_t align = 2 * int64_t(W);
+                if (ceilDiv(total, align) * align != ceilDiv(avail, align) * align)
+                    warn("zero-world-size-mismatch",
+                        "param group " + std::to_string(g) + " needs " + std::to_string(total) + " elements ("
+                            + modelFile->rel + " param_shapes) but its partitions hold " + std::to_string(avail),
+                        true,
+                        "ValueError: consumed " + std::to_string(ceilDiv(total, align) * align) + " numels out of "
+                            + std::to_string(ceilDiv(avail, align) * align) + " - something is wrong");
+            }
+            // the group's layout, as FSDP1 flat parameters are described
+            FlatParamLayout layout;
+            layout.worldSize = W;
+            layout.shardNumel = P;
+            int64_t off = 0;
+            for (const auto& m : groups[g]) {
+                layout.segments.push_back({false, static_cast<int>(layout.members.size()), off, m.numel});
+                layout.members.push_back({m.fqn, m.shape, m.numel, off});
+                off += m.numel;
+            }
+            if (W * P > off) layout.segments.push_back({true, -1, off, W * P - off});
+            layout.unpaddedNumel = off;
+
+            // state names of this group, in the first rank's order
+            std::vector<std::string> stateNames;
+            if (const PyValue* st = rg[r0][g].state; st && st->isMapping())
+                for (size_t i = 0; i < st->size(); ++i)
+                    if (st->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(st->dictKey(i)->text));
+            // per rank: its flat state tensors (1-D) checked once
+            std::map<int, std::map<std::string, FlatTensor>> stateFlat;
+            for (const auto& [dp, v] : rg)
+                for (const auto& name : stateNames) {
+                    const PyValue* t = getKey(v[g].state, name);
+                    if (!t || t->kind != PyKind::Tensor || t->tensor->sizes.empty()) continue;
+                    FlatTensor f
+                        = flat(t, *optim[dp], "base_optimizer_state group " + std::to_string(g) + " '" + name + "'");
+                    if (f.numel < v[g].real)
+                        throw Error(ErrorKind::Format, optim[dp]->abs,
+                            "base_optimizer_state group " + std::to_string(g) + " '" + name + "' holds "
+                                + std::to_string(f.numel) + " elements, fewer than the " + std::to_string(v[g].real)
+                                + " of its partition");
+                    stateFlat[dp].emplace(name, f);
+                }
+
+            groupFqns.emplace_back();
+            for (size_t k = 0; k < layout.members.size(); ++k) {
+                const auto& m = layout.members[k];
+                groupFqns.back().push_back(m.fqn);
+                TensorEntry w;
+                w.dtype = rg[r0][g].fp32.dtype;
+                w.shape = m.shape;
+                std::map<std::string, TensorEntry> tensorStates;
+                std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
+                for (const auto& [dp, v] : rg) {
+                    const int64_t lo = std::max(m.offset, int64_t(dp) * P);
+                    const int64_t hi = std::min(m.offset + m.numel, int64_t(dp) * P + v[g].real);
+                    if (lo >= hi) continue;
+                    pieces.push_back({dp, {lo - m.offset, hi - m.offset}});
+                    const int64_t at = lo - int64_t(dp) * P; // position in the rank's partition
+                    addPieces(w, lo - m.offset, hi - m.offset, v[g].fp32, at, dp);
+                    for (const auto& [name, f] : stateFlat[dp]) {
+                        auto& e = tensorStates[name];
+                        e.dtype = f.dtype;
+                        e.shape = m.shape;
+                        addPieces(e, lo - m.offset, hi - m.offset, f, at, dp);
+                    }
+                }
+                weights[m.fqn] = std::move(w);
+                for (const auto& name : stateNames) {
+                    ParamState s;
+                    s.name = name;
+                    const PyValue* t0 = getKey(rg[r0][g].state, name);
+                    if (auto it = tensorStates.find(name); it != tensorStates.end()) {
+                        s.tensor = true;
+                        s.entry = std::move(it->second);
+                        s.entry.shape = m.shape;
+                    } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
+                        s.tensor = true; // one value per flat partition (step): every parameter has it
+                        s.entry = wholeTensor(t0, *optim[r0], "base_optimizer_state '" + name + "'", r0);
+                    } else if (t0 && t0->kind == PyKind::Tensor) {
+                        continue; // a shaped state no rank holds a piece of (missing rank)
+                    } else {
+                        s.value = t0 ? t0 : m_cp.arena->makeNone();
+                    }
+                    addState(m.fqn, std::move(s));
+                }
+                if (elastic && !getKey(rg[r0][g].state, "step"))
+                    if (const PyValue* step = getKey(sd0, "base_optimizer_state_step")) {
+                        ParamState s;
+                        s.name = "step";
+                        s.value = step;
+                        addState(m.fqn, std::move(s));
+                    }
+                // the FQN mapping: where it lies in the partitions
+                FlatPartitionSlot slot;
+                slot.fqn = m.fqn;
+                slot.buffer = static_cast<int>(g);
+                slot.bufferName = "ZeRO-" + std::to_string(stage) + " group " + std::to_string(g);
+                slot.offset = m.offset;
+                slot.note = (pieces.size() > 1 ? "split over ranks: " : "") + rangesText(pieces) + " of "
+                    + std::to_string(m.numel) + " elements; partitions of " + std::to_string(P) + " per rank";
+                const int64_t pad = layout.rankPadding(W - 1);
+                if (k + 1 == layout.members.size() && pad > 0)
+                    slot.note += ", the group's last " + std::to_string(W * P - off) + " elements padding";
+                slots.push_back(std::move(slot));
+            }
+            groupDicts.push_back(
+                baseGroups0 && baseGroups0->isSequence() && g < baseGroups0->size() ? baseGroups0->item(g) : nullptr);
+        }
+        if (elastic)
+            warn("zero-elastic",
+                "elastic ZeRO checkpoint: the optimizer's hyperparameters (param_groups) are not saved", false);
+        detail = std::string(bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
+            + (bf16Optimizer ? "" : std::to_string(stage));
+    } else {
+        // ---- ZeRO-3: each parameter partitioned on its own; a rank's sub-group flats joined in param_shapes order
+        struct Param
+        {
+            Member m;
+            int subGroup = 0;
+            int64_t q = 0; ///< partition per rank
+            int64_t at = 0; ///< position in each rank's joined sub-group flats
+        };
+        std::vector<Param> params;
+        int64_t pos = 0;
+        for (size_t s = 0; s < groups.size(); ++s)
+            for (const auto& m : groups[s]) {
+                Param p;
+                p.m = m;
+                p.subGroup = static_cast<int>(s);
+                p.q = ceilDiv(m.numel, W);
+                p.at = pos;
+                pos += p.q;
+                params.push_back(std::move(p));
+            }
+        // per rank: the flat tensors of "fp32" and of every shaped state, per sub-group, with their start positions
+        struct Joined
+        {
+            std::vector<FlatTensor> parts;
+            std::vector<int64_t> starts;
+            int64_t total = 0;
+        };
+        std::map<int, std::map<std::string, Joined>> buf;
+        const PyValue* pg0 = getKey(getKey(sd0, "optimizer_state_dict"), "param_groups");
+        std::vector<std::string> stateNames;
+        std::map<int, const PyValue*> subState0; // sub-group -> first rank's state dict
+        for (const auto& [dp, sd] : osd) {
+            if (dp >= W) continue;
+            const Loaded& l = *optim[dp];
+            const PyValue* flats = getKey(sd, "fp32_flat_groups");
+            const PyValue* st = getKey(getKey(sd, "optimizer_state_dict"), "state");
+            if (!flats || !flats->isSequence())
+                throw Error(ErrorKind::Format, l.abs, "has no fp32_flat_groups list (ZeRO-3)");
+            auto& joined = buf[dp];
+            for (size_t s = 0; s < flats->size(); ++s) {
+                const PyValue* sub = getIntKey(st, static_cast<int64_t>(s));
+                if (subState0.find(static_cast<int>(s)) == subState0.end()) subState0[static_cast<int>(s)] = sub;
+                if (stateNames.empty() && sub && sub->isMapping())
+                    for (size_t i = 0; i < sub->size(); ++i)
+                        if (sub->dictKey(i)->kind == PyKind::Str)
+                            stateNames.push_back(std::string(sub->dictKey(i)->text));
+                auto push = [&](const std::string& name, const PyValue* v, const std::string& what) {
+                    Joined& j = joined[name];
+                    FlatTensor f = flat(v, l, what);
+                    j.starts.push_back(j.total);
+                    j.parts.push_back(f);
+                    j.total += f.numel;
+                };
+                push("", flats->item(s), "fp32_flat_groups[" + std::to_string(s) + "]");
+                for (const auto& name : stateNames) {
+                    const PyValue* t = getKey(sub, name);
+                    if (t && t->kind == PyKind::Tensor && !t->tensor->sizes.empty())
+                        push(name, t, "optimizer_state_dict state " + std::to_string(s) + " '" + name + "'");
+                }
+            }
+        }
+        if (buf.empty())
+            throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
+        const int r0 = buf.begin()->first;
+        const int64_t avail = buf[r0][""].total;
+        if (pos != avail)
+            warn("zero-world-size-mismatch",
+                "param_shapes in " + modelFile->rel + " need " + std::to_string(pos)
+                    + " elements per rank (partitions of " + "ceil(numel / " + std::to_string(W) + ")) but rank "
+                    + std::to_string(r0) + "'s fp32_flat_groups hold " + std::to_string(avail),
+                true,
+                "ValueError: consumed " + std::to_string(pos * W) + " numels out of " + std::to_string(avail * W)
+                    + " - something is wrong");
+        for (const auto& [dp, j] : buf)
+            if (j.at("").total != avail)
+                throw Error(ErrorKind::Format, optim[dp]->abs,
+                    "fp32_flat_groups hold " + std::to_string(j.at("").total) + " elements, rank " + std::to_string(r0)
+                        + "'s " + std::to_string(avail) + ": the rank files do not belong together");
+
+        // elements [at, at + n) of a rank's joined flats, as pieces of the tensor from @p begin
+        auto place = [&](TensorEntry& e, const Joined& j, int64_t at, int64_t begin, int64_t n, int rank) {
+            for (size_t i = 0; i < j.parts.size() && n > 0; ++i) {
+                const int64_t s = j.starts[i];
+                const int64_t end = s + j.parts[i].numel;
+                if (at >= end || at + n <= s) continue;
+                const int64_t lo = std::max(at, s);
+                const int64_t hi = std::min(at + n, end);
+                addPieces(e, begin + (lo - at), begin + (hi - at), j.parts[i], lo - s, rank);
+            }
+        };
+        std::vector<std::vector<std::string>> subFqns(groups.size());
+        for (const auto& p : params) {
+            subFqns[static_cast<size_t>(p.subGroup)].push_back(p.m.fqn);
+            TensorEntry w;
+            w.shape = p.m.shape;
+            w.dtype = buf[r0][""].parts.empty() ? DType::Float32 : buf[r0][""].parts.front().dtype;
+            std::map<std::string, TensorEntry> tensorStates;
+            std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
+            for (const auto& [dp, j] : buf) {
+                const int64_t begin = int64_t(dp) * p.q;
+                const int64_t n = std::min(p.q, p.m.numel - begin);
+                if (n <= 0 || p.at + n > j.at("").total) continue;
+                pieces.push_back({dp, {begin, begin + n}});
+                place(w, j.at(""), p.at, begin, n, dp);
+                for (const auto& [name, joined] : j) {
+                    if (name.empty() || p.at + n > joined.total) continue;
+                    auto& e = tensorStates[name];
+                    e.shape = p.m.shape;
+                    e.dtype = joined.parts.front().dtype;
+                    place(e, joined, p.at, begin, n, dp);
+                }
+            }
+            weights[p.m.fqn] = std::move(w);
+            const PyValue* sub0 = subState0[p.subGroup];
+            for (const auto& name : stateNames) {
+                ParamState s;
+                s.name = name;
+                const PyValue* t0 = getKey(sub0, name);
+                if (auto it = tensorStates.find(name); it != tensorStates.end()) {
+                    s.tensor = true;
+                    s.entry = std::move(it->second);
+                } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
+                    s.tensor = true;
+                    s.entry = wholeTensor(t0, *optim[r0], "optimizer_state_dict '" + name + "'", r0);
+                } else if (t0 && t0->kind == PyKind::Tensor) {
+                    continue;
+                } else {
+                    s.value = t0 ? t0 : m_cp.arena->makeNone();
+                }
+                addState(p.m.fqn, std::move(s));
+            }
+            FlatPartitionSlot slot;
+            slot.fqn = p.m.fqn;
+            slot.buffer = p.subGroup;
+            slot.bufferName = "ZeRO-3 sub-group " + std::to_string(p.subGroup);
+            int64_t sgStart = 0;
+            if (!buf[r0][""].starts.empty() && static_cast<size_t>(p.subGroup) < buf[r0][""].starts.size())
+                sgStart = buf[r0][""].starts[static_cast<size_t>(p.subGroup)];
+            slot.offset = p.at - sgStart;
+            const int64_t pad = p.q * W - p.m.numel;
+            slot.note = "partitioned on its own: " + std::to_string(p.q) + " per rank (" + rangesText(pieces) + ")"
+                + (pad > 0 ? ", " + std::to_string(pad) + " elements padding on the last rank" : std::string());
+            slots.push_back(std::move(slot));
+        }
+        // param groups list their sub-groups
+        if (pg0 && pg0->isSequence()) {
+            for (const auto* g : pg0->items()) {
+                groupFqns.emplace_back();
+                const PyValue* ids = getKey(g, "params");
+                if (ids && ids->isSequence())
+                    for (const auto* id : ids->items())
+                        if (auto s = asInt(id); s && *s >= 0 && static_cast<size_t>(*s) < subFqns.size())
+                            for (const auto& f : subFqns[static_cast<size_t>(*s)])
+                                groupFqns.back().push_back(f);
+                groupDicts.push_back(g);
+            }
+        } else {
+            for (const auto& f : subFqns) {
+                groupFqns.push_back(f);
+                groupDicts.push_back(nullptr);
+            }
+        }
+        detail = "DeepSpeed ZeRO stage 3";
+    }
+
+    // ---- frozen parameters, buffers, shared parameters (model states)
+    const PyValue* bufferNames = getKey(ms, "buffer_names");
+    std::set<std::string> buffers;
+    if (bufferNames && bufferNames->isSequence())
+        for (const auto* b : bufferNames->items())
+            if (b->kind == PyKind::Str) buffers.insert(std::string(b->text));
+    const PyValue* frozen = getKey(ms, "frozen_param_shapes");
+    if (frozen && frozen->isMapping()) {
+        for (size_t i = 0; i < frozen->size(); ++i) {
+            const PyValue* k = frozen->dictKey(i);
+            auto shape = asShape(frozen->dictValue(i));
+            const auto numel = shape ? boundedNumel(*shape) : std::nullopt;
+            if (k->kind != PyKind::Str || !numel) {
+                warn("bad-metadata", modelFile->rel + ": frozen_param_shapes entry " + pyRepr(k, 60) + " is malformed",
+                    true);
+                continue;
+            }
+            const std::string fqn(k->text);
+            if (stage <= 2) {
+                const PyValue* frag = getKey(getKey(ms, "frozen_param_fragments"), fqn);
+                if (frag)
+                    weights[fqn] = wholeTensor(frag, *modelFile, "frozen_param_fragments '" + fqn + "'", 0);
+                else
+                    warn("missing-storage-info",
+                        "frozen parameter '" + fqn + "' has no frozen_param_fragments entry in " + modelFile->rel,
+                        true);
+                continue;
+            }
+            TensorEntry w;
+            w.shape = *shape;
+            const int64_t n = *numel;
+            const int64_t q = ceilDiv(n, W);
+            for (const auto& [dp, l] : model3) {
+                const PyValue* frag = getKey(getKey(l->ar.root, "frozen_param_fragments"), fqn);
+                if (!frag || dp >= W) continue;
+                FlatTensor f = flat(frag, *l, "frozen_param_fragments '" + fqn + "'");
+                w.dtype = f.dtype;
+                const int64_t begin = int64_t(dp) * q;
+                const int64_t len = std::min(q, n - begin);
+                if (len > 0 && f.numel >= len) addPieces(w, begin, begin + len, f, 0, dp);
+            }
+            weights[fqn] = std::move(w);
+        }
+    }
+    std::vector<std::string> moduleOrder;
+    if (module && module->isMapping()) {
+        for (size_t i = 0; i < module->size(); ++i) {
+            const PyValue* k = module->dictKey(i);
+            const PyValue* v = module->dictValue(i);
+            if (k->kind != PyKind::Str || v->kind != PyKind::Tensor) continue;
+            const std::string fqn(k->text);
+            moduleOrder.push_back(fqn);
+            if (weights.count(fqn)) continue;
+            if (buffers.count(fqn)) {
+                weights[fqn] = wholeTensor(v, *modelFile, "module '" + fqn + "'", 0);
+            } else if (stage <= 2) {
+                // a parameter no optimizer group holds: frozen at ZeRO-1, which records none (zero_to_fp32 drops it)
+                weights[fqn] = wholeTensor(v, *modelFile, "module '" + fqn + "'", 0);
+                warn("zero-frozen-from-module",
+                    "'" + fqn + "' is in no param group and in no frozen_param_shapes: taken from 'module' in "
+                        + modelFile->rel + " (its " + std::string(dtypeName(v->tensor->dtype))
+                        + " model weights); zero_to_fp32 leaves it out",
+                    false);
+            } else {
+                warn("zero-frozen-missing",
+                    "'" + fqn
+                        + "' is in no param group and in no frozen_param_shapes, and ZeRO-3's 'module' holds only "
+                        + "an empty placeholder: its values are not in the checkpoint",
+                    false);
+            }
+        }
+    }
+    if (const PyValue* shared = getKey(ms, "shared_params"); shared && shared->isMapping())
+        for (size_t i = 0; i < shared->size(); ++i) {
+            const PyValue* a = shared->dictKey(i);
+            const PyValue* t = shared->dictValue(i);
+            if (a->kind != PyKind::Str || t->kind != PyKind::Str) continue;
+            auto it = weights.find(std::string(t->text));
+            if (it != weights.end()) {
+                weights[std::string(a->text)] = it->second;
+                moduleOrder.push_back(std::string(a->text));
+            }
+        }
+
+    // ---- entries: model (module order), optimizer state (param group order), param groups
+    auto path = [&](std::initializer_list<KeyPathElem> rest) {
+        KeyPath p = prefix;
+        p.insert(p.end(), rest.begin(), rest.end());
+        return p;
+    };
+    std::set<std::string> added;
+    auto addWeight = [&](const std::string& fqn) {
+        auto it = weights.find(fqn);
+        if (it == weights.end() || !added.insert(fqn).second) return;
+        m_builder.addTensor(path({KeyPathElem::fromKey("model"), KeyPathElem::fromKey(fqn)}), std::move(it->second));
+    };
+    for (const auto& fqn : moduleOrder)
+        addWeight(fqn);
+    for (const auto& g : groupFqns)
+        for (const auto& fqn : g)
+            addWeight(fqn);
+    for (auto& [fqn, w] : weights)
+        addWeight(fqn);
+    for (const auto& g : groupFqns)
+        for (const auto& fqn : g) {
+            auto it = states.find(fqn);
+            if (it == states.end()) continue;
+            for (auto& s : it->second) {
+                KeyPath p = path({KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("state"),
+                    KeyPathElem::fromKey(fqn), KeyPathElem::fromKey(s.name)});
+                if (s.tensor)
+                    m_builder.addTensor(std::move(p), std::move(s.entry));
+                else
+                    m_builder.addValue(std::move(p), s.value);
+            }
+            states.erase(it);
+        }
+    for (size_t g = 0; g < groupFqns.size(); ++g) {
+        PyValue* names = m_cp.arena->makeContainer(PyKind::List);
+        for (const auto& f : groupFqns[g])
+            names->container->items.push_back(m_cp.arena->makeStr(f, true));
+        const auto gi = static_cast<int64_t>(g);
+        auto groupPath = [&](const std::string& field) {
+            return path({KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("param_groups"),
+                KeyPathElem::fromIndex(gi), KeyPathElem::fromKey(field)});
+        };
+        const PyValue* d = g < groupDicts.size() ? groupDicts[g] : nullptr;
+        bool hasParams = false;
+        if (d && d->isMapping())
+            for (size_t i = 0; i < d->size(); ++i) {
+                const PyValue* k = d->dictKey(i);
+                if (k->kind != PyKind::Str) continue;
+                const std::string field(k->text);
+                if (field == "params" || field == "param_names") {
+                    hasParams = hasParams || field == "params";
+                    m_builder.addValue(groupPath(field), names);
+                } else {
+                    m_builder.addValue(groupPath(field), d->dictValue(i));
+                }
+            }
+        if (!hasParams) m_builder.addValue(groupPath("params"), names);
+    }
+    if (main) {
+        m_cp.flatSlots = std::move(slots);
+        detail += ", " + std::to_string(W) + " data-parallel ranks";
+        if (const PyValue* v = getKey(ms, "ds_version"); v && v->kind == PyKind::Str)
+            detail += ", DeepSpeed " + std::string(v->text);
+    }
+}
+
+} // namespace
+
+bool DeepSpeedZeroReader::looksLikeZero(const std::string& path)
+{
+    std::error_code ec;
+    const fs::path p(path);
+    if (fs::is_directory(p, ec)) {
+        if (fs::is_regular_file(p / "latest", ec)) return true;
+        if (hasZeroFiles(p)) return true;
+        // the save folder without `latest`: a tag folder inside holds the files
+        for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
+            if (it->is_directory(ec) && hasZeroFiles(it->path())) return true;
+        return false;
+    }
+    const FileName f = parseFileName(p.filename().string());
+    return f.kind != FileName::Other && hasZeroFiles(p.parent_path().empty() ? fs::path(".") : p.parent_path());
+}
+
+std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& path, const Progress& progress)
+{
+    progress(0.0, "reading");
+    std::error_code ec;
+    fs::path dir(path);
+    if (!fs::is_directory(dir, ec)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+
+    auto cp = std::make_shared<Checkpoint>();
+    cp->format = CheckpointFormat::DeepSpeedZero;
+    cp->path = path;
+    cp->arena = std::make_shared<PyArena>();
+    std::vector<CheckpointWarning> early;
+
+    // the tag folder: this one, the one `latest` names, or (no `latest`) the newest one holding ZeRO files
+    std::string tagNote;
+    if (!hasZeroFiles(dir)) {
+        const fs::path latest = dir / "latest";
+        if (fs::is_regular_file(latest, ec)) {
+            const std::string tag = readTag(latest);
+            if (tag.empty() || tag.find('/') != std::string::npos || tag == "." || tag == "..")
+                throw Error(ErrorKind::Format, latest.string(), "does not name a checkpoint tag ('" + tag + "')");
+            if (!fs::is_directory(dir / tag, ec))
+                throw Error(ErrorKind::Format, latest.string(),
+                    "names tag '" + tag + "', but there is no folder '" + (dir / tag).string()
+                        + "' (DeepSpeed's load_checkpoint finds no checkpoint files and fails with AssertionError in "
+                          "SDLoaderBase.check_ckpt_list)");
+            dir = dir / tag;
+            tagNote = "tag '" + tag + "' from latest";
+        } else {
+            std::string best;
+            int64_t bestNum = -2;
+            size_t count = 0;
+            for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+                if (!it->is_directory(ec) || !hasZeroFiles(it->path())) continue;
+                ++count;
+                const std::string name = it->path().filename().string();
+                const int64_t n = tagNumber(name);
+                if (n > bestNum || (n == bestNum && name > best)) {
+                    best = name;
+                    bestNum = n;
+                }
+            }
+            if (best.empty())
+                throw Error(ErrorKind::Format, path, "holds no DeepSpeed checkpoint (no 'latest' and no tag folder)");
+            CheckpointWarning w;
+            w.code = "zero-missing-latest";
+            w.message = "no 'latest' file in " + dir.string() + ": read tag '" + best + "', the newest of "
+                + std::to_string(count) + " tag folder(s)";
+            w.isError = true;
+            w.loadError = "DeepSpeed's load_checkpoint(dir) without a tag logs \"Unable to find latest file at "
+                + (dir / "latest").string()
+                + ", if trying to load latest checkpoint please ensure this file exists or pass an explicit "
+                  "checkpoint tag when loading a checkpoint.\" and returns (None, None): nothing is loaded and "
+                  "training restarts from scratch";
+            w.fix = "write the tag into " + (dir / "latest").string() + " (echo " + best + " > latest) or pass tag='"
+                + best + "' to load_checkpoint";
+            early.push_back(std::move(w));
+            dir = dir / best;
+            tagNote = "tag '" + best + "' (no latest)";
+        }
+    }
+    cp->files = std::make_shared<CheckpointFiles>(dir.string());
+
+    // the files, per model-parallel rank
+    std::map<int, MpFiles> mps;
+    std::vector<std::string> other;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_regular_file(ec)) continue;
+        const std::string name = it->path().filename().string();
+        const FileName f = parseFileName(name);
+        switch (f.kind) {
+        case FileName::ModelStates:
+            mps[f.mp].model = name;
+            break;
+        case FileName::Zero3ModelStates:
+            mps[f.mp].model3[f.dp] = name;
+            break;
+        case FileName::OptimStates:
+            mps[f.mp].optim[f.dp] = name;
+            break;
+        case FileName::Other:
+            if (name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0) other.push_back(name);
+            break;
+        }
+    }
+    if (mps.empty()) throw Error(ErrorKind::Format, dir.string(), "holds no DeepSpeed model or optim states files");
+
+    CheckpointBuilder builder(*cp);
+    for (auto& w : early)
+        cp->warnings.push_back(std::move(w));
+    ZeroReading reading(*cp, builder, dir, progress);
+    reading.m_mpCount = static_cast<int>(mps.size());
+    std::string detail;
+    bool main = true;
+    for (const auto& [mp, files] : mps) {
+        KeyPath prefix;
+        if (!main) prefix.push_back(KeyPathElem::fromKey(mpName(mp)));
+        reading.readMp(mp, files, prefix, main);
+        if (main) detail = reading.detail;
+        main = false;
+    }
+    if (mps.size() > 1) {
+        std::string names;
+        for (const auto& [mp, files] : mps)
+            if (mp != mps.begin()->first) names += (names.empty() ? "" : ", ") + mpName(mp);
+        builder.warn("zero-model-parallel",
+            std::to_string(mps.size()) + " model-parallel ranks (tensor/pipeline parallel): each holds its own slices "
+                + "of the parameters; " + names + " are separate shards, each read under its own name as a key "
+                + "prefix ('" + names.substr(0, names.find(',')) + ".model...'), not merged into one model");
+        detail += ", " + std::to_string(mps.size()) + " model-parallel ranks";
+    }
+    for (const auto& name : other)
+        builder.warn("zero-unread-file",
+            name + " is not a ZeRO model/optim states file this reader knows (MoE expert files are not read)");
+    cp->formatDetail = detail + (tagNote.empty() ? "" : ", " + tagNote);
+    builder.finish();
+    progress(1.0, "reading");
+    return cp;
+}
+
+} // namespace optscope

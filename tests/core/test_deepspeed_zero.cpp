@@ -1,0 +1,459 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// DeepSpeed ZeRO checkpoints: the samples DeepSpeed v0.19.5 wrote (tests/data/zero, stages 1-3 on 2 ranks) read into
+// the one model, checked against DeepSpeed's own conversions of the same files (zero_to_fp32's pytorch_model.bin for
+// the weights, ds_to_universal's per-parameter files for exp_avg/exp_avg_sq/step) and the parameters gathered inside
+// the training processes (reference.pt); and damaged copies of them (a rank file gone, `latest` missing or wrong, the
+// rank files of two runs mixed, a file cut short), which must give DeepSpeed's own error text.
+#include "optscope/checkpoint_check.h"
+#include "optscope/checkpoint_loader.h"
+#include "optscope/error.h"
+#include "optscope/flat_param_layout.h"
+#include "optscope/param_table.h"
+#include "optscope/shard_layout.h"
+#include "optscope/tensor_assembler.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <random>
+#include <set>
+
+using namespace optscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kZero = std::string(OPTSCOPE_TEST_DATA) + "/zero";
+const std::vector<std::string> kParams
+    = {"inp.weight", "hid.weight", "out.weight", "emb_scale", "inp.bias", "hid.bias", "out.bias"};
+
+std::string bytesOf(const Checkpoint& cp, const std::string& key)
+{
+    const Entry* e = cp.find(key);
+    if (!e || !e->isTensor()) return "<no tensor " + key + ">";
+    std::string out;
+    TensorAssembler(cp, *e).stream(
+        [&](const uint8_t* p, size_t n) { out.append(reinterpret_cast<const char*>(p), n); });
+    return out;
+}
+
+const CheckpointWarning* warningOf(const Checkpoint& cp, const std::string& code)
+{
+    for (const auto& w : cp.warnings)
+        if (w.code == code) return &w;
+    return nullptr;
+}
+
+/// the finding check/diagnose report for @p code, with the loader's own error text
+const Finding* findingOf(const std::vector<Finding>& findings, FindingCode code)
+{
+    for (const auto& f : findings)
+        if (f.code == code) return &f;
+    return nullptr;
+}
+
+class TempCopy
+{
+public:
+    explicit TempCopy(const std::string& from)
+    {
+        std::random_device rd;
+        path = fs::temp_directory_path() / ("optscope-zero-" + std::to_string(rd()));
+        fs::create_directories(path);
+        fs::copy(from, path, fs::copy_options::recursive);
+    }
+    ~TempCopy()
+    {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    fs::path path;
+};
+
+class ZeroStage : public ::testing::TestWithParam<int>
+{
+protected:
+    std::string stageDir() const { return kZero + "/stage" + std::to_string(GetParam()); }
+};
+
+} // namespace
+
+TEST(FlatRangeBoxes, EveryRangeOfSmallShapesIsTiledInFlatOrder)
+{
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t> {7}, {7, 7}, {3, 4, 5}, {2, 3, 2, 3}}) {
+        const int64_t n = [&] {
+            int64_t x = 1;
+            for (auto d : shape)
+                x *= d;
+            return x;
+        }();
+        const auto strides = contiguousStrides(shape);
+        for (int64_t a = 0; a <= n; ++a)
+            for (int64_t b = a; b <= n; ++b) {
+                const auto boxes = flatRangeBoxes(shape, a, b);
+                ASSERT_LE(boxes.size(), 2 * shape.size() - 1) << a << " " << b;
+                int64_t next = a;
+                for (const auto& box : boxes) {
+                    // the box is contiguous in flat order, starts where the previous ended
+                    int64_t start = 0, numel = 1;
+                    for (size_t d = 0; d < shape.size(); ++d) {
+                        start += box.offsets[d] * strides[d];
+                        numel *= box.sizes[d];
+                        ASSERT_LE(box.offsets[d] + box.sizes[d], shape[d]);
+                    }
+                    EXPECT_EQ(start, box.flatStart);
+                    EXPECT_EQ(start, next) << a << " " << b;
+                    EXPECT_GT(numel, 0);
+                    next += numel;
+                }
+                EXPECT_EQ(next, b) << a << " " << b;
+            }
+    }
+    // a 0-dim tensor is one box without dimensions
+    ASSERT_EQ(flatRangeBoxes({}, 0, 1).size(), 1u);
+    EXPECT_TRUE(flatRangeBoxes({}, 0, 1)[0].offsets.empty());
+}
+
+TEST_P(ZeroStage, OpensFromTheSaveFolderTheTagFolderAndAFile)
+{
+    const auto a = openCheckpoint(stageDir() + "/ckpt");
+    const auto b = openCheckpoint(stageDir() + "/ckpt/global_step2");
+    const auto c = openCheckpoint(stageDir() + "/ckpt/global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+    for (const auto& cp : {a, b, c}) {
+        EXPECT_EQ(cp->format, CheckpointFormat::DeepSpeedZero);
+        EXPECT_EQ(cp->entries.size(), a->entries.size());
+        EXPECT_FALSE(cp->hasErrors());
+        EXPECT_NE(cp->formatDetail.find("ZeRO stage " + std::to_string(GetParam())), std::string::npos)
+            << cp->formatDetail;
+    }
+    EXPECT_STREQ(checkpointFormatName(a->format), "deepspeed_zero");
+    // 7 weights, 3 states each, 2 param groups of 11 fields
+    EXPECT_EQ(a->entries.size(), 7u + 21u + 22u);
+    // the DeepSpeed classes stay inert; each is reported once
+    std::vector<std::string> unsafe;
+    for (const auto& w : a->warnings)
+        if (w.code == "unsafe-global") unsafe.push_back(w.message);
+    EXPECT_EQ(std::set<std::string>(unsafe.begin(), unsafe.end()).size(), unsafe.size());
+    EXPECT_GE(unsafe.size(), 2u);
+}
+
+TEST_P(ZeroStage, WeightsEqualZeroToFp32AndTheTrainingProcessesBitForBit)
+{
+    const auto cp = openCheckpoint(stageDir() + "/ckpt");
+    const auto z2f = openCheckpoint(stageDir() + "/fp32/pytorch_model.bin");
+    const auto ref = openCheckpoint(stageDir() + "/reference.pt");
+    for (const auto& p : kParams) {
+        const std::string got = bytesOf(*cp, "model." + p);
+        EXPECT_EQ(got, bytesOf(*z2f, p)) << p;
+        EXPECT_EQ(got, bytesOf(*ref, "params." + p)) << p;
+        EXPECT_EQ(cp->find("model." + p)->tensor.shape, z2f->find(p)->tensor.shape) << p;
+    }
+}
+
+TEST_P(ZeroStage, OptimizerStateEqualsDeepSpeedsUniversalConversion)
+{
+    const auto cp = openCheckpoint(stageDir() + "/ckpt");
+    for (const auto& p : kParams)
+        for (const std::string name : {"exp_avg", "exp_avg_sq"}) {
+            // stages 1/2: {"param": tensor in the parameter's shape, "cat_dim"}; stage 3: the bare flat tensor
+            const auto u = openCheckpoint(stageDir() + "/universal/zero/" + p + "/" + name + ".pt");
+            const std::string key = GetParam() == 3 ? "" : "param";
+            ASSERT_TRUE(u->find(key)) << p;
+            EXPECT_EQ(bytesOf(*cp, "optim.state." + p + "." + name), bytesOf(*u, key)) << p << " " << name;
+        }
+    if (GetParam() != 3)
+        for (const auto& p : kParams) {
+            const auto step = openCheckpoint(stageDir() + "/universal/zero/" + p + "/step.pt");
+            EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".step"), bytesOf(*step, "")) << p;
+        }
+}
+
+TEST_P(ZeroStage, ChunksPointIntoThePartitionsOfBothRanksWithoutPadding)
+{
+    const auto cp = openCheckpoint(stageDir() + "/ckpt");
+    std::set<int> ranks;
+    for (const auto& e : cp->entries) {
+        if (!e.isTensor()) continue;
+        const ShardLayout L = ShardLayout::of(e.tensor);
+        EXPECT_TRUE(L.complete()) << e.key;
+        int64_t covered = 0;
+        std::map<int, size_t> perRank;
+        for (const auto& c : e.tensor.chunks) {
+            covered += c.numel();
+            ranks.insert(c.rank);
+            ++perRank[c.rank];
+            EXPECT_EQ(c.source.kind, ChunkSource::Kind::StorageRecord);
+            EXPECT_NE(c.source.file.find("optim_states.pt"), std::string::npos) << e.key;
+        }
+        // one flat range per rank: at most 2*ndim-1 rectangular pieces
+        for (const auto& [rank, n] : perRank)
+            EXPECT_LE(n, std::max<size_t>(1, 2 * e.tensor.shape.size() - 1)) << e.key;
+        EXPECT_EQ(covered, e.tensor.numel()) << e.key; // no element twice, none from padding
+    }
+    EXPECT_EQ(ranks, (std::set<int> {0, 1}));
+    // hid.weight (49 elements) spans both ranks at every stage
+    std::set<int> hid;
+    for (const auto& c : cp->find("model.hid.weight")->tensor.chunks)
+        hid.insert(c.rank);
+    EXPECT_EQ(hid, (std::set<int> {0, 1}));
+    // the check finds nothing but the inert DeepSpeed classes
+    for (const auto& f : checkCheckpoint(*cp).findings)
+        EXPECT_EQ(f.code, FindingCode::UnsafeGlobal) << f.message;
+}
+
+TEST_P(ZeroStage, FqnMappingShowsWhereEachParameterLiesInThePartitions)
+{
+    const auto cp = openCheckpoint(stageDir() + "/ckpt");
+    const ParamTable t = ParamTable::build(*cp);
+    ASSERT_EQ(t.optimizers.size(), 1u);
+    EXPECT_EQ(t.fqnsInOrder(0),
+        (std::vector<std::string> {
+            "inp.weight", "hid.weight", "out.weight", "emb_scale", "inp.bias", "hid.bias", "out.bias"}));
+    for (const auto& r : t.rows) {
+        EXPECT_GE(r.flatParam, 0) << r.fqn;
+        EXPECT_EQ(r.flatParam, r.group) << r.fqn; // one flat buffer per group in these samples
+        EXPECT_NE(r.flatUnit.find("ZeRO-" + std::to_string(GetParam())), std::string::npos);
+        if (r.fqn == "hid.weight") {
+            EXPECT_NE(r.note.find("rank 0"), std::string::npos) << r.note;
+            EXPECT_NE(r.note.find("rank 1"), std::string::npos) << r.note;
+        }
+    }
+    // ZeRO-1/2: offsets in the group's flat buffer (35 + 49 = 84 for out.weight); ZeRO-3: in each rank's part
+    const auto out
+        = std::find_if(t.rows.begin(), t.rows.end(), [](const ParamRow& r) { return r.fqn == "out.weight"; });
+    EXPECT_EQ(out->flatOffset, GetParam() == 3 ? 18 + 25 : 35 + 49);
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepSpeed, ZeroStage, ::testing::Values(1, 2, 3));
+
+// ---- damaged copies of the real samples ----------------------------------------------------------------------------
+
+TEST(ZeroDamaged, MissingRankFileIsAnErrorWithDeepSpeedsTextAndLeavesGaps)
+{
+    TempCopy t(kZero + "/stage2/ckpt");
+    fs::remove(t.path / "global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+    const auto cp = openCheckpoint(t.path.string());
+    const CheckpointWarning* w = warningOf(*cp, "zero-missing-rank-file");
+    ASSERT_TRUE(w);
+    EXPECT_TRUE(w->isError);
+    EXPECT_NE(w->message.find("zero_pp_rank_1_mp_rank_00_optim_states.pt"), std::string::npos) << w->message;
+    EXPECT_NE(w->loadError.find("Expected 2 of '*_optim_states.pt' under '"), std::string::npos) << w->loadError;
+    EXPECT_NE(w->loadError.find("but found 1 files"), std::string::npos) << w->loadError;
+    // what rank 1 held is gone: a gap, not padding or zeros
+    bool gap = false;
+    for (const auto& f : checkCheckpoint(*cp).findings) {
+        gap = gap || (f.code == FindingCode::ChunkGap && f.key == "model.hid.weight");
+        if (f.code == FindingCode::ChunkGap) {
+            EXPECT_NE(f.key, "model.inp.weight"); // all on rank 0
+        }
+    }
+    EXPECT_TRUE(gap);
+    const auto report = checkCheckpoint(*cp);
+    const Finding* f = findingOf(report.findings, FindingCode::ZeroMissingRankFile);
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->severity, Severity::Error);
+    EXPECT_EQ(f->pytorchError, w->loadError);
+    EXPECT_FALSE(f->fix.empty());
+    EXPECT_EQ(bytesOf(*cp, "model.inp.weight"),
+        bytesOf(*openCheckpoint(kZero + "/stage2/fp32/pytorch_model.bin"), "inp.weight"));
+}
+
+TEST(ZeroDamaged, MissingLatestReadsTheNewestTagAndSaysDeepSpeedLoadsNothing)
+{
+    TempCopy t(kZero + "/stage1/ckpt");
+    fs::remove(t.path / "latest");
+    const auto cp = openCheckpoint(t.path.string());
+    const CheckpointWarning* w = warningOf(*cp, "zero-missing-latest");
+    ASSERT_TRUE(w);
+    EXPECT_NE(w->loadError.find("Unable to find latest file at " + (t.path / "latest").string()
+                  + ", if trying to load latest checkpoint please ensure this file exists or pass an explicit "
+                    "checkpoint tag when loading a checkpoint."),
+        std::string::npos)
+        << w->loadError;
+    EXPECT_NE(cp->formatDetail.find("global_step2"), std::string::npos);
+    EXPECT_EQ(cp->entries.size(), 50u);
+    const auto report = checkCheckpoint(*cp);
+    const Finding* f = findingOf(report.findings, FindingCode::ZeroMissingLatest);
+    ASSERT_TRUE(f);
+    EXPECT_NE(f->fix.find("global_step2"), std::string::npos) << f->fix;
+}
+
+TEST(ZeroDamaged, LatestNamingAnAbsentTagFailsNamingIt)
+{
+    TempCopy t(kZero + "/stage1/ckpt");
+    std::ofstream(t.path / "latest") << "global_step9";
+    try {
+        openCheckpoint(t.path.string());
+        FAIL() << "opened";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("names tag 'global_step9'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find((t.path / "latest").string()), std::string::npos) << e.what();
+    }
+}
+
+TEST(ZeroDamaged, RankFilesOfTwoRunsGiveStageMismatch)
+{
+    TempCopy t(kZero + "/stage2/ckpt");
+    // rank 1's file from the stage-1 run of the same model replaces the stage-2 one
+    fs::copy_file(kZero + "/stage1/ckpt/global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        t.path / "global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt", fs::copy_options::overwrite_existing);
+    const auto cp = openCheckpoint(t.path.string());
+    const CheckpointWarning* w = warningOf(*cp, "zero-stage-mismatch");
+    ASSERT_TRUE(w);
+    EXPECT_TRUE(w->isError);
+    EXPECT_NE(w->message.find("stage 1"), std::string::npos) << w->message;
+    EXPECT_TRUE(findingOf(checkCheckpoint(*cp).findings, FindingCode::ZeroStageMismatch));
+}
+
+TEST(ZeroDamaged, ARankFileLeftFromALargerRunIsAWorldSizeMismatch)
+{
+    TempCopy t(kZero + "/stage3/ckpt");
+    fs::copy_file(t.path / "global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        t.path / "global_step2/zero_pp_rank_2_mp_rank_00_optim_states.pt");
+    const auto cp = openCheckpoint(t.path.string());
+    const CheckpointWarning* w = warningOf(*cp, "zero-world-size-mismatch");
+    ASSERT_TRUE(w);
+    EXPECT_NE(w->loadError.find("Expected 2 of '*_optim_states.pt'"), std::string::npos) << w->loadError;
+    EXPECT_NE(w->loadError.find("found 3 files"), std::string::npos) << w->loadError;
+    EXPECT_TRUE(findingOf(checkCheckpoint(*cp).findings, FindingCode::ZeroWorldSizeMismatch));
+}
+
+TEST(ZeroDamaged, AFileCutShortIsAnErrorNamingIt)
+{
+    TempCopy t(kZero + "/stage1/ckpt");
+    const fs::path f = t.path / "global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt";
+    fs::resize_file(f, fs::file_size(f) / 2);
+    try {
+        openCheckpoint(t.path.string());
+        FAIL() << "opened";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("zero_pp_rank_0_mp_rank_00_optim_states.pt"), std::string::npos)
+            << e.what();
+    }
+}
+
+TEST(ZeroDamaged, ModelParallelRanksAreReadAsSeparateShards)
+{
+    // the file layout of a 2-way tensor-parallel run, made by copying the mp_rank_00 files (their contents still
+    // say mp_world_size 1, which is reported as DeepSpeed would assert on it)
+    TempCopy t(kZero + "/stage2/ckpt");
+    const fs::path d = t.path / "global_step2";
+    fs::copy_file(d / "mp_rank_00_model_states.pt", d / "mp_rank_01_model_states.pt");
+    for (int r = 0; r < 2; ++r)
+        fs::copy_file(d / ("zero_pp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt"),
+            d / ("zero_pp_rank_" + std::to_string(r) + "_mp_rank_01_optim_states.pt"));
+    const auto cp = openCheckpoint(t.path.string());
+    EXPECT_EQ(cp->entries.size(), 100u);
+    ASSERT_TRUE(cp->find("mp_rank_01.model.hid.weight"));
+    EXPECT_EQ(bytesOf(*cp, "mp_rank_01.model.hid.weight"), bytesOf(*cp, "model.hid.weight"));
+    EXPECT_TRUE(warningOf(*cp, "zero-model-parallel"));
+    const CheckpointWarning* w = warningOf(*cp, "zero-world-size-mismatch");
+    ASSERT_TRUE(w);
+    EXPECT_NE(w->loadError.find("checkpoint count 2 is different from saved mp_world_size 1"), std::string::npos)
+        << w->loadError;
+}
+
+// ---- universal checkpoints (DeepSpeed's own ds_to_universal output of the same samples) ----------------------------
+
+TEST_P(ZeroStage, UniversalCheckpointIsTheSameModel)
+{
+    const auto u = openCheckpoint(stageDir()); // via latest_universal
+    EXPECT_EQ(u->format, CheckpointFormat::DeepSpeedUniversal);
+    EXPECT_STREQ(checkpointFormatName(u->format), "deepspeed_universal");
+    EXPECT_FALSE(u->hasErrors());
+    const auto z = openCheckpoint(stageDir() + "/ckpt");
+    ASSERT_EQ(u->entries.size(), z->entries.size());
+    for (const auto& e : z->entries) {
+        const Entry* o = u->find(e.key);
+        ASSERT_TRUE(o) << e.key;
+        ASSERT_EQ(o->isTensor(), e.isTensor()) << e.key;
+        if (e.isTensor()) {
+            EXPECT_EQ(o->tensor.shape, e.tensor.shape) << e.key;
+            EXPECT_EQ(bytesOf(*u, e.key), bytesOf(*z, e.key)) << e.key;
+        } else {
+            EXPECT_EQ(pyRepr(o->value), pyRepr(e.value)) << e.key;
+        }
+    }
+    // opened directly and through a file in the folder too
+    EXPECT_EQ(openCheckpoint(stageDir() + "/universal")->entries.size(), z->entries.size());
+    const std::string states
+        = GetParam() == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt";
+    EXPECT_EQ(openCheckpoint(stageDir() + "/universal/" + states)->format, CheckpointFormat::DeepSpeedUniversal);
+    // any other file in these folders opens on its own
+    EXPECT_EQ(openCheckpoint(stageDir() + "/reference.pt")->format, CheckpointFormat::TorchSave);
+    EXPECT_EQ(openCheckpoint(stageDir() + "/universal/zero/hid.weight/fp32.pt")->format, CheckpointFormat::TorchSave);
+}
+
+TEST(ZeroDamaged, UniversalWithoutAParameterFolderReportsItMissing)
+{
+    TempCopy t(kZero + "/stage2/universal");
+    fs::remove_all(t.path / "zero/hid.bias");
+    const auto cp = openCheckpoint(t.path.string());
+    EXPECT_EQ(cp->format, CheckpointFormat::DeepSpeedUniversal);
+    EXPECT_TRUE(cp->hasErrors());
+    EXPECT_FALSE(cp->find("model.hid.bias"));
+    EXPECT_TRUE(cp->find("model.hid.weight"));
+}
+
+TEST(ZeroDamaged, MissingZero3ModelStatesFileIsReported)
+{
+    // ZeRO-3 writes one model states file per rank; rank 1's is gone
+    TempCopy t(kZero + "/stage3/ckpt");
+    fs::remove(t.path / "global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt");
+    const auto cp = openCheckpoint(t.path.string());
+    const auto report = checkCheckpoint(*cp);
+    const Finding* f = findingOf(report.findings, FindingCode::ZeroMissingRankFile);
+    ASSERT_TRUE(f);
+    EXPECT_NE(f->message.find("zero_pp_rank_1_mp_rank_00_model_states.pt"), std::string::npos) << f->message;
+    EXPECT_NE(f->pytorchError.find("AssertionError"), std::string::npos) << f->pytorchError;
+    // the optimizer files hold all the data: the weights are still complete and right
+    EXPECT_EQ(bytesOf(*cp, "model.hid.weight"),
+        bytesOf(*openCheckpoint(kZero + "/stage3/fp32/pytorch_model.bin"), "hid.weight"));
+}
+
+TEST(ZeroDamaged, RandomlyCorruptedFilesFailCleanly)
+{
+    // bytes flipped in the pickles and storages of real files: every outcome is a checkpoint or an Error, never a
+    // crash, and every tensor the reader accepts can be read or fails with an Error
+    std::mt19937 rng(17);
+    for (int round = 0; round < 120; ++round) {
+        TempCopy t(kZero + (round % 2 ? "/stage3/ckpt" : "/stage2/ckpt"));
+        const fs::path d = t.path / "global_step2";
+        const std::vector<fs::path> files = {d / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+            d / (round % 2 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt")};
+        const fs::path f = files[static_cast<size_t>(round / 2) % files.size()];
+        std::string bytes;
+        {
+            std::ifstream in(f, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        for (int k = 0; k < 1 + round % 4; ++k)
+            bytes[rng() % bytes.size()] = static_cast<char>(rng());
+        std::ofstream(f, std::ios::binary | std::ios::trunc) << bytes;
+        try {
+            const auto cp = openCheckpoint(t.path.string());
+            for (const auto& e : cp->entries)
+                if (e.isTensor()) try {
+                        bytesOf(*cp, e.key);
+                    } catch (const Error&) { }
+            checkCheckpoint(*cp);
+        } catch (const Error&) { }
+    }
+}
+
+TEST(ZeroDamaged, Bf16PrefixedOptimizerFileNamesAreFound)
+{
+    // only the names: DeepSpeed's BF16_Optimizer writes bf16_zero_pp_rank_R_mp_rank_MM_optim_states.pt; these files
+    // keep the ZeRO-1 contents (zero_stage present, partitions unpadded), so the data must read as before
+    TempCopy t(kZero + "/stage1/ckpt");
+    const fs::path d = t.path / "global_step2";
+    for (int r = 0; r < 2; ++r)
+        fs::rename(d / ("zero_pp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt"),
+            d / ("bf16_zero_pp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt"));
+    const auto cp = openCheckpoint(t.path.string());
+    EXPECT_FALSE(cp->hasErrors());
+    const auto orig = openCheckpoint(kZero + "/stage1/ckpt");
+    for (const auto& p : kParams)
+        EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg"), bytesOf(*orig, "optim.state." + p + ".exp_avg")) << p;
+}
