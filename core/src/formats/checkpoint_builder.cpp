@@ -114,7 +114,9 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     const PyTensorInfo& t = *value->tensor;
     const std::string key = joinKeyPath(path);
     TensorEntry e;
-    e.chunks.useFileTable(m_fileNames); // one table of file names for all entries, not one each
+    // one table of file names for all entries, not one each: the name goes in first, or the first push would copy it
+    m_fileNames->intern(fileRel);
+    e.chunks.useFileTable(m_fileNames);
     e.dtype = t.dtype;
     e.shape = t.sizes;
     e.requiresGrad = t.requiresGrad;
