@@ -83,8 +83,11 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     // storage entries sorted by (fqn, has offsets, offsets), first written first among equals: a chunk finds its
     // entry by binary search, with no per-chunk key string
     const auto& dims = md.dims;
+    constexpr uint64_t kProbe = ~uint64_t(0); // a search key: its offsets are in probeOffsets, not in dims
+    std::vector<int64_t> probeOffsets;
     auto offsetsOf = [&](const DcpMetadata::Storage& s) {
-        return std::make_pair(dims.data() + s.offsetsAt, dims.data() + s.offsetsAt + s.ndim);
+        const int64_t* p = s.offsetsAt == kProbe ? probeOffsets.data() : dims.data() + s.offsetsAt;
+        return std::make_pair(p, p + s.ndim);
     };
     auto storageLess = [&](const DcpMetadata::Storage& a, const DcpMetadata::Storage& b) {
         if (a.fqn != b.fqn) return a.fqn < b.fqn;
@@ -105,16 +108,13 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         DcpMetadata::Storage probe;
         probe.fqn = id->second;
         probe.hasOffset = offsets != nullptr;
-        std::vector<int64_t> tmp;
         if (offsets) {
-            // the probe's offsets live at the end of dims for the comparison
             probe.ndim = ndim;
-            probe.offsetsAt = dims.size();
-            md.dims.insert(md.dims.end(), offsets, offsets + ndim);
+            probe.offsetsAt = kProbe;
+            probeOffsets.assign(offsets, offsets + ndim);
         }
         auto it = std::lower_bound(md.storage.begin(), md.storage.end(), probe, storageLess);
         const bool found = it != md.storage.end() && !storageLess(probe, *it);
-        if (offsets) md.dims.resize(md.dims.size() - ndim);
         return found ? &*it : nullptr;
     };
 
