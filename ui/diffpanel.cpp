@@ -219,6 +219,7 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
         m_model->setData({});
         m_stepChange.clear();
+        m_checkpointB.reset();
         Q_EMIT comparisonChanged(nullptr);
         m_heatmap->setReport({});
         m_histogram->clearHistogram(tr("Select a changed tensor"));
@@ -283,6 +284,7 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
         [this, label](DiffOutcome result) {
             DiffReport report = std::move(result.report);
             m_stepChange = QString::fromStdString(result.steps);
+            m_checkpointB = result.b;
             Q_EMIT comparisonChanged(result.b);
             setBusy(false);
             const bool equal = report.equal;
@@ -433,6 +435,21 @@ void DiffPanel::showEntry(int entryIndex)
     if (entryIndex < 0 || entryIndex >= static_cast<int>(entries.size())) return;
     const DiffEntry& e = entries[static_cast<size_t>(entryIndex)];
     m_histTitle->setText(tr("Δ = A − B of %1").arg(QString::fromStdString(e.key)));
+    if (e.type == "tensor" && e.numel == 1 && e.status == DiffStatus::Changed) {
+        // one number (`step`): its two values say more than a histogram of one difference
+        auto valueOf = [](const CheckpointPtr& cp, const std::string& key) {
+            const Entry* entry = cp && !key.empty() ? cp->find(key) : nullptr;
+            try {
+                if (entry) return QString::fromStdString(scalarValueText(*cp, *entry).value_or(std::string()));
+            } catch (const std::exception&) { }
+            return QString();
+        };
+        const QString a = valueOf(m_context->checkpoint(), e.keyA);
+        const QString b = valueOf(m_checkpointB, e.keyB);
+        m_histogram->clearHistogram(
+            a.isEmpty() || b.isEmpty() ? tr("One element: no histogram") : tr("A: %1 → B: %2").arg(a, b));
+        return;
+    }
     if (!e.histogramCounts.empty())
         m_histogram->setHistogram(e.histogramEdges, e.histogramCounts, tr("a − b"));
     else if (e.status == DiffStatus::Equal)

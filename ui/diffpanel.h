@@ -99,6 +99,7 @@ private:
     QLabel* m_histTitle;
     QString m_pathB;
     QString m_stepChange;
+    CheckpointPtr m_checkpointB; ///< B of a checkpoint comparison (null for ranks), for one-element values
 };
 
 } // namespace optscope::ui

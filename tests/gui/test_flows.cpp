@@ -579,6 +579,24 @@ void TestFlows::jobRunnerSupersedesAndCancels()
     QVERIFY(!runner.isIdle());
     runner.cancelAll();
     QTRY_VERIFY_WITH_TIMEOUT(cancelled, Timeout);
+    // cancelled after its work is done but before its result was delivered: still "cancelled", neither a result
+    // nor an empty error
+    int late = 0;
+    QString lateMessage = QStringLiteral("unset");
+    bool lateCancelled = false;
+    runner.run(
+        QStringLiteral("late"), QStringLiteral("late"), &context, [](const Progress&) { return 1; },
+        [&](int v) { late = v; },
+        [&](const QString& m, bool c) {
+            lateMessage = m;
+            lateCancelled = c;
+        });
+    runner.waitForDone(); // the work is done, its delivery is queued
+    runner.cancel(QStringLiteral("late"));
+    QCoreApplication::processEvents();
+    QCOMPARE(late, 0);
+    QVERIFY(lateCancelled);
+    QCOMPARE(lateMessage, QStringLiteral("Cancelled"));
     // errors arrive as messages; a deleted context gets nothing
     QString error;
     runner.run(
@@ -733,6 +751,9 @@ void TestFlows::copyFullKeyAndContextMenus()
     const QModelIndex current = diff->view()->currentIndex();
     QCOMPARE(current.sibling(current.row(), DiffModel::KeyColumn).data().toString(), step);
     QVERIFY(diff->isVisible());
+    // one number: its two values instead of a histogram of one difference
+    QCOMPARE(diff->histogram()->binCount(), 0);
+    QCOMPARE(diff->histogram()->message(), QStringLiteral("A: 3.0 → B: 4.0"));
 
     // Diff: Ctrl+C on a number cell copies the row's full key; the row's menu copies A's value of `step`
     diff->view()->setCurrentIndex(current.sibling(current.row(), DiffModel::MaxAbsColumn));
