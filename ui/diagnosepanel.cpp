@@ -135,6 +135,14 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     });
     connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &DiagnosePanel::onCurrentChanged);
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
+        // a reference belongs to the checkpoint it was chosen for: another one starts without it (a reload, or the
+        // fixed copy just written, keeps it: diagnosing the fix against the same model is the next step)
+        const QString path = m_context->path();
+        if (path != m_checkpointPath && path != m_lastFixed) {
+            m_reference->clear();
+            if (m_context->reference()) m_context->clearReference();
+        }
+        m_checkpointPath = path;
         m_model->setData({});
         m_details->clear();
         m_openFixed->hide();
@@ -275,7 +283,8 @@ void DiagnosePanel::onCurrentChanged()
                   .arg(esc(f->pytorchError));
     else
         html += tr("<p><i>PyTorch would load this silently.</i></p>");
-    if (!f->fix.empty()) html += tr("<p><b>Fix:</b> %1</p>").arg(esc(f->fix));
+    // the GUI's wording: no CLI options ("--model") where the app has its own control
+    if (!f->fix.empty()) html += tr("<p><b>Fix:</b> %1</p>").arg(esc(f->fixText(false)));
     if (!f->actions.empty()) {
         html += tr("<p><b>Apply fix</b> will:</p><ul>");
         for (const auto& a : f->actions)

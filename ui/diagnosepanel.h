@@ -65,6 +65,7 @@ private:
     QTableView* m_view;
     QTextBrowser* m_details;
     QString m_lastFixed;
+    QString m_checkpointPath; ///< the checkpoint the reference was chosen for
     bool m_busy = false;
 };
 

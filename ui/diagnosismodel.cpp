@@ -67,6 +67,9 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
                                                    : QColor(0x1f, 0x6f, 0xb4);
         return {};
     case Qt::ToolTipRole:
+        // the key cell shows the full key even where the column elides it
+        if (col == OptimizerColumn && !f->key.empty())
+            return QString(QString::fromStdString(f->key) + QLatin1Char('\n') + QString::fromStdString(f->message));
         return QString::fromStdString(f->message);
     default:
         break;

@@ -7,19 +7,24 @@
 #include "format.h"
 #include "histogramplot.h"
 #include "jobrunner.h"
+#include "keycolumnsizer.h"
 #include "reportexport.h"
 #include "statusfilterproxy.h"
 
 #include "optscope/checkpoint_loader.h"
 #include "optscope/diff_report.h"
+#include "optscope/scalar_value.h"
 
 #include <QCheckBox>
+#include <QClipboard>
 #include <QComboBox>
 #include <QDoubleValidator>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
@@ -35,6 +40,16 @@
 #include <set>
 
 namespace optscope::ui {
+
+namespace {
+/// what a comparison job hands back to the UI thread
+struct DiffOutcome
+{
+    DiffReport report;
+    std::string steps; ///< stepChangeText, for checkpoint comparisons
+    CheckpointPtr b; ///< the compared checkpoint (its param_groups are shown beside A's)
+};
+} // namespace
 
 DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     : QWidget(parent)
@@ -154,16 +169,10 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     m_view->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_view->verticalHeader()->hide();
     m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 6);
-    m_view->horizontalHeader()->setStretchLastSection(true);
-    m_view->setTextElideMode(Qt::ElideMiddle);
+    // keys differ at their end (blocks.0 vs blocks.1 ... exp_avg): elide on the left, give the key the spare width
+    m_view->setTextElideMode(Qt::ElideLeft);
     m_view->setWordWrap(false);
-    m_view->setColumnWidth(DiffModel::KeyColumn, 260);
-    m_view->setColumnWidth(DiffModel::StatusColumn, 70);
-    for (int c : {DiffModel::MaxAbsColumn, DiffModel::MaxRelColumn, DiffModel::RmsColumn})
-        m_view->setColumnWidth(c, 72);
-    m_view->setColumnWidth(DiffModel::NumDiffColumn, 55);
-    m_view->setColumnWidth(DiffModel::NumelColumn, 60);
-    m_view->setColumnWidth(DiffModel::ReasonColumn, 120);
+    new KeyColumnSizer(m_view, m_view->horizontalHeader(), DiffModel::KeyColumn, KeyColumnSizer::Minimum::Share);
     split->addWidget(m_view);
     auto* right = new QSplitter(Qt::Vertical, split);
     right->addWidget(m_heatmap);
@@ -198,8 +207,20 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
         Q_EMIT jumpRequested(QString::fromStdString(e.keyA));
     });
     connect(m_heatmap, &DiffHeatmap::keyClicked, this, &DiffPanel::showKey);
+    m_view->installEventFilter(this);
+    m_view->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(m_view, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+        const QModelIndex index = m_view->indexAt(pos);
+        if (!index.isValid()) return;
+        QMenu* menu = contextMenu(index);
+        menu->setAttribute(Qt::WA_DeleteOnClose);
+        menu->popup(m_view->viewport()->mapToGlobal(pos));
+    });
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
         m_model->setData({});
+        m_stepChange.clear();
+        m_checkpointB.reset();
+        Q_EMIT comparisonChanged(nullptr);
         m_heatmap->setReport({});
         m_histogram->clearHistogram(tr("Select a changed tensor"));
         m_export->setEnabled(false);
@@ -250,11 +271,21 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
     m_context->runner()->run(
         QStringLiteral("diff"), label, this,
         [a, b, rankA, rankB, options](const Progress& progress) {
-            if (b.empty()) return diffRanks(*a, rankA, rankB, options, progress);
-            const CheckpointPtr other = openCheckpoint(b, progress);
-            return diffCheckpoints(*a, *other, options, progress);
+            DiffOutcome out;
+            if (b.empty()) {
+                out.report = diffRanks(*a, rankA, rankB, options, progress);
+                return out;
+            }
+            out.b = openCheckpoint(b, progress);
+            out.report = diffCheckpoints(*a, *out.b, options, progress);
+            out.steps = stepChangeText(*a, *out.b);
+            return out;
         },
-        [this, label](DiffReport report) {
+        [this, label](DiffOutcome result) {
+            DiffReport report = std::move(result.report);
+            m_stepChange = QString::fromStdString(result.steps);
+            m_checkpointB = result.b;
+            Q_EMIT comparisonChanged(result.b);
             setBusy(false);
             const bool equal = report.equal;
             QStringList counts;
@@ -267,6 +298,9 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
                 = (equal ? tr("<b style=\"color:#2e7d32\">EQUAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>"))
                 + tr(": %1 of %2 keys equal").arg(report.count(DiffStatus::Equal)).arg(report.entries.size());
             if (!counts.isEmpty()) text += QStringLiteral(", ") + counts.join(QLatin1String(", "));
+            // the training progress between the two comes first to mind: say it before the numbers
+            if (!m_stepChange.isEmpty())
+                text = QStringLiteral("<b>%1</b> &nbsp; ").arg(m_stepChange.toHtmlEscaped()) + text;
             text += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>").arg(label.toHtmlEscaped());
             for (const auto& n : report.notes)
                 text += QStringLiteral("<br><span style=\"color:gray\">%1</span>")
@@ -301,6 +335,72 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
         });
 }
 
+bool DiffPanel::hasReport() const
+{
+    return m_model->rowCount() > 0;
+}
+
+bool DiffPanel::eventFilter(QObject* watched, QEvent* event)
+{
+    // the table's own Ctrl+C copies the current cell (a number): copy the row's full key instead
+    if (watched == m_view && (event->type() == QEvent::KeyPress || event->type() == QEvent::ShortcutOverride)
+        && static_cast<QKeyEvent*>(event)->matches(QKeySequence::Copy)) {
+        if (event->type() == QEvent::KeyPress) copyCurrentKey();
+        event->accept();
+        return true;
+    }
+    return QWidget::eventFilter(watched, event);
+}
+
+void DiffPanel::copyCurrentKey()
+{
+    const QModelIndex current = m_view->currentIndex();
+    if (!current.isValid()) return;
+    QGuiApplication::clipboard()->setText(current.sibling(current.row(), DiffModel::KeyColumn).data().toString());
+}
+
+QMenu* DiffPanel::contextMenu(const QModelIndex& index)
+{
+    auto* menu = new QMenu(this);
+    const int row = index.data(DiffModel::EntryIndexRole).toInt();
+    const DiffEntry& e = m_model->report().entries[static_cast<size_t>(row)];
+    const QString key = QString::fromStdString(e.key);
+    const QString keyA = QString::fromStdString(e.keyA);
+    QAction* copyKey
+        = menu->addAction(tr("Copy full key"), this, [key] { QGuiApplication::clipboard()->setText(key); });
+    copyKey->setObjectName(QStringLiteral("copyKey"));
+    copyKey->setShortcut(QKeySequence::Copy);
+    // A's value of a scalar: a value's rendering from the report, a one-element tensor read from A
+    QString value;
+    const CheckpointPtr a = m_context->checkpoint();
+    const Entry* inA = a && !e.keyA.empty() ? a->find(e.keyA) : nullptr;
+    if (e.type != "tensor")
+        value = QString::fromStdString(e.valueA);
+    else if (inA && isScalarEntry(*inA)) {
+        try {
+            value = QString::fromStdString(scalarValueText(*a, *inA).value_or(std::string()));
+        } catch (const std::exception&) { }
+    }
+    QAction* copyValue = menu->addAction(value.isEmpty() ? tr("Copy value") : tr("Copy value of A (%1)").arg(value),
+        this, [value] { QGuiApplication::clipboard()->setText(value); });
+    copyValue->setObjectName(QStringLiteral("copyValue"));
+    copyValue->setEnabled(!value.isEmpty());
+    menu->addSeparator();
+    QAction* shards = menu->addAction(tr("Show in shard layout"), this, [this, keyA] {
+        m_context->select(keyA);
+        Q_EMIT showInShardLayoutRequested(keyA);
+    });
+    shards->setObjectName(QStringLiteral("showShards"));
+    shards->setEnabled(inA && inA->isTensor());
+    QAction* inspect = menu->addAction(tr("Inspect in Tensor details"), this, [this, keyA] {
+        m_context->select(keyA);
+        Q_EMIT jumpRequested(keyA);
+    });
+    inspect->setObjectName(QStringLiteral("inspect"));
+    inspect->setEnabled(inA != nullptr);
+    return menu;
+}
+
 void DiffPanel::updateFilter()
 {
     m_proxy->setRequiredStatus(m_statusFilter->currentData().toString());
@@ -316,8 +416,12 @@ void DiffPanel::onCurrentChanged()
 
 void DiffPanel::showKey(const QString& key)
 {
+    const std::string k = key.toStdString();
     for (int r = 0; r < m_proxy->rowCount(); ++r) {
-        if (m_proxy->index(r, DiffModel::KeyColumn).data().toString() == key) {
+        const auto& e = m_model->report()
+                            .entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
+        // the report's display key, or A's key as the State keys view names it
+        if (e.key == k || e.keyA == k) {
             m_view->setCurrentIndex(m_proxy->index(r, 0));
             m_view->scrollTo(m_proxy->index(r, 0));
             return;
@@ -331,6 +435,21 @@ void DiffPanel::showEntry(int entryIndex)
     if (entryIndex < 0 || entryIndex >= static_cast<int>(entries.size())) return;
     const DiffEntry& e = entries[static_cast<size_t>(entryIndex)];
     m_histTitle->setText(tr("Δ = A − B of %1").arg(QString::fromStdString(e.key)));
+    if (e.type == "tensor" && e.numel == 1 && e.status == DiffStatus::Changed) {
+        // one number (`step`): its two values say more than a histogram of one difference
+        auto valueOf = [](const CheckpointPtr& cp, const std::string& key) {
+            const Entry* entry = cp && !key.empty() ? cp->find(key) : nullptr;
+            try {
+                if (entry) return QString::fromStdString(scalarValueText(*cp, *entry).value_or(std::string()));
+            } catch (const std::exception&) { }
+            return QString();
+        };
+        const QString a = valueOf(m_context->checkpoint(), e.keyA);
+        const QString b = valueOf(m_checkpointB, e.keyB);
+        m_histogram->clearHistogram(
+            a.isEmpty() || b.isEmpty() ? tr("One element: no histogram") : tr("A: %1 → B: %2").arg(a, b));
+        return;
+    }
     if (!e.histogramCounts.empty())
         m_histogram->setHistogram(e.histogramEdges, e.histogramCounts, tr("a − b"));
     else if (e.status == DiffStatus::Equal)

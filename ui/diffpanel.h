@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/checkpoint.h"
+
 #include <QWidget>
 
 class QCheckBox;
 class QComboBox;
 class QLabel;
 class QLineEdit;
+class QMenu;
+class QModelIndex;
 class QPushButton;
 class QSpinBox;
 class QTableView;
@@ -37,6 +41,8 @@ public:
     HistogramPlot* histogram() const { return m_histogram; }
     QString summaryText() const;
     QString pathB() const { return m_pathB; }
+    /// "step 3 → 4" when the compared checkpoints' optimizer steps differ, empty otherwise
+    QString stepChange() const { return m_stepChange; }
 
     /// compares the open checkpoint with @p path in the background
     void compareWith(const QString& path);
@@ -44,6 +50,13 @@ public:
     void compareRanks(int rankA, int rankB);
     /// shows the Δ histogram of a key of the report (the table selection follows)
     void showKey(const QString& key);
+    /// the context menu of a row: Copy full key, Copy value (scalars, A's), Show in shard layout, Inspect in Tensor
+    /// details; its actions are named copyKey, copyValue, showShards, inspect. The caller owns it.
+    QMenu* contextMenu(const QModelIndex& index);
+    /// copies the current row's full key (Ctrl+C), whichever cell is current
+    void copyCurrentKey();
+    /// whether a report with keys is shown
+    bool hasReport() const;
     QString exportJson(const QString& path) const;
     QString exportCsv(const QString& path) const;
 
@@ -51,6 +64,12 @@ Q_SIGNALS:
     void finished(bool ok);
     /// the user asked to inspect a key of A: the main window raises Tensor details
     void jumpRequested(const QString& key);
+    void showInShardLayoutRequested(const QString& key);
+    /// the checkpoint B of the finished comparison; null when there is none (or two ranks were compared)
+    void comparisonChanged(optscope::CheckpointPtr b);
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     void run(const QString& label, const QString& pathB, int rankA, int rankB);
@@ -79,6 +98,8 @@ private:
     QCheckBox* m_logScale;
     QLabel* m_histTitle;
     QString m_pathB;
+    QString m_stepChange;
+    CheckpointPtr m_checkpointB; ///< B of a checkpoint comparison (null for ranks), for one-element values
 };
 
 } // namespace optscope::ui

@@ -37,6 +37,11 @@ QString Format::count(int64_t n)
     return n < 0 ? QLatin1Char('-') + digits : digits;
 }
 
+QString Format::elements(int64_t n)
+{
+    return n == 1 ? QStringLiteral("1 element") : count(n) + QStringLiteral(" elements");
+}
+
 QString Format::number(double v, int precision)
 {
     if (std::isnan(v)) return QStringLiteral("nan");

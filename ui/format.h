@@ -20,6 +20,8 @@ public:
     static QString shape(const std::vector<int64_t>& shape);
     /// "1,234,567"
     static QString count(int64_t n);
+    /// "1 element", "1,234 elements"
+    static QString elements(int64_t n);
     /// a number for tables: 6 significant digits, scientific when very large or small, "nan", "inf"
     static QString number(double v, int precision = 6);
     /// "r0-2", "r0, r2", "r1", "-" for none (-1 = unknown rank: "?")

@@ -93,6 +93,11 @@ void HistogramPlot::setLogScale(bool log)
     rescale();
 }
 
+QString HistogramPlot::message() const
+{
+    return m_message->visible() ? m_message->text() : QString();
+}
+
 int64_t HistogramPlot::totalCount() const
 {
     int64_t n = 0;

@@ -22,6 +22,8 @@ public:
     bool logScale() const { return m_log; }
     int binCount() const { return static_cast<int>(m_counts.size()); }
     int64_t totalCount() const;
+    /// the message shown instead of data (empty while a histogram is shown)
+    QString message() const;
 
 private:
     void rescale();

@@ -94,10 +94,12 @@ quint64 JobRunner::start(const QString& channel, const QString& label, QObject* 
                 if (current) self->finish(job, deliver && !cancelled);
                 // a superseded job is dropped silently; the latest one of its channel reports, even if cancelled
                 if (!target || self->m_latest.value(job->channel) != job->id) return;
-                if (deliver && current && !cancelled)
+                // no longer current but still the latest: cancel() took it after its work was done
+                const bool wasCancelled = cancelled || !current;
+                if (deliver && !wasCancelled)
                     deliver();
                 else if (failed)
-                    failed(cancelled ? tr("Cancelled") : error, cancelled);
+                    failed(wasCancelled ? tr("Cancelled") : error, wasCancelled);
             },
             Qt::QueuedConnection);
     };

@@ -76,11 +76,21 @@ MainWindow::MainWindow(QWidget* parent)
 
     connect(m_fqn, &FqnMappingPanel::jumpRequested, this, [this] { raisePanel(QStringLiteral("keys")); });
     connect(m_diff, &DiffPanel::jumpRequested, this, [this] { raisePanel(QStringLiteral("details")); });
+    connect(m_diff, &DiffPanel::showInShardLayoutRequested, this, [this] { raisePanel(QStringLiteral("shards")); });
+    connect(
+        m_keys, &StateKeysPanel::showInShardLayoutRequested, this, [this] { raisePanel(QStringLiteral("shards")); });
+    connect(m_keys, &StateKeysPanel::diffKeyRequested, this, [this](const QString& key) {
+        raisePanel(QStringLiteral("diff"));
+        m_diff->showKey(key);
+    });
+    connect(m_diff, &DiffPanel::finished, this, [this](bool) { m_keys->setDiffAvailable(m_diff->hasReport()); });
+    connect(m_diff, &DiffPanel::comparisonChanged, m_details, &TensorDetailsPanel::setComparison);
     connect(m_diagnose, &DiagnosePanel::openRequested, this, &MainWindow::openPath);
     connect(m_context, &CheckpointContext::loadStarted, this,
         [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(path)); });
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
         updateTitle();
+        m_keys->setDiffAvailable(false); // the Diff panel drops its report with the old checkpoint
         if (!m_context->path().isEmpty()) {
             // start on something to look at
             if (m_context->selectedKey().isEmpty()) m_context->select(m_context->representativeKey());

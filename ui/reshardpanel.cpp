@@ -291,8 +291,9 @@ void ReshardPanel::reshardTo(const QString& outDir)
             const DcpWriteStats stats = reshardCheckpoint(*cp, out, options, progress);
             const CheckpointPtr copy = openCheckpoint(out);
             VerifyReport report = verifyAgainst(*cp, *copy, progress);
-            report.target
-                = out + " (" + std::to_string(stats.files) + " files, " + std::to_string(stats.bytes) + " bytes)";
+            // one size format everywhere: "47 KiB" as the other panels write it, not a byte count
+            report.target = out + " (" + std::to_string(stats.files) + " files, "
+                + Format::bytes(stats.bytes).toStdString() + ")";
             return report;
         },
         [this, outDir](VerifyReport report) {

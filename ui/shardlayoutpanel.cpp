@@ -5,6 +5,7 @@
 #include "format.h"
 #include "shardlayoutwidget.h"
 
+#include "optscope/scalar_value.h"
 #include "optscope/shard_layout.h"
 
 #include <QHBoxLayout>
@@ -90,15 +91,29 @@ void ShardLayoutPanel::onSelectionChanged()
                                     : tr("No checkpoint open."));
         return;
     }
+    if (entry->tensor.shape.empty()) {
+        // a 0-dim tensor (`step`) has no rows to lay out: say who holds its one value instead of drawing an empty lane
+        QString value;
+        try {
+            value = QString::fromStdString(scalarValueText(*m_context->checkpoint(), *entry).value_or(std::string()));
+        } catch (const std::exception&) { }
+        m_title->setText(tr("<b>%1</b> &nbsp; 0-dim").arg(QString::fromStdString(entry->key).toHtmlEscaped()));
+        m_summary->setText(QString());
+        m_widget->setShardLayout(std::nullopt,
+            tr("A 0-dim tensor: one value%1, held whole by %2.")
+                .arg(value.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(value),
+                    Format::ranks(entry->tensor.ranks())));
+        return;
+    }
     // pure geometry over the metadata: cheap enough for the UI thread even with thousands of chunks
     ShardLayout layout = ShardLayout::of(entry->tensor);
     m_title->setText(tr("<b>%1</b> &nbsp; %2 &nbsp; %n chunk(s)", nullptr, static_cast<int>(layout.chunks.size()))
                          .arg(QString::fromStdString(entry->key).toHtmlEscaped(), Format::shape(entry->tensor.shape)));
     QStringList problems;
     if (!layout.gaps.empty())
-        problems << tr("%n gap(s): %1 of %2 elements held by no rank", nullptr, static_cast<int>(layout.gaps.size()))
+        problems << tr("%n gap(s): %1 of %2 held by no rank", nullptr, static_cast<int>(layout.gaps.size()))
                         .arg(Format::count(layout.totalElements - layout.coveredElements),
-                            Format::count(layout.totalElements));
+                            Format::elements(layout.totalElements));
     if (!layout.gapsExact) problems << tr("gaps not enumerated (chunk grid too large)");
     for (const auto& o : layout.overlaps) {
         if (problems.size() > 6) break;
@@ -111,8 +126,8 @@ void ShardLayoutPanel::onSelectionChanged()
         problems << tr("chunk %1 of rank %2 reaches outside the tensor").arg(i).arg(layout.ranks[i]);
     if (problems.isEmpty()) {
         m_summary->setText(tr("<span style=\"color:#2e7d32\">✔</span> The chunks tile the tensor exactly: "
-                              "%1 elements, no gap, no overlap.")
-                               .arg(Format::count(layout.totalElements)));
+                              "%1, no gap, no overlap.")
+                               .arg(Format::elements(layout.totalElements)));
     } else {
         m_summary->setText(QStringLiteral("<span style=\"color:#d62728\">%1</span>")
                                .arg(problems.join(QStringLiteral("<br>"))

@@ -249,7 +249,7 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
             const QString summary = g.group > 1 ? tr("%1 chunks, %2")
                                                       .arg(chunkCount[static_cast<size_t>(l)])
                                                       .arg(Format::count(held[static_cast<size_t>(l)]))
-                                                : tr("%1 elements").arg(Format::count(held[static_cast<size_t>(l)]));
+                                                : Format::elements(held[static_cast<size_t>(l)]);
             p.drawText(QRectF(4, top + g.laneHeight / 2, LeftMargin - 10, g.laneHeight / 2),
                 Qt::AlignRight | Qt::AlignTop, summary);
         } else {
@@ -377,9 +377,8 @@ QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
     if (pos.y() >= g.coverageTop && pos.y() <= g.coverageTop + CoverageHeight) {
         for (const auto& gap : m_layout->gaps)
             if (gap.offsets.empty() || (row >= gap.offsets[0] && row < gap.offsets[0] + gap.sizes[0]))
-                return tr("Gap: %1 is held by no rank (%2 elements)")
-                    .arg(QString::fromStdString(boxText(gap)))
-                    .arg(gap.numel());
+                return tr("Gap: %1 is held by no rank (%2)")
+                    .arg(QString::fromStdString(boxText(gap)), Format::elements(gap.numel()));
         for (const auto& o : m_layout->overlaps)
             if (o.region.offsets.empty()
                 || (row >= o.region.offsets[0] && row < o.region.offsets[0] + o.region.sizes[0]))
@@ -387,8 +386,8 @@ QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
                     .arg(QString::fromStdString(boxText(o.region)))
                     .arg(m_layout->ranks[o.first])
                     .arg(m_layout->ranks[o.second]);
-        return tr("%1 of %2 elements covered")
-            .arg(Format::count(m_layout->coveredElements), Format::count(m_layout->totalElements));
+        return tr("%1 of %2 covered")
+            .arg(Format::count(m_layout->coveredElements), Format::elements(m_layout->totalElements));
     }
     if (!g.plot.contains(pos)) return {};
     const int lane = static_cast<int>((pos.y() - g.plot.top()) / g.laneHeight);
@@ -398,10 +397,10 @@ QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
             = boxRect(g, m_layout->chunks[i], g.plot.top() + lane * g.laneHeight, g.laneHeight).adjusted(-2, -2, 2, 2);
         if (!rr.contains(pos)) continue;
         const TensorBox& b = m_layout->chunks[i];
-        QString tip = tr("rank %1, chunk %2\noffsets %3\nsizes %4\n%5 elements (%6)")
+        QString tip = tr("rank %1, chunk %2\noffsets %3\nsizes %4\n%5 (%6)")
                           .arg(m_layout->ranks[i])
                           .arg(i)
-                          .arg(Format::shape(b.offsets), Format::shape(b.sizes), Format::count(b.numel()),
+                          .arg(Format::shape(b.offsets), Format::shape(b.sizes), Format::elements(b.numel()),
                               QString::fromStdString(boxText(b)));
         if (std::find(m_layout->outOfBounds.begin(), m_layout->outOfBounds.end(), i) != m_layout->outOfBounds.end())
             tip += tr("\nreaches outside the tensor");

@@ -22,6 +22,8 @@ public:
 
     void setShardLayout(std::optional<ShardLayout> layout, const QString& message = {});
     const std::optional<ShardLayout>& shardLayout() const { return m_layout; }
+    /// the text shown instead of a layout
+    QString message() const { return m_message; }
     /// ranks drawn (max rank + 1, or 1)
     int laneCount() const;
     /// ranks shown in one lane at the current size and rank range (1 = a lane per rank)

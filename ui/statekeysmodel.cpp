@@ -4,9 +4,13 @@
 #include "format.h"
 #include "keytree.h"
 
+#include "optscope/scalar_value.h"
+
+#include <QApplication>
 #include <QColor>
 #include <QGuiApplication>
 #include <QPalette>
+#include <QStyle>
 
 namespace optscope::ui {
 
@@ -25,6 +29,8 @@ void StateKeysModel::setData(CheckpointPtr checkpoint, std::shared_ptr<const Key
     beginResetModel();
     m_checkpoint = std::move(checkpoint);
     m_tree = std::move(tree);
+    m_scalarText.clear();
+    m_unsafe = m_checkpoint ? findUnsafeGlobals(*m_checkpoint) : UnsafeGlobals {};
     rebuildFilter();
     endReset();
 }
@@ -195,6 +201,19 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
     const Entry* entry = node.entry >= 0 ? &m_checkpoint->entries[static_cast<size_t>(node.entry)] : nullptr;
     const int col = index.column();
     if (role == KeyRole) return QString::fromStdString(node.key);
+    const auto unsafe = entry ? m_unsafe.byKey.find(node.key) : m_unsafe.byKey.end();
+    const bool isUnsafe = unsafe != m_unsafe.byKey.end();
+    if (role == UnsafeRole) {
+        QStringList paths;
+        if (isUnsafe)
+            for (const auto& p : unsafe->second)
+                paths << QString::fromStdString(p);
+        return paths;
+    }
+    if (role == Qt::DecorationRole) {
+        if (isUnsafe && col == NameColumn) return QApplication::style()->standardIcon(QStyle::SP_MessageBoxWarning);
+        return {};
+    }
     if (role == IsEntryRole) return entry != nullptr;
     if (role == Qt::TextAlignmentRole) {
         if (col == NumelColumn || col == BytesColumn) return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
@@ -202,12 +221,21 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
     }
     if (role == Qt::ForegroundRole) {
         if (entry && !entry->error.empty()) return QColor(Qt::red);
+        if (isUnsafe) return QColor(0xb3, 0x1b, 0x1b);
         if (!entry && col != NameColumn) return QGuiApplication::palette().color(QPalette::Disabled, QPalette::Text);
         return {};
     }
     if (role == Qt::ToolTipRole) {
         QString tip = QString::fromStdString(node.key);
         if (entry && !entry->error.empty()) tip += QLatin1Char('\n') + QString::fromStdString(entry->error);
+        if (isUnsafe) {
+            QStringList paths;
+            for (const auto& p : unsafe->second)
+                paths << QString::fromStdString(p);
+            tip += QLatin1Char('\n')
+                + tr("Unsafe globals, kept inert (torch.load with weights_only=False would import and call them): %1")
+                      .arg(paths.join(QLatin1String(", ")));
+        }
         if (entry && !entry->isTensor() && entry->value)
             tip += QLatin1Char('\n') + QString::fromStdString(pyRepr(entry->value, 2000));
         return tip;
@@ -225,7 +253,10 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
         return QString::fromLatin1(pyKindName(entry->value->kind)).toLower();
     case ShapeColumn:
         if (!entry) return sort ? QVariant(node.leaves) : QVariant(tr("%n key(s)", nullptr, node.leaves));
-        if (entry->isTensor()) return Format::shape(entry->tensor.shape);
+        if (entry->isTensor()) {
+            if (!sort && isScalarEntry(*entry)) return scalarText(static_cast<int>(index.internalId()), *entry);
+            return Format::shape(entry->tensor.shape);
+        }
         return QString::fromStdString(pyRepr(entry->value, 80));
     case NumelColumn:
         if (sort) return static_cast<qlonglong>(node.numel);
@@ -242,6 +273,21 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
     default:
         return {};
     }
+}
+
+QString StateKeysModel::scalarText(int node, const Entry& entry) const
+{
+    // `step` and other one-element tensors show their value, read once (one element from a mapped file) and kept
+    auto it = m_scalarText.find(node);
+    if (it != m_scalarText.end()) return it->second;
+    QString text;
+    try {
+        text = QString::fromStdString(scalarValueText(*m_checkpoint, entry).value_or(std::string()));
+    } catch (const std::exception&) {
+        text = Format::shape(entry.tensor.shape); // unreadable: the error shows in Tensor details
+    }
+    m_scalarText.emplace(node, text);
+    return text;
 }
 
 QVariant StateKeysModel::headerData(int section, Qt::Orientation orientation, int role) const

@@ -2,10 +2,12 @@
 #pragma once
 
 #include "optscope/checkpoint.h"
+#include "optscope/unsafe_globals.h"
 
 #include <QAbstractItemModel>
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace optscope::ui {
@@ -24,6 +26,7 @@ public:
         SortRole = Qt::UserRole, ///< numbers as numbers
         KeyRole, ///< the node's full key (QString)
         IsEntryRole, ///< bool: a leaf (an entry)
+        UnsafeRole, ///< QStringList: the unsafe global class paths the entry's value names (empty for none)
     };
 
     explicit StateKeysModel(QObject* parent = nullptr);
@@ -34,6 +37,8 @@ public:
     QString filter() const { return m_filter; }
     /// leaves matching the filter (all leaves without a filter)
     int matchingLeaves() const { return m_matching; }
+    /// the checkpoint's unsafe globals (pickled class paths outside the safe set, kept inert)
+    const UnsafeGlobals& unsafeGlobals() const { return m_unsafe; }
 
     /// the index of a key's node, fetching the rows on the way; invalid if the key is unknown or filtered out
     QModelIndex indexForKey(const QString& key);
@@ -54,6 +59,7 @@ private:
     int visibleRow(int node) const;
     void rebuildFilter();
     void endReset();
+    QString scalarText(int node, const Entry& entry) const;
 
     CheckpointPtr m_checkpoint;
     std::shared_ptr<const KeyTree> m_tree;
@@ -65,6 +71,8 @@ private:
     /// whether a node's children have been fetched (exposed as rows)
     std::vector<char> m_fetched;
     bool m_changing = false; ///< a reset or insertion is being announced
+    mutable std::unordered_map<int, QString> m_scalarText;
+    UnsafeGlobals m_unsafe; ///< node -> value of a one-element tensor
 };
 
 } // namespace optscope::ui

@@ -3,12 +3,19 @@
 
 #include "checkpointcontext.h"
 #include "format.h"
+#include "keycolumnsizer.h"
 #include "keytree.h"
 #include "statekeysmodel.h"
 
+#include "optscope/scalar_value.h"
+
+#include <QClipboard>
+#include <QGuiApplication>
 #include <QHeaderView>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QTimer>
 #include <QTreeView>
 #include <QVBoxLayout>
@@ -25,11 +32,19 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     , m_view(new QTreeView(this))
     , m_summary(new QLabel(this))
     , m_warnings(new QLabel(this))
+    , m_banner(new QLabel(this))
     , m_filterTimer(new QTimer(this))
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     layout->setSpacing(4);
+    // unsafe globals deserve more than a line among the warnings: a banner above everything, naming them
+    m_banner->setWordWrap(true);
+    m_banner->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_banner->setStyleSheet(QStringLiteral("QLabel { background: #fdecea; color: #7f1d1d; border: 1px solid #d62728; "
+                                           "border-radius: 3px; padding: 6px; }"));
+    m_banner->hide();
+    layout->addWidget(m_banner);
     m_filter->setPlaceholderText(tr("Filter keys (e.g. exp_avg, layers.0, step)"));
     m_filter->setClearButtonEnabled(true);
     layout->addWidget(m_filter);
@@ -40,13 +55,8 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     m_view->setSelectionMode(QAbstractItemView::SingleSelection);
     m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_view->setAllColumnsShowFocus(true);
-    m_view->header()->setStretchLastSection(false);
-    m_view->header()->setSectionResizeMode(StateKeysModel::NameColumn, QHeaderView::Stretch);
-    m_view->setColumnWidth(StateKeysModel::TypeColumn, 70);
-    m_view->setColumnWidth(StateKeysModel::ShapeColumn, 90);
-    m_view->setColumnWidth(StateKeysModel::NumelColumn, 70);
-    m_view->setColumnWidth(StateKeysModel::BytesColumn, 70);
-    m_view->setColumnWidth(StateKeysModel::RanksColumn, 50);
+    // names are never squeezed away by the number columns: the view scrolls right instead
+    new KeyColumnSizer(m_view, m_view->header(), StateKeysModel::NameColumn, KeyColumnSizer::Minimum::Content);
     layout->addWidget(m_view, 1);
 
     m_summary->setWordWrap(true);
@@ -69,9 +79,70 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
             if (m_selecting || !current.isValid()) return;
             m_context->select(current.data(StateKeysModel::KeyRole).toString());
         });
+    m_view->installEventFilter(this);
+    m_view->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(m_view, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+        const QModelIndex index = m_view->indexAt(pos);
+        if (!index.isValid()) return;
+        QMenu* menu = contextMenu(index);
+        menu->setAttribute(Qt::WA_DeleteOnClose);
+        menu->popup(m_view->viewport()->mapToGlobal(pos));
+    });
     connect(m_context, &CheckpointContext::checkpointChanged, this, &StateKeysPanel::onCheckpointChanged);
     connect(m_context, &CheckpointContext::selectionChanged, this, &StateKeysPanel::onSelectionChanged);
     updateSummary();
+}
+
+bool StateKeysPanel::eventFilter(QObject* watched, QEvent* event)
+{
+    // the view's own Ctrl+C copies the Key cell's text, the last path element ("exp_avg"): copy the full key instead
+    if (watched == m_view && (event->type() == QEvent::KeyPress || event->type() == QEvent::ShortcutOverride)
+        && static_cast<QKeyEvent*>(event)->matches(QKeySequence::Copy)) {
+        if (event->type() == QEvent::KeyPress) copyCurrentKey();
+        event->accept();
+        return true;
+    }
+    return QWidget::eventFilter(watched, event);
+}
+
+void StateKeysPanel::copyCurrentKey()
+{
+    const QModelIndex current = m_view->currentIndex();
+    if (current.isValid()) QGuiApplication::clipboard()->setText(current.data(StateKeysModel::KeyRole).toString());
+}
+
+QMenu* StateKeysPanel::contextMenu(const QModelIndex& index)
+{
+    auto* menu = new QMenu(this);
+    const QString key = index.data(StateKeysModel::KeyRole).toString();
+    const CheckpointPtr cp = m_context->checkpoint();
+    const Entry* entry = cp ? cp->find(key.toStdString()) : nullptr;
+    QAction* copyKey
+        = menu->addAction(tr("Copy full key"), this, [key] { QGuiApplication::clipboard()->setText(key); });
+    copyKey->setObjectName(QStringLiteral("copyKey"));
+    copyKey->setShortcut(QKeySequence::Copy);
+    QString value;
+    if (entry && isScalarEntry(*entry)) {
+        try {
+            value = QString::fromStdString(scalarValueText(*cp, *entry).value_or(std::string()));
+        } catch (const std::exception&) { }
+    }
+    QAction* copyValue = menu->addAction(value.isEmpty() ? tr("Copy value") : tr("Copy value (%1)").arg(value), this,
+        [value] { QGuiApplication::clipboard()->setText(value); });
+    copyValue->setObjectName(QStringLiteral("copyValue"));
+    copyValue->setEnabled(!value.isEmpty());
+    menu->addSeparator();
+    QAction* shards = menu->addAction(tr("Show in shard layout"), this, [this, key] {
+        m_context->select(key);
+        Q_EMIT showInShardLayoutRequested(key);
+    });
+    shards->setObjectName(QStringLiteral("showShards"));
+    shards->setEnabled(entry && entry->isTensor());
+    QAction* diff = menu->addAction(tr("Diff this key"), this, [this, key] { Q_EMIT diffKeyRequested(key); });
+    diff->setObjectName(QStringLiteral("diffKey"));
+    diff->setEnabled(m_diffAvailable && entry);
+    if (!m_diffAvailable) diff->setToolTip(tr("Compare with a second checkpoint first (Diff panel)"));
+    return menu;
 }
 
 void StateKeysPanel::focusFilter()
@@ -119,9 +190,31 @@ void StateKeysPanel::onSelectionChanged(const QString& key)
     m_selecting = false;
 }
 
+QString StateKeysPanel::bannerText() const
+{
+    return m_banner->isHidden() ? QString() : m_banner->text();
+}
+
 void StateKeysPanel::updateSummary()
 {
     const auto& cp = m_context->checkpoint();
+    const UnsafeGlobals& unsafe = m_model->unsafeGlobals();
+    if (cp && !unsafe.classPaths.empty()) {
+        QStringList paths;
+        for (const auto& p : unsafe.classPaths)
+            paths << QStringLiteral("<tt>%1</tt>").arg(QString::fromStdString(p).toHtmlEscaped());
+        m_banner->setText(tr("<b>⛔ Unsafe pickle:</b> it names %n global(s) outside the safe set: %1. OptScope kept "
+                             "them inert (never imported or called), but <tt>torch.load(weights_only=False)</tt> "
+                             "would run them. %2",
+            nullptr, static_cast<int>(unsafe.classPaths.size()))
+                              .arg(paths.join(QLatin1String(", ")),
+                                  unsafe.byKey.empty() ? QString()
+                                                       : tr("Marked rows hold them (%n key(s)).", nullptr,
+                                                           static_cast<int>(unsafe.byKey.size()))));
+        m_banner->show();
+    } else {
+        m_banner->hide();
+    }
     if (!cp) {
         m_summary->setText(tr("No checkpoint open."));
         m_warnings->hide();

@@ -4,6 +4,8 @@
 #include <QWidget>
 
 class QLabel;
+class QMenu;
+class QModelIndex;
 class QLineEdit;
 class QTimer;
 class QTreeView;
@@ -23,9 +25,25 @@ public:
     StateKeysModel* model() const { return m_model; }
     QTreeView* view() const { return m_view; }
     QLineEdit* filterEdit() const { return m_filter; }
+    /// the security banner's text: empty when the checkpoint names no unsafe global
+    QString bannerText() const;
 
     /// puts the focus into the filter box (Ctrl+F)
     void focusFilter();
+    /// the context menu of a row: Copy full key, Copy value (scalars), Show in shard layout, Diff this key (when a
+    /// comparison is open); its actions are named copyKey, copyValue, showShards, diffKey. The caller owns it.
+    QMenu* contextMenu(const QModelIndex& index);
+    /// copies the current row's full key (Ctrl+C), not its name in the tree
+    void copyCurrentKey();
+    /// whether a comparison is open, so that "Diff this key" can show something
+    void setDiffAvailable(bool available) { m_diffAvailable = available; }
+
+Q_SIGNALS:
+    void showInShardLayoutRequested(const QString& key);
+    void diffKeyRequested(const QString& key);
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     void onCheckpointChanged();
@@ -39,8 +57,10 @@ private:
     QTreeView* m_view;
     QLabel* m_summary;
     QLabel* m_warnings;
+    QLabel* m_banner;
     QTimer* m_filterTimer;
     bool m_selecting = false;
+    bool m_diffAvailable = false;
 };
 
 } // namespace optscope::ui

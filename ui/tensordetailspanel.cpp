@@ -7,9 +7,12 @@
 #include "histogramplot.h"
 #include "jobrunner.h"
 #include "keytree.h"
+#include "paramgroupsmodel.h"
 #include "tensorstatsmodel.h"
 #include "valuespreviewmodel.h"
 
+#include "optscope/param_groups_table.h"
+#include "optscope/scalar_value.h"
 #include "optscope/tensor_stats.h"
 
 #include <QCheckBox>
@@ -132,9 +135,36 @@ TensorDetailsPanel::TensorDetailsPanel(CheckpointContext* context, QWidget* pare
 
     connect(m_logScale, &QCheckBox::toggled, m_histogram, &HistogramPlot::setLogScale);
     connect(m_rowOffset, qOverload<int>(&QSpinBox::valueChanged), this, &TensorDetailsPanel::startPreview);
+    // param_groups page: groups × hyperparameters, the cells that differ from the compared checkpoint marked
+    m_groupsModel = new ParamGroupsModel(this);
+    m_groupsTitle = new QLabel(this);
+    m_groupsTitle->setWordWrap(true);
+    auto* groupsPage = new QWidget(this);
+    auto* groupsLayout = new QVBoxLayout(groupsPage);
+    groupsLayout->setContentsMargins(0, 0, 0, 0);
+    groupsLayout->addWidget(m_groupsTitle);
+    auto* groupsView = new QTableView(groupsPage);
+    groupsView->setModel(m_groupsModel);
+    setupTable(groupsView);
+    groupsView->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    groupsLayout->addWidget(groupsView, 1);
+    m_stack->addWidget(groupsPage);
+
     connect(m_context, &CheckpointContext::selectionChanged, this, &TensorDetailsPanel::onSelectionChanged);
     connect(m_context, &CheckpointContext::checkpointChanged, this, &TensorDetailsPanel::onSelectionChanged);
     onSelectionChanged();
+}
+
+void TensorDetailsPanel::setComparison(CheckpointPtr b)
+{
+    m_compare = std::move(b);
+    m_compareOptimizers = m_compare ? findOptimizers(*m_compare) : std::vector<OptimizerView> {};
+    if (m_stack->currentIndex() == 3) onSelectionChanged();
+}
+
+QString TensorDetailsPanel::valueText() const
+{
+    return m_stack->currentIndex() == 1 ? m_valueText->toPlainText() : QString();
 }
 
 QString TensorDetailsPanel::statusText() const
@@ -159,15 +189,38 @@ void TensorDetailsPanel::onSelectionChanged()
     }
     if (!entry) {
         const QString key = m_context->selectedKey();
+        // param_groups (or one group) of an optimizer: the table of hyperparameters
+        for (const auto& view : m_context->optimizers()) {
+            const std::string root = view.rootKey();
+            const std::string groups = root.empty() ? std::string("param_groups") : root + ".param_groups";
+            const std::string k = key.toStdString();
+            if (view.groups.empty() || (k != groups && k.rfind(groups + ".", 0) != 0)) continue;
+            const ParamGroupsTable* other = nullptr;
+            ParamGroupsTable otherTable;
+            for (const auto& b : m_compareOptimizers)
+                if (b.rootKey() == root) {
+                    otherTable = paramGroupsTable(*m_compare, b);
+                    other = &otherTable;
+                    break;
+                }
+            m_groupsModel->setData(paramGroupsTable(*cp, view), other);
+            m_title->setText(QStringLiteral("<b>%1</b>").arg(QString::fromStdString(groups).toHtmlEscaped()));
+            m_groupsTitle->setText(other ? tr("%n group(s); cells that differ from the compared checkpoint (B) are "
+                                              "marked, B's value in their tooltip",
+                                       nullptr, m_groupsModel->rowCount())
+                                         : tr("%n group(s)", nullptr, m_groupsModel->rowCount()));
+            m_stack->setCurrentIndex(3);
+            return;
+        }
         const auto& tree = m_context->keyTree();
         const int node = tree && !key.isEmpty() ? tree->find(key.toStdString()) : -1;
         if (node > 0) {
             const auto& n = tree->node(node);
             m_title->setText(QStringLiteral("<b>%1</b>").arg(key.toHtmlEscaped()));
-            m_placeholder->setText(tr("%1 keys below: %2 tensors, %3 elements, %4.\nSelect a tensor to see its values.")
+            m_placeholder->setText(tr("%1 keys below: %2 tensors, %3, %4.\nSelect a tensor to see its values.")
                                        .arg(n.leaves)
                                        .arg(n.tensors)
-                                       .arg(Format::count(n.numel), Format::bytes(n.bytes)));
+                                       .arg(Format::elements(n.numel), Format::bytes(n.bytes)));
         } else {
             m_title->setText(QString());
             m_placeholder->setText(tr("Select a key in the State keys view."));
@@ -191,12 +244,31 @@ void TensorDetailsPanel::onSelectionChanged()
         extra += QStringLiteral(" &nbsp; %1").arg(QString::fromStdString(t.placements).toHtmlEscaped());
     if (t.isParameter) extra += tr(" &nbsp; Parameter");
     m_title->setText(
-        tr("<b>%1</b> &nbsp; %2 %3 &nbsp; %4 elements, %5 &nbsp; %n chunk(s)", nullptr,
-            static_cast<int>(t.chunks.size()))
+        tr("<b>%1</b> &nbsp; %2 %3 &nbsp; %4, %5 &nbsp; %n chunk(s)", nullptr, static_cast<int>(t.chunks.size()))
             .arg(key.toHtmlEscaped(),
                 QString::fromLatin1(dtypeName(t.dtype).data(), static_cast<qsizetype>(dtypeName(t.dtype).size())),
-                Format::shape(t.shape), Format::count(t.numel()), Format::bytes(t.nbytes()))
+                Format::shape(t.shape), Format::elements(t.numel()), Format::bytes(t.nbytes()))
         + extra);
+    if (isScalarEntry(*entry)) {
+        // one number (`step`): its value says everything, a histogram of one element says nothing. The previous
+        // tensor's jobs must not land on this one.
+        m_context->runner()->cancel(QStringLiteral("stats"));
+        m_context->runner()->cancel(QStringLiteral("preview"));
+        m_histogram->clearHistogram(QString());
+        QString text;
+        try {
+            text = QString::fromStdString(scalarValueText(*cp, *entry).value_or(std::string()));
+        } catch (const std::exception& e) {
+            text = tr("Unreadable: %1").arg(QString::fromUtf8(e.what()));
+        }
+        text += tr("\n\n%1 %2 tensor, held by %3")
+                    .arg(QString::fromLatin1(
+                             dtypeName(t.dtype).data(), static_cast<qsizetype>(dtypeName(t.dtype).size())),
+                        t.shape.empty() ? tr("0-dim") : Format::shape(t.shape), Format::ranks(t.ranks()));
+        m_valueText->setPlainText(text);
+        m_stack->setCurrentIndex(1);
+        return;
+    }
     m_stack->setCurrentIndex(2);
 
     m_status->setText(tr("Computing statistics…"));
@@ -208,9 +280,11 @@ void TensorDetailsPanel::onSelectionChanged()
             const Entry* e = cp->find(k);
             return computeTensorStats(*cp, *e, HistogramBins, progress);
         },
-        [this](TensorStats s) {
-            m_status->setText(s.complexRealPart ? tr("%1 elements (real parts)").arg(Format::count(s.numel))
-                                                : tr("%1 elements").arg(Format::count(s.numel)));
+        [this, k](TensorStats s) {
+            // a result already on its way when another key was selected (a scalar starts no job to supersede it)
+            if (m_context->selectedKey() != QString::fromStdString(k)) return;
+            m_status->setText(
+                s.complexRealPart ? tr("%1 (real parts)").arg(Format::elements(s.numel)) : Format::elements(s.numel));
             if (s.histogramCounts.empty())
                 m_histogram->clearHistogram(s.numel == 0 ? tr("Empty tensor") : tr("No finite values"));
             else
@@ -248,7 +322,8 @@ void TensorDetailsPanel::startPreview()
         [cp, k, offset](const Progress& progress) {
             return ValuesPreviewModel::read(*cp, *cp->find(k), offset, PreviewRows, PreviewColumns, progress);
         },
-        [this](ValuesPreviewModel::Slice s) {
+        [this, k](ValuesPreviewModel::Slice s) {
+            if (m_context->selectedKey() != QString::fromStdString(k)) return;
             const int64_t dim0 = s.shape.empty() ? 1 : s.shape[0];
             QString info;
             if (s.shape.empty())

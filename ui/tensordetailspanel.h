@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/checkpoint.h"
+#include "optscope/optimizer_view.h"
+
 #include <QWidget>
+
+#include <vector>
 
 class QCheckBox;
 class QLabel;
@@ -16,6 +21,7 @@ namespace optscope::ui {
 class CheckpointContext;
 class ChunkListModel;
 class HistogramPlot;
+class ParamGroupsModel;
 class TensorStatsModel;
 class ValuesPreviewModel;
 
@@ -38,6 +44,12 @@ public:
     QSpinBox* rowOffset() const { return m_rowOffset; }
     QCheckBox* logScale() const { return m_logScale; }
     QString statusText() const;
+    /// the value page's text (a value, or a one-element tensor's value) when it is shown, empty otherwise
+    QString valueText() const;
+    /// the param_groups table (groups × hyperparameters) shown when param_groups or a group is selected
+    ParamGroupsModel* paramGroupsModel() const { return m_groupsModel; }
+    /// the checkpoint compared with (Diff): param_groups cells that differ from it are marked; null for none
+    void setComparison(CheckpointPtr b);
 
 Q_SIGNALS:
     /// the statistics of the selected tensor arrived (for tests and the screenshot mode)
@@ -53,6 +65,10 @@ private:
     QStackedWidget* m_stack;
     QLabel* m_placeholder;
     QPlainTextEdit* m_valueText;
+    ParamGroupsModel* m_groupsModel;
+    QLabel* m_groupsTitle;
+    CheckpointPtr m_compare;
+    std::vector<OptimizerView> m_compareOptimizers;
     TensorStatsModel* m_statsModel;
     QTableView* m_statsView;
     HistogramPlot* m_histogram;

@@ -28,39 +28,76 @@ QString findDemo()
     return {};
 }
 
+/// the command line; shared by the text-only path (--help, --version) and the app
+struct CommandLine
+{
+    QCommandLineOption screenshot {QStringLiteral("screenshot"),
+        QStringLiteral("render the window (or --panel) to a PNG once loaded, then exit"), QStringLiteral("file.png")};
+    QCommandLineOption panel {QStringLiteral("panel"),
+        QStringLiteral("panel to render: %1").arg(optscope::ui::MainWindow::panelNames().join(QLatin1String(", "))),
+        QStringLiteral("name")};
+    QCommandLineOption select {QStringLiteral("select"), QStringLiteral("key to select"), QStringLiteral("key")};
+    QCommandLineOption reference {QStringLiteral("reference"),
+        QStringLiteral("Diagnose against this model checkpoint or FQN list"), QStringLiteral("path")};
+    QCommandLineOption worldSize {
+        QStringLiteral("world-size"), QStringLiteral("Reshard & verify: target world size"), QStringLiteral("n")};
+    QCommandLineOption size {
+        QStringLiteral("size"), QStringLiteral("screenshot size, e.g. 1400x900"), QStringLiteral("WxH")};
+
+    void setup(QCommandLineParser& parser) const
+    {
+        parser.setApplicationDescription(QStringLiteral("Inspector and debugger for PyTorch optimizer checkpoints"));
+        parser.addHelpOption();
+        parser.addVersionOption();
+        parser.addPositionalArgument(QStringLiteral("path"),
+            QStringLiteral("checkpoint to open (torch.save file or DCP folder); the demo checkpoint without one"));
+        parser.addPositionalArgument(QStringLiteral("compare"),
+            QStringLiteral("a second checkpoint to compare with (Diff)"), QStringLiteral("[compare]"));
+        parser.addOptions({screenshot, panel, select, reference, worldSize, size});
+    }
+};
+
+void setIdentity()
+{
+    QCoreApplication::setApplicationName(QStringLiteral("OptScope"));
+    QCoreApplication::setOrganizationName(QStringLiteral("OptScope"));
+    QCoreApplication::setApplicationVersion(QStringLiteral(OPTSCOPE_VERSION));
+}
+
+/// --help / --version print and exit: they must work without a display (over ssh, in CI), where constructing a
+/// QApplication aborts
+bool onlyPrints(int argc, char** argv)
+{
+    for (int i = 1; i < argc; ++i) {
+        const QByteArray a(argv[i]);
+        if (a == "-h" || a == "--help" || a == "-?" || a == "--help-all" || a == "-v" || a == "--version") return true;
+        if (a == "--") break;
+    }
+    return false;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
+    const CommandLine commandLine;
+    if (onlyPrints(argc, argv)) {
+        QCoreApplication core(argc, argv);
+        setIdentity();
+        QCommandLineParser parser;
+        commandLine.setup(parser);
+        parser.process(core); // prints and exits
+        return 0;
+    }
     QApplication::setAttribute(Qt::AA_Use96Dpi);
     QApplication app(argc, argv);
-    QApplication::setApplicationName(QStringLiteral("OptScope"));
-    QApplication::setOrganizationName(QStringLiteral("OptScope"));
-    QApplication::setApplicationVersion(QStringLiteral(OPTSCOPE_VERSION));
+    setIdentity();
     QApplication::setWindowIcon(QIcon(QStringLiteral(":/optscope/optscope.png")));
 
     QCommandLineParser parser;
-    parser.setApplicationDescription(QStringLiteral("Inspector and debugger for PyTorch optimizer checkpoints"));
-    parser.addHelpOption();
-    parser.addVersionOption();
-    parser.addPositionalArgument(QStringLiteral("path"),
-        QStringLiteral("checkpoint to open (torch.save file or DCP folder); the demo checkpoint without one"));
-    parser.addPositionalArgument(QStringLiteral("compare"),
-        QStringLiteral("a second checkpoint to compare with (Diff)"), QStringLiteral("[compare]"));
-    const QCommandLineOption screenshot(QStringLiteral("screenshot"),
-        QStringLiteral("render the window (or --panel) to a PNG once loaded, then exit"), QStringLiteral("file.png"));
-    const QCommandLineOption panel(QStringLiteral("panel"),
-        QStringLiteral("panel to render: %1").arg(optscope::ui::MainWindow::panelNames().join(QLatin1String(", "))),
-        QStringLiteral("name"));
-    const QCommandLineOption select(QStringLiteral("select"), QStringLiteral("key to select"), QStringLiteral("key"));
-    const QCommandLineOption reference(QStringLiteral("reference"),
-        QStringLiteral("Diagnose against this model checkpoint or FQN list"), QStringLiteral("path"));
-    const QCommandLineOption worldSize(
-        QStringLiteral("world-size"), QStringLiteral("Reshard & verify: target world size"), QStringLiteral("n"));
-    const QCommandLineOption size(
-        QStringLiteral("size"), QStringLiteral("screenshot size, e.g. 1400x900"), QStringLiteral("WxH"));
-    parser.addOptions({screenshot, panel, select, reference, worldSize, size});
+    commandLine.setup(parser);
     parser.process(app);
+    const auto& [screenshot, panel, select, reference, worldSize, size] = commandLine;
 
     const QStringList args = parser.positionalArguments();
     const QString demo = findDemo();

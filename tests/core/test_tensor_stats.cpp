@@ -3,6 +3,7 @@
 // float64), and against simple known tensors.
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
+#include "optscope/scalar_value.h"
 #include "optscope/tensor_stats.h"
 #include "tensor_values.h"
 
@@ -193,4 +194,41 @@ TEST(TensorStats, ProgressAndCancel)
     } catch (const Error& err) {
         EXPECT_EQ(err.kind(), ErrorKind::Cancelled);
     }
+}
+
+TEST(ScalarValue, StepAndHyperparametersAsPythonPrintsThem)
+{
+    // step of torch.optim.Adam is a float32 0-dim tensor: tensor(3.).item() prints 3.0
+    const auto cp = openCheckpoint(kData + "/diff/step3.pt");
+    const Entry* step = cp->find("optim.state.0.weight.step");
+    ASSERT_NE(step, nullptr);
+    EXPECT_TRUE(isScalarEntry(*step));
+    EXPECT_EQ(scalarValueText(*cp, *step), std::optional<std::string>("3.0"));
+    const Entry* moment = cp->find("optim.state.0.weight.exp_avg");
+    ASSERT_NE(moment, nullptr);
+    EXPECT_FALSE(isScalarEntry(*moment));
+    EXPECT_EQ(scalarValueText(*cp, *moment), std::nullopt);
+    const Entry* lr = cp->find("optim.param_groups.0.lr");
+    ASSERT_NE(lr, nullptr);
+    EXPECT_TRUE(isScalarEntry(*lr));
+    EXPECT_EQ(scalarValueText(*cp, *lr), std::optional<std::string>(pyRepr(lr->value)));
+    // steps saved as Python ints print as ints
+    const auto ints = openCheckpoint(kData + "/diag/step_int.pt");
+    const Entry* intStep = ints->find("state.0.step");
+    ASSERT_NE(intStep, nullptr);
+    const auto text = scalarValueText(*ints, *intStep);
+    ASSERT_TRUE(text.has_value());
+    EXPECT_EQ(text->find('.'), std::string::npos) << *text;
+}
+
+TEST(ScalarValue, StepChangeHeadline)
+{
+    const auto a = openCheckpoint(kData + "/diff/step3.pt");
+    const auto b = openCheckpoint(kData + "/diff/step4.pt");
+    EXPECT_EQ(stepChangeText(*a, *b), "step 3 \u2192 4");
+    EXPECT_EQ(stepChangeText(*b, *a), "step 4 \u2192 3");
+    EXPECT_EQ(stepChangeText(*a, *a), "");
+    // no optimizer on one side: nothing to say
+    const auto plain = openCheckpoint(kData + "/dangerous.pt");
+    EXPECT_EQ(stepChangeText(*a, *plain), "");
 }

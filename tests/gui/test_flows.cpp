@@ -15,6 +15,7 @@
 #include "histogramplot.h"
 #include "jobrunner.h"
 #include "mainwindow.h"
+#include "paramgroupsmodel.h"
 #include "reshardpanel.h"
 #include "shardlayoutpanel.h"
 #include "shardlayoutwidget.h"
@@ -31,16 +32,22 @@
 
 #include <unistd.h>
 
+#include <QClipboard>
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QFile>
+#include <QGuiApplication>
+#include <QHeaderView>
+#include <QIcon>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QMenu>
 #include <QMimeData>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QThread>
 #include <QTreeView>
@@ -48,6 +55,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <set>
 
 using namespace optscope;
@@ -94,6 +102,11 @@ private Q_SLOTS:
     void layoutAndRecentFilesPersist();
     void jobRunnerSupersedesAndCancels();
     void jobRunnerThrottlesProgress();
+    void keyNamesReadableAt1280x720();
+    void copyFullKeyAndContextMenus();
+    void scalarsShownAsValues();
+    void unsafeGlobalsBannerAndRows();
+    void paramGroupsTable();
 };
 
 void TestFlows::init()
@@ -205,6 +218,7 @@ void TestFlows::diffEqualCheckpoints()
     QCOMPARE(r.entries.size(), size_t(23));
     QCOMPARE(r.count(DiffStatus::Equal), size_t(23));
     QVERIFY(w.diffPanel()->summaryText().contains(QLatin1String("EQUAL")));
+    QVERIFY(w.diffPanel()->stepChange().isEmpty()); // same steps: no step headline
     QVERIFY(!w.diffPanel()->heatmap()->keys().isEmpty());
     for (int k = 0; k < w.diffPanel()->heatmap()->keys().size(); ++k)
         QVERIFY(std::isnan(w.diffPanel()->heatmap()->cell(k, 0)));
@@ -296,8 +310,18 @@ void TestFlows::diagnoseFindings()
     QCOMPARE(
         diag->proxy()->index(0, DiagnosisModel::CodeColumn).data().toString(), QStringLiteral("step-inconsistent"));
     QVERIFY(diag->detailsText().contains(QLatin1String("step-inconsistent")));
+    // the id-keyed finding's fix in the app's words: no CLI option (--model), and its key in the tooltip
+    diag->view()->setCurrentIndex(diag->proxy()->index(1, 0));
+    QVERIFY(diag->detailsText().contains(QLatin1String("id-keyed")));
+    QVERIFY2(diag->detailsText().contains(QLatin1String("give the model")), qPrintable(diag->detailsText()));
+    QVERIFY2(!diag->detailsText().contains(QLatin1String("--")), qPrintable(diag->detailsText()));
+    const QModelIndex keyCell = diag->proxy()->index(1, DiagnosisModel::OptimizerColumn);
+    QVERIFY(keyCell.data(Qt::ToolTipRole).toString().contains(keyCell.data().toString()));
 
+    // a reference chosen for one checkpoint does not stay for the next one
+    diag->setReference(testData("diag/model.pt"));
     QVERIFY(openAndWait(w, testData("adam_empty_state.pt")));
+    QVERIFY(diag->referenceEdit()->text().isEmpty());
     done.clear();
     diag->diagnose();
     QVERIFY(done.wait(Timeout));
@@ -555,6 +579,24 @@ void TestFlows::jobRunnerSupersedesAndCancels()
     QVERIFY(!runner.isIdle());
     runner.cancelAll();
     QTRY_VERIFY_WITH_TIMEOUT(cancelled, Timeout);
+    // cancelled after its work is done but before its result was delivered: still "cancelled", neither a result
+    // nor an empty error
+    int late = 0;
+    QString lateMessage = QStringLiteral("unset");
+    bool lateCancelled = false;
+    runner.run(
+        QStringLiteral("late"), QStringLiteral("late"), &context, [](const Progress&) { return 1; },
+        [&](int v) { late = v; },
+        [&](const QString& m, bool c) {
+            lateMessage = m;
+            lateCancelled = c;
+        });
+    runner.waitForDone(); // the work is done, its delivery is queued
+    runner.cancel(QStringLiteral("late"));
+    QCoreApplication::processEvents();
+    QCOMPARE(late, 0);
+    QVERIFY(lateCancelled);
+    QCOMPARE(lateMessage, QStringLiteral("Cancelled"));
     // errors arrive as messages; a deleted context gets nothing
     QString error;
     runner.run(
@@ -598,6 +640,229 @@ void TestFlows::jobRunnerThrottlesProgress()
     QVERIFY(progress.count() >= 1);
     QVERIFY(progress.count() < 50);
     QCOMPARE(progress.last().at(1).toDouble(), 1.0);
+}
+
+void TestFlows::keyNamesReadableAt1280x720()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    w.resize(1280, 720);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    const QString key = QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg");
+    w.context()->select(key);
+    QTest::qWait(50); // the column sizer runs after the expansion settles
+    QTreeView* tree = w.stateKeysPanel()->view();
+    const QModelIndex leaf = w.stateKeysPanel()->model()->indexForKey(key);
+    QVERIFY(leaf.isValid());
+    // the leaf's name cell (past the indentation) holds its whole name, and its tooltip the full key
+    const QRect leafRect = tree->visualRect(leaf);
+    QVERIFY2(leafRect.width() >= tree->fontMetrics().horizontalAdvance(QStringLiteral("exp_avg")),
+        qPrintable(QStringLiteral("name cell %1 px wide").arg(leafRect.width())));
+    const QModelIndex fqn = leaf.parent();
+    QVERIFY(
+        tree->visualRect(fqn).width() >= tree->fontMetrics().horizontalAdvance(QStringLiteral("blocks.0.qkv.weight")));
+    QCOMPARE(leaf.data(Qt::ToolTipRole).toString().section(QLatin1Char('\n'), 0, 0), key);
+    // the name column takes the spare width, not the last column
+    QVERIFY(tree->columnWidth(StateKeysModel::NameColumn) > tree->columnWidth(StateKeysModel::RanksColumn));
+
+    // Diff at the same size: keys elided on the left, the key column wider than every other one, tooltips
+    DiffPanel* diff = w.diffPanel();
+    QVERIFY(openAndWait(w, testData("diff/step3.pt")));
+    w.raisePanel(QStringLiteral("diff"));
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("diff/step4.pt"));
+    QVERIFY(done.wait(Timeout));
+    QTest::qWait(50);
+    QTableView* table = diff->view();
+    QCOMPARE(table->textElideMode(), Qt::ElideLeft);
+    QVERIFY(!table->horizontalHeader()->stretchLastSection());
+    const int keyWidth = table->columnWidth(DiffModel::KeyColumn);
+    for (int c = 0; c < DiffModel::ColumnCount; ++c)
+        if (c != DiffModel::KeyColumn)
+            QVERIFY2(keyWidth > table->columnWidth(c), qPrintable(QStringLiteral("column %1").arg(c)));
+    // the last column is as wide as its content, not the rest of the view
+    QVERIFY(table->columnWidth(DiffModel::MatchColumn) <= 200);
+    const int keyContent = static_cast<QAbstractItemView*>(table)->sizeHintForColumn(DiffModel::KeyColumn);
+    QVERIFY2(keyWidth >= std::min(keyContent, table->viewport()->width() * 45 / 100),
+        qPrintable(QStringLiteral("key %1 of content %2, viewport %3")
+                       .arg(keyWidth)
+                       .arg(keyContent)
+                       .arg(table->viewport()->width())));
+    for (int r = 0; r < diff->proxy()->rowCount(); ++r) {
+        const QModelIndex k = diff->proxy()->index(r, DiffModel::KeyColumn);
+        QVERIFY(k.data(Qt::ToolTipRole).toString().startsWith(k.data().toString()));
+    }
+}
+
+void TestFlows::copyFullKeyAndContextMenus()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(openAndWait(w, testData("diff/step3.pt")));
+    StateKeysPanel* keys = w.stateKeysPanel();
+    const QString moment = QStringLiteral("optim.state.0.weight.exp_avg");
+    const QString step = QStringLiteral("optim.state.0.weight.step");
+    w.context()->select(moment);
+    QClipboard* clipboard = QGuiApplication::clipboard();
+    clipboard->setText(QStringLiteral("nothing"));
+    // Ctrl+C in the tree: the full key, not the leaf's name "exp_avg"
+    keys->view()->setFocus();
+    QTest::keySequence(keys->view(), QKeySequence::Copy);
+    QCOMPARE(clipboard->text(), moment);
+
+    auto action = [](QMenu* menu, const char* name) {
+        QAction* a = menu->findChild<QAction*>(QLatin1String(name));
+        return a;
+    };
+    std::unique_ptr<QMenu> menu(keys->contextMenu(keys->model()->indexForKey(moment)));
+    QVERIFY(action(menu.get(), "copyKey") && action(menu.get(), "copyValue") && action(menu.get(), "showShards")
+        && action(menu.get(), "diffKey"));
+    clipboard->clear();
+    action(menu.get(), "copyKey")->trigger();
+    QCOMPARE(clipboard->text(), moment);
+    QVERIFY(!action(menu.get(), "copyValue")->isEnabled()); // not a scalar
+    QVERIFY(!action(menu.get(), "diffKey")->isEnabled()); // no comparison open
+    // Show in shard layout: selects the key and raises the panel
+    w.raisePanel(QStringLiteral("details"));
+    action(menu.get(), "showShards")->trigger();
+    QCOMPARE(w.context()->selectedKey(), moment);
+    QVERIFY(w.shardLayoutPanel()->isVisible());
+    // a scalar: Copy value copies `step` as Python prints it
+    menu.reset(keys->contextMenu(keys->model()->indexForKey(step)));
+    QVERIFY(action(menu.get(), "copyValue")->isEnabled());
+    action(menu.get(), "copyValue")->trigger();
+    QCOMPARE(clipboard->text(), QStringLiteral("3.0"));
+
+    // with a comparison open, Diff this key selects the key's row in the Diff table
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("diff/step4.pt"));
+    QVERIFY(done.wait(Timeout));
+    // the headline says how far training went between the two
+    QCOMPARE(diff->stepChange(), QStringLiteral("step 3 → 4"));
+    QVERIFY(diff->summaryText().contains(QStringLiteral("step 3 → 4")));
+    menu.reset(keys->contextMenu(keys->model()->indexForKey(step)));
+    QVERIFY(action(menu.get(), "diffKey")->isEnabled());
+    action(menu.get(), "diffKey")->trigger();
+    const QModelIndex current = diff->view()->currentIndex();
+    QCOMPARE(current.sibling(current.row(), DiffModel::KeyColumn).data().toString(), step);
+    QVERIFY(diff->isVisible());
+    // one number: its two values instead of a histogram of one difference
+    QCOMPARE(diff->histogram()->binCount(), 0);
+    QCOMPARE(diff->histogram()->message(), QStringLiteral("A: 3.0 → B: 4.0"));
+
+    // Diff: Ctrl+C on a number cell copies the row's full key; the row's menu copies A's value of `step`
+    diff->view()->setCurrentIndex(current.sibling(current.row(), DiffModel::MaxAbsColumn));
+    diff->view()->setFocus();
+    clipboard->clear();
+    QTest::keySequence(diff->view(), QKeySequence::Copy);
+    QCOMPARE(clipboard->text(), step);
+    menu.reset(diff->contextMenu(diff->view()->currentIndex()));
+    QVERIFY(action(menu.get(), "copyKey") && action(menu.get(), "showShards") && action(menu.get(), "inspect"));
+    action(menu.get(), "copyValue")->trigger();
+    QCOMPARE(clipboard->text(), QStringLiteral("3.0"));
+    clipboard->clear();
+    action(menu.get(), "copyKey")->trigger();
+    QCOMPARE(clipboard->text(), step);
+    w.context()->select(moment);
+    action(menu.get(), "showShards")->trigger();
+    QCOMPARE(w.context()->selectedKey(), step);
+
+    // another checkpoint drops the comparison: Diff this key is off again
+    QVERIFY(openAndWait(w, testData("diff/step4.pt")));
+    menu.reset(keys->contextMenu(keys->model()->indexForKey(step)));
+    QVERIFY(!action(menu.get(), "diffKey")->isEnabled());
+}
+
+void TestFlows::scalarsShownAsValues()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("diff/step3.pt")));
+    const QString step = QStringLiteral("optim.state.0.weight.step");
+    // the tree shows step's value, not its shape "[]"
+    const QModelIndex leaf = w.stateKeysPanel()->model()->indexForKey(step);
+    QVERIFY(leaf.isValid());
+    QCOMPARE(leaf.sibling(leaf.row(), StateKeysModel::ShapeColumn).data().toString(), QStringLiteral("3.0"));
+    // Tensor details: the value instead of a histogram of one element
+    QSignalSpy stats(w.tensorDetailsPanel(), &TensorDetailsPanel::statsReady);
+    w.context()->select(step);
+    QVERIFY(w.tensorDetailsPanel()->valueText().startsWith(QLatin1String("3.0\n")));
+    QVERIFY(!stats.wait(300));
+    QCOMPARE(w.tensorDetailsPanel()->histogram()->binCount(), 0);
+    // Shard layout: no lane of "0 elements", the value and who holds it
+    QVERIFY(!w.shardLayoutPanel()->layoutWidget()->shardLayout().has_value());
+    QVERIFY2(w.shardLayoutPanel()->layoutWidget()->message().contains(QLatin1String("one value (3.0)")),
+        qPrintable(w.shardLayoutPanel()->layoutWidget()->message()));
+    // a tensor of more elements still gets its statistics, and "1 element" is singular
+    w.context()->select(QStringLiteral("optim.state.0.weight.exp_avg"));
+    QVERIFY(stats.wait(Timeout));
+    QCOMPARE(w.tensorDetailsPanel()->statusText(), QStringLiteral("54 elements"));
+    QVERIFY(w.tensorDetailsPanel()->valueText().isEmpty());
+}
+
+void TestFlows::unsafeGlobalsBannerAndRows()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("dangerous.pt")));
+    StateKeysPanel* keys = w.stateKeysPanel();
+    // a banner naming the class path (os.system pickles as posix.system)
+    QVERIFY2(keys->bannerText().contains(QLatin1String("posix.system")), qPrintable(keys->bannerText()));
+    // the row that holds it is marked: an icon, a colour, the class path in its tooltip; the tensor beside it is not
+    const QModelIndex evil = keys->model()->indexForKey(QStringLiteral("evil"));
+    QVERIFY(evil.isValid());
+    QCOMPARE(evil.data(StateKeysModel::UnsafeRole).toStringList(), QStringList {QStringLiteral("posix.system")});
+    QVERIFY(!evil.data(Qt::DecorationRole).value<QIcon>().isNull());
+    QVERIFY(evil.data(Qt::ForegroundRole).isValid());
+    QVERIFY(evil.data(Qt::ToolTipRole).toString().contains(QLatin1String("posix.system")));
+    const QModelIndex weights = keys->model()->indexForKey(QStringLiteral("weights"));
+    QVERIFY(weights.isValid());
+    QVERIFY(weights.data(StateKeysModel::UnsafeRole).toStringList().isEmpty());
+    QVERIFY(weights.data(Qt::DecorationRole).isNull());
+    // a safe checkpoint: no banner
+    QVERIFY(openAndWait(w, testData("adam_int.pt")));
+    QVERIFY(keys->bannerText().isEmpty());
+}
+
+void TestFlows::paramGroupsTable()
+{
+    // AdamW with two groups (weight_decay 0.1 and 0.0) against AdamW with one (weight_decay 0.01)
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("diag/two_groups.pt")));
+    TensorDetailsPanel* details = w.tensorDetailsPanel();
+    w.context()->select(QStringLiteral("optim.param_groups"));
+    ParamGroupsModel* groups = details->paramGroupsModel();
+    QCOMPARE(groups->rowCount(), 2);
+    const auto& columns = groups->table().columns;
+    QVERIFY(columns.size() >= 4);
+    QCOMPARE(QString::fromStdString(columns[0]), QStringLiteral("lr"));
+    QCOMPARE(QString::fromStdString(columns[1]), QStringLiteral("betas"));
+    QCOMPARE(QString::fromStdString(columns[2]), QStringLiteral("eps"));
+    QCOMPARE(QString::fromStdString(columns[3]), QStringLiteral("weight_decay"));
+    QCOMPARE(groups->headerData(4, Qt::Horizontal).toString(), QStringLiteral("weight_decay"));
+    QCOMPARE(groups->index(0, 4).data().toString(), QStringLiteral("0.1"));
+    QCOMPARE(groups->index(1, 4).data().toString(), QStringLiteral("0.0"));
+    QCOMPARE(groups->index(0, 2).data().toString(), QStringLiteral("(0.9, 0.999)"));
+    QCOMPARE(groups->index(0, 0).data().toInt(), 2); // the two weights
+    QVERIFY(!groups->index(0, 4).data(ParamGroupsModel::DiffersRole).toBool()); // no comparison yet
+
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("diag/one_group.pt"));
+    QVERIFY(done.wait(Timeout));
+    w.context()->select(QStringLiteral("optim.param_groups.0"));
+    QCOMPARE(groups->rowCount(), 2);
+    QVERIFY(groups->index(0, 4).data(ParamGroupsModel::DiffersRole).toBool()); // 0.1 vs 0.01
+    QVERIFY(groups->index(0, 4).data(Qt::BackgroundRole).isValid());
+    QVERIFY(groups->index(0, 4).data(Qt::ToolTipRole).toString().contains(QLatin1String("B: 0.01")));
+    QVERIFY(!groups->index(0, 1).data(ParamGroupsModel::DiffersRole).toBool()); // the same lr
+    QVERIFY(groups->index(1, 1).data(ParamGroupsModel::DiffersRole).toBool()); // no group 1 in B
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)

@@ -539,6 +539,9 @@ void TestModels::format()
     QCOMPARE(Format::ranks({0, 2}), QStringLiteral("r0, r2"));
     QCOMPARE(Format::box({2, 0}, {2, 5}), QStringLiteral("[2:4, 0:5]"));
     QCOMPARE(Format::number(1e-9), QStringLiteral("1.00000e-09"));
+    QCOMPARE(Format::elements(1), QStringLiteral("1 element"));
+    QCOMPARE(Format::elements(0), QStringLiteral("0 elements"));
+    QCOMPARE(Format::elements(1234), QStringLiteral("1,234 elements"));
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestModels)

@@ -62,6 +62,7 @@ private Q_SLOTS:
     void eachPanel_data();
     void eachPanel();
     void badArguments();
+    void helpAndVersionWithoutDisplay();
 };
 
 void TestScreenshot::wholeWindowOfTheDemo()
@@ -116,6 +117,26 @@ void TestScreenshot::badArguments()
     QCOMPARE(s.exitCode, 2);
     QVERIFY(s.output.contains(QLatin1String("cannot open")));
     QVERIFY(!QFileInfo::exists(png));
+}
+
+void TestScreenshot::helpAndVersionWithoutDisplay()
+{
+    // no display and Qt's default platform (xcb): --help and --version still print and exit 0, never abort
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char* name : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
+        env.remove(QLatin1String(name));
+    for (const QString& arg : {QStringLiteral("--help"), QStringLiteral("--version")}) {
+        QProcess p;
+        p.setProcessEnvironment(env);
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(QStringLiteral(OPTSCOPE_GUI_BINARY), {arg});
+        QVERIFY(p.waitForFinished(60000));
+        const QString out = QString::fromUtf8(p.readAll());
+        QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0, qPrintable(out));
+        QVERIFY2(
+            out.contains(arg == QLatin1String("--help") ? QLatin1String("--screenshot") : QLatin1String("OptScope")),
+            qPrintable(out));
+    }
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestScreenshot)

@@ -95,7 +95,10 @@ struct Finding
     std::string message; ///< what is wrong, in words, naming keys/parameters
     std::string key; ///< entry key, or the optimizer's root key; empty for checkpoint-wide findings
     std::string pytorchError; ///< what PyTorch raises because of it (diagnose), empty when it loads
-    std::string fix; ///< what to do
+    std::string fix; ///< what to do, in the CLI's words (its commands and options)
+    /// the same advice without CLI syntax, for the desktop app ("give the model", "the fix renames them"); empty
+    /// when `fix` has no CLI syntax in it. Read through fixText(false).
+    std::string fixNeutral;
     std::vector<std::string> keys; ///< parameters/keys involved (first few)
     std::vector<int> ranks;
     std::vector<std::vector<int64_t>> offsets;
@@ -103,6 +106,8 @@ struct Finding
 
     Finding(FindingCode c, std::string msg, std::string k = {});
     const char* name() const { return findingName(code); }
+    /// `fix` for the CLI, the tool-neutral wording (when there is one) otherwise
+    const std::string& fixText(bool cli) const { return cli || fixNeutral.empty() ? fix : fixNeutral; }
     nlohmann::ordered_json toJson() const;
 };
 

@@ -312,6 +312,7 @@ private:
                 root);
             f.pytorchError = std::string("ValueError: ") + kGroupSizeError;
             f.fix = "unflatten it with all ranks' files: `optscope-cli unflatten RANK_FILE... --model MODEL`";
+            f.fixNeutral = "unflatten it with all ranks' files and the model (optscope-cli unflatten)";
             d.findings.push_back(std::move(f));
         }
 
@@ -525,6 +526,8 @@ private:
                 root);
             f.fix = "rename the optimizer's names (`optscope-cli fix` does it), or save with "
                     "get_optimizer_state_dict, which writes names without wrappers";
+            f.fixNeutral = "rename the optimizer's names (the fix does it), or save with get_optimizer_state_dict, "
+                           "which writes names without wrappers";
             for (const auto& n : names.opt)
                 if (auto it = names.rename.find(n); it != names.rename.end())
                     f.actions.push_back(
@@ -557,6 +560,7 @@ private:
                 root);
             f.fix = "`optscope-cli fix` applies these renames; to rename a whole module use `optscope-cli fix "
                     "--rename OLD=NEW` (a module prefix renames every parameter under it)";
+            f.fixNeutral = "the fix applies these renames";
             for (const auto& [o, m] : pairs) {
                 f.actions.push_back({FixAction::Kind::RenameParam, o, m, "'" + o + "' -> '" + m + "'"});
                 names.rename[o] = m;
@@ -603,6 +607,9 @@ private:
         f.fix = f.actions.empty() ? "the model saved beside the optimizer is another model"
                                   : "rename its keys to the model's (`optscope-cli fix` does it), or load it into the "
                                     "module it was saved from (wrapped or not)";
+        if (!f.actions.empty())
+            f.fixNeutral = "rename its keys to the model's (the fix does it), or load it into the module it was saved "
+                           "from (wrapped or not)";
         f.keys = head(unexpected.empty() ? missing : unexpected);
         d.findings.push_back(std::move(f));
     }

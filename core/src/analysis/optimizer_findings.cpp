@@ -60,6 +60,8 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             f.pytorchError = "KeyError: 'param_groups'";
             f.fix = "load it with set_optimizer_state_dict (which reads this format whatever its options say), or let "
                     "`optscope-cli fix` convert it to the nested format for optimizer.load_state_dict";
+            f.fixNeutral = "load it with set_optimizer_state_dict (which reads this format whatever its options say), "
+                           "or apply the fix, which converts it to the nested format for optimizer.load_state_dict";
             f.actions.push_back({FixAction::Kind::UnflattenFormat, "flattened", "nested",
                 "convert to the nested {state, param_groups} format"});
             out.push_back(std::move(f));
@@ -89,8 +91,11 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
                 if (!f.actions.empty())
                     f.fix = "re-key the state by FQN (what get_optimizer_state_dict produces) so that loading no "
                             "longer depends on parameter order (`optscope-cli fix` does it)";
+                f.fixNeutral = "re-key the state by FQN (what get_optimizer_state_dict produces) so that loading no "
+                               "longer depends on parameter order (the fix does it)";
             } else {
                 f.fix = "give the model (--model) to name the ids by position";
+                f.fixNeutral = "give the model (a model checkpoint or a list of its FQNs) to name the ids by position";
             }
             out.push_back(std::move(f));
         }
@@ -167,6 +172,7 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
                       "changes the value silently for large steps (pytorch#173901)",
                 root);
             f.fix = "store step as a float32 0-dim tensor; `optscope-cli fix` casts it";
+            f.fixNeutral = "store step as a float32 0-dim tensor; the fix casts it";
             f.keys = head(oddDtype);
             f.actions.push_back(
                 {FixAction::Kind::CastStep, "", "float32", "cast every step to a 0-dim float32 tensor"});

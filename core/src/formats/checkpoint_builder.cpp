@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpoint_builder.h"
 #include "optscope/error.h"
+#include "optscope/unsafe_globals.h"
 #include "state_flattener.h"
 
 #include <algorithm>
@@ -223,6 +224,33 @@ void CheckpointBuilder::finish()
             warn("duplicate-key", "two entries flatten to the same key (DCP would refuse to save this state dict)",
                 e.key);
     m_cp.buildIndex();
+}
+
+UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
+{
+    UnsafeGlobals out;
+    std::set<std::string> all;
+    for (const auto& w : checkpoint.warnings) {
+        if (w.code != "unsafe-global") continue;
+        const Entry* e = w.key.empty() ? nullptr : checkpoint.find(w.key);
+        if (e && !e->isTensor()) {
+            std::set<std::string> found;
+            collectUnsafeGlobals(e->value, found);
+            auto& list = out.byKey[w.key];
+            if (list.empty()) list.assign(found.begin(), found.end());
+            all.insert(found.begin(), found.end());
+            continue;
+        }
+        // not held by an entry (a global only the file's other pickles name): its path is in the pickle machine's
+        // message, "global 'PATH' ..."
+        const std::string prefix = "global '";
+        if (w.message.compare(0, prefix.size(), prefix) == 0) {
+            const auto end = w.message.find('\'', prefix.size());
+            if (end != std::string::npos) all.insert(w.message.substr(prefix.size(), end - prefix.size()));
+        }
+    }
+    out.classPaths.assign(all.begin(), all.end());
+    return out;
 }
 
 } // namespace optscope
