@@ -182,8 +182,8 @@ TEST(Megatron, MissingCommonIsAnErrorNamingIt)
     ASSERT_TRUE(w) << allWarnings(*cp);
     EXPECT_NE(w->message.find((t.path / "common.pt").string()), std::string::npos) << w->message;
     // the sharded part still reads
-    EXPECT_EQ(bytesOf(*cp, "model.inp.weight"),
-        fileBytes(kMegatron + "/distopt_fully_reshardable/reference/inp.weight.bin"));
+    EXPECT_EQ(
+        bytesOf(*cp, "model.inp.weight"), fileBytes(kMegatron + "/distopt_fully_reshardable/reference/inp.weight.bin"));
 }
 
 TEST(Megatron, DamagedCommonIsAnErrorNamingIt)
@@ -228,9 +228,9 @@ TEST(Megatron, LatestNamingAMissingIterationIsAnError)
 TEST(Megatron, MissingDistcpIsAnErrorNamingIt)
 {
     // the fully_reshardable sample has one rank's files only (__0_*): rank 0 wrote all of its model-space state
-    for (const auto& [variant, file] : std::vector<std::pair<std::string, std::string>> {
-             {"distopt_dp_reshardable/iter_0000002", "__1_0.distcp"},
-             {"distopt_fully_reshardable/iter_0000002", "__0_1.distcp"}, {"sharded_torch_dist", "__1_0.distcp"}}) {
+    for (const auto& [variant, file] :
+        std::vector<std::pair<std::string, std::string>> {{"distopt_dp_reshardable/iter_0000002", "__1_0.distcp"},
+            {"distopt_fully_reshardable/iter_0000002", "__0_1.distcp"}, {"sharded_torch_dist", "__1_0.distcp"}}) {
         SCOPED_TRACE(variant);
         TempCopy t(kMegatron + "/" + variant);
         ASSERT_TRUE(fs::remove(t.path / file));

@@ -69,10 +69,16 @@ fs::path iterationFolder(const fs::path& path)
     return dir;
 }
 
-bool startsWith(const std::string& s, std::string_view p) { return s.size() >= p.size() && s.compare(0, p.size(), p) == 0; }
+bool startsWith(const std::string& s, std::string_view p)
+{
+    return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
 
 /// a DCP entry that is one path element (Megatron's keys: planner_data is None)
-bool flatKey(const Entry& e) { return e.path.size() == 1; }
+bool flatKey(const Entry& e)
+{
+    return e.path.size() == 1;
+}
 
 /// weight key -> FQN: Megatron model keys carry the "model." prefix of the training state dict
 std::string fqnOf(const std::string& weightKey)
@@ -80,7 +86,10 @@ std::string fqnOf(const std::string& weightKey)
     return startsWith(weightKey, "model.") ? weightKey.substr(6) : weightKey;
 }
 
-KeyPath modelPath(const std::string& fqn) { return {KeyPathElem::fromKey("model"), KeyPathElem::fromKey(fqn)}; }
+KeyPath modelPath(const std::string& fqn)
+{
+    return {KeyPathElem::fromKey("model"), KeyPathElem::fromKey(fqn)};
+}
 KeyPath statePath(const std::string& fqn, const std::string& name)
 {
     return {KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("state"), KeyPathElem::fromKey(fqn),
@@ -207,7 +216,9 @@ public:
             int count = 0;
             for (size_t g = 0; g < 2; ++g) {
                 const PyValue* wd = groups->item(g)->get("wd_mult");
-                if (wd && ((wd->kind == PyKind::Float && wd->real == 0.0) || (wd->kind == PyKind::Int && wd->integer == 0))) {
+                if (wd
+                    && ((wd->kind == PyKind::Float && wd->real == 0.0)
+                        || (wd->kind == PyKind::Int && wd->integer == 0))) {
                     noWd = static_cast<int>(g);
                     ++count;
                 }
@@ -215,7 +226,8 @@ public:
             if (count == 1) {
                 for (const auto& n : names) {
                     const Entry& w = m_cp.entries[m_byKey.at(n)];
-                    const bool bias = w.tensor.shape.size() == 1 || (n.size() >= 5 && n.compare(n.size() - 5, 5, ".bias") == 0);
+                    const bool bias
+                        = w.tensor.shape.size() == 1 || (n.size() >= 5 && n.compare(n.size() - 5, 5, ".bias") == 0);
                     members[bias ? noWd : 1 - noWd].push_back(n);
                 }
                 assigned = true;
@@ -276,7 +288,8 @@ private:
             if (ch.source.kind != ChunkSource::Kind::TorchSaveBlob)
                 throw Error(ErrorKind::Format, where, "is not a DCP item");
             auto file = m_cp.files->open(ch.source.file);
-            TorchSaveArchive ar = TorchSaveReader::readArchive(file, ch.source.offset, ch.source.length, *m_cp.arena, where);
+            TorchSaveArchive ar
+                = TorchSaveReader::readArchive(file, ch.source.offset, ch.source.length, *m_cp.arena, where);
             if (!ar.root || ar.root->kind != PyKind::Tensor || !ar.root->tensor->storage)
                 throw Error(ErrorKind::Format, where, "does not hold a tensor");
             const PyTensorInfo& t = *ar.root->tensor;
@@ -342,7 +355,8 @@ private:
             }
             while (pos < b.numel) {
                 if (n >= list.size()) {
-                    failure = name + " holds " + std::to_string(b.numel) + " elements, more than the model weights fill";
+                    failure
+                        = name + " holds " + std::to_string(b.numel) + " elements, more than the model weights fill";
                     break;
                 }
                 const Entry& w = m_cp.entries[list[n]];
@@ -518,8 +532,9 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     TorchSaveArchive ar;
     if (!fs::is_regular_file(dir / kCommon, ec)) {
         builder.error("missing-file",
-            "'" + commonAbs + "' is missing: Megatron-Core's load_common_state_dict needs it (iteration, args, "
-                "optimizer param_groups)");
+            "'" + commonAbs
+                + "' is missing: Megatron-Core's load_common_state_dict needs it (iteration, args, "
+                  "optimizer param_groups)");
     } else {
         try {
             auto file = cp->files->open(kCommon);
@@ -560,8 +575,9 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
         std::vector<size_t> drop;
         for (size_t i = 0; i < cp->entries.size(); ++i) {
             const Entry& e = cp->entries[i];
-            if (e.isTensor() || e.path.size() != 5 || !startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/")
-                || e.path[1].index != 0 || e.path[2].key != "param_groups" || !e.path[3].isIndex())
+            if (e.isTensor() || e.path.size() != 5
+                || !startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/") || e.path[1].index != 0
+                || e.path[2].key != "param_groups" || !e.path[3].isIndex())
                 continue;
             PyValue*& g = byGroup[e.path[3].index];
             if (!g) g = cp->arena->makeContainer(PyKind::Dict);
@@ -587,7 +603,8 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
             continue;
         const std::string key = joinKeyPath(leaf.path);
         if (keys.count(key)) {
-            builder.warn("duplicate-key", "common.pt and the sharded part both hold this key; the sharded one is shown", key);
+            builder.warn(
+                "duplicate-key", "common.pt and the sharded part both hold this key; the sharded one is shown", key);
             continue;
         }
         builder.addLeaf(std::move(leaf.path), leaf.value, ar, kCommon, commonAbs);
@@ -595,8 +612,8 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     mapper.addParamGroups(groups, groupsWhere);
 
     cp->formatDetail = "Megatron-Core dist_checkpointing, torch_dist backend"
-        + (version.empty() ? std::string() : " version " + version) + (sharding.empty() ? std::string() : ", distributed optimizer " + sharding)
-        + "; " + base->formatDetail;
+        + (version.empty() ? std::string() : " version " + version)
+        + (sharding.empty() ? std::string() : ", distributed optimizer " + sharding) + "; " + base->formatDetail;
     builder.finish();
     progress(1.0, "reading Megatron checkpoint");
     return cp;
