@@ -190,8 +190,12 @@ public:
             if (name != "param") setPath(e, statePath(fqnOf(weight), name));
         }
         if (shardingType == "dp_reshardable") mapBuckets();
-        for (size_t i : m_weights)
-            setPath(m_cp.entries[i], modelPath(fqnOf(m_cp.entries[i].key)));
+        // param groups are assigned later, after entries may have moved: keep what they need by value
+        for (size_t i : m_weights) {
+            Entry& w = m_cp.entries[i];
+            if (m_trainable.count(w.key)) m_trainableInOrder.emplace_back(w.key, w.tensor.shape.size());
+            setPath(w, modelPath(fqnOf(w.key)));
+        }
     }
 
     /// param_groups (from common.pt or the pickled optimizer) under optim.param_groups with FQN params; step per
@@ -201,9 +205,10 @@ public:
         if (!groups || !groups->isSequence() || groups->size() == 0) return;
         // the trainable weights in registration order
         std::vector<std::string> names;
-        for (size_t i : m_weights) {
-            const std::string& k = m_cp.entries[i].key;
-            if (m_trainable.count(k)) names.push_back(k);
+        std::map<std::string, size_t> ndims;
+        for (const auto& [key, ndim] : m_trainableInOrder) {
+            names.push_back(key);
+            ndims[key] = ndim;
         }
         std::vector<std::vector<std::string>> members(groups->size());
         bool assigned = false;
@@ -225,9 +230,7 @@ public:
             }
             if (count == 1) {
                 for (const auto& n : names) {
-                    const Entry& w = m_cp.entries[m_byKey.at(n)];
-                    const bool bias
-                        = w.tensor.shape.size() == 1 || (n.size() >= 5 && n.compare(n.size() - 5, 5, ".bias") == 0);
+                    const bool bias = ndims[n] == 1 || (n.size() >= 5 && n.compare(n.size() - 5, 5, ".bias") == 0);
                     members[bias ? noWd : 1 - noWd].push_back(n);
                 }
                 assigned = true;
@@ -473,6 +476,7 @@ private:
     std::map<std::string, size_t> m_byKey; ///< flat tensor key -> entry
     std::vector<size_t> m_weights; ///< "model.*" tensor entries, in file (registration) order
     std::set<std::string> m_trainable; ///< weight keys with optimizer state
+    std::vector<std::pair<std::string, size_t>> m_trainableInOrder; ///< weight key, ndim
     std::map<std::string, Blob> m_blobs;
 };
 
@@ -572,7 +576,6 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     if (!groups) {
         // the DCP reader flattened the pickled optimizer object into leaves; rebuild the group dicts from them
         std::map<int64_t, PyValue*> byGroup;
-        std::vector<size_t> drop;
         for (size_t i = 0; i < cp->entries.size(); ++i) {
             const Entry& e = cp->entries[i];
             if (e.isTensor() || e.path.size() != 5
@@ -585,6 +588,17 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
             g->container->items.push_back(const_cast<PyValue*>(e.value));
         }
         if (!byGroup.empty()) {
+            // the leaves are now optim.param_groups: drop them rather than show the groups twice
+            std::vector<Entry> kept;
+            for (size_t i = 0; i < cp->entries.size(); ++i) {
+                const Entry& e = cp->entries[i];
+                if (!e.isTensor() && e.path.size() == 5
+                    && startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/")
+                    && e.path[1].index == 0 && e.path[2].key == "param_groups" && e.path[3].isIndex())
+                    continue;
+                kept.push_back(std::move(cp->entries[i]));
+            }
+            cp->entries = std::move(kept);
             PyValue* list = cp->arena->makeContainer(PyKind::List);
             for (auto& [gi, g] : byGroup)
                 list->container->items.push_back(g);
