@@ -261,3 +261,42 @@ TEST(Megatron, TruncatedDistcpNeverCrashes)
         EXPECT_NE(std::string(e.what()).find(".distcp"), std::string::npos) << e.what();
     }
 }
+
+// Forms the samples do not show (tests/fixtures/make_megatron_synthetic.py, real PyTorch DCP on 3 ranks in
+// Megatron's layout): bf16 weights with fp32 buckets, two buckets, writer chunks that cut a parameter mid-row.
+TEST(Megatron, Bf16TwoBucketsChunksCuttingParameters)
+{
+    auto cp = openCheckpoint(kMegatron + "/synthetic_bf16_r3");
+    EXPECT_FALSE(cp->hasErrors()) << allWarnings(*cp);
+    EXPECT_FALSE(warningOf(*cp, "megatron-bucket-layout")) << allWarnings(*cp);
+    const std::string ref = kMegatron + "/synthetic_bf16_r3/reference/";
+    for (const std::string p : {"a.weight", "a.bias", "b.weight", "b.bias"}) {
+        SCOPED_TRACE(p);
+        EXPECT_EQ(cp->find("model." + p)->tensor.dtype, DType::BFloat16);
+        EXPECT_EQ(bytesOf(*cp, "model." + p), fileBytes(ref + p + ".bin"));
+        EXPECT_EQ(bytesOf(*cp, "optimizer.state.param.model." + p), fileBytes(ref + p + ".param.bin"));
+        EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg"), fileBytes(ref + p + ".exp_avg.bin"));
+        EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg_sq"), fileBytes(ref + p + ".exp_avg_sq.bin"));
+        EXPECT_EQ(pyRepr(cp->find("optim.state." + p + ".step")->value), "5.0");
+    }
+    // a.weight lies at [64, 99) of bucket 1, whose writers hold [0, 33), [33, 66), [66, 99)
+    EXPECT_EQ(cp->find("optim.state.a.weight.exp_avg")->tensor.ranks(), (std::vector<int> {1, 2}));
+    for (const auto& e : cp->entries)
+        EXPECT_FALSE(e.isTensor() && e.key.find("bucket_idx_") != std::string::npos) << e.key;
+    EXPECT_EQ(pyRepr(cp->find("optim.param_groups.1.params")->value), "['a.bias', 'b.bias']");
+}
+
+TEST(Megatron, UnexplainedBucketLayoutKeepsTheBuckets)
+{
+    // a model tensor the buckets do not hold (a buffer): the order rule does not explain the layout
+    auto cp = openCheckpoint(kMegatron + "/synthetic_buffer_r3");
+    const CheckpointWarning* w = warningOf(*cp, "megatron-bucket-layout");
+    ASSERT_TRUE(w) << allWarnings(*cp);
+    EXPECT_FALSE(w->isError);
+    size_t buckets = 0;
+    for (const auto& e : cp->entries)
+        buckets += e.isTensor() && e.key.find("bucket_idx_") != std::string::npos;
+    EXPECT_EQ(buckets, 6u);
+    EXPECT_FALSE(cp->find("optim.state.a.weight.exp_avg"));
+    EXPECT_EQ(bytesOf(*cp, "model.a.weight"), fileBytes(kMegatron + "/synthetic_buffer_r3/reference/a.weight.bin"));
+}
