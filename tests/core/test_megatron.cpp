@@ -4,6 +4,7 @@
 // fully_reshardable sharding types) read into the one model, checked against the parameters gathered inside the
 // training processes (reference/<fqn>.bin from reference.pt) and the moments real PyTorch reads from the model-space
 // items (tests/fixtures/make_megatron_reference.py); and damaged copies of them.
+#include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
@@ -299,4 +300,13 @@ TEST(Megatron, UnexplainedBucketLayoutKeepsTheBuckets)
     EXPECT_EQ(buckets, 6u);
     EXPECT_FALSE(cp->find("optim.state.a.weight.exp_avg"));
     EXPECT_EQ(bytesOf(*cp, "model.a.weight"), fileBytes(kMegatron + "/synthetic_buffer_r3/reference/a.weight.bin"));
+}
+
+TEST(Megatron, CheckReportsTheUnexplainedLayout)
+{
+    const auto report = checkCheckpoint(*openCheckpoint(kMegatron + "/synthetic_buffer_r3"));
+    bool found = false;
+    for (const auto& f : report.findings)
+        found = found || f.code == FindingCode::MegatronBucketLayout;
+    EXPECT_TRUE(found);
 }
