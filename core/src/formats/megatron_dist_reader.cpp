@@ -568,7 +568,21 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
         sharding = std::string(s2->text);
 
     Mapper mapper(*cp, builder, progress);
+    std::vector<std::string> oldKeys;
+    for (const auto& e : cp->entries)
+        oldKeys.push_back(e.key);
+    const size_t dcpEntries = cp->entries.size();
     mapper.run(sharding);
+    // the DCP reader's warnings name entries by their keys in the files: follow the renames
+    if (cp->entries.size() == dcpEntries) {
+        std::map<std::string, std::string> renamed;
+        for (size_t i = 0; i < dcpEntries; ++i)
+            if (oldKeys[i] != cp->entries[i].key) renamed.emplace(oldKeys[i], cp->entries[i].key);
+        for (auto& w : cp->warnings) {
+            auto it = renamed.find(w.key);
+            if (it != renamed.end()) w.key = it->second;
+        }
+    }
 
     // param_groups: common.pt (fully_reshardable) or the pickled optimizer of dp group 0 (dp_reshardable)
     const PyValue* groups = commonGet({"optimizer", "optimizer", "param_groups"});
