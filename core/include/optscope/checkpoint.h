@@ -34,9 +34,11 @@ enum class CheckpointFormat {
     HfTrainer, ///< a Hugging Face Trainer checkpoint-N/ folder (safetensors model + optimizer.pt + scheduler.pt ...)
     DeepSpeedZero, ///< a DeepSpeed ZeRO 1/2/3 global_stepN/ folder (or its parent with `latest`)
     DeepSpeedUniversal, ///< a DeepSpeed universal checkpoint (zero/<param>/fp32.pt, ...)
+    MegatronDist, ///< a Megatron-Core dist_checkpointing folder (torch_dist: DCP + metadata.json + common.pt)
 };
 
-/// "torch_save", "dcp", "safetensors", "hf_trainer", "deepspeed_zero" or "deepspeed_universal", as in `inspect --json`
+/// "torch_save", "dcp", "safetensors", "hf_trainer", "deepspeed_zero", "deepspeed_universal" or "megatron_dist", as in
+/// `inspect --json`
 const char* checkpointFormatName(CheckpointFormat format);
 
 /// One step of a key path: a dict key (string) or a list index.

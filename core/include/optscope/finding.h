@@ -60,6 +60,8 @@ enum class FindingCode {
     ZeroWorldSizeMismatch,
     ZeroStageMismatch,
     ZeroMissingLatest,
+    // Megatron-Core dist_checkpointing folders (the reader finds it)
+    MegatronBucketLayout,
 };
 
 struct FindingInfo

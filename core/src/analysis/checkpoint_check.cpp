@@ -74,6 +74,7 @@ public:
     {
         for (const auto& w : m_cp.warnings) {
             if (w.code == "unsafe-global") add(FindingCode::UnsafeGlobal, w.key, w.message);
+            if (w.code == "megatron-bucket-layout") add(FindingCode::MegatronBucketLayout, w.key, w.message);
             if (!w.isError) continue;
             Finding& f = add(readerCode(w.code), w.key, w.message);
             f.pytorchError = w.loadError; // the loading library's own error text (DeepSpeed's, for ZeRO folders)

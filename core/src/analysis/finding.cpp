@@ -86,6 +86,10 @@ const std::vector<FindingInfo>& findingRegistry()
             "DeepSpeed ZeRO files were written at different ZeRO stages (files of two runs, or the wrong config)"},
         {C::ZeroMissingLatest, "zero-missing-latest", S::Error,
             "a DeepSpeed save folder without 'latest': load_checkpoint without a tag loads nothing and returns None"},
+        {C::MegatronBucketLayout, "megatron-bucket-layout", S::Warning,
+            "Megatron-Core dp_reshardable flat buckets that the model weights do not explain: shown flat, "
+            "per-parameter "
+            "optimizer state unavailable"},
     };
     return r;
 }

@@ -22,6 +22,8 @@ const char* checkpointFormatName(CheckpointFormat format)
         return "deepspeed_zero";
     case CheckpointFormat::DeepSpeedUniversal:
         return "deepspeed_universal";
+    case CheckpointFormat::MegatronDist:
+        return "megatron_dist";
     }
     return "torch_save";
 }

@@ -6,6 +6,7 @@
 #include "fault_injection.h"
 #include "hf_trainer_reader.h"
 #include "mapped_file.h"
+#include "megatron_dist_reader.h"
 #include "optscope/error.h"
 #include "safetensors_reader.h"
 #include "torch_save_reader.h"
@@ -37,6 +38,8 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
     const auto status = fs::status(path, ec);
     if (ec || !fs::exists(status)) throw Error(ErrorKind::Io, path, "no such file or directory");
     if (fs::is_directory(status)) {
+        // before DCP: a torch_dist folder is a DCP folder plus metadata.json and common.pt
+        if (MegatronDistReader::looksLikeMegatron(path)) return MegatronDistReader::open(path, progress);
         if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
         if (HfTrainerReader::looksLikeTrainerFolder(path)) return HfTrainerReader::open(path, progress);
         // before safetensors: a Trainer run under DeepSpeed keeps global_stepN/ and `latest` beside its model files

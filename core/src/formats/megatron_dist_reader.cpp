@@ -1,0 +1,650 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "megatron_dist_reader.h"
+#include "checkpoint_builder.h"
+#include "dcp_reader.h"
+#include "mapped_file.h"
+#include "optscope/error.h"
+#include "optscope/flat_param_layout.h"
+#include "state_flattener.h"
+#include "torch_save_reader.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace optscope {
+
+namespace {
+
+constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
+constexpr const char* kMetadataJson = "metadata.json";
+constexpr const char* kCommon = "common.pt";
+constexpr uint64_t kMaxSmallFile = uint64_t(1) << 20;
+
+std::string readSmallText(const fs::path& p)
+{
+    auto file = MappedFile::open(p.string());
+    if (file->size() > kMaxSmallFile) throw Error(ErrorKind::Limit, p.string(), "is larger than 1 MiB");
+    return std::string(reinterpret_cast<const char*>(file->data()), file->size());
+}
+
+std::string trim(std::string s)
+{
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+        s.pop_back();
+    size_t i = 0;
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
+        ++i;
+    return s.substr(i);
+}
+
+/// the iteration folder: @p path itself, or the one latest_checkpointed_iteration.txt in @p path names
+fs::path iterationFolder(const fs::path& path)
+{
+    std::error_code ec;
+    if (fs::is_regular_file(path / kMetadataJson, ec)) return path;
+    const fs::path latest = path / kLatestFile;
+    if (!fs::is_regular_file(latest, ec))
+        throw Error(ErrorKind::Format, path.string(), "has neither metadata.json nor " + std::string(kLatestFile));
+    const std::string text = trim(readSmallText(latest));
+    std::string name;
+    if (text == "release") {
+        name = "release";
+    } else {
+        if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos)
+            throw Error(ErrorKind::Format, latest.string(),
+                "holds '" + text.substr(0, 40) + "', not an iteration number or 'release'");
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "iter_%07lld", std::stoll(text));
+        name = buf;
+    }
+    const fs::path dir = path / name;
+    if (!fs::is_directory(dir, ec))
+        throw Error(ErrorKind::Io, dir.string(), "is missing (named by " + latest.string() + ")");
+    return dir;
+}
+
+bool startsWith(const std::string& s, std::string_view p)
+{
+    return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
+
+/// a DCP entry that is one path element (Megatron's keys: planner_data is None)
+bool flatKey(const Entry& e)
+{
+    return e.path.size() == 1;
+}
+
+/// weight key -> FQN: Megatron model keys carry the "model." prefix of the training state dict
+std::string fqnOf(const std::string& weightKey)
+{
+    return startsWith(weightKey, "model.") ? weightKey.substr(6) : weightKey;
+}
+
+KeyPath modelPath(const std::string& fqn)
+{
+    return {KeyPathElem::fromKey("model"), KeyPathElem::fromKey(fqn)};
+}
+KeyPath statePath(const std::string& fqn, const std::string& name)
+{
+    return {KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("state"), KeyPathElem::fromKey(fqn),
+        KeyPathElem::fromKey(name)};
+}
+
+void setPath(Entry& e, KeyPath path)
+{
+    e.path = std::move(path);
+    e.key = joinKeyPath(e.path);
+}
+
+/// One flat bucket tensor: optimizer.distributed.dp_group_idx_G.gbuf_idx_I.dtype_D.bucket_idx_B.<state>
+struct BucketKey
+{
+    int dpGroup = 0;
+    int gbuf = 0;
+    std::string dtypeText; ///< "(torch.float32, torch.float32)"
+    int bucket = 0;
+    std::string state;
+    bool operator<(const BucketKey& o) const
+    {
+        return std::tie(dpGroup, gbuf, dtypeText, bucket) < std::tie(o.dpGroup, o.gbuf, o.dtypeText, o.bucket);
+    }
+};
+
+bool parseInt(const std::string& s, size_t& i, int& out)
+{
+    const size_t start = i;
+    long long v = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) && v < 1000000000)
+        v = v * 10 + (s[i++] - '0');
+    out = static_cast<int>(v);
+    return i > start;
+}
+
+std::optional<BucketKey> parseBucketKey(const std::string& key)
+{
+    static const std::string p = "optimizer.distributed.dp_group_idx_";
+    if (!startsWith(key, p)) return std::nullopt;
+    BucketKey k;
+    size_t i = p.size();
+    if (!parseInt(key, i, k.dpGroup) || key.compare(i, 10, ".gbuf_idx_") != 0) return std::nullopt;
+    i += 10;
+    if (!parseInt(key, i, k.gbuf) || key.compare(i, 7, ".dtype_") != 0) return std::nullopt;
+    i += 7;
+    const size_t b = key.rfind(".bucket_idx_");
+    if (b == std::string::npos || b < i) return std::nullopt;
+    k.dtypeText = key.substr(i, b - i);
+    size_t j = b + 12;
+    if (!parseInt(key, j, k.bucket) || j >= key.size() || key[j] != '.') return std::nullopt;
+    k.state = key.substr(j + 1);
+    if (k.state.empty()) return std::nullopt;
+    return k;
+}
+
+/// "(torch.bfloat16, torch.float32)" -> bfloat16
+std::optional<DType> paramDtypeOf(const std::string& dtypeText)
+{
+    if (dtypeText.size() < 3 || dtypeText.front() != '(') return std::nullopt;
+    const size_t comma = dtypeText.find(',');
+    if (comma == std::string::npos) return std::nullopt;
+    return dtypeFromName(trim(dtypeText.substr(1, comma - 1)));
+}
+
+class Mapper
+{
+public:
+    Mapper(Checkpoint& cp, CheckpointBuilder& builder, const Progress& progress)
+        : m_cp(cp)
+        , m_builder(builder)
+        , m_progress(progress)
+    { }
+
+    void run(const std::string& shardingType)
+    {
+        // model weights: every "model.*" tensor (and every weight an optimizer state names) under model.<fqn>
+        for (size_t i = 0; i < m_cp.entries.size(); ++i) {
+            const Entry& e = m_cp.entries[i];
+            if (flatKey(e) && e.isTensor()) m_byKey.emplace(e.key, i);
+        }
+        for (size_t i = 0; i < m_cp.entries.size(); ++i) {
+            Entry& e = m_cp.entries[i];
+            if (!flatKey(e) || !e.isTensor()) continue;
+            if (startsWith(e.key, "model.")) {
+                m_weights.push_back(i);
+                continue;
+            }
+            // optimizer.state.<name>.<weight key>: state names have no dots
+            static const std::string p = "optimizer.state.";
+            if (!startsWith(e.key, p)) continue;
+            const size_t dot = e.key.find('.', p.size());
+            if (dot == std::string::npos) continue;
+            const std::string name = e.key.substr(p.size(), dot - p.size());
+            const std::string weight = e.key.substr(dot + 1);
+            if (!m_byKey.count(weight)) continue;
+            m_trainable.insert(weight);
+            if (name != "param") setPath(e, statePath(fqnOf(weight), name));
+        }
+        if (shardingType == "dp_reshardable") mapBuckets();
+        // param groups are assigned later, after entries may have moved: keep what they need by value
+        for (size_t i : m_weights) {
+            Entry& w = m_cp.entries[i];
+            if (m_trainable.count(w.key)) m_trainableInOrder.emplace_back(w.key, w.tensor.shape.size());
+            setPath(w, modelPath(fqnOf(w.key)));
+        }
+    }
+
+    /// param_groups (from common.pt or the pickled optimizer) under optim.param_groups with FQN params; step per
+    /// parameter from its group
+    void addParamGroups(const PyValue* groups, const std::string& where)
+    {
+        if (!groups || !groups->isSequence() || groups->size() == 0) return;
+        // the trainable weights in registration order
+        std::vector<std::string> names;
+        std::map<std::string, size_t> ndims;
+        for (const auto& [key, ndim] : m_trainableInOrder) {
+            names.push_back(key);
+            ndims[key] = ndim;
+        }
+        std::vector<std::vector<std::string>> members(groups->size());
+        bool assigned = false;
+        if (groups->size() == 1) {
+            members[0] = names;
+            assigned = true;
+        } else if (groups->size() == 2) {
+            // Megatron's default no_weight_decay_cond: biases and 1-D weights go to the group with wd_mult 0
+            int noWd = -1;
+            int count = 0;
+            for (size_t g = 0; g < 2; ++g) {
+                const PyValue* wd = groups->item(g)->get("wd_mult");
+                if (wd
+                    && ((wd->kind == PyKind::Float && wd->real == 0.0)
+                        || (wd->kind == PyKind::Int && wd->integer == 0))) {
+                    noWd = static_cast<int>(g);
+                    ++count;
+                }
+            }
+            if (count == 1) {
+                for (const auto& n : names) {
+                    const bool bias = ndims[n] == 1 || (n.size() >= 5 && n.compare(n.size() - 5, 5, ".bias") == 0);
+                    members[bias ? noWd : 1 - noWd].push_back(n);
+                }
+                assigned = true;
+            }
+        }
+        if (!assigned)
+            m_builder.warn("megatron-param-groups",
+                "the param_groups in " + where
+                    + " do not list their parameters and are not the default weight-decay / no-weight-decay pair: "
+                      "their params lists are left empty");
+        for (size_t g = 0; g < groups->size(); ++g) {
+            const PyValue* group = groups->item(g);
+            if (!group->isMapping()) continue;
+            const KeyPath base {KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("param_groups"),
+                KeyPathElem::fromIndex(static_cast<int64_t>(g))};
+            for (size_t k = 0; k < group->size(); ++k) {
+                KeyPath p = base;
+                p.push_back(KeyPathElem::fromKey(pyStr(group->dictKey(k))));
+                // tuples (betas) are leaves in DCP's flattening only as lists; keep the value whole
+                m_builder.addValue(std::move(p), group->dictValue(k));
+            }
+            PyValue* params = m_cp.arena->makeContainer(PyKind::List);
+            for (const auto& n : members[g])
+                params->container->items.push_back(m_cp.arena->makeStr(fqnOf(n), true));
+            KeyPath p = base;
+            p.push_back(KeyPathElem::fromKey("params"));
+            m_builder.addValue(std::move(p), params);
+            if (const PyValue* step = group->get("step"))
+                for (const auto& n : members[g])
+                    m_builder.addValue(statePath(fqnOf(n), "step"), step);
+        }
+    }
+
+private:
+    struct Bucket
+    {
+        std::map<std::string, size_t> states; ///< state name -> entry
+        int64_t numel = -1; ///< unpadded (the tensors' length)
+        DType dtype = DType::Unknown;
+    };
+    struct Blob
+    {
+        bool ok = false;
+        TensorChunk base; ///< StorageRecord chunk of the item's tensor
+    };
+
+    /// the item's tensor as a StorageRecord chunk (the storage inside the embedded archive), cached per item
+    const Blob& blob(const Entry& e, size_t c)
+    {
+        const TensorChunk ch = e.tensor.chunks[c];
+        const std::string id = ch.source.file + "@" + std::to_string(ch.source.offset);
+        auto it = m_blobs.find(id);
+        if (it != m_blobs.end()) return it->second;
+        Blob& b = m_blobs[id];
+        const std::string where = m_cp.files->absolute(ch.source.file) + "[" + std::to_string(ch.source.offset) + "+"
+            + std::to_string(ch.source.length) + "]";
+        try {
+            if (ch.source.kind != ChunkSource::Kind::TorchSaveBlob)
+                throw Error(ErrorKind::Format, where, "is not a DCP item");
+            auto file = m_cp.files->open(ch.source.file);
+            TorchSaveArchive ar
+                = TorchSaveReader::readArchive(file, ch.source.offset, ch.source.length, *m_cp.arena, where);
+            if (!ar.root || ar.root->kind != PyKind::Tensor || !ar.root->tensor->storage)
+                throw Error(ErrorKind::Format, where, "does not hold a tensor");
+            const PyTensorInfo& t = *ar.root->tensor;
+            const int64_t n = ch.sizes.empty() ? 0 : ch.sizes[0];
+            if (t.sizes.size() != 1 || t.sizes[0] != n || (n > 1 && t.strides[0] != 1))
+                throw Error(ErrorKind::Format, where,
+                    "holds a tensor of shape " + shapeText(t.sizes) + ", not the 1-D contiguous chunk of "
+                        + std::to_string(n) + " elements the metadata announces");
+            b.base = CheckpointBuilder::chunkFromTensor(t, ar, ch.source.file, where);
+            b.ok = true;
+        } catch (const Error& err) {
+            if (err.kind() == ErrorKind::Cancelled) throw;
+            m_builder.error("unreadable-value", std::string("flat bucket item: ") + err.what(), e.key);
+        }
+        return b;
+    }
+
+    void mapBuckets()
+    {
+        std::map<BucketKey, Bucket> buckets;
+        for (size_t i = 0; i < m_cp.entries.size(); ++i) {
+            const Entry& e = m_cp.entries[i];
+            if (!flatKey(e) || !e.isTensor()) continue;
+            auto k = parseBucketKey(e.key);
+            if (!k) continue;
+            Bucket& b = buckets[*k];
+            b.states[k->state] = i;
+            if (e.tensor.shape.size() == 1) b.numel = e.tensor.shape[0];
+        }
+        if (buckets.empty()) {
+            m_builder.warn("megatron-bucket-layout", "dp_reshardable checkpoint without flat bucket tensors");
+            return;
+        }
+        // the weights that fill the buffers, in the buffers' order: registration order reversed
+        std::map<std::string, std::vector<size_t>> byDtype; // dtype text -> weights (reversed)
+        for (const auto& [k, b] : buckets) {
+            if (byDtype.count(k.dtypeText)) continue;
+            const auto dt = paramDtypeOf(k.dtypeText);
+            auto& list = byDtype[k.dtypeText];
+            for (auto it = m_weights.rbegin(); it != m_weights.rend(); ++it) {
+                const Entry& w = m_cp.entries[*it];
+                if (!dt || w.tensor.dtype == *dt) list.push_back(*it);
+            }
+        }
+        struct Placed
+        {
+            const BucketKey* key;
+            size_t weight;
+            int64_t start;
+        };
+        std::vector<Placed> placed;
+        std::map<std::string, size_t> next; // dtype text -> next weight in its list
+        std::string failure;
+        for (const auto& [k, b] : buckets) {
+            auto& list = byDtype[k.dtypeText];
+            size_t& n = next[k.dtypeText];
+            int64_t pos = 0;
+            const std::string name = "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf)
+                + " " + k.dtypeText + ", bucket " + std::to_string(k.bucket);
+            if (b.numel <= 0) {
+                failure = name + " has no 1-D flat tensors";
+                break;
+            }
+            while (pos < b.numel) {
+                if (n >= list.size()) {
+                    failure
+                        = name + " holds " + std::to_string(b.numel) + " elements, more than the model weights fill";
+                    break;
+                }
+                const Entry& w = m_cp.entries[list[n]];
+                const int64_t start = (pos + 63) / 64 * 64;
+                const int64_t end = start + w.tensor.numel();
+                if (end > b.numel) {
+                    failure = "'" + w.key + "' (" + std::to_string(w.tensor.numel()) + " elements at "
+                        + std::to_string(start) + ") does not end inside " + name + " (" + std::to_string(b.numel)
+                        + " elements)";
+                    break;
+                }
+                placed.push_back({&k, list[n], start});
+                ++n;
+                pos = end;
+            }
+            if (!failure.empty()) break;
+        }
+        if (failure.empty())
+            for (const auto& [dt, list] : byDtype)
+                if (next[dt] != list.size())
+                    failure = std::to_string(list.size() - next[dt]) + " model weights of " + dt
+                        + " are left over after the last bucket (buffers, frozen weights or other model chunks)";
+        if (!failure.empty()) {
+            m_builder.warn("megatron-bucket-layout",
+                "the flat dp_reshardable buckets are shown as they are: the model weights in reverse order at "
+                "64-element-aligned offsets do not explain them: "
+                    + failure);
+            return;
+        }
+
+        std::set<size_t> consumed;
+        std::map<const BucketKey*, int> bufferIds;
+        std::vector<Entry> added;
+        for (const Placed& p : placed) {
+            m_progress.checkCancelled();
+            const Bucket& b = buckets.at(*p.key);
+            const Entry& w = m_cp.entries[p.weight];
+            const int64_t numel = w.tensor.numel();
+            m_trainable.insert(w.key);
+            std::string ranksNote;
+            for (const auto& [state, idx] : b.states) {
+                consumed.insert(idx);
+                const Entry& flat = m_cp.entries[idx];
+                Entry out;
+                out.kind = EntryKind::Tensor;
+                out.tensor.dtype = flat.tensor.dtype;
+                out.tensor.shape = w.tensor.shape;
+                if (state == "param")
+                    out.path = {KeyPathElem::fromKey("optimizer.state.param." + w.key)};
+                else
+                    out.path = statePath(fqnOf(w.key), state);
+                out.key = joinKeyPath(out.path);
+                const auto strides = contiguousStrides(w.tensor.shape);
+                std::set<int> ranks;
+                for (size_t c = 0; c < flat.tensor.chunks.size(); ++c) {
+                    const int64_t o = flat.tensor.chunks.offsetsOf(c)[0];
+                    const int64_t n = flat.tensor.chunks.sizesOf(c)[0];
+                    const int64_t a = std::max(o, p.start);
+                    const int64_t z = std::min(o + n, p.start + numel);
+                    if (a >= z) continue;
+                    const Blob& bl = blob(flat, c);
+                    if (!bl.ok) continue;
+                    ranks.insert(flat.tensor.chunks.rank(c));
+                    const int64_t begin = a - p.start;
+                    for (const auto& box : flatRangeBoxes(w.tensor.shape, begin, z - p.start)) {
+                        TensorChunk piece;
+                        piece.rank = flat.tensor.chunks.rank(c);
+                        piece.offsets = box.offsets;
+                        piece.sizes = box.sizes;
+                        piece.source = bl.base.source;
+                        piece.source.storageOffset = bl.base.source.storageOffset + (a - o) + (box.flatStart - begin);
+                        piece.source.strides = w.tensor.shape.empty() ? std::vector<int64_t> {} : strides;
+                        out.tensor.chunks.push_back(piece);
+                    }
+                }
+                if (ranksNote.empty()) {
+                    for (int r : ranks)
+                        ranksNote += (ranksNote.empty() ? "rank " : ", ") + std::to_string(r);
+                }
+                added.push_back(std::move(out));
+            }
+            FlatPartitionSlot slot;
+            slot.fqn = fqnOf(w.key);
+            auto id = bufferIds.emplace(p.key, static_cast<int>(bufferIds.size())).first->second;
+            slot.buffer = id;
+            slot.bufferName = "dp group " + std::to_string(p.key->dpGroup) + " buffer " + std::to_string(p.key->gbuf)
+                + " bucket " + std::to_string(p.key->bucket);
+            slot.offset = p.start;
+            slot.note = "elements [" + std::to_string(p.start) + ", " + std::to_string(p.start + numel) + ") of "
+                + std::to_string(b.numel) + (ranksNote.empty() ? std::string() : "; held by " + ranksNote);
+            m_cp.flatSlots.push_back(std::move(slot));
+        }
+        // the flat buckets are now the per-parameter entries; their padding is no data
+        std::vector<Entry> kept;
+        std::vector<size_t> newIndex(m_cp.entries.size(), SIZE_MAX);
+        for (size_t i = 0; i < m_cp.entries.size(); ++i) {
+            if (consumed.count(i)) continue;
+            newIndex[i] = kept.size();
+            kept.push_back(std::move(m_cp.entries[i]));
+        }
+        for (auto& e : added)
+            kept.push_back(std::move(e));
+        m_cp.entries = std::move(kept);
+        for (size_t& i : m_weights)
+            i = newIndex[i];
+        m_byKey.clear();
+        for (size_t i = 0; i < m_cp.entries.size(); ++i)
+            if (flatKey(m_cp.entries[i]) && m_cp.entries[i].isTensor()) m_byKey.emplace(m_cp.entries[i].key, i);
+    }
+
+    Checkpoint& m_cp;
+    CheckpointBuilder& m_builder;
+    const Progress& m_progress;
+    std::map<std::string, size_t> m_byKey; ///< flat tensor key -> entry
+    std::vector<size_t> m_weights; ///< "model.*" tensor entries, in file (registration) order
+    std::set<std::string> m_trainable; ///< weight keys with optimizer state
+    std::vector<std::pair<std::string, size_t>> m_trainableInOrder; ///< weight key, ndim
+    std::map<std::string, Blob> m_blobs;
+};
+
+} // namespace
+
+bool MegatronDistReader::looksLikeMegatron(const std::string& path)
+{
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) return false;
+    const fs::path dir(path);
+    if (fs::is_regular_file(dir / kLatestFile, ec)) return true;
+    if (!fs::is_regular_file(dir / kMetadataJson, ec)) return false;
+    // dist_checkpointing's metadata.json names its backends
+    try {
+        const std::string text = readSmallText(dir / kMetadataJson);
+        return text.find("sharded_backend") != std::string::npos;
+    } catch (const Error&) {
+        return fs::is_regular_file(dir / ".metadata", ec);
+    }
+}
+
+std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& path, const Progress& progress)
+{
+    progress(0.0, "reading Megatron checkpoint");
+    const fs::path dir = iterationFolder(fs::path(path));
+    const fs::path metaJson = dir / kMetadataJson;
+    std::string backend;
+    std::string version;
+    try {
+        const auto j = nlohmann::json::parse(readSmallText(metaJson));
+        if (!j.is_object() || !j.contains("sharded_backend") || !j["sharded_backend"].is_string())
+            throw Error(ErrorKind::Format, metaJson.string(), "has no sharded_backend string");
+        backend = j["sharded_backend"].get<std::string>();
+        if (j.contains("sharded_backend_version")) version = j["sharded_backend_version"].dump();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(ErrorKind::Format, metaJson.string(), std::string("is not valid JSON: ") + e.what());
+    }
+    if (backend != "torch_dist")
+        throw Error(ErrorKind::Unsupported, metaJson.string(),
+            "names sharded_backend '" + backend.substr(0, 60)
+                + "'; only Megatron-Core's torch_dist backend (a torch.distributed.checkpoint folder) can be read");
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / ".metadata", ec))
+        throw Error(ErrorKind::Io, (dir / ".metadata").string(),
+            "is missing: metadata.json says torch_dist, whose sharded part is a DCP folder with a .metadata file");
+
+    auto base = DcpReader::open(dir.string(), progress);
+    auto cp = std::make_shared<Checkpoint>(*base);
+    cp->format = CheckpointFormat::MegatronDist;
+    cp->path = path;
+    CheckpointBuilder builder(*cp);
+
+    // common.pt: the non-sharded objects
+    const PyValue* common = nullptr;
+    const std::string commonAbs = (dir / kCommon).string();
+    std::vector<FlattenedLeaf> commonLeaves;
+    TorchSaveArchive ar;
+    if (!fs::is_regular_file(dir / kCommon, ec)) {
+        builder.error("missing-file",
+            "'" + commonAbs
+                + "' is missing: Megatron-Core's load_common_state_dict needs it (iteration, args, "
+                  "optimizer param_groups)");
+    } else {
+        try {
+            auto file = cp->files->open(kCommon);
+            if (file->size() == 0) throw Error(ErrorKind::Format, commonAbs, "is empty (0 bytes)");
+            ar = TorchSaveReader::readArchive(file, 0, file->size(), *cp->arena, commonAbs);
+            builder.addPickleWarnings(ar.warnings);
+            common = ar.root;
+            commonLeaves = flattenStateDict(ar.root);
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Cancelled) throw;
+            builder.error("unreadable-value", e.what());
+            common = nullptr;
+        }
+    }
+    auto commonGet = [&](std::initializer_list<const char*> keys) -> const PyValue* {
+        const PyValue* v = common;
+        for (const char* k : keys) {
+            if (!v || !v->isMapping()) return nullptr;
+            v = v->get(k);
+        }
+        return v;
+    };
+    std::string sharding;
+    if (const PyValue* s = commonGet({"content_metadata", "distrib_optim_sharding_type"}); s && s->kind == PyKind::Str)
+        sharding = std::string(s->text);
+    else if (const PyValue* s2 = commonGet({"optimizer", "param_state_sharding_type"}); s2 && s2->kind == PyKind::Str)
+        sharding = std::string(s2->text);
+
+    Mapper mapper(*cp, builder, progress);
+    std::vector<std::string> oldKeys;
+    for (const auto& e : cp->entries)
+        oldKeys.push_back(e.key);
+    const size_t dcpEntries = cp->entries.size();
+    mapper.run(sharding);
+    // the DCP reader's warnings name entries by their keys in the files: follow the renames
+    if (cp->entries.size() == dcpEntries) {
+        std::map<std::string, std::string> renamed;
+        for (size_t i = 0; i < dcpEntries; ++i)
+            if (oldKeys[i] != cp->entries[i].key) renamed.emplace(oldKeys[i], cp->entries[i].key);
+        for (auto& w : cp->warnings) {
+            auto it = renamed.find(w.key);
+            if (it != renamed.end()) w.key = it->second;
+        }
+    }
+
+    // param_groups: common.pt (fully_reshardable) or the pickled optimizer of dp group 0 (dp_reshardable)
+    const PyValue* groups = commonGet({"optimizer", "optimizer", "param_groups"});
+    std::string groupsWhere = commonAbs;
+    if (!groups) {
+        // the DCP reader flattened the pickled optimizer object into leaves; rebuild the group dicts from them
+        std::map<int64_t, PyValue*> byGroup;
+        for (size_t i = 0; i < cp->entries.size(); ++i) {
+            const Entry& e = cp->entries[i];
+            if (e.isTensor() || e.path.size() != 5
+                || !startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/") || e.path[1].index != 0
+                || e.path[2].key != "param_groups" || !e.path[3].isIndex())
+                continue;
+            PyValue*& g = byGroup[e.path[3].index];
+            if (!g) g = cp->arena->makeContainer(PyKind::Dict);
+            g->container->items.push_back(cp->arena->makeStr(e.path[4].key, true));
+            g->container->items.push_back(const_cast<PyValue*>(e.value));
+        }
+        if (!byGroup.empty()) {
+            // the leaves are now optim.param_groups: drop them rather than show the groups twice
+            std::vector<Entry> kept;
+            for (size_t i = 0; i < cp->entries.size(); ++i) {
+                const Entry& e = cp->entries[i];
+                if (!e.isTensor() && e.path.size() == 5
+                    && startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/")
+                    && e.path[1].index == 0 && e.path[2].key == "param_groups" && e.path[3].isIndex())
+                    continue;
+                kept.push_back(std::move(cp->entries[i]));
+            }
+            cp->entries = std::move(kept);
+            PyValue* list = cp->arena->makeContainer(PyKind::List);
+            for (auto& [gi, g] : byGroup)
+                list->container->items.push_back(g);
+            groups = list;
+            groupsWhere = "the pickled optimizer of " + dir.string();
+        }
+    }
+
+    // the other common.pt objects at their own keys; the optimizer's param_groups become optim.param_groups
+    std::set<std::string> keys;
+    for (const auto& e : cp->entries)
+        keys.insert(e.key);
+    for (auto& leaf : commonLeaves) {
+        if (leaf.path.size() >= 3 && leaf.path[0].key == "optimizer" && leaf.path[1].key == "optimizer"
+            && leaf.path[2].key == "param_groups")
+            continue;
+        const std::string key = joinKeyPath(leaf.path);
+        if (keys.count(key)) {
+            builder.warn(
+                "duplicate-key", "common.pt and the sharded part both hold this key; the sharded one is shown", key);
+            continue;
+        }
+        builder.addLeaf(std::move(leaf.path), leaf.value, ar, kCommon, commonAbs);
+    }
+    mapper.addParamGroups(groups, groupsWhere);
+
+    cp->formatDetail = "Megatron-Core dist_checkpointing, torch_dist backend"
+        + (version.empty() ? std::string() : " version " + version)
+        + (sharding.empty() ? std::string() : ", distributed optimizer " + sharding) + "; " + base->formatDetail;
+    builder.finish();
+    progress(1.0, "reading Megatron checkpoint");
+    return cp;
+}
+
+} // namespace optscope

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Megatron-Core dist_checkpointing folders with the torch_dist backend (megatron/core/dist_checkpointing, as
+// core_v0.16.1 writes them), read without running Python:
+//
+//   <save>/latest_checkpointed_iteration.txt   text: the newest iteration ("2"; "release" for iter folder "release")
+//   <save>/iter_0000002/                       iter_%07d: one dist_checkpointing folder
+//     metadata.json        {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
+//                          "common_backend_version": 1}; another sharded backend (zarr) is refused
+//     .metadata, __R_T.distcp   a DCP checkpoint (see dcp_reader.h) of the sharded part: every ShardedTensor under
+//                          its key (a model weight "model.inp.weight", an optimizer state
+//                          "optimizer.state.exp_avg.model.inp.weight"), every ShardedObject as a BYTE_IO item
+//                          "<key>/shard_<i>_<n>"; planner_data is None, so each key is one path element
+//     common.pt            torch.save of the non-sharded objects ({iteration, args, checkpoint_version,
+//                          content_metadata, optimizer: {param_state_sharding_type, optimizer: {param_groups}}})
+//
+// DistributedOptimizer state (content_metadata.distrib_optim_sharding_type):
+//   fully_reshardable  model space: optimizer.state.{param,exp_avg,exp_avg_sq}.<weight key> with the weight's shape
+//                      and chunks ("param" is the fp32 main copy); param_groups (with "step") in common.pt, without
+//                      "params" lists
+//   dp_reshardable     flat per bucket: optimizer.distributed.dp_group_idx_G.gbuf_idx_I.dtype_(<param dtype>,
+//                      <grad dtype>).bucket_idx_B.{param,exp_avg,exp_avg_sq}, 1-D of the bucket's unpadded numel,
+//                      chunked at the writers' ranges; ShardedObjects ...dp_group_idx_G.{optimizer (param_groups),
+//                      per_bucket_numel, per_bucket_numel_unpadded}. Layout (_ParamAndGradBuffer): the buffer's
+//                      parameters in reverse registration order, each starting at a multiple of 64 elements, a
+//                      bucket ending after its last parameter (per_bucket_numel_unpadded); the gaps are padding.
+//
+// The checkpoint model: weights model.<fqn> (the key without "model."), optimizer moments optim.state.<fqn>.<name>,
+// optim.state.<fqn>.step and optim.param_groups.<g>.* (params: FQNs, by Megatron's default no-weight-decay rule:
+// biases and 1-D weights in the group with wd_mult 0) from common.pt or the pickled optimizer object; the fp32 main
+// weights stay under optimizer.state.param.<weight key>. fully_reshardable entries keep DCP's chunks (renamed);
+// dp_reshardable moments are cut out of the flat buckets: each parameter's chunks are rectangular StorageRecord
+// pieces pointing into the storage inside the bucket's DCP items, padding never becomes data. A bucket layout that
+// the parameters do not explain (buffers or frozen weights among the model keys, several model chunks) leaves the
+// flat buckets as they are, with a warning (megatron-bucket-layout). Other common.pt objects are entries at their
+// own keys (iteration, args.*).
+//
+// Failure semantics: a missing or unreadable metadata.json, another backend, or a missing iteration folder throws
+// Error naming the file; a missing or unreadable common.pt, or bucket items that cannot be read, become warnings of
+// severity "error" naming the file; DCP's own faults (missing .distcp) are reported as for any DCP folder.
+
+#include "optscope/checkpoint.h"
+#include "optscope/progress.h"
+
+#include <memory>
+#include <string>
+
+namespace optscope {
+
+class MegatronDistReader
+{
+public:
+    /// a folder with a dist_checkpointing metadata.json, or a folder with latest_checkpointed_iteration.txt
+    static bool looksLikeMegatron(const std::string& path);
+    static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});
+};
+
+} // namespace optscope

@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Megatron-Core dist_checkpointing folders (torch_dist backend): the samples Megatron-Core core_v0.16.1 wrote on 2
+// ranks (tests/data/megatron: a plain sharded state dict and a DistributedOptimizer in the dp_reshardable and
+// fully_reshardable sharding types) read into the one model, checked against the parameters gathered inside the
+// training processes (reference/<fqn>.bin from reference.pt) and the moments real PyTorch reads from the model-space
+// items (tests/fixtures/make_megatron_reference.py); and damaged copies of them.
+#include "optscope/checkpoint_check.h"
+#include "optscope/checkpoint_loader.h"
+#include "optscope/error.h"
+#include "optscope/tensor_assembler.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <set>
+
+using namespace optscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kMegatron = std::string(OPTSCOPE_TEST_DATA) + "/megatron";
+const std::vector<std::string> kParams = {"inp.weight", "inp.bias", "out.weight", "out.bias"};
+
+std::string bytesOf(const Checkpoint& cp, const std::string& key)
+{
+    const Entry* e = cp.find(key);
+    if (!e || !e->isTensor()) return "<no tensor " + key + ">";
+    std::string out;
+    TensorAssembler(cp, *e).stream(
+        [&](const uint8_t* p, size_t n) { out.append(reinterpret_cast<const char*>(p), n); });
+    return out;
+}
+
+std::string fileBytes(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "<missing " + path + ">";
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+const CheckpointWarning* warningOf(const Checkpoint& cp, const std::string& code)
+{
+    for (const auto& w : cp.warnings)
+        if (w.code == code) return &w;
+    return nullptr;
+}
+
+std::string allWarnings(const Checkpoint& cp)
+{
+    std::string s;
+    for (const auto& w : cp.warnings)
+        s += w.code + ": " + w.message + "\n";
+    return s;
+}
+
+class TempCopy
+{
+public:
+    explicit TempCopy(const std::string& from)
+    {
+        std::random_device rd;
+        path = fs::temp_directory_path() / ("optscope-megatron-" + std::to_string(rd()));
+        fs::create_directories(path);
+        fs::copy(from, path, fs::copy_options::recursive);
+    }
+    ~TempCopy()
+    {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    fs::path path;
+};
+
+void expectMatchesReference(const Checkpoint& cp, const std::string& variant)
+{
+    const std::string ref = kMegatron + "/" + variant + "/reference/";
+    for (const auto& p : kParams) {
+        SCOPED_TRACE(p);
+        EXPECT_EQ(bytesOf(cp, "model." + p), fileBytes(ref + p + ".bin"));
+        // the fp32 main copy the optimizer stepped
+        EXPECT_EQ(bytesOf(cp, "optimizer.state.param.model." + p), fileBytes(ref + p + ".bin"));
+        EXPECT_EQ(bytesOf(cp, "optim.state." + p + ".exp_avg"), fileBytes(ref + p + ".exp_avg.bin"));
+        EXPECT_EQ(bytesOf(cp, "optim.state." + p + ".exp_avg_sq"), fileBytes(ref + p + ".exp_avg_sq.bin"));
+        const Entry* step = cp.find("optim.state." + p + ".step");
+        ASSERT_TRUE(step && step->value);
+        EXPECT_EQ(pyRepr(step->value), "2.0");
+        const Entry* model = cp.find("model." + p);
+        ASSERT_TRUE(model);
+        ASSERT_EQ(model->path.size(), 2u);
+        EXPECT_EQ(model->path[0].key, "model");
+        EXPECT_EQ(model->path[1].key, p);
+    }
+    // Megatron's default param groups: weights decay, biases (and 1-D weights) do not
+    const Entry* g0 = cp.find("optim.param_groups.0.params");
+    const Entry* g1 = cp.find("optim.param_groups.1.params");
+    ASSERT_TRUE(g0 && g1);
+    EXPECT_EQ(pyRepr(g0->value), "['inp.weight', 'out.weight']");
+    EXPECT_EQ(pyRepr(g1->value), "['inp.bias', 'out.bias']");
+    ASSERT_TRUE(cp.find("optim.param_groups.1.wd_mult"));
+    EXPECT_EQ(pyRepr(cp.find("optim.param_groups.1.wd_mult")->value), "0.0");
+    ASSERT_TRUE(cp.find("optim.param_groups.0.lr"));
+    ASSERT_TRUE(cp.find("iteration"));
+    EXPECT_EQ(pyRepr(cp.find("iteration")->value), "2");
+}
+
+} // namespace
+
+TEST(Megatron, ShardedStateDictMergesCommonAndNamesWeights)
+{
+    auto cp = openCheckpoint(kMegatron + "/sharded_torch_dist");
+    EXPECT_EQ(cp->format, CheckpointFormat::MegatronDist);
+    EXPECT_FALSE(cp->hasErrors()) << allWarnings(*cp);
+    EXPECT_NE(cp->formatDetail.find("torch_dist"), std::string::npos) << cp->formatDetail;
+    const Entry* w = cp->find("model.w");
+    ASSERT_TRUE(w && w->isTensor());
+    EXPECT_EQ(w->tensor.shape, (std::vector<int64_t> {6, 4}));
+    EXPECT_EQ(w->tensor.chunks.size(), 2u);
+    EXPECT_EQ(w->tensor.ranks(), (std::vector<int> {0, 1}));
+    ASSERT_TRUE(cp->find("optim.state.w.exp_avg"));
+    EXPECT_EQ(cp->find("optim.state.w.exp_avg")->tensor.shape, (std::vector<int64_t> {6, 4}));
+    EXPECT_FALSE(cp->find("optimizer.state.exp_avg.model.w"));
+    ASSERT_TRUE(cp->find("iteration"));
+    EXPECT_EQ(pyRepr(cp->find("iteration")->value), "2");
+    ASSERT_TRUE(cp->find("args.note"));
+    EXPECT_EQ(pyRepr(cp->find("args.note")->value), "'optscope megatron sample'");
+    // the weights read as the DCP chunks hold them (6x4 from two 3x4 chunks)
+    EXPECT_EQ(bytesOf(*cp, "model.w").size(), 24u * 4);
+}
+
+TEST(Megatron, FullyReshardableMatchesReference)
+{
+    auto cp = openCheckpoint(kMegatron + "/distopt_fully_reshardable/iter_0000002");
+    EXPECT_EQ(cp->format, CheckpointFormat::MegatronDist);
+    EXPECT_FALSE(cp->hasErrors()) << allWarnings(*cp);
+    EXPECT_NE(cp->formatDetail.find("fully_reshardable"), std::string::npos) << cp->formatDetail;
+    expectMatchesReference(*cp, "distopt_fully_reshardable");
+}
+
+TEST(Megatron, ParentWithLatestOpensTheIteration)
+{
+    auto cp = openCheckpoint(kMegatron + "/distopt_fully_reshardable");
+    EXPECT_EQ(cp->format, CheckpointFormat::MegatronDist);
+    expectMatchesReference(*cp, "distopt_fully_reshardable");
+}
+
+TEST(Megatron, DpReshardableBucketsMapBackToParameters)
+{
+    auto cp = openCheckpoint(kMegatron + "/distopt_dp_reshardable");
+    EXPECT_EQ(cp->format, CheckpointFormat::MegatronDist);
+    EXPECT_FALSE(cp->hasErrors()) << allWarnings(*cp);
+    EXPECT_FALSE(warningOf(*cp, "megatron-bucket-layout")) << allWarnings(*cp);
+    expectMatchesReference(*cp, "distopt_dp_reshardable");
+    // the flat buckets became the per-parameter entries: no padding is data
+    for (const auto& e : cp->entries)
+        EXPECT_FALSE(e.isTensor() && e.key.find("bucket_idx_") != std::string::npos) << e.key;
+    // reverse registration order, 64-element aligned
+    std::map<std::string, int64_t> offsets;
+    for (const auto& s : cp->flatSlots)
+        offsets[s.fqn] = s.offset;
+    EXPECT_EQ(offsets,
+        (std::map<std::string, int64_t> {{"out.bias", 0}, {"out.weight", 64}, {"inp.bias", 128}, {"inp.weight", 192}}));
+    // each moment points into the storage inside the DCP items, on the rank that wrote that range
+    const Entry* e = cp->find("optim.state.inp.weight.exp_avg");
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->tensor.ranks(), (std::vector<int> {1}));
+    for (size_t i = 0; i < e->tensor.chunks.size(); ++i)
+        EXPECT_EQ(e->tensor.chunks[i].source.kind, ChunkSource::Kind::StorageRecord);
+    int64_t numel = 0;
+    for (size_t i = 0; i < e->tensor.chunks.size(); ++i)
+        numel += e->tensor.chunks.numelOf(i);
+    EXPECT_EQ(numel, 35);
+}
+
+TEST(Megatron, MissingCommonIsAnErrorNamingIt)
+{
+    TempCopy t(kMegatron + "/distopt_fully_reshardable/iter_0000002");
+    fs::remove(t.path / "common.pt");
+    auto cp = openCheckpoint(t.path.string());
+    ASSERT_TRUE(cp->hasErrors());
+    const CheckpointWarning* w = warningOf(*cp, "missing-file");
+    ASSERT_TRUE(w) << allWarnings(*cp);
+    EXPECT_NE(w->message.find((t.path / "common.pt").string()), std::string::npos) << w->message;
+    // the sharded part still reads
+    EXPECT_EQ(
+        bytesOf(*cp, "model.inp.weight"), fileBytes(kMegatron + "/distopt_fully_reshardable/reference/inp.weight.bin"));
+}
+
+TEST(Megatron, DamagedCommonIsAnErrorNamingIt)
+{
+    TempCopy t(kMegatron + "/distopt_fully_reshardable/iter_0000002");
+    fs::resize_file(t.path / "common.pt", 100);
+    auto cp = openCheckpoint(t.path.string());
+    ASSERT_TRUE(cp->hasErrors());
+    const CheckpointWarning* w = warningOf(*cp, "unreadable-value");
+    ASSERT_TRUE(w) << allWarnings(*cp);
+    EXPECT_NE(w->message.find("common.pt"), std::string::npos) << w->message;
+}
+
+TEST(Megatron, OtherBackendIsRefusedNamingMetadataJson)
+{
+    TempCopy t(kMegatron + "/sharded_torch_dist");
+    std::ofstream(t.path / "metadata.json", std::ios::trunc)
+        << R"({"sharded_backend": "zarr", "sharded_backend_version": 1, "common_backend": "torch", "common_backend_version": 1})";
+    try {
+        openCheckpoint(t.path.string());
+        FAIL() << "opened a zarr checkpoint";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("metadata.json"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("zarr"), std::string::npos) << e.what();
+    }
+    std::ofstream(t.path / "metadata.json", std::ios::trunc) << R"({"sharded_backend": )";
+    EXPECT_THROW(openCheckpoint(t.path.string()), Error);
+}
+
+TEST(Megatron, LatestNamingAMissingIterationIsAnError)
+{
+    TempCopy t(kMegatron + "/distopt_dp_reshardable");
+    std::ofstream(t.path / "latest_checkpointed_iteration.txt", std::ios::trunc) << "7\n";
+    try {
+        openCheckpoint(t.path.string());
+        FAIL() << "opened a missing iteration";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("iter_0000007"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Megatron, MissingDistcpIsAnErrorNamingIt)
+{
+    // the fully_reshardable sample has one rank's files only (__0_*): rank 0 wrote all of its model-space state
+    for (const auto& [variant, file] :
+        std::vector<std::pair<std::string, std::string>> {{"distopt_dp_reshardable/iter_0000002", "__1_0.distcp"},
+            {"distopt_fully_reshardable/iter_0000002", "__0_1.distcp"}, {"sharded_torch_dist", "__1_0.distcp"}}) {
+        SCOPED_TRACE(variant);
+        TempCopy t(kMegatron + "/" + variant);
+        ASSERT_TRUE(fs::remove(t.path / file));
+        auto cp = openCheckpoint(t.path.string());
+        ASSERT_TRUE(cp->hasErrors());
+        bool named = false;
+        for (const auto& w : cp->warnings)
+            named = named || (w.isError && w.message.find(file) != std::string::npos);
+        EXPECT_TRUE(named) << allWarnings(*cp);
+    }
+    // what the other files hold still reads: out.bias lies in rank 0's part of the bucket
+    TempCopy t(kMegatron + "/distopt_dp_reshardable/iter_0000002");
+    fs::remove(t.path / "__1_0.distcp");
+    auto cp = openCheckpoint(t.path.string());
+    EXPECT_EQ(bytesOf(*cp, "optim.state.out.bias.exp_avg"),
+        fileBytes(kMegatron + "/distopt_dp_reshardable/reference/out.bias.exp_avg.bin"));
+}
+
+TEST(Megatron, TruncatedDistcpNeverCrashes)
+{
+    TempCopy t(kMegatron + "/distopt_dp_reshardable/iter_0000002");
+    for (const char* f : {"__0_0.distcp", "__1_1.distcp"})
+        fs::resize_file(t.path / f, fs::file_size(t.path / f) / 2);
+    try {
+        auto cp = openCheckpoint(t.path.string());
+        EXPECT_TRUE(cp->hasErrors()) << allWarnings(*cp);
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(".distcp"), std::string::npos) << e.what();
+    }
+}
+
+// Forms the samples do not show (tests/fixtures/make_megatron_synthetic.py, real PyTorch DCP on 3 ranks in
+// Megatron's layout): bf16 weights with fp32 buckets, two buckets, writer chunks that cut a parameter mid-row.
+TEST(Megatron, Bf16TwoBucketsChunksCuttingParameters)
+{
+    auto cp = openCheckpoint(kMegatron + "/synthetic_bf16_r3");
+    EXPECT_FALSE(cp->hasErrors()) << allWarnings(*cp);
+    EXPECT_FALSE(warningOf(*cp, "megatron-bucket-layout")) << allWarnings(*cp);
+    const std::string ref = kMegatron + "/synthetic_bf16_r3/reference/";
+    for (const std::string p : {"a.weight", "a.bias", "b.weight", "b.bias"}) {
+        SCOPED_TRACE(p);
+        EXPECT_EQ(cp->find("model." + p)->tensor.dtype, DType::BFloat16);
+        EXPECT_EQ(bytesOf(*cp, "model." + p), fileBytes(ref + p + ".bin"));
+        EXPECT_EQ(bytesOf(*cp, "optimizer.state.param.model." + p), fileBytes(ref + p + ".param.bin"));
+        EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg"), fileBytes(ref + p + ".exp_avg.bin"));
+        EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg_sq"), fileBytes(ref + p + ".exp_avg_sq.bin"));
+        EXPECT_EQ(pyRepr(cp->find("optim.state." + p + ".step")->value), "5.0");
+    }
+    // a.weight lies at [64, 99) of bucket 1, whose writers hold [0, 33), [33, 66), [66, 99)
+    EXPECT_EQ(cp->find("optim.state.a.weight.exp_avg")->tensor.ranks(), (std::vector<int> {1, 2}));
+    for (const auto& e : cp->entries)
+        EXPECT_FALSE(e.isTensor() && e.key.find("bucket_idx_") != std::string::npos) << e.key;
+    EXPECT_EQ(pyRepr(cp->find("optim.param_groups.1.params")->value), "['a.bias', 'b.bias']");
+}
+
+TEST(Megatron, UnexplainedBucketLayoutKeepsTheBuckets)
+{
+    // a model tensor the buckets do not hold (a buffer): the order rule does not explain the layout
+    auto cp = openCheckpoint(kMegatron + "/synthetic_buffer_r3");
+    const CheckpointWarning* w = warningOf(*cp, "megatron-bucket-layout");
+    ASSERT_TRUE(w) << allWarnings(*cp);
+    EXPECT_FALSE(w->isError);
+    size_t buckets = 0;
+    for (const auto& e : cp->entries)
+        buckets += e.isTensor() && e.key.find("bucket_idx_") != std::string::npos;
+    EXPECT_EQ(buckets, 6u);
+    EXPECT_FALSE(cp->find("optim.state.a.weight.exp_avg"));
+    EXPECT_EQ(bytesOf(*cp, "model.a.weight"), fileBytes(kMegatron + "/synthetic_buffer_r3/reference/a.weight.bin"));
+}
+
+TEST(Megatron, CheckReportsTheUnexplainedLayout)
+{
+    const auto report = checkCheckpoint(*openCheckpoint(kMegatron + "/synthetic_buffer_r3"));
+    bool found = false;
+    for (const auto& f : report.findings)
+        found = found || f.code == FindingCode::MegatronBucketLayout;
+    EXPECT_TRUE(found);
+}
