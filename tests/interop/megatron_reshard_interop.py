@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
+from make_fixtures import free_port  # noqa: E402
 
 PARAMS = ["inp.weight", "inp.bias", "out.weight", "out.bias"]
 
@@ -122,7 +123,7 @@ def main(out_dir, worlds):
             errors.append(f"{variant} gather: param_groups list {names}")
         for m in worlds:
             out = os.path.join(out_dir, f"{variant}.rs_{m}.loaded.pt")
-            port = 29600 + (os.getpid() % 200) + m
+            port = free_port()
             mp.spawn(_worker, args=(m, port, os.path.join(out_dir, f"{variant}.rs_{m}"), out), nprocs=m, join=True)
             got = torch.load(out, weights_only=True)
             label = f"{variant} FSDP2 M={m}"

@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
+from make_fixtures import free_port  # noqa: E402
 
 
 def small_model():
@@ -108,7 +109,7 @@ def make(out):
     names = make_plain(out)
     import torch.multiprocessing as mp
 
-    mp.spawn(_mesh_worker, args=(4, 29500 + os.getpid() % 300, f"{out}/dcp_2d_mesh_4ranks"), nprocs=4, join=True)
+    mp.spawn(_mesh_worker, args=(4, free_port(), f"{out}/dcp_2d_mesh_4ranks"), nprocs=4, join=True)
     names.append("dcp_2d_mesh_4ranks")
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 

@@ -22,6 +22,7 @@ import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
+from make_fixtures import free_port  # noqa: E402
 
 PARAMS = ["emb_scale", "inp.weight", "inp.bias", "hid.weight", "hid.bias", "out.weight", "out.bias"]
 
@@ -118,7 +119,7 @@ def main(stage_dir, worlds):
 
     for m in worlds:
         out = os.path.join(stage_dir, f"rs_{m}.loaded.pt")
-        port = 29400 + (os.getpid() % 200) + m
+        port = free_port()
         mp.spawn(_worker, args=(m, port, stage_dir, out), nprocs=m, join=True)
         got = torch.load(out, weights_only=True)
         label = f"{os.path.basename(stage_dir)} FSDP2 M={m}"
