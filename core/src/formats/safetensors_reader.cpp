@@ -184,8 +184,9 @@ SafetensorsHeader SafetensorsReader::parseHeader(const uint8_t* data, uint64_t s
             }
             continue;
         }
+        const std::string& tensorName = name; // C++17 lambdas cannot capture a structured binding (clang)
         auto bad = [&](const std::string& what) {
-            return Error(ErrorKind::Format, where, "safetensors tensor " + quote(name) + ": " + what, 8);
+            return Error(ErrorKind::Format, where, "safetensors tensor " + quote(tensorName) + ": " + what, 8);
         };
         if (!info.is_object()) throw bad("its record is not an object");
         const auto dt = info.find("dtype");
