@@ -42,34 +42,37 @@ std::string ranksText(const std::vector<int>& ranks, size_t chunks)
     return r + " (" + rs + ")";
 }
 
+struct Row
+{
+    std::string key, dtype, shape, chunks, bytes, hash;
+};
+
+Row rowOf(const Checkpoint& cp, const InspectReport& report, size_t i, bool hash)
+{
+    const Entry& e = cp.entries[i];
+    Row r;
+    r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : e.key, 72);
+    if (e.isTensor()) {
+        r.dtype = std::string(dtypeName(e.tensor.dtype));
+        r.shape = shapeText(e.tensor.shape);
+        r.chunks = ranksText(e.tensor.ranks(), e.tensor.chunks.size());
+        r.bytes = humanBytes(e.tensor.nbytes());
+        if (hash && !report.sha256[i].empty()) r.hash = report.sha256[i].substr(0, 16);
+    } else {
+        r.dtype = inspectTypeName(e);
+        r.shape = middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", 40);
+    }
+    if (hash && !report.errors[i].empty()) r.hash = "<error>";
+    return r;
+}
+
+/// two passes over the entries (column widths, then the lines) instead of holding 100k rows of strings
 void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
 {
-    struct Row
-    {
-        std::string key, dtype, shape, chunks, bytes, hash;
-    };
-    std::vector<Row> rows;
-    const auto& entries = report.json["entries"];
-    for (size_t i = 0; i < cp.entries.size(); ++i) {
-        const Entry& e = cp.entries[i];
-        Row r;
-        r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : e.key, 72);
-        if (e.isTensor()) {
-            r.dtype = std::string(dtypeName(e.tensor.dtype));
-            r.shape = shapeText(e.tensor.shape);
-            r.chunks = ranksText(e.tensor.ranks(), e.tensor.chunks.size());
-            r.bytes = humanBytes(e.tensor.nbytes());
-            if (hash && entries[i].contains("sha256")) r.hash = entries[i]["sha256"].get<std::string>().substr(0, 16);
-        } else {
-            r.dtype = entries[i]["python_type"].get<std::string>();
-            r.shape = middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", 40);
-        }
-        if (hash && entries[i].contains("error")) r.hash = "<error>";
-        rows.push_back(std::move(r));
-    }
-    Row head {"KEY", "DTYPE/TYPE", "SHAPE/VALUE", "CHUNKS", "BYTES", "SHA256"};
+    const Row head {"KEY", "DTYPE/TYPE", "SHAPE/VALUE", "CHUNKS", "BYTES", "SHA256"};
     size_t wk = head.key.size(), wd = head.dtype.size(), ws = head.shape.size(), wc = head.chunks.size();
-    for (const auto& r : rows) {
+    for (size_t i = 0; i < cp.entries.size(); ++i) {
+        const Row r = rowOf(cp, report, i, hash);
         wk = std::max(wk, r.key.size());
         wd = std::max(wd, r.dtype.size());
         ws = std::max(ws, r.shape.size());
@@ -85,8 +88,8 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
         std::cout << line << "\n";
     };
     print(head);
-    for (const auto& r : rows)
-        print(r);
+    for (size_t i = 0; i < cp.entries.size(); ++i)
+        print(rowOf(cp, report, i, hash));
     const auto& s = report.json["summary"];
     std::string ranks;
     const auto& rl = s["ranks"];
@@ -111,6 +114,7 @@ int run(const std::vector<std::string>& argv)
     InspectOptions options;
     options.hash = args.has("--hash");
     options.listChunks = args.has("--json");
+    options.entriesJson = args.has("--json");
     if (auto t = args.value("--threads")) {
         try {
             options.threads = std::stoi(*t);
@@ -133,12 +137,8 @@ int run(const std::vector<std::string>& argv)
                 first = w.message;
                 break;
             }
-        if (first.empty())
-            for (const auto& e : report.json["entries"])
-                if (e.contains("error")) {
-                    first = e["key"].get<std::string>() + ": " + e["error"].get<std::string>();
-                    break;
-                }
+        for (size_t i = 0; first.empty() && i < report.errors.size(); ++i)
+            if (!report.errors[i].empty()) first = cp->entries[i].key + ": " + report.errors[i];
         printError("inspect", cp->path + ": parts of the checkpoint cannot be read: " + first);
         return ExitError;
     }

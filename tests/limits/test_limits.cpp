@@ -8,6 +8,7 @@
 //    repeated through deep nesting, nested tuple keys, huge integers, large dicts: bounded time and memory, and the
 //    same results as before for real checkpoints (tests/fuzz/regressions/pickle holds the inputs as files)
 //  * tensor statistics at the ends of the double range (a fuzzer finding: histc threw, or indexed out of range)
+#include "checkpoint_builder.h"
 #include "mapped_file.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
@@ -403,6 +404,65 @@ TEST(Keys, LargeDictLookupsUseTheIndex)
     EXPECT_EQ(u->root()->get("key.200000"), nullptr);
     EXPECT_EQ(u->root()->get(std::string(5000, 'k')), nullptr);
     EXPECT_LT(secondsSince(start), 5.0); // a linear scan per lookup: 2e10 comparisons
+}
+
+TEST(Keys, CheckpointIndexFindsEveryKeyAndTheFirstOfDuplicates)
+{
+    // the key index holds entry positions, not copies of the keys: every key found, the first of equal keys wins and
+    // the others are reported, absent keys (also ones that share a hash bucket) are not found
+    Checkpoint cp;
+    cp.arena = std::make_shared<PyArena>();
+    CheckpointBuilder builder(cp);
+    const int n = 50000;
+    for (int i = 0; i < n; ++i)
+        builder.addValue(
+            {KeyPathElem::fromKey("state"), KeyPathElem::fromKey(std::to_string(i))}, cp.arena->makeInt(i));
+    builder.addValue({KeyPathElem::fromKey("state.7")}, cp.arena->makeInt(-7)); // flattens to the key of entry 7
+    builder.addValue({KeyPathElem::fromKey("state.9")}, cp.arena->makeInt(-9));
+    builder.finish();
+    for (int i = 0; i < n; ++i) {
+        const Entry* e = cp.find("state." + std::to_string(i));
+        ASSERT_NE(e, nullptr) << i;
+        ASSERT_EQ(e->value->integer, i);
+    }
+    EXPECT_EQ(cp.find("state." + std::to_string(n)), nullptr);
+    EXPECT_EQ(cp.find(""), nullptr);
+    EXPECT_EQ(cp.find("state"), nullptr);
+    std::set<std::string> duplicates;
+    for (const auto& w : cp.warnings)
+        if (w.code == "duplicate-key") duplicates.insert(w.key);
+    EXPECT_EQ(duplicates, (std::set<std::string> {"state.7", "state.9"}));
+    const Checkpoint copy = cp; // positions, not pointers: a copy finds its own entries
+    EXPECT_EQ(copy.find("state.123"), &copy.entries[123]);
+}
+
+TEST(Keys, SmallIntegersNoneAndBoolsAreSharedNotMadePerUse)
+{
+    // a torch.save pickle spells out offset 0, sizes, strides and requires_grad for every tensor: 100k tensors must
+    // not make a value for each (the arena grew by about 5 values per tensor)
+    std::string p = "\x80\x02](";
+    const int n = 20000;
+    for (int i = 0; i < n; ++i)
+        p += std::string("K") + char(i % 200) + "J" + u32(1024) + "N\x88\x89" + "J" + u32(static_cast<uint32_t>(-1))
+            + "J" + u32(1025);
+    p += "e.";
+    auto u = unpickleBytes(p);
+    const PyValue* list = u->root();
+    ASSERT_EQ(list->size(), size_t(7 * n));
+    for (int i = 0; i < n; ++i) {
+        const auto* v = &list->items()[size_t(7 * i)];
+        ASSERT_EQ(v[0]->integer, i % 200);
+        ASSERT_EQ(v[1]->integer, 1024);
+        ASSERT_EQ(v[2]->kind, PyKind::None);
+        ASSERT_TRUE(v[3]->kind == PyKind::Bool && v[3]->boolean);
+        ASSERT_TRUE(v[4]->kind == PyKind::Bool && !v[4]->boolean);
+        ASSERT_EQ(v[5]->integer, -1);
+        ASSERT_EQ(v[6]->integer, 1025);
+    }
+    // shared: the small values once each; 1025 is made per use
+    EXPECT_LT(u->arena.valueCount(), size_t(n + 300));
+    EXPECT_EQ(list->items()[0], list->items()[7 * 200]);
+    EXPECT_NE(list->items()[6], list->items()[13]);
 }
 
 TEST(Keys, HugeIntegersRenderInHexBeyond4300Digits)

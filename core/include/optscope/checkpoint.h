@@ -191,7 +191,9 @@ public:
     bool hasErrors() const;
 
 private:
-    std::unordered_map<std::string, size_t> m_index;
+    /// open-addressing table of entry positions + 1 (0: free), keyed by the entry's key: indices rather than copies
+    /// of the keys (100k keys would be stored twice), and valid in a copy of the checkpoint
+    std::vector<uint32_t> m_index;
 };
 
 using CheckpointPtr = std::shared_ptr<const Checkpoint>;

@@ -15,11 +15,19 @@ struct InspectOptions
     /// list every chunk of every tensor under "chunks" (a 1,024-rank checkpoint has millions: the text report, which
     /// shows a count and the ranks, leaves them out and gives "chunk_count" and "ranks" per tensor instead)
     bool listChunks = true;
+    /// give "entries" in the JSON document; off, the document holds the summary and warnings only and a caller renders
+    /// the entries from the checkpoint and the report's per-entry fields (the CLI's text table: 100k entries as JSON
+    /// objects take about 1 KiB each)
+    bool entriesJson = true;
 };
 
 struct InspectReport
 {
     nlohmann::ordered_json json;
+    /// per entry of the checkpoint, in its order: the SHA-256 (empty when not hashed or unreadable) and what went
+    /// wrong reading it (the entry's own error, else the hashing error; empty when nothing)
+    std::vector<std::string> sha256;
+    std::vector<std::string> errors;
     /// false if anything could not be read (error-severity warnings, entries with errors, failed hashes)
     bool ok = true;
 };
@@ -29,6 +37,9 @@ struct InspectReport
 ///  "entries": [{"key", "path", "type": "tensor", "dtype", "shape", "numel", "bytes", "chunks": [{"rank", "offsets",
 ///               "sizes", "file"}], "sha256"} | {"key", "path", "type": "value", "python_type", "value"}],
 ///  "warnings": [{"code", "severity", "message", "key"}]}
+/// "tensor" for tensors; else the Python type of the value: the class path of an object, "dict", "int", ...
+std::string inspectTypeName(const Entry& entry);
+
 InspectReport inspectCheckpoint(
     const Checkpoint& checkpoint, const InspectOptions& options, const Progress& progress = {});
 

@@ -147,6 +147,8 @@ struct PyValue
 };
 
 /// Owns values, extension records and copied strings; keeps the input bytes alive.
+/// None, the two bools and the small integers are made once per arena and shared: values are immutable once built,
+/// and a torch.save pickle spells out a few of them (offset 0, sizes, strides, requires_grad) for every tensor.
 class PyArena
 {
 public:
@@ -172,6 +174,11 @@ public:
     size_t valueCount() const { return m_values.size(); }
 
 private:
+    static constexpr int64_t kSmallIntMin = -1;
+    static constexpr int64_t kSmallIntMax = 1024;
+    PyValue* m_none = nullptr;
+    PyValue* m_bools[2] = {nullptr, nullptr};
+    std::vector<PyValue*> m_smallInts; ///< index i - kSmallIntMin; made on first use
     std::deque<PyValue> m_values;
     std::deque<PyContainer> m_containers;
     std::deque<PyGlobalInfo> m_globals;

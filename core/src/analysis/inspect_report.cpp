@@ -28,16 +28,18 @@ json pathJson(const KeyPath& path)
     return p;
 }
 
-std::string pythonType(const PyValue* v)
+} // namespace
+
+std::string inspectTypeName(const Entry& entry)
 {
+    if (entry.isTensor()) return "tensor";
+    const PyValue* v = entry.value;
     if (v->kind == PyKind::Object) {
         const std::string c = v->className();
         return c.empty() ? "object" : c;
     }
     return pyKindName(v->kind);
 }
-
-} // namespace
 
 static InspectReport inspectCheckpointUnguarded(
     const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
@@ -108,18 +110,33 @@ static InspectReport inspectCheckpointUnguarded(
     size_t tensors = 0, values = 0;
     // values rendered with one budget: entries sharing one large object must not render it once each
     std::vector<const PyValue*> valueRoots;
-    for (const auto& e : cp.entries)
-        if (!e.isTensor()) valueRoots.push_back(e.value);
+    if (options.entriesJson)
+        for (const auto& e : cp.entries)
+            if (!e.isTensor()) valueRoots.push_back(e.value);
     std::vector<json> renderedValues = valuesToJson(valueRoots);
     size_t nextValue = 0;
     json entries = json::array();
     for (size_t i = 0; i < cp.entries.size(); ++i) {
         const Entry& e = cp.entries[i];
+        if (!e.error.empty()) errors[i] = e.error;
+        if (!errors[i].empty()) report.ok = false;
+        if (e.isTensor()) {
+            ++tensors;
+            for (size_t c = 0; c < e.tensor.chunks.size(); ++c) {
+                const int r = e.tensor.chunks.rank(c);
+                if (r < 0) continue;
+                if (static_cast<size_t>(r) >= seenRank.size()) seenRank.resize(static_cast<size_t>(r) + 1);
+                if (!seenRank[static_cast<size_t>(r)]) ranks.push_back(r);
+                seenRank[static_cast<size_t>(r)] = true;
+            }
+        } else {
+            ++values;
+        }
+        if (!options.entriesJson) continue;
         json je;
         je["key"] = e.key;
         je["path"] = pathJson(e.path);
         if (e.isTensor()) {
-            ++tensors;
             const TensorEntry& t = e.tensor;
             je["type"] = "tensor";
             je["dtype"] = std::string(dtypeName(t.dtype));
@@ -142,37 +159,29 @@ static InspectReport inspectCheckpointUnguarded(
             } else {
                 je["chunk_count"] = t.chunks.size();
             }
-            for (size_t c = 0; c < t.chunks.size(); ++c) {
-                const int r = t.chunks.rank(c);
-                if (r < 0) continue;
-                if (static_cast<size_t>(r) >= seenRank.size()) seenRank.resize(static_cast<size_t>(r) + 1);
-                if (!seenRank[static_cast<size_t>(r)]) ranks.push_back(r);
-                seenRank[static_cast<size_t>(r)] = true;
-            }
             if (options.hash && errors[i].empty()) je["sha256"] = hashes[i];
         } else {
-            ++values;
             je["type"] = "value";
-            je["python_type"] = pythonType(e.value);
+            je["python_type"] = inspectTypeName(e);
             je["value"] = std::move(renderedValues[nextValue++]);
         }
-        const std::string& err = !e.error.empty() ? e.error : errors[i];
-        if (!err.empty()) {
-            je["error"] = err;
-            report.ok = false;
-        }
+        if (!errors[i].empty()) je["error"] = errors[i];
         entries.push_back(std::move(je));
     }
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
     j["summary"] = {{"entries", cp.entries.size()}, {"tensors", tensors}, {"values", values},
         {"tensor_bytes", cp.tensorBytes()}, {"ranks", ranks}};
-    j["entries"] = std::move(entries);
+    if (options.entriesJson) j["entries"] = std::move(entries);
     json warnings = json::array();
     for (const auto& w : cp.warnings)
         warnings.push_back({{"code", w.code}, {"severity", w.isError ? "error" : "warning"}, {"message", w.message},
             {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
     j["warnings"] = std::move(warnings);
+    for (size_t i = 0; i < hashes.size(); ++i)
+        if (!errors[i].empty()) hashes[i].clear();
+    report.sha256 = std::move(hashes);
+    report.errors = std::move(errors);
     return report;
 }
 

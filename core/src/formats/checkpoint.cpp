@@ -140,16 +140,34 @@ void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const Map
 
 const Entry* Checkpoint::find(std::string_view key) const
 {
-    auto it = m_index.find(std::string(key));
-    return it == m_index.end() ? nullptr : &entries[it->second];
+    if (m_index.empty()) return nullptr;
+    const size_t mask = m_index.size() - 1;
+    for (size_t slot = std::hash<std::string_view>()(key) & mask;; slot = (slot + 1) & mask) {
+        const uint32_t at = m_index[slot];
+        if (at == 0) return nullptr;
+        if (entries[at - 1].key == key) return &entries[at - 1];
+    }
 }
 
 void Checkpoint::buildIndex()
 {
-    m_index.clear();
-    m_index.reserve(entries.size());
-    for (size_t i = 0; i < entries.size(); ++i)
-        m_index.emplace(entries[i].key, i); // first wins on duplicates
+    if (entries.size() >= UINT32_MAX / 2) throw Error(ErrorKind::Limit, path, "more than 2^31 entries");
+    size_t capacity = 16;
+    while (capacity < 2 * entries.size())
+        capacity *= 2;
+    m_index.assign(capacity, 0);
+    const size_t mask = capacity - 1;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        const std::string& key = entries[i].key;
+        for (size_t slot = std::hash<std::string_view>()(key) & mask;; slot = (slot + 1) & mask) {
+            uint32_t& at = m_index[slot];
+            if (at == 0) {
+                at = static_cast<uint32_t>(i + 1);
+                break;
+            }
+            if (entries[at - 1].key == key) break; // first wins on duplicates
+        }
+    }
 }
 
 uint64_t Checkpoint::tensorBytes() const

@@ -218,12 +218,11 @@ void CheckpointBuilder::finish()
     }
     for (const auto& [path, message] : m_unsafeGlobals)
         if (!attributed.count(path)) warn("unsafe-global", message);
-    std::set<std::string> keys;
+    m_cp.buildIndex();
     for (const auto& e : m_cp.entries)
-        if (!keys.insert(e.key).second)
+        if (m_cp.find(e.key) != &e) // the index keeps the first of equal keys
             warn("duplicate-key", "two entries flatten to the same key (DCP would refuse to save this state dict)",
                 e.key);
-    m_cp.buildIndex();
 }
 
 UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)

@@ -22,7 +22,7 @@ struct Walk
     size_t repeatBudget = kMaxRepeatedPathElements;
     uint64_t pathBytes = 0; ///< keyPathBytes of the current path
     uint64_t totalBytes = 0; ///< keyPathBytes of every leaf so far
-    std::vector<FlattenedLeaf> out;
+    const std::function<void(FlattenedLeaf&&)>* sink = nullptr;
 };
 
 uint64_t elemBytes(const KeyPathElem& e)
@@ -88,7 +88,7 @@ void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
         throw Error(ErrorKind::Limit, {},
             "the state dict's key paths take more than " + std::to_string(kMaxKeyPathBytes >> 20)
                 + " MiB (long keys repeated through deep nesting)");
-    w.out.push_back({path, v});
+    (*w.sink)({path, v});
 }
 
 } // namespace
@@ -101,13 +101,21 @@ uint64_t keyPathBytes(const KeyPath& path)
     return bytes;
 }
 
-std::vector<FlattenedLeaf> flattenStateDict(const PyValue* root, int maxDepth)
+void forEachStateLeaf(const PyValue* root, const std::function<void(FlattenedLeaf&&)>& sink, int maxDepth)
 {
-    if (!root) return {};
+    if (!root) return;
     Walk w;
+    w.sink = &sink;
     KeyPath path;
     traverse(path, root, maxDepth, w);
-    return std::move(w.out);
+}
+
+std::vector<FlattenedLeaf> flattenStateDict(const PyValue* root, int maxDepth)
+{
+    std::vector<FlattenedLeaf> out;
+    forEachStateLeaf(
+        root, [&](FlattenedLeaf&& leaf) { out.push_back(std::move(leaf)); }, maxDepth);
+    return out;
 }
 
 } // namespace optscope

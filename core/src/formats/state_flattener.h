@@ -4,6 +4,7 @@
 #include "optscope/checkpoint.h"
 #include "optscope/py_value.h"
 
+#include <functional>
 #include <vector>
 
 namespace optscope {
@@ -24,6 +25,9 @@ struct FlattenedLeaf
 /// describe an exponentially large tree); past that a repeated container stays one leaf.
 /// Throws Error(Limit) when the leaves' key paths would take more than kMaxKeyPathBytes.
 std::vector<FlattenedLeaf> flattenStateDict(const PyValue* root, int maxDepth = 200);
+/// flattenStateDict, handing each leaf to @p sink as it is found instead of collecting them (a reader builds its
+/// entries without holding every leaf's key path twice)
+void forEachStateLeaf(const PyValue* root, const std::function<void(FlattenedLeaf&&)>& sink, int maxDepth = 200);
 
 /// The most memory the key paths of a checkpoint's entries (and of one flattening) may take. Every leaf copies each
 /// key on its path, so one long key string, shared through the pickle memo at every level of a deep nesting, would

@@ -268,15 +268,14 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path,
     if (ar.bigEndian) cp->formatDetail += ", big-endian";
 
     CheckpointBuilder builder(*cp);
-    std::vector<FlattenedLeaf> leaves;
     try {
-        leaves = flattenStateDict(ar.root);
+        forEachStateLeaf(ar.root, [&](FlattenedLeaf&& leaf) {
+            progress.checkCancelled();
+            builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, path);
+        });
     } catch (const Error& e) {
-        throw Error(e.kind(), path, e.detail(), e.offset()); // name the file
-    }
-    for (auto& leaf : leaves) {
-        progress.checkCancelled();
-        builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, path);
+        if (!e.file().empty()) throw;
+        throw Error(e.kind(), path, e.detail(), e.offset()); // the flattener's limits name no file
     }
     builder.addPickleWarnings(ar.warnings);
     builder.finish();

@@ -126,7 +126,13 @@ PyValue* PyArena::makeContainer(PyKind kind)
 
 PyValue* PyArena::makeInt(int64_t i)
 {
+    const bool small = i >= kSmallIntMin && i <= kSmallIntMax;
+    if (small) {
+        if (m_smallInts.empty()) m_smallInts.resize(static_cast<size_t>(kSmallIntMax - kSmallIntMin + 1), nullptr);
+        if (PyValue* shared = m_smallInts[static_cast<size_t>(i - kSmallIntMin)]) return shared;
+    }
     PyValue* v = make(PyKind::Int);
+    if (small) m_smallInts[static_cast<size_t>(i - kSmallIntMin)] = v;
     v->integer = i;
     return v;
 }
@@ -140,14 +146,18 @@ PyValue* PyArena::makeFloat(double d)
 
 PyValue* PyArena::makeBool(bool b)
 {
-    PyValue* v = make(PyKind::Bool);
-    v->boolean = b;
-    return v;
+    PyValue*& shared = m_bools[b ? 1 : 0];
+    if (!shared) {
+        shared = make(PyKind::Bool);
+        shared->boolean = b;
+    }
+    return shared;
 }
 
 PyValue* PyArena::makeNone()
 {
-    return make(PyKind::None);
+    if (!m_none) m_none = make(PyKind::None);
+    return m_none;
 }
 
 std::string_view PyArena::copy(std::string_view s)
