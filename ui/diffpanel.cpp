@@ -34,6 +34,7 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTableView>
+#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -72,22 +73,29 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     , m_histogram(new HistogramPlot(this))
     , m_logScale(new QCheckBox(tr("Log scale"), this))
     , m_histTitle(new QLabel(this))
+    , m_compareMenu(new QMenu(tr("Compare &with"), this))
+    , m_back(new QPushButton(this))
+    , m_tolTimer(new QTimer(this))
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     auto* bar = new QHBoxLayout;
     m_openB->setToolTip(tr("Compare the open checkpoint (A) with a second checkpoint (B): a file or a DCP folder"));
-    auto* openMenu = new QMenu(m_openB);
-    openMenu->addAction(tr("File…"), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Checkpoint B"), QString(),
+    // pickers start beside the open checkpoint: B is usually the next step of the same run
+    auto besideA = [this] { return QFileInfo(m_context->path()).absolutePath(); };
+    QAction* pickFile = m_compareMenu->addAction(tr("File…"), this, [this, besideA] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Checkpoint B"), besideA(),
             tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.index.json);;All files (*)"));
         if (!path.isEmpty()) compareWith(path);
     });
-    openMenu->addAction(tr("DCP folder…"), this, [this] {
-        const QString path = QFileDialog::getExistingDirectory(this, tr("Checkpoint B (DCP folder)"));
+    pickFile->setObjectName(QStringLiteral("compareWithFile"));
+    QAction* pickFolder = m_compareMenu->addAction(tr("Folder…"), this, [this, besideA] {
+        const QString path
+            = QFileDialog::getExistingDirectory(this, tr("Checkpoint B (a checkpoint folder)"), besideA());
         if (!path.isEmpty()) compareWith(path);
     });
-    m_openB->setMenu(openMenu);
+    pickFolder->setObjectName(QStringLiteral("compareWithFolder"));
+    m_openB->setMenu(m_compareMenu);
     bar->addWidget(m_openB);
     bar->addSpacing(12);
     bar->addWidget(new QLabel(tr("or ranks"), this));
@@ -99,19 +107,32 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     bar->addWidget(m_rankB);
     m_compareRanks->setToolTip(tr("Compare what two ranks of the open checkpoint hold, chunk by chunk"));
     bar->addWidget(m_compareRanks);
+    m_back->setToolTip(tr("Show the comparison of the two checkpoints again"));
+    m_back->hide();
+    connect(m_back, &QPushButton::clicked, this, &DiffPanel::showCheckpointDiff);
+    bar->addWidget(m_back);
     m_stop->setToolTip(tr("Cancel the running comparison"));
     m_stop->hide();
     bar->addWidget(m_stop);
     bar->addSpacing(12);
     auto* validator = new QDoubleValidator(0, 1e300, 20, this);
     validator->setNotation(QDoubleValidator::ScientificNotation);
+    m_rtol->setObjectName(QStringLiteral("rtol"));
+    m_atol->setObjectName(QStringLiteral("atol"));
+    m_back->setObjectName(QStringLiteral("backToCheckpointDiff"));
     m_rtol->setValidator(validator);
     m_atol->setValidator(validator);
     m_rtol->setPlaceholderText(QStringLiteral("0"));
     m_atol->setPlaceholderText(QStringLiteral("0"));
     m_rtol->setMaximumWidth(70);
     m_atol->setMaximumWidth(70);
-    m_rtol->setToolTip(tr("relative tolerance: |a − b| ≤ atol + rtol·|b| counts as equal (0 and 0: bit-identical)"));
+    m_rtol->setToolTip(tr("relative tolerance: |a − b| ≤ atol + rtol·|b| counts as equal (0 and 0: bit-identical); "
+                          "the shown comparison follows as you type"));
+    m_tolTimer->setSingleShot(true);
+    m_tolTimer->setInterval(400);
+    connect(m_tolTimer, &QTimer::timeout, this, &DiffPanel::rerun);
+    connect(m_rtol, &QLineEdit::textChanged, m_tolTimer, qOverload<>(&QTimer::start));
+    connect(m_atol, &QLineEdit::textChanged, m_tolTimer, qOverload<>(&QTimer::start));
     m_atol->setToolTip(m_rtol->toolTip());
     bar->addWidget(new QLabel(tr("rtol"), this));
     bar->addWidget(m_rtol);
@@ -199,6 +220,10 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     connect(m_search, &QLineEdit::textChanged, this, &DiffPanel::updateFilter);
     connect(m_logScale, &QCheckBox::toggled, m_histogram, &HistogramPlot::setLogScale);
     connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &DiffPanel::onCurrentChanged);
+    // one selection: a key selected elsewhere (the tree, the FQN mapping) becomes the current row here
+    connect(m_context, &CheckpointContext::selectionChanged, this, [this](const QString& key) {
+        if (hasReport()) showKey(key);
+    });
     connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
         const int row = index.data(DiffModel::EntryIndexRole).toInt();
         const auto& e = m_model->report().entries[static_cast<size_t>(row)];
@@ -220,6 +245,9 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
         m_model->setData({});
         m_stepChange.clear();
         m_checkpointB.reset();
+        m_shown = {};
+        m_savedCheckpointDiff.reset();
+        m_back->hide();
         Q_EMIT comparisonChanged(nullptr);
         m_heatmap->setReport({});
         m_histogram->clearHistogram(tr("Select a changed tensor"));
@@ -241,6 +269,7 @@ void DiffPanel::setBusy(bool busy)
 {
     const bool open = m_context->checkpoint() != nullptr;
     m_openB->setEnabled(open && !busy);
+    m_compareMenu->menuAction()->setEnabled(open && !busy);
     m_compareRanks->setEnabled(open && !busy);
     m_stop->setVisible(busy);
 }
@@ -248,12 +277,98 @@ void DiffPanel::setBusy(bool busy)
 void DiffPanel::compareWith(const QString& path)
 {
     const QString abs = QFileInfo(path).absoluteFilePath();
-    run(tr("Diff with %1").arg(QFileInfo(abs).fileName()), abs, -1, -1);
+    // two folders both named ckpt: their parents tell them apart
+    const auto [nameA, nameB] = Format::distinctNames(m_context->path(), abs);
+    run(tr("A: %1 ↔ B: %2").arg(nameA, nameB), abs, -1, -1);
+}
+
+void DiffPanel::rerun()
+{
+    if (!hasReport() || !m_context->checkpoint()) return;
+    run(m_shown.label, m_shown.pathB, m_shown.rankA, m_shown.rankB);
+}
+
+bool DiffPanel::showCheckpointDiff()
+{
+    if (!m_savedCheckpointDiff) return false;
+    Comparison c = std::move(*m_savedCheckpointDiff);
+    m_savedCheckpointDiff.reset();
+    show(std::move(c));
+    return true;
 }
 
 void DiffPanel::compareRanks(int rankA, int rankB)
 {
     run(tr("Diff of rank %1 and rank %2").arg(rankA).arg(rankB), QString(), rankA, rankB);
+}
+
+void DiffPanel::show(Comparison c)
+{
+    // a rank comparison keeps the checkpoint comparison it replaces, one click away
+    if (c.rankA >= 0 && m_shown.rankA < 0 && !m_shown.pathB.isEmpty() && hasReport()) {
+        Comparison saved = m_shown;
+        saved.report = m_model->report();
+        saved.steps = m_stepChange;
+        saved.b = m_checkpointB;
+        m_savedCheckpointDiff = std::move(saved);
+    }
+    if (c.rankA < 0) m_savedCheckpointDiff.reset();
+    m_back->setVisible(m_savedCheckpointDiff.has_value());
+    if (m_savedCheckpointDiff)
+        m_back->setText(tr("Back to %1").arg(QFileInfo(m_savedCheckpointDiff->pathB).fileName()));
+    m_shown.label = c.label;
+    m_shown.pathB = c.pathB;
+    m_shown.rankA = c.rankA;
+    m_shown.rankB = c.rankB;
+    m_pathB = c.pathB;
+    DiffReport report = std::move(c.report);
+    m_stepChange = c.steps;
+    m_checkpointB = c.b;
+    Q_EMIT comparisonChanged(c.b);
+    setBusy(false);
+    const QString label = c.label;
+    const bool equal = report.equal;
+    QStringList counts;
+    for (const DiffStatus s : {DiffStatus::Changed, DiffStatus::OnlyA, DiffStatus::OnlyB})
+        if (const size_t n = report.count(s))
+            counts << QStringLiteral("%1 %2").arg(n).arg(s == DiffStatus::OnlyA ? tr("only in A")
+                    : s == DiffStatus::OnlyB                                    ? tr("only in B")
+                                                                                : tr("changed"));
+    QString text = (equal ? tr("<b style=\"color:#2e7d32\">EQUAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>"))
+        + tr(": %1 of %2 keys equal").arg(report.count(DiffStatus::Equal)).arg(report.entries.size());
+    if (!counts.isEmpty()) text += QStringLiteral(", ") + counts.join(QLatin1String(", "));
+    // the training progress between the two comes first to mind: say it before the numbers
+    if (!m_stepChange.isEmpty()) text = QStringLiteral("<b>%1</b> &nbsp; ").arg(m_stepChange.toHtmlEscaped()) + text;
+    text += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>").arg(label.toHtmlEscaped());
+    if (c.rtol != 0 || c.atol != 0)
+        text += QStringLiteral(" &nbsp; <span style=\"color:gray\">rtol %1, atol %2</span>").arg(c.rtol).arg(c.atol);
+    for (const auto& n : report.notes)
+        text += QStringLiteral("<br><span style=\"color:gray\">%1</span>")
+                    .arg(QString::fromStdString(n).toHtmlEscaped());
+    m_summary->setText(text);
+    m_heatmap->setReport(report);
+    const QString selected = m_context->selectedKey();
+    m_model->setData(std::move(report));
+    m_export->setEnabled(true);
+    updateFilter();
+    // most interesting first: the largest difference
+    m_view->sortByColumn(DiffModel::MaxAbsColumn, Qt::DescendingOrder);
+    // stay on the key selected everywhere; else start on the most different tensor of more than one element (steps
+    // are scalars)
+    int first = m_proxy->rowCount() > 0 ? 0 : -1;
+    int onSelected = -1;
+    bool firstFound = false;
+    for (int r = 0; r < m_proxy->rowCount() && (onSelected < 0 || !firstFound); ++r) {
+        const auto& e = m_model->report()
+                            .entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
+        if (!selected.isEmpty() && onSelected < 0 && QString::fromStdString(e.keyA) == selected) onSelected = r;
+        if (!firstFound && e.numel > 1 && e.numDiff > 0) {
+            first = r;
+            firstFound = true;
+        }
+    }
+    const int current = onSelected >= 0 ? onSelected : first;
+    if (current >= 0) m_view->setCurrentIndex(m_proxy->index(current, 0));
 }
 
 void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int rankB)
@@ -281,49 +396,18 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
             out.steps = stepChangeText(*a, *out.b);
             return out;
         },
-        [this, label](DiffOutcome result) {
-            DiffReport report = std::move(result.report);
-            m_stepChange = QString::fromStdString(result.steps);
-            m_checkpointB = result.b;
-            Q_EMIT comparisonChanged(result.b);
-            setBusy(false);
-            const bool equal = report.equal;
-            QStringList counts;
-            for (const DiffStatus s : {DiffStatus::Changed, DiffStatus::OnlyA, DiffStatus::OnlyB})
-                if (const size_t n = report.count(s))
-                    counts << QStringLiteral("%1 %2").arg(n).arg(s == DiffStatus::OnlyA ? tr("only in A")
-                            : s == DiffStatus::OnlyB                                    ? tr("only in B")
-                                                                                        : tr("changed"));
-            QString text
-                = (equal ? tr("<b style=\"color:#2e7d32\">EQUAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>"))
-                + tr(": %1 of %2 keys equal").arg(report.count(DiffStatus::Equal)).arg(report.entries.size());
-            if (!counts.isEmpty()) text += QStringLiteral(", ") + counts.join(QLatin1String(", "));
-            // the training progress between the two comes first to mind: say it before the numbers
-            if (!m_stepChange.isEmpty())
-                text = QStringLiteral("<b>%1</b> &nbsp; ").arg(m_stepChange.toHtmlEscaped()) + text;
-            text += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>").arg(label.toHtmlEscaped());
-            for (const auto& n : report.notes)
-                text += QStringLiteral("<br><span style=\"color:gray\">%1</span>")
-                            .arg(QString::fromStdString(n).toHtmlEscaped());
-            m_summary->setText(text);
-            m_heatmap->setReport(report);
-            m_model->setData(std::move(report));
-            m_export->setEnabled(true);
-            updateFilter();
-            // most interesting first: the largest difference
-            m_view->sortByColumn(DiffModel::MaxAbsColumn, Qt::DescendingOrder);
-            // start on the most different tensor of more than one element (steps are scalars)
-            int first = m_proxy->rowCount() > 0 ? 0 : -1;
-            for (int r = 0; r < m_proxy->rowCount(); ++r) {
-                const auto& e
-                    = m_model->report()
-                          .entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
-                if (e.numel > 1 && e.numDiff > 0) {
-                    first = r;
-                    break;
-                }
-            }
-            if (first >= 0) m_view->setCurrentIndex(m_proxy->index(first, 0));
+        [this, label, pathB, rankA, rankB, options](DiffOutcome result) {
+            Comparison c;
+            c.rtol = options.rtol;
+            c.atol = options.atol;
+            c.report = std::move(result.report);
+            c.steps = QString::fromStdString(result.steps);
+            c.b = result.b;
+            c.label = label;
+            c.pathB = pathB;
+            c.rankA = rankA;
+            c.rankB = rankB;
+            show(std::move(c));
             Q_EMIT finished(true);
         },
         [this](const QString& message, bool cancelled) {
@@ -411,7 +495,15 @@ void DiffPanel::onCurrentChanged()
 {
     const QModelIndex current = m_view->currentIndex();
     if (!current.isValid()) return;
-    showEntry(current.data(DiffModel::EntryIndexRole).toInt());
+    const int entryIndex = current.data(DiffModel::EntryIndexRole).toInt();
+    showEntry(entryIndex);
+    // one selection: the tree, Tensor details and Shard layout follow the row (A's key; keys only in B stay here)
+    const auto& entries = m_model->report().entries;
+    if (entryIndex >= 0 && entryIndex < static_cast<int>(entries.size())) {
+        const std::string& keyA = entries[static_cast<size_t>(entryIndex)].keyA;
+        if (!keyA.empty() && m_context->checkpoint() && m_context->checkpoint()->find(keyA))
+            m_context->select(QString::fromStdString(keyA));
+    }
 }
 
 void DiffPanel::showKey(const QString& key)

@@ -2,6 +2,9 @@
 #pragma once
 
 #include "optscope/checkpoint.h"
+#include "optscope/diff_report.h"
+
+#include <optional>
 
 #include <QWidget>
 
@@ -13,6 +16,7 @@ class QMenu;
 class QModelIndex;
 class QPushButton;
 class QSpinBox;
+class QTimer;
 class QTableView;
 class QToolButton;
 
@@ -46,8 +50,15 @@ public:
 
     /// compares the open checkpoint with @p path in the background
     void compareWith(const QString& path);
-    /// compares two ranks of the open checkpoint
+    /// compares two ranks of the open checkpoint; a checkpoint comparison shown before stays one click away
     void compareRanks(int rankA, int rankB);
+    /// whether the table shows a comparison of two ranks (else of two checkpoints, or nothing)
+    bool showingRanks() const { return m_shown.rankA >= 0; }
+    /// back from a rank comparison to the checkpoint comparison it replaced; false if there is none
+    bool showCheckpointDiff();
+    /// File… and DCP folder… pickers for B, starting beside the open checkpoint (the panel's button and the main
+    /// window's File > Compare with… show the same menu)
+    QMenu* compareMenu() const { return m_compareMenu; }
     /// shows the Δ histogram of a key of the report (the table selection follows)
     void showKey(const QString& key);
     /// the context menu of a row: Copy full key, Copy value (scalars, A's), Show in shard layout, Inspect in Tensor
@@ -72,7 +83,23 @@ protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
+    /// one comparison as shown: its report and where it came from
+    struct Comparison
+    {
+        DiffReport report;
+        QString steps;
+        CheckpointPtr b;
+        QString label;
+        QString pathB;
+        int rankA = -1;
+        int rankB = -1;
+        double rtol = 0;
+        double atol = 0;
+    };
     void run(const QString& label, const QString& pathB, int rankA, int rankB);
+    void show(Comparison comparison);
+    /// the tolerances changed: the shown comparison is run again with them
+    void rerun();
     void onCurrentChanged();
     void showEntry(int entryIndex);
     void updateFilter();
@@ -100,6 +127,11 @@ private:
     QString m_pathB;
     QString m_stepChange;
     CheckpointPtr m_checkpointB; ///< B of a checkpoint comparison (null for ranks), for one-element values
+    QMenu* m_compareMenu;
+    QPushButton* m_back;
+    QTimer* m_tolTimer;
+    Comparison m_shown; ///< without its report (the model holds it): what to run again when the tolerances change
+    std::optional<Comparison> m_savedCheckpointDiff; ///< replaced by a rank comparison
 };
 
 } // namespace optscope::ui

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "format.h"
 
+#include <QDir>
 #include <QStringList>
+
+#include <algorithm>
 
 #include <cmath>
 
@@ -72,6 +75,23 @@ QString Format::box(const std::vector<int64_t>& offsets, const std::vector<int64
     for (size_t d = 0; d < offsets.size() && d < sizes.size(); ++d)
         parts << QStringLiteral("%1:%2").arg(offsets[d]).arg(offsets[d] + sizes[d]);
     return QLatin1Char('[') + parts.join(QLatin1String(", ")) + QLatin1Char(']');
+}
+
+std::pair<QString, QString> Format::distinctNames(const QString& pathA, const QString& pathB)
+{
+    const QStringList a
+        = QDir::cleanPath(QDir::fromNativeSeparators(pathA)).split(QLatin1Char('/'), Qt::SkipEmptyParts);
+    const QStringList b
+        = QDir::cleanPath(QDir::fromNativeSeparators(pathB)).split(QLatin1Char('/'), Qt::SkipEmptyParts);
+    auto tail = [](const QStringList& parts, int n) {
+        return parts.mid(std::max(0, int(parts.size()) - n)).join(QLatin1Char('/'));
+    };
+    const int most = int(std::max(a.size(), b.size()));
+    for (int n = 1; n <= most; ++n) {
+        const QString ta = tail(a, n), tb = tail(b, n);
+        if (ta != tb) return {ta, tb};
+    }
+    return {tail(a, 1), tail(b, 1)}; // the same path twice
 }
 
 } // namespace optscope::ui

@@ -6,6 +6,7 @@
 #include <QString>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace optscope::ui {
@@ -29,6 +30,9 @@ public:
     /// "[0:2, 0:6]" for a box at @p offsets of @p sizes
     static QString box(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes);
     static QString fromStd(const std::string& s) { return QString::fromStdString(s); }
+    /// names for two paths that tell them apart: the file or folder names, with as many parent folders as it takes
+    /// when those are equal ("run1/ckpt" and "run2/ckpt"); the names alone when they differ
+    static std::pair<QString, QString> distinctNames(const QString& pathA, const QString& pathB);
 };
 
 } // namespace optscope::ui

@@ -212,6 +212,13 @@ void MainWindow::setupMenus()
           });
     openFolder->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
     m_recentMenu = file->addMenu(tr("Open &Recent"));
+    file->addSeparator();
+    // the Diff panel's own pickers (File…, Folder…): B starts beside A
+    QMenu* compare = m_diff->compareMenu();
+    compare->menuAction()->setObjectName(QStringLiteral("compareWith"));
+    file->addMenu(compare);
+    connect(compare, &QMenu::triggered, this, [this] { raisePanel(QStringLiteral("diff")); });
+    file->addSeparator();
     QAction* demo = file->addAction(tr("Open &Demo Checkpoint"), this, [this] {
         if (!m_demoPath.isEmpty()) openPath(m_demoPath);
     });

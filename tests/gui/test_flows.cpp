@@ -32,6 +32,7 @@
 
 #include <unistd.h>
 
+#include <QAction>
 #include <QClipboard>
 #include <QComboBox>
 #include <QDir>
@@ -42,8 +43,10 @@
 #include <QIcon>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLineEdit>
 #include <QMenu>
 #include <QMimeData>
+#include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -107,6 +110,8 @@ private Q_SLOTS:
     void scalarsShownAsValues();
     void unsafeGlobalsBannerAndRows();
     void paramGroupsTable();
+    void diffFollowsThroughAndModes();
+    void diffRankModeKeepsTheCheckpointDiff();
 };
 
 void TestFlows::init()
@@ -863,6 +868,83 @@ void TestFlows::paramGroupsTable()
     QVERIFY(groups->index(0, 4).data(Qt::ToolTipRole).toString().contains(QLatin1String("B: 0.01")));
     QVERIFY(!groups->index(0, 1).data(ParamGroupsModel::DiffersRole).toBool()); // the same lr
     QVERIFY(groups->index(1, 1).data(ParamGroupsModel::DiffersRole).toBool()); // no group 1 in B
+}
+
+void TestFlows::diffFollowsThroughAndModes()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    auto* compare = w.findChild<QAction*>(QStringLiteral("compareWith"));
+    QVERIFY(compare); // File > Compare with…
+    QVERIFY(!compare->isEnabled()); // nothing open to compare
+    QVERIFY(openAndWait(w, testData("adam_int.pt")));
+    QVERIFY(compare->isEnabled());
+    QCOMPARE(compare->menu(), w.diffPanel()->compareMenu());
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("adam_step_mismatch.pt"));
+    QVERIFY(done.wait(Timeout));
+    auto currentKey = [&] {
+        const QModelIndex c = diff->view()->currentIndex();
+        return c.sibling(c.row(), DiffModel::KeyColumn).data().toString();
+    };
+    // one selection: the diff's current row is the key selected everywhere
+    QCOMPARE(currentKey(), QStringLiteral("state.0.exp_avg"));
+    QCOMPARE(w.context()->selectedKey(), QStringLiteral("state.0.exp_avg"));
+    QSignalSpy selected(w.context(), &CheckpointContext::selectionChanged);
+    QSignalSpy stats(w.findChild<TensorDetailsPanel*>(), &TensorDetailsPanel::statsReady);
+    diff->showKey(QStringLiteral("state.1.exp_avg_sq")); // a click on another row
+    QCOMPARE(w.context()->selectedKey(), QStringLiteral("state.1.exp_avg_sq"));
+    QCOMPARE(selected.count(), 1);
+    QVERIFY(stats.wait(Timeout)); // Tensor details computes the new key's statistics
+    // ... and a key selected in the tree becomes the current row
+    w.context()->select(QStringLiteral("state.2.exp_avg"));
+    QCOMPARE(currentKey(), QStringLiteral("state.2.exp_avg"));
+    // the names say which is which
+    QVERIFY(diff->summaryText().contains(QLatin1String("A: adam_int.pt")));
+    QVERIFY(diff->summaryText().contains(QLatin1String("B: adam_step_mismatch.pt")));
+
+    // tolerances apply as they are typed: the same comparison runs again, and stays on the selected key
+    const size_t changedExact = diff->model()->report().count(DiffStatus::Changed);
+    QVERIFY(changedExact > 0);
+    auto* atol = diff->findChild<QLineEdit*>(QStringLiteral("atol"));
+    QVERIFY(atol);
+    atol->setText(QStringLiteral("1e30"));
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(diff->model()->report().count(DiffStatus::Changed) < changedExact);
+    QVERIFY(diff->summaryText().contains(QLatin1String("atol 1e+30")));
+    QCOMPARE(currentKey(), QStringLiteral("state.2.exp_avg"));
+    atol->clear();
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(diff->model()->report().count(DiffStatus::Changed), changedExact);
+}
+
+void TestFlows::diffRankModeKeepsTheCheckpointDiff()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("fsdp2_r2"));
+    QVERIFY(done.wait(Timeout));
+    const size_t checkpointRows = diff->model()->report().entries.size();
+    const QString checkpointSummary = diff->summaryText();
+    QVERIFY(!diff->showingRanks());
+    auto* back = diff->findChild<QPushButton*>(QStringLiteral("backToCheckpointDiff"));
+    QVERIFY(back);
+    QVERIFY(back->isHidden());
+    diff->compareRanks(0, 1);
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(diff->showingRanks());
+    QVERIFY(!back->isHidden());
+    QVERIFY(back->text().contains(QLatin1String("fsdp2_r2")));
+    QVERIFY(diff->showCheckpointDiff()); // the button's action
+    QVERIFY(!diff->showingRanks());
+    QVERIFY(back->isHidden());
+    QCOMPARE(diff->model()->report().entries.size(), checkpointRows);
+    QCOMPARE(diff->summaryText(), checkpointSummary);
+    QVERIFY(!diff->showCheckpointDiff()); // nothing more to go back to
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)

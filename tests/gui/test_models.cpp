@@ -542,6 +542,18 @@ void TestModels::format()
     QCOMPARE(Format::elements(1), QStringLiteral("1 element"));
     QCOMPARE(Format::elements(0), QStringLiteral("0 elements"));
     QCOMPARE(Format::elements(1234), QStringLiteral("1,234 elements"));
+    // two checkpoints both named ckpt: their parent folders tell them apart, as few as it takes
+    using Names = std::pair<QString, QString>;
+    QCOMPARE(Format::distinctNames(QStringLiteral("/runs/a/step_100/ckpt"), QStringLiteral("/runs/a/step_200/ckpt")),
+        Names(QStringLiteral("step_100/ckpt"), QStringLiteral("step_200/ckpt")));
+    QCOMPARE(Format::distinctNames(QStringLiteral("/x/run1/s/ckpt/"), QStringLiteral("/y/run2/s/ckpt")),
+        Names(QStringLiteral("run1/s/ckpt"), QStringLiteral("run2/s/ckpt")));
+    QCOMPARE(Format::distinctNames(QStringLiteral("/d/a.pt"), QStringLiteral("/d/b.pt")),
+        Names(QStringLiteral("a.pt"), QStringLiteral("b.pt")));
+    QCOMPARE(Format::distinctNames(QStringLiteral("/d/a.pt"), QStringLiteral("/d/a.pt")),
+        Names(QStringLiteral("a.pt"), QStringLiteral("a.pt")));
+    QCOMPARE(Format::distinctNames(QStringLiteral("ckpt"), QStringLiteral("/abs/ckpt")),
+        Names(QStringLiteral("ckpt"), QStringLiteral("abs/ckpt")));
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestModels)
