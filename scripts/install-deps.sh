@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(
     cmake ninja-build g++ pkg-config
-    qt6-base-dev libqcustomplot-dev            # GUI
+    qt6-base-dev qt6-svg-dev libqcustomplot-dev # GUI (Qt SVG: plots saved as SVG)
     libtorch-dev nlohmann-json3-dev libssl-dev # core: tensors, JSON, SHA-256
     libgtest-dev googletest                    # tests
     python3 debootstrap                        # interop tests (scripts/torch-python builds a PyTorch 2.6 chroot)

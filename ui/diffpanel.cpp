@@ -8,6 +8,7 @@
 #include "histogramplot.h"
 #include "jobrunner.h"
 #include "keycolumnsizer.h"
+#include "plotexport.h"
 #include "reportexport.h"
 #include "statusfilterproxy.h"
 
@@ -213,6 +214,8 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     split->setStretchFactor(1, 1);
     layout->addWidget(split, 1);
     m_histogram->clearHistogram(tr("Select a changed tensor"));
+    PlotExport::install(m_heatmap, besideA, QStringLiteral("diff-heatmap"));
+    PlotExport::install(m_histogram, besideA, QStringLiteral("diff-histogram"));
 
     connect(m_stop, &QPushButton::clicked, this, [this] { m_context->runner()->cancel(QStringLiteral("diff")); });
     connect(m_compareRanks, &QPushButton::clicked, this, [this] { compareRanks(m_rankA->value(), m_rankB->value()); });

@@ -3,11 +3,13 @@
 
 #include "checkpointcontext.h"
 #include "format.h"
+#include "plotexport.h"
 #include "shardlayoutwidget.h"
 
 #include "optscope/scalar_value.h"
 #include "optscope/shard_layout.h"
 
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPainter>
@@ -54,6 +56,8 @@ ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, QWidget* parent)
     m_title->setWordWrap(true);
     layout->addWidget(m_title);
     layout->addWidget(m_widget, 1);
+    PlotExport::install(
+        m_widget, [this] { return QFileInfo(m_context->path()).absolutePath(); }, QStringLiteral("shard-layout"));
     auto* legend = new QHBoxLayout;
     const QColor blue(0x4e, 0x79, 0xa7), red(0xd6, 0x27, 0x28);
     legend->addWidget(legendSwatch(blue, QPen(blue.darker(140)), tr("chunk (colour per rank)"), this));

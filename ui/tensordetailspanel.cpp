@@ -8,6 +8,7 @@
 #include "jobrunner.h"
 #include "keytree.h"
 #include "paramgroupsmodel.h"
+#include "plotexport.h"
 #include "tensorstatsmodel.h"
 #include "valuespreviewmodel.h"
 
@@ -16,6 +17,7 @@
 #include "optscope/tensor_stats.h"
 
 #include <QCheckBox>
+#include <QFileInfo>
 #include <QFontDatabase>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -150,6 +152,8 @@ TensorDetailsPanel::TensorDetailsPanel(CheckpointContext* context, QWidget* pare
     groupsLayout->addWidget(groupsView, 1);
     m_stack->addWidget(groupsPage);
 
+    PlotExport::install(
+        m_histogram, [this] { return QFileInfo(m_context->path()).absolutePath(); }, QStringLiteral("histogram"));
     connect(m_context, &CheckpointContext::selectionChanged, this, &TensorDetailsPanel::onSelectionChanged);
     connect(m_context, &CheckpointContext::checkpointChanged, this, &TensorDetailsPanel::onSelectionChanged);
     onSelectionChanged();

@@ -16,6 +16,7 @@
 #include "jobrunner.h"
 #include "mainwindow.h"
 #include "paramgroupsmodel.h"
+#include "plotexport.h"
 #include "reshardpanel.h"
 #include "shardlayoutpanel.h"
 #include "shardlayoutwidget.h"
@@ -41,6 +42,7 @@
 #include <QGuiApplication>
 #include <QHeaderView>
 #include <QIcon>
+#include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLineEdit>
@@ -112,6 +114,7 @@ private Q_SLOTS:
     void paramGroupsTable();
     void diffFollowsThroughAndModes();
     void diffRankModeKeepsTheCheckpointDiff();
+    void plotsSaveAsImages();
 };
 
 void TestFlows::init()
@@ -945,6 +948,65 @@ void TestFlows::diffRankModeKeepsTheCheckpointDiff()
     QCOMPARE(diff->model()->report().entries.size(), checkpointRows);
     QCOMPARE(diff->summaryText(), checkpointSummary);
     QVERIFY(!diff->showCheckpointDiff()); // nothing more to go back to
+}
+
+void TestFlows::plotsSaveAsImages()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    w.resize(1440, 900);
+    w.show();
+    auto* details = w.findChild<TensorDetailsPanel*>();
+    QSignalSpy stats(details, &TensorDetailsPanel::statsReady);
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    if (stats.isEmpty()) QVERIFY(stats.wait(Timeout));
+    QTemporaryDir tmp;
+    HistogramPlot* histogram = details->histogram();
+    histogram->resize(400, 300);
+    // PNG at twice the size on screen
+    QVERIFY2(PlotExport::save(histogram, tmp.filePath(QStringLiteral("h.png"))).isEmpty(), "png");
+    const QImage png(tmp.filePath(QStringLiteral("h.png")));
+    QCOMPARE(png.size(), QSize(800, 600));
+    std::set<QRgb> colours;
+    for (int y = 0; y < png.height(); y += 7)
+        for (int x = 0; x < png.width(); x += 7)
+            colours.insert(png.pixel(x, y));
+    QVERIFY(colours.size() > 3); // bars, axes and text, not a blank image
+    // SVG: vector (the plot drawn again, its bars as paths), PDF: a PDF document
+    QVERIFY(PlotExport::save(histogram, tmp.filePath(QStringLiteral("h.svg"))).isEmpty());
+    const QString svg = readFile(tmp.filePath(QStringLiteral("h.svg")));
+    QVERIFY(svg.contains(QLatin1String("<svg")));
+    QVERIFY(svg.count(QLatin1String("<path")) > 10);
+    QVERIFY(!svg.contains(QLatin1String("<image"))); // not a bitmap in an SVG wrapper
+    QVERIFY(PlotExport::save(histogram, tmp.filePath(QStringLiteral("h.PDF"))).isEmpty());
+    QVERIFY(readFile(tmp.filePath(QStringLiteral("h.PDF"))).startsWith(QLatin1String("%PDF")));
+    // the shard layout (a plain widget) as SVG and PNG
+    ShardLayoutWidget* lanes = w.findChild<ShardLayoutPanel*>()->layoutWidget();
+    QVERIFY(PlotExport::save(lanes, tmp.filePath(QStringLiteral("lanes.svg"))).isEmpty());
+    QVERIFY(readFile(tmp.filePath(QStringLiteral("lanes.svg"))).contains(QLatin1String("<svg")));
+    QVERIFY(PlotExport::save(lanes, tmp.filePath(QStringLiteral("lanes.png"))).isEmpty());
+    QVERIFY(!QImage(tmp.filePath(QStringLiteral("lanes.png"))).isNull());
+    // failures name the file and leave nothing behind
+    const QString bad = PlotExport::save(histogram, tmp.filePath(QStringLiteral("h.bmp")));
+    QVERIFY(bad.contains(QLatin1String("h.bmp")));
+    const QString missing = tmp.filePath(QStringLiteral("no/such/folder/h.png"));
+    QVERIFY(PlotExport::save(histogram, missing).contains(QLatin1String("no/such/folder/h.png")));
+    QCOMPARE(QDir(tmp.path()).entryList(QDir::Files | QDir::Hidden).size(), 5); // no temporary files left
+    // every plot offers "Save image…" on right click
+    for (QWidget* plot : {static_cast<QWidget*>(histogram), static_cast<QWidget*>(lanes),
+             static_cast<QWidget*>(w.diffPanel()->heatmap()), static_cast<QWidget*>(w.diffPanel()->histogram())}) {
+        QCOMPARE(plot->contextMenuPolicy(), Qt::CustomContextMenu);
+        emit plot->customContextMenuRequested(QPoint(5, 5));
+        QMenu* menu = nullptr;
+        for (auto* m : plot->findChildren<QMenu*>())
+            if (m->findChild<QAction*>(QStringLiteral("saveImage")) || !m->actions().isEmpty()) menu = m;
+        QVERIFY(menu);
+        bool found = false;
+        for (auto* a : menu->actions())
+            found = found || a->objectName() == QLatin1String("saveImage");
+        QVERIFY(found);
+        menu->close();
+    }
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)
