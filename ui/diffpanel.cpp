@@ -172,7 +172,10 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     m_statusFilter->addItem(tr("Only in B"), QStringLiteral("only_b"));
     m_statusFilter->addItem(tr("Equal"), QStringLiteral("equal"));
     filterBar->addWidget(m_statusFilter);
-    m_search->setPlaceholderText(tr("Filter keys"));
+    m_search->setPlaceholderText(tr("Filter keys: words, mlp.*.weight, /regex/"));
+    m_search->setToolTip(tr("Keys matching every term: words anywhere in the key (case-insensitive), * ? [ ] as "
+                            "wildcards, /regex/, -term to exclude. Value terms (nan, dtype:, |x|) filter the State "
+                            "keys tree."));
     m_search->setClearButtonEnabled(true);
     filterBar->addWidget(m_search, 1);
     layout->addLayout(filterBar);
@@ -491,7 +494,7 @@ QMenu* DiffPanel::contextMenu(const QModelIndex& index)
 void DiffPanel::updateFilter()
 {
     m_proxy->setRequiredStatus(m_statusFilter->currentData().toString());
-    m_proxy->setFilterFixedString(m_search->text());
+    m_proxy->setKeyFilter(m_search->text());
 }
 
 void DiffPanel::onCurrentChanged()

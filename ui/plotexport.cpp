@@ -27,7 +27,8 @@ QString writeTo(QWidget* plot, const QString& path, const QString& suffix)
     const QSize size = plot->size().isEmpty() ? QSize(800, 500) : plot->size();
     auto* qcp = qobject_cast<QCustomPlot*>(plot);
     if (suffix == QLatin1String("png")) {
-        if (qcp) return qcp->savePng(path, size.width(), size.height(), 2.0) ? QString() : QStringLiteral("cannot write");
+        if (qcp)
+            return qcp->savePng(path, size.width(), size.height(), 2.0) ? QString() : QStringLiteral("cannot write");
         QPixmap image(size * 2);
         image.setDevicePixelRatio(2.0);
         image.fill(Qt::white);
@@ -82,10 +83,10 @@ QString PlotExport::save(QWidget* plot, const QString& path)
     if (!tmp.open()) return QObject::tr("%1: cannot write there (%2)").arg(path, tmp.errorString());
     const QString tmpPath = tmp.fileName();
     tmp.close();
-    if (const QString err = writeTo(plot, tmpPath, suffix); !err.isEmpty())
-        return QObject::tr("%1: %2").arg(path, err);
+    if (const QString err = writeTo(plot, tmpPath, suffix); !err.isEmpty()) return QObject::tr("%1: %2").arg(path, err);
     if (QFileInfo(tmpPath).size() == 0) return QObject::tr("%1: nothing was written").arg(path);
-    if (std::rename(QFile::encodeName(tmpPath).constData(), QFile::encodeName(target.absoluteFilePath()).constData()) != 0)
+    if (std::rename(QFile::encodeName(tmpPath).constData(), QFile::encodeName(target.absoluteFilePath()).constData())
+        != 0)
         return QObject::tr("%1: cannot rename the finished image into place").arg(path);
     tmp.setAutoRemove(false); // renamed away
     return {};

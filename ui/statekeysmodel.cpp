@@ -30,6 +30,7 @@ void StateKeysModel::setData(CheckpointPtr checkpoint, std::shared_ptr<const Key
     m_checkpoint = std::move(checkpoint);
     m_tree = std::move(tree);
     m_scalarText.clear();
+    m_facts.reset();
     m_unsafe = m_checkpoint ? findUnsafeGlobals(*m_checkpoint) : UnsafeGlobals {};
     rebuildFilter();
     endReset();
@@ -41,6 +42,15 @@ void StateKeysModel::setFilter(const QString& text)
     if (t == m_filter) return;
     beginResetModel();
     m_filter = t;
+    m_keyFilter = KeyFilter::parse(t.toStdString());
+    rebuildFilter();
+    endReset();
+}
+
+void StateKeysModel::setValueFacts(std::shared_ptr<const std::vector<ValueFacts>> facts)
+{
+    beginResetModel();
+    m_facts = std::move(facts);
     rebuildFilter();
     endReset();
 }
@@ -69,22 +79,18 @@ void StateKeysModel::rebuildFilter()
     }
     const int n = m_tree->size();
     std::vector<char> visible(static_cast<size_t>(n), 0);
-    const std::string needle = m_filter.toLower().toStdString();
-    auto containsFolded = [&needle](const std::string& hay) {
-        if (needle.size() > hay.size()) return false;
-        for (size_t i = 0; i + needle.size() <= hay.size(); ++i) {
-            size_t j = 0;
-            while (j < needle.size()
-                && static_cast<char>(std::tolower(static_cast<unsigned char>(hay[i + j]))) == needle[j])
-                ++j;
-            if (j == needle.size()) return true;
-        }
-        return false;
-    };
+    if (!m_checkpoint) {
+        m_matching = 0;
+        return;
+    }
+    const auto& entries = m_checkpoint->entries;
+    const bool haveFacts = m_facts && m_facts->size() == entries.size();
     m_matching = 0;
     for (int i = 1; i < n; ++i) {
         const auto& node = m_tree->node(i);
-        if (node.entry < 0 || !containsFolded(node.key)) continue;
+        if (node.entry < 0) continue;
+        const auto e = static_cast<size_t>(node.entry);
+        if (!m_keyFilter.matches(node.key, &entries[e], haveFacts ? &(*m_facts)[e] : nullptr)) continue;
         ++m_matching;
         for (int a = i; a > 0 && !visible[static_cast<size_t>(a)]; a = m_tree->node(a).parent)
             visible[static_cast<size_t>(a)] = 1;

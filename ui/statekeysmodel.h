@@ -2,6 +2,7 @@
 #pragma once
 
 #include "optscope/checkpoint.h"
+#include "optscope/key_filter.h"
 #include "optscope/unsafe_globals.h"
 
 #include <QAbstractItemModel>
@@ -16,7 +17,8 @@ class KeyTree;
 
 /// The checkpoint's keys as a tree over a prebuilt KeyTree. Lazy: a node's children become rows only when the view
 /// asks for them (canFetchMore/fetchMore on expansion), so opening 100k keys costs nothing but the top level.
-/// Filtering keeps the leaves whose full key contains the text (case-insensitive) and their ancestors.
+/// Filtering (optscope::KeyFilter: words, wildcards, /regex/, dtype:, nan, inf, |x|) keeps the matching leaves and
+/// their ancestors; value predicates need the value facts (setValueFacts), read in the background by the panel.
 class StateKeysModel : public QAbstractItemModel
 {
     Q_OBJECT
@@ -35,6 +37,12 @@ public:
     void setData(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree);
     void setFilter(const QString& text);
     QString filter() const { return m_filter; }
+    const KeyFilter& keyFilter() const { return m_keyFilter; }
+    /// the filter asks about values (nan, inf, |x|) that have not been read yet
+    bool filterWaitsForValues() const { return m_keyFilter.needsValues() && !m_facts; }
+    /// what scanValueFacts read of the checkpoint's entries (kept until the next checkpoint); re-applies the filter
+    void setValueFacts(std::shared_ptr<const std::vector<ValueFacts>> facts);
+    bool hasValueFacts() const { return m_facts != nullptr; }
     /// leaves matching the filter (all leaves without a filter)
     int matchingLeaves() const { return m_matching; }
     /// the checkpoint's unsafe globals (pickled class paths outside the safe set, kept inert)
@@ -64,6 +72,8 @@ private:
     CheckpointPtr m_checkpoint;
     std::shared_ptr<const KeyTree> m_tree;
     QString m_filter;
+    KeyFilter m_keyFilter;
+    std::shared_ptr<const std::vector<ValueFacts>> m_facts;
     int m_matching = 0;
     /// with a filter: the visible children and row of every node (empty = no filter)
     std::vector<std::vector<int>> m_filteredChildren;

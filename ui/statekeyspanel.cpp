@@ -3,6 +3,7 @@
 
 #include "checkpointcontext.h"
 #include "format.h"
+#include "jobrunner.h"
 #include "keycolumnsizer.h"
 #include "keytree.h"
 #include "statekeysmodel.h"
@@ -33,6 +34,7 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     , m_summary(new QLabel(this))
     , m_warnings(new QLabel(this))
     , m_banner(new QLabel(this))
+    , m_filterMessage(new QLabel(this))
     , m_filterTimer(new QTimer(this))
 {
     auto* layout = new QVBoxLayout(this);
@@ -45,9 +47,22 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
                                            "border-radius: 3px; padding: 6px; }"));
     m_banner->hide();
     layout->addWidget(m_banner);
-    m_filter->setPlaceholderText(tr("Filter keys (e.g. exp_avg, layers.0, step)"));
+    m_filter->setPlaceholderText(tr("Filter: words, mlp.*.weight, /regex/, dtype:bf16, nan, inf, |x|>1e3"));
+    m_filter->setToolTip(
+        tr("<p>Keys matching every term:</p><ul>"
+           "<li><b>word</b> — the key contains it (case-insensitive); <b>* ? [ ]</b> are wildcards</li>"
+           "<li><b>/regex/</b> or <b>re:regex</b> — a regular expression found in the key</li>"
+           "<li><b>dtype:bf16</b> — tensors of that type (bf16, fp16, fp32, int64, ...)</li>"
+           "<li><b>nan</b>, <b>inf</b> — tensors holding NaN / ±inf</li>"
+           "<li><b>|x|&gt;1e3</b>, <b>|x|&lt;=0</b> — the largest finite |x| compared</li>"
+           "<li><b>-term</b> — the term does not hold; <b>key:inf</b> — the word itself</li></ul>"
+           "<p>Value terms read every tensor once (in the background).</p>"));
     m_filter->setClearButtonEnabled(true);
     layout->addWidget(m_filter);
+    m_filterMessage->setWordWrap(true);
+    m_filterMessage->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_filterMessage->hide();
+    layout->addWidget(m_filterMessage);
 
     m_view->setModel(m_model);
     m_view->setUniformRowHeights(true);
@@ -172,7 +187,50 @@ void StateKeysPanel::applyFilter()
     // few matches: show them all
     if (!m_model->filter().isEmpty() && m_model->matchingLeaves() <= 500) m_view->expandAll();
     onSelectionChanged(m_context->selectedKey());
+    const KeyFilter& f = m_model->keyFilter();
+    QString message;
+    QString style = QStringLiteral("QLabel { color: #7f1d1d; }");
+    if (!f.error().empty()) {
+        message = tr("Filter: %1").arg(QString::fromStdString(f.error()));
+    } else if (m_model->filterWaitsForValues()) {
+        message = tr("Reading every tensor's values for nan, inf and |x|…");
+        style = QStringLiteral("QLabel { color: gray; }");
+        readValuesForFilter();
+    } else if (!m_model->filter().isEmpty() && m_model->matchingLeaves() == 0) {
+        message = tr("No key matches “%1”. Every term must hold: words anywhere in the key, * ? [ ] as wildcards, "
+                     "/regex/, dtype:bf16, nan, inf, |x|>1e3 (hover the box for more).")
+                      .arg(m_model->filter());
+    }
+    m_filterMessage->setStyleSheet(style);
+    m_filterMessage->setText(message);
+    m_filterMessage->setVisible(!message.isEmpty());
     updateSummary();
+}
+
+void StateKeysPanel::readValuesForFilter()
+{
+    const CheckpointPtr cp = m_context->checkpoint();
+    if (!cp) return;
+    m_context->runner()->run(
+        QStringLiteral("filter-values"), tr("Reading values for the filter"), this,
+        [cp](const Progress& progress) {
+            return std::make_shared<const std::vector<ValueFacts>>(scanValueFacts(*cp, progress));
+        },
+        [this, cp](std::shared_ptr<const std::vector<ValueFacts>> facts) {
+            if (cp != m_context->checkpoint()) return; // another checkpoint opened meanwhile
+            m_model->setValueFacts(std::move(facts));
+            applyFilter();
+        },
+        [this](const QString& message, bool cancelled) {
+            m_filterMessage->setText(cancelled ? tr("Reading values was cancelled: nan, inf and |x| match nothing.")
+                                               : tr("Reading values failed: %1").arg(message));
+            m_filterMessage->show();
+        });
+}
+
+QString StateKeysPanel::filterMessage() const
+{
+    return m_filterMessage->isHidden() ? QString() : m_filterMessage->text();
 }
 
 void StateKeysPanel::onSelectionChanged(const QString& key)

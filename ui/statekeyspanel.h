@@ -27,6 +27,8 @@ public:
     QLineEdit* filterEdit() const { return m_filter; }
     /// the security banner's text: empty when the checkpoint names no unsafe global
     QString bannerText() const;
+    /// what the filter line says under the box: a malformed term, values being read, or that nothing matches
+    QString filterMessage() const;
 
     /// puts the focus into the filter box (Ctrl+F)
     void focusFilter();
@@ -49,6 +51,8 @@ private:
     void onCheckpointChanged();
     void onSelectionChanged(const QString& key);
     void applyFilter();
+    /// the filter asks about values: read them once per checkpoint in the background, then filter again
+    void readValuesForFilter();
     void updateSummary();
 
     CheckpointContext* m_context;
@@ -58,6 +62,7 @@ private:
     QLabel* m_summary;
     QLabel* m_warnings;
     QLabel* m_banner;
+    QLabel* m_filterMessage;
     QTimer* m_filterTimer;
     bool m_selecting = false;
     bool m_diffAvailable = false;

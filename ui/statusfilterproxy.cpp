@@ -30,7 +30,18 @@ bool StatusFilterProxy::filterAcceptsRow(int sourceRow, const QModelIndex& sourc
     const QString status = sourceModel()->index(sourceRow, 0, sourceParent).data(m_statusRole).toString();
     if (!m_required.isEmpty() && status != m_required) return false;
     if (!m_excluded.isEmpty() && status == m_excluded) return false;
+    if (!m_keyFilter.empty()) {
+        const QString key
+            = sourceModel()->index(sourceRow, filterKeyColumn(), sourceParent).data(filterRole()).toString();
+        if (!m_keyFilter.matchesKey(key.toStdString())) return false;
+    }
     return QSortFilterProxyModel::filterAcceptsRow(sourceRow, sourceParent);
+}
+
+void StatusFilterProxy::setKeyFilter(const QString& text)
+{
+    m_keyFilter = KeyFilter::parse(text.trimmed().toStdString());
+    invalidateFilter();
 }
 
 } // namespace optscope::ui

@@ -115,6 +115,7 @@ private Q_SLOTS:
     void diffFollowsThroughAndModes();
     void diffRankModeKeepsTheCheckpointDiff();
     void plotsSaveAsImages();
+    void filterSyntaxAndValuePredicates();
 };
 
 void TestFlows::init()
@@ -1007,6 +1008,59 @@ void TestFlows::plotsSaveAsImages()
         QVERIFY(found);
         menu->close();
     }
+}
+
+void TestFlows::filterSyntaxAndValuePredicates()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("diff/step4.pt"))); // an overflow: NaN in model.0.bias, inf in its Adam moments
+    StateKeysPanel* keys = w.findChild<StateKeysPanel*>();
+    StateKeysModel* model = keys->model();
+    auto filter = [&](const QString& text) {
+        keys->filterEdit()->setText(text);
+        emit keys->filterEdit()->returnPressed();
+    };
+    filter(QStringLiteral("model.*.bias"));
+    QCOMPARE(model->matchingLeaves(), 2);
+    QVERIFY(keys->filterMessage().isEmpty());
+    filter(QStringLiteral("state.0 exp_avg sq")); // words: all of them, anywhere
+    QCOMPARE(model->matchingLeaves(), 2);
+    filter(QStringLiteral("/^optim\\.state\\.2\\./ -step"));
+    QCOMPARE(model->matchingLeaves(), 4);
+    filter(QStringLiteral("/state[/"));
+    QCOMPARE(model->matchingLeaves(), 0);
+    QVERIFY(keys->filterMessage().contains(QLatin1String("not a regular expression")));
+    filter(QStringLiteral("blocks.0"));
+    QCOMPARE(model->matchingLeaves(), 0);
+    QVERIFY(keys->filterMessage().contains(QLatin1String("No key matches")));
+    // value predicates: the values are read once in the background, then the filter applies
+    QVERIFY(!model->hasValueFacts());
+    filter(QStringLiteral("nan"));
+    QVERIFY(keys->filterMessage().contains(QLatin1String("Reading")));
+    QTRY_VERIFY_WITH_TIMEOUT(model->hasValueFacts(), Timeout);
+    QCOMPARE(model->matchingLeaves(), 1);
+    QVERIFY(model->indexForKey(QStringLiteral("model.0.bias")).isValid());
+    QVERIFY(keys->filterMessage().isEmpty());
+    filter(QStringLiteral("inf")); // read already: immediate
+    QCOMPARE(model->matchingLeaves(), 2);
+    filter(QStringLiteral("|x|>0.3 model dtype:fp32"));
+    QCOMPARE(model->matchingLeaves(), 3);
+    filter(QString());
+    QVERIFY(model->matchingLeaves() > 10);
+
+    // the Diff table's filter takes the same key terms
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("diff/step3.pt"));
+    QVERIFY(done.wait(Timeout));
+    auto* search = diff->findChildren<QLineEdit*>().last();
+    for (auto* e : diff->findChildren<QLineEdit*>())
+        if (e->placeholderText().startsWith(QLatin1String("Filter keys"))) search = e;
+    search->setText(QStringLiteral("state.*exp_avg_sq"));
+    QCOMPARE(diff->proxy()->rowCount(), 4);
+    search->setText(QStringLiteral("/bias$/ model"));
+    QCOMPARE(diff->proxy()->rowCount(), 2);
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)

@@ -484,6 +484,11 @@ void TestModels::diffModel()
     QCOMPARE(proxy.index(1, DiffModel::NumDiffColumn).data().toString(), QStringLiteral("30"));
     proxy.setFilterFixedString(QStringLiteral("exp_avg_sq"));
     QCOMPARE(proxy.rowCount(), 4);
+    proxy.setFilterFixedString(QString());
+    proxy.setKeyFilter(QStringLiteral("state.[01].exp_avg*"));
+    QCOMPARE(proxy.rowCount(), 4);
+    proxy.setKeyFilter(QStringLiteral("state.[01].exp_avg* -sq"));
+    QCOMPARE(proxy.rowCount(), 2);
 }
 
 void TestModels::diagnosisModel()
