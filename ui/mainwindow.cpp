@@ -86,6 +86,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_diff, &DiffPanel::finished, this, [this](bool) { m_keys->setDiffAvailable(m_diff->hasReport()); });
     connect(m_diff, &DiffPanel::comparisonChanged, m_details, &TensorDetailsPanel::setComparison);
     connect(m_diagnose, &DiagnosePanel::openRequested, this, &MainWindow::openPath);
+    connect(m_reshard, &ReshardPanel::openRequested, this, &MainWindow::openPath);
+    connect(m_reshard, &ReshardPanel::previewChanged, this, [this](std::optional<ReshardOptions> options) {
+        const bool on = options.has_value();
+        m_shards->setPreview(std::move(options));
+        if (on) raisePanel(QStringLiteral("shards"));
+    });
     connect(m_context, &CheckpointContext::loadStarted, this,
         [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(path)); });
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {

@@ -18,6 +18,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -46,6 +47,8 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     , m_verify(new QPushButton(tr("Verify"), this))
     , m_reshard(new QPushButton(tr("Reshard and save…"), this))
     , m_stop(new QPushButton(tr("Stop"), this))
+    , m_preview(new QPushButton(tr("Preview layout"), this))
+    , m_open(new QPushButton(tr("Open resharded"), this))
     , m_export(new QToolButton(this))
     , m_problemsOnly(new QCheckBox(tr("Only problems"), this))
     , m_summary(new QLabel(this))
@@ -84,19 +87,28 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     m_stop->setToolTip(tr("Cancel the running reshard or verify"));
     m_stop->hide();
     actions->addWidget(m_stop);
+    m_preview->setCheckable(true);
+    m_preview->setObjectName(QStringLiteral("previewLayout"));
+    m_preview->setToolTip(tr("Show the selected tensor in the Shard layout view as the target layout would split "
+                             "it, before anything is written"));
+    actions->addWidget(m_preview);
+    m_open->setObjectName(QStringLiteral("openResharded"));
+    m_open->setToolTip(tr("Open the checkpoint just written"));
+    m_open->hide();
+    actions->addWidget(m_open);
     m_export->setText(tr("Export report"));
     m_export->setPopupMode(QToolButton::InstantPopup);
     auto* menu = new QMenu(m_export);
     menu->addAction(tr("JSON…"), this, [this] {
-        const QString path = QFileDialog::getSaveFileName(
-            this, tr("Export report"), QStringLiteral("verify.json"), tr("JSON (*.json)"));
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export report"),
+            QFileInfo(m_context->path()).absoluteDir().filePath(QStringLiteral("verify.json")), tr("JSON (*.json)"));
         if (!path.isEmpty())
             if (const QString err = exportJson(path); !err.isEmpty())
                 QMessageBox::warning(this, tr("Export report"), err);
     });
     menu->addAction(tr("CSV…"), this, [this] {
-        const QString path
-            = QFileDialog::getSaveFileName(this, tr("Export report"), QStringLiteral("verify.csv"), tr("CSV (*.csv)"));
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export report"),
+            QFileInfo(m_context->path()).absoluteDir().filePath(QStringLiteral("verify.csv")), tr("CSV (*.csv)"));
         if (!path.isEmpty())
             if (const QString err = exportCsv(path); !err.isEmpty())
                 QMessageBox::warning(this, tr("Export report"), err);
@@ -132,8 +144,17 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     connect(m_stop, &QPushButton::clicked, this, [this] { m_context->runner()->cancel(QStringLiteral("reshard")); });
     connect(m_reshard, &QPushButton::clicked, this, [this] {
         const QString out = QFileDialog::getSaveFileName(this, tr("Save the resharded checkpoint as a new folder"),
-            QDir::homePath() + QStringLiteral("/resharded"), QString(), nullptr, QFileDialog::ShowDirsOnly);
+            suggestedOutput(), QString(), nullptr, QFileDialog::ShowDirsOnly);
         if (!out.isEmpty()) reshardTo(out);
+    });
+    connect(m_preview, &QPushButton::toggled, this, &ReshardPanel::setPreviewing);
+    auto followOptions = [this] {
+        if (m_preview->isChecked()) Q_EMIT previewChanged(targetOptions());
+    };
+    connect(m_world, qOverload<int>(&QSpinBox::valueChanged), this, followOptions);
+    connect(m_layout, qOverload<int>(&QComboBox::currentIndexChanged), this, followOptions);
+    connect(m_open, &QPushButton::clicked, this, [this] {
+        if (!m_lastOutput.isEmpty()) Q_EMIT openRequested(m_lastOutput);
     });
     connect(m_problemsOnly, &QCheckBox::toggled, this,
         [this](bool on) { m_proxy->setExcludedStatus(on ? QStringLiteral("identical") : QString()); });
@@ -145,6 +166,31 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
 QString ReshardPanel::summaryText() const
 {
     return m_summary->text();
+}
+
+ReshardOptions ReshardPanel::targetOptions() const
+{
+    ReshardOptions options;
+    options.worldSize = m_world->value();
+    options.layout = shardingStyleFromName(m_layout->currentData().toString().toStdString());
+    return options;
+}
+
+void ReshardPanel::setPreviewing(bool on)
+{
+    if (m_preview->isChecked() != on) {
+        m_preview->setChecked(on); // toggled() comes back here
+        return;
+    }
+    Q_EMIT previewChanged(on ? std::optional<ReshardOptions>(targetOptions()) : std::nullopt);
+}
+
+QString ReshardPanel::suggestedOutput() const
+{
+    const QFileInfo source(m_context->path());
+    const QString base = source.isDir() ? source.fileName() : source.completeBaseName();
+    return source.absoluteDir().filePath(
+        QStringLiteral("%1_%2ranks").arg(base.isEmpty() ? QStringLiteral("resharded") : base).arg(m_world->value()));
 }
 
 void ReshardPanel::queryDevices()
@@ -177,6 +223,9 @@ void ReshardPanel::onCheckpointChanged()
 {
     m_model->setData({});
     m_export->setEnabled(false);
+    m_open->hide();
+    m_lastOutput.clear();
+    setPreviewing(false);
     const auto& cp = m_context->checkpoint();
     const bool open = cp != nullptr;
     m_verify->setEnabled(open);
@@ -279,9 +328,7 @@ void ReshardPanel::reshardTo(const QString& outDir)
     const CheckpointPtr cp = m_context->checkpoint();
     if (!cp) return;
     const int world = m_world->value();
-    ReshardOptions options;
-    options.worldSize = world;
-    options.layout = shardingStyleFromName(m_layout->currentData().toString().toStdString());
+    const ReshardOptions options = targetOptions();
     const std::string out = outDir.toStdString();
     setBusy(true);
     m_summary->setText(tr("Writing %1…").arg(outDir.toHtmlEscaped()));
@@ -301,6 +348,8 @@ void ReshardPanel::reshardTo(const QString& outDir)
             m_model->setData(std::move(report));
             showReport();
             m_summary->setText(m_summary->text() + tr("<br>Saved to %1").arg(outDir.toHtmlEscaped()));
+            m_lastOutput = outDir;
+            m_open->show();
             Q_EMIT finished(true);
         },
         [this](const QString& message, bool cancelled) {

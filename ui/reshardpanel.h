@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/reshard.h"
+
 #include <QWidget>
+
+#include <optional>
 
 class QCheckBox;
 class QComboBox;
@@ -33,6 +37,14 @@ public:
     QComboBox* deviceCombo() const { return m_device; }
     QPushButton* stopButton() const { return m_stop; }
     QString summaryText() const;
+    /// the target layout the options describe (world size, FSDP1/FSDP2)
+    ReshardOptions targetOptions() const;
+    /// turns the Shard layout preview of the target layout on or off (the "Preview layout" button)
+    void setPreviewing(bool on);
+    /// the folder the last "Reshard and save" wrote (empty before); "Open resharded" opens it
+    QString lastOutput() const { return m_lastOutput; }
+    /// "<checkpoint's folder>/<its name>_<N>ranks": where the save dialog starts
+    QString suggestedOutput() const;
 
     /// verify-by-load in the background (the Verify button)
     void verify();
@@ -43,6 +55,10 @@ public:
 
 Q_SIGNALS:
     void finished(bool ok);
+    /// the Shard layout view should show the target layout (options) or the checkpoint's own (nullopt)
+    void previewChanged(std::optional<optscope::ReshardOptions> options);
+    /// "Open resharded": the main window opens the written folder
+    void openRequested(const QString& path);
 
 private:
     void onCheckpointChanged();
@@ -57,6 +73,9 @@ private:
     QPushButton* m_verify;
     QPushButton* m_reshard;
     QPushButton* m_stop;
+    QPushButton* m_preview;
+    QPushButton* m_open;
+    QString m_lastOutput;
     QToolButton* m_export;
     QCheckBox* m_problemsOnly;
     QLabel* m_summary;

@@ -84,6 +84,17 @@ QString ShardLayoutPanel::summaryText() const
     return m_summary->text();
 }
 
+QString ShardLayoutPanel::titleText() const
+{
+    return m_title->text();
+}
+
+void ShardLayoutPanel::setPreview(std::optional<ReshardOptions> options)
+{
+    m_preview = std::move(options);
+    onSelectionChanged();
+}
+
 void ShardLayoutPanel::onSelectionChanged()
 {
     const Entry* entry = m_context->selectedEntry();
@@ -110,9 +121,16 @@ void ShardLayoutPanel::onSelectionChanged()
         return;
     }
     // pure geometry over the metadata: cheap enough for the UI thread even with thousands of chunks
-    ShardLayout layout = ShardLayout::of(entry->tensor);
+    ShardLayout layout = ShardLayout::of(m_preview ? reshardPreview(entry->tensor, *m_preview) : entry->tensor);
     m_title->setText(tr("<b>%1</b> &nbsp; %2 &nbsp; %n chunk(s)", nullptr, static_cast<int>(layout.chunks.size()))
                          .arg(QString::fromStdString(entry->key).toHtmlEscaped(), Format::shape(entry->tensor.shape)));
+    if (m_preview)
+        m_title->setText(
+            tr("<span style=\"color:#6a3d9a\"><b>Preview</b>: after a reshard to %n rank(s) (%1), "
+               "nothing written yet</span><br>",
+                nullptr, m_preview->worldSize)
+                .arg(m_preview->layout == ShardingStyle::Fsdp1 ? QStringLiteral("FSDP1") : QStringLiteral("FSDP2"))
+            + m_title->text());
     QStringList problems;
     if (!layout.gaps.empty())
         problems << tr("%n gap(s): %1 of %2 held by no rank", nullptr, static_cast<int>(layout.gaps.size()))

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/reshard.h"
+
 #include <QWidget>
+
+#include <optional>
 
 class QLabel;
 
@@ -19,6 +23,11 @@ public:
 
     ShardLayoutWidget* layoutWidget() const { return m_widget; }
     QString summaryText() const;
+    QString titleText() const;
+    /// shows the selected tensor as a reshard with @p options would lay it out (nullopt: as it is); the Reshard
+    /// panel's preview
+    void setPreview(std::optional<ReshardOptions> options);
+    bool isPreviewing() const { return m_preview.has_value(); }
 
 private:
     void onSelectionChanged();
@@ -27,6 +36,7 @@ private:
     QLabel* m_title;
     ShardLayoutWidget* m_widget;
     QLabel* m_summary;
+    std::optional<ReshardOptions> m_preview;
 };
 
 } // namespace optscope::ui

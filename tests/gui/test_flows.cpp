@@ -39,6 +39,7 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QFile>
+#include <QFileInfo>
 #include <QGuiApplication>
 #include <QHeaderView>
 #include <QIcon>
@@ -116,6 +117,7 @@ private Q_SLOTS:
     void diffRankModeKeepsTheCheckpointDiff();
     void plotsSaveAsImages();
     void filterSyntaxAndValuePredicates();
+    void reshardPreviewOpenAndDialogs();
 };
 
 void TestFlows::init()
@@ -1061,6 +1063,59 @@ void TestFlows::filterSyntaxAndValuePredicates()
     QCOMPARE(diff->proxy()->rowCount(), 4);
     search->setText(QStringLiteral("/bias$/ model"));
     QCOMPARE(diff->proxy()->rowCount(), 2);
+}
+
+void TestFlows::reshardPreviewOpenAndDialogs()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    ReshardPanel* panel = w.reshardPanel();
+    ShardLayoutPanel* shards = w.shardLayoutPanel();
+    const QString key = QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg"); // [7, 6] on 3 ranks
+    w.context()->select(key);
+    auto chunkRanks = [&] {
+        std::vector<int> ranks;
+        if (const auto& l = shards->layoutWidget()->shardLayout()) ranks = l->ranks;
+        return ranks;
+    };
+    QCOMPARE(chunkRanks(), (std::vector<int> {0, 1, 2}));
+    // the preview: the target layout before anything is written, following the options
+    panel->worldSize()->setValue(4);
+    auto* preview = panel->findChild<QPushButton*>(QStringLiteral("previewLayout"));
+    QVERIFY(preview);
+    QTest::mouseClick(preview, Qt::LeftButton);
+    QVERIFY(shards->isPreviewing());
+    QVERIFY(shards->titleText().contains(QLatin1String("Preview")));
+    QCOMPARE(chunkRanks(), (std::vector<int> {0, 1, 2, 3})); // torch.chunk(7, 4): 2, 2, 2, 1 rows
+    QVERIFY(shards->layoutWidget()->shardLayout()->complete());
+    panel->worldSize()->setValue(8); // FSDP2 on 8: rows 0-6 on ranks 0-6, rank 7 one empty chunk
+    QCOMPARE(chunkRanks().size(), size_t(8));
+    panel->layoutCombo()->setCurrentIndex(panel->layoutCombo()->findData(QStringLiteral("fsdp1")));
+    QCOMPARE(chunkRanks().size(), size_t(7)); // FSDP1: no chunk for ranks past the last row
+    w.context()->select(QStringLiteral("optim.state.blocks.0.qkv.bias.exp_avg")); // follows the selection
+    QVERIFY(shards->titleText().contains(QLatin1String("Preview")));
+    QCOMPARE(chunkRanks().size(), size_t(7));
+    QTest::mouseClick(preview, Qt::LeftButton); // off: the checkpoint's own layout again
+    QVERIFY(!shards->isPreviewing());
+    QCOMPARE(chunkRanks(), (std::vector<int> {0, 1, 2}));
+    // the save dialog starts beside the checkpoint, named after it and the target
+    panel->worldSize()->setValue(2);
+    QCOMPARE(panel->suggestedOutput(), QDir(testData("")).filePath(QStringLiteral("fsdp2_r3_2ranks")));
+    // reshard, then Open resharded opens what was written
+    QTemporaryDir tmp;
+    const QString out = tmp.filePath(QStringLiteral("r2"));
+    QSignalSpy done(panel, &ReshardPanel::finished);
+    auto* open = panel->findChild<QPushButton*>(QStringLiteral("openResharded"));
+    QVERIFY(open && open->isHidden());
+    panel->reshardTo(out);
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(!open->isHidden());
+    QSignalSpy changed(w.context(), &CheckpointContext::checkpointChanged);
+    QTest::mouseClick(open, Qt::LeftButton);
+    QVERIFY(changed.wait(Timeout));
+    QCOMPARE(QFileInfo(w.context()->path()).absoluteFilePath(), QFileInfo(out).absoluteFilePath());
+    QVERIFY(open->isHidden()); // a new checkpoint: nothing written from it yet
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)

@@ -20,6 +20,21 @@ struct ReshardOptions
     WriteOptions write;
 };
 
+/// One chunk a reshard gives a tensor.
+struct ReshardChunk
+{
+    int rank = 0;
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> sizes;
+};
+
+/// The chunks a reshard gives a tensor of @p shape: the one rule behind planReshard and the GUI's preview. A 0-dim
+/// tensor is one chunk on rank 0; others are split along dim 0 (chunkDim0), trailing empty chunks written once.
+std::vector<ReshardChunk> reshardTargetChunks(const std::vector<int64_t>& shape, const ReshardOptions& options);
+/// @p tensor as a reshard would lay it out: its target chunks, metadata only (no data source); for the Shard layout
+/// view's preview
+TensorEntry reshardPreview(const TensorEntry& tensor, const ReshardOptions& options);
+
 /// "fsdp2" / "fsdp1"; throws Error(Usage) otherwise
 ShardingStyle shardingStyleFromName(const std::string& name);
 

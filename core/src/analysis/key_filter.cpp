@@ -243,10 +243,10 @@ bool KeyFilter::matches(const std::string& key, const Entry* entry, const ValueF
                 holds = facts->hasInf;
             } else {
                 const double m = facts->maxAbs;
-                holds = t->compare == Compare::Greater ? m > t->bound
+                holds = t->compare == Compare::Greater    ? m > t->bound
                     : t->compare == Compare::GreaterEqual ? m >= t->bound
-                    : t->compare == Compare::Less     ? m < t->bound
-                                                      : m <= t->bound;
+                    : t->compare == Compare::Less         ? m < t->bound
+                                                          : m <= t->bound;
             }
             break;
         }

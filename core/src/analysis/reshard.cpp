@@ -16,6 +16,43 @@ ShardingStyle shardingStyleFromName(const std::string& name)
     throw Error(ErrorKind::Usage, {}, "unknown layout '" + name + "' (expected fsdp2 or fsdp1)");
 }
 
+std::vector<ReshardChunk> reshardTargetChunks(const std::vector<int64_t>& shape, const ReshardOptions& options)
+{
+    std::vector<ReshardChunk> chunks;
+    if (shape.empty()) {
+        chunks.push_back({0, {}, {}});
+        return chunks;
+    }
+    for (int r = 0; r < options.worldSize; ++r) {
+        const Dim0Chunk c = chunkDim0(shape[0], options.worldSize, r, options.layout);
+        if (!c.exists) continue;
+        // ranks past the last row all hold an empty chunk at offset n: DCP's dedup_save_plans keeps one write item
+        // per (fqn, offsets), the first rank's
+        if (c.size == 0 && !chunks.empty() && chunks.back().offsets[0] == c.offset && chunks.back().sizes[0] == 0)
+            continue;
+        ReshardChunk chunk {r, std::vector<int64_t>(shape.size(), 0), shape};
+        chunk.offsets[0] = c.offset;
+        chunk.sizes[0] = c.size;
+        chunks.push_back(std::move(chunk));
+    }
+    return chunks;
+}
+
+TensorEntry reshardPreview(const TensorEntry& tensor, const ReshardOptions& options)
+{
+    TensorEntry preview;
+    preview.dtype = tensor.dtype;
+    preview.shape = tensor.shape;
+    for (const auto& c : reshardTargetChunks(tensor.shape, options)) {
+        TensorChunk chunk;
+        chunk.rank = c.rank;
+        chunk.offsets = c.offsets;
+        chunk.sizes = c.sizes;
+        preview.chunks.push_back(chunk);
+    }
+    return preview;
+}
+
 DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
 {
     if (options.worldSize < 1) throw Error(ErrorKind::Usage, cp.path, "--world-size must be at least 1");
@@ -44,23 +81,8 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
                 TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink.bytes, {}, sink.region);
             };
         };
-        if (t.shape.empty()) {
-            pt.chunks.push_back({0, {}, {}, producer({}, {})});
-        } else {
-            for (int r = 0; r < options.worldSize; ++r) {
-                const Dim0Chunk c = chunkDim0(t.shape[0], options.worldSize, r, options.layout);
-                if (!c.exists) continue;
-                // ranks past the last row all hold an empty chunk at offset n: DCP's dedup_save_plans keeps one
-                // write item per (fqn, offsets), the first rank's
-                if (c.size == 0 && !pt.chunks.empty() && pt.chunks.back().offsets[0] == c.offset
-                    && pt.chunks.back().sizes[0] == 0)
-                    continue;
-                std::vector<int64_t> offsets(t.shape.size(), 0), sizes(t.shape);
-                offsets[0] = c.offset;
-                sizes[0] = c.size;
-                pt.chunks.push_back({r, offsets, sizes, producer(offsets, sizes)});
-            }
-        }
+        for (auto& c : reshardTargetChunks(t.shape, options))
+            pt.chunks.push_back({c.rank, c.offsets, c.sizes, producer(c.offsets, c.sizes)});
         plan.order.push_back({true, plan.tensors.size()});
         plan.tensors.push_back(std::move(pt));
     }
