@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "diffheatmap.h"
 
+#include "format.h"
+
 #include <QFontMetrics>
+#include <QMouseEvent>
+#include <QToolTip>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 
 namespace optscope::ui {
@@ -15,16 +20,19 @@ DiffHeatmap::DiffHeatmap(QWidget* parent)
     , m_map(new QCPColorMap(xAxis, yAxis))
     , m_scale(new QCPColorScale(this))
     , m_message(new QCPItemText(this))
+    , m_title(new QCPTextElement(this))
 {
     setMinimumHeight(160);
+    setMouseTracking(true);
     setBackground(palette().color(QPalette::Base));
-    plotLayout()->addElement(0, 1, m_scale);
+    // title on top (the common key prefix: no rotated axis label to be cut), map and colour bar below
+    plotLayout()->insertRow(0);
+    plotLayout()->addElement(0, 0, m_title);
+    plotLayout()->addElement(1, 1, m_scale);
+    m_title->setFont(font());
+    m_title->setTextColor(palette().color(QPalette::Text));
     m_scale->setType(QCPAxis::atRight);
-    m_scale->setDataScaleType(QCPAxis::stLogarithmic);
-    m_scale->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
-    m_scale->axis()->setNumberFormat(QStringLiteral("eb"));
-    m_scale->axis()->setNumberPrecision(0);
-    m_scale->axis()->setLabel(tr("max |Δ|"));
+    m_scale->setBarWidth(12);
     m_map->setColorScale(m_scale);
     // light yellow to dark brown (ColorBrewer YlOrBr): visible on a white background at both ends
     QCPColorGradient gradient;
@@ -65,23 +73,85 @@ DiffHeatmap::DiffHeatmap(QWidget* parent)
 void DiffHeatmap::resizeEvent(QResizeEvent* event)
 {
     QCustomPlot::resizeEvent(event);
-    // the number of key labels that fit depends on the height
+    // how many rows can have a label depends on the height
     setReport(m_report);
+}
+
+void DiffHeatmap::mouseMoveEvent(QMouseEvent* event)
+{
+    QCustomPlot::mouseMoveEvent(event);
+    const int row = static_cast<int>(std::lround(yAxis->pixelToCoord(event->pos().y())));
+    const int col = static_cast<int>(std::lround(xAxis->pixelToCoord(event->pos().x())));
+    const QString tip = axisRect()->rect().contains(event->pos()) ? toolTipAt(row, col) : QString();
+    if (tip.isEmpty())
+        QToolTip::hideText();
+    else
+        QToolTip::showText(event->globalPosition().toPoint(), tip, this);
 }
 
 double DiffHeatmap::cell(int keyRow, int rankColumn) const
 {
     if (keyRow < 0 || rankColumn < 0 || keyRow >= m_keys.size() || rankColumn >= m_ranks)
         return std::numeric_limits<double>::quiet_NaN();
+    return m_values[static_cast<size_t>(keyRow * m_ranks + rankColumn)];
+}
+
+double DiffHeatmap::colourValue(int keyRow, int rankColumn) const
+{
+    if (keyRow < 0 || rankColumn < 0 || keyRow >= m_keys.size() || rankColumn >= m_ranks)
+        return std::numeric_limits<double>::quiet_NaN();
     return m_map->data()->cell(rankColumn, keyRow);
 }
+
+void DiffHeatmap::setNormalization(Normalization normalization)
+{
+    m_normalization = normalization;
+    setReport(m_report);
+}
+
+QString DiffHeatmap::titleText() const
+{
+    return m_title->text();
+}
+
+QString DiffHeatmap::toolTipAt(int keyRow, int rankColumn) const
+{
+    if (keyRow < 0 || rankColumn < 0 || keyRow >= static_cast<int>(m_rows.size()) || rankColumn >= m_ranks) return {};
+    const DiffEntry& e = *m_rows[static_cast<size_t>(keyRow)];
+    double maxAbs = e.maxAbsDiff;
+    int64_t numDiff = e.numDiff, numel = e.numel;
+    QString where = tr("all ranks");
+    if (!m_rankIds.empty()) {
+        const int rank = m_rankIds[static_cast<size_t>(rankColumn)];
+        where = tr("rank %1").arg(rank);
+        auto it = std::find_if(e.ranks.begin(), e.ranks.end(), [rank](const DiffRank& r) { return r.rank == rank; });
+        if (it == e.ranks.end()) return tr("%1\n%2: holds none of it").arg(QString::fromStdString(e.key), where);
+        maxAbs = it->maxAbsDiff;
+        numDiff = it->numDiff;
+        numel = it->numel;
+    }
+    if (numDiff <= 0)
+        return tr("%1\n%2: equal (%3)").arg(QString::fromStdString(e.key), where, Format::elements(numel));
+    return tr("%1\n%2: max |Δ| %3, %4 of %5 differ")
+        .arg(QString::fromStdString(e.key), where, Format::number(maxAbs), Format::count(numDiff),
+            Format::elements(numel));
+}
+
+namespace {
+/// the state kind of a key: its last name ("exp_avg_sq", "step", "weight")
+QString kindOf(const std::string& key)
+{
+    const auto dot = key.rfind('.');
+    return QString::fromStdString(dot == std::string::npos ? key : key.substr(dot + 1));
+}
+} // namespace
 
 void DiffHeatmap::setReport(const DiffReport& report)
 {
     if (&report != &m_report) m_report = report;
     // tensors that differ, largest first; then equal ones to fill up (so the map shows where things agree too)
     std::vector<const DiffEntry*> rows;
-    for (const auto& e : report.entries)
+    for (const auto& e : m_report.entries)
         if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
             rows.push_back(&e);
     std::stable_sort(rows.begin(), rows.end(), [](const DiffEntry* a, const DiffEntry* b) {
@@ -89,55 +159,99 @@ void DiffHeatmap::setReport(const DiffReport& report)
         if (ca != cb) return ca;
         return a->maxAbsDiff > b->maxAbsDiff;
     });
-    if (rows.size() > MaxKeys) rows.resize(MaxKeys);
+    const size_t candidates = rows.size();
+    size_t differing = 0;
+    for (const auto* e : rows)
+        differing += e->numDiff > 0 ? 1 : 0;
+    // every row shown gets its label: as many rows as the height holds, at most MaxKeys
+    const int lineHeight = QFontMetrics(font()).height();
+    const int fit = std::max(4, static_cast<int>((height() - 3.5 * lineHeight) / lineHeight));
+    rows.resize(std::min({rows.size(), static_cast<size_t>(MaxKeys), static_cast<size_t>(fit)}));
+    m_rows = rows;
     std::set<int> rankSet;
     for (const auto* e : rows)
         for (const auto& r : e->ranks)
             rankSet.insert(r.rank);
-    std::vector<int> ranks(rankSet.begin(), rankSet.end());
-    const bool perRank = !ranks.empty();
-    m_ranks = perRank ? static_cast<int>(ranks.size()) : 1;
+    m_rankIds.assign(rankSet.begin(), rankSet.end());
+    const bool perRank = !m_rankIds.empty();
+    m_ranks = perRank ? static_cast<int>(m_rankIds.size()) : 1;
     m_keys.clear();
     for (const auto* e : rows)
         m_keys << QString::fromStdString(e->key);
 
     const int nx = m_ranks, ny = std::max<int>(static_cast<int>(rows.size()), 1);
-    m_map->data()->setSize(nx, ny);
-    m_map->data()->setRange(QCPRange(0, nx - 1), QCPRange(0, ny - 1));
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    double lo = std::numeric_limits<double>::infinity(), hi = 0;
-    for (int y = 0; y < ny; ++y)
-        for (int x = 0; x < nx; ++x)
-            m_map->data()->setCell(x, y, nan);
+    m_values.assign(static_cast<size_t>(nx * ny), nan);
     for (size_t y = 0; y < rows.size(); ++y) {
         const DiffEntry* e = rows[y];
         auto put = [&](int x, double v, int64_t numDiff) {
-            if (numDiff <= 0 || !(v > 0)) return;
-            m_map->data()->setCell(x, static_cast<int>(y), v);
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
+            if (numDiff > 0 && v > 0) m_values[y * static_cast<size_t>(nx) + static_cast<size_t>(x)] = v;
         };
         if (perRank) {
             for (const auto& r : e->ranks) {
-                const int x = static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), r.rank) - ranks.begin());
+                const int x = static_cast<int>(
+                    std::lower_bound(m_rankIds.begin(), m_rankIds.end(), r.rank) - m_rankIds.begin());
                 put(x, r.maxAbsDiff, r.numDiff);
             }
         } else {
             put(0, e->maxAbsDiff, e->numDiff);
         }
     }
-    if (hi > 0) {
-        if (lo == hi) lo = hi / 10;
-        m_scale->setDataRange(QCPRange(lo, hi));
+    // per kind: each cell against the largest of its kind (exp_avg against exp_avg, step against step)
+    std::map<QString, double> kindMax;
+    if (m_normalization == Normalization::PerKind)
+        for (size_t y = 0; y < rows.size(); ++y)
+            for (int x = 0; x < nx; ++x)
+                if (const double v = m_values[y * static_cast<size_t>(nx) + static_cast<size_t>(x)]; v > 0) {
+                    double& m = kindMax[kindOf(rows[y]->key)];
+                    m = std::max(m, v);
+                }
+    // QCPColorMap draws nothing along a dimension of one cell (its range is a point): one column (a whole-tensor
+    // comparison) or one row is drawn as two half cells with the same value
+    const int mx = std::max(nx, 2), my = std::max(ny, 2);
+    m_map->data()->setSize(mx, my);
+    m_map->data()->setRange(
+        nx == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, nx - 1), ny == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, ny - 1));
+    double lo = std::numeric_limits<double>::infinity(), hi = 0;
+    for (int y = 0; y < ny; ++y)
+        for (int x = 0; x < nx; ++x) {
+            double v = m_values[static_cast<size_t>(y * nx + x)];
+            if (v > 0 && m_normalization == Normalization::PerKind)
+                v /= kindMax[kindOf(rows[static_cast<size_t>(y)]->key)];
+            for (int cy = y; cy < (ny == 1 ? 2 : y + 1); ++cy)
+                for (int cx = x; cx < (nx == 1 ? 2 : x + 1); ++cx)
+                    m_map->data()->setCell(cx, cy, v);
+            if (v > 0) {
+                lo = std::min(lo, v);
+                hi = std::max(hi, v);
+            }
+        }
+    if (m_normalization == Normalization::PerKind) {
+        m_scale->setDataScaleType(QCPAxis::stLinear);
+        m_scale->axis()->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+        m_scale->axis()->setNumberFormat(QStringLiteral("g"));
+        m_scale->axis()->setNumberPrecision(2);
+        m_scale->axis()->setLabel(tr("of the kind's max"));
+        m_scale->setDataRange(QCPRange(0, 1));
     } else {
-        m_scale->setDataRange(QCPRange(1e-8, 1));
+        m_scale->setDataScaleType(QCPAxis::stLogarithmic);
+        m_scale->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+        m_scale->axis()->setNumberFormat(QStringLiteral("eb"));
+        m_scale->axis()->setNumberPrecision(0);
+        m_scale->axis()->setLabel(tr("max |Δ|"));
+        if (hi > 0) {
+            if (lo == hi) lo = hi / 10;
+            m_scale->setDataRange(QCPRange(lo, hi));
+        } else {
+            m_scale->setDataRange(QCPRange(1e-8, 1));
+        }
     }
     auto xt = QSharedPointer<QCPAxisTickerText>(new QCPAxisTickerText);
     for (int x = 0; x < nx; ++x)
-        xt->addTick(x, perRank ? QString::number(ranks[static_cast<size_t>(x)]) : tr("all"));
+        xt->addTick(x, perRank ? QString::number(m_rankIds[static_cast<size_t>(x)]) : tr("all"));
     xAxis->setTicker(xt);
     xAxis->setLabel(perRank ? tr("rank") : QString());
-    // labels without the prefix all keys share ("optim.state."), as many as fit the height
+    // labels without the prefix all keys share ("optim.state."): the prefix goes to the title
     QString common = m_keys.isEmpty() ? QString() : m_keys.front();
     for (const QString& k : std::as_const(m_keys)) {
         int n = 0;
@@ -146,17 +260,24 @@ void DiffHeatmap::setReport(const DiffReport& report)
         common.truncate(n);
     }
     common.truncate(common.lastIndexOf(QLatin1Char('.')) + 1);
-    const int lineHeight = QFontMetrics(font()).height();
-    const int every
-        = std::max(1, static_cast<int>(std::ceil(m_keys.size() * lineHeight / std::max(40.0, height() * 0.75))));
+    m_labels.clear();
     auto yt = QSharedPointer<QCPAxisTickerText>(new QCPAxisTickerText);
-    for (int y = 0; y < m_keys.size(); y += every) {
+    for (int y = 0; y < m_keys.size(); ++y) {
         QString k = m_keys[y].mid(common.size());
         if (k.size() > 32) k = QStringLiteral("…") + k.right(31);
         yt->addTick(y, k);
+        m_labels << k;
     }
-    yAxis->setLabel(common.isEmpty() ? QString() : common + QStringLiteral("…"));
+    yAxis->setLabel(QString());
     yAxis->setTicker(yt);
+    QString title = common.isEmpty() ? QString() : common + QStringLiteral("…");
+    if (candidates > rows.size())
+        title += (title.isEmpty() ? QString() : QStringLiteral("  ·  "))
+            + tr("top %1 of %2 tensors (%3 differ)").arg(rows.size()).arg(candidates).arg(differing);
+    if (m_normalization == Normalization::PerKind && !kindMax.empty())
+        title += (title.isEmpty() ? QString() : QStringLiteral("  ·  ")) + tr("colour per state kind");
+    m_title->setText(title);
+    m_title->setVisible(!title.isEmpty());
 
     xAxis->setRange(-0.5, nx - 0.5);
     yAxis->setRange(-0.5, ny - 0.5);
@@ -165,7 +286,7 @@ void DiffHeatmap::setReport(const DiffReport& report)
         m_message->setText(tr("No tensor differs"));
     else if (rows.empty())
         m_message->setText(
-            report.entries.empty() ? tr("Compare two checkpoints or two ranks") : tr("No tensors compared"));
+            m_report.entries.empty() ? tr("Compare two checkpoints or two ranks") : tr("No tensors compared"));
     replot();
 }
 

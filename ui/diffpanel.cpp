@@ -200,7 +200,19 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     new KeyColumnSizer(m_view, m_view->horizontalHeader(), DiffModel::KeyColumn, KeyColumnSizer::Minimum::Share);
     split->addWidget(m_view);
     auto* right = new QSplitter(Qt::Vertical, split);
-    right->addWidget(m_heatmap);
+    auto* heatBox = new QWidget(right);
+    auto* heatLayout = new QVBoxLayout(heatBox);
+    heatLayout->setContentsMargins(0, 0, 0, 0);
+    auto* heatLog = new QCheckBox(tr("One log scale"), heatBox);
+    heatLog->setObjectName(QStringLiteral("heatmapLogScale"));
+    heatLog->setToolTip(tr("Colour every key on one logarithmic max |Δ| scale instead of against the largest of its "
+                           "state kind (step, exp_avg, exp_avg_sq, ...)"));
+    connect(heatLog, &QCheckBox::toggled, this, [this](bool on) {
+        m_heatmap->setNormalization(on ? DiffHeatmap::Normalization::LogScale : DiffHeatmap::Normalization::PerKind);
+    });
+    heatLayout->addWidget(heatLog, 0, Qt::AlignRight);
+    heatLayout->addWidget(m_heatmap, 1);
+    right->addWidget(heatBox);
     auto* histBox = new QWidget(right);
     auto* histLayout = new QVBoxLayout(histBox);
     histLayout->setContentsMargins(0, 0, 0, 0);

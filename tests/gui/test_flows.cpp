@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <QAction>
+#include <QCheckBox>
 #include <QClipboard>
 #include <QComboBox>
 #include <QDir>
@@ -118,6 +119,7 @@ private Q_SLOTS:
     void plotsSaveAsImages();
     void filterSyntaxAndValuePredicates();
     void reshardPreviewOpenAndDialogs();
+    void heatmapPerKindLabelsAndTooltips();
 };
 
 void TestFlows::init()
@@ -1116,6 +1118,78 @@ void TestFlows::reshardPreviewOpenAndDialogs()
     QVERIFY(changed.wait(Timeout));
     QCOMPARE(QFileInfo(w.context()->path()).absoluteFilePath(), QFileInfo(out).absoluteFilePath());
     QVERIFY(open->isHidden()); // a new checkpoint: nothing written from it yet
+}
+
+void TestFlows::heatmapPerKindLabelsAndTooltips()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("diff/step3.pt")));
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("diff/step4.pt")); // one real Adam step: step +1, moments change by ~1e-3..1e-6
+    QVERIFY(done.wait(Timeout));
+    // the panel's map, and one of a chosen size showing the same report
+    QVERIFY(!diff->heatmap()->keys().isEmpty());
+    DiffHeatmap standalone;
+    DiffHeatmap* map = &standalone;
+    map->resize(500, 900);
+    map->show();
+    map->setReport(diff->model()->report());
+    QVERIFY(map->keys().size() > 8);
+    QCOMPARE(map->rowLabels().size(), map->keys().size()); // every row labelled
+    auto rowOf = [&](const char* key) { return map->keys().indexOf(QString::fromLatin1(key)); };
+    const int step = rowOf("optim.state.0.weight.step");
+    const int expAvg = rowOf("optim.state.0.weight.exp_avg");
+    const int expAvgSq = rowOf("optim.state.0.weight.exp_avg_sq");
+    QVERIFY(step >= 0 && expAvg >= 0 && expAvgSq >= 0);
+    QCOMPARE(map->cell(step, 0), 1.0); // the numbers stay absolute
+    QVERIFY(map->cell(expAvgSq, 0) < 1e-4);
+    // per state kind: the moments are coloured against moments, not against step's Δ of 1
+    QCOMPARE(map->normalization(), DiffHeatmap::Normalization::PerKind);
+    QCOMPARE(map->colourValue(step, 0), 1.0);
+    double largestSq = 0, largestAvg = 0;
+    for (int r = 0; r < map->keys().size(); ++r) {
+        if (map->keys()[r].endsWith(QLatin1String(".exp_avg_sq")))
+            largestSq = std::max(largestSq, map->colourValue(r, 0));
+        if (map->keys()[r].endsWith(QLatin1String(".exp_avg")))
+            largestAvg = std::max(largestAvg, map->colourValue(r, 0));
+    }
+    QCOMPARE(largestSq, 1.0);
+    QCOMPARE(largestAvg, 1.0);
+    QVERIFY(map->titleText().contains(QLatin1String("per state kind")));
+    // drawn: one column (a whole-tensor comparison) was once an empty map, QCPColorMap needing two cells
+    const QImage image = map->grab().toImage();
+    const QRect cells = map->axisRect()->rect().adjusted(2, 2, -2, -2);
+    std::set<QRgb> colours;
+    for (int y = cells.top(); y < cells.bottom(); y += 3)
+        colours.insert(image.pixel(cells.center().x(), y));
+    QVERIFY(colours.size() >= 5);
+    // one log scale: the colour is max |Δ| itself
+    auto* log = diff->findChild<QCheckBox*>(QStringLiteral("heatmapLogScale"));
+    QVERIFY(log);
+    log->setChecked(true); // the panel's checkbox sets the panel's map
+    QCOMPARE(diff->heatmap()->normalization(), DiffHeatmap::Normalization::LogScale);
+    map->setNormalization(DiffHeatmap::Normalization::LogScale);
+    QCOMPARE(map->colourValue(expAvgSq, 0), map->cell(expAvgSq, 0));
+    map->setNormalization(DiffHeatmap::Normalization::PerKind);
+    log->setChecked(false);
+    // tooltips say the key and the numbers
+    const QString tip = map->toolTipAt(expAvg, 0);
+    QVERIFY(tip.contains(QLatin1String("optim.state.0.weight.exp_avg")));
+    QVERIFY(tip.contains(QStringLiteral("max |Δ|")));
+    QVERIFY(map->toolTipAt(-1, 0).isEmpty());
+    // a short map shows fewer rows, each labelled, and says so
+    const int tall = map->keys().size();
+    map->resize(500, 160);
+    QVERIFY(map->keys().size() < tall);
+    QVERIFY(map->keys().size() >= 4);
+    QCOMPARE(map->rowLabels().size(), map->keys().size());
+    QVERIFY(map->titleText().contains(QLatin1String("top")));
+    if (!qEnvironmentVariableIsEmpty("OPTSCOPE_TEST_SAVE_HEATMAP")) {
+        map->resize(520, 420);
+        PlotExport::save(map, qEnvironmentVariable("OPTSCOPE_TEST_SAVE_HEATMAP"));
+    }
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)
