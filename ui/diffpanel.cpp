@@ -11,6 +11,8 @@
 #include "plotexport.h"
 #include "reportexport.h"
 #include "statusfilterproxy.h"
+#include "valuecomparemodel.h"
+#include "valuespreviewmodel.h"
 
 #include "optscope/checkpoint_loader.h"
 #include "optscope/diff_report.h"
@@ -22,6 +24,7 @@
 #include <QDoubleValidator>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFontDatabase>
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -34,6 +37,7 @@
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTimer>
 #include <QToolButton>
@@ -77,6 +81,10 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     , m_compareMenu(new QMenu(tr("Compare &with"), this))
     , m_back(new QPushButton(this))
     , m_tolTimer(new QTimer(this))
+    , m_values(new ValueCompareModel(this))
+    , m_valuesView(new QTableView(this))
+    , m_valuesInfo(new QLabel(this))
+    , m_rightTabs(new QTabWidget(this))
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -221,7 +229,28 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     histBar->addWidget(m_logScale);
     histLayout->addLayout(histBar);
     histLayout->addWidget(m_histogram, 1);
-    right->addWidget(histBox);
+    // the values side by side: which elements differ, and by how much
+    auto* valuesBox = new QWidget(right);
+    auto* valuesLayout = new QVBoxLayout(valuesBox);
+    valuesLayout->setContentsMargins(0, 0, 0, 0);
+    auto* valuesBar = new QHBoxLayout;
+    m_valuesInfo->setWordWrap(true);
+    valuesBar->addWidget(m_valuesInfo, 1);
+    auto* onlyDiffering = new QCheckBox(tr("Only differing"), valuesBox);
+    onlyDiffering->setObjectName(QStringLiteral("onlyDiffering"));
+    connect(onlyDiffering, &QCheckBox::toggled, m_values, &ValueCompareModel::setOnlyDiffering);
+    valuesBar->addWidget(onlyDiffering);
+    valuesLayout->addLayout(valuesBar);
+    m_valuesView->setModel(m_values);
+    m_valuesView->verticalHeader()->hide();
+    m_valuesView->verticalHeader()->setDefaultSectionSize(m_valuesView->fontMetrics().height() + 4);
+    m_valuesView->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_valuesView->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_valuesView->horizontalHeader()->setStretchLastSection(true);
+    valuesLayout->addWidget(m_valuesView, 1);
+    m_rightTabs->addTab(histBox, tr("Δ histogram"));
+    m_rightTabs->addTab(valuesBox, tr("A | B | Δ values"));
+    right->addWidget(m_rightTabs);
     right->setStretchFactor(0, 3);
     right->setStretchFactor(1, 2);
     split->addWidget(right);
@@ -545,6 +574,7 @@ void DiffPanel::showEntry(int entryIndex)
     if (entryIndex < 0 || entryIndex >= static_cast<int>(entries.size())) return;
     const DiffEntry& e = entries[static_cast<size_t>(entryIndex)];
     m_histTitle->setText(tr("Δ = A − B of %1").arg(QString::fromStdString(e.key)));
+    startValues(e);
     if (e.type == "tensor" && e.numel == 1 && e.status == DiffStatus::Changed) {
         // one number (`step`): its two values say more than a histogram of one difference
         auto valueOf = [](const CheckpointPtr& cp, const std::string& key) {
@@ -567,6 +597,54 @@ void DiffPanel::showEntry(int entryIndex)
     else
         m_histogram->clearHistogram(e.type == "tensor" ? tr("No histogram (%1)").arg(QString::fromStdString(e.reason))
                                                        : tr("A value, not a tensor"));
+}
+
+QString DiffPanel::valuesInfo() const
+{
+    return m_valuesInfo->text();
+}
+
+void DiffPanel::startValues(const DiffEntry& e)
+{
+    m_values->clear();
+    const CheckpointPtr a = m_context->checkpoint();
+    // ranks compare chunks of one checkpoint; B's values are another rank's chunk, not a second tensor to read
+    const CheckpointPtr b = m_shown.rankA >= 0 ? nullptr : m_checkpointB;
+    const Entry* inA = a && !e.keyA.empty() ? a->find(e.keyA) : nullptr;
+    const Entry* inB = b && !e.keyB.empty() ? b->find(e.keyB) : nullptr;
+    if (!inA || !inB || !inA->isTensor() || !inB->isTensor() || inA->tensor.shape != inB->tensor.shape) {
+        m_context->runner()->cancel(QStringLiteral("diff-values"));
+        m_valuesInfo->setText(m_shown.rankA >= 0 ? tr("Values side by side compare two checkpoints.")
+                : !inA || !inB                   ? tr("Only in one of the two: nothing to set side by side.")
+                : !inA->isTensor()
+                ? tr("A value: A %1, B %2").arg(QString::fromStdString(e.valueA), QString::fromStdString(e.valueB))
+                : tr("Shapes differ: no element-wise comparison."));
+        return;
+    }
+    const std::string keyA = e.keyA, keyB = e.keyB;
+    const double rtol = m_shown.rtol, atol = m_shown.atol;
+    m_valuesInfo->setText(tr("Reading…"));
+    m_context->runner()->run(
+        QStringLiteral("diff-values"), tr("Values of %1").arg(QString::fromStdString(e.key)), this,
+        [a, b, keyA, keyB](const Progress& progress) {
+            // the same window of both: the first rows, the first elements of each row
+            auto slices = std::make_pair(ValuesPreviewModel::read(*a, *a->find(keyA), 0, 100, 32, progress),
+                ValuesPreviewModel::read(*b, *b->find(keyB), 0, 100, 32, progress));
+            return slices;
+        },
+        [this, rtol, atol](std::pair<ValuesPreviewModel::Slice, ValuesPreviewModel::Slice> slices) {
+            const int64_t rows = slices.first.rows;
+            const auto total = static_cast<int64_t>(slices.first.rowLength)
+                * std::max<int64_t>(slices.first.shape.empty() ? 1 : slices.first.shape[0], 1);
+            m_values->setData(std::move(slices.first), std::move(slices.second), rtol, atol);
+            m_valuesInfo->setText(tr("%1 of %2 shown (the first %n row(s)): %3 differ", nullptr, static_cast<int>(rows))
+                                      .arg(Format::count(m_values->elementCount()), Format::elements(total),
+                                          Format::count(m_values->differingCount())));
+            Q_EMIT valuesReady();
+        },
+        [this](const QString& message, bool cancelled) {
+            if (!cancelled) m_valuesInfo->setText(tr("Cannot read the values: %1").arg(message));
+        });
 }
 
 QString DiffPanel::exportJson(const QString& path) const

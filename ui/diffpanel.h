@@ -16,6 +16,7 @@ class QMenu;
 class QModelIndex;
 class QPushButton;
 class QSpinBox;
+class QTabWidget;
 class QTimer;
 class QTableView;
 class QToolButton;
@@ -27,6 +28,7 @@ class DiffHeatmap;
 class DiffModel;
 class HistogramPlot;
 class StatusFilterProxy;
+class ValueCompareModel;
 
 /// The "Diff" dock: compares the open checkpoint (A) with a second one (B), or two ranks of it; a sortable table of
 /// keys with status and numbers, a heatmap of max |Δ| per key × rank and the histogram of Δ of the selected key.
@@ -43,6 +45,9 @@ public:
     QTableView* view() const { return m_view; }
     DiffHeatmap* heatmap() const { return m_heatmap; }
     HistogramPlot* histogram() const { return m_histogram; }
+    /// A | B | Δ of the current row's values (the first rows of both tensors)
+    ValueCompareModel* valuesModel() const { return m_values; }
+    QString valuesInfo() const;
     QString summaryText() const;
     QString pathB() const { return m_pathB; }
     /// "step 3 → 4" when the compared checkpoints' optimizer steps differ, empty otherwise
@@ -76,6 +81,8 @@ Q_SIGNALS:
     /// the user asked to inspect a key of A: the main window raises Tensor details
     void jumpRequested(const QString& key);
     void showInShardLayoutRequested(const QString& key);
+    /// the A | B | Δ values of the current row arrived
+    void valuesReady();
     /// the checkpoint B of the finished comparison; null when there is none (or two ranks were compared)
     void comparisonChanged(optscope::CheckpointPtr b);
 
@@ -103,6 +110,7 @@ private:
     void onCurrentChanged();
     void showEntry(int entryIndex);
     void updateFilter();
+    void startValues(const DiffEntry& entry);
     void setBusy(bool busy);
 
     CheckpointContext* m_context;
@@ -130,6 +138,10 @@ private:
     QMenu* m_compareMenu;
     QPushButton* m_back;
     QTimer* m_tolTimer;
+    ValueCompareModel* m_values;
+    QTableView* m_valuesView;
+    QLabel* m_valuesInfo;
+    QTabWidget* m_rightTabs;
     Comparison m_shown; ///< without its report (the model holds it): what to run again when the tolerances change
     std::optional<Comparison> m_savedCheckpointDiff; ///< replaced by a rank comparison
 };

@@ -10,6 +10,7 @@
 #include "diffheatmap.h"
 #include "diffmodel.h"
 #include "diffpanel.h"
+#include "format.h"
 #include "fqnmappingmodel.h"
 #include "fqnmappingpanel.h"
 #include "histogramplot.h"
@@ -25,6 +26,7 @@
 #include "statusfilterproxy.h"
 #include "tensordetailspanel.h"
 #include "tensorstatsmodel.h"
+#include "valuecomparemodel.h"
 #include "valuespreviewmodel.h"
 #include "verifymodel.h"
 
@@ -120,6 +122,7 @@ private Q_SLOTS:
     void filterSyntaxAndValuePredicates();
     void reshardPreviewOpenAndDialogs();
     void heatmapPerKindLabelsAndTooltips();
+    void diffValuesSideBySide();
 };
 
 void TestFlows::init()
@@ -1190,6 +1193,59 @@ void TestFlows::heatmapPerKindLabelsAndTooltips()
         map->resize(520, 420);
         PlotExport::save(map, qEnvironmentVariable("OPTSCOPE_TEST_SAVE_HEATMAP"));
     }
+}
+
+void TestFlows::diffValuesSideBySide()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("diff/step3.pt")));
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    QSignalSpy values(diff, &DiffPanel::valuesReady);
+    diff->compareWith(testData("diff/step4.pt"));
+    QVERIFY(done.wait(Timeout));
+    if (values.isEmpty()) QVERIFY(values.wait(Timeout)); // the current row's values
+    values.clear();
+    diff->showKey(QStringLiteral("model.0.bias")); // 1-D: NaN in step 4
+    QVERIFY(values.wait(Timeout));
+    ValueCompareModel* m = diff->valuesModel();
+    const int n = static_cast<int>(w.context()->checkpoint()->find("model.0.bias")->tensor.numel());
+    QCOMPARE(m->rowCount(), n);
+    const CheckpointPtr a = w.context()->checkpoint();
+    const CheckpointPtr b = openCheckpoint(testData("diff/step4.pt").toStdString());
+    const auto sa = ValuesPreviewModel::read(*a, *a->find("model.0.bias"), 0, 100, 32);
+    const auto sb = ValuesPreviewModel::read(*b, *b->find("model.0.bias"), 0, 100, 32);
+    int differing = 0;
+    for (int r = 0; r < n; ++r) {
+        QCOMPARE(m->index(r, ValueCompareModel::IndexColumn).data().toString(), QStringLiteral("[%1]").arg(r));
+        QCOMPARE(m->index(r, ValueCompareModel::AColumn).data(ValueCompareModel::SortRole).toDouble(), sa.values[r]);
+        const double vb = m->index(r, ValueCompareModel::BColumn).data(ValueCompareModel::SortRole).toDouble();
+        QVERIFY(vb == sb.values[r] || (std::isnan(vb) && std::isnan(sb.values[r])));
+        const bool d = m->index(r, ValueCompareModel::AColumn).data(ValueCompareModel::DiffersRole).toBool();
+        differing += d ? 1 : 0;
+        QCOMPARE(m->index(r, ValueCompareModel::AColumn).data(Qt::BackgroundRole).isValid(), d); // marked
+        if (d && !std::isnan(vb))
+            QCOMPARE(m->index(r, ValueCompareModel::DeltaColumn).data().toString(),
+                Format::number(sa.values[r] - sb.values[r], 4));
+    }
+    // as many as the diff counted (the whole tensor fits the window)
+    const auto& entries = diff->model()->report().entries;
+    const auto it
+        = std::find_if(entries.begin(), entries.end(), [](const DiffEntry& e) { return e.key == "model.0.bias"; });
+    QCOMPARE(int64_t(differing), it->numDiff);
+    QCOMPARE(m->differingCount(), differing);
+    QVERIFY(diff->valuesInfo().contains(QStringLiteral("%1 differ").arg(differing)));
+    auto* only = diff->findChild<QCheckBox*>(QStringLiteral("onlyDiffering"));
+    only->setChecked(true);
+    QCOMPARE(m->rowCount(), differing);
+    only->setChecked(false);
+    // a 2-D tensor: rows along dim 0, the row's elements after
+    values.clear();
+    diff->showKey(QStringLiteral("optim.state.0.weight.exp_avg"));
+    QVERIFY(values.wait(Timeout));
+    QVERIFY(m->rowCount() > 4);
+    QCOMPARE(m->index(1, ValueCompareModel::IndexColumn).data().toString(), QStringLiteral("[0, 1]"));
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)
