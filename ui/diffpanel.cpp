@@ -5,6 +5,7 @@
 #include "diffheatmap.h"
 #include "diffmodel.h"
 #include "format.h"
+#include "frozenkeycolumn.h"
 #include "histogramplot.h"
 #include "jobrunner.h"
 #include "keycolumnsizer.h"
@@ -206,6 +207,9 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     m_view->setTextElideMode(Qt::ElideLeft);
     m_view->setWordWrap(false);
     new KeyColumnSizer(m_view, m_view->horizontalHeader(), DiffModel::KeyColumn, KeyColumnSizer::Minimum::Share);
+    // the key stays in sight while the numbers scroll right (1280 px wide: Key, Status and max |Δ| only)
+    static_assert(DiffModel::KeyColumn == 0, "the frozen column is the first");
+    new FrozenKeyColumn(m_view);
     split->addWidget(m_view);
     auto* right = new QSplitter(Qt::Vertical, split);
     auto* heatBox = new QWidget(right);

@@ -53,6 +53,7 @@
 #include <QMenu>
 #include <QMimeData>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -710,6 +711,29 @@ void TestFlows::keyNamesReadableAt1280x720()
         const QModelIndex k = diff->proxy()->index(r, DiffModel::KeyColumn);
         QVERIFY(k.data(Qt::ToolTipRole).toString().startsWith(k.data().toString()));
     }
+    // scrolled right to the last column, the key column stays where it was (frozen), and it is the same selection
+    auto* frozen = table->findChild<QTableView*>(QStringLiteral("frozenKeyColumn"));
+    QVERIFY(frozen);
+    QCOMPARE(frozen->selectionModel(), table->selectionModel());
+    table->horizontalScrollBar()->setValue(table->horizontalScrollBar()->maximum());
+    table->scrollTo(diff->proxy()->index(0, DiffModel::MatchColumn));
+    QTest::qWait(20);
+    QVERIFY(frozen->isVisible());
+    QCOMPARE(frozen->columnWidth(DiffModel::KeyColumn), table->columnWidth(DiffModel::KeyColumn));
+    QVERIFY(frozen->geometry().left() <= table->frameWidth() + 1);
+    QCOMPARE(frozen->geometry().width(), table->columnWidth(DiffModel::KeyColumn));
+    for (int c = 1; c < DiffModel::ColumnCount; ++c)
+        QVERIFY(frozen->isColumnHidden(c));
+    // rows line up: the same row at the same height in both
+    table->verticalScrollBar()->setValue(table->verticalScrollBar()->maximum());
+    QCOMPARE(frozen->verticalScrollBar()->value(), table->verticalScrollBar()->value());
+    const int lastRow = diff->proxy()->rowCount() - 1;
+    QCOMPARE(frozen->visualRect(diff->proxy()->index(lastRow, 0)).top(),
+        table->visualRect(diff->proxy()->index(lastRow, DiffModel::MatchColumn)).top());
+    // a click on the frozen key selects the row everywhere
+    const QModelIndex second = diff->proxy()->index(lastRow, DiffModel::KeyColumn);
+    QTest::mouseClick(frozen->viewport(), Qt::LeftButton, {}, frozen->visualRect(second).center());
+    QCOMPARE(table->currentIndex().row(), lastRow);
 }
 
 void TestFlows::copyFullKeyAndContextMenus()
