@@ -36,6 +36,16 @@ void DiffModel::setData(DiffReport report)
     endResetModel();
 }
 
+void DiffModel::appendEntries(std::vector<DiffEntry> entries)
+{
+    if (entries.empty()) return;
+    const int first = static_cast<int>(m_report.entries.size());
+    beginInsertRows({}, first, first + static_cast<int>(entries.size()) - 1);
+    for (auto& e : entries)
+        m_report.entries.push_back(std::move(e));
+    endInsertRows();
+}
+
 int DiffModel::rowCount(const QModelIndex& parent) const
 {
     return parent.isValid() ? 0 : static_cast<int>(m_report.entries.size());

@@ -29,6 +29,8 @@ public:
     explicit DiffModel(QObject* parent = nullptr);
 
     void setData(DiffReport report);
+    /// rows as a running comparison finishes them (the final report replaces them, in its order)
+    void appendEntries(std::vector<DiffEntry> entries);
     const DiffReport& report() const { return m_report; }
 
     int rowCount(const QModelIndex& parent = {}) const override;

@@ -44,9 +44,17 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include <mutex>
 #include <set>
 
 namespace optscope::ui {
+
+struct DiffPanel::PendingRows
+{
+    std::mutex mutex;
+    std::vector<DiffEntry> rows;
+    size_t shown = 0;
+};
 
 namespace {
 /// what a comparison job hands back to the UI thread
@@ -86,6 +94,7 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     , m_valuesView(new QTableView(this))
     , m_valuesInfo(new QLabel(this))
     , m_rightTabs(new QTabWidget(this))
+    , m_drain(new QTimer(this))
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -138,6 +147,20 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     m_atol->setMaximumWidth(70);
     m_rtol->setToolTip(tr("relative tolerance: |a − b| ≤ atol + rtol·|b| counts as equal (0 and 0: bit-identical); "
                           "the shown comparison follows as you type"));
+    m_drain->setInterval(250);
+    connect(m_drain, &QTimer::timeout, this, [this] {
+        if (!m_pending) return;
+        std::vector<DiffEntry> rows;
+        {
+            std::lock_guard<std::mutex> lock(m_pending->mutex);
+            rows.swap(m_pending->rows);
+        }
+        if (rows.empty()) return;
+        m_pending->shown += rows.size();
+        m_model->appendEntries(std::move(rows));
+        m_summary->setText(tr("%1… %n key(s) compared so far", nullptr, static_cast<int>(m_pending->shown))
+                               .arg(m_shownLabelPending.toHtmlEscaped()));
+    });
     m_tolTimer->setSingleShot(true);
     m_tolTimer->setInterval(400);
     connect(m_tolTimer, &QTimer::timeout, this, &DiffPanel::rerun);
@@ -355,14 +378,6 @@ void DiffPanel::compareRanks(int rankA, int rankB)
 
 void DiffPanel::show(Comparison c)
 {
-    // a rank comparison keeps the checkpoint comparison it replaces, one click away
-    if (c.rankA >= 0 && m_shown.rankA < 0 && !m_shown.pathB.isEmpty() && hasReport()) {
-        Comparison saved = m_shown;
-        saved.report = m_model->report();
-        saved.steps = m_stepChange;
-        saved.b = m_checkpointB;
-        m_savedCheckpointDiff = std::move(saved);
-    }
     if (c.rankA < 0) m_savedCheckpointDiff.reset();
     m_back->setVisible(m_savedCheckpointDiff.has_value());
     if (m_savedCheckpointDiff)
@@ -430,6 +445,24 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
     options.rtol = m_rtol->text().isEmpty() ? 0.0 : m_rtol->text().toDouble();
     options.atol = m_atol->text().isEmpty() ? 0.0 : m_atol->text().toDouble();
     options.histogramBins = HistogramBins;
+    // rows appear as they are compared: the worker threads hand them over, a timer shows them
+    m_pending = std::make_shared<PendingRows>();
+    options.onEntry = [pending = m_pending](const DiffEntry& e) {
+        std::lock_guard<std::mutex> lock(pending->mutex);
+        pending->rows.push_back(e);
+    };
+    m_shownLabelPending = label;
+    // a rank comparison keeps the checkpoint comparison it replaces, one click away
+    if (rankA >= 0 && m_shown.rankA < 0 && !m_shown.pathB.isEmpty() && hasReport() && !m_drain->isActive()) {
+        Comparison saved = m_shown;
+        saved.report = m_model->report();
+        saved.steps = m_stepChange;
+        saved.b = m_checkpointB;
+        m_savedCheckpointDiff = std::move(saved);
+    }
+    m_model->setData({});
+    m_heatmap->setReport({});
+    m_drain->start();
     const std::string b = pathB.toStdString();
     m_pathB = pathB;
     setBusy(true);
@@ -448,6 +481,8 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
             return out;
         },
         [this, label, pathB, rankA, rankB, options](DiffOutcome result) {
+            m_drain->stop();
+            m_pending.reset();
             Comparison c;
             c.rtol = options.rtol;
             c.atol = options.atol;
@@ -462,6 +497,8 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
             Q_EMIT finished(true);
         },
         [this](const QString& message, bool cancelled) {
+            m_drain->stop();
+            m_pending.reset();
             setBusy(false);
             m_summary->setText(cancelled
                     ? tr("Cancelled.")

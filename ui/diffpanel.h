@@ -4,6 +4,7 @@
 #include "optscope/checkpoint.h"
 #include "optscope/diff_report.h"
 
+#include <memory>
 #include <optional>
 
 #include <QWidget>
@@ -142,6 +143,11 @@ private:
     QTableView* m_valuesView;
     QLabel* m_valuesInfo;
     QTabWidget* m_rightTabs;
+    /// rows of the running comparison, handed over from its worker threads and shown every few hundred ms
+    struct PendingRows;
+    std::shared_ptr<PendingRows> m_pending;
+    QTimer* m_drain;
+    QString m_shownLabelPending; ///< the running comparison's label
     Comparison m_shown; ///< without its report (the model holds it): what to run again when the tolerances change
     std::optional<Comparison> m_savedCheckpointDiff; ///< replaced by a rank comparison
 };

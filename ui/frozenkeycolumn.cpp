@@ -35,8 +35,10 @@ FrozenKeyColumn::FrozenKeyColumn(QTableView* table)
     table->viewport()->stackUnder(m_frozen);
     hideOtherColumns();
 
-    connect(m_frozen->verticalScrollBar(), &QScrollBar::valueChanged, table->verticalScrollBar(), &QScrollBar::setValue);
-    connect(table->verticalScrollBar(), &QScrollBar::valueChanged, m_frozen->verticalScrollBar(), &QScrollBar::setValue);
+    connect(
+        m_frozen->verticalScrollBar(), &QScrollBar::valueChanged, table->verticalScrollBar(), &QScrollBar::setValue);
+    connect(
+        table->verticalScrollBar(), &QScrollBar::valueChanged, m_frozen->verticalScrollBar(), &QScrollBar::setValue);
     connect(table->horizontalHeader(), &QHeaderView::sectionResized, this, [this](int logical, int, int size) {
         if (logical == 0) {
             m_frozen->setColumnWidth(0, size);
@@ -48,7 +50,8 @@ FrozenKeyColumn::FrozenKeyColumn(QTableView* table)
     connect(m_frozen->horizontalHeader(), &QHeaderView::sectionClicked, this, [this](int logical) {
         // sort the table by the key, toggling as its own header would
         QHeaderView* h = m_table->horizontalHeader();
-        const Qt::SortOrder order = h->sortIndicatorSection() == logical && h->sortIndicatorOrder() == Qt::AscendingOrder
+        const Qt::SortOrder order
+            = h->sortIndicatorSection() == logical && h->sortIndicatorOrder() == Qt::AscendingOrder
             ? Qt::DescendingOrder
             : Qt::AscendingOrder;
         m_table->sortByColumn(logical, order);

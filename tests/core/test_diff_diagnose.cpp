@@ -11,9 +11,12 @@
 #include "optscope/optimizer_view.h"
 #include "optscope/param_table.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -190,6 +193,44 @@ TEST(Diff, CancelsAndHandsWorkerExceptionsToTheCaller)
     Progress throwing;
     throwing.report = [](double, std::string_view) { throw std::runtime_error("callback failed"); };
     EXPECT_THROW(diffCheckpoints(*a, *b, opt, throwing), std::runtime_error);
+}
+
+TEST(Diff, HandsOverEachEntryAsItFinishesWithProgressByElements)
+{
+    // the GUI fills its table from onEntry while the comparison runs: every entry once, complete, and the progress
+    // fraction grows with the elements compared (the largest tensors come first)
+    const CheckpointPtr a = open("diff/step3.pt"), b = open("diff/step4.pt");
+    DiffOptions opt;
+    opt.threads = 3;
+    std::mutex m;
+    std::vector<DiffEntry> streamed;
+    opt.onEntry = [&](const DiffEntry& e) {
+        std::lock_guard<std::mutex> lock(m);
+        streamed.push_back(e);
+    };
+    std::vector<double> fractions;
+    Progress progress;
+    progress.report = [&](double f, std::string_view) { fractions.push_back(f); };
+    const DiffReport r = diffCheckpoints(*a, *b, opt, progress);
+    ASSERT_EQ(streamed.size(), r.entries.size());
+    std::map<std::string, const DiffEntry*> byKey;
+    for (const auto& e : r.entries)
+        byKey[e.key] = &e;
+    for (const auto& e : streamed) {
+        ASSERT_TRUE(byKey.count(e.key)) << e.key;
+        EXPECT_EQ(e.status, byKey[e.key]->status) << e.key;
+        EXPECT_EQ(e.numDiff, byKey[e.key]->numDiff) << e.key;
+        byKey.erase(e.key); // once each
+    }
+    ASSERT_FALSE(fractions.empty());
+    EXPECT_DOUBLE_EQ(fractions.back(), 1.0);
+    EXPECT_TRUE(std::is_sorted(fractions.begin(), fractions.end()));
+    // the first entry finished is a large tensor: more than its share of the entry count
+    EXPECT_GT(fractions.front(), 1.0 / double(r.entries.size()));
+    // ranks too
+    streamed.clear();
+    const DiffReport ranks = diffRanks(*open("fsdp2_r2"), 0, 1, opt);
+    EXPECT_EQ(streamed.size(), ranks.entries.size());
 }
 
 TEST(Diff, StripsTorchCompilePrefixAndSaysSo)

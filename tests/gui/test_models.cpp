@@ -24,10 +24,12 @@
 #include "optscope/verify_report.h"
 
 #include <QAbstractItemModelTester>
+
 #include <QElapsedTimer>
 #include <QRegularExpression>
 #include <QTreeView>
 #include <QWheelEvent>
+#include <mutex>
 
 using namespace optscope;
 using namespace optscope::ui;
@@ -464,7 +466,19 @@ void TestModels::diffModel()
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     DiffOptions options;
     options.histogramBins = 16;
-    model.setData(diffCheckpoints(*a, *b, options));
+    // rows as the comparison finishes them (the panel appends them from onEntry), then the report in its order
+    std::vector<DiffEntry> streamed;
+    std::mutex streamedMutex;
+    options.onEntry = [&](const DiffEntry& e) {
+        std::lock_guard<std::mutex> lock(streamedMutex);
+        streamed.push_back(e);
+    };
+    const DiffReport report = diffCheckpoints(*a, *b, options);
+    model.appendEntries({streamed.begin(), streamed.begin() + 10});
+    QCOMPARE(model.rowCount(), 10);
+    model.appendEntries({streamed.begin() + 10, streamed.end()});
+    QCOMPARE(model.rowCount(), 27);
+    model.setData(report);
     QCOMPARE(model.rowCount(), 27);
     StatusFilterProxy proxy(DiffModel::StatusRole);
     QAbstractItemModelTester proxyTester(&proxy, QAbstractItemModelTester::FailureReportingMode::QtTest);

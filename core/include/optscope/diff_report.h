@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ enum class DiffEngine {
     Aten, ///< ATen ops only (the reference; slower: one pass per statistic)
 };
 
+struct DiffEntry;
+
 struct DiffOptions
 {
     double rtol = 0.0; ///< |a - b| <= atol + rtol * |b| counts as equal; both 0 = bit-identical
@@ -36,6 +39,9 @@ struct DiffOptions
     int threads = 0; ///< 0 = one per core
     size_t histogramBins = 0; ///< > 0: also a histogram of (a - b) per tensor, for the UI
     DiffEngine engine = DiffEngine::Auto;
+    /// called with each entry as soon as it is compared (from worker threads, one call at a time), for displays that
+    /// fill as the comparison runs; the report's order comes at the end
+    std::function<void(const DiffEntry&)> onEntry;
 };
 
 /// per rank (of B's layout, or of the two ranks compared): which chunks differ

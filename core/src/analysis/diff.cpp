@@ -575,7 +575,12 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return weight(x) > weight(y); });
     std::atomic<size_t> next {0};
     std::atomic<bool> cancelled {false};
-    std::atomic<size_t> done {0};
+    // progress by elements (plus one per entry): the largest tensors come first, and counting entries left the
+    // fraction near 0 while they were compared
+    uint64_t totalWork = 0;
+    for (size_t i = 0; i < pairs.size(); ++i)
+        totalWork += static_cast<uint64_t>(weight(i)) + 1;
+    uint64_t doneWork = 0;
     std::mutex progressMutex;
     // an exception other than Error (bad_alloc, say) must not escape a worker thread (std::terminate): the first
     // one stops the others and is rethrown on the calling thread
@@ -623,9 +628,10 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                 d.status = DiffStatus::Changed;
                 d.reason = std::string("unreadable: ") + e.what();
             }
-            const size_t finished = ++done;
             std::lock_guard<std::mutex> lock(progressMutex);
-            progress(double(finished) / double(pairs.size()), "comparing");
+            doneWork += static_cast<uint64_t>(weight(i)) + 1;
+            progress(double(doneWork) / double(totalWork), "comparing");
+            if (opt.onEntry) opt.onEntry(d);
         }
     };
     auto work = [&] {
