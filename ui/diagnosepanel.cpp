@@ -3,6 +3,7 @@
 
 #include "checkpointcontext.h"
 #include "diagnosismodel.h"
+#include "format.h"
 #include "jobrunner.h"
 
 #include "optscope/checkpoint_fix.h"
@@ -271,7 +272,7 @@ void DiagnosePanel::onCurrentChanged()
         m_details->clear();
         return;
     }
-    auto esc = [](const std::string& s) { return QString::fromStdString(s).toHtmlEscaped(); };
+    auto esc = [](const std::string& s) { return Format::withDisplayPaths(s).toHtmlEscaped(); };
     QString html
         = QStringLiteral("<h3 style=\"margin:0\">%1 <span style=\"font-weight:normal;color:gray\">%2</span></h3>")
               .arg(esc(f->name()), esc(severityName(f->severity)));

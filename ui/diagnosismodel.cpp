@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "diagnosismodel.h"
 
+#include "format.h"
+
 #include <QApplication>
 #include <QColor>
 #include <QStyle>
@@ -69,8 +71,8 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     case Qt::ToolTipRole:
         // the key cell shows the full key even where the column elides it
         if (col == OptimizerColumn && !f->key.empty())
-            return QString(QString::fromStdString(f->key) + QLatin1Char('\n') + QString::fromStdString(f->message));
-        return QString::fromStdString(f->message);
+            return QString(QString::fromStdString(f->key) + QLatin1Char('\n') + Format::withDisplayPaths(f->message));
+        return Format::withDisplayPaths(f->message);
     default:
         break;
     }
@@ -84,7 +86,7 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     case OptimizerColumn:
         return QString::fromStdString(f->key);
     case MessageColumn:
-        return QString::fromStdString(f->message);
+        return Format::withDisplayPaths(f->message);
     default:
         return {};
     }

@@ -2,6 +2,7 @@
 #include "format.h"
 
 #include <QDir>
+#include <QFileInfo>
 #include <QStringList>
 
 #include <algorithm>
@@ -92,6 +93,29 @@ std::pair<QString, QString> Format::distinctNames(const QString& pathA, const QS
         if (ta != tb) return {ta, tb};
     }
     return {tail(a, 1), tail(b, 1)}; // the same path twice
+}
+
+QString Format::displayPath(const QString& path)
+{
+    if (path.isEmpty()) return path;
+    const QString abs = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
+    auto under = [&abs](const QString& dir) {
+        const QString d = QDir::cleanPath(dir);
+        return d.size() > 1 && abs.startsWith(d + QLatin1Char('/')) ? abs.mid(d.size() + 1) : QString();
+    };
+    if (const QString rel = under(QDir::currentPath()); !rel.isEmpty()) return rel;
+    if (const QString rel = under(QDir::homePath()); !rel.isEmpty()) return QStringLiteral("~/") + rel;
+    return abs;
+}
+
+QString Format::withDisplayPaths(const std::string& text)
+{
+    QString t = QString::fromStdString(text);
+    const QString cwd = QDir::cleanPath(QDir::currentPath());
+    const QString home = QDir::cleanPath(QDir::homePath());
+    if (cwd.size() > 1) t.replace(cwd + QLatin1Char('/'), QString());
+    if (home.size() > 1) t.replace(home + QLatin1Char('/'), QStringLiteral("~/"));
+    return t;
 }
 
 } // namespace optscope::ui

@@ -30,6 +30,11 @@ public:
     /// "[0:2, 0:6]" for a box at @p offsets of @p sizes
     static QString box(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes);
     static QString fromStd(const std::string& s) { return QString::fromStdString(s); }
+    /// a path as the user would write it: relative to the working folder when inside it, "~/..." under the home
+    /// folder, else absolute (status bar, summaries; tooltips and dialogs keep the absolute path)
+    static QString displayPath(const QString& path);
+    /// @p text (a core message) with the absolute paths in it shown as displayPath would
+    static QString withDisplayPaths(const std::string& text);
     /// names for two paths that tell them apart: the file or folder names, with as many parent folders as it takes
     /// when those are equal ("run1/ckpt" and "run2/ckpt"); the names alone when they differ
     static std::pair<QString, QString> distinctNames(const QString& pathA, const QString& pathB);

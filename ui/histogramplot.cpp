@@ -10,7 +10,7 @@ HistogramPlot::HistogramPlot(QWidget* parent)
     , m_bars(new QCPBars(xAxis, yAxis))
     , m_message(new QCPItemText(this))
 {
-    setMinimumHeight(140);
+    setMinimumHeight(90); // a 1280x720 window stacks two panels with plots
     setBackground(palette().color(QPalette::Base));
     const QColor fg = palette().color(QPalette::Text);
     for (QCPAxis* axis : {xAxis, yAxis}) {

@@ -4,6 +4,7 @@
 #include "checkpointcontext.h"
 #include "diagnosepanel.h"
 #include "diffpanel.h"
+#include "format.h"
 #include "fqnmappingpanel.h"
 #include "jobrunner.h"
 #include "reshardpanel.h"
@@ -93,7 +94,7 @@ MainWindow::MainWindow(QWidget* parent)
         if (on) raisePanel(QStringLiteral("shards"));
     });
     connect(m_context, &CheckpointContext::loadStarted, this,
-        [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(path)); });
+        [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(Format::displayPath(path))); });
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
         updateTitle();
         m_keys->setDiffAvailable(false); // the Diff panel drops its report with the old checkpoint
@@ -101,16 +102,16 @@ MainWindow::MainWindow(QWidget* parent)
             // start on something to look at
             if (m_context->selectedKey().isEmpty()) m_context->select(m_context->representativeKey());
             addRecent(m_context->path());
-            statusBar()->showMessage(tr("Opened %1").arg(m_context->path()), 5000);
+            statusBar()->showMessage(tr("Opened %1").arg(Format::displayPath(m_context->path())), 5000);
         }
     });
     connect(m_context, &CheckpointContext::loadFailed, this, [this](const QString& path, const QString& message) {
-        statusBar()->showMessage(tr("Cannot open %1").arg(path), 10000);
+        statusBar()->showMessage(tr("Cannot open %1").arg(Format::displayPath(path)), 10000);
         if (isVisible() && !QApplication::platformName().startsWith(QLatin1String("offscreen")))
             QMessageBox::warning(this, tr("Cannot open checkpoint"), tr("Cannot open %1:\n\n%2").arg(path, message));
     });
     connect(m_context, &CheckpointContext::referenceFailed, this, [this](const QString& path, const QString& message) {
-        statusBar()->showMessage(tr("Cannot open the model %1: %2").arg(path, message), 10000);
+        statusBar()->showMessage(tr("Cannot open the model %1: %2").arg(Format::displayPath(path), message), 10000);
     });
     updateTitle();
 }
@@ -376,7 +377,8 @@ void MainWindow::updateTitle()
     QString name = QFileInfo(path).fileName();
     if (path == m_demoPath) name = tr("demo checkpoint");
     setWindowTitle(tr("%1 — OptScope").arg(name));
-    m_checkpointLabel->setText(path);
+    m_checkpointLabel->setText(Format::displayPath(path));
+    m_checkpointLabel->setToolTip(path);
 }
 
 void MainWindow::showAbout()

@@ -4,6 +4,7 @@
 #include "checkpointcontext.h"
 #include "format.h"
 #include "jobrunner.h"
+#include "keycolumnsizer.h"
 #include "reportexport.h"
 #include "statusfilterproxy.h"
 #include "verifymodel.h"
@@ -132,12 +133,8 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     m_view->sortByColumn(-1, Qt::AscendingOrder);
     m_view->setUniformRowHeights(true);
     m_view->setAlternatingRowColors(true);
-    m_view->header()->setStretchLastSection(true);
-    m_view->setColumnWidth(VerifyModel::KeyColumn, 300);
-    m_view->setColumnWidth(VerifyModel::StatusColumn, 80);
-    m_view->setColumnWidth(VerifyModel::ElementsColumn, 80);
-    m_view->setColumnWidth(VerifyModel::DifferingColumn, 80);
-    m_view->setColumnWidth(VerifyModel::FirstDiffColumn, 80);
+    // full keys: the other columns sized to their content, the view scrolls right rather than cut a key
+    new KeyColumnSizer(m_view, m_view->header(), VerifyModel::KeyColumn, KeyColumnSizer::Minimum::Content);
     layout->addWidget(m_view, 1);
 
     connect(m_verify, &QPushButton::clicked, this, &ReshardPanel::verify);
@@ -331,7 +328,7 @@ void ReshardPanel::reshardTo(const QString& outDir)
     const ReshardOptions options = targetOptions();
     const std::string out = outDir.toStdString();
     setBusy(true);
-    m_summary->setText(tr("Writing %1…").arg(outDir.toHtmlEscaped()));
+    m_summary->setText(tr("Writing %1…").arg(Format::displayPath(outDir).toHtmlEscaped()));
     m_context->runner()->run(
         QStringLiteral("reshard"), tr("Reshard to %n rank(s)", nullptr, world), this,
         [cp, out, options](const Progress& progress) {
@@ -347,7 +344,8 @@ void ReshardPanel::reshardTo(const QString& outDir)
             setBusy(false);
             m_model->setData(std::move(report));
             showReport();
-            m_summary->setText(m_summary->text() + tr("<br>Saved to %1").arg(outDir.toHtmlEscaped()));
+            m_summary->setText(
+                m_summary->text() + tr("<br>Saved to %1").arg(Format::displayPath(outDir).toHtmlEscaped()));
             m_lastOutput = outDir;
             m_open->show();
             Q_EMIT finished(true);

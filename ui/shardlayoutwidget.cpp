@@ -46,7 +46,7 @@ QSize ShardLayoutWidget::sizeHint() const
 
 QSize ShardLayoutWidget::minimumSizeHint() const
 {
-    return {240, 120};
+    return {240, 80};
 }
 
 int ShardLayoutWidget::laneCount() const

@@ -667,6 +667,9 @@ void TestFlows::keyNamesReadableAt1280x720()
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
     QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    // the default layout fits: two panels with plots stacked once forced the window to 774 px
+    QTest::qWait(20);
+    QCOMPARE(w.size(), QSize(1280, 720));
     const QString key = QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg");
     w.context()->select(key);
     QTest::qWait(50); // the column sizer runs after the expansion settles

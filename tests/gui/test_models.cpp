@@ -24,6 +24,7 @@
 #include "optscope/verify_report.h"
 
 #include <QAbstractItemModelTester>
+#include <QDir>
 
 #include <QElapsedTimer>
 #include <QRegularExpression>
@@ -573,6 +574,17 @@ void TestModels::format()
         Names(QStringLiteral("a.pt"), QStringLiteral("a.pt")));
     QCOMPARE(Format::distinctNames(QStringLiteral("ckpt"), QStringLiteral("/abs/ckpt")),
         Names(QStringLiteral("ckpt"), QStringLiteral("abs/ckpt")));
+    // paths as the user would write them: relative under the working folder, ~ under home (screenshots and status
+    // bars without the machine's absolute paths)
+    const QString cwd = QDir::currentPath();
+    QCOMPARE(Format::displayPath(cwd + QStringLiteral("/runs/step_100")), QStringLiteral("runs/step_100"));
+    QCOMPARE(Format::displayPath(QStringLiteral("/definitely/elsewhere/ckpt")),
+        QStringLiteral("/definitely/elsewhere/ckpt"));
+    if (!QDir::homePath().isEmpty() && QDir::homePath() != QStringLiteral("/") && !cwd.startsWith(QDir::homePath()))
+        QCOMPARE(Format::displayPath(QDir::homePath() + QStringLiteral("/ckpt")), QStringLiteral("~/ckpt"));
+    QCOMPARE(
+        Format::withDisplayPaths("saved in " + QString(cwd + QStringLiteral("/a/b.pt")).toStdString() + " ('model')"),
+        QStringLiteral("saved in a/b.pt ('model')"));
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestModels)
