@@ -11,6 +11,7 @@
 #include "shardlayoutpanel.h"
 #include "statekeyspanel.h"
 #include "tensordetailspanel.h"
+#include "watchpanel.h"
 
 #include <QAction>
 #include <QApplication>
@@ -35,7 +36,7 @@ namespace optscope::ui {
 
 namespace {
 constexpr int MaxRecent = 10;
-constexpr int LayoutVersion = 1;
+constexpr int LayoutVersion = 2; // 2: the Watch dock
 const QString kRecentKey = QStringLiteral("recentFiles");
 } // namespace
 
@@ -61,6 +62,7 @@ MainWindow::MainWindow(QWidget* parent)
     m_diff = new DiffPanel(m_context, this);
     m_diagnose = new DiagnosePanel(m_context, this);
     m_reshard = new ReshardPanel(m_context, this);
+    m_watch = new WatchPanel(m_context, m_diff, this);
     addPanel(QStringLiteral("keys"), tr("State keys"), m_keys, QKeySequence(Qt::ALT | Qt::Key_1));
     addPanel(QStringLiteral("details"), tr("Tensor details"), m_details, QKeySequence(Qt::ALT | Qt::Key_2));
     addPanel(QStringLiteral("shards"), tr("Shard layout"), m_shards, QKeySequence(Qt::ALT | Qt::Key_3));
@@ -68,6 +70,7 @@ MainWindow::MainWindow(QWidget* parent)
     addPanel(QStringLiteral("diff"), tr("Diff"), m_diff, QKeySequence(Qt::ALT | Qt::Key_5));
     addPanel(QStringLiteral("diagnose"), tr("Diagnose"), m_diagnose, QKeySequence(Qt::ALT | Qt::Key_6));
     addPanel(QStringLiteral("reshard"), tr("Reshard and verify"), m_reshard, QKeySequence(Qt::ALT | Qt::Key_7));
+    addPanel(QStringLiteral("watch"), tr("Watch"), m_watch, QKeySequence(Qt::ALT | Qt::Key_8));
 
     setupMenus();
     setupStatusBar();
@@ -121,7 +124,7 @@ MainWindow::~MainWindow() = default;
 QStringList MainWindow::panelNames()
 {
     return {QStringLiteral("keys"), QStringLiteral("details"), QStringLiteral("shards"), QStringLiteral("fqn"),
-        QStringLiteral("diff"), QStringLiteral("diagnose"), QStringLiteral("reshard")};
+        QStringLiteral("diff"), QStringLiteral("diagnose"), QStringLiteral("reshard"), QStringLiteral("watch")};
 }
 
 QDockWidget* MainWindow::addPanel(
@@ -173,6 +176,7 @@ void MainWindow::resetLayout()
     tabifyDockWidget(details, dock(QStringLiteral("diff")));
     tabifyDockWidget(details, dock(QStringLiteral("diagnose")));
     tabifyDockWidget(details, dock(QStringLiteral("reshard")));
+    tabifyDockWidget(details, dock(QStringLiteral("watch")));
     for (QDockWidget* d : std::as_const(m_docks))
         d->show();
     keys->raise();
@@ -225,6 +229,14 @@ void MainWindow::setupMenus()
     compare->menuAction()->setObjectName(QStringLiteral("compareWith"));
     file->addMenu(compare);
     connect(compare, &QMenu::triggered, this, [this] { raisePanel(QStringLiteral("diff")); });
+    QAction* watch = file->addAction(tr("&Watch Folder…"), this, [this] {
+        const QString folder = QFileDialog::getExistingDirectory(this, tr("Watch a training run's checkpoint folder"),
+            m_context->path().isEmpty() ? QString() : QFileInfo(m_context->path()).absolutePath());
+        if (folder.isEmpty()) return;
+        m_watch->watch(folder);
+        raisePanel(QStringLiteral("watch"));
+    });
+    watch->setObjectName(QStringLiteral("watchFolder"));
     file->addSeparator();
     QAction* demo = file->addAction(tr("Open &Demo Checkpoint"), this, [this] {
         if (!m_demoPath.isEmpty()) openPath(m_demoPath);

@@ -19,6 +19,7 @@ class DiffPanel;
 class FqnMappingPanel;
 class ReshardPanel;
 class ShardLayoutPanel;
+class WatchPanel;
 class StateKeysPanel;
 class TensorDetailsPanel;
 
@@ -50,6 +51,7 @@ public:
     DiffPanel* diffPanel() const { return m_diff; }
     DiagnosePanel* diagnosePanel() const { return m_diagnose; }
     ReshardPanel* reshardPanel() const { return m_reshard; }
+    WatchPanel* watchPanel() const { return m_watch; }
 
     /// panel names for --panel: keys, details, fqn, shards, diff, diagnose, reshard
     static QStringList panelNames();
@@ -79,6 +81,7 @@ private:
     DiffPanel* m_diff = nullptr;
     DiagnosePanel* m_diagnose = nullptr;
     ReshardPanel* m_reshard = nullptr;
+    WatchPanel* m_watch = nullptr;
     QHash<QString, QDockWidget*> m_docks;
     QMenu* m_viewMenu = nullptr;
     QMenu* m_recentMenu = nullptr;

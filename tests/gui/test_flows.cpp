@@ -29,6 +29,7 @@
 #include "valuecomparemodel.h"
 #include "valuespreviewmodel.h"
 #include "verifymodel.h"
+#include "watchpanel.h"
 
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
@@ -124,6 +125,7 @@ private Q_SLOTS:
     void reshardPreviewOpenAndDialogs();
     void heatmapPerKindLabelsAndTooltips();
     void diffValuesSideBySide();
+    void watchFolderFollowsARun();
 };
 
 void TestFlows::init()
@@ -1273,6 +1275,84 @@ void TestFlows::diffValuesSideBySide()
     QVERIFY(values.wait(Timeout));
     QVERIFY(m->rowCount() > 4);
     QCOMPARE(m->index(1, ValueCompareModel::IndexColumn).data().toString(), QStringLiteral("[0, 1]"));
+}
+
+void TestFlows::watchFolderFollowsARun()
+{
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(w.findChild<QAction*>(QStringLiteral("watchFolder")));
+    WatchPanel* watch = w.watchPanel();
+    QTemporaryDir run;
+    const QByteArray step4 = [] {
+        QFile f(testData("diff/step4.pt"));
+        f.open(QIODevice::ReadOnly);
+        return f.readAll();
+    }();
+    QVERIFY(QFile::copy(testData("diff/step3.pt"), run.filePath(QStringLiteral("ckpt_3.pt"))));
+    QSignalSpy read(watch, &WatchPanel::stepRead);
+    watch->setFollow(true);
+    watch->watch(run.path()); // the first look: ckpt_3 seen, not yet known to be complete
+    QVERIFY(read.isEmpty());
+    watch->pollNow(); // unchanged since: complete
+    QVERIFY(read.wait(Timeout));
+    QCOMPARE(watch->steps().size(), size_t(1));
+    QTRY_COMPARE_WITH_TIMEOUT(QFileInfo(w.context()->path()).fileName(), QStringLiteral("ckpt_3.pt"), Timeout);
+
+    // ckpt_4 arrives in two writes: half of it is not a checkpoint (it does not open), then all of it
+    const QString path4 = run.filePath(QStringLiteral("ckpt_4.pt"));
+    {
+        QFile f(path4);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(step4.left(step4.size() / 2));
+    }
+    watch->pollNow();
+    watch->pollNow(); // stable, tried, fails to open: waits
+    QTest::qWait(300);
+    QCOMPARE(watch->steps().size(), size_t(1));
+    {
+        QFile f(path4);
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(step4);
+    }
+    QSignalSpy diffDone(w.diffPanel(), &DiffPanel::finished);
+    watch->pollNow(); // changed
+    watch->pollNow(); // stable: read and compared with ckpt_3
+    QVERIFY(read.wait(Timeout));
+    QCOMPARE(watch->steps().size(), size_t(2));
+    QVERIFY(watch->steps().back().second.contains(QLatin1String("changed from the step before")));
+    // one Adam step: step +1, so max |Δ| of step is 1 at step 4
+    const auto series = watch->series(QStringLiteral("optim.state.0.weight.step"));
+    QCOMPARE(series.size(), size_t(1));
+    QCOMPARE(series.front().first, int64_t(4));
+    QCOMPARE(series.front().second, 1.0);
+    QVERIFY(!watch->chartedKeys().isEmpty());
+    // followed: the window shows ckpt_4, compared with ckpt_3
+    QVERIFY(diffDone.wait(Timeout));
+    QCOMPARE(QFileInfo(w.context()->path()).fileName(), QStringLiteral("ckpt_4.pt"));
+    QCOMPARE(QFileInfo(w.diffPanel()->pathB()).fileName(), QStringLiteral("ckpt_3.pt"));
+    QVERIFY(w.diffPanel()->stepChange().contains(QLatin1String("4")));
+
+    // a writer's temporary file is not a step; a broken step is skipped once a later one is complete
+    QFile::copy(testData("diff/step4.pt"), run.filePath(QStringLiteral(".ckpt_9.pt.tmp")));
+    {
+        QFile f(run.filePath(QStringLiteral("ckpt_5.pt")));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("not a checkpoint");
+    }
+    watch->pollNow();
+    watch->pollNow(); // ckpt_5 fails
+    QTest::qWait(300);
+    QVERIFY(QFile::copy(testData("diff/step3.pt"), run.filePath(QStringLiteral("ckpt_6.pt"))));
+    watch->pollNow();
+    watch->pollNow(); // ckpt_6 complete: ckpt_5 skipped, ckpt_6 read
+    QTRY_COMPARE_WITH_TIMEOUT(watch->steps().size(), size_t(4), Timeout);
+    QVERIFY(watch->steps()[2].second.startsWith(QLatin1String("skipped")));
+    QCOMPARE(watch->steps()[3].first, QStringLiteral("ckpt_6.pt"));
+    QCOMPARE(watch->series(QStringLiteral("optim.state.0.weight.step")).size(), size_t(2)); // 4 -> 6 compared
+    watch->stop();
+    QVERIFY(!watch->isWatching());
+    QVERIFY(watch->steps().empty());
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)

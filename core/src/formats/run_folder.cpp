@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/run_folder.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+namespace optscope {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t lastNumber(const std::string& name)
+{
+    // the last run of digits (epoch=1-step=500 -> 500; checkpoint-200 -> 200)
+    size_t end = name.size();
+    while (end > 0 && !std::isdigit(static_cast<unsigned char>(name[end - 1])))
+        --end;
+    if (end == 0) return -1;
+    size_t begin = end;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(name[begin - 1])))
+        --begin;
+    if (end - begin > 18) return -1;
+    return std::stoll(name.substr(begin, end - begin));
+}
+
+bool temporaryName(const std::string& name)
+{
+    auto endsWith = [&name](const char* suffix) {
+        const std::string s(suffix);
+        return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    return name.empty() || name[0] == '.' || endsWith(".tmp") || endsWith(".partial") || endsWith("~")
+        || endsWith(".lock");
+}
+
+void mix(uint64_t& h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+}
+
+void addFile(uint64_t& h, const fs::directory_entry& e)
+{
+    std::error_code ec;
+    const auto size = e.file_size(ec);
+    mix(h, ec ? 0 : static_cast<uint64_t>(size));
+    const auto time = e.last_write_time(ec);
+    mix(h, ec ? 0 : static_cast<uint64_t>(time.time_since_epoch().count()));
+    mix(h, std::hash<std::string>()(e.path().filename().string()));
+}
+
+uint64_t signatureOf(const fs::directory_entry& entry)
+{
+    uint64_t h = 0;
+    std::error_code ec;
+    if (!entry.is_directory(ec)) {
+        addFile(h, entry);
+        return h;
+    }
+    // a folder: its files and those one level down (DCP: .metadata and __r_0.distcp; DeepSpeed: global_stepN/*)
+    std::vector<fs::directory_entry> files;
+    for (fs::recursive_directory_iterator it(entry.path(), fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec)) {
+        if (it.depth() > 1) {
+            it.disable_recursion_pending();
+            continue;
+        }
+        if (!it->is_directory(ec)) files.push_back(*it);
+    }
+    std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.path() < b.path(); });
+    mix(h, files.size());
+    for (const auto& f : files)
+        addFile(h, f);
+    return h;
+}
+
+} // namespace
+
+std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
+{
+    std::vector<RunCheckpoint> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (temporaryName(name)) continue;
+        const int64_t step = lastNumber(name);
+        if (step < 0) continue;
+        RunCheckpoint c;
+        c.path = it->path().string();
+        c.name = name;
+        c.step = step;
+        c.signature = signatureOf(*it);
+        out.push_back(std::move(c));
+    }
+    std::sort(out.begin(), out.end(),
+        [](const RunCheckpoint& a, const RunCheckpoint& b) { return a.step != b.step ? a.step < b.step : a.name < b.name; });
+    return out;
+}
+
+} // namespace optscope

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "watchpanel.h"
+
+#include "checkpointcontext.h"
+#include "diffpanel.h"
+#include "format.h"
+#include "jobrunner.h"
+#include "plotexport.h"
+#include "qcp.h"
+
+#include "optscope/checkpoint_loader.h"
+#include "optscope/diff_report.h"
+
+#include <QCheckBox>
+#include <QFileInfo>
+#include <QFileSystemWatcher>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <memory>
+
+namespace optscope::ui {
+
+namespace {
+struct StepOutcome
+{
+    CheckpointPtr checkpoint;
+    bool compared = false;
+    DiffReport report;
+};
+constexpr int MaxChartedKeys = 6;
+} // namespace
+
+WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* parent)
+    : QWidget(parent)
+    , m_context(context)
+    , m_diff(diff)
+    , m_title(new QLabel(this))
+    , m_follow(new QCheckBox(tr("Follow: open the newest and diff it"), this))
+    , m_steps(new QTableWidget(0, 3, this))
+    , m_chart(new QCustomPlot(this))
+    , m_watcher(new QFileSystemWatcher(this))
+    , m_poll(new QTimer(this))
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    auto* bar = new QHBoxLayout;
+    m_title->setWordWrap(true);
+    m_title->setText(tr("File > Watch folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
+    bar->addWidget(m_title, 1);
+    m_follow->setChecked(true);
+    m_follow->setToolTip(tr("Open each new checkpoint in the window and compare it with the one before"));
+    bar->addWidget(m_follow);
+    auto* stopButton = new QPushButton(tr("Stop watching"), this);
+    stopButton->setObjectName(QStringLiteral("stopWatching"));
+    connect(stopButton, &QPushButton::clicked, this, &WatchPanel::stop);
+    bar->addWidget(stopButton);
+    layout->addLayout(bar);
+
+    auto* split = new QSplitter(Qt::Horizontal, this);
+    m_steps->setHorizontalHeaderLabels({tr("Step"), tr("Checkpoint"), tr("Status")});
+    m_steps->verticalHeader()->hide();
+    m_steps->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_steps->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_steps->horizontalHeader()->setStretchLastSection(true);
+    m_steps->horizontalHeader()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+    m_steps->horizontalHeader()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    split->addWidget(m_steps);
+    m_chart->setMinimumHeight(120);
+    m_chart->setBackground(palette().color(QPalette::Base));
+    m_chart->xAxis->setLabel(tr("step"));
+    m_chart->yAxis->setLabel(tr("max |Δ| from the step before"));
+    m_chart->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    m_chart->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    m_chart->yAxis->setNumberFormat(QStringLiteral("eb"));
+    m_chart->yAxis->setNumberPrecision(0);
+    m_chart->legend->setVisible(true);
+    m_chart->legend->setFont(font());
+    m_chart->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    PlotExport::install(m_chart, [this] { return m_folder; }, QStringLiteral("watch"));
+    split->addWidget(m_chart);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 2);
+    layout->addWidget(split, 1);
+
+    m_poll->setInterval(1500);
+    connect(m_poll, &QTimer::timeout, this, &WatchPanel::pollNow);
+    connect(m_watcher, &QFileSystemWatcher::directoryChanged, this, [this] { QTimer::singleShot(300, this, &WatchPanel::pollNow); });
+    updateChart();
+}
+
+void WatchPanel::setFollow(bool on)
+{
+    m_follow->setChecked(on);
+}
+
+void WatchPanel::watch(const QString& folder)
+{
+    stop();
+    m_folder = QFileInfo(folder).absoluteFilePath();
+    ++m_generation;
+    m_watcher->addPath(m_folder);
+    m_title->setText(tr("Watching <b>%1</b>").arg(Format::displayPath(m_folder).toHtmlEscaped()));
+    m_title->setToolTip(m_folder);
+    m_poll->start();
+    pollNow();
+}
+
+void WatchPanel::stop()
+{
+    if (!m_watcher->directories().isEmpty()) m_watcher->removePaths(m_watcher->directories());
+    m_poll->stop();
+    m_context->runner()->cancel(QStringLiteral("watch"));
+    ++m_generation;
+    m_busy = false;
+    m_folder.clear();
+    m_lastSignature.clear();
+    m_failed.clear();
+    m_lastStep = -1;
+    m_lastName.clear();
+    m_previous.reset();
+    m_previousPath.clear();
+    m_series.clear();
+    m_steps->setRowCount(0);
+    m_title->setText(tr("File > Watch folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
+    updateChart();
+}
+
+std::vector<std::pair<QString, QString>> WatchPanel::steps() const
+{
+    std::vector<std::pair<QString, QString>> out;
+    for (int r = 0; r < m_steps->rowCount(); ++r)
+        out.emplace_back(m_steps->item(r, 1)->text(), m_steps->item(r, 2)->text());
+    return out;
+}
+
+std::vector<std::pair<int64_t, double>> WatchPanel::series(const QString& key) const
+{
+    auto it = m_series.find(key);
+    return it == m_series.end() ? std::vector<std::pair<int64_t, double>>() : it->second;
+}
+
+void WatchPanel::addStepRow(const QString& name, const QString& status)
+{
+    const int row = m_steps->rowCount();
+    m_steps->insertRow(row);
+    m_steps->setItem(row, 0, new QTableWidgetItem(m_lastStep >= 0 ? QString::number(m_lastStep) : QString()));
+    m_steps->setItem(row, 1, new QTableWidgetItem(name));
+    m_steps->setItem(row, 2, new QTableWidgetItem(status));
+    m_steps->scrollToBottom();
+}
+
+void WatchPanel::pollNow()
+{
+    if (!isWatching() || m_busy) return;
+    const std::vector<RunCheckpoint> entries = scanRunFolder(m_folder.toStdString());
+    // an entry is complete once its files stopped changing between two looks (and it opens)
+    std::map<std::string, uint64_t> seen;
+    const RunCheckpoint* next = nullptr;
+    bool laterStable = false;
+    for (const auto& c : entries) {
+        seen[c.path] = c.signature;
+        if (c.step < m_lastStep || (c.step == m_lastStep && c.name <= m_lastName)) continue; // read already
+        auto before = m_lastSignature.find(c.path);
+        const bool stable = before != m_lastSignature.end() && before->second == c.signature;
+        if (!next) {
+            if (!stable) break; // still being written: the later ones wait behind it
+            next = &c;
+        } else if (stable) {
+            laterStable = true;
+            break;
+        }
+    }
+    m_lastSignature = std::move(seen);
+    if (!next) return;
+    if (auto failed = m_failed.find(next->path); failed != m_failed.end() && failed->second.first == next->signature) {
+        // it did not open and has not changed since: skip it once a later step is complete, else keep waiting
+        if (!laterStable) return;
+        m_lastStep = next->step;
+        m_lastName = next->name;
+        addStepRow(QString::fromStdString(next->name), tr("skipped: %1").arg(failed->second.second));
+        m_failed.erase(failed);
+        QTimer::singleShot(0, this, &WatchPanel::pollNow);
+        return;
+    }
+    m_busy = true;
+    const CheckpointPtr previous = m_previous;
+    const std::string path = next->path;
+    const QString name = QString::fromStdString(next->name);
+    const int64_t step = next->step;
+    const bool newest = !laterStable;
+    const quint64 generation = m_generation;
+    const uint64_t signature = next->signature;
+    m_context->runner()->run(
+        QStringLiteral("watch"), tr("Watch: reading %1").arg(name), this,
+        [previous, path](const Progress& progress) {
+            StepOutcome out;
+            out.checkpoint = openCheckpoint(path, progress);
+            if (previous) {
+                out.report = diffCheckpoints(*previous, *out.checkpoint, {}, progress);
+                out.compared = true;
+            }
+            return out;
+        },
+        [this, name, step, path, newest, generation](StepOutcome out) {
+            if (generation != m_generation) return;
+            m_busy = false;
+            m_lastStep = step;
+            m_lastName = name.toStdString();
+            QString status = tr("read (%1 entries)").arg(out.checkpoint->entries.size());
+            if (out.compared) {
+                size_t changed = 0;
+                for (const auto& e : out.report.entries) {
+                    if (e.status != DiffStatus::Equal) ++changed;
+                    if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
+                        m_series[QString::fromStdString(e.key)].emplace_back(step, e.maxAbsDiff);
+                }
+                status = tr("%1 of %2 keys changed from the step before").arg(changed).arg(out.report.entries.size());
+            }
+            addStepRow(name, status);
+            const QString previousPath = m_previousPath;
+            m_previous = out.checkpoint;
+            m_previousPath = QString::fromStdString(path);
+            updateChart();
+            // the window follows the newest step only (catching up on a run's past steps opens nothing)
+            if (m_follow->isChecked() && newest) {
+                const QString newPath = QString::fromStdString(path);
+                auto* once = new QObject(this);
+                connect(m_context, &CheckpointContext::checkpointChanged, once, [this, once, newPath, previousPath] {
+                    if (QFileInfo(m_context->path()) == QFileInfo(newPath) && !previousPath.isEmpty())
+                        m_diff->compareWith(previousPath);
+                    once->deleteLater();
+                });
+                m_context->open(newPath);
+            }
+            Q_EMIT stepRead(name);
+            QTimer::singleShot(0, this, &WatchPanel::pollNow);
+        },
+        [this, path, generation, signature](const QString& message, bool cancelled) {
+            if (generation != m_generation) return;
+            m_busy = false;
+            // not complete yet, or broken: retried when its files change; skipped once a later step is complete
+            if (!cancelled) m_failed[path] = {signature, message};
+        });
+}
+
+void WatchPanel::updateChart()
+{
+    m_chart->clearGraphs();
+    // the keys that changed most at the newest comparison
+    std::vector<std::pair<double, QString>> newest;
+    for (const auto& [key, points] : m_series)
+        if (!points.empty()) newest.emplace_back(points.back().second, key);
+    std::sort(newest.begin(), newest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    m_charted.clear();
+    static const QColor colours[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e), QColor(0x2c, 0xa0, 0x2c),
+        QColor(0xd6, 0x27, 0x28), QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b)};
+    double lo = 1, hi = 0, first = 0, last = 1;
+    bool any = false;
+    for (size_t i = 0; i < newest.size() && static_cast<int>(i) < MaxChartedKeys; ++i) {
+        const QString& key = newest[i].second;
+        m_charted << key;
+        QCPGraph* g = m_chart->addGraph();
+        g->setName(key.size() > 48 ? QStringLiteral("…") + key.right(47) : key);
+        g->setPen(QPen(colours[i], 1.5));
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 5));
+        for (const auto& [step, value] : m_series[key]) {
+            if (!(value > 0)) continue; // equal: nothing to draw on a log axis
+            g->addData(static_cast<double>(step), value);
+            lo = any ? std::min(lo, value) : value;
+            hi = any ? std::max(hi, value) : value;
+            first = any ? std::min(first, double(step)) : double(step);
+            last = any ? std::max(last, double(step)) : double(step);
+            any = true;
+        }
+    }
+    if (any) {
+        m_chart->xAxis->setRange(first - 0.5 - (last - first) * 0.05, last + 0.5 + (last - first) * 0.05);
+        m_chart->yAxis->setRange(lo / 2, hi * 2);
+    }
+    m_chart->legend->setVisible(any);
+    m_chart->replot();
+}
+
+} // namespace optscope::ui

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/checkpoint.h"
+#include "optscope/run_folder.h"
+
+#include <QWidget>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+class QCheckBox;
+class QCustomPlot;
+class QFileSystemWatcher;
+class QLabel;
+class QTableWidget;
+class QTimer;
+
+namespace optscope::ui {
+
+class CheckpointContext;
+class DiffPanel;
+
+/// The "Watch" dock (File > Watch folder…): follows a training run's checkpoint folder (step_100/, step_200/, ...),
+/// opens each new checkpoint once it is complete (its files stopped changing and it opens), compares it with the one
+/// before and charts max |Δ| of each key across the steps. With "Follow" the newest step is also opened in the
+/// window and compared with the one before in the Diff panel.
+class WatchPanel : public QWidget
+{
+    Q_OBJECT
+public:
+    WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* parent = nullptr);
+
+    /// starts following @p folder (the checkpoints already there are read in order)
+    void watch(const QString& folder);
+    void stop();
+    bool isWatching() const { return !m_folder.isEmpty(); }
+    QString folder() const { return m_folder; }
+    /// looks at the folder now (also done on a timer and when the folder changes)
+    void pollNow();
+    /// the steps read so far, in order: name and what happened
+    std::vector<std::pair<QString, QString>> steps() const;
+    /// max |Δ| of @p key between consecutive steps: (step, value) per comparison, the step being the newer one
+    std::vector<std::pair<int64_t, double>> series(const QString& key) const;
+    /// the keys drawn in the chart: the largest max |Δ| at the newest step
+    QStringList chartedKeys() const { return m_charted; }
+    void setFollow(bool on);
+
+Q_SIGNALS:
+    /// a step was read (and compared with the one before, when there is one)
+    void stepRead(const QString& name);
+
+private:
+    void processNext();
+    void updateChart();
+    void addStepRow(const QString& name, const QString& status);
+
+    CheckpointContext* m_context;
+    DiffPanel* m_diff;
+    QLabel* m_title;
+    QCheckBox* m_follow;
+    QTableWidget* m_steps;
+    QCustomPlot* m_chart;
+    QFileSystemWatcher* m_watcher;
+    QTimer* m_poll;
+    QString m_folder;
+    quint64 m_generation = 0; ///< bumped by watch()/stop(): results of an older watch are dropped
+    bool m_busy = false;
+    std::map<std::string, uint64_t> m_lastSignature; ///< per entry path, from the previous look
+    /// per entry path: its signature when it did not open, and why (retried once it changes)
+    std::map<std::string, std::pair<uint64_t, QString>> m_failed;
+    int64_t m_lastStep = -1;
+    std::string m_lastName;
+    CheckpointPtr m_previous;
+    QString m_previousPath;
+    std::map<QString, std::vector<std::pair<int64_t, double>>> m_series;
+    QStringList m_charted;
+};
+
+} // namespace optscope::ui
