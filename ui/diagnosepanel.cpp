@@ -277,13 +277,15 @@ void DiagnosePanel::onCurrentChanged()
         = QStringLiteral("<h3 style=\"margin:0\">%1 <span style=\"font-weight:normal;color:gray\">%2</span></h3>")
               .arg(esc(f->name()), esc(severityName(f->severity)));
     html += QStringLiteral("<p>%1</p>").arg(esc(f->message));
+    // the loader's own words: DeepSpeed's for a ZeRO folder's zero-* findings
+    const QString loader = QString::fromLatin1(findingLoader(f->code));
     if (!f->pytorchError.empty())
-        html += tr("<p><b>PyTorch would raise:</b></p>")
+        html += tr("<p><b>%1 would raise:</b></p>").arg(loader)
             + QStringLiteral(
                 "<p style=\"background:#fdecea;color:#611a15;font-family:monospace;white-space:pre-wrap\">%1</p>")
                   .arg(esc(f->pytorchError));
     else
-        html += tr("<p><i>PyTorch would load this silently.</i></p>");
+        html += tr("<p><i>%1 would load this silently.</i></p>").arg(loader);
     // the GUI's wording: no CLI options ("--model") where the app has its own control
     if (!f->fix.empty()) html += tr("<p><b>Fix:</b> %1</p>").arg(esc(f->fixText(false)));
     if (!f->actions.empty()) {

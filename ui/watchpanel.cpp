@@ -84,7 +84,8 @@ WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* par
     m_chart->legend->setVisible(true);
     m_chart->legend->setFont(font());
     m_chart->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
-    PlotExport::install(m_chart, [this] { return m_folder; }, QStringLiteral("watch"));
+    PlotExport::install(
+        m_chart, [this] { return m_folder; }, QStringLiteral("watch"));
     split->addWidget(m_chart);
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 2);
@@ -92,7 +93,8 @@ WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* par
 
     m_poll->setInterval(1500);
     connect(m_poll, &QTimer::timeout, this, &WatchPanel::pollNow);
-    connect(m_watcher, &QFileSystemWatcher::directoryChanged, this, [this] { QTimer::singleShot(300, this, &WatchPanel::pollNow); });
+    connect(m_watcher, &QFileSystemWatcher::directoryChanged, this,
+        [this] { QTimer::singleShot(300, this, &WatchPanel::pollNow); });
     updateChart();
 }
 

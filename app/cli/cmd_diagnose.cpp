@@ -44,9 +44,7 @@ void printDiagnosis(const Diagnosis& d)
         std::cout << severityName(f.severity) << " [" << f.name() << "]" << (f.key.empty() ? "" : " " + f.key) << ": "
                   << f.message << "\n";
         // the loading library's own words: PyTorch's, or DeepSpeed's for the zero-* findings of a ZeRO folder
-        const bool deepspeed = std::string(f.name()).rfind("zero-", 0) == 0;
-        if (!f.pytorchError.empty())
-            std::cout << (deepspeed ? "    DeepSpeed: " : "    PyTorch: ") << f.pytorchError << "\n";
+        if (!f.pytorchError.empty()) std::cout << "    " << findingLoader(f.code) << ": " << f.pytorchError << "\n";
         if (!f.fix.empty())
             std::cout << "    fix: " << f.fix << (f.actions.empty() ? "" : " [optscope-cli fix applies it]") << "\n";
     }

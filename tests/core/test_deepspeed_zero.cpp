@@ -254,6 +254,8 @@ TEST(ZeroDamaged, MissingRankFileIsAnErrorWithDeepSpeedsTextAndLeavesGaps)
     ASSERT_TRUE(f);
     EXPECT_EQ(f->severity, Severity::Error);
     EXPECT_EQ(f->pytorchError, w->loadError);
+    EXPECT_STREQ(findingLoader(f->code), "DeepSpeed"); // DeepSpeed's words, not PyTorch's (CLI and GUI say so)
+    EXPECT_STREQ(findingLoader(FindingCode::ChunkGap), "PyTorch");
     EXPECT_FALSE(f->fix.empty());
     EXPECT_EQ(bytesOf(*cp, "model.inp.weight"),
         bytesOf(*openCheckpoint(kZero + "/stage2/fp32/pytorch_model.bin"), "inp.weight"));

@@ -51,8 +51,8 @@ TEST(RunFolder, StepsInOrderWhateverTheNaming)
     write(t.path / "step_900.pt.tmp", "x");
     const auto runs = scanRunFolder(t.path.string());
     EXPECT_EQ(names(runs),
-        (std::vector<std::string> {"global_step4", "checkpoint-30", "step_200", "epoch=1-step=500.ckpt", "ckpt_600.pt",
-            "step_1000"}));
+        (std::vector<std::string> {
+            "global_step4", "checkpoint-30", "step_200", "epoch=1-step=500.ckpt", "ckpt_600.pt", "step_1000"}));
     EXPECT_EQ(runs.front().step, 4);
     EXPECT_EQ(runs[3].step, 500);
     EXPECT_TRUE(scanRunFolder((t.path / "missing").string()).empty());

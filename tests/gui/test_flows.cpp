@@ -126,6 +126,7 @@ private Q_SLOTS:
     void heatmapPerKindLabelsAndTooltips();
     void diffValuesSideBySide();
     void watchFolderFollowsARun();
+    void diagnoseNamesDeepSpeedAsTheLoader();
 };
 
 void TestFlows::init()
@@ -1353,6 +1354,38 @@ void TestFlows::watchFolderFollowsARun()
     watch->stop();
     QVERIFY(!watch->isWatching());
     QVERIFY(watch->steps().empty());
+}
+
+void TestFlows::diagnoseNamesDeepSpeedAsTheLoader()
+{
+    // a ZeRO folder with a rank file missing: the error text is DeepSpeed's, and the panel says so
+    QTemporaryDir tmp;
+    const QString ckpt = tmp.filePath(QStringLiteral("ckpt"));
+    QVERIFY(QDir().mkpath(ckpt + QStringLiteral("/global_step2")));
+    const QDir src(testData("zero/stage2/ckpt"));
+    QVERIFY(QFile::copy(src.filePath(QStringLiteral("latest")), ckpt + QStringLiteral("/latest")));
+    for (const QString& f : QDir(src.filePath(QStringLiteral("global_step2"))).entryList(QDir::Files))
+        if (!f.startsWith(QLatin1String("zero_pp_rank_1")))
+            QVERIFY(QFile::copy(
+                src.filePath(QStringLiteral("global_step2/") + f), ckpt + QStringLiteral("/global_step2/") + f));
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, ckpt));
+    DiagnosePanel* diag = w.diagnosePanel();
+    QSignalSpy done(diag, &DiagnosePanel::finished);
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    bool found = false;
+    for (int r = 0; r < diag->proxy()->rowCount(); ++r) {
+        if (diag->proxy()->index(r, DiagnosisModel::CodeColumn).data(DiagnosisModel::SortRole).toString()
+            != QLatin1String("zero-missing-rank-file"))
+            continue;
+        diag->view()->setCurrentIndex(diag->proxy()->index(r, 0));
+        QVERIFY2(diag->detailsText().contains(QLatin1String("DeepSpeed would raise")), qPrintable(diag->detailsText()));
+        QVERIFY(!diag->detailsText().contains(QLatin1String("PyTorch would raise")));
+        found = true;
+    }
+    QVERIFY(found);
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)

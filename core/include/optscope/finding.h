@@ -76,6 +76,9 @@ struct FindingInfo
 const std::vector<FindingInfo>& findingRegistry();
 const FindingInfo& findingInfo(FindingCode code);
 const char* findingName(FindingCode code);
+/// the library whose loader raises Finding::pytorchError: "DeepSpeed" for the zero-* findings of a ZeRO folder
+/// (DeepSpeed's own error text), "PyTorch" otherwise
+const char* findingLoader(FindingCode code);
 
 /// One rename/re-key the fix applies, at one optimizer (and the model part beside it).
 struct FixAction

@@ -104,6 +104,19 @@ const char* findingName(FindingCode code)
     return findingInfo(code).name;
 }
 
+const char* findingLoader(FindingCode code)
+{
+    switch (code) {
+    case FindingCode::ZeroMissingRankFile:
+    case FindingCode::ZeroWorldSizeMismatch:
+    case FindingCode::ZeroStageMismatch:
+    case FindingCode::ZeroMissingLatest:
+        return "DeepSpeed";
+    default:
+        return "PyTorch";
+    }
+}
+
 const char* fixActionKindName(FixAction::Kind kind)
 {
     switch (kind) {

@@ -81,8 +81,8 @@ std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
 {
     std::vector<RunCheckpoint> out;
     std::error_code ec;
-    for (fs::directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec), end;
-         !ec && it != end; it.increment(ec)) {
+    for (fs::directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
+         it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (temporaryName(name)) continue;
         const int64_t step = lastNumber(name);
@@ -94,8 +94,9 @@ std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
         c.signature = signatureOf(*it);
         out.push_back(std::move(c));
     }
-    std::sort(out.begin(), out.end(),
-        [](const RunCheckpoint& a, const RunCheckpoint& b) { return a.step != b.step ? a.step < b.step : a.name < b.name; });
+    std::sort(out.begin(), out.end(), [](const RunCheckpoint& a, const RunCheckpoint& b) {
+        return a.step != b.step ? a.step < b.step : a.name < b.name;
+    });
     return out;
 }
 
