@@ -129,6 +129,16 @@ TEST(Megatron, ShardedStateDictMergesCommonAndNamesWeights)
     EXPECT_EQ(bytesOf(*cp, "model.w").size(), 24u * 4);
 }
 
+TEST(Megatron, CachedSavePlansInTheMetadataAreNotUnsafe)
+{
+    // Megatron-Core caches DCP's SavePlan / WriteItem dataclasses in .metadata: torch's own reader unpickles them, so
+    // a healthy checkpoint checks clean (they were four unsafe-global warnings, exit 1)
+    const CheckReport r = checkCheckpoint(*openCheckpoint(kMegatron + "/sharded_torch_dist"));
+    for (const auto& f : r.findings)
+        EXPECT_NE(f.code, FindingCode::UnsafeGlobal) << f.message;
+    EXPECT_TRUE(r.clean());
+}
+
 TEST(Megatron, FullyReshardableMatchesReference)
 {
     auto cp = openCheckpoint(kMegatron + "/distopt_fully_reshardable/iter_0000002");

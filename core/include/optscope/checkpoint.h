@@ -110,6 +110,7 @@ struct CheckpointWarning
     bool isError = false;
     std::string loadError; ///< what the library that loads it raises because of it (its own text), if known
     std::string fix; ///< what to do about it, if known
+    std::string classPath; ///< unsafe-global: the class or function path ("deepspeed.runtime....LossScaler")
 };
 
 /// Where one parameter lies in a format's flat per-rank partitions (DeepSpeed ZeRO), for the FQN mapping; the

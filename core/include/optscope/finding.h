@@ -34,6 +34,7 @@ enum class FindingCode {
     BadMetadata,
     UnsupportedTransform,
     UnsafeGlobal,
+    LibraryGlobal,
     // one optimizer on its own (check and diagnose)
     NoOptimizer,
     EmptyState,

@@ -15,6 +15,24 @@
 
 namespace optscope {
 
+namespace {
+/// a class of the library that writes checkpoints of @p format (its own loader imports it): DeepSpeed's in a ZeRO or
+/// universal checkpoint, Megatron-Core's in a dist_checkpointing folder; a healthy checkpoint of theirs names them
+bool isWriterLibraryClass(CheckpointFormat format, const std::string& classPath)
+{
+    auto under = [&classPath](const char* prefix) { return classPath.rfind(prefix, 0) == 0; };
+    switch (format) {
+    case CheckpointFormat::DeepSpeedZero:
+    case CheckpointFormat::DeepSpeedUniversal:
+        return under("deepspeed.");
+    case CheckpointFormat::MegatronDist:
+        return under("megatron.core.");
+    default:
+        return false;
+    }
+}
+} // namespace
+
 bool CheckReport::clean() const
 {
     for (const auto& f : findings)
@@ -73,7 +91,10 @@ public:
     CheckReport run()
     {
         for (const auto& w : m_cp.warnings) {
-            if (w.code == "unsafe-global") add(FindingCode::UnsafeGlobal, w.key, w.message);
+            if (w.code == "unsafe-global")
+                add(isWriterLibraryClass(m_cp.format, w.classPath) ? FindingCode::LibraryGlobal
+                                                                   : FindingCode::UnsafeGlobal,
+                    w.key, w.message);
             if (w.code == "megatron-bucket-layout") add(FindingCode::MegatronBucketLayout, w.key, w.message);
             if (!w.isError) continue;
             Finding& f = add(readerCode(w.code), w.key, w.message);

@@ -40,6 +40,10 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::UnsafeGlobal, "unsafe-global", S::Warning,
             "the pickle references a class or function outside the safe set: torch.load(weights_only=True) refuses "
             "it, and a full unpickle would run it"},
+        {C::LibraryGlobal, "library-global", S::Info,
+            "the pickle references a class of the library that wrote the checkpoint (DeepSpeed, Megatron-Core), kept "
+            "inert: the library loads it with weights_only=False; torch.load(weights_only=True) refuses it unless it "
+            "is allowed with torch.serialization.add_safe_globals"},
         {C::NoOptimizer, "no-optimizer", S::Error, "no optimizer state dict (state + param_groups) in the file"},
         {C::EmptyState, "empty-state", S::Error,
             "param_groups list parameters but there is no state at all (saved before the first step)"},

@@ -212,12 +212,16 @@ void CheckpointBuilder::finish()
                 auto it = m_unsafeGlobals.find(path);
                 warn("unsafe-global", it != m_unsafeGlobals.end() ? it->second : "global '" + path + "' kept inert",
                     e.key);
+                m_cp.warnings.back().classPath = path;
                 attributed.insert(path);
             }
         }
     }
     for (const auto& [path, message] : m_unsafeGlobals)
-        if (!attributed.count(path)) warn("unsafe-global", message);
+        if (!attributed.count(path)) {
+            warn("unsafe-global", message);
+            m_cp.warnings.back().classPath = path;
+        }
     m_cp.buildIndex();
     for (const auto& e : m_cp.entries)
         if (m_cp.find(e.key) != &e) // the index keeps the first of equal keys

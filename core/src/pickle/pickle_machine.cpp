@@ -192,6 +192,13 @@ bool isDcpMetadataClass(std::string_view module, std::string_view name)
         return names.count(name) > 0;
     }
     if (filesystemModule) return name == "_StorageInfo" || name == "_StoragePrefix";
+    // DCP's planner dataclasses and enums: writers that cache their save plans in the metadata (Megatron-Core's
+    // torch_dist) pickle them there; torch's own reader unpickles them, and here they stay inert records
+    if (module == "torch.distributed.checkpoint.planner") {
+        static const std::unordered_set<std::string_view> names
+            = {"SavePlan", "LoadPlan", "WriteItem", "ReadItem", "TensorWriteData", "WriteItemType", "LoadItemType"};
+        return names.count(name) > 0;
+    }
     return false;
 }
 
