@@ -25,6 +25,11 @@
 
 namespace optscope::ui {
 
+namespace {
+const QString kUnsafeBannerStyle = QStringLiteral(
+    "QLabel { background: #fdecea; color: #7f1d1d; border: 1px solid #d62728; border-radius: 3px; padding: 6px; }");
+} // namespace
+
 StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     : QWidget(parent)
     , m_context(context)
@@ -43,8 +48,7 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     // unsafe globals deserve more than a line among the warnings: a banner above everything, naming them
     m_banner->setWordWrap(true);
     m_banner->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_banner->setStyleSheet(QStringLiteral("QLabel { background: #fdecea; color: #7f1d1d; border: 1px solid #d62728; "
-                                           "border-radius: 3px; padding: 6px; }"));
+    m_banner->setStyleSheet(kUnsafeBannerStyle);
     m_banner->hide();
     layout->addWidget(m_banner);
     m_filter->setPlaceholderText(tr("Filter: words, mlp.*.weight, /regex/, dtype:bf16, nan, inf, |x|>1e3"));
@@ -269,6 +273,20 @@ void StateKeysPanel::updateSummary()
                                   unsafe.byKey.empty() ? QString()
                                                        : tr("Marked rows hold them (%n key(s)).", nullptr,
                                                            static_cast<int>(unsafe.byKey.size()))));
+        m_banner->setStyleSheet(kUnsafeBannerStyle);
+        m_banner->show();
+    } else if (cp && !unsafe.libraryClassPaths.empty()) {
+        // the writer's own classes (LossScaler in a ZeRO checkpoint): worth knowing, not alarming
+        QStringList paths;
+        for (const auto& p : unsafe.libraryClassPaths)
+            paths << QStringLiteral("<tt>%1</tt>").arg(QString::fromStdString(p).toHtmlEscaped());
+        const QString library = QString::fromLatin1(writerLibraryName(cp->format));
+        m_banner->setText(tr("<b>ℹ %1's own classes</b>, kept inert: %2. %1's loader imports them "
+                             "(<tt>weights_only=False</tt>); <tt>torch.load(weights_only=True)</tt> refuses them "
+                             "unless they are allowed with <tt>torch.serialization.add_safe_globals</tt>.")
+                              .arg(library, paths.join(QLatin1String(", "))));
+        m_banner->setStyleSheet(QStringLiteral("QLabel { background: #e8f1fb; color: #1f3b5a; border: 1px solid "
+                                               "#9ab8d8; border-radius: 3px; padding: 6px; }"));
         m_banner->show();
     } else {
         m_banner->hide();

@@ -873,6 +873,13 @@ void TestFlows::unsafeGlobalsBannerAndRows()
     // a safe checkpoint: no banner
     QVERIFY(openAndWait(w, testData("adam_int.pt")));
     QVERIFY(keys->bannerText().isEmpty());
+    // a healthy ZeRO checkpoint names DeepSpeed's own classes: said, not alarmed about, no row marked
+    QVERIFY(openAndWait(w, testData("zero/stage2/ckpt")));
+    QVERIFY2(keys->bannerText().contains(QLatin1String("DeepSpeed's own classes")), qPrintable(keys->bannerText()));
+    QVERIFY(keys->bannerText().contains(QLatin1String("deepspeed.runtime.fp16.loss_scaler.LossScaler")));
+    QVERIFY(!keys->bannerText().contains(QLatin1String("Unsafe pickle")));
+    QVERIFY(keys->model()->unsafeGlobals().byKey.empty());
+    QVERIFY(keys->model()->unsafeGlobals().classPaths.empty());
 }
 
 void TestFlows::paramGroupsTable()

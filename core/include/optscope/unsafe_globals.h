@@ -18,10 +18,20 @@ struct UnsafeGlobals
     std::map<std::string, std::vector<std::string>> byKey;
     /// every unsafe class path of the checkpoint (also those no entry holds), sorted
     std::vector<std::string> classPaths;
+    /// the classes of the library that wrote the checkpoint (isWriterLibraryClass), kept apart from the above: its
+    /// own loader imports them
+    std::vector<std::string> libraryClassPaths;
     bool empty() const { return classPaths.empty() && byKey.empty(); }
 };
 
 /// The unsafe globals of @p checkpoint, from its "unsafe-global" warnings and the inert objects of their entries.
 UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint);
+
+/// A class of the library that writes checkpoints of @p format, which its own loader imports: DeepSpeed's in a ZeRO
+/// or universal checkpoint, Megatron-Core's in a dist_checkpointing folder. A healthy checkpoint of theirs names them
+/// (`check` reports them as info, library-global).
+bool isWriterLibraryClass(CheckpointFormat format, const std::string& classPath);
+/// "DeepSpeed", "Megatron-Core", or "" for formats written by PyTorch itself
+const char* writerLibraryName(CheckpointFormat format);
 
 } // namespace optscope

@@ -5,6 +5,7 @@
 #include "optscope/error.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/shard_layout.h"
+#include "optscope/unsafe_globals.h"
 #include "read_guard.h"
 #include "tensor_values.h"
 
@@ -14,24 +15,6 @@
 #include <sstream>
 
 namespace optscope {
-
-namespace {
-/// a class of the library that writes checkpoints of @p format (its own loader imports it): DeepSpeed's in a ZeRO or
-/// universal checkpoint, Megatron-Core's in a dist_checkpointing folder; a healthy checkpoint of theirs names them
-bool isWriterLibraryClass(CheckpointFormat format, const std::string& classPath)
-{
-    auto under = [&classPath](const char* prefix) { return classPath.rfind(prefix, 0) == 0; };
-    switch (format) {
-    case CheckpointFormat::DeepSpeedZero:
-    case CheckpointFormat::DeepSpeedUniversal:
-        return under("deepspeed.");
-    case CheckpointFormat::MegatronDist:
-        return under("megatron.core.");
-    default:
-        return false;
-    }
-}
-} // namespace
 
 bool CheckReport::clean() const
 {

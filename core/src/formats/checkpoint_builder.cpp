@@ -229,30 +229,65 @@ void CheckpointBuilder::finish()
                 e.key);
 }
 
+bool isWriterLibraryClass(CheckpointFormat format, const std::string& classPath)
+{
+    auto under = [&classPath](const char* prefix) { return classPath.rfind(prefix, 0) == 0; };
+    switch (format) {
+    case CheckpointFormat::DeepSpeedZero:
+    case CheckpointFormat::DeepSpeedUniversal:
+        return under("deepspeed.");
+    case CheckpointFormat::MegatronDist:
+        return under("megatron.core.");
+    default:
+        return false;
+    }
+}
+
+const char* writerLibraryName(CheckpointFormat format)
+{
+    switch (format) {
+    case CheckpointFormat::DeepSpeedZero:
+    case CheckpointFormat::DeepSpeedUniversal:
+        return "DeepSpeed";
+    case CheckpointFormat::MegatronDist:
+        return "Megatron-Core";
+    default:
+        return "";
+    }
+}
+
 UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
 {
     UnsafeGlobals out;
-    std::set<std::string> all;
+    std::set<std::string> all, library;
+    // the writer's own classes go apart: they are not what the warning is about
+    auto keep = [&](const std::set<std::string>& found) {
+        std::vector<std::string> unsafe;
+        for (const auto& path : found) {
+            if (isWriterLibraryClass(checkpoint.format, path)) {
+                library.insert(path);
+            } else {
+                unsafe.push_back(path);
+                all.insert(path);
+            }
+        }
+        return unsafe;
+    };
     for (const auto& w : checkpoint.warnings) {
         if (w.code != "unsafe-global") continue;
         const Entry* e = w.key.empty() ? nullptr : checkpoint.find(w.key);
         if (e && !e->isTensor()) {
             std::set<std::string> found;
             collectUnsafeGlobals(e->value, found);
-            auto& list = out.byKey[w.key];
-            if (list.empty()) list.assign(found.begin(), found.end());
-            all.insert(found.begin(), found.end());
+            const std::vector<std::string> unsafe = keep(found);
+            if (!unsafe.empty() && !out.byKey.count(w.key)) out.byKey[w.key] = unsafe;
             continue;
         }
-        // not held by an entry (a global only the file's other pickles name): its path is in the pickle machine's
-        // message, "global 'PATH' ..."
-        const std::string prefix = "global '";
-        if (w.message.compare(0, prefix.size(), prefix) == 0) {
-            const auto end = w.message.find('\'', prefix.size());
-            if (end != std::string::npos) all.insert(w.message.substr(prefix.size(), end - prefix.size()));
-        }
+        // not held by an entry (a global only the file's other pickles name)
+        if (!w.classPath.empty()) keep({w.classPath});
     }
     out.classPaths.assign(all.begin(), all.end());
+    out.libraryClassPaths.assign(library.begin(), library.end());
     return out;
 }
 
