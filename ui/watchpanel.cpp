@@ -36,6 +36,7 @@ struct StepOutcome
     DiffReport report;
 };
 constexpr int MaxChartedKeys = 6;
+constexpr int TrackedPerStep = 32; ///< keys that start a series at each step (the most changed)
 } // namespace
 
 WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* parent)
@@ -219,10 +220,20 @@ void WatchPanel::pollNow()
             QString status = tr("read (%1 entries)").arg(out.checkpoint->entries.size());
             if (out.compared) {
                 size_t changed = 0;
+                // series for the keys that were ever among the most changed (a run of 100k keys and thousands of
+                // steps must not keep a point per key per step): this step's top ones, and those tracked already
+                std::vector<const DiffEntry*> tensors;
                 for (const auto& e : out.report.entries) {
                     if (e.status != DiffStatus::Equal) ++changed;
                     if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
-                        m_series[QString::fromStdString(e.key)].emplace_back(step, e.maxAbsDiff);
+                        tensors.push_back(&e);
+                }
+                const size_t top = std::min(tensors.size(), static_cast<size_t>(TrackedPerStep));
+                std::partial_sort(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(top), tensors.end(),
+                    [](const DiffEntry* a, const DiffEntry* b) { return a->maxAbsDiff > b->maxAbsDiff; });
+                for (size_t i = 0; i < tensors.size(); ++i) {
+                    const QString key = QString::fromStdString(tensors[i]->key);
+                    if (i < top || m_series.count(key)) m_series[key].emplace_back(step, tensors[i]->maxAbsDiff);
                 }
                 status = tr("%1 of %2 keys changed from the step before").arg(changed).arg(out.report.entries.size());
             }

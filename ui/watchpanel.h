@@ -41,7 +41,8 @@ public:
     void pollNow();
     /// the steps read so far, in order: name and what happened
     std::vector<std::pair<QString, QString>> steps() const;
-    /// max |Δ| of @p key between consecutive steps: (step, value) per comparison, the step being the newer one
+    /// max |Δ| of @p key between consecutive steps: (step, value) per comparison, the step being the newer one. Kept
+    /// for the keys that were among the 32 most changed at some step (from then on)
     std::vector<std::pair<int64_t, double>> series(const QString& key) const;
     /// the keys drawn in the chart: the largest max |Δ| at the newest step
     QStringList chartedKeys() const { return m_charted; }
