@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// optscope-cli inspect PATH [--json] [--hash] [--threads N]
+// optscope-cli inspect PATH [--json] [--hash] [--threads N] [--raw]
 #include "cli_common.h"
 
 #include "optscope/checkpoint_loader.h"
@@ -17,6 +17,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--json", false, "print the report as JSON"},
     {"--hash", false, "add the SHA-256 of every full tensor (row-major, little-endian bytes)"},
     {"--threads", true, "hashing threads (default: one per core)"},
+    {"--raw", false, "the file as torch.save wrote it, not the checkpoint it belongs to (a DeepSpeed rank file)"},
     {"--help", false, "show this help", "-h"},
 };
 
@@ -123,7 +124,8 @@ int run(const std::vector<std::string>& argv)
         }
     }
     const Progress progress = terminalProgress();
-    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    CheckpointPtr cp = args.has("--raw") ? openCheckpointFile(args.positional()[0], progress)
+                                         : openCheckpoint(args.positional()[0], progress);
     InspectReport report = inspectCheckpoint(*cp, options, progress);
     finishTerminalProgress();
     if (args.has("--json"))

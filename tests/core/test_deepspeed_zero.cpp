@@ -249,6 +249,23 @@ TEST(ZeroCheck, DeepSpeedsOwnClassesAreInfoAndAHealthyCheckpointIsClean)
     EXPECT_FALSE(plain.clean());
 }
 
+TEST(ZeroRaw, OneRankFileOpensAsTheTorchSaveFileItIs)
+{
+    // inspect --raw: a rank file as torch.save wrote it (flat partitions, DeepSpeed objects), not the whole checkpoint
+    const std::string file = kZero + "/stage2/ckpt/global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt";
+    const auto whole = openCheckpoint(file);
+    EXPECT_EQ(whole->format, CheckpointFormat::DeepSpeedZero);
+    const auto raw = openCheckpointFile(file);
+    EXPECT_EQ(raw->format, CheckpointFormat::TorchSave);
+    EXPECT_TRUE(raw->find("optimizer_state_dict.base_optimizer_state.state.0.exp_avg"));
+    EXPECT_TRUE(raw->find("optimizer_state_dict.loss_scaler"));
+    EXPECT_FALSE(raw->find("optim.state.inp.weight.exp_avg"));
+    // a plain torch.save file opens the same either way; a folder is refused
+    EXPECT_EQ(openCheckpointFile(std::string(OPTSCOPE_TEST_DATA) + "/adam_int.pt")->entries.size(),
+        openCheckpoint(std::string(OPTSCOPE_TEST_DATA) + "/adam_int.pt")->entries.size());
+    EXPECT_THROW(openCheckpointFile(kZero + "/stage2/ckpt"), Error);
+}
+
 // ---- damaged copies of the real samples ----------------------------------------------------------------------------
 
 TEST(ZeroDamaged, MissingRankFileIsAnErrorWithDeepSpeedsTextAndLeavesGaps)

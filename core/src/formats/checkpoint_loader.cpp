@@ -32,6 +32,8 @@ std::string describeStart(const uint8_t* data, uint64_t size)
 }
 } // namespace
 
+static CheckpointPtr openFileByContent(const std::string& path, const Progress& progress);
+
 static CheckpointPtr openUnguarded(const std::string& path, const Progress& progress)
 {
     std::error_code ec;
@@ -55,6 +57,11 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
     if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
     if (DeepSpeedZeroReader::looksLikeZero(path)) return DeepSpeedZeroReader::open(path, progress);
     if (DeepSpeedUniversalReader::looksLikeUniversal(path)) return DeepSpeedUniversalReader::open(path, progress);
+    return openFileByContent(path, progress);
+}
+
+static CheckpointPtr openFileByContent(const std::string& path, const Progress& progress)
+{
     auto file = MappedFile::open(path);
     if (file->size() == 0) throw Error(ErrorKind::Format, path, "is empty (0 bytes), not a checkpoint");
     if (!looksLikeTorchSave(file->data(), file->size())) {
@@ -72,12 +79,13 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
     return TorchSaveReader::open(path, progress);
 }
 
-CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
+static CheckpointPtr openGuarded(
+    const std::string& path, const Progress& progress, CheckpointPtr (*open)(const std::string&, const Progress&))
 {
     const uint64_t faults = MappedFile::faultCount();
     CheckpointPtr cp;
     try {
-        cp = openUnguarded(path, progress);
+        cp = open(path, progress);
         cp->files->checkFaults();
     } catch (const Error& e) {
         // a file cut short while its index was parsed reads as zeros: that, not the parse error, is what happened
@@ -91,6 +99,25 @@ CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
     }
     pausePoint("opened");
     return cp;
+}
+
+CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
+{
+    return openGuarded(path, progress, openUnguarded);
+}
+
+static CheckpointPtr openFileUnguarded(const std::string& path, const Progress& progress)
+{
+    std::error_code ec;
+    const auto status = fs::status(path, ec);
+    if (ec || !fs::exists(status)) throw Error(ErrorKind::Io, path, "no such file or directory");
+    if (fs::is_directory(status)) throw Error(ErrorKind::Usage, path, "is a folder: --raw opens one file");
+    return openFileByContent(path, progress);
+}
+
+CheckpointPtr openCheckpointFile(const std::string& path, const Progress& progress)
+{
+    return openGuarded(path, progress, openFileUnguarded);
 }
 
 } // namespace optscope
