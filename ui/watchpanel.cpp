@@ -36,7 +36,6 @@ struct StepOutcome
     DiffReport report;
 };
 constexpr int MaxChartedKeys = 6;
-constexpr int TrackedPerStep = 32; ///< keys that start a series at each step (the most changed)
 } // namespace
 
 WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* parent)
@@ -228,7 +227,7 @@ void WatchPanel::pollNow()
                     if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
                         tensors.push_back(&e);
                 }
-                const size_t top = std::min(tensors.size(), static_cast<size_t>(TrackedPerStep));
+                const size_t top = std::min(tensors.size(), static_cast<size_t>(m_trackedPerStep));
                 std::partial_sort(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(top), tensors.end(),
                     [](const DiffEntry* a, const DiffEntry* b) { return a->maxAbsDiff > b->maxAbsDiff; });
                 for (size_t i = 0; i < tensors.size(); ++i) {

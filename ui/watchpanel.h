@@ -6,6 +6,7 @@
 
 #include <QWidget>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -47,6 +48,8 @@ public:
     /// the keys drawn in the chart: the largest max |Δ| at the newest step
     QStringList chartedKeys() const { return m_charted; }
     void setFollow(bool on);
+    /// how many of the most changed keys start a series at each step (32)
+    void setTrackedPerStep(int keys) { m_trackedPerStep = std::max(1, keys); }
 
 Q_SIGNALS:
     /// a step was read (and compared with the one before, when there is one)
@@ -77,6 +80,7 @@ private:
     QString m_previousPath;
     std::map<QString, std::vector<std::pair<int64_t, double>>> m_series;
     QStringList m_charted;
+    int m_trackedPerStep = 32;
 };
 
 } // namespace optscope::ui

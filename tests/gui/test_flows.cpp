@@ -1358,6 +1358,24 @@ void TestFlows::watchFolderFollowsARun()
     QVERIFY(watch->steps()[2].second.startsWith(QLatin1String("skipped")));
     QCOMPARE(watch->steps()[3].first, QStringLiteral("ckpt_6.pt"));
     QCOMPARE(watch->series(QStringLiteral("optim.state.0.weight.step")).size(), size_t(2)); // 4 -> 6 compared
+    // every one of the 16 tensors is tracked with the default cap of 32; with a cap of 4, only the keys that were
+    // among the 4 most changed at some step have a series (a run of 100k keys keeps a few series, not 100k)
+    QCOMPARE(watch->series(QStringLiteral("optim.state.0.weight.exp_avg_sq")).size(), size_t(2));
+    watch->stop();
+    watch->setTrackedPerStep(4);
+    watch->setFollow(false);
+    watch->watch(run.path());
+    watch->pollNow();
+    QTRY_VERIFY_WITH_TIMEOUT(watch->steps().size() >= 4, Timeout);
+    int tracked = 0;
+    for (const char* key : {"model.0.weight", "model.0.bias", "model.2.weight", "model.2.bias",
+             "optim.state.0.weight.step", "optim.state.0.bias.step", "optim.state.2.weight.step",
+             "optim.state.2.bias.step", "optim.state.0.weight.exp_avg", "optim.state.0.bias.exp_avg",
+             "optim.state.2.weight.exp_avg", "optim.state.2.bias.exp_avg", "optim.state.0.weight.exp_avg_sq",
+             "optim.state.0.bias.exp_avg_sq", "optim.state.2.weight.exp_avg_sq", "optim.state.2.bias.exp_avg_sq"})
+        tracked += watch->series(QString::fromLatin1(key)).empty() ? 0 : 1;
+    QVERIFY2(tracked >= 4 && tracked <= 8, qPrintable(QString::number(tracked))); // 4 per comparison, 2 comparisons
+    QCOMPARE(watch->series(QStringLiteral("optim.state.0.weight.exp_avg_sq")).size(), size_t(0));
     watch->stop();
     QVERIFY(!watch->isWatching());
     QVERIFY(watch->steps().empty());
