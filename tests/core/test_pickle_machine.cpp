@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -1178,6 +1179,138 @@ TEST(PickleSafety, RebuildTensorWithPersistentStorage)
     EXPECT_TRUE(t->tensor->requiresGrad);
     EXPECT_EQ(keys, std::vector<std::string> {"0"});
     EXPECT_TRUE(u->result.warnings.empty()) << warningsText(u->result);
+}
+
+// A persistent-id loader as torch.save's: ('storage', cls, key, location, numel) -> one Storage value per key
+struct StorageLoader
+{
+    std::map<std::string, PyValue*> seen;
+    PickleOptions options()
+    {
+        PickleOptions opt;
+        opt.persistentLoad = [this](PyArena& arena, PyValue* pid, uint64_t) -> PyValue* {
+            if (!pid->isSequence() || pid->size() != 5 || pid->item(2)->kind != PyKind::Str) return nullptr;
+            const std::string key(pid->item(2)->text);
+            if (auto it = seen.find(key); it != seen.end()) return it->second;
+            PyValue* s = arena.make(PyKind::Storage);
+            s->storage = arena.makeStorageInfo();
+            s->storage->key = pid->item(2)->text;
+            s->storage->dtype = DType::Float32;
+            s->storage->numel = pid->item(4)->integer;
+            s->storage->location = pid->item(3)->text;
+            return seen[key] = s;
+        };
+        return opt;
+    }
+};
+
+/// One tensor as Python's pickler writes it in a torch.save file (protocol 2): the globals and the strings 'storage'
+/// and 'cpu' memoised once and read back, every tuple memoised (memo index @p next, counting up)
+void emitTorchSaveTensor(Pk& p, int i, uint32_t& next, int size)
+{
+    const bool first = next == 0;
+    if (first) {
+        p.global("torch._utils", "_rebuild_tensor_v2").op(op::LONG_BINPUT).u32(next++); // 0
+    } else {
+        p.op(op::LONG_BINGET).u32(0);
+    }
+    p.op(op::MARK).op(op::MARK);
+    if (first) {
+        p.binUnicode("storage").op(op::LONG_BINPUT).u32(next++); // 1
+        p.global("torch", "FloatStorage").op(op::LONG_BINPUT).u32(next++); // 2
+    } else {
+        p.op(op::LONG_BINGET).u32(1).op(op::LONG_BINGET).u32(2);
+    }
+    p.binUnicode(std::to_string(i)).op(op::LONG_BINPUT).u32(next++);
+    if (first) {
+        p.binUnicode("cpu").op(op::LONG_BINPUT).u32(next++); // 4
+    } else {
+        p.op(op::LONG_BINGET).u32(4);
+    }
+    p.op(op::BININT).u32(static_cast<uint32_t>(size)).op(op::TUPLE).op(op::LONG_BINPUT).u32(next++);
+    p.op(op::BINPERSID);
+    p.int1(0).op(op::BININT).u32(static_cast<uint32_t>(size)).op(op::TUPLE1).op(op::LONG_BINPUT).u32(next++);
+    p.int1(1).op(op::TUPLE1).op(op::LONG_BINPUT).u32(next++).op(op::NEWFALSE);
+    if (first) {
+        p.global("collections", "OrderedDict").op(op::LONG_BINPUT).u32(next++); // 8
+    } else {
+        p.op(op::LONG_BINGET).u32(8);
+    }
+    p.op(op::EMPTY_TUPLE).op(op::REDUCE);
+    p.op(op::LONG_BINPUT).u32(next++).op(op::TUPLE).op(op::LONG_BINPUT).u32(next++).op(op::REDUCE);
+    p.op(op::LONG_BINPUT).u32(next++);
+}
+
+TEST(PickleArena, TensorRebuildArgumentsAreGivenBack)
+{
+    // the argument tuples, persistent ids and their keys and sizes are memoised but never read back: the arena reuses
+    // them, so the graph holds about the tensor, its storage and the list, not ten values per tensor
+    const int n = 5000;
+    Pk p;
+    p.proto(2).op(op::EMPTY_LIST).op(op::MARK);
+    uint32_t next = 0;
+    for (int i = 0; i < n; ++i)
+        emitTorchSaveTensor(p, i, next, 1000 + i);
+    p.op(op::APPENDS).stop();
+    StorageLoader loader;
+    auto u = load(p, loader.options());
+    const PyValue* list = u->root();
+    ASSERT_EQ(list->size(), size_t(n));
+    for (int i = 0; i < n; ++i) {
+        const PyValue* t = list->item(size_t(i));
+        ASSERT_EQ(t->kind, PyKind::Tensor);
+        ASSERT_EQ(t->tensor->sizes, std::vector<int64_t>({1000 + i}));
+        ASSERT_EQ(t->tensor->strides, std::vector<int64_t>({1}));
+        ASSERT_EQ(t->tensor->storage->storage->key, std::to_string(i));
+        ASSERT_EQ(t->tensor->storage->storage->numel, 1000 + i);
+        ASSERT_EQ(t->tensor->storage->storage->location, "cpu");
+    }
+    EXPECT_LT(u->arena.valueCount(), size_t(2 * n + 100));
+}
+
+TEST(PickleArena, ValuesReadBackOrAliasedAreNotGivenBack)
+{
+    // a hostile or unusual pickle: the size tuple and the argument tuple of a tensor are read back from the memo after
+    // the tensor is built, a size tuple comes from builtins.tuple(list) whose list is read back, a DUP'd stride; more
+    // tensors follow so that every value given back is reused. What was read back must be unchanged.
+    Pk p;
+    p.proto(2).op(op::MARK);
+    // tensor A: size (7, 9) memo 10, args memo 11, stride DUP'd
+    p.global("torch._utils", "_rebuild_tensor_v2").op(op::MARK);
+    p.op(op::MARK).binUnicode("storage").global("torch", "FloatStorage").binUnicode("a").binUnicode("cpu").int1(63);
+    p.op(op::TUPLE).op(op::BINPERSID).int1(0);
+    p.int1(7).int1(9).op(op::TUPLE2).op(op::BINPUT).u8(10);
+    p.int1(9).int1(1).op(op::TUPLE2).op(op::DUP).op(op::BINPUT).u8(12).op(op::POP);
+    p.op(op::NEWFALSE).op(op::EMPTY_DICT).op(op::TUPLE).op(op::BINPUT).u8(11).op(op::REDUCE);
+    // tensor B: size = builtins.tuple([5, 6]) with the list memo 13
+    p.global("torch._utils", "_rebuild_tensor_v2").op(op::MARK);
+    p.op(op::MARK).binUnicode("storage").global("torch", "FloatStorage").binUnicode("b").binUnicode("cpu").int1(30);
+    p.op(op::TUPLE).op(op::BINPERSID).int1(0);
+    p.global("builtins", "tuple").op(op::EMPTY_LIST).op(op::BINPUT).u8(13).op(op::MARK);
+    p.op(op::BININT).u32(5000).op(op::BININT).u32(6000).op(op::APPENDS).op(op::TUPLE1).op(op::REDUCE);
+    p.int1(6).int1(1).op(op::TUPLE2).op(op::NEWFALSE).op(op::EMPTY_DICT).op(op::TUPLE).op(op::REDUCE);
+    // more tensors, reusing whatever was given back
+    uint32_t next = 100;
+    for (int i = 0; i < 50; ++i) {
+        p.global("torch._utils", "_rebuild_tensor_v2").op(op::MARK).op(op::MARK).binUnicode("storage");
+        p.global("torch", "FloatStorage").binUnicode("c" + std::to_string(i)).binUnicode("cpu").int1(4);
+        p.op(op::TUPLE).op(op::BINPERSID).int1(0).op(op::BININT).u32(4444).op(op::TUPLE1).int1(1).op(op::TUPLE1);
+        p.op(op::NEWFALSE).op(op::EMPTY_DICT).op(op::TUPLE).op(op::LONG_BINPUT).u32(next++).op(op::REDUCE);
+    }
+    p.op(op::BINGET).u8(10).op(op::BINGET).u8(11).op(op::BINGET).u8(12).op(op::BINGET).u8(13);
+    p.op(op::TUPLE).stop();
+    StorageLoader loader;
+    auto u = load(p, loader.options());
+    const PyValue* root = u->root();
+    ASSERT_EQ(root->size(), 2u + 50u + 4u);
+    EXPECT_EQ(root->item(0)->tensor->sizes, std::vector<int64_t>({7, 9}));
+    EXPECT_EQ(root->item(1)->tensor->sizes, std::vector<int64_t>({5000, 6000}));
+    for (size_t i = 2; i < 52; ++i)
+        ASSERT_EQ(root->item(i)->tensor->sizes, std::vector<int64_t>({4444}));
+    EXPECT_EQ(pyRepr(root->item(52)), "(7, 9)");
+    EXPECT_EQ(pyRepr(root->item(53), 400), "(<storage a>, 0, (7, 9), (9, 1), False, {})");
+    EXPECT_EQ(pyRepr(root->item(54)), "(9, 1)");
+    EXPECT_EQ(pyRepr(root->item(55)), "[5000, 6000]");
 }
 
 TEST(PickleSafety, KnownGlobalSet)

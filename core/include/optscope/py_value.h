@@ -118,6 +118,9 @@ struct PyValue
     PyKind kind = PyKind::None;
     DType dtype = DType::Unknown; ///< Dtype
     bool boolean = false; ///< Bool
+    /// Referred to from more than one place (interned, memoised and read back, DUP, aliased by an interpreted call):
+    /// PyArena::release leaves it alone
+    bool pinned = false;
     int32_t depth = 0; ///< container nesting below this value, as seen while building (a cap on hostile input)
     int64_t integer = 0; ///< Int
     double real = 0.0; ///< Float, Complex (real part)
@@ -169,11 +172,17 @@ public:
     PyStorageInfo* makeStorageInfo();
     PyTensorInfo* makeTensorInfo();
     std::string_view copy(std::string_view s);
+    /// Gives back a value nothing refers to any more, with every part of it that only it refers to, for the next
+    /// make() to reuse: the pickle machine's argument tuples of tensor rebuilds and persistent ids, about 800 bytes
+    /// per tensor of a torch.save file that the graph would otherwise keep. Stops at pinned values and at kinds that
+    /// other records point at (Global, Object, Storage, Tensor, Dtype).
+    void release(PyValue* v) { release(v, 0); }
     /// keep something (the mapped input) alive as long as the arena
     void keepAlive(std::shared_ptr<const void> owner) { m_keepAlive.push_back(std::move(owner)); }
     size_t valueCount() const { return m_values.size(); }
 
 private:
+    void release(PyValue* v, int depth);
     static constexpr int64_t kSmallIntMin = -1;
     static constexpr int64_t kSmallIntMax = 1024;
     PyValue* m_none = nullptr;
@@ -181,6 +190,8 @@ private:
     std::vector<PyValue*> m_smallInts; ///< index i - kSmallIntMin; made on first use
     std::deque<PyValue> m_values;
     std::deque<PyContainer> m_containers;
+    std::vector<PyValue*> m_freeValues; ///< released, for make() to reuse
+    std::vector<PyContainer*> m_freeContainers;
     std::deque<PyGlobalInfo> m_globals;
     std::deque<PyObjectInfo> m_objects;
     std::deque<PyStorageInfo> m_storages;

@@ -23,6 +23,7 @@ struct Walk
     uint64_t pathBytes = 0; ///< keyPathBytes of the current path
     uint64_t totalBytes = 0; ///< keyPathBytes of every leaf so far
     const std::function<void(FlattenedLeaf&&)>* sink = nullptr;
+    size_t leaves = 0;
 };
 
 uint64_t elemBytes(const KeyPathElem& e)
@@ -54,7 +55,9 @@ bool holdsTensorOrMapping(const PyValue* v, int depth, Walk& w)
     return found;
 }
 
-void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
+/// kCount: only count the leaves, making no key strings; the path then holds placeholder elements, because the
+/// repeat budget depends on its length
+template<bool kCount> void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
 {
     const bool descend
         = depth > 0 && (v->kind == PyKind::Dict || (v->isSequence() && holdsTensorOrMapping(v, depth, w)));
@@ -65,16 +68,22 @@ void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
             if (repeated) w.repeatBudget -= charge;
             w.active.insert(v);
             for (size_t i = 0; i < v->size(); ++i) {
+                if constexpr (kCount) {
+                    path.emplace_back();
+                    traverse<kCount>(path, v->kind == PyKind::Dict ? v->dictValue(i) : v->item(i), depth - 1, w);
+                    path.pop_back();
+                    continue;
+                }
                 if (v->kind == PyKind::Dict) {
                     path.push_back(KeyPathElem::fromKey(pyStr(v->dictKey(i))));
                     path.back().keyValue = v->dictKey(i);
                     w.pathBytes += elemBytes(path.back());
-                    traverse(path, v->dictValue(i), depth - 1, w);
+                    traverse<kCount>(path, v->dictValue(i), depth - 1, w);
                 } else {
                     path.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(i)));
                     path.back().inTuple = v->kind == PyKind::Tuple;
                     w.pathBytes += elemBytes(path.back());
-                    traverse(path, v->item(i), depth - 1, w);
+                    traverse<kCount>(path, v->item(i), depth - 1, w);
                 }
                 w.pathBytes -= elemBytes(path.back());
                 path.pop_back();
@@ -83,6 +92,8 @@ void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
             return;
         }
     }
+    ++w.leaves;
+    if constexpr (kCount) return;
     w.totalBytes += w.pathBytes;
     if (w.totalBytes > kMaxKeyPathBytes)
         throw Error(ErrorKind::Limit, {},
@@ -107,7 +118,16 @@ void forEachStateLeaf(const PyValue* root, const std::function<void(FlattenedLea
     Walk w;
     w.sink = &sink;
     KeyPath path;
-    traverse(path, root, maxDepth, w);
+    traverse<false>(path, root, maxDepth, w);
+}
+
+size_t countStateLeaves(const PyValue* root, int maxDepth)
+{
+    if (!root) return 0;
+    Walk w;
+    KeyPath path;
+    traverse<true>(path, root, maxDepth, w);
+    return w.leaves;
 }
 
 std::vector<FlattenedLeaf> flattenStateDict(const PyValue* root, int maxDepth)

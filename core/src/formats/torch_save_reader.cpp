@@ -79,6 +79,9 @@ TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t
     TorchSaveArchive ar;
     const uint8_t* base = file->data() + offset;
     ZipArchive zip = ZipArchive::parse(base, length, where);
+    // parsing touched every local header, i.e. nearly every page of a file of many small storages: let them go (they
+    // stay in the page cache; the pickle and the storages read later fault their own pages back in)
+    file->release(offset, length);
     ar.prefix = zip.prefix();
     if (zip.findRecord("constants.pkl") && !zip.findRecord("data.pkl"))
         throw Error(ErrorKind::Unsupported, where, "a TorchScript archive (torch.jit.save), not a torch.save file");
@@ -269,6 +272,7 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path,
 
     CheckpointBuilder builder(*cp);
     try {
+        cp->entries.reserve(countStateLeaves(ar.root));
         forEachStateLeaf(ar.root, [&](FlattenedLeaf&& leaf) {
             progress.checkCancelled();
             builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, path);

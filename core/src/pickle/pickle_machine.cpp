@@ -90,6 +90,188 @@ enum Op : uint8_t {
     READONLY_BUFFER = 0x98,
 };
 
+/// Which memo entries a pickle ever reads back (GET, BINGET, LONG_BINGET), from one pass over its opcodes up to the
+/// first STOP. Empty when that cannot be told exactly (an opcode or argument the pass does not know, PUT and MEMOIZE
+/// mixed, an index larger than the input): the machine then keeps every memo entry, as it always did.
+/// Why: a torch.save pickle memoises every tuple and string, so the memo would keep each tensor's argument tuples
+/// alive; knowing which entries are never read lets the machine give those tuples back to the arena.
+std::vector<bool> memoEntriesReadBack(const uint8_t* data, uint64_t size)
+{
+    uint64_t pos = 0;
+    bool ok = true;
+    bool puts = false, memoizes = false;
+    uint64_t memoized = 0, maxIndex = 0;
+    std::vector<uint64_t> gets;
+    auto skip = [&](uint64_t n) {
+        if (n > size - pos)
+            ok = false;
+        else
+            pos += n;
+    };
+    auto uint = [&](unsigned n) -> uint64_t {
+        if (n > size - pos) {
+            ok = false;
+            return 0;
+        }
+        uint64_t v = 0;
+        for (unsigned b = 0; b < n; ++b)
+            v |= static_cast<uint64_t>(data[pos + b]) << (8 * b);
+        pos += n;
+        return v;
+    };
+    auto line = [&]() -> std::string_view {
+        const void* nl = pos < size ? std::memchr(data + pos, '\n', size - pos) : nullptr;
+        if (!nl) {
+            ok = false;
+            return {};
+        }
+        const auto len = static_cast<size_t>(static_cast<const uint8_t*>(nl) - (data + pos));
+        std::string_view s(reinterpret_cast<const char*>(data + pos), len);
+        pos += len + 1;
+        if (!s.empty() && s.back() == '\r') s.remove_suffix(1);
+        return s;
+    };
+    auto decimal = [&](std::string_view s) -> uint64_t {
+        uint64_t v = 0;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || p != s.data() + s.size()) ok = false;
+        return v;
+    };
+    auto put = [&](uint64_t index) {
+        puts = true;
+        maxIndex = std::max(maxIndex, index);
+    };
+    bool stopped = false;
+    while (ok && !stopped && pos < size) {
+        switch (data[pos++]) {
+        case STOP:
+            stopped = true;
+            break;
+        case MARK:
+        case POP:
+        case POP_MARK:
+        case DUP:
+        case NONE:
+        case BINPERSID:
+        case REDUCE:
+        case APPEND:
+        case BUILD:
+        case DICT:
+        case EMPTY_DICT:
+        case APPENDS:
+        case LIST:
+        case EMPTY_LIST:
+        case OBJ:
+        case SETITEM:
+        case TUPLE:
+        case EMPTY_TUPLE:
+        case SETITEMS:
+        case NEWOBJ:
+        case TUPLE1:
+        case TUPLE2:
+        case TUPLE3:
+        case NEWTRUE:
+        case NEWFALSE:
+        case EMPTY_SET:
+        case ADDITEMS:
+        case FROZENSET:
+        case NEWOBJ_EX:
+        case STACK_GLOBAL:
+        case NEXT_BUFFER:
+        case READONLY_BUFFER:
+            break;
+        case FLOAT:
+        case INT:
+        case LONG:
+        case STRING:
+        case UNICODE:
+        case PERSID:
+            line();
+            break;
+        case GLOBAL:
+        case INST:
+            line();
+            line();
+            break;
+        case BININT:
+            skip(4);
+            break;
+        case BININT1:
+            skip(1);
+            break;
+        case BININT2:
+            skip(2);
+            break;
+        case BINFLOAT:
+            skip(8);
+            break;
+        case PROTO:
+            skip(1);
+            break;
+        case FRAME:
+            skip(8);
+            break;
+        case EXT1:
+            skip(1);
+            break;
+        case EXT2:
+            skip(2);
+            break;
+        case EXT4:
+            skip(4);
+            break;
+        case LONG1:
+        case SHORT_BINSTRING:
+        case SHORT_BINBYTES:
+        case SHORT_BINUNICODE:
+            skip(uint(1));
+            break;
+        case LONG4:
+        case BINSTRING:
+        case BINUNICODE:
+        case BINBYTES:
+            skip(uint(4));
+            break;
+        case BINUNICODE8:
+        case BINBYTES8:
+        case BYTEARRAY8:
+            skip(uint(8));
+            break;
+        case GET:
+            gets.push_back(decimal(line()));
+            break;
+        case BINGET:
+            gets.push_back(uint(1));
+            break;
+        case LONG_BINGET:
+            gets.push_back(uint(4));
+            break;
+        case PUT:
+            put(decimal(line()));
+            break;
+        case BINPUT:
+            put(uint(1));
+            break;
+        case LONG_BINPUT:
+            put(uint(4));
+            break;
+        case MEMOIZE:
+            memoizes = true;
+            maxIndex = std::max(maxIndex, memoized++);
+            break;
+        default:
+            ok = false;
+        }
+    }
+    if (!ok || !stopped || (puts && memoizes) || maxIndex > size) return {};
+    std::vector<bool> read(maxIndex + 1, false);
+    for (auto g : gets) {
+        if (g > maxIndex) return {}; // reads an entry never written: the machine reports it
+        read[g] = true;
+    }
+    return read;
+}
+
 std::string hex2(uint8_t b)
 {
     static const char* digits = "0123456789abcdef";
@@ -239,6 +421,7 @@ public:
         , m_arena(arena)
         , m_opt(options)
         , m_limits(scaled(options.limits, size))
+        , m_memoRead(memoEntriesReadBack(data, size))
     { }
 
     PickleResult run();
@@ -339,6 +522,11 @@ private:
         const bool existing = memoFind(index) != nullptr;
         if (!existing && m_memoCount >= m_limits.maxMemo)
             fail(ErrorKind::Limit, "memo exceeds " + std::to_string(m_limits.maxMemo) + " entries");
+        if (!m_memoRead.empty() && (index >= m_memoRead.size() || !m_memoRead[index])) {
+            v = unreadMemoEntry(); // never read back: the value stays free to be given back
+        } else {
+            v->pinned = true;
+        }
         if (index < m_memoDense.size() || index <= m_memoDense.size() + 1024) {
             if (index >= m_memoDense.size()) m_memoDense.resize(index + 1, nullptr);
             m_memoDense[index] = v;
@@ -346,6 +534,12 @@ private:
             m_memoSparse[static_cast<uint32_t>(index)] = v;
         }
         if (!existing) ++m_memoCount;
+    }
+    /// stands in the memo for an entry memoEntriesReadBack says is never read, so that re-putting it counts as before
+    static PyValue* unreadMemoEntry()
+    {
+        static PyValue marker;
+        return &marker;
     }
     PyValue* memoFind(uint64_t index) const
     {
@@ -357,6 +551,7 @@ private:
     {
         PyValue* v = memoFind(index);
         if (!v) fail(ErrorKind::Format, "memo has no entry " + std::to_string(index));
+        if (v == unreadMemoEntry()) fail(ErrorKind::Format, "memo entry " + std::to_string(index) + " was not kept");
         return v;
     }
 
@@ -370,6 +565,19 @@ private:
             if (d > m_limits.maxNesting)
                 fail(ErrorKind::Limit, "containers nested deeper than " + std::to_string(m_limits.maxNesting));
         }
+    }
+    /// an interpreted call put @p v into a second container (its arguments may stay reachable): never release it
+    static PyValue* pin(const PyValue* v)
+    {
+        auto* p = const_cast<PyValue*>(v);
+        if (p) p->pinned = true;
+        return p;
+    }
+    static void pinItems(const PyValue* v)
+    {
+        if (v && v->container)
+            for (PyValue* i : v->container->items)
+                i->pinned = true;
     }
     PyValue* makeSequence(PyKind kind, std::vector<PyValue*> items)
     {
@@ -422,6 +630,7 @@ private:
     const PickleLimits m_limits;
     std::vector<PyValue*> m_stack;
     std::vector<size_t> m_marks;
+    std::vector<bool> m_memoRead; ///< memoEntriesReadBack; empty: keep every entry
     std::vector<PyValue*> m_memoDense;
     std::unordered_map<uint32_t, PyValue*> m_memoSparse;
     size_t m_memoCount = 0;
@@ -1073,7 +1282,8 @@ PyValue* Machine::rebuildFromTypeV2(PyValue* args)
     PyValue* func = const_cast<PyValue*>(arg(args, 0));
     const PyValue* newType = arg(args, 1);
     PyValue* funcArgs = const_cast<PyValue*>(arg(args, 2));
-    PyValue* state = const_cast<PyValue*>(arg(args, 3));
+    PyValue* state = pin(arg(args, 3));
+    pin(funcArgs);
     if (!func || !funcArgs) return nullptr;
     PyValue* inner = callReduce(func, funcArgs);
     if (!inner || inner->kind != PyKind::Tensor) return nullptr;
@@ -1102,6 +1312,10 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
         || fn == "builtins.dict") {
         result = m_arena.makeContainer(PyKind::Dict);
         const PyValue* init = fn == "collections.defaultdict" ? arg(args, 1) : arg(args, 0);
+        pinItems(init);
+        if (init && init->isSequence())
+            for (const auto* pair : init->items())
+                pinItems(pair);
         if (init && init->kind == PyKind::Dict) {
             for (size_t i = 0; i < init->size(); ++i)
                 setItem(result, const_cast<PyValue*>(init->dictKey(i)), const_cast<PyValue*>(init->dictValue(i)));
@@ -1116,8 +1330,10 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
             : fn == "builtins.list"              ? PyKind::List
                                                  : PyKind::Tuple;
         std::vector<PyValue*> items;
-        if (const PyValue* init = arg(args, 0); init && init->container)
+        if (const PyValue* init = arg(args, 0); init && init->container) {
             items = init->kind == PyKind::Dict ? std::vector<PyValue*>() : init->container->items;
+            pinItems(init);
+        }
         result = makeSequence(kind, std::move(items));
     } else if (fn == "builtins.bytearray" || fn == "_codecs.encode" || fn == "builtins.bytes") {
         const PyValue* a0 = arg(args, 0);
@@ -1173,7 +1389,7 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
         else if ((fn == "builtins.int" && a0->kind == PyKind::Int)
             || (fn == "builtins.float" && a0->kind == PyKind::Float)
             || (fn == "builtins.str" && a0->kind == PyKind::Str) || (fn == "builtins.bool" && a0->kind == PyKind::Bool))
-            result = const_cast<PyValue*>(a0);
+            result = pin(a0);
     } else if (fn == "builtins.getattr") {
         // getattr(cls, "name"): nested classes (protocol < 4) and enum members on some CPython 3.11 builds
         const PyValue* obj = arg(args, 0);
@@ -1189,17 +1405,19 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
         if (cls) {
             PyValue* rest = makeSequence(PyKind::Tuple, {});
             if (const PyValue* st = arg(args, 2); st && st->kind != PyKind::None)
-                rest = makeSequence(PyKind::Tuple, {const_cast<PyValue*>(st)});
+                rest = makeSequence(PyKind::Tuple, {pin(st)});
             result = makeObject(cls, rest, nullptr, PyObjectHow::NewObj);
         }
     } else if (fn == "copyreg.__newobj__") {
         PyValue* cls = const_cast<PyValue*>(arg(args, 0));
         if (cls) {
+            pinItems(args);
             std::vector<PyValue*> rest(args->items().begin() + 1, args->items().end());
             result = makeObject(cls, makeSequence(PyKind::Tuple, std::move(rest)), nullptr, PyObjectHow::NewObj);
         }
     } else if (fn == "torch.Size") {
         const PyValue* a0 = arg(args, 0);
+        if (a0 && a0->isSequence()) pinItems(a0);
         result = makeSequence(PyKind::Tuple, a0 && a0->isSequence() ? a0->container->items : std::vector<PyValue*>());
     } else if (fn == "torch.device") {
         const PyValue* type = arg(args, 0);
@@ -1266,6 +1484,7 @@ void Machine::build(PyValue* inst, PyValue* state)
         if (!o.state) {
             o.state = state;
         } else if (o.state->kind == PyKind::Dict && state->kind == PyKind::Dict) {
+            pinItems(state);
             for (size_t i = 0; i < state->size(); ++i)
                 setItem(o.state, const_cast<PyValue*>(state->dictKey(i)), const_cast<PyValue*>(state->dictValue(i)));
         } else {
@@ -1328,6 +1547,7 @@ PickleResult Machine::run()
             popMark();
             break;
         case DUP:
+            top()->pinned = true;
             push(top());
             break;
         case FLOAT: {
@@ -1382,13 +1602,22 @@ PickleResult Machine::run()
         case PERSID:
             push(persistentLoad(m_arena.makeStr(line(), false)));
             break;
-        case BINPERSID:
-            push(persistentLoad(pop()));
+        case BINPERSID: {
+            PyValue* pid = pop();
+            PyValue* v = persistentLoad(pid);
+            push(v);
+            if (v != pid) m_arena.release(pid); // ('storage', cls, key, location, numel) per storage
             break;
+        }
         case REDUCE: {
             PyValue* args = pop();
             PyValue* callable = pop();
-            push(callReduce(callable, args));
+            PyValue* v = callReduce(callable, args);
+            push(v);
+            // An interpreted call keeps nothing of its arguments (a tensor copies sizes and strides; what a result
+            // shares with them is pinned) and they were only on the stack: give them back. Not an Object, which holds
+            // its arguments, and not in callReduce, which also runs on tuples that stay reachable.
+            if (v->kind != PyKind::Object && v != args) m_arena.release(args);
             break;
         }
         case STRING: {

@@ -52,6 +52,7 @@ struct PickleWarning
 };
 
 /// Turns a persistent id (BINPERSID/PERSID) into a value. torch.save uses ('storage', cls, key, location, numel).
+/// The loader must not keep or return @p pid or a part of it: the machine gives the id back to the arena afterwards.
 using PersistentLoader = std::function<PyValue*(PyArena& arena, PyValue* pid, uint64_t offset)>;
 
 struct PickleOptions

@@ -112,16 +112,62 @@ bool PyValue::isClass(std::string_view path) const
 
 PyValue* PyArena::make(PyKind kind)
 {
-    PyValue& v = m_values.emplace_back();
-    v.kind = kind;
-    return &v;
+    PyValue* v = nullptr;
+    if (!m_freeValues.empty()) {
+        v = m_freeValues.back();
+        m_freeValues.pop_back();
+    } else {
+        v = &m_values.emplace_back();
+    }
+    v->kind = kind;
+    return v;
 }
 
 PyValue* PyArena::makeContainer(PyKind kind)
 {
     PyValue* v = make(kind);
-    v->container = &m_containers.emplace_back();
+    if (!m_freeContainers.empty()) {
+        v->container = m_freeContainers.back();
+        m_freeContainers.pop_back();
+    } else {
+        v->container = &m_containers.emplace_back();
+    }
     return v;
+}
+
+void PyArena::release(PyValue* v, int depth)
+{
+    if (!v || v->pinned) return;
+    switch (v->kind) {
+    case PyKind::Tuple:
+    case PyKind::List:
+    case PyKind::Dict:
+    case PyKind::Set:
+    case PyKind::FrozenSet: {
+        if (depth >= 32) return; // deeper parts stay allocated: bounded recursion on hostile nesting
+        PyContainer* c = v->container;
+        for (PyValue* item : c->items)
+            release(item, depth + 1);
+        release(c->attrs, depth + 1);
+        c->items.clear(); // keeps the capacity for the next tuple
+        c->attrs = nullptr;
+        c->index.reset();
+        m_freeContainers.push_back(c);
+        break;
+    }
+    case PyKind::Int:
+    case PyKind::BigInt:
+    case PyKind::Float:
+    case PyKind::Complex:
+    case PyKind::Str:
+    case PyKind::Bytes:
+    case PyKind::ByteArray:
+        break; // text points into the input or into m_strings, which stay
+    default:
+        return; // None and bools are interned (pinned); the other kinds are pointed at by records
+    }
+    *v = PyValue {};
+    m_freeValues.push_back(v);
 }
 
 PyValue* PyArena::makeInt(int64_t i)
@@ -132,7 +178,10 @@ PyValue* PyArena::makeInt(int64_t i)
         if (PyValue* shared = m_smallInts[static_cast<size_t>(i - kSmallIntMin)]) return shared;
     }
     PyValue* v = make(PyKind::Int);
-    if (small) m_smallInts[static_cast<size_t>(i - kSmallIntMin)] = v;
+    if (small) {
+        m_smallInts[static_cast<size_t>(i - kSmallIntMin)] = v;
+        v->pinned = true;
+    }
     v->integer = i;
     return v;
 }
@@ -150,13 +199,17 @@ PyValue* PyArena::makeBool(bool b)
     if (!shared) {
         shared = make(PyKind::Bool);
         shared->boolean = b;
+        shared->pinned = true;
     }
     return shared;
 }
 
 PyValue* PyArena::makeNone()
 {
-    if (!m_none) m_none = make(PyKind::None);
+    if (!m_none) {
+        m_none = make(PyKind::None);
+        m_none->pinned = true;
+    }
     return m_none;
 }
 
