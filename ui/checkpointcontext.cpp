@@ -6,6 +6,8 @@
 
 #include "optscope/checkpoint_loader.h"
 
+#include <QPointer>
+
 namespace optscope::ui {
 
 namespace {
@@ -30,11 +32,31 @@ void CheckpointContext::open(const QString& path)
 {
     Q_EMIT loadStarted(path);
     const std::string p = path.toStdString();
+    const uint64_t generation = ++m_loadGeneration;
     m_runner->run(
         QStringLiteral("load"), tr("Opening %1").arg(path), this,
-        [p](const Progress& progress) {
+        [p, generation, self = QPointer<CheckpointContext>(this)](const Progress& progress) {
+            // the tree fills as the reader finds keys: each batch is added to what came before and shown as a
+            // preview checkpoint with its own key tree, both built here, off the UI thread
+            Progress withPreview = progress;
+            auto found = std::make_shared<std::vector<Entry>>();
+            withPreview.entriesFound = [p, generation, self, found](std::vector<Entry>&& batch) {
+                for (auto& e : batch)
+                    found->push_back(std::move(e));
+                auto preview = std::make_shared<Checkpoint>();
+                preview->path = p;
+                preview->entries = *found;
+                preview->buildIndex();
+                std::shared_ptr<const KeyTree> tree = KeyTree::build(*preview);
+                QMetaObject::invokeMethod(
+                    self.data(),
+                    [self, generation, preview = CheckpointPtr(preview), tree] {
+                        if (self && self->m_loadGeneration == generation) Q_EMIT self->loadPreview(preview, tree);
+                    },
+                    Qt::QueuedConnection);
+            };
             Loaded l;
-            l.checkpoint = openCheckpoint(p, progress);
+            l.checkpoint = openCheckpoint(p, withPreview);
             progress(0.95, "indexing");
             l.tree = KeyTree::build(*l.checkpoint);
             l.optimizers = findOptimizers(*l.checkpoint);

@@ -54,6 +54,9 @@ public:
 
 Q_SIGNALS:
     void loadStarted(const QString& path);
+    /// While open() reads: the entries found so far (keys, dtypes, shapes; no chunks), for the State keys tree to
+    /// fill as the file is read. Not the checkpoint: checkpointChanged() replaces it when the load is complete.
+    void loadPreview(const CheckpointPtr& preview, const std::shared_ptr<const KeyTree>& tree);
     void checkpointChanged();
     void loadFailed(const QString& path, const QString& message);
     void selectionChanged(const QString& key);
@@ -62,6 +65,7 @@ Q_SIGNALS:
 
 private:
     JobRunner* m_runner;
+    uint64_t m_loadGeneration = 0; ///< previews of a superseded open() are dropped
     CheckpointPtr m_checkpoint;
     std::shared_ptr<const KeyTree> m_tree;
     std::vector<OptimizerView> m_optimizers;

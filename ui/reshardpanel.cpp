@@ -231,11 +231,7 @@ void ReshardPanel::onCheckpointChanged()
         m_summary->setText(tr("No checkpoint open."));
         return;
     }
-    std::set<int> ranks;
-    for (const auto& e : cp->entries)
-        for (const auto& c : e.tensor.chunks)
-            ranks.insert(c.rank);
-    const int sourceRanks = static_cast<int>(ranks.size());
+    const int sourceRanks = static_cast<int>(cp->ranks().size());
     // a different world size is the interesting default: 3 ranks -> 2, 1 -> 2, 2 -> 4
     m_world->setValue(sourceRanks == 2 ? 4 : 2);
     m_summary->setText(

@@ -95,7 +95,7 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
 
     connect(
         m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
-            if (m_selecting || !current.isValid()) return;
+            if (m_selecting || m_previewing || !current.isValid()) return;
             m_context->select(current.data(StateKeysModel::KeyRole).toString());
         });
     m_view->installEventFilter(this);
@@ -108,6 +108,10 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
         menu->popup(m_view->viewport()->mapToGlobal(pos));
     });
     connect(m_context, &CheckpointContext::checkpointChanged, this, &StateKeysPanel::onCheckpointChanged);
+    connect(m_context, &CheckpointContext::loadPreview, this, &StateKeysPanel::onLoadPreview);
+    connect(m_context, &CheckpointContext::loadFailed, this, [this] {
+        if (m_previewing) onCheckpointChanged(); // back to the checkpoint that stays open
+    });
     connect(m_context, &CheckpointContext::selectionChanged, this, &StateKeysPanel::onSelectionChanged);
     updateSummary();
 }
@@ -170,8 +174,25 @@ void StateKeysPanel::focusFilter()
     m_filter->selectAll();
 }
 
+QString StateKeysPanel::summaryText() const
+{
+    return m_summary->text();
+}
+
+void StateKeysPanel::onLoadPreview(const CheckpointPtr& preview, const std::shared_ptr<const KeyTree>& tree)
+{
+    m_previewing = true;
+    m_model->setData(preview, tree);
+    m_summary->setText(tr("Reading… %n key(s) found so far; chunks, values and findings follow when the file is "
+                          "read.",
+        nullptr, static_cast<int>(preview->entries.size())));
+    m_warnings->hide();
+    m_banner->hide();
+}
+
 void StateKeysPanel::onCheckpointChanged()
 {
+    m_previewing = false;
     m_model->setData(m_context->checkpoint(), m_context->keyTree());
     // open the first two levels when they are small (model/optim, then state/param_groups)
     if (m_model->rowCount() <= 8) {
@@ -296,13 +317,9 @@ void StateKeysPanel::updateSummary()
         m_warnings->hide();
         return;
     }
-    std::set<int> ranks;
-    for (const auto& e : cp->entries)
-        if (e.isTensor())
-            for (const auto& c : e.tensor.chunks)
-                ranks.insert(c.rank);
+    const std::vector<int> ranks = cp->ranks();
     QString rankText;
-    if (!ranks.empty() && *ranks.begin() >= 0) rankText = tr("; %n rank(s)", nullptr, static_cast<int>(ranks.size()));
+    if (!ranks.empty() && ranks.front() >= 0) rankText = tr("; %n rank(s)", nullptr, static_cast<int>(ranks.size()));
     QString text = tr("%1 entries: %2 tensors (%3), %4 values%5; %6")
                        .arg(Format::count(static_cast<int64_t>(cp->entries.size())))
                        .arg(Format::count(static_cast<int64_t>(cp->tensorCount())))

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/checkpoint.h"
+
 #include <QWidget>
+
+#include <memory>
 
 class QLabel;
 class QMenu;
@@ -13,6 +17,7 @@ class QTreeView;
 namespace optscope::ui {
 
 class CheckpointContext;
+class KeyTree;
 class StateKeysModel;
 
 /// The "State keys" dock: the checkpoint as a key tree with a filter, sizes and ranks; drives the selection.
@@ -29,6 +34,8 @@ public:
     QString bannerText() const;
     /// what the filter line says under the box: a malformed term, values being read, or that nothing matches
     QString filterMessage() const;
+    /// the line under the tree: entries, tensors, ranks, format; or how many keys a load has found so far
+    QString summaryText() const;
 
     /// puts the focus into the filter box (Ctrl+F)
     void focusFilter();
@@ -49,6 +56,8 @@ protected:
 
 private:
     void onCheckpointChanged();
+    /// the keys a load has found so far: shown until the checkpoint is complete, not selectable
+    void onLoadPreview(const CheckpointPtr& preview, const std::shared_ptr<const KeyTree>& tree);
     void onSelectionChanged(const QString& key);
     void applyFilter();
     /// the filter asks about values: read them once per checkpoint in the background, then filter again
@@ -66,6 +75,7 @@ private:
     QTimer* m_filterTimer;
     bool m_selecting = false;
     bool m_diffAvailable = false;
+    bool m_previewing = false; ///< the tree shows a load's preview, not the context's checkpoint
 };
 
 } // namespace optscope::ui

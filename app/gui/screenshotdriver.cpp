@@ -39,6 +39,14 @@ void ScreenshotDriver::start(const QString& path)
         fail(QStringLiteral("cannot open %1: %2").arg(p, message));
     });
     QTimer::singleShot(m_options.timeoutMs, this, [this] { fail(QStringLiteral("timed out")); });
+    connect(
+        context, &ui::CheckpointContext::loadPreview, this,
+        [this](const CheckpointPtr& preview) {
+            std::fprintf(stderr, "optscope: first %zu key(s) shown after %.2f s\n", preview->entries.size(),
+                m_clock.elapsed() / 1000.0);
+        },
+        Qt::SingleShotConnection);
+    m_clock.start();
     m_window->openPath(path);
 }
 
@@ -46,6 +54,7 @@ void ScreenshotDriver::onLoaded()
 {
     auto* context = m_window->context();
     context->select(m_options.select.isEmpty() ? context->representativeKey() : m_options.select);
+    std::fprintf(stderr, "optscope: checkpoint shown after %.2f s\n", m_clock.elapsed() / 1000.0);
     const QString& panel = m_options.panel;
     if (!m_options.compare.isEmpty()) m_window->diffPanel()->compareWith(m_options.compare);
     if (panel == QLatin1String("diagnose") || !m_options.reference.isEmpty()) {
@@ -94,7 +103,8 @@ void ScreenshotDriver::capture()
         return;
     }
     m_done = true;
-    std::fprintf(stderr, "optscope: wrote %s (%dx%d)\n", qPrintable(m_options.output), pixmap.width(), pixmap.height());
+    std::fprintf(stderr, "optscope: wrote %s (%dx%d) after %.2f s\n", qPrintable(m_options.output), pixmap.width(),
+        pixmap.height(), m_clock.elapsed() / 1000.0);
     Q_EMIT finished(0);
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QSize>
 #include <QString>
@@ -47,6 +48,7 @@ private:
     ui::MainWindow* m_window;
     Options m_options;
     int m_idlePolls = 0;
+    QElapsedTimer m_clock; ///< from start(): the times printed for the scale bench
     int m_waitedMs = 0;
     bool m_done = false;
 };

@@ -171,3 +171,35 @@ TEST(DcpMetadataReader, CheckpointFromTheFastIndexHasNoObjectGraph)
     ASSERT_NE(m, nullptr);
     EXPECT_EQ(m->tensor.chunks.fileTable(), e->tensor.chunks.fileTable());
 }
+
+TEST(DcpMetadataReader, HandsOverEntriesAsItFindsThem)
+{
+    // Progress::entriesFound: every tensor key with its dtype and shape, before the open returns (a view fills its
+    // tree from them while the chunk index is read); the finished checkpoint agrees with each
+    std::vector<Entry> found;
+    size_t batches = 0;
+    Progress progress;
+    progress.entriesFound = [&](std::vector<Entry>&& batch) {
+        ++batches;
+        for (auto& e : batch)
+            found.push_back(std::move(e));
+    };
+    auto cp = openCheckpoint(std::string(OPTSCOPE_TEST_DATA) + "/scale/r16_l1", progress);
+    EXPECT_GE(batches, 1u);
+    ASSERT_EQ(found.size(), cp->tensorCount());
+    for (const Entry& e : found) {
+        SCOPED_TRACE(e.key);
+        ASSERT_EQ(e.path.size(), 1u);
+        EXPECT_EQ(e.path[0].key, e.key);
+        EXPECT_TRUE(e.tensor.chunks.size() == 0);
+        const Entry* final = cp->find(e.key);
+        ASSERT_NE(final, nullptr);
+        EXPECT_EQ(e.tensor.dtype, final->tensor.dtype);
+        EXPECT_EQ(e.tensor.shape, final->tensor.shape);
+    }
+    // and the ranks holding chunks, counted without a set per chunk
+    std::vector<int> ranks(16);
+    for (int r = 0; r < 16; ++r)
+        ranks[static_cast<size_t>(r)] = r;
+    EXPECT_EQ(cp->ranks(), ranks);
+}

@@ -109,6 +109,7 @@ private Q_SLOTS:
     void fqnMappingJumpsToState();
     void dragAndDropOpensFolder();
     void openFailureIsReported();
+    void treeFillsWhileLoading();
     void fileChangedWhileOpen();
     void layoutAndRecentFilesPersist();
     void jobRunnerSupersedesAndCancels();
@@ -499,6 +500,37 @@ void TestFlows::openFailureIsReported()
     QVERIFY(failed.wait(Timeout));
     QVERIFY(failed.first().at(1).toString().contains(QLatin1String("manifest.json")));
     QVERIFY(!w.context()->checkpoint());
+}
+
+void TestFlows::treeFillsWhileLoading()
+{
+    // a DCP .metadata hands its keys over as it is read: the State keys tree lists them (flat, with dtype and shape)
+    // before the checkpoint is complete and says it is still reading; the finished checkpoint's tree replaces them
+    MainWindow w;
+    w.setPersistLayout(false);
+    StateKeysPanel* keys = w.stateKeysPanel();
+    int previewRows = -1;
+    QString previewSummary, previewType;
+    bool previewBeforeLoad = false;
+    // connected after the panel: runs once the panel has shown the preview
+    connect(w.context(), &CheckpointContext::loadPreview, this, [&](const CheckpointPtr& preview) {
+        previewRows = keys->model()->rowCount();
+        previewSummary = keys->summaryText();
+        previewBeforeLoad = !w.context()->checkpoint() && preview->tensorCount() == preview->entries.size();
+        previewType = keys->model()->index(0, StateKeysModel::TypeColumn).data().toString();
+    });
+    QSignalSpy changed(w.context(), &CheckpointContext::checkpointChanged);
+    w.openPath(testData("scale/r16_l1"));
+    QVERIFY(changed.wait(Timeout));
+    QVERIFY(previewBeforeLoad);
+    const CheckpointPtr cp = w.context()->checkpoint();
+    QCOMPARE(previewRows, static_cast<int>(cp->tensorCount()));
+    QVERIFY2(previewSummary.startsWith(QLatin1String("Reading")), qPrintable(previewSummary));
+    QVERIFY2(previewType.contains(QLatin1String("bf16")) || previewType.contains(QLatin1String("float")),
+        qPrintable(previewType));
+    // the finished tree: model / optim at the top, the summary counts ranks
+    QVERIFY(keys->model()->rowCount() < previewRows);
+    QVERIFY2(keys->summaryText().contains(QLatin1String("16 rank(s)")), qPrintable(keys->summaryText()));
 }
 
 void TestFlows::fileChangedWhileOpen()

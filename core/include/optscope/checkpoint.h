@@ -188,6 +188,9 @@ public:
     /// sum of tensor bytes
     uint64_t tensorBytes() const;
     size_t tensorCount() const;
+    /// distinct ranks holding chunks, ascending (-1 first where a chunk's rank is unknown): one pass over the chunk
+    /// tables that makes nothing per chunk (2.2 million chunks at 1,024 ranks)
+    std::vector<int> ranks() const;
     /// any warning of severity error
     bool hasErrors() const;
 

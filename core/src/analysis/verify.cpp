@@ -194,11 +194,8 @@ public:
 
 int sourceRanks(const Checkpoint& cp)
 {
-    std::set<int> ranks;
-    for (const auto& e : cp.entries)
-        for (const auto& c : e.tensor.chunks)
-            if (c.rank >= 0) ranks.insert(c.rank);
-    return ranks.empty() ? 1 : *ranks.rbegin() + 1;
+    const std::vector<int> ranks = cp.ranks();
+    return ranks.empty() || ranks.back() < 0 ? 1 : ranks.back() + 1;
 }
 
 /// The per-entry frame both verifications share: every source entry is looked up in @p other, values are compared

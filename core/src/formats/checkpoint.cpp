@@ -4,6 +4,7 @@
 #include "optscope/error.h"
 
 #include <algorithm>
+#include <set>
 
 namespace optscope {
 
@@ -176,6 +177,28 @@ uint64_t Checkpoint::tensorBytes() const
     for (const auto& e : entries)
         if (e.isTensor()) n += e.tensor.nbytes();
     return n;
+}
+
+std::vector<int> Checkpoint::ranks() const
+{
+    constexpr size_t kDense = size_t(1) << 20; // ranks below this in a bitmap; a hostile file's huge ones in a set
+    std::vector<bool> seen; // by rank + 1
+    std::set<int> sparse;
+    for (const auto& e : entries)
+        for (size_t i = 0; i < e.tensor.chunks.size(); ++i) {
+            const auto at = static_cast<size_t>(std::max(e.tensor.chunks.rank(i), -1) + 1);
+            if (at >= kDense) {
+                sparse.insert(static_cast<int>(at - 1));
+                continue;
+            }
+            if (at >= seen.size()) seen.resize(std::max(at + 1, 2 * seen.size()), false);
+            seen[at] = true;
+        }
+    std::vector<int> out;
+    for (size_t at = 0; at < seen.size(); ++at)
+        if (seen[at]) out.push_back(static_cast<int>(at) - 1);
+    out.insert(out.end(), sparse.begin(), sparse.end());
+    return out;
 }
 
 size_t Checkpoint::tensorCount() const

@@ -610,6 +610,8 @@ private:
             s.offsetsAt = ix.offsetsAt;
             s.offset = in.offset;
             s.length = in.length;
+            // one storage entry per chunk (and per bytes item): reserving spares 2.2M-entry tables their doublings
+            if (m_out.storage.empty()) m_out.storage.reserve(m_out.chunks.size() + 1024);
             m_out.storage.push_back(s);
             c.storageDict = true;
             ++c.storagePairs;
@@ -618,8 +620,30 @@ private:
             return;
         }
         if (c.storageDict) unsupported();
+        if (m_progress.entriesFound && key.t == T::Str && value.t == T::Tensor) notePreview(key, value);
         c.items.push_back(key);
         c.items.push_back(value);
+    }
+
+    /// a state_dict_metadata key with its tensor's dtype and shape, for Progress::entriesFound
+    void notePreview(const V& key, const V& value)
+    {
+        const TensorRec& t = m_tensors[static_cast<size_t>(value.i)];
+        Entry e;
+        e.key = std::string(str(key));
+        e.path = {KeyPathElem::fromKey(e.key)};
+        e.kind = EntryKind::Tensor;
+        if (t.dtype >= 0) e.tensor.dtype = static_cast<DType>(t.dtype);
+        if (t.hasShape)
+            e.tensor.shape.assign(m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt),
+                m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt + t.ndim));
+        m_preview.push_back(std::move(e));
+    }
+    void flushPreview()
+    {
+        if (m_preview.empty()) return;
+        m_progress.entriesFound(std::move(m_preview));
+        m_preview.clear();
     }
 
     void execute()
@@ -631,6 +655,7 @@ private:
             if (m_pos >= nextProgress) {
                 m_progress.checkCancelled();
                 m_progress(0.9 * static_cast<double>(m_pos) / static_cast<double>(m_size), "reading metadata");
+                flushPreview();
                 // what lies behind is parsed: only the few strings kept (file names, fqns) are read again
                 if (m_pos > (64u << 20)) m_file.release(0, m_pos - (1u << 20));
                 nextProgress = m_pos + (8u << 20);
@@ -646,6 +671,7 @@ private:
                 break;
             case '.': {
                 if (m_stack.size() != 1 || m_stack[0].t != T::Meta || !m_marks.empty()) unsupported();
+                flushPreview();
                 finish();
                 return;
             }
@@ -908,6 +934,7 @@ private:
     uint64_t m_size;
     uint64_t m_pos = 0;
     const Progress& m_progress;
+    std::vector<Entry> m_preview; ///< entries found since the last Progress::entriesFound
     std::vector<bool> m_memoRead;
     std::unordered_map<uint64_t, V> m_memo;
     std::vector<V> m_stack;
