@@ -1142,55 +1142,18 @@ TEST(PickleSafety, GetattrOnAClass)
     EXPECT_TRUE(hasUnsafeWarning(bad->result, "os.path"));
 }
 
-TEST(PickleSafety, RebuildTensorWithPersistentStorage)
-{
-    // torch._utils._rebuild_tensor_v2(storage, 2, (2, 3), (3, 1), True, OrderedDict()) with the storage given as
-    // a persistent id ('storage', torch.FloatStorage, '0', 'cpu', 8), as torch.save writes it
-    std::vector<std::string> keys;
-    PickleOptions opt;
-    opt.persistentLoad = [&](PyArena& arena, PyValue* pid, uint64_t) -> PyValue* {
-        if (!pid->isSequence() || pid->size() != 5 || pid->item(2)->kind != PyKind::Str) return nullptr;
-        keys.emplace_back(pid->item(2)->text);
-        PyValue* s = arena.make(PyKind::Storage);
-        s->storage = arena.makeStorageInfo();
-        s->storage->key = pid->item(2)->text;
-        s->storage->dtype = DType::Float32;
-        s->storage->numel = pid->item(4)->integer;
-        s->storage->location = pid->item(3)->text;
-        return s;
-    };
-    Pk p;
-    p.proto(2).global("torch._utils", "_rebuild_tensor_v2").op(op::MARK);
-    p.op(op::MARK).binUnicode("storage").global("torch", "FloatStorage").binUnicode("0").binUnicode("cpu").int1(8);
-    p.op(op::TUPLE).op(op::BINPERSID);
-    p.int1(2).int1(2).int1(3).op(op::TUPLE2).int1(3).int1(1).op(op::TUPLE2).op(op::NEWTRUE);
-    p.global("collections", "OrderedDict").op(op::EMPTY_TUPLE).op(op::REDUCE);
-    p.op(op::TUPLE).op(op::REDUCE).stop();
-    auto u = load(p, opt);
-    const PyValue* t = u->root();
-    ASSERT_EQ(t->kind, PyKind::Tensor);
-    ASSERT_NE(t->tensor->storage, nullptr);
-    EXPECT_EQ(t->tensor->storage->storage->key, "0");
-    EXPECT_EQ(t->tensor->storage->storage->location, "cpu");
-    EXPECT_EQ(t->tensor->dtype, DType::Float32);
-    EXPECT_EQ(t->tensor->storageOffset, 2);
-    EXPECT_EQ(t->tensor->sizes, (std::vector<int64_t> {2, 3}));
-    EXPECT_EQ(t->tensor->strides, (std::vector<int64_t> {3, 1}));
-    EXPECT_TRUE(t->tensor->requiresGrad);
-    EXPECT_EQ(keys, std::vector<std::string> {"0"});
-    EXPECT_TRUE(u->result.warnings.empty()) << warningsText(u->result);
-}
-
 // A persistent-id loader as torch.save's: ('storage', cls, key, location, numel) -> one Storage value per key
 struct StorageLoader
 {
     std::map<std::string, PyValue*> seen;
+    std::vector<std::string> keys; ///< every persistent id's key, in order
     PickleOptions options()
     {
         PickleOptions opt;
         opt.persistentLoad = [this](PyArena& arena, PyValue* pid, uint64_t) -> PyValue* {
             if (!pid->isSequence() || pid->size() != 5 || pid->item(2)->kind != PyKind::Str) return nullptr;
             const std::string key(pid->item(2)->text);
+            keys.push_back(key);
             if (auto it = seen.find(key); it != seen.end()) return it->second;
             PyValue* s = arena.make(PyKind::Storage);
             s->storage = arena.makeStorageInfo();
@@ -1203,6 +1166,33 @@ struct StorageLoader
         return opt;
     }
 };
+
+TEST(PickleSafety, RebuildTensorWithPersistentStorage)
+{
+    // torch._utils._rebuild_tensor_v2(storage, 2, (2, 3), (3, 1), True, OrderedDict()) with the storage given as
+    // a persistent id ('storage', torch.FloatStorage, '0', 'cpu', 8), as torch.save writes it
+    StorageLoader loader;
+    Pk p;
+    p.proto(2).global("torch._utils", "_rebuild_tensor_v2").op(op::MARK);
+    p.op(op::MARK).binUnicode("storage").global("torch", "FloatStorage").binUnicode("0").binUnicode("cpu").int1(8);
+    p.op(op::TUPLE).op(op::BINPERSID);
+    p.int1(2).int1(2).int1(3).op(op::TUPLE2).int1(3).int1(1).op(op::TUPLE2).op(op::NEWTRUE);
+    p.global("collections", "OrderedDict").op(op::EMPTY_TUPLE).op(op::REDUCE);
+    p.op(op::TUPLE).op(op::REDUCE).stop();
+    auto u = load(p, loader.options());
+    const PyValue* t = u->root();
+    ASSERT_EQ(t->kind, PyKind::Tensor);
+    ASSERT_NE(t->tensor->storage, nullptr);
+    EXPECT_EQ(t->tensor->storage->storage->key, "0");
+    EXPECT_EQ(t->tensor->storage->storage->location, "cpu");
+    EXPECT_EQ(t->tensor->dtype, DType::Float32);
+    EXPECT_EQ(t->tensor->storageOffset, 2);
+    EXPECT_EQ(t->tensor->sizes, (std::vector<int64_t> {2, 3}));
+    EXPECT_EQ(t->tensor->strides, (std::vector<int64_t> {3, 1}));
+    EXPECT_TRUE(t->tensor->requiresGrad);
+    EXPECT_EQ(loader.keys, std::vector<std::string> {"0"});
+    EXPECT_TRUE(u->result.warnings.empty()) << warningsText(u->result);
+}
 
 /// One tensor as Python's pickler writes it in a torch.save file (protocol 2): the globals and the strings 'storage'
 /// and 'cpu' memoised once and read back, every tuple memoised (memo index @p next, counting up)
@@ -1237,7 +1227,8 @@ void emitTorchSaveTensor(Pk& p, int i, uint32_t& next, int size)
         p.op(op::LONG_BINGET).u32(8);
     }
     p.op(op::EMPTY_TUPLE).op(op::REDUCE);
-    p.op(op::LONG_BINPUT).u32(next++).op(op::TUPLE).op(op::LONG_BINPUT).u32(next++).op(op::REDUCE);
+    p.op(op::LONG_BINPUT).u32(next++).op(op::TUPLE);
+    p.op(op::LONG_BINPUT).u32(next++).op(op::REDUCE);
     p.op(op::LONG_BINPUT).u32(next++);
 }
 
