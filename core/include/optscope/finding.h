@@ -61,8 +61,9 @@ enum class FindingCode {
     ZeroWorldSizeMismatch,
     ZeroStageMismatch,
     ZeroMissingLatest,
-    // Megatron-Core dist_checkpointing folders (the reader finds it)
+    // Megatron-Core dist_checkpointing folders (the reader finds them)
     MegatronBucketLayout,
+    MegatronParamGroups,
 };
 
 struct FindingInfo

@@ -79,6 +79,10 @@ public:
                                                                    : FindingCode::UnsafeGlobal,
                     w.key, w.message);
             if (w.code == "megatron-bucket-layout") add(FindingCode::MegatronBucketLayout, w.key, w.message);
+            if (w.code == "megatron-param-groups") {
+                Finding& f = add(FindingCode::MegatronParamGroups, w.key, w.message);
+                f.fix = w.fix;
+            }
             if (!w.isError) continue;
             Finding& f = add(readerCode(w.code), w.key, w.message);
             f.pytorchError = w.loadError; // the loading library's own error text (DeepSpeed's, for ZeRO folders)

@@ -94,6 +94,9 @@ const std::vector<FindingInfo>& findingRegistry()
             "Megatron-Core dp_reshardable flat buckets that the model weights do not explain: shown flat, "
             "per-parameter "
             "optimizer state unavailable"},
+        {C::MegatronParamGroups, "megatron-param-groups", S::Warning,
+            "Megatron-Core param_groups other than the default weight-decay / no-weight-decay pair: the files do not "
+            "say which parameter is in which group"},
     };
     return r;
 }

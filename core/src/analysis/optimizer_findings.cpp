@@ -120,8 +120,11 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             out.push_back(std::move(f));
         }
         std::vector<std::string> orphans;
+        // a Megatron reader that could not tell the groups' members leaves every params list empty and says so
+        // (megatron-param-groups): the state is not orphaned, its groups are unknown
+        const bool groupsUnknown = cp.format == CheckpointFormat::MegatronDist && listed.empty();
         for (const ParamRow* r : rows)
-            if (r->position < 0) orphans.push_back(label(*r));
+            if (r->position < 0 && !groupsUnknown) orphans.push_back(label(*r));
         if (!orphans.empty()) {
             Finding f(FindingCode::UnexpectedState,
                 where + " has state for " + std::to_string(orphans.size())
@@ -164,6 +167,9 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             f.keys = head(steps.begin()->second);
             out.push_back(std::move(f));
         }
+        // Megatron's optimizers count steps per param group: its reader gives each parameter the group's number, a
+        // Python int or float by design, and its conversions write float32 tensors; PyTorch's rule is not broken
+        if (cp.format == CheckpointFormat::MegatronDist) oddDtype.clear();
         if (!oddDtype.empty()) {
             Finding f(FindingCode::StepDtype,
                 "step of " + std::to_string(oddDtype.size()) + " parameter(s) in " + where

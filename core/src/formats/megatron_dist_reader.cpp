@@ -236,11 +236,17 @@ public:
                 assigned = true;
             }
         }
-        if (!assigned)
+        if (!assigned) {
             m_builder.warn("megatron-param-groups",
-                "the param_groups in " + where
-                    + " do not list their parameters and are not the default weight-decay / no-weight-decay pair: "
-                      "their params lists are left empty");
+                "the " + std::to_string(groups->size()) + " param_groups in " + where
+                    + " do not list their parameters and are not Megatron's default weight-decay / no-weight-decay "
+                      "pair (a no_weight_decay_cond or scale_lr_cond makes more): their params lists are left empty "
+                      "and each parameter's state is shown without its group's lr, weight decay and step");
+            m_cp.warnings.back().fix
+                = "the grouping comes from the training script's conditions, not from the files: a conversion to "
+                  "PyTorch (reshard --layout fsdp2) writes these groups with empty params lists, which PyTorch's "
+                  "loaders cannot attach to parameters";
+        }
         for (size_t g = 0; g < groups->size(); ++g) {
             const PyValue* group = groups->item(g);
             if (!group->isMapping()) continue;
