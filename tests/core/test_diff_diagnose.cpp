@@ -663,5 +663,5 @@ TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)
         EXPECT_TRUE(names.insert(f.name).second) << f.name;
         EXPECT_EQ(&findingInfo(f.code), &f);
     }
-    EXPECT_EQ(findingRegistry().back().code, FindingCode::MegatronParamGroups); // the last enumerator
+    EXPECT_EQ(findingRegistry().back().code, FindingCode::MegatronMissingLatest); // the last enumerator
 }

@@ -357,3 +357,30 @@ TEST(Megatron, UnknownParamGroupsAreAFindingNotOrphanedState)
         codes.insert(f.code);
     EXPECT_EQ(codes, std::set<FindingCode> {FindingCode::MegatronParamGroups});
 }
+
+TEST(Megatron, SaveFolderWithoutTrackerFileReadsTheNewestIterationWithMegatronsText)
+{
+    // latest_checkpointed_iteration.txt lost (a copy of the iter_ folders only): Megatron-LM loads nothing and
+    // starts from random; optscope reads the newest iteration and says so, with Megatron's words and the fix
+    TempCopy t(kMegatron + "/distopt_dp_reshardable");
+    fs::remove(t.path / "latest_checkpointed_iteration.txt");
+    fs::create_directories(t.path / "iter_0000001"); // an older, empty one: not an iteration folder
+    auto cp = openCheckpoint(t.path.string());
+    auto withLatest = openCheckpoint(kMegatron + "/distopt_dp_reshardable");
+    EXPECT_EQ(cp->entries.size(), withLatest->entries.size());
+    const CheckpointWarning* w = warningOf(*cp, "megatron-missing-latest");
+    ASSERT_TRUE(w) << allWarnings(*cp);
+    EXPECT_TRUE(w->isError);
+    EXPECT_NE(w->message.find("iter_0000002"), std::string::npos) << w->message;
+    EXPECT_NE(w->loadError.find("will not load any checkpoints and will start from random"), std::string::npos)
+        << w->loadError;
+    EXPECT_NE(w->fix.find("echo 2 > latest_checkpointed_iteration.txt"), std::string::npos) << w->fix;
+    bool found = false;
+    for (const auto& f : checkCheckpoint(*cp).findings)
+        if (f.code == FindingCode::MegatronMissingLatest) {
+            found = true;
+            EXPECT_EQ(std::string(findingLoader(f.code)), "Megatron-LM");
+            EXPECT_EQ(f.pytorchError, w->loadError);
+        }
+    EXPECT_TRUE(found);
+}

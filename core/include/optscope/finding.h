@@ -64,6 +64,7 @@ enum class FindingCode {
     // Megatron-Core dist_checkpointing folders (the reader finds them)
     MegatronBucketLayout,
     MegatronParamGroups,
+    MegatronMissingLatest,
 };
 
 struct FindingInfo

@@ -59,6 +59,7 @@ FindingCode readerCode(const std::string& code)
     if (code == "zero-world-size-mismatch") return FindingCode::ZeroWorldSizeMismatch;
     if (code == "zero-stage-mismatch") return FindingCode::ZeroStageMismatch;
     if (code == "zero-missing-latest") return FindingCode::ZeroMissingLatest;
+    if (code == "megatron-missing-latest") return FindingCode::MegatronMissingLatest;
     return FindingCode::BadMetadata;
 }
 

@@ -97,6 +97,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::MegatronParamGroups, "megatron-param-groups", S::Warning,
             "Megatron-Core param_groups other than the default weight-decay / no-weight-decay pair: the files do not "
             "say which parameter is in which group"},
+        {C::MegatronMissingLatest, "megatron-missing-latest", S::Error,
+            "a Megatron save folder without latest_checkpointed_iteration.txt: load_checkpoint loads nothing and "
+            "training starts from random"},
     };
     return r;
 }
@@ -119,6 +122,8 @@ const char* findingLoader(FindingCode code)
     case FindingCode::ZeroStageMismatch:
     case FindingCode::ZeroMissingLatest:
         return "DeepSpeed";
+    case FindingCode::MegatronMissingLatest:
+        return "Megatron-LM";
     default:
         return "PyTorch";
     }

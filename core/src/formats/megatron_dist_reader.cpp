@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -43,14 +44,61 @@ std::string trim(std::string s)
     return s.substr(i);
 }
 
-/// the iteration folder: @p path itself, or the one latest_checkpointed_iteration.txt in @p path names
-fs::path iterationFolder(const fs::path& path)
+/// iter_0000042 -> 42; -1 for other names
+int64_t iterationNumber(const std::string& name)
+{
+    if (name.size() < 6 || name.size() > 5 + 12 || name.compare(0, 5, "iter_") != 0
+        || name.find_first_not_of("0123456789", 5) != std::string::npos)
+        return -1;
+    return std::stoll(name.substr(5));
+}
+
+/// the newest iter_NNNNNNN/ folder of a save folder that has one with a metadata.json, and how many there are
+std::pair<fs::path, size_t> newestIteration(const fs::path& dir)
+{
+    std::error_code ec;
+    fs::path best;
+    int64_t bestNum = -1;
+    size_t count = 0;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const int64_t n = iterationNumber(it->path().filename().string());
+        if (n < 0 || !fs::is_regular_file(it->path() / kMetadataJson, ec)) continue;
+        ++count;
+        if (n > bestNum) {
+            bestNum = n;
+            best = it->path();
+        }
+    }
+    return {best, count};
+}
+
+/// the iteration folder: @p path itself, the one latest_checkpointed_iteration.txt in @p path names, or, when a save
+/// folder lost that file, its newest iteration (with a warning in @p missingLatest)
+fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>& missingLatest)
 {
     std::error_code ec;
     if (fs::is_regular_file(path / kMetadataJson, ec)) return path;
     const fs::path latest = path / kLatestFile;
-    if (!fs::is_regular_file(latest, ec))
-        throw Error(ErrorKind::Format, path.string(), "has neither metadata.json nor " + std::string(kLatestFile));
+    if (!fs::is_regular_file(latest, ec)) {
+        const auto [newest, count] = newestIteration(path);
+        if (newest.empty())
+            throw Error(ErrorKind::Format, path.string(), "has neither metadata.json nor " + std::string(kLatestFile));
+        const std::string name = newest.filename().string();
+        CheckpointWarning w;
+        w.code = "megatron-missing-latest";
+        w.message = "no " + std::string(kLatestFile) + " in " + path.string() + ": read " + name + ", the newest of "
+            + std::to_string(count) + " iteration folder(s)";
+        w.isError = true;
+        // megatron/training/checkpointing.py, _load_base_checkpoint: no tracker file and no --ckpt-step
+        w.loadError = "Megatron-LM's load_checkpoint prints \"WARNING: could not find the metadata file "
+            + latest.string()
+            + "\" and \"    will not load any checkpoints and will start from random\": nothing is loaded and "
+              "training restarts from iteration 0 (with --exit-on-missing-checkpoint it exits instead)";
+        w.fix = "write the iteration into " + latest.string() + " (echo " + std::to_string(iterationNumber(name))
+            + " > " + kLatestFile + ") or pass --ckpt-step " + std::to_string(iterationNumber(name));
+        missingLatest = std::move(w);
+        return newest;
+    }
     const std::string text = trim(readSmallText(latest));
     std::string name;
     if (text == "release") {
@@ -494,6 +542,9 @@ bool MegatronDistReader::looksLikeMegatron(const std::string& path)
     if (!fs::is_directory(path, ec)) return false;
     const fs::path dir(path);
     if (fs::is_regular_file(dir / kLatestFile, ec)) return true;
+    if (!fs::is_regular_file(dir / kMetadataJson, ec) && !fs::is_regular_file(dir / ".metadata", ec)
+        && !newestIteration(dir).first.empty())
+        return true; // a save folder that lost its tracker file
     if (!fs::is_regular_file(dir / kMetadataJson, ec)) return false;
     // dist_checkpointing's metadata.json names its backends
     try {
@@ -507,7 +558,8 @@ bool MegatronDistReader::looksLikeMegatron(const std::string& path)
 std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading Megatron checkpoint");
-    const fs::path dir = iterationFolder(fs::path(path));
+    std::optional<CheckpointWarning> missingLatest;
+    const fs::path dir = iterationFolder(fs::path(path), missingLatest);
     const fs::path metaJson = dir / kMetadataJson;
     std::string backend;
     std::string version;
@@ -533,6 +585,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     auto cp = std::make_shared<Checkpoint>(*base);
     cp->format = CheckpointFormat::MegatronDist;
     cp->path = path;
+    if (missingLatest) cp->warnings.insert(cp->warnings.begin(), std::move(*missingLatest));
     CheckpointBuilder builder(*cp);
 
     // common.pt: the non-sharded objects
