@@ -28,14 +28,14 @@ CheckpointContext::CheckpointContext(QObject* parent)
 
 CheckpointContext::~CheckpointContext() = default;
 
-void CheckpointContext::open(const QString& path)
+void CheckpointContext::open(const QString& path, OpenAs as)
 {
     Q_EMIT loadStarted(path);
     const std::string p = path.toStdString();
     const uint64_t generation = ++m_loadGeneration;
     m_runner->run(
         QStringLiteral("load"), tr("Opening %1").arg(path), this,
-        [p, generation, self = QPointer<CheckpointContext>(this)](const Progress& progress) {
+        [p, as, generation, self = QPointer<CheckpointContext>(this)](const Progress& progress) {
             // the tree fills as the reader finds keys: each batch is added to what came before and shown as a
             // preview checkpoint with its own key tree, both built here, off the UI thread
             Progress withPreview = progress;
@@ -56,13 +56,13 @@ void CheckpointContext::open(const QString& path)
                     Qt::QueuedConnection);
             };
             Loaded l;
-            l.checkpoint = openCheckpoint(p, withPreview);
+            l.checkpoint = as == OpenAs::RawFile ? openCheckpointFile(p, withPreview) : openCheckpoint(p, withPreview);
             progress(0.95, "indexing");
             l.tree = KeyTree::build(*l.checkpoint);
             l.optimizers = findOptimizers(*l.checkpoint);
             return l;
         },
-        [this, path](Loaded l) {
+        [this, path, as](Loaded l) {
             // selections of the old checkpoint are meaningless now; running jobs about it are superseded
             for (const auto& channel : {"stats", "preview", "diff", "diagnose", "reshard", "fqn"})
                 m_runner->cancel(QLatin1String(channel));
@@ -70,6 +70,7 @@ void CheckpointContext::open(const QString& path)
             m_tree = std::move(l.tree);
             m_optimizers = std::move(l.optimizers);
             m_path = path;
+            m_raw = as == OpenAs::RawFile;
             m_selectedKey.clear();
             Q_EMIT checkpointChanged();
             Q_EMIT selectionChanged(m_selectedKey);
@@ -109,6 +110,7 @@ void CheckpointContext::close()
     m_tree.reset();
     m_optimizers.clear();
     m_path.clear();
+    m_raw = false;
     m_selectedKey.clear();
     Q_EMIT checkpointChanged();
     Q_EMIT selectionChanged(m_selectedKey);

@@ -27,8 +27,11 @@ public:
 
     JobRunner* runner() const { return m_runner; }
 
+    /// How open() reads a path: as the checkpoint it belongs to, or one file as the torch.save / safetensors file
+    /// it is (a DeepSpeed rank file's raw flat partitions: core openCheckpointFile, the CLI's inspect --raw)
+    enum class OpenAs { Checkpoint, RawFile };
     /// Opens @p path in the background; checkpointChanged() follows on success, loadFailed() otherwise.
-    void open(const QString& path);
+    void open(const QString& path, OpenAs as = OpenAs::Checkpoint);
     /// Opens @p path as the reference model (a checkpoint with the model's parameters) in the background.
     void openReference(const QString& path);
     void clearReference();
@@ -38,6 +41,8 @@ public:
     const std::shared_ptr<const KeyTree>& keyTree() const { return m_tree; }
     const std::vector<OptimizerView>& optimizers() const { return m_optimizers; }
     QString path() const { return m_path; }
+    /// the open checkpoint is one file read raw (OpenAs::RawFile)
+    bool isRaw() const { return m_raw; }
     bool isLoading() const;
 
     const CheckpointPtr& reference() const { return m_reference; }
@@ -70,6 +75,7 @@ private:
     std::shared_ptr<const KeyTree> m_tree;
     std::vector<OptimizerView> m_optimizers;
     QString m_path;
+    bool m_raw = false;
     QString m_selectedKey;
     CheckpointPtr m_reference;
     QString m_referencePath;

@@ -222,6 +222,15 @@ void MainWindow::setupMenus()
               if (!path.isEmpty()) openPath(path);
           });
     openFolder->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+    QAction* openRaw = file->addAction(tr("Open File &Raw…"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this,
+            tr("Open one file as the torch.save or safetensors file it is (not the checkpoint it belongs to)"),
+            m_context->path().isEmpty() ? QString() : QFileInfo(m_context->path()).absolutePath(),
+            tr("torch.save and safetensors files (*.pt *.pth *.bin *.ckpt *.safetensors);;All files (*)"));
+        if (!path.isEmpty()) m_context->open(QFileInfo(path).absoluteFilePath(), CheckpointContext::OpenAs::RawFile);
+    });
+    openRaw->setObjectName(QStringLiteral("openRaw"));
+    openRaw->setToolTip(tr("A DeepSpeed rank file shows its flat partitions and DeepSpeed objects as stored"));
     m_recentMenu = file->addMenu(tr("Open &Recent"));
     file->addSeparator();
     // the Diff panel's own pickers (File…, Folder…): B starts beside A
@@ -243,7 +252,9 @@ void MainWindow::setupMenus()
     });
     demo->setObjectName(QStringLiteral("openDemo"));
     QAction* reload = file->addAction(tr("Re&load"), this, [this] {
-        if (!m_context->path().isEmpty()) openPath(m_context->path());
+        if (!m_context->path().isEmpty())
+            m_context->open(m_context->path(),
+                m_context->isRaw() ? CheckpointContext::OpenAs::RawFile : CheckpointContext::OpenAs::Checkpoint);
     });
     reload->setShortcut(QKeySequence::Refresh);
     file->addAction(tr("&Close"), m_context, &CheckpointContext::close)->setShortcut(QKeySequence::Close);
@@ -388,8 +399,10 @@ void MainWindow::updateTitle()
     }
     QString name = QFileInfo(path).fileName();
     if (path == m_demoPath) name = tr("demo checkpoint");
+    if (m_context->isRaw()) name = tr("%1 (raw file)").arg(name);
     setWindowTitle(tr("%1 — OptScope").arg(name));
-    m_checkpointLabel->setText(Format::displayPath(path));
+    m_checkpointLabel->setText(
+        m_context->isRaw() ? tr("%1 (raw file)").arg(Format::displayPath(path)) : Format::displayPath(path));
     m_checkpointLabel->setToolTip(path);
 }
 

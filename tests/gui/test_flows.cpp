@@ -110,6 +110,7 @@ private Q_SLOTS:
     void dragAndDropOpensFolder();
     void openFailureIsReported();
     void treeFillsWhileLoading();
+    void openFileRawShowsWhatTheFileHolds();
     void fileChangedWhileOpen();
     void layoutAndRecentFilesPersist();
     void jobRunnerSupersedesAndCancels();
@@ -531,6 +532,41 @@ void TestFlows::treeFillsWhileLoading()
     // the finished tree: model / optim at the top, the summary counts ranks
     QVERIFY(keys->model()->rowCount() < previewRows);
     QVERIFY2(keys->summaryText().contains(QLatin1String("16 rank(s)")), qPrintable(keys->summaryText()));
+}
+
+void TestFlows::openFileRawShowsWhatTheFileHolds()
+{
+    // a DeepSpeed rank file opens as the whole ZeRO checkpoint; opened raw (File > Open File Raw, the CLI's
+    // inspect --raw) it shows its flat partitions and DeepSpeed objects, and Reload keeps it raw
+    const QString rankFile = testData("zero/stage2/ckpt/global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt");
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, rankFile));
+    QCOMPARE(w.context()->checkpoint()->format, CheckpointFormat::DeepSpeedZero);
+    QVERIFY(!w.context()->isRaw());
+    QSignalSpy changed(w.context(), &CheckpointContext::checkpointChanged);
+    w.context()->open(rankFile, CheckpointContext::OpenAs::RawFile);
+    QVERIFY(changed.wait(Timeout));
+    const CheckpointPtr raw = w.context()->checkpoint();
+    QCOMPARE(raw->format, CheckpointFormat::TorchSave);
+    QVERIFY(w.context()->isRaw());
+    bool partitions = false;
+    for (const auto& e : raw->entries)
+        partitions = partitions || e.key.find("single_partition_of_fp32_groups") != std::string::npos;
+    QVERIFY(partitions);
+    QVERIFY2(w.windowTitle().contains(QLatin1String("raw")), qPrintable(w.windowTitle()));
+    QVERIFY(w.findChild<QAction*>(QStringLiteral("openRaw")));
+    // Reload re-reads it raw
+    QAction* reload = nullptr;
+    for (QAction* a : w.findChildren<QAction*>())
+        if (a->shortcut() == QKeySequence(QKeySequence::Refresh)) reload = a;
+    QVERIFY(reload);
+    reload->trigger();
+    QVERIFY(changed.wait(Timeout));
+    QCOMPARE(w.context()->checkpoint()->format, CheckpointFormat::TorchSave);
+    // the checkpoint again
+    QVERIFY(openAndWait(w, rankFile));
+    QVERIFY(!w.context()->isRaw());
 }
 
 void TestFlows::fileChangedWhileOpen()
