@@ -3,6 +3,7 @@
 
 #include "checkpointcontext.h"
 #include "format.h"
+#include "frozentreecolumn.h"
 #include "jobrunner.h"
 #include "keycolumnsizer.h"
 #include "keytree.h"
@@ -76,6 +77,8 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     m_view->setAllColumnsShowFocus(true);
     // names are never squeezed away by the number columns: the view scrolls right instead
     new KeyColumnSizer(m_view, m_view->header(), StateKeysModel::NameColumn, KeyColumnSizer::Minimum::Content);
+    // scrolled right to the numbers, the names stay at the left edge
+    new FrozenTreeColumn(m_view);
     layout->addWidget(m_view, 1);
 
     m_summary->setWordWrap(true);

@@ -111,6 +111,7 @@ private Q_SLOTS:
     void openFailureIsReported();
     void treeFillsWhileLoading();
     void openFileRawShowsWhatTheFileHolds();
+    void stateKeysNamesStayWhileScrollingRight();
     void fileChangedWhileOpen();
     void layoutAndRecentFilesPersist();
     void jobRunnerSupersedesAndCancels();
@@ -567,6 +568,53 @@ void TestFlows::openFileRawShowsWhatTheFileHolds()
     // the checkpoint again
     QVERIFY(openAndWait(w, rankFile));
     QVERIFY(!w.context()->isRaw());
+}
+
+void TestFlows::stateKeysNamesStayWhileScrollingRight()
+{
+    // a narrow State keys dock: the tree scrolls right to its numbers; the names stay at the left edge (a second
+    // tree over the same model and selection, expanded and scrolled with it), and go away when scrolled back
+    MainWindow w;
+    w.setPersistLayout(false);
+    w.resize(1280, 720);
+    w.show();
+    QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+    QDockWidget* dock = w.dock(QStringLiteral("keys"));
+    QVERIFY(dock);
+    w.resizeDocks({dock}, {280}, Qt::Horizontal);
+    const QString key = QStringLiteral("optim.state.blocks.1.proj.weight.exp_avg_sq");
+    w.context()->select(key);
+    QTest::qWait(60);
+    QTreeView* tree = w.stateKeysPanel()->view();
+    auto* frozen = tree->findChild<QTreeView*>(QStringLiteral("frozenTreeColumn"));
+    QVERIFY(frozen);
+    QVERIFY(!frozen->isVisible()); // not scrolled: the tree's own names are in place
+    QScrollBar* h = tree->horizontalScrollBar();
+    QVERIFY2(h->maximum() > 0, "the dock is not narrow enough to scroll");
+    h->setValue(h->maximum());
+    QTest::qWait(30);
+    QVERIFY(frozen->isVisible());
+    QCOMPARE(frozen->model(), tree->model());
+    QCOMPARE(frozen->selectionModel(), tree->selectionModel());
+    QVERIFY(frozen->width() <= tree->viewport()->width() * 55 / 100 + 1);
+    for (int c = 1; c < tree->model()->columnCount(); ++c)
+        QVERIFY(frozen->isColumnHidden(c));
+    // the selected leaf is on the same row in both, and expanded there too
+    const QModelIndex leaf = w.stateKeysPanel()->model()->indexForKey(key);
+    QVERIFY(leaf.isValid());
+    QVERIFY(frozen->isExpanded(leaf.parent()));
+    QCOMPARE(frozen->visualRect(leaf).top(), tree->visualRect(leaf).top());
+    // a click on a name in the overlay selects that key everywhere
+    const QModelIndex other = leaf.parent().model()->index(0, 0, leaf.parent());
+    QVERIFY(other.isValid() && other != leaf);
+    QTest::mouseClick(frozen->viewport(), Qt::LeftButton, {}, frozen->visualRect(other).center());
+    QTRY_COMPARE(w.context()->selectedKey(), other.data(StateKeysModel::KeyRole).toString());
+    // collapsing in the tree collapses the overlay
+    tree->collapse(leaf.parent());
+    QVERIFY(!frozen->isExpanded(leaf.parent()));
+    h->setValue(0);
+    QTest::qWait(20);
+    QVERIFY(!frozen->isVisible());
 }
 
 void TestFlows::fileChangedWhileOpen()
