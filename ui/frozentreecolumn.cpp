@@ -71,10 +71,12 @@ FrozenTreeColumn::FrozenTreeColumn(QTreeView* tree)
     });
     if (tree->model()) {
         // a reset collapses both; expandAll / expandToDepth afterwards emit nothing per node: copy once it settles
-        auto later = [this] { QTimer::singleShot(0, this, [this] {
-                                  hideOtherColumns();
-                                  syncExpansion();
-                              }); };
+        auto later = [this] {
+            QTimer::singleShot(0, this, [this] {
+                hideOtherColumns();
+                syncExpansion();
+            });
+        };
         connect(tree->model(), &QAbstractItemModel::modelReset, this, later);
         connect(tree->model(), &QAbstractItemModel::layoutChanged, this, later);
         connect(tree->model(), &QAbstractItemModel::rowsInserted, this, later);
@@ -135,9 +137,8 @@ void FrozenTreeColumn::updateGeometry()
         syncExpansion();
         m_frozen->show();
         // the overlay lays its rows out when shown: scroll it to the tree's position once its range is known
-        QTimer::singleShot(0, this, [this] {
-            m_frozen->verticalScrollBar()->setValue(m_tree->verticalScrollBar()->value());
-        });
+        QTimer::singleShot(
+            0, this, [this] { m_frozen->verticalScrollBar()->setValue(m_tree->verticalScrollBar()->value()); });
     }
 }
 

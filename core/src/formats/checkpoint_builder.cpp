@@ -46,7 +46,8 @@ void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<co
     }
 }
 
-/// dimensions >= 0 and numel * element size <= INT64_MAX, as PyTorch requires of a tensor
+} // namespace
+
 bool shapeIsRepresentable(const std::vector<int64_t>& shape, size_t elementSize)
 {
     for (auto s : shape)
@@ -60,8 +61,6 @@ bool shapeIsRepresentable(const std::vector<int64_t>& shape, size_t elementSize)
     }
     return true;
 }
-
-} // namespace
 
 void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out)
 {

@@ -50,6 +50,10 @@ private:
     uint64_t m_keyPathBytes = 0;
 };
 
+/// dimensions >= 0 and numel * element size <= INT64_MAX, as PyTorch requires of a tensor: every size computation
+/// downstream (numel, bytes, chunk bounds) relies on it
+bool shapeIsRepresentable(const std::vector<int64_t>& shape, size_t elementSize);
+
 /// unknown (unsafe) global class paths reachable from @p v
 void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out);
 /// the same, skipping values in @p seen (and adding those it visits): one walk over values shared by many entries

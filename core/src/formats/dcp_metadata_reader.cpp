@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "dcp_metadata_reader.h"
+#include "checkpoint_builder.h"
 #include "mapped_file.h"
 #include "optscope/error.h"
 #include "pickle_machine.h"
@@ -637,6 +638,9 @@ private:
         if (t.hasShape)
             e.tensor.shape.assign(m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt),
                 m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt + t.ndim));
+        // a view sums numel and bytes over the keys: a hostile shape must not overflow there (the finished
+        // checkpoint reports it as bad-shape)
+        if (!shapeIsRepresentable(e.tensor.shape, dtypeSize(e.tensor.dtype))) e.tensor.shape.clear();
         m_preview.push_back(std::move(e));
     }
     void flushPreview()
