@@ -52,7 +52,7 @@ QSize ShardLayoutWidget::minimumSizeHint() const
 int ShardLayoutWidget::laneCount() const
 {
     if (!m_layout) return 0;
-    int maxRank = 0;
+    int maxRank = -1; // a torch.save file's chunks have no rank: one "rank ?" lane, not an empty "rank 0" above it
     for (int r : m_layout->ranks)
         maxRank = std::max(maxRank, r);
     return maxRank + 1 + (std::count(m_layout->ranks.begin(), m_layout->ranks.end(), -1) > 0 ? 1 : 0);
@@ -369,6 +369,14 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
     p.drawText(QRectF(g.plot.left(), axisY + 17, g.plot.width(), 16), Qt::AlignHCenter | Qt::AlignTop, axisLabel);
 }
 
+namespace {
+/// a chunk's rank as the lanes name it: "?" where the file does not say (torch.save)
+QString rankText(int rank)
+{
+    return rank < 0 ? QStringLiteral("?") : QString::number(rank);
+}
+} // namespace
+
 QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
 {
     if (!m_layout) return {};
@@ -383,9 +391,8 @@ QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
             if (o.region.offsets.empty()
                 || (row >= o.region.offsets[0] && row < o.region.offsets[0] + o.region.sizes[0]))
                 return tr("Overlap: %1 is held by ranks %2 and %3")
-                    .arg(QString::fromStdString(boxText(o.region)))
-                    .arg(m_layout->ranks[o.first])
-                    .arg(m_layout->ranks[o.second]);
+                    .arg(QString::fromStdString(boxText(o.region)), rankText(m_layout->ranks[o.first]),
+                        rankText(m_layout->ranks[o.second]));
         return tr("%1 of %2 covered")
             .arg(Format::count(m_layout->coveredElements), Format::elements(m_layout->totalElements));
     }
@@ -398,7 +405,7 @@ QString ShardLayoutWidget::toolTipAt(const QPoint& pos) const
         if (!rr.contains(pos)) continue;
         const TensorBox& b = m_layout->chunks[i];
         QString tip = tr("rank %1, chunk %2\noffsets %3\nsizes %4\n%5 (%6)")
-                          .arg(m_layout->ranks[i])
+                          .arg(rankText(m_layout->ranks[i]))
                           .arg(i)
                           .arg(Format::shape(b.offsets), Format::shape(b.sizes), Format::elements(b.numel()),
                               QString::fromStdString(boxText(b)));

@@ -84,6 +84,7 @@ private Q_SLOTS:
     void stateKeysOpensHundredThousandKeysFast();
     void chunkList();
     void shardLayoutGroupsThousandsOfRanks();
+    void shardLayoutOfAFileWithoutRanksHasOneLane();
     void tensorStats();
     void valuesPreview();
     void elementDecoder();
@@ -220,6 +221,24 @@ void TestModels::chunkList()
     QVERIFY(model.index(0, ChunkListModel::FileColumn).data().toString().endsWith(QLatin1String(".distcp")));
     model.setData(cp, cp->find("optim.param_groups.0.lr"));
     QCOMPARE(model.rowCount(), 0);
+}
+
+void TestModels::shardLayoutOfAFileWithoutRanksHasOneLane()
+{
+    // a torch.save file's tensor: one chunk of unknown rank is one "rank ?" lane (there was an empty "rank 0" lane
+    // above it, "0 elements", seen in a real X session)
+    auto cp = openCheckpoint(testData("diff/step3.pt").toStdString());
+    const Entry* e = cp->find("optim.state.0.weight.exp_avg");
+    QVERIFY(e);
+    ShardLayoutWidget w;
+    w.resize(640, 300);
+    w.setShardLayout(ShardLayout::of(e->tensor));
+    QCOMPARE(w.laneCount(), 1);
+    QCOMPARE(w.lastRank(), -1);
+    const QString tip = w.toolTipAt(QPoint(400, 90)); // inside the one lane
+    QVERIFY2(tip.startsWith(QLatin1String("rank ?")), qPrintable(QStringLiteral("[%1]").arg(tip)));
+    w.setRankRange(0, 3); // nothing to zoom into: stays as it is
+    QCOMPARE(w.laneCount(), 1);
 }
 
 void TestModels::shardLayoutGroupsThousandsOfRanks()
