@@ -7,6 +7,8 @@
 #include "optscope/finding.h"
 #include "optscope/param_table.h"
 
+#include <algorithm>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -104,9 +106,12 @@ int runCodes(const std::vector<std::string>& argv)
         std::cout << j.dump(2) << std::endl;
         return ExitOk;
     }
+    size_t width = 0; // the longest code and two spaces: "zero-world-size-mismatch" ran into its severity
     for (const auto& c : findingRegistry())
-        std::cout << std::left << std::setw(24) << c.name << std::setw(9) << severityName(c.severity) << c.meaning
-                  << "\n";
+        width = std::max(width, std::strlen(c.name) + 2);
+    for (const auto& c : findingRegistry())
+        std::cout << std::left << std::setw(static_cast<int>(width)) << c.name << std::setw(9)
+                  << severityName(c.severity) << c.meaning << "\n";
     return ExitOk;
 }
 

@@ -9,6 +9,7 @@
 #include "mapped_file.h"
 #include "optscope/checkpoint_loader.h"
 #include "optscope/error.h"
+#include "optscope/finding.h"
 #include "optscope/gather.h"
 #include "optscope/inspect_report.h"
 #include "pickle_machine.h"
@@ -17,6 +18,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -755,3 +757,22 @@ TEST(CorruptInputs, CliExitCodes)
 }
 
 } // namespace
+
+TEST(CorruptInputs, CliCodesTableKeepsColumnsApart)
+{
+    // every code, then at least two spaces, then its severity: the longest code once ran into it
+    TempDir tmp;
+    const CliResult r = runCli(tmp, "codes");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    size_t n = 0;
+    while (std::getline(lines, line)) {
+        const FindingInfo& f = findingRegistry()[n++];
+        ASSERT_EQ(line.compare(0, std::strlen(f.name), f.name), 0) << line;
+        const std::string rest = line.substr(std::strlen(f.name));
+        EXPECT_EQ(rest.compare(0, 2, "  "), 0) << line;
+        EXPECT_EQ(rest.find_first_not_of(' '), rest.find(severityName(f.severity))) << line;
+    }
+    EXPECT_EQ(n, findingRegistry().size());
+}
