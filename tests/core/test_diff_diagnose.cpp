@@ -663,5 +663,25 @@ TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)
         EXPECT_TRUE(names.insert(f.name).second) << f.name;
         EXPECT_EQ(&findingInfo(f.code), &f);
     }
-    EXPECT_EQ(findingRegistry().back().code, FindingCode::MegatronMissingLatest); // the last enumerator
+    EXPECT_EQ(findingRegistry().back().code, FindingCode::WrapperPrefix); // the last enumerator
+}
+
+TEST(Diagnose, WithoutAModelWrapperPrefixesAreTheFirstHint)
+{
+    // a torch.compile'd model's checkpoint: with no model given, Diagnose says its names carry '_orig_mod.' and how
+    // to check them (the one finding that points a new user at the reference); a plain checkpoint gets none, and
+    // with the model given the comparison findings say it instead
+    const Diagnosis compiled = diagnoseCheckpoint(*open("compiled.pt"), nullptr);
+    const DiagnosisFinding* f = finding(compiled, "wrapper-prefix");
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->severity, Severity::Info);
+    EXPECT_NE(f->message.find("'_orig_mod.'"), std::string::npos) << f->message;
+    ASSERT_FALSE(f->keys.empty());
+    EXPECT_EQ(f->keys.front().rfind("_orig_mod.", 0), 0u) << f->keys.front();
+    EXPECT_NE(f->fixText(false).find("Model / reference"), std::string::npos);
+    EXPECT_EQ(finding(diagnoseCheckpoint(*open("adamw_fqn.pt"), nullptr), "wrapper-prefix"), nullptr);
+    const ModelParams model = ModelParams::fromFqnList(kData + "/diag/model_fqns.txt");
+    const Diagnosis against = diagnoseCheckpoint(*open("compiled.pt"), &model);
+    EXPECT_EQ(finding(against, "wrapper-prefix"), nullptr);
+    EXPECT_NE(finding(against, "model-keys-mismatch"), nullptr);
 }

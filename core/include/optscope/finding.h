@@ -65,6 +65,8 @@ enum class FindingCode {
     MegatronBucketLayout,
     MegatronParamGroups,
     MegatronMissingLatest,
+    // diagnose without a model
+    WrapperPrefix,
 };
 
 struct FindingInfo

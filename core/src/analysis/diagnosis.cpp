@@ -212,7 +212,10 @@ public:
         d.optimizerKind = optimizerKindName(m_table.kinds.front());
         for (auto& f : optimizerFindings(m_cp, m_table))
             d.findings.push_back(std::move(f));
-        if (!m_exp) return d;
+        if (!m_exp) {
+            wrapperPrefixHints(d);
+            return d;
+        }
         for (size_t oi = 0; oi < m_table.optimizers.size(); ++oi) {
             m_progress.checkCancelled();
             compare(static_cast<int>(oi), d, oi == 0);
@@ -229,6 +232,43 @@ private:
 
     /// the name set_optimizer_state_dict looks a model parameter up by: wrapper prefixes stripped (DSD's _get_fqns)
     static std::string canon(const std::string& fqn) { return normalizeFqn(fqn).fqn; }
+
+    /// Without a model, names with wrapper prefixes (a torch.compile'd model's "_orig_mod.") are the first thing to
+    /// know about: they load only into the wrapped module, and the user has not said which model is the target.
+    void wrapperPrefixHints(Diagnosis& d) const
+    {
+        for (size_t oi = 0; oi < m_table.optimizers.size(); ++oi) {
+            std::set<std::string> prefixes;
+            std::vector<std::string> names;
+            for (const ParamRow* r : m_table.rowsOf(static_cast<int>(oi))) {
+                if (r->fqn.empty() || r->fqn == r->normalized) continue;
+                for (const auto& p : normalizeFqn(r->fqn).stripped)
+                    prefixes.insert(p);
+                names.push_back(r->fqn);
+            }
+            if (names.empty()) continue;
+            std::string list;
+            for (const auto& p : prefixes)
+                list += (list.empty() ? "'" : ", '") + p + "'";
+            const OptimizerView& v = m_table.optimizers[oi];
+            const std::string root = v.rootKey();
+            Finding f(FindingCode::WrapperPrefix,
+                std::to_string(names.size()) + " parameter name(s) of "
+                    + (root.empty() ? std::string("the optimizer") : "optimizer '" + root + "'")
+                    + " carry the wrapper prefix " + list
+                    + " ('_orig_mod.': torch.compile; 'module.': DDP; '_fsdp_wrapped_module.': FSDP1): they match the "
+                      "wrapped module they were saved from. A plain model raises Missing/Unexpected key(s) for such "
+                      "keys in model.load_state_dict",
+                root);
+            f.fix = "diagnose against the model it will load into (--model): the findings then say what PyTorch does, "
+                    "and `optscope-cli fix` renames the keys";
+            f.fixNeutral = "diagnose against the model it will load into (Model / reference): the findings then say "
+                           "what PyTorch does, and the fix renames the keys";
+            for (size_t i = 0; i < names.size() && i < 8; ++i)
+                f.keys.push_back(names[i]);
+            d.findings.push_back(std::move(f));
+        }
+    }
 
     /// the model's parameter shape for a name (as written, or as DSD names it)
     const std::vector<int64_t>* modelShape(const std::string& fqn) const

@@ -100,6 +100,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::MegatronMissingLatest, "megatron-missing-latest", S::Error,
             "a Megatron save folder without latest_checkpointed_iteration.txt: load_checkpoint loads nothing and "
             "training starts from random"},
+        {C::WrapperPrefix, "wrapper-prefix", S::Info,
+            "parameter names carry a wrapper prefix (_orig_mod., module., ...): they match the wrapped module they "
+            "were saved from; diagnose against the model they load into to check them"},
     };
     return r;
 }
