@@ -39,6 +39,10 @@ FrozenKeyColumn::FrozenKeyColumn(QTableView* table)
         m_frozen->verticalScrollBar(), &QScrollBar::valueChanged, table->verticalScrollBar(), &QScrollBar::setValue);
     connect(
         table->verticalScrollBar(), &QScrollBar::valueChanged, m_frozen->verticalScrollBar(), &QScrollBar::setValue);
+    // only while the numbers are scrolled right: otherwise the table's own key column is in place (and an empty
+    // table would show the overlay's border as a stray line)
+    connect(table->horizontalScrollBar(), &QScrollBar::valueChanged, this, &FrozenKeyColumn::updateGeometry);
+    connect(table->horizontalScrollBar(), &QScrollBar::rangeChanged, this, &FrozenKeyColumn::updateGeometry);
     connect(table->horizontalHeader(), &QHeaderView::sectionResized, this, [this](int logical, int, int size) {
         if (logical == 0) {
             m_frozen->setColumnWidth(0, size);
@@ -70,7 +74,6 @@ FrozenKeyColumn::FrozenKeyColumn(QTableView* table)
     }
     table->installEventFilter(this);
     updateGeometry();
-    m_frozen->show();
 }
 
 void FrozenKeyColumn::hideOtherColumns()
@@ -94,6 +97,10 @@ void FrozenKeyColumn::updateGeometry()
     m_frozen->setGeometry(left + m_table->frameWidth(), m_table->frameWidth(), m_table->columnWidth(0),
         m_table->viewport()->height() + m_table->horizontalHeader()->height());
     m_frozen->horizontalHeader()->setFixedHeight(m_table->horizontalHeader()->height());
+    const bool scrolled = m_table->horizontalScrollBar()->value() > 0;
+    if (scrolled && m_frozen->isHidden())
+        m_frozen->verticalScrollBar()->setValue(m_table->verticalScrollBar()->value());
+    m_frozen->setVisible(scrolled);
 }
 
 } // namespace optscope::ui

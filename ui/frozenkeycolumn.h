@@ -9,7 +9,8 @@ namespace optscope::ui {
 
 /// Keeps a table's first column (the key) in place while the other columns scroll right: a second view over the
 /// same model and selection, showing only that column, laid over the table's left edge and scrolled with it
-/// vertically. Clicks, double-clicks, context menus and sorting go to the table as if they happened there.
+/// vertically; shown only while the table is scrolled right. Clicks, double-clicks, context menus and sorting go to the
+/// table as if they happened there.
 class FrozenKeyColumn : public QObject
 {
     Q_OBJECT
