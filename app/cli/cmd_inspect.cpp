@@ -58,12 +58,12 @@ Row rowOf(const Checkpoint& cp, const InspectReport& report, size_t i, bool hash
         r.shape = shapeText(e.tensor.shape);
         r.chunks = ranksText(e.tensor.ranks(), e.tensor.chunks.size());
         r.bytes = humanBytes(e.tensor.nbytes());
-        if (hash && !report.sha256[i].empty()) r.hash = report.sha256[i].substr(0, 16);
+        if (hash && !report.sha256Of(i).empty()) r.hash = report.sha256Of(i).substr(0, 16);
     } else {
         r.dtype = inspectTypeName(e);
         r.shape = middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", 40);
     }
-    if (hash && !report.errors[i].empty()) r.hash = "<error>";
+    if (hash && !report.errorOf(i).empty()) r.hash = "<error>";
     return r;
 }
 

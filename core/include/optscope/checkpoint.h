@@ -13,6 +13,7 @@
 #include "optscope/chunk_table.h"
 #include "optscope/dtype.h"
 #include "optscope/py_value.h"
+#include "optscope/rare_string.h"
 
 #include <atomic>
 #include <cstdint>
@@ -74,29 +75,29 @@ std::string shapeText(const std::vector<int64_t>& shape);
 
 struct TensorEntry
 {
-    DType dtype = DType::Unknown;
     std::vector<int64_t> shape; ///< global shape
     ChunkTable chunks;
+    RareString subclass; ///< DTensor / ShardedTensor class path, empty for plain tensors
+    RareString placements; ///< DTensor placements, e.g. "Shard(0)"
+    DType dtype = DType::Unknown;
     bool requiresGrad = false;
     bool isParameter = false;
-    std::string subclass; ///< DTensor / ShardedTensor class path, empty for plain tensors
-    std::string placements; ///< DTensor placements, e.g. "Shard(0)"
     int64_t numel() const;
     uint64_t nbytes() const;
     /// distinct ranks holding chunks, ascending (-1 if unknown)
     std::vector<int> ranks() const;
 };
 
-enum class EntryKind { Tensor, Value };
+enum class EntryKind : unsigned char { Tensor, Value };
 
 struct Entry
 {
     std::string key; ///< joinKeyPath(path)
     KeyPath path;
-    EntryKind kind = EntryKind::Value;
     TensorEntry tensor; ///< kind == Tensor
     const PyValue* value = nullptr; ///< kind == Value (never null then)
     std::string error; ///< set when the entry's data cannot be read (value is then None)
+    EntryKind kind = EntryKind::Value;
     bool isTensor() const { return kind == EntryKind::Tensor; }
 };
 

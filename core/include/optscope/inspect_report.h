@@ -26,10 +26,20 @@ struct InspectReport
     nlohmann::ordered_json json;
     /// per entry of the checkpoint, in its order: the SHA-256 (empty when not hashed or unreadable) and what went
     /// wrong reading it (the entry's own error, else the hashing error; empty when nothing)
+    /// (both sized only when something can be in them: read them with sha256Of / errorOf)
     std::vector<std::string> sha256;
     std::vector<std::string> errors;
+    const std::string& sha256Of(size_t entry) const { return entry < sha256.size() ? sha256[entry] : none(); }
+    const std::string& errorOf(size_t entry) const { return entry < errors.size() ? errors[entry] : none(); }
     /// false if anything could not be read (error-severity warnings, entries with errors, failed hashes)
     bool ok = true;
+
+private:
+    static const std::string& none()
+    {
+        static const std::string empty;
+        return empty;
+    }
 };
 
 /// The `inspect --json` document:

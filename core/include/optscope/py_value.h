@@ -82,10 +82,15 @@ struct PyContainer
 struct PyStorageInfo
 {
     std::string_view key; ///< record name under "<prefix>/data/" (zip) or root key (legacy)
-    DType dtype = DType::Unknown; ///< element type of the storage (UInt8 for UntypedStorage)
-    int64_t numel = 0; ///< elements of dtype
     std::string_view location; ///< "cpu", "cuda:0", ...
+    int64_t numel = 0; ///< elements of dtype
+    /// where the torch.save reader found the storage's bytes: absolute offset in the mapped file and length. Kept here
+    /// rather than in a map by key, which took about 80 bytes per tensor of a file of many small tensors.
+    uint64_t recordOffset = 0;
+    uint64_t recordLength = 0;
+    DType dtype = DType::Unknown; ///< element type of the storage (UInt8 for UntypedStorage)
     bool untyped = false;
+    bool located = false; ///< recordOffset/recordLength are set (the archive holds the bytes)
 };
 
 /// One local shard of a sharded tensor wrapper.
@@ -99,17 +104,17 @@ struct PyTensorShard
 struct PyTensorInfo
 {
     PyValue* storage = nullptr; ///< Storage value; null for wrappers and storage-less (meta) tensors
-    DType dtype = DType::Unknown;
     int64_t storageOffset = 0; ///< in elements
     std::vector<int64_t> sizes;
     std::vector<int64_t> strides;
+    std::string_view subclass; ///< "torch.distributed.tensor.DTensor", ShardedTensor, ...; empty for plain tensors
+    std::vector<PyTensorShard> shards; ///< wrapper subclasses: the local shards this file holds
+    std::string_view placements; ///< DTensor: "Shard(0)", "Replicate()", ... joined by ','
+    DType dtype = DType::Unknown;
     bool requiresGrad = false;
     bool isParameter = false;
     bool conj = false; ///< metadata bits from _rebuild_tensor_v2's 7th argument
     bool neg = false;
-    std::string_view subclass; ///< "torch.distributed.tensor.DTensor", ShardedTensor, ...; empty for plain tensors
-    std::vector<PyTensorShard> shards; ///< wrapper subclasses: the local shards this file holds
-    std::string placements; ///< DTensor: "Shard(0)", "Replicate()", ... joined by ','
 };
 
 /// One node of the object graph. Fields used depend on kind; unused ones stay default.
@@ -126,13 +131,24 @@ struct PyValue
     double real = 0.0; ///< Float, Complex (real part)
     double imag = 0.0; ///< Complex
     std::string_view text; ///< Str, Bytes, ByteArray, BigInt
-    PyContainer* container = nullptr; ///< Tuple, List, Dict, Set, FrozenSet
-    PyGlobalInfo* global = nullptr; ///< Global
-    PyObjectInfo* object = nullptr; ///< Object
-    PyStorageInfo* storage = nullptr; ///< Storage
-    PyTensorInfo* tensor = nullptr; ///< Tensor
+    /// The record of the kind: one pointer, not five (a 100k-tensor torch.save makes 300k values). Read only the one
+    /// that the kind names; hasContainer() asks whether there are container items.
+    union {
+        PyContainer* container = nullptr; ///< Tuple, List, Dict, Set, FrozenSet
+        PyGlobalInfo* global; ///< Global
+        PyObjectInfo* object; ///< Object
+        PyStorageInfo* storage; ///< Storage
+        PyTensorInfo* tensor; ///< Tensor
+    };
 
     bool is(PyKind k) const { return kind == k; }
+    bool isContainerKind() const
+    {
+        return kind == PyKind::Tuple || kind == PyKind::List || kind == PyKind::Dict || kind == PyKind::Set
+            || kind == PyKind::FrozenSet;
+    }
+    /// a container kind whose record exists
+    bool hasContainer() const { return isContainerKind() && container; }
     bool isSequence() const { return kind == PyKind::Tuple || kind == PyKind::List; }
     bool isMapping() const { return kind == PyKind::Dict; }
     /// Tuple/List/Set/FrozenSet elements; Dict keys and values interleaved

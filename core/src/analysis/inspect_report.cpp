@@ -48,8 +48,9 @@ static InspectReport inspectCheckpointUnguarded(
     report.ok = !cp.hasErrors();
 
     // hashes first, in parallel over tensors (largest first, so the pool stays busy)
-    std::vector<std::string> hashes(cp.entries.size());
-    std::vector<std::string> errors(cp.entries.size());
+    // per entry only where something can be there: 100k keys without --hash would carry 6 MB of empty strings
+    std::vector<std::string> hashes(options.hash ? cp.entries.size() : 0);
+    std::vector<std::string> errors(options.hash ? cp.entries.size() : 0);
     if (options.hash) {
         std::vector<size_t> order;
         uint64_t totalBytes = 0;
@@ -118,8 +119,12 @@ static InspectReport inspectCheckpointUnguarded(
     json entries = json::array();
     for (size_t i = 0; i < cp.entries.size(); ++i) {
         const Entry& e = cp.entries[i];
-        if (!e.error.empty()) errors[i] = e.error;
-        if (!errors[i].empty()) report.ok = false;
+        if (!e.error.empty()) {
+            if (errors.empty()) errors.resize(cp.entries.size());
+            errors[i] = e.error;
+        }
+        const bool failed = i < errors.size() && !errors[i].empty();
+        if (failed) report.ok = false;
         if (e.isTensor()) {
             ++tensors;
             for (size_t c = 0; c < e.tensor.chunks.size(); ++c) {
@@ -143,8 +148,8 @@ static InspectReport inspectCheckpointUnguarded(
             je["shape"] = t.shape;
             je["numel"] = t.numel();
             je["bytes"] = t.nbytes();
-            if (!t.subclass.empty()) je["subclass"] = t.subclass;
-            if (!t.placements.empty()) je["placements"] = t.placements;
+            if (!t.subclass.empty()) je["subclass"] = t.subclass.str();
+            if (!t.placements.empty()) je["placements"] = t.placements.str();
             if (options.listChunks) {
                 json chunks = json::array();
                 for (size_t c = 0; c < t.chunks.size(); ++c) {
@@ -159,13 +164,13 @@ static InspectReport inspectCheckpointUnguarded(
             } else {
                 je["chunk_count"] = t.chunks.size();
             }
-            if (options.hash && errors[i].empty()) je["sha256"] = hashes[i];
+            if (options.hash && !failed) je["sha256"] = hashes[i];
         } else {
             je["type"] = "value";
             je["python_type"] = inspectTypeName(e);
             je["value"] = std::move(renderedValues[nextValue++]);
         }
-        if (!errors[i].empty()) je["error"] = errors[i];
+        if (failed) je["error"] = errors[i];
         entries.push_back(std::move(je));
     }
     std::sort(ranks.begin(), ranks.end());
@@ -178,7 +183,7 @@ static InspectReport inspectCheckpointUnguarded(
         warnings.push_back({{"code", w.code}, {"severity", w.isError ? "error" : "warning"}, {"message", w.message},
             {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
     j["warnings"] = std::move(warnings);
-    for (size_t i = 0; i < hashes.size(); ++i)
+    for (size_t i = 0; i < hashes.size() && i < errors.size(); ++i)
         if (!errors[i].empty()) hashes[i].clear();
     report.sha256 = std::move(hashes);
     report.errors = std::move(errors);

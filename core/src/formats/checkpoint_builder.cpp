@@ -38,7 +38,7 @@ void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<co
             collect(s.tensor, out, seen, depth + 1);
         return;
     default:
-        if (v->container) {
+        if (v->hasContainer()) {
             for (const auto* i : v->container->items)
                 collect(i, out, seen, depth + 1);
             collect(v->container->attrs, out, seen, depth + 1);
@@ -85,19 +85,15 @@ void CheckpointBuilder::chargeKeyPath(const KeyPath& path)
 TensorChunk CheckpointBuilder::chunkFromTensor(
     const PyTensorInfo& t, const TorchSaveArchive& archive, const std::string& fileRel, const std::string& where)
 {
-    if (!t.storage) throw Error(ErrorKind::Format, where, "tensor has no storage");
-    const std::string key(t.storage->storage->key);
-    auto it = archive.storages.find(key);
-    if (it == archive.storages.end())
-        throw Error(ErrorKind::Format, where, "tensor refers to storage '" + key + "' that is not in the archive");
-    TorchSaveReader::checkTensorExtent(t, it->second.length, where);
+    const PyStorageInfo& storage = TorchSaveReader::storageOf(t, where);
+    TorchSaveReader::checkTensorExtent(t, storage.recordLength, where);
     TensorChunk c;
     c.offsets.assign(t.sizes.size(), 0);
     c.sizes = t.sizes;
     c.source.kind = ChunkSource::Kind::StorageRecord;
     c.source.file = fileRel;
-    c.source.offset = it->second.offset;
-    c.source.length = it->second.length;
+    c.source.offset = storage.recordOffset;
+    c.source.length = storage.recordLength;
     c.source.storageOffset = t.storageOffset;
     c.source.strides = t.strides;
     c.source.bigEndian = archive.bigEndian;
@@ -122,7 +118,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     e.requiresGrad = t.requiresGrad;
     e.isParameter = t.isParameter;
     e.subclass = std::string(t.subclass);
-    e.placements = t.placements;
+    e.placements = std::string(t.placements);
     if (t.conj || t.neg)
         warn("lazy-bit", "tensor carries a lazy conj/neg bit; its stored bytes are shown as stored", key);
     if (t.storage) {
@@ -135,7 +131,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
             if (s.offsets.size() == c.sizes.size())
                 c.offsets = s.offsets;
             else
-                warn("unknown-offsets", "local shard of " + e.subclass + " has no known global offset", key);
+                warn("unknown-offsets", "local shard of " + e.subclass.str() + " has no known global offset", key);
             e.chunks.push_back(std::move(c));
         }
     } else {

@@ -103,8 +103,8 @@ TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t
     opt.limits = limits;
     opt.persistentLoad = [&](PyArena& a, PyValue* pid, uint64_t off) -> PyValue* {
         PyValue* s = makeStorageFromPid(a, pid, off, where, seen);
+        if (s->storage->located) return s;
         const std::string key(s->storage->key);
-        if (ar.storages.count(key)) return s;
         const ZipEntry* rec = zip.findRecord("data/" + key);
         if (!rec)
             throw Error(ErrorKind::Format, where, "missing storage record '" + ar.prefix + "/data/" + key + "'", off);
@@ -115,7 +115,9 @@ TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t
                 "storage record '" + ar.prefix + "/data/" + key + "' holds " + std::to_string(rec->size)
                     + " bytes, but the pickle declares " + std::to_string(need),
                 offset + rec->dataOffset);
-        ar.storages.emplace(key, TorchSaveArchive::StorageRecord {offset + rec->dataOffset, rec->size});
+        s->storage->recordOffset = offset + rec->dataOffset;
+        s->storage->recordLength = rec->size;
+        s->storage->located = true;
         return s;
     };
     PickleResult r = unpickle(base + pkl->dataOffset, pkl->size, arena, opt);
@@ -181,11 +183,15 @@ TorchSaveArchive readLegacy(const std::shared_ptr<const MappedFile>& file, uint6
         if (nbytes > length - pos)
             throw Error(ErrorKind::Truncated, where,
                 "legacy storage '" + key + "' of " + std::to_string(nbytes) + " bytes runs past the end", offset + pos);
-        ar.storages.emplace(key, TorchSaveArchive::StorageRecord {offset + pos, nbytes});
+        if (it != seen.end() && !it->second->storage->located) {
+            it->second->storage->recordOffset = offset + pos;
+            it->second->storage->recordLength = nbytes;
+            it->second->storage->located = true;
+        }
         pos += nbytes;
     }
     for (const auto& [key, v] : seen)
-        if (!ar.storages.count(key))
+        if (!v->storage->located)
             throw Error(ErrorKind::Format, where, "legacy storage '" + key + "' is referenced but not stored");
     return ar;
 }
@@ -221,6 +227,17 @@ TorchSaveArchive TorchSaveReader::readArchive(const std::shared_ptr<const Mapped
             ErrorKind::Unsupported, displayName, "the tar-based torch.save format of PyTorch <= 0.3 is not supported");
     throw Error(
         ErrorKind::Format, displayName, "not a torch.save file (neither a zip archive nor a legacy pickle)", offset);
+}
+
+const PyStorageInfo& TorchSaveReader::storageOf(const PyTensorInfo& t, const std::string& where)
+{
+    if (!t.storage || t.storage->kind != PyKind::Storage)
+        throw Error(ErrorKind::Format, where, "tensor has no storage");
+    const PyStorageInfo& s = *t.storage->storage;
+    if (!s.located)
+        throw Error(ErrorKind::Format, where,
+            "tensor refers to storage '" + std::string(s.key) + "' that is not in the archive");
+    return s;
 }
 
 void TorchSaveReader::checkTensorExtent(const PyTensorInfo& t, uint64_t storageBytes, const std::string& where)

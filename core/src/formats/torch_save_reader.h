@@ -37,18 +37,12 @@ class MappedFile;
 /// One torch.save archive read into an inert value graph, with its storages located in the file.
 struct TorchSaveArchive
 {
-    struct StorageRecord
-    {
-        uint64_t offset = 0; ///< absolute offset in the file
-        uint64_t length = 0; ///< bytes
-    };
     const PyValue* root = nullptr;
     std::string prefix; ///< zip prefix ("archive", "optim", ...); empty for the legacy format
     bool legacy = false;
     bool bigEndian = false;
     int pickleProtocol = 0;
     std::vector<PickleWarning> warnings;
-    std::unordered_map<std::string, StorageRecord> storages; ///< by storage key
 };
 
 class TorchSaveReader
@@ -63,6 +57,9 @@ public:
     /// (ShardedTensor/DTensor: their local shards).
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});
 
+    /// The storage a tensor views, located in the archive; throws Error naming @p where if it has none or the archive
+    /// does not hold its bytes.
+    static const PyStorageInfo& storageOf(const PyTensorInfo& t, const std::string& where);
     /// Checks that a tensor's view lies inside its storage record; throws Error naming @p where otherwise.
     static void checkTensorExtent(const PyTensorInfo& t, uint64_t storageBytes, const std::string& where);
 };

@@ -575,7 +575,7 @@ private:
     }
     static void pinItems(const PyValue* v)
     {
-        if (v && v->container)
+        if (v && v->hasContainer())
             for (PyValue* i : v->container->items)
                 i->pinned = true;
     }
@@ -1264,7 +1264,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
                 }
             }
         }
-        t.placements = std::string(m_arena.copy(names));
+        t.placements = m_arena.copy(names);
         if (ok && localShape == local->tensor->sizes)
             shard.offsets = offsets;
         else
@@ -1330,7 +1330,7 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
             : fn == "builtins.list"              ? PyKind::List
                                                  : PyKind::Tuple;
         std::vector<PyValue*> items;
-        if (const PyValue* init = arg(args, 0); init && init->container) {
+        if (const PyValue* init = arg(args, 0); init && init->hasContainer()) {
             items = init->kind == PyKind::Dict ? std::vector<PyValue*>() : init->container->items;
             pinItems(init);
         }

@@ -59,12 +59,12 @@ const std::vector<PyValue*> kNoItems;
 
 const std::vector<PyValue*>& PyValue::items() const
 {
-    return container ? container->items : kNoItems;
+    return hasContainer() ? container->items : kNoItems;
 }
 
 size_t PyValue::size() const
 {
-    if (!container) return 0;
+    if (!hasContainer()) return 0;
     return kind == PyKind::Dict ? container->items.size() / 2 : container->items.size();
 }
 

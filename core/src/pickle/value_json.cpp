@@ -50,7 +50,7 @@ template<typename F> void forEachChild(const PyValue* v, F&& f)
             f(i);
         for (const auto* i : o.dictItems)
             f(i);
-    } else if (v->container) {
+    } else if (v->hasContainer()) {
         for (const auto* i : v->container->items)
             f(i);
     }

@@ -76,11 +76,11 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
         throw Error(ErrorKind::Format, where,
             "DCP item of '" + entry.key + "' does not hold a tensor (found " + pyRepr(root, 60) + ")");
     const PyTensorInfo& t = *root->tensor;
-    const auto rec = ar.storages.at(std::string(t.storage->storage->key));
-    TorchSaveReader::checkTensorExtent(t, rec.length, where);
+    const PyStorageInfo& rec = TorchSaveReader::storageOf(t, where);
+    TorchSaveReader::checkTensorExtent(t, rec.recordLength, where);
     d.dtype = t.dtype;
-    d.storage = file->data() + rec.offset;
-    d.storageBytes = rec.length;
+    d.storage = file->data() + rec.recordOffset;
+    d.storageBytes = rec.recordLength;
     d.sizes = t.sizes;
     d.strides = t.strides;
     d.storageOffset = t.storageOffset;
