@@ -150,7 +150,7 @@ TEST(ZipArchive, ParsesARealTorchSaveArchive)
     // the entries, in central directory order, as Python's zipfile lists them
     std::vector<std::string> names;
     for (const auto& e : zip.entries())
-        names.push_back(e.name);
+        names.push_back(std::string(e.name));
     const std::vector<std::string> expected = {"adam_int/data.pkl", "adam_int/byteorder", "adam_int/data/0",
         "adam_int/data/1", "adam_int/data/10", "adam_int/data/11", "adam_int/data/2", "adam_int/data/3",
         "adam_int/data/4", "adam_int/data/5", "adam_int/data/6", "adam_int/data/7", "adam_int/data/8",

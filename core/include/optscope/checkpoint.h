@@ -45,10 +45,17 @@ const char* checkpointFormatName(CheckpointFormat format);
 /// One step of a key path: a dict key (string) or a list index.
 struct KeyPathElem
 {
+    /// the largest list index a path can hold: 2^62 - 1 (63 bits, with inTuple beside it: a 100k-entry checkpoint keeps
+    /// 400k elements, 48 bytes each rather than 56)
+    static constexpr int64_t kMaxIndex = (int64_t(1) << 62) - 1;
+    KeyPathElem()
+        : index(-1)
+        , inTuple(false)
+    { }
     std::string key; ///< dict key, as str(key)
-    int64_t index = -1; ///< list/tuple index when >= 0
-    bool inTuple = false; ///< the index is into a tuple, not a list (torch.save sources only)
     const PyValue* keyValue = nullptr; ///< the original dict key object (int keys stay ints), if known
+    int64_t index : 63; ///< list/tuple index when >= 0 (at most kMaxIndex)
+    bool inTuple : 1; ///< the index is into a tuple, not a list (torch.save sources only)
     bool isIndex() const { return index >= 0; }
     static KeyPathElem fromKey(std::string k)
     {
@@ -56,6 +63,7 @@ struct KeyPathElem
         e.key = std::move(k);
         return e;
     }
+    /// @p i in [0, kMaxIndex]; readers check indices from a file against it
     static KeyPathElem fromIndex(int64_t i)
     {
         KeyPathElem e;
@@ -96,7 +104,7 @@ struct Entry
     KeyPath path;
     TensorEntry tensor; ///< kind == Tensor
     const PyValue* value = nullptr; ///< kind == Value (never null then)
-    std::string error; ///< set when the entry's data cannot be read (value is then None)
+    RareString error; ///< set when the entry's data cannot be read (value is then None)
     EntryKind kind = EntryKind::Value;
     bool isTensor() const { return kind == EntryKind::Tensor; }
 };
@@ -175,7 +183,9 @@ public:
     std::vector<CheckpointWarning> warnings;
     int pickleProtocol = 0; ///< torch.save: data.pkl protocol; DCP: .metadata protocol
     std::string formatDetail; ///< "zip, prefix 'optim/'", "legacy (pre-1.6)", "DCP version 1.0.0", ...
-    const PyValue* root = nullptr; ///< torch.save: the whole unpickled object; DCP: the Metadata object
+    /// torch.save: the whole unpickled object (its tensor leaves emptied of sizes and strides, which the entries
+    /// hold); DCP: the Metadata object
+    const PyValue* root = nullptr;
     std::vector<ParamOrigin> paramOrigins; ///< parameters a reader named (Hugging Face Trainer folders)
     std::vector<FlatPartitionSlot> flatSlots; ///< parameters in flat partitions (DeepSpeed ZeRO); empty otherwise
 

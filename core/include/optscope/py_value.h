@@ -101,6 +101,13 @@ struct PyTensorShard
     int rank = -1;
 };
 
+/// What only a wrapper subclass (DTensor, ShardedTensor) has: kept apart, since plain tensors are nearly all of them.
+struct PyTensorWrapperInfo
+{
+    std::vector<PyTensorShard> shards; ///< the local shards this file holds
+    std::string_view placements; ///< DTensor: "Shard(0)", "Replicate()", ... joined by ','
+};
+
 struct PyTensorInfo
 {
     PyValue* storage = nullptr; ///< Storage value; null for wrappers and storage-less (meta) tensors
@@ -108,8 +115,7 @@ struct PyTensorInfo
     std::vector<int64_t> sizes;
     std::vector<int64_t> strides;
     std::string_view subclass; ///< "torch.distributed.tensor.DTensor", ShardedTensor, ...; empty for plain tensors
-    std::vector<PyTensorShard> shards; ///< wrapper subclasses: the local shards this file holds
-    std::string_view placements; ///< DTensor: "Shard(0)", "Replicate()", ... joined by ','
+    PyTensorWrapperInfo* wrapper = nullptr; ///< wrapper subclasses only (made by PyArena::wrapperOf)
     DType dtype = DType::Unknown;
     bool requiresGrad = false;
     bool isParameter = false;
@@ -127,11 +133,9 @@ struct PyValue
     /// PyArena::release leaves it alone
     bool pinned = false;
     int32_t depth = 0; ///< container nesting below this value, as seen while building (a cap on hostile input)
-    int64_t integer = 0; ///< Int
     double real = 0.0; ///< Float, Complex (real part)
-    double imag = 0.0; ///< Complex
     std::string_view text; ///< Str, Bytes, ByteArray, BigInt
-    /// The record of the kind: one pointer, not five (a 100k-tensor torch.save makes 300k values). Read only the one
+    /// The record of the kind: one field, not six (a 100k-tensor torch.save makes 300k values). Read only the one
     /// that the kind names; hasContainer() asks whether there are container items.
     union {
         PyContainer* container = nullptr; ///< Tuple, List, Dict, Set, FrozenSet
@@ -139,6 +143,8 @@ struct PyValue
         PyObjectInfo* object; ///< Object
         PyStorageInfo* storage; ///< Storage
         PyTensorInfo* tensor; ///< Tensor
+        double imag; ///< Complex (imaginary part)
+        int64_t integer; ///< Int
     };
 
     bool is(PyKind k) const { return kind == k; }
@@ -188,6 +194,8 @@ public:
     PyStorageInfo* makeStorageInfo();
     PyTensorInfo* makeTensorInfo();
     std::string_view copy(std::string_view s);
+    /// @p t's wrapper record, made on first use
+    PyTensorWrapperInfo& wrapperOf(PyTensorInfo& t);
     /// Gives back a value nothing refers to any more, with every part of it that only it refers to, for the next
     /// make() to reuse: the pickle machine's argument tuples of tensor rebuilds and persistent ids, about 800 bytes
     /// per tensor of a torch.save file that the graph would otherwise keep. Stops at pinned values and at kinds that
@@ -212,6 +220,7 @@ private:
     std::deque<PyObjectInfo> m_objects;
     std::deque<PyStorageInfo> m_storages;
     std::deque<PyTensorInfo> m_tensors;
+    std::deque<PyTensorWrapperInfo> m_tensorWrappers;
     std::deque<std::string> m_strings;
     std::vector<std::shared_ptr<const void>> m_keepAlive;
 };

@@ -35,6 +35,10 @@ public:
     operator const std::string&() const { return str(); }
     bool operator==(std::string_view o) const { return std::string_view(str()) == o; }
     bool operator!=(std::string_view o) const { return !(*this == o); }
+    friend std::string operator+(const std::string& a, const RareString& b) { return a + b.str(); }
+    friend std::string operator+(const char* a, const RareString& b) { return a + b.str(); }
+    friend std::string operator+(const RareString& a, const std::string& b) { return a.str() + b; }
+    friend std::string operator+(const RareString& a, const char* b) { return a.str() + b; }
 
 private:
     void assign(std::string s) { m_text = s.empty() ? nullptr : std::make_unique<std::string>(std::move(s)); }

@@ -34,8 +34,9 @@ void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<co
         return;
     }
     case PyKind::Tensor:
-        for (const auto& s : v->tensor->shards)
-            collect(s.tensor, out, seen, depth + 1);
+        if (v->tensor->wrapper)
+            for (const auto& s : v->tensor->wrapper->shards)
+                collect(s.tensor, out, seen, depth + 1);
         return;
     default:
         if (v->hasContainer()) {
@@ -101,7 +102,7 @@ TensorChunk CheckpointBuilder::chunkFromTensor(
 }
 
 void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchSaveArchive& archive,
-    const std::string& fileRel, const std::string& where)
+    const std::string& fileRel, const std::string& where, bool shared)
 {
     if (value->kind != PyKind::Tensor) {
         addValue(std::move(path), value);
@@ -114,17 +115,16 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     m_fileNames->intern(fileRel);
     e.chunks.useFileTable(m_fileNames);
     e.dtype = t.dtype;
-    e.shape = t.sizes;
     e.requiresGrad = t.requiresGrad;
     e.isParameter = t.isParameter;
     e.subclass = std::string(t.subclass);
-    e.placements = std::string(t.placements);
+    if (t.wrapper) e.placements = std::string(t.wrapper->placements);
     if (t.conj || t.neg)
         warn("lazy-bit", "tensor carries a lazy conj/neg bit; its stored bytes are shown as stored", key);
     if (t.storage) {
         e.chunks.push_back(chunkFromTensor(t, archive, fileRel, where));
-    } else if (!t.shards.empty()) {
-        for (const auto& s : t.shards) {
+    } else if (t.wrapper && !t.wrapper->shards.empty()) {
+        for (const auto& s : t.wrapper->shards) {
             if (!s.tensor || !s.tensor->tensor->storage) continue;
             TensorChunk c = chunkFromTensor(*s.tensor->tensor, archive, fileRel, where);
             c.rank = s.rank;
@@ -137,6 +137,14 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     } else {
         warn("tensor-without-data",
             "tensor (" + std::string(t.subclass.empty() ? "meta" : t.subclass) + ") has no stored data", key);
+    }
+    if (m_consumeGraphTensors && !shared && t.storage) {
+        // no other path reaches this tensor value, and its chunk has copied what it needs
+        auto& owned = const_cast<PyTensorInfo&>(t);
+        e.shape = std::move(owned.sizes);
+        std::vector<int64_t>().swap(owned.strides);
+    } else {
+        e.shape = t.sizes;
     }
     addTensor(std::move(path), std::move(e));
 }

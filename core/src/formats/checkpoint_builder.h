@@ -24,8 +24,9 @@ public:
 
     /// A leaf from an unpickled archive: a tensor becomes a tensor entry whose chunks point into @p fileRel
     /// (relative to the checkpoint root), anything else a value entry.
+    /// @p shared: the value may be reached again (FlattenedLeaf::shared), so consumeGraphTensors() leaves it alone
     void addLeaf(KeyPath path, const PyValue* value, const TorchSaveArchive& archive, const std::string& fileRel,
-        const std::string& where);
+        const std::string& where, bool shared = true);
     void addValue(KeyPath path, const PyValue* value);
     void addTensor(KeyPath path, TensorEntry tensor);
     void addPickleWarnings(const std::vector<PickleWarning>& warnings);
@@ -34,6 +35,9 @@ public:
     {
         warn(std::move(code), std::move(message), std::move(key), true);
     }
+    /// The caller reads the graph's tensor leaves only through the entries (TorchSaveReader::open): addLeaf then moves
+    /// the sizes of a tensor reached only once into its entry and frees its strides, two allocations per tensor fewer.
+    void consumeGraphTensors() { m_consumeGraphTensors = true; }
     /// attributes unsafe globals to the entries that hold them, builds the key index
     void finish();
 
@@ -48,6 +52,7 @@ private:
     std::shared_ptr<FileNameTable> m_fileNames = std::make_shared<FileNameTable>();
     std::map<std::string, std::string> m_unsafeGlobals; ///< class path -> message
     uint64_t m_keyPathBytes = 0;
+    bool m_consumeGraphTensors = false;
 };
 
 /// dimensions >= 0 and numel * element size <= INT64_MAX, as PyTorch requires of a tensor: every size computation

@@ -870,8 +870,10 @@ private:
         const V* items = tuple.t == T::Tuple ? tupleItems(tuple) : m_containers[tuple.a].items.data();
         const size_t n = tuple.t == T::Tuple ? tuple.a : m_containers[tuple.a].items.size();
         for (size_t k = 0; k < n; ++k) {
-            if (items[k].t == T::Int)
+            if (items[k].t == T::Int && items[k].i >= 0 && items[k].i <= KeyPathElem::kMaxIndex)
                 path.push_back(KeyPathElem::fromIndex(items[k].i));
+            else if (items[k].t == T::Int)
+                path.push_back(KeyPathElem::fromKey(std::to_string(items[k].i)));
             else if (items[k].t == T::Str)
                 path.push_back(KeyPathElem::fromKey(std::string(str(items[k]))));
             else
@@ -1092,7 +1094,7 @@ DcpMetadata DcpMetadataReader::fromGraph(const PyValue* md, const std::string& m
                     "planner_data path of '" + it.fqn.substr(0, 80) + "' would take more than "
                         + std::to_string(kMaxKeyPathBytes >> 20) + " MiB");
             for (const auto* el : p->items()) {
-                if (el->kind == PyKind::Int)
+                if (el->kind == PyKind::Int && el->integer >= 0 && el->integer <= KeyPathElem::kMaxIndex)
                     it.path.push_back(KeyPathElem::fromIndex(el->integer));
                 else
                     it.path.push_back(KeyPathElem::fromKey(pyStr(el)));

@@ -24,6 +24,7 @@ struct Walk
     uint64_t totalBytes = 0; ///< keyPathBytes of every leaf so far
     const std::function<void(FlattenedLeaf&&)>* sink = nullptr;
     size_t leaves = 0;
+    int pinnedOnPath = 0; ///< pinned containers on the current path
 };
 
 uint64_t elemBytes(const KeyPathElem& e)
@@ -67,6 +68,7 @@ template<bool kCount> void traverse(KeyPath& path, const PyValue* v, int depth, 
         if (!repeated || charge <= w.repeatBudget) {
             if (repeated) w.repeatBudget -= charge;
             w.active.insert(v);
+            if (v->pinned) ++w.pinnedOnPath;
             for (size_t i = 0; i < v->size(); ++i) {
                 if constexpr (kCount) {
                     path.emplace_back();
@@ -88,6 +90,7 @@ template<bool kCount> void traverse(KeyPath& path, const PyValue* v, int depth, 
                 w.pathBytes -= elemBytes(path.back());
                 path.pop_back();
             }
+            if (v->pinned) --w.pinnedOnPath;
             w.active.erase(v);
             return;
         }
@@ -99,7 +102,7 @@ template<bool kCount> void traverse(KeyPath& path, const PyValue* v, int depth, 
         throw Error(ErrorKind::Limit, {},
             "the state dict's key paths take more than " + std::to_string(kMaxKeyPathBytes >> 20)
                 + " MiB (long keys repeated through deep nesting)");
-    (*w.sink)({path, v});
+    (*w.sink)({path, v, v->pinned || w.pinnedOnPath > 0});
 }
 
 } // namespace

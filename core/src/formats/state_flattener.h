@@ -13,6 +13,9 @@ struct FlattenedLeaf
 {
     KeyPath path;
     const PyValue* value = nullptr;
+    /// the value may be reached again by another path: it, or a container above it, is referenced from more than one
+    /// place (PyValue::pinned)
+    bool shared = false;
 };
 
 /// Flattens a nested state dict the way DCP's flatten_state_dict (torch 2.4+ traverse_state_dict) does:

@@ -121,6 +121,10 @@ TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t
         return s;
     };
     PickleResult r = unpickle(base + pkl->dataOffset, pkl->size, arena, opt);
+    // the pickle and the central directory (every storage was looked up in it) were read again: the graph's strings
+    // point into the pickle, but an optimizer's state is keyed by integers and a few memoised names, so the pages
+    // need not stay resident (a string read later faults its page back in from the page cache)
+    if (length >= (1u << 20)) file->release(offset, length);
     ar.root = r.root;
     ar.pickleProtocol = r.protocol;
     ar.warnings = std::move(r.warnings);
@@ -288,11 +292,12 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path,
     if (ar.bigEndian) cp->formatDetail += ", big-endian";
 
     CheckpointBuilder builder(*cp);
+    builder.consumeGraphTensors(); // cp->root's tensors are read through the entries only
     try {
         cp->entries.reserve(countStateLeaves(ar.root));
         forEachStateLeaf(ar.root, [&](FlattenedLeaf&& leaf) {
             progress.checkCancelled();
-            builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, path);
+            builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, path, leaf.shared);
         });
     } catch (const Error& e) {
         if (!e.file().empty()) throw;

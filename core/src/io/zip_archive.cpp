@@ -109,7 +109,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
         const uint64_t recLen = kCentralSize + nameLen + extraLen + commentLen;
         if (cdEnd - pos < recLen)
             fail(ErrorKind::Format, "central directory record " + std::to_string(i) + " runs past the directory", pos);
-        e.name.assign(reinterpret_cast<const char*>(c + kCentralSize), nameLen);
+        e.name = std::string_view(reinterpret_cast<const char*>(c + kCentralSize), nameLen);
         // ZIP64 extra field: the 64-bit values appear only for fields that are 0xFFFFFFFF, in this order
         const uint8_t* x = c + kCentralSize + nameLen;
         const uint8_t* xEnd = x + extraLen;
@@ -117,13 +117,14 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
             const uint16_t id = rd16(x);
             const uint16_t len = rd16(x + 2);
             if (xEnd - x - 4 < len)
-                fail(ErrorKind::Format, "extra field of '" + e.name + "' runs past its record", pos);
+                fail(ErrorKind::Format, "extra field of '" + std::string(e.name) + "' runs past its record", pos);
             if (id == 0x0001) {
                 const uint8_t* f = x + 4;
                 const uint8_t* fEnd = f + len;
                 auto next = [&](uint64_t& field) {
                     if (field != 0xFFFFFFFFu) return;
-                    if (fEnd - f < 8) fail(ErrorKind::Format, "short ZIP64 extra field of '" + e.name + "'", pos);
+                    if (fEnd - f < 8)
+                        fail(ErrorKind::Format, "short ZIP64 extra field of '" + std::string(e.name) + "'", pos);
                     field = rd64(f);
                     f += 8;
                 };
@@ -135,43 +136,47 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
         }
         if (method != 0)
             fail(ErrorKind::Unsupported,
-                "entry '" + e.name + "' is compressed (method " + std::to_string(method)
+                "entry '" + std::string(e.name) + "' is compressed (method " + std::to_string(method)
                     + "); torch.save archives store records uncompressed",
                 pos);
-        if (flags & 0x1) fail(ErrorKind::Unsupported, "entry '" + e.name + "' is encrypted", pos);
+        if (flags & 0x1) fail(ErrorKind::Unsupported, "entry '" + std::string(e.name) + "' is encrypted", pos);
         if (compSize != size32)
-            fail(ErrorKind::Format, "entry '" + e.name + "' has different stored and uncompressed sizes", pos);
+            fail(ErrorKind::Format, "entry '" + std::string(e.name) + "' has different stored and uncompressed sizes",
+                pos);
         e.size = size32;
         // local header gives the data offset (its extra field differs from the central one: torch's alignment pad)
         if (localOffset > size || size - localOffset < kLocalSize || rd32(data + localOffset) != kLocalHeaderSig)
             fail(ErrorKind::Format,
-                "entry '" + e.name + "' has no local header at its recorded offset " + std::to_string(localOffset),
+                "entry '" + std::string(e.name) + "' has no local header at its recorded offset "
+                    + std::to_string(localOffset),
                 pos);
         const uint64_t lNameLen = rd16(data + localOffset + 26);
         const uint64_t lExtraLen = rd16(data + localOffset + 28);
         e.dataOffset = localOffset + kLocalSize + lNameLen + lExtraLen;
         if (e.dataOffset > size || e.size > size - e.dataOffset)
             fail(ErrorKind::Truncated,
-                "entry '" + e.name + "' data [" + std::to_string(e.dataOffset) + ", +" + std::to_string(e.size)
-                    + ") runs past the end of the archive (" + std::to_string(size) + " bytes)",
+                "entry '" + std::string(e.name) + "' data [" + std::to_string(e.dataOffset) + ", +"
+                    + std::to_string(e.size) + ") runs past the end of the archive (" + std::to_string(size)
+                    + " bytes)",
                 localOffset);
         if (!z.m_byName.emplace(e.name, z.m_entries.size()).second)
-            fail(ErrorKind::Format, "duplicate entry '" + e.name + "'", pos);
+            fail(ErrorKind::Format, "duplicate entry '" + std::string(e.name) + "'", pos);
         z.m_entries.push_back(std::move(e));
         pos += recLen;
     }
     if (z.m_entries.empty()) fail(ErrorKind::Format, "archive has no entries", eocd);
-    const auto& first = z.m_entries.front().name;
+    const std::string_view first = z.m_entries.front().name;
     const auto slash = first.find('/');
-    if (slash == std::string::npos)
-        fail(ErrorKind::Format, "first entry '" + first + "' has no '/' (not a torch.save archive)", cdOffset);
-    z.m_prefix = first.substr(0, slash);
+    if (slash == std::string_view::npos)
+        fail(ErrorKind::Format, "first entry '" + std::string(first) + "' has no '/' (not a torch.save archive)",
+            cdOffset);
+    z.m_prefix = std::string(first.substr(0, slash));
     return z;
 }
 
 const ZipEntry* ZipArchive::find(std::string_view fullName) const
 {
-    auto it = m_byName.find(std::string(fullName));
+    auto it = m_byName.find(fullName);
     return it == m_byName.end() ? nullptr : &m_entries[it->second];
 }
 

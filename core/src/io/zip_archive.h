@@ -31,7 +31,7 @@ namespace optscope {
 
 struct ZipEntry
 {
-    std::string name; ///< full name, including the prefix
+    std::string_view name; ///< full name, including the prefix (in the archive's bytes: 100k records copied no names)
     uint64_t dataOffset = 0; ///< first data byte, relative to the archive start
     uint64_t size = 0; ///< stored (= uncompressed) size
     uint32_t crc32 = 0;
@@ -62,7 +62,7 @@ private:
     std::string m_name;
     std::string m_prefix;
     std::vector<ZipEntry> m_entries;
-    std::unordered_map<std::string, size_t> m_byName;
+    std::unordered_map<std::string_view, size_t> m_byName; ///< keys point into the archive's bytes
 };
 
 /// true if the bytes start like a zip local header ("PK\3\4")

@@ -1132,6 +1132,10 @@ PyValue* copyTensor(PyArena& arena, const PyValue* src)
     PyValue* v = arena.make(PyKind::Tensor);
     v->tensor = arena.makeTensorInfo();
     *v->tensor = *src->tensor;
+    if (src->tensor->wrapper) { // a copy of its own: shards are added to one of them later
+        v->tensor->wrapper = nullptr;
+        arena.wrapperOf(*v->tensor) = *src->tensor->wrapper;
+    }
     v->depth = src->depth;
     return v;
 }
@@ -1200,7 +1204,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
                 shard.rank = static_cast<int>(r->integer);
             else if (globalRank && globalRank->kind == PyKind::Int)
                 shard.rank = static_cast<int>(globalRank->integer);
-            t.shards.push_back(std::move(shard));
+            m_arena.wrapperOf(t).shards.push_back(std::move(shard));
         }
         return;
     }
@@ -1264,13 +1268,13 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
                 }
             }
         }
-        t.placements = m_arena.copy(names);
+        m_arena.wrapperOf(t).placements = m_arena.copy(names);
         if (ok && localShape == local->tensor->sizes)
             shard.offsets = offsets;
         else
             warn("dtensor-layout",
                 "DTensor placements (" + names + ") do not give a plain slice; its global offsets are unknown");
-        t.shards.push_back(std::move(shard));
+        m_arena.wrapperOf(t).shards.push_back(std::move(shard));
         return;
     }
 }

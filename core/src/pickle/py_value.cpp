@@ -253,6 +253,12 @@ PyStorageInfo* PyArena::makeStorageInfo()
     return &m_storages.emplace_back();
 }
 
+PyTensorWrapperInfo& PyArena::wrapperOf(PyTensorInfo& t)
+{
+    if (!t.wrapper) t.wrapper = &m_tensorWrappers.emplace_back();
+    return *t.wrapper;
+}
+
 PyTensorInfo* PyArena::makeTensorInfo()
 {
     return &m_tensors.emplace_back();
