@@ -18,6 +18,9 @@ import subprocess
 import sys
 
 FAMILIES = [
+    ("torch_save_open", "torch.save, N keys: `inspect` (the open, text table)"),
+    ("torch_load", "torch.save, N keys: PyTorch 2.6 `torch.load(weights_only=True)` (in the process after `import "
+     "torch`; RSS: the peak above the RSS after the import)"),
     ("torch_save_keys", "torch.save, N keys: `inspect --json`"),
     ("torch_save_keys_hash", "torch.save, N keys: `inspect --json --hash --threads 1`"),
     ("dcp_keys", "DCP (1 file), N keys: `inspect --json`"),
@@ -105,6 +108,24 @@ def main():
             md += ["", f"Over {n0:,} -> {n1:,} ({n1 / n0:.0f}x): time above start-up x{a1 / a0:.1f}, "
                    f"slope {slope:.2f}; peak RSS x{r1 / r0:.2f} ({r0:.0f} -> {r1:.0f} MiB)."]
             verdicts.append((title, slope, r1 / r0, n1 / n0))
+        md.append("")
+    pairs = sorted(n for (c, n) in rows if c == "torch_save_open" and ("torch_load", n) in rows)
+    if pairs:
+        md += ["## Side by side: opening a torch.save of N keys, optscope against `torch.load`", "",
+               "optscope's column is the whole process (start-up included; its per-entry column leaves the start-up "
+               "out); PyTorch's is `torch.load` alone, after `import torch`. The issue 13 target for 100k keys: under "
+               "100 MiB peak (1 KiB per entry) and under 1 s.", "",
+               "| N | optscope `inspect` | per entry | `torch.load` | per entry | faster | leaner |",
+               "|---:|---|---:|---|---:|---:|---:|"]
+        for n in pairs:
+            ow = statistics.median(w for w, _, _ in rows[("torch_save_open", n)])
+            orss = max(r for _, r, _ in rows[("torch_save_open", n)])
+            tw = statistics.median(w for w, _, _ in rows[("torch_load", n)])
+            trss = max(r for _, r, _ in rows[("torch_load", n)])
+            entries = rows[("torch_save_open", n)][0][2] or n
+            md.append(f"| {n:,} | {ow:.2f} s, {orss / 1024:.0f} MiB | {(orss - startup_rss) * 1024 / entries:,.0f} B | "
+                      f"{tw:.2f} s, {trss / 1024:.0f} MiB | {trss * 1024 / entries:,.0f} B | {tw / ow:.1f}x | "
+                      f"{trss / orss:.1f}x |")
         md.append("")
     if verdicts:
         md += ["## Summary", "", "| input | N range | slope (time) | RSS growth |", "|---|---:|---:|---:|"]

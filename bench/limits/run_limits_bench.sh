@@ -77,6 +77,33 @@ measure() {
     echo "run_limits_bench: $name n=$n: $entries entries, $(awk -F'\t' -v c="$name" -v n="$n" '$1 == c && $2 == n {printf "%ss/%skB ", $4, $5}' "$tsv")"
 }
 
+# measure_open CASE N INPUT: the open alone, as a user sees it: optscope-cli inspect INPUT (the text table)
+measure_open() {
+    local name=$1 n=$2 input=$3
+    local entries
+    entries=$("$cli" inspect "$input" | awk '/ entries: / {print $1}' | tail -1)
+    for r in $(seq "$runs"); do
+        local start=$EPOCHREALTIME wall rss
+        /usr/bin/time -v -o "$tmp/time" "$cli" inspect "$input" >/dev/null
+        wall=$(elapsed "$start")
+        rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tmp/time")
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$r" "$wall" "$rss" "$entries" >>"$tsv"
+    done
+    echo "run_limits_bench: $name n=$n: $entries entries, $(awk -F'\t' -v c="$name" -v n="$n" '$1 == c && $2 == n {printf "%ss/%skB ", $4, $5}' "$tsv")"
+}
+
+# measure_torch_load CASE N INPUT: PyTorch's own open of the same file, torch.load (weights_only, as 2.6 defaults),
+# timed in the process after `import torch`; the RSS column is the peak above the RSS after the import
+measure_torch_load() {
+    local name=$1 n=$2 input=$3
+    for r in $(seq "$runs"); do
+        scripts/torch-python bench/limits/torch_load.py "$input" >"$tmp/load" 2>/dev/null
+        IFS=$'\t' read -r wall rss entries <"$tmp/load"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$r" "$wall" "$rss" "$entries" >>"$tsv"
+    done
+    echo "run_limits_bench: $name n=$n: $(awk -F'\t' -v c="$name" -v n="$n" '$1 == c && $2 == n {printf "%ss/%skB ", $4, $5}' "$tsv")"
+}
+
 # process start-up alone, the floor under every row
 for r in $(seq "$runs"); do
     start=$EPOCHREALTIME
@@ -87,6 +114,8 @@ for r in $(seq "$runs"); do
 done
 
 for n in $keys; do
+    measure_open torch_save_open "$n" "$out/keys_$n.pt"
+    measure_torch_load torch_load "$n" "$out/keys_$n.pt"
     measure torch_save_keys "$n" "$out/keys_$n.pt"
     measure torch_save_keys_hash "$n" "$out/keys_$n.pt" --hash --threads 1
     measure dcp_keys "$n" "$out/keys_${n}_dcp"
