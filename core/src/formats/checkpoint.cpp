@@ -8,6 +8,10 @@
 
 namespace optscope {
 
+// 100k entries of four path elements each: the 100 MiB target for a torch.save of 100k keys rests on these sizes
+static_assert(sizeof(void*) != 8 || sizeof(KeyPathElem) <= 48, "KeyPathElem grew past 48 bytes");
+static_assert(sizeof(void*) != 8 || sizeof(Entry) <= 192, "Entry grew past 192 bytes");
+
 const char* checkpointFormatName(CheckpointFormat format)
 {
     switch (format) {

@@ -8,6 +8,12 @@
 
 namespace optscope {
 
+// A torch.save of 100k tensors makes about 300k values: the 100 MiB target for it (bench/results/limits.md) rests on
+// these sizes, so growing one is a decision, not an accident
+static_assert(sizeof(void*) != 8 || sizeof(PyValue) <= 40, "PyValue grew past 40 bytes");
+static_assert(sizeof(void*) != 8 || sizeof(PyTensorInfo) <= 96, "PyTensorInfo grew past 96 bytes");
+static_assert(sizeof(void*) != 8 || sizeof(PyStorageInfo) <= 64, "PyStorageInfo grew past 64 bytes");
+
 const char* pyKindName(PyKind kind)
 {
     switch (kind) {
