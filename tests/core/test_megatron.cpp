@@ -189,9 +189,21 @@ TEST(Megatron, MissingCommonIsAnErrorNamingIt)
     fs::remove(t.path / "common.pt");
     auto cp = openCheckpoint(t.path.string());
     ASSERT_TRUE(cp->hasErrors());
-    const CheckpointWarning* w = warningOf(*cp, "missing-file");
+    const CheckpointWarning* w = warningOf(*cp, "megatron-missing-common");
     ASSERT_TRUE(w) << allWarnings(*cp);
     EXPECT_NE(w->message.find((t.path / "common.pt").string()), std::string::npos) << w->message;
+    // Megatron-Core's words (strategies/common.py, core_v0.16.1), under its name
+    EXPECT_EQ(w->loadError,
+        "dist_checkpointing.load raises CheckpointingException: Common file " + (t.path / "common.pt").string()
+            + " does not exist");
+    bool found = false;
+    for (const auto& f : checkCheckpoint(*cp).findings)
+        if (f.code == FindingCode::MegatronMissingCommon) {
+            found = true;
+            EXPECT_EQ(std::string(findingLoader(f.code)), "Megatron-Core");
+            EXPECT_EQ(f.pytorchError, w->loadError);
+        }
+    EXPECT_TRUE(found);
     // the sharded part still reads
     EXPECT_EQ(
         bytesOf(*cp, "model.inp.weight"), fileBytes(kMegatron + "/distopt_fully_reshardable/reference/inp.weight.bin"));
@@ -218,10 +230,61 @@ TEST(Megatron, OtherBackendIsRefusedNamingMetadataJson)
         FAIL() << "opened a zarr checkpoint";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("metadata.json"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("zarr"), std::string::npos) << e.what();
+        // strategies/base.py, get_default_strategy (core_v0.16.1)
+        EXPECT_NE(std::string(e.what()).find(
+                      "CheckpointingException: Cannot find a default strategy for: ('load_sharded', 'zarr', 1)"),
+            std::string::npos)
+            << e.what();
     }
     std::ofstream(t.path / "metadata.json", std::ios::trunc) << R"({"sharded_backend": )";
     EXPECT_THROW(openCheckpoint(t.path.string()), Error);
+}
+
+TEST(Megatron, WithoutMetadataJsonItIsReadWithMegatronsError)
+{
+    // metadata.json lost (the DCP index and common.pt copied without it): dist_checkpointing.load refuses the folder;
+    // optscope reads it as torch_dist all the same, and says what Megatron does and what to write
+    for (const char* variant : {"distopt_fully_reshardable", "distopt_dp_reshardable"}) {
+        SCOPED_TRACE(variant);
+        TempCopy t(kMegatron + "/" + variant + "/iter_0000002");
+        fs::remove(t.path / "metadata.json");
+        auto cp = openCheckpoint(t.path.string());
+        EXPECT_EQ(cp->format, CheckpointFormat::MegatronDist);
+        auto intact = openCheckpoint(kMegatron + "/" + variant + "/iter_0000002");
+        ASSERT_EQ(cp->entries.size(), intact->entries.size());
+        for (size_t i = 0; i < cp->entries.size(); ++i)
+            EXPECT_EQ(cp->entries[i].key, intact->entries[i].key);
+        EXPECT_EQ(bytesOf(*cp, "optim.state.inp.weight.exp_avg"), bytesOf(*intact, "optim.state.inp.weight.exp_avg"));
+        const CheckpointWarning* w = warningOf(*cp, "megatron-missing-metadata");
+        ASSERT_TRUE(w) << allWarnings(*cp);
+        EXPECT_TRUE(w->isError);
+        // validation.py, verify_checkpoint_and_load_strategy (core_v0.16.1)
+        EXPECT_NE(w->loadError.find("CheckpointingException: " + t.path.string() + " is not a distributed checkpoint"),
+            std::string::npos)
+            << w->loadError;
+        EXPECT_NE(w->fix.find(R"("sharded_backend": "torch_dist")"), std::string::npos) << w->fix;
+        // the fix works: the metadata.json it names makes the folder whole again
+        std::ofstream(t.path / "metadata.json") << w->fix.substr(w->fix.find('{'));
+        auto fixed = openCheckpoint(t.path.string());
+        EXPECT_EQ(warningOf(*fixed, "megatron-missing-metadata"), nullptr) << allWarnings(*fixed);
+        EXPECT_EQ(fixed->entries.size(), intact->entries.size());
+    }
+}
+
+TEST(Megatron, InvalidTrackerFileQuotesMegatron)
+{
+    TempCopy t(kMegatron + "/distopt_dp_reshardable");
+    std::ofstream(t.path / "latest_checkpointed_iteration.txt", std::ios::trunc) << "iter_2\n";
+    try {
+        openCheckpoint(t.path.string());
+        FAIL() << "opened with an invalid tracker file";
+    } catch (const Error& e) {
+        // megatron/training/checkpointing.py, read_metadata (core_v0.16.1)
+        EXPECT_NE(std::string(e.what()).find("ERROR: Invalid metadata file "
+                      + (t.path / "latest_checkpointed_iteration.txt").string() + ". Exiting"),
+            std::string::npos)
+            << e.what();
+    }
 }
 
 TEST(Megatron, LatestNamingAMissingIterationIsAnError)

@@ -65,6 +65,8 @@ enum class FindingCode {
     MegatronBucketLayout,
     MegatronParamGroups,
     MegatronMissingLatest,
+    MegatronMissingMetadata,
+    MegatronMissingCommon,
     // diagnose without a model
     WrapperPrefix,
 };

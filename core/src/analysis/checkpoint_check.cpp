@@ -60,6 +60,8 @@ FindingCode readerCode(const std::string& code)
     if (code == "zero-stage-mismatch") return FindingCode::ZeroStageMismatch;
     if (code == "zero-missing-latest") return FindingCode::ZeroMissingLatest;
     if (code == "megatron-missing-latest") return FindingCode::MegatronMissingLatest;
+    if (code == "megatron-missing-metadata") return FindingCode::MegatronMissingMetadata;
+    if (code == "megatron-missing-common") return FindingCode::MegatronMissingCommon;
     return FindingCode::BadMetadata;
 }
 

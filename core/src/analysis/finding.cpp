@@ -100,6 +100,12 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::MegatronMissingLatest, "megatron-missing-latest", S::Error,
             "a Megatron save folder without latest_checkpointed_iteration.txt: load_checkpoint loads nothing and "
             "training starts from random"},
+        {C::MegatronMissingMetadata, "megatron-missing-metadata", S::Error,
+            "a Megatron-Core torch_dist folder (a DCP folder with common.pt) without metadata.json: "
+            "dist_checkpointing.load refuses it as not a distributed checkpoint"},
+        {C::MegatronMissingCommon, "megatron-missing-common", S::Error,
+            "a Megatron-Core torch_dist folder without common.pt (iteration, args, optimizer param_groups): "
+            "dist_checkpointing.load fails"},
         {C::WrapperPrefix, "wrapper-prefix", S::Info,
             "parameter names carry a wrapper prefix (_orig_mod., module., ...): they match the wrapped module they "
             "were saved from; diagnose against the model they load into to check them"},
@@ -127,6 +133,9 @@ const char* findingLoader(FindingCode code)
         return "DeepSpeed";
     case FindingCode::MegatronMissingLatest:
         return "Megatron-LM";
+    case FindingCode::MegatronMissingMetadata:
+    case FindingCode::MegatronMissingCommon:
+        return "Megatron-Core";
     default:
         return "PyTorch";
     }

@@ -72,12 +72,20 @@ std::pair<fs::path, size_t> newestIteration(const fs::path& dir)
     return {best, count};
 }
 
+/// the torch_dist part of a dist_checkpointing folder without its metadata.json: the DCP index and common.pt
+bool isTorchDistWithoutMetadataJson(const fs::path& dir)
+{
+    std::error_code ec;
+    return !fs::exists(dir / kMetadataJson, ec) && fs::is_regular_file(dir / ".metadata", ec)
+        && fs::is_regular_file(dir / kCommon, ec);
+}
+
 /// the iteration folder: @p path itself, the one latest_checkpointed_iteration.txt in @p path names, or, when a save
 /// folder lost that file, its newest iteration (with a warning in @p missingLatest)
 fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>& missingLatest)
 {
     std::error_code ec;
-    if (fs::is_regular_file(path / kMetadataJson, ec)) return path;
+    if (fs::is_regular_file(path / kMetadataJson, ec) || isTorchDistWithoutMetadataJson(path)) return path;
     const fs::path latest = path / kLatestFile;
     if (!fs::is_regular_file(latest, ec)) {
         const auto [newest, count] = newestIteration(path);
@@ -104,9 +112,15 @@ fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>&
     if (text == "release") {
         name = "release";
     } else {
+        // megatron/training/checkpointing.py, read_metadata (core_v0.16.1): print_rank_0 and sys.exit(), status 0
         if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos)
             throw Error(ErrorKind::Format, latest.string(),
-                "holds '" + text.substr(0, 40) + "', not an iteration number or 'release'");
+                "holds '" + text.substr(0, 40)
+                    + "', not an iteration number or 'release'. Megatron-LM's load_checkpoint prints \"ERROR: Invalid "
+                      "metadata file "
+                    + latest.string()
+                    + ". Exiting\" and exits with status 0; write the iteration to load (the number of an iter_ "
+                      "folder beside it) or 'release' into the file");
         char buf[32];
         std::snprintf(buf, sizeof buf, "iter_%07lld", std::stoll(text));
         name = buf;
@@ -542,6 +556,7 @@ bool MegatronDistReader::looksLikeMegatron(const std::string& path)
     if (!fs::is_directory(path, ec)) return false;
     const fs::path dir(path);
     if (fs::is_regular_file(dir / kLatestFile, ec)) return true;
+    if (isTorchDistWithoutMetadataJson(dir)) return true; // its finding says what Megatron makes of it
     if (!fs::is_regular_file(dir / kMetadataJson, ec) && !fs::is_regular_file(dir / ".metadata", ec)
         && !newestIteration(dir).first.empty())
         return true; // a save folder that lost its tracker file
@@ -561,21 +576,47 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     std::optional<CheckpointWarning> missingLatest;
     const fs::path dir = iterationFolder(fs::path(path), missingLatest);
     const fs::path metaJson = dir / kMetadataJson;
-    std::string backend;
+    std::string backend = "torch_dist";
     std::string version;
-    try {
-        const auto j = nlohmann::json::parse(readSmallText(metaJson));
-        if (!j.is_object() || !j.contains("sharded_backend") || !j["sharded_backend"].is_string())
-            throw Error(ErrorKind::Format, metaJson.string(), "has no sharded_backend string");
-        backend = j["sharded_backend"].get<std::string>();
-        if (j.contains("sharded_backend_version")) version = j["sharded_backend_version"].dump();
-    } catch (const nlohmann::json::exception& e) {
-        throw Error(ErrorKind::Format, metaJson.string(), std::string("is not valid JSON: ") + e.what());
+    std::optional<CheckpointWarning> missingMetadata;
+    if (isTorchDistWithoutMetadataJson(dir)) {
+        CheckpointWarning w;
+        w.code = "megatron-missing-metadata";
+        w.message = "no metadata.json in " + dir.string()
+            + ": read as Megatron-Core's torch_dist format, as its .metadata and common.pt say";
+        w.isError = true;
+        // megatron/core/dist_checkpointing/validation.py, verify_checkpoint_and_load_strategy (core_v0.16.1)
+        w.loadError = "dist_checkpointing.load raises CheckpointingException: " + dir.string()
+            + " is not a distributed checkpoint (Megatron-LM's load_checkpoint does not take it for torch_dist "
+              "either: a folder with .metadata and no metadata.json is its torch_dcp format)";
+        w.fix = "write " + metaJson.string()
+            + " with {\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, \"common_backend\": "
+              "\"torch\", \"common_backend_version\": 1}";
+        missingMetadata = std::move(w);
+    } else {
+        try {
+            const auto j = nlohmann::json::parse(readSmallText(metaJson));
+            if (!j.is_object() || !j.contains("sharded_backend") || !j["sharded_backend"].is_string())
+                throw Error(ErrorKind::Format, metaJson.string(), "has no sharded_backend string");
+            backend = j["sharded_backend"].get<std::string>();
+            if (j.contains("sharded_backend_version")) version = j["sharded_backend_version"].dump();
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(ErrorKind::Format, metaJson.string(), std::string("is not valid JSON: ") + e.what());
+        }
     }
-    if (backend != "torch_dist")
+    if (backend != "torch_dist") {
+        // strategies/base.py, get_default_strategy (core_v0.16.1): only ('torch_dist', 1) is registered for loading
+        const bool quotable = !version.empty() && version.find_first_not_of("0123456789") == std::string::npos
+            && backend.size() <= 60 && backend.find_first_of("'\\\n") == std::string::npos;
         throw Error(ErrorKind::Unsupported, metaJson.string(),
             "names sharded_backend '" + backend.substr(0, 60)
-                + "'; only Megatron-Core's torch_dist backend (a torch.distributed.checkpoint folder) can be read");
+                + "'; only Megatron-Core's torch_dist backend (a torch.distributed.checkpoint folder) can be read"
+                + (quotable
+                        ? ". Megatron-Core 0.16 cannot load it either: CheckpointingException: Cannot find a default "
+                          "strategy for: ('load_sharded', '"
+                            + backend + "', " + version + ")"
+                        : std::string()));
+    }
     std::error_code ec;
     if (!fs::is_regular_file(dir / ".metadata", ec))
         throw Error(ErrorKind::Io, (dir / ".metadata").string(),
@@ -586,6 +627,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     cp->format = CheckpointFormat::MegatronDist;
     cp->path = path;
     if (missingLatest) cp->warnings.insert(cp->warnings.begin(), std::move(*missingLatest));
+    if (missingMetadata) cp->warnings.insert(cp->warnings.begin(), std::move(*missingMetadata));
     CheckpointBuilder builder(*cp);
 
     // common.pt: the non-sharded objects
@@ -594,10 +636,17 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     std::vector<FlattenedLeaf> commonLeaves;
     TorchSaveArchive ar;
     if (!fs::is_regular_file(dir / kCommon, ec)) {
-        builder.error("missing-file",
-            "'" + commonAbs
-                + "' is missing: Megatron-Core's load_common_state_dict needs it (iteration, args, "
-                  "optimizer param_groups)");
+        CheckpointWarning w;
+        w.code = "megatron-missing-common";
+        w.message = "'" + commonAbs
+            + "' is missing: Megatron-Core's load_common_state_dict needs it (iteration, args, optimizer param_groups)";
+        w.isError = true;
+        // megatron/core/dist_checkpointing/strategies/common.py, TorchCommonLoadStrategy.load_common (core_v0.16.1)
+        w.loadError
+            = "dist_checkpointing.load raises CheckpointingException: Common file " + commonAbs + " does not exist";
+        w.fix = "restore common.pt of this iteration from where the folder was copied from or a backup: it cannot be "
+                "rebuilt from the sharded part";
+        cp->warnings.push_back(std::move(w));
     } else {
         try {
             auto file = cp->files->open(kCommon);

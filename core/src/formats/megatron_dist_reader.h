@@ -36,9 +36,13 @@
 // flat buckets as they are, with a warning (megatron-bucket-layout). Other common.pt objects are entries at their
 // own keys (iteration, args.*).
 //
-// Failure semantics: a missing or unreadable metadata.json, another backend, or a missing iteration folder throws
-// Error naming the file; a missing or unreadable common.pt, or bucket items that cannot be read, become warnings of
-// severity "error" naming the file; DCP's own faults (missing .distcp) are reported as for any DCP folder.
+// Failure semantics: an unreadable metadata.json, another backend, an invalid tracker file or a missing iteration
+// folder throws Error naming the file (with Megatron's own message where it has one); a folder that lost its
+// metadata.json but has the DCP index and common.pt is read as torch_dist with an error warning
+// (megatron-missing-metadata), as is a missing tracker file (megatron-missing-latest) and a missing common.pt
+// (megatron-missing-common), each quoting what Megatron does (core_v0.16.1); an unreadable common.pt, or bucket items
+// that cannot be read, become warnings of severity "error" naming the file; DCP's own faults (missing .distcp) are
+// reported as for any DCP folder.
 
 #include "optscope/checkpoint.h"
 #include "optscope/progress.h"
