@@ -6,8 +6,11 @@
 // items (tests/fixtures/make_megatron_reference.py); and damaged copies of them.
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_loader.h"
+#include "optscope/diff_report.h"
 #include "optscope/error.h"
+#include "optscope/reshard.h"
 #include "optscope/tensor_assembler.h"
+#include "optscope/verify_report.h"
 
 #include <filesystem>
 #include <fstream>
@@ -446,4 +449,48 @@ TEST(Megatron, SaveFolderWithoutTrackerFileReadsTheNewestIterationWithMegatronsT
             EXPECT_EQ(f.pytorchError, w->loadError);
         }
     EXPECT_TRUE(found);
+}
+
+TEST(Megatron, ConversionWritesStepsAsPyTorchDoesAndCompareCallsThemEqual)
+{
+    // Megatron counts steps per param group, a Python number; PyTorch's Adam saves a 0-dim float32 tensor per
+    // parameter: the conversion writes the tensor, and verify and diff call the two the same number
+    const auto src = openCheckpoint(kMegatron + "/distopt_fully_reshardable");
+    TempCopy out(kMegatron + "/distopt_fully_reshardable/reference");
+    ReshardOptions o;
+    o.worldSize = 2;
+    reshardCheckpoint(*src, (out.path / "rs").string(), o);
+    const auto rs = openCheckpoint((out.path / "rs").string());
+    for (const char* p : {"inp.weight", "inp.bias", "out.weight", "out.bias"}) {
+        const Entry* e = rs->find(std::string("optim.state.") + p + ".step");
+        ASSERT_TRUE(e && e->isTensor()) << p;
+        EXPECT_EQ(e->tensor.dtype, DType::Float32);
+        EXPECT_TRUE(e->tensor.shape.empty());
+        EXPECT_EQ(bytesOf(*rs, e->key), std::string("\x00\x00\x00\x40", 4)); // 2.0f, little-endian
+    }
+    for (const auto& f : checkCheckpoint(*rs).findings)
+        EXPECT_NE(f.code, FindingCode::StepDtype) << f.message;
+    const VerifyReport v = verifyAgainst(*src, *rs);
+    EXPECT_TRUE(v.identical());
+    const DiffReport d = diffCheckpoints(*src, *rs);
+    EXPECT_TRUE(d.equal);
+    bool said = false;
+    for (const auto& e : d.entries)
+        said
+            = said || (e.key == "optim.state.inp.weight.step" && e.reason.find("the same number") != std::string::npos);
+    EXPECT_TRUE(said);
+
+    // a step that float32 cannot hold exactly stays the number it is (check then warns step-dtype): never a silent
+    // change
+    auto big = std::make_shared<Checkpoint>(*src);
+    PyValue* huge = big->arena->makeInt((int64_t(1) << 24) + 1);
+    for (auto& e : big->entries)
+        if (e.key == "optim.state.inp.weight.step") e.value = huge;
+    const DcpPlan plan = planReshard(*big, o);
+    bool asValue = false;
+    for (const auto& pv : plan.values)
+        asValue = asValue || joinKeyPath(pv.path) == "optim.state.inp.weight.step";
+    for (const auto& pt : plan.tensors)
+        EXPECT_NE(joinKeyPath(pt.path), "optim.state.inp.weight.step");
+    EXPECT_TRUE(asValue);
 }

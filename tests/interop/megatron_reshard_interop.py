@@ -24,6 +24,7 @@ import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
 from make_fixtures import free_port  # noqa: E402
 
@@ -128,6 +129,14 @@ def main(out_dir, worlds):
             got = torch.load(out, weights_only=True)
             label = f"{variant} FSDP2 M={m}"
             n = len(errors)
+            # Megatron counts steps per param group (a Python number); the conversion writes what PyTorch's Adam saves,
+            # a 0-dim float32 tensor per parameter, not a pickled number
+            md = FileSystemReader(os.path.join(out_dir, f"{variant}.rs_{m}")).read_metadata()
+            for p in PARAMS:
+                sm = md.state_dict_metadata.get(f"optim.state.{p}.step")
+                if not isinstance(sm, TensorStorageMetadata) or list(sm.size) != [] \
+                        or sm.properties.dtype != torch.float32:
+                    errors.append(f"{label}: step of {p} is stored as {sm}, not a 0-dim float32 tensor")
             check(label, got["model"], got["optim"]["state"], want, errors)
             for g in got["groups"]:
                 if g["lr"] != 0.01 or g["weight_decay"] != 0.1 or tuple(g["betas"]) != (0.9, 0.999) or g["eps"] != 1e-8:

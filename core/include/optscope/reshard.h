@@ -15,7 +15,9 @@ struct ReshardOptions
     int worldSize = 1;
     /// Fsdp2: every tensor of rank >= 1 as DTensor Shard(0) over all ranks (torch.chunk, empty trailing chunks);
     /// Fsdp1: as FSDP1's SHARDED_STATE_DICT (ShardedTensor chunks, none for ranks past the last non-empty chunk).
-    /// 0-dim tensors (step) are one chunk on rank 0; values are BYTE_IO items in rank 0's file.
+    /// 0-dim tensors (step) are one chunk on rank 0; values are BYTE_IO items in rank 0's file, but an optimizer step
+    /// kept as a Python number (Megatron, PyTorch before 1.12) becomes the 0-dim float32 tensor PyTorch saves, where
+    /// float32 holds it exactly.
     ShardingStyle layout = ShardingStyle::Fsdp2;
     WriteOptions write;
 };

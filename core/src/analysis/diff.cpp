@@ -11,6 +11,7 @@
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "read_guard.h"
+#include "tensor_values.h"
 #include "value_json.h"
 
 #include <algorithm>
@@ -611,7 +612,13 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                 } else {
                     d.match = joinHow(pa->how, pb->how);
                     if (d.keyA != d.keyB && d.match == "exact") d.match = "layout";
-                    if (pa->entry->isTensor() != pb->entry->isTensor()) {
+                    if (pa->entry->isTensor() != pb->entry->isTensor()
+                        && sameNumberStoredTwoWays(*A.cp, *pa->entry, *B.cp, *pb->entry)) {
+                        // a step as Megatron keeps it and as PyTorch saves it (a conversion): the state is the same
+                        d.status = DiffStatus::Equal;
+                        d.reason = pa->entry->isTensor() ? "the same number: a 0-dim tensor in A, a value in B"
+                                                         : "the same number: a value in A, a 0-dim tensor in B";
+                    } else if (pa->entry->isTensor() != pb->entry->isTensor()) {
                         d.status = DiffStatus::Changed;
                         d.reason = pa->entry->isTensor() ? "tensor -> value" : "value -> tensor";
                     } else if (pa->entry->isTensor()) {

@@ -2,10 +2,16 @@
 #include "optscope/reshard.h"
 
 #include "optscope/error.h"
+#include "optscope/optimizer_view.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
 #include "read_guard.h"
+#include "tensor_values.h"
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <set>
 
 namespace optscope {
 
@@ -53,16 +59,55 @@ TensorEntry reshardPreview(const TensorEntry& tensor, const ReshardOptions& opti
     return preview;
 }
 
+namespace {
+
+/// An optimizer step kept as a Python number (Megatron's per-group count, PyTorch before 1.12) as the float32 that
+/// PyTorch's optimizers save, when float32 holds it exactly; nullopt otherwise (it then stays a number)
+std::optional<float> stepAsFloat32(const PyValue* v)
+{
+    if (!v || (v->kind != PyKind::Int && v->kind != PyKind::Float)) return std::nullopt;
+    const double d = v->kind == PyKind::Int ? static_cast<double>(v->integer) : v->real;
+    if (v->kind == PyKind::Int && static_cast<int64_t>(d) != v->integer) return std::nullopt;
+    if (!std::isfinite(d) || std::fabs(d) > 3.0e38) return std::nullopt;
+    const auto f = static_cast<float>(d);
+    if (static_cast<double>(f) != d) return std::nullopt;
+    return f;
+}
+
+} // namespace
+
 DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
 {
     if (options.worldSize < 1) throw Error(ErrorKind::Usage, cp.path, "--world-size must be at least 1");
     DcpPlan plan;
+    std::set<const Entry*> numericSteps;
+    for (const auto& view : findOptimizers(cp))
+        for (const auto& p : view.params)
+            if (auto it = p.states.find("step"); it != p.states.end() && !it->second->isTensor())
+                numericSteps.insert(it->second);
     for (const Entry& e : cp.entries) {
         if (e.path.empty() || e.path.front().isIndex())
             throw Error(ErrorKind::Format, cp.path,
                 "is not a state dict (its top level is not a mapping); DCP can only store mappings");
         if (!e.isTensor()) {
             if (!e.error.empty()) throw Error(ErrorKind::Format, cp.path, "cannot reshard '" + e.key + "': " + e.error);
+            if (numericSteps.count(&e))
+                if (const auto f = stepAsFloat32(e.value)) {
+                    DcpPlan::Tensor pt;
+                    pt.path = e.path;
+                    pt.dtype = DType::Float32;
+                    const float value = *f;
+                    pt.chunks.push_back({0, {}, {}, [value](const ByteSink& sink) {
+                                             uint32_t bits = 0;
+                                             std::memcpy(&bits, &value, 4);
+                                             const uint8_t le[4] = {uint8_t(bits), uint8_t(bits >> 8),
+                                                 uint8_t(bits >> 16), uint8_t(bits >> 24)};
+                                             sink(le, 4);
+                                         }});
+                    plan.order.push_back({true, plan.tensors.size()});
+                    plan.tensors.push_back(std::move(pt));
+                    continue;
+                }
             plan.order.push_back({false, plan.values.size()});
             plan.values.push_back({e.path, e.value, 0});
             continue;

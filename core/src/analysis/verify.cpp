@@ -9,6 +9,7 @@
 #include "optscope/tensor_assembler.h"
 #include "optscope/verify_report.h"
 #include "read_guard.h"
+#include "tensor_values.h"
 #include "value_json.h"
 
 #include <cstring>
@@ -224,6 +225,15 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
             continue;
         }
         try {
+            if (e.isTensor() != back->isTensor() && sameNumberStoredTwoWays(src, e, other, *back)) {
+                ve.status = VerifyStatus::Identical;
+                ve.detail = "the same number, as a "
+                    + (back->isTensor() ? "0-dim " + std::string(dtypeName(back->tensor.dtype)) + " tensor"
+                                        : std::string("Python number"))
+                    + " in " + otherName;
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
             if (!e.isTensor()) {
                 ve.status = !back->isTensor() && sameValue(e.value, back->value) ? VerifyStatus::Identical
                                                                                  : VerifyStatus::Different;

@@ -56,6 +56,18 @@ std::optional<double> readScalar(const Checkpoint& cp, const Entry& entry)
     }
 }
 
+bool sameNumberStoredTwoWays(const Checkpoint& a, const Entry& ea, const Checkpoint& b, const Entry& eb)
+{
+    auto isNumber = [](const Entry& e) {
+        return !e.isTensor() && e.value && (e.value->kind == PyKind::Int || e.value->kind == PyKind::Float);
+    };
+    auto is0dim = [](const Entry& e) { return e.isTensor() && e.tensor.shape.empty(); };
+    if (!((isNumber(ea) && is0dim(eb)) || (is0dim(ea) && isNumber(eb)))) return false;
+    const auto x = readScalar(a, ea);
+    const auto y = readScalar(b, eb);
+    return x && y && *x == *y;
+}
+
 bool isScalarEntry(const Entry& entry)
 {
     // complex numbers are not one number: their statistics (real parts) say more than a repr of half of it

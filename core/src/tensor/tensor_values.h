@@ -15,4 +15,9 @@ std::vector<double> readTensorValues(const Checkpoint& checkpoint, const Entry& 
 /// A single number: a one-element tensor, or a Python int/float/bool value. nullopt for anything else.
 std::optional<double> readScalar(const Checkpoint& checkpoint, const Entry& entry);
 
+/// One entry a Python number (int or float), the other a 0-dim tensor holding the same number: one scalar state
+/// stored two ways, as an optimizer's step is by Megatron (a number) and by PyTorch (a float32 tensor), which
+/// reshard converts (planReshard). Throws Error if the tensor cannot be read.
+bool sameNumberStoredTwoWays(const Checkpoint& a, const Entry& ea, const Checkpoint& b, const Entry& eb);
+
 } // namespace optscope
