@@ -42,6 +42,9 @@ struct ByteSink
 };
 using TensorProducer = std::function<void(const ByteSink& sink)>;
 
+/// the 4 bytes of a 0-dim float32 tensor holding @p value, little-endian (an optimizer's step, as PyTorch saves it)
+void writeFloat32Scalar(float value, const ByteSink& sink);
+
 struct TensorToWrite
 {
     DType dtype = DType::Float32;

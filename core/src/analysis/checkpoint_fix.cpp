@@ -293,11 +293,7 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
 
     auto stepProducer = [&cp](const Entry* e) {
         return [&cp, e](const ByteSink& sink) {
-            const auto v = readScalar(cp, *e);
-            const float f = static_cast<float>(v.value_or(0.0));
-            uint8_t b[4];
-            std::memcpy(b, &f, 4);
-            sink(b, 4);
+            writeFloat32Scalar(static_cast<float>(readScalar(cp, *e).value_or(0.0)), sink);
         };
     };
     const bool toDcp = cp.format == CheckpointFormat::Dcp;
@@ -331,24 +327,21 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
             t.dtype = it.source->tensor.dtype;
             t.shape = it.source->tensor.shape;
             const Entry* e = it.source;
-            for (const auto& c : e->tensor.chunks) {
-                DcpPlan::Chunk ch;
-                ch.rank = std::max(0, c.rank);
-                ch.offsets = c.offsets;
-                ch.sizes = c.sizes;
-                const auto offsets = c.offsets;
-                const auto sizes = c.sizes;
-                ch.produce = [&cp, e, offsets, sizes](
-                                 const ByteSink& sink) { TensorAssembler(cp, *e).streamBox(offsets, sizes, sink); };
-                t.chunks.push_back(std::move(ch));
-            }
+            const ChunkTable& from = e->tensor.chunks;
+            for (size_t c = 0; c < from.size(); ++c)
+                t.chunks.appendBox(
+                    std::max(0, from.rank(c)), from.offsetsOf(c).begin(), from.sizesOf(c).begin(), from.ndim(c));
+            t.produce = [&cp, e](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
+                            const ByteSink& sink) { TensorAssembler(cp, *e).streamBox(offsets, sizes, sink); };
             plan.order.push_back({true, plan.tensors.size()});
             plan.tensors.push_back(std::move(t));
         } else if (it.castToFloat32) {
             DcpPlan::Tensor t;
             t.path = it.path;
             t.dtype = DType::Float32;
-            t.chunks.push_back({0, {}, {}, stepProducer(it.source)});
+            t.addChunk(0, {}, {});
+            t.produce = [step = stepProducer(it.source)](const std::vector<int64_t>&, const std::vector<int64_t>&,
+                            const ByteSink& sink) { step(sink); };
             plan.order.push_back({true, plan.tensors.size()});
             plan.tensors.push_back(std::move(t));
         } else {

@@ -96,14 +96,9 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
                     DcpPlan::Tensor pt;
                     pt.path = e.path;
                     pt.dtype = DType::Float32;
-                    const float value = *f;
-                    pt.chunks.push_back({0, {}, {}, [value](const ByteSink& sink) {
-                                             uint32_t bits = 0;
-                                             std::memcpy(&bits, &value, 4);
-                                             const uint8_t le[4] = {uint8_t(bits), uint8_t(bits >> 8),
-                                                 uint8_t(bits >> 16), uint8_t(bits >> 24)};
-                                             sink(le, 4);
-                                         }});
+                    pt.addChunk(0, {}, {});
+                    pt.produce = [value = *f](const std::vector<int64_t>&, const std::vector<int64_t>&,
+                                     const ByteSink& sink) { writeFloat32Scalar(value, sink); };
                     plan.order.push_back({true, plan.tensors.size()});
                     plan.tensors.push_back(std::move(pt));
                     continue;
@@ -121,13 +116,12 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
         pt.dtype = t.dtype;
         pt.shape = t.shape;
         const Entry* entry = &e;
-        auto producer = [&cp, entry](std::vector<int64_t> offsets, std::vector<int64_t> sizes) {
-            return [&cp, entry, offsets, sizes](const ByteSink& sink) {
-                TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink.bytes, {}, sink.region);
-            };
+        pt.produce = [&cp, entry](
+                         const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const ByteSink& sink) {
+            TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink.bytes, {}, sink.region);
         };
-        for (auto& c : reshardTargetChunks(t.shape, options))
-            pt.chunks.push_back({c.rank, c.offsets, c.sizes, producer(c.offsets, c.sizes)});
+        for (const auto& c : reshardTargetChunks(t.shape, options))
+            pt.addChunk(c.rank, c.offsets, c.sizes);
         plan.order.push_back({true, plan.tensors.size()});
         plan.tensors.push_back(std::move(pt));
     }
@@ -144,12 +138,9 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
     s.bytesPerRank.assign(static_cast<size_t>(options.worldSize), 0);
     s.chunksPerRank.assign(static_cast<size_t>(options.worldSize), 0);
     for (const auto& t : plan.tensors)
-        for (const auto& c : t.chunks) {
-            int64_t n = 1;
-            for (auto d : c.sizes)
-                n *= d;
-            const uint64_t bytes = static_cast<uint64_t>(n) * dtypeSize(t.dtype);
-            const auto r = static_cast<size_t>(std::clamp(c.rank, 0, options.worldSize - 1));
+        for (size_t c = 0; c < t.chunks.size(); ++c) {
+            const uint64_t bytes = static_cast<uint64_t>(t.chunks.numelOf(c)) * dtypeSize(t.dtype);
+            const auto r = static_cast<size_t>(std::clamp(t.chunks.rank(c), 0, options.worldSize - 1));
             s.bytesPerRank[r] += bytes;
             ++s.chunksPerRank[r];
             s.bytes += bytes;

@@ -124,11 +124,18 @@ void ChunkTable::appendBlob(int rank, uint32_t fileId, uint64_t offset, uint64_t
 
 void ChunkTable::appendBox(int rank, const int64_t* offsets, const int64_t* sizes, size_t ndim)
 {
-    TensorChunk c;
-    c.rank = rank;
-    c.offsets.assign(offsets, offsets + ndim);
-    c.sizes.assign(sizes, sizes + ndim);
-    push_back(c);
+    // a chunk with no file: the record and its dimensions, nothing made per chunk (plans of millions of chunks)
+    if (m_dims.size() + ndim * 2 > std::numeric_limits<uint32_t>::max() || ndim > 255)
+        throw Error(ErrorKind::Limit, "", "too many chunk dimensions in one tensor");
+    Rec r;
+    r.rank = rank;
+    r.dimsAt = static_cast<uint32_t>(m_dims.size());
+    r.ndim = static_cast<uint8_t>(ndim);
+    if (ndim) {
+        m_dims.insert(m_dims.end(), offsets, offsets + ndim);
+        m_dims.insert(m_dims.end(), sizes, sizes + ndim);
+    }
+    m_recs.push_back(r);
 }
 
 TensorChunk ChunkTable::operator[](size_t i) const

@@ -52,7 +52,7 @@ public:
     }
 
 private:
-    void size(const std::vector<int64_t>& v)
+    template<typename Ints> void size(const Ints& v)
     {
         e.global("torch", "Size");
         if (v.size() > 3) e.mark();
@@ -106,14 +106,14 @@ private:
         e.op(']');
         if (!t.chunks.empty()) {
             e.mark();
-            for (const auto& c : t.chunks) {
+            for (size_t c = 0; c < t.chunks.size(); ++c) {
                 dataclass(kMetadataModule, "ChunkStorageMetadata");
                 e.op('}');
                 e.mark();
                 e.str("offsets");
-                size(c.offsets);
+                size(t.chunks.offsetsOf(c));
                 e.str("sizes");
-                size(c.sizes);
+                size(t.chunks.sizesOf(c));
                 e.op('u');
                 e.op('b');
             }
@@ -257,16 +257,12 @@ static DcpWriteStats writeDcpUnnamed(
         byRank[v.rank].push_back({&v, {nullptr, 0}});
     for (const auto& t : plan.tensors)
         for (size_t c = 0; c < t.chunks.size(); ++c)
-            byRank[t.chunks[c].rank].push_back({nullptr, {&t, c}});
+            byRank[t.chunks.rank(c)].push_back({nullptr, {&t, c}});
 
     uint64_t totalBytes = 0, doneBytes = 0;
     for (const auto& t : plan.tensors)
-        for (const auto& c : t.chunks) {
-            uint64_t n = dtypeSize(t.dtype);
-            for (auto s : c.sizes)
-                n *= static_cast<uint64_t>(s);
-            totalBytes += n;
-        }
+        for (size_t c = 0; c < t.chunks.size(); ++c)
+            totalBytes += static_cast<uint64_t>(t.chunks.numelOf(c)) * dtypeSize(t.dtype);
 
     std::vector<ItemLocation> items;
     DcpWriteStats stats;
@@ -285,15 +281,15 @@ static DcpWriteStats writeDcpUnnamed(
                 ++stats.valueItems;
             } else {
                 const auto& [t, c] = tensorChunk;
-                const DcpPlan::Chunk& chunk = t->chunks[c];
                 loc.fqn = joinKeyPath(t->path);
                 loc.hasOffsets = true;
-                loc.offsets = chunk.offsets;
+                loc.offsets = t->chunks.offsetsOf(c).vec();
                 loc.index = static_cast<int>(c);
                 TensorToWrite w;
                 w.dtype = t->dtype;
-                w.shape = chunk.sizes;
-                w.produce = chunk.produce;
+                w.shape = t->chunks.sizesOf(c).vec();
+                w.produce = [t, offsets = loc.offsets, sizes = w.shape](
+                                const ByteSink& sink) { t->produce(offsets, sizes, sink); };
                 tree.setTensor({}, std::move(w));
                 ++stats.tensorItems;
             }

@@ -12,6 +12,14 @@
 
 namespace optscope {
 
+void writeFloat32Scalar(float value, const ByteSink& sink)
+{
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, 4);
+    const uint8_t le[4] = {uint8_t(bits), uint8_t(bits >> 8), uint8_t(bits >> 16), uint8_t(bits >> 24)};
+    sink(le, 4);
+}
+
 int64_t TensorToWrite::numel() const
 {
     int64_t n = 1;
