@@ -60,16 +60,13 @@ elapsed() {
     python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.4f}")' "$1" "$EPOCHREALTIME"
 }
 
-# measure CASE N INPUT [ARGS...]: RUNS timed runs of optscope-cli inspect INPUT --json ARGS, after one warm-up
-measure() {
-    local name=$1 n=$2 input=$3
+# timed_runs CASE N ENTRIES CMD...: RUNS timed runs of CMD (output discarded), one TSV row each
+timed_runs() {
+    local name=$1 n=$2 entries=$3
     shift 3
-    "$cli" inspect "$input" --json "$@" >"$tmp/out.json"
-    local entries
-    entries=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert all("error" not in e for e in j["entries"]); print(j["summary"]["entries"])' "$tmp/out.json")
     for r in $(seq "$runs"); do
         local start=$EPOCHREALTIME wall rss
-        /usr/bin/time -v -o "$tmp/time" "$cli" inspect "$input" --json "$@" >/dev/null
+        /usr/bin/time -v -o "$tmp/time" "$@" >/dev/null
         wall=$(elapsed "$start")
         rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tmp/time")
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$r" "$wall" "$rss" "$entries" >>"$tsv"
@@ -77,19 +74,22 @@ measure() {
     echo "run_limits_bench: $name n=$n: $entries entries, $(awk -F'\t' -v c="$name" -v n="$n" '$1 == c && $2 == n {printf "%ss/%skB ", $4, $5}' "$tsv")"
 }
 
+# measure CASE N INPUT [ARGS...]: RUNS timed runs of optscope-cli inspect INPUT --json ARGS, after one warm-up
+measure() {
+    local name=$1 n=$2 input=$3
+    shift 3
+    "$cli" inspect "$input" --json "$@" >"$tmp/out.json"
+    local entries
+    entries=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert all("error" not in e for e in j["entries"]); print(j["summary"]["entries"])' "$tmp/out.json")
+    timed_runs "$name" "$n" "$entries" "$cli" inspect "$input" --json "$@"
+}
+
 # measure_open CASE N INPUT: the open alone, as a user sees it: optscope-cli inspect INPUT (the text table)
 measure_open() {
     local name=$1 n=$2 input=$3
     local entries
     entries=$("$cli" inspect "$input" | awk '/ entries: / {print $1}' | tail -1)
-    for r in $(seq "$runs"); do
-        local start=$EPOCHREALTIME wall rss
-        /usr/bin/time -v -o "$tmp/time" "$cli" inspect "$input" >/dev/null
-        wall=$(elapsed "$start")
-        rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tmp/time")
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$r" "$wall" "$rss" "$entries" >>"$tsv"
-    done
-    echo "run_limits_bench: $name n=$n: $entries entries, $(awk -F'\t' -v c="$name" -v n="$n" '$1 == c && $2 == n {printf "%ss/%skB ", $4, $5}' "$tsv")"
+    timed_runs "$name" "$n" "$entries" "$cli" inspect "$input"
 }
 
 # measure_torch_load CASE N INPUT: PyTorch's own open of the same file, torch.load (weights_only, as 2.6 defaults),
