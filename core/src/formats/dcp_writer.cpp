@@ -288,8 +288,9 @@ static DcpWriteStats writeDcpUnnamed(
                 TensorToWrite w;
                 w.dtype = t->dtype;
                 w.shape = t->chunks.sizesOf(c).vec();
-                w.produce = [t, offsets = loc.offsets, sizes = w.shape](
-                                const ByteSink& sink) { t->produce(offsets, sizes, sink); };
+                // (a structured binding cannot be captured in C++17: name the tensor)
+                w.produce = [tensor = t, offsets = loc.offsets, sizes = w.shape](
+                                const ByteSink& sink) { tensor->produce(offsets, sizes, sink); };
                 tree.setTensor({}, std::move(w));
                 ++stats.tensorItems;
             }
