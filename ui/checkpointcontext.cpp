@@ -63,21 +63,49 @@ void CheckpointContext::open(const QString& path, OpenAs as)
             return l;
         },
         [this, path, as](Loaded l) {
-            // selections of the old checkpoint are meaningless now; running jobs about it are superseded
-            for (const auto& channel : {"stats", "preview", "diff", "diagnose", "reshard", "fqn"})
-                m_runner->cancel(QLatin1String(channel));
-            m_checkpoint = std::move(l.checkpoint);
-            m_tree = std::move(l.tree);
-            m_optimizers = std::move(l.optimizers);
-            m_path = path;
-            m_raw = as == OpenAs::RawFile;
-            m_selectedKey.clear();
-            Q_EMIT checkpointChanged();
-            Q_EMIT selectionChanged(m_selectedKey);
+            install(std::move(l.checkpoint), std::move(l.tree), std::move(l.optimizers), path, as == OpenAs::RawFile);
         },
         [this, path](const QString& message, bool cancelled) {
             if (!cancelled) Q_EMIT loadFailed(path, message);
         });
+}
+
+void CheckpointContext::adopt(const QString& path, CheckpointPtr checkpoint)
+{
+    if (!checkpoint) return;
+    Q_EMIT loadStarted(path);
+    ++m_loadGeneration;
+    m_runner->run(
+        QStringLiteral("load"), tr("Opening %1").arg(path), this,
+        [checkpoint](const Progress& progress) {
+            Loaded l;
+            l.checkpoint = checkpoint;
+            progress(0.5, "indexing");
+            l.tree = KeyTree::build(*l.checkpoint);
+            l.optimizers = findOptimizers(*l.checkpoint);
+            return l;
+        },
+        [this, path](
+            Loaded l) { install(std::move(l.checkpoint), std::move(l.tree), std::move(l.optimizers), path, false); },
+        [this, path](const QString& message, bool cancelled) {
+            if (!cancelled) Q_EMIT loadFailed(path, message);
+        });
+}
+
+void CheckpointContext::install(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree,
+    std::vector<OptimizerView> optimizers, const QString& path, bool raw)
+{
+    // selections of the old checkpoint are meaningless now; running jobs about it are superseded
+    for (const auto& channel : {"stats", "preview", "diff", "diagnose", "reshard", "fqn"})
+        m_runner->cancel(QLatin1String(channel));
+    m_checkpoint = std::move(checkpoint);
+    m_tree = std::move(tree);
+    m_optimizers = std::move(optimizers);
+    m_path = path;
+    m_raw = raw;
+    m_selectedKey.clear();
+    Q_EMIT checkpointChanged();
+    Q_EMIT selectionChanged(m_selectedKey);
 }
 
 void CheckpointContext::openReference(const QString& path)

@@ -32,6 +32,9 @@ public:
     enum class OpenAs { Checkpoint, RawFile };
     /// Opens @p path in the background; checkpointChanged() follows on success, loadFailed() otherwise.
     void open(const QString& path, OpenAs as = OpenAs::Checkpoint);
+    /// shows @p checkpoint, already read from @p path elsewhere (File > Watch folder), as open() would: its key tree
+    /// and optimizers are built in the background, its files are not read again
+    void adopt(const QString& path, CheckpointPtr checkpoint);
     /// Opens @p path as the reference model (a checkpoint with the model's parameters) in the background.
     void openReference(const QString& path);
     void clearReference();
@@ -69,6 +72,9 @@ Q_SIGNALS:
     void referenceFailed(const QString& path, const QString& message);
 
 private:
+    /// makes @p checkpoint the open one (the end of open() and adopt())
+    void install(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree, std::vector<OptimizerView> optimizers,
+        const QString& path, bool raw);
     JobRunner* m_runner;
     uint64_t m_loadGeneration = 0; ///< previews of a superseded open() are dropped
     CheckpointPtr m_checkpoint;

@@ -356,6 +356,36 @@ void DiffPanel::compareWith(const QString& path)
     run(tr("A: %1 ↔ B: %2").arg(nameA, nameB), abs, -1, -1);
 }
 
+DiffOptions DiffPanel::comparisonOptions() const
+{
+    DiffOptions options;
+    options.rtol = m_rtol->text().isEmpty() ? 0.0 : m_rtol->text().toDouble();
+    options.atol = m_atol->text().isEmpty() ? 0.0 : m_atol->text().toDouble();
+    options.histogramBins = HistogramBins;
+    return options;
+}
+
+void DiffPanel::showComparison(
+    const QString& pathB, const CheckpointPtr& b, DiffReport report, const DiffOptions& options)
+{
+    const CheckpointPtr a = m_context->checkpoint();
+    if (!a || !b) return;
+    m_context->runner()->cancel(QStringLiteral("diff")); // a comparison the user started before is superseded
+    const QString abs = QFileInfo(pathB).absoluteFilePath();
+    const auto [nameA, nameB] = Format::distinctNames(m_context->path(), abs);
+    Comparison c;
+    c.rtol = options.rtol;
+    c.atol = options.atol;
+    c.report = std::move(report);
+    // a run followed step by step: its progress reads in training order, from the step before (B) to this one (A)
+    c.steps = QString::fromStdString(stepChangeText(*b, *a));
+    c.b = b;
+    c.label = tr("A: %1 ↔ B: %2").arg(nameA, nameB);
+    c.pathB = abs;
+    show(std::move(c));
+    Q_EMIT finished(true);
+}
+
 void DiffPanel::rerun()
 {
     if (!hasReport() || !m_context->checkpoint()) return;
@@ -441,10 +471,7 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
 {
     const CheckpointPtr a = m_context->checkpoint();
     if (!a) return;
-    DiffOptions options;
-    options.rtol = m_rtol->text().isEmpty() ? 0.0 : m_rtol->text().toDouble();
-    options.atol = m_atol->text().isEmpty() ? 0.0 : m_atol->text().toDouble();
-    options.histogramBins = HistogramBins;
+    DiffOptions options = comparisonOptions();
     // rows appear as they are compared: the worker threads hand them over, a timer shows them
     m_pending = std::make_shared<PendingRows>();
     options.onEntry = [pending = m_pending](const DiffEntry& e) {

@@ -56,6 +56,12 @@ public:
 
     /// compares the open checkpoint with @p path in the background
     void compareWith(const QString& path);
+    /// the options a comparison started now uses: the tolerances as typed, the histogram bins
+    DiffOptions comparisonOptions() const;
+    /// shows a comparison made elsewhere with comparisonOptions() (File > Watch folder: the step just read, now the
+    /// open checkpoint, against the one before, @p b at @p pathB): nothing is read or compared again; the step change
+    /// reads in training order ("step 3 → 4", B to A)
+    void showComparison(const QString& pathB, const CheckpointPtr& b, DiffReport report, const DiffOptions& options);
     /// compares two ranks of the open checkpoint; a checkpoint comparison shown before stays one click away
     void compareRanks(int rankA, int rankB);
     /// whether the table shows a comparison of two ranks (else of two checkpoints, or nothing)

@@ -200,18 +200,21 @@ void WatchPanel::pollNow()
     const bool newest = !laterStable;
     const quint64 generation = m_generation;
     const uint64_t signature = next->signature;
+    // the new step is A and the one before B, with the Diff panel's options: followed, the window shows this very
+    // comparison and this very checkpoint, neither read nor compared again
+    const DiffOptions options = m_diff->comparisonOptions();
     m_context->runner()->run(
         QStringLiteral("watch"), tr("Watch: reading %1").arg(name), this,
-        [previous, path](const Progress& progress) {
+        [previous, path, options](const Progress& progress) {
             StepOutcome out;
             out.checkpoint = openCheckpoint(path, progress);
             if (previous) {
-                out.report = diffCheckpoints(*previous, *out.checkpoint, {}, progress);
+                out.report = diffCheckpoints(*out.checkpoint, *previous, options, progress);
                 out.compared = true;
             }
             return out;
         },
-        [this, name, step, path, newest, generation](StepOutcome out) {
+        [this, name, step, path, newest, generation, options](StepOutcome out) {
             if (generation != m_generation) return;
             m_busy = false;
             m_lastStep = step;
@@ -238,6 +241,7 @@ void WatchPanel::pollNow()
             }
             addStepRow(name, status);
             const QString previousPath = m_previousPath;
+            const CheckpointPtr previousCheckpoint = m_previous;
             m_previous = out.checkpoint;
             m_previousPath = QString::fromStdString(path);
             updateChart();
@@ -245,12 +249,15 @@ void WatchPanel::pollNow()
             if (m_follow->isChecked() && newest) {
                 const QString newPath = QString::fromStdString(path);
                 auto* once = new QObject(this);
-                connect(m_context, &CheckpointContext::checkpointChanged, once, [this, once, newPath, previousPath] {
-                    if (QFileInfo(m_context->path()) == QFileInfo(newPath) && !previousPath.isEmpty())
-                        m_diff->compareWith(previousPath);
-                    once->deleteLater();
-                });
-                m_context->open(newPath);
+                auto report = std::make_shared<DiffReport>(std::move(out.report));
+                const bool compared = out.compared;
+                connect(m_context, &CheckpointContext::checkpointChanged, once,
+                    [this, once, newPath, previousPath, previousCheckpoint, report, compared, options] {
+                        if (QFileInfo(m_context->path()) == QFileInfo(newPath) && compared && previousCheckpoint)
+                            m_diff->showComparison(previousPath, previousCheckpoint, std::move(*report), options);
+                        once->deleteLater();
+                    });
+                m_context->adopt(newPath, out.checkpoint);
             }
             Q_EMIT stepRead(name);
             QTimer::singleShot(0, this, &WatchPanel::pollNow);

@@ -47,6 +47,8 @@ public:
     std::vector<std::pair<int64_t, double>> series(const QString& key) const;
     /// the keys drawn in the chart: the largest max |Δ| at the newest step
     QStringList chartedKeys() const { return m_charted; }
+    /// the newest step read (the one the next is compared with)
+    CheckpointPtr latestCheckpoint() const { return m_previous; }
     void setFollow(bool on);
     /// how many of the most changed keys start a series at each step (32)
     void setTrackedPerStep(int keys) { m_trackedPerStep = std::max(1, keys); }

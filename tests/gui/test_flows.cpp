@@ -1442,6 +1442,7 @@ void TestFlows::watchFolderFollowsARun()
         f.write(step4);
     }
     QSignalSpy diffDone(w.diffPanel(), &DiffPanel::finished);
+    QSignalSpy jobs(w.context()->runner(), &JobRunner::jobStarted);
     watch->pollNow(); // changed
     watch->pollNow(); // stable: read and compared with ckpt_3
     QVERIFY(read.wait(Timeout));
@@ -1454,10 +1455,16 @@ void TestFlows::watchFolderFollowsARun()
     QCOMPARE(series.front().second, 1.0);
     QVERIFY(!watch->chartedKeys().isEmpty());
     // followed: the window shows ckpt_4, compared with ckpt_3
-    QVERIFY(diffDone.wait(Timeout));
+    QTRY_VERIFY_WITH_TIMEOUT(!diffDone.isEmpty(), Timeout);
     QCOMPARE(QFileInfo(w.context()->path()).fileName(), QStringLiteral("ckpt_4.pt"));
     QCOMPARE(QFileInfo(w.diffPanel()->pathB()).fileName(), QStringLiteral("ckpt_3.pt"));
-    QVERIFY(w.diffPanel()->stepChange().contains(QLatin1String("4")));
+    QVERIFY2(w.diffPanel()->stepChange().contains(QStringLiteral("3 → 4")), qPrintable(w.diffPanel()->stepChange()));
+    QVERIFY(w.diffPanel()->summaryText().contains(QLatin1String("DIFFERENT")));
+    // ... from what the watch read and compared: the same checkpoint object, and no second comparison (a run of
+    // 100k keys would otherwise be read three times and diffed twice per step)
+    QCOMPARE(w.context()->checkpoint(), watch->latestCheckpoint());
+    for (const auto& args : jobs)
+        QVERIFY2(!args.at(1).toString().startsWith(QLatin1String("A: ")), qPrintable(args.at(1).toString()));
 
     // a writer's temporary file is not a step; a broken step is skipped once a later one is complete
     QFile::copy(testData("diff/step4.pt"), run.filePath(QStringLiteral(".ckpt_9.pt.tmp")));
