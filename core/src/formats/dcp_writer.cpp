@@ -14,13 +14,14 @@ namespace optscope {
 
 namespace {
 
+/// Where one written item lies: a value, or chunk `chunk` of a tensor of the plan (its key and offsets are read from
+/// the plan when .metadata is pickled: a reshard to 2,048 ranks writes millions of chunks, none of them copied here)
 struct ItemLocation
 {
-    std::string fqn;
-    bool hasOffsets = false;
-    std::vector<int64_t> offsets;
-    int index = 0; ///< MetadataIndex.index hint: the chunk's position in its TensorStorageMetadata
-    std::string file;
+    const DcpPlan::Value* value = nullptr;
+    const DcpPlan::Tensor* tensor = nullptr;
+    uint32_t chunk = 0; ///< also MetadataIndex.index, the chunk's position in its TensorStorageMetadata
+    uint32_t file = 0; ///< into the file names
     uint64_t offset = 0;
     uint64_t length = 0;
 };
@@ -30,7 +31,7 @@ const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
 class MetadataPickler
 {
 public:
-    std::string run(const DcpPlan& plan, const std::vector<ItemLocation>& items)
+    std::string run(const DcpPlan& plan, const std::vector<ItemLocation>& items, const std::vector<std::string>& files)
     {
         e.global(kMetadataModule, "Metadata");
         e.tuple(0);
@@ -42,7 +43,7 @@ public:
         e.str("planner_data");
         plannerData(plan);
         e.str("storage_data");
-        storageData(items);
+        storageData(items, files);
         e.str("storage_meta");
         e.op('N');
         e.op('u'); // SETITEMS
@@ -159,7 +160,7 @@ private:
         }
         e.op('u');
     }
-    void storageData(const std::vector<ItemLocation>& items)
+    void storageData(const std::vector<ItemLocation>& items, const std::vector<std::string>& files)
     {
         e.op('}');
         if (items.empty()) return;
@@ -169,20 +170,20 @@ private:
             e.op('}');
             e.mark();
             e.str("fqn");
-            e.str(it.fqn);
-            if (it.hasOffsets) {
+            e.str(joinKeyPath(it.tensor ? it.tensor->path : it.value->path));
+            if (it.tensor) {
                 e.str("offset");
-                size(it.offsets);
+                size(it.tensor->chunks.offsetsOf(it.chunk));
             }
             e.str("index");
-            e.integer(it.index);
+            e.integer(it.tensor ? static_cast<int64_t>(it.chunk) : 0);
             e.op('u');
             e.op('b');
             dataclass("torch.distributed.checkpoint.filesystem", "_StorageInfo");
             e.op('}');
             e.mark();
             e.str("relative_path");
-            e.str(it.file);
+            e.str(files[it.file]);
             e.str("offset");
             e.integer(static_cast<int64_t>(it.offset));
             e.str("length");
@@ -265,31 +266,31 @@ static DcpWriteStats writeDcpUnnamed(
             totalBytes += static_cast<uint64_t>(t.chunks.numelOf(c)) * dtypeSize(t.dtype);
 
     std::vector<ItemLocation> items;
+    std::vector<std::string> files;
     DcpWriteStats stats;
     for (const auto& [rank, list] : byRank) {
         const std::string name = "__" + std::to_string(rank) + "_0.distcp";
+        files.push_back(name);
         OutputFile out((tmp.path / name).string(), inner);
         for (const auto& [value, tensorChunk] : list) {
             progress.checkCancelled();
             ItemLocation loc;
-            loc.file = name;
+            loc.file = static_cast<uint32_t>(files.size() - 1);
             loc.offset = out.position();
             StateTree tree;
             if (value) {
-                loc.fqn = joinKeyPath(value->path);
+                loc.value = value;
                 tree.setValue({}, value->value);
                 ++stats.valueItems;
             } else {
                 const auto& [t, c] = tensorChunk;
-                loc.fqn = joinKeyPath(t->path);
-                loc.hasOffsets = true;
-                loc.offsets = t->chunks.offsetsOf(c).vec();
-                loc.index = static_cast<int>(c);
+                loc.tensor = t;
+                loc.chunk = static_cast<uint32_t>(c);
                 TensorToWrite w;
                 w.dtype = t->dtype;
                 w.shape = t->chunks.sizesOf(c).vec();
                 // (a structured binding cannot be captured in C++17: name the tensor)
-                w.produce = [tensor = t, offsets = loc.offsets, sizes = w.shape](
+                w.produce = [tensor = t, offsets = t->chunks.offsetsOf(c).vec(), sizes = w.shape](
                                 const ByteSink& sink) { tensor->produce(offsets, sizes, sink); };
                 tree.setTensor({}, std::move(w));
                 ++stats.tensorItems;
@@ -308,7 +309,7 @@ static DcpWriteStats writeDcpUnnamed(
     }
 
     MetadataPickler pickler;
-    const std::string meta = pickler.run(plan, items);
+    const std::string meta = pickler.run(plan, items, files);
     OutputFile metaFile((tmp.path / ".metadata").string(), inner);
     metaFile.write(meta.data(), meta.size());
     metaFile.commit();
