@@ -9,7 +9,13 @@ out=unflatten_out
 rm -rf "$out"
 status=0
 for w in 2 3 4; do
-    "$torch_python" unflatten_interop.py make "$out" "$w"
+    # the fixture is a real FSDP1 run of $w gloo processes on a small machine: a worker that aborts inside PyTorch
+    # (seen once in CI: "terminate called without an active exception") gets one more try; optscope has not run yet
+    "$torch_python" unflatten_interop.py make "$out" "$w" || {
+        echo "unflatten_interop: PyTorch's run on $w ranks failed; running it once more"
+        rm -rf "${out:?}/w$w"
+        "$torch_python" unflatten_interop.py make "$out" "$w"
+    }
     "$cli" unflatten "$out/w$w"/optim_rank*.pt --model "$out/w$w/model" --units blocks.0,blocks.1 -o "$out/w$w/ours.pt"
     "$torch_python" unflatten_interop.py compare "$out" "$w" || status=1
 done
