@@ -22,6 +22,8 @@ FAMILIES = [
     ("torch_load", "torch.save, N keys: PyTorch 2.6 `torch.load(weights_only=True)` (in the process after `import "
      "torch`; RSS: the peak above the RSS after the import)"),
     ("torch_save_keys", "torch.save, N keys: `inspect --json`"),
+    ("torch_save_check", "torch.save, N keys: `check`"),
+    ("torch_save_diff", "torch.save, N keys: `diff` of the file with itself (every key paired and compared)"),
     ("torch_save_keys_hash", "torch.save, N keys: `inspect --json --hash --threads 1`"),
     ("dcp_keys", "DCP (1 file), N keys: `inspect --json`"),
     ("dcp_keys_hash", "DCP (1 file), N keys: `inspect --json --hash --threads 1`"),

@@ -104,6 +104,17 @@ measure_torch_load() {
     echo "run_limits_bench: $name n=$n: $(awk -F'\t' -v c="$name" -v n="$n" '$1 == c && $2 == n {printf "%ss/%skB ", $4, $5}' "$tsv")"
 }
 
+# measure_command CASE N INPUT CMD...: optscope-cli CMD... (its exit status 0 or 1 is the answer, not a failure), after
+# one warm-up; the entry count is the open's
+measure_command() {
+    local name=$1 n=$2 input=$3
+    shift 3
+    local entries
+    entries=$("$cli" inspect "$input" | awk '/ entries: / {print $1}' | tail -1)
+    "$cli" "$@" >/dev/null || [ $? -le 1 ]
+    timed_runs "$name" "$n" "$entries" sh -c '"$0" "$@" >/dev/null; [ $? -le 1 ]' "$cli" "$@"
+}
+
 # process start-up alone, the floor under every row
 for r in $(seq "$runs"); do
     start=$EPOCHREALTIME
@@ -117,6 +128,9 @@ for n in $keys; do
     measure_open torch_save_open "$n" "$out/keys_$n.pt"
     measure_torch_load torch_load "$n" "$out/keys_$n.pt"
     measure torch_save_keys "$n" "$out/keys_$n.pt"
+    # every parameter's state looked up by id: a scan per lookup made these quadratic (100k keys: 8 s)
+    measure_command torch_save_check "$n" "$out/keys_$n.pt" check "$out/keys_$n.pt"
+    measure_command torch_save_diff "$n" "$out/keys_$n.pt" diff "$out/keys_$n.pt" "$out/keys_$n.pt"
     measure torch_save_keys_hash "$n" "$out/keys_$n.pt" --hash --threads 1
     measure dcp_keys "$n" "$out/keys_${n}_dcp"
     measure dcp_keys_hash "$n" "$out/keys_${n}_dcp" --hash --threads 1

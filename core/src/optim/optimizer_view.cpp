@@ -8,6 +8,10 @@ namespace optscope {
 
 const OptimizerParam* OptimizerView::param(const std::string& key) const
 {
+    if (paramIndex.size() == params.size()) {
+        auto it = paramIndex.find(key);
+        return it == paramIndex.end() ? nullptr : &params[it->second];
+    }
     for (const auto& p : params)
         if (p.key == key) return &p;
     return nullptr;
@@ -174,6 +178,7 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
             for (const auto& p : g.params)
                 ids = ids && isInteger(p);
         b.view.idKeyed = ids && !b.view.flattened;
+        b.view.paramIndex = std::move(b.paramIndex);
         out.push_back(std::move(b.view));
     }
     std::stable_sort(out.begin(), out.end(),
