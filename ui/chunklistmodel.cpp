@@ -61,7 +61,7 @@ QVariant ChunkListModel::data(const QModelIndex& index, int role) const
     if (role != Qt::DisplayRole) return {};
     switch (index.column()) {
     case RankColumn:
-        return c.rank < 0 ? QStringLiteral("?") : QString::number(c.rank);
+        return c.rank < 0 ? QStringLiteral("—") : QString::number(c.rank);
     case OffsetsColumn:
         return Format::shape(c.offsets);
     case SizesColumn:

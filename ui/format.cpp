@@ -59,14 +59,15 @@ QString Format::number(double v, int precision)
 QString Format::ranks(const std::vector<int>& ranks)
 {
     if (ranks.empty()) return QStringLiteral("-");
-    if (ranks.size() == 1) return ranks[0] < 0 ? QStringLiteral("?") : QStringLiteral("r%1").arg(ranks[0]);
+    // a rank below 0: the file records none (a torch.save file holds each tensor whole)
+    if (ranks.size() == 1) return ranks[0] < 0 ? QStringLiteral("—") : QStringLiteral("r%1").arg(ranks[0]);
     bool contiguous = ranks.front() >= 0;
     for (size_t i = 1; i < ranks.size(); ++i)
         contiguous = contiguous && ranks[i] == ranks[i - 1] + 1;
     if (contiguous) return QStringLiteral("r%1-%2").arg(ranks.front()).arg(ranks.back());
     QStringList parts;
     for (int r : ranks)
-        parts << (r < 0 ? QStringLiteral("?") : QStringLiteral("r%1").arg(r));
+        parts << (r < 0 ? QStringLiteral("—") : QStringLiteral("r%1").arg(r));
     return parts.join(QLatin1String(", "));
 }
 

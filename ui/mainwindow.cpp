@@ -241,9 +241,7 @@ void MainWindow::setupMenus()
     QAction* watch = file->addAction(tr("&Watch Folder…"), this, [this] {
         const QString folder = QFileDialog::getExistingDirectory(this, tr("Watch a training run's checkpoint folder"),
             m_context->path().isEmpty() ? QString() : QFileInfo(m_context->path()).absolutePath());
-        if (folder.isEmpty()) return;
-        m_watch->watch(folder);
-        raisePanel(QStringLiteral("watch"));
+        if (!folder.isEmpty()) watchFolder(folder);
     });
     watch->setObjectName(QStringLiteral("watchFolder"));
     file->addSeparator();
@@ -345,6 +343,12 @@ void MainWindow::setupStatusBar()
 void MainWindow::openPath(const QString& path)
 {
     m_context->open(QFileInfo(path).absoluteFilePath());
+}
+
+void MainWindow::watchFolder(const QString& folder)
+{
+    m_watch->watch(folder);
+    raisePanel(QStringLiteral("watch"));
 }
 
 void MainWindow::setDemoPath(const QString& path)

@@ -34,6 +34,8 @@ public:
 
     /// opens a checkpoint in the background; errors are shown in the window, never thrown
     void openPath(const QString& path);
+    /// File > Watch Folder…: follows a training run's checkpoint folder in the Watch panel and raises it
+    void watchFolder(const QString& folder);
     /// the bundled demo checkpoint (File > Open Demo); empty if none was found
     void setDemoPath(const QString& path);
     QString demoPath() const { return m_demoPath; }

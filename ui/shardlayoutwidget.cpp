@@ -52,7 +52,7 @@ QSize ShardLayoutWidget::minimumSizeHint() const
 int ShardLayoutWidget::laneCount() const
 {
     if (!m_layout) return 0;
-    int maxRank = -1; // a torch.save file's chunks have no rank: one "rank ?" lane, not an empty "rank 0" above it
+    int maxRank = -1; // a torch.save file's chunks have no rank: one "no rank" lane, not an empty "rank 0" above it
     for (int r : m_layout->ranks)
         maxRank = std::max(maxRank, r);
     return maxRank + 1 + (std::count(m_layout->ranks.begin(), m_layout->ranks.end(), -1) > 0 ? 1 : 0);
@@ -92,7 +92,7 @@ int ShardLayoutWidget::laneOf(const Geometry& g, int rank) const
 
 QString ShardLayoutWidget::laneName(const Geometry& g, int lane) const
 {
-    if (hasUnknownRank() && lane == g.lanes - 1) return tr("rank ?");
+    if (hasUnknownRank() && lane == g.lanes - 1) return tr("no rank");
     const int first = m_rankFirst + lane * g.group;
     const int last = std::min(first + g.group - 1, lastRank());
     return first == last ? tr("rank %1").arg(first) : tr("r%1–%2").arg(first).arg(last);
@@ -370,10 +370,10 @@ void ShardLayoutWidget::paintEvent(QPaintEvent*)
 }
 
 namespace {
-/// a chunk's rank as the lanes name it: "?" where the file does not say (torch.save)
+/// a chunk's rank as the tooltips name it: a torch.save file records none
 QString rankText(int rank)
 {
-    return rank < 0 ? QStringLiteral("?") : QString::number(rank);
+    return rank < 0 ? QStringLiteral("none recorded") : QString::number(rank);
 }
 } // namespace
 

@@ -10,6 +10,7 @@
 
 #include "optscope/checkpoint_loader.h"
 #include "optscope/diff_report.h"
+#include "optscope/optimizer_kind.h"
 
 #include <QCheckBox>
 #include <QFileInfo>
@@ -164,11 +165,14 @@ void WatchPanel::pollNow()
     if (!isWatching() || m_busy) return;
     const std::vector<RunCheckpoint> entries = scanRunFolder(m_folder.toStdString());
     // an entry is complete once its files stopped changing between two looks (and it opens)
+    // every entry's signature is kept, also those behind one still being written: a run caught up on opens only
+    // its newest step
     std::map<std::string, uint64_t> seen;
+    for (const auto& c : entries)
+        seen[c.path] = c.signature;
     const RunCheckpoint* next = nullptr;
     bool laterStable = false;
     for (const auto& c : entries) {
-        seen[c.path] = c.signature;
         if (c.step < m_lastStep || (c.step == m_lastStep && c.name <= m_lastName)) continue; // read already
         auto before = m_lastSignature.find(c.path);
         const bool stable = before != m_lastSignature.end() && before->second == c.signature;
@@ -223,11 +227,13 @@ void WatchPanel::pollNow()
             if (out.compared) {
                 size_t changed = 0;
                 // series for the keys that were ever among the most changed (a run of 100k keys and thousands of
-                // steps must not keep a point per key per step): this step's top ones, and those tracked already
+                // steps must not keep a point per key per step): this step's top ones, and those tracked already.
+                // Step counters move by the steps between two saves and would crowd out the keys that say something
                 std::vector<const DiffEntry*> tensors;
                 for (const auto& e : out.report.entries) {
                     if (e.status != DiffStatus::Equal) ++changed;
-                    if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
+                    if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal)
+                        && !isStepCounterKey(e.key, e.numel))
                         tensors.push_back(&e);
                 }
                 const size_t top = std::min(tensors.size(), static_cast<size_t>(m_trackedPerStep));

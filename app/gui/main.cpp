@@ -43,6 +43,10 @@ struct CommandLine
         QStringLiteral("world-size"), QStringLiteral("Reshard & verify: target world size"), QStringLiteral("n")};
     QCommandLineOption size {
         QStringLiteral("size"), QStringLiteral("screenshot size, e.g. 1400x900"), QStringLiteral("WxH")};
+    QCommandLineOption watch {QStringLiteral("watch"),
+        QStringLiteral("follow a training run's checkpoint folder (step_100/, step_200/, ...): each step is read and "
+                       "compared with the one before, the newest is shown (Watch panel)"),
+        QStringLiteral("folder")};
 
     void setup(QCommandLineParser& parser) const
     {
@@ -53,7 +57,7 @@ struct CommandLine
             QStringLiteral("checkpoint to open (torch.save file or DCP folder); the demo checkpoint without one"));
         parser.addPositionalArgument(QStringLiteral("compare"),
             QStringLiteral("a second checkpoint to compare with (Diff)"), QStringLiteral("[compare]"));
-        parser.addOptions({screenshot, panel, select, reference, worldSize, size});
+        parser.addOptions({screenshot, panel, select, reference, worldSize, size, watch});
     }
 };
 
@@ -97,18 +101,29 @@ int main(int argc, char** argv)
     QCommandLineParser parser;
     commandLine.setup(parser);
     parser.process(app);
-    const auto& [screenshot, panel, select, reference, worldSize, size] = commandLine;
+    const auto& [screenshot, panel, select, reference, worldSize, size, watch] = commandLine;
 
     const QStringList args = parser.positionalArguments();
     const QString demo = findDemo();
-    const QString path = args.isEmpty() ? demo : args.at(0);
+    const QString watchFolder = parser.value(watch);
+    if (!watchFolder.isEmpty() && !args.isEmpty()) {
+        // the watch opens the run's newest step itself: a checkpoint given too would be replaced at once
+        std::fprintf(stderr, "optscope: --watch opens the newest step of %s; give no checkpoint path with it\n",
+            qPrintable(watchFolder));
+        return 2;
+    }
+    if (!watchFolder.isEmpty() && !QFileInfo(watchFolder).isDir()) {
+        std::fprintf(stderr, "optscope: --watch %s: not a folder\n", qPrintable(watchFolder));
+        return 2;
+    }
+    const QString path = !watchFolder.isEmpty() ? QString() : args.isEmpty() ? demo : args.at(0);
     const QString compare = args.size() > 1 ? args.at(1) : QString();
 
     if (parser.isSet(screenshot)) {
         // deterministic rendering: one style, one font, 96 DPI
         QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
         QApplication::setFont(QFont(QStringLiteral("DejaVu Sans"), 9));
-        if (path.isEmpty()) {
+        if (path.isEmpty() && watchFolder.isEmpty()) {
             std::fprintf(stderr, "optscope --screenshot: no checkpoint given and no demo checkpoint found\n");
             return 2;
         }
@@ -127,6 +142,7 @@ int main(int argc, char** argv)
         options.compare = compare;
         options.reference = parser.value(reference);
         options.worldSize = parser.value(worldSize).toInt();
+        options.watch = watchFolder;
         const QStringList wh = parser.value(size).split(QLatin1Char('x'));
         if (wh.size() == 2) options.size = QSize(wh[0].toInt(), wh[1].toInt());
         if (panelName.isEmpty()) window.resize(options.size.isValid() ? options.size : QSize(1440, 900));
@@ -137,7 +153,10 @@ int main(int argc, char** argv)
             exitCode = code;
             app.exit(code);
         });
-        driver.start(path);
+        if (watchFolder.isEmpty())
+            driver.start(path);
+        else
+            driver.startWatch(watchFolder);
         app.exec();
         return exitCode;
     }
@@ -146,6 +165,7 @@ int main(int argc, char** argv)
     window.setDemoPath(demo);
     window.restoreLayout();
     window.show();
+    if (!watchFolder.isEmpty()) window.watchFolder(watchFolder);
     if (!path.isEmpty()) window.openPath(path);
     if (!compare.isEmpty())
         QObject::connect(

@@ -8,8 +8,10 @@
 #include "mainwindow.h"
 #include "qcp.h"
 #include "reshardpanel.h"
+#include "watchpanel.h"
 
 #include "optscope/checkpoint.h"
+#include "optscope/run_folder.h"
 
 #include <QDockWidget>
 #include <QPixmap>
@@ -50,6 +52,29 @@ void ScreenshotDriver::start(const QString& path)
     m_window->openPath(path);
 }
 
+void ScreenshotDriver::startWatch(const QString& folder)
+{
+    m_watchSteps = scanRunFolder(folder.toStdString()).size();
+    if (m_watchSteps == 0) {
+        fail(QStringLiteral("%1 holds no checkpoint named with a step (step_100/, checkpoint-200/, ckpt_300.pt, ...)")
+                 .arg(folder));
+        return;
+    }
+    ui::WatchPanel* watch = m_window->watchPanel();
+    connect(watch, &ui::WatchPanel::stepRead, this, [this, watch](const QString& name) {
+        const auto steps = watch->steps();
+        std::fprintf(stderr, "optscope: step %zu of %zu, %s, read after %.2f s: %s\n", steps.size(), m_watchSteps,
+            qPrintable(name), m_clock.elapsed() / 1000.0, qPrintable(steps.back().second));
+    });
+    // the newest step is opened in the window (Follow) once the watch has read it
+    connect(m_window->context(), &ui::CheckpointContext::checkpointChanged, this, &ScreenshotDriver::onLoaded,
+        Qt::SingleShotConnection);
+    QTimer::singleShot(m_options.timeoutMs, this, [this] { fail(QStringLiteral("timed out")); });
+    m_clock.start();
+    watch->setFollow(true);
+    m_window->watchFolder(folder);
+}
+
 void ScreenshotDriver::onLoaded()
 {
     auto* context = m_window->context();
@@ -72,7 +97,8 @@ void ScreenshotDriver::onLoaded()
 void ScreenshotDriver::waitUntilIdle()
 {
     // idle for a few polls in a row: results delivered, follow-up jobs (preview after stats, ...) finished too
-    m_idlePolls = m_window->context()->runner()->isIdle() ? m_idlePolls + 1 : 0;
+    const bool watchDone = m_watchSteps == 0 || m_window->watchPanel()->steps().size() >= m_watchSteps;
+    m_idlePolls = m_window->context()->runner()->isIdle() && watchDone ? m_idlePolls + 1 : 0;
     if (m_idlePolls >= 3) {
         capture();
         return;

@@ -6,6 +6,8 @@
 #include <QSize>
 #include <QString>
 
+#include <cstddef>
+
 namespace optscope::ui {
 class MainWindow;
 }
@@ -27,6 +29,7 @@ public:
         QString compare; ///< Diff: checkpoint B
         QString reference; ///< Diagnose: model / FQN list
         int worldSize = 0; ///< Reshard & verify: target world size (0: the panel's default)
+        QString watch; ///< startWatch(): the run folder
         QSize size; ///< window or panel size; empty: a default
         int timeoutMs = 120000;
     };
@@ -35,6 +38,9 @@ public:
 
     /// opens @p path and emits finished(exit code) once the PNG is written (or failed)
     void start(const QString& path);
+    /// `--watch FOLDER`: follows the run folder, prints when each step is read, and emits finished(exit code) once
+    /// every step there at the start is read and the newest is shown (the watch bench times this)
+    void startWatch(const QString& folder);
 
 Q_SIGNALS:
     void finished(int exitCode);
@@ -50,6 +56,7 @@ private:
     int m_idlePolls = 0;
     QElapsedTimer m_clock; ///< from start(): the times printed for the scale bench
     int m_waitedMs = 0;
+    size_t m_watchSteps = 0; ///< startWatch(): the steps in the folder at the start
     bool m_done = false;
 };
 

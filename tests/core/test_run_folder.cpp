@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // scanRunFolder (optscope/run_folder.h): a training run's checkpoint folder as the GUI's Watch sees it.
+#include "optscope/optimizer_kind.h"
 #include "optscope/run_folder.h"
 
 #include <gtest/gtest.h>
@@ -70,4 +71,16 @@ TEST(RunFolder, SignatureChangesWhileWrittenAndNotAfter)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     write(t.path / "step_1" / "__0_0.distcp", "abcdef"); // grows
     EXPECT_NE(scanRunFolder(t.path.string()).at(0).signature, b);
+}
+
+TEST(RunFolder, StepCountersAreTheOptimizersStepAndNothingElse)
+{
+    // what Watch leaves out of its chart: the step of each parameter's optimizer state, in every key style
+    EXPECT_TRUE(isStepCounterKey("optim.state.fc.weight.step", 1));
+    EXPECT_TRUE(isStepCounterKey("state.3.step", 1));
+    EXPECT_TRUE(isStepCounterKey("optimizer.state.blocks.0.attn.qkv.weight.step", 0)); // a Python number
+    EXPECT_FALSE(isStepCounterKey("optim.state.fc.weight.exp_avg", 1)); // a 1-element parameter's moment
+    EXPECT_FALSE(isStepCounterKey("optim.state.emb.step", 16)); // a tensor, not a counter
+    EXPECT_FALSE(isStepCounterKey("model.scheduler.step", 1)); // a model buffer
+    EXPECT_FALSE(isStepCounterKey("optim.state.fc.weight.substep", 1));
 }

@@ -7,6 +7,7 @@
 
 #include "optscope/optimizer_view.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,15 @@ bool keepsAllStateOnFirstParam(OptimizerKind kind);
 /// to the parameter's shape (scalars like step/eta/mu, LBFGS's flat history).
 std::optional<std::vector<int64_t>> expectedStateShape(
     OptimizerKind kind, const std::string& name, const std::vector<int64_t>& param);
+
+/// The scalar states optimizers keep beside the parameter-shaped ones: step, and ASGD's eta and mu, NAdam's
+/// mu_product
+bool isScalarState(const std::string& name);
+
+/// The optimizer's step counter: a state key ending in "step" ("optim.state.fc.weight.step"), a number or a 1-element
+/// tensor. It
+/// moves by the steps between two checkpoints, which says nothing about the values (Watch leaves it out of its chart)
+bool isStepCounterKey(const std::string& key, int64_t numel);
 
 /// The parameter's shape as its state shows it: the first parameter-shaped state (exp_avg, momentum_buffer, ...), or
 /// for Adafactor's factored second moment row_var [..., r, 1] and col_var [..., 1, c] together; empty when unknown.

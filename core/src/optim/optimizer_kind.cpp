@@ -68,6 +68,22 @@ OptimizerKind detectOptimizerKind(const OptimizerView& view)
     return OptimizerKind::Unknown;
 }
 
+bool isScalarState(const std::string& name)
+{
+    static const std::set<std::string> scalars = {"step", "eta", "mu", "mu_product"};
+    return scalars.count(name) > 0;
+}
+
+bool isStepCounterKey(const std::string& key, int64_t numel)
+{
+    // under an optimizer's "state" (optim.state.<fqn>.step, state.<id>.step): a model buffer named step is not one
+    static const std::string suffix = ".step";
+    const bool endsWithStep
+        = key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const bool underState = key.rfind("state.", 0) == 0 || key.find(".state.") != std::string::npos;
+    return numel <= 1 && endsWithStep && underState;
+}
+
 bool keepsAllStateOnFirstParam(OptimizerKind kind)
 {
     return kind == OptimizerKind::LBFGS;
@@ -77,8 +93,7 @@ std::optional<std::vector<int64_t>> expectedStateShape(
     OptimizerKind kind, const std::string& name, const std::vector<int64_t>& param)
 {
     if (kind == OptimizerKind::LBFGS) return std::nullopt; // flat directions over all parameters, lists, scalars
-    static const std::set<std::string> scalars = {"step", "eta", "mu", "mu_product"};
-    if (scalars.count(name)) return std::nullopt;
+    if (isScalarState(name)) return std::nullopt;
     if (kind == OptimizerKind::Adafactor && param.size() >= 2) {
         // factored second moment: row_var has the last dim 1, col_var the second to last (torch/optim/_adafactor.py)
         std::vector<int64_t> s = param;
