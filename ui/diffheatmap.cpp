@@ -74,7 +74,7 @@ void DiffHeatmap::resizeEvent(QResizeEvent* event)
 {
     QCustomPlot::resizeEvent(event);
     // how many rows can have a label depends on the height
-    setReport(m_report);
+    layoutRows();
 }
 
 void DiffHeatmap::mouseMoveEvent(QMouseEvent* event)
@@ -106,7 +106,7 @@ double DiffHeatmap::colourValue(int keyRow, int rankColumn) const
 void DiffHeatmap::setNormalization(Normalization normalization)
 {
     m_normalization = normalization;
-    setReport(m_report);
+    layoutRows();
 }
 
 QString DiffHeatmap::titleText() const
@@ -148,21 +148,41 @@ QString kindOf(const std::string& key)
 
 void DiffHeatmap::setReport(const DiffReport& report)
 {
-    if (&report != &m_report) m_report = report;
     // tensors that differ, largest first; then equal ones to fill up (so the map shows where things agree too)
     std::vector<const DiffEntry*> rows;
-    for (const auto& e : m_report.entries)
+    for (const auto& e : report.entries)
         if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
             rows.push_back(&e);
-    std::stable_sort(rows.begin(), rows.end(), [](const DiffEntry* a, const DiffEntry* b) {
+    m_candidates = rows.size();
+    m_differing = 0;
+    for (const auto* e : rows)
+        m_differing += e->numDiff > 0 ? 1 : 0;
+    m_anyEntry = !report.entries.empty();
+    const auto before = [](const DiffEntry* a, const DiffEntry* b) {
         const bool ca = a->numDiff > 0, cb = b->numDiff > 0;
         if (ca != cb) return ca;
         return a->maxAbsDiff > b->maxAbsDiff;
-    });
-    const size_t candidates = rows.size();
-    size_t differing = 0;
-    for (const auto* e : rows)
-        differing += e->numDiff > 0 ? 1 : 0;
+    };
+    // stable: ties keep the report's order
+    std::stable_sort(rows.begin(), rows.end(), before);
+    rows.resize(std::min(rows.size(), static_cast<size_t>(MaxKeys)));
+    m_top.clear();
+    m_top.reserve(rows.size());
+    for (const DiffEntry* e : rows) {
+        m_top.push_back(*e);
+        m_top.back().histogramEdges = {};
+        m_top.back().histogramCounts = {};
+    }
+    layoutRows();
+}
+
+void DiffHeatmap::layoutRows()
+{
+    const size_t candidates = m_candidates;
+    const size_t differing = m_differing;
+    std::vector<const DiffEntry*> rows;
+    for (const auto& e : m_top)
+        rows.push_back(&e);
     // every row shown gets its label: as many rows as the height holds, at most MaxKeys
     const int lineHeight = QFontMetrics(font()).height();
     const int fit = std::max(4, static_cast<int>((height() - 3.5 * lineHeight) / lineHeight));
@@ -285,8 +305,7 @@ void DiffHeatmap::setReport(const DiffReport& report)
     if (!rows.empty() && hi == 0)
         m_message->setText(tr("No tensor differs"));
     else if (rows.empty())
-        m_message->setText(
-            m_report.entries.empty() ? tr("Compare two checkpoints or two ranks") : tr("No tensors compared"));
+        m_message->setText(m_anyEntry ? tr("No tensors compared") : tr("Compare two checkpoints or two ranks"));
     replot();
 }
 

@@ -54,11 +54,18 @@ private:
     QCPTextElement* m_title;
     QStringList m_keys;
     QStringList m_labels;
-    std::vector<const DiffEntry*> m_rows; ///< into m_report
+    void layoutRows();
+
+    std::vector<const DiffEntry*> m_rows; ///< into m_top
     std::vector<int> m_rankIds; ///< rank of each column (empty: one column for the whole tensor)
     std::vector<double> m_values; ///< max |Δ| per cell, row-major; NaN where equal
     Normalization m_normalization = Normalization::PerKind;
-    DiffReport m_report;
+    /// the tensors the map can show (MaxKeys, differences first), copied without their histograms: a report of
+    /// 100k keys is not copied whole (the Diff panel's model holds it)
+    std::vector<DiffEntry> m_top;
+    size_t m_candidates = 0; ///< tensors compared
+    size_t m_differing = 0;
+    bool m_anyEntry = false; ///< the report had entries at all
     int m_ranks = 0;
 };
 
