@@ -654,6 +654,53 @@ TEST(ParamTable, NamesIdsOnceForEveryConsumer)
     }
 }
 
+TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
+{
+    // real PyTorch 2.6 checkpoints (tests/data/load_cases; every load path of each is checked against PyTorch by
+    // diagnose.load_cases_vs_pytorch): what a first sweep over unseen checkpoints got wrong
+    const std::string cases = kData + "/load_cases/";
+    {
+        // SGD without momentum keeps no state after any number of steps: a healthy file, not "saved too early"
+        const auto cp = openCheckpoint(cases + "sgd_no_momentum/optim.pt");
+        const CheckReport r = checkCheckpoint(*cp);
+        EXPECT_TRUE(r.clean()) << r.toJson().dump(1);
+    }
+    {
+        // tied weights: the model's state_dict saves head.weight as emb.weight's very tensor; parameters() lists
+        // it once, so the 3 ids of optimizer.state_dict() are 3 parameters, not 3 of 4
+        const auto model = openCheckpoint(cases + "tied_weights_ids/model.pt");
+        const ModelParams ref = ModelParams::fromCheckpoint(*model);
+        EXPECT_EQ(ref.fqns, (std::vector<std::string> {"emb.weight", "mid.weight", "mid.bias"}));
+        ASSERT_EQ(ref.tiedTo.count("head.weight"), 1u);
+        EXPECT_EQ(ref.tiedTo.at("head.weight"), "emb.weight");
+        EXPECT_EQ(ref.keys.size(), 4u); // model.load_state_dict still wants all four keys
+        const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(cases + "tied_weights_ids/optim.pt"), &ref);
+        for (const auto& f : d.findings)
+            EXPECT_NE(f.severity, Severity::Error) << f.name() << ": " << f.message;
+    }
+    {
+        // ids are numbered in param_groups order, here not the model's: named by their unique shapes
+        const ParamTable t = ParamTable::build(*openCheckpoint(cases + "groups_not_in_model_order/optim.pt"));
+        ASSERT_EQ(t.rows.size(), 6u);
+        EXPECT_EQ(t.rows[0].fqn, "fc2.weight");
+        EXPECT_EQ(t.rows[1].fqn, "fc2.bias");
+        EXPECT_EQ(t.rows[2].fqn, "fc1.weight");
+        for (const auto& r : t.rows)
+            EXPECT_TRUE(r.note.empty()) << r.fqn << ": " << r.note;
+    }
+    {
+        // a renamed module whose parameters the decay / no-decay groups put apart: renamed as a module
+        const auto model = openCheckpoint(cases + "renamed_module_two_groups/model.pt");
+        const ModelParams ref = ModelParams::fromCheckpoint(*model);
+        const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(cases + "renamed_module_two_groups/optim.pt"), &ref);
+        const DiagnosisFinding* f = finding(d, "renamed-params");
+        ASSERT_TRUE(f);
+        EXPECT_NE(f->message.find("'fc1' -> 'fc_in'"), std::string::npos) << f->message;
+        EXPECT_EQ(finding(d, "missing-state"), nullptr);
+        EXPECT_EQ(finding(d, "extra-params"), nullptr);
+    }
+}
+
 TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)
 {
     std::set<std::string> names;

@@ -21,6 +21,7 @@ CASES = {
     "ddp": [],  # the same with module.
     "renamed_layer": [],  # FQN-keyed; fc1 -> fc_in proposed from shapes and positions
     "renamed_layer_ids": ["--rename", "fc1=fc_in"],  # the user names the rename
+    "renamed_module_two_groups": [],  # FQN-keyed, decay / no-decay groups: fc1 -> fc_in found as a module
 }
 
 

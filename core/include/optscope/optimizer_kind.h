@@ -43,6 +43,10 @@ bool keepsAllStateOnFirstParam(OptimizerKind kind);
 std::optional<std::vector<int64_t>> expectedStateShape(
     OptimizerKind kind, const std::string& name, const std::vector<int64_t>& param);
 
+/// A param group whose optimizer creates no state at all: torch.optim.SGD with momentum 0 (its default) keeps none,
+/// however many steps it took, so parameters without state are its design, not a save before the first step
+bool groupKeepsNoState(OptimizerKind kind, const Checkpoint& checkpoint, const OptimizerGroup& group);
+
 /// The scalar states optimizers keep beside the parameter-shaped ones: step, and ASGD's eta and mu, NAdam's
 /// mu_product
 bool isScalarState(const std::string& name);

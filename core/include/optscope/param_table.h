@@ -38,6 +38,10 @@ struct ModelParams
     KeyPath root; ///< where the model state dict sits in its file ({"model"}); empty: the whole file
     std::vector<std::string> fqns; ///< parameters in order (known buffers left out)
     std::vector<std::string> buffers; ///< tensors that are buffers (running_mean, ...)
+    /// tied weights (lm_head.weight = embed.weight): a parameter saved as the same tensor as an earlier one, to that
+    /// one's name. Left out of fqns, as model.parameters() and named_parameters() list a shared parameter once (a
+    /// torch.save file shows the sharing; DCP and safetensors store such tensors twice or once, and do not)
+    std::map<std::string, std::string> tiedTo;
     std::vector<std::string> keys; ///< every tensor key in state-dict order (parameters and buffers interleaved)
     std::map<std::string, std::vector<int64_t>> shapes; ///< every tensor's shape, buffers included
     std::vector<std::vector<std::string>> groups; ///< param_groups of a reference optimizer (names); else empty

@@ -478,7 +478,8 @@ private:
             f.keys = head(wrongByName);
             d.findings.push_back(std::move(f));
         }
-        if (!wrongByPosition.empty() && (v.idKeyed || !named)) {
+        // positions pair up only when the groups do: with other groups load_state_dict raises before any shape matters
+        if (!wrongByPosition.empty() && (v.idKeyed || !named) && groupError.empty()) {
             Finding f(FindingCode::ShapeMismatch,
                 std::to_string(wrongByPosition.size()) + " state tensor(s) of " + where
                     + " do not have the shape of the model parameter at their position: "
@@ -574,7 +575,11 @@ private:
                         {FixAction::Kind::RenameParam, n, it->second, "'" + n + "' -> '" + it->second + "'"});
             d.findings.push_back(std::move(f));
         }
-        // 3. renamed layers: an unmatched optimizer name and an unmatched model name at the same position, same shape
+        // 3. renamed modules: the unmatched names of one optimizer module and of one model module have the same
+        // parameter names and shapes, and no other unmatched model module does (head.* -> lm_head.*): found wherever
+        // the param groups put them, which positions are not (a decay / no-decay split reorders them)
+        moduleRenameFindings(where, root, listed, expected, names, d);
+        // 4. renamed layers: an unmatched optimizer name and an unmatched model name at the same position, same shape
         std::set<std::string> covered;
         for (const auto& n : names.opt)
             covered.insert(names.rename.count(n) ? names.rename.at(n) : n);
@@ -607,6 +612,86 @@ private:
             }
             d.findings.push_back(std::move(f));
         }
+    }
+
+    void moduleRenameFindings(const std::string& where, const std::string& root,
+        const std::vector<const ParamRow*>& listed, const std::set<std::string>& expected, Names& names, Diagnosis& d)
+    {
+        const ModelParams& exp = *m_exp;
+        using Leaves = std::map<std::string, const std::vector<int64_t>*>; // parameter name in its module -> shape
+        auto splitModule = [](const std::string& n) {
+            const auto dot = n.rfind('.');
+            return dot == std::string::npos ? std::make_pair(std::string(), n)
+                                            : std::make_pair(n.substr(0, dot + 1), n.substr(dot + 1));
+        };
+        std::set<std::string> covered;
+        for (const auto& n : names.opt)
+            covered.insert(names.rename.count(n) ? names.rename.at(n) : n);
+        std::map<std::string, Leaves> fromModules, toModules;
+        for (size_t i = 0; i < names.opt.size() && i < listed.size(); ++i) {
+            const std::string& o = names.opt[i];
+            if (o.empty() || names.rename.count(o) || expected.count(o)) continue;
+            const auto [module, leaf] = splitModule(o);
+            fromModules[module][leaf] = listed[i]->param && !listed[i]->shape.empty() ? &listed[i]->shape : nullptr;
+        }
+        for (const auto& f : exp.fqns) {
+            const std::string m = canon(f);
+            if (covered.count(m)) continue;
+            const auto [module, leaf] = splitModule(m);
+            toModules[module][leaf] = modelShape(f);
+        }
+        auto fits = [](const Leaves& a, const Leaves& b) {
+            if (a.size() != b.size()) return false;
+            bool anyShape = false;
+            for (const auto& [leaf, shape] : a) {
+                const auto it = b.find(leaf);
+                if (it == b.end()) return false;
+                if (shape && it->second) {
+                    if (*shape != *it->second) return false;
+                    anyShape = true;
+                }
+            }
+            return anyShape;
+        };
+        std::vector<std::pair<std::string, std::string>> modules; // from -> to, each side used once
+        std::map<std::string, int> toUses;
+        for (const auto& [from, leaves] : fromModules) {
+            if (from.empty()) continue;
+            std::string only;
+            int matches = 0;
+            for (const auto& [to, toLeaves] : toModules)
+                if (!to.empty() && fits(leaves, toLeaves)) {
+                    only = to;
+                    ++matches;
+                }
+            if (matches == 1) {
+                modules.emplace_back(from, only);
+                ++toUses[only];
+            }
+        }
+        std::vector<std::pair<std::string, std::string>> pairs;
+        std::string list;
+        for (const auto& [from, to] : modules) {
+            if (toUses[to] != 1) continue; // two optimizer modules fit one model module: which was renamed?
+            list += (list.empty() ? "'" : ", '") + from.substr(0, from.size() - 1) + "' -> '"
+                + to.substr(0, to.size() - 1) + "'";
+            for (const auto& [leaf, shape] : fromModules[from])
+                pairs.emplace_back(from + leaf, to + leaf);
+        }
+        if (pairs.empty()) return;
+        Finding f(FindingCode::RenamedParams,
+            std::to_string(pairs.size()) + " parameter(s) of " + where
+                + " are not in the model, but a module of the model that has no state has the same parameter names "
+                  "and shapes: probably renamed modules: "
+                + list,
+            root);
+        f.fix = "`optscope-cli fix` applies these renames (or `optscope-cli fix --rename OLD=NEW` for a module)";
+        f.fixNeutral = "the fix applies these renames";
+        for (const auto& [o, m] : pairs) {
+            f.actions.push_back({FixAction::Kind::RenameParam, o, m, "'" + o + "' -> '" + m + "'"});
+            names.rename[o] = m;
+        }
+        d.findings.push_back(std::move(f));
     }
 
     void modelPartFindings(const std::map<std::string, std::string>& optimizerRenames, Diagnosis& d)
@@ -770,6 +855,11 @@ private:
         pf.path = LoadPath::Fsdp1OptimStateDictToLoad;
         if (v.flattened) {
             pf.why = "the flattened format is not read by FSDP1";
+        } else if (v.idKeyed && v.params.empty() && !v.groupParams().empty()) {
+            // no state to trip over: the param_groups' integer ids are looked up as names
+            // (_rekey_sharded_optim_state_dict), and a KeyError of an int prints without quotes
+            pf = LoadVerdict::raises(pf.path, "KeyError", v.groupParams().front(),
+                "FSDP1 expects FQN keys; the param_groups list integer ids");
         } else if (v.idKeyed) {
             pf = LoadVerdict::raises(pf.path, "AttributeError", "'int' object has no attribute 'unflat_param_names'",
                 "FSDP1 expects FQN keys");

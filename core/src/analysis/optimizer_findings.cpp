@@ -37,8 +37,19 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
         const std::string where = root.empty() ? std::string("the optimizer state dict") : "optimizer '" + root + "'";
         const auto rows = table.rowsOf(static_cast<int>(oi));
         const auto listed = v.groupParams();
+        // groups whose optimizer keeps no state (SGD without momentum): their parameters have none by design
+        std::vector<bool> keepsNone(v.groups.size());
+        bool allKeepNone = !v.groups.empty();
+        for (size_t g = 0; g < v.groups.size(); ++g) {
+            keepsNone[g] = groupKeepsNoState(kind, cp, v.groups[g]);
+            allKeepNone = allKeepNone && keepsNone[g];
+        }
+        const auto keepsNoState = [&](const ParamRow& r) {
+            return r.group >= 0 && static_cast<size_t>(r.group) < keepsNone.size()
+                && keepsNone[static_cast<size_t>(r.group)];
+        };
 
-        if (v.params.empty() && !listed.empty()) {
+        if (v.params.empty() && !listed.empty() && !allKeepNone) {
             Finding f(FindingCode::EmptyState,
                 where + " lists " + std::to_string(listed.size())
                     + " parameters in param_groups but has no state for any of them: it was saved before the first "
@@ -104,7 +115,7 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
         std::vector<std::string> stateless;
         if (!v.params.empty() && !keepsAllStateOnFirstParam(kind))
             for (const ParamRow* r : rows)
-                if (r->position >= 0 && !r->param && r->source != NameSource::Fsdp1Layout)
+                if (r->position >= 0 && !r->param && r->source != NameSource::Fsdp1Layout && !keepsNoState(*r))
                     stateless.push_back(label(*r));
         if (!stateless.empty()) {
             Finding f(FindingCode::FrozenParams,

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/optimizer_kind.h"
 
+#include "optscope/error.h"
+#include "tensor_values.h"
+
 #include <set>
 
 namespace optscope {
@@ -66,6 +69,19 @@ OptimizerKind detectOptimizerKind(const OptimizerView& view)
     if (has(hp, "betas") && !has(hp, "weight_decay")) return OptimizerKind::SparseAdam;
     if (has(st, "exp_avg")) return OptimizerKind::Adam;
     return OptimizerKind::Unknown;
+}
+
+bool groupKeepsNoState(OptimizerKind kind, const Checkpoint& checkpoint, const OptimizerGroup& group)
+{
+    if (kind != OptimizerKind::SGD) return false;
+    const auto it = group.hyperparams.find("momentum");
+    if (it == group.hyperparams.end()) return false;
+    try {
+        const std::optional<double> momentum = readScalar(checkpoint, *it->second);
+        return momentum && *momentum == 0.0;
+    } catch (const Error&) {
+        return false; // unreadable: the structural checks say so
+    }
 }
 
 bool isScalarState(const std::string& name)

@@ -365,6 +365,27 @@ bool matchGroup(const std::vector<std::string>& candidates, const std::vector<st
 
 } // namespace
 
+namespace {
+
+/// what makes two torch.save tensors one: the same bytes of the same storage record viewed the same way; "" for a
+/// tensor that is not one stored view (DCP chunks, several chunks)
+std::string storageViewOf(const Entry& e)
+{
+    if (e.tensor.chunks.size() != 1 || !e.tensor.chunks.hasFile(0)) return {};
+    const TensorChunk c = e.tensor.chunks[0];
+    if (c.source.kind != ChunkSource::Kind::StorageRecord) return {};
+    std::string key = c.source.file + '\n' + std::to_string(c.source.offset) + ' '
+        + std::to_string(c.source.storageOffset) + ' ' + std::string(dtypeName(e.tensor.dtype));
+    for (const int64_t s : e.tensor.shape)
+        key += ' ' + std::to_string(s);
+    key += " /";
+    for (const int64_t s : c.source.strides)
+        key += ' ' + std::to_string(s);
+    return key;
+}
+
+} // namespace
+
 std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
 {
     // a model state dict under one of the usual keys, else top-level tensors when the file holds no optimizer
@@ -384,6 +405,7 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
         m.root = {KeyPathElem::fromKey(*under)};
         m.source += " ('" + *under + "')";
     }
+    std::map<std::string, std::string> firstOfView; // storage view -> the first parameter saved as it
     for (const auto& e : cp.entries) {
         if (!e.isTensor()) continue;
         std::string fqn;
@@ -395,7 +417,17 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
             continue;
         m.shapes[fqn] = e.tensor.shape;
         m.keys.push_back(fqn);
-        (isKnownBufferName(fqn) ? m.buffers : m.fqns).push_back(fqn);
+        if (isKnownBufferName(fqn)) {
+            m.buffers.push_back(fqn);
+        } else if (const std::string view = storageViewOf(e); !view.empty()) {
+            const auto [it, first] = firstOfView.emplace(view, fqn);
+            if (first)
+                m.fqns.push_back(fqn);
+            else
+                m.tiedTo.emplace(fqn, it->second);
+        } else {
+            m.fqns.push_back(fqn);
+        }
         // safetensors lays tensors out by dtype and name: the model's order is not in the file
         const std::string sfx = ".safetensors";
         if (!e.tensor.chunks.empty()) {
@@ -443,6 +475,7 @@ ModelParams ModelParams::fromCheckpoint(const Checkpoint& model)
             e.shapes[k] = s;
         e.buffers = part->buffers;
         e.keys = part->keys;
+        e.tiedTo = part->tiedTo;
         e.root = part->root;
         if (e.fqns.empty()) {
             e.fqns = part->fqns;
@@ -497,6 +530,15 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
     out.modelInFile = ModelParams::modelPartOf(checkpoint);
     if (!out.optimizers.empty() && out.modelInFile && out.modelInFile->root.empty()) out.modelInFile.reset();
     const ModelParams* shapesFrom = reference ? reference : out.modelInFile ? &*out.modelInFile : nullptr;
+    const ModelParams* inFile = out.modelInFile ? &*out.modelInFile : nullptr;
+    for (const ModelParams* m : {reference, inFile})
+        if (m && !m->tiedTo.empty() && (m == reference || !out.optimizers.empty())) {
+            std::string tied;
+            for (const auto& [name, to] : m->tiedTo)
+                tied += (tied.empty() ? "" : ", ") + name + " = " + to;
+            out.notes.push_back(m->source + ": tied weights saved as one tensor (" + tied
+                + "): one parameter each, as model.parameters() lists them");
+        }
 
     for (size_t oi = 0; oi < out.optimizers.size(); ++oi) {
         const int index = static_cast<int>(oi);
@@ -627,8 +669,29 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                     if (m->fqns.size() == ids.size()) {
                         names = m->fqns;
                         source = src;
-                        confidences.assign(
-                            names.size(), positionalFits(*m) ? Confidence::Exact : Confidence::OrderAssumed);
+                        if (positionalFits(*m)) {
+                            confidences.assign(names.size(), Confidence::Exact);
+                            continue;
+                        }
+                        // ids follow the param_groups, which need not follow the model (SGD([{fc2}, {fc1}])): when
+                        // the shapes disagree with the model's order, the k-th position of a shape is the k-th
+                        // parameter of that shape
+                        std::vector<std::vector<int64_t>> all;
+                        for (const auto& g : groupShapes)
+                            all.insert(all.end(), g.begin(), g.end());
+                        ModelParams unordered = *m;
+                        unordered.orderKnown = false;
+                        std::vector<std::string> n;
+                        std::vector<Confidence> c;
+                        if (matchGroup(m->fqns, all, unordered, n, c)) {
+                            names = std::move(n);
+                            confidences = std::move(c);
+                            out.notes.push_back("'" + view.rootKey() + "': its param_groups do not list the parameters "
+                                + "in the order of " + m->source
+                                + " (the state's shapes say so): ids matched by shapes");
+                        } else {
+                            confidences.assign(names.size(), Confidence::OrderAssumed);
+                        }
                     } else {
                         out.notes.push_back("'" + view.rootKey() + "' has " + std::to_string(ids.size())
                             + " parameters but " + m->source + " has " + std::to_string(m->fqns.size())
