@@ -62,7 +62,8 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
     const DiffEntry& e = m_report.entries[static_cast<size_t>(index.row())];
     const int col = index.column();
     const bool tensor = e.type == "tensor";
-    const bool numbers = tensor && (e.status == DiffStatus::Equal || e.status == DiffStatus::Changed);
+    // numbers only where values were compared (not across a shape or stored-part change)
+    const bool numbers = tensor && e.valuesCompared;
     if (role == StatusRole) return QString::fromLatin1(diffStatusName(e.status));
     if (role == EntryIndexRole) return index.row();
     if (role == Qt::ForegroundRole && col == StatusColumn) return statusColor(e.status);

@@ -92,9 +92,12 @@ int runDiff(const std::vector<std::string>& argv)
             std::cout << diffStatusName(e.status) << "  " << e.key;
             if (!e.keyB.empty() && e.keyB != e.key) std::cout << "  <->  " << e.keyB;
             if (!e.reason.empty()) std::cout << "  (" << e.reason << ")";
-            if (e.status == DiffStatus::Changed && e.type == "tensor" && e.numDiff > 0)
+            if (e.status == DiffStatus::Changed && e.type == "tensor" && e.valuesCompared && e.numDiff > 0)
                 std::cout << "  max|d|=" << number(e.maxAbsDiff) << " maxrel=" << number(e.maxRelDiff)
                           << " rms=" << number(e.rmsDiff) << " diff=" << e.numDiff << "/" << e.numel;
+            // NaN and inf stay out of max|d| and rms: their counts show where they appear or vanish
+            if (e.type == "tensor" && e.valuesCompared && (e.nanA != e.nanB || e.infA != e.infB))
+                std::cout << "  nan=" << e.nanA << "->" << e.nanB << " inf=" << e.infA << "->" << e.infB;
             if (e.status == DiffStatus::Changed && e.type == "value")
                 std::cout << "  " << e.valueA << " -> " << e.valueB;
             if (!e.match.empty() && e.match != "exact") std::cout << "  [" << e.match << "]";

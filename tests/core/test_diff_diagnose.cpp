@@ -8,6 +8,7 @@
 #include "optscope/diagnosis.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
+#include "optscope/inspect_report.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/param_table.h"
 
@@ -173,6 +174,48 @@ TEST(Diff, BitIdenticalFilesAreEqualAndExitSemanticsHold)
     EXPECT_TRUE(r.equal);
     EXPECT_EQ(r.count(DiffStatus::Changed), 0u);
     EXPECT_EQ(r.entries.size(), 23u);
+}
+
+TEST(Diff, FilesHoldingPartOfATensorCompareWhatTheyHold)
+{
+    // one rank's torch.save of FSDP2 DTensor state dicts (real PyTorch, tests/data/partial): each tensor holds that
+    // rank's shard. A file against itself is equal, compared where it stores data; two ranks store different parts,
+    // which is said, with no numbers (nothing was compared)
+    const auto r0 = open("partial/dtensor_rank0.pt");
+    const auto r1 = open("partial/dtensor_rank1.pt");
+    const DiffReport self = diffCheckpoints(*r0, *r0);
+    EXPECT_TRUE(self.equal);
+    size_t partial = 0;
+    for (const auto& e : self.entries)
+        if (e.reason.find("compared where both store it") != std::string::npos) {
+            ++partial;
+            EXPECT_TRUE(e.valuesCompared) << e.key;
+        }
+    EXPECT_GT(partial, 10u);
+    const DiffReport ranks = diffCheckpoints(*r0, *r1);
+    EXPECT_FALSE(ranks.equal);
+    size_t different = 0;
+    for (const auto& e : ranks.entries)
+        if (e.reason.find("store different parts") != std::string::npos) {
+            ++different;
+            EXPECT_FALSE(e.valuesCompared) << e.key;
+            EXPECT_EQ(e.status, DiffStatus::Changed) << e.key;
+        }
+    EXPECT_GT(different, 10u);
+
+    // a meta-device tensor stores nothing: equal to itself, a warning in check (not a chunk gap), no hash
+    const auto meta = open("partial/meta.pt");
+    const DiffReport m = diffCheckpoints(*meta, *meta);
+    EXPECT_TRUE(m.equal);
+    const CheckReport c = checkCheckpoint(*meta);
+    ASSERT_EQ(c.findings.size(), 1u) << c.toJson().dump(1);
+    EXPECT_EQ(c.findings[0].code, FindingCode::TensorWithoutData);
+    InspectOptions hashed;
+    hashed.hash = true;
+    const InspectReport ir = inspectCheckpoint(*meta, hashed);
+    EXPECT_TRUE(ir.ok);
+    for (const auto& e : ir.json["entries"])
+        EXPECT_EQ(e["sha256"].is_null(), e["key"] == "meta") << e.dump();
 }
 
 TEST(Diff, CancelsAndHandsWorkerExceptionsToTheCaller)
@@ -710,7 +753,7 @@ TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)
         EXPECT_TRUE(names.insert(f.name).second) << f.name;
         EXPECT_EQ(&findingInfo(f.code), &f);
     }
-    EXPECT_EQ(findingRegistry().back().code, FindingCode::WrapperPrefix); // the last enumerator
+    EXPECT_EQ(findingRegistry().back().code, FindingCode::TensorWithoutData); // the last enumerator
 }
 
 TEST(Diagnose, WithoutAModelWrapperPrefixesAreTheFirstHint)

@@ -92,6 +92,9 @@ struct TensorEntry
     bool isParameter = false;
     int64_t numel() const;
     uint64_t nbytes() const;
+    /// no chunk at all although it has elements: a meta-device tensor, or a subclass whose data the file does not
+    /// hold. Nothing can be read, hashed, compared or resharded; it is not a gap in a sharded layout
+    bool storesNoData() const { return chunks.empty() && numel() > 0; }
     /// distinct ranks holding chunks, ascending (-1 if unknown)
     std::vector<int> ranks() const;
 };

@@ -65,6 +65,9 @@ struct DiffEntry
     std::vector<int64_t> shapeA, shapeB;
     std::string dtypeA, dtypeB;
     int64_t numel = 0;
+    /// the values were read and compared (false: a shape, numel or stored part that differs stopped it, and the
+    /// numbers below say nothing)
+    bool valuesCompared = false;
     int64_t numDiff = 0; ///< elements outside the tolerance (bitwise different when rtol = atol = 0)
     double maxAbsDiff = 0.0;
     double maxRelDiff = 0.0; ///< max |a - b| / |b| over elements with b != 0

@@ -69,6 +69,8 @@ enum class FindingCode {
     MegatronMissingCommon,
     // diagnose without a model
     WrapperPrefix,
+    // structure, found later
+    TensorWithoutData,
 };
 
 struct FindingInfo

@@ -137,6 +137,13 @@ private:
     {
         ++m_report.tensorsChecked;
         const TensorEntry& t = e.tensor;
+        if (t.storesNoData()) {
+            add(FindingCode::TensorWithoutData, e.key,
+                "the tensor " + shapeText(t.shape) + " was saved without data ("
+                    + (t.subclass.empty() ? std::string("meta device") : t.subclass.str())
+                    + "): torch.load gives a meta tensor, with no values to load into a model or optimizer");
+            return;
+        }
         const ShardLayout L = ShardLayout::of(t);
         for (size_t i : L.outOfBounds) {
             auto& f = add(FindingCode::ChunkOutOfBounds, e.key,

@@ -72,6 +72,7 @@ nlohmann::ordered_json DiffReport::toJson() const
             je["rms_diff"] = num(e.rmsDiff);
             je["num_diff"] = e.numDiff;
             je["numel"] = e.numel;
+            je["values_compared"] = e.valuesCompared;
             je["dtype_a"] = e.dtypeA.empty() ? json(nullptr) : json(e.dtypeA);
             je["dtype_b"] = e.dtypeB.empty() ? json(nullptr) : json(e.dtypeB);
             je["shape_a"] = e.status == DiffStatus::OnlyB ? json(nullptr) : json(e.shapeA);
@@ -306,6 +307,19 @@ std::vector<std::pair<int, TensorBox>> rankBoxes(const TensorEntry& t)
     return out;
 }
 
+/// the same chunk boxes on both sides, whichever ranks wrote them
+bool sameChunkBoxes(const TensorEntry& a, const TensorEntry& b)
+{
+    auto boxes = [](const TensorEntry& t) {
+        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
+        for (size_t i = 0; i < t.chunks.size(); ++i)
+            out.emplace_back(t.chunks.offsetsOf(i).vec(), t.chunks.sizesOf(i).vec());
+        std::sort(out.begin(), out.end());
+        return out;
+    };
+    return a.chunks.size() == b.chunks.size() && boxes(a) == boxes(b);
+}
+
 /// splits a box into pieces of whole dim-0 rows of at most @p maxElems elements (at least one row)
 std::vector<TensorBox> pieces(const TensorBox& box, int64_t maxElems)
 {
@@ -406,9 +420,20 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         if (sameNumel && (ta.shape.size() == 1 || tb.shape.size() == 1)) r += " (flat vs unflattened)";
         reasons.push_back(r);
     }
-    if (!sameNumel || !ShardLayout::of(ta).complete() || !ShardLayout::of(tb).complete()) {
-        if (!ShardLayout::of(ta).complete() || !ShardLayout::of(tb).complete())
-            reasons.push_back("chunks do not tile the tensor");
+    const ShardLayout layoutA = ShardLayout::of(ta), layoutB = ShardLayout::of(tb);
+    // both sides hold the same part of the tensor (one rank's file of a sharded save, a meta tensor holding none):
+    // that part is compared, and the entry says it is all there is
+    const bool samePart = !layoutA.complete() && !layoutB.complete() && ta.shape == tb.shape && sameChunkBoxes(ta, tb);
+    if (!sameNumel || ((!layoutA.complete() || !layoutB.complete()) && !samePart)) {
+        if (!layoutA.complete() || !layoutB.complete()) {
+            const auto stored = [](const ShardLayout& l) {
+                return std::to_string(l.coveredElements) + " of " + std::to_string(l.totalElements);
+            };
+            reasons.push_back(layoutA.complete() ? "B stores only part of the tensor (" + stored(layoutB) + " elements)"
+                    : layoutB.complete()         ? "A stores only part of the tensor (" + stored(layoutA) + " elements)"
+                                         : "A and B store different parts of the tensor (" + stored(layoutA) + " and "
+                        + stored(layoutB) + " elements)");
+        }
         d.status = DiffStatus::Changed;
         d.numDiff = std::max(ta.numel(), tb.numel());
         d.reason = reasons.empty() ? "values differ" : reasons.front();
@@ -471,7 +496,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         total.sumSq += acc.sumSq;
         total.finitePairs += acc.finitePairs;
     }
-    if (ta.numel() > 0 && ta.shape.empty() && d.ranks.empty()) {
+    if (ta.numel() > 0 && ta.shape.empty() && d.ranks.empty() && !samePart) {
         // 0-dim: one element
         aten::DiffAccumulator acc;
         const auto x = fetch(ca, a, {{}, {}});
@@ -481,6 +506,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});
     }
     if (d.ranks.size() <= 1 && (d.ranks.empty() || d.ranks[0].rank < 0)) d.ranks.clear(); // no rank structure to show
+    d.valuesCompared = true;
     d.numDiff = total.numDiff;
     d.nanA = total.nanA;
     d.nanB = total.nanB;
@@ -491,6 +517,12 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     d.rmsDiff = total.numel ? std::sqrt(total.sumSq / double(total.numel)) : 0.0;
     if (d.numDiff > 0) reasons.insert(reasons.begin(), "values differ");
     d.status = reasons.empty() ? DiffStatus::Equal : DiffStatus::Changed;
+    // equal or not, the comparison covered only what both store: say so
+    if (samePart)
+        reasons.push_back(layoutA.coveredElements == 0
+                ? std::string("neither side stores data (meta tensors): nothing to compare")
+                : "compared where both store it: " + std::to_string(layoutA.coveredElements) + " of "
+                    + std::to_string(layoutA.totalElements) + " elements (the same part on both sides)");
     d.reason.clear();
     for (size_t i = 0; i < reasons.size(); ++i)
         d.reason += (i ? "; " : "") + reasons[i];

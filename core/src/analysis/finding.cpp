@@ -109,6 +109,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::WrapperPrefix, "wrapper-prefix", S::Info,
             "parameter names carry a wrapper prefix (_orig_mod., module., ...): they match the wrapped module they "
             "were saved from; diagnose against the model they load into to check them"},
+        {C::TensorWithoutData, "tensor-without-data", S::Warning,
+            "a tensor saved without its data (a meta-device tensor): torch.load gives a meta tensor with no values, "
+            "and nothing can read, compare or reshard it"},
     };
     return r;
 }

@@ -55,7 +55,7 @@ static InspectReport inspectCheckpointUnguarded(
         std::vector<size_t> order;
         uint64_t totalBytes = 0;
         for (size_t i = 0; i < cp.entries.size(); ++i)
-            if (cp.entries[i].isTensor()) {
+            if (cp.entries[i].isTensor() && !cp.entries[i].tensor.storesNoData()) { // no bytes, no hash (null)
                 order.push_back(i);
                 totalBytes += cp.entries[i].tensor.nbytes();
             }
@@ -164,7 +164,12 @@ static InspectReport inspectCheckpointUnguarded(
             } else {
                 je["chunk_count"] = t.chunks.size();
             }
-            if (options.hash && !failed) je["sha256"] = hashes[i];
+            if (options.hash && !failed) {
+                if (t.storesNoData())
+                    je["sha256"] = nullptr;
+                else
+                    je["sha256"] = hashes[i];
+            }
         } else {
             je["type"] = "value";
             je["python_type"] = inspectTypeName(e);
