@@ -203,6 +203,25 @@ TEST(Diff, FilesHoldingPartOfATensorCompareWhatTheyHold)
         }
     EXPECT_GT(different, 10u);
 
+    // both ranks' files together are one checkpoint (torch_save_ranks): every shard in place, no gap, and equal to
+    // PyTorch's own DCP save of the same run (fsdp2_r2: same model, seed and steps)
+    const auto both = open("partial");
+    EXPECT_EQ(both->format, CheckpointFormat::TorchSaveRanks);
+    EXPECT_EQ(both->ranks(), (std::vector<int> {0, 1}));
+    const CheckReport whole = checkCheckpoint(*both);
+    EXPECT_TRUE(whole.clean()) << whole.toJson().dump(1);
+    const DiffReport vsDcp = diffCheckpoints(*both, *open("fsdp2_r2"));
+    EXPECT_TRUE(vsDcp.equal);
+    EXPECT_EQ(vsDcp.entries.size(), both->entries.size());
+    // raw FSDP1 optimizer files are per-rank files too, but without DTensors: each stands alone, and unflatten
+    // reads them
+    try {
+        open("fsdp1_raw_r2");
+        ADD_FAILURE() << "raw FSDP1 rank files opened as one checkpoint";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("unflatten"), std::string::npos) << e.what();
+    }
+
     // a meta-device tensor stores nothing: equal to itself, a warning in check (not a chunk gap), no hash
     const auto meta = open("partial/meta.pt");
     const DiffReport m = diffCheckpoints(*meta, *meta);

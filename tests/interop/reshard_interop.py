@@ -9,6 +9,8 @@
     torch-python reshard_interop.py load OUTDIR M      M ranks: fresh FSDP2 model + optimizer, get_state_dict,
                                                        dcp.load from rs_M, set_state_dict, then the full state
                                                        (full_state_dict=True) must equal src.ref.pt bit for bit
+    torch-python reshard_interop.py load_ranks OUTDIR M  the same from rs_ranks_M, the reshard of OUTDIR/src_ranks:
+                                                       the source's state as per-rank torch.save files (DTensors)
 """
 import os
 import random
@@ -85,22 +87,25 @@ def _make_worker(rank, world, port, out, seed):
     fake_steps(model, opt, steps=3, seed=seed)
     msd, osd = get_state_dict(model, opt)
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(out, "src"))
+    # the same state as users save it without DCP: each rank torch.saves its DTensor state dicts
+    os.makedirs(os.path.join(out, "src_ranks"), exist_ok=True)
+    torch.save({"model": msd, "optim": osd}, os.path.join(out, "src_ranks", f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _load_worker(rank, world, port, out, m):
+def _load_worker(rank, world, port, out, m, name):
     _setup(rank, world, port)
     # a different seed: every value must come from the checkpoint
     model, opt = _model_and_optimizer(seed=999)
     fake_steps(model, opt, steps=1, seed=999)  # optimizer state exists, with other values
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=os.path.join(out, f"rs_{m}"))
+    dcp.load(state, checkpoint_id=os.path.join(out, f"{name}_{m}"))
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     full_msd, full_osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
-        torch.save({"model": full_msd, "optim": full_osd}, os.path.join(out, f"rs_{m}.loaded.pt"))
+        torch.save({"model": full_msd, "optim": full_osd}, os.path.join(out, f"{name}_{m}.loaded.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -130,13 +135,13 @@ def load_fsdp1(out, m):
     return 1 if errors else 0
 
 
-def load(out, m):
-    spawn(_load_worker, m, out, m)
+def load(out, m, name="rs"):
+    spawn(_load_worker, m, out, m, name)
     ref = torch.load(os.path.join(out, "src.ref.pt"), weights_only=True)
-    got = torch.load(os.path.join(out, f"rs_{m}.loaded.pt"), weights_only=True)
+    got = torch.load(os.path.join(out, f"{name}_{m}.loaded.pt"), weights_only=True)
     errors = []
     same(ref, got, f"M={m}", errors, ordered=False)
-    print(f"FSDP2 on {m} ranks loaded the reshard: {'equal to the source' if not errors else 'DIFFERENT'}")
+    print(f"FSDP2 on {m} ranks loaded the reshard ({name}): {'equal to the source' if not errors else 'DIFFERENT'}")
     for e in errors[:20]:
         print("   ", e)
     return 1 if errors else 0
@@ -147,5 +152,7 @@ if __name__ == "__main__":
         make(sys.argv[2])
     elif sys.argv[1] == "load_fsdp1":
         sys.exit(load_fsdp1(sys.argv[2], int(sys.argv[3])))
+    elif sys.argv[1] == "load_ranks":
+        sys.exit(load(sys.argv[2], int(sys.argv[3]), "rs_ranks"))
     else:
         sys.exit(load(sys.argv[2], int(sys.argv[3])))

@@ -36,6 +36,7 @@ enum class CheckpointFormat {
     DeepSpeedZero, ///< a DeepSpeed ZeRO 1/2/3 global_stepN/ folder (or its parent with `latest`)
     DeepSpeedUniversal, ///< a DeepSpeed universal checkpoint (zero/<param>/fp32.pt, ...)
     MegatronDist, ///< a Megatron-Core dist_checkpointing folder (torch_dist: DCP + metadata.json + common.pt)
+    TorchSaveRanks, ///< per-rank torch.save files of one sharded state dict (rank0.pt, rank1.pt, ...)
 };
 
 /// "torch_save", "dcp", "safetensors", "hf_trainer", "deepspeed_zero", "deepspeed_universal" or "megatron_dist", as in

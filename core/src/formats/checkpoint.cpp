@@ -29,6 +29,8 @@ const char* checkpointFormatName(CheckpointFormat format)
         return "deepspeed_universal";
     case CheckpointFormat::MegatronDist:
         return "megatron_dist";
+    case CheckpointFormat::TorchSaveRanks:
+        return "torch_save_ranks";
     }
     return "torch_save";
 }

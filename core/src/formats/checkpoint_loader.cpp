@@ -9,6 +9,7 @@
 #include "megatron_dist_reader.h"
 #include "optscope/error.h"
 #include "safetensors_reader.h"
+#include "torch_save_ranks_reader.h"
 #include "torch_save_reader.h"
 
 #include <cstdio>
@@ -48,10 +49,12 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
         if (DeepSpeedZeroReader::looksLikeZero(path)) return DeepSpeedZeroReader::open(path, progress);
         if (DeepSpeedUniversalReader::looksLikeUniversal(path)) return DeepSpeedUniversalReader::open(path, progress);
         if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
+        if (TorchSaveRanksReader::looksLikeRankFiles(path)) return TorchSaveRanksReader::open(path, progress);
         throw Error(ErrorKind::Format, path,
             "is a directory without a .metadata file (not a torch.distributed.checkpoint folder), without "
-            "model.safetensors or a safetensors index, without optimizer.pt (not a Hugging Face Trainer folder) and "
-            "without DeepSpeed ZeRO or universal checkpoint files");
+            "model.safetensors or a safetensors index, without optimizer.pt (not a Hugging Face Trainer folder), "
+            "without DeepSpeed ZeRO or universal checkpoint files and without one set of per-rank torch.save files "
+            "(rank0.pt, rank1.pt, ...)");
     }
     if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
     if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);

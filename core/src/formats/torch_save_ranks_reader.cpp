@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "torch_save_ranks_reader.h"
+
+#include "mapped_file.h"
+#include "optscope/error.h"
+#include "torch_save_reader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace fs = std::filesystem;
+
+namespace optscope {
+
+namespace {
+
+/// the name with its last run of digits replaced by '#', and that number; false without digits
+bool splitLastNumber(const std::string& name, std::string& pattern, long& number)
+{
+    size_t end = name.size();
+    while (end > 0 && !(name[end - 1] >= '0' && name[end - 1] <= '9'))
+        --end;
+    if (end == 0) return false;
+    size_t begin = end;
+    while (begin > 0 && name[begin - 1] >= '0' && name[begin - 1] <= '9')
+        --begin;
+    if (end - begin > 6) return false; // a step or a date, not a rank
+    pattern = name.substr(0, begin) + "#" + name.substr(end);
+    number = std::stol(name.substr(begin, end - begin));
+    return true;
+}
+
+
+} // namespace
+
+std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& folder)
+{
+    std::error_code ec;
+    std::map<std::string, std::map<long, std::string>> sets; // pattern -> rank -> file name
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_regular_file(ec)) continue;
+        const std::string name = it->path().filename().string();
+        if (name.empty() || name[0] == '.') continue;
+        std::string pattern;
+        long rank = 0;
+        if (splitLastNumber(name, pattern, rank)) sets[pattern][rank] = name;
+    }
+    std::vector<std::string> found;
+    int complete = 0;
+    for (const auto& [pattern, ranks] : sets) {
+        // ranks 0..N-1, N >= 2
+        if (ranks.size() < 2 || ranks.begin()->first != 0 || ranks.rbegin()->first != long(ranks.size()) - 1)
+            continue;
+        ++complete;
+        found.clear();
+        for (const auto& [rank, name] : ranks)
+            found.push_back((fs::path(folder) / name).string());
+    }
+    if (complete != 1) return {}; // none, or several sets (model_rank#.pt and optim_rank#.pt): which one?
+    return found;
+}
+
+bool TorchSaveRanksReader::looksLikeRankFiles(const std::string& folder)
+{
+    const auto files = rankFiles(folder);
+    if (files.empty()) return false;
+    try {
+        const auto first = MappedFile::open(files.front());
+        return looksLikeTorchSave(first->data(), first->size());
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progress& progress)
+{
+    const std::vector<std::string> paths = rankFiles(folder);
+    if (paths.empty()) throw Error(ErrorKind::Format, folder, "holds no set of per-rank torch.save files");
+    std::vector<CheckpointPtr> ranks;
+    for (size_t r = 0; r < paths.size(); ++r) {
+        progress.checkCancelled();
+        progress(double(r) / double(paths.size()), "reading rank files");
+        Progress quiet; // one file's own fractions would run back to 0 for every rank
+        quiet.cancelled = progress.cancelled;
+        ranks.push_back(TorchSaveReader::open(paths[r], quiet));
+    }
+    const Checkpoint& first = *ranks.front();
+    const auto sharded = [](const Entry& e) { return e.isTensor() && !e.tensor.subclass.empty(); };
+    if (std::none_of(first.entries.begin(), first.entries.end(), sharded))
+        throw Error(ErrorKind::Format, folder,
+            "holds per-rank torch.save files (" + fs::path(paths.front()).filename().string() + " to "
+                + fs::path(paths.back()).filename().string()
+                + ") without a DTensor or ShardedTensor: each rank's file stands alone. Open one of them; raw FSDP1 "
+                  "optimizer files (flat parameters) become FQN-keyed with `optscope-cli unflatten FILES... --model "
+                  "MODEL`");
+
+    auto cp = std::make_shared<Checkpoint>();
+    cp->format = CheckpointFormat::TorchSaveRanks;
+    cp->path = folder;
+    cp->pickleProtocol = first.pickleProtocol;
+    cp->formatDetail = std::to_string(paths.size()) + " rank files " + fs::path(paths.front()).filename().string()
+        + " to " + fs::path(paths.back()).filename().string() + "; " + first.formatDetail;
+    cp->root = first.root;
+    cp->arena = first.arena; // rank 0's values; the other ranks give chunks only, which point into their files
+    cp->files = std::make_shared<CheckpointFiles>(folder);
+    for (size_t r = 0; r < paths.size(); ++r) {
+        const std::string name = fs::path(paths[r]).filename().string();
+        cp->files->add(name, ranks[r]->files->open(name));
+        for (const auto& w : ranks[r]->warnings) {
+            CheckpointWarning copy = w;
+            if (r > 0) copy.message = name + ": " + copy.message;
+            // the same warning of every rank once
+            const bool seen = r > 0 && std::any_of(cp->warnings.begin(), cp->warnings.end(), [&](const auto& o) {
+                return o.code == w.code && o.key == w.key;
+            });
+            if (!seen) cp->warnings.push_back(std::move(copy));
+        }
+    }
+
+    const auto fileTable = std::make_shared<FileNameTable>();
+    std::vector<std::unordered_map<std::string, size_t>> byKey(ranks.size());
+    for (size_t r = 1; r < ranks.size(); ++r)
+        for (size_t i = 0; i < ranks[r]->entries.size(); ++i)
+            byKey[r].emplace(ranks[r]->entries[i].key, i);
+    std::vector<std::vector<std::string>> missing(ranks.size());
+    cp->entries.reserve(first.entries.size());
+    for (const Entry& e0 : first.entries) {
+        Entry e = e0;
+        if (e0.isTensor()) {
+            e.tensor.chunks = ChunkTable();
+            e.tensor.chunks.useFileTable(fileTable);
+            std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
+            auto add = [&](const ChunkTable& from, int rank) {
+                for (size_t i = 0; i < from.size(); ++i) {
+                    // a replicated shard every rank holds: the first rank's
+                    if (!boxes.emplace(from.offsetsOf(i).vec(), from.sizesOf(i).vec()).second) continue;
+                    TensorChunk c = from[i];
+                    c.rank = rank;
+                    e.tensor.chunks.push_back(c);
+                }
+            };
+            add(e0.tensor.chunks, 0);
+            if (sharded(e0))
+                for (size_t r = 1; r < ranks.size(); ++r) {
+                    const auto it = byKey[r].find(e0.key);
+                    if (it == byKey[r].end()) {
+                        missing[r].push_back(e0.key);
+                        continue;
+                    }
+                    const Entry& er = ranks[r]->entries[it->second];
+                    if (!er.isTensor() || er.tensor.shape != e0.tensor.shape || er.tensor.dtype != e0.tensor.dtype) {
+                        cp->warnings.push_back({"rank-files-disagree",
+                            fs::path(paths[r]).filename().string() + " holds '" + e0.key
+                                + "' with another type, shape or dtype than rank 0's: its shard is left out",
+                            e0.key, true, "", "", ""});
+                        continue;
+                    }
+                    add(er.tensor.chunks, static_cast<int>(r));
+                }
+        }
+        cp->entries.push_back(std::move(e));
+    }
+    // keys a rank's file has and rank 0's does not
+    for (size_t r = 1; r < ranks.size(); ++r) {
+        std::vector<std::string> extra;
+        for (const Entry& er : ranks[r]->entries)
+            if (!first.find(er.key)) extra.push_back(er.key);
+        const std::string name = fs::path(paths[r]).filename().string();
+        if (!missing[r].empty())
+            cp->warnings.push_back({"rank-files-disagree",
+                name + " lacks " + std::to_string(missing[r].size()) + " sharded tensor(s) that "
+                    + fs::path(paths[0]).filename().string() + " has, first '" + missing[r].front()
+                    + "': their shards of that rank are missing",
+                missing[r].front(), true, "", "", ""});
+        if (!extra.empty())
+            cp->warnings.push_back({"rank-files-disagree",
+                name + " has " + std::to_string(extra.size()) + " key(s) that "
+                    + fs::path(paths[0]).filename().string() + " lacks, first '" + extra.front()
+                    + "': rank 0's keys are read",
+                extra.front(), false, "", "", ""});
+    }
+    cp->buildIndex();
+    progress(1.0, "read");
+    return cp;
+}
+
+} // namespace optscope

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Per-rank torch.save files of one sharded state dict, read as one checkpoint.
+//
+// What users write without DCP: every rank calls torch.save on its own sharded state dict, into one file per rank
+// named alike but for the rank number ("rank0.pt", "rank1.pt"; "ckpt_rank_3.pt"; "model-r2.pth"):
+//   FSDP2 / tensor parallel: get_state_dict(model, opt) or model.state_dict() -> DTensors; each file's DTensor holds
+//     that rank's local shard (its offsets follow from the placements, see torch_save_reader.h);
+//   FSDP1 SHARDED_STATE_DICT: ShardedTensors, each file's holding the rank's local shards with their global offsets.
+// Everything else in the files (plain tensors such as a replicated step, numbers, param_groups) is each rank's own
+// copy, the same on every rank for replicated state: rank 0's is read.
+//
+// The folder holds the files of one set: the names that differ only in their last number, numbered 0..N-1, N >= 2,
+// torch.save archives (zip or legacy), rank 0's holding at least one DTensor or ShardedTensor. Other files beside them
+// are left alone. Files of one rank that are plain tensors only (raw FSDP1 flat-parameter optimizer files) are not
+// such a set: `optscope-cli unflatten` reads those with the model.
+//
+// The checkpoint: rank 0's entries in its order; each DTensor/ShardedTensor entry's chunks are every rank's shards,
+// with the rank from the file name (a Replicate placement's copies once: the first rank's). A key that a rank's file
+// lacks, or has and rank 0's does not, is a warning naming the file.
+
+#include "optscope/checkpoint.h"
+#include "optscope/progress.h"
+
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+class TorchSaveRanksReader
+{
+public:
+    /// the rank files of @p folder in rank order (empty when it holds no such set, or more than one)
+    static std::vector<std::string> rankFiles(const std::string& folder);
+    /// a folder holding one set of rank files (by name and magic; open() refuses a set without DTensor or
+    /// ShardedTensor entries, naming `unflatten` for raw FSDP1 files)
+    static bool looksLikeRankFiles(const std::string& folder);
+    static CheckpointPtr open(const std::string& folder, const Progress& progress = {});
+};
+
+} // namespace optscope
