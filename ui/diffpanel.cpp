@@ -361,7 +361,8 @@ DiffOptions DiffPanel::comparisonOptions() const
     DiffOptions options;
     options.rtol = m_rtol->text().isEmpty() ? 0.0 : m_rtol->text().toDouble();
     options.atol = m_atol->text().isEmpty() ? 0.0 : m_atol->text().toDouble();
-    options.histogramBins = HistogramBins;
+    // no histogram per entry: the selected pair's is computed when it is shown (diffHistogram), so a comparison of
+    // 100k keys neither holds 100k histograms nor reads every tensor twice
     return options;
 }
 
@@ -472,6 +473,8 @@ void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int r
     const CheckpointPtr a = m_context->checkpoint();
     if (!a) return;
     DiffOptions options = comparisonOptions();
+    // two ranks of one checkpoint: the report carries its histograms (its keys are not a second checkpoint's)
+    if (pathB.isEmpty()) options.histogramBins = HistogramBins;
     // rows appear as they are compared: the worker threads hand them over, a timer shows them
     m_pending = std::make_shared<PendingRows>();
     options.onEntry = [pending = m_pending](const DiffEntry& e) {
@@ -658,9 +661,39 @@ void DiffPanel::showEntry(int entryIndex)
             a.isEmpty() || b.isEmpty() ? tr("One element: no histogram") : tr("A: %1 → B: %2").arg(a, b));
         return;
     }
-    if (!e.histogramCounts.empty())
+    const CheckpointPtr a = m_context->checkpoint();
+    const CheckpointPtr b = m_checkpointB;
+    m_context->runner()->cancel(QStringLiteral("diff-histogram"));
+    if (!e.histogramCounts.empty()) {
         m_histogram->setHistogram(e.histogramEdges, e.histogramCounts, tr("a − b"));
-    else if (e.status == DiffStatus::Equal)
+    } else if (e.type == "tensor" && e.valuesCompared && e.numDiff > 0 && e.shapeA == e.shapeB && a && b
+        && m_shown.rankA < 0 && !m_context->runner()->isRunning(QStringLiteral("diff"))) {
+        // read the pair again for its histogram, off the UI thread; a newer selection supersedes it
+        m_histogram->clearHistogram(tr("Computing the histogram…"));
+        const DiffEntry pair = [&e] {
+            DiffEntry copy = e;
+            copy.ranks.clear();
+            return copy;
+        }();
+        const int shown = entryIndex;
+        m_histogramFor = shown;
+        m_context->runner()->run(
+            QStringLiteral("diff-histogram"), tr("Δ histogram of %1").arg(QString::fromStdString(e.key)), this,
+            [a, b, pair](const Progress& progress) {
+                return std::make_shared<DiffHistogram>(diffHistogram(*a, *b, pair, HistogramBins, progress));
+            },
+            [this, shown](std::shared_ptr<DiffHistogram> h) {
+                if (shown != m_histogramFor) return;
+                if (h->counts.empty())
+                    m_histogram->clearHistogram(tr("No histogram for this pair"));
+                else
+                    m_histogram->setHistogram(h->edges, h->counts, tr("a − b"));
+                Q_EMIT histogramShown();
+            },
+            [this, shown](const QString& message, bool cancelled) {
+                if (shown == m_histogramFor && !cancelled) m_histogram->clearHistogram(message);
+            });
+    } else if (e.status == DiffStatus::Equal)
         m_histogram->clearHistogram(tr("Equal: no differences"));
     else
         m_histogram->clearHistogram(e.type == "tensor" ? tr("No histogram (%1)").arg(QString::fromStdString(e.reason))

@@ -90,6 +90,8 @@ Q_SIGNALS:
     void showInShardLayoutRequested(const QString& key);
     /// the A | B | Δ values of the current row arrived
     void valuesReady();
+    /// the Δ histogram of the current row, read when it was selected, is shown
+    void histogramShown();
     /// the checkpoint B of the finished comparison; null when there is none (or two ranks were compared)
     void comparisonChanged(optscope::CheckpointPtr b);
 
@@ -141,6 +143,7 @@ private:
     QLabel* m_histTitle;
     QString m_pathB;
     QString m_stepChange;
+    int m_histogramFor = -1; ///< the entry whose histogram is being read (a later selection drops the result)
     CheckpointPtr m_checkpointB; ///< B of a checkpoint comparison (null for ranks), for one-element values
     QMenu* m_compareMenu;
     QPushButton* m_back;

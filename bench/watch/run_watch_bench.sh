@@ -41,9 +41,9 @@ assert len(times) == k, (times, k)
 print(f"{times[0]:.2f}", f"{(times[-1] - times[0]) / (k - 1):.2f}" if k > 1 else "-", keys)
 PY
 )
-    read -r tsteps tfirst tper trss tkeys ttop < <(scripts/torch-python bench/watch/torch_watch.py "$run" 2>/dev/null)
+    read -r tsteps tfirst tper trss tkeys ttop tpeak < <(scripts/torch-python bench/watch/torch_watch.py "$run" 2>/dev/null)
     echo "run_watch_bench: K=$k: optscope first step ${first}s, then ${per}s per step, peak ${rss} KB; PyTorch first ${tfirst}s, then ${tper}s per step, peak +${trss} KB"
-    rows+=("| $k | $keys | $per s | $((rss / 1024)) MiB | $tper s | $((trss / 1024)) MiB | $(python3 -c "print(f'{float(\"$tper\") / float(\"$per\"):.1f}x')") |")
+    rows+=("| $k | $keys | $per s | $((rss / 1024)) MiB | $tper s | $((trss / 1024)) MiB above the import, $((tpeak / 1024)) MiB in all | $(python3 -c "print(f'{float(\"$tper\") / float(\"$per\"):.1f}x')") |")
 done
 {
     echo "# Watch: following a run of 133k-key checkpoints"
@@ -54,11 +54,12 @@ done
     echo "per file)."
     echo
     echo "- optscope: \`optscope --watch RUN --screenshot\` offscreen: Watch reads every step, compares it with the one before"
-    echo "  (the Diff panel's options: a Δ histogram per tensor) and shows the newest with its comparison (Follow). Per step:"
+    echo "  (the Diff panel's options) and shows the newest with its comparison (Follow). Per step:"
     echo "  from the first step read to the last, divided by K - 1 (the first step waits one poll, 1.5 s, to know it is"
     echo "  complete). Peak RSS of the whole app."
     echo "- PyTorch: \`bench/watch/torch_watch.py\`: \`torch.load(weights_only=True)\` of each step and, per tensor, max |a - b|"
-    echo "  and the count of differing elements against the step before; timed after \`import torch\`, RSS above it."
+    echo "  and the count of differing elements against the step before; timed after \`import torch\`; RSS above the"
+    echo "  import and of the whole process."
     echo
     echo "| steps K | keys per step | optscope per step | optscope peak RSS | PyTorch per step | PyTorch peak RSS | faster |"
     echo "|---:|---:|---:|---:|---:|---:|---:|"

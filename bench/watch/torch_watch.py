@@ -8,7 +8,7 @@ Reads RUN_FOLDER/step_<i>.pt in step order with torch.load(weights_only=True) an
 key by key over the nested dicts: for every tensor, max |a - b| and how many elements differ. Timed in the process
 after `import torch`. Prints "steps<TAB>seconds of the first read<TAB>seconds per later step (read and compare)<TAB>
 peak RSS KiB above the RSS after import torch<TAB>keys per step<TAB>the key with the largest max |a - b| at the
-last step".
+last step<TAB>the whole process's peak RSS KiB".
 """
 import os
 import re
@@ -59,7 +59,7 @@ def main():
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     per_step = (wall - first) / (len(steps) - 1) if len(steps) > 1 else 0.0
-    print(f"{len(steps)}\t{first:.4f}\t{per_step:.4f}\t{peak - base}\t{len(previous)}\t{top}")
+    print(f"{len(steps)}\t{first:.4f}\t{per_step:.4f}\t{peak - base}\t{len(previous)}\t{top}\t{peak}")
 
 
 if __name__ == "__main__":

@@ -176,6 +176,30 @@ TEST(Diff, BitIdenticalFilesAreEqualAndExitSemanticsHold)
     EXPECT_EQ(r.entries.size(), 23u);
 }
 
+TEST(Diff, OnePairsHistogramEqualsTheReportsHistogram)
+{
+    // the GUI reads the selected pair's histogram when it shows it: the same counts and edges as a report made
+    // with histogramBins, for every pair that has one, across layouts (2 ranks vs 3)
+    const auto a = open("fsdp2_r2");
+    const auto b = open("diff/step4.pt");
+    size_t withHistogram = 0;
+    for (const auto& [x, y] : {std::make_pair(open("diff/step3.pt"), b), std::make_pair(a, open("fsdp2_r3"))}) {
+        DiffOptions withBins;
+        withBins.histogramBins = 16;
+        const DiffReport full = diffCheckpoints(*x, *y, withBins);
+        const DiffReport plain = diffCheckpoints(*x, *y);
+        ASSERT_EQ(full.entries.size(), plain.entries.size());
+        for (size_t i = 0; i < full.entries.size(); ++i) {
+            EXPECT_TRUE(plain.entries[i].histogramCounts.empty());
+            const DiffHistogram h = diffHistogram(*x, *y, plain.entries[i], 16);
+            EXPECT_EQ(h.counts, full.entries[i].histogramCounts) << full.entries[i].key;
+            EXPECT_EQ(h.edges, full.entries[i].histogramEdges) << full.entries[i].key;
+            withHistogram += h.counts.empty() ? 0 : 1;
+        }
+    }
+    EXPECT_GE(withHistogram, 8u);
+}
+
 TEST(Diff, FilesHoldingPartOfATensorCompareWhatTheyHold)
 {
     // one rank's torch.save of FSDP2 DTensor state dicts (real PyTorch, tests/data/partial): each tensor holds that

@@ -271,24 +271,28 @@ void TestFlows::diffChangedCheckpoints()
                  .data()
                  .toString(),
         QStringLiteral("state.0.exp_avg"));
-    QCOMPARE(diff->histogram()->binCount(), DiffPanel::HistogramBins);
-    // the histogram the core computed for the 30 differing elements
+    // the histogram of the selected pair, read when it is shown (the report carries none: 100k keys would carry
+    // 100k), equal to the core's for the 30 differing elements
+    QVERIFY(r.entries.front().histogramCounts.empty());
+    QTRY_COMPARE_WITH_TIMEOUT(diff->histogram()->binCount(), DiffPanel::HistogramBins, Timeout);
     auto histogramTotal = [&](const char* key) {
+        const auto a = openCheckpoint(testData("adam_int.pt").toStdString());
+        const auto b = openCheckpoint(testData("adam_step_mismatch.pt").toStdString());
         int64_t n = 0;
         for (const auto& e : r.entries)
             if (e.key == key)
-                for (auto c : e.histogramCounts)
+                for (auto c : diffHistogram(*a, *b, e, DiffPanel::HistogramBins).counts)
                     n += c;
         return n;
     };
-    QCOMPARE(diff->histogram()->totalCount(), histogramTotal("state.0.exp_avg"));
+    QTRY_COMPARE_WITH_TIMEOUT(diff->histogram()->totalCount(), histogramTotal("state.0.exp_avg"), Timeout);
     QVERIFY(diff->histogram()->totalCount() >= 29);
     // the heatmap: the largest differences first, exp_avg of parameter 0 at 0.3015...
     const int row = diff->heatmap()->keys().indexOf(QStringLiteral("state.0.exp_avg"));
     QVERIFY(row >= 0);
     QVERIFY(std::abs(diff->heatmap()->cell(row, 0) - 0.30154550075531006) < 1e-9);
     diff->showKey(QStringLiteral("state.1.exp_avg"));
-    QCOMPARE(diff->histogram()->totalCount(), histogramTotal("state.1.exp_avg"));
+    QTRY_COMPARE_WITH_TIMEOUT(diff->histogram()->totalCount(), histogramTotal("state.1.exp_avg"), Timeout);
     QVERIFY(diff->histogram()->totalCount() >= 4);
     // export
     QTemporaryDir tmp;

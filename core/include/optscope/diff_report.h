@@ -97,6 +97,19 @@ struct DiffReport
 DiffReport diffCheckpoints(
     const Checkpoint& a, const Checkpoint& b, const DiffOptions& options = {}, const Progress& progress = {});
 
+/// The histogram of a - b of one compared tensor pair of a report, read again from the two checkpoints (its keyA in
+/// @p a, keyB in @p b): @p bins bins over [-max |Δ|, max |Δ|], what DiffOptions::histogramBins puts in every entry.
+/// For a view that shows one pair at a time: a report of 100k keys then carries no 100k histograms (1 KB each) and
+/// no second read of every tensor. Empty when the pair's values were not compared, none differs, the shapes differ or
+/// the keys are not entries of the two checkpoints.
+struct DiffHistogram
+{
+    std::vector<double> edges; ///< bins + 1
+    std::vector<int64_t> counts;
+};
+DiffHistogram diffHistogram(
+    const Checkpoint& a, const Checkpoint& b, const DiffEntry& entry, size_t bins, const Progress& progress = {});
+
 /// Compares what rank @p rankA and rank @p rankB of one checkpoint hold: chunk by chunk, in order, for every tensor
 /// both hold (replicated state, or any two ranks of per-rank files opened together).
 DiffReport diffRanks(

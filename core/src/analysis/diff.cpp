@@ -402,6 +402,28 @@ void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n
         aten::diffBlock(a, da, b, db, n, opt.rtol, opt.atol, acc);
 }
 
+/// the (a - b) histogram of two tensors of one shape over [-limit, limit], read along the layout with more chunks
+void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, double limit,
+    size_t bins, std::vector<double>& edges, std::vector<int64_t>& counts, const Progress& progress)
+{
+    constexpr int64_t kBlock = 1 << 20;
+    const double lim = limit > 0 ? limit : 1.0;
+    counts.assign(bins, 0);
+    edges.clear();
+    for (size_t i = 0; i <= bins; ++i)
+        edges.push_back(-lim + 2.0 * lim * double(i) / double(bins));
+    const TensorEntry& layoutSide = b.tensor.chunks.size() >= a.tensor.chunks.size() ? b.tensor : a.tensor;
+    for (const auto& [rank, box] : rankBoxes(layoutSide)) {
+        (void)rank;
+        for (const TensorBox& piece : pieces(box, kBlock)) {
+            progress.checkCancelled();
+            const auto x = fetch(ca, a, piece);
+            const auto y = fetch(cb, b, piece);
+            aten::diffHistogram(x.data(), a.tensor.dtype, y.data(), b.tensor.dtype, piece.numel(), -lim, lim, counts);
+        }
+    }
+}
+
 void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, const DiffOptions& opt,
     DiffEntry& d, const Progress& progress)
 {
@@ -527,21 +549,8 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     for (size_t i = 0; i < reasons.size(); ++i)
         d.reason += (i ? "; " : "") + reasons[i];
 
-    if (opt.histogramBins > 0 && d.numDiff > 0 && sameShape) {
-        const double lim = d.maxAbsDiff > 0 ? d.maxAbsDiff : 1.0;
-        d.histogramCounts.assign(opt.histogramBins, 0);
-        for (size_t i = 0; i <= opt.histogramBins; ++i)
-            d.histogramEdges.push_back(-lim + 2.0 * lim * double(i) / double(opt.histogramBins));
-        for (const auto& [rank, box] : rankBoxes(layoutSide)) {
-            (void)rank;
-            for (const TensorBox& piece : pieces(box, kBlock)) {
-                const auto x = fetch(ca, a, piece);
-                const auto y = fetch(cb, b, piece);
-                aten::diffHistogram(
-                    x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), -lim, lim, d.histogramCounts);
-            }
-        }
-    }
+    if (opt.histogramBins > 0 && d.numDiff > 0 && sameShape)
+        fillHistogram(ca, a, cb, b, d.maxAbsDiff, opt.histogramBins, d.histogramEdges, d.histogramCounts, progress);
 }
 
 void compareValues(const Canon& a, const Canon& b, DiffEntry& d)
@@ -730,6 +739,21 @@ static DiffReport diffCheckpointsUnguarded(
     auto ca = canonicalize(A, perParam, arena);
     auto cb = canonicalize(B, perParam, arena);
     return runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
+}
+
+DiffHistogram diffHistogram(
+    const Checkpoint& a, const Checkpoint& b, const DiffEntry& entry, size_t bins, const Progress& progress)
+{
+    DiffHistogram h;
+    if (bins == 0 || entry.type != "tensor" || !entry.valuesCompared || entry.numDiff == 0) return h;
+    const Entry* ea = a.find(entry.keyA);
+    const Entry* eb = b.find(entry.keyB);
+    // a pair the report formed from other entries (a flat parameter's slice) is not two entries: no histogram
+    if (!ea || !eb || !ea->isTensor() || !eb->isTensor() || ea->tensor.shape != eb->tensor.shape
+        || ea->tensor.shape != entry.shapeA)
+        return h;
+    fillHistogram(a, *ea, b, *eb, entry.maxAbsDiff, bins, h.edges, h.counts, progress);
+    return h;
 }
 
 DiffReport diffCheckpoints(

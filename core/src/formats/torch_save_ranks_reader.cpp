@@ -33,7 +33,6 @@ bool splitLastNumber(const std::string& name, std::string& pattern, long& number
     return true;
 }
 
-
 } // namespace
 
 std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& folder)
@@ -52,8 +51,7 @@ std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& fold
     int complete = 0;
     for (const auto& [pattern, ranks] : sets) {
         // ranks 0..N-1, N >= 2
-        if (ranks.size() < 2 || ranks.begin()->first != 0 || ranks.rbegin()->first != long(ranks.size()) - 1)
-            continue;
+        if (ranks.size() < 2 || ranks.begin()->first != 0 || ranks.rbegin()->first != long(ranks.size()) - 1) continue;
         ++complete;
         found.clear();
         for (const auto& [rank, name] : ranks)
@@ -177,9 +175,8 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                 missing[r].front(), true, "", "", ""});
         if (!extra.empty())
             cp->warnings.push_back({"rank-files-disagree",
-                name + " has " + std::to_string(extra.size()) + " key(s) that "
-                    + fs::path(paths[0]).filename().string() + " lacks, first '" + extra.front()
-                    + "': rank 0's keys are read",
+                name + " has " + std::to_string(extra.size()) + " key(s) that " + fs::path(paths[0]).filename().string()
+                    + " lacks, first '" + extra.front() + "': rank 0's keys are read",
                 extra.front(), false, "", "", ""});
     }
     cp->buildIndex();
