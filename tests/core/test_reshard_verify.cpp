@@ -135,6 +135,17 @@ TEST(Fsdp1Optim, WrongUnitsOrWorldSizeAreClearErrors)
         EXPECT_NE(std::string(e.what()).find("shard to ["), std::string::npos) << e.what();
     }
     EXPECT_THROW(Fsdp1Model::fromCheckpoint(*cp, {"no.such.module"}), Error);
+    // use_orig_params=True files (real FSDP1, tests/data/fsdp1_orig_raw_r2): one id per parameter, which --units
+    // cannot fix; the error says what they are and what to save instead
+    const std::vector<CheckpointPtr> orig = {openCheckpoint(kData + "/fsdp1_orig_raw_r2/optim_rank0.pt"),
+        openCheckpoint(kData + "/fsdp1_orig_raw_r2/optim_rank1.pt")};
+    try {
+        unflattenFsdp1(orig, Fsdp1Model::fromCheckpoint(*cp, {"blocks.0", "blocks.1"}));
+        FAIL() << "use_orig_params=True files unflattened";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("use_orig_params=True"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("--units"), std::string::npos) << e.what();
+    }
 }
 
 TEST(Fsdp1Optim, FlattenRefusesDifferingStep)

@@ -134,6 +134,20 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
         if (opts[r]->groupParams() != flatIds)
             throw Error(ErrorKind::Format, ranks[r]->path,
                 "lists flat parameters " + listText(opts[r]->groupParams()) + " but rank 0 lists " + listText(flatIds));
+    size_t modelParams = 0;
+    for (const auto& u : model.units)
+        modelParams += u.params.size();
+    if (flatIds.size() != model.units.size() && flatIds.size() == modelParams) {
+        // one id per parameter of the model: FSDP1 with use_orig_params=True keeps the original parameters, and
+        // each rank's state per parameter is its slice of the flat shard; --units cannot help
+        throw Error(ErrorKind::Format, cp0.path,
+            "lists " + std::to_string(flatIds.size())
+                + " parameters, one per parameter of the model, not one per FSDP unit ("
+                + std::to_string(model.units.size())
+                + "): it was saved with use_orig_params=True, where each rank's state of a parameter is its slice of "
+                  "the rank's flat shard. unflatten reads use_orig_params=False files (flat parameters); save with "
+                  "FSDP.optim_state_dict or get_optimizer_state_dict instead, which optscope reads as they are");
+    }
     if (flatIds.size() != model.units.size()) {
         std::string units;
         for (const auto& u : model.units)
