@@ -86,14 +86,18 @@ int runUnflatten(const std::vector<std::string>& argv)
     const WriteStats s = TorchSaveWriter::write(r.tree, *out, progress, write);
     finishTerminalProgress();
     if (args.has("--json")) {
-        nlohmann::ordered_json j {{"output", *out}, {"world_size", ranks.size()}, {"flat_params", r.flatParams},
-            {"params", r.params}, {"tensors", s.tensors}, {"tensor_bytes", s.tensorBytes}, {"rank_files", files},
-            {"notes", r.notes}};
+        nlohmann::ordered_json j {{"output", *out}, {"world_size", ranks.size()}, {"use_orig_params", r.origParams},
+            {"flat_params", r.flatParams}, {"params", r.params}, {"tensors", s.tensors},
+            {"tensor_bytes", s.tensorBytes}, {"rank_files", files}, {"notes", r.notes}};
         std::cout << j.dump(2) << std::endl;
     } else {
-        std::cout << "wrote " << *out << ": " << r.params << " parameters from " << r.flatParams
-                  << " flat parameters on " << ranks.size() << " ranks (" << s.tensors << " tensors, "
-                  << humanBytes(s.tensorBytes) << ")\n";
+        std::cout << "wrote " << *out << ": " << r.params << " parameters from ";
+        if (r.origParams)
+            std::cout << "per-parameter slices (use_orig_params=True)";
+        else
+            std::cout << r.flatParams << " flat parameters";
+        std::cout << " on " << ranks.size() << " ranks (" << s.tensors << " tensors, " << humanBytes(s.tensorBytes)
+                  << ")\n";
         for (const auto& n : r.notes)
             std::cout << "  " << n << "\n";
         std::cout << "  rank order: ";

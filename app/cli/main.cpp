@@ -123,19 +123,22 @@ const std::vector<Command>& commands()
             runMap},
         {"codes", "the finding codes check and diagnose report, with severity and meaning",
             "usage: optscope-cli codes [--json]\n", runCodes},
-        {"unflatten", "turn raw FSDP1 flat-parameter optimizer files into FQN-keyed full state",
+        {"unflatten", "turn raw per-rank FSDP1 optimizer files into FQN-keyed full state",
             "usage: optscope-cli unflatten RANK_FILE... --model MODEL [--units PREFIX,...] -o OUT.pt [--json]\n"
             "\n"
-            "RANK_FILEs are torch.save files of optimizer.state_dict() of an FSDP1 model (use_orig_params=False),\n"
-            "one per rank (ordered by the numbers in their names). The output equals what\n"
+            "RANK_FILEs are torch.save files of optimizer.state_dict() of an FSDP1 model, one per rank (ordered by\n"
+            "the numbers in their names): with use_orig_params=False one flat parameter per FSDP unit (give\n"
+            "--units), with use_orig_params=True one id per parameter holding the rank's slice of it (found by\n"
+            "their count; the ids follow the model's parameter order). The output equals what\n"
             "get_state_dict(..., full_state_dict=True) gives, keeping the input's nesting ({\"optim\": osd} in,\n"
             "{\"optim\": {\"state\": {fqn: ...}, \"param_groups\": [... \"params\": [fqn, ...]]}} out).\n"
             "  --model MODEL     any checkpoint holding the model's parameters: FQNs, shapes and order (for example\n"
             "                    the FSDP1 DCP checkpoint; its optimizer's param_groups give the exact order)\n"
-            "  --units P1,P2     the FSDP-wrapped module prefixes (default: one unit, the root)\n"
+            "  --units P1,P2     the FSDP-wrapped module prefixes (default: one unit, the root; not needed for\n"
+            "                    use_orig_params=True files)\n"
             "  -o, --output OUT  output torch.save file\n"
             "  --no-fsync        skip the fsync before the final rename\n"
-            "Exit status: 0 written, 2 error (the error says which flat parameter does not match the model).\n",
+            "Exit status: 0 written, 2 error (the error says which parameter does not match the model).\n",
             runUnflatten},
         {"reshard", "write a DCP checkpoint laid out for another world size",
             "usage: optscope-cli reshard PATH --world-size M (-o OUTDIR | --dry-run) [--layout fsdp2|fsdp1] [--json]\n"

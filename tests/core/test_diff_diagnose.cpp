@@ -523,6 +523,36 @@ TEST(Diagnose, RawFsdp1ShardsAreFlat)
     EXPECT_NE(f->fix.find("optscope-cli unflatten"), std::string::npos);
 }
 
+TEST(Diagnose, OneRanksUseOrigParamsSlicesAreNotFrozenOrMisshapen)
+{
+    // rank 1's raw optimizer.state_dict() of a real 2-rank FSDP1 run with use_orig_params=True
+    // (tests/data/load_cases/fsdp1_orig_rank_file, whose load verdicts are checked against PyTorch): 1-D slices,
+    // nothing for the parameters wholly on rank 0. That is neither frozen parameters nor another architecture, and
+    // re-keying the ids by FQN cannot make it load: the answer is unflatten
+    const std::string dir = "load_cases/fsdp1_orig_rank_file/";
+    const auto model = openCheckpoint(kData + "/" + dir + "model.pt");
+    const ModelParams ref = ModelParams::fromCheckpoint(*model);
+    const auto cp = openCheckpoint(kData + "/" + dir + "optim.pt");
+    const ParamTable t = ParamTable::build(*cp, &ref, model.get());
+    ASSERT_EQ(t.rankSlices.size(), 1u);
+    EXPECT_TRUE(t.rankSlices[0]);
+    ASSERT_EQ(t.rows.size(), 6u);
+    EXPECT_EQ(t.rows[0].fqn, "fc1.weight");
+    EXPECT_NE(t.rows[4].note.find("holds 6 of its 6 elements"), std::string::npos) << t.rows[4].note;
+    const Diagnosis d = diagnoseCheckpoint(*cp, &ref);
+    const DiagnosisFinding* f = finding(d, "fsdp1-flat-state");
+    ASSERT_NE(f, nullptr) << d.toJson().dump(1);
+    EXPECT_NE(f->message.find("use_orig_params=True"), std::string::npos) << f->message;
+    EXPECT_NE(f->fix.find("optscope-cli unflatten"), std::string::npos) << f->fix;
+    EXPECT_EQ(finding(d, "frozen-params"), nullptr) << d.toJson().dump(1);
+    EXPECT_EQ(finding(d, "shape-mismatch"), nullptr) << d.toJson().dump(1);
+    for (const auto& x : d.findings)
+        EXPECT_TRUE(x.actions.empty()) << x.name() << ": nothing here can be fixed by renaming or re-keying";
+    // a plain optimizer's state of the same model is not taken for slices
+    const auto plain = openCheckpoint(kData + "/load_cases/adamw/optim.pt");
+    EXPECT_FALSE(ParamTable::build(*plain, &ref, model.get()).rankSlices[0]);
+}
+
 TEST(Diagnose, StepFindings)
 {
     EXPECT_NE(finding(diagnose("adam_fqn_step_mismatch.pt", ""), "step-inconsistent"), nullptr);

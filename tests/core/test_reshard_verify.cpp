@@ -54,6 +54,24 @@ std::vector<CheckpointPtr> rawRanks()
 
 // ------------------------------------------------------------------------------------------- FSDP1 raw state
 
+/// every entry of @p got equals @p want's: same paths, tensor bytes and values
+static void expectSameEntries(
+    const std::map<std::string, nlohmann::ordered_json>& want, const std::map<std::string, nlohmann::ordered_json>& got)
+{
+    ASSERT_EQ(want.size(), got.size());
+    for (const auto& [key, e] : want) {
+        SCOPED_TRACE(key);
+        ASSERT_TRUE(got.count(key));
+        EXPECT_EQ(e["path"], got.at(key)["path"]);
+        if (e["type"] == "tensor") {
+            EXPECT_EQ(e["sha256"], got.at(key)["sha256"]);
+            EXPECT_EQ(e["shape"], got.at(key)["shape"]);
+        } else {
+            EXPECT_EQ(e["value"], got.at(key)["value"]);
+        }
+    }
+}
+
 TEST(Fsdp1Optim, ModelUnitsInFlatParameterOrder)
 {
     const auto model = Fsdp1Model::fromCheckpoint(*openCheckpoint(kData + "/fsdp1_r2"), {"blocks.1", "blocks.0"});
@@ -76,20 +94,7 @@ TEST(Fsdp1Optim, UnflattenEqualsPyTorchFullStateDict)
     const std::string out = (tmp.path / "full.pt").string();
     TorchSaveWriter::write(r.tree, out);
     // get_state_dict(model, optim, full_state_dict=True) on the same run, saved by PyTorch
-    const auto want = hashed(*openCheckpoint(kData + "/fsdp1_raw_r2/full_optim.pt"));
-    const auto got = hashed(*openCheckpoint(out));
-    ASSERT_EQ(want.size(), got.size());
-    for (const auto& [key, e] : want) {
-        SCOPED_TRACE(key);
-        ASSERT_TRUE(got.count(key));
-        EXPECT_EQ(e["path"], got.at(key)["path"]);
-        if (e["type"] == "tensor") {
-            EXPECT_EQ(e["sha256"], got.at(key)["sha256"]);
-            EXPECT_EQ(e["shape"], got.at(key)["shape"]);
-        } else {
-            EXPECT_EQ(e["value"], got.at(key)["value"]);
-        }
-    }
+    expectSameEntries(hashed(*openCheckpoint(kData + "/fsdp1_raw_r2/full_optim.pt")), hashed(*openCheckpoint(out)));
 }
 
 TEST(Fsdp1Optim, FlattenEqualsPyTorchRankFiles)
@@ -135,16 +140,56 @@ TEST(Fsdp1Optim, WrongUnitsOrWorldSizeAreClearErrors)
         EXPECT_NE(std::string(e.what()).find("shard to ["), std::string::npos) << e.what();
     }
     EXPECT_THROW(Fsdp1Model::fromCheckpoint(*cp, {"no.such.module"}), Error);
-    // use_orig_params=True files (real FSDP1, tests/data/fsdp1_orig_raw_r2): one id per parameter, which --units
-    // cannot fix; the error says what they are and what to save instead
-    const std::vector<CheckpointPtr> orig = {openCheckpoint(kData + "/fsdp1_orig_raw_r2/optim_rank0.pt"),
+}
+
+static std::vector<CheckpointPtr> origRanks()
+{
+    return {openCheckpoint(kData + "/fsdp1_orig_raw_r2/optim_rank0.pt"),
         openCheckpoint(kData + "/fsdp1_orig_raw_r2/optim_rank1.pt")};
+}
+
+TEST(Fsdp1Optim, UseOrigParamsFilesUnflattenToPyTorchsFullStateDict)
+{
+    // use_orig_params=True (real FSDP1, 2 ranks): one id per parameter, each rank's state its slice of the flat
+    // shard (parameters split across both ranks, and ones only one rank holds); --units do not matter
+    // MODEL: PyTorch's full model state dict, or the FSDP1 DCP checkpoint of a use_orig_params=False run of the same
+    // model, whose optimizer lists the parameters in flat-parameter order (root unit first), not the model's
+    for (const std::string source : {"fsdp1_orig_raw_r2/model.pt", "fsdp1_r2"})
+        for (const std::vector<std::string>& units : {std::vector<std::string> {}, {"blocks.0", "blocks.1"}}) {
+            SCOPED_TRACE(source + " " + std::to_string(units.size()));
+            const auto model = Fsdp1Model::fromCheckpoint(*openCheckpoint(kData + "/" + source), units);
+            const auto ranks = origRanks(); // the result streams from them
+            const UnflattenResult r = unflattenFsdp1(ranks, model);
+            EXPECT_TRUE(r.origParams);
+            EXPECT_EQ(r.params, 16u);
+            EXPECT_EQ(r.flatParams, 0u);
+            TempDir tmp;
+            const std::string out = (tmp.path / "full.pt").string();
+            TorchSaveWriter::write(r.tree, out);
+            // get_state_dict(model, optim, full_state_dict=True) on the same run, saved by PyTorch
+            expectSameEntries(
+                hashed(*openCheckpoint(kData + "/fsdp1_orig_raw_r2/full_optim.pt")), hashed(*openCheckpoint(out)));
+        }
+}
+
+TEST(Fsdp1Optim, UseOrigParamsFilesOfAnotherOrderOrMissingRanksAreClearErrors)
+{
+    const auto model = Fsdp1Model::fromCheckpoint(*openCheckpoint(kData + "/fsdp1_orig_raw_r2/model.pt"), {});
+    // one rank file of two: its slices do not add up to the parameters
     try {
-        unflattenFsdp1(orig, Fsdp1Model::fromCheckpoint(*cp, {"blocks.0", "blocks.1"}));
-        FAIL() << "use_orig_params=True files unflattened";
+        unflattenFsdp1({origRanks()[0]}, model);
+        FAIL() << "one rank of two unflattened";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("use_orig_params=True"), std::string::npos) << e.what();
-        EXPECT_EQ(std::string(e.what()).find("--units"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("elements over the 1 rank files"), std::string::npos) << e.what();
+    }
+    // the model's parameters in another order than the optimizer's ids
+    Fsdp1Model reversed = model;
+    std::reverse(reversed.ordered.begin(), reversed.ordered.end());
+    try {
+        unflattenFsdp1(origRanks(), reversed);
+        FAIL() << "ids paired with the wrong parameters";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("model's order"), std::string::npos) << e.what();
     }
 }
 

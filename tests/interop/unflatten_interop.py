@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Interop for `optscope-cli unflatten`: raw FSDP1 (use_orig_params=False) optimizer shards, one file per rank,
-must unflatten to exactly what get_state_dict(..., full_state_dict=True) gives.
+"""Interop for `optscope-cli unflatten`: raw FSDP1 optimizer shards, one file per rank, must unflatten to exactly what
+get_state_dict(..., full_state_dict=True) gives. With "orig" the run uses use_orig_params=True (one id per
+parameter, each rank's state its slice of it) and writes to OUTDIR/w<W>_orig.
 
-    torch-python unflatten_interop.py make OUTDIR W     OUTDIR/w<W>/optim_rank<r>.pt (raw, {"optim": osd}),
+    torch-python unflatten_interop.py make OUTDIR W [orig]  OUTDIR/w<W>/optim_rank<r>.pt (raw, {"optim": osd}),
                                                         OUTDIR/w<W>/model (DCP of get_state_dict), and
                                                         OUTDIR/w<W>/full.pt ({"optim": full osd}, the reference)
     (optscope-cli unflatten OUTDIR/w<W>/optim_rank*.pt --model OUTDIR/w<W>/model --units ... -o .../ours.pt)
-    torch-python unflatten_interop.py compare OUTDIR W  torch.load both (weights_only) and compare: same nesting, key
+    torch-python unflatten_interop.py compare OUTDIR W [orig]  torch.load both (weights_only) and compare: same nesting, key
                                                         order, bit-identical tensors, equal values
 """
 import os
@@ -23,7 +24,7 @@ from make_fixtures import spawn  # noqa: E402
 from gather_interop import WideBlock, WideNet, same  # noqa: E402
 
 
-def _worker(rank, world, port, out, seed):
+def _worker(rank, world, port, out, seed, orig):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -32,7 +33,7 @@ def _worker(rank, world, port, out, seed):
 
     torch.manual_seed(seed)
     model = FSDP(WideNet(), auto_wrap_policy=ModuleWrapPolicy({WideBlock}), device_id=torch.device("cpu"),
-                 use_orig_params=False)
+                 use_orig_params=orig)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     x = torch.randn(4, 6, generator=torch.Generator().manual_seed(seed))
     for _ in range(3):
@@ -51,18 +52,20 @@ def _worker(rank, world, port, out, seed):
 
 if __name__ == "__main__":
     mode, out, world = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    d = os.path.join(out, f"w{world}")
+    orig = sys.argv[4:] == ["orig"]
+    d = os.path.join(out, f"w{world}" + ("_orig" if orig else ""))
     if mode == "make":
         os.makedirs(d, exist_ok=True)
         seed = random.SystemRandom().randint(0, 10**6)
         print("seed", seed)
-        spawn(_worker, world, d, seed)
+        spawn(_worker, world, d, seed, orig)
     else:
         ref = torch.load(os.path.join(d, "full.pt"), weights_only=True)
         ours = torch.load(os.path.join(d, "ours.pt"), weights_only=True)
         errors = []
         same(ref, ours, f"W={world}", errors)
-        print(f"unflatten of {world} raw FSDP1 ranks: {'equal to get_state_dict(full_state_dict=True)' if not errors else 'DIFFERENT'}")
+        what = "use_orig_params=True" if orig else "use_orig_params=False"
+        print(f"unflatten of {world} raw FSDP1 ranks ({what}): {'equal to get_state_dict(full_state_dict=True)' if not errors else 'DIFFERENT'}")
         for e in errors[:20]:
             print("   ", e)
         sys.exit(1 if errors else 0)

@@ -126,6 +126,8 @@ struct ParamTable
     std::vector<OptimizerView> optimizers; ///< outermost first
     std::vector<OptimizerKind> kinds; ///< per optimizer
     std::vector<NameSource> sources; ///< per optimizer: how its ids were named
+    /// per optimizer: it is one rank's raw FSDP1 use_orig_params=True state (isOrigParamsRankSlices), named by position
+    std::vector<char> rankSlices;
     std::vector<ParamRow> rows; ///< per optimizer in param_groups order, then state no group lists
     std::vector<std::string> notes; ///< how names were found, in words
     std::optional<ModelParams> modelInFile; ///< the model state dict beside the optimizer, if any

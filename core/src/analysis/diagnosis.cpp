@@ -319,6 +319,7 @@ private:
         for (const ParamRow* r : rows)
             if (r->position >= 0 && r->source != NameSource::Fsdp1Layout) listed.push_back(r);
         const bool fsdp1 = m_table.sources[static_cast<size_t>(oi)] == NameSource::Fsdp1Layout;
+        const bool rankSlices = m_table.rankSlices[static_cast<size_t>(oi)];
         std::vector<size_t> savedSizes;
         for (const auto& g : v.groups)
             savedSizes.push_back(g.params.size());
@@ -344,7 +345,22 @@ private:
                 if (e->isTensor() && !e->tensor.shape.empty()) allFlat = allFlat && e->tensor.shape.size() == 1;
         const bool named = !listed.empty()
             && std::all_of(listed.begin(), listed.end(), [](const ParamRow* r) { return !r->fqn.empty(); });
-        if (fsdp1 || (allFlat && !named && savedTotal < exp.fqns.size())) {
+        if (rankSlices) {
+            size_t held = 0;
+            for (const ParamRow* r : listed)
+                held += r->param != nullptr;
+            Finding f(FindingCode::Fsdp1FlatState,
+                where + " is one rank's raw optimizer state of FSDP1 with use_orig_params=True: each parameter's state "
+                    + "is the rank's 1-D slice of it (" + std::to_string(held) + " of its " + std::to_string(savedTotal)
+                    + " parameters have elements on this rank). It loads only on the same rank of the same FSDP1 "
+                      "model and world size; anywhere else the slices do not fit the parameters",
+                root);
+            f.pytorchError = "RuntimeError: The size of tensor a must match the size of tensor b (at the first "
+                             "optimizer.step() after loading it into an unsharded model)";
+            f.fix = "unflatten it with all ranks' files: `optscope-cli unflatten RANK_FILE... --model MODEL`";
+            f.fixNeutral = "unflatten it with all ranks' files and the model (optscope-cli unflatten)";
+            d.findings.push_back(std::move(f));
+        } else if (fsdp1 || (allFlat && !named && savedTotal < exp.fqns.size())) {
             Finding f(FindingCode::Fsdp1FlatState,
                 where + " holds " + std::to_string(savedTotal) + " flat 1-D parameters for the "
                     + std::to_string(exp.fqns.size()) + " parameters of " + exp.source
@@ -479,7 +495,7 @@ private:
             d.findings.push_back(std::move(f));
         }
         // positions pair up only when the groups do: with other groups load_state_dict raises before any shape matters
-        if (!wrongByPosition.empty() && (v.idKeyed || !named) && groupError.empty()) {
+        if (!wrongByPosition.empty() && (v.idKeyed || !named) && groupError.empty() && !rankSlices) {
             Finding f(FindingCode::ShapeMismatch,
                 std::to_string(wrongByPosition.size()) + " state tensor(s) of " + where
                     + " do not have the shape of the model parameter at their position: "

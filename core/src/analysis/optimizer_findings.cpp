@@ -89,7 +89,12 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             size_t assumed = 0; // names shapes could not decide (a model file without its order): never re-key by them
             for (const ParamRow* r : rows)
                 assumed += r->position >= 0 && r->confidence == Confidence::OrderAssumed;
-            if (assumed && table.sources[oi] == NameSource::ReferenceOrder) {
+            if (table.rankSlices[oi]) {
+                // re-keying one rank's slices by FQN would not make them load anywhere else
+                f.fix = "re-keying cannot help one rank's slices: unflatten all ranks' files (`optscope-cli "
+                        "unflatten`)";
+                f.fixNeutral = "re-keying cannot help one rank's slices: unflatten all ranks' files";
+            } else if (assumed && table.sources[oi] == NameSource::ReferenceOrder) {
                 f.fix = std::to_string(assumed) + " of the names rest on an assumed order (parameters of one shape, "
                     + "and the model file does not store its order): give the model in its real order (a torch.save "
                       "of model.state_dict()) to name and re-key the ids";
@@ -113,7 +118,8 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
 
         // parameters without state: frozen, or never given a gradient. LBFGS keeps all its state on the first one.
         std::vector<std::string> stateless;
-        if (!v.params.empty() && !keepsAllStateOnFirstParam(kind))
+        // (one rank's FSDP1 use_orig_params=True slices: parameters wholly on other ranks have none here)
+        if (!v.params.empty() && !keepsAllStateOnFirstParam(kind) && !table.rankSlices[oi])
             for (const ParamRow* r : rows)
                 if (r->position >= 0 && !r->param && r->source != NameSource::Fsdp1Layout && !keepsNoState(*r))
                     stateless.push_back(label(*r));

@@ -71,6 +71,12 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
         m.notes.push_back("parameter order and names from the param_groups of '" + v.rootKey() + "' in " + model.path);
         break;
     }
+    if (!params.empty()) {
+        for (const auto& fqn : tensorOrder) {
+            auto it = shapes.find(fqn);
+            if (!isKnownBufferName(fqn) && it != shapes.end()) m.stateDictOrdered.emplace_back(fqn, it->second);
+        }
+    }
     if (params.empty()) {
         for (const auto& fqn : tensorOrder)
             if (!isKnownBufferName(fqn)) params.push_back(fqn);
@@ -96,6 +102,7 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
             if (underPrefix(fqn, p) && p.size() >= best.size()) best = p;
         byPrefix[best].prefix = best;
         byPrefix[best].params.emplace_back(fqn, it->second);
+        m.ordered.emplace_back(fqn, it->second);
         for (const auto& p : prefixes)
             if (underPrefix(fqn, p) && !firstPosition.count(p)) firstPosition[p] = i;
     }
@@ -117,6 +124,28 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
     return m;
 }
 
+bool isOrigParamsRankSlices(
+    const OptimizerView& view, const std::vector<std::vector<int64_t>>& shapes, bool keepsAllStateOnFirstParam)
+{
+    if (!view.idKeyed || view.flattened || view.params.empty() || keepsAllStateOnFirstParam) return false;
+    const std::vector<std::string> ids = view.groupParams();
+    if (ids.size() != shapes.size()) return false;
+    bool sliced = false;
+    for (size_t k = 0; k < ids.size(); ++k) {
+        const OptimizerParam* p = view.param(ids[k]);
+        if (!p) continue;
+        int64_t numel = 1;
+        for (const int64_t d : shapes[k])
+            numel *= d;
+        for (const auto& [name, e] : p->states) {
+            if (!e->isTensor() || e->tensor.shape.empty()) continue;
+            if (e->tensor.shape.size() != 1 || e->tensor.shape[0] > numel) return false;
+            sliced = sliced || e->tensor.shape[0] < numel || shapes[k].size() > 1;
+        }
+    }
+    return sliced;
+}
+
 UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fsdp1Model& model)
 {
     if (ranks.empty()) throw Error(ErrorKind::Usage, {}, "unflatten needs at least one rank file");
@@ -134,63 +163,177 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
         if (opts[r]->groupParams() != flatIds)
             throw Error(ErrorKind::Format, ranks[r]->path,
                 "lists flat parameters " + listText(opts[r]->groupParams()) + " but rank 0 lists " + listText(flatIds));
-    size_t modelParams = 0;
-    for (const auto& u : model.units)
-        modelParams += u.params.size();
-    if (flatIds.size() != model.units.size() && flatIds.size() == modelParams) {
-        // one id per parameter of the model: FSDP1 with use_orig_params=True keeps the original parameters, and
-        // each rank's state per parameter is its slice of the flat shard; --units cannot help
-        throw Error(ErrorKind::Format, cp0.path,
-            "lists " + std::to_string(flatIds.size())
-                + " parameters, one per parameter of the model, not one per FSDP unit ("
-                + std::to_string(model.units.size())
-                + "): it was saved with use_orig_params=True, where each rank's state of a parameter is its slice of "
-                  "the rank's flat shard. unflatten reads use_orig_params=False files (flat parameters); save with "
-                  "FSDP.optim_state_dict or get_optimizer_state_dict instead, which optscope reads as they are");
-    }
-    if (flatIds.size() != model.units.size()) {
+    size_t modelParams = model.ordered.size();
+    // one id per parameter of the model, not one per unit: FSDP1 with use_orig_params=True keeps the original
+    // parameters, and each rank's state of a parameter is its slice of the rank's flat shard
+    const bool orig = flatIds.size() != model.units.size() && flatIds.size() == modelParams;
+    if (!orig && flatIds.size() != model.units.size()) {
         std::string units;
         for (const auto& u : model.units)
             units += (units.empty() ? "'" : ", '") + u.prefix + "'";
         throw Error(ErrorKind::Format, cp0.path,
             "has " + std::to_string(flatIds.size()) + " flat parameters, but the model gives "
-                + std::to_string(model.units.size()) + " FSDP units (" + units
-                + "); pass the wrapped module prefixes with --units");
+                + std::to_string(model.units.size()) + " FSDP units (" + units + ") and " + std::to_string(modelParams)
+                + " parameters; pass the wrapped module prefixes with --units (use_orig_params=False files hold one "
+                  "flat parameter per unit, use_orig_params=True files one per parameter)");
     }
 
     UnflattenResult result;
-    result.flatParams = flatIds.size();
+    result.flatParams = orig ? 0 : flatIds.size();
+    result.origParams = orig;
     const KeyPath root = o0.root;
     auto path = [&](std::initializer_list<KeyPathElem> rest) {
         KeyPath p = root;
         p.insert(p.end(), rest.begin(), rest.end());
         return p;
     };
+    auto statePath = [&](const std::string& fqn, const std::string& name) {
+        return path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(fqn), KeyPathElem::fromKey(name)});
+    };
+    // a parameter's state names in DSD's order (positive-dim tensors, 0-dim, non-tensors), each kind in file order
+    struct StateNames
+    {
+        std::vector<std::string> tensors, scalars, values;
+    };
+    auto stateNames = [](const OptimizerParam& p) {
+        StateNames n;
+        for (const auto& [name, e] : p.states) {
+            if (e->isTensor() && !e->tensor.shape.empty())
+                n.tensors.push_back(name);
+            else if (e->isTensor())
+                n.scalars.push_back(name);
+            else
+                n.values.push_back(name);
+        }
+        for (auto* names : {&n.tensors, &n.scalars, &n.values})
+            std::sort(names->begin(), names->end(), [&](const std::string& a, const std::string& b) {
+                return p.states.at(a) < p.states.at(b); // entries are stored in file order
+            });
+        return n;
+    };
+    // 0-dim and plain state: one value per parameter (flat or original), from the given rank
+    auto copyScalars
+        = [&](const StateNames& names, const Checkpoint& cp, const OptimizerParam& from, const std::string& fqn) {
+              for (const auto& name : names.scalars) {
+                  const Entry* e = from.states.at(name);
+                  TensorToWrite w;
+                  w.dtype = e->tensor.dtype;
+                  w.shape.clear();
+                  w.produce = [&cp, e](const ByteSink& sink) { TensorAssembler(cp, *e).stream(sink); };
+                  result.tree.setTensor(statePath(fqn, name), std::move(w));
+              }
+              for (const auto& name : names.values)
+                  result.tree.setValue(statePath(fqn, name), from.states.at(name)->value);
+          };
+    // the FQNs an id of param_groups stands for
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>* origOrder = &model.ordered;
+    auto fqnsOf = [&](size_t pos) {
+        std::vector<std::string> f;
+        if (orig)
+            f.push_back((*origOrder)[pos].first);
+        else
+            for (const auto& pr : model.units[pos].params)
+                f.push_back(pr.first);
+        return f;
+    };
 
-    // per flat parameter: layout, and the state names in DSD's order (positive-dim tensors, 0-dim, non-tensors)
-    for (size_t k = 0; k < flatIds.size(); ++k) {
+    if (orig) {
+        // use_orig_params=True: the ranks' 1-D slices in rank order are the flattened parameter. Per id: the ranks
+        // holding it, and how many elements they hold together
+        struct Held
+        {
+            int first = -1; ///< first rank with state; -1: no state anywhere (never stepped, frozen)
+            int64_t numel = 0;
+            StateNames names;
+        };
+        std::vector<Held> held(flatIds.size());
+        for (size_t k = 0; k < flatIds.size(); ++k) {
+            Held& h = held[k];
+            for (int r = 0; r < W; ++r) {
+                const OptimizerParam* p = opts[r]->param(flatIds[k]);
+                if (!p) continue;
+                if (h.first < 0) {
+                    h.first = r;
+                    h.names = stateNames(*p);
+                }
+                int64_t len = -1;
+                for (const auto& name : h.names.tensors) {
+                    auto it = p->states.find(name);
+                    if (it == p->states.end() || !it->second->isTensor() || it->second->tensor.shape.size() != 1
+                        || (len >= 0 && it->second->tensor.shape[0] != len))
+                        throw Error(ErrorKind::Format, ranks[r]->path,
+                            "parameter " + flatIds[k] + " has no 1-D tensor '" + name
+                                + "' of the length its other states have, as use_orig_params=True files hold");
+                    len = it->second->tensor.shape[0];
+                }
+                h.numel += std::max<int64_t>(len, 0);
+            }
+        }
+        // which order of the model's parameters the ids follow: the one whose every parameter has the elements the
+        // ranks hold of its id (the model's own order; an optimizer's param_groups in the model file may list them
+        // in FSDP1's flat order)
+        using Ordered = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+        auto mismatch = [&](const Ordered& order) -> std::string {
+            if (order.size() != flatIds.size()) return "the model has " + std::to_string(order.size()) + " parameters";
+            for (size_t k = 0; k < order.size(); ++k) {
+                int64_t numel = 1;
+                for (const int64_t d : order[k].second)
+                    numel *= d;
+                if (held[k].first < 0 || held[k].names.tensors.empty() || held[k].numel == numel) continue;
+                std::ostringstream msg;
+                msg << "parameter " << flatIds[k] << " holds " << held[k].numel << " elements over the " << W
+                    << " rank files, but parameter " << k << " of the model, '" << order[k].first << "' "
+                    << shapeText(order[k].second) << ", has " << numel;
+                return msg.str();
+            }
+            return {};
+        };
+        const Ordered* order = &model.ordered;
+        std::string why = mismatch(model.ordered);
+        if (!why.empty() && !model.stateDictOrdered.empty() && mismatch(model.stateDictOrdered).empty()) {
+            order = &model.stateDictOrdered;
+            why.clear();
+            result.notes.push_back("parameter ids paired with the model state dict's parameters in its key order");
+        }
+        if (!why.empty())
+            throw Error(ErrorKind::Format, cp0.path,
+                why
+                    + ": the optimizer does not list the parameters in the model's order (param groups in another "
+                      "order?), or rank files are missing");
+        origOrder = order;
+
+        for (size_t k = 0; k < flatIds.size(); ++k) {
+            const Held& h = held[k];
+            if (h.first < 0) continue;
+            const auto& [fqn, shape] = (*order)[k];
+            const OptimizerParam& first = *opts[h.first]->param(flatIds[k]);
+            ++result.params;
+            for (const auto& name : h.names.tensors) {
+                TensorToWrite w;
+                w.dtype = first.states.at(name)->tensor.dtype;
+                w.shape = shape;
+                std::vector<std::pair<const Checkpoint*, const Entry*>> sources;
+                for (int r = 0; r < W; ++r)
+                    if (const OptimizerParam* p = opts[r]->param(flatIds[k]))
+                        sources.push_back({ranks[r].get(), p->states.at(name)});
+                w.produce = [sources](const ByteSink& sink) {
+                    for (const auto& [cp, e] : sources)
+                        TensorAssembler(*cp, *e).stream(sink);
+                };
+                result.tree.setTensor(statePath(fqn, name), std::move(w));
+            }
+            copyScalars(h.names, *ranks[h.first], first, fqn);
+        }
+    }
+
+    // use_orig_params=False: per flat parameter, its layout; each member's state is its range of the padded shards
+    for (size_t k = 0; !orig && k < flatIds.size(); ++k) {
         const Fsdp1Model::Unit& unit = model.units[k];
         const FlatParamLayout layout = FlatParamLayout::compute(unit.params, W, 0);
         const OptimizerParam* state0 = o0.param(flatIds[k]);
         if (!state0) continue; // never stepped (frozen unit): no state, as get_state_dict reports it
-        std::vector<std::string> tensorNames, scalarNames, valueNames;
-        for (const auto& [name, e] : state0->states) {
-            if (e->isTensor() && !e->tensor.shape.empty())
-                tensorNames.push_back(name);
-            else if (e->isTensor())
-                scalarNames.push_back(name);
-            else
-                valueNames.push_back(name);
-        }
-        // keep the file's order of names within each kind
-        auto fileOrder = [&](std::vector<std::string>& names) {
-            std::sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
-                return state0->states.at(a) < state0->states.at(b); // entries are stored in file order
-            });
-        };
-        fileOrder(tensorNames);
-        fileOrder(scalarNames);
-        fileOrder(valueNames);
+        const StateNames names = stateNames(*state0);
+        const std::vector<std::string>& tensorNames = names.tensors;
 
         // every rank must hold a padded 1-D shard of exactly layout.shardNumel elements
         std::vector<const OptimizerParam*> perRank;
@@ -245,30 +388,13 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                         pos = end;
                     }
                 };
-                result.tree.setTensor(
-                    path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
-                    std::move(w));
+                result.tree.setTensor(statePath(member.fqn, name), std::move(w));
             }
-            for (const auto& name : scalarNames) {
-                // one value per flat parameter: every original parameter gets it (rank 0's, as FSDP does)
-                const Entry* e = state0->states.at(name);
-                TensorToWrite w;
-                w.dtype = e->tensor.dtype;
-                w.shape.clear();
-                w.produce = [&cp0, e](const ByteSink& sink) { TensorAssembler(cp0, *e).stream(sink); };
-                result.tree.setTensor(
-                    path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
-                    std::move(w));
-            }
-            for (const auto& name : valueNames)
-                result.tree.setValue(
-                    path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(member.fqn), KeyPathElem::fromKey(name)}),
-                    state0->states.at(name)->value);
+            copyScalars(names, cp0, *state0, member.fqn); // rank 0's, as FSDP does
         }
     }
 
-    // param_groups: rank 0's fields in file order, "params" (and "param_names") as the FQNs of the group's flat
-    // parameters' members
+    // param_groups: rank 0's fields in file order, "params" (and "param_names") as the FQNs the group's ids stand for
     result.arena = std::make_shared<PyArena>();
     for (size_t g = 0; g < o0.groups.size(); ++g) {
         const auto gi = static_cast<int64_t>(g);
@@ -276,7 +402,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
         PyValue* fqns = result.arena->makeContainer(PyKind::List);
         for (const auto& id : o0.groups[g].params) {
             const auto pos = std::find(flatIds.begin(), flatIds.end(), id) - flatIds.begin();
-            for (const auto& [fqn, shape] : model.units[static_cast<size_t>(pos)].params)
+            for (const auto& fqn : fqnsOf(static_cast<size_t>(pos)))
                 fqns->container->items.push_back(result.arena->makeStr(fqn, true));
         }
         for (const Entry& e : cp0.entries) {
@@ -295,7 +421,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
             result.tree.setValue(p, e.value);
         }
     }
-    result.notes = model.notes;
+    result.notes.insert(result.notes.begin(), model.notes.begin(), model.notes.end());
     return result;
 }
 

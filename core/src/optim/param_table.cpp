@@ -544,6 +544,7 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
         const int index = static_cast<int>(oi);
         const OptimizerView& view = out.optimizers[oi];
         out.kinds.push_back(detectOptimizerKind(view));
+        out.rankSlices.push_back(0);
         const std::vector<std::string> ids = view.groupParams();
         NameSource source = view.idKeyed ? NameSource::None
             : view.flattened             ? NameSource::FlattenedKey
@@ -673,6 +674,23 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                             confidences.assign(names.size(), Confidence::Exact);
                             continue;
                         }
+                        std::vector<std::vector<int64_t>> shapes;
+                        for (const auto& f : m->fqns) {
+                            const auto it = m->shapes.find(f);
+                            shapes.push_back(it == m->shapes.end() ? std::vector<int64_t> {} : it->second);
+                        }
+                        if (isOrigParamsRankSlices(view, shapes, keepsAllStateOnFirstParam(out.kinds.back()))) {
+                            // one rank's slices of the parameters (FSDP1 use_orig_params=True): ids in model order,
+                            // each slice no longer than its parameter
+                            confidences.assign(names.size(), Confidence::Exact);
+                            out.rankSlices.back() = 1;
+                            out.notes.push_back("'" + view.rootKey()
+                                + "' is one rank's raw optimizer state of FSDP1 with use_orig_params=True: each "
+                                  "parameter's state is the rank's 1-D slice of it (none for parameters wholly on "
+                                  "other ranks); named by position from "
+                                + m->source);
+                            continue;
+                        }
                         // ids follow the param_groups, which need not follow the model (SGD([{fc2}, {fc1}])): when
                         // the shapes disagree with the model's order, the k-th position of a shape is the k-th
                         // parameter of that shape
@@ -787,6 +805,12 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                     r.shape = ms->second;
                     r.numel = numelOf(r.shape);
                 }
+            }
+            if (out.rankSlices.back() && inGroups) {
+                // FSDP1 use_orig_params=True: the state is this rank's slice of the parameter
+                const int64_t held = p && shapedState(*p) ? shapedState(*p)->tensor.shape[0] : 0;
+                r.note = "this rank holds " + std::to_string(held) + " of its " + std::to_string(r.numel)
+                    + " elements (FSDP1 use_orig_params=True slice)";
             }
             if (!inGroups) r.note = "has state but is in no param_group";
             if (keepsAllStateOnFirstParam(out.kinds.back()) && r.position > 0 && !p)
