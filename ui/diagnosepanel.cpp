@@ -22,10 +22,12 @@
 #include <QSplitter>
 #include <QTableView>
 #include <QTextBrowser>
+#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
 
 #include <memory>
+#include <optional>
 
 namespace optscope::ui {
 
@@ -46,6 +48,8 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     , m_context(context)
     , m_reference(new QLineEdit(this))
     , m_browse(new QToolButton(this))
+    , m_target(new QLineEdit(this))
+    , m_targetBrowse(new QPushButton(tr("Browse…"), this))
     , m_run(new QPushButton(tr("Diagnose"), this))
     , m_apply(new QPushButton(tr("Apply fix and save as…"), this))
     , m_openFixed(new QPushButton(tr("Open fixed"), this))
@@ -75,6 +79,27 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     m_run->setDefault(true);
     bar->addWidget(m_run);
     layout->addLayout(bar);
+    // the loading code's optimizer: its param groups decide whether optimizer.load_state_dict accepts the file
+    auto* targetBar = new QHBoxLayout;
+    targetBar->addWidget(new QLabel(tr("Target optimizer:"), this));
+    m_target->setPlaceholderText(tr("same param groups as the saved optimizer (a resume with the same script)"));
+    m_target->setClearButtonEnabled(true);
+    m_target->setToolTip(tr("Optional: a saved optimizer.state_dict() of the optimizer your loading code builds "
+                            "(for example after one step). Its param groups and parameters are what the saved state "
+                            "must fit: one group or several, all parameters or only the trainable ones"));
+    targetBar->addWidget(m_target, 1);
+    m_targetBrowse->setToolTip(m_target->toolTip());
+    targetBar->addWidget(m_targetBrowse);
+    layout->addLayout(targetBar);
+    connect(m_target, &QLineEdit::returnPressed, this, &DiagnosePanel::diagnose);
+    connect(m_targetBrowse, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Target optimizer (a saved optimizer.state_dict())"),
+            QFileInfo(m_context->path()).absolutePath(),
+            tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt);;All files (*)"));
+        if (path.isEmpty()) return;
+        m_target->setText(path);
+        diagnose();
+    });
 
     m_summary->setWordWrap(true);
     m_summary->setTextFormat(Qt::RichText);
@@ -139,10 +164,15 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
         // a reference belongs to the checkpoint it was chosen for: another one starts without it (a reload, or the
         // fixed copy just written, keeps it: diagnosing the fix against the same model is the next step)
         const QString path = m_context->path();
-        if (path != m_checkpointPath && path != m_lastFixed) {
+        const bool fixedCopy = !m_lastFixed.isEmpty() && path == m_lastFixed;
+        if (path != m_checkpointPath && !fixedCopy) {
             m_reference->clear();
+            m_target->clear();
             if (m_context->reference()) m_context->clearReference();
         }
+        // the fixed copy just written: diagnosing it against the same model is the next step, so do it
+        if (fixedCopy && m_context->checkpoint() && !m_reference->text().trimmed().isEmpty())
+            QTimer::singleShot(0, this, &DiagnosePanel::diagnose);
         m_checkpointPath = path;
         m_model->setData({});
         m_details->clear();
@@ -171,6 +201,11 @@ void DiagnosePanel::setReference(const QString& path)
     m_reference->setText(path);
 }
 
+void DiagnosePanel::setTarget(const QString& path)
+{
+    m_target->setText(path);
+}
+
 void DiagnosePanel::chooseReference(int kind)
 {
     QString path;
@@ -194,6 +229,7 @@ void DiagnosePanel::setBusy(bool busy)
     const bool open = m_context->checkpoint() != nullptr;
     m_run->setEnabled(open && !busy);
     m_browse->setEnabled(!busy);
+    m_targetBrowse->setEnabled(!busy);
     updateApply();
 }
 
@@ -209,11 +245,12 @@ void DiagnosePanel::diagnose()
     const QString ref = m_reference->text().trimmed();
     const std::string refPath = ref.toStdString();
     const bool list = isFqnList(ref);
+    const std::string targetPath = m_target->text().trimmed().toStdString();
     setBusy(true);
     m_summary->setText(tr("Diagnosing…"));
     m_context->runner()->run(
         QStringLiteral("diagnose"), tr("Diagnose"), this,
-        [cp, refPath, list](const Progress& progress) {
+        [cp, refPath, list, targetPath](const Progress& progress) {
             std::unique_ptr<ExpectedParams> expected;
             if (!refPath.empty()) {
                 if (list) {
@@ -223,7 +260,9 @@ void DiagnosePanel::diagnose()
                     expected = std::make_unique<ExpectedParams>(ExpectedParams::fromCheckpoint(*model));
                 }
             }
-            return diagnoseCheckpoint(*cp, expected.get(), progress);
+            std::optional<TargetOptimizer> target;
+            if (!targetPath.empty()) target = TargetOptimizer::fromCheckpoint(*openCheckpoint(targetPath, progress));
+            return diagnoseCheckpoint(*cp, expected.get(), progress, target ? &*target : nullptr);
         },
         [this, ref](Diagnosis d) {
             int errors = 0, warnings = 0, infos = 0;
@@ -246,6 +285,27 @@ void DiagnosePanel::diagnose()
                         .arg(ref.isEmpty() ? tr("self-consistency only (no model given)")
                                            : tr("against %1").arg(ref.toHtmlEscaped()));
             if (d.fixable()) head += tr("<br>Fixable: <i>Apply fix and save as…</i> writes a corrected copy.");
+            // what each load path does (the same words as the CLI's), and how the inputs were read
+            if (!d.verdicts.empty()) {
+                head += QStringLiteral("<br><b>%1:</b><table cellspacing=\"0\" cellpadding=\"1\">")
+                            .arg(QString::fromStdString(d.verdictsTitle()).toHtmlEscaped());
+                for (const auto& v : d.verdicts) {
+                    const char* colour = v.outcome == LoadOutcome::Raises ? "#d62728"
+                        : v.outcome == LoadOutcome::Loads && !v.stepAfterLoad.empty() && v.stepAfterLoad != "ok"
+                        ? "#b35900"
+                        : v.outcome == LoadOutcome::Loads ? "#2e7d32"
+                                                          : "gray";
+                    QString text = Format::withDisplayPaths(v.outcomeText());
+                    if (text.size() > 160) text = text.left(157) + QStringLiteral("…");
+                    head += QStringLiteral("<tr><td><tt>%1</tt>&nbsp;</td><td style=\"color:%2\">%3</td></tr>")
+                                .arg(QString::fromLatin1(loadPathName(v.path)), QLatin1String(colour),
+                                    text.toHtmlEscaped());
+                }
+                head += QStringLiteral("</table>");
+            }
+            for (const auto& n : d.notes)
+                head += QStringLiteral("<br><span style=\"color:gray\">%1</span>")
+                            .arg(Format::withDisplayPaths(n).toHtmlEscaped());
             m_summary->setText(head);
             m_model->setData(std::move(d));
             setBusy(false);

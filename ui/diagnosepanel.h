@@ -17,8 +17,9 @@ class CheckpointContext;
 class DiagnosisModel;
 
 /// The "Diagnose" dock: checks the open optimizer checkpoint against the model it should load into (a model
-/// checkpoint file or folder, or a text file of FQNs; none = self-consistency only), shows each finding with the
-/// error PyTorch would raise and the fix, and applies the mechanical fixes into a new checkpoint.
+/// checkpoint file or folder, or a text file of FQNs; none = self-consistency only) and, optionally, the optimizer the
+/// loading code builds; shows each finding with the error PyTorch would raise and the fix, what each load path does,
+/// and applies the mechanical fixes into a new checkpoint.
 class DiagnosePanel : public QWidget
 {
     Q_OBJECT
@@ -29,12 +30,16 @@ public:
     QSortFilterProxyModel* proxy() const { return m_proxy; }
     QTableView* view() const { return m_view; }
     QLineEdit* referenceEdit() const { return m_reference; }
+    QLineEdit* targetEdit() const { return m_target; }
     QPushButton* applyButton() const { return m_apply; }
     QString summaryText() const;
     QString detailsText() const;
 
     /// sets the reference (a checkpoint path, a .txt FQN list, or empty for none)
     void setReference(const QString& path);
+    /// sets the target optimizer: a saved optimizer.state_dict() of the loading code's optimizer (its param groups);
+    /// empty: the same groups as the saved optimizer
+    void setTarget(const QString& path);
     /// diagnoses in the background
     void diagnose();
     /// applies the fixes of the last diagnosis and writes them to @p output (a file for torch.save input, a new
@@ -56,6 +61,8 @@ private:
     CheckpointContext* m_context;
     QLineEdit* m_reference;
     QToolButton* m_browse;
+    QLineEdit* m_target;
+    QPushButton* m_targetBrowse;
     QPushButton* m_run;
     QPushButton* m_apply;
     QPushButton* m_openFixed;

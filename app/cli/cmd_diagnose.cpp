@@ -48,23 +48,11 @@ void printDiagnosis(const Diagnosis& d)
         if (!f.fix.empty())
             std::cout << "    fix: " << f.fix << (f.actions.empty() ? "" : " [optscope-cli fix applies it]") << "\n";
     }
-    if (!d.verdicts.empty()) std::cout << "what PyTorch 2.6 does with it:\n";
-    for (const auto& v : d.verdicts) {
-        std::cout << "  " << loadPathName(v.path) << ": ";
-        if (v.outcome == LoadOutcome::NotApplicable)
-            std::cout << "n/a (" << v.why << ")\n";
-        else if (v.outcome == LoadOutcome::Raises)
-            std::cout << "raises " << v.exception << ": " << v.message << "\n";
-        else
-            std::cout << "loads"
-                      << (v.paramsTotal >= 0 ? " (" + std::to_string(v.paramsWithState) + " of "
-                                     + std::to_string(v.paramsTotal) + " parameters get state)"
-                                             : std::string())
-                      << (v.stepAfterLoad.empty() || v.stepAfterLoad == "ok"
-                                 ? std::string()
-                                 : "; the first step() raises " + v.stepAfterLoad)
-                      << "\n";
-    }
+    for (const auto& n : d.notes)
+        std::cout << "note: " << n << "\n";
+    if (!d.verdicts.empty()) std::cout << d.verdictsTitle() << ":\n";
+    for (const auto& v : d.verdicts)
+        std::cout << "  " << loadPathName(v.path) << ": " << v.outcomeText() << "\n";
     std::cout << d.findings.size() << " finding(s) in " << d.path
               << (d.expectedSource.empty() ? "" : " against " + d.expectedSource)
               << (d.optimizerKind.empty() ? "" : " (" + d.optimizerKind + ")") << "\n";

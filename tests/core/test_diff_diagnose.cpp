@@ -562,6 +562,41 @@ TEST(Diagnose, StepFindings)
     EXPECT_FALSE(f->actions.empty());
 }
 
+TEST(Diagnose, ADataFileMissingOrOverwrittenFailsEveryLoadPath)
+{
+    // PyTorch's dcp.load raises CheckpointException for both (FileNotFoundError; "WeightsUnpickler error" for bytes
+    // that are not a torch.save archive), before any state is loaded. Diagnose said "loads" for the overwritten file
+    // (it read metadata only), and for the missing one compared param_groups that lived in that file: "1 group of
+    // [0] parameters ... it is another model"
+    const auto modelCp = openCheckpoint(kData + "/fsdp2_r2");
+    const ModelParams model = ModelParams::fromCheckpoint(*modelCp);
+    for (const bool missing : {true, false}) {
+        SCOPED_TRACE(missing ? "missing" : "overwritten");
+        TempDir tmp;
+        const fs::path dir = tmp.path / "ckpt";
+        fs::copy(kData + "/fsdp2_r2", dir);
+        const fs::path victim = dir / (missing ? "__1_0.distcp" : "__0_0.distcp");
+        if (missing) {
+            fs::remove(victim);
+        } else {
+            const auto size = fs::file_size(victim);
+            std::ofstream out(victim, std::ios::binary | std::ios::trunc);
+            std::mt19937 gen(7);
+            for (uintmax_t i = 0; i < size; ++i)
+                out.put(static_cast<char>(gen() & 0xff));
+        }
+        const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(dir.string()), &model);
+        EXPECT_NE(finding(d, missing ? "missing-file" : "unreadable-chunk"), nullptr) << d.toJson().dump(1);
+        EXPECT_EQ(finding(d, "param-groups-mismatch"), nullptr) << d.toJson().dump(1);
+        ASSERT_EQ(d.verdicts.size(), 5u);
+        for (const auto& v : d.verdicts) {
+            EXPECT_EQ(v.outcome, LoadOutcome::Raises) << loadPathName(v.path);
+            EXPECT_EQ(v.exception, "CheckpointException");
+        }
+        EXPECT_FALSE(d.notes.empty());
+    }
+}
+
 TEST(Diagnose, ShardGapOverlapAndEmptyState)
 {
     EXPECT_NE(finding(diagnose("diag/dcp_gap", ""), "chunk-gap"), nullptr);

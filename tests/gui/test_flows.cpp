@@ -106,6 +106,7 @@ private Q_SLOTS:
     void diffRanks();
     void diagnoseFindings();
     void diagnoseApplyFixAndSave();
+    void diagnoseTargetOptimizerAndLoadPaths();
     void reshardAndVerify();
     void fqnMappingJumpsToState();
     void dragAndDropOpensFolder();
@@ -396,6 +397,46 @@ void TestFlows::diagnoseApplyFixAndSave()
     QVERIFY(done.wait(Timeout));
     for (int r = 0; r < diag->model()->rowCount(); ++r)
         QVERIFY(diag->model()->index(r, DiagnosisModel::SeverityColumn).data().toString() != QLatin1String("error"));
+}
+
+void TestFlows::diagnoseTargetOptimizerAndLoadPaths()
+{
+    // real PyTorch 2.6 files (tests/data/load_cases/two_groups_vs_one, verdicts checked against PyTorch): an
+    // optimizer saved with two param groups. Without a target optimizer the loading code is taken to build the same
+    // groups (a resume): no error, and the panel says so; with the one-group target the groups error appears
+    MainWindow w;
+    w.setPersistLayout(false);
+    const QString dir = testData("load_cases/two_groups_vs_one/");
+    QVERIFY(openAndWait(w, dir + QStringLiteral("optim.pt")));
+    DiagnosePanel* diag = w.diagnosePanel();
+    diag->setReference(dir + QStringLiteral("model.pt"));
+    QSignalSpy done(diag, &DiagnosePanel::finished);
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    auto codes = [&] {
+        QStringList c;
+        for (int r = 0; r < diag->model()->rowCount(); ++r)
+            c << diag->model()->index(r, DiagnosisModel::CodeColumn).data(DiagnosisModel::SortRole).toString();
+        return c;
+    };
+    QVERIFY2(!codes().contains(QStringLiteral("param-groups-mismatch")), qPrintable(codes().join(QLatin1Char(','))));
+    // what each load path does, in the CLI's words, and what was assumed
+    QVERIFY2(
+        diag->summaryText().contains(QLatin1String("what PyTorch 2.6 does with it")), qPrintable(diag->summaryText()));
+    QVERIFY(diag->summaryText().contains(QLatin1String("optimizer.load_state_dict")));
+    QVERIFY(diag->summaryText().contains(QLatin1String("loads (6 of 6 parameters get state)")));
+    QVERIFY(diag->summaryText().contains(QLatin1String("no target optimizer given")));
+
+    diag->setTarget(dir + QStringLiteral("target_optim.pt"));
+    done.clear();
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    QVERIFY2(codes().contains(QStringLiteral("param-groups-mismatch")), qPrintable(codes().join(QLatin1Char(','))));
+    QVERIFY2(diag->summaryText().contains(QLatin1String("raises ValueError")), qPrintable(diag->summaryText()));
+    QVERIFY(!diag->summaryText().contains(QLatin1String("no target optimizer given")));
+    // another checkpoint starts without the target
+    QVERIFY(openAndWait(w, testData("adamw_fqn.pt")));
+    QVERIFY(diag->targetEdit()->text().isEmpty());
 }
 
 void TestFlows::reshardAndVerify()

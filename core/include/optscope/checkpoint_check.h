@@ -19,6 +19,9 @@ using CheckFinding = Finding;
 struct CheckOptions
 {
     bool readChunks = true; ///< open every chunk (DCP: its embedded archive) to check dtype, shape and extent
+    /// without readChunks: open the first chunk met in each data file only (one small read per file: a file
+    /// overwritten or replaced by another kind shows there; damage further in needs readChunks)
+    bool firstChunkPerFile = false;
     bool optimizers = true; ///< also the optimizer findings (optimizerFindings)
 };
 

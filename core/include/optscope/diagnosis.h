@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,17 @@ struct TargetOptimizer
     /// per position in param_groups order: the parameter's shape (from its state), empty when unknown; groups may
     /// reorder parameters (Hugging Face Trainer: decay, then no-decay), so position i is not model.parameters()[i]
     std::vector<std::vector<int64_t>> shapes;
+    /// per position: the parameter's name when the saved target records it (param_names, FQN keys); else empty
+    std::vector<std::string> names;
     static TargetOptimizer fromCheckpoint(const Checkpoint& optimizer);
+    /// The model parameters the target optimizer holds, in its order: all of @p model's when it holds as many, else
+    /// the ones its names give, else @p savedNames (the saved optimizer's) when their shapes are the target's, else
+    /// the subsequence of the model's parameters whose shapes are the target's (an optimizer over the trainable
+    /// parameters only: frozen backbone, LoRA adapters), the last fit in model order when several fit (frozen layers
+    /// usually come first). Empty when none fits. @p note says how they were chosen; @p unique is false when shapes
+    /// alone chose among several fits.
+    std::vector<std::string> paramsOf(
+        const ModelParams& model, const std::vector<std::string>& savedNames, std::string& note, bool& unique) const;
 };
 
 /// The load paths a user may take, as PyTorch 2.6 implements them.
@@ -57,6 +68,9 @@ struct LoadVerdict
     std::string stepAfterLoad; ///< Loads: "ok", or the exception type the first step() raises ("RuntimeError")
     std::string why; ///< NotApplicable: why; otherwise what decided it
     nlohmann::ordered_json toJson() const;
+    /// the outcome in words, as the CLI and the GUI show it: "loads (27 of 27 parameters get state); the first
+    /// step() raises RuntimeError", "raises ValueError: ...", "n/a (why)"
+    std::string outcomeText() const;
 
     static LoadVerdict raises(LoadPath path, std::string exception, std::string message, std::string why);
     static LoadVerdict loads(LoadPath path, int withState, int total, std::string stepAfterLoad, std::string why);
@@ -68,7 +82,13 @@ struct Diagnosis
     std::string expectedSource;
     std::string optimizerKind; ///< of the first optimizer
     std::vector<Finding> findings;
-    std::vector<LoadVerdict> verdicts; ///< for the first optimizer against the model; empty without a model
+    std::vector<LoadVerdict> verdicts; ///< for one optimizer against the model; empty without a model
+    /// the optimizer the verdicts are for (its key path, "" for a file that is one), when the file holds several:
+    /// the first that fits the model
+    std::optional<std::string> verdictsFor;
+    std::vector<std::string> notes; ///< how the diagnosis read the inputs (which parameters the target holds, ...)
+    /// "what PyTorch 2.6 does with it", or "... with optimizer 'disc_opt'" when the file holds several
+    std::string verdictsTitle() const;
     bool fixable() const; ///< some finding has actions
     bool hasProblems() const; ///< some finding is an error or a warning
     nlohmann::ordered_json toJson() const;

@@ -198,11 +198,12 @@ private:
                 "chunks cover " + std::to_string(L.coveredElements) + " of " + std::to_string(L.totalElements)
                     + " elements");
 
-        if (!m_opt.readChunks) return;
+        if (!m_opt.readChunks && !m_opt.firstChunkPerFile) return;
         for (size_t i = 0; i < t.chunks.size(); ++i) {
             const TensorChunk& c = t.chunks[i];
             if (c.source.file.empty() || m_missingFiles.count(c.source.file))
                 continue; // already reported (missing-storage-info / missing-file)
+            if (!m_opt.readChunks && !m_sampledFiles.insert(c.source.file).second) continue;
             ++m_report.chunksChecked;
             try {
                 const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c);
@@ -244,6 +245,7 @@ private:
     const Progress& m_progress;
     CheckReport m_report;
     std::set<std::string> m_missingFiles;
+    std::set<std::string> m_sampledFiles; ///< firstChunkPerFile: the data files whose first chunk was opened
 };
 
 } // namespace

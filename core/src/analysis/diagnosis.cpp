@@ -76,6 +76,24 @@ LoadVerdict LoadVerdict::loads(LoadPath path, int withState, int total, std::str
     return v;
 }
 
+std::string LoadVerdict::outcomeText() const
+{
+    if (outcome == LoadOutcome::NotApplicable) return "n/a (" + why + ")";
+    if (outcome == LoadOutcome::Raises) return "raises " + exception + ": " + message;
+    std::string t = "loads";
+    if (paramsTotal >= 0)
+        t += " (" + std::to_string(paramsWithState) + " of " + std::to_string(paramsTotal) + " parameters get state)";
+    if (!stepAfterLoad.empty() && stepAfterLoad != "ok") t += "; the first step() raises " + stepAfterLoad;
+    return t;
+}
+
+std::string Diagnosis::verdictsTitle() const
+{
+    if (!verdictsFor) return "what PyTorch 2.6 does with it";
+    return "what PyTorch 2.6 does with "
+        + (verdictsFor->empty() ? std::string("the optimizer state dict") : "optimizer '" + *verdictsFor + "'");
+}
+
 bool Diagnosis::fixable() const
 {
     for (const auto& f : findings)
@@ -104,6 +122,8 @@ nlohmann::ordered_json Diagnosis::toJson() const
     j["verdicts"] = json::object();
     for (const auto& v : verdicts)
         j["verdicts"][loadPathName(v.path)] = v.toJson();
+    if (verdictsFor) j["verdicts_for"] = *verdictsFor;
+    j["notes"] = notes;
     return j;
 }
 
@@ -117,9 +137,85 @@ TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
     const ParamTable table = ParamTable::build(optimizer);
     for (const auto& g : table.optimizers.front().groups)
         t.groupSizes.push_back(g.params.size());
+    bool named = true;
     for (const ParamRow* r : table.rowsOf(0))
-        if (r->position >= 0) t.shapes.push_back(r->shape);
+        if (r->position >= 0) {
+            t.shapes.push_back(r->shape);
+            const bool stored = r->confidence == Confidence::Stored || r->source == NameSource::StateKey
+                || r->source == NameSource::FlattenedKey;
+            named = named && stored && !r->fqn.empty();
+            t.names.push_back(r->fqn);
+        }
+    if (!named) t.names.clear();
     return t;
+}
+
+std::vector<std::string> TargetOptimizer::paramsOf(
+    const ModelParams& model, const std::vector<std::string>& savedNames, std::string& note, bool& unique) const
+{
+    unique = true;
+    size_t total = 0;
+    for (const size_t n : groupSizes)
+        total += n;
+    if (total == model.fqns.size()) return model.fqns;
+    // names as the model spells them (wrapper prefixes stripped); empty if one is not a model parameter
+    std::map<std::string, std::string> byCanon;
+    for (const auto& f : model.fqns)
+        byCanon.emplace(normalizeFqn(f).fqn, f);
+    auto asModelNames = [&](const std::vector<std::string>& names) {
+        std::vector<std::string> out;
+        for (const auto& n : names) {
+            const auto it = byCanon.find(normalizeFqn(n).fqn);
+            if (it == byCanon.end()) return std::vector<std::string> {};
+            out.push_back(it->second);
+        }
+        return out;
+    };
+    auto shapesFit = [&](const std::vector<std::string>& fqns) {
+        if (fqns.size() != shapes.size()) return false;
+        for (size_t k = 0; k < fqns.size(); ++k) {
+            const auto it = model.shapes.find(fqns[k]);
+            if (!shapes[k].empty() && (it == model.shapes.end() || it->second != shapes[k])) return false;
+        }
+        return true;
+    };
+    const std::string holds = source + " holds " + std::to_string(total) + " of the model's "
+        + std::to_string(model.fqns.size()) + " parameters (the others frozen: only trainable parameters given to it)";
+    if (!names.empty()) {
+        auto out = asModelNames(names);
+        if (!out.empty()) note = holds + ": its names say which";
+        return out;
+    }
+    if (auto out = asModelNames(savedNames); !out.empty() && out.size() == total && shapesFit(out)) {
+        note = holds + ": taken as the saved optimizer's, whose names and shapes fit";
+        return out;
+    }
+    if (shapes.size() != total || total > model.fqns.size()) return {};
+    auto shapeOf = [&](size_t i) {
+        const auto it = model.shapes.find(model.fqns[i]);
+        return it == model.shapes.end() ? std::vector<int64_t> {} : it->second;
+    };
+    // the subsequence of model parameters with the target's shapes: matched from the end, and from the start to
+    // see whether the choice is unique
+    std::vector<std::string> last(total), first;
+    size_t i = model.fqns.size();
+    for (size_t k = total; k-- > 0;) {
+        while (i > 0 && shapeOf(i - 1) != shapes[k])
+            --i;
+        if (i == 0) return {};
+        last[k] = model.fqns[--i];
+    }
+    for (size_t k = 0, j = 0; k < total; ++k) {
+        while (j < model.fqns.size() && shapeOf(j) != shapes[k])
+            ++j;
+        first.push_back(model.fqns[j++]);
+    }
+    unique = first == last;
+    note = holds
+        + (unique ? ": the only parameters of the model with its shapes in its order"
+                  : ": taken as the last ones in model order with its shapes (frozen layers usually come "
+                    "first); several fit, give the target optimizer with param_names to be sure");
+    return last;
 }
 
 namespace {
@@ -184,10 +280,11 @@ public:
     Diagnoser(
         const Checkpoint& cp, const ModelParams* expected, const TargetOptimizer* target, const Progress& progress)
         : m_cp(cp)
-        , m_exp(expected)
         , m_target(target)
         , m_progress(progress)
-        , m_table(ParamTable::build(cp, expected))
+        , m_optimizerParams(optimizerParams(cp, expected, target, m_targetNote))
+        , m_exp(m_optimizerParams ? &*m_optimizerParams : expected)
+        , m_table(ParamTable::build(cp, m_exp))
     { }
 
     Diagnosis run()
@@ -196,11 +293,34 @@ public:
         d.path = m_cp.path;
         d.expectedSource = m_exp ? m_exp->source : std::string();
         // the structure as check sees it (metadata only: diagnosing never reads every chunk)
+        // (and the first chunk of each data file: one read per file finds a file overwritten or of another kind)
         CheckOptions structural;
         structural.readChunks = false;
+        structural.firstChunkPerFile = true;
         structural.optimizers = false;
         for (auto& f : checkCheckpoint(m_cp, structural, m_progress).findings)
             d.findings.push_back(std::move(f));
+        // a data file missing or unreadable: every loader fails reading it, and what the rest of the file says
+        // (param_groups that lived in the missing file, ...) is not the checkpoint
+        for (const auto& f : d.findings) {
+            if (f.code != FindingCode::MissingFile && f.code != FindingCode::UnreadableChunk
+                && f.code != FindingCode::ChunkTruncated)
+                continue;
+            const bool dcp = m_cp.format == CheckpointFormat::Dcp || m_cp.format == CheckpointFormat::MegatronDist;
+            const std::string exception = dcp ? "CheckpointException" : "RuntimeError";
+            const std::string message = "reading the checkpoint fails: " + f.message;
+            if (m_exp)
+                for (const LoadPath p : {LoadPath::OptimizerLoadStateDict, LoadPath::SetOptimizerStateDict,
+                         LoadPath::SetOptimizerStateDictNonStrict, LoadPath::Fsdp1OptimStateDictToLoad,
+                         LoadPath::ModelLoadStateDict})
+                    d.verdicts.push_back(LoadVerdict::raises(p, exception, message,
+                        std::string(dcp ? "torch.distributed.checkpoint.load" : "torch.load")
+                            + " reads every file before any state is loaded"));
+            d.notes.push_back("the optimizer was not compared with the model: a data file is missing or unreadable ("
+                + std::string(f.name())
+                + "), so the state read from the other files is not the checkpoint; restore the file first");
+            return d;
+        }
         if (m_table.optimizers.empty()) {
             Finding f(FindingCode::NoOptimizer,
                 "no optimizer state dict was found in " + m_cp.path + " (nothing with \"state\" and \"param_groups\")");
@@ -216,14 +336,60 @@ public:
             wrapperPrefixHints(d);
             return d;
         }
-        for (size_t oi = 0; oi < m_table.optimizers.size(); ++oi) {
+        if (!m_targetNote.empty()) d.notes.push_back(m_targetNote);
+        // each optimizer against the model; with several (a GAN's generator and discriminator optimizers), the
+        // verdicts are for the first that fits the model, and those that do not are named, not diagnosed
+        const size_t n = m_table.optimizers.size();
+        std::vector<Diagnosis> each(n);
+        size_t chosen = n;
+        for (size_t oi = 0; oi < n; ++oi) {
             m_progress.checkCancelled();
-            compare(static_cast<int>(oi), d, oi == 0);
+            compare(static_cast<int>(oi), each[oi], true);
+            if (chosen == n && !hasError(each[oi])) chosen = oi;
         }
+        const bool someFits = n > 1 && chosen < n;
+        if (chosen == n) chosen = 0;
+        for (size_t oi = 0; oi < n; ++oi) {
+            if (someFits && oi != chosen && hasError(each[oi])) {
+                // its ids were named against a model that is not its own: re-keying by those names would be wrong
+                for (auto& f : d.findings)
+                    if (f.key == m_table.optimizers[oi].rootKey() && f.code == FindingCode::IdKeyed) {
+                        f.actions.clear();
+                        f.fix = "diagnose it against its own model to name its ids";
+                        f.fixNeutral = f.fix;
+                        f.message = f.message.substr(0, f.message.find("; named here by"));
+                    }
+                d.notes.push_back("optimizer '" + m_table.optimizers[oi].rootKey() + "' does not fit " + m_exp->source
+                    + " (" + firstError(each[oi])
+                    + "): taken as the optimizer of another model in the file; the verdicts are for '"
+                    + m_table.optimizers[chosen].rootKey() + "', which fits");
+                continue;
+            }
+            for (auto& f : each[oi].findings)
+                d.findings.push_back(std::move(f));
+            for (auto& n : each[oi].notes)
+                d.notes.push_back(std::move(n));
+        }
+        d.verdicts = std::move(each[chosen].verdicts);
+        if (n > 1) d.verdictsFor = m_table.optimizers[chosen].rootKey();
+        d.optimizerKind = optimizerKindName(m_table.kinds[chosen]);
         return d;
     }
 
 private:
+    static bool hasError(const Diagnosis& d)
+    {
+        for (const auto& f : d.findings)
+            if (f.severity == Severity::Error) return true;
+        return false;
+    }
+    static std::string firstError(const Diagnosis& d)
+    {
+        for (const auto& f : d.findings)
+            if (f.severity == Severity::Error) return f.name();
+        return {};
+    }
+
     struct Names
     {
         std::vector<std::string> opt; ///< the optimizer's parameter names in param_groups order ("" unknown)
@@ -275,9 +441,11 @@ private:
     {
         auto it = m_exp->shapes.find(fqn);
         if (it != m_exp->shapes.end()) return &it->second;
-        for (const auto& [k, shape] : m_exp->shapes)
-            if (canon(k) == canon(fqn)) return &shape;
-        return nullptr;
+        if (m_shapeByCanon.empty()) // built on first use: a scan per lookup was quadratic at 100k parameters
+            for (const auto& [k, shape] : m_exp->shapes)
+                m_shapeByCanon.emplace(canon(k), &shape);
+        const auto c = m_shapeByCanon.find(canon(fqn));
+        return c == m_shapeByCanon.end() ? nullptr : c->second;
     }
 
     /// first state of @p row whose shape is not what the parameter @p shape needs; "" if none
@@ -327,16 +495,32 @@ private:
         // same model (Trainer.create_optimizer), so that is the target, and each position has its named parameter
         const bool trainer
             = !m_target && !exp.fromOptimizer && m_table.sources[static_cast<size_t>(oi)] == NameSource::TrainerGroups;
-        const std::vector<size_t> targetSizes = trainer ? savedSizes : targetGroupSizes();
+        std::vector<size_t> targetSizes = trainer ? savedSizes : targetGroupSizes();
         size_t savedTotal = 0, targetTotal = 0;
         for (auto s : savedSizes)
             savedTotal += s;
         for (auto s : targetSizes)
             targetTotal += s;
+        // no target optimizer given, and the saved groups hold as many parameters as the model: the loading code is
+        // taken to build the same groups (a resume runs the same training script: decay / no-decay, per-layer lr)
+        const bool sameGroupsAssumed
+            = !m_target && !exp.fromOptimizer && !trainer && savedSizes.size() > 1 && savedTotal == targetTotal;
+        if (sameGroupsAssumed) {
+            targetSizes = savedSizes;
+            std::string sizes;
+            for (size_t g = 0; g < savedSizes.size(); ++g)
+                sizes += (g ? ", " : "") + std::to_string(savedSizes[g]);
+            d.notes.push_back("no target optimizer given: the loading code is taken to build the same "
+                + std::to_string(savedSizes.size()) + " param groups as " + where + " ([" + sizes
+                + "] parameters), as a resume with the same training script does; one group over "
+                  "model.parameters() would raise ValueError: "
+                + kGroupCountError + " (give the target optimizer, --target-optim, to check it)");
+        }
         const std::string targetText = m_target ? m_target->source
             : exp.fromOptimizer                 ? exp.source
-            : trainer ? "the Hugging Face Trainer's optimizer (decay and no-decay groups over the model)"
-                      : "an optimizer over model.parameters() in one group";
+            : trainer           ? "the Hugging Face Trainer's optimizer (decay and no-decay groups over the model)"
+            : sameGroupsAssumed ? "the same groups over the model"
+                                : "an optimizer over model.parameters() in one group";
 
         // raw FSDP1 flat-parameter state
         bool allFlat = v.idKeyed && !v.params.empty() && !keepsAllStateOnFirstParam(kind);
@@ -450,9 +634,26 @@ private:
                 + (v.idKeyed ? std::string(" and set_optimizer_state_dict)")
                              : std::string("; set_optimizer_state_dict regroups FQN-keyed state and gives each group "
                                            "the hyperparameters of the saved group holding its parameters)"));
+            std::string subsetNote;
+            if (!m_target && savedTotal < targetTotal) {
+                // an optimizer over the trainable parameters only (frozen backbone, LoRA) holds fewer
+                std::vector<std::vector<int64_t>> shapes;
+                for (const ParamRow* r : listed)
+                    shapes.push_back(r->shape);
+                TargetOptimizer saved;
+                saved.source = where;
+                saved.groupSizes = savedSizes;
+                saved.shapes = shapes;
+                std::string note;
+                bool unique = true;
+                if (!saved.paramsOf(exp, {}, note, unique).empty())
+                    subsetNote = "; their shapes fit " + std::to_string(savedTotal) + " of the model's parameters: if "
+                        + "the others are frozen and the loading code gives the optimizer only the trainable ones, it "
+                          "loads (give the target optimizer, --target-optim, to check)";
+            }
             f.fix = savedTotal != targetTotal
-                ? "the optimizer was saved for a model with " + std::to_string(savedTotal)
-                    + " parameters; this one has " + std::to_string(targetTotal) + ": it is another model"
+                ? "the optimizer was saved for " + std::to_string(savedTotal) + " parameters; the target has "
+                    + std::to_string(targetTotal) + (subsetNote.empty() ? ": it is another model" : subsetNote)
                 : "build the optimizer with the same param groups as the run that saved it (same order, same split)";
             d.findings.push_back(std::move(f));
         }
@@ -462,7 +663,8 @@ private:
                 const bool byTarget = m_target && m_target->shapes.size() == exp.fqns.size();
                 // a model whose order is not stored (safetensors) names the rows by shapes: compare with the
                 // parameter each row was given, not the guessed order's i-th
-                const bool byRow = trainer || (!exp.orderKnown && !listed[i]->fqn.empty());
+                // the same groups built by the same script: position i holds the parameter the saved position i held
+                const bool byRow = trainer || ((!exp.orderKnown || sameGroupsAssumed) && !listed[i]->fqn.empty());
                 const auto* shape = byTarget ? &m_target->shapes[i]
                     : byRow                  ? modelShape(listed[i]->fqn)
                                              : modelShape(exp.fqns[i]);
@@ -960,10 +1162,44 @@ private:
         return "step";
     }
 
+    /// the model with only the parameters the target optimizer holds, when it holds fewer than the model has (the
+    /// loaders look up and count those only; model.load_state_dict still wants every key)
+    static std::optional<ModelParams> optimizerParams(
+        const Checkpoint& cp, const ModelParams* model, const TargetOptimizer* target, std::string& note)
+    {
+        if (!model || !target) return std::nullopt;
+        bool unique = true;
+        std::vector<std::string> params = target->paramsOf(*model, savedNames(cp), note, unique);
+        if (params.empty() || params == model->fqns) return std::nullopt;
+        ModelParams m = *model;
+        m.fqns = std::move(params);
+        // shapes chose among several fits: names by position rest on that guess, so they are not "known"
+        if (!unique) m.orderKnown = false;
+        return m;
+    }
+
+    /// the first optimizer's parameter names as the file records them (FQN keys, param_names); empty if it does not
+    static std::vector<std::string> savedNames(const Checkpoint& cp)
+    {
+        const auto views = findOptimizers(cp);
+        if (views.empty()) return {};
+        const OptimizerView& v = views.front();
+        if (!v.idKeyed) return v.groupParams();
+        std::vector<std::string> names;
+        for (const auto& g : v.groups) {
+            if (g.paramNames.size() != g.params.size()) return {};
+            names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
+        }
+        return names;
+    }
+
     const Checkpoint& m_cp;
-    const ModelParams* m_exp;
     const TargetOptimizer* m_target;
     const Progress& m_progress;
+    std::string m_targetNote;
+    mutable std::map<std::string, const std::vector<int64_t>*> m_shapeByCanon; ///< modelShape's index
+    std::optional<ModelParams> m_optimizerParams;
+    const ModelParams* m_exp;
     ParamTable m_table;
     bool m_reportedModelPart = false;
 };

@@ -110,8 +110,12 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
                 f.fixNeutral = "re-key the state by FQN (what get_optimizer_state_dict produces) so that loading no "
                                "longer depends on parameter order (the fix does it)";
             } else {
-                f.fix = "give the model (--model) to name the ids by position";
-                f.fixNeutral = "give the model (a model checkpoint or a list of its FQNs) to name the ids by position";
+                f.fix = "to name the ids by position, give the model they belong to (--model, in its parameter order), "
+                        "and the loading code's optimizer (--target-optim) when it holds only some of the model's "
+                        "parameters";
+                f.fixNeutral = "to name the ids by position, give the model they belong to (a model checkpoint or a "
+                               "list of its FQNs), and the target optimizer when it holds only some of the model's "
+                               "parameters";
             }
             out.push_back(std::move(f));
         }
