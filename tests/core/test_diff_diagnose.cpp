@@ -8,6 +8,7 @@
 #include "optscope/diagnosis.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
+#include "optscope/fqn_normalizer.h"
 #include "optscope/inspect_report.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/param_table.h"
@@ -828,6 +829,21 @@ TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
         const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(cases + "tied_weights_ids/optim.pt"), &ref);
         for (const auto& f : d.findings)
             EXPECT_NE(f.severity, Severity::Error) << f.name() << ": " << f.message;
+    }
+    {
+        // torch.compile(DDP(model)) names "_orig_mod.module.fc1.weight": both wrappers, stripped (they were taken
+        // for renamed modules, an error); the optimizer holds no names, so nothing of it needs renaming
+        EXPECT_EQ(normalizeFqn("_orig_mod.module.fc1.weight").fqn, "fc1.weight");
+        EXPECT_EQ(normalizeFqn("module._orig_mod.fc1.weight").fqn, "fc1.weight");
+        EXPECT_EQ(normalizeFqn("blocks.module.weight").fqn, "blocks.module.weight"); // a submodule named "module"
+        const auto model = openCheckpoint(cases + "compiled_ddp/model.pt");
+        const ModelParams ref = ModelParams::fromCheckpoint(*model);
+        const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(cases + "compiled_ddp/optim.pt"), &ref);
+        EXPECT_EQ(finding(d, "renamed-params"), nullptr) << d.toJson().dump(1);
+        EXPECT_EQ(finding(d, "param-names-prefix"), nullptr) << d.toJson().dump(1);
+        const DiagnosisFinding* keys = finding(d, "model-keys-mismatch");
+        ASSERT_NE(keys, nullptr);
+        EXPECT_FALSE(keys->actions.empty());
     }
     {
         // ids are numbered in param_groups order, here not the model's: named by their unique shapes

@@ -19,6 +19,7 @@ from compare_verdicts import compare  # noqa: E402  (copied beside this script)
 CASES = {
     "compiled": [],  # param_names and the model saved beside carry _orig_mod.
     "ddp": [],  # the same with module.
+    "compiled_ddp": [],  # torch.compile(DDP(model)): the model saved beside carries _orig_mod.module.
     "renamed_layer": [],  # FQN-keyed; fc1 -> fc_in proposed from shapes and positions
     "renamed_layer_ids": ["--rename", "fc1=fc_in"],  # the user names the rename
     "renamed_module_two_groups": [],  # FQN-keyed, decay / no-decay groups: fc1 -> fc_in found as a module

@@ -776,12 +776,21 @@ private:
             prefixText = "the optimizer's names carry the wrapper prefix " + t
                 + " (saved from the wrapped model); set_optimizer_state_dict looks names up without wrappers";
         }
-        if (!names.rename.empty()) {
-            // integer-keyed state loads by position: the names are only param_names (or the model's, by position)
-            const bool idKeyed = m_table.optimizers[static_cast<size_t>(oi)].idKeyed;
+        // integer-keyed state loads by position: its names are param_names, or derived from a model by position; the
+        // derived ones are not in the optimizer, so there is nothing of it to rename (the model's keys are another
+        // finding)
+        const bool idKeyed = m_table.optimizers[static_cast<size_t>(oi)].idKeyed;
+        const bool namesStored = !idKeyed || m_table.sources[static_cast<size_t>(oi)] == NameSource::ParamNames;
+        if (!names.rename.empty() && namesStored) {
+            size_t matched = 0; // after the renames, not only the renamed ones
+            for (const auto& n : names.opt) {
+                const auto it = names.rename.find(n);
+                matched += expected.count(it == names.rename.end() ? n : it->second) > 0;
+            }
             Finding f(idKeyed ? FindingCode::ParamNamesPrefix : FindingCode::PrefixMismatch,
-                prefixText + ": " + std::to_string(names.rename.size()) + " of " + std::to_string(names.opt.size())
-                    + " parameters of " + where + " match " + exp.source + " once renamed",
+                prefixText + ": " + std::to_string(names.rename.size()) + " of the " + std::to_string(names.opt.size())
+                    + " parameter names of " + where + " need renaming; once renamed, " + std::to_string(matched)
+                    + " of " + std::to_string(names.opt.size()) + " match " + exp.source,
                 root);
             f.fix = "rename the optimizer's names (`optscope-cli fix` does it), or save with "
                     "get_optimizer_state_dict, which writes names without wrappers";

@@ -21,11 +21,15 @@ NormalizedFqn normalizeFqn(const std::string& fqn)
 {
     NormalizedFqn n;
     std::string s = fqn;
-    // DDP's "module." only ever leads
-    while (s.rfind("module.", 0) == 0) {
-        s.erase(0, 7);
-        n.stripped.push_back("module.");
-    }
+    // DDP's "module." only ever leads: the root is the DDP wrapper, or the module torch.compile wraps
+    // (torch.compile(DDP(model)) names "_orig_mod.module.x"), so it is stripped again once "_orig_mod." is gone
+    auto stripLeadingModule = [&] {
+        while (s.rfind("module.", 0) == 0) {
+            s.erase(0, 7);
+            n.stripped.push_back("module.");
+        }
+    };
+    stripLeadingModule();
     // the others wrap submodules too: remove them wherever a segment starts with them
     for (const char* prefix : {"_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_fpw_module."}) {
         const std::string p(prefix);
@@ -39,6 +43,7 @@ NormalizedFqn normalizeFqn(const std::string& fqn)
             }
         }
     }
+    stripLeadingModule();
     n.fqn = s;
     return n;
 }
