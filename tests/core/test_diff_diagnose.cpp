@@ -247,6 +247,19 @@ TEST(Diff, FilesHoldingPartOfATensorCompareWhatTheyHold)
         EXPECT_NE(std::string(e.what()).find("unflatten"), std::string::npos) << e.what();
     }
 
+    // a set with a gap (rank1 of 3 lost) names the missing file, not "not a recognised folder"
+    {
+        TempDir tmp;
+        fs::copy_file(kData + "/partial/dtensor_rank0.pt", tmp.path / "dtensor_rank0.pt");
+        fs::copy_file(kData + "/partial/dtensor_rank1.pt", tmp.path / "dtensor_rank2.pt");
+        try {
+            openCheckpoint(tmp.path.string());
+            ADD_FAILURE() << "a set with a gap opened";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("dtensor_rank1.pt is missing"), std::string::npos) << e.what();
+        }
+    }
+
     // a meta-device tensor stores nothing: equal to itself, a warning in check (not a chunk gap), no hash
     const auto meta = open("partial/meta.pt");
     const DiffReport m = diffCheckpoints(*meta, *meta);

@@ -20,6 +20,7 @@ CASES = {
     "compiled": [],  # param_names and the model saved beside carry _orig_mod.
     "ddp": [],  # the same with module.
     "compiled_ddp": [],  # torch.compile(DDP(model)): the model saved beside carries _orig_mod.module.
+    "flattened_dsd": [],  # DSD flattened format -> nested: optimizer.load_state_dict reads it
     "renamed_layer": [],  # FQN-keyed; fc1 -> fc_in proposed from shapes and positions
     "renamed_layer_ids": ["--rename", "fc1=fc_in"],  # the user names the rename
     "renamed_module_two_groups": [],  # FQN-keyed, decay / no-decay groups: fc1 -> fc_in found as a module

@@ -1081,7 +1081,10 @@ private:
         LoadVerdict pf;
         pf.path = LoadPath::Fsdp1OptimStateDictToLoad;
         if (v.flattened) {
-            pf.why = "the flattened format is not read by FSDP1";
+            // _optim_utils._optim_state_dict_to_load_impl checks the nested format's keys first
+            pf = LoadVerdict::raises(pf.path, "ValueError",
+                "`optim_state_dict` must have the keys \"state\"to be a valid optimizer state dict",
+                "FSDP1 reads the nested {state, param_groups} format only");
         } else if (v.idKeyed && v.params.empty() && !v.groupParams().empty()) {
             // no state to trip over: the param_groups' integer ids are looked up as names
             // (_rekey_sharded_optim_state_dict), and a KeyError of an int prints without quotes

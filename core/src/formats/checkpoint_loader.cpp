@@ -50,6 +50,8 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
         if (DeepSpeedUniversalReader::looksLikeUniversal(path)) return DeepSpeedUniversalReader::open(path, progress);
         if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
         if (TorchSaveRanksReader::looksLikeRankFiles(path)) return TorchSaveRanksReader::open(path, progress);
+        if (const std::string gaps = TorchSaveRanksReader::missingRankFiles(path); !gaps.empty())
+            throw Error(ErrorKind::Format, path, gaps);
         throw Error(ErrorKind::Format, path,
             "is a directory without a .metadata file (not a torch.distributed.checkpoint folder), without "
             "model.safetensors or a safetensors index, without optimizer.pt (not a Hugging Face Trainer folder), "

@@ -33,12 +33,11 @@ bool splitLastNumber(const std::string& name, std::string& pattern, long& number
     return true;
 }
 
-} // namespace
-
-std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& folder)
+/// the folder's files named alike but for their last number: pattern -> number -> file name
+std::map<std::string, std::map<long, std::string>> numberedSets(const std::string& folder)
 {
     std::error_code ec;
-    std::map<std::string, std::map<long, std::string>> sets; // pattern -> rank -> file name
+    std::map<std::string, std::map<long, std::string>> sets;
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
         if (!it->is_regular_file(ec)) continue;
         const std::string name = it->path().filename().string();
@@ -47,6 +46,14 @@ std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& fold
         long rank = 0;
         if (splitLastNumber(name, pattern, rank)) sets[pattern][rank] = name;
     }
+    return sets;
+}
+
+} // namespace
+
+std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& folder)
+{
+    const auto sets = numberedSets(folder);
     std::vector<std::string> found;
     int complete = 0;
     for (const auto& [pattern, ranks] : sets) {
@@ -58,6 +65,34 @@ std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& fold
             found.push_back((fs::path(folder) / name).string());
     }
     if (complete != 1) return {}; // none, or several sets (model_rank#.pt and optim_rank#.pt): which one?
+    return found;
+}
+
+std::string TorchSaveRanksReader::missingRankFiles(const std::string& folder)
+{
+    std::string found;
+    for (const auto& [pattern, ranks] : numberedSets(folder)) {
+        // from rank 0, with gaps: a set of rank files that lost some (a step_100, step_300 series has no rank 0)
+        if (ranks.size() < 2 || ranks.begin()->first != 0 || ranks.rbegin()->first == long(ranks.size()) - 1) continue;
+        try {
+            const auto first = MappedFile::open((fs::path(folder) / ranks.begin()->second).string());
+            if (!looksLikeTorchSave(first->data(), first->size())) continue;
+        } catch (const Error&) {
+            continue;
+        }
+        if (!found.empty()) return {}; // several such sets: no one answer
+        std::vector<std::string> missing;
+        const auto hash = pattern.find('#');
+        for (long r = 0; r < ranks.rbegin()->first; ++r)
+            if (!ranks.count(r))
+                missing.push_back(pattern.substr(0, hash) + std::to_string(r) + pattern.substr(hash + 1));
+        std::string list;
+        for (size_t i = 0; i < missing.size() && i < 8; ++i)
+            list += (i ? ", " : "") + missing[i];
+        if (missing.size() > 8) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+        found = "holds per-rank torch.save files " + ranks.begin()->second + " to " + ranks.rbegin()->second
+            + " with gaps: " + list + (missing.size() == 1 ? " is" : " are") + " missing";
+    }
     return found;
 }
 

@@ -36,6 +36,9 @@ public:
     /// a folder holding one set of rank files (by name and magic; open() refuses a set without DTensor or
     /// ShardedTensor entries, naming `unflatten` for raw FSDP1 files)
     static bool looksLikeRankFiles(const std::string& folder);
+    /// when @p folder holds one set of torch.save files named alike but for a number, with gaps (rank0.pt and
+    /// rank2.pt), what is missing ("rank1.pt is missing from rank0.pt to rank2.pt"); else ""
+    static std::string missingRankFiles(const std::string& folder);
     static CheckpointPtr open(const std::string& folder, const Progress& progress = {});
 };
 
