@@ -10,6 +10,7 @@
 #include <QFileInfo>
 #include <QFont>
 #include <QIcon>
+#include <QScreen>
 #include <QStyleFactory>
 #include <QTimer>
 
@@ -164,6 +165,15 @@ int main(int argc, char** argv)
     optscope::ui::MainWindow window;
     window.setDemoPath(demo);
     window.restoreLayout();
+    // a screen smaller than the default 1440x900 (a 1280x720 laptop): start maximised, not half off the screen
+    if (const QScreen* screen = window.screen()) {
+        const QRect avail = screen->availableGeometry();
+        if (!avail.contains(window.frameGeometry())) {
+            window.resize(window.size().boundedTo(avail.size()));
+            window.move(avail.topLeft());
+            window.setWindowState(window.windowState() | Qt::WindowMaximized);
+        }
+    }
     window.show();
     if (!watchFolder.isEmpty()) window.watchFolder(watchFolder);
     if (!path.isEmpty()) window.openPath(path);

@@ -3,6 +3,7 @@
 // semantics, the safety model (unknown globals stay inert and are reported) and the limits on hostile input.
 // The byte sequences are written here opcode by opcode, as CPython's Lib/pickle.py defines them.
 #include "optscope/error.h"
+#include "optscope/py_value.h"
 #include "pickle_machine.h"
 
 #include <chrono>
@@ -1589,3 +1590,17 @@ TEST(PickleHostileInput, StopMissing)
 }
 
 } // namespace
+
+TEST(PyRepr, FloatsAsPythonReprWritesThem)
+{
+    // Python's repr: the shortest round-trip digits, positional for 1e-4 <= |v| < 1e16 (an optimizer's step 200.0
+    // showed as "2e+02": one digit round-trips, and %g then picks an exponent)
+    const std::pair<double, const char*> cases[]
+        = {{200.0, "200.0"}, {1e15, "1000000000000000.0"}, {1e16, "1e+16"}, {0.0001, "0.0001"}, {1.5e-5, "1.5e-05"},
+            {123.456, "123.456"}, {2500000.0, "2500000.0"}, {0.1, "0.1"}, {0.0001 * 0.99, "9.900000000000001e-05"},
+            {3.0, "3.0"}, {-200.0, "-200.0"}, {1.0000000000000002, "1.0000000000000002"},
+            {12345678901234.5, "12345678901234.5"}, {9007199254740993.0, "9007199254740992.0"}, {5e-324, "5e-324"},
+            {1.7976931348623157e308, "1.7976931348623157e+308"}};
+    for (const auto& [v, want] : cases)
+        EXPECT_EQ(optscope::pyFloatRepr(v), want) << v;
+}

@@ -2,8 +2,10 @@
 #include "optscope/py_value.h"
 #include "dict_index.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace optscope {
@@ -282,6 +284,21 @@ std::string pyFloatRepr(double v)
         if (std::strtod(buf, nullptr) == v) break;
     }
     std::string s = buf;
+    const double a = std::fabs(v);
+    if (s.find('e') != std::string::npos && a >= 1e-4 && a < 1e16) {
+        // %g chose an exponent because the digits ran out (200 at one digit is "2e+02"); Python writes these
+        // positionally ("200.0"): as many decimals as the shortest digits need past the point
+        int precision = 1;
+        for (; precision <= 17; ++precision) {
+            std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+            if (std::strtod(buf, nullptr) == v) break;
+        }
+        char ebuf[40];
+        std::snprintf(ebuf, sizeof ebuf, "%.*e", precision - 1, v);
+        const int exponent = std::atoi(std::strchr(ebuf, 'e') + 1);
+        std::snprintf(buf, sizeof buf, "%.*f", std::max(precision - 1 - exponent, 0), v);
+        s = buf;
+    }
     const auto e = s.find('e');
     if (e != std::string::npos) {
         // C prints e-05 / e+16; Python prints e-05 / e+16 as well, but drops nothing else. Keep the mantissa as is.
