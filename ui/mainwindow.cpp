@@ -280,6 +280,9 @@ void MainWindow::setupMenus()
     m_viewMenu->addAction(tr("&Reset Layout"), this, &MainWindow::resetLayout);
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
+    QAction* guide = help->addAction(tr("&Getting Started"), this, &MainWindow::showGettingStarted);
+    guide->setShortcut(QKeySequence::HelpContents);
+    guide->setObjectName(QStringLiteral("gettingStarted"));
     help->addAction(tr("&About OptScope"), this, &MainWindow::showAbout);
     help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
     updateRecentMenu();
@@ -408,6 +411,39 @@ void MainWindow::updateTitle()
     m_checkpointLabel->setText(
         m_context->isRaw() ? tr("%1 (raw file)").arg(Format::displayPath(path)) : Format::displayPath(path));
     m_checkpointLabel->setToolTip(path);
+}
+
+QString MainWindow::gettingStartedText()
+{
+    return tr(
+        "<h3>Getting started</h3>"
+        "<p>Open a checkpoint with <b>File &gt; Open File…</b> (a torch.save file, safetensors) or <b>Open "
+        "Folder…</b> (a DCP folder, per-rank files, a DeepSpeed, Megatron or Hugging Face Trainer checkpoint). "
+        "Nothing in it is executed. <b>State keys</b> lists every entry; select one to see its statistics, values and "
+        "shard layout.</p>"
+        "<p><b>Compare two steps.</b> Open the newer one, then <b>File &gt; Compare with</b> and pick the older one. "
+        "The <b>Diff</b> panel sorts keys by max |Δ|, most changed first; select a row for A | B | Δ values and the "
+        "Δ histogram. <b>File &gt; Watch Folder…</b> follows a run's checkpoint folder and diffs each new step.</p>"
+        "<p><b>An optimizer that does not load.</b> Open the checkpoint, go to <b>Diagnose</b>, and give the model it "
+        "should load into (<b>Browse</b>: a model checkpoint or a list of FQNs) and, if you have it, the optimizer "
+        "your "
+        "loading code builds (<b>Target optimizer</b>). Each finding shows the error PyTorch raises and the fix; the "
+        "summary says what each load path does. <b>Apply fix and save as…</b> writes a corrected copy; <b>Open "
+        "fixed</b> diagnoses it again.</p>"
+        "<p><b>Another world size.</b> In <b>Reshard and verify</b>, choose the ranks and layout: <b>Verify</b> "
+        "proves by a load that the new layout holds the same values; <b>Reshard and save…</b> writes the DCP folder "
+        "and checks it, and <b>Shard layout</b> previews it.</p>"
+        "<p>Every panel has a right-click menu (copy the full key or value, show in the shard layout, diff this "
+        "key). Long work runs in the background; <b>Esc</b> cancels it.</p>");
+}
+
+void MainWindow::showGettingStarted()
+{
+    QMessageBox box(this);
+    box.setWindowTitle(tr("Getting started"));
+    box.setTextFormat(Qt::RichText);
+    box.setText(gettingStartedText());
+    box.exec();
 }
 
 void MainWindow::showAbout()

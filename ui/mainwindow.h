@@ -57,6 +57,8 @@ public:
 
     /// panel names for --panel: keys, details, fqn, shards, diff, diagnose, reshard
     static QStringList panelNames();
+    /// Help > Getting started: the three jobs in the app's own names of menus and panels
+    static QString gettingStartedText();
     QDockWidget* dock(const QString& name) const;
     void raisePanel(const QString& name);
     QStringList recentFiles() const;
@@ -74,6 +76,7 @@ private:
     void updateRecentMenu();
     void updateTitle();
     void showAbout();
+    void showGettingStarted();
 
     CheckpointContext* m_context;
     StateKeysPanel* m_keys = nullptr;

@@ -332,8 +332,8 @@ void ReshardPanel::reshardTo(const QString& outDir)
             const CheckpointPtr copy = openCheckpoint(out);
             VerifyReport report = verifyAgainst(*cp, *copy, progress);
             // one size format everywhere: "47 KiB" as the other panels write it, not a byte count
-            report.target = out + " (" + std::to_string(stats.files) + " files, "
-                + Format::bytes(stats.bytes).toStdString() + ")";
+            report.target = out + " (" + std::to_string(stats.files) + " data files and .metadata, "
+                + Format::bytes(stats.bytes).toStdString() + " in all)";
             return report;
         },
         [this, outDir](VerifyReport report) {

@@ -54,15 +54,16 @@ WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* par
     layout->setContentsMargins(4, 4, 4, 4);
     auto* bar = new QHBoxLayout;
     m_title->setWordWrap(true);
-    m_title->setText(tr("File > Watch folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
+    m_title->setText(tr("File > Watch Folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
     bar->addWidget(m_title, 1);
     m_follow->setChecked(true);
     m_follow->setToolTip(tr("Open each new checkpoint in the window and compare it with the one before"));
     bar->addWidget(m_follow);
-    auto* stopButton = new QPushButton(tr("Stop watching"), this);
-    stopButton->setObjectName(QStringLiteral("stopWatching"));
-    connect(stopButton, &QPushButton::clicked, this, &WatchPanel::stop);
-    bar->addWidget(stopButton);
+    m_stopButton = new QPushButton(tr("Stop watching"), this);
+    m_stopButton->setObjectName(QStringLiteral("stopWatching"));
+    m_stopButton->setEnabled(false); // nothing watched yet
+    connect(m_stopButton, &QPushButton::clicked, this, &WatchPanel::stop);
+    bar->addWidget(m_stopButton);
     layout->addLayout(bar);
 
     auto* split = new QSplitter(Qt::Horizontal, this);
@@ -112,6 +113,7 @@ void WatchPanel::watch(const QString& folder)
     m_watcher->addPath(m_folder);
     m_title->setText(tr("Watching <b>%1</b>").arg(Format::displayPath(m_folder).toHtmlEscaped()));
     m_title->setToolTip(m_folder);
+    m_stopButton->setEnabled(true);
     m_poll->start();
     pollNow();
 }
@@ -120,6 +122,7 @@ void WatchPanel::stop()
 {
     if (!m_watcher->directories().isEmpty()) m_watcher->removePaths(m_watcher->directories());
     m_poll->stop();
+    if (m_stopButton) m_stopButton->setEnabled(false);
     m_context->runner()->cancel(QStringLiteral("watch"));
     ++m_generation;
     m_busy = false;
@@ -132,7 +135,7 @@ void WatchPanel::stop()
     m_previousPath.clear();
     m_series.clear();
     m_steps->setRowCount(0);
-    m_title->setText(tr("File > Watch folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
+    m_title->setText(tr("File > Watch Folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
     updateChart();
 }
 

@@ -15,6 +15,7 @@ class QCheckBox;
 class QCustomPlot;
 class QFileSystemWatcher;
 class QLabel;
+class QPushButton;
 class QTableWidget;
 class QTimer;
 
@@ -66,6 +67,7 @@ private:
     DiffPanel* m_diff;
     QLabel* m_title;
     QCheckBox* m_follow;
+    QPushButton* m_stopButton = nullptr;
     QTableWidget* m_steps;
     QCustomPlot* m_chart;
     QFileSystemWatcher* m_watcher;

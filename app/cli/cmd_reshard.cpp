@@ -72,8 +72,9 @@ int runReshard(const std::vector<std::string>& argv)
             {"tensor_items", s.tensorItems}, {"value_items", s.valueItems}, {"bytes", s.bytes}};
         std::cout << j.dump(2) << std::endl;
     } else {
-        std::cout << "wrote " << *out << " for " << options.worldSize << " ranks: " << s.files << " files, "
-                  << s.tensorItems << " tensor chunks, " << s.valueItems << " values (" << humanBytes(s.bytes) << ")\n";
+        std::cout << "wrote " << *out << " for " << options.worldSize << " ranks: " << s.files
+                  << " data files and .metadata, " << s.tensorItems << " tensor chunks, " << s.valueItems << " values ("
+                  << humanBytes(s.bytes) << " in all)\n";
     }
     return ExitOk;
 }

@@ -51,6 +51,7 @@
 #include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
 #include <QMimeData>
@@ -62,6 +63,7 @@
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QThread>
+#include <QToolButton>
 #include <QTreeView>
 #include <QUrl>
 
@@ -107,6 +109,7 @@ private Q_SLOTS:
     void diagnoseFindings();
     void diagnoseApplyFixAndSave();
     void diagnoseTargetOptimizerAndLoadPaths();
+    void gettingStartedNamesRealMenus();
     void reshardAndVerify();
     void fqnMappingJumpsToState();
     void dragAndDropOpensFolder();
@@ -437,6 +440,34 @@ void TestFlows::diagnoseTargetOptimizerAndLoadPaths()
     // another checkpoint starts without the target
     QVERIFY(openAndWait(w, testData("adamw_fqn.pt")));
     QVERIFY(diag->targetEdit()->text().isEmpty());
+}
+
+void TestFlows::gettingStartedNamesRealMenus()
+{
+    // Help > Getting started walks a new user through the three jobs by the names of menus, panels and buttons:
+    // every one it names must exist under that name
+    MainWindow w;
+    w.setPersistLayout(false);
+    const QString text = MainWindow::gettingStartedText();
+    QStringList actions;
+    for (QAction* a : w.findChildren<QAction*>())
+        actions << a->text().remove(QLatin1Char('&'));
+    for (QPushButton* b : w.findChildren<QPushButton*>())
+        actions << b->text().remove(QLatin1Char('&'));
+    for (QToolButton* b : w.findChildren<QToolButton*>())
+        actions << b->text().remove(QLatin1Char('&'));
+    for (QLabel* l : w.findChildren<QLabel*>())
+        actions << l->text().remove(QLatin1Char(':'));
+    for (const QString& name : {QStringLiteral("Open File…"), QStringLiteral("Open Folder…"),
+             QStringLiteral("Compare with"), QStringLiteral("Watch Folder…"), QStringLiteral("Browse"),
+             QStringLiteral("Target optimizer"), QStringLiteral("Apply fix and save as…"), QStringLiteral("Open fixed"),
+             QStringLiteral("Verify"), QStringLiteral("Reshard and save…")}) {
+        QVERIFY2(text.contains(name), qPrintable(name));
+        QVERIFY2(actions.contains(name), qPrintable(name + QStringLiteral(" is not a menu item, button or label")));
+    }
+    for (const QString& panel : {QStringLiteral("State keys"), QStringLiteral("Diff"), QStringLiteral("Diagnose"),
+             QStringLiteral("Reshard and verify"), QStringLiteral("Shard layout")})
+        QVERIFY2(text.contains(QStringLiteral("<b>") + panel + QStringLiteral("</b>")), qPrintable(panel));
 }
 
 void TestFlows::reshardAndVerify()

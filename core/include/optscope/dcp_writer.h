@@ -53,10 +53,10 @@ struct DcpPlan
 
 struct DcpWriteStats
 {
-    size_t files = 0;
+    size_t files = 0; ///< data files (__<rank>_0.distcp); .metadata is one more
     size_t tensorItems = 0;
     size_t valueItems = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0; ///< all files written, .metadata included
 };
 
 /// Writes @p plan as a DCP folder at @p outDir, which must not exist yet (or be an empty directory).
