@@ -153,7 +153,7 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
             + (dcp ? QString() : QStringLiteral(".") + (in.suffix().isEmpty() ? QStringLiteral("pt") : in.suffix()));
         const QString out = QFileDialog::getSaveFileName(this,
             dcp ? tr("Save the fixed checkpoint as a new DCP folder") : tr("Save the fixed checkpoint"), suggestion,
-            dcp ? QString() : tr("PyTorch checkpoints (*.pt *.pth);;All files (*)"));
+            dcp ? QString() : tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt);;All files (*)"));
         if (!out.isEmpty()) applyFixesTo(out);
     });
     connect(m_openFixed, &QPushButton::clicked, this, [this] {
@@ -287,8 +287,10 @@ void DiagnosePanel::diagnose()
             if (d.fixable()) head += tr("<br>Fixable: <i>Apply fix and save as…</i> writes a corrected copy.");
             // what each load path does (the same words as the CLI's), and how the inputs were read
             if (!d.verdicts.empty()) {
-                head += QStringLiteral("<br><b>%1:</b><table cellspacing=\"0\" cellpadding=\"1\">")
-                            .arg(QString::fromStdString(d.verdictsTitle()).toHtmlEscaped());
+                head += QStringLiteral("<br><b>%1</b> <span style=\"color:gray\">%2</span>"
+                                       "<table cellspacing=\"0\" cellpadding=\"1\">")
+                            .arg(QString::fromStdString(d.verdictsTitle()).toHtmlEscaped(),
+                                tr("(one line per way of loading it; the one your code uses is the one that counts)"));
                 for (const auto& v : d.verdicts) {
                     const char* colour = v.outcome == LoadOutcome::Raises ? "#d62728"
                         : v.outcome == LoadOutcome::Loads && !v.stepAfterLoad.empty() && v.stepAfterLoad != "ok"
