@@ -498,3 +498,131 @@ TEST(ZeroDamaged, Bf16PrefixedOptimizerFileNamesAreFound)
     for (const auto& p : kParams)
         EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg"), bytesOf(*orig, "optim.state." + p + ".exp_avg")) << p;
 }
+
+// ---- variants the real samples do not show (tests/data/zero/synthetic: written by tests/fixtures/
+// make_zero_synthetic.py with real PyTorch in the layout DeepSpeed v0.19.5's save code writes, not by DeepSpeed;
+// reference.pt holds the parameters and optimizer state of the same steps run on whole tensors)
+
+namespace {
+
+struct SyntheticVariant
+{
+    const char* name;
+    int worldSize;
+    const char* detail; ///< in Checkpoint::formatDetail
+};
+
+std::vector<std::string> stringList(const PyValue* v)
+{
+    std::vector<std::string> out;
+    if (v && v->isSequence())
+        for (const auto* item : v->items())
+            out.push_back(pyStr(item));
+    return out;
+}
+
+void PrintTo(const SyntheticVariant& v, std::ostream* os)
+{
+    *os << v.name;
+}
+
+class ZeroSynthetic : public ::testing::TestWithParam<SyntheticVariant>
+{
+protected:
+    std::string dir() const { return kZero + "/synthetic/" + GetParam().name; }
+};
+
+} // namespace
+
+TEST_P(ZeroSynthetic, WeightsStateAndGroupsEqualTheWholeTensorRun)
+{
+    const auto cp = openCheckpoint(dir() + "/ckpt");
+    const auto ref = openCheckpoint(dir() + "/reference.pt");
+    EXPECT_EQ(cp->format, CheckpointFormat::DeepSpeedZero);
+    EXPECT_FALSE(cp->hasErrors());
+    for (const auto& w : cp->warnings)
+        EXPECT_TRUE(w.code == "unsafe-global") << w.code << ": " << w.message;
+    // the stage, the world size and the precision the run trained in (the weights here are its fp32 masters)
+    EXPECT_NE(cp->formatDetail.find(GetParam().detail), std::string::npos) << cp->formatDetail;
+    // every reference tensor (params.<fqn>, state.<fqn>.<name>) is in the checkpoint, bit for bit, and nothing more
+    size_t compared = 0;
+    std::set<std::string> expected;
+    for (const auto& e : ref->entries) {
+        if (!e.isTensor()) continue;
+        std::string key;
+        if (e.key.rfind("params.", 0) == 0) key = "model." + e.key.substr(7);
+        if (e.key.rfind("state.", 0) == 0) key = "optim.state." + e.key.substr(6);
+        if (key.empty()) continue;
+        expected.insert(key);
+        ASSERT_TRUE(cp->find(key)) << key;
+        EXPECT_EQ(cp->find(key)->tensor.shape, e.tensor.shape) << key;
+        EXPECT_EQ(bytesOf(*cp, key), bytesOf(*ref, e.key)) << key;
+        ++compared;
+    }
+    EXPECT_GT(compared, 10u);
+    for (const auto& e : cp->entries) {
+        if (e.isTensor()) {
+            EXPECT_TRUE(expected.count(e.key)) << "not in the reference: " << e.key;
+        }
+    }
+    // frozen parameters have weights (no fp32 master: in the model's dtype, as in reference.pt) and no state
+    for (const auto& fqn : stringList(ref->find("frozen")->value)) {
+        EXPECT_TRUE(cp->find("model." + fqn)) << fqn;
+        for (const auto& e : cp->entries)
+            EXPECT_NE(e.key.rfind("optim.state." + fqn + ".", 0), 0u) << e.key;
+    }
+    // param groups: the same FQNs in the same order, the same hyperparameters
+    for (size_t g = 0;; ++g) {
+        const Entry* params = ref->find("param_groups." + std::to_string(g) + ".params");
+        if (!params) {
+            EXPECT_FALSE(cp->find("optim.param_groups." + std::to_string(g) + ".params")) << g;
+            EXPECT_GE(g, 1u);
+            break;
+        }
+        const Entry* got = cp->find("optim.param_groups." + std::to_string(g) + ".params");
+        ASSERT_TRUE(got) << g;
+        EXPECT_EQ(stringList(got->value), stringList(params->value)) << g;
+        for (const char* h : {"lr", "weight_decay", "momentum", "betas"})
+            if (const Entry* want = ref->find("param_groups." + std::to_string(g) + "." + h)) {
+                const Entry* have = cp->find("optim.param_groups." + std::to_string(g) + "." + h);
+                ASSERT_TRUE(have) << g << " " << h;
+                EXPECT_EQ(pyRepr(have->value), pyRepr(want->value)) << g << " " << h;
+            }
+    }
+}
+
+TEST_P(ZeroSynthetic, ChunksTileEachTensorFromEveryRankWithoutPadding)
+{
+    const auto cp = openCheckpoint(dir() + "/ckpt");
+    std::set<int> ranks;
+    for (const auto& e : cp->entries) {
+        if (!e.isTensor()) continue;
+        EXPECT_TRUE(ShardLayout::of(e.tensor).complete()) << e.key;
+        int64_t covered = 0;
+        for (const auto& c : e.tensor.chunks) {
+            covered += c.numel();
+            ranks.insert(c.rank);
+        }
+        EXPECT_EQ(covered, e.tensor.numel()) << e.key;
+    }
+    std::set<int> all;
+    for (int r = 0; r < GetParam().worldSize; ++r)
+        all.insert(r);
+    ranks.erase(-1); // frozen weights and buffers from the model states file
+    EXPECT_EQ(ranks, all);
+    const CheckReport report = checkCheckpoint(*cp);
+    for (const auto& f : report.findings)
+        EXPECT_EQ(f.code, FindingCode::LibraryGlobal) << f.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepSpeed, ZeroSynthetic,
+    ::testing::Values(SyntheticVariant {"bf16_z1_w3", 3, "BF16_Optimizer (ZeRO stage 1), 3 data-parallel ranks, bf16"},
+        SyntheticVariant {"z2_frozen_w4", 4, "ZeRO stage 2, 4 data-parallel ranks, DeepSpeed"},
+        SyntheticVariant {"z3_frozen_w3", 3, "ZeRO stage 3, 3 data-parallel ranks, DeepSpeed"},
+        SyntheticVariant {"z2_w1", 1, "ZeRO stage 2, 1 data-parallel rank, DeepSpeed"},
+        SyntheticVariant {"z1_w3_sgd", 3, "ZeRO stage 1, 3 data-parallel ranks, DeepSpeed"},
+        SyntheticVariant {"bf16_z2_w2", 2, "ZeRO stage 2, 2 data-parallel ranks, bf16 weights, DeepSpeed"},
+        SyntheticVariant {"bf16_z3_w2", 2, "ZeRO stage 3, 2 data-parallel ranks, bf16 weights, DeepSpeed"},
+        SyntheticVariant {
+            "fp16_z2_w3", 3, "ZeRO stage 2, 3 data-parallel ranks, fp16 weights, dynamic loss scale 65536, DeepSpeed"}),
+    [](const ::testing::TestParamInfo<SyntheticVariant>& info) { return std::string(info.param.name); });

@@ -239,6 +239,33 @@ std::string rangesText(const std::vector<std::pair<int, std::pair<int64_t, int64
     return t;
 }
 
+/// ", bf16 weights" / ", fp16 weights, dynamic loss scale 65536": the precision the run trained in, which the
+/// weights in the checkpoint model (the fp32 masters) do not show; empty for an fp32 run
+std::string precisionText(const PyValue* modelStates, const PyValue* optimState)
+{
+    std::optional<DType> dtype;
+    if (const PyValue* module = getKey(modelStates, "module"); module && module->isMapping())
+        for (size_t i = 0; i < module->size() && !dtype; ++i) {
+            const PyValue* v = module->dictValue(i);
+            if (v->kind == PyKind::Tensor && dtypeIsFloatingPoint(v->tensor->dtype)) dtype = v->tensor->dtype;
+        }
+    if (!dtype || *dtype == DType::Float32) return {};
+    std::string text = ", "
+        + std::string(*dtype == DType::BFloat16 ? "bf16"
+                : *dtype == DType::Float16      ? "fp16"
+                                                : dtypeName(*dtype))
+        + " weights";
+    // fp16: the loss scale reached (DynamicLossScaler.cur_scale / LossScaler.cur_scale); 1.0 for bf16, not worth saying
+    const PyValue* scaler = getKey(optimState, "loss_scaler");
+    const PyValue* state = scaler && scaler->kind == PyKind::Object ? scaler->object->state : nullptr;
+    if (const PyValue* scale = getKey(state, "cur_scale"); scale && *dtype == DType::Float16) {
+        const PyValue* dyn = getKey(optimState, "dynamic_loss_scale");
+        const bool dynamic = dyn && dyn->kind == PyKind::Bool && dyn->boolean;
+        text += std::string(dynamic ? ", dynamic loss scale " : ", loss scale ") + pyRepr(scale, 24);
+    }
+    return text;
+}
+
 void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bool main)
 {
     const std::string tagDir = m_dir.string();
@@ -903,7 +930,8 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     }
     if (main) {
         m_cp.flatSlots = std::move(slots);
-        detail += ", " + std::to_string(W) + " data-parallel ranks";
+        detail += ", " + std::to_string(W) + (W == 1 ? " data-parallel rank" : " data-parallel ranks");
+        detail += precisionText(ms, sd0);
         if (const PyValue* v = getKey(ms, "ds_version"); v && v->kind == PyKind::Str)
             detail += ", DeepSpeed " + std::string(v->text);
     }
