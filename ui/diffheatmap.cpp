@@ -3,6 +3,8 @@
 
 #include "format.h"
 
+#include "optscope/optimizer_kind.h"
+
 #include <QFontMetrics>
 #include <QMouseEvent>
 #include <QToolTip>
@@ -158,9 +160,13 @@ void DiffHeatmap::setReport(const DiffReport& report)
     for (const auto* e : rows)
         m_differing += e->numDiff > 0 ? 1 : 0;
     m_anyEntry = !report.entries.empty();
+    // step counters last: each moves by 1 per step, a change expected and shown in the panel's "step 3 -> 4"
+    // headline; ranked by max |Δ| they filled the top rows and pushed the moments that changed most off the map
     const auto before = [](const DiffEntry* a, const DiffEntry* b) {
         const bool ca = a->numDiff > 0, cb = b->numDiff > 0;
         if (ca != cb) return ca;
+        const bool sa = isStepCounterKey(a->key, a->numel), sb = isStepCounterKey(b->key, b->numel);
+        if (sa != sb) return sb;
         return a->maxAbsDiff > b->maxAbsDiff;
     };
     // stable: ties keep the report's order

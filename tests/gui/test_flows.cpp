@@ -1379,6 +1379,14 @@ void TestFlows::heatmapPerKindLabelsAndTooltips()
     const int expAvgSq = rowOf("optim.state.0.weight.exp_avg_sq");
     QVERIFY(step >= 0 && expAvg >= 0 && expAvgSq >= 0);
     QCOMPARE(map->cell(step, 0), 1.0); // the numbers stay absolute
+    // step counters (Δ = 1 each, expected) come after every other tensor that differs: they used to fill the top rows
+    bool counterSeen = false;
+    for (int r = 0; r < map->keys().size(); ++r) {
+        const bool counter = map->keys()[r].endsWith(QLatin1String(".step"));
+        if (!counter && map->cell(r, 0) > 0) QVERIFY2(!counterSeen, qPrintable(map->keys()[r]));
+        counterSeen = counterSeen || counter;
+    }
+    QVERIFY(step > expAvg && step > expAvgSq);
     QVERIFY(map->cell(expAvgSq, 0) < 1e-4);
     // per state kind: the moments are coloured against moments, not against step's Δ of 1
     QCOMPARE(map->normalization(), DiffHeatmap::Normalization::PerKind);
