@@ -19,6 +19,7 @@
 #include <QMenu>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QTableView>
 #include <QTextBrowser>
@@ -50,6 +51,7 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     , m_browse(new QToolButton(this))
     , m_target(new QLineEdit(this))
     , m_targetBrowse(new QPushButton(tr("Browse…"), this))
+    , m_worldSize(new QSpinBox(this))
     , m_run(new QPushButton(tr("Diagnose"), this))
     , m_apply(new QPushButton(tr("Apply fix and save as…"), this))
     , m_openFixed(new QPushButton(tr("Open fixed"), this))
@@ -90,6 +92,14 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     targetBar->addWidget(m_target, 1);
     m_targetBrowse->setToolTip(m_target->toolTip());
     targetBar->addWidget(m_targetBrowse);
+    // the loading run's world size: a DeepSpeed ZeRO checkpoint loads only on the one it was saved by
+    targetBar->addWidget(new QLabel(tr("Loading on:"), this));
+    m_worldSize->setRange(0, 1 << 20);
+    m_worldSize->setSpecialValueText(tr("ranks as saved"));
+    m_worldSize->setSuffix(tr(" ranks"));
+    m_worldSize->setToolTip(tr("Optional: how many data-parallel ranks the run that loads this checkpoint uses. "
+                               "DeepSpeed ZeRO refuses another number than the one that saved it; DCP reshards"));
+    targetBar->addWidget(m_worldSize);
     layout->addLayout(targetBar);
     connect(m_target, &QLineEdit::returnPressed, this, &DiagnosePanel::diagnose);
     connect(m_targetBrowse, &QPushButton::clicked, this, [this] {
@@ -168,6 +178,7 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
         if (path != m_checkpointPath && !fixedCopy) {
             m_reference->clear();
             m_target->clear();
+            m_worldSize->setValue(0);
             if (m_context->reference()) m_context->clearReference();
         }
         // the fixed copy just written: diagnosing it against the same model is the next step, so do it
@@ -246,11 +257,12 @@ void DiagnosePanel::diagnose()
     const std::string refPath = ref.toStdString();
     const bool list = isFqnList(ref);
     const std::string targetPath = m_target->text().trimmed().toStdString();
+    const int worldSize = m_worldSize->value();
     setBusy(true);
     m_summary->setText(tr("Diagnosing…"));
     m_context->runner()->run(
         QStringLiteral("diagnose"), tr("Diagnose"), this,
-        [cp, refPath, list, targetPath](const Progress& progress) {
+        [cp, refPath, list, targetPath, worldSize](const Progress& progress) {
             std::unique_ptr<ExpectedParams> expected;
             if (!refPath.empty()) {
                 if (list) {
@@ -262,7 +274,7 @@ void DiagnosePanel::diagnose()
             }
             std::optional<TargetOptimizer> target;
             if (!targetPath.empty()) target = TargetOptimizer::fromCheckpoint(*openCheckpoint(targetPath, progress));
-            return diagnoseCheckpoint(*cp, expected.get(), progress, target ? &*target : nullptr);
+            return diagnoseCheckpoint(*cp, expected.get(), progress, target ? &*target : nullptr, worldSize);
         },
         [this, ref](Diagnosis d) {
             int errors = 0, warnings = 0, infos = 0;

@@ -6,6 +6,7 @@
 class QLabel;
 class QLineEdit;
 class QPushButton;
+class QSpinBox;
 class QSortFilterProxyModel;
 class QTableView;
 class QTextBrowser;
@@ -31,6 +32,8 @@ public:
     QTableView* view() const { return m_view; }
     QLineEdit* referenceEdit() const { return m_reference; }
     QLineEdit* targetEdit() const { return m_target; }
+    /// the loading run's data-parallel world size; 0 ("as saved") when not given
+    QSpinBox* worldSizeBox() const { return m_worldSize; }
     QPushButton* applyButton() const { return m_apply; }
     QString summaryText() const;
     QString detailsText() const;
@@ -63,6 +66,7 @@ private:
     QToolButton* m_browse;
     QLineEdit* m_target;
     QPushButton* m_targetBrowse;
+    QSpinBox* m_worldSize;
     QPushButton* m_run;
     QPushButton* m_apply;
     QPushButton* m_openFixed;

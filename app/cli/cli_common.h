@@ -61,6 +61,8 @@ const std::vector<Command>& commands();
 /// the full help text of a command
 std::string commandUsage(const std::string& name);
 
+/// --world-size M: a positive integer (at most 2^20); throws UsageError when it is missing or not one
+int parseWorldSize(const Args& args);
 /// formats 1536 as "1.5 KiB"
 std::string humanBytes(uint64_t bytes);
 /// prints "optscope-cli <cmd>: <message>" on stderr

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// optscope-cli diagnose OPTIM [--model MODEL] [--json]; optscope-cli fix OPTIM --model MODEL -o OUT [--json]
+// optscope-cli diagnose OPTIM [--model MODEL] [--target-optim T] [--world-size M] [--json]; optscope-cli fix OPTIM
+// --model MODEL -o OUT [--json]
 #include "cli_common.h"
 
 #include "optscope/checkpoint_fix.h"
@@ -65,7 +66,8 @@ int runDiagnose(const std::vector<std::string>& argv)
     const Args args(argv,
         {{"--model", true, "model, reference optimizer or FQN list"},
             {"--target-optim", true, "the optimizer the loading code builds (its param groups)"},
-            {"--json", false, "print JSON"}, {"--help", false, "show this help", "-h"}});
+            {"--world-size", true, "data-parallel ranks of the loading run"}, {"--json", false, "print JSON"},
+            {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("diagnose");
         return ExitOk;
@@ -75,7 +77,9 @@ int runDiagnose(const std::vector<std::string>& argv)
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const auto expected = expectedFrom(args, progress);
     const auto target = targetFrom(args, progress);
-    const Diagnosis d = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress, target ? &*target : nullptr);
+    const int worldSize = args.has("--world-size") ? parseWorldSize(args) : 0;
+    const Diagnosis d
+        = diagnoseCheckpoint(*cp, expected ? &*expected : nullptr, progress, target ? &*target : nullptr, worldSize);
     finishTerminalProgress();
     if (args.has("--json"))
         std::cout << d.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;

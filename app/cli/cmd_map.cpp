@@ -42,14 +42,7 @@ int runMap(const std::vector<std::string>& argv)
         while (std::getline(ss, part, ','))
             if (!part.empty()) options.units.push_back(part);
     }
-    if (auto w = args.value("--world-size")) {
-        try {
-            options.worldSize = std::stoi(*w);
-        } catch (...) {
-            throw UsageError("--world-size takes a positive number");
-        }
-        if (options.worldSize < 1) throw UsageError("--world-size takes a positive number");
-    }
+    if (args.has("--world-size")) options.worldSize = parseWorldSize(args);
     const ParamTable table = ParamTable::build(*cp, reference ? &*reference : nullptr, model.get(), options);
     finishTerminalProgress();
     if (args.has("--json")) {

@@ -9,8 +9,6 @@
 
 namespace optscope::cli {
 
-int parseWorldSize(const Args& args);
-
 int runVerify(const std::vector<std::string>& argv)
 {
     const Args args(argv,

@@ -6,6 +6,7 @@
 // rank files of two runs mixed, a file cut short), which must give DeepSpeed's own error text.
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_loader.h"
+#include "optscope/diagnosis.h"
 #include "optscope/error.h"
 #include "optscope/flat_param_layout.h"
 #include "optscope/param_table.h"
@@ -626,3 +627,63 @@ INSTANTIATE_TEST_SUITE_P(DeepSpeed, ZeroSynthetic,
         SyntheticVariant {
             "fp16_z2_w3", 3, "ZeRO stage 2, 3 data-parallel ranks, fp16 weights, dynamic loss scale 65536, DeepSpeed"}),
     [](const ::testing::TestParamInfo<SyntheticVariant>& info) { return std::string(info.param.name); });
+
+TEST(ZeroDiagnose, LoadingOnAnotherWorldSizeIsDeepSpeedsRefusalWithTheWayAround)
+{
+    // DeepSpeed v0.19.5 engine.py _load_zero_checkpoint (read in its source): any stage, before any optimizer file
+    for (const char* stage : {"stage1", "stage2", "stage3"}) {
+        const auto cp = openCheckpoint(kZero + "/" + stage + "/ckpt");
+        EXPECT_EQ(cp->savedDataParallelSize, 2);
+        EXPECT_EQ(cp->zeroStage, stage[5] - '0');
+        const Diagnosis same = diagnoseCheckpoint(*cp, nullptr, {}, nullptr, 2);
+        EXPECT_FALSE(findingOf(same.findings, FindingCode::ZeroWorldSizeChange)) << stage;
+        EXPECT_FALSE(same.notes.empty());
+        EXPECT_FALSE(findingOf(diagnoseCheckpoint(*cp, nullptr).findings, FindingCode::ZeroWorldSizeChange)) << stage;
+        const Diagnosis d = diagnoseCheckpoint(*cp, nullptr, {}, nullptr, 3);
+        const Finding* f = findingOf(d.findings, FindingCode::ZeroWorldSizeChange);
+        ASSERT_TRUE(f) << stage;
+        EXPECT_EQ(f->severity, Severity::Error);
+        EXPECT_STREQ(findingLoader(f->code), "DeepSpeed");
+        // (ZeRO-3: rank 2 has no model states file of its own and fails first; see below)
+        const std::string text = std::string(stage) == "stage3"
+            ? f->pytorchError.substr(f->pytorchError.find("ZeRORuntime"))
+            : f->pytorchError;
+        EXPECT_EQ(text,
+            "ZeRORuntimeException: The checkpoint being loaded used a DP world size of 2 but the current world size "
+            "is 3. Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently "
+            "supported.");
+        EXPECT_NE(f->fix.find("ds_to_universal.py --input_folder SAVE_DIR/global_step2"), std::string::npos) << f->fix;
+        EXPECT_NE(f->fix.find("\"load_universal\": true"), std::string::npos);
+        EXPECT_NE(f->fix.find("reshard " + cp->path + " --layout fsdp2 --world-size 3"), std::string::npos);
+        EXPECT_TRUE(d.hasProblems());
+    }
+    // ZeRO-3 on more ranks: the new ranks have no model states file of their own and fail first
+    const Diagnosis more = diagnoseCheckpoint(*openCheckpoint(kZero + "/stage3/ckpt"), nullptr, {}, nullptr, 4);
+    const Finding* f = findingOf(more.findings, FindingCode::ZeroWorldSizeChange);
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->pytorchError.rfind("ranks 2 to 3 (no zero_pp_rank_R", 0), 0u) << f->pytorchError;
+    EXPECT_EQ(findingOf(diagnoseCheckpoint(*openCheckpoint(kZero + "/stage3/ckpt"), nullptr, {}, nullptr, 3).findings,
+                  FindingCode::ZeroWorldSizeChange)
+                  ->pytorchError.rfind("rank 2 (no", 0),
+        0u);
+    EXPECT_NE(f->pytorchError.find("AssertionError"), std::string::npos);
+    EXPECT_NE(f->pytorchError.find("ZeRORuntimeException"), std::string::npos);
+    // the synthetic BF16_Optimizer on 3 ranks: the same check
+    const Diagnosis bf16
+        = diagnoseCheckpoint(*openCheckpoint(kZero + "/synthetic/bf16_z1_w3/ckpt"), nullptr, {}, nullptr, 2);
+    ASSERT_TRUE(findingOf(bf16.findings, FindingCode::ZeroWorldSizeChange));
+    EXPECT_NE(findingOf(bf16.findings, FindingCode::ZeroWorldSizeChange)->pytorchError.find("DP world size of 3"),
+        std::string::npos);
+    // a universal checkpoint and a DCP checkpoint load on any world size: a note, no finding
+    for (const std::string& path : {kZero + "/stage2/universal", std::string(OPTSCOPE_TEST_DATA) + "/fsdp2_r3"}) {
+        const auto cp = openCheckpoint(path);
+        EXPECT_EQ(cp->savedDataParallelSize, 0);
+        const Diagnosis d = diagnoseCheckpoint(*cp, nullptr, {}, nullptr, 5);
+        EXPECT_FALSE(findingOf(d.findings, FindingCode::ZeroWorldSizeChange)) << path;
+        bool noted = false;
+        for (const auto& n : d.notes)
+            noted = noted || n.find("any other number") != std::string::npos
+                || n.find("resharded on load") != std::string::npos;
+        EXPECT_TRUE(noted) << path;
+    }
+}

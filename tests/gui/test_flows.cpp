@@ -1640,6 +1640,30 @@ void TestFlows::diagnoseNamesDeepSpeedAsTheLoader()
         found = true;
     }
     QVERIFY(found);
+
+    // the whole checkpoint, loaded on another world size than the 2 ranks that saved it: DeepSpeed's refusal
+    QVERIFY(openAndWait(w, testData("zero/stage2/ckpt")));
+    QCOMPARE(diag->worldSizeBox()->value(), 0); // another checkpoint starts "as saved"
+    auto codes = [&] {
+        QStringList out;
+        for (int r = 0; r < diag->proxy()->rowCount(); ++r)
+            out << diag->proxy()->index(r, DiagnosisModel::CodeColumn).data(DiagnosisModel::SortRole).toString();
+        return out;
+    };
+    diag->worldSizeBox()->setValue(2);
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    QVERIFY(!codes().contains(QLatin1String("zero-world-size-change")));
+    QVERIFY2(diag->summaryText().contains(QLatin1String("loaded on as many")), qPrintable(diag->summaryText()));
+    diag->worldSizeBox()->setValue(4);
+    diag->diagnose();
+    QVERIFY(done.wait(Timeout));
+    const int row = static_cast<int>(codes().indexOf(QLatin1String("zero-world-size-change")));
+    QVERIFY2(row >= 0, qPrintable(codes().join(QLatin1Char(' '))));
+    diag->view()->setCurrentIndex(diag->proxy()->index(row, 0));
+    QVERIFY2(diag->detailsText().contains(QLatin1String("DeepSpeed would raise")), qPrintable(diag->detailsText()));
+    QVERIFY(diag->detailsText().contains(QLatin1String("used a DP world size of 2 but the current world size is 4")));
+    QVERIFY(diag->detailsText().contains(QLatin1String("ds_to_universal")));
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)

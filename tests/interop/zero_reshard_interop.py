@@ -8,8 +8,8 @@ universal/ from ds_to_universal, reference.pt with the parameters gathered in th
 gathered.pt (`optscope-cli gather ckpt`) and rs_M (`optscope-cli reshard ckpt --world-size M --layout fsdp2`).
 1. gathered.pt: torch.load(weights_only=True) reads it; its model equals zero_to_fp32's output and reference.pt, its
    exp_avg/exp_avg_sq equal ds_to_universal's files, every step equals the steps taken.
-2. For each M: M ranks (gloo, CPU) build the sample's model with FSDP2 (fully_shard) and an AdamW over the same two
-   param groups (other hyperparameters, other values), give it optimizer state with steps set by hand (FSDP2 runs no
+2. For each M: M ranks (gloo, CPU; zero_synthetic_interop.load_worker) build the sample's model with FSDP2 and an
+   AdamW over the same two param groups (other hyperparameters, other values), give it optimizer state with steps set by hand (FSDP2 runs no
    backward on CPU), dcp.load rs_M into get_state_dict's state, set_state_dict, then gather the full state: weights,
    moments, step and hyperparameters must be the checkpoint's, bit for bit.
 """
@@ -17,63 +17,13 @@ import os
 import sys
 
 import torch
-import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
-from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
 from make_fixtures import free_port  # noqa: E402
+from zero_synthetic_interop import load_worker  # noqa: E402
+
+GROUPS = [["inp.weight", "hid.weight", "out.weight"], ["emb_scale", "inp.bias", "hid.bias", "out.bias"]]
 
 PARAMS = ["emb_scale", "inp.weight", "inp.bias", "hid.weight", "hid.bias", "out.weight", "out.bias"]
-
-
-class Sample(nn.Module):
-    """The DeepSpeed samples' model: parameters in the order of their module state dict."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb_scale = nn.Parameter(torch.ones(3))
-        self.inp = nn.Linear(5, 7)
-        self.hid = nn.Linear(7, 7)
-        self.out = nn.Linear(7, 3)
-
-
-def groups(model, lr0=0.5, lr1=0.25, wd=0.3):
-    named = dict(model.named_parameters())
-    decay = [named[n] for n in ("inp.weight", "hid.weight", "out.weight")]
-    rest = [named[n] for n in ("emb_scale", "inp.bias", "hid.bias", "out.bias")]
-    return [{"params": decay, "lr": lr0, "weight_decay": wd}, {"params": rest, "lr": lr1, "weight_decay": wd}]
-
-
-def _worker(rank, world, port, stage_dir, out):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    from torch.distributed.fsdp import fully_shard
-
-    torch.manual_seed(1234)
-    model = Sample()
-    for m in (model.inp, model.hid, model.out):
-        fully_shard(m)
-    fully_shard(model)
-    opt = torch.optim.AdamW(groups(model), betas=(0.5, 0.6), eps=1e-3)
-    g = torch.Generator().manual_seed(99)
-    for _ in range(3):  # state with other values
-        for p in model.parameters():
-            p.grad = torch.distributed.tensor.distribute_tensor(
-                torch.randn(p.shape, generator=g), p.device_mesh, p.placements)
-        opt.step()
-        opt.zero_grad()
-    msd, osd = get_state_dict(model, opt)
-    state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=os.path.join(stage_dir, f"rs_{world}"))
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    full_msd, full_osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    groups_seen = [{k: v for k, v in pg.items() if k != "params"} for pg in opt.param_groups]
-    if rank == 0:
-        torch.save({"model": full_msd, "optim": full_osd, "groups": groups_seen}, out)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def bits_equal(a, b):
@@ -114,13 +64,14 @@ def main(stage_dir, worlds):
     gathered = torch.load(os.path.join(stage_dir, "gathered.pt"), weights_only=True)
     check("gather", gathered["model"], gathered["optim"]["state"], want, errors)
     names = [pg["params"] for pg in gathered["optim"]["param_groups"]]
-    if names != [["inp.weight", "hid.weight", "out.weight"], ["emb_scale", "inp.bias", "hid.bias", "out.bias"]]:
+    if names != GROUPS:
         errors.append(f"gather: param_groups list {names}")
 
     for m in worlds:
         out = os.path.join(stage_dir, f"rs_{m}.loaded.pt")
         port = free_port()
-        mp.spawn(_worker, args=(m, port, stage_dir, out), nprocs=m, join=True)
+        mp.spawn(load_worker, args=(m, port, os.path.join(stage_dir, f"rs_{m}"), out, "torch.optim.AdamW", GROUPS, []),
+                 nprocs=m, join=True)
         got = torch.load(out, weights_only=True)
         label = f"{os.path.basename(stage_dir)} FSDP2 M={m}"
         check(label, got["model"], got["optim"]["state"], want, errors)

@@ -39,32 +39,32 @@ class Sample(nn.Module):
         self.out = nn.Linear(7, 3)
 
 
-def make_optimizer(ref, model):
-    """the reference's optimizer over its groups, with other hyperparameters: the load must bring the saved ones"""
+def make_optimizer(kind, groups, model):
+    """@p kind over @p groups (lists of FQNs), with other hyperparameters: the load must bring the saved ones"""
     named = dict(model.named_parameters())
-    groups = [{"params": [named[n] for n in g["params"]], "lr": 0.123, "weight_decay": 0.0456}
-              for g in ref["param_groups"]]
-    if ref["optimizer"] == "torch.optim.SGD":
+    groups = [{"params": [named[n] for n in g], "lr": 0.123, "weight_decay": 0.0456} for g in groups]
+    if kind == "torch.optim.SGD":
         return torch.optim.SGD(groups, momentum=0.3, dampening=0.0)
     return torch.optim.AdamW(groups, betas=(0.5, 0.6), eps=1e-3)
 
 
-def _worker(rank, world, port, vdir, out):
+def load_worker(rank, world, port, rs_dir, out, kind, groups, frozen):
+    """one of @p world ranks: FSDP2 over Sample (@p frozen without gradients) and a @p kind optimizer over @p groups
+    with state of other values; dcp.load @p rs_dir, set_state_dict, rank 0 saves the full state to @p out"""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import distribute_tensor
 
-    ref = torch.load(os.path.join(vdir, "reference.pt"), weights_only=False)
     torch.manual_seed(1234)
     model = Sample()
     for n, p in model.named_parameters():
-        p.requires_grad_(n not in ref["frozen"])
+        p.requires_grad_(n not in frozen)
     for m in (model.inp, model.hid, model.out):
         fully_shard(m)
     fully_shard(model)
-    opt = make_optimizer(ref, model)
+    opt = make_optimizer(kind, groups, model)
     g = torch.Generator().manual_seed(99)
     for _ in range(3):  # state with other values
         for p in model.parameters():
@@ -74,7 +74,7 @@ def _worker(rank, world, port, vdir, out):
         opt.zero_grad()
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=os.path.join(vdir, f"rs_{world}"))
+    dcp.load(state, checkpoint_id=rs_dir)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     full_msd, full_osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     groups_seen = [{k: v for k, v in pg.items() if k != "params"} for pg in opt.param_groups]
@@ -139,7 +139,9 @@ def main(vdir, worlds):
 
     for m in worlds:
         out = os.path.join(vdir, f"rs_{m}.loaded.pt")
-        mp.spawn(_worker, args=(m, free_port(), vdir, out), nprocs=m, join=True)
+        groups = [list(g["params"]) for g in ref["param_groups"]]
+        mp.spawn(load_worker, args=(m, free_port(), os.path.join(vdir, f"rs_{m}"), out, ref["optimizer"], groups,
+                                    list(ref["frozen"])), nprocs=m, join=True)
         got = torch.load(out, weights_only=True)
         label = f"{name} FSDP2 M={m}"
         before = len(errors)

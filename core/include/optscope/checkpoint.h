@@ -192,6 +192,10 @@ public:
     const PyValue* root = nullptr;
     std::vector<ParamOrigin> paramOrigins; ///< parameters a reader named (Hugging Face Trainer folders)
     std::vector<FlatPartitionSlot> flatSlots; ///< parameters in flat partitions (DeepSpeed ZeRO); empty otherwise
+    /// DeepSpeed ZeRO: the stage (1-3) and the data-parallel world size the run saved with, which its loader needs
+    /// again; 0 for other formats
+    int zeroStage = 0;
+    int savedDataParallelSize = 0;
 
     std::shared_ptr<PyArena> arena; ///< owns every PyValue above
     std::shared_ptr<CheckpointFiles> files;

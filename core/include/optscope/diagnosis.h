@@ -96,8 +96,9 @@ struct Diagnosis
 
 /// Diagnoses @p optim (any checkpoint holding one or more optimizer state dicts) against @p expected (may be null:
 /// then only the structure and self-consistency are checked). @p target (may be null) says how the loading code
-/// builds its optimizer's param groups.
+/// builds its optimizer's param groups. @p loadWorldSize (0: not given) is the number of data-parallel ranks the
+/// loading run uses: a DeepSpeed ZeRO checkpoint loads only on the world size it was saved by.
 Diagnosis diagnoseCheckpoint(const Checkpoint& optim, const ModelParams* expected, const Progress& progress = {},
-    const TargetOptimizer* target = nullptr);
+    const TargetOptimizer* target = nullptr, int loadWorldSize = 0);
 
 } // namespace optscope

@@ -61,6 +61,7 @@ enum class FindingCode {
     ZeroWorldSizeMismatch,
     ZeroStageMismatch,
     ZeroMissingLatest,
+    ZeroWorldSizeChange,
     // Megatron-Core dist_checkpointing folders (the reader finds them)
     MegatronBucketLayout,
     MegatronParamGroups,

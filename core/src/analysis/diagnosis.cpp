@@ -6,6 +6,7 @@
 #include "optscope/fqn_normalizer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
@@ -1216,12 +1217,79 @@ private:
     bool m_reportedModelPart = false;
 };
 
+/// a loading run on @p loadWorldSize data-parallel ranks. DeepSpeed v0.19.5 (read in its source, not run):
+/// engine.py _load_zero_checkpoint raises before it opens any optimizer file when the saved dp_world_size is not the
+/// current one, whatever the stage, BF16_Optimizer included, elastic_checkpoint or not; _load_checkpoint has by then
+/// loaded the weights, the lr scheduler and global_steps. At ZeRO-3 a rank without a model states file of its own
+/// (rank >= the saved size) fails before that, in state_dict_factory.py's check_ckpt_list (a bare assert).
+void worldSizeFindings(const Checkpoint& cp, int loadWorldSize, Diagnosis& d)
+{
+    if (loadWorldSize <= 0) return;
+    const std::string m = std::to_string(loadWorldSize);
+    const int saved = cp.savedDataParallelSize;
+    if (cp.format == CheckpointFormat::DeepSpeedZero && saved > 0) {
+        const std::string n = std::to_string(saved);
+        if (loadWorldSize == saved) {
+            d.notes.push_back("saved by " + n
+                + " data-parallel ranks and loaded on as many: DeepSpeed's "
+                  "load_checkpoint takes the optimizer state as it is partitioned");
+            return;
+        }
+        Finding f(FindingCode::ZeroWorldSizeChange,
+            "saved by " + n + " data-parallel ranks (ZeRO stage " + std::to_string(cp.zeroStage) + "), loaded on " + m
+                + ": DeepSpeed's load_checkpoint raises before it reads any optimizer state, after it has already "
+                  "loaded the weights, the lr scheduler and the step counters");
+        const std::string text = "ZeRORuntimeException: The checkpoint being loaded used a DP world size of " + n
+            + " but the current world size is " + m
+            + ". Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently "
+              "supported.";
+        f.pytorchError = cp.zeroStage == 3 && loadWorldSize > saved
+            ? (loadWorldSize - saved == 1 ? "rank " + n : "ranks " + n + " to " + std::to_string(loadWorldSize - 1))
+                + " (no zero_pp_rank_R model states file of their own): AssertionError (DeepSpeed's "
+                  "SDLoaderBase.check_ckpt_list: assert len(self.ckpt_list) > 0); the others: "
+                + text
+            : text;
+        const std::string tag = cp.files ? std::filesystem::path(cp.files->rootDir()).filename().string() : "TAG";
+        f.fix = "convert it to a universal checkpoint, which loads on any world size: python "
+                "deepspeed/checkpoint/ds_to_universal.py --input_folder SAVE_DIR/"
+            + tag + " --output_folder SAVE_DIR/" + tag
+            + "_universal, then set \"checkpoint\": {\"load_universal\": true} in the DeepSpeed config and call "
+              "load_checkpoint(SAVE_DIR) (it reads latest_universal); or move to FSDP2 with the optimizer state: "
+              "optscope-cli reshard "
+            + cp.path + " --layout fsdp2 --world-size " + m
+            + " -o OUT. load_checkpoint(..., load_optimizer_states=False) loads the weights only and starts the "
+              "optimizer afresh; elastic_checkpoint does not help (the check comes first)";
+        d.findings.push_back(std::move(f));
+        return;
+    }
+    switch (cp.format) {
+    case CheckpointFormat::DeepSpeedUniversal:
+        d.notes.push_back("a DeepSpeed universal checkpoint loads on " + m
+            + " data-parallel ranks as on any other number (\"checkpoint\": {\"load_universal\": true})");
+        break;
+    case CheckpointFormat::MegatronDist:
+        break; // Megatron-Core decides by the optimizer's sharding type and the TP/PP layout, which the files alone do
+               // not settle
+    case CheckpointFormat::Dcp:
+    case CheckpointFormat::TorchSaveRanks:
+        d.notes.push_back("sharded tensors are resharded on load: loading on " + m
+            + " ranks reads each rank's part from the saved chunks, whatever the saved world size");
+        break;
+    default:
+        d.notes.push_back("a full state dict: each of the " + m
+            + " ranks loads the same whole tensors (set_optimizer_state_dict with full_state_dict shards them)");
+        break;
+    }
+}
+
 } // namespace
 
-Diagnosis diagnoseCheckpoint(
-    const Checkpoint& optim, const ModelParams* expected, const Progress& progress, const TargetOptimizer* target)
+Diagnosis diagnoseCheckpoint(const Checkpoint& optim, const ModelParams* expected, const Progress& progress,
+    const TargetOptimizer* target, int loadWorldSize)
 {
-    return Diagnoser(optim, expected, target, progress).run();
+    Diagnosis d = Diagnoser(optim, expected, target, progress).run();
+    worldSizeFindings(optim, loadWorldSize, d);
+    return d;
 }
 
 } // namespace optscope

@@ -90,6 +90,9 @@ const std::vector<FindingInfo>& findingRegistry()
             "DeepSpeed ZeRO files were written at different ZeRO stages (files of two runs, or the wrong config)"},
         {C::ZeroMissingLatest, "zero-missing-latest", S::Error,
             "a DeepSpeed save folder without 'latest': load_checkpoint without a tag loads nothing and returns None"},
+        {C::ZeroWorldSizeChange, "zero-world-size-change", S::Error,
+            "a DeepSpeed ZeRO checkpoint loaded on another data-parallel world size: load_checkpoint refuses it (a "
+            "universal checkpoint can change it)"},
         {C::MegatronBucketLayout, "megatron-bucket-layout", S::Warning,
             "Megatron-Core dp_reshardable flat buckets that the model weights do not explain: shown flat, "
             "per-parameter "
@@ -133,6 +136,7 @@ const char* findingLoader(FindingCode code)
     case FindingCode::ZeroWorldSizeMismatch:
     case FindingCode::ZeroStageMismatch:
     case FindingCode::ZeroMissingLatest:
+    case FindingCode::ZeroWorldSizeChange:
         return "DeepSpeed";
     case FindingCode::MegatronMissingLatest:
         return "Megatron-LM";

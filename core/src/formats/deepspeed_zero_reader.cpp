@@ -930,6 +930,8 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     }
     if (main) {
         m_cp.flatSlots = std::move(slots);
+        m_cp.zeroStage = stage;
+        m_cp.savedDataParallelSize = W;
         detail += ", " + std::to_string(W) + (W == 1 ? " data-parallel rank" : " data-parallel ranks");
         detail += precisionText(ms, sd0);
         if (const PyValue* v = getKey(ms, "ds_version"); v && v->kind == PyKind::Str)
