@@ -27,6 +27,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -322,6 +323,12 @@ void DiagnosePanel::diagnose()
                             .arg(Format::withDisplayPaths(n).toHtmlEscaped());
             m_summary->setText(head);
             m_model->setData(std::move(d));
+            // the finding's name whole ("zero-world-size-mismatch (fixable)" was cut at a fixed width), the
+            // message keeping most of the row
+            for (const int column : {int(DiagnosisModel::CodeColumn), int(DiagnosisModel::OptimizerColumn)}) {
+                m_view->resizeColumnToContents(column);
+                m_view->setColumnWidth(column, std::clamp(m_view->columnWidth(column) + 8, 70, 360));
+            }
             setBusy(false);
             if (m_proxy->rowCount() > 0)
                 m_view->setCurrentIndex(m_proxy->index(0, 0));

@@ -382,6 +382,12 @@ void TestFlows::diagnoseApplyFixAndSave()
     QCOMPARE(diag->model()->index(0, DiagnosisModel::SeverityColumn).data().toString(), QStringLiteral("error"));
     QVERIFY(diag->detailsText().contains(QLatin1String("PyTorch would raise")));
     QVERIFY(diag->applyButton()->isEnabled());
+    // its name shows whole, "(fixable)" included (a fixed 170 px cut it)
+    const QString name = diag->proxy()->index(0, DiagnosisModel::CodeColumn).data().toString();
+    QVERIFY(name.endsWith(QLatin1String("(fixable)")));
+    QVERIFY2(
+        diag->view()->fontMetrics().horizontalAdvance(name) < diag->view()->columnWidth(DiagnosisModel::CodeColumn),
+        qPrintable(name));
 
     QTemporaryDir tmp;
     const QString out = tmp.filePath(QStringLiteral("fixed"));
@@ -1664,6 +1670,13 @@ void TestFlows::diagnoseNamesDeepSpeedAsTheLoader()
     QVERIFY2(diag->detailsText().contains(QLatin1String("DeepSpeed would raise")), qPrintable(diag->detailsText()));
     QVERIFY(diag->detailsText().contains(QLatin1String("used a DP world size of 2 but the current world size is 4")));
     QVERIFY(diag->detailsText().contains(QLatin1String("ds_to_universal")));
+    // every finding's name shows whole
+    for (int r = 0; r < diag->proxy()->rowCount(); ++r) {
+        const QString name = diag->proxy()->index(r, DiagnosisModel::CodeColumn).data().toString();
+        QVERIFY2(
+            diag->view()->fontMetrics().horizontalAdvance(name) < diag->view()->columnWidth(DiagnosisModel::CodeColumn),
+            qPrintable(name));
+    }
 }
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)
