@@ -5,6 +5,18 @@
 
 namespace optscope::ui {
 
+namespace {
+/// counts are whole numbers: ticks at integer multiples of 1 (the default ticker put 0.5, 1.5 ... on a histogram of
+/// a few elements)
+QSharedPointer<QCPAxisTicker> countTicker()
+{
+    auto t = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
+    t->setTickStep(1.0);
+    t->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    return t;
+}
+} // namespace
+
 HistogramPlot::HistogramPlot(QWidget* parent)
     : QCustomPlot(parent)
     , m_bars(new QCPBars(xAxis, yAxis))
@@ -22,6 +34,7 @@ HistogramPlot::HistogramPlot(QWidget* parent)
         axis->grid()->setPen(QPen(QColor(128, 128, 128, 60), 0, Qt::DotLine));
     }
     yAxis->setLabel(tr("count"));
+    yAxis->setTicker(countTicker());
     m_bars->setPen(QPen(QColor(0x2b, 0x6c, 0xb0)));
     m_bars->setBrush(QColor(0x4a, 0x90, 0xd9, 190));
     m_bars->setWidthType(QCPBars::wtPlotCoords);
@@ -85,7 +98,7 @@ void HistogramPlot::setLogScale(bool log)
         m_bars->setBaseValue(0.5); // bars start below 1 so that single counts show
     } else {
         yAxis->setScaleType(QCPAxis::stLinear);
-        yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+        yAxis->setTicker(countTicker());
         yAxis->setNumberFormat(QStringLiteral("gb"));
         yAxis->setNumberPrecision(6);
         m_bars->setBaseValue(0);

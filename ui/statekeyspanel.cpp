@@ -22,6 +22,7 @@
 #include <QTreeView>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <set>
 
 namespace optscope::ui {
@@ -281,6 +282,11 @@ QString StateKeysPanel::bannerText() const
     return m_banner->isHidden() ? QString() : m_banner->text();
 }
 
+QString StateKeysPanel::warningsText() const
+{
+    return m_warnings->isHidden() ? QString() : m_warnings->text();
+}
+
 void StateKeysPanel::updateSummary()
 {
     const auto& cp = m_context->checkpoint();
@@ -331,18 +337,25 @@ void StateKeysPanel::updateSummary()
                        .arg(rankText, QString::fromStdString(cp->formatDetail));
     if (!m_model->filter().isEmpty()) text += tr(" — %n match(es)", nullptr, m_model->matchingLeaves());
     m_summary->setText(text);
-    if (cp->warnings.empty()) {
+    // the writer library's own classes are explained by the banner above, as information (check calls them
+    // library-global): not listed again here as warnings
+    const auto& library = unsafe.libraryClassPaths;
+    std::vector<const CheckpointWarning*> shown;
+    for (const auto& w : cp->warnings)
+        if (w.code != "unsafe-global" || std::find(library.begin(), library.end(), w.classPath) == library.end())
+            shown.push_back(&w);
+    if (shown.empty()) {
         m_warnings->hide();
     } else {
         QStringList lines;
-        for (const auto& w : cp->warnings) {
+        for (const CheckpointWarning* w : shown) {
             if (lines.size() == 5) {
-                lines << tr("… and %n more", nullptr, static_cast<int>(cp->warnings.size()) - 5);
+                lines << tr("… and %n more", nullptr, static_cast<int>(shown.size()) - 5);
                 break;
             }
             lines << QStringLiteral("%1 %2: %3")
-                         .arg(w.isError ? QStringLiteral("⛔") : QStringLiteral("⚠"), QString::fromStdString(w.code),
-                             QString::fromStdString(w.message));
+                         .arg(w->isError ? QStringLiteral("⛔") : QStringLiteral("⚠"), QString::fromStdString(w->code),
+                             QString::fromStdString(w->message));
         }
         m_warnings->setText(lines.join(QLatin1Char('\n')));
         m_warnings->show();

@@ -36,6 +36,8 @@ public:
     QString filterMessage() const;
     /// the line under the tree: entries, tensors, ranks, format; or how many keys a load has found so far
     QString summaryText() const;
+    /// the reader's warnings under it (empty when none is shown)
+    QString warningsText() const;
 
     /// puts the focus into the filter box (Ctrl+F)
     void focusFilter();

@@ -196,6 +196,15 @@ void TestFlows::openSelectStatistics()
     QVERIFY(lanes->viewEnd() - lanes->viewStart() < span);
     lanes->resetView();
     QCOMPARE(lanes->viewEnd() - lanes->viewStart(), span);
+    // counts are whole: no 0.5 ticks on the histogram of a 7-element tensor (counts of 1 or 2)
+    details->logScale()->setChecked(false);
+    stats.clear();
+    w.context()->select(QStringLiteral("model.blocks.0.qkv.bias"));
+    QVERIFY(stats.wait(Timeout));
+    details->histogram()->replot();
+    QVERIFY(details->histogram()->yAxis->tickVector().size() >= 2);
+    for (const double tick : details->histogram()->yAxis->tickVector())
+        QCOMPARE(tick, std::round(tick));
 }
 
 void TestFlows::selectingQuicklySupersedes()
@@ -1081,6 +1090,9 @@ void TestFlows::unsafeGlobalsBannerAndRows()
     QVERIFY(!keys->bannerText().contains(QLatin1String("Unsafe pickle")));
     QVERIFY(keys->model()->unsafeGlobals().byKey.empty());
     QVERIFY(keys->model()->unsafeGlobals().classPaths.empty());
+    // and not listed again under the tree as unsafe-global warnings (they were, in orange, below the blue banner)
+    QVERIFY2(!keys->warningsText().contains(QLatin1String("unsafe-global")), qPrintable(keys->warningsText()));
+    QVERIFY2(keys->warningsText().isEmpty(), qPrintable(keys->warningsText()));
 }
 
 void TestFlows::paramGroupsTable()
