@@ -17,6 +17,8 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 namespace optscope::ui {
 
 FqnMappingPanel::FqnMappingPanel(CheckpointContext* context, QWidget* parent)
@@ -139,7 +141,12 @@ void FqnMappingPanel::rebuild()
                 + (unnamed ? tr(", %1 without a name: open the model (Model…)").arg(unnamed) : QString())
                 + (ref ? tr("; model: %1").arg(m_context->referencePath()) : QString()));
             m_notes->setText(notes.join(QLatin1Char('\n')));
+            // the normalised name only where it says something: a column repeating every FQN took the width the
+            // flat parameter needed
+            const bool normalises = std::any_of(mapping.rows.begin(), mapping.rows.end(),
+                [](const FqnMapping::Row& r) { return !r.normalized.isEmpty() && r.normalized != r.fqn; });
             m_model->setData(std::move(mapping));
+            m_view->setColumnHidden(FqnMappingModel::NormalizedColumn, !normalises);
             Q_EMIT mappingReady();
         },
         [this](const QString& message, bool cancelled) {

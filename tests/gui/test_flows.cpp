@@ -554,6 +554,8 @@ void TestFlows::fqnMappingJumpsToState()
     QVERIFY(openAndWait(w, testData("fsdp2_r3")));
     QVERIFY(mapped.count() > 0 || mapped.wait(Timeout));
     QCOMPARE(w.fqnMappingPanel()->model()->rowCount(), 16);
+    // plain names: no Normalised FQN column repeating them
+    QVERIFY(w.fqnMappingPanel()->view()->isColumnHidden(FqnMappingModel::NormalizedColumn));
     w.fqnMappingPanel()->searchEdit()->setText(QStringLiteral("blocks.1.proj"));
     QCOMPARE(w.fqnMappingPanel()->proxy()->rowCount(), 2);
     QSignalSpy jump(w.fqnMappingPanel(), &FqnMappingPanel::jumpRequested);
@@ -567,6 +569,10 @@ void TestFlows::fqnMappingJumpsToState()
     mapped.clear();
     w.context()->openReference(testData("fsdp1_r2"));
     QTRY_COMPARE_WITH_TIMEOUT(w.fqnMappingPanel()->model()->rowCount(), 16, Timeout);
+    // torch.compile names: the normalised names say what they match
+    QVERIFY(openAndWait(w, testData("compiled.pt")));
+    QTRY_VERIFY_WITH_TIMEOUT(w.fqnMappingPanel()->model()->rowCount() > 0, Timeout);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.fqnMappingPanel()->view()->isColumnHidden(FqnMappingModel::NormalizedColumn), Timeout);
 }
 
 void TestFlows::dragAndDropOpensFolder()
