@@ -143,10 +143,15 @@ void FqnMappingPanel::rebuild()
             m_notes->setText(notes.join(QLatin1Char('\n')));
             // the normalised name only where it says something: a column repeating every FQN took the width the
             // flat parameter needed
+            // (and the flat parameter columns only where parameters lie in flat buffers: FSDP1, ZeRO)
             const bool normalises = std::any_of(mapping.rows.begin(), mapping.rows.end(),
                 [](const FqnMapping::Row& r) { return !r.normalized.isEmpty() && r.normalized != r.fqn; });
+            const bool flat = std::any_of(
+                mapping.rows.begin(), mapping.rows.end(), [](const FqnMapping::Row& r) { return r.flatParam >= 0; });
             m_model->setData(std::move(mapping));
             m_view->setColumnHidden(FqnMappingModel::NormalizedColumn, !normalises);
+            m_view->setColumnHidden(FqnMappingModel::FlatParamColumn, !flat);
+            m_view->setColumnHidden(FqnMappingModel::FlatOffsetColumn, !flat);
             Q_EMIT mappingReady();
         },
         [this](const QString& message, bool cancelled) {

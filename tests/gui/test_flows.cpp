@@ -554,8 +554,9 @@ void TestFlows::fqnMappingJumpsToState()
     QVERIFY(openAndWait(w, testData("fsdp2_r3")));
     QVERIFY(mapped.count() > 0 || mapped.wait(Timeout));
     QCOMPARE(w.fqnMappingPanel()->model()->rowCount(), 16);
-    // plain names: no Normalised FQN column repeating them
+    // plain names: no Normalised FQN column repeating them; FSDP2 has no flat parameters
     QVERIFY(w.fqnMappingPanel()->view()->isColumnHidden(FqnMappingModel::NormalizedColumn));
+    QVERIFY(w.fqnMappingPanel()->view()->isColumnHidden(FqnMappingModel::FlatParamColumn));
     w.fqnMappingPanel()->searchEdit()->setText(QStringLiteral("blocks.1.proj"));
     QCOMPARE(w.fqnMappingPanel()->proxy()->rowCount(), 2);
     QSignalSpy jump(w.fqnMappingPanel(), &FqnMappingPanel::jumpRequested);
@@ -569,6 +570,7 @@ void TestFlows::fqnMappingJumpsToState()
     mapped.clear();
     w.context()->openReference(testData("fsdp1_r2"));
     QTRY_COMPARE_WITH_TIMEOUT(w.fqnMappingPanel()->model()->rowCount(), 16, Timeout);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.fqnMappingPanel()->view()->isColumnHidden(FqnMappingModel::FlatParamColumn), Timeout);
     // torch.compile names: the normalised names say what they match
     QVERIFY(openAndWait(w, testData("compiled.pt")));
     QTRY_VERIFY_WITH_TIMEOUT(w.fqnMappingPanel()->model()->rowCount() > 0, Timeout);
