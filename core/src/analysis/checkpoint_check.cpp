@@ -200,9 +200,10 @@ private:
 
         if (!m_opt.readChunks && !m_opt.firstChunkPerFile) return;
         for (size_t i = 0; i < t.chunks.size(); ++i) {
-            const TensorChunk& c = t.chunks[i];
-            if (c.source.file.empty() || m_missingFiles.count(c.source.file))
-                continue; // already reported (missing-storage-info / missing-file)
+            // already reported (missing-storage-info / missing-file): decided per file id, with no value per chunk
+            // (2.2M chunks whose files are missing took 20% of check in set lookups and chunk copies)
+            if (!t.chunks.hasFile(i) || fileMissing(t.chunks, i)) continue;
+            const TensorChunk c = t.chunks[i];
             if (!m_opt.readChunks && !m_sampledFiles.insert(c.source.file).second) continue;
             ++m_report.chunksChecked;
             try {
@@ -232,6 +233,16 @@ private:
         }
     }
 
+    /// whether chunk @p i's file is one the reader found missing, cached per file id of its table
+    bool fileMissing(const ChunkTable& chunks, size_t i)
+    {
+        const uint32_t id = chunks.fileIdOf(i);
+        auto& states = m_fileMissing[chunks.fileTable().get()];
+        if (id >= states.size()) states.resize(id + 1, -1);
+        if (states[id] < 0) states[id] = m_missingFiles.count(chunks.fileOf(i)) ? 1 : 0;
+        return states[id] == 1;
+    }
+
     void checkOptimizers()
     {
         const ParamTable table = ParamTable::build(m_cp);
@@ -246,6 +257,7 @@ private:
     CheckReport m_report;
     std::set<std::string> m_missingFiles;
     std::set<std::string> m_sampledFiles; ///< firstChunkPerFile: the data files whose first chunk was opened
+    std::map<const FileNameTable*, std::vector<signed char>> m_fileMissing; ///< per file id: -1 unknown, 0, 1
 };
 
 } // namespace

@@ -51,18 +51,22 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
     const size_t ndim = L.shape.size();
     L.totalElements = tensor.numel();
     std::vector<size_t> valid; // in bounds, non-empty
-    for (size_t i = 0; i < tensor.chunks.size(); ++i) {
-        const auto& c = tensor.chunks[i];
-        L.ranks.push_back(c.rank);
-        L.chunks.push_back({c.offsets, c.sizes});
-        bool ok = c.offsets.size() == ndim && c.sizes.size() == ndim;
+    const ChunkTable& table = tensor.chunks;
+    L.ranks.reserve(table.size());
+    L.chunks.reserve(table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+        // through the table's accessors: a TensorChunk value per chunk copied its file name and strides too
+        const IntSpan offsets = table.offsetsOf(i), sizes = table.sizesOf(i);
+        L.ranks.push_back(table.rank(i));
+        L.chunks.push_back({offsets.vec(), sizes.vec()});
+        bool ok = offsets.size() == ndim && sizes.size() == ndim;
         for (size_t d = 0; ok && d < ndim; ++d)
-            ok = c.offsets[d] >= 0 && c.sizes[d] >= 0 && c.offsets[d] + c.sizes[d] <= L.shape[d];
+            ok = offsets[d] >= 0 && sizes[d] >= 0 && offsets[d] + sizes[d] <= L.shape[d];
         if (!ok) {
             L.outOfBounds.push_back(i);
             continue;
         }
-        if (c.numel() > 0) valid.push_back(i);
+        if (table.numelOf(i) > 0) valid.push_back(i);
     }
 
     // overlaps: pairs whose boxes intersect; sorted by dim-0 start so that a sweep stops early
