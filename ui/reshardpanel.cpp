@@ -255,8 +255,8 @@ void ReshardPanel::showReport()
     const bool ok = r.identical();
     QString head = ok ? tr("<b style=\"color:#2e7d32\">IDENTICAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>");
     QStringList counts;
-    for (const VerifyStatus s :
-        {VerifyStatus::Different, VerifyStatus::Missing, VerifyStatus::Unexpected, VerifyStatus::Error})
+    for (const VerifyStatus s : {VerifyStatus::Different, VerifyStatus::Missing, VerifyStatus::Unexpected,
+             VerifyStatus::Error, VerifyStatus::LeftOut})
         if (const size_t n = r.count(s))
             counts << QStringLiteral("%1 %2").arg(n).arg(QLatin1String(verifyStatusName(s)));
     m_summary->setText(tr("%1: %2 of %3 entries bit-identical%4 (%5 compared); %6; loaded on %7")

@@ -13,6 +13,7 @@ QColor statusColor(VerifyStatus status)
 {
     if (status == VerifyStatus::Identical) return {0x2e, 0x7d, 0x32};
     if (status == VerifyStatus::Different || status == VerifyStatus::Error) return {0xd6, 0x27, 0x28};
+    if (status == VerifyStatus::LeftOut) return QColor(Qt::gray); // by design, said in its detail
     return {0xb3, 0x59, 0x00};
 }
 

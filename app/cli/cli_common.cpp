@@ -75,6 +75,16 @@ std::string humanBytes(uint64_t bytes)
     return buf;
 }
 
+void printLeftOut(const std::vector<std::string>& leftOut)
+{
+    if (leftOut.empty()) return;
+    std::cout << "left out " << leftOut.size()
+              << " value(s) that torch.load(weights_only=True) cannot read (objects of classes a weights-only load "
+                 "refuses):\n";
+    for (const auto& l : leftOut)
+        std::cout << "  " << l << "\n";
+}
+
 void printError(const std::string& command, const std::string& message)
 {
     finishTerminalProgress();

@@ -61,6 +61,9 @@ const std::vector<Command>& commands();
 /// the full help text of a command
 std::string commandUsage(const std::string& name);
 
+/// "left out N value(s) that torch.load(weights_only=True) cannot read:" and one indented line each; nothing when
+/// @p leftOut is empty (gather and reshard)
+void printLeftOut(const std::vector<std::string>& leftOut);
 /// --world-size M: a positive integer (at most 2^20); throws UsageError when it is missing or not one
 int parseWorldSize(const Args& args);
 /// formats 1536 as "1.5 KiB"

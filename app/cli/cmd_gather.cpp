@@ -33,11 +33,13 @@ int runGather(const std::vector<std::string>& argv)
     finishTerminalProgress();
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", *out}, {"device", r.device}, {"tensors", r.stats.tensors},
-            {"values", r.values}, {"tensor_bytes", r.stats.tensorBytes}, {"file_bytes", r.stats.fileBytes}};
+            {"values", r.values}, {"left_out", r.leftOut}, {"tensor_bytes", r.stats.tensorBytes},
+            {"file_bytes", r.stats.fileBytes}};
         std::cout << j.dump(2) << std::endl;
     } else {
         std::cout << "wrote " << *out << ": " << r.stats.tensors << " tensors (" << humanBytes(r.stats.tensorBytes)
                   << "), " << r.values << " values; assembled on " << r.device << "\n";
+        printLeftOut(r.leftOut);
     }
     return ExitOk;
 }

@@ -53,10 +53,12 @@ int runVerify(const std::vector<std::string>& argv)
                     std::cout << "    rank " << r.rank << ": " << r.differing << " of " << r.elements
                               << " elements differ, first at flat index " << r.firstDiff << "\n";
         }
+        const size_t leftOut = report.count(VerifyStatus::LeftOut);
         std::cout << (report.identical() ? "IDENTICAL" : "DIFFERENT") << ": " << report.count(VerifyStatus::Identical)
-                  << " of " << report.entries.size() << " entries bit-identical (" << humanBytes(report.bytesCompared)
-                  << " compared); " << report.source << " vs " << report.target << "; loaded on " << report.device
-                  << "\n";
+                  << " of " << report.entries.size() << " entries bit-identical"
+                  << (leftOut ? ", " + std::to_string(leftOut) + " left out (not writable)" : std::string()) << " ("
+                  << humanBytes(report.bytesCompared) << " compared); " << report.source << " vs " << report.target
+                  << "; loaded on " << report.device << "\n";
     }
     return report.identical() ? ExitOk : ExitFindings;
 }

@@ -46,6 +46,9 @@ struct DcpPlan
     };
     std::vector<Tensor> tensors;
     std::vector<Value> values;
+    /// values the plan leaves out, "key: why" (TorchSaveWriter::unwritableReason): DCP's loader reads BYTE_IO items
+    /// with torch.load(weights_only=True) too
+    std::vector<std::string> leftOut;
     /// order of the keys in .metadata (and so of the nesting a loader rebuilds): (is tensor, index); empty = tensors,
     /// then values
     std::vector<std::pair<bool, size_t>> order;
@@ -57,6 +60,7 @@ struct DcpWriteStats
     size_t tensorItems = 0;
     size_t valueItems = 0;
     uint64_t bytes = 0; ///< all files written, .metadata included
+    std::vector<std::string> leftOut; ///< the plan's (DcpPlan::leftOut)
 };
 
 /// Writes @p plan as a DCP folder at @p outDir, which must not exist yet (or be an empty directory).

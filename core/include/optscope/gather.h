@@ -28,6 +28,9 @@ struct GatherResult
 {
     WriteStats stats;
     size_t values = 0;
+    /// values left out, each "key: why" ("args: an object of class 'argparse.Namespace'"): inert objects that a file
+    /// torch.load(weights_only=True) reads cannot hold (Megatron-LM's args, enums); everything else is written
+    std::vector<std::string> leftOut;
     std::string device; ///< what actually assembled the tensors ("cpu", "cuda:0", "cuda:0-3 + NCCL")
 };
 
@@ -36,8 +39,11 @@ bool keyMatchesPrefix(const std::string& key, const std::string& prefix);
 
 /// The state dict of @p checkpoint as a tree to write: entries placed at their paths (as
 /// torch.distributed.checkpoint.format_utils.dcp_to_torch_save nests them), tensors assembled from their chunks on
-/// demand. Throws Error if a selected tensor's chunks do not tile it exactly or a value cannot be read.
-StateTree buildStateTree(const Checkpoint& checkpoint, const GatherOptions& options);
+/// demand. Throws Error if a selected tensor's chunks do not tile it exactly or a value cannot be read. Values that
+/// torch.load(weights_only=True) could not read back are left out and listed in @p leftOut ("key: why"); without it
+/// they throw.
+StateTree buildStateTree(
+    const Checkpoint& checkpoint, const GatherOptions& options, std::vector<std::string>* leftOut = nullptr);
 
 /// Writes the full state dict of @p checkpoint as one torch.save file at @p output (temporary name, then rename).
 GatherResult gatherCheckpoint(const Checkpoint& checkpoint, const std::string& output, const GatherOptions& options,

@@ -53,6 +53,7 @@ struct ReshardSummary
     uint64_t bytes = 0; ///< tensor bytes
     std::vector<uint64_t> bytesPerRank; ///< tensor bytes each target rank's file holds
     std::vector<size_t> chunksPerRank;
+    std::vector<std::string> leftOut; ///< values not written (DcpPlan::leftOut)
 };
 ReshardSummary summarizeReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
 

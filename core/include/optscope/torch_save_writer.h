@@ -108,6 +108,9 @@ public:
         const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress = {});
     /// the archive prefix torch.save uses for @p path: its file name without the last extension
     static std::string archivePrefix(const std::string& path);
+    /// why @p value cannot be written into a file that torch.load(weights_only=True) accepts ("an object of class
+    /// 'argparse.Namespace'"), or empty when it can: the writer's own rule (the value is pickled once to see)
+    static std::string unwritableReason(const PyValue* value);
 };
 
 } // namespace optscope

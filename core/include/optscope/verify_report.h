@@ -16,8 +16,10 @@
 namespace optscope {
 
 /// what loading a key back found
-enum class VerifyStatus { Identical, Different, Missing, Unexpected, Error };
-/// "identical", "different", "missing", "unexpected", "error"
+/// LeftOut: a value the reshard does not write because a weights-only load cannot read it back (an inert object:
+/// Megatron-LM's args); said, not a difference
+enum class VerifyStatus { Identical, Different, Missing, Unexpected, Error, LeftOut };
+/// "identical", "different", "missing", "unexpected", "error", "left_out"
 const char* verifyStatusName(VerifyStatus status);
 
 struct VerifyRankResult

@@ -5,6 +5,7 @@
 #include "optscope/gpu_devices.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "optscope/torch_save_writer.h"
 #include "read_guard.h"
 
 namespace optscope {
@@ -38,7 +39,7 @@ std::string layoutProblem(const ShardLayout& L)
 
 } // namespace
 
-StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options)
+StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std::vector<std::string>* leftOut)
 {
     StateTree tree;
     size_t selected = 0;
@@ -47,6 +48,11 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options)
         ++selected;
         if (!e.isTensor()) {
             if (!e.error.empty()) throw Error(ErrorKind::Format, cp.path, "cannot gather '" + e.key + "': " + e.error);
+            if (leftOut)
+                if (const std::string why = TorchSaveWriter::unwritableReason(e.value); !why.empty()) {
+                    leftOut->push_back(e.key + ": " + why);
+                    continue;
+                }
             tree.setValue(e.path, e.value);
             continue;
         }
@@ -82,9 +88,10 @@ static GatherResult gatherCheckpointUnguarded(
         r.device = gpuAssemblerDescription(); // throws if no GPU can be used
     else
         r.device = "cpu";
-    const StateTree tree = buildStateTree(cp, options);
+    const StateTree tree = buildStateTree(cp, options, &r.leftOut);
     for (size_t i = 0; i < cp.entries.size(); ++i)
         if (!cp.entries[i].isTensor() && keyMatchesPrefix(cp.entries[i].key, options.onlyPrefix)) ++r.values;
+    r.values -= r.leftOut.size();
     r.stats = TorchSaveWriter::write(tree, output, progress, options.write);
     return r;
 }

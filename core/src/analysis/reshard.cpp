@@ -5,6 +5,7 @@
 #include "optscope/optimizer_view.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "optscope/torch_save_writer.h"
 #include "read_guard.h"
 #include "tensor_values.h"
 #include <algorithm>
@@ -103,6 +104,10 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
                     plan.tensors.push_back(std::move(pt));
                     continue;
                 }
+            if (const std::string why = TorchSaveWriter::unwritableReason(e.value); !why.empty()) {
+                plan.leftOut.push_back(e.key + ": " + why);
+                continue;
+            }
             plan.order.push_back({false, plan.values.size()});
             plan.values.push_back({e.path, e.value, 0});
             continue;
@@ -147,6 +152,7 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
             ++s.tensorItems;
         }
     s.valueItems = plan.values.size();
+    s.leftOut = plan.leftOut;
     return s;
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <set>
 
@@ -28,7 +29,7 @@ namespace optscope {
 bool VerifyReport::identical() const
 {
     for (const auto& e : entries)
-        if (e.status != VerifyStatus::Identical) return false;
+        if (e.status != VerifyStatus::Identical && e.status != VerifyStatus::LeftOut) return false;
     return !entries.empty();
 }
 
@@ -45,6 +46,8 @@ const char* verifyStatusName(VerifyStatus status)
         return "unexpected";
     case VerifyStatus::Error:
         return "error";
+    case VerifyStatus::LeftOut:
+        return "left_out";
     }
     return "?";
 }
@@ -205,7 +208,8 @@ int sourceRanks(const Checkpoint& cp)
 /// @p progressBase to 1.
 template<typename CompareTensor>
 void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::string& otherName, double progressBase,
-    const char* label, VerifyReport& report, const Progress& progress, const CompareTensor& compareTensor)
+    const char* label, VerifyReport& report, const Progress& progress, const CompareTensor& compareTensor,
+    const std::map<std::string, std::string>& leftOut = {})
 {
     std::set<std::string> seen;
     const size_t n = src.entries.size();
@@ -219,8 +223,11 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
         ve.type = e.isTensor() ? "tensor" : "value";
         const Entry* back = other.find(e.key);
         if (!back) {
-            ve.status = VerifyStatus::Missing;
-            ve.detail = "not in " + otherName;
+            const auto why = leftOut.find(e.key);
+            ve.status = why != leftOut.end() ? VerifyStatus::LeftOut : VerifyStatus::Missing;
+            ve.detail = why != leftOut.end() ? "not written: " + why->second
+                    + " (DCP's loader reads values with torch.load(weights_only=True), which refuses it)"
+                                             : "not in " + otherName;
             report.entries.push_back(std::move(ve));
             continue;
         }
@@ -308,11 +315,17 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     Progress writing;
     writing.cancelled = progress.cancelled;
     writing.report = [&](double f, std::string_view) { progress(0.5 * f, "resharding"); };
-    reshardCheckpoint(src, folder.path, ro, writing);
+    const DcpWriteStats written = reshardCheckpoint(src, folder.path, ro, writing);
+    std::map<std::string, std::string> leftOut; // key -> why
+    for (const auto& l : written.leftOut) {
+        const size_t colon = l.find(": ");
+        leftOut.emplace(l.substr(0, colon), colon == std::string::npos ? std::string() : l.substr(colon + 2));
+    }
     const CheckpointPtr rs = DcpReader::open(folder.path);
 
     // 3-4. every rank loads its shard; the shards are gathered back and compared with the source
-    compareEntries(src, *rs, "the resharded checkpoint", 0.5, "loading and comparing", report, progress,
+    compareEntries(
+        src, *rs, "the resharded checkpoint", 0.5, "loading and comparing", report, progress,
         [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
             const TensorEntry& t = e.tensor;
             const size_t elem = dtypeSize(t.dtype);
@@ -361,7 +374,8 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
                 ve.differing += rr.differing;
                 ve.ranks.push_back(rr);
             }
-        });
+        },
+        leftOut);
     return report;
 }
 

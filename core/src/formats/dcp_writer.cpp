@@ -268,6 +268,7 @@ static DcpWriteStats writeDcpUnnamed(
     std::vector<ItemLocation> items;
     std::vector<std::string> files;
     DcpWriteStats stats;
+    stats.leftOut = plan.leftOut;
     for (const auto& [rank, list] : byRank) {
         const std::string name = "__" + std::to_string(rank) + "_0.distcp";
         files.push_back(name);

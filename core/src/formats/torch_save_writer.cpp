@@ -375,6 +375,23 @@ bool isAscii(const std::string& s)
 
 } // namespace
 
+std::string TorchSaveWriter::unwritableReason(const PyValue* value)
+{
+    StateTree tree;
+    tree.setValue({KeyPathElem::fromKey("value")}, value);
+    try {
+        TreePickler(tree, {}).run();
+        return {};
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Unsupported) throw;
+        // "cannot write an object of class 'X' into a file that ..." -> "an object of class 'X'"
+        static const std::string head = "cannot write ", tail = " into a file that";
+        const std::string& d = e.detail();
+        const size_t end = d.find(tail);
+        return d.rfind(head, 0) == 0 && end != std::string::npos ? d.substr(head.size(), end - head.size()) : d;
+    }
+}
+
 std::string TorchSaveWriter::archivePrefix(const std::string& path)
 {
     std::string stem = std::filesystem::path(path).filename().string();
