@@ -8,6 +8,7 @@
 #include "optscope/checkpoint_loader.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
+#include "optscope/gather.h"
 #include "optscope/reshard.h"
 #include "optscope/tensor_assembler.h"
 #include "optscope/verify_report.h"
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
@@ -493,4 +495,114 @@ TEST(Megatron, ConversionWritesStepsAsPyTorchDoesAndCompareCallsThemEqual)
     for (const auto& pt : plan.tensors)
         EXPECT_NE(joinKeyPath(pt.path), "optim.state.inp.weight.step");
     EXPECT_TRUE(asValue);
+}
+
+// ---- tensor and pipeline parallel layouts (tests/data/megatron/synthetic_{tp2,pp2,gpt}_*: written by
+// tests/fixtures/make_megatron_synthetic.py with real PyTorch DCP in the layout core_v0.16.1's save code makes, not by
+// Megatron; reference/index.json lists every parameter with its checkpoint key)
+
+namespace {
+
+struct ParallelVariant
+{
+    const char* name;
+    bool optimizerMapped; ///< per-parameter optimizer state expected (else: flat buckets with a warning)
+};
+
+void PrintTo(const ParallelVariant& v, std::ostream* os)
+{
+    *os << v.name;
+}
+
+class MegatronParallel : public ::testing::TestWithParam<ParallelVariant>
+{ };
+
+/// the parameters of a variant's reference/index.json, in its order
+std::vector<std::string> referenceParams(const std::string& dir)
+{
+    std::ifstream in(dir + "/reference/index.json");
+    const auto index = nlohmann::ordered_json::parse(in);
+    std::vector<std::string> out;
+    for (const auto& [fqn, info] : index.items())
+        out.push_back(fqn);
+    return out;
+}
+
+} // namespace
+
+TEST_P(MegatronParallel, WeightsAndOptimizerStateEqualTheReference)
+{
+    const std::string dir = kMegatron + "/" + GetParam().name;
+    const auto cp = openCheckpoint(dir);
+    EXPECT_FALSE(cp->hasErrors()) << allWarnings(*cp);
+    const auto params = referenceParams(dir);
+    ASSERT_FALSE(params.empty());
+    for (const auto& p : params) {
+        SCOPED_TRACE(p);
+        // the weights, with or without the "model." prefix in the files, are model.<fqn>, bit for bit
+        EXPECT_EQ(bytesOf(*cp, "model." + p), fileBytes(dir + "/reference/" + p + ".bin"));
+        if (!GetParam().optimizerMapped) continue;
+        EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg"), fileBytes(dir + "/reference/" + p + ".exp_avg.bin"));
+        EXPECT_EQ(
+            bytesOf(*cp, "optim.state." + p + ".exp_avg_sq"), fileBytes(dir + "/reference/" + p + ".exp_avg_sq.bin"));
+        EXPECT_TRUE(cp->find("optim.state." + p + ".step"));
+    }
+    if (GetParam().optimizerMapped) {
+        EXPECT_FALSE(warningOf(*cp, "megatron-bucket-layout")) << allWarnings(*cp);
+        // Megatron's default groups: every parameter in one of them
+        size_t listed = 0;
+        for (const char* g : {"optim.param_groups.0.params", "optim.param_groups.1.params"})
+            if (const Entry* e = cp->find(g)) listed += e->value->size();
+        EXPECT_EQ(listed, params.size());
+    } else {
+        // tensor-parallel buckets hold each rank's shard: shown flat, said so, never mapped wrongly
+        const CheckpointWarning* w = warningOf(*cp, "megatron-bucket-layout");
+        ASSERT_TRUE(w) << allWarnings(*cp);
+        EXPECT_NE(w->message.find("dp groups"), std::string::npos) << w->message;
+        for (const auto& e : cp->entries)
+            EXPECT_NE(e.key.rfind("optim.state.", 0), 0u) << e.key;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Megatron, MegatronParallel,
+    ::testing::Values(ParallelVariant {"synthetic_pp2_dp2", true}, ParallelVariant {"synthetic_tp2_dp2", false},
+        ParallelVariant {"synthetic_tp2_dp2_fully", true}, ParallelVariant {"synthetic_gpt_pp2_dp2", false},
+        ParallelVariant {"synthetic_gpt_tp2_pp2_dp2_fully", true}),
+    [](const ::testing::TestParamInfo<ParallelVariant>& info) { return std::string(info.param.name); });
+
+TEST(Megatron, StackedLayerNormsAreInTheNoWeightDecayGroup)
+{
+    // decoder.layers.<name> with a leading layer axis: the per-layer parameter is 1-D, so Megatron's default
+    // no_weight_decay_cond puts it with the biases
+    const auto cp = openCheckpoint(kMegatron + "/synthetic_gpt_tp2_pp2_dp2_fully");
+    EXPECT_EQ(pyRepr(cp->find("optim.param_groups.1.params")->value),
+        "['decoder.layers.mlp.linear_fc1.layer_norm_weight', 'decoder.final_layernorm.weight']");
+    EXPECT_EQ(cp->find("model.decoder.layers.mlp.linear_fc1.weight")->tensor.shape, (std::vector<int64_t> {4, 12, 6}));
+}
+
+TEST(Megatron, ArgsNamespaceIsLeftOutOfGatherAndReshardAndSaid)
+{
+    // Megatron-LM saves its args as an argparse.Namespace, which a weights-only load refuses: gather, reshard and
+    // verify write everything else and name what they left out (they refused the whole checkpoint before)
+    const auto cp = openCheckpoint(kMegatron + "/synthetic_gpt_tp2_pp2_dp2_fully");
+    ASSERT_TRUE(cp->find("args"));
+    const fs::path tmp
+        = fs::temp_directory_path() / ("optscope-megatron-args-" + std::to_string(std::random_device {}()));
+    fs::create_directories(tmp);
+    const GatherResult g = gatherCheckpoint(*cp, (tmp / "g.pt").string(), {});
+    EXPECT_EQ(g.leftOut, (std::vector<std::string> {"args: an object of class 'argparse.Namespace'"}));
+    const auto back = openCheckpoint((tmp / "g.pt").string());
+    EXPECT_FALSE(back->find("args"));
+    EXPECT_TRUE(back->find("iteration"));
+    ReshardOptions ro;
+    ro.worldSize = 2;
+    const DcpWriteStats r = reshardCheckpoint(*cp, (tmp / "rs").string(), ro);
+    EXPECT_EQ(r.leftOut, g.leftOut);
+    VerifyOptions vo;
+    vo.worldSize = 3;
+    const VerifyReport v = verifyByLoad(*cp, vo);
+    EXPECT_TRUE(v.identical());
+    EXPECT_EQ(v.count(VerifyStatus::LeftOut), 1u);
+    EXPECT_EQ(v.count(VerifyStatus::Missing), 0u);
+    fs::remove_all(tmp);
 }

@@ -148,6 +148,17 @@ std::string fqnOf(const std::string& weightKey)
     return startsWith(weightKey, "model.") ? weightKey.substr(6) : weightKey;
 }
 
+/// "decoder.layers.mlp.linear_fc1.layer_norm_weight": a transformer block's layers saved as one tensor with a leading
+/// layer axis (core_v0.16.1 transformer_block.py sharded_state_dict, the default); its per-layer parameter has one
+/// dimension less, which is what Megatron's no-weight-decay rule looks at. "decoder.layers.0.mlp..." is not stacked.
+bool stackedLayers(const std::string& key)
+{
+    const size_t at = key.find("layers.");
+    if (at == std::string::npos || (at > 0 && key[at - 1] != '.')) return false;
+    const size_t next = at + 7;
+    return next < key.size() && !std::isdigit(static_cast<unsigned char>(key[next]));
+}
+
 KeyPath modelPath(const std::string& fqn)
 {
     return {KeyPathElem::fromKey("model"), KeyPathElem::fromKey(fqn)};
@@ -236,7 +247,9 @@ public:
         for (size_t i = 0; i < m_cp.entries.size(); ++i) {
             Entry& e = m_cp.entries[i];
             if (!flatKey(e) || !e.isTensor()) continue;
-            if (startsWith(e.key, "model.")) {
+            // a model weight: "model.<name>" as a sharded_state_dict(prefix="model.") saves it, or any other tensor
+            // outside "optimizer." (Megatron-LM's training saves the model with no prefix: "decoder.layers...")
+            if (!startsWith(e.key, "optimizer.")) {
                 m_weights.push_back(i);
                 continue;
             }
@@ -270,7 +283,7 @@ public:
         std::map<std::string, size_t> ndims;
         for (const auto& [key, ndim] : m_trainableInOrder) {
             names.push_back(key);
-            ndims[key] = ndim;
+            ndims[key] = stackedLayers(key) && ndim > 0 ? ndim - 1 : ndim;
         }
         std::vector<std::vector<std::string>> members(groups->size());
         bool assigned = false;
@@ -394,16 +407,14 @@ private:
             m_builder.warn("megatron-bucket-layout", "dp_reshardable checkpoint without flat bucket tensors");
             return;
         }
-        // the weights that fill the buffers, in the buffers' order: registration order reversed
-        std::map<std::string, std::vector<size_t>> byDtype; // dtype text -> weights (reversed)
+        // the weights that fill the buffers, per parameter dtype, in registration (file) order
+        std::map<std::string, std::vector<size_t>> byDtype; // dtype text -> weights
         for (const auto& [k, b] : buckets) {
             if (byDtype.count(k.dtypeText)) continue;
             const auto dt = paramDtypeOf(k.dtypeText);
             auto& list = byDtype[k.dtypeText];
-            for (auto it = m_weights.rbegin(); it != m_weights.rend(); ++it) {
-                const Entry& w = m_cp.entries[*it];
-                if (!dt || w.tensor.dtype == *dt) list.push_back(*it);
-            }
+            for (size_t w : m_weights)
+                if (!dt || m_cp.entries[w].tensor.dtype == *dt) list.push_back(w);
         }
         struct Placed
         {
@@ -412,38 +423,92 @@ private:
             int64_t start;
         };
         std::vector<Placed> placed;
-        std::map<std::string, size_t> next; // dtype text -> next weight in its list
+        std::map<std::string, size_t> next; // dtype text -> first weight of its list not yet placed
         std::string failure;
+        auto nameOf = [](const BucketKey& k) {
+            return "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf) + " " + k.dtypeText
+                + ", bucket " + std::to_string(k.bucket);
+        };
+        // each dp group is one model chunk of a (tensor, pipeline) parallel rank: dp_group_idx = tp + TP * pp
+        // (core_v0.16.1 optimizer/__init__.py, parallel_state.py). Tensor-parallel groups hold each rank's shard of
+        // the weights, which the weights' global shapes do not give: not mapped
+        std::set<int> groups;
+        std::map<std::string, int> lastGroup; // dtype text -> the last dp group with buckets of it
         for (const auto& [k, b] : buckets) {
-            auto& list = byDtype[k.dtypeText];
-            size_t& n = next[k.dtypeText];
-            int64_t pos = 0;
-            const std::string name = "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf)
-                + " " + k.dtypeText + ", bucket " + std::to_string(k.bucket);
-            if (b.numel <= 0) {
-                failure = name + " has no 1-D flat tensors";
-                break;
-            }
-            while (pos < b.numel) {
-                if (n >= list.size()) {
-                    failure
-                        = name + " holds " + std::to_string(b.numel) + " elements, more than the model weights fill";
+            groups.insert(k.dpGroup);
+            lastGroup[k.dtypeText]
+                = std::max(lastGroup.count(k.dtypeText) ? lastGroup[k.dtypeText] : k.dpGroup, k.dpGroup);
+        }
+        if (groups.size() > 1)
+            for (size_t w : m_weights)
+                if (m_cp.entries[w].tensor.chunks.size() > 1) {
+                    failure = std::to_string(groups.size()) + " dp groups (tensor/pipeline-parallel ranks) and '"
+                        + m_cp.entries[w].key
+                        + "' in chunks: each group's buckets hold its rank's part of such a weight (a tensor-parallel "
+                          "shard, or the layers of a stack that its pipeline stage holds), which is not mapped";
                     break;
                 }
-                const Entry& w = m_cp.entries[list[n]];
-                const int64_t start = (pos + 63) / 64 * 64;
-                const int64_t end = start + w.tensor.numel();
-                if (end > b.numel) {
-                    failure = "'" + w.key + "' (" + std::to_string(w.tensor.numel()) + " elements at "
-                        + std::to_string(start) + ") does not end inside " + name + " (" + std::to_string(b.numel)
-                        + " elements)";
+        // pipeline stages hold consecutive layers: group g's weights are the block of registration order after
+        // group g-1's, its buffer holds them in reverse at 64-element-aligned offsets, cut into buckets that each end
+        // with a parameter. The block is the shortest that fills the group's buckets exactly (taking the last
+        // weights for the first group, as a single-group reading did, swapped the stages of a 2-stage model whose
+        // layers have the same shapes)
+        for (auto g = groups.begin(); failure.empty() && g != groups.end(); ++g) {
+            std::map<std::string, std::vector<std::pair<const BucketKey*, int64_t>>> groupBuckets; // dtype -> buckets
+            for (const auto& [k, b] : buckets)
+                if (k.dpGroup == *g) groupBuckets[k.dtypeText].push_back({&k, b.numel});
+            for (const auto& [dtype, list] : groupBuckets) {
+                const auto& weights = byDtype[dtype];
+                size_t& n = next[dtype];
+                int64_t capacity = 0;
+                for (const auto& [k, numel] : list) {
+                    if (numel <= 0) failure = nameOf(*k) + " has no 1-D flat tensors";
+                    capacity += numel;
+                }
+                if (!failure.empty()) break;
+                std::vector<Placed> fit;
+                auto place = [&](size_t count) {
+                    fit.clear();
+                    size_t item = n + count; // one past the next to place: the block in reverse
+                    for (const auto& [k, numel] : list) {
+                        int64_t pos = 0;
+                        while (pos < numel) {
+                            if (item == n) return false;
+                            const size_t w = weights[--item];
+                            const int64_t start = (pos + 63) / 64 * 64;
+                            const int64_t end = start + m_cp.entries[w].tensor.numel();
+                            if (end > numel) return false;
+                            fit.push_back({k, w, start});
+                            pos = end;
+                        }
+                    }
+                    return item == n;
+                };
+                size_t count = 0;
+                bool found = false;
+                if (lastGroup[dtype] == *g) {
+                    // the last group of this dtype takes every weight left (a single group: all of them)
+                    count = weights.size() - n;
+                    found = count > 0 && place(count);
+                } else {
+                    int64_t elements = 0;
+                    while (!found && n + count < weights.size()) {
+                        elements += m_cp.entries[weights[n + count]].tensor.numel();
+                        ++count;
+                        if (elements > capacity) break;
+                        found = place(count);
+                    }
+                }
+                if (!found) {
+                    failure = nameOf(*list.front().first) + " (" + std::to_string(capacity)
+                        + " elements in its buckets) is not filled exactly by the next "
+                        + std::to_string(weights.size() - n) + " model weights of " + dtype
+                        + " in reverse order at 64-element-aligned offsets";
                     break;
                 }
-                placed.push_back({&k, list[n], start});
-                ++n;
-                pos = end;
+                placed.insert(placed.end(), fit.begin(), fit.end());
+                n += count;
             }
-            if (!failure.empty()) break;
         }
         if (failure.empty())
             for (const auto& [dt, list] : byDtype)

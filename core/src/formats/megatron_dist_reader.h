@@ -22,9 +22,16 @@
 //   dp_reshardable     flat per bucket: optimizer.distributed.dp_group_idx_G.gbuf_idx_I.dtype_(<param dtype>,
 //                      <grad dtype>).bucket_idx_B.{param,exp_avg,exp_avg_sq}, 1-D of the bucket's unpadded numel,
 //                      chunked at the writers' ranges; ShardedObjects ...dp_group_idx_G.{optimizer (param_groups),
-//                      per_bucket_numel, per_bucket_numel_unpadded}. Layout (_ParamAndGradBuffer): the buffer's
-//                      parameters in reverse registration order, each starting at a multiple of 64 elements, a
-//                      bucket ending after its last parameter (per_bucket_numel_unpadded); the gaps are padding.
+//                      per_bucket_numel, per_bucket_numel_unpadded}. G = tp + TP * pp: one group per tensor and
+//                      pipeline parallel rank, each holding its own model chunk. Layout (_ParamAndGradBuffer): the
+//                      chunk's parameters in reverse registration order, each starting at a multiple of 64
+//                      elements, a bucket ending after its last parameter (per_bucket_numel_unpadded); the gaps are
+//                      padding. Pipeline stages hold consecutive layers, so group g's parameters are the block of
+//                      registration order after group g-1's.
+//
+// Model weights are every tensor outside "optimizer.": "model.<name>" when saved with that prefix, "<name>" as
+// Megatron-LM's training saves them ("decoder.layers.mlp.linear_fc1.weight": by default a block's layers are one
+// tensor with a leading layer axis, each pipeline stage writing its layers' rows; "decoder.layers.3.mlp..." when not).
 //
 // The checkpoint model: weights model.<fqn> (the key without "model."), optimizer moments optim.state.<fqn>.<name>,
 // optim.state.<fqn>.step and optim.param_groups.<g>.* (params: FQNs, by Megatron's default no-weight-decay rule:
@@ -32,9 +39,11 @@
 // weights stay under optimizer.state.param.<weight key>. fully_reshardable entries keep DCP's chunks (renamed);
 // dp_reshardable moments are cut out of the flat buckets: each parameter's chunks are rectangular StorageRecord
 // pieces pointing into the storage inside the bucket's DCP items, padding never becomes data. A bucket layout that
-// the parameters do not explain (buffers or frozen weights among the model keys, several model chunks) leaves the
-// flat buckets as they are, with a warning (megatron-bucket-layout). Other common.pt objects are entries at their
-// own keys (iteration, args.*).
+// the parameters do not explain (buffers or frozen weights among the model keys, virtual pipeline chunks) leaves the
+// flat buckets as they are, with a warning (megatron-bucket-layout); so do several groups whose weights are saved in
+// chunks (tensor-parallel shards, stacked layers split over stages), whose per-rank parts the files do not map to
+// bucket ranges. Other common.pt objects are entries at their own keys (iteration, args.*; Megatron-LM's args is an
+// argparse.Namespace, kept inert).
 //
 // Failure semantics: an unreadable metadata.json, another backend, an invalid tracker file or a missing iteration
 // folder throws Error naming the file (with Megatron's own message where it has one); a folder that lost its
