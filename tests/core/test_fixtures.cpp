@@ -75,7 +75,12 @@ TEST_P(FixtureTest, MatchesTorchManifest)
         }
     }
     if (!fx.contains("unsafe_global")) {
-        EXPECT_EQ(expectedCount, got.size()) << "optscope has keys torch does not";
+        // the manifest is DCP's flatten_state_dict, which drops empty dicts; optscope keeps them (a file that holds one
+        // needs it back), so those are the only keys it may have in addition
+        size_t emptyDicts = 0;
+        for (const auto& [key, g] : got)
+            if (g["type"] == "value" && g["value"].is_object() && g["value"].empty()) ++emptyDicts;
+        EXPECT_EQ(expectedCount + emptyDicts, got.size()) << "optscope has keys torch does not";
     }
 }
 

@@ -7,7 +7,7 @@ reference: same keys in the same order, bit-identical tensors of the same dtype 
     torch-python unusual_interop.py make OUTDIR
     torch-python unusual_interop.py compare OUTDIR
 
-Cases: LBFGS state (lists of tensors), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
+Cases: LBFGS state (lists of tensors), empty dicts (an optimizer's "state" before its first step, Lightning's loops), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
 (transposed, strided, offset), complex/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values, a
 legacy-format (pre-1.6 serialisation) state dict, a single-process DCP with nested lists, strings, None and the
 RNG state, and a 4-rank DCP mixing FSDP2 state with 2-D DTensors ([Shard(0), Shard(1)] and [Replicate(), Shard(1)]
@@ -67,6 +67,17 @@ def make_plain(out):
 
     torch.save(m.state_dict(), f"{out}/legacy_state_dict.pt", _use_new_zipfile_serialization=False)
     names.append("legacy_state_dict.pt")
+
+    # empty dicts are data: an optimizer before its first step and SGD without momentum save "state": {} (a gather
+    # without it raises KeyError: 'state' in load_state_dict); Lightning keeps empty loop states
+    fresh = torch.optim.Adam(m.parameters())
+    plain_sgd = torch.optim.SGD(m.parameters(), lr=0.1)
+    m(x).sum().backward()
+    plain_sgd.step()
+    torch.save({"state_dict": m.state_dict(), "optimizer_states": [fresh.state_dict(), plain_sgd.state_dict()],
+                "loops": {"fit_loop": {"state_dict": {}, "epoch_progress": {"total": {"ready": 2}}},
+                          "validate_loop": {}}, "callbacks": {}}, f"{out}/empty_dicts.ckpt")
+    names.append("empty_dicts.ckpt")
 
     sd = {"model": m.state_dict(), "optim": opt2.state_dict(),
           "extra": {"epoch": 3, "lst": [torch.ones(2), {"q": torch.zeros(3, dtype=torch.int64)}], "name": "run-7",

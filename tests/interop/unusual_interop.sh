@@ -11,7 +11,8 @@ rm -rf "$out"
 "$torch_python" unusual_interop.py make "$out"
 for name in $(python3 -c "import json; print(' '.join(json.load(open('$out/names.json'))))"); do
     "$cli" inspect --hash "$out/$name" >/dev/null
-    "$cli" check "$out/$name" >/dev/null
+    # (empty_dicts.ckpt holds an optimizer saved before its first step: check's empty-state error, by design)
+    "$cli" check "$out/$name" >/dev/null || [[ $name == empty_dicts.ckpt ]]
     "$cli" gather "$out/$name" -o "$out/$name.optscope.pt"
 done
 for m in 2 3 5; do

@@ -191,12 +191,16 @@ TEST(ZeroSizeTensors, TorchSaveMatchesPyTorch)
     ASSERT_NE(view, nullptr);
     ASSERT_EQ(view->tensor.chunks.size(), 1u);
     EXPECT_EQ(view->tensor.chunks[0].source.storageOffset, 2);
-    // an empty list is a value; an empty dict has no leaf, as in DCP's flatten_state_dict
+    // an empty list is a value; so is an empty dict (DCP's flatten_state_dict drops it on save, but the file holds it
+    // and gather must write it back: an optimizer's "state": {} before its first step)
     const Entry* list = cp->find("extras.empty_list");
     ASSERT_NE(list, nullptr);
     EXPECT_FALSE(list->isTensor());
     EXPECT_EQ(list->value->kind, PyKind::List);
-    EXPECT_EQ(cp->find("extras.empty_dict"), nullptr);
+    const Entry* dict = cp->find("extras.empty_dict");
+    ASSERT_NE(dict, nullptr);
+    EXPECT_EQ(dict->value->kind, PyKind::Dict);
+    EXPECT_EQ(dict->value->size(), 0u);
 }
 
 TEST(ZeroSizeTensors, DcpMatchesPyTorch)

@@ -60,8 +60,11 @@ bool holdsTensorOrMapping(const PyValue* v, int depth, Walk& w)
 /// repeat budget depends on its length
 template<bool kCount> void traverse(KeyPath& path, const PyValue* v, int depth, Walk& w)
 {
-    const bool descend
-        = depth > 0 && (v->kind == PyKind::Dict || (v->isSequence() && holdsTensorOrMapping(v, depth, w)));
+    // an empty mapping below the root is a leaf of its own: DCP's save drops it, but a file that holds one (an
+    // optimizer's "state": {} before its first step, Lightning's loop states) needs it back to load
+    const bool emptyMapping = v->kind == PyKind::Dict && v->size() == 0 && !path.empty();
+    const bool descend = depth > 0 && !emptyMapping
+        && (v->kind == PyKind::Dict || (v->isSequence() && holdsTensorOrMapping(v, depth, w)));
     if (descend && !w.active.count(v)) {
         const bool repeated = !w.expanded.insert(v).second;
         const size_t charge = v->size() * (path.size() + 1);

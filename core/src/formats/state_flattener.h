@@ -20,7 +20,8 @@ struct FlattenedLeaf
 
 /// Flattens a nested state dict the way DCP's flatten_state_dict (torch 2.4+ traverse_state_dict) does:
 /// every mapping is descended (keys become str(key)); a list or tuple is descended (indices as path items) only if
-/// it holds a tensor or a mapping at some depth; anything else is a leaf. Empty mappings produce no leaf, as in DCP.
+/// it holds a tensor or a mapping at some depth; anything else is a leaf. An empty mapping below the root is a leaf
+/// (DCP's save drops them, but a file that holds one needs it back: an optimizer's "state": {} before its first step).
 /// A root that is not a mapping is traversed from the empty path (a bare tensor becomes the leaf "").
 /// Graphs deeper than @p maxDepth stop there and the rest becomes one leaf; so does a container reached again on its
 /// own path (a cycle). A container referenced from several places (one object shared through the pickle memo) is
