@@ -85,6 +85,15 @@ def make_plain(out):
           "rng": torch.get_rng_state()}
     dcp.save(sd, checkpoint_id=f"{out}/dcp_single_process")  # no process group: DCP saves as one rank
     names.append("dcp_single_process")
+
+    # objects a weights-only load refuses, as torchtitan's TrainState saves its losses (an io.BytesIO of a torch.save)
+    # and Megatron-LM its args: gather leaves them out; reshard writes them back (compare_objects)
+    import argparse
+    import io
+    losses = io.BytesIO()
+    torch.save([1.5, 1.25], losses)
+    dcp.save({"model": m.state_dict(), "train_state": {"step": 3, "global_avg_losses": losses},
+              "args": argparse.Namespace(lr=0.5, name="run-7")}, checkpoint_id=f"{out}/dcp_objects")
     return names
 
 
@@ -162,5 +171,20 @@ def compare(out):
     print(f"all {len(names)} gather outputs equal PyTorch's own view")
 
 
+def compare_objects(out):
+    """the reshard of dcp_objects (dcp_objects.rs2) loads in PyTorch with its objects as they were saved"""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    for name in ("dcp_objects", "dcp_objects.rs2"):
+        dcp_to_torch_save(f"{out}/{name}", f"{out}/{name}.pt")
+    ref = torch.load(f"{out}/dcp_objects.pt", weights_only=False)
+    got = torch.load(f"{out}/dcp_objects.rs2.pt", weights_only=False)
+    assert vars(got["args"]) == vars(ref["args"]) == {"lr": 0.5, "name": "run-7"}, got["args"]
+    assert got["train_state"]["global_avg_losses"].getvalue() == ref["train_state"]["global_avg_losses"].getvalue()
+    got["train_state"]["global_avg_losses"].seek(0)
+    assert torch.load(got["train_state"]["global_avg_losses"], weights_only=False) == [1.5, 1.25]
+    equal(ref["model"], got["model"], "dcp_objects.model")
+    print("dcp_objects: resharded, its Namespace and BytesIO load as saved")
+
+
 if __name__ == "__main__":
-    {"make": make, "compare": compare}[sys.argv[1]](sys.argv[2])
+    {"make": make, "compare": compare, "compare_objects": compare_objects}[sys.argv[1]](sys.argv[2])

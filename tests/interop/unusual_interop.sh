@@ -19,3 +19,8 @@ for m in 2 3 5; do
     "$cli" verify "$out/dcp_2d_mesh_4ranks" --world-size "$m"
 done
 "$torch_python" unusual_interop.py compare "$out"
+# objects (a BytesIO train state, an argparse.Namespace): left out of the weights-only gather, resharded as saved
+"$cli" gather "$out/dcp_objects" -o "$out/dcp_objects.optscope.pt" | grep -q "left out 2 value"
+"$cli" reshard "$out/dcp_objects" --world-size 2 -o "$out/dcp_objects.rs2"
+"$cli" verify "$out/dcp_objects" --world-size 3
+"$torch_python" unusual_interop.py compare_objects "$out"

@@ -46,8 +46,9 @@ struct DcpPlan
     };
     std::vector<Tensor> tensors;
     std::vector<Value> values;
-    /// values the plan leaves out, "key: why" (TorchSaveWriter::unwritableReason): DCP's loader reads BYTE_IO items
-    /// with torch.load(weights_only=True) too
+    /// values the plan leaves out, "key: why" (TorchSaveWriter::unwritableReason with objects: a tensor inside a
+    /// value); inert objects are written back as they were pickled, since DCP's loader unpickles BYTE_IO items with
+    /// weights_only=False
     std::vector<std::string> leftOut;
     /// order of the keys in .metadata (and so of the nesting a loader rebuilds): (is tensor, index); empty = tensors,
     /// then values

@@ -103,14 +103,16 @@ public:
     static WriteStats write(
         const StateTree& tree, const std::string& path, const Progress& progress = {}, WriteOptions options = {});
     /// Writes @p tree as a complete archive at the current position of @p out (a DCP .distcp item: offsets and
-    /// alignment relative to the archive's first byte), under @p prefix ("archive" for DCP).
-    static WriteStats writeArchive(
-        const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress = {});
+    /// alignment relative to the archive's first byte), under @p prefix ("archive" for DCP). @p objects: inert
+    /// objects are written back as they were pickled (a DCP value: its loader unpickles with weights_only=False)
+    static WriteStats writeArchive(const StateTree& tree, OutputFile& out, const std::string& prefix,
+        const Progress& progress = {}, bool objects = false);
     /// the archive prefix torch.save uses for @p path: its file name without the last extension
     static std::string archivePrefix(const std::string& path);
     /// why @p value cannot be written into a file that torch.load(weights_only=True) accepts ("an object of class
-    /// 'argparse.Namespace'"), or empty when it can: the writer's own rule (the value is pickled once to see)
-    static std::string unwritableReason(const PyValue* value);
+    /// 'argparse.Namespace'"), or with @p objects into a DCP value (a tensor inside a value, nesting past 400
+    /// levels), or empty when it can: the writer's own rule (the value is pickled once to see)
+    static std::string unwritableReason(const PyValue* value, bool objects = false);
 };
 
 } // namespace optscope

@@ -16,8 +16,8 @@
 namespace optscope {
 
 /// what loading a key back found
-/// LeftOut: a value the reshard does not write because a weights-only load cannot read it back (an inert object:
-/// Megatron-LM's args); said, not a difference
+/// LeftOut: a value the reshard cannot write into a DCP value item (TorchSaveWriter::unwritableReason: a tensor
+/// nested in a value); said, not a difference
 enum class VerifyStatus { Identical, Different, Missing, Unexpected, Error, LeftOut };
 /// "identical", "different", "missing", "unexpected", "error", "left_out"
 const char* verifyStatusName(VerifyStatus status);

@@ -104,7 +104,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
                     plan.tensors.push_back(std::move(pt));
                     continue;
                 }
-            if (const std::string why = TorchSaveWriter::unwritableReason(e.value); !why.empty()) {
+            if (const std::string why = TorchSaveWriter::unwritableReason(e.value, true); !why.empty()) {
                 plan.leftOut.push_back(e.key + ": " + why);
                 continue;
             }

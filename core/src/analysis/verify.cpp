@@ -225,9 +225,7 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
         if (!back) {
             const auto why = leftOut.find(e.key);
             ve.status = why != leftOut.end() ? VerifyStatus::LeftOut : VerifyStatus::Missing;
-            ve.detail = why != leftOut.end() ? "not written: " + why->second
-                    + " (DCP's loader reads values with torch.load(weights_only=True), which refuses it)"
-                                             : "not in " + otherName;
+            ve.detail = why != leftOut.end() ? "not written: " + why->second : "not in " + otherName;
             report.entries.push_back(std::move(ve));
             continue;
         }

@@ -298,7 +298,9 @@ static DcpWriteStats writeDcpUnnamed(
             }
             Progress inner;
             inner.cancelled = progress.cancelled;
-            const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", inner);
+            // a value item is unpickled by DCP's loader with weights_only=False (torch 2.6 load_bytes): objects (a
+            // torchtitan BytesIO, Megatron-LM's args Namespace) are written back as they were pickled
+            const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", inner, true);
             doneBytes += ws.tensorBytes;
             progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "writing shards");
             loc.length = out.position() - loc.offset;

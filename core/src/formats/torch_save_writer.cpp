@@ -156,9 +156,12 @@ std::string storageClassName(DType d)
 class TreePickler
 {
 public:
-    explicit TreePickler(const StateTree& tree, const std::string& where)
+    /// @p objects: write inert objects back as they were pickled (callable, arguments, state): for a DCP value,
+    /// which DCP's loader unpickles with weights_only=False; a torch.save for weights_only=True loading refuses them
+    TreePickler(const StateTree& tree, const std::string& where, bool objects = false)
         : m_tree(tree)
         , m_where(where)
+        , m_objects(objects)
     { }
 
     std::string run()
@@ -301,11 +304,54 @@ private:
             }
             return;
         case PyKind::Object:
-            unsupported("an object of class '" + v->className() + "'");
+            if (!m_objects) unsupported("an object of class '" + v->className() + "'");
+            object(*v, depth);
+            return;
+        case PyKind::Global:
+            if (!m_objects) unsupported("the class or function '" + v->global->path() + "'");
+            e.global(std::string(v->global->module), std::string(v->global->name));
+            return;
         case PyKind::Tensor:
             unsupported("a tensor nested inside a plain value");
         default:
             unsupported(std::string("a value of type ") + pyKindName(v->kind));
+        }
+    }
+
+    /// an inert object as the pickle that made it: callable and arguments (REDUCE, or NEWOBJ / NEWOBJ_EX for a class
+    /// called through __new__), then the items appended or set on it and its BUILD state, as pickle's save_reduce
+    /// writes them
+    void object(const PyValue& v, int depth)
+    {
+        const PyObjectInfo& o = *v.object;
+        if (!o.callable) unsupported("an object without the class that made it");
+        value(o.callable, depth + 1);
+        if (o.args && o.args->kind != PyKind::Tuple) unsupported("an object whose arguments are not a tuple");
+        if (o.args)
+            value(o.args, depth + 1);
+        else
+            e.tuple(0);
+        if (o.how == PyObjectHow::NewObj && o.kwargs) {
+            value(o.kwargs, depth + 1);
+            e.op(0x92); // NEWOBJ_EX
+        } else {
+            e.op(o.how == PyObjectHow::NewObj ? 0x81 : 'R'); // INST calls the class with its arguments as REDUCE does
+        }
+        if (!o.listItems.empty()) {
+            e.mark();
+            for (const auto* item : o.listItems)
+                value(item, depth + 1);
+            e.op('e');
+        }
+        if (!o.dictItems.empty()) {
+            e.mark();
+            for (const auto* item : o.dictItems)
+                value(item, depth + 1);
+            e.op('u');
+        }
+        if (o.state) {
+            value(o.state, depth + 1);
+            e.op('b');
         }
     }
 
@@ -363,6 +409,7 @@ private:
 
     const StateTree& m_tree;
     std::string m_where;
+    bool m_objects = false;
     PickleEmitter e;
 };
 
@@ -375,12 +422,12 @@ bool isAscii(const std::string& s)
 
 } // namespace
 
-std::string TorchSaveWriter::unwritableReason(const PyValue* value)
+std::string TorchSaveWriter::unwritableReason(const PyValue* value, bool objects)
 {
     StateTree tree;
     tree.setValue({KeyPathElem::fromKey("value")}, value);
     try {
-        TreePickler(tree, {}).run();
+        TreePickler(tree, {}, objects).run();
         return {};
     } catch (const Error& e) {
         if (e.kind() != ErrorKind::Unsupported) throw;
@@ -402,7 +449,7 @@ std::string TorchSaveWriter::archivePrefix(const std::string& path)
 }
 
 WriteStats TorchSaveWriter::writeArchive(
-    const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress)
+    const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress, bool objects)
 {
     // tensor types must be representable before anything is written
     for (const auto& t : tree.tensors())
@@ -410,7 +457,7 @@ WriteStats TorchSaveWriter::writeArchive(
             || t.dtype == DType::QUInt4x2 || t.dtype == DType::QUInt2x4)
             throw Error(ErrorKind::Unsupported, out.path(),
                 std::string("cannot write a tensor of dtype ") + std::string(dtypeName(t.dtype)));
-    const std::string pickle = TreePickler(tree, out.path()).run();
+    const std::string pickle = TreePickler(tree, out.path(), objects).run();
 
     uint64_t total = 0;
     for (const auto& t : tree.tensors())
