@@ -75,6 +75,14 @@ std::string humanBytes(uint64_t bytes)
     return buf;
 }
 
+void printDataWarnings(const Checkpoint& cp)
+{
+    for (const auto& w : cp.warnings)
+        if (w.code == "param-order-assumed" || w.code == "megatron-bucket-layout")
+            std::cerr << "warning [" << w.code << "] " << w.message << (w.fix.empty() ? "" : "\n    fix: " + w.fix)
+                      << "\n";
+}
+
 void printLeftOut(const std::vector<std::string>& leftOut)
 {
     if (leftOut.empty()) return;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/checkpoint.h"
 #include "optscope/progress.h"
 
 #include <map>
@@ -61,6 +62,9 @@ const std::vector<Command>& commands();
 /// the full help text of a command
 std::string commandUsage(const std::string& name);
 
+/// the reader's warnings that change what an output names or holds (param-order-assumed: optimizer ids named by a
+/// guessed order; megatron-bucket-layout: moments left flat), on stderr, for the commands that write outputs
+void printDataWarnings(const Checkpoint& checkpoint);
 /// "left out N value(s) that torch.load(weights_only=True) cannot read:" and one indented line each; nothing when
 /// @p leftOut is empty (gather and reshard)
 void printLeftOut(const std::vector<std::string>& leftOut);

@@ -31,6 +31,7 @@ int runGather(const std::vector<std::string>& argv)
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const GatherResult r = gatherCheckpoint(*cp, *out, options, progress);
     finishTerminalProgress();
+    printDataWarnings(*cp);
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", *out}, {"device", r.device}, {"tensors", r.stats.tensors},
             {"values", r.values}, {"left_out", r.leftOut}, {"tensor_bytes", r.stats.tensorBytes},

@@ -67,6 +67,7 @@ int runReshard(const std::vector<std::string>& argv)
     }
     const DcpWriteStats s = reshardCheckpoint(*cp, *out, options, progress);
     finishTerminalProgress();
+    printDataWarnings(*cp);
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", *out}, {"world_size", options.worldSize},
             {"layout", options.layout == ShardingStyle::Fsdp2 ? "fsdp2" : "fsdp1"}, {"files", s.files},

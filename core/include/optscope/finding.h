@@ -46,6 +46,7 @@ enum class FindingCode {
     IdKeyed,
     FlattenedFormat,
     ParamMapping,
+    ParamOrderAssumed,
     // an optimizer against the model it is loaded into (diagnose)
     PrefixMismatch,
     ParamNamesPrefix,

@@ -82,6 +82,10 @@ public:
                                                                    : FindingCode::UnsafeGlobal,
                     w.key, w.message);
             if (w.code == "megatron-bucket-layout") add(FindingCode::MegatronBucketLayout, w.key, w.message);
+            if (w.code == "param-order-assumed") {
+                Finding& f = add(FindingCode::ParamOrderAssumed, w.key, w.message);
+                f.fix = w.fix;
+            }
             if (w.code == "megatron-param-groups") {
                 Finding& f = add(FindingCode::MegatronParamGroups, w.key, w.message);
                 f.fix = w.fix;

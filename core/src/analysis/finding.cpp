@@ -64,6 +64,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::ParamMapping, "param-mapping", S::Error,
             "an optimizer's integer ids cannot be named: no rule (the model's order, the Hugging Face Trainer's "
             "groups) fits the shapes of its state and the model beside it"},
+        {C::ParamOrderAssumed, "param-order-assumed", S::Warning,
+            "integer optimizer ids named by an order the files do not store (a safetensors model): parameters of "
+            "one shape may carry each other's state under their names"},
         {C::PrefixMismatch, "prefix-mismatch", S::Error,
             "names differ by a wrapper or module prefix (module., _orig_mod., ...)"},
         {C::ParamNamesPrefix, "param-names-prefix", S::Warning,

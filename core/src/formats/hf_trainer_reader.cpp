@@ -179,16 +179,20 @@ void nameParameters(Checkpoint& cp, CheckpointBuilder& builder, const std::strin
             summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + c;
         const auto assumed = byConfidence.find(confidenceText(Confidence::OrderAssumed));
         builder.warn("param-mapping",
-            "the integer ids of " + optimizerFile + " were named by " + how + " (" + summary + ")"
-                + (assumed == byConfidence.end() ? std::string()
-                                                 : "; " + std::to_string(assumed->second)
-                            + " rest on an assumed order: shapes cannot tell those parameters apart, and if the "
-                              "model registers them in another order than their names sort, their state is "
-                              "swapped; `optscope-cli map "
-                            + optimizerFile
-                            + " --model MODEL.pt` with a torch.save of model.state_dict() names "
-                              "them exactly"),
-            "optim");
+            "the integer ids of " + optimizerFile + " were named by " + how + " (" + summary + ")", "optim");
+        if (assumed != byConfidence.end()) {
+            // a guess is not a fact: check, diagnose, gather and diff say so (gather's names were taken as exact)
+            builder.warn("param-order-assumed",
+                std::to_string(assumed->second) + " of the names given to " + optimizerFile
+                    + "'s integer ids rest on an assumed order: the model file does not store its parameter order "
+                      "(safetensors lays tensors out by dtype and name), shapes cannot tell those parameters apart, "
+                      "and where the model registers them in another order than their names sort (q_proj, k_proj, "
+                      "v_proj sort as k, q, v) their optimizer state is under another parameter's name",
+                "optim");
+            cp.warnings.back().fix = "name them exactly from the model's own order: `optscope-cli map " + optimizerFile
+                + " --model MODEL.pt` with a torch.save of model.state_dict() (or keep the ids: loaders that pair by "
+                  "position, as the Trainer does, are not affected)";
+        }
         cp.buildIndex();
         return;
     }
