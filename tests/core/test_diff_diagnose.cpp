@@ -912,3 +912,16 @@ TEST(Diagnose, WithoutAModelWrapperPrefixesAreTheFirstHint)
     EXPECT_EQ(finding(against, "wrapper-prefix"), nullptr);
     EXPECT_NE(finding(against, "model-keys-mismatch"), nullptr);
 }
+
+TEST(Check, SparseAdamStepsArePythonIntsByDesign)
+{
+    // SparseAdam counts steps in a Python int and load_state_dict keeps it one (torch 2.6, checked): no step-dtype
+    // (a sweep over real checkpoints found check exiting 1 on every SparseAdam file); an Adam whose steps are ints
+    // (saved before torch 1.12) still gets it, as its load casts them
+    const auto sparse = checkCheckpoint(*openCheckpoint(kData + "/load_cases/sparse_adam/optim.pt"));
+    for (const auto& f : sparse.findings)
+        EXPECT_NE(f.code, FindingCode::StepDtype) << f.message;
+    const auto legacy = checkCheckpoint(*openCheckpoint(kData + "/diag/step_int.pt"));
+    EXPECT_TRUE(std::any_of(legacy.findings.begin(), legacy.findings.end(),
+        [](const Finding& f) { return f.code == FindingCode::StepDtype; }));
+}

@@ -191,6 +191,9 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
         // Megatron's optimizers count steps per param group: its reader gives each parameter the group's number, a
         // Python int or float by design, and its conversions write float32 tensors; PyTorch's rule is not broken
         if (cp.format == CheckpointFormat::MegatronDist) oddDtype.clear();
+        // SparseAdam counts its steps in a Python int (torch 2.6 sparse_adam.py: state["step"] = 0, += 1), and
+        // load_state_dict keeps it one
+        if (kind == OptimizerKind::SparseAdam) oddDtype.clear();
         if (!oddDtype.empty()) {
             Finding f(FindingCode::StepDtype,
                 "step of " + std::to_string(oddDtype.size()) + " parameter(s) in " + where
