@@ -470,3 +470,30 @@ TEST(HfTrainer, NamesOnAnAssumedOrderAreAWarningNotClean)
     EXPECT_TRUE(std::any_of(
         d.notes.begin(), d.notes.end(), [](const std::string& n) { return n.rfind("A: 22 of the names", 0) == 0; }));
 }
+
+TEST(HfTrainer, AccelerateFoldersOfSeveralModelsNameWhatIsNotRead)
+{
+    // accelerate's save_state: optimizer.bin, scheduler.bin, random_states_0.pkl, and for a second model and optimizer
+    // model_1.safetensors, optimizer_1.bin (the sweep found those ignored without a word)
+    const fs::path dir = fs::temp_directory_path() / ("optscope-accelerate-" + std::to_string(std::random_device {}()));
+    fs::create_directories(dir);
+    const fs::path src = kHf + "/checkpoint-3";
+    fs::copy_file(src / "model.safetensors", dir / "model.safetensors");
+    fs::copy_file(src / "model.safetensors", dir / "model_1.safetensors");
+    fs::copy_file(src / "optimizer.pt", dir / "optimizer.bin");
+    fs::copy_file(src / "optimizer.pt", dir / "optimizer_1.bin");
+    fs::copy_file(src / "scheduler.pt", dir / "scheduler.bin");
+    std::ofstream(dir / "random_states_0.pkl") << "x";
+    const auto cp = openCheckpoint(dir.string());
+    EXPECT_EQ(cp->format, CheckpointFormat::HfTrainer);
+    EXPECT_TRUE(cp->find("scheduler.last_epoch") || cp->find("scheduler._step_count")) << cp->formatDetail;
+    EXPECT_NE(
+        cp->formatDetail.find("not read: model_1.safetensors, optimizer_1.bin, random_states_0.pkl"), std::string::npos)
+        << cp->formatDetail;
+    const auto w = std::find_if(
+        cp->warnings.begin(), cp->warnings.end(), [](const CheckpointWarning& x) { return x.code == "unread-file"; });
+    ASSERT_NE(w, cp->warnings.end());
+    EXPECT_NE(w->message.find("model_1.safetensors, optimizer_1.bin are not part of this view"), std::string::npos)
+        << w->message;
+    fs::remove_all(dir);
+}

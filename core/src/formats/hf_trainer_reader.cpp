@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -244,10 +245,11 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     }
     progress(0.7, "reading Trainer checkpoint");
     std::error_code ec;
-    if (fs::is_regular_file(dir / "scheduler.pt", ec)) {
+    // (accelerate's save_state names it scheduler.bin)
+    if (const std::string scheduler = firstExisting(dir, {"scheduler.pt", "scheduler.bin"}); !scheduler.empty()) {
         try {
-            addTorchFile(*cp, builder, "scheduler.pt", "scheduler", progress);
-            detail += ", scheduler.pt";
+            addTorchFile(*cp, builder, scheduler, "scheduler", progress);
+            detail += ", " + scheduler;
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Cancelled) throw;
             builder.error("unreadable-value", std::string(e.what()));
@@ -257,15 +259,35 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
         addTrainerState(*cp, builder, "trainer_state.json");
         detail += ", trainer_state.json";
     }
-    std::set<std::string> notRead;
+    // every other checkpoint-like file is named: RNG states and training args as expected, a second model or
+    // optimizer (accelerate's save_state of several: model_1.safetensors, optimizer_1.bin) with a warning
+    std::set<std::string> read;
+    for (const auto& n : {optimizer, binModel, modelFile})
+        if (!n.empty()) read.insert(fs::path(n).filename().string());
+    read.insert("scheduler.pt");
+    read.insert("scheduler.bin");
+    std::set<std::string> notRead, others;
+    static const std::regex checkpointFile(R"(.*\.(pt|pth|bin|safetensors|pkl|ckpt))");
+    static const std::regex another(R"((model|pytorch_model|optimizer|scheduler)_[0-9]+\.(safetensors|bin|pt))");
     for (const auto& e : fs::directory_iterator(dir, ec)) {
         const std::string n = e.path().filename().string();
-        if (n == "training_args.bin" || n == "scaler.pt" || n.rfind("rng_state", 0) == 0) notRead.insert(n);
+        if (read.count(n) || !std::regex_match(n, checkpointFile) || !e.is_regular_file(ec)) continue;
+        if (n.find("-of-") != std::string::npos) continue; // a shard of the sharded model, read through its index
+        notRead.insert(n);
+        if (std::regex_match(n, another)) others.insert(n);
     }
     std::string skipped;
     for (const auto& n : notRead)
         skipped += (skipped.empty() ? "" : ", ") + n;
     if (!skipped.empty()) detail += "; not read: " + skipped;
+    if (!others.empty()) {
+        std::string names;
+        for (const auto& n : others)
+            names += (names.empty() ? "" : ", ") + n;
+        builder.warn("unread-file",
+            "this folder holds more models or optimizers than the first (accelerate's save_state of several): " + names
+                + " are not part of this view; open each file on its own");
+    }
     cp->formatDetail = detail;
     builder.finish();
     if (!optimizer.empty()) nameParameters(*cp, builder, optimizer);
