@@ -28,4 +28,13 @@ done
 d=$("$cli" diff "$out/distopt_dp_reshardable" "$out/distopt_fully_reshardable" || true)
 echo "$d" | tail -1
 echo "$d" | tail -1 | grep -q "64 equal, 3 changed, 2 only in A, 0 only in B (bit-identical)" || status=1
+# tensor parallel (synthetic TP2 x DP2, the same run saved in both sharding types): every weight and moment the
+# dp_reshardable buckets map back to is bit-identical to the model-space state; nothing but the metadata differs
+d=$("$cli" diff "$data/megatron/synthetic_tp2_dp2" "$data/megatron/synthetic_tp2_dp2_fully" || true)
+echo "$d" | tail -1
+if echo "$d" | grep -E "^(changed|only_b) +(model|optim|optimizer\.state)\." >/dev/null; then status=1; fi
+all=$("$cli" diff "$data/megatron/synthetic_tp2_dp2" "$data/megatron/synthetic_tp2_dp2_fully" --all || true)
+for k in model.fc1.weight optim.state.fc2.weight.exp_avg optim.state.fc2.bias.exp_avg_sq; do
+    grep -qx "equal  $k" <<<"$all" || status=1
+done
 exit $status

@@ -391,6 +391,126 @@ private:
         return b;
     }
 
+    /// how the writers' ranks are laid out: rank = tp + TP * dp + TP * DP * pp (core_v0.16.1 parallel_state.py)
+    struct ParallelLayout
+    {
+        int tp = 1, pp = 1, dp = 1;
+    };
+
+    /// the tensor and pipeline parallel sizes that explain every bucket item's writer (group g = tp + TP * pp is
+    /// written by ranks r with r % TP == g % TP and r / (TP * DP) == g / TP); sets @p failure when none or several do
+    ParallelLayout parallelLayout(const std::map<BucketKey, Bucket>& buckets, std::string& failure) const
+    {
+        std::set<int> groups;
+        std::vector<std::pair<int, int>> writers; // (group, rank)
+        int world = 0;
+        for (const auto& [k, b] : buckets) {
+            groups.insert(k.dpGroup);
+            for (const auto& [state, idx] : b.states) {
+                const ChunkTable& chunks = m_cp.entries[idx].tensor.chunks;
+                for (size_t c = 0; c < chunks.size(); ++c) {
+                    writers.emplace_back(k.dpGroup, chunks.rank(c));
+                    world = std::max(world, chunks.rank(c) + 1);
+                }
+            }
+        }
+        for (size_t w : m_weights) {
+            const ChunkTable& chunks = m_cp.entries[w].tensor.chunks;
+            for (size_t c = 0; c < chunks.size(); ++c)
+                world = std::max(world, chunks.rank(c) + 1);
+        }
+        const int G = static_cast<int>(groups.size());
+        if (G <= 1) return {};
+        if (*groups.rbegin() != G - 1) {
+            failure = "the dp groups are not numbered 0.." + std::to_string(G - 1);
+            return {};
+        }
+        std::vector<ParallelLayout> fits;
+        for (int tp = 1; tp <= G; ++tp) {
+            if (G % tp != 0 || world % G != 0) continue;
+            ParallelLayout L {tp, G / tp, world / G};
+            bool ok = true;
+            for (const auto& [g, r] : writers)
+                ok = ok && r >= 0 && r % L.tp == g % L.tp && r / (L.tp * L.dp) == g / L.tp;
+            if (ok) fits.push_back(L);
+        }
+        if (fits.size() != 1) {
+            failure = std::to_string(G) + " dp groups written by " + std::to_string(world)
+                + " ranks: " + (fits.empty() ? std::string("no") : std::to_string(fits.size()))
+                + " tensor x pipeline parallel layout explains which rank wrote which group's buckets";
+            return {};
+        }
+        return fits.front();
+    }
+
+    /// the part of weight @p t that the rank (@p tp, @p pp) holds: its own chunk (a tensor-parallel shard, or a
+    /// whole weight), or a replicated weight another tensor-parallel rank wrote (then @p emit is false: the copy is
+    /// placed in the buffer but gives no data twice); false when the rank holds none of it
+    static bool rankPart(const TensorEntry& t, const ParallelLayout& L, int tp, int pp, std::vector<int64_t>& offsets,
+        std::vector<int64_t>& sizes, bool& emit, bool stacked)
+    {
+        emit = true;
+        if (L.tp == 1 && L.pp == 1) {
+            offsets.assign(t.shape.size(), 0);
+            sizes = t.shape;
+            return true;
+        }
+        std::vector<size_t> own, stage;
+        for (size_t c = 0; c < t.chunks.size(); ++c) {
+            const int r = t.chunks.rank(c);
+            if (r < 0 || r / (L.tp * L.dp) != pp) continue;
+            stage.push_back(c);
+            if (r % L.tp == tp) own.push_back(c);
+        }
+        if (!own.empty()) return boundingBoxOf(t, own, offsets, sizes);
+        // written by another tensor-parallel rank: replicated when the stage's chunks hold it whole (but for the
+        // layer axis of stacked layers, which the stage's rows cut)
+        if (stage.empty() || !boundingBoxOf(t, stage, offsets, sizes)) return false;
+        for (size_t d = 0; d < sizes.size(); ++d)
+            if (sizes[d] != t.shape[d] && !(d == 0 && stacked)) return false;
+        emit = false;
+        return true;
+    }
+
+    /// the box the chunks @p cs fill exactly; false when they do not tile one box
+    static bool boundingBoxOf(
+        const TensorEntry& t, const std::vector<size_t>& cs, std::vector<int64_t>& offsets, std::vector<int64_t>& sizes)
+    {
+        const size_t nd = t.shape.size();
+        std::vector<int64_t> lo(nd, INT64_MAX), hi(nd, 0);
+        int64_t elements = 0;
+        for (size_t c : cs) {
+            const IntSpan o = t.chunks.offsetsOf(c), z = t.chunks.sizesOf(c);
+            if (o.size() != nd) return false;
+            for (size_t d = 0; d < nd; ++d) {
+                lo[d] = std::min(lo[d], o[d]);
+                hi[d] = std::max(hi[d], o[d] + z[d]);
+            }
+            elements += t.chunks.numelOf(c);
+        }
+        offsets = nd ? lo : std::vector<int64_t> {};
+        sizes.assign(nd, 0);
+        for (size_t d = 0; d < nd; ++d)
+            sizes[d] = hi[d] - lo[d];
+        return elements == numelOf(sizes);
+    }
+
+    static int64_t numelOf(const std::vector<int64_t>& shape)
+    {
+        int64_t n = 1;
+        for (auto d : shape)
+            n *= d;
+        return n;
+    }
+
+    static std::string boxText(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes)
+    {
+        std::string s = "[";
+        for (size_t d = 0; d < sizes.size(); ++d)
+            s += (d ? ", " : "") + std::to_string(offsets[d]) + ":" + std::to_string(offsets[d] + sizes[d]);
+        return s + "]";
+    }
+
     void mapBuckets()
     {
         std::map<BucketKey, Bucket> buckets;
@@ -416,105 +536,111 @@ private:
             for (size_t w : m_weights)
                 if (!dt || m_cp.entries[w].tensor.dtype == *dt) list.push_back(w);
         }
+        auto nameOf = [](const BucketKey& k) {
+            return "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf) + " " + k.dtypeText
+                + ", bucket " + std::to_string(k.bucket);
+        };
+        std::string failure;
+        const ParallelLayout layout = parallelLayout(buckets, failure);
+
+        // each dp group is the model chunk of one (tensor, pipeline) parallel rank (core_v0.16.1: dp_group_idx = tp +
+        // TP * pp; a writer's rank = tp + TP * dp + TP * DP * pp). Its buffer holds the parameters that rank holds,
+        // in reverse registration order at 64-element-aligned offsets, cut into buckets that each end with a
+        // parameter: for a tensor-parallel weight the rank's shard (its chunk of the weight), for a replicated one
+        // (a row-parallel bias) the whole tensor, which every tensor-parallel rank holds and the first one gives
         struct Placed
         {
             const BucketKey* key;
             size_t weight;
             int64_t start;
+            std::vector<int64_t> offsets, sizes; ///< the rank's part of the weight (the whole weight without TP)
+            bool emit; ///< false for the copies of a replicated weight on tensor-parallel ranks after the first
         };
         std::vector<Placed> placed;
-        std::map<std::string, size_t> next; // dtype text -> first weight of its list not yet placed
-        std::string failure;
-        auto nameOf = [](const BucketKey& k) {
-            return "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf) + " " + k.dtypeText
-                + ", bucket " + std::to_string(k.bucket);
-        };
-        // each dp group is one model chunk of a (tensor, pipeline) parallel rank: dp_group_idx = tp + TP * pp
-        // (core_v0.16.1 optimizer/__init__.py, parallel_state.py). Tensor-parallel groups hold each rank's shard of
-        // the weights, which the weights' global shapes do not give: not mapped
         std::set<int> groups;
-        std::map<std::string, int> lastGroup; // dtype text -> the last dp group with buckets of it
-        for (const auto& [k, b] : buckets) {
+        for (const auto& [k, b] : buckets)
             groups.insert(k.dpGroup);
-            lastGroup[k.dtypeText]
-                = std::max(lastGroup.count(k.dtypeText) ? lastGroup[k.dtypeText] : k.dpGroup, k.dpGroup);
-        }
-        if (groups.size() > 1)
-            for (size_t w : m_weights)
-                if (m_cp.entries[w].tensor.chunks.size() > 1) {
-                    failure = std::to_string(groups.size()) + " dp groups (tensor/pipeline-parallel ranks) and '"
-                        + m_cp.entries[w].key
-                        + "' in chunks: each group's buckets hold its rank's part of such a weight (a tensor-parallel "
-                          "shard, or the layers of a stack that its pipeline stage holds), which is not mapped";
-                    break;
-                }
-        // pipeline stages hold consecutive layers: group g's weights are the block of registration order after
-        // group g-1's, its buffer holds them in reverse at 64-element-aligned offsets, cut into buckets that each end
-        // with a parameter. The block is the shortest that fills the group's buckets exactly (taking the last
-        // weights for the first group, as a single-group reading did, swapped the stages of a 2-stage model whose
-        // layers have the same shapes)
         for (auto g = groups.begin(); failure.empty() && g != groups.end(); ++g) {
+            const int tp = *g % layout.tp, pp = *g / layout.tp;
             std::map<std::string, std::vector<std::pair<const BucketKey*, int64_t>>> groupBuckets; // dtype -> buckets
             for (const auto& [k, b] : buckets)
                 if (k.dpGroup == *g) groupBuckets[k.dtypeText].push_back({&k, b.numel});
             for (const auto& [dtype, list] : groupBuckets) {
-                const auto& weights = byDtype[dtype];
-                size_t& n = next[dtype];
-                int64_t capacity = 0;
-                for (const auto& [k, numel] : list) {
-                    if (numel <= 0) failure = nameOf(*k) + " has no 1-D flat tensors";
-                    capacity += numel;
+                // this rank's parts of the weights of its stage, in registration order; a block's layers stacked
+                // on one axis (decoder.layers.<name>, the default) are registered layer by layer, each layer with
+                // every weight of the stack: the stage's rows of the run of stacked weights, one layer at a time
+                std::vector<Placed> parts;
+                const auto& ws = byDtype[dtype];
+                const auto stacked = [&](size_t k) {
+                    const Entry& e = m_cp.entries[ws[k]];
+                    return stackedLayers(e.key) && !e.tensor.shape.empty();
+                };
+                for (size_t i = 0; i < ws.size();) {
+                    size_t j = i + 1;
+                    if (stacked(i))
+                        while (j < ws.size() && stacked(j))
+                            ++j;
+                    std::vector<Placed> run;
+                    for (size_t k = i; k < j; ++k) {
+                        Placed part {nullptr, ws[k], 0, {}, {}, true};
+                        if (rankPart(m_cp.entries[ws[k]].tensor, layout, tp, pp, part.offsets, part.sizes, part.emit,
+                                stacked(k)))
+                            run.push_back(std::move(part));
+                    }
+                    if (!stacked(i) || run.empty()) {
+                        parts.insert(parts.end(), run.begin(), run.end());
+                    } else {
+                        const int64_t first = run.front().offsets[0], layers = run.front().sizes[0];
+                        for (const auto& r : run)
+                            if (r.offsets[0] != first || r.sizes[0] != layers)
+                                failure = "the stacked weights from '" + m_cp.entries[ws[i]].key
+                                    + "' hold different layers on pipeline stage " + std::to_string(pp);
+                        for (int64_t l = first; l < first + layers; ++l)
+                            for (const auto& r : run) {
+                                Placed layer = r;
+                                layer.offsets[0] = l;
+                                layer.sizes[0] = 1;
+                                parts.push_back(std::move(layer));
+                            }
+                    }
+                    i = j;
                 }
                 if (!failure.empty()) break;
-                std::vector<Placed> fit;
-                auto place = [&](size_t count) {
-                    fit.clear();
-                    size_t item = n + count; // one past the next to place: the block in reverse
-                    for (const auto& [k, numel] : list) {
-                        int64_t pos = 0;
-                        while (pos < numel) {
-                            if (item == n) return false;
-                            const size_t w = weights[--item];
-                            const int64_t start = (pos + 63) / 64 * 64;
-                            const int64_t end = start + m_cp.entries[w].tensor.numel();
-                            if (end > numel) return false;
-                            fit.push_back({k, w, start});
-                            pos = end;
+                size_t item = parts.size(); // placed from the last: the buffer's order is reversed
+                for (const auto& [k, numel] : list) {
+                    if (numel <= 0) {
+                        failure = nameOf(*k) + " has no 1-D flat tensors";
+                        break;
+                    }
+                    int64_t pos = 0;
+                    while (pos < numel && failure.empty()) {
+                        if (item == 0) {
+                            failure = nameOf(*k) + " holds " + std::to_string(numel)
+                                + " elements, more than the weights of its rank fill";
+                            break;
                         }
+                        Placed& part = parts[--item];
+                        const int64_t start = (pos + 63) / 64 * 64;
+                        const int64_t end = start + numelOf(part.sizes);
+                        if (end > numel) {
+                            failure = "'" + m_cp.entries[part.weight].key + "' (" + std::to_string(numelOf(part.sizes))
+                                + " elements at " + std::to_string(start) + ") does not end inside " + nameOf(*k) + " ("
+                                + std::to_string(numel) + " elements)";
+                            break;
+                        }
+                        part.key = k;
+                        part.start = start;
+                        placed.push_back(part);
+                        pos = end;
                     }
-                    return item == n;
-                };
-                size_t count = 0;
-                bool found = false;
-                if (lastGroup[dtype] == *g) {
-                    // the last group of this dtype takes every weight left (a single group: all of them)
-                    count = weights.size() - n;
-                    found = count > 0 && place(count);
-                } else {
-                    int64_t elements = 0;
-                    while (!found && n + count < weights.size()) {
-                        elements += m_cp.entries[weights[n + count]].tensor.numel();
-                        ++count;
-                        if (elements > capacity) break;
-                        found = place(count);
-                    }
+                    if (!failure.empty()) break;
                 }
-                if (!found) {
-                    failure = nameOf(*list.front().first) + " (" + std::to_string(capacity)
-                        + " elements in its buckets) is not filled exactly by the next "
-                        + std::to_string(weights.size() - n) + " model weights of " + dtype
-                        + " in reverse order at 64-element-aligned offsets";
-                    break;
-                }
-                placed.insert(placed.end(), fit.begin(), fit.end());
-                n += count;
+                if (failure.empty() && item != 0)
+                    failure = std::to_string(item) + " model weights of " + dtype + " of dp group " + std::to_string(*g)
+                        + " are left over after its last bucket (buffers, frozen weights or other model chunks)";
+                if (!failure.empty()) break;
             }
         }
-        if (failure.empty())
-            for (const auto& [dt, list] : byDtype)
-                if (next[dt] != list.size())
-                    failure = std::to_string(list.size() - next[dt]) + " model weights of " + dt
-                        + " are left over after the last bucket (buffers, frozen weights or other model chunks)";
         if (!failure.empty()) {
             m_builder.warn("megatron-bucket-layout",
                 "the flat dp_reshardable buckets are shown as they are: the model weights in reverse order at "
@@ -523,29 +649,38 @@ private:
             return;
         }
 
+        // one entry per weight and state, its chunks gathered from every group that holds a part of it
         std::set<size_t> consumed;
         std::map<const BucketKey*, int> bufferIds;
-        std::vector<Entry> added;
+        std::map<std::pair<size_t, std::string>, Entry> outputs; // (weight, state) -> entry
+        std::vector<std::pair<size_t, std::string>> outputOrder;
         for (const Placed& p : placed) {
             m_progress.checkCancelled();
             const Bucket& b = buckets.at(*p.key);
             const Entry& w = m_cp.entries[p.weight];
-            const int64_t numel = w.tensor.numel();
+            const int64_t numel = numelOf(p.sizes);
             m_trainable.insert(w.key);
+            for (const auto& [state, idx] : b.states)
+                consumed.insert(idx);
+            if (!p.emit) continue;
             std::string ranksNote;
             for (const auto& [state, idx] : b.states) {
-                consumed.insert(idx);
                 const Entry& flat = m_cp.entries[idx];
-                Entry out;
-                out.kind = EntryKind::Tensor;
-                out.tensor.dtype = flat.tensor.dtype;
-                out.tensor.shape = w.tensor.shape;
-                if (state == "param")
-                    out.path = {KeyPathElem::fromKey("optimizer.state.param." + w.key)};
-                else
-                    out.path = statePath(fqnOf(w.key), state);
-                out.key = joinKeyPath(out.path);
-                const auto strides = contiguousStrides(w.tensor.shape);
+                auto [it, added] = outputs.try_emplace({p.weight, state});
+                Entry& out = it->second;
+                if (added) {
+                    outputOrder.push_back(it->first);
+                    out.kind = EntryKind::Tensor;
+                    out.tensor.dtype = flat.tensor.dtype;
+                    out.tensor.shape = w.tensor.shape;
+                    if (state == "param")
+                        out.path = {KeyPathElem::fromKey("optimizer.state.param." + w.key)};
+                    else
+                        out.path = statePath(fqnOf(w.key), state);
+                    out.key = joinKeyPath(out.path);
+                }
+                // the part's elements lie row-major in the bucket: strides of the part, offsets of the weight
+                const auto strides = contiguousStrides(p.sizes);
                 std::set<int> ranks;
                 for (size_t c = 0; c < flat.tensor.chunks.size(); ++c) {
                     const int64_t o = flat.tensor.chunks.offsetsOf(c)[0];
@@ -557,34 +692,38 @@ private:
                     if (!bl.ok) continue;
                     ranks.insert(flat.tensor.chunks.rank(c));
                     const int64_t begin = a - p.start;
-                    for (const auto& box : flatRangeBoxes(w.tensor.shape, begin, z - p.start)) {
+                    for (const auto& box : flatRangeBoxes(p.sizes, begin, z - p.start)) {
                         TensorChunk piece;
                         piece.rank = flat.tensor.chunks.rank(c);
                         piece.offsets = box.offsets;
+                        for (size_t d = 0; d < piece.offsets.size(); ++d)
+                            piece.offsets[d] += p.offsets[d];
                         piece.sizes = box.sizes;
                         piece.source = bl.base.source;
                         piece.source.storageOffset = bl.base.source.storageOffset + (a - o) + (box.flatStart - begin);
-                        piece.source.strides = w.tensor.shape.empty() ? std::vector<int64_t> {} : strides;
+                        piece.source.strides = p.sizes.empty() ? std::vector<int64_t> {} : strides;
                         out.tensor.chunks.push_back(piece);
                     }
                 }
-                if (ranksNote.empty()) {
+                if (ranksNote.empty())
                     for (int r : ranks)
                         ranksNote += (ranksNote.empty() ? "rank " : ", ") + std::to_string(r);
-                }
-                added.push_back(std::move(out));
             }
             FlatPartitionSlot slot;
             slot.fqn = fqnOf(w.key);
-            auto id = bufferIds.emplace(p.key, static_cast<int>(bufferIds.size())).first->second;
-            slot.buffer = id;
+            slot.buffer = bufferIds.emplace(p.key, static_cast<int>(bufferIds.size())).first->second;
             slot.bufferName = "dp group " + std::to_string(p.key->dpGroup) + " buffer " + std::to_string(p.key->gbuf)
                 + " bucket " + std::to_string(p.key->bucket);
             slot.offset = p.start;
             slot.note = "elements [" + std::to_string(p.start) + ", " + std::to_string(p.start + numel) + ") of "
-                + std::to_string(b.numel) + (ranksNote.empty() ? std::string() : "; held by " + ranksNote);
+                + std::to_string(b.numel)
+                + (p.sizes == w.tensor.shape ? std::string() : "; the rank's part " + boxText(p.offsets, p.sizes))
+                + (ranksNote.empty() ? std::string() : "; held by " + ranksNote);
             m_cp.flatSlots.push_back(std::move(slot));
         }
+        std::vector<Entry> added;
+        for (const auto& k : outputOrder)
+            added.push_back(std::move(outputs.at(k)));
         // the flat buckets are now the per-parameter entries; their padding is no data
         std::vector<Entry> kept;
         std::vector<size_t> newIndex(m_cp.entries.size(), SIZE_MAX);

@@ -23,11 +23,14 @@
 //                      <grad dtype>).bucket_idx_B.{param,exp_avg,exp_avg_sq}, 1-D of the bucket's unpadded numel,
 //                      chunked at the writers' ranges; ShardedObjects ...dp_group_idx_G.{optimizer (param_groups),
 //                      per_bucket_numel, per_bucket_numel_unpadded}. G = tp + TP * pp: one group per tensor and
-//                      pipeline parallel rank, each holding its own model chunk. Layout (_ParamAndGradBuffer): the
-//                      chunk's parameters in reverse registration order, each starting at a multiple of 64
-//                      elements, a bucket ending after its last parameter (per_bucket_numel_unpadded); the gaps are
-//                      padding. Pipeline stages hold consecutive layers, so group g's parameters are the block of
-//                      registration order after group g-1's.
+//                      pipeline parallel rank, each holding its own model chunk; a writer's rank is
+//                      tp + TP * dp + TP * DP * pp (TP and PP are the sizes that explain every bucket item's writer).
+//                      Layout (_ParamAndGradBuffer): the rank's parameters in reverse registration order, each
+//                      starting at a multiple of 64 elements, a bucket ending after its last parameter
+//                      (per_bucket_numel_unpadded); the gaps are padding. A rank's parameter is its part of the
+//                      weight: the chunk its tensor-parallel rank wrote (a shard), or the whole weight that another
+//                      wrote (replicated, a row-parallel bias), of the layers its pipeline stage holds; stacked
+//                      layers are registered layer by layer.
 //
 // Model weights are every tensor outside "optimizer.": "model.<name>" when saved with that prefix, "<name>" as
 // Megatron-LM's training saves them ("decoder.layers.mlp.linear_fc1.weight": by default a block's layers are one
@@ -40,9 +43,8 @@
 // dp_reshardable moments are cut out of the flat buckets: each parameter's chunks are rectangular StorageRecord
 // pieces pointing into the storage inside the bucket's DCP items, padding never becomes data. A bucket layout that
 // the parameters do not explain (buffers or frozen weights among the model keys, virtual pipeline chunks) leaves the
-// flat buckets as they are, with a warning (megatron-bucket-layout); so do several groups whose weights are saved in
-// chunks (tensor-parallel shards, stacked layers split over stages), whose per-rank parts the files do not map to
-// bucket ranges. Other common.pt objects are entries at their own keys (iteration, args.*; Megatron-LM's args is an
+// flat buckets as they are, with a warning (megatron-bucket-layout), as does a rank layout no TP x PP split explains.
+// Other common.pt objects are entries at their own keys (iteration, args.*; Megatron-LM's args is an
 // argparse.Namespace, kept inert).
 //
 // Failure semantics: an unreadable metadata.json, another backend, an invalid tracker file or a missing iteration
