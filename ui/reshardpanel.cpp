@@ -295,9 +295,9 @@ void ReshardPanel::verify()
             ReshardOptions options;
             options.worldSize = world;
             options.layout = ShardingStyle::Fsdp1;
-            reshardCheckpoint(*cp, out, options, progress);
+            const DcpWriteStats stats = reshardCheckpoint(*cp, out, options, progress);
             const CheckpointPtr copy = openCheckpoint(out);
-            VerifyReport report = verifyAgainst(*cp, *copy, progress);
+            VerifyReport report = verifyAgainst(*cp, *copy, progress, stats.leftOut);
             report.target = "resharded to " + std::to_string(world) + " ranks (FSDP1 layout)";
             return report;
         },
@@ -330,7 +330,7 @@ void ReshardPanel::reshardTo(const QString& outDir)
         [cp, out, options](const Progress& progress) {
             const DcpWriteStats stats = reshardCheckpoint(*cp, out, options, progress);
             const CheckpointPtr copy = openCheckpoint(out);
-            VerifyReport report = verifyAgainst(*cp, *copy, progress);
+            VerifyReport report = verifyAgainst(*cp, *copy, progress, stats.leftOut);
             // one size format everywhere: "47 KiB" as the other panels write it, not a byte count
             report.target = out + " (" + std::to_string(stats.files) + " data files and .metadata, "
                 + Format::bytes(stats.bytes).toStdString() + " in all)";

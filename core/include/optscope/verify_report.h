@@ -74,6 +74,9 @@ VerifyReport verifyByLoad(const Checkpoint& source, const VerifyOptions& options
 
 /// Compares @p source with @p resharded (a copy made by any tool): every key, tensors bit for bit, per chunk (rank)
 /// of the copy's own layout.
-VerifyReport verifyAgainst(const Checkpoint& source, const Checkpoint& resharded, const Progress& progress = {});
+/// @p leftOut: what the reshard that wrote @p resharded left out ("key: why", DcpWriteStats::leftOut), reported as
+/// left_out rather than missing
+VerifyReport verifyAgainst(const Checkpoint& source, const Checkpoint& resharded, const Progress& progress = {},
+    const std::vector<std::string>& leftOut = {});
 
 } // namespace optscope

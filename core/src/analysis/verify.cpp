@@ -206,6 +206,17 @@ int sourceRanks(const Checkpoint& cp)
 /// by value, tensors by dtype and shape and then by @p compareTensor (which adds ranks and differing counts); errors
 /// of one entry are reported on that entry; entries only @p other has are listed as unexpected. Progress runs from
 /// @p progressBase to 1.
+/// "key: why" lines (DcpWriteStats::leftOut) by key
+std::map<std::string, std::string> leftOutByKey(const std::vector<std::string>& lines)
+{
+    std::map<std::string, std::string> out;
+    for (const auto& l : lines) {
+        const size_t colon = l.find(": ");
+        out.emplace(l.substr(0, colon), colon == std::string::npos ? std::string() : l.substr(colon + 2));
+    }
+    return out;
+}
+
 template<typename CompareTensor>
 void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::string& otherName, double progressBase,
     const char* label, VerifyReport& report, const Progress& progress, const CompareTensor& compareTensor,
@@ -314,11 +325,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     writing.cancelled = progress.cancelled;
     writing.report = [&](double f, std::string_view) { progress(0.5 * f, "resharding"); };
     const DcpWriteStats written = reshardCheckpoint(src, folder.path, ro, writing);
-    std::map<std::string, std::string> leftOut; // key -> why
-    for (const auto& l : written.leftOut) {
-        const size_t colon = l.find(": ");
-        leftOut.emplace(l.substr(0, colon), colon == std::string::npos ? std::string() : l.substr(colon + 2));
-    }
+    const std::map<std::string, std::string> leftOut = leftOutByKey(written.leftOut);
     const CheckpointPtr rs = DcpReader::open(folder.path);
 
     // 3-4. every rank loads its shard; the shards are gathered back and compared with the source
@@ -382,14 +389,17 @@ VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, c
     return readGuarded({&src}, [&] { return verifyByLoadUnguarded(src, options, progress); });
 }
 
-static VerifyReport verifyAgainstUnguarded(const Checkpoint& src, const Checkpoint& other, const Progress& progress)
+static VerifyReport verifyAgainstUnguarded(const Checkpoint& src, const Checkpoint& other, const Progress& progress,
+    const std::vector<std::string>& leftOutLines)
 {
+    const std::map<std::string, std::string> leftOut = leftOutByKey(leftOutLines);
     VerifyReport report;
     report.source = src.path;
     report.target = other.path;
     report.device = "cpu";
     report.worldSize = sourceRanks(other);
-    compareEntries(src, other, other.path, 0.0, "comparing", report, progress,
+    compareEntries(
+        src, other, other.path, 0.0, "comparing", report, progress,
         [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
             if (!ShardLayout::of(back.tensor).complete()) {
                 throw Error(
@@ -406,13 +416,15 @@ static VerifyReport verifyAgainstUnguarded(const Checkpoint& src, const Checkpoi
                 ve.differing += rr.differing;
                 ve.ranks.push_back(rr);
             }
-        });
+        },
+        leftOut);
     return report;
 }
 
-VerifyReport verifyAgainst(const Checkpoint& src, const Checkpoint& other, const Progress& progress)
+VerifyReport verifyAgainst(
+    const Checkpoint& src, const Checkpoint& other, const Progress& progress, const std::vector<std::string>& leftOut)
 {
-    return readGuarded({&src, &other}, [&] { return verifyAgainstUnguarded(src, other, progress); });
+    return readGuarded({&src, &other}, [&] { return verifyAgainstUnguarded(src, other, progress, leftOut); });
 }
 
 } // namespace optscope
