@@ -326,8 +326,9 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
         m_heatmap->setReport({});
         m_histogram->clearHistogram(tr("Select a changed tensor"));
         m_export->setEnabled(false);
-        m_summary->setText(
-            m_context->checkpoint() ? tr("A: %1").arg(m_context->path().toHtmlEscaped()) : tr("No checkpoint open."));
+        m_summary->setText(m_context->checkpoint()
+                ? tr("A: %1").arg(Format::displayPath(m_context->path()).toHtmlEscaped())
+                : tr("No checkpoint open."));
         setBusy(false);
     });
     m_summary->setText(tr("No checkpoint open."));
