@@ -21,12 +21,11 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
-from make_fixtures import free_port  # noqa: E402
+from make_fixtures import spawn  # noqa: E402
 
 PARAMS = ["inp.weight", "inp.bias", "out.weight", "out.bias"]
 
@@ -124,8 +123,7 @@ def main(out_dir, worlds):
             errors.append(f"{variant} gather: param_groups list {names}")
         for m in worlds:
             out = os.path.join(out_dir, f"{variant}.rs_{m}.loaded.pt")
-            port = free_port()
-            mp.spawn(_worker, args=(m, port, os.path.join(out_dir, f"{variant}.rs_{m}"), out), nprocs=m, join=True)
+            spawn(_worker, m, os.path.join(out_dir, f"{variant}.rs_{m}"), out)
             got = torch.load(out, weights_only=True)
             label = f"{variant} FSDP2 M={m}"
             n = len(errors)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
-from make_fixtures import free_port  # noqa: E402
+from make_fixtures import spawn  # noqa: E402
 
 
 def small_model():
@@ -127,9 +127,7 @@ def _mesh_worker(rank, world, port, out):
 def make(out):
     os.makedirs(out, exist_ok=True)
     names = make_plain(out)
-    import torch.multiprocessing as mp
-
-    mp.spawn(_mesh_worker, args=(4, free_port(), f"{out}/dcp_2d_mesh_4ranks"), nprocs=4, join=True)
+    spawn(_mesh_worker, 4, f"{out}/dcp_2d_mesh_4ranks")
     names.append("dcp_2d_mesh_4ranks")
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 

@@ -17,8 +17,7 @@ import os
 import sys
 
 import torch
-import torch.multiprocessing as mp
-from make_fixtures import free_port  # noqa: E402
+from make_fixtures import spawn  # noqa: E402
 from zero_synthetic_interop import load_worker  # noqa: E402
 
 GROUPS = [["inp.weight", "hid.weight", "out.weight"], ["emb_scale", "inp.bias", "hid.bias", "out.bias"]]
@@ -69,9 +68,7 @@ def main(stage_dir, worlds):
 
     for m in worlds:
         out = os.path.join(stage_dir, f"rs_{m}.loaded.pt")
-        port = free_port()
-        mp.spawn(load_worker, args=(m, port, os.path.join(stage_dir, f"rs_{m}"), out, "torch.optim.AdamW", GROUPS, []),
-                 nprocs=m, join=True)
+        spawn(load_worker, m, os.path.join(stage_dir, f"rs_{m}"), out, "torch.optim.AdamW", GROUPS, [])
         got = torch.load(out, weights_only=True)
         label = f"{os.path.basename(stage_dir)} FSDP2 M={m}"
         check(label, got["model"], got["optim"]["state"], want, errors)

@@ -20,10 +20,9 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
-from make_fixtures import free_port  # noqa: E402
+from make_fixtures import spawn  # noqa: E402
 
 HYPER = ("lr", "weight_decay", "momentum", "dampening", "betas", "eps")
 
@@ -140,8 +139,7 @@ def main(vdir, worlds):
     for m in worlds:
         out = os.path.join(vdir, f"rs_{m}.loaded.pt")
         groups = [list(g["params"]) for g in ref["param_groups"]]
-        mp.spawn(load_worker, args=(m, free_port(), os.path.join(vdir, f"rs_{m}"), out, ref["optimizer"], groups,
-                                    list(ref["frozen"])), nprocs=m, join=True)
+        spawn(load_worker, m, os.path.join(vdir, f"rs_{m}"), out, ref["optimizer"], groups, list(ref["frozen"]))
         got = torch.load(out, weights_only=True)
         label = f"{name} FSDP2 M={m}"
         before = len(errors)
