@@ -19,7 +19,7 @@ std::shared_ptr<const KeyTree> KeyTree::build(const Checkpoint& checkpoint)
         prefix.clear();
         const size_t depth = e.path.empty() ? 1 : e.path.size();
         for (size_t d = 0; d < depth; ++d) {
-            const std::string element = e.path.empty() ? e.key : e.path[d].key;
+            const std::string_view element = e.path.empty() ? std::string_view(e.key) : std::string_view(e.path[d].key);
             if (d) prefix += '.';
             prefix += element;
             const bool leaf = d + 1 == depth;
@@ -34,7 +34,7 @@ std::shared_ptr<const KeyTree> KeyTree::build(const Checkpoint& checkpoint)
                 Node n;
                 n.parent = parent;
                 n.row = static_cast<int>(nodes[static_cast<size_t>(parent)].children.size());
-                n.name = QString::fromStdString(element);
+                n.name = QString::fromUtf8(element.data(), static_cast<qsizetype>(element.size()));
                 n.key = prefix;
                 if (leaf) n.entry = static_cast<int>(i);
                 nodes.push_back(std::move(n));

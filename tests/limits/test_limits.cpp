@@ -377,6 +377,37 @@ TEST(Keys, LongKeysRepeatedThroughDeepNestingHitTheLimit)
     }
 }
 
+TEST(Keys, KeyPathElementTextIsCompact)
+{
+    // a 100k-entry checkpoint keeps 400k path elements: each is 32 bytes, its text inline up to 15 characters
+    static_assert(sizeof(CompactString) == 16);
+    static_assert(sizeof(KeyPathElem) == 32);
+    for (size_t n : {0, 1, 14, 15, 16, 17, 300}) {
+        std::string text(n, 'k');
+        if (n > 2) text[1] = '\0'; // pickled keys may hold NULs
+        CompactString s(text);
+        EXPECT_EQ(s.size(), n);
+        EXPECT_EQ(s.view(), text);
+        EXPECT_EQ(s.c_str()[n], '\0');
+        CompactString copy(s);
+        EXPECT_EQ(copy, s);
+        CompactString moved(std::move(copy));
+        EXPECT_EQ(moved.view(), text);
+        EXPECT_TRUE(copy.empty());
+        CompactString assigned("x");
+        assigned = s;
+        EXPECT_EQ(assigned.view(), text);
+        assigned = assigned; // self-assignment keeps the text
+        EXPECT_EQ(assigned.view(), text);
+        assigned = CompactString("other text longer than fifteen");
+        EXPECT_EQ(assigned, "other text longer than fifteen");
+        EXPECT_EQ(std::string("a.") + s, "a." + text);
+    }
+    const KeyPath path {KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("state"), KeyPathElem::fromIndex(123),
+        KeyPathElem::fromKey("model.layers.0.self_attn.q_proj.weight"), KeyPathElem::fromKey("exp_avg")};
+    EXPECT_EQ(joinKeyPath(path), "optim.state.123.model.layers.0.self_attn.q_proj.weight.exp_avg");
+}
+
 TEST(Keys, NestedTupleKeysStayCheap)
 {
     // 40 keys (t5, i) where t5 nests five levels of 200 references: 200^5 elements if a key were rendered in full

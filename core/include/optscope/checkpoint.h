@@ -11,6 +11,7 @@
 // A Checkpoint is immutable once a reader returns it; share it as std::shared_ptr<const Checkpoint>.
 
 #include "optscope/chunk_table.h"
+#include "optscope/compact_string.h"
 #include "optscope/dtype.h"
 #include "optscope/py_value.h"
 #include "optscope/rare_string.h"
@@ -47,21 +48,21 @@ const char* checkpointFormatName(CheckpointFormat format);
 struct KeyPathElem
 {
     /// the largest list index a path can hold: 2^62 - 1 (63 bits, with inTuple beside it: a 100k-entry checkpoint keeps
-    /// 400k elements, 48 bytes each rather than 56)
+    /// 400k elements, 32 bytes each rather than 56)
     static constexpr int64_t kMaxIndex = (int64_t(1) << 62) - 1;
     KeyPathElem()
         : index(-1)
         , inTuple(false)
     { }
-    std::string key; ///< dict key, as str(key)
+    CompactString key; ///< dict key, as str(key)
     const PyValue* keyValue = nullptr; ///< the original dict key object (int keys stay ints), if known
     int64_t index : 63; ///< list/tuple index when >= 0 (at most kMaxIndex)
     bool inTuple : 1; ///< the index is into a tuple, not a list (torch.save sources only)
     bool isIndex() const { return index >= 0; }
-    static KeyPathElem fromKey(std::string k)
+    static KeyPathElem fromKey(std::string_view k)
     {
         KeyPathElem e;
-        e.key = std::move(k);
+        e.key = CompactString(k);
         return e;
     }
     /// @p i in [0, kMaxIndex]; readers check indices from a file against it

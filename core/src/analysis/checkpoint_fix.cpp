@@ -240,7 +240,7 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
                 it.path = en->path;
                 it.source = en;
                 it.value = en->value;
-                const std::string& field = en->path[gp.size()].key;
+                const std::string_view field = en->path[gp.size()].key;
                 if (field == "params")
                     it.value = list(group.params, idsStay);
                 else if (field == "param_names")
@@ -268,7 +268,7 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
                 it.path = e.path;
                 // the model state dict saved beside the optimizer
                 if (modelPart && !modelPart->root.empty() && e.path.size() == 2 && e.path[0] == modelPart->root[0])
-                    if (auto mr = modelRename.find(e.path[1].key); mr != modelRename.end()) {
+                    if (auto mr = modelRename.find(e.path[1].key.str()); mr != modelRename.end()) {
                         it.path[1] = key(mr->second);
                         ++result.renamedKeys;
                     }

@@ -241,7 +241,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
                 for (const Entry& e : cp.entries) {
                     if (e.path.size() != v.root.size() + 1 || !std::equal(v.root.begin(), v.root.end(), e.path.begin()))
                         continue;
-                    const std::string& s = e.path.back().key;
+                    const std::string s = e.path.back().key.str();
                     const auto dot = s.rfind('.');
                     if (s.rfind("param_groups.", 0) == 0 && dot > 13 && members.count(s.substr(13, dot - 13)))
                         fields.push_back(&e);
@@ -249,13 +249,13 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
             }
             for (const Entry* e : fields) {
                 done.insert(e);
-                const std::string field = e->path.back().key;
+                const std::string field = e->path.back().key.str();
                 const bool isParams = field == "params" || field == "param_names";
                 if (v.flattened) {
                     // "param_groups.<fqn>.<hp>": one entry per parameter already
                     Canon c;
                     c.entry = e;
-                    const std::string& s = e->path.back().key;
+                    const std::string s = e->path.back().key.str();
                     const auto dot = s.rfind('.');
                     const std::string fqn = resolve(s.substr(13, dot - 13), c.how);
                     c.canonical = opt + kSep + "pg" + kSep + fqn + kSep + s.substr(dot + 1);
@@ -291,7 +291,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
         c.entry = &e;
         for (size_t i = 0; i < e.path.size(); ++i) {
             if (i) c.canonical += kSep;
-            c.canonical += e.path[i].isIndex() ? e.path[i].key : canonicalFqn(e.path[i].key, c.how);
+            c.canonical += e.path[i].isIndex() ? e.path[i].key.str() : canonicalFqn(e.path[i].key.str(), c.how);
         }
         out.push_back(std::move(c));
     }

@@ -160,7 +160,7 @@ void nameParameters(Checkpoint& cp, CheckpointBuilder& builder, const std::strin
         }
         for (auto& e : cp.entries) {
             if (e.path.size() >= 3 && e.path[0].key == "optim" && e.path[1].key == "state" && !e.path[2].isIndex()) {
-                auto it = idToFqn.find(e.path[2].key);
+                auto it = idToFqn.find(e.path[2].key.str());
                 if (it == idToFqn.end()) continue; // state of a parameter no group lists: stays an id
                 e.path[2] = KeyPathElem::fromKey(it->second);
                 e.key = joinKeyPath(e.path);

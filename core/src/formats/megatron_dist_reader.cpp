@@ -131,7 +131,7 @@ fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>&
     return dir;
 }
 
-bool startsWith(const std::string& s, std::string_view p)
+bool startsWith(std::string_view s, std::string_view p)
 {
     return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
 }

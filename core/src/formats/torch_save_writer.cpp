@@ -51,7 +51,7 @@ size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKi
             if (p->keys[i] == elem.key) return p->children[i];
         const size_t c = make();
         p = &m_nodes[parent];
-        p->keys.push_back(elem.key);
+        p->keys.push_back(elem.key.str());
         p->keyValues.push_back(elem.keyValue && elem.keyValue->kind != PyKind::Str ? elem.keyValue : nullptr);
         p->children.push_back(c);
         return c;

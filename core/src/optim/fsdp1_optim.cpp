@@ -410,7 +410,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                 continue;
             KeyPath p = groupPath;
             p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
-            const std::string& field = e.path[groupPath.size()].key;
+            const std::string_view field = e.path[groupPath.size()].key;
             if (field == "params" || field == "param_names") {
                 result.tree.setValue(p, fqns);
                 continue;
@@ -620,7 +620,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
                 continue;
             KeyPath p = groupPath;
             p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
-            const std::string& field = e.path[groupPath.size()].key;
+            const std::string_view field = e.path[groupPath.size()].key;
             if (field == "param_names") continue; // names of original parameters mean nothing for flat parameters
             for (auto& tree : out.ranks)
                 tree.setValue(p, field == "params" ? flatIds : e.value);

@@ -92,13 +92,13 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
         const KeyPath& p = e.path;
         for (size_t k = 0; k < p.size(); ++k) {
             if (p[k].isIndex()) continue;
-            const std::string& s = p[k].key;
+            const std::string s = p[k].key.str();
             if (s == "state" && k + 2 < p.size()) {
                 Builder& b = builderFor(p, k);
                 std::string name;
                 for (size_t j = k + 2; j < p.size(); ++j)
                     name += (j > k + 2 ? "." : "") + p[j].key;
-                b.param(p[k + 1].key).states.emplace(name, &e);
+                b.param(p[k + 1].key.str()).states.emplace(name, &e);
                 b.view.hasStateKey = true;
                 break;
             }
@@ -106,7 +106,7 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
                 Builder& b = builderFor(p, k);
                 b.hasGroups = true;
                 OptimizerGroup& g = b.nestedGroups[p[k + 1].index];
-                const std::string& field = p[k + 2].key;
+                const std::string field = p[k + 2].key.str();
                 if (field == "params")
                     g.params = stringList(&e);
                 else if (field == "param_names")
