@@ -65,6 +65,7 @@ struct PairCase
     const char* a;
     const char* b;
     double rtol, atol;
+    const char* expected = "diff/expected.json"; ///< what torch computed (tests/fixtures/make_fixtures.py)
 };
 
 // both engines (the fused kernel and the ATen reference) must give PyTorch's numbers
@@ -74,7 +75,7 @@ class DiffAgainstTorch : public ::testing::TestWithParam<std::tuple<PairCase, Di
 TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
 {
     const PairCase& c = std::get<0>(GetParam());
-    std::ifstream in(kData + "/diff/expected.json");
+    std::ifstream in(kData + "/" + c.expected);
     const auto expected = nlohmann::json::parse(in)[c.name];
     DiffOptions o;
     o.rtol = c.rtol;
@@ -106,7 +107,12 @@ TEST_P(DiffAgainstTorch, NumbersEqualTorchs)
 INSTANTIATE_TEST_SUITE_P(RealPairs, DiffAgainstTorch,
     ::testing::Combine(::testing::Values(PairCase {"step3_vs_step4", "diff/step3.pt", "diff/step4.pt", 0, 0},
                            PairCase {"step3_vs_step4_tol", "diff/step3.pt", "diff/step4.pt", 1e-2, 1e-3},
-                           PairCase {"step4_vs_step4_bf16", "diff/step4.pt", "diff/step4_bf16.pt", 0, 0}),
+                           PairCase {"step4_vs_step4_bf16", "diff/step4.pt", "diff/step4_bf16.pt", 0, 0},
+                           // complex tensors: moduli, as torch takes them
+                           PairCase {"complex_step2_vs_step4", "diff/complex_step2.pt", "diff/complex_step4.pt", 0, 0,
+                               "diff/expected_complex.json"},
+                           PairCase {"complex_step2_vs_step4_tol", "diff/complex_step2.pt", "diff/complex_step4.pt",
+                               1e-2, 1e-3, "diff/expected_complex.json"}),
         ::testing::Values(DiffEngine::Auto, DiffEngine::Aten)),
     [](const ::testing::TestParamInfo<std::tuple<PairCase, DiffEngine>>& info) {
         return std::string(std::get<0>(info.param).name)

@@ -174,9 +174,15 @@ TEST(Check, ChunkCutShortIsReported)
     EXPECT_TRUE(cp->hasErrors());
     const auto r = checkCheckpoint(*cp);
     EXPECT_TRUE(hasFinding(r, "chunk-truncated"));
+    // each cut chunk once (the reader's range check, with the rank and offsets the read adds), not twice
+    std::set<std::pair<std::string, int>> seen;
     for (const auto& f : r.findings) {
         if (std::string(f.name()) == "chunk-truncated") {
             EXPECT_FALSE(f.key.empty());
+            ASSERT_EQ(f.ranks.size(), 1u) << f.key << ": " << f.message;
+            EXPECT_EQ(f.ranks[0], 2) << f.key;
+            EXPECT_EQ(f.offsets.size(), 1u) << f.key;
+            EXPECT_TRUE(seen.insert({f.key, f.ranks[0]}).second) << f.key << " twice: " << f.message;
         }
     }
 }

@@ -95,6 +95,7 @@ public:
             f.pytorchError = w.loadError; // the loading library's own error text (DeepSpeed's, for ZeRO folders)
             f.fix = w.fix;
             if (w.code == "missing-file") m_missingFiles.insert(missingFileName(w.message));
+            if (w.code == "chunk-out-of-range") m_rangeFindings[w.key].push_back(m_report.findings.size() - 1);
         }
         const size_t n = m_cp.entries.size();
         for (size_t i = 0; i < n; ++i) {
@@ -228,6 +229,18 @@ private:
                 }
             } catch (const Error& err) {
                 if (err.kind() == ErrorKind::Cancelled) throw;
+                if (err.kind() == ErrorKind::Truncated) {
+                    // the reader found this range past the end of its file already: that finding gets the rank
+                    // and offsets, rather than a second finding of the same chunk
+                    auto it = m_rangeFindings.find(e.key);
+                    if (it != m_rangeFindings.end() && !it->second.empty()) {
+                        Finding& f = m_report.findings[it->second.front()];
+                        it->second.erase(it->second.begin());
+                        f.ranks = {c.rank};
+                        f.offsets = {c.offsets};
+                        continue;
+                    }
+                }
                 auto& f = add(
                     err.kind() == ErrorKind::Truncated ? FindingCode::ChunkTruncated : FindingCode::UnreadableChunk,
                     e.key, err.what());
@@ -260,6 +273,8 @@ private:
     const Progress& m_progress;
     CheckReport m_report;
     std::set<std::string> m_missingFiles;
+    /// the reader's chunk-out-of-range findings by key, not yet matched with a chunk that fails to read
+    std::map<std::string, std::vector<size_t>> m_rangeFindings;
     std::set<std::string> m_sampledFiles; ///< firstChunkPerFile: the data files whose first chunk was opened
     std::map<const FileNameTable*, std::vector<signed char>> m_fileMissing; ///< per file id: -1 unknown, 0, 1
 };

@@ -41,6 +41,56 @@ at::ScalarType computeType(DType a, DType b)
     return wide ? at::kDouble : at::kFloat;
 }
 
+/// Bytes of elements that differ, for two blocks of the same dtype: the comparison without a tolerance
+int64_t bitwiseDiffs(const uint8_t* a, const uint8_t* b, size_t elem, int64_t n)
+{
+    // the bytes of each element, as an integer of the element's size where one exists
+    const at::ScalarType it = elem == 8 ? at::kLong : elem == 4 ? at::kInt : elem == 2 ? at::kShort : at::kByte;
+    if (elem == 1 || elem == 2 || elem == 4 || elem == 8) {
+        const at::Tensor x = at::from_blob(const_cast<uint8_t*>(a), {n}, at::TensorOptions().dtype(it));
+        const at::Tensor y = at::from_blob(const_cast<uint8_t*>(b), {n}, at::TensorOptions().dtype(it));
+        return x.ne(y).sum().item<int64_t>();
+    }
+    const auto e = static_cast<int64_t>(elem);
+    const at::Tensor x = at::from_blob(const_cast<uint8_t*>(a), {n, e}, at::TensorOptions().dtype(at::kByte));
+    const at::Tensor y = at::from_blob(const_cast<uint8_t*>(b), {n, e}, at::TensorOptions().dtype(at::kByte));
+    return x.ne(y).any(1).sum().item<int64_t>();
+}
+
+/// Complex blocks as torch compares complex tensors: A and B are [n, 2] (real, imaginary); |a - b| and |b| are
+/// moduli, an element is NaN or infinite when either part is, and with a tolerance it is equal when torch.isclose
+/// (equal_nan=True) says so: equal, both NaN, or a finite |a - b| <= atol + rtol * |b|. Taken part by part, max |a - b|
+/// was the larger part's difference, and an element could pass the tolerance in each part but not as a whole.
+void diffComplex(const at::Tensor& A, const at::Tensor& B, DType da, DType db, int64_t n, double rtol, double atol,
+    bool exact, const uint8_t* a, const uint8_t* b, DiffAccumulator& acc)
+{
+    const at::Tensor nanA = at::isnan(A).any(1);
+    const at::Tensor nanB = at::isnan(B).any(1);
+    acc.nanA += nanA.sum().item<int64_t>();
+    acc.nanB += nanB.sum().item<int64_t>();
+    acc.infA += at::isinf(A).any(1).sum().item<int64_t>();
+    acc.infB += at::isinf(B).any(1).sum().item<int64_t>();
+    const at::Tensor both = at::isfinite(A).all(1).logical_and(at::isfinite(B).all(1));
+    const at::Tensor d = (A - B).masked_fill(both.logical_not().unsqueeze(1), 0);
+    const at::Tensor ad = at::hypot(d.select(1, 0), d.select(1, 1));
+    acc.maxAbs = std::max(acc.maxAbs, ad.max().item<double>());
+    const at::Tensor absB = at::hypot(B.select(1, 0), B.select(1, 1));
+    const at::Tensor relOk = both.logical_and(absB.ne(0));
+    if (relOk.any().item<bool>())
+        acc.maxRel = std::max(acc.maxRel,
+            (ad / absB.masked_fill(relOk.logical_not(), 1)).masked_fill(relOk.logical_not(), 0).max().item<double>());
+    acc.sumSq += d.to(at::kDouble).square().sum().item<double>();
+    acc.finitePairs += both.sum().item<int64_t>();
+    if (da == db && exact) {
+        acc.numDiff += bitwiseDiffs(a, b, dtypeSize(da), n);
+        return;
+    }
+    const at::Tensor same = A.eq(B).all(1);
+    const at::Tensor close = ad.le(atol + rtol * absB).logical_and(both);
+    const at::Tensor ok = same.logical_or(nanA.logical_and(nanB)).logical_or(close);
+    acc.numDiff += n - ok.sum().item<int64_t>();
+}
+
 } // namespace
 
 void diffBlock(
@@ -56,6 +106,10 @@ void diffBlock(
     at::Tensor B = values(b, db, n, ct, sb);
     if (lanes(da, n) != lanes(db, n)) {
         acc.numDiff += n;
+        return;
+    }
+    if (dtypeIsComplex(da) || dtypeIsComplex(db)) {
+        diffComplex(A.reshape({n, 2}), B.reshape({n, 2}), da, db, n, rtol, atol, exact, a, b, acc);
         return;
     }
     const at::Tensor finA = at::isfinite(A);
@@ -79,25 +133,13 @@ void diffBlock(
 
     int64_t diff = 0;
     if (da == db && exact) {
-        // bitwise: the bytes of each element, as an integer of the element's size where one exists
-        at::ScalarType it = elem == 8 ? at::kLong : elem == 4 ? at::kInt : elem == 2 ? at::kShort : at::kByte;
-        if (elem == 1 || elem == 2 || elem == 4 || elem == 8) {
-            const at::Tensor x = at::from_blob(const_cast<uint8_t*>(a), {n}, at::TensorOptions().dtype(it));
-            const at::Tensor y = at::from_blob(const_cast<uint8_t*>(b), {n}, at::TensorOptions().dtype(it));
-            diff = x.ne(y).sum().item<int64_t>();
-        } else {
-            const auto e = static_cast<int64_t>(elem);
-            const at::Tensor x = at::from_blob(const_cast<uint8_t*>(a), {n, e}, at::TensorOptions().dtype(at::kByte));
-            const at::Tensor y = at::from_blob(const_cast<uint8_t*>(b), {n, e}, at::TensorOptions().dtype(at::kByte));
-            diff = x.ne(y).any(1).sum().item<int64_t>();
-        }
+        diff = bitwiseDiffs(a, b, elem, n);
     } else {
         // numerically: within tolerance, or both NaN, or the same infinity
         const at::Tensor close = ad.le(atol + rtol * absB).logical_and(both);
         const at::Tensor nanPair = at::isnan(A).logical_and(at::isnan(B));
         const at::Tensor infPair = at::isinf(A).logical_and(A.eq(B));
         at::Tensor ok = close.logical_or(nanPair).logical_or(infPair);
-        if (dtypeIsComplex(da) || dtypeIsComplex(db)) ok = ok.reshape({n, 2}).all(1);
         diff = n - ok.sum().item<int64_t>();
     }
     acc.numDiff += diff;
