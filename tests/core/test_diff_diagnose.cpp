@@ -931,3 +931,52 @@ TEST(Check, SparseAdamStepsArePythonIntsByDesign)
     EXPECT_TRUE(std::any_of(legacy.findings.begin(), legacy.findings.end(),
         [](const Finding& f) { return f.code == FindingCode::StepDtype; }));
 }
+
+TEST(Diagnose, TargetParameterDtypesAsLoadStateDictCastsThem)
+{
+    // a float32 Adam state loaded into the same model in bfloat16, float8 and float64; what PyTorch did with each is
+    // in tests/data/dtype_targets/expected.json (make_fixtures.py, group dtype_targets)
+    std::ifstream in(kData + "/dtype_targets/expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    const auto optim = open("dtype_targets/adam_fp32.pt");
+    auto verdict = [](const Diagnosis& d, LoadPath p) {
+        for (const auto& v : d.verdicts)
+            if (v.path == p) return v;
+        return LoadVerdict {};
+    };
+    for (const char* name : {"bf16", "fp8", "fp64"}) {
+        SCOPED_TRACE(name);
+        const auto e = expected[name];
+        const ModelParams model
+            = ModelParams::fromCheckpoint(*open(std::string("dtype_targets/model_") + name + ".pt"));
+        const Diagnosis d = diagnoseCheckpoint(*optim, &model);
+        // load_state_dict loads on every path here; a cast that rounds is a warning, float8 an error
+        const bool rounds = std::string(name) == "bf16";
+        const bool fp8 = std::string(name) == "fp8";
+        const DiagnosisFinding* cast = finding(d, "state-dtype-cast");
+        EXPECT_EQ(cast != nullptr, rounds);
+        if (cast) {
+            EXPECT_NE(cast->message.find("float32 -> bfloat16"), std::string::npos) << cast->message;
+            EXPECT_EQ(cast->severity, Severity::Warning);
+        }
+        const DiagnosisFinding* f8 = finding(d, "float8-params");
+        ASSERT_EQ(f8 != nullptr, fp8);
+        const LoadVerdict p1 = verdict(d, LoadPath::OptimizerLoadStateDict);
+        EXPECT_EQ(p1.outcome, LoadOutcome::Loads);
+        const std::string step = e["step_after_load"];
+        EXPECT_EQ(p1.stepAfterLoad, step == "ok" ? "ok" : step.substr(0, step.find(':')));
+        const LoadVerdict p2 = verdict(d, LoadPath::SetOptimizerStateDict);
+        const std::string dsd = e["set_optimizer_state_dict"];
+        if (dsd == "loads") {
+            EXPECT_EQ(p2.outcome, LoadOutcome::Loads);
+        } else {
+            // PyTorch's text, with the kernel left open (it depends on the optimizer and its settings)
+            ASSERT_EQ(p2.outcome, LoadOutcome::Raises);
+            EXPECT_EQ(p2.exception, dsd.substr(0, dsd.find(':')));
+            const std::string tail = dsd.substr(dsd.find("\" not implemented"));
+            EXPECT_NE(p2.message.find(tail), std::string::npos) << p2.message << " vs " << dsd;
+            EXPECT_EQ(f8->severity, Severity::Error);
+            EXPECT_NE(f8->pytorchError.find(tail), std::string::npos) << f8->pytorchError;
+        }
+    }
+}

@@ -55,6 +55,8 @@ enum class FindingCode {
     ExtraParams,
     ParamGroupsMismatch,
     ShapeMismatch,
+    StateDtypeCast,
+    Float8Params,
     Fsdp1FlatState,
     ModelKeysMismatch,
     // DeepSpeed ZeRO checkpoint folders (check and diagnose; the reader finds them)

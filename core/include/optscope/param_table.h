@@ -44,6 +44,8 @@ struct ModelParams
     std::map<std::string, std::string> tiedTo;
     std::vector<std::string> keys; ///< every tensor key in state-dict order (parameters and buffers interleaved)
     std::map<std::string, std::vector<int64_t>> shapes; ///< every tensor's shape, buffers included
+    /// every tensor's dtype, when the source holds the model's tensors (not an optimizer's names or an FQN list)
+    std::map<std::string, DType> dtypes;
     std::vector<std::vector<std::string>> groups; ///< param_groups of a reference optimizer (names); else empty
     bool fromOptimizer = false; ///< names, order and groups come from an optimizer's param_groups
     /// fqns are in the model's named_parameters() order; false when the file does not record it (safetensors): fqns

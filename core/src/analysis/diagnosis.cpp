@@ -437,6 +437,122 @@ private:
         }
     }
 
+    /// the model's parameter dtype for a name (as written, or as DSD names it); nullopt when the model does not say
+    std::optional<DType> modelDtype(const std::string& fqn) const
+    {
+        auto it = m_exp->dtypes.find(fqn);
+        if (it != m_exp->dtypes.end()) return it->second;
+        if (m_exp->dtypes.empty()) return std::nullopt;
+        if (m_dtypeByCanon.empty())
+            for (const auto& [k, dt] : m_exp->dtypes)
+                m_dtypeByCanon.emplace(canon(k), dt);
+        const auto c = m_dtypeByCanon.find(canon(fqn));
+        return c == m_dtypeByCanon.end() ? std::nullopt : std::optional<DType>(c->second);
+    }
+
+    static bool isFloat8(DType d)
+    {
+        return d == DType::Float8_e5m2 || d == DType::Float8_e4m3fn || d == DType::Float8_e5m2fnuz
+            || d == DType::Float8_e4m3fnuz || d == DType::Float8_e8m0fnu;
+    }
+
+    /// whether @p to holds every value of @p from as it is (a cast to it rounds nothing)
+    static bool holdsAll(DType from, DType to)
+    {
+        if (from == to) return true;
+        if (to == DType::Float64) return true;
+        if (to == DType::Float32) return from != DType::Float64;
+        return false; // float16 and bfloat16 hold each other's values only in part, float8 almost nothing
+    }
+
+    /// The first float8 parameter of the model the optimizer loads into, "" if none: torch.optim (2.6) has no float8
+    /// kernels, whatever the checkpoint holds
+    std::string float8Param() const
+    {
+        for (const auto& fqn : m_exp->fqns)
+            if (auto dt = modelDtype(fqn); dt && isFloat8(*dt)) return fqn;
+        return {};
+    }
+
+    /// What the first step() on float8 parameters raises in PyTorch 2.6: the first kernel of the step without a
+    /// float8 implementation, which depends on the optimizer and its settings (measured on the CPU with each
+    /// torch.optim class at its defaults: Adam, NAdam, RAdam, Adamax lerp_kernel_scalar; AdamW, RMSprop, Adadelta,
+    /// ASGD mul_cpu_reduced_float; SGD with momentum add_stub; Adagrad addcmul_cpu_out; Rprop sign_cpu)
+    static std::string float8StepError(DType dtype)
+    {
+        const std::string type = dtype == DType::Float8_e5m2 ? "Float8_e5m2"
+            : dtype == DType::Float8_e4m3fn                  ? "Float8_e4m3fn"
+            : dtype == DType::Float8_e5m2fnuz                ? "Float8_e5m2fnuz"
+            : dtype == DType::Float8_e4m3fnuz                ? "Float8_e4m3fnuz"
+                                                             : "Float8_e8m0fnu";
+        return "RuntimeError: \"<kernel>\" not implemented for '" + type
+            + "' (at the first optimizer.step(); the kernel depends on the optimizer and its settings: "
+              "lerp_kernel_scalar for Adam at its defaults on the CPU)";
+    }
+
+    /// optimizer.load_state_dict (and so every loader) casts each state tensor but "step" to its parameter's dtype
+    /// when the parameter is floating point (Optimizer._process_value_according_to_param_policy, torch 2.6): float32
+    /// moments into bfloat16 parameters are rounded without a word; into float8 parameters they load, and the first
+    /// step raises
+    void dtypeFindings(const std::vector<const ParamRow*>& listed, const Names& names, bool byName,
+        const std::string& where, const std::string& root, Diagnosis& d) const
+    {
+        const ModelParams& exp = *m_exp;
+        if (exp.dtypes.empty()) return;
+        std::vector<std::string> casts;
+        std::map<std::string, int> pairs; // "float32 -> bfloat16" -> count
+        for (size_t i = 0; i < listed.size(); ++i) {
+            const ParamRow* r = listed[i];
+            if (!r->param) continue;
+            std::string fqn;
+            if (byName) {
+                const auto it = names.rename.find(r->fqn);
+                fqn = it == names.rename.end() ? r->fqn : it->second;
+            } else {
+                fqn = i < exp.fqns.size() ? exp.fqns[i] : std::string();
+            }
+            const auto pdt = fqn.empty() ? std::nullopt : modelDtype(fqn);
+            if (!pdt || !dtypeIsFloatingPoint(*pdt) || isFloat8(*pdt)) continue;
+            for (const auto& [name, e] : r->param->states) {
+                if (name == "step" || !e->isTensor() || holdsAll(e->tensor.dtype, *pdt)) continue;
+                if (!dtypeIsFloatingPoint(e->tensor.dtype)) continue; // integer state: counts, never moments
+                casts.push_back(fqn + "." + name + " " + std::string(dtypeName(e->tensor.dtype)) + " -> "
+                    + std::string(dtypeName(*pdt)));
+                ++pairs[std::string(dtypeName(e->tensor.dtype)) + " -> " + std::string(dtypeName(*pdt))];
+            }
+        }
+        if (!casts.empty()) {
+            std::string kinds;
+            for (const auto& [pair, n] : pairs)
+                kinds += (kinds.empty() ? "" : ", ") + pair + " (" + std::to_string(n) + ")";
+            Finding f(FindingCode::StateDtypeCast,
+                std::to_string(casts.size()) + " state tensor(s) of " + where + " are cast to their parameter's dtype "
+                    + "in " + exp.source + ", which holds less: " + kinds + ", e.g. " + quoteList(casts, 3)
+                    + ". load_state_dict casts every state but step to the parameter's dtype: the moments are rounded, "
+                      "without an error",
+                root);
+            f.fix = "load into a model whose parameters keep the saved precision (mixed precision keeps float32 "
+                    "parameters and casts in autocast), or accept the rounding";
+            f.keys = head(casts);
+            d.findings.push_back(std::move(f));
+        }
+        if (const std::string p = float8Param(); !p.empty()) {
+            const DType dt = *modelDtype(p);
+            Finding f(FindingCode::Float8Params,
+                "the model's parameters are " + std::string(dtypeName(dt)) + " ('" + p + "' in " + exp.source
+                    + "): the state loads, cast to " + std::string(dtypeName(dt))
+                    + ", but torch.optim has no float8 kernels and the first step() raises; "
+                      "set_optimizer_state_dict raises in its own first step",
+                root);
+            f.pytorchError = float8StepError(dt);
+            f.fix
+                = "train float8 with float32 or bfloat16 parameters (torchao's Float8Linear casts in the forward) and "
+                  "load the optimizer into those";
+            f.keys = {p};
+            d.findings.push_back(std::move(f));
+        }
+    }
+
     /// the model's parameter shape for a name (as written, or as DSD names it)
     const std::vector<int64_t>* modelShape(const std::string& fqn) const
     {
@@ -711,6 +827,8 @@ private:
             f.keys = head(wrongByPosition);
             d.findings.push_back(std::move(f));
         }
+
+        dtypeFindings(listed, names, named && !v.idKeyed, where, root, d);
 
         // the model state dict saved beside the optimizer
         modelPartFindings(names.rename, d);
@@ -1019,6 +1137,10 @@ private:
                 p1.stepAfterLoad = "AssertionError";
                 p1.why += "; capturable=True comes back with the param groups and cannot step on a CPU target";
             }
+            if (!float8Param().empty()) {
+                p1.stepAfterLoad = "RuntimeError";
+                p1.why += "; the model's parameters are float8, for which torch.optim has no kernels";
+            }
         }
         d.verdicts.push_back(p1);
 
@@ -1028,7 +1150,11 @@ private:
         LoadVerdict p2;
         p2.path = LoadPath::SetOptimizerStateDict;
         // DSD first steps the fresh optimizer with zero gradients (_init_optim_state) whatever the file holds
-        const std::string initError = dsdInitError(kind, v);
+        std::string initError = dsdInitError(kind, v);
+        if (const std::string p = float8Param(); initError.empty() && !p.empty()) {
+            initError = float8StepError(*modelDtype(p));
+            initError = initError.substr(0, initError.find(" (at the first"));
+        }
         bool allInts = !v.flattened;
         for (const auto& p : v.params)
             allInts = allInts && !p.key.empty() && std::all_of(p.key.begin(), p.key.end(), ::isdigit);
@@ -1211,6 +1337,7 @@ private:
     const Progress& m_progress;
     std::string m_targetNote;
     mutable std::map<std::string, const std::vector<int64_t>*> m_shapeByCanon; ///< modelShape's index
+    mutable std::map<std::string, DType> m_dtypeByCanon; ///< modelDtype's index
     std::optional<ModelParams> m_optimizerParams;
     const ModelParams* m_exp;
     ParamTable m_table;

@@ -416,6 +416,7 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
         else
             continue;
         m.shapes[fqn] = e.tensor.shape;
+        m.dtypes[fqn] = e.tensor.dtype;
         m.keys.push_back(fqn);
         if (isKnownBufferName(fqn)) {
             m.buffers.push_back(fqn);
@@ -473,6 +474,7 @@ ModelParams ModelParams::fromCheckpoint(const Checkpoint& model)
         // the model's shapes are the truth; its order too when no optimizer names the parameters
         for (const auto& [k, s] : part->shapes)
             e.shapes[k] = s;
+        e.dtypes = part->dtypes;
         e.buffers = part->buffers;
         e.keys = part->keys;
         e.tiedTo = part->tiedTo;
