@@ -57,6 +57,20 @@ int64_t bitwiseDiffs(const uint8_t* a, const uint8_t* b, size_t elem, int64_t n)
     return x.ne(y).any(1).sum().item<int64_t>();
 }
 
+/// max |a - b|, max |a - b| / |b| and the sum of squares of the differences @p d (zero where not @p both finite),
+/// given |a - b| as @p ad and |b| as @p absB per element
+void accumulateDifferences(
+    const at::Tensor& d, const at::Tensor& ad, const at::Tensor& absB, const at::Tensor& both, DiffAccumulator& acc)
+{
+    acc.maxAbs = std::max(acc.maxAbs, ad.max().item<double>());
+    const at::Tensor relOk = both.logical_and(absB.ne(0));
+    if (relOk.any().item<bool>())
+        acc.maxRel = std::max(acc.maxRel,
+            (ad / absB.masked_fill(relOk.logical_not(), 1)).masked_fill(relOk.logical_not(), 0).max().item<double>());
+    acc.sumSq += d.to(at::kDouble).square().sum().item<double>();
+    acc.finitePairs += both.sum().item<int64_t>();
+}
+
 /// Complex blocks as torch compares complex tensors: A and B are [n, 2] (real, imaginary); |a - b| and |b| are
 /// moduli, an element is NaN or infinite when either part is, and with a tolerance it is equal when torch.isclose
 /// (equal_nan=True) says so: equal, both NaN, or a finite |a - b| <= atol + rtol * |b|. Taken part by part, max |a - b|
@@ -73,14 +87,8 @@ void diffComplex(const at::Tensor& A, const at::Tensor& B, DType da, DType db, i
     const at::Tensor both = at::isfinite(A).all(1).logical_and(at::isfinite(B).all(1));
     const at::Tensor d = (A - B).masked_fill(both.logical_not().unsqueeze(1), 0);
     const at::Tensor ad = at::hypot(d.select(1, 0), d.select(1, 1));
-    acc.maxAbs = std::max(acc.maxAbs, ad.max().item<double>());
     const at::Tensor absB = at::hypot(B.select(1, 0), B.select(1, 1));
-    const at::Tensor relOk = both.logical_and(absB.ne(0));
-    if (relOk.any().item<bool>())
-        acc.maxRel = std::max(acc.maxRel,
-            (ad / absB.masked_fill(relOk.logical_not(), 1)).masked_fill(relOk.logical_not(), 0).max().item<double>());
-    acc.sumSq += d.to(at::kDouble).square().sum().item<double>();
-    acc.finitePairs += both.sum().item<int64_t>();
+    accumulateDifferences(d, ad, absB, both, acc);
     if (da == db && exact) {
         acc.numDiff += bitwiseDiffs(a, b, dtypeSize(da), n);
         return;
@@ -122,14 +130,8 @@ void diffBlock(
     const at::Tensor both = finA.logical_and(finB);
     const at::Tensor d = (A - B).masked_fill(both.logical_not(), 0);
     const at::Tensor ad = d.abs();
-    acc.maxAbs = std::max(acc.maxAbs, ad.max().item<double>());
     const at::Tensor absB = B.abs();
-    const at::Tensor relOk = both.logical_and(absB.ne(0));
-    if (relOk.any().item<bool>())
-        acc.maxRel = std::max(acc.maxRel,
-            (ad / absB.masked_fill(relOk.logical_not(), 1)).masked_fill(relOk.logical_not(), 0).max().item<double>());
-    acc.sumSq += d.to(at::kDouble).square().sum().item<double>();
-    acc.finitePairs += both.sum().item<int64_t>();
+    accumulateDifferences(d, ad, absB, both, acc);
 
     int64_t diff = 0;
     if (da == db && exact) {
