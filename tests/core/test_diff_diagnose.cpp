@@ -980,3 +980,46 @@ TEST(Diagnose, TargetParameterDtypesAsLoadStateDictCastsThem)
         }
     }
 }
+
+TEST(Diagnose, SeveralOptimizersOverPartsOfOneModel)
+{
+    // Lightning-layout checkpoints of a GAN (tests/data/multi_optim, make_fixtures.py group multi_optim): two
+    // optimizers over parts of one module, diagnosed against the whole module without a target optimizer. Each
+    // loads into an optimizer over its part (PyTorch did it, expected.json); they were param-groups-mismatch errors
+    std::ifstream in(kData + "/multi_optim/expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    for (const char* v : {"a", "b", "c"}) {
+        SCOPED_TRACE(v);
+        const auto e = expected[v];
+        const ModelParams model = ModelParams::fromCheckpoint(*open(std::string("multi_optim/lit_model_") + v + ".pt"));
+        const Diagnosis d = diagnoseCheckpoint(*open(std::string("multi_optim/lit_gan_") + v + ".ckpt"), &model);
+        for (const auto& f : d.findings)
+            EXPECT_NE(f.severity, Severity::Error) << f.name() << ": " << f.message;
+        ASSERT_TRUE(d.verdictsFor.has_value());
+        EXPECT_EQ(*d.verdictsFor, "optimizer_states.0");
+        ASSERT_FALSE(d.verdicts.empty());
+        const LoadVerdict& p1 = d.verdicts.front();
+        EXPECT_EQ(p1.path, LoadPath::OptimizerLoadStateDict);
+        EXPECT_EQ(p1.outcome, LoadOutcome::Loads) << p1.outcomeText();
+        EXPECT_EQ(p1.paramsWithState, e["part_0"]["params_with_state"].get<int>());
+        EXPECT_EQ(p1.paramsTotal, e["part_0"]["params_total"].get<int>());
+        EXPECT_EQ(p1.stepAfterLoad, "ok");
+        // the other optimizer's verdict and the parts are in the notes
+        const std::string notes = nlohmann::json(d.notes).dump();
+        EXPECT_NE(notes.find("'optimizer_states.1' over " + std::to_string(e["part_1"]["params_total"].get<int>())),
+            std::string::npos)
+            << notes;
+        EXPECT_NE(notes.find("optimizer 'optimizer_states.1' into an optimizer over its part: "
+                             "optimizer.load_state_dict loads ("
+                      + std::to_string(e["part_1"]["params_with_state"].get<int>()) + " of "
+                      + std::to_string(e["part_1"]["params_total"].get<int>())),
+            std::string::npos)
+            << notes;
+        if (std::string(v) == "c") {
+            EXPECT_NE(notes.find("in none: 'running'"), std::string::npos) << notes;
+        }
+        // what loading optimizer 0 into an optimizer over the whole module does: the old diagnosis, still right for
+        // that target (given with --target-optim)
+        EXPECT_NE(e["whole_0"].get<std::string>().find("ValueError"), std::string::npos);
+    }
+}

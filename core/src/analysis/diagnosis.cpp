@@ -331,6 +331,7 @@ public:
             return d;
         }
         d.optimizerKind = optimizerKindName(m_table.kinds.front());
+        const size_t beforeOptimizerFindings = d.findings.size();
         for (auto& f : optimizerFindings(m_cp, m_table))
             d.findings.push_back(std::move(f));
         if (!m_exp) {
@@ -349,6 +350,20 @@ public:
             if (chosen == n && !hasError(each[oi])) chosen = oi;
         }
         const bool someFits = n > 1 && chosen < n;
+        const bool someDoesNotFit = std::any_of(each.begin(), each.end(), hasError);
+        if (n > 1 && someDoesNotFit && !m_target && !m_exp->fromOptimizer) {
+            // not all of them fit the whole model: several optimizers over parts of one model (a GAN's generator
+            // and discriminator, Lightning's configure_optimizers returning two), each loaded into an optimizer over
+            // its part, when their shapes split the model so
+            std::string partNote;
+            bool unique = true;
+            if (auto parts = partsOfModel(partNote, unique)) {
+                d.findings.erase(
+                    d.findings.begin() + static_cast<std::ptrdiff_t>(beforeOptimizerFindings), d.findings.end());
+                diagnoseParts(*parts, unique, partNote, d);
+                return d;
+            }
+        }
         if (chosen == n) chosen = 0;
         for (size_t oi = 0; oi < n; ++oi) {
             if (someFits && oi != chosen && hasError(each[oi])) {
@@ -563,6 +578,123 @@ private:
                 m_shapeByCanon.emplace(canon(k), &shape);
         const auto c = m_shapeByCanon.find(canon(fqn));
         return c == m_shapeByCanon.end() ? nullptr : c->second;
+    }
+
+    /// Several optimizers over disjoint parts of the model: each optimizer's parameters, by the shapes its state
+    /// gives (in param_groups order), matched in model order among the parameters the optimizers before it did not
+    /// take. Every optimizer must find its parameters; model tensors left over are buffers or frozen parameters.
+    /// nullopt when they do not fit so.
+    std::optional<std::vector<std::vector<std::string>>> partsOfModel(std::string& note, bool& unique) const
+    {
+        const ModelParams& exp = *m_exp;
+        const ParamTable bare = ParamTable::build(m_cp); // shapes from the state itself, not from a naming
+        if (bare.optimizers.size() != m_table.optimizers.size()) return std::nullopt;
+        std::vector<bool> used(exp.fqns.size(), false);
+        std::vector<std::vector<std::string>> parts;
+        unique = true;
+        for (size_t oi = 0; oi < bare.optimizers.size(); ++oi) {
+            std::vector<const ParamRow*> listed;
+            for (const ParamRow* r : bare.rowsOf(static_cast<int>(oi)))
+                if (r->position >= 0) listed.push_back(r);
+            std::sort(listed.begin(), listed.end(),
+                [](const ParamRow* a, const ParamRow* b) { return a->position < b->position; });
+            if (listed.empty()) return std::nullopt;
+            std::vector<std::string> part;
+            std::vector<std::vector<int64_t>> shapes;
+            auto fits = [&](size_t j, const std::vector<int64_t>& shape) {
+                return !used[j] && modelShape(exp.fqns[j]) && *modelShape(exp.fqns[j]) == shape;
+            };
+            size_t from = 0;
+            int group = listed.front()->group;
+            for (const ParamRow* r : listed) {
+                const auto shape = stateShape(*r, bare.kinds[oi]);
+                if (!shape) return std::nullopt; // no state tells its shape
+                if (r->group != group) group = r->group, from = 0;
+                // a group lists its parameters in model order, as module.parameters() gives them: the next free one
+                // after the one before; else (a group in another order) the first free one
+                size_t j = from;
+                while (j < exp.fqns.size() && !fits(j, *shape))
+                    ++j;
+                if (j == exp.fqns.size())
+                    for (j = 0; j < exp.fqns.size() && !fits(j, *shape);)
+                        ++j;
+                if (j == exp.fqns.size()) return std::nullopt;
+                used[j] = true;
+                part.push_back(exp.fqns[j]);
+                shapes.push_back(*shape);
+                from = j + 1;
+            }
+            parts.push_back(std::move(part));
+        }
+        // a tensor in none of them with the shape of one taken: which of the two an optimizer holds is a guess
+        std::set<std::vector<int64_t>> taken;
+        for (size_t j = 0; j < exp.fqns.size(); ++j)
+            if (used[j] && modelShape(exp.fqns[j])) taken.insert(*modelShape(exp.fqns[j]));
+        std::vector<std::string> rest;
+        for (size_t j = 0; j < exp.fqns.size(); ++j) {
+            if (used[j]) continue;
+            rest.push_back(exp.fqns[j]);
+            if (modelShape(exp.fqns[j]) && taken.count(*modelShape(exp.fqns[j]))) unique = false;
+        }
+        note = std::to_string(parts.size()) + " optimizers over parts of " + exp.source + ", none over all of it: ";
+        for (size_t oi = 0; oi < parts.size(); ++oi)
+            note += (oi ? "; '" : "'") + m_table.optimizers[oi].rootKey() + "' over " + std::to_string(parts[oi].size())
+                + " (" + quoteList(parts[oi], 2) + ")";
+        note += unique ? ", the parameters with its shapes in model order"
+                       : ", taken in model order by shapes (several fit: the names are a guess)";
+        if (!rest.empty())
+            note += "; in none: " + quoteList(rest, 3)
+                + " (buffers, which a state dict does not tell from parameters, or frozen parameters)";
+        note += ". Each is diagnosed against an optimizer over its part, as the training code that built them "
+                "(Lightning's configure_optimizers, a GAN's two optimizers) builds them again";
+        return parts;
+    }
+
+    /// the parameter's shape as its own state gives it (a state that has the parameter's shape: exp_avg,
+    /// momentum_buffer, ...), whatever name a table gave the row; nullopt without such a state
+    static std::optional<std::vector<int64_t>> stateShape(const ParamRow& row, OptimizerKind kind)
+    {
+        if (!row.param) return std::nullopt;
+        for (const auto& [name, e] : row.param->states) {
+            if (!e->isTensor()) continue;
+            const auto want = expectedStateShape(kind, name, e->tensor.shape);
+            if (want && *want == e->tensor.shape) return e->tensor.shape;
+        }
+        return std::nullopt;
+    }
+
+    /// each optimizer against the model restricted to its part (diagnosed as with --target-optim over that part)
+    void diagnoseParts(
+        const std::vector<std::vector<std::string>>& parts, bool unique, const std::string& note, Diagnosis& d)
+    {
+        d.notes.push_back(note);
+        for (size_t oi = 0; oi < parts.size(); ++oi) {
+            ModelParams sub = *m_exp;
+            sub.fqns = parts[oi];
+            if (!unique) sub.orderKnown = false; // names by position rest on the shapes' guess (as optimizerParams)
+            sub.source = m_exp->source + " ('" + m_table.optimizers[oi].rootKey() + "''s part)";
+            Diagnoser inner(m_cp, &sub, nullptr, m_progress);
+            inner.m_reportedModelPart = oi > 0; // the model state dict beside them is compared once
+            const std::string root = inner.m_table.optimizers[oi].rootKey();
+            for (auto& f : optimizerFindings(m_cp, inner.m_table))
+                if (f.key == root) d.findings.push_back(std::move(f));
+            Diagnosis one;
+            inner.compare(static_cast<int>(oi), one, true);
+            for (auto& f : one.findings)
+                d.findings.push_back(std::move(f));
+            for (auto& n : one.notes)
+                d.notes.push_back(std::move(n));
+            if (oi == 0) {
+                d.verdicts = std::move(one.verdicts);
+                d.verdictsFor = root;
+                d.optimizerKind = optimizerKindName(inner.m_table.kinds[oi]);
+            } else {
+                for (const auto& v : one.verdicts)
+                    if (v.path == LoadPath::OptimizerLoadStateDict)
+                        d.notes.push_back("optimizer '" + root + "' into an optimizer over its part: "
+                            + std::string(loadPathName(v.path)) + " " + v.outcomeText());
+            }
+        }
     }
 
     /// first state of @p row whose shape is not what the parameter @p shape needs; "" if none
@@ -1137,6 +1269,11 @@ private:
                 p1.stepAfterLoad = "AssertionError";
                 p1.why += "; capturable=True comes back with the param groups and cannot step on a CPU target";
             }
+            if (differentiable(v)) {
+                p1.stepAfterLoad = "RuntimeError";
+                p1.why += "; differentiable=True comes back with the param groups: step() updates the leaf parameters "
+                          "in place with autograd on";
+            }
             if (!float8Param().empty()) {
                 p1.stepAfterLoad = "RuntimeError";
                 p1.why += "; the model's parameters are float8, for which torch.optim has no kernels";
@@ -1198,6 +1335,7 @@ private:
                 initError.substr(colon + 2),
                 "set_optimizer_state_dict first calls optimizer.step() with zero gradients (_init_optim_state)");
         }
+        if (p2.outcome == LoadOutcome::Loads && differentiable(v)) p2.stepAfterLoad = "RuntimeError";
         d.verdicts.push_back(p2);
         LoadVerdict p3 = p2;
         p3.path = LoadPath::SetOptimizerStateDictNonStrict;
@@ -1281,6 +1419,20 @@ private:
         return false;
     }
 
+    /// differentiable=True: step() runs with autograd on and updates the parameters in place, which autograd refuses
+    /// for leaf tensors that require grad (model.parameters()): every optimizer's step raises (torch 2.6, checked
+    /// for each torch.optim class that has the flag)
+    static bool differentiable(const OptimizerView& v)
+    {
+        for (const auto& g : v.groups)
+            if (auto it = g.hyperparams.find("differentiable"); it != g.hyperparams.end() && !it->second->isTensor()
+                && it->second->value && it->second->value->kind == PyKind::Bool && it->second->value->boolean)
+                return true;
+        return false;
+    }
+    static constexpr const char* kLeafInPlaceError
+        = "RuntimeError: a leaf Variable that requires grad is being used in an in-place operation.";
+
     /// what the zero-gradient step set_optimizer_state_dict runs first raises, for optimizers built like the saved one
     /// on a CPU target ("" when it works)
     static std::string dsdInitError(OptimizerKind kind, const OptimizerView& v)
@@ -1291,6 +1443,8 @@ private:
         if (capturable(v))
             return "AssertionError: If capturable=True, params and state_steps must be on supported devices: "
                    "['cuda', 'xpu', 'hpu', 'privateuseone', 'xla'].";
+        // Adagrad makes its state in __init__: DSD then skips its first step, and the error comes at the user's
+        if (differentiable(v) && kind != OptimizerKind::Adagrad) return kLeafInPlaceError;
         return {};
     }
 
