@@ -13,6 +13,7 @@ int runCheck(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--json", false, "print JSON"}, {"--no-data", false, "metadata only"},
+            {"--no-crc", false, "do not verify the CRC-32 of zip records (reads every byte once)"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
         std::cout << commandUsage("check");
@@ -21,6 +22,7 @@ int runCheck(const std::vector<std::string>& argv)
     if (args.positional().size() != 1) throw UsageError("check takes exactly one PATH");
     CheckOptions options;
     options.readChunks = !args.has("--no-data");
+    options.checksums = !args.has("--no-crc");
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const CheckReport report = checkCheckpoint(*cp, options, progress);

@@ -23,6 +23,9 @@ struct CheckOptions
     /// overwritten or replaced by another kind shows there; damage further in needs readChunks)
     bool firstChunkPerFile = false;
     bool optimizers = true; ///< also the optimizer findings (optimizerFindings)
+    /// with readChunks: verify the CRC-32 of every zip record (torch.save files, DCP's items) against the one its
+    /// writer stored (reads every byte once)
+    bool checksums = true;
 };
 
 struct CheckReport

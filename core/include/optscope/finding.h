@@ -30,6 +30,7 @@ enum class FindingCode {
     MissingFile,
     MissingStorageInfo,
     UnreadableChunk,
+    RecordCrcMismatch,
     UnreadableValue,
     BadMetadata,
     UnsupportedTransform,

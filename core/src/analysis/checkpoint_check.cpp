@@ -8,11 +8,15 @@
 #include "optscope/unsafe_globals.h"
 #include "read_guard.h"
 #include "tensor_values.h"
+#include "zip_archive.h"
 
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 namespace optscope {
 
@@ -106,6 +110,7 @@ public:
             const Entry& e = m_cp.entries[i];
             if (e.isTensor()) checkTensor(e);
         }
+        if (m_opt.readChunks && m_opt.checksums) verifyRemainingRecords();
         if (m_opt.optimizers) checkOptimizers();
         m_progress(1.0, "checking");
         return std::move(m_report);
@@ -213,6 +218,7 @@ private:
             ++m_report.chunksChecked;
             try {
                 const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c);
+                if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, *d.file);
                 if (d.dtype != t.dtype) {
                     auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
                         "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
@@ -250,6 +256,94 @@ private:
         }
     }
 
+    /// A torch.save archive whose records check verifies: the file's own (a torch.save file) or a DCP item's
+    struct ZipCrcs
+    {
+        std::shared_ptr<const MappedFile> file;
+        std::optional<ZipArchive> zip; ///< none: not a zip (legacy torch.save, safetensors)
+        uint64_t offset = 0; ///< of the archive in the file
+        std::vector<bool> verified; ///< per zip entry
+        std::unordered_map<uint64_t, size_t> byData; ///< absolute data offset -> entry
+        bool matched = false; ///< a chunk's record is one of its entries: the archive is the file's own
+    };
+
+    /// The CRC-32 of the zip record holding chunk @p c, once per record: the writer stored one per record, and
+    /// nothing else notices a flipped bit in tensor bytes (torch.load does not check it)
+    void verifyCrc(const Entry& e, const TensorChunk& c, const MappedFile& file)
+    {
+        if (c.source.kind == ChunkSource::Kind::StorageRecord) {
+            ZipCrcs& z = zipOf(c.source.file);
+            if (!z.zip) return;
+            const auto it = z.byData.find(c.source.offset);
+            if (it == z.byData.end()) return;
+            z.matched = true;
+            verifyEntry(z, it->second, e.key, c.rank);
+            return;
+        }
+        // a DCP item: an archive of its own, verified whole (its tensor record and its pickle)
+        if (!looksLikeZip(file.data() + c.source.offset, c.source.length)) return;
+        ZipCrcs item;
+        item.file = m_cp.files->open(c.source.file);
+        item.offset = c.source.offset;
+        item.zip = ZipArchive::parse(file.data() + c.source.offset, c.source.length, file.path());
+        item.verified.assign(item.zip->entries().size(), false);
+        for (size_t k = 0; k < item.verified.size(); ++k)
+            verifyEntry(item, k, e.key, c.rank);
+    }
+
+    /// the whole-file archive of @p name, parsed once (not a zip: empty)
+    ZipCrcs& zipOf(const std::string& name)
+    {
+        auto [it, added] = m_zips.try_emplace(name);
+        ZipCrcs& z = it->second;
+        if (!added) return z;
+        z.file = m_cp.files->open(name);
+        if (!looksLikeZip(z.file->data(), z.file->size())) return z;
+        try {
+            z.zip = ZipArchive::parse(z.file->data(), z.file->size(), z.file->path());
+        } catch (const Error&) {
+            return z; // the reader read it; a directory it cannot parse again is reported by what reads the chunks
+        }
+        z.verified.assign(z.zip->entries().size(), false);
+        for (size_t k = 0; k < z.zip->entries().size(); ++k)
+            z.byData.emplace(z.zip->entries()[k].dataOffset, k);
+        return z;
+    }
+
+    void verifyEntry(ZipCrcs& z, size_t k, const std::string& key, int rank)
+    {
+        if (z.verified[k]) return;
+        z.verified[k] = true;
+        const ZipEntry& ze = z.zip->entries()[k];
+        const uint64_t at = z.offset + ze.dataOffset;
+        const uint32_t crc = recordCrc32(z.file->data() + at, ze.size, 64u << 20, [&](uint64_t done) {
+            m_progress.checkCancelled();
+            // pages of a large record leave this process once summed (they stay in the page cache)
+            if (ze.size > (64u << 20)) z.file->release(at + done - std::min<uint64_t>(done, 64u << 20), 64u << 20);
+        });
+        if (crc == ze.crc32) return;
+        char text[64];
+        std::snprintf(text, sizeof text, "0x%08x stored, 0x%08x now", ze.crc32, crc);
+        auto& f = add(FindingCode::RecordCrcMismatch, key,
+            "the " + std::to_string(ze.size) + " bytes of record '" + std::string(ze.name) + "' in " + z.file->path()
+                + (z.offset ? " (the item at byte " + std::to_string(z.offset) + ")" : std::string())
+                + " do not match the CRC-32 its writer stored (" + text
+                + "): the file changed after it was written; torch.load does not check it and reads the changed bytes"
+                + (key.empty() ? std::string() : " as '" + key + "'"));
+        if (rank >= 0) f.ranks = {rank};
+        f.fix = "restore the file from a good copy (or the save that wrote it): its values are not the ones saved";
+    }
+
+    /// the records no chunk pointed at (the pickle, byteorder, version, values that are not tensors)
+    void verifyRemainingRecords()
+    {
+        for (auto& [name, z] : m_zips) {
+            if (!z.zip || !z.matched) continue;
+            for (size_t k = 0; k < z.verified.size(); ++k)
+                verifyEntry(z, k, {}, -1);
+        }
+    }
+
     /// whether chunk @p i's file is one the reader found missing, cached per file id of its table
     bool fileMissing(const ChunkTable& chunks, size_t i)
     {
@@ -277,6 +371,7 @@ private:
     std::map<std::string, std::vector<size_t>> m_rangeFindings;
     std::set<std::string> m_sampledFiles; ///< firstChunkPerFile: the data files whose first chunk was opened
     std::map<const FileNameTable*, std::vector<signed char>> m_fileMissing; ///< per file id: -1 unknown, 0, 1
+    std::map<std::string, ZipCrcs> m_zips; ///< torch.save files whose records are verified, by name
 };
 
 } // namespace

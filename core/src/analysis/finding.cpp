@@ -33,6 +33,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::MissingFile, "missing-file", S::Error, "a data file the metadata names is not there"},
         {C::MissingStorageInfo, "missing-storage-info", S::Error, "the metadata does not say where a chunk is stored"},
         {C::UnreadableChunk, "unreadable-chunk", S::Error, "a chunk's bytes cannot be read or parsed"},
+        {C::RecordCrcMismatch, "crc-mismatch", S::Error,
+            "a zip record's bytes do not match the CRC-32 its writer stored: the file changed after it was written "
+            "(torch.load does not check it and reads the damaged bytes)"},
         {C::UnreadableValue, "unreadable-value", S::Error, "a non-tensor value cannot be read"},
         {C::BadMetadata, "bad-metadata", S::Error, "the DCP metadata is inconsistent"},
         {C::UnsupportedTransform, "unsupported-transform", S::Error,

@@ -2,7 +2,9 @@
 #include "zip_archive.h"
 #include "optscope/error.h"
 
+#include <algorithm>
 #include <cstring>
+#include <zlib.h>
 
 namespace optscope {
 
@@ -194,6 +196,20 @@ std::string_view ZipArchive::recordBytes(std::string_view record) const
     if (!e)
         throw Error(ErrorKind::Format, m_name, "zip: missing record '" + m_prefix + "/" + std::string(record) + "'");
     return {reinterpret_cast<const char*>(m_data + e->dataOffset), static_cast<size_t>(e->size)};
+}
+
+uint32_t recordCrc32(
+    const uint8_t* data, uint64_t size, uint64_t piece, const std::function<void(uint64_t done)>& afterPiece)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    piece = std::max<uint64_t>(1, std::min<uint64_t>(piece, 1u << 30)); // zlib takes a uInt length
+    for (uint64_t done = 0; done < size;) {
+        const uint64_t n = std::min(piece, size - done);
+        crc = crc32(crc, data + done, static_cast<uInt>(n));
+        done += n;
+        if (afterPiece) afterPiece(done);
+    }
+    return static_cast<uint32_t>(crc);
 }
 
 } // namespace optscope

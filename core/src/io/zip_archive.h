@@ -14,13 +14,15 @@
 //     so the local header's sizes are zero.
 //  4. Local header "PK\3\4" (30 bytes + name + extra). Data starts at local_offset + 30 + name_len + extra_len;
 //     torch pads the extra field ("FB" id) so that the data is 64-byte aligned relative to the archive start.
-//  5. Method must be 0 (STORED); torch never compresses. CRC-32 is not checked (torch.load does not either).
+//  5. Method must be 0 (STORED); torch never compresses. CRC-32 is not checked on read (torch.load does not either);
+//     check verifies it (recordCrc32).
 //  6. The archive prefix is the first entry's name up to its first '/'; every record is "<prefix>/<name>".
 //
 // Failure semantics: anything inconsistent (bad signatures, entries or data past the end, compressed entries,
 // duplicate names, a first entry without '/') throws Error naming the archive and the byte offset.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,5 +69,10 @@ private:
 
 /// true if the bytes start like a zip local header ("PK\3\4")
 bool looksLikeZip(const uint8_t* data, uint64_t size);
+
+/// CRC-32 (zip's, zlib's) of @p size bytes at @p data, in pieces of at most @p piece bytes; @p afterPiece(done) runs
+/// after each (to check for cancellation, report progress, drop the pages read)
+uint32_t recordCrc32(const uint8_t* data, uint64_t size, uint64_t piece = 64u << 20,
+    const std::function<void(uint64_t done)>& afterPiece = {});
 
 } // namespace optscope
