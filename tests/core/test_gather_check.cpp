@@ -235,6 +235,35 @@ TEST(Check, AFlippedBitInTensorBytesIsACrcMismatch)
     }
 }
 
+TEST(Gather, ADamagedDcpItemNamesItsTensor)
+{
+    // a DCP item that is no archive (the .metadata of another save, offsets shifted): the error says which tensor
+    // the item holds, not only the file and byte range
+    TempDir tmp;
+    fs::copy(kData + "/fsdp2_r3", tmp.path / "ck", fs::copy_options::recursive);
+    std::string key, file;
+    uint64_t at = 0;
+    {
+        const auto cp = openCheckpoint((tmp.path / "ck").string());
+        for (const auto& e : cp->entries)
+            if (e.isTensor() && !e.tensor.chunks.empty()) {
+                key = e.key;
+                file = cp->files->absolute(e.tensor.chunks.fileOf(0));
+                at = e.tensor.chunks.byteOffsetOf(0);
+                break;
+            }
+    }
+    ASSERT_FALSE(key.empty());
+    flipBit(file, at); // "PK\3\4" no more
+    try {
+        gatherCheckpoint(*openCheckpoint((tmp.path / "ck").string()), (tmp.path / "out.pt").string(), {});
+        FAIL() << "gathered a damaged item";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'" + key + "'"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(tmp.path / "out.pt"));
+}
+
 TEST(Check, StepDifferingBetweenParametersIsReported)
 {
     // real Adam state where parameter 3 had no gradient on the second step

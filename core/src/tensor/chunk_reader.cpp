@@ -70,7 +70,15 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
     }
     // an embedded torch.save archive holding exactly this chunk
     PyArena arena;
-    TorchSaveArchive ar = TorchSaveReader::readArchive(file, src.offset, src.length, arena, where);
+    TorchSaveArchive ar = [&] {
+        try {
+            return TorchSaveReader::readArchive(file, src.offset, src.length, arena, where);
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Cancelled) throw;
+            // which tensor the damaged item holds, beside where it is
+            throw Error(e.kind(), e.file(), "DCP item of '" + entry.key + "': " + e.detail(), e.offset());
+        }
+    }();
     const PyValue* root = ar.root;
     if (!root || root->kind != PyKind::Tensor || !root->tensor->storage)
         throw Error(ErrorKind::Format, where,
