@@ -1410,26 +1410,21 @@ private:
         (void)names;
     }
 
-    static bool capturable(const OptimizerView& v)
+    /// a boolean hyperparameter (capturable, differentiable) that some param group sets to True
+    static bool groupFlag(const OptimizerView& v, const char* name)
     {
         for (const auto& g : v.groups)
-            if (auto it = g.hyperparams.find("capturable"); it != g.hyperparams.end() && !it->second->isTensor()
+            if (auto it = g.hyperparams.find(name); it != g.hyperparams.end() && !it->second->isTensor()
                 && it->second->value && it->second->value->kind == PyKind::Bool && it->second->value->boolean)
                 return true;
         return false;
     }
+    static bool capturable(const OptimizerView& v) { return groupFlag(v, "capturable"); }
 
     /// differentiable=True: step() runs with autograd on and updates the parameters in place, which autograd refuses
     /// for leaf tensors that require grad (model.parameters()): every optimizer's step raises (torch 2.6, checked
     /// for each torch.optim class that has the flag)
-    static bool differentiable(const OptimizerView& v)
-    {
-        for (const auto& g : v.groups)
-            if (auto it = g.hyperparams.find("differentiable"); it != g.hyperparams.end() && !it->second->isTensor()
-                && it->second->value && it->second->value->kind == PyKind::Bool && it->second->value->boolean)
-                return true;
-        return false;
-    }
+    static bool differentiable(const OptimizerView& v) { return groupFlag(v, "differentiable"); }
     static constexpr const char* kLeafInPlaceError
         = "RuntimeError: a leaf Variable that requires grad is being used in an in-place operation.";
 
