@@ -590,7 +590,10 @@ private:
         const ParamTable bare = ParamTable::build(m_cp); // shapes from the state itself, not from a naming
         if (bare.optimizers.size() != m_table.optimizers.size()) return std::nullopt;
         std::vector<bool> used(exp.fqns.size(), false);
-        std::vector<std::vector<std::string>> parts;
+        std::vector<std::vector<std::string>> parts(bare.optimizers.size());
+        std::map<std::vector<int64_t>, std::set<size_t>> holders; // shape -> optimizers holding one of that shape
+        std::vector<size_t> stateless; // optimizers whose state tells no shape (SGD without momentum)
+        std::vector<size_t> counts(bare.optimizers.size(), 0);
         unique = true;
         for (size_t oi = 0; oi < bare.optimizers.size(); ++oi) {
             std::vector<const ParamRow*> listed;
@@ -599,8 +602,12 @@ private:
             std::sort(listed.begin(), listed.end(),
                 [](const ParamRow* a, const ParamRow* b) { return a->position < b->position; });
             if (listed.empty()) return std::nullopt;
+            counts[oi] = listed.size();
+            if (std::none_of(listed.begin(), listed.end(), [&](const ParamRow* r) { return r->param; })) {
+                stateless.push_back(oi);
+                continue;
+            }
             std::vector<std::string> part;
-            std::vector<std::vector<int64_t>> shapes;
             auto fits = [&](size_t j, const std::vector<int64_t>& shape) {
                 return !used[j] && modelShape(exp.fqns[j]) && *modelShape(exp.fqns[j]) == shape;
             };
@@ -621,20 +628,34 @@ private:
                 if (j == exp.fqns.size()) return std::nullopt;
                 used[j] = true;
                 part.push_back(exp.fqns[j]);
-                shapes.push_back(*shape);
+                holders[*shape].insert(oi);
                 from = j + 1;
             }
-            parts.push_back(std::move(part));
+            parts[oi] = std::move(part);
         }
-        // a tensor in none of them with the shape of one taken: which of the two an optimizer holds is a guess
-        std::set<std::vector<int64_t>> taken;
-        for (size_t j = 0; j < exp.fqns.size(); ++j)
-            if (used[j] && modelShape(exp.fqns[j])) taken.insert(*modelShape(exp.fqns[j]));
+        // one optimizer without any state (SGD without momentum keeps none): the parameters the others left, in model
+        // order, when there are as many as it lists (more: some are buffers, and which is a guess)
+        if (stateless.size() > 1) return std::nullopt;
+        for (const size_t oi : stateless) {
+            std::vector<size_t> free;
+            for (size_t j = 0; j < exp.fqns.size(); ++j)
+                if (!used[j]) free.push_back(j);
+            if (free.size() < counts[oi]) return std::nullopt;
+            if (free.size() > counts[oi]) unique = false;
+            for (size_t k = 0; k < counts[oi]; ++k) {
+                used[free[k]] = true;
+                parts[oi].push_back(exp.fqns[free[k]]);
+                if (modelShape(exp.fqns[free[k]])) holders[*modelShape(exp.fqns[free[k]])].insert(oi);
+            }
+        }
+        // a shape two optimizers hold, or one a tensor in none has: which of them holds which is a guess
+        for (const auto& [shape, who] : holders)
+            if (who.size() > 1) unique = false;
         std::vector<std::string> rest;
         for (size_t j = 0; j < exp.fqns.size(); ++j) {
             if (used[j]) continue;
             rest.push_back(exp.fqns[j]);
-            if (modelShape(exp.fqns[j]) && taken.count(*modelShape(exp.fqns[j]))) unique = false;
+            if (modelShape(exp.fqns[j]) && holders.count(*modelShape(exp.fqns[j]))) unique = false;
         }
         note = std::to_string(parts.size()) + " optimizers over parts of " + exp.source + ", none over all of it: ";
         for (size_t oi = 0; oi < parts.size(); ++oi)
