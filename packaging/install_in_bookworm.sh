@@ -3,7 +3,8 @@
 # Installs the .deb with apt into a fresh Debian bookworm root and runs what it installed there: the check that
 # the package's Depends are complete on a machine that has never seen our build tree, Qt's -dev packages or
 # libtorch-dev. CTest "packaging_install_bookworm" (label packaging) runs it on the build tree; it needs root
-# (debootstrap, chroot, mounts; exit 77 = skipped without) and deb.debian.org (about 400 MB of packages):
+# (debootstrap, chroot, mounts; exit 77 = skipped without) and the Debian mirror apt uses here (about 400 MB of
+# packages; scripts/apt-mirror.sh):
 #
 #   packaging/install_in_bookworm.sh DEB|BUILD_DIR
 #
@@ -37,7 +38,9 @@ fail() {
     exit 1
 }
 base=${OPTSCOPE_BOOKWORM_BASE:-/var/tmp/optscope-bookworm}
-mirror=${OPTSCOPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+here_dir=$(dirname "$(readlink -f "$0")")
+mirror=$("$here_dir/../scripts/apt-mirror.sh") || fail "no Debian mirror in apt's sources"
+security_mirror=$("$here_dir/../scripts/apt-mirror.sh" security) || fail "no Debian security mirror in apt's sources"
 work=$(mktemp -d /var/tmp/optscope-install.XXXXXX)
 root=$work/root
 cleanup() {
@@ -75,7 +78,7 @@ cp -a "$base" "$root"
 cat >"$root/etc/apt/sources.list" <<EOF
 deb $mirror bookworm main
 deb $mirror bookworm-updates main
-deb http://deb.debian.org/debian-security bookworm-security main
+deb $security_mirror bookworm-security main
 EOF
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mount -t proc proc "$root/proc"
