@@ -390,10 +390,12 @@ void DiagnosePanel::applyFixesTo(const QString& output)
     if (!cp || !m_model->diagnosis().fixable()) return;
     const Diagnosis d = m_model->diagnosis();
     const std::string out = output.toStdString();
+    WriteOptions write;
+    if (!m_reference->text().isEmpty()) write.inputs.push_back(m_reference->text().toStdString()); // never over it
     setBusy(true);
     m_context->runner()->run(
         QStringLiteral("fix"), tr("Apply fixes"), this,
-        [cp, d, out](const Progress& progress) { return applyFixes(*cp, d, out, progress); },
+        [cp, d, out, write](const Progress& progress) { return applyFixes(*cp, d, out, progress, write); },
         [this](FixResult r) {
             setBusy(false);
             m_lastFixed = QString::fromStdString(r.output);

@@ -71,7 +71,7 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     case Qt::ToolTipRole:
         // the key cell shows the full key even where the column elides it
         if (col == OptimizerColumn && !f->key.empty())
-            return QString(QString::fromStdString(f->key) + QLatin1Char('\n') + Format::withDisplayPaths(f->message));
+            return QString(Format::text(f->key) + QLatin1Char('\n') + Format::withDisplayPaths(f->message));
         return Format::withDisplayPaths(f->message);
     default:
         break;
@@ -84,7 +84,7 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
         if (role == SortRole || f->actions.empty()) return QString::fromStdString(f->name());
         return QString(QString::fromStdString(f->name()) + tr(" (fixable)"));
     case OptimizerColumn:
-        return QString::fromStdString(f->key);
+        return Format::text(f->key);
     case MessageColumn:
         return Format::withDisplayPaths(f->message);
     default:

@@ -103,7 +103,7 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
     if (role != Qt::DisplayRole && role != SortRole) return {};
     switch (col) {
     case KeyColumn:
-        return QString::fromStdString(e.key);
+        return Format::text(e.key);
     case StatusColumn:
         return statusText(e.status);
     case MaxAbsColumn:

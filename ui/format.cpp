@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "format.h"
 
+#include "optscope/display_text.h"
+
 #include <QDir>
 #include <QFileInfo>
 #include <QStringList>
@@ -96,6 +98,11 @@ std::pair<QString, QString> Format::distinctNames(const QString& pathA, const QS
     return {tail(a, 1), tail(b, 1)}; // the same path twice
 }
 
+QString Format::text(const std::string& s)
+{
+    return QString::fromStdString(displayText(s));
+}
+
 QString Format::displayPath(const QString& path)
 {
     if (path.isEmpty()) return path;
@@ -111,7 +118,7 @@ QString Format::displayPath(const QString& path)
 
 QString Format::withDisplayPaths(const std::string& text)
 {
-    QString t = QString::fromStdString(text);
+    QString t = QString::fromStdString(displayText(text, true)); // a message quotes keys: escaped as they are
     const QString cwd = QDir::cleanPath(QDir::currentPath());
     const QString home = QDir::cleanPath(QDir::homePath());
     if (cwd.size() > 1) t.replace(cwd + QLatin1Char('/'), QString());

@@ -30,6 +30,9 @@ public:
     /// "[0:2, 0:6]" for a box at @p offsets of @p sizes
     static QString box(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes);
     static QString fromStd(const std::string& s) { return QString::fromStdString(s); }
+    /// a key name or any text from a checkpoint, for display: control and text-direction characters as escapes
+    /// (core's displayText), so that no label can be made to show another name than the one it has
+    static QString text(const std::string& s);
     /// a path as the user would write it: relative to the working folder when inside it, "~/..." under the home
     /// folder, else absolute (status bar, summaries; tooltips and dialogs keep the absolute path)
     static QString displayPath(const QString& path);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "keytree.h"
 
+#include "optscope/display_text.h"
+
 namespace optscope::ui {
 
 std::shared_ptr<const KeyTree> KeyTree::build(const Checkpoint& checkpoint)
@@ -34,7 +36,9 @@ std::shared_ptr<const KeyTree> KeyTree::build(const Checkpoint& checkpoint)
                 Node n;
                 n.parent = parent;
                 n.row = static_cast<int>(nodes[static_cast<size_t>(parent)].children.size());
-                n.name = QString::fromUtf8(element.data(), static_cast<qsizetype>(element.size()));
+                // control and bidi characters shown as escapes (evil\u202egpj.exe must not read as evilexe.jpg)
+                const std::string shown = displayText(element);
+                n.name = QString::fromUtf8(shown.data(), static_cast<qsizetype>(shown.size()));
                 n.key = prefix;
                 if (leaf) n.entry = static_cast<int>(i);
                 nodes.push_back(std::move(n));

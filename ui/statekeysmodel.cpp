@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "statekeysmodel.h"
 
+#include "optscope/display_text.h"
+
 #include "format.h"
 #include "keytree.h"
 
@@ -216,8 +218,11 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
                 paths << QString::fromStdString(p);
         return paths;
     }
+    // a name with control or direction characters is shown escaped, and marked: it was made to mislead
+    const bool escapedName = col == NameColumn && needsDisplayEscape(node.key);
     if (role == Qt::DecorationRole) {
-        if (isUnsafe && col == NameColumn) return QApplication::style()->standardIcon(QStyle::SP_MessageBoxWarning);
+        if ((isUnsafe || escapedName) && col == NameColumn)
+            return QApplication::style()->standardIcon(QStyle::SP_MessageBoxWarning);
         return {};
     }
     if (role == IsEntryRole) return entry != nullptr;
@@ -228,11 +233,16 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
     if (role == Qt::ForegroundRole) {
         if (entry && !entry->error.empty()) return QColor(Qt::red);
         if (isUnsafe) return QColor(0xb3, 0x1b, 0x1b);
+        if (escapedName) return QColor(0xb3, 0x5c, 0x00);
         if (!entry && col != NameColumn) return QGuiApplication::palette().color(QPalette::Disabled, QPalette::Text);
         return {};
     }
     if (role == Qt::ToolTipRole) {
-        QString tip = QString::fromStdString(node.key);
+        QString tip = Format::fromStd(displayText(node.key));
+        if (needsDisplayEscape(node.key))
+            tip += QLatin1Char('\n')
+                + tr("This name holds control or text-direction characters (shown as \\x.. / \\u.. escapes): "
+                     "what a terminal or a plain label would show is not the name.");
         if (entry && !entry->error.empty()) tip += QLatin1Char('\n') + QString::fromStdString(entry->error);
         if (isUnsafe) {
             QStringList paths;

@@ -127,7 +127,7 @@ QVariant VerifyModel::data(const QModelIndex& index, int role) const
     if (role != Qt::DisplayRole && role != SortRole) return {};
     switch (col) {
     case KeyColumn:
-        return QString::fromStdString(e.key);
+        return Format::text(e.key);
     case StatusColumn:
         return QString::fromLatin1(verifyStatusName(e.status));
     case ElementsColumn:

@@ -3,8 +3,66 @@
 
 #include <cstdio>
 #include <iostream>
+#include <streambuf>
+
+#include "optscope/display_text.h"
 
 namespace optscope::cli {
+
+namespace {
+
+/// Writes what passes through it to @p target line by line, each through displayText: no byte of a key, value or
+/// message from a checkpoint reaches the terminal as a control or bidi character (an ESC sequence, a CR, a forged
+/// line is shown as \x1b, \x0d, \u202e). Newlines pass: the commands' own line structure.
+class EscapingBuffer : public std::streambuf
+{
+public:
+    explicit EscapingBuffer(std::streambuf* target)
+        : m_target(target)
+    { }
+
+protected:
+    int_type overflow(int_type ch) override
+    {
+        if (traits_type::eq_int_type(ch, traits_type::eof())) return traits_type::not_eof(ch);
+        m_line.push_back(traits_type::to_char_type(ch));
+        if (ch == '\n') flushLine();
+        return ch;
+    }
+    std::streamsize xsputn(const char* s, std::streamsize n) override
+    {
+        for (std::streamsize i = 0; i < n; ++i) {
+            m_line.push_back(s[i]);
+            if (s[i] == '\n') flushLine();
+        }
+        return n;
+    }
+    int sync() override
+    {
+        flushLine();
+        return m_target->pubsync();
+    }
+
+private:
+    void flushLine()
+    {
+        if (m_line.empty()) return;
+        const std::string out = displayText(m_line, true);
+        m_target->sputn(out.data(), static_cast<std::streamsize>(out.size()));
+        m_line.clear();
+    }
+    std::streambuf* m_target;
+    std::string m_line;
+};
+
+} // namespace
+
+void escapeStandardStreams()
+{
+    // never destroyed: the streams flush through them at exit, after function-local statics are gone
+    std::cout.rdbuf(new EscapingBuffer(std::cout.rdbuf()));
+    std::cerr.rdbuf(new EscapingBuffer(std::cerr.rdbuf()));
+}
 
 Args::Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& specs)
 {

@@ -75,7 +75,19 @@ std::string humanBytes(uint64_t bytes);
 /// prints "optscope-cli <cmd>: <message>" on stderr
 void printError(const std::string& command, const std::string& message);
 
-/// A Progress that draws a bar on stderr when stderr is a terminal (and nothing otherwise).
+/// Makes std::cout and std::cerr escape control and bidi characters (displayText, newlines kept): every text a
+/// command prints is safe on a terminal, whatever the checkpoint's keys hold. Called once by main.
+void escapeStandardStreams();
+
+/// Installs the handlers of SIGINT, SIGTERM and SIGHUP: the first one cancels the running command (terminalProgress's
+/// cancel predicate), so that it stops at its next check and removes its temporaries; a second one ends the process
+/// at once (the default action).
+void installInterruptHandlers();
+/// the signal that asked to stop, or 0
+int interruptingSignal();
+
+/// A Progress that draws a bar on stderr when stderr is a terminal (and nothing otherwise), and that is cancelled
+/// by an interrupting signal.
 Progress terminalProgress();
 void finishTerminalProgress();
 

@@ -113,6 +113,8 @@ int runFix(const std::vector<std::string>& argv)
         renames.push_back(UserRename::parse(r));
     WriteOptions write;
     write.fsync = !args.has("--no-fsync");
+    for (const char* input : {"--model", "--target-optim"}) // the output must not replace them either
+        if (const auto path = args.value(input)) write.inputs.push_back(*path);
     const FixResult r = applyFixes(*cp, d, *out, progress, write, renames);
     finishTerminalProgress();
     if (args.has("--json")) {

@@ -3,6 +3,7 @@
 #include "cli_common.h"
 
 #include "optscope/checkpoint_loader.h"
+#include "optscope/display_text.h"
 #include "optscope/error.h"
 #include "optscope/inspect_report.h"
 
@@ -52,7 +53,8 @@ Row rowOf(const Checkpoint& cp, const InspectReport& report, size_t i, bool hash
 {
     const Entry& e = cp.entries[i];
     Row r;
-    r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : e.key, 72);
+    // escaped here, newlines included: a key must not end its row and forge the next (the stream escapes the rest)
+    r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : displayText(e.key), 72);
     if (e.isTensor()) {
         r.dtype = std::string(dtypeName(e.tensor.dtype));
         r.shape = shapeText(e.tensor.shape);

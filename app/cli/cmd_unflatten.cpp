@@ -80,9 +80,12 @@ int runUnflatten(const std::vector<std::string>& argv)
         ranks.push_back(openCheckpoint(f, progress));
     CheckpointPtr modelCp = openCheckpoint(*model, progress);
     const Fsdp1Model layout = Fsdp1Model::fromCheckpoint(*modelCp, splitComma(args.value("--units").value_or("")));
-    const UnflattenResult r = unflattenFsdp1(ranks, layout);
     WriteOptions write;
     write.fsync = !args.has("--no-fsync");
+    write.inputs = files; // no output over a rank file or the model
+    write.inputs.push_back(*model);
+    refuseOutputOverInputs(*out, write.inputs); // before the work, not after it
+    const UnflattenResult r = unflattenFsdp1(ranks, layout);
     const WriteStats s = TorchSaveWriter::write(r.tree, *out, progress, write);
     finishTerminalProgress();
     if (args.has("--json")) {

@@ -3,7 +3,9 @@
 #include "cli_common.h"
 
 #include "optscope/error.h"
+#include "optscope/read_policy.h"
 
+#include <csignal>
 #include <iostream>
 
 namespace optscope::cli {
@@ -186,13 +188,16 @@ const std::vector<Command>& commands()
 int main(int argc, char** argv)
 {
     using namespace optscope::cli;
+    escapeStandardStreams();
     std::vector<std::string> args(argv + 1, argv + argc);
     auto usage = [] {
         std::cerr << "usage: optscope-cli COMMAND [ARGS...]\n\ncommands:\n";
         for (const auto& c : commands())
             std::cerr << "  " << c.name << std::string(c.name.size() < 10 ? 10 - c.name.size() : 1, ' ') << c.synopsis
                       << "\n";
-        std::cerr << "\n'optscope-cli COMMAND --help' shows a command's options.\n";
+        std::cerr << "\n'optscope-cli COMMAND --help' shows a command's options.\n"
+                     "--allow-outside-reads (with any command) reads data files that a checkpoint's metadata places\n"
+                     "outside its folder (absolute paths, '..', symlinks out of it); by default they are not read.\n";
     };
     if (args.empty()) {
         usage();
@@ -206,7 +211,21 @@ int main(int argc, char** argv)
         std::cout << "optscope-cli " << OPTSCOPE_VERSION << std::endl;
         return ExitOk;
     }
+    // a global option, before or after the command: read data files outside the checkpoint folder (a .metadata or
+    // index that names ../x or /x, a symlink out of the folder), as PyTorch's own loaders do
+    for (auto it = args.begin(); it != args.end();)
+        if (*it == "--allow-outside-reads") {
+            optscope::allowReadsOutsideCheckpoint(true);
+            it = args.erase(it);
+        } else {
+            ++it;
+        }
+    if (args.empty()) {
+        usage();
+        return ExitError;
+    }
     const std::string name = args[0];
+    installInterruptHandlers();
     for (const auto& c : commands()) {
         if (c.name != name) continue;
         try {
@@ -215,6 +234,15 @@ int main(int argc, char** argv)
             printError(name, std::string(e.what()) + "\n" + c.usage);
             return ExitError;
         } catch (const optscope::Error& e) {
+            if (const int sig = interruptingSignal(); sig && e.kind() == optscope::ErrorKind::Cancelled) {
+                printError(name,
+                    std::string("stopped by ")
+                        + (sig == SIGINT         ? "SIGINT"
+                                : sig == SIGTERM ? "SIGTERM"
+                                                 : "SIGHUP")
+                        + "; no output was left behind");
+                return 128 + sig;
+            }
             printError(name, e.what());
             return ExitError;
         } catch (const std::exception& e) {

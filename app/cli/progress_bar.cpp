@@ -2,12 +2,40 @@
 #include "cli_common.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <mutex>
 #include <string>
 #include <unistd.h>
 
 namespace optscope::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+void onInterrupt(int sig)
+{
+    g_signal = sig; // SA_RESETHAND: the next one takes the default action
+}
+
+} // namespace
+
+void installInterruptHandlers()
+{
+    struct sigaction sa
+    { };
+    sa.sa_handler = onInterrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        ::sigaction(sig, &sa, nullptr);
+}
+
+int interruptingSignal()
+{
+    return g_signal;
+}
 
 namespace {
 
@@ -54,6 +82,8 @@ Progress terminalProgress()
 {
     Progress p;
     if (::isatty(STDERR_FILENO)) p.report = draw;
+    // SIGINT/SIGTERM/SIGHUP cancel the work: the core unwinds, and every temporary is removed on the way out
+    p.cancelled = [] { return interruptingSignal() != 0; };
     return p;
 }
 

@@ -125,6 +125,7 @@ struct CheckpointWarning
     std::string loadError; ///< what the library that loads it raises because of it (its own text), if known
     std::string fix; ///< what to do about it, if known
     std::string classPath; ///< unsafe-global: the class or function path ("deepspeed.runtime....LossScaler")
+    std::string file; ///< the file it is about, relative to the checkpoint's root (missing-file, ...), if any
 };
 
 /// Where one parameter lies in a format's flat per-rank partitions (DeepSpeed ZeRO), for the FQN mapping; the
@@ -158,6 +159,8 @@ public:
     /// the same, but only when a mapped read faulted somewhere in the process since the last call (one atomic load
     /// otherwise): cheap enough to call after every block
     void checkFaults() const;
+    /// every file mapped or sized so far, as absolute() paths: what an output must not overwrite
+    std::vector<std::string> knownFiles() const;
 
 private:
     std::string m_root;

@@ -28,6 +28,8 @@ enum class FindingCode {
     ChunkShapeMismatch,
     ChunkTruncated,
     MissingFile,
+    PathOutsideCheckpoint,
+    SpecialFile,
     MissingStorageInfo,
     UnreadableChunk,
     RecordCrcMismatch,

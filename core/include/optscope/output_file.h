@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace optscope {
 
@@ -17,13 +18,45 @@ struct WriteOptions
     /// called just before the rename that publishes the output; throwing there leaves no output (the algorithms
     /// check here that their inputs did not change while they were read)
     std::function<void()> beforeCommit;
+    /// files and folders the output must not be, lie inside or hold (the checkpoints read, a model beside them): the
+    /// writer refuses such an output before it creates anything (refuseOutputOverInputs)
+    std::vector<std::string> inputs;
 };
 
-/// Temporaries are named ".NAME.tmp-PID-XXXXXX" next to the output NAME: recognisable, and a later run that writes
-/// NAME removes those whose process no longer exists (one killed mid-write). Returns how many it removed.
+/// throws Error(Usage) naming @p output when it is one of @p inputs (the same path, or the same file by another name:
+/// a symlink or hard link), lies inside an input folder, or is a folder that holds an input: writing it would
+/// destroy or change what is being read. Paths that do not exist yet are compared by their resolved parent.
+void refuseOutputOverInputs(const std::string& output, const std::vector<std::string>& inputs);
+
+/// Temporaries are named ".NAME.tmp-PID-XXXXXX" next to the output NAME, and their writer holds an exclusive flock
+/// on each (TemporaryLock) until it is done. A later run that writes NAME removes those that are provably dead: the
+/// lock can be taken (the kernel drops a dead process's locks, whatever PID namespace or host it ran in) and the PID,
+/// where it means anything here, is gone. A live temporary of a writer in another container or on another host
+/// sharing the folder is never touched. Returns how many it removed.
 size_t removeStaleTemporaries(const std::string& output);
 /// the temporary name prefix for @p output: ".NAME.tmp-PID-"
 std::string temporaryPrefix(const std::string& output);
+/// removes the entries of @p dir named "PREFIX<PID>-..." (@p prefix given, e.g. "optscope-verify-") that are
+/// provably dead as above; how many it removed. The rule of removeStaleTemporaries, for scratch folders.
+size_t removeDeadEntries(const std::string& dir, const std::string& prefix);
+
+/// An exclusive advisory lock (flock) on a file or folder, held for this object's life: it tells other processes
+/// that the temporary is being written.
+class TemporaryLock
+{
+public:
+    TemporaryLock() = default;
+    /// locks @p path (a file or a folder); false when it cannot be opened or is locked by someone else
+    bool lock(const std::string& path);
+    /// locks the open descriptor @p fd for as long as it stays open (not taken over)
+    static bool lockFd(int fd);
+    ~TemporaryLock();
+    TemporaryLock(const TemporaryLock&) = delete;
+    TemporaryLock& operator=(const TemporaryLock&) = delete;
+
+private:
+    int m_fd = -1;
+};
 
 /// A file written under a temporary name next to its destination and renamed into place by commit(), so that a
 /// reader never sees a half-written output. Destroying an uncommitted OutputFile removes the temporary.

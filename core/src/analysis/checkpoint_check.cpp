@@ -56,6 +56,8 @@ FindingCode readerCode(const std::string& code)
     if (code == "bad-storage-info" || code == "no-storage-data" || code == "missing-storage-info")
         return FindingCode::MissingStorageInfo;
     if (code == "missing-file") return FindingCode::MissingFile;
+    if (code == "path-outside-checkpoint") return FindingCode::PathOutsideCheckpoint;
+    if (code == "special-file") return FindingCode::SpecialFile;
     if (code == "unsupported-transform") return FindingCode::UnsupportedTransform;
     if (code == "unreadable-value") return FindingCode::UnreadableValue;
     if (code == "param-mapping") return FindingCode::ParamMapping;
@@ -98,7 +100,8 @@ public:
             Finding& f = add(readerCode(w.code), w.key, w.message);
             f.pytorchError = w.loadError; // the loading library's own error text (DeepSpeed's, for ZeRO folders)
             f.fix = w.fix;
-            if (w.code == "missing-file") m_missingFiles.insert(missingFileName(w.message));
+            if (!w.file.empty()) m_missingFiles.insert(w.file); // a data file that is not read
+
             if (w.code == "chunk-out-of-range") m_rangeFindings[w.key].push_back(m_report.findings.size() - 1);
         }
         const size_t n = m_cp.entries.size();
@@ -117,14 +120,6 @@ public:
     }
 
 private:
-    static std::string missingFileName(const std::string& message)
-    {
-        // "data file '<name>' is missing from ..."
-        const auto a = message.find('\'');
-        const auto b = message.find('\'', a + 1);
-        return a == std::string::npos || b == std::string::npos ? std::string() : message.substr(a + 1, b - a - 1);
-    }
-
     Finding& add(FindingCode code, std::string key, std::string message)
     {
         m_report.findings.emplace_back(code, std::move(message), std::move(key));

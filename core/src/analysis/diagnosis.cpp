@@ -304,8 +304,8 @@ public:
         // a data file missing or unreadable: every loader fails reading it, and what the rest of the file says
         // (param_groups that lived in the missing file, ...) is not the checkpoint
         for (const auto& f : d.findings) {
-            if (f.code != FindingCode::MissingFile && f.code != FindingCode::UnreadableChunk
-                && f.code != FindingCode::ChunkTruncated)
+            if (f.code != FindingCode::MissingFile && f.code != FindingCode::SpecialFile
+                && f.code != FindingCode::UnreadableChunk && f.code != FindingCode::ChunkTruncated)
                 continue;
             const bool dcp = m_cp.format == CheckpointFormat::Dcp || m_cp.format == CheckpointFormat::MegatronDist;
             const std::string exception = dcp ? "CheckpointException" : "RuntimeError";

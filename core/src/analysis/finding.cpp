@@ -31,6 +31,11 @@ const std::vector<FindingInfo>& findingRegistry()
             "a chunk stores another shape than the metadata says"},
         {C::ChunkTruncated, "chunk-truncated", S::Error, "a chunk's bytes run past the end of its file"},
         {C::MissingFile, "missing-file", S::Error, "a data file the metadata names is not there"},
+        {C::PathOutsideCheckpoint, "path-outside-checkpoint", S::Error,
+            "the metadata names a data file outside the checkpoint (an absolute path, '..', or a symlink out of the "
+            "folder): it is not read (--allow-outside-reads reads it; PyTorch's loaders would)"},
+        {C::SpecialFile, "special-file", S::Error,
+            "a data file the metadata names is a FIFO, device, socket, folder or symlink loop, not a file: not read"},
         {C::MissingStorageInfo, "missing-storage-info", S::Error, "the metadata does not say where a chunk is stored"},
         {C::UnreadableChunk, "unreadable-chunk", S::Error, "a chunk's bytes cannot be read or parsed"},
         {C::RecordCrcMismatch, "crc-mismatch", S::Error,

@@ -101,6 +101,7 @@ GatherResult gatherCheckpoint(
 {
     GatherOptions guarded = options;
     guarded.write = guardedWrite(options.write, {&cp}); // nothing is published from an input that changed
+    refuseOutputOverInputs(output, guarded.write.inputs); // before any work
     return readGuarded({&cp}, [&] { return gatherCheckpointUnguarded(cp, output, guarded, progress); });
 }
 

@@ -160,8 +160,9 @@ DcpWriteStats reshardCheckpoint(
     const Checkpoint& cp, const std::string& outDir, const ReshardOptions& options, const Progress& progress)
 {
     // nothing is published from an input that changed while it was read
-    return readGuarded({&cp},
-        [&] { return writeDcp(planReshard(cp, options), outDir, progress, guardedWrite(options.write, {&cp})); });
+    const WriteOptions write = guardedWrite(options.write, {&cp});
+    refuseOutputOverInputs(outDir, write.inputs); // before the plan, which can take seconds
+    return readGuarded({&cp}, [&] { return writeDcp(planReshard(cp, options), outDir, progress, write); });
 }
 
 } // namespace optscope

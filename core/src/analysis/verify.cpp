@@ -17,6 +17,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <unistd.h>
 
 #ifdef OPTSCOPE_HAS_CUDA
 #include "cuda_backend.h"
@@ -177,23 +178,40 @@ bool sameValue(const PyValue* a, const PyValue* b)
 class TempFolder
 {
 public:
+    /// the resharded copy goes to @p keep when given (kept), else into a scratch folder under the temporary directory,
+    /// "optscope-verify-PID-N", locked while this run lives and removed after it (or by the next verify once its
+    /// owner is dead: a verify killed with SIGKILL leaves a whole resharded copy behind)
     explicit TempFolder(const std::string& keep)
     {
         if (!keep.empty()) {
             path = keep;
-            remove = false;
             return;
         }
+        const fs::path tmp = fs::temp_directory_path();
+        removeDeadEntries(tmp.string(), kPrefix);
         std::random_device rd;
-        path = (fs::temp_directory_path() / ("optscope-verify-" + std::to_string(rd()))).string();
+        for (;;) {
+            scratch = (tmp / (kPrefix + std::to_string(::getpid()) + "-" + std::to_string(rd()))).string();
+            std::error_code ec;
+            if (!fs::create_directory(scratch, ec)) {
+                if (ec) throw Error(ErrorKind::Io, scratch, "cannot create the scratch folder: " + ec.message());
+                continue; // the name was taken
+            }
+            if (lock.lock(scratch) && fs::exists(scratch, ec)) break;
+        }
+        path = scratch + "/resharded";
     }
     ~TempFolder()
     {
         std::error_code ec;
-        if (remove) fs::remove_all(path, ec);
+        if (!scratch.empty()) fs::remove_all(scratch, ec);
     }
     std::string path;
-    bool remove = true;
+
+private:
+    static constexpr const char* kPrefix = "optscope-verify-";
+    std::string scratch;
+    TemporaryLock lock;
 };
 
 int sourceRanks(const Checkpoint& cp)

@@ -94,6 +94,12 @@ std::shared_ptr<const MappedFile> CheckpointFiles::open(const std::string& relat
         auto it = m_files.find(relative);
         if (it != m_files.end()) return it->second;
     }
+    // the checkpoint's files only: a path its metadata names may lead anywhere (statInside)
+    if (!m_root.empty()) {
+        const MemberStat m = statInside(m_root, relative);
+        if (m.kind != MemberStat::Regular && m.kind != MemberStat::Missing)
+            throw Error(ErrorKind::Io, absolute(relative), m.what + ": not read");
+    }
     auto f = MappedFile::open(absolute(relative));
     std::lock_guard<std::mutex> lock(m_mutex);
     if (auto e = m_expectedSizes.find(relative); e != m_expectedSizes.end() && e->second != f->size())
@@ -137,6 +143,18 @@ void CheckpointFiles::checkFaults() const
     for (const auto& f : files)
         if (f->faulted()) f->checkUnchanged();
     m_faultsSeen.store(n, std::memory_order_relaxed); // the faults were another checkpoint's
+}
+
+std::vector<std::string> CheckpointFiles::knownFiles() const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    std::vector<std::string> out;
+    out.reserve(m_files.size() + m_expectedSizes.size());
+    for (const auto& [name, f] : m_files)
+        out.push_back(f->path());
+    for (const auto& [name, size] : m_expectedSizes)
+        if (!m_files.count(name)) out.push_back(absolute(name));
+    return out;
 }
 
 void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const MappedFile> file) const

@@ -200,6 +200,19 @@ void CheckpointBuilder::warn(std::string code, std::string message, std::string 
     m_cp.warnings.push_back(std::move(w));
 }
 
+void CheckpointBuilder::memberProblem(
+    const MemberStat& m, const std::string& fileRel, const std::string& namedBy, const std::string& detail)
+{
+    const char* code = m.kind == MemberStat::Outside                  ? "path-outside-checkpoint"
+        : m.kind == MemberStat::Special || m.kind == MemberStat::Loop ? "special-file"
+                                                                      : "missing-file";
+    std::string message = "data file '" + fileRel + "' named by " + namedBy + " " + m.what;
+    if (!detail.empty()) message += " (" + detail + ")";
+    if (m.kind == MemberStat::Outside) message += "; not read (--allow-outside-reads reads it)";
+    warn(code, std::move(message), {}, true);
+    m_cp.warnings.back().file = fileRel;
+}
+
 void CheckpointBuilder::finish()
 {
     std::set<std::string> attributed;

@@ -3,6 +3,7 @@
 
 // Internal: turns unpickled leaves into Checkpoint entries and attributes warnings to keys. Shared by the readers.
 
+#include "mapped_file.h"
 #include "optscope/checkpoint.h"
 #include "pickle_machine.h"
 #include "torch_save_reader.h"
@@ -35,6 +36,10 @@ public:
     {
         warn(std::move(code), std::move(message), std::move(key), true);
     }
+    /// a data file the checkpoint names that cannot be read as one of its files (statInside): missing-file,
+    /// path-outside-checkpoint or special-file, an error naming @p fileRel (the warning's file) and @p namedBy
+    void memberProblem(
+        const MemberStat& m, const std::string& fileRel, const std::string& namedBy, const std::string& detail = {});
     /// The caller reads the graph's tensor leaves only through the entries (TorchSaveReader::open): addLeaf then moves
     /// the sizes of a tensor reached only once into its entry and frees its strides, two allocations per tensor fewer.
     void consumeGraphTensors() { m_consumeGraphTensors = true; }

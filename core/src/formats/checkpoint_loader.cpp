@@ -100,6 +100,8 @@ static CheckpointPtr openGuarded(
             throw Error(ErrorKind::Io, path,
                 "changed while being read" + (ec ? std::string() : " (now " + std::to_string(size) + " bytes)"));
         }
+        // every error names its file: one raised where no file is known (a table's limit) is the checkpoint's
+        if (e.file().empty() && e.kind() != ErrorKind::Cancelled) throw Error(e.kind(), path, e.detail(), e.offset());
         throw;
     }
     pausePoint("opened");

@@ -73,6 +73,11 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         builder.addPickleWarnings(r.warnings);
         md = DcpMetadataReader::fromGraph(r.root, metaPath, r.protocol);
     }
+    // .metadata is checked for change like the data files (checkUnchanged): one replaced while it was read, or while
+    // the chunks it names were, is "changed while being read", not a silently mixed view. Its pages leave our resident
+    // memory (a 1,024-rank .metadata is hundreds of MB); the map itself costs nothing.
+    if (fast) meta->release(0, meta->size());
+    cp->files->add(".metadata", meta);
     cp->formatDetail = "DCP";
     if (!md.version.empty()) cp->formatDetail += " version " + md.version;
     for (const auto& e : md.storageErrors)
@@ -136,6 +141,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     // data files: existence and size, checked once each
     const size_t fileCount = md.files->size();
     std::vector<int64_t> fileSizes(fileCount, -2); // -2 unchecked, -1 missing
+    std::vector<std::string> fileProblems(fileCount); // what a file that is not read is ("is missing", "is a FIFO")
     std::vector<int> fileRanks(fileCount);
     for (size_t f = 0; f < fileCount; ++f)
         fileRanks[f] = rankFromFileName(md.files->name(static_cast<uint32_t>(f)));
@@ -143,12 +149,13 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         int64_t& size = fileSizes[file];
         if (size != -2) return size;
         const std::string& rel = md.files->name(file);
-        struct stat st
-        { };
-        const std::string abs = cp->files->absolute(rel);
-        size = ::stat(abs.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
-        if (size < 0) builder.error("missing-file", "data file '" + rel + "' is missing from " + dir.string());
-        if (size >= 0) cp->files->expectSize(rel, static_cast<uint64_t>(size));
+        const MemberStat m = statInside(dir.string(), rel);
+        size = m.ok() ? static_cast<int64_t>(m.size) : -1;
+        if (m.ok())
+            cp->files->expectSize(rel, m.size);
+        else
+            builder.memberProblem(m, rel, ".metadata", "in " + dir.string());
+        if (!m.ok()) fileProblems[file] = m.what;
         return size;
     };
     auto checkRange = [&](const DcpMetadata::Storage& s, const std::string& key) {
@@ -248,7 +255,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                 const DcpMetadata::Storage& s = *found;
                 const std::string abs = cp->files->absolute(md.files->name(s.file));
                 const int64_t size = fileSize(s.file);
-                err = size < 0 ? "its data file '" + abs + "' is missing (written by rank "
+                err = size < 0 ? "its data file '" + abs + "' " + fileProblems[s.file] + " (written by rank "
                         + std::to_string(fileRanks[s.file]) + ")"
                     : s.hasTransforms
                     ? "it is stored in '" + abs + "' through DCP stream transforms, which are not supported"

@@ -205,10 +205,15 @@ public:
     {
         std::random_device rd;
         removeStaleTemporaries(dest); // a run killed mid-write left one
-        path = temporaryPrefix(dest) + std::to_string(rd());
-        std::error_code ec;
-        fs::create_directory(path, ec); // not the parents: a missing parent folder is the user's mistake to hear of
-        if (ec) throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
+        for (;;) {
+            path = temporaryPrefix(dest) + std::to_string(rd());
+            std::error_code ec;
+            fs::create_directory(path, ec); // not the parents: a missing parent folder is the user's mistake to hear of
+            if (ec) throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
+            // held while it is written: another process's cleanup sees that it is alive (removeStaleTemporaries);
+            // a cleanup that took it before the lock removed it, so it must still be there once locked
+            if (lock.lock(path.string()) && fs::exists(path, ec)) break;
+        }
     }
     ~TempDir()
     {
@@ -219,6 +224,7 @@ public:
     }
     fs::path path;
     bool committed = false;
+    TemporaryLock lock;
 };
 
 } // namespace
@@ -244,6 +250,7 @@ DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Pro
 static DcpWriteStats writeDcpUnnamed(
     const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
 {
+    refuseOutputOverInputs(outDir, options.inputs); // before the temporary folder is made next to it
     std::error_code ec;
     if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec)))
         throw Error(ErrorKind::Io, outDir, "already exists and is not an empty folder; choose a new output folder");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <unordered_set>
 
 namespace fs = std::filesystem;
 
@@ -162,14 +163,29 @@ SafetensorsHeader SafetensorsReader::parseHeader(const uint8_t* data, uint64_t s
     const char* text = reinterpret_cast<const char*>(data + 8);
     if (text[0] != '{') throw Error(ErrorKind::Format, where, "safetensors header does not start with '{'", 8);
     json header;
+    // a name given twice: a JSON object reader keeps the last silently, the safetensors library refuses the file
+    // (serde: duplicate field); a reader of ours must not pick one of two tensors
+    std::unordered_set<std::string> names;
+    std::string duplicate;
+    const json::parser_callback_t noteKeys = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 1 && event == json::parse_event_t::key && duplicate.empty()
+            && !names.insert(parsed.get<std::string>()).second)
+            duplicate = parsed.get<std::string>();
+        return true;
+    };
     try {
-        header = json::parse(text, text + h.headerLength);
+        header = json::parse(text, text + h.headerLength, noteKeys);
     } catch (const json::exception& e) {
         const auto* pe = dynamic_cast<const json::parse_error*>(&e);
         throw Error(ErrorKind::Format, where, std::string("safetensors header is not valid JSON: ") + e.what(),
             pe ? 8 + static_cast<uint64_t>(pe->byte) : 8);
     }
     if (!header.is_object()) throw Error(ErrorKind::Format, where, "safetensors header is not a JSON object", 8);
+    if (!duplicate.empty())
+        throw Error(ErrorKind::Format, where,
+            "safetensors header names " + quote(duplicate)
+                + " twice: which record is the tensor is not defined (the safetensors library refuses the file)",
+            8);
 
     for (const auto& [name, info] : header.items()) {
         if (name == "__metadata__") {
@@ -316,11 +332,9 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
     size_t shards = 0;
     for (const auto& [rel, names] : byFile) {
         progress(static_cast<double>(shards) / static_cast<double>(byFile.size()), "reading safetensors shards");
-        std::error_code ec;
-        if (!fs::is_regular_file(cp.files->absolute(rel), ec)) {
-            builder.error("missing-file",
-                "shard '" + rel + "' named by " + indexPath + " is missing (" + std::to_string(names.size())
-                    + " tensors, e.g. " + quote(names.front()) + ")");
+        if (const MemberStat m = statInside(cp.files->rootDir(), rel); !m.ok()) {
+            builder.memberProblem(
+                m, rel, indexPath, std::to_string(names.size()) + " tensors, e.g. " + quote(names.front()));
             continue;
         }
         AddedFile f = addFile(cp, builder, rel, prefix, progress);

@@ -221,9 +221,43 @@ private:
         }
     }
 
+    /// values that a pickle memoises: containers, objects and strings; one reached again is a GET of the first
+    static bool memoised(const PyValue* v)
+    {
+        switch (v->kind) {
+        case PyKind::Str:
+        case PyKind::Bytes:
+            return v->text.size() >= 8; // shorter ones cost less written again than a memo entry
+        case PyKind::Tuple:
+        case PyKind::List:
+        case PyKind::Set:
+        case PyKind::Dict:
+        case PyKind::Object:
+            return true;
+        default:
+            return false;
+        }
+    }
+
     void value(const PyValue* v, int depth)
     {
         if (depth > 400) unsupported("a value nested deeper than 400 levels");
+        const bool memo = memoised(v);
+        if (memo) {
+            if (const int64_t at = e.memoOf(v); at >= 0) {
+                e.get(static_cast<uint32_t>(at));
+                return;
+            }
+        }
+        // a list or dict is memoised as soon as it exists (before its items, as pickle does: it may hold itself);
+        // everything else once it is complete
+        const bool early = v->kind == PyKind::List || v->kind == PyKind::Dict;
+        valueUnmemoised(v, depth, memo && early);
+        if (memo && !early && e.memoOf(v) < 0) e.putObject(v);
+    }
+
+    void valueUnmemoised(const PyValue* v, int depth, bool memoEarly)
+    {
         switch (v->kind) {
         case PyKind::None:
             e.op('N');
@@ -273,6 +307,7 @@ private:
             return;
         case PyKind::List:
             e.op(']');
+            if (memoEarly) e.putObject(v);
             if (v->size()) {
                 e.mark();
                 for (const auto* c : v->items())
@@ -294,6 +329,7 @@ private:
             return;
         case PyKind::Dict:
             e.op('}');
+            if (memoEarly) e.putObject(v);
             if (v->size()) {
                 e.mark();
                 for (size_t k = 0; k < v->size(); ++k) {

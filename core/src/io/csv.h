@@ -2,6 +2,8 @@
 #pragma once
 
 // RFC 4180 CSV text: fields with a comma, quote or line break are quoted, quotes doubled; rows end in CRLF-free "\n".
+// A field that a spreadsheet would take for a formula (starting with = + - @, tab or CR, unless it is a plain number)
+// is written as '"'VALUE"' (OWASP's CSV-injection advice): shown as text, never evaluated.
 // The one CSV writer of the core: `map --csv`, `diff --csv`, `verify --csv` and the GUI's exports all use it.
 
 #include <string>

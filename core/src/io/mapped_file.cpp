@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <mutex>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -144,10 +145,105 @@ void MappedFile::checkUnchanged() const
         throw Error(ErrorKind::Io, m_path, "changed while being read (was " + sizeText(m_size) + ", now " + now + ")");
 }
 
+namespace {
+
+std::atomic<bool> g_allowOutside {false};
+
+const char* specialKind(mode_t mode)
+{
+    if (S_ISDIR(mode)) return "is a folder";
+    if (S_ISFIFO(mode)) return "is a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "is a character device";
+    if (S_ISBLK(mode)) return "is a block device";
+    if (S_ISSOCK(mode)) return "is a socket";
+    return "is not a regular file";
+}
+
+} // namespace
+
+void allowReadsOutsideCheckpoint(bool allow)
+{
+    g_allowOutside.store(allow);
+}
+
+bool readsOutsideCheckpointAllowed()
+{
+    return g_allowOutside.load();
+}
+
+MemberStat statInside(const std::string& root, const std::string& relative)
+{
+    namespace fs = std::filesystem;
+    MemberStat m;
+    const bool allowOutside = g_allowOutside.load();
+    const fs::path rel(relative);
+    const fs::path rootPath = root.empty() ? fs::path(".") : fs::path(root);
+    const fs::path full = rel.is_absolute() ? rel : rootPath / rel;
+    if (!allowOutside) {
+        if (rel.is_absolute()) {
+            m.kind = MemberStat::Outside;
+            m.what = "is an absolute path, outside the checkpoint";
+            return m;
+        }
+        // lexically: "a/../../x" leaves the root whatever the links say
+        int depth = 0;
+        for (const auto& part : rel.lexically_normal()) {
+            if (part == "..")
+                --depth;
+            else if (!part.empty() && part != ".")
+                ++depth;
+            if (depth < 0) {
+                m.kind = MemberStat::Outside;
+                m.what = "climbs out of the checkpoint folder ('..')";
+                return m;
+            }
+        }
+    }
+    struct stat st
+    { };
+    if (::stat(full.c_str(), &st) != 0) {
+        const int e = errno;
+        m.kind = e == ENOENT || e == ENOTDIR ? MemberStat::Missing
+            : e == ELOOP                     ? MemberStat::Loop
+                                             : MemberStat::Unreadable;
+        m.what = e == ELOOP ? "is a symlink loop" : std::string("cannot be read: ") + std::strerror(e);
+        if (m.kind == MemberStat::Missing) m.what = "is missing";
+        return m;
+    }
+    if (!allowOutside) {
+        // symlinks, the file's own or a folder's on the way: where it really is must be under where the root really is
+        std::error_code ec1, ec2;
+        const fs::path realRoot = fs::canonical(rootPath, ec1);
+        const fs::path real = fs::canonical(full, ec2);
+        if (ec1 || ec2) {
+            m.kind = MemberStat::Unreadable;
+            m.what = "cannot be resolved: " + (ec1 ? ec1 : ec2).message();
+            return m;
+        }
+        auto r = realRoot.begin();
+        auto f = real.begin();
+        for (; r != realRoot.end(); ++r, ++f)
+            if (f == real.end() || *f != *r) {
+                m.kind = MemberStat::Outside;
+                m.what = "is a symlink that leads outside the checkpoint, to " + real.string();
+                return m;
+            }
+    }
+    if (!S_ISREG(st.st_mode)) {
+        m.kind = MemberStat::Special;
+        m.what = specialKind(st.st_mode);
+        return m;
+    }
+    m.kind = MemberStat::Regular;
+    m.size = static_cast<uint64_t>(st.st_size);
+    return m;
+}
+
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
 {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno == EMFILE && raiseOpenFileLimit()) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO named like a checkpoint file must not block the open (it is refused below as not regular)
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == EMFILE && raiseOpenFileLimit()) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw Error(ErrorKind::Io, path, std::string("cannot open: ") + std::strerror(errno));
     struct stat st
     { };
@@ -158,8 +254,9 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
     }
     if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        throw Error(
-            ErrorKind::Io, path, S_ISDIR(st.st_mode) ? "is a directory, expected a file" : "not a regular file");
+        throw Error(ErrorKind::Io, path,
+            S_ISDIR(st.st_mode) ? std::string("is a directory, expected a file")
+                                : std::string(specialKind(st.st_mode)) + ", not a regular file: not read");
     }
     std::shared_ptr<MappedFile> f(new MappedFile());
     f->m_path = path;

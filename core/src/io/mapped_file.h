@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "optscope/read_policy.h"
+
 namespace optscope {
 
 /// A read-only memory map of a whole file. Tensors are read zero-copy from it; it is never written.
@@ -16,6 +18,28 @@ namespace optscope {
 /// zero pages over the rest of it and flags it (no longjmp through C++ frames: the read simply goes on and reads
 /// zeros); faults anywhere else go to the previous handler. Whoever reads must then ask checkUnchanged() (or the
 /// cheap faultCount()) before trusting what it read: it throws "changed while being read (was N bytes, now M)".
+/// What a path that a checkpoint's own metadata or index names is, checked before it is read (statInside).
+struct MemberStat
+{
+    enum Kind {
+        Regular, ///< a regular file inside the checkpoint: size holds its size
+        Missing, ///< nothing there (or a symlink to nothing)
+        Outside, ///< an absolute path, a path with '..' out of the root, or a symlink that leads out of it
+        Special, ///< a FIFO, device, socket or folder: never read (a FIFO blocks, /dev/zero never ends)
+        Loop, ///< a symlink loop
+        Unreadable, ///< stat failed otherwise (permissions)
+    };
+    Kind kind = Missing;
+    uint64_t size = 0;
+    std::string what; ///< for the others: "is a FIFO", "leads outside the checkpoint to /etc/passwd", ...
+    bool ok() const { return kind == Regular; }
+};
+
+/// Where @p relative (as a checkpoint's metadata names it) lies under @p root, and what it is. Reads must stay inside
+/// the checkpoint the user named: a .metadata or index can name any path, and a data file can be a symlink out of the
+/// folder. allowReadsOutsideCheckpoint(true) (the CLI's --allow-outside-reads) lets Outside paths through as Regular.
+MemberStat statInside(const std::string& root, const std::string& relative);
+
 class MappedFile
 {
 public:

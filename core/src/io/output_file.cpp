@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -23,24 +24,48 @@ std::string temporaryPrefix(const std::string& output)
     return dir + "/." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-";
 }
 
-size_t removeStaleTemporaries(const std::string& output)
+bool TemporaryLock::lock(const std::string& path)
+{
+    if (m_fd >= 0) ::close(m_fd);
+    // O_NOFOLLOW: a temporary is never a symlink, and a symlink named like one must not lead us elsewhere
+    m_fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (m_fd < 0) return false;
+    if (::flock(m_fd, LOCK_EX | LOCK_NB) == 0) return true;
+    ::close(m_fd);
+    m_fd = -1;
+    return false;
+}
+
+bool TemporaryLock::lockFd(int fd)
+{
+    return ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+}
+
+TemporaryLock::~TemporaryLock()
+{
+    if (m_fd >= 0) ::close(m_fd);
+}
+
+size_t removeDeadEntries(const std::string& dir, const std::string& prefix)
 {
     namespace fs = std::filesystem;
-    const fs::path p(output);
-    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-    const std::string prefix = "." + p.filename().string() + ".tmp-";
     size_t removed = 0;
     std::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    for (fs::directory_iterator it(dir.empty() ? fs::path(".") : fs::path(dir), ec), end; !ec && it != end;
+         it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (name.rfind(prefix, 0) != 0) continue;
-        // ".NAME.tmp-PID-XXXXXX": remove it when PID is gone (kill(pid, 0) says ESRCH)
+        // "PREFIX<PID>-XXXXXX"
         const std::string rest = name.substr(prefix.size());
         const auto dash = rest.find('-');
         if (dash == std::string::npos || dash == 0) continue;
         char* stop = nullptr;
         const long pid = std::strtol(rest.c_str(), &stop, 10);
         if (stop != rest.c_str() + dash || pid <= 0) continue;
+        // a live writer holds the lock, in whatever PID namespace or host it runs
+        TemporaryLock lock;
+        if (!lock.lock(it->path().string())) continue;
+        // and a PID alive here may be a writer that has created its temporary and not yet locked it
         if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
         std::error_code rm;
         fs::remove_all(it->path(), rm);
@@ -49,16 +74,79 @@ size_t removeStaleTemporaries(const std::string& output)
     return removed;
 }
 
+size_t removeStaleTemporaries(const std::string& output)
+{
+    const std::filesystem::path p(output);
+    return removeDeadEntries(
+        p.has_parent_path() ? p.parent_path().string() : std::string("."), "." + p.filename().string() + ".tmp-");
+}
+
+namespace {
+
+/// @p a is @p b or lies below it (both lexically normal and absolute)
+bool isWithin(const std::filesystem::path& a, const std::filesystem::path& b)
+{
+    auto ai = a.begin();
+    for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai) {
+        if (bi->empty() && std::next(bi) == b.end()) break; // a trailing separator
+        if (ai == a.end() || *ai != *bi) return false;
+    }
+    return true;
+}
+
+} // namespace
+
+void refuseOutputOverInputs(const std::string& output, const std::vector<std::string>& inputs)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    // weakly_canonical resolves the symlinks of the part that exists, so another spelling of an input is that input
+    const fs::path out = fs::weakly_canonical(fs::absolute(output, ec), ec);
+    struct stat outSt
+    { };
+    const bool outExists = ::stat(output.c_str(), &outSt) == 0;
+    for (const auto& input : inputs) {
+        if (input.empty()) continue;
+        std::error_code iec;
+        const fs::path in = fs::weakly_canonical(fs::absolute(input, iec), iec);
+        struct stat inSt
+        { };
+        const bool inExists = ::stat(input.c_str(), &inSt) == 0;
+        const bool inIsDir = inExists && S_ISDIR(inSt.st_mode);
+        std::string why;
+        if ((outExists && inExists && outSt.st_dev == inSt.st_dev && outSt.st_ino == inSt.st_ino) || (!ec && out == in))
+            why = "is the input " + input;
+        else if (inIsDir && !ec && isWithin(out, in))
+            why = "lies inside the input checkpoint folder " + input;
+        else if (outExists && S_ISDIR(outSt.st_mode) && !ec && isWithin(in, out))
+            why = "is a folder that holds the input " + input;
+        if (!why.empty())
+            throw Error(ErrorKind::Usage, output,
+                why + ": writing it would destroy what is being read; choose an output outside the input");
+    }
+}
+
 OutputFile::OutputFile(std::string path, WriteOptions options)
     : m_path(std::move(path))
     , m_options(options)
 {
+    refuseOutputOverInputs(m_path, m_options.inputs);
     removeStaleTemporaries(m_path);
-    std::string templ = temporaryPrefix(m_path) + "XXXXXX";
-    m_fd = ::mkstemp(templ.data());
-    if (m_fd < 0)
-        throw Error(
-            ErrorKind::Io, m_path, std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
+    std::string templ;
+    for (;;) {
+        templ = temporaryPrefix(m_path) + "XXXXXX";
+        m_fd = ::mkstemp(templ.data());
+        if (m_fd < 0)
+            throw Error(ErrorKind::Io, m_path,
+                std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
+        // held until the descriptor closes: another process's cleanup sees that this temporary is alive
+        TemporaryLock::lockFd(m_fd);
+        // a cleanup that took it between mkstemp and the lock removed it: start again with a new name
+        struct stat st
+        { };
+        if (::fstat(m_fd, &st) == 0 && st.st_nlink > 0) break;
+        ::close(m_fd);
+    }
     ::fchmod(m_fd, 0644);
     m_temp = templ;
     m_buffer = new char[kBufferSize];
@@ -156,13 +244,13 @@ void OutputFile::commit()
     flushBuffer();
     if (m_options.fsync && ::fsync(m_fd) != 0)
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
-    ::close(m_fd);
-    m_fd = -1;
     if (m_options.beforeCommit) m_options.beforeCommit();
     if (::rename(m_temp.c_str(), m_path.c_str()) != 0)
         throw Error(ErrorKind::Io, m_path,
             std::string("cannot rename the finished temporary into place: ") + std::strerror(errno));
     m_committed = true;
+    ::close(m_fd); // only now: the lock on it says "alive" until the temporary has its final name
+    m_fd = -1;
 }
 
 } // namespace optscope

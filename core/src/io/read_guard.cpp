@@ -27,6 +27,13 @@ void runReadGuarded(const std::vector<const Checkpoint*>& checkpoints, const std
 
 WriteOptions guardedWrite(WriteOptions options, const std::vector<const Checkpoint*>& checkpoints)
 {
+    for (const Checkpoint* cp : checkpoints) {
+        if (!cp) continue;
+        options.inputs.push_back(cp->path);
+        if (cp->files)
+            for (auto& f : cp->files->knownFiles())
+                options.inputs.push_back(std::move(f));
+    }
     auto previous = std::move(options.beforeCommit);
     options.beforeCommit = [checkpoints, previous] {
         checkAll(checkpoints);

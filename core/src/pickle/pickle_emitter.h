@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 namespace optscope {
 
@@ -105,18 +106,20 @@ public:
             op('t');
     }
 
-private:
-    void put(const std::string& key)
+    /// A value written again is a memo GET, as pickle writes it: shared values stay shared (a list reached 2^64 times
+    /// through z = [z, z] is written once), and so does a container that holds itself.
+    /// The memo index of @p object when it was written before (putObject), else -1.
+    int64_t memoOf(const void* object) const
+    {
+        const auto it = m_objects.find(object);
+        return it == m_objects.end() ? -1 : static_cast<int64_t>(it->second);
+    }
+    /// memoises the object whose pickle is on top of the stack (PUT)
+    void putObject(const void* object)
     {
         const uint32_t idx = m_next++;
-        m_memo.emplace(key, idx);
-        if (idx < 256) {
-            op('q');
-            out += static_cast<char>(idx);
-        } else {
-            op('r');
-            u32(idx);
-        }
+        m_objects.emplace(object, idx);
+        putIndex(idx);
     }
     void get(uint32_t idx)
     {
@@ -128,7 +131,26 @@ private:
             u32(idx);
         }
     }
+
+private:
+    void put(const std::string& key)
+    {
+        const uint32_t idx = m_next++;
+        m_memo.emplace(key, idx);
+        putIndex(idx);
+    }
+    void putIndex(uint32_t idx)
+    {
+        if (idx < 256) {
+            op('q');
+            out += static_cast<char>(idx);
+        } else {
+            op('r');
+            u32(idx);
+        }
+    }
     std::map<std::string, uint32_t> m_memo;
+    std::unordered_map<const void*, uint32_t> m_objects;
     uint32_t m_next = 0;
 };
 

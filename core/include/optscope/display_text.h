@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Text from a checkpoint (key names, values, a `latest` tag, record names) is anyone's: shown raw, an ESC sequence
+// sets the terminal's title or clears it, a CR or a newline forges a line, and a bidi override shows
+// "evil\u202egpj.exe" as "evilexe.jpg". Every text output escapes it through displayText (the CLI filters all it
+// prints; the GUI marks what it escaped).
+
+#include <string>
+#include <string_view>
+
+namespace optscope {
+
+/// @p text with what a terminal or a reader could be fooled by written as visible escapes: C0 controls and DEL as
+/// \xNN (\n too unless @p keepNewlines), C1 controls and the bidi / zero-width direction marks (U+061C, U+200E,
+/// U+200F, U+202A-U+202E, U+2066-U+2069) as \uXXXX, bytes that are not UTF-8 as \xNN. Everything else, backslashes
+/// included, is kept: the escapes are for reading, the JSON output is the exact form.
+std::string displayText(std::string_view text, bool keepNewlines = false);
+/// whether displayText would change @p text
+bool needsDisplayEscape(std::string_view text, bool keepNewlines = false);
+
+} // namespace optscope

@@ -1,0 +1,337 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Safety of optscope-cli against hostile but valid inputs and unlucky users (issue: never destroy an input, never
+read outside the checkpoint, bounded cost, output that cannot be turned against the user, no leftovers):
+
+- an output that is an input, lies inside an input checkpoint folder, or is an input by another name (symlink, hard
+  link) is refused with exit 2 before anything is written, for every command that writes;
+- data files named outside the checkpoint ('..', absolute paths, symlinks out of the folder) are not read: check and
+  inspect report path-outside-checkpoint, gather refuses; --allow-outside-reads reads them; FIFOs, /dev/zero and symlink
+  loops are named as what they are (special-file), never opened for reading;
+- key names with terminal escapes, CR, NUL, newlines and bidi overrides are escaped in every text output; CSV cells
+  that a spreadsheet would run are neutralised; JSON keeps them exactly;
+- a safetensors header that names a tensor twice is refused;
+- SIGINT/SIGTERM leave no temporary; a live temporary of another PID namespace (its writer holds the lock) is never
+  removed, a dead one is; a verify killed with SIGKILL leaves a scratch copy that the next verify removes;
+- a .metadata replaced while the checkpoint is read is "replaced while being read".
+
+    python3 safety.py OPTSCOPE_CLI TEST_DATA WORKDIR
+Each case prints "ok" or "FAIL"; the last line is "N passed, M failed".
+"""
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+HOSTILE = os.path.join(DATA, "hostile")
+passed, failed = 0, 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    print(("ok   " if ok else "FAIL ") + name + (f": {detail}" if detail else ""), flush=True)
+
+
+def sha(path):
+    h = hashlib.sha256()
+    if os.path.isdir(path):
+        for name in sorted(os.listdir(path)):
+            h.update(name.encode() + sha(os.path.join(path, name)).encode())
+        return h.hexdigest()
+    with open(path, "rb") as f:
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def fresh(name):
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def run(args, cwd=None, env=None, timeout=120):
+    return subprocess.run([CLI] + args, cwd=cwd, env=env, capture_output=True, timeout=timeout)
+
+
+def text(b):
+    return b.decode("utf-8", "replace")
+
+
+def listing(d):
+    return sorted(os.listdir(d))
+
+
+def paused(args, cwd, at, env=None):
+    """starts the CLI and waits until it reaches pause point `at`; returns (process, resume)"""
+    fifo = os.path.join(cwd, "pause")
+    for s in (".out", ".in"):
+        if os.path.exists(fifo + s):
+            os.unlink(fifo + s)
+        os.mkfifo(fifo + s)
+    env = dict(env or os.environ, OPTSCOPE_PAUSE_AT=at, OPTSCOPE_PAUSE_FIFO=fifo)
+    p = subprocess.Popen([CLI] + args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(fifo + ".out") as f:
+        reached = f.readline().strip()
+    assert reached == at, f"paused at {reached!r}"
+
+    def resume():
+        with open(fifo + ".in", "w") as f:
+            f.write("go\n")
+
+    return p, resume
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def outputs_over_inputs():
+    d = fresh("over")
+    dcp = os.path.join(d, "ckpt")
+    shutil.copytree(os.path.join(DATA, "fsdp2_r2"), dcp)
+    pt = os.path.join(d, "in.pt")
+    shutil.copy(os.path.join(DATA, "fsdp2_r3_converted.pt"), pt)
+    os.link(pt, os.path.join(d, "hardlink.pt"))
+    os.symlink("in.pt", os.path.join(d, "symlink.pt"))
+    optim = os.path.join(d, "optim.pt")
+    model = os.path.join(d, "model.pt")
+    shutil.copy(os.path.join(DATA, "diag/compiled_fqn.pt"), optim)
+    shutil.copy(os.path.join(DATA, "diag/model.pt"), model)
+    ranks = os.path.join(d, "raw")
+    shutil.copytree(os.path.join(DATA, "fsdp1_raw_r2"), ranks)
+    fsdp1 = os.path.join(DATA, "fsdp1_r2")
+    before = sha(d)
+    cases = [
+        ("gather DCP -o DCP/.metadata", ["gather", dcp, "-o", os.path.join(dcp, ".metadata")], "inside"),
+        ("gather DCP -o DCP/__1_0.distcp", ["gather", dcp, "-o", os.path.join(dcp, "__1_0.distcp")], "inside"),
+        ("gather DCP -o DCP/new.pt", ["gather", dcp, "-o", os.path.join(dcp, "new.pt")], "inside"),
+        ("gather in.pt -o in.pt", ["gather", pt, "-o", pt], "is the input"),
+        ("gather in.pt -o ./in.pt (other spelling)", ["gather", pt, "-o", os.path.join(d, ".", "in.pt")],
+         "is the input"),
+        ("gather in.pt -o hardlink.pt", ["gather", pt, "-o", os.path.join(d, "hardlink.pt")], "is the input"),
+        ("gather symlink.pt -o in.pt", ["gather", os.path.join(d, "symlink.pt"), "-o", pt], "is the input"),
+        ("gather in.pt -o symlink.pt", ["gather", pt, "-o", os.path.join(d, "symlink.pt")], "is the input"),
+        ("reshard DCP -o DCP/sub", ["reshard", dcp, "--world-size", "2", "-o", os.path.join(dcp, "sub")], "inside"),
+        ("reshard DCP -o DCP", ["reshard", dcp, "--world-size", "2", "-o", dcp], "is the input"),
+        ("verify DCP --keep DCP/sub", ["verify", dcp, "--world-size", "2", "--keep", os.path.join(dcp, "sub")],
+         "inside"),
+        ("fix optim.pt --model model.pt -o model.pt", ["fix", optim, "--model", model, "-o", model], "is the input"),
+        ("fix optim.pt --model model.pt -o optim.pt", ["fix", optim, "--model", model, "-o", optim], "is the input"),
+        ("unflatten r0 r1 -o r1", ["unflatten", os.path.join(ranks, "optim_rank0.pt"),
+                                   os.path.join(ranks, "optim_rank1.pt"), "--model", fsdp1, "-o",
+                                   os.path.join(ranks, "optim_rank1.pt")], "is the input"),
+    ]
+    for name, args, why in cases:
+        r = run(args)
+        err = text(r.stderr)
+        ok = r.returncode == 2 and why in err and "choose an output outside the input" in err and not r.stdout
+        check("output over input: " + name, ok, f"exit {r.returncode}: {err.strip()[:200]}")
+    check("output over input: every input byte-identical, nothing created", sha(d) == before)
+    # the same commands with an output beside the inputs work
+    r = run(["gather", dcp, "-o", os.path.join(d, "out.pt"), "--no-fsync"])
+    check("output beside the input is written", r.returncode == 0, text(r.stderr).strip())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def reads_outside():
+    d = fresh("outside")
+    # '..' and absolute paths in a .metadata written by PyTorch's own classes (tests/fixtures/make_hostile_fixtures.py)
+    shutil.copytree(os.path.join(HOSTILE, "dcp_dotdot"), os.path.join(d, "dcp_dotdot"))
+    shutil.copytree(os.path.join(HOSTILE, "outside"), os.path.join(d, "outside"))
+    shutil.copytree(os.path.join(HOSTILE, "dcp_absolute"), os.path.join(d, "dcp_absolute"))
+    for name, marker in (("dcp_dotdot", "climbs out of the checkpoint folder"), ("dcp_absolute", "absolute path")):
+        ck = os.path.join(d, name)
+        r = run(["check", ck, "--json"])
+        findings = json.loads(r.stdout)["findings"] if r.stdout else []
+        codes = {f["code"] for f in findings}
+        check(f"{name}: check reports path-outside-checkpoint", r.returncode == 1
+              and "path-outside-checkpoint" in codes and any(marker in f["message"] for f in findings), str(codes))
+        r = run(["inspect", ck, "--hash", "--json"])
+        j = json.loads(r.stdout) if r.stdout else {}
+        hashes = [e.get("sha256") for e in j.get("entries", []) if e.get("sha256")]
+        check(f"{name}: inspect --hash shows no value read outside", r.returncode == 2 and not hashes
+              and b"path-outside-checkpoint" in r.stdout + r.stderr, f"exit {r.returncode}, hashes {hashes}")
+        r = run(["gather", ck, "-o", os.path.join(d, name + ".pt")])
+        err = text(r.stderr)
+        check(f"{name}: gather refuses, naming the file", r.returncode == 2 and marker in err
+              and not os.path.exists(os.path.join(d, name + ".pt")), err.strip()[:300])
+    r = run(["--allow-outside-reads", "gather", os.path.join(d, "dcp_dotdot"), "-o", os.path.join(d, "allowed.pt")])
+    check("dcp_dotdot: --allow-outside-reads reads it as PyTorch does", r.returncode == 0, text(r.stderr).strip())
+
+    # data files that are symlinks out of the folder, FIFOs, /dev/zero, a symlink loop
+    elsewhere = fresh("elsewhere")
+    src = os.path.join(DATA, "fsdp2_r2")
+    kinds = {
+        "symlink out": lambda victim: (shutil.copy(victim, os.path.join(elsewhere, "x.distcp")), os.unlink(victim),
+                                       os.symlink(os.path.join(elsewhere, "x.distcp"), victim)),
+        "FIFO": lambda victim: (os.unlink(victim), os.mkfifo(victim)),
+        "symlink to /dev/zero": lambda victim: (os.unlink(victim), os.symlink("/dev/zero", victim)),
+        "symlink loop": lambda victim: (os.unlink(victim), os.symlink(victim + ".b", victim),
+                                        os.symlink(victim, victim + ".b")),
+    }
+    expect = {"symlink out": ("path-outside-checkpoint", "leads outside the checkpoint"),
+              "FIFO": ("special-file", "FIFO"),
+              "symlink to /dev/zero": ("path-outside-checkpoint", "leads outside the checkpoint"),
+              "symlink loop": ("special-file", "symlink loop")}
+    for kind, damage in kinds.items():
+        ck = os.path.join(d, "ck_" + kind.replace(" ", "_").replace("/", "_"))
+        shutil.copytree(src, ck)
+        damage(os.path.join(ck, "__1_0.distcp"))
+        code, words = expect[kind]
+        r = run(["check", ck, "--json"], timeout=60)
+        findings = json.loads(r.stdout)["findings"] if r.stdout else []
+        check(f"{kind}: check says {code}", r.returncode == 1 and any(
+            f["code"] == code and words in f["message"] and "__1_0.distcp" in f["message"] for f in findings),
+              str([(f["code"], f["message"][:120]) for f in findings][:3]))
+        r = run(["gather", ck, "-o", os.path.join(d, "g.pt")], timeout=60)
+        err = text(r.stderr)
+        check(f"{kind}: gather refuses, naming the file", r.returncode == 2 and "__1_0.distcp" in err, err[:300])
+    # a safetensors shard that is a symlink out of its folder
+    st = os.path.join(d, "sharded")
+    shutil.copytree(os.path.join(DATA, "hf/sharded"), st)
+    shard = sorted(n for n in os.listdir(st) if n.endswith(".safetensors"))[0]
+    shutil.move(os.path.join(st, shard), os.path.join(elsewhere, shard))
+    os.symlink(os.path.join(elsewhere, shard), os.path.join(st, shard))
+    r = run(["check", st, "--json"])
+    findings = json.loads(r.stdout)["findings"] if r.stdout else []
+    check("safetensors shard symlinked out: check says path-outside-checkpoint",
+          any(f["code"] == "path-outside-checkpoint" and shard in f["message"] for f in findings),
+          str([(f["code"], f["message"][:100]) for f in findings][:3]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+RAW_CONTROLS = [b"\x1b", b"\r", b"\x07", b"\x00", "\u202e".encode()]
+
+
+def escaping():
+    evil = os.path.join(HOSTILE, "evil_keys.pt")
+    evil_b = os.path.join(HOSTILE, "evil_keys_b.pt")
+    for name, args in (("inspect", ["inspect", evil]), ("check", ["check", evil]), ("diff", ["diff", evil, evil_b]),
+                       ("map", ["map", evil]), ("diagnose", ["diagnose", evil]),
+                       ("diff --csv", ["diff", evil, evil_b, "--csv"]), ("map --csv", ["map", evil, "--csv"])):
+        r = run(args)
+        out = r.stdout + r.stderr
+        raw = [c for c in RAW_CONTROLS if c in out]
+        check(f"escaping: {name} prints no raw control or bidi character", r.returncode in (0, 1) and not raw,
+              f"exit {r.returncode}, raw {raw}")
+    r = run(["inspect", evil])
+    out = text(r.stdout)
+    check("escaping: inspect shows the escapes", "title\\x1b]0;pwned\\x07" in out and "evil\\u202egpj.exe" in out
+          and "forged\\x0afake.row" in out, out[:400])
+    lines = [l for l in out.splitlines() if l.startswith("fake.row")]
+    check("escaping: a newline in a key forges no row", not lines, str(lines))
+    # an error message that quotes bytes of the file
+    d = fresh("escaping")
+    bad = os.path.join(d, "latest_tag")
+    os.makedirs(bad)
+    with open(os.path.join(bad, "latest"), "wb") as f:
+        f.write(b"global_step\x1b]0;pwned\x07")
+    r = run(["inspect", bad])
+    check("escaping: an error quoting file bytes is escaped", not any(c in r.stderr for c in RAW_CONTROLS),
+          text(r.stderr)[:300])
+    # JSON keeps every key exactly (control characters as JSON escapes)
+    r = run(["inspect", evil, "--json"])
+    keys = [e["key"] for e in json.loads(r.stdout)["entries"]]
+    exact = [k for k in keys if any(c in k for c in ("\x1b", "\u202e", "\n", "\x00", "\r", "\x07"))]
+    check("escaping: --json keeps the keys exactly", len(exact) == 7, str(exact))
+    # CSV: cells a spreadsheet would run are quoted with a leading '
+    for name, args in (("diff --csv", ["diff", evil, evil_b, "--csv", "--all"]), ("map --csv", ["map", evil, "--csv"])):
+        r = run(args)
+        out = text(r.stdout)
+        cells = [c for line in out.splitlines() for c in line.split(",")]
+        formulas = [c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:2].isdigit())]
+        check(f"csv: {name} neutralises formula cells", r.returncode in (0, 1) and not formulas
+              and "\"'=cmd|' /C calc'!A0\"" in out, str(formulas[:5]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def safetensors_duplicate():
+    d = fresh("dup")
+    header = ('{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+              '"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}').encode()
+    path = os.path.join(d, "dup.safetensors")
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + b"\0" * 8)
+    r = run(["inspect", path])
+    err = text(r.stderr)
+    check("safetensors: a tensor named twice is refused", r.returncode == 2 and "'w' twice" in err
+          and "dup.safetensors" in err, err.strip())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def temporaries():
+    d = fresh("temps")
+    pt = os.path.join(d, "in.pt")
+    shutil.copy(os.path.join(DATA, "fsdp2_r3_converted.pt"), pt)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        for cmd, out in (("gather", "out.pt"), ("reshard", "out_dcp")):
+            args = ["gather", "in.pt", "-o", out] if cmd == "gather" else ["reshard", "in.pt", "--world-size", "2",
+                                                                             "-o", out]
+            p, resume = paused(args, d, "writing")
+            p.send_signal(sig)
+            resume()
+            _, err = p.communicate(timeout=60)
+            left = [n for n in listing(d) if out in n]
+            check(f"{signal.Signals(sig).name} mid-write: {cmd} stops and leaves nothing",
+                  p.returncode == 128 + sig and not left and b"stopped by" in err,
+                  f"exit {p.returncode}, left {left}, {text(err).strip()[:200]}")
+    # a live temporary of a writer in another PID namespace: its PID means nothing here, its lock says it is alive
+    live = os.path.join(d, ".out2.pt.tmp-999999-abcdef")
+    with open(live, "wb") as f:
+        f.write(b"half")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        r = run(["gather", "in.pt", "-o", "out2.pt", "--no-fsync"], cwd=d)
+        check("a live temporary of another namespace is left alone", r.returncode == 0 and os.path.exists(live),
+              f"exit {r.returncode}, still there: {os.path.exists(live)}")
+    os.unlink(os.path.join(d, "out2.pt"))
+    r = run(["gather", "in.pt", "-o", "out2.pt", "--no-fsync"], cwd=d)
+    check("a dead writer's temporary is removed by the next run", r.returncode == 0 and not os.path.exists(live))
+    # verify's scratch copy after a SIGKILL
+    tmpdir = fresh("tmpdir")
+    env = dict(os.environ, TMPDIR=tmpdir)
+    p, resume = paused(["verify", pt, "--world-size", "2"], d, "writing", env=env)
+    p.send_signal(signal.SIGKILL)
+    p.communicate()
+    killed_left = listing(tmpdir)
+    r = run(["verify", pt, "--world-size", "2"], env=env)
+    check("verify's scratch copy of a killed run is removed by the next verify",
+          killed_left and r.returncode == 0 and listing(tmpdir) == [], f"after kill {killed_left}, after rerun "
+          f"{listing(tmpdir)}")
+    p, resume = paused(["verify", pt, "--world-size", "2"], d, "writing", env=env)
+    p.send_signal(signal.SIGINT)
+    resume()
+    p.communicate(timeout=60)
+    check("SIGINT mid-verify leaves no scratch copy", p.returncode == 130 and listing(tmpdir) == [],
+          f"exit {p.returncode}, {listing(tmpdir)}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def metadata_replaced():
+    d = fresh("meta")
+    ck = os.path.join(d, "ckpt")
+    shutil.copytree(os.path.join(DATA, "fsdp2_r2"), ck)
+    for cmd in (["gather", "ckpt", "-o", "out.pt"], ["inspect", "ckpt", "--hash"], ["check", "ckpt"]):
+        p, resume = paused(cmd, d, "opened")
+        meta = os.path.join(ck, ".metadata")
+        shutil.copy(meta, meta + ".new")
+        os.replace(meta + ".new", meta)  # the same bytes, another file: a writer that saved again
+        resume()
+        _, err = p.communicate(timeout=60)
+        check(f".metadata replaced while read: {cmd[0]}", p.returncode == 2 and b".metadata" in err
+              and b"while being read" in err and not os.path.exists(os.path.join(d, "out.pt")), text(err).strip())
+
+
+outputs_over_inputs()
+reads_outside()
+escaping()
+safetensors_duplicate()
+temporaries()
+metadata_replaced()
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
