@@ -16,6 +16,12 @@ namespace optscope {
 /// U+200F, U+202A-U+202E, U+2066-U+2069) as \uXXXX, bytes that are not UTF-8 as \xNN. Everything else, backslashes
 /// included, is kept: the escapes are for reading, the JSON output is the exact form.
 std::string displayText(std::string_view text, bool keepNewlines = false);
+/// whether @p text is valid UTF-8 (no surrogates: a Python str with a lone surrogate, pickled with surrogatepass, is
+/// not). JSON output writes such a text with U+FFFD in place of each bad byte, and beside it the exact bytes in hex
+/// ("key_hex"): bytes.fromhex(key_hex).decode("utf-8", "surrogatepass") gives the Python str back.
+bool isUtf8(std::string_view text);
+/// @p bytes as lowercase hex, two digits a byte
+std::string hexBytes(std::string_view bytes);
 /// whether displayText would change @p text
 bool needsDisplayEscape(std::string_view text, bool keepNewlines = false);
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/finding.h"
+#include "optscope/display_text.h"
 
 namespace optscope {
 
@@ -194,10 +195,12 @@ nlohmann::ordered_json Finding::toJson() const
     for (const auto& x : actions)
         a.push_back(
             {{"kind", fixActionKindName(x.kind)}, {"from", x.from}, {"to", x.to}, {"description", x.description}});
-    return {{"code", name()}, {"severity", severityName(severity)}, {"key", key.empty() ? json(nullptr) : json(key)},
+    json j = {{"code", name()}, {"severity", severityName(severity)}, {"key", key.empty() ? json(nullptr) : json(key)},
         {"message", message}, {"pytorch_error", pytorchError.empty() ? json(nullptr) : json(pytorchError)},
         {"fix", fix.empty() ? json(nullptr) : json(fix)}, {"keys", keys}, {"ranks", ranks}, {"offsets", offsets},
         {"actions", a}};
+    if (!isUtf8(key)) j["key_hex"] = hexBytes(key); // the exact bytes (README: JSON output)
+    return j;
 }
 
 } // namespace optscope

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/inspect_report.h"
+#include "optscope/display_text.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
 #include "read_guard.h"
@@ -140,6 +141,7 @@ static InspectReport inspectCheckpointUnguarded(
         if (!options.entriesJson) continue;
         json je;
         je["key"] = e.key;
+        if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
         je["path"] = pathJson(e.path);
         if (e.isTensor()) {
             const TensorEntry& t = e.tensor;

@@ -2,6 +2,7 @@
 #include "csv.h"
 #include "dcp_reader.h"
 #include "optscope/checkpoint_loader.h"
+#include "optscope/display_text.h"
 #include "optscope/error.h"
 #include "optscope/flat_param_layout.h"
 #include "optscope/reshard.h"
@@ -93,6 +94,7 @@ nlohmann::ordered_json VerifyReport::toJson() const
     j["entries"] = json::array();
     for (const auto& e : entries) {
         json je {{"key", e.key}, {"type", e.type}, {"status", verifyStatusName(e.status)}};
+        if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
         if (!e.detail.empty()) je["detail"] = e.detail;
         if (e.type == "tensor") {
             je["shape"] = e.shape;

@@ -71,6 +71,30 @@ bool escapeOne(std::string_view s, size_t i, size_t n, uint32_t cp, bool keepNew
 
 } // namespace
 
+bool isUtf8(std::string_view text)
+{
+    for (size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const size_t n = decodeUtf8(text, i, cp);
+        if (n == 0) return false;
+        i += n;
+    }
+    return true;
+}
+
+std::string hexBytes(std::string_view bytes)
+{
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (char c : bytes) {
+        const auto b = static_cast<uint8_t>(c);
+        out += digits[b >> 4];
+        out += digits[b & 15];
+    }
+    return out;
+}
+
 bool needsDisplayEscape(std::string_view text, bool keepNewlines)
 {
     for (size_t i = 0; i < text.size();) {
