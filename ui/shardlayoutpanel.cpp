@@ -144,6 +144,9 @@ void ShardLayoutPanel::onSelectionChanged()
                         .arg(layout.ranks[o.second])
                         .arg(QString::fromStdString(boxText(o.region)));
     }
+    if (layout.overlapsTruncated)
+        problems << tr("more than %1 pairs of chunks overlap: not all are drawn")
+                        .arg(static_cast<qulonglong>(ShardLayout::kMaxOverlapPairs));
     for (size_t i : layout.outOfBounds)
         problems << tr("chunk %1 of rank %2 reaches outside the tensor").arg(i).arg(layout.ranks[i]);
     if (problems.isEmpty()) {

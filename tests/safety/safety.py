@@ -327,7 +327,45 @@ def metadata_replaced():
               and b"while being read" in err and not os.path.exists(os.path.join(d, "out.pt")), text(err).strip())
 
 
+# ---------------------------------------------------------------------------------------------------------------
+def bounded_cost():
+    import time
+    d = fresh("cost")
+    shared = os.path.join(HOSTILE, "shared_strings.pt")  # z = [z, z] x 64: 2^64 leaves when expanded
+    for name, args in (("gather", ["gather", shared, "-o", os.path.join(d, "g.pt"), "--no-fsync"]),
+                       ("reshard", ["reshard", shared, "--world-size", "2", "-o", os.path.join(d, "r"), "--no-fsync"]),
+                       ("verify", ["verify", shared, "--world-size", "2"]), ("diff", ["diff", shared, shared]),
+                       ("inspect --json", ["inspect", shared, "--json"]), ("check", ["check", shared])):
+        t = time.time()
+        r = run(args, timeout=60)
+        took = time.time() - t
+        check(f"shared values: {name} in bounded time", r.returncode == 0 and took < 10, f"exit {r.returncode}, "
+              f"{took:.1f} s, {text(r.stderr).strip()[:200]}")
+    size = os.path.getsize(os.path.join(d, "g.pt")) if os.path.exists(os.path.join(d, "g.pt")) else -1
+    check("shared values stay shared in what gather writes (the pickle memo)", 0 < size < 8192, f"{size} bytes")
+    expanded = os.path.join(HOSTILE, "expanded.pt")  # torch.zeros(1).expand(2**30, 2**30): 4 EiB expanded
+    for name, args, rc in (("inspect", ["inspect", expanded], 0), ("inspect --hash", ["inspect", expanded, "--hash"], 2),
+                           ("gather", ["gather", expanded, "-o", os.path.join(d, "e.pt")], 2),
+                           ("diff", ["diff", expanded, expanded], 1)):
+        t = time.time()
+        r = run(args, timeout=60)
+        took = time.time() - t
+        out = text(r.stdout + r.stderr)
+        check(f"stride-0 view: {name} ends at once, saying why", r.returncode == rc and took < 10
+              and (name == "inspect" or "broadcast view" in out), f"exit {r.returncode}, {took:.1f} s, {out.strip()[-200:]}")
+
+
+def json_bytes():
+    r = run(["inspect", os.path.join(HOSTILE, "evil_keys.pt"), "--json"])
+    entries = json.loads(r.stdout)["entries"]
+    lone = [e for e in entries if "key_hex" in e]
+    back = [bytes.fromhex(e["key_hex"]).decode("utf-8", "surrogatepass") for e in lone]
+    check("json: a key that is not UTF-8 keeps its bytes in key_hex", back == ["lone\ud800surrogate"], str(back))
+
+
 outputs_over_inputs()
+bounded_cost()
+json_bytes()
 reads_outside()
 escaping()
 safetensors_duplicate()

@@ -120,6 +120,12 @@ public:
     IntSpan offsetsOf(size_t i) const { return {m_dims.data() + m_recs[i].dimsAt, m_recs[i].ndim}; }
     IntSpan sizesOf(size_t i) const { return {m_dims.data() + m_recs[i].dimsAt + m_recs[i].ndim, m_recs[i].ndim}; }
     int64_t numelOf(size_t i) const;
+    /// the chunk's strides in elements as its file stores them (torch.save views), empty when it is dense
+    IntSpan stridesOf(size_t i) const
+    {
+        return m_recs[i].hasStrides ? IntSpan {m_dims.data() + m_recs[i].dimsAt + 2 * m_recs[i].ndim, m_recs[i].ndim}
+                                    : IntSpan {};
+    }
     bool hasFile(size_t i) const { return m_recs[i].fileId != kNoFile; }
     uint32_t fileIdOf(size_t i) const { return m_recs[i].fileId; }
     /// the chunk's file, "" if none

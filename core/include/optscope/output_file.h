@@ -21,6 +21,9 @@ struct WriteOptions
     /// files and folders the output must not be, lie inside or hold (the checkpoints read, a model beside them): the
     /// writer refuses such an output before it creates anything (refuseOutputOverInputs)
     std::vector<std::string> inputs;
+    /// asked once more after the last byte is written and before the rename (the writers pass their Progress's):
+    /// true makes commit() throw Error(Cancelled) and leave no output
+    std::function<bool()> cancelled;
 };
 
 /// throws Error(Usage) naming @p output when it is one of @p inputs (the same path, or the same file by another name:

@@ -32,7 +32,11 @@ struct ShardLayout
     std::vector<int> ranks; ///< per chunk, as in the entry
     std::vector<TensorBox> chunks; ///< per chunk
     std::vector<size_t> outOfBounds; ///< chunks reaching outside the tensor (or of the wrong rank)
+    /// chunks whose boxes intersect: a region listed k times is k - 1 pairs (each repeat with the first listing,
+    /// region = the box); then pairs of distinct boxes that partly overlap, at most kMaxOverlapPairs of them
     std::vector<Overlap> overlaps;
+    static constexpr size_t kMaxOverlapPairs = 4096;
+    bool overlapsTruncated = false; ///< more partly overlapping pairs than kMaxOverlapPairs: the rest not listed
     /// uncovered regions; exact when the chunk grid is small (always for dim-0 sharding), otherwise one box per
     /// uncovered grid cell may be merged less, and gapsExact is false only if the grid was too large to enumerate
     std::vector<TensorBox> gaps;
@@ -40,7 +44,10 @@ struct ShardLayout
     int64_t coveredElements = 0; ///< elements covered at least once
     int64_t totalElements = 0;
 
-    bool complete() const { return outOfBounds.empty() && overlaps.empty() && gaps.empty() && gapsExact; }
+    bool complete() const
+    {
+        return outOfBounds.empty() && overlaps.empty() && !overlapsTruncated && gaps.empty() && gapsExact;
+    }
 
     static ShardLayout of(const TensorEntry& tensor);
 };

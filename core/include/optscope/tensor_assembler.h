@@ -34,6 +34,9 @@ public:
     /// whole rows (a dim-0 slice) streams like stream(); any other box is assembled in one buffer of its size.
     void streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
         const Progress& progress = {}, const RegionSink& region = {});
+    /// throws Error(Limit) naming the entry when reading it whole would expand a broadcast view (a dimension of
+    /// stride 0, as torch.expand makes) to far more bytes than it stores; every read above checks it too
+    static void checkExpansion(const Checkpoint& checkpoint, const Entry& entry);
 
 private:
     void streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,

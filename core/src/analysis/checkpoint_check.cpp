@@ -158,21 +158,59 @@ private:
             f.offsets = {t.chunks[i].offsets};
         }
         const bool isStep = !e.path.empty() && e.path.back().key == "step";
-        for (const auto& o : L.overlaps) {
-            const auto& a = t.chunks[o.first];
-            const auto& b = t.chunks[o.second];
+        // A region listed k times is one finding (the k - 1 pairs ShardLayout lists for it, each repeat with the
+        // first), partly overlapping pairs one finding each up to kMaxPairFindings, then one that counts the rest:
+        // 2,000 listings of one row were 1,999,001 findings (1.37 GB of output)
+        constexpr size_t kMaxPairFindings = 16;
+        size_t pairFindings = 0, pairsNotListed = 0;
+        for (size_t k = 0; k < L.overlaps.size();) {
+            const auto& o = L.overlaps[k];
+            const TensorChunk a = t.chunks[o.first];
+            const TensorChunk b = t.chunks[o.second];
             const bool identical = a.offsets == b.offsets && a.sizes == b.sizes;
+            if (!identical) {
+                ++k;
+                if (pairFindings == kMaxPairFindings) {
+                    ++pairsNotListed;
+                    continue;
+                }
+                ++pairFindings;
+                Finding& f = add(FindingCode::ChunkOverlap, e.key,
+                    "chunks of ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + " overlap at "
+                        + boxText(o.region));
+                f.ranks = {a.rank, b.rank};
+                f.offsets = {a.offsets, b.offsets};
+                continue;
+            }
+            // the listings of one region: o.first and every o.second paired with it
+            std::vector<size_t> listed {o.first};
+            for (; k < L.overlaps.size() && L.overlaps[k].first == o.first; ++k)
+                listed.push_back(L.overlaps[k].second);
+            std::vector<int> ranks;
+            for (size_t idx : listed)
+                ranks.push_back(t.chunks.rank(idx));
+            std::string rankList;
+            for (size_t r = 0; r < ranks.size() && r < 8; ++r)
+                rankList += (r ? ", " : "") + std::to_string(ranks[r]);
+            if (ranks.size() > 8) rankList += ", ...";
+            const std::string times = listed.size() == 2 ? "twice" : std::to_string(listed.size()) + " times";
             Finding* f = nullptr;
-            if (identical && m_opt.readChunks && sameBytes(e, o.first, o.second)) {
+            bool same = m_opt.readChunks;
+            for (size_t r = 1; same && r < listed.size(); ++r)
+                same = sameBytes(e, listed[0], listed[r]);
+            if (same) {
                 f = &add(FindingCode::ChunkDuplicate, e.key,
-                    "the same region " + boxText(o.region) + " is listed twice "
-                        + (a.rank == b.rank
+                    "the same region " + boxText(o.region) + " is listed " + times + " "
+                        + (listed.size() == 2 && a.rank == b.rank
                                 ? "(both entries point to rank " + std::to_string(a.rank) + "'s copy)"
-                                : "(ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + ")")
+                                : listed.size() == 2
+                                ? "(ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + ")"
+                                : "(ranks " + rankList + ")")
                         + " with identical bytes");
-            } else if (identical && isStep && m_opt.readChunks) {
+            } else if (isStep && m_opt.readChunks) {
                 std::string values;
-                for (size_t idx : {o.first, o.second}) {
+                for (size_t r = 0; r < listed.size() && r < 8; ++r) {
+                    const size_t idx = listed[r];
                     try {
                         TensorEntry one = t;
                         one.chunks = {t.chunks[idx]};
@@ -180,18 +218,29 @@ private:
                         tmp.tensor = one;
                         const auto v = readTensorValues(m_cp, tmp, 1);
                         values += (values.empty() ? "" : " vs ") + std::string("rank ")
-                            + std::to_string(t.chunks[idx].rank) + ": " + (v.empty() ? "?" : numberText(v[0]));
+                            + std::to_string(t.chunks.rank(idx)) + ": " + (v.empty() ? "?" : numberText(v[0]));
                     } catch (const Error&) { }
                 }
+                if (listed.size() > 8) values += " vs ...";
                 f = &add(FindingCode::StepRankConflict, e.key, "step differs between ranks (" + values + ")");
-            } else {
+            } else if (listed.size() == 2) {
                 f = &add(FindingCode::ChunkOverlap, e.key,
                     "chunks of ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + " overlap at "
-                        + boxText(o.region) + (identical ? " (same region, different bytes)" : ""));
+                        + boxText(o.region) + " (same region, different bytes)");
+            } else {
+                f = &add(FindingCode::ChunkOverlap, e.key,
+                    "the same region " + boxText(o.region) + " is listed " + times + " (ranks " + rankList
+                        + "), not all with the same bytes");
             }
-            f->ranks = {a.rank, b.rank};
-            f->offsets = {a.offsets, b.offsets};
+            f->ranks = ranks;
+            f->offsets = {a.offsets};
+            if (listed.size() == 2) f->offsets.push_back(b.offsets);
         }
+        if (pairsNotListed > 0 || L.overlapsTruncated)
+            add(FindingCode::ChunkOverlap, e.key,
+                (L.overlapsTruncated ? "more than " + std::to_string(pairsNotListed + kMaxPairFindings)
+                                     : std::to_string(pairsNotListed))
+                    + " further pairs of chunks overlap (not listed one by one)");
         for (const auto& g : L.gaps) {
             auto& f = add(FindingCode::ChunkGap, e.key,
                 "no chunk covers " + boxText(g) + " of the tensor " + shapeText(t.shape) + " ("

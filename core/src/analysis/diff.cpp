@@ -4,6 +4,7 @@
 #include "diff_kernel.h"
 #include "mapped_file.h"
 #include "optscope/diff_report.h"
+#include "optscope/display_text.h"
 #include "optscope/error.h"
 #include "optscope/fqn_normalizer.h"
 #include "optscope/optimizer_view.h"
@@ -62,6 +63,7 @@ nlohmann::ordered_json DiffReport::toJson() const
     j["entries"] = json::array();
     for (const auto& e : entries) {
         json je {{"key", e.key}, {"status", diffStatusName(e.status)}, {"type", e.type}};
+        if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
         je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
         je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
         if (e.keyA != e.key && !e.keyA.empty()) je["key_a"] = e.keyA;
@@ -412,6 +414,8 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
     edges.clear();
     for (size_t i = 0; i <= bins; ++i)
         edges.push_back(-lim + 2.0 * lim * double(i) / double(bins));
+    TensorAssembler::checkExpansion(ca, a);
+    TensorAssembler::checkExpansion(cb, b);
     const TensorEntry& layoutSide = b.tensor.chunks.size() >= a.tensor.chunks.size() ? b.tensor : a.tensor;
     for (const auto& [rank, box] : rankBoxes(layoutSide)) {
         (void)rank;
@@ -442,6 +446,9 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         if (sameNumel && (ta.shape.size() == 1 || tb.shape.size() == 1)) r += " (flat vs unflattened)";
         reasons.push_back(r);
     }
+    // a broadcast view is not expanded block by block either (2^30 one-row blocks of 4 GiB each)
+    TensorAssembler::checkExpansion(ca, a);
+    TensorAssembler::checkExpansion(cb, b);
     const ShardLayout layoutA = ShardLayout::of(ta), layoutB = ShardLayout::of(tb);
     // both sides hold the same part of the tensor (one rank's file of a sharded save, a meta tensor holding none):
     // that part is compared, and the entry says it is all there is

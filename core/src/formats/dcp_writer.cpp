@@ -258,6 +258,7 @@ static DcpWriteStats writeDcpUnnamed(
     // the files inside the temporary folder are committed there; the inputs are checked once, before the folder is
     WriteOptions inner = options;
     inner.beforeCommit = nullptr;
+    if (!inner.cancelled) inner.cancelled = progress.cancelled;
 
     // which items go to which rank's file, in FileSystemWriter's order: values first, then tensor chunks
     std::map<int, std::vector<std::pair<const DcpPlan::Value*, std::pair<const DcpPlan::Tensor*, size_t>>>> byRank;
@@ -325,6 +326,7 @@ static DcpWriteStats writeDcpUnnamed(
     metaFile.commit();
     stats.bytes += meta.size();
 
+    progress.checkCancelled(); // the last moment to stop with nothing published
     if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
     if (options.beforeCommit) options.beforeCommit();
     fs::rename(tmp.path, outDir, ec);

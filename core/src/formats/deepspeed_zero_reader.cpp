@@ -83,8 +83,16 @@ bool hasZeroFiles(const fs::path& dir)
 
 std::string readTag(const fs::path& file)
 {
-    std::ifstream in(file);
-    std::string tag((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // a tag is a folder name: 4 KiB is plenty, and a 3 GB file named latest must not be read whole
+    constexpr size_t kMaxTagFile = 4096;
+    std::ifstream in(file, std::ios::binary);
+    std::string tag(kMaxTagFile + 1, '\0');
+    in.read(tag.data(), static_cast<std::streamsize>(tag.size()));
+    tag.resize(static_cast<size_t>(in.gcount()));
+    if (tag.size() > kMaxTagFile)
+        throw Error(ErrorKind::Format, file.string(),
+            "is larger than " + std::to_string(kMaxTagFile) + " bytes: not a checkpoint tag (DeepSpeed writes the "
+                + "tag folder's name into it)");
     const auto b = tag.find_first_not_of(" \t\r\n");
     const auto e = tag.find_last_not_of(" \t\r\n");
     return b == std::string::npos ? std::string() : tag.substr(b, e - b + 1);

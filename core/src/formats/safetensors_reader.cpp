@@ -83,6 +83,36 @@ struct AddedFile
     SafetensorsHeader header;
 };
 
+/// The first name that a JSON object's top level holds twice, or "" (the text is valid JSON: parsed before)
+std::string firstDuplicateTopLevelKey(const char* text, size_t length)
+{
+    struct KeyCounter : json::json_sax_t
+    {
+        int depth = 0;
+        std::unordered_set<std::string> seen;
+        std::string duplicate;
+        bool null() override { return true; }
+        bool boolean(bool) override { return true; }
+        bool number_integer(json::number_integer_t) override { return true; }
+        bool number_unsigned(json::number_unsigned_t) override { return true; }
+        bool number_float(json::number_float_t, const std::string&) override { return true; }
+        bool string(std::string&) override { return true; }
+        bool binary(json::binary_t&) override { return true; }
+        bool start_object(std::size_t) override { return ++depth, true; }
+        bool end_object() override { return --depth, true; }
+        bool start_array(std::size_t) override { return ++depth, true; }
+        bool end_array() override { return --depth, true; }
+        bool key(std::string& k) override
+        {
+            if (depth == 1 && !seen.insert(k).second) duplicate = k;
+            return duplicate.empty(); // stop at the first
+        }
+        bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
+    } counter;
+    json::sax_parse(text, text + length, &counter);
+    return counter.duplicate;
+}
+
 /// Adds the tensors of one safetensors file as entries; @p only (when not null) lists the names the index gives this
 /// file: others are reported. A file that is missing or unreadable throws (the caller decides).
 AddedFile addFile(
@@ -163,24 +193,18 @@ SafetensorsHeader SafetensorsReader::parseHeader(const uint8_t* data, uint64_t s
     const char* text = reinterpret_cast<const char*>(data + 8);
     if (text[0] != '{') throw Error(ErrorKind::Format, where, "safetensors header does not start with '{'", 8);
     json header;
-    // a name given twice: a JSON object reader keeps the last silently, the safetensors library refuses the file
-    // (serde: duplicate field); a reader of ours must not pick one of two tensors
-    std::unordered_set<std::string> names;
-    std::string duplicate;
-    const json::parser_callback_t noteKeys = [&](int depth, json::parse_event_t event, json& parsed) {
-        if (depth == 1 && event == json::parse_event_t::key && duplicate.empty()
-            && !names.insert(parsed.get<std::string>()).second)
-            duplicate = parsed.get<std::string>();
-        return true;
-    };
     try {
-        header = json::parse(text, text + h.headerLength, noteKeys);
+        header = json::parse(text, text + h.headerLength);
     } catch (const json::exception& e) {
         const auto* pe = dynamic_cast<const json::parse_error*>(&e);
         throw Error(ErrorKind::Format, where, std::string("safetensors header is not valid JSON: ") + e.what(),
             pe ? 8 + static_cast<uint64_t>(pe->byte) : 8);
     }
     if (!header.is_object()) throw Error(ErrorKind::Format, where, "safetensors header is not a JSON object", 8);
+    // a name given twice: a JSON object keeps the last silently, the safetensors library refuses the file (serde:
+    // duplicate field); a reader of ours must not pick one of two tensors. nlohmann's parser callback cannot say it
+    // in linear time (it rescans the object after each member), so a second, SAX pass counts the top-level names.
+    const std::string duplicate = firstDuplicateTopLevelKey(text, h.headerLength);
     if (!duplicate.empty())
         throw Error(ErrorKind::Format, where,
             "safetensors header names " + quote(duplicate)

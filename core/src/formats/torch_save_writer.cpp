@@ -36,6 +36,11 @@ StateTree::StateTree()
     m_nodes[0].kind = Kind::Dict;
 }
 
+size_t StateTree::keyHash(size_t parent, std::string_view key)
+{
+    return std::hash<std::string_view>()(key) ^ (parent * 0x9e3779b97f4a7c15ULL);
+}
+
 size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKind)
 {
     // containerKind: what to create if the child does not exist yet
@@ -47,10 +52,15 @@ size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKi
     };
     Node* p = &m_nodes[parent];
     if (p->kind == Kind::Dict) {
-        for (size_t i = 0; i < p->keys.size(); ++i)
-            if (p->keys[i] == elem.key) return p->children[i];
+        const std::string_view key(elem.key.data(), elem.key.size());
+        const size_t h = keyHash(parent, key);
+        for (auto [it, end] = m_keyIndex.equal_range(h); it != end; ++it) {
+            const auto [owner, pos] = it->second;
+            if (owner == parent && p->keys[pos] == key) return p->children[pos];
+        }
         const size_t c = make();
         p = &m_nodes[parent];
+        m_keyIndex.emplace(h, std::make_pair(parent, p->keys.size()));
         p->keys.push_back(elem.key.str());
         p->keyValues.push_back(elem.keyValue && elem.keyValue->kind != PyKind::Str ? elem.keyValue : nullptr);
         p->children.push_back(c);
@@ -551,6 +561,7 @@ WriteStats TorchSaveWriter::writeArchive(
 WriteStats TorchSaveWriter::write(
     const StateTree& tree, const std::string& path, const Progress& progress, WriteOptions options)
 {
+    if (!options.cancelled) options.cancelled = progress.cancelled; // asked again just before the rename
     OutputFile out(path, options);
     WriteStats stats = writeArchive(tree, out, archivePrefix(path), progress);
     out.commit();

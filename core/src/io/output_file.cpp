@@ -244,6 +244,7 @@ void OutputFile::commit()
     flushBuffer();
     if (m_options.fsync && ::fsync(m_fd) != 0)
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
+    if (m_options.cancelled && m_options.cancelled()) throw Error(ErrorKind::Cancelled, m_path, "cancelled");
     if (m_options.beforeCommit) m_options.beforeCommit();
     if (::rename(m_temp.c_str(), m_path.c_str()) != 0)
         throw Error(ErrorKind::Io, m_path,

@@ -78,17 +78,42 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
         if (valid.empty()) L.gaps.push_back(TensorBox {});
         return L;
     }
-    std::vector<size_t> byStart(valid);
+    // A region listed k times (replicas, or a hostile .metadata: 2,000 entries for one row) is k - 1 pairs, each
+    // repeat against its first listing, not k(k-1)/2: chunks with one box are grouped first, and only one of each
+    // box takes part in the sweep for partial overlaps, whose list stops at kMaxOverlapPairs (overlapsTruncated).
+    std::vector<size_t> byBox(valid);
+    auto boxLess = [&](size_t a, size_t b) {
+        const TensorBox& x = L.chunks[a];
+        const TensorBox& y = L.chunks[b];
+        return x.offsets != y.offsets ? x.offsets < y.offsets : x.sizes != y.sizes ? x.sizes < y.sizes : a < b;
+    };
+    std::sort(byBox.begin(), byBox.end(), boxLess);
+    std::vector<size_t> byStart; // one chunk of each distinct box, the first listed
+    for (size_t k = 0; k < byBox.size();) {
+        size_t end = k + 1;
+        while (end < byBox.size() && L.chunks[byBox[end]].offsets == L.chunks[byBox[k]].offsets
+            && L.chunks[byBox[end]].sizes == L.chunks[byBox[k]].sizes)
+            ++end;
+        for (size_t j = k + 1; j < end; ++j)
+            L.overlaps.push_back({byBox[k], byBox[j], L.chunks[byBox[k]]});
+        byStart.push_back(byBox[k]);
+        k = end;
+    }
     std::sort(byStart.begin(), byStart.end(),
         [&](size_t a, size_t b) { return L.chunks[a].offsets[0] < L.chunks[b].offsets[0]; });
-    for (size_t x = 0; x < byStart.size(); ++x) {
+    size_t partial = 0;
+    for (size_t x = 0; x < byStart.size() && !L.overlapsTruncated; ++x) {
         const TensorBox& a = L.chunks[byStart[x]];
         for (size_t y = x + 1; y < byStart.size(); ++y) {
             const TensorBox& b = L.chunks[byStart[y]];
             if (b.offsets[0] >= a.offsets[0] + a.sizes[0]) break;
             TensorBox region;
-            if (intersect(a, b, region))
-                L.overlaps.push_back({std::min(byStart[x], byStart[y]), std::max(byStart[x], byStart[y]), region});
+            if (!intersect(a, b, region)) continue;
+            if (++partial > kMaxOverlapPairs) {
+                L.overlapsTruncated = true;
+                break;
+            }
+            L.overlaps.push_back({std::min(byStart[x], byStart[y]), std::max(byStart[x], byStart[y]), region});
         }
     }
 
@@ -116,7 +141,8 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
         for (const auto& o : L.overlaps)
             sum -= o.region.numel();
         L.coveredElements = std::min(sum, L.totalElements);
-        L.gapsExact = L.coveredElements >= L.totalElements;
+        // (pairs of partial overlaps sharing elements are subtracted twice, and a truncated list misses some)
+        L.gapsExact = L.coveredElements >= L.totalElements && !L.overlapsTruncated;
         return L;
     }
     std::vector<int64_t> dims(ndim);

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Property tests for the safety rules (tests/safety/safety.py drives the CLI with real hostile files): over many
+// random inputs, escaped text holds no control or direction character, CSV cells never start a formula, a region
+// listed k times is k - 1 overlap pairs, lexical '..' escapes are caught, and every spelling of an input is refused
+// as an output.
+#include "csv.h"
+#include "mapped_file.h"
+#include "optscope/display_text.h"
+#include "optscope/error.h"
+#include "optscope/output_file.h"
+#include "optscope/shard_layout.h"
+#include "optscope/torch_save_writer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <unistd.h>
+
+using namespace optscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string randomBytes(std::mt19937& rng, size_t maxLen)
+{
+    // mostly the dangerous neighbourhoods: C0, DEL, C1 lead bytes, the bidi marks' lead bytes, and plain text
+    static const std::vector<std::string> pieces = {"\x1b", "\r", "\n", "\t", "\x07", std::string(1, '\0'), "\x7f",
+        "\xc2\x85", "\xc2\x9b", "\xe2\x80\xae", "\xe2\x81\xa6", "\xd8\x9c", "\xed\xa0\x80", "\xff", "\xc3", "a", "Z",
+        "\\", "=", "\xe2\x80\x8e", "\xf0\x9f\x98\x80"};
+    std::string s;
+    const size_t n = rng() % maxLen;
+    for (size_t i = 0; i < n; ++i)
+        s += rng() % 4 == 0 ? std::string(1, static_cast<char>(rng() % 256)) : pieces[rng() % pieces.size()];
+    return s;
+}
+
+} // namespace
+
+TEST(Safety, DisplayTextLeavesNoControlOrDirectionCharacter)
+{
+    std::mt19937 rng(26);
+    for (int round = 0; round < 20000; ++round) {
+        const std::string in = randomBytes(rng, 24);
+        for (bool keepNewlines : {false, true}) {
+            const std::string out = displayText(in, keepNewlines);
+            ASSERT_TRUE(isUtf8(out)) << hexBytes(in);
+            for (size_t i = 0; i < out.size(); ++i) {
+                const auto c = static_cast<unsigned char>(out[i]);
+                ASSERT_FALSE(c < 0x20 && !(keepNewlines && c == '\n')) << hexBytes(in);
+                ASSERT_NE(c, 0x7f) << hexBytes(in);
+                if (c == 0xc2 && i + 1 < out.size()) {
+                    ASSERT_GE(static_cast<unsigned char>(out[i + 1]), 0xa0) << hexBytes(in);
+                }
+            }
+            for (const char* mark : {"\xe2\x80\xae", "\xe2\x80\xad", "\xe2\x81\xa6", "\xe2\x81\xa9", "\xe2\x80\x8e",
+                     "\xe2\x80\x8f", "\xd8\x9c"})
+                ASSERT_EQ(out.find(mark), std::string::npos) << hexBytes(in);
+            ASSERT_EQ(needsDisplayEscape(in, keepNewlines), out != in);
+        }
+    }
+    EXPECT_EQ(displayText("evil\xe2\x80\xaegpj.exe"), "evil\\u202egpj.exe");
+    EXPECT_EQ(displayText("a\nb"), "a\\x0ab");
+    EXPECT_EQ(displayText("a\nb", true), "a\nb");
+    EXPECT_EQ(displayText("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80"); // text stays text
+    EXPECT_EQ(displayText("lone\xed\xa0\x80"), "lone\\xed\\xa0\\x80");
+}
+
+TEST(Safety, CsvCellsNeverStartAFormula)
+{
+    std::mt19937 rng(27);
+    for (int round = 0; round < 20000; ++round) {
+        std::string in = randomBytes(rng, 12);
+        if (round % 3 == 0) in.insert(0, 1, "=+-@\t\r"[rng() % 6]);
+        const std::string cell = CsvWriter::field(in);
+        // what a spreadsheet sees: the cell's text after CSV unquoting
+        std::string shown = cell;
+        if (!cell.empty() && cell.front() == '"') {
+            shown.clear();
+            for (size_t i = 1; i + 1 < cell.size(); ++i) {
+                shown += cell[i];
+                if (cell[i] == '"') ++i;
+            }
+        }
+        if (shown.empty()) continue;
+        char* end = nullptr;
+        std::strtod(shown.c_str(), &end);
+        const bool number = end == shown.c_str() + shown.size();
+        const bool formulaStart = std::string("=+-@\t\r").find(shown.front()) != std::string::npos;
+        ASSERT_TRUE(!formulaStart || (number && shown.front() != '=' && shown.front() != '@')) << hexBytes(in);
+    }
+    EXPECT_EQ(CsvWriter::field("=cmd|' /C calc'!A0"), "\"'=cmd|' /C calc'!A0\"");
+    EXPECT_EQ(CsvWriter::field("-0.5"), "-0.5");
+    EXPECT_EQ(CsvWriter::field("-inf"), "-inf");
+    EXPECT_EQ(CsvWriter::field("-x"), "\"'-x\"");
+}
+
+TEST(Safety, ARegionListedKTimesIsKMinusOnePairs)
+{
+    std::mt19937 rng(28);
+    for (int round = 0; round < 50; ++round) {
+        const int64_t rows = 1 + rng() % 16;
+        const size_t k = 1 + rng() % 3000;
+        TensorEntry t;
+        t.shape = {rows, 4};
+        t.dtype = DType::Float32;
+        for (size_t i = 0; i < k; ++i) {
+            const int64_t off[2] = {0, 0}, sizes[2] = {rows, 4};
+            t.chunks.appendBox(static_cast<int>(i % 7), off, sizes, 2);
+        }
+        const ShardLayout L = ShardLayout::of(t);
+        ASSERT_EQ(L.overlaps.size(), k - 1);
+        ASSERT_FALSE(L.overlapsTruncated);
+        EXPECT_EQ(L.coveredElements, rows * 4);
+    }
+    // partly overlapping distinct boxes: listed up to the cap, then said to be truncated
+    TensorEntry t;
+    t.shape = {10000, 4};
+    t.dtype = DType::Float32;
+    for (int64_t i = 0; i < 5000; ++i) {
+        const int64_t off[2] = {i, 0}, sizes[2] = {100, 4};
+        t.chunks.appendBox(0, off, sizes, 2);
+    }
+    const ShardLayout L = ShardLayout::of(t);
+    EXPECT_EQ(L.overlaps.size(), ShardLayout::kMaxOverlapPairs);
+    EXPECT_TRUE(L.overlapsTruncated);
+    EXPECT_FALSE(L.complete());
+}
+
+TEST(Safety, PathsThatClimbOutOfTheRootAreOutside)
+{
+    const fs::path root = fs::temp_directory_path() / ("optscope-safety-" + std::to_string(::getpid()));
+    fs::create_directories(root / "sub");
+    std::ofstream(root / "sub" / "f") << "x";
+    std::mt19937 rng(29);
+    const std::vector<std::string> parts = {"sub", "..", ".", "f", "x"};
+    for (int round = 0; round < 5000; ++round) {
+        std::string rel;
+        int depth = 0;
+        bool escapes = false;
+        const size_t n = 1 + rng() % 5;
+        for (size_t i = 0; i < n; ++i) {
+            const std::string& p = parts[rng() % parts.size()];
+            rel += (i ? "/" : "") + p;
+            depth += p == ".." ? -1 : p == "." ? 0 : 1;
+            escapes = escapes || depth < 0;
+        }
+        const MemberStat m = statInside(root.string(), rel);
+        if (escapes)
+            ASSERT_EQ(m.kind, MemberStat::Outside) << rel;
+        else
+            ASSERT_NE(m.kind, MemberStat::Outside) << rel;
+    }
+    EXPECT_EQ(statInside(root.string(), "/etc/passwd").kind, MemberStat::Outside);
+    fs::create_symlink("/etc/hostname", root / "link");
+    EXPECT_EQ(statInside(root.string(), "link").kind, MemberStat::Outside);
+    EXPECT_EQ(statInside(root.string(), "sub/f").kind, MemberStat::Regular);
+    fs::remove_all(root);
+}
+
+TEST(Safety, EverySpellingOfAnInputIsRefusedAsOutput)
+{
+    const fs::path dir = fs::temp_directory_path() / ("optscope-spell-" + std::to_string(::getpid()));
+    fs::create_directories(dir / "ckpt" / "deep");
+    std::ofstream(dir / "in.pt") << "x";
+    fs::create_directory_symlink(dir / "ckpt", dir / "alias");
+    fs::create_hard_link(dir / "in.pt", dir / "hard.pt");
+    const std::vector<std::string> inputs = {(dir / "in.pt").string(), (dir / "ckpt").string()};
+    for (const std::string& out : {(dir / "in.pt").string(), (dir / "." / "in.pt").string(),
+             (dir / "ckpt" / ".." / "in.pt").string(), (dir / "hard.pt").string(), (dir / "ckpt").string(),
+             (dir / "ckpt" / "new.pt").string(), (dir / "ckpt" / "deep" / "x").string(), (dir / "alias" / "x").string(),
+             (dir / "alias").string(), dir.string()}) {
+        try {
+            refuseOutputOverInputs(out, inputs);
+            ADD_FAILURE() << out << " was not refused";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::Usage) << out;
+        }
+    }
+    for (const std::string& out : {(dir / "out.pt").string(), (dir / "ckpt2").string(), (dir / "in.pt2").string()})
+        EXPECT_NO_THROW(refuseOutputOverInputs(out, inputs)) << out;
+    fs::remove_all(dir);
+}
+
+TEST(Safety, ADictOfManyKeysIsPlacedInLinearTime)
+{
+    // the same tree as a naive build, for 200k keys in one dict (was N^2 / 2 comparisons)
+    StateTree tree;
+    for (int i = 0; i < 200000; ++i)
+        tree.setValue({KeyPathElem::fromKey("d"), KeyPathElem::fromKey("k" + std::to_string(i))}, nullptr);
+    for (int i = 0; i < 200000; i += 997) // again: the same node, not a new one
+        tree.setValue({KeyPathElem::fromKey("d"), KeyPathElem::fromKey("k" + std::to_string(i))}, nullptr);
+    const auto& root = tree.node(tree.root());
+    ASSERT_EQ(root.children.size(), 1u);
+    const auto& d = tree.node(root.children[0]);
+    ASSERT_EQ(d.keys.size(), 200000u);
+    EXPECT_EQ(d.keys[123456], "k123456");
+}
