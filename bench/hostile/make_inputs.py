@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Valid inputs that are cheap for PyTorch and were costly for OptScope (the safety issue's cost cases), written by
+real PyTorch and its own classes:
+
+    scripts/torch-python bench/hostile/make_inputs.py OUT [N_INTS] [N_SAFETENSORS] [N_CHUNKS]
+
+- ints_N.pt: torch.save of a dict of N Python ints (gather was quadratic in N)
+- st_N.safetensors: safetensors.torch.save_file of N one-element tensors
+- chunks_N/: a DCP folder whose one tensor of N rows is stored in N one-row chunks (dcp.save of a ShardedTensor-free
+  state dict cannot make that many chunks on one process, so the .metadata is built with PyTorch's own
+  Metadata / ChunkStorageMetadata classes and the data file written by torch.save-free raw bytes as DCP's
+  FileSystemWriter lays them out: one torch.save archive per chunk)
+- overlap_N/: the same N chunks all covering row 0 (N^2 overlapping pairs)
+- expanded.pt: torch.zeros(1).expand(2**30, 2**30) (a stride-0 view)
+"""
+import io
+import os
+import sys
+
+import torch
+from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata, MetadataIndex,
+                                                   TensorProperties, TensorStorageMetadata)
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+import pickle
+
+
+def ints(out, n):
+    torch.save({str(i): i for i in range(n)}, os.path.join(out, f"ints_{n}.pt"))
+
+
+def many_safetensors(out, n):
+    from safetensors.torch import save_file
+    save_file({f"t{i}": torch.full((1,), float(i)) for i in range(n)}, os.path.join(out, f"st_{n}.safetensors"))
+
+
+def chunked(out, n, overlap):
+    d = os.path.join(out, f"{'overlap' if overlap else 'chunks'}_{n}")
+    os.makedirs(d, exist_ok=True)
+    chunks, storage = [], {}
+    data = io.BytesIO()
+    for i in range(n):
+        row = 0 if overlap else i
+        t = torch.full((1, 4), float(i))
+        buf = io.BytesIO()
+        torch.save(t, buf)  # DCP's FileSystemWriter stores each tensor item as a torch.save archive
+        off = data.tell()
+        data.write(buf.getvalue())
+        chunks.append(ChunkStorageMetadata(offsets=torch.Size([row, 0]), sizes=torch.Size([1, 4])))
+        storage[MetadataIndex("w", torch.Size([row, 0]), i)] = _StorageInfo("__0_0.distcp", off, len(buf.getvalue()))
+    md = Metadata(state_dict_metadata={"w": TensorStorageMetadata(
+        properties=TensorProperties(dtype=torch.float32), size=torch.Size([1 if overlap else n, 4]), chunks=chunks)},
+        storage_data=storage)
+    with open(os.path.join(d, ".metadata"), "wb") as f:
+        pickle.dump(md, f)
+    with open(os.path.join(d, "__0_0.distcp"), "wb") as f:
+        f.write(data.getvalue())
+
+
+def expanded(out):
+    torch.save({"big": torch.zeros(1).expand(2**30, 2**30)}, os.path.join(out, "expanded.pt"))
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    n_ints = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
+    n_st = int(sys.argv[3]) if len(sys.argv) > 3 else 100000
+    n_chunks = int(sys.argv[4]) if len(sys.argv) > 4 else 10000
+    ints(out, n_ints)
+    many_safetensors(out, n_st)
+    chunked(out, n_chunks, False)
+    chunked(out, min(n_chunks, 2000), True)
+    expanded(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The safety issue's cost cases, side by side with the PyTorch way in one run: wall time (median of RUNS) and peak
+RSS (GNU time), as ratios; writes bench/results/hostile.md.
+
+    python3 bench/hostile/run_hostile_bench.py OPTSCOPE_CLI [RUNS]
+Inputs come from bench/hostile/make_inputs.py (real PyTorch, scripts/torch-python) into bench/out/hostile.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CLI = os.path.abspath(sys.argv[1])
+RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+OUT = os.path.join(ROOT, "bench/out/hostile")
+TP = os.path.join(ROOT, "scripts/torch-python")
+SIDE = os.path.join(ROOT, "bench/hostile/torch_side.py")
+
+
+def measure(cmd):
+    walls, rss = [], []
+    for _ in range(RUNS):
+        with tempfile.NamedTemporaryFile("r") as t:
+            r = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", t.name] + cmd, cwd=OUT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=900)
+            wall, kb = t.read().split()[-2:]
+        walls.append(float(wall))
+        rss.append(int(kb))
+        for f in ("o.pt", "t.pt"):
+            if os.path.exists(os.path.join(OUT, f)):
+                os.unlink(os.path.join(OUT, f))
+    return statistics.median(walls), max(rss) / 1024, r.returncode
+
+
+def main():
+    subprocess.run([TP, os.path.join(ROOT, "bench/hostile/make_inputs.py"), OUT, "100000", "100000", "10000"],
+                   check=True, stderr=subprocess.DEVNULL)
+    cases = [
+        ("gather of a dict of 100k ints (1.8 MB)", ["gather", "ints_100000.pt", "-o", "o.pt", "--no-fsync"],
+         ["load_save", "ints_100000.pt", "t.pt"], "torch.load + torch.save"),
+        ("inspect of 100k safetensors tensors", ["inspect", "st_100000.safetensors"],
+         ["st_load", "st_100000.safetensors"], "safetensors load_file"),
+        ("gather of 100k safetensors tensors", ["gather", "st_100000.safetensors", "-o", "o.pt", "--no-fsync"],
+         ["st_load_save", "st_100000.safetensors", "t.pt"], "load_file + torch.save"),
+        ("inspect --hash of one tensor in 10k chunks", ["inspect", "chunks_10000", "--hash"],
+         ["dcp_load_hash", "chunks_10000"], "dcp.load + sha256"),
+        ("check of 2,000 listings of one region", ["check", "overlap_2000"], None, "none (target < 1 s)"),
+        ("gather of z = [z, z] x 64 (1.7 KB)", ["gather", os.path.join(ROOT, "tests/data/hostile/shared_strings.pt"),
+                                               "-o", "o.pt", "--no-fsync"],
+         ["load_save", os.path.join(ROOT, "tests/data/hostile/shared_strings.pt"), "t.pt"],
+         "torch.load + torch.save"),
+        ("inspect --hash of expand(2^30, 2^30) (1.2 KB)", ["inspect", "expanded.pt", "--hash"],
+         ["load", "expanded.pt"], "torch.load"),
+    ]
+    rows = []
+    for name, ours, theirs, what in cases:
+        w, m, rc = measure([CLI] + ours)
+        if theirs:
+            tw, tm, _ = measure([TP, SIDE] + theirs)
+            rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what}: {tw:.2f} s, {tm:.0f} MiB | "
+                        f"{tw / max(w, 1e-3):.1f}x | {tm / max(m, 1e-3):.1f}x |")
+        else:
+            rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what} | - | - |")
+        print(rows[-1], flush=True)
+    with open(os.path.join(ROOT, "bench/results/hostile.md"), "w") as f:
+        f.write("# Hostile but valid inputs: cost against the PyTorch way\n\n")
+        f.write(f"`python3 bench/hostile/run_hostile_bench.py {os.path.relpath(CLI, ROOT)} {RUNS}` (median of "
+                f"{RUNS} runs, peak RSS; PyTorch 2.6 through scripts/torch-python, whose start-up of about 1 s is "
+                "in its times). Ratios: PyTorch / optscope (above 1: optscope is faster / leaner).\n\n")
+        f.write("| case | optscope-cli | the PyTorch way | time ratio | memory ratio |\n|---|---|---|---:|---:|\n")
+        f.write("\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

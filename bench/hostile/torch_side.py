@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The PyTorch way for each hostile cost case (bench/hostile/run_hostile_bench.py runs it beside optscope-cli):
+
+    scripts/torch-python bench/hostile/torch_side.py CASE INPUT OUT
+CASE: load_save (torch.load(weights_only=True) + torch.save: what gather does for a torch.save input),
+      st_load (safetensors.torch.load_file), st_load_save (load_file + torch.save),
+      dcp_load_hash (dcp.load of every tensor into a plain tensor, then SHA-256 of its bytes: inspect --hash),
+      load (torch.load(weights_only=True) alone)
+"""
+import hashlib
+import sys
+
+import torch
+
+case, inp = sys.argv[1], sys.argv[2]
+out = sys.argv[3] if len(sys.argv) > 3 else None
+if case in ("load_save", "load"):
+    obj = torch.load(inp, weights_only=True)
+    if case == "load_save":
+        torch.save(obj, out)
+elif case in ("st_load", "st_load_save"):
+    from safetensors.torch import load_file
+    obj = load_file(inp)
+    if case == "st_load_save":
+        torch.save(obj, out)
+elif case == "dcp_load_hash":
+    import torch.distributed.checkpoint as dcp
+    md = dcp.FileSystemReader(inp).read_metadata()
+    sd = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in md.state_dict_metadata.items()
+          if hasattr(v, "size")}
+    dcp.load(sd, checkpoint_id=inp)
+    for t in sd.values():
+        hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+else:
+    sys.exit(f"unknown case {case}")
