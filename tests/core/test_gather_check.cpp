@@ -5,6 +5,7 @@
 #include "mapped_file.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_loader.h"
+#include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/gather.h"
 #include "optscope/inspect_report.h"
@@ -290,6 +291,47 @@ TEST(Check, MetadataOnlyModeReadsNoChunks)
     const auto r = checkCheckpoint(*openCheckpoint(kData + "/fsdp2_r3"), o);
     EXPECT_TRUE(r.clean());
     EXPECT_EQ(r.chunksChecked, 0u);
+}
+
+// ---------------------------------------------------------------------------- real checkpoints, round 3 (issue 27)
+
+TEST(Check, Fsdp1ShardedRankFilesWithARankWithoutRows)
+{
+    // FSDP1 SHARDED_STATE_DICT of a Linear(3, 4) on 3 ranks (tests/data/fsdp1_sharded_r3, one torch.save per rank
+    // of ShardedTensors): 4 rows are chunked 2 + 2 + 0, so rank 2's file holds no local shard, and its metadata
+    // lists ranks 0 and 1 as holding them. Together the files are the whole state, not six tensors without data.
+    const auto cp = openCheckpoint(kData + "/fsdp1_sharded_r3");
+    EXPECT_EQ(cp->format, CheckpointFormat::TorchSaveRanks);
+    for (const auto& w : cp->warnings)
+        EXPECT_NE(w.code, "tensor-without-data") << w.key << ": " << w.message;
+    const CheckReport r = checkCheckpoint(*cp);
+    EXPECT_TRUE(r.clean()) << r.toJson().dump(1);
+    const Entry* weight = cp->find("model.weight");
+    ASSERT_NE(weight, nullptr);
+    EXPECT_EQ(weight->tensor.shape, (std::vector<int64_t> {4, 3}));
+    EXPECT_EQ(weight->tensor.ranks(), (std::vector<int> {0, 1}));
+    EXPECT_FALSE(weight->tensor.shardsElsewhere);
+
+    // gather writes PyTorch's FULL_STATE_DICT of the same run (fsdp1_sharded_r3_full.pt), value for value (the
+    // interop test loads it in PyTorch too)
+    TempDir tmp;
+    const std::string out = (tmp.path / "full.pt").string();
+    gatherCheckpoint(*cp, out, {});
+    const DiffReport d = diffCheckpoints(*openCheckpoint(out), *openCheckpoint(kData + "/fsdp1_sharded_r3_full.pt"));
+    EXPECT_TRUE(d.equal) << d.toJson().dump(1);
+    EXPECT_EQ(d.count(DiffStatus::Equal), d.entries.size());
+
+    // rank 2's file on its own holds none of each tensor: said as the gap it is, naming where the data is
+    const auto rank2 = openCheckpoint(kData + "/fsdp1_sharded_r3/rank2.pt");
+    for (const auto& w : rank2->warnings)
+        EXPECT_NE(w.code, "tensor-without-data") << w.key;
+    ASSERT_TRUE(rank2->find("model.weight"));
+    EXPECT_TRUE(rank2->find("model.weight")->tensor.shardsElsewhere);
+    const CheckReport alone = checkCheckpoint(*rank2);
+    EXPECT_FALSE(hasFinding(alone, "tensor-without-data")) << alone.toJson().dump(1);
+    EXPECT_TRUE(hasFinding(alone, "chunk-gap", "model.weight"));
+    // a meta-device tensor still is one without data
+    EXPECT_TRUE(hasFinding(checkCheckpoint(*openCheckpoint(kData + "/partial/meta.pt")), "tensor-without-data"));
 }
 
 // ------------------------------------------------------------------------------------------- assembly and gather

@@ -142,6 +142,17 @@ private:
     {
         ++m_report.tensorsChecked;
         const TensorEntry& t = e.tensor;
+        if (t.storesNoData() && t.shardsElsewhere) {
+            // one rank's file, of a rank without rows: the others hold all of it (as a gap of a file holding one
+            // shard, said the same way)
+            const std::string cls = t.subclass.str();
+            auto& f = add(FindingCode::ChunkGap, e.key,
+                "this file holds no shard of the " + cls.substr(cls.rfind('.') + 1) + " " + shapeText(t.shape)
+                    + ": its metadata places every shard on other ranks (torch.chunk left this rank without rows); "
+                      "their files hold it, and the folder of all rank files reads it whole");
+            f.offsets = {std::vector<int64_t>(t.shape.size(), 0)};
+            return;
+        }
         if (t.storesNoData()) {
             add(FindingCode::TensorWithoutData, e.key,
                 "the tensor " + shapeText(t.shape) + " was saved without data ("
