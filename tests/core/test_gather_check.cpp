@@ -5,17 +5,20 @@
 #include "mapped_file.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_loader.h"
+#include "optscope/diagnosis.h"
 #include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/gather.h"
 #include "optscope/inspect_report.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "optscope/unsafe_globals.h"
 #include "sha256.h"
 
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -294,6 +297,74 @@ TEST(Check, MetadataOnlyModeReadsNoChunks)
 }
 
 // ---------------------------------------------------------------------------- real checkpoints, round 3 (issue 27)
+
+nlohmann::json fixtureJson(const std::string& rel)
+{
+    std::ifstream in(kData + "/" + rel);
+    return nlohmann::json::parse(in);
+}
+
+TEST(Check, BytesIOValuesOfADcpCheckpointAreInformation)
+{
+    // torchtitan's TrainState keeps its losses as torch.save'd bytes in io.BytesIO values (tests/data/torchtitan,
+    // real dcp.save): DCP saves each with torch.save, and dcp.load reads it back with torch.load(weights_only=False)
+    // (the generator recorded PyTorch restoring them): information, not an unsafe global
+    const auto expected = fixtureJson("torchtitan/expected.json");
+    EXPECT_EQ(expected["dcp_load_train_state"]["global_avg_losses"], nlohmann::json({2.5, 2.25}));
+    const auto cp = openCheckpoint(kData + "/torchtitan/dcp");
+    const CheckReport r = checkCheckpoint(*cp);
+    EXPECT_TRUE(r.clean()) << r.toJson().dump(1);
+    std::set<std::string> keys;
+    for (const auto& f : r.findings) {
+        EXPECT_NE(f.code, FindingCode::UnsafeGlobal) << f.message;
+        if (f.code != FindingCode::DcpDataGlobal) continue;
+        keys.insert(f.key);
+        EXPECT_EQ(f.severity, Severity::Info);
+        EXPECT_NE(f.message.find("'_io.BytesIO'"), std::string::npos) << f.message;
+        EXPECT_NE(f.message.find("weights_only=False"), std::string::npos) << f.message;
+        EXPECT_NE(f.message.find("add_safe_globals([io.BytesIO])"), std::string::npos) << f.message;
+    }
+    EXPECT_EQ(keys,
+        (std::set<std::string> {
+            "train_state.global_avg_losses", "train_state.global_max_losses", "train_state.log_steps"}));
+    // the views keep them apart from the unsafe globals (no red banner, no marked rows)
+    const UnsafeGlobals u = findUnsafeGlobals(*cp);
+    EXPECT_TRUE(u.classPaths.empty());
+    EXPECT_TRUE(u.byKey.empty());
+    EXPECT_EQ(u.dataClassPaths, std::vector<std::string> {"_io.BytesIO"});
+    // the rest of it is as saved: the scheduler's state, the RNG state, the train state's step
+    for (const char* key : {"lr_scheduler.last_epoch", "rng", "train_state.step", "optimizer.state.weight.exp_avg"})
+        EXPECT_NE(cp->find(key), nullptr) << key;
+    // diagnose reports the structure as check does: nothing to act on
+    EXPECT_FALSE(diagnoseCheckpoint(*cp, nullptr).hasProblems());
+}
+
+TEST(Check, BytesIOInATorchSaveFileStaysAWarningWithPyTorchsRefusal)
+{
+    // the same state dict in one torch.save file: torch.load(weights_only=True), PyTorch's default, refuses it
+    // (the generator recorded PyTorch's error), so it is a warning, which says so
+    const auto expected = fixtureJson("torchtitan/expected.json")["torchtitan.pt"];
+    ASSERT_EQ(expected["weights_only_true"], "UnpicklingError");
+    const std::string refusal = expected["error"];
+    const CheckReport r = checkCheckpoint(*openCheckpoint(kData + "/torchtitan/torchtitan.pt"));
+    EXPECT_FALSE(r.clean());
+    size_t unsafe = 0;
+    for (const auto& f : r.findings) {
+        EXPECT_NE(f.code, FindingCode::DcpDataGlobal);
+        if (f.code != FindingCode::UnsafeGlobal) continue;
+        ++unsafe;
+        EXPECT_EQ(f.severity, Severity::Warning);
+        EXPECT_NE(f.message.find("pure data"), std::string::npos) << f.message;
+        EXPECT_NE(f.message.find("weights_only=True"), std::string::npos) << f.message;
+        EXPECT_NE(f.pytorchError.find(refusal), std::string::npos) << f.pytorchError << "\n vs " << refusal;
+        EXPECT_NE(f.fix.find("safe_globals([io.BytesIO])"), std::string::npos) << f.fix;
+    }
+    EXPECT_EQ(unsafe, 3u);
+    // and a global that would run code stays a plain unsafe-global warning in a DCP checkpoint too
+    EXPECT_FALSE(isLoaderDataClass(CheckpointFormat::Dcp, "posix.system"));
+    EXPECT_FALSE(isLoaderDataClass(CheckpointFormat::TorchSave, "_io.BytesIO"));
+    EXPECT_TRUE(isLoaderDataClass(CheckpointFormat::Dcp, "_io.BytesIO"));
+}
 
 TEST(Check, Fsdp1ShardedRankFilesWithARankWithoutRows)
 {

@@ -38,6 +38,7 @@ enum class FindingCode {
     UnsupportedTransform,
     UnsafeGlobal,
     LibraryGlobal,
+    DcpDataGlobal,
     // one optimizer on its own (check and diagnose)
     NoOptimizer,
     EmptyState,

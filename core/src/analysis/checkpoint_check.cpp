@@ -83,10 +83,7 @@ public:
     CheckReport run()
     {
         for (const auto& w : m_cp.warnings) {
-            if (w.code == "unsafe-global")
-                add(isWriterLibraryClass(m_cp.format, w.classPath) ? FindingCode::LibraryGlobal
-                                                                   : FindingCode::UnsafeGlobal,
-                    w.key, w.message);
+            if (w.code == "unsafe-global") addGlobal(w);
             if (w.code == "megatron-bucket-layout") add(FindingCode::MegatronBucketLayout, w.key, w.message);
             if (w.code == "param-order-assumed") {
                 Finding& f = add(FindingCode::ParamOrderAssumed, w.key, w.message);
@@ -124,6 +121,49 @@ private:
     {
         m_report.findings.emplace_back(code, std::move(message), std::move(key));
         return m_report.findings.back();
+    }
+
+    /// a global outside the safe set: the writer library's own class (info), pure data the format's loader reads
+    /// (info), or unsafe (a warning; for pure data, with what torch.load(weights_only=True) says of it)
+    void addGlobal(const CheckpointWarning& w)
+    {
+        if (isWriterLibraryClass(m_cp.format, w.classPath)) {
+            add(FindingCode::LibraryGlobal, w.key, w.message);
+            return;
+        }
+        if (!isPureDataClass(w.classPath)) {
+            add(FindingCode::UnsafeGlobal, w.key, w.message);
+            return;
+        }
+        const std::string& cls = w.classPath;
+        const std::string shortName = cls.substr(cls.rfind('.') + 1);
+        // the key is the finding's own: said once
+        const std::string holder = w.key.empty() ? std::string("the checkpoint holds ") : std::string();
+        // PyTorch 2.6's own words (torch.load(weights_only=True) of such a value)
+        const std::string refusal = "Unsupported global: GLOBAL " + cls
+            + " was not an allowed global by default. Please use `torch.serialization.add_safe_globals([" + shortName
+            + "])` or the `torch.serialization.safe_globals([" + shortName
+            + "])` context manager to allowlist this global if you trust this class/function.";
+        if (isLoaderDataClass(m_cp.format, cls)) {
+            add(FindingCode::DcpDataGlobal, w.key,
+                holder + "an object of class '" + cls
+                    + "' (pure data: a bytes buffer), kept inert: DCP saved it with torch.save, and dcp.load reads "
+                      "it back with torch.load(weights_only=False) (DefaultLoadPlanner.load_bytes), as torchtitan "
+                      "resumes its train state; torch.load(weights_only=True) of it (after dcp_to_torch_save) "
+                      "refuses it unless it is allowed with torch.serialization.add_safe_globals([io."
+                    + shortName + "])");
+            return;
+        }
+        Finding& f = add(FindingCode::UnsafeGlobal, w.key,
+            holder + "an object of class '" + cls
+                + "', kept inert: it is pure data (a bytes buffer) and runs no code, but "
+                  "torch.load(weights_only=True), "
+                  "PyTorch's default since 2.6, refuses it (\""
+                + refusal.substr(0, refusal.find(". Please")) + "\")");
+        f.pytorchError = "_pickle.UnpicklingError: Weights only load failed. ... WeightsUnpickler error: " + refusal;
+        f.fix = "load it with torch.load(PATH, weights_only=False), or allow the class: `with "
+                "torch.serialization.safe_globals([io."
+            + shortName + "]): torch.load(PATH)`";
     }
 
     bool sameBytes(const Entry& e, size_t a, size_t b)

@@ -52,6 +52,12 @@ const std::vector<FindingInfo>& findingRegistry()
             "the pickle references a class of the library that wrote the checkpoint (DeepSpeed, Megatron-Core), kept "
             "inert: the library loads it with weights_only=False; torch.load(weights_only=True) refuses it unless it "
             "is allowed with torch.serialization.add_safe_globals"},
+        {C::DcpDataGlobal, "dcp-data-global", S::Info,
+            "a pure-data class (io.BytesIO) in a value of a DCP checkpoint, kept inert: DCP saved the value with "
+            "torch.save and dcp.load reads it back with torch.load(weights_only=False) "
+            "(DefaultLoadPlanner.load_bytes); "
+            "torch.load(weights_only=True) of the value (or of dcp_to_torch_save's file) refuses it unless it is "
+            "allowed with torch.serialization.add_safe_globals"},
         {C::NoOptimizer, "no-optimizer", S::Error, "no optimizer state dict (state + param_groups) in the file"},
         {C::EmptyState, "empty-state", S::Error,
             "param_groups list parameters but there is no state at all (saved before the first step)"},

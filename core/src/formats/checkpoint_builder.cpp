@@ -286,6 +286,17 @@ bool isWriterLibraryClass(CheckpointFormat format, const std::string& classPath)
     }
 }
 
+bool isPureDataClass(const std::string& classPath)
+{
+    // io.BytesIO pickles as _io.BytesIO: NEWOBJ, then BUILD with (bytes, position, __dict__)
+    return classPath == "_io.BytesIO" || classPath == "io.BytesIO";
+}
+
+bool isLoaderDataClass(CheckpointFormat format, const std::string& classPath)
+{
+    return format == CheckpointFormat::Dcp && isPureDataClass(classPath);
+}
+
 const char* writerLibraryName(CheckpointFormat format)
 {
     switch (format) {
@@ -302,13 +313,15 @@ const char* writerLibraryName(CheckpointFormat format)
 UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
 {
     UnsafeGlobals out;
-    std::set<std::string> all, library;
-    // the writer's own classes go apart: they are not what the warning is about
+    std::set<std::string> all, library, data;
+    // the writer's own classes, and pure data its loader reads, go apart: they are not what the warning is about
     auto keep = [&](const std::set<std::string>& found) {
         std::vector<std::string> unsafe;
         for (const auto& path : found) {
             if (isWriterLibraryClass(checkpoint.format, path)) {
                 library.insert(path);
+            } else if (isLoaderDataClass(checkpoint.format, path)) {
+                data.insert(path);
             } else {
                 unsafe.push_back(path);
                 all.insert(path);
@@ -331,6 +344,7 @@ UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
     }
     out.classPaths.assign(all.begin(), all.end());
     out.libraryClassPaths.assign(library.begin(), library.end());
+    out.dataClassPaths.assign(data.begin(), data.end());
     return out;
 }
 
