@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // What the CLI prints and exits with on real checkpoints that are healthy or hold values worth a word: check and
-// diagnose on a torchtitan-like DCP (io.BytesIO train state), inspect and gather on FSDP1 SHARDED_STATE_DICT rank files with a rank that holds no rows. The fixtures and what PyTorch did
-// with them come from tests/fixtures/make_fixtures.py (groups torchtitan, fsdp1_sharded).
+// diagnose on a torchtitan-like DCP (io.BytesIO train state), check on non-finite weights and moments, inspect and
+// gather on FSDP1 SHARDED_STATE_DICT rank files with a rank that holds no rows. The fixtures and what PyTorch did
+// with them come from tests/fixtures/make_fixtures.py (groups torchtitan, non_finite, fsdp1_sharded).
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +75,37 @@ TEST(CliFindings, CheckAndDiagnoseExitZeroOnADcpTrainStateOfBytesIO)
     r = runCli(tmp, "check '" + kData + "/torchtitan/torchtitan.pt'");
     EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
     EXPECT_NE(r.out.find("warning [unsafe-global] train_state.global_avg_losses"), std::string::npos) << r.out;
+}
+
+TEST(CliFindings, CheckReportsNonFiniteCountsAndNoDataSkipsThem)
+{
+    TempDir tmp;
+    const nlohmann::json expected = nlohmann::json::parse(slurp(kData + "/nonfinite/expected.json"));
+    for (const char* name : {"nonfinite.pt", "nonfinite_dcp_r2"}) {
+        SCOPED_TRACE(name);
+        const std::string path = "'" + kData + "/nonfinite/" + name + "'";
+        CliResult r = runCli(tmp, "check --json " + path);
+        EXPECT_EQ(r.exitCode, 1) << r.err;
+        const auto j = nlohmann::json::parse(r.out);
+        size_t seen = 0;
+        for (const auto& f : j["findings"]) {
+            if (f["code"] != "non-finite") continue;
+            ++seen;
+            const auto& want = expected[name][f["key"].get<std::string>()];
+            EXPECT_EQ(f["severity"], "warning");
+            for (const char* n : {"numel", "nan", "posinf", "neginf"})
+                EXPECT_EQ(f["counts"][n].get<int64_t>(), want[n].get<int64_t>()) << n;
+        }
+        EXPECT_EQ(seen, expected[name].size());
+        r = runCli(tmp, "check " + path);
+        EXPECT_NE(r.out.find("warning [non-finite] model.0.weight: 2 NaN, 1 +inf, 1 -inf in the 12 elements"),
+            std::string::npos)
+            << r.out;
+        // --no-data reads no tensor bytes: nothing is counted, and the structure is clean
+        r = runCli(tmp, "check --no-data " + path);
+        EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+        EXPECT_EQ(r.out.find("non-finite"), std::string::npos) << r.out;
+    }
 }
 
 TEST(CliFindings, InspectAndGatherOfFsdp1ShardedRankFilesWarnOfNoTensorWithoutData)

@@ -12,16 +12,19 @@
 #include "optscope/inspect_report.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "optscope/tensor_stats.h"
 #include "optscope/unsafe_globals.h"
 #include "sha256.h"
 
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace optscope;
 namespace fs = std::filesystem;
@@ -364,6 +367,82 @@ TEST(Check, BytesIOInATorchSaveFileStaysAWarningWithPyTorchsRefusal)
     EXPECT_FALSE(isLoaderDataClass(CheckpointFormat::Dcp, "posix.system"));
     EXPECT_FALSE(isLoaderDataClass(CheckpointFormat::TorchSave, "_io.BytesIO"));
     EXPECT_TRUE(isLoaderDataClass(CheckpointFormat::Dcp, "_io.BytesIO"));
+}
+
+TEST(Check, NonFiniteValuesAreCountedPerKeyAsPyTorchCountsThem)
+{
+    // NaN and +-inf set in float16 and bfloat16 weights and in AdamW's moments after two steps
+    // (tests/data/nonfinite: one torch.save and a 2-rank FSDP2 DCP of the same run); expected.json holds
+    // torch.isnan / isposinf / isneginf's sums per key
+    const auto expected = fixtureJson("nonfinite/expected.json");
+    for (const char* name : {"nonfinite.pt", "nonfinite_dcp_r2"}) {
+        SCOPED_TRACE(name);
+        const auto cp = openCheckpoint(kData + "/nonfinite/" + name);
+        const CheckReport r = checkCheckpoint(*cp);
+        std::map<std::string, const Finding*> found;
+        for (const auto& f : r.findings)
+            if (f.code == FindingCode::NonFinite) {
+                EXPECT_EQ(f.severity, Severity::Warning);
+                EXPECT_TRUE(found.emplace(f.key, &f).second) << "two findings for " << f.key;
+            }
+        const auto& want = expected[name];
+        ASSERT_EQ(found.size(), want.size()) << r.toJson().dump(1);
+        for (const auto& [key, c] : want.items()) {
+            SCOPED_TRACE(key);
+            ASSERT_TRUE(found.count(key));
+            const Finding& f = *found.at(key);
+            const auto j = f.toJson()["counts"];
+            for (const char* n : {"numel", "nan", "posinf", "neginf"})
+                EXPECT_EQ(j[n].get<int64_t>(), c[n].get<int64_t>()) << n;
+            if (c["nan"].get<int64_t>() > 0) {
+                EXPECT_NE(f.message.find(std::to_string(c["nan"].get<int64_t>()) + " NaN"), std::string::npos)
+                    << f.message;
+            }
+            EXPECT_NE(f.message.find(c["dtype"].get<std::string>()), std::string::npos) << f.message;
+            // the statistics count them by the same rule
+            const TensorStats s = computeTensorStats(*cp, *cp->find(key), 0);
+            EXPECT_EQ(s.nanCount, c["nan"].get<int64_t>());
+            EXPECT_EQ(s.posInfCount, c["posinf"].get<int64_t>());
+            EXPECT_EQ(s.negInfCount, c["neginf"].get<int64_t>());
+            EXPECT_EQ(s.infCount, c["posinf"].get<int64_t>() + c["neginf"].get<int64_t>());
+        }
+        // the sharded copy: each finding names the ranks whose chunks hold them
+        if (std::string(name) == "nonfinite_dcp_r2") {
+            EXPECT_EQ(found.at("model.1.bias")->ranks, std::vector<int> {1}); // bias [2] on 2 ranks: index 1
+            EXPECT_EQ(found.at("model.0.weight")->ranks, (std::vector<int> {0, 1}));
+        }
+        // metadata only: nothing read, nothing counted
+        CheckOptions noData;
+        noData.readChunks = false;
+        EXPECT_FALSE(hasFinding(checkCheckpoint(*cp, noData), "non-finite"));
+    }
+    // finite checkpoints stay clean
+    EXPECT_FALSE(hasFinding(checkCheckpoint(*openCheckpoint(kData + "/fsdp2_r3")), "non-finite"));
+}
+
+TEST(Check, NonFiniteCountsFollowTheDtypesBitPatterns)
+{
+    // one rule for every reader of values: the IEEE patterns of float16 / bfloat16 / float32 / float64, float8's own
+    const uint16_t half[] = {0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x3c00, 0x0000, 0x7bff};
+    NonFiniteCounts c = countNonFinite(reinterpret_cast<const uint8_t*>(half), 7, DType::Float16);
+    EXPECT_EQ(std::make_tuple(c.numel, c.nan, c.posInf, c.negInf),
+        std::make_tuple(int64_t(7), int64_t(2), int64_t(1), int64_t(1)));
+    const uint16_t bf16[] = {0x7f80, 0xff80, 0x7fc0, 0x3f80};
+    c = countNonFinite(reinterpret_cast<const uint8_t*>(bf16), 4, DType::BFloat16);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(1), int64_t(1), int64_t(1)));
+    const float f32[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 1e38f};
+    c = countNonFinite(reinterpret_cast<const uint8_t*>(f32), 3, DType::Float32);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(1), int64_t(0), int64_t(1)));
+    const double f64[] = {std::numeric_limits<double>::infinity(), -0.0};
+    c = countNonFinite(reinterpret_cast<const uint8_t*>(f64), 2, DType::Float64);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(0), int64_t(1), int64_t(0)));
+    // float8_e4m3fn has no inf: 0x7f and 0xff are NaN, 0x7e is 448
+    const uint8_t e4m3[] = {0x7f, 0xff, 0x7e};
+    c = countNonFinite(e4m3, 3, DType::Float8_e4m3fn);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(2), int64_t(0), int64_t(0)));
+    // integers hold none
+    const int32_t ints[] = {-1, 0x7f800000};
+    EXPECT_FALSE(countNonFinite(reinterpret_cast<const uint8_t*>(ints), 2, DType::Int32).any());
 }
 
 TEST(Check, Fsdp1ShardedRankFilesWithARankWithoutRows)

@@ -136,6 +136,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::TensorWithoutData, "tensor-without-data", S::Warning,
             "a tensor saved without its data (a meta-device tensor): torch.load gives a meta tensor with no values, "
             "and nothing can read, compare or reshard it"},
+        {C::NonFinite, "non-finite", S::Warning,
+            "a weight or optimizer state holds NaN or +-inf values (counted as torch.isnan / isposinf / isneginf "
+            "count them): torch.load and load_state_dict take them as they are, and the next steps spread them"},
     };
     return r;
 }
@@ -200,10 +203,17 @@ nlohmann::ordered_json Finding::toJson() const
     for (const auto& x : actions)
         a.push_back(
             {{"kind", fixActionKindName(x.kind)}, {"from", x.from}, {"to", x.to}, {"description", x.description}});
-    return {{"code", name()}, {"severity", severityName(severity)}, {"key", key.empty() ? json(nullptr) : json(key)},
+    json j = {{"code", name()}, {"severity", severityName(severity)}, {"key", key.empty() ? json(nullptr) : json(key)},
         {"message", message}, {"pytorch_error", pytorchError.empty() ? json(nullptr) : json(pytorchError)},
         {"fix", fix.empty() ? json(nullptr) : json(fix)}, {"keys", keys}, {"ranks", ranks}, {"offsets", offsets},
         {"actions", a}};
+    if (!counts.empty()) {
+        json c = json::object();
+        for (const auto& [name, value] : counts)
+            c[name] = value;
+        j["counts"] = std::move(c);
+    }
+    return j;
 }
 
 } // namespace optscope
