@@ -318,6 +318,19 @@ void StateKeysPanel::updateSummary()
         m_banner->setStyleSheet(QStringLiteral("QLabel { background: #e8f1fb; color: #1f3b5a; border: 1px solid "
                                                "#9ab8d8; border-radius: 3px; padding: 6px; }"));
         m_banner->show();
+    } else if (cp && !unsafe.dataClassPaths.empty()) {
+        // pure data the format's own loader reads (io.BytesIO values of a DCP checkpoint, check's dcp-data-global)
+        QStringList paths;
+        for (const auto& p : unsafe.dataClassPaths)
+            paths << QStringLiteral("<tt>%1</tt>").arg(QString::fromStdString(p).toHtmlEscaped());
+        m_banner->setText(tr("<b>ℹ Pure-data values</b>, kept inert: %1. DCP saved them with <tt>torch.save</tt> and "
+                             "<tt>dcp.load</tt> reads them back (<tt>weights_only=False</tt>); "
+                             "<tt>torch.load(weights_only=True)</tt> refuses them unless they are allowed with "
+                             "<tt>torch.serialization.add_safe_globals</tt>.")
+                              .arg(paths.join(QLatin1String(", "))));
+        m_banner->setStyleSheet(QStringLiteral("QLabel { background: #e8f1fb; color: #1f3b5a; border: 1px solid "
+                                               "#9ab8d8; border-radius: 3px; padding: 6px; }"));
+        m_banner->show();
     } else {
         m_banner->hide();
     }
@@ -337,12 +350,15 @@ void StateKeysPanel::updateSummary()
                        .arg(rankText, QString::fromStdString(cp->formatDetail));
     if (!m_model->filter().isEmpty()) text += tr(" — %n match(es)", nullptr, m_model->matchingLeaves());
     m_summary->setText(text);
-    // the writer library's own classes are explained by the banner above, as information (check calls them
-    // library-global): not listed again here as warnings
+    // the writer library's own classes and the pure data its loader reads are explained by the banner above, as
+    // information (check calls them library-global and dcp-data-global): not listed again here as warnings
     const auto& library = unsafe.libraryClassPaths;
+    const auto& data = unsafe.dataClassPaths;
     std::vector<const CheckpointWarning*> shown;
     for (const auto& w : cp->warnings)
-        if (w.code != "unsafe-global" || std::find(library.begin(), library.end(), w.classPath) == library.end())
+        if (w.code != "unsafe-global"
+            || (std::find(library.begin(), library.end(), w.classPath) == library.end()
+                && std::find(data.begin(), data.end(), w.classPath) == data.end()))
             shown.push_back(&w);
     if (shown.empty()) {
         m_warnings->hide();

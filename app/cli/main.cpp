@@ -56,14 +56,16 @@ const std::vector<Command>& commands()
             "Exit status: 0 written, 2 error (the checkpoint is incomplete, unreadable, or bad usage).\n",
             runGather},
         {"check", "structural findings: coverage, overlaps, bounds, missing files, empty state, step",
-            "usage: optscope-cli check PATH [--json] [--no-data]\n"
+            "usage: optscope-cli check PATH [--json] [--no-data] [--no-crc]\n"
             "\n"
             "Checks every tensor's chunk set (in bounds, no overlaps, full coverage, one dtype, every storage\n"
-            "file present and long enough) and the optimizer state (empty state, step that differs between\n"
-            "parameters or ranks).\n"
+            "file present and long enough), the CRC-32 of every zip record, NaN and +-inf in every floating\n"
+            "tensor (non-finite: counts per key), unsafe pickle globals, and the optimizer state (empty state,\n"
+            "step that differs between parameters or ranks).\n"
             "  --json      print {\"clean\": bool, \"findings\": [{\"code\", \"severity\", \"key\", \"message\",\n"
             "              \"ranks\", \"offsets\"}]}\n"
-            "  --no-data   metadata only: do not open the chunks themselves\n"
+            "  --no-data   metadata only: do not open the chunks themselves (no CRC, no non-finite counts)\n"
+            "  --no-crc    do not verify the CRC-32 of zip records\n"
             "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
             runCheck},
         {"diff", "compare two checkpoints (any formats, world sizes, key styles), key by key and number by number",

@@ -896,7 +896,7 @@ TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)
         EXPECT_TRUE(names.insert(f.name).second) << f.name;
         EXPECT_EQ(&findingInfo(f.code), &f);
     }
-    EXPECT_EQ(findingRegistry().back().code, FindingCode::TensorWithoutData); // the last enumerator
+    EXPECT_EQ(findingRegistry().back().code, FindingCode::NonFinite); // the last enumerator
 }
 
 TEST(Diagnose, WithoutAModelWrapperPrefixesAreTheFirstHint)

@@ -5,19 +5,26 @@
 #include "mapped_file.h"
 #include "optscope/checkpoint_check.h"
 #include "optscope/checkpoint_loader.h"
+#include "optscope/diagnosis.h"
+#include "optscope/diff_report.h"
 #include "optscope/error.h"
 #include "optscope/gather.h"
 #include "optscope/inspect_report.h"
 #include "optscope/shard_layout.h"
 #include "optscope/tensor_assembler.h"
+#include "optscope/tensor_stats.h"
+#include "optscope/unsafe_globals.h"
 #include "sha256.h"
 
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace optscope;
 namespace fs = std::filesystem;
@@ -290,6 +297,191 @@ TEST(Check, MetadataOnlyModeReadsNoChunks)
     const auto r = checkCheckpoint(*openCheckpoint(kData + "/fsdp2_r3"), o);
     EXPECT_TRUE(r.clean());
     EXPECT_EQ(r.chunksChecked, 0u);
+}
+
+// ---------------------------------------------------------------------------- real checkpoints, round 3 (issue 27)
+
+nlohmann::json fixtureJson(const std::string& rel)
+{
+    std::ifstream in(kData + "/" + rel);
+    return nlohmann::json::parse(in);
+}
+
+TEST(Check, BytesIOValuesOfADcpCheckpointAreInformation)
+{
+    // torchtitan's TrainState keeps its losses as torch.save'd bytes in io.BytesIO values (tests/data/torchtitan,
+    // real dcp.save): DCP saves each with torch.save, and dcp.load reads it back with torch.load(weights_only=False)
+    // (the generator recorded PyTorch restoring them): information, not an unsafe global
+    const auto expected = fixtureJson("torchtitan/expected.json");
+    EXPECT_EQ(expected["dcp_load_train_state"]["global_avg_losses"], nlohmann::json({2.5, 2.25}));
+    const auto cp = openCheckpoint(kData + "/torchtitan/dcp");
+    const CheckReport r = checkCheckpoint(*cp);
+    EXPECT_TRUE(r.clean()) << r.toJson().dump(1);
+    std::set<std::string> keys;
+    for (const auto& f : r.findings) {
+        EXPECT_NE(f.code, FindingCode::UnsafeGlobal) << f.message;
+        if (f.code != FindingCode::DcpDataGlobal) continue;
+        keys.insert(f.key);
+        EXPECT_EQ(f.severity, Severity::Info);
+        EXPECT_NE(f.message.find("'_io.BytesIO'"), std::string::npos) << f.message;
+        EXPECT_NE(f.message.find("weights_only=False"), std::string::npos) << f.message;
+        EXPECT_NE(f.message.find("add_safe_globals([io.BytesIO])"), std::string::npos) << f.message;
+    }
+    EXPECT_EQ(keys,
+        (std::set<std::string> {
+            "train_state.global_avg_losses", "train_state.global_max_losses", "train_state.log_steps"}));
+    // the views keep them apart from the unsafe globals (no red banner, no marked rows)
+    const UnsafeGlobals u = findUnsafeGlobals(*cp);
+    EXPECT_TRUE(u.classPaths.empty());
+    EXPECT_TRUE(u.byKey.empty());
+    EXPECT_EQ(u.dataClassPaths, std::vector<std::string> {"_io.BytesIO"});
+    // the rest of it is as saved: the scheduler's state, the RNG state, the train state's step
+    for (const char* key : {"lr_scheduler.last_epoch", "rng", "train_state.step", "optimizer.state.weight.exp_avg"})
+        EXPECT_NE(cp->find(key), nullptr) << key;
+    // diagnose reports the structure as check does: nothing to act on
+    EXPECT_FALSE(diagnoseCheckpoint(*cp, nullptr).hasProblems());
+}
+
+TEST(Check, BytesIOInATorchSaveFileStaysAWarningWithPyTorchsRefusal)
+{
+    // the same state dict in one torch.save file: torch.load(weights_only=True), PyTorch's default, refuses it
+    // (the generator recorded PyTorch's error), so it is a warning, which says so
+    const auto expected = fixtureJson("torchtitan/expected.json")["torchtitan.pt"];
+    ASSERT_EQ(expected["weights_only_true"], "UnpicklingError");
+    const std::string refusal = expected["error"];
+    const CheckReport r = checkCheckpoint(*openCheckpoint(kData + "/torchtitan/torchtitan.pt"));
+    EXPECT_FALSE(r.clean());
+    size_t unsafe = 0;
+    for (const auto& f : r.findings) {
+        EXPECT_NE(f.code, FindingCode::DcpDataGlobal);
+        if (f.code != FindingCode::UnsafeGlobal) continue;
+        ++unsafe;
+        EXPECT_EQ(f.severity, Severity::Warning);
+        EXPECT_NE(f.message.find("pure data"), std::string::npos) << f.message;
+        EXPECT_NE(f.message.find("weights_only=True"), std::string::npos) << f.message;
+        EXPECT_NE(f.pytorchError.find(refusal), std::string::npos) << f.pytorchError << "\n vs " << refusal;
+        EXPECT_NE(f.fix.find("safe_globals([io.BytesIO])"), std::string::npos) << f.fix;
+    }
+    EXPECT_EQ(unsafe, 3u);
+    // and a global that would run code stays a plain unsafe-global warning in a DCP checkpoint too
+    EXPECT_FALSE(isLoaderDataClass(CheckpointFormat::Dcp, "posix.system"));
+    EXPECT_FALSE(isLoaderDataClass(CheckpointFormat::TorchSave, "_io.BytesIO"));
+    EXPECT_TRUE(isLoaderDataClass(CheckpointFormat::Dcp, "_io.BytesIO"));
+}
+
+TEST(Check, NonFiniteValuesAreCountedPerKeyAsPyTorchCountsThem)
+{
+    // NaN and +-inf set in float16 and bfloat16 weights and in AdamW's moments after two steps
+    // (tests/data/nonfinite: one torch.save and a 2-rank FSDP2 DCP of the same run); expected.json holds
+    // torch.isnan / isposinf / isneginf's sums per key
+    const auto expected = fixtureJson("nonfinite/expected.json");
+    for (const char* name : {"nonfinite.pt", "nonfinite_dcp_r2"}) {
+        SCOPED_TRACE(name);
+        const auto cp = openCheckpoint(kData + "/nonfinite/" + name);
+        const CheckReport r = checkCheckpoint(*cp);
+        std::map<std::string, const Finding*> found;
+        for (const auto& f : r.findings)
+            if (f.code == FindingCode::NonFinite) {
+                EXPECT_EQ(f.severity, Severity::Warning);
+                EXPECT_TRUE(found.emplace(f.key, &f).second) << "two findings for " << f.key;
+            }
+        const auto& want = expected[name];
+        ASSERT_EQ(found.size(), want.size()) << r.toJson().dump(1);
+        for (const auto& [key, c] : want.items()) {
+            SCOPED_TRACE(key);
+            ASSERT_TRUE(found.count(key));
+            const Finding& f = *found.at(key);
+            const auto j = f.toJson()["counts"];
+            for (const char* n : {"numel", "nan", "posinf", "neginf"})
+                EXPECT_EQ(j[n].get<int64_t>(), c[n].get<int64_t>()) << n;
+            if (c["nan"].get<int64_t>() > 0) {
+                EXPECT_NE(f.message.find(std::to_string(c["nan"].get<int64_t>()) + " NaN"), std::string::npos)
+                    << f.message;
+            }
+            EXPECT_NE(f.message.find(c["dtype"].get<std::string>()), std::string::npos) << f.message;
+            // the statistics count them by the same rule
+            const TensorStats s = computeTensorStats(*cp, *cp->find(key), 0);
+            EXPECT_EQ(s.nanCount, c["nan"].get<int64_t>());
+            EXPECT_EQ(s.posInfCount, c["posinf"].get<int64_t>());
+            EXPECT_EQ(s.negInfCount, c["neginf"].get<int64_t>());
+            EXPECT_EQ(s.infCount, c["posinf"].get<int64_t>() + c["neginf"].get<int64_t>());
+        }
+        // the sharded copy: each finding names the ranks whose chunks hold them
+        if (std::string(name) == "nonfinite_dcp_r2") {
+            EXPECT_EQ(found.at("model.1.bias")->ranks, std::vector<int> {1}); // bias [2] on 2 ranks: index 1
+            EXPECT_EQ(found.at("model.0.weight")->ranks, (std::vector<int> {0, 1}));
+        }
+        // metadata only: nothing read, nothing counted
+        CheckOptions noData;
+        noData.readChunks = false;
+        EXPECT_FALSE(hasFinding(checkCheckpoint(*cp, noData), "non-finite"));
+    }
+    // finite checkpoints stay clean
+    EXPECT_FALSE(hasFinding(checkCheckpoint(*openCheckpoint(kData + "/fsdp2_r3")), "non-finite"));
+}
+
+TEST(Check, NonFiniteCountsFollowTheDtypesBitPatterns)
+{
+    // one rule for every reader of values: the IEEE patterns of float16 / bfloat16 / float32 / float64, float8's own
+    const uint16_t half[] = {0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x3c00, 0x0000, 0x7bff};
+    NonFiniteCounts c = countNonFinite(reinterpret_cast<const uint8_t*>(half), 7, DType::Float16);
+    EXPECT_EQ(std::make_tuple(c.numel, c.nan, c.posInf, c.negInf),
+        std::make_tuple(int64_t(7), int64_t(2), int64_t(1), int64_t(1)));
+    const uint16_t bf16[] = {0x7f80, 0xff80, 0x7fc0, 0x3f80};
+    c = countNonFinite(reinterpret_cast<const uint8_t*>(bf16), 4, DType::BFloat16);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(1), int64_t(1), int64_t(1)));
+    const float f32[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 1e38f};
+    c = countNonFinite(reinterpret_cast<const uint8_t*>(f32), 3, DType::Float32);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(1), int64_t(0), int64_t(1)));
+    const double f64[] = {std::numeric_limits<double>::infinity(), -0.0};
+    c = countNonFinite(reinterpret_cast<const uint8_t*>(f64), 2, DType::Float64);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(0), int64_t(1), int64_t(0)));
+    // float8_e4m3fn has no inf: 0x7f and 0xff are NaN, 0x7e is 448
+    const uint8_t e4m3[] = {0x7f, 0xff, 0x7e};
+    c = countNonFinite(e4m3, 3, DType::Float8_e4m3fn);
+    EXPECT_EQ(std::make_tuple(c.nan, c.posInf, c.negInf), std::make_tuple(int64_t(2), int64_t(0), int64_t(0)));
+    // integers hold none
+    const int32_t ints[] = {-1, 0x7f800000};
+    EXPECT_FALSE(countNonFinite(reinterpret_cast<const uint8_t*>(ints), 2, DType::Int32).any());
+}
+
+TEST(Check, Fsdp1ShardedRankFilesWithARankWithoutRows)
+{
+    // FSDP1 SHARDED_STATE_DICT of a Linear(3, 4) on 3 ranks (tests/data/fsdp1_sharded_r3, one torch.save per rank
+    // of ShardedTensors): 4 rows are chunked 2 + 2 + 0, so rank 2's file holds no local shard, and its metadata
+    // lists ranks 0 and 1 as holding them. Together the files are the whole state, not six tensors without data.
+    const auto cp = openCheckpoint(kData + "/fsdp1_sharded_r3");
+    EXPECT_EQ(cp->format, CheckpointFormat::TorchSaveRanks);
+    for (const auto& w : cp->warnings)
+        EXPECT_NE(w.code, "tensor-without-data") << w.key << ": " << w.message;
+    const CheckReport r = checkCheckpoint(*cp);
+    EXPECT_TRUE(r.clean()) << r.toJson().dump(1);
+    const Entry* weight = cp->find("model.weight");
+    ASSERT_NE(weight, nullptr);
+    EXPECT_EQ(weight->tensor.shape, (std::vector<int64_t> {4, 3}));
+    EXPECT_EQ(weight->tensor.ranks(), (std::vector<int> {0, 1}));
+    EXPECT_FALSE(weight->tensor.shardsElsewhere);
+
+    // gather writes PyTorch's FULL_STATE_DICT of the same run (fsdp1_sharded_r3_full.pt), value for value (the
+    // interop test loads it in PyTorch too)
+    TempDir tmp;
+    const std::string out = (tmp.path / "full.pt").string();
+    gatherCheckpoint(*cp, out, {});
+    const DiffReport d = diffCheckpoints(*openCheckpoint(out), *openCheckpoint(kData + "/fsdp1_sharded_r3_full.pt"));
+    EXPECT_TRUE(d.equal) << d.toJson().dump(1);
+    EXPECT_EQ(d.count(DiffStatus::Equal), d.entries.size());
+
+    // rank 2's file on its own holds none of each tensor: said as the gap it is, naming where the data is
+    const auto rank2 = openCheckpoint(kData + "/fsdp1_sharded_r3/rank2.pt");
+    for (const auto& w : rank2->warnings)
+        EXPECT_NE(w.code, "tensor-without-data") << w.key;
+    ASSERT_TRUE(rank2->find("model.weight"));
+    EXPECT_TRUE(rank2->find("model.weight")->tensor.shardsElsewhere);
+    const CheckReport alone = checkCheckpoint(*rank2);
+    EXPECT_FALSE(hasFinding(alone, "tensor-without-data")) << alone.toJson().dump(1);
+    EXPECT_TRUE(hasFinding(alone, "chunk-gap", "model.weight"));
+    // a meta-device tensor still is one without data
+    EXPECT_TRUE(hasFinding(checkCheckpoint(*openCheckpoint(kData + "/partial/meta.pt")), "tensor-without-data"));
 }
 
 // ------------------------------------------------------------------------------------------- assembly and gather

@@ -92,10 +92,14 @@ struct TensorEntry
     DType dtype = DType::Unknown;
     bool requiresGrad = false;
     bool isParameter = false;
+    /// a ShardedTensor of which this file holds no local shard while its metadata lists the shards, which cover
+    /// it, on other ranks (a rank torch.chunk leaves without rows): its data is in the other ranks' files
+    bool shardsElsewhere = false;
     int64_t numel() const;
     uint64_t nbytes() const;
     /// no chunk at all although it has elements: a meta-device tensor, or a subclass whose data the file does not
-    /// hold. Nothing can be read, hashed, compared or resharded; it is not a gap in a sharded layout
+    /// hold (shardsElsewhere says when other ranks' files hold it). Nothing can be read, hashed, compared or
+    /// resharded
     bool storesNoData() const { return chunks.empty() && numel() > 0; }
     /// distinct ranks holding chunks, ascending (-1 if unknown)
     std::vector<int> ranks() const;

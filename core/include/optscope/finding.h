@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace optscope {
@@ -38,6 +40,7 @@ enum class FindingCode {
     UnsupportedTransform,
     UnsafeGlobal,
     LibraryGlobal,
+    DcpDataGlobal,
     // one optimizer on its own (check and diagnose)
     NoOptimizer,
     EmptyState,
@@ -78,6 +81,8 @@ enum class FindingCode {
     WrapperPrefix,
     // structure, found later
     TensorWithoutData,
+    // values (check, reading every chunk)
+    NonFinite,
 };
 
 struct FindingInfo
@@ -124,6 +129,9 @@ struct Finding
     std::vector<int> ranks;
     std::vector<std::vector<int64_t>> offsets;
     std::vector<FixAction> actions; ///< what `fix` would do for this finding
+    /// numbers the finding counts, by name, in order (non-finite: "numel", "nan", "posinf", "neginf"); JSON
+    /// "counts" when there are any
+    std::vector<std::pair<std::string, int64_t>> counts;
 
     Finding(FindingCode c, std::string msg, std::string k = {});
     const char* name() const { return findingName(code); }

@@ -101,10 +101,22 @@ struct PyTensorShard
     int rank = -1;
 };
 
+/// One shard a ShardedTensor's metadata lists, whichever rank holds it.
+struct PyShardBox
+{
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> sizes;
+    int rank = -1; ///< from its placement ("rank:1/cpu"); -1 when not given
+};
+
 /// What only a wrapper subclass (DTensor, ShardedTensor) has: kept apart, since plain tensors are nearly all of them.
 struct PyTensorWrapperInfo
 {
     std::vector<PyTensorShard> shards; ///< the local shards this file holds
+    /// ShardedTensor: every rank's shard as its ShardedTensorMetadata lists them (the local ones included). A rank
+    /// that torch.chunk leaves without rows (4 rows over 3 ranks: 2 + 2 + 0) holds no local shard, and its
+    /// metadata lists only the other ranks' shards.
+    std::vector<PyShardBox> metadataShards;
     std::string_view placements; ///< DTensor: "Shard(0)", "Replicate()", ... joined by ','
 };
 

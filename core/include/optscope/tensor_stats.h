@@ -13,6 +13,32 @@
 
 namespace optscope {
 
+/// NaN and infinities among elements, as torch.isnan / isposinf / isneginf count them (complex: of the real parts).
+struct NonFiniteCounts
+{
+    int64_t numel = 0; ///< elements looked at
+    int64_t nan = 0;
+    int64_t posInf = 0;
+    int64_t negInf = 0;
+    bool any() const { return nan || posInf || negInf; }
+    NonFiniteCounts& operator+=(const NonFiniteCounts& o)
+    {
+        numel += o.numel;
+        nan += o.nan;
+        posInf += o.posInf;
+        negInf += o.negInf;
+        return *this;
+    }
+};
+
+/// The counts of @p n dense little-endian elements of @p dtype at @p data, without ATen (check reads every tensor
+/// and must not load libtorch): the one rule for which values are NaN or ±inf, shared by the statistics and check.
+/// Integer, bool, quantized and packed types count none.
+NonFiniteCounts countNonFinite(const uint8_t* data, int64_t n, DType dtype);
+
+/// true for the real floating types (float64/32/16, bfloat16, the float8s), the ones that hold NaN or ±inf
+bool dtypeHasNonFinite(DType dtype);
+
 struct TensorStats
 {
     DType dtype = DType::Unknown;
@@ -20,6 +46,8 @@ struct TensorStats
     int64_t finite = 0; ///< elements that are neither NaN nor ±inf
     int64_t nanCount = 0;
     int64_t infCount = 0; ///< +inf and -inf
+    int64_t posInfCount = 0;
+    int64_t negInfCount = 0;
     int64_t zeroCount = 0; ///< elements equal to 0 (and -0)
     // over the finite elements only (NaN when there are none)
     double min = 0.0;

@@ -5,6 +5,7 @@
 #include "optscope/error.h"
 #include "optscope/optimizer_view.h"
 #include "optscope/shard_layout.h"
+#include "optscope/tensor_stats.h"
 #include "optscope/unsafe_globals.h"
 #include "read_guard.h"
 #include "tensor_values.h"
@@ -83,10 +84,7 @@ public:
     CheckReport run()
     {
         for (const auto& w : m_cp.warnings) {
-            if (w.code == "unsafe-global")
-                add(isWriterLibraryClass(m_cp.format, w.classPath) ? FindingCode::LibraryGlobal
-                                                                   : FindingCode::UnsafeGlobal,
-                    w.key, w.message);
+            if (w.code == "unsafe-global") addGlobal(w);
             if (w.code == "megatron-bucket-layout") add(FindingCode::MegatronBucketLayout, w.key, w.message);
             if (w.code == "param-order-assumed") {
                 Finding& f = add(FindingCode::ParamOrderAssumed, w.key, w.message);
@@ -126,6 +124,49 @@ private:
         return m_report.findings.back();
     }
 
+    /// a global outside the safe set: the writer library's own class (info), pure data the format's loader reads
+    /// (info), or unsafe (a warning; for pure data, with what torch.load(weights_only=True) says of it)
+    void addGlobal(const CheckpointWarning& w)
+    {
+        if (isWriterLibraryClass(m_cp.format, w.classPath)) {
+            add(FindingCode::LibraryGlobal, w.key, w.message);
+            return;
+        }
+        if (!isPureDataClass(w.classPath)) {
+            add(FindingCode::UnsafeGlobal, w.key, w.message);
+            return;
+        }
+        const std::string& cls = w.classPath;
+        const std::string shortName = cls.substr(cls.rfind('.') + 1);
+        // the key is the finding's own: said once
+        const std::string holder = w.key.empty() ? std::string("the checkpoint holds ") : std::string();
+        // PyTorch 2.6's own words (torch.load(weights_only=True) of such a value)
+        const std::string refusal = "Unsupported global: GLOBAL " + cls
+            + " was not an allowed global by default. Please use `torch.serialization.add_safe_globals([" + shortName
+            + "])` or the `torch.serialization.safe_globals([" + shortName
+            + "])` context manager to allowlist this global if you trust this class/function.";
+        if (isLoaderDataClass(m_cp.format, cls)) {
+            add(FindingCode::DcpDataGlobal, w.key,
+                holder + "an object of class '" + cls
+                    + "' (pure data: a bytes buffer), kept inert: DCP saved it with torch.save, and dcp.load reads "
+                      "it back with torch.load(weights_only=False) (DefaultLoadPlanner.load_bytes), as torchtitan "
+                      "resumes its train state; torch.load(weights_only=True) of it (after dcp_to_torch_save) "
+                      "refuses it unless it is allowed with torch.serialization.add_safe_globals([io."
+                    + shortName + "])");
+            return;
+        }
+        Finding& f = add(FindingCode::UnsafeGlobal, w.key,
+            holder + "an object of class '" + cls
+                + "', kept inert: it is pure data (a bytes buffer) and runs no code, but "
+                  "torch.load(weights_only=True), "
+                  "PyTorch's default since 2.6, refuses it (\""
+                + refusal.substr(0, refusal.find(". Please")) + "\")");
+        f.pytorchError = "_pickle.UnpicklingError: Weights only load failed. ... WeightsUnpickler error: " + refusal;
+        f.fix = "load it with torch.load(PATH, weights_only=False), or allow the class: `with "
+                "torch.serialization.safe_globals([io."
+            + shortName + "]): torch.load(PATH)`";
+    }
+
     bool sameBytes(const Entry& e, size_t a, size_t b)
     {
         try {
@@ -142,6 +183,17 @@ private:
     {
         ++m_report.tensorsChecked;
         const TensorEntry& t = e.tensor;
+        if (t.storesNoData() && t.shardsElsewhere) {
+            // one rank's file, of a rank without rows: the others hold all of it (as a gap of a file holding one
+            // shard, said the same way)
+            const std::string cls = t.subclass.str();
+            auto& f = add(FindingCode::ChunkGap, e.key,
+                "this file holds no shard of the " + cls.substr(cls.rfind('.') + 1) + " " + shapeText(t.shape)
+                    + ": its metadata places every shard on other ranks (torch.chunk left this rank without rows); "
+                      "their files hold it, and the folder of all rank files reads it whole");
+            f.offsets = {std::vector<int64_t>(t.shape.size(), 0)};
+            return;
+        }
         if (t.storesNoData()) {
             add(FindingCode::TensorWithoutData, e.key,
                 "the tensor " + shapeText(t.shape) + " was saved without data ("
@@ -253,6 +305,12 @@ private:
                     + " elements");
 
         if (!m_opt.readChunks && !m_opt.firstChunkPerFile) return;
+        // NaN and ±inf, counted in the chunks as they are read (every byte is read anyway); a region listed twice
+        // (a replicated chunk, a duplicate) counts once
+        const bool countValues = m_opt.readChunks && dtypeHasNonFinite(t.dtype);
+        NonFiniteCounts nonFinite;
+        std::set<int> nonFiniteRanks;
+        std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> counted;
         for (size_t i = 0; i < t.chunks.size(); ++i) {
             // already reported (missing-storage-info / missing-file): decided per file id, with no value per chunk
             // (2.2M chunks whose files are missing took 20% of check in set lookups and chunk copies)
@@ -276,6 +334,11 @@ private:
                             + ", the metadata says " + shapeText(c.sizes));
                     f.ranks = {c.rank};
                     f.offsets = {c.offsets};
+                } else if (countValues && d.dtype == t.dtype && counted.emplace(c.offsets, c.sizes).second) {
+                    const NonFiniteCounts n = countNonFinite(d);
+                    m_cp.files->checkFaults(); // a fault zeroed what was counted: that chunk is unreadable
+                    nonFinite += n;
+                    if (n.any()) nonFiniteRanks.insert(c.rank);
                 }
             } catch (const Error& err) {
                 if (err.kind() == ErrorKind::Cancelled) throw;
@@ -298,6 +361,27 @@ private:
                 f.offsets = {c.offsets};
             }
         }
+        if (nonFinite.any()) addNonFinite(e, nonFinite, nonFiniteRanks);
+    }
+
+    /// one finding per tensor holding NaN or ±inf, with torch.isnan / isposinf / isneginf's counts
+    void addNonFinite(const Entry& e, const NonFiniteCounts& n, const std::set<int>& ranks)
+    {
+        std::string counts;
+        auto part = [&counts](int64_t k, const char* what) {
+            if (k) counts += (counts.empty() ? "" : ", ") + std::to_string(k) + " " + what;
+        };
+        part(n.nan, "NaN");
+        part(n.posInf, "+inf");
+        part(n.negInf, "-inf");
+        auto& f = add(FindingCode::NonFinite, e.key,
+            counts + " in the " + std::to_string(n.numel) + " elements of this "
+                + std::string(dtypeName(e.tensor.dtype)) + " tensor " + shapeText(e.tensor.shape));
+        f.counts = {{"numel", n.numel}, {"nan", n.nan}, {"posinf", n.posInf}, {"neginf", n.negInf}};
+        f.fix = "resume from an earlier checkpoint whose values are finite: the training step that wrote these "
+                "spread them through the weights and moments, and loading them carries them on";
+        for (int r : ranks)
+            if (r >= 0) f.ranks.push_back(r);
     }
 
     /// A torch.save archive whose records check verifies: the file's own (a torch.save file) or a DCP item's

@@ -53,6 +53,12 @@ const std::vector<FindingInfo>& findingRegistry()
             "the pickle references a class of the library that wrote the checkpoint (DeepSpeed, Megatron-Core), kept "
             "inert: the library loads it with weights_only=False; torch.load(weights_only=True) refuses it unless it "
             "is allowed with torch.serialization.add_safe_globals"},
+        {C::DcpDataGlobal, "dcp-data-global", S::Info,
+            "a pure-data class (io.BytesIO) in a value of a DCP checkpoint, kept inert: DCP saved the value with "
+            "torch.save and dcp.load reads it back with torch.load(weights_only=False) "
+            "(DefaultLoadPlanner.load_bytes); "
+            "torch.load(weights_only=True) of the value (or of dcp_to_torch_save's file) refuses it unless it is "
+            "allowed with torch.serialization.add_safe_globals"},
         {C::NoOptimizer, "no-optimizer", S::Error, "no optimizer state dict (state + param_groups) in the file"},
         {C::EmptyState, "empty-state", S::Error,
             "param_groups list parameters but there is no state at all (saved before the first step)"},
@@ -131,6 +137,9 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::TensorWithoutData, "tensor-without-data", S::Warning,
             "a tensor saved without its data (a meta-device tensor): torch.load gives a meta tensor with no values, "
             "and nothing can read, compare or reshard it"},
+        {C::NonFinite, "non-finite", S::Warning,
+            "a weight or optimizer state holds NaN or +-inf values (counted as torch.isnan / isposinf / isneginf "
+            "count them): torch.load and load_state_dict take them as they are, and the next steps spread them"},
     };
     return r;
 }
@@ -200,6 +209,12 @@ nlohmann::ordered_json Finding::toJson() const
         {"fix", fix.empty() ? json(nullptr) : json(fix)}, {"keys", keys}, {"ranks", ranks}, {"offsets", offsets},
         {"actions", a}};
     if (!isUtf8(key)) j["key_hex"] = hexBytes(key); // the exact bytes (README: JSON output)
+    if (!counts.empty()) {
+        json c = json::object();
+        for (const auto& [name, value] : counts)
+            c[name] = value;
+        j["counts"] = std::move(c);
+    }
     return j;
 }
 

@@ -49,6 +49,29 @@ void collect(const PyValue* v, std::set<std::string>& out, std::unordered_set<co
 
 } // namespace
 
+bool metadataShardsCover(const PyTensorWrapperInfo& w, const std::vector<int64_t>& shape)
+{
+    if (!w.shards.empty() || w.metadataShards.empty() || !shapeIsRepresentable(shape, 1)) return false;
+    int64_t numel = 1;
+    for (auto s : shape)
+        numel *= s;
+    // in bounds and, as a ShardedTensor's shards do not overlap (its constructors validate that), covering the
+    // tensor when their sizes add up to it
+    int64_t covered = 0;
+    for (const auto& b : w.metadataShards) {
+        if (b.offsets.size() != shape.size() || b.sizes.size() != shape.size()) return false;
+        int64_t n = 1;
+        for (size_t d = 0; d < shape.size(); ++d) {
+            if (b.offsets[d] < 0 || b.sizes[d] < 0 || b.offsets[d] > shape[d] || b.sizes[d] > shape[d] - b.offsets[d])
+                return false;
+            n *= b.sizes[d];
+        }
+        covered += n;
+        if (covered > numel) return false;
+    }
+    return covered == numel;
+}
+
 bool shapeIsRepresentable(const std::vector<int64_t>& shape, size_t elementSize)
 {
     for (auto s : shape)
@@ -134,6 +157,10 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
                 warn("unknown-offsets", "local shard of " + e.subclass.str() + " has no known global offset", key);
             e.chunks.push_back(std::move(c));
         }
+    } else if (t.wrapper && metadataShardsCover(*t.wrapper, t.sizes)) {
+        // a rank without rows (FSDP1's SHARDED_STATE_DICT of 4 rows on 3 ranks): the other ranks' files hold the
+        // tensor, and the folder of all of them reads it whole (torch_save_ranks)
+        e.shardsElsewhere = true;
     } else {
         warn("tensor-without-data",
             "tensor (" + std::string(t.subclass.empty() ? "meta" : t.subclass) + ") has no stored data", key);
@@ -259,6 +286,17 @@ bool isWriterLibraryClass(CheckpointFormat format, const std::string& classPath)
     }
 }
 
+bool isPureDataClass(const std::string& classPath)
+{
+    // io.BytesIO pickles as _io.BytesIO: NEWOBJ, then BUILD with (bytes, position, __dict__)
+    return classPath == "_io.BytesIO" || classPath == "io.BytesIO";
+}
+
+bool isLoaderDataClass(CheckpointFormat format, const std::string& classPath)
+{
+    return format == CheckpointFormat::Dcp && isPureDataClass(classPath);
+}
+
 const char* writerLibraryName(CheckpointFormat format)
 {
     switch (format) {
@@ -275,13 +313,15 @@ const char* writerLibraryName(CheckpointFormat format)
 UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
 {
     UnsafeGlobals out;
-    std::set<std::string> all, library;
-    // the writer's own classes go apart: they are not what the warning is about
+    std::set<std::string> all, library, data;
+    // the writer's own classes, and pure data its loader reads, go apart: they are not what the warning is about
     auto keep = [&](const std::set<std::string>& found) {
         std::vector<std::string> unsafe;
         for (const auto& path : found) {
             if (isWriterLibraryClass(checkpoint.format, path)) {
                 library.insert(path);
+            } else if (isLoaderDataClass(checkpoint.format, path)) {
+                data.insert(path);
             } else {
                 unsafe.push_back(path);
                 all.insert(path);
@@ -304,6 +344,7 @@ UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
     }
     out.classPaths.assign(all.begin(), all.end());
     out.libraryClassPaths.assign(library.begin(), library.end());
+    out.dataClassPaths.assign(data.begin(), data.end());
     return out;
 }
 

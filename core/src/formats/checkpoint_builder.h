@@ -64,6 +64,10 @@ private:
 /// downstream (numel, bytes, chunk bounds) relies on it
 bool shapeIsRepresentable(const std::vector<int64_t>& shape, size_t elementSize);
 
+/// A ShardedTensor of which the file holds no local shard, while its metadata lists shards (of other ranks) that lie
+/// in @p shape and add up to it: what a rank without rows saves (FSDP1's SHARDED_STATE_DICT, 4 rows on 3 ranks)
+bool metadataShardsCover(const PyTensorWrapperInfo& wrapper, const std::vector<int64_t>& shape);
+
 /// unknown (unsafe) global class paths reachable from @p v
 void collectUnsafeGlobals(const PyValue* v, std::set<std::string>& out);
 /// the same, skipping values in @p seen (and adding those it visits): one walk over values shared by many entries

@@ -193,6 +193,8 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                     }
                     add(er.tensor.chunks, static_cast<int>(r));
                 }
+            // the ranks' shards together: held here now (rank 0 itself may be the rank without rows)
+            if (!e.tensor.chunks.empty()) e.tensor.shardsElsewhere = false;
         }
         cp->entries.push_back(std::move(e));
     }

@@ -1206,6 +1206,19 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
                 shard.rank = static_cast<int>(globalRank->integer);
             m_arena.wrapperOf(t).shards.push_back(std::move(shard));
         }
+        // the metadata's list of every rank's shard: what a file without a local shard still says of the tensor
+        const PyValue* list = objectField(arg(state, 1), "shards_metadata");
+        if (list && list->kind == PyKind::List)
+            for (const auto* md : list->items()) {
+                PyShardBox box;
+                if (!intList(objectField(md, "shard_offsets"), box.offsets)
+                    || !intList(objectField(md, "shard_sizes"), box.sizes))
+                    continue;
+                const PyValue* placement = objectField(md, "placement");
+                if (const PyValue* r = objectField(placement, "_rank"); r && r->kind == PyKind::Int)
+                    box.rank = static_cast<int>(r->integer);
+                m_arena.wrapperOf(t).metadataShards.push_back(std::move(box));
+            }
         return;
     }
     if (endsWith(cls, ".DTensor")) {

@@ -3,11 +3,16 @@
 // liboptscope_aten.so); per-block moments are merged here with Chan et al.'s parallel variance formula.
 #include "optscope/tensor_stats.h"
 #include "aten_bridge.h"
+#include "mapped_file.h"
+#include "optscope/element_decoder.h"
 #include "optscope/error.h"
 #include "optscope/tensor_assembler.h"
 #include "read_guard.h"
+#include "tensor_values.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -47,7 +52,166 @@ private:
     std::vector<uint8_t> m_carry;
 };
 
+/// IEEE binary formats of @p Bits wide words with @p Man mantissa bits: exponent all ones is inf (mantissa 0) or
+/// NaN (float16, bfloat16, float32, float64 bit patterns, decoded as ElementDecoder does)
+template<typename Word, int Man> void countIeee(const uint8_t* data, int64_t n, NonFiniteCounts& c)
+{
+    constexpr int bits = static_cast<int>(sizeof(Word) * 8);
+    constexpr Word sign = Word(1) << (bits - 1);
+    constexpr Word expMask = static_cast<Word>(~sign & ~((Word(1) << Man) - 1));
+    constexpr Word manMask = (Word(1) << Man) - 1;
+    int64_t nan = 0, pos = 0, neg = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        Word w;
+        std::memcpy(&w, data + static_cast<size_t>(i) * sizeof(Word), sizeof(Word));
+        if ((w & expMask) != expMask) continue;
+        if (w & manMask)
+            ++nan;
+        else if (w & sign)
+            ++neg;
+        else
+            ++pos;
+    }
+    c.nan += nan;
+    c.posInf += pos;
+    c.negInf += neg;
+}
+
 } // namespace
+
+bool dtypeHasNonFinite(DType dtype)
+{
+    switch (dtype) {
+    case DType::Float64:
+    case DType::Float32:
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Float8_e5m2:
+    case DType::Float8_e4m3fn:
+    case DType::Float8_e5m2fnuz:
+    case DType::Float8_e4m3fnuz:
+    case DType::Float8_e8m0fnu:
+        return true;
+    default:
+        return false;
+    }
+}
+
+NonFiniteCounts countNonFinite(const uint8_t* data, int64_t n, DType dtype)
+{
+    NonFiniteCounts c;
+    c.numel = n;
+    switch (dtype) {
+    case DType::Float64:
+        countIeee<uint64_t, 52>(data, n, c);
+        break;
+    case DType::Float32:
+        countIeee<uint32_t, 23>(data, n, c);
+        break;
+    case DType::Float16:
+        countIeee<uint16_t, 10>(data, n, c);
+        break;
+    case DType::BFloat16:
+        countIeee<uint16_t, 7>(data, n, c);
+        break;
+    case DType::Complex32:
+    case DType::Complex64:
+    case DType::Complex128:
+    case DType::Float8_e5m2:
+    case DType::Float8_e4m3fn:
+    case DType::Float8_e5m2fnuz:
+    case DType::Float8_e4m3fnuz:
+    case DType::Float8_e8m0fnu: {
+        // one byte each (complex: the real part, as the statistics take it): the decoder's own NaN and inf
+        const size_t elem = dtypeSize(dtype);
+        for (int64_t i = 0; i < n; ++i) {
+            const double v = ElementDecoder::decode(data + static_cast<size_t>(i) * elem, dtype);
+            if (std::isnan(v))
+                ++c.nan;
+            else if (std::isinf(v))
+                ++(v > 0 ? c.posInf : c.negInf);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return c;
+}
+
+NonFiniteCounts countNonFinite(const ChunkData& d)
+{
+    NonFiniteCounts total;
+    const int64_t n = d.numel();
+    if (n <= 0 || (!dtypeHasNonFinite(d.dtype) && !dtypeIsComplex(d.dtype))) {
+        total.numel = std::max<int64_t>(n, 0);
+        return total;
+    }
+    const size_t elem = d.elementSize();
+    if (d.isContiguous() && (!d.bigEndian || elem == 1)) {
+        const uint64_t bytes = d.nbytes();
+        const uint64_t block = std::max<uint64_t>((64u << 20) / elem, 1) * elem;
+        const uint64_t fileOffset = static_cast<uint64_t>(d.data() - d.file->data());
+        for (uint64_t at = 0; at < bytes; at += block) {
+            const uint64_t len = std::min(block, bytes - at);
+            total += countNonFinite(d.data() + at, static_cast<int64_t>(len / elem), d.dtype);
+            if (bytes > block) d.file->release(fileOffset + at, len);
+        }
+        return total;
+    }
+    // the dims that step through memory; a broadcast one (stride 0) repeats what the others hold
+    std::vector<int64_t> sizes, strides;
+    int64_t repeat = 1;
+    for (size_t i = 0; i < d.sizes.size(); ++i) {
+        if (d.sizes[i] == 1) continue;
+        if (d.strides[i] == 0) {
+            repeat *= d.sizes[i];
+            continue;
+        }
+        sizes.push_back(d.sizes[i]);
+        strides.push_back(d.strides[i]);
+    }
+    if (sizes.empty()) { // one element, repeated
+        sizes.push_back(1);
+        strides.push_back(1);
+    }
+    // an odometer over all but the last dim; the last in runs copied (byte-swapped when big-endian) into a buffer
+    const size_t last = sizes.size() - 1;
+    const int64_t run = std::min<int64_t>(sizes[last], 1 << 16);
+    std::vector<uint8_t> buffer(static_cast<size_t>(run) * elem);
+    std::vector<int64_t> index(sizes.size(), 0);
+    NonFiniteCounts once;
+    while (true) {
+        int64_t base = d.storageOffset;
+        for (size_t i = 0; i < last; ++i)
+            base += index[i] * strides[i];
+        for (int64_t j0 = 0; j0 < sizes[last]; j0 += run) {
+            const int64_t count = std::min(run, sizes[last] - j0);
+            for (int64_t j = 0; j < count; ++j) {
+                const uint8_t* src = d.storage + static_cast<uint64_t>(base + (j0 + j) * strides[last]) * elem;
+                uint8_t* dst = buffer.data() + static_cast<size_t>(j) * elem;
+                if (!d.bigEndian || elem == 1) {
+                    std::memcpy(dst, src, elem);
+                } else if (dtypeIsComplex(d.dtype)) { // two floats, each swapped on its own
+                    std::reverse_copy(src, src + elem / 2, dst);
+                    std::reverse_copy(src + elem / 2, src + elem, dst + elem / 2);
+                } else {
+                    std::reverse_copy(src, src + elem, dst);
+                }
+            }
+            once += countNonFinite(buffer.data(), count, d.dtype);
+        }
+        size_t i = last;
+        while (i > 0 && ++index[i - 1] == sizes[i - 1])
+            index[--i] = 0;
+        if (i == 0) break;
+    }
+    total.numel = n;
+    total.nan = once.nan * repeat;
+    total.posInf = once.posInf * repeat;
+    total.negInf = once.negInf * repeat;
+    return total;
+}
 
 static TensorStats computeTensorStatsUnguarded(
     const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
@@ -79,8 +243,12 @@ static TensorStats computeTensorStatsUnguarded(
     {
         ElementBlocks blocks(elem, [&](const uint8_t* p, int64_t count) {
             const aten::StatsBlock b = aten::statsBlock(p, t.dtype, count);
-            s.nanCount += b.nan;
-            s.infCount += b.inf;
+            // NaN and inf by the rule check uses too (the same as ATen's isnan and isinf of the values as doubles)
+            const NonFiniteCounts nf = countNonFinite(p, count, t.dtype);
+            s.nanCount += nf.nan;
+            s.posInfCount += nf.posInf;
+            s.negInfCount += nf.negInf;
+            s.infCount += nf.posInf + nf.negInf;
             s.zeroCount += b.zero;
             if (b.finite == 0) return;
             lo = std::min(lo, b.min);

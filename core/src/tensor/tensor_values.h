@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "chunk_reader.h"
 #include "optscope/checkpoint.h"
+#include "optscope/tensor_stats.h"
 
 #include <optional>
 #include <vector>
@@ -11,6 +13,11 @@ namespace optscope {
 /// The first @p maxElements elements (row-major) of the entry's full tensor as doubles. Throws Error if the data
 /// cannot be read.
 std::vector<double> readTensorValues(const Checkpoint& checkpoint, const Entry& entry, size_t maxElements);
+
+/// countNonFinite over every element of one chunk as stored (any strides, either byte order), without ATen; the
+/// pages of a large contiguous chunk leave this process once counted. Counts (and numel) are of the chunk's logical
+/// elements, as torch.isnan(t).sum() counts them.
+NonFiniteCounts countNonFinite(const ChunkData& chunk);
 
 /// A single number: a one-element tensor, or a Python int/float/bool value. nullopt for anything else.
 std::optional<double> readScalar(const Checkpoint& checkpoint, const Entry& entry);
