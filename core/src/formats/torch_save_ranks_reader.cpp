@@ -188,7 +188,7 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                         cp->warnings.push_back({"rank-files-disagree",
                             fs::path(paths[r]).filename().string() + " holds '" + e0.key
                                 + "' with another type, shape or dtype than rank 0's: its shard is left out",
-                            e0.key, true, "", "", ""});
+                            e0.key, true, "", "", "", ""});
                         continue;
                     }
                     add(er.tensor.chunks, static_cast<int>(r));
@@ -209,12 +209,12 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                 name + " lacks " + std::to_string(missing[r].size()) + " sharded tensor(s) that "
                     + fs::path(paths[0]).filename().string() + " has, first '" + missing[r].front()
                     + "': their shards of that rank are missing",
-                missing[r].front(), true, "", "", ""});
+                missing[r].front(), true, "", "", "", ""});
         if (!extra.empty())
             cp->warnings.push_back({"rank-files-disagree",
                 name + " has " + std::to_string(extra.size()) + " key(s) that " + fs::path(paths[0]).filename().string()
                     + " lacks, first '" + extra.front() + "': rank 0's keys are read",
-                extra.front(), false, "", "", ""});
+                extra.front(), false, "", "", "", ""});
     }
     cp->buildIndex();
     progress(1.0, "read");
