@@ -19,18 +19,22 @@ TP = os.path.join(ROOT, "scripts/torch-python")
 SIDE = os.path.join(ROOT, "bench/hostile/torch_side.py")
 
 
-def measure(cmd):
+def measure(cmd, cwd=OUT, must_pass=False):
     walls, rss = [], []
     for _ in range(RUNS):
         with tempfile.NamedTemporaryFile("r") as t:
-            r = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", t.name] + cmd, cwd=OUT,
+            r = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", t.name] + cmd, cwd=cwd,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=900)
+            if must_pass and r.returncode != 0:
+                sys.exit(f"{' '.join(cmd)} failed: {r.stderr.decode()[-2000:]}")
             wall, kb = t.read().split()[-2:]
         walls.append(float(wall))
         rss.append(int(kb))
         for f in ("o.pt", "t.pt"):
             if os.path.exists(os.path.join(OUT, f)):
                 os.unlink(os.path.join(OUT, f))
+            if os.path.exists(os.path.join(ROOT, f)):
+                os.unlink(os.path.join(ROOT, f))
     return statistics.median(walls), max(rss) / 1024, r.returncode
 
 
@@ -58,7 +62,10 @@ def main():
     for name, ours, theirs, what in cases:
         w, m, rc = measure([CLI] + ours)
         if theirs:
-            tw, tm, _ = measure([TP, SIDE] + theirs)
+            # the chroot sees the current folder only: run from the repository root with relative paths
+            case, inp = theirs[0], os.path.relpath(os.path.join(OUT, theirs[1]), ROOT)
+            rel = [case, inp] + theirs[2:]  # the output, "t.pt", lands in the repository root and is removed
+            tw, tm, _ = measure([TP, os.path.relpath(SIDE, ROOT)] + rel, cwd=ROOT, must_pass=True)
             rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what}: {tw:.2f} s, {tm:.0f} MiB | "
                         f"{tw / max(w, 1e-3):.1f}x | {tm / max(m, 1e-3):.1f}x |")
         else:
