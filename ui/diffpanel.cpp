@@ -645,7 +645,7 @@ void DiffPanel::showEntry(int entryIndex)
     const auto& entries = m_model->report().entries;
     if (entryIndex < 0 || entryIndex >= static_cast<int>(entries.size())) return;
     const DiffEntry& e = entries[static_cast<size_t>(entryIndex)];
-    m_histTitle->setText(tr("Δ = A − B of %1").arg(QString::fromStdString(e.key)));
+    m_histTitle->setText(tr("Δ = A − B of %1").arg(Format::text(e.key)));
     startValues(e);
     if (e.type == "tensor" && e.numel == 1 && e.status == DiffStatus::Changed) {
         // one number (`step`): its two values say more than a histogram of one difference
@@ -679,7 +679,7 @@ void DiffPanel::showEntry(int entryIndex)
         const int shown = entryIndex;
         m_histogramFor = shown;
         m_context->runner()->run(
-            QStringLiteral("diff-histogram"), tr("Δ histogram of %1").arg(QString::fromStdString(e.key)), this,
+            QStringLiteral("diff-histogram"), tr("Δ histogram of %1").arg(Format::text(e.key)), this,
             [a, b, pair](const Progress& progress) {
                 return std::make_shared<DiffHistogram>(diffHistogram(*a, *b, pair, HistogramBins, progress));
             },
@@ -727,7 +727,7 @@ void DiffPanel::startValues(const DiffEntry& e)
     const double rtol = m_shown.rtol, atol = m_shown.atol;
     m_valuesInfo->setText(tr("Reading…"));
     m_context->runner()->run(
-        QStringLiteral("diff-values"), tr("Values of %1").arg(QString::fromStdString(e.key)), this,
+        QStringLiteral("diff-values"), tr("Values of %1").arg(Format::text(e.key)), this,
         [a, b, keyA, keyB](const Progress& progress) {
             // the same window of both: the first rows, the first elements of each row
             auto slices = std::make_pair(ValuesPreviewModel::read(*a, *a->find(keyA), 0, 100, 32, progress),

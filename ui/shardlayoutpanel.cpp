@@ -112,7 +112,7 @@ void ShardLayoutPanel::onSelectionChanged()
         try {
             value = QString::fromStdString(scalarValueText(*m_context->checkpoint(), *entry).value_or(std::string()));
         } catch (const std::exception&) { }
-        m_title->setText(tr("<b>%1</b> &nbsp; 0-dim").arg(QString::fromStdString(entry->key).toHtmlEscaped()));
+        m_title->setText(tr("<b>%1</b> &nbsp; 0-dim").arg(Format::text(entry->key).toHtmlEscaped()));
         m_summary->setText(QString());
         m_widget->setShardLayout(std::nullopt,
             tr("A 0-dim tensor: one value%1, held whole by %2.")
@@ -123,7 +123,7 @@ void ShardLayoutPanel::onSelectionChanged()
     // pure geometry over the metadata: cheap enough for the UI thread even with thousands of chunks
     ShardLayout layout = ShardLayout::of(m_preview ? reshardPreview(entry->tensor, *m_preview) : entry->tensor);
     m_title->setText(tr("<b>%1</b> &nbsp; %2 &nbsp; %n chunk(s)", nullptr, static_cast<int>(layout.chunks.size()))
-                         .arg(QString::fromStdString(entry->key).toHtmlEscaped(), Format::shape(entry->tensor.shape)));
+                         .arg(Format::text(entry->key).toHtmlEscaped(), Format::shape(entry->tensor.shape)));
     if (m_preview)
         m_title->setText(
             tr("<span style=\"color:#6a3d9a\"><b>Preview</b>: after a reshard to %n rank(s) (%1), "

@@ -220,7 +220,7 @@ void TensorDetailsPanel::onSelectionChanged()
         const int node = tree && !key.isEmpty() ? tree->find(key.toStdString()) : -1;
         if (node > 0) {
             const auto& n = tree->node(node);
-            m_title->setText(QStringLiteral("<b>%1</b>").arg(key.toHtmlEscaped()));
+            m_title->setText(QStringLiteral("<b>%1</b>").arg(Format::text(key.toStdString()).toHtmlEscaped()));
             m_placeholder->setText(tr("%1 keys below: %2 tensors, %3, %4.\nSelect a tensor to see its values.")
                                        .arg(n.leaves)
                                        .arg(n.tensors)
@@ -232,7 +232,7 @@ void TensorDetailsPanel::onSelectionChanged()
         m_stack->setCurrentIndex(0);
         return;
     }
-    const QString key = QString::fromStdString(entry->key);
+    const QString key = Format::text(entry->key); // shown, escaped: never the raw bytes of a hostile name
     if (!entry->isTensor()) {
         m_title->setText(tr("<b>%1</b> &nbsp; %2 value")
                              .arg(key.toHtmlEscaped(), QString::fromLatin1(pyKindName(entry->value->kind)).toLower()));

@@ -82,6 +82,7 @@ private Q_SLOTS:
     void stateKeysTree();
     void stateKeysFilter();
     void stateKeysOpensHundredThousandKeysFast();
+    void stateKeysEscapeAndMarkHostileNames();
     void chunkList();
     void shardLayoutGroupsThousandsOfRanks();
     void shardLayoutOfAFileWithoutRanksHasOneLane();
@@ -157,6 +158,31 @@ void TestModels::stateKeysFilter()
     QCOMPARE(model.rowCount(), 0);
     model.setFilter(QString());
     QCOMPARE(model.matchingLeaves(), static_cast<int>(cp->entries.size()));
+}
+
+void TestModels::stateKeysEscapeAndMarkHostileNames()
+{
+    // keys with terminal escapes, a newline and a bidi override (tests/data/hostile, made by real torch.save): shown
+    // escaped, marked with the warning icon and colour, and the tooltip says why; a plain name is neither
+    const CheckpointPtr cp = open("hostile/evil_keys.pt");
+    StateKeysModel model;
+    model.setData(cp, KeyTree::build(*cp));
+    const QStringList names = childNames(&model, {});
+    QVERIFY(names.contains(QStringLiteral("evil\\u202egpj.exe")));
+    QVERIFY(names.contains(QStringLiteral("title\\x1b]0;pwned\\x07")));
+    QVERIFY(names.contains(QStringLiteral("forged\\x0afake.row  float32  [1]")));
+    for (const QString& n : names)
+        for (const QChar c : n)
+            QVERIFY2(c.unicode() >= 0x20 && c.unicode() != 0x202e && c.unicode() != 0x7f, qPrintable(n));
+    const QModelIndex evil = child(&model, {}, QStringLiteral("evil\\u202egpj.exe"));
+    QVERIFY(evil.data(Qt::DecorationRole).isValid());
+    QVERIFY(evil.data(Qt::ForegroundRole).isValid());
+    QVERIFY(evil.data(Qt::ToolTipRole).toString().contains(QStringLiteral("text-direction")));
+    // the key itself stays exact (selection, copy, lookups)
+    QCOMPARE(evil.data(StateKeysModel::KeyRole).toString(), QString::fromUtf8("evil\u202egpj.exe"));
+    const QModelIndex plain = child(&model, {}, QStringLiteral("+SUM(1,2)"));
+    QVERIFY(plain.isValid());
+    QVERIFY(!plain.data(Qt::DecorationRole).isValid());
 }
 
 void TestModels::stateKeysOpensHundredThousandKeysFast()
