@@ -81,20 +81,7 @@ template<typename Word, int Man> void countIeee(const uint8_t* data, int64_t n, 
 
 bool dtypeHasNonFinite(DType dtype)
 {
-    switch (dtype) {
-    case DType::Float64:
-    case DType::Float32:
-    case DType::Float16:
-    case DType::BFloat16:
-    case DType::Float8_e5m2:
-    case DType::Float8_e4m3fn:
-    case DType::Float8_e5m2fnuz:
-    case DType::Float8_e4m3fnuz:
-    case DType::Float8_e8m0fnu:
-        return true;
-    default:
-        return false;
-    }
+    return dtypeIsFloatingPoint(dtype); // every floating dtype has a NaN (float8 e4m3fn and e8m0fnu have no inf)
 }
 
 NonFiniteCounts countNonFinite(const uint8_t* data, int64_t n, DType dtype)
