@@ -52,7 +52,9 @@ def data_pkl(archive: bytes):
             for name in z.namelist():
                 if name.endswith("/data.pkl"):
                     return z.read(name)
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, ValueError, EOFError):
+        # a slice that embedded_archives took for an archive but is not one whole (an item holding a torch.save of
+        # its own, as a DCP BytesIO value does): no seed from it
         return None
     return None
 
