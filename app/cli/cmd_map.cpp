@@ -54,8 +54,10 @@ int runMap(const std::vector<std::string>& argv)
     } else {
         for (size_t i = 0; i < table.optimizers.size(); ++i)
             std::cout << "optimizer '" << table.optimizers[i].rootKey() << "': " << optimizerKindName(table.kinds[i])
-                      << ", " << table.optimizers[i].groups.size() << " group(s), "
-                      << (table.optimizers[i].idKeyed ? "integer ids" : "FQN keys")
+                      << ", " << table.optimizers[i].groups.size() << " group(s)"
+                      << (table.optimizers[i].groupsGuessed ? " (a guess: the flattened format stores no grouping)"
+                                                            : "")
+                      << ", " << (table.optimizers[i].idKeyed ? "integer ids" : "FQN keys")
                       << (table.sources[i] == NameSource::None || table.sources[i] == NameSource::StateKey
                                      || table.sources[i] == NameSource::FlattenedKey
                                  ? std::string()

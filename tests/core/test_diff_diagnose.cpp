@@ -522,7 +522,81 @@ TEST(Diagnose, FlattenedFormat)
     const DiagnosisFinding* f = finding(d, "flattened-format");
     ASSERT_NE(f, nullptr);
     EXPECT_EQ(f->pytorchError, "KeyError: 'param_groups'"); // optimizer.load_state_dict reads param_groups first
-    EXPECT_FALSE(f->actions.empty());
+    // the format stores no grouping: no conversion without the loading code's optimizer
+    EXPECT_TRUE(f->actions.empty());
+    EXPECT_NE(f->fix.find("--target-optim"), std::string::npos) << f->fix;
+    const auto target = TargetOptimizer::fromCheckpoint(*open("diag/one_group.pt"));
+    const Diagnosis withTarget = diagnoseCheckpoint(*open("diag/flattened.pt"), nullptr, {}, &target);
+    f = finding(withTarget, "flattened-format");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(f->actions.size(), 1u);
+    EXPECT_EQ(f->actions[0].paramGroups.size(), 1u);
+}
+
+TEST(Diagnose, FlattenedGroupsAreAGuess)
+{
+    // torchtitan-style per-parameter groups (10) whose hyperparameters repeat: the 6 groups of equal values are a
+    // guess, and the conversion takes the target's 10, by position or by name
+    const auto flat = open("torchtitan/flat/groups_1rank");
+    const auto views = findOptimizers(*flat);
+    ASSERT_EQ(views.size(), 1u);
+    EXPECT_TRUE(views[0].groupsGuessed);
+    EXPECT_EQ(views[0].groups.size(), 6u);
+    EXPECT_EQ(views[0].flatParamHyperparams.size(), 10u);
+    for (const char* t : {"torchtitan/flat/target_optim.pt", "torchtitan/flat/target_optim_names.pt"}) {
+        const auto target = TargetOptimizer::fromCheckpoint(*open(t));
+        const Diagnosis d = diagnoseCheckpoint(*flat, nullptr, {}, &target);
+        const DiagnosisFinding* f = finding(d, "flattened-format");
+        ASSERT_NE(f, nullptr);
+        ASSERT_EQ(f->actions.size(), 1u) << t;
+        ASSERT_EQ(f->actions[0].paramGroups.size(), 10u) << t;
+        EXPECT_EQ(f->actions[0].paramGroups[1], std::vector<std::string> {"0.bias"}) << t;
+    }
+    // the model given, no target: a guessed grouping is never compared as if it were stored
+    const auto model = ModelParams::modelPartOf(*flat);
+    ASSERT_TRUE(model.has_value());
+    const Diagnosis d = diagnoseCheckpoint(*flat, &*model);
+    EXPECT_EQ(finding(d, "param-groups-mismatch"), nullptr) << d.toJson().dump(1);
+}
+
+TEST(Diagnose, OptimizerOverTheTrainableSubsetIsTheFrozenReading)
+{
+    // real PyTorch (tests/data/frozen/expected.json): each loads into an optimizer over the trainable parameters and
+    // raises in one over model.parameters(); diagnose says both as a frozen-params warning, no error
+    std::ifstream in(kData + "/frozen/expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    TempDir tmp;
+    const std::string fixed = (tmp.path / "compiled_fixed.pt").string();
+    {
+        const auto compiled = open("frozen/compiled_sgd.pt");
+        const ExpectedParams model = ExpectedParams::fromCheckpoint(*open("frozen/compiled_sgd_model.pt"));
+        applyFixes(*compiled, diagnoseCheckpoint(*compiled, &model), fixed);
+    }
+    for (const auto& [kind, optim] : std::vector<std::pair<std::string, std::string>> {
+             {"lbfgs", "frozen/lbfgs.pt"}, {"compiled_sgd", fixed}, {"compiled_sgd", "frozen/compiled_sgd.pt"}}) {
+        const ExpectedParams model = ExpectedParams::fromCheckpoint(*open("frozen/" + kind + "_model.pt"));
+        const Diagnosis d = diagnoseCheckpoint(optim == fixed ? *openCheckpoint(fixed) : *open(optim), &model);
+        for (const auto& f : d.findings)
+            EXPECT_NE(f.severity, Severity::Error) << optim << ": " << f.name() << ": " << f.message;
+        const DiagnosisFinding* f = finding(d, "frozen-params");
+        ASSERT_NE(f, nullptr) << optim;
+        EXPECT_EQ(f->pytorchError.rfind(expected[kind]["all"].get<std::string>(), 0), 0u) << f->pytorchError;
+        ASSERT_FALSE(d.verdicts.empty());
+        EXPECT_EQ(d.verdicts[0].path, LoadPath::OptimizerLoadStateDict);
+        EXPECT_EQ(expected[kind]["trainable"], "loads");
+        EXPECT_EQ(d.verdicts[0].outcome, LoadOutcome::Loads) << optim;
+        if (kind == "compiled_sgd") // param_names say exactly which are left out
+            EXPECT_NE(f->message.find("'0.weight', '0.bias'"), std::string::npos) << f->message;
+    }
+    // a target optimizer over model.parameters() decides: the error, as PyTorch raises it
+    const auto all = TargetOptimizer::fromCheckpoint(*open("frozen/lbfgs.pt"));
+    TargetOptimizer over9 = all;
+    over9.groupSizes = {9};
+    over9.shapes.assign(9, {});
+    const ExpectedParams model = ExpectedParams::fromCheckpoint(*open("frozen/lbfgs_model.pt"));
+    const Diagnosis d = diagnoseCheckpoint(*open("frozen/lbfgs.pt"), &model, {}, &over9);
+    ASSERT_NE(finding(d, "param-groups-mismatch"), nullptr);
+    EXPECT_EQ(finding(d, "frozen-params"), nullptr);
 }
 
 TEST(Diagnose, ShapesAgainstAWiderModel)
@@ -679,7 +753,11 @@ TEST(Fix, FlattenedBecomesNested)
     TempDir tmp;
     const auto flat = open("diag/flattened.pt");
     const std::string out = (tmp.path / "nested.pt").string();
-    applyFixes(*flat, diagnoseCheckpoint(*flat, nullptr), out);
+    // without the target's grouping there is nothing to apply: the format does not store it
+    EXPECT_THROW(applyFixes(*flat, diagnoseCheckpoint(*flat, nullptr), out), Error);
+    EXPECT_FALSE(std::filesystem::exists(out));
+    const auto target = TargetOptimizer::fromCheckpoint(*open("diag/one_group.pt"));
+    applyFixes(*flat, diagnoseCheckpoint(*flat, nullptr, {}, &target), out);
     const auto fixed = openCheckpoint(out);
     const auto views = findOptimizers(*fixed);
     ASSERT_EQ(views.size(), 1u);

@@ -9,15 +9,16 @@ out=fix_out
 rm -rf "$out"
 mkdir -p "$out"
 status=0
-run() { # case optim model
-    local case=$1 optim=$2 model=$3
+run() { # case optim model [target optimizer]
+    local case=$1 optim=$2 model=$3 target=${4:-}
     cp "$data/$optim" "$out/$case.orig.pt"
-    "$cli" fix "$data/$optim" ${model:+--model "$data/$model"} -o "$out/$case.fixed.pt"
+    "$cli" fix "$data/$optim" ${model:+--model "$data/$model"} ${target:+--target-optim "$data/$target"} \
+        -o "$out/$case.fixed.pt"
     "$torch_python" fix_interop.py "$case" "$out/$case.fixed.pt" "$out/$case.orig.pt" || status=1
 }
 run ids adam_int.pt diag/model.pt                       # integer ids -> FQNs
 run prefix_fqn diag/compiled_fqn.pt diag/model.pt       # _orig_mod. stripped from FQN keys
 run param_names diag/compiled_param_names.pt diag/model.pt  # _orig_mod. stripped from param_names
-run flattened diag/flattened.pt ""                      # DSD flattened -> nested
+run flattened diag/flattened.pt "" diag/one_group.pt    # DSD flattened -> nested, grouped as the target
 run steps diag/step_int.pt ""                           # Python int steps -> float32 tensors
 exit $status

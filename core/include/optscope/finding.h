@@ -107,10 +107,21 @@ struct FixAction
     /// RenameParam renames one parameter everywhere in the optimizer (state keys, params, param_names);
     /// RenameModelKey one key of the model state dict saved beside it
     enum class Kind { RenameParam, RenameModelKey, RekeyIds, UnflattenFormat, CastStep };
+    FixAction(Kind kind, std::string from, std::string to, std::string description,
+        std::vector<std::vector<std::string>> paramGroups = {})
+        : kind(kind)
+        , from(std::move(from))
+        , to(std::move(to))
+        , description(std::move(description))
+        , paramGroups(std::move(paramGroups))
+    { }
     Kind kind;
     std::string from; ///< e.g. "_orig_mod.fc.weight" / "3"
     std::string to; ///< e.g. "fc.weight"
     std::string description;
+    /// UnflattenFormat: the parameters (FQNs) of each param group, in order, as the loading code's optimizer groups
+    /// them (the flattened format does not store it)
+    std::vector<std::vector<std::string>> paramGroups;
 };
 const char* fixActionKindName(FixAction::Kind kind);
 

@@ -35,10 +35,16 @@ struct OptimizerView
 {
     KeyPath root; ///< path of the optimizer state dict ({} when it is the whole checkpoint)
     bool flattened = false; ///< DSD flattened format
+    /// flattened: the format stores no grouping (DSD takes it from the live optimizer when it loads), so `groups`
+    /// is a guess: parameters with equal hyperparameters form one group. A training script may build more groups
+    /// (per-parameter ones, several with equal values): never write them back as if they were stored
+    bool groupsGuessed = false;
     bool idKeyed = false; ///< state keyed by integer ids (plain optimizer.state_dict())
     bool hasStateKey = false; ///< a "state" part was found at all (an empty state dict leaves no entries in DCP)
     std::vector<OptimizerParam> params; ///< in first-appearance order
     std::vector<OptimizerGroup> groups;
+    /// flattened: every parameter named by a param_groups.<fqn>.<hp> key, in file order, with its hyperparameters
+    std::vector<std::pair<std::string, std::map<std::string, const Entry*>>> flatParamHyperparams;
     /// params by key, filled by findOptimizers: callers look up every parameter, which a scan made quadratic
     /// (100k parameters: 5 s of a diff). A view built by hand without it is scanned
     std::unordered_map<std::string, size_t> paramIndex;

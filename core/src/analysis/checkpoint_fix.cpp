@@ -23,6 +23,7 @@ struct OptimizerRewrite
     std::map<std::string, std::string> rekey; ///< integer id -> FQN (rekey-ids)
     std::map<std::string, std::string> rename; ///< parameter name -> new name (state keys, params, param_names)
     bool toNested = false;
+    std::vector<std::vector<std::string>> nestedGroups; ///< toNested: each group's parameters (the target's grouping)
     bool castStep = false;
 };
 
@@ -67,8 +68,15 @@ std::optional<std::string> UserRename::apply(const std::string& name) const
 static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,
     const Progress& progress, WriteOptions options, const std::vector<UserRename>& userRenames)
 {
-    if (!diagnosis.fixable() && userRenames.empty())
+    if (!diagnosis.fixable() && userRenames.empty()) {
+        for (const auto& f : diagnosis.findings)
+            if (f.code == FindingCode::FlattenedFormat)
+                throw Error(ErrorKind::Usage, cp.path,
+                    "the diagnosis proposes nothing that can be applied mechanically: converting the flattened "
+                    "optimizer needs the param groups of the optimizer that loads it, which the format does not "
+                    "store; give the target optimizer (--target-optim)");
         throw Error(ErrorKind::Usage, cp.path, "the diagnosis proposes nothing that can be applied mechanically");
+    }
     FixResult result;
     result.output = output;
     const auto views = findOptimizers(cp);
@@ -87,9 +95,10 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
                     r.rename[a.from] = a.to;
                 else if (a.kind == FixAction::Kind::RekeyIds)
                     r.rekey[a.from] = a.to;
-                else if (a.kind == FixAction::Kind::UnflattenFormat)
+                else if (a.kind == FixAction::Kind::UnflattenFormat) {
                     r.toNested = true;
-                else if (a.kind == FixAction::Kind::CastStep)
+                    r.nestedGroups = a.paramGroups;
+                } else if (a.kind == FixAction::Kind::CastStep)
                     r.castStep = true;
             }
         }
@@ -172,51 +181,54 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
                 handled.insert(e);
             }
         }
-        // param_groups
-        for (size_t g = 0; g < v.groups.size(); ++g) {
-            const OptimizerGroup& group = v.groups[g];
-            auto list = [&](const std::vector<std::string>& keys, bool asInts) {
-                PyValue* l = arena->makeContainer(PyKind::List);
-                for (const auto& k : keys) {
-                    const std::string n = renamed(k);
-                    if (asInts && n == k)
-                        l->container->items.push_back(arena->makeInt(std::stoll(k)));
-                    else
-                        l->container->items.push_back(arena->makeStr(n, true));
-                }
-                return l;
-            };
-            const bool idsStay = v.idKeyed && r.rekey.empty();
-            KeyPath gp = v.root;
-            gp.push_back(key("param_groups"));
-            gp.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(g)));
-            if (v.flattened && !r.toNested) {
-                // stays flattened: per-parameter hyperparameter entries, renamed
-                for (const auto& fqn : group.params)
-                    for (const auto& [field, e] : group.hyperparams) {
-                        (void)e;
-                        const std::string oldKey = "param_groups." + fqn + "." + field;
-                        for (const Entry& en : cp.entries)
-                            if (startsWith(en.path, v.root) && en.path.size() == v.root.size() + 1
-                                && en.path.back().key == oldKey) {
-                                Item it;
-                                it.path = v.root;
-                                it.path.push_back(key("param_groups." + renamed(fqn) + "." + field));
-                                it.source = &en;
-                                it.value = en.value;
-                                items.push_back(std::move(it));
-                                handled.insert(&en);
-                            }
-                    }
-                continue;
+        auto list = [&](const std::vector<std::string>& keys, bool asInts) {
+            PyValue* l = arena->makeContainer(PyKind::List);
+            for (const auto& k : keys) {
+                const std::string n = renamed(k);
+                if (asInts && n == k)
+                    l->container->items.push_back(arena->makeInt(std::stoll(k)));
+                else
+                    l->container->items.push_back(arena->makeStr(n, true));
             }
-            // nested output: every field of the group, in file order; params (and param_names) rewritten
-            std::vector<const Entry*> fields;
-            for (const Entry& en : cp.entries)
-                if (startsWith(en.path, gp) && en.path.size() > gp.size()) fields.push_back(&en);
-            if (v.flattened) {
-                // from the flattened format: the first parameter's hyperparameters stand for the group
-                for (const auto& [field, e] : group.hyperparams) {
+            return l;
+        };
+        if (v.flattened && !r.toNested) {
+            // stays flattened: every parameter's hyperparameter entries, renamed
+            for (const auto& [fqn, hps] : v.flatParamHyperparams)
+                for (const auto& [field, e] : hps) {
+                    Item it;
+                    it.path = v.root;
+                    it.path.push_back(key("param_groups." + renamed(fqn) + "." + field));
+                    it.source = e;
+                    it.value = e->value;
+                    items.push_back(std::move(it));
+                    handled.insert(e);
+                }
+            continue;
+        }
+        if (v.flattened) {
+            // to the nested format, grouped as the loading code's optimizer groups them (the diagnosis takes it
+            // from the target optimizer; the format stores no grouping, and a guessed one does not load). As DSD's
+            // _unflatten_optim_state_dict, a group's first parameter's hyperparameters stand for the group
+            std::map<std::string, const std::map<std::string, const Entry*>*> hyperparamsOf;
+            for (const auto& [fqn, hps] : v.flatParamHyperparams)
+                hyperparamsOf.emplace(fqn, &hps);
+            if (r.nestedGroups.empty())
+                throw Error(ErrorKind::Usage, cp.path,
+                    "converting the flattened optimizer needs its param groups: give the target optimizer "
+                    "(--target-optim)");
+            for (size_t g = 0; g < r.nestedGroups.size(); ++g) {
+                const auto& params = r.nestedGroups[g];
+                const auto first = params.empty() ? hyperparamsOf.end() : hyperparamsOf.find(params.front());
+                if (first == hyperparamsOf.end())
+                    throw Error(ErrorKind::Format, cp.path,
+                        "param group " + std::to_string(g) + " of the target optimizer holds "
+                            + (params.empty() ? std::string("no parameter") : "'" + params.front() + "'")
+                            + ", which has no hyperparameters in " + v.rootKey());
+                KeyPath gp = v.root;
+                gp.push_back(key("param_groups"));
+                gp.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(g)));
+                for (const auto& [field, e] : *first->second) {
                     Item it;
                     it.path = gp;
                     it.path.push_back(key(field));
@@ -227,14 +239,25 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
                 Item it;
                 it.path = gp;
                 it.path.push_back(key("params"));
-                it.value = list(group.params, false);
+                it.value = list(params, false);
                 items.push_back(std::move(it));
-                for (const Entry& en : cp.entries)
-                    if (startsWith(en.path, v.root) && en.path.size() == v.root.size() + 1
-                        && en.path.back().key.rfind("param_groups.", 0) == 0)
-                        handled.insert(&en);
-                continue;
             }
+            for (const auto& [fqn, hps] : v.flatParamHyperparams)
+                for (const auto& [field, e] : hps)
+                    handled.insert(e);
+            continue;
+        }
+        // param_groups
+        for (size_t g = 0; g < v.groups.size(); ++g) {
+            const OptimizerGroup& group = v.groups[g];
+            const bool idsStay = v.idKeyed && r.rekey.empty();
+            KeyPath gp = v.root;
+            gp.push_back(key("param_groups"));
+            gp.push_back(KeyPathElem::fromIndex(static_cast<int64_t>(g)));
+            // nested output: every field of the group, in file order; params (and param_names) rewritten
+            std::vector<const Entry*> fields;
+            for (const Entry& en : cp.entries)
+                if (startsWith(en.path, gp) && en.path.size() > gp.size()) fields.push_back(&en);
             for (const Entry* en : fields) {
                 Item it;
                 it.path = en->path;

@@ -197,17 +197,19 @@ std::vector<std::string> TargetOptimizer::paramsOf(
         return it == model.shapes.end() ? std::vector<int64_t> {} : it->second;
     };
     // the subsequence of model parameters with the target's shapes: matched from the end, and from the start to
-    // see whether the choice is unique
+    // see whether the choice is unique. An unknown shape (no state: LBFGS keeps all of it on the first parameter)
+    // fits any parameter
+    const auto fits = [&](size_t i, size_t k) { return shapes[k].empty() || shapeOf(i) == shapes[k]; };
     std::vector<std::string> last(total), first;
     size_t i = model.fqns.size();
     for (size_t k = total; k-- > 0;) {
-        while (i > 0 && shapeOf(i - 1) != shapes[k])
+        while (i > 0 && !fits(i - 1, k))
             --i;
         if (i == 0) return {};
         last[k] = model.fqns[--i];
     }
     for (size_t k = 0, j = 0; k < total; ++k) {
-        while (j < model.fqns.size() && shapeOf(j) != shapes[k])
+        while (j < model.fqns.size() && !fits(j, k))
             ++j;
         first.push_back(model.fqns[j++]);
     }
@@ -283,7 +285,8 @@ public:
         : m_cp(cp)
         , m_target(target)
         , m_progress(progress)
-        , m_optimizerParams(optimizerParams(cp, expected, target, m_targetNote))
+        , m_optimizerParams(optimizerParams(cp, expected, target, m_targetNote, m_frozenReading))
+        , m_model(expected)
         , m_exp(m_optimizerParams ? &*m_optimizerParams : expected)
         , m_table(ParamTable::build(cp, m_exp))
     { }
@@ -334,11 +337,13 @@ public:
         const size_t beforeOptimizerFindings = d.findings.size();
         for (auto& f : optimizerFindings(m_cp, m_table))
             d.findings.push_back(std::move(f));
+        flattenedToNested(d);
         if (!m_exp) {
             wrapperPrefixHints(d);
             return d;
         }
         if (!m_targetNote.empty()) d.notes.push_back(m_targetNote);
+        if (m_frozenReading) frozenReading(*expectedModel(), d);
         // each optimizer against the model; with several (a GAN's generator and discriminator optimizers), the
         // verdicts are for the first that fits the model, and those that do not are named, not diagnosed
         const size_t n = m_table.optimizers.size();
@@ -417,6 +422,97 @@ private:
 
     /// Without a model, names with wrapper prefixes (a torch.compile'd model's "_orig_mod.") are the first thing to
     /// know about: they load only into the wrapped module, and the user has not said which model is the target.
+    /// The flattened format's conversion to the nested one, with the target optimizer's param groups: the format
+    /// stores no grouping, and a nested file grouped otherwise than the loading code's optimizer does not load
+    /// (optimizer.load_state_dict counts groups; set_optimizer_state_dict gives a live group the hyperparameters
+    /// of one saved group holding its parameters, none to the others). Target parameters by name when the target
+    /// names them, else by position in the saved order (DSD writes param_groups.<fqn>.* group by group).
+    void flattenedToNested(Diagnosis& d) const
+    {
+        if (!m_target) return;
+        for (auto& f : d.findings) {
+            if (f.code != FindingCode::FlattenedFormat) continue;
+            const OptimizerView* v = nullptr;
+            for (const auto& view : m_table.optimizers)
+                if (view.rootKey() == f.key && view.flattened) v = &view;
+            if (!v) continue;
+            std::vector<std::string> saved; // the parameters in file order
+            std::map<std::string, std::string> savedByCanon;
+            for (const auto& [fqn, hps] : v->flatParamHyperparams) {
+                saved.push_back(fqn);
+                savedByCanon.emplace(normalizeFqn(fqn).fqn, fqn);
+            }
+            size_t total = 0;
+            for (const size_t n : m_target->groupSizes)
+                total += n;
+            std::string problem;
+            std::vector<std::vector<std::string>> groups;
+            if (total != saved.size()) {
+                problem = "the target optimizer holds " + std::to_string(total) + " parameters, the flattened one "
+                    + std::to_string(saved.size());
+            } else {
+                const bool byName = m_target->names.size() == total;
+                size_t pos = 0;
+                std::set<std::string> used;
+                for (const size_t n : m_target->groupSizes) {
+                    groups.emplace_back();
+                    for (size_t i = 0; i < n && problem.empty(); ++i, ++pos) {
+                        std::string fqn = saved[pos];
+                        if (byName) {
+                            const auto it = savedByCanon.find(normalizeFqn(m_target->names[pos]).fqn);
+                            if (it == savedByCanon.end()) {
+                                problem = "the target optimizer's parameter '" + m_target->names[pos]
+                                    + "' is not in the flattened one";
+                                break;
+                            }
+                            fqn = it->second;
+                        }
+                        used.insert(fqn);
+                        groups.back().push_back(fqn);
+                    }
+                }
+                if (problem.empty() && used.size() != saved.size())
+                    problem = "the target optimizer names a parameter twice";
+            }
+            if (!problem.empty()) {
+                f.fix += "; " + m_target->source + " cannot group it: " + problem;
+                continue;
+            }
+            // groups whose parameters were saved with other hyperparameters take the first one's, as DSD does
+            std::map<std::string, const std::map<std::string, const Entry*>*> hyperparamsOf;
+            for (const auto& [fqn, hps] : v->flatParamHyperparams)
+                hyperparamsOf.emplace(fqn, &hps);
+            size_t mixed = 0;
+            for (const auto& g : groups)
+                for (const auto& fqn : g) {
+                    const auto& a = *hyperparamsOf.at(g.front());
+                    const auto& b = *hyperparamsOf.at(fqn);
+                    bool same = a.size() == b.size();
+                    for (auto ia = a.begin(), ib = b.begin(); same && ia != a.end(); ++ia, ++ib)
+                        same = ia->first == ib->first && !ia->second->isTensor() && !ib->second->isTensor()
+                            && pyRepr(ia->second->value, 4000) == pyRepr(ib->second->value, 4000);
+                    mixed += !same;
+                }
+            const std::string how = std::to_string(groups.size()) + " param group(s) of " + m_target->source
+                + (m_target->names.size() == total ? " (by name)" : " (by position)");
+            f.fix = "load it with set_optimizer_state_dict, or let `optscope-cli fix` convert it to the nested format "
+                    "for optimizer.load_state_dict, with the "
+                + how;
+            f.fixNeutral = "load it with set_optimizer_state_dict, or apply the fix, which converts it to the nested "
+                           "format for optimizer.load_state_dict, with the "
+                + how;
+            if (mixed)
+                f.fix += "; " + std::to_string(mixed) + " parameter(s) were saved with other hyperparameters than "
+                    + "the first of their target group, whose values the group takes (as set_optimizer_state_dict "
+                      "does)";
+            FixAction a {FixAction::Kind::UnflattenFormat, "flattened", "nested",
+                "convert to the nested {state, param_groups} format with the target's " + std::to_string(groups.size())
+                    + " param groups",
+                std::move(groups)};
+            f.actions.push_back(std::move(a));
+        }
+    }
+
     void wrapperPrefixHints(Diagnosis& d) const
     {
         for (size_t oi = 0; oi < m_table.optimizers.size(); ++oi) {
@@ -773,8 +869,8 @@ private:
             targetTotal += s;
         // no target optimizer given, and the saved groups hold as many parameters as the model: the loading code is
         // taken to build the same groups (a resume runs the same training script: decay / no-decay, per-layer lr)
-        const bool sameGroupsAssumed
-            = !m_target && !exp.fromOptimizer && !trainer && savedSizes.size() > 1 && savedTotal == targetTotal;
+        const bool sameGroupsAssumed = !m_target && !exp.fromOptimizer && !trainer && !v.groupsGuessed
+            && savedSizes.size() > 1 && savedTotal == targetTotal;
         if (sameGroupsAssumed) {
             targetSizes = savedSizes;
             std::string sizes;
@@ -787,7 +883,8 @@ private:
                 + kGroupCountError + " (give the target optimizer, --target-optim, to check it)");
         }
         const std::string targetText = m_target ? m_target->source
-            : exp.fromOptimizer                 ? exp.source
+            : m_frozenReading   ? "an optimizer over the model's trainable parameters (the ones it holds)"
+            : exp.fromOptimizer ? exp.source
             : trainer           ? "the Hugging Face Trainer's optimizer (decay and no-decay groups over the model)"
             : sameGroupsAssumed ? "the same groups over the model"
                                 : "an optimizer over model.parameters() in one group";
@@ -889,7 +986,9 @@ private:
             groupError = kGroupCountError;
         else if (savedSizes != targetSizes)
             groupError = kGroupSizeError;
-        if (!groupError.empty() && !fsdp1) {
+        // a flattened optimizer's groups are a guess, and set_optimizer_state_dict (the path that reads it) takes
+        // them from the live optimizer: nothing to compare (flattened-format covers optimizer.load_state_dict)
+        if (!groupError.empty() && !fsdp1 && !v.groupsGuessed) {
             std::string sizes;
             for (size_t g = 0; g < savedSizes.size(); ++g)
                 sizes += (g ? ", " : "") + std::to_string(savedSizes[g]);
@@ -1471,14 +1570,69 @@ private:
         return "step";
     }
 
-    /// the model with only the parameters the target optimizer holds, when it holds fewer than the model has (the
-    /// loaders look up and count those only; model.load_state_dict still wants every key)
-    static std::optional<ModelParams> optimizerParams(
-        const Checkpoint& cp, const ModelParams* model, const TargetOptimizer* target, std::string& note)
+    /// the model given (m_exp is restricted to the optimizer's parameters under the frozen reading)
+    const ModelParams* expectedModel() const { return m_model; }
+
+    /// No target optimizer, and the saved one holds a subset of the model's parameters that its names (or shapes)
+    /// place: the training script gave the optimizer only the trainable parameters (a frozen backbone, LoRA, a
+    /// frozen layer). Diagnosed as loaded by the same script (an optimizer over the trainable ones, which loads), with
+    /// a warning that gives the other reading (an optimizer over model.parameters(), which raises)
+    void frozenReading(const ModelParams& model, Diagnosis& d) const
     {
-        if (!model || !target) return std::nullopt;
+        std::set<std::string> held(m_exp->fqns.begin(), m_exp->fqns.end());
+        std::vector<std::string> left;
+        for (const auto& f : model.fqns)
+            if (!held.count(f)) left.push_back(f);
+        const OptimizerView& v = m_table.optimizers.front();
+        const std::string where
+            = v.rootKey().empty() ? std::string("the optimizer state dict") : "optimizer '" + v.rootKey() + "'";
+        Finding f(FindingCode::FrozenParams,
+            where + " holds " + std::to_string(held.size()) + " of the " + std::to_string(model.fqns.size())
+                + " parameters of " + model.source + ": the other " + std::to_string(left.size())
+                + " are taken as frozen (requires_grad=False, left out of the optimizer by the training script)"
+                + (m_exp->orderKnown ? ": " : ", which ones is a guess by shapes: ") + quoteList(left)
+                + ". An optimizer over the trainable parameters loads it (the verdicts below); one over "
+                  "model.parameters() does not",
+            v.rootKey());
+        f.pytorchError = std::string("ValueError: ") + kGroupSizeError
+            + " (optimizer.load_state_dict into an optimizer over model.parameters())";
+        f.fix = "build the optimizer over the trainable parameters, as the run that saved it did; give the loading "
+                "code's optimizer (--target-optim) to check that reading";
+        f.fixNeutral = "build the optimizer over the trainable parameters, as the run that saved it did; give the "
+                       "loading code's optimizer to check that reading";
+        f.keys = head(left);
+        d.findings.push_back(std::move(f));
+    }
+
+    /// the model with only the parameters the target optimizer holds, when it holds fewer than the model has (the
+    /// loaders look up and count those only; model.load_state_dict still wants every key). Without a target, the
+    /// saved optimizer itself when it holds fewer parameters than the model and they place in it (@p frozenReading)
+    static std::optional<ModelParams> optimizerParams(const Checkpoint& cp, const ModelParams* model,
+        const TargetOptimizer* target, std::string& note, bool& frozenReading)
+    {
+        frozenReading = false;
+        if (!model) return std::nullopt;
+        std::optional<TargetOptimizer> saved;
+        if (!target && !model->fromOptimizer && cp.format != CheckpointFormat::HfTrainer) {
+            const auto views = findOptimizers(cp);
+            if (views.size() != 1 || views.front().flattened) return std::nullopt;
+            try {
+                saved = TargetOptimizer::fromCheckpoint(cp);
+            } catch (const Error&) {
+                return std::nullopt;
+            }
+            size_t total = 0;
+            for (const size_t n : saved->groupSizes)
+                total += n;
+            if (total == 0 || total >= model->fqns.size()) return std::nullopt;
+            saved->source = views.front().rootKey().empty() ? std::string("the optimizer state dict")
+                                                            : "optimizer '" + views.front().rootKey() + "'";
+            target = &*saved;
+        }
+        if (!target) return std::nullopt;
         bool unique = true;
         std::vector<std::string> params = target->paramsOf(*model, savedNames(cp), note, unique);
+        frozenReading = saved.has_value() && !params.empty();
         if (params.empty() || params == model->fqns) return std::nullopt;
         ModelParams m = *model;
         m.fqns = std::move(params);
@@ -1508,7 +1662,9 @@ private:
     std::string m_targetNote;
     mutable std::map<std::string, const std::vector<int64_t>*> m_shapeByCanon; ///< modelShape's index
     mutable std::map<std::string, DType> m_dtypeByCanon; ///< modelDtype's index
+    bool m_frozenReading = false; ///< m_optimizerParams is the saved optimizer's subset of the model (no target)
     std::optional<ModelParams> m_optimizerParams;
+    const ModelParams* m_model; ///< the model given
     const ModelParams* m_exp;
     ParamTable m_table;
     bool m_reportedModelPart = false;

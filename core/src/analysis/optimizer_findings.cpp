@@ -69,12 +69,18 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
                       "it",
                 root);
             f.pytorchError = "KeyError: 'param_groups'";
-            f.fix = "load it with set_optimizer_state_dict (which reads this format whatever its options say), or let "
-                    "`optscope-cli fix` convert it to the nested format for optimizer.load_state_dict";
-            f.fixNeutral = "load it with set_optimizer_state_dict (which reads this format whatever its options say), "
-                           "or apply the fix, which converts it to the nested format for optimizer.load_state_dict";
-            f.actions.push_back({FixAction::Kind::UnflattenFormat, "flattened", "nested",
-                "convert to the nested {state, param_groups} format"});
+            // the format stores no grouping: converting it needs the loading code's optimizer (diagnose with a
+            // target adds the conversion); the groups shown are parameters with equal hyperparameters, a guess
+            const std::string guessed = std::to_string(v.groups.size())
+                + " group(s) shown are a guess (parameters with equal hyperparameters): the format does not store "
+                  "the param groups, and set_optimizer_state_dict takes them from the live optimizer";
+            f.fix = "load it with set_optimizer_state_dict; to convert it to the nested format for "
+                    "optimizer.load_state_dict, give `optscope-cli fix` the training script's optimizer "
+                    "(--target-optim: torch.save(optimizer.state_dict()) once it is built). The "
+                + guessed;
+            f.fixNeutral = "load it with set_optimizer_state_dict; to convert it to the nested format for "
+                           "optimizer.load_state_dict, give the training script's optimizer as the target. The "
+                + guessed;
             out.push_back(std::move(f));
         }
         if (v.idKeyed && !v.params.empty()) {

@@ -148,29 +148,26 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
         if (!b.hasGroups) continue; // a "state" without param_groups is not an optimizer state dict
         for (auto& [index, g] : b.nestedGroups)
             b.view.groups.push_back(std::move(g));
-        // flattened: parameters with identical hyperparameters form one group, in first-appearance order
+        // flattened: a guess at the grouping, parameters with identical hyperparameters form one group (in
+        // first-appearance order); a value's repr is made once per parameter, not once per comparison
+        std::map<std::vector<std::string>, size_t> groupOfValues;
         for (auto& [fqn, hps] : b.flatGroups) {
-            OptimizerGroup* match = nullptr;
-            for (auto& g : b.view.groups) {
-                if (g.hyperparams.size() != hps.size()) continue;
-                bool same = true;
-                for (const auto& [name, entry] : hps) {
-                    auto it = g.hyperparams.find(name);
-                    same = same && it != g.hyperparams.end() && !entry->isTensor() && !it->second->isTensor()
-                        && pyRepr(entry->value, 4000) == pyRepr(it->second->value, 4000);
-                }
-                if (same) {
-                    match = &g;
-                    break;
-                }
+            std::vector<std::string> values;
+            bool comparable = true;
+            for (const auto& [name, entry] : hps) {
+                comparable = comparable && !entry->isTensor();
+                values.push_back(name + "=" + pyRepr(entry->value, 4000));
             }
-            if (!match) {
+            auto it = comparable ? groupOfValues.find(values) : groupOfValues.end();
+            if (it == groupOfValues.end()) {
                 b.view.groups.push_back({});
-                match = &b.view.groups.back();
-                match->hyperparams = hps;
+                b.view.groups.back().hyperparams = hps;
+                if (comparable) it = groupOfValues.emplace(std::move(values), b.view.groups.size() - 1).first;
             }
-            match->params.push_back(fqn);
+            b.view.groups[it == groupOfValues.end() ? b.view.groups.size() - 1 : it->second].params.push_back(fqn);
         }
+        b.view.groupsGuessed = !b.flatGroups.empty();
+        b.view.flatParamHyperparams = std::move(b.flatGroups);
         bool ids = !b.view.params.empty() || !b.view.groups.empty();
         for (const auto& p : b.view.params)
             ids = ids && isInteger(p.key);

@@ -896,7 +896,8 @@ nlohmann::ordered_json ParamTable::toJson() const
     for (size_t i = 0; i < optimizers.size(); ++i)
         j["optimizers"].push_back({{"root", optimizers[i].rootKey()}, {"kind", optimizerKindName(kinds[i])},
             {"id_keyed", optimizers[i].idKeyed}, {"flattened", optimizers[i].flattened},
-            {"groups", optimizers[i].groups.size()}, {"names_from", nameSourceText(sources[i])}});
+            {"groups", optimizers[i].groups.size()}, {"groups_guessed", optimizers[i].groupsGuessed},
+            {"names_from", nameSourceText(sources[i])}});
     j["params"] = json::array();
     for (const auto& r : rows) {
         auto opt = [](bool has, json v) { return has ? v : json(nullptr); };
