@@ -4,7 +4,7 @@
 #include "jobrunner.h"
 #include "keytree.h"
 
-#include "optscope/checkpoint_loader.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <QPointer>
 

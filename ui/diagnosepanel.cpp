@@ -6,9 +6,9 @@
 #include "format.h"
 #include "jobrunner.h"
 
-#include "optscope/checkpoint_fix.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diagnosis.h"
+#include "optscope/analysis/checkpoint_fix.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <QFileDialog>
 #include <QFileInfo>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/diagnosis.h"
+#include "optscope/analysis/diagnosis.h"
 
 #include <QAbstractTableModel>
 

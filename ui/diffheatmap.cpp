@@ -3,7 +3,7 @@
 
 #include "format.h"
 
-#include "optscope/optimizer_kind.h"
+#include "optscope/optim/optimizer_kind.h"
 
 #include <QFontMetrics>
 #include <QMouseEvent>

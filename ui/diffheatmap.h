@@ -3,7 +3,7 @@
 
 #include "qcp.h"
 
-#include "optscope/diff_report.h"
+#include "optscope/analysis/diff_report.h"
 
 #include <QStringList>
 

@@ -15,9 +15,10 @@
 #include "valuecomparemodel.h"
 #include "valuespreviewmodel.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diff_report.h"
-#include "optscope/scalar_value.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/optim/optimizer_steps.h"
+#include "optscope/tensor/scalar_value.h"
 
 #include <QCheckBox>
 #include <QClipboard>

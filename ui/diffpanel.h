@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/checkpoint.h"
-#include "optscope/diff_report.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <optional>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "format.h"
 
-#include "optscope/display_text.h"
+#include "optscope/base/display_text.h"
 
 #include <QDir>
 #include <QFileInfo>

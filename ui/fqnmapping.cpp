@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fqnmapping.h"
 
-#include "optscope/error.h"
-#include "optscope/fqn_normalizer.h"
-#include "optscope/param_table.h"
+#include "optscope/base/error.h"
+#include "optscope/optim/fqn_normalizer.h"
+#include "optscope/optim/param_table.h"
 
 namespace optscope::ui {
 

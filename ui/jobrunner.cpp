@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "jobrunner.h"
 
-#include "optscope/error.h"
+#include "optscope/base/error.h"
 
 #include <QElapsedTimer>
 #include <QMetaObject>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
 
 #include <QHash>
 #include <QObject>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "keytree.h"
 
-#include "optscope/display_text.h"
+#include "optscope/base/display_text.h"
 
 namespace optscope::ui {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/param_groups_table.h"
+#include "optscope/optim/param_groups_table.h"
 
 #include <QAbstractTableModel>
 

@@ -3,8 +3,8 @@
 
 #include "format.h"
 
-#include "optscope/diff_report.h"
-#include "optscope/verify_report.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/verify_report.h"
 
 #include <QFile>
 #include <QSaveFile>

@@ -9,11 +9,11 @@
 #include "statusfilterproxy.h"
 #include "verifymodel.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
-#include "optscope/gpu_devices.h"
-#include "optscope/reshard.h"
-#include "optscope/verify_report.h"
+#include "optscope/analysis/reshard.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/gpu/gpu_devices.h"
 
 #include <QCheckBox>
 #include <QComboBox>

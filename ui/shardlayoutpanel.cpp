@@ -6,8 +6,8 @@
 #include "plotexport.h"
 #include "shardlayoutwidget.h"
 
-#include "optscope/scalar_value.h"
-#include "optscope/shard_layout.h"
+#include "optscope/model/shard_layout.h"
+#include "optscope/tensor/scalar_value.h"
 
 #include <QFileInfo>
 #include <QHBoxLayout>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "shardlayoutwidget.h"
 
-#include "optscope/flat_param_layout.h"
+#include "optscope/model/flat_param_layout.h"
 
 #include "format.h"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/shard_layout.h"
+#include "optscope/model/shard_layout.h"
 
 #include <QWidget>
 

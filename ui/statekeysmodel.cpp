@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "statekeysmodel.h"
 
-#include "optscope/display_text.h"
+#include "optscope/base/display_text.h"
 
 #include "format.h"
 #include "keytree.h"
 
-#include "optscope/scalar_value.h"
+#include "optscope/tensor/scalar_value.h"
 
 #include <QApplication>
 #include <QColor>

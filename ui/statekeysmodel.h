@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/checkpoint.h"
-#include "optscope/key_filter.h"
-#include "optscope/unsafe_globals.h"
+#include "optscope/analysis/key_filter.h"
+#include "optscope/formats/unsafe_globals.h"
+#include "optscope/model/checkpoint.h"
 
 #include <QAbstractItemModel>
 

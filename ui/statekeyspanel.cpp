@@ -9,7 +9,7 @@
 #include "keytree.h"
 #include "statekeysmodel.h"
 
-#include "optscope/scalar_value.h"
+#include "optscope/tensor/scalar_value.h"
 
 #include <QClipboard>
 #include <QGuiApplication>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/key_filter.h"
+#include "optscope/analysis/key_filter.h"
 
 #include <QSortFilterProxyModel>
 

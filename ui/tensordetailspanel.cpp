@@ -12,9 +12,9 @@
 #include "tensorstatsmodel.h"
 #include "valuespreviewmodel.h"
 
-#include "optscope/param_groups_table.h"
-#include "optscope/scalar_value.h"
-#include "optscope/tensor_stats.h"
+#include "optscope/optim/param_groups_table.h"
+#include "optscope/tensor/scalar_value.h"
+#include "optscope/tensor/tensor_stats.h"
 
 #include <QCheckBox>
 #include <QFileInfo>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/checkpoint.h"
-#include "optscope/optimizer_view.h"
+#include "optscope/model/checkpoint.h"
+#include "optscope/optim/optimizer_view.h"
 
 #include <QWidget>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/tensor_stats.h"
+#include "optscope/tensor/tensor_stats.h"
 
 #include <QAbstractTableModel>
 

@@ -2,9 +2,9 @@
 #include "valuespreviewmodel.h"
 
 #include "format.h"
-#include "optscope/element_decoder.h"
+#include "optscope/model/element_decoder.h"
 
-#include "optscope/tensor_assembler.h"
+#include "optscope/tensor/tensor_assembler.h"
 
 #include <QStringList>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/verify_report.h"
+#include "optscope/analysis/verify_report.h"
 
 #include <QAbstractItemModel>
 

@@ -8,9 +8,9 @@
 #include "plotexport.h"
 #include "qcp.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diff_report.h"
-#include "optscope/optimizer_kind.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/optim/optimizer_kind.h"
 
 #include <QCheckBox>
 #include <QFileInfo>

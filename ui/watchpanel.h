@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/checkpoint.h"
-#include "optscope/run_folder.h"
+#include "optscope/formats/run_folder.h"
+#include "optscope/model/checkpoint.h"
 
 #include <QWidget>
 

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <streambuf>
 
-#include "optscope/display_text.h"
+#include "optscope/base/display_text.h"
 
 namespace optscope::cli {
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <map>
 #include <optional>

@@ -2,8 +2,8 @@
 // optscope-cli check PATH [--json] [--no-data]
 #include "cli_common.h"
 
-#include "optscope/checkpoint_check.h"
-#include "optscope/checkpoint_loader.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <iostream>
 

@@ -2,7 +2,7 @@
 // optscope-cli devices [--json]: the GPUs the core can use, asked at run time
 #include "cli_common.h"
 
-#include "optscope/gpu_devices.h"
+#include "optscope/gpu/gpu_devices.h"
 
 #include <iostream>
 #include <nlohmann/json.hpp>

@@ -3,10 +3,10 @@
 // --model MODEL -o OUT [--json]
 #include "cli_common.h"
 
-#include "optscope/checkpoint_fix.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diagnosis.h"
-#include "optscope/error.h"
+#include "optscope/analysis/checkpoint_fix.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <filesystem>
 #include <iostream>

@@ -2,8 +2,8 @@
 // optscope-cli diff A B [--rtol R] [--atol A] [--json] | diff A --ranks R1,R2
 #include "cli_common.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diff_report.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <cstdio>
 #include <iostream>

@@ -2,8 +2,8 @@
 // optscope-cli gather PATH -o OUT.pt [--only KEY_PREFIX] [--device cpu|cuda] [--json]
 #include "cli_common.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/gather.h"
+#include "optscope/analysis/gather.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <iostream>
 #include <nlohmann/json.hpp>

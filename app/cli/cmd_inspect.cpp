@@ -2,10 +2,10 @@
 // optscope-cli inspect PATH [--json] [--hash] [--threads N] [--raw]
 #include "cli_common.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/display_text.h"
-#include "optscope/error.h"
-#include "optscope/inspect_report.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/base/display_text.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <algorithm>
 #include <iostream>

@@ -3,9 +3,9 @@
 // optscope-cli codes: the registry of finding codes check and diagnose share.
 #include "cli_common.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/finding.h"
-#include "optscope/param_table.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/model/finding.h"
+#include "optscope/optim/param_table.h"
 
 #include <algorithm>
 #include <cstring>

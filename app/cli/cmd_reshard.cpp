@@ -2,8 +2,8 @@
 // optscope-cli reshard PATH --world-size M (-o OUTDIR | --dry-run) [--layout fsdp2|fsdp1] [--json]
 #include "cli_common.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/reshard.h"
+#include "optscope/analysis/reshard.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <algorithm>
 #include <iostream>

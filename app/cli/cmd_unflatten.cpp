@@ -2,8 +2,9 @@
 // optscope-cli unflatten RANK_FILE... --model MODEL [--units PREFIX,...] -o OUT.pt [--json]
 #include "cli_common.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/fsdp1_optim.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/torch_save_writer.h"
+#include "optscope/optim/fsdp1_optim.h"
 
 #include <algorithm>
 #include <filesystem>

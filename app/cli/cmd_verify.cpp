@@ -2,8 +2,8 @@
 // optscope-cli verify PATH [--world-size M] [--device cpu|cuda] [--against B] [--keep DIR] [--json]
 #include "cli_common.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/verify_report.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <iostream>
 

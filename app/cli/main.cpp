@@ -2,8 +2,8 @@
 // optscope-cli: the command-line twin of the OptScope GUI. Every subcommand calls the same core functions.
 #include "cli_common.h"
 
-#include "optscope/error.h"
-#include "optscope/read_policy.h"
+#include "optscope/base/error.h"
+#include "optscope/base/read_policy.h"
 
 #include <csignal>
 #include <iostream>

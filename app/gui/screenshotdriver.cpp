@@ -10,8 +10,8 @@
 #include "reshardpanel.h"
 #include "watchpanel.h"
 
-#include "optscope/checkpoint.h"
-#include "optscope/run_folder.h"
+#include "optscope/formats/run_folder.h"
+#include "optscope/model/checkpoint.h"
 
 #include <QDockWidget>
 #include <QPixmap>

@@ -4,7 +4,7 @@
 // The seam between the core and CUDA/NCCL: plain C++ declarations, no CUDA headers, so core .cpp files can call it.
 // Failures throw std::runtime_error with a message; the core turns them into optscope::Error.
 
-#include "optscope/gpu_devices.h"
+#include "optscope/gpu/gpu_devices.h"
 
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "cuda_backend.h"
+#include "optscope/gpu/cuda_backend.h"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>

@@ -6,15 +6,15 @@
 // an Error whose message names the path, or returns; inspectCheckpoint then throws an Error or returns a report.
 // Where the data is definitely damaged (truncated files, missing or cut .distcp files, shortened records, offsets
 // and lengths past the end), the damage must be reported: an Error, or a report with ok == false.
-#include "mapped_file.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
-#include "optscope/finding.h"
-#include "optscope/gather.h"
-#include "optscope/inspect_report.h"
-#include "pickle_machine.h"
-#include "torch_save_reader.h"
-#include "zip_archive.h"
+#include "optscope/analysis/gather.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/zip_archive.h"
+#include "optscope/model/finding.h"
+#include "optscope/pickle/pickle_machine.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -582,30 +582,30 @@ TEST(CorruptInputs, TensorViewExtentOverflowIsRejected)
     t.dtype = DType::Float32;
     t.sizes = {3, 3};
     t.strides = {int64_t(1) << 62, int64_t(1) << 62}; // 2 * 2^62 + 2 * 2^62 = 2^64 == 0 (mod 2^64)
-    EXPECT_THROW(TorchSaveReader::checkTensorExtent(t, 4, "t"), Error);
+    EXPECT_THROW(checkTorchSaveTensorExtent(t, 4, "t"), Error);
     t.sizes = {5};
     t.strides = {INT64_MAX / 2};
-    EXPECT_THROW(TorchSaveReader::checkTensorExtent(t, 4, "t"), Error);
+    EXPECT_THROW(checkTorchSaveTensorExtent(t, 4, "t"), Error);
     t.sizes = {2, 2};
     t.strides = {INT64_MAX, INT64_MAX};
-    EXPECT_THROW(TorchSaveReader::checkTensorExtent(t, 1u << 20, "t"), Error);
+    EXPECT_THROW(checkTorchSaveTensorExtent(t, 1u << 20, "t"), Error);
     t.storageOffset = INT64_MAX;
     t.sizes = {1};
     t.strides = {1};
-    EXPECT_THROW(TorchSaveReader::checkTensorExtent(t, 1u << 20, "t"), Error);
+    EXPECT_THROW(checkTorchSaveTensorExtent(t, 1u << 20, "t"), Error);
     // views that fit are accepted, including empty ones and broadcast (stride 0) dims
     t.storageOffset = 1;
     t.sizes = {2, 3};
     t.strides = {3, 1};
-    EXPECT_NO_THROW(TorchSaveReader::checkTensorExtent(t, 7 * 4, "t"));
-    EXPECT_THROW(TorchSaveReader::checkTensorExtent(t, 7 * 4 - 1, "t"), Error);
+    EXPECT_NO_THROW(checkTorchSaveTensorExtent(t, 7 * 4, "t"));
+    EXPECT_THROW(checkTorchSaveTensorExtent(t, 7 * 4 - 1, "t"), Error);
     t.sizes = {0, 3};
     t.strides = {INT64_MAX, INT64_MAX};
-    EXPECT_NO_THROW(TorchSaveReader::checkTensorExtent(t, 0, "t"));
+    EXPECT_NO_THROW(checkTorchSaveTensorExtent(t, 0, "t"));
     t.storageOffset = 0;
     t.sizes = {1000, 4};
     t.strides = {0, 1};
-    EXPECT_NO_THROW(TorchSaveReader::checkTensorExtent(t, 16, "t"));
+    EXPECT_NO_THROW(checkTorchSaveTensorExtent(t, 16, "t"));
 }
 
 // --- random damage --------------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The streaming DCP .metadata reader against the general unpickler: the same index on every DCP fixture, and
 // never a crash or a wrong index on cut or damaged input (it gives up, and the general reader judges).
-#include "dcp_metadata_reader.h"
-#include "dcp_reader.h"
-#include "mapped_file.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
-#include "pickle_machine.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/dcp_metadata_reader.h"
+#include "optscope/formats/dcp_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/pickle/pickle_machine.h"
 
 #include <gtest/gtest.h>
 

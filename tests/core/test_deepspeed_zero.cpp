@@ -4,14 +4,14 @@
 // the weights, ds_to_universal's per-parameter files for exp_avg/exp_avg_sq/step) and the parameters gathered inside
 // the training processes (reference.pt); and damaged copies of them (a rank file gone, `latest` missing or wrong, the
 // rank files of two runs mixed, a file cut short), which must give DeepSpeed's own error text.
-#include "optscope/checkpoint_check.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diagnosis.h"
-#include "optscope/error.h"
-#include "optscope/flat_param_layout.h"
-#include "optscope/param_table.h"
-#include "optscope/shard_layout.h"
-#include "optscope/tensor_assembler.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/model/flat_param_layout.h"
+#include "optscope/model/shard_layout.h"
+#include "optscope/optim/param_table.h"
+#include "optscope/tensor/tensor_assembler.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Diff numbers against the numbers PyTorch computes on the same real pairs; key alignment across formats, wrappers
 // and id/FQN keying; one real checkpoint per diagnosis code; fixes that re-key, rename, unflatten and cast.
-#include "csv.h"
-#include "optscope/checkpoint_check.h"
-#include "optscope/checkpoint_fix.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diagnosis.h"
-#include "optscope/diff_report.h"
-#include "optscope/error.h"
-#include "optscope/fqn_normalizer.h"
-#include "optscope/inspect_report.h"
-#include "optscope/optimizer_view.h"
-#include "optscope/param_table.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/checkpoint_fix.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/csv.h"
+#include "optscope/optim/fqn_normalizer.h"
+#include "optscope/optim/optimizer_view.h"
+#include "optscope/optim/param_table.h"
 
 #include <algorithm>
 #include <filesystem>

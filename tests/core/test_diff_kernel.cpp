@@ -2,8 +2,8 @@
 // The fused diff kernel against the ATen kernel it replaces on the hot path: the same accumulator, field by field,
 // for every dtype it handles, with and without a tolerance, over data that exercises its fast path (finite
 // sub-blocks) and its exact path (NaN, infinities), zeros, signed zeros, subnormals and float32 overflow of a - b.
-#include "aten_bridge.h"
-#include "diff_kernel.h"
+#include "optscope/analysis/diff_kernel.h"
+#include "optscope/tensor/aten_bridge.h"
 
 #include <cmath>
 #include <cstring>

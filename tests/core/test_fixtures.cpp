@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Golden tests: every fixture made by real PyTorch (tests/fixtures/make_fixtures.py) is read and compared with the
 // manifest torch computed for it: keys, paths, dtypes, shapes, SHA-256 of full tensors, plain values, DCP chunks.
-#include "optscope/checkpoint_loader.h"
-#include "optscope/inspect_report.h"
-#include "value_json.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/pickle/value_json.h"
 
 #include <fstream>
 #include <gtest/gtest.h>

@@ -1,20 +1,20 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Chunk-set validation (ShardLayout, check), assembly and gather: on fixtures made by real PyTorch, on damaged
 // copies of them (a missing .distcp, a chunk cut short), and gather round trips through our own reader.
-#include "chunk_reader.h"
-#include "mapped_file.h"
-#include "optscope/checkpoint_check.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diagnosis.h"
-#include "optscope/diff_report.h"
-#include "optscope/error.h"
-#include "optscope/gather.h"
-#include "optscope/inspect_report.h"
-#include "optscope/shard_layout.h"
-#include "optscope/tensor_assembler.h"
-#include "optscope/tensor_stats.h"
-#include "optscope/unsafe_globals.h"
-#include "sha256.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/gather.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/unsafe_globals.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/sha256.h"
+#include "optscope/model/shard_layout.h"
+#include "optscope/tensor/chunk_reader.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_stats.h"
 
 #include <filesystem>
 #include <fstream>

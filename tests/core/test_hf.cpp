@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // safetensors files and Hugging Face Trainer folders (tests/data/hf, written by real PyTorch 2.6 and Debian's
 // python3-safetensors: tests/fixtures/make_hf_fixtures.py, which records the truth in expected.json).
-#include "chunk_reader.h"
-#include "optscope/checkpoint_check.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diagnosis.h"
-#include "optscope/diff_report.h"
-#include "optscope/element_decoder.h"
-#include "optscope/error.h"
-#include "optscope/param_table.h"
-#include "optscope/verify_report.h"
-#include "safetensors_reader.h"
-#include "sha256.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/safetensors_reader.h"
+#include "optscope/io/sha256.h"
+#include "optscope/model/element_decoder.h"
+#include "optscope/optim/param_table.h"
+#include "optscope/tensor/chunk_reader.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

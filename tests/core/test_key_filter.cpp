@@ -2,9 +2,9 @@
 // The key filter (optscope/key_filter.h): words, wildcards, regular expressions, dtypes and value predicates, and the
 // value facts it reads, against what PyTorch says of a real checkpoint with an overflow (tests/data/diff/step4.pt:
 // NaN in model.0.bias, inf in the Adam moments of that bias; written by tests/fixtures/make_fixtures.py).
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
-#include "optscope/key_filter.h"
+#include "optscope/analysis/key_filter.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <gtest/gtest.h>
 

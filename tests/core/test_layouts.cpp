@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The layout engine against PyTorch's own results (tests/data/fsdp_layouts.json, recorded from real FSDP1
 // FlatParameters and FSDP2 DTensors on 2-4 ranks with and without use_orig_params and bf16 mixed precision).
-#include "optscope/flat_param_layout.h"
+#include "optscope/model/flat_param_layout.h"
 
 #include <fstream>
 #include <gtest/gtest.h>

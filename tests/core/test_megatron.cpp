@@ -4,14 +4,14 @@
 // fully_reshardable sharding types) read into the one model, checked against the parameters gathered inside the
 // training processes (reference/<fqn>.bin from reference.pt) and the moments real PyTorch reads from the model-space
 // items (tests/fixtures/make_megatron_reference.py); and damaged copies of them.
-#include "optscope/checkpoint_check.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diff_report.h"
-#include "optscope/error.h"
-#include "optscope/gather.h"
-#include "optscope/reshard.h"
-#include "optscope/tensor_assembler.h"
-#include "optscope/verify_report.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/gather.h"
+#include "optscope/analysis/reshard.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/tensor/tensor_assembler.h"
 
 #include <filesystem>
 #include <fstream>

@@ -2,9 +2,9 @@
 // Unit tests of the pickle virtual machine (optscope::unpickle): every opcode of protocols 0-5, the memo, dict
 // semantics, the safety model (unknown globals stay inert and are reported) and the limits on hostile input.
 // The byte sequences are written here opcode by opcode, as CPython's Lib/pickle.py defines them.
-#include "optscope/error.h"
-#include "optscope/py_value.h"
-#include "pickle_machine.h"
+#include "optscope/base/error.h"
+#include "optscope/model/py_value.h"
+#include "optscope/pickle/pickle_machine.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Flatten/unflatten of raw FSDP1 optimizer state against PyTorch's own files, reshard round trips N -> M -> N, and
 // verify-by-load: that it passes on good data and names the key and rank when a resharded copy is damaged.
-#include "dcp_reader.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
-#include "optscope/fsdp1_optim.h"
-#include "optscope/inspect_report.h"
-#include "optscope/reshard.h"
-#include "optscope/verify_report.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/analysis/reshard.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/dcp_reader.h"
+#include "optscope/optim/fsdp1_optim.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // scanRunFolder (optscope/run_folder.h): a training run's checkpoint folder as the GUI's Watch sees it.
-#include "optscope/optimizer_kind.h"
-#include "optscope/run_folder.h"
+#include "optscope/formats/run_folder.h"
+#include "optscope/optim/optimizer_kind.h"
 
 #include <gtest/gtest.h>
 

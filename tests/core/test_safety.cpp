@@ -3,13 +3,13 @@
 // random inputs, escaped text holds no control or direction character, CSV cells never start a formula, a region
 // listed k times is k - 1 overlap pairs, lexical '..' escapes are caught, and every spelling of an input is refused
 // as an output.
-#include "csv.h"
-#include "mapped_file.h"
-#include "optscope/display_text.h"
-#include "optscope/error.h"
-#include "optscope/output_file.h"
-#include "optscope/shard_layout.h"
-#include "optscope/torch_save_writer.h"
+#include "optscope/base/display_text.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/torch_save_writer.h"
+#include "optscope/io/csv.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/output_file.h"
+#include "optscope/model/shard_layout.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // computeTensorStats against values PyTorch 2.6 computed on the same fixtures (torch.min/max/mean/std/norm/histc in
 // float64), and against simple known tensors.
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
-#include "optscope/scalar_value.h"
-#include "optscope/tensor_stats.h"
-#include "tensor_values.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/optim/optimizer_steps.h"
+#include "optscope/tensor/scalar_value.h"
+#include "optscope/tensor/tensor_stats.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <gtest/gtest.h>
 

@@ -2,9 +2,9 @@
 // ZipArchive::parse on real torch.save archives (tests/data, written by PyTorch), and on in-memory copies of them
 // with one field changed at a time: every inconsistency must throw optscope::Error with the right kind and offset.
 // The files in tests/data are only read.
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "zip_archive.h"
+#include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/zip_archive.h"
 
 #include <algorithm>
 #include <gtest/gtest.h>

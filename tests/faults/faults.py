@@ -3,7 +3,7 @@
 a full disk, a read-only folder or a missing parent; a process killed mid-write and the run after it. Each case
 asserts the exit code, the message (which file, what happened), that the inputs are unchanged where the test did not
 damage them, and that no partial output exists. Timing is synchronised through the CLI's pause points
-(OPTSCOPE_PAUSE_AT / OPTSCOPE_PAUSE_FIFO, core/include/optscope/fault_injection.h), never by sleeping.
+(OPTSCOPE_PAUSE_AT / OPTSCOPE_PAUSE_FIFO, core/src/io/fault_injection.h), never by sleeping.
 
     python3 faults.py OPTSCOPE_CLI TEST_DATA WORKDIR [REPORT.md]
 """

@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fuzz_targets.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/dtype.h"
-#include "optscope/error.h"
-#include "optscope/inspect_report.h"
-#include "optscope/tensor_assembler.h"
-#include "optscope/tensor_stats.h"
-#include "pickle_machine.h"
-#include "state_flattener.h"
-#include "tensor_values.h"
-#include "value_json.h"
-#include "zip_archive.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/io/zip_archive.h"
+#include "optscope/model/dtype.h"
+#include "optscope/pickle/pickle_machine.h"
+#include "optscope/pickle/value_json.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_stats.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <cstdio>
 #include <cstdlib>

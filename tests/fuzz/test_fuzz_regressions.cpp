@@ -5,7 +5,7 @@
 // rejected valid checkpoints would fuzz nothing but the error paths.
 #include "fuzz_targets.h"
 
-#include "zip_archive.h"
+#include "optscope/io/zip_archive.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // GPU gather against the CPU oracle: both must write byte-identical torch.save files. Runs where a CUDA device
 // exists (the device machine); elsewhere every test reports SKIPPED.
-#include "optscope/checkpoint_loader.h"
-#include "optscope/gather.h"
-#include "optscope/gpu_devices.h"
+#include "optscope/analysis/gather.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/gpu/gpu_devices.h"
 
 #include <filesystem>
 #include <fstream>

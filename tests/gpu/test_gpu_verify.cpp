@@ -2,9 +2,9 @@
 // GPU verify-by-load against the CPU oracle: the shards each rank loads are all-gathered on the GPUs (NCCL with
 // several) instead of concatenated on the host; both reports must agree entry by entry and rank by rank, and both
 // must find the resharded copy bit-identical. Runs where a CUDA device exists; elsewhere every test is SKIPPED.
-#include "optscope/checkpoint_loader.h"
-#include "optscope/gpu_devices.h"
-#include "optscope/verify_report.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/gpu/gpu_devices.h"
 
 #include <gtest/gtest.h>
 #include <string>

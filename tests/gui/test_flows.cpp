@@ -31,9 +31,9 @@
 #include "verifymodel.h"
 #include "watchpanel.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diff_report.h"
-#include "optscope/error.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
 
 #include <unistd.h>
 

@@ -9,7 +9,7 @@
 #include "fqnmapping.h"
 #include "fqnmappingmodel.h"
 #include "keytree.h"
-#include "optscope/element_decoder.h"
+#include "optscope/model/element_decoder.h"
 #include "shardlayoutwidget.h"
 #include "statekeysmodel.h"
 #include "statusfilterproxy.h"
@@ -17,11 +17,11 @@
 #include "valuespreviewmodel.h"
 #include "verifymodel.h"
 
-#include "optscope/checkpoint_loader.h"
-#include "optscope/diagnosis.h"
-#include "optscope/diff_report.h"
-#include "optscope/tensor_stats.h"
-#include "optscope/verify_report.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/tensor/tensor_stats.h"
 
 #include <QAbstractItemModelTester>
 #include <QDir>

@@ -8,18 +8,18 @@
 //    repeated through deep nesting, nested tuple keys, huge integers, large dicts: bounded time and memory, and the
 //    same results as before for real checkpoints (tests/fuzz/regressions/pickle holds the inputs as files)
 //  * tensor statistics at the ends of the double range (a fuzzer finding: histc threw, or indexed out of range)
-#include "checkpoint_builder.h"
-#include "mapped_file.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/error.h"
-#include "optscope/inspect_report.h"
-#include "optscope/tensor_assembler.h"
-#include "optscope/tensor_stats.h"
-#include "optscope/torch_save_writer.h"
-#include "pickle_machine.h"
-#include "state_flattener.h"
-#include "tensor_values.h"
-#include "value_json.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/formats/torch_save_writer.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/pickle/pickle_machine.h"
+#include "optscope/pickle/value_json.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_stats.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <chrono>
 #include <cmath>

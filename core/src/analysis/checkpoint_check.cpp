@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/checkpoint_check.h"
-#include "chunk_reader.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "optscope/optimizer_view.h"
-#include "optscope/shard_layout.h"
-#include "optscope/tensor_stats.h"
-#include "optscope/unsafe_globals.h"
-#include "read_guard.h"
-#include "tensor_values.h"
-#include "zip_archive.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/unsafe_globals.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/zip_archive.h"
+#include "optscope/model/read_guard.h"
+#include "optscope/model/shard_layout.h"
+#include "optscope/optim/optimizer_view.h"
+#include "optscope/tensor/chunk_reader.h"
+#include "optscope/tensor/tensor_stats.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <cstdio>
 #include <cstring>

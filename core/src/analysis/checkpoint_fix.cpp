@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/checkpoint_fix.h"
-#include "optscope/dcp_writer.h"
-#include "optscope/error.h"
-#include "optscope/optimizer_view.h"
-#include "optscope/param_table.h"
-#include "optscope/tensor_assembler.h"
-#include "read_guard.h"
-#include "tensor_values.h"
+#include "optscope/analysis/checkpoint_fix.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/dcp_writer.h"
+#include "optscope/model/read_guard.h"
+#include "optscope/optim/optimizer_view.h"
+#include "optscope/optim/param_table.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <cstring>
 #include <map>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/diagnosis.h"
-#include "finding_text.h"
-#include "optscope/checkpoint_check.h"
-#include "optscope/error.h"
-#include "optscope/fqn_normalizer.h"
+#include "optscope/analysis/diagnosis.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/finding_text.h"
+#include "optscope/base/error.h"
+#include "optscope/optim/fqn_normalizer.h"
 
 #include <algorithm>
 #include <filesystem>

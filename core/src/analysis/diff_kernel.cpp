@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #define OPTSCOPE_DIFF_KERNEL_NS baseline
-#include "diff_kernel_impl.h"
+#include "optscope/analysis/diff_kernel_impl.h"
 
 namespace optscope::detail {
 

@@ -10,7 +10,7 @@
 // take a scalar path with the ATen kernel's exact rules; aten::diffBlock stays the reference it is tested against
 // and the path for every other dtype pair.
 
-#include "aten_bridge.h"
+#include "optscope/tensor/aten_bridge.h"
 
 namespace optscope::detail {
 

@@ -3,7 +3,7 @@
 // diff_kernel_avx2.cpp compiled with -mavx2) inside a namespace of its own. No FMA: a fused multiply-add would round
 // atol + rtol * |b| differently from the ATen kernel this one is tested against. (No include guard: that is the
 // point.)
-#include "diff_kernel.h"
+#include "optscope/analysis/diff_kernel.h"
 
 #include <algorithm>
 #include <cmath>

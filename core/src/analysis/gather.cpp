@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/gather.h"
-#include "gpu_assembler.h"
-#include "optscope/error.h"
-#include "optscope/gpu_devices.h"
-#include "optscope/shard_layout.h"
-#include "optscope/tensor_assembler.h"
-#include "optscope/torch_save_writer.h"
-#include "read_guard.h"
+#include "optscope/analysis/gather.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/torch_save_writer.h"
+#include "optscope/gpu/gpu_assembler.h"
+#include "optscope/gpu/gpu_devices.h"
+#include "optscope/model/read_guard.h"
+#include "optscope/model/shard_layout.h"
+#include "optscope/tensor/tensor_assembler.h"
 
 namespace optscope {
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/inspect_report.h"
-#include "optscope/display_text.h"
-#include "optscope/error.h"
-#include "optscope/tensor_assembler.h"
-#include "read_guard.h"
-#include "value_json.h"
+#include "optscope/analysis/inspect_report.h"
+#include "optscope/base/display_text.h"
+#include "optscope/base/error.h"
+#include "optscope/model/read_guard.h"
+#include "optscope/pickle/value_json.h"
+#include "optscope/tensor/tensor_assembler.h"
 
 #include <algorithm>
 #include <atomic>

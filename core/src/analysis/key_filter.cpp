@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/key_filter.h"
-#include "optscope/error.h"
-#include "optscope/tensor_stats.h"
+#include "optscope/analysis/key_filter.h"
+#include "optscope/base/error.h"
+#include "optscope/tensor/tensor_stats.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The findings about one optimizer on its own, shared by check and diagnose.
-#include "finding_text.h"
-#include "optscope/checkpoint_check.h"
-#include "optscope/error.h"
-#include "tensor_values.h"
+#include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/finding_text.h"
+#include "optscope/base/error.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <map>
 #include <sstream>

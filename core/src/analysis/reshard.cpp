@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/reshard.h"
+#include "optscope/analysis/reshard.h"
 
-#include "optscope/error.h"
-#include "optscope/optimizer_view.h"
-#include "optscope/shard_layout.h"
-#include "optscope/tensor_assembler.h"
-#include "optscope/torch_save_writer.h"
-#include "read_guard.h"
-#include "tensor_values.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/torch_save_writer.h"
+#include "optscope/model/read_guard.h"
+#include "optscope/model/shard_layout.h"
+#include "optscope/optim/optimizer_view.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_values.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "csv.h"
-#include "dcp_reader.h"
-#include "optscope/checkpoint_loader.h"
-#include "optscope/display_text.h"
-#include "optscope/error.h"
-#include "optscope/flat_param_layout.h"
-#include "optscope/reshard.h"
-#include "optscope/shard_layout.h"
-#include "optscope/tensor_assembler.h"
-#include "optscope/verify_report.h"
-#include "read_guard.h"
-#include "tensor_values.h"
-#include "value_json.h"
+#include "optscope/analysis/reshard.h"
+#include "optscope/analysis/verify_report.h"
+#include "optscope/base/display_text.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/dcp_reader.h"
+#include "optscope/io/csv.h"
+#include "optscope/model/flat_param_layout.h"
+#include "optscope/model/read_guard.h"
+#include "optscope/model/shard_layout.h"
+#include "optscope/pickle/value_json.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <cstring>
 #include <filesystem>
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #ifdef OPTSCOPE_HAS_CUDA
-#include "cuda_backend.h"
+#include "optscope/gpu/cuda_backend.h"
 #endif
 
 namespace fs = std::filesystem;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "aten_impl.h"
-#include "aten_scalar_type.h"
-#include "optscope/element_decoder.h"
+#include "optscope/aten/aten_impl.h"
+#include "optscope/aten/aten_scalar_type.h"
+#include "optscope/model/element_decoder.h"
 
 #include <optional>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The numeric kernel of diff: ATen ops over blocks of two tensors (never whole tensors).
-#include "aten_impl.h"
-#include "aten_scalar_type.h"
+#include "optscope/aten/aten_impl.h"
+#include "optscope/aten/aten_scalar_type.h"
 
 #include <ATen/ATen.h>
 

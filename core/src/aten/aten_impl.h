@@ -3,7 +3,7 @@
 
 // Internal, inside liboptscope_aten.so only: the kernels behind aten_bridge.h's functions.
 
-#include "aten_bridge.h"
+#include "optscope/tensor/aten_bridge.h"
 
 namespace optscope::aten::impl {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The entry point of liboptscope_aten.so: the table of kernels the core calls through (aten_loader.cpp).
-#include "aten_impl.h"
+#include "optscope/aten/aten_impl.h"
 
 extern "C" __attribute__((visibility("default"))) const optscope::aten::Ops* optscope_aten_ops_v1()
 {

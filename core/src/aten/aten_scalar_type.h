@@ -3,7 +3,7 @@
 
 // Internal, inside liboptscope_aten.so only: our dtypes as ATen scalar types.
 
-#include "optscope/dtype.h"
+#include "optscope/model/dtype.h"
 
 #include <c10/core/ScalarType.h>
 

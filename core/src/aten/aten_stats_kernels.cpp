@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Statistics kernels: one block of elements, wrapped with at::from_blob, converted to float64 and reduced with ATen
 // ops (computeTensorStats in tensor_stats.cpp streams the blocks and merges the results).
-#include "aten_impl.h"
-#include "aten_scalar_type.h"
+#include "optscope/aten/aten_impl.h"
+#include "optscope/aten/aten_scalar_type.h"
 
 #include <ATen/ATen.h>
 

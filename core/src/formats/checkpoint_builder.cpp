@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "checkpoint_builder.h"
-#include "optscope/error.h"
-#include "optscope/unsafe_globals.h"
-#include "state_flattener.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/formats/unsafe_globals.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -109,8 +109,8 @@ void CheckpointBuilder::chargeKeyPath(const KeyPath& path)
 TensorChunk CheckpointBuilder::chunkFromTensor(
     const PyTensorInfo& t, const TorchSaveArchive& archive, const std::string& fileRel, const std::string& where)
 {
-    const PyStorageInfo& storage = TorchSaveReader::storageOf(t, where);
-    TorchSaveReader::checkTensorExtent(t, storage.recordLength, where);
+    const PyStorageInfo& storage = torchSaveStorageOf(t, where);
+    checkTorchSaveTensorExtent(t, storage.recordLength, where);
     TensorChunk c;
     c.offsets.assign(t.sizes.size(), 0);
     c.sizes = t.sizes;

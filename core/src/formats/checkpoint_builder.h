@@ -3,10 +3,10 @@
 
 // Internal: turns unpickled leaves into Checkpoint entries and attributes warnings to keys. Shared by the readers.
 
-#include "mapped_file.h"
-#include "optscope/checkpoint.h"
-#include "pickle_machine.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/model/checkpoint.h"
+#include "optscope/pickle/pickle_machine.h"
 
 #include <map>
 #include <set>

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/checkpoint_loader.h"
-#include "dcp_reader.h"
-#include "deepspeed_universal_reader.h"
-#include "deepspeed_zero_reader.h"
-#include "fault_injection.h"
-#include "hf_trainer_reader.h"
-#include "mapped_file.h"
-#include "megatron_dist_reader.h"
-#include "optscope/error.h"
-#include "safetensors_reader.h"
-#include "torch_save_ranks_reader.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/checkpoint_loader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/deepspeed_universal_reader.h"
+#include "optscope/formats/deepspeed_zero_reader.h"
+#include "optscope/formats/hf_trainer_reader.h"
+#include "optscope/formats/megatron_dist_reader.h"
+#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/torch_save_ranks_reader.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/fault_injection.h"
+#include "optscope/io/mapped_file.h"
 
 #include <cstdio>
 #include <filesystem>

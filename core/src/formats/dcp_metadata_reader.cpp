@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "dcp_metadata_reader.h"
-#include "checkpoint_builder.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "pickle_machine.h"
-#include "state_flattener.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/dcp_metadata_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/pickle/pickle_machine.h"
 
 #include <unordered_map>
 

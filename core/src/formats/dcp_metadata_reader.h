@@ -16,10 +16,10 @@
 // type) it gives up and returns nothing, and the caller unpickles the file with the general pickle machine, which
 // reports every oddity precisely: this reader is a fast path, never the only judge of a file.
 
-#include "optscope/checkpoint.h"
-#include "optscope/chunk_table.h"
-#include "optscope/dtype.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
+#include "optscope/model/chunk_table.h"
+#include "optscope/model/dtype.h"
 
 #include <cstdint>
 #include <memory>

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "dcp_reader.h"
-#include "checkpoint_builder.h"
-#include "dcp_metadata_reader.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "pickle_machine.h"
-#include "state_flattener.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/dcp_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/dcp_metadata_reader.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/pickle/pickle_machine.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -235,7 +235,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                     = cp->files->absolute(rel) + "[" + std::to_string(s.offset) + "+" + std::to_string(s.length) + "]";
                 try {
                     auto file = cp->files->open(rel);
-                    TorchSaveArchive ar = TorchSaveReader::readArchive(file, s.offset, s.length, *cp->arena, where);
+                    TorchSaveArchive ar = readTorchSaveArchive(file, s.offset, s.length, *cp->arena, where);
                     builder.addPickleWarnings(ar.warnings);
                     // values of old (<= 2.3) checkpoints may still be nested (param_groups as one list): flatten them
                     auto leaves = flattenStateDict(ar.root);

@@ -24,8 +24,8 @@
 // storage info and unreadable values become warnings of severity "error" on the checkpoint, so that the rest can
 // still be browsed; a missing or unreadable .metadata throws Error.
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <string>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/dcp_writer.h"
-#include "optscope/error.h"
-#include "optscope/output_file.h"
-#include "pickle_emitter.h"
+#include "optscope/formats/dcp_writer.h"
+#include "optscope/base/error.h"
+#include "optscope/io/output_file.h"
+#include "optscope/pickle/pickle_emitter.h"
 
 #include <filesystem>
 #include <map>

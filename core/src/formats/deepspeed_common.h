@@ -4,8 +4,8 @@
 // Internal: reading the inert values DeepSpeed pickles (ZeroStageEnum, torch.Size, param_shapes), shared by the ZeRO
 // and universal checkpoint readers.
 
-#include "optscope/checkpoint.h"
-#include "optscope/error.h"
+#include "optscope/base/error.h"
+#include "optscope/model/checkpoint.h"
 
 #include <map>
 #include <optional>

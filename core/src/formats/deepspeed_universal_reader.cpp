@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "deepspeed_universal_reader.h"
-#include "checkpoint_builder.h"
-#include "deepspeed_common.h"
-#include "mapped_file.h"
-#include "optscope/flat_param_layout.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/deepspeed_universal_reader.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/deepspeed_common.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/model/flat_param_layout.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -89,7 +89,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
         progress.checkCancelled();
         auto file = MappedFile::open((dir / rel).string());
         cp->files->add(rel, file);
-        TorchSaveArchive ar = TorchSaveReader::readArchive(file, 0, file->size(), *cp->arena, (dir / rel).string());
+        TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, (dir / rel).string());
         builder.addPickleWarnings(ar.warnings);
         return archives.emplace(rel, std::move(ar)).first->second;
     };

@@ -21,8 +21,8 @@
 // Failure semantics: a parameter folder or file that is missing is an error warning (missing-file) and the entry is
 // left out; an unreadable file throws Error naming it.
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <string>

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "deepspeed_zero_reader.h"
-#include "checkpoint_builder.h"
-#include "deepspeed_common.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "optscope/flat_param_layout.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/deepspeed_zero_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/deepspeed_common.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/model/flat_param_layout.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -168,7 +168,7 @@ private:
         l->abs = (m_dir / rel).string();
         auto file = MappedFile::open(l->abs);
         m_cp.files->add(rel, file);
-        l->ar = TorchSaveReader::readArchive(file, 0, file->size(), *m_cp.arena, l->abs);
+        l->ar = readTorchSaveArchive(file, 0, file->size(), *m_cp.arena, l->abs);
         m_builder.addPickleWarnings(l->ar.warnings);
         return m_loaded.emplace(rel, std::move(l)).first->second.get();
     }

@@ -43,8 +43,8 @@
 // zero-world-size-mismatch, zero-stage-mismatch, zero-missing-latest) carrying DeepSpeed's own error text, and the
 // parameters they leave without data have no chunks there.
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <string>

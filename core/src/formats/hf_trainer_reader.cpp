@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "hf_trainer_reader.h"
-#include "checkpoint_builder.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "optscope/param_table.h"
-#include "safetensors_reader.h"
-#include "state_flattener.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/hf_trainer_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/optim/param_table.h"
 
 #include <nlohmann/json.hpp>
 
@@ -38,7 +38,7 @@ void addTorchFile(Checkpoint& cp, CheckpointBuilder& builder, const std::string&
     auto file = cp.files->open(rel);
     const std::string where = cp.files->absolute(rel);
     if (file->size() == 0) throw Error(ErrorKind::Format, where, "is empty (0 bytes)");
-    TorchSaveArchive ar = TorchSaveReader::readArchive(file, 0, file->size(), *cp.arena, where);
+    TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *cp.arena, where);
     builder.addPickleWarnings(ar.warnings);
     std::vector<FlattenedLeaf> leaves;
     try {

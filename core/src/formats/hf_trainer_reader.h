@@ -27,8 +27,8 @@
 // missing or cannot be read becomes a warning of severity "error" (the rest is still read); a model file or optimizer
 // that is malformed throws Error naming the file.
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <string>

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "megatron_dist_reader.h"
-#include "checkpoint_builder.h"
-#include "dcp_reader.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "optscope/flat_param_layout.h"
-#include "state_flattener.h"
-#include "torch_save_reader.h"
+#include "optscope/formats/megatron_dist_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/model/flat_param_layout.h"
 
 #include <nlohmann/json.hpp>
 
@@ -372,8 +372,7 @@ private:
             if (ch.source.kind != ChunkSource::Kind::TorchSaveBlob)
                 throw Error(ErrorKind::Format, where, "is not a DCP item");
             auto file = m_cp.files->open(ch.source.file);
-            TorchSaveArchive ar
-                = TorchSaveReader::readArchive(file, ch.source.offset, ch.source.length, *m_cp.arena, where);
+            TorchSaveArchive ar = readTorchSaveArchive(file, ch.source.offset, ch.source.length, *m_cp.arena, where);
             if (!ar.root || ar.root->kind != PyKind::Tensor || !ar.root->tensor->storage)
                 throw Error(ErrorKind::Format, where, "does not hold a tensor");
             const PyTensorInfo& t = *ar.root->tensor;
@@ -855,7 +854,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
         try {
             auto file = cp->files->open(kCommon);
             if (file->size() == 0) throw Error(ErrorKind::Format, commonAbs, "is empty (0 bytes)");
-            ar = TorchSaveReader::readArchive(file, 0, file->size(), *cp->arena, commonAbs);
+            ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, commonAbs);
             builder.addPickleWarnings(ar.warnings);
             common = ar.root;
             commonLeaves = flattenStateDict(ar.root);

@@ -55,8 +55,8 @@
 // that cannot be read, become warnings of severity "error" naming the file; DCP's own faults (missing .distcp) are
 // reported as for any DCP folder.
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <string>

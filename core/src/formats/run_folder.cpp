@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/run_folder.h"
+#include "optscope/formats/run_folder.h"
 
 #include <algorithm>
 #include <cctype>

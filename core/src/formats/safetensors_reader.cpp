@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "safetensors_reader.h"
-#include "checkpoint_builder.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
+#include "optscope/formats/safetensors_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_builder.h"
+#include "optscope/io/mapped_file.h"
 
 #include <nlohmann/json.hpp>
 

@@ -28,8 +28,8 @@
 // dtype this version cannot represent, a shard file the index names that is missing, become warnings of severity
 // "error" on the checkpoint (those entries have no data), so that the rest can be browsed.
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <optional>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "state_flattener.h"
-#include "optscope/error.h"
+#include "optscope/formats/state_flattener.h"
+#include "optscope/base/error.h"
 
 #include <unordered_map>
 #include <unordered_set>

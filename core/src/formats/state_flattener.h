@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/checkpoint.h"
-#include "optscope/py_value.h"
+#include "optscope/model/checkpoint.h"
+#include "optscope/model/py_value.h"
 
 #include <functional>
 #include <vector>

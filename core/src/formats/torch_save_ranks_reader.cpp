@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "torch_save_ranks_reader.h"
+#include "optscope/formats/torch_save_ranks_reader.h"
 
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "torch_save_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
 
 #include <algorithm>
 #include <filesystem>

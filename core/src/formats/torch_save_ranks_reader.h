@@ -20,8 +20,8 @@
 // with the rank from the file name (a Replicate placement's copies once: the first rank's). A key that a rank's file
 // lacks, or has and rank 0's does not, is a warning naming the file.
 
-#include "optscope/checkpoint.h"
-#include "optscope/progress.h"
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
 
 #include <string>
 #include <vector>

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "gpu_assembler.h"
-#include "aten_bridge.h"
-#include "chunk_reader.h"
-#include "optscope/error.h"
+#include "optscope/gpu/gpu_assembler.h"
+#include "optscope/base/error.h"
+#include "optscope/tensor/aten_bridge.h"
+#include "optscope/tensor/chunk_reader.h"
 
 #include <stdexcept>
 
 #ifdef OPTSCOPE_HAS_CUDA
-#include "cuda_backend.h"
+#include "optscope/gpu/cuda_backend.h"
 #endif
 
 namespace optscope {

@@ -3,8 +3,8 @@
 
 // Internal: the GPU twin of TensorAssembler. Without CUDA support built in, every call throws Error(Unsupported).
 
-#include "optscope/checkpoint.h"
-#include "optscope/torch_save_writer.h"
+#include "optscope/formats/torch_save_writer.h"
+#include "optscope/model/checkpoint.h"
 
 #include <string>
 

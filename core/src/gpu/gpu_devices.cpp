@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/gpu_devices.h"
+#include "optscope/gpu/gpu_devices.h"
 
 #ifdef OPTSCOPE_HAS_CUDA
-#include "cuda_backend.h"
+#include "optscope/gpu/cuda_backend.h"
 #endif
 
 namespace optscope {

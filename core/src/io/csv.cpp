@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "csv.h"
+#include "optscope/io/csv.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "fault_injection.h"
+#include "optscope/io/fault_injection.h"
 
 #include <atomic>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "mapped_file.h"
-#include "optscope/error.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/base/error.h"
 
 #include <algorithm>
 #include <atomic>

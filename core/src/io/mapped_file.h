@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "optscope/read_policy.h"
+#include "optscope/base/read_policy.h"
 
 namespace optscope {
 

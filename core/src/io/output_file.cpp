@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/output_file.h"
-#include "fault_injection.h"
-#include "optscope/error.h"
+#include "optscope/io/output_file.h"
+#include "optscope/base/error.h"
+#include "optscope/io/fault_injection.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "sha256.h"
+#include "optscope/io/sha256.h"
 
 #include <openssl/evp.h>
 #include <stdexcept>

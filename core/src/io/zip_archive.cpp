@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "zip_archive.h"
-#include "optscope/error.h"
+#include "optscope/io/zip_archive.h"
+#include "optscope/base/error.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "zip_writer.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
+#include "optscope/io/zip_writer.h"
+#include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
 
 #include <future>
 #include <zlib.h>

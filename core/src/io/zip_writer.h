@@ -7,7 +7,7 @@
 // data descriptor and the central directory, and always a ZIP64 end-of-central-directory record and locator (ZIP64
 // extra fields in the central directory for values that do not fit 32 bits).
 
-#include "optscope/output_file.h"
+#include "optscope/io/output_file.h"
 
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/fqn_normalizer.h"
+#include "optscope/optim/fqn_normalizer.h"
 
 namespace optscope {
 

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/fsdp1_optim.h"
-#include "optscope/error.h"
-#include "optscope/fqn_normalizer.h"
-#include "optscope/optimizer_view.h"
-#include "optscope/param_table.h"
-#include "optscope/tensor_assembler.h"
-#include "tensor_values.h"
+#include "optscope/optim/fsdp1_optim.h"
+#include "optscope/base/error.h"
+#include "optscope/optim/fqn_normalizer.h"
+#include "optscope/optim/optimizer_view.h"
+#include "optscope/optim/param_table.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <algorithm>
 #include <map>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/optimizer_kind.h"
+#include "optscope/optim/optimizer_kind.h"
 
-#include "optscope/error.h"
-#include "tensor_values.h"
+#include "optscope/base/error.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <set>
 

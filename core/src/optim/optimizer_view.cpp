@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/optimizer_view.h"
+#include "optscope/optim/optimizer_view.h"
 
 #include <algorithm>
 #include <unordered_map>

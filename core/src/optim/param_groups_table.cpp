@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/param_groups_table.h"
+#include "optscope/optim/param_groups_table.h"
 
-#include "optscope/error.h"
-#include "optscope/scalar_value.h"
+#include "optscope/base/error.h"
+#include "optscope/tensor/scalar_value.h"
 
 #include <algorithm>
 #include <set>

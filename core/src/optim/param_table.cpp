@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/param_table.h"
-#include "csv.h"
-#include "optscope/error.h"
-#include "optscope/flat_param_layout.h"
-#include "optscope/fqn_normalizer.h"
-#include "optscope/fsdp1_optim.h"
+#include "optscope/optim/param_table.h"
+#include "optscope/base/error.h"
+#include "optscope/io/csv.h"
+#include "optscope/model/flat_param_layout.h"
+#include "optscope/optim/fqn_normalizer.h"
+#include "optscope/optim/fsdp1_optim.h"
 
 #include <algorithm>
 #include <fstream>

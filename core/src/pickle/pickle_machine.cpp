@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "pickle_machine.h"
-#include "dict_index.h"
-#include "optscope/error.h"
+#include "optscope/pickle/pickle_machine.h"
+#include "optscope/base/error.h"
+#include "optscope/model/dict_index.h"
 
 #include <algorithm>
 #include <charconv>

@@ -21,7 +21,7 @@
 //    length fields are checked against the bytes actually present before anything is allocated.
 //  * Every failure throws Error with the source name and the byte offset of the opcode.
 
-#include "optscope/py_value.h"
+#include "optscope/model/py_value.h"
 
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "value_json.h"
+#include "optscope/pickle/value_json.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/py_value.h"
+#include "optscope/model/py_value.h"
 
 #include <nlohmann/json.hpp>
 

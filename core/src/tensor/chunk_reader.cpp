@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "chunk_reader.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "torch_save_reader.h"
+#include "optscope/tensor/chunk_reader.h"
+#include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/pickle/torch_save_archive.h"
 
 namespace optscope {
 
@@ -72,7 +72,7 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
     PyArena arena;
     TorchSaveArchive ar = [&] {
         try {
-            return TorchSaveReader::readArchive(file, src.offset, src.length, arena, where);
+            return readTorchSaveArchive(file, src.offset, src.length, arena, where);
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Cancelled) throw;
             // which tensor the damaged item holds, beside where it is
@@ -84,8 +84,8 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
         throw Error(ErrorKind::Format, where,
             "DCP item of '" + entry.key + "' does not hold a tensor (found " + pyRepr(root, 60) + ")");
     const PyTensorInfo& t = *root->tensor;
-    const PyStorageInfo& rec = TorchSaveReader::storageOf(t, where);
-    TorchSaveReader::checkTensorExtent(t, rec.recordLength, where);
+    const PyStorageInfo& rec = torchSaveStorageOf(t, where);
+    checkTorchSaveTensorExtent(t, rec.recordLength, where);
     d.dtype = t.dtype;
     d.storage = file->data() + rec.recordOffset;
     d.storageBytes = rec.recordLength;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/checkpoint.h"
+#include "optscope/model/checkpoint.h"
 
 #include <memory>
 #include <vector>

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/tensor_assembler.h"
-#include "aten_bridge.h"
-#include "chunk_reader.h"
-#include "mapped_file.h"
-#include "optscope/error.h"
-#include "sha256.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/sha256.h"
+#include "optscope/tensor/aten_bridge.h"
+#include "optscope/tensor/chunk_reader.h"
 
 #include <algorithm>
 #include <optional>

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Tensor statistics over streamed blocks: each block is reduced by the ATen kernels (aten_stats_kernels.cpp, in
 // liboptscope_aten.so); per-block moments are merged here with Chan et al.'s parallel variance formula.
-#include "optscope/tensor_stats.h"
-#include "aten_bridge.h"
-#include "mapped_file.h"
-#include "optscope/element_decoder.h"
-#include "optscope/error.h"
-#include "optscope/tensor_assembler.h"
-#include "read_guard.h"
-#include "tensor_values.h"
+#include "optscope/tensor/tensor_stats.h"
+#include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/model/element_decoder.h"
+#include "optscope/model/read_guard.h"
+#include "optscope/tensor/aten_bridge.h"
+#include "optscope/tensor/tensor_assembler.h"
+#include "optscope/tensor/tensor_values.h"
 
 #include <algorithm>
 #include <cmath>

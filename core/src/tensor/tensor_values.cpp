@@ -1,11 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "tensor_values.h"
-#include "optscope/element_decoder.h"
-#include "optscope/error.h"
-#include "optscope/optimizer_view.h"
-#include "optscope/py_value.h"
-#include "optscope/scalar_value.h"
-#include "optscope/tensor_assembler.h"
+#include "optscope/tensor/tensor_values.h"
+#include "optscope/base/error.h"
+#include "optscope/model/element_decoder.h"
+#include "optscope/model/py_value.h"
+#include "optscope/tensor/tensor_assembler.h"
 
 #include <cmath>
 #include <cstdio>
@@ -66,80 +64,6 @@ bool sameNumberStoredTwoWays(const Checkpoint& a, const Entry& ea, const Checkpo
     const auto x = readScalar(a, ea);
     const auto y = readScalar(b, eb);
     return x && y && *x == *y;
-}
-
-bool isScalarEntry(const Entry& entry)
-{
-    // complex numbers are not one number: their statistics (real parts) say more than a repr of half of it
-    if (entry.isTensor()) return entry.tensor.numel() == 1 && !dtypeIsComplex(entry.tensor.dtype);
-    const PyValue* v = entry.value;
-    return v && (v->kind == PyKind::Int || v->kind == PyKind::Float || v->kind == PyKind::Bool);
-}
-
-std::optional<std::string> scalarValueText(const Checkpoint& cp, const Entry& entry)
-{
-    if (!isScalarEntry(entry)) return std::nullopt;
-    if (!entry.isTensor()) return pyRepr(entry.value);
-    const auto v = readScalar(cp, entry);
-    if (!v) return std::nullopt;
-    const DType dt = entry.tensor.dtype;
-    if (dt == DType::Bool) return *v != 0.0 ? "True" : "False";
-    if (dtypeIsFloatingPoint(dt) || dtypeIsComplex(dt) || !std::isfinite(*v)) return pyFloatRepr(*v);
-    // integer dtypes print without a fraction (int64 beyond 2^53 loses digits in the double, as readScalar does)
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f", *v);
-    return std::string(buf);
-}
-
-namespace {
-
-/// the smallest and largest `step` over every parameter of every optimizer; nullopt without any
-std::optional<std::pair<double, double>> stepRange(const Checkpoint& cp)
-{
-    std::optional<std::pair<double, double>> range;
-    for (const auto& view : findOptimizers(cp))
-        for (const auto& param : view.params) {
-            const auto it = param.states.find("step");
-            if (it == param.states.end() || !it->second) continue;
-            std::optional<double> v;
-            try {
-                v = readScalar(cp, *it->second);
-            } catch (const Error&) {
-                continue; // reported by check/diagnose; the headline uses what can be read
-            }
-            if (!v || std::isnan(*v)) continue;
-            if (!range)
-                range = std::make_pair(*v, *v);
-            else
-                range = std::make_pair(std::min(range->first, *v), std::max(range->second, *v));
-        }
-    return range;
-}
-
-std::string stepText(double v)
-{
-    // steps count iterations: 3.0 reads as 3
-    if (std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e15) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.0f", v);
-        return buf;
-    }
-    return pyFloatRepr(v);
-}
-
-std::string rangeText(const std::pair<double, double>& r)
-{
-    return r.first == r.second ? stepText(r.first) : stepText(r.first) + "\u2013" + stepText(r.second);
-}
-
-} // namespace
-
-std::string stepChangeText(const Checkpoint& a, const Checkpoint& b)
-{
-    const auto ra = stepRange(a);
-    const auto rb = stepRange(b);
-    if (!ra || !rb || *ra == *rb) return {};
-    return "step " + rangeText(*ra) + " \u2192 " + rangeText(*rb);
 }
 
 } // namespace optscope

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "chunk_reader.h"
-#include "optscope/checkpoint.h"
-#include "optscope/tensor_stats.h"
+#include "optscope/model/checkpoint.h"
+#include "optscope/tensor/chunk_reader.h"
+#include "optscope/tensor/tensor_stats.h"
 
 #include <optional>
 #include <vector>

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// The missing/unexpected-key debugger: what is wrong between an optimizer checkpoint and the model it should load
+// into, what PyTorch 2.6 does on each load path (loads, or the exception it raises, with its text), and a fix that can
+// be applied (checkpoint_fix.h). Built on the one optimizer model (param_table.h) and the one finding type
+// (finding.h); check's structural and self-consistency findings are part of every diagnosis.
+
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
+#include "optscope/model/finding.h"
+#include "optscope/optim/param_table.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+/// the model side of a diagnosis (historical name)
+using ExpectedParams = ModelParams;
+using DiagnosisFinding = Finding;
+
+/// How the user's code builds the optimizer it loads into: param group sizes (and names when known). Without it the
+/// optimizer is taken to be built over model.parameters() in one group.
+struct TargetOptimizer
+{
+    std::string source;
+    std::vector<size_t> groupSizes;
+    /// per position in param_groups order: the parameter's shape (from its state), empty when unknown; groups may
+    /// reorder parameters (Hugging Face Trainer: decay, then no-decay), so position i is not model.parameters()[i]
+    std::vector<std::vector<int64_t>> shapes;
+    /// per position: the parameter's name when the saved target records it (param_names, FQN keys); else empty
+    std::vector<std::string> names;
+    static TargetOptimizer fromCheckpoint(const Checkpoint& optimizer);
+    /// The model parameters the target optimizer holds, in its order: all of @p model's when it holds as many, else
+    /// the ones its names give, else @p savedNames (the saved optimizer's) when their shapes are the target's, else
+    /// the subsequence of the model's parameters whose shapes are the target's (an optimizer over the trainable
+    /// parameters only: frozen backbone, LoRA adapters), the last fit in model order when several fit (frozen layers
+    /// usually come first). Empty when none fits. @p note says how they were chosen; @p unique is false when shapes
+    /// alone chose among several fits.
+    std::vector<std::string> paramsOf(
+        const ModelParams& model, const std::vector<std::string>& savedNames, std::string& note, bool& unique) const;
+};
+
+/// The load paths a user may take, as PyTorch 2.6 implements them.
+enum class LoadPath {
+    OptimizerLoadStateDict, ///< optimizer.load_state_dict(osd)
+    SetOptimizerStateDict, ///< torch.distributed.checkpoint.state_dict.set_optimizer_state_dict(model, optim, osd)
+    SetOptimizerStateDictNonStrict, ///< the same with StateDictOptions(strict=False)
+    Fsdp1OptimStateDictToLoad, ///< FSDP.optim_state_dict_to_load(fsdp_model, optim, osd) (use_orig_params=True)
+    ModelLoadStateDict, ///< model.load_state_dict(the model state dict saved beside the optimizer)
+};
+const char* loadPathName(LoadPath path);
+
+enum class LoadOutcome { Loads, Raises, NotApplicable };
+
+struct LoadVerdict
+{
+    LoadPath path = LoadPath::OptimizerLoadStateDict;
+    LoadOutcome outcome = LoadOutcome::NotApplicable;
+    std::string exception; ///< "ValueError", "KeyError", "RuntimeError"
+    std::string message; ///< str(e) as PyTorch formats it; the model's class name is written <Model>
+    int paramsWithState = -1; ///< Loads: parameters of the target optimizer that get state
+    int paramsTotal = -1;
+    std::string stepAfterLoad; ///< Loads: "ok", or the exception type the first step() raises ("RuntimeError")
+    std::string why; ///< NotApplicable: why; otherwise what decided it
+    nlohmann::ordered_json toJson() const;
+    /// the outcome in words, as the CLI and the GUI show it: "loads (27 of 27 parameters get state); the first
+    /// step() raises RuntimeError", "raises ValueError: ...", "n/a (why)"
+    std::string outcomeText() const;
+
+    static LoadVerdict raises(LoadPath path, std::string exception, std::string message, std::string why);
+    static LoadVerdict loads(LoadPath path, int withState, int total, std::string stepAfterLoad, std::string why);
+};
+
+struct Diagnosis
+{
+    std::string path;
+    std::string expectedSource;
+    std::string optimizerKind; ///< of the first optimizer
+    std::vector<Finding> findings;
+    std::vector<LoadVerdict> verdicts; ///< for one optimizer against the model; empty without a model
+    /// the optimizer the verdicts are for (its key path, "" for a file that is one), when the file holds several:
+    /// the first that fits the model
+    std::optional<std::string> verdictsFor;
+    std::vector<std::string> notes; ///< how the diagnosis read the inputs (which parameters the target holds, ...)
+    /// "what PyTorch 2.6 does with it", or "... with optimizer 'disc_opt'" when the file holds several
+    std::string verdictsTitle() const;
+    bool fixable() const; ///< some finding has actions
+    bool hasProblems() const; ///< some finding is an error or a warning
+    nlohmann::ordered_json toJson() const;
+};
+
+/// Diagnoses @p optim (any checkpoint holding one or more optimizer state dicts) against @p expected (may be null:
+/// then only the structure and self-consistency are checked). @p target (may be null) says how the loading code
+/// builds its optimizer's param groups. @p loadWorldSize (0: not given) is the number of data-parallel ranks the
+/// loading run uses: a DeepSpeed ZeRO checkpoint loads only on the world size it was saved by.
+Diagnosis diagnoseCheckpoint(const Checkpoint& optim, const ModelParams* expected, const Progress& progress = {},
+    const TargetOptimizer* target = nullptr, int loadWorldSize = 0);
+
+} // namespace optscope

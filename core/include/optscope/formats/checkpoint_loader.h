@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
+
+#include <string>
+
+namespace optscope {
+
+/// Opens any supported checkpoint, detecting the format by content: a folder (or .metadata file) of a DCP
+/// checkpoint, or a torch.save file (zip or legacy). Anything else throws Error naming the path and what it is.
+CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress = {});
+
+/// Opens one file as the torch.save or safetensors file it is, not as the checkpoint it belongs to: a DeepSpeed rank
+/// file (`zero_pp_rank_0_mp_rank_00_optim_states.pt`) shows its raw flat partitions and DeepSpeed objects, a DCP
+/// `__0_0.distcp` is refused (its bytes are not a pickle). `inspect --raw`.
+CheckpointPtr openCheckpointFile(const std::string& path, const Progress& progress = {});
+
+} // namespace optscope

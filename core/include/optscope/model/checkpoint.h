@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// One checkpoint model for every format. Entries are keyed as DCP's flatten_state_dict keys them: the path from the
+// root (dict keys as strings, list indices as numbers) joined with '.'. A key is only a label; the path is the
+// truth (FQNs contain dots, so a key is never split to recover the path).
+//
+// A tensor entry has its global shape, dtype and chunks: where each slice of the tensor lives on disk (a plain
+// torch.save tensor is one chunk covering everything). Any other entry holds a value from the inert pickle graph.
+//
+// A Checkpoint is immutable once a reader returns it; share it as std::shared_ptr<const Checkpoint>.
+
+#include "optscope/base/compact_string.h"
+#include "optscope/base/rare_string.h"
+#include "optscope/model/chunk_table.h"
+#include "optscope/model/dtype.h"
+#include "optscope/model/py_value.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace optscope {
+
+class MappedFile;
+
+enum class CheckpointFormat {
+    TorchSave,
+    Dcp,
+    Safetensors, ///< a .safetensors file, or a sharded set with its index
+    HfTrainer, ///< a Hugging Face Trainer checkpoint-N/ folder (safetensors model + optimizer.pt + scheduler.pt ...)
+    DeepSpeedZero, ///< a DeepSpeed ZeRO 1/2/3 global_stepN/ folder (or its parent with `latest`)
+    DeepSpeedUniversal, ///< a DeepSpeed universal checkpoint (zero/<param>/fp32.pt, ...)
+    MegatronDist, ///< a Megatron-Core dist_checkpointing folder (torch_dist: DCP + metadata.json + common.pt)
+    TorchSaveRanks, ///< per-rank torch.save files of one sharded state dict (rank0.pt, rank1.pt, ...)
+};
+
+/// "torch_save", "dcp", "safetensors", "hf_trainer", "deepspeed_zero", "deepspeed_universal" or "megatron_dist", as in
+/// `inspect --json`
+const char* checkpointFormatName(CheckpointFormat format);
+
+/// One step of a key path: a dict key (string) or a list index.
+struct KeyPathElem
+{
+    /// the largest list index a path can hold: 2^62 - 1 (63 bits, with inTuple beside it: a 100k-entry checkpoint keeps
+    /// 400k elements, 32 bytes each rather than 56)
+    static constexpr int64_t kMaxIndex = (int64_t(1) << 62) - 1;
+    KeyPathElem()
+        : index(-1)
+        , inTuple(false)
+    { }
+    CompactString key; ///< dict key, as str(key)
+    const PyValue* keyValue = nullptr; ///< the original dict key object (int keys stay ints), if known
+    int64_t index : 63; ///< list/tuple index when >= 0 (at most kMaxIndex)
+    bool inTuple : 1; ///< the index is into a tuple, not a list (torch.save sources only)
+    bool isIndex() const { return index >= 0; }
+    static KeyPathElem fromKey(std::string_view k)
+    {
+        KeyPathElem e;
+        e.key = CompactString(k);
+        return e;
+    }
+    /// @p i in [0, kMaxIndex]; readers check indices from a file against it
+    static KeyPathElem fromIndex(int64_t i)
+    {
+        KeyPathElem e;
+        e.index = i;
+        e.key = std::to_string(i);
+        return e;
+    }
+    bool operator==(const KeyPathElem& o) const { return index == o.index && key == o.key; }
+};
+using KeyPath = std::vector<KeyPathElem>;
+
+/// '.'-joined path, as DCP forms flat keys
+std::string joinKeyPath(const KeyPath& path);
+
+/// "[2, 3]": how messages and reports write a shape
+std::string shapeText(const std::vector<int64_t>& shape);
+
+struct TensorEntry
+{
+    std::vector<int64_t> shape; ///< global shape
+    ChunkTable chunks;
+    RareString subclass; ///< DTensor / ShardedTensor class path, empty for plain tensors
+    RareString placements; ///< DTensor placements, e.g. "Shard(0)"
+    DType dtype = DType::Unknown;
+    bool requiresGrad = false;
+    bool isParameter = false;
+    /// a ShardedTensor of which this file holds no local shard while its metadata lists the shards, which cover
+    /// it, on other ranks (a rank torch.chunk leaves without rows): its data is in the other ranks' files
+    bool shardsElsewhere = false;
+    int64_t numel() const;
+    uint64_t nbytes() const;
+    /// no chunk at all although it has elements: a meta-device tensor, or a subclass whose data the file does not
+    /// hold (shardsElsewhere says when other ranks' files hold it). Nothing can be read, hashed, compared or
+    /// resharded
+    bool storesNoData() const { return chunks.empty() && numel() > 0; }
+    /// distinct ranks holding chunks, ascending (-1 if unknown)
+    std::vector<int> ranks() const;
+};
+
+enum class EntryKind : unsigned char { Tensor, Value };
+
+struct Entry
+{
+    std::string key; ///< joinKeyPath(path)
+    KeyPath path;
+    TensorEntry tensor; ///< kind == Tensor
+    const PyValue* value = nullptr; ///< kind == Value (never null then)
+    RareString error; ///< set when the entry's data cannot be read (value is then None)
+    EntryKind kind = EntryKind::Value;
+    bool isTensor() const { return kind == EntryKind::Tensor; }
+};
+
+struct CheckpointWarning
+{
+    std::string code; ///< stable: "unsafe-global", "missing-file", "chunk-out-of-range", ...
+    std::string message;
+    std::string key; ///< entry key, empty if the warning is not about one entry
+    /// severity "error": part of the checkpoint cannot be read (missing file, range past the end, bad value);
+    /// severity "warning": readable, but worth knowing (unsafe globals, odd layouts)
+    bool isError = false;
+    std::string loadError; ///< what the library that loads it raises because of it (its own text), if known
+    std::string fix; ///< what to do about it, if known
+    std::string classPath; ///< unsafe-global: the class or function path ("deepspeed.runtime....LossScaler")
+    std::string file; ///< the file it is about, relative to the checkpoint's root (missing-file, ...), if any
+};
+
+/// Where one parameter lies in a format's flat per-rank partitions (DeepSpeed ZeRO), for the FQN mapping; the
+/// parameter's chunks say the same per element range.
+struct FlatPartitionSlot
+{
+    std::string fqn;
+    int buffer = -1; ///< the flat buffer holding it (ZeRO-1/2: param group; ZeRO-3: sub-group)
+    std::string bufferName; ///< "group 0", "sub-group 1"
+    int64_t offset = 0; ///< first element in the buffer (ZeRO-1/2: the padded flat group; ZeRO-3: each rank's part)
+    std::string note; ///< which ranks hold which range, padding
+};
+
+/// Opens and caches the memory maps of a checkpoint's data files. Thread-safe.
+class CheckpointFiles
+{
+public:
+    explicit CheckpointFiles(std::string rootDir);
+    /// @p relative to the root; throws Error(Io) naming the file if it cannot be mapped
+    std::shared_ptr<const MappedFile> open(const std::string& relative) const;
+    /// seed the cache with a file already mapped (the reader's own)
+    void add(const std::string& relative, std::shared_ptr<const MappedFile> file) const;
+    const std::string& rootDir() const { return m_root; }
+    std::string absolute(const std::string& relative) const;
+    /// the size the reader saw when it indexed the checkpoint: a later open() of another size throws "changed"
+    void expectSize(const std::string& relative, uint64_t size) const;
+
+    /// throws Error(Io) naming the file when any file mapped so far changed, vanished or was replaced since it was
+    /// read (MappedFile::checkUnchanged): called after long reads and before an output is committed
+    void checkUnchanged() const;
+    /// the same, but only when a mapped read faulted somewhere in the process since the last call (one atomic load
+    /// otherwise): cheap enough to call after every block
+    void checkFaults() const;
+    /// every file mapped or sized so far, as absolute() paths: what an output must not overwrite
+    std::vector<std::string> knownFiles() const;
+
+private:
+    std::string m_root;
+    mutable std::mutex m_mutex;
+    mutable std::unordered_map<std::string, std::shared_ptr<const MappedFile>> m_files;
+    mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
+    mutable std::atomic<uint64_t> m_faultsSeen {0};
+};
+
+/// How a reader named a parameter that its files key otherwise (an optimizer's integer id): the reader re-keys the
+/// entries by FQN and records the rule here, so that the FQN mapping (ParamTable) can show the original id and how
+/// sure the name is.
+struct ParamOrigin
+{
+    std::string optimizer; ///< the optimizer state dict's root key ("optim")
+    std::string fqn; ///< the name the entries now carry
+    std::string id; ///< the key in the file ("3")
+    std::string how; ///< the rule (ParamTable's nameSourceText)
+    std::string confidence; ///< ParamTable's confidenceText
+};
+
+class Checkpoint
+{
+public:
+    CheckpointFormat format = CheckpointFormat::TorchSave;
+    std::string path; ///< as opened (file or directory)
+    std::vector<Entry> entries; ///< in file order
+    std::vector<CheckpointWarning> warnings;
+    int pickleProtocol = 0; ///< torch.save: data.pkl protocol; DCP: .metadata protocol
+    std::string formatDetail; ///< "zip, prefix 'optim/'", "legacy (pre-1.6)", "DCP version 1.0.0", ...
+    /// torch.save: the whole unpickled object (its tensor leaves emptied of sizes and strides, which the entries
+    /// hold); DCP: the Metadata object
+    const PyValue* root = nullptr;
+    std::vector<ParamOrigin> paramOrigins; ///< parameters a reader named (Hugging Face Trainer folders)
+    std::vector<FlatPartitionSlot> flatSlots; ///< parameters in flat partitions (DeepSpeed ZeRO); empty otherwise
+    /// DeepSpeed ZeRO: the stage (1-3) and the data-parallel world size the run saved with, which its loader needs
+    /// again; 0 for other formats
+    int zeroStage = 0;
+    int savedDataParallelSize = 0;
+
+    std::shared_ptr<PyArena> arena; ///< owns every PyValue above
+    std::shared_ptr<CheckpointFiles> files;
+
+    /// entry by key, or null
+    const Entry* find(std::string_view key) const;
+    /// must be called once entries are complete (readers do it)
+    void buildIndex();
+    /// sum of tensor bytes
+    uint64_t tensorBytes() const;
+    size_t tensorCount() const;
+    /// distinct ranks holding chunks, ascending (-1 first where a chunk's rank is unknown): one pass over the chunk
+    /// tables that makes nothing per chunk (2.2 million chunks at 1,024 ranks)
+    std::vector<int> ranks() const;
+    /// any warning of severity error
+    bool hasErrors() const;
+
+private:
+    /// open-addressing table of entry positions + 1 (0: free), keyed by the entry's key: indices rather than copies
+    /// of the keys (100k keys would be stored twice), and valid in a copy of the checkpoint
+    std::vector<uint32_t> m_index;
+};
+
+using CheckpointPtr = std::shared_ptr<const Checkpoint>;
+
+} // namespace optscope

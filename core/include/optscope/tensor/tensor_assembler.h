@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include "optscope/base/progress.h"
+#include "optscope/model/checkpoint.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace optscope {
+
+class MappedFile;
+
+/// Streams the full tensor of an entry, assembled from its chunks, as consecutive blocks of its row-major,
+/// little-endian bytes. Zero-copy where a chunk already is the block's byte range (the usual dim-0 sharding);
+/// otherwise a block of at most maxBlockBytes is assembled with ATen copies (a row larger than that is cut into boxes
+/// of at most one block). Only the chunks of the current block are touched, so memory stays bounded by one block
+/// whatever the tensor size, even for a tiny stride-0 file that declares a huge tensor.
+///
+/// Throws Error when the chunks do not tile the tensor exactly (gap, overlap, out of bounds), when a chunk cannot
+/// be read, or when the progress callback asks to cancel.
+class TensorAssembler
+{
+public:
+    using Sink = std::function<void(const uint8_t* data, size_t size)>;
+    /// optional: receives a contiguous region of a mapped chunk file instead of its bytes (zero-copy direct path)
+    using RegionSink = std::function<void(const MappedFile& file, uint64_t offset, uint64_t length)>;
+
+    TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes = 64u << 20);
+    /// @p onBytes is called with the number of bytes produced so far (for progress across many tensors)
+    void stream(const Sink& sink, const Progress& progress = {}, const std::function<void(uint64_t)>& onBytes = {},
+        const RegionSink& region = {});
+    /// Only the box [offsets, offsets + sizes) of the full tensor, as the dense row-major bytes of that box. A box of
+    /// whole rows (a dim-0 slice) streams like stream(); any other box is assembled in one buffer of its size.
+    void streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
+        const Progress& progress = {}, const RegionSink& region = {});
+    /// throws Error(Limit) naming the entry when reading it whole would expand a broadcast view (a dimension of
+    /// stride 0, as torch.expand makes) to far more bytes than it stores; every read above checks it too
+    static void checkExpansion(const Checkpoint& checkpoint, const Entry& entry);
+
+private:
+    void streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
+        const std::function<void(uint64_t)>& onBytes, const RegionSink& region);
+    const Checkpoint& m_checkpoint;
+    const Entry& m_entry;
+    size_t m_maxBlock;
+};
+
+/// SHA-256 (hex) of the entry's full tensor bytes in row-major C order, little-endian.
+std::string hashTensor(const Checkpoint& checkpoint, const Entry& entry, const Progress& progress = {},
+    const std::function<void(uint64_t)>& onBytes = {});
+
+} // namespace optscope

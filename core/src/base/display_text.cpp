@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/base/display_text.h"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace optscope {
+
+namespace {
+
+/// length of the valid UTF-8 sequence at @p i (1-4) and its code point, or 0 when the bytes there are not one
+size_t decodeUtf8(std::string_view s, size_t i, uint32_t& cp)
+{
+    const auto b = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };
+    const uint8_t c = b(0);
+    if (c < 0x80) {
+        cp = c;
+        return 1;
+    }
+    size_t n = 0;
+    uint32_t min = 0;
+    if ((c & 0xE0) == 0xC0) {
+        n = 2;
+        cp = c & 0x1F;
+        min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3;
+        cp = c & 0x0F;
+        min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4;
+        cp = c & 0x07;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (i + n > s.size()) return 0;
+    for (size_t k = 1; k < n; ++k) {
+        if ((b(k) & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (b(k) & 0x3F);
+    }
+    // overlong forms, UTF-16 surrogates (a Python lone surrogate pickled with surrogatepass) and past U+10FFFF
+    if (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+    return n;
+}
+
+bool isDirectionMark(uint32_t cp)
+{
+    return cp == 0x061C || cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E)
+        || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+/// appends the escape for the sequence at @p i (length @p n, code point @p cp; n == 0: one invalid byte); false when
+/// it needs none
+bool escapeOne(std::string_view s, size_t i, size_t n, uint32_t cp, bool keepNewlines, std::string* out)
+{
+    char buf[12];
+    if (n == 0) {
+        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<uint8_t>(s[i])));
+    } else if (n == 1 && (cp < 0x20 || cp == 0x7F)) {
+        if (cp == '\n' && keepNewlines) return false;
+        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
+    } else if ((cp >= 0x80 && cp <= 0x9F) || isDirectionMark(cp)) {
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+    } else {
+        return false;
+    }
+    if (out) out->append(buf);
+    return true;
+}
+
+} // namespace
+
+bool isUtf8(std::string_view text)
+{
+    for (size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const size_t n = decodeUtf8(text, i, cp);
+        if (n == 0) return false;
+        i += n;
+    }
+    return true;
+}
+
+std::string hexBytes(std::string_view bytes)
+{
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (char c : bytes) {
+        const auto b = static_cast<uint8_t>(c);
+        out += digits[b >> 4];
+        out += digits[b & 15];
+    }
+    return out;
+}
+
+bool needsDisplayEscape(std::string_view text, bool keepNewlines)
+{
+    for (size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const size_t n = decodeUtf8(text, i, cp);
+        if (escapeOne(text, i, n, cp, keepNewlines, nullptr)) return true;
+        i += n ? n : 1;
+    }
+    return false;
+}
+
+std::string displayText(std::string_view text, bool keepNewlines)
+{
+    if (!needsDisplayEscape(text, keepNewlines)) return std::string(text);
+    std::string out;
+    out.reserve(text.size() + 16);
+    for (size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const size_t n = decodeUtf8(text, i, cp);
+        if (!escapeOne(text, i, n, cp, keepNewlines, &out)) out.append(text.substr(i, n));
+        i += n ? n : 1;
+    }
+    return out;
+}
+
+} // namespace optscope

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/model/checkpoint.h"
+#include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
+
+#include <algorithm>
+#include <set>
+
+namespace optscope {
+
+// 100k entries of four path elements each: the 100 MiB target for a torch.save of 100k keys rests on these sizes
+static_assert(sizeof(void*) != 8 || sizeof(KeyPathElem) <= 48, "KeyPathElem grew past 48 bytes");
+static_assert(sizeof(void*) != 8 || sizeof(Entry) <= 192, "Entry grew past 192 bytes");
+
+const char* checkpointFormatName(CheckpointFormat format)
+{
+    switch (format) {
+    case CheckpointFormat::TorchSave:
+        return "torch_save";
+    case CheckpointFormat::Dcp:
+        return "dcp";
+    case CheckpointFormat::Safetensors:
+        return "safetensors";
+    case CheckpointFormat::HfTrainer:
+        return "hf_trainer";
+    case CheckpointFormat::DeepSpeedZero:
+        return "deepspeed_zero";
+    case CheckpointFormat::DeepSpeedUniversal:
+        return "deepspeed_universal";
+    case CheckpointFormat::MegatronDist:
+        return "megatron_dist";
+    case CheckpointFormat::TorchSaveRanks:
+        return "torch_save_ranks";
+    }
+    return "torch_save";
+}
+
+std::string shapeText(const std::vector<int64_t>& shape)
+{
+    std::string t = "[";
+    for (size_t i = 0; i < shape.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(shape[i]);
+    return t + "]";
+}
+
+std::string joinKeyPath(const KeyPath& path)
+{
+    std::string key;
+    for (size_t i = 0; i < path.size(); ++i) {
+        if (i) key += '.';
+        key += path[i].key;
+    }
+    return key;
+}
+
+int64_t TensorEntry::numel() const
+{
+    int64_t n = 1;
+    for (auto s : shape)
+        n *= s;
+    return n;
+}
+
+uint64_t TensorEntry::nbytes() const
+{
+    return static_cast<uint64_t>(numel()) * dtypeSize(dtype);
+}
+
+std::vector<int> TensorEntry::ranks() const
+{
+    std::vector<int> r;
+    for (size_t i = 0; i < chunks.size(); ++i)
+        r.push_back(chunks.rank(i));
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    return r;
+}
+
+CheckpointFiles::CheckpointFiles(std::string rootDir)
+    : m_root(std::move(rootDir))
+{ }
+
+std::string CheckpointFiles::absolute(const std::string& relative) const
+{
+    if (!relative.empty() && relative.front() == '/') return relative;
+    if (m_root.empty()) return relative;
+    return m_root + "/" + relative;
+}
+
+std::shared_ptr<const MappedFile> CheckpointFiles::open(const std::string& relative) const
+{
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        auto it = m_files.find(relative);
+        if (it != m_files.end()) return it->second;
+    }
+    // the checkpoint's files only: a path its metadata names may lead anywhere (statInside)
+    if (!m_root.empty()) {
+        const MemberStat m = statInside(m_root, relative);
+        if (m.kind != MemberStat::Regular && m.kind != MemberStat::Missing)
+            throw Error(ErrorKind::Io, absolute(relative), m.what + ": not read");
+    }
+    auto f = MappedFile::open(absolute(relative));
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (auto e = m_expectedSizes.find(relative); e != m_expectedSizes.end() && e->second != f->size())
+        throw Error(ErrorKind::Io, f->path(),
+            "changed while being read (was " + std::to_string(e->second) + " bytes, now " + std::to_string(f->size())
+                + " bytes)");
+    return m_files.emplace(relative, std::move(f)).first->second;
+}
+
+void CheckpointFiles::expectSize(const std::string& relative, uint64_t size) const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_expectedSizes.emplace(relative, size);
+}
+
+void CheckpointFiles::checkUnchanged() const
+{
+    std::vector<std::shared_ptr<const MappedFile>> files;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        for (const auto& [name, f] : m_files)
+            files.push_back(f);
+    }
+    // faulted ones first: their message says what the reader met
+    for (const auto& f : files)
+        if (f->faulted()) f->checkUnchanged();
+    for (const auto& f : files)
+        f->checkUnchanged();
+}
+
+void CheckpointFiles::checkFaults() const
+{
+    const uint64_t n = MappedFile::faultCount();
+    if (n == m_faultsSeen.load(std::memory_order_relaxed)) return;
+    std::vector<std::shared_ptr<const MappedFile>> files;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        for (const auto& [name, f] : m_files)
+            files.push_back(f);
+    }
+    for (const auto& f : files)
+        if (f->faulted()) f->checkUnchanged();
+    m_faultsSeen.store(n, std::memory_order_relaxed); // the faults were another checkpoint's
+}
+
+std::vector<std::string> CheckpointFiles::knownFiles() const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    std::vector<std::string> out;
+    out.reserve(m_files.size() + m_expectedSizes.size());
+    for (const auto& [name, f] : m_files)
+        out.push_back(f->path());
+    for (const auto& [name, size] : m_expectedSizes)
+        if (!m_files.count(name)) out.push_back(absolute(name));
+    return out;
+}
+
+void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const MappedFile> file) const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_files.emplace(relative, std::move(file));
+}
+
+const Entry* Checkpoint::find(std::string_view key) const
+{
+    if (m_index.empty()) return nullptr;
+    const size_t mask = m_index.size() - 1;
+    for (size_t slot = std::hash<std::string_view>()(key) & mask;; slot = (slot + 1) & mask) {
+        const uint32_t at = m_index[slot];
+        if (at == 0) return nullptr;
+        if (entries[at - 1].key == key) return &entries[at - 1];
+    }
+}
+
+void Checkpoint::buildIndex()
+{
+    if (entries.size() >= UINT32_MAX / 2) throw Error(ErrorKind::Limit, path, "more than 2^31 entries");
+    size_t capacity = 16;
+    while (capacity < 2 * entries.size())
+        capacity *= 2;
+    m_index.assign(capacity, 0);
+    const size_t mask = capacity - 1;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        const std::string& key = entries[i].key;
+        for (size_t slot = std::hash<std::string_view>()(key) & mask;; slot = (slot + 1) & mask) {
+            uint32_t& at = m_index[slot];
+            if (at == 0) {
+                at = static_cast<uint32_t>(i + 1);
+                break;
+            }
+            if (entries[at - 1].key == key) break; // first wins on duplicates
+        }
+    }
+}
+
+uint64_t Checkpoint::tensorBytes() const
+{
+    uint64_t n = 0;
+    for (const auto& e : entries)
+        if (e.isTensor()) n += e.tensor.nbytes();
+    return n;
+}
+
+std::vector<int> Checkpoint::ranks() const
+{
+    constexpr size_t kDense = size_t(1) << 20; // ranks below this in a bitmap; a hostile file's huge ones in a set
+    std::vector<bool> seen; // by rank + 1
+    std::set<int> sparse;
+    for (const auto& e : entries)
+        for (size_t i = 0; i < e.tensor.chunks.size(); ++i) {
+            const auto at = static_cast<size_t>(std::max(e.tensor.chunks.rank(i), -1) + 1);
+            if (at >= kDense) {
+                sparse.insert(static_cast<int>(at - 1));
+                continue;
+            }
+            if (at >= seen.size()) seen.resize(std::max(at + 1, 2 * seen.size()), false);
+            seen[at] = true;
+        }
+    std::vector<int> out;
+    for (size_t at = 0; at < seen.size(); ++at)
+        if (seen[at]) out.push_back(static_cast<int>(at) - 1);
+    out.insert(out.end(), sparse.begin(), sparse.end());
+    return out;
+}
+
+size_t Checkpoint::tensorCount() const
+{
+    return static_cast<size_t>(
+        std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.isTensor(); }));
+}
+
+bool Checkpoint::hasErrors() const
+{
+    return std::any_of(warnings.begin(), warnings.end(), [](const CheckpointWarning& w) { return w.isError; });
+}
+
+} // namespace optscope

@@ -1,0 +1,536 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/model/py_value.h"
+#include "optscope/model/dict_index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace optscope {
+
+// A torch.save of 100k tensors makes about 300k values: the 100 MiB target for it (bench/results/limits.md) rests on
+// these sizes, so growing one is a decision, not an accident
+static_assert(sizeof(void*) != 8 || sizeof(PyValue) <= 40, "PyValue grew past 40 bytes");
+static_assert(sizeof(void*) != 8 || sizeof(PyTensorInfo) <= 96, "PyTensorInfo grew past 96 bytes");
+static_assert(sizeof(void*) != 8 || sizeof(PyStorageInfo) <= 64, "PyStorageInfo grew past 64 bytes");
+
+const char* pyKindName(PyKind kind)
+{
+    switch (kind) {
+    case PyKind::None:
+        return "None";
+    case PyKind::Bool:
+        return "bool";
+    case PyKind::Int:
+        return "int";
+    case PyKind::BigInt:
+        return "int";
+    case PyKind::Float:
+        return "float";
+    case PyKind::Complex:
+        return "complex";
+    case PyKind::Str:
+        return "str";
+    case PyKind::Bytes:
+        return "bytes";
+    case PyKind::ByteArray:
+        return "bytearray";
+    case PyKind::Tuple:
+        return "tuple";
+    case PyKind::List:
+        return "list";
+    case PyKind::Dict:
+        return "dict";
+    case PyKind::Set:
+        return "set";
+    case PyKind::FrozenSet:
+        return "frozenset";
+    case PyKind::Global:
+        return "global";
+    case PyKind::Object:
+        return "object";
+    case PyKind::Storage:
+        return "storage";
+    case PyKind::Tensor:
+        return "tensor";
+    case PyKind::Dtype:
+        return "dtype";
+    }
+    return "?";
+}
+
+namespace {
+const std::vector<PyValue*> kNoItems;
+}
+
+const std::vector<PyValue*>& PyValue::items() const
+{
+    return hasContainer() ? container->items : kNoItems;
+}
+
+size_t PyValue::size() const
+{
+    if (!hasContainer()) return 0;
+    return kind == PyKind::Dict ? container->items.size() / 2 : container->items.size();
+}
+
+const PyValue* PyValue::get(std::string_view key) const
+{
+    if (kind != PyKind::Dict || !container) return nullptr;
+    const auto& it = container->items;
+    if (container->index && key.size() + 16 <= kMaxDictKeyRenderingBytes) {
+        // an indexed dict (one the pickle machine grew past 16 items) has every str key of this length in its index,
+        // rendered as 's' <length> ':' <text> (a linear scan made DCP's planner_data lookups quadratic)
+        std::string h = "s" + std::to_string(key.size()) + ":";
+        h.append(key);
+        auto found = container->index->find(dictIndexKey(std::move(h)));
+        return found == container->index->end() ? nullptr : it[found->second + 1];
+    }
+    for (size_t i = 0; i + 1 < it.size(); i += 2) {
+        if (it[i]->kind == PyKind::Str && it[i]->text == key) return it[i + 1];
+    }
+    return nullptr;
+}
+
+std::string PyValue::className() const
+{
+    const PyValue* c = nullptr;
+    if (kind == PyKind::Object && object)
+        c = object->callable;
+    else if (kind == PyKind::Global)
+        c = this;
+    if (c && c->kind == PyKind::Global && c->global) return c->global->path();
+    return {};
+}
+
+bool PyValue::isClass(std::string_view path) const
+{
+    const PyValue* c = nullptr;
+    if (kind == PyKind::Object && object)
+        c = object->callable;
+    else if (kind == PyKind::Global)
+        c = this;
+    if (!c || c->kind != PyKind::Global || !c->global) return false;
+    const auto& g = *c->global;
+    return path.size() == g.module.size() + 1 + g.name.size() && path.substr(0, g.module.size()) == g.module
+        && path[g.module.size()] == '.' && path.substr(g.module.size() + 1) == g.name;
+}
+
+PyValue* PyArena::make(PyKind kind)
+{
+    PyValue* v = nullptr;
+    if (!m_freeValues.empty()) {
+        v = m_freeValues.back();
+        m_freeValues.pop_back();
+    } else {
+        v = &m_values.emplace_back();
+    }
+    v->kind = kind;
+    return v;
+}
+
+PyValue* PyArena::makeContainer(PyKind kind)
+{
+    PyValue* v = make(kind);
+    if (!m_freeContainers.empty()) {
+        v->container = m_freeContainers.back();
+        m_freeContainers.pop_back();
+    } else {
+        v->container = &m_containers.emplace_back();
+    }
+    return v;
+}
+
+void PyArena::release(PyValue* v, int depth)
+{
+    if (!v || v->pinned) return;
+    switch (v->kind) {
+    case PyKind::Tuple:
+    case PyKind::List:
+    case PyKind::Dict:
+    case PyKind::Set:
+    case PyKind::FrozenSet: {
+        if (depth >= 32) return; // deeper parts stay allocated: bounded recursion on hostile nesting
+        PyContainer* c = v->container;
+        for (PyValue* item : c->items)
+            release(item, depth + 1);
+        release(c->attrs, depth + 1);
+        c->items.clear(); // keeps the capacity for the next tuple
+        c->attrs = nullptr;
+        c->index.reset();
+        m_freeContainers.push_back(c);
+        break;
+    }
+    case PyKind::Int:
+    case PyKind::BigInt:
+    case PyKind::Float:
+    case PyKind::Complex:
+    case PyKind::Str:
+    case PyKind::Bytes:
+    case PyKind::ByteArray:
+        break; // text points into the input or into m_strings, which stay
+    default:
+        return; // None and bools are interned (pinned); the other kinds are pointed at by records
+    }
+    *v = PyValue {};
+    m_freeValues.push_back(v);
+}
+
+PyValue* PyArena::makeInt(int64_t i)
+{
+    const bool small = i >= kSmallIntMin && i <= kSmallIntMax;
+    if (small) {
+        if (m_smallInts.empty()) m_smallInts.resize(static_cast<size_t>(kSmallIntMax - kSmallIntMin + 1), nullptr);
+        if (PyValue* shared = m_smallInts[static_cast<size_t>(i - kSmallIntMin)]) return shared;
+    }
+    PyValue* v = make(PyKind::Int);
+    if (small) {
+        m_smallInts[static_cast<size_t>(i - kSmallIntMin)] = v;
+        v->pinned = true;
+    }
+    v->integer = i;
+    return v;
+}
+
+PyValue* PyArena::makeFloat(double d)
+{
+    PyValue* v = make(PyKind::Float);
+    v->real = d;
+    return v;
+}
+
+PyValue* PyArena::makeBool(bool b)
+{
+    PyValue*& shared = m_bools[b ? 1 : 0];
+    if (!shared) {
+        shared = make(PyKind::Bool);
+        shared->boolean = b;
+        shared->pinned = true;
+    }
+    return shared;
+}
+
+PyValue* PyArena::makeNone()
+{
+    if (!m_none) {
+        m_none = make(PyKind::None);
+        m_none->pinned = true;
+    }
+    return m_none;
+}
+
+std::string_view PyArena::copy(std::string_view s)
+{
+    return m_strings.emplace_back(s);
+}
+
+PyValue* PyArena::makeStr(std::string_view s, bool copyText)
+{
+    PyValue* v = make(PyKind::Str);
+    v->text = copyText ? copy(s) : s;
+    return v;
+}
+
+PyValue* PyArena::makeBytes(std::string_view s, bool copyText, PyKind kind)
+{
+    PyValue* v = make(kind);
+    v->text = copyText ? copy(s) : s;
+    return v;
+}
+
+PyValue* PyArena::makeGlobal(std::string_view module, std::string_view name, bool known)
+{
+    PyValue* v = make(PyKind::Global);
+    PyGlobalInfo& g = m_globals.emplace_back();
+    g.module = module;
+    g.name = name;
+    g.known = known;
+    v->global = &g;
+    return v;
+}
+
+PyObjectInfo* PyArena::makeObjectInfo()
+{
+    return &m_objects.emplace_back();
+}
+
+PyStorageInfo* PyArena::makeStorageInfo()
+{
+    return &m_storages.emplace_back();
+}
+
+PyTensorWrapperInfo& PyArena::wrapperOf(PyTensorInfo& t)
+{
+    if (!t.wrapper) t.wrapper = &m_tensorWrappers.emplace_back();
+    return *t.wrapper;
+}
+
+PyTensorInfo* PyArena::makeTensorInfo()
+{
+    return &m_tensors.emplace_back();
+}
+
+std::string pyFloatRepr(double v)
+{
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    // Python repr: the shortest string that round-trips, with ".0" for integral values and exponent form outside
+    // 1e-4 <= |v| < 1e16.
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+        if (std::strtod(buf, nullptr) == v) break;
+    }
+    std::string s = buf;
+    const double a = std::fabs(v);
+    if (s.find('e') != std::string::npos && a >= 1e-4 && a < 1e16) {
+        // %g chose an exponent because the digits ran out (200 at one digit is "2e+02"); Python writes these
+        // positionally ("200.0"): as many decimals as the shortest digits need past the point
+        int precision = 1;
+        for (; precision <= 17; ++precision) {
+            std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+            if (std::strtod(buf, nullptr) == v) break;
+        }
+        char ebuf[40];
+        std::snprintf(ebuf, sizeof ebuf, "%.*e", precision - 1, v);
+        const int exponent = std::atoi(std::strchr(ebuf, 'e') + 1);
+        std::snprintf(buf, sizeof buf, "%.*f", std::max(precision - 1 - exponent, 0), v);
+        s = buf;
+    }
+    const auto e = s.find('e');
+    if (e != std::string::npos) {
+        // C prints e-05 / e+16; Python prints e-05 / e+16 as well, but drops nothing else. Keep the mantissa as is.
+        std::string mant = s.substr(0, e);
+        std::string exp = s.substr(e + 1);
+        const char sign = exp[0];
+        exp = exp.substr(1);
+        while (exp.size() > 2 && exp[0] == '0')
+            exp.erase(0, 1);
+        return mant + "e" + sign + exp;
+    }
+    if (s.find('.') == std::string::npos && s.find("inf") == std::string::npos && s.find("nan") == std::string::npos)
+        s += ".0";
+    return s;
+}
+
+std::string bigIntToDecimal(std::string_view le)
+{
+    if (le.empty()) return "0";
+    std::vector<uint8_t> mag(le.begin(), le.end());
+    const bool negative = (mag.back() & 0x80) != 0;
+    if (negative) { // two's complement -> magnitude
+        bool carry = true;
+        for (auto& b : mag) {
+            b = static_cast<uint8_t>(~b);
+            if (carry) {
+                b = static_cast<uint8_t>(b + 1);
+                carry = b == 0;
+            }
+        }
+    }
+    // Decimal conversion is quadratic in the length: like CPython's str(int) (sys.int_info.default_max_str_digits),
+    // stop at 4300 digits (1786 bytes of magnitude cover them all) and write longer integers in hexadecimal, which
+    // is linear. Values shared through the pickle memo may be rendered many times.
+    constexpr size_t kMaxDecimalBytes = 1786;
+    while (mag.size() > 1 && mag.back() == 0)
+        mag.pop_back();
+    if (mag.size() > kMaxDecimalBytes) {
+        static const char* digits = "0123456789abcdef";
+        std::string hex = negative ? "-0x" : "0x";
+        bool leading = true;
+        for (size_t i = mag.size(); i-- > 0;) {
+            for (int shift : {4, 0}) {
+                const int d = (mag[i] >> shift) & 15;
+                if (leading && d == 0) continue;
+                leading = false;
+                hex += digits[d];
+            }
+        }
+        return hex;
+    }
+    // Repeated division by 10^9 over little-endian 32-bit limbs: nine digits per pass over the number.
+    std::vector<uint32_t> limbs((mag.size() + 3) / 4, 0);
+    for (size_t i = 0; i < mag.size(); ++i)
+        limbs[i / 4] |= static_cast<uint32_t>(mag[i]) << (8 * (i % 4));
+    while (!limbs.empty() && limbs.back() == 0)
+        limbs.pop_back();
+    std::string digits; // least significant first
+    while (!limbs.empty()) {
+        uint64_t rem = 0;
+        for (size_t i = limbs.size(); i-- > 0;) {
+            const uint64_t cur = (rem << 32) | limbs[i];
+            limbs[i] = static_cast<uint32_t>(cur / 1000000000u);
+            rem = cur % 1000000000u;
+        }
+        while (!limbs.empty() && limbs.back() == 0)
+            limbs.pop_back();
+        // nine digits per group, except that the most significant group has no leading zeros
+        for (int k = 0; k < 9 && (!limbs.empty() || rem != 0); ++k) {
+            digits.push_back(static_cast<char>('0' + rem % 10));
+            rem /= 10;
+        }
+    }
+    if (digits.empty()) digits = "0";
+    if (negative) digits.push_back('-');
+    return std::string(digits.rbegin(), digits.rend());
+}
+
+namespace {
+
+void appendQuoted(std::string& out, std::string_view s)
+{
+    out += '\'';
+    for (char c : s) {
+        if (c == '\'' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else {
+            out += c;
+        }
+    }
+    out += '\'';
+}
+
+void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
+{
+    if (out.size() > maxLength) return;
+    if (!v) {
+        out += "<null>";
+        return;
+    }
+    if (depth > 32) {
+        out += "...";
+        return;
+    }
+    switch (v->kind) {
+    case PyKind::None:
+        out += "None";
+        return;
+    case PyKind::Bool:
+        out += v->boolean ? "True" : "False";
+        return;
+    case PyKind::Int:
+        out += std::to_string(v->integer);
+        return;
+    case PyKind::BigInt:
+        out += bigIntToDecimal(v->text);
+        return;
+    case PyKind::Float:
+        out += pyFloatRepr(v->real);
+        return;
+    case PyKind::Complex:
+        out += "(" + pyFloatRepr(v->real) + "+" + pyFloatRepr(v->imag) + "j)";
+        return;
+    case PyKind::Str:
+        appendQuoted(out, v->text);
+        return;
+    case PyKind::Bytes:
+    case PyKind::ByteArray:
+        out += v->kind == PyKind::Bytes ? "b" : "bytearray(b";
+        out += "<" + std::to_string(v->text.size()) + " bytes>";
+        if (v->kind == PyKind::ByteArray) out += ")";
+        return;
+    case PyKind::Tuple:
+    case PyKind::List:
+    case PyKind::Set:
+    case PyKind::FrozenSet: {
+        const char* open = v->kind == PyKind::Tuple ? "(" : v->kind == PyKind::List ? "[" : "{";
+        const char* close = v->kind == PyKind::Tuple ? ")" : v->kind == PyKind::List ? "]" : "}";
+        if (v->kind == PyKind::FrozenSet) out += "frozenset(";
+        out += open;
+        const auto& items = v->items();
+        for (size_t i = 0; i < items.size(); ++i) {
+            if (i) out += ", ";
+            if (out.size() > maxLength) {
+                out += "...";
+                break;
+            }
+            reprInto(out, items[i], maxLength, depth + 1);
+        }
+        if (v->kind == PyKind::Tuple && items.size() == 1) out += ",";
+        out += close;
+        if (v->kind == PyKind::FrozenSet) out += ")";
+        return;
+    }
+    case PyKind::Dict: {
+        out += "{";
+        for (size_t i = 0; i < v->size(); ++i) {
+            if (i) out += ", ";
+            if (out.size() > maxLength) {
+                out += "...";
+                break;
+            }
+            reprInto(out, v->dictKey(i), maxLength, depth + 1);
+            out += ": ";
+            reprInto(out, v->dictValue(i), maxLength, depth + 1);
+        }
+        out += "}";
+        return;
+    }
+    case PyKind::Global:
+        out += "<" + v->global->path() + ">";
+        return;
+    case PyKind::Object: {
+        std::string cls = v->className();
+        out += "<" + (cls.empty() ? std::string("object") : cls);
+        if (v->object->args && v->object->args->size()) {
+            out += " ";
+            reprInto(out, v->object->args, maxLength, depth + 1);
+        }
+        out += ">";
+        return;
+    }
+    case PyKind::Storage:
+        out += "<storage " + std::string(v->storage->key) + ">";
+        return;
+    case PyKind::Tensor: {
+        out += "tensor(";
+        out += dtypeName(v->tensor->dtype);
+        out += ", [";
+        for (size_t i = 0; i < v->tensor->sizes.size(); ++i)
+            out += (i ? ", " : "") + std::to_string(v->tensor->sizes[i]);
+        out += "])";
+        return;
+    }
+    case PyKind::Dtype:
+        out += "torch." + std::string(dtypeName(v->dtype));
+        return;
+    }
+}
+
+} // namespace
+
+std::string pyRepr(const PyValue* v, size_t maxLength)
+{
+    std::string out;
+    reprInto(out, v, maxLength, 0);
+    if (out.size() > maxLength + 3) out = out.substr(0, maxLength) + "...";
+    return out;
+}
+
+std::string pyStr(const PyValue* v)
+{
+    if (!v) return "None";
+    switch (v->kind) {
+    case PyKind::Str:
+        return std::string(v->text);
+    case PyKind::Int:
+        return std::to_string(v->integer);
+    case PyKind::BigInt:
+        return bigIntToDecimal(v->text);
+    case PyKind::Bool:
+        return v->boolean ? "True" : "False";
+    case PyKind::None:
+        return "None";
+    case PyKind::Float:
+        return pyFloatRepr(v->real);
+    default:
+        return pyRepr(v, 1000);
+    }
+}
+
+} // namespace optscope

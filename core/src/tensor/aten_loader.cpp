@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Loads liboptscope_aten.so (the ATen kernels) on first use and forwards aten_bridge.h's functions to it.
+#include "optscope/base/error.h"
+#include "optscope/tensor/aten_bridge.h"
+
+#include <cstdlib>
+#include <dlfcn.h>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <unistd.h>
+
+namespace optscope::aten {
+
+namespace {
+
+std::string executableDir()
+{
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return {};
+    buf[n] = '\0';
+    return std::filesystem::path(buf).parent_path().string();
+}
+
+const Ops* load(std::string& tried)
+{
+    const char* name = "liboptscope_aten.so";
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("OPTSCOPE_ATEN_LIBRARY")) candidates.emplace_back(env);
+    const std::string exe = executableDir();
+    if (!exe.empty()) {
+        candidates.push_back(exe + "/" + name); // next to the binary
+        candidates.push_back(exe + "/../lib/optscope/" + name); // installed: bin/ and lib/optscope/
+    }
+#ifdef OPTSCOPE_ATEN_BUILD_PATH
+    candidates.emplace_back(OPTSCOPE_ATEN_BUILD_PATH); // the build tree (tests, uninstalled binaries)
+#endif
+#ifdef OPTSCOPE_ATEN_INSTALL_PATH
+    candidates.emplace_back(OPTSCOPE_ATEN_INSTALL_PATH);
+#endif
+    candidates.emplace_back(name); // the dynamic linker's search path
+    for (const auto& c : candidates) {
+        if (c.find('/') != std::string::npos && !std::filesystem::exists(c)) continue;
+        void* lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            tried += "\n  " + c + ": " + ::dlerror();
+            continue;
+        }
+        auto entry = reinterpret_cast<const Ops* (*)()>(::dlsym(lib, "optscope_aten_ops_v1"));
+        const Ops* ops = entry ? entry() : nullptr;
+        if (ops && ops->abiVersion == kOpsAbiVersion) return ops; // stays loaded for the life of the process
+        tried
+            += "\n  " + c + ": not a matching liboptscope_aten (ABI " + std::to_string(ops ? ops->abiVersion : 0) + ")";
+        ::dlclose(lib);
+    }
+    return nullptr;
+}
+
+} // namespace
+
+const Ops& ops()
+{
+    static std::once_flag once;
+    static const Ops* table = nullptr;
+    static std::string tried;
+    std::call_once(once, [] { table = load(tried); });
+    if (!table)
+        throw Error(ErrorKind::Unsupported, {},
+            "the tensor operations library (liboptscope_aten.so, which links libtorch) could not be loaded; set "
+            "OPTSCOPE_ATEN_LIBRARY to its path. Tried:"
+                + tried);
+    return *table;
+}
+
+void copyBlock(const ChunkData& src, const std::vector<int64_t>& srcBegin, const std::vector<int64_t>& extent,
+    uint8_t* dst, const std::vector<int64_t>& dstShape, const std::vector<int64_t>& dstBegin)
+{
+    ops().copyBlock(src, srcBegin, extent, dst, dstShape, dstBegin);
+}
+
+std::vector<double> toDoubles(const uint8_t* data, DType dtype, int64_t n)
+{
+    return ops().toDoubles(data, dtype, n);
+}
+
+void diffBlock(
+    const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double rtol, double atol, DiffAccumulator& acc)
+{
+    ops().diffBlock(a, da, b, db, n, rtol, atol, acc);
+}
+
+void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n, double lo, double hi,
+    std::vector<int64_t>& counts)
+{
+    ops().diffHistogram(a, da, b, db, n, lo, hi, counts);
+}
+
+StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
+{
+    return ops().statsBlock(data, dtype, n);
+}
+
+void statsHistogram(
+    const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi, std::vector<double>& counts)
+{
+    ops().statsHistogram(data, dtype, n, scale, lo, hi, counts);
+}
+
+std::vector<double> linspace(double lo, double hi, int64_t n)
+{
+    return ops().linspace(lo, hi, n);
+}
+
+bool statsSupported(DType dtype)
+{
+    return ops().statsSupported(dtype);
+}
+
+} // namespace optscope::aten
