@@ -10,6 +10,7 @@
 #include "optscope/analysis/inspect_report.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/format_registry.h"
 #include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/zip_archive.h"
@@ -775,4 +776,25 @@ TEST(CorruptInputs, CliCodesTableKeepsColumnsApart)
         EXPECT_EQ(rest.find_first_not_of(' '), rest.find(severityName(f.severity))) << line;
     }
     EXPECT_EQ(n, findingRegistry().size());
+}
+
+TEST(FormatRegistry, ProbesPickTheFormatThatContainsAnother)
+{
+    // a Megatron torch_dist folder is also a DCP folder, a Trainer folder also holds safetensors: the probe with the
+    // higher score wins, whatever the table's order
+    EXPECT_EQ(openCheckpoint(kData + "/megatron/synthetic_tp2_dp2")->format, CheckpointFormat::MegatronDist);
+    EXPECT_EQ(openCheckpoint(kData + "/fsdp2_r2")->format, CheckpointFormat::Dcp);
+    EXPECT_EQ(openCheckpoint(kData + "/adam_fp16.pt")->format, CheckpointFormat::TorchSave);
+    // a folder of none: the error names what every format's folder holds, from the table
+    const auto dir = std::filesystem::temp_directory_path() / ("optscope_empty_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    try {
+        openCheckpoint(dir.string());
+        ADD_FAILURE() << "an empty folder opened";
+    } catch (const Error& e) {
+        for (const auto& f : formatRegistry())
+            if (f.format != CheckpointFormat::TorchSave)
+                EXPECT_NE(std::string(e.what()).find(f.looksFor), std::string::npos) << f.looksFor;
+    }
+    std::filesystem::remove_all(dir);
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/base/error.h"
+#include "optscope/formats/format_registry.h"
 #include "optscope/formats/state_flattener.h"
 #include "optscope/formats/unsafe_globals.h"
 
@@ -274,16 +275,8 @@ void CheckpointBuilder::finish()
 
 bool isWriterLibraryClass(CheckpointFormat format, const std::string& classPath)
 {
-    auto under = [&classPath](const char* prefix) { return classPath.rfind(prefix, 0) == 0; };
-    switch (format) {
-    case CheckpointFormat::DeepSpeedZero:
-    case CheckpointFormat::DeepSpeedUniversal:
-        return under("deepspeed.");
-    case CheckpointFormat::MegatronDist:
-        return under("megatron.core.");
-    default:
-        return false;
-    }
+    const std::string prefix = formatInfo(format).writerClassPrefix;
+    return !prefix.empty() && classPath.rfind(prefix, 0) == 0;
 }
 
 bool isPureDataClass(const std::string& classPath)
@@ -294,20 +287,12 @@ bool isPureDataClass(const std::string& classPath)
 
 bool isLoaderDataClass(CheckpointFormat format, const std::string& classPath)
 {
-    return format == CheckpointFormat::Dcp && isPureDataClass(classPath);
+    return formatInfo(format).loaderReadsDataObjects && isPureDataClass(classPath);
 }
 
 const char* writerLibraryName(CheckpointFormat format)
 {
-    switch (format) {
-    case CheckpointFormat::DeepSpeedZero:
-    case CheckpointFormat::DeepSpeedUniversal:
-        return "DeepSpeed";
-    case CheckpointFormat::MegatronDist:
-        return "Megatron-Core";
-    default:
-        return "";
-    }
+    return formatInfo(format).writerLibrary;
 }
 
 UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)

@@ -1,87 +1,37 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/base/error.h"
-#include "optscope/formats/dcp_reader.h"
-#include "optscope/formats/deepspeed_universal_reader.h"
-#include "optscope/formats/deepspeed_zero_reader.h"
-#include "optscope/formats/hf_trainer_reader.h"
-#include "optscope/formats/megatron_dist_reader.h"
-#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/format_registry.h"
 #include "optscope/formats/torch_save_ranks_reader.h"
-#include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/fault_injection.h"
 #include "optscope/io/mapped_file.h"
 
-#include <cstdio>
 #include <filesystem>
 
 namespace fs = std::filesystem;
 
 namespace optscope {
 
-namespace {
-std::string describeStart(const uint8_t* data, uint64_t size)
-{
-    std::string hex;
-    char buf[4];
-    for (uint64_t i = 0; i < std::min<uint64_t>(size, 8); ++i) {
-        std::snprintf(buf, sizeof buf, "%02x", data[i]);
-        hex += buf;
-        if (i + 1 < std::min<uint64_t>(size, 8)) hex += ' ';
-    }
-    return hex;
-}
-} // namespace
-
-static CheckpointPtr openFileByContent(const std::string& path, const Progress& progress);
-
 static CheckpointPtr openUnguarded(const std::string& path, const Progress& progress)
 {
     std::error_code ec;
     const auto status = fs::status(path, ec);
     if (ec || !fs::exists(status)) throw Error(ErrorKind::Io, path, "no such file or directory");
-    if (fs::is_directory(status)) {
-        // before DCP: a torch_dist folder is a DCP folder plus metadata.json and common.pt
-        if (MegatronDistReader::looksLikeMegatron(path)) return MegatronDistReader::open(path, progress);
-        if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
-        if (HfTrainerReader::looksLikeTrainerFolder(path)) return HfTrainerReader::open(path, progress);
-        // before safetensors: a Trainer run under DeepSpeed keeps global_stepN/ and `latest` beside its model files
-        if (DeepSpeedZeroReader::looksLikeZero(path)) return DeepSpeedZeroReader::open(path, progress);
-        if (DeepSpeedUniversalReader::looksLikeUniversal(path)) return DeepSpeedUniversalReader::open(path, progress);
-        if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
-        if (TorchSaveRanksReader::looksLikeRankFiles(path)) return TorchSaveRanksReader::open(path, progress);
-        if (const std::string gaps = TorchSaveRanksReader::missingRankFiles(path); !gaps.empty())
-            throw Error(ErrorKind::Format, path, gaps);
-        throw Error(ErrorKind::Format, path,
-            "is a directory without a .metadata file (not a torch.distributed.checkpoint folder), without "
-            "model.safetensors or a safetensors index, without optimizer.pt (not a Hugging Face Trainer folder), "
-            "without DeepSpeed ZeRO or universal checkpoint files and without one set of per-rank torch.save files "
-            "(rank0.pt, rank1.pt, ...)");
-    }
-    if (DcpReader::looksLikeDcp(path)) return DcpReader::open(path, progress);
-    if (SafetensorsReader::looksLikeSafetensorsPath(path)) return SafetensorsReader::open(path, progress);
-    if (DeepSpeedZeroReader::looksLikeZero(path)) return DeepSpeedZeroReader::open(path, progress);
-    if (DeepSpeedUniversalReader::looksLikeUniversal(path)) return DeepSpeedUniversalReader::open(path, progress);
-    return openFileByContent(path, progress);
-}
-
-static CheckpointPtr openFileByContent(const std::string& path, const Progress& progress)
-{
-    auto file = MappedFile::open(path);
-    if (file->size() == 0) throw Error(ErrorKind::Format, path, "is empty (0 bytes), not a checkpoint");
-    if (!looksLikeTorchSave(file->data(), file->size())) {
-        // by content, or by name: a damaged .safetensors file gets the safetensors reader's own error
-        const std::string sfx = ".safetensors";
-        if (SafetensorsReader::looksLikeSafetensors(file->data(), file->size())
-            || (path.size() > sfx.size() && path.compare(path.size() - sfx.size(), sfx.size(), sfx) == 0))
-            return SafetensorsReader::open(path, progress);
-        throw Error(ErrorKind::Format, path,
-            "is not a torch.save file, a safetensors file or a DCP checkpoint (it starts with bytes "
-                + describeStart(file->data(), file->size())
-                + "; expected a zip archive 'PK\\x03\\x04', a legacy torch pickle or a safetensors header "
-                  "length and '{')");
-    }
-    return TorchSaveReader::open(path, progress);
+    const bool folder = fs::is_directory(status);
+    const FormatInfo* best = nullptr;
+    int bestScore = 0;
+    for (const auto& f : formatRegistry())
+        if (const int score = f.probe(path, folder); score > bestScore) {
+            best = &f;
+            bestScore = score;
+        }
+    if (best) return best->open(path, progress);
+    if (const std::string gaps = TorchSaveRanksReader::missingRankFiles(path); !gaps.empty())
+        throw Error(ErrorKind::Format, path, gaps);
+    std::string formats;
+    for (const auto& f : formatRegistry())
+        if (f.format != CheckpointFormat::TorchSave) formats += (formats.empty() ? "" : "; ") + std::string(f.looksFor);
+    throw Error(ErrorKind::Format, path, "is a directory that holds none of the checkpoint formats: " + formats);
 }
 
 static CheckpointPtr openGuarded(
@@ -119,7 +69,7 @@ static CheckpointPtr openFileUnguarded(const std::string& path, const Progress& 
     const auto status = fs::status(path, ec);
     if (ec || !fs::exists(status)) throw Error(ErrorKind::Io, path, "no such file or directory");
     if (fs::is_directory(status)) throw Error(ErrorKind::Usage, path, "is a folder: --raw opens one file");
-    return openFileByContent(path, progress);
+    return formatInfo(CheckpointFormat::TorchSave).open(path, progress);
 }
 
 CheckpointPtr openCheckpointFile(const std::string& path, const Progress& progress)

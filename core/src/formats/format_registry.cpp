@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/formats/format_registry.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/deepspeed_universal_reader.h"
+#include "optscope/formats/deepspeed_zero_reader.h"
+#include "optscope/formats/hf_trainer_reader.h"
+#include "optscope/formats/megatron_dist_reader.h"
+#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/torch_save_ranks_reader.h"
+#include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/mapped_file.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace optscope {
+
+namespace {
+
+std::string describeStart(const uint8_t* data, uint64_t size)
+{
+    std::string hex;
+    char buf[4];
+    for (uint64_t i = 0; i < std::min<uint64_t>(size, 8); ++i) {
+        std::snprintf(buf, sizeof buf, "%02x", data[i]);
+        hex += buf;
+        if (i + 1 < std::min<uint64_t>(size, 8)) hex += ' ';
+    }
+    return hex;
+}
+
+/// a file no path rule recognised: torch.save or safetensors by its content
+CheckpointPtr openFileByContent(const std::string& path, const Progress& progress)
+{
+    auto file = MappedFile::open(path);
+    if (file->size() == 0) throw Error(ErrorKind::Format, path, "is empty (0 bytes), not a checkpoint");
+    if (!looksLikeTorchSave(file->data(), file->size())) {
+        // by content, or by name: a damaged .safetensors file gets the safetensors reader's own error
+        const std::string sfx = ".safetensors";
+        if (SafetensorsReader::looksLikeSafetensors(file->data(), file->size())
+            || (path.size() > sfx.size() && path.compare(path.size() - sfx.size(), sfx.size(), sfx) == 0))
+            return SafetensorsReader::open(path, progress);
+        throw Error(ErrorKind::Format, path,
+            "is not a torch.save file, a safetensors file or a DCP checkpoint (it starts with bytes "
+                + describeStart(file->data(), file->size())
+                + "; expected a zip archive 'PK\\x03\\x04', a legacy torch pickle or a safetensors header "
+                  "length and '{')");
+    }
+    return TorchSaveReader::open(path, progress);
+}
+
+} // namespace
+
+const std::vector<FormatInfo>& formatRegistry()
+{
+    using F = CheckpointFormat;
+    static const std::vector<FormatInfo> r = {
+        {F::MegatronDist, "a Megatron-Core torch_dist folder (metadata.json, common.pt)",
+            [](const std::string& p, bool dir) { return dir && MegatronDistReader::looksLikeMegatron(p) ? 90 : 0; },
+            MegatronDistReader::open, "Megatron-Core", "megatron.core.", false},
+        {F::Dcp, "a torch.distributed.checkpoint folder (.metadata)",
+            [](const std::string& p, bool) { return DcpReader::looksLikeDcp(p) ? 80 : 0; }, DcpReader::open, "", "",
+            true},
+        {F::HfTrainer, "a Hugging Face Trainer folder (optimizer.pt)",
+            [](const std::string& p, bool dir) { return dir && HfTrainerReader::looksLikeTrainerFolder(p) ? 70 : 0; },
+            HfTrainerReader::open, "", "", false},
+        {F::DeepSpeedZero, "DeepSpeed ZeRO checkpoint files",
+            [](const std::string& p, bool) { return DeepSpeedZeroReader::looksLikeZero(p) ? 60 : 0; },
+            DeepSpeedZeroReader::open, "DeepSpeed", "deepspeed.", false},
+        {F::DeepSpeedUniversal, "DeepSpeed universal checkpoint files",
+            [](const std::string& p, bool) { return DeepSpeedUniversalReader::looksLikeUniversal(p) ? 50 : 0; },
+            DeepSpeedUniversalReader::open, "DeepSpeed", "deepspeed.", false},
+        {F::Safetensors, "model.safetensors or a safetensors index",
+            [](const std::string& p, bool) { return SafetensorsReader::looksLikeSafetensorsPath(p) ? 40 : 0; },
+            SafetensorsReader::open, "", "", false},
+        {F::TorchSaveRanks, "one set of per-rank torch.save files (rank0.pt, rank1.pt, ...)",
+            [](const std::string& p, bool dir) { return dir && TorchSaveRanksReader::looksLikeRankFiles(p) ? 30 : 0; },
+            TorchSaveRanksReader::open, "", "", false},
+        // any other file: torch.save or safetensors by its content (openCheckpoint's last resort, which also names
+        // the bytes it found)
+        {F::TorchSave, "a torch.save file", [](const std::string&, bool dir) { return dir ? 0 : 1; },
+            openFileByContent, "", "", false},
+    };
+    return r;
+}
+
+const FormatInfo& formatInfo(CheckpointFormat format)
+{
+    for (const auto& f : formatRegistry())
+        if (f.format == format) return f;
+    return formatRegistry().back();
+}
+
+} // namespace optscope
