@@ -585,8 +585,9 @@ TEST(Diagnose, OptimizerOverTheTrainableSubsetIsTheFrozenReading)
         EXPECT_EQ(d.verdicts[0].path, LoadPath::OptimizerLoadStateDict);
         EXPECT_EQ(expected[kind]["trainable"], "loads");
         EXPECT_EQ(d.verdicts[0].outcome, LoadOutcome::Loads) << optim;
-        if (kind == "compiled_sgd") // param_names say exactly which are left out
+        if (kind == "compiled_sgd") { // param_names say exactly which are left out
             EXPECT_NE(f->message.find("'0.weight', '0.bias'"), std::string::npos) << f->message;
+        }
     }
     // a target optimizer over model.parameters() decides: the error, as PyTorch raises it
     const auto all = TargetOptimizer::fromCheckpoint(*open("frozen/lbfgs.pt"));

@@ -192,6 +192,16 @@ def reads_outside():
         r = run(["gather", ck, "-o", os.path.join(d, "g.pt")], timeout=60)
         err = text(r.stderr)
         check(f"{kind}: gather refuses, naming the file", r.returncode == 2 and "__1_0.distcp" in err, err[:300])
+    # the .metadata itself a symlink out of the folder: not read (the index would name files anywhere)
+    ck = os.path.join(d, "ck_metadata_out")
+    shutil.copytree(src, ck)
+    shutil.move(os.path.join(ck, ".metadata"), os.path.join(elsewhere, "stolen.metadata"))
+    os.symlink(os.path.join(elsewhere, "stolen.metadata"), os.path.join(ck, ".metadata"))
+    for cmd in (["inspect", ck], ["check", ck], ["gather", ck, "-o", os.path.join(d, "m.pt")]):
+        r = run(cmd, timeout=60)
+        err = text(r.stderr)
+        check(f".metadata symlinked out: {cmd[0]} refuses it", r.returncode == 2 and ".metadata" in err
+              and "leads outside the checkpoint" in err, f"exit {r.returncode}: {err[:300]}")
     # a safetensors shard that is a symlink out of its folder
     st = os.path.join(d, "sharded")
     shutil.copytree(os.path.join(DATA, "hf/sharded"), st)
@@ -353,6 +363,31 @@ def bounded_cost():
         out = text(r.stdout + r.stderr)
         check(f"stride-0 view: {name} ends at once, saying why", r.returncode == rc and took < 10
               and (name == "inspect" or "broadcast view" in out), f"exit {r.returncode}, {took:.1f} s, {out.strip()[-200:]}")
+
+    # a 3 GB `latest` beside a ZeRO tag (sparse: no disk used): at most 4 KiB of it is read, so opening the folder
+    # costs nothing and says what is wrong with the file
+    zero = os.path.join(d, "zero_latest")
+    shutil.copytree(os.path.join(DATA, "zero/synthetic/z1_w3_sgd/ckpt"), zero)
+    with open(os.path.join(zero, "latest"), "r+b") as f:
+        f.truncate(3 * 1024 ** 3)
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.time()
+    r = run(["inspect", zero], timeout=60)
+    took = time.time() - t
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    err = text(r.stderr)
+    check("3 GB latest: inspect reads at most 4 KiB of it, at once, naming it", took < 10 and "latest" in err
+          and r.returncode == 2 and max(peak, before) < 1024 * 1024, f"exit {r.returncode}, {took:.1f} s, "
+          f"peak {peak // 1024} MB: {err.strip()[:200]}")
+
+    # a chunk of 300 dimensions (hostile/too_many_dims, PyTorch's own Metadata classes): refused as a limit, at once
+    deep = os.path.join(HOSTILE, "too_many_dims")
+    for cmd in (["check", deep], ["inspect", deep]):
+        r = run(cmd, timeout=60)
+        out = text(r.stdout + r.stderr)
+        check(f"too many chunk dimensions: {cmd[0]} refuses it, saying so", r.returncode == 2
+              and "a chunk of 300 dimensions" in out and "too_many_dims" in out, out.strip()[:200])
 
 
 def json_bytes():

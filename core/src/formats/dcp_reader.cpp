@@ -57,7 +57,8 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     cp->files = std::make_shared<CheckpointFiles>(dir.string());
     CheckpointBuilder builder(*cp);
 
-    auto meta = MappedFile::open(metaPath);
+    // through the checkpoint's files: a .metadata that is a symlink out of the folder is not read (statInside)
+    auto meta = cp->files->open(".metadata");
     std::optional<DcpMetadata> fast = DcpMetadataReader::read(*meta, progress);
     DcpMetadata md;
     if (fast) {
@@ -77,7 +78,6 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     // the chunks it names were, is "changed while being read", not a silently mixed view. Its pages leave our resident
     // memory (a 1,024-rank .metadata is hundreds of MB); the map itself costs nothing.
     if (fast) meta->release(0, meta->size());
-    cp->files->add(".metadata", meta);
     cp->formatDetail = "DCP";
     if (!md.version.empty()) cp->formatDetail += " version " + md.version;
     for (const auto& e : md.storageErrors)

@@ -79,8 +79,8 @@ const std::vector<FormatInfo>& formatRegistry()
             TorchSaveRanksReader::open, "", "", false},
         // any other file: torch.save or safetensors by its content (openCheckpoint's last resort, which also names
         // the bytes it found)
-        {F::TorchSave, "a torch.save file", [](const std::string&, bool dir) { return dir ? 0 : 1; },
-            openFileByContent, "", "", false},
+        {F::TorchSave, "a torch.save file", [](const std::string&, bool dir) { return dir ? 0 : 1; }, openFileByContent,
+            "", "", false},
     };
     return r;
 }

@@ -70,12 +70,22 @@ uint32_t ChunkTable::internFile(const std::string& name)
     return m_files->intern(name);
 }
 
+void ChunkTable::checkRoom(size_t ndim, size_t numbersPerDim) const
+{
+    // a record keeps its dimension count in 8 bits and the table its numbers behind 32-bit positions
+    if (ndim > kMaxChunkDims)
+        throw Error(ErrorKind::Limit, "",
+            "a chunk of " + std::to_string(ndim) + " dimensions (at most " + std::to_string(kMaxChunkDims)
+                + " are indexed; PyTorch's tensors have at most 64)");
+    if (m_dims.size() + ndim * numbersPerDim > std::numeric_limits<uint32_t>::max())
+        throw Error(ErrorKind::Limit, "", "too many chunk dimensions in one tensor (more than 2^32 numbers)");
+}
+
 void ChunkTable::push_back(const TensorChunk& c)
 {
     const size_t ndim = std::max(c.offsets.size(), c.sizes.size());
     const bool hasStrides = !c.source.strides.empty();
-    if (m_dims.size() + ndim * 3 > std::numeric_limits<uint32_t>::max() || ndim > 255)
-        throw Error(ErrorKind::Limit, "", "too many chunk dimensions in one tensor");
+    checkRoom(ndim, 3);
     Rec r;
     r.rank = c.rank;
     r.fileId = c.source.file.empty() ? kNoFile : internFile(c.source.file);
@@ -107,8 +117,7 @@ void ChunkTable::push_back(const TensorChunk& c)
 void ChunkTable::appendBlob(int rank, uint32_t fileId, uint64_t offset, uint64_t length, const int64_t* offsets,
     const int64_t* sizes, size_t ndim)
 {
-    if (m_dims.size() + ndim * 2 > std::numeric_limits<uint32_t>::max() || ndim > 255)
-        throw Error(ErrorKind::Limit, "", "too many chunk dimensions in one tensor");
+    checkRoom(ndim, 2);
     Rec r;
     r.rank = rank;
     r.fileId = fileId;
@@ -125,8 +134,7 @@ void ChunkTable::appendBlob(int rank, uint32_t fileId, uint64_t offset, uint64_t
 void ChunkTable::appendBox(int rank, const int64_t* offsets, const int64_t* sizes, size_t ndim)
 {
     // a chunk with no file: the record and its dimensions, nothing made per chunk (plans of millions of chunks)
-    if (m_dims.size() + ndim * 2 > std::numeric_limits<uint32_t>::max() || ndim > 255)
-        throw Error(ErrorKind::Limit, "", "too many chunk dimensions in one tensor");
+    checkRoom(ndim, 2);
     Rec r;
     r.rank = rank;
     r.dimsAt = static_cast<uint32_t>(m_dims.size());

@@ -164,8 +164,13 @@ public:
     /// bytes held by the table (the file table not counted: it is shared)
     size_t memoryBytes() const;
 
+    /// the most dimensions a chunk may have (a record keeps the count in 8 bits); more throw Error(Limit)
+    static constexpr size_t kMaxChunkDims = 255;
+
 private:
     static constexpr uint32_t kNoFile = 0xffffffffu;
+    /// throws Error(Limit) when a chunk of @p ndim dimensions does not fit the table
+    void checkRoom(size_t ndim, size_t numbersPerDim) const;
     struct Rec
     {
         int32_t rank = -1;
