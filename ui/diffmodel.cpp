@@ -5,6 +5,8 @@
 
 #include <QColor>
 
+#include <cmath>
+
 namespace optscope::ui {
 
 namespace {
@@ -81,19 +83,28 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
         return tip;
     }
     if (role == SortRole) {
+        // numeric columns rank tensors by their number, then one-element counters (a `step` that moved by 1 is no
+        // news next to a moment that moved), then rows without numbers: descending order reads most different first
+        const bool counter = numbers && e.numel <= 1;
+        const auto rank = [&](double v) {
+            if (!numbers) return -2.0;
+            if (!counter) return v;
+            const double m = std::isfinite(v) ? std::fabs(v) : 1e300;
+            return -1.0 + 0.5 * m / (1.0 + m); // (-1, -0.5]: apart from, and below, every tensor
+        };
         switch (col) {
         case KeyColumn:
             return QString::fromStdString(e.key);
         case StatusColumn:
             return QString::fromLatin1(diffStatusName(e.status));
         case MaxAbsColumn:
-            return numbers ? e.maxAbsDiff : -1.0;
+            return rank(e.maxAbsDiff);
         case MaxRelColumn:
-            return numbers ? e.maxRelDiff : -1.0;
+            return rank(e.maxRelDiff);
         case RmsColumn:
-            return numbers ? e.rmsDiff : -1.0;
+            return rank(e.rmsDiff);
         case NumDiffColumn:
-            return qlonglong(numbers ? e.numDiff : -1);
+            return rank(static_cast<double>(e.numDiff));
         case NumelColumn:
             return qlonglong(e.numel);
         default:
@@ -131,6 +142,9 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
 QVariant DiffModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
     if (orientation != Qt::Horizontal) return {};
+    // the first click on a number column sorts it largest first, as a profiler's cost columns do
+    if (role == Qt::InitialSortOrderRole)
+        return section >= MaxAbsColumn && section <= NumelColumn ? Qt::DescendingOrder : Qt::AscendingOrder;
     if (role == Qt::ToolTipRole) {
         switch (section) {
         case MaxAbsColumn:
