@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpointcontext.h"
 
+#include <QFileInfo>
+
 #include "jobrunner.h"
 #include "keytree.h"
 
@@ -101,6 +103,7 @@ void CheckpointContext::install(CheckpointPtr checkpoint, std::shared_ptr<const 
     m_checkpoint = std::move(checkpoint);
     m_tree = std::move(tree);
     m_optimizers = std::move(optimizers);
+    m_continuesPrevious = !m_path.isEmpty() && QFileInfo(m_path).absolutePath() == QFileInfo(path).absolutePath();
     m_path = path;
     m_raw = raw;
     m_selectedKey.clear();
@@ -138,6 +141,7 @@ void CheckpointContext::close()
     m_tree.reset();
     m_optimizers.clear();
     m_path.clear();
+    m_continuesPrevious = false;
     m_raw = false;
     m_selectedKey.clear();
     Q_EMIT checkpointChanged();

@@ -44,6 +44,10 @@ public:
     const std::shared_ptr<const KeyTree>& keyTree() const { return m_tree; }
     const std::vector<OptimizerView>& optimizers() const { return m_optimizers; }
     QString path() const { return m_path; }
+    /// whether the checkpoint now open continues the one before it: the same folder (the next step of a run, as
+    /// Watch shows them, or the same file again). Panels keep what the user set up (filters) only then; another
+    /// checkpoint starts clean
+    bool continuesPrevious() const { return m_continuesPrevious; }
     /// the open checkpoint is one file read raw (OpenAs::RawFile)
     bool isRaw() const { return m_raw; }
     bool isLoading() const;
@@ -81,6 +85,7 @@ private:
     std::shared_ptr<const KeyTree> m_tree;
     std::vector<OptimizerView> m_optimizers;
     QString m_path;
+    bool m_continuesPrevious = false;
     bool m_raw = false;
     QString m_selectedKey;
     CheckpointPtr m_reference;

@@ -318,6 +318,14 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     });
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
         m_model->setData({});
+        // nothing of the last comparison stays: its A | B | Δ values, and (for another checkpoint, not the next
+        // step of the same run) its filters
+        m_values->clear();
+        m_valuesInfo->clear();
+        if (!m_context->continuesPrevious()) {
+            m_search->clear();
+            m_statusFilter->setCurrentIndex(0);
+        }
         m_stepChange.clear();
         m_checkpointB.reset();
         m_shown = {};

@@ -96,6 +96,7 @@ MainWindow::MainWindow(QWidget* parent)
         m_shards->setPreview(std::move(options));
         if (on) raisePanel(QStringLiteral("shards"));
     });
+    connect(m_reshard, &ReshardPanel::written, m_shards, &ShardLayoutPanel::setPreviewWritten);
     connect(m_context, &CheckpointContext::loadStarted, this,
         [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(Format::displayPath(path))); });
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {

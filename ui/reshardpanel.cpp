@@ -336,7 +336,7 @@ void ReshardPanel::reshardTo(const QString& outDir)
                 + Format::bytes(stats.bytes).toStdString() + " in all)";
             return report;
         },
-        [this, outDir](VerifyReport report) {
+        [this, outDir, options](VerifyReport report) {
             setBusy(false);
             m_model->setData(std::move(report));
             showReport();
@@ -344,6 +344,7 @@ void ReshardPanel::reshardTo(const QString& outDir)
                 m_summary->text() + tr("<br>Saved to %1").arg(Format::displayPath(outDir).toHtmlEscaped()));
             m_lastOutput = outDir;
             m_open->show();
+            Q_EMIT written(outDir, options);
             Q_EMIT finished(true);
         },
         [this](const QString& message, bool cancelled) {

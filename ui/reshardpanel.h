@@ -59,6 +59,8 @@ Q_SIGNALS:
     void previewChanged(std::optional<optscope::ReshardOptions> options);
     /// "Open resharded": the main window opens the written folder
     void openRequested(const QString& path);
+    /// "Reshard and save" wrote @p outDir in the layout @p options describe
+    void written(const QString& outDir, optscope::ReshardOptions options);
 
 private:
     void onCheckpointChanged();

@@ -84,15 +84,23 @@ QString ShardLayoutPanel::summaryText() const
     return m_summary->text();
 }
 
-QString ShardLayoutPanel::titleText() const
-{
-    return m_title->text();
-}
-
 void ShardLayoutPanel::setPreview(std::optional<ReshardOptions> options)
 {
     m_preview = std::move(options);
+    m_previewWrittenTo.clear();
     onSelectionChanged();
+}
+
+void ShardLayoutPanel::setPreviewWritten(const QString& outDir, const ReshardOptions& options)
+{
+    if (!m_preview || m_preview->worldSize != options.worldSize || m_preview->layout != options.layout) return;
+    m_previewWrittenTo = outDir;
+    onSelectionChanged();
+}
+
+QString ShardLayoutPanel::titleText() const
+{
+    return m_title->text();
 }
 
 void ShardLayoutPanel::onSelectionChanged()
@@ -126,10 +134,12 @@ void ShardLayoutPanel::onSelectionChanged()
                          .arg(Format::text(entry->key).toHtmlEscaped(), Format::shape(entry->tensor.shape)));
     if (m_preview)
         m_title->setText(
-            tr("<span style=\"color:#6a3d9a\"><b>Preview</b>: after a reshard to %n rank(s) (%1), "
-               "nothing written yet</span><br>",
+            tr("<span style=\"color:#6a3d9a\"><b>Preview</b>: after a reshard to %n rank(s) (%1), %2</span><br>",
                 nullptr, m_preview->worldSize)
-                .arg(m_preview->layout == ShardingStyle::Fsdp1 ? QStringLiteral("FSDP1") : QStringLiteral("FSDP2"))
+                .arg(m_preview->layout == ShardingStyle::Fsdp1 ? QStringLiteral("FSDP1") : QStringLiteral("FSDP2"),
+                    m_previewWrittenTo.isEmpty()
+                        ? tr("nothing written yet")
+                        : tr("written to %1").arg(Format::displayPath(m_previewWrittenTo).toHtmlEscaped()))
             + m_title->text());
     QStringList problems;
     if (!layout.gaps.empty())

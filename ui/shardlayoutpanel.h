@@ -28,6 +28,9 @@ public:
     /// panel's preview
     void setPreview(std::optional<ReshardOptions> options);
     bool isPreviewing() const { return m_preview.has_value(); }
+    /// the preview's layout was written to @p outDir (Reshard and save): the title says so instead of "nothing
+    /// written yet"; a preview of other options clears it
+    void setPreviewWritten(const QString& outDir, const ReshardOptions& options);
 
 private:
     void onSelectionChanged();
@@ -37,6 +40,7 @@ private:
     ShardLayoutWidget* m_widget;
     QLabel* m_summary;
     std::optional<ReshardOptions> m_preview;
+    QString m_previewWrittenTo;
 };
 
 } // namespace optscope::ui

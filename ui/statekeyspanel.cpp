@@ -18,6 +18,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
+#include <QSignalBlocker>
 #include <QTimer>
 #include <QTreeView>
 #include <QVBoxLayout>
@@ -197,6 +198,14 @@ void StateKeysPanel::onLoadPreview(const CheckpointPtr& preview, const std::shar
 void StateKeysPanel::onCheckpointChanged()
 {
     m_previewing = false;
+    // another checkpoint starts unfiltered (a Hugging Face folder under the last file's filter hid its model keys);
+    // the next step of the same run keeps it
+    if (!m_context->continuesPrevious() && !m_filter->text().isEmpty()) {
+        const QSignalBlocker block(m_filter);
+        m_filter->clear();
+        m_model->setFilter(QString());
+        m_filterMessage->hide();
+    }
     m_model->setData(m_context->checkpoint(), m_context->keyTree());
     // open the first two levels when they are small (model/optim, then state/param_groups)
     if (m_model->rowCount() <= 8) {

@@ -105,6 +105,7 @@ private Q_SLOTS:
     void innerNodesAndValues();
     void diffEqualCheckpoints();
     void diffChangedCheckpoints();
+    void anotherCheckpointStartsClean();
     void diffRanks();
     void diagnoseFindings();
     void diagnoseApplyFixAndSave();
@@ -239,6 +240,29 @@ void TestFlows::innerNodesAndValues()
     // a filter in State keys
     w.stateKeysPanel()->filterEdit()->setText(QStringLiteral("float8"));
     QTRY_COMPARE(w.stateKeysPanel()->model()->matchingLeaves(), 4); // e5m2, e4m3fn and their fnuz variants
+}
+
+void TestFlows::anotherCheckpointStartsClean()
+{
+    // a filter and a comparison belong to the checkpoint they were made on: the next file of the same folder keeps
+    // the filter (a run's next step), a checkpoint elsewhere (a Hugging Face folder) starts unfiltered, and no A | B
+    // | Δ values of the last comparison stay
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("adam_int.pt")));
+    QSignalSpy done(w.diffPanel(), &DiffPanel::finished);
+    w.diffPanel()->compareWith(testData("adam_step_mismatch.pt"));
+    QVERIFY(done.wait(Timeout));
+    QTRY_VERIFY_WITH_TIMEOUT(w.diffPanel()->valuesModel()->rowCount() > 0, Timeout);
+    w.stateKeysPanel()->filterEdit()->setText(QStringLiteral("exp_avg"));
+    QTRY_VERIFY(w.stateKeysPanel()->model()->matchingLeaves() > 0);
+    QVERIFY(openAndWait(w, testData("adam_fp16.pt")));
+    QCOMPARE(w.stateKeysPanel()->filterEdit()->text(), QStringLiteral("exp_avg"));
+    QCOMPARE(w.diffPanel()->valuesModel()->rowCount(), 0);
+    QVERIFY(w.diffPanel()->valuesInfo().isEmpty());
+    QVERIFY(openAndWait(w, testData("hf/checkpoint-3")));
+    QVERIFY(w.stateKeysPanel()->filterEdit()->text().isEmpty());
+    QVERIFY(w.stateKeysPanel()->model()->filter().isEmpty());
 }
 
 void TestFlows::diffEqualCheckpoints()
@@ -1371,9 +1395,17 @@ void TestFlows::reshardPreviewOpenAndDialogs()
     QSignalSpy done(panel, &ReshardPanel::finished);
     auto* open = panel->findChild<QPushButton*>(QStringLiteral("openResharded"));
     QVERIFY(open && open->isHidden());
+    QTest::mouseClick(preview, Qt::LeftButton); // the preview of what is about to be written
+    QVERIFY(shards->titleText().contains(QLatin1String("nothing written yet")));
     panel->reshardTo(out);
     QVERIFY(done.wait(Timeout));
     QVERIFY(!open->isHidden());
+    // once saved, the preview says where it was written, not "nothing written yet"
+    QVERIFY(!shards->titleText().contains(QLatin1String("nothing written yet")));
+    QVERIFY(shards->titleText().contains(QLatin1String("written to")));
+    panel->worldSize()->setValue(3); // another target: not written
+    QVERIFY(shards->titleText().contains(QLatin1String("nothing written yet")));
+    panel->worldSize()->setValue(2);
     QSignalSpy changed(w.context(), &CheckpointContext::checkpointChanged);
     QTest::mouseClick(open, Qt::LeftButton);
     QVERIFY(changed.wait(Timeout));
