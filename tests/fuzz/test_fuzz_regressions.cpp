@@ -196,6 +196,8 @@ TEST(FuzzHarnesses, DcpFixturesAreAccepted)
     const auto dirs = dcpFixtures();
     ASSERT_GE(dirs.size(), 3u);
     for (const auto& dir : dirs) {
+        // hostile/too_many_dims is refused by design (a chunk of 300 dimensions: tests/safety)
+        if (dir.filename() == "too_many_dims") continue;
         std::vector<std::string> storage;
         const std::string input = packDcp(dir, storage);
         // the packed form splits back into the same files
