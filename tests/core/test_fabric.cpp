@@ -4,6 +4,8 @@
 // checkpoint, at the top level after the DCP part's; gather writes them where Fabric's consolidation puts them
 // (expected.json: PyTorch's flattening of _load_distributed_checkpoint's dict); reshard copies meta.pt byte for byte
 // and keeps its keys out of the DCP part; verify stays identical.
+#include "optscope/analysis/checkpoint_fix.h"
+#include "optscope/analysis/diagnosis.h"
 #include "optscope/analysis/gather.h"
 #include "optscope/analysis/inspect_report.h"
 #include "optscope/analysis/reshard.h"
@@ -171,4 +173,21 @@ TEST(Fabric, VerifyByLoadIsIdentical)
         EXPECT_TRUE(r.identical()) << "M=" << m << ": " << r.toJson().dump().substr(0, 2000);
         EXPECT_EQ(r.entries.size(), src->entries.size());
     }
+}
+
+TEST(Fabric, FixCopiesMetaPtAsReshardDoes)
+{
+    const auto src = openCheckpoint(kSource);
+    TempDir tmp;
+    const fs::path out = tmp.path / "fixed";
+    applyFixes(
+        *src, diagnoseCheckpoint(*src, nullptr), out.string(), {}, {}, {UserRename::parse("0.weight=first.weight")});
+    EXPECT_EQ(fileBytes(out / "meta.pt"), fileBytes(fs::path(kSource) / "meta.pt"));
+    const auto fixed = openCheckpoint(out.string());
+    for (const auto& w : fixed->warnings)
+        ADD_FAILURE() << w.code << ": " << w.message;
+    EXPECT_NE(fixed->find("model.first.weight"), nullptr);
+    EXPECT_NE(fixed->find("iteration"), nullptr);
+    fs::remove(out / "meta.pt");
+    EXPECT_EQ(openCheckpoint(out.string())->find("iteration"), nullptr); // not in the DCP part
 }
