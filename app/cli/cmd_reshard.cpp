@@ -54,13 +54,15 @@ int runReshard(const std::vector<std::string>& argv)
         if (args.has("--json")) {
             nlohmann::ordered_json j {{"dry_run", true}, {"world_size", s.worldSize},
                 {"layout", options.layout == ShardingStyle::Fsdp2 ? "fsdp2" : "fsdp1"}, {"tensor_items", s.tensorItems},
-                {"value_items", s.valueItems}, {"left_out", s.leftOut}, {"bytes", s.bytes},
+                {"value_items", s.valueItems}, {"left_out", s.leftOut}, {"copied", s.copied}, {"bytes", s.bytes},
                 {"bytes_per_rank", s.bytesPerRank}, {"chunks_per_rank", s.chunksPerRank}};
             std::cout << j.dump(2) << std::endl;
         } else {
             std::cout << "would write " << s.worldSize << " rank files: " << s.tensorItems << " tensor chunks, "
                       << s.valueItems << " values (" << humanBytes(s.bytes) << "); per rank " << humanBytes(*minIt)
                       << " to " << humanBytes(*maxIt) << "\n";
+            for (const auto& c : s.copied)
+                std::cout << "would copy " << c << " as it is\n";
             printLeftOut(s.leftOut);
         }
         return ExitOk;
@@ -72,12 +74,15 @@ int runReshard(const std::vector<std::string>& argv)
         nlohmann::ordered_json j {{"output", *out}, {"world_size", options.worldSize},
             {"layout", options.layout == ShardingStyle::Fsdp2 ? "fsdp2" : "fsdp1"}, {"files", s.files},
             {"tensor_items", s.tensorItems}, {"value_items", s.valueItems}, {"left_out", s.leftOut},
-            {"bytes", s.bytes}};
+            {"copied", s.copied}, {"bytes", s.bytes}};
         std::cout << j.dump(2) << std::endl;
     } else {
+        std::string copied;
+        for (const auto& c : s.copied)
+            copied += ", " + c + " copied as it is";
         std::cout << "wrote " << *out << " for " << options.worldSize << " ranks: " << s.files
-                  << " data files and .metadata, " << s.tensorItems << " tensor chunks, " << s.valueItems << " values ("
-                  << humanBytes(s.bytes) << " in all)\n";
+                  << " data files and .metadata" << copied << ", " << s.tensorItems << " tensor chunks, "
+                  << s.valueItems << " values (" << humanBytes(s.bytes) << " in all)\n";
         printLeftOut(s.leftOut);
     }
     return ExitOk;

@@ -343,7 +343,17 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
         return result;
     }
     DcpPlan plan;
+    // a companion file (Fabric's meta.pt) is copied as it is, as reshard does, and its entries stay out of the DCP part
+    for (const auto& c : cp.companionFiles)
+        plan.copies.push_back({c.file, cp.files->open(c.file)});
     for (const auto& it : ordered) {
+        if (it.source && cp.companionOf(*it.source)) {
+            if (handled.count(it.source) || !(it.path == it.source->path))
+                throw Error(ErrorKind::Format, cp.path,
+                    "the fix would change '" + it.source->key + "' of " + cp.companionOf(*it.source)->file
+                        + ", which is copied as it is; fix that file on its own");
+            continue;
+        }
         if (it.source && it.source->isTensor() && !it.castToFloat32) {
             DcpPlan::Tensor t;
             t.path = it.path;

@@ -86,7 +86,11 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
         for (const auto& p : view.params)
             if (auto it = p.states.find("step"); it != p.states.end() && !it->second->isTensor())
                 numericSteps.insert(it->second);
+    // a companion file (Fabric's meta.pt) goes into the output as it is, and its entries stay out of the DCP part
+    for (const auto& c : cp.companionFiles)
+        plan.copies.push_back({c.file, cp.files->open(c.file)});
     for (const Entry& e : cp.entries) {
+        if (cp.companionOf(e)) continue;
         if (e.path.empty() || e.path.front().isIndex())
             throw Error(ErrorKind::Format, cp.path,
                 "is not a state dict (its top level is not a mapping); DCP can only store mappings");
@@ -152,6 +156,8 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
             ++s.tensorItems;
         }
     s.valueItems = plan.values.size();
+    for (const auto& c : plan.copies)
+        s.copied.push_back(c.name);
     s.leftOut = plan.leftOut;
     return s;
 }

@@ -177,6 +177,30 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     addTensor(std::move(path), std::move(e));
 }
 
+const PyValue* CheckpointBuilder::addTorchSaveFile(const std::string& fileRel, const KeyPath& prefix,
+    const Progress& progress, const std::function<bool(const KeyPath&)>& skip)
+{
+    auto file = m_cp.files->open(fileRel);
+    const std::string where = m_cp.files->absolute(fileRel);
+    if (file->size() == 0) throw Error(ErrorKind::Format, where, "is empty (0 bytes)");
+    TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *m_cp.arena, where);
+    addPickleWarnings(ar.warnings);
+    std::vector<FlattenedLeaf> leaves;
+    try {
+        leaves = flattenStateDict(ar.root);
+    } catch (const Error& e) {
+        throw Error(e.kind(), where, e.detail(), e.offset());
+    }
+    for (auto& leaf : leaves) {
+        progress.checkCancelled();
+        KeyPath path = prefix;
+        path.insert(path.end(), leaf.path.begin(), leaf.path.end());
+        if (skip && skip(path)) continue;
+        addLeaf(std::move(path), leaf.value, ar, fileRel, where);
+    }
+    return ar.root;
+}
+
 void CheckpointBuilder::addValue(KeyPath path, const PyValue* value)
 {
     chargeKeyPath(path);

@@ -3,11 +3,13 @@
 
 // Internal: turns unpickled leaves into Checkpoint entries and attributes warnings to keys. Shared by the readers.
 
+#include "optscope/base/progress.h"
 #include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/model/checkpoint.h"
 #include "optscope/pickle/pickle_machine.h"
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -36,6 +38,13 @@ public:
     {
         warn(std::move(code), std::move(message), std::move(key), true);
     }
+    /// A torch.save file of the checkpoint's folder (@p fileRel, relative to its root) as entries: unpickled inertly,
+    /// flattened as DCP's flatten_state_dict would, each leaf under @p prefix (empty: at the top level), its tensors'
+    /// chunks pointing into the file. The one way a reader folds a separate torch.save file into its checkpoint
+    /// (a Trainer's optimizer.pt and scheduler.pt, Fabric's meta.pt). Leaves for which @p skip holds are not added.
+    /// Returns the unpickled root; throws Error naming the file when it is empty or malformed.
+    const PyValue* addTorchSaveFile(const std::string& fileRel, const KeyPath& prefix, const Progress& progress,
+        const std::function<bool(const KeyPath&)>& skip = {});
     /// a data file the checkpoint names that cannot be read as one of its files (statInside): missing-file,
     /// path-outside-checkpoint or special-file, an error naming @p fileRel (the warning's file) and @p namedBy
     void memberProblem(

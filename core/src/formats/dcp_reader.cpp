@@ -12,12 +12,55 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sys/stat.h>
 #include <unordered_map>
 
 namespace fs = std::filesystem;
 
 namespace optscope {
+
+namespace {
+
+/// Lightning Fabric's meta.pt (see dcp_reader.h): its keys at the top level, after the DCP part's, where Fabric's
+/// consolidation puts them; recorded as a companion file, which reshard copies as it is
+void addFabricMeta(Checkpoint& cp, CheckpointBuilder& builder, const fs::path& dir, const Progress& progress)
+{
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / DcpReader::kFabricMetaFile, ec)) return;
+    std::set<std::string> dcpKeys;
+    for (const auto& e : cp.entries)
+        if (!e.path.empty()) dcpKeys.insert(e.path.front().key.str());
+    CompanionFile companion {DcpReader::kFabricMetaFile, {}};
+    std::set<std::string> duplicates;
+    try {
+        const PyValue* root
+            = builder.addTorchSaveFile(DcpReader::kFabricMetaFile, {}, progress, [&](const KeyPath& path) {
+                  if (path.empty() || !dcpKeys.count(path.front().key.str())) return false;
+                  duplicates.insert(path.front().key.str());
+                  return true;
+              });
+        if (!root || !root->isMapping())
+            builder.error("unreadable-value",
+                cp.files->absolute(DcpReader::kFabricMetaFile)
+                    + " does not hold a dict (Lightning Fabric saves one: its checkpoint.update(meta) would fail)");
+        else
+            for (size_t i = 0; root->hasContainer() && i < root->size(); ++i)
+                if (!dcpKeys.count(pyStr(root->dictKey(i)))) companion.keys.push_back(pyStr(root->dictKey(i)));
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Cancelled) throw;
+        builder.error("unreadable-value", std::string(e.what()));
+    }
+    for (const auto& k : duplicates)
+        builder.warn("duplicate-key",
+            "meta.pt and the DCP part both hold this key; the DCP part's is shown (Fabric's consolidation takes "
+            "meta.pt's, and its load reads a module's or optimizer's from the DCP part)",
+            k);
+    cp.formatDetail += "; Lightning Fabric meta.pt (" + std::to_string(companion.keys.size()) + " keys)";
+    cp.companionFiles.push_back(std::move(companion));
+}
+
+} // namespace
 
 int DcpReader::rankFromFileName(const std::string& relativePath)
 {
@@ -269,6 +312,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
             builder.addValue(std::move(path), item.value ? item.value : cp->arena->makeNone());
         }
     }
+    addFabricMeta(*cp, builder, dir, progress);
     builder.finish();
     progress(1.0, "reading metadata");
     return cp;

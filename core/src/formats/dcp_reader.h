@@ -19,6 +19,15 @@
 //                              torch.save archive (prefix "archive/") at its _StorageInfo range. <rank> is the rank
 //                              that wrote it.
 //
+//   <dir>/meta.pt              Lightning Fabric's FSDP/ModelParallel strategies with state_dict_type="sharded"
+//                              (lightning/fabric/strategies/fsdp.py, save_checkpoint): the DCP part holds the
+//                              modules' and optimizers' state dicts, and rank 0 torch.saves everything else of the
+//                              user's state (scheduler state dicts, step, hyperparameters) as one dict in meta.pt
+//                              (utilities/load.py: _METADATA_FILENAME). Fabric's loader recognizes such a folder by
+//                              that file (_is_sharded_checkpoint) and its consolidation (_load_distributed_checkpoint)
+//                              puts meta.pt's keys at the top level, after the DCP part's (checkpoint.update). Read
+//                              here the same way, as a companion file (Checkpoint::companionFiles) that reshard copies.
+//
 // Reading is lazy: only .metadata and the (small) BYTE_IO items are parsed on open; tensor chunks are located by
 // (fqn, offsets) and read when needed (ChunkReader). Missing data files, ranges past a file's end, chunks without
 // storage info and unreadable values become warnings of severity "error" on the checkpoint, so that the rest can
@@ -39,6 +48,8 @@ public:
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});
     /// true if @p path is a folder holding a .metadata file, or a .metadata file
     static bool looksLikeDcp(const std::string& path);
+    /// Lightning Fabric's file of the user's other state beside a sharded checkpoint
+    static constexpr const char* kFabricMetaFile = "meta.pt";
     /// rank parsed from "__<rank>_<n>.distcp", -1 if the name has another form
     static int rankFromFileName(const std::string& relativePath);
 };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/dcp_writer.h"
 #include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
 #include "optscope/pickle/pickle_emitter.h"
 
@@ -317,6 +318,15 @@ static DcpWriteStats writeDcpUnnamed(
         stats.bytes += out.position();
         out.commit();
         ++stats.files;
+    }
+
+    for (const auto& c : plan.copies) {
+        progress.checkCancelled();
+        OutputFile out((tmp.path / c.name).string(), inner);
+        out.copyFrom(c.source->fd(), 0, c.source->size());
+        stats.bytes += out.position();
+        out.commit();
+        stats.copied.push_back(c.name);
     }
 
     MetadataPickler pickler;

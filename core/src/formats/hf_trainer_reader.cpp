@@ -4,7 +4,6 @@
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/safetensors_reader.h"
 #include "optscope/formats/state_flattener.h"
-#include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/optim/param_table.h"
 
@@ -29,29 +28,6 @@ std::string firstExisting(const fs::path& dir, std::initializer_list<const char*
     for (const char* n : names)
         if (fs::is_regular_file(dir / n, ec)) return n;
     return {};
-}
-
-/// a torch.save file of the folder, flattened under @p prefix
-void addTorchFile(Checkpoint& cp, CheckpointBuilder& builder, const std::string& rel, const std::string& prefix,
-    const Progress& progress)
-{
-    auto file = cp.files->open(rel);
-    const std::string where = cp.files->absolute(rel);
-    if (file->size() == 0) throw Error(ErrorKind::Format, where, "is empty (0 bytes)");
-    TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *cp.arena, where);
-    builder.addPickleWarnings(ar.warnings);
-    std::vector<FlattenedLeaf> leaves;
-    try {
-        leaves = flattenStateDict(ar.root);
-    } catch (const Error& e) {
-        throw Error(e.kind(), where, e.detail(), e.offset());
-    }
-    for (auto& leaf : leaves) {
-        progress.checkCancelled();
-        KeyPath path {KeyPathElem::fromKey(prefix)};
-        path.insert(path.end(), leaf.path.begin(), leaf.path.end());
-        builder.addLeaf(std::move(path), leaf.value, ar, rel, where);
-    }
 }
 
 PyValue* jsonToPy(PyArena& arena, const nlohmann::ordered_json& j, int depth)
@@ -229,7 +205,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
         detail += "safetensors ("
             + SafetensorsReader::addModel(*cp, builder, modelFile, {KeyPathElem::fromKey("model")}, progress) + ")";
     } else if (!binModel.empty()) {
-        addTorchFile(*cp, builder, binModel, "model", progress);
+        builder.addTorchSaveFile(binModel, {KeyPathElem::fromKey("model")}, progress);
         detail += binModel;
     } else {
         detail += "missing";
@@ -238,7 +214,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     progress(0.4, "reading Trainer checkpoint");
     const std::string optimizer = firstExisting(dir, {kOptimizerNames[0], kOptimizerNames[1]});
     if (!optimizer.empty()) {
-        addTorchFile(*cp, builder, optimizer, "optim", progress);
+        builder.addTorchSaveFile(optimizer, {KeyPathElem::fromKey("optim")}, progress);
         detail += ", " + optimizer;
     } else {
         builder.warn("no-optimizer", "no optimizer.pt in " + path + " (saved with save_only_model=True?)");
@@ -248,7 +224,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     // (accelerate's save_state names it scheduler.bin)
     if (const std::string scheduler = firstExisting(dir, {"scheduler.pt", "scheduler.bin"}); !scheduler.empty()) {
         try {
-            addTorchFile(*cp, builder, scheduler, "scheduler", progress);
+            builder.addTorchSaveFile(scheduler, {KeyPathElem::fromKey("scheduler")}, progress);
             detail += ", " + scheduler;
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Cancelled) throw;

@@ -174,6 +174,14 @@ const Entry* Checkpoint::find(std::string_view key) const
     }
 }
 
+const CompanionFile* Checkpoint::companionOf(const Entry& e) const
+{
+    if (companionFiles.empty() || e.path.empty()) return nullptr;
+    for (const auto& c : companionFiles)
+        if (std::find(c.keys.begin(), c.keys.end(), e.path.front().key.view()) != c.keys.end()) return &c;
+    return nullptr;
+}
+
 void Checkpoint::buildIndex()
 {
     if (entries.size() >= UINT32_MAX / 2) throw Error(ErrorKind::Limit, path, "more than 2^31 entries");

@@ -54,10 +54,12 @@ struct ReshardSummary
     std::vector<uint64_t> bytesPerRank; ///< tensor bytes each target rank's file holds
     std::vector<size_t> chunksPerRank;
     std::vector<std::string> leftOut; ///< values not written (DcpPlan::leftOut)
+    std::vector<std::string> copied; ///< files copied as they are (DcpPlan::copies: Fabric's meta.pt)
 };
 ReshardSummary summarizeReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
 
-/// Writes @p checkpoint as a DCP folder for options.worldSize ranks at @p outDir (temporary name, then rename).
+/// Writes @p checkpoint as a DCP folder for options.worldSize ranks at @p outDir (temporary name, then rename), with
+/// its companion files (Lightning Fabric's meta.pt) copied byte for byte and their entries left out of the DCP part.
 DcpWriteStats reshardCheckpoint(const Checkpoint& checkpoint, const std::string& outDir, const ReshardOptions& options,
     const Progress& progress = {});
 

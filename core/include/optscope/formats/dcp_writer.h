@@ -13,6 +13,8 @@
 #include "optscope/formats/torch_save_writer.h"
 #include "optscope/model/checkpoint.h"
 
+#include <memory>
+
 #include <string>
 #include <vector>
 
@@ -44,8 +46,15 @@ struct DcpPlan
         const PyValue* value = nullptr;
         int rank = 0;
     };
+    /// a file written into the folder as it is, byte for byte (Checkpoint::companionFiles: Fabric's meta.pt)
+    struct Copy
+    {
+        std::string name; ///< relative to the folder
+        std::shared_ptr<const MappedFile> source; ///< an input's file, checked unchanged before the folder is committed
+    };
     std::vector<Tensor> tensors;
     std::vector<Value> values;
+    std::vector<Copy> copies;
     /// values the plan leaves out, "key: why" (TorchSaveWriter::unwritableReason with objects: a tensor inside a
     /// value); inert objects are written back as they were pickled, since DCP's loader unpickles BYTE_IO items with
     /// weights_only=False
@@ -60,7 +69,8 @@ struct DcpWriteStats
     size_t files = 0; ///< data files (__<rank>_0.distcp); .metadata is one more
     size_t tensorItems = 0;
     size_t valueItems = 0;
-    uint64_t bytes = 0; ///< all files written, .metadata included
+    std::vector<std::string> copied; ///< files copied as they are (DcpPlan::copies), by name
+    uint64_t bytes = 0; ///< all files written, .metadata and copies included
     std::vector<std::string> leftOut; ///< the plan's (DcpPlan::leftOut)
 };
 

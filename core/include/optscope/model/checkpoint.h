@@ -186,6 +186,15 @@ struct ParamOrigin
     std::string confidence; ///< ParamTable's confidenceText
 };
 
+/// A file of the checkpoint beside its format's own index that a reader folds into the entries, and that a writer of
+/// the same layout copies byte for byte rather than re-encoding (Lightning Fabric's meta.pt beside a DCP folder: the
+/// user's state that is not a module or optimizer, which Fabric's loader reads from that file on its own).
+struct CompanionFile
+{
+    std::string file; ///< relative to the checkpoint's root
+    std::vector<std::string> keys; ///< the top-level keys of the entries read from it
+};
+
 class Checkpoint
 {
 public:
@@ -199,6 +208,7 @@ public:
     /// hold); DCP: the Metadata object
     const PyValue* root = nullptr;
     std::vector<ParamOrigin> paramOrigins; ///< parameters a reader named (Hugging Face Trainer folders)
+    std::vector<CompanionFile> companionFiles; ///< files copied as they are by a writer of the same layout
     std::vector<FlatPartitionSlot> flatSlots; ///< parameters in flat partitions (DeepSpeed ZeRO); empty otherwise
     /// DeepSpeed ZeRO: the stage (1-3) and the data-parallel world size the run saved with, which its loader needs
     /// again; 0 for other formats
@@ -210,6 +220,8 @@ public:
 
     /// entry by key, or null
     const Entry* find(std::string_view key) const;
+    /// the companion file @p e was read from (its top-level key is one of the file's), or null
+    const CompanionFile* companionOf(const Entry& e) const;
     /// must be called once entries are complete (readers do it)
     void buildIndex();
     /// sum of tensor bytes
