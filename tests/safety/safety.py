@@ -202,6 +202,16 @@ def reads_outside():
         err = text(r.stderr)
         check(f".metadata symlinked out: {cmd[0]} refuses it", r.returncode == 2 and ".metadata" in err
               and "leads outside the checkpoint" in err, f"exit {r.returncode}: {err[:300]}")
+    # a DeepSpeed ZeRO rank file that is a symlink out of its tag folder: not read
+    zk = os.path.join(d, "zero_out")
+    shutil.copytree(os.path.join(DATA, "zero/synthetic/z1_w3_sgd/ckpt"), zk)
+    rank = os.path.join(zk, "global_step2", "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    shutil.move(rank, os.path.join(elsewhere, "zero_rank0.pt"))
+    os.symlink(os.path.join(elsewhere, "zero_rank0.pt"), rank)
+    r = run(["inspect", zk], timeout=60)
+    err = text(r.stderr)
+    check("ZeRO rank file symlinked out: inspect refuses it", r.returncode == 2 and "zero_pp_rank_0" in err
+          and "leads outside the checkpoint" in err, f"exit {r.returncode}: {err[:300]}")
     # a safetensors shard that is a symlink out of its folder
     st = os.path.join(d, "sharded")
     shutil.copytree(os.path.join(DATA, "hf/sharded"), st)

@@ -87,8 +87,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
         auto it = archives.find(rel);
         if (it != archives.end()) return it->second;
         progress.checkCancelled();
-        auto file = MappedFile::open((dir / rel).string());
-        cp->files->add(rel, file);
+        // through the checkpoint's files: a file that is a symlink out of the folder is not read
+        auto file = cp->files->open(rel);
         TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, (dir / rel).string());
         builder.addPickleWarnings(ar.warnings);
         return archives.emplace(rel, std::move(ar)).first->second;

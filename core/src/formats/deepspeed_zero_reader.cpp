@@ -166,8 +166,8 @@ private:
         auto l = std::make_unique<Loaded>();
         l->rel = rel;
         l->abs = (m_dir / rel).string();
-        auto file = MappedFile::open(l->abs);
-        m_cp.files->add(rel, file);
+        // through the checkpoint's files: a rank file that is a symlink out of the tag folder is not read
+        auto file = m_cp.files->open(rel);
         l->ar = readTorchSaveArchive(file, 0, file->size(), *m_cp.arena, l->abs);
         m_builder.addPickleWarnings(l->ar.warnings);
         return m_loaded.emplace(rel, std::move(l)).first->second.get();
