@@ -7,25 +7,7 @@ import sys
 
 import torch
 
-
-def equal(a, b, path):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor), f"{path}: tensor vs {type(b).__name__}"
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"
-        if a.numel():  # the bytes, so that NaNs and -0.0 count too
-            assert torch.equal(a.reshape(-1).contiguous().view(torch.uint8),
-                               b.reshape(-1).contiguous().view(torch.uint8)), f"{path}: bytes differ"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict), f"{path}: dict vs {type(b).__name__}"
-        assert list(a.keys()) == list(b.keys()), f"{path}: keys {list(a.keys())} vs {list(b.keys())}"
-        for k in a:
-            equal(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b), f"{path}: {type(a).__name__}/{len(a)} vs {b!r}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            equal(x, y, f"{path}.{i}")
-    else:
-        assert type(a) is type(b) and a == b, f"{path}: {a!r} vs {b!r}"
+from fabric_interop import equal  # bit-for-bit, same key order: one comparison for the interop checks
 
 
 def main(out):
