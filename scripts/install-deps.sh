@@ -7,6 +7,8 @@ packages=(
     cmake ninja-build g++ pkg-config
     qt6-base-dev qt6-svg-dev libqcustomplot-dev # GUI (Qt SVG: plots saved as SVG)
     libtorch-dev nlohmann-json3-dev libssl-dev # core: tensors, JSON, SHA-256
+    libcurl4-openssl-dev libxml2-dev           # core: remote storage (S3, GCS, HTTP)
+    nginx-light                                # tests: HTTPS range reads
     libgtest-dev googletest                    # tests
     python3 debootstrap                        # interop tests (scripts/torch-python builds a PyTorch 2.6 chroot)
     time                                       # benchmarks: peak RSS

@@ -36,7 +36,7 @@ DcpMetadata viaGraph(const std::string& path, PyArena& arena)
     auto file = MappedFile::open(path);
     PickleOptions opt;
     opt.sourceName = path;
-    PickleResult r = unpickle(file->data(), file->size(), arena, opt);
+    PickleResult r = unpickle(file->all(), file->size(), arena, opt);
     arena.keepAlive(file);
     return DcpMetadataReader::fromGraph(r.root, path, r.protocol);
 }

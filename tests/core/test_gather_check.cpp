@@ -228,7 +228,7 @@ TEST(Check, AFlippedBitInTensorBytesIsACrcMismatch)
                 const ChunkData d = ChunkReader::resolveAsStored(*cp, e, c);
                 key = e.key;
                 file = d.file->path();
-                at = static_cast<uint64_t>(d.storage - d.file->data()) + 2;
+                at = d.file->offsetOf(d.storage) + 2;
                 break;
             }
         }

@@ -25,7 +25,7 @@ using Bytes = std::vector<uint8_t>;
 Bytes readFixture(const std::string& relative)
 {
     auto f = MappedFile::open(kData + "/" + relative);
-    return Bytes(f->data(), f->data() + f->size());
+    return Bytes(f->all(), f->all() + f->size());
 }
 
 uint16_t rd16(const Bytes& b, uint64_t p)
@@ -141,9 +141,9 @@ uint32_t crc32(std::string_view s)
 TEST(ZipArchive, ParsesARealTorchSaveArchive)
 {
     auto file = MappedFile::open(kData + "/adam_int.pt");
-    const ZipArchive zip = ZipArchive::parse(file->data(), file->size(), file->path());
+    const ZipArchive zip = ZipArchive::parse(file->all(), file->size(), file->path());
     EXPECT_EQ(zip.prefix(), "adam_int");
-    EXPECT_EQ(zip.base(), file->data());
+    EXPECT_EQ(zip.base(), file->all());
     EXPECT_EQ(zip.size(), file->size());
     EXPECT_EQ(zip.name(), file->path());
 
@@ -157,7 +157,7 @@ TEST(ZipArchive, ParsesARealTorchSaveArchive)
         "adam_int/data/9", "adam_int/version", "adam_int/.data/serialization_id"};
     EXPECT_EQ(names, expected);
 
-    const Bytes bytes(file->data(), file->data() + file->size());
+    const Bytes bytes(file->all(), file->all() + file->size());
     const Layout layout = layoutOf(bytes);
     ASSERT_EQ(layout.names, expected);
     for (size_t i = 0; i < zip.entries().size(); ++i) {
@@ -171,7 +171,7 @@ TEST(ZipArchive, ParsesARealTorchSaveArchive)
         EXPECT_EQ(e.dataOffset, lh + 30 + rd16(bytes, lh + 26) + rd16(bytes, lh + 28));
         // sizes and CRC from the central directory; torch's local header has zeros there (data descriptor)
         EXPECT_EQ(e.size, rd32(bytes, layout.central[i] + 24));
-        const std::string_view data(reinterpret_cast<const char*>(file->data() + e.dataOffset), e.size);
+        const std::string_view data(reinterpret_cast<const char*>(file->all() + e.dataOffset), e.size);
         EXPECT_EQ(e.crc32, crc32(data));
     }
 
@@ -200,8 +200,8 @@ TEST(ZipArchive, ParsesARealTorchSaveArchive)
         EXPECT_NE(std::string(e.what()).find("adam_int/missing"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find(file->path()), std::string::npos) << e.what();
     }
-    EXPECT_TRUE(looksLikeZip(file->data(), file->size()));
-    EXPECT_FALSE(looksLikeZip(file->data(), 3));
+    EXPECT_TRUE(looksLikeZip(file->all(), file->size()));
+    EXPECT_FALSE(looksLikeZip(file->all(), 3));
 }
 
 TEST(ZipArchive, Zip64RecordsArePresentAndAuthoritative)

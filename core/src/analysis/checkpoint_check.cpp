@@ -387,7 +387,7 @@ private:
     /// A torch.save archive whose records check verifies: the file's own (a torch.save file) or a DCP item's
     struct ZipCrcs
     {
-        std::shared_ptr<const MappedFile> file;
+        std::shared_ptr<const ByteSource> file;
         std::optional<ZipArchive> zip; ///< none: not a zip (legacy torch.save, safetensors)
         uint64_t offset = 0; ///< of the archive in the file
         std::vector<bool> verified; ///< per zip entry
@@ -397,7 +397,7 @@ private:
 
     /// The CRC-32 of the zip record holding chunk @p c, once per record: the writer stored one per record, and
     /// nothing else notices a flipped bit in tensor bytes (torch.load does not check it)
-    void verifyCrc(const Entry& e, const TensorChunk& c, const MappedFile& file)
+    void verifyCrc(const Entry& e, const TensorChunk& c, const ByteSource& file)
     {
         if (c.source.kind == ChunkSource::Kind::StorageRecord) {
             ZipCrcs& z = zipOf(c.source.file);
@@ -409,11 +409,13 @@ private:
             return;
         }
         // a DCP item: an archive of its own, verified whole (its tensor record and its pickle)
-        if (!looksLikeZip(file.data() + c.source.offset, c.source.length)) return;
+        if (!looksLikeZip(file.bytes(c.source.offset, std::min<uint64_t>(c.source.length, 4)),
+                std::min<uint64_t>(c.source.length, 4)))
+            return;
         ZipCrcs item;
         item.file = m_cp.files->open(c.source.file);
         item.offset = c.source.offset;
-        item.zip = ZipArchive::parse(file.data() + c.source.offset, c.source.length, file.path());
+        item.zip = ZipArchive::parse(file.bytes(c.source.offset, c.source.length), c.source.length, file.path());
         item.verified.assign(item.zip->entries().size(), false);
         for (size_t k = 0; k < item.verified.size(); ++k)
             verifyEntry(item, k, e.key, c.rank);
@@ -426,9 +428,11 @@ private:
         ZipCrcs& z = it->second;
         if (!added) return z;
         z.file = m_cp.files->open(name);
-        if (!looksLikeZip(z.file->data(), z.file->size())) return z;
+        if (!looksLikeZip(
+                z.file->bytes(0, std::min<uint64_t>(z.file->size(), 4)), std::min<uint64_t>(z.file->size(), 4)))
+            return z;
         try {
-            z.zip = ZipArchive::parse(z.file->data(), z.file->size(), z.file->path());
+            z.zip = ZipArchive::parse(z.file->all(), z.file->size(), z.file->path());
         } catch (const Error&) {
             return z; // the reader read it; a directory it cannot parse again is reported by what reads the chunks
         }
@@ -444,7 +448,7 @@ private:
         z.verified[k] = true;
         const ZipEntry& ze = z.zip->entries()[k];
         const uint64_t at = z.offset + ze.dataOffset;
-        const uint32_t crc = recordCrc32(z.file->data() + at, ze.size, 64u << 20, [&](uint64_t done) {
+        const uint32_t crc = recordCrc32(z.file->bytes(at, ze.size), ze.size, 64u << 20, [&](uint64_t done) {
             m_progress.checkCancelled();
             // pages of a large record leave this process once summed (they stay in the page cache)
             if (ze.size > (64u << 20)) z.file->release(at + done - std::min<uint64_t>(done, 64u << 20), 64u << 20);

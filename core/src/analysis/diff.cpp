@@ -3,8 +3,8 @@
 #include "optscope/analysis/diff_report.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/csv.h"
-#include "optscope/io/mapped_file.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/model/shard_layout.h"
 #include "optscope/optim/fqn_normalizer.h"
@@ -360,7 +360,7 @@ public:
         const uint64_t want = static_cast<uint64_t>(box.numel()) * dtypeSize(e.tensor.dtype);
         TensorAssembler(cp, e).streamBox(
             box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { append(p, n); }, progress,
-            [&](const MappedFile& f, uint64_t offset, uint64_t length) {
+            [&](const ByteSource& f, uint64_t offset, uint64_t length) {
                 if (!m_file && m_buffer.empty() && length == want) {
                     // the checkpoint's file cache keeps the mapping alive as long as the checkpoint
                     m_file = &f;
@@ -368,7 +368,7 @@ public:
                     m_length = length;
                     f.adviseSequential(offset, length);
                 } else {
-                    append(f.data() + offset, static_cast<size_t>(length));
+                    append(f.bytes(offset, length), static_cast<size_t>(length));
                 }
             });
     }
@@ -378,19 +378,20 @@ public:
     }
     BoxBytes(const BoxBytes&) = delete;
     BoxBytes& operator=(const BoxBytes&) = delete;
-    const uint8_t* data() const { return m_file ? m_file->data() + m_offset : m_buffer.data(); }
+    const uint8_t* data() const { return m_file ? m_file->bytes(m_offset, m_length) : m_buffer.data(); }
 
 private:
     void append(const uint8_t* p, size_t n)
     {
         if (m_file) { // a second piece after a whole-box region cannot happen, but stay correct if it does
-            m_buffer.assign(m_file->data() + m_offset, m_file->data() + m_offset + m_length);
+            const uint8_t* held = m_file->bytes(m_offset, m_length);
+            m_buffer.assign(held, held + m_length);
             m_file = nullptr;
         }
         m_buffer.insert(m_buffer.end(), p, p + n);
     }
     std::vector<uint8_t> m_buffer;
-    const MappedFile* m_file = nullptr;
+    const ByteSource* m_file = nullptr;
     uint64_t m_offset = 0, m_length = 0;
 };
 

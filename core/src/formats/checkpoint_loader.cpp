@@ -5,6 +5,7 @@
 #include "optscope/formats/torch_save_ranks_reader.h"
 #include "optscope/io/fault_injection.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 
 #include <filesystem>
 
@@ -14,10 +15,11 @@ namespace optscope {
 
 static CheckpointPtr openUnguarded(const std::string& path, const Progress& progress)
 {
-    std::error_code ec;
-    const auto status = fs::status(path, ec);
-    if (ec || !fs::exists(status)) throw Error(ErrorKind::Io, path, "no such file or directory");
-    const bool folder = fs::is_directory(status);
+    const LocationKind kind = locationKind(path);
+    if (kind == LocationKind::Missing)
+        throw Error(ErrorKind::Io, displayLocation(path),
+            isUrl(path) ? "no such object or folder" : "no such file or directory");
+    const bool folder = kind == LocationKind::Folder;
     const FormatInfo* best = nullptr;
     int bestScore = 0;
     for (const auto& f : formatRegistry())
@@ -31,7 +33,14 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
     std::string formats;
     for (const auto& f : formatRegistry())
         if (f.format != CheckpointFormat::TorchSave) formats += (formats.empty() ? "" : "; ") + std::string(f.looksFor);
-    throw Error(ErrorKind::Format, path, "is a directory that holds none of the checkpoint formats: " + formats);
+    if (isUrl(path) && !canListFolder(path))
+        throw Error(ErrorKind::Io, displayLocation(path),
+            "is no object (" + statLocation(path).detail
+                + "), nor a folder holding the files a checkpoint format looks for (a folder cannot be listed over "
+                  "HTTP: OptScope asked for the names each format uses): "
+                + formats);
+    throw Error(ErrorKind::Format, displayLocation(path),
+        "is a directory that holds none of the checkpoint formats: " + formats);
 }
 
 static CheckpointPtr openGuarded(
@@ -65,10 +74,10 @@ CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
 
 static CheckpointPtr openFileUnguarded(const std::string& path, const Progress& progress)
 {
-    std::error_code ec;
-    const auto status = fs::status(path, ec);
-    if (ec || !fs::exists(status)) throw Error(ErrorKind::Io, path, "no such file or directory");
-    if (fs::is_directory(status)) throw Error(ErrorKind::Usage, path, "is a folder: --raw opens one file");
+    const LocationKind kind = locationKind(path);
+    if (kind == LocationKind::Missing)
+        throw Error(ErrorKind::Io, displayLocation(path), isUrl(path) ? "no such object" : "no such file or directory");
+    if (kind == LocationKind::Folder) throw Error(ErrorKind::Usage, path, "is a folder: --raw opens one file");
     return formatInfo(CheckpointFormat::TorchSave).open(path, progress);
 }
 

@@ -4,7 +4,7 @@
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/state_flattener.h"
 #include "optscope/formats/torch_save_reader.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/pickle/pickle_machine.h"
 
 #include <unordered_map>
@@ -103,9 +103,9 @@ struct InfoRec
 class Machine
 {
 public:
-    Machine(const MappedFile& file, const Progress& progress)
+    Machine(const ByteSource& file, const Progress& progress)
         : m_file(file)
-        , m_data(file.data())
+        , m_data(file.all())
         , m_size(file.size())
         , m_progress(progress)
     { }
@@ -969,7 +969,7 @@ private:
         }
     }
 
-    const MappedFile& m_file;
+    const ByteSource& m_file;
     const uint8_t* m_data;
     uint64_t m_size;
     uint64_t m_pos = 0;
@@ -994,7 +994,7 @@ private:
 
 } // namespace
 
-std::optional<DcpMetadata> DcpMetadataReader::read(const MappedFile& file, const Progress& progress)
+std::optional<DcpMetadata> DcpMetadataReader::read(const ByteSource& file, const Progress& progress)
 {
     try {
         Machine m(file, progress);

@@ -29,7 +29,7 @@
 
 namespace optscope {
 
-class MappedFile;
+class ByteSource;
 
 struct DcpMetadata
 {
@@ -86,7 +86,7 @@ class DcpMetadataReader
 public:
     /// the index of @p data (a whole .metadata file), or nothing when the pickle holds anything this reader does not
     /// know (then unpickle it generally); throws Error(Cancelled) from @p progress, Error(Limit) past the caps
-    static std::optional<DcpMetadata> read(const MappedFile& file, const Progress& progress = {});
+    static std::optional<DcpMetadata> read(const ByteSource& file, const Progress& progress = {});
     /// the general path: the index from the unpickled object graph (any pickle read() gave up on); malformed parts
     /// become errors in the index, so that the rest can still be browsed; throws Error(Format) without a Metadata
     static DcpMetadata fromGraph(const PyValue* metadata, const std::string& metaPath, int protocol);

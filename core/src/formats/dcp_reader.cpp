@@ -6,6 +6,7 @@
 #include "optscope/formats/state_flattener.h"
 #include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/pickle/pickle_machine.h"
 
 #include <algorithm>
@@ -26,8 +27,7 @@ namespace {
 /// consolidation puts them; recorded as a companion file, which reshard copies as it is
 void addFabricMeta(Checkpoint& cp, CheckpointBuilder& builder, const fs::path& dir, const Progress& progress)
 {
-    std::error_code ec;
-    if (!fs::is_regular_file(dir / DcpReader::kFabricMetaFile, ec)) return;
+    if (!isFile(dir / DcpReader::kFabricMetaFile)) return;
     std::set<std::string> dcpKeys;
     for (const auto& e : cp.entries)
         if (!e.path.empty()) dcpKeys.insert(e.path.front().key.str());
@@ -80,17 +80,15 @@ int DcpReader::rankFromFileName(const std::string& relativePath)
 
 bool DcpReader::looksLikeDcp(const std::string& path)
 {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) return fs::is_regular_file(fs::path(path) / ".metadata", ec);
-    return fs::path(path).filename() == ".metadata" && fs::is_regular_file(path, ec);
+    if (isFolder(path)) return isFile(fs::path(path) / ".metadata");
+    return fs::path(path).filename() == ".metadata" && isFile(path);
 }
 
 std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading metadata");
-    std::error_code ec;
     fs::path dir = path;
-    if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
+    if (!isFolder(dir)) dir = dir.parent_path();
     const std::string metaPath = (dir / ".metadata").string();
 
     auto cp = std::make_shared<Checkpoint>();
@@ -111,7 +109,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         cp->arena->keepAlive(meta);
         PickleOptions opt;
         opt.sourceName = metaPath;
-        PickleResult r = unpickle(meta->data(), meta->size(), *cp->arena, opt);
+        PickleResult r = unpickle(meta->all(), meta->size(), *cp->arena, opt);
         cp->pickleProtocol = r.protocol;
         cp->root = r.root;
         builder.addPickleWarnings(r.warnings);

@@ -4,6 +4,7 @@
 #include "optscope/formats/deepspeed_common.h"
 #include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/flat_param_layout.h"
 
 #include <algorithm>
@@ -23,17 +24,21 @@ namespace {
 bool isUniversalFolder(const fs::path& dir)
 {
     std::error_code ec;
-    return fs::is_directory(dir / "zero", ec) && (fs::is_regular_file(dir / "zero" / "optimizer_state.pt", ec) || [&] {
-        for (fs::directory_iterator it(dir / "zero", ec), end; !ec && it != end; it.increment(ec))
-            if (fs::is_regular_file(it->path() / "fp32.pt", ec)) return true;
+    return isFolder(dir / "zero") && (isFile(dir / "zero" / "optimizer_state.pt") || [&] {
+        for (const FolderEntry& it : listFolder(dir / "zero"))
+            if (isFile(fs::path(it.location) / "fp32.pt")) return true;
         return false;
     }());
 }
 
 std::string readName(const fs::path& file)
 {
-    std::ifstream in(file);
-    std::string t((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string t;
+    try {
+        t = readSmallFile(file.string(), 4096);
+    } catch (const Error&) {
+        return {}; // a name file that cannot be read (or is no name) names nothing
+    }
     const auto b = t.find_first_not_of(" \t\r\n");
     const auto e = t.find_last_not_of(" \t\r\n");
     return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
@@ -45,14 +50,14 @@ bool DeepSpeedUniversalReader::looksLikeUniversal(const std::string& path)
 {
     std::error_code ec;
     fs::path p(path);
-    if (!fs::is_directory(p, ec)) {
+    if (!isFolder(p)) {
         // a file: one of the model states files directly in a universal folder (any other file opens on its own)
         static const std::regex states(R"(^(zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$)");
         const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
         return std::regex_match(p.filename().string(), states) && isUniversalFolder(parent);
     }
     if (isUniversalFolder(p)) return true;
-    if (fs::is_regular_file(p / "latest_universal", ec)) {
+    if (isFile(p / "latest_universal")) {
         const std::string name = readName(p / "latest_universal");
         return !name.empty() && name.find('/') == std::string::npos && isUniversalFolder(p / name);
     }
@@ -64,7 +69,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
     progress(0.0, "reading");
     std::error_code ec;
     fs::path dir(path);
-    if (!fs::is_directory(dir, ec)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+    if (!isFolder(dir)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
     std::string note;
     if (!isUniversalFolder(dir)) {
         const std::string name = readName(dir / "latest_universal");
@@ -97,7 +102,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
     // the model states file: param_shapes (names, shapes, order), buffers, frozen parameters
     std::string modelRel;
     for (const std::string candidate : {"mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"})
-        if (fs::is_regular_file(dir / candidate, ec)) {
+        if (isFile(dir / candidate)) {
             modelRel = candidate;
             break;
         }
@@ -108,14 +113,14 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
     const PyValue* ms = load(modelRel).root;
     const auto groups = readParamShapes(getKey(ms, "param_shapes"), (dir / modelRel).string());
     const PyValue* optimState = nullptr;
-    if (fs::is_regular_file(dir / "zero" / "optimizer_state.pt", ec)) optimState = load("zero/optimizer_state.pt").root;
+    if (isFile(dir / "zero" / "optimizer_state.pt")) optimState = load("zero/optimizer_state.pt").root;
     const auto stage = zeroStageOf(getKey(optimState, "zero_stage"));
     const bool zero3 = stage ? *stage == 3 : modelRel.rfind("zero_pp_rank_", 0) == 0;
 
     // a tensor file: {"param": tensor, ...} or the bare tensor; viewed in the parameter's shape
     auto tensorFile = [&](const std::string& rel, const std::vector<int64_t>& shape, bool scalar,
                           const std::string& key) -> std::optional<TensorEntry> {
-        if (!fs::is_regular_file(dir / rel, ec)) return std::nullopt;
+        if (!isFile(dir / rel)) return std::nullopt;
         const TorchSaveArchive& ar = load(rel);
         const PyValue* v = ar.root;
         if (v && v->isMapping()) v = getKey(v, "param");
@@ -158,7 +163,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             subFqns.back().push_back(m.fqn);
             subOf[m.fqn] = static_cast<int>(s);
             const std::string folder = "zero/" + m.fqn;
-            if (!fs::is_directory(dir / folder, ec)) {
+            if (!isFolder(dir / folder)) {
                 builder.error("missing-file",
                     "data file '" + folder + "/fp32.pt' is missing from " + dir.string() + " (no folder for '" + m.fqn
                         + "')",
@@ -174,8 +179,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             }
             // the states: exp_avg, exp_avg_sq first (as the optimizer keeps them), then the rest by name
             std::vector<std::string> names;
-            for (fs::directory_iterator it(dir / folder, ec), end; !ec && it != end; it.increment(ec)) {
-                const std::string f = it->path().filename().string();
+            for (const FolderEntry& it : listFolder(dir / folder)) {
+                const std::string f = it.name;
                 if (f.size() > 3 && f.compare(f.size() - 3, 3, ".pt") == 0 && f != "fp32.pt")
                     names.push_back(f.substr(0, f.size() - 3));
             }

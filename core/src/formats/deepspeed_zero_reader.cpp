@@ -4,7 +4,9 @@
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/deepspeed_common.h"
 #include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/flat_param_layout.h"
 
 #include <algorithm>
@@ -76,8 +78,8 @@ bool hasZeroFiles(const fs::path& dir)
 {
     std::error_code ec;
     // the optimizer files make it ZeRO: a model states file alone is a plain (ZeRO-0) torch.save file
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-        if (parseFileName(it->path().filename().string()).kind == FileName::OptimStates) return true;
+    for (const FolderEntry& it : listFolder(dir))
+        if (parseFileName(it.name).kind == FileName::OptimStates) return true;
     return false;
 }
 
@@ -85,14 +87,16 @@ std::string readTag(const fs::path& file)
 {
     // a tag is a folder name: 4 KiB is plenty, and a 3 GB file named latest must not be read whole
     constexpr size_t kMaxTagFile = 4096;
-    std::ifstream in(file, std::ios::binary);
-    std::string tag(kMaxTagFile + 1, '\0');
-    in.read(tag.data(), static_cast<std::streamsize>(tag.size()));
-    tag.resize(static_cast<size_t>(in.gcount()));
-    if (tag.size() > kMaxTagFile)
+    if (const LocationStat s = statLocation(file.string()); s.kind == LocationKind::File && s.size > kMaxTagFile)
         throw Error(ErrorKind::Format, file.string(),
             "is larger than " + std::to_string(kMaxTagFile) + " bytes: not a checkpoint tag (DeepSpeed writes the "
                 + "tag folder's name into it)");
+    std::string tag;
+    try {
+        tag = readSmallFile(file.string(), kMaxTagFile);
+    } catch (const Error&) {
+        return {}; // as an unreadable file read before: no tag
+    }
     const auto b = tag.find_first_not_of(" \t\r\n");
     const auto e = tag.find_last_not_of(" \t\r\n");
     return b == std::string::npos ? std::string() : tag.substr(b, e - b + 1);
@@ -953,12 +957,12 @@ bool DeepSpeedZeroReader::looksLikeZero(const std::string& path)
 {
     std::error_code ec;
     const fs::path p(path);
-    if (fs::is_directory(p, ec)) {
-        if (fs::is_regular_file(p / "latest", ec)) return true;
+    if (isFolder(p)) {
+        if (isFile(p / "latest")) return true;
         if (hasZeroFiles(p)) return true;
         // the save folder without `latest`: a tag folder inside holds the files
-        for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
-            if (it->is_directory(ec) && hasZeroFiles(it->path())) return true;
+        for (const FolderEntry& it : listFolder(p))
+            if (isFolder(it.location) && hasZeroFiles(fs::path(it.location))) return true;
         return false;
     }
     const FileName f = parseFileName(p.filename().string());
@@ -970,7 +974,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
     progress(0.0, "reading");
     std::error_code ec;
     fs::path dir(path);
-    if (!fs::is_directory(dir, ec)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+    if (!isFolder(dir)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
 
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::DeepSpeedZero;
@@ -982,11 +986,11 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
     std::string tagNote;
     if (!hasZeroFiles(dir)) {
         const fs::path latest = dir / "latest";
-        if (fs::is_regular_file(latest, ec)) {
+        if (isFile(latest)) {
             const std::string tag = readTag(latest);
             if (tag.empty() || tag.find('/') != std::string::npos || tag == "." || tag == "..")
                 throw Error(ErrorKind::Format, latest.string(), "does not name a checkpoint tag ('" + tag + "')");
-            if (!fs::is_directory(dir / tag, ec))
+            if (!isFolder(dir / tag))
                 throw Error(ErrorKind::Format, latest.string(),
                     "names tag '" + tag + "', but there is no folder '" + (dir / tag).string()
                         + "' (DeepSpeed's load_checkpoint finds no checkpoint files and fails with AssertionError in "
@@ -997,10 +1001,10 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
             std::string best;
             int64_t bestNum = -2;
             size_t count = 0;
-            for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-                if (!it->is_directory(ec) || !hasZeroFiles(it->path())) continue;
+            for (const FolderEntry& it : listFolder(dir)) {
+                if (!isFolder(it.location) || !hasZeroFiles(fs::path(it.location))) continue;
                 ++count;
-                const std::string name = it->path().filename().string();
+                const std::string name = it.name;
                 const int64_t n = tagNumber(name);
                 if (n > bestNum || (n == bestNum && name > best)) {
                     best = name;
@@ -1031,9 +1035,9 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
     // the files, per model-parallel rank
     std::map<int, MpFiles> mps;
     std::vector<std::string> other;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        if (!it->is_regular_file(ec)) continue;
-        const std::string name = it->path().filename().string();
+    for (const FolderEntry& it : listFolder(dir)) {
+        if (!isFile(it.location)) continue;
+        const std::string name = it.name;
         const FileName f = parseFileName(name);
         switch (f.kind) {
         case FileName::ModelStates:

@@ -9,7 +9,7 @@
 #include "optscope/formats/safetensors_reader.h"
 #include "optscope/formats/torch_save_ranks_reader.h"
 #include "optscope/formats/torch_save_reader.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -33,17 +33,20 @@ std::string describeStart(const uint8_t* data, uint64_t size)
 /// a file no path rule recognised: torch.save or safetensors by its content
 CheckpointPtr openFileByContent(const std::string& path, const Progress& progress)
 {
-    auto file = MappedFile::open(path);
-    if (file->size() == 0) throw Error(ErrorKind::Format, path, "is empty (0 bytes), not a checkpoint");
-    if (!looksLikeTorchSave(file->data(), file->size())) {
+    auto file = openByteSource(path);
+    if (file->size() == 0) throw Error(ErrorKind::Format, file->path(), "is empty (0 bytes), not a checkpoint");
+    // the first bytes say which (one ranged read when remote)
+    const uint64_t headSize = std::min<uint64_t>(file->size(), 16);
+    const uint8_t* head = file->bytes(0, headSize);
+    if (!looksLikeTorchSave(head, headSize)) {
         // by content, or by name: a damaged .safetensors file gets the safetensors reader's own error
         const std::string sfx = ".safetensors";
-        if (SafetensorsReader::looksLikeSafetensors(file->data(), file->size())
+        if (SafetensorsReader::looksLikeSafetensors(head, headSize)
             || (path.size() > sfx.size() && path.compare(path.size() - sfx.size(), sfx.size(), sfx) == 0))
             return SafetensorsReader::open(path, progress);
-        throw Error(ErrorKind::Format, path,
+        throw Error(ErrorKind::Format, file->path(),
             "is not a torch.save file, a safetensors file or a DCP checkpoint (it starts with bytes "
-                + describeStart(file->data(), file->size())
+                + describeStart(head, headSize)
                 + "; expected a zip archive 'PK\\x03\\x04', a legacy torch pickle or a safetensors header "
                   "length and '{')");
     }

@@ -4,7 +4,9 @@
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/safetensors_reader.h"
 #include "optscope/formats/state_flattener.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/optim/param_table.h"
 
 #include <nlohmann/json.hpp>
@@ -26,7 +28,7 @@ std::string firstExisting(const fs::path& dir, std::initializer_list<const char*
 {
     std::error_code ec;
     for (const char* n : names)
-        if (fs::is_regular_file(dir / n, ec)) return n;
+        if (isFile(dir / n)) return n;
     return {};
 }
 
@@ -82,7 +84,7 @@ void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::stri
     }
     nlohmann::ordered_json j;
     try {
-        const char* text = reinterpret_cast<const char*>(file->data());
+        const char* text = reinterpret_cast<const char*>(file->all());
         j = nlohmann::ordered_json::parse(text, text + file->size());
     } catch (const nlohmann::json::exception& e) {
         builder.error("unreadable-value", where + " is not valid JSON: " + e.what());
@@ -180,10 +182,10 @@ void nameParameters(Checkpoint& cp, CheckpointBuilder& builder, const std::strin
 bool HfTrainerReader::looksLikeTrainerFolder(const std::string& path)
 {
     std::error_code ec;
-    if (!fs::is_directory(path, ec)) return false;
+    if (!isFolder(path)) return false;
     const fs::path dir(path);
     const bool optimizer = !firstExisting(dir, {"optimizer.pt", "optimizer.bin"}).empty();
-    const bool state = fs::is_regular_file(dir / "trainer_state.json", ec);
+    const bool state = isFile(dir / "trainer_state.json");
     return optimizer || state;
 }
 
@@ -231,7 +233,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
             builder.error("unreadable-value", std::string(e.what()));
         }
     }
-    if (fs::is_regular_file(dir / "trainer_state.json", ec)) {
+    if (isFile(dir / "trainer_state.json")) {
         addTrainerState(*cp, builder, "trainer_state.json");
         detail += ", trainer_state.json";
     }
@@ -245,9 +247,9 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     std::set<std::string> notRead, others;
     static const std::regex checkpointFile(R"(.*\.(pt|pth|bin|safetensors|pkl|ckpt))");
     static const std::regex another(R"((model|pytorch_model|optimizer|scheduler)_[0-9]+\.(safetensors|bin|pt))");
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        const std::string n = e.path().filename().string();
-        if (read.count(n) || !std::regex_match(n, checkpointFile) || !e.is_regular_file(ec)) continue;
+    for (const FolderEntry& e : listFolder(dir)) {
+        const std::string& n = e.name;
+        if (read.count(n) || !std::regex_match(n, checkpointFile) || !isFile(e.location)) continue;
         if (n.find("-of-") != std::string::npos) continue; // a shard of the sharded model, read through its index
         notRead.insert(n);
         if (std::regex_match(n, another)) others.insert(n);

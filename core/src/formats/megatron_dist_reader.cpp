@@ -5,7 +5,9 @@
 #include "optscope/formats/dcp_reader.h"
 #include "optscope/formats/state_flattener.h"
 #include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/flat_param_layout.h"
 
 #include <nlohmann/json.hpp>
@@ -29,9 +31,9 @@ constexpr uint64_t kMaxSmallFile = uint64_t(1) << 20;
 
 std::string readSmallText(const fs::path& p)
 {
-    auto file = MappedFile::open(p.string());
+    auto file = openByteSource(p.string());
     if (file->size() > kMaxSmallFile) throw Error(ErrorKind::Limit, p.string(), "is larger than 1 MiB");
-    return std::string(reinterpret_cast<const char*>(file->data()), file->size());
+    return std::string(reinterpret_cast<const char*>(file->all()), file->size());
 }
 
 std::string trim(std::string s)
@@ -60,13 +62,13 @@ std::pair<fs::path, size_t> newestIteration(const fs::path& dir)
     fs::path best;
     int64_t bestNum = -1;
     size_t count = 0;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const int64_t n = iterationNumber(it->path().filename().string());
-        if (n < 0 || !fs::is_regular_file(it->path() / kMetadataJson, ec)) continue;
+    for (const FolderEntry& it : listFolder(dir)) {
+        const int64_t n = iterationNumber(it.name);
+        if (n < 0 || !isFile(fs::path(it.location) / kMetadataJson)) continue;
         ++count;
         if (n > bestNum) {
             bestNum = n;
-            best = it->path();
+            best = fs::path(it.location);
         }
     }
     return {best, count};
@@ -76,8 +78,8 @@ std::pair<fs::path, size_t> newestIteration(const fs::path& dir)
 bool isTorchDistWithoutMetadataJson(const fs::path& dir)
 {
     std::error_code ec;
-    return !fs::exists(dir / kMetadataJson, ec) && fs::is_regular_file(dir / ".metadata", ec)
-        && fs::is_regular_file(dir / kCommon, ec);
+    return !(locationKind(dir / kMetadataJson) != LocationKind::Missing) && isFile(dir / ".metadata")
+        && isFile(dir / kCommon);
 }
 
 /// the iteration folder: @p path itself, the one latest_checkpointed_iteration.txt in @p path names, or, when a save
@@ -85,9 +87,9 @@ bool isTorchDistWithoutMetadataJson(const fs::path& dir)
 fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>& missingLatest)
 {
     std::error_code ec;
-    if (fs::is_regular_file(path / kMetadataJson, ec) || isTorchDistWithoutMetadataJson(path)) return path;
+    if (isFile(path / kMetadataJson) || isTorchDistWithoutMetadataJson(path)) return path;
     const fs::path latest = path / kLatestFile;
-    if (!fs::is_regular_file(latest, ec)) {
+    if (!isFile(latest)) {
         const auto [newest, count] = newestIteration(path);
         if (newest.empty())
             throw Error(ErrorKind::Format, path.string(), "has neither metadata.json nor " + std::string(kLatestFile));
@@ -126,8 +128,7 @@ fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>&
         name = buf;
     }
     const fs::path dir = path / name;
-    if (!fs::is_directory(dir, ec))
-        throw Error(ErrorKind::Io, dir.string(), "is missing (named by " + latest.string() + ")");
+    if (!isFolder(dir)) throw Error(ErrorKind::Io, dir.string(), "is missing (named by " + latest.string() + ")");
     return dir;
 }
 
@@ -756,20 +757,19 @@ private:
 bool MegatronDistReader::looksLikeMegatron(const std::string& path)
 {
     std::error_code ec;
-    if (!fs::is_directory(path, ec)) return false;
+    if (!isFolder(path)) return false;
     const fs::path dir(path);
-    if (fs::is_regular_file(dir / kLatestFile, ec)) return true;
+    if (isFile(dir / kLatestFile)) return true;
     if (isTorchDistWithoutMetadataJson(dir)) return true; // its finding says what Megatron makes of it
-    if (!fs::is_regular_file(dir / kMetadataJson, ec) && !fs::is_regular_file(dir / ".metadata", ec)
-        && !newestIteration(dir).first.empty())
+    if (!isFile(dir / kMetadataJson) && !isFile(dir / ".metadata") && !newestIteration(dir).first.empty())
         return true; // a save folder that lost its tracker file
-    if (!fs::is_regular_file(dir / kMetadataJson, ec)) return false;
+    if (!isFile(dir / kMetadataJson)) return false;
     // dist_checkpointing's metadata.json names its backends
     try {
         const std::string text = readSmallText(dir / kMetadataJson);
         return text.find("sharded_backend") != std::string::npos;
     } catch (const Error&) {
-        return fs::is_regular_file(dir / ".metadata", ec);
+        return isFile(dir / ".metadata");
     }
 }
 
@@ -821,7 +821,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
                         : std::string()));
     }
     std::error_code ec;
-    if (!fs::is_regular_file(dir / ".metadata", ec))
+    if (!isFile(dir / ".metadata"))
         throw Error(ErrorKind::Io, (dir / ".metadata").string(),
             "is missing: metadata.json says torch_dist, whose sharded part is a DCP folder with a .metadata file");
 
@@ -838,7 +838,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     const std::string commonAbs = (dir / kCommon).string();
     std::vector<FlattenedLeaf> commonLeaves;
     TorchSaveArchive ar;
-    if (!fs::is_regular_file(dir / kCommon, ec)) {
+    if (!isFile(dir / kCommon)) {
         CheckpointWarning w;
         w.code = "megatron-missing-common";
         w.message = "'" + commonAbs

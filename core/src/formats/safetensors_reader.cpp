@@ -2,7 +2,9 @@
 #include "optscope/formats/safetensors_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_builder.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 
 #include <nlohmann/json.hpp>
 
@@ -113,6 +115,18 @@ std::string firstDuplicateTopLevelKey(const char* text, size_t length)
     return counter.duplicate;
 }
 
+/// the bytes the header of @p file spans (its length field and the JSON): one ranged read when the file is remote
+const uint8_t* headerBytes(const ByteSource& file)
+{
+    if (file.size() < 8) return file.all();
+    const uint8_t* p = file.bytes(0, 8);
+    uint64_t n = 0;
+    for (int b = 0; b < 8; ++b)
+        n |= static_cast<uint64_t>(p[b]) << (8 * b);
+    if (n > SafetensorsReader::kMaxHeaderLength) return p; // refused by parseHeader before it reads on
+    return file.bytes(0, n > file.size() - 8 ? file.size() : 8 + n);
+}
+
 /// Adds the tensors of one safetensors file as entries; @p only (when not null) lists the names the index gives this
 /// file: others are reported. A file that is missing or unreadable throws (the caller decides).
 AddedFile addFile(
@@ -122,7 +136,7 @@ AddedFile addFile(
     auto file = cp.files->open(rel);
     const std::string where = cp.files->absolute(rel);
     cp.arena->keepAlive(file);
-    out.header = SafetensorsReader::parseHeader(file->data(), file->size(), where);
+    out.header = SafetensorsReader::parseHeader(headerBytes(*file), file->size(), where);
     const uint64_t dataBytes = file->size() - out.header.dataStart;
     for (const auto& t : out.header.tensors) {
         progress.checkCancelled();
@@ -289,15 +303,13 @@ bool SafetensorsReader::looksLikeSafetensors(const uint8_t* data, uint64_t size)
 
 std::string SafetensorsReader::modelFileIn(const std::string& folder)
 {
-    std::error_code ec;
-    const fs::path dir(folder);
     for (const char* name : {"model.safetensors.index.json", "model.safetensors"})
-        if (fs::is_regular_file(dir / name, ec)) return name;
+        if (isFile(childLocation(folder, name))) return name;
+    if (!canListFolder(folder)) return {};
     std::string only;
     int count = 0;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        const std::string n = e.path().filename().string();
-        if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0 && e.is_regular_file(ec)) {
+    for (const std::string& n : folderEntries(folder)) {
+        if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0 && isFile(childLocation(folder, n))) {
             only = n;
             ++count;
         }
@@ -307,12 +319,10 @@ std::string SafetensorsReader::modelFileIn(const std::string& folder)
 
 bool SafetensorsReader::looksLikeSafetensorsPath(const std::string& path)
 {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) return !modelFileIn(path).empty();
+    if (isFolder(path)) return !modelFileIn(path).empty();
     const std::string n = fs::path(path).filename().string();
     const std::string suffix = ".safetensors.index.json";
-    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0
-        && fs::is_regular_file(path, ec);
+    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0 && isFile(path);
 }
 
 std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& builder, const std::string& modelFile,
@@ -335,7 +345,7 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
             ErrorKind::Limit, indexPath, "index of " + std::to_string(indexFile->size()) + " bytes is too large");
     json index;
     try {
-        const char* text = reinterpret_cast<const char*>(indexFile->data());
+        const char* text = reinterpret_cast<const char*>(indexFile->all());
         index = json::parse(text, text + indexFile->size());
     } catch (const json::exception& e) {
         throw Error(ErrorKind::Format, indexPath, std::string("is not valid JSON: ") + e.what());
@@ -379,23 +389,25 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
 std::shared_ptr<const Checkpoint> SafetensorsReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading safetensors");
-    std::error_code ec;
     fs::path root;
     std::string modelFile;
-    if (fs::is_directory(path, ec)) {
+    if (isFolder(path)) {
         root = path;
         modelFile = modelFileIn(path);
         if (modelFile.empty())
             throw Error(ErrorKind::Format, path, "is a folder without model.safetensors or a safetensors index");
     } else {
-        root = fs::path(path).parent_path();
-        modelFile = fs::path(path).filename().string();
+        // a presigned URL's query is a credential: the file goes by its name without it
+        const std::string shown = displayLocation(path);
+        root = fs::path(shown).parent_path();
+        modelFile = fs::path(shown).filename().string();
     }
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::Safetensors;
-    cp->path = path;
+    cp->path = displayLocation(path);
     cp->arena = std::make_shared<PyArena>();
     cp->files = std::make_shared<CheckpointFiles>(root.string());
+    if (path != cp->path) cp->files->add(modelFile, openByteSource(path));
     CheckpointBuilder builder(*cp);
     cp->formatDetail = "safetensors, " + addModel(*cp, builder, modelFile, {}, progress);
     builder.finish();

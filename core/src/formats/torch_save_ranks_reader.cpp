@@ -3,7 +3,9 @@
 
 #include "optscope/base/error.h"
 #include "optscope/formats/torch_save_reader.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -38,9 +40,9 @@ std::map<std::string, std::map<long, std::string>> numberedSets(const std::strin
 {
     std::error_code ec;
     std::map<std::string, std::map<long, std::string>> sets;
-    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-        if (!it->is_regular_file(ec)) continue;
-        const std::string name = it->path().filename().string();
+    for (const FolderEntry& it : listFolder(folder)) {
+        if (!isFile(it.location)) continue;
+        const std::string name = it.name;
         if (name.empty() || name[0] == '.') continue;
         std::string pattern;
         long rank = 0;
@@ -75,8 +77,10 @@ std::string TorchSaveRanksReader::missingRankFiles(const std::string& folder)
         // from rank 0, with gaps: a set of rank files that lost some (a step_100, step_300 series has no rank 0)
         if (ranks.size() < 2 || ranks.begin()->first != 0 || ranks.rbegin()->first == long(ranks.size()) - 1) continue;
         try {
-            const auto first = MappedFile::open((fs::path(folder) / ranks.begin()->second).string());
-            if (!looksLikeTorchSave(first->data(), first->size())) continue;
+            const auto first = openByteSource((fs::path(folder) / ranks.begin()->second).string());
+            if (!looksLikeTorchSave(
+                    first->bytes(0, std::min<uint64_t>(first->size(), 16)), std::min<uint64_t>(first->size(), 16)))
+                continue;
         } catch (const Error&) {
             continue;
         }
@@ -101,8 +105,9 @@ bool TorchSaveRanksReader::looksLikeRankFiles(const std::string& folder)
     const auto files = rankFiles(folder);
     if (files.empty()) return false;
     try {
-        const auto first = MappedFile::open(files.front());
-        return looksLikeTorchSave(first->data(), first->size());
+        const auto first = openByteSource(files.front());
+        return looksLikeTorchSave(
+            first->bytes(0, std::min<uint64_t>(first->size(), 16)), std::min<uint64_t>(first->size(), 16));
     } catch (const Error&) {
         return false;
     }

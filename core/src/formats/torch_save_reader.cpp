@@ -3,7 +3,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/state_flattener.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 
 #include <filesystem>
 
@@ -12,17 +12,17 @@ namespace optscope {
 std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading");
-    auto file = MappedFile::open(path);
+    auto file = openByteSource(path);
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::TorchSave;
-    cp->path = path;
+    cp->path = file->path(); // a URL without its query (a presigned URL's signature is a credential)
     cp->arena = std::make_shared<PyArena>();
-    const std::filesystem::path p(path);
+    const std::filesystem::path p(cp->path); // a presigned URL's query is a credential: the file goes by its name
     const std::string fileName = p.filename().string();
     cp->files = std::make_shared<CheckpointFiles>(p.parent_path().string());
     cp->files->add(fileName, file);
 
-    TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, path);
+    TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, cp->path);
     cp->pickleProtocol = ar.pickleProtocol;
     cp->root = ar.root;
     cp->formatDetail = ar.legacy ? "legacy (pre-1.6) format" : "zip, prefix '" + ar.prefix + "/'";
@@ -34,11 +34,11 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path,
         cp->entries.reserve(countStateLeaves(ar.root));
         forEachStateLeaf(ar.root, [&](FlattenedLeaf&& leaf) {
             progress.checkCancelled();
-            builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, path, leaf.shared);
+            builder.addLeaf(std::move(leaf.path), leaf.value, ar, fileName, cp->path, leaf.shared);
         });
     } catch (const Error& e) {
         if (!e.file().empty()) throw;
-        throw Error(e.kind(), path, e.detail(), e.offset()); // the flattener's limits name no file
+        throw Error(e.kind(), cp->path, e.detail(), e.offset()); // the flattener's limits name no file
     }
     builder.addPickleWarnings(ar.warnings);
     builder.finish();

@@ -420,7 +420,7 @@ WriteStats TorchSaveWriter::writeArchive(
                 done += n;
                 progress(total ? double(done) / double(total) : 1.0, "writing");
             };
-            sink.region = [&](const MappedFile& file, uint64_t offset, uint64_t length) {
+            sink.region = [&](const ByteSource& file, uint64_t offset, uint64_t length) {
                 if (got + length > want)
                     throw Error(
                         ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");

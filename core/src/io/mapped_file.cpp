@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/mapped_file.h"
 #include "optscope/base/error.h"
+#include "optscope/io/storage.h"
 
 #include <algorithm>
 #include <atomic>
@@ -179,6 +180,28 @@ MemberStat statInside(const std::string& root, const std::string& relative)
     const fs::path rel(relative);
     const fs::path rootPath = root.empty() ? fs::path(".") : fs::path(root);
     const fs::path full = rel.is_absolute() ? rel : rootPath / rel;
+    if (isUrl(root) || isUrl(relative)) {
+        // an object store has no links: only the path's own words can lead out of the checkpoint
+        if (isUrl(relative) || rel.is_absolute()) {
+            m.kind = MemberStat::Outside;
+            m.what = "is an absolute path or URL, outside the checkpoint";
+            return m;
+        }
+        for (const auto& part : rel)
+            if (part == "..") {
+                m.kind = MemberStat::Outside;
+                m.what = "climbs out of the checkpoint folder ('..')";
+                return m;
+            }
+        LocationStat s = statLocation(childLocation(root, relative));
+        if (s.kind == LocationKind::Folder && !canListFolder(root)) s.kind = LocationKind::Missing; // HTTP: not there
+        m.kind = s.kind == LocationKind::File ? MemberStat::Regular
+            : s.kind == LocationKind::Missing ? MemberStat::Missing
+                                              : MemberStat::Special;
+        m.size = s.size;
+        m.what = s.kind == LocationKind::Missing ? "is missing" : s.kind == LocationKind::Folder ? "is a folder" : "";
+        return m;
+    }
     if (!allowOutside) {
         if (rel.is_absolute()) {
             m.kind = MemberStat::Outside;
@@ -268,7 +291,7 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
             ::close(fd);
             throw Error(ErrorKind::Io, path, std::string("cannot map: ") + std::strerror(e));
         }
-        f->m_data = static_cast<const uint8_t*>(p);
+        f->m_base = static_cast<const uint8_t*>(p);
         f->m_slot = registerRange(p, f->m_size);
     }
     f->m_fd = fd;
@@ -282,29 +305,29 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
 MappedFile::~MappedFile()
 {
     unregisterRange(m_slot);
-    if (m_data) ::munmap(const_cast<uint8_t*>(m_data), m_size);
+    if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
     if (m_fd >= 0) ::close(m_fd);
 }
 
 void MappedFile::adviseSequential(uint64_t offset, uint64_t length) const
 {
-    if (!m_data || offset >= m_size) return;
+    if (!m_base || offset >= m_size) return;
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t start = offset / page * page;
     const uint64_t end = std::min(m_size, offset + length);
-    auto* p = const_cast<uint8_t*>(m_data) + start;
+    auto* p = const_cast<uint8_t*>(m_base) + start;
     ::madvise(p, end - start, MADV_SEQUENTIAL);
     ::madvise(p, end - start, MADV_WILLNEED);
 }
 
 void MappedFile::release(uint64_t offset, uint64_t length) const
 {
-    if (!m_data || offset >= m_size) return;
+    if (!m_base || offset >= m_size) return;
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     // only whole pages inside the range: neighbours may still be in use
     const uint64_t start = (offset + page - 1) / page * page;
     const uint64_t end = std::min(m_size, offset + length) / page * page;
-    if (end > start) ::madvise(const_cast<uint8_t*>(m_data) + start, end - start, MADV_DONTNEED);
+    if (end > start) ::madvise(const_cast<uint8_t*>(m_base) + start, end - start, MADV_DONTNEED);
 }
 
 } // namespace optscope

@@ -6,12 +6,13 @@
 #include <memory>
 #include <string>
 
+#include "byte_source.h"
 #include "optscope/base/read_policy.h"
 
 namespace optscope {
 
-/// A read-only memory map of a whole file. Tensors are read zero-copy from it; it is never written.
-/// An empty file maps to a valid object with size() == 0 and data() == nullptr.
+/// A read-only memory map of a whole file: the local ByteSource. Tensors are read zero-copy from it; it is never
+/// written. An empty file maps to a valid object with size() == 0 and bytes() == nullptr.
 ///
 /// Files change under a map (a training job rewrites its checkpoint): reading a page the file no longer has raises
 /// SIGBUS. Every map is registered with a process-wide SIGBUS handler that, for a fault inside a registered map, maps
@@ -40,41 +41,34 @@ struct MemberStat
 /// folder. allowReadsOutsideCheckpoint(true) (the CLI's --allow-outside-reads) lets Outside paths through as Regular.
 MemberStat statInside(const std::string& root, const std::string& relative);
 
-class MappedFile
+class MappedFile final : public ByteSource
 {
 public:
     /// throws Error(Io) naming @p path when the file cannot be opened or mapped
     static std::shared_ptr<const MappedFile> open(const std::string& path);
 
-    ~MappedFile();
-    MappedFile(const MappedFile&) = delete;
-    MappedFile& operator=(const MappedFile&) = delete;
+    ~MappedFile() override;
 
-    const uint8_t* data() const { return m_data; }
-    uint64_t size() const { return m_size; }
-    const std::string& path() const { return m_path; }
     /// the open descriptor (kept for kernel-side copies: copy_file_range)
-    int fd() const { return m_fd; }
+    int fd() const override { return m_fd; }
 
     /// a read through this map hit a page the file no longer has (those pages now read as zeros)
-    bool faulted() const;
+    bool faulted() const override;
     /// throws Error(Io) "changed while being read (was N bytes, now M)", "removed while being read" or "replaced
     /// while being read" when a read faulted or the file on disk is no longer the one mapped (size, mtime, inode)
-    void checkUnchanged() const;
+    void checkUnchanged() const override;
     /// faults handled in this process so far (all maps): a cheap test before the per-file checks
     static uint64_t faultCount();
 
-    /// hint that [offset, offset+length) will be read sequentially soon (madvise WILLNEED + SEQUENTIAL)
-    void adviseSequential(uint64_t offset, uint64_t length) const;
+    /// madvise WILLNEED + SEQUENTIAL
+    void adviseSequential(uint64_t offset, uint64_t length) const override;
     /// drop the pages of [offset, offset+length) from this process (MADV_DONTNEED): they stay in the page cache, but
     /// no longer count toward our resident memory; reading them again simply maps them back
-    void release(uint64_t offset, uint64_t length) const;
+    void release(uint64_t offset, uint64_t length) const override;
 
 private:
     MappedFile() = default;
-    std::string m_path;
-    const uint8_t* m_data = nullptr;
-    uint64_t m_size = 0;
+    void fetch(uint64_t, uint64_t) const override { }
     int m_fd = -1;
     int m_slot = -1; ///< in the SIGBUS registry; -1 when not guarded (empty file, registry full)
     uint64_t m_dev = 0, m_ino = 0;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/zip_writer.h"
 #include "optscope/base/error.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 
 #include <future>
 #include <zlib.h>
@@ -100,7 +100,7 @@ void ZipWriter::write(const void* data, size_t size)
     m_records.back().size += size;
 }
 
-void ZipWriter::writeFromFile(const MappedFile& file, uint64_t offset, uint64_t length)
+void ZipWriter::writeFromFile(const ByteSource& file, uint64_t offset, uint64_t length)
 {
     if (!m_open) throw Error(ErrorKind::Usage, m_out.path(), "zip: data written outside a record");
     if (offset > file.size() || length > file.size() - offset)
@@ -108,7 +108,18 @@ void ZipWriter::writeFromFile(const MappedFile& file, uint64_t offset, uint64_t 
     if (length < (1u << 20)) {
         // a small record (a 100k-tensor safetensors file is 100k of them): summed here and written through the
         // output's buffer; a thread and a copy_file_range per record cost 100 us each, 12 s for 100k
-        write(file.data() + offset, static_cast<size_t>(length));
+        write(file.bytes(offset, length), static_cast<size_t>(length));
+        return;
+    }
+    if (file.fd() < 0) {
+        // a remote object: fetched 64 MiB at a time (many ranged GETs in flight), written, and its memory given back
+        constexpr uint64_t piece = 64u << 20;
+        for (uint64_t done = 0; done < length;) {
+            const uint64_t n = std::min(piece, length - done);
+            write(file.bytes(offset + done, n), static_cast<size_t>(n));
+            file.release(offset + done, n);
+            done += n;
+        }
         return;
     }
     // CRC over the mapping, 64 MiB at a time, each piece dropped from our resident memory once summed
@@ -118,7 +129,7 @@ void ZipWriter::writeFromFile(const MappedFile& file, uint64_t offset, uint64_t 
         for (uint64_t done = 0; done < length;) {
             const uint64_t n = std::min(piece, length - done);
             file.adviseSequential(offset + done, n);
-            const Bytef* p = file.data() + offset + done;
+            const Bytef* p = file.bytes(offset + done, n);
             for (uint64_t k = 0; k < n;) {
                 const auto m = static_cast<uInt>(std::min<uint64_t>(n - k, 1u << 30));
                 c = crc32(c, p + k, m);

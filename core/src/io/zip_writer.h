@@ -15,7 +15,7 @@
 
 namespace optscope {
 
-class MappedFile;
+class ByteSource;
 
 class ZipWriter
 {
@@ -30,7 +30,7 @@ public:
     void write(const void* data, size_t size);
     /// appends [offset, offset+length) of a mapped file to the current record: copied file-to-file in the kernel,
     /// while the CRC-32 is computed from the mapping on another core
-    void writeFromFile(const MappedFile& file, uint64_t offset, uint64_t length);
+    void writeFromFile(const ByteSource& file, uint64_t offset, uint64_t length);
     void endRecord();
     /// a whole small record at once
     void addRecord(const std::string& name, const void* data, size_t size);

@@ -87,7 +87,7 @@ std::string CheckpointFiles::absolute(const std::string& relative) const
     return m_root + "/" + relative;
 }
 
-std::shared_ptr<const MappedFile> CheckpointFiles::open(const std::string& relative) const
+std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relative) const
 {
     {
         std::lock_guard<std::mutex> lock(m_mutex);
@@ -100,7 +100,7 @@ std::shared_ptr<const MappedFile> CheckpointFiles::open(const std::string& relat
         if (m.kind != MemberStat::Regular && m.kind != MemberStat::Missing)
             throw Error(ErrorKind::Io, absolute(relative), m.what + ": not read");
     }
-    auto f = MappedFile::open(absolute(relative));
+    auto f = openByteSource(absolute(relative));
     std::lock_guard<std::mutex> lock(m_mutex);
     if (auto e = m_expectedSizes.find(relative); e != m_expectedSizes.end() && e->second != f->size())
         throw Error(ErrorKind::Io, f->path(),
@@ -117,7 +117,7 @@ void CheckpointFiles::expectSize(const std::string& relative, uint64_t size) con
 
 void CheckpointFiles::checkUnchanged() const
 {
-    std::vector<std::shared_ptr<const MappedFile>> files;
+    std::vector<std::shared_ptr<const ByteSource>> files;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         for (const auto& [name, f] : m_files)
@@ -134,7 +134,7 @@ void CheckpointFiles::checkFaults() const
 {
     const uint64_t n = MappedFile::faultCount();
     if (n == m_faultsSeen.load(std::memory_order_relaxed)) return;
-    std::vector<std::shared_ptr<const MappedFile>> files;
+    std::vector<std::shared_ptr<const ByteSource>> files;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         for (const auto& [name, f] : m_files)
@@ -157,7 +157,7 @@ std::vector<std::string> CheckpointFiles::knownFiles() const
     return out;
 }
 
-void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const MappedFile> file) const
+void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const ByteSource> file) const
 {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_files.emplace(relative, std::move(file));

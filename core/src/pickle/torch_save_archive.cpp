@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/pickle/torch_save_archive.h"
 #include "optscope/base/error.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/zip_archive.h"
 
 #include <cstring>
@@ -71,11 +71,11 @@ uint64_t mulChecked(uint64_t a, uint64_t b, const std::string& where)
     return a * b;
 }
 
-TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
+TorchSaveArchive readZip(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
     PyArena& arena, const std::string& where, const PickleLimits& limits)
 {
     TorchSaveArchive ar;
-    const uint8_t* base = file->data() + offset;
+    const uint8_t* base = file->bytes(offset, length); // remote: the whole region (the zip is parsed whole)
     ZipArchive zip = ZipArchive::parse(base, length, where);
     // parsing touched every local header, i.e. nearly every page of a file of many small storages: let them go (they
     // stay in the page cache; the pickle and the storages read later fault their own pages back in)
@@ -129,12 +129,12 @@ TorchSaveArchive readZip(const std::shared_ptr<const MappedFile>& file, uint64_t
     return ar;
 }
 
-TorchSaveArchive readLegacy(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
+TorchSaveArchive readLegacy(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
     PyArena& arena, const std::string& where, const PickleLimits& limits)
 {
     TorchSaveArchive ar;
     ar.legacy = true;
-    const uint8_t* base = file->data() + offset;
+    const uint8_t* base = file->bytes(offset, length); // remote: the whole region (the zip is parsed whole)
     uint64_t pos = 0;
     auto next = [&](const PersistentLoader& loader) {
         PickleOptions opt;
@@ -213,7 +213,7 @@ bool looksLikeTorchSave(const uint8_t* data, uint64_t size)
         && std::memcmp(data + 4, kLegacyMagicLe, 9) == 0;
 }
 
-TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
+TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
     PyArena& arena, const std::string& displayName, const PickleLimits& limits)
 {
     if (offset > file->size() || length > file->size() - offset)
@@ -221,7 +221,7 @@ TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const MappedFile>& f
             "range [" + std::to_string(offset) + ", +" + std::to_string(length) + ") lies past the end of the "
                 + std::to_string(file->size()) + "-byte file");
     arena.keepAlive(file);
-    const uint8_t* base = file->data() + offset;
+    const uint8_t* base = file->bytes(offset, length); // remote: the whole region (the zip is parsed whole)
     if (looksLikeZip(base, length)) return readZip(file, offset, length, arena, displayName, limits);
     if (length >= 2 && base[0] == 0x80) return readLegacy(file, offset, length, arena, displayName, limits);
     if (isTar(base, length))

@@ -29,7 +29,7 @@
 
 namespace optscope {
 
-class MappedFile;
+class ByteSource;
 
 /// One torch.save archive read into an inert value graph, with its storages located in the file.
 struct TorchSaveArchive
@@ -44,7 +44,7 @@ struct TorchSaveArchive
 
 /// Reads the archive in [offset, offset+length) of @p file into @p arena (which then keeps the file mapped).
 /// @p displayName names the archive in errors ("ckpt/__0_0.distcp[4096+1244]").
-TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
+TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
     PyArena& arena, const std::string& displayName, const PickleLimits& limits = {});
 /// The storage a tensor views, located in the archive; throws Error naming @p where if it has none or the archive
 /// does not hold its bytes.

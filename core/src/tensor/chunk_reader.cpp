@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor/chunk_reader.h"
 #include "optscope/base/error.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/pickle/torch_save_archive.h"
 
 namespace optscope {
@@ -43,6 +43,22 @@ ChunkData ChunkReader::resolve(const Checkpoint& checkpoint, const Entry& entry,
     return d;
 }
 
+namespace {
+
+/// where a chunk's storage bytes are: in the file's map (local, zero-copy), or, from a remote object, in a copy of
+/// their own, so that the object's memory goes as soon as they are copied (ByteSource::copyOut)
+const uint8_t* locateStorage(ChunkData& d, uint64_t offset, uint64_t length)
+{
+    constexpr uint64_t kMaxCopy = uint64_t(1) << 30; // beyond: kept in the object's map (correct, not bounded)
+    if (!d.file->isRemote() || length == 0 || length > kMaxCopy) return d.file->bytes(offset, length);
+    std::shared_ptr<uint8_t[]> copy(new uint8_t[length]);
+    d.file->copyOut(offset, length, copy.get());
+    d.owned = copy;
+    return copy.get();
+}
+
+} // namespace
+
 ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk)
 {
     const ChunkSource& src = chunk.source;
@@ -58,7 +74,7 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
     d.file = file;
     d.dtype = entry.tensor.dtype;
     if (src.kind == ChunkSource::Kind::StorageRecord) {
-        d.storage = file->data() + src.offset;
+        d.storage = locateStorage(d, src.offset, src.length);
         d.storageBytes = src.length;
         d.sizes = chunk.sizes;
         d.strides = src.strides;
@@ -87,7 +103,7 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
     const PyStorageInfo& rec = torchSaveStorageOf(t, where);
     checkTorchSaveTensorExtent(t, rec.recordLength, where);
     d.dtype = t.dtype;
-    d.storage = file->data() + rec.recordOffset;
+    d.storage = locateStorage(d, rec.recordOffset, rec.recordLength);
     d.storageBytes = rec.recordLength;
     d.sizes = t.sizes;
     d.strides = t.strides;

@@ -8,12 +8,14 @@
 
 namespace optscope {
 
-class MappedFile;
+class ByteSource;
 
-/// The bytes of one chunk, located in a memory-mapped file (zero-copy).
+/// The bytes of one chunk, located in its file (zero-copy from a memory map; a remote object fetches them first).
 struct ChunkData
 {
-    std::shared_ptr<const MappedFile> file; ///< keeps the mapping alive
+    std::shared_ptr<const ByteSource> file; ///< keeps the bytes alive
+    /// a remote chunk's own copy of its bytes (storage points into it); null when storage points into the file
+    std::shared_ptr<const uint8_t[]> owned;
     const uint8_t* storage = nullptr; ///< first byte of the storage (element 0)
     uint64_t storageBytes = 0;
     DType dtype = DType::Unknown;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor/tensor_assembler.h"
 #include "optscope/base/error.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/sha256.h"
 #include "optscope/tensor/aten_bridge.h"
 #include "optscope/tensor/chunk_reader.h"
@@ -305,8 +305,12 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 const auto& c = t.chunks[here[0]];
                 const ChunkData& d = data(here[0]);
                 const uint8_t* p = d.data() + static_cast<uint64_t>(r0 - c.offsets[0]) * rowBytes;
-                const uint64_t fileOffset = static_cast<uint64_t>(p - d.file->data());
                 const uint64_t len = static_cast<uint64_t>(r1 - r0) * rowBytes;
+                if (d.owned) { // a remote chunk's own copy: no file region to hand on or give back
+                    emit(p, static_cast<size_t>(len));
+                    continue;
+                }
+                const uint64_t fileOffset = d.file->offsetOf(p);
                 if (region) {
                     // the consumer copies the region itself (in the kernel): no bytes through this process
                     region(*d.file, fileOffset, len);
@@ -363,14 +367,13 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 const ChunkData& cd = data(i);
                 aten::copyBlock(cd, srcBegin, extent, buffer.data(), blockShape, dstBegin);
                 covered += vol;
-                if (cd.isContiguous()) {
+                if (cd.isContiguous() && !cd.owned) {
                     // the rows just copied are done with
                     int64_t chunkRow = 1;
                     for (size_t d = 1; d < ndim; ++d)
                         chunkRow *= c.sizes[d];
                     const uint64_t rb = static_cast<uint64_t>(chunkRow) * elem;
-                    cd.file->release(
-                        static_cast<uint64_t>(cd.data() - cd.file->data()) + static_cast<uint64_t>(srcBegin[0]) * rb,
+                    cd.file->release(cd.file->offsetOf(cd.data()) + static_cast<uint64_t>(srcBegin[0]) * rb,
                         static_cast<uint64_t>(extent[0]) * rb);
                 }
             }

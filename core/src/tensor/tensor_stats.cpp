@@ -3,7 +3,7 @@
 // liboptscope_aten.so); per-block moments are merged here with Chan et al.'s parallel variance formula.
 #include "optscope/tensor/tensor_stats.h"
 #include "optscope/base/error.h"
-#include "optscope/io/mapped_file.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/model/element_decoder.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/tensor/aten_bridge.h"
@@ -138,11 +138,11 @@ NonFiniteCounts countNonFinite(const ChunkData& d)
     if (d.isContiguous() && (!d.bigEndian || elem == 1)) {
         const uint64_t bytes = d.nbytes();
         const uint64_t block = std::max<uint64_t>((64u << 20) / elem, 1) * elem;
-        const uint64_t fileOffset = static_cast<uint64_t>(d.data() - d.file->data());
+        const uint64_t fileOffset = d.owned ? 0 : d.file->offsetOf(d.data());
         for (uint64_t at = 0; at < bytes; at += block) {
             const uint64_t len = std::min(block, bytes - at);
             total += countNonFinite(d.data() + at, static_cast<int64_t>(len / elem), d.dtype);
-            if (bytes > block) d.file->release(fileOffset + at, len);
+            if (bytes > block && !d.owned) d.file->release(fileOffset + at, len);
         }
         return total;
     }

@@ -50,7 +50,7 @@ struct DcpPlan
     struct Copy
     {
         std::string name; ///< relative to the folder
-        std::shared_ptr<const MappedFile> source; ///< an input's file, checked unchanged before the folder is committed
+        std::shared_ptr<const ByteSource> source; ///< an input's file, checked unchanged before the folder is committed
     };
     std::vector<Tensor> tensors;
     std::vector<Value> values;

@@ -27,7 +27,7 @@
 
 namespace optscope {
 
-class MappedFile;
+class ByteSource;
 
 enum class CheckpointFormat {
     TorchSave,
@@ -149,16 +149,16 @@ class CheckpointFiles
 public:
     explicit CheckpointFiles(std::string rootDir);
     /// @p relative to the root; throws Error(Io) naming the file if it cannot be mapped
-    std::shared_ptr<const MappedFile> open(const std::string& relative) const;
+    std::shared_ptr<const ByteSource> open(const std::string& relative) const;
     /// seed the cache with a file already mapped (the reader's own)
-    void add(const std::string& relative, std::shared_ptr<const MappedFile> file) const;
+    void add(const std::string& relative, std::shared_ptr<const ByteSource> file) const;
     const std::string& rootDir() const { return m_root; }
     std::string absolute(const std::string& relative) const;
     /// the size the reader saw when it indexed the checkpoint: a later open() of another size throws "changed"
     void expectSize(const std::string& relative, uint64_t size) const;
 
     /// throws Error(Io) naming the file when any file mapped so far changed, vanished or was replaced since it was
-    /// read (MappedFile::checkUnchanged): called after long reads and before an output is committed
+    /// read (ByteSource::checkUnchanged): called after long reads and before an output is committed
     void checkUnchanged() const;
     /// the same, but only when a mapped read faulted somewhere in the process since the last call (one atomic load
     /// otherwise): cheap enough to call after every block
@@ -169,7 +169,7 @@ public:
 private:
     std::string m_root;
     mutable std::mutex m_mutex;
-    mutable std::unordered_map<std::string, std::shared_ptr<const MappedFile>> m_files;
+    mutable std::unordered_map<std::string, std::shared_ptr<const ByteSource>> m_files;
     mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
     mutable std::atomic<uint64_t> m_faultsSeen {0};
 };

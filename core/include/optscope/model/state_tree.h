@@ -16,7 +16,7 @@
 
 namespace optscope {
 
-class MappedFile;
+class ByteSource;
 
 /// Where a tensor's bytes go, row-major and little-endian, block by block. A producer calls it with bytes; where the
 /// next bytes are a contiguous region of a mapped file, it may instead pass that region (region(file, offset, length)),
@@ -24,7 +24,7 @@ class MappedFile;
 struct ByteSink
 {
     std::function<void(const uint8_t* data, size_t size)> bytes;
-    std::function<void(const MappedFile& file, uint64_t offset, uint64_t length)> region; ///< optional
+    std::function<void(const ByteSource& file, uint64_t offset, uint64_t length)> region; ///< optional
 
     ByteSink() = default;
     template<typename F, typename = decltype(std::declval<F&>()(static_cast<const uint8_t*>(nullptr), size_t(0)))>

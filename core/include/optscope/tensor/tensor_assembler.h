@@ -9,7 +9,7 @@
 
 namespace optscope {
 
-class MappedFile;
+class ByteSource;
 
 /// Streams the full tensor of an entry, assembled from its chunks, as consecutive blocks of its row-major,
 /// little-endian bytes. Zero-copy where a chunk already is the block's byte range (the usual dim-0 sharding);
@@ -24,7 +24,7 @@ class TensorAssembler
 public:
     using Sink = std::function<void(const uint8_t* data, size_t size)>;
     /// optional: receives a contiguous region of a mapped chunk file instead of its bytes (zero-copy direct path)
-    using RegionSink = std::function<void(const MappedFile& file, uint64_t offset, uint64_t length)>;
+    using RegionSink = std::function<void(const ByteSource& file, uint64_t offset, uint64_t length)>;
 
     TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes = 64u << 20);
     /// @p onBytes is called with the number of bytes produced so far (for progress across many tensors)

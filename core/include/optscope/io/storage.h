@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Where a checkpoint lives: a location is a local path or a URL, and readers ask these functions (not
+// std::filesystem) what is there, so that one reader serves both.
+//
+// URLs (remote_object.cpp, through libcurl):
+//   s3://BUCKET/KEY      S3 or an S3-compatible store. Endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the
+//                        profile's endpoint_url (path-style addressing), else https://BUCKET.s3.REGION.amazonaws.com.
+//                        Credentials as AWS tools take them: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+//                        AWS_SESSION_TOKEN, else AWS_PROFILE (default "default") in ~/.aws/credentials and
+//                        ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE); none: anonymous. Region:
+//                        AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1. Signed with curl's own
+//                        SigV4 (CURLOPT_AWS_SIGV4). Folders are listed with ListObjectsV2.
+//   gs://BUCKET/KEY      Google Cloud Storage through its S3-compatible XML API (storage.googleapis.com, HMAC keys in
+//                        the same variables).
+//   http(s)://HOST/PATH  any server with Range support (presigned URLs, Hugging Face resolve URLs). A folder cannot
+//                        be listed over plain HTTP: its files are found by the names a format looks for.
+// TLS is verified; CURL_CA_BUNDLE, AWS_CA_BUNDLE or SSL_CERT_FILE name another CA file. Proxies: the usual variables
+// (libcurl's own). Credentials never appear in any message: a URL is shown without its query or user part.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+/// s3://, gs://, http:// or https://
+bool isUrl(const std::string& location);
+/// a URL as messages show it: no query string (a presigned URL's signature), no user:password
+std::string displayLocation(const std::string& location);
+
+enum class LocationKind {
+    Missing,
+    File, ///< a regular file or an object
+    Folder, ///< a directory, or a prefix that objects lie under (always assumed over plain HTTP, which cannot tell)
+    Other, ///< a FIFO, device, socket
+};
+struct LocationStat
+{
+    LocationKind kind = LocationKind::Missing;
+    uint64_t size = 0; ///< a file's
+    std::string detail; ///< over plain HTTP, why a location is taken for a folder: the server's answer ("HTTP 404")
+};
+LocationStat statLocation(const std::string& location);
+inline LocationKind locationKind(const std::string& location) { return statLocation(location).kind; }
+inline bool isFolder(const std::string& location) { return locationKind(location) == LocationKind::Folder; }
+inline bool isFile(const std::string& location) { return locationKind(location) == LocationKind::File; }
+
+/// the names directly under a folder (files and folders, sorted); throws Error(Io) naming it when it cannot be listed
+/// (over plain HTTP it never can: "cannot list a folder over HTTP")
+std::vector<std::string> folderEntries(const std::string& folder);
+/// what a folder holds, for readers that look at every entry; nothing when it cannot be listed (plain HTTP) or read
+struct FolderEntry
+{
+    std::string name;
+    std::string location; ///< childLocation(folder, name)
+};
+std::vector<FolderEntry> listFolder(const std::string& folder);
+/// whether folderEntries() works for @p folder (local folders and object stores: yes; plain HTTP: no)
+bool canListFolder(const std::string& folder);
+
+/// the whole of a small file or object (a tag, a JSON index); throws Error(Limit) naming it when it holds more than
+/// @p maxBytes (a 3 GB file named like a tag is not read), Error(Io) when it cannot be read
+std::string readSmallFile(const std::string& location, uint64_t maxBytes);
+
+/// @p folder + "/" + @p name, for paths and URLs alike
+std::string childLocation(const std::string& folder, const std::string& name);
+
+/// what remote reads did so far in this process (the status bar, the benchmarks)
+struct RemoteTransferStats
+{
+    uint64_t requests = 0; ///< HTTP requests sent (HEAD, GET, LIST), retries included
+    uint64_t bytesFetched = 0; ///< body bytes of ranged GETs
+    uint64_t retries = 0;
+    int inFlight = 0; ///< requests in flight now
+};
+RemoteTransferStats remoteTransferStats();
+/// forget the cached folder listings and object sizes (a watched run's folder grows)
+void forgetRemoteListings();
+
+} // namespace optscope

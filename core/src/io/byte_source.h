@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace optscope {
+
+/// What every reader reads from: the bytes of one file or object, addressed by offset. A local file is a read-only
+/// memory map and bytes() is zero-copy (MappedFile); a remote object (RemoteObject: S3, HTTP) is backed by a sparse
+/// anonymous map of its size whose ranges are fetched the first time bytes() asks for them. Readers and algorithms do
+/// not know which one they read from: they ask for the range they are about to read, and keep the pointer while the
+/// source lives.
+class ByteSource
+{
+public:
+    virtual ~ByteSource() = default;
+    ByteSource(const ByteSource&) = delete;
+    ByteSource& operator=(const ByteSource&) = delete;
+
+    /// the file's path, or the object's URL (never with credentials or a presigned query)
+    const std::string& path() const { return m_path; }
+    uint64_t size() const { return m_size; }
+
+    /// [offset, offset + length) of the source; fetched first when remote (throws Error(Io) naming the URL when it
+    /// cannot be). The pointer stays valid while the source lives and the range is not release()d. A local file does
+    /// no work here: the bytes are its memory map.
+    const uint8_t* bytes(uint64_t offset, uint64_t length) const
+    {
+        if (m_fetchOnRead) fetch(offset, length);
+        return m_base + offset;
+    }
+    /// the whole source (fetched whole when remote)
+    const uint8_t* all() const { return bytes(0, m_size); }
+    /// where a pointer that bytes() returned lies in the source
+    uint64_t offsetOf(const uint8_t* p) const { return static_cast<uint64_t>(p - m_base); }
+
+    /// a read met bytes the source no longer has (a file cut short under its map, an object replaced)
+    virtual bool faulted() const = 0;
+    /// throws Error(Io) "changed while being read …", "removed while being read" or "replaced while being read" when
+    /// the source is no longer the one read
+    virtual void checkUnchanged() const = 0;
+    /// hint that [offset, offset+length) will be read sequentially soon
+    virtual void adviseSequential(uint64_t offset, uint64_t length) const = 0;
+    /// this process no longer needs [offset, offset+length): its memory may go (reading it again brings it back)
+    virtual void release(uint64_t offset, uint64_t length) const = 0;
+    /// copies [offset, offset+length) to @p destination. A remote source fetches the range, copies it and gives the
+    /// memory of the whole blocks inside it back at once (under its lock: no reader can hold a pointer into them), so
+    /// that a tensor read from a remote object costs its own buffer only while it is used.
+    virtual void copyOut(uint64_t offset, uint64_t length, uint8_t* destination) const
+    {
+        if (length) std::memcpy(destination, bytes(offset, length), length);
+    }
+    /// an open descriptor for kernel-side copies (copy_file_range), or -1 when there is none (remote)
+    virtual int fd() const { return -1; }
+    bool isRemote() const { return m_fetchOnRead; }
+
+protected:
+    ByteSource() = default;
+    /// make [offset, offset+length) readable at m_base + offset (remote sources)
+    virtual void fetch(uint64_t offset, uint64_t length) const = 0;
+
+    std::string m_path;
+    const uint8_t* m_base = nullptr;
+    uint64_t m_size = 0;
+    bool m_fetchOnRead = false;
+};
+
+/// opens a local path (MappedFile) or a URL (s3://, gs://, http://, https://: RemoteObject); throws Error(Io) naming it
+std::shared_ptr<const ByteSource> openByteSource(const std::string& location);
+
+} // namespace optscope

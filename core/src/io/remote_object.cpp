@@ -1,0 +1,814 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "remote_object.h"
+#include "optscope/base/error.h"
+
+#include <curl/curl.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace optscope {
+
+namespace {
+
+std::atomic<uint64_t> g_requests {0}, g_bytes {0}, g_retries {0};
+std::atomic<int> g_inFlight {0};
+
+constexpr uint64_t kBlock = uint64_t(1) << 20; // the unit a RemoteObject fetches and remembers
+constexpr uint64_t kPart = uint64_t(8) << 20; // the largest single ranged GET
+constexpr int kParallel = 16; // ranged GETs in flight per fetch
+constexpr int kAttempts = 6; // a request's tries before its failure is reported
+const char* const kEmptySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+std::string env(const char* name)
+{
+    const char* v = std::getenv(name);
+    return v ? std::string(v) : std::string();
+}
+
+// ---- configuration: endpoint, region, credentials (read once) -------------------------------------------------------
+
+struct IniFile
+{
+    std::map<std::string, std::map<std::string, std::string>> sections;
+    static IniFile read(const std::string& path)
+    {
+        IniFile f;
+        std::ifstream in(path);
+        std::string line, section;
+        auto trim = [](std::string s) {
+            const auto b = s.find_first_not_of(" \t\r");
+            const auto e = s.find_last_not_of(" \t\r");
+            return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+        };
+        while (std::getline(in, line)) {
+            line = trim(line);
+            if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+            if (line.front() == '[' && line.back() == ']') {
+                section = trim(line.substr(1, line.size() - 2));
+                continue;
+            }
+            const auto eq = line.find('=');
+            if (eq != std::string::npos) f.sections[section][trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+        }
+        return f;
+    }
+    std::string get(const std::string& section, const std::string& key) const
+    {
+        auto s = sections.find(section);
+        if (s == sections.end()) return {};
+        auto k = s->second.find(key);
+        return k == s->second.end() ? std::string() : k->second;
+    }
+};
+
+struct StoreConfig
+{
+    std::string endpoint; ///< empty: AWS's own, virtual-hosted
+    std::string region = "us-east-1";
+    std::string accessKey, secretKey, sessionToken;
+    std::string caFile;
+    long stallSeconds = 30;
+};
+
+const StoreConfig& storeConfig()
+{
+    static const StoreConfig c = [] {
+        StoreConfig c;
+        const std::string home = env("HOME");
+        const std::string profile = env("AWS_PROFILE").empty() ? "default" : env("AWS_PROFILE");
+        const std::string credPath = env("AWS_SHARED_CREDENTIALS_FILE").empty() ? home + "/.aws/credentials"
+                                                                                : env("AWS_SHARED_CREDENTIALS_FILE");
+        const std::string confPath = env("AWS_CONFIG_FILE").empty() ? home + "/.aws/config" : env("AWS_CONFIG_FILE");
+        const IniFile creds = IniFile::read(credPath);
+        const IniFile conf = IniFile::read(confPath);
+        const std::string confSection = profile == "default" ? "default" : "profile " + profile;
+        c.accessKey = env("AWS_ACCESS_KEY_ID");
+        c.secretKey = env("AWS_SECRET_ACCESS_KEY");
+        c.sessionToken = env("AWS_SESSION_TOKEN");
+        if (c.accessKey.empty()) {
+            c.accessKey = creds.get(profile, "aws_access_key_id");
+            c.secretKey = creds.get(profile, "aws_secret_access_key");
+            c.sessionToken = creds.get(profile, "aws_session_token");
+        }
+        for (const std::string& r : {env("AWS_REGION"), env("AWS_DEFAULT_REGION"), conf.get(confSection, "region")})
+            if (!r.empty()) {
+                c.region = r;
+                break;
+            }
+        for (const std::string& e :
+            {env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL"), conf.get(confSection, "endpoint_url")})
+            if (!e.empty()) {
+                c.endpoint = e;
+                break;
+            }
+        while (!c.endpoint.empty() && c.endpoint.back() == '/')
+            c.endpoint.pop_back();
+        for (const std::string& f : {env("CURL_CA_BUNDLE"), env("AWS_CA_BUNDLE"), env("SSL_CERT_FILE")})
+            if (!f.empty()) {
+                c.caFile = f;
+                break;
+            }
+        if (const std::string s = env("OPTSCOPE_REMOTE_STALL_SECONDS"); !s.empty())
+            c.stallSeconds = std::max(1L, std::strtol(s.c_str(), nullptr, 10));
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        return c;
+    }();
+    return c;
+}
+
+// ---- URLs -----------------------------------------------------------------------------------------------------------
+
+struct RemoteUrl
+{
+    enum Scheme { S3, Gs, Http } scheme = Http;
+    std::string bucket, key; ///< S3 and GCS
+    std::string http; ///< the URL as given (HTTP)
+};
+
+bool startsWith(const std::string& s, const char* p)
+{
+    return s.compare(0, std::strlen(p), p) == 0;
+}
+
+RemoteUrl parseUrl(const std::string& url)
+{
+    RemoteUrl u;
+    if (startsWith(url, "s3://") || startsWith(url, "gs://")) {
+        u.scheme = startsWith(url, "s3://") ? RemoteUrl::S3 : RemoteUrl::Gs;
+        const std::string rest = url.substr(5);
+        const auto slash = rest.find('/');
+        u.bucket = rest.substr(0, slash);
+        u.key = slash == std::string::npos ? std::string() : rest.substr(slash + 1);
+        if (u.bucket.empty()) throw Error(ErrorKind::Usage, url, "names no bucket (expected s3://BUCKET/KEY)");
+        return u;
+    }
+    u.http = url;
+    return u;
+}
+
+/// RFC 3986 percent-encoding of a key, '/' kept (what SigV4's canonical URI expects for S3)
+std::string encodeKey(const std::string& key, bool keepSlash = true)
+{
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (const unsigned char c : key) {
+        if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keepSlash && c == '/'))
+            out += static_cast<char>(c);
+        else {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+    }
+    return out;
+}
+
+/// the request URL of an object (or of the bucket, for a listing)
+std::string requestUrl(const RemoteUrl& u, const std::string& key)
+{
+    if (u.scheme == RemoteUrl::Http) return u.http;
+    const StoreConfig& c = storeConfig();
+    if (u.scheme == RemoteUrl::Gs) return "https://storage.googleapis.com/" + u.bucket + "/" + encodeKey(key);
+    if (!c.endpoint.empty()) return c.endpoint + "/" + u.bucket + "/" + encodeKey(key);
+    return "https://" + u.bucket + ".s3." + c.region + ".amazonaws.com/" + encodeKey(key);
+}
+
+// ---- one request ----------------------------------------------------------------------------------------------------
+
+struct Response
+{
+    long status = 0;
+    CURLcode curl = CURLE_OK;
+    std::string curlError;
+    std::string body; ///< listings and error bodies (bounded)
+    uint64_t contentLength = 0;
+    std::string etag;
+    long retryAfter = -1;
+    uint64_t received = 0; ///< bytes written into the destination (ranged GETs)
+};
+
+struct Transfer
+{
+    CURL* easy = nullptr;
+    curl_slist* headers = nullptr;
+    Response response;
+    uint8_t* destination = nullptr; ///< a ranged GET's bytes go here ...
+    uint64_t capacity = 0; ///< ... up to this many
+    char errorBuffer[CURL_ERROR_SIZE] = {};
+    ~Transfer()
+    {
+        if (headers) curl_slist_free_all(headers);
+        if (easy) curl_easy_cleanup(easy);
+    }
+};
+
+size_t onBody(char* data, size_t size, size_t count, void* user)
+{
+    auto* t = static_cast<Transfer*>(user);
+    const size_t n = size * count;
+    const bool ok = t->response.status == 0 || t->response.status < 300;
+    if (t->destination && ok) {
+        if (t->response.received + n > t->capacity) return 0; // more than asked: the transfer fails, is not used
+        std::memcpy(t->destination + t->response.received, data, n);
+        t->response.received += n;
+        g_bytes.fetch_add(n, std::memory_order_relaxed);
+        return n;
+    }
+    if (t->response.body.size() < (size_t(16) << 20)) t->response.body.append(data, n);
+    return n;
+}
+
+size_t onHeader(char* data, size_t size, size_t count, void* user)
+{
+    auto* t = static_cast<Transfer*>(user);
+    const size_t n = size * count;
+    std::string line(data, n);
+    if (startsWith(line, "HTTP/")) {
+        // a new response (after a redirect or 100-continue): what came before is not this one's
+        t->response.etag.clear();
+        t->response.retryAfter = -1;
+        const auto sp = line.find(' ');
+        if (sp != std::string::npos) t->response.status = std::strtol(line.c_str() + sp + 1, nullptr, 10);
+        return n;
+    }
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) return n;
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::string value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+        value.erase(value.begin());
+    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
+        value.pop_back();
+    if (name == "etag") t->response.etag = value;
+    if (name == "content-length") t->response.contentLength = std::strtoull(value.c_str(), nullptr, 10);
+    if (name == "retry-after") t->response.retryAfter = std::strtol(value.c_str(), nullptr, 10);
+    return n;
+}
+
+void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std::vector<std::string>& extraHeaders)
+{
+    const StoreConfig& c = storeConfig();
+    t.easy = curl_easy_init();
+    if (!t.easy) throw Error(ErrorKind::Io, url, "cannot start a request (curl_easy_init failed)");
+    CURL* e = t.easy;
+    curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.errorBuffer);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, onBody);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, onHeader);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 15L);
+    // a connection that delivers nothing for stallSeconds is given up (and retried)
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, c.stallSeconds);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, u.scheme == RemoteUrl::Http ? 1L : 0L); // HF resolve URLs redirect
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "optscope");
+    if (!c.caFile.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, c.caFile.c_str());
+    std::vector<std::string> headers = extraHeaders;
+    if (u.scheme != RemoteUrl::Http && !c.accessKey.empty()) {
+        const std::string sigv4 = "aws:amz:" + (u.scheme == RemoteUrl::Gs ? std::string("auto") : c.region) + ":s3";
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str()); // curl copies option strings
+        curl_easy_setopt(e, CURLOPT_USERNAME, c.accessKey.c_str());
+        curl_easy_setopt(e, CURLOPT_PASSWORD, c.secretKey.c_str());
+        headers.push_back(std::string("x-amz-content-sha256: ") + kEmptySha256);
+        if (!c.sessionToken.empty()) headers.push_back("x-amz-security-token: " + c.sessionToken);
+    }
+    for (const auto& h : headers)
+        t.headers = curl_slist_append(t.headers, h.c_str());
+    if (t.headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.headers);
+}
+
+bool retryable(const Response& r)
+{
+    switch (r.curl) {
+    case CURLE_OK:
+        return r.status == 500 || r.status == 502 || r.status == 503 || r.status == 504 || r.status == 429;
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_WRITE_ERROR: // more body than asked: a confused server or proxy; ask again
+        return true;
+    default:
+        return false;
+    }
+}
+
+std::chrono::milliseconds backoff(int attempt, long retryAfter)
+{
+    if (retryAfter >= 0) return std::chrono::milliseconds(std::min(retryAfter, 30L) * 1000);
+    return std::chrono::milliseconds(std::min(100L << attempt, 5000L));
+}
+
+/// the S3 error code of an XML error body ("NoSuchKey", "SignatureDoesNotMatch"), or ""
+std::string xmlErrorCode(const std::string& body)
+{
+    if (body.find("<Error") == std::string::npos) return {};
+    xmlDocPtr doc = xmlReadMemory(body.data(), static_cast<int>(body.size()), "error.xml", nullptr,
+        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    if (!doc) return {};
+    std::string code;
+    if (xmlNodePtr root = xmlDocGetRootElement(doc))
+        for (xmlNodePtr n = root->children; n; n = n->next)
+            if (n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, BAD_CAST "Code") == 0) {
+                xmlChar* text = xmlNodeGetContent(n);
+                code = text ? reinterpret_cast<const char*>(text) : "";
+                xmlFree(text);
+            }
+    xmlFreeDoc(doc);
+    return code;
+}
+
+/// the failure of a request that will not be retried, as a message that names the URL and says what to do
+[[noreturn]] void fail(const std::string& shown, const Response& r, const char* what)
+{
+    if (r.curl != CURLE_OK) {
+        std::string detail = std::string(what) + ": " + curl_easy_strerror(r.curl);
+        if (!r.curlError.empty()) detail += " (" + r.curlError + ")";
+        if (r.curl == CURLE_PEER_FAILED_VERIFICATION || r.curl == CURLE_SSL_CONNECT_ERROR
+            || r.curl == CURLE_SSL_CACERT_BADFILE)
+            detail += "; the server's TLS certificate is not trusted: give its CA file in CURL_CA_BUNDLE";
+        throw Error(ErrorKind::Io, shown, detail);
+    }
+    const std::string code = xmlErrorCode(r.body);
+    std::string detail = std::string(what) + ": HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
+    if (r.status == 403 || r.status == 401)
+        detail += "; access denied: check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket's policy";
+    else if (r.status == 404)
+        detail += code == "NoSuchBucket" ? "; no such bucket" : "; no such object";
+    else if (r.status == 412)
+        throw Error(ErrorKind::Io, shown, "changed while being read (the object was replaced: its ETag changed)");
+    throw Error(ErrorKind::Io, shown, detail);
+}
+
+/// runs @p transfers concurrently (at most kParallel at once), each to completion (status and curl code filled in)
+void performAll(std::vector<Transfer*>& transfers)
+{
+    CURLM* multi = curl_multi_init();
+    size_t next = 0;
+    int running = 0;
+    auto add = [&] {
+        while (next < transfers.size() && running < kParallel) {
+            curl_multi_add_handle(multi, transfers[next]->easy);
+            g_requests.fetch_add(1, std::memory_order_relaxed);
+            g_inFlight.fetch_add(1, std::memory_order_relaxed);
+            ++next;
+            ++running;
+        }
+    };
+    add();
+    int active = 1;
+    while (active > 0 || next < transfers.size()) {
+        curl_multi_perform(multi, &active);
+        int queued = 0;
+        while (CURLMsg* m = curl_multi_info_read(multi, &queued)) {
+            if (m->msg != CURLMSG_DONE) continue;
+            Transfer* t = nullptr;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &t);
+            t->response.curl = m->data.result;
+            t->response.curlError = t->errorBuffer;
+            long status = 0;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+            if (status) t->response.status = status;
+            curl_multi_remove_handle(multi, m->easy_handle);
+            g_inFlight.fetch_sub(1, std::memory_order_relaxed);
+            --running;
+        }
+        add();
+        if (active > 0) curl_multi_poll(multi, nullptr, 0, 200, nullptr);
+        if (active == 0 && running == 0 && next >= transfers.size()) break;
+    }
+    curl_multi_cleanup(multi);
+}
+
+/// one request, retried while retryable; returns the last response
+Response performOne(const RemoteUrl& u, const std::string& url, const std::vector<std::string>& headers, bool head,
+    const std::string& shown, const char* what)
+{
+    for (int attempt = 0;; ++attempt) {
+        Transfer t;
+        prepare(t, u, url, headers);
+        curl_easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
+        if (head) curl_easy_setopt(t.easy, CURLOPT_NOBODY, 1L);
+        std::vector<Transfer*> one {&t};
+        performAll(one);
+        if (!retryable(t.response) || attempt + 1 >= kAttempts) {
+            if (t.response.curl != CURLE_OK && (t.response.curl != CURLE_WRITE_ERROR)) fail(shown, t.response, what);
+            return t.response;
+        }
+        g_retries.fetch_add(1, std::memory_order_relaxed);
+        std::this_thread::sleep_for(backoff(attempt, t.response.retryAfter));
+    }
+}
+
+// ---- what is where: object sizes and folder listings, cached for the process ----------------------------------------
+
+struct ObjectInfo
+{
+    LocationKind kind = LocationKind::Missing;
+    uint64_t size = 0;
+    std::string etag;
+    long httpStatus = 0; ///< plain HTTP: the HEAD's answer when it was no object
+};
+
+struct Listing
+{
+    std::map<std::string, ObjectInfo> entries; ///< key minus the listing's prefix -> what it is
+    bool complete = false;
+    std::string lastName; ///< the greatest name listed so far: names below it that are not listed do not exist
+    std::string continuation;
+};
+
+std::mutex g_cacheMutex; // guards both caches; held during the requests that fill them
+std::map<std::string, ObjectInfo> g_objects; // by URL
+std::map<std::string, Listing> g_listings; // by scheme, bucket and prefix
+
+std::string trimSlashes(std::string s)
+{
+    while (s.size() > 1 && s.back() == '/' && s.compare(s.size() - 3, 3, "://") != 0)
+        s.pop_back();
+    return s;
+}
+
+std::string quotedEtag(std::string etag)
+{
+    // If-Match wants the ETag quoted, as a HEAD gives it; listings may give it bare
+    if (etag.size() < 2 || etag.front() != '"') etag = "\"" + etag + "\"";
+    return etag;
+}
+
+/// one more page of the S3 listing of the keys under @p prefix (delimiter '/')
+void listNextPage(const RemoteUrl& u, const std::string& prefix, Listing& l, const std::string& shown)
+{
+    std::string url = requestUrl(u, "");
+    url += "?list-type=2&delimiter=%2F&prefix=" + encodeKey(prefix, false);
+    if (!l.continuation.empty()) url += "&continuation-token=" + encodeKey(l.continuation, false);
+    const Response r = performOne(u, url, {}, false, shown, "cannot list");
+    if (r.status != 200) fail(shown, r, "cannot list");
+    xmlDocPtr doc = xmlReadMemory(r.body.data(), static_cast<int>(r.body.size()), "list.xml", nullptr,
+        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_HUGE);
+    if (!doc) throw Error(ErrorKind::Io, shown, "cannot list: the server's listing is not XML");
+    auto text = [](xmlNodePtr n) {
+        xmlChar* t = xmlNodeGetContent(n);
+        std::string s = t ? reinterpret_cast<const char*>(t) : "";
+        xmlFree(t);
+        return s;
+    };
+    auto child = [&](xmlNodePtr n, const char* name) -> std::string {
+        for (xmlNodePtr c = n->children; c; c = c->next)
+            if (c->type == XML_ELEMENT_NODE && xmlStrcmp(c->name, BAD_CAST name) == 0) return text(c);
+        return {};
+    };
+    bool truncated = false;
+    l.continuation.clear();
+    if (xmlNodePtr root = xmlDocGetRootElement(doc))
+        for (xmlNodePtr n = root->children; n; n = n->next) {
+            if (n->type != XML_ELEMENT_NODE) continue;
+            if (xmlStrcmp(n->name, BAD_CAST "Contents") == 0) {
+                const std::string key = child(n, "Key");
+                if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
+                ObjectInfo o;
+                o.kind = LocationKind::File;
+                o.size = std::strtoull(child(n, "Size").c_str(), nullptr, 10);
+                o.etag = quotedEtag(child(n, "ETag"));
+                const std::string name = key.substr(prefix.size());
+                l.entries[name] = o;
+                l.lastName = std::max(l.lastName, name);
+            } else if (xmlStrcmp(n->name, BAD_CAST "CommonPrefixes") == 0) {
+                const std::string key = child(n, "Prefix");
+                if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
+                std::string name = key.substr(prefix.size());
+                l.lastName = std::max(l.lastName, name);
+                if (!name.empty() && name.back() == '/') name.pop_back();
+                ObjectInfo o;
+                o.kind = LocationKind::Folder;
+                l.entries[name] = o; // a folder and an object of one name: the folder is what a checkpoint is
+            } else if (xmlStrcmp(n->name, BAD_CAST "IsTruncated") == 0) {
+                truncated = text(n) == "true";
+            } else if (xmlStrcmp(n->name, BAD_CAST "NextContinuationToken") == 0) {
+                l.continuation = text(n);
+            }
+        }
+    xmlFreeDoc(doc);
+    l.complete = !truncated || l.continuation.empty();
+}
+
+/// the listing of the keys under @p prefix, paged far enough to answer for @p name (all of it when it is empty).
+/// S3 lists in byte order, so a name below the last one listed that is not listed does not exist. g_cacheMutex held.
+const Listing& listingFor(const RemoteUrl& u, const std::string& prefix, const std::string& name, const std::string& shown)
+{
+    Listing& l = g_listings[std::to_string(u.scheme) + "\n" + u.bucket + "\n" + prefix];
+    while (!l.complete && (name.empty() || l.lastName.empty() || l.lastName < name))
+        listNextPage(u, prefix, l, shown);
+    return l;
+}
+
+std::string folderPrefix(const std::string& key)
+{
+    return key.empty() || key.back() == '/' ? key : key + "/";
+}
+
+ObjectInfo httpHead(const std::string& url)
+{
+    const RemoteUrl u = parseUrl(url);
+    const Response r = performOne(u, requestUrl(u, u.key), {}, true, displayLocation(url), "cannot read");
+    ObjectInfo o;
+    if (r.status >= 200 && r.status < 300) {
+        o.kind = LocationKind::File;
+        o.size = r.contentLength;
+        o.etag = r.etag;
+    } else if (r.status == 404 || r.status == 403 || (r.status >= 300 && r.status < 400)) {
+        // plain HTTP cannot tell a folder from nothing: a folder is where a format looks for its files
+        o.kind = LocationKind::Folder;
+        o.httpStatus = r.status;
+    } else {
+        fail(displayLocation(url), r, "cannot read");
+    }
+    return o;
+}
+
+/// what @p url is (cached). On an object store a location inside a folder already looked at is answered from that
+/// folder's listing; any other from one listing of the keys that start with its own key.
+ObjectInfo objectInfo(const std::string& urlIn)
+{
+    const std::string url = trimSlashes(urlIn);
+    const RemoteUrl u = parseUrl(url);
+    const std::string shown = displayLocation(url);
+    std::lock_guard<std::mutex> lock(g_cacheMutex);
+    if (auto it = g_objects.find(url); it != g_objects.end()) return it->second;
+    ObjectInfo o;
+    if (u.scheme == RemoteUrl::Http) {
+        o = httpHead(url);
+    } else if (u.key.empty()) {
+        o.kind = LocationKind::Folder; // a bucket
+    } else {
+        const auto slash = url.find_last_of('/');
+        const std::string parentUrl = url.substr(0, slash), leaf = url.substr(slash + 1);
+        auto parent = g_objects.find(parentUrl);
+        if (parent != g_objects.end() && parent->second.kind == LocationKind::Folder) {
+            const std::string parentKey = u.key.substr(0, u.key.size() - leaf.size());
+            const Listing& l = listingFor(u, parentKey, leaf + "/", shown);
+            if (auto it = l.entries.find(leaf); it != l.entries.end()) o = it->second;
+        } else {
+            const Listing& l = listingFor(u, u.key, "/", shown); // names "" (the object) and "/" (a folder)
+            if (auto it = l.entries.find(""); it != l.entries.end()) o = it->second;
+        }
+    }
+    g_objects[url] = o;
+    return o;
+}
+
+// ---- the remote ByteSource ------------------------------------------------------------------------------------------
+
+class RemoteObject final : public ByteSource
+{
+public:
+    RemoteObject(const std::string& url, const ObjectInfo& info)
+        : m_url(url)
+        , m_remote(parseUrl(url))
+        , m_etag(info.etag)
+    {
+        m_path = displayLocation(url);
+        m_size = info.size;
+        m_fetchOnRead = true;
+        if (m_size > 0) {
+            void* p = ::mmap(nullptr, m_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED)
+                throw Error(ErrorKind::Io, m_path,
+                    "cannot reserve " + std::to_string(m_size) + " bytes of address space: " + std::strerror(errno));
+            m_base = static_cast<const uint8_t*>(p);
+        }
+        m_present.assign(static_cast<size_t>((m_size + kBlock - 1) / kBlock), 0);
+    }
+    ~RemoteObject() override
+    {
+        if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
+    }
+
+    bool faulted() const override { return m_changed.load(); }
+    void checkUnchanged() const override
+    {
+        if (m_changed.load())
+            throw Error(ErrorKind::Io, m_path, "changed while being read (the object was replaced: its ETag changed)");
+    }
+    void adviseSequential(uint64_t offset, uint64_t length) const override
+    {
+        // read-ahead: the next 64 MiB of the range, fetched concurrently now
+        if (offset < m_size) fetch(offset, std::min<uint64_t>({length, m_size - offset, uint64_t(64) << 20}));
+    }
+    void release(uint64_t, uint64_t) const override
+    {
+        // Kept: readers release ranges they may read again through a pointer they hold (a local map faults the pages
+        // back in from the page cache; an anonymous map would read zeros). The memory goes with the object.
+    }
+
+    void copyOut(uint64_t offset, uint64_t length, uint8_t* destination) const override
+    {
+        if (length == 0) return;
+        std::lock_guard<std::mutex> lock(m_mutex);
+        fetchLocked(offset, length);
+        std::memcpy(destination, m_base + offset, length);
+        // the whole blocks inside the range hold these bytes only: nobody else points into them
+        const uint64_t first = (offset + kBlock - 1) / kBlock;
+        const uint64_t end = offset + length;
+        const uint64_t last = end == m_size ? m_present.size() : end / kBlock;
+        for (uint64_t b = first; b < last; ++b) {
+            ::madvise(const_cast<uint8_t*>(m_base) + b * kBlock, std::min(kBlock, m_size - b * kBlock), MADV_DONTNEED);
+            m_present[b] = 0;
+        }
+    }
+
+private:
+    void fetch(uint64_t offset, uint64_t length) const override
+    {
+        if (length == 0) return;
+        std::lock_guard<std::mutex> lock(m_mutex);
+        fetchLocked(offset, length);
+    }
+
+    void fetchLocked(uint64_t offset, uint64_t length) const
+    {
+        if (length == 0) return;
+        if (offset > m_size || length > m_size - offset)
+            throw Error(ErrorKind::Io, m_path,
+                "a read of " + std::to_string(length) + " bytes at offset " + std::to_string(offset)
+                    + " lies past the end of the object (" + std::to_string(m_size) + " bytes)");
+        const uint64_t firstBlock = offset / kBlock, endBlock = (offset + length + kBlock - 1) / kBlock;
+        struct Part
+        {
+            uint64_t offset, length;
+        };
+        std::vector<Part> parts;
+        for (uint64_t b = firstBlock; b < endBlock;) {
+            if (m_present[b]) {
+                ++b;
+                continue;
+            }
+            uint64_t e = b;
+            while (e < endBlock && !m_present[e])
+                ++e;
+            // a run of missing blocks, cut in parts
+            for (uint64_t at = b * kBlock; at < std::min(m_size, e * kBlock); at += kPart)
+                parts.push_back({at, std::min({kPart, m_size - at, e * kBlock - at})});
+            b = e;
+        }
+        if (parts.empty()) return;
+        fetchParts(parts.data(), parts.size());
+        for (uint64_t b = firstBlock; b < endBlock; ++b)
+            m_present[b] = 1;
+    }
+
+    template<typename P> void fetchParts(const P* parts, size_t count) const
+    {
+        std::vector<size_t> pending(count);
+        for (size_t i = 0; i < count; ++i)
+            pending[i] = i;
+        const std::string url = requestUrl(m_remote, m_remote.key);
+        for (int attempt = 0; !pending.empty(); ++attempt) {
+            std::vector<std::unique_ptr<Transfer>> transfers;
+            std::vector<Transfer*> raw;
+            for (size_t i : pending) {
+                const auto& p = parts[i];
+                std::vector<std::string> headers {
+                    "Range: bytes=" + std::to_string(p.offset) + "-" + std::to_string(p.offset + p.length - 1)};
+                if (!m_etag.empty()) headers.push_back("If-Match: " + m_etag);
+                auto t = std::make_unique<Transfer>();
+                prepare(*t, m_remote, url, headers);
+                curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
+                t->destination = const_cast<uint8_t*>(m_base) + p.offset;
+                t->capacity = p.length;
+                raw.push_back(t.get());
+                transfers.push_back(std::move(t));
+            }
+            performAll(raw);
+            std::vector<size_t> again;
+            long retryAfter = -1;
+            for (size_t k = 0; k < pending.size(); ++k) {
+                const auto& p = parts[pending[k]];
+                Response& r = transfers[k]->response;
+                const bool whole = p.offset == 0 && p.length == m_size;
+                const bool ok = r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole))
+                    && r.received == p.length;
+                if (ok) continue;
+                if (r.status == 412) {
+                    m_changed.store(true);
+                    checkUnchanged();
+                }
+                if (r.curl == CURLE_OK && r.status == 200 && !whole)
+                    throw Error(ErrorKind::Io, m_path,
+                        "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place");
+                const bool shortBody = r.curl == CURLE_OK && (r.status == 206 || r.status == 200);
+                if ((retryable(r) || shortBody) && attempt + 1 < kAttempts) {
+                    again.push_back(pending[k]);
+                    retryAfter = std::max(retryAfter, r.retryAfter);
+                    continue;
+                }
+                if (shortBody)
+                    throw Error(ErrorKind::Io, m_path,
+                        "the server sent " + std::to_string(r.received) + " of the " + std::to_string(p.length)
+                            + " bytes asked at offset " + std::to_string(p.offset) + ", " + std::to_string(kAttempts)
+                            + " times");
+                fail(m_path, r, "cannot read");
+            }
+            pending.swap(again);
+            if (!pending.empty()) {
+                g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
+                std::this_thread::sleep_for(backoff(attempt, retryAfter));
+            }
+        }
+    }
+
+    std::string m_url;
+    RemoteUrl m_remote;
+    std::string m_etag;
+    mutable std::mutex m_mutex;
+    mutable std::vector<uint8_t> m_present; ///< per block of kBlock bytes
+    mutable std::atomic<bool> m_changed {false};
+};
+
+} // namespace
+
+std::string displayLocation(const std::string& location)
+{
+    if (!isUrl(location)) return location;
+    std::string s = location.substr(0, location.find_first_of("?#"));
+    const auto scheme = s.find("://");
+    const auto at = s.find('@', scheme + 3);
+    const auto slash = s.find('/', scheme + 3);
+    if (at != std::string::npos && (slash == std::string::npos || at < slash)) s.erase(scheme + 3, at + 1 - scheme - 3);
+    return s;
+}
+
+std::shared_ptr<const ByteSource> openRemoteObject(const std::string& url)
+{
+    ObjectInfo info = objectInfo(url);
+    if (info.kind == LocationKind::Folder)
+        throw Error(ErrorKind::Io, displayLocation(url), "is a folder (a prefix), expected an object");
+    if (info.kind != LocationKind::File) throw Error(ErrorKind::Io, displayLocation(url), "no such object");
+    return std::make_shared<RemoteObject>(url, info);
+}
+
+LocationStat remoteStat(const std::string& url)
+{
+    const ObjectInfo o = objectInfo(url);
+    return {o.kind, o.size, o.httpStatus ? "HTTP " + std::to_string(o.httpStatus) : std::string()};
+}
+
+std::vector<std::string> remoteFolderEntries(const std::string& url)
+{
+    if (!remoteCanList(url))
+        throw Error(ErrorKind::Io, displayLocation(url),
+            "cannot list a folder over HTTP: name the file (for example .../model.safetensors) or use s3://");
+    const std::string folder = trimSlashes(url);
+    const RemoteUrl u = parseUrl(folder);
+    std::lock_guard<std::mutex> lock(g_cacheMutex);
+    const Listing& l = listingFor(u, folderPrefix(u.key), "", displayLocation(folder));
+    std::vector<std::string> names;
+    names.reserve(l.entries.size());
+    for (const auto& [name, info] : l.entries)
+        if (!name.empty()) names.push_back(name);
+    return names;
+}
+
+bool remoteCanList(const std::string& url)
+{
+    return parseUrl(url).scheme != RemoteUrl::Http;
+}
+
+RemoteTransferStats remoteTransferStats()
+{
+    RemoteTransferStats s;
+    s.requests = g_requests.load();
+    s.bytesFetched = g_bytes.load();
+    s.retries = g_retries.load();
+    s.inFlight = g_inFlight.load();
+    return s;
+}
+
+void forgetRemoteListings()
+{
+    std::lock_guard<std::mutex> lock(g_cacheMutex);
+    g_objects.clear();
+    g_listings.clear();
+}
+
+} // namespace optscope

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/io/storage.h"
+#include "mapped_file.h"
+#include "remote_object.h"
+#include "optscope/base/error.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace optscope {
+
+bool isUrl(const std::string& location)
+{
+    for (const char* scheme : {"s3://", "gs://", "http://", "https://"})
+        if (location.rfind(scheme, 0) == 0) return true;
+    return false;
+}
+
+LocationStat statLocation(const std::string& location)
+{
+    if (isUrl(location)) return remoteStat(location);
+    struct stat st
+    { };
+    if (::stat(location.c_str(), &st) != 0) return {};
+    if (S_ISDIR(st.st_mode)) return {LocationKind::Folder, 0, {}};
+    if (S_ISREG(st.st_mode)) return {LocationKind::File, static_cast<uint64_t>(st.st_size), {}};
+    return {LocationKind::Other, 0, {}};
+}
+
+std::vector<std::string> folderEntries(const std::string& folder)
+{
+    if (isUrl(folder)) return remoteFolderEntries(folder);
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(folder, ec))
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+std::vector<FolderEntry> listFolder(const std::string& folder)
+{
+    std::vector<FolderEntry> out;
+    if (!canListFolder(folder)) return out;
+    try {
+        for (auto& n : folderEntries(folder))
+            out.push_back({n, childLocation(folder, n)});
+    } catch (const std::exception&) {
+        // as std::filesystem's iteration with an error code: an unreadable folder holds nothing a reader can use
+    }
+    return out;
+}
+
+bool canListFolder(const std::string& folder)
+{
+    return !isUrl(folder) || remoteCanList(folder);
+}
+
+std::string childLocation(const std::string& folder, const std::string& name)
+{
+    if (folder.empty()) return name;
+    return folder.back() == '/' ? folder + name : folder + "/" + name;
+}
+
+std::string readSmallFile(const std::string& location, uint64_t maxBytes)
+{
+    const auto file = openByteSource(location);
+    if (file->size() > maxBytes)
+        throw Error(ErrorKind::Limit, file->path(),
+            "is larger than " + std::to_string(maxBytes) + " bytes (" + std::to_string(file->size()) + ")");
+    return std::string(reinterpret_cast<const char*>(file->all()), file->size());
+}
+
+std::shared_ptr<const ByteSource> openByteSource(const std::string& location)
+{
+    if (isUrl(location)) return openRemoteObject(location);
+    return MappedFile::open(location);
+}
+
+} // namespace optscope
