@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "format.h"
+#include "optscope/io/storage.h"
 
 #include "optscope/base/display_text.h"
 
@@ -106,6 +107,8 @@ QString Format::text(const std::string& s)
 QString Format::displayPath(const QString& path)
 {
     if (path.isEmpty()) return path;
+    if (optscope::isUrl(path.toStdString()))
+        return QString::fromStdString(optscope::displayLocation(path.toStdString())); // no presigned query
     const QString abs = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
     auto under = [&abs](const QString& dir) {
         const QString d = QDir::cleanPath(dir);

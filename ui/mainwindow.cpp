@@ -13,6 +13,8 @@
 #include "tensordetailspanel.h"
 #include "watchpanel.h"
 
+#include "optscope/io/storage.h"
+
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
@@ -21,8 +23,10 @@
 #include <QDropEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QInputDialog>
 #include <QKeySequence>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
@@ -223,6 +227,24 @@ void MainWindow::setupMenus()
               if (!path.isEmpty()) openPath(path);
           });
     openFolder->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+    QAction* openUrl = file->addAction(
+        QIcon::fromTheme(QStringLiteral("folder-remote")), tr("Open &URL…"), this, [this] {
+            bool ok = false;
+            const QString url = QInputDialog::getText(this, tr("Open a checkpoint where it lives"),
+                tr("s3://bucket/prefix, gs://bucket/prefix or https://host/path (read in place; credentials as the AWS "
+                   "tools take them: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL …)"),
+                QLineEdit::Normal, QString(), &ok)
+                                    .trimmed();
+            if (!ok || url.isEmpty()) return;
+            if (!optscope::isUrl(url.toStdString())) {
+                QMessageBox::warning(this, tr("Open URL"),
+                    tr("%1 is not a URL OptScope reads: use s3://, gs://, http:// or https://").arg(url));
+                return;
+            }
+            openPath(url);
+        });
+    openUrl->setObjectName(QStringLiteral("openUrl"));
+    openUrl->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_L));
     QAction* openRaw = file->addAction(tr("Open File &Raw…"), this, [this] {
         const QString path = QFileDialog::getOpenFileName(this,
             tr("Open one file as the torch.save or safetensors file it is (not the checkpoint it belongs to)"),
@@ -329,7 +351,13 @@ void MainWindow::setupStatusBar()
         if (!showTimer->isActive() && m_progress->isHidden()) showTimer->start();
     });
     connect(runner, &JobRunner::progress, this, [this](const QString& label, double fraction, const QString& stage) {
-        m_jobLabel->setText(stage.isEmpty() ? label : QStringLiteral("%1 — %2").arg(label, stage));
+        QString text = stage.isEmpty() ? label : QStringLiteral("%1 — %2").arg(label, stage);
+        // reading remote storage: what is on the wire
+        if (const auto remote = optscope::remoteTransferStats(); remote.requests > 0)
+            text += tr(" — %1 fetched, %2 requests in flight")
+                        .arg(Format::bytes(remote.bytesFetched))
+                        .arg(remote.inFlight);
+        m_jobLabel->setText(text);
         m_progress->setValue(static_cast<int>(fraction * 1000));
     });
     connect(m_cancel, &QToolButton::clicked, this, [this] { statusBar()->showMessage(tr("Cancelled"), 3000); });
@@ -346,7 +374,8 @@ void MainWindow::setupStatusBar()
 
 void MainWindow::openPath(const QString& path)
 {
-    m_context->open(QFileInfo(path).absoluteFilePath());
+    // a URL (s3://, gs://, http(s)://) is read in place, as it is
+    m_context->open(optscope::isUrl(path.toStdString()) ? path : QFileInfo(path).absoluteFilePath());
 }
 
 void MainWindow::watchFolder(const QString& folder)

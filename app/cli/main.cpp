@@ -4,6 +4,7 @@
 
 #include "optscope/base/error.h"
 #include "optscope/base/read_policy.h"
+#include "optscope/io/storage.h"
 
 #include <csignal>
 #include <iostream>
@@ -197,9 +198,15 @@ int main(int argc, char** argv)
         for (const auto& c : commands())
             std::cerr << "  " << c.name << std::string(c.name.size() < 10 ? 10 - c.name.size() : 1, ' ') << c.synopsis
                       << "\n";
-        std::cerr << "\n'optscope-cli COMMAND --help' shows a command's options.\n"
-                     "--allow-outside-reads (with any command) reads data files that a checkpoint's metadata places\n"
-                     "outside its folder (absolute paths, '..', symlinks out of it); by default they are not read.\n";
+        std::cerr
+            << "\n'optscope-cli COMMAND --help' shows a command's options.\n"
+               "--allow-outside-reads (with any command) reads data files that a checkpoint's metadata places\n"
+               "outside its folder (absolute paths, '..', symlinks out of it); by default they are not read.\n"
+               "--remote-stats (with any command) prints what remote reads cost: requests, bytes, retries.\n"
+               "\nA PATH may be a URL: s3://BUCKET/KEY, gs://BUCKET/KEY, http(s)://HOST/PATH (read in place with\n"
+               "ranged requests; credentials and endpoint as AWS tools take them: AWS_ACCESS_KEY_ID,\n"
+               "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_ENDPOINT_URL, AWS_REGION; "
+               "CURL_CA_BUNDLE).\n";
     };
     if (args.empty()) {
         usage();
@@ -215,13 +222,29 @@ int main(int argc, char** argv)
     }
     // a global option, before or after the command: read data files outside the checkpoint folder (a .metadata or
     // index that names ../x or /x, a symlink out of the folder), as PyTorch's own loaders do
+    // --remote-stats: what the remote reads cost, on stderr when the command ends (requests, bytes, retries)
+    bool remoteStats = false;
     for (auto it = args.begin(); it != args.end();)
         if (*it == "--allow-outside-reads") {
             optscope::allowReadsOutsideCheckpoint(true);
             it = args.erase(it);
+        } else if (*it == "--remote-stats") {
+            remoteStats = true;
+            it = args.erase(it);
         } else {
             ++it;
         }
+    struct PrintRemoteStats
+    {
+        bool on;
+        ~PrintRemoteStats()
+        {
+            if (!on) return;
+            const auto s = optscope::remoteTransferStats();
+            std::cerr << "remote: " << s.requests << " requests, " << s.bytesFetched << " bytes fetched, " << s.retries
+                      << " retries" << std::endl;
+        }
+    } printRemoteStats {remoteStats};
     if (args.empty()) {
         usage();
         return ExitError;
