@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Remote reads against the usual tools, same machine, same run, same local S3 server (moto_server):
+
+    python3 bench/remote/run_remote_bench.py [--cli build/app/optscope-cli] [--ckpt bench/out/fsdp2_4rank_2gb]
+                                             [--out bench/results/remote.md]
+
+Run from the repository root (scripts/torch-python only sees the current folder). Makes the checkpoint with
+bench/make_big_checkpoint.py when it is missing, uploads it with boto3, then times:
+  - inspect through s3:// against local inspect + curl of the .metadata (requests, bytes fetched);
+  - gather from s3:// to a local .pt against boto3's transfer manager downloading the folder + a local gather;
+  - peak RSS (GNU time) of each OptScope run.
+moto_server is a Python server: its own speed bounds both sides, so the ratios are what to read.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "remote"))
+from servers import s3_put, start_moto, stop  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--cli", default=os.path.join(ROOT, "build/app/optscope-cli"))
+ap.add_argument("--ckpt", default="bench/out/fsdp2_4rank_2gb")
+ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/remote.md"))
+a = ap.parse_args()
+TORCH_PYTHON = os.path.join(ROOT, "scripts/torch-python")
+work = os.path.join(ROOT, "bench/out")
+ckpt = os.path.relpath(os.path.abspath(a.ckpt), work)
+if not os.path.isdir(a.ckpt):
+    subprocess.run([TORCH_PYTHON, "bench/make_big_checkpoint.py", a.ckpt], cwd=ROOT, check=True)
+
+
+def timed(cmd, env=None, cwd=None):
+    """(seconds, peak RSS in MB, stderr) of one run under GNU time"""
+    e = dict(os.environ, **(env or {}))
+    p = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *cmd], capture_output=True, text=True, env=e, cwd=cwd)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
+    line = [l for l in p.stderr.splitlines() if l.startswith("TIME ")][-1].split()
+    return float(line[1]), int(line[2]) / 1024, p.stderr
+
+
+def stats(stderr):
+    for l in stderr.splitlines():
+        if l.startswith("remote: "):
+            w = l.split()
+            return int(w[1]), int(w[3])
+    return 0, 0
+
+
+procs = []
+rows = []
+try:
+    port = start_moto(TORCH_PYTHON, work, procs)
+    t0 = time.monotonic()
+    s3_put(TORCH_PYTHON, work, port, ckpt, "big")
+    upload = time.monotonic() - t0
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+           "AWS_REGION": "us-east-1"}
+    size = sum(os.path.getsize(os.path.join(a.ckpt, n)) for n in os.listdir(a.ckpt))
+    meta = os.path.getsize(os.path.join(a.ckpt, ".metadata"))
+    # inspect: remote against local + curl of the .metadata
+    t_local, _, _ = timed([a.cli, "inspect", "--json", a.ckpt])
+    t_curl, _, _ = timed(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "bench:bench", "-o",
+                          "/dev/null", f"http://127.0.0.1:{port}/ckpt/big/.metadata"])
+    t_remote, rss_i, err = timed([a.cli, "--remote-stats", "inspect", "--json", "s3://ckpt/big"], env)
+    req_i, bytes_i = stats(err)
+    rows.append(("inspect --json", f"{t_remote:.2f} s", f"{t_local + t_curl:.2f} s (local inspect {t_local:.2f} + "
+                 f"curl .metadata {t_curl:.2f})", f"{t_remote / (t_local + t_curl):.2f}x",
+                 f"{req_i} requests, {bytes_i} bytes (.metadata {meta}); peak RSS {rss_i:.0f} MB"))
+    # gather: remote against download + local gather
+    for d in ("remote_gather", "local_gather"):  # one output name in two folders: the zip's prefix is the name
+        shutil.rmtree(os.path.join(work, d), ignore_errors=True)
+        os.makedirs(os.path.join(work, d))
+    t_gather, rss_g, err = timed([a.cli, "--remote-stats", "gather", "s3://ckpt/big", "-o",
+                                  os.path.join(work, "remote_gather", "g.pt")], env)
+    req_g, bytes_g = stats(err)
+    dl = os.path.join(work, "big_download")
+    shutil.rmtree(dl, ignore_errors=True)
+    p = subprocess.run([TORCH_PYTHON, "s3_put.py", f"http://127.0.0.1:{port}", "ckpt", "--download", "big",
+                        os.path.relpath(dl, work)], cwd=work, capture_output=True, text=True, check=True)
+    t_download = float(p.stdout.strip().splitlines()[-1])
+    t_local_gather, _, _ = timed([a.cli, "gather", dl, "-o", os.path.join(work, "local_gather", "g.pt")])
+    same = open(os.path.join(work, "remote_gather", "g.pt"), "rb").read() == \
+        open(os.path.join(work, "local_gather", "g.pt"), "rb").read()
+    base = t_download + t_local_gather
+    rows.append(("gather -o local.pt", f"{t_gather:.2f} s", f"{base:.2f} s (boto3 download {t_download:.2f} + "
+                 f"local gather {t_local_gather:.2f})", f"{base / t_gather:.2f}x faster",
+                 f"{req_g} requests, {bytes_g} bytes of {size} ({bytes_g / size:.3f}x); peak RSS {rss_g:.0f} MB; "
+                 f"outputs byte-identical: {same}"))
+    shutil.rmtree(dl, ignore_errors=True)
+finally:
+    stop(procs)
+
+lines = ["# Remote reads (s3:// through moto_server on loopback)", "",
+         f"Checkpoint: `{a.ckpt}` ({size} bytes); upload with boto3 took {upload:.1f} s. Machine: "
+         f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. Each figure is one run.", "",
+         "| command | OptScope on s3:// | the usual way | ratio | cost |", "|---|---|---|---|---|"]
+lines += [f"| {' | '.join(r)} |" for r in rows]
+open(a.out, "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))

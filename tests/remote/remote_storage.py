@@ -1,0 +1,312 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Checkpoints read in place from remote storage, against real servers this test starts itself:
+
+- nginx (Debian) serving tests/data over HTTP and over HTTPS with a self-signed certificate made here;
+- a fault proxy (this file) in front of nginx that answers 503 with Retry-After, resets the connection, sends a body
+  shorter than its Content-Length and answers S3's SlowDown, before it lets a request through;
+- moto_server (Debian trixie's python3-moto, in the PyTorch chroot) as the S3 API, the fixtures uploaded with boto3.
+
+Every read is compared with the same command on the local copy (--json output, hashes included); the faults must be
+retried and never used; errors name the URL and exit 2; the credentials never appear in any output.
+
+    python3 remote_storage.py OPTSCOPE_CLI TEST_DATA WORKDIR [TORCH_PYTHON [REPORT.md]]
+Without TORCH_PYTHON (no chroot) the S3 cases are skipped and say so.
+"""
+import http.client
+import json
+import os
+import shutil
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import http.server
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from servers import free_port, s3_put, start_moto, stop, wait_port  # noqa: E402
+
+CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
+REPORT = sys.argv[5] if len(sys.argv) > 5 else os.path.join(WORK, "remote.md")
+SECRET = "OptScopeTestSecret+KEY/never-printed-4b1d"
+SIGNATURE = "X-Amz-Signature=deadbeefSIGNATUREnever-printed"
+results = []  # (case, outcome, ok)
+outputs = []  # every stdout/stderr the CLI printed: the secret must be in none
+procs = []
+
+
+def cli(args, env=None, check=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([CLI] + args, capture_output=True, text=True, env=e, timeout=600)
+    outputs.append(p.stdout + p.stderr)
+    if check is not None and p.returncode != check:
+        raise AssertionError(f"{' '.join(args)}: exit {p.returncode}, expected {check}\n{p.stderr}")
+    return p
+
+
+def record(case, outcome, ok):
+    results.append((case, outcome, ok))
+    print(("ok   " if ok else "FAIL ") + case + ": " + outcome, flush=True)
+
+
+def same_as_local(case, url, local, env=None, extra=()):
+    """`inspect --json --hash` of the URL equals that of the local copy, the location aside"""
+    r = cli(["inspect", "--json", "--hash", *extra, url], env)
+    l = cli(["inspect", "--json", "--hash", *extra, local])
+    if r.returncode != 0:
+        record(case, f"exit {r.returncode}: {r.stderr.strip()}", False)
+        return
+    rj, lj = json.loads(r.stdout), json.loads(l.stdout)
+    rj.pop("path", None), lj.pop("path", None)
+    text = json.dumps(rj, sort_keys=True).replace(url.split("?")[0], local)
+    ok = json.loads(text) == lj
+    record(case, f"{len(lj.get('entries', lj.get('keys', [])))} entries, same --json as the local copy" if ok
+           else "differs from the local copy", ok)
+
+
+def expect_error(case, args, needles, env=None):
+    p = cli(args, env)
+    ok = p.returncode == 2 and all(n in p.stderr for n in needles)
+    record(case, f"exit {p.returncode}: {p.stderr.strip()[:200]}", ok)
+
+
+def remote_stats(p):
+    for line in p.stderr.splitlines():
+        if line.startswith("remote: "):
+            w = line.split()
+            return int(w[1]), int(w[3]), int(w[6])
+    return None
+
+
+# ---- servers --------------------------------------------------------------------------------------------------------
+
+def start_nginx():
+    conf_dir = os.path.join(WORK, "nginx")
+    os.makedirs(conf_dir, exist_ok=True)
+    cert, key = os.path.join(conf_dir, "cert.pem"), os.path.join(conf_dir, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    http_port, https_port = free_port(), free_port()
+    temp = "".join(f" {k}_temp_path {conf_dir}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    with open(os.path.join(conf_dir, "nginx.conf"), "w") as f:
+        f.write(f"""daemon off; pid {conf_dir}/nginx.pid; error_log {conf_dir}/error.log;
+events {{}}
+http {{ access_log {conf_dir}/access.log; {temp}
+  server {{ listen 127.0.0.1:{http_port}; root {DATA}; }}
+  server {{ listen 127.0.0.1:{https_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key}; root {DATA}; }}
+}}
+""")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    p = subprocess.Popen([nginx, "-c", os.path.join(conf_dir, "nginx.conf"), "-p", conf_dir],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    procs.append(p)
+    wait_port(http_port, "nginx", p)
+    wait_port(https_port, "nginx", p)
+    return http_port, https_port, cert
+
+
+class FaultProxy(http.server.BaseHTTPRequestHandler):
+    """forwards to nginx; the ranged GETs meet, in turn: 503 + Retry-After, a reset, a short body, SlowDown"""
+    upstream = 0
+    faults = []
+    lock = threading.Lock()
+    injected = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_HEAD(self):
+        self.forward(head=True)
+
+    def do_GET(self):
+        fault = None
+        if "Range" in self.headers:
+            with FaultProxy.lock:
+                if FaultProxy.faults:
+                    fault = FaultProxy.faults.pop(0)
+                    FaultProxy.injected.append(fault)
+        if fault == "503":
+            self.send_response(503)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if fault == "slowdown":
+            body = b"<?xml version='1.0'?><Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
+            self.send_response(503)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.connection.close()
+            return
+        self.forward(head=False, short=fault == "short")
+
+    def forward(self, head, short=False):
+        c = http.client.HTTPConnection("127.0.0.1", FaultProxy.upstream, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")}
+        c.request("HEAD" if head else "GET", self.path, headers=headers)
+        r = c.getresponse()
+        body = r.read()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() in ("content-length", "content-range", "etag", "content-type", "accept-ranges"):
+                self.send_header(k, v)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body[: len(body) // 2] if short else body)
+            if short:
+                self.wfile.flush()
+                self.close_connection = True
+
+
+def start_proxy(upstream):
+    FaultProxy.upstream = upstream
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), FaultProxy)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
+
+
+# ---- the cases ------------------------------------------------------------------------------------------------------
+
+def http_cases(http_port, https_port, cert):
+    base = f"http://127.0.0.1:{http_port}"
+    for rel in ("adam_int.pt", "adam_int_legacy.pt", "fsdp2_r2", "fsdp2_r2/.metadata", "hf/single/model.safetensors",
+                "hf/sharded", "hf/sharded/model.safetensors.index.json", "fsdp2_r3"):
+        same_as_local(f"HTTP: inspect {rel}", f"{base}/{rel}", os.path.join(DATA, rel))
+    same_as_local("HTTP: a presigned URL's query is kept off every output", f"{base}/adam_int.pt?{SIGNATURE}",
+                  os.path.join(DATA, "adam_int.pt"))
+    p = cli(["diff", f"{base}/fsdp2_r2", os.path.join(DATA, "fsdp2_r2")])
+    record("HTTP: diff URL against the local copy", f"exit {p.returncode}", p.returncode == 0)
+    expect_error("HTTP 404 names the URL", ["inspect", f"{base}/no_such.pt"], [f"{base}/no_such.pt", "HTTP 404"])
+    expect_error("HTTP: a folder no format's file names is refused, saying HTTP cannot list",
+                 ["inspect", f"{base}/torchtitan"], ["cannot be listed over HTTP"])
+    same_as_local("HTTPS with the server's CA (CURL_CA_BUNDLE)", f"https://127.0.0.1:{https_port}/fsdp2_r2",
+                  os.path.join(DATA, "fsdp2_r2"), env={"CURL_CA_BUNDLE": cert})
+    expect_error("HTTPS: an untrusted certificate is refused and says what to do",
+                 ["inspect", f"https://127.0.0.1:{https_port}/adam_int.pt"], ["CURL_CA_BUNDLE", "https://127.0.0.1"],
+                 env={"CURL_CA_BUNDLE": "", "SSL_CERT_FILE": ""})
+
+
+def fault_cases(http_port):
+    proxy = start_proxy(http_port)
+    FaultProxy.faults = ["503", "reset", "short", "slowdown"]
+    url = f"http://127.0.0.1:{proxy}/fsdp2_r2"
+    r = cli(["--remote-stats", "inspect", "--json", "--hash", url])
+    l = cli(["inspect", "--json", "--hash", os.path.join(DATA, "fsdp2_r2")])
+    stats = remote_stats(r)
+    same = r.returncode == 0 and json.loads(r.stdout.replace(url, os.path.join(DATA, "fsdp2_r2"))).get("entries") \
+        == json.loads(l.stdout).get("entries")
+    record("faults: 503 + Retry-After, reset, short body, SlowDown are retried, never used",
+           f"injected {FaultProxy.injected}; {stats[2] if stats else '?'} retries; output same as local: {same}",
+           same and stats is not None and stats[2] >= 4 and not FaultProxy.faults)
+    FaultProxy.faults = ["503"] * 20
+    p = cli(["inspect", "--hash", f"http://127.0.0.1:{proxy}/adam_int.pt"])
+    ok = p.returncode == 2 and "HTTP 503" in p.stderr and f"127.0.0.1:{proxy}/adam_int.pt" in p.stderr
+    record("faults: a server that keeps failing gives exit 2 naming the URL after the retries",
+           f"exit {p.returncode}: {p.stderr.strip()[:160]}", ok)
+    FaultProxy.faults = []
+
+
+def s3_cases():
+    if not TORCH_PYTHON:
+        record("S3 (moto_server)", "skipped: no PyTorch chroot (TORCH_PYTHON) to run moto_server and boto3", True)
+        return
+    port = start_moto(TORCH_PYTHON, WORK, procs)
+    up = os.path.join(WORK, "up")
+    shutil.rmtree(up, ignore_errors=True)
+    for rel in ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
+                "fsdp2_r3", "torchtitan/flat/groups_2rank"):
+        src, dst = os.path.join(DATA, rel), os.path.join(up, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, dst)
+    s3_put(TORCH_PYTHON, WORK, port, "up")
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAOPTSCOPETEST",
+           "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "HOME": WORK}
+    for rel in ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
+                "torchtitan/flat/groups_2rank"):
+        same_as_local(f"S3: inspect {rel}", f"s3://ckpt/{rel}", os.path.join(DATA, rel), env)
+    # a DCP checkpoint: two listing requests (sizes and ETags come with them), one GET per object read, no byte twice
+    p = cli(["--remote-stats", "inspect", "s3://ckpt/fsdp2_r3"], env)
+    stats = remote_stats(p)
+    folder = os.path.join(DATA, "fsdp2_r3")
+    total = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
+    ok = p.returncode == 0 and stats is not None and stats[0] <= 2 + len(os.listdir(folder)) and stats[1] <= total
+    record("S3: inspect of a 3-rank DCP: 2 listings, a GET per object, each byte once",
+           f"{stats[0] if stats else '?'} requests, {stats[1] if stats else '?'} bytes fetched (the folder holds "
+           f"{len(os.listdir(folder))} objects, {total} bytes)", ok)
+    # gather from S3 to a local file: byte-identical with the local gather
+    # the same file name in two folders: the zip's record prefix is the output's name
+    g_remote, g_local = os.path.join(WORK, "from_s3", "g.pt"), os.path.join(WORK, "from_disk", "g.pt")
+    for f in (g_remote, g_local):
+        os.makedirs(os.path.dirname(f), exist_ok=True)
+        if os.path.exists(f):
+            os.unlink(f)
+    a = cli(["gather", "s3://ckpt/fsdp2_r2", "-o", g_remote], env)
+    b = cli(["gather", os.path.join(DATA, "fsdp2_r2"), "-o", g_local])
+    same = a.returncode == 0 and b.returncode == 0 and open(g_remote, "rb").read() == open(g_local, "rb").read()
+    record("S3: gather to a local .pt is byte-identical with the local gather", f"exit {a.returncode}", same)
+    p = cli(["diff", "s3://ckpt/fsdp2_r2", os.path.join(DATA, "fsdp2_r2")], env)
+    record("S3: diff against the local copy", f"exit {p.returncode}", p.returncode == 0)
+    p = cli(["check", "s3://ckpt/hf/checkpoint-3"], env)
+    l = cli(["check", os.path.join(DATA, "hf/checkpoint-3")])
+    record("S3: check gives the local exit status", f"exit {p.returncode} (local {l.returncode})",
+           p.returncode == l.returncode)
+    expect_error("S3: no such key names the URL", ["inspect", "s3://ckpt/no_such.pt"], ["s3://ckpt/no_such.pt"], env)
+    expect_error("S3: no such bucket names the URL", ["inspect", "s3://no-such-bucket/x.pt"],
+                 ["s3://no-such-bucket", "NoSuchBucket"], env)
+    # an object replaced between the listing and the read: pinned to its ETag, the read is refused
+    fifo = os.path.join(WORK, "pause")
+    for s in (".out", ".in"):
+        if os.path.exists(fifo + s):
+            os.unlink(fifo + s)
+        os.mkfifo(fifo + s)
+    out = os.path.join(WORK, "g_changed.pt")
+    if os.path.exists(out):
+        os.unlink(out)
+    e = dict(os.environ, **env, OPTSCOPE_PAUSE_AT="opened", OPTSCOPE_PAUSE_FIFO=fifo)
+    proc = subprocess.Popen([CLI, "gather", "s3://ckpt/fsdp2_r2", "-o", out], env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    with open(fifo + ".out") as f:
+        f.readline()
+    s3_put(TORCH_PYTHON, WORK, port, "--replace", "fsdp2_r2/__0_0.distcp")
+    with open(fifo + ".in", "w") as f:
+        f.write("go\n")
+    so, se = proc.communicate(timeout=300)
+    outputs.append(so + se)
+    ok = proc.returncode == 2 and "changed while being read" in se and "s3://ckpt/fsdp2_r2/__0_0.distcp" in se \
+        and not os.path.exists(out)
+    record("S3: an object replaced while read gives 'changed while being read', no output",
+           f"exit {proc.returncode}: {se.strip()[:160]}", ok)
+
+
+def main():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    try:
+        http_port, https_port, cert = start_nginx()
+        http_cases(http_port, https_port, cert)
+        fault_cases(http_port)
+        s3_cases()
+    finally:
+        stop(procs)
+    leaked = [o for o in outputs if SECRET in o or "SIGNATUREnever-printed" in o]
+    record("no credential (secret key, presigned signature) in any output", f"{len(outputs)} outputs searched",
+           not leaked)
+    with open(REPORT, "w") as f:
+        f.write("| case | outcome | ok |\n|---|---|---|\n")
+        for case, outcome, ok in results:
+            f.write(f"| {case} | {outcome.replace('|', '/')} | {'yes' if ok else 'NO'} |\n")
+    failed = [c for c, _, ok in results if not ok]
+    print(f"{len(results) - len(failed)} of {len(results)} remote cases ok; report: {REPORT}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Servers for the remote-storage tests and benchmarks: free ports, moto_server (the S3 API, from the PyTorch chroot's
+python3-moto) and boto3 uploads (s3_put.py, run in the chroot). The chroot sees only its working folder: files to
+upload are put under it first."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, what, proc=None, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode} before it listened")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"{what} did not listen on port {port} in {timeout} s")
+
+
+def start_moto(torch_python, work, procs):
+    """moto_server on a free port, its process (a session of its own) appended to procs; returns the port"""
+    port = free_port()
+    p = subprocess.Popen([torch_python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], cwd=work,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    procs.append(p)
+    wait_port(port, "moto_server", p, timeout=120)
+    return port
+
+
+def s3_put(torch_python, work, port, *args):
+    """tests/remote/s3_put.py ENDPOINT ckpt ARGS..., in the chroot, from work"""
+    shutil.copy(os.path.join(HERE, "s3_put.py"), os.path.join(work, "s3_put.py"))
+    subprocess.run([torch_python, "s3_put.py", f"http://127.0.0.1:{port}", "ckpt", *args], cwd=work, check=True,
+                   capture_output=True)
+
+
+def stop(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, 15)
+        except (ProcessLookupError, PermissionError):
+            p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
