@@ -222,7 +222,7 @@ def s3_cases():
     up = os.path.join(WORK, "up")
     shutil.rmtree(up, ignore_errors=True)
     for rel in ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
-                "fsdp2_r3", "torchtitan/flat/groups_2rank"):
+                "fsdp2_r3", "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1"):
         src, dst = os.path.join(DATA, rel), os.path.join(up, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, dst)
@@ -230,7 +230,7 @@ def s3_cases():
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAOPTSCOPETEST",
            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "HOME": WORK}
     for rel in ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
-                "torchtitan/flat/groups_2rank"):
+                "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1"):
         same_as_local(f"S3: inspect {rel}", f"s3://ckpt/{rel}", os.path.join(DATA, rel), env)
     # a DCP checkpoint: two listing requests (sizes and ETags come with them), one GET per object read, no byte twice
     p = cli(["--remote-stats", "inspect", "s3://ckpt/fsdp2_r3"], env)
