@@ -24,7 +24,7 @@ import threading
 import http.server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servers import free_port, s3_put, start_moto, stop, wait_port  # noqa: E402
+from servers import free_port, s3_put, start_moto, stop, torch_check, wait_port  # noqa: E402
 
 CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
@@ -165,9 +165,43 @@ class FaultProxy(http.server.BaseHTTPRequestHandler):
                 self.close_connection = True
 
 
-def start_proxy(upstream):
-    FaultProxy.upstream = upstream
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), FaultProxy)
+class S3FaultProxy(http.server.BaseHTTPRequestHandler):
+    """forwards every request to moto_server; refuses the PUT of any key ending in /.metadata (403 AccessDenied), so
+    that a DCP output's data objects are written and its last object fails"""
+    upstream = 0
+
+    def log_message(self, *a):
+        pass
+
+    def handle_any(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        if self.command == "PUT" and self.path.split("?")[0].endswith("/.metadata"):
+            err = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>"
+            self.send_response(403)
+            self.send_header("Content-Length", str(len(err)))
+            self.end_headers()
+            self.wfile.write(err)
+            return
+        c = http.client.HTTPConnection("127.0.0.1", S3FaultProxy.upstream, timeout=60)
+        c.request(self.command, self.path, body=body or None, headers=dict(self.headers.items()))
+        r = c.getresponse()
+        data = r.read()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
+def start_proxy(upstream, handler=None):
+    handler = handler or FaultProxy
+    handler.upstream = upstream
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server.server_address[1]
@@ -261,6 +295,7 @@ def s3_cases():
     expect_error("S3: no such key names the URL", ["inspect", "s3://ckpt/no_such.pt"], ["s3://ckpt/no_such.pt"], env)
     expect_error("S3: no such bucket names the URL", ["inspect", "s3://no-such-bucket/x.pt"],
                  ["s3://no-such-bucket", "NoSuchBucket"], env)
+    output_cases(port, env)
     # an object replaced between the listing and the read: pinned to its ETag, the read is refused
     fifo = os.path.join(WORK, "pause")
     for s in (".out", ".in"):
@@ -284,6 +319,62 @@ def s3_cases():
         and not os.path.exists(out)
     record("S3: an object replaced while read gives 'changed while being read', no output",
            f"exit {proc.returncode}: {se.strip()[:160]}", ok)
+
+
+def output_cases(port, env):
+    """outputs to S3: gather (one PUT, and a multipart upload over 16 MiB), reshard (data objects, .metadata last),
+    each downloaded with boto3 and loaded by real PyTorch; refusals; a failed DCP upload leaves nothing"""
+    out = os.path.join(WORK, "out")
+    shutil.rmtree(out, ignore_errors=True)
+    for d in ("s3", "local", "rs_local"):
+        os.makedirs(os.path.join(out, d))
+    # gather from S3 to S3: the same bytes as a local gather of the local copy
+    a = cli(["gather", "s3://ckpt/fsdp2_r2", "-o", "s3://ckpt/written/g.pt"], env)
+    cli(["gather", os.path.join(DATA, "fsdp2_r2"), "-o", os.path.join(out, "local", "g.pt")], check=0)
+    s3_put(TORCH_PYTHON, WORK, port, "--get", "written/g.pt", "out/s3/g.pt")
+    same = a.returncode == 0 and open(os.path.join(out, "s3", "g.pt"), "rb").read() == \
+        open(os.path.join(out, "local", "g.pt"), "rb").read()
+    rc, said = torch_check(TORCH_PYTHON, WORK, "load-pt", "out/s3/g.pt", "out/local/g.pt")
+    record("S3 output: gather -o s3:// (one PUT) is byte-identical with the local gather; PyTorch loads it",
+           f"exit {a.returncode}; torch.load: {said}", same and rc == 0)
+    # over 16 MiB: a multipart upload
+    rc, said = torch_check(TORCH_PYTHON, WORK, "make-big", "out/big.pt")
+    assert rc == 0, said
+    a = cli(["--remote-stats", "gather", os.path.join(out, "big.pt"), "-o", "s3://ckpt/written/big/g.pt"], env)
+    os.makedirs(os.path.join(out, "big_local"))
+    cli(["gather", os.path.join(out, "big.pt"), "-o", os.path.join(out, "big_local", "g.pt")], check=0)
+    s3_put(TORCH_PYTHON, WORK, port, "--get", "written/big/g.pt", "out/s3/big_g.pt")
+    size = os.path.getsize(os.path.join(out, "big_local", "g.pt"))
+    same = a.returncode == 0 and open(os.path.join(out, "s3", "big_g.pt"), "rb").read() == \
+        open(os.path.join(out, "big_local", "g.pt"), "rb").read()
+    rc, said = torch_check(TORCH_PYTHON, WORK, "load-pt", "out/s3/big_g.pt", "out/big_local/g.pt")
+    stats = remote_stats(a)
+    record("S3 output: a multipart upload (over 16 MiB) is byte-identical; PyTorch loads it",
+           f"{size} bytes in {stats[0] if stats else '?'} requests; torch.load: {said}",
+           same and rc == 0 and stats is not None and stats[0] >= 4)
+    # reshard from S3 to S3; PyTorch's DCP loader reads what was written, equal to the local reshard
+    a = cli(["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "3", "-o", "s3://ckpt/written/rs"], env)
+    cli(["reshard", os.path.join(DATA, "fsdp2_r2"), "--world-size", "3", "-o", os.path.join(out, "rs_local", "rs")],
+        check=0)
+    s3_put(TORCH_PYTHON, WORK, port, "--download", "written/rs", "out/s3/rs")
+    rc, said = torch_check(TORCH_PYTHON, WORK, "load-dcp", "out/s3/rs", "out/rs_local/rs")
+    record("S3 output: reshard -o s3:// (data objects, .metadata last) loads in PyTorch, equal to the local reshard",
+           f"exit {a.returncode}; dcp_to_torch_save: {said}", a.returncode == 0 and rc == 0)
+    expect_error("S3 output: a prefix that holds objects is refused",
+                 ["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/written/rs"],
+                 ["already holds objects"], env)
+    expect_error("S3 output: inside the input is refused",
+                 ["gather", "s3://ckpt/fsdp2_r2", "-o", "s3://ckpt/fsdp2_r2/g.pt"], ["inside the input"], env)
+    expect_error("HTTP output is refused", ["gather", "s3://ckpt/fsdp2_r2", "-o", "http://127.0.0.1:1/g.pt"],
+                 ["plain HTTP"], env)
+    # the .metadata PUT refused: the data objects already written are removed, nothing is left under the prefix
+    proxy = start_proxy(port, S3FaultProxy)
+    e = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{proxy}")
+    p = cli(["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/written/failed"], e)
+    left = s3_put(TORCH_PYTHON, WORK, port, "--list", "written/failed").split()
+    record("S3 output: a DCP upload whose .metadata fails leaves no object",
+           f"exit {p.returncode}: {p.stderr.strip()[:140]}; left: {left}",
+           p.returncode == 2 and "HTTP 403" in p.stderr and not left)
 
 
 def main():

@@ -6,6 +6,7 @@
                                                  manager (download_file, its default concurrency); prints seconds
     s3_put.py ENDPOINT BUCKET --replace KEY      overwrite KEY with other bytes (an object replaced while read)
     s3_put.py ENDPOINT BUCKET --get KEY OUT      download KEY to OUT (what OptScope wrote, for PyTorch to load)
+    s3_put.py ENDPOINT BUCKET --list PREFIX      print the keys under PREFIX, one per line
 """
 import os
 import sys
@@ -19,6 +20,9 @@ if sys.argv[3] == "--replace":
     s3.put_object(Bucket=bucket, Key=sys.argv[4], Body=b"replaced while being read" * 100)
 elif sys.argv[3] == "--get":
     s3.download_file(bucket, sys.argv[4], sys.argv[5])
+elif sys.argv[3] == "--list":
+    for o in s3.list_objects_v2(Bucket=bucket, Prefix=sys.argv[4]).get("Contents", []):
+        print(o["Key"])
 elif sys.argv[3] == "--download":
     import time
     prefix, out = sys.argv[4].rstrip("/") + "/", sys.argv[5]

@@ -43,8 +43,16 @@ def start_moto(torch_python, work, procs):
 def s3_put(torch_python, work, port, *args):
     """tests/remote/s3_put.py ENDPOINT ckpt ARGS..., in the chroot, from work"""
     shutil.copy(os.path.join(HERE, "s3_put.py"), os.path.join(work, "s3_put.py"))
-    subprocess.run([torch_python, "s3_put.py", f"http://127.0.0.1:{port}", "ckpt", *args], cwd=work, check=True,
-                   capture_output=True)
+    p = subprocess.run([torch_python, "s3_put.py", f"http://127.0.0.1:{port}", "ckpt", *args], cwd=work, check=True,
+                       capture_output=True, text=True)
+    return p.stdout
+
+
+def torch_check(torch_python, work, *args):
+    """tests/remote/torch_check.py ARGS..., in the chroot, from work; (exit status, output)"""
+    shutil.copy(os.path.join(HERE, "torch_check.py"), os.path.join(work, "torch_check.py"))
+    p = subprocess.run([torch_python, "torch_check.py", *args], cwd=work, capture_output=True, text=True)
+    return p.returncode, (p.stdout + p.stderr).strip()[-300:]
 
 
 def stop(procs):

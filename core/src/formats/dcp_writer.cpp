@@ -3,11 +3,14 @@
 #include "optscope/base/error.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
+#include "optscope/io/remote_object.h"
+#include "optscope/io/storage.h"
 #include "optscope/pickle/pickle_emitter.h"
 
 #include <filesystem>
 #include <map>
 #include <random>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -205,9 +208,16 @@ public:
     explicit TempDir(const std::string& dest)
     {
         std::random_device rd;
-        removeStaleTemporaries(dest); // a run killed mid-write left one
+        // an object-store output is written in a local scratch folder first, then uploaded (.metadata last)
+        const bool remote = isUrl(dest);
+        const std::string scratch = fs::temp_directory_path().string();
+        if (remote)
+            removeDeadEntries(scratch, "optscope-out-");
+        else
+            removeStaleTemporaries(dest); // a run killed mid-write left one
         for (;;) {
-            path = temporaryPrefix(dest) + std::to_string(rd());
+            path = remote ? scratch + "/optscope-out-" + std::to_string(::getpid()) + "-" + std::to_string(rd())
+                          : temporaryPrefix(dest) + std::to_string(rd());
             std::error_code ec;
             fs::create_directory(path, ec); // not the parents: a missing parent folder is the user's mistake to hear of
             if (ec) throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
@@ -253,8 +263,16 @@ static DcpWriteStats writeDcpUnnamed(
 {
     refuseOutputOverInputs(outDir, options.inputs); // before the temporary folder is made next to it
     std::error_code ec;
-    if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec)))
+    const bool remote = isUrl(outDir);
+    if (remote) {
+        checkWritableUrl(outDir);
+        const LocationKind k = locationKind(outDir);
+        if (k == LocationKind::File || (k == LocationKind::Folder && !folderEntries(outDir).empty()))
+            throw Error(ErrorKind::Io, displayLocation(outDir),
+                "already holds objects; choose a new output prefix (nothing there is overwritten)");
+    } else if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec))) {
         throw Error(ErrorKind::Io, outDir, "already exists and is not an empty folder; choose a new output folder");
+    }
     TempDir tmp(outDir);
     // the files inside the temporary folder are committed there; the inputs are checked once, before the folder is
     WriteOptions inner = options;
@@ -323,7 +341,10 @@ static DcpWriteStats writeDcpUnnamed(
     for (const auto& c : plan.copies) {
         progress.checkCancelled();
         OutputFile out((tmp.path / c.name).string(), inner);
-        out.copyFrom(c.source->fd(), 0, c.source->size());
+        if (c.source->fd() >= 0)
+            out.copyFrom(c.source->fd(), 0, c.source->size());
+        else
+            out.write(c.source->all(), c.source->size()); // a remote input's companion
         stats.bytes += out.position();
         out.commit();
         stats.copied.push_back(c.name);
@@ -337,6 +358,29 @@ static DcpWriteStats writeDcpUnnamed(
     stats.bytes += meta.size();
 
     progress.checkCancelled(); // the last moment to stop with nothing published
+    if (remote) {
+        // data objects first, .metadata last: what DCP readers take as a complete checkpoint; on any failure the
+        // objects already written are removed
+        if (options.beforeCommit) options.beforeCommit();
+        std::vector<std::string> uploaded;
+        try {
+            std::vector<std::string> names = files;
+            names.insert(names.end(), stats.copied.begin(), stats.copied.end());
+            for (const auto& name : names) {
+                progress.checkCancelled();
+                uploadObject((tmp.path / name).string(), childLocation(outDir, name));
+                uploaded.push_back(childLocation(outDir, name));
+            }
+            progress.checkCancelled();
+            uploadObject((tmp.path / ".metadata").string(), childLocation(outDir, ".metadata"));
+        } catch (...) {
+            for (const auto& u : uploaded)
+                removeObject(u);
+            throw;
+        }
+        progress(1.0, "writing shards");
+        return stats;
+    }
     if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
     if (options.beforeCommit) options.beforeCommit();
     fs::rename(tmp.path, outDir, ec);

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "byte_source.h"
 #include "optscope/base/read_policy.h"
+#include "optscope/io/byte_source.h"
 
 namespace optscope {
 

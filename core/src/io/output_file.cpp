@@ -2,6 +2,8 @@
 #include "optscope/io/output_file.h"
 #include "optscope/base/error.h"
 #include "optscope/io/fault_injection.h"
+#include "optscope/io/remote_object.h"
+#include "optscope/io/storage.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -98,6 +100,27 @@ bool isWithin(const std::filesystem::path& a, const std::filesystem::path& b)
 
 void refuseOutputOverInputs(const std::string& output, const std::vector<std::string>& inputs)
 {
+    if (isUrl(output)) {
+        // object stores have no links: the names say it
+        const std::string out = displayLocation(output);
+        auto within = [](const std::string& a, const std::string& b) {
+            return a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '/';
+        };
+        for (const auto& input : inputs) {
+            const std::string in = displayLocation(input);
+            std::string why;
+            if (out == in)
+                why = "is the input " + in;
+            else if (within(out, in))
+                why = "lies inside the input checkpoint folder " + in;
+            else if (within(in, out))
+                why = "is a folder that holds the input " + in;
+            if (!why.empty())
+                throw Error(ErrorKind::Usage, out,
+                    why + ": writing it would destroy what is being read; choose an output outside the input");
+        }
+        return;
+    }
     namespace fs = std::filesystem;
     std::error_code ec;
     // weakly_canonical resolves the symlinks of the part that exists, so another spelling of an input is that input
@@ -131,10 +154,14 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
     , m_options(options)
 {
     refuseOutputOverInputs(m_path, m_options.inputs);
-    removeStaleTemporaries(m_path);
+    const bool remote = isUrl(m_path);
+    if (remote) checkWritableUrl(m_path); // before anything is written
+    if (!remote) removeStaleTemporaries(m_path);
     std::string templ;
     for (;;) {
-        templ = temporaryPrefix(m_path) + "XXXXXX";
+        // an object is written locally first, then uploaded by commit(): it appears only when whole
+        templ = remote ? (std::filesystem::temp_directory_path() / "optscope-upload-XXXXXX").string()
+                       : temporaryPrefix(m_path) + "XXXXXX";
         m_fd = ::mkstemp(templ.data());
         if (m_fd < 0)
             throw Error(ErrorKind::Io, m_path,
@@ -246,6 +273,14 @@ void OutputFile::commit()
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
     if (m_options.cancelled && m_options.cancelled()) throw Error(ErrorKind::Cancelled, m_path, "cancelled");
     if (m_options.beforeCommit) m_options.beforeCommit();
+    if (isUrl(m_path)) {
+        uploadObject(m_temp, m_path); // visible only once complete; an upload that fails leaves nothing
+        ::unlink(m_temp.c_str());
+        m_committed = true;
+        ::close(m_fd);
+        m_fd = -1;
+        return;
+    }
     if (::rename(m_temp.c_str(), m_path.c_str()) != 0)
         throw Error(ErrorKind::Io, m_path,
             std::string("cannot rename the finished temporary into place: ") + std::strerror(errno));

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "remote_object.h"
+#include "optscope/io/remote_object.h"
 #include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/sha256.h"
 
 #include <curl/curl.h>
 #include <libxml/parser.h>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -24,7 +27,7 @@ namespace {
 std::atomic<uint64_t> g_requests {0}, g_bytes {0}, g_retries {0};
 std::atomic<int> g_inFlight {0};
 
-constexpr uint64_t kBlock = uint64_t(1) << 20; // the unit a RemoteObject fetches and remembers
+constexpr uint64_t kBlock = uint64_t(64) << 10; // the unit a RemoteObject fetches and remembers
 constexpr uint64_t kPart = uint64_t(8) << 20; // the largest single ranged GET
 constexpr int kParallel = 16; // ranged GETs in flight per fetch
 constexpr int kAttempts = 6; // a request's tries before its failure is reported
@@ -257,7 +260,8 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     return n;
 }
 
-void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std::vector<std::string>& extraHeaders)
+void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std::vector<std::string>& extraHeaders,
+    const std::string& payloadHash = kEmptySha256)
 {
     const StoreConfig& c = storeConfig();
     t.easy = curl_easy_init();
@@ -285,7 +289,7 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
         curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str()); // curl copies option strings
         curl_easy_setopt(e, CURLOPT_USERNAME, c.accessKey.c_str());
         curl_easy_setopt(e, CURLOPT_PASSWORD, c.secretKey.c_str());
-        headers.push_back(std::string("x-amz-content-sha256: ") + kEmptySha256);
+        headers.push_back("x-amz-content-sha256: " + payloadHash); // S3 wants it; curl signs with it
         if (!c.sessionToken.empty()) headers.push_back("x-amz-security-token: " + c.sessionToken);
     }
     for (const auto& h : headers)
@@ -514,7 +518,8 @@ void listNextPage(const RemoteUrl& u, const std::string& prefix, Listing& l, con
 
 /// the listing of the keys under @p prefix, paged far enough to answer for @p name (all of it when it is empty).
 /// S3 lists in byte order, so a name below the last one listed that is not listed does not exist. g_cacheMutex held.
-const Listing& listingFor(const RemoteUrl& u, const std::string& prefix, const std::string& name, const std::string& shown)
+const Listing& listingFor(
+    const RemoteUrl& u, const std::string& prefix, const std::string& name, const std::string& shown)
 {
     Listing& l = g_listings[std::to_string(u.scheme) + "\n" + u.bucket + "\n" + prefix];
     while (!l.complete && (name.empty() || l.lastName.empty() || l.lastName < name))
@@ -591,7 +596,8 @@ public:
         m_size = info.size;
         m_fetchOnRead = true;
         if (m_size > 0) {
-            void* p = ::mmap(nullptr, m_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            void* p
+                = ::mmap(nullptr, m_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
             if (p == MAP_FAILED)
                 throw Error(ErrorKind::Io, m_path,
                     "cannot reserve " + std::to_string(m_size) + " bytes of address space: " + std::strerror(errno));
@@ -706,8 +712,8 @@ private:
                 const auto& p = parts[pending[k]];
                 Response& r = transfers[k]->response;
                 const bool whole = p.offset == 0 && p.length == m_size;
-                const bool ok = r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole))
-                    && r.received == p.length;
+                const bool ok
+                    = r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole)) && r.received == p.length;
                 if (ok) continue;
                 if (r.status == 412) {
                     m_changed.store(true);
@@ -745,7 +751,151 @@ private:
     mutable std::atomic<bool> m_changed {false};
 };
 
+// ---- uploads --------------------------------------------------------------------------------------------------------
+
+/// a request with a body from memory (PUT, POST), signed with the body's SHA-256
+std::unique_ptr<Transfer> bodyRequest(const RemoteUrl& u, const std::string& url, const char* method,
+    const uint8_t* body, uint64_t size, std::vector<std::string> headers = {})
+{
+    auto t = std::make_unique<Transfer>();
+    const std::string hash = Sha256::hex(body, size);
+    headers.push_back("Expect:"); // no 100-continue round trip
+    headers.push_back("Content-Type: application/octet-stream"); // not curl's form encoding, which servers parse
+    prepare(*t, u, url, headers, hash);
+    curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
+    curl_easy_setopt(t->easy, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, size ? reinterpret_cast<const char*>(body) : "");
+    curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(size));
+    return t;
+}
+
+/// runs body requests, retrying the ones that may be retried; throws naming @p shown for the first that fails
+void performBodies(std::vector<std::function<std::unique_ptr<Transfer>()>>& make, std::vector<Response>& out,
+    const std::string& shown, const char* what)
+{
+    out.assign(make.size(), {});
+    std::vector<size_t> pending(make.size());
+    for (size_t i = 0; i < pending.size(); ++i)
+        pending[i] = i;
+    for (int attempt = 0; !pending.empty(); ++attempt) {
+        std::vector<std::unique_ptr<Transfer>> ts;
+        std::vector<Transfer*> raw;
+        for (size_t i : pending) {
+            ts.push_back(make[i]());
+            raw.push_back(ts.back().get());
+        }
+        performAll(raw);
+        std::vector<size_t> again;
+        long retryAfter = -1;
+        for (size_t k = 0; k < pending.size(); ++k) {
+            Response& r = ts[k]->response;
+            // S3 may answer a CompleteMultipartUpload with 200 and an error in the body
+            const bool ok = r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty();
+            if (ok) {
+                out[pending[k]] = std::move(r);
+                continue;
+            }
+            if ((retryable(r) || (r.curl == CURLE_OK && r.status == 200)) && attempt + 1 < kAttempts) {
+                again.push_back(pending[k]);
+                retryAfter = std::max(retryAfter, r.retryAfter);
+                continue;
+            }
+            fail(shown, r, what);
+        }
+        pending.swap(again);
+        if (!pending.empty()) {
+            g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
+            std::this_thread::sleep_for(backoff(attempt, retryAfter));
+        }
+    }
+}
+
+std::string xmlText(const std::string& body, const char* element)
+{
+    const std::string open = std::string("<") + element + ">", close = std::string("</") + element + ">";
+    const auto a = body.find(open);
+    const auto b = a == std::string::npos ? std::string::npos : body.find(close, a);
+    return b == std::string::npos ? std::string() : body.substr(a + open.size(), b - a - open.size());
+}
+
 } // namespace
+
+void checkWritableUrl(const std::string& url)
+{
+    const RemoteUrl u = parseUrl(url);
+    if (u.scheme == RemoteUrl::Http)
+        throw Error(ErrorKind::Usage, displayLocation(url),
+            "outputs cannot be written over plain HTTP: write to s3:// or gs://, or to a local path");
+    if (u.key.empty()) throw Error(ErrorKind::Usage, displayLocation(url), "names a bucket, not an object to write");
+}
+
+void uploadObject(const std::string& localPath, const std::string& url)
+{
+    checkWritableUrl(url);
+    const RemoteUrl u = parseUrl(url);
+    const std::string shown = displayLocation(url);
+    const std::string target = requestUrl(u, u.key);
+    const auto file = MappedFile::open(localPath);
+    const uint8_t* data = file->bytes(0, file->size());
+    const uint64_t size = file->size();
+    constexpr uint64_t kSinglePut = uint64_t(16) << 20;
+    std::vector<Response> done;
+    if (size <= kSinglePut) {
+        std::vector<std::function<std::unique_ptr<Transfer>()>> make {
+            [&] { return bodyRequest(u, target, "PUT", data, size); }};
+        performBodies(make, done, shown, "cannot write");
+    } else {
+        // S3 allows 10,000 parts: a part is 16 MiB, or larger for objects over 156 GiB
+        const uint64_t part = std::max<uint64_t>(kSinglePut, (size + 9999) / 10000);
+        std::vector<std::function<std::unique_ptr<Transfer>()>> start {
+            [&] { return bodyRequest(u, target + "?uploads", "POST", nullptr, 0); }};
+        performBodies(start, done, shown, "cannot start the upload");
+        const std::string uploadId = xmlText(done[0].body, "UploadId");
+        if (uploadId.empty()) throw Error(ErrorKind::Io, shown, "cannot start the upload: the server gave no UploadId");
+        const std::string query = "uploadId=" + encodeKey(uploadId, false);
+        try {
+            std::vector<std::function<std::unique_ptr<Transfer>()>> parts;
+            for (uint64_t at = 0, n = 1; at < size; at += part, ++n)
+                parts.push_back([&, at, n] {
+                    return bodyRequest(u, target + "?partNumber=" + std::to_string(n) + "&" + query, "PUT", data + at,
+                        std::min(part, size - at));
+                });
+            performBodies(parts, done, shown, "cannot write");
+            std::string complete = "<CompleteMultipartUpload>";
+            for (size_t i = 0; i < done.size(); ++i)
+                complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + done[i].etag
+                    + "</ETag></Part>";
+            complete += "</CompleteMultipartUpload>";
+            std::vector<std::function<std::unique_ptr<Transfer>()>> finish {[&] {
+                return bodyRequest(u, target + "?" + query, "POST", reinterpret_cast<const uint8_t*>(complete.data()),
+                    complete.size());
+            }};
+            performBodies(finish, done, shown, "cannot complete the upload");
+        } catch (...) {
+            // an upload that does not complete leaves nothing: its parts are dropped
+            std::vector<std::function<std::unique_ptr<Transfer>()>> abort {
+                [&] { return bodyRequest(u, target + "?" + query, "DELETE", nullptr, 0); }};
+            try {
+                performBodies(abort, done, shown, "cannot abort the upload");
+            } catch (const Error&) { }
+            throw;
+        }
+    }
+    std::lock_guard<std::mutex> lock(g_cacheMutex); // what was known of that location is no longer true
+    g_objects.clear();
+    g_listings.clear();
+}
+
+void removeObject(const std::string& url)
+{
+    try {
+        const RemoteUrl u = parseUrl(url);
+        std::vector<Response> done;
+        std::vector<std::function<std::unique_ptr<Transfer>()>> del {
+            [&] { return bodyRequest(u, requestUrl(u, u.key), "DELETE", nullptr, 0); }};
+        performBodies(del, done, displayLocation(url), "cannot remove");
+    } catch (const Error&) { }
+}
 
 std::string displayLocation(const std::string& location)
 {

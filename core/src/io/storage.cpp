@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/storage.h"
-#include "mapped_file.h"
-#include "remote_object.h"
 #include "optscope/base/error.h"
+#include "optscope/io/mapped_file.h"
+#include "optscope/io/remote_object.h"
 
 #include <sys/stat.h>
 

@@ -42,9 +42,18 @@ struct LocationStat
     std::string detail; ///< over plain HTTP, why a location is taken for a folder: the server's answer ("HTTP 404")
 };
 LocationStat statLocation(const std::string& location);
-inline LocationKind locationKind(const std::string& location) { return statLocation(location).kind; }
-inline bool isFolder(const std::string& location) { return locationKind(location) == LocationKind::Folder; }
-inline bool isFile(const std::string& location) { return locationKind(location) == LocationKind::File; }
+inline LocationKind locationKind(const std::string& location)
+{
+    return statLocation(location).kind;
+}
+inline bool isFolder(const std::string& location)
+{
+    return locationKind(location) == LocationKind::Folder;
+}
+inline bool isFile(const std::string& location)
+{
+    return locationKind(location) == LocationKind::File;
+}
 
 /// the names directly under a folder (files and folders, sorted); throws Error(Io) naming it when it cannot be listed
 /// (over plain HTTP it never can: "cannot list a folder over HTTP")
