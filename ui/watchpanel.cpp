@@ -30,12 +30,6 @@
 namespace optscope::ui {
 
 namespace {
-struct StepOutcome
-{
-    CheckpointPtr checkpoint;
-    bool compared = false;
-    DiffReport report;
-};
 constexpr int MaxChartedKeys = 6;
 } // namespace
 
@@ -114,6 +108,8 @@ void WatchPanel::watch(const QString& folder)
     m_title->setText(tr("Watching <b>%1</b>").arg(Format::displayPath(m_folder).toHtmlEscaped()));
     m_title->setToolTip(m_folder);
     m_stopButton->setEnabled(true);
+    m_follower = std::make_unique<RunFollower>(
+        m_folder.toStdString(), m_diff->comparisonOptions(), static_cast<size_t>(m_trackedPerStep));
     m_poll->start();
     pollNow();
 }
@@ -127,13 +123,7 @@ void WatchPanel::stop()
     ++m_generation;
     m_busy = false;
     m_folder.clear();
-    m_lastSignature.clear();
-    m_failed.clear();
-    m_lastStep = -1;
-    m_lastName.clear();
-    m_previous.reset();
-    m_previousPath.clear();
-    m_series.clear();
+    m_follower.reset();
     m_steps->setRowCount(0);
     m_title->setText(tr("File > Watch Folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
     updateChart();
@@ -149,15 +139,16 @@ std::vector<std::pair<QString, QString>> WatchPanel::steps() const
 
 std::vector<std::pair<int64_t, double>> WatchPanel::series(const QString& key) const
 {
-    auto it = m_series.find(key);
-    return it == m_series.end() ? std::vector<std::pair<int64_t, double>>() : it->second;
+    if (!m_follower) return {};
+    auto it = m_follower->series().find(key.toStdString());
+    return it == m_follower->series().end() ? std::vector<std::pair<int64_t, double>>() : it->second;
 }
 
-void WatchPanel::addStepRow(const QString& name, const QString& status)
+void WatchPanel::addStepRow(int64_t step, const QString& name, const QString& status)
 {
     const int row = m_steps->rowCount();
     m_steps->insertRow(row);
-    m_steps->setItem(row, 0, new QTableWidgetItem(m_lastStep >= 0 ? QString::number(m_lastStep) : QString()));
+    m_steps->setItem(row, 0, new QTableWidgetItem(step >= 0 ? QString::number(step) : QString()));
     m_steps->setItem(row, 1, new QTableWidgetItem(name));
     m_steps->setItem(row, 2, new QTableWidgetItem(status));
     m_steps->scrollToBottom();
@@ -165,117 +156,63 @@ void WatchPanel::addStepRow(const QString& name, const QString& status)
 
 void WatchPanel::pollNow()
 {
-    if (!isWatching() || m_busy) return;
-    const std::vector<RunCheckpoint> entries = scanRunFolder(m_folder.toStdString());
-    // an entry is complete once its files stopped changing between two looks (and it opens)
-    // every entry's signature is kept, also those behind one still being written: a run caught up on opens only
-    // its newest step
-    std::map<std::string, uint64_t> seen;
-    for (const auto& c : entries)
-        seen[c.path] = c.signature;
-    const RunCheckpoint* next = nullptr;
-    bool laterStable = false;
-    for (const auto& c : entries) {
-        if (c.step < m_lastStep || (c.step == m_lastStep && c.name <= m_lastName)) continue; // read already
-        auto before = m_lastSignature.find(c.path);
-        const bool stable = before != m_lastSignature.end() && before->second == c.signature;
-        if (!next) {
-            if (!stable) break; // still being written: the later ones wait behind it
-            next = &c;
-        } else if (stable) {
-            laterStable = true;
-            break;
-        }
-    }
-    m_lastSignature = std::move(seen);
-    if (!next) return;
-    if (auto failed = m_failed.find(next->path); failed != m_failed.end() && failed->second.first == next->signature) {
-        // it did not open and has not changed since: skip it once a later step is complete, else keep waiting
-        if (!laterStable) return;
-        m_lastStep = next->step;
-        m_lastName = next->name;
-        addStepRow(QString::fromStdString(next->name), tr("skipped: %1").arg(failed->second.second));
-        m_failed.erase(failed);
+    if (!isWatching() || m_busy || !m_follower) return;
+    const RunFollower::Next next = m_follower->poll();
+    // a step still being written (or not opening yet) is waited for, and the panel says so
+    const QString watching = tr("Watching <b>%1</b>").arg(Format::displayPath(m_folder).toHtmlEscaped());
+    m_title->setText(next.kind == RunFollower::Next::Wait && !next.reason.empty() ? watching + QStringLiteral(" — ")
+                + tr("waiting: %1").arg(QString::fromStdString(next.reason).toHtmlEscaped())
+                                                                                  : watching);
+    if (next.kind == RunFollower::Next::Wait) return;
+    if (next.kind == RunFollower::Next::Skip) {
+        const RunStepSummary s = m_follower->skip(next);
+        addStepRow(s.step, QString::fromStdString(s.name), QString::fromStdString(s.statusText()));
         QTimer::singleShot(0, this, &WatchPanel::pollNow);
         return;
     }
     m_busy = true;
-    const CheckpointPtr previous = m_previous;
-    const std::string path = next->path;
-    const QString name = QString::fromStdString(next->name);
-    const int64_t step = next->step;
-    const bool newest = !laterStable;
+    const RunCheckpoint entry = next.entry;
+    const CheckpointPtr previous = m_follower->previous();
+    const QString name = QString::fromStdString(entry.name);
+    const bool newest = next.newest;
     const quint64 generation = m_generation;
-    const uint64_t signature = next->signature;
     // the new step is A and the one before B, with the Diff panel's options: followed, the window shows this very
     // comparison and this very checkpoint, neither read nor compared again
-    const DiffOptions options = m_diff->comparisonOptions();
+    const DiffOptions options = m_follower->options();
     m_context->runner()->run(
         QStringLiteral("watch"), tr("Watch: reading %1").arg(name), this,
-        [previous, path, options](const Progress& progress) {
-            StepOutcome out;
-            out.checkpoint = openCheckpoint(path, progress);
-            if (previous) {
-                out.report = diffCheckpoints(*out.checkpoint, *previous, options, progress);
-                out.compared = true;
-            }
-            return out;
-        },
-        [this, name, step, path, newest, generation, options](StepOutcome out) {
-            if (generation != m_generation) return;
+        [previous, path = entry.path, options](
+            const Progress& progress) { return RunFollower::readStep(path, previous, options, progress); },
+        [this, entry, name, newest, generation, options](RunFollower::StepRead read) {
+            if (generation != m_generation || !m_follower) return;
             m_busy = false;
-            m_lastStep = step;
-            m_lastName = name.toStdString();
-            QString status = tr("read (%1 entries)").arg(out.checkpoint->entries.size());
-            if (out.compared) {
-                size_t changed = 0;
-                // series for the keys that were ever among the most changed (a run of 100k keys and thousands of
-                // steps must not keep a point per key per step): this step's top ones, and those tracked already.
-                // Step counters move by the steps between two saves and would crowd out the keys that say something
-                std::vector<const DiffEntry*> tensors;
-                for (const auto& e : out.report.entries) {
-                    if (e.status != DiffStatus::Equal) ++changed;
-                    if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal)
-                        && !isStepCounterKey(e.key, e.numel))
-                        tensors.push_back(&e);
-                }
-                const size_t top = std::min(tensors.size(), static_cast<size_t>(m_trackedPerStep));
-                std::partial_sort(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(top), tensors.end(),
-                    [](const DiffEntry* a, const DiffEntry* b) { return a->maxAbsDiff > b->maxAbsDiff; });
-                for (size_t i = 0; i < tensors.size(); ++i) {
-                    const QString key = QString::fromStdString(tensors[i]->key);
-                    if (i < top || m_series.count(key)) m_series[key].emplace_back(step, tensors[i]->maxAbsDiff);
-                }
-                status = tr("%1 of %2 keys changed from the step before").arg(changed).arg(out.report.entries.size());
-            }
-            addStepRow(name, status);
-            const QString previousPath = m_previousPath;
-            const CheckpointPtr previousCheckpoint = m_previous;
-            m_previous = out.checkpoint;
-            m_previousPath = QString::fromStdString(path);
+            const QString previousPath = QString::fromStdString(m_follower->previousPath());
+            const CheckpointPtr previousCheckpoint = m_follower->previous();
+            const RunStepSummary s = m_follower->accept(entry, read);
+            addStepRow(s.step, name, QString::fromStdString(s.statusText()));
             updateChart();
             // the window follows the newest step only (catching up on a run's past steps opens nothing)
             if (m_follow->isChecked() && newest) {
-                const QString newPath = QString::fromStdString(path);
+                const QString newPath = QString::fromStdString(entry.path);
                 auto* once = new QObject(this);
-                auto report = std::make_shared<DiffReport>(std::move(out.report));
-                const bool compared = out.compared;
+                auto report = std::make_shared<DiffReport>(std::move(read.report));
+                const bool compared = read.compared;
                 connect(m_context, &CheckpointContext::checkpointChanged, once,
                     [this, once, newPath, previousPath, previousCheckpoint, report, compared, options] {
                         if (QFileInfo(m_context->path()) == QFileInfo(newPath) && compared && previousCheckpoint)
                             m_diff->showComparison(previousPath, previousCheckpoint, std::move(*report), options);
                         once->deleteLater();
                     });
-                m_context->adopt(newPath, out.checkpoint);
+                m_context->adopt(newPath, read.checkpoint);
             }
             Q_EMIT stepRead(name);
             QTimer::singleShot(0, this, &WatchPanel::pollNow);
         },
-        [this, path, generation, signature](const QString& message, bool cancelled) {
-            if (generation != m_generation) return;
+        [this, entry, generation](const QString& message, bool cancelled) {
+            if (generation != m_generation || !m_follower) return;
             m_busy = false;
             // not complete yet, or broken: retried when its files change; skipped once a later step is complete
-            if (!cancelled) m_failed[path] = {signature, message};
+            if (!cancelled) m_follower->failed(entry, message.toStdString());
         });
 }
 
@@ -284,8 +221,10 @@ void WatchPanel::updateChart()
     m_chart->clearGraphs();
     // the keys that changed most at the newest comparison
     std::vector<std::pair<double, QString>> newest;
-    for (const auto& [key, points] : m_series)
-        if (!points.empty()) newest.emplace_back(points.back().second, key);
+    static const std::map<std::string, std::vector<std::pair<int64_t, double>>> none;
+    const auto& allSeries = m_follower ? m_follower->series() : none;
+    for (const auto& [key, points] : allSeries)
+        if (!points.empty()) newest.emplace_back(points.back().second, QString::fromStdString(key));
     std::sort(newest.begin(), newest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     m_charted.clear();
     static const QColor colours[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e), QColor(0x2c, 0xa0, 0x2c),
@@ -299,7 +238,7 @@ void WatchPanel::updateChart()
         g->setName(key.size() > 48 ? QStringLiteral("…") + key.right(47) : key);
         g->setPen(QPen(colours[i], 1.5));
         g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 5));
-        for (const auto& [step, value] : m_series[key]) {
+        for (const auto& [step, value] : allSeries.at(key.toStdString())) {
             if (!(value > 0)) continue; // equal: nothing to draw on a log axis
             g->addData(static_cast<double>(step), value);
             lo = any ? std::min(lo, value) : value;

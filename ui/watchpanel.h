@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/analysis/run_follower.h"
 #include "optscope/formats/run_folder.h"
 #include "optscope/model/checkpoint.h"
 
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -49,7 +51,7 @@ public:
     /// the keys drawn in the chart: the largest max |Δ| at the newest step
     QStringList chartedKeys() const { return m_charted; }
     /// the newest step read (the one the next is compared with)
-    CheckpointPtr latestCheckpoint() const { return m_previous; }
+    CheckpointPtr latestCheckpoint() const { return m_follower ? m_follower->previous() : nullptr; }
     void setFollow(bool on);
     /// how many of the most changed keys start a series at each step (32)
     void setTrackedPerStep(int keys) { m_trackedPerStep = std::max(1, keys); }
@@ -59,9 +61,8 @@ Q_SIGNALS:
     void stepRead(const QString& name);
 
 private:
-    void processNext();
     void updateChart();
-    void addStepRow(const QString& name, const QString& status);
+    void addStepRow(int64_t step, const QString& name, const QString& status);
 
     CheckpointContext* m_context;
     DiffPanel* m_diff;
@@ -75,14 +76,8 @@ private:
     QString m_folder;
     quint64 m_generation = 0; ///< bumped by watch()/stop(): results of an older watch are dropped
     bool m_busy = false;
-    std::map<std::string, uint64_t> m_lastSignature; ///< per entry path, from the previous look
-    /// per entry path: its signature when it did not open, and why (retried once it changes)
-    std::map<std::string, std::pair<uint64_t, QString>> m_failed;
-    int64_t m_lastStep = -1;
-    std::string m_lastName;
-    CheckpointPtr m_previous;
-    QString m_previousPath;
-    std::map<QString, std::vector<std::pair<int64_t, double>>> m_series;
+    /// which step is next and what each changed: the core's RunFollower, as optscope-cli watch uses it
+    std::unique_ptr<RunFollower> m_follower;
     QStringList m_charted;
     int m_trackedPerStep = 32;
 };

@@ -19,6 +19,7 @@ int runReshard(const std::vector<std::string>& argv);
 int runVerify(const std::vector<std::string>& argv);
 int runUnflatten(const std::vector<std::string>& argv);
 int runDiff(const std::vector<std::string>& argv);
+int runWatch(const std::vector<std::string>& argv);
 int runDiagnose(const std::vector<std::string>& argv);
 int runFix(const std::vector<std::string>& argv);
 int runMap(const std::vector<std::string>& argv);
@@ -180,6 +181,21 @@ const std::vector<Command>& commands()
             "                  per key and per chunk of B\n"
             "Exit status: 0 bit-identical, 1 not, 2 error.\n",
             runVerify},
+        {"watch", "follow a training run's checkpoint folder: what each new step changed",
+            "usage: optscope-cli watch DIR [--once] [--interval S] [--json] [--top N] [--rtol R] [--atol A]\n"
+            "\n"
+            "Follows a run's checkpoint folder (step_100/, checkpoint-200/, ckpt_300.pt, ...) as the GUI's Watch "
+            "panel\n"
+            "does: each step once its files stopped changing and it opens, in step order, compared with the step\n"
+            "before; a line per step (how many keys changed, the tensors that changed most, step counters left out).\n"
+            "A step still being written is waited for and said so on stderr; one that never opens is skipped once a\n"
+            "later one is complete. Runs until Ctrl-C.\n"
+            "  --once          read the steps that are complete now, then exit (a CI job)\n"
+            "  --interval S    seconds between two looks at the folder (default 1.5)\n"
+            "  --json          one JSON object per step (step, name, path, status, entries, changed, top)\n"
+            "  --top N         most changed keys per step (default 3)\n"
+            "Exit status: 0 (also when stopped by Ctrl-C), 2 error.\n",
+            runWatch},
         {"devices", "list the GPUs (CUDA, NCCL) available for gather/verify", "usage: optscope-cli devices [--json]\n",
             runDevices},
     };

@@ -3,6 +3,8 @@
 // diagnose on a torchtitan-like DCP (io.BytesIO train state), check on non-finite weights and moments, inspect and
 // gather on FSDP1 SHARDED_STATE_DICT rank files with a rank that holds no rows. The fixtures and what PyTorch did
 // with them come from tests/fixtures/make_fixtures.py (groups torchtitan, non_finite, fsdp1_sharded).
+#include "cli_run.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -32,13 +34,6 @@ public:
     fs::path path;
 };
 
-struct CliResult
-{
-    int exitCode = -1;
-    std::string out;
-    std::string err;
-};
-
 std::string slurp(const fs::path& p)
 {
     std::ifstream in(p, std::ios::binary);
@@ -49,16 +44,7 @@ std::string slurp(const fs::path& p)
 
 CliResult runCli(const TempDir& tmp, const std::string& args)
 {
-    const fs::path out = tmp.path / "cli.out";
-    const fs::path err = tmp.path / "cli.err";
-    const std::string cmd = std::string("'") + OPTSCOPE_CLI + "' " + args + " > '" + out.string() + "' 2> '"
-        + err.string() + "' < /dev/null";
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    if (status != -1 && WIFEXITED(status)) r.exitCode = WEXITSTATUS(status);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return ::runCli(tmp.path, args);
 }
 
 TEST(CliFindings, CheckAndDiagnoseExitZeroOnADcpTrainStateOfBytesIO)

@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// scanRunFolder (optscope/run_folder.h): a training run's checkpoint folder as the GUI's Watch sees it.
+// scanRunFolder (optscope/run_folder.h): a training run's checkpoint folder as the GUI's Watch sees it; RunFollower
+// (optscope/analysis/run_follower.h), which both Watch and optscope-cli watch drive.
+#include "cli_run.h"
+#include "optscope/analysis/run_follower.h"
+#include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/run_folder.h"
 #include "optscope/optim/optimizer_kind.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -83,4 +90,125 @@ TEST(RunFolder, StepCountersAreTheOptimizersStepAndNothingElse)
     EXPECT_FALSE(isStepCounterKey("optim.state.emb.step", 16)); // a tensor, not a counter
     EXPECT_FALSE(isStepCounterKey("model.scheduler.step", 1)); // a model buffer
     EXPECT_FALSE(isStepCounterKey("optim.state.fc.weight.substep", 1));
+}
+
+// ---- RunFollower: which step is read next, and what it changed (the GUI's Watch and optscope-cli watch) ----------
+
+namespace {
+
+const std::string kTestData = OPTSCOPE_TEST_DATA;
+
+void copyFixture(const std::string& rel, const fs::path& to)
+{
+    fs::copy_file(kTestData + "/" + rel, to, fs::copy_options::overwrite_existing);
+}
+
+} // namespace
+
+TEST(RunFollower, ReadsEachStepOnceCompleteWaitsForOneBeingWrittenAndSkipsOneThatNeverOpens)
+{
+    TempDir t;
+    copyFixture("diff/step3.pt", t.path / "ckpt_3.pt");
+    RunFollower f(t.path.string());
+    EXPECT_EQ(f.poll().kind, RunFollower::Next::Wait); // first seen: not yet known to be complete
+    RunFollower::Next n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    EXPECT_EQ(n.entry.name, "ckpt_3.pt");
+    EXPECT_TRUE(n.newest);
+    RunStepSummary s = f.accept(n.entry, RunFollower::readStep(n.entry.path, f.previous(), f.options(), {}));
+    EXPECT_FALSE(s.compared);
+    EXPECT_EQ(s.statusText(), "read (" + std::to_string(s.entries) + " entries)");
+
+    // half of step 4: waited for while it changes, tried once stable, waited for while it does not open
+    std::string step4;
+    {
+        std::ifstream in(kTestData + "/diff/step4.pt", std::ios::binary);
+        step4.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    write(t.path / "ckpt_4.pt", step4.substr(0, step4.size() / 2));
+    n = f.poll();
+    EXPECT_EQ(n.kind, RunFollower::Next::Wait);
+    EXPECT_EQ(n.reason, "ckpt_4.pt is still being written");
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    EXPECT_THROW(RunFollower::readStep(n.entry.path, f.previous(), f.options(), {}), Error);
+    f.failed(n.entry, "cut short");
+    n = f.poll();
+    EXPECT_EQ(n.kind, RunFollower::Next::Wait);
+    EXPECT_EQ(n.reason, "ckpt_4.pt does not open yet (cut short)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    write(t.path / "ckpt_4.pt", step4);
+    EXPECT_EQ(f.poll().kind, RunFollower::Next::Wait); // changed
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    s = f.accept(n.entry, RunFollower::readStep(n.entry.path, f.previous(), f.options(), {}));
+    ASSERT_TRUE(s.compared);
+    EXPECT_EQ(s.step, 4);
+    EXPECT_GT(s.changed, 0u);
+    EXPECT_EQ(s.statusText(),
+        std::to_string(s.changed) + " of " + std::to_string(s.entries) + " keys changed from the step before");
+    // the most changed, as the core's comparison of the two files says; step counters left out
+    const DiffReport reference = diffCheckpoints(
+        *openCheckpoint(kTestData + "/diff/step4.pt"), *openCheckpoint(kTestData + "/diff/step3.pt"), DiffOptions {});
+    double most = 0;
+    for (const auto& e : reference.entries)
+        if (e.type == "tensor" && !isStepCounterKey(e.key, e.numel)) most = std::max(most, e.maxAbsDiff);
+    ASSERT_FALSE(s.top.empty());
+    EXPECT_EQ(s.top.front().second, most);
+    for (const auto& [key, value] : s.top)
+        EXPECT_FALSE(isStepCounterKey(key, 1)) << key;
+    ASSERT_EQ(f.series().count("model.0.weight"), 1u);
+    EXPECT_EQ(f.series().at("model.0.weight").front().first, 4);
+
+    // a broken step 5 is skipped once step 6 is complete; step 6 is then compared with step 4
+    write(t.path / "ckpt_5.pt", "not a checkpoint");
+    copyFixture("diff/step3.pt", t.path / "ckpt_6.pt");
+    EXPECT_EQ(f.poll().kind, RunFollower::Next::Wait);
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    EXPECT_EQ(n.entry.name, "ckpt_5.pt");
+    EXPECT_FALSE(n.newest); // ckpt_6 is complete too
+    f.failed(n.entry, "not a torch.save file");
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Skip);
+    s = f.skip(n);
+    EXPECT_EQ(s.statusText(), "skipped: not a torch.save file");
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    EXPECT_EQ(n.entry.name, "ckpt_6.pt");
+    EXPECT_EQ(f.previousPath(), (t.path / "ckpt_4.pt").string());
+    EXPECT_EQ(f.poll().kind, RunFollower::Next::Read); // not accepted yet: asked again
+}
+
+TEST(CliWatch, OnceReadsTheCompleteStepsAsJsonLinesOrText)
+{
+    TempDir t;
+    const fs::path run = t.path / "run";
+    fs::create_directories(run);
+    copyFixture("diff/step3.pt", run / "ckpt_3.pt");
+    copyFixture("diff/step4.pt", run / "ckpt_4.pt");
+    write(run / "ckpt_5.pt", "not a checkpoint");
+    copyFixture("diff/step3.pt", run / "ckpt_6.pt");
+    CliResult r = runCli(t.path, "watch --once --json --interval 0.05 '" + run.string() + "'");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    std::vector<nlohmann::json> lines;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+        lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), 4u) << r.out;
+    EXPECT_EQ(lines[0]["status"], "read");
+    EXPECT_EQ(lines[1]["status"], "compared");
+    EXPECT_EQ(lines[1]["step"], 4);
+    EXPECT_GT(lines[1]["changed"].get<int>(), 0);
+    ASSERT_EQ(lines[1]["top"].size(), 3u);
+    EXPECT_FALSE(isStepCounterKey(lines[1]["top"][0]["key"].get<std::string>(), 1));
+    EXPECT_EQ(lines[2]["status"], "skipped");
+    EXPECT_NE(lines[2]["reason"].get<std::string>().find("ckpt_5.pt"), std::string::npos) << lines[2];
+    EXPECT_EQ(lines[3]["name"], "ckpt_6.pt");
+    r = runCli(t.path, "watch --once --interval 0.05 --top 1 '" + run.string() + "'");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(r.out.find("step 4  ckpt_4.pt: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("keys changed from the step before; most changed: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("step 5  ckpt_5.pt: skipped: "), std::string::npos) << r.out;
+    EXPECT_EQ(runCli(t.path, "watch").exitCode, 2);
 }
