@@ -31,10 +31,13 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QProgressBar>
+#include <QScreen>
 #include <QSettings>
+#include <QShowEvent>
 #include <QStatusBar>
 #include <QTimer>
 #include <QToolButton>
+#include <QWindow>
 
 namespace optscope::ui {
 
@@ -80,7 +83,11 @@ MainWindow::MainWindow(QWidget* parent)
     setupStatusBar();
     resetLayout();
     m_defaultState = saveState(LayoutVersion);
+    // an explicit minimum: the layout then no longer raises the window's minimum to what its widest label asks for
+    // (a long path or error text made the window wider than the screen, for good)
+    setMinimumSize(QSize(480, 320));
     resize(1440, 900);
+    fitToScreen();
 
     connect(m_fqn, &FqnMappingPanel::jumpRequested, this, [this] { raisePanel(QStringLiteral("keys")); });
     connect(m_diff, &DiffPanel::jumpRequested, this, [this] { raisePanel(QStringLiteral("details")); });
@@ -197,6 +204,40 @@ void MainWindow::restoreLayout()
     const QByteArray state = settings.value(QStringLiteral("window/state")).toByteArray();
     if (!geometry.isEmpty()) restoreGeometry(geometry);
     if (!state.isEmpty() && !restoreState(state, LayoutVersion)) resetLayout();
+}
+
+void MainWindow::setJobText(const QString& text)
+{
+    m_jobLabel->setText(m_jobLabel->fontMetrics().elidedText(text, Qt::ElideRight, StatusTextWidth));
+    m_jobLabel->setToolTip(text);
+}
+
+void MainWindow::showEvent(QShowEvent* event)
+{
+    QMainWindow::showEvent(event);
+    if (QWindow* window = windowHandle())
+        connect(window, &QWindow::screenChanged, this, &MainWindow::fitToScreen, Qt::UniqueConnection);
+    fitToScreen();
+}
+
+void MainWindow::setFitToScreen(bool fit)
+{
+    m_fitToScreen = fit;
+    if (fit)
+        fitToScreen();
+    else
+        setMaximumSize(QWIDGETSIZE_MAX, QWIDGETSIZE_MAX);
+}
+
+void MainWindow::fitToScreen()
+{
+    const QScreen* s = screen();
+    if (!s || !m_fitToScreen) return;
+    // the frame (title bar, borders) is known once shown; before, a guess that leaves room for one
+    const QSize frame = isVisible() ? frameGeometry().size() - geometry().size() : QSize(16, 40);
+    const QSize room = s->availableGeometry().size() - frame;
+    setMaximumSize(room.expandedTo(minimumSize()));
+    if (width() > room.width() || height() > room.height()) resize(size().boundedTo(room));
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)
@@ -340,13 +381,13 @@ void MainWindow::setupStatusBar()
     showTimer->setInterval(250);
     connect(showTimer, &QTimer::timeout, this, [this, runner] {
         if (runner->isIdle()) return;
-        m_jobLabel->setText(runner->currentLabel());
+        setJobText(runner->currentLabel());
         m_jobLabel->show();
         m_progress->show();
         m_cancel->show();
     });
     connect(runner, &JobRunner::jobStarted, this, [this, showTimer](quint64, const QString& label) {
-        m_jobLabel->setText(label);
+        setJobText(label);
         m_progress->setValue(0);
         if (!showTimer->isActive() && m_progress->isHidden()) showTimer->start();
     });
@@ -357,12 +398,12 @@ void MainWindow::setupStatusBar()
             text += tr(" — %1 fetched, %2 requests in flight")
                         .arg(Format::bytes(remote.bytesFetched))
                         .arg(remote.inFlight);
-        m_jobLabel->setText(text);
+        setJobText(text);
         m_progress->setValue(static_cast<int>(fraction * 1000));
     });
     connect(m_cancel, &QToolButton::clicked, this, [this] { statusBar()->showMessage(tr("Cancelled"), 3000); });
     connect(runner, &JobRunner::jobFinished, this, [this, runner](quint64, const QString&, bool) {
-        if (!runner->isIdle()) m_jobLabel->setText(runner->currentLabel());
+        if (!runner->isIdle()) setJobText(runner->currentLabel());
     });
     connect(runner, &JobRunner::idle, this, [this, showTimer] {
         showTimer->stop();
@@ -438,8 +479,10 @@ void MainWindow::updateTitle()
     if (path == m_demoPath) name = tr("demo checkpoint");
     if (m_context->isRaw()) name = tr("%1 (raw file)").arg(name);
     setWindowTitle(tr("%1 — OptScope").arg(name));
-    m_checkpointLabel->setText(
-        m_context->isRaw() ? tr("%1 (raw file)").arg(Format::displayPath(path)) : Format::displayPath(path));
+    // elided in the middle (the file name stays): a long path must not widen the status bar past the window
+    const QString shown
+        = m_context->isRaw() ? tr("%1 (raw file)").arg(Format::displayPath(path)) : Format::displayPath(path);
+    m_checkpointLabel->setText(m_checkpointLabel->fontMetrics().elidedText(shown, Qt::ElideMiddle, StatusTextWidth));
     m_checkpointLabel->setToolTip(path);
 }
 

@@ -43,6 +43,8 @@ public:
     void restoreLayout();
     /// whether closing saves the layout (off for screenshots and tests)
     void setPersistLayout(bool persist) { m_persistLayout = persist; }
+    /// off: the window may be larger than its screen (a screenshot rendered offscreen at a given size)
+    void setFitToScreen(bool fit);
     void resetLayout();
 
     CheckpointContext* context() const { return m_context; }
@@ -65,10 +67,17 @@ public:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    void showEvent(QShowEvent* event) override;
     void dragEnterEvent(QDragEnterEvent* event) override;
     void dropEvent(QDropEvent* event) override;
 
 private:
+    /// the window never exceeds its screen's available area, whatever a label's text asks for
+    void fitToScreen();
+    /// the running job's label in the status bar, elided to StatusTextWidth (the whole text in its tooltip)
+    void setJobText(const QString& text);
+    static constexpr int StatusTextWidth = 420;
+    bool m_fitToScreen = true;
     QDockWidget* addPanel(const QString& name, const QString& title, QWidget* panel, const QKeySequence& shortcut);
     void setupMenus();
     void setupStatusBar();

@@ -146,6 +146,7 @@ int main(int argc, char** argv)
         options.watch = watchFolder;
         const QStringList wh = parser.value(size).split(QLatin1Char('x'));
         if (wh.size() == 2) options.size = QSize(wh[0].toInt(), wh[1].toInt());
+        window.setFitToScreen(false); // rendered offscreen at the size asked for, whatever the screen
         if (panelName.isEmpty()) window.resize(options.size.isValid() ? options.size : QSize(1440, 900));
         window.show();
         optscope::app::ScreenshotDriver driver(&window, options);

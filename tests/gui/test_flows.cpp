@@ -56,6 +56,7 @@
 #include <QMenu>
 #include <QMimeData>
 #include <QPushButton>
+#include <QScreen>
 #include <QScrollBar>
 #include <QSettings>
 #include <QSignalSpy>
@@ -136,6 +137,7 @@ private Q_SLOTS:
     void diffValuesSideBySide();
     void watchFolderFollowsARun();
     void diagnoseNamesDeepSpeedAsTheLoader();
+    void windowNeverGrowsPastTheScreen();
 };
 
 void TestFlows::init()
@@ -1733,3 +1735,40 @@ void TestFlows::diagnoseNamesDeepSpeedAsTheLoader()
 
 OPTSCOPE_GUI_TEST_MAIN(TestFlows)
 #include "test_flows.moc"
+
+void TestFlows::windowNeverGrowsPastTheScreen()
+{
+    // a checkpoint whose data cannot be read, under a path far wider than the screen: its long texts (status bar,
+    // errors, summaries) once widened the window past the screen, for good (issue 30, item 1)
+    QTemporaryDir tmp;
+    const QString deep = tmp.filePath(QString(120, QLatin1Char('d')) + QStringLiteral("/")
+        + QString(120, QLatin1Char('e')) + QStringLiteral("/") + QString(120, QLatin1Char('f')));
+    QVERIFY(QDir().mkpath(deep));
+    QVERIFY(QFile::copy(testData("scale/r16_l1/.metadata"), deep + QStringLiteral("/.metadata"))); // no data files
+    MainWindow w;
+    w.setPersistLayout(false);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    const QRect screen = w.screen()->availableGeometry();
+    auto within = [&] {
+        QTest::qWait(100); // the layouts settle
+        return w.frameGeometry().width() <= screen.width() && w.frameGeometry().height() <= screen.height();
+    };
+    QSignalSpy failed(w.context(), &CheckpointContext::loadFailed);
+    QSignalSpy changed(w.context(), &CheckpointContext::checkpointChanged);
+    w.openPath(deep);
+    QTRY_VERIFY_WITH_TIMEOUT(!failed.isEmpty() || !changed.isEmpty(), Timeout);
+    QVERIFY2(within(),
+        qPrintable(QStringLiteral("%1 px wide on a %2 px screen").arg(w.frameGeometry().width()).arg(screen.width())));
+    for (QDockWidget* dock : w.findChildren<QDockWidget*>()) {
+        dock->show();
+        dock->raise();
+        QVERIFY2(
+            within(), qPrintable(dock->windowTitle() + QStringLiteral(": %1 px wide").arg(w.frameGeometry().width())));
+    }
+    w.showMaximized();
+    QVERIFY(within());
+    w.showNormal();
+    QVERIFY(openAndWait(w, testData("adam_int.pt"))); // a small checkpoint after it: still within
+    QVERIFY(within());
+}
