@@ -8,8 +8,10 @@ Run from the repository root (scripts/torch-python only sees the current folder)
 bench/make_big_checkpoint.py when it is missing, uploads it with boto3, then times:
   - inspect through s3:// against local inspect + curl of the .metadata (requests, bytes fetched);
   - gather from s3:// to a local .pt against boto3's transfer manager downloading the folder + a local gather;
+  - the same gather over plain HTTP from nginx (a C server that is not the bottleneck) against curl downloading the
+    folder + a local gather: what the engine does when the server keeps up;
   - peak RSS (GNU time) of each OptScope run.
-moto_server is a Python server: its own speed bounds both sides, so the ratios are what to read.
+moto_server is a Python server: its own speed bounds both S3 sides, so the ratios are what to read.
 """
 import argparse
 import os
@@ -20,7 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "remote"))
-from servers import s3_put, start_moto, stop  # noqa: E402
+from servers import free_port, s3_put, start_moto, stop, wait_port  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cli", default=os.path.join(ROOT, "build/app/optscope-cli"))
@@ -92,6 +94,35 @@ try:
                  f"local gather {t_local_gather:.2f})", f"{base / t_gather:.2f}x faster",
                  f"{req_g} requests, {bytes_g} bytes of {size} ({bytes_g / size:.3f}x); peak RSS {rss_g:.0f} MB; "
                  f"outputs byte-identical: {same}"))
+    shutil.rmtree(dl, ignore_errors=True)
+    # the same over HTTP from nginx
+    nginx_dir = os.path.join(work, "nginx")
+    os.makedirs(nginx_dir, exist_ok=True)
+    http_port = free_port()
+    temp = "".join(f" {k}_temp_path {nginx_dir}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    with open(os.path.join(nginx_dir, "nginx.conf"), "w") as f:
+        f.write(f"daemon off; pid {nginx_dir}/nginx.pid; error_log {nginx_dir}/error.log;\nevents {{}}\n"
+                f"http {{ access_log off; {temp} server {{ listen 127.0.0.1:{http_port}; root {work}; }} }}\n")
+    procs.append(subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c",
+                                   os.path.join(nginx_dir, "nginx.conf"), "-p", nginx_dir],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    wait_port(http_port, "nginx", procs[-1])
+    url = f"http://127.0.0.1:{http_port}/{ckpt}"
+    for d in ("remote_gather", "local_gather"):
+        shutil.rmtree(os.path.join(work, d), ignore_errors=True)
+        os.makedirs(os.path.join(work, d))
+    t_http, rss_h, err = timed([a.cli, "--remote-stats", "gather", url, "-o", os.path.join(work, "remote_gather", "g.pt")])
+    req_h, bytes_h = stats(err)
+    os.makedirs(dl)
+    names = sorted(os.listdir(a.ckpt))
+    t_curl_all, _, _ = timed(["curl", "-sf", *[x for n in names for x in (f"{url}/{n}", "-o", os.path.join(dl, n))]])
+    t_local_gather, _, _ = timed([a.cli, "gather", dl, "-o", os.path.join(work, "local_gather", "g.pt")])
+    same = open(os.path.join(work, "remote_gather", "g.pt"), "rb").read() == \
+        open(os.path.join(work, "local_gather", "g.pt"), "rb").read()
+    base = t_curl_all + t_local_gather
+    rows.append(("gather -o local.pt, http:// (nginx)", f"{t_http:.2f} s", f"{base:.2f} s (curl download "
+                 f"{t_curl_all:.2f} + local gather {t_local_gather:.2f})", f"{base / t_http:.2f}x faster",
+                 f"{req_h} requests, {bytes_h} bytes of {size}; peak RSS {rss_h:.0f} MB; byte-identical: {same}"))
     shutil.rmtree(dl, ignore_errors=True)
 finally:
     stop(procs)
