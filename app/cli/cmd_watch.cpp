@@ -55,8 +55,8 @@ void print(const RunStepSummary& s, bool json, size_t shown)
         std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
         return;
     }
-    std::string line = (s.step >= 0 ? "step " + std::to_string(s.step) + "  " : std::string()) + s.name + ": "
-        + s.statusText();
+    std::string line
+        = (s.step >= 0 ? "step " + std::to_string(s.step) + "  " : std::string()) + s.name + ": " + s.statusText();
     if (!s.top.empty() && shown > 0) {
         line += "; most changed:";
         for (size_t i = 0; i < s.top.size() && i < shown; ++i)
