@@ -30,6 +30,7 @@
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QInputDialog>
 #include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
@@ -115,6 +116,14 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
         if (!path.isEmpty()) compareWith(path);
     });
     pickFolder->setObjectName(QStringLiteral("compareWithFolder"));
+    QAction* pickUrl = m_compareMenu->addAction(tr("URL…"), this, [this] {
+        bool ok = false;
+        const QString url = QInputDialog::getText(this, tr("Checkpoint B"),
+            tr("s3://bucket/prefix, gs://bucket/prefix or https://host/path"), QLineEdit::Normal, QString(), &ok)
+                                .trimmed();
+        if (ok && !url.isEmpty()) compareWith(url);
+    });
+    pickUrl->setObjectName(QStringLiteral("compareWithUrl"));
     m_openB->setMenu(m_compareMenu);
     bar->addWidget(m_openB);
     bar->addSpacing(12);
@@ -360,7 +369,7 @@ void DiffPanel::setBusy(bool busy)
 
 void DiffPanel::compareWith(const QString& path)
 {
-    const QString abs = QFileInfo(path).absoluteFilePath();
+    const QString abs = Format::location(path);
     // two folders both named ckpt: their parents tell them apart
     const auto [nameA, nameB] = Format::distinctNames(m_context->path(), abs);
     run(tr("A: %1 ↔ B: %2").arg(nameA, nameB), abs, -1, -1);
@@ -382,7 +391,7 @@ void DiffPanel::showComparison(
     const CheckpointPtr a = m_context->checkpoint();
     if (!a || !b) return;
     m_context->runner()->cancel(QStringLiteral("diff")); // a comparison the user started before is superseded
-    const QString abs = QFileInfo(pathB).absoluteFilePath();
+    const QString abs = Format::location(pathB);
     const auto [nameA, nameB] = Format::distinctNames(m_context->path(), abs);
     Comparison c;
     c.rtol = options.rtol;

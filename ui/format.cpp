@@ -104,6 +104,11 @@ QString Format::text(const std::string& s)
     return QString::fromStdString(displayText(s));
 }
 
+QString Format::location(const QString& pathOrUrl)
+{
+    return optscope::isUrl(pathOrUrl.toStdString()) ? pathOrUrl : QFileInfo(pathOrUrl).absoluteFilePath();
+}
+
 QString Format::displayPath(const QString& path)
 {
     if (path.isEmpty()) return path;

@@ -36,6 +36,8 @@ public:
     /// a path as the user would write it: relative to the working folder when inside it, "~/..." under the home
     /// folder, else absolute (status bar, summaries; tooltips and dialogs keep the absolute path)
     static QString displayPath(const QString& path);
+    /// what the core opens for @p pathOrUrl: a URL (s3://, gs://, http(s)://) as it is, a path made absolute
+    static QString location(const QString& pathOrUrl);
     /// @p text (a core message) with the absolute paths in it shown as displayPath would
     static QString withDisplayPaths(const std::string& text);
     /// names for two paths that tell them apart: the file or folder names, with as many parent folders as it takes

@@ -415,8 +415,7 @@ void MainWindow::setupStatusBar()
 
 void MainWindow::openPath(const QString& path)
 {
-    // a URL (s3://, gs://, http(s)://) is read in place, as it is
-    m_context->open(optscope::isUrl(path.toStdString()) ? path : QFileInfo(path).absoluteFilePath());
+    m_context->open(Format::location(path)); // a URL is read in place, as it is
 }
 
 void MainWindow::watchFolder(const QString& folder)

@@ -636,6 +636,11 @@ void TestModels::format()
     // bars without the machine's absolute paths)
     const QString cwd = QDir::currentPath();
     QCOMPARE(Format::displayPath(cwd + QStringLiteral("/runs/step_100")), QStringLiteral("runs/step_100"));
+    // URLs: opened as they are, shown without a presigned query (a credential)
+    QCOMPARE(Format::location(QStringLiteral("s3://bucket/run/step_100")), QStringLiteral("s3://bucket/run/step_100"));
+    QCOMPARE(Format::location(QStringLiteral("runs/step_100")), cwd + QStringLiteral("/runs/step_100"));
+    QCOMPARE(Format::displayPath(QStringLiteral("https://host/m.safetensors?X-Amz-Signature=abc")),
+        QStringLiteral("https://host/m.safetensors"));
     QCOMPARE(Format::displayPath(QStringLiteral("/definitely/elsewhere/ckpt")),
         QStringLiteral("/definitely/elsewhere/ckpt"));
     if (!QDir::homePath().isEmpty() && QDir::homePath() != QStringLiteral("/") && !cwd.startsWith(QDir::homePath()))
