@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -603,10 +605,11 @@ public:
                     "cannot reserve " + std::to_string(m_size) + " bytes of address space: " + std::strerror(errno));
             m_base = static_cast<const uint8_t*>(p);
         }
-        m_present.assign(static_cast<size_t>((m_size + kBlock - 1) / kBlock), 0);
+        m_state.assign(static_cast<size_t>((m_size + kBlock - 1) / kBlock), Absent);
     }
     ~RemoteObject() override
     {
+        if (m_readAhead.joinable()) m_readAhead.join();
         if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
     }
 
@@ -618,7 +621,7 @@ public:
     }
     void adviseSequential(uint64_t offset, uint64_t length) const override
     {
-        // read-ahead: the next 64 MiB of the range, fetched concurrently now
+        // the next 64 MiB of the range, fetched concurrently now
         if (offset < m_size) fetch(offset, std::min<uint64_t>({length, m_size - offset, uint64_t(64) << 20}));
     }
     void release(uint64_t, uint64_t) const override
@@ -630,28 +633,40 @@ public:
     void copyOut(uint64_t offset, uint64_t length, uint8_t* destination) const override
     {
         if (length == 0) return;
-        std::lock_guard<std::mutex> lock(m_mutex);
-        fetchLocked(offset, length);
+        std::unique_lock<std::mutex> lock(m_mutex);
+        ensure(offset, length, lock);
         std::memcpy(destination, m_base + offset, length);
         // the whole blocks inside the range hold these bytes only: nobody else points into them
         const uint64_t first = (offset + kBlock - 1) / kBlock;
         const uint64_t end = offset + length;
-        const uint64_t last = end == m_size ? m_present.size() : end / kBlock;
+        const uint64_t last = end == m_size ? m_state.size() : end / kBlock;
         for (uint64_t b = first; b < last; ++b) {
             ::madvise(const_cast<uint8_t*>(m_base) + b * kBlock, std::min(kBlock, m_size - b * kBlock), MADV_DONTNEED);
-            m_present[b] = 0;
+            m_state[b] = Absent;
         }
+        // a sequential scan (a gather going through a rank file): the next range is fetched while this one is used
+        const bool sequential
+            = offset >= m_lastEnd && offset - m_lastEnd <= kSequentialGap; // a record's header between
+        m_lastEnd = end;
+        if (sequential && end < m_size) readAhead(end, std::min<uint64_t>(std::max(length, kPart), kReadAhead), lock);
     }
 
 private:
+    enum BlockState : uint8_t { Absent, InFlight, Present };
+    static constexpr uint64_t kReadAhead = uint64_t(64) << 20;
+    static constexpr uint64_t kSequentialGap = uint64_t(1) << 20;
+
     void fetch(uint64_t offset, uint64_t length) const override
     {
         if (length == 0) return;
-        std::lock_guard<std::mutex> lock(m_mutex);
-        fetchLocked(offset, length);
+        std::unique_lock<std::mutex> lock(m_mutex);
+        ensure(offset, length, lock);
     }
 
-    void fetchLocked(uint64_t offset, uint64_t length) const
+    /// makes [offset, offset+length) present. The blocks it claims are fetched with the lock released, so that a
+    /// read-ahead and a read proceed together; blocks another thread is fetching are waited for (and fetched here
+    /// if that fetch failed).
+    void ensure(uint64_t offset, uint64_t length, std::unique_lock<std::mutex>& lock, bool readAhead = false) const
     {
         if (length == 0) return;
         if (offset > m_size || length > m_size - offset)
@@ -663,24 +678,73 @@ private:
         {
             uint64_t offset, length;
         };
-        std::vector<Part> parts;
-        for (uint64_t b = firstBlock; b < endBlock;) {
-            if (m_present[b]) {
-                ++b;
-                continue;
+        // blocks this call fetched: once given back by a reader that used them (copyOut), not fetched again here
+        std::vector<std::pair<uint64_t, uint64_t>> fetched;
+        auto ours = [&fetched](uint64_t b) {
+            for (const auto& [lo, hi] : fetched)
+                if (b >= lo && b < hi) return true;
+            return false;
+        };
+        for (;;) {
+            std::vector<Part> parts;
+            std::vector<std::pair<uint64_t, uint64_t>> claimed; // block runs [b, e)
+            bool waiting = false;
+            for (uint64_t b = firstBlock; b < endBlock;) {
+                if (m_state[b] != Absent || ours(b)) {
+                    waiting = waiting || m_state[b] == InFlight;
+                    ++b;
+                    continue;
+                }
+                uint64_t e = b;
+                while (e < endBlock && m_state[e] == Absent && !ours(e))
+                    m_state[e++] = InFlight;
+                claimed.emplace_back(b, e);
+                // a run of missing blocks, cut in parts
+                for (uint64_t at = b * kBlock; at < std::min(m_size, e * kBlock); at += kPart)
+                    parts.push_back({at, std::min({kPart, m_size - at, e * kBlock - at})});
+                b = e;
             }
-            uint64_t e = b;
-            while (e < endBlock && !m_present[e])
-                ++e;
-            // a run of missing blocks, cut in parts
-            for (uint64_t at = b * kBlock; at < std::min(m_size, e * kBlock); at += kPart)
-                parts.push_back({at, std::min({kPart, m_size - at, e * kBlock - at})});
-            b = e;
+            if (!parts.empty()) {
+                lock.unlock();
+                std::exception_ptr failure;
+                try {
+                    fetchParts(parts.data(), parts.size());
+                } catch (...) {
+                    failure = std::current_exception();
+                }
+                lock.lock();
+                for (const auto& [b, e] : claimed)
+                    for (uint64_t k = b; k < e; ++k)
+                        m_state[k] = failure ? Absent : Present;
+                m_cv.notify_all();
+                if (failure) std::rethrow_exception(failure);
+                fetched.insert(fetched.end(), claimed.begin(), claimed.end());
+                // a read-ahead fetches what was absent when it began, once: what a reader fetched meanwhile and
+                // gave back is behind the scan already
+                if (readAhead) return;
+                continue; // look again: another thread's fetch may have ended meanwhile
+            }
+            if (!waiting || readAhead) return; // all present (a read-ahead does not wait for a reader's fetch)
+            m_cv.wait(lock); // another thread's fetch (states change only under the lock: no wake-up is missed)
         }
-        if (parts.empty()) return;
-        fetchParts(parts.data(), parts.size());
-        for (uint64_t b = firstBlock; b < endBlock; ++b)
-            m_present[b] = 1;
+    }
+
+    /// fetches [offset, offset+length) in the background, one read-ahead at a time; its errors are left to the read
+    /// that needs the bytes (it fetches them again and reports)
+    void readAhead(uint64_t offset, uint64_t length, std::unique_lock<std::mutex>&) const
+    {
+        if (m_readAheadBusy.load()) return;
+        if (m_readAhead.joinable()) m_readAhead.join(); // finished: busy is false
+        m_readAheadBusy.store(true);
+        m_readAhead = std::thread([this, offset, length] {
+            try {
+                std::unique_lock<std::mutex> lock(m_mutex);
+                // the reader may have gone past where the read-ahead was to begin
+                const uint64_t start = std::max(offset, std::min(m_lastEnd, offset + length));
+                ensure(start, offset + length - start, lock, true);
+            } catch (...) { }
+            m_readAheadBusy.store(false);
+        });
     }
 
     template<typename P> void fetchParts(const P* parts, size_t count) const
@@ -747,7 +811,11 @@ private:
     RemoteUrl m_remote;
     std::string m_etag;
     mutable std::mutex m_mutex;
-    mutable std::vector<uint8_t> m_present; ///< per block of kBlock bytes
+    mutable std::condition_variable m_cv; ///< a fetch finished: blocks changed state
+    mutable std::vector<uint8_t> m_state; ///< BlockState per block of kBlock bytes
+    mutable uint64_t m_lastEnd = UINT64_MAX; ///< where the last copyOut ended (a sequential scan continues there)
+    mutable std::thread m_readAhead;
+    mutable std::atomic<bool> m_readAheadBusy {false};
     mutable std::atomic<bool> m_changed {false};
 };
 
