@@ -13,6 +13,7 @@
 #include "optscope/optim/optimizer_kind.h"
 
 #include <QCheckBox>
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QFileSystemWatcher>
 #include <QHBoxLayout>
@@ -53,6 +54,15 @@ WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* par
     m_follow->setChecked(true);
     m_follow->setToolTip(tr("Open each new checkpoint in the window and compare it with the one before"));
     bar->addWidget(m_follow);
+    // the panel starts a watch itself, not only File > Watch Folder…
+    auto* start = new QPushButton(tr("Watch a folder…"), this);
+    start->setObjectName(QStringLiteral("startWatching"));
+    connect(start, &QPushButton::clicked, this, [this] {
+        const QString folder = QFileDialog::getExistingDirectory(this, tr("Watch a training run's checkpoint folder"),
+            m_context->path().isEmpty() ? QString() : QFileInfo(m_context->path()).absolutePath());
+        if (!folder.isEmpty()) watch(folder);
+    });
+    bar->addWidget(start);
     m_stopButton = new QPushButton(tr("Stop watching"), this);
     m_stopButton->setObjectName(QStringLiteral("stopWatching"));
     m_stopButton->setEnabled(false); // nothing watched yet
@@ -68,6 +78,8 @@ WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* par
     m_steps->horizontalHeader()->setStretchLastSection(true);
     m_steps->horizontalHeader()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
     m_steps->horizontalHeader()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    m_steps->setToolTip(tr("Double-click a step (or press Enter) to open it"));
+    connect(m_steps, &QTableWidget::cellActivated, this, [this](int row, int) { openStep(row); });
     split->addWidget(m_steps);
     m_chart->setMinimumHeight(120);
     m_chart->setBackground(palette().color(QPalette::Base));
@@ -144,12 +156,21 @@ std::vector<std::pair<int64_t, double>> WatchPanel::series(const QString& key) c
     return it == m_follower->series().end() ? std::vector<std::pair<int64_t, double>>() : it->second;
 }
 
-void WatchPanel::addStepRow(int64_t step, const QString& name, const QString& status)
+void WatchPanel::openStep(int row)
+{
+    const QTableWidgetItem* item = row >= 0 && row < m_steps->rowCount() ? m_steps->item(row, 1) : nullptr;
+    const QString path = item ? item->data(Qt::UserRole).toString() : QString();
+    if (!path.isEmpty()) m_context->open(path); // back to an older step (a skipped one has no path)
+}
+
+void WatchPanel::addStepRow(int64_t step, const QString& name, const QString& status, const QString& path)
 {
     const int row = m_steps->rowCount();
     m_steps->insertRow(row);
     m_steps->setItem(row, 0, new QTableWidgetItem(step >= 0 ? QString::number(step) : QString()));
-    m_steps->setItem(row, 1, new QTableWidgetItem(name));
+    auto* nameItem = new QTableWidgetItem(name);
+    nameItem->setData(Qt::UserRole, path);
+    m_steps->setItem(row, 1, nameItem);
     m_steps->setItem(row, 2, new QTableWidgetItem(status));
     m_steps->scrollToBottom();
 }
@@ -166,7 +187,7 @@ void WatchPanel::pollNow()
     if (next.kind == RunFollower::Next::Wait) return;
     if (next.kind == RunFollower::Next::Skip) {
         const RunStepSummary s = m_follower->skip(next);
-        addStepRow(s.step, QString::fromStdString(s.name), QString::fromStdString(s.statusText()));
+        addStepRow(s.step, QString::fromStdString(s.name), QString::fromStdString(s.statusText()), QString());
         QTimer::singleShot(0, this, &WatchPanel::pollNow);
         return;
     }
@@ -189,7 +210,7 @@ void WatchPanel::pollNow()
             const QString previousPath = QString::fromStdString(m_follower->previousPath());
             const CheckpointPtr previousCheckpoint = m_follower->previous();
             const RunStepSummary s = m_follower->accept(entry, read);
-            addStepRow(s.step, name, QString::fromStdString(s.statusText()));
+            addStepRow(s.step, name, QString::fromStdString(s.statusText()), QString::fromStdString(entry.path));
             updateChart();
             // the window follows the newest step only (catching up on a run's past steps opens nothing)
             if (m_follow->isChecked() && newest) {

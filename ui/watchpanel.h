@@ -53,6 +53,8 @@ public:
     /// the newest step read (the one the next is compared with)
     CheckpointPtr latestCheckpoint() const { return m_follower ? m_follower->previous() : nullptr; }
     void setFollow(bool on);
+    /// opens the step of row @p row in the window (double-click or Enter on a row); a skipped step has nothing to open
+    void openStep(int row);
     /// how many of the most changed keys start a series at each step (32)
     void setTrackedPerStep(int keys) { m_trackedPerStep = std::max(1, keys); }
 
@@ -62,7 +64,7 @@ Q_SIGNALS:
 
 private:
     void updateChart();
-    void addStepRow(int64_t step, const QString& name, const QString& status);
+    void addStepRow(int64_t step, const QString& name, const QString& status, const QString& path);
 
     CheckpointContext* m_context;
     DiffPanel* m_diff;

@@ -1665,6 +1665,14 @@ void TestFlows::watchFolderFollowsARun()
     QTRY_COMPARE_WITH_TIMEOUT(QFileInfo(w.context()->path()).fileName(), QStringLiteral("ckpt_6.pt"), Timeout);
     QTest::qWait(200);
     QCOMPARE(shown.size(), 1);
+    // back to an older step: a row opens its checkpoint; a skipped one has nothing to open; the panel starts a watch
+    // itself too
+    watch->openStep(0);
+    QTRY_COMPARE_WITH_TIMEOUT(QFileInfo(w.context()->path()).fileName(), QStringLiteral("ckpt_3.pt"), Timeout);
+    watch->openStep(2); // ckpt_5, skipped
+    QTest::qWait(200);
+    QCOMPARE(QFileInfo(w.context()->path()).fileName(), QStringLiteral("ckpt_3.pt"));
+    QVERIFY(watch->findChild<QPushButton*>(QStringLiteral("startWatching")));
     watch->stop();
     QVERIFY(!watch->isWatching());
     QVERIFY(watch->steps().empty());
