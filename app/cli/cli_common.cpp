@@ -116,6 +116,20 @@ std::vector<std::string> Args::values(const std::string& name) const
     return out;
 }
 
+double nonNegativeNumber(const Args& args, const std::string& name, double fallback)
+{
+    const auto v = args.value(name);
+    if (!v) return fallback;
+    try {
+        size_t used = 0;
+        const double d = std::stod(*v, &used);
+        if (used != v->size() || !(d >= 0)) throw UsageError("");
+        return d;
+    } catch (...) {
+        throw UsageError(name + " needs a non-negative number, got '" + *v + "'");
+    }
+}
+
 std::string humanBytes(uint64_t bytes)
 {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -70,6 +70,9 @@ void printDataWarnings(const Checkpoint& checkpoint);
 void printLeftOut(const std::vector<std::string>& leftOut);
 /// --world-size M: a positive integer (at most 2^20); throws UsageError when it is missing or not one
 int parseWorldSize(const Args& args);
+/// a non-negative number option (--rtol 1e-5, --interval 0.5): @p fallback when absent; throws UsageError when it
+/// is not one
+double nonNegativeNumber(const Args& args, const std::string& name, double fallback = 0.0);
 /// formats 1536 as "1.5 KiB"
 std::string humanBytes(uint64_t bytes);
 /// prints "optscope-cli <cmd>: <message>" on stderr

@@ -12,20 +12,6 @@ namespace optscope::cli {
 
 namespace {
 
-double parseNumber(const Args& args, const std::string& name)
-{
-    const auto v = args.value(name);
-    if (!v) return 0.0;
-    try {
-        size_t used = 0;
-        const double d = std::stod(*v, &used);
-        if (used != v->size() || d < 0) throw UsageError("");
-        return d;
-    } catch (...) {
-        throw UsageError(name + " needs a non-negative number, got '" + *v + "'");
-    }
-}
-
 std::string number(double v)
 {
     char buf[32];
@@ -49,8 +35,8 @@ int runDiff(const std::vector<std::string>& argv)
         return ExitOk;
     }
     DiffOptions options;
-    options.rtol = parseNumber(args, "--rtol");
-    options.atol = parseNumber(args, "--atol");
+    options.rtol = nonNegativeNumber(args, "--rtol");
+    options.atol = nonNegativeNumber(args, "--atol");
     if (auto t = args.value("--threads")) options.threads = std::atoi(t->c_str());
     if (auto e = args.value("--engine")) {
         if (*e == "aten")

@@ -24,20 +24,6 @@ std::string number(double v)
     return buf;
 }
 
-double parseSeconds(const Args& args, const std::string& name, double fallback)
-{
-    const auto v = args.value(name);
-    if (!v) return fallback;
-    try {
-        size_t used = 0;
-        const double d = std::stod(*v, &used);
-        if (used != v->size() || !(d >= 0)) throw UsageError("");
-        return d;
-    } catch (...) {
-        throw UsageError(name + " needs a non-negative number, got '" + *v + "'");
-    }
-}
-
 void print(const RunStepSummary& s, bool json, size_t shown)
 {
     if (json) {
@@ -81,9 +67,9 @@ int runWatch(const std::vector<std::string>& argv)
     }
     if (args.positional().size() != 1) throw UsageError("watch takes one folder");
     DiffOptions options;
-    options.rtol = parseSeconds(args, "--rtol", 0);
-    options.atol = parseSeconds(args, "--atol", 0);
-    const double interval = parseSeconds(args, "--interval", 1.5);
+    options.rtol = nonNegativeNumber(args, "--rtol", 0);
+    options.atol = nonNegativeNumber(args, "--atol", 0);
+    const double interval = nonNegativeNumber(args, "--interval", 1.5);
     const auto topArg = args.value("--top");
     const size_t shown = topArg ? static_cast<size_t>(std::max(0, std::atoi(topArg->c_str()))) : 3;
     const bool json = args.has("--json"), once = args.has("--once");

@@ -22,7 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "remote"))
-from servers import free_port, s3_put, start_moto, stop, wait_port  # noqa: E402
+from servers import s3_put, start_moto, start_nginx, stop  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cli", default=os.path.join(ROOT, "build/app/optscope-cli"))
@@ -75,55 +75,43 @@ try:
                  f"curl .metadata {t_curl:.2f})", f"{t_remote / (t_local + t_curl):.2f}x",
                  f"{req_i} requests, {bytes_i} bytes (.metadata {meta}); peak RSS {rss_i:.0f} MB"))
     # gather: remote against download + local gather
-    for d in ("remote_gather", "local_gather"):  # one output name in two folders: the zip's prefix is the name
-        shutil.rmtree(os.path.join(work, d), ignore_errors=True)
-        os.makedirs(os.path.join(work, d))
-    t_gather, rss_g, err = timed([a.cli, "--remote-stats", "gather", "s3://ckpt/big", "-o",
-                                  os.path.join(work, "remote_gather", "g.pt")], env)
-    req_g, bytes_g = stats(err)
     dl = os.path.join(work, "big_download")
-    shutil.rmtree(dl, ignore_errors=True)
-    p = subprocess.run([TORCH_PYTHON, "s3_put.py", f"http://127.0.0.1:{port}", "ckpt", "--download", "big",
-                        os.path.relpath(dl, work)], cwd=work, capture_output=True, text=True, check=True)
-    t_download = float(p.stdout.strip().splitlines()[-1])
-    t_local_gather, _, _ = timed([a.cli, "gather", dl, "-o", os.path.join(work, "local_gather", "g.pt")])
-    same = open(os.path.join(work, "remote_gather", "g.pt"), "rb").read() == \
-        open(os.path.join(work, "local_gather", "g.pt"), "rb").read()
-    base = t_download + t_local_gather
-    rows.append(("gather -o local.pt", f"{t_gather:.2f} s", f"{base:.2f} s (boto3 download {t_download:.2f} + "
-                 f"local gather {t_local_gather:.2f})", f"{base / t_gather:.2f}x faster",
-                 f"{req_g} requests, {bytes_g} bytes of {size} ({bytes_g / size:.3f}x); peak RSS {rss_g:.0f} MB; "
-                 f"outputs byte-identical: {same}"))
-    shutil.rmtree(dl, ignore_errors=True)
-    # the same over HTTP from nginx
-    nginx_dir = os.path.join(work, "nginx")
-    os.makedirs(nginx_dir, exist_ok=True)
-    http_port = free_port()
-    temp = "".join(f" {k}_temp_path {nginx_dir}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    with open(os.path.join(nginx_dir, "nginx.conf"), "w") as f:
-        f.write(f"daemon off; pid {nginx_dir}/nginx.pid; error_log {nginx_dir}/error.log;\nevents {{}}\n"
-                f"http {{ access_log off; {temp} server {{ listen 127.0.0.1:{http_port}; root {work}; }} }}\n")
-    procs.append(subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c",
-                                   os.path.join(nginx_dir, "nginx.conf"), "-p", nginx_dir],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-    wait_port(http_port, "nginx", procs[-1])
+
+    def gather_row(label, url, env, download, tool):
+        """gather from url against download(dl) (seconds) + a local gather of dl; one output name in two folders
+        (the zip's record prefix is the output's name)"""
+        for d in ("remote_gather", "local_gather", "big_download"):
+            shutil.rmtree(os.path.join(work, d), ignore_errors=True)
+            os.makedirs(os.path.join(work, d))
+        t_remote, rss, err = timed([a.cli, "--remote-stats", "gather", url, "-o",
+                                    os.path.join(work, "remote_gather", "g.pt")], env)
+        req, fetched = stats(err)
+        t_download = download(dl)
+        t_local, _, _ = timed([a.cli, "gather", dl, "-o", os.path.join(work, "local_gather", "g.pt")])
+        same = open(os.path.join(work, "remote_gather", "g.pt"), "rb").read() == \
+            open(os.path.join(work, "local_gather", "g.pt"), "rb").read()
+        shutil.rmtree(dl, ignore_errors=True)
+        base = t_download + t_local
+        rows.append((label, f"{t_remote:.2f} s", f"{base:.2f} s ({tool} download {t_download:.2f} + local gather "
+                     f"{t_local:.2f})", f"{base / t_remote:.2f}x faster",
+                     f"{req} requests, {fetched} bytes of {size} ({fetched / size:.3f}x); peak RSS {rss:.0f} MB; "
+                     f"outputs byte-identical: {same}"))
+
+    def boto3_download(out):
+        p = subprocess.run([TORCH_PYTHON, "s3_put.py", f"http://127.0.0.1:{port}", "ckpt", "--download", "big",
+                            os.path.relpath(out, work)], cwd=work, capture_output=True, text=True, check=True)
+        return float(p.stdout.strip().splitlines()[-1])
+
+    gather_row("gather -o local.pt", "s3://ckpt/big", env, boto3_download, "boto3")
+    # the same over HTTP from nginx, a server that keeps up
+    http_port, _, _ = start_nginx(work, work, procs)
     url = f"http://127.0.0.1:{http_port}/{ckpt}"
-    for d in ("remote_gather", "local_gather"):
-        shutil.rmtree(os.path.join(work, d), ignore_errors=True)
-        os.makedirs(os.path.join(work, d))
-    t_http, rss_h, err = timed([a.cli, "--remote-stats", "gather", url, "-o", os.path.join(work, "remote_gather", "g.pt")])
-    req_h, bytes_h = stats(err)
-    os.makedirs(dl)
     names = sorted(os.listdir(a.ckpt))
-    t_curl_all, _, _ = timed(["curl", "-sf", *[x for n in names for x in (f"{url}/{n}", "-o", os.path.join(dl, n))]])
-    t_local_gather, _, _ = timed([a.cli, "gather", dl, "-o", os.path.join(work, "local_gather", "g.pt")])
-    same = open(os.path.join(work, "remote_gather", "g.pt"), "rb").read() == \
-        open(os.path.join(work, "local_gather", "g.pt"), "rb").read()
-    base = t_curl_all + t_local_gather
-    rows.append(("gather -o local.pt, http:// (nginx)", f"{t_http:.2f} s", f"{base:.2f} s (curl download "
-                 f"{t_curl_all:.2f} + local gather {t_local_gather:.2f})", f"{base / t_http:.2f}x faster",
-                 f"{req_h} requests, {bytes_h} bytes of {size}; peak RSS {rss_h:.0f} MB; byte-identical: {same}"))
-    shutil.rmtree(dl, ignore_errors=True)
+
+    def curl_download(out):
+        return timed(["curl", "-sf", *[x for n in names for x in (f"{url}/{n}", "-o", os.path.join(out, n))]])[0]
+
+    gather_row("gather -o local.pt, http:// (nginx)", url, None, curl_download, "curl")
 finally:
     stop(procs)
 

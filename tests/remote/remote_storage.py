@@ -24,7 +24,7 @@ import threading
 import http.server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servers import free_port, s3_put, start_moto, stop, torch_check, wait_port  # noqa: E402
+from servers import s3_put, start_moto, start_nginx, stop, torch_check  # noqa: E402
 
 CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
@@ -81,32 +81,6 @@ def remote_stats(p):
 
 
 # ---- servers --------------------------------------------------------------------------------------------------------
-
-def start_nginx():
-    conf_dir = os.path.join(WORK, "nginx")
-    os.makedirs(conf_dir, exist_ok=True)
-    cert, key = os.path.join(conf_dir, "cert.pem"), os.path.join(conf_dir, "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
-                   check=True, capture_output=True)
-    http_port, https_port = free_port(), free_port()
-    temp = "".join(f" {k}_temp_path {conf_dir}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    with open(os.path.join(conf_dir, "nginx.conf"), "w") as f:
-        f.write(f"""daemon off; pid {conf_dir}/nginx.pid; error_log {conf_dir}/error.log;
-events {{}}
-http {{ access_log {conf_dir}/access.log; {temp}
-  server {{ listen 127.0.0.1:{http_port}; root {DATA}; }}
-  server {{ listen 127.0.0.1:{https_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key}; root {DATA}; }}
-}}
-""")
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    p = subprocess.Popen([nginx, "-c", os.path.join(conf_dir, "nginx.conf"), "-p", conf_dir],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    procs.append(p)
-    wait_port(http_port, "nginx", p)
-    wait_port(https_port, "nginx", p)
-    return http_port, https_port, cert
-
 
 class FaultProxy(http.server.BaseHTTPRequestHandler):
     """forwards to nginx; the ranged GETs meet, in turn: 503 + Retry-After, a reset, a short body, SlowDown"""
@@ -381,7 +355,7 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     try:
-        http_port, https_port, cert = start_nginx()
+        http_port, https_port, cert = start_nginx(DATA, WORK, procs)
         http_cases(http_port, https_port, cert)
         fault_cases(http_port)
         s3_cases()

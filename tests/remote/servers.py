@@ -30,6 +30,34 @@ def wait_port(port, what, proc=None, timeout=60):
     raise SystemExit(f"{what} did not listen on port {port} in {timeout} s")
 
 
+def start_nginx(root, work, procs):
+    """nginx serving root over HTTP, and over HTTPS with a self-signed certificate made here (for 127.0.0.1), its
+    process appended to procs; returns (http_port, https_port, certificate file)"""
+    conf_dir = os.path.join(work, "nginx")
+    os.makedirs(conf_dir, exist_ok=True)
+    cert, key = os.path.join(conf_dir, "cert.pem"), os.path.join(conf_dir, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    http_port, https_port = free_port(), free_port()
+    temp = "".join(f" {k}_temp_path {conf_dir}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    with open(os.path.join(conf_dir, "nginx.conf"), "w") as f:
+        f.write(f"""daemon off; pid {conf_dir}/nginx.pid; error_log {conf_dir}/error.log;
+events {{}}
+http {{ access_log {conf_dir}/access.log; {temp}
+  server {{ listen 127.0.0.1:{http_port}; root {root}; }}
+  server {{ listen 127.0.0.1:{https_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key}; root {root}; }}
+}}
+""")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    p = subprocess.Popen([nginx, "-c", os.path.join(conf_dir, "nginx.conf"), "-p", conf_dir],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    procs.append(p)
+    wait_port(http_port, "nginx", p)
+    wait_port(https_port, "nginx", p)
+    return http_port, https_port, cert
+
+
 def start_moto(torch_python, work, procs):
     """moto_server on a free port, its process (a session of its own) appended to procs; returns the port"""
     port = free_port()

@@ -590,8 +590,7 @@ class RemoteObject final : public ByteSource
 {
 public:
     RemoteObject(const std::string& url, const ObjectInfo& info)
-        : m_url(url)
-        , m_remote(parseUrl(url))
+        : m_remote(parseUrl(url))
         , m_etag(info.etag)
     {
         m_path = displayLocation(url);
@@ -653,6 +652,10 @@ public:
 
 private:
     enum BlockState : uint8_t { Absent, InFlight, Present };
+    struct Part ///< one ranged GET
+    {
+        uint64_t offset, length;
+    };
     static constexpr uint64_t kReadAhead = uint64_t(64) << 20;
     static constexpr uint64_t kSequentialGap = uint64_t(1) << 20;
 
@@ -674,10 +677,6 @@ private:
                 "a read of " + std::to_string(length) + " bytes at offset " + std::to_string(offset)
                     + " lies past the end of the object (" + std::to_string(m_size) + " bytes)");
         const uint64_t firstBlock = offset / kBlock, endBlock = (offset + length + kBlock - 1) / kBlock;
-        struct Part
-        {
-            uint64_t offset, length;
-        };
         // blocks this call fetched: once given back by a reader that used them (copyOut), not fetched again here
         std::vector<std::pair<uint64_t, uint64_t>> fetched;
         auto ours = [&fetched](uint64_t b) {
@@ -747,7 +746,7 @@ private:
         });
     }
 
-    template<typename P> void fetchParts(const P* parts, size_t count) const
+    void fetchParts(const Part* parts, size_t count) const
     {
         std::vector<size_t> pending(count);
         for (size_t i = 0; i < count; ++i)
@@ -807,7 +806,6 @@ private:
         }
     }
 
-    std::string m_url;
     RemoteUrl m_remote;
     std::string m_etag;
     mutable std::mutex m_mutex;
@@ -949,9 +947,7 @@ void uploadObject(const std::string& localPath, const std::string& url)
             throw;
         }
     }
-    std::lock_guard<std::mutex> lock(g_cacheMutex); // what was known of that location is no longer true
-    g_objects.clear();
-    g_listings.clear();
+    forgetRemoteListings(); // what was known of that location is no longer true
 }
 
 void removeObject(const std::string& url)
@@ -963,17 +959,6 @@ void removeObject(const std::string& url)
             [&] { return bodyRequest(u, requestUrl(u, u.key), "DELETE", nullptr, 0); }};
         performBodies(del, done, displayLocation(url), "cannot remove");
     } catch (const Error&) { }
-}
-
-std::string displayLocation(const std::string& location)
-{
-    if (!isUrl(location)) return location;
-    std::string s = location.substr(0, location.find_first_of("?#"));
-    const auto scheme = s.find("://");
-    const auto at = s.find('@', scheme + 3);
-    const auto slash = s.find('/', scheme + 3);
-    if (at != std::string::npos && (slash == std::string::npos || at < slash)) s.erase(scheme + 3, at + 1 - scheme - 3);
-    return s;
 }
 
 std::shared_ptr<const ByteSource> openRemoteObject(const std::string& url)

@@ -18,6 +18,17 @@ bool isUrl(const std::string& location)
     return false;
 }
 
+std::string displayLocation(const std::string& location)
+{
+    if (!isUrl(location)) return location;
+    std::string s = location.substr(0, location.find_first_of("?#"));
+    const auto scheme = s.find("://");
+    const auto at = s.find('@', scheme + 3);
+    const auto slash = s.find('/', scheme + 3);
+    if (at != std::string::npos && (slash == std::string::npos || at < slash)) s.erase(scheme + 3, at + 1 - scheme - 3);
+    return s;
+}
+
 LocationStat statLocation(const std::string& location)
 {
     if (isUrl(location)) return remoteStat(location);
