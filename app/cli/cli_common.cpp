@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "cli_common.h"
 
+#include "optscope/io/job.h"
+
 #include <cstdio>
 #include <iostream>
 #include <streambuf>
@@ -168,7 +170,12 @@ void printLeftOut(const std::vector<std::string>& leftOut)
 void printError(const std::string& command, const std::string& message)
 {
     finishTerminalProgress();
-    std::cerr << "optscope-cli" << (command.empty() ? "" : " " + command) << ": " << message << std::endl;
+    // the processes of a job share one terminal: each says which it is
+    const Job& job = Job::current();
+    const std::string who = job.distributed()
+        ? " (rank " + std::to_string(job.rank()) + " of " + std::to_string(job.size()) + ")"
+        : std::string();
+    std::cerr << "optscope-cli" << (command.empty() ? "" : " " + command) << who << ": " << message << std::endl;
 }
 
 } // namespace optscope::cli

@@ -4,6 +4,7 @@
 
 #include "optscope/analysis/reshard.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/job.h"
 
 #include <algorithm>
 #include <iostream>
@@ -50,6 +51,7 @@ int runReshard(const std::vector<std::string>& argv)
     if (dryRun) {
         const ReshardSummary s = summarizeReshard(*cp, options);
         finishTerminalProgress();
+        if (!Job::current().isRoot()) return ExitOk; // rank 0 speaks for the job
         const auto [minIt, maxIt] = std::minmax_element(s.bytesPerRank.begin(), s.bytesPerRank.end());
         if (args.has("--json")) {
             nlohmann::ordered_json j {{"dry_run", true}, {"world_size", s.worldSize},
@@ -69,6 +71,7 @@ int runReshard(const std::vector<std::string>& argv)
     }
     const DcpWriteStats s = reshardCheckpoint(*cp, *out, options, progress);
     finishTerminalProgress();
+    if (!Job::current().isRoot()) return ExitOk; // rank 0 speaks for the job
     printDataWarnings(*cp);
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", *out}, {"world_size", options.worldSize},

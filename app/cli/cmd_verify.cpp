@@ -4,6 +4,7 @@
 
 #include "optscope/analysis/verify_report.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/job.h"
 
 #include <iostream>
 
@@ -24,6 +25,8 @@ int runVerify(const std::vector<std::string>& argv)
     CheckpointPtr src = openCheckpoint(args.positional()[0], progress);
     VerifyReport report;
     if (const auto against = args.value("--against")) {
+        if (Job::current().distributed())
+            throw UsageError("--against runs as one process; as a job, verify reshards and compares by load");
         if (args.has("--world-size") || args.has("--keep"))
             throw UsageError("--against compares two existing checkpoints; --world-size and --keep do not apply");
         CheckpointPtr other = openCheckpoint(*against, progress);
@@ -36,7 +39,9 @@ int runVerify(const std::vector<std::string>& argv)
         report = verifyByLoad(*src, options, progress);
     }
     finishTerminalProgress();
-    if (args.has("--json")) {
+    if (!Job::current().isRoot()) { // rank 0 speaks for the job; every process exits with the same status
+        return report.identical() ? ExitOk : ExitFindings;
+    } else if (args.has("--json")) {
         std::cout << report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else if (args.has("--csv")) {
         std::cout << report.toCsv();

@@ -4,12 +4,42 @@
 
 #include "optscope/base/error.h"
 #include "optscope/base/read_policy.h"
+#include "optscope/io/job.h"
 #include "optscope/io/storage.h"
 
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 
 namespace optscope::cli {
+
+namespace {
+
+/// the commands that split their work over the processes of a torchrun/srun job
+bool runsAsJob(const std::string& command)
+{
+    return command == "reshard" || command == "verify";
+}
+
+/// every process of a job must run the same command on the same inputs: rank 0 compares the command lines
+void checkSameCommandLine(const std::vector<std::string>& args)
+{
+    Job& job = Job::current();
+    if (!job.distributed()) return;
+    std::string line;
+    for (const auto& a : args)
+        line += (line.empty() ? "" : std::string(1, '\0')) + a;
+    const std::vector<std::string> all = job.gather("command-line", line);
+    for (size_t r = 1; r < all.size(); ++r)
+        if (all[r] != line) {
+            std::string theirs = all[r];
+            std::replace(theirs.begin(), theirs.end(), '\0', ' ');
+            throw UsageError("rank " + std::to_string(r) + " runs `optscope-cli " + theirs
+                + "`, another command line than rank 0's: every process of the job must run the same one");
+        }
+}
+
+} // namespace
 
 int runInspect(const std::vector<std::string>& argv);
 int runDevices(const std::vector<std::string>& argv);
@@ -269,9 +299,32 @@ int main(int argc, char** argv)
     installInterruptHandlers();
     for (const auto& c : commands()) {
         if (c.name != name) continue;
+        // started by torchrun or srun as several processes: the commands that split their work join the job
+        optscope::Job& job = optscope::Job::current();
         try {
+            const optscope::JobSpec spec = optscope::jobSpecFromEnvironment();
+            if (spec.size > 1 && !runsAsJob(name))
+                throw UsageError("'" + name + "' runs as one process, but this is rank " + std::to_string(spec.rank)
+                    + " of " + std::to_string(spec.size) + " (" + spec.launcher
+                    + " variables are set); run it alone. As a job: reshard, verify");
+            optscope::Job::join(spec);
+        } catch (const UsageError& e) {
+            printError(name, e.what());
+            return ExitError;
+        } catch (const optscope::Error& e) {
+            printError(name, e.what());
+            return ExitError;
+        }
+        struct LeaveJob
+        {
+            optscope::Job& job;
+            ~LeaveJob() { job.leave(); }
+        } leave {job};
+        try {
+            checkSameCommandLine(args);
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const UsageError& e) {
+            job.reportFailure(e.what());
             printError(name, std::string(e.what()) + "\n" + c.usage);
             return ExitError;
         } catch (const optscope::Error& e) {
@@ -282,11 +335,14 @@ int main(int argc, char** argv)
                                 : sig == SIGTERM ? "SIGTERM"
                                                  : "SIGHUP")
                         + "; no output was left behind");
+                job.reportFailure("stopped by a signal");
                 return 128 + sig;
             }
+            job.reportFailure(e.what());
             printError(name, e.what());
             return ExitError;
         } catch (const std::exception& e) {
+            job.reportFailure(std::string("internal error: ") + e.what());
             printError(name, std::string("internal error: ") + e.what());
             return ExitError;
         }

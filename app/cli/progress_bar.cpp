@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "cli_common.h"
 
+#include "optscope/io/job.h"
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -81,7 +83,8 @@ void draw(double fraction, std::string_view stage)
 Progress terminalProgress()
 {
     Progress p;
-    if (::isatty(STDERR_FILENO)) p.report = draw;
+    // in a job, rank 0 draws the job's progress; the others stay quiet
+    if (::isatty(STDERR_FILENO) && Job::current().isRoot()) p.report = draw;
     // SIGINT/SIGTERM/SIGHUP cancel the work: the core unwinds, and every temporary is removed on the way out
     p.cancelled = [] { return interruptingSignal() != 0; };
     return p;

@@ -6,6 +6,7 @@
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/dcp_reader.h"
 #include "optscope/io/csv.h"
+#include "optscope/io/job.h"
 #include "optscope/model/flat_param_layout.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/model/shard_layout.h"
@@ -240,15 +241,17 @@ std::map<std::string, std::string> leftOutByKey(const std::vector<std::string>& 
 template<typename CompareTensor>
 void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::string& otherName, double progressBase,
     const char* label, VerifyReport& report, const Progress& progress, const CompareTensor& compareTensor,
-    const std::map<std::string, std::string>& leftOut = {})
+    const std::map<std::string, std::string>& leftOut = {}, const std::vector<int>* owner = nullptr)
 {
     std::set<std::string> seen;
     const size_t n = src.entries.size();
+    const int self = Job::current().rank();
     for (size_t i = 0; i < n; ++i) {
         progress.checkCancelled();
         progress(progressBase + (1.0 - progressBase) * double(i) / double(std::max<size_t>(n, 1)), label);
         const Entry& e = src.entries[i];
         seen.insert(e.key);
+        if (owner && (*owner)[i] != self) continue; // another process of the job compares it
         VerifyEntry ve;
         ve.key = e.key;
         ve.type = e.isTensor() ? "tensor" : "value";
@@ -301,11 +304,80 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
         }
         report.entries.push_back(std::move(ve));
     }
+    if (owner && self != 0) return; // rank 0 lists what only the copy has
     for (const auto& e : other.entries)
         if (!seen.count(e.key))
             report.entries.push_back({e.key, e.isTensor() ? "tensor" : "value", VerifyStatus::Unexpected,
                 "only in " + otherName, {}, 0, 0, {}});
     progress(1.0, label);
+}
+
+/// A report's entries and byte count as CBOR, for the processes of a job (keys travel as their bytes)
+std::string reportToWire(const VerifyReport& r)
+{
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : r.entries) {
+        nlohmann::json ranks = nlohmann::json::array();
+        for (const auto& x : e.ranks)
+            ranks.push_back({x.rank, x.elements, x.differing, x.firstDiff});
+        j.push_back({e.key, e.type, static_cast<int>(e.status), e.detail, e.shape, e.elements, e.differing, ranks});
+    }
+    const std::vector<uint8_t> bytes = nlohmann::json::to_cbor({{"bytes", r.bytesCompared}, {"entries", j}});
+    return std::string(bytes.begin(), bytes.end());
+}
+
+void reportFromWire(const std::string& wire, std::vector<VerifyEntry>& entries, uint64_t& bytesCompared)
+{
+    const nlohmann::json j = nlohmann::json::from_cbor(wire);
+    bytesCompared = j.at("bytes").get<uint64_t>();
+    for (const auto& x : j.at("entries")) {
+        VerifyEntry e;
+        e.key = x[0].get<std::string>();
+        e.type = x[1].get<std::string>();
+        e.status = static_cast<VerifyStatus>(x[2].get<int>());
+        e.detail = x[3].get<std::string>();
+        e.shape = x[4].get<std::vector<int64_t>>();
+        e.elements = x[5].get<int64_t>();
+        e.differing = x[6].get<int64_t>();
+        for (const auto& r : x[7])
+            e.ranks.push_back({r[0].get<int>(), r[1].get<int64_t>(), r[2].get<int64_t>(), r[3].get<int64_t>()});
+        entries.push_back(std::move(e));
+    }
+}
+
+/// Run as several processes, each compared the source entries @p owner gives it (rank 0 also those only the copy
+/// has): rank 0 puts them back in the source's order, and every process returns the whole report.
+void mergeAcrossJob(VerifyReport& report, const std::vector<int>& owner)
+{
+    Job& job = Job::current();
+    const std::vector<std::string> parts = job.gather("verify-entries", reportToWire(report));
+    std::string merged;
+    if (job.isRoot()) {
+        std::vector<std::vector<VerifyEntry>> lists(parts.size());
+        uint64_t bytes = 0;
+        for (size_t p = 0; p < parts.size(); ++p) {
+            uint64_t b = 0;
+            reportFromWire(parts[p], lists[p], b);
+            bytes += b;
+        }
+        std::vector<size_t> next(parts.size(), 0);
+        report.entries.clear();
+        for (const int p : owner) {
+            auto& list = lists[static_cast<size_t>(p)];
+            if (next[p] >= list.size())
+                throw Error(ErrorKind::Format, report.source, "rank " + std::to_string(p) + " compared fewer entries");
+            report.entries.push_back(std::move(list[next[p]++]));
+        }
+        for (size_t k = next[0]; k < lists[0].size(); ++k) // only in the copy
+            report.entries.push_back(std::move(lists[0][k]));
+        report.bytesCompared = bytes;
+        merged = reportToWire(report);
+    }
+    merged = job.broadcast("verify-report", merged);
+    if (!job.isRoot()) {
+        report.entries.clear();
+        reportFromWire(merged, report.entries, report.bytesCompared);
+    }
 }
 
 } // namespace
@@ -338,15 +410,31 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
 #endif
 
     // 1-2. gather + reshard: the resharded files are written for real, then read back like any checkpoint
-    TempFolder folder(options.keepResharded);
+    // run as several processes (Job), rank 0's scratch folder is the job's: on one machine, or under a TMPDIR (or
+    // --keep) that every node sees; each process writes its share of the files and compares its share of the keys
+    Job& job = Job::current();
+    std::unique_ptr<TempFolder> folder;
+    std::string folderPath;
+    if (job.isRoot()) {
+        folder = std::make_unique<TempFolder>(options.keepResharded);
+        folderPath = folder->path;
+    }
+    if (job.distributed()) folderPath = job.broadcast("verify-folder", folderPath);
     ReshardOptions ro;
     ro.worldSize = M;
     Progress writing;
     writing.cancelled = progress.cancelled;
     writing.report = [&](double f, std::string_view) { progress(0.5 * f, "resharding"); };
-    const DcpWriteStats written = reshardCheckpoint(src, folder.path, ro, writing);
+    const DcpWriteStats written = reshardCheckpoint(src, folderPath, ro, writing);
     const std::map<std::string, std::string> leftOut = leftOutByKey(written.leftOut);
-    const CheckpointPtr rs = DcpReader::open(folder.path);
+    const CheckpointPtr rs = DcpReader::open(folderPath);
+    std::vector<int> owner;
+    if (job.distributed()) {
+        std::vector<uint64_t> weights;
+        for (const auto& e : src.entries)
+            weights.push_back(e.isTensor() ? static_cast<uint64_t>(e.tensor.numel()) * dtypeSize(e.tensor.dtype) : 0);
+        owner = splitByWeight(weights, job.size());
+    }
 
     // 3-4. every rank loads its shard; the shards are gathered back and compared with the source
     compareEntries(
@@ -400,7 +488,8 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
                 ve.ranks.push_back(rr);
             }
         },
-        leftOut);
+        leftOut, job.distributed() ? &owner : nullptr);
+    if (job.distributed()) mergeAcrossJob(report, owner);
     return report;
 }
 

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/dcp_writer.h"
 #include "optscope/base/error.h"
+#include "optscope/io/job.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
 #include "optscope/io/remote_object.h"
 #include "optscope/io/storage.h"
 #include "optscope/pickle/pickle_emitter.h"
 
+#include <atomic>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -246,149 +250,320 @@ static DcpWriteStats writeDcpUnnamed(
 DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
 {
     try {
-        return writeDcpUnnamed(plan, outDir, progress, std::move(options));
+        try {
+            return writeDcpUnnamed(plan, outDir, progress, std::move(options));
+        } catch (const Error& e) {
+            // a write inside the temporary folder failed (disk full, quota): name the output the user asked for
+            const std::string tmpMark = "/." + fs::path(outDir).filename().string() + ".tmp-";
+            if (e.kind() == ErrorKind::Io && e.file().find(tmpMark) != std::string::npos)
+                throw Error(ErrorKind::Io, outDir,
+                    "writing " + fs::path(e.file()).filename().string() + ": " + e.detail()
+                        + " (nothing was written: the temporary folder is removed)");
+            throw;
+        }
     } catch (const Error& e) {
-        // a write inside the temporary folder failed (disk full, quota): name the output the user asked for
-        const std::string tmpMark = "/." + fs::path(outDir).filename().string() + ".tmp-";
-        if (e.kind() == ErrorKind::Io && e.file().find(tmpMark) != std::string::npos)
-            throw Error(ErrorKind::Io, outDir,
-                "writing " + fs::path(e.file()).filename().string() + ": " + e.detail()
-                    + " (nothing was written: the temporary folder is removed)");
+        Job::current().reportFailure(e.what()); // the other processes of a job stop now, not at the next gather
         throw;
     }
 }
 
+namespace {
+
+/// The items of one rank's file, in FileSystemWriter's order: values first, then tensor chunks.
+using FileItem = std::pair<const DcpPlan::Value*, std::pair<const DcpPlan::Tensor*, size_t>>;
+
+/// What a process of a job wrote, for rank 0's .metadata: per file it owns, each item's offset and length (the items
+/// themselves are known to every process from the plan), and its totals. Little-endian 64-bit words.
+struct WrittenPart
+{
+    std::vector<uint64_t> words;
+    void put(uint64_t w) { words.push_back(w); }
+    std::string bytes() const { return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8); }
+    static std::vector<uint64_t> parse(const std::string& s)
+    {
+        std::vector<uint64_t> w(s.size() / 8);
+        std::memcpy(w.data(), s.data(), w.size() * 8);
+        return w;
+    }
+};
+
+/// removes every object under @p prefix (the job's output prefix, empty when the job began): what a process that
+/// died after uploading left there
+void removeObjectsUnder(const std::string& prefix)
+{
+    try {
+        forgetRemoteListings();
+        for (const auto& name : folderEntries(prefix))
+            removeObject(childLocation(prefix, name));
+    } catch (const Error&) {
+        // best effort: the failure being reported matters more
+    }
+}
+
+} // namespace
+
 static DcpWriteStats writeDcpUnnamed(
     const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
 {
-    refuseOutputOverInputs(outDir, options.inputs); // before the temporary folder is made next to it
-    std::error_code ec;
+    // Run as several processes (Job), every process builds the same plan; each writes the rank files it owns (split
+    // by bytes) into one temporary folder (local output: rank 0 makes it, on storage all processes share) or
+    // uploads them (object storage), and rank 0, once every process has said what it wrote where, writes .metadata
+    // and publishes the folder. The files are byte-identical to those one process writes.
+    Job& job = Job::current();
+    const bool split = job.distributed();
     const bool remote = isUrl(outDir);
-    if (remote) {
-        checkWritableUrl(outDir);
-        const LocationKind k = locationKind(outDir);
-        if (k == LocationKind::File || (k == LocationKind::Folder && !folderEntries(outDir).empty()))
-            throw Error(ErrorKind::Io, displayLocation(outDir),
-                "already holds objects; choose a new output prefix (nothing there is overwritten)");
-    } else if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec))) {
-        throw Error(ErrorKind::Io, outDir, "already exists and is not an empty folder; choose a new output folder");
-    }
-    TempDir tmp(outDir);
-    // the files inside the temporary folder are committed there; the inputs are checked once, before the folder is
     WriteOptions inner = options;
     inner.beforeCommit = nullptr;
-    if (!inner.cancelled) inner.cancelled = progress.cancelled;
+    inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
 
-    // which items go to which rank's file, in FileSystemWriter's order: values first, then tensor chunks
-    std::map<int, std::vector<std::pair<const DcpPlan::Value*, std::pair<const DcpPlan::Tensor*, size_t>>>> byRank;
+    std::map<int, std::vector<FileItem>> byRank;
     for (const auto& v : plan.values)
         byRank[v.rank].push_back({&v, {nullptr, 0}});
     for (const auto& t : plan.tensors)
         for (size_t c = 0; c < t.chunks.size(); ++c)
             byRank[t.chunks.rank(c)].push_back({nullptr, {&t, c}});
-
-    uint64_t totalBytes = 0, doneBytes = 0;
-    for (const auto& t : plan.tensors)
-        for (size_t c = 0; c < t.chunks.size(); ++c)
-            totalBytes += static_cast<uint64_t>(t.chunks.numelOf(c)) * dtypeSize(t.dtype);
-
-    std::vector<ItemLocation> items;
+    std::vector<const std::vector<FileItem>*> fileItems;
     std::vector<std::string> files;
+    std::vector<uint64_t> fileBytes;
+    uint64_t totalBytes = 0;
+    for (const auto& [rank, list] : byRank) {
+        files.push_back("__" + std::to_string(rank) + "_0.distcp");
+        fileItems.push_back(&list);
+        uint64_t b = 0;
+        for (const auto& item : list)
+            if (const auto* t = item.second.first)
+                b += static_cast<uint64_t>(t->chunks.numelOf(item.second.second)) * dtypeSize(t->dtype);
+        fileBytes.push_back(b);
+        totalBytes += b;
+    }
+    const std::vector<int> owner = split ? splitByWeight(fileBytes, job.size()) : std::vector<int>(files.size(), 0);
+
+    std::unique_ptr<TempDir> tmp;
+    std::vector<std::string> uploaded; // by this process, removed again unless the folder is published
     DcpWriteStats stats;
     stats.leftOut = plan.leftOut;
-    for (const auto& [rank, list] : byRank) {
-        const std::string name = "__" + std::to_string(rank) + "_0.distcp";
-        files.push_back(name);
-        OutputFile out((tmp.path / name).string(), inner);
-        for (const auto& [value, tensorChunk] : list) {
-            progress.checkCancelled();
-            ItemLocation loc;
-            loc.file = static_cast<uint32_t>(files.size() - 1);
-            loc.offset = out.position();
-            StateTree tree;
-            if (value) {
-                loc.value = value;
-                tree.setValue({}, value->value);
-                ++stats.valueItems;
-            } else {
-                const auto& [t, c] = tensorChunk;
-                loc.tensor = t;
-                loc.chunk = static_cast<uint32_t>(c);
-                TensorToWrite w;
-                w.dtype = t->dtype;
-                w.shape = t->chunks.sizesOf(c).vec();
-                // (a structured binding cannot be captured in C++17: name the tensor)
-                w.produce = [tensor = t, offsets = t->chunks.offsetsOf(c).vec(), sizes = w.shape](
-                                const ByteSink& sink) { tensor->produce(offsets, sizes, sink); };
-                tree.setTensor({}, std::move(w));
-                ++stats.tensorItems;
+    try {
+        // 1. the output is checked, and the temporary folder made, by one process
+        const std::string fingerprint = std::to_string(files.size()) + " files, " + std::to_string(totalBytes)
+            + " tensor bytes, " + std::to_string(plan.tensors.size()) + " tensors, "
+            + std::to_string(plan.values.size()) + " values";
+        std::string tmpPath;
+        if (job.isRoot()) {
+            refuseOutputOverInputs(outDir, options.inputs); // before the temporary folder is made next to it
+            std::error_code ec;
+            if (remote) {
+                checkWritableUrl(outDir);
+                const LocationKind k = locationKind(outDir);
+                if (k == LocationKind::File || (k == LocationKind::Folder && !folderEntries(outDir).empty()))
+                    throw Error(ErrorKind::Io, displayLocation(outDir),
+                        "already holds objects; choose a new output prefix (nothing there is overwritten)");
+            } else if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec))) {
+                throw Error(
+                    ErrorKind::Io, outDir, "already exists and is not an empty folder; choose a new output folder");
             }
-            Progress inner;
-            inner.cancelled = progress.cancelled;
-            // a value item is unpickled by DCP's loader with weights_only=False (torch 2.6 load_bytes): objects (a
-            // torchtitan BytesIO, Megatron-LM's args Namespace) are written back as they were pickled
-            const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", inner, true);
-            doneBytes += ws.tensorBytes;
-            progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "writing shards");
-            loc.length = out.position() - loc.offset;
-            items.push_back(std::move(loc));
+            if (!remote) {
+                tmp = std::make_unique<TempDir>(outDir);
+                tmpPath = tmp->path.string();
+            }
+            if (split) job.broadcast("dcp-start", tmpPath + "\n" + fingerprint);
+        } else {
+            const std::string start = job.broadcast("dcp-start", {});
+            const size_t nl = start.find('\n');
+            tmpPath = start.substr(0, nl);
+            if (nl == std::string::npos || start.substr(nl + 1) != fingerprint)
+                throw Error(ErrorKind::Usage, outDir,
+                    "this process planned " + fingerprint + ", rank 0 "
+                        + (nl == std::string::npos ? std::string("nothing") : start.substr(nl + 1))
+                        + ": every process of the job must read the same checkpoint with the same options");
         }
-        stats.bytes += out.position();
-        out.commit();
-        ++stats.files;
-    }
+        if (remote) tmp = std::make_unique<TempDir>(outDir); // each process's own scratch folder, uploaded from
+        const fs::path dir = tmp ? tmp->path : fs::path(tmpPath);
 
-    for (const auto& c : plan.copies) {
-        progress.checkCancelled();
-        OutputFile out((tmp.path / c.name).string(), inner);
-        if (c.source->fd() >= 0)
-            out.copyFrom(c.source->fd(), 0, c.source->size());
-        else
-            out.write(c.source->all(), c.source->size()); // a remote input's companion
-        stats.bytes += out.position();
-        out.commit();
-        stats.copied.push_back(c.name);
-    }
+        // 2. each process writes the rank files it owns
+        std::vector<std::vector<ItemLocation>> locations(files.size());
+        uint64_t doneBytes = 0, unreported = 0;
+        static std::atomic<int> writes {0}; // every process makes the same writes in the same order
+        const std::string counter = "dcp-bytes-" + std::to_string(writes++);
+        auto lastReport = std::chrono::steady_clock::now();
+        const auto reportProgress = [&](uint64_t delta, bool force) {
+            doneBytes += delta;
+            unreported += delta;
+            const auto now = std::chrono::steady_clock::now();
+            if (split && (force || unreported >= (64u << 20) || now - lastReport > std::chrono::milliseconds(200))) {
+                const int64_t total = job.add(counter, static_cast<int64_t>(unreported));
+                unreported = 0;
+                lastReport = now;
+                if (job.isRoot()) progress(totalBytes ? double(total) / double(totalBytes) : 1.0, "writing shards");
+            } else if (!split) {
+                progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "writing shards");
+            }
+        };
+        for (size_t f = 0; f < files.size(); ++f) {
+            if (owner[f] != job.rank()) continue;
+            OutputFile out((dir / files[f]).string(), inner);
+            for (const auto& [value, tensorChunk] : *fileItems[f]) {
+                progress.checkCancelled();
+                ItemLocation loc;
+                loc.file = static_cast<uint32_t>(f);
+                loc.offset = out.position();
+                StateTree tree;
+                if (value) {
+                    loc.value = value;
+                    tree.setValue({}, value->value);
+                    ++stats.valueItems;
+                } else {
+                    const auto& [t, c] = tensorChunk;
+                    loc.tensor = t;
+                    loc.chunk = static_cast<uint32_t>(c);
+                    TensorToWrite w;
+                    w.dtype = t->dtype;
+                    w.shape = t->chunks.sizesOf(c).vec();
+                    // (a structured binding cannot be captured in C++17: name the tensor)
+                    w.produce = [tensor = t, offsets = t->chunks.offsetsOf(c).vec(), sizes = w.shape](
+                                    const ByteSink& sink) { tensor->produce(offsets, sizes, sink); };
+                    tree.setTensor({}, std::move(w));
+                    ++stats.tensorItems;
+                }
+                Progress itemProgress;
+                itemProgress.cancelled = inner.cancelled;
+                // a value item is unpickled by DCP's loader with weights_only=False (torch 2.6 load_bytes): objects
+                // (a torchtitan BytesIO, Megatron-LM's args Namespace) are written back as they were pickled
+                const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", itemProgress, true);
+                reportProgress(ws.tensorBytes, false);
+                loc.length = out.position() - loc.offset;
+                locations[f].push_back(loc);
+            }
+            stats.bytes += out.position();
+            out.commit();
+            ++stats.files;
+        }
+        reportProgress(0, true);
+        // every process checks what it read before it reports its part done
+        if (split && options.beforeCommit) options.beforeCommit();
+        if (remote && split) {
+            // a job's processes upload their own files; rank 0 adds .metadata last, once all are there
+            for (size_t f = 0; f < files.size(); ++f) {
+                if (owner[f] != job.rank()) continue;
+                progress.checkCancelled();
+                if (inner.cancelled()) throw Error(ErrorKind::Cancelled, outDir, "cancelled");
+                uploadObject((dir / files[f]).string(), childLocation(outDir, files[f]));
+                uploaded.push_back(childLocation(outDir, files[f]));
+            }
+        }
 
-    MetadataPickler pickler;
-    const std::string meta = pickler.run(plan, items, files);
-    OutputFile metaFile((tmp.path / ".metadata").string(), inner);
-    metaFile.write(meta.data(), meta.size());
-    metaFile.commit();
-    stats.bytes += meta.size();
+        // 3. rank 0 learns where every item went
+        if (split) {
+            WrittenPart part;
+            part.put(stats.bytes);
+            part.put(stats.files);
+            part.put(stats.tensorItems);
+            part.put(stats.valueItems);
+            for (size_t f = 0; f < files.size(); ++f) {
+                if (owner[f] != job.rank()) continue;
+                part.put(f);
+                for (const auto& loc : locations[f]) {
+                    part.put(loc.offset);
+                    part.put(loc.length);
+                }
+            }
+            const std::vector<std::string> parts = job.gather("dcp-files", part.bytes(), [&] {
+                progress(totalBytes ? double(job.add(counter, 0)) / double(totalBytes) : 1.0, "writing shards");
+            });
+            if (!job.isRoot()) {
+                job.broadcast("dcp-commit", {}); // throws unless rank 0 published the folder
+                uploaded.clear();
+                return stats;
+            }
+            for (size_t p = 1; p < parts.size(); ++p) {
+                const std::vector<uint64_t> w = WrittenPart::parse(parts[p]);
+                if (w.size() < 4) throw Error(ErrorKind::Format, outDir, "rank " + std::to_string(p) + " sent no part");
+                stats.bytes += w[0];
+                stats.files += w[1];
+                stats.tensorItems += w[2];
+                stats.valueItems += w[3];
+                size_t at = 4;
+                while (at < w.size()) {
+                    const size_t f = w[at++];
+                    if (f >= files.size() || owner[f] != static_cast<int>(p)
+                        || at + 2 * fileItems[f]->size() > w.size())
+                        throw Error(ErrorKind::Format, outDir,
+                            "rank " + std::to_string(p) + " reported items of a file it does not own");
+                    for (const auto& [value, tensorChunk] : *fileItems[f]) {
+                        ItemLocation loc;
+                        loc.file = static_cast<uint32_t>(f);
+                        loc.value = value;
+                        loc.tensor = tensorChunk.first;
+                        loc.chunk = static_cast<uint32_t>(tensorChunk.second);
+                        loc.offset = w[at++];
+                        loc.length = w[at++];
+                        locations[f].push_back(loc);
+                    }
+                }
+            }
+        }
+        std::vector<ItemLocation> items;
+        for (auto& l : locations)
+            items.insert(items.end(), l.begin(), l.end());
 
-    progress.checkCancelled(); // the last moment to stop with nothing published
-    if (remote) {
-        // data objects first, .metadata last: what DCP readers take as a complete checkpoint; on any failure the
-        // objects already written are removed
-        if (options.beforeCommit) options.beforeCommit();
-        std::vector<std::string> uploaded;
-        try {
-            std::vector<std::string> names = files;
+        // 4. rank 0: the companion files, .metadata, and the folder published
+        for (const auto& c : plan.copies) {
+            progress.checkCancelled();
+            OutputFile out((dir / c.name).string(), inner);
+            if (c.source->fd() >= 0)
+                out.copyFrom(c.source->fd(), 0, c.source->size());
+            else
+                out.write(c.source->all(), c.source->size()); // a remote input's companion
+            stats.bytes += out.position();
+            out.commit();
+            stats.copied.push_back(c.name);
+        }
+        MetadataPickler pickler;
+        const std::string meta = pickler.run(plan, items, files);
+        OutputFile metaFile((dir / ".metadata").string(), inner);
+        metaFile.write(meta.data(), meta.size());
+        metaFile.commit();
+        stats.bytes += meta.size();
+
+        progress.checkCancelled(); // the last moment to stop with nothing published
+        if (remote) {
+            // data objects first, .metadata last: what DCP readers take as a complete checkpoint; on any failure
+            // the objects already written are removed
+            if (options.beforeCommit && !split) options.beforeCommit();
+            std::vector<std::string> names;
+            for (size_t f = 0; f < files.size(); ++f)
+                if (!split) names.push_back(files[f]);
             names.insert(names.end(), stats.copied.begin(), stats.copied.end());
             for (const auto& name : names) {
                 progress.checkCancelled();
-                uploadObject((tmp.path / name).string(), childLocation(outDir, name));
+                uploadObject((dir / name).string(), childLocation(outDir, name));
                 uploaded.push_back(childLocation(outDir, name));
             }
             progress.checkCancelled();
-            uploadObject((tmp.path / ".metadata").string(), childLocation(outDir, ".metadata"));
-        } catch (...) {
-            for (const auto& u : uploaded)
-                removeObject(u);
-            throw;
+            uploadObject((dir / ".metadata").string(), childLocation(outDir, ".metadata"));
+            uploaded.clear();
+        } else {
+            std::error_code ec;
+            if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
+            if (options.beforeCommit) options.beforeCommit();
+            fs::rename(tmp->path, outDir, ec);
+            if (ec)
+                throw Error(
+                    ErrorKind::Io, outDir, "cannot rename the finished temporary folder into place: " + ec.message());
+            tmp->committed = true;
         }
+        if (split) job.broadcast("dcp-commit", {});
         progress(1.0, "writing shards");
         return stats;
+    } catch (const Error& e) {
+        for (const auto& u : uploaded)
+            removeObject(u);
+        if (!split) throw;
+        if (remote && job.isRoot()) removeObjectsUnder(outDir);
+        // a process stopped because another failed says so, naming that process
+        if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
+            throw Error(ErrorKind::Io, outDir, "stopped: " + job.failure());
+        throw;
     }
-    if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
-    if (options.beforeCommit) options.beforeCommit();
-    fs::rename(tmp.path, outDir, ec);
-    if (ec)
-        throw Error(ErrorKind::Io, outDir, "cannot rename the finished temporary folder into place: " + ec.message());
-    tmp.committed = true;
-    progress(1.0, "writing shards");
-    return stats;
 }
 
 } // namespace optscope

@@ -1,60 +1,34 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Loads liboptscope_aten.so (the ATen kernels) on first use and forwards aten_bridge.h's functions to it.
+#include "optscope/base/core_library.h"
 #include "optscope/base/error.h"
 #include "optscope/tensor/aten_bridge.h"
 
-#include <cstdlib>
-#include <dlfcn.h>
-#include <filesystem>
 #include <mutex>
 #include <string>
-#include <unistd.h>
 
 namespace optscope::aten {
 
 namespace {
 
-std::string executableDir()
-{
-    char buf[4096];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return {};
-    buf[n] = '\0';
-    return std::filesystem::path(buf).parent_path().string();
-}
-
 const Ops* load(std::string& tried)
 {
-    const char* name = "liboptscope_aten.so";
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("OPTSCOPE_ATEN_LIBRARY")) candidates.emplace_back(env);
-    const std::string exe = executableDir();
-    if (!exe.empty()) {
-        candidates.push_back(exe + "/" + name); // next to the binary
-        candidates.push_back(exe + "/../lib/optscope/" + name); // installed: bin/ and lib/optscope/
-    }
+    std::vector<std::string> builtIn;
 #ifdef OPTSCOPE_ATEN_BUILD_PATH
-    candidates.emplace_back(OPTSCOPE_ATEN_BUILD_PATH); // the build tree (tests, uninstalled binaries)
+    builtIn.emplace_back(OPTSCOPE_ATEN_BUILD_PATH); // the build tree (tests, uninstalled binaries)
 #endif
 #ifdef OPTSCOPE_ATEN_INSTALL_PATH
-    candidates.emplace_back(OPTSCOPE_ATEN_INSTALL_PATH);
+    builtIn.emplace_back(OPTSCOPE_ATEN_INSTALL_PATH);
 #endif
-    candidates.emplace_back(name); // the dynamic linker's search path
-    for (const auto& c : candidates) {
-        if (c.find('/') != std::string::npos && !std::filesystem::exists(c)) continue;
-        void* lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            tried += "\n  " + c + ": " + ::dlerror();
-            continue;
-        }
-        auto entry = reinterpret_cast<const Ops* (*)()>(::dlsym(lib, "optscope_aten_ops_v1"));
-        const Ops* ops = entry ? entry() : nullptr;
-        if (ops && ops->abiVersion == kOpsAbiVersion) return ops; // stays loaded for the life of the process
-        tried
-            += "\n  " + c + ": not a matching liboptscope_aten (ABI " + std::to_string(ops ? ops->abiVersion : 0) + ")";
-        ::dlclose(lib);
-    }
-    return nullptr;
+    return static_cast<const Ops*>(openCoreLibrary(
+        "liboptscope_aten.so", "OPTSCOPE_ATEN_LIBRARY", builtIn, "optscope_aten_ops_v1",
+        [](void* table, std::string& why) {
+            const auto* ops = static_cast<const Ops*>(table);
+            if (ops->abiVersion == kOpsAbiVersion) return true;
+            why = "not a matching liboptscope_aten (ABI " + std::to_string(ops->abiVersion) + ")";
+            return false;
+        },
+        tried));
 }
 
 } // namespace

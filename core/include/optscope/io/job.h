@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// A run of optscope-cli started as several processes by torchrun (`torchrun --no-python`) or Slurm (`srun`): the
+// processes meet through c10d's TCPStore at MASTER_ADDR:MASTER_PORT, the rendezvous torchrun's env:// uses, and
+// coordinate through it: who does which part (each process derives the same plan from the checkpoint's metadata),
+// what each wrote (gathered to rank 0, which publishes the output last), progress and failures. No tensor data
+// travels between processes: each reads its own part of the sources and writes its own part of the output.
+//
+// Faults: a process that fails says so (reportFailure); every process sees it within a poll interval and stops. One
+// that is killed or hangs stops its heartbeat (a thread, every 250 ms) and is declared gone after the job's timeout
+// (OPTSCOPE_JOB_TIMEOUT seconds, default 60), which also bounds the rendezvous; losing rank 0 (which serves the
+// store) is an error on every other process at once.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace optscope {
+
+/// How this process was started.
+struct JobSpec
+{
+    int rank = 0;
+    int size = 1;
+    int localRank = 0;
+    std::string masterAddr;
+    uint16_t masterPort = 0;
+    std::string launcher; ///< "torchrun" (RANK, WORLD_SIZE), "slurm" (SLURM_PROCID, SLURM_NTASKS); empty: alone
+    /// torchrun >= 2.x serves the store itself (TORCHELASTIC_USE_AGENT_STORE=True): every process is its client, and
+    /// the keys live under "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>/" as init_process_group puts them
+    bool agentStore = false;
+    std::string keyPrefix;
+    std::chrono::milliseconds timeout {60000};
+};
+
+/// torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE,
+/// TORCHELASTIC_RESTART_COUNT) or, without RANK, Slurm's
+/// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, with MASTER_ADDR and MASTER_PORT given); OPTSCOPE_JOB_TIMEOUT
+/// (seconds). Neither set, or a world of one: a one-process spec. Throws Error(Usage) naming the variable that is
+/// missing or malformed.
+JobSpec jobSpecFromEnvironment();
+
+/// Which of @p parts processes does each unit of work, given each unit's weight (bytes): the heaviest first, each to
+/// the least loaded process so far (ties: the lower index). Deterministic, so every process computes the same split.
+std::vector<int> splitByWeight(const std::vector<uint64_t>& weights, int parts);
+
+class Job
+{
+public:
+    /// this process's job: a job of one until join()
+    static Job& current();
+    /// meets the other processes of @p spec (a spec of one does nothing); throws Error naming MASTER_ADDR:MASTER_PORT
+    /// when the rendezvous does not complete within the timeout
+    static void join(const JobSpec& spec);
+
+    ~Job();
+    int rank() const { return m_spec.rank; }
+    int size() const { return m_spec.size; }
+    bool distributed() const { return m_spec.size > 1; }
+    bool isRoot() const { return m_spec.rank == 0; }
+    const JobSpec& spec() const { return m_spec; }
+
+    /// Every process calls it at the same point of the same command. Rank 0 returns every process's @p payload in
+    /// rank order (its own first); the others return an empty vector once rank 0 has them all. Throws Error when a
+    /// process failed, stopped answering or exited first.
+    /// @p whileWaiting is called about every 100 ms while rank 0 waits (its progress display of the job's counters)
+    std::vector<std::string> gather(
+        const std::string& phase, const std::string& payload, const std::function<void()>& whileWaiting = {});
+    /// rank 0's @p payload on every process (rank 0 returns its own); throws Error as gather does
+    std::string broadcast(const std::string& phase, const std::string& payload);
+    /// tells every process that this one failed with @p message (the first report wins); failed() turns true
+    /// everywhere within a poll interval. No-op in a job of one.
+    void reportFailure(const std::string& message);
+    /// true once any process reported a failure or one was declared gone: long work polls it to stop early
+    bool failed() const;
+    /// the first failure, "rank R: what it said"
+    std::string failure() const;
+    /// adds @p delta to the job-wide counter @p name and returns the total over all processes (progress)
+    int64_t add(const std::string& name, int64_t delta);
+    /// the last call: waits (bounded by the timeout) until every other process has finished with the store that rank
+    /// 0 serves, then closes it
+    void leave();
+
+    struct State;
+
+private:
+    Job() = default;
+    JobSpec m_spec;
+    std::unique_ptr<State> m_state;
+};
+
+} // namespace optscope

@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "optscope/io/job.h"
+
+#include "optscope/base/core_library.h"
+#include "optscope/base/error.h"
+#include "optscope/io/job_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace optscope {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const job::StoreOps& storeOps()
+{
+    static std::once_flag once;
+    static const job::StoreOps* table = nullptr;
+    static std::string tried;
+    std::call_once(once, [] {
+        // c10d logs each failed connection attempt through glog on stderr; our errors say what happened, once
+        ::setenv("GLOG_minloglevel", "3", 0);
+        std::vector<std::string> builtIn;
+#ifdef OPTSCOPE_C10D_BUILD_PATH
+        builtIn.emplace_back(OPTSCOPE_C10D_BUILD_PATH);
+#endif
+#ifdef OPTSCOPE_C10D_INSTALL_PATH
+        builtIn.emplace_back(OPTSCOPE_C10D_INSTALL_PATH);
+#endif
+        table = static_cast<const job::StoreOps*>(openCoreLibrary("liboptscope_c10d.so", "OPTSCOPE_C10D_LIBRARY",
+            builtIn, "optscope_c10d_store_v1", [](void* t, std::string& why) {
+                const auto* ops = static_cast<const job::StoreOps*>(t);
+                if (ops->abiVersion == job::kStoreAbiVersion) return true;
+                why = "not a matching liboptscope_c10d (ABI " + std::to_string(ops->abiVersion) + ")";
+                return false;
+            }, tried));
+    });
+    if (!table)
+        throw Error(ErrorKind::Unsupported, {},
+            "running as several processes needs liboptscope_c10d.so (c10d's TCPStore, from libtorch); set "
+            "OPTSCOPE_C10D_LIBRARY to its path. Tried:"
+                + tried);
+    return *table;
+}
+
+/// an environment variable as an integer in [lo, hi]; nullopt when unset
+bool envInt(const char* name, long lo, long hi, long& out)
+{
+    const char* v = std::getenv(name);
+    if (!v) return false;
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || errno || n < lo || n > hi)
+        throw Error(ErrorKind::Usage, {},
+            std::string(name) + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi)
+                + ", not '" + v + "'");
+    out = n;
+    return true;
+}
+
+} // namespace
+
+JobSpec jobSpecFromEnvironment()
+{
+    JobSpec spec;
+    long rank = 0, size = 1, local = 0;
+    const bool torchrun = envInt("RANK", 0, 1 << 24, rank);
+    if (torchrun) {
+        if (!envInt("WORLD_SIZE", 1, 1 << 24, size))
+            throw Error(ErrorKind::Usage, {}, "RANK is set but WORLD_SIZE is not (torchrun sets both)");
+        envInt("LOCAL_RANK", 0, 1 << 24, local);
+        spec.launcher = "torchrun";
+        if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE"); agent && std::string(agent) == "True") {
+            long attempt = 0;
+            envInt("TORCHELASTIC_RESTART_COUNT", 0, 1 << 24, attempt);
+            spec.agentStore = true;
+            spec.keyPrefix = "/worker/attempt_" + std::to_string(attempt) + "/";
+        }
+    } else if (std::getenv("MASTER_PORT") && envInt("SLURM_PROCID", 0, 1 << 24, rank)) {
+        // Slurm's variables count only with MASTER_PORT given: a batch script's own shell (not started by srun)
+        // has SLURM_NTASKS too, and must stay one process
+        if (!envInt("SLURM_NTASKS", 1, 1 << 24, size))
+            throw Error(ErrorKind::Usage, {}, "SLURM_PROCID is set but SLURM_NTASKS is not (srun sets both)");
+        envInt("SLURM_LOCALID", 0, 1 << 24, local);
+        spec.launcher = "slurm";
+    }
+    if (size <= 1) return JobSpec {};
+    if (rank >= size)
+        throw Error(ErrorKind::Usage, {},
+            "this process's rank " + std::to_string(rank) + " is not below the job's size " + std::to_string(size));
+    spec.rank = static_cast<int>(rank);
+    spec.size = static_cast<int>(size);
+    spec.localRank = static_cast<int>(local);
+    const char* addr = std::getenv("MASTER_ADDR");
+    if (!addr || !*addr)
+        throw Error(ErrorKind::Usage, {},
+            "a job of " + std::to_string(size)
+                + " processes needs MASTER_ADDR (the host of rank 0) and MASTER_PORT (a free port there)");
+    spec.masterAddr = addr;
+    long port = 0;
+    if (!envInt("MASTER_PORT", 1, 65535, port))
+        throw Error(ErrorKind::Usage, {}, "a job of " + std::to_string(size) + " processes needs MASTER_PORT");
+    spec.masterPort = static_cast<uint16_t>(port);
+    if (const char* t = std::getenv("OPTSCOPE_JOB_TIMEOUT")) {
+        char* end = nullptr;
+        const double s = std::strtod(t, &end);
+        if (*t == '\0' || *end != '\0' || !(s > 0) || s > 86400)
+            throw Error(ErrorKind::Usage, {},
+                std::string("OPTSCOPE_JOB_TIMEOUT must be seconds, more than 0 and at most 86400, not '") + t + "'");
+        spec.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
+    }
+    return spec;
+}
+
+struct Job::State
+{
+    const job::StoreOps* ops = nullptr;
+    void* store = nullptr;
+    std::string where; ///< "MASTER_ADDR:MASTER_PORT"
+    JobSpec spec;
+    uint64_t sequence = 0; ///< calls of gather/broadcast so far: every process makes the same calls in the same order
+
+    std::atomic<bool> failed {false};
+    mutable std::mutex failureMutex;
+    std::string failure; ///< the first failure once known here
+
+    std::mutex stopMutex;
+    std::condition_variable stopWake;
+    bool stopping = false;
+    std::thread heartbeat;
+
+    /// a store call that throws Error naming the store (and, off rank 0, what losing it means)
+    template<typename F> void call(F&& f)
+    {
+        std::string error;
+        if (f(error)) return;
+        throw Error(ErrorKind::Io, {}, lostStoreText(error));
+    }
+    std::string lostStoreText(const std::string& error) const
+    {
+        return "lost the job's store at " + where + " (" + error + ")"
+            + (spec.agentStore       ? "; torchrun's agent, which serves it, exited or cannot be reached"
+                    : spec.rank != 0 ? "; rank 0, which serves it, exited or cannot be reached"
+                                     : "");
+    }
+    int64_t add(const std::string& key, int64_t delta)
+    {
+        int64_t r = 0;
+        call([&](std::string& e) { return ops->add(store, spec.keyPrefix + key, delta, r, e); });
+        return r;
+    }
+    bool exists(const std::string& key)
+    {
+        bool r = false;
+        call([&](std::string& e) { return ops->check(store, spec.keyPrefix + key, r, e); });
+        return r;
+    }
+    std::string get(const std::string& key)
+    {
+        std::string v;
+        call([&](std::string& e) { return ops->get(store, spec.keyPrefix + key, v, e); });
+        return v;
+    }
+    void set(const std::string& key, const std::string& value)
+    {
+        call([&](std::string& e) { return ops->set(store, spec.keyPrefix + key, value, e); });
+    }
+
+    void setFailure(const std::string& text)
+    {
+        std::lock_guard<std::mutex> lock(failureMutex);
+        if (failure.empty()) failure = text;
+        failed = true;
+    }
+    /// publishes @p text as the job's failure unless another came first
+    void publishFailure(const std::string& text)
+    {
+        setFailure(text);
+        try {
+            if (add("failed", 1) == 1) set("failure", text);
+        } catch (const Error&) {
+            // the store is gone: every process learns that on its own
+        }
+    }
+    std::string failureText()
+    {
+        {
+            std::lock_guard<std::mutex> lock(failureMutex);
+            if (!failure.empty()) return failure;
+        }
+        // the failing process adds to "failed" before it sets "failure": give it a moment
+        for (int i = 0; i < 100; ++i) {
+            try {
+                if (exists("failure")) {
+                    setFailure(get("failure"));
+                    break;
+                }
+            } catch (const Error& e) {
+                setFailure(e.detail());
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        std::lock_guard<std::mutex> lock(failureMutex);
+        return failure.empty() ? "another process of the job failed" : failure;
+    }
+
+    void beat()
+    {
+        const std::string key = spec.keyPrefix + "beat/" + std::to_string(spec.rank);
+        const std::string failedKey = spec.keyPrefix + "failed";
+        std::unique_lock<std::mutex> lock(stopMutex);
+        while (!stopping) {
+            lock.unlock();
+            std::string error;
+            int64_t n = 0;
+            if (!ops->add(store, key, 1, n, error) || !ops->add(store, failedKey, 0, n, error)) {
+                setFailure(lostStoreText(error));
+                lock.lock();
+                break;
+            }
+            if (n > 0) failed = true;
+            lock.lock();
+            stopWake.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping; });
+        }
+    }
+
+    /// Watches the heartbeats of the ranks @p pending names while waiting; declares one gone after the timeout.
+    struct Watch
+    {
+        std::vector<int64_t> beats;
+        std::vector<Clock::time_point> changed;
+        Clock::time_point lastCheck = Clock::now();
+    };
+    /// waits until @p ready(); @p pending(r) says whether rank r is still awaited. Throws Error on any failure.
+    template<typename Ready, typename Pending> void waitUntil(Ready&& ready, Pending&& pending)
+    {
+        Watch w;
+        w.beats.assign(static_cast<size_t>(spec.size), -1);
+        w.changed.assign(static_cast<size_t>(spec.size), Clock::now());
+        auto pause = std::chrono::microseconds(200);
+        for (;;) {
+            if (failed) throw Error(ErrorKind::Io, {}, "stopped: " + failureText());
+            if (ready()) return;
+            const auto now = Clock::now();
+            if (now - w.lastCheck >= std::chrono::seconds(1)) {
+                w.lastCheck = now;
+                for (int r = 0; r < spec.size; ++r) {
+                    if (r == spec.rank || !pending(r)) continue;
+                    const int64_t b = add("beat/" + std::to_string(r), 0);
+                    if (b != w.beats[r]) {
+                        w.beats[r] = b;
+                        w.changed[r] = now;
+                    } else if (now - w.changed[r] > spec.timeout) {
+                        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(spec.timeout).count();
+                        publishFailure("rank " + std::to_string(r) + " stopped answering for " + std::to_string(secs)
+                            + " s (it was killed, or it hangs)");
+                    }
+                }
+            }
+            std::this_thread::sleep_for(pause);
+            pause = std::min(pause * 2, std::chrono::microseconds(20000));
+        }
+    }
+};
+
+Job& Job::current()
+{
+    static Job job;
+    return job;
+}
+
+void Job::join(const JobSpec& spec)
+{
+    Job& job = current();
+    if (job.m_state) throw Error(ErrorKind::Usage, {}, "this process has already joined its job");
+    job.m_spec = spec;
+    if (spec.size <= 1) return;
+    auto st = std::make_unique<State>();
+    st->ops = &storeOps();
+    st->spec = spec;
+    st->where = spec.masterAddr + ":" + std::to_string(spec.masterPort);
+    std::string error;
+    st->store = st->ops->connect(
+        spec.masterAddr, spec.masterPort, spec.rank == 0 && !spec.agentStore, spec.size, spec.timeout.count(), error);
+    if (!st->store)
+        throw Error(ErrorKind::Io, st->where,
+            "the job's " + std::to_string(spec.size) + " processes did not meet (rank " + std::to_string(spec.rank)
+                + ", "
+                + (spec.agentStore         ? "connecting to torchrun's store"
+                        : spec.rank == 0   ? "serving the store"
+                                           : "connecting to rank 0's store")
+                + "; OPTSCOPE_JOB_TIMEOUT " + std::to_string(spec.timeout.count() / 1000) + " s): " + error);
+    int64_t joined = 0;
+    if (!st->ops->add(st->store, spec.keyPrefix + "joined", 1, joined, error)) {
+        if (!spec.agentStore) throw Error(ErrorKind::Io, {}, st->lostStoreText(error));
+        // torchrun >= 2.3 shares its agent's store, whose protocol (a validation message first) a libtorch older
+        // than the agent's does not speak: the server drops the connection at the first request
+        throw Error(ErrorKind::Unsupported, st->where,
+            "cannot use the store torchrun's agent serves (TORCHELASTIC_USE_AGENT_STORE=True): " + error
+                + ". This build's libtorch is likely older than the torchrun that started it; start torchrun with "
+                  "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and --rdzv-backend c10d (or --standalone), so that rank 0 "
+                  "serves the job's store itself");
+    }
+    State* raw = st.get();
+    st->heartbeat = std::thread([raw] { raw->beat(); });
+    job.m_state = std::move(st);
+    if (spec.rank != 0) return; // rank 0 says whether the job is complete, at the first gather or broadcast
+    const auto start = Clock::now();
+    while (job.m_state->add("joined", 0) < spec.size) {
+        if (Clock::now() - start > spec.timeout) {
+            std::string missing;
+            int count = 0;
+            for (int r = 1; r < spec.size; ++r)
+                if (!job.m_state->exists("beat/" + std::to_string(r)) && ++count <= 8)
+                    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            if (count > 8) missing += " and " + std::to_string(count - 8) + " more";
+            const std::string why = "the job's processes did not all meet at " + job.m_state->where + " within "
+                + std::to_string(spec.timeout.count() / 1000) + " s (OPTSCOPE_JOB_TIMEOUT): rank"
+                + (count > 1 ? "s " : " ") + missing + " never joined";
+            job.m_state->publishFailure(why);
+            throw Error(ErrorKind::Io, {}, why);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
+Job::~Job()
+{
+    if (!m_state) return;
+    {
+        std::lock_guard<std::mutex> lock(m_state->stopMutex);
+        m_state->stopping = true;
+    }
+    m_state->stopWake.notify_all();
+    if (m_state->heartbeat.joinable()) m_state->heartbeat.join();
+    m_state->ops->close(m_state->store);
+}
+
+std::vector<int> splitByWeight(const std::vector<uint64_t>& weights, int parts)
+{
+    std::vector<size_t> order(weights.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return weights[a] > weights[b]; });
+    std::vector<uint64_t> load(static_cast<size_t>(std::max(parts, 1)), 0);
+    std::vector<int> owner(weights.size(), 0);
+    for (const size_t i : order) {
+        const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+        owner[i] = static_cast<int>(least);
+        load[static_cast<size_t>(least)] += std::max<uint64_t>(weights[i], 1);
+    }
+    return owner;
+}
+
+std::vector<std::string> Job::gather(
+    const std::string& phase, const std::string& payload, const std::function<void()>& whileWaiting)
+{
+    if (!m_state) return {payload};
+    State& st = *m_state;
+    const std::string prefix = "g" + std::to_string(++st.sequence) + ":" + phase + "/";
+    if (!isRoot()) {
+        st.set(prefix + std::to_string(rank()), payload);
+        st.add(prefix + "count", 1);
+        st.waitUntil([&] { return st.exists(prefix + "done"); }, [](int r) { return r == 0; });
+        return {};
+    }
+    auto lastCall = Clock::now();
+    st.waitUntil(
+        [&] {
+            if (whileWaiting && Clock::now() - lastCall > std::chrono::milliseconds(100)) {
+                whileWaiting();
+                lastCall = Clock::now();
+            }
+            return st.add(prefix + "count", 0) == size() - 1;
+        },
+        [&](int r) { return !st.exists(prefix + std::to_string(r)); });
+    std::vector<std::string> all {payload};
+    for (int r = 1; r < size(); ++r)
+        all.push_back(st.get(prefix + std::to_string(r)));
+    st.set(prefix + "done", "");
+    return all;
+}
+
+std::string Job::broadcast(const std::string& phase, const std::string& payload)
+{
+    if (!m_state) return payload;
+    State& st = *m_state;
+    const std::string key = "b" + std::to_string(++st.sequence) + ":" + phase;
+    if (isRoot()) {
+        st.set(key, payload);
+        return payload;
+    }
+    st.waitUntil([&] { return st.exists(key); }, [](int r) { return r == 0; });
+    return st.get(key);
+}
+
+void Job::reportFailure(const std::string& message)
+{
+    if (!m_state) return;
+    m_state->publishFailure("rank " + std::to_string(rank()) + ": " + message);
+}
+
+bool Job::failed() const
+{
+    return m_state && m_state->failed;
+}
+
+std::string Job::failure() const
+{
+    return m_state ? m_state->failureText() : std::string();
+}
+
+int64_t Job::add(const std::string& name, int64_t delta)
+{
+    if (!m_state) {
+        static std::mutex mutex;
+        static std::map<std::string, int64_t>* counters = new std::map<std::string, int64_t>;
+        std::lock_guard<std::mutex> lock(mutex);
+        return (*counters)[name] += delta;
+    }
+    return m_state->add("c/" + name, delta);
+}
+
+void Job::leave()
+{
+    if (!m_state) return;
+    State& st = *m_state;
+    try {
+        if (!isRoot()) {
+            st.add("left", 1);
+        } else if (!st.spec.agentStore) {
+            // rank 0 serves the store: stay until the others are done reading from it, or gone
+            // (after a failure, a process that died never comes: a short grace for the others to read it)
+            const auto start = Clock::now();
+            while (st.add("left", 0) < size() - 1) {
+                const auto waited = Clock::now() - start;
+                if (waited > st.spec.timeout || (st.failed && waited > std::chrono::seconds(2))) break;
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+        }
+    } catch (const Error&) {
+        // the store is gone already: nothing to wait for
+    }
+    {
+        std::lock_guard<std::mutex> lock(st.stopMutex);
+        st.stopping = true;
+    }
+    st.stopWake.notify_all();
+    if (st.heartbeat.joinable()) st.heartbeat.join();
+    st.ops->close(st.store);
+    m_state.reset();
+}
+
+} // namespace optscope

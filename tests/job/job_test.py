@@ -1,0 +1,336 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""optscope-cli as a torchrun or srun job (issue 32), on this machine:
+
+    python3 job_test.py OPTSCOPE_CLI TEST_DATA WORKDIR [TORCH_PYTHON]
+
+Every run of several processes is started by launch.sh with exactly the variables `torchrun --no-python` or `srun`
+sets; fault cases start the processes from here with the same variables and one changed. Checks:
+  - reshard and verify over fixtures of every format with 2 and 3 processes (torchrun and Slurm variables): the files
+    byte-identical to one process's, rank 0's --json/--csv byte-identical, the others silent, the same exit status;
+  - the P=3 output loaded by real PyTorch (DCP's own loader) equal to the source (TORCH_PYTHON);
+  - faults: a worker that fails at start, is killed mid-write, or whose disk is full (RLIMIT_FSIZE), a rank that
+    never comes, a wrong port, another command line: every process exits non-zero within a bounded time, the
+    message names the rank, and nothing is left at the output;
+  - a reshard to S3 (moto_server) by 2 processes: the objects byte-identical to one process's local files.
+"""
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "remote"))
+import servers  # noqa: E402
+
+CLI, DATA, WORK = (os.path.abspath(p) for p in sys.argv[1:4])
+TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
+TIMEOUT = 3  # OPTSCOPE_JOB_TIMEOUT for the fault cases (seconds)
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def run1(args, env=None):
+    """one process, as today"""
+    p = subprocess.run([CLI] + args, capture_output=True, text=True, env=env, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def launch(style, n, args, logs, env=None):
+    """launch.sh: n processes with torchrun's or srun's variables; [(rank exit, stdout, stderr)]"""
+    shutil.rmtree(logs, ignore_errors=True)
+    os.makedirs(logs)
+    e = dict(os.environ if env is None else env)
+    p = subprocess.run([os.path.join(HERE, "launch.sh"), style, str(n), str(servers.free_port()), logs, CLI] + args,
+                       capture_output=True, text=True, env=e, timeout=600)
+    codes = {int(l.split()[1]): int(l.split()[3]) for l in p.stdout.splitlines() if l.startswith("rank ")}
+    out = []
+    for r in range(n):
+        with open(f"{logs}/rank{r}.out") as o, open(f"{logs}/rank{r}.err") as er:
+            out.append((codes.get(r), o.read(), er.read()))
+    return out
+
+
+def files_of(folder):
+    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+
+
+def same_tree(a, b):
+    fa, fb = files_of(a), files_of(b)
+    if fa != fb or not fa:
+        return False
+    for f in fa:
+        with open(os.path.join(a, f), "rb") as x, open(os.path.join(b, f), "rb") as y:
+            if x.read() != y.read():
+                return False
+    return True
+
+
+SOURCES = ["adamw_fqn.pt", "fsdp2_r3", "fsdp1_r2", "fsdp1_sharded_r3", "hf/checkpoint-3", "hf/sharded",
+           "zero/stage3/ckpt", "zero/stage2/universal", "megatron/distopt_fully_reshardable",
+           "megatron/sharded_torch_dist", "torchtitan/dcp", "megatron/synthetic_gpt_tp2_pp2_dp2_fully"]
+
+
+def matrix():
+    for src in SOURCES:
+        name = src.replace("/", "_")
+        path = os.path.join(DATA, src)
+        ref = os.path.join(WORK, "ref", name)
+        for d in ("ref", "torchrun2", "slurm3"):
+            os.makedirs(os.path.join(WORK, d), exist_ok=True)
+        rc, out1, err = run1(["reshard", path, "--world-size", "5", "-o", ref, "--json"])
+        check(rc == 0, f"{src}: reshard by one process ({err.strip()[-200:]})")
+        for style, n in (("torchrun", 2), ("slurm", 3)):
+            dest = os.path.join(WORK, f"{style}{n}", name)
+            res = launch(style, n, ["reshard", path, "--world-size", "5", "-o", dest, "--json"],
+                         os.path.join(WORK, "logs", f"{name}.{style}{n}"))
+            check(all(c == 0 for c, _, _ in res), f"{src}: reshard by {n} processes ({style}) exits 0 "
+                  f"({[c for c, _, _ in res]}; {res[0][2].strip()[-300:]})")
+            check(same_tree(ref, dest), f"{src}: {n} processes write the same bytes as one (every file, .metadata)")
+            check(res[0][1] == out1.replace(ref, dest) and all(o == "" for _, o, _ in res[1:]),
+                  f"{src}: rank 0 prints what one process prints, the others nothing")
+        # verify: the report rank 0 prints is the one-process report, byte for byte; every process agrees on the
+        # exit status
+        for fmt in ("--json", "--csv"):
+            rc, v1, err = run1(["verify", path, "--world-size", "3", fmt])
+            res = launch("torchrun", 3, ["verify", path, "--world-size", "3", fmt],
+                         os.path.join(WORK, "logs", f"{name}.verify"))
+            check(rc == 0 and all(c == rc for c, _, _ in res) and res[0][1] == v1 and v1
+                  and all(o == "" for _, o, _ in res[1:]),
+                  f"{src}: verify {fmt} by 3 processes prints the one-process report ({[c for c, _, _ in res]}, "
+                  f"{rc}; {res[0][2].strip()[-200:]})")
+
+
+def torch_loads():
+    if not TORCH_PYTHON:
+        check(True, "PyTorch loads (skipped: no TORCH_PYTHON)")
+        return
+    # the chroot sees only its working folder: copy the sources and the outputs there
+    for src in ("fsdp2_r3", "fsdp1_r2"):  # (torchtitan's BytesIO values compare by identity)
+        name = src.replace("/", "_")
+        here = os.path.join(WORK, "torch", name)
+        shutil.rmtree(here, ignore_errors=True)
+        shutil.copytree(os.path.join(DATA, src), os.path.join(here, "src"))
+        shutil.copytree(os.path.join(WORK, "slurm3", name), os.path.join(here, "out"))
+        rc, said = servers.torch_check(TORCH_PYTHON, here, "load-dcp", "out", "src")
+        check(rc == 0 and "equal" in said, f"{src}: PyTorch's DCP loader reads the 3-process reshard, equal to the "
+              f"source ({said})")
+
+
+def agent_store():
+    """torchrun >= 2.x: its agent serves the store (PyTorch 2.6's own TCPStore), the workers are all clients"""
+    if not TORCH_PYTHON:
+        check(True, "torchrun's agent store (skipped: no TORCH_PYTHON)")
+        return
+    here = os.path.join(WORK, "agent")
+    os.makedirs(here, exist_ok=True)
+    shutil.copy(os.path.join(HERE, "agent_store.py"), here)
+    port = servers.free_port()
+    server = subprocess.Popen([TORCH_PYTHON, "agent_store.py", str(port)], cwd=here, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        ready = server.stdout.readline().strip()
+        src = os.path.join(DATA, "fsdp2_r3")
+        dest = os.path.join(here, "out")
+        procs = [subprocess.Popen([CLI, "reshard", src, "--world-size", "5", "-o", dest], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  env=job_env(r, 3, port, TORCHELASTIC_USE_AGENT_STORE="True",
+                                              TORCHELASTIC_RESTART_COUNT="0")) for r in range(3)]
+        codes, errs, secs = finish(procs, 60)
+        # Debian's libtorch 1.13 client predates the 2.x store protocol: then a clear error with the way out (on a
+        # build against the agent's own libtorch the job runs on that store)
+        worked = codes == [0, 0, 0] and same_tree(os.path.join(WORK, "ref", "fsdp2_r3"), dest)
+        refused = all(c == 2 for c in codes) and all("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in e for e in errs) \
+            and not os.path.exists(dest)
+        check(ready == "ready" and (worked or refused) and secs < 30,
+              f"3 processes given the store torchrun's agent serves (PyTorch 2.6's TCPStore): "
+              f"{'the one-process bytes' if worked else 'a clear error naming the way out'} in {secs:.1f} s "
+              f"({codes}; {errs[0].strip()[-300:]})")
+    finally:
+        server.stdin.close()
+        servers.stop([server])
+
+
+def job_env(r, n, port, **extra):
+    e = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(n),
+             LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n), OPTSCOPE_JOB_TIMEOUT=str(TIMEOUT))
+    e.update(extra)
+    return e
+
+
+def start(r, n, port, args, preexec=None, **extra):
+    return subprocess.Popen([CLI] + args, env=job_env(r, n, port, **extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+
+
+def finish(procs, limit):
+    """waits for every process; (exit codes, stderrs, seconds); a process still running after limit is a failure"""
+    t0 = time.monotonic()
+    codes, errs = [], []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=max(1, limit - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            err = "STILL RUNNING after the limit; " + err
+        codes.append(p.returncode)
+        errs.append(err)
+    return codes, errs, time.monotonic() - t0
+
+
+def nothing_left(parent):
+    return os.listdir(parent) == []
+
+
+def faults():
+    src = os.path.join(DATA, "hf/checkpoint-3")
+    parent = os.path.join(WORK, "faults")
+    shutil.rmtree(parent, ignore_errors=True)
+    os.makedirs(parent)
+    out = os.path.join(parent, "out")
+    args = ["reshard", src, "--world-size", "7", "-o", out]
+    bound = TIMEOUT + 10  # the job's timeout, start-up and clean-up
+
+    # a worker that fails at start (a rank outside the world): the others hear it never joined
+    port = servers.free_port()
+    procs = [start(0, 3, port, args), start(1, 3, port, args), start(2, 3, port, args, RANK="3")]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and "rank 2 never joined" in errs[0] and nothing_left(parent)
+          and secs < bound, f"a worker that fails at start: all exit non-zero in {secs:.1f} s, rank 0 names it "
+          f"({codes}; {errs[0].strip()[-200:]})")
+
+    # killed mid-write: paused at its first output bytes, then SIGKILL
+    port = servers.free_port()
+    fifo = os.path.join(WORK, "pause")
+    for s in (".in", ".out"):
+        if os.path.exists(fifo + s):
+            os.unlink(fifo + s)
+        os.mkfifo(fifo + s)
+    procs = [start(0, 3, port, args), start(1, 3, port, args, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
+             start(2, 3, port, args)]
+    with open(fifo + ".out") as f:
+        said = f.readline().strip()
+    procs[1].kill()
+    codes, errs, secs = finish(procs, bound)
+    check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
+          and "rank 1 stopped answering" in errs[0] and nothing_left(parent) and secs < bound,
+          f"a worker killed mid-write: the others exit non-zero in {secs:.1f} s naming rank 1, no output, no "
+          f"temporary ({codes}; {errs[0].strip()[-200:]}; {os.listdir(parent)})")
+
+    # a full disk on one worker (RLIMIT_FSIZE: its writes fail as on a full disk; SIGXFSZ ignored)
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+    port = servers.free_port()
+    procs = [start(0, 3, port, args), start(1, 3, port, args, preexec=small_disk), start(2, 3, port, args)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and "rank 1:" in errs[0] and "File too large" in errs[0]
+          and nothing_left(parent) and secs < bound,
+          f"a worker whose disk is full: all exit non-zero in {secs:.1f} s, rank 0 names rank 1 and its error, no "
+          f"output ({codes}; {errs[0].strip()[-200:]})")
+
+    # a rank that never comes: the rendezvous ends with an error, not a hang
+    port = servers.free_port()
+    procs = [start(0, 3, port, args), start(1, 3, port, args)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and "rank 2 never joined" in errs[0] and secs < bound
+          and nothing_left(parent), f"a rank that never comes: both exit non-zero in {secs:.1f} s "
+          f"({codes}; {errs[0].strip()[-200:]}; {errs[1].strip()[-200:]})")
+
+    # a wrong port on one process
+    port = servers.free_port()
+    procs = [start(0, 2, port, args), start(1, 2, servers.free_port(), args)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and "did not meet" in errs[1] and secs < bound
+          and nothing_left(parent), f"a wrong MASTER_PORT: both exit non-zero in {secs:.1f} s "
+          f"({codes}; {errs[1].strip()[-200:]})")
+
+    # another command line on one process
+    port = servers.free_port()
+    other = ["reshard", src, "--world-size", "6", "-o", out]
+    procs = [start(0, 2, port, args), start(1, 2, port, other)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c == 2 for c in codes) and "another command line" in errs[0] and nothing_left(parent),
+          f"another command line on rank 1: both exit 2 ({codes}; {errs[0].strip()[-200:]})")
+
+    # the output exists already: rank 0 refuses, every process exits non-zero, the folder untouched
+    os.makedirs(out)
+    with open(os.path.join(out, "keep"), "w") as f:
+        f.write("mine")
+    port = servers.free_port()
+    procs = [start(0, 2, port, args), start(1, 2, port, args)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c == 2 for c in codes) and "already exists" in errs[1] and os.listdir(parent) == ["out"]
+          and os.listdir(out) == ["keep"], f"an output that exists: both exit 2, it stays as it was ({codes}; "
+          f"{errs[1].strip()[-200:]})")
+    shutil.rmtree(out)
+
+    # commands that do not split their work refuse to run as a job, rather than all doing it
+    port = servers.free_port()
+    p = start(1, 2, port, ["gather", src, "-o", os.path.join(parent, "g.pt")])
+    codes, errs, _ = finish([p], bound)
+    check(codes == [2] and "runs as one process" in errs[0] and nothing_left(parent),
+          f"gather in a job refuses at once ({errs[0].strip()[-160:]})")
+
+    # a world of one is one process, as today (no store, no MASTER_ADDR needed)
+    e = dict(os.environ, RANK="0", WORLD_SIZE="1")
+    e.pop("MASTER_ADDR", None)
+    rc, _, err = run1(args, env=e)
+    check(rc == 0 and os.path.exists(os.path.join(out, ".metadata")),
+          f"WORLD_SIZE=1 runs as one process ({err.strip()[-160:]})")
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def s3():
+    if not TORCH_PYTHON:
+        check(True, "S3 output (skipped: no TORCH_PYTHON for moto_server)")
+        return
+    procs = []
+    try:
+        s3work = os.path.join(WORK, "s3")
+        shutil.rmtree(s3work, ignore_errors=True)
+        os.makedirs(os.path.join(s3work, "empty"))
+        port = servers.start_moto(TORCH_PYTHON, s3work, procs)
+        servers.s3_put(TORCH_PYTHON, s3work, port, "empty")  # creates the bucket
+        env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="AKIAOPTSCOPETEST",
+                   AWS_SECRET_ACCESS_KEY="optscope-test-secret", AWS_REGION="us-east-1", AWS_PROFILE="",
+                   HOME=s3work)
+        src = os.path.join(DATA, "fsdp2_r3")
+        res = launch("torchrun", 2, ["reshard", src, "--world-size", "5", "-o", "s3://ckpt/job5"],
+                     os.path.join(WORK, "logs", "s3"), env=env)
+        check(all(c == 0 for c, _, _ in res), f"reshard to s3:// by 2 processes exits 0 ({res[0][2].strip()[-200:]})")
+        keys = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "job5/").split()
+        ref = os.path.join(WORK, "ref", "fsdp2_r3")
+        same = sorted(k[len("job5/"):] for k in keys) == files_of(ref)
+        for k in keys:
+            servers.s3_put(TORCH_PYTHON, s3work, port, "--get", k, "got")
+            with open(os.path.join(s3work, "got"), "rb") as a, open(os.path.join(ref, k[len("job5/"):]), "rb") as b:
+                same = same and a.read() == b.read()
+        check(same, f"the objects 2 processes wrote are the one-process files, byte for byte ({keys})")
+    finally:
+        servers.stop(procs)
+
+
+def main():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    matrix()
+    torch_loads()
+    agent_store()
+    faults()
+    s3()
+    if failures:
+        print(f"{len(failures)} FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("all passed")
+
+
+main()
