@@ -4,6 +4,7 @@
 
 #include "optscope/analysis/diff_report.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/job.h"
 
 #include <cstdio>
 #include <iostream>
@@ -66,7 +67,9 @@ int runDiff(const std::vector<std::string>& argv)
         report = diffCheckpoints(*a, *b, options, progress);
     }
     finishTerminalProgress();
-    if (args.has("--json")) {
+    if (!Job::current().isRoot()) { // rank 0 speaks for the job; every process exits with the same status
+        return report.equal ? ExitOk : ExitFindings;
+    } else if (args.has("--json")) {
         std::cout << report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else if (args.has("--csv")) {
         std::cout << report.toCsv();

@@ -14,9 +14,9 @@ using namespace optscope;
 
 namespace {
 
-const char* const kJobVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-    "SLURM_NTASKS", "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
-    "OPTSCOPE_JOB_TIMEOUT"};
+const char* const kJobVariables[]
+    = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+        "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "OPTSCOPE_JOB_TIMEOUT"};
 
 /// sets the variables for one test and restores the process's environment afterwards
 class Environment
@@ -116,14 +116,14 @@ TEST(Job, BadVariablesAreUsageErrorsNamingThem)
     EXPECT_NE(usageError({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})
                   .find("rank 4 is not below the job's size 4"),
         std::string::npos);
-    EXPECT_NE(usageError({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}).find("MASTER_ADDR"),
-        std::string::npos);
+    EXPECT_NE(
+        usageError({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}).find("MASTER_ADDR"), std::string::npos);
     EXPECT_NE(usageError({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}})
                   .find("MASTER_PORT"),
         std::string::npos);
     EXPECT_NE(usageError({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK must be an integer"), std::string::npos);
     EXPECT_NE(usageError({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
-                  {"OPTSCOPE_JOB_TIMEOUT", "0"}})
+                             {"OPTSCOPE_JOB_TIMEOUT", "0"}})
                   .find("OPTSCOPE_JOB_TIMEOUT"),
         std::string::npos);
 }

@@ -5,6 +5,8 @@
 
 Every run of several processes is started by launch.sh with exactly the variables `torchrun --no-python` or `srun`
 sets; fault cases start the processes from here with the same variables and one changed. Checks:
+  - diff of pairs of every kind (torch.save steps, DCP against its conversion, Trainer folders, --ranks, a
+    tolerance) by 3 processes: rank 0's report byte-identical, every process exiting alike;
   - reshard and verify over fixtures of every format with 2 and 3 processes (torchrun and Slurm variables): the files
     byte-identical to one process's, rank 0's --json/--csv byte-identical, the others silent, the same exit status;
   - the P=3 output loaded by real PyTorch (DCP's own loader) equal to the source (TORCH_PYTHON);
@@ -106,6 +108,26 @@ def matrix():
                   and all(o == "" for _, o, _ in res[1:]),
                   f"{src}: verify {fmt} by 3 processes prints the one-process report ({[c for c, _, _ in res]}, "
                   f"{rc}; {res[0][2].strip()[-200:]})")
+
+
+DIFFS = [["diff/step3.pt", "diff/step4.pt"], ["diff/complex_step2.pt", "diff/complex_step4.pt"],
+         ["fsdp2_r3", "fsdp2_r3_converted.pt"], ["hf/checkpoint-3", "hf/checkpoint-changed"],
+         ["diff/step4.pt", "diff/step4_bf16.pt", "--rtol", "1e-2"], ["fsdp2_r3", "--ranks", "0,2"]]
+
+
+def diffs():
+    """diff by 3 processes: rank 0 prints the one-process report, byte for byte, every process exits alike"""
+    for case in DIFFS:
+        args = ["diff"] + [os.path.join(DATA, a) if "/" in a or a.endswith(".pt") or a == "fsdp2_r3" else a
+                           for a in case]
+        for fmt in ("--json", "--csv", None):
+            full = args + ([fmt] if fmt else [])
+            rc, out1, err = run1(full)
+            res = launch("slurm", 3, full, os.path.join(WORK, "logs", "diff"))
+            check(rc in (0, 1) and out1 and all(c == rc for c, _, _ in res) and res[0][1] == out1
+                  and all(o == "" for _, o, _ in res[1:]),
+                  f"diff {' '.join(case)} {fmt or '(text)'} by 3 processes prints the one-process report "
+                  f"(exit {rc}, {[c for c, _, _ in res]}; {res[0][2].strip()[-200:]})")
 
 
 def torch_loads():
@@ -323,6 +345,7 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     matrix()
+    diffs()
     torch_loads()
     agent_store()
     faults()

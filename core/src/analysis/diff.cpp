@@ -5,6 +5,7 @@
 #include "optscope/base/error.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/csv.h"
+#include "optscope/io/job.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/model/shard_layout.h"
 #include "optscope/optim/fqn_normalizer.h"
@@ -25,6 +26,13 @@
 #include <thread>
 
 namespace optscope {
+
+// a report's entries between the processes of a job (CBOR): every field, so that rank 0's output is the one-process
+// output byte for byte
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffRank, rank, numel, numDiff, maxAbsDiff)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, key, keyA, keyB, type, status, reason, match, shapeA, shapeB, dtypeA,
+    dtypeB, numel, valuesCompared, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, nanA, nanB, infA, infB, ranks, valueA,
+    valueB, histogramEdges, histogramCounts)
 
 const char* diffStatusName(DiffStatus status)
 {
@@ -623,12 +631,23 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         return c && c->entry->isTensor() ? c->entry->tensor.numel() : 0;
     };
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return weight(x) > weight(y); });
+    // run as several processes (Job): each compares the pairs it owns (split by elements), rank 0 merges
+    Job& job = Job::current();
+    std::vector<int> owner;
+    if (job.distributed()) {
+        std::vector<uint64_t> weights(pairs.size());
+        for (size_t i = 0; i < pairs.size(); ++i)
+            weights[i] = static_cast<uint64_t>(weight(i));
+        owner = splitByWeight(weights, job.size());
+        order.erase(
+            std::remove_if(order.begin(), order.end(), [&](size_t i) { return owner[i] != job.rank(); }), order.end());
+    }
     std::atomic<size_t> next {0};
     std::atomic<bool> cancelled {false};
     // progress by elements (plus one per entry): the largest tensors come first, and counting entries left the
     // fraction near 0 while they were compared
     uint64_t totalWork = 0;
-    for (size_t i = 0; i < pairs.size(); ++i)
+    for (const size_t i : order)
         totalWork += static_cast<uint64_t>(weight(i)) + 1;
     uint64_t doneWork = 0;
     std::mutex progressMutex;
@@ -637,7 +656,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     std::mutex failureMutex;
     std::exception_ptr failure;
     auto compareAll = [&] {
-        for (size_t k = next++; k < pairs.size() && !cancelled; k = next++) {
+        for (size_t k = next++; k < order.size() && !cancelled; k = next++) {
             const size_t i = order[k];
             const auto [pa, pb] = pairs[i];
             DiffEntry& d = report.entries[i];
@@ -701,7 +720,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     };
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     const unsigned n
-        = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(pairs.size())));
+        = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(order.size())));
     std::vector<std::thread> pool;
     for (unsigned t = 1; t < n; ++t)
         pool.emplace_back(work);
@@ -710,6 +729,25 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         t.join();
     if (failure) std::rethrow_exception(failure);
     if (cancelled) throw Error(ErrorKind::Cancelled, {}, "cancelled");
+    if (job.distributed()) {
+        // rank 0 puts every process's entries in their places, and every process gets the whole report back (the
+        // same exit status everywhere)
+        nlohmann::json mine = nlohmann::json::array();
+        for (const size_t i : order)
+            mine.push_back({i, report.entries[i]});
+        const std::vector<uint8_t> wire = nlohmann::json::to_cbor(mine);
+        const std::vector<std::string> parts = job.gather("diff-entries", std::string(wire.begin(), wire.end()));
+        std::string merged;
+        if (job.isRoot()) {
+            for (size_t p = 1; p < parts.size(); ++p)
+                for (const auto& x : nlohmann::json::from_cbor(parts[p]))
+                    report.entries.at(x[0].get<size_t>()) = x[1].get<DiffEntry>();
+            const std::vector<uint8_t> all = nlohmann::json::to_cbor(report.entries);
+            merged.assign(all.begin(), all.end());
+        }
+        merged = job.broadcast("diff-report", merged);
+        if (!job.isRoot()) report.entries = nlohmann::json::from_cbor(merged).get<std::vector<DiffEntry>>();
+    }
     report.equal = true;
     for (const auto& e : report.entries)
         if (e.status != DiffStatus::Equal) report.equal = false;

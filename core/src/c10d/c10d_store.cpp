@@ -29,8 +29,8 @@ template<typename F> bool guarded(std::string& error, F&& f)
     }
 }
 
-void* connect(const std::string& host, uint16_t port, bool isServer, int worldSize, int64_t timeoutMs,
-    std::string& error)
+void* connect(
+    const std::string& host, uint16_t port, bool isServer, int worldSize, int64_t timeoutMs, std::string& error)
 {
     c10d::TCPStore* store = nullptr;
     guarded(error, [&] {

@@ -36,13 +36,15 @@ const job::StoreOps& storeOps()
 #ifdef OPTSCOPE_C10D_INSTALL_PATH
         builtIn.emplace_back(OPTSCOPE_C10D_INSTALL_PATH);
 #endif
-        table = static_cast<const job::StoreOps*>(openCoreLibrary("liboptscope_c10d.so", "OPTSCOPE_C10D_LIBRARY",
-            builtIn, "optscope_c10d_store_v1", [](void* t, std::string& why) {
+        table = static_cast<const job::StoreOps*>(openCoreLibrary(
+            "liboptscope_c10d.so", "OPTSCOPE_C10D_LIBRARY", builtIn, "optscope_c10d_store_v1",
+            [](void* t, std::string& why) {
                 const auto* ops = static_cast<const job::StoreOps*>(t);
                 if (ops->abiVersion == job::kStoreAbiVersion) return true;
                 why = "not a matching liboptscope_c10d (ABI " + std::to_string(ops->abiVersion) + ")";
                 return false;
-            }, tried));
+            },
+            tried));
     });
     if (!table)
         throw Error(ErrorKind::Unsupported, {},
@@ -297,9 +299,9 @@ void Job::join(const JobSpec& spec)
         throw Error(ErrorKind::Io, st->where,
             "the job's " + std::to_string(spec.size) + " processes did not meet (rank " + std::to_string(spec.rank)
                 + ", "
-                + (spec.agentStore         ? "connecting to torchrun's store"
-                        : spec.rank == 0   ? "serving the store"
-                                           : "connecting to rank 0's store")
+                + (spec.agentStore       ? "connecting to torchrun's store"
+                        : spec.rank == 0 ? "serving the store"
+                                         : "connecting to rank 0's store")
                 + "; OPTSCOPE_JOB_TIMEOUT " + std::to_string(spec.timeout.count() / 1000) + " s): " + error);
     int64_t joined = 0;
     if (!st->ops->add(st->store, spec.keyPrefix + "joined", 1, joined, error)) {
