@@ -48,9 +48,12 @@ public:
     virtual void release(uint64_t offset, uint64_t length) const = 0;
     /// copies [offset, offset+length) to @p destination. A remote source fetches the range, copies it and gives the
     /// memory of the whole blocks inside it back at once (under its lock: no reader can hold a pointer into them), so
-    /// that a tensor read from a remote object costs its own buffer only while it is used.
-    virtual void copyOut(uint64_t offset, uint64_t length, uint8_t* destination) const
+    /// that a tensor read from a remote object costs its own buffer only while it is used. A sequential scan reads
+    /// ahead, no further than @p scanEnd (the end of what the caller will read: bytes past it may have been read
+    /// and given back already).
+    virtual void copyOut(uint64_t offset, uint64_t length, uint8_t* destination, uint64_t scanEnd = UINT64_MAX) const
     {
+        (void)scanEnd;
         if (length) std::memcpy(destination, bytes(offset, length), length);
     }
     /// an open descriptor for kernel-side copies (copy_file_range), or -1 when there is none (remote)

@@ -629,7 +629,7 @@ public:
         // back in from the page cache; an anonymous map would read zeros). The memory goes with the object.
     }
 
-    void copyOut(uint64_t offset, uint64_t length, uint8_t* destination) const override
+    void copyOut(uint64_t offset, uint64_t length, uint8_t* destination, uint64_t scanEnd) const override
     {
         if (length == 0) return;
         std::unique_lock<std::mutex> lock(m_mutex);
@@ -647,7 +647,9 @@ public:
         const bool sequential
             = offset >= m_lastEnd && offset - m_lastEnd <= kSequentialGap; // a record's header between
         m_lastEnd = end;
-        if (sequential && end < m_size) readAhead(end, std::min<uint64_t>(std::max(length, kPart), kReadAhead), lock);
+        const uint64_t limit = std::min(scanEnd, m_size);
+        if (sequential && end < limit)
+            readAhead(end, std::min<uint64_t>({std::max(length, kPart), kReadAhead, limit - end}), lock);
     }
 
 private:

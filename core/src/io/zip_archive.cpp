@@ -40,8 +40,12 @@ bool looksLikeZip(const uint8_t* data, uint64_t size)
     return size >= 4 && rd32(data) == kLocalHeaderSig;
 }
 
-ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string name)
+ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string name,
+    const std::function<void(uint64_t offset, uint64_t length)>& need)
 {
+    auto fetch = [&](uint64_t offset, uint64_t length) {
+        if (need && offset < size) need(offset, std::min(length, size - offset));
+    };
     ZipArchive z;
     z.m_data = data;
     z.m_size = size;
@@ -57,6 +61,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
     uint64_t eocd = UINT64_MAX;
     const uint64_t scanStart = size - kEocdSize;
     const uint64_t scanEnd = scanStart > 65535 ? scanStart - 65535 : 0;
+    fetch(scanEnd, size - scanEnd);
     for (uint64_t pos = scanStart + 1; pos-- > scanEnd;) {
         if (rd32(data + pos) == kEocdSig && pos + kEocdSize + rd16(data + pos + 20) == size) {
             eocd = pos;
@@ -73,6 +78,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
     // 2. ZIP64 locator right before the EOCD
     if (eocd >= 20 && rd32(data + eocd - 20) == kEocd64LocatorSig) {
         const uint64_t eocd64 = rd64(data + eocd - 20 + 8);
+        if (eocd64 <= size && size - eocd64 >= 56) fetch(eocd64, 56);
         if (eocd64 > size || size - eocd64 < 56 || rd32(data + eocd64) != kEocd64Sig)
             fail(ErrorKind::Format, "ZIP64 end-of-central-directory record missing or out of range", eocd - 20);
         entryCount = rd64(data + eocd64 + 32);
@@ -90,6 +96,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
                 + " bytes",
             eocd);
 
+    fetch(cdOffset, cdSize);
     z.m_entries.reserve(static_cast<size_t>(entryCount));
     z.m_byName.reserve(static_cast<size_t>(entryCount));
     uint64_t pos = cdOffset;
@@ -147,6 +154,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
                 pos);
         e.size = size32;
         // local header gives the data offset (its extra field differs from the central one: torch's alignment pad)
+        fetch(localOffset, kLocalSize);
         if (localOffset > size || size - localOffset < kLocalSize || rd32(data + localOffset) != kLocalHeaderSig)
             fail(ErrorKind::Format,
                 "entry '" + std::string(e.name) + "' has no local header at its recorded offset "

@@ -43,8 +43,11 @@ class ZipArchive
 {
 public:
     /// Parses the central directory of the archive in [data, data+size). @p name is used in error messages.
-    /// The bytes must outlive the ZipArchive.
-    static ZipArchive parse(const uint8_t* data, uint64_t size, std::string name);
+    /// The bytes must outlive the ZipArchive. @p need(offset, length), when given, is called before each range of
+    /// the archive is read (the end records, the central directory, each local header): a remote source fetches
+    /// those, not the records' data.
+    static ZipArchive parse(const uint8_t* data, uint64_t size, std::string name,
+        const std::function<void(uint64_t offset, uint64_t length)>& need = {});
 
     const std::string& prefix() const { return m_prefix; }
     const std::vector<ZipEntry>& entries() const { return m_entries; }

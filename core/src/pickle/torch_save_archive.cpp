@@ -75,8 +75,19 @@ TorchSaveArchive readZip(const std::shared_ptr<const ByteSource>& file, uint64_t
     PyArena& arena, const std::string& where, const PickleLimits& limits)
 {
     TorchSaveArchive ar;
-    const uint8_t* base = file->bytes(offset, length); // remote: the whole region (the zip is parsed whole)
-    ZipArchive zip = ZipArchive::parse(base, length, where);
+    // a large remote archive: its end records, central directory and local headers are fetched, then its records
+    // other than tensor storages (the pickle, byteorder, version); a storage's bytes when a reader asks for them
+    constexpr uint64_t kFetchWhole = 4u << 20; // below: one request for all is cheaper
+    const bool targeted = file->isRemote() && length > kFetchWhole;
+    const uint8_t* base = file->bytes(offset, targeted ? 0 : length);
+    std::function<void(uint64_t, uint64_t)> need;
+    if (targeted) need = [&](uint64_t at, uint64_t n) { file->bytes(offset + at, n); };
+    ZipArchive zip = ZipArchive::parse(base, length, where, need);
+    if (targeted) {
+        const std::string storages = zip.prefix() + "/data/";
+        for (const ZipEntry& e : zip.entries())
+            if (std::string_view(e.name).rfind(storages, 0) != 0) file->bytes(offset + e.dataOffset, e.size);
+    }
     // parsing touched every local header, i.e. nearly every page of a file of many small storages: let them go (they
     // stay in the page cache; the pickle and the storages read later fault their own pages back in)
     file->release(offset, length);
@@ -221,8 +232,9 @@ TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& f
             "range [" + std::to_string(offset) + ", +" + std::to_string(length) + ") lies past the end of the "
                 + std::to_string(file->size()) + "-byte file");
     arena.keepAlive(file);
-    const uint8_t* base = file->bytes(offset, length); // remote: the whole region (the zip is parsed whole)
+    const uint8_t* base = file->bytes(offset, std::min<uint64_t>(length, 4)); // the magic
     if (looksLikeZip(base, length)) return readZip(file, offset, length, arena, displayName, limits);
+    base = file->bytes(offset, length); // remote: a legacy file is read whole
     if (length >= 2 && base[0] == 0x80) return readLegacy(file, offset, length, arena, displayName, limits);
     if (isTar(base, length))
         throw Error(

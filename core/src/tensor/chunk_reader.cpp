@@ -27,9 +27,10 @@ bool ChunkData::isContiguous() const
     return true;
 }
 
-ChunkData ChunkReader::resolve(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk)
+ChunkData ChunkReader::resolve(
+    const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes)
 {
-    ChunkData d = resolveAsStored(checkpoint, entry, chunk);
+    ChunkData d = resolveAsStored(checkpoint, entry, chunk, deferRemoteBytes);
     const std::string where
         = d.file->path() + "[" + std::to_string(chunk.source.offset) + "+" + std::to_string(chunk.source.length) + "]";
     if (d.dtype != entry.tensor.dtype)
@@ -47,9 +48,13 @@ namespace {
 
 /// where a chunk's storage bytes are: in the file's map (local, zero-copy), or, from a remote object, in a copy of
 /// their own, so that the object's memory goes as soon as they are copied (ByteSource::copyOut)
-const uint8_t* locateStorage(ChunkData& d, uint64_t offset, uint64_t length)
+const uint8_t* locateStorage(ChunkData& d, uint64_t offset, uint64_t length, bool defer)
 {
     constexpr uint64_t kMaxCopy = uint64_t(1) << 30; // beyond: kept in the object's map (correct, not bounded)
+    if (d.file->isRemote() && defer) {
+        d.deferred = true;
+        return d.file->bytes(offset, 0); // where the bytes will be; the caller fetches the rows it reads
+    }
     if (!d.file->isRemote() || length == 0 || length > kMaxCopy) return d.file->bytes(offset, length);
     std::shared_ptr<uint8_t[]> copy(new uint8_t[length]);
     d.file->copyOut(offset, length, copy.get());
@@ -59,7 +64,8 @@ const uint8_t* locateStorage(ChunkData& d, uint64_t offset, uint64_t length)
 
 } // namespace
 
-ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk)
+ChunkData ChunkReader::resolveAsStored(
+    const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes)
 {
     const ChunkSource& src = chunk.source;
     if (src.file.empty())
@@ -74,7 +80,7 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
     d.file = file;
     d.dtype = entry.tensor.dtype;
     if (src.kind == ChunkSource::Kind::StorageRecord) {
-        d.storage = locateStorage(d, src.offset, src.length);
+        d.storage = locateStorage(d, src.offset, src.length, deferRemoteBytes);
         d.storageBytes = src.length;
         d.sizes = chunk.sizes;
         d.strides = src.strides;
@@ -103,7 +109,7 @@ ChunkData ChunkReader::resolveAsStored(const Checkpoint& checkpoint, const Entry
     const PyStorageInfo& rec = torchSaveStorageOf(t, where);
     checkTorchSaveTensorExtent(t, rec.recordLength, where);
     d.dtype = t.dtype;
-    d.storage = locateStorage(d, rec.recordOffset, rec.recordLength);
+    d.storage = locateStorage(d, rec.recordOffset, rec.recordLength, deferRemoteBytes);
     d.storageBytes = rec.recordLength;
     d.sizes = t.sizes;
     d.strides = t.strides;

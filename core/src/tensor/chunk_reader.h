@@ -17,6 +17,9 @@ struct ChunkData
     /// a remote chunk's own copy of its bytes (storage points into it); null when storage points into the file
     std::shared_ptr<const uint8_t[]> owned;
     const uint8_t* storage = nullptr; ///< first byte of the storage (element 0)
+    /// a remote chunk located only (ChunkReader::resolve with deferRemoteBytes): storage is where its bytes lie in
+    /// the object's map, not fetched; read ranges with file->copyOut(file->offsetOf(p), n, buffer)
+    bool deferred = false;
     uint64_t storageBytes = 0;
     DType dtype = DType::Unknown;
     std::vector<int64_t> sizes; ///< == the chunk's sizes
@@ -38,10 +41,14 @@ public:
     /// Locates @p chunk of @p entry. For DCP chunks this parses the embedded torch.save archive and checks that
     /// the stored tensor matches the metadata (dtype, sizes). Throws Error naming the file on any problem
     /// (missing file, range past the end, damaged archive, mismatch).
-    static ChunkData resolve(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk);
+    /// @p deferRemoteBytes: a remote chunk's storage is located but not fetched (ChunkData::deferred), for a caller
+    /// that reads only some of its rows (a reshard's box of a larger source chunk)
+    static ChunkData resolve(
+        const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes = false);
     /// Like resolve(), but returns the tensor as stored (its own dtype and sizes) without comparing them with the
     /// metadata: for checks that report mismatches instead of failing on them.
-    static ChunkData resolveAsStored(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk);
+    static ChunkData resolveAsStored(
+        const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes = false);
 };
 
 } // namespace optscope

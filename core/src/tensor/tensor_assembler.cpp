@@ -174,6 +174,19 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
         }
         return *resolved[i];
     };
+    // a chunk the dim-0 path reads rows of: a remote one is located only, and the rows read are fetched (a reshard
+    // reads each source byte once, not the whole source chunk for every target box it feeds)
+    std::vector<std::optional<ChunkData>> locatedOnly(t.chunks.size());
+    auto located = [&](size_t i) -> const ChunkData& {
+        if (resolved[i]) return *resolved[i];
+        if (!locatedOnly[i]) {
+            locatedOnly[i] = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i], true);
+            if (locatedOnly[i]->sizes != t.chunks[i].sizes)
+                throw Error(ErrorKind::Format, where, "chunk data shape differs from its metadata");
+        }
+        return *locatedOnly[i];
+    };
+    std::vector<uint8_t> rowsBuffer;
 
     uint64_t produced = 0;
     auto emit = [&](const uint8_t* p, size_t n) {
@@ -294,7 +307,7 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
             for (size_t d = 1; d < ndim; ++d)
                 fullRows = fullRows && c.offsets[d] == 0 && c.sizes[d] == shape[d];
             if (fullRows) {
-                const ChunkData& d = data(here[0]);
+                const ChunkData& d = located(here[0]);
                 direct = d.isContiguous() && (!d.bigEndian || elem == 1);
             }
         }
@@ -303,9 +316,17 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
             const int64_t r1 = std::min(b, r0 + rowsPerBlock);
             if (direct) {
                 const auto& c = t.chunks[here[0]];
-                const ChunkData& d = data(here[0]);
+                const ChunkData& d = located(here[0]);
                 const uint8_t* p = d.data() + static_cast<uint64_t>(r0 - c.offsets[0]) * rowBytes;
                 const uint64_t len = static_cast<uint64_t>(r1 - r0) * rowBytes;
+                if (d.deferred) { // these rows only, fetched now and their memory given back once copied
+                    rowsBuffer.resize(static_cast<size_t>(len));
+                    // read ahead within this box only: the chunk's other rows may feed another box, read before
+                    const uint8_t* boxEnd = d.data() + static_cast<uint64_t>(b - c.offsets[0]) * rowBytes;
+                    d.file->copyOut(d.file->offsetOf(p), len, rowsBuffer.data(), d.file->offsetOf(boxEnd));
+                    emit(rowsBuffer.data(), static_cast<size_t>(len));
+                    continue;
+                }
                 if (d.owned) { // a remote chunk's own copy: no file region to hand on or give back
                     emit(p, static_cast<size_t>(len));
                     continue;
