@@ -422,6 +422,8 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     if (job.distributed()) folderPath = job.broadcast("verify-folder", folderPath);
     ReshardOptions ro;
     ro.worldSize = M;
+    // a scratch copy, removed afterwards, needs no durability: no fsync (a kept copy, --keep, is synced)
+    ro.write.fsync = !options.keepResharded.empty();
     Progress writing;
     writing.cancelled = progress.cancelled;
     writing.report = [&](double f, std::string_view) { progress(0.5 * f, "resharding"); };
