@@ -23,9 +23,12 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QTimer>
+
 #include <QVBoxLayout>
+#include <cmath>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 namespace optscope::ui {
@@ -91,7 +94,14 @@ WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* par
     m_chart->yAxis->setNumberPrecision(0);
     m_chart->legend->setVisible(true);
     m_chart->legend->setFont(font());
-    m_chart->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    // the legend below the plot, in columns, never over the data (it covered the newest points at the top left)
+    m_chart->axisRect()->insetLayout()->take(m_chart->legend);
+    m_chart->plotLayout()->addElement(1, 0, m_chart->legend);
+    m_chart->plotLayout()->setRowStretchFactor(1, 0.001);
+    m_chart->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    m_chart->legend->setWrap(3);
+    m_chart->legend->setBorderPen(Qt::NoPen);
+    m_chart->legend->setBrush(Qt::NoBrush);
     PlotExport::install(
         m_chart, [this] { return m_folder; }, QStringLiteral("watch"));
     split->addWidget(m_chart);
@@ -271,7 +281,16 @@ void WatchPanel::updateChart()
     }
     if (any) {
         m_chart->xAxis->setRange(first - 0.5 - (last - first) * 0.05, last + 0.5 + (last - first) * 0.05);
-        m_chart->yAxis->setRange(lo / 2, hi * 2);
+        // whole decades: the log ticker then labels powers of ten only (inside one decade, two ticks both read
+        // "10⁻²" at precision 0)
+        const double decadeLo = std::pow(10.0, std::floor(std::log10(lo)));
+        double decadeHi = std::pow(10.0, std::ceil(std::log10(hi)));
+        if (decadeHi <= decadeLo) decadeHi = decadeLo * 10;
+        m_chart->yAxis->setRange(decadeLo, decadeHi);
+    } else {
+        // nothing (yet) in this folder: not the previous folder's axes
+        m_chart->xAxis->setRange(0, 1);
+        m_chart->yAxis->setRange(1e-3, 1);
     }
     m_chart->legend->setVisible(any);
     m_chart->replot();

@@ -50,6 +50,8 @@ public:
     std::vector<std::pair<int64_t, double>> series(const QString& key) const;
     /// the keys drawn in the chart: the largest max |Δ| at the newest step
     QStringList chartedKeys() const { return m_charted; }
+    /// the chart (tests: its axes and legend)
+    QCustomPlot* chart() const { return m_chart; }
     /// the newest step read (the one the next is compared with)
     CheckpointPtr latestCheckpoint() const { return m_follower ? m_follower->previous() : nullptr; }
     void setFollow(bool on);

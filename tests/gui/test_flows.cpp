@@ -18,6 +18,7 @@
 #include "mainwindow.h"
 #include "paramgroupsmodel.h"
 #include "plotexport.h"
+#include "qcp.h"
 #include "reshardpanel.h"
 #include "shardlayoutpanel.h"
 #include "shardlayoutwidget.h"
@@ -58,6 +59,7 @@
 #include <QPushButton>
 #include <QScreen>
 #include <QScrollBar>
+#include <QSet>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -1673,6 +1675,23 @@ void TestFlows::watchFolderFollowsARun()
     QTest::qWait(200);
     QCOMPARE(QFileInfo(w.context()->path()).fileName(), QStringLiteral("ckpt_3.pt"));
     QVERIFY(watch->findChild<QPushButton*>(QStringLiteral("startWatching")));
+    {
+        // the chart (issue 30 item 7): the legend below the data, not over it; every y tick label once (whole
+        // decades); after switching to another folder, not the previous run's axes
+        QCustomPlot* chart = watch->chart();
+        chart->replot();
+        QVERIFY(chart->legend->visible());
+        QVERIFY(!chart->axisRect()->insetLayout()->elements(false).contains(chart->legend));
+        QVERIFY(chart->legend->outerRect().top() >= chart->axisRect()->outerRect().bottom());
+        const QVector<QString> labels = chart->yAxis->tickVectorLabels();
+        QVERIFY(!labels.isEmpty());
+        QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), labels.size());
+        QTemporaryDir other;
+        watch->watch(other.path());
+        QCOMPARE(chart->xAxis->range().lower, 0.0);
+        QCOMPARE(chart->xAxis->range().upper, 1.0);
+        QVERIFY(!chart->legend->visible());
+    }
     watch->stop();
     QVERIFY(!watch->isWatching());
     QVERIFY(watch->steps().empty());
