@@ -21,8 +21,9 @@ std::string executableDir()
 
 } // namespace
 
-void* openCoreLibrary(const std::string& fileName, const char* envVar, const std::vector<std::string>& builtInPaths,
-    const char* entrySymbol, bool (*accept)(void* table, std::string& why), std::string& tried)
+const void* openCoreLibrary(const std::string& fileName, const char* envVar,
+    const std::vector<std::string>& builtInPaths, const char* entrySymbol,
+    const void* (*enter)(void* symbol, std::string& why), std::string& tried)
 {
     std::vector<std::string> candidates;
     if (const char* env = std::getenv(envVar)) candidates.emplace_back(env);
@@ -41,10 +42,9 @@ void* openCoreLibrary(const std::string& fileName, const char* envVar, const std
             tried += "\n  " + c + ": " + ::dlerror();
             continue;
         }
-        auto entry = reinterpret_cast<void* (*)()>(::dlsym(lib, entrySymbol));
-        void* table = entry ? entry() : nullptr;
+        void* symbol = ::dlsym(lib, entrySymbol);
         std::string why = "no " + std::string(entrySymbol);
-        if (table && accept(table, why)) return table; // stays loaded for the life of the process
+        if (const void* table = symbol ? enter(symbol, why) : nullptr) return table; // stays loaded
         tried += "\n  " + c + ": " + why;
         ::dlclose(lib);
     }

@@ -38,11 +38,11 @@ const job::StoreOps& storeOps()
 #endif
         table = static_cast<const job::StoreOps*>(openCoreLibrary(
             "liboptscope_c10d.so", "OPTSCOPE_C10D_LIBRARY", builtIn, "optscope_c10d_store_v1",
-            [](void* t, std::string& why) {
-                const auto* ops = static_cast<const job::StoreOps*>(t);
-                if (ops->abiVersion == job::kStoreAbiVersion) return true;
-                why = "not a matching liboptscope_c10d (ABI " + std::to_string(ops->abiVersion) + ")";
-                return false;
+            [](void* symbol, std::string& why) -> const void* {
+                const auto* ops = reinterpret_cast<const job::StoreOps* (*)()>(symbol)();
+                if (ops && ops->abiVersion == job::kStoreAbiVersion) return ops;
+                why = "not a matching liboptscope_c10d (ABI " + std::to_string(ops ? ops->abiVersion : 0) + ")";
+                return nullptr;
             },
             tried));
     });

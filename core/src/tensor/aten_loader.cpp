@@ -22,11 +22,11 @@ const Ops* load(std::string& tried)
 #endif
     return static_cast<const Ops*>(openCoreLibrary(
         "liboptscope_aten.so", "OPTSCOPE_ATEN_LIBRARY", builtIn, "optscope_aten_ops_v1",
-        [](void* table, std::string& why) {
-            const auto* ops = static_cast<const Ops*>(table);
-            if (ops->abiVersion == kOpsAbiVersion) return true;
-            why = "not a matching liboptscope_aten (ABI " + std::to_string(ops->abiVersion) + ")";
-            return false;
+        [](void* symbol, std::string& why) -> const void* {
+            const Ops* ops = reinterpret_cast<const Ops* (*)()>(symbol)();
+            if (ops && ops->abiVersion == kOpsAbiVersion) return ops;
+            why = "not a matching liboptscope_aten (ABI " + std::to_string(ops ? ops->abiVersion : 0) + ")";
+            return nullptr;
         },
         tried));
 }
