@@ -4,6 +4,7 @@
 
 #include "optscope/analysis/gather.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/job.h"
 
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@ int runGather(const std::vector<std::string>& argv)
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const GatherResult r = gatherCheckpoint(*cp, *out, options, progress);
     finishTerminalProgress();
+    if (!Job::current().isRoot()) return ExitOk; // rank 0 speaks for the job
     printDataWarnings(*cp);
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", *out}, {"device", r.device}, {"tensors", r.stats.tensors},

@@ -5,7 +5,7 @@
                                        [--out bench/results/job.md]
 
 Run from the repository root. The processes are started by tests/job/launch.sh with torchrun's variables.
-  - reshard (--world-size 8, --no-fsync) and verify (--world-size 8) of the 1.9 GB 4-rank checkpoint, page-cached,
+  - reshard (--world-size 8, --no-fsync), gather (--no-fsync) and verify (--world-size 8) of the 1.9 GB 4-rank checkpoint, page-cached,
     P = 1 and 2: wall time (the best of two runs);
   - each source byte read once: the checkpoint served by nginx, reshard from http:// with --remote-stats for
     P = 1, 2, 4: the bytes all processes fetched, against the folder's size;
@@ -81,7 +81,11 @@ r1 = best(1, ["reshard", ckpt, "--world-size", "8", "--no-fsync", "-o", out], cl
 r2 = best(2, ["reshard", ckpt, "--world-size", "8", "--no-fsync", "-o", out], clean=out)
 v1 = best(1, ["verify", ckpt, "--world-size", "8", "--json"])
 v2 = best(2, ["verify", ckpt, "--world-size", "8", "--json"])
+g1 = best(1, ["gather", ckpt, "--no-fsync", "-o", out + ".pt"], clean=None)
+g2 = best(2, ["gather", ckpt, "--no-fsync", "-o", out + ".pt"], clean=None)
+os.unlink(out + ".pt")
 rows.append(("reshard 4 -> 8 ranks (--no-fsync)", r1, r2))
+rows.append(("gather -o one.pt (--no-fsync)", g1, g2))
 rows.append(("verify --world-size 8", v1, v2))
 
 # each byte once: bytes fetched over HTTP by all processes together
@@ -142,7 +146,7 @@ lines += [
     "in 64 KiB blocks: the blocks that hold an item's headers, and the block where one process's rows end and "
     "another's begin, are fetched by each process that needs them (about 64 KiB per item and process).",
     "",
-    "Reading the table: on this 2-core machine a page-cached reshard is a kernel copy at 1.6 GB/s that one "
+    "Reading the table: on this 2-core machine a page-cached reshard or gather is a kernel copy at 1.6 GB/s that one "
     "process already runs with the CRC on the second core, and a second process first pays libtorch's start-up "
     "(about 0.5 s, c10d's TCPStore) and the plan: P = 2 does not pay off here, and the issue's 1.6x target is not "
     "met. The split itself is even (the bytes per process above); what scales is the number of machines and disks "

@@ -146,6 +146,34 @@ TEST(Job, SplitByWeightIsDeterministicAndBalanced)
     EXPECT_NE(b[0], b[1]);
 }
 
+TEST(Job, SplitContiguousGivesEachProcessOneRunOfAboutEqualWeight)
+{
+    const std::vector<uint64_t> w {10, 10, 10, 10, 10, 10, 90, 10, 10, 10, 10, 10};
+    const std::vector<int> a = splitContiguous(w, 3);
+    ASSERT_EQ(a.size(), w.size());
+    // runs in order: never back to a lower process
+    for (size_t i = 1; i < a.size(); ++i)
+        EXPECT_GE(a[i], a[i - 1]) << i;
+    EXPECT_EQ(a.front(), 0);
+    EXPECT_EQ(a.back(), 2);
+    std::vector<uint64_t> load(3, 0);
+    for (size_t i = 0; i < w.size(); ++i)
+        load[static_cast<size_t>(a[i])] += w[i];
+    // 200 in all: about 67 each, the 90 whole in one run
+    EXPECT_EQ(load, (std::vector<uint64_t> {60, 90, 50}));
+    EXPECT_EQ(splitContiguous(w, 1), std::vector<int>(w.size(), 0));
+    EXPECT_EQ(splitContiguous({}, 3), std::vector<int> {});
+    // weights of zero still spread (each counts as 1)
+    EXPECT_EQ(splitContiguous({0, 0, 0, 0}, 2), (std::vector<int> {0, 0, 1, 1}));
+}
+
+TEST(Job, WordsSurviveThePayload)
+{
+    const std::vector<uint64_t> w {0, 1, ~uint64_t(0), uint64_t(1) << 40};
+    EXPECT_EQ(wordsFromPayload(wordsToPayload(w)), w);
+    EXPECT_TRUE(wordsFromPayload({}).empty());
+}
+
 TEST(Job, AJobOfOneIsOneProcess)
 {
     Job& job = Job::current();

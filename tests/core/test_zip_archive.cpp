@@ -4,14 +4,18 @@
 // The files in tests/data are only read.
 #include "optscope/base/error.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/output_file.h"
 #include "optscope/io/zip_archive.h"
+#include "optscope/io/zip_writer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <gtest/gtest.h>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 using namespace optscope;
@@ -490,3 +494,100 @@ TEST(ZipArchive, RandomBytesAreRejected)
 }
 
 } // namespace
+
+namespace {
+
+/// names of several lengths and sizes around the alignment, as a job's records of one archive are planned
+struct PlannedRecord
+{
+    std::string name;
+    std::string data;
+};
+
+std::vector<PlannedRecord> plannedRecords()
+{
+    std::vector<PlannedRecord> r;
+    for (size_t k = 0; k < 12; ++k) {
+        std::string data(k * 37 + (k % 3 == 0 ? 64 : 1), static_cast<char>('a' + k));
+        r.push_back({"archive/" + std::string(k * 5 + 1, 'n') + std::to_string(k), std::move(data)});
+    }
+    return r;
+}
+
+WriteOptions noSync()
+{
+    WriteOptions o;
+    o.fsync = false;
+    return o;
+}
+
+std::string fileBytes(const std::string& path)
+{
+    auto f = MappedFile::open(path);
+    return std::string(reinterpret_cast<const char*>(f->all()), f->size());
+}
+
+} // namespace
+
+TEST(ZipWriter, RecordSpanSaysWhereEachRecordEnds)
+{
+    const std::string dir = ::testing::TempDir() + "zipwriter-span-" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    OutputFile out(dir + "/a.zip", noSync());
+    ZipWriter zip(out, 64, 0);
+    uint64_t at = 0;
+    for (const auto& r : plannedRecords()) {
+        zip.addRecord(r.name, r.data.data(), r.data.size());
+        at += ZipWriter::recordSpan(r.name, at, r.data.size());
+        EXPECT_EQ(out.position(), at) << r.name;
+    }
+    // past 4 GiB (a sparse file): the data descriptor grows to 64-bit sizes, and the span says so
+    const uint64_t far = (uint64_t(5) << 30) + 3;
+    out.seek(far);
+    zip.addRecord("archive/far", "xyz", 3);
+    EXPECT_EQ(out.position(), far + ZipWriter::recordSpan("archive/far", far, 3));
+    EXPECT_EQ(ZipWriter::recordSpan("archive/far", far, 3), ZipWriter::recordSpan("archive/far", 3, 3) + 8);
+    std::filesystem::remove_all(dir);
+}
+
+TEST(ZipWriter, RecordsWrittenByTwoWritersAtPlannedOffsetsMakeTheOneWritersArchive)
+{
+    const std::string dir = ::testing::TempDir() + "zipwriter-two-" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    const auto records = plannedRecords();
+    const WriteOptions options = noSync();
+    {
+        OutputFile out(dir + "/one.zip", options);
+        ZipWriter zip(out, 64, 0);
+        for (const auto& r : records)
+            zip.addRecord(r.name, r.data.data(), r.data.size());
+        zip.finish();
+        out.commit();
+    }
+    // the odd records by a second writer on the first one's temporary, each at its planned offset
+    std::vector<uint64_t> offsets {0};
+    for (size_t i = 0; i < records.size(); ++i)
+        offsets.push_back(offsets[i] + ZipWriter::recordSpan(records[i].name, offsets[i], records[i].data.size()));
+    OutputFile first(dir + "/two.zip", options);
+    {
+        OutputFile second(dir + "/two.zip", first.tempPath(), options);
+        ZipWriter theirs(second, 64, 0);
+        for (size_t i = 1; i < records.size(); i += 2) {
+            second.seek(offsets[i]);
+            theirs.addRecord(records[i].name, records[i].data.data(), records[i].data.size());
+        }
+        second.commit(); // synced; the first writer renames
+        ZipWriter mine(first, 64, 0);
+        for (size_t i = 0; i < records.size(); i += 2) {
+            first.seek(offsets[i]);
+            mine.addRecord(records[i].name, records[i].data.data(), records[i].data.size());
+        }
+        mine.addWrittenRecords(theirs.records());
+        first.seek(offsets.back());
+        mine.finish();
+    }
+    EXPECT_TRUE(std::filesystem::exists(first.tempPath())); // the joined writer leaves it to its maker
+    first.commit();
+    EXPECT_EQ(fileBytes(dir + "/two.zip"), fileBytes(dir + "/one.zip"));
+    std::filesystem::remove_all(dir);
+}

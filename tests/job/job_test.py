@@ -7,6 +7,7 @@ Every run of several processes is started by launch.sh with exactly the variable
 sets; fault cases start the processes from here with the same variables and one changed. Checks:
   - diff of pairs of every kind (torch.save steps, DCP against its conversion, Trainer folders, --ranks, a
     tolerance) by 3 processes: rank 0's report byte-identical, every process exiting alike;
+  - gather into one torch.save file by 2 and 3 processes: the file byte-identical to one process's;
   - reshard and verify over fixtures of every format with 2 and 3 processes (torchrun and Slurm variables): the files
     byte-identical to one process's, rank 0's --json/--csv byte-identical, the others silent, the same exit status;
   - the P=3 output loaded by real PyTorch (DCP's own loader) equal to the source (TORCH_PYTHON);
@@ -98,6 +99,24 @@ def matrix():
             check(same_tree(ref, dest), f"{src}: {n} processes write the same bytes as one (every file, .metadata)")
             check(res[0][1] == out1.replace(ref, dest) and all(o == "" for _, o, _ in res[1:]),
                   f"{src}: rank 0 prints what one process prints, the others nothing")
+        # gather into one torch.save file: the records at their planned offsets, the file byte-identical
+        os.makedirs(os.path.join(WORK, "gather1"), exist_ok=True)
+        one = os.path.join(WORK, "gather1", name + ".pt")
+        rc, g1, err = run1(["gather", path, "-o", one, "--json"])
+        check(rc == 0, f"{src}: gather by one process ({err.strip()[-200:]})")
+        for style, n in (("slurm", 2), ("torchrun", 3)):
+            dest = os.path.join(WORK, f"gather{n}", name + ".pt")
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            res = launch(style, n, ["gather", path, "-o", dest, "--json"],
+                         os.path.join(WORK, "logs", f"{name}.gather{n}"))
+            with open(one, "rb") as a, open(dest, "rb") as b:
+                same = a.read() == b.read()
+            check(all(c == 0 for c, _, _ in res) and same and res[0][1] == g1.replace(one, dest)
+                  and all(o == "" for _, o, _ in res[1:])
+                  and not any(f.startswith(".") for f in os.listdir(os.path.dirname(dest))),
+                  f"{src}: gather by {n} processes ({style}) writes the one-process file byte for byte, rank 0 "
+                  f"prints what one process prints, no temporary left ({[c for c, _, _ in res]}; "
+                  f"{res[0][2].strip()[-300:]})")
         # verify: the report rank 0 prints is the one-process report, byte for byte; every process agrees on the
         # exit status
         for fmt in ("--json", "--csv"):
@@ -144,6 +163,15 @@ def torch_loads():
         rc, said = servers.torch_check(TORCH_PYTHON, here, "load-dcp", "out", "src")
         check(rc == 0 and "equal" in said, f"{src}: PyTorch's DCP loader reads the 3-process reshard, equal to the "
               f"source ({said})")
+    # the 3-process gather, torch.load(weights_only=True) against PyTorch's own conversion of the same checkpoint
+    here = os.path.join(WORK, "torch", "gather")
+    shutil.rmtree(here, ignore_errors=True)
+    os.makedirs(here)
+    shutil.copy(os.path.join(WORK, "gather3", "fsdp2_r3.pt"), here)
+    shutil.copy(os.path.join(DATA, "fsdp2_r3_converted.pt"), here)
+    rc, said = servers.torch_check(TORCH_PYTHON, here, "load-pt", "fsdp2_r3.pt", "fsdp2_r3_converted.pt")
+    check(rc == 0 and "equal" in said, f"fsdp2_r3: torch.load reads the 3-process gather, equal to PyTorch's "
+          f"dcp_to_torch_save ({said})")
 
 
 def agent_store():
@@ -220,6 +248,8 @@ def faults():
     out = os.path.join(parent, "out")
     args = ["reshard", src, "--world-size", "7", "-o", out]
     bound = 2 * TIMEOUT + 10  # the job's timeout, start-up and clean-up (under load and ASan)
+    for command in (args, ["gather", os.path.join(DATA, "fsdp2_r3"), "-o", os.path.join(parent, "one.pt")]):
+        worker_faults(command, parent, bound)
 
     # a worker that fails at start (a rank outside the world): the others hear it never joined
     port = servers.free_port()
@@ -228,36 +258,6 @@ def faults():
     check(all(c not in (0, None) for c in codes) and "rank 2 never joined" in errs[0] and nothing_left(parent)
           and secs < bound, f"a worker that fails at start: all exit non-zero in {secs:.1f} s, rank 0 names it "
           f"({codes}; {errs[0].strip()[-200:]})")
-
-    # killed mid-write: paused at its first output bytes, then SIGKILL
-    port = servers.free_port()
-    fifo = os.path.join(WORK, "pause")
-    for s in (".in", ".out"):
-        if os.path.exists(fifo + s):
-            os.unlink(fifo + s)
-        os.mkfifo(fifo + s)
-    procs = [start(0, 3, port, args), start(1, 3, port, args, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
-             start(2, 3, port, args)]
-    with open(fifo + ".out") as f:
-        said = f.readline().strip()
-    procs[1].kill()
-    codes, errs, secs = finish(procs, bound)
-    check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
-          and "rank 1 stopped answering" in errs[0] and nothing_left(parent) and secs < bound,
-          f"a worker killed mid-write: the others exit non-zero in {secs:.1f} s naming rank 1, no output, no "
-          f"temporary ({codes}; {errs[0].strip()[-200:]}; {os.listdir(parent)})")
-
-    # a full disk on one worker (RLIMIT_FSIZE: its writes fail as on a full disk; SIGXFSZ ignored)
-    def small_disk():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
-    port = servers.free_port()
-    procs = [start(0, 3, port, args), start(1, 3, port, args, preexec=small_disk), start(2, 3, port, args)]
-    codes, errs, secs = finish(procs, bound)
-    check(all(c not in (0, None) for c in codes) and "rank 1:" in errs[0] and "File too large" in errs[0]
-          and nothing_left(parent) and secs < bound,
-          f"a worker whose disk is full: all exit non-zero in {secs:.1f} s, rank 0 names rank 1 and its error, no "
-          f"output ({codes}; {errs[0].strip()[-200:]})")
 
     # a rank that never comes: the rendezvous ends with an error, not a hang
     port = servers.free_port()
@@ -297,10 +297,10 @@ def faults():
 
     # commands that do not split their work refuse to run as a job, rather than all doing it
     port = servers.free_port()
-    p = start(1, 2, port, ["gather", src, "-o", os.path.join(parent, "g.pt")])
+    p = start(1, 2, port, ["fix", src, "-o", os.path.join(parent, "f.pt")])
     codes, errs, _ = finish([p], bound)
     check(codes == [2] and "runs as one process" in errs[0] and nothing_left(parent),
-          f"gather in a job refuses at once ({errs[0].strip()[-160:]})")
+          f"fix in a job refuses at once ({errs[0].strip()[-160:]})")
 
     # a world of one is one process, as today (no store, no MASTER_ADDR needed)
     e = dict(os.environ, RANK="0", WORLD_SIZE="1")
@@ -309,6 +309,41 @@ def faults():
     check(rc == 0 and os.path.exists(os.path.join(out, ".metadata")),
           f"WORLD_SIZE=1 runs as one process ({err.strip()[-160:]})")
     shutil.rmtree(out, ignore_errors=True)
+
+
+def worker_faults(command, parent, bound):
+    """a worker killed while it writes, or whose disk is full: every process exits non-zero, rank 0 names it, nothing
+    is left in the output's folder"""
+    # killed mid-write: paused at its first output bytes, then SIGKILL
+    port = servers.free_port()
+    fifo = os.path.join(WORK, "pause")
+    for s in (".in", ".out"):
+        if os.path.exists(fifo + s):
+            os.unlink(fifo + s)
+        os.mkfifo(fifo + s)
+    procs = [start(0, 3, port, command),
+             start(1, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
+             start(2, 3, port, command)]
+    with open(fifo + ".out") as f:
+        said = f.readline().strip()
+    procs[1].kill()
+    codes, errs, secs = finish(procs, bound)
+    check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
+          and "rank 1 stopped answering" in errs[0] and nothing_left(parent) and secs < bound,
+          f"{command[0]}: a worker killed mid-write: the others exit non-zero in {secs:.1f} s naming rank 1, no "
+          f"output, no temporary ({codes}; {errs[0].strip()[-200:]}; {os.listdir(parent)})")
+
+    # a full disk on one worker (RLIMIT_FSIZE: its writes fail as on a full disk; SIGXFSZ ignored)
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+    port = servers.free_port()
+    procs = [start(0, 3, port, command), start(1, 3, port, command, preexec=small_disk), start(2, 3, port, command)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and "rank 1:" in errs[0] and "File too large" in errs[0]
+          and nothing_left(parent) and secs < bound,
+          f"{command[0]}: a worker whose disk is full: all exit non-zero in {secs:.1f} s, rank 0 names rank 1 and "
+          f"its error, no output ({codes}; {errs[0].strip()[-200:]})")
 
 
 def s3():
@@ -337,6 +372,11 @@ def s3():
             with open(os.path.join(s3work, "got"), "rb") as a, open(os.path.join(ref, k[len("job5/"):]), "rb") as b:
                 same = same and a.read() == b.read()
         check(same, f"the objects 2 processes wrote are the one-process files, byte for byte ({keys})")
+        res = launch("torchrun", 2, ["gather", src, "-o", "s3://ckpt/one.pt"], os.path.join(WORK, "logs", "s3g"),
+                     env=env)
+        keys = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "one.pt").split()
+        check(all(c == 2 for c, _, _ in res) and "written by one process" in res[0][2] and keys == [],
+              f"gather to s3:// as a job: a clear refusal, nothing uploaded ({res[0][2].strip()[-200:]}; {keys})")
     finally:
         servers.stop(procs)
 

@@ -8,8 +8,6 @@
 #include "optscope/io/storage.h"
 #include "optscope/pickle/pickle_emitter.h"
 
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -272,21 +270,6 @@ namespace {
 /// The items of one rank's file, in FileSystemWriter's order: values first, then tensor chunks.
 using FileItem = std::pair<const DcpPlan::Value*, std::pair<const DcpPlan::Tensor*, size_t>>;
 
-/// What a process of a job wrote, for rank 0's .metadata: per file it owns, each item's offset and length (the items
-/// themselves are known to every process from the plan), and its totals. Little-endian 64-bit words.
-struct WrittenPart
-{
-    std::vector<uint64_t> words;
-    void put(uint64_t w) { words.push_back(w); }
-    std::string bytes() const { return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8); }
-    static std::vector<uint64_t> parse(const std::string& s)
-    {
-        std::vector<uint64_t> w(s.size() / 8);
-        std::memcpy(w.data(), s.data(), w.size() * 8);
-        return w;
-    }
-};
-
 /// removes every object under @p prefix (the job's output prefix, empty when the job began): what a process that
 /// died after uploading left there
 void removeObjectsUnder(const std::string& prefix)
@@ -381,23 +364,7 @@ static DcpWriteStats writeDcpUnnamed(
 
         // 2. each process writes the rank files it owns
         std::vector<std::vector<ItemLocation>> locations(files.size());
-        uint64_t doneBytes = 0, unreported = 0;
-        static std::atomic<int> writes {0}; // every process makes the same writes in the same order
-        const std::string counter = "dcp-bytes-" + std::to_string(writes++);
-        auto lastReport = std::chrono::steady_clock::now();
-        const auto reportProgress = [&](uint64_t delta, bool force) {
-            doneBytes += delta;
-            unreported += delta;
-            const auto now = std::chrono::steady_clock::now();
-            if (split && (force || unreported >= (64u << 20) || now - lastReport > std::chrono::milliseconds(200))) {
-                const int64_t total = job.add(counter, static_cast<int64_t>(unreported));
-                unreported = 0;
-                lastReport = now;
-                if (job.isRoot()) progress(totalBytes ? double(total) / double(totalBytes) : 1.0, "writing shards");
-            } else if (!split) {
-                progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "writing shards");
-            }
-        };
+        JobProgress written(job, "dcp-bytes", totalBytes, progress, "writing shards");
         for (size_t f = 0; f < files.size(); ++f) {
             if (owner[f] != job.rank()) continue;
             OutputFile out((dir / files[f]).string(), inner);
@@ -429,7 +396,7 @@ static DcpWriteStats writeDcpUnnamed(
                 // a value item is unpickled by DCP's loader with weights_only=False (torch 2.6 load_bytes): objects
                 // (a torchtitan BytesIO, Megatron-LM's args Namespace) are written back as they were pickled
                 const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", itemProgress, true);
-                reportProgress(ws.tensorBytes, false);
+                written.add(ws.tensorBytes);
                 loc.length = out.position() - loc.offset;
                 locations[f].push_back(loc);
             }
@@ -437,7 +404,7 @@ static DcpWriteStats writeDcpUnnamed(
             out.commit();
             ++stats.files;
         }
-        reportProgress(0, true);
+        written.flush();
         // every process checks what it read before it reports its part done
         if (split && options.beforeCommit) options.beforeCommit();
         if (remote && split) {
@@ -453,29 +420,26 @@ static DcpWriteStats writeDcpUnnamed(
 
         // 3. rank 0 learns where every item went
         if (split) {
-            WrittenPart part;
-            part.put(stats.bytes);
-            part.put(stats.files);
-            part.put(stats.tensorItems);
-            part.put(stats.valueItems);
+            // what this process wrote, for rank 0's .metadata: per file it owns, each item's offset and length (the
+            // items themselves are known to every process from the plan), and its totals
+            std::vector<uint64_t> part {stats.bytes, stats.files, stats.tensorItems, stats.valueItems};
             for (size_t f = 0; f < files.size(); ++f) {
                 if (owner[f] != job.rank()) continue;
-                part.put(f);
+                part.push_back(f);
                 for (const auto& loc : locations[f]) {
-                    part.put(loc.offset);
-                    part.put(loc.length);
+                    part.push_back(loc.offset);
+                    part.push_back(loc.length);
                 }
             }
-            const std::vector<std::string> parts = job.gather("dcp-files", part.bytes(), [&] {
-                progress(totalBytes ? double(job.add(counter, 0)) / double(totalBytes) : 1.0, "writing shards");
-            });
+            const std::vector<std::string> parts
+                = job.gather("dcp-files", wordsToPayload(part), [&] { written.showTotal(); });
             if (!job.isRoot()) {
                 job.broadcast("dcp-commit", {}); // throws unless rank 0 published the folder
                 uploaded.clear();
                 return stats;
             }
             for (size_t p = 1; p < parts.size(); ++p) {
-                const std::vector<uint64_t> w = WrittenPart::parse(parts[p]);
+                const std::vector<uint64_t> w = wordsFromPayload(parts[p]);
                 if (w.size() < 4) throw Error(ErrorKind::Format, outDir, "rank " + std::to_string(p) + " sent no part");
                 stats.bytes += w[0];
                 stats.files += w[1];

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/torch_save_writer.h"
 #include "optscope/base/error.h"
+#include "optscope/io/job.h"
 #include "optscope/io/output_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/io/zip_writer.h"
 #include "optscope/pickle/pickle_emitter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -381,20 +384,70 @@ std::string TorchSaveWriter::archivePrefix(const std::string& path)
     return stem;
 }
 
-WriteStats TorchSaveWriter::writeArchive(
-    const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress, bool objects)
+namespace {
+
+void checkWritableDtypes(const StateTree& tree, const std::string& path)
 {
     // tensor types must be representable before anything is written
     for (const auto& t : tree.tensors())
         if (t.dtype == DType::Unknown || t.dtype == DType::QInt8 || t.dtype == DType::QUInt8 || t.dtype == DType::QInt32
             || t.dtype == DType::QUInt4x2 || t.dtype == DType::QUInt2x4)
-            throw Error(ErrorKind::Unsupported, out.path(),
+            throw Error(ErrorKind::Unsupported, path,
                 std::string("cannot write a tensor of dtype ") + std::string(dtypeName(t.dtype)));
+}
+
+uint64_t tensorBytes(const TensorToWrite& t)
+{
+    return static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
+}
+
+/// tensor @p k's storage record: its bytes as its producer streams them, checked against its size; @p written is told
+/// each block's size
+void writeTensorRecord(ZipWriter& zip, const OutputFile& out, const std::string& prefix, size_t k,
+    const TensorToWrite& t, const std::function<void(uint64_t)>& written)
+{
+    const uint64_t want = tensorBytes(t);
+    zip.beginRecord(prefix + "/data/" + std::to_string(k));
+    uint64_t got = 0;
+    if (want > 0) {
+        if (!t.produce)
+            throw Error(ErrorKind::Usage, out.path(), "tensor " + std::to_string(k) + " has no data producer");
+        const auto take = [&](uint64_t n) {
+            if (got + n > want)
+                throw Error(ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
+            got += n;
+        };
+        ByteSink sink;
+        sink.bytes = [&](const uint8_t* p, size_t n) {
+            take(n);
+            zip.write(p, n);
+            written(n);
+        };
+        sink.region = [&](const ByteSource& file, uint64_t offset, uint64_t length) {
+            take(length);
+            zip.writeFromFile(file, offset, length);
+            written(length);
+        };
+        t.produce(sink);
+    }
+    if (got != want)
+        throw Error(ErrorKind::Format, out.path(),
+            "tensor " + std::to_string(k) + " produced " + std::to_string(got) + " of " + std::to_string(want)
+                + " bytes");
+    zip.endRecord();
+}
+
+} // namespace
+
+WriteStats TorchSaveWriter::writeArchive(
+    const StateTree& tree, OutputFile& out, const std::string& prefix, const Progress& progress, bool objects)
+{
+    checkWritableDtypes(tree, out.path());
     const std::string pickle = TreePickler(tree, out.path(), objects).run();
 
     uint64_t total = 0;
     for (const auto& t : tree.tensors())
-        total += static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
+        total += tensorBytes(t);
 
     ZipWriter zip(out, 64, out.position());
     zip.addRecord(prefix + "/data.pkl", pickle.data(), pickle.size());
@@ -403,41 +456,12 @@ WriteStats TorchSaveWriter::writeArchive(
     uint64_t done = 0;
     for (size_t k = 0; k < tree.tensors().size(); ++k) {
         progress.checkCancelled();
-        const TensorToWrite& t = tree.tensors()[k];
-        const uint64_t want = static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
-        zip.beginRecord(prefix + "/data/" + std::to_string(k));
-        uint64_t got = 0;
-        if (want > 0) {
-            if (!t.produce)
-                throw Error(ErrorKind::Usage, out.path(), "tensor " + std::to_string(k) + " has no data producer");
-            ByteSink sink;
-            sink.bytes = [&](const uint8_t* p, size_t n) {
-                if (got + n > want)
-                    throw Error(
-                        ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
-                zip.write(p, n);
-                got += n;
-                done += n;
-                progress(total ? double(done) / double(total) : 1.0, "writing");
-            };
-            sink.region = [&](const ByteSource& file, uint64_t offset, uint64_t length) {
-                if (got + length > want)
-                    throw Error(
-                        ErrorKind::Format, out.path(), "tensor " + std::to_string(k) + " produced too many bytes");
-                zip.writeFromFile(file, offset, length);
-                got += length;
-                done += length;
-                progress(total ? double(done) / double(total) : 1.0, "writing");
-            };
-            t.produce(sink);
-        }
-        if (got != want)
-            throw Error(ErrorKind::Format, out.path(),
-                "tensor " + std::to_string(k) + " produced " + std::to_string(got) + " of " + std::to_string(want)
-                    + " bytes");
-        zip.endRecord();
+        writeTensorRecord(zip, out, prefix, k, tree.tensors()[k], [&](uint64_t n) {
+            done += n;
+            progress(total ? double(done) / double(total) : 1.0, "writing");
+        });
         ++stats.tensors;
-        stats.tensorBytes += got;
+        stats.tensorBytes += tensorBytes(tree.tensors()[k]);
     }
     zip.addRecord(prefix + "/version", "3\n", 2);
     zip.finish();
@@ -445,10 +469,138 @@ WriteStats TorchSaveWriter::writeArchive(
     return stats;
 }
 
+/// The archive written by the processes of a job into one file, byte-identical to one process's: every record's
+/// offset follows from the names and sizes (ZipWriter::recordSpan), so each process writes its run of tensor records
+/// at their offsets into rank 0's temporary (a shared file system), then says what it wrote (the CRCs); rank 0
+/// writes the pickle, the small records and, once every process is done, the central directory, and renames it.
+static WriteStats writeArchiveAsJob(
+    const StateTree& tree, const std::string& path, const Progress& progress, const WriteOptions& options)
+{
+    Job& job = Job::current();
+    if (isUrl(path))
+        throw Error(ErrorKind::Usage, displayLocation(path),
+            "a torch.save file on object storage is written by one process: run gather alone, or as a job into a "
+            "shared folder and upload the file");
+    checkWritableDtypes(tree, path);
+    const std::string prefix = TorchSaveWriter::archivePrefix(path);
+    const std::string pickle = TreePickler(tree, path).run();
+    const size_t nTensors = tree.tensors().size();
+    // records in the one-process order: pickle, byteorder, tensors, version
+    std::vector<std::string> names {prefix + "/data.pkl", prefix + "/byteorder"};
+    std::vector<uint64_t> sizes {pickle.size(), 6};
+    std::vector<uint64_t> weights;
+    WriteStats stats;
+    for (size_t k = 0; k < nTensors; ++k) {
+        names.push_back(prefix + "/data/" + std::to_string(k));
+        sizes.push_back(tensorBytes(tree.tensors()[k]));
+        weights.push_back(sizes.back());
+        stats.tensorBytes += sizes.back();
+    }
+    stats.tensors = nTensors;
+    names.push_back(prefix + "/version");
+    sizes.push_back(2);
+    std::vector<uint64_t> offsets {0};
+    for (size_t i = 0; i < names.size(); ++i)
+        offsets.push_back(offsets[i] + ZipWriter::recordSpan(names[i], offsets[i], sizes[i]));
+    const std::vector<int> owner = splitContiguous(weights, job.size());
+    const std::string fingerprint = std::to_string(names.size()) + " records, " + std::to_string(offsets.back())
+        + " bytes, pickle " + std::to_string(std::hash<std::string> {}(pickle));
+
+    WriteOptions inner = options;
+    inner.beforeCommit = nullptr; // asked once, below, by every process for what it read
+    inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
+    try {
+        std::unique_ptr<OutputFile> out;
+        if (job.isRoot()) {
+            out = std::make_unique<OutputFile>(path, inner);
+            job.broadcast("torch-save-start", out->tempPath() + "\n" + fingerprint);
+        } else {
+            const std::string start = job.broadcast("torch-save-start", {});
+            const size_t nl = start.find('\n');
+            if (nl == std::string::npos || start.substr(nl + 1) != fingerprint)
+                throw Error(ErrorKind::Usage, path,
+                    "this process planned " + fingerprint + ", rank 0 "
+                        + (nl == std::string::npos ? std::string("nothing") : start.substr(nl + 1))
+                        + ": every process of the job must read the same checkpoint with the same options");
+            out = std::make_unique<OutputFile>(path, start.substr(0, nl), inner);
+        }
+        ZipWriter zip(*out, 64, 0);
+        std::vector<size_t> mine; // the records this process wrote, as zip.records() lists them
+        JobProgress written(job, "torch-save-bytes", stats.tensorBytes, progress, "writing");
+        const auto writeRecord = [&](size_t i, const std::function<void()>& body) {
+            progress.checkCancelled();
+            if (inner.cancelled()) throw Error(ErrorKind::Cancelled, path, "cancelled");
+            out->seek(offsets[i]);
+            body();
+            mine.push_back(i);
+            if (out->position() != offsets[i + 1])
+                throw Error(ErrorKind::Format, path, "record '" + names[i] + "' did not end where it was planned to");
+        };
+        if (job.isRoot()) {
+            writeRecord(0, [&] { zip.addRecord(names[0], pickle.data(), pickle.size()); });
+            writeRecord(1, [&] { zip.addRecord(names[1], "little", 6); });
+        }
+        for (size_t k = 0; k < nTensors; ++k)
+            if (owner[k] == job.rank())
+                writeRecord(2 + k, [&] {
+                    writeTensorRecord(zip, *out, prefix, k, tree.tensors()[k], [&](uint64_t n) { written.add(n); });
+                });
+        if (job.isRoot()) writeRecord(names.size() - 1, [&] { zip.addRecord(names.back(), "3\n", 2); });
+        written.flush();
+        if (!job.isRoot()) out->commit(); // flushed and synced: rank 0 publishes the file
+        if (options.beforeCommit) options.beforeCommit(); // what this process read did not change meanwhile
+
+        // rank 0 learns every record's CRC-32, lists them all and publishes the file
+        std::vector<uint64_t> part;
+        for (size_t j = 0; j < mine.size(); ++j) {
+            part.push_back(mine[j]);
+            part.push_back(zip.records()[j].crc);
+        }
+        const std::vector<std::string> parts
+            = job.gather("torch-save-records", wordsToPayload(part), [&] { written.showTotal(); });
+        if (!job.isRoot()) {
+            job.broadcast("torch-save-commit", {}); // throws unless rank 0 published the file
+            return stats;
+        }
+        std::vector<bool> listed(names.size(), false);
+        for (const size_t i : mine)
+            listed[i] = true;
+        for (size_t p = 1; p < parts.size(); ++p) {
+            const std::vector<uint64_t> w = wordsFromPayload(parts[p]);
+            std::vector<ZipWriter::Record> theirs;
+            for (size_t at = 0; at + 1 < w.size(); at += 2) {
+                const uint64_t i = w[at];
+                if (i < 2 || i + 1 >= names.size() || owner[i - 2] != static_cast<int>(p) || listed[i])
+                    throw Error(
+                        ErrorKind::Format, path, "rank " + std::to_string(p) + " reported a record it does not own");
+                listed[i] = true;
+                theirs.push_back({names[i], offsets[i], sizes[i], static_cast<uint32_t>(w[at + 1])});
+            }
+            zip.addWrittenRecords(theirs);
+        }
+        if (std::find(listed.begin(), listed.end(), false) != listed.end())
+            throw Error(ErrorKind::Format, path, "a record of the archive was written by no process");
+        out->seek(offsets.back());
+        zip.finish();
+        stats.fileBytes = zip.size();
+        out->commit();
+        job.broadcast("torch-save-commit", {});
+        progress(1.0, "writing");
+        return stats;
+    } catch (const Error& e) {
+        job.reportFailure(e.what()); // the other processes stop now, not at the next gather
+        // a process stopped because another failed says so, naming that process
+        if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
+            throw Error(ErrorKind::Io, path, "stopped: " + job.failure());
+        throw;
+    }
+}
+
 WriteStats TorchSaveWriter::write(
     const StateTree& tree, const std::string& path, const Progress& progress, WriteOptions options)
 {
     if (!options.cancelled) options.cancelled = progress.cancelled; // asked again just before the rename
+    if (Job::current().distributed()) return writeArchiveAsJob(tree, path, progress, options);
     OutputFile out(path, options);
     WriteStats stats = writeArchive(tree, out, archivePrefix(path), progress);
     out.commit();

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/job.h"
+#include "optscope/base/progress.h"
 
 #include "optscope/base/core_library.h"
 #include "optscope/base/error.h"
@@ -11,9 +12,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 namespace optscope {
 
@@ -276,6 +281,33 @@ struct Job::State
     }
 };
 
+namespace {
+
+/// waits until @p host:@p port accepts a TCP connection (polling every 10 ms), or @p limit passes: c10d's client
+/// retries a refused connection only after a second, which a process started just before rank 0's server paid in
+/// full at every start
+void waitUntilListening(const std::string& host, uint16_t port, std::chrono::milliseconds limit)
+{
+    addrinfo hints {};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return;
+    const auto start = Clock::now();
+    for (bool open = false; !open && Clock::now() - start < limit;) {
+        for (addrinfo* a = found; a && !open; a = a->ai_next) {
+            const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+            if (fd < 0) continue;
+            open = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+            ::close(fd);
+        }
+        if (!open) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::freeaddrinfo(found);
+}
+
+} // namespace
+
 Job& Job::current()
 {
     static Job job;
@@ -293,8 +325,12 @@ void Job::join(const JobSpec& spec)
     st->spec = spec;
     st->where = spec.masterAddr + ":" + std::to_string(spec.masterPort);
     std::string error;
-    st->store = st->ops->connect(
-        spec.masterAddr, spec.masterPort, spec.rank == 0 && !spec.agentStore, spec.size, spec.timeout.count(), error);
+    const bool serves = spec.rank == 0 && !spec.agentStore;
+    const auto started = Clock::now();
+    if (!serves) waitUntilListening(spec.masterAddr, spec.masterPort, spec.timeout);
+    const auto left = std::max<int64_t>(
+        1000, (spec.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)).count());
+    st->store = st->ops->connect(spec.masterAddr, spec.masterPort, serves, spec.size, left, error);
     if (!st->store)
         throw Error(ErrorKind::Io, st->where,
             "the job's " + std::to_string(spec.size) + " processes did not meet (rank " + std::to_string(spec.rank)
@@ -363,6 +399,35 @@ std::vector<int> splitByWeight(const std::vector<uint64_t>& weights, int parts)
         load[static_cast<size_t>(least)] += std::max<uint64_t>(weights[i], 1);
     }
     return owner;
+}
+
+std::vector<int> splitContiguous(const std::vector<uint64_t>& weights, int parts)
+{
+    parts = std::max(parts, 1);
+    long double total = 0;
+    for (const uint64_t w : weights)
+        total += static_cast<long double>(std::max<uint64_t>(w, 1));
+    std::vector<int> owner(weights.size(), 0);
+    long double before = 0;
+    for (size_t i = 0; i < weights.size(); ++i) {
+        const auto w = static_cast<long double>(std::max<uint64_t>(weights[i], 1));
+        const auto run = static_cast<int>((before + w / 2) * parts / total);
+        owner[i] = std::min(run, parts - 1);
+        before += w;
+    }
+    return owner;
+}
+
+std::string wordsToPayload(const std::vector<uint64_t>& words)
+{
+    return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8);
+}
+
+std::vector<uint64_t> wordsFromPayload(const std::string& payload)
+{
+    std::vector<uint64_t> w(payload.size() / 8);
+    if (!w.empty()) std::memcpy(w.data(), payload.data(), w.size() * 8);
+    return w;
 }
 
 std::vector<std::string> Job::gather(
@@ -462,6 +527,49 @@ void Job::leave()
     if (st.heartbeat.joinable()) st.heartbeat.join();
     st.ops->close(st.store);
     m_state.reset();
+}
+
+JobProgress::JobProgress(
+    Job& job, const std::string& name, uint64_t totalBytes, const Progress& progress, std::string stage)
+    : m_job(job)
+    , m_total(totalBytes)
+    , m_progress(progress)
+    , m_stage(std::move(stage))
+    , m_lastReport(std::chrono::steady_clock::now())
+{
+    static std::atomic<int> made {0}; // the same sequence on every process
+    m_counter = name + "-" + std::to_string(made++);
+}
+
+void JobProgress::show(uint64_t total)
+{
+    m_progress(m_total ? double(total) / double(m_total) : 1.0, m_stage);
+}
+
+void JobProgress::add(uint64_t bytes)
+{
+    m_done += bytes;
+    if (!m_job.distributed()) {
+        show(m_done);
+        return;
+    }
+    m_unreported += bytes;
+    const auto now = std::chrono::steady_clock::now();
+    if (m_unreported >= (64u << 20) || now - m_lastReport > std::chrono::milliseconds(200)) flush();
+}
+
+void JobProgress::flush()
+{
+    if (!m_job.distributed()) return;
+    const int64_t total = m_job.add(m_counter, static_cast<int64_t>(m_unreported));
+    m_unreported = 0;
+    m_lastReport = std::chrono::steady_clock::now();
+    if (m_job.isRoot()) show(static_cast<uint64_t>(total));
+}
+
+void JobProgress::showTotal()
+{
+    if (m_job.distributed() && m_job.isRoot()) show(static_cast<uint64_t>(m_job.add(m_counter, 0)));
 }
 
 } // namespace optscope

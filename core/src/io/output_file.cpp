@@ -179,11 +179,34 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
     m_buffer = new char[kBufferSize];
 }
 
+OutputFile::OutputFile(std::string path, const std::string& tempPath, WriteOptions options)
+    : m_path(std::move(path))
+    , m_temp(tempPath)
+    , m_joined(true)
+    , m_options(std::move(options))
+{
+    m_fd = ::open(tempPath.c_str(), O_WRONLY | O_CLOEXEC);
+    if (m_fd < 0)
+        throw Error(ErrorKind::Io, m_path,
+            "cannot open its temporary " + tempPath + ", made by another process of the job: " + std::strerror(errno)
+                + " (every process must see the output's folder: a file system they share)");
+    m_buffer = new char[kBufferSize];
+}
+
 OutputFile::~OutputFile()
 {
     delete[] m_buffer;
     if (m_fd >= 0) ::close(m_fd);
-    if (!m_committed && !m_temp.empty()) ::unlink(m_temp.c_str());
+    if (!m_committed && !m_joined && !m_temp.empty()) ::unlink(m_temp.c_str());
+}
+
+void OutputFile::seek(uint64_t position)
+{
+    if (position == m_position) return;
+    flushBuffer();
+    if (::lseek(m_fd, static_cast<off_t>(position), SEEK_SET) < 0)
+        throw Error(ErrorKind::Io, m_path, std::string("seek failed: ") + std::strerror(errno));
+    m_position = position;
 }
 
 void OutputFile::flushBuffer()
@@ -271,6 +294,12 @@ void OutputFile::commit()
     flushBuffer();
     if (m_options.fsync && ::fsync(m_fd) != 0)
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
+    if (m_joined) { // its maker renames it
+        m_committed = true;
+        ::close(m_fd);
+        m_fd = -1;
+        return;
+    }
     if (m_options.cancelled && m_options.cancelled()) throw Error(ErrorKind::Cancelled, m_path, "cancelled");
     if (m_options.beforeCommit) m_options.beforeCommit();
     if (isUrl(m_path)) {

@@ -3,6 +3,7 @@
 #include "optscope/base/error.h"
 #include "optscope/io/byte_source.h"
 
+#include <algorithm>
 #include <future>
 #include <zlib.h>
 
@@ -42,13 +43,8 @@ uint64_t ZipWriter::size() const
     return m_out.position() - m_base;
 }
 
-void ZipWriter::beginRecord(const std::string& name)
+std::string ZipWriter::localHeader(const std::string& name, uint64_t localOffset, uint64_t alignment)
 {
-    if (m_open) throw Error(ErrorKind::Usage, m_out.path(), "zip: record '" + name + "' started inside another");
-    if (name.size() > 0xffff) throw Error(ErrorKind::Usage, m_out.path(), "zip: record name too long");
-    Record r;
-    r.name = name;
-    r.localOffset = size();
     std::string h;
     put32(h, 0x04034b50);
     put16(h, 0); // version needed (torch writes 0)
@@ -61,17 +57,48 @@ void ZipWriter::beginRecord(const std::string& name)
     put32(h, 0);
     put16(h, static_cast<uint16_t>(name.size()));
     // "FB" extra field pads the header so that the data starts aligned
-    const uint64_t start = r.localOffset + 30 + name.size() + 4;
-    const uint64_t pad = (m_alignment - start % m_alignment) % m_alignment;
+    const uint64_t start = localOffset + 30 + name.size() + 4;
+    const uint64_t pad = (alignment - start % alignment) % alignment;
     put16(h, static_cast<uint16_t>(4 + pad));
     h += name;
     h += "FB";
     put16(h, static_cast<uint16_t>(pad));
     h.append(pad, 'Z');
+    return h;
+}
+
+size_t ZipWriter::descriptorSize(uint64_t size, uint64_t localOffset)
+{
+    return size >= k32 || localOffset >= k32 ? 24 : 16;
+}
+
+uint64_t ZipWriter::recordSpan(const std::string& name, uint64_t localOffset, uint64_t size, uint64_t alignment)
+{
+    const uint64_t start = localOffset + 30 + name.size() + 4;
+    return (start - localOffset) + (alignment - start % alignment) % alignment + size
+        + descriptorSize(size, localOffset);
+}
+
+void ZipWriter::beginRecord(const std::string& name)
+{
+    if (m_open) throw Error(ErrorKind::Usage, m_out.path(), "zip: record '" + name + "' started inside another");
+    if (name.size() > 0xffff) throw Error(ErrorKind::Usage, m_out.path(), "zip: record name too long");
+    Record r;
+    r.name = name;
+    r.localOffset = size();
+    const std::string h = localHeader(name, r.localOffset, m_alignment);
     m_out.write(h.data(), h.size());
     m_records.push_back(std::move(r));
     m_open = true;
     m_crcState = crc32(0L, Z_NULL, 0);
+}
+
+void ZipWriter::addWrittenRecords(const std::vector<Record>& records)
+{
+    if (m_open) throw Error(ErrorKind::Usage, m_out.path(), "zip: records added inside a record");
+    m_records.insert(m_records.end(), records.begin(), records.end());
+    std::sort(m_records.begin(), m_records.end(),
+        [](const Record& a, const Record& b) { return a.localOffset < b.localOffset; });
 }
 
 void ZipWriter::write(const void* data, size_t size)
@@ -152,7 +179,7 @@ void ZipWriter::endRecord()
     std::string d;
     put32(d, 0x08074b50);
     put32(d, r.crc);
-    if (r.size >= k32 || r.localOffset >= k32) {
+    if (descriptorSize(r.size, r.localOffset) == 24) {
         put64(d, r.size);
         put64(d, r.size);
     } else {

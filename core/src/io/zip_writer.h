@@ -37,7 +37,11 @@ public:
     /// central directory and end records; the OutputFile is then ready to commit
     void finish();
 
-private:
+    /// bytes a STORED record named @p name of @p size data bytes takes from its local header at @p localOffset to
+    /// the end of its data descriptor: where the next record starts, known before any data exists (a job's
+    /// processes write their records of one archive at offsets computed so)
+    static uint64_t recordSpan(const std::string& name, uint64_t localOffset, uint64_t size, uint64_t alignment = 64);
+
     struct Record
     {
         std::string name;
@@ -45,6 +49,15 @@ private:
         uint64_t size = 0;
         uint32_t crc = 0;
     };
+    /// the records written so far, in order
+    const std::vector<Record>& records() const { return m_records; }
+    /// records another writer wrote into this archive (a job's other processes): listed in the central directory
+    /// by finish(), all records in offset order
+    void addWrittenRecords(const std::vector<Record>& records);
+
+private:
+    static std::string localHeader(const std::string& name, uint64_t localOffset, uint64_t alignment);
+    static size_t descriptorSize(uint64_t size, uint64_t localOffset);
     OutputFile& m_out;
     uint64_t m_alignment;
     uint64_t m_base;

@@ -21,6 +21,8 @@
 
 namespace optscope {
 
+struct Progress;
+
 /// How this process was started.
 struct JobSpec
 {
@@ -47,6 +49,14 @@ JobSpec jobSpecFromEnvironment();
 /// Which of @p parts processes does each unit of work, given each unit's weight (bytes): the heaviest first, each to
 /// the least loaded process so far (ties: the lower index). Deterministic, so every process computes the same split.
 std::vector<int> splitByWeight(const std::vector<uint64_t>& weights, int parts);
+/// Which of @p parts processes does each unit when units next to each other should go to one process (records of
+/// one file: each process writes one run of it, and neighbours share at most one page): runs in order, each about
+/// 1/parts of the total weight (a unit goes to the run its middle falls in). Deterministic.
+std::vector<int> splitContiguous(const std::vector<uint64_t>& weights, int parts);
+
+/// 64-bit words as a gather/broadcast payload and back (little-endian, as every process of a job is)
+std::string wordsToPayload(const std::vector<uint64_t>& words);
+std::vector<uint64_t> wordsFromPayload(const std::string& payload);
 
 class Job
 {
@@ -91,6 +101,33 @@ private:
     Job() = default;
     JobSpec m_spec;
     std::unique_ptr<State> m_state;
+};
+
+/// Progress of work in bytes split over the processes of a job: each process adds what it did to a job-wide counter
+/// (through the store at most every 64 MiB or 200 ms) and rank 0 shows the job's total of @p totalBytes; a job of one
+/// shows its own bytes at once. Every process makes its JobProgress objects in the same order (the counter's name
+/// counts them).
+class JobProgress
+{
+public:
+    JobProgress(Job& job, const std::string& name, uint64_t totalBytes, const Progress& progress, std::string stage);
+    /// @p bytes more done by this process
+    void add(uint64_t bytes);
+    /// what is not yet counted, counted now
+    void flush();
+    /// rank 0 while it waits for the others: the job's total so far
+    void showTotal();
+
+private:
+    void show(uint64_t total);
+    Job& m_job;
+    std::string m_counter;
+    uint64_t m_total;
+    const Progress& m_progress;
+    std::string m_stage;
+    uint64_t m_done = 0;
+    uint64_t m_unreported = 0;
+    std::chrono::steady_clock::time_point m_lastReport;
 };
 
 } // namespace optscope

@@ -68,6 +68,11 @@ class OutputFile
 public:
     /// throws Error(Io) naming @p path if the temporary cannot be created
     explicit OutputFile(std::string path, WriteOptions options = {});
+    /// opens @p tempPath, the temporary that another process of a job made for @p path (its tempPath()), to write
+    /// this process's parts of it at the positions seek() gives; commit() then flushes and syncs them only, and
+    /// destroying it leaves the file to its maker, which renames it into place once every part is written. Throws
+    /// Error(Io) naming @p path when the temporary cannot be opened (the folder is not shared with that process).
+    OutputFile(std::string path, const std::string& tempPath, WriteOptions options);
     ~OutputFile();
     OutputFile(const OutputFile&) = delete;
     OutputFile& operator=(const OutputFile&) = delete;
@@ -79,7 +84,9 @@ public:
     /// the file systems allow it, through a buffer otherwise
     void copyFrom(int srcFd, uint64_t offset, uint64_t length);
     uint64_t position() const { return m_position; }
-    /// flush, fsync and rename over the destination
+    /// writes go on at @p position (the bytes in between belong to another writer or are written later)
+    void seek(uint64_t position);
+    /// flush, fsync and rename over the destination (a joined temporary: flush and fsync)
     void commit();
     const std::string& path() const { return m_path; }
     const std::string& tempPath() const { return m_temp; }
@@ -91,6 +98,7 @@ private:
     int m_fd = -1;
     uint64_t m_position = 0;
     bool m_committed = false;
+    bool m_joined = false; ///< another process's temporary: not ours to rename or remove
     WriteOptions m_options;
     // small writes (headers, pickles) are batched; large blocks go straight to the kernel
     static constexpr size_t kBufferSize = 1 << 16;
