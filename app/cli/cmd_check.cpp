@@ -4,6 +4,7 @@
 
 #include "optscope/analysis/checkpoint_check.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/job.h"
 
 #include <iostream>
 
@@ -27,6 +28,8 @@ int runCheck(const std::vector<std::string>& argv)
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     const CheckReport report = checkCheckpoint(*cp, options, progress);
     finishTerminalProgress();
+    if (!Job::current().isRoot()) // rank 0 speaks for the job; every process exits with the same status
+        return report.clean() ? ExitOk : ExitFindings;
     if (args.has("--json")) {
         auto j = report.toJson();
         j["path"] = cp->path;

@@ -18,7 +18,8 @@ namespace {
 /// the commands that split their work over the processes of a torchrun/srun job
 bool runsAsJob(const std::string& command)
 {
-    return command == "gather" || command == "reshard" || command == "verify" || command == "diff";
+    return command == "gather" || command == "reshard" || command == "verify" || command == "diff"
+        || command == "check";
 }
 
 /// every process of a job must run the same command on the same inputs: rank 0 compares the command lines
@@ -306,7 +307,7 @@ int main(int argc, char** argv)
             if (spec.size > 1 && !runsAsJob(name))
                 throw UsageError("'" + name + "' runs as one process, but this is rank " + std::to_string(spec.rank)
                     + " of " + std::to_string(spec.size) + " (" + spec.launcher
-                    + " variables are set); run it alone. As a job: gather, reshard, verify, diff");
+                    + " variables are set); run it alone. As a job: gather, reshard, verify, diff, check");
             optscope::Job::join(spec);
         } catch (const UsageError& e) {
             printError(name, e.what());

@@ -5,7 +5,7 @@
                                        [--out bench/results/job.md]
 
 Run from the repository root. The processes are started by tests/job/launch.sh with torchrun's variables.
-  - reshard (--world-size 8, --no-fsync), gather (--no-fsync) and verify (--world-size 8) of the 1.9 GB 4-rank checkpoint, page-cached,
+  - reshard (--world-size 8, --no-fsync), gather (--no-fsync), verify (--world-size 8) and check of the 1.9 GB 4-rank checkpoint, page-cached,
     P = 1 and 2: wall time (the best of two runs);
   - each source byte read once: the checkpoint served by nginx, reshard from http:// with --remote-stats for
     P = 1, 2, 4: the bytes all processes fetched, against the folder's size;
@@ -84,9 +84,12 @@ v2 = best(2, ["verify", ckpt, "--world-size", "8", "--json"])
 g1 = best(1, ["gather", ckpt, "--no-fsync", "-o", out + ".pt"], clean=None)
 g2 = best(2, ["gather", ckpt, "--no-fsync", "-o", out + ".pt"], clean=None)
 os.unlink(out + ".pt")
+c1 = best(1, ["check", ckpt, "--json"])
+c2 = best(2, ["check", ckpt, "--json"])
 rows.append(("reshard 4 -> 8 ranks (--no-fsync)", r1, r2))
 rows.append(("gather -o one.pt (--no-fsync)", g1, g2))
 rows.append(("verify --world-size 8", v1, v2))
+rows.append(("check (every byte read, CRC-32s)", c1, c2))
 
 # each byte once: bytes fetched over HTTP by all processes together
 procs = []

@@ -8,6 +8,8 @@ sets; fault cases start the processes from here with the same variables and one 
   - diff of pairs of every kind (torch.save steps, DCP against its conversion, Trainer folders, --ranks, a
     tolerance) by 3 processes: rank 0's report byte-identical, every process exiting alike;
   - gather into one torch.save file by 2 and 3 processes: the file byte-identical to one process's;
+  - check of fixtures with and without findings, and of damaged copies (a flipped tensor byte, a rank file cut
+    short), by 2 and 3 processes: rank 0's report byte-identical, every process exiting alike;
   - reshard and verify over fixtures of every format with 2 and 3 processes (torchrun and Slurm variables): the files
     byte-identical to one process's, rank 0's --json/--csv byte-identical, the others silent, the same exit status;
   - the P=3 output loaded by real PyTorch (DCP's own loader) equal to the source (TORCH_PYTHON);
@@ -147,6 +149,51 @@ def diffs():
                   and all(o == "" for _, o, _ in res[1:]),
                   f"diff {' '.join(case)} {fmt or '(text)'} by 3 processes prints the one-process report "
                   f"(exit {rc}, {[c for c, _, _ in res]}; {res[0][2].strip()[-200:]})")
+
+
+CHECKS = ["fsdp2_r3", "fsdp1_sharded_r3", "adamw_fqn.pt", "zero/stage3/ckpt", "hf/checkpoint-3", "torchtitan/dcp",
+          "megatron/distopt_fully_reshardable", "diag/dcp_gap", "diag/dcp_overlap", "nonfinite/nonfinite_dcp_r2",
+          "hostile/dcp_dotdot", "adam_step_mismatch.pt", "sgd_momentum.pt"]
+
+
+def damaged_copies():
+    """a torch.save file with one tensor byte flipped (its record's CRC-32 no longer matches) and a DCP folder with a
+    rank file cut short (the reader's chunk-out-of-range findings, completed by the process that reads the chunk)"""
+    import struct
+    import zipfile
+    bad = os.path.join(WORK, "damaged")
+    shutil.rmtree(bad, ignore_errors=True)
+    os.makedirs(bad)
+    crc = os.path.join(bad, "crc.pt")
+    shutil.copy(os.path.join(DATA, "adamw_fqn.pt"), crc)
+    record = [i for i in zipfile.ZipFile(crc).infolist() if "/data/" in i.filename][3]
+    with open(crc, "r+b") as f:
+        f.seek(record.header_offset + 26)
+        name, extra = struct.unpack("<HH", f.read(4))
+        at = record.header_offset + 30 + name + extra + 1
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x40]))
+    cut = os.path.join(bad, "cut")
+    shutil.copytree(os.path.join(DATA, "fsdp2_r3"), cut)
+    os.truncate(os.path.join(cut, "__1_0.distcp"), os.path.getsize(os.path.join(cut, "__1_0.distcp")) - 5000)
+    return [crc, cut]
+
+
+def checks():
+    """check by 2 and 3 processes (tensors split by bytes, findings merged on rank 0): rank 0 prints the one-process
+    report byte for byte, every process exits as one process does (findings: 1)"""
+    for path in [os.path.join(DATA, c) for c in CHECKS] + damaged_copies():
+        name = os.path.relpath(path, DATA) if path.startswith(DATA) else os.path.basename(path) + " (damaged)"
+        for fmt, style, n in (("--json", "torchrun", 3), (None, "slurm", 2)):
+            args = ["check", path] + ([fmt] if fmt else [])
+            rc, out1, err = run1(args)
+            res = launch(style, n, args, os.path.join(WORK, "logs", "check"))
+            check(rc in (0, 1) and out1 and all(c == rc for c, _, _ in res) and res[0][1] == out1
+                  and all(o == "" for _, o, _ in res[1:]),
+                  f"{name}: check {fmt or '(text)'} by {n} processes prints the one-process report (exit {rc}, "
+                  f"{[c for c, _, _ in res]}; {res[0][2].strip()[-200:]})")
 
 
 def torch_loads():
@@ -386,6 +433,7 @@ def main():
     os.makedirs(WORK)
     matrix()
     diffs()
+    checks()
     torch_loads()
     agent_store()
     faults()

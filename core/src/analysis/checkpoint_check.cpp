@@ -2,6 +2,7 @@
 #include "optscope/analysis/checkpoint_check.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/unsafe_globals.h"
+#include "optscope/io/job.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/zip_archive.h"
 #include "optscope/model/read_guard.h"
@@ -11,6 +12,7 @@
 #include "optscope/tensor/tensor_stats.h"
 #include "optscope/tensor/tensor_values.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -102,17 +104,47 @@ public:
 
             if (w.code == "chunk-out-of-range") m_rangeFindings[w.key].push_back(m_report.findings.size() - 1);
         }
+        const size_t warningCount = m_report.findings.size();
+        // Run as several processes, each reads and checks the tensors splitByWeight gives it (by bytes); rank 0
+        // merges the findings in the one-process order, adds the checks of what is left (records no chunk pointed
+        // at, the optimizers) and every process returns the whole report. Metadata alone is not worth splitting.
+        Job& job = Job::current();
+        const bool split = job.distributed() && m_opt.readChunks && !m_opt.firstChunkPerFile;
         const size_t n = m_cp.entries.size();
+        std::vector<uint64_t> weights(n, 0);
+        uint64_t totalWeight = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (m_cp.entries[i].isTensor()) {
+                const TensorEntry& t = m_cp.entries[i].tensor;
+                weights[i] = static_cast<uint64_t>(std::max<int64_t>(t.numel(), 0)) * dtypeSize(t.dtype);
+                totalWeight += weights[i];
+            }
+        const std::vector<int> owner = split ? splitByWeight(weights, job.size()) : std::vector<int>(n, 0);
+        m_split = split;
+        JobProgress checked(job, "check-bytes", totalWeight, m_progress, "checking");
+        uint64_t unshown = 0;
+        std::vector<size_t> entryOfFinding; // per finding from warningCount on: the entry it is about
         for (size_t i = 0; i < n; ++i) {
             if (i % 64 == 0) {
                 m_progress.checkCancelled();
-                m_progress(double(i) / double(std::max<size_t>(n, 1)), "checking");
+                checked.add(unshown);
+                unshown = 0;
             }
             const Entry& e = m_cp.entries[i];
-            if (e.isTensor()) checkTensor(e);
+            if (!e.isTensor() || owner[i] != job.rank()) continue;
+            m_entryIndex = i;
+            checkTensor(e);
+            entryOfFinding.resize(m_report.findings.size() - warningCount, i);
+            unshown += weights[i];
         }
-        if (m_opt.readChunks && m_opt.checksums) verifyRemainingRecords();
-        if (m_opt.optimizers) checkOptimizers();
+        checked.add(unshown);
+        if (split) checked.flush();
+        // rank 0 (of a split: with every process's findings) checks what is left
+        if (!split || mergeAcrossJob(warningCount, entryOfFinding, checked)) {
+            if (m_opt.readChunks && m_opt.checksums) verifyRemainingRecords();
+            if (m_opt.optimizers) checkOptimizers();
+        }
+        if (split) shareWithJob();
         m_progress(1.0, "checking");
         return std::move(m_report);
     }
@@ -348,6 +380,7 @@ private:
                     auto it = m_rangeFindings.find(e.key);
                     if (it != m_rangeFindings.end() && !it->second.empty()) {
                         Finding& f = m_report.findings[it->second.front()];
+                        m_completedWarnings.push_back(it->second.front());
                         it->second.erase(it->second.begin());
                         f.ranks = {c.rank};
                         f.offsets = {c.offsets};
@@ -405,6 +438,8 @@ private:
             const auto it = z.byData.find(c.source.offset);
             if (it == z.byData.end()) return;
             z.matched = true;
+            // a record that several entries share (tied weights) is verified by the first, wherever it is checked
+            if (m_split && recordCheckers(c.source.file).at(c.source.offset) != m_entryIndex) return;
             verifyEntry(z, it->second, e.key, c.rank);
             return;
         }
@@ -419,6 +454,26 @@ private:
         item.verified.assign(item.zip->entries().size(), false);
         for (size_t k = 0; k < item.verified.size(); ++k)
             verifyEntry(item, k, e.key, c.rank);
+    }
+
+    /// for the torch.save file @p name: each record a chunk points at -> the first entry pointing at it (one pass
+    /// over every chunk, for all files, the first time a record is verified)
+    const std::unordered_map<uint64_t, size_t>& recordCheckers(const std::string& name)
+    {
+        if (!m_recordCheckersBuilt) {
+            m_recordCheckersBuilt = true;
+            for (size_t i = m_cp.entries.size(); i-- > 0;) {
+                const Entry& e = m_cp.entries[i];
+                if (!e.isTensor()) continue;
+                for (size_t c = 0; c < e.tensor.chunks.size(); ++c) {
+                    if (!e.tensor.chunks.hasFile(c)) continue;
+                    const TensorChunk chunk = e.tensor.chunks[c];
+                    if (chunk.source.kind == ChunkSource::Kind::StorageRecord)
+                        m_recordChecker[chunk.source.file][chunk.source.offset] = i;
+                }
+            }
+        }
+        return m_recordChecker[name];
     }
 
     /// the whole-file archive of @p name, parsed once (not a zip: empty)
@@ -486,6 +541,83 @@ private:
         return states[id] == 1;
     }
 
+    /// What this process found, for rank 0: its entries' findings (each with its entry), the reader's findings it
+    /// completed (a truncated chunk's rank and offsets), the records whose CRC it verified, its counts. Rank 0
+    /// returns true with the findings in the one-process order; the others false, their part sent.
+    bool mergeAcrossJob(size_t warningCount, const std::vector<size_t>& entryOfFinding, JobProgress& checked)
+    {
+        Job& job = Job::current();
+        nlohmann::json found = nlohmann::json::array();
+        for (size_t k = warningCount; k < m_report.findings.size(); ++k)
+            found.push_back({entryOfFinding[k - warningCount], findingToWire(m_report.findings[k])});
+        nlohmann::json completed = nlohmann::json::array();
+        for (const size_t k : m_completedWarnings)
+            completed.push_back({k, findingToWire(m_report.findings[k])});
+        nlohmann::json verified = nlohmann::json::array();
+        for (const auto& [name, z] : m_zips) {
+            std::vector<size_t> done;
+            for (size_t k = 0; k < z.verified.size(); ++k)
+                if (z.verified[k]) done.push_back(k);
+            verified.push_back({name, z.matched, done});
+        }
+        const std::vector<uint8_t> cbor
+            = nlohmann::json::to_cbor({found, completed, verified, {m_report.tensorsChecked, m_report.chunksChecked}});
+        const std::vector<std::string> parts
+            = job.gather("check-findings", std::string(cbor.begin(), cbor.end()), [&] { checked.showTotal(); });
+        if (!job.isRoot()) return false;
+        m_report.findings.erase(
+            m_report.findings.begin() + static_cast<std::ptrdiff_t>(warningCount), m_report.findings.end());
+        m_report.tensorsChecked = m_report.chunksChecked = 0;
+        std::vector<std::pair<size_t, Finding>> all;
+        for (const std::string& part : parts) {
+            const nlohmann::json j = nlohmann::json::from_cbor(part);
+            for (const auto& f : j.at(0))
+                all.emplace_back(f.at(0).get<size_t>(), findingFromWire(f.at(1)));
+            for (const auto& c : j.at(1)) {
+                const auto k = c.at(0).get<size_t>();
+                if (k >= warningCount) throw Error(ErrorKind::Format, m_cp.path, "a process completed no finding");
+                m_report.findings[k] = findingFromWire(c.at(1));
+            }
+            for (const auto& v : j.at(2)) {
+                ZipCrcs& z = zipOf(v.at(0).get<std::string>());
+                z.matched = z.matched || v.at(1).get<bool>();
+                for (const auto k : v.at(2).get<std::vector<size_t>>())
+                    if (k < z.verified.size()) z.verified[k] = true;
+            }
+            m_report.tensorsChecked += j.at(3).at(0).get<size_t>();
+            m_report.chunksChecked += j.at(3).at(1).get<size_t>();
+        }
+        // each entry was checked by one process, its findings in order: by entry, as one process finds them
+        std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (auto& [entry, f] : all)
+            m_report.findings.push_back(std::move(f));
+        return true;
+    }
+
+    /// rank 0's whole report to every process (each exits as rank 0 does)
+    void shareWithJob()
+    {
+        Job& job = Job::current();
+        std::string wire;
+        if (job.isRoot()) {
+            nlohmann::json found = nlohmann::json::array();
+            for (const auto& f : m_report.findings)
+                found.push_back(findingToWire(f));
+            const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(
+                {found, {m_report.tensorsChecked, m_report.chunksChecked, m_report.optimizersChecked}});
+            wire.assign(cbor.begin(), cbor.end());
+        }
+        wire = job.broadcast("check-report", wire);
+        if (job.isRoot()) return;
+        const nlohmann::json j = nlohmann::json::from_cbor(wire);
+        m_report.findings.clear();
+        for (const auto& f : j.at(0))
+            m_report.findings.push_back(findingFromWire(f));
+        m_report.tensorsChecked = j.at(1).at(0).get<size_t>();
+        m_report.chunksChecked = j.at(1).at(1).get<size_t>();
+        m_report.optimizersChecked = j.at(1).at(2).get<size_t>();
+    }
+
     void checkOptimizers()
     {
         const ParamTable table = ParamTable::build(m_cp);
@@ -504,6 +636,12 @@ private:
     std::set<std::string> m_sampledFiles; ///< firstChunkPerFile: the data files whose first chunk was opened
     std::map<const FileNameTable*, std::vector<signed char>> m_fileMissing; ///< per file id: -1 unknown, 0, 1
     std::map<std::string, ZipCrcs> m_zips; ///< torch.save files whose records are verified, by name
+    bool m_split = false; ///< this process checks some of the entries of a job's split
+    size_t m_entryIndex = 0; ///< the entry being checked
+    std::vector<size_t> m_completedWarnings; ///< the reader's findings this process completed
+    /// split: per zip file, the record (data offset) -> the first entry whose chunk points at it, who verifies it
+    std::map<std::string, std::unordered_map<uint64_t, size_t>> m_recordChecker;
+    bool m_recordCheckersBuilt = false;
 };
 
 } // namespace
@@ -511,7 +649,19 @@ private:
 static CheckReport checkCheckpointUnguarded(
     const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)
 {
-    return Checker(checkpoint, options, progress).run();
+    Job& job = Job::current();
+    if (!job.distributed()) return Checker(checkpoint, options, progress).run();
+    Progress inJob = progress; // a job's process stops when another one fails
+    inJob.cancelled = [&] { return progress.isCancelled() || job.failed(); };
+    try {
+        return Checker(checkpoint, options, inJob).run();
+    } catch (const Error& e) {
+        job.reportFailure(e.what());
+        // a process stopped because another failed says so, naming that process
+        if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
+            throw Error(ErrorKind::Io, checkpoint.path, "stopped: " + job.failure());
+        throw;
+    }
 }
 
 CheckReport checkCheckpoint(const Checkpoint& checkpoint, const CheckOptions& options, const Progress& progress)

@@ -218,4 +218,35 @@ nlohmann::ordered_json Finding::toJson() const
     return j;
 }
 
+nlohmann::json findingToWire(const Finding& f)
+{
+    nlohmann::json actions = nlohmann::json::array();
+    for (const auto& a : f.actions)
+        actions.push_back({static_cast<int>(a.kind), a.from, a.to, a.description, a.paramGroups});
+    nlohmann::json counts = nlohmann::json::array();
+    for (const auto& [name, value] : f.counts)
+        counts.push_back({name, value});
+    return {static_cast<int>(f.code), static_cast<int>(f.severity), f.message, f.key, f.pytorchError, f.fix,
+        f.fixNeutral, f.keys, f.ranks, f.offsets, actions, counts};
+}
+
+Finding findingFromWire(const nlohmann::json& w)
+{
+    Finding f(static_cast<FindingCode>(w.at(0).get<int>()), w.at(2).get<std::string>(), w.at(3).get<std::string>());
+    f.severity = static_cast<Severity>(w.at(1).get<int>());
+    f.pytorchError = w.at(4).get<std::string>();
+    f.fix = w.at(5).get<std::string>();
+    f.fixNeutral = w.at(6).get<std::string>();
+    f.keys = w.at(7).get<std::vector<std::string>>();
+    f.ranks = w.at(8).get<std::vector<int>>();
+    f.offsets = w.at(9).get<std::vector<std::vector<int64_t>>>();
+    for (const auto& a : w.at(10))
+        f.actions.emplace_back(static_cast<FixAction::Kind>(a.at(0).get<int>()), a.at(1).get<std::string>(),
+            a.at(2).get<std::string>(), a.at(3).get<std::string>(),
+            a.at(4).get<std::vector<std::vector<std::string>>>());
+    for (const auto& c : w.at(11))
+        f.counts.emplace_back(c.at(0).get<std::string>(), c.at(1).get<int64_t>());
+    return f;
+}
+
 } // namespace optscope

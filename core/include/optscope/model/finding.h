@@ -151,4 +151,9 @@ struct Finding
     nlohmann::ordered_json toJson() const;
 };
 
+/// Every field of @p f, for the processes of a job to send findings to rank 0 (as CBOR: keys and messages travel as
+/// their bytes), and back. Not an output format: toJson() is.
+nlohmann::json findingToWire(const Finding& f);
+Finding findingFromWire(const nlohmann::json& wire);
+
 } // namespace optscope
