@@ -5,6 +5,7 @@
 #include "optscope/io/job.h"
 
 #include <gtest/gtest.h>
+#include <thread>
 
 #include <cstdlib>
 #include <map>
@@ -14,9 +15,9 @@ using namespace optscope;
 
 namespace {
 
-const char* const kJobVariables[]
-    = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-        "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "OPTSCOPE_JOB_TIMEOUT"};
+const char* const kJobVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+    "SLURM_NTASKS", "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
+    "OPTSCOPE_JOB_TIMEOUT", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
 
 /// sets the variables for one test and restores the process's environment afterwards
 class Environment
@@ -78,6 +79,28 @@ TEST(Job, TorchrunVariables)
     EXPECT_EQ(s.masterPort, 29500);
     EXPECT_EQ(s.timeout.count(), 2500);
     EXPECT_FALSE(s.agentStore);
+    EXPECT_EQ(s.localSize, 1); // not said: alone on its machine
+}
+
+TEST(Job, ProcessesOnOneMachineAreCountedForThreadPools)
+{
+    {
+        Environment env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "4"},
+            {"MASTER_ADDR", "n"}, {"MASTER_PORT", "29500"}});
+        EXPECT_EQ(jobSpecFromEnvironment().localSize, 4);
+    }
+    {
+        Environment env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_TASKS_PER_NODE", "8(x2)"},
+            {"MASTER_ADDR", "n"}, {"MASTER_PORT", "29500"}});
+        EXPECT_EQ(jobSpecFromEnvironment().localSize, 8);
+    }
+    {
+        Environment env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_NTASKS_PER_NODE", "2"},
+            {"SLURM_TASKS_PER_NODE", "8(x2)"}, {"MASTER_ADDR", "n"}, {"MASTER_PORT", "29500"}});
+        EXPECT_EQ(jobSpecFromEnvironment().localSize, 2);
+    }
+    // a job of one process uses every core
+    EXPECT_EQ(Job::current().threadsPerProcess(), std::max(1u, std::thread::hardware_concurrency()));
 }
 
 TEST(Job, TorchrunAgentStorePutsKeysUnderTheAttempt)

@@ -13,7 +13,7 @@ while [ "$r" -lt "$n" ]; do
             ROLE_RANK=$r ROLE_WORLD_SIZE=$n TORCHELASTIC_RESTART_COUNT=0 "$@" >"$logs/rank$r.out" 2>"$logs/rank$r.err" &
     else
         MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SLURM_PROCID=$r SLURM_NTASKS=$n SLURM_LOCALID=$r SLURM_NODEID=0 \
-            SLURM_NNODES=1 "$@" >"$logs/rank$r.out" 2>"$logs/rank$r.err" &
+            SLURM_NNODES=1 SLURM_TASKS_PER_NODE=$n "$@" >"$logs/rank$r.out" 2>"$logs/rank$r.err" &
     fi
     eval "pid$r=\$!"
     r=$((r + 1))

@@ -718,7 +718,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
             cancelled = true;
         }
     };
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned hw = job.threadsPerProcess(); // a job's processes on one machine share its cores
     const unsigned n
         = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(order.size())));
     std::vector<std::thread> pool;

@@ -80,12 +80,13 @@ bool envInt(const char* name, long lo, long hi, long& out)
 JobSpec jobSpecFromEnvironment()
 {
     JobSpec spec;
-    long rank = 0, size = 1, local = 0;
+    long rank = 0, size = 1, local = 0, localSize = 1;
     const bool torchrun = envInt("RANK", 0, 1 << 24, rank);
     if (torchrun) {
         if (!envInt("WORLD_SIZE", 1, 1 << 24, size))
             throw Error(ErrorKind::Usage, {}, "RANK is set but WORLD_SIZE is not (torchrun sets both)");
         envInt("LOCAL_RANK", 0, 1 << 24, local);
+        envInt("LOCAL_WORLD_SIZE", 1, 1 << 24, localSize);
         spec.launcher = "torchrun";
         if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE"); agent && std::string(agent) == "True") {
             long attempt = 0;
@@ -99,6 +100,10 @@ JobSpec jobSpecFromEnvironment()
         if (!envInt("SLURM_NTASKS", 1, 1 << 24, size))
             throw Error(ErrorKind::Usage, {}, "SLURM_PROCID is set but SLURM_NTASKS is not (srun sets both)");
         envInt("SLURM_LOCALID", 0, 1 << 24, local);
+        // the tasks on this node: SLURM_NTASKS_PER_NODE when given, else this node's count in SLURM_TASKS_PER_NODE
+        // ("8(x4),6": the first node's; every node of a regular job has the same)
+        if (!envInt("SLURM_NTASKS_PER_NODE", 1, 1 << 24, localSize))
+            if (const char* t = std::getenv("SLURM_TASKS_PER_NODE")) localSize = std::max(1L, std::atol(t));
         spec.launcher = "slurm";
     }
     if (size <= 1) return JobSpec {};
@@ -108,6 +113,7 @@ JobSpec jobSpecFromEnvironment()
     spec.rank = static_cast<int>(rank);
     spec.size = static_cast<int>(size);
     spec.localRank = static_cast<int>(local);
+    spec.localSize = static_cast<int>(std::min(localSize, size));
     const char* addr = std::getenv("MASTER_ADDR");
     if (!addr || !*addr)
         throw Error(ErrorKind::Usage, {},
@@ -486,6 +492,12 @@ bool Job::failed() const
 std::string Job::failure() const
 {
     return m_state ? m_state->failureText() : std::string();
+}
+
+unsigned Job::threadsPerProcess() const
+{
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    return std::max(1u, cores / static_cast<unsigned>(std::max(1, m_spec.localSize)));
 }
 
 int64_t Job::add(const std::string& name, int64_t delta)

@@ -29,6 +29,8 @@ struct JobSpec
     int rank = 0;
     int size = 1;
     int localRank = 0;
+    /// processes of the job on this machine (LOCAL_WORLD_SIZE; Slurm: SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE)
+    int localSize = 1;
     std::string masterAddr;
     uint16_t masterPort = 0;
     std::string launcher; ///< "torchrun" (RANK, WORLD_SIZE), "slurm" (SLURM_PROCID, SLURM_NTASKS); empty: alone
@@ -72,6 +74,9 @@ public:
     int size() const { return m_spec.size; }
     bool distributed() const { return m_spec.size > 1; }
     bool isRoot() const { return m_spec.rank == 0; }
+    /// threads a process's own pool should use: this machine's cores shared among the job's processes on it (a job of
+    /// one: every core), so that 8 processes on a node do not run 8 pools of all its cores each
+    unsigned threadsPerProcess() const;
     const JobSpec& spec() const { return m_spec; }
 
     /// Every process calls it at the same point of the same command. Rank 0 returns every process's @p payload in
