@@ -121,7 +121,7 @@ public:
             }
         const std::vector<int> owner = split ? splitByWeight(weights, job.size()) : std::vector<int>(n, 0);
         m_split = split;
-        JobProgress checked(job, "check-bytes", totalWeight, m_progress, "checking");
+        JobProgress checked(job, "check-bytes", totalWeight, m_progress, "checking", split);
         uint64_t unshown = 0;
         std::vector<size_t> entryOfFinding; // per finding from warningCount on: the entry it is about
         for (size_t i = 0; i < n; ++i) {

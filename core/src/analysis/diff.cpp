@@ -646,10 +646,11 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     std::atomic<bool> cancelled {false};
     // progress by elements (plus one per entry): the largest tensors come first, and counting entries left the
     // fraction near 0 while they were compared
+    // (a job's: every process's pairs, summed through the store; rank 0 shows the total)
     uint64_t totalWork = 0;
-    for (const size_t i : order)
+    for (size_t i = 0; i < pairs.size(); ++i)
         totalWork += static_cast<uint64_t>(weight(i)) + 1;
-    uint64_t doneWork = 0;
+    JobProgress compared(job, "diff-work", totalWork, progress, "comparing");
     std::mutex progressMutex;
     // an exception other than Error (bad_alloc, say) must not escape a worker thread (std::terminate): the first
     // one stops the others and is rethrown on the calling thread
@@ -704,8 +705,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                 d.reason = std::string("unreadable: ") + e.what();
             }
             std::lock_guard<std::mutex> lock(progressMutex);
-            doneWork += static_cast<uint64_t>(weight(i)) + 1;
-            progress(double(doneWork) / double(totalWork), "comparing");
+            compared.add(static_cast<uint64_t>(weight(i)) + 1);
             if (opt.onEntry) opt.onEntry(d);
         }
     };
@@ -736,7 +736,9 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         for (const size_t i : order)
             mine.push_back({i, report.entries[i]});
         const std::vector<uint8_t> wire = nlohmann::json::to_cbor(mine);
-        const std::vector<std::string> parts = job.gather("diff-entries", std::string(wire.begin(), wire.end()));
+        compared.flush();
+        const std::vector<std::string> parts
+            = job.gather("diff-entries", std::string(wire.begin(), wire.end()), [&] { compared.showTotal(); });
         std::string merged;
         if (job.isRoot()) {
             for (size_t p = 1; p < parts.size(); ++p)

@@ -29,6 +29,11 @@ namespace fs = std::filesystem;
 
 namespace optscope {
 
+// a report's entries between the processes of a job (CBOR): every field, so that rank 0's output is the one-process
+// output byte for byte
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(VerifyRankResult, rank, elements, differing, firstDiff)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(VerifyEntry, key, type, status, detail, shape, elements, differing, ranks)
+
 bool VerifyReport::identical() const
 {
     for (const auto& e : entries)
@@ -312,17 +317,11 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
     progress(1.0, label);
 }
 
-/// A report's entries and byte count as CBOR, for the processes of a job (keys travel as their bytes)
+/// A report's entries and byte count as CBOR, for the processes of a job: every field (the NLOHMANN definitions
+/// above), keys as their bytes
 std::string reportToWire(const VerifyReport& r)
 {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& e : r.entries) {
-        nlohmann::json ranks = nlohmann::json::array();
-        for (const auto& x : e.ranks)
-            ranks.push_back({x.rank, x.elements, x.differing, x.firstDiff});
-        j.push_back({e.key, e.type, static_cast<int>(e.status), e.detail, e.shape, e.elements, e.differing, ranks});
-    }
-    const std::vector<uint8_t> bytes = nlohmann::json::to_cbor({{"bytes", r.bytesCompared}, {"entries", j}});
+    const std::vector<uint8_t> bytes = nlohmann::json::to_cbor({{"bytes", r.bytesCompared}, {"entries", r.entries}});
     return std::string(bytes.begin(), bytes.end());
 }
 
@@ -330,19 +329,8 @@ void reportFromWire(const std::string& wire, std::vector<VerifyEntry>& entries, 
 {
     const nlohmann::json j = nlohmann::json::from_cbor(wire);
     bytesCompared = j.at("bytes").get<uint64_t>();
-    for (const auto& x : j.at("entries")) {
-        VerifyEntry e;
-        e.key = x[0].get<std::string>();
-        e.type = x[1].get<std::string>();
-        e.status = static_cast<VerifyStatus>(x[2].get<int>());
-        e.detail = x[3].get<std::string>();
-        e.shape = x[4].get<std::vector<int64_t>>();
-        e.elements = x[5].get<int64_t>();
-        e.differing = x[6].get<int64_t>();
-        for (const auto& r : x[7])
-            e.ranks.push_back({r[0].get<int>(), r[1].get<int64_t>(), r[2].get<int64_t>(), r[3].get<int64_t>()});
+    for (auto& e : j.at("entries").get<std::vector<VerifyEntry>>())
         entries.push_back(std::move(e));
-    }
 }
 
 /// Run as several processes, each compared the source entries @p owner gives it (rank 0 also those only the copy

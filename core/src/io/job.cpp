@@ -542,12 +542,13 @@ void Job::leave()
 }
 
 JobProgress::JobProgress(
-    Job& job, const std::string& name, uint64_t totalBytes, const Progress& progress, std::string stage)
+    Job& job, const std::string& name, uint64_t totalBytes, const Progress& progress, std::string stage, bool split)
     : m_job(job)
     , m_total(totalBytes)
     , m_progress(progress)
     , m_stage(std::move(stage))
     , m_lastReport(std::chrono::steady_clock::now())
+    , m_split(split && job.distributed())
 {
     static std::atomic<int> made {0}; // the same sequence on every process
     m_counter = name + "-" + std::to_string(made++);
@@ -561,7 +562,7 @@ void JobProgress::show(uint64_t total)
 void JobProgress::add(uint64_t bytes)
 {
     m_done += bytes;
-    if (!m_job.distributed()) {
+    if (!m_split) {
         show(m_done);
         return;
     }
@@ -572,7 +573,7 @@ void JobProgress::add(uint64_t bytes)
 
 void JobProgress::flush()
 {
-    if (!m_job.distributed()) return;
+    if (!m_split) return;
     const int64_t total = m_job.add(m_counter, static_cast<int64_t>(m_unreported));
     m_unreported = 0;
     m_lastReport = std::chrono::steady_clock::now();
@@ -581,7 +582,7 @@ void JobProgress::flush()
 
 void JobProgress::showTotal()
 {
-    if (m_job.distributed() && m_job.isRoot()) show(static_cast<uint64_t>(m_job.add(m_counter, 0)));
+    if (m_split && m_job.isRoot()) show(static_cast<uint64_t>(m_job.add(m_counter, 0)));
 }
 
 } // namespace optscope

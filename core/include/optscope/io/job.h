@@ -111,11 +111,12 @@ private:
 /// Progress of work in bytes split over the processes of a job: each process adds what it did to a job-wide counter
 /// (through the store at most every 64 MiB or 200 ms) and rank 0 shows the job's total of @p totalBytes; a job of one
 /// shows its own bytes at once. Every process makes its JobProgress objects in the same order (the counter's name
-/// counts them).
+/// counts them). @p split false: every process does all the work (nothing is summed; each shows its own).
 class JobProgress
 {
 public:
-    JobProgress(Job& job, const std::string& name, uint64_t totalBytes, const Progress& progress, std::string stage);
+    JobProgress(Job& job, const std::string& name, uint64_t totalBytes, const Progress& progress, std::string stage,
+        bool split = true);
     /// @p bytes more done by this process
     void add(uint64_t bytes);
     /// what is not yet counted, counted now
@@ -133,6 +134,7 @@ private:
     uint64_t m_done = 0;
     uint64_t m_unreported = 0;
     std::chrono::steady_clock::time_point m_lastReport;
+    bool m_split;
 };
 
 } // namespace optscope
