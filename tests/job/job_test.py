@@ -16,7 +16,8 @@ sets; fault cases start the processes from here with the same variables and one 
   - faults: a worker that fails at start, is killed mid-write, or whose disk is full (RLIMIT_FSIZE), a rank that
     never comes, a wrong port, another command line: every process exits non-zero within a bounded time, the
     message names the rank, and nothing is left at the output;
-  - a reshard to S3 (moto_server) by 2 processes: the objects byte-identical to one process's local files.
+  - a reshard to S3 (moto_server) by 2 processes: the objects byte-identical to one process's local files; a gather
+    from S3 by 3 processes: the one-process file; a gather to S3 as a job: refused, nothing uploaded.
 """
 import os
 import resource
@@ -419,6 +420,16 @@ def s3():
             with open(os.path.join(s3work, "got"), "rb") as a, open(os.path.join(ref, k[len("job5/"):]), "rb") as b:
                 same = same and a.read() == b.read()
         check(same, f"the objects 2 processes wrote are the one-process files, byte for byte ({keys})")
+        # reading from object storage: gather of what was just uploaded, by 3 processes into one local file (the
+        # same file name as one process's: the archive's records are named after it)
+        one, three = (os.path.join(s3work, d, "full.pt") for d in ("one", "three"))
+        for f in (one, three):
+            os.makedirs(os.path.dirname(f))
+        rc, _, err = run1(["gather", "s3://ckpt/job5", "-o", one], env=env)
+        res = launch("slurm", 3, ["gather", "s3://ckpt/job5", "-o", three], os.path.join(WORK, "logs", "s3r"), env=env)
+        same = rc == 0 and all(c == 0 for c, _, _ in res) and open(one, "rb").read() == open(three, "rb").read()
+        check(same, f"gather from s3:// by 3 processes: the one-process file, byte for byte ({err.strip()[-200:]}; "
+              f"{res[0][2].strip()[-200:]})")
         res = launch("torchrun", 2, ["gather", src, "-o", "s3://ckpt/one.pt"], os.path.join(WORK, "logs", "s3g"),
                      env=env)
         keys = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "one.pt").split()
