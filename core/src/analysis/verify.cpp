@@ -250,13 +250,29 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
 {
     std::set<std::string> seen;
     const size_t n = src.entries.size();
-    const int self = Job::current().rank();
+    Job& job = Job::current();
+    const int self = job.rank();
+    // progress by bytes (plus one per entry), from progressBase to 1; a job's is every process's, shown by rank 0
+    const auto weight = [&](const Entry& e) {
+        return (e.isTensor() ? static_cast<uint64_t>(std::max<int64_t>(e.tensor.numel(), 0)) * dtypeSize(e.tensor.dtype)
+                             : 0)
+            + 1;
+    };
+    uint64_t total = 0;
+    for (const Entry& e : src.entries)
+        total += weight(e);
+    Progress phase = progress;
+    phase.report = [&](double f, std::string_view stage) { progress(progressBase + (1.0 - progressBase) * f, stage); };
+    JobProgress compared(job, "verify-work", total, phase, label, owner != nullptr);
+    uint64_t pending = 0; // the entry compared last, counted once it is done (its branches all end the iteration)
     for (size_t i = 0; i < n; ++i) {
         progress.checkCancelled();
-        progress(progressBase + (1.0 - progressBase) * double(i) / double(std::max<size_t>(n, 1)), label);
+        compared.add(pending);
+        pending = 0;
         const Entry& e = src.entries[i];
         seen.insert(e.key);
         if (owner && (*owner)[i] != self) continue; // another process of the job compares it
+        pending = weight(e);
         VerifyEntry ve;
         ve.key = e.key;
         ve.type = e.isTensor() ? "tensor" : "value";
@@ -309,6 +325,8 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
         }
         report.entries.push_back(std::move(ve));
     }
+    compared.add(pending);
+    compared.flush();
     if (owner && self != 0) return; // rank 0 lists what only the copy has
     for (const auto& e : other.entries)
         if (!seen.count(e.key))
