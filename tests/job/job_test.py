@@ -187,7 +187,8 @@ def checks():
     report byte for byte, every process exits as one process does (findings: 1)"""
     for path in [os.path.join(DATA, c) for c in CHECKS] + damaged_copies():
         name = os.path.relpath(path, DATA) if path.startswith(DATA) else os.path.basename(path) + " (damaged)"
-        for fmt, style, n in (("--json", "torchrun", 3), (None, "slurm", 2)):
+        # (--no-data: metadata only, done whole by every process, which must still exit as rank 0 does)
+        for fmt, style, n in (("--json", "torchrun", 3), (None, "slurm", 2), ("--no-data", "torchrun", 2)):
             args = ["check", path] + ([fmt] if fmt else [])
             rc, out1, err = run1(args)
             res = launch(style, n, args, os.path.join(WORK, "logs", "check"))

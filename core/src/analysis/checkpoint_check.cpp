@@ -119,7 +119,7 @@ public:
                 weights[i] = static_cast<uint64_t>(std::max<int64_t>(t.numel(), 0)) * dtypeSize(t.dtype);
                 totalWeight += weights[i];
             }
-        const std::vector<int> owner = split ? splitByWeight(weights, job.size()) : std::vector<int>(n, 0);
+        const std::vector<int> owner = split ? splitByWeight(weights, job.size()) : std::vector<int>();
         m_split = split;
         JobProgress checked(job, "check-bytes", totalWeight, m_progress, "checking", split);
         uint64_t unshown = 0;
@@ -131,7 +131,7 @@ public:
                 unshown = 0;
             }
             const Entry& e = m_cp.entries[i];
-            if (!e.isTensor() || owner[i] != job.rank()) continue;
+            if (!e.isTensor() || (split && owner[i] != job.rank())) continue;
             m_entryIndex = i;
             checkTensor(e);
             entryOfFinding.resize(m_report.findings.size() - warningCount, i);
