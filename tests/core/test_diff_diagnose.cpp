@@ -21,6 +21,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -1110,4 +1111,33 @@ TEST(Diagnose, SeveralOptimizersOverPartsOfOneModel)
         // that target (given with --target-optim)
         EXPECT_NE(e["whole_0"].get<std::string>().find("ValueError"), std::string::npos);
     }
+}
+
+TEST(Diagnose, TheAppsWordsNameNoCliOption)
+{
+    // the desktop app shows fixText(false) and the notes: "give the target optimizer", not "--target-optim" (issue 30
+    // item 8). Every load case, with its model and, where there is one, its target optimizer.
+    const std::regex cliOption(R"((^|[\s(,`])--[a-z])");
+    size_t cases = 0;
+    for (const auto& dir : std::filesystem::directory_iterator(kData + "/load_cases")) {
+        const std::string d = dir.path().string();
+        if (!std::filesystem::exists(d + "/optim.pt") || !std::filesystem::exists(d + "/model.pt")) continue;
+        ++cases;
+        const auto optim = openCheckpoint(d + "/optim.pt");
+        const auto model = openCheckpoint(d + "/model.pt");
+        const ModelParams ref = ModelParams::fromCheckpoint(*model);
+        std::vector<Diagnosis> runs {diagnoseCheckpoint(*optim, &ref), diagnoseCheckpoint(*optim, nullptr)};
+        if (std::filesystem::exists(d + "/target_optim.pt")) {
+            const TargetOptimizer target = TargetOptimizer::fromCheckpoint(*openCheckpoint(d + "/target_optim.pt"));
+            runs.push_back(diagnoseCheckpoint(*optim, &ref, {}, &target));
+        }
+        for (const Diagnosis& run : runs) {
+            for (const auto& f : run.findings)
+                EXPECT_FALSE(std::regex_search(f.fixText(false), cliOption))
+                    << d << ": " << f.name() << ": " << f.fixText(false);
+            for (const auto& n : run.notes)
+                EXPECT_FALSE(std::regex_search(n, cliOption)) << d << ": note: " << n;
+        }
+    }
+    EXPECT_GE(cases, 10u);
 }

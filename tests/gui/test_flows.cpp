@@ -472,6 +472,8 @@ void TestFlows::diagnoseTargetOptimizerAndLoadPaths()
     QVERIFY(diag->summaryText().contains(QLatin1String("optimizer.load_state_dict")));
     QVERIFY(diag->summaryText().contains(QLatin1String("loads (6 of 6 parameters get state)")));
     QVERIFY(diag->summaryText().contains(QLatin1String("no target optimizer given")));
+    // the app's words, not the CLI's options (issue 30 item 8)
+    QVERIFY2(!diag->summaryText().contains(QLatin1String("--")), qPrintable(diag->summaryText()));
 
     diag->setTarget(dir + QStringLiteral("target_optim.pt"));
     done.clear();

@@ -880,7 +880,7 @@ private:
                 + std::to_string(savedSizes.size()) + " param groups as " + where + " ([" + sizes
                 + "] parameters), as a resume with the same training script does; one group over "
                   "model.parameters() would raise ValueError: "
-                + kGroupCountError + " (give the target optimizer, --target-optim, to check it)");
+                + kGroupCountError + " (give the target optimizer to check it)");
         }
         const std::string targetText = m_target ? m_target->source
             : m_frozenReading   ? "an optimizer over the model's trainable parameters (the ones it holds)"
@@ -1018,12 +1018,16 @@ private:
                 if (!saved.paramsOf(exp, {}, note, unique).empty())
                     subsetNote = "; their shapes fit " + std::to_string(savedTotal) + " of the model's parameters: if "
                         + "the others are frozen and the loading code gives the optimizer only the trainable ones, it "
-                          "loads (give the target optimizer, --target-optim, to check)";
+                          "loads (give the target optimizer"; // the CLI's option added below, for the CLI's text
             }
             f.fix = savedTotal != targetTotal
                 ? "the optimizer was saved for " + std::to_string(savedTotal) + " parameters; the target has "
-                    + std::to_string(targetTotal) + (subsetNote.empty() ? ": it is another model" : subsetNote)
+                    + std::to_string(targetTotal)
+                    + (subsetNote.empty() ? ": it is another model" : subsetNote + ", --target-optim, to check)")
                 : "build the optimizer with the same param groups as the run that saved it (same order, same split)";
+            if (savedTotal != targetTotal && !subsetNote.empty())
+                f.fixNeutral = "the optimizer was saved for " + std::to_string(savedTotal)
+                    + " parameters; the target has " + std::to_string(targetTotal) + subsetNote + " to check)";
             d.findings.push_back(std::move(f));
         }
         std::vector<std::string> wrongByPosition;
