@@ -14,8 +14,8 @@ sets; fault cases start the processes from here with the same variables and one 
     byte-identical to one process's, rank 0's --json/--csv byte-identical, the others silent, the same exit status;
   - the P=3 output loaded by real PyTorch (DCP's own loader) equal to the source (TORCH_PYTHON);
   - faults: a worker that fails at start, is killed mid-write, or whose disk is full (RLIMIT_FSIZE), a rank that
-    never comes, a wrong port, another command line: every process exits non-zero within a bounded time, the
-    message names the rank, and nothing is left at the output;
+    never comes, a wrong port, another command line, an output folder one process cannot see (a private mount): every
+    process exits non-zero within a bounded time, the message names the rank, and nothing is left at the output;
   - a reshard to S3 (moto_server) by 2 processes: the objects byte-identical to one process's local files; a gather
     from S3 by 3 processes: the one-process file; a gather to S3 as a job: refused, nothing uploaded.
 """
@@ -308,6 +308,8 @@ def faults():
           and secs < bound, f"a worker that fails at start: all exit non-zero in {secs:.1f} s, rank 0 names it "
           f"({codes}; {errs[0].strip()[-200:]})")
 
+    not_shared(parent, bound)
+
     # a rank that never comes: the rendezvous ends with an error, not a hang
     port = servers.free_port()
     procs = [start(0, 3, port, args), start(1, 3, port, args)]
@@ -393,6 +395,29 @@ def worker_faults(command, parent, bound):
           and nothing_left(parent) and secs < bound,
           f"{command[0]}: a worker whose disk is full: all exit non-zero in {secs:.1f} s, rank 0 names rank 1 and "
           f"its error, no output ({codes}; {errs[0].strip()[-200:]})")
+
+
+def not_shared(parent, bound):
+    """two nodes without a shared file system: rank 1 sees its own empty mount of the output's folder (a private
+    mount namespace); every process exits non-zero, rank 1 says what it cannot see, nothing is left"""
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        check(True, "an output folder one process cannot see (skipped: no mount namespaces here)")
+        return
+    src = os.path.join(DATA, "fsdp2_r3")
+    cases = [(["reshard", src, "--world-size", "5", "-o", os.path.join(parent, "out")], "not visible to this process"),
+             (["gather", src, "-o", os.path.join(parent, "one.pt")], "every process must see the output's folder"),
+             (["verify", src, "--world-size", "5"], "scratch folder for the resharded copy is not visible")]
+    for args, says in cases:
+        port = servers.free_port()
+        tmp = dict(TMPDIR=parent)  # verify's scratch copy
+        hidden = subprocess.Popen(["unshare", "-m", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', parent, CLI]
+                                  + args, env=job_env(1, 2, port, **tmp), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        codes, errs, secs = finish([start(0, 2, port, args, **tmp), hidden], bound)
+        check(all(c not in (0, None) for c in codes) and says in errs[1] and "rank 1" in errs[0]
+              and nothing_left(parent) and secs < bound,
+              f"{args[0]}: an output folder rank 1 cannot see: both exit non-zero in {secs:.1f} s, rank 1 says so, "
+              f"nothing left ({codes}; {errs[1].strip()[-200:]}; {errs[0].strip()[-120:]}; {os.listdir(parent)})")
 
 
 def s3():

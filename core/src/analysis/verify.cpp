@@ -425,7 +425,16 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
         folder = std::make_unique<TempFolder>(options.keepResharded);
         folderPath = folder->path;
     }
-    if (job.distributed()) folderPath = job.broadcast("verify-folder", folderPath);
+    if (job.distributed()) {
+        folderPath = job.broadcast("verify-folder", folderPath);
+        std::error_code ec;
+        // (the copy itself appears only when it is complete: its parent is what must be there)
+        const fs::path parent = fs::path(folderPath).parent_path();
+        if (!job.isRoot() && !fs::is_directory(parent.empty() ? fs::path(".") : parent, ec))
+            throw Error(ErrorKind::Io, folderPath,
+                "rank 0's scratch folder for the resharded copy is not visible to this process: give every process "
+                "a TMPDIR (or --keep DIR) on a file system they share");
+    }
     ReshardOptions ro;
     ro.worldSize = M;
     // a scratch copy, removed afterwards, needs no durability: no fsync (a kept copy, --keep, is synced)

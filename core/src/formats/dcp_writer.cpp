@@ -358,6 +358,12 @@ static DcpWriteStats writeDcpUnnamed(
                     "this process planned " + fingerprint + ", rank 0 "
                         + (nl == std::string::npos ? std::string("nothing") : start.substr(nl + 1))
                         + ": every process of the job must read the same checkpoint with the same options");
+            std::error_code ec;
+            if (!remote && !fs::is_directory(tmpPath, ec))
+                throw Error(ErrorKind::Io, outDir,
+                    "rank 0's temporary folder " + tmpPath
+                        + " is not visible to this process: the output must be on a file system every process of "
+                          "the job shares");
         }
         if (remote) tmp = std::make_unique<TempDir>(outDir); // each process's own scratch folder, uploaded from
         const fs::path dir = tmp ? tmp->path : fs::path(tmpPath);
