@@ -406,24 +406,63 @@ void performAll(std::vector<Transfer*>& transfers)
     curl_multi_cleanup(multi);
 }
 
+/// The one retry rule of every request made here: runs the transfers @p make builds (indices below @p count), all in
+/// flight at once; @p judge(i, response, mayRetry) returns true when transfer i is done, false to run it again (only
+/// while mayRetry), or throws. Retries wait an exponential backoff, or the server's Retry-After, and are counted.
+void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>(size_t)>& make,
+    const std::function<bool(size_t, Response&, bool)>& judge)
+{
+    std::vector<size_t> pending(count);
+    for (size_t i = 0; i < count; ++i)
+        pending[i] = i;
+    for (int attempt = 0; !pending.empty(); ++attempt) {
+        std::vector<std::unique_ptr<Transfer>> transfers;
+        std::vector<Transfer*> raw;
+        for (const size_t i : pending) {
+            transfers.push_back(make(i));
+            raw.push_back(transfers.back().get());
+        }
+        performAll(raw);
+        const bool mayRetry = attempt + 1 < kAttempts;
+        std::vector<size_t> again;
+        long retryAfter = -1;
+        for (size_t k = 0; k < pending.size(); ++k) {
+            Response& r = transfers[k]->response;
+            if (judge(pending[k], r, mayRetry)) continue;
+            if (!mayRetry)
+                throw Error(ErrorKind::Io, {}, "a request was neither done nor failed after its last attempt");
+            again.push_back(pending[k]);
+            retryAfter = std::max(retryAfter, r.retryAfter);
+        }
+        pending.swap(again);
+        if (!pending.empty()) {
+            g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
+            std::this_thread::sleep_for(backoff(attempt, retryAfter));
+        }
+    }
+}
+
 /// one request, retried while retryable; returns the last response
 Response performOne(const RemoteUrl& u, const std::string& url, const std::vector<std::string>& headers, bool head,
     const std::string& shown, const char* what)
 {
-    for (int attempt = 0;; ++attempt) {
-        Transfer t;
-        prepare(t, u, url, headers);
-        curl_easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
-        if (head) curl_easy_setopt(t.easy, CURLOPT_NOBODY, 1L);
-        std::vector<Transfer*> one {&t};
-        performAll(one);
-        if (!retryable(t.response) || attempt + 1 >= kAttempts) {
-            if (t.response.curl != CURLE_OK && (t.response.curl != CURLE_WRITE_ERROR)) fail(shown, t.response, what);
-            return t.response;
-        }
-        g_retries.fetch_add(1, std::memory_order_relaxed);
-        std::this_thread::sleep_for(backoff(attempt, t.response.retryAfter));
-    }
+    Response last;
+    performRetrying(
+        1,
+        [&](size_t) {
+            auto t = std::make_unique<Transfer>();
+            prepare(*t, u, url, headers);
+            curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
+            if (head) curl_easy_setopt(t->easy, CURLOPT_NOBODY, 1L);
+            return t;
+        },
+        [&](size_t, Response& r, bool mayRetry) {
+            if (retryable(r) && mayRetry) return false;
+            if (r.curl != CURLE_OK && r.curl != CURLE_WRITE_ERROR) fail(shown, r, what);
+            last = std::move(r);
+            return true;
+        });
+    return last;
 }
 
 // ---- what is where: object sizes and folder listings, cached for the process ----------------------------------------
@@ -750,14 +789,10 @@ private:
 
     void fetchParts(const Part* parts, size_t count) const
     {
-        std::vector<size_t> pending(count);
-        for (size_t i = 0; i < count; ++i)
-            pending[i] = i;
         const std::string url = requestUrl(m_remote, m_remote.key);
-        for (int attempt = 0; !pending.empty(); ++attempt) {
-            std::vector<std::unique_ptr<Transfer>> transfers;
-            std::vector<Transfer*> raw;
-            for (size_t i : pending) {
+        performRetrying(
+            count,
+            [&](size_t i) {
                 const auto& p = parts[i];
                 std::vector<std::string> headers {
                     "Range: bytes=" + std::to_string(p.offset) + "-" + std::to_string(p.offset + p.length - 1)};
@@ -767,19 +802,13 @@ private:
                 curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
                 t->destination = const_cast<uint8_t*>(m_base) + p.offset;
                 t->capacity = p.length;
-                raw.push_back(t.get());
-                transfers.push_back(std::move(t));
-            }
-            performAll(raw);
-            std::vector<size_t> again;
-            long retryAfter = -1;
-            for (size_t k = 0; k < pending.size(); ++k) {
-                const auto& p = parts[pending[k]];
-                Response& r = transfers[k]->response;
+                return t;
+            },
+            [&](size_t i, Response& r, bool mayRetry) {
+                const auto& p = parts[i];
                 const bool whole = p.offset == 0 && p.length == m_size;
-                const bool ok
-                    = r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole)) && r.received == p.length;
-                if (ok) continue;
+                if (r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole)) && r.received == p.length)
+                    return true;
                 if (r.status == 412) {
                     m_changed.store(true);
                     checkUnchanged();
@@ -788,24 +817,14 @@ private:
                     throw Error(ErrorKind::Io, m_path,
                         "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place");
                 const bool shortBody = r.curl == CURLE_OK && (r.status == 206 || r.status == 200);
-                if ((retryable(r) || shortBody) && attempt + 1 < kAttempts) {
-                    again.push_back(pending[k]);
-                    retryAfter = std::max(retryAfter, r.retryAfter);
-                    continue;
-                }
+                if ((retryable(r) || shortBody) && mayRetry) return false;
                 if (shortBody)
                     throw Error(ErrorKind::Io, m_path,
                         "the server sent " + std::to_string(r.received) + " of the " + std::to_string(p.length)
                             + " bytes asked at offset " + std::to_string(p.offset) + ", " + std::to_string(kAttempts)
                             + " times");
                 fail(m_path, r, "cannot read");
-            }
-            pending.swap(again);
-            if (!pending.empty()) {
-                g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
-                std::this_thread::sleep_for(backoff(attempt, retryAfter));
-            }
-        }
+            });
     }
 
     RemoteUrl m_remote;
@@ -842,40 +861,17 @@ void performBodies(std::vector<std::function<std::unique_ptr<Transfer>()>>& make
     const std::string& shown, const char* what)
 {
     out.assign(make.size(), {});
-    std::vector<size_t> pending(make.size());
-    for (size_t i = 0; i < pending.size(); ++i)
-        pending[i] = i;
-    for (int attempt = 0; !pending.empty(); ++attempt) {
-        std::vector<std::unique_ptr<Transfer>> ts;
-        std::vector<Transfer*> raw;
-        for (size_t i : pending) {
-            ts.push_back(make[i]());
-            raw.push_back(ts.back().get());
-        }
-        performAll(raw);
-        std::vector<size_t> again;
-        long retryAfter = -1;
-        for (size_t k = 0; k < pending.size(); ++k) {
-            Response& r = ts[k]->response;
+    performRetrying(
+        make.size(), [&](size_t i) { return make[i](); },
+        [&](size_t i, Response& r, bool mayRetry) {
             // S3 may answer a CompleteMultipartUpload with 200 and an error in the body
-            const bool ok = r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty();
-            if (ok) {
-                out[pending[k]] = std::move(r);
-                continue;
+            if (r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty()) {
+                out[i] = std::move(r);
+                return true;
             }
-            if ((retryable(r) || (r.curl == CURLE_OK && r.status == 200)) && attempt + 1 < kAttempts) {
-                again.push_back(pending[k]);
-                retryAfter = std::max(retryAfter, r.retryAfter);
-                continue;
-            }
+            if ((retryable(r) || (r.curl == CURLE_OK && r.status == 200)) && mayRetry) return false;
             fail(shown, r, what);
-        }
-        pending.swap(again);
-        if (!pending.empty()) {
-            g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
-            std::this_thread::sleep_for(backoff(attempt, retryAfter));
-        }
-    }
+        });
 }
 
 std::string xmlText(const std::string& body, const char* element)
