@@ -5,6 +5,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/state_flattener.h"
+#include "optscope/io/remote_object.h"
 #include "optscope/io/zip_archive.h"
 #include "optscope/model/dtype.h"
 #include "optscope/pickle/pickle_machine.h"
@@ -233,6 +234,21 @@ Outcome fuzzZip(const uint8_t* data, size_t size)
                 const std::string_view bytes = zip.recordBytes(e.name.substr(zip.prefix().size() + 1));
                 require(bytes.size() == e.size, "recordBytes has the entry's size");
             }
+        }
+    });
+}
+
+Outcome fuzzS3Listing(const uint8_t* data, size_t size)
+{
+    const std::string body(reinterpret_cast<const char*>(data), size);
+    (void)s3ErrorCode(body);
+    return guarded([&] {
+        const std::string prefix(kListingPrefix);
+        const ListingPage page = parseListingPage(body, prefix, "s3://bucket/ckpt/step_1");
+        for (const auto& item : page.items) {
+            require(item.listedAs.compare(0, item.name.size(), item.name) == 0, "a name is what was listed");
+            require(item.folder || item.name == item.listedAs, "an object's name is its key below the prefix");
+            require(item.folder || item.etag.size() >= 2, "an object's ETag is quoted");
         }
     });
 }

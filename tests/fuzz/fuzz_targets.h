@@ -38,6 +38,11 @@ Outcome fuzzDcp(const uint8_t* data, size_t size);
 /// inspected, hashed and with statistics like fuzzTorchSave.
 Outcome fuzzSafetensors(const uint8_t* data, size_t size);
 
+/// An S3 ListObjectsV2 answer (what a server or anything between it and us sends back): parseListingPage for the
+/// prefix kListingPrefix, and s3ErrorCode; every item listed lies below the prefix.
+Outcome fuzzS3Listing(const uint8_t* data, size_t size);
+constexpr std::string_view kListingPrefix = "ckpt/step_1/";
+
 /// Tensors larger than this are not hashed by the harnesses: a few bytes of pickle can describe an expanded
 /// (stride 0) tensor of terabytes, which is valid and would only make the fuzzer slow.
 constexpr uint64_t kMaxHashBytes = 1u << 20;

@@ -96,6 +96,33 @@ def plain_values():
             yield pickle.dumps(v, protocol=proto)
 
 
+def s3_listings():
+    """ListObjectsV2 answers in the shape S3 (and moto, MinIO) send them: objects and common prefixes under the
+    prefix the harness lists, a truncated page with its continuation token, an empty page, an error body"""
+    def page(contents, prefixes, truncated=False, token=""):
+        body = ['<?xml version="1.0" encoding="UTF-8"?>',
+                '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
+                "<Name>bucket</Name><Prefix>ckpt/step_1/</Prefix><Delimiter>/</Delimiter>",
+                f"<KeyCount>{len(contents) + len(prefixes)}</KeyCount><MaxKeys>1000</MaxKeys>",
+                f"<IsTruncated>{'true' if truncated else 'false'}</IsTruncated>"]
+        for key, size in contents:
+            body.append(f"<Contents><Key>ckpt/step_1/{key}</Key><LastModified>2026-11-27T08:00:00.000Z"
+                        f"</LastModified><ETag>&quot;{hashlib.md5(key.encode()).hexdigest()}&quot;</ETag>"
+                        f"<Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>")
+        for p in prefixes:
+            body.append(f"<CommonPrefixes><Prefix>ckpt/step_1/{p}/</Prefix></CommonPrefixes>")
+        if token:
+            body.append(f"<NextContinuationToken>{token}</NextContinuationToken>")
+        body.append("</ListBucketResult>")
+        return "".join(body).encode()
+    yield page([(".metadata", 51710), ("__0_0.distcp", 504890112), ("__1_0.distcp", 504890112)], [])
+    yield page([("model.safetensors.index.json", 23950)], ["checkpoint-3", "runs"], True,
+               "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=")
+    yield page([], [])
+    yield (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchBucket</Code><Message>The specified bucket '
+           b"does not exist</Message><BucketName>bucket</BucketName><RequestId>4442587FB7D0A2F9</RequestId></Error>")
+
+
 def main() -> None:
     data, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     for p in sorted(data.rglob("*.pt")):
@@ -127,7 +154,9 @@ def main() -> None:
         write(out, "pickle", pkl)
     for p in sorted(data.rglob("*.safetensors")):
         write(out, "safetensors", p.read_bytes())
-    for h in ("pickle", "zip", "torch_save", "dcp", "safetensors"):
+    for listing in s3_listings():
+        write(out, "s3_listing", listing)
+    for h in ("pickle", "zip", "torch_save", "dcp", "safetensors", "s3_listing"):
         n = len(list((out / h).iterdir())) if (out / h).is_dir() else 0
         print(f"make_seeds: {h}: {n} seeds")
 

@@ -4,6 +4,7 @@
 // keeps them fixed without clang or libFuzzer. Also runs the real fixtures through the harnesses: a harness that
 // rejected valid checkpoints would fuzz nothing but the error paths.
 #include "fuzz_targets.h"
+#include "optscope/io/remote_object.h"
 
 #include "optscope/io/zip_archive.h"
 
@@ -129,6 +130,35 @@ TEST(FuzzRegressions, Dcp)
 TEST(FuzzRegressions, Safetensors)
 {
     replay("safetensors", fuzzSafetensors);
+}
+
+TEST(FuzzRegressions, S3Listing)
+{
+    replay("s3_listing", fuzzS3Listing);
+}
+
+TEST(FuzzHarnesses, S3ListingIsReadAndBrokenOnesRejected)
+{
+    // a page as S3 sends it: objects and a common prefix below the prefix, one key outside it, more pages to come
+    const std::string page = "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated>"
+                             "<Contents><Key>ckpt/step_1/.metadata</Key><ETag>&quot;ab&quot;</ETag><Size>517"
+                             "</Size></Contents><Contents><Key>ckpt/other</Key><Size>1</Size></Contents>"
+                             "<CommonPrefixes><Prefix>ckpt/step_1/run/</Prefix></CommonPrefixes>"
+                             "<NextContinuationToken>t0k</NextContinuationToken></ListBucketResult>";
+    EXPECT_EQ(fuzzS3Listing(bytes(page), page.size()), Outcome::Accepted);
+    const ListingPage p = parseListingPage(page, std::string(kListingPrefix), "s3://bucket/ckpt/step_1");
+    ASSERT_EQ(p.items.size(), 2u);
+    EXPECT_EQ(p.items[0].name, ".metadata");
+    EXPECT_EQ(p.items[0].size, 517u);
+    EXPECT_EQ(p.items[0].etag, "\"ab\"");
+    EXPECT_EQ(p.items[1].name, "run");
+    EXPECT_TRUE(p.items[1].folder);
+    EXPECT_TRUE(p.truncated);
+    EXPECT_EQ(p.continuation, "t0k");
+    // cut anywhere, it is not XML any more: an error naming the listing, never a crash
+    for (size_t cut : {size_t(0), size_t(10), page.size() / 2, page.size() - 3})
+        EXPECT_EQ(fuzzS3Listing(bytes(page), cut), Outcome::Rejected) << cut;
+    EXPECT_EQ(s3ErrorCode("<Error><Code>SlowDown</Code></Error>"), "SlowDown");
 }
 
 TEST(FuzzHarnesses, SafetensorsFixturesAreAcceptedAndCutsRejected)

@@ -4,6 +4,7 @@
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/sha256.h"
 
+#include <climits>
 #include <curl/curl.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
@@ -509,52 +510,17 @@ void listNextPage(const RemoteUrl& u, const std::string& prefix, Listing& l, con
     if (!l.continuation.empty()) url += "&continuation-token=" + encodeKey(l.continuation, false);
     const Response r = performOne(u, url, {}, false, shown, "cannot list");
     if (r.status != 200) fail(shown, r, "cannot list");
-    xmlDocPtr doc = xmlReadMemory(r.body.data(), static_cast<int>(r.body.size()), "list.xml", nullptr,
-        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_HUGE);
-    if (!doc) throw Error(ErrorKind::Io, shown, "cannot list: the server's listing is not XML");
-    auto text = [](xmlNodePtr n) {
-        xmlChar* t = xmlNodeGetContent(n);
-        std::string s = t ? reinterpret_cast<const char*>(t) : "";
-        xmlFree(t);
-        return s;
-    };
-    auto child = [&](xmlNodePtr n, const char* name) -> std::string {
-        for (xmlNodePtr c = n->children; c; c = c->next)
-            if (c->type == XML_ELEMENT_NODE && xmlStrcmp(c->name, BAD_CAST name) == 0) return text(c);
-        return {};
-    };
-    bool truncated = false;
-    l.continuation.clear();
-    if (xmlNodePtr root = xmlDocGetRootElement(doc))
-        for (xmlNodePtr n = root->children; n; n = n->next) {
-            if (n->type != XML_ELEMENT_NODE) continue;
-            if (xmlStrcmp(n->name, BAD_CAST "Contents") == 0) {
-                const std::string key = child(n, "Key");
-                if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
-                ObjectInfo o;
-                o.kind = LocationKind::File;
-                o.size = std::strtoull(child(n, "Size").c_str(), nullptr, 10);
-                o.etag = quotedEtag(child(n, "ETag"));
-                const std::string name = key.substr(prefix.size());
-                l.entries[name] = o;
-                l.lastName = std::max(l.lastName, name);
-            } else if (xmlStrcmp(n->name, BAD_CAST "CommonPrefixes") == 0) {
-                const std::string key = child(n, "Prefix");
-                if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
-                std::string name = key.substr(prefix.size());
-                l.lastName = std::max(l.lastName, name);
-                if (!name.empty() && name.back() == '/') name.pop_back();
-                ObjectInfo o;
-                o.kind = LocationKind::Folder;
-                l.entries[name] = o; // a folder and an object of one name: the folder is what a checkpoint is
-            } else if (xmlStrcmp(n->name, BAD_CAST "IsTruncated") == 0) {
-                truncated = text(n) == "true";
-            } else if (xmlStrcmp(n->name, BAD_CAST "NextContinuationToken") == 0) {
-                l.continuation = text(n);
-            }
-        }
-    xmlFreeDoc(doc);
-    l.complete = !truncated || l.continuation.empty();
+    const ListingPage page = parseListingPage(r.body, prefix, shown);
+    for (const auto& item : page.items) {
+        ObjectInfo o;
+        o.kind = item.folder ? LocationKind::Folder : LocationKind::File;
+        o.size = item.size;
+        o.etag = item.etag;
+        l.entries[item.name] = o; // a folder and an object of one name: the folder is what a checkpoint is
+        l.lastName = std::max(l.lastName, item.listedAs);
+    }
+    l.continuation = page.continuation;
+    l.complete = !page.truncated || l.continuation.empty();
 }
 
 /// the listing of the keys under @p prefix, paged far enough to answer for @p name (all of it when it is empty).
@@ -1010,6 +976,55 @@ void forgetRemoteListings()
     std::lock_guard<std::mutex> lock(g_cacheMutex);
     g_objects.clear();
     g_listings.clear();
+}
+
+ListingPage parseListingPage(const std::string& body, const std::string& prefix, const std::string& shown)
+{
+    xmlDocPtr doc = xmlReadMemory(body.data(), static_cast<int>(std::min<size_t>(body.size(), INT_MAX)), "list.xml",
+        nullptr, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_HUGE);
+    if (!doc) throw Error(ErrorKind::Io, shown, "cannot list: the server's listing is not XML");
+    auto text = [](xmlNodePtr n) {
+        xmlChar* t = xmlNodeGetContent(n);
+        std::string s = t ? reinterpret_cast<const char*>(t) : "";
+        xmlFree(t);
+        return s;
+    };
+    auto child = [&](xmlNodePtr n, const char* name) -> std::string {
+        for (xmlNodePtr c = n->children; c; c = c->next)
+            if (c->type == XML_ELEMENT_NODE && xmlStrcmp(c->name, BAD_CAST name) == 0) return text(c);
+        return {};
+    };
+    ListingPage page;
+    if (xmlNodePtr root = xmlDocGetRootElement(doc))
+        for (xmlNodePtr n = root->children; n; n = n->next) {
+            if (n->type != XML_ELEMENT_NODE) continue;
+            const bool object = xmlStrcmp(n->name, BAD_CAST "Contents") == 0;
+            if (object || xmlStrcmp(n->name, BAD_CAST "CommonPrefixes") == 0) {
+                const std::string key = child(n, object ? "Key" : "Prefix");
+                if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
+                ListingPage::Item item;
+                item.listedAs = item.name = key.substr(prefix.size());
+                item.folder = !object;
+                if (object) {
+                    item.size = std::strtoull(child(n, "Size").c_str(), nullptr, 10);
+                    item.etag = quotedEtag(child(n, "ETag"));
+                } else if (!item.name.empty() && item.name.back() == '/') {
+                    item.name.pop_back();
+                }
+                page.items.push_back(std::move(item));
+            } else if (xmlStrcmp(n->name, BAD_CAST "IsTruncated") == 0) {
+                page.truncated = text(n) == "true";
+            } else if (xmlStrcmp(n->name, BAD_CAST "NextContinuationToken") == 0) {
+                page.continuation = text(n);
+            }
+        }
+    xmlFreeDoc(doc);
+    return page;
+}
+
+std::string s3ErrorCode(const std::string& body)
+{
+    return xmlErrorCode(body);
 }
 
 } // namespace optscope

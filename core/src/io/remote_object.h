@@ -13,6 +13,7 @@
 #include "optscope/io/byte_source.h"
 #include "optscope/io/storage.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,5 +34,26 @@ void uploadObject(const std::string& localPath, const std::string& url);
 void removeObject(const std::string& url);
 /// throws Error(Usage) naming @p url when outputs cannot be written there (plain HTTP)
 void checkWritableUrl(const std::string& url);
+
+/// One page of an S3 ListObjectsV2 answer (@p body, XML) for the keys under @p prefix: each object or common prefix
+/// below it, the continuation token, whether more pages follow. Throws Error(Io) naming @p shown when the body is
+/// not XML. The listing's parser apart from its request, so that it is fuzzed (tests/fuzz).
+struct ListingPage
+{
+    struct Item
+    {
+        std::string name; ///< below the prefix; a common prefix without its trailing '/'
+        std::string listedAs; ///< as listed (S3 pages in this order)
+        bool folder = false;
+        uint64_t size = 0;
+        std::string etag; ///< quoted
+    };
+    std::vector<Item> items;
+    std::string continuation;
+    bool truncated = false;
+};
+ListingPage parseListingPage(const std::string& body, const std::string& prefix, const std::string& shown);
+/// the S3 error code of an XML error body ("NoSuchKey", "SignatureDoesNotMatch"), or ""
+std::string s3ErrorCode(const std::string& body);
 
 } // namespace optscope
