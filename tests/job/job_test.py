@@ -16,6 +16,7 @@ sets; fault cases start the processes from here with the same variables and one 
   - faults: a worker that fails at start, is killed mid-write, or whose disk is full (RLIMIT_FSIZE), a rank that
     never comes, a wrong port, another command line, an output folder one process cannot see (a private mount): every
     process exits non-zero within a bounded time, the message names the rank, and nothing is left at the output;
+  - OPTSCOPE_JOB_TEST_QUICK=1 (the sanitizer build): every kind of case, on fewer fixtures;
   - a reshard to S3 (moto_server) by 2 processes: the objects byte-identical to one process's local files; a gather
     from S3 by 3 processes: the one-process file; a gather to S3 as a job: refused, nothing uploaded.
 """
@@ -34,6 +35,9 @@ import servers  # noqa: E402
 CLI, DATA, WORK = (os.path.abspath(p) for p in sys.argv[1:4])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
 TIMEOUT = 5  # OPTSCOPE_JOB_TIMEOUT for the fault cases (seconds): rendezvous and silence, under load too
+# the sanitizer build (OPTSCOPE_JOB_TEST_QUICK=1, set by CMake) runs every kind of case on fewer fixtures: it looks for
+# memory and threading errors in the job code, which the full matrix of the normal build does not add to
+QUICK = os.environ.get("OPTSCOPE_JOB_TEST_QUICK") == "1"
 failures = []
 
 
@@ -82,10 +86,11 @@ def same_tree(a, b):
 SOURCES = ["adamw_fqn.pt", "fsdp2_r3", "fsdp1_r2", "fsdp1_sharded_r3", "hf/checkpoint-3", "hf/sharded",
            "zero/stage3/ckpt", "zero/stage2/universal", "megatron/distopt_fully_reshardable",
            "megatron/sharded_torch_dist", "torchtitan/dcp", "megatron/synthetic_gpt_tp2_pp2_dp2_fully"]
+SOURCES_QUICK = ["adamw_fqn.pt", "fsdp2_r3", "hf/sharded", "zero/stage3/ckpt", "megatron/distopt_fully_reshardable"]
 
 
 def matrix():
-    for src in SOURCES:
+    for src in (SOURCES_QUICK if QUICK else SOURCES):
         name = src.replace("/", "_")
         path = os.path.join(DATA, src)
         ref = os.path.join(WORK, "ref", name)
@@ -139,7 +144,7 @@ DIFFS = [["diff/step3.pt", "diff/step4.pt"], ["diff/complex_step2.pt", "diff/com
 
 def diffs():
     """diff by 3 processes: rank 0 prints the one-process report, byte for byte, every process exits alike"""
-    for case in DIFFS:
+    for case in (DIFFS[::2] if QUICK else DIFFS):
         args = ["diff"] + [os.path.join(DATA, a) if "/" in a or a.endswith(".pt") or a == "fsdp2_r3" else a
                            for a in case]
         for fmt in ("--json", "--csv", None):
@@ -155,6 +160,7 @@ def diffs():
 CHECKS = ["fsdp2_r3", "fsdp1_sharded_r3", "adamw_fqn.pt", "zero/stage3/ckpt", "hf/checkpoint-3", "torchtitan/dcp",
           "megatron/distopt_fully_reshardable", "diag/dcp_gap", "diag/dcp_overlap", "nonfinite/nonfinite_dcp_r2",
           "hostile/dcp_dotdot", "adam_step_mismatch.pt", "sgd_momentum.pt"]
+CHECKS_QUICK = ["fsdp2_r3", "adamw_fqn.pt", "diag/dcp_gap", "nonfinite/nonfinite_dcp_r2"]
 
 
 def damaged_copies():
@@ -185,7 +191,7 @@ def damaged_copies():
 def checks():
     """check by 2 and 3 processes (tensors split by bytes, findings merged on rank 0): rank 0 prints the one-process
     report byte for byte, every process exits as one process does (findings: 1)"""
-    for path in [os.path.join(DATA, c) for c in CHECKS] + damaged_copies():
+    for path in [os.path.join(DATA, c) for c in (CHECKS_QUICK if QUICK else CHECKS)] + damaged_copies():
         name = os.path.relpath(path, DATA) if path.startswith(DATA) else os.path.basename(path) + " (damaged)"
         # (--no-data: metadata only, done whole by every process, which must still exit as rank 0 does)
         for fmt, style, n in (("--json", "torchrun", 3), (None, "slurm", 2), ("--no-data", "torchrun", 2)):
