@@ -109,18 +109,17 @@ public:
         // merges the findings in the one-process order, adds the checks of what is left (records no chunk pointed
         // at, the optimizers) and every process returns the whole report. Metadata alone is not worth splitting.
         Job& job = Job::current();
-        const bool split = job.distributed() && m_opt.readChunks && !m_opt.firstChunkPerFile;
+        m_split = job.distributed() && m_opt.readChunks && !m_opt.firstChunkPerFile;
+        const bool split = m_split;
         const size_t n = m_cp.entries.size();
         std::vector<uint64_t> weights(n, 0);
         uint64_t totalWeight = 0;
         for (size_t i = 0; i < n; ++i)
             if (m_cp.entries[i].isTensor()) {
-                const TensorEntry& t = m_cp.entries[i].tensor;
-                weights[i] = static_cast<uint64_t>(std::max<int64_t>(t.numel(), 0)) * dtypeSize(t.dtype);
+                weights[i] = m_cp.entries[i].tensor.nbytes();
                 totalWeight += weights[i];
             }
         const std::vector<int> owner = split ? splitByWeight(weights, job.size()) : std::vector<int>();
-        m_split = split;
         JobProgress checked(job, "check-bytes", totalWeight, m_progress, "checking", split);
         uint64_t unshown = 0;
         std::vector<size_t> entryOfFinding; // per finding from warningCount on: the entry it is about

@@ -253,11 +253,7 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
     Job& job = Job::current();
     const int self = job.rank();
     // progress by bytes (plus one per entry), from progressBase to 1; a job's is every process's, shown by rank 0
-    const auto weight = [&](const Entry& e) {
-        return (e.isTensor() ? static_cast<uint64_t>(std::max<int64_t>(e.tensor.numel(), 0)) * dtypeSize(e.tensor.dtype)
-                             : 0)
-            + 1;
-    };
+    const auto weight = [](const Entry& e) { return (e.isTensor() ? e.tensor.nbytes() : 0) + 1; };
     uint64_t total = 0;
     for (const Entry& e : src.entries)
         total += weight(e);
@@ -449,7 +445,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     if (job.distributed()) {
         std::vector<uint64_t> weights;
         for (const auto& e : src.entries)
-            weights.push_back(e.isTensor() ? static_cast<uint64_t>(e.tensor.numel()) * dtypeSize(e.tensor.dtype) : 0);
+            weights.push_back(e.isTensor() ? e.tensor.nbytes() : 0);
         owner = splitByWeight(weights, job.size());
     }
 
