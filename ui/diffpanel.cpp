@@ -2,6 +2,7 @@
 #include "diffpanel.h"
 
 #include "checkpointcontext.h"
+#include "comparisonsession.h"
 #include "diffheatmap.h"
 #include "diffmodel.h"
 #include "format.h"
@@ -16,8 +17,6 @@
 #include "valuespreviewmodel.h"
 
 #include "optscope/analysis/diff_report.h"
-#include "optscope/formats/checkpoint_loader.h"
-#include "optscope/optim/optimizer_steps.h"
 #include "optscope/tensor/scalar_value.h"
 
 #include <QCheckBox>
@@ -51,30 +50,15 @@
 
 namespace optscope::ui {
 
-struct DiffPanel::PendingRows
-{
-    std::mutex mutex;
-    std::vector<DiffEntry> rows;
-    size_t shown = 0;
-};
-
-namespace {
-/// what a comparison job hands back to the UI thread
-struct DiffOutcome
-{
-    DiffReport report;
-    std::string steps; ///< stepChangeText, for checkpoint comparisons
-    CheckpointPtr b; ///< the compared checkpoint (its param_groups are shown beside A's)
-};
-} // namespace
-
-DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
+DiffPanel::DiffPanel(CheckpointContext* context, ComparisonSession* session, QWidget* parent)
     : QWidget(parent)
     , m_context(context)
+    , m_session(session)
     , m_openB(new QPushButton(tr("Compare with…"), this))
     , m_rankA(new QSpinBox(this))
     , m_rankB(new QSpinBox(this))
     , m_compareRanks(new QPushButton(tr("Compare ranks"), this))
+    , m_swap(new QPushButton(tr("Swap A ↔ B"), this))
     , m_stop(new QPushButton(tr("Stop"), this))
     , m_rtol(new QLineEdit(this))
     , m_atol(new QLineEdit(this))
@@ -82,7 +66,7 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     , m_search(new QLineEdit(this))
     , m_export(new QToolButton(this))
     , m_summary(new QLabel(this))
-    , m_model(new DiffModel(this))
+    , m_model(session->model())
     , m_proxy(new StatusFilterProxy(DiffModel::StatusRole, this))
     , m_view(new QTableView(this))
     , m_heatmap(new DiffHeatmap(this))
@@ -96,7 +80,6 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     , m_valuesView(new QTableView(this))
     , m_valuesInfo(new QLabel(this))
     , m_rightTabs(new QTabWidget(this))
-    , m_drain(new QTimer(this))
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -140,6 +123,12 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     m_back->hide();
     connect(m_back, &QPushButton::clicked, this, &DiffPanel::showCheckpointDiff);
     bar->addWidget(m_back);
+    m_swap->setObjectName(QStringLiteral("swapAB"));
+    m_swap->setToolTip(tr("A is the later checkpoint (by its optimizer step, then the time it was written), so Δ = "
+                          "A − B is what training changed: compare the other way round"));
+    m_swap->hide();
+    connect(m_swap, &QPushButton::clicked, this, &DiffPanel::swap);
+    bar->addWidget(m_swap);
     m_stop->setToolTip(tr("Cancel the running comparison"));
     m_stop->hide();
     bar->addWidget(m_stop);
@@ -157,23 +146,12 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     m_atol->setMaximumWidth(70);
     m_rtol->setToolTip(tr("relative tolerance: |a − b| ≤ atol + rtol·|b| counts as equal (0 and 0: bit-identical); "
                           "the shown comparison follows as you type"));
-    m_drain->setInterval(250);
-    connect(m_drain, &QTimer::timeout, this, [this] {
-        if (!m_pending) return;
-        std::vector<DiffEntry> rows;
-        {
-            std::lock_guard<std::mutex> lock(m_pending->mutex);
-            rows.swap(m_pending->rows);
-        }
-        if (rows.empty()) return;
-        m_pending->shown += rows.size();
-        m_model->appendEntries(std::move(rows));
-        m_summary->setText(tr("%1… %n key(s) compared so far", nullptr, static_cast<int>(m_pending->shown))
-                               .arg(m_shownLabelPending.toHtmlEscaped()));
-    });
     m_tolTimer->setSingleShot(true);
     m_tolTimer->setInterval(400);
-    connect(m_tolTimer, &QTimer::timeout, this, &DiffPanel::rerun);
+    connect(m_tolTimer, &QTimer::timeout, this, [this] {
+        m_session->setTolerances(m_rtol->text().isEmpty() ? 0.0 : m_rtol->text().toDouble(),
+            m_atol->text().isEmpty() ? 0.0 : m_atol->text().toDouble());
+    });
     connect(m_rtol, &QLineEdit::textChanged, m_tolTimer, qOverload<>(&QTimer::start));
     connect(m_atol, &QLineEdit::textChanged, m_tolTimer, qOverload<>(&QTimer::start));
     m_atol->setToolTip(m_rtol->toolTip());
@@ -298,7 +276,7 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     PlotExport::install(m_heatmap, besideA, QStringLiteral("diff-heatmap"));
     PlotExport::install(m_histogram, besideA, QStringLiteral("diff-histogram"));
 
-    connect(m_stop, &QPushButton::clicked, this, [this] { m_context->runner()->cancel(QStringLiteral("diff")); });
+    connect(m_stop, &QPushButton::clicked, m_session, &ComparisonSession::cancel);
     connect(m_compareRanks, &QPushButton::clicked, this, [this] { compareRanks(m_rankA->value(), m_rankB->value()); });
     connect(m_statusFilter, qOverload<int>(&QComboBox::currentIndexChanged), this, &DiffPanel::updateFilter);
     connect(m_search, &QLineEdit::textChanged, this, &DiffPanel::updateFilter);
@@ -310,10 +288,11 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
     });
     connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
         const int row = index.data(DiffModel::EntryIndexRole).toInt();
-        const auto& e = m_model->report().entries[static_cast<size_t>(row)];
-        if (e.keyA.empty()) return;
-        m_context->select(QString::fromStdString(e.keyA));
-        Q_EMIT jumpRequested(QString::fromStdString(e.keyA));
+        const QString key
+            = QString::fromStdString(m_session->openKey(m_model->report().entries[static_cast<size_t>(row)]));
+        if (key.isEmpty()) return;
+        m_context->select(key);
+        Q_EMIT jumpRequested(key);
     });
     connect(m_heatmap, &DiffHeatmap::keyClicked, this, &DiffPanel::showKey);
     m_view->installEventFilter(this);
@@ -325,8 +304,7 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
         menu->setAttribute(Qt::WA_DeleteOnClose);
         menu->popup(m_view->viewport()->mapToGlobal(pos));
     });
-    connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
-        m_model->setData({});
+    connect(m_session, &ComparisonSession::cleared, this, [this] {
         // nothing of the last comparison stays: its A | B | Δ values, and (for another checkpoint, not the next
         // step of the same run) its filters
         m_values->clear();
@@ -335,12 +313,8 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
             m_search->clear();
             m_statusFilter->setCurrentIndex(0);
         }
-        m_stepChange.clear();
-        m_checkpointB.reset();
-        m_shown = {};
-        m_savedCheckpointDiff.reset();
         m_back->hide();
-        Q_EMIT comparisonChanged(nullptr);
+        m_swap->hide();
         m_heatmap->setReport({});
         m_histogram->clearHistogram(tr("Select a changed tensor"));
         m_export->setEnabled(false);
@@ -348,6 +322,27 @@ DiffPanel::DiffPanel(CheckpointContext* context, QWidget* parent)
                 ? tr("A: %1").arg(Format::displayPath(m_context->path()).toHtmlEscaped())
                 : tr("No checkpoint open."));
         setBusy(false);
+    });
+    connect(m_session, &ComparisonSession::started, this, [this](const QString& what) {
+        m_running = what;
+        m_heatmap->setReport({});
+        m_values->clear();
+        m_valuesInfo->clear();
+        setBusy(true);
+        m_summary->setText(tr("%1…").arg(what.toHtmlEscaped()));
+    });
+    connect(m_session, &ComparisonSession::progressed, this, [this](int rows) {
+        m_summary->setText(tr("%1… %n key(s) compared so far", nullptr, rows).arg(m_running.toHtmlEscaped()));
+    });
+    connect(m_session, &ComparisonSession::finished, this, [this] {
+        onShown();
+        Q_EMIT finished(true);
+    });
+    connect(m_session, &ComparisonSession::failed, this, [this](const QString& message, bool cancelled) {
+        setBusy(false);
+        m_summary->setText(cancelled ? tr("Cancelled.")
+                                     : tr("<b style=\"color:#d62728\">Failed:</b> %1").arg(message.toHtmlEscaped()));
+        Q_EMIT finished(false);
     });
     m_summary->setText(tr("No checkpoint open."));
     setBusy(false);
@@ -369,93 +364,70 @@ void DiffPanel::setBusy(bool busy)
 
 void DiffPanel::compareWith(const QString& path)
 {
-    const QString abs = Format::location(path);
-    // two folders both named ckpt: their parents tell them apart
-    const auto [nameA, nameB] = Format::distinctNames(m_context->path(), abs);
-    run(tr("A: %1 ↔ B: %2").arg(nameA, nameB), abs, -1, -1);
-}
-
-DiffOptions DiffPanel::comparisonOptions() const
-{
-    DiffOptions options;
-    options.rtol = m_rtol->text().isEmpty() ? 0.0 : m_rtol->text().toDouble();
-    options.atol = m_atol->text().isEmpty() ? 0.0 : m_atol->text().toDouble();
-    // no histogram per entry: the selected pair's is computed when it is shown (diffHistogram), so a comparison of
-    // 100k keys neither holds 100k histograms nor reads every tensor twice
-    return options;
-}
-
-void DiffPanel::showComparison(
-    const QString& pathB, const CheckpointPtr& b, DiffReport report, const DiffOptions& options)
-{
-    const CheckpointPtr a = m_context->checkpoint();
-    if (!a || !b) return;
-    m_context->runner()->cancel(QStringLiteral("diff")); // a comparison the user started before is superseded
-    const QString abs = Format::location(pathB);
-    const auto [nameA, nameB] = Format::distinctNames(m_context->path(), abs);
-    Comparison c;
-    c.rtol = options.rtol;
-    c.atol = options.atol;
-    c.report = std::move(report);
-    // a run followed step by step: its progress reads in training order, from the step before (B) to this one (A)
-    c.steps = QString::fromStdString(stepChangeText(*b, *a));
-    c.b = b;
-    c.label = tr("A: %1 ↔ B: %2").arg(nameA, nameB);
-    c.pathB = abs;
-    show(std::move(c));
-    Q_EMIT finished(true);
-}
-
-void DiffPanel::rerun()
-{
-    if (!hasReport() || !m_context->checkpoint()) return;
-    run(m_shown.label, m_shown.pathB, m_shown.rankA, m_shown.rankB);
-}
-
-bool DiffPanel::showCheckpointDiff()
-{
-    if (!m_savedCheckpointDiff) return false;
-    Comparison c = std::move(*m_savedCheckpointDiff);
-    m_savedCheckpointDiff.reset();
-    show(std::move(c));
-    return true;
+    m_session->compareWith(path);
 }
 
 void DiffPanel::compareRanks(int rankA, int rankB)
 {
-    run(tr("Diff of rank %1 and rank %2").arg(rankA).arg(rankB), QString(), rankA, rankB);
+    m_session->compareRanks(rankA, rankB);
 }
 
-void DiffPanel::show(Comparison c)
+void DiffPanel::swap()
 {
-    if (c.rankA < 0) m_savedCheckpointDiff.reset();
-    m_back->setVisible(m_savedCheckpointDiff.has_value());
-    if (m_savedCheckpointDiff)
-        m_back->setText(tr("Back to %1").arg(QFileInfo(m_savedCheckpointDiff->pathB).fileName()));
-    m_shown.label = c.label;
-    m_shown.pathB = c.pathB;
-    m_shown.rankA = c.rankA;
-    m_shown.rankB = c.rankB;
-    m_pathB = c.pathB;
-    DiffReport report = std::move(c.report);
-    m_stepChange = c.steps;
-    m_checkpointB = c.b;
-    Q_EMIT comparisonChanged(c.b);
+    m_session->swap();
+}
+
+bool DiffPanel::showCheckpointDiff()
+{
+    return m_session->back();
+}
+
+bool DiffPanel::showingRanks() const
+{
+    return m_session->showingRanks();
+}
+
+QString DiffPanel::pathB() const
+{
+    return m_session->pathB();
+}
+
+QString DiffPanel::stepChange() const
+{
+    return m_session->shown().steps;
+}
+
+void DiffPanel::onShown()
+{
+    const ComparisonSession::Shown& c = m_session->shown();
+    const QString backTo = m_session->backPath();
+    m_back->setVisible(!backTo.isEmpty());
+    if (!backTo.isEmpty()) m_back->setText(tr("Back to %1").arg(QFileInfo(backTo).fileName()));
+    m_swap->setVisible(!c.otherPath.isEmpty());
     setBusy(false);
-    const QString label = c.label;
-    const bool equal = report.equal;
+    const DiffReport& report = m_model->report();
     QStringList counts;
     for (const DiffStatus s : {DiffStatus::Changed, DiffStatus::OnlyA, DiffStatus::OnlyB})
         if (const size_t n = report.count(s))
             counts << QStringLiteral("%1 %2").arg(n).arg(s == DiffStatus::OnlyA ? tr("only in A")
                     : s == DiffStatus::OnlyB                                    ? tr("only in B")
                                                                                 : tr("changed"));
-    QString text = (equal ? tr("<b style=\"color:#2e7d32\">EQUAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>"))
+    QString text
+        = (report.equal ? tr("<b style=\"color:#2e7d32\">EQUAL</b>") : tr("<b style=\"color:#d62728\">DIFFERENT</b>"))
         + tr(": %1 of %2 keys equal").arg(report.count(DiffStatus::Equal)).arg(report.entries.size());
     if (!counts.isEmpty()) text += QStringLiteral(", ") + counts.join(QLatin1String(", "));
     // the training progress between the two comes first to mind: say it before the numbers
-    if (!m_stepChange.isEmpty()) text = QStringLiteral("<b>%1</b> &nbsp; ").arg(m_stepChange.toHtmlEscaped()) + text;
-    text += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>").arg(label.toHtmlEscaped());
+    if (!c.steps.isEmpty()) text = QStringLiteral("<b>%1</b> &nbsp; ").arg(c.steps.toHtmlEscaped()) + text;
+    text += QStringLiteral(" &nbsp; <span style=\"color:gray\">%1</span>").arg(c.label.toHtmlEscaped());
+    // which one is A, and why: Δ = A − B reads as what training changed only when A is the later
+    if (!c.otherPath.isEmpty()) {
+        using By = ComparisonSession::OrderedBy;
+        const QString order = c.swapped    ? tr("swapped: A is the earlier")
+            : c.orderedBy == By::Step      ? tr("A is the later step")
+            : c.orderedBy == By::WriteTime ? tr("A was written later")
+                                           : tr("A is the open checkpoint (neither is later by step or time)");
+        text += QStringLiteral(" <span style=\"color:gray\">(%1)</span>").arg(order.toHtmlEscaped());
+    }
     if (c.rtol != 0 || c.atol != 0)
         text += QStringLiteral(" &nbsp; <span style=\"color:gray\">rtol %1, atol %2</span>").arg(c.rtol).arg(c.atol);
     for (const auto& n : report.notes)
@@ -463,21 +435,20 @@ void DiffPanel::show(Comparison c)
                     .arg(QString::fromStdString(n).toHtmlEscaped());
     m_summary->setText(text);
     m_heatmap->setReport(report);
-    const QString selected = m_context->selectedKey();
-    m_model->setData(std::move(report));
     m_export->setEnabled(true);
     updateFilter();
     // most interesting first: the largest difference
     m_view->sortByColumn(DiffModel::MaxAbsColumn, Qt::DescendingOrder);
     // stay on the key selected everywhere; else start on the most different tensor of more than one element (steps
     // are scalars)
+    const std::string selected = m_context->selectedKey().toStdString();
     int first = m_proxy->rowCount() > 0 ? 0 : -1;
     int onSelected = -1;
     bool firstFound = false;
     for (int r = 0; r < m_proxy->rowCount() && (onSelected < 0 || !firstFound); ++r) {
-        const auto& e = m_model->report()
-                            .entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
-        if (!selected.isEmpty() && onSelected < 0 && QString::fromStdString(e.keyA) == selected) onSelected = r;
+        const auto& e
+            = report.entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
+        if (!selected.empty() && onSelected < 0 && m_session->openKey(e) == selected) onSelected = r;
         if (!firstFound && e.numel > 1 && e.numDiff > 0) {
             first = r;
             firstFound = true;
@@ -487,78 +458,9 @@ void DiffPanel::show(Comparison c)
     if (current >= 0) m_view->setCurrentIndex(m_proxy->index(current, 0));
 }
 
-void DiffPanel::run(const QString& label, const QString& pathB, int rankA, int rankB)
-{
-    const CheckpointPtr a = m_context->checkpoint();
-    if (!a) return;
-    DiffOptions options = comparisonOptions();
-    // two ranks of one checkpoint: the report carries its histograms (its keys are not a second checkpoint's)
-    if (pathB.isEmpty()) options.histogramBins = HistogramBins;
-    // rows appear as they are compared: the worker threads hand them over, a timer shows them
-    m_pending = std::make_shared<PendingRows>();
-    options.onEntry = [pending = m_pending](const DiffEntry& e) {
-        std::lock_guard<std::mutex> lock(pending->mutex);
-        pending->rows.push_back(e);
-    };
-    m_shownLabelPending = label;
-    // a rank comparison keeps the checkpoint comparison it replaces, one click away
-    if (rankA >= 0 && m_shown.rankA < 0 && !m_shown.pathB.isEmpty() && hasReport() && !m_drain->isActive()) {
-        Comparison saved = m_shown;
-        saved.report = m_model->report();
-        saved.steps = m_stepChange;
-        saved.b = m_checkpointB;
-        m_savedCheckpointDiff = std::move(saved);
-    }
-    m_model->setData({});
-    m_heatmap->setReport({});
-    m_drain->start();
-    const std::string b = pathB.toStdString();
-    m_pathB = pathB;
-    setBusy(true);
-    m_summary->setText(tr("%1…").arg(label.toHtmlEscaped()));
-    m_context->runner()->run(
-        QStringLiteral("diff"), label, this,
-        [a, b, rankA, rankB, options](const Progress& progress) {
-            DiffOutcome out;
-            if (b.empty()) {
-                out.report = diffRanks(*a, rankA, rankB, options, progress);
-                return out;
-            }
-            out.b = openCheckpoint(b, progress);
-            out.report = diffCheckpoints(*a, *out.b, options, progress);
-            out.steps = stepChangeText(*a, *out.b);
-            return out;
-        },
-        [this, label, pathB, rankA, rankB, options](DiffOutcome result) {
-            m_drain->stop();
-            m_pending.reset();
-            Comparison c;
-            c.rtol = options.rtol;
-            c.atol = options.atol;
-            c.report = std::move(result.report);
-            c.steps = QString::fromStdString(result.steps);
-            c.b = result.b;
-            c.label = label;
-            c.pathB = pathB;
-            c.rankA = rankA;
-            c.rankB = rankB;
-            show(std::move(c));
-            Q_EMIT finished(true);
-        },
-        [this](const QString& message, bool cancelled) {
-            m_drain->stop();
-            m_pending.reset();
-            setBusy(false);
-            m_summary->setText(cancelled
-                    ? tr("Cancelled.")
-                    : tr("<b style=\"color:#d62728\">Failed:</b> %1").arg(message.toHtmlEscaped()));
-            Q_EMIT finished(false);
-        });
-}
-
 bool DiffPanel::hasReport() const
 {
-    return m_model->rowCount() > 0;
+    return m_session->hasReport();
 }
 
 bool DiffPanel::eventFilter(QObject* watched, QEvent* event)
@@ -586,15 +488,17 @@ QMenu* DiffPanel::contextMenu(const QModelIndex& index)
     const int row = index.data(DiffModel::EntryIndexRole).toInt();
     const DiffEntry& e = m_model->report().entries[static_cast<size_t>(row)];
     const QString key = QString::fromStdString(e.key);
-    const QString keyA = QString::fromStdString(e.keyA);
+    const QString openKey = QString::fromStdString(m_session->openKey(e));
     QAction* copyKey
         = menu->addAction(tr("Copy full key"), this, [key] { QGuiApplication::clipboard()->setText(key); });
     copyKey->setObjectName(QStringLiteral("copyKey"));
     copyKey->setShortcut(QKeySequence::Copy);
     // A's value of a scalar: a value's rendering from the report, a one-element tensor read from A
     QString value;
-    const CheckpointPtr a = m_context->checkpoint();
+    const CheckpointPtr a = m_session->checkpointA();
     const Entry* inA = a && !e.keyA.empty() ? a->find(e.keyA) : nullptr;
+    const CheckpointPtr open = m_context->checkpoint();
+    const Entry* inOpen = open && !openKey.isEmpty() ? open->find(openKey.toStdString()) : nullptr;
     if (e.type != "tensor")
         value = QString::fromStdString(e.valueA);
     else if (inA && isScalarEntry(*inA)) {
@@ -607,18 +511,19 @@ QMenu* DiffPanel::contextMenu(const QModelIndex& index)
     copyValue->setObjectName(QStringLiteral("copyValue"));
     copyValue->setEnabled(!value.isEmpty());
     menu->addSeparator();
-    QAction* shards = menu->addAction(tr("Show in shard layout"), this, [this, keyA] {
-        m_context->select(keyA);
-        Q_EMIT showInShardLayoutRequested(keyA);
+    // the open checkpoint's key: the other panels show the open checkpoint
+    QAction* shards = menu->addAction(tr("Show in shard layout"), this, [this, openKey] {
+        m_context->select(openKey);
+        Q_EMIT showInShardLayoutRequested(openKey);
     });
     shards->setObjectName(QStringLiteral("showShards"));
-    shards->setEnabled(inA && inA->isTensor());
-    QAction* inspect = menu->addAction(tr("Inspect in Tensor details"), this, [this, keyA] {
-        m_context->select(keyA);
-        Q_EMIT jumpRequested(keyA);
+    shards->setEnabled(inOpen && inOpen->isTensor());
+    QAction* inspect = menu->addAction(tr("Inspect in Tensor details"), this, [this, openKey] {
+        m_context->select(openKey);
+        Q_EMIT jumpRequested(openKey);
     });
     inspect->setObjectName(QStringLiteral("inspect"));
-    inspect->setEnabled(inA != nullptr);
+    inspect->setEnabled(inOpen != nullptr);
     return menu;
 }
 
@@ -634,12 +539,13 @@ void DiffPanel::onCurrentChanged()
     if (!current.isValid()) return;
     const int entryIndex = current.data(DiffModel::EntryIndexRole).toInt();
     showEntry(entryIndex);
-    // one selection: the tree, Tensor details and Shard layout follow the row (A's key; keys only in B stay here)
+    // one selection: the tree, Tensor details and Shard layout follow the row (the open checkpoint's key; keys only
+    // in the other stay here)
     const auto& entries = m_model->report().entries;
     if (entryIndex >= 0 && entryIndex < static_cast<int>(entries.size())) {
-        const std::string& keyA = entries[static_cast<size_t>(entryIndex)].keyA;
-        if (!keyA.empty() && m_context->checkpoint() && m_context->checkpoint()->find(keyA))
-            m_context->select(QString::fromStdString(keyA));
+        const std::string key = m_session->openKey(entries[static_cast<size_t>(entryIndex)]);
+        if (!key.empty() && m_context->checkpoint() && m_context->checkpoint()->find(key))
+            m_context->select(QString::fromStdString(key));
     }
 }
 
@@ -649,8 +555,8 @@ void DiffPanel::showKey(const QString& key)
     for (int r = 0; r < m_proxy->rowCount(); ++r) {
         const auto& e = m_model->report()
                             .entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
-        // the report's display key, or A's key as the State keys view names it
-        if (e.key == k || e.keyA == k) {
+        // the report's display key, or the open checkpoint's key as the State keys view names it
+        if (e.key == k || m_session->openKey(e) == k) {
             m_view->setCurrentIndex(m_proxy->index(r, 0));
             m_view->scrollTo(m_proxy->index(r, 0));
             return;
@@ -674,19 +580,20 @@ void DiffPanel::showEntry(int entryIndex)
             } catch (const std::exception&) { }
             return QString();
         };
-        const QString a = valueOf(m_context->checkpoint(), e.keyA);
-        const QString b = valueOf(m_checkpointB, e.keyB);
+        const QString a = valueOf(m_session->checkpointA(), e.keyA);
+        const QString b = valueOf(m_session->checkpointB(), e.keyB);
+        // in training order: from the earlier (B) to the later (A)
         m_histogram->clearHistogram(
-            a.isEmpty() || b.isEmpty() ? tr("One element: no histogram") : tr("A: %1 → B: %2").arg(a, b));
+            a.isEmpty() || b.isEmpty() ? tr("One element: no histogram") : tr("B: %1 → A: %2").arg(b, a));
         return;
     }
-    const CheckpointPtr a = m_context->checkpoint();
-    const CheckpointPtr b = m_checkpointB;
+    const CheckpointPtr a = m_session->checkpointA();
+    const CheckpointPtr b = m_session->checkpointB();
     m_context->runner()->cancel(QStringLiteral("diff-histogram"));
     if (!e.histogramCounts.empty()) {
         m_histogram->setHistogram(e.histogramEdges, e.histogramCounts, tr("a − b"));
     } else if (e.type == "tensor" && e.valuesCompared && e.numDiff > 0 && e.shapeA == e.shapeB && a && b
-        && m_shown.rankA < 0 && !m_context->runner()->isRunning(QStringLiteral("diff"))) {
+        && !m_session->showingRanks() && !m_session->isRunning()) {
         // read the pair again for its histogram, off the UI thread; a newer selection supersedes it
         m_histogram->clearHistogram(tr("Computing the histogram…"));
         const DiffEntry pair = [&e] {
@@ -727,22 +634,22 @@ QString DiffPanel::valuesInfo() const
 void DiffPanel::startValues(const DiffEntry& e)
 {
     m_values->clear();
-    const CheckpointPtr a = m_context->checkpoint();
+    const CheckpointPtr a = m_session->checkpointA();
     // ranks compare chunks of one checkpoint; B's values are another rank's chunk, not a second tensor to read
-    const CheckpointPtr b = m_shown.rankA >= 0 ? nullptr : m_checkpointB;
+    const CheckpointPtr b = m_session->checkpointB();
     const Entry* inA = a && !e.keyA.empty() ? a->find(e.keyA) : nullptr;
     const Entry* inB = b && !e.keyB.empty() ? b->find(e.keyB) : nullptr;
     if (!inA || !inB || !inA->isTensor() || !inB->isTensor() || inA->tensor.shape != inB->tensor.shape) {
         m_context->runner()->cancel(QStringLiteral("diff-values"));
-        m_valuesInfo->setText(m_shown.rankA >= 0 ? tr("Values side by side compare two checkpoints.")
-                : !inA || !inB                   ? tr("Only in one of the two: nothing to set side by side.")
+        m_valuesInfo->setText(m_session->showingRanks() ? tr("Values side by side compare two checkpoints.")
+                : !inA || !inB                          ? tr("Only in one of the two: nothing to set side by side.")
                 : !inA->isTensor()
                 ? tr("A value: A %1, B %2").arg(QString::fromStdString(e.valueA), QString::fromStdString(e.valueB))
                 : tr("Shapes differ: no element-wise comparison."));
         return;
     }
     const std::string keyA = e.keyA, keyB = e.keyB;
-    const double rtol = m_shown.rtol, atol = m_shown.atol;
+    const double rtol = m_session->shown().rtol, atol = m_session->shown().atol;
     m_valuesInfo->setText(tr("Reading…"));
     m_context->runner()->run(
         QStringLiteral("diff-values"), tr("Values of %1").arg(Format::text(e.key)), this,

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "comparisonsession.h"
+
 #include "optscope/analysis/diff_report.h"
 #include "optscope/model/checkpoint.h"
 
@@ -31,15 +33,16 @@ class HistogramPlot;
 class StatusFilterProxy;
 class ValueCompareModel;
 
-/// The "Diff" dock: compares the open checkpoint (A) with a second one (B), or two ranks of it; a sortable table of
-/// keys with status and numbers, a heatmap of max |Δ| per key × rank and the histogram of Δ of the selected key.
+/// The "Diff" dock: shows the ComparisonSession (the open checkpoint and a second one in training order, A the later,
+/// or two ranks of it): a sortable table of keys with status and numbers, a heatmap of max |Δ| per key × rank, the
+/// histogram of Δ and the values side by side of the selected key.
 class DiffPanel : public QWidget
 {
     Q_OBJECT
 public:
-    static constexpr int HistogramBins = 48;
+    static constexpr int HistogramBins = ComparisonSession::HistogramBins;
 
-    explicit DiffPanel(CheckpointContext* context, QWidget* parent = nullptr);
+    DiffPanel(CheckpointContext* context, ComparisonSession* session, QWidget* parent = nullptr);
 
     DiffModel* model() const { return m_model; }
     StatusFilterProxy* proxy() const { return m_proxy; }
@@ -50,22 +53,19 @@ public:
     ValueCompareModel* valuesModel() const { return m_values; }
     QString valuesInfo() const;
     QString summaryText() const;
-    QString pathB() const { return m_pathB; }
-    /// "step 3 → 4" when the compared checkpoints' optimizer steps differ, empty otherwise
-    QString stepChange() const { return m_stepChange; }
+    /// where B is, for a comparison of two checkpoints
+    QString pathB() const;
+    /// "step 3 → 4" (from B to A) when the compared checkpoints' optimizer steps differ, empty otherwise
+    QString stepChange() const;
 
-    /// compares the open checkpoint with @p path in the background
+    /// compares the open checkpoint with @p path in the background (the session's compareWith)
     void compareWith(const QString& path);
-    /// the options a comparison started now uses: the tolerances as typed, the histogram bins
-    DiffOptions comparisonOptions() const;
-    /// shows a comparison made elsewhere with comparisonOptions() (File > Watch folder: the step just read, now the
-    /// open checkpoint, against the one before, @p b at @p pathB): nothing is read or compared again; the step change
-    /// reads in training order ("step 3 → 4", B to A)
-    void showComparison(const QString& pathB, const CheckpointPtr& b, DiffReport report, const DiffOptions& options);
     /// compares two ranks of the open checkpoint; a checkpoint comparison shown before stays one click away
     void compareRanks(int rankA, int rankB);
+    /// the shown checkpoint comparison the other way round (the Swap button)
+    void swap();
     /// whether the table shows a comparison of two ranks (else of two checkpoints, or nothing)
-    bool showingRanks() const { return m_shown.rankA >= 0; }
+    bool showingRanks() const;
     /// back from a rank comparison to the checkpoint comparison it replaced; false if there is none
     bool showCheckpointDiff();
     /// File… and DCP folder… pickers for B, starting beside the open checkpoint (the panel's button and the main
@@ -92,30 +92,13 @@ Q_SIGNALS:
     void valuesReady();
     /// the Δ histogram of the current row, read when it was selected, is shown
     void histogramShown();
-    /// the checkpoint B of the finished comparison; null when there is none (or two ranks were compared)
-    void comparisonChanged(optscope::CheckpointPtr b);
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
-    /// one comparison as shown: its report and where it came from
-    struct Comparison
-    {
-        DiffReport report;
-        QString steps;
-        CheckpointPtr b;
-        QString label;
-        QString pathB;
-        int rankA = -1;
-        int rankB = -1;
-        double rtol = 0;
-        double atol = 0;
-    };
-    void run(const QString& label, const QString& pathB, int rankA, int rankB);
-    void show(Comparison comparison);
-    /// the tolerances changed: the shown comparison is run again with them
-    void rerun();
+    /// a comparison is shown: the summary, the heatmap, the first row
+    void onShown();
     void onCurrentChanged();
     void showEntry(int entryIndex);
     void updateFilter();
@@ -123,10 +106,12 @@ private:
     void setBusy(bool busy);
 
     CheckpointContext* m_context;
+    ComparisonSession* m_session;
     QPushButton* m_openB;
     QSpinBox* m_rankA;
     QSpinBox* m_rankB;
     QPushButton* m_compareRanks;
+    QPushButton* m_swap;
     QPushButton* m_stop;
     QLineEdit* m_rtol;
     QLineEdit* m_atol;
@@ -141,10 +126,7 @@ private:
     HistogramPlot* m_histogram;
     QCheckBox* m_logScale;
     QLabel* m_histTitle;
-    QString m_pathB;
-    QString m_stepChange;
     int m_histogramFor = -1; ///< the entry whose histogram is being read (a later selection drops the result)
-    CheckpointPtr m_checkpointB; ///< B of a checkpoint comparison (null for ranks), for one-element values
     QMenu* m_compareMenu;
     QPushButton* m_back;
     QTimer* m_tolTimer;
@@ -152,13 +134,7 @@ private:
     QTableView* m_valuesView;
     QLabel* m_valuesInfo;
     QTabWidget* m_rightTabs;
-    /// rows of the running comparison, handed over from its worker threads and shown every few hundred ms
-    struct PendingRows;
-    std::shared_ptr<PendingRows> m_pending;
-    QTimer* m_drain;
-    QString m_shownLabelPending; ///< the running comparison's label
-    Comparison m_shown; ///< without its report (the model holds it): what to run again when the tolerances change
-    std::optional<Comparison> m_savedCheckpointDiff; ///< replaced by a rank comparison
+    QString m_running; ///< what the running comparison compares, for its progress
 };
 
 } // namespace optscope::ui

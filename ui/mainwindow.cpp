@@ -2,6 +2,7 @@
 #include "mainwindow.h"
 
 #include "checkpointcontext.h"
+#include "comparisonsession.h"
 #include "diagnosepanel.h"
 #include "diffpanel.h"
 #include "format.h"
@@ -66,10 +67,11 @@ MainWindow::MainWindow(QWidget* parent)
     m_details = new TensorDetailsPanel(m_context, this);
     m_fqn = new FqnMappingPanel(m_context, this);
     m_shards = new ShardLayoutPanel(m_context, this);
-    m_diff = new DiffPanel(m_context, this);
+    m_comparison = new ComparisonSession(m_context, this);
+    m_diff = new DiffPanel(m_context, m_comparison, this);
     m_diagnose = new DiagnosePanel(m_context, this);
     m_reshard = new ReshardPanel(m_context, this);
-    m_watch = new WatchPanel(m_context, m_diff, this);
+    m_watch = new WatchPanel(m_context, m_comparison, this);
     addPanel(QStringLiteral("keys"), tr("State keys"), m_keys, QKeySequence(Qt::ALT | Qt::Key_1));
     addPanel(QStringLiteral("details"), tr("Tensor details"), m_details, QKeySequence(Qt::ALT | Qt::Key_2));
     addPanel(QStringLiteral("shards"), tr("Shard layout"), m_shards, QKeySequence(Qt::ALT | Qt::Key_3));
@@ -99,7 +101,7 @@ MainWindow::MainWindow(QWidget* parent)
         m_diff->showKey(key);
     });
     connect(m_diff, &DiffPanel::finished, this, [this](bool) { m_keys->setDiffAvailable(m_diff->hasReport()); });
-    connect(m_diff, &DiffPanel::comparisonChanged, m_details, &TensorDetailsPanel::setComparison);
+    connect(m_comparison, &ComparisonSession::otherChanged, m_details, &TensorDetailsPanel::setComparison);
     connect(m_diagnose, &DiagnosePanel::openRequested, this, &MainWindow::openPath);
     connect(m_reshard, &ReshardPanel::openRequested, this, &MainWindow::openPath);
     connect(m_reshard, &ReshardPanel::previewChanged, this, [this](std::optional<ReshardOptions> options) {

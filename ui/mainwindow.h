@@ -15,6 +15,7 @@ namespace optscope::ui {
 
 class CheckpointContext;
 class DiagnosePanel;
+class ComparisonSession;
 class DiffPanel;
 class FqnMappingPanel;
 class ReshardPanel;
@@ -53,6 +54,7 @@ public:
     FqnMappingPanel* fqnMappingPanel() const { return m_fqn; }
     ShardLayoutPanel* shardLayoutPanel() const { return m_shards; }
     DiffPanel* diffPanel() const { return m_diff; }
+    ComparisonSession* comparison() const { return m_comparison; }
     DiagnosePanel* diagnosePanel() const { return m_diagnose; }
     ReshardPanel* reshardPanel() const { return m_reshard; }
     WatchPanel* watchPanel() const { return m_watch; }
@@ -92,6 +94,7 @@ private:
     TensorDetailsPanel* m_details = nullptr;
     FqnMappingPanel* m_fqn = nullptr;
     ShardLayoutPanel* m_shards = nullptr;
+    ComparisonSession* m_comparison = nullptr;
     DiffPanel* m_diff = nullptr;
     DiagnosePanel* m_diagnose = nullptr;
     ReshardPanel* m_reshard = nullptr;

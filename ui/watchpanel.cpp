@@ -2,7 +2,7 @@
 #include "watchpanel.h"
 
 #include "checkpointcontext.h"
-#include "diffpanel.h"
+#include "comparisonsession.h"
 #include "format.h"
 #include "jobrunner.h"
 #include "plotexport.h"
@@ -37,10 +37,10 @@ namespace {
 constexpr int MaxChartedKeys = 6;
 } // namespace
 
-WatchPanel::WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* parent)
+WatchPanel::WatchPanel(CheckpointContext* context, ComparisonSession* comparison, QWidget* parent)
     : QWidget(parent)
     , m_context(context)
-    , m_diff(diff)
+    , m_comparison(comparison)
     , m_title(new QLabel(this))
     , m_follow(new QCheckBox(tr("Follow: open the newest and diff it"), this))
     , m_steps(new QTableWidget(0, 3, this))
@@ -131,7 +131,7 @@ void WatchPanel::watch(const QString& folder)
     m_title->setToolTip(m_folder);
     m_stopButton->setEnabled(true);
     m_follower = std::make_unique<RunFollower>(
-        m_folder.toStdString(), m_diff->comparisonOptions(), static_cast<size_t>(m_trackedPerStep));
+        m_folder.toStdString(), m_comparison->options(), static_cast<size_t>(m_trackedPerStep));
     m_poll->start();
     pollNow();
 }
@@ -231,7 +231,7 @@ void WatchPanel::pollNow()
                 connect(m_context, &CheckpointContext::checkpointChanged, once,
                     [this, once, newPath, previousPath, previousCheckpoint, report, compared, options] {
                         if (QFileInfo(m_context->path()) == QFileInfo(newPath) && compared && previousCheckpoint)
-                            m_diff->showComparison(previousPath, previousCheckpoint, std::move(*report), options);
+                            m_comparison->showComparison(previousPath, previousCheckpoint, std::move(*report), options);
                         once->deleteLater();
                     });
                 m_context->adopt(newPath, read.checkpoint);

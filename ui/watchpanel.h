@@ -24,7 +24,7 @@ class QTimer;
 namespace optscope::ui {
 
 class CheckpointContext;
-class DiffPanel;
+class ComparisonSession;
 
 /// The "Watch" dock (File > Watch folder…): follows a training run's checkpoint folder (step_100/, step_200/, ...),
 /// opens each new checkpoint once it is complete (its files stopped changing and it opens), compares it with the one
@@ -34,7 +34,7 @@ class WatchPanel : public QWidget
 {
     Q_OBJECT
 public:
-    WatchPanel(CheckpointContext* context, DiffPanel* diff, QWidget* parent = nullptr);
+    WatchPanel(CheckpointContext* context, ComparisonSession* comparison, QWidget* parent = nullptr);
 
     /// starts following @p folder (the checkpoints already there are read in order)
     void watch(const QString& folder);
@@ -69,7 +69,7 @@ private:
     void addStepRow(int64_t step, const QString& name, const QString& status, const QString& path);
 
     CheckpointContext* m_context;
-    DiffPanel* m_diff;
+    ComparisonSession* m_comparison;
     QLabel* m_title;
     QCheckBox* m_follow;
     QPushButton* m_stopButton = nullptr;

@@ -9,9 +9,12 @@
 #include "optscope/tensor/tensor_values.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 
 using namespace optscope;
 
@@ -232,4 +235,35 @@ TEST(ScalarValue, StepChangeHeadline)
     // no optimizer on one side: nothing to say
     const auto plain = openCheckpoint(kData + "/dangerous.pt");
     EXPECT_EQ(stepChangeText(*a, *plain), "");
+}
+
+TEST(ScalarValue, TrainingOrderBySteps)
+{
+    // the later of two checkpoints of a run, whichever is named first: by the optimizers' step
+    const auto step3 = openCheckpoint(kData + "/diff/step3.pt");
+    const auto step4 = openCheckpoint(kData + "/diff/step4.pt");
+    EXPECT_EQ(trainingOrder(*step4, *step3).later, 1);
+    EXPECT_EQ(trainingOrder(*step3, *step4).later, -1);
+    EXPECT_EQ(trainingOrder(*step3, *step4).by, TrainingOrder::By::Step);
+    EXPECT_EQ(trainingOrder(*step3, *step3).later, 0);
+}
+
+TEST(ScalarValue, TrainingOrderByWriteTimeWithoutSteps)
+{
+    // no optimizer steps to go by: the one written later is the later one; equal times cannot tell
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("optscope_order_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::copy_file(kData + "/dangerous.pt", dir / "old.pt", fs::copy_options::overwrite_existing);
+    fs::copy_file(kData + "/dangerous.pt", dir / "new.pt", fs::copy_options::overwrite_existing);
+    const auto now = fs::last_write_time(dir / "new.pt");
+    fs::last_write_time(dir / "old.pt", now - std::chrono::hours(1));
+    const auto older = openCheckpoint((dir / "old.pt").string());
+    const auto newer = openCheckpoint((dir / "new.pt").string());
+    EXPECT_EQ(trainingOrder(*newer, *older).later, 1);
+    EXPECT_EQ(trainingOrder(*older, *newer).later, -1);
+    EXPECT_EQ(trainingOrder(*older, *newer).by, TrainingOrder::By::WriteTime);
+    fs::last_write_time(dir / "old.pt", now);
+    EXPECT_EQ(trainingOrder(*older, *newer).later, 0);
+    fs::remove_all(dir);
 }

@@ -137,6 +137,7 @@ private Q_SLOTS:
     void reshardPreviewOpenAndDialogs();
     void heatmapPerKindLabelsAndTooltips();
     void diffValuesSideBySide();
+    void diffDirectionFollowsTraining();
     void watchFolderFollowsARun();
     void diagnoseNamesDeepSpeedAsTheLoader();
     void windowNeverGrowsPastTheScreen();
@@ -1047,7 +1048,7 @@ void TestFlows::copyFullKeyAndContextMenus()
     QVERIFY(diff->isVisible());
     // one number: its two values instead of a histogram of one difference
     QCOMPARE(diff->histogram()->binCount(), 0);
-    QCOMPARE(diff->histogram()->message(), QStringLiteral("A: 3.0 → B: 4.0"));
+    QCOMPARE(diff->histogram()->message(), QStringLiteral("B: 3.0 → A: 4.0"));
 
     // Diff: Ctrl+C on a number cell copies the row's full key; the row's menu copies A's value of `step`
     diff->view()->setCurrentIndex(current.sibling(current.row(), DiffModel::MaxAbsColumn));
@@ -1058,7 +1059,7 @@ void TestFlows::copyFullKeyAndContextMenus()
     menu.reset(diff->contextMenu(diff->view()->currentIndex()));
     QVERIFY(action(menu.get(), "copyKey") && action(menu.get(), "showShards") && action(menu.get(), "inspect"));
     action(menu.get(), "copyValue")->trigger();
-    QCOMPARE(clipboard->text(), QStringLiteral("3.0"));
+    QCOMPARE(clipboard->text(), QStringLiteral("4.0")); // A is the later step, though step 3 is the open one
     clipboard->clear();
     action(menu.get(), "copyKey")->trigger();
     QCOMPARE(clipboard->text(), step);
@@ -1516,8 +1517,9 @@ void TestFlows::diffValuesSideBySide()
     ValueCompareModel* m = diff->valuesModel();
     const int n = static_cast<int>(w.context()->checkpoint()->find("model.0.bias")->tensor.numel());
     QCOMPARE(m->rowCount(), n);
-    const CheckpointPtr a = w.context()->checkpoint();
-    const CheckpointPtr b = openCheckpoint(testData("diff/step4.pt").toStdString());
+    // A is the later step (step 4, opened second), B the open step 3
+    const CheckpointPtr a = openCheckpoint(testData("diff/step4.pt").toStdString());
+    const CheckpointPtr b = w.context()->checkpoint();
     const auto sa = ValuesPreviewModel::read(*a, *a->find("model.0.bias"), 0, 100, 32);
     const auto sb = ValuesPreviewModel::read(*b, *b->find("model.0.bias"), 0, 100, 32);
     int differing = 0;
@@ -1550,6 +1552,55 @@ void TestFlows::diffValuesSideBySide()
     QVERIFY(values.wait(Timeout));
     QVERIFY(m->rowCount() > 4);
     QCOMPARE(m->index(1, ValueCompareModel::IndexColumn).data().toString(), QStringLiteral("[0, 1]"));
+}
+
+void TestFlows::diffDirectionFollowsTraining()
+{
+    // whichever step is opened first, A is the later one: Δ = step 4 − step 3, relative to step 3, the same report
+    // (and top key) as Watch (the newest against the one before) and the CLI's `diff step4.pt step3.pt`
+    const QString step3 = testData("diff/step3.pt");
+    const QString step4 = testData("diff/step4.pt");
+    const auto later = openCheckpoint(step4.toStdString());
+    const auto earlier = openCheckpoint(step3.toStdString());
+    const std::string forward = diffCheckpoints(*later, *earlier, {}).toJson().dump();
+    const std::string backward = diffCheckpoints(*earlier, *later, {}).toJson().dump();
+    QVERIFY(forward != backward); // relative changes and Δ's sign tell the two apart
+    for (const QSize size : {QSize(1280, 720), QSize(1440, 900)})
+        for (const auto& [open, other] : {std::make_pair(step3, step4), std::make_pair(step4, step3)}) {
+            MainWindow w;
+            w.setPersistLayout(false);
+            w.resize(size);
+            w.show();
+            QVERIFY(QTest::qWaitForWindowExposed(&w));
+            QVERIFY(openAndWait(w, open));
+            DiffPanel* diff = w.diffPanel();
+            QSignalSpy done(diff, &DiffPanel::finished);
+            diff->compareWith(other);
+            QVERIFY(done.wait(Timeout));
+            QCOMPARE(diff->stepChange(), QStringLiteral("step 3 → 4"));
+            QCOMPARE(QFileInfo(diff->pathB()).fileName(), QStringLiteral("step3.pt"));
+            QVERIFY2(
+                diff->summaryText().contains(QStringLiteral("A is the later step")), qPrintable(diff->summaryText()));
+            QCOMPARE(diff->model()->report().toJson().dump(), forward);
+            const QString top = diff->proxy()->index(0, DiffModel::KeyColumn).data().toString();
+            QCOMPARE(top, QStringLiteral("model.0.weight"));
+            // the row selects the open checkpoint's key in the other panels, on either side
+            const QModelIndex current = diff->view()->currentIndex();
+            QVERIFY(current.isValid());
+            QCOMPARE(
+                w.context()->selectedKey(), current.sibling(current.row(), DiffModel::KeyColumn).data().toString());
+            // Swap turns it round: B is the later, and the summary says so
+            auto* swap = diff->findChild<QPushButton*>(QStringLiteral("swapAB"));
+            QVERIFY(swap && swap->isVisible());
+            done.clear();
+            swap->click();
+            QVERIFY(done.wait(Timeout));
+            QCOMPARE(diff->stepChange(), QStringLiteral("step 4 → 3"));
+            QCOMPARE(QFileInfo(diff->pathB()).fileName(), QStringLiteral("step4.pt"));
+            QVERIFY(diff->summaryText().contains(QStringLiteral("swapped")));
+            QCOMPARE(diff->model()->report().toJson().dump(), backward);
+            QVERIFY(w.width() <= size.width());
+        }
 }
 
 void TestFlows::watchFolderFollowsARun()

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/optim/optimizer_steps.h"
 #include "optscope/base/error.h"
+#include "optscope/io/storage.h"
 #include "optscope/optim/optimizer_view.h"
 #include "optscope/tensor/tensor_values.h"
 
@@ -59,6 +60,20 @@ std::string stepChangeText(const Checkpoint& a, const Checkpoint& b)
     const auto rb = stepRange(b);
     if (!ra || !rb || *ra == *rb) return {};
     return "step " + rangeText(*ra) + " \u2192 " + rangeText(*rb);
+}
+
+TrainingOrder trainingOrder(const Checkpoint& a, const Checkpoint& b)
+{
+    const auto ra = stepRange(a);
+    const auto rb = stepRange(b);
+    if (ra && rb && *ra != *rb) {
+        const bool aLater = ra->second != rb->second ? ra->second > rb->second : ra->first > rb->first;
+        return {aLater ? 1 : -1, TrainingOrder::By::Step};
+    }
+    const int64_t ta = statLocation(a.path).modifiedNs;
+    const int64_t tb = statLocation(b.path).modifiedNs;
+    if (ta == 0 || tb == 0 || ta == tb) return {};
+    return {ta > tb ? 1 : -1, TrainingOrder::By::WriteTime};
 }
 
 } // namespace optscope
