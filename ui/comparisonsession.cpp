@@ -156,8 +156,8 @@ QString ComparisonSession::checkpointLabel(const Shown& what) const
 {
     const QString open = Format::location(m_context->path());
     // two folders both named ckpt: their parents tell them apart
-    const auto [nameA, nameB] = what.openIsA ? Format::distinctNames(open, what.otherPath)
-                                             : Format::distinctNames(what.otherPath, open);
+    const auto [nameA, nameB]
+        = what.openIsA ? Format::distinctNames(open, what.otherPath) : Format::distinctNames(what.otherPath, open);
     return tr("A: %1 ↔ B: %2").arg(nameA, nameB);
 }
 

@@ -82,8 +82,8 @@ public:
     void compareRanks(int rankA, int rankB);
     /// shows a comparison made elsewhere (Watch: the step just read, now the open checkpoint, against the one
     /// before, @p other at @p otherPath; A is the open one): nothing is read or compared again
-    void showComparison(const QString& otherPath, const CheckpointPtr& other, DiffReport report,
-        const DiffOptions& options);
+    void showComparison(
+        const QString& otherPath, const CheckpointPtr& other, DiffReport report, const DiffOptions& options);
     /// back from a rank comparison to the checkpoint comparison it replaced; false if there is none
     bool back();
     /// the checkpoint comparison back() returns to (its other checkpoint's location), empty when none

@@ -71,8 +71,12 @@ FrozenTreeColumn::FrozenTreeColumn(QTreeView* tree)
     });
     if (tree->model()) {
         // a reset collapses both; expandAll / expandToDepth afterwards emit nothing per node: copy once it settles
+        // once per burst: a filter that inserts rows one by one scheduled a sync (a walk of the open tree) per row
         auto later = [this] {
+            if (m_syncPending) return;
+            m_syncPending = true;
             QTimer::singleShot(0, this, [this] {
+                m_syncPending = false;
                 hideOtherColumns();
                 syncExpansion();
             });

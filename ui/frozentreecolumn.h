@@ -34,6 +34,7 @@ private:
     QTreeView* m_tree;
     QTreeView* m_frozen;
     bool m_syncing = false;
+    bool m_syncPending = false; ///< a sync is scheduled
 };
 
 } // namespace optscope::ui

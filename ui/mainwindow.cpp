@@ -110,6 +110,7 @@ MainWindow::MainWindow(QWidget* parent)
         if (on) raisePanel(QStringLiteral("shards"));
     });
     connect(m_reshard, &ReshardPanel::written, m_shards, &ShardLayoutPanel::setPreviewWritten);
+    connect(m_shards, &ShardLayoutPanel::needsRoomChanged, this, &MainWindow::fitShardLayout);
     connect(m_context, &CheckpointContext::loadStarted, this,
         [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(Format::displayPath(path))); });
     connect(m_context, &CheckpointContext::checkpointChanged, this, [this] {
@@ -197,6 +198,25 @@ void MainWindow::resetLayout()
     details->raise();
     resizeDocks({keys, details}, {560, 860}, Qt::Horizontal);
     resizeDocks({details, dock(QStringLiteral("shards"))}, {560, 260}, Qt::Vertical);
+}
+
+void MainWindow::fitShardLayout(bool needsRoom)
+{
+    QDockWidget* shards = dock(QStringLiteral("shards"));
+    QDockWidget* details = dock(QStringLiteral("details"));
+    // only where the two still share a column as the default layout puts them (the user's own layout stays)
+    if (shards->isFloating() || details->isFloating() || !shards->isVisible()
+        || dockWidgetArea(shards) != dockWidgetArea(details) || shards->x() != details->x())
+        return;
+    const int total = details->height() + shards->height();
+    if (!needsRoom) m_shardRoom = shards->height();
+    // after the panel's layout took in its hidden lanes (a smaller minimum), not before
+    QTimer::singleShot(0, this, [this, details, shards, total, needsRoom] {
+        if (needsRoom)
+            resizeDocks({details, shards}, {std::max(total - m_shardRoom, 1), m_shardRoom}, Qt::Vertical);
+        else
+            resizeDocks({details, shards}, {total, 1}, Qt::Vertical); // its minimum: the title and the summary
+    });
 }
 
 void MainWindow::restoreLayout()

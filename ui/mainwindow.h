@@ -76,6 +76,9 @@ protected:
 private:
     /// the window never exceeds its screen's available area, whatever a label's text asks for
     void fitToScreen();
+    /// the Shard layout dock gives its height to the panels above it when the open checkpoint is not sharded, and
+    /// takes back what it had when one is
+    void fitShardLayout(bool needsRoom);
     /// the running job's label in the status bar, elided to StatusTextWidth (the whole text in its tooltip)
     void setJobText(const QString& text);
     static constexpr int StatusTextWidth = 420;
@@ -108,6 +111,7 @@ private:
     QLabel* m_checkpointLabel = nullptr;
     QString m_demoPath;
     QByteArray m_defaultState;
+    int m_shardRoom = 260; ///< the Shard layout dock's height before it gave it up
     bool m_persistLayout = true;
 };
 

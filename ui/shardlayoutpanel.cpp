@@ -14,6 +14,7 @@
 #include <QLabel>
 #include <QPainter>
 #include <QPixmap>
+#include <QScrollArea>
 #include <QVBoxLayout>
 
 namespace optscope::ui {
@@ -55,10 +56,21 @@ ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, QWidget* parent)
     m_title->setTextFormat(Qt::RichText);
     m_title->setWordWrap(true);
     layout->addWidget(m_title);
-    layout->addWidget(m_widget, 1);
+    // a short dock scrolls the lanes rather than merge a few ranks into one lane (the widget asks for 12 px a rank
+    // up to a few dozen ranks)
+    m_lanes = new QScrollArea(this);
+    auto* scroll = m_lanes;
+    scroll->setObjectName(QStringLiteral("shardLanes"));
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setWidgetResizable(true);
+    scroll->setWidget(m_widget);
+    layout->addWidget(scroll, 1);
     PlotExport::install(
         m_widget, [this] { return QFileInfo(m_context->path()).absolutePath(); }, QStringLiteral("shard-layout"));
-    auto* legend = new QHBoxLayout;
+    m_legend = new QWidget(this);
+    auto* legend = new QHBoxLayout(m_legend);
+    legend->setContentsMargins(0, 0, 0, 0);
     const QColor blue(0x4e, 0x79, 0xa7), red(0xd6, 0x27, 0x28);
     legend->addWidget(legendSwatch(blue, QPen(blue.darker(140)), tr("chunk (colour per rank)"), this));
     legend->addWidget(legendSwatch(QBrush(blue.lighter(150), Qt::BDiagPattern), QPen(blue, 1, Qt::DashLine),
@@ -69,14 +81,28 @@ ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, QWidget* parent)
     auto* hint = new QLabel(tr("wheel: zoom · Ctrl+wheel: ranks · drag: pan · double-click: reset"), this);
     hint->setEnabled(false);
     legend->addWidget(hint);
-    layout->addLayout(legend);
+    layout->addWidget(m_legend);
     m_summary->setWordWrap(true);
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(m_summary);
 
     connect(m_context, &CheckpointContext::selectionChanged, this, &ShardLayoutPanel::onSelectionChanged);
+    connect(m_context, &CheckpointContext::checkpointChanged, this, &ShardLayoutPanel::updateNeedsRoom);
     connect(m_context, &CheckpointContext::checkpointChanged, this, &ShardLayoutPanel::onSelectionChanged);
     onSelectionChanged();
+}
+
+void ShardLayoutPanel::updateNeedsRoom()
+{
+    // one pass over the chunk tables that makes nothing per chunk; a torch.save file's chunks have no rank (-1)
+    const CheckpointPtr cp = m_context->checkpoint();
+    const bool needs = m_preview.has_value() || !cp || cp->ranks().size() > 1;
+    if (needs == m_needsRoom) return;
+    m_needsRoom = needs;
+    // not sharded: every tensor is one lane of one chunk, which the title and the summary already say
+    m_lanes->setVisible(needs);
+    m_legend->setVisible(needs);
+    Q_EMIT needsRoomChanged(needs);
 }
 
 QString ShardLayoutPanel::summaryText() const
@@ -88,6 +114,7 @@ void ShardLayoutPanel::setPreview(std::optional<ReshardOptions> options)
 {
     m_preview = std::move(options);
     m_previewWrittenTo.clear();
+    updateNeedsRoom();
     onSelectionChanged();
 }
 
@@ -108,10 +135,11 @@ void ShardLayoutPanel::onSelectionChanged()
     const Entry* entry = m_context->selectedEntry();
     if (!entry || !entry->isTensor()) {
         m_title->setText(QString());
-        m_summary->setText(QString());
-        m_widget->setShardLayout(std::nullopt,
-            m_context->checkpoint() ? tr("Select a tensor to see which rank holds which rows.")
-                                    : tr("No checkpoint open."));
+        const QString message = m_context->checkpoint() ? tr("Select a tensor to see which rank holds which rows.")
+                                                        : tr("No checkpoint open.");
+        // without lanes (not sharded) the summary says it
+        m_summary->setText(m_needsRoom ? QString() : message);
+        m_widget->setShardLayout(std::nullopt, message);
         return;
     }
     if (entry->tensor.shape.empty()) {
@@ -121,11 +149,11 @@ void ShardLayoutPanel::onSelectionChanged()
             value = QString::fromStdString(scalarValueText(*m_context->checkpoint(), *entry).value_or(std::string()));
         } catch (const std::exception&) { }
         m_title->setText(tr("<b>%1</b> &nbsp; 0-dim").arg(Format::text(entry->key).toHtmlEscaped()));
-        m_summary->setText(QString());
-        m_widget->setShardLayout(std::nullopt,
-            tr("A 0-dim tensor: one value%1, held whole by %2.")
-                .arg(value.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(value),
-                    Format::ranks(entry->tensor.ranks())));
+        const QString message = tr("A 0-dim tensor: one value%1, held whole by %2.")
+                                    .arg(value.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(value),
+                                        Format::ranks(entry->tensor.ranks()));
+        m_summary->setText(m_needsRoom ? QString() : message);
+        m_widget->setShardLayout(std::nullopt, message);
         return;
     }
     // pure geometry over the metadata: cheap enough for the UI thread even with thousands of chunks
@@ -162,7 +190,8 @@ void ShardLayoutPanel::onSelectionChanged()
     if (problems.isEmpty()) {
         m_summary->setText(tr("<span style=\"color:#2e7d32\">✔</span> The chunks tile the tensor exactly: "
                               "%1, no gap, no overlap.")
-                               .arg(Format::elements(layout.totalElements)));
+                               .arg(Format::elements(layout.totalElements))
+            + (m_needsRoom ? QString() : tr(" Not split over ranks: no lanes to draw.")));
     } else {
         m_summary->setText(QStringLiteral("<span style=\"color:#d62728\">%1</span>")
                                .arg(problems.join(QStringLiteral("<br>"))

@@ -8,6 +8,7 @@
 #include <optional>
 
 class QLabel;
+class QScrollArea;
 
 namespace optscope::ui {
 
@@ -31,16 +32,26 @@ public:
     /// the preview's layout was written to @p outDir (Reshard and save): the title says so instead of "nothing
     /// written yet"; a preview of other options clears it
     void setPreviewWritten(const QString& outDir, const ReshardOptions& options);
+    /// whether the open checkpoint gives this panel something to show (its tensors are split over ranks, or a
+    /// reshard is previewed); an unsharded file's panel gives its height to the others
+    bool needsRoom() const { return m_needsRoom; }
+
+Q_SIGNALS:
+    void needsRoomChanged(bool needsRoom);
 
 private:
     void onSelectionChanged();
+    void updateNeedsRoom();
 
     CheckpointContext* m_context;
     QLabel* m_title;
     ShardLayoutWidget* m_widget;
+    QScrollArea* m_lanes; ///< m_widget, scrolled when the dock is short
+    QWidget* m_legend;
     QLabel* m_summary;
     std::optional<ReshardOptions> m_preview;
     QString m_previewWrittenTo;
+    bool m_needsRoom = true; ///< the default layout gives the panel its room
 };
 
 } // namespace optscope::ui

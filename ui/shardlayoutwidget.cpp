@@ -25,6 +25,10 @@ constexpr int TopMargin = 8;
 constexpr int AxisHeight = 34;
 constexpr int CoverageHeight = 14;
 constexpr double MaxLane = 96;
+constexpr double MinLane = 12; ///< the thinnest lane drawn: ranks share a lane rather than get less
+/// up to this many lanes the widget asks for the height of one lane per rank (its panel scrolls when the dock is
+/// lower): ranks share lanes only past a few dozen, never at 3 because the dock is short
+constexpr int LanesBeforeMerging = 32;
 
 const QColor kGap(0xd6, 0x27, 0x28);
 } // namespace
@@ -46,7 +50,11 @@ QSize ShardLayoutWidget::sizeHint() const
 
 QSize ShardLayoutWidget::minimumSizeHint() const
 {
-    return {240, 80};
+    if (!m_layout) return {240, 80};
+    const int shown = lastRank() - m_rankFirst + 1 + (hasUnknownRank() ? 1 : 0);
+    return {240,
+        TopMargin + CoverageHeight + 8 + static_cast<int>(MinLane) * std::clamp(shown, 1, LanesBeforeMerging)
+            + AxisHeight};
 }
 
 int ShardLayoutWidget::laneCount() const
@@ -75,6 +83,7 @@ void ShardLayoutWidget::setRankRange(int first, int last)
     m_rankFirst = std::clamp(first, 0, std::max(world - 1, 0));
     m_rankLast = std::clamp(last, m_rankFirst, std::max(world - 1, 0));
     if (m_rankFirst == 0 && m_rankLast == world - 1) m_rankLast = -1;
+    updateGeometry();
     update();
 }
 
@@ -158,16 +167,16 @@ ShardLayoutWidget::Geometry ShardLayoutWidget::geometry() const
     Geometry g;
     g.coverageTop = TopMargin;
     const double top = TopMargin + CoverageHeight + 8;
-    const double available = std::max(12.0, height() - top - AxisHeight);
+    const double available = std::max(MinLane, height() - top - AxisHeight);
     // as many ranks per lane as it takes to give each lane 12 px: 1, 2, 4, 8, ... (round numbers read better)
     const int shown = m_layout ? lastRank() - m_rankFirst + 1 : 1;
     const int unknown = hasUnknownRank() ? 1 : 0;
-    const int fit = std::max(1, static_cast<int>(available / 12.0) - unknown);
+    const int fit = std::max(1, static_cast<int>(available / MinLane) - unknown);
     g.group = 1;
     while ((shown + g.group - 1) / g.group > fit)
         g.group *= 2;
     g.lanes = std::max(1, (shown + g.group - 1) / g.group + unknown);
-    g.laneHeight = std::clamp(available / g.lanes, 12.0, MaxLane);
+    g.laneHeight = std::clamp(available / g.lanes, MinLane, MaxLane);
     g.plot = QRectF(LeftMargin, top, std::max(10, width() - LeftMargin - RightMargin), g.laneHeight * g.lanes);
     return g;
 }

@@ -23,6 +23,8 @@
 #include <QTreeView>
 #include <QVBoxLayout>
 
+#include <vector>
+
 #include <algorithm>
 #include <set>
 
@@ -218,12 +220,43 @@ void StateKeysPanel::onCheckpointChanged()
     updateSummary();
 }
 
+void StateKeysPanel::expandMatches()
+{
+    // open the filtered tree level by level while the rows in sight stay under a few thousand: 723 matches were
+    // once left under one collapsed node, and 100k would make a tree no one scrolls (one pass over what is opened)
+    constexpr int MaxRows = 5000;
+    if (m_model->matchingLeaves() <= MaxRows) {
+        m_view->expandAll();
+        return;
+    }
+    int shown = m_model->rowCount();
+    std::vector<QModelIndex> level;
+    for (int r = 0; r < m_model->rowCount(); ++r)
+        if (m_model->hasChildren(m_model->index(r, 0))) level.push_back(m_model->index(r, 0));
+    int depth = -1;
+    while (!level.empty()) {
+        int children = 0;
+        std::vector<QModelIndex> next;
+        for (const QModelIndex& node : level) {
+            const int n = m_model->rowCount(node);
+            children += n;
+            if (shown + children > MaxRows) break;
+            for (int r = 0; r < n; ++r)
+                if (m_model->hasChildren(m_model->index(r, 0, node))) next.push_back(m_model->index(r, 0, node));
+        }
+        if (shown + children > MaxRows) break;
+        shown += children;
+        ++depth;
+        level = std::move(next);
+    }
+    if (depth >= 0) m_view->expandToDepth(depth);
+}
+
 void StateKeysPanel::applyFilter()
 {
     m_filterTimer->stop();
     m_model->setFilter(m_filter->text());
-    // few matches: show them all
-    if (!m_model->filter().isEmpty() && m_model->matchingLeaves() <= 500) m_view->expandAll();
+    if (!m_model->filter().isEmpty()) expandMatches();
     onSelectionChanged(m_context->selectedKey());
     const KeyFilter& f = m_model->keyFilter();
     QString message;

@@ -62,6 +62,7 @@ private:
     void onLoadPreview(const CheckpointPtr& preview, const std::shared_ptr<const KeyTree>& tree);
     void onSelectionChanged(const QString& key);
     void applyFilter();
+    void expandMatches();
     /// the filter asks about values: read them once per checkpoint in the background, then filter again
     void readValuesForFilter();
     void updateSummary();

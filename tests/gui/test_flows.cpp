@@ -138,6 +138,8 @@ private Q_SLOTS:
     void heatmapPerKindLabelsAndTooltips();
     void diffValuesSideBySide();
     void diffDirectionFollowsTraining();
+    void shardLayoutRoomAndLanes();
+    void filterOpensItsMatches();
     void watchFolderFollowsARun();
     void diagnoseNamesDeepSpeedAsTheLoader();
     void windowNeverGrowsPastTheScreen();
@@ -1601,6 +1603,92 @@ void TestFlows::diffDirectionFollowsTraining()
             QCOMPARE(diff->model()->report().toJson().dump(), backward);
             QVERIFY(w.width() <= size.width());
         }
+}
+
+void TestFlows::shardLayoutRoomAndLanes()
+{
+    // an unsharded file's Shard layout gives its height to Tensor details / Diff / Diagnose; a sharded checkpoint's
+    // gets it back, and 3 ranks get a lane each (they merged into "r0–1 / rank 2" in a short dock at 1280×720)
+    for (const QSize size : {QSize(1280, 720), QSize(1440, 900)}) {
+        MainWindow w;
+        w.setPersistLayout(false);
+        w.resize(size);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QDockWidget* shards = w.dock(QStringLiteral("shards"));
+        QDockWidget* details = w.dock(QStringLiteral("details"));
+        const int before = shards->height();
+        QVERIFY(openAndWait(w, testData("adam_int.pt")));
+        QTRY_VERIFY2(shards->height() < before / 2,
+            qPrintable(QStringLiteral("%1 of %2 px").arg(shards->height()).arg(size.height())));
+        QVERIFY(details->height() > shards->height() * 3);
+        QVERIFY(!w.shardLayoutPanel()->needsRoom());
+        QVERIFY(openAndWait(w, testData("fsdp2_r3")));
+        QVERIFY(w.shardLayoutPanel()->needsRoom());
+        QTRY_VERIFY2(std::abs(shards->height() - before) <= 16, qPrintable(QString::number(shards->height())));
+        w.context()->select(QStringLiteral("optim.state.blocks.0.qkv.weight.exp_avg"));
+        QTest::qWait(20);
+        ShardLayoutWidget* lanes = w.shardLayoutPanel()->layoutWidget();
+        QCOMPARE(lanes->laneCount(), 3);
+        QCOMPARE(lanes->ranksPerLane(), 1);
+        // and in the shortest dock the user can make: the lanes scroll rather than merge
+        w.resizeDocks({details, shards}, {size.height(), 1}, Qt::Vertical);
+        QTest::qWait(20);
+        QCOMPARE(lanes->ranksPerLane(), 1);
+        QVERIFY(w.width() <= size.width());
+    }
+}
+
+void TestFlows::filterOpensItsMatches()
+{
+    // a filter's matches are in sight: 800 of them are not left under one collapsed node (723 were, at the old
+    // limit of 500); 6,000 open as many levels as keep under 5,000 rows in sight
+    auto synthetic = [](int layers) {
+        auto cp = std::make_shared<Checkpoint>();
+        cp->path = "synthetic";
+        for (int i = 0; i < layers; ++i)
+            for (const char* state : {"exp_avg", "exp_avg_sq", "step"}) {
+                Entry e;
+                e.path = {KeyPathElem::fromKey("optim"), KeyPathElem::fromKey("state"), KeyPathElem::fromKey("layers"),
+                    KeyPathElem::fromIndex(i), KeyPathElem::fromKey("mlp"), KeyPathElem::fromKey("weight"),
+                    KeyPathElem::fromKey(state)};
+                e.key = joinKeyPath(e.path);
+                e.kind = EntryKind::Tensor;
+                e.tensor.dtype = DType::Float32;
+                e.tensor.shape = {16};
+                cp->entries.push_back(std::move(e));
+            }
+        cp->buildIndex();
+        return CheckpointPtr(cp);
+    };
+    MainWindow w;
+    w.setPersistLayout(false);
+    QSignalSpy changed(w.context(), &CheckpointContext::checkpointChanged);
+    QElapsedTimer took;
+    took.start();
+    w.context()->adopt(QStringLiteral("synthetic"), synthetic(800));
+    QVERIFY(changed.wait(Timeout));
+    StateKeysPanel* keys = w.stateKeysPanel();
+    keys->filterEdit()->setText(QStringLiteral("exp_avg_sq"));
+    QTRY_COMPARE(keys->model()->matchingLeaves(), 800);
+    for (const int layer : {0, 399, 799}) {
+        const QModelIndex leaf
+            = keys->model()->indexForKey(QStringLiteral("optim.state.layers.%1.mlp.weight.exp_avg_sq").arg(layer));
+        QVERIFY(leaf.isValid());
+        for (QModelIndex up = leaf.parent(); up.isValid(); up = up.parent())
+            QVERIFY2(keys->view()->isExpanded(up), qPrintable(up.data().toString()));
+    }
+    // far more matches: the levels above them open, the rows in sight stay bounded
+    w.context()->adopt(QStringLiteral("synthetic"), synthetic(3000));
+    QVERIFY(changed.wait(Timeout));
+    keys->filterEdit()->setText(QStringLiteral("exp_avg"));
+    QTRY_COMPARE(keys->model()->matchingLeaves(), 6000);
+    // one walk of the open tree per burst of rows, not one per row (15 s here before)
+    QVERIFY2(took.elapsed() < 5000, qPrintable(QString::number(took.elapsed())));
+    const QModelIndex layers = keys->model()->indexForKey(QStringLiteral("optim.state.layers"));
+    QVERIFY(layers.isValid());
+    QVERIFY(keys->view()->isExpanded(layers));
+    QVERIFY(!keys->view()->isExpanded(keys->model()->index(1500, 0, layers))); // (layer 0 holds the selected key)
 }
 
 void TestFlows::watchFolderFollowsARun()
