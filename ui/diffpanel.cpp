@@ -79,6 +79,8 @@ DiffPanel::DiffPanel(CheckpointContext* context, ComparisonSession* session, QWi
     , m_values(new ValueCompareModel(this))
     , m_valuesView(new QTableView(this))
     , m_valuesInfo(new QLabel(this))
+    , m_valuesPrev(new QToolButton(this))
+    , m_valuesNext(new QToolButton(this))
     , m_rightTabs(new QTabWidget(this))
 {
     auto* layout = new QVBoxLayout(this);
@@ -255,19 +257,36 @@ DiffPanel::DiffPanel(CheckpointContext* context, ComparisonSession* session, QWi
     onlyDiffering->setObjectName(QStringLiteral("onlyDiffering"));
     connect(onlyDiffering, &QCheckBox::toggled, m_values, &ValueCompareModel::setOnlyDiffering);
     valuesBar->addWidget(onlyDiffering);
+    // a page of elements at a time, every element of a row included: the earlier and later pages one click away
+    m_valuesPrev->setObjectName(QStringLiteral("valuesPrevious"));
+    m_valuesNext->setObjectName(QStringLiteral("valuesNext"));
+    m_valuesPrev->setArrowType(Qt::LeftArrow);
+    m_valuesNext->setArrowType(Qt::RightArrow);
+    m_valuesPrev->setToolTip(tr("The previous %1 elements").arg(ValuesPage));
+    m_valuesNext->setToolTip(tr("The next %1 elements").arg(ValuesPage));
+    m_valuesPrev->setEnabled(false);
+    m_valuesNext->setEnabled(false);
+    connect(m_valuesPrev, &QToolButton::clicked, this, [this] { showValuesPage(m_valuesFirst - ValuesPage); });
+    connect(m_valuesNext, &QToolButton::clicked, this, [this] { showValuesPage(m_valuesFirst + ValuesPage); });
+    valuesBar->addWidget(m_valuesPrev);
+    valuesBar->addWidget(m_valuesNext);
     valuesLayout->addLayout(valuesBar);
+    m_valuesView->setObjectName(QStringLiteral("valuesView"));
     m_valuesView->setModel(m_values);
     m_valuesView->verticalHeader()->hide();
     m_valuesView->verticalHeader()->setDefaultSectionSize(m_valuesView->fontMetrics().height() + 4);
     m_valuesView->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
     m_valuesView->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    m_valuesView->horizontalHeader()->setStretchLastSection(true);
+    // every number whole: the columns take their content's width (the view scrolls when narrower)
+    m_valuesView->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_valuesView->horizontalHeader()->setStretchLastSection(false);
     valuesLayout->addWidget(m_valuesView, 1);
     m_rightTabs->addTab(histBox, tr("Δ histogram"));
     m_rightTabs->addTab(valuesBox, tr("A | B | Δ values"));
     right->addWidget(m_rightTabs);
-    right->setStretchFactor(0, 3);
-    right->setStretchFactor(1, 2);
+    // the heatmap and the selected key's histogram or values share the height (values showed 4 rows at 1280x720)
+    right->setStretchFactor(0, 1);
+    right->setStretchFactor(1, 1);
     split->addWidget(right);
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 1);
@@ -570,7 +589,8 @@ void DiffPanel::showEntry(int entryIndex)
     if (entryIndex < 0 || entryIndex >= static_cast<int>(entries.size())) return;
     const DiffEntry& e = entries[static_cast<size_t>(entryIndex)];
     m_histTitle->setText(tr("Δ = A − B of %1").arg(Format::text(e.key)));
-    startValues(e);
+    m_valuesEntry = entryIndex;
+    startValues(e, 0);
     if (e.type == "tensor" && e.numel == 1 && e.status == DiffStatus::Changed) {
         // one number (`step`): its two values say more than a histogram of one difference
         auto valueOf = [](const CheckpointPtr& cp, const std::string& key) {
@@ -631,9 +651,18 @@ QString DiffPanel::valuesInfo() const
     return m_valuesInfo->text();
 }
 
-void DiffPanel::startValues(const DiffEntry& e)
+void DiffPanel::showValuesPage(int64_t first)
+{
+    const auto& entries = m_model->report().entries;
+    if (m_valuesEntry < 0 || m_valuesEntry >= static_cast<int>(entries.size())) return;
+    startValues(entries[static_cast<size_t>(m_valuesEntry)], std::max<int64_t>(first, 0));
+}
+
+void DiffPanel::startValues(const DiffEntry& e, int64_t first)
 {
     m_values->clear();
+    m_valuesPrev->setEnabled(false);
+    m_valuesNext->setEnabled(false);
     const CheckpointPtr a = m_session->checkpointA();
     // ranks compare chunks of one checkpoint; B's values are another rank's chunk, not a second tensor to read
     const CheckpointPtr b = m_session->checkpointB();
@@ -650,23 +679,39 @@ void DiffPanel::startValues(const DiffEntry& e)
     }
     const std::string keyA = e.keyA, keyB = e.keyB;
     const double rtol = m_session->shown().rtol, atol = m_session->shown().atol;
+    const int64_t numel = inA->tensor.numel();
+    first = std::min(first, std::max<int64_t>(numel - 1, 0)) / ValuesPage * ValuesPage;
+    m_valuesFirst = first;
     m_valuesInfo->setText(tr("Reading…"));
     m_context->runner()->run(
         QStringLiteral("diff-values"), tr("Values of %1").arg(Format::text(e.key)), this,
-        [a, b, keyA, keyB](const Progress& progress) {
-            // the same window of both: the first rows, the first elements of each row
-            auto slices = std::make_pair(ValuesPreviewModel::read(*a, *a->find(keyA), 0, 100, 32, progress),
-                ValuesPreviewModel::read(*b, *b->find(keyB), 0, 100, 32, progress));
-            return slices;
+        [a, b, keyA, keyB, first](const Progress& progress) {
+            // the same page of both
+            return std::make_pair(ValuesPreviewModel::readElements(*a, *a->find(keyA), first, ValuesPage, progress),
+                ValuesPreviewModel::readElements(*b, *b->find(keyB), first, ValuesPage, progress));
         },
-        [this, rtol, atol](std::pair<ValuesPreviewModel::Slice, ValuesPreviewModel::Slice> slices) {
-            const int64_t rows = slices.first.rows;
-            const auto total = static_cast<int64_t>(slices.first.rowLength)
-                * std::max<int64_t>(slices.first.shape.empty() ? 1 : slices.first.shape[0], 1);
-            m_values->setData(std::move(slices.first), std::move(slices.second), rtol, atol);
-            m_valuesInfo->setText(tr("%1 of %2 shown (the first %n row(s)): %3 differ", nullptr, static_cast<int>(rows))
-                                      .arg(Format::count(m_values->elementCount()), Format::elements(total),
-                                          Format::count(m_values->differingCount())));
+        [this, rtol, atol, numel](std::pair<ValuesPreviewModel::Slice, ValuesPreviewModel::Slice> pages) {
+            const ValuesPreviewModel::Slice& page = pages.first;
+            const int64_t begin = page.firstElement;
+            const auto end = begin + static_cast<int64_t>(page.values.size());
+            const int64_t rowLength = std::max<int64_t>(page.rowLength, 1);
+            const std::vector<int64_t> shape = page.shape;
+            m_values->setData(std::move(pages.first), std::move(pages.second), rtol, atol);
+            const QString differ = tr("%1 differ").arg(Format::count(m_values->differingCount()));
+            QString text;
+            if (begin == 0 && end == numel)
+                text = tr("All %1: %2").arg(Format::elements(numel), differ);
+            else if (shape.size() <= 1)
+                text = tr("Elements %1–%2 of %3: %4 on this page")
+                           .arg(Format::count(begin), Format::count(end - 1), Format::count(numel), differ);
+            else
+                text = tr("Elements %1–%2 of %3 (rows %4–%5 of %6, %7 each): %8 on this page")
+                           .arg(Format::count(begin), Format::count(end - 1), Format::count(numel),
+                               Format::count(begin / rowLength), Format::count((end - 1) / rowLength),
+                               Format::count(shape[0]), Format::count(rowLength), differ);
+            m_valuesInfo->setText(text);
+            m_valuesPrev->setEnabled(begin > 0);
+            m_valuesNext->setEnabled(end < numel);
             Q_EMIT valuesReady();
         },
         [this](const QString& message, bool cancelled) {

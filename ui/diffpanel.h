@@ -41,6 +41,8 @@ class DiffPanel : public QWidget
     Q_OBJECT
 public:
     static constexpr int HistogramBins = ComparisonSession::HistogramBins;
+    /// elements of A | B | Δ values shown at a time
+    static constexpr int64_t ValuesPage = 1024;
 
     DiffPanel(CheckpointContext* context, ComparisonSession* session, QWidget* parent = nullptr);
 
@@ -102,7 +104,9 @@ private:
     void onCurrentChanged();
     void showEntry(int entryIndex);
     void updateFilter();
-    void startValues(const DiffEntry& entry);
+    /// reads the page of A | B | Δ values holding element @p first of @p entry
+    void startValues(const DiffEntry& entry, int64_t first);
+    void showValuesPage(int64_t first);
     void setBusy(bool busy);
 
     CheckpointContext* m_context;
@@ -133,6 +137,10 @@ private:
     ValueCompareModel* m_values;
     QTableView* m_valuesView;
     QLabel* m_valuesInfo;
+    QToolButton* m_valuesPrev;
+    QToolButton* m_valuesNext;
+    int m_valuesEntry = -1; ///< the report entry whose values are shown
+    int64_t m_valuesFirst = 0; ///< the first element of the page shown
     QTabWidget* m_rightTabs;
     QString m_running; ///< what the running comparison compares, for its progress
 };

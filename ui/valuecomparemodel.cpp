@@ -61,6 +61,13 @@ void ValueCompareModel::rebuildRows()
 QString ValueCompareModel::indexText(size_t element) const
 {
     if (m_a.shape.empty()) return QStringLiteral("[]");
+    if (m_a.firstElement >= 0) {
+        // a page of elements: the row along dim 0, then the element within the row (the rest of the dims flattened)
+        const int64_t flat = m_a.firstElement + static_cast<int64_t>(element);
+        if (m_a.shape.size() == 1) return QStringLiteral("[%1]").arg(flat);
+        const int64_t rowLength = std::max<int64_t>(m_a.rowLength, 1);
+        return QStringLiteral("[%1, %2]").arg(flat / rowLength).arg(flat % rowLength);
+    }
     const int64_t columns = std::max<int64_t>(m_a.columns, 1);
     const int64_t row = m_a.rowOffset + static_cast<int64_t>(element) / columns;
     if (m_a.shape.size() == 1) return QStringLiteral("[%1]").arg(row);

@@ -69,6 +69,39 @@ ValuesPreviewModel::Slice ValuesPreviewModel::read(const Checkpoint& checkpoint,
     return s;
 }
 
+ValuesPreviewModel::Slice ValuesPreviewModel::readElements(
+    const Checkpoint& checkpoint, const Entry& entry, int64_t first, int64_t count, const Progress& progress)
+{
+    Slice s;
+    const TensorEntry& t = entry.tensor;
+    s.dtype = t.dtype;
+    s.shape = t.shape;
+    s.rowLength = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d)
+        s.rowLength *= t.shape[d];
+    const int64_t numel = t.numel();
+    s.firstElement = std::clamp<int64_t>(first, 0, numel);
+    const int64_t n = std::clamp<int64_t>(count, 0, numel - s.firstElement);
+    s.rows = n;
+    s.columns = 1;
+    if (n == 0) return s;
+    const size_t elem = dtypeSize(t.dtype);
+    std::vector<uint8_t> bytes;
+    bytes.reserve(static_cast<size_t>(n) * elem);
+    TensorAssembler(checkpoint, entry)
+        .streamElements(
+            s.firstElement, n, [&](const uint8_t* p, size_t size) { bytes.insert(bytes.end(), p, p + size); },
+            progress);
+    const size_t got = bytes.size() / elem;
+    s.values = ElementDecoder::decode(bytes.data(), got, t.dtype);
+    if (dtypeIsComplex(t.dtype)) {
+        s.imag.resize(got);
+        for (size_t i = 0; i < got; ++i)
+            s.imag[i] = ElementDecoder::imaginary(bytes.data() + i * elem, t.dtype);
+    }
+    return s;
+}
+
 ValuesPreviewModel::ValuesPreviewModel(QObject* parent)
     : QAbstractTableModel(parent)
 { }

@@ -27,6 +27,7 @@ public:
         int64_t rows = 0;
         int64_t columns = 0; ///< shown per row
         int64_t rowLength = 0; ///< elements per row in the tensor
+        int64_t firstElement = -1; ///< readElements(): the flat index of values[0]; -1 for a window of rows
         std::vector<double> values; ///< rows * columns, row-major
         std::vector<double> imag; ///< complex dtypes only
     };
@@ -34,6 +35,11 @@ public:
     /// Reads the window [rowOffset, rowOffset + rows) x [0, maxColumns) of @p entry (a box, streamed by the core).
     static Slice read(const Checkpoint& checkpoint, const Entry& entry, int64_t rowOffset, int64_t rows,
         int64_t maxColumns, const Progress& progress = {});
+
+    /// Reads the elements [first, first + count) of @p entry in row-major order (clamped to the tensor): a page of
+    /// its values whatever its shape, every element of a row included.
+    static Slice readElements(
+        const Checkpoint& checkpoint, const Entry& entry, int64_t first, int64_t count, const Progress& progress = {});
 
     explicit ValuesPreviewModel(QObject* parent = nullptr);
 

@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <set>
 #include <tuple>
@@ -500,6 +501,56 @@ TEST(Assembler, DcpTensorsMatchTorchHashes)
     std::vector<uint8_t> again;
     TensorAssembler(*cp, *e, 1).stream([&](const uint8_t* p, size_t n) { again.insert(again.end(), p, p + n); });
     EXPECT_EQ(again, bytes);
+}
+
+TEST(Assembler, ElementRangesAreTheirBoxesInOrder)
+{
+    // every range of a few shapes: the boxes, read one after the other, are exactly the range's elements in row-major
+    // order, and never more than 2 x dims - 1 of them
+    for (const std::vector<int64_t>& shape :
+        std::vector<std::vector<int64_t>> {{7}, {4, 5}, {3, 4, 5}, {2, 1, 3, 4}, {2, 3, 0, 2}}) {
+        int64_t numel = 1;
+        for (auto s : shape)
+            numel *= s;
+        for (int64_t first = 0; first <= numel; ++first)
+            for (int64_t count = 0; first + count <= numel; ++count) {
+                std::vector<int64_t> got;
+                size_t boxes = 0;
+                elementRangeBoxes(shape, first, count, [&](const auto& offsets, const auto& sizes) {
+                    ++boxes;
+                    // the box's elements in row-major order, as flat indices of the tensor
+                    std::vector<int64_t> at(offsets);
+                    int64_t n = 1;
+                    for (auto s : sizes)
+                        n *= s;
+                    for (int64_t i = 0; i < n; ++i) {
+                        int64_t flat = 0;
+                        for (size_t d = 0; d < shape.size(); ++d)
+                            flat = flat * shape[d] + at[d];
+                        got.push_back(flat);
+                        for (size_t d = shape.size(); d-- > 0;) {
+                            if (++at[d] < offsets[d] + sizes[d]) break;
+                            at[d] = offsets[d];
+                        }
+                    }
+                });
+                std::vector<int64_t> want(static_cast<size_t>(count));
+                std::iota(want.begin(), want.end(), first);
+                ASSERT_EQ(got, want) << shapeText(shape) << " " << first << "+" << count;
+                EXPECT_LE(boxes, 2 * shape.size() - 1);
+            }
+    }
+    // read from a file: a page of a permuted 3-D tensor is the same bytes as that part of the whole
+    const auto cp = openCheckpoint(kData + "/dtypes.pt");
+    const Entry* e = cp->find("layouts.permuted3d");
+    ASSERT_NE(e, nullptr);
+    std::vector<uint8_t> whole, page;
+    TensorAssembler(*cp, *e).stream([&](const uint8_t* p, size_t n) { whole.insert(whole.end(), p, p + n); });
+    const size_t elem = dtypeSize(e->tensor.dtype);
+    TensorAssembler(*cp, *e).streamElements(
+        7, 41, [&](const uint8_t* p, size_t n) { page.insert(page.end(), p, p + n); });
+    EXPECT_EQ(page, std::vector<uint8_t>(whole.begin() + 7 * elem, whole.begin() + 48 * elem));
+    EXPECT_THROW(TensorAssembler(*cp, *e).streamElements(50, 11, [](const uint8_t*, size_t) {}), Error);
 }
 
 TEST(Assembler, RowsLargerThanABlockAreCutIntoBoxes)

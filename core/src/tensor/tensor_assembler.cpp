@@ -85,6 +85,78 @@ void TensorAssembler::stream(
     streamRows(0, m_entry.tensor.shape.empty() ? 1 : m_entry.tensor.shape[0], sink, progress, onBytes, region);
 }
 
+namespace {
+
+using BoxFn = std::function<void(const std::vector<int64_t>&, const std::vector<int64_t>&)>;
+
+/// the elements [begin, end) of the sub-tensor at dimension @p d (the outer indices fixed in @p offsets), where
+/// @p stride[d] elements make one index of dimension d
+void rangeBoxes(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride, size_t d, int64_t begin,
+    int64_t end, std::vector<int64_t>& offsets, const BoxFn& onBox)
+{
+    if (begin >= end) return;
+    const int64_t step = stride[d];
+    if (begin % step == 0 && end % step == 0) {
+        // whole indices of dimension d: one box, full below it
+        std::vector<int64_t> sizes(shape.size(), 1);
+        offsets[d] = begin / step;
+        sizes[d] = (end - begin) / step;
+        for (size_t k = d + 1; k < shape.size(); ++k) {
+            offsets[k] = 0;
+            sizes[k] = shape[k];
+        }
+        onBox(offsets, sizes);
+        return;
+    }
+    int64_t first = begin / step;
+    const int64_t last = (end - 1) / step;
+    if (first == last) { // inside one index of dimension d
+        offsets[d] = first;
+        rangeBoxes(shape, stride, d + 1, begin - first * step, end - first * step, offsets, onBox);
+        return;
+    }
+    if (begin % step != 0) { // the head: the rest of index `first`
+        offsets[d] = first;
+        rangeBoxes(shape, stride, d + 1, begin - first * step, step, offsets, onBox);
+        ++first;
+    }
+    const int64_t wholeEnd = end / step;
+    if (wholeEnd > first) rangeBoxes(shape, stride, d, first * step, wholeEnd * step, offsets, onBox);
+    if (end % step != 0) { // the tail: the start of index `wholeEnd`
+        offsets[d] = wholeEnd;
+        rangeBoxes(shape, stride, d + 1, 0, end - wholeEnd * step, offsets, onBox);
+    }
+}
+
+} // namespace
+
+void elementRangeBoxes(const std::vector<int64_t>& shape, int64_t first, int64_t count, const BoxFn& onBox)
+{
+    if (count <= 0) return;
+    if (shape.empty()) {
+        if (first == 0) onBox({}, {});
+        return;
+    }
+    std::vector<int64_t> stride(shape.size(), 1);
+    for (size_t d = shape.size() - 1; d > 0; --d)
+        stride[d - 1] = stride[d] * shape[d];
+    std::vector<int64_t> offsets(shape.size(), 0);
+    rangeBoxes(shape, stride, 0, first, first + count, offsets, onBox);
+}
+
+void TensorAssembler::streamElements(int64_t first, int64_t count, const Sink& sink, const Progress& progress)
+{
+    const TensorEntry& t = m_entry.tensor;
+    const int64_t numel = t.numel();
+    if (first < 0 || count < 0 || first > numel || count > numel - first)
+        throw Error(ErrorKind::Usage, m_checkpoint.path + ": '" + m_entry.key + "'",
+            "elements " + std::to_string(first) + "+" + std::to_string(count) + " outside " + shapeText(t.shape));
+    elementRangeBoxes(
+        t.shape, first, count, [&](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes) {
+            streamBox(offsets, sizes, sink, progress);
+        });
+}
+
 void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
     const Sink& sink, const Progress& progress, const RegionSink& region)
 {

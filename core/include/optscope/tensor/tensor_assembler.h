@@ -34,6 +34,9 @@ public:
     /// whole rows (a dim-0 slice) streams like stream(); any other box is assembled in one buffer of its size.
     void streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const Sink& sink,
         const Progress& progress = {}, const RegionSink& region = {});
+    /// Only the elements [first, first + count) in row-major order (a page of a tensor's values, whatever its shape),
+    /// as the dense bytes of those elements: the range is read as the few boxes elementRangeBoxes() cuts it into.
+    void streamElements(int64_t first, int64_t count, const Sink& sink, const Progress& progress = {});
     /// throws Error(Limit) naming the entry when reading it whole would expand a broadcast view (a dimension of
     /// stride 0, as torch.expand makes) to far more bytes than it stores; every read above checks it too
     static void checkExpansion(const Checkpoint& checkpoint, const Entry& entry);
@@ -45,6 +48,12 @@ private:
     const Entry& m_entry;
     size_t m_maxBlock;
 };
+
+/// The boxes that, read one after the other, give the elements [first, first + count) of a tensor of @p shape in
+/// row-major order: a partial run at the head, whole blocks of the outermost dimension, a partial run at the tail,
+/// each split again one dimension down (at most 2 x dims - 1 boxes). @p onBox gets each box's offsets and sizes.
+void elementRangeBoxes(const std::vector<int64_t>& shape, int64_t first, int64_t count,
+    const std::function<void(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes)>& onBox);
 
 /// SHA-256 (hex) of the entry's full tensor bytes in row-major C order, little-endian.
 std::string hashTensor(const Checkpoint& checkpoint, const Entry& entry, const Progress& progress = {},
