@@ -146,7 +146,8 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
         tr("Apply every mechanical fix (renames, re-keying, step casts, ...) and write a new checkpoint "
            "in the input's format"));
     actions->addWidget(m_apply);
-    m_openFixed->setToolTip(tr("Open the fixed checkpoint"));
+    m_openFixed->setToolTip(tr("Open the fixed checkpoint and diagnose it against the same model"));
+    m_openFixed->setObjectName(QStringLiteral("openFixed"));
     m_openFixed->hide();
     actions->addWidget(m_openFixed);
     actions->addStretch(1);
@@ -183,8 +184,8 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
             if (m_context->reference()) m_context->clearReference();
         }
         // the fixed copy just written: diagnosing it against the same model is the next step, so do it
-        if (fixedCopy && m_context->checkpoint() && !m_reference->text().trimmed().isEmpty())
-            QTimer::singleShot(0, this, &DiagnosePanel::diagnose);
+        if (fixedCopy && m_context->checkpoint()) QTimer::singleShot(0, this, &DiagnosePanel::diagnose);
+        if (!fixedCopy) m_beforeFix.reset();
         m_checkpointPath = path;
         m_model->setData({});
         m_details->clear();
@@ -321,6 +322,9 @@ void DiagnosePanel::diagnose()
             for (const auto& n : d.notes)
                 head += QStringLiteral("<br><span style=\"color:gray\">%1</span>")
                             .arg(Format::withDisplayPaths(n).toHtmlEscaped());
+            // the fixed copy just written: which findings the fix resolved and which remain, first
+            if (m_beforeFix && !m_lastFixed.isEmpty() && m_context->path() == m_lastFixed)
+                head = changeText(compareDiagnoses(*m_beforeFix, d)) + QStringLiteral("<br>") + head;
             m_summary->setText(head);
             m_model->setData(std::move(d));
             // the finding's name whole ("zero-world-size-mismatch (fixable)" was cut at a fixed width), the
@@ -384,6 +388,29 @@ void DiagnosePanel::onCurrentChanged()
     m_details->setHtml(html);
 }
 
+QString DiagnosePanel::changeText(const DiagnosisChange& change)
+{
+    // each code with how many it had: "name (2)" resolved or new, "name (1 of 3)" still there
+    auto codes = [](const std::vector<DiagnosisChange::CodeCount>& list) {
+        QStringList out;
+        for (const auto& c : list) {
+            const QString name = QStringLiteral("<i>%1</i>").arg(QLatin1String(findingName(c.code)));
+            out << (c.before > 0 && c.after > 0 ? tr("%1 (%2 of %3)").arg(name).arg(c.after).arg(c.before)
+                                                : tr("%1 (%2)").arg(name).arg(std::max(c.before, c.after)));
+        }
+        return out.join(QStringLiteral(", "));
+    };
+    QString text = tr("<b>After the fix</b>: ");
+    if (change.resolved.empty() && change.remaining.empty() && change.added.empty())
+        return text + tr("no problems, before or after.");
+    text += tr("resolved %1").arg(change.resolved.empty() ? tr("nothing") : codes(change.resolved));
+    if (!change.remaining.empty()) text += tr("; still there: %1").arg(codes(change.remaining));
+    if (!change.added.empty()) text += tr("; new: %1").arg(codes(change.added));
+    return text
+        + (change.noErrorsLeft() ? tr(". <b style=\"color:#2e7d32\">No error is left.</b>")
+                                 : tr(". <b style=\"color:#d62728\">Errors are left.</b>"));
+}
+
 void DiagnosePanel::applyFixesTo(const QString& output)
 {
     const CheckpointPtr cp = m_context->checkpoint();
@@ -396,9 +423,10 @@ void DiagnosePanel::applyFixesTo(const QString& output)
     m_context->runner()->run(
         QStringLiteral("fix"), tr("Apply fixes"), this,
         [cp, d, out, write](const Progress& progress) { return applyFixes(*cp, d, out, progress, write); },
-        [this](FixResult r) {
+        [this, d](FixResult r) {
             setBusy(false);
             m_lastFixed = QString::fromStdString(r.output);
+            m_beforeFix = d; // what Open fixed then compares the fixed copy's diagnosis with
             QStringList applied;
             for (const auto& a : r.applied)
                 applied << QString::fromStdString(a).toHtmlEscaped();

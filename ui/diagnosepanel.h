@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/analysis/diagnosis.h"
+
 #include <QWidget>
+
+#include <optional>
 
 class QLabel;
 class QLineEdit;
@@ -56,6 +60,8 @@ Q_SIGNALS:
     void openRequested(const QString& path);
 
 private:
+    /// what a fix did, in the panel's words (the CLI's fix prints the same DiagnosisChange)
+    static QString changeText(const DiagnosisChange& change);
     void chooseReference(int kind);
     void onCurrentChanged();
     void setBusy(bool busy);
@@ -76,6 +82,7 @@ private:
     QTableView* m_view;
     QTextBrowser* m_details;
     QString m_lastFixed;
+    std::optional<Diagnosis> m_beforeFix; ///< the diagnosis the last fix was made from
     QString m_checkpointPath; ///< the checkpoint the reference was chosen for
     bool m_busy = false;
 };

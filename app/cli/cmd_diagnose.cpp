@@ -116,15 +116,41 @@ int runFix(const std::vector<std::string>& argv)
     for (const char* input : {"--model", "--target-optim"}) // the output must not replace them either
         if (const auto path = args.value(input)) write.inputs.push_back(*path);
     const FixResult r = applyFixes(*cp, d, *out, progress, write, renames);
+    // what the fix did: the written copy diagnosed against the same model, finding code by finding code
+    const CheckpointPtr fixed = openCheckpoint(r.output, progress);
+    const DiagnosisChange change = compareDiagnoses(
+        d, diagnoseCheckpoint(*fixed, expected ? &*expected : nullptr, progress, target ? &*target : nullptr));
     finishTerminalProgress();
     if (args.has("--json")) {
-        nlohmann::ordered_json j {
-            {"output", r.output}, {"applied", r.applied}, {"renamed_keys", r.renamedKeys}, {"diagnosis", d.toJson()}};
+        nlohmann::ordered_json j {{"output", r.output}, {"applied", r.applied}, {"renamed_keys", r.renamedKeys},
+            {"diagnosis", d.toJson()}, {"after_fix", change.toJson()}};
         std::cout << j.dump(2) << std::endl;
     } else {
         for (const auto& a : r.applied)
             std::cout << "applied " << a << "\n";
         std::cout << "wrote " << r.output << " (" << r.renamedKeys << " keys renamed)\n";
+        auto list = [](const std::vector<DiagnosisChange::CodeCount>& codes, bool withAfter) {
+            std::string text;
+            for (const auto& c : codes)
+                text += (text.empty() ? "" : ", ") + std::string(findingName(c.code)) + " ("
+                    + (withAfter ? std::to_string(c.after) + " of " : std::string()) + std::to_string(c.before) + ")";
+            return text;
+        };
+        std::cout << "the fixed copy, diagnosed again: ";
+        if (change.resolved.empty() && change.remaining.empty() && change.added.empty())
+            std::cout << "no problems before or after\n";
+        else {
+            std::cout << "resolved: " << (change.resolved.empty() ? "none" : list(change.resolved, false));
+            if (!change.remaining.empty()) std::cout << "; still there: " << list(change.remaining, true);
+            if (!change.added.empty()) {
+                std::string added;
+                for (const auto& c : change.added)
+                    added += (added.empty() ? "" : ", ") + std::string(findingName(c.code)) + " ("
+                        + std::to_string(c.after) + ")";
+                std::cout << "; new: " << added;
+            }
+            std::cout << (change.noErrorsLeft() ? "; no error is left\n" : "; errors are left\n");
+        }
     }
     return ExitOk;
 }

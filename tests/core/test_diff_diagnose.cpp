@@ -437,6 +437,29 @@ Diagnosis diagnose(const std::string& optim, const std::string& model = "diag/mo
     return diagnoseCheckpoint(*cp, &exp);
 }
 
+TEST(Diagnose, WhatAFixChangedByCode)
+{
+    // before: a gap (error), two step warnings, an info; after: one step warning left and an unreadable chunk new
+    Diagnosis before, after;
+    before.findings = {Finding(FindingCode::ChunkGap, "gap", "a"), Finding(FindingCode::StepInconsistent, "s", "b"),
+        Finding(FindingCode::StepInconsistent, "s", "c"), Finding(FindingCode::IdKeyed, "ids")};
+    after.findings = {Finding(FindingCode::StepInconsistent, "s", "renamed.b"), Finding(FindingCode::IdKeyed, "ids"),
+        Finding(FindingCode::UnreadableChunk, "bytes", "d")};
+    const DiagnosisChange change = compareDiagnoses(before, after);
+    ASSERT_EQ(change.resolved.size(), 1u);
+    EXPECT_EQ(change.resolved[0].code, FindingCode::ChunkGap);
+    ASSERT_EQ(change.remaining.size(), 1u); // infos are not problems: id-keyed is in neither list
+    EXPECT_EQ(change.remaining[0].code, FindingCode::StepInconsistent);
+    EXPECT_EQ(change.remaining[0].before, 2u);
+    EXPECT_EQ(change.remaining[0].after, 1u);
+    ASSERT_EQ(change.added.size(), 1u);
+    EXPECT_EQ(change.added[0].code, FindingCode::UnreadableChunk);
+    EXPECT_FALSE(change.noErrorsLeft());
+    EXPECT_EQ(change.toJson()["remaining"][0]["code"], "step-inconsistent");
+    after.findings.pop_back();
+    EXPECT_TRUE(compareDiagnoses(before, after).noErrorsLeft()); // a warning left is not an error
+}
+
 TEST(Diagnose, TorchCompilePrefix)
 {
     for (const char* f : {"diag/compiled_fqn.pt", "diag/compiled_param_names.pt"}) {

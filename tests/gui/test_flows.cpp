@@ -437,14 +437,18 @@ void TestFlows::diagnoseApplyFixAndSave()
     QVERIFY(fixed.wait(Timeout));
     QVERIFY2(fixed.first().first().toBool(), qPrintable(diag->summaryText()));
     QVERIFY(QFileInfo::exists(out + QStringLiteral("/.metadata")));
-    // the fixed copy diagnoses clean against the same reference
-    QVERIFY(openAndWait(w, out));
+    // Open fixed: the fixed copy is diagnosed against the same reference at once, and the panel says what the fix
+    // resolved and that no error is left
+    done.clear();
+    QVERIFY(!diag->findChild<QPushButton*>(QStringLiteral("openFixed"))->isHidden());
+    diag->findChild<QPushButton*>(QStringLiteral("openFixed"))->click();
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(w.context()->path(), out);
     QVERIFY(w.context()->checkpoint()->find("model._orig_mod.embed.weight") != nullptr);
     QVERIFY(w.context()->checkpoint()->find("optim.state.embed.weight.exp_avg") != nullptr);
-    diag->setReference(fqns);
-    done.clear();
-    diag->diagnose();
-    QVERIFY(done.wait(Timeout));
+    QVERIFY2(diag->summaryText().contains(QStringLiteral("resolved <i>model-keys-mismatch</i> (1)")),
+        qPrintable(diag->summaryText()));
+    QVERIFY(diag->summaryText().contains(QStringLiteral("No error is left")));
     for (int r = 0; r < diag->model()->rowCount(); ++r)
         QVERIFY(diag->model()->index(r, DiagnosisModel::SeverityColumn).data().toString() != QLatin1String("error"));
 }

@@ -45,14 +45,24 @@ def main():
         ref = ["--model", os.path.join(dst, "model.pt"), "--target-optim", os.path.join(dst, "target_optim.pt")]
         fixed = os.path.join(dst, "fixed.pt")
         errors = []
-        r = run([cli, "fix", os.path.join(dst, "optim.pt"), *ref, "-o", fixed, "--no-fsync", *extra])
+        r = run([cli, "fix", os.path.join(dst, "optim.pt"), *ref, "-o", fixed, "--no-fsync", "--json", *extra])
         if r.returncode != 0:
             errors.append(f"fix exited {r.returncode}: {r.stderr.strip()}")
         else:
+            # what fix says it did (the fixed copy diagnosed again) must be what diagnose then finds
+            after_fix = json.loads(r.stdout)["after_fix"]
             r = run([cli, "diagnose", fixed, *ref, "--json"])
             diag = json.loads(r.stdout)
             left = [f for f in diag["findings"] if f["severity"] == "error"]
             errors += [f"after fix: error [{f['code']}] {f['message']}" for f in left]
+            if after_fix["no_errors_left"] != (not left):
+                errors.append(f"fix said no_errors_left={after_fix['no_errors_left']}, diagnose found {len(left)}")
+            if not after_fix["resolved"]:
+                errors.append("fix said it resolved nothing")
+            still = {c["code"] for c in after_fix["remaining"] + after_fix["added"]}
+            found = {f["code"] for f in diag["findings"] if f["severity"] != "info"}
+            if still != found:
+                errors.append(f"fix said {sorted(still)} remain, diagnose found {sorted(found)}")
             r = run([torch_python, "make_load_cases.py", "verdicts", case, os.path.join(case, "fixed.pt")], cwd=work)
             if r.returncode != 0:
                 errors.append(f"PyTorch verdicts failed: {r.stderr.strip()[-2000:]}")

@@ -109,6 +109,47 @@ bool Diagnosis::hasProblems() const
     return false;
 }
 
+DiagnosisChange compareDiagnoses(const Diagnosis& before, const Diagnosis& after)
+{
+    // counts per code, in registry order (the order every list of codes reads in)
+    std::vector<DiagnosisChange::CodeCount> counts;
+    for (const auto& info : findingRegistry())
+        counts.push_back({info.code, 0, 0});
+    auto tally = [&counts](const Diagnosis& d, size_t DiagnosisChange::CodeCount::*field) {
+        for (const auto& f : d.findings)
+            if (f.severity != Severity::Info) ++(counts[static_cast<size_t>(f.code)].*field);
+    };
+    tally(before, &DiagnosisChange::CodeCount::before);
+    tally(after, &DiagnosisChange::CodeCount::after);
+    DiagnosisChange change;
+    for (const auto& c : counts) {
+        if (c.before > 0 && c.after == 0) change.resolved.push_back(c);
+        if (c.before > 0 && c.after > 0) change.remaining.push_back(c);
+        if (c.before == 0 && c.after > 0) change.added.push_back(c);
+    }
+    return change;
+}
+
+bool DiagnosisChange::noErrorsLeft() const
+{
+    for (const auto* list : {&remaining, &added})
+        for (const auto& c : *list)
+            if (findingInfo(c.code).severity == Severity::Error) return false;
+    return true;
+}
+
+nlohmann::ordered_json DiagnosisChange::toJson() const
+{
+    auto codes = [](const std::vector<CodeCount>& list) {
+        nlohmann::ordered_json a = nlohmann::ordered_json::array();
+        for (const auto& c : list)
+            a.push_back({{"code", findingName(c.code)}, {"before", c.before}, {"after", c.after}});
+        return a;
+    };
+    return {{"resolved", codes(resolved)}, {"remaining", codes(remaining)}, {"added", codes(added)},
+        {"no_errors_left", noErrorsLeft()}};
+}
+
 nlohmann::ordered_json Diagnosis::toJson() const
 {
     using json = nlohmann::ordered_json;

@@ -94,6 +94,27 @@ struct Diagnosis
     nlohmann::ordered_json toJson() const;
 };
 
+/// What a fix did, told by finding code (errors and warnings only): the codes the original's diagnosis had that the
+/// fixed copy's (against the same model) no longer has, those it still has, and any it has that the original had not.
+/// Keys are not compared: the fix renames them. The app and `optscope-cli fix` both say it after writing a fix.
+struct DiagnosisChange
+{
+    struct CodeCount
+    {
+        FindingCode code;
+        size_t before = 0; ///< findings of this code in the original
+        size_t after = 0; ///< in the fixed copy
+    };
+    std::vector<CodeCount> resolved; ///< after == 0
+    std::vector<CodeCount> remaining; ///< before > 0 and after > 0
+    std::vector<CodeCount> added; ///< before == 0
+    /// no error is left in the fixed copy (remaining or added)
+    bool noErrorsLeft() const;
+    /// {"resolved": [{"code", "before", "after"}], "remaining": [...], "added": [...], "no_errors_left": bool}
+    nlohmann::ordered_json toJson() const;
+};
+DiagnosisChange compareDiagnoses(const Diagnosis& before, const Diagnosis& after);
+
 /// Diagnoses @p optim (any checkpoint holding one or more optimizer state dicts) against @p expected (may be null:
 /// then only the structure and self-consistency are checked). @p target (may be null) says how the loading code
 /// builds its optimizer's param groups. @p loadWorldSize (0: not given) is the number of data-parallel ranks the
