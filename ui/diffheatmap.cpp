@@ -296,12 +296,14 @@ void DiffHeatmap::layoutRows()
     }
     yAxis->setLabel(QString());
     yAxis->setTicker(yt);
-    QString title = common.isEmpty() ? QString() : common + QStringLiteral("…");
+    QStringList parts;
+    if (!common.isEmpty()) parts << common + QStringLiteral("…");
     if (candidates > rows.size())
-        title += (title.isEmpty() ? QString() : QStringLiteral("  ·  "))
-            + tr("top %1 of %2 tensors (%3 differ)").arg(rows.size()).arg(candidates).arg(differing);
-    if (m_normalization == Normalization::PerKind && !kindMax.empty())
-        title += (title.isEmpty() ? QString() : QStringLiteral("  ·  ")) + tr("colour per state kind");
+        parts << tr("top %1 of %2 tensors (%3 differ)").arg(rows.size()).arg(candidates).arg(differing);
+    if (m_normalization == Normalization::PerKind && !kindMax.empty()) parts << tr("colour per state kind");
+    // one line when it fits, else one part per line: the title was cut at the panel's width
+    QString title = parts.join(QStringLiteral("  ·  "));
+    if (QFontMetrics(m_title->font()).horizontalAdvance(title) > width() - 8) title = parts.join(QLatin1Char('\n'));
     m_title->setText(title);
     m_title->setVisible(!title.isEmpty());
 

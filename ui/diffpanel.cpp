@@ -216,10 +216,11 @@ DiffPanel::DiffPanel(CheckpointContext* context, ComparisonSession* session, QWi
     m_view->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_view->verticalHeader()->hide();
     m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 6);
-    // keys differ at their end (blocks.0 vs blocks.1 ... exp_avg): elide on the left, give the key the spare width
+    // keys whole (cut on the left, narrow rows all read "…weight.exp_avg"): the key column is at least as wide as
+    // its keys and the numbers scroll right; the frozen copy keeps the keys in sight while they do
     m_view->setTextElideMode(Qt::ElideLeft);
     m_view->setWordWrap(false);
-    new KeyColumnSizer(m_view, m_view->horizontalHeader(), DiffModel::KeyColumn, KeyColumnSizer::Minimum::Share);
+    new KeyColumnSizer(m_view, m_view->horizontalHeader(), DiffModel::KeyColumn);
     // the key stays in sight while the numbers scroll right (1280 px wide: Key, Status and max |Δ| only)
     static_assert(DiffModel::KeyColumn == 0, "the frozen column is the first");
     new FrozenKeyColumn(m_view);

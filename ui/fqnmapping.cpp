@@ -59,9 +59,8 @@ FqnMapping FqnMapping::build(const Checkpoint& checkpoint, const std::vector<Opt
             row.states << qs(st);
         row.group = r.group;
         row.source = qs(r.optimizer < 0 ? std::string("model") : std::string(nameSourceText(r.source)));
-        // how sure a derived name is (shapes decide it, or an order is assumed)
-        if (r.confidence != Confidence::None && r.confidence != Confidence::Stored)
-            row.source += QStringLiteral(" [%1]").arg(qs(confidenceText(r.confidence)));
+        // how sure the name is: its own column (it was a suffix at the end of an elided one)
+        row.confidence = r.optimizer < 0 ? Confidence::None : r.confidence;
         row.note = qs(r.note);
         row.jumpKey = qs(r.jumpKey);
         out.rows.push_back(std::move(row));

@@ -3,6 +3,7 @@
 
 #include "optscope/model/checkpoint.h"
 #include "optscope/optim/optimizer_view.h"
+#include "optscope/optim/param_table.h"
 
 #include <QCoreApplication>
 #include <QString>
@@ -36,6 +37,7 @@ public:
         QStringList states; ///< "exp_avg", "exp_avg_sq", "step", ...
         int group = -1;
         QString source; ///< where the name came from
+        Confidence confidence = Confidence::None; ///< how sure the name is
         QString note; ///< mismatch or layout details
         QString jumpKey; ///< the State keys node to select for this parameter
     };

@@ -7,6 +7,48 @@
 
 namespace optscope::ui {
 
+namespace {
+/// green: the file names it or the model's order and shapes fix it; blue: shapes or indices decide it; orange: an
+/// order is assumed
+QColor confidenceColour(Confidence c)
+{
+    switch (c) {
+    case Confidence::Stored:
+    case Confidence::Exact:
+        return {0x2e, 0x7d, 0x32};
+    case Confidence::ShapeUnique:
+    case Confidence::IndexOrder:
+        return {0x1f, 0x77, 0xb4};
+    case Confidence::OrderAssumed:
+        return {0xe6, 0x7e, 0x00};
+    case Confidence::None:
+        break;
+    }
+    return {};
+}
+
+QString confidenceMeaning(Confidence c)
+{
+    switch (c) {
+    case Confidence::Stored:
+        return QObject::tr("stored: the file names this parameter");
+    case Confidence::Exact:
+        return QObject::tr("exact: derived from a model whose order is known, every shape agrees");
+    case Confidence::ShapeUnique:
+        return QObject::tr("unique shape: the only parameter of its shape in its group");
+    case Confidence::IndexOrder:
+        return QObject::tr("index order: its group's parameters of this shape differ only in their indices "
+                           "(layers.0, layers.1), ordered as nn.ModuleList registers them");
+    case Confidence::OrderAssumed:
+        return QObject::tr("order assumed: several parameters of its group share this shape; which is which follows "
+                           "the guessed module order, shapes cannot tell");
+    case Confidence::None:
+        break;
+    }
+    return {};
+}
+} // namespace
+
 FqnMappingModel::FqnMappingModel(QObject* parent)
     : QAbstractTableModel(parent)
 { }
@@ -64,6 +106,11 @@ QVariant FqnMappingModel::data(const QModelIndex& index, int role) const
             return QColor(0xc0, 0x39, 0x2b);
         return {};
     }
+    if (col == ConfidenceColumn && (role == Qt::DecorationRole || role == Qt::ToolTipRole)) {
+        if (r.confidence == Confidence::None) return {};
+        if (role == Qt::DecorationRole) return confidenceColour(r.confidence);
+        return confidenceMeaning(r.confidence);
+    }
     if (role == Qt::ToolTipRole) {
         QString tip = r.fqn.isEmpty() ? tr("name unknown") : r.fqn;
         if (!r.source.isEmpty()) tip += QLatin1Char('\n') + tr("name from: %1").arg(r.source);
@@ -75,6 +122,10 @@ QVariant FqnMappingModel::data(const QModelIndex& index, int role) const
     switch (col) {
     case IdColumn:
         return r.id;
+    case ConfidenceColumn:
+        // sorted from the surest to the least sure
+        if (role == SortRole) return static_cast<int>(r.confidence);
+        return QString::fromLatin1(confidenceText(r.confidence));
     case FqnColumn:
         return r.fqn.isEmpty() ? tr("(unknown)") : r.fqn;
     case NormalizedColumn:
@@ -107,6 +158,9 @@ QVariant FqnMappingModel::headerData(int section, Qt::Orientation orientation, i
         switch (section) {
         case IdColumn:
             return tr("The integer id optimizer.state_dict() gives the parameter (its position in param_groups)");
+        case ConfidenceColumn:
+            return tr("How sure the name is: stored in the file, exact, unique shape, index order, or order assumed "
+                      "(several parameters share the shape: which is which follows the guessed module order)");
         case NormalizedColumn:
             return tr("FQN without module., _orig_mod., _fsdp_wrapped_module., _checkpoint_wrapped_module.");
         case FlatParamColumn:
@@ -121,6 +175,8 @@ QVariant FqnMappingModel::headerData(int section, Qt::Orientation orientation, i
     switch (section) {
     case IdColumn:
         return tr("Id");
+    case ConfidenceColumn:
+        return tr("Sure");
     case FqnColumn:
         return tr("FQN");
     case NormalizedColumn:

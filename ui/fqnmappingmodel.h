@@ -14,6 +14,7 @@ class FqnMappingModel : public QAbstractTableModel
 public:
     enum Columns {
         IdColumn,
+        ConfidenceColumn,
         FqnColumn,
         NormalizedColumn,
         FlatParamColumn,

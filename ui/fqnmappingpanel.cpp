@@ -4,6 +4,7 @@
 #include "checkpointcontext.h"
 #include "fqnmappingmodel.h"
 #include "jobrunner.h"
+#include "keycolumnsizer.h"
 
 #include <QFileDialog>
 #include <QHBoxLayout>
@@ -72,16 +73,10 @@ FqnMappingPanel::FqnMappingPanel(CheckpointContext* context, QWidget* parent)
     m_view->verticalHeader()->hide();
     m_view->setWordWrap(false);
     m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 6);
-    m_view->horizontalHeader()->setStretchLastSection(true);
-    m_view->setColumnWidth(FqnMappingModel::IdColumn, 40);
-    m_view->setColumnWidth(FqnMappingModel::FqnColumn, 220);
-    m_view->setColumnWidth(FqnMappingModel::NormalizedColumn, 200);
-    m_view->setColumnWidth(FqnMappingModel::FlatParamColumn, 90);
-    m_view->setColumnWidth(FqnMappingModel::FlatOffsetColumn, 60);
-    m_view->setColumnWidth(FqnMappingModel::NumelColumn, 60);
-    m_view->setColumnWidth(FqnMappingModel::ShapeColumn, 70);
-    m_view->setColumnWidth(FqnMappingModel::StatesColumn, 190);
-    m_view->setColumnWidth(FqnMappingModel::GroupColumn, 45);
+    // names whole at any dock width: the other columns take their content's width, the FQN the rest (at least its
+    // own), and the table scrolls right past that (fixed widths elided every FQN at the docked width)
+    m_view->horizontalHeader()->setStretchLastSection(false);
+    new KeyColumnSizer(m_view, m_view->horizontalHeader(), FqnMappingModel::FqnColumn);
     layout->addWidget(m_view, 1);
     m_notes->setWordWrap(true);
     m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);

@@ -16,12 +16,11 @@ namespace {
 constexpr int MaxOtherWidth = 200;
 } // namespace
 
-KeyColumnSizer::KeyColumnSizer(QAbstractItemView* view, QHeaderView* header, int keyColumn, Minimum minimum)
+KeyColumnSizer::KeyColumnSizer(QAbstractItemView* view, QHeaderView* header, int keyColumn)
     : QObject(view)
     , m_view(view)
     , m_header(header)
     , m_keyColumn(keyColumn)
-    , m_minimum(minimum)
 {
     // the last column must not take the spare width: the key column does
     m_header->setStretchLastSection(false);
@@ -75,8 +74,7 @@ void KeyColumnSizer::apply()
     }
     const int viewport = m_view->viewport()->width();
     const int content = std::max(m_view->sizeHintForColumn(m_keyColumn), m_header->sectionSizeHint(m_keyColumn));
-    const int minimum = m_minimum == Minimum::Content ? content : std::min(content, std::max(120, viewport * 45 / 100));
-    const int width = std::max(minimum, viewport - others);
+    const int width = std::max(content, viewport - others);
     if (width != m_header->sectionSize(m_keyColumn)) m_header->resizeSection(m_keyColumn, width);
     m_applying = false;
 }

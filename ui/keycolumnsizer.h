@@ -9,18 +9,13 @@ class QHeaderView;
 namespace optscope::ui {
 
 /// Keeps a view's key column readable: the other columns are sized to their content and the key column takes the
-/// spare width, never less than @p minimum (a share of the viewport, or the whole content width); past that the view
-/// scrolls horizontally instead of squeezing the key to nothing. Re-applied on resizes, resets and expansions.
+/// spare width, never less than its own content (full names); past that the view scrolls horizontally instead of
+/// squeezing the key. Re-applied on resizes, resets and expansions.
 class KeyColumnSizer : public QObject
 {
     Q_OBJECT
 public:
-    enum class Minimum {
-        Content, ///< the key column is at least as wide as its content (trees: full names, scroll right)
-        Share, ///< at least 45% of the viewport or its content, whichever is less (tables that elide keys on the left)
-    };
-
-    KeyColumnSizer(QAbstractItemView* view, QHeaderView* header, int keyColumn, Minimum minimum);
+    KeyColumnSizer(QAbstractItemView* view, QHeaderView* header, int keyColumn);
 
     /// sizes the columns now
     void apply();
@@ -34,7 +29,6 @@ private:
     QAbstractItemView* m_view;
     QHeaderView* m_header;
     int m_keyColumn;
-    Minimum m_minimum;
     bool m_pending = false;
     bool m_applying = false;
 };

@@ -134,7 +134,7 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     m_view->setUniformRowHeights(true);
     m_view->setAlternatingRowColors(true);
     // full keys: the other columns sized to their content, the view scrolls right rather than cut a key
-    new KeyColumnSizer(m_view, m_view->header(), VerifyModel::KeyColumn, KeyColumnSizer::Minimum::Content);
+    new KeyColumnSizer(m_view, m_view->header(), VerifyModel::KeyColumn);
     layout->addWidget(m_view, 1);
 
     connect(m_verify, &QPushButton::clicked, this, &ReshardPanel::verify);

@@ -80,7 +80,7 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_view->setAllColumnsShowFocus(true);
     // names are never squeezed away by the number columns: the view scrolls right instead
-    new KeyColumnSizer(m_view, m_view->header(), StateKeysModel::NameColumn, KeyColumnSizer::Minimum::Content);
+    new KeyColumnSizer(m_view, m_view->header(), StateKeysModel::NameColumn);
     // scrolled right to the numbers, the names stay at the left edge
     new FrozenTreeColumn(m_view);
     layout->addWidget(m_view, 1);

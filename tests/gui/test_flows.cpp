@@ -141,6 +141,7 @@ private Q_SLOTS:
     void diffValuesPageThroughLargeTensors();
     void shardLayoutRoomAndLanes();
     void filterOpensItsMatches();
+    void fqnConfidenceInSight();
     void watchFolderFollowsARun();
     void diagnoseNamesDeepSpeedAsTheLoader();
     void windowNeverGrowsPastTheScreen();
@@ -944,7 +945,7 @@ void TestFlows::keyNamesReadableAt1280x720()
     // the name column takes the spare width, not the last column
     QVERIFY(tree->columnWidth(StateKeysModel::NameColumn) > tree->columnWidth(StateKeysModel::RanksColumn));
 
-    // Diff at the same size: keys elided on the left, the key column wider than every other one, tooltips
+    // Diff at the same size: keys whole, the key column wider than every other one, tooltips
     DiffPanel* diff = w.diffPanel();
     QVERIFY(openAndWait(w, testData("diff/step3.pt")));
     w.raisePanel(QStringLiteral("diff"));
@@ -961,8 +962,9 @@ void TestFlows::keyNamesReadableAt1280x720()
             QVERIFY2(keyWidth > table->columnWidth(c), qPrintable(QStringLiteral("column %1").arg(c)));
     // the last column is as wide as its content, not the rest of the view
     QVERIFY(table->columnWidth(DiffModel::MatchColumn) <= 200);
+    // every key whole (the numbers scroll right instead): cut on the left, narrow rows all looked alike
     const int keyContent = static_cast<QAbstractItemView*>(table)->sizeHintForColumn(DiffModel::KeyColumn);
-    QVERIFY2(keyWidth >= std::min(keyContent, table->viewport()->width() * 45 / 100),
+    QVERIFY2(keyWidth >= keyContent,
         qPrintable(QStringLiteral("key %1 of content %2, viewport %3")
                        .arg(keyWidth)
                        .arg(keyContent)
@@ -1501,6 +1503,12 @@ void TestFlows::heatmapPerKindLabelsAndTooltips()
     QVERIFY(map->keys().size() >= 4);
     QCOMPARE(map->rowLabels().size(), map->keys().size());
     QVERIFY(map->titleText().contains(QLatin1String("top")));
+    // narrow: the title goes on several lines rather than being cut at the panel's edge
+    map->resize(260, 160);
+    const QStringList lines = map->titleText().split(QLatin1Char('\n'));
+    QVERIFY2(lines.size() > 1, qPrintable(map->titleText()));
+    for (const QString& line : lines)
+        QVERIFY2(map->fontMetrics().horizontalAdvance(line) <= map->width(), qPrintable(line));
     if (!qEnvironmentVariableIsEmpty("OPTSCOPE_TEST_SAVE_HEATMAP")) {
         map->resize(520, 420);
         PlotExport::save(map, qEnvironmentVariable("OPTSCOPE_TEST_SAVE_HEATMAP"));
@@ -1751,6 +1759,39 @@ void TestFlows::filterOpensItsMatches()
     QVERIFY(layers.isValid());
     QVERIFY(keys->view()->isExpanded(layers));
     QVERIFY(!keys->view()->isExpanded(keys->model()->index(1500, 0, layers))); // (layer 0 holds the selected key)
+}
+
+void TestFlows::fqnConfidenceInSight()
+{
+    // how sure a name is has a column of its own with a colour (it was a suffix in a tooltip at the end of an elided
+    // column), and at the docked width every FQN reads whole
+    for (const QSize size : {QSize(1280, 720), QSize(1440, 900)}) {
+        MainWindow w;
+        w.setPersistLayout(false);
+        w.resize(size);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        FqnMappingPanel* fqn = w.fqnMappingPanel();
+        QSignalSpy mapped(fqn, &FqnMappingPanel::mappingReady);
+        QVERIFY(openAndWait(w, testData("hf/checkpoint-ambiguous")));
+        QVERIFY(mapped.count() > 0 || mapped.wait(Timeout));
+        w.raisePanel(QStringLiteral("fqn"));
+        QTest::qWait(50);
+        QMap<QString, QColor> colours;
+        for (int r = 0; r < fqn->model()->rowCount(); ++r) {
+            const QModelIndex sure = fqn->model()->index(r, FqnMappingModel::ConfidenceColumn);
+            colours[sure.data().toString()] = sure.data(Qt::DecorationRole).value<QColor>();
+            QVERIFY(!sure.data(Qt::ToolTipRole).toString().isEmpty());
+        }
+        QVERIFY2(colours.contains(QStringLiteral("order assumed")) && colours.contains(QStringLiteral("unique shape")),
+            qPrintable(QStringList(colours.keys()).join(QLatin1Char(','))));
+        QVERIFY(colours[QStringLiteral("order assumed")] != colours[QStringLiteral("unique shape")]);
+        QTableView* view = fqn->view();
+        QVERIFY(view->columnWidth(FqnMappingModel::FqnColumn)
+            >= static_cast<QAbstractItemView*>(view)->sizeHintForColumn(FqnMappingModel::FqnColumn));
+        QVERIFY(view->columnWidth(FqnMappingModel::ConfidenceColumn)
+            >= view->fontMetrics().horizontalAdvance(QStringLiteral("order assumed")));
+    }
 }
 
 void TestFlows::watchFolderFollowsARun()
