@@ -21,10 +21,10 @@
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
 #include <QSplitter>
-#include <QTableView>
 #include <QTextBrowser>
 #include <QTimer>
 #include <QToolButton>
+#include <QTreeView>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -59,7 +59,7 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     , m_summary(new QLabel(this))
     , m_model(new DiagnosisModel(this))
     , m_proxy(new QSortFilterProxyModel(this))
-    , m_view(new QTableView(this))
+    , m_view(new QTreeView(this))
     , m_details(new QTextBrowser(this))
 {
     auto* layout = new QVBoxLayout(this);
@@ -128,9 +128,10 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     m_view->setSelectionMode(QAbstractItemView::SingleSelection);
     m_view->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_view->setWordWrap(false);
-    m_view->verticalHeader()->hide();
-    m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 8);
-    m_view->horizontalHeader()->setStretchLastSection(true);
+    // findings alike are one row (1,024 ranks' unreadable files), expanded to each on a click
+    m_view->setRootIsDecorated(true);
+    m_view->setUniformRowHeights(true);
+    m_view->header()->setStretchLastSection(true);
     m_view->setColumnWidth(DiagnosisModel::SeverityColumn, 90);
     m_view->setColumnWidth(DiagnosisModel::CodeColumn, 170);
     m_view->setColumnWidth(DiagnosisModel::OptimizerColumn, 70);
@@ -352,7 +353,9 @@ void DiagnosePanel::diagnose()
 void DiagnosePanel::onCurrentChanged()
 {
     const QModelIndex current = m_view->currentIndex();
-    const DiagnosisFinding* f = current.isValid() ? m_model->finding(m_proxy->mapToSource(current).row()) : nullptr;
+    const QModelIndex source = m_proxy->mapToSource(current);
+    const DiagnosisFinding* f = current.isValid() ? m_model->finding(source) : nullptr;
+    const int alike = m_model->findingCount(source);
     if (!f) {
         m_details->clear();
         return;
@@ -362,6 +365,9 @@ void DiagnosePanel::onCurrentChanged()
         = QStringLiteral("<h3 style=\"margin:0\">%1 <span style=\"font-weight:normal;color:gray\">%2</span></h3>")
               .arg(esc(f->name()), esc(severityName(f->severity)));
     html += QStringLiteral("<p>%1</p>").arg(esc(f->message));
+    if (alike > 1)
+        html += tr("<p><i>One of %1 findings alike (the same error and fix); expand the row to see each.</i></p>")
+                    .arg(Format::count(alike));
     // the loader's own words: DeepSpeed's for a ZeRO folder's zero-* findings
     const QString loader = QString::fromLatin1(findingLoader(f->code));
     if (!f->pytorchError.empty())

@@ -12,7 +12,7 @@ class QLineEdit;
 class QPushButton;
 class QSpinBox;
 class QSortFilterProxyModel;
-class QTableView;
+class QTreeView;
 class QTextBrowser;
 class QToolButton;
 
@@ -33,7 +33,7 @@ public:
 
     DiagnosisModel* model() const { return m_model; }
     QSortFilterProxyModel* proxy() const { return m_proxy; }
-    QTableView* view() const { return m_view; }
+    QTreeView* view() const { return m_view; }
     QLineEdit* referenceEdit() const { return m_reference; }
     QLineEdit* targetEdit() const { return m_target; }
     /// the loading run's data-parallel world size; 0 ("as saved") when not given
@@ -79,7 +79,7 @@ private:
     QLabel* m_summary;
     DiagnosisModel* m_model;
     QSortFilterProxyModel* m_proxy;
-    QTableView* m_view;
+    QTreeView* m_view;
     QTextBrowser* m_details;
     QString m_lastFixed;
     std::optional<Diagnosis> m_beforeFix; ///< the diagnosis the last fix was made from

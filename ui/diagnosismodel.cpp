@@ -7,10 +7,12 @@
 #include <QColor>
 #include <QStyle>
 
+#include <algorithm>
+
 namespace optscope::ui {
 
 DiagnosisModel::DiagnosisModel(QObject* parent)
-    : QAbstractTableModel(parent)
+    : QAbstractItemModel(parent)
 { }
 
 int DiagnosisModel::severityRank(Severity severity)
@@ -22,30 +24,85 @@ void DiagnosisModel::setData(Diagnosis diagnosis)
 {
     beginResetModel();
     m_diagnosis = std::move(diagnosis);
+    m_groups = groupAlikeFindings(m_diagnosis.findings);
     endResetModel();
 }
 
-const DiagnosisFinding* DiagnosisModel::finding(int row) const
+// a top-level row's internal id is 0; a group member's is its group's row + 1
+
+const std::vector<size_t>* DiagnosisModel::group(const QModelIndex& index) const
 {
-    if (row < 0 || row >= static_cast<int>(m_diagnosis.findings.size())) return nullptr;
-    return &m_diagnosis.findings[static_cast<size_t>(row)];
+    if (!index.isValid() || index.internalId() != 0) return nullptr;
+    if (index.row() < 0 || index.row() >= static_cast<int>(m_groups.size())) return nullptr;
+    return &m_groups[static_cast<size_t>(index.row())];
+}
+
+const DiagnosisFinding* DiagnosisModel::finding(const QModelIndex& index) const
+{
+    if (!index.isValid()) return nullptr;
+    if (const auto* g = group(index)) return &m_diagnosis.findings[g->front()];
+    const size_t parentRow = static_cast<size_t>(index.internalId() - 1);
+    if (parentRow >= m_groups.size()) return nullptr;
+    const auto& members = m_groups[parentRow];
+    if (index.row() < 0 || index.row() >= static_cast<int>(members.size())) return nullptr;
+    return &m_diagnosis.findings[members[static_cast<size_t>(index.row())]];
+}
+
+int DiagnosisModel::findingCount(const QModelIndex& index) const
+{
+    const auto* g = group(index);
+    return g ? static_cast<int>(g->size()) : (index.isValid() ? 1 : 0);
+}
+
+QModelIndex DiagnosisModel::index(int row, int column, const QModelIndex& parent) const
+{
+    if (row < 0 || column < 0 || column >= ColumnCount) return {};
+    if (!parent.isValid())
+        return row < static_cast<int>(m_groups.size()) ? createIndex(row, column, quintptr(0)) : QModelIndex();
+    const auto* g = group(parent);
+    if (!g || g->size() < 2 || row >= static_cast<int>(g->size())) return {};
+    return createIndex(row, column, quintptr(parent.row() + 1));
+}
+
+QModelIndex DiagnosisModel::parent(const QModelIndex& child) const
+{
+    if (!child.isValid() || child.internalId() == 0) return {};
+    return createIndex(static_cast<int>(child.internalId() - 1), 0, quintptr(0));
 }
 
 int DiagnosisModel::rowCount(const QModelIndex& parent) const
 {
-    return parent.isValid() ? 0 : static_cast<int>(m_diagnosis.findings.size());
+    if (!parent.isValid()) return static_cast<int>(m_groups.size());
+    if (parent.column() != 0) return 0;
+    const auto* g = group(parent);
+    return g && g->size() > 1 ? static_cast<int>(g->size()) : 0;
 }
 
-int DiagnosisModel::columnCount(const QModelIndex& parent) const
+int DiagnosisModel::columnCount(const QModelIndex&) const
 {
-    return parent.isValid() ? 0 : ColumnCount;
+    return ColumnCount;
 }
 
 QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
 {
-    const DiagnosisFinding* f = index.isValid() ? finding(index.row()) : nullptr;
+    const DiagnosisFinding* f = finding(index);
     if (!f) return {};
     const int col = index.column();
+    // a group's row: the first finding's words, how many there are and which ranks
+    const auto* g = group(index);
+    const int count = g ? static_cast<int>(g->size()) : 1;
+    std::vector<int> ranks;
+    if (count > 1 && (col == MessageColumn || role == Qt::ToolTipRole))
+        for (size_t i : *g)
+            for (int r : m_diagnosis.findings[i].ranks)
+                ranks.push_back(r);
+    auto groupMessage = [&] {
+        std::sort(ranks.begin(), ranks.end());
+        ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+        QString text = Format::withDisplayPaths(f->message) + tr(" (and %n more like it", nullptr, count - 1)
+            + (ranks.empty() ? QStringLiteral(")") : tr("; %1)").arg(Format::ranks(ranks)));
+        return text;
+    };
     switch (role) {
     case SeverityRole:
         return QString::fromLatin1(severityName(f->severity));
@@ -53,6 +110,7 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
         return !f->actions.empty();
     case SortRole:
         if (col == SeverityColumn) return severityRank(f->severity) * 100000 + index.row();
+        if (col == CodeColumn && count > 1) return QString::fromStdString(f->name());
         break;
     case Qt::DecorationRole:
         if (col == SeverityColumn) {
@@ -70,6 +128,7 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
         return {};
     case Qt::ToolTipRole:
         // the key cell shows the full key even where the column elides it
+        if (count > 1) return groupMessage();
         if (col == OptimizerColumn && !f->key.empty())
             return QString(Format::text(f->key) + QLatin1Char('\n') + Format::withDisplayPaths(f->message));
         return Format::withDisplayPaths(f->message);
@@ -80,13 +139,19 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     switch (col) {
     case SeverityColumn:
         return QString::fromLatin1(severityName(f->severity));
-    case CodeColumn:
-        if (role == SortRole || f->actions.empty()) return QString::fromStdString(f->name());
-        return QString(QString::fromStdString(f->name()) + tr(" (fixable)"));
+    case CodeColumn: {
+        QString name = QString::fromStdString(f->name());
+        if (role == SortRole) return name;
+        if (count > 1) name += QStringLiteral(" ×%1").arg(Format::count(count));
+        return f->actions.empty() ? name : QString(name + tr(" (fixable)"));
+    }
     case OptimizerColumn:
+        if (count > 1)
+            for (size_t i : *g)
+                if (m_diagnosis.findings[i].key != f->key) return tr("(several)");
         return Format::text(f->key);
     case MessageColumn:
-        return Format::withDisplayPaths(f->message);
+        return count > 1 ? groupMessage() : Format::withDisplayPaths(f->message);
     default:
         return {};
     }

@@ -3,12 +3,15 @@
 
 #include "optscope/analysis/diagnosis.h"
 
-#include <QAbstractTableModel>
+#include <QAbstractItemModel>
+
+#include <vector>
 
 namespace optscope::ui {
 
-/// The findings of a Diagnosis: severity, code, optimizer and message.
-class DiagnosisModel : public QAbstractTableModel
+/// The findings of a Diagnosis: severity, code, optimizer and message. Findings alike (groupAlikeFindings: 1,024
+/// ranks' unreadable files) are one row, "×1,024" with the ranks named, whose children are the findings.
+class DiagnosisModel : public QAbstractItemModel
 {
     Q_OBJECT
 public:
@@ -19,7 +22,13 @@ public:
 
     void setData(Diagnosis diagnosis);
     const Diagnosis& diagnosis() const { return m_diagnosis; }
-    const DiagnosisFinding* finding(int row) const;
+    /// the finding of a row; a group's row gives its first finding
+    const DiagnosisFinding* finding(const QModelIndex& index) const;
+    /// the findings a row stands for: 1, or a group's size
+    int findingCount(const QModelIndex& index) const;
+
+    QModelIndex index(int row, int column, const QModelIndex& parent = {}) const override;
+    QModelIndex parent(const QModelIndex& child) const override;
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
@@ -30,7 +39,10 @@ public:
     static int severityRank(Severity severity);
 
 private:
+    const std::vector<size_t>* group(const QModelIndex& index) const;
+
     Diagnosis m_diagnosis;
+    std::vector<std::vector<size_t>> m_groups; ///< top-level rows: indices into the findings
 };
 
 } // namespace optscope::ui

@@ -460,6 +460,23 @@ TEST(Diagnose, WhatAFixChangedByCode)
     EXPECT_TRUE(compareDiagnoses(before, after).noErrorsLeft()); // a warning left is not an error
 }
 
+TEST(Diagnose, AlikeFindingsGroup)
+{
+    // four or more with the same code, loader error and fix are one group; fewer stay one by one, in order
+    std::vector<Finding> findings;
+    findings.emplace_back(FindingCode::ChunkGap, "gap", "x");
+    for (int r = 0; r < 5; ++r) {
+        findings.emplace_back(FindingCode::UnreadableChunk, "rank " + std::to_string(r), "w");
+        findings.back().fix = "copy it again";
+    }
+    findings.emplace_back(FindingCode::ChunkGap, "gap", "y");
+    findings.emplace_back(FindingCode::UnreadableChunk, "other", "w"); // another fix: not alike
+    const auto groups = groupAlikeFindings(findings);
+    const std::vector<std::vector<size_t>> want {{0}, {1, 2, 3, 4, 5}, {6}, {7}};
+    EXPECT_EQ(groups, want);
+    EXPECT_EQ(groupAlikeFindings(findings, 6).size(), findings.size());
+}
+
 TEST(Diagnose, TorchCompilePrefix)
 {
     for (const char* f : {"diag/compiled_fqn.pt", "diag/compiled_param_names.pt"}) {

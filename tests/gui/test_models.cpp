@@ -95,6 +95,7 @@ private Q_SLOTS:
     void fqnNormalize();
     void diffModel();
     void diagnosisModel();
+    void diagnosisModelGroupsAlikeFindings();
     void verifyModel();
     void format();
 };
@@ -577,6 +578,44 @@ void TestModels::diagnosisModel()
     codes.sort();
     QCOMPARE(codes, (QStringList {QStringLiteral("id-keyed"), QStringLiteral("step-inconsistent")}));
     QVERIFY(!model.index(0, DiagnosisModel::SeverityColumn).data(Qt::DecorationRole).isNull());
+}
+
+void TestModels::diagnosisModelGroupsAlikeFindings()
+{
+    // 1,024 ranks' unreadable files were 1,024 rows: findings alike (code, loader error, fix) are one row naming the
+    // ranks, its children each finding; a different one stays its own row
+    Diagnosis d;
+    for (int r = 0; r < 1024; ++r) {
+        Finding f(FindingCode::UnreadableChunk,
+            "rank " + std::to_string(r) + ": __" + std::to_string(r)
+                + "_0.distcp: "
+                  "cannot be read",
+            "model.w");
+        f.ranks = {r};
+        f.fix = "copy the rank's file again";
+        d.findings.push_back(std::move(f));
+    }
+    d.findings.emplace_back(FindingCode::ChunkGap, "a gap", "model.b");
+    DiagnosisModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setData(d);
+    QCOMPARE(model.rowCount(), 2);
+    const QModelIndex group = model.index(0, DiagnosisModel::CodeColumn);
+    QCOMPARE(group.data().toString(), QStringLiteral("unreadable-chunk ×1,024"));
+    QCOMPARE(model.findingCount(group), 1024);
+    QCOMPARE(model.rowCount(model.index(0, 0)), 1024);
+    QVERIFY2(model.index(0, DiagnosisModel::MessageColumn).data().toString().contains(QStringLiteral("r0-1023")),
+        qPrintable(model.index(0, DiagnosisModel::MessageColumn).data().toString()));
+    const QModelIndex member = model.index(17, DiagnosisModel::MessageColumn, model.index(0, 0));
+    QVERIFY(member.data().toString().startsWith(QStringLiteral("rank 17:")));
+    QCOMPARE(member.parent().row(), 0);
+    QCOMPARE(model.finding(member)->ranks, std::vector<int> {17});
+    QCOMPARE(model.index(1, DiagnosisModel::CodeColumn).data().toString(), QStringLiteral("chunk-gap"));
+    QCOMPARE(model.rowCount(model.index(1, 0)), 0);
+    // three alike are still listed one by one
+    d.findings.erase(d.findings.begin() + 3, d.findings.begin() + 1024);
+    model.setData(d);
+    QCOMPARE(model.rowCount(), 4);
 }
 
 void TestModels::verifyModel()

@@ -2,6 +2,9 @@
 #include "optscope/model/finding.h"
 #include "optscope/base/display_text.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 namespace optscope {
 
 const char* severityName(Severity s)
@@ -247,6 +250,34 @@ Finding findingFromWire(const nlohmann::json& w)
     for (const auto& c : w.at(11))
         f.counts.emplace_back(c.at(0).get<std::string>(), c.at(1).get<int64_t>());
     return f;
+}
+
+std::vector<std::vector<size_t>> groupAlikeFindings(const std::vector<Finding>& findings, size_t minGroup)
+{
+    // alike: the same code, loader error and fix text
+    std::vector<std::vector<size_t>> groups;
+    std::unordered_map<std::string, size_t> groupOf;
+    std::string key;
+    for (size_t i = 0; i < findings.size(); ++i) {
+        const Finding& f = findings[i];
+        key.assign(findingName(f.code));
+        key.append(1, '\0').append(f.pytorchError).append(1, '\0').append(f.fix);
+        const auto [it, added] = groupOf.try_emplace(key, groups.size());
+        if (added) groups.emplace_back();
+        groups[it->second].push_back(i);
+    }
+    std::vector<std::vector<size_t>> out;
+    for (auto& g : groups) {
+        if (g.size() >= minGroup) {
+            out.push_back(std::move(g));
+            continue;
+        }
+        for (size_t i : g)
+            out.push_back({i});
+    }
+    // in the order of each group's first member
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
+    return out;
 }
 
 } // namespace optscope

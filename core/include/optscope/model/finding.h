@@ -156,4 +156,9 @@ struct Finding
 nlohmann::json findingToWire(const Finding& f);
 Finding findingFromWire(const nlohmann::json& wire);
 
+/// Findings alike enough to read as one: the same code, the same error from the loader and the same fix (a file per
+/// rank that cannot be read, 1,024 times over). Returns groups of indices into @p findings, in the order of each
+/// group's first member; a group of fewer than @p minGroup alike findings is split into groups of one.
+std::vector<std::vector<size_t>> groupAlikeFindings(const std::vector<Finding>& findings, size_t minGroup = 4);
+
 } // namespace optscope
