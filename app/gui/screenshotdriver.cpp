@@ -13,6 +13,7 @@
 #include "optscope/formats/run_folder.h"
 #include "optscope/model/checkpoint.h"
 
+#include <QCoreApplication>
 #include <QDockWidget>
 #include <QPixmap>
 #include <QSpinBox>
@@ -119,6 +120,9 @@ void ScreenshotDriver::capture()
         }
         target = dock->widget();
         target->resize(m_options.size.isValid() ? m_options.size : QSize(1100, 680));
+        // what follows a resize (column sizers, lane layout) runs from the event loop: let it, then grab
+        for (int i = 0; i < 3; ++i)
+            QCoreApplication::processEvents();
     }
     // plots repaint from a buffer: render them at their final size before grabbing
     for (QCustomPlot* plot : target->findChildren<QCustomPlot*>())
