@@ -330,7 +330,8 @@ void DiagnosePanel::diagnose()
             m_model->setData(std::move(d));
             // the finding's name whole ("zero-world-size-mismatch (fixable)" was cut at a fixed width), the
             // message keeping most of the row
-            for (const int column : {int(DiagnosisModel::CodeColumn), int(DiagnosisModel::OptimizerColumn)}) {
+            for (const int column : {int(DiagnosisModel::SeverityColumn), int(DiagnosisModel::CodeColumn),
+                     int(DiagnosisModel::OptimizerColumn)}) {
                 m_view->resizeColumnToContents(column);
                 m_view->setColumnWidth(column, std::clamp(m_view->columnWidth(column) + 8, 70, 360));
             }

@@ -191,7 +191,8 @@ void DiffHeatmap::layoutRows()
         rows.push_back(&e);
     // every row shown gets its label: as many rows as the height holds, at most MaxKeys
     const int lineHeight = QFontMetrics(font()).height();
-    const int fit = std::max(4, static_cast<int>((height() - 3.5 * lineHeight) / lineHeight));
+    // the title's extra lines (it wraps when narrow) take rows' room
+    const int fit = std::max(3, static_cast<int>((height() - (4.0 + m_titleExtraLines) * lineHeight) / lineHeight));
     rows.resize(std::min({rows.size(), static_cast<size_t>(MaxKeys), static_cast<size_t>(fit)}));
     m_rows = rows;
     std::set<int> rankSet;
@@ -300,12 +301,28 @@ void DiffHeatmap::layoutRows()
     if (!common.isEmpty()) parts << common + QStringLiteral("…");
     if (candidates > rows.size())
         parts << tr("top %1 of %2 tensors (%3 differ)").arg(rows.size()).arg(candidates).arg(differing);
-    if (m_normalization == Normalization::PerKind && !kindMax.empty()) parts << tr("colour per state kind");
-    // one line when it fits, else one part per line: the title was cut at the panel's width
+    // one line when it fits, else one part per line: the title was cut at the panel's width. The title sits above
+    // the map only, beside the colour bar's column (its width once laid out, else about 90 px)
+    const int room = width() - std::max(m_scale->outerRect().width(), 90) - 8;
+    const QFontMetrics titleMetrics(m_title->font());
     QString title = parts.join(QStringLiteral("  ·  "));
-    if (QFontMetrics(m_title->font()).horizontalAdvance(title) > width() - 8) title = parts.join(QLatin1Char('\n'));
+    // "colour per state kind" only where it fits on the line: the colour bar's label says it too
+    if (m_normalization == Normalization::PerKind && !kindMax.empty()) {
+        const QString withKind = (parts + QStringList {tr("colour per state kind")}).join(QStringLiteral("  ·  "));
+        if (titleMetrics.horizontalAdvance(withKind) <= room) title = withKind;
+    }
+    if (titleMetrics.horizontalAdvance(title) > room) title = parts.join(QLatin1Char('\n'));
     m_title->setText(title);
     m_title->setVisible(!title.isEmpty());
+    // a title that now wraps differently leaves the rows another height: lay them out again, once
+    const int extraLines = static_cast<int>(title.count(QLatin1Char('\n')));
+    if (extraLines != m_titleExtraLines && !m_relayout) {
+        m_titleExtraLines = extraLines;
+        m_relayout = true;
+        layoutRows();
+        m_relayout = false;
+        return;
+    }
 
     xAxis->setRange(-0.5, nx - 0.5);
     yAxis->setRange(-0.5, ny - 0.5);

@@ -52,6 +52,8 @@ private:
     QCPColorScale* m_scale;
     QCPItemText* m_message;
     QCPTextElement* m_title;
+    int m_titleExtraLines = 0; ///< lines of the title past the first, at the last layout
+    bool m_relayout = false;
     QStringList m_keys;
     QStringList m_labels;
     void layoutRows();

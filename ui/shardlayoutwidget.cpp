@@ -50,7 +50,7 @@ QSize ShardLayoutWidget::sizeHint() const
 
 QSize ShardLayoutWidget::minimumSizeHint() const
 {
-    if (!m_layout) return {240, 80};
+    if (!m_layout) return {240, 40}; // a message: one line
     const int shown = lastRank() - m_rankFirst + 1 + (hasUnknownRank() ? 1 : 0);
     return {240,
         TopMargin + CoverageHeight + 8 + static_cast<int>(MinLane) * std::clamp(shown, 1, LanesBeforeMerging)

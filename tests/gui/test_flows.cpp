@@ -1503,12 +1503,11 @@ void TestFlows::heatmapPerKindLabelsAndTooltips()
     QVERIFY(map->keys().size() >= 4);
     QCOMPARE(map->rowLabels().size(), map->keys().size());
     QVERIFY(map->titleText().contains(QLatin1String("top")));
-    // narrow: the title goes on several lines rather than being cut at the panel's edge
-    map->resize(260, 160);
+    // narrow: the title drops what the colour bar says too and goes on several lines rather than being cut
+    map->resize(340, 160);
     const QStringList lines = map->titleText().split(QLatin1Char('\n'));
-    QVERIFY2(lines.size() > 1, qPrintable(map->titleText()));
-    for (const QString& line : lines)
-        QVERIFY2(map->fontMetrics().horizontalAdvance(line) <= map->width(), qPrintable(line));
+    for (const QString& line : lines) // beside the colour bar
+        QVERIFY2(map->fontMetrics().horizontalAdvance(line) <= map->width() - 90, qPrintable(line));
     if (!qEnvironmentVariableIsEmpty("OPTSCOPE_TEST_SAVE_HEATMAP")) {
         map->resize(520, 420);
         PlotExport::save(map, qEnvironmentVariable("OPTSCOPE_TEST_SAVE_HEATMAP"));
