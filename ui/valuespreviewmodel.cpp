@@ -12,6 +12,21 @@
 
 namespace optscope::ui {
 
+namespace {
+/// the values (and imaginary parts) of @p bytes, elements of the slice's dtype
+void decodeInto(ValuesPreviewModel::Slice& s, const std::vector<uint8_t>& bytes)
+{
+    const size_t elem = dtypeSize(s.dtype);
+    const size_t count = bytes.size() / elem;
+    s.values = ElementDecoder::decode(bytes.data(), count, s.dtype);
+    if (dtypeIsComplex(s.dtype)) {
+        s.imag.resize(count);
+        for (size_t i = 0; i < count; ++i)
+            s.imag[i] = ElementDecoder::imaginary(bytes.data() + i * elem, s.dtype);
+    }
+}
+} // namespace
+
 ValuesPreviewModel::Slice ValuesPreviewModel::read(const Checkpoint& checkpoint, const Entry& entry, int64_t rowOffset,
     int64_t rows, int64_t maxColumns, const Progress& progress)
 {
@@ -58,13 +73,7 @@ ValuesPreviewModel::Slice ValuesPreviewModel::read(const Checkpoint& checkpoint,
     TensorAssembler(checkpoint, entry)
         .streamBox(
             offsets, sizes, [&](const uint8_t* p, size_t n) { bytes.insert(bytes.end(), p, p + n); }, progress);
-    const size_t count = bytes.size() / elem;
-    s.values = ElementDecoder::decode(bytes.data(), count, t.dtype);
-    if (dtypeIsComplex(t.dtype)) {
-        s.imag.resize(count);
-        for (size_t i = 0; i < count; ++i)
-            s.imag[i] = ElementDecoder::imaginary(bytes.data() + i * elem, t.dtype);
-    }
+    decodeInto(s, bytes);
     s.values.resize(static_cast<size_t>(s.rows * s.columns));
     return s;
 }
@@ -92,13 +101,7 @@ ValuesPreviewModel::Slice ValuesPreviewModel::readElements(
         .streamElements(
             s.firstElement, n, [&](const uint8_t* p, size_t size) { bytes.insert(bytes.end(), p, p + size); },
             progress);
-    const size_t got = bytes.size() / elem;
-    s.values = ElementDecoder::decode(bytes.data(), got, t.dtype);
-    if (dtypeIsComplex(t.dtype)) {
-        s.imag.resize(got);
-        for (size_t i = 0; i < got; ++i)
-            s.imag[i] = ElementDecoder::imaginary(bytes.data() + i * elem, t.dtype);
-    }
+    decodeInto(s, bytes);
     return s;
 }
 
