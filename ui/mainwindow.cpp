@@ -35,6 +35,7 @@
 #include <QScreen>
 #include <QSettings>
 #include <QShowEvent>
+#include <QSpinBox>
 #include <QStatusBar>
 #include <QTimer>
 #include <QToolButton>
@@ -198,6 +199,18 @@ void MainWindow::resetLayout()
     details->raise();
     resizeDocks({keys, details}, {560, 860}, Qt::Horizontal);
     resizeDocks({details, dock(QStringLiteral("shards"))}, {560, 260}, Qt::Vertical);
+}
+
+void MainWindow::applyStart(const StartRequest& request)
+{
+    if (!request.select.isEmpty()) m_context->select(request.select);
+    if (request.worldSize > 0) m_reshard->worldSize()->setValue(request.worldSize);
+    if (!request.compare.isEmpty()) m_diff->compareWith(request.compare);
+    if (!request.reference.isEmpty()) {
+        m_diagnose->setReference(request.reference);
+        m_diagnose->diagnose();
+        raisePanel(QStringLiteral("diagnose"));
+    }
 }
 
 void MainWindow::fitShardLayout(bool needsRoom)

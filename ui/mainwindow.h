@@ -35,6 +35,16 @@ public:
 
     /// opens a checkpoint in the background; errors are shown in the window, never thrown
     void openPath(const QString& path);
+    /// what the command line asks for besides the path (`optscope CKPT [COMPARE] --select K --reference MODEL
+    /// --world-size N`), for the open checkpoint: the app and its screenshot mode both apply it with applyStart()
+    struct StartRequest
+    {
+        QString select; ///< a key to select
+        QString compare; ///< a second checkpoint to compare with
+        QString reference; ///< a model (or FQN list) to diagnose against: Diagnose runs and is raised
+        int worldSize = 0; ///< Reshard and verify's target world size
+    };
+    void applyStart(const StartRequest& request);
     /// File > Watch Folder…: follows a training run's checkpoint folder in the Watch panel and raises it
     void watchFolder(const QString& folder);
     /// the bundled demo checkpoint (File > Open Demo); empty if none was found

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpointcontext.h"
-#include "diagnosepanel.h"
-#include "diffpanel.h"
 #include "mainwindow.h"
-#include "reshardpanel.h"
 #include "screenshotdriver.h"
 
 #include <QApplication>
@@ -13,7 +10,6 @@
 #include <QFont>
 #include <QIcon>
 #include <QScreen>
-#include <QSpinBox>
 #include <QStyleFactory>
 #include <QTimer>
 
@@ -181,23 +177,15 @@ int main(int argc, char** argv)
     window.show();
     if (!watchFolder.isEmpty()) window.watchFolder(watchFolder);
     if (!path.isEmpty()) window.openPath(path);
-    // what the command line asks for once the checkpoint is open, as the screenshot mode does it (these options did
-    // nothing outside it: `optscope optim.pt --reference model.pt` showed an undiagnosed file)
-    const QString selectKey = parser.value(select);
-    const QString referencePath = parser.value(reference);
-    const int targetWorldSize = parser.value(worldSize).toInt();
+    // what the command line asks for, once the checkpoint is open (as the screenshot mode does it: these options did
+    // nothing outside it, `optscope optim.pt --reference model.pt` showed an undiagnosed file)
+    optscope::ui::MainWindow::StartRequest request;
+    request.select = parser.value(select);
+    request.compare = compare;
+    request.reference = parser.value(reference);
+    request.worldSize = parser.value(worldSize).toInt();
     QObject::connect(
         window.context(), &optscope::ui::CheckpointContext::checkpointChanged, &window,
-        [&window, compare, selectKey, referencePath, targetWorldSize] {
-            if (!selectKey.isEmpty()) window.context()->select(selectKey);
-            if (targetWorldSize > 0) window.reshardPanel()->worldSize()->setValue(targetWorldSize);
-            if (!compare.isEmpty()) window.diffPanel()->compareWith(compare);
-            if (!referencePath.isEmpty()) {
-                window.diagnosePanel()->setReference(referencePath);
-                window.diagnosePanel()->diagnose();
-                window.raisePanel(QStringLiteral("diagnose"));
-            }
-        },
-        Qt::SingleShotConnection);
+        [&window, request] { window.applyStart(request); }, Qt::SingleShotConnection);
     return app.exec();
 }

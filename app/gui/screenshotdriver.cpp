@@ -79,18 +79,17 @@ void ScreenshotDriver::startWatch(const QString& folder)
 void ScreenshotDriver::onLoaded()
 {
     auto* context = m_window->context();
-    context->select(m_options.select.isEmpty() ? context->representativeKey() : m_options.select);
     std::fprintf(stderr, "optscope: checkpoint shown after %.2f s\n", m_clock.elapsed() / 1000.0);
     const QString& panel = m_options.panel;
-    if (!m_options.compare.isEmpty()) m_window->diffPanel()->compareWith(m_options.compare);
-    if (panel == QLatin1String("diagnose") || !m_options.reference.isEmpty()) {
-        m_window->diagnosePanel()->setReference(m_options.reference);
-        m_window->diagnosePanel()->diagnose();
-    }
-    if (panel == QLatin1String("reshard")) {
-        if (m_options.worldSize > 0) m_window->reshardPanel()->worldSize()->setValue(m_options.worldSize);
-        m_window->reshardPanel()->verify();
-    }
+    // what the app does with the same options, then what a screenshot of a panel needs besides
+    ui::MainWindow::StartRequest request;
+    request.select = m_options.select.isEmpty() ? context->representativeKey() : m_options.select;
+    request.compare = m_options.compare;
+    request.reference = m_options.reference;
+    request.worldSize = m_options.worldSize;
+    m_window->applyStart(request);
+    if (panel == QLatin1String("diagnose") && m_options.reference.isEmpty()) m_window->diagnosePanel()->diagnose();
+    if (panel == QLatin1String("reshard")) m_window->reshardPanel()->verify();
     if (!panel.isEmpty()) m_window->raisePanel(panel);
     waitUntilIdle();
 }

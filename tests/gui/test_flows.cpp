@@ -142,6 +142,7 @@ private Q_SLOTS:
     void shardLayoutRoomAndLanes();
     void filterOpensItsMatches();
     void fqnConfidenceInSight();
+    void commandLineRequestsApply();
     void watchFolderFollowsARun();
     void diagnoseNamesDeepSpeedAsTheLoader();
     void windowNeverGrowsPastTheScreen();
@@ -1791,6 +1792,27 @@ void TestFlows::fqnConfidenceInSight()
         QVERIFY(view->columnWidth(FqnMappingModel::ConfidenceColumn)
             >= view->fontMetrics().horizontalAdvance(QStringLiteral("order assumed")));
     }
+}
+
+void TestFlows::commandLineRequestsApply()
+{
+    // `optscope optim.pt --reference model.pt --select K --world-size 2` (the app applies it once the file is open;
+    // outside --screenshot these options once did nothing)
+    MainWindow w;
+    w.setPersistLayout(false);
+    const QString dir = testData("load_cases/compiled/");
+    QVERIFY(openAndWait(w, dir + QStringLiteral("optim.pt")));
+    QSignalSpy done(w.diagnosePanel(), &DiagnosePanel::finished);
+    MainWindow::StartRequest request;
+    request.select = QStringLiteral("optimizer.state.0.exp_avg_sq");
+    request.reference = dir + QStringLiteral("model.pt");
+    request.worldSize = 2;
+    w.applyStart(request);
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(w.context()->selectedKey(), request.select);
+    QCOMPARE(w.reshardPanel()->worldSize()->value(), 2);
+    QVERIFY(w.diagnosePanel()->summaryText().contains(QStringLiteral("against")));
+    QCOMPARE(w.diagnosePanel()->model()->rowCount(), 3);
 }
 
 void TestFlows::watchFolderFollowsARun()
