@@ -87,6 +87,11 @@ WatchPanel::WatchPanel(CheckpointContext* context, ComparisonSession* comparison
     m_chart->setMinimumHeight(120);
     m_chart->setBackground(palette().color(QPalette::Base));
     m_chart->xAxis->setLabel(tr("step"));
+    // steps count: ticks on whole steps only (one step charted read 199.6, 199.8, 200, ...)
+    auto steps = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
+    steps->setTickStep(1.0);
+    steps->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    m_chart->xAxis->setTicker(steps);
     m_chart->yAxis->setLabel(tr("max |Δ| from the step before"));
     m_chart->yAxis->setScaleType(QCPAxis::stLogarithmic);
     m_chart->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));

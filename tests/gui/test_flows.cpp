@@ -1951,6 +1951,8 @@ void TestFlows::watchFolderFollowsARun()
         const QVector<QString> labels = chart->yAxis->tickVectorLabels();
         QVERIFY(!labels.isEmpty());
         QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), labels.size());
+        for (const double tick : chart->xAxis->tickVector()) // whole steps only
+            QCOMPARE(tick, std::round(tick));
         QTemporaryDir other;
         watch->watch(other.path());
         QCOMPARE(chart->xAxis->range().lower, 0.0);
