@@ -400,11 +400,9 @@ QString DiagnosePanel::changeText(const DiagnosisChange& change)
     // each code with how many it had: "name (2)" resolved or new, "name (1 of 3)" still there
     auto codes = [](const std::vector<DiagnosisChange::CodeCount>& list) {
         QStringList out;
-        for (const auto& c : list) {
-            const QString name = QStringLiteral("<i>%1</i>").arg(QLatin1String(findingName(c.code)));
-            out << (c.before > 0 && c.after > 0 ? tr("%1 (%2 of %3)").arg(name).arg(c.after).arg(c.before)
-                                                : tr("%1 (%2)").arg(name).arg(std::max(c.before, c.after)));
-        }
+        for (const auto& c : list)
+            out << QStringLiteral("<i>%1</i> (%2)")
+                       .arg(QLatin1String(findingName(c.code)), QString::fromStdString(c.countText()));
         return out.join(QStringLiteral(", "));
     };
     QString text = tr("<b>After the fix</b>: ");

@@ -25,6 +25,17 @@ void DiagnosisModel::setData(Diagnosis diagnosis)
     beginResetModel();
     m_diagnosis = std::move(diagnosis);
     m_groups = groupAlikeFindings(m_diagnosis.findings);
+    // the ranks a group names, once (a row's data is asked for at every paint)
+    m_groupRanks.clear();
+    for (const auto& g : m_groups) {
+        std::vector<int> ranks;
+        if (g.size() > 1)
+            for (size_t i : g)
+                ranks.insert(ranks.end(), m_diagnosis.findings[i].ranks.begin(), m_diagnosis.findings[i].ranks.end());
+        std::sort(ranks.begin(), ranks.end());
+        ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+        m_groupRanks.push_back(ranks.empty() ? QString() : Format::ranks(ranks));
+    }
     endResetModel();
 }
 
@@ -91,17 +102,10 @@ QVariant DiagnosisModel::data(const QModelIndex& index, int role) const
     // a group's row: the first finding's words, how many there are and which ranks
     const auto* g = group(index);
     const int count = g ? static_cast<int>(g->size()) : 1;
-    std::vector<int> ranks;
-    if (count > 1 && (col == MessageColumn || role == Qt::ToolTipRole))
-        for (size_t i : *g)
-            for (int r : m_diagnosis.findings[i].ranks)
-                ranks.push_back(r);
-    auto groupMessage = [&] {
-        std::sort(ranks.begin(), ranks.end());
-        ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-        QString text = Format::withDisplayPaths(f->message) + tr(" (and %n more like it", nullptr, count - 1)
-            + (ranks.empty() ? QStringLiteral(")") : tr("; %1)").arg(Format::ranks(ranks)));
-        return text;
+    auto groupMessage = [&]() -> QString {
+        const QString& ranks = m_groupRanks[static_cast<size_t>(index.row())];
+        return Format::withDisplayPaths(f->message) + tr(" (and %n more like it", nullptr, count - 1)
+            + (ranks.isEmpty() ? QStringLiteral(")") : tr("; %1)").arg(ranks));
     };
     switch (role) {
     case SeverityRole:

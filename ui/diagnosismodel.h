@@ -43,6 +43,7 @@ private:
 
     Diagnosis m_diagnosis;
     std::vector<std::vector<size_t>> m_groups; ///< top-level rows: indices into the findings
+    std::vector<QString> m_groupRanks; ///< per top-level row: the ranks its group names ("r0-1023"), or empty
 };
 
 } // namespace optscope::ui

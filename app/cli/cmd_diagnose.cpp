@@ -129,26 +129,19 @@ int runFix(const std::vector<std::string>& argv)
         for (const auto& a : r.applied)
             std::cout << "applied " << a << "\n";
         std::cout << "wrote " << r.output << " (" << r.renamedKeys << " keys renamed)\n";
-        auto list = [](const std::vector<DiagnosisChange::CodeCount>& codes, bool withAfter) {
+        auto list = [](const std::vector<DiagnosisChange::CodeCount>& codes) {
             std::string text;
             for (const auto& c : codes)
-                text += (text.empty() ? "" : ", ") + std::string(findingName(c.code)) + " ("
-                    + (withAfter ? std::to_string(c.after) + " of " : std::string()) + std::to_string(c.before) + ")";
+                text += (text.empty() ? "" : ", ") + std::string(findingName(c.code)) + " (" + c.countText() + ")";
             return text;
         };
         std::cout << "the fixed copy, diagnosed again: ";
         if (change.resolved.empty() && change.remaining.empty() && change.added.empty())
             std::cout << "no problems before or after\n";
         else {
-            std::cout << "resolved: " << (change.resolved.empty() ? "none" : list(change.resolved, false));
-            if (!change.remaining.empty()) std::cout << "; still there: " << list(change.remaining, true);
-            if (!change.added.empty()) {
-                std::string added;
-                for (const auto& c : change.added)
-                    added += (added.empty() ? "" : ", ") + std::string(findingName(c.code)) + " ("
-                        + std::to_string(c.after) + ")";
-                std::cout << "; new: " << added;
-            }
+            std::cout << "resolved: " << (change.resolved.empty() ? "none" : list(change.resolved));
+            if (!change.remaining.empty()) std::cout << "; still there: " << list(change.remaining);
+            if (!change.added.empty()) std::cout << "; new: " << list(change.added);
             std::cout << (change.noErrorsLeft() ? "; no error is left\n" : "; errors are left\n");
         }
     }

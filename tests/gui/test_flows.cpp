@@ -82,6 +82,15 @@ namespace {
 
 constexpr int Timeout = 60000;
 
+/// the window on screen at @p size, its layout not saved
+bool showAt(MainWindow& w, const QSize& size)
+{
+    w.setPersistLayout(false);
+    w.resize(size);
+    w.show();
+    return QTest::qWaitForWindowExposed(&w);
+}
+
 bool openAndWait(MainWindow& w, const QString& path)
 {
     QSignalSpy loaded(w.context(), &CheckpointContext::checkpointChanged);
@@ -921,10 +930,7 @@ void TestFlows::jobRunnerThrottlesProgress()
 void TestFlows::keyNamesReadableAt1280x720()
 {
     MainWindow w;
-    w.setPersistLayout(false);
-    w.resize(1280, 720);
-    w.show();
-    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(showAt(w, QSize(1280, 720)));
     QVERIFY(openAndWait(w, testData("fsdp2_r3")));
     // the default layout fits: two panels with plots stacked once forced the window to 774 px
     QTest::qWait(20);
@@ -1575,10 +1581,7 @@ void TestFlows::diffValuesPageThroughLargeTensors()
 {
     // 5,056 elements: a page of 1,024 at a time, said as such, the rest one click away
     MainWindow w;
-    w.setPersistLayout(false);
-    w.resize(1280, 720);
-    w.show();
-    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(showAt(w, QSize(1280, 720)));
     QVERIFY(openAndWait(w, testData("torchtitan/dcp")));
     DiffPanel* diff = w.diffPanel();
     QSignalSpy done(diff, &DiffPanel::finished);
@@ -1640,10 +1643,7 @@ void TestFlows::diffDirectionFollowsTraining()
     for (const QSize size : {QSize(1280, 720), QSize(1440, 900)})
         for (const auto& [open, other] : {std::make_pair(step3, step4), std::make_pair(step4, step3)}) {
             MainWindow w;
-            w.setPersistLayout(false);
-            w.resize(size);
-            w.show();
-            QVERIFY(QTest::qWaitForWindowExposed(&w));
+            QVERIFY(showAt(w, size));
             QVERIFY(openAndWait(w, open));
             DiffPanel* diff = w.diffPanel();
             QSignalSpy done(diff, &DiffPanel::finished);
@@ -1681,10 +1681,7 @@ void TestFlows::shardLayoutRoomAndLanes()
     // gets it back, and 3 ranks get a lane each (they merged into "r0–1 / rank 2" in a short dock at 1280×720)
     for (const QSize size : {QSize(1280, 720), QSize(1440, 900)}) {
         MainWindow w;
-        w.setPersistLayout(false);
-        w.resize(size);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, size));
         QDockWidget* shards = w.dock(QStringLiteral("shards"));
         QDockWidget* details = w.dock(QStringLiteral("details"));
         const int before = shards->height();
@@ -1767,10 +1764,7 @@ void TestFlows::fqnConfidenceInSight()
     // column), and at the docked width every FQN reads whole
     for (const QSize size : {QSize(1280, 720), QSize(1440, 900)}) {
         MainWindow w;
-        w.setPersistLayout(false);
-        w.resize(size);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, size));
         FqnMappingPanel* fqn = w.fqnMappingPanel();
         QSignalSpy mapped(fqn, &FqnMappingPanel::mappingReady);
         QVERIFY(openAndWait(w, testData("hf/checkpoint-ambiguous")));

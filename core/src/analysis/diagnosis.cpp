@@ -130,6 +130,12 @@ DiagnosisChange compareDiagnoses(const Diagnosis& before, const Diagnosis& after
     return change;
 }
 
+std::string DiagnosisChange::CodeCount::countText() const
+{
+    if (before > 0 && after > 0) return std::to_string(after) + " of " + std::to_string(before);
+    return std::to_string(std::max(before, after));
+}
+
 bool DiagnosisChange::noErrorsLeft() const
 {
     for (const auto* list : {&remaining, &added})

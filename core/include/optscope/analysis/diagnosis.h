@@ -104,6 +104,8 @@ struct DiagnosisChange
         FindingCode code;
         size_t before = 0; ///< findings of this code in the original
         size_t after = 0; ///< in the fixed copy
+        /// how many, as the app and the CLI say it: "1 of 3" while some remain, else the one count ("2")
+        std::string countText() const;
     };
     std::vector<CodeCount> resolved; ///< after == 0
     std::vector<CodeCount> remaining; ///< before > 0 and after > 0

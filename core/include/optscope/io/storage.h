@@ -39,7 +39,8 @@ struct LocationStat
 {
     LocationKind kind = LocationKind::Missing;
     uint64_t size = 0; ///< a file's
-    int64_t modifiedNs = 0; ///< last modification (a folder's: its entries'), ns since the epoch; 0: unknown (URLs)
+    int64_t modifiedNs
+        = 0; ///< last modification (a folder's: an entry added or removed), ns since the epoch; 0: unknown (URLs)
     std::string detail; ///< over plain HTTP, why a location is taken for a folder: the server's answer ("HTTP 404")
 };
 LocationStat statLocation(const std::string& location);
