@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace optscope::cuda {
@@ -54,5 +56,35 @@ struct HostShard
 /// @p sink: rank r's padded shard occupies bytes [r * shardBytes, (r + 1) * shardBytes). One GPU needs no NCCL.
 void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
     const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus = 0);
+
+/// Host -> device copies from pageable memory (mapped checkpoint files) through pinned staging: @p lanes worker
+/// threads (0 = half the cores, at most 8), each with two pinned buffers and a stream of its own, copy 8 MiB pieces
+/// in parallel, several in flight. copy() queues and returns; finish() waits for every queued copy to be on the device
+/// and rethrows the first failure. The sources must stay valid until finish() returns.
+class HostToDevice
+{
+public:
+    explicit HostToDevice(int device, int lanes = 0);
+    ~HostToDevice();
+    HostToDevice(const HostToDevice&) = delete;
+    HostToDevice& operator=(const HostToDevice&) = delete;
+    void copy(void* deviceDst, const void* hostSrc, size_t bytes);
+    void finish();
+    int lanes() const;
+
+private:
+    void release();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Elements of @p elementSize bytes that differ bit for bit between two buffers in device memory (verify's and diff's
+/// equality, on the GPU: 16-byte loads, a persistent grid, one atomic per warp).
+uint64_t countDifferentElements(const void* a, const void* b, size_t bytes, size_t elementSize, int device = 0);
+
+/// device memory and a plain copy back, for tests and benchmarks that must not include CUDA headers
+void* deviceAlloc(size_t bytes, int device = 0);
+void deviceFree(void* p);
+void copyToHost(void* hostDst, const void* deviceSrc, size_t bytes);
 
 } // namespace optscope::cuda

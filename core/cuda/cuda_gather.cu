@@ -119,41 +119,21 @@ int deviceCount(int maxGpus)
     return maxGpus > 0 ? std::min(count, maxGpus) : count;
 }
 
-/// Pinned host staging for host->device and device->host copies, double-buffered.
+/// Pinned host memory for device->host copies (host->device goes through HostToDevice's lanes).
 struct Staging
 {
     static constexpr size_t kSize = 32u << 20;
     void* buf[2] = {nullptr, nullptr};
-    cudaEvent_t done[2] = {nullptr, nullptr};
     explicit Staging(int device)
     {
         check(cudaSetDevice(device), "cudaSetDevice");
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 2; ++i)
             check(cudaMallocHost(&buf[i], kSize), "cudaMallocHost");
-            check(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
-        }
     }
     ~Staging()
     {
-        for (int i = 0; i < 2; ++i) {
-            if (done[i]) cudaEventDestroy(done[i]);
+        for (int i = 0; i < 2; ++i)
             if (buf[i]) cudaFreeHost(buf[i]);
-        }
-    }
-    /// pageable host -> device, through the pinned buffers
-    void toDevice(void* dst, const void* src, size_t n, cudaStream_t s)
-    {
-        size_t off = 0;
-        int k = 0;
-        while (off < n) {
-            const size_t len = std::min(kSize, n - off);
-            check(cudaEventSynchronize(done[k]), "staging wait");
-            std::memcpy(buf[k], static_cast<const char*>(src) + off, len);
-            check(cudaMemcpyAsync(static_cast<char*>(dst) + off, buf[k], len, cudaMemcpyHostToDevice, s), "H2D copy");
-            check(cudaEventRecord(done[k], s), "staging record");
-            off += len;
-            k ^= 1;
-        }
     }
 };
 
@@ -207,9 +187,9 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
                 devs[g] = g;
             nccl.check(nccl.commInitAll(comms.data(), ngpu, devs.data()), "ncclCommInitAll");
         }
-        // 1. each chunk goes to the GPU of its rank (host -> device, dense chunk bytes), through one pair of pinned
-        // staging buffers per GPU
-        std::vector<std::unique_ptr<Staging>> staging(ngpu);
+        // 1. each chunk goes to the GPU of its rank (host -> device, dense chunk bytes), through the copy lanes of
+        // that GPU
+        std::vector<std::unique_ptr<HostToDevice>> upload(ngpu);
         std::vector<int> owner(a.chunks.size());
         for (size_t c = 0; c < a.chunks.size(); ++c) {
             const HostChunk& ch = a.chunks[c];
@@ -226,13 +206,11 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
                 check(cudaMalloc(&staged[h][c], static_cast<size_t>(cn) * a.elementSize), "cudaMalloc (chunk)");
             }
             check(cudaSetDevice(g), "cudaSetDevice");
-            if (!staging[g]) staging[g] = std::make_unique<Staging>(g);
-            staging[g]->toDevice(staged[g][c], ch.data, static_cast<size_t>(cn) * a.elementSize, streams[g]);
+            if (!upload[g]) upload[g] = std::make_unique<HostToDevice>(g);
+            upload[g]->copy(staged[g][c], ch.data, static_cast<size_t>(cn) * a.elementSize);
         }
-        for (int g = 0; g < ngpu; ++g) {
-            check(cudaSetDevice(g), "cudaSetDevice");
-            check(cudaStreamSynchronize(streams[g]), "H2D sync");
-        }
+        for (auto& u : upload)
+            if (u) u->finish();
         // 2. several GPUs: broadcast every chunk from its owner to all
         if (ngpu > 1) {
             nccl.check(nccl.groupStart(), "ncclGroupStart");
@@ -323,17 +301,18 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
             check(cudaMalloc(&send[g], sendBytes), "cudaMalloc (rank shards)");
             check(cudaMemsetAsync(send[g], 0, sendBytes, streams[g]), "cudaMemset");
             if (ngpu > 1) check(cudaMalloc(&recv[g], recvBytes), "cudaMalloc (all-gather)");
+            check(cudaStreamSynchronize(streams[g]), "cudaMemset sync"); // the copy lanes use streams of their own
             // each rank of this GPU loads its shard, as that rank would
-            Staging staging(g);
+            HostToDevice upload(g);
             for (int j = 0; j < perGpu; ++j) {
                 const int r = g * perGpu + j;
                 if (r >= ranks || shards[r].bytes == 0) continue;
                 if (shards[r].bytes > shardBytes)
                     throw std::runtime_error("a rank's shard is larger than the shard size");
-                staging.toDevice(static_cast<char*>(send[g]) + static_cast<size_t>(j) * shardBytes, shards[r].data,
-                    shards[r].bytes, streams[g]);
+                upload.copy(
+                    static_cast<char*>(send[g]) + static_cast<size_t>(j) * shardBytes, shards[r].data, shards[r].bytes);
             }
-            check(cudaStreamSynchronize(streams[g]), "H2D sync");
+            upload.finish();
         }
         void* gathered = send[0];
         if (ngpu > 1) {

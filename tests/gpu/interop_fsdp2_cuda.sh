@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# interop_fsdp2_cuda.sh PYTHON OPTSCOPE_CLI OUT [cuda|cpu]: PyTorch's FSDP2 trains on the GPU and saves with DCP
+# (interop_fsdp2_cuda.py make); OptScope reshards it to 4 ranks, verifies the original and the result by loading
+# them on the GPU at 4 and 3 ranks, gathers the 4-rank result on the GPU and on the CPU (byte-identical), and PyTorch
+# loads both outputs and finds every tensor equal to its own full state. cpu: the same steps on the CPU, to test the
+# scripts on a machine without a GPU.
+set -euo pipefail
+py=$1 cli=$2 out=$3 dev=${4:-cuda}
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$out" && mkdir -p "$out"
+"$py" "$here/interop_fsdp2_cuda.py" make "$out" "$dev"
+"$cli" reshard "$out/ckpt" --world-size 4 -o "$out/rs4"
+"$cli" verify "$out/ckpt" --world-size 4 --device "$dev" | tee "$out/verify_ckpt_4.txt"
+"$cli" verify "$out/rs4" --world-size 3 --device "$dev" | tee "$out/verify_rs4_3.txt"
+grep -q IDENTICAL "$out/verify_ckpt_4.txt"
+grep -q IDENTICAL "$out/verify_rs4_3.txt"
+# the archive's folder name comes from the file name (as torch.save's does): same name, two folders
+mkdir -p "$out/on_$dev" "$out/on_cpu_ref"
+"$cli" gather "$out/rs4" -o "$out/on_$dev/gathered.pt" --device "$dev"
+"$cli" gather "$out/rs4" -o "$out/on_cpu_ref/gathered.pt" --device cpu
+cmp "$out/on_$dev/gathered.pt" "$out/on_cpu_ref/gathered.pt"
+echo "interop: gather --device $dev of the 4-rank reshard is byte-identical to the CPU's"
+"$py" "$here/interop_fsdp2_cuda.py" load "$out" "$out/rs4" "$out/on_$dev/gathered.pt" "$dev"
+echo "interop: PASSED ($dev)"
