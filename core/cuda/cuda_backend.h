@@ -58,13 +58,14 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
     const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus = 0);
 
 /// Host -> device copies from pageable memory (mapped checkpoint files) through pinned staging: @p lanes worker
-/// threads (0 = half the cores, at most 8), each with two pinned buffers and a stream of its own, copy 8 MiB pieces
-/// in parallel, several in flight. copy() queues and returns; finish() waits for every queued copy to be on the device
-/// and rethrows the first failure. The sources must stay valid until finish() returns.
+/// threads (0 = three quarters of the cores, at most 12), each with two pinned buffers and a stream of its own, copy
+/// pieces of @p pieceBytes (0 = 8 MiB) in parallel, several in flight. copy() queues and returns; finish() waits for
+/// every queued copy to be on the device and rethrows the first failure. The sources must stay valid until finish()
+/// returns.
 class HostToDevice
 {
 public:
-    explicit HostToDevice(int device, int lanes = 0);
+    explicit HostToDevice(int device, int lanes = 0, size_t pieceBytes = 0);
     ~HostToDevice();
     HostToDevice(const HostToDevice&) = delete;
     HostToDevice& operator=(const HostToDevice&) = delete;

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -119,23 +121,88 @@ int deviceCount(int maxGpus)
     return maxGpus > 0 ? std::min(count, maxGpus) : count;
 }
 
-/// Pinned host memory for device->host copies (host->device goes through HostToDevice's lanes).
+/// Pinned host memory for device->host copies (host->device goes through HostToDevice's lanes): two buffers, so that
+/// the next piece is on the wire while the sink takes the last one.
 struct Staging
 {
     static constexpr size_t kSize = 32u << 20;
     void* buf[2] = {nullptr, nullptr};
+    cudaEvent_t done[2] = {nullptr, nullptr};
     explicit Staging(int device)
     {
         check(cudaSetDevice(device), "cudaSetDevice");
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < 2; ++i) {
             check(cudaMallocHost(&buf[i], kSize), "cudaMallocHost");
+            check(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
+        }
     }
     ~Staging()
     {
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < 2; ++i) {
+            if (done[i]) cudaEventDestroy(done[i]);
             if (buf[i]) cudaFreeHost(buf[i]);
+        }
+    }
+    /// device memory [src, src + total) to @p sink in order, in pieces of kSize
+    void toHost(const char* src, size_t total, cudaStream_t s, const std::function<void(const uint8_t*, size_t)>& sink)
+    {
+        size_t issued = 0;
+        size_t len[2] = {0, 0};
+        auto issue = [&](int b) {
+            len[b] = std::min(kSize, total - issued);
+            check(cudaMemcpyAsync(buf[b], src + issued, len[b], cudaMemcpyDeviceToHost, s), "D2H copy");
+            check(cudaEventRecord(done[b], s), "D2H record");
+            issued += len[b];
+        };
+        if (total == 0) return;
+        issue(0);
+        for (size_t given = 0, b = 0; given < total; b ^= 1) {
+            if (issued < total) issue(static_cast<int>(b ^ 1)); // its last piece was taken by the sink already
+            check(cudaEventSynchronize(done[b]), "D2H wait");
+            sink(static_cast<const uint8_t*>(buf[b]), len[b]);
+            given += len[b];
+        }
     }
 };
+
+/// What one GPU keeps for the whole process: its copy lanes and the device->host pair, made on first use (pinning
+/// some 200 MB costs tens of milliseconds: made per tensor, it dominated gathers of many small tensors). A transfer
+/// holds the GPU's lock throughout, so tensors pass through one GPU one at a time; GPUs are locked in ascending
+/// order. Never destroyed: the CUDA runtime may be gone by the time static destructors run.
+struct DeviceTransfers
+{
+    std::mutex lock;
+    std::unique_ptr<HostToDevice> upload;
+    std::unique_ptr<Staging> download;
+    HostToDevice& up(int device)
+    {
+        if (!upload) upload = std::make_unique<HostToDevice>(device);
+        return *upload;
+    }
+    Staging& down(int device)
+    {
+        if (!download) download = std::make_unique<Staging>(device);
+        return *download;
+    }
+};
+
+DeviceTransfers& transfersOf(int device)
+{
+    static std::mutex m;
+    static auto* all = new std::map<int, std::unique_ptr<DeviceTransfers>>;
+    std::lock_guard<std::mutex> guard(m);
+    auto& t = (*all)[device];
+    if (!t) t = std::make_unique<DeviceTransfers>();
+    return *t;
+}
+
+std::vector<std::unique_lock<std::mutex>> lockDevices(int ngpu)
+{
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (int g = 0; g < ngpu; ++g)
+        locks.emplace_back(transfersOf(g).lock);
+    return locks;
+}
 
 } // namespace
 
@@ -160,6 +227,7 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         numel *= s;
     const size_t nbytes = static_cast<size_t>(numel) * a.elementSize;
     if (nbytes == 0) return;
+    const auto locks = lockDevices(ngpu);
 
     std::vector<void*> full(ngpu, nullptr);
     std::vector<cudaStream_t> streams(ngpu, nullptr);
@@ -189,7 +257,7 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         }
         // 1. each chunk goes to the GPU of its rank (host -> device, dense chunk bytes), through the copy lanes of
         // that GPU
-        std::vector<std::unique_ptr<HostToDevice>> upload(ngpu);
+        std::vector<HostToDevice*> upload(ngpu, nullptr);
         std::vector<int> owner(a.chunks.size());
         for (size_t c = 0; c < a.chunks.size(); ++c) {
             const HostChunk& ch = a.chunks[c];
@@ -206,7 +274,7 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
                 check(cudaMalloc(&staged[h][c], static_cast<size_t>(cn) * a.elementSize), "cudaMalloc (chunk)");
             }
             check(cudaSetDevice(g), "cudaSetDevice");
-            if (!upload[g]) upload[g] = std::make_unique<HostToDevice>(g);
+            if (!upload[g]) upload[g] = &transfersOf(g).up(g);
             upload[g]->copy(staged[g][c], ch.data, static_cast<size_t>(cn) * a.elementSize);
         }
         for (auto& u : upload)
@@ -252,17 +320,7 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         }
         // 4. device -> host from GPU 0, through pinned memory, in order
         check(cudaSetDevice(0), "cudaSetDevice");
-        Staging out(0);
-        size_t off = 0;
-        while (off < nbytes) {
-            const size_t len = std::min(Staging::kSize, nbytes - off);
-            check(
-                cudaMemcpyAsync(out.buf[0], static_cast<char*>(full[0]) + off, len, cudaMemcpyDeviceToHost, streams[0]),
-                "D2H copy");
-            check(cudaStreamSynchronize(streams[0]), "D2H sync");
-            sink(static_cast<const uint8_t*>(out.buf[0]), len);
-            off += len;
-        }
+        transfersOf(0).down(0).toHost(static_cast<const char*>(full[0]), nbytes, streams[0], sink);
     } catch (...) {
         cleanup();
         throw;
@@ -281,6 +339,7 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
     const int perGpu = (ranks + ngpu - 1) / ngpu; // consecutive ranks share a GPU
     const size_t sendBytes = static_cast<size_t>(perGpu) * shardBytes;
     const size_t recvBytes = sendBytes * static_cast<size_t>(ngpu);
+    const auto locks = lockDevices(ngpu);
 
     std::vector<void*> send(ngpu, nullptr), recv(ngpu, nullptr);
     std::vector<cudaStream_t> streams(ngpu, nullptr);
@@ -303,7 +362,7 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
             if (ngpu > 1) check(cudaMalloc(&recv[g], recvBytes), "cudaMalloc (all-gather)");
             check(cudaStreamSynchronize(streams[g]), "cudaMemset sync"); // the copy lanes use streams of their own
             // each rank of this GPU loads its shard, as that rank would
-            HostToDevice upload(g);
+            HostToDevice& upload = transfersOf(g).up(g);
             for (int j = 0; j < perGpu; ++j) {
                 const int r = g * perGpu + j;
                 if (r >= ranks || shards[r].bytes == 0) continue;
@@ -332,18 +391,8 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
             gathered = recv[0];
         }
         check(cudaSetDevice(0), "cudaSetDevice");
-        Staging out(0);
-        const size_t total = static_cast<size_t>(ranks) * shardBytes;
-        size_t off = 0;
-        while (off < total) {
-            const size_t len = std::min(Staging::kSize, total - off);
-            check(cudaMemcpyAsync(
-                      out.buf[0], static_cast<char*>(gathered) + off, len, cudaMemcpyDeviceToHost, streams[0]),
-                "D2H copy");
-            check(cudaStreamSynchronize(streams[0]), "D2H sync");
-            sink(static_cast<const uint8_t*>(out.buf[0]), len);
-            off += len;
-        }
+        transfersOf(0).down(0).toHost(
+            static_cast<const char*>(gathered), static_cast<size_t>(ranks) * shardBytes, streams[0], sink);
     } catch (...) {
         cleanup();
         throw;

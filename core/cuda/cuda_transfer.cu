@@ -28,7 +28,7 @@ void check(cudaError_t e, const char* what)
     if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-constexpr size_t kPiece = 8u << 20; // one staging buffer; a copy is cut into pieces of this size across the lanes
+constexpr size_t kDefaultPiece = 8u << 20; // one staging buffer; a copy is cut into pieces of this size
 
 } // namespace
 
@@ -49,6 +49,7 @@ struct HostToDevice::Impl
     };
 
     int device = 0;
+    size_t piece = kDefaultPiece;
     std::vector<Lane> lanes;
     std::vector<std::thread> workers;
     std::mutex mutex;
@@ -99,18 +100,20 @@ struct HostToDevice::Impl
     }
 };
 
-HostToDevice::HostToDevice(int device, int lanes)
+HostToDevice::HostToDevice(int device, int lanes, size_t pieceBytes)
     : impl_(std::make_unique<Impl>())
 {
-    if (lanes <= 0) lanes = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
+    // 12 lanes reached 44 GB/s of the H100 machine's 55 (16 cores), 8 lanes 38 (bench/results/gpu.md)
+    if (lanes <= 0) lanes = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) * 3 / 4, 1, 12);
     impl_->device = device;
+    if (pieceBytes) impl_->piece = pieceBytes;
     impl_->lanes.resize(static_cast<size_t>(lanes));
     check(cudaSetDevice(device), "cudaSetDevice");
     try {
         for (auto& lane : impl_->lanes) {
             check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
             for (int i = 0; i < 2; ++i) {
-                check(cudaMallocHost(&lane.buf[i], kPiece), "cudaMallocHost (staging)");
+                check(cudaMallocHost(&lane.buf[i], impl_->piece), "cudaMallocHost (staging)");
                 check(cudaEventCreateWithFlags(&lane.done[i], cudaEventDisableTiming), "cudaEventCreate");
             }
         }
@@ -163,9 +166,10 @@ void HostToDevice::copy(void* deviceDst, const void* hostSrc, size_t bytes)
     {
         std::lock_guard<std::mutex> lock(impl_->mutex);
         if (impl_->failure) return; // finish() reports it
-        for (size_t off = 0; off < bytes; off += kPiece)
+        const size_t piece = impl_->piece;
+        for (size_t off = 0; off < bytes; off += piece)
             impl_->queue.push_back({static_cast<char*>(deviceDst) + off, static_cast<const char*>(hostSrc) + off,
-                std::min(kPiece, bytes - off)});
+                std::min(piece, bytes - off)});
     }
     impl_->wake.notify_all();
 }
@@ -191,8 +195,7 @@ void HostToDevice::finish()
 namespace {
 
 /// elements of E bytes in one 16-byte vector that differ between x and y (E = 1, 2, 4, 8 or 16)
-template<int E>
-__device__ __forceinline__ unsigned differing(uint4 x, uint4 y)
+template<int E> __device__ __forceinline__ unsigned differing(uint4 x, uint4 y)
 {
     const uint32_t d[4] = {x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w};
     if constexpr (E == 16) return (d[0] | d[1] | d[2] | d[3]) != 0;
@@ -213,8 +216,8 @@ __device__ __forceinline__ unsigned differing(uint4 x, uint4 y)
 
 /// a persistent grid over the vectors: four independent 16-byte loads of each side in flight per thread
 template<int E>
-__global__ void countDiffering(const uint4* __restrict__ a, const uint4* __restrict__ b, size_t vectors,
-    unsigned long long* __restrict__ total)
+__global__ void countDiffering(
+    const uint4* __restrict__ a, const uint4* __restrict__ b, size_t vectors, unsigned long long* __restrict__ total)
 {
     const size_t stride = size_t(gridDim.x) * blockDim.x;
     size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -277,11 +280,21 @@ uint64_t countDifferentElements(const void* a, const void* b, size_t bytes, size
                 const auto* va = static_cast<const uint4*>(a);
                 const auto* vb = static_cast<const uint4*>(b);
                 switch (elementSize) {
-                case 1: countDiffering<1><<<blocks, threads>>>(va, vb, vectors, total); break;
-                case 2: countDiffering<2><<<blocks, threads>>>(va, vb, vectors, total); break;
-                case 4: countDiffering<4><<<blocks, threads>>>(va, vb, vectors, total); break;
-                case 8: countDiffering<8><<<blocks, threads>>>(va, vb, vectors, total); break;
-                default: countDiffering<16><<<blocks, threads>>>(va, vb, vectors, total); break;
+                case 1:
+                    countDiffering<1><<<blocks, threads>>>(va, vb, vectors, total);
+                    break;
+                case 2:
+                    countDiffering<2><<<blocks, threads>>>(va, vb, vectors, total);
+                    break;
+                case 4:
+                    countDiffering<4><<<blocks, threads>>>(va, vb, vectors, total);
+                    break;
+                case 8:
+                    countDiffering<8><<<blocks, threads>>>(va, vb, vectors, total);
+                    break;
+                default:
+                    countDiffering<16><<<blocks, threads>>>(va, vb, vectors, total);
+                    break;
                 }
                 check(cudaGetLastError(), "compare kernel launch");
             }

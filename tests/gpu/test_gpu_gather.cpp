@@ -41,11 +41,14 @@ TEST_P(GpuGather, MatchesCpuBitForBit)
     GatherOptions cpu;
     GatherOptions gpu;
     gpu.device = ComputeDevice::Cuda;
-    gatherCheckpoint(*cp, (dir / "cpu.pt").string(), cpu);
-    const GatherResult r = gatherCheckpoint(*cp, (dir / "gpu.pt").string(), gpu);
+    // one file name in two folders: the archive's folder name inside the zip comes from the file name
+    fs::create_directories(dir / "cpu");
+    fs::create_directories(dir / "gpu");
+    gatherCheckpoint(*cp, (dir / "cpu" / "gathered.pt").string(), cpu);
+    const GatherResult r = gatherCheckpoint(*cp, (dir / "gpu" / "gathered.pt").string(), gpu);
     EXPECT_EQ(r.device.rfind("cuda", 0), 0u) << r.device;
-    const auto a = slurp(dir / "cpu.pt");
-    const auto b = slurp(dir / "gpu.pt");
+    const auto a = slurp(dir / "cpu" / "gathered.pt");
+    const auto b = slurp(dir / "gpu" / "gathered.pt");
     EXPECT_FALSE(a.empty());
     EXPECT_TRUE(a == b) << "CPU and GPU gather differ for " << GetParam();
     fs::remove_all(dir);

@@ -98,8 +98,7 @@ TEST_F(GpuTransfer, CompareCountsWhatTheHostCounts)
         for (size_t i = 0; i < ub; i += e)
             expectedUnaligned += std::memcmp(a.data() + e + i, b.data() + e + i, e) != 0;
         if (e < 16) {
-            EXPECT_EQ(
-                cuda::countDifferentElements(static_cast<char*>(da) + e, static_cast<char*>(db) + e, ub, e),
+            EXPECT_EQ(cuda::countDifferentElements(static_cast<char*>(da) + e, static_cast<char*>(db) + e, ub, e),
                 expectedUnaligned);
         }
     }
