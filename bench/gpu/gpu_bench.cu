@@ -98,7 +98,7 @@ try {
     // OptScope's path: the copy lanes (pinned staging, several copies in flight), for several lane counts
     nlohmann::ordered_json lanes = nlohmann::ordered_json::array();
     const std::pair<int, size_t> configs[]
-        = {{1, 8}, {4, 8}, {8, 8}, {12, 8}, {16, 8}, {8, 16}, {12, 16}, {16, 16}, {12, 32}, {12, 4}};
+        = {{1, 4}, {4, 4}, {8, 4}, {12, 4}, {16, 4}, {12, 2}, {16, 2}, {8, 8}, {12, 8}, {12, 16}};
     for (const auto& [n, mib] : configs) {
         const auto ts = Clock::now();
         cuda::HostToDevice up(0, n, mib << 20);

@@ -59,7 +59,7 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
 
 /// Host -> device copies from pageable memory (mapped checkpoint files) through pinned staging: @p lanes worker
 /// threads (0 = three quarters of the cores, at most 12), each with two pinned buffers and a stream of its own, copy
-/// pieces of @p pieceBytes (0 = 8 MiB) in parallel, several in flight. copy() queues and returns; finish() waits for
+/// pieces of @p pieceBytes (0 = 4 MiB) in parallel, several in flight. copy() queues and returns; finish() waits for
 /// every queued copy to be on the device and rethrows the first failure. The sources must stay valid until finish()
 /// returns.
 class HostToDevice

@@ -28,7 +28,9 @@ void check(cudaError_t e, const char* what)
     if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-constexpr size_t kDefaultPiece = 8u << 20; // one staging buffer; a copy is cut into pieces of this size
+// one staging buffer; a copy is cut into pieces of this size. On the H100 machine 4 MiB pieces gave 51 GB/s with 12
+// lanes, 8 MiB 44, 16 MiB 42, 32 MiB 38 (smaller pieces keep more of them in flight; bench/results/gpu.md)
+constexpr size_t kDefaultPiece = 4u << 20;
 
 } // namespace
 
@@ -103,7 +105,7 @@ struct HostToDevice::Impl
 HostToDevice::HostToDevice(int device, int lanes, size_t pieceBytes)
     : impl_(std::make_unique<Impl>())
 {
-    // 12 lanes reached 44 GB/s of the H100 machine's 55 (16 cores), 8 lanes 38 (bench/results/gpu.md)
+    // with 8 MiB pieces 8 lanes reached 38-46 GB/s of the H100 machine's 55 (16 cores), 12 lanes 43-44, 16 lanes 42
     if (lanes <= 0) lanes = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) * 3 / 4, 1, 12);
     impl_->device = device;
     if (pieceBytes) impl_->piece = pieceBytes;

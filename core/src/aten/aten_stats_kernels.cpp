@@ -62,7 +62,7 @@ bool statsSupported(DType dtype)
 
 StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
 {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad; // c10:: in libtorch 1.13 and 2.x alike (2.x dropped the at:: alias)
     std::vector<double> scratch;
     const at::Tensor x = asDoubles(data, dtype, n, scratch);
     StatsBlock b;
@@ -86,7 +86,7 @@ StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
 void statsHistogram(
     const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi, std::vector<double>& counts)
 {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad; // c10:: in libtorch 1.13 and 2.x alike (2.x dropped the at:: alias)
     std::vector<double> scratch;
     const at::Tensor x = asDoubles(data, dtype, n, scratch);
     const at::Tensor finiteMask = at::isfinite(x);
