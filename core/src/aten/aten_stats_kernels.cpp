@@ -5,6 +5,7 @@
 #include "optscope/aten/aten_scalar_type.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h> // NoGradGuard: libtorch 2.x no longer brings it in with ATen, nor an at:: alias
 
 #include <cmath>
 #include <limits>
@@ -62,7 +63,7 @@ bool statsSupported(DType dtype)
 
 StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
 {
-    c10::NoGradGuard noGrad; // c10:: in libtorch 1.13 and 2.x alike (2.x dropped the at:: alias)
+    c10::NoGradGuard noGrad;
     std::vector<double> scratch;
     const at::Tensor x = asDoubles(data, dtype, n, scratch);
     StatsBlock b;
@@ -86,7 +87,7 @@ StatsBlock statsBlock(const uint8_t* data, DType dtype, int64_t n)
 void statsHistogram(
     const uint8_t* data, DType dtype, int64_t n, double scale, double lo, double hi, std::vector<double>& counts)
 {
-    c10::NoGradGuard noGrad; // c10:: in libtorch 1.13 and 2.x alike (2.x dropped the at:: alias)
+    c10::NoGradGuard noGrad;
     std::vector<double> scratch;
     const at::Tensor x = asDoubles(data, dtype, n, scratch);
     const at::Tensor finiteMask = at::isfinite(x);
