@@ -142,8 +142,7 @@ run() {
             core/src/aten/aten_stats_kernels.cpp core/src/aten/aten_ops_table.cpp core/src/model/dtype.cpp \
             core/src/model/element_decoder.cpp
         build_torch_lib optscope_c10d c10d core/src/c10d/c10d_store.cpp
-    } >$logs/build-torch-libs.log 2>&1
-    grep -E "^liboptscope" $logs/build-torch-libs.log >>"$summary"
+    } >$logs/build-torch-libs.log 2>&1 # say() puts the outcome in the summary too
     grep -E "^liboptscope" $logs/build-torch-libs.log
 
     step "3. ctest -L cuda, then the core tests"

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-# The PyTorch side of the host -> device benchmark (scripts/device-check.sh; bench/gpu/README.md).
+# The PyTorch side of the host -> device benchmark (scripts/device-check.sh; results in bench/results/gpu.md).
 #   make OUT GB: a checkpoint of about GB gigabytes (16 fp32 tensors of random values, made on the GPU when there
 #                is one) as OUT/big.pt (torch.save) and OUT/big_dcp (dcp.save, one process)
 #   time OUT DEVICE REPEAT: the best of REPEAT runs of torch.load(OUT/big.pt, map_location=DEVICE) and of dcp.load

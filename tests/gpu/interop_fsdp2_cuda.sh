@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
-# interop_fsdp2_cuda.sh PYTHON OPTSCOPE_CLI OUT [cuda|cpu]: PyTorch's FSDP2 trains on the GPU and saves with DCP
-# (interop_fsdp2_cuda.py make); OptScope reshards it to 4 ranks, verifies the original and the result by loading
+# interop_fsdp2_cuda.sh PYTHON OPTSCOPE_CLI OUT [cuda|cpu] [FIXTURE]: PyTorch's FSDP2 trains on the GPU and saves
+# with DCP (interop_fsdp2_cuda.py make), or FIXTURE/ckpt and FIXTURE/ref.pt are such a run's output (the one
+# tests/data/gpu keeps, made on an H100 by PyTorch 2.11); OptScope reshards it to 4 ranks, verifies the original and the result by loading
 # them on the GPU at 4 and 3 ranks, gathers the 4-rank result on the GPU and on the CPU (byte-identical), and PyTorch
 # loads both outputs and finds every tensor equal to its own full state. cpu: the same steps on the CPU, to test the
 # scripts on a machine without a GPU.
 set -euo pipefail
-py=$1 cli=$2 out=$3 dev=${4:-cuda}
+py=$1 cli=$2 out=$3 dev=${4:-cuda} fixture=${5:-}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$out" && mkdir -p "$out"
-"$py" "$here/interop_fsdp2_cuda.py" make "$out" "$dev"
+if [ -n "$fixture" ]; then
+    cp -r "$fixture/ckpt" "$fixture/ref.pt" "$out/"
+else
+    "$py" "$here/interop_fsdp2_cuda.py" make "$out" "$dev"
+fi
+"$cli" check "$out/ckpt" | tee "$out/check.txt"
+grep -q "^clean" "$out/check.txt"
 "$cli" reshard "$out/ckpt" --world-size 4 -o "$out/rs4"
 "$cli" verify "$out/ckpt" --world-size 4 --device "$dev" | tee "$out/verify_ckpt_4.txt"
 "$cli" verify "$out/rs4" --world-size 3 --device "$dev" | tee "$out/verify_rs4_3.txt"
