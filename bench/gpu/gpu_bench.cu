@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // gpu_bench CKPT [--repeat N]: a checkpoint's bytes host -> device (page cache -> HBM), side by side with a plain
 // pinned cudaMemcpy of the same bytes and a pageable one, and the device compare reading HBM. Prints one JSON object.
-// scripts/device-check.sh runs it beside PyTorch's torch.load(map_location="cuda") and DCP load (bench/gpu/torch_h2d.py);
-// results in bench/results/gpu.md.
+// scripts/device-check.sh runs it beside PyTorch's torch.load(map_location="cuda") and DCP load
+// (bench/gpu/torch_h2d.py); results in bench/results/gpu.md.
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/gpu/cuda_backend.h"
 #include "optscope/tensor/chunk_reader.h"

@@ -55,8 +55,8 @@ TEST_P(GpuGather, MatchesCpuBitForBit)
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGather,
-    ::testing::Values("fsdp2_r2", "fsdp2_r3", "fsdp1_r2", "dtypes.pt", "adam_bf16.pt",
-        "gpu/fsdp2_bf16mp_fused_adamw/ckpt"),
+    ::testing::Values(
+        "fsdp2_r2", "fsdp2_r3", "fsdp1_r2", "dtypes.pt", "adam_bf16.pt", "gpu/fsdp2_bf16mp_fused_adamw/ckpt"),
     [](const ::testing::TestParamInfo<std::string>& info) {
         std::string n = info.param;
         for (auto& c : n)

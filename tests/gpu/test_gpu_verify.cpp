@@ -60,8 +60,8 @@ TEST_P(GpuVerify, AgreesWithCpuOracle)
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuVerify,
-    ::testing::Combine(
-        ::testing::Values("fsdp2_r3", "fsdp1_r2", "dtypes.pt", "gpu/fsdp2_bf16mp_fused_adamw/ckpt"), ::testing::Values(1, 2, 3, 5)),
+    ::testing::Combine(::testing::Values("fsdp2_r3", "fsdp1_r2", "dtypes.pt", "gpu/fsdp2_bf16mp_fused_adamw/ckpt"),
+        ::testing::Values(1, 2, 3, 5)),
     [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
         std::string n = std::get<0>(info.param);
         for (auto& c : n)
