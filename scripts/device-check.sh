@@ -14,7 +14,8 @@
 #          3. ctest -L cuda (tests/gpu: GPU gather, verify, copy lanes and compare against the CPU, bit for bit),
 #             then every core test (ctest -L core, minus the two that need the trixie chroot, moto and nginx);
 #          4. the interop: tests/gpu/interop_fsdp2_cuda.sh (FSDP2 on the GPU, fused AdamW, dcp.save, OptScope's
-#             reshard, verify and gather --device cuda, PyTorch loads the results);
+#             reshard, verify and gather --device cuda, PyTorch loads the results); then the README's
+#             `torchrun --no-python` line with that PyTorch's own torchrun (2 processes, byte for byte against one);
 #          5. the benchmark: a 2 GB checkpoint host -> device by gpu_bench (OptScope's copy lanes, a pinned
 #             cudaMemcpy, a pageable one, the device compare) and by PyTorch (torch.load(map_location="cuda"), DCP
 #             load), and gather/verify --device cuda against --device cpu;
@@ -161,6 +162,33 @@ run() {
     grep -E "^interop|IDENTICAL|DIFFERENT|wrote|Error|error" $logs/interop.log | head -20 >>"$summary"
     # the GPU-trained checkpoint and its reference come back as a fixture (about 2 MB)
     [ -d /tmp/interop/ckpt ] && tar -C /tmp/interop -czf $OUT/fsdp2_cuda_fixture.tar.gz ckpt ref.pt
+
+    step "4b. the README's torchrun --no-python line, with this machine's own torchrun (PyTorch's launcher)"
+    # reshard, gather and verify --json of a 3-rank FSDP2 checkpoint by 2 processes, against one process's output,
+    # byte for byte: with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (rank 0 serves the store, as the README says for a
+    # libtorch older than the torchrun) and without it (the agent's store; liboptscope_c10d.so was built above against
+    # this PyTorch)
+    local j=/tmp/job data=$repo/tests/data/fsdp2_r3 mode
+    rm -rf $j && mkdir -p $j/one
+    {
+        "$cli" reshard "$data" --world-size 4 -o $j/one/rs && "$cli" gather "$data" -o $j/one/full.pt &&
+            "$cli" verify "$data" --world-size 3 --json >$j/one/verify.json
+        for mode in own_store agent_store; do
+            mkdir -p $j/$mode
+            local pre=()
+            [ $mode = own_store ] && pre=(env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)
+            local tr=("${pre[@]}" "$py" -m torch.distributed.run --no-python --standalone --nproc-per-node 2)
+            echo "+ ${tr[*]} optscope-cli reshard|gather|verify ..."
+            timeout 60 "${tr[@]}" "$cli" reshard "$data" --world-size 4 -o $j/$mode/rs &&
+                diff -r $j/one/rs $j/$mode/rs && echo "RESULT $mode reshard: identical to one process"
+            timeout 60 "${tr[@]}" "$cli" gather "$data" -o $j/$mode/full.pt &&
+                cmp $j/one/full.pt $j/$mode/full.pt && echo "RESULT $mode gather: identical to one process"
+            timeout 60 "${tr[@]}" "$cli" verify "$data" --world-size 3 --json >$j/$mode/verify.json &&
+                cmp $j/one/verify.json $j/$mode/verify.json && echo "RESULT $mode verify --json: identical to one process"
+        done
+    } >$logs/torchrun.log 2>&1
+    grep -E "^RESULT|^\+ " $logs/torchrun.log | tee -a "$summary"
+    say "torchrun: $(grep -c '^RESULT' $logs/torchrun.log) of 6 identical to one process (log: torchrun.log)"
 
     step "5. benchmark: 2 GB host -> device"
     local h2d=/tmp/h2d
