@@ -6,7 +6,7 @@
 #
 #   SECONDS_PER_HARNESS  fuzzing time for each harness (default 60); 0 only replays the seeds and regressions
 #   JOBS                 parallel fuzzing processes per harness (libFuzzer -fork=JOBS; default 1)
-#   HARNESS              pickle zip torch_save dcp safetensors s3_listing (default: all)
+#   HARNESS              pickle zip torch_save dcp safetensors s3_listing block_map (default: all)
 #
 # Seeds are made from the fixtures (tests/fuzz/make_seeds.py tests/data) on every run; what the fuzzer finds beyond
 # them accumulates in build-fuzz/fuzz/corpus/<harness>. Crashes, leaks, timeouts and OOMs are written to
@@ -21,7 +21,7 @@ seconds=${1:-60}
 jobs=${2:-1}
 shift $(($# > 2 ? 2 : $#))
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(pickle zip torch_save dcp safetensors s3_listing)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(pickle zip torch_save dcp safetensors s3_listing block_map)
 build=${OPTSCOPE_FUZZ_BUILD:-build-fuzz}
 build_jobs=$(($(nproc) < 2 ? $(nproc) : 2))
 

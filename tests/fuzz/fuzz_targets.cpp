@@ -5,6 +5,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/state_flattener.h"
+#include "optscope/io/block_map.h"
 #include "optscope/io/remote_object.h"
 #include "optscope/io/zip_archive.h"
 #include "optscope/model/dtype.h"
@@ -251,6 +252,107 @@ Outcome fuzzS3Listing(const uint8_t* data, size_t size)
             require(item.folder || item.etag.size() >= 2, "an object's ETag is quoted");
         }
     });
+}
+
+Outcome fuzzBlockMap(const uint8_t* data, size_t size)
+{
+    size_t at = 0;
+    auto next = [&](int bytes) {
+        uint64_t v = 0;
+        for (int i = 0; i < bytes; ++i)
+            v = v << 8 | (at < size ? data[at++] : 0);
+        return v;
+    };
+    static constexpr uint64_t kBlocks[] = {1, 3, 16, 4096, 65536};
+    const uint64_t objectSize = next(3); // up to 16 MiB
+    const uint64_t block = kBlocks[next(1) % 5];
+    const uint64_t maxPart = 1 + next(2) % (block * 8); // below, at and above one block
+    BlockMap map(objectSize, block, maxPart);
+    require(map.blocks() == (objectSize + block - 1) / block, "one state per block");
+    std::vector<uint8_t> model(map.blocks(), BlockMap::Absent);
+    std::vector<std::vector<BlockMap::Run>> pending; // claims not settled yet
+    std::vector<BlockMap::Run> fetchedRuns; // what settled as fetched: the skip lists
+    while (at < size) {
+        const uint64_t op = next(1) % 3;
+        const uint64_t offset = objectSize ? next(3) % objectSize : 0;
+        const uint64_t length = next(3) % (objectSize - offset + 1);
+        if (op == 0 && length) {
+            const BlockMap::Run range = map.blocksOf(offset, length);
+            require(range.begin * block <= offset && range.end * block >= offset + length && range.end <= map.blocks()
+                    && range.begin < range.end,
+                "blocksOf holds the range");
+            std::vector<BlockMap::Run> skip;
+            if (next(1) % 2) skip = fetchedRuns;
+            auto skipped = [&](uint64_t b) {
+                for (const auto& r : skip)
+                    if (r.contains(b)) return true;
+                return false;
+            };
+            std::vector<bool> take;
+            bool inFlight = false;
+            for (uint64_t b = range.begin; b < range.end; ++b) {
+                take.push_back(model[b] == BlockMap::Absent && !skipped(b));
+                inFlight = inFlight || model[b] == BlockMap::InFlight;
+            }
+            const BlockMap::Claim c = map.claim(range, skip);
+            require(c.waiting == inFlight, "waiting exactly when a block of the range is in flight");
+            // the runs are the maximal stretches of blocks to take, in order
+            std::vector<BlockMap::Run> expected;
+            for (uint64_t i = 0; i < take.size(); ++i) {
+                if (!take[i]) continue;
+                uint64_t j = i;
+                while (j < take.size() && take[j])
+                    ++j;
+                expected.push_back({range.begin + i, range.begin + j});
+                i = j;
+            }
+            require(c.runs.size() == expected.size(), "one run per stretch of absent blocks");
+            size_t part = 0;
+            for (size_t r = 0; r < c.runs.size(); ++r) {
+                require(c.runs[r].begin == expected[r].begin && c.runs[r].end == expected[r].end, "runs are maximal");
+                // its parts: exactly its bytes (the last block clipped to the object), in order, none too large
+                uint64_t nextByte = c.runs[r].begin * block;
+                const uint64_t runEnd = std::min(objectSize, c.runs[r].end * block);
+                while (nextByte < runEnd) {
+                    require(part < c.parts.size(), "parts cover every run");
+                    const BlockMap::Part& p = c.parts[part++];
+                    require(
+                        p.offset == nextByte && p.length > 0 && p.length <= maxPart && p.offset + p.length <= runEnd,
+                        "parts are in order, inside their run, at most the part size");
+                    nextByte += p.length;
+                }
+                for (uint64_t k = c.runs[r].begin; k < c.runs[r].end; ++k)
+                    model[k] = BlockMap::InFlight;
+            }
+            require(part == c.parts.size(), "no part outside the runs");
+            if (!c.runs.empty()) pending.push_back(c.runs);
+        } else if (op == 1 && !pending.empty()) {
+            const bool fetched = next(1) % 2;
+            const size_t k = next(1) % pending.size();
+            map.settle(pending[k], fetched);
+            for (const auto& r : pending[k]) {
+                for (uint64_t b = r.begin; b < r.end; ++b)
+                    model[b] = fetched ? BlockMap::Present : BlockMap::Absent;
+                if (fetched) fetchedRuns.push_back(r);
+            }
+            pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
+        } else if (op == 2) {
+            const BlockMap::Run given = map.giveBack(offset, length);
+            const uint64_t end = offset + length;
+            const uint64_t first = (offset + block - 1) / block;
+            const uint64_t last = end >= objectSize ? map.blocks() : end / block;
+            if (first < last) {
+                require(given.begin == first && given.end == last, "the whole blocks inside the range are given back");
+                for (uint64_t k = first; k < last; ++k)
+                    model[k] = BlockMap::Absent;
+            } else {
+                require(given.begin == given.end, "no whole block inside the range: nothing given back");
+            }
+        }
+        for (uint64_t k = 0; k < map.blocks(); ++k)
+            require(map.state(k) == model[k], "the map agrees with the model");
+    }
+    return Outcome::Accepted;
 }
 
 Outcome fuzzTorchSave(const uint8_t* data, size_t size)

@@ -43,6 +43,13 @@ Outcome fuzzSafetensors(const uint8_t* data, size_t size);
 Outcome fuzzS3Listing(const uint8_t* data, size_t size);
 constexpr std::string_view kListingPrefix = "ckpt/step_1/";
 
+/// A RemoteObject's block bookkeeping (BlockMap) driven by the input as a sequence of operations (claim a range,
+/// settle a claim fetched or failed, give a range back), checked against a plain model after each: a claim takes
+/// exactly the absent blocks of its range that are not skipped, in maximal runs; its parts cover exactly their bytes,
+/// in order, none larger than the part size; waiting is said exactly when a block of the range is in flight; giving
+/// back frees exactly the whole blocks inside the range.
+Outcome fuzzBlockMap(const uint8_t* data, size_t size);
+
 /// Tensors larger than this are not hashed by the harnesses: a few bytes of pickle can describe an expanded
 /// (stride 0) tensor of terabytes, which is valid and would only make the fuzzer slow.
 constexpr uint64_t kMaxHashBytes = 1u << 20;

@@ -20,6 +20,7 @@ import io
 import pathlib
 import pickle
 import pickletools
+import random
 import sys
 import zipfile
 
@@ -156,7 +157,13 @@ def main() -> None:
         write(out, "safetensors", p.read_bytes())
     for listing in s3_listings():
         write(out, "s3_listing", listing)
-    for h in ("pickle", "zip", "torch_save", "dcp", "safetensors", "s3_listing"):
+    # block_map: operation sequences (fuzzBlockMap's encoding) over small and block-sized objects
+    rng = random.Random(7)
+    for size_bytes in (b"\x00\x00\x40", b"\x00\x10\x00", b"\x01\x00\x00", b"\x00\x00\x01"):
+        for block in range(5):
+            ops = bytes(rng.randrange(256) for _ in range(240))
+            write(out, "block_map", size_bytes + bytes([block]) + b"\x00\x07" + ops)
+    for h in ("pickle", "zip", "torch_save", "dcp", "safetensors", "s3_listing", "block_map"):
         n = len(list((out / h).iterdir())) if (out / h).is_dir() else 0
         print(f"make_seeds: {h}: {n} seeds")
 

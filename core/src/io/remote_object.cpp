@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/remote_object.h"
 #include "optscope/base/error.h"
+#include "optscope/io/block_map.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/sha256.h"
 
@@ -609,7 +610,7 @@ public:
                     "cannot reserve " + std::to_string(m_size) + " bytes of address space: " + std::strerror(errno));
             m_base = static_cast<const uint8_t*>(p);
         }
-        m_state.assign(static_cast<size_t>((m_size + kBlock - 1) / kBlock), Absent);
+        m_blocks = BlockMap(m_size, kBlock, kPart);
     }
     ~RemoteObject() override
     {
@@ -641,13 +642,11 @@ public:
         ensure(offset, length, lock);
         std::memcpy(destination, m_base + offset, length);
         // the whole blocks inside the range hold these bytes only: nobody else points into them
-        const uint64_t first = (offset + kBlock - 1) / kBlock;
         const uint64_t end = offset + length;
-        const uint64_t last = end == m_size ? m_state.size() : end / kBlock;
-        for (uint64_t b = first; b < last; ++b) {
-            ::madvise(const_cast<uint8_t*>(m_base) + b * kBlock, std::min(kBlock, m_size - b * kBlock), MADV_DONTNEED);
-            m_state[b] = Absent;
-        }
+        const BlockMap::Run given = m_blocks.giveBack(offset, length);
+        if (given.begin < given.end)
+            ::madvise(const_cast<uint8_t*>(m_base) + given.begin * kBlock,
+                std::min(given.end * kBlock, m_size) - given.begin * kBlock, MADV_DONTNEED);
         // a sequential scan (a gather going through a rank file): the next range is fetched while this one is used
         const bool sequential
             = offset >= m_lastEnd && offset - m_lastEnd <= kSequentialGap; // a record's header between
@@ -658,11 +657,7 @@ public:
     }
 
 private:
-    enum BlockState : uint8_t { Absent, InFlight, Present };
-    struct Part ///< one ranged GET
-    {
-        uint64_t offset, length;
-    };
+    using Part = BlockMap::Part; ///< one ranged GET
     static constexpr uint64_t kReadAhead = uint64_t(64) << 20;
     static constexpr uint64_t kSequentialGap = uint64_t(1) << 20;
 
@@ -683,54 +678,30 @@ private:
             throw Error(ErrorKind::Io, m_path,
                 "a read of " + std::to_string(length) + " bytes at offset " + std::to_string(offset)
                     + " lies past the end of the object (" + std::to_string(m_size) + " bytes)");
-        const uint64_t firstBlock = offset / kBlock, endBlock = (offset + length + kBlock - 1) / kBlock;
+        const BlockMap::Run range = m_blocks.blocksOf(offset, length);
         // blocks this call fetched: once given back by a reader that used them (copyOut), not fetched again here
-        std::vector<std::pair<uint64_t, uint64_t>> fetched;
-        auto ours = [&fetched](uint64_t b) {
-            for (const auto& [lo, hi] : fetched)
-                if (b >= lo && b < hi) return true;
-            return false;
-        };
+        std::vector<BlockMap::Run> fetched;
         for (;;) {
-            std::vector<Part> parts;
-            std::vector<std::pair<uint64_t, uint64_t>> claimed; // block runs [b, e)
-            bool waiting = false;
-            for (uint64_t b = firstBlock; b < endBlock;) {
-                if (m_state[b] != Absent || ours(b)) {
-                    waiting = waiting || m_state[b] == InFlight;
-                    ++b;
-                    continue;
-                }
-                uint64_t e = b;
-                while (e < endBlock && m_state[e] == Absent && !ours(e))
-                    m_state[e++] = InFlight;
-                claimed.emplace_back(b, e);
-                // a run of missing blocks, cut in parts
-                for (uint64_t at = b * kBlock; at < std::min(m_size, e * kBlock); at += kPart)
-                    parts.push_back({at, std::min({kPart, m_size - at, e * kBlock - at})});
-                b = e;
-            }
-            if (!parts.empty()) {
+            const BlockMap::Claim claim = m_blocks.claim(range, fetched);
+            if (!claim.parts.empty()) {
                 lock.unlock();
                 std::exception_ptr failure;
                 try {
-                    fetchParts(parts.data(), parts.size());
+                    fetchParts(claim.parts.data(), claim.parts.size());
                 } catch (...) {
                     failure = std::current_exception();
                 }
                 lock.lock();
-                for (const auto& [b, e] : claimed)
-                    for (uint64_t k = b; k < e; ++k)
-                        m_state[k] = failure ? Absent : Present;
+                m_blocks.settle(claim.runs, !failure);
                 m_cv.notify_all();
                 if (failure) std::rethrow_exception(failure);
-                fetched.insert(fetched.end(), claimed.begin(), claimed.end());
+                fetched.insert(fetched.end(), claim.runs.begin(), claim.runs.end());
                 // a read-ahead fetches what was absent when it began, once: what a reader fetched meanwhile and
                 // gave back is behind the scan already
                 if (readAhead) return;
                 continue; // look again: another thread's fetch may have ended meanwhile
             }
-            if (!waiting || readAhead) return; // all present (a read-ahead does not wait for a reader's fetch)
+            if (!claim.waiting || readAhead) return; // all present (a read-ahead does not wait for a reader's fetch)
             m_cv.wait(lock); // another thread's fetch (states change only under the lock: no wake-up is missed)
         }
     }
@@ -797,7 +768,7 @@ private:
     std::string m_etag;
     mutable std::mutex m_mutex;
     mutable std::condition_variable m_cv; ///< a fetch finished: blocks changed state
-    mutable std::vector<uint8_t> m_state; ///< BlockState per block of kBlock bytes
+    mutable BlockMap m_blocks {0, kBlock, kPart}; ///< which blocks are absent, being fetched, present
     mutable uint64_t m_lastEnd = UINT64_MAX; ///< where the last copyOut ended (a sequential scan continues there)
     mutable std::thread m_readAhead;
     mutable std::atomic<bool> m_readAheadBusy {false};

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The block bookkeeping of a RemoteObject (remote_object.h), apart from its requests so that it is fuzzed
+// (tests/fuzz: fuzzBlockMap) and tested on its own: which blocks of an object are absent, being fetched or present;
+// which ranged GETs a read needs (the absent blocks it claims, coalesced into runs, the runs cut into parts); which
+// blocks a reader gives back. Not thread-safe: the RemoteObject calls it under its lock.
+
+#include <cstdint>
+#include <vector>
+
+namespace optscope {
+
+class BlockMap
+{
+public:
+    enum State : uint8_t { Absent, InFlight, Present };
+    struct Run ///< blocks [begin, end)
+    {
+        uint64_t begin = 0, end = 0;
+        bool contains(uint64_t b) const { return b >= begin && b < end; }
+    };
+    struct Part ///< bytes [offset, offset + length): one ranged GET
+    {
+        uint64_t offset = 0, length = 0;
+    };
+    struct Claim
+    {
+        std::vector<Run> runs; ///< the blocks claimed (now in flight), in order, maximal
+        std::vector<Part> parts; ///< exactly their bytes (clipped to the object's end), in order, each <= maxPart
+        bool waiting = false; ///< a block of the range is in flight for another claim
+    };
+
+    /// an object of @p size bytes in blocks of @p blockBytes, fetched in parts of at most @p maxPartBytes
+    BlockMap(uint64_t size, uint64_t blockBytes, uint64_t maxPartBytes);
+
+    uint64_t size() const { return m_size; }
+    uint64_t blockBytes() const { return m_block; }
+    uint64_t blocks() const { return m_state.size(); }
+    State state(uint64_t block) const { return static_cast<State>(m_state[block]); }
+
+    /// the blocks holding [offset, offset + length) (inside the object: the caller checks)
+    Run blocksOf(uint64_t offset, uint64_t length) const;
+    /// claims the absent blocks of @p range that are not in @p skip (runs the caller fetched already and a reader may
+    /// have given back since): they become in flight, to be fetched by the parts returned
+    Claim claim(Run range, const std::vector<Run>& skip);
+    /// a claim's blocks become present (@p fetched) or absent again (its fetch failed)
+    void settle(const std::vector<Run>& runs, bool fetched);
+    /// the whole blocks inside [offset, offset + length) (the last one also when the range ends at the object's end)
+    /// become absent: a reader copied them out and nobody else points into them. Returns them, for the caller to
+    /// drop their memory.
+    Run giveBack(uint64_t offset, uint64_t length);
+
+private:
+    uint64_t m_size;
+    uint64_t m_block;
+    uint64_t m_maxPart;
+    std::vector<uint8_t> m_state; ///< State per block
+};
+
+} // namespace optscope
