@@ -45,33 +45,52 @@ nlohmann::ordered_json CheckReport::toJson() const
 
 namespace {
 
+/// Reader codes that are not finding names, with the finding each becomes when a reader reports it as an error.
+/// Codes a reader only warns with (zero-elastic, dtensor-layout, ...) are listed too: every code a reader can emit is
+/// here or a finding name (ReaderCodes.EveryCodeAReaderEmitsIsKnown scans the readers' sources).
+constexpr std::pair<std::string_view, FindingCode> kReaderCodes[] = {
+    {"chunk-out-of-range", FindingCode::ChunkTruncated},
+    {"bad-storage-info", FindingCode::MissingStorageInfo},
+    {"no-storage-data", FindingCode::MissingStorageInfo},
+    {"bad-tensor", FindingCode::BadMetadata},
+    {"bad-shape", FindingCode::BadMetadata},
+    {"unsupported-tensor", FindingCode::BadMetadata},
+    {"unsupported-dtype", FindingCode::BadMetadata},
+    {"missing-tensor", FindingCode::BadMetadata},
+    {"duplicate-key", FindingCode::BadMetadata},
+    {"index-mismatch", FindingCode::BadMetadata},
+    {"unknown-offsets", FindingCode::BadMetadata},
+    {"unknown-metadata", FindingCode::BadMetadata},
+    {"lazy-bit", FindingCode::BadMetadata},
+    {"build-ignored", FindingCode::BadMetadata},
+    {"dtensor-layout", FindingCode::BadMetadata},
+    {"no-model", FindingCode::BadMetadata},
+    {"unread-file", FindingCode::BadMetadata},
+    {"zero-unread-file", FindingCode::BadMetadata},
+    {"zero-model-parallel", FindingCode::BadMetadata},
+    {"zero-frozen-missing", FindingCode::BadMetadata},
+    {"zero-frozen-from-module", FindingCode::BadMetadata},
+    {"zero-elastic", FindingCode::BadMetadata},
+};
+
+} // namespace
+
+std::optional<FindingCode> readerWarningFinding(std::string_view code)
+{
+    for (const auto& info : findingRegistry())
+        if (code == info.name) return info.code;
+    for (const auto& [name, finding] : kReaderCodes)
+        if (code == name) return finding;
+    return std::nullopt;
+}
+
+namespace {
+
 std::string numberText(double v)
 {
     std::ostringstream o;
     o << v;
     return o.str();
-}
-
-/// the reader's error-severity warnings as findings (their codes are the reader's own)
-FindingCode readerCode(const std::string& code)
-{
-    if (code == "chunk-out-of-range") return FindingCode::ChunkTruncated;
-    if (code == "bad-storage-info" || code == "no-storage-data" || code == "missing-storage-info")
-        return FindingCode::MissingStorageInfo;
-    if (code == "missing-file") return FindingCode::MissingFile;
-    if (code == "path-outside-checkpoint") return FindingCode::PathOutsideCheckpoint;
-    if (code == "special-file") return FindingCode::SpecialFile;
-    if (code == "unsupported-transform") return FindingCode::UnsupportedTransform;
-    if (code == "unreadable-value") return FindingCode::UnreadableValue;
-    if (code == "param-mapping") return FindingCode::ParamMapping;
-    if (code == "zero-missing-rank-file") return FindingCode::ZeroMissingRankFile;
-    if (code == "zero-world-size-mismatch") return FindingCode::ZeroWorldSizeMismatch;
-    if (code == "zero-stage-mismatch") return FindingCode::ZeroStageMismatch;
-    if (code == "zero-missing-latest") return FindingCode::ZeroMissingLatest;
-    if (code == "megatron-missing-latest") return FindingCode::MegatronMissingLatest;
-    if (code == "megatron-missing-metadata") return FindingCode::MegatronMissingMetadata;
-    if (code == "megatron-missing-common") return FindingCode::MegatronMissingCommon;
-    return FindingCode::BadMetadata;
 }
 
 class Checker
@@ -97,7 +116,8 @@ public:
                 f.fix = w.fix;
             }
             if (!w.isError) continue;
-            Finding& f = add(readerCode(w.code), w.key, w.message);
+            // a code no table knows is a reader's bug (ReaderCodes.EveryCodeAReaderEmitsIsKnown): bad metadata
+            Finding& f = add(readerWarningFinding(w.code).value_or(FindingCode::BadMetadata), w.key, w.message);
             f.pytorchError = w.loadError; // the loading library's own error text (DeepSpeed's, for ZeRO folders)
             f.fix = w.fix;
             if (!w.file.empty()) m_missingFiles.insert(w.file); // a data file that is not read
