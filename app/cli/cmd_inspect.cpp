@@ -117,7 +117,7 @@ int run(const std::vector<std::string>& argv)
     InspectOptions options;
     options.hash = args.has("--hash");
     options.listChunks = args.has("--json");
-    options.entriesJson = args.has("--json");
+    options.entriesJson = false; // the table renders from the checkpoint, --json streams them (writeInspectJson)
     if (auto t = args.value("--threads")) {
         try {
             options.threads = std::stoi(*t);
@@ -130,9 +130,10 @@ int run(const std::vector<std::string>& argv)
                                          : openCheckpoint(args.positional()[0], progress);
     InspectReport report = inspectCheckpoint(*cp, options, progress);
     finishTerminalProgress();
-    if (args.has("--json"))
-        std::cout << report.json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
-    else
+    if (args.has("--json")) {
+        writeInspectJson(std::cout, *cp, report, options);
+        std::cout << std::endl;
+    } else
         printTable(*cp, report, options.hash);
     if (!report.ok) {
         std::string first;

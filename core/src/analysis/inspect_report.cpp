@@ -42,6 +42,66 @@ std::string inspectTypeName(const Entry& entry)
     return pyKindName(v->kind);
 }
 
+namespace {
+
+/// one element of the document's "entries": what inspectCheckpoint keeps and writeInspectJson streams alike
+json entryJson(const Entry& e, const InspectOptions& options, bool failed, const std::string& error,
+    const std::string& sha256, json&& renderedValue)
+{
+    json je;
+    je["key"] = e.key;
+    if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
+    je["path"] = pathJson(e.path);
+    if (e.isTensor()) {
+        const TensorEntry& t = e.tensor;
+        je["type"] = "tensor";
+        je["dtype"] = std::string(dtypeName(t.dtype));
+        je["shape"] = t.shape;
+        je["numel"] = t.numel();
+        je["bytes"] = t.nbytes();
+        if (!t.subclass.empty()) je["subclass"] = t.subclass.str();
+        if (!t.placements.empty()) je["placements"] = t.placements.str();
+        if (options.listChunks) {
+            json chunks = json::array();
+            for (size_t c = 0; c < t.chunks.size(); ++c) {
+                json jc;
+                jc["rank"] = t.chunks.rank(c) >= 0 ? json(t.chunks.rank(c)) : json(nullptr);
+                jc["offsets"] = t.chunks.offsetsOf(c).vec();
+                jc["sizes"] = t.chunks.sizesOf(c).vec();
+                jc["file"] = t.chunks.fileOf(c);
+                chunks.push_back(std::move(jc));
+            }
+            je["chunks"] = std::move(chunks);
+        } else {
+            je["chunk_count"] = t.chunks.size();
+        }
+        if (options.hash && !failed) {
+            if (t.storesNoData())
+                je["sha256"] = nullptr;
+            else
+                je["sha256"] = sha256;
+        }
+    } else {
+        je["type"] = "value";
+        je["python_type"] = inspectTypeName(e);
+        je["value"] = std::move(renderedValue);
+    }
+    if (failed) je["error"] = error;
+    return je;
+}
+
+/// the values of @p cp's value entries as JSON, rendered with one budget: entries sharing one large object must not
+/// render it once each
+std::vector<json> renderValues(const Checkpoint& cp)
+{
+    std::vector<const PyValue*> roots;
+    for (const auto& e : cp.entries)
+        if (!e.isTensor()) roots.push_back(e.value);
+    return valuesToJson(roots);
+}
+
+} // namespace
+
 static InspectReport inspectCheckpointUnguarded(
     const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
 {
@@ -110,12 +170,7 @@ static InspectReport inspectCheckpointUnguarded(
     std::vector<int> ranks;
     std::vector<bool> seenRank;
     size_t tensors = 0, values = 0;
-    // values rendered with one budget: entries sharing one large object must not render it once each
-    std::vector<const PyValue*> valueRoots;
-    if (options.entriesJson)
-        for (const auto& e : cp.entries)
-            if (!e.isTensor()) valueRoots.push_back(e.value);
-    std::vector<json> renderedValues = valuesToJson(valueRoots);
+    std::vector<json> renderedValues = options.entriesJson ? renderValues(cp) : std::vector<json>();
     size_t nextValue = 0;
     json entries = json::array();
     for (size_t i = 0; i < cp.entries.size(); ++i) {
@@ -139,45 +194,9 @@ static InspectReport inspectCheckpointUnguarded(
             ++values;
         }
         if (!options.entriesJson) continue;
-        json je;
-        je["key"] = e.key;
-        if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
-        je["path"] = pathJson(e.path);
-        if (e.isTensor()) {
-            const TensorEntry& t = e.tensor;
-            je["type"] = "tensor";
-            je["dtype"] = std::string(dtypeName(t.dtype));
-            je["shape"] = t.shape;
-            je["numel"] = t.numel();
-            je["bytes"] = t.nbytes();
-            if (!t.subclass.empty()) je["subclass"] = t.subclass.str();
-            if (!t.placements.empty()) je["placements"] = t.placements.str();
-            if (options.listChunks) {
-                json chunks = json::array();
-                for (size_t c = 0; c < t.chunks.size(); ++c) {
-                    json jc;
-                    jc["rank"] = t.chunks.rank(c) >= 0 ? json(t.chunks.rank(c)) : json(nullptr);
-                    jc["offsets"] = t.chunks.offsetsOf(c).vec();
-                    jc["sizes"] = t.chunks.sizesOf(c).vec();
-                    jc["file"] = t.chunks.fileOf(c);
-                    chunks.push_back(std::move(jc));
-                }
-                je["chunks"] = std::move(chunks);
-            } else {
-                je["chunk_count"] = t.chunks.size();
-            }
-            if (options.hash && !failed) {
-                if (t.storesNoData())
-                    je["sha256"] = nullptr;
-                else
-                    je["sha256"] = hashes[i];
-            }
-        } else {
-            je["type"] = "value";
-            je["python_type"] = inspectTypeName(e);
-            je["value"] = std::move(renderedValues[nextValue++]);
-        }
-        if (failed) je["error"] = errors[i];
+        json rendered = e.isTensor() ? json() : std::move(renderedValues[nextValue++]);
+        json je = entryJson(e, options, failed, failed ? errors[i] : std::string(),
+            i < hashes.size() ? hashes[i] : std::string(), std::move(rendered));
         entries.push_back(std::move(je));
     }
     std::sort(ranks.begin(), ranks.end());
@@ -200,6 +219,65 @@ static InspectReport inspectCheckpointUnguarded(
 InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
 {
     return readGuarded({&cp}, [&] { return inspectCheckpointUnguarded(cp, options, progress); });
+}
+
+} // namespace optscope
+
+namespace optscope {
+
+namespace {
+
+/// @p text (a dump with indent 2) as nested @p spaces deeper: every line after the first moved right
+void writeIndented(std::ostream& out, const std::string& text, size_t spaces)
+{
+    const std::string pad(spaces, ' ');
+    size_t from = 0;
+    for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', from)) {
+        out.write(text.data() + from, static_cast<std::streamsize>(nl + 1 - from));
+        out << pad;
+        from = nl + 1;
+    }
+    out.write(text.data() + from, static_cast<std::streamsize>(text.size() - from));
+}
+
+std::string dumped(const json& j)
+{
+    return j.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+} // namespace
+
+void writeInspectJson(
+    std::ostream& out, const Checkpoint& cp, const InspectReport& report, const InspectOptions& options)
+{
+    // one entry at a time: 1.7M value entries (a long trainer_state log) as JSON objects took 1.6 GB at once
+    std::vector<json> renderedValues = renderValues(cp);
+    out << "{";
+    bool first = true;
+    for (auto it = report.json.begin(); it != report.json.end(); ++it) {
+        if (it.key() == "entries") continue; // a report made with entriesJson: its entries are written below
+        out << (first ? "\n  " : ",\n  ") << dumped(json(it.key())) << ": ";
+        first = false;
+        writeIndented(out, dumped(it.value()), 2);
+        if (it.key() != "summary") continue;
+        out << ",\n  \"entries\": ";
+        if (cp.entries.empty()) {
+            out << "[]";
+            continue;
+        }
+        out << "[";
+        size_t nextValue = 0;
+        for (size_t i = 0; i < cp.entries.size(); ++i) {
+            const Entry& e = cp.entries[i];
+            const std::string& error = report.errorOf(i);
+            json rendered = e.isTensor() ? json() : std::move(renderedValues[nextValue++]);
+            out << (i ? ",\n    " : "\n    ");
+            writeIndented(
+                out, dumped(entryJson(e, options, !error.empty(), error, report.sha256Of(i), std::move(rendered))), 4);
+        }
+        out << "\n  ]";
+    }
+    out << (first ? "}" : "\n}");
 }
 
 } // namespace optscope

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ostream>
+
 namespace optscope {
 
 struct InspectOptions
@@ -52,5 +54,11 @@ std::string inspectTypeName(const Entry& entry);
 
 InspectReport inspectCheckpoint(
     const Checkpoint& checkpoint, const InspectOptions& options, const Progress& progress = {});
+
+/// Writes the `inspect --json` document of @p report (made by inspectCheckpoint with @p options, entriesJson off) to
+/// @p out with the entries streamed one at a time: byte for byte what report.json.dump(2) gives when the entries are
+/// in it (invalid UTF-8 replaced), without the whole document in memory. No newline at the end.
+void writeInspectJson(
+    std::ostream& out, const Checkpoint& checkpoint, const InspectReport& report, const InspectOptions& options);
 
 } // namespace optscope
