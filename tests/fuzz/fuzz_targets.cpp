@@ -264,9 +264,11 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
         return v;
     };
     static constexpr uint64_t kBlocks[] = {1, 3, 16, 4096, 65536};
-    const uint64_t objectSize = next(3); // up to 16 MiB
+    const uint64_t sizeBits = next(3);
     const uint64_t block = kBlocks[next(1) % 5];
-    const uint64_t maxPart = 1 + next(2) % (block * 8); // below, at and above one block
+    // at most 4,096 blocks and 8 parts per block: every operation is checked block by block against the model
+    const uint64_t objectSize = sizeBits % (block * 4096 + 1);
+    const uint64_t maxPart = std::max<uint64_t>(1, block / 8) + next(2) % (block * 8); // below, at, above a block
     BlockMap map(objectSize, block, maxPart);
     require(map.blocks() == (objectSize + block - 1) / block, "one state per block");
     std::vector<uint8_t> model(map.blocks(), BlockMap::Absent);
