@@ -13,8 +13,8 @@ TEST(InspectJson, StreamedDocumentIsTheWholeOneByteForByte)
 {
     const std::string data = OPTSCOPE_TEST_DATA;
     for (const char* fixture : {"fsdp2_r3", "dtypes.pt", "adamw_fqn.pt", "hf/checkpoint-3", "fsdp1_r2",
-             "gpu/fsdp2_bf16mp_fused_adamw/ckpt", "adam_empty_state.pt", "multi_optim/lit_gan_a.ckpt", "frozen/lbfgs.pt",
-             "hostile/evil_keys.pt", "hostile/shared_strings.pt"}) {
+             "gpu/fsdp2_bf16mp_fused_adamw/ckpt", "adam_empty_state.pt", "multi_optim/lit_gan_a.ckpt",
+             "frozen/lbfgs.pt", "hostile/evil_keys.pt", "hostile/shared_strings.pt"}) {
         SCOPED_TRACE(fixture);
         const auto cp = openCheckpoint(data + "/" + fixture);
         for (const bool hash : {false, true}) {
