@@ -221,10 +221,6 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
     return readGuarded({&cp}, [&] { return inspectCheckpointUnguarded(cp, options, progress); });
 }
 
-} // namespace optscope
-
-namespace optscope {
-
 namespace {
 
 /// @p text (a dump with indent 2) as nested @p spaces deeper: every line after the first moved right
