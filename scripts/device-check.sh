@@ -18,7 +18,7 @@
 #             `torchrun --no-python` line with that PyTorch's own torchrun (2 processes, byte for byte against one);
 #          5. the benchmark: a 2 GB checkpoint host -> device by gpu_bench (OptScope's copy lanes, a pinned
 #             cudaMemcpy, a pageable one, the device compare) and by PyTorch (torch.load(map_location="cuda"), DCP
-#             load), and gather/verify --device cuda against --device cpu;
+#             load), and gather/reshard/verify --device cuda against --device cpu;
 #          and writes summary.md, bench.json and the logs under $OUT (at most 8 files: the device tool's limit).
 # The binaries were built with absolute paths under /work/main (test data, the aten library's build path), so the
 # run links /work/main to the repository copy it runs in when that is elsewhere.
@@ -203,8 +203,10 @@ run() {
         "$py" bench/gpu/torch_h2d.py time $h2d cuda 3 2>>$logs/bench.log || echo null
         echo ',"cli":{'
         local first=1 what dev t0 t1
-        for what in "gather $h2d/big_dcp -o /tmp/g.pt" "verify $h2d/big_dcp --world-size 4"; do
+        for what in "gather $h2d/big_dcp -o /tmp/g.pt" "reshard $h2d/big_dcp --world-size 4 --no-fsync -o /tmp/rs" \
+            "verify $h2d/big_dcp --world-size 4"; do
             for dev in cpu cuda; do
+                rm -rf /tmp/rs /tmp/g.pt
                 t0=$(date +%s.%N)
                 "$cli" $what --device $dev >>$logs/bench.log 2>&1
                 local rc=$?

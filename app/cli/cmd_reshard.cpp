@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// optscope-cli reshard PATH --world-size M (-o OUTDIR | --dry-run) [--layout fsdp2|fsdp1] [--json]
+// optscope-cli reshard PATH --world-size M (-o OUTDIR | --dry-run) [--layout fsdp2|fsdp1] [--device cpu|cuda] [--json]
 #include "cli_common.h"
 
 #include "optscope/analysis/reshard.h"
@@ -30,8 +30,8 @@ int runReshard(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--world-size", true, "target world size M"}, {"--output", true, "output folder", "-o"},
-            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--json", false, "print a JSON summary"},
-            {"--no-fsync", false, "skip fsync before the final rename"},
+            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--device", true, "cpu or cuda"},
+            {"--json", false, "print a JSON summary"}, {"--no-fsync", false, "skip fsync before the final rename"},
             {"--dry-run", false, "plan only: print what would be written, read and write no data"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
@@ -46,6 +46,7 @@ int runReshard(const std::vector<std::string>& argv)
     options.worldSize = parseWorldSize(args);
     options.layout = shardingStyleFromName(args.value("--layout").value_or("fsdp2"));
     options.write.fsync = !args.has("--no-fsync");
+    options.device = computeDeviceFromName(args.value("--device").value_or("cpu"));
     const Progress progress = terminalProgress();
     CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
     if (dryRun) {
@@ -69,6 +70,7 @@ int runReshard(const std::vector<std::string>& argv)
         }
         return ExitOk;
     }
+    const std::string device = describeComputeDevice(options.device); // before anything is read
     const DcpWriteStats s = reshardCheckpoint(*cp, *out, options, progress);
     finishTerminalProgress();
     if (!Job::current().isRoot()) return ExitOk; // rank 0 speaks for the job
@@ -77,7 +79,7 @@ int runReshard(const std::vector<std::string>& argv)
         nlohmann::ordered_json j {{"output", *out}, {"world_size", options.worldSize},
             {"layout", options.layout == ShardingStyle::Fsdp2 ? "fsdp2" : "fsdp1"}, {"files", s.files},
             {"tensor_items", s.tensorItems}, {"value_items", s.valueItems}, {"left_out", s.leftOut},
-            {"copied", s.copied}, {"bytes", s.bytes}};
+            {"copied", s.copied}, {"bytes", s.bytes}, {"device", device}};
         std::cout << j.dump(2) << std::endl;
     } else {
         std::string copied;
@@ -85,7 +87,7 @@ int runReshard(const std::vector<std::string>& argv)
             copied += ", " + c + " copied as it is";
         std::cout << "wrote " << *out << " for " << options.worldSize << " ranks: " << s.files
                   << " data files and .metadata" << copied << ", " << s.tensorItems << " tensor chunks, "
-                  << s.valueItems << " values (" << humanBytes(s.bytes) << " in all)\n";
+                  << s.valueItems << " values (" << humanBytes(s.bytes) << " in all); assembled on " << device << "\n";
         printLeftOut(s.leftOut);
     }
     return ExitOk;

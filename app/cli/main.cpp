@@ -184,7 +184,8 @@ const std::vector<Command>& commands()
             "Exit status: 0 written, 2 error (the error says which parameter does not match the model).\n",
             runUnflatten},
         {"reshard", "write a DCP checkpoint laid out for another world size",
-            "usage: optscope-cli reshard PATH --world-size M (-o OUTDIR | --dry-run) [--layout fsdp2|fsdp1] [--json]\n"
+            "usage: optscope-cli reshard PATH --world-size M (-o OUTDIR | --dry-run) [--layout fsdp2|fsdp1]\n"
+            "                            [--device cpu|cuda] [--json]\n"
             "\n"
             "Writes a torch.distributed.checkpoint folder (.metadata + __<rank>_0.distcp) laid out for M ranks,\n"
             "that torch.distributed.checkpoint.load reads on M ranks into get_state_dict of an FSDP2 model and\n"
@@ -193,6 +194,8 @@ const std::vector<Command>& commands()
             "  -o, --output OUTDIR  new folder (must not exist, or be empty)\n"
             "  --layout fsdp2       every tensor as DTensor Shard(0): torch.chunk on dim 0, empty trailing chunks\n"
             "  --layout fsdp1       as FSDP1's SHARDED_STATE_DICT: no chunks for ranks past the last row\n"
+            "  --device cpu|cuda    assemble each target chunk in host memory (default) or on the local GPUs\n"
+            "                       (the same bytes)\n"
             "  --no-fsync           skip the fsync of each file before the final rename\n"
             "  --dry-run            plan only: chunks and bytes per target rank; reads and writes no tensor data\n"
             "Exit status: 0 written (or planned), 2 error.\n",

@@ -30,12 +30,17 @@ struct TensorAssembly
 {
     std::vector<int64_t> shape;
     size_t elementSize = 1;
-    std::vector<HostChunk> chunks; ///< must tile the tensor exactly (checked by the caller)
+    /// what is assembled: the box [boxOffsets, boxOffsets + boxSizes) of the tensor (a reshard's target chunk);
+    /// both empty: the whole tensor
+    std::vector<int64_t> boxOffsets;
+    std::vector<int64_t> boxSizes;
+    /// must cover the box exactly (checked by the caller); a chunk may reach outside it (those elements are skipped)
+    std::vector<HostChunk> chunks;
 };
 
-/// Assembles the tensor in device memory: each GPU copies (through pinned staging buffers) the chunks of its ranks
-/// host->device; with several GPUs, NCCL broadcasts every chunk to all of them and each GPU scatters it into its
-/// full copy. The full tensor is then streamed device->host from GPU 0 (through pinned memory) to @p sink, in
+/// Assembles the box of the tensor in device memory: each GPU copies (through pinned staging buffers) the chunks of
+/// its ranks host->device; with several GPUs, NCCL broadcasts every chunk to all of them and each GPU scatters it
+/// into its full copy. The box is then streamed device->host from GPU 0 (through pinned memory) to @p sink, in
 /// row-major order. @p maxGpus limits the GPUs used (0 = all).
 void assembleTensor(
     const TensorAssembly& assembly, const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus = 0);
@@ -56,6 +61,13 @@ struct HostShard
 /// @p sink: rank r's padded shard occupies bytes [r * shardBytes, (r + 1) * shardBytes). One GPU needs no NCCL.
 void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
     const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus = 0);
+
+/// Verify-by-load on the GPUs without the trip back: the shards are all-gathered as allGatherShards does, @p reference
+/// (the source tensor, whole) is assembled on GPU 0 beside them, and each rank's shard is compared there bit for bit
+/// with its bytes of the reference. Rank r's shard must be the r-th consecutive run of the reference's row-major
+/// bytes (dim-0 chunks in rank order). Returns, per rank, the elements that differ.
+std::vector<uint64_t> allGatherAndCompare(
+    const std::vector<HostShard>& shards, size_t shardBytes, const TensorAssembly& reference, int maxGpus = 0);
 
 /// Host -> device copies from pageable memory (mapped checkpoint files) through pinned staging: @p lanes worker
 /// threads (0 = three quarters of the cores, at most 12), each with two pinned buffers and a stream of its own, copy

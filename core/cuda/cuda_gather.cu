@@ -65,25 +65,29 @@ constexpr int kMaxDims = 8;
 struct BoxCopy
 {
     int ndim;
-    int64_t shape[kMaxDims]; ///< destination (full tensor)
-    int64_t offsets[kMaxDims];
-    int64_t sizes[kMaxDims]; ///< source box, dense
+    int64_t shape[kMaxDims]; ///< destination: the assembled box
+    int64_t offsets[kMaxDims]; ///< the chunk's offsets relative to the box (negative where it starts before it)
+    int64_t sizes[kMaxDims]; ///< the chunk, dense
 };
 
 template<typename T>
 __global__ void scatterBox(const T* __restrict__ src, T* __restrict__ dst, BoxCopy box, int64_t numel, int words)
 {
-    // each element is `words` T's (elements wider than 8 bytes move as several words)
+    // each element is `words` T's (elements wider than 8 bytes move as several words); elements of the chunk outside
+    // the box are skipped
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t rem = i;
         int64_t dstIndex = 0;
         int64_t stride = 1;
+        bool inside = true;
         for (int d = box.ndim - 1; d >= 0; --d) {
             const int64_t coord = rem % box.sizes[d] + box.offsets[d];
             rem /= box.sizes[d];
+            inside = inside && coord >= 0 && coord < box.shape[d];
             dstIndex += coord * stride;
             stride *= box.shape[d];
         }
+        if (!inside) continue;
         for (int w = 0; w < words; ++w)
             dst[dstIndex * words + w] = src[i * words + w];
     }
@@ -215,25 +219,32 @@ std::string describeAssembler(int maxGpus)
     return "cuda:0-" + std::to_string(n - 1) + " + NCCL";
 }
 
-void assembleTensor(const TensorAssembly& a, const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
-{
-    if (a.shape.size() > kMaxDims)
-        throw std::runtime_error("tensors of more than 8 dimensions are not supported on the GPU path");
-    int ngpu = deviceCount(maxGpus);
-    const Nccl& nccl = Nccl::get();
-    if (ngpu > 1 && !nccl.ok) ngpu = 1;
-    int64_t numel = 1;
-    for (auto s : a.shape)
-        numel *= s;
-    const size_t nbytes = static_cast<size_t>(numel) * a.elementSize;
-    if (nbytes == 0) return;
-    const auto locks = lockDevices(ngpu);
+namespace {
 
-    std::vector<void*> full(ngpu, nullptr);
-    std::vector<cudaStream_t> streams(ngpu, nullptr);
-    std::vector<ncclComm_t> comms(ngpu, nullptr);
-    std::vector<std::vector<void*>> staged(ngpu, std::vector<void*>(a.chunks.size(), nullptr));
-    auto cleanup = [&] {
+int64_t product(const std::vector<int64_t>& v)
+{
+    int64_t n = 1;
+    for (auto s : v)
+        n *= s;
+    return n;
+}
+
+/// The box of a tensor assembled in device memory on GPUs 0..ngpu-1 (the caller holds their locks); freed with it.
+struct DeviceAssembly
+{
+    const Nccl& nccl = Nccl::get();
+    int ngpu = 0;
+    size_t nbytes = 0;
+    std::vector<void*> full;
+    std::vector<cudaStream_t> streams;
+    std::vector<ncclComm_t> comms;
+    std::vector<std::vector<void*>> staged;
+
+    DeviceAssembly(const TensorAssembly& a, int gpus);
+    ~DeviceAssembly() { release(); }
+    /// frees everything (also what a constructor that threw had made)
+    void release()
+    {
         for (int g = 0; g < ngpu; ++g) {
             cudaSetDevice(g);
             for (void* p : staged[g])
@@ -242,12 +253,33 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
             if (streams[g]) cudaStreamDestroy(streams[g]);
             if (comms[g]) nccl.commDestroy(comms[g]);
         }
-    };
+        ngpu = 0;
+    }
+    DeviceAssembly(const DeviceAssembly&) = delete;
+    DeviceAssembly& operator=(const DeviceAssembly&) = delete;
+};
+
+DeviceAssembly::DeviceAssembly(const TensorAssembly& a, int gpus)
+    : ngpu(gpus)
+    , full(gpus, nullptr)
+    , streams(gpus, nullptr)
+    , comms(gpus, nullptr)
+    , staged(gpus, std::vector<void*>(a.chunks.size(), nullptr))
+{
+    const bool whole = a.boxSizes.empty();
+    const std::vector<int64_t>& boxSizes = whole ? a.shape : a.boxSizes;
+    const std::vector<int64_t> boxOffsets = whole ? std::vector<int64_t>(a.shape.size(), 0) : a.boxOffsets;
+    if (a.shape.size() > kMaxDims)
+        throw std::runtime_error("tensors of more than 8 dimensions are not supported on the GPU path");
+    if (boxSizes.size() != a.shape.size() || boxOffsets.size() != a.shape.size())
+        throw std::runtime_error("the box does not have the tensor's dimensions");
+    nbytes = static_cast<size_t>(product(boxSizes)) * a.elementSize;
+    if (nbytes == 0) return;
     try {
         for (int g = 0; g < ngpu; ++g) {
             check(cudaSetDevice(g), "cudaSetDevice");
             check(cudaStreamCreateWithFlags(&streams[g], cudaStreamNonBlocking), "cudaStreamCreate");
-            check(cudaMalloc(&full[g], nbytes), "cudaMalloc (full tensor)");
+            check(cudaMalloc(&full[g], nbytes), "cudaMalloc (assembled tensor)");
         }
         if (ngpu > 1) {
             std::vector<int> devs(ngpu);
@@ -261,15 +293,11 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         std::vector<int> owner(a.chunks.size());
         for (size_t c = 0; c < a.chunks.size(); ++c) {
             const HostChunk& ch = a.chunks[c];
-            int64_t cn = 1;
-            for (auto s : ch.sizes)
-                cn *= s;
+            const int64_t cn = product(ch.sizes);
             if (cn == 0) continue;
             const int g = static_cast<int>((ch.rank >= 0 ? ch.rank : static_cast<int>(c)) % ngpu);
             owner[c] = g;
-            check(cudaSetDevice(g), "cudaSetDevice");
             for (int h = 0; h < ngpu; ++h) {
-                if (h != g && ngpu == 1) continue;
                 check(cudaSetDevice(h), "cudaSetDevice");
                 check(cudaMalloc(&staged[h][c], static_cast<size_t>(cn) * a.elementSize), "cudaMalloc (chunk)");
             }
@@ -284,9 +312,7 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
             nccl.check(nccl.groupStart(), "ncclGroupStart");
             for (size_t c = 0; c < a.chunks.size(); ++c) {
                 if (!staged[0][c]) continue;
-                int64_t cn = 1;
-                for (auto s : a.chunks[c].sizes)
-                    cn *= s;
+                const int64_t cn = product(a.chunks[c].sizes);
                 for (int g = 0; g < ngpu; ++g)
                     nccl.check(nccl.broadcast(staged[g][c], staged[g][c], static_cast<size_t>(cn) * a.elementSize,
                                    ncclUint8, owner[c], comms[g], streams[g]),
@@ -294,57 +320,57 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
             }
             nccl.check(nccl.groupEnd(), "ncclGroupEnd");
         }
-        // 3. every GPU scatters the chunks into its full tensor
+        // 3. every GPU scatters the chunks into its copy of the box
         for (int g = 0; g < ngpu; ++g) {
             check(cudaSetDevice(g), "cudaSetDevice");
             for (size_t c = 0; c < a.chunks.size(); ++c) {
                 if (!staged[g][c]) continue;
                 const HostChunk& ch = a.chunks[c];
-                BoxCopy box {};
-                box.ndim = static_cast<int>(a.shape.size());
-                int64_t cn = 1;
-                for (int d = 0; d < box.ndim; ++d) {
-                    box.shape[d] = a.shape[d];
-                    box.offsets[d] = ch.offsets[d];
-                    box.sizes[d] = ch.sizes[d];
-                    cn *= ch.sizes[d];
-                }
-                if (box.ndim == 0) {
+                if (a.shape.empty()) {
                     check(cudaMemcpyAsync(full[g], staged[g][c], a.elementSize, cudaMemcpyDeviceToDevice, streams[g]),
                         "D2D copy");
                     continue;
                 }
-                launchScatter(staged[g][c], full[g], box, cn, a.elementSize, streams[g]);
+                BoxCopy box {};
+                box.ndim = static_cast<int>(a.shape.size());
+                for (int d = 0; d < box.ndim; ++d) {
+                    box.shape[d] = boxSizes[d];
+                    box.offsets[d] = ch.offsets[d] - boxOffsets[d];
+                    box.sizes[d] = ch.sizes[d];
+                }
+                launchScatter(staged[g][c], full[g], box, product(ch.sizes), a.elementSize, streams[g]);
             }
             check(cudaStreamSynchronize(streams[g]), "scatter sync");
         }
-        // 4. device -> host from GPU 0, through pinned memory, in order
-        check(cudaSetDevice(0), "cudaSetDevice");
-        transfersOf(0).down(0).toHost(static_cast<const char*>(full[0]), nbytes, streams[0], sink);
     } catch (...) {
-        cleanup();
+        release();
         throw;
     }
-    cleanup();
 }
 
-void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
-    const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
+int usableGpus(int maxGpus, int limit)
 {
-    const int ranks = static_cast<int>(shards.size());
-    if (ranks == 0 || shardBytes == 0) return;
-    int ngpu = std::min(deviceCount(maxGpus), ranks);
-    const Nccl& nccl = Nccl::get();
-    if (ngpu > 1 && !nccl.ok) ngpu = 1;
-    const int perGpu = (ranks + ngpu - 1) / ngpu; // consecutive ranks share a GPU
-    const size_t sendBytes = static_cast<size_t>(perGpu) * shardBytes;
-    const size_t recvBytes = sendBytes * static_cast<size_t>(ngpu);
-    const auto locks = lockDevices(ngpu);
+    int ngpu = std::min(deviceCount(maxGpus), limit);
+    if (ngpu > 1 && !Nccl::get().ok) ngpu = 1;
+    return ngpu;
+}
 
-    std::vector<void*> send(ngpu, nullptr), recv(ngpu, nullptr);
-    std::vector<cudaStream_t> streams(ngpu, nullptr);
-    std::vector<ncclComm_t> comms(ngpu, nullptr);
-    auto cleanup = [&] {
+/// The padded rank shards all-gathered on GPUs 0..ngpu-1 (the caller holds their locks): `gathered` is GPU 0's
+/// copy, rank r's shard at r * shardBytes.
+struct DeviceGather
+{
+    const Nccl& nccl = Nccl::get();
+    int ngpu = 0;
+    std::vector<void*> send, recv;
+    std::vector<cudaStream_t> streams;
+    std::vector<ncclComm_t> comms;
+    const char* gathered = nullptr;
+
+    DeviceGather(const std::vector<HostShard>& shards, size_t shardBytes, int gpus);
+    ~DeviceGather() { release(); }
+    /// frees everything (also what a constructor that threw had made)
+    void release()
+    {
         for (int g = 0; g < ngpu; ++g) {
             cudaSetDevice(g);
             if (send[g]) cudaFree(send[g]);
@@ -352,7 +378,23 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
             if (streams[g]) cudaStreamDestroy(streams[g]);
             if (comms[g]) nccl.commDestroy(comms[g]);
         }
-    };
+        ngpu = 0;
+    }
+    DeviceGather(const DeviceGather&) = delete;
+    DeviceGather& operator=(const DeviceGather&) = delete;
+};
+
+DeviceGather::DeviceGather(const std::vector<HostShard>& shards, size_t shardBytes, int gpus)
+    : ngpu(gpus)
+    , send(gpus, nullptr)
+    , recv(gpus, nullptr)
+    , streams(gpus, nullptr)
+    , comms(gpus, nullptr)
+{
+    const int ranks = static_cast<int>(shards.size());
+    const int perGpu = (ranks + ngpu - 1) / ngpu; // consecutive ranks share a GPU
+    const size_t sendBytes = static_cast<size_t>(perGpu) * shardBytes;
+    const size_t recvBytes = sendBytes * static_cast<size_t>(ngpu);
     try {
         for (int g = 0; g < ngpu; ++g) {
             check(cudaSetDevice(g), "cudaSetDevice");
@@ -373,7 +415,7 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
             }
             upload.finish();
         }
-        void* gathered = send[0];
+        gathered = static_cast<const char*>(send[0]);
         if (ngpu > 1) {
             std::vector<int> devs(ngpu);
             for (int g = 0; g < ngpu; ++g)
@@ -388,16 +430,62 @@ void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
                 check(cudaSetDevice(g), "cudaSetDevice");
                 check(cudaStreamSynchronize(streams[g]), "all-gather sync");
             }
-            gathered = recv[0];
+            gathered = static_cast<const char*>(recv[0]);
         }
-        check(cudaSetDevice(0), "cudaSetDevice");
-        transfersOf(0).down(0).toHost(
-            static_cast<const char*>(gathered), static_cast<size_t>(ranks) * shardBytes, streams[0], sink);
     } catch (...) {
-        cleanup();
+        release();
         throw;
     }
-    cleanup();
+}
+
+} // namespace
+
+void assembleTensor(const TensorAssembly& a, const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
+{
+    const int ngpu = usableGpus(maxGpus, 1 << 20);
+    const auto locks = lockDevices(ngpu);
+    const DeviceAssembly assembled(a, ngpu);
+    if (assembled.nbytes == 0) return;
+    // device -> host from GPU 0, through pinned memory, in order
+    check(cudaSetDevice(0), "cudaSetDevice");
+    transfersOf(0).down(0).toHost(
+        static_cast<const char*>(assembled.full[0]), assembled.nbytes, assembled.streams[0], sink);
+}
+
+void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
+    const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
+{
+    const int ranks = static_cast<int>(shards.size());
+    if (ranks == 0 || shardBytes == 0) return;
+    const int ngpu = usableGpus(maxGpus, ranks);
+    const auto locks = lockDevices(ngpu);
+    const DeviceGather gather(shards, shardBytes, ngpu);
+    check(cudaSetDevice(0), "cudaSetDevice");
+    transfersOf(0).down(0).toHost(gather.gathered, static_cast<size_t>(ranks) * shardBytes, gather.streams[0], sink);
+}
+
+std::vector<uint64_t> allGatherAndCompare(
+    const std::vector<HostShard>& shards, size_t shardBytes, const TensorAssembly& reference, int maxGpus)
+{
+    const int ranks = static_cast<int>(shards.size());
+    std::vector<uint64_t> differing(shards.size(), 0);
+    if (ranks == 0 || shardBytes == 0) return differing;
+    const int ngpu = usableGpus(maxGpus, ranks);
+    const auto locks = lockDevices(ngpu);
+    const DeviceGather gather(shards, shardBytes, ngpu);
+    const DeviceAssembly ref(reference, 1); // on GPU 0, beside the gathered copy
+    size_t total = 0;
+    for (const auto& s : shards)
+        total += s.bytes;
+    if (total != ref.nbytes) throw std::runtime_error("the rank shards do not add up to the reference tensor");
+    size_t at = 0;
+    for (int r = 0; r < ranks; ++r) {
+        if (shards[r].bytes)
+            differing[r] = countDifferentElements(gather.gathered + static_cast<size_t>(r) * shardBytes,
+                static_cast<const char*>(ref.full[0]) + at, shards[r].bytes, reference.elementSize, 0);
+        at += shards[r].bytes;
+    }
+    return differing;
 }
 
 } // namespace optscope::cuda

@@ -304,6 +304,33 @@ TEST(Reshard, RefusesAnExistingOutputAndLeavesNoTemporary)
     EXPECT_EQ(n, 1u);
 }
 
+TEST(Reshard, CudaWithoutGpuIsAClearErrorAndWritesNothing)
+{
+    TempDir tmp;
+    ReshardOptions o;
+    o.worldSize = 2;
+    o.device = ComputeDevice::Cuda;
+    const auto src = openCheckpoint(kData + "/fsdp2_r2");
+    VerifyOptions v;
+    v.worldSize = 3;
+    v.device = ComputeDevice::Cuda;
+    try {
+        reshardCheckpoint(*src, (tmp.path / "out").string(), o);
+        SUCCEED() << "a GPU is present";
+        return;
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+        EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(fs::is_empty(tmp.path)); // no output folder, no temporary
+    try {
+        verifyByLoad(*src, v);
+        ADD_FAILURE() << "verify --device cuda ran without a GPU";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    }
+}
+
 // ------------------------------------------------------------------------------------------- verify
 
 TEST(Verify, ByLoadIsIdenticalForEveryWorldSize)

@@ -17,6 +17,11 @@ ComputeDevice computeDeviceFromName(const std::string& name)
     throw Error(ErrorKind::Usage, {}, "unknown device '" + name + "' (expected cpu or cuda)");
 }
 
+std::string describeComputeDevice(ComputeDevice device)
+{
+    return device == ComputeDevice::Cuda ? gpuAssemblerDescription() : "cpu";
+}
+
 bool keyMatchesPrefix(const std::string& key, const std::string& prefix)
 {
     if (prefix.empty() || key == prefix) return true;
@@ -84,10 +89,7 @@ static GatherResult gatherCheckpointUnguarded(
     const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
 {
     GatherResult r;
-    if (options.device == ComputeDevice::Cuda)
-        r.device = gpuAssemblerDescription(); // throws if no GPU can be used
-    else
-        r.device = "cpu";
+    r.device = describeComputeDevice(options.device); // throws if no GPU can be used
     const StateTree tree = buildStateTree(cp, options, &r.leftOut);
     for (size_t i = 0; i < cp.entries.size(); ++i)
         if (!cp.entries[i].isTensor() && keyMatchesPrefix(cp.entries[i].key, options.onlyPrefix)) ++r.values;

@@ -3,6 +3,7 @@
 
 #include "optscope/base/error.h"
 #include "optscope/formats/torch_save_writer.h"
+#include "optscope/gpu/gpu_assembler.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/model/shard_layout.h"
 #include "optscope/optim/optimizer_view.h"
@@ -125,10 +126,14 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
         pt.dtype = t.dtype;
         pt.shape = t.shape;
         const Entry* entry = &e;
-        pt.produce = [&cp, entry](
-                         const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, const ByteSink& sink) {
-            TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink.bytes, {}, sink.region);
-        };
+        if (options.device == ComputeDevice::Cuda)
+            pt.produce = [&cp, entry](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
+                             const ByteSink& sink) { gpuAssembleBox(cp, *entry, offsets, sizes, sink); };
+        else
+            pt.produce = [&cp, entry](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
+                             const ByteSink& sink) {
+                TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink.bytes, {}, sink.region);
+            };
         for (const auto& c : reshardTargetChunks(t.shape, options))
             pt.addChunk(c.rank, c.offsets, c.sizes);
         plan.order.push_back({true, plan.tensors.size()});
@@ -168,6 +173,7 @@ DcpWriteStats reshardCheckpoint(
     // nothing is published from an input that changed while it was read
     const WriteOptions write = guardedWrite(options.write, {&cp});
     refuseOutputOverInputs(outDir, write.inputs); // before the plan, which can take seconds
+    describeComputeDevice(options.device); // --device cuda without a usable GPU fails before anything is written
     return readGuarded({&cp}, [&] { return writeDcp(planReshard(cp, options), outDir, progress, write); });
 }
 

@@ -5,6 +5,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/dcp_reader.h"
+#include "optscope/gpu/gpu_assembler.h"
 #include "optscope/io/csv.h"
 #include "optscope/io/job.h"
 #include "optscope/model/flat_param_layout.h"
@@ -20,10 +21,6 @@
 #include <random>
 #include <set>
 #include <unistd.h>
-
-#ifdef OPTSCOPE_HAS_CUDA
-#include "optscope/gpu/cuda_backend.h"
-#endif
 
 namespace fs = std::filesystem;
 
@@ -392,24 +389,9 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     const int M = report.worldSize;
     report.target = "resharded to " + std::to_string(M) + " ranks (FSDP2 Shard(0))";
 
-#ifdef OPTSCOPE_HAS_CUDA
     const bool gpu = options.device == ComputeDevice::Cuda;
-    if (gpu) {
-        try {
-            report.device = cuda::describeAssembler() + " (all-gather of " + std::to_string(M) + " rank shards)";
-        } catch (const std::runtime_error& e) {
-            throw Error(ErrorKind::Unsupported, {}, std::string("--device cuda: ") + e.what());
-        }
-    } else {
-        report.device = "cpu";
-    }
-#else
-    if (options.device == ComputeDevice::Cuda)
-        throw Error(
-            ErrorKind::Unsupported, {}, "--device cuda: this build has no CUDA support (OPTSCOPE_WITH_CUDA=OFF)");
-    const bool gpu = false;
-    report.device = "cpu";
-#endif
+    report.device = describeComputeDevice(options.device); // throws if no GPU can be used
+    if (gpu) report.device += " (all-gather of " + std::to_string(M) + " rank shards)";
 
     // 1-2. gather + reshard: the resharded files are written for real, then read back like any checkpoint
     // run as several processes (Job), rank 0's scratch folder is the job's: on one machine, or under a TMPDIR (or
@@ -433,6 +415,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     }
     ReshardOptions ro;
     ro.worldSize = M;
+    ro.device = options.device;
     // a scratch copy, removed afterwards, needs no durability: no fsync (a kept copy, --keep, is synced)
     ro.write.fsync = !options.keepResharded.empty();
     Progress writing;
@@ -469,34 +452,28 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
             std::vector<std::vector<uint8_t>> shards;
             for (const auto& [off, size] : boxes)
                 shards.push_back(collect(*rs, back, off, size, progress)); // what each rank loads
-            if (gpu) {
-#ifdef OPTSCOPE_HAS_CUDA
-                size_t shardBytes = 0;
-                std::vector<cuda::HostShard> hs;
-                for (const auto& s : shards) {
-                    shardBytes = std::max(shardBytes, s.size());
-                    hs.push_back({s.data(), s.size()});
-                }
-                std::vector<uint8_t> gathered;
-                gathered.reserve(shardBytes * shards.size());
-                try {
-                    cuda::allGatherShards(hs, std::max<size_t>(shardBytes, 1),
-                        [&](const uint8_t* p, size_t k) { gathered.insert(gathered.end(), p, p + k); });
-                } catch (const std::runtime_error& err) {
-                    throw Error(ErrorKind::Unsupported, src.path, "'" + e.key + "' on the GPUs: " + err.what());
-                }
-                // unpad: rank r's shard sits at r * shardBytes
-                for (size_t r = 0; r < shards.size(); ++r)
-                    if (!shards[r].empty())
-                        std::memcpy(shards[r].data(), gathered.data() + r * shardBytes, shards[r].size());
-#endif
-            }
+            // with the GPUs, the shards are gathered and compared there; the CPU looks again only at a rank whose
+            // shard differs (for the first differing index) and must find the same count
+            std::vector<uint64_t> onDevice;
+            uint64_t total = 0;
+            for (const auto& s : shards)
+                total += s.size();
+            if (gpu && total == t.nbytes()) onDevice = gpuCompareShards(src, e, shards);
             for (size_t r = 0; r < boxes.size(); ++r) {
                 VerifyRankResult rr;
                 rr.rank = static_cast<int>(r);
                 rr.elements = static_cast<int64_t>(shards[r].size() / elem);
-                compareBox(src, e, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
-                    report.bytesCompared, progress);
+                if (!onDevice.empty() && onDevice[r] == 0) {
+                    report.bytesCompared += shards[r].size();
+                } else {
+                    compareBox(src, e, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
+                        report.bytesCompared, progress);
+                    if (!onDevice.empty() && static_cast<uint64_t>(rr.differing) != onDevice[r])
+                        throw Error(ErrorKind::Unsupported, src.path,
+                            "'" + e.key + "': the GPU counted " + std::to_string(onDevice[r])
+                                + " differing elements of rank " + std::to_string(r) + ", the CPU "
+                                + std::to_string(rr.differing));
+                }
                 ve.differing += rr.differing;
                 ve.ranks.push_back(rr);
             }

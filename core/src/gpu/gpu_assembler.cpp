@@ -4,6 +4,7 @@
 #include "optscope/tensor/aten_bridge.h"
 #include "optscope/tensor/chunk_reader.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #ifdef OPTSCOPE_HAS_CUDA
@@ -14,6 +15,74 @@ namespace optscope {
 
 #ifdef OPTSCOPE_HAS_CUDA
 
+namespace {
+
+/// The host side of one GPU assembly: the chunks that meet the box, as dense little-endian bytes (the mapped file's
+/// own where the chunk is stored that way, else a converted copy kept here), trimmed to the box's rows on dim 0.
+struct HostAssembly
+{
+    cuda::TensorAssembly assembly;
+    std::vector<std::vector<uint8_t>> dense;
+    std::vector<ChunkData> keep;
+};
+
+void prepare(const Checkpoint& cp, const Entry& entry, const std::vector<int64_t>& boxOffsets,
+    const std::vector<int64_t>& boxSizes, HostAssembly& h)
+{
+    const TensorEntry& t = entry.tensor;
+    cuda::TensorAssembly& a = h.assembly;
+    a.shape = t.shape;
+    a.elementSize = dtypeSize(t.dtype);
+    a.boxOffsets = boxOffsets;
+    a.boxSizes = boxSizes;
+    const size_t ndim = t.shape.size();
+    for (const auto& c : t.chunks) {
+        if (c.numel() == 0) continue;
+        std::vector<int64_t> lo(ndim), hi(ndim);
+        bool meets = true;
+        for (size_t d = 0; d < ndim; ++d) {
+            lo[d] = std::max(c.offsets[d], boxOffsets[d]);
+            hi[d] = std::min(c.offsets[d] + c.sizes[d], boxOffsets[d] + boxSizes[d]);
+            meets = meets && lo[d] < hi[d];
+        }
+        if (!meets) continue;
+        ChunkData d = ChunkReader::resolve(cp, entry, c);
+        cuda::HostChunk hc;
+        hc.rank = c.rank;
+        if (d.isContiguous() && (!d.bigEndian || a.elementSize == 1)) {
+            // the rows of dim 0 inside the box are one run of the chunk's bytes; other dims are cut on the GPU
+            hc.offsets = c.offsets;
+            hc.sizes = c.sizes;
+            size_t skip = 0;
+            if (ndim > 0) {
+                const int64_t rowElements = c.numel() / c.sizes[0];
+                skip = static_cast<size_t>((lo[0] - c.offsets[0]) * rowElements) * a.elementSize;
+                hc.offsets[0] = lo[0];
+                hc.sizes[0] = hi[0] - lo[0];
+            }
+            hc.data = d.data() + skip;
+        } else {
+            std::vector<int64_t> begin(ndim), extent(ndim);
+            for (size_t k = 0; k < ndim; ++k) {
+                begin[k] = lo[k] - c.offsets[k];
+                extent[k] = hi[k] - lo[k];
+            }
+            int64_t n = 1;
+            for (auto e : extent)
+                n *= e;
+            h.dense.emplace_back(static_cast<size_t>(n) * a.elementSize);
+            aten::copyBlock(d, begin, extent, h.dense.back().data(), extent, std::vector<int64_t>(ndim, 0));
+            hc.offsets = lo;
+            hc.sizes = extent;
+            hc.data = h.dense.back().data();
+        }
+        h.keep.push_back(std::move(d));
+        a.chunks.push_back(std::move(hc));
+    }
+}
+
+} // namespace
+
 std::string gpuAssemblerDescription(int maxGpus)
 {
     try {
@@ -23,36 +92,38 @@ std::string gpuAssemblerDescription(int maxGpus)
     }
 }
 
-void gpuAssemble(const Checkpoint& cp, const Entry& entry, const ByteSink& sink, int maxGpus)
+void gpuAssembleBox(const Checkpoint& cp, const Entry& entry, const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& sizes, const ByteSink& sink, int maxGpus)
 {
-    const TensorEntry& t = entry.tensor;
-    cuda::TensorAssembly a;
-    a.shape = t.shape;
-    a.elementSize = dtypeSize(t.dtype);
-    std::vector<std::vector<uint8_t>> dense; // chunks that are not already dense little-endian bytes
-    std::vector<ChunkData> keep;
-    for (const auto& c : t.chunks) {
-        if (c.numel() == 0) continue;
-        ChunkData d = ChunkReader::resolve(cp, entry, c);
-        cuda::HostChunk h;
-        h.offsets = c.offsets;
-        h.sizes = c.sizes;
-        h.rank = c.rank;
-        if (d.isContiguous() && (!d.bigEndian || a.elementSize == 1)) {
-            h.data = d.data();
-        } else {
-            dense.emplace_back(d.nbytes());
-            aten::copyBlock(d, std::vector<int64_t>(c.sizes.size(), 0), c.sizes, dense.back().data(), c.sizes,
-                std::vector<int64_t>(c.sizes.size(), 0));
-            h.data = dense.back().data();
-        }
-        keep.push_back(std::move(d));
-        a.chunks.push_back(std::move(h));
-    }
+    HostAssembly h;
+    prepare(cp, entry, offsets, sizes, h);
     try {
-        cuda::assembleTensor(a, sink, maxGpus);
+        cuda::assembleTensor(h.assembly, sink, maxGpus);
     } catch (const std::runtime_error& e) {
         throw Error(ErrorKind::Unsupported, cp.path, "'" + entry.key + "' on the GPU: " + e.what());
+    }
+}
+
+void gpuAssemble(const Checkpoint& cp, const Entry& entry, const ByteSink& sink, int maxGpus)
+{
+    gpuAssembleBox(cp, entry, std::vector<int64_t>(entry.tensor.shape.size(), 0), entry.tensor.shape, sink, maxGpus);
+}
+
+std::vector<uint64_t> gpuCompareShards(
+    const Checkpoint& cp, const Entry& entry, const std::vector<std::vector<uint8_t>>& shards, int maxGpus)
+{
+    HostAssembly h;
+    prepare(cp, entry, std::vector<int64_t>(entry.tensor.shape.size(), 0), entry.tensor.shape, h);
+    size_t shardBytes = 1;
+    std::vector<cuda::HostShard> hs;
+    for (const auto& s : shards) {
+        shardBytes = std::max(shardBytes, s.size());
+        hs.push_back({s.data(), s.size()});
+    }
+    try {
+        return cuda::allGatherAndCompare(hs, shardBytes, h.assembly, maxGpus);
+    } catch (const std::runtime_error& e) {
+        throw Error(ErrorKind::Unsupported, cp.path, "'" + entry.key + "' on the GPUs: " + e.what());
     }
 }
 
@@ -63,9 +134,21 @@ std::string gpuAssemblerDescription(int)
     throw Error(ErrorKind::Unsupported, {}, "--device cuda: this build has no CUDA support (OPTSCOPE_WITH_CUDA=OFF)");
 }
 
+void gpuAssembleBox(
+    const Checkpoint&, const Entry&, const std::vector<int64_t>&, const std::vector<int64_t>&, const ByteSink&, int)
+{
+    gpuAssemblerDescription();
+}
+
 void gpuAssemble(const Checkpoint&, const Entry&, const ByteSink&, int)
 {
     gpuAssemblerDescription();
+}
+
+std::vector<uint64_t> gpuCompareShards(const Checkpoint&, const Entry&, const std::vector<std::vector<uint8_t>>&, int)
+{
+    gpuAssemblerDescription();
+    return {};
 }
 
 #endif

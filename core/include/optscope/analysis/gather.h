@@ -15,6 +15,9 @@ enum class ComputeDevice { Cpu, Cuda };
 
 /// "cpu" / "cuda"; throws Error(Usage) for anything else
 ComputeDevice computeDeviceFromName(const std::string& name);
+/// what does the work: "cpu", or the GPUs ("cuda:0", "cuda:0-3 + NCCL"); throws Error(Unsupported) when --device
+/// cuda cannot be used (no CUDA support built in, no device, no driver)
+std::string describeComputeDevice(ComputeDevice device);
 
 struct GatherOptions
 {

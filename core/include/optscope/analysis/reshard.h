@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
+#include "optscope/analysis/gather.h"
 #include "optscope/base/progress.h"
 #include "optscope/formats/dcp_writer.h"
 #include "optscope/model/checkpoint.h"
@@ -19,6 +20,8 @@ struct ReshardOptions
     /// kept as a Python number (Megatron, PyTorch before 1.12) becomes the 0-dim float32 tensor PyTorch saves, where
     /// float32 holds it exactly.
     ShardingStyle layout = ShardingStyle::Fsdp2;
+    /// Cuda: each target chunk is assembled in GPU memory from the source chunks that meet it (the same bytes)
+    ComputeDevice device = ComputeDevice::Cpu;
     WriteOptions write;
 };
 
