@@ -73,7 +73,7 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     options->addSpacing(8);
     options->addWidget(new QLabel(tr("Device"), this));
     m_device->addItem(tr("CPU"), QStringLiteral("cpu"));
-    m_device->setToolTip(tr("Where the shards are loaded and gathered again"));
+    m_device->setToolTip(tr("Where the target shards are assembled, loaded and gathered again"));
     options->addWidget(m_device);
     options->addStretch(1);
     layout->addLayout(options);
@@ -170,6 +170,7 @@ ReshardOptions ReshardPanel::targetOptions() const
     ReshardOptions options;
     options.worldSize = m_world->value();
     options.layout = shardingStyleFromName(m_layout->currentData().toString().toStdString());
+    options.device = computeDeviceFromName(m_device->currentData().toString().toStdString());
     return options;
 }
 
@@ -274,17 +275,16 @@ void ReshardPanel::verify()
     const CheckpointPtr cp = m_context->checkpoint();
     if (!cp) return;
     const int world = m_world->value();
-    const std::string layoutName = m_layout->currentData().toString().toStdString();
-    const ComputeDevice device = computeDeviceFromName(m_device->currentData().toString().toStdString());
+    const ReshardOptions target = targetOptions();
     setBusy(true);
     m_summary->setText(tr("Resharding to %n rank(s) and verifying…", nullptr, world));
     m_context->runner()->run(
         QStringLiteral("reshard"), tr("Verify: reshard to %n rank(s)", nullptr, world), this,
-        [cp, world, layoutName, device](const Progress& progress) {
-            if (layoutName == "fsdp2") {
+        [cp, world, target](const Progress& progress) {
+            if (target.layout == ShardingStyle::Fsdp2) {
                 VerifyOptions options;
                 options.worldSize = world;
-                options.device = device;
+                options.device = target.device;
                 return verifyByLoad(*cp, options, progress);
             }
             // FSDP1 layout: write it for real into a temporary folder, then load that copy back
@@ -292,13 +292,12 @@ void ReshardPanel::verify()
             if (!tmp.isValid())
                 throw Error(ErrorKind::Io, tmp.path().toStdString(), "cannot create a temporary folder");
             const std::string out = QString(tmp.path() + QStringLiteral("/resharded")).toStdString();
-            ReshardOptions options;
-            options.worldSize = world;
-            options.layout = ShardingStyle::Fsdp1;
-            const DcpWriteStats stats = reshardCheckpoint(*cp, out, options, progress);
+            const DcpWriteStats stats = reshardCheckpoint(*cp, out, target, progress);
             const CheckpointPtr copy = openCheckpoint(out);
             VerifyReport report = verifyAgainst(*cp, *copy, progress, stats.leftOut);
             report.target = "resharded to " + std::to_string(world) + " ranks (FSDP1 layout)";
+            if (target.device != ComputeDevice::Cpu)
+                report.device = "resharded on " + describeComputeDevice(target.device) + ", compared on the cpu";
             return report;
         },
         [this](VerifyReport report) {
@@ -331,6 +330,8 @@ void ReshardPanel::reshardTo(const QString& outDir)
             const DcpWriteStats stats = reshardCheckpoint(*cp, out, options, progress);
             const CheckpointPtr copy = openCheckpoint(out);
             VerifyReport report = verifyAgainst(*cp, *copy, progress, stats.leftOut);
+            if (options.device != ComputeDevice::Cpu)
+                report.device = "resharded on " + describeComputeDevice(options.device) + ", compared on the cpu";
             // one size format everywhere: "47 KiB" as the other panels write it, not a byte count
             report.target = out + " (" + std::to_string(stats.files) + " data files and .metadata, "
                 + Format::bytes(stats.bytes).toStdString() + " in all)";

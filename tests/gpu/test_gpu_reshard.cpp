@@ -107,7 +107,8 @@ TEST_F(GpuBox, AnyBoxEqualsTensorAssemblers)
 {
     std::mt19937 rng(7);
     size_t boxes = 0;
-    for (const char* fixture : {"fsdp2_r3", "fsdp1_r2", "dtypes.pt", "fsdp1_sharded_r3", "gpu/fsdp2_bf16mp_fused_adamw/ckpt"}) {
+    for (const char* fixture :
+        {"fsdp2_r3", "fsdp1_r2", "dtypes.pt", "fsdp1_sharded_r3", "gpu/fsdp2_bf16mp_fused_adamw/ckpt"}) {
         const auto cp = openCheckpoint(kData + "/" + fixture);
         for (const Entry& e : cp->entries) {
             if (!e.isTensor() || e.tensor.numel() == 0) continue;
