@@ -514,7 +514,7 @@ static DcpWriteStats writeDcpUnnamed(
         } else {
             std::error_code ec;
             if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
-            if (options.beforeCommit) options.beforeCommit();
+            if (options.beforeCommit && !split) options.beforeCommit(); // a job's processes each checked above
             fs::rename(tmp->path, outDir, ec);
             if (ec)
                 throw Error(

@@ -82,6 +82,9 @@ struct IniFile
 struct StoreConfig
 {
     std::string endpoint; ///< empty: AWS's own, virtual-hosted
+    /// gs://: Google's XML API, or the emulator that STORAGE_EMULATOR_HOST names (Google's own client libraries
+    /// honour that variable the same way), path-style
+    std::string gsEndpoint = "https://storage.googleapis.com";
     std::string region = "us-east-1";
     std::string accessKey, secretKey, sessionToken;
     std::string caFile;
@@ -121,6 +124,12 @@ const StoreConfig& storeConfig()
             }
         while (!c.endpoint.empty() && c.endpoint.back() == '/')
             c.endpoint.pop_back();
+        if (std::string g = env("STORAGE_EMULATOR_HOST"); !g.empty()) {
+            if (g.find("://") == std::string::npos) g = "http://" + g; // "host:port", as Google's libraries take it
+            while (g.back() == '/')
+                g.pop_back();
+            c.gsEndpoint = g;
+        }
         for (const std::string& f : {env("CURL_CA_BUNDLE"), env("AWS_CA_BUNDLE"), env("SSL_CERT_FILE")})
             if (!f.empty()) {
                 c.caFile = f;
@@ -186,7 +195,7 @@ std::string requestUrl(const RemoteUrl& u, const std::string& key)
 {
     if (u.scheme == RemoteUrl::Http) return u.http;
     const StoreConfig& c = storeConfig();
-    if (u.scheme == RemoteUrl::Gs) return "https://storage.googleapis.com/" + u.bucket + "/" + encodeKey(key);
+    if (u.scheme == RemoteUrl::Gs) return c.gsEndpoint + "/" + u.bucket + "/" + encodeKey(key);
     if (!c.endpoint.empty()) return c.endpoint + "/" + u.bucket + "/" + encodeKey(key);
     return "https://" + u.bucket + ".s3." + c.region + ".amazonaws.com/" + encodeKey(key);
 }

@@ -12,7 +12,8 @@
 //                        AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1. Signed with curl's own
 //                        SigV4 (CURLOPT_AWS_SIGV4). Folders are listed with ListObjectsV2.
 //   gs://BUCKET/KEY      Google Cloud Storage through its S3-compatible XML API (storage.googleapis.com, HMAC keys in
-//                        the same variables).
+//                        the same variables, SigV4 with region "auto"); STORAGE_EMULATOR_HOST (as Google's client
+//                        libraries take it: host:port or a URL) sends the requests to an emulator or gateway instead.
 //   http(s)://HOST/PATH  any server with Range support (presigned URLs, Hugging Face resolve URLs). A folder cannot
 //                        be listed over plain HTTP: its files are found by the names a format looks for.
 // TLS is verified; CURL_CA_BUNDLE, AWS_CA_BUNDLE or SSL_CERT_FILE name another CA file. Proxies: the usual variables
