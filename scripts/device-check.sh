@@ -20,6 +20,10 @@
 #             cudaMemcpy, a pageable one, the device compare) and by PyTorch (torch.load(map_location="cuda"), DCP
 #             load), and gather/reshard/verify --device cuda against --device cpu;
 #          and writes summary.md, bench.json and the logs under $OUT (at most 8 files: the device tool's limit).
+#   scripts/device-check.sh run-build  (on the GPU machine, $OUT set) the full build there instead of the pack's
+#          binaries: CMake configures core, CLI and tests (CUDA sm_90, no GUI) against the image's gcc, CUDA and the
+#          PyTorch in its Python (find_package(Torch) from that wheel), with the pack's curl/libxml2/ICU headers and
+#          the image's own libraries; builds; runs ctest -L cuda and ctest -L core; about 7 minutes.
 # The binaries were built with absolute paths under /work/main (test data, the aten library's build path), so the
 # run links /work/main to the repository copy it runs in when that is elsewhere.
 set -uo pipefail
@@ -50,6 +54,9 @@ pack() {
         grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
         while read -r l; do cp -L "$l" $stage/build-device/lib/; done
     cp -a /usr/include/nlohmann $stage/build-device/include/
+    # for run-build: the development headers the GPU image lacks (its libcurl.so and libxml2.so.2 are there);
+    # libxml2's encoding.h includes ICU's
+    cp -a /usr/include/x86_64-linux-gnu/curl /usr/include/libxml2 /usr/include/unicode $stage/build-device/include/
     tar -C $stage -czf build-device/pack.tar.gz .
     rm -rf $stage
     du -h build-device/pack.tar.gz
@@ -253,11 +260,66 @@ EOF
     cp $logs/ctest-cuda.log $logs/interop.log $OUT/ 2>/dev/null
 }
 
+run_build() {
+    : "${OUT:?run-build is for the GPU machine (the device tool sets OUT)}"
+    local t_start=$SECONDS
+    local logs=/tmp/device-build-logs
+    rm -rf $logs && mkdir -p $logs
+    local summary=$OUT/summary.md
+    say() { echo "$*" | tee -a "$summary"; }
+    step() { say ""; say "## $1 (t=$((SECONDS - t_start)) s)"; }
+    finish() {
+        step "done"
+        tar -C $logs -czf $OUT/logs.tar.gz .
+    }
+    echo "# device-check run-build $(date -u +%FT%TZ)" >"$summary"
+    tar -C "$repo" -xzf build-device/pack.tar.gz # (its headers; the binaries are not used)
+    local inc=$repo/build-device/include py tdir
+    py=$(command -v python3)
+    tdir=${TORCH_DIR:-$("$py" -c 'import torch, os; print(os.path.dirname(torch.__file__))')}
+    step "1. configure: core, CLI, tests, CUDA sm_90, no GUI; this machine's gcc, CUDA and PyTorch ($tdir)"
+    # -idirafter: the image's own headers first; the pack's only for what it lacks (curl, libxml2, ICU)
+    cmake -S . -B build-native -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 \
+        -DOPTSCOPE_BUILD_GUI=OFF -DOPTSCOPE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DTorch_DIR="$tdir/share/cmake/Torch" -DPython3_EXECUTABLE="$py" \
+        -DCURL_INCLUDE_DIR="$inc" -DCURL_LIBRARY=/lib/x86_64-linux-gnu/libcurl.so \
+        -DLIBXML2_INCLUDE_DIR="$inc/libxml2" -DLIBXML2_LIBRARY=/lib/x86_64-linux-gnu/libxml2.so.2 \
+        -DCMAKE_CXX_FLAGS="-idirafter $inc" >$logs/configure.log 2>&1
+    local rc=$?
+    say "configure: exit $rc"
+    grep -E "CMake (Error|Warning)|Torch|CUDA" $logs/configure.log | head -12 >>"$summary"
+    if [ $rc != 0 ]; then
+        tail -30 $logs/configure.log >>"$summary"
+        finish
+        return 1
+    fi
+    step "2. build ($(nproc) cores)"
+    timeout 270 ninja -C build-native >$logs/build.log 2>&1
+    rc=$?
+    say "ninja: exit $rc ($(grep -c '^\[' $logs/build.log) steps)"
+    if [ $rc != 0 ]; then
+        grep -E "error|Error|FAILED" $logs/build.log | head -20 >>"$summary"
+        finish
+        return 1
+    fi
+    step "3. ctest -L cuda, then the core tests, from this build"
+    ctest --test-dir build-native -L cuda -j 4 --timeout 120 --output-on-failure >$logs/ctest-cuda.log 2>&1
+    say "ctest -L cuda: exit $? — $(grep -E 'tests passed|tests failed' $logs/ctest-cuda.log)"
+    grep -E "\*\*\*Failed|Not Run|Timeout|SegFault|Exception" $logs/ctest-cuda.log | head -20 >>"$summary"
+    local left=$((440 - (SECONDS - t_start)))
+    timeout $((left > 30 ? left : 30)) ctest --test-dir build-native -L core -E '^(diagnose|remote)\.' -j "$(nproc)" \
+        --timeout 200 --output-on-failure >$logs/ctest-core.log 2>&1
+    say "ctest -L core (without diagnose and remote: they need the trixie chroot, moto and nginx): exit $? — $(grep -E 'tests passed|tests failed' $logs/ctest-core.log || echo "cut off after $(grep -c ' Test *#' $logs/ctest-core.log) tests")"
+    grep -E "\*\*\*Failed|Not Run|Timeout|SegFault|Exception" $logs/ctest-core.log | head -30 >>"$summary"
+    finish
+}
+
 case $mode in
 pack) pack ;;
 run) run ;;
+run-build) run_build ;;
 *)
-    echo "usage: scripts/device-check.sh pack|run" >&2
+    echo "usage: scripts/device-check.sh pack|run|run-build" >&2
     exit 2
     ;;
 esac
