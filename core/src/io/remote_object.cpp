@@ -535,13 +535,14 @@ void listNextPage(const RemoteUrl& u, const std::string& prefix, Listing& l, con
 
 /// the listing of the keys under @p prefix, paged far enough to answer for @p name (all of it when it is empty).
 /// S3 lists in byte order, so a name below the last one listed that is not listed does not exist. g_cacheMutex held.
-const Listing& listingFor(
+/// (a pointer: the listing lives in the cache, whatever temporaries the call was made with)
+const Listing* listingFor(
     const RemoteUrl& u, const std::string& prefix, const std::string& name, const std::string& shown)
 {
     Listing& l = g_listings[std::to_string(u.scheme) + "\n" + u.bucket + "\n" + prefix];
     while (!l.complete && (name.empty() || l.lastName.empty() || l.lastName < name))
         listNextPage(u, prefix, l, shown);
-    return l;
+    return &l;
 }
 
 std::string folderPrefix(const std::string& key)
@@ -588,10 +589,10 @@ ObjectInfo objectInfo(const std::string& urlIn)
         auto parent = g_objects.find(parentUrl);
         if (parent != g_objects.end() && parent->second.kind == LocationKind::Folder) {
             const std::string parentKey = u.key.substr(0, u.key.size() - leaf.size());
-            const Listing& l = listingFor(u, parentKey, leaf + "/", shown);
+            const Listing& l = *listingFor(u, parentKey, leaf + "/", shown);
             if (auto it = l.entries.find(leaf); it != l.entries.end()) o = it->second;
         } else {
-            const Listing& l = listingFor(u, u.key, "/", shown); // names "" (the object) and "/" (a folder)
+            const Listing& l = *listingFor(u, u.key, "/", shown); // names "" (the object) and "/" (a folder)
             if (auto it = l.entries.find(""); it != l.entries.end()) o = it->second;
         }
     }
@@ -928,7 +929,7 @@ std::vector<std::string> remoteFolderEntries(const std::string& url)
     const std::string folder = trimSlashes(url);
     const RemoteUrl u = parseUrl(folder);
     std::lock_guard<std::mutex> lock(g_cacheMutex);
-    const Listing& l = listingFor(u, folderPrefix(u.key), "", displayLocation(folder));
+    const Listing& l = *listingFor(u, folderPrefix(u.key), "", displayLocation(folder));
     std::vector<std::string> names;
     names.reserve(l.entries.size());
     for (const auto& [name, info] : l.entries)

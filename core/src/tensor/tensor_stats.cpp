@@ -11,6 +11,7 @@
 #include "optscope/tensor/tensor_values.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -32,24 +33,27 @@ public:
 
     void feed(const uint8_t* data, size_t size)
     {
-        if (!m_carry.empty()) {
-            const size_t take = std::min(size, m_elem - m_carry.size());
-            m_carry.insert(m_carry.end(), data, data + take);
+        if (m_carried) {
+            const size_t take = std::min(size, m_elem - m_carried);
+            std::memcpy(m_carry.data() + m_carried, data, take);
+            m_carried += take;
             data += take;
             size -= take;
-            if (m_carry.size() < m_elem) return;
+            if (m_carried < m_elem) return;
             m_onBlock(m_carry.data(), 1);
-            m_carry.clear();
+            m_carried = 0;
         }
         const size_t whole = size / m_elem;
         if (whole) m_onBlock(data, static_cast<int64_t>(whole));
-        m_carry.assign(data + whole * m_elem, data + size);
+        m_carried = size - whole * m_elem; // less than one element
+        std::memcpy(m_carry.data(), data + whole * m_elem, m_carried);
     }
 
 private:
-    size_t m_elem;
+    size_t m_elem; ///< at most 16 (complex128)
     std::function<void(const uint8_t*, int64_t)> m_onBlock;
-    std::vector<uint8_t> m_carry;
+    std::array<uint8_t, 16> m_carry {}; ///< the start of an element split by a block boundary
+    size_t m_carried = 0;
 };
 
 /// IEEE binary formats of @p Bits wide words with @p Man mantissa bits: exponent all ones is inf (mantissa 0) or
