@@ -14,6 +14,7 @@
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QInputDialog>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
@@ -35,7 +36,7 @@ namespace optscope::ui {
 
 namespace {
 
-enum ReferenceKind { ModelFile, ModelFolder, FqnList };
+enum ReferenceKind { ModelFile, ModelFolder, ModelUrl, FqnList };
 
 bool isFqnList(const QString& path)
 {
@@ -68,14 +69,17 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
     bar->addWidget(new QLabel(tr("Model / reference:"), this));
     m_reference->setPlaceholderText(tr("none: self-consistency only (steps, groups, shards)"));
     m_reference->setClearButtonEnabled(true);
-    m_reference->setToolTip(tr("What the optimizer must load into: a model checkpoint (file or DCP folder), a "
-                               "reference optimizer checkpoint, or a text file with one FQN per line"));
+    m_reference->setToolTip(tr("What the optimizer must load into: a model checkpoint (file, DCP folder, or a "
+                               "s3://, gs:// or https:// URL), a reference optimizer checkpoint, or a text file "
+                               "with one FQN per line"));
     bar->addWidget(m_reference, 1);
     m_browse->setText(tr("Browse"));
     m_browse->setPopupMode(QToolButton::InstantPopup);
     auto* menu = new QMenu(m_browse);
     menu->addAction(tr("Model checkpoint file…"), this, [this] { chooseReference(ModelFile); });
     menu->addAction(tr("Model checkpoint folder (DCP)…"), this, [this] { chooseReference(ModelFolder); });
+    menu->addAction(tr("Model checkpoint URL…"), this, [this] { chooseReference(ModelUrl); })
+        ->setObjectName(QStringLiteral("referenceUrl"));
     menu->addAction(tr("FQN list (text file)…"), this, [this] { chooseReference(FqnList); });
     m_browse->setMenu(menu);
     bar->addWidget(m_browse);
@@ -227,6 +231,10 @@ void DiagnosePanel::chooseReference(int kind)
         path = QFileDialog::getExistingDirectory(this, tr("Model checkpoint folder (DCP)"));
     else if (kind == FqnList)
         path = QFileDialog::getOpenFileName(this, tr("FQN list"), QString(), tr("Text files (*.txt);;All files (*)"));
+    else if (kind == ModelUrl)
+        path = QInputDialog::getText(this, tr("Model checkpoint where it lives"),
+            tr("s3://bucket/prefix, gs://bucket/prefix or https://host/path"))
+                   .trimmed();
     else
         path = QFileDialog::getOpenFileName(this, tr("Model checkpoint"), QString(),
             tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.index.json);;All files (*)"));
