@@ -268,8 +268,15 @@ struct Job::State
             const auto now = Clock::now();
             if (now - w.lastCheck >= std::chrono::seconds(1)) {
                 w.lastCheck = now;
+                // rank 0 watches every rank it awaits; the others watch rank 0 and their two neighbours only, so the
+                // store answers O(ranks) reads a second, not O(ranks^2) (1,024 processes at a barrier); a rank that
+                // dies is still seen by rank 0 or a neighbour, whoever waits first, and its failure reaches all
+                auto watched = [&](int r) {
+                    return spec.rank == 0 || r == 0 || r == (spec.rank + 1) % spec.size
+                        || r == (spec.rank + spec.size - 1) % spec.size;
+                };
                 for (int r = 0; r < spec.size; ++r) {
-                    if (r == spec.rank || !pending(r)) continue;
+                    if (r == spec.rank || !pending(r) || !watched(r)) continue;
                     const int64_t b = add("beat/" + std::to_string(r), 0);
                     if (b != w.beats[r]) {
                         w.beats[r] = b;
