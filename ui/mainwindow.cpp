@@ -343,6 +343,22 @@ void MainWindow::setupMenus()
         if (!folder.isEmpty()) watchFolder(folder);
     });
     watch->setObjectName(QStringLiteral("watchFolder"));
+    QAction* watchUrl = file->addAction(tr("Watch U&RL…"), this, [this] {
+        bool ok = false;
+        const QString url = QInputDialog::getText(this, tr("Watch a training run's checkpoints where they live"),
+            tr("s3://bucket/run_prefix or gs://bucket/run_prefix (listed again at every look)"), QLineEdit::Normal,
+            QString(), &ok)
+                                .trimmed();
+        if (!ok || url.isEmpty()) return;
+        if (!optscope::isUrl(url.toStdString()) || !optscope::canListFolder(url.toStdString())) {
+            QMessageBox::warning(this, tr("Watch URL"),
+                tr("%1 cannot be listed: watch an s3:// or gs:// prefix (a plain HTTP server cannot list a folder)")
+                    .arg(url));
+            return;
+        }
+        watchFolder(url);
+    });
+    watchUrl->setObjectName(QStringLiteral("watchUrl"));
     file->addSeparator();
     QAction* demo = file->addAction(tr("Open &Demo Checkpoint"), this, [this] {
         if (!m_demoPath.isEmpty()) openPath(m_demoPath);

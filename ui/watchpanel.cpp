@@ -10,6 +10,7 @@
 
 #include "optscope/analysis/diff_report.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/storage.h"
 #include "optscope/optim/optimizer_kind.h"
 
 #include <QCheckBox>
@@ -129,9 +130,10 @@ void WatchPanel::setFollow(bool on)
 void WatchPanel::watch(const QString& folder)
 {
     stop();
-    m_folder = QFileInfo(folder).absoluteFilePath();
+    const bool remote = optscope::isUrl(folder.toStdString());
+    m_folder = remote ? folder : QFileInfo(folder).absoluteFilePath();
     ++m_generation;
-    m_watcher->addPath(m_folder);
+    if (!remote) m_watcher->addPath(m_folder); // a bucket prefix is only polled
     m_title->setText(tr("Watching <b>%1</b>").arg(Format::displayPath(m_folder).toHtmlEscaped()));
     m_title->setToolTip(m_folder);
     m_stopButton->setEnabled(true);
@@ -235,7 +237,10 @@ void WatchPanel::pollNow()
                 const bool compared = read.compared;
                 connect(m_context, &CheckpointContext::checkpointChanged, once,
                     [this, once, newPath, previousPath, previousCheckpoint, report, compared, options] {
-                        if (QFileInfo(m_context->path()) == QFileInfo(newPath) && compared && previousCheckpoint)
+                        const bool same = optscope::isUrl(newPath.toStdString())
+                            ? m_context->path() == newPath
+                            : QFileInfo(m_context->path()) == QFileInfo(newPath);
+                        if (same && compared && previousCheckpoint)
                             m_comparison->showComparison(previousPath, previousCheckpoint, std::move(*report), options);
                         once->deleteLater();
                     });

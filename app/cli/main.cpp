@@ -223,7 +223,7 @@ const std::vector<Command>& commands()
             "does: each step once its files stopped changing and it opens, in step order, compared with the step\n"
             "before; a line per step (how many keys changed, the tensors that changed most, step counters left out).\n"
             "A step still being written is waited for and said so on stderr; one that never opens is skipped once a\n"
-            "later one is complete. Runs until Ctrl-C.\n"
+            "later one is complete. Runs until Ctrl-C. DIR may be an s3:// or gs:// prefix (listed at every look).\n"
             "  --once          read the steps that are complete now, then exit (a CI job)\n"
             "  --interval S    seconds between two looks at the folder (default 1.5)\n"
             "  --json          one JSON object per step (step, name, path, status, entries, changed, top)\n"

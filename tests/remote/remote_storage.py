@@ -234,6 +234,12 @@ def s3_cases():
         src, dst = os.path.join(DATA, rel), os.path.join(up, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, dst)
+    # a training run's folder for watch: two torch.save steps and a DCP step (a folder, listed two levels down)
+    run = os.path.join(up, "run")
+    os.makedirs(run, exist_ok=True)
+    shutil.copy(os.path.join(DATA, "diff", "step3.pt"), os.path.join(run, "ckpt_3.pt"))
+    shutil.copy(os.path.join(DATA, "diff", "step4.pt"), os.path.join(run, "ckpt_4.pt"))
+    shutil.copytree(os.path.join(DATA, "fsdp2_r2"), os.path.join(run, "global_step5"))
     s3_put(TORCH_PYTHON, WORK, port, "up")
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAOPTSCOPETEST",
            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "HOME": WORK}
@@ -270,6 +276,7 @@ def s3_cases():
     expect_error("S3: no such bucket names the URL", ["inspect", "s3://no-such-bucket/x.pt"],
                  ["s3://no-such-bucket", "NoSuchBucket"], env)
     gs_cases(port, env)
+    watch_cases(env)
     output_cases(port, env)
     # an object replaced between the listing and the read: pinned to its ETag, the read is refused
     fifo = os.path.join(WORK, "pause")
@@ -294,6 +301,25 @@ def s3_cases():
         and not os.path.exists(out)
     record("S3: an object replaced while read gives 'changed while being read', no output",
            f"exit {proc.returncode}: {se.strip()[:160]}", ok)
+
+
+def watch_cases(env):
+    """watch follows a run folder on object storage as it does a local one: the same steps, reads and changes"""
+    args = ["watch", "--once", "--json", "--interval", "0.05"]
+    r = cli(args + ["s3://ckpt/run"], env)
+    l = cli(args + [os.path.join(WORK, "up", "run")])
+    def lines(p, root):
+        out = []
+        for line in p.stdout.splitlines():
+            j = json.loads(line)
+            j["path"] = j["path"].replace(root, "RUN")
+            out.append(j)
+        return out
+    got, want = lines(r, "s3://ckpt/run"), lines(l, os.path.join(WORK, "up", "run"))
+    ok = r.returncode == 0 and len(want) == 3 and got == want
+    record("S3: watch --once of a run folder (2 torch.save steps, a DCP step) gives the local folder's lines",
+           f"exit {r.returncode}: {[(j.get('step'), j.get('status')) for j in got]}" if ok
+           else f"exit {r.returncode}: {r.stderr.strip()[:160]} {got} != {want}", ok)
 
 
 def gs_cases(port, env):

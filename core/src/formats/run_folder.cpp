@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/run_folder.h"
+#include "optscope/io/storage.h"
 
 #include <algorithm>
 #include <cctype>
@@ -75,24 +76,70 @@ uint64_t signatureOf(const fs::directory_entry& entry)
     return h;
 }
 
+/// an entry on object storage: its objects' names and sizes, two levels down as for a local folder (listings give no
+/// modification times; a re-uploaded object of the same size is not seen until another changes)
+uint64_t remoteSignatureOf(const std::string& location, int depth = 0)
+{
+    uint64_t h = 0;
+    const LocationStat st = statLocation(location);
+    if (st.kind != LocationKind::Folder) {
+        mix(h, st.size);
+        mix(h, static_cast<uint64_t>(st.kind));
+        return h;
+    }
+    const std::vector<FolderEntry> entries = listFolder(location);
+    mix(h, entries.size());
+    for (const auto& e : entries) {
+        mix(h, std::hash<std::string>()(e.name));
+        if (depth < 1) mix(h, remoteSignatureOf(e.location, depth + 1));
+    }
+    return h;
+}
+
+std::vector<RunCheckpoint> scanRemoteRunFolder(const std::string& folder)
+{
+    std::vector<RunCheckpoint> out;
+    forgetRemoteListings(); // a run folder is polled: what the last scan listed may have changed since
+    for (const auto& e : listFolder(folder)) {
+        if (temporaryName(e.name)) continue;
+        const int64_t step = lastNumber(e.name);
+        if (step < 0) continue;
+        RunCheckpoint c;
+        c.path = e.location;
+        c.name = e.name;
+        c.step = step;
+        try {
+            c.signature = remoteSignatureOf(e.location);
+        } catch (const std::exception&) {
+            continue; // gone between the listing and the look inside it: the next scan says what is there
+        }
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
 } // namespace
 
 std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
 {
     std::vector<RunCheckpoint> out;
-    std::error_code ec;
-    for (fs::directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
-         it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (temporaryName(name)) continue;
-        const int64_t step = lastNumber(name);
-        if (step < 0) continue;
-        RunCheckpoint c;
-        c.path = it->path().string();
-        c.name = name;
-        c.step = step;
-        c.signature = signatureOf(*it);
-        out.push_back(std::move(c));
+    if (isUrl(folder)) {
+        out = scanRemoteRunFolder(folder);
+    } else {
+        std::error_code ec;
+        for (fs::directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec), end;
+             !ec && it != end; it.increment(ec)) {
+            const std::string name = it->path().filename().string();
+            if (temporaryName(name)) continue;
+            const int64_t step = lastNumber(name);
+            if (step < 0) continue;
+            RunCheckpoint c;
+            c.path = it->path().string();
+            c.name = name;
+            c.step = step;
+            c.signature = signatureOf(*it);
+            out.push_back(std::move(c));
+        }
     }
     std::sort(out.begin(), out.end(), [](const RunCheckpoint& a, const RunCheckpoint& b) {
         return a.step != b.step ? a.step < b.step : a.name < b.name;

@@ -22,7 +22,8 @@ struct RunCheckpoint
 
 /// The entries of @p folder that name a step, in step order (then by name). Hidden entries (".tmp-...") and the
 /// temporary names writers use before renaming ("*.tmp", "*.partial", "*~") are left out: they are not complete.
-/// An unreadable folder gives an empty list.
+/// An unreadable folder gives an empty list. @p folder may be a URL (s3://, gs://: a prefix listed afresh at every
+/// call; an entry's signature is then its objects' names and sizes).
 std::vector<RunCheckpoint> scanRunFolder(const std::string& folder);
 
 } // namespace optscope
