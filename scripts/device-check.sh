@@ -62,15 +62,19 @@ pack() {
     du -h build-device/pack.tar.gz
 }
 
+# what run and run-build share: the summary under $OUT, timed steps, a fresh log folder (bash's dynamic scope:
+# say and step read the caller's summary and t_start)
+say() { echo "$*" | tee -a "$summary"; }
+step() { say ""; say "## $1 (t=$((SECONDS - t_start)) s)"; }
+begin() { # LOGS TITLE
+    rm -rf "$1" && mkdir -p "$1"
+    echo "# $2 $(date -u +%FT%TZ)" >"$summary"
+}
+
 run() {
     : "${OUT:?run is for the GPU machine (the device tool sets OUT)}"
-    local t_start=$SECONDS
-    local logs=/tmp/device-check-logs
-    rm -rf $logs && mkdir -p $logs
-    local summary=$OUT/summary.md
-    say() { echo "$*" | tee -a "$summary"; }
-    step() { say ""; say "## $1 (t=$((SECONDS - t_start)) s)"; }
-    echo "# device-check $(date -u +%FT%TZ)" >"$summary"
+    local t_start=$SECONDS logs=/tmp/device-check-logs summary=$OUT/summary.md
+    begin $logs device-check
 
     # 0. paths: the binaries expect /work/main
     [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
@@ -262,17 +266,12 @@ EOF
 
 run_build() {
     : "${OUT:?run-build is for the GPU machine (the device tool sets OUT)}"
-    local t_start=$SECONDS
-    local logs=/tmp/device-build-logs
-    rm -rf $logs && mkdir -p $logs
-    local summary=$OUT/summary.md
-    say() { echo "$*" | tee -a "$summary"; }
-    step() { say ""; say "## $1 (t=$((SECONDS - t_start)) s)"; }
+    local t_start=$SECONDS logs=/tmp/device-build-logs summary=$OUT/summary.md
+    begin $logs "device-check run-build"
     finish() {
         step "done"
         tar -C $logs -czf $OUT/logs.tar.gz .
     }
-    echo "# device-check run-build $(date -u +%FT%TZ)" >"$summary"
     tar -C "$repo" -xzf build-device/pack.tar.gz # (its headers; the binaries are not used)
     local inc=$repo/build-device/include py tdir
     py=$(command -v python3)
