@@ -55,17 +55,13 @@ struct HostShard
     size_t bytes = 0;
 };
 
-/// Verify-by-load's "load on the GPUs and all-gather back": rank r's shard goes to GPU r / ceil(ranks / gpus) (one
+/// Verify-by-load's "load on the GPUs, all-gather, compare": rank r's shard goes to GPU r / ceil(ranks / gpus) (one
 /// rank per GPU when there are enough GPUs, else consecutive ranks share one), padded to @p shardBytes; NCCL
-/// all-gathers the padded shards so that every GPU holds all of them in rank order, and GPU 0's copy is streamed to
-/// @p sink: rank r's padded shard occupies bytes [r * shardBytes, (r + 1) * shardBytes). One GPU needs no NCCL.
-void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
-    const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus = 0);
-
-/// Verify-by-load on the GPUs without the trip back: the shards are all-gathered as allGatherShards does, @p reference
-/// (the source tensor, whole) is assembled on GPU 0 beside them, and each rank's shard is compared there bit for bit
-/// with its bytes of the reference. Rank r's shard must be the r-th consecutive run of the reference's row-major
-/// bytes (dim-0 chunks in rank order). Returns, per rank, the elements that differ.
+/// all-gathers the padded shards so that every GPU holds all of them in rank order (one GPU needs no NCCL).
+/// @p reference (the source tensor, whole) is assembled on GPU 0 beside them, and each rank's shard is compared there
+/// bit for bit with its bytes of the reference; nothing comes back to the host. Rank r's shard must be the r-th
+/// consecutive run of the reference's row-major bytes (dim-0 chunks in rank order). Returns, per rank, the elements
+/// that differ.
 std::vector<uint64_t> allGatherAndCompare(
     const std::vector<HostShard>& shards, size_t shardBytes, const TensorAssembly& reference, int maxGpus = 0);
 

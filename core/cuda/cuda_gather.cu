@@ -452,18 +452,6 @@ void assembleTensor(const TensorAssembly& a, const std::function<void(const uint
         static_cast<const char*>(assembled.full[0]), assembled.nbytes, assembled.streams[0], sink);
 }
 
-void allGatherShards(const std::vector<HostShard>& shards, size_t shardBytes,
-    const std::function<void(const uint8_t*, size_t)>& sink, int maxGpus)
-{
-    const int ranks = static_cast<int>(shards.size());
-    if (ranks == 0 || shardBytes == 0) return;
-    const int ngpu = usableGpus(maxGpus, ranks);
-    const auto locks = lockDevices(ngpu);
-    const DeviceGather gather(shards, shardBytes, ngpu);
-    check(cudaSetDevice(0), "cudaSetDevice");
-    transfersOf(0).down(0).toHost(gather.gathered, static_cast<size_t>(ranks) * shardBytes, gather.streams[0], sink);
-}
-
 std::vector<uint64_t> allGatherAndCompare(
     const std::vector<HostShard>& shards, size_t shardBytes, const TensorAssembly& reference, int maxGpus)
 {
