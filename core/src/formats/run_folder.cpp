@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 
 namespace optscope {
 
@@ -76,6 +77,20 @@ uint64_t signatureOf(const fs::directory_entry& entry)
     return h;
 }
 
+/// the entry @p name at @p path as a step of the run, signature not yet taken; nullopt when it names no step or is a
+/// writer's temporary
+std::optional<RunCheckpoint> stepEntry(const std::string& name, const std::string& path)
+{
+    if (temporaryName(name)) return std::nullopt;
+    const int64_t step = lastNumber(name);
+    if (step < 0) return std::nullopt;
+    RunCheckpoint c;
+    c.path = path;
+    c.name = name;
+    c.step = step;
+    return c;
+}
+
 /// an entry on object storage: its objects' names and sizes, two levels down as for a local folder (listings give no
 /// modification times; a re-uploaded object of the same size is not seen until another changes)
 uint64_t remoteSignatureOf(const std::string& location, int depth = 0)
@@ -101,19 +116,14 @@ std::vector<RunCheckpoint> scanRemoteRunFolder(const std::string& folder)
     std::vector<RunCheckpoint> out;
     forgetRemoteListings(); // a run folder is polled: what the last scan listed may have changed since
     for (const auto& e : listFolder(folder)) {
-        if (temporaryName(e.name)) continue;
-        const int64_t step = lastNumber(e.name);
-        if (step < 0) continue;
-        RunCheckpoint c;
-        c.path = e.location;
-        c.name = e.name;
-        c.step = step;
+        std::optional<RunCheckpoint> c = stepEntry(e.name, e.location);
+        if (!c) continue;
         try {
-            c.signature = remoteSignatureOf(e.location);
+            c->signature = remoteSignatureOf(e.location);
         } catch (const std::exception&) {
             continue; // gone between the listing and the look inside it: the next scan says what is there
         }
-        out.push_back(std::move(c));
+        out.push_back(std::move(*c));
     }
     return out;
 }
@@ -129,16 +139,10 @@ std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
         std::error_code ec;
         for (fs::directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec), end;
              !ec && it != end; it.increment(ec)) {
-            const std::string name = it->path().filename().string();
-            if (temporaryName(name)) continue;
-            const int64_t step = lastNumber(name);
-            if (step < 0) continue;
-            RunCheckpoint c;
-            c.path = it->path().string();
-            c.name = name;
-            c.step = step;
-            c.signature = signatureOf(*it);
-            out.push_back(std::move(c));
+            std::optional<RunCheckpoint> c = stepEntry(it->path().filename().string(), it->path().string());
+            if (!c) continue;
+            c->signature = signatureOf(*it);
+            out.push_back(std::move(*c));
         }
     }
     std::sort(out.begin(), out.end(), [](const RunCheckpoint& a, const RunCheckpoint& b) {

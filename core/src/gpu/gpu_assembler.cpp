@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/gpu/gpu_assembler.h"
 #include "optscope/base/error.h"
+#include "optscope/model/shard_layout.h"
 #include "optscope/tensor/aten_bridge.h"
 #include "optscope/tensor/chunk_reader.h"
 
@@ -38,14 +39,8 @@ void prepare(const Checkpoint& cp, const Entry& entry, const std::vector<int64_t
     const size_t ndim = t.shape.size();
     for (const auto& c : t.chunks) {
         if (c.numel() == 0) continue;
-        std::vector<int64_t> lo(ndim), hi(ndim);
-        bool meets = true;
-        for (size_t d = 0; d < ndim; ++d) {
-            lo[d] = std::max(c.offsets[d], boxOffsets[d]);
-            hi[d] = std::min(c.offsets[d] + c.sizes[d], boxOffsets[d] + boxSizes[d]);
-            meets = meets && lo[d] < hi[d];
-        }
-        if (!meets) continue;
+        TensorBox part; // of the chunk, inside the box
+        if (!intersect({c.offsets, c.sizes}, {boxOffsets, boxSizes}, part)) continue;
         ChunkData d = ChunkReader::resolve(cp, entry, c);
         cuda::HostChunk hc;
         hc.rank = c.rank;
@@ -56,24 +51,19 @@ void prepare(const Checkpoint& cp, const Entry& entry, const std::vector<int64_t
             size_t skip = 0;
             if (ndim > 0) {
                 const int64_t rowElements = c.numel() / c.sizes[0];
-                skip = static_cast<size_t>((lo[0] - c.offsets[0]) * rowElements) * a.elementSize;
-                hc.offsets[0] = lo[0];
-                hc.sizes[0] = hi[0] - lo[0];
+                skip = static_cast<size_t>((part.offsets[0] - c.offsets[0]) * rowElements) * a.elementSize;
+                hc.offsets[0] = part.offsets[0];
+                hc.sizes[0] = part.sizes[0];
             }
             hc.data = d.data() + skip;
         } else {
-            std::vector<int64_t> begin(ndim), extent(ndim);
-            for (size_t k = 0; k < ndim; ++k) {
-                begin[k] = lo[k] - c.offsets[k];
-                extent[k] = hi[k] - lo[k];
-            }
-            int64_t n = 1;
-            for (auto e : extent)
-                n *= e;
-            h.dense.emplace_back(static_cast<size_t>(n) * a.elementSize);
-            aten::copyBlock(d, begin, extent, h.dense.back().data(), extent, std::vector<int64_t>(ndim, 0));
-            hc.offsets = lo;
-            hc.sizes = extent;
+            std::vector<int64_t> begin(ndim);
+            for (size_t k = 0; k < ndim; ++k)
+                begin[k] = part.offsets[k] - c.offsets[k];
+            h.dense.emplace_back(static_cast<size_t>(part.numel()) * a.elementSize);
+            aten::copyBlock(d, begin, part.sizes, h.dense.back().data(), part.sizes, std::vector<int64_t>(ndim, 0));
+            hc.offsets = part.offsets;
+            hc.sizes = part.sizes;
             hc.data = h.dense.back().data();
         }
         h.keep.push_back(std::move(d));

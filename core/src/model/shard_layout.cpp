@@ -24,10 +24,6 @@ std::string boxText(const TensorBox& box)
     return t + "]";
 }
 
-namespace {
-
-constexpr int64_t kMaxGridCells = 1 << 22;
-
 bool intersect(const TensorBox& a, const TensorBox& b, TensorBox& out)
 {
     out.offsets.resize(a.offsets.size());
@@ -41,6 +37,10 @@ bool intersect(const TensorBox& a, const TensorBox& b, TensorBox& out)
     }
     return true;
 }
+
+namespace {
+
+constexpr int64_t kMaxGridCells = 1 << 22;
 
 } // namespace
 

@@ -17,6 +17,9 @@ struct TensorBox
     bool empty() const { return numel() == 0; }
 };
 
+/// the overlap of two boxes of the same rank in @p out; false when they do not overlap (two 0-dim boxes always do)
+bool intersect(const TensorBox& a, const TensorBox& b, TensorBox& out);
+
 /// Which rank holds which slice of one tensor, and what is wrong with the chunk set: chunks outside the tensor,
 /// overlapping chunks, regions no chunk covers. Pure geometry over the metadata; reads no tensor data.
 struct ShardLayout
