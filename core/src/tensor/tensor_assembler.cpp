@@ -3,6 +3,7 @@
 #include "optscope/base/error.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/sha256.h"
+#include "optscope/model/shard_layout.h"
 #include "optscope/tensor/aten_bridge.h"
 #include "optscope/tensor/chunk_reader.h"
 
@@ -20,23 +21,23 @@ int64_t copyIntoBox(const TensorEntry& t, const std::vector<size_t>& chunks, con
     const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes, uint8_t* out, const Progress& progress)
 {
     const size_t ndim = sizes.size();
+    const TensorBox box {offsets, sizes};
+    TensorBox chunkBox, region;
+    std::vector<int64_t> srcBegin(ndim), dstBegin(ndim);
     int64_t covered = 0;
     for (size_t i : chunks) {
         const auto& c = t.chunks[i];
         if (c.numel() == 0) continue;
-        std::vector<int64_t> srcBegin(ndim), extent(ndim), dstBegin(ndim);
-        int64_t vol = 1;
+        chunkBox.offsets.assign(c.offsets.begin(), c.offsets.end());
+        chunkBox.sizes.assign(c.sizes.begin(), c.sizes.end());
+        if (!intersect(box, chunkBox, region)) continue;
         for (size_t d = 0; d < ndim; ++d) {
-            const int64_t lo = std::max(offsets[d], c.offsets[d]);
-            const int64_t hi = std::min(offsets[d] + sizes[d], c.offsets[d] + c.sizes[d]);
-            extent[d] = std::max<int64_t>(0, hi - lo);
-            srcBegin[d] = lo - c.offsets[d];
-            dstBegin[d] = lo - offsets[d];
-            vol *= extent[d];
+            srcBegin[d] = region.offsets[d] - c.offsets[d];
+            dstBegin[d] = region.offsets[d] - offsets[d];
         }
-        if (vol == 0) continue;
+        const int64_t vol = region.numel();
         progress.checkCancelled();
-        aten::copyBlock(dataOf(i), srcBegin, extent, out, sizes, dstBegin);
+        aten::copyBlock(dataOf(i), srcBegin, region.sizes, out, sizes, dstBegin);
         covered += vol;
     }
     return covered;
