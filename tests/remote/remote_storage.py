@@ -240,6 +240,13 @@ def s3_cases():
     shutil.copy(os.path.join(DATA, "diff", "step3.pt"), os.path.join(run, "ckpt_3.pt"))
     shutil.copy(os.path.join(DATA, "diff", "step4.pt"), os.path.join(run, "ckpt_4.pt"))
     shutil.copytree(os.path.join(DATA, "fsdp2_r2"), os.path.join(run, "global_step5"))
+    # a run whose second step is first uploaded broken, then re-uploaded whole with the same size (watch_reupload_case)
+    run_etag = os.path.join(up, "run_etag")
+    os.makedirs(run_etag, exist_ok=True)
+    shutil.copy(os.path.join(DATA, "diff", "step3.pt"), os.path.join(run_etag, "ckpt_3.pt"))
+    whole = open(os.path.join(DATA, "diff", "step4.pt"), "rb").read()
+    with open(os.path.join(run_etag, "ckpt_4.pt"), "wb") as f:
+        f.write(whole[:-22] + bytes(22))  # the zip's end record zeroed: does not open
     s3_put(TORCH_PYTHON, WORK, port, "up")
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAOPTSCOPETEST",
            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "HOME": WORK}
@@ -277,6 +284,7 @@ def s3_cases():
                  ["s3://no-such-bucket", "NoSuchBucket"], env)
     gs_cases(port, env)
     watch_cases(env)
+    watch_reupload_case(port, env)
     output_cases(port, env)
     # an object replaced between the listing and the read: pinned to its ETag, the read is refused
     fifo = os.path.join(WORK, "pause")
@@ -320,6 +328,38 @@ def watch_cases(env):
     record("S3: watch --once of a run folder (2 torch.save steps, a DCP step) gives the local folder's lines",
            f"exit {r.returncode}: {[(j.get('step'), j.get('status')) for j in got]}" if ok
            else f"exit {r.returncode}: {r.stderr.strip()[:160]} {got} != {want}", ok)
+
+
+def watch_reupload_case(port, env):
+    """a step that does not open is waited for; re-uploaded whole with the same size (only its ETag tells), watch
+    reads it (a signature of names and sizes alone waited forever)"""
+    import time
+    log = os.path.join(WORK, "watch_reupload")
+    e = dict(os.environ, **env)
+    with open(log + ".out", "w") as so, open(log + ".err", "w") as se:
+        proc = subprocess.Popen([CLI, "watch", "--json", "--interval", "0.05", "s3://ckpt/run_etag"], env=e, stdout=so,
+                                stderr=se, start_new_session=True)
+    def wait_for(path, needle, seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and proc.poll() is None:
+            if needle in open(path).read():
+                return True
+            time.sleep(0.05)
+        return False
+    waited = wait_for(log + ".err", "ckpt_4.pt does not open yet", 60)
+    fixed = os.path.join(WORK, "reupload")
+    shutil.rmtree(fixed, ignore_errors=True)
+    os.makedirs(fixed)
+    shutil.copy(os.path.join(DATA, "diff", "step4.pt"), os.path.join(fixed, "ckpt_4.pt"))
+    s3_put(TORCH_PYTHON, WORK, port, "reupload", "run_etag")
+    read = waited and wait_for(log + ".out", '"step":4', 60)
+    stop([proc])
+    out, err = open(log + ".out").read(), open(log + ".err").read()
+    outputs.append(out + err)
+    steps = [json.loads(line).get("step") for line in out.splitlines() if line.strip()]
+    record("S3: watch reads a step re-uploaded whole with the same size (its ETag changed) after waiting on it",
+           f"steps read {steps}; waited on the broken one: {waited}" if read
+           else f"steps read {steps}; stderr: {err.strip()[-200:]}", read and steps == [3, 4])
 
 
 def gs_cases(port, env):

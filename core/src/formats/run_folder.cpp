@@ -91,8 +91,8 @@ std::optional<RunCheckpoint> stepEntry(const std::string& name, const std::strin
     return c;
 }
 
-/// an entry on object storage: its objects' names and sizes, two levels down as for a local folder (listings give no
-/// modification times; a re-uploaded object of the same size is not seen until another changes)
+/// an entry on object storage: its objects' names, sizes and ETags, two levels down as for a local folder (the ETag
+/// stands for the modification time a local file has: an object re-uploaded with the same size changes it)
 uint64_t remoteSignatureOf(const std::string& location, int depth = 0)
 {
     uint64_t h = 0;
@@ -100,6 +100,7 @@ uint64_t remoteSignatureOf(const std::string& location, int depth = 0)
     if (st.kind != LocationKind::Folder) {
         mix(h, st.size);
         mix(h, static_cast<uint64_t>(st.kind));
+        mix(h, std::hash<std::string>()(st.version));
         return h;
     }
     const std::vector<FolderEntry> entries = listFolder(location);

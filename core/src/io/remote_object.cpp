@@ -918,7 +918,7 @@ std::shared_ptr<const ByteSource> openRemoteObject(const std::string& url)
 LocationStat remoteStat(const std::string& url)
 {
     const ObjectInfo o = objectInfo(url);
-    return {o.kind, o.size, 0, o.httpStatus ? "HTTP " + std::to_string(o.httpStatus) : std::string()};
+    return {o.kind, o.size, 0, o.httpStatus ? "HTTP " + std::to_string(o.httpStatus) : std::string(), o.etag};
 }
 
 std::vector<std::string> remoteFolderEntries(const std::string& url)

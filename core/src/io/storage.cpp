@@ -36,9 +36,9 @@ LocationStat statLocation(const std::string& location)
     { };
     if (::stat(location.c_str(), &st) != 0) return {};
     const int64_t modified = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    if (S_ISDIR(st.st_mode)) return {LocationKind::Folder, 0, modified, {}};
-    if (S_ISREG(st.st_mode)) return {LocationKind::File, static_cast<uint64_t>(st.st_size), modified, {}};
-    return {LocationKind::Other, 0, modified, {}};
+    if (S_ISDIR(st.st_mode)) return {LocationKind::Folder, 0, modified, {}, {}};
+    if (S_ISREG(st.st_mode)) return {LocationKind::File, static_cast<uint64_t>(st.st_size), modified, {}, {}};
+    return {LocationKind::Other, 0, modified, {}, {}};
 }
 
 std::vector<std::string> folderEntries(const std::string& folder)

@@ -43,6 +43,9 @@ struct LocationStat
     int64_t modifiedNs
         = 0; ///< last modification (a folder's: an entry added or removed), ns since the epoch; 0: unknown (URLs)
     std::string detail; ///< over plain HTTP, why a location is taken for a folder: the server's answer ("HTTP 404")
+    /// an object's content version where the store gives one (its ETag, from the listing or a HEAD): a same-size
+    /// re-upload changes it; empty for local files (their modifiedNs says it) and folders
+    std::string version;
 };
 LocationStat statLocation(const std::string& location);
 inline LocationKind locationKind(const std::string& location)
