@@ -141,7 +141,8 @@ class FaultProxy(http.server.BaseHTTPRequestHandler):
 
 class S3FaultProxy(http.server.BaseHTTPRequestHandler):
     """forwards every request to moto_server; refuses the PUT of any key ending in /.metadata (403 AccessDenied), so
-    that a DCP output's data objects are written and its last object fails"""
+    that a DCP output's data objects are written and its last object fails, and the PUT of any upload's part 2, so
+    that a multipart upload fails after a part was sent"""
     upstream = 0
 
     def log_message(self, *a):
@@ -149,7 +150,7 @@ class S3FaultProxy(http.server.BaseHTTPRequestHandler):
 
     def handle_any(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
-        if self.command == "PUT" and self.path.split("?")[0].endswith("/.metadata"):
+        if self.command == "PUT" and (self.path.split("?")[0].endswith("/.metadata") or "partNumber=2&" in self.path):
             err = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>"
             self.send_response(403)
             self.send_header("Content-Length", str(len(err)))
@@ -404,7 +405,9 @@ def output_cases(port, env):
     # over 16 MiB: a multipart upload
     rc, said = torch_check(TORCH_PYTHON, WORK, "make-big", "out/big.pt")
     assert rc == 0, said
-    a = cli(["--remote-stats", "gather", os.path.join(out, "big.pt"), "-o", "s3://ckpt/written/big/g.pt"], env)
+    # streamed: TMPDIR names no folder, and nothing is staged on the local disk (before: the whole object was)
+    no_tmp = dict(env, TMPDIR=os.path.join(WORK, "no-such-folder"))
+    a = cli(["--remote-stats", "gather", os.path.join(out, "big.pt"), "-o", "s3://ckpt/written/big/g.pt"], no_tmp)
     os.makedirs(os.path.join(out, "big_local"))
     cli(["gather", os.path.join(out, "big.pt"), "-o", os.path.join(out, "big_local", "g.pt")], check=0)
     s3_put(TORCH_PYTHON, WORK, port, "--get", "written/big/g.pt", "out/s3/big_g.pt")
@@ -413,7 +416,8 @@ def output_cases(port, env):
         open(os.path.join(out, "big_local", "g.pt"), "rb").read()
     rc, said = torch_check(TORCH_PYTHON, WORK, "load-pt", "out/s3/big_g.pt", "out/big_local/g.pt")
     stats = remote_stats(a)
-    record("S3 output: a multipart upload (over 16 MiB) is byte-identical; PyTorch loads it",
+    record("S3 output: a multipart upload (over 16 MiB), streamed with no local temporary, is byte-identical; "
+           "PyTorch loads it",
            f"{size} bytes in {stats[0] if stats else '?'} requests; torch.load: {said}",
            same and rc == 0 and stats is not None and stats[0] >= 4)
     # a reshard that splits every source chunk reads each byte once: the source items (about 5 MiB, over the size a
@@ -433,12 +437,13 @@ def output_cases(port, env):
            f"{stats[1] if stats else '?'} bytes fetched for {total}; same files as the local reshard: {same}",
            same and stats is not None and total <= stats[1] <= total * 1.03)
     # reshard from S3 to S3; PyTorch's DCP loader reads what was written, equal to the local reshard
-    a = cli(["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "3", "-o", "s3://ckpt/written/rs"], env)
+    a = cli(["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "3", "-o", "s3://ckpt/written/rs"], no_tmp)
     cli(["reshard", os.path.join(DATA, "fsdp2_r2"), "--world-size", "3", "-o", os.path.join(out, "rs_local", "rs")],
         check=0)
     s3_put(TORCH_PYTHON, WORK, port, "--download", "written/rs", "out/s3/rs")
     rc, said = torch_check(TORCH_PYTHON, WORK, "load-dcp", "out/s3/rs", "out/rs_local/rs")
-    record("S3 output: reshard -o s3:// (data objects, .metadata last) loads in PyTorch, equal to the local reshard",
+    record("S3 output: reshard -o s3:// (data objects streamed, no local temporary, .metadata last) loads in PyTorch, "
+           "equal to the local reshard",
            f"exit {a.returncode}; dcp_to_torch_save: {said}", a.returncode == 0 and rc == 0)
     expect_error("S3 output: a prefix that holds objects is refused",
                  ["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/written/rs"],
@@ -455,6 +460,14 @@ def output_cases(port, env):
     record("S3 output: a DCP upload whose .metadata fails leaves no object",
            f"exit {p.returncode}: {p.stderr.strip()[:140]}; left: {left}",
            p.returncode == 2 and "HTTP 403" in p.stderr and not left)
+    # a multipart upload whose second part is refused: the upload is aborted, no object and no upload left open
+    p = cli(["gather", os.path.join(out, "big.pt"), "-o", "s3://ckpt/written/aborted/g.pt"], e)
+    left = s3_put(TORCH_PYTHON, WORK, port, "--list", "written/aborted").split()
+    open_uploads = s3_put(TORCH_PYTHON, WORK, port, "--uploads", "written/aborted").split()
+    record("S3 output: a multipart upload whose part 2 fails is aborted: no object, no upload left open",
+           f"exit {p.returncode}: {p.stderr.strip()[:140]}; objects: {left}; open uploads: {open_uploads}",
+           p.returncode == 2 and "HTTP 403" in p.stderr and "s3://ckpt/written/aborted/g.pt" in p.stderr
+           and not left and not open_uploads)
 
 
 def main():

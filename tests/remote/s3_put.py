@@ -7,6 +7,8 @@
     s3_put.py ENDPOINT BUCKET --replace KEY      overwrite KEY with other bytes (an object replaced while read)
     s3_put.py ENDPOINT BUCKET --get KEY OUT      download KEY to OUT (what OptScope wrote, for PyTorch to load)
     s3_put.py ENDPOINT BUCKET --list PREFIX      print the keys under PREFIX, one per line
+    s3_put.py ENDPOINT BUCKET --uploads PREFIX   print the keys of multipart uploads under PREFIX not completed or
+                                                 aborted, one per line
 """
 import os
 import sys
@@ -23,6 +25,9 @@ elif sys.argv[3] == "--get":
 elif sys.argv[3] == "--list":
     for o in s3.list_objects_v2(Bucket=bucket, Prefix=sys.argv[4]).get("Contents", []):
         print(o["Key"])
+elif sys.argv[3] == "--uploads":
+    for u in s3.list_multipart_uploads(Bucket=bucket, Prefix=sys.argv[4]).get("Uploads", []):
+        print(u["Key"])
 elif sys.argv[3] == "--download":
     import time
     prefix, out = sys.argv[4].rstrip("/") + "/", sys.argv[5]

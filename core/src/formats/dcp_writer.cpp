@@ -203,23 +203,17 @@ private:
     PickleEmitter e;
 };
 
-/// removes a half-written temporary folder unless committed
+/// a local output's temporary folder next to it, removed unless committed (an object store's output is streamed to
+/// its objects instead)
 class TempDir
 {
 public:
     explicit TempDir(const std::string& dest)
     {
         std::random_device rd;
-        // an object-store output is written in a local scratch folder first, then uploaded (.metadata last)
-        const bool remote = isUrl(dest);
-        const std::string scratch = fs::temp_directory_path().string();
-        if (remote)
-            removeDeadEntries(scratch, "optscope-out-");
-        else
-            removeStaleTemporaries(dest); // a run killed mid-write left one
+        removeStaleTemporaries(dest); // a run killed mid-write left one
         for (;;) {
-            path = remote ? scratch + "/optscope-out-" + std::to_string(::getpid()) + "-" + std::to_string(rd())
-                          : temporaryPrefix(dest) + std::to_string(rd());
+            path = temporaryPrefix(dest) + std::to_string(rd());
             std::error_code ec;
             fs::create_directory(path, ec); // not the parents: a missing parent folder is the user's mistake to hear of
             if (ec) throw Error(ErrorKind::Io, dest, "cannot create a temporary folder next to it: " + ec.message());
@@ -365,15 +359,18 @@ static DcpWriteStats writeDcpUnnamed(
                         + " is not visible to this process: the output must be on a file system every process of "
                           "the job shares");
         }
-        if (remote) tmp = std::make_unique<TempDir>(outDir); // each process's own scratch folder, uploaded from
+        // where a file of the output is written: into the temporary folder, or straight to its object (streamed, it
+        // appears when its OutputFile commits; .metadata last makes the checkpoint whole)
         const fs::path dir = tmp ? tmp->path : fs::path(tmpPath);
+        const auto outputOf
+            = [&](const std::string& name) { return remote ? childLocation(outDir, name) : (dir / name).string(); };
 
         // 2. each process writes the rank files it owns
         std::vector<std::vector<ItemLocation>> locations(files.size());
         JobProgress written(job, "dcp-bytes", totalBytes, progress, "writing shards");
         for (size_t f = 0; f < files.size(); ++f) {
             if (owner[f] != job.rank()) continue;
-            OutputFile out((dir / files[f]).string(), inner);
+            OutputFile out(outputOf(files[f]), inner);
             for (const auto& [value, tensorChunk] : *fileItems[f]) {
                 progress.checkCancelled();
                 ItemLocation loc;
@@ -408,21 +405,12 @@ static DcpWriteStats writeDcpUnnamed(
             }
             stats.bytes += out.position();
             out.commit();
+            if (remote) uploaded.push_back(outputOf(files[f]));
             ++stats.files;
         }
         written.flush();
         // every process checks what it read before it reports its part done
         if (split && options.beforeCommit) options.beforeCommit();
-        if (remote && split) {
-            // a job's processes upload their own files; rank 0 adds .metadata last, once all are there
-            for (size_t f = 0; f < files.size(); ++f) {
-                if (owner[f] != job.rank()) continue;
-                progress.checkCancelled();
-                if (inner.cancelled()) throw Error(ErrorKind::Cancelled, outDir, "cancelled");
-                uploadObject((dir / files[f]).string(), childLocation(outDir, files[f]));
-                uploaded.push_back(childLocation(outDir, files[f]));
-            }
-        }
 
         // 3. rank 0 learns where every item went
         if (split) {
@@ -478,40 +466,31 @@ static DcpWriteStats writeDcpUnnamed(
         // 4. rank 0: the companion files, .metadata, and the folder published
         for (const auto& c : plan.copies) {
             progress.checkCancelled();
-            OutputFile out((dir / c.name).string(), inner);
+            OutputFile out(outputOf(c.name), inner);
             if (c.source->fd() >= 0)
                 out.copyFrom(c.source->fd(), 0, c.source->size());
             else
                 out.write(c.source->all(), c.source->size()); // a remote input's companion
             stats.bytes += out.position();
             out.commit();
+            if (remote) uploaded.push_back(outputOf(c.name));
             stats.copied.push_back(c.name);
         }
         MetadataPickler pickler;
         const std::string meta = pickler.run(plan, items, files);
-        OutputFile metaFile((dir / ".metadata").string(), inner);
+        if (remote) {
+            // the data objects are there: .metadata, last, is what DCP readers take as a complete checkpoint
+            progress.checkCancelled();
+            if (options.beforeCommit && !split) options.beforeCommit();
+        }
+        OutputFile metaFile(outputOf(".metadata"), inner);
         metaFile.write(meta.data(), meta.size());
         metaFile.commit();
         stats.bytes += meta.size();
-
-        progress.checkCancelled(); // the last moment to stop with nothing published
         if (remote) {
-            // data objects first, .metadata last: what DCP readers take as a complete checkpoint; on any failure
-            // the objects already written are removed
-            if (options.beforeCommit && !split) options.beforeCommit();
-            std::vector<std::string> names;
-            for (size_t f = 0; f < files.size(); ++f)
-                if (!split) names.push_back(files[f]);
-            names.insert(names.end(), stats.copied.begin(), stats.copied.end());
-            for (const auto& name : names) {
-                progress.checkCancelled();
-                uploadObject((dir / name).string(), childLocation(outDir, name));
-                uploaded.push_back(childLocation(outDir, name));
-            }
-            progress.checkCancelled();
-            uploadObject((dir / ".metadata").string(), childLocation(outDir, ".metadata"));
             uploaded.clear();
         } else {
+            progress.checkCancelled(); // the last moment to stop with nothing published
             std::error_code ec;
             if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
             if (options.beforeCommit && !split) options.beforeCommit(); // a job's processes each checked above

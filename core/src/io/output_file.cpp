@@ -154,14 +154,15 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
     , m_options(options)
 {
     refuseOutputOverInputs(m_path, m_options.inputs);
-    const bool remote = isUrl(m_path);
-    if (remote) checkWritableUrl(m_path); // before anything is written
-    if (!remote) removeStaleTemporaries(m_path);
+    if (isUrl(m_path)) {
+        m_upload = std::make_unique<ObjectUpload>(m_path); // visible only once commit() completes it
+        m_buffer = new char[kBufferSize];
+        return;
+    }
+    removeStaleTemporaries(m_path);
     std::string templ;
     for (;;) {
-        // an object is written locally first, then uploaded by commit(): it appears only when whole
-        templ = remote ? (std::filesystem::temp_directory_path() / "optscope-upload-XXXXXX").string()
-                       : temporaryPrefix(m_path) + "XXXXXX";
+        templ = temporaryPrefix(m_path) + "XXXXXX";
         m_fd = ::mkstemp(templ.data());
         if (m_fd < 0)
             throw Error(ErrorKind::Io, m_path,
@@ -195,6 +196,7 @@ OutputFile::OutputFile(std::string path, const std::string& tempPath, WriteOptio
 
 OutputFile::~OutputFile()
 {
+    m_upload.reset(); // not committed: the upload is aborted
     delete[] m_buffer;
     if (m_fd >= 0) ::close(m_fd);
     if (!m_committed && !m_joined && !m_temp.empty()) ::unlink(m_temp.c_str());
@@ -203,6 +205,10 @@ OutputFile::~OutputFile()
 void OutputFile::seek(uint64_t position)
 {
     if (position == m_position) return;
+    if (m_upload)
+        throw Error(ErrorKind::Usage, m_path,
+            "an object is written front to back: parts out of order (a torch.save file written by several "
+            "processes) cannot be streamed to object storage; write to a shared file system");
     flushBuffer();
     if (::lseek(m_fd, static_cast<off_t>(position), SEEK_SET) < 0)
         throw Error(ErrorKind::Io, m_path, std::string("seek failed: ") + std::strerror(errno));
@@ -211,6 +217,12 @@ void OutputFile::seek(uint64_t position)
 
 void OutputFile::flushBuffer()
 {
+    if (m_upload) {
+        m_upload->write(m_buffer, m_buffered);
+        if (m_buffered > 0) pausePoint("writing");
+        m_buffered = 0;
+        return;
+    }
     size_t done = 0;
     while (done < m_buffered) {
         const ssize_t n = ::write(m_fd, m_buffer + done, m_buffered - done);
@@ -237,6 +249,10 @@ void OutputFile::write(const void* data, size_t size)
         m_buffered = size;
         return;
     }
+    if (m_upload) {
+        m_upload->write(p, size);
+        return;
+    }
     while (size > 0) {
         const ssize_t n = ::write(m_fd, p, std::min<size_t>(size, size_t(1) << 30));
         if (n < 0 && errno == EINTR) continue;
@@ -259,6 +275,10 @@ void OutputFile::writeZeros(size_t size)
 void OutputFile::copyFrom(int srcFd, uint64_t offset, uint64_t length)
 {
     flushBuffer();
+    if (m_upload) {
+        copyThroughBuffer(srcFd, offset, length);
+        return;
+    }
     loff_t in = static_cast<loff_t>(offset);
     uint64_t left = length;
     while (left > 0) {
@@ -272,27 +292,33 @@ void OutputFile::copyFrom(int srcFd, uint64_t offset, uint64_t length)
         if (n < 0 && errno == EINTR) continue;
         if (n == 0 || errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF) {
             // not supported between these files (or the source ended early: read() reports it below)
-            std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(left, 8u << 20)));
-            while (left > 0) {
-                const ssize_t r = ::pread(srcFd, buf.data(), std::min<uint64_t>(left, buf.size()), in);
-                if (r < 0 && errno == EINTR) continue;
-                if (r <= 0)
-                    throw Error(ErrorKind::Io, m_path, "copying from a source file: it ended early or failed to read");
-                write(buf.data(), static_cast<size_t>(r));
-                flushBuffer();
-                in += r;
-                left -= static_cast<uint64_t>(r);
-            }
+            copyThroughBuffer(srcFd, static_cast<uint64_t>(in), left);
             return;
         }
         throw Error(ErrorKind::Io, m_path, std::string("copy_file_range failed: ") + std::strerror(errno));
     }
 }
 
+void OutputFile::copyThroughBuffer(int srcFd, uint64_t offset, uint64_t length)
+{
+    std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(length, 8u << 20)));
+    uint64_t left = length;
+    off_t in = static_cast<off_t>(offset);
+    while (left > 0) {
+        const ssize_t r = ::pread(srcFd, buf.data(), std::min<uint64_t>(left, buf.size()), in);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) throw Error(ErrorKind::Io, m_path, "copying from a source file: it ended early or failed to read");
+        write(buf.data(), static_cast<size_t>(r));
+        flushBuffer();
+        in += r;
+        left -= static_cast<uint64_t>(r);
+    }
+}
+
 void OutputFile::commit()
 {
     flushBuffer();
-    if (m_options.fsync && ::fsync(m_fd) != 0)
+    if (m_fd >= 0 && m_options.fsync && ::fsync(m_fd) != 0)
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
     if (m_joined) { // its maker renames it
         m_committed = true;
@@ -302,12 +328,9 @@ void OutputFile::commit()
     }
     if (m_options.cancelled && m_options.cancelled()) throw Error(ErrorKind::Cancelled, m_path, "cancelled");
     if (m_options.beforeCommit) m_options.beforeCommit();
-    if (isUrl(m_path)) {
-        uploadObject(m_temp, m_path); // visible only once complete; an upload that fails leaves nothing
-        ::unlink(m_temp.c_str());
+    if (m_upload) {
+        m_upload->complete(); // the object appears whole, now
         m_committed = true;
-        ::close(m_fd);
-        m_fd = -1;
         return;
     }
     if (::rename(m_temp.c_str(), m_path.c_str()) != 0)

@@ -840,58 +840,180 @@ void checkWritableUrl(const std::string& url)
     if (u.key.empty()) throw Error(ErrorKind::Usage, displayLocation(url), "names a bucket, not an object to write");
 }
 
-void uploadObject(const std::string& localPath, const std::string& url)
+namespace {
+
+constexpr uint64_t kSinglePut = uint64_t(16) << 20; ///< and the first 1,000 parts' size
+constexpr uint64_t kMaxHeldPartBytes = uint64_t(128) << 20;
+constexpr size_t kMaxParts = 10000; ///< S3's and GCS's limit
+
+uint64_t partSizeOf(size_t number)
+{
+    return kSinglePut << std::min<size_t>(9, (number - 1) / 1000);
+}
+
+} // namespace
+
+struct ObjectUpload::State
+{
+    RemoteUrl remote;
+    std::string target; ///< the object's request URL
+    std::string shown;
+    std::vector<uint8_t> filling; ///< the part being filled
+    size_t fillingNumber = 1;
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::pair<size_t, std::vector<uint8_t>>> waiting; ///< full parts not yet taken by the sender
+    uint64_t heldBytes = 0; ///< of the parts waiting or being sent
+    std::vector<std::string> etags; ///< per part number - 1, once sent
+    std::string uploadId;
+    std::exception_ptr failure; ///< the sender's, thrown to the writer
+    bool finishing = false; ///< no more parts come
+    bool completed = false;
+    std::thread sender;
+};
+
+ObjectUpload::ObjectUpload(const std::string& url)
+    : m(std::make_unique<State>())
 {
     checkWritableUrl(url);
-    const RemoteUrl u = parseUrl(url);
-    const std::string shown = displayLocation(url);
-    const std::string target = requestUrl(u, u.key);
-    const auto file = MappedFile::open(localPath);
-    const uint8_t* data = file->bytes(0, file->size());
-    const uint64_t size = file->size();
-    constexpr uint64_t kSinglePut = uint64_t(16) << 20;
-    std::vector<Response> done;
-    if (size <= kSinglePut) {
-        std::vector<std::function<std::unique_ptr<Transfer>()>> make {
-            [&] { return bodyRequest(u, target, "PUT", data, size); }};
-        performBodies(make, done, shown, "cannot write");
-    } else {
-        // S3 allows 10,000 parts: a part is 16 MiB, or larger for objects over 156 GiB
-        const uint64_t part = std::max<uint64_t>(kSinglePut, (size + 9999) / 10000);
-        std::vector<std::function<std::unique_ptr<Transfer>()>> start {
-            [&] { return bodyRequest(u, target + "?uploads", "POST", nullptr, 0); }};
-        performBodies(start, done, shown, "cannot start the upload");
-        const std::string uploadId = xmlText(done[0].body, "UploadId");
-        if (uploadId.empty()) throw Error(ErrorKind::Io, shown, "cannot start the upload: the server gave no UploadId");
-        const std::string query = "uploadId=" + encodeKey(uploadId, false);
-        try {
-            std::vector<std::function<std::unique_ptr<Transfer>()>> parts;
-            for (uint64_t at = 0, n = 1; at < size; at += part, ++n)
-                parts.push_back([&, at, n] {
-                    return bodyRequest(u, target + "?partNumber=" + std::to_string(n) + "&" + query, "PUT", data + at,
-                        std::min(part, size - at));
-                });
-            performBodies(parts, done, shown, "cannot write");
-            std::string complete = "<CompleteMultipartUpload>";
-            for (size_t i = 0; i < done.size(); ++i)
-                complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + done[i].etag
-                    + "</ETag></Part>";
-            complete += "</CompleteMultipartUpload>";
-            std::vector<std::function<std::unique_ptr<Transfer>()>> finish {[&] {
-                return bodyRequest(u, target + "?" + query, "POST", reinterpret_cast<const uint8_t*>(complete.data()),
-                    complete.size());
-            }};
-            performBodies(finish, done, shown, "cannot complete the upload");
-        } catch (...) {
-            // an upload that does not complete leaves nothing: its parts are dropped
-            std::vector<std::function<std::unique_ptr<Transfer>()>> abort {
-                [&] { return bodyRequest(u, target + "?" + query, "DELETE", nullptr, 0); }};
-            try {
-                performBodies(abort, done, shown, "cannot abort the upload");
-            } catch (const Error&) { }
-            throw;
+    m->remote = parseUrl(url);
+    m->target = requestUrl(m->remote, m->remote.key);
+    m->shown = displayLocation(url);
+}
+
+ObjectUpload::~ObjectUpload()
+{
+    if (m->sender.joinable()) {
+        {
+            std::lock_guard<std::mutex> lock(m->mutex);
+            m->finishing = true;
+            m->waiting.clear();
         }
+        m->changed.notify_all();
+        m->sender.join();
     }
+    if (m->completed || m->uploadId.empty()) return;
+    // an upload that does not complete leaves nothing: its parts are dropped
+    try {
+        std::vector<Response> done;
+        const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
+        std::vector<std::function<std::unique_ptr<Transfer>()>> abort {
+            [&] { return bodyRequest(m->remote, m->target + "?" + query, "DELETE", nullptr, 0); }};
+        performBodies(abort, done, m->shown, "cannot abort the upload");
+    } catch (const std::exception&) { }
+}
+
+void ObjectUpload::write(const void* data, size_t size)
+{
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (size > 0) {
+        const uint64_t partSize = partSizeOf(m->fillingNumber);
+        // a full part is sent once a byte follows it: an object of exactly one part stays a single PUT
+        if (m->filling.size() == partSize) sendFilledPart();
+        if (m->filling.capacity() < partSize) m->filling.reserve(partSize);
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(size, partSize - m->filling.size()));
+        m->filling.insert(m->filling.end(), p, p + take);
+        p += take;
+        size -= take;
+    }
+}
+
+void ObjectUpload::sendFilledPart()
+{
+    if (m->fillingNumber >= kMaxParts)
+        throw Error(ErrorKind::Io, m->shown, "cannot write: larger than the 10,000 parts of an upload hold");
+    std::unique_lock<std::mutex> lock(m->mutex);
+    const uint64_t bytes = m->filling.size();
+    m->changed.wait(lock, [&] { return m->failure || m->heldBytes == 0 || m->heldBytes + bytes <= kMaxHeldPartBytes; });
+    if (m->failure) std::rethrow_exception(m->failure);
+    m->waiting.emplace_back(m->fillingNumber, std::move(m->filling));
+    m->heldBytes += bytes;
+    m->filling = {};
+    ++m->fillingNumber;
+    if (!m->sender.joinable()) m->sender = std::thread([this] { sendParts(); });
+    lock.unlock();
+    m->changed.notify_all();
+}
+
+/// the sender thread: starts the multipart upload, then sends what waits, all of it at once (curl's multi
+/// interface), until complete() says no more parts come
+void ObjectUpload::sendParts()
+{
+    try {
+        std::vector<Response> done;
+        std::vector<std::function<std::unique_ptr<Transfer>()>> start {
+            [&] { return bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0); }};
+        performBodies(start, done, m->shown, "cannot start the upload");
+        const std::string uploadId = xmlText(done[0].body, "UploadId");
+        if (uploadId.empty())
+            throw Error(ErrorKind::Io, m->shown, "cannot start the upload: the server gave no UploadId");
+        {
+            std::lock_guard<std::mutex> lock(m->mutex);
+            m->uploadId = uploadId;
+        }
+        const std::string query = "uploadId=" + encodeKey(uploadId, false);
+        for (;;) {
+            std::vector<std::pair<size_t, std::vector<uint8_t>>> batch;
+            {
+                std::unique_lock<std::mutex> lock(m->mutex);
+                m->changed.wait(lock, [&] { return !m->waiting.empty() || m->finishing; });
+                if (m->waiting.empty()) return;
+                batch.swap(m->waiting);
+            }
+            std::vector<std::function<std::unique_ptr<Transfer>()>> parts;
+            for (const auto& [number, bytes] : batch)
+                parts.push_back([&, number = number, data = bytes.data(), size = bytes.size()] {
+                    return bodyRequest(m->remote, m->target + "?partNumber=" + std::to_string(number) + "&" + query,
+                        "PUT", data, size);
+                });
+            performBodies(parts, done, m->shown, "cannot write");
+            std::lock_guard<std::mutex> lock(m->mutex);
+            for (size_t i = 0; i < batch.size(); ++i) {
+                if (m->etags.size() < batch[i].first) m->etags.resize(batch[i].first);
+                m->etags[batch[i].first - 1] = done[i].etag;
+                m->heldBytes -= batch[i].second.size();
+            }
+            m->changed.notify_all();
+        }
+    } catch (...) {
+        std::lock_guard<std::mutex> lock(m->mutex);
+        m->failure = std::current_exception();
+        m->waiting.clear();
+        m->heldBytes = 0;
+        m->changed.notify_all();
+    }
+}
+
+void ObjectUpload::complete()
+{
+    std::vector<Response> done;
+    if (!m->sender.joinable()) {
+        // 16 MiB or less: one PUT
+        std::vector<std::function<std::unique_ptr<Transfer>()>> put {
+            [&] { return bodyRequest(m->remote, m->target, "PUT", m->filling.data(), m->filling.size()); }};
+        performBodies(put, done, m->shown, "cannot write");
+    } else {
+        if (!m->filling.empty()) sendFilledPart();
+        {
+            std::lock_guard<std::mutex> lock(m->mutex);
+            m->finishing = true;
+        }
+        m->changed.notify_all();
+        m->sender.join();
+        if (m->failure) std::rethrow_exception(m->failure);
+        std::string body = "<CompleteMultipartUpload>";
+        for (size_t i = 0; i < m->etags.size(); ++i)
+            body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + m->etags[i]
+                + "</ETag></Part>";
+        body += "</CompleteMultipartUpload>";
+        const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
+        std::vector<std::function<std::unique_ptr<Transfer>()>> finish {[&] {
+            return bodyRequest(
+                m->remote, m->target + "?" + query, "POST", reinterpret_cast<const uint8_t*>(body.data()), body.size());
+        }};
+        performBodies(finish, done, m->shown, "cannot complete the upload");
+    }
+    m->completed = true;
     forgetRemoteListings(); // what was known of that location is no longer true
 }
 

@@ -26,10 +26,29 @@ LocationStat remoteStat(const std::string& url);
 std::vector<std::string> remoteFolderEntries(const std::string& url);
 bool remoteCanList(const std::string& url);
 
-/// Uploads the local file @p localPath to the object @p url (s3:// or gs:// only): one PUT up to 16 MiB, else a
-/// multipart upload (parts of 16 MiB or more, 16 in flight, each SHA-256-signed) that becomes visible only when it
-/// is completed, and is aborted on any failure. Throws Error(Io) naming the URL.
-void uploadObject(const std::string& localPath, const std::string& url);
+/// A streamed upload to the object @p url (s3:// or gs:// only): an output larger than the local disk is never
+/// staged there. write() appends; each part of 16 MiB (doubling every 1,000 parts, so the 10,000 parts S3 allows
+/// reach 16 TiB) is sent as soon as the next byte arrives, by a background thread while the writer goes on, each
+/// SHA-256-signed and retried as reads are. At most 128 MiB of parts (or one part, once they are larger) wait or are
+/// in flight; the writer waits for room. complete() makes the object visible: one PUT when it is 16 MiB or less,
+/// else CompleteMultipartUpload. Destroyed before complete(), a multipart upload is aborted: nothing appears.
+/// Failures are Error(Io) naming the URL, thrown by the write() or complete() after them.
+class ObjectUpload
+{
+public:
+    explicit ObjectUpload(const std::string& url);
+    ~ObjectUpload();
+    ObjectUpload(const ObjectUpload&) = delete;
+    ObjectUpload& operator=(const ObjectUpload&) = delete;
+    void write(const void* data, size_t size);
+    void complete();
+
+private:
+    struct State;
+    void sendFilledPart();
+    void sendParts();
+    std::unique_ptr<State> m;
+};
 /// removes the object @p url (cleanup of an output that did not complete); errors are ignored
 void removeObject(const std::string& url);
 /// throws Error(Usage) naming @p url when outputs cannot be written there (plain HTTP)

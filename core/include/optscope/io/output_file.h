@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,12 @@ private:
     int m_fd = -1;
 };
 
+class ObjectUpload;
+
 /// A file written under a temporary name next to its destination and renamed into place by commit(), so that a
-/// reader never sees a half-written output. Destroying an uncommitted OutputFile removes the temporary.
+/// reader never sees a half-written output. Destroying an uncommitted OutputFile removes the temporary. An object
+/// (s3://, gs://) is streamed to its store as it is written, nothing kept on the local disk (ObjectUpload), and
+/// appears only when commit() completes it; destroyed uncommitted, the upload is aborted.
 class OutputFile
 {
 public:
@@ -93,6 +98,7 @@ public:
 
 private:
     void flushBuffer();
+    void copyThroughBuffer(int srcFd, uint64_t offset, uint64_t length);
     std::string m_path;
     std::string m_temp;
     int m_fd = -1;
@@ -104,6 +110,7 @@ private:
     static constexpr size_t kBufferSize = 1 << 16;
     char* m_buffer = nullptr;
     size_t m_buffered = 0;
+    std::unique_ptr<ObjectUpload> m_upload; ///< an object's output: streamed there, no local file
 };
 
 } // namespace optscope
