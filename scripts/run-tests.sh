@@ -5,10 +5,14 @@
 #   1. build/       GUI, CLI, core (+ CUDA backend compiled when nvcc exists); all tests, interop tests against real
 #                   PyTorch 2.6 through scripts/torch-python (first use builds a chroot: ~3 min, needs root + network
 #                   to Debian's mirror; set OPTSCOPE_NO_INTEROP=1 to skip)
-#   2. build-asan/  core + CLI under AddressSanitizer + UndefinedBehaviorSanitizer; the core tests again
-#   3. build-fuzz/  the libFuzzer harnesses (tests/fuzz; clang-14, ASan + UBSan): the committed regression inputs,
-#                   then each harness for OPTSCOPE_FUZZ_SECONDS seconds (default 30) from seeds made of the fixtures
-#                   (scripts/run-fuzzers.sh; OPTSCOPE_FUZZ_SECONDS=0 replays regressions and seeds only)
+#   2. build-asan/  core, CLI and the libFuzzer harnesses (tests/fuzz) in one clang-14 -O1 build under
+#                   AddressSanitizer + UndefinedBehaviorSanitizer (and libFuzzer's coverage instrumentation): the core
+#                   tests again, then
+#   3.              from the same build, the committed regression inputs and each harness for OPTSCOPE_FUZZ_SECONDS
+#                   seconds (default 30) from seeds made of the fixtures (scripts/run-fuzzers.sh;
+#                   OPTSCOPE_FUZZ_SECONDS=0 replays regressions and seeds only). One sanitizer build instead of a gcc
+#                   one and a clang one saves a whole build of the core: CI must stay under 45 minutes on 2 cores.
+# Each stage's time is printed ("run-tests: ... took N s").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -19,13 +23,25 @@ scripts/check-format.sh
 torch_python="$PWD/scripts/torch-python"
 [ "${OPTSCOPE_NO_INTEROP:-0}" = 1 ] && torch_python=""
 
+stage_start=$(date +%s)
+stage() { # stage NAME: the time since the last stage
+    local now
+    now=$(date +%s)
+    echo "run-tests: $1 took $((now - stage_start)) s"
+    stage_start=$now
+}
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPTSCOPE_TORCH_PYTHON="$torch_python"
 cmake --build build -j "$jobs"
+stage "the main build"
 ctest --test-dir build --output-on-failure -j "$jobs"
+stage "the main tests"
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOPTSCOPE_BUILD_GUI=OFF -DOPTSCOPE_WITH_CUDA=OFF \
-    -DOPTSCOPE_SANITIZE=address,undefined
+cmake -S . -B build-asan -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DOPTSCOPE_BUILD_GUI=OFF \
+    -DOPTSCOPE_WITH_CUDA=OFF -DOPTSCOPE_SANITIZE=address,undefined -DOPTSCOPE_BUILD_FUZZERS=ON
 cmake --build build-asan -j "$jobs"
+stage "the sanitizer build"
 asan_ctest() {
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
@@ -42,4 +58,7 @@ if [ "$asan_rc" -ne 0 ]; then
     asan_ctest --rerun-failed
 fi
 
-scripts/run-fuzzers.sh "${OPTSCOPE_FUZZ_SECONDS:-30}" 1
+stage "the sanitizer tests"
+
+OPTSCOPE_FUZZ_BUILD=build-asan scripts/run-fuzzers.sh "${OPTSCOPE_FUZZ_SECONDS:-30}" 1
+stage "fuzzing"

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # check_layers.sh CXX LAYER_ROOTS LAYER...: the build refuses an upward include. For every layer (in order, lowest
 # first), a translation unit compiled as that layer's sources are (its include root, LAYER_ROOTS/<layer>) must compile
-# when it includes a header of its own layer or of any layer below, and must fail with "No such file" when it
-# includes a header of any layer above. A layer left out of the roots, or a root that sees too much, fails the test.
+# when it includes a header of its own layer or of any layer below, and must fail with the header not found (gcc:
+# "No such file", clang: "file not found") when it includes a header of any layer above. A layer left out of the roots, or a root that sees too much, fails the test.
 set -uo pipefail
 cxx=$1
 roots=$2
@@ -33,7 +33,7 @@ for ((i = 0; i < ${#layers[@]}; ++i)); do
             if probe "$layer" "$name"; then
                 echo "FAIL: $layer includes $name from the layer above it, and it compiled" >&2
                 status=1
-            elif ! grep -qF "$name: No such file" "$work/out"; then
+            elif ! grep -qF -e "$name: No such file" -e "'$name' file not found" "$work/out"; then
                 echo "FAIL: $layer including $name failed for another reason than the layering:" >&2
                 head -5 "$work/out" >&2
                 status=1
