@@ -10,6 +10,8 @@ bench/make_big_checkpoint.py when it is missing, uploads it with boto3, then tim
   - gather from s3:// to a local .pt against boto3's transfer manager downloading the folder + a local gather;
   - the same gather over plain HTTP from nginx (a C server that is not the bottleneck) against curl downloading the
     folder + a local gather: what the engine does when the server keeps up;
+  - gather and reshard to s3:// (streamed: nothing staged on the local disk) against the local command + boto3's
+    upload_file of what it wrote;
   - peak RSS (GNU time) of each OptScope run.
 moto_server is a Python server: its own speed bounds both S3 sides, so the ratios are what to read.
 """
@@ -112,10 +114,39 @@ try:
         return timed(["curl", "-sf", *[x for n in names for x in (f"{url}/{n}", "-o", os.path.join(out, n))]])[0]
 
     gather_row("gather -o local.pt, http:// (nginx)", url, None, curl_download, "curl")
+
+    # outputs to s3://, streamed (nothing staged on the local disk), against the local command + boto3's upload_file
+    # of what it wrote (its transfer manager: multipart, 10 threads)
+    def output_row(label, args, prefix):
+        for d in ("remote_out", "local_out"):
+            shutil.rmtree(os.path.join(work, d), ignore_errors=True)
+            os.makedirs(os.path.join(work, d))
+        local = os.path.join(work, "local_out", "out")
+        t_remote, rss, err = timed([a.cli, "--remote-stats", *args, "-o", f"s3://ckpt/{prefix}/out"], env)
+        req, _ = stats(err)
+        t_local, _, _ = timed([a.cli, *args, "-o", local])
+        said = s3_put(TORCH_PYTHON, work, port, "local_out", f"{prefix}_boto3")
+        t_up = float(said.split(" in ")[-1].split()[0])
+        same = ""
+        if os.path.isfile(local):
+            s3_put(TORCH_PYTHON, work, port, "--get", f"{prefix}/out", "remote_out/out")
+            same = f"; byte-identical: {open(local, 'rb').read() == open(os.path.join(work, 'remote_out', 'out'), 'rb').read()}"
+        written = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(os.path.join(work, "local_out"))
+                      for f in fs)
+        base = t_local + t_up
+        rows.append((label, f"{t_remote:.2f} s", f"{base:.2f} s (local {t_local:.2f} + boto3 upload {t_up:.2f})",
+                     f"{base / t_remote:.2f}x faster", f"{written} bytes written in {req} requests; peak RSS "
+                     f"{rss:.0f} MB{same}"))
+        shutil.rmtree(os.path.join(work, "local_out"), ignore_errors=True)
+        shutil.rmtree(os.path.join(work, "remote_out"), ignore_errors=True)
+
+    output_row("gather -o s3://…/out (one .pt)", ["gather", a.ckpt], "gathered")
+    output_row("reshard --world-size 8 -o s3://…/out", ["reshard", a.ckpt, "--world-size", "8", "--no-fsync"],
+               "resharded")
 finally:
     stop(procs)
 
-lines = ["# Remote reads (s3:// through moto_server on loopback)", "",
+lines = ["# Remote reads and writes (s3:// through moto_server on loopback)", "",
          f"Checkpoint: `{a.ckpt}` ({size} bytes); upload with boto3 took {upload:.1f} s. Machine: "
          f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. Each figure is one run.", "",
          "| command | OptScope on s3:// | the usual way | ratio | cost |", "|---|---|---|---|---|"]

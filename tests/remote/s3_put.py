@@ -2,6 +2,7 @@
 """Uploads with boto3 (the AWS SDK), for tests/remote/remote_storage.py; runs in the PyTorch chroot.
 
     s3_put.py ENDPOINT BUCKET FOLDER [PREFIX]    create BUCKET, upload every file under FOLDER (keys PREFIX + relative)
+                                                 with boto3's upload_file; prints the seconds the uploads took
     s3_put.py ENDPOINT BUCKET --download PREFIX OUT   download every key under PREFIX/ into OUT with boto3's transfer
                                                  manager (download_file, its default concurrency); prints seconds
     s3_put.py ENDPOINT BUCKET --replace KEY      overwrite KEY with other bytes (an object replaced while read)
@@ -46,10 +47,12 @@ else:
         pass
     root = sys.argv[3]
     prefix = sys.argv[4].rstrip("/") + "/" if len(sys.argv) > 4 else ""
+    import time
     n = 0
+    start = time.monotonic()
     for folder, _, files in os.walk(root):
         for name in files:
             path = os.path.join(folder, name)
             s3.upload_file(path, bucket, prefix + os.path.relpath(path, root))
             n += 1
-    print(f"uploaded {n} files to s3://{bucket}")
+    print(f"uploaded {n} files to s3://{bucket} in {time.monotonic() - start:.3f} s")
