@@ -284,7 +284,9 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
                     && range.begin < range.end,
                 "blocksOf holds the range");
             std::vector<BlockMap::Run> skip;
-            if (next(1) % 2) skip = fetchedRuns;
+            const uint64_t flags = next(1);
+            if (flags % 2) skip = fetchedRuns;
+            const bool prefetch = flags & 2; // a prefetch leaves consumed blocks alone
             auto skipped = [&](uint64_t b) {
                 for (const auto& r : skip)
                     if (r.contains(b)) return true;
@@ -293,10 +295,11 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             std::vector<bool> take;
             bool inFlight = false;
             for (uint64_t b = range.begin; b < range.end; ++b) {
-                take.push_back(model[b] == BlockMap::Absent && !skipped(b));
+                const bool absent = model[b] == BlockMap::Absent || (model[b] == BlockMap::Consumed && !prefetch);
+                take.push_back(absent && !skipped(b));
                 inFlight = inFlight || model[b] == BlockMap::InFlight;
             }
-            const BlockMap::Claim c = map.claim(range, skip);
+            const BlockMap::Claim c = map.claim(range, skip, prefetch);
             require(c.waiting == inFlight, "waiting exactly when a block of the range is in flight");
             // the runs are the maximal stretches of blocks to take, in order
             std::vector<BlockMap::Run> expected;
@@ -346,7 +349,7 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             if (first < last) {
                 require(given.begin == first && given.end == last, "the whole blocks inside the range are given back");
                 for (uint64_t k = first; k < last; ++k)
-                    model[k] = BlockMap::Absent;
+                    model[k] = BlockMap::Consumed;
             } else {
                 require(given.begin == given.end, "no whole block inside the range: nothing given back");
             }

@@ -24,7 +24,7 @@ import threading
 import http.server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servers import s3_put, start_moto, start_nginx, stop, torch_check  # noqa: E402
+from servers import most_in_flight, requests_in_log, s3_put, start_moto, start_nginx, stop, torch_check  # noqa: E402
 
 CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
@@ -436,6 +436,25 @@ def output_cases(port, env):
     record("S3: a reshard 2 -> 5 ranks fetches each source byte once (every chunk split across target boxes)",
            f"{stats[1] if stats else '?'} bytes fetched for {total}; same files as the local reshard: {same}",
            same and stats is not None and total <= stats[1] <= total * 1.03)
+    # from a store that serves each connection slowly (4 MB/s) only requests in flight together are fast: a gather
+    # asks for a tensor's chunks in every rank file, and the next tensor's, at once (before: one object at a time,
+    # at most two requests); the requests reuse their connections (before: a TCP connect each)
+    slow_work = os.path.join(WORK, "slow")
+    slow_port, _, _ = start_nginx(out, slow_work, procs, limit_rate="4m")
+    for d in ("big_slow", "big_slow_local"): # one output name in two folders: the name is the zip's record prefix
+        os.makedirs(os.path.join(out, d))
+    a = cli(["--remote-stats", "gather", f"http://127.0.0.1:{slow_port}/big_dcp", "-o",
+             os.path.join(out, "big_slow", "g.pt")])
+    cli(["gather", os.path.join(out, "big_dcp"), "-o", os.path.join(out, "big_slow_local", "g.pt")], check=0)
+    same = a.returncode == 0 and open(os.path.join(out, "big_slow", "g.pt"), "rb").read() == \
+        open(os.path.join(out, "big_slow_local", "g.pt"), "rb").read()
+    rows = [r for r in requests_in_log(slow_work) if r[3] in (200, 206)]
+    connections = len({r[0] for r in rows})
+    record("HTTP: a gather from a slow server has requests in flight together, over reused connections; "
+           "byte-identical with the local gather",
+           f"exit {a.returncode}; {len(rows)} requests, at most {most_in_flight(rows)} at once, over {connections} "
+           f"connections; same: {same}",
+           same and most_in_flight(rows) >= 4 and connections < len(rows))
     # reshard from S3 to S3; PyTorch's DCP loader reads what was written, equal to the local reshard
     a = cli(["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "3", "-o", "s3://ckpt/written/rs"], no_tmp)
     cli(["reshard", os.path.join(DATA, "fsdp2_r2"), "--world-size", "3", "-o", os.path.join(out, "rs_local", "rs")],

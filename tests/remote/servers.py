@@ -30,9 +30,12 @@ def wait_port(port, what, proc=None, timeout=60):
     raise SystemExit(f"{what} did not listen on port {port} in {timeout} s")
 
 
-def start_nginx(root, work, procs):
+def start_nginx(root, work, procs, limit_rate=None):
     """nginx serving root over HTTP, and over HTTPS with a self-signed certificate made here (for 127.0.0.1), its
-    process appended to procs; returns (http_port, https_port, certificate file)"""
+    process appended to procs; returns (http_port, https_port, certificate file). limit_rate ("4m"): each connection
+    is served at most that many bytes a second, as an object store serves one connection (about 90 MB/s from S3), so
+    that only requests in flight together make a read fast. Its access log (work/nginx/access.log) says per request:
+    connection serial, requests on it so far, end time, duration, status, Range (requests_in_log reads it)."""
     conf_dir = os.path.join(work, "nginx")
     os.makedirs(conf_dir, exist_ok=True)
     cert, key = os.path.join(conf_dir, "cert.pem"), os.path.join(conf_dir, "key.pem")
@@ -44,7 +47,8 @@ def start_nginx(root, work, procs):
     with open(os.path.join(conf_dir, "nginx.conf"), "w") as f:
         f.write(f"""daemon off; pid {conf_dir}/nginx.pid; error_log {conf_dir}/error.log;
 events {{}}
-http {{ access_log {conf_dir}/access.log; {temp}
+http {{ log_format timed '$connection $connection_requests $msec $request_time $status "$http_range"';
+  access_log {conf_dir}/access.log timed; {temp} {f"limit_rate {limit_rate};" if limit_rate else ""}
   server {{ listen 127.0.0.1:{http_port}; root {root}; }}
   server {{ listen 127.0.0.1:{https_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key}; root {root}; }}
 }}
@@ -66,6 +70,28 @@ def start_moto(torch_python, work, procs):
     procs.append(p)
     wait_port(port, "moto_server", p, timeout=120)
     return port
+
+
+def requests_in_log(work):
+    """the requests of start_nginx's access log under work: (connection, start, end, status) each"""
+    rows = []
+    with open(os.path.join(work, "nginx", "access.log")) as f:
+        for line in f:
+            w = line.split()
+            end, took = float(w[2]), float(w[3])
+            rows.append((int(w[0]), end - took, end, int(w[4])))
+    return rows
+
+
+def most_in_flight(rows):
+    """the most requests that were being served at the same moment"""
+    events = sorted([(start, 1) for _, start, _, _ in rows] + [(end, -1) for _, _, end, _ in rows],
+                    key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
 
 
 def s3_put(torch_python, work, port, *args):

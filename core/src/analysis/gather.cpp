@@ -48,6 +48,8 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
 {
     StateTree tree;
     size_t selected = 0;
+    // each tensor asks for the next one's remote chunks before it streams its own (TensorAssembler::prefetch)
+    std::shared_ptr<const Entry*> nextOfPrevious;
     for (const Entry& e : cp.entries) {
         if (!keyMatchesPrefix(e.key, options.onlyPrefix)) continue;
         ++selected;
@@ -72,10 +74,14 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
         const Entry* entry = &e;
         if (options.device == ComputeDevice::Cuda)
             t.produce = [&cp, entry](const ByteSink& sink) { gpuAssemble(cp, *entry, sink); };
-        else
-            t.produce = [&cp, entry](const ByteSink& sink) {
+        else {
+            if (nextOfPrevious) *nextOfPrevious = entry;
+            nextOfPrevious = std::make_shared<const Entry*>(nullptr);
+            t.produce = [&cp, entry, next = nextOfPrevious](const ByteSink& sink) {
+                if (*next) TensorAssembler::prefetch(cp, **next);
                 TensorAssembler(cp, *entry).stream(sink.bytes, {}, {}, sink.region);
             };
+        }
         tree.setTensor(e.path, std::move(t));
     }
     if (selected == 0)

@@ -17,21 +17,22 @@ BlockMap::Run BlockMap::blocksOf(uint64_t offset, uint64_t length) const
     return {offset / m_block, (offset + length + m_block - 1) / m_block};
 }
 
-BlockMap::Claim BlockMap::claim(Run range, const std::vector<Run>& skip)
+BlockMap::Claim BlockMap::claim(Run range, const std::vector<Run>& skip, bool prefetch)
 {
-    auto skipped = [&skip](uint64_t b) {
-        return std::any_of(skip.begin(), skip.end(), [b](const Run& r) { return r.contains(b); });
+    auto wanted = [&](uint64_t b) {
+        const bool absent = m_state[b] == Absent || (m_state[b] == Consumed && !prefetch);
+        return absent && std::none_of(skip.begin(), skip.end(), [b](const Run& r) { return r.contains(b); });
     };
     Claim c;
     range.end = std::min<uint64_t>(range.end, m_state.size());
     for (uint64_t b = range.begin; b < range.end;) {
-        if (m_state[b] != Absent || skipped(b)) {
+        if (!wanted(b)) {
             c.waiting = c.waiting || m_state[b] == InFlight;
             ++b;
             continue;
         }
         uint64_t e = b;
-        while (e < range.end && m_state[e] == Absent && !skipped(e))
+        while (e < range.end && wanted(e))
             m_state[e++] = InFlight;
         c.runs.push_back({b, e});
         const uint64_t end = std::min(m_size, e * m_block);
@@ -55,7 +56,7 @@ BlockMap::Run BlockMap::giveBack(uint64_t offset, uint64_t length)
     Run r {(offset + m_block - 1) / m_block, end >= m_size ? m_state.size() : end / m_block};
     if (r.begin >= r.end) return {};
     for (uint64_t b = r.begin; b < r.end; ++b)
-        m_state[b] = Absent;
+        m_state[b] = Consumed;
     return r;
 }
 

@@ -13,7 +13,9 @@ namespace optscope {
 class BlockMap
 {
 public:
-    enum State : uint8_t { Absent, InFlight, Present };
+    /// Consumed: absent again after a reader copied it out (given back); a read fetches it again, a prefetch does
+    /// not (it was asked ahead of that read, which has happened already)
+    enum State : uint8_t { Absent, InFlight, Present, Consumed };
     struct Run ///< blocks [begin, end)
     {
         uint64_t begin = 0, end = 0;
@@ -41,12 +43,13 @@ public:
     /// the blocks holding [offset, offset + length) (inside the object: the caller checks)
     Run blocksOf(uint64_t offset, uint64_t length) const;
     /// claims the absent blocks of @p range that are not in @p skip (runs the caller fetched already and a reader may
-    /// have given back since): they become in flight, to be fetched by the parts returned
-    Claim claim(Run range, const std::vector<Run>& skip);
+    /// have given back since), and the consumed ones unless @p prefetch: they become in flight, to be fetched by the
+    /// parts returned
+    Claim claim(Run range, const std::vector<Run>& skip, bool prefetch = false);
     /// a claim's blocks become present (@p fetched) or absent again (its fetch failed)
     void settle(const std::vector<Run>& runs, bool fetched);
     /// the whole blocks inside [offset, offset + length) (the last one also when the range ends at the object's end)
-    /// become absent: a reader copied them out and nobody else points into them. Returns them, for the caller to
+    /// become consumed: a reader copied them out and nobody else points into them. Returns them, for the caller to
     /// drop their memory.
     Run giveBack(uint64_t offset, uint64_t length);
 

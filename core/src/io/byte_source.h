@@ -56,6 +56,14 @@ public:
         (void)scanEnd;
         if (length) std::memcpy(destination, bytes(offset, length), length);
     }
+    /// hint that [offset, offset+length) will be read soon, through copyOut: a remote source starts fetching it in
+    /// the background, many ranged GETs at once, and returns; the bytes wait for the read (the caller bounds how much
+    /// it asks ahead). A local file does nothing: the page cache reads ahead on its own.
+    virtual void prefetch(uint64_t offset, uint64_t length) const
+    {
+        (void)offset;
+        (void)length;
+    }
     /// an open descriptor for kernel-side copies (copy_file_range), or -1 when there is none (remote)
     virtual int fd() const { return -1; }
     bool isRemote() const { return m_fetchOnRead; }

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -273,6 +274,34 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     return n;
 }
 
+/// Connections, DNS answers and TLS sessions, shared by every request of the process: a request reuses an idle
+/// connection to its server instead of a TCP (and TLS) handshake of its own; each fetch is a multi handle of its own,
+/// whose connections would otherwise close with it. Never cleaned up: requests may run until the process exits.
+CURLSH* sharedConnections()
+{
+    struct Share
+    {
+        CURLSH* handle = curl_share_init();
+        std::mutex locks[CURL_LOCK_DATA_LAST];
+    };
+    static Share* const s = [] {
+        storeConfig(); // curl_global_init first
+        auto* s = new Share;
+        if (!s->handle) return s;
+        curl_share_setopt(s->handle, CURLSHOPT_USERDATA, s);
+        curl_share_setopt(
+            s->handle, CURLSHOPT_LOCKFUNC,
+            +[](CURL*, curl_lock_data d, curl_lock_access, void* user) { static_cast<Share*>(user)->locks[d].lock(); });
+        curl_share_setopt(
+            s->handle, CURLSHOPT_UNLOCKFUNC,
+            +[](CURL*, curl_lock_data d, void* user) { static_cast<Share*>(user)->locks[d].unlock(); });
+        for (const curl_lock_data d : {CURL_LOCK_DATA_CONNECT, CURL_LOCK_DATA_DNS, CURL_LOCK_DATA_SSL_SESSION})
+            curl_share_setopt(s->handle, CURLSHOPT_SHARE, d);
+        return s;
+    }();
+    return s->handle;
+}
+
 void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std::vector<std::string>& extraHeaders,
     const std::string& payloadHash = kEmptySha256)
 {
@@ -281,6 +310,7 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     if (!t.easy) throw Error(ErrorKind::Io, url, "cannot start a request (curl_easy_init failed)");
     CURL* e = t.easy;
     curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+    if (CURLSH* share = sharedConnections()) curl_easy_setopt(e, CURLOPT_SHARE, share);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.errorBuffer);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, onBody);
@@ -624,7 +654,8 @@ public:
     }
     ~RemoteObject() override
     {
-        if (m_readAhead.joinable()) m_readAhead.join();
+        for (std::thread& t : m_fetchers)
+            if (t.joinable()) t.join();
         if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
     }
 
@@ -662,8 +693,14 @@ public:
             = offset >= m_lastEnd && offset - m_lastEnd <= kSequentialGap; // a record's header between
         m_lastEnd = end;
         const uint64_t limit = std::min(scanEnd, m_size);
-        if (sequential && end < limit)
-            readAhead(end, std::min<uint64_t>({std::max(length, kPart), kReadAhead, limit - end}), lock);
+        if (sequential && end < limit) queueFetch(end, std::min(kReadAhead, limit - end), true);
+    }
+
+    void prefetch(uint64_t offset, uint64_t length) const override
+    {
+        if (offset >= m_size || length == 0) return;
+        std::unique_lock<std::mutex> lock(m_mutex);
+        queueFetch(offset, std::min(length, m_size - offset), false);
     }
 
 private:
@@ -681,7 +718,7 @@ private:
     /// makes [offset, offset+length) present. The blocks it claims are fetched with the lock released, so that a
     /// read-ahead and a read proceed together; blocks another thread is fetching are waited for (and fetched here
     /// if that fetch failed).
-    void ensure(uint64_t offset, uint64_t length, std::unique_lock<std::mutex>& lock, bool readAhead = false) const
+    void ensure(uint64_t offset, uint64_t length, std::unique_lock<std::mutex>& lock) const
     {
         if (length == 0) return;
         if (offset > m_size || length > m_size - offset)
@@ -706,32 +743,82 @@ private:
                 m_cv.notify_all();
                 if (failure) std::rethrow_exception(failure);
                 fetched.insert(fetched.end(), claim.runs.begin(), claim.runs.end());
-                // a read-ahead fetches what was absent when it began, once: what a reader fetched meanwhile and
-                // gave back is behind the scan already
-                if (readAhead) return;
                 continue; // look again: another thread's fetch may have ended meanwhile
             }
-            if (!claim.waiting || readAhead) return; // all present (a read-ahead does not wait for a reader's fetch)
+            if (!claim.waiting) return; // all present
             m_cv.wait(lock); // another thread's fetch (states change only under the lock: no wake-up is missed)
         }
     }
 
-    /// fetches [offset, offset+length) in the background, one read-ahead at a time; its errors are left to the read
-    /// that needs the bytes (it fetches them again and reports)
-    void readAhead(uint64_t offset, uint64_t length, std::unique_lock<std::mutex>&) const
+    struct Queued ///< a range for the background fetcher
     {
-        if (m_readAheadBusy.load()) return;
-        if (m_readAhead.joinable()) m_readAhead.join(); // finished: busy is false
-        m_readAheadBusy.store(true);
-        m_readAhead = std::thread([this, offset, length] {
+        uint64_t offset = 0, length = 0;
+        bool scan = false; ///< a sequential scan's read-ahead: what the reader has passed meanwhile is not fetched
+    };
+
+    /// queues [offset, offset+length) for the background fetchers (under the lock): up to kFetchers threads per
+    /// object while there is work, each taking about kBatch bytes of the queue at a time and fetching their absent
+    /// blocks, many parts in flight. Their errors are left to the read that needs the bytes (it fetches them again and
+    /// reports).
+    void queueFetch(uint64_t offset, uint64_t length, bool scan) const
+    {
+        if (!m_queue.empty()) {
+            Queued& last = m_queue.back(); // a scan asks again at every read: one range, extended
+            if (last.scan == scan && offset >= last.offset && offset <= last.offset + last.length) {
+                last.length = std::max(last.length, offset + length - last.offset);
+                return;
+            }
+        }
+        constexpr size_t kMaxQueued = 4096; // hints: beyond, the oldest are dropped (their reads fetch them)
+        if (m_queue.size() >= kMaxQueued) m_queue.pop_front();
+        m_queue.push_back({offset, length, scan});
+        for (size_t k = 0; k < kFetchers; ++k)
+            if (!m_fetcherBusy[k]) {
+                if (m_fetchers[k].joinable()) m_fetchers[k].join(); // finished: it touches nothing after clearing busy
+                m_fetcherBusy[k] = true;
+                m_fetchers[k] = std::thread([this, k] { runFetcher(k); });
+                return;
+            }
+    }
+
+    void runFetcher(size_t slot) const
+    {
+        constexpr uint64_t kBatch = uint64_t(32) << 20;
+        std::unique_lock<std::mutex> lock(m_mutex);
+        while (!m_queue.empty()) {
+            BlockMap::Claim batch;
+            for (uint64_t taken = 0; !m_queue.empty() && taken < kBatch;) {
+                Queued& q = m_queue.front();
+                uint64_t start = q.offset;
+                const uint64_t end = q.offset + q.length;
+                if (q.scan && m_lastEnd != UINT64_MAX) start = std::max(start, std::min(m_lastEnd, end));
+                const uint64_t n = std::min(end - start, kBatch - taken); // a long range is taken in batches
+                if (n) {
+                    BlockMap::Claim c = m_blocks.claim(m_blocks.blocksOf(start, n), {}, true);
+                    batch.runs.insert(batch.runs.end(), c.runs.begin(), c.runs.end());
+                    batch.parts.insert(batch.parts.end(), c.parts.begin(), c.parts.end());
+                    taken += n;
+                }
+                if (start + n >= end) {
+                    m_queue.pop_front();
+                } else {
+                    q.length = end - (start + n);
+                    q.offset = start + n;
+                }
+            }
+            if (batch.parts.empty()) continue;
+            lock.unlock();
+            bool fetched = true;
             try {
-                std::unique_lock<std::mutex> lock(m_mutex);
-                // the reader may have gone past where the read-ahead was to begin
-                const uint64_t start = std::max(offset, std::min(m_lastEnd, offset + length));
-                ensure(start, offset + length - start, lock, true);
-            } catch (...) { }
-            m_readAheadBusy.store(false);
-        });
+                fetchParts(batch.parts.data(), batch.parts.size());
+            } catch (...) {
+                fetched = false;
+            }
+            lock.lock();
+            m_blocks.settle(batch.runs, fetched);
+            m_cv.notify_all();
+        }
+        m_fetcherBusy[slot] = false;
     }
 
     void fetchParts(const Part* parts, size_t count) const
@@ -780,8 +867,10 @@ private:
     mutable std::condition_variable m_cv; ///< a fetch finished: blocks changed state
     mutable BlockMap m_blocks {0, kBlock, kPart}; ///< which blocks are absent, being fetched, present
     mutable uint64_t m_lastEnd = UINT64_MAX; ///< where the last copyOut ended (a sequential scan continues there)
-    mutable std::thread m_readAhead;
-    mutable std::atomic<bool> m_readAheadBusy {false};
+    static constexpr size_t kFetchers = 4;
+    mutable std::deque<Queued> m_queue; ///< ranges for the background fetchers
+    mutable std::thread m_fetchers[kFetchers];
+    mutable bool m_fetcherBusy[kFetchers] = {}; ///< under the lock
     mutable std::atomic<bool> m_changed {false};
 };
 

@@ -2,6 +2,7 @@
 #include "optscope/tensor/chunk_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/io/byte_source.h"
+#include "optscope/io/storage.h"
 #include "optscope/pickle/torch_save_archive.h"
 
 namespace optscope {
@@ -63,6 +64,28 @@ const uint8_t* locateStorage(ChunkData& d, uint64_t offset, uint64_t length, boo
 }
 
 } // namespace
+
+uint64_t ChunkReader::prefetch(const Checkpoint& checkpoint, const TensorChunk& chunk, uint64_t maxBytes)
+{
+    const ChunkSource& src = chunk.source;
+    if (src.file.empty() || src.length == 0 || !isUrl(checkpoint.files->rootDir())) return 0;
+    constexpr uint64_t kZipIndex = 64u << 10;
+    std::shared_ptr<const ByteSource> file;
+    try {
+        file = checkpoint.files->open(src.file);
+    } catch (const Error&) {
+        return 0;
+    }
+    if (src.offset > file->size() || src.length > file->size() - src.offset) return 0;
+    const uint64_t head = std::min(src.length, maxBytes);
+    file->prefetch(src.offset, head);
+    if (src.kind == ChunkSource::Kind::TorchSaveBlob && head < src.length) {
+        const uint64_t tail = std::min(kZipIndex, src.length - head);
+        file->prefetch(src.offset + src.length - tail, tail);
+        return head + tail;
+    }
+    return head;
+}
 
 ChunkData ChunkReader::resolveAsStored(
     const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes)

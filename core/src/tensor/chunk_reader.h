@@ -49,6 +49,11 @@ public:
     /// metadata: for checks that report mismatches instead of failing on them.
     static ChunkData resolveAsStored(
         const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes = false);
+    /// Asks a remote chunk's bytes ahead of its read (ByteSource::prefetch): its stored range (for a DCP item the
+    /// whole embedded archive, whose end records and headers resolve() parses) from the start, at most @p maxBytes
+    /// of it, plus an item's last 64 KiB (where its zip index is). Returns the bytes asked; 0 for a local file,
+    /// whose page cache reads ahead on its own. Never throws: a chunk that cannot be opened is reported by its read.
+    static uint64_t prefetch(const Checkpoint& checkpoint, const TensorChunk& chunk, uint64_t maxBytes);
 };
 
 } // namespace optscope

@@ -3,11 +3,13 @@
 #include "optscope/base/error.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/sha256.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/shard_layout.h"
 #include "optscope/tensor/aten_bridge.h"
 #include "optscope/tensor/chunk_reader.h"
 
 #include <algorithm>
+#include <deque>
 #include <optional>
 
 namespace optscope {
@@ -156,6 +158,22 @@ void TensorAssembler::streamElements(int64_t first, int64_t count, const Sink& s
         t.shape, first, count, [&](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes) {
             streamBox(offsets, sizes, sink, progress);
         });
+}
+
+void TensorAssembler::prefetch(const Checkpoint& checkpoint, const Entry& entry, uint64_t maxBytes)
+{
+    if (!entry.isTensor() || !checkpoint.files || !isUrl(checkpoint.files->rootDir())) return;
+    const ChunkTable& chunks = entry.tensor.chunks;
+    std::vector<size_t> order(chunks.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    if (!entry.tensor.shape.empty()) // stream() reads by first row
+        std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+            return chunks.ndim(x) && chunks.ndim(y) && chunks.offsetsOf(x)[0] < chunks.offsetsOf(y)[0];
+        });
+    uint64_t asked = 0;
+    for (size_t k = 0; k < order.size() && asked < maxBytes; ++k)
+        asked += ChunkReader::prefetch(checkpoint, chunks[order[k]], maxBytes - asked);
 }
 
 void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
@@ -359,10 +377,31 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     std::vector<size_t> byStart = live;
     std::stable_sort(byStart.begin(), byStart.end(), [&](size_t x, size_t y) { return firstRow(x) < firstRow(y); });
     size_t nextStart = 0;
+    // remote chunks the box reads whole are asked for ahead of the scan (ChunkReader::prefetch), many at once: a
+    // window of kPrefetchAhead bytes over the chunks in the order they are read; a chunk the box reads in part is
+    // left to copyOut's read-ahead, which stays inside the box
+    constexpr uint64_t kPrefetchAhead = uint64_t(256) << 20;
+    const bool remote = !byStart.empty() && m_checkpoint.files && isUrl(m_checkpoint.files->rootDir());
+    std::deque<std::pair<size_t, uint64_t>> ahead; // asked for, not begun: (position in byStart, bytes)
+    uint64_t aheadBytes = 0;
+    size_t asked = 0; // positions below were asked for (or skipped)
+    auto prefetchAhead = [&] { // before the chunks of the next segment are begun
+        for (; !ahead.empty() && ahead.front().first < nextStart; ahead.pop_front())
+            aheadBytes -= ahead.front().second;
+        for (asked = std::max(asked, nextStart); asked < byStart.size() && aheadBytes < kPrefetchAhead; ++asked) {
+            const size_t i = byStart[asked];
+            if (firstRow(i) < rowBegin || endRow(i) > rowEnd) continue;
+            if (const uint64_t n = ChunkReader::prefetch(m_checkpoint, t.chunks[i], kPrefetchAhead)) {
+                ahead.emplace_back(asked, n);
+                aheadBytes += n;
+            }
+        }
+    };
     std::vector<size_t> here;
     for (size_t s = 0; s + 1 < cuts.size(); ++s) {
         const int64_t a = cuts[s];
         const int64_t b = cuts[s + 1];
+        if (remote) prefetchAhead();
         here.erase(std::remove_if(here.begin(), here.end(), [&](size_t i) { return endRow(i) <= a; }), here.end());
         for (; nextStart < byStart.size() && firstRow(byStart[nextStart]) < b; ++nextStart)
             if (endRow(byStart[nextStart]) > a) here.push_back(byStart[nextStart]);

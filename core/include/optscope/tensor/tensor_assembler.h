@@ -40,6 +40,10 @@ public:
     /// throws Error(Limit) naming the entry when reading it whole would expand a broadcast view (a dimension of
     /// stride 0, as torch.expand makes) to far more bytes than it stores; every read above checks it too
     static void checkExpansion(const Checkpoint& checkpoint, const Entry& entry);
+    /// Asks ahead for the remote chunks of @p entry (ChunkReader::prefetch), in the order stream() reads them, at
+    /// most @p maxBytes in all: a caller that streams tensor after tensor asks for the next one before it streams
+    /// this one, so that a remote object's requests never wait for a tensor boundary. Nothing for a local checkpoint.
+    static void prefetch(const Checkpoint& checkpoint, const Entry& entry, uint64_t maxBytes = uint64_t(256) << 20);
 
 private:
     void streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
