@@ -275,7 +275,7 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
     std::vector<std::vector<BlockMap::Run>> pending; // claims not settled yet
     std::vector<BlockMap::Run> fetchedRuns; // what settled as fetched: the skip lists
     while (at < size) {
-        const uint64_t op = next(1) % 3;
+        const uint64_t op = next(1) % 4;
         const uint64_t offset = objectSize ? next(3) % objectSize : 0;
         const uint64_t length = next(3) % (objectSize - offset + 1);
         if (op == 0 && length) {
@@ -353,6 +353,11 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             } else {
                 require(given.begin == given.end, "no whole block inside the range: nothing given back");
             }
+        } else if (op == 3 && length) {
+            const BlockMap::Run range = map.blocksOf(offset, length);
+            map.renew(range);
+            for (uint64_t k = range.begin; k < range.end; ++k)
+                if (model[k] == BlockMap::Consumed) model[k] = BlockMap::Absent;
         }
         for (uint64_t k = 0; k < map.blocks(); ++k)
             require(map.state(k) == model[k], "the map agrees with the model");

@@ -455,6 +455,21 @@ def output_cases(port, env):
            f"exit {a.returncode}; {len(rows)} requests, at most {most_in_flight(rows)} at once, over {connections} "
            f"connections; same: {same}",
            same and most_in_flight(rows) >= 4 and connections < len(rows))
+    # a reshard that splits every source chunk: the boxes after the one being written ask for their rows ahead
+    # (before: one box at a time, at most two requests), still each source byte once
+    seen = len(requests_in_log(slow_work))
+    a = cli(["--remote-stats", "reshard", f"http://127.0.0.1:{slow_port}/big_dcp", "--world-size", "5", "--no-fsync",
+             "-o", os.path.join(out, "big5_slow")])
+    same = a.returncode == 0 and all(
+        open(os.path.join(out, "big5_slow", f), "rb").read() == open(os.path.join(out, "big5_local", f), "rb").read()
+        for f in os.listdir(os.path.join(out, "big5_local")))
+    rows = [r for r in requests_in_log(slow_work)[seen:] if r[3] in (200, 206)]
+    stats = remote_stats(a)
+    record("HTTP: a reshard 2 -> 5 from a slow server has requests in flight together, each source byte once; "
+           "the same files as the local reshard",
+           f"exit {a.returncode}; {len(rows)} requests, at most {most_in_flight(rows)} at once; "
+           f"{stats[1] if stats else '?'} bytes fetched for {total}; same: {same}",
+           same and most_in_flight(rows) >= 4 and stats is not None and total <= stats[1] <= total * 1.03)
     # reshard from S3 to S3; PyTorch's DCP loader reads what was written, equal to the local reshard
     a = cli(["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "3", "-o", "s3://ckpt/written/rs"], no_tmp)
     cli(["reshard", os.path.join(DATA, "fsdp2_r2"), "--world-size", "3", "-o", os.path.join(out, "rs_local", "rs")],

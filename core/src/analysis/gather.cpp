@@ -48,8 +48,6 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
 {
     StateTree tree;
     size_t selected = 0;
-    // each tensor asks for the next one's remote chunks before it streams its own (TensorAssembler::prefetch)
-    std::shared_ptr<const Entry*> nextOfPrevious;
     for (const Entry& e : cp.entries) {
         if (!keyMatchesPrefix(e.key, options.onlyPrefix)) continue;
         ++selected;
@@ -75,12 +73,10 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
         if (options.device == ComputeDevice::Cuda)
             t.produce = [&cp, entry](const ByteSink& sink) { gpuAssemble(cp, *entry, sink); };
         else {
-            if (nextOfPrevious) *nextOfPrevious = entry;
-            nextOfPrevious = std::make_shared<const Entry*>(nullptr);
-            t.produce = [&cp, entry, next = nextOfPrevious](const ByteSink& sink) {
-                if (*next) TensorAssembler::prefetch(cp, **next);
+            t.produce = [&cp, entry](const ByteSink& sink) {
                 TensorAssembler(cp, *entry).stream(sink.bytes, {}, {}, sink.region);
             };
+            t.prefetch = [&cp, entry] { TensorAssembler::prefetch(cp, *entry); };
         }
         tree.setTensor(e.path, std::move(t));
     }

@@ -129,11 +129,15 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
         if (options.device == ComputeDevice::Cuda)
             pt.produce = [&cp, entry](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
                              const ByteSink& sink) { gpuAssembleBox(cp, *entry, offsets, sizes, sink); };
-        else
+        else {
             pt.produce = [&cp, entry](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
                              const ByteSink& sink) {
                 TensorAssembler(cp, *entry).streamBox(offsets, sizes, sink.bytes, {}, sink.region);
             };
+            pt.prefetch = [&cp, entry](const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes) {
+                TensorAssembler::prefetchBox(cp, *entry, offsets, sizes);
+            };
+        }
         for (const auto& c : reshardTargetChunks(t.shape, options))
             pt.addChunk(c.rank, c.offsets, c.sizes);
         plan.order.push_back({true, plan.tensors.size()});

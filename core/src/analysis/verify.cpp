@@ -438,6 +438,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
         [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
             const TensorEntry& t = e.tensor;
             const size_t elem = dtypeSize(t.dtype);
+            TensorAssembler::prefetch(src, e); // a remote source's chunks in flight while the shards are loaded
             // each rank's box (0-dim tensors: rank 0 holds the value)
             std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
             for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {

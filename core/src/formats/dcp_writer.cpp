@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/dcp_writer.h"
 #include "optscope/base/error.h"
+#include "optscope/base/look_ahead.h"
 #include "optscope/io/job.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
@@ -371,8 +372,26 @@ static DcpWriteStats writeDcpUnnamed(
         for (size_t f = 0; f < files.size(); ++f) {
             if (owner[f] != job.rank()) continue;
             OutputFile out(outputOf(files[f]), inner);
-            for (const auto& [value, tensorChunk] : *fileItems[f]) {
+            const std::vector<FileItem>& itemsOfFile = *fileItems[f];
+            // the tensor boxes after the one being written ask for their source bytes (DcpPlan::Tensor::prefetch)
+            LookAhead ahead(
+                itemsOfFile.size(),
+                [&](size_t n) -> uint64_t {
+                    const auto& [nt, nc] = itemsOfFile[n].second;
+                    if (itemsOfFile[n].first || !nt->prefetch) return 0;
+                    uint64_t bytes = dtypeSize(nt->dtype);
+                    for (const int64_t z : nt->chunks.sizesOf(nc))
+                        bytes *= static_cast<uint64_t>(z);
+                    return bytes;
+                },
+                [&](size_t n) {
+                    const auto& [nt, nc] = itemsOfFile[n].second;
+                    nt->prefetch(nt->chunks.offsetsOf(nc).vec(), nt->chunks.sizesOf(nc).vec());
+                });
+            for (size_t k = 0; k < itemsOfFile.size(); ++k) {
+                const auto& [value, tensorChunk] = itemsOfFile[k];
                 progress.checkCancelled();
+                ahead.before(k);
                 ItemLocation loc;
                 loc.file = static_cast<uint32_t>(f);
                 loc.offset = out.position();

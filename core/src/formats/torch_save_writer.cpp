@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/torch_save_writer.h"
 #include "optscope/base/error.h"
+#include "optscope/base/look_ahead.h"
 #include "optscope/io/job.h"
 #include "optscope/io/output_file.h"
 #include "optscope/io/storage.h"
@@ -401,6 +402,15 @@ uint64_t tensorBytes(const TensorToWrite& t)
     return static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
 }
 
+/// asks for the tensors after the one being written (TensorToWrite::prefetch): those @p mine says this process writes
+LookAhead lookAhead(const StateTree& tree, const std::function<bool(size_t)>& mine)
+{
+    return LookAhead(
+        tree.tensors().size(),
+        [&tree, mine](size_t k) { return mine(k) && tree.tensors()[k].prefetch ? tensorBytes(tree.tensors()[k]) : 0; },
+        [&tree](size_t k) { tree.tensors()[k].prefetch(); });
+}
+
 /// tensor @p k's storage record: its bytes as its producer streams them, checked against its size; @p written is told
 /// each block's size
 void writeTensorRecord(ZipWriter& zip, const OutputFile& out, const std::string& prefix, size_t k,
@@ -454,8 +464,10 @@ WriteStats TorchSaveWriter::writeArchive(
     zip.addRecord(prefix + "/byteorder", "little", 6);
     WriteStats stats;
     uint64_t done = 0;
+    LookAhead ahead = lookAhead(tree, [](size_t) { return true; });
     for (size_t k = 0; k < tree.tensors().size(); ++k) {
         progress.checkCancelled();
+        ahead.before(k);
         writeTensorRecord(zip, out, prefix, k, tree.tensors()[k], [&](uint64_t n) {
             done += n;
             progress(total ? double(done) / double(total) : 1.0, "writing");
@@ -540,11 +552,14 @@ static WriteStats writeArchiveAsJob(
             writeRecord(0, [&] { zip.addRecord(names[0], pickle.data(), pickle.size()); });
             writeRecord(1, [&] { zip.addRecord(names[1], "little", 6); });
         }
+        LookAhead ahead = lookAhead(tree, [&](size_t k) { return owner[k] == job.rank(); });
         for (size_t k = 0; k < nTensors; ++k)
-            if (owner[k] == job.rank())
+            if (owner[k] == job.rank()) {
+                ahead.before(k);
                 writeRecord(2 + k, [&] {
                     writeTensorRecord(zip, *out, prefix, k, tree.tensors()[k], [&](uint64_t n) { written.add(n); });
                 });
+            }
         if (job.isRoot()) writeRecord(names.size() - 1, [&] { zip.addRecord(names.back(), "3\n", 2); });
         written.flush();
         if (!job.isRoot()) out->commit(); // flushed and synced: rank 0 publishes the file

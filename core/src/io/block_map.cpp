@@ -43,6 +43,12 @@ BlockMap::Claim BlockMap::claim(Run range, const std::vector<Run>& skip, bool pr
     return c;
 }
 
+void BlockMap::renew(Run range)
+{
+    for (uint64_t b = range.begin; b < range.end && b < m_state.size(); ++b)
+        if (m_state[b] == Consumed) m_state[b] = Absent;
+}
+
 void BlockMap::settle(const std::vector<Run>& runs, bool fetched)
 {
     for (const Run& r : runs)

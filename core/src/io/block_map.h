@@ -46,6 +46,9 @@ public:
     /// have given back since), and the consumed ones unless @p prefetch: they become in flight, to be fetched by the
     /// parts returned
     Claim claim(Run range, const std::vector<Run>& skip, bool prefetch = false);
+    /// the consumed blocks of @p range become absent: a prefetch asked from now on fetches them (a new pass over
+    /// bytes read before), one asked before does not
+    void renew(Run range);
     /// a claim's blocks become present (@p fetched) or absent again (its fetch failed)
     void settle(const std::vector<Run>& runs, bool fetched);
     /// the whole blocks inside [offset, offset + length) (the last one also when the range ends at the object's end)

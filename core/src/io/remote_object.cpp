@@ -762,6 +762,7 @@ private:
     /// reports).
     void queueFetch(uint64_t offset, uint64_t length, bool scan) const
     {
+        m_blocks.renew(m_blocks.blocksOf(offset, length)); // asked now: read before or not, they are wanted
         if (!m_queue.empty()) {
             Queued& last = m_queue.back(); // a scan asks again at every read: one range, extended
             if (last.scan == scan && offset >= last.offset && offset <= last.offset + last.length) {

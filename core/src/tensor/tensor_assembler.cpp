@@ -162,18 +162,61 @@ void TensorAssembler::streamElements(int64_t first, int64_t count, const Sink& s
 
 void TensorAssembler::prefetch(const Checkpoint& checkpoint, const Entry& entry, uint64_t maxBytes)
 {
+    if (entry.isTensor())
+        prefetchBox(
+            checkpoint, entry, std::vector<int64_t>(entry.tensor.shape.size(), 0), entry.tensor.shape, maxBytes);
+}
+
+void TensorAssembler::prefetchBox(const Checkpoint& checkpoint, const Entry& entry, const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& sizes, uint64_t maxBytes)
+{
     if (!entry.isTensor() || !checkpoint.files || !isUrl(checkpoint.files->rootDir())) return;
-    const ChunkTable& chunks = entry.tensor.chunks;
-    std::vector<size_t> order(chunks.size());
-    for (size_t i = 0; i < order.size(); ++i)
-        order[i] = i;
-    if (!entry.tensor.shape.empty()) // stream() reads by first row
-        std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-            return chunks.ndim(x) && chunks.ndim(y) && chunks.offsetsOf(x)[0] < chunks.offsetsOf(y)[0];
-        });
+    const TensorEntry& t = entry.tensor;
+    const ChunkTable& chunks = t.chunks;
+    const size_t ndim = t.shape.size();
+    if (offsets.size() != ndim || sizes.size() != ndim) return;
+    bool wholeRows = ndim > 0;
+    for (size_t d = 1; d < ndim; ++d)
+        wholeRows = wholeRows && offsets[d] == 0 && sizes[d] == t.shape[d];
+    std::vector<size_t> order; // the chunks the box meets, in the order streamRows reads them (by first row)
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        if (chunks.ndim(i) != ndim) continue;
+        const IntSpan o = chunks.offsetsOf(i), z = chunks.sizesOf(i);
+        bool meets = true;
+        for (size_t d = 0; d < ndim && meets; ++d)
+            meets = std::max(o[d], offsets[d]) < std::min(o[d] + z[d], offsets[d] + sizes[d]);
+        if (meets || ndim == 0) order.push_back(i);
+    }
+    if (ndim > 0)
+        std::stable_sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return chunks.offsetsOf(x)[0] < chunks.offsetsOf(y)[0]; });
     uint64_t asked = 0;
-    for (size_t k = 0; k < order.size() && asked < maxBytes; ++k)
-        asked += ChunkReader::prefetch(checkpoint, chunks[order[k]], maxBytes - asked);
+    for (size_t k = 0; k < order.size() && asked < maxBytes; ++k) {
+        const TensorChunk c = chunks[order[k]];
+        bool inside = true;
+        for (size_t d = 0; d < ndim; ++d)
+            inside = inside && c.offsets[d] >= offsets[d] && c.offsets[d] + c.sizes[d] <= offsets[d] + sizes[d];
+        if (inside || !wholeRows) { // read whole (a general box copies every chunk it meets whole)
+            asked += ChunkReader::prefetch(checkpoint, c, maxBytes - asked);
+            continue;
+        }
+        // rows of a larger chunk: located, then only those rows, as streamRows' direct path reads them
+        bool fullRows = true;
+        for (size_t d = 1; d < ndim; ++d)
+            fullRows = fullRows && c.offsets[d] == 0 && c.sizes[d] == t.shape[d];
+        if (!fullRows || c.sizes[0] == 0) continue;
+        try {
+            const ChunkData d = ChunkReader::resolve(checkpoint, entry, c, true);
+            if (!d.deferred || !d.isContiguous() || d.sizes != c.sizes) continue;
+            const uint64_t rowBytes = static_cast<uint64_t>(c.numel() / c.sizes[0]) * dtypeSize(t.dtype);
+            const int64_t lo = std::max(c.offsets[0], offsets[0]);
+            const int64_t hi = std::min(c.offsets[0] + c.sizes[0], offsets[0] + sizes[0]);
+            const uint8_t* p = d.data() + static_cast<uint64_t>(lo - c.offsets[0]) * rowBytes;
+            const uint64_t n = std::min(static_cast<uint64_t>(hi - lo) * rowBytes, maxBytes - asked);
+            d.file->prefetch(d.file->offsetOf(p), n);
+            asked += n;
+        } catch (const Error&) { } // its read reports it
+    }
 }
 
 void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
@@ -378,9 +421,8 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     std::stable_sort(byStart.begin(), byStart.end(), [&](size_t x, size_t y) { return firstRow(x) < firstRow(y); });
     size_t nextStart = 0;
     // remote chunks the box reads whole are asked for ahead of the scan (ChunkReader::prefetch), many at once: a
-    // window of kPrefetchAhead bytes over the chunks in the order they are read; a chunk the box reads in part is
-    // left to copyOut's read-ahead, which stays inside the box
-    constexpr uint64_t kPrefetchAhead = uint64_t(256) << 20;
+    // window of m_readAhead bytes over the chunks in the order they are read; a chunk the box reads in part is left
+    // to copyOut's read-ahead, which stays inside the box
     const bool remote = !byStart.empty() && m_checkpoint.files && isUrl(m_checkpoint.files->rootDir());
     std::deque<std::pair<size_t, uint64_t>> ahead; // asked for, not begun: (position in byStart, bytes)
     uint64_t aheadBytes = 0;
@@ -388,10 +430,10 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     auto prefetchAhead = [&] { // before the chunks of the next segment are begun
         for (; !ahead.empty() && ahead.front().first < nextStart; ahead.pop_front())
             aheadBytes -= ahead.front().second;
-        for (asked = std::max(asked, nextStart); asked < byStart.size() && aheadBytes < kPrefetchAhead; ++asked) {
+        for (asked = std::max(asked, nextStart); asked < byStart.size() && aheadBytes < m_readAhead; ++asked) {
             const size_t i = byStart[asked];
             if (firstRow(i) < rowBegin || endRow(i) > rowEnd) continue;
-            if (const uint64_t n = ChunkReader::prefetch(m_checkpoint, t.chunks[i], kPrefetchAhead)) {
+            if (const uint64_t n = ChunkReader::prefetch(m_checkpoint, t.chunks[i], m_readAhead - aheadBytes)) {
                 ahead.emplace_back(asked, n);
                 aheadBytes += n;
             }

@@ -22,11 +22,13 @@ std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, s
     std::vector<uint8_t> bytes;
     bytes.reserve(want);
     try {
-        TensorAssembler(cp, entry, std::max<size_t>(want, 1)).stream([&](const uint8_t* p, size_t n) {
-            const size_t take = std::min(n, want - bytes.size());
-            bytes.insert(bytes.end(), p, p + take);
-            if (bytes.size() >= want) throw Enough {};
-        });
+        TensorAssembler(cp, entry, std::max<size_t>(want, 1))
+            .readAheadAtMost(want)
+            .stream([&](const uint8_t* p, size_t n) {
+                const size_t take = std::min(n, want - bytes.size());
+                bytes.insert(bytes.end(), p, p + take);
+                if (bytes.size() >= want) throw Enough {};
+            });
     } catch (const Enough&) { }
     cp.files->checkFaults(); // a truncated file read as zeros: say so instead of returning them
     // decoded here, not through ATen: check and diagnose read `step` values and must not load libtorch

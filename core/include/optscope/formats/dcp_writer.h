@@ -35,6 +35,9 @@ struct DcpPlan
         /// of 1,024 ranks resharded to 2,048 has millions: no heap object per chunk, one producer per tensor)
         ChunkTable chunks;
         BoxProducer produce;
+        /// optional: asks ahead for the bytes of a box that produce() will be called for next, so that a remote
+        /// source's requests are in flight while the box before is written (TensorAssembler::prefetchBox)
+        std::function<void(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes)> prefetch;
         void addChunk(int rank, const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes)
         {
             chunks.appendBox(rank, offsets.data(), sizes.data(), offsets.size());

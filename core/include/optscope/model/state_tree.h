@@ -45,6 +45,9 @@ struct TensorToWrite
     bool isParameter = false;
     bool requiresGrad = false;
     TensorProducer produce; ///< must deliver exactly numel * dtypeSize bytes
+    /// optional: asks ahead for what produce() will read; a writer calls it for the next tensor while it writes this
+    /// one, so that a remote source's requests are in flight across the boundary (TensorAssembler::prefetch)
+    std::function<void()> prefetch;
     int64_t numel() const;
 };
 

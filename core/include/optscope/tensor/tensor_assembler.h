@@ -27,6 +27,13 @@ public:
     using RegionSink = std::function<void(const ByteSource& file, uint64_t offset, uint64_t length)>;
 
     TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes = 64u << 20);
+    /// how far ahead of what it streams a remote tensor's chunks are asked for (256 MiB unless told): a caller that
+    /// stops early (the first values of a tensor) says how much it will read, so that no more is fetched
+    TensorAssembler& readAheadAtMost(uint64_t bytes)
+    {
+        m_readAhead = bytes;
+        return *this;
+    }
     /// @p onBytes is called with the number of bytes produced so far (for progress across many tensors)
     void stream(const Sink& sink, const Progress& progress = {}, const std::function<void(uint64_t)>& onBytes = {},
         const RegionSink& region = {});
@@ -44,6 +51,10 @@ public:
     /// most @p maxBytes in all: a caller that streams tensor after tensor asks for the next one before it streams
     /// this one, so that a remote object's requests never wait for a tensor boundary. Nothing for a local checkpoint.
     static void prefetch(const Checkpoint& checkpoint, const Entry& entry, uint64_t maxBytes = uint64_t(256) << 20);
+    /// The same for the box streamBox() will read: the chunks inside it whole, and of a larger chunk (a reshard's
+    /// target box of a source chunk) the rows it takes, located first (its archive's index is parsed here).
+    static void prefetchBox(const Checkpoint& checkpoint, const Entry& entry, const std::vector<int64_t>& offsets,
+        const std::vector<int64_t>& sizes, uint64_t maxBytes = uint64_t(256) << 20);
 
 private:
     void streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
@@ -51,6 +62,7 @@ private:
     const Checkpoint& m_checkpoint;
     const Entry& m_entry;
     size_t m_maxBlock;
+    uint64_t m_readAhead = uint64_t(256) << 20;
 };
 
 /// The boxes that, read one after the other, give the elements [first, first + count) of a tensor of @p shape in
