@@ -36,6 +36,9 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <QAction>
@@ -50,12 +53,15 @@
 #include <QHeaderView>
 #include <QIcon>
 #include <QImage>
+#include <QInputDialog>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
+#include <QMessageBox>
 #include <QMimeData>
+#include <QProcess>
 #include <QPushButton>
 #include <QScreen>
 #include <QScrollBar>
@@ -63,9 +69,11 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QStandardPaths>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QThread>
+#include <QTimer>
 #include <QToolButton>
 #include <QTreeView>
 #include <QUrl>
@@ -98,6 +106,77 @@ bool openAndWait(MainWindow& w, const QString& path)
     return loaded.wait(Timeout) && w.context()->checkpoint() != nullptr;
 }
 
+/// nginx (the server the remote-storage tests use: a real program) serving @p root over HTTP on a free port of
+/// 127.0.0.1, its configuration and logs in @p confDir; returns the port, or 0 when nginx is not installed
+quint16 startNginx(QProcess& nginx, const QString& root, const QString& confDir)
+{
+    QString exe = QStandardPaths::findExecutable(QStringLiteral("nginx"));
+    if (exe.isEmpty() && QFileInfo::exists(QStringLiteral("/usr/sbin/nginx"))) exe = QStringLiteral("/usr/sbin/nginx");
+    if (exe.isEmpty()) return 0;
+    const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0
+        || ::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+        ::close(probe);
+        return 0;
+    }
+    const quint16 port = ntohs(a.sin_port);
+    ::close(probe);
+    QFile conf(confDir + QStringLiteral("/nginx.conf"));
+    if (!conf.open(QIODevice::WriteOnly)) return 0;
+    QString temps;
+    for (const char* k : {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"})
+        temps += QStringLiteral(" %1_temp_path %2/%1;").arg(QLatin1String(k), confDir);
+    conf.write(QStringLiteral("daemon off; pid %1/nginx.pid; error_log %1/error.log;\nevents {}\n"
+                              "http { access_log off;%2 server { listen 127.0.0.1:%3; root %4; } }\n")
+                   .arg(confDir, temps)
+                   .arg(port)
+                   .arg(root)
+                   .toUtf8());
+    conf.close();
+    nginx.start(exe, {QStringLiteral("-c"), conf.fileName(), QStringLiteral("-p"), confDir});
+    for (int i = 0; i < 200; ++i) { // listening within 10 s
+        const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+        a.sin_port = htons(port);
+        const bool up = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        ::close(s);
+        if (up) return port;
+        if (nginx.state() == QProcess::NotRunning) return 0;
+        QTest::qWait(50);
+    }
+    return 0;
+}
+
+/// answers the modal dialogs that open while it lives: an input dialog gets the next of @p texts and is accepted, a
+/// message box's text is kept in said() and it is closed
+class DialogAnswerer
+{
+public:
+    explicit DialogAnswerer(QStringList texts)
+        : m_texts(std::move(texts))
+    {
+        QObject::connect(&m_timer, &QTimer::timeout, [this] {
+            QWidget* modal = QApplication::activeModalWidget();
+            if (auto* input = qobject_cast<QInputDialog*>(modal)) {
+                input->setTextValue(m_texts.isEmpty() ? QString() : m_texts.takeFirst());
+                input->accept();
+            } else if (auto* box = qobject_cast<QMessageBox*>(modal)) {
+                m_said << box->text();
+                box->accept();
+            }
+        });
+        m_timer.start(20);
+    }
+    const QStringList& said() const { return m_said; }
+
+private:
+    QStringList m_texts, m_said;
+    QTimer m_timer;
+};
+
 QString readFile(const QString& path)
 {
     QFile f(path);
@@ -127,6 +206,7 @@ private Q_SLOTS:
     void fqnMappingJumpsToState();
     void dragAndDropOpensFolder();
     void openFailureIsReported();
+    void openUrlReadsInPlace();
     void treeFillsWhileLoading();
     void openFileRawShowsWhatTheFileHolds();
     void stateKeysNamesStayWhileScrollingRight();
@@ -640,6 +720,45 @@ void TestFlows::dragAndDropOpensFolder()
     QApplication::sendEvent(&w, &drop);
     QVERIFY(loaded.wait(Timeout));
     QCOMPARE(w.context()->path(), QDir(testData("fsdp2_r2")).absolutePath());
+}
+
+void TestFlows::openUrlReadsInPlace()
+{
+    // File > Open URL…: what is not a URL OptScope reads is refused with a warning, nothing opens; a DCP folder served
+    // over HTTP (nginx) opens in place with the local copy's keys, and joins the recent list under its URL
+    QTemporaryDir conf;
+    QProcess nginx;
+    const quint16 port = startNginx(nginx, QFileInfo(testData("fsdp2_r2")).absolutePath(), conf.path());
+    if (!port) QSKIP("nginx is not installed (the remote-storage tests' server)");
+    MainWindow w; // persisting: the recent list is kept (init() clears the settings)
+    auto* openUrl = w.findChild<QAction*>(QStringLiteral("openUrl"));
+    QVERIFY(openUrl);
+    {
+        DialogAnswerer answer({QStringLiteral("ftp://127.0.0.1/fsdp2_r2")});
+        openUrl->trigger();
+        QVERIFY2(answer.said().size() == 1 && answer.said()[0].contains(QLatin1String("is not a URL OptScope reads")),
+            qPrintable(answer.said().join(QLatin1Char('|'))));
+    }
+    QVERIFY(!w.context()->checkpoint());
+    const QString url = QStringLiteral("http://127.0.0.1:%1/fsdp2_r2").arg(port);
+    QSignalSpy loaded(w.context(), &CheckpointContext::checkpointChanged);
+    {
+        DialogAnswerer answer({QStringLiteral("  %1  ").arg(url)}); // pasted with spaces around
+        openUrl->trigger();
+        QVERIFY2(answer.said().isEmpty(), qPrintable(answer.said().join(QLatin1Char('|'))));
+    }
+    QVERIFY(loaded.wait(Timeout));
+    const CheckpointPtr remote = w.context()->checkpoint();
+    QVERIFY(remote);
+    QCOMPARE(remote->format, CheckpointFormat::Dcp);
+    const CheckpointPtr local = openCheckpoint(testData("fsdp2_r2").toStdString());
+    QCOMPARE(remote->entries.size(), local->entries.size());
+    for (size_t i = 0; i < local->entries.size(); ++i)
+        QCOMPARE(remote->entries[i].key, local->entries[i].key);
+    QCOMPARE(w.context()->path(), url);
+    QCOMPARE(w.recentFiles().value(0), url);
+    nginx.terminate();
+    nginx.waitForFinished(5000);
 }
 
 void TestFlows::openFailureIsReported()
