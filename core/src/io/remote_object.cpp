@@ -654,6 +654,13 @@ public:
     }
     ~RemoteObject() override
     {
+        {
+            // the fetchers take no more work, and their transfers stop at once (a hung server must not hold an
+            // exit for the retries' minutes)
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_closing = true;
+            m_queue.clear();
+        }
         for (std::thread& t : m_fetchers)
             if (t.joinable()) t.join();
         if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
@@ -762,7 +769,9 @@ private:
     /// reports).
     void queueFetch(uint64_t offset, uint64_t length, bool scan) const
     {
-        m_blocks.renew(m_blocks.blocksOf(offset, length)); // asked now: read before or not, they are wanted
+        // asked now by a caller that will read them: wanted even if read before (a second pass); a scan's read-ahead
+        // is a guess past the read (a caller may have read those bytes out of order already): it leaves them
+        if (!scan) m_blocks.renew(m_blocks.blocksOf(offset, length));
         if (!m_queue.empty()) {
             Queued& last = m_queue.back(); // a scan asks again at every read: one range, extended
             if (last.scan == scan && offset >= last.offset && offset <= last.offset + last.length) {
@@ -786,7 +795,7 @@ private:
     {
         constexpr uint64_t kBatch = uint64_t(32) << 20;
         std::unique_lock<std::mutex> lock(m_mutex);
-        while (!m_queue.empty()) {
+        while (!m_queue.empty() && !m_closing) {
             BlockMap::Claim batch;
             for (uint64_t taken = 0; !m_queue.empty() && taken < kBatch;) {
                 Queued& q = m_queue.front();
@@ -811,7 +820,7 @@ private:
             lock.unlock();
             bool fetched = true;
             try {
-                fetchParts(batch.parts.data(), batch.parts.size());
+                fetchParts(batch.parts.data(), batch.parts.size(), true);
             } catch (...) {
                 fetched = false;
             }
@@ -822,7 +831,8 @@ private:
         m_fetcherBusy[slot] = false;
     }
 
-    void fetchParts(const Part* parts, size_t count) const
+    /// @p background: a fetcher's, given up when the object closes
+    void fetchParts(const Part* parts, size_t count, bool background = false) const
     {
         const std::string url = requestUrl(m_remote, m_remote.key);
         performRetrying(
@@ -837,6 +847,15 @@ private:
                 curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
                 t->destination = const_cast<uint8_t*>(m_base) + p.offset;
                 t->capacity = p.length;
+                if (background) {
+                    curl_easy_setopt(t->easy, CURLOPT_NOPROGRESS, 0L);
+                    curl_easy_setopt(t->easy, CURLOPT_XFERINFODATA, &m_closing);
+                    curl_easy_setopt(
+                        t->easy, CURLOPT_XFERINFOFUNCTION,
+                        +[](void* closing, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
+                            return static_cast<const std::atomic<bool>*>(closing)->load() ? 1 : 0;
+                        });
+                }
                 return t;
             },
             [&](size_t i, Response& r, bool mayRetry) {
@@ -873,6 +892,7 @@ private:
     mutable std::thread m_fetchers[kFetchers];
     mutable bool m_fetcherBusy[kFetchers] = {}; ///< under the lock
     mutable std::atomic<bool> m_changed {false};
+    std::atomic<bool> m_closing {false}; ///< being destroyed: background transfers abort
 };
 
 // ---- uploads --------------------------------------------------------------------------------------------------------
