@@ -10,6 +10,8 @@ bench/make_big_checkpoint.py when it is missing, uploads it with boto3, then tim
   - gather from s3:// to a local .pt against boto3's transfer manager downloading the folder + a local gather;
   - the same gather over plain HTTP from nginx (a C server that is not the bottleneck) against curl downloading the
     folder + a local gather: what the engine does when the server keeps up;
+  - the same from nginx serving each connection at 20 MB/s, as object stores serve a connection, against curl
+    --parallel downloading every file at once + a local gather: what requests in flight together buy;
   - gather and reshard to s3:// (streamed: nothing staged on the local disk) against the local command + boto3's
     upload_file of what it wrote;
   - peak RSS (GNU time) of each OptScope run.
@@ -114,6 +116,17 @@ try:
         return timed(["curl", "-sf", *[x for n in names for x in (f"{url}/{n}", "-o", os.path.join(out, n))]])[0]
 
     gather_row("gather -o local.pt, http:// (nginx)", url, None, curl_download, "curl")
+    # a server that serves each connection at 20 MB/s (nginx limit_rate), as an object store does (S3: about 90 MB/s
+    # a connection): only requests in flight together are fast. The usual way: curl downloading every file at once
+    slow_port, _, _ = start_nginx(work, os.path.join(work, "slow"), procs, limit_rate="20m")
+    slow_url = f"http://127.0.0.1:{slow_port}/{ckpt}"
+
+    def curl_parallel_download(out):
+        return timed(["curl", "-sf", "--parallel", "--parallel-max", "16",
+                      *[x for n in names for x in (f"{slow_url}/{n}", "-o", os.path.join(out, n))]])[0]
+
+    gather_row("gather -o local.pt, http:// at 20 MB/s a connection", slow_url, None, curl_parallel_download,
+               "curl --parallel")
 
     # outputs to s3://, streamed (nothing staged on the local disk), against the local command + boto3's upload_file
     # of what it wrote (its transfer manager: multipart, 10 threads)
