@@ -379,10 +379,7 @@ static DcpWriteStats writeDcpUnnamed(
                 [&](size_t n) -> uint64_t {
                     const auto& [nt, nc] = itemsOfFile[n].second;
                     if (itemsOfFile[n].first || !nt->prefetch) return 0;
-                    uint64_t bytes = dtypeSize(nt->dtype);
-                    for (const int64_t z : nt->chunks.sizesOf(nc))
-                        bytes *= static_cast<uint64_t>(z);
-                    return bytes;
+                    return static_cast<uint64_t>(nt->chunks.numelOf(nc)) * dtypeSize(nt->dtype);
                 },
                 [&](size_t n) {
                     const auto& [nt, nc] = itemsOfFile[n].second;

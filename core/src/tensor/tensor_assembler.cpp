@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor/tensor_assembler.h"
 #include "optscope/base/error.h"
+#include "optscope/base/look_ahead.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/sha256.h"
 #include "optscope/io/storage.h"
@@ -9,7 +10,6 @@
 #include "optscope/tensor/chunk_reader.h"
 
 #include <algorithm>
-#include <deque>
 #include <optional>
 
 namespace optscope {
@@ -178,14 +178,14 @@ void TensorAssembler::prefetchBox(const Checkpoint& checkpoint, const Entry& ent
     bool wholeRows = ndim > 0;
     for (size_t d = 1; d < ndim; ++d)
         wholeRows = wholeRows && offsets[d] == 0 && sizes[d] == t.shape[d];
+    const TensorBox box {offsets, sizes};
+    TensorBox chunkBox, region;
     std::vector<size_t> order; // the chunks the box meets, in the order streamRows reads them (by first row)
     for (size_t i = 0; i < chunks.size(); ++i) {
         if (chunks.ndim(i) != ndim) continue;
-        const IntSpan o = chunks.offsetsOf(i), z = chunks.sizesOf(i);
-        bool meets = true;
-        for (size_t d = 0; d < ndim && meets; ++d)
-            meets = std::max(o[d], offsets[d]) < std::min(o[d] + z[d], offsets[d] + sizes[d]);
-        if (meets || ndim == 0) order.push_back(i);
+        chunkBox.offsets = chunks.offsetsOf(i).vec();
+        chunkBox.sizes = chunks.sizesOf(i).vec();
+        if (intersect(box, chunkBox, region)) order.push_back(i);
     }
     if (ndim > 0)
         std::stable_sort(order.begin(), order.end(),
@@ -193,10 +193,8 @@ void TensorAssembler::prefetchBox(const Checkpoint& checkpoint, const Entry& ent
     uint64_t asked = 0;
     for (size_t k = 0; k < order.size() && asked < maxBytes; ++k) {
         const TensorChunk c = chunks[order[k]];
-        bool inside = true;
-        for (size_t d = 0; d < ndim; ++d)
-            inside = inside && c.offsets[d] >= offsets[d] && c.offsets[d] + c.sizes[d] <= offsets[d] + sizes[d];
-        if (inside || !wholeRows) { // read whole (a general box copies every chunk it meets whole)
+        intersect(box, TensorBox {c.offsets, c.sizes}, region);
+        if (region.sizes == c.sizes || !wholeRows) { // read whole (a general box copies every chunk it meets whole)
             asked += ChunkReader::prefetch(checkpoint, c, maxBytes - asked);
             continue;
         }
@@ -209,10 +207,8 @@ void TensorAssembler::prefetchBox(const Checkpoint& checkpoint, const Entry& ent
             const ChunkData d = ChunkReader::resolve(checkpoint, entry, c, true);
             if (!d.deferred || !d.isContiguous() || d.sizes != c.sizes) continue;
             const uint64_t rowBytes = static_cast<uint64_t>(c.numel() / c.sizes[0]) * dtypeSize(t.dtype);
-            const int64_t lo = std::max(c.offsets[0], offsets[0]);
-            const int64_t hi = std::min(c.offsets[0] + c.sizes[0], offsets[0] + sizes[0]);
-            const uint8_t* p = d.data() + static_cast<uint64_t>(lo - c.offsets[0]) * rowBytes;
-            const uint64_t n = std::min(static_cast<uint64_t>(hi - lo) * rowBytes, maxBytes - asked);
+            const uint8_t* p = d.data() + static_cast<uint64_t>(region.offsets[0] - c.offsets[0]) * rowBytes;
+            const uint64_t n = std::min(static_cast<uint64_t>(region.sizes[0]) * rowBytes, maxBytes - asked);
             d.file->prefetch(d.file->offsetOf(p), n);
             asked += n;
         } catch (const Error&) { } // its read reports it
@@ -421,29 +417,23 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     std::stable_sort(byStart.begin(), byStart.end(), [&](size_t x, size_t y) { return firstRow(x) < firstRow(y); });
     size_t nextStart = 0;
     // remote chunks the box reads whole are asked for ahead of the scan (ChunkReader::prefetch), many at once: a
-    // window of m_readAhead bytes over the chunks in the order they are read; a chunk the box reads in part is left
-    // to copyOut's read-ahead, which stays inside the box
+    // window (LookAhead) of m_readAhead bytes over the chunks in the order they are read; a chunk the box reads in part
+    // is left to copyOut's read-ahead, which stays inside the box
     const bool remote = !byStart.empty() && m_checkpoint.files && isUrl(m_checkpoint.files->rootDir());
-    std::deque<std::pair<size_t, uint64_t>> ahead; // asked for, not begun: (position in byStart, bytes)
-    uint64_t aheadBytes = 0;
-    size_t asked = 0; // positions below were asked for (or skipped)
-    auto prefetchAhead = [&] { // before the chunks of the next segment are begun
-        for (; !ahead.empty() && ahead.front().first < nextStart; ahead.pop_front())
-            aheadBytes -= ahead.front().second;
-        for (asked = std::max(asked, nextStart); asked < byStart.size() && aheadBytes < m_readAhead; ++asked) {
-            const size_t i = byStart[asked];
-            if (firstRow(i) < rowBegin || endRow(i) > rowEnd) continue;
-            if (const uint64_t n = ChunkReader::prefetch(m_checkpoint, t.chunks[i], m_readAhead - aheadBytes)) {
-                ahead.emplace_back(asked, n);
-                aheadBytes += n;
-            }
-        }
+    auto readWhole = [&](size_t position) {
+        return firstRow(byStart[position]) >= rowBegin && endRow(byStart[position]) <= rowEnd;
     };
+    LookAhead ahead(
+        byStart.size(),
+        [&](size_t n) -> uint64_t {
+            return remote && readWhole(n) ? std::min(t.chunks[byStart[n]].source.length, m_readAhead) : 0;
+        },
+        [&](size_t n) { ChunkReader::prefetch(m_checkpoint, t.chunks[byStart[n]], m_readAhead); }, m_readAhead);
     std::vector<size_t> here;
     for (size_t s = 0; s + 1 < cuts.size(); ++s) {
         const int64_t a = cuts[s];
         const int64_t b = cuts[s + 1];
-        if (remote) prefetchAhead();
+        if (remote) ahead.before(nextStart); // before the chunks of this segment are begun
         here.erase(std::remove_if(here.begin(), here.end(), [&](size_t i) { return endRow(i) <= a; }), here.end());
         for (; nextStart < byStart.size() && firstRow(byStart[nextStart]) < b; ++nextStart)
             if (endRow(byStart[nextStart]) > a) here.push_back(byStart[nextStart]);
