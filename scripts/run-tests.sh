@@ -37,9 +37,12 @@ stage "the main build"
 ctest --test-dir build --output-on-failure -j "$jobs"
 stage "the main tests"
 
+# with the PyTorch chroot: the job tests' full runs (three processes over c10d's store, S3) and the remote tests' S3
+# cases (moto_server) run under the sanitizers too
 cmake -S . -B build-asan -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
     -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DOPTSCOPE_BUILD_GUI=OFF \
-    -DOPTSCOPE_WITH_CUDA=OFF -DOPTSCOPE_SANITIZE=address,undefined -DOPTSCOPE_BUILD_FUZZERS=ON
+    -DOPTSCOPE_WITH_CUDA=OFF -DOPTSCOPE_SANITIZE=address,undefined -DOPTSCOPE_BUILD_FUZZERS=ON \
+    -DOPTSCOPE_TORCH_PYTHON="$torch_python"
 cmake --build build-asan -j "$jobs"
 stage "the sanitizer build"
 asan_ctest() {

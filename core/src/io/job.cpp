@@ -152,6 +152,22 @@ struct Job::State
     bool stopping = false;
     std::thread heartbeat;
 
+    State() = default;
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    /// stops the heartbeat and closes the store: also on a join that failed after the store connected (a store
+    /// whose first request fails, torchrun's agent store, was leaked before)
+    ~State()
+    {
+        {
+            std::lock_guard<std::mutex> lock(stopMutex);
+            stopping = true;
+        }
+        stopWake.notify_all();
+        if (heartbeat.joinable()) heartbeat.join();
+        if (store) ops->close(store);
+    }
+
     /// a store call that throws Error naming the store (and, off rank 0, what losing it means)
     template<typename F> void call(F&& f)
     {
@@ -386,17 +402,7 @@ void Job::join(const JobSpec& spec)
     }
 }
 
-Job::~Job()
-{
-    if (!m_state) return;
-    {
-        std::lock_guard<std::mutex> lock(m_state->stopMutex);
-        m_state->stopping = true;
-    }
-    m_state->stopWake.notify_all();
-    if (m_state->heartbeat.joinable()) m_state->heartbeat.join();
-    m_state->ops->close(m_state->store);
-}
+Job::~Job() = default; // State's destructor stops the heartbeat and closes the store
 
 std::vector<int> splitByWeight(const std::vector<uint64_t>& weights, int parts)
 {
@@ -538,13 +544,6 @@ void Job::leave()
     } catch (const Error&) {
         // the store is gone already: nothing to wait for
     }
-    {
-        std::lock_guard<std::mutex> lock(st.stopMutex);
-        st.stopping = true;
-    }
-    st.stopWake.notify_all();
-    if (st.heartbeat.joinable()) st.heartbeat.join();
-    st.ops->close(st.store);
     m_state.reset();
 }
 
