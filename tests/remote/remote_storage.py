@@ -21,6 +21,7 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
 import http.server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -157,7 +158,7 @@ class S3FaultProxy(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(err)
             return
-        c = http.client.HTTPConnection("127.0.0.1", S3FaultProxy.upstream, timeout=60)
+        c = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=60)
         c.request(self.command, self.path, body=body or None, headers=dict(self.headers.items()))
         r = c.getresponse()
         data = r.read()
@@ -171,6 +172,36 @@ class S3FaultProxy(http.server.BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
+class S3LatencyProxy(S3FaultProxy):
+    """forwards every request to moto_server, each ranged GET 100 ms late (a distant store's time to first byte), and
+    counts how many ranged GETs are waited for at once"""
+    lock = threading.Lock()
+    now = most = ranged = 0
+
+    def handle_any(self):
+        cls = S3LatencyProxy
+        ranged = self.command == "GET" and "Range" in self.headers
+        if ranged:
+            with cls.lock:
+                cls.now += 1
+                cls.ranged += 1
+                cls.most = max(cls.most, cls.now)
+            time.sleep(0.1)
+        try:
+            S3FaultProxy.handle_any(self)
+        finally:
+            if ranged:
+                with cls.lock:
+                    cls.now -= 1
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+    @classmethod
+    def reset(cls):
+        with cls.lock:
+            cls.now = cls.most = cls.ranged = 0
 
 
 def start_proxy(upstream, handler=None):
@@ -231,7 +262,8 @@ def s3_cases():
     up = os.path.join(WORK, "up")
     shutil.rmtree(up, ignore_errors=True)
     for rel in ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
-                "fsdp2_r3", "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1"):
+                "fsdp2_r3", "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1",
+                "fsdp1_sharded_r3"):
         src, dst = os.path.join(DATA, rel), os.path.join(up, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, dst)
@@ -252,8 +284,21 @@ def s3_cases():
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAOPTSCOPETEST",
            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "HOME": WORK}
     for rel in ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
-                "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1"):
+                "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1",
+                "fsdp1_sharded_r3"):
         same_as_local(f"S3: inspect {rel}", f"s3://ckpt/{rel}", os.path.join(DATA, rel), env)
+    # a store 100 ms from here: a checkpoint of many files asks for the next files' first bytes while it reads one
+    # (before: one round trip after the other, file by file, which at 1,024 ranks is minutes)
+    latency = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{start_proxy(port, S3LatencyProxy)}")
+    for rel in ("zero/stage3/ckpt", "fsdp1_sharded_r3", "fsdp2_r3"):
+        S3LatencyProxy.reset()
+        t0 = time.monotonic()
+        p = cli(["inspect", "--json", f"s3://ckpt/{rel}"], latency)
+        took = time.monotonic() - t0
+        record(f"S3 100 ms away: inspect {rel} has the files' reads in flight together",
+               f"exit {p.returncode}{': ' + p.stderr.strip()[:160] if p.returncode else ''}; "
+               f"{S3LatencyProxy.ranged} ranged GETs, at most {S3LatencyProxy.most} at once; {took:.2f} s",
+               p.returncode == 0 and S3LatencyProxy.most >= 2)
     # a DCP checkpoint: two listing requests (sizes and ETags come with them), one GET per object read, no byte twice
     p = cli(["--remote-stats", "inspect", "s3://ckpt/fsdp2_r3"], env)
     stats = remote_stats(p)

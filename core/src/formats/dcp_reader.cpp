@@ -217,6 +217,29 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         return true;
     };
 
+    // values stored as pickles (param_groups, extra state) are read one by one below, each a round trip on a remote
+    // checkpoint: ask for them all first, so that they are fetched together (a local file has nothing to ask). Quiet:
+    // what is wrong with a file or an item is reported below, in item order.
+    if (isUrl(dir.string())) {
+        constexpr uint64_t kAskAtMost = uint64_t(64) << 20;
+        uint64_t asked = 0;
+        for (const auto& item : md.items) {
+            if (item.kind != DcpMetadata::ItemKind::Bytes) continue;
+            const DcpMetadata::Storage* s = findStorage(item.fqn, nullptr, 0);
+            if (!s || s->hasTransforms) continue;
+            const std::string& rel = md.files->name(s->file);
+            const MemberStat m = statInside(dir.string(), rel); // remembered: the loop's own stat costs nothing
+            if (!m.ok() || s->offset > m.size || s->length > m.size - s->offset) continue;
+            if ((asked += s->length) > kAskAtMost) break;
+            try {
+                cp->files->expectSize(rel, m.size);
+                cp->files->open(rel)->prefetch(s->offset, s->length);
+            } catch (const Error&) {
+                // the loop meets it again and says so
+            }
+        }
+    }
+
     size_t nextChunkError = 0;
     const size_t total = md.items.size();
     for (size_t i = 0; i < total; ++i) {

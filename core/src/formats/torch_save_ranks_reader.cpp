@@ -2,6 +2,7 @@
 #include "optscope/formats/torch_save_ranks_reader.h"
 
 #include "optscope/base/error.h"
+#include "optscope/base/look_ahead.h"
 #include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
@@ -117,13 +118,33 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
 {
     const std::vector<std::string> paths = rankFiles(folder);
     if (paths.empty()) throw Error(ErrorKind::Format, folder, "holds no set of per-rank torch.save files");
+    // remote rank files: while one is read, the first bytes of the next ones are fetched (a round trip or three for
+    // each file one after the other, at 1,024 ranks, was most of the time); opened as they are read, a missing one
+    // fails where it did
+    std::vector<std::shared_ptr<const ByteSource>> files(paths.size());
+    auto fileOf = [&](size_t r) -> const std::shared_ptr<const ByteSource>& {
+        if (!files[r]) files[r] = openByteSource(paths[r]);
+        return files[r];
+    };
+    LookAhead ahead(
+        paths.size(), [&](size_t) { return uint64_t(128) << 10; },
+        [&](size_t r) {
+            try {
+                prefetchTorchSaveArchive(*fileOf(r), 0, fileOf(r)->size());
+            } catch (const Error&) {
+                // met again when rank r is read, and said there
+            }
+        },
+        uint64_t(4) << 20, 16);
     std::vector<CheckpointPtr> ranks;
     for (size_t r = 0; r < paths.size(); ++r) {
         progress.checkCancelled();
         progress(double(r) / double(paths.size()), "reading rank files");
+        if (isUrl(folder)) ahead.before(r);
         Progress quiet; // one file's own fractions would run back to 0 for every rank
         quiet.cancelled = progress.cancelled;
-        ranks.push_back(TorchSaveReader::open(paths[r], quiet));
+        ranks.push_back(TorchSaveReader::open(fileOf(r), quiet));
+        files[r].reset(); // the rank's checkpoint holds it
     }
     const Checkpoint& first = *ranks.front();
     const auto sharded = [](const Entry& e) { return e.isTensor() && !e.tensor.subclass.empty(); };

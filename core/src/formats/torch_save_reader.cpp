@@ -11,8 +11,13 @@ namespace optscope {
 
 std::shared_ptr<const Checkpoint> TorchSaveReader::open(const std::string& path, const Progress& progress)
 {
+    return open(openByteSource(path), progress);
+}
+
+std::shared_ptr<const Checkpoint> TorchSaveReader::open(
+    std::shared_ptr<const ByteSource> file, const Progress& progress)
+{
     progress(0.0, "reading");
-    auto file = openByteSource(path);
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::TorchSave;
     cp->path = file->path(); // a URL without its query (a presigned URL's signature is a credential)

@@ -18,6 +18,8 @@ constexpr uint32_t kEocd64LocatorSig = 0x07064b50;
 constexpr uint64_t kEocdSize = 22;
 constexpr uint64_t kCentralSize = 46;
 constexpr uint64_t kLocalSize = 30;
+constexpr uint64_t kMaxComment = 65535;
+constexpr uint64_t kHeadBytes = uint64_t(64) << 10; // a remote source's block: data.pkl of most state dicts
 
 uint16_t rd16(const uint8_t* p)
 {
@@ -34,6 +36,15 @@ uint64_t rd64(const uint8_t* p)
 }
 
 } // namespace
+
+std::vector<std::pair<uint64_t, uint64_t>> zipFirstReads(uint64_t size)
+{
+    if (size < kEocdSize) return {};
+    const uint64_t tail = std::min(size, kEocdSize + kMaxComment); // what parse's EOCD scan reads
+    std::vector<std::pair<uint64_t, uint64_t>> r {{size - tail, tail}};
+    if (size - tail > 0) r.emplace_back(0, std::min(kHeadBytes, size - tail));
+    return r;
+}
 
 bool looksLikeZip(const uint8_t* data, uint64_t size)
 {
@@ -60,7 +71,7 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
     // 1. EOCD: scan back over a possible comment (at most 65535 bytes)
     uint64_t eocd = UINT64_MAX;
     const uint64_t scanStart = size - kEocdSize;
-    const uint64_t scanEnd = scanStart > 65535 ? scanStart - 65535 : 0;
+    const uint64_t scanEnd = scanStart > kMaxComment ? scanStart - kMaxComment : 0;
     fetch(scanEnd, size - scanEnd);
     for (uint64_t pos = scanStart + 1; pos-- > scanEnd;) {
         if (rd32(data + pos) == kEocdSig && pos + kEocdSize + rd16(data + pos + 20) == size) {

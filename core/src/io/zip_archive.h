@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace optscope {
@@ -69,6 +70,11 @@ private:
     std::vector<ZipEntry> m_entries;
     std::unordered_map<std::string_view, size_t> m_byName; ///< keys point into the archive's bytes
 };
+
+/// The ranges ZipArchive::parse of an archive of @p size bytes reads before any other, for a remote source to ask for
+/// ahead (ByteSource::prefetch) when many archives are opened in turn: the end records (the tail parse scans back
+/// over) and the archive's first block (torch.save writes data.pkl first). Relative to the archive's start.
+std::vector<std::pair<uint64_t, uint64_t>> zipFirstReads(uint64_t size);
 
 /// true if the bytes start like a zip local header ("PK\3\4")
 bool looksLikeZip(const uint8_t* data, uint64_t size);

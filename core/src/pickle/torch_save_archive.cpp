@@ -243,6 +243,13 @@ TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& f
         ErrorKind::Format, displayName, "not a torch.save file (neither a zip archive nor a legacy pickle)", offset);
 }
 
+void prefetchTorchSaveArchive(const ByteSource& file, uint64_t offset, uint64_t length)
+{
+    if (!file.isRemote() || offset > file.size() || length > file.size() - offset) return;
+    for (const auto& [at, n] : zipFirstReads(length))
+        file.prefetch(offset + at, n);
+}
+
 const PyStorageInfo& torchSaveStorageOf(const PyTensorInfo& t, const std::string& where)
 {
     if (!t.storage || t.storage->kind != PyKind::Storage)

@@ -46,6 +46,10 @@ struct TorchSaveArchive
 /// @p displayName names the archive in errors ("ckpt/__0_0.distcp[4096+1244]").
 TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
     PyArena& arena, const std::string& displayName, const PickleLimits& limits = {});
+/// Asks @p file ahead (ByteSource::prefetch: a remote source starts fetching, a local one ignores it) for what
+/// readTorchSaveArchive reads first of the archive in [offset, offset+length): its magic and data.pkl at the head, the
+/// zip's end records at the tail. A reader that opens many archives in turn asks for the next ones' while it reads one.
+void prefetchTorchSaveArchive(const ByteSource& file, uint64_t offset, uint64_t length);
 /// The storage a tensor views, located in the archive; throws Error naming @p where if it has none or the archive
 /// does not hold its bytes.
 const PyStorageInfo& torchSaveStorageOf(const PyTensorInfo& t, const std::string& where);
