@@ -481,6 +481,13 @@ def output_cases(port, env):
     record("S3: a reshard 2 -> 5 ranks fetches each source byte once (every chunk split across target boxes)",
            f"{stats[1] if stats else '?'} bytes fetched for {total}; same files as the local reshard: {same}",
            same and stats is not None and total <= stats[1] <= total * 1.03)
+    # check reads every byte (CRCs, NaN counts) once: a record's CRC is summed from the chunk's own copy (before: the
+    # chunk was fetched again for it, and those bytes kept until the end: 2x the size fetched, the size in memory)
+    a = cli(["--remote-stats", "check", "s3://ckpt/bigdcp"], env)
+    stats = remote_stats(a)
+    record("S3: check of a DCP fetches each byte once",
+           f"exit {a.returncode}; {stats[1] if stats else '?'} bytes fetched for {total}",
+           a.returncode == 0 and stats is not None and total <= stats[1] <= total * 1.03)
     # from a store that serves each connection slowly (4 MB/s) only requests in flight together are fast: a gather
     # asks for a tensor's chunks in every rank file, and the next tensor's, at once (before: one object at a time,
     # at most two requests); the requests reuse their connections (before: a TCP connect each)

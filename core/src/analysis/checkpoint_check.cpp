@@ -371,7 +371,7 @@ private:
             ++m_report.chunksChecked;
             try {
                 const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c);
-                if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, *d.file);
+                if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, d);
                 if (d.dtype != t.dtype) {
                     auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
                         "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
@@ -449,8 +449,17 @@ private:
 
     /// The CRC-32 of the zip record holding chunk @p c, once per record: the writer stored one per record, and
     /// nothing else notices a flipped bit in tensor bytes (torch.load does not check it)
-    void verifyCrc(const Entry& e, const TensorChunk& c, const ByteSource& file)
+    /// the archive in [offset, offset+size) of @p file, parsed from the ranges its directory needs: a remote object
+    /// fetches (and keeps) those, not the records' data
+    static ZipArchive parseZip(const ByteSource& file, uint64_t offset, uint64_t size)
     {
+        return ZipArchive::parse(file.bytes(offset, 0), size, file.path(),
+            [&](uint64_t at, uint64_t length) { file.bytes(offset + at, length); });
+    }
+
+    void verifyCrc(const Entry& e, const TensorChunk& c, const ChunkData& d)
+    {
+        const ByteSource& file = *d.file;
         if (c.source.kind == ChunkSource::Kind::StorageRecord) {
             ZipCrcs& z = zipOf(c.source.file);
             if (!z.zip) return;
@@ -459,7 +468,7 @@ private:
             z.matched = true;
             // a record that several entries share (tied weights) is verified by the first, wherever it is checked
             if (m_split && recordCheckers(c.source.file).at(c.source.offset) != m_entryIndex) return;
-            verifyEntry(z, it->second, e.key, c.rank);
+            verifyEntry(z, it->second, e.key, c.rank, &d);
             return;
         }
         // a DCP item: an archive of its own, verified whole (its tensor record and its pickle)
@@ -467,12 +476,12 @@ private:
                 std::min<uint64_t>(c.source.length, 4)))
             return;
         ZipCrcs item;
-        item.file = m_cp.files->open(c.source.file);
+        item.file = d.file;
         item.offset = c.source.offset;
-        item.zip = ZipArchive::parse(file.bytes(c.source.offset, c.source.length), c.source.length, file.path());
+        item.zip = parseZip(file, c.source.offset, c.source.length);
         item.verified.assign(item.zip->entries().size(), false);
         for (size_t k = 0; k < item.verified.size(); ++k)
-            verifyEntry(item, k, e.key, c.rank);
+            verifyEntry(item, k, e.key, c.rank, &d);
     }
 
     /// for the torch.save file @p name: each record a chunk points at -> the first entry pointing at it (one pass
@@ -506,7 +515,7 @@ private:
                 z.file->bytes(0, std::min<uint64_t>(z.file->size(), 4)), std::min<uint64_t>(z.file->size(), 4)))
             return z;
         try {
-            z.zip = ZipArchive::parse(z.file->all(), z.file->size(), z.file->path());
+            z.zip = parseZip(*z.file, 0, z.file->size());
         } catch (const Error&) {
             return z; // the reader read it; a directory it cannot parse again is reported by what reads the chunks
         }
@@ -516,16 +525,21 @@ private:
         return z;
     }
 
-    void verifyEntry(ZipCrcs& z, size_t k, const std::string& key, int rank)
+    /// @p read: the chunk being checked; a remote chunk's own copy of this record is summed, not fetched again
+    void verifyEntry(ZipCrcs& z, size_t k, const std::string& key, int rank, const ChunkData* read = nullptr)
     {
         if (z.verified[k]) return;
         z.verified[k] = true;
         const ZipEntry& ze = z.zip->entries()[k];
         const uint64_t at = z.offset + ze.dataOffset;
-        const uint32_t crc = recordCrc32(z.file->bytes(at, ze.size), ze.size, 64u << 20, [&](uint64_t done) {
+        const bool copied
+            = read && read->owned && read->file == z.file && read->storageAt == at && read->storageBytes == ze.size;
+        const uint8_t* bytes = copied ? read->owned.get() : z.file->bytes(at, ze.size);
+        const uint32_t crc = recordCrc32(bytes, ze.size, 64u << 20, [&](uint64_t done) {
             m_progress.checkCancelled();
             // pages of a large record leave this process once summed (they stay in the page cache)
-            if (ze.size > (64u << 20)) z.file->release(at + done - std::min<uint64_t>(done, 64u << 20), 64u << 20);
+            if (!copied && ze.size > (64u << 20))
+                z.file->release(at + done - std::min<uint64_t>(done, 64u << 20), 64u << 20);
         });
         if (crc == ze.crc32) return;
         char text[64];

@@ -52,6 +52,7 @@ namespace {
 const uint8_t* locateStorage(ChunkData& d, uint64_t offset, uint64_t length, bool defer)
 {
     constexpr uint64_t kMaxCopy = uint64_t(1) << 30; // beyond: kept in the object's map (correct, not bounded)
+    d.storageAt = offset;
     if (d.file->isRemote() && defer) {
         d.deferred = true;
         return d.file->bytes(offset, 0); // where the bytes will be; the caller fetches the rows it reads

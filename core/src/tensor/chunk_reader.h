@@ -20,6 +20,7 @@ struct ChunkData
     /// a remote chunk located only (ChunkReader::resolve with deferRemoteBytes): storage is where its bytes lie in
     /// the object's map, not fetched; read ranges with file->copyOut(file->offsetOf(p), n, buffer)
     bool deferred = false;
+    uint64_t storageAt = 0; ///< where the storage's bytes begin in file (what an owned copy was copied from)
     uint64_t storageBytes = 0;
     DType dtype = DType::Unknown;
     std::vector<int64_t> sizes; ///< == the chunk's sizes
