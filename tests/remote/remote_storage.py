@@ -123,7 +123,7 @@ class FaultProxy(http.server.BaseHTTPRequestHandler):
         self.forward(head=False, short=fault == "short")
 
     def forward(self, head, short=False):
-        c = http.client.HTTPConnection("127.0.0.1", FaultProxy.upstream, timeout=30)
+        c = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=30)
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")}
         c.request("HEAD" if head else "GET", self.path, headers=headers)
         r = c.getresponse()
@@ -138,6 +138,37 @@ class FaultProxy(http.server.BaseHTTPRequestHandler):
             if short:
                 self.wfile.flush()
                 self.close_connection = True
+
+
+class HttpLatencyProxy(FaultProxy):
+    """forwards to nginx, each request 100 ms late (a distant server's round trip), and counts how many HEADs and
+    how many GETs are waited for at once"""
+    lock = threading.Lock()
+    now = {"HEAD": 0, "GET": 0}
+    most = {"HEAD": 0, "GET": 0}
+
+    def delayed(self, method):
+        cls = HttpLatencyProxy
+        with cls.lock:
+            cls.now[method] += 1
+            cls.most[method] = max(cls.most[method], cls.now[method])
+        try:
+            time.sleep(0.1)
+            self.forward(head=method == "HEAD")
+        finally:
+            with cls.lock:
+                cls.now[method] -= 1
+
+    def do_HEAD(self):
+        self.delayed("HEAD")
+
+    def do_GET(self):
+        self.delayed("GET")
+
+    @classmethod
+    def reset(cls):
+        with cls.lock:
+            cls.now, cls.most = {"HEAD": 0, "GET": 0}, {"HEAD": 0, "GET": 0}
 
 
 class S3FaultProxy(http.server.BaseHTTPRequestHandler):
@@ -252,6 +283,22 @@ def fault_cases(http_port):
     record("faults: a server that keeps failing gives exit 2 naming the URL after the retries",
            f"exit {p.returncode}: {p.stderr.strip()[:160]}", ok)
     FaultProxy.faults = []
+    # a server 100 ms away, over plain HTTP (no listing): the data files' sizes (HEADs) are asked for together, and
+    # the shards' headers (before: one round trip after the other, per rank file or shard)
+    latency = start_proxy(http_port, HttpLatencyProxy)
+    for rel in ("fsdp2_r3", "hf/sharded"):
+        HttpLatencyProxy.reset()
+        url = f"http://127.0.0.1:{latency}/{rel}"
+        t0 = time.monotonic()
+        r = cli(["inspect", "--json", url])
+        took = time.monotonic() - t0
+        l = cli(["inspect", "--json", os.path.join(DATA, rel)])
+        same = r.returncode == 0 and json.loads(r.stdout.replace(url, os.path.join(DATA, rel))).get("entries") \
+            == json.loads(l.stdout).get("entries")
+        most = dict(HttpLatencyProxy.most)
+        record(f"HTTP 100 ms away: inspect {rel} asks for its files' sizes and first bytes together",
+               f"at most {most['HEAD']} HEADs and {most['GET']} GETs at once; {took:.2f} s; same as local: {same}",
+               same and most["HEAD"] >= 2 and most["GET"] >= 2)
 
 
 def s3_cases():

@@ -7,6 +7,7 @@
                                                  manager (download_file, its default concurrency); prints seconds
     s3_put.py ENDPOINT BUCKET --replace KEY      overwrite KEY with other bytes (an object replaced while read)
     s3_put.py ENDPOINT BUCKET --get KEY OUT      download KEY to OUT (what OptScope wrote, for PyTorch to load)
+                                                 with boto3's download_file; prints the seconds it took
     s3_put.py ENDPOINT BUCKET --list PREFIX      print the keys under PREFIX, one per line
     s3_put.py ENDPOINT BUCKET --uploads PREFIX   print the keys of multipart uploads under PREFIX not completed or
                                                  aborted, one per line
@@ -22,7 +23,10 @@ s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_
 if sys.argv[3] == "--replace":
     s3.put_object(Bucket=bucket, Key=sys.argv[4], Body=b"replaced while being read" * 100)
 elif sys.argv[3] == "--get":
+    import time
+    start = time.monotonic()
     s3.download_file(bucket, sys.argv[4], sys.argv[5])
+    print(f"{time.monotonic() - start:.3f}")
 elif sys.argv[3] == "--list":
     for o in s3.list_objects_v2(Bucket=bucket, Prefix=sys.argv[4]).get("Contents", []):
         print(o["Key"])

@@ -217,6 +217,13 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         return true;
     };
 
+    // over plain HTTP each data file's size is a HEAD: asked for together, not one round trip per rank file
+    {
+        std::vector<std::string> names(fileCount);
+        for (size_t f = 0; f < fileCount; ++f)
+            names[f] = md.files->name(static_cast<uint32_t>(f));
+        statInsideAhead(dir.string(), names);
+    }
     // values stored as pickles (param_groups, extra state) are read one by one below, each a round trip on a remote
     // checkpoint: ask for them all first, so that they are fetched together (a local file has nothing to ask). Quiet:
     // what is wrong with a file or an item is reported below, in item order.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/safetensors_reader.h"
 #include "optscope/base/error.h"
+#include "optscope/base/look_ahead.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
@@ -363,9 +364,29 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
                 "weight_map entry " + quote(name) + " points outside the folder: " + quote(f));
         byFile[f].push_back(name);
     }
-    size_t shards = 0;
+    // remote shards: their sizes asked for together (HEADs over plain HTTP), and while one shard's header is read
+    // the next ones' first blocks (the header's length and most headers) are fetched
+    std::vector<std::string> shardNames;
+    for (const auto& [rel, names] : byFile)
+        shardNames.push_back(rel);
+    const bool remote = isUrl(cp.files->rootDir());
+    if (remote) statInsideAhead(cp.files->rootDir(), shardNames);
+    LookAhead ahead(
+        shardNames.size(), [](size_t) { return uint64_t(64) << 10; },
+        [&](size_t i) {
+            if (!statInside(cp.files->rootDir(), shardNames[i]).ok()) return; // reported when its turn comes
+            try {
+                cp.files->open(shardNames[i])->prefetch(0, uint64_t(64) << 10);
+            } catch (const Error&) {
+                // met again when the shard is read, and said there
+            }
+        },
+        uint64_t(4) << 20, 16);
+    size_t shards = 0, shardIndex = 0;
     for (const auto& [rel, names] : byFile) {
         progress(static_cast<double>(shards) / static_cast<double>(byFile.size()), "reading safetensors shards");
+        if (remote) ahead.before(shardIndex);
+        ++shardIndex;
         if (const MemberStat m = statInside(cp.files->rootDir(), rel); !m.ok()) {
             builder.memberProblem(
                 m, rel, indexPath, std::to_string(names.size()) + " tensors, e.g. " + quote(names.front()));

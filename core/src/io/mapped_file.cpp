@@ -172,6 +172,31 @@ bool readsOutsideCheckpointAllowed()
     return g_allowOutside.load();
 }
 
+namespace {
+
+/// why @p relative, named by a remote checkpoint's metadata, leads out of it (empty: it stays inside). An object store
+/// has no links: only the path's own words can.
+std::string remoteMemberOutside(const std::string& relative)
+{
+    const std::filesystem::path rel(relative);
+    if (isUrl(relative) || rel.is_absolute()) return "is an absolute path or URL, outside the checkpoint";
+    for (const auto& part : rel)
+        if (part == "..") return "climbs out of the checkpoint folder ('..')";
+    return {};
+}
+
+} // namespace
+
+void statInsideAhead(const std::string& root, const std::vector<std::string>& relatives)
+{
+    if (!isUrl(root)) return; // a local stat is no round trip
+    std::vector<std::string> locations;
+    locations.reserve(relatives.size());
+    for (const auto& r : relatives)
+        if (remoteMemberOutside(r).empty()) locations.push_back(childLocation(root, r));
+    statAhead(locations);
+}
+
 MemberStat statInside(const std::string& root, const std::string& relative)
 {
     namespace fs = std::filesystem;
@@ -181,18 +206,11 @@ MemberStat statInside(const std::string& root, const std::string& relative)
     const fs::path rootPath = root.empty() ? fs::path(".") : fs::path(root);
     const fs::path full = rel.is_absolute() ? rel : rootPath / rel;
     if (isUrl(root) || isUrl(relative)) {
-        // an object store has no links: only the path's own words can lead out of the checkpoint
-        if (isUrl(relative) || rel.is_absolute()) {
+        if (std::string outside = remoteMemberOutside(relative); !outside.empty()) {
             m.kind = MemberStat::Outside;
-            m.what = "is an absolute path or URL, outside the checkpoint";
+            m.what = std::move(outside);
             return m;
         }
-        for (const auto& part : rel)
-            if (part == "..") {
-                m.kind = MemberStat::Outside;
-                m.what = "climbs out of the checkpoint folder ('..')";
-                return m;
-            }
         LocationStat s = statLocation(childLocation(root, relative));
         if (s.kind == LocationKind::Folder && !canListFolder(root)) s.kind = LocationKind::Missing; // HTTP: not there
         m.kind = s.kind == LocationKind::File ? MemberStat::Regular

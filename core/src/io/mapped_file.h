@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "optscope/base/read_policy.h"
 #include "optscope/io/byte_source.h"
@@ -40,6 +41,9 @@ struct MemberStat
 /// the checkpoint the user named: a .metadata or index can name any path, and a data file can be a symlink out of the
 /// folder. allowReadsOutsideCheckpoint(true) (the CLI's --allow-outside-reads) lets Outside paths through as Regular.
 MemberStat statInside(const std::string& root, const std::string& relative);
+/// Asks ahead about many of @p root's members (statAhead), those statInside would look at: a remote checkpoint
+/// over plain HTTP learns its files' sizes with their HEADs in flight together. Local: nothing to do.
+void statInsideAhead(const std::string& root, const std::vector<std::string>& relatives);
 
 class MappedFile final : public ByteSource
 {

@@ -1147,6 +1147,41 @@ std::shared_ptr<const ByteSource> openRemoteObject(const std::string& url)
     return std::make_shared<RemoteObject>(url, info);
 }
 
+void remoteStatAhead(const std::vector<std::string>& urlsIn)
+{
+    std::vector<std::string> todo; // plain HTTP, not known yet (an object store answers from its listings)
+    {
+        std::lock_guard<std::mutex> lock(g_cacheMutex);
+        for (const auto& u : urlsIn) {
+            std::string url = trimSlashes(u);
+            if (parseUrl(url).scheme == RemoteUrl::Http && !g_objects.count(url)) todo.push_back(std::move(url));
+        }
+    }
+    std::sort(todo.begin(), todo.end());
+    todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+    if (todo.size() < 2) return;
+    constexpr size_t kThreads = 16; // HEADs in flight (each thread's transfers share the process's connections)
+    std::atomic<size_t> next {0};
+    auto worker = [&] {
+        for (size_t i = next++; i < todo.size(); i = next++) {
+            ObjectInfo o;
+            try {
+                o = httpHead(todo[i]);
+            } catch (...) {
+                continue; // statLocation asks again, and reports
+            }
+            std::lock_guard<std::mutex> lock(g_cacheMutex);
+            g_objects.emplace(todo[i], o);
+        }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < std::min(kThreads, todo.size()); ++t)
+        pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool)
+        t.join();
+}
+
 LocationStat remoteStat(const std::string& url)
 {
     const ObjectInfo o = objectInfo(url);

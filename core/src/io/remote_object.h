@@ -23,6 +23,7 @@ namespace optscope {
 std::shared_ptr<const ByteSource> openRemoteObject(const std::string& url);
 
 LocationStat remoteStat(const std::string& url);
+void remoteStatAhead(const std::vector<std::string>& urls);
 std::vector<std::string> remoteFolderEntries(const std::string& url);
 bool remoteCanList(const std::string& url);
 

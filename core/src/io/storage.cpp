@@ -41,6 +41,14 @@ LocationStat statLocation(const std::string& location)
     return {LocationKind::Other, 0, modified, {}, {}};
 }
 
+void statAhead(const std::vector<std::string>& locations)
+{
+    std::vector<std::string> urls;
+    for (const auto& l : locations)
+        if (isUrl(l)) urls.push_back(l);
+    if (!urls.empty()) remoteStatAhead(urls);
+}
+
 std::vector<std::string> folderEntries(const std::string& folder)
 {
     if (isUrl(folder)) return remoteFolderEntries(folder);

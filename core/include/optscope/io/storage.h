@@ -48,6 +48,11 @@ struct LocationStat
     std::string version;
 };
 LocationStat statLocation(const std::string& location);
+/// Asks about many locations at once, so that the statLocation of each that follows answers from what was learned:
+/// over plain HTTP (no listing) their HEADs are in flight together rather than one round trip after the other (a
+/// 1,024-rank DCP's data files, a model's shards). An object store's listing already answers; local paths need no
+/// asking. Failures are left to statLocation, which meets them again and says so.
+void statAhead(const std::vector<std::string>& locations);
 inline LocationKind locationKind(const std::string& location)
 {
     return statLocation(location).kind;
