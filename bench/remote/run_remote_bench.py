@@ -27,6 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "remote"))
 from servers import s3_put, start_moto, start_nginx, stop  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import remote_stats as stats, timed  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cli", default=os.path.join(ROOT, "build/app/optscope-cli"))
@@ -38,24 +40,6 @@ work = os.path.join(ROOT, "bench/out")
 ckpt = os.path.relpath(os.path.abspath(a.ckpt), work)
 if not os.path.isdir(a.ckpt):
     subprocess.run([TORCH_PYTHON, "bench/make_big_checkpoint.py", a.ckpt], cwd=ROOT, check=True)
-
-
-def timed(cmd, env=None, cwd=None):
-    """(seconds, peak RSS in MB, stderr) of one run under GNU time"""
-    e = dict(os.environ, **(env or {}))
-    p = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *cmd], capture_output=True, text=True, env=e, cwd=cwd)
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
-    line = [l for l in p.stderr.splitlines() if l.startswith("TIME ")][-1].split()
-    return float(line[1]), int(line[2]) / 1024, p.stderr
-
-
-def stats(stderr):
-    for l in stderr.splitlines():
-        if l.startswith("remote: "):
-            w = l.split()
-            return int(w[1]), int(w[3])
-    return 0, 0
 
 
 procs = []
