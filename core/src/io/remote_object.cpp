@@ -31,6 +31,10 @@ namespace {
 
 std::atomic<uint64_t> g_requests {0}, g_bytes {0}, g_retries {0};
 std::atomic<int> g_inFlight {0};
+/// background fetchers running in the process, over all objects: a read ahead across 1,024 rank files must not start
+/// 4,096 threads and connections. Past the cap a hint waits in its object's queue (or its read fetches it).
+std::atomic<int> g_fetchers {0};
+constexpr int kMaxProcessFetchers = 64;
 
 constexpr uint64_t kBlock = uint64_t(64) << 10; // the unit a RemoteObject fetches and remembers
 constexpr uint64_t kPart = uint64_t(8) << 20; // the largest single ranged GET
@@ -784,6 +788,10 @@ private:
         m_queue.push_back({offset, length, scan});
         for (size_t k = 0; k < kFetchers; ++k)
             if (!m_fetcherBusy[k]) {
+                if (g_fetchers.fetch_add(1) >= kMaxProcessFetchers) {
+                    g_fetchers.fetch_sub(1);
+                    return;
+                }
                 if (m_fetchers[k].joinable()) m_fetchers[k].join(); // finished: it touches nothing after clearing busy
                 m_fetcherBusy[k] = true;
                 m_fetchers[k] = std::thread([this, k] { runFetcher(k); });
@@ -829,6 +837,7 @@ private:
             m_cv.notify_all();
         }
         m_fetcherBusy[slot] = false;
+        g_fetchers.fetch_sub(1);
     }
 
     /// @p background: a fetcher's, given up when the object closes

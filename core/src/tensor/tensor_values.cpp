@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/tensor/tensor_values.h"
 #include "optscope/base/error.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/element_decoder.h"
 #include "optscope/model/py_value.h"
 #include "optscope/tensor/tensor_assembler.h"
@@ -35,10 +36,32 @@ std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, s
     return ElementDecoder::decode(bytes.data(), bytes.size() / elem, entry.tensor.dtype);
 }
 
+namespace {
+
+/// a remote checkpoint's one-element tensors (`step` of every parameter), asked for together: callers read them one
+/// by one (check, diagnose, a diff's headline, the GUI's rows), each a round trip otherwise (1,000 parameters: 1,000)
+void prefetchScalars(const Checkpoint& cp)
+{
+    constexpr size_t kAtMost = 65536; // hints beyond are dropped by the objects' queues anyway
+    size_t asked = 0;
+    for (const auto& e : cp.entries) {
+        if (!e.isTensor() || e.tensor.numel() != 1 || e.tensor.storesNoData()) continue;
+        try {
+            TensorAssembler::prefetch(cp, e, uint64_t(64) << 10);
+        } catch (const Error&) {
+            // the read that needs it meets it again, and says so
+        }
+        if (++asked == kAtMost) break;
+    }
+}
+
+} // namespace
+
 std::optional<double> readScalar(const Checkpoint& cp, const Entry& entry)
 {
     if (entry.isTensor()) {
         if (entry.tensor.numel() != 1) return std::nullopt;
+        if (isUrl(cp.path) && cp.files && cp.files->firstScalarRead()) prefetchScalars(cp);
         const auto v = readTensorValues(cp, entry, 1);
         return v.empty() ? std::nullopt : std::optional<double>(v[0]);
     }

@@ -165,6 +165,9 @@ public:
     void checkFaults() const;
     /// every file mapped or sized so far, as absolute() paths: what an output must not overwrite
     std::vector<std::string> knownFiles() const;
+    /// true the first time it is called (from any thread): a one-off for the first reader that needs it (readScalar
+    /// asks a remote checkpoint for every one-element tensor's bytes at once)
+    bool firstScalarRead() const { return !m_scalarsAsked.exchange(true); }
 
 private:
     std::string m_root;
@@ -172,6 +175,7 @@ private:
     mutable std::unordered_map<std::string, std::shared_ptr<const ByteSource>> m_files;
     mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
     mutable std::atomic<uint64_t> m_faultsSeen {0};
+    mutable std::atomic<bool> m_scalarsAsked {false};
 };
 
 /// How a reader named a parameter that its files key otherwise (an optimizer's integer id): the reader re-keys the
