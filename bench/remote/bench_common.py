@@ -21,3 +21,13 @@ def remote_stats(stderr):
             w = l.split()
             return int(w[1]), int(w[3])
     return 0, 0
+
+
+def write_results(path, title, intro, rows):
+    """the results file: a title, a paragraph, then one table row per (command, OptScope, the usual way, ratio, cost);
+    printed too"""
+    lines = [f"# {title}", "", intro, "", "| command | OptScope on s3:// | the usual way | ratio | cost |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows]
+    open(path, "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "remote"))
 from servers import s3_put, start_moto, start_nginx, stop  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import remote_stats as stats, timed  # noqa: E402
+from bench_common import remote_stats as stats, timed, write_results  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cli", default=os.path.join(ROOT, "build/app/optscope-cli"))
@@ -143,10 +143,6 @@ try:
 finally:
     stop(procs)
 
-lines = ["# Remote reads and writes (s3:// through moto_server on loopback)", "",
-         f"Checkpoint: `{a.ckpt}` ({size} bytes); upload with boto3 took {upload:.1f} s. Machine: "
-         f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. Each figure is one run.", "",
-         "| command | OptScope on s3:// | the usual way | ratio | cost |", "|---|---|---|---|---|"]
-lines += [f"| {' | '.join(r)} |" for r in rows]
-open(a.out, "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
+write_results(a.out, "Remote reads and writes (s3:// through moto_server on loopback)",
+              f"Checkpoint: `{a.ckpt}` ({size} bytes); upload with boto3 took {upload:.1f} s. Machine: "
+              f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. Each figure is one run.", rows)

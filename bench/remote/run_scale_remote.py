@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "remote"))
 from servers import s3_put, start_moto, stop  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import remote_stats, timed  # noqa: E402
+from bench_common import remote_stats, timed, write_results  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cli", default=os.path.join(ROOT, "build/app/optscope-cli"))
@@ -82,11 +82,7 @@ try:
 finally:
     stop(procs)
 
-lines = [f"# inspect of a {a.ranks}-rank DCP checkpoint through s3:// (moto_server on loopback)", "",
-         f"Checkpoint: `bench/scale/make_scale_checkpoint.py {name} {a.ranks}` (PyTorch's FileSystemWriter; "
-         f"{len(files)} objects, {size} bytes, .metadata {meta} bytes); upload with boto3 took {upload:.0f} s. "
-         f"Machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. Median of {a.runs} runs.", "",
-         "| command | OptScope on s3:// | the usual way | ratio | cost |", "|---|---|---|---|---|"]
-lines += [f"| {' | '.join(r)} |" for r in rows]
-open(a.out, "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
+write_results(a.out, f"inspect of a {a.ranks}-rank DCP checkpoint through s3:// (moto_server on loopback)",
+              f"Checkpoint: `bench/scale/make_scale_checkpoint.py {name} {a.ranks}` (PyTorch's FileSystemWriter; "
+              f"{len(files)} objects, {size} bytes, .metadata {meta} bytes); upload with boto3 took {upload:.0f} s. "
+              f"Machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}. Median of {a.runs} runs.", rows)
