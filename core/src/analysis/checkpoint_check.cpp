@@ -455,7 +455,9 @@ private:
         if (m_opt.readChunks) {
             m_ahead.emplace(
                 weights.size(),
-                [&weights, &owner, &job](size_t i) { return owner.empty() || owner[i] == job.rank() ? weights[i] : 0; },
+                // copies: the look-ahead is a member, and run()'s vectors are gone when it returns
+                [weights, owner, rank = job.rank()](
+                    size_t i) { return owner.empty() || owner[i] == rank ? weights[i] : 0; },
                 [this](size_t i) {
                     try {
                         TensorAssembler::prefetch(m_cp, m_cp.entries[i], uint64_t(128) << 20);

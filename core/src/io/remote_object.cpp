@@ -31,10 +31,93 @@ namespace {
 
 std::atomic<uint64_t> g_requests {0}, g_bytes {0}, g_retries {0};
 std::atomic<int> g_inFlight {0};
-/// background fetchers running in the process, over all objects: a read ahead across 1,024 rank files must not start
-/// 4,096 threads and connections. Past the cap a hint waits in its object's queue (or its read fetches it).
-std::atomic<int> g_fetchers {0};
-constexpr int kMaxProcessFetchers = 64;
+
+/// An object whose queued read-ahead hints the process's background fetchers serve.
+class FetchClient
+{
+public:
+    /// fetches the queued hints until none is left or the object closes; ends with FetcherPool::left() under the
+    /// object's lock (its last touch of the object)
+    virtual void serveHints() const = 0;
+
+protected:
+    ~FetchClient() = default;
+
+private:
+    friend class FetcherPool;
+    mutable int m_asked = 0; ///< the client's places in the pool's queue (under the pool's lock)
+    mutable int m_serving = 0; ///< fetchers inside its serveHints (under the pool's lock)
+};
+
+/// The process's background fetchers, shared by every remote object: a read ahead across 1,024 rank files must not
+/// start 4,096 threads and connections, and a hint past the cap must not wait for its own read (it did while each
+/// object had its own threads: a diagnose sampling 1,024 files ran at the pace of the reads). At most kMaxFetchers
+/// threads, each taking the next object that asked, in the order they asked; a thread ends when none is waiting.
+/// Lock order: an object's lock, then the pool's.
+class FetcherPool
+{
+public:
+    static FetcherPool& instance()
+    {
+        static FetcherPool* pool = new FetcherPool; // never destroyed: a detached fetcher may outlive the statics
+        return *pool;
+    }
+    /// one more fetcher for @p c, unless it has @p perClient asked or serving already (call with c's lock held, after
+    /// queueing the hint: a fetcher leaving c under c's lock has seen the hint, or will be replaced here)
+    void ask(const FetchClient& c, int perClient)
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        if (c.m_asked + c.m_serving >= perClient) return;
+        ++c.m_asked;
+        m_waiting.push_back(&c);
+        if (m_threads - m_busy < int(m_waiting.size()) && m_threads < kMaxFetchers) {
+            ++m_threads;
+            std::thread([this] { run(); }).detach();
+        }
+    }
+    /// a fetcher leaves @p c (call with c's lock held, after seeing c's hints all taken)
+    void left(const FetchClient& c)
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        --c.m_serving;
+        --m_busy;
+        m_left.notify_all();
+    }
+    /// @p c is going away (its hints dropped, its transfers told to stop): its places in the queue are given up and
+    /// its fetchers waited for. Call without c's lock, then take and release c's lock once (the last fetcher's
+    /// unlock).
+    void forget(const FetchClient& c)
+    {
+        std::unique_lock<std::mutex> lock(m_mutex);
+        if (c.m_asked) {
+            m_waiting.erase(std::remove(m_waiting.begin(), m_waiting.end(), &c), m_waiting.end());
+            c.m_asked = 0;
+        }
+        m_left.wait(lock, [&] { return c.m_serving == 0; });
+    }
+    static constexpr int kMaxFetchers = 64;
+
+private:
+    void run()
+    {
+        std::unique_lock<std::mutex> lock(m_mutex);
+        while (!m_waiting.empty()) {
+            const FetchClient* c = m_waiting.front();
+            m_waiting.pop_front();
+            --c->m_asked;
+            ++c->m_serving;
+            ++m_busy;
+            lock.unlock();
+            c->serveHints();
+            lock.lock();
+        }
+        --m_threads;
+    }
+    std::mutex m_mutex;
+    std::condition_variable m_left; ///< a fetcher left its object
+    std::deque<const FetchClient*> m_waiting; ///< objects that asked for a fetcher, oldest first (an object per place)
+    int m_threads = 0, m_busy = 0; ///< fetcher threads; of them, inside an object's serveHints
+};
 
 constexpr uint64_t kBlock = uint64_t(64) << 10; // the unit a RemoteObject fetches and remembers
 constexpr uint64_t kPart = uint64_t(8) << 20; // the largest single ranged GET
@@ -636,7 +719,7 @@ ObjectInfo objectInfo(const std::string& urlIn)
 
 // ---- the remote ByteSource ------------------------------------------------------------------------------------------
 
-class RemoteObject final : public ByteSource
+class RemoteObject final : public ByteSource, private FetchClient
 {
 public:
     RemoteObject(const std::string& url, const ObjectInfo& info)
@@ -665,8 +748,8 @@ public:
             m_closing = true;
             m_queue.clear();
         }
-        for (std::thread& t : m_fetchers)
-            if (t.joinable()) t.join();
+        FetcherPool::instance().forget(*this);
+        std::lock_guard<std::mutex> lastFetcherGone(m_mutex);
         if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
     }
 
@@ -767,10 +850,10 @@ private:
         bool scan = false; ///< a sequential scan's read-ahead: what the reader has passed meanwhile is not fetched
     };
 
-    /// queues [offset, offset+length) for the background fetchers (under the lock): up to kFetchers threads per
-    /// object while there is work, each taking about kBatch bytes of the queue at a time and fetching their absent
-    /// blocks, many parts in flight. Their errors are left to the read that needs the bytes (it fetches them again and
-    /// reports).
+    /// queues [offset, offset+length) for the background fetchers (under the lock): up to kFetchers of the
+    /// process's FetcherPool serve the object while there is work, each taking about kBatch bytes of the queue at a
+    /// time and fetching their absent blocks, many parts in flight. Their errors are left to the read that needs the
+    /// bytes (it fetches them again and reports).
     void queueFetch(uint64_t offset, uint64_t length, bool scan) const
     {
         // asked now by a caller that will read them: wanted even if read before (a second pass); a scan's read-ahead
@@ -786,20 +869,10 @@ private:
         constexpr size_t kMaxQueued = 4096; // hints: beyond, the oldest are dropped (their reads fetch them)
         if (m_queue.size() >= kMaxQueued) m_queue.pop_front();
         m_queue.push_back({offset, length, scan});
-        for (size_t k = 0; k < kFetchers; ++k)
-            if (!m_fetcherBusy[k]) {
-                if (g_fetchers.fetch_add(1) >= kMaxProcessFetchers) {
-                    g_fetchers.fetch_sub(1);
-                    return;
-                }
-                if (m_fetchers[k].joinable()) m_fetchers[k].join(); // finished: it touches nothing after clearing busy
-                m_fetcherBusy[k] = true;
-                m_fetchers[k] = std::thread([this, k] { runFetcher(k); });
-                return;
-            }
+        FetcherPool::instance().ask(*this, kFetchers);
     }
 
-    void runFetcher(size_t slot) const
+    void serveHints() const override
     {
         constexpr uint64_t kBatch = uint64_t(32) << 20;
         std::unique_lock<std::mutex> lock(m_mutex);
@@ -836,8 +909,7 @@ private:
             m_blocks.settle(batch.runs, fetched);
             m_cv.notify_all();
         }
-        m_fetcherBusy[slot] = false;
-        g_fetchers.fetch_sub(1);
+        FetcherPool::instance().left(*this);
     }
 
     /// @p background: a fetcher's, given up when the object closes
@@ -896,10 +968,8 @@ private:
     mutable std::condition_variable m_cv; ///< a fetch finished: blocks changed state
     mutable BlockMap m_blocks {0, kBlock, kPart}; ///< which blocks are absent, being fetched, present
     mutable uint64_t m_lastEnd = UINT64_MAX; ///< where the last copyOut ended (a sequential scan continues there)
-    static constexpr size_t kFetchers = 4;
+    static constexpr int kFetchers = 4; ///< background fetchers serving one object at a time, at most
     mutable std::deque<Queued> m_queue; ///< ranges for the background fetchers
-    mutable std::thread m_fetchers[kFetchers];
-    mutable bool m_fetcherBusy[kFetchers] = {}; ///< under the lock
     mutable std::atomic<bool> m_changed {false};
     std::atomic<bool> m_closing {false}; ///< being destroyed: background transfers abort
 };
