@@ -72,7 +72,12 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
     uint64_t eocd = UINT64_MAX;
     const uint64_t scanStart = size - kEocdSize;
     const uint64_t scanEnd = scanStart > kMaxComment ? scanStart - kMaxComment : 0;
-    fetch(scanEnd, size - scanEnd);
+    // a remote archive: the record without a comment (torch.save writes none) and a ZIP64 locator before it first,
+    // the 64 KiB a comment may take only when that is not it (a check parsing a DCP item again after its storage's
+    // blocks were given back fetched a 64 KiB block of tensor bytes again for this)
+    const uint64_t noComment = std::min<uint64_t>(size, kEocdSize + 20);
+    fetch(size - noComment, noComment);
+    if (rd32(data + scanStart) != kEocdSig || rd16(data + scanStart + 20) != 0) fetch(scanEnd, size - scanEnd);
     for (uint64_t pos = scanStart + 1; pos-- > scanEnd;) {
         if (rd32(data + pos) == kEocdSig && pos + kEocdSize + rd16(data + pos + 20) == size) {
             eocd = pos;

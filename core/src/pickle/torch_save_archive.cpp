@@ -72,13 +72,14 @@ uint64_t mulChecked(uint64_t a, uint64_t b, const std::string& where)
 }
 
 TorchSaveArchive readZip(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
-    PyArena& arena, const std::string& where, const PickleLimits& limits)
+    PyArena& arena, const std::string& where, const PickleLimits& limits, bool storagesLater)
 {
     TorchSaveArchive ar;
-    // a large remote archive: its end records, central directory and local headers are fetched, then its records
-    // other than tensor storages (the pickle, byteorder, version); a storage's bytes when a reader asks for them
+    // a large remote archive (or one whose storages the caller leaves): its end records, central directory and local
+    // headers are fetched, then its records other than tensor storages (the pickle, byteorder, version); a storage's
+    // bytes when a reader asks for them
     constexpr uint64_t kFetchWhole = 4u << 20; // below: one request for all is cheaper
-    const bool targeted = file->isRemote() && length > kFetchWhole;
+    const bool targeted = file->isRemote() && (length > kFetchWhole || storagesLater);
     const uint8_t* base = file->bytes(offset, targeted ? 0 : length);
     std::function<void(uint64_t, uint64_t)> need;
     if (targeted) need = [&](uint64_t at, uint64_t n) { file->bytes(offset + at, n); };
@@ -225,7 +226,7 @@ bool looksLikeTorchSave(const uint8_t* data, uint64_t size)
 }
 
 TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
-    PyArena& arena, const std::string& displayName, const PickleLimits& limits)
+    PyArena& arena, const std::string& displayName, const PickleLimits& limits, bool storagesLater)
 {
     if (offset > file->size() || length > file->size() - offset)
         throw Error(ErrorKind::Truncated, displayName,
@@ -233,7 +234,7 @@ TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& f
                 + std::to_string(file->size()) + "-byte file");
     arena.keepAlive(file);
     const uint8_t* base = file->bytes(offset, std::min<uint64_t>(length, 4)); // the magic
-    if (looksLikeZip(base, length)) return readZip(file, offset, length, arena, displayName, limits);
+    if (looksLikeZip(base, length)) return readZip(file, offset, length, arena, displayName, limits, storagesLater);
     base = file->bytes(offset, length); // remote: a legacy file is read whole
     if (length >= 2 && base[0] == 0x80) return readLegacy(file, offset, length, arena, displayName, limits);
     if (isTar(base, length))

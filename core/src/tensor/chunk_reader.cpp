@@ -118,7 +118,7 @@ ChunkData ChunkReader::resolveAsStored(
     PyArena arena;
     TorchSaveArchive ar = [&] {
         try {
-            return readTorchSaveArchive(file, src.offset, src.length, arena, where);
+            return readTorchSaveArchive(file, src.offset, src.length, arena, where, {}, deferRemoteBytes);
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Cancelled) throw;
             // which tensor the damaged item holds, beside where it is
