@@ -20,6 +20,13 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
         throw Error(ErrorKind::Io, displayLocation(path),
             isUrl(path) ? "no such object or folder" : "no such file or directory");
     const bool folder = kind == LocationKind::Folder;
+    if (folder) {
+        std::vector<std::string> names;
+        for (const auto& f : formatRegistry())
+            for (const char* name : f.folderNames)
+                names.push_back(childLocation(path, name));
+        statAhead(names); // plain HTTP: the probes' HEADs together (a local folder or an object store: nothing)
+    }
     const FormatInfo* best = nullptr;
     int bestScore = 0;
     for (const auto& f : formatRegistry())

@@ -23,6 +23,9 @@ struct FormatInfo
     /// it: a Megatron torch_dist folder is a DCP folder plus metadata.json and common.pt; a Trainer run under
     /// DeepSpeed keeps global_stepN/ and `latest` beside its safetensors model
     int (*probe)(const std::string& path, bool isFolder);
+    /// the names under a folder that probe (and open's first steps) ask about: over plain HTTP, which cannot list a
+    /// folder, openCheckpoint asks for every format's together before the probes run (one round trip, not one each)
+    std::vector<const char*> folderNames;
     CheckpointPtr (*open)(const std::string& path, const Progress& progress);
     /// the library that writes it ("DeepSpeed"), empty for PyTorch's own formats
     const char* writerLibrary;
