@@ -446,7 +446,7 @@ private:
 
     /// A remote checkpoint: the chunks check reads are asked for ahead, each a round trip otherwise (a 1,024-rank
     /// diagnose sampled the first chunk of each rank file one after the other). Every chunk: the next tensors', up to
-    /// 128 MiB or 8 tensors; sampling: the next 16 files' sampled chunks, found here in the order checkTensor meets
+    /// 128 MiB or 8 tensors; sampling: the next 64 files' sampled chunks, found here in the order checkTensor meets
     /// them.
     void askAheadPlan(const std::vector<uint64_t>& weights, const std::vector<int>& owner)
     {
@@ -487,7 +487,7 @@ private:
                     // the read meets it again, and reports it
                 }
             },
-            uint64_t(4) << 20, 16);
+            uint64_t(16) << 20, 64);
     }
 
     /// A torch.save archive whose records check verifies: the file's own (a torch.save file) or a DCP item's

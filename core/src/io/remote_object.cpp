@@ -1239,7 +1239,8 @@ void remoteStatAhead(const std::vector<std::string>& urlsIn)
     std::sort(todo.begin(), todo.end());
     todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
     if (todo.size() < 2) return;
-    constexpr size_t kThreads = 16; // HEADs in flight (each thread's transfers share the process's connections)
+    constexpr size_t kThreads
+        = 64; // HEADs in flight, as many as the fetcher pool (each thread's transfers share the process's connections)
     std::atomic<size_t> next {0};
     auto worker = [&] {
         for (size_t i = next++; i < todo.size(); i = next++) {
