@@ -361,10 +361,11 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     return n;
 }
 
-/// Connections, DNS answers and TLS sessions, shared by every request of the process: a request reuses an idle
-/// connection to its server instead of a TCP (and TLS) handshake of its own; each fetch is a multi handle of its own,
-/// whose connections would otherwise close with it. Never cleaned up: requests may run until the process exits.
-CURLSH* sharedConnections()
+/// DNS answers and TLS sessions, shared by every request of the process (a new connection resumes a TLS session
+/// instead of a full handshake). Not connections: libcurl's shared connection cache is not safe across threads (its
+/// known bug 11.11, curl#4915; with it a check of 1,024 remote objects crashed about one run in five); each thread
+/// keeps its own (threadMulti). Never cleaned up: requests may run until the process exits.
+CURLSH* sharedDnsAndTls()
 {
     struct Share
     {
@@ -382,7 +383,7 @@ CURLSH* sharedConnections()
         curl_share_setopt(
             s->handle, CURLSHOPT_UNLOCKFUNC,
             +[](CURL*, curl_lock_data d, void* user) { static_cast<Share*>(user)->locks[d].unlock(); });
-        for (const curl_lock_data d : {CURL_LOCK_DATA_CONNECT, CURL_LOCK_DATA_DNS, CURL_LOCK_DATA_SSL_SESSION})
+        for (const curl_lock_data d : {CURL_LOCK_DATA_DNS, CURL_LOCK_DATA_SSL_SESSION})
             curl_share_setopt(s->handle, CURLSHOPT_SHARE, d);
         return s;
     }();
@@ -397,7 +398,7 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     if (!t.easy) throw Error(ErrorKind::Io, url, "cannot start a request (curl_easy_init failed)");
     CURL* e = t.easy;
     curl_easy_setopt(e, CURLOPT_URL, url.c_str());
-    if (CURLSH* share = sharedConnections()) curl_easy_setopt(e, CURLOPT_SHARE, share);
+    if (CURLSH* share = sharedDnsAndTls()) curl_easy_setopt(e, CURLOPT_SHARE, share);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.errorBuffer);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, onBody);
@@ -494,10 +495,31 @@ std::string xmlErrorCode(const std::string& body)
     throw Error(ErrorKind::Io, shown, detail);
 }
 
+/// this thread's multi handle, used by all its requests: its connection cache keeps the connections open from one
+/// fetch to the next (a TCP connect per request otherwise); they close when the thread ends
+CURLM* threadMulti()
+{
+    struct Multi
+    {
+        CURLM* handle = curl_multi_init();
+        Multi()
+        {
+            if (handle) curl_multi_setopt(handle, CURLMOPT_MAXCONNECTS, long(2 * kParallel));
+        }
+        ~Multi()
+        {
+            if (handle) curl_multi_cleanup(handle);
+        }
+    };
+    static thread_local Multi multi;
+    if (!multi.handle) throw Error(ErrorKind::Io, {}, "cannot start requests (curl_multi_init failed)");
+    return multi.handle;
+}
+
 /// runs @p transfers concurrently (at most kParallel at once), each to completion (status and curl code filled in)
 void performAll(std::vector<Transfer*>& transfers)
 {
-    CURLM* multi = curl_multi_init();
+    CURLM* multi = threadMulti();
     size_t next = 0;
     int running = 0;
     auto add = [&] {
@@ -531,7 +553,6 @@ void performAll(std::vector<Transfer*>& transfers)
         if (active > 0) curl_multi_poll(multi, nullptr, 0, 200, nullptr);
         if (active == 0 && running == 0 && next >= transfers.size()) break;
     }
-    curl_multi_cleanup(multi);
 }
 
 /// The one retry rule of every request made here: runs the transfers @p make builds (indices below @p count), all in
