@@ -292,7 +292,7 @@ int main(int argc, char** argv)
             if (!on) return;
             const auto s = optscope::remoteTransferStats();
             std::cerr << "remote: " << s.requests << " requests, " << s.bytesFetched << " bytes fetched, " << s.retries
-                      << " retries" << std::endl;
+                      << " retries, at most " << s.peakHeld << " bytes held" << std::endl;
         }
     } printRemoteStats {remoteStats};
     if (args.empty()) {

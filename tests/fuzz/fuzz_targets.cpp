@@ -274,6 +274,17 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
     std::vector<uint8_t> model(map.blocks(), BlockMap::Absent);
     std::vector<std::vector<BlockMap::Run>> pending; // claims not settled yet
     std::vector<BlockMap::Run> fetchedRuns; // what settled as fetched: the skip lists
+    // per block: the byte ranges given back since it was last claimed (a claimed block's bytes are no longer done)
+    std::vector<std::vector<BlockMap::Part>> doneSinceClaim(map.blocks());
+    auto covered = [&](uint64_t b) { // every byte of block b done
+        const uint64_t first = b * block, last = std::min(objectSize, first + block);
+        std::vector<BlockMap::Part> d = doneSinceClaim[b];
+        std::sort(d.begin(), d.end(), [](const auto& x, const auto& y) { return x.offset < y.offset; });
+        uint64_t reached = first;
+        for (const auto& p : d)
+            if (p.offset <= reached) reached = std::max(reached, p.offset + p.length);
+        return reached >= last;
+    };
     while (at < size) {
         const uint64_t op = next(1) % 4;
         const uint64_t offset = objectSize ? next(3) % objectSize : 0;
@@ -326,8 +337,10 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
                         "parts are in order, inside their run, at most the part size");
                     nextByte += p.length;
                 }
-                for (uint64_t k = c.runs[r].begin; k < c.runs[r].end; ++k)
+                for (uint64_t k = c.runs[r].begin; k < c.runs[r].end; ++k) {
                     model[k] = BlockMap::InFlight;
+                    doneSinceClaim[k].clear();
+                }
             }
             require(part == c.parts.size(), "no part outside the runs");
             if (!c.runs.empty()) pending.push_back(c.runs);
@@ -342,17 +355,25 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             }
             pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
         } else if (op == 2) {
-            const BlockMap::Run given = map.giveBack(offset, length);
-            const uint64_t end = offset + length;
-            const uint64_t first = (offset + block - 1) / block;
-            const uint64_t last = end >= objectSize ? map.blocks() : end / block;
-            if (first < last) {
-                require(given.begin == first && given.end == last, "the whole blocks inside the range are given back");
-                for (uint64_t k = first; k < last; ++k)
+            const std::vector<BlockMap::Run> given = map.giveBack(offset, length);
+            // the range's present blocks whose every byte is now done (given back since the block was last claimed)
+            std::vector<BlockMap::Run> expected;
+            if (length && offset < objectSize) {
+                const BlockMap::Run touched = map.blocksOf(offset, length);
+                for (uint64_t k = touched.begin; k < touched.end; ++k) {
+                    doneSinceClaim[k].push_back({offset, length});
+                    if (!covered(k) || model[k] != BlockMap::Present) continue;
                     model[k] = BlockMap::Consumed;
-            } else {
-                require(given.begin == given.end, "no whole block inside the range: nothing given back");
+                    if (!expected.empty() && expected.back().end == k)
+                        expected.back().end = k + 1;
+                    else
+                        expected.push_back({k, k + 1});
+                }
             }
+            require(given.size() == expected.size(), "the range's present blocks all done are given back");
+            for (size_t k = 0; k < given.size(); ++k)
+                require(given[k].begin == expected[k].begin && given[k].end == expected[k].end,
+                    "given back in maximal stretches, in order");
         } else if (op == 3 && length) {
             const BlockMap::Run range = map.blocksOf(offset, length);
             map.renew(range);

@@ -4,6 +4,7 @@
 // keeps them fixed without clang or libFuzzer. Also runs the real fixtures through the harnesses: a harness that
 // rejected valid checkpoints would fuzz nothing but the error paths.
 #include "fuzz_targets.h"
+#include "optscope/io/block_map.h"
 #include "optscope/io/remote_object.h"
 
 #include "optscope/io/zip_archive.h"
@@ -154,6 +155,39 @@ TEST(FuzzHarnesses, BlockMapAgreesWithItsModel)
         input[0] = 0; // objects up to 64 KiB: many blocks of every size
         ASSERT_EQ(fuzzBlockMap(input.data(), input.size()), Outcome::Accepted) << i;
     }
+}
+
+// A DCP file of many small items (torch.save per chunk, ~1.3 KB each) shares every block among several: a block goes
+// back when its last item is done, not never (a remote check of 1,024 such files kept all 2.8 GB); a block fetched
+// again is kept until its bytes are all done again.
+TEST(FuzzHarnesses, BlockMapGivesBackABlockSharedBySmallItemsWhenTheLastIsDone)
+{
+    using Runs = std::vector<std::pair<uint64_t, uint64_t>>;
+    auto given = [](const std::vector<BlockMap::Run>& runs) {
+        Runs r;
+        for (const auto& x : runs)
+            r.emplace_back(x.begin, x.end);
+        return r;
+    };
+    BlockMap map(40, 16, 64); // blocks [0,16) [16,32) [32,40)
+    map.settle(map.claim(map.blocksOf(0, 40), {}).runs, true);
+    EXPECT_EQ(given(map.giveBack(0, 10)), Runs {}) << "block 0 has bytes not done";
+    EXPECT_EQ(given(map.giveBack(10, 12)), (Runs {{0, 1}})) << "[10,22): block 0 all done, block 1 not";
+    EXPECT_EQ(map.state(1), BlockMap::Present);
+    EXPECT_EQ(given(map.giveBack(30, 5)), Runs {}) << "[22,30) of block 1 is not done";
+    EXPECT_EQ(given(map.giveBack(22, 8)), (Runs {{1, 2}})) << "block 2 has [35,40) to go";
+    EXPECT_EQ(map.state(2), BlockMap::Present);
+    EXPECT_EQ(given(map.giveBack(35, 5)), (Runs {{2, 3}})) << "the object's last, short block";
+    // block 1 read again: fetched, and no longer done until all its bytes are again
+    map.settle(map.claim(map.blocksOf(20, 1), {}).runs, true);
+    EXPECT_EQ(map.state(1), BlockMap::Present);
+    EXPECT_EQ(given(map.giveBack(16, 8)), Runs {});
+    EXPECT_EQ(given(map.giveBack(24, 8)), (Runs {{1, 2}}));
+    // a block being fetched keeps its memory (what arrived would be lost), even when all its bytes are done
+    const BlockMap::Claim inFlight = map.claim(map.blocksOf(0, 16), {});
+    EXPECT_EQ(given(map.giveBack(0, 16)), Runs {});
+    EXPECT_EQ(map.state(0), BlockMap::InFlight);
+    map.settle(inFlight.runs, true);
 }
 
 TEST(FuzzHarnesses, S3ListingIsReadAndBrokenOnesRejected)

@@ -2,6 +2,7 @@
 """What OptScope wrote to S3, loaded back by real PyTorch (run in the PyTorch chroot by remote_storage.py):
 
     torch_check.py make-big OUT.pt                 a torch.save file over 16 MiB (a multipart upload when written)
+    torch_check.py make-many OUT.pt                SGD momentum of 3,000 small parameters (a DCP of many small items)
     torch_check.py load-pt A.pt B.pt               torch.load(weights_only=True) of both; equal tensors and values
     torch_check.py load-dcp DIR REFERENCE_DIR      DCP's own loader (dcp_to_torch_save) of both; equal
 """
@@ -27,6 +28,13 @@ if cmd == "make-big":
     torch.save({"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(2600, 1000, generator=g),
                               "exp_avg_sq": torch.rand(2600, 1000, generator=g)}},
                 "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "params": [0]}]}, sys.argv[2])
+elif cmd == "make-many":
+    g = torch.Generator().manual_seed(11)
+    n = 3000
+    torch.save({"state": {i: {"momentum_buffer": torch.randn(64, generator=g)} for i in range(n)},
+                "param_groups": [{"lr": 1e-2, "momentum": 0.9, "dampening": 0, "weight_decay": 0, "nesterov": False,
+                                  "maximize": False, "foreach": None, "differentiable": False, "fused": None,
+                                  "params": list(range(n))}]}, sys.argv[2])
 elif cmd == "load-pt":
     a, b = (torch.load(p, weights_only=True) for p in sys.argv[2:4])
     assert equal(a, b), "the files differ"

@@ -378,7 +378,7 @@ private:
             ++m_report.chunksChecked;
             try {
                 // sampling reads a chunk's header only (dtype, shape): a remote chunk's bytes are left where they are
-                const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c, !m_opt.readChunks);
+                const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c, !m_opt.readChunks, true);
                 if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, d);
                 if (d.dtype != t.dtype) {
                     auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
@@ -399,6 +399,10 @@ private:
                     nonFinite += n;
                     if (n.any()) nonFiniteRanks.insert(c.rank);
                 }
+                // a DCP item read whole (its CRCs summed, its values counted from d's own copy): a remote object
+                // gives its blocks back as the items are done
+                if (d.file->isRemote() && d.pointsIntoNoFile() && c.source.kind != ChunkSource::Kind::StorageRecord)
+                    d.file->finished(c.source.offset, c.source.length);
             } catch (const Error& err) {
                 if (err.kind() == ErrorKind::Cancelled) throw;
                 if (err.kind() == ErrorKind::Truncated) {

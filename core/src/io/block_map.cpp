@@ -35,6 +35,7 @@ BlockMap::Claim BlockMap::claim(Run range, const std::vector<Run>& skip, bool pr
         while (e < range.end && wanted(e))
             m_state[e++] = InFlight;
         c.runs.push_back({b, e});
+        if (!m_done.empty()) undone(b * m_block, e * m_block);
         const uint64_t end = std::min(m_size, e * m_block);
         for (uint64_t at = b * m_block; at < end; at += m_maxPart)
             c.parts.push_back({at, std::min(m_maxPart, end - at)});
@@ -56,14 +57,52 @@ void BlockMap::settle(const std::vector<Run>& runs, bool fetched)
             m_state[b] = fetched ? Present : Absent;
 }
 
-BlockMap::Run BlockMap::giveBack(uint64_t offset, uint64_t length)
+std::vector<BlockMap::Run> BlockMap::giveBack(uint64_t offset, uint64_t length)
 {
-    const uint64_t end = offset + length;
-    Run r {(offset + m_block - 1) / m_block, end >= m_size ? m_state.size() : end / m_block};
-    if (r.begin >= r.end) return {};
-    for (uint64_t b = r.begin; b < r.end; ++b)
+    if (length == 0 || offset >= m_size) return {};
+    const uint64_t end = std::min(offset + length, m_size);
+    // joined with the done ranges it touches or adjoins
+    uint64_t start = offset, stop = end;
+    auto it = m_done.upper_bound(start);
+    if (it != m_done.begin() && std::prev(it)->second >= start) --it;
+    while (it != m_done.end() && it->first <= stop) {
+        start = std::min(start, it->first);
+        stop = std::max(stop, it->second);
+        it = m_done.erase(it);
+    }
+    m_done.emplace(start, stop);
+    // the range's blocks that [start, stop) covers whole (an object's last block ends at its end)
+    const Run touched = blocksOf(offset, end - offset);
+    Run r {std::max(touched.begin, (start + m_block - 1) / m_block),
+        std::min(touched.end, stop >= m_size ? uint64_t(m_state.size()) : stop / m_block)};
+    // present ones only: a block in flight is being written by a fetch (its memory dropped now would lose what
+    // arrived), one absent has no memory
+    std::vector<Run> given;
+    for (uint64_t b = r.begin; b < r.end; ++b) {
+        if (m_state[b] != Present) continue;
         m_state[b] = Consumed;
-    return r;
+        if (!given.empty() && given.back().end == b)
+            given.back().end = b + 1;
+        else
+            given.push_back({b, b + 1});
+    }
+    return given;
+}
+
+void BlockMap::undone(uint64_t from, uint64_t to)
+{
+    auto it = m_done.upper_bound(from);
+    if (it != m_done.begin()) --it;
+    while (it != m_done.end() && it->first < to) {
+        const uint64_t start = it->first, stop = it->second;
+        if (stop <= from) {
+            ++it;
+            continue;
+        }
+        it = m_done.erase(it);
+        if (start < from) m_done.emplace(start, from);
+        if (stop > to) it = m_done.emplace(to, stop).first;
+    }
 }
 
 } // namespace optscope

@@ -6,6 +6,7 @@
 // blocks a reader gives back. Not thread-safe: the RemoteObject calls it under its lock.
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 namespace optscope {
@@ -51,16 +52,21 @@ public:
     void renew(Run range);
     /// a claim's blocks become present (@p fetched) or absent again (its fetch failed)
     void settle(const std::vector<Run>& runs, bool fetched);
-    /// the whole blocks inside [offset, offset + length) (the last one also when the range ends at the object's end)
-    /// become consumed: a reader copied them out and nobody else points into them. Returns them, for the caller to
-    /// drop their memory.
-    Run giveBack(uint64_t offset, uint64_t length);
+    /// [offset, offset + length) is done: a reader copied it out, or will not read it again, and nobody points into
+    /// it. It joins the object's done bytes; the blocks of the range that every byte of which is now done become
+    /// consumed: the whole blocks inside it, and a block at either end whose other bytes were done before (a file of
+    /// many small items shares each block among several: it goes when the last of them is done). Returns them, for
+    /// the caller to drop their memory. Only present blocks are given back; a block claimed for a fetch is no longer
+    /// done (a new read may point into it).
+    std::vector<Run> giveBack(uint64_t offset, uint64_t length);
 
 private:
+    void undone(uint64_t from, uint64_t to); ///< [from, to) leaves the done bytes
     uint64_t m_size;
     uint64_t m_block;
     uint64_t m_maxPart;
     std::vector<uint8_t> m_state; ///< State per block
+    std::map<uint64_t, uint64_t> m_done; ///< the done bytes, merged: start -> end (few: done ranges adjoin)
 };
 
 } // namespace optscope

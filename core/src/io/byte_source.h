@@ -47,8 +47,8 @@ public:
     /// this process no longer needs [offset, offset+length): its memory may go (reading it again brings it back)
     virtual void release(uint64_t offset, uint64_t length) const = 0;
     /// copies [offset, offset+length) to @p destination. A remote source fetches the range, copies it and gives the
-    /// memory of the whole blocks inside it back at once (under its lock: no reader can hold a pointer into them), so
-    /// that a tensor read from a remote object costs its own buffer only while it is used. A sequential scan reads
+    /// memory of its blocks back at once as finished() does (under its lock: no reader can hold a pointer into them),
+    /// so that a tensor read from a remote object costs its own buffer only while it is used. A sequential scan reads
     /// ahead, no further than @p scanEnd (the end of what the caller will read: bytes past it may have been read
     /// and given back already).
     virtual void copyOut(uint64_t offset, uint64_t length, uint8_t* destination, uint64_t scanEnd = UINT64_MAX) const
@@ -60,6 +60,15 @@ public:
     /// the background, many ranged GETs at once, and returns; the bytes wait for the read (the caller bounds how much
     /// it asks ahead). A local file does nothing: the page cache reads ahead on its own.
     virtual void prefetch(uint64_t offset, uint64_t length) const
+    {
+        (void)offset;
+        (void)length;
+    }
+    /// the caller is done with [offset, offset+length) (a DCP item parsed and its tensor copied out) and nobody points
+    /// into it: a remote source gives back the memory of each block all of whose bytes are done, here or before (a
+    /// block shared by many small items goes with the last of them; a read fetches it again). A local file does
+    /// nothing: its pages are the page cache's.
+    virtual void finished(uint64_t offset, uint64_t length) const
     {
         (void)offset;
         (void)length;

@@ -31,6 +31,16 @@ namespace {
 
 std::atomic<uint64_t> g_requests {0}, g_bytes {0}, g_retries {0};
 std::atomic<int> g_inFlight {0};
+std::atomic<int> g_openObjects {0}; ///< RemoteObjects alive: a scan's read-ahead shrinks as they grow in number
+/// bytes of fetched blocks the process holds (not given back yet), and the most it held
+std::atomic<int64_t> g_held {0};
+std::atomic<int64_t> g_peakHeld {0};
+
+void addHeld(int64_t bytes)
+{
+    const int64_t now = g_held.fetch_add(bytes) + bytes;
+    for (int64_t peak = g_peakHeld.load(); now > peak && !g_peakHeld.compare_exchange_weak(peak, now);) { }
+}
 
 /// An object whose queued read-ahead hints the process's background fetchers serve.
 class FetchClient
@@ -759,6 +769,7 @@ public:
             m_base = static_cast<const uint8_t*>(p);
         }
         m_blocks = BlockMap(m_size, kBlock, kPart);
+        ++g_openObjects;
     }
     ~RemoteObject() override
     {
@@ -771,6 +782,9 @@ public:
         }
         FetcherPool::instance().forget(*this);
         std::lock_guard<std::mutex> lastFetcherGone(m_mutex);
+        --g_openObjects;
+        for (uint64_t b = 0; b < m_blocks.blocks(); ++b)
+            if (m_blocks.state(b) == BlockMap::Present) addHeld(-int64_t(bytesOf({b, b + 1})));
         if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
     }
 
@@ -797,18 +811,21 @@ public:
         std::unique_lock<std::mutex> lock(m_mutex);
         ensure(offset, length, lock);
         std::memcpy(destination, m_base + offset, length);
-        // the whole blocks inside the range hold these bytes only: nobody else points into them
+        // the range's bytes are done: nobody else points into them
         const uint64_t end = offset + length;
-        const BlockMap::Run given = m_blocks.giveBack(offset, length);
-        if (given.begin < given.end)
-            ::madvise(const_cast<uint8_t*>(m_base) + given.begin * kBlock,
-                std::min(given.end * kBlock, m_size) - given.begin * kBlock, MADV_DONTNEED);
+        giveBack(offset, length);
         // a sequential scan (a gather going through a rank file): the next range is fetched while this one is used
         const bool sequential
             = offset >= m_lastEnd && offset - m_lastEnd <= kSequentialGap; // a record's header between
         m_lastEnd = end;
         const uint64_t limit = std::min(scanEnd, m_size);
-        if (sequential && end < limit) queueFetch(end, std::min(kReadAhead, limit - end), true);
+        if (sequential && end < limit) queueFetch(end, std::min(scanReadAhead(), limit - end), true);
+    }
+
+    void finished(uint64_t offset, uint64_t length) const override
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        giveBack(offset, length);
     }
 
     void prefetch(uint64_t offset, uint64_t length) const override
@@ -820,8 +837,40 @@ public:
 
 private:
     using Part = BlockMap::Part; ///< one ranged GET
-    static constexpr uint64_t kReadAhead = uint64_t(64) << 20;
+    /// how far a sequential scan reads ahead: 64 MiB for one object, less when many are open, so that scans of all of
+    /// them together (a check or gather going tensor by tensor through 1,024 rank files) keep at most 256 MiB ahead
+    /// (64 MiB each fetched all 2.8 GB of a 1,024-rank checkpoint in its first seconds), never under 256 KiB
+    /// (OPTSCOPE_REMOTE_READ_AHEAD_MB sets the 256 MiB)
+    static uint64_t scanReadAhead()
+    {
+        static const uint64_t total = [] {
+            const std::string mb = env("OPTSCOPE_REMOTE_READ_AHEAD_MB");
+            const uint64_t n = mb.empty() ? 0 : std::strtoull(mb.c_str(), nullptr, 10);
+            return (n ? n : 256) << 20;
+        }();
+        constexpr uint64_t kMost = uint64_t(64) << 20, kLeast = uint64_t(256) << 10;
+        return std::clamp(total / uint64_t(std::max(1, g_openObjects.load())), std::min(kLeast, total), kMost);
+    }
     static constexpr uint64_t kSequentialGap = uint64_t(1) << 20;
+
+    /// [offset, offset+length) is done (under the lock): the blocks all of whose bytes are done drop their memory
+    void giveBack(uint64_t offset, uint64_t length) const
+    {
+        if (offset >= m_size) return;
+        for (const BlockMap::Run& given : m_blocks.giveBack(offset, std::min(length, m_size - offset))) {
+            ::madvise(const_cast<uint8_t*>(m_base) + given.begin * kBlock, bytesOf(given), MADV_DONTNEED);
+            addHeld(-int64_t(bytesOf(given)));
+        }
+    }
+    uint64_t bytesOf(const BlockMap::Run& r) const { return std::min(r.end * kBlock, m_size) - r.begin * kBlock; }
+    /// a claim's fetch ended (under the lock): its blocks are present, or absent again
+    void settle(const std::vector<BlockMap::Run>& runs, bool fetched) const
+    {
+        m_blocks.settle(runs, fetched);
+        if (fetched)
+            for (const auto& r : runs)
+                addHeld(int64_t(bytesOf(r)));
+    }
 
     void fetch(uint64_t offset, uint64_t length) const override
     {
@@ -854,7 +903,7 @@ private:
                     failure = std::current_exception();
                 }
                 lock.lock();
-                m_blocks.settle(claim.runs, !failure);
+                settle(claim.runs, !failure);
                 m_cv.notify_all();
                 if (failure) std::rethrow_exception(failure);
                 fetched.insert(fetched.end(), claim.runs.begin(), claim.runs.end());
@@ -927,7 +976,7 @@ private:
                 fetched = false;
             }
             lock.lock();
-            m_blocks.settle(batch.runs, fetched);
+            settle(batch.runs, fetched);
             m_cv.notify_all();
         }
         FetcherPool::instance().left(*this);
@@ -1317,6 +1366,7 @@ RemoteTransferStats remoteTransferStats()
     s.bytesFetched = g_bytes.load();
     s.retries = g_retries.load();
     s.inFlight = g_inFlight.load();
+    s.peakHeld = uint64_t(std::max<int64_t>(0, g_peakHeld.load()));
     return s;
 }
 

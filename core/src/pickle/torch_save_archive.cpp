@@ -79,7 +79,8 @@ TorchSaveArchive readZip(const std::shared_ptr<const ByteSource>& file, uint64_t
     // headers are fetched, then its records other than tensor storages (the pickle, byteorder, version); a storage's
     // bytes when a reader asks for them
     constexpr uint64_t kFetchWhole = 4u << 20; // below: one request for all is cheaper
-    const bool targeted = file->isRemote() && (length > kFetchWhole || storagesLater);
+    constexpr uint64_t kSkipStorages = 256u << 10; // below: fetched whole even for its headers (a round trip less)
+    const bool targeted = file->isRemote() && (length > kFetchWhole || (storagesLater && length > kSkipStorages));
     const uint8_t* base = file->bytes(offset, targeted ? 0 : length);
     std::function<void(uint64_t, uint64_t)> need;
     if (targeted) need = [&](uint64_t at, uint64_t n) { file->bytes(offset + at, n); };

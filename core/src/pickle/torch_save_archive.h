@@ -45,7 +45,8 @@ struct TorchSaveArchive
 /// Reads the archive in [offset, offset+length) of @p file into @p arena (which then keeps the file mapped).
 /// @p displayName names the archive in errors ("ckpt/__0_0.distcp[4096+1244]"). @p storagesLater: the caller reads the
 /// tensors' headers only (dtype, shape, where their bytes lie), so a remote archive's storages are not fetched with it
-/// (a small one is otherwise fetched whole, one request being cheaper than the two its directory needs).
+/// (one under 4 MiB is otherwise fetched whole, one request being cheaper than the two its directory needs; one
+/// under 256 KiB still is).
 TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,
     PyArena& arena, const std::string& displayName, const PickleLimits& limits = {}, bool storagesLater = false);
 /// Asks @p file ahead (ByteSource::prefetch: a remote source starts fetching, a local one ignores it) for what

@@ -89,7 +89,7 @@ uint64_t ChunkReader::prefetch(const Checkpoint& checkpoint, const TensorChunk& 
 }
 
 ChunkData ChunkReader::resolveAsStored(
-    const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes)
+    const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes, bool keepItem)
 {
     const ChunkSource& src = chunk.source;
     if (src.file.empty())
@@ -139,6 +139,7 @@ ChunkData ChunkReader::resolveAsStored(
     d.strides = t.strides;
     d.storageOffset = t.storageOffset;
     d.bigEndian = ar.bigEndian;
+    if (file->isRemote() && d.pointsIntoNoFile() && !keepItem) file->finished(src.offset, src.length);
     return d;
 }
 

@@ -22,6 +22,8 @@ struct ChunkData
     bool deferred = false;
     uint64_t storageAt = 0; ///< where the storage's bytes begin in file (what an owned copy was copied from)
     uint64_t storageBytes = 0;
+    /// nothing of it points into the file: an owned copy, or no bytes at all (an empty shard)
+    bool pointsIntoNoFile() const { return !deferred && (owned || storageBytes == 0); }
     DType dtype = DType::Unknown;
     std::vector<int64_t> sizes; ///< == the chunk's sizes
     std::vector<int64_t> strides; ///< elements
@@ -47,9 +49,11 @@ public:
     static ChunkData resolve(
         const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes = false);
     /// Like resolve(), but returns the tensor as stored (its own dtype and sizes) without comparing them with the
-    /// metadata: for checks that report mismatches instead of failing on them.
-    static ChunkData resolveAsStored(
-        const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk, bool deferRemoteBytes = false);
+    /// metadata: for checks that report mismatches instead of failing on them. A DCP item read whole from a remote
+    /// object is finished() there once its tensor is copied out (a read of every item keeps none of them), unless
+    /// @p keepItem: the caller reads the item again (check's CRCs) and finishes it itself.
+    static ChunkData resolveAsStored(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk,
+        bool deferRemoteBytes = false, bool keepItem = false);
     /// Asks a remote chunk's bytes ahead of its read (ByteSource::prefetch): its stored range (for a DCP item the
     /// whole embedded archive, whose end records and headers resolve() parses) from the start, at most @p maxBytes
     /// of it, plus an item's last 64 KiB (where its zip index is). Returns the bytes asked; 0 for a local file,
