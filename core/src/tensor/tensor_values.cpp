@@ -6,6 +6,7 @@
 #include "optscope/model/py_value.h"
 #include "optscope/tensor/tensor_assembler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -38,20 +39,28 @@ std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, s
 
 namespace {
 
-/// a remote checkpoint's one-element tensors (`step` of every parameter), asked for together: callers read them one
-/// by one (check, diagnose, a diff's headline, the GUI's rows), each a round trip otherwise (1,000 parameters: 1,000)
-void prefetchScalars(const Checkpoint& cp)
+/// a remote checkpoint's one-element tensors (`step` of every parameter), asked for ahead of @p entry's: callers read
+/// them one by one (check, diagnose, a diff's headline, the GUI's rows), each a round trip otherwise (1,000
+/// parameters: 1,000). A window of the next 1,024 entries, asked again when the reads come within 256 of its end: all
+/// of them at once fetched every block they lie in (steps spread through a rank file: the whole file, held at once)
+void askScalarsAhead(const Checkpoint& cp, const Entry& entry)
 {
-    constexpr size_t kAtMost = 65536; // hints beyond are dropped by the objects' queues anyway
-    size_t asked = 0;
-    for (const auto& e : cp.entries) {
+    constexpr size_t kAhead = 1024, kRefill = 256;
+    const Entry* first = cp.entries.data();
+    if (&entry < first || &entry >= first + cp.entries.size()) return; // not one of cp's entries
+    const size_t i = static_cast<size_t>(&entry - first);
+    const size_t asked = cp.files->scalarsAskedBefore();
+    if (i + kRefill < asked) return;
+    const size_t from = std::max(i, asked), to = std::min(cp.entries.size(), i + kAhead);
+    if (from >= to || !cp.files->askScalarsBefore(asked, to)) return;
+    for (size_t k = from; k < to; ++k) {
+        const Entry& e = cp.entries[k];
         if (!e.isTensor() || e.tensor.numel() != 1 || e.tensor.storesNoData()) continue;
         try {
             TensorAssembler::prefetch(cp, e, uint64_t(64) << 10);
         } catch (const Error&) {
             // the read that needs it meets it again, and says so
         }
-        if (++asked == kAtMost) break;
     }
 }
 
@@ -61,7 +70,7 @@ std::optional<double> readScalar(const Checkpoint& cp, const Entry& entry)
 {
     if (entry.isTensor()) {
         if (entry.tensor.numel() != 1) return std::nullopt;
-        if (isUrl(cp.path) && cp.files && cp.files->firstScalarRead()) prefetchScalars(cp);
+        if (isUrl(cp.path) && cp.files) askScalarsAhead(cp, entry);
         const auto v = readTensorValues(cp, entry, 1);
         return v.empty() ? std::nullopt : std::optional<double>(v[0]);
     }

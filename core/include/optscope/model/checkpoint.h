@@ -165,9 +165,11 @@ public:
     void checkFaults() const;
     /// every file mapped or sized so far, as absolute() paths: what an output must not overwrite
     std::vector<std::string> knownFiles() const;
-    /// true the first time it is called (from any thread): a one-off for the first reader that needs it (readScalar
-    /// asks a remote checkpoint for every one-element tensor's bytes at once)
-    bool firstScalarRead() const { return !m_scalarsAsked.exchange(true); }
+    /// readScalar's window over a remote checkpoint's one-element tensors: the entries before this index were asked
+    /// for ahead
+    size_t scalarsAskedBefore() const { return m_scalarsAsked.load(); }
+    /// moves that index from @p seen to @p upTo; false when another thread moved it meanwhile (it asks instead)
+    bool askScalarsBefore(size_t seen, size_t upTo) const { return m_scalarsAsked.compare_exchange_strong(seen, upTo); }
 
 private:
     std::string m_root;
@@ -175,7 +177,7 @@ private:
     mutable std::unordered_map<std::string, std::shared_ptr<const ByteSource>> m_files;
     mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
     mutable std::atomic<uint64_t> m_faultsSeen {0};
-    mutable std::atomic<bool> m_scalarsAsked {false};
+    mutable std::atomic<size_t> m_scalarsAsked {0};
 };
 
 /// How a reader named a parameter that its files key otherwise (an optimizer's integer id): the reader re-keys the
