@@ -183,6 +183,12 @@ TEST(FuzzHarnesses, BlockMapGivesBackABlockSharedBySmallItemsWhenTheLastIsDone)
     EXPECT_EQ(map.state(1), BlockMap::Present);
     EXPECT_EQ(given(map.giveBack(16, 8)), Runs {});
     EXPECT_EQ(given(map.giveBack(24, 8)), (Runs {{1, 2}}));
+    // a second reader pointing into bytes done before: their block stays until they are done again
+    map.settle(map.claim(map.blocksOf(0, 40), {}).runs, true);
+    EXPECT_EQ(given(map.giveBack(0, 10)), Runs {});
+    map.reading(2, 3);
+    EXPECT_EQ(given(map.giveBack(10, 6)), Runs {}) << "[2,5) is being read";
+    EXPECT_EQ(given(map.giveBack(2, 3)), (Runs {{0, 1}}));
     // a block being fetched keeps its memory (what arrived would be lost), even when all its bytes are done
     const BlockMap::Claim inFlight = map.claim(map.blocksOf(0, 16), {});
     EXPECT_EQ(given(map.giveBack(0, 16)), Runs {});

@@ -59,6 +59,11 @@ public:
     /// the caller to drop their memory. Only present blocks are given back; a block claimed for a fetch is no longer
     /// done (a new read may point into it).
     std::vector<Run> giveBack(uint64_t offset, uint64_t length);
+    /// a reader points into [offset, offset + length): its bytes are no longer done (until given back again)
+    void reading(uint64_t offset, uint64_t length)
+    {
+        if (!m_done.empty() && length) undone(offset, offset + length);
+    }
 
 private:
     void undone(uint64_t from, uint64_t to); ///< [from, to) leaves the done bytes

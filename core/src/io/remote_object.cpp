@@ -877,6 +877,9 @@ private:
         if (length == 0) return;
         std::unique_lock<std::mutex> lock(m_mutex);
         ensure(offset, length, lock);
+        // bytes() hands out a pointer: its block stays until the range is finished again (a second reader of an item
+        // done before, while another thread finishes the rest of its block)
+        m_blocks.reading(offset, length);
     }
 
     /// makes [offset, offset+length) present. The blocks it claims are fetched with the lock released, so that a
