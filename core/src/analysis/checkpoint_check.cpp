@@ -401,8 +401,7 @@ private:
                 }
                 // a DCP item read whole (its CRCs summed, its values counted from d's own copy): a remote object
                 // gives its blocks back as the items are done
-                if (d.file->isRemote() && d.pointsIntoNoFile() && c.source.kind != ChunkSource::Kind::StorageRecord)
-                    d.file->finished(c.source.offset, c.source.length);
+                ChunkReader::finishItem(d, c);
             } catch (const Error& err) {
                 if (err.kind() == ErrorKind::Cancelled) throw;
                 if (err.kind() == ErrorKind::Truncated) {

@@ -139,8 +139,14 @@ ChunkData ChunkReader::resolveAsStored(
     d.strides = t.strides;
     d.storageOffset = t.storageOffset;
     d.bigEndian = ar.bigEndian;
-    if (file->isRemote() && d.pointsIntoNoFile() && !keepItem) file->finished(src.offset, src.length);
+    if (!keepItem) finishItem(d, chunk);
     return d;
+}
+
+void ChunkReader::finishItem(const ChunkData& d, const TensorChunk& chunk)
+{
+    if (chunk.source.kind != ChunkSource::Kind::StorageRecord && d.file && d.file->isRemote() && d.pointsIntoNoFile())
+        d.file->finished(chunk.source.offset, chunk.source.length);
 }
 
 } // namespace optscope

@@ -54,6 +54,9 @@ public:
     /// @p keepItem: the caller reads the item again (check's CRCs) and finishes it itself.
     static ChunkData resolveAsStored(const Checkpoint& checkpoint, const Entry& entry, const TensorChunk& chunk,
         bool deferRemoteBytes = false, bool keepItem = false);
+    /// @p chunk's DCP item, read whole into @p d's own copy, is done: a remote object may give its blocks back
+    /// (ByteSource::finished); nothing for a torch.save record, a local file or bytes d still points at
+    static void finishItem(const ChunkData& d, const TensorChunk& chunk);
     /// Asks a remote chunk's bytes ahead of its read (ByteSource::prefetch): its stored range (for a DCP item the
     /// whole embedded archive, whose end records and headers resolve() parses) from the start, at most @p maxBytes
     /// of it, plus an item's last 64 KiB (where its zip index is). Returns the bytes asked; 0 for a local file,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 namespace optscope {
 
@@ -47,7 +48,8 @@ void askScalarsAhead(const Checkpoint& cp, const Entry& entry)
 {
     constexpr size_t kAhead = 1024, kRefill = 256;
     const Entry* first = cp.entries.data();
-    if (&entry < first || &entry >= first + cp.entries.size()) return; // not one of cp's entries
+    const std::less<const Entry*> before; // a total order for pointers into different objects too
+    if (before(&entry, first) || !before(&entry, first + cp.entries.size())) return; // not one of cp's entries
     const size_t i = static_cast<size_t>(&entry - first);
     const size_t asked = cp.files->scalarsAskedBefore();
     if (i + kRefill < asked) return;
