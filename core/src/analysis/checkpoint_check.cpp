@@ -506,14 +506,6 @@ private:
 
     /// The CRC-32 of the zip record holding chunk @p c, once per record: the writer stored one per record, and
     /// nothing else notices a flipped bit in tensor bytes (torch.load does not check it)
-    /// the archive in [offset, offset+size) of @p file, parsed from the ranges its directory needs: a remote object
-    /// fetches (and keeps) those, not the records' data
-    static ZipArchive parseZip(const ByteSource& file, uint64_t offset, uint64_t size)
-    {
-        return ZipArchive::parse(file.bytes(offset, 0), size, file.path(),
-            [&](uint64_t at, uint64_t length) { file.bytes(offset + at, length); });
-    }
-
     void verifyCrc(const Entry& e, const TensorChunk& c, const ChunkData& d)
     {
         const ByteSource& file = *d.file;
@@ -535,7 +527,7 @@ private:
         ZipCrcs item;
         item.file = d.file;
         item.offset = c.source.offset;
-        item.zip = parseZip(file, c.source.offset, c.source.length);
+        item.zip = ZipArchive::parseInPlace(file, c.source.offset, c.source.length, file.path());
         item.verified.assign(item.zip->entries().size(), false);
         for (size_t k = 0; k < item.verified.size(); ++k)
             verifyEntry(item, k, e.key, c.rank, &d);
@@ -572,7 +564,7 @@ private:
                 z.file->bytes(0, std::min<uint64_t>(z.file->size(), 4)), std::min<uint64_t>(z.file->size(), 4)))
             return z;
         try {
-            z.zip = parseZip(*z.file, 0, z.file->size());
+            z.zip = ZipArchive::parseInPlace(*z.file, 0, z.file->size(), z.file->path());
         } catch (const Error&) {
             return z; // the reader read it; a directory it cannot parse again is reported by what reads the chunks
         }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/zip_archive.h"
 #include "optscope/base/error.h"
+#include "optscope/io/byte_source.h"
 
 #include <algorithm>
 #include <cstring>
@@ -49,6 +50,12 @@ std::vector<std::pair<uint64_t, uint64_t>> zipFirstReads(uint64_t size)
 bool looksLikeZip(const uint8_t* data, uint64_t size)
 {
     return size >= 4 && rd32(data) == kLocalHeaderSig;
+}
+
+ZipArchive ZipArchive::parseInPlace(const ByteSource& file, uint64_t offset, uint64_t size, std::string name)
+{
+    return parse(file.bytes(offset, 0), size, std::move(name),
+        [&file, offset](uint64_t at, uint64_t length) { file.bytes(offset + at, length); });
 }
 
 ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string name,

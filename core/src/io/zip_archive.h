@@ -32,6 +32,8 @@
 
 namespace optscope {
 
+class ByteSource;
+
 struct ZipEntry
 {
     std::string_view name; ///< full name, including the prefix (in the archive's bytes: 100k records copied no names)
@@ -49,6 +51,10 @@ public:
     /// those, not the records' data.
     static ZipArchive parse(const uint8_t* data, uint64_t size, std::string name,
         const std::function<void(uint64_t offset, uint64_t length)>& need = {});
+    /// The archive at [offset, offset + size) of @p file, parsed reading only what parse reads (each range fetched
+    /// first from a remote source: ByteSource::bytes); its records' data is fetched when a reader asks for it.
+    /// @p file must outlive the ZipArchive.
+    static ZipArchive parseInPlace(const ByteSource& file, uint64_t offset, uint64_t size, std::string name);
 
     const std::string& prefix() const { return m_prefix; }
     const std::vector<ZipEntry>& entries() const { return m_entries; }

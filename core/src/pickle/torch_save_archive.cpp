@@ -81,10 +81,9 @@ TorchSaveArchive readZip(const std::shared_ptr<const ByteSource>& file, uint64_t
     constexpr uint64_t kFetchWhole = 4u << 20; // below: one request for all is cheaper
     constexpr uint64_t kSkipStorages = 256u << 10; // below: fetched whole even for its headers (a round trip less)
     const bool targeted = file->isRemote() && (length > kFetchWhole || (storagesLater && length > kSkipStorages));
-    const uint8_t* base = file->bytes(offset, targeted ? 0 : length);
-    std::function<void(uint64_t, uint64_t)> need;
-    if (targeted) need = [&](uint64_t at, uint64_t n) { file->bytes(offset + at, n); };
-    ZipArchive zip = ZipArchive::parse(base, length, where, need);
+    ZipArchive zip = targeted ? ZipArchive::parseInPlace(*file, offset, length, where)
+                              : ZipArchive::parse(file->bytes(offset, length), length, where);
+    const uint8_t* base = zip.base();
     if (targeted) {
         const std::string storages = zip.prefix() + "/data/";
         for (const ZipEntry& e : zip.entries())
