@@ -6,13 +6,16 @@
 #include "format.h"
 #include "keytree.h"
 
+#include "optscope/io/storage.h"
 #include "optscope/tensor/scalar_value.h"
 
 #include <QApplication>
 #include <QColor>
 #include <QGuiApplication>
 #include <QPalette>
+#include <QPointer>
 #include <QStyle>
+#include <QThreadPool>
 
 namespace optscope::ui {
 
@@ -32,6 +35,8 @@ void StateKeysModel::setData(CheckpointPtr checkpoint, std::shared_ptr<const Key
     m_checkpoint = std::move(checkpoint);
     m_tree = std::move(tree);
     m_scalarText.clear();
+    m_scalarQueue.clear();
+    ++m_generation;
     m_facts.reset();
     m_unsafe = m_checkpoint ? findUnsafeGlobals(*m_checkpoint) : UnsafeGlobals {};
     rebuildFilter();
@@ -296,6 +301,14 @@ QString StateKeysModel::scalarText(int node, const Entry& entry) const
     // `step` and other one-element tensors show their value, read once (one element from a mapped file) and kept
     auto it = m_scalarText.find(node);
     if (it != m_scalarText.end()) return it->second;
+    if (isUrl(m_checkpoint->path)) {
+        // a remote value is a request away: read on the thread pool, its shape shown until it is there
+        const QString shape = Format::shape(entry.tensor.shape);
+        m_scalarText.emplace(node, shape);
+        m_scalarQueue.emplace_back(node, &entry);
+        readScalarsInBackground();
+        return shape;
+    }
     QString text;
     try {
         text = QString::fromStdString(scalarValueText(*m_checkpoint, entry).value_or(std::string()));
@@ -304,6 +317,53 @@ QString StateKeysModel::scalarText(int node, const Entry& entry) const
     }
     m_scalarText.emplace(node, text);
     return text;
+}
+
+void StateKeysModel::readScalarsInBackground() const
+{
+    if (m_scalarReading || m_scalarQueue.empty()) return;
+    m_scalarReading = true;
+    // the checkpoint is kept alive by the read (its entries with it); the model may be gone when it ends
+    QPointer<StateKeysModel> self(const_cast<StateKeysModel*>(this));
+    QThreadPool::globalInstance()->start(
+        [self, checkpoint = m_checkpoint, generation = m_generation, queue = std::move(m_scalarQueue)] {
+            std::vector<std::pair<int, QString>> texts;
+            texts.reserve(queue.size());
+            for (const auto& [node, entry] : queue) {
+                QString text;
+                try {
+                    text = QString::fromStdString(scalarValueText(*checkpoint, *entry).value_or(std::string()));
+                } catch (const std::exception&) {
+                    text = Format::shape(entry->tensor.shape); // unreadable: the error shows in Tensor details
+                }
+                texts.emplace_back(node, text);
+            }
+            QMetaObject::invokeMethod(
+                qApp,
+                [self, generation, texts = std::move(texts)] {
+                    if (self) self->scalarsRead(generation, texts);
+                },
+                Qt::QueuedConnection);
+        });
+    m_scalarQueue.clear();
+}
+
+void StateKeysModel::scalarsRead(quint64 generation, const std::vector<std::pair<int, QString>>& texts)
+{
+    m_scalarReading = false;
+    if (generation == m_generation) {
+        for (const auto& [node, text] : texts) {
+            m_scalarText[node] = text;
+            // the row, where it is shown (its parent fetched, not filtered out)
+            const int parentNode = m_tree->node(node).parent;
+            if (parentNode < KeyTree::Root || !m_fetched[static_cast<size_t>(parentNode)]) continue;
+            const int row = visibleRow(node);
+            if (row < 0) continue;
+            const QModelIndex cell = createIndex(row, ShapeColumn, static_cast<quintptr>(node));
+            emit dataChanged(cell, cell, {Qt::DisplayRole});
+        }
+    }
+    readScalarsInBackground(); // those asked for meanwhile
 }
 
 QVariant StateKeysModel::headerData(int section, Qt::Orientation orientation, int role) const

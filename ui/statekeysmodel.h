@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace optscope::ui {
@@ -68,6 +69,10 @@ private:
     void rebuildFilter();
     void endReset();
     QString scalarText(int node, const Entry& entry) const;
+    /// reads the queued scalars of a remote checkpoint on the thread pool (a request each, or a window of them: never
+    /// on the UI thread), unless a read is running; scalarsRead shows them
+    void readScalarsInBackground() const;
+    void scalarsRead(quint64 generation, const std::vector<std::pair<int, QString>>& texts);
 
     CheckpointPtr m_checkpoint;
     std::shared_ptr<const KeyTree> m_tree;
@@ -82,6 +87,9 @@ private:
     std::vector<char> m_fetched;
     bool m_changing = false; ///< a reset or insertion is being announced
     mutable std::unordered_map<int, QString> m_scalarText;
+    mutable std::vector<std::pair<int, const Entry*>> m_scalarQueue; ///< remote scalars shown, not read yet
+    mutable bool m_scalarReading = false; ///< a background read is running
+    quint64 m_generation = 0; ///< setData's count: a read for an earlier checkpoint is dropped
     UnsafeGlobals m_unsafe; ///< node -> value of a one-element tensor
 };
 

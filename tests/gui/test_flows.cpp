@@ -15,6 +15,7 @@
 #include "fqnmappingpanel.h"
 #include "histogramplot.h"
 #include "jobrunner.h"
+#include "keytree.h"
 #include "mainwindow.h"
 #include "paramgroupsmodel.h"
 #include "plotexport.h"
@@ -41,6 +42,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <QAbstractItemModelTester>
 #include <QAction>
 #include <QCheckBox>
 #include <QClipboard>
@@ -207,6 +209,7 @@ private Q_SLOTS:
     void dragAndDropOpensFolder();
     void openFailureIsReported();
     void openUrlReadsInPlace();
+    void remoteScalarsAreReadOffTheUiThread();
     void treeFillsWhileLoading();
     void openFileRawShowsWhatTheFileHolds();
     void stateKeysNamesStayWhileScrollingRight();
@@ -757,6 +760,39 @@ void TestFlows::openUrlReadsInPlace()
         QCOMPARE(remote->entries[i].key, local->entries[i].key);
     QCOMPARE(w.context()->path(), url);
     QCOMPARE(w.recentFiles().value(0), url);
+    nginx.terminate();
+    nginx.waitForFinished(5000);
+}
+
+void TestFlows::remoteScalarsAreReadOffTheUiThread()
+{
+    // a remote checkpoint's one-element tensors (`step`) show their values as a local one's do, but read on the thread
+    // pool: a row shows its shape until its value is there (each read is a round trip to the store; read in data()
+    // on the UI thread, a tree of many steps froze the window)
+    QTemporaryDir conf;
+    QProcess nginx;
+    const quint16 port = startNginx(nginx, QFileInfo(testData("fsdp2_r3")).absolutePath(), conf.path());
+    if (!port) QSKIP("nginx is not installed (the remote-storage tests' server)");
+    const CheckpointPtr remote = openCheckpoint(QStringLiteral("http://127.0.0.1:%1/fsdp2_r3").arg(port).toStdString());
+    const CheckpointPtr local = openCheckpoint(testData("fsdp2_r3").toStdString());
+    StateKeysModel remoteModel, localModel;
+    QAbstractItemModelTester tester(&remoteModel, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    remoteModel.setData(remote, KeyTree::build(*remote));
+    localModel.setData(local, KeyTree::build(*local));
+    for (const char* key : {"optim.state.blocks.0.qkv.weight.step", "optim.state.blocks.1.qkv.bias.step"}) {
+        const QModelIndex at = remoteModel.indexForKey(QString::fromLatin1(key));
+        const QModelIndex localAt = localModel.indexForKey(QString::fromLatin1(key));
+        QVERIFY2(at.isValid() && localAt.isValid(), key);
+        const QString value
+            = localModel.index(localAt.row(), StateKeysModel::ShapeColumn, localAt.parent()).data().toString();
+        const QModelIndex cell = remoteModel.index(at.row(), StateKeysModel::ShapeColumn, at.parent());
+        QSignalSpy changed(&remoteModel, &QAbstractItemModel::dataChanged);
+        QCOMPARE(cell.data().toString(), Format::shape({})); // not read here
+        QVERIFY(value != Format::shape({}));
+        QVERIFY(changed.wait(Timeout));
+        QCOMPARE(changed.first().at(0).value<QModelIndex>(), cell);
+        QCOMPARE(cell.data().toString(), value);
+    }
     nginx.terminate();
     nginx.waitForFinished(5000);
 }
