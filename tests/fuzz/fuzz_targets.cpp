@@ -285,8 +285,29 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             if (p.offset <= reached) reached = std::max(reached, p.offset + p.length);
         return reached >= last;
     };
+    // the byte ranges readers point into (reading) and have not given back: they pin their blocks
+    std::vector<BlockMap::Part> pins;
+    std::vector<bool> unread(map.blocks(), false); // fetched and not read since: a read-ahead's
+    auto subtract = [](std::vector<BlockMap::Part>& ranges, uint64_t from, uint64_t to) {
+        std::vector<BlockMap::Part> left;
+        for (const auto& p : ranges) {
+            const uint64_t end = p.offset + p.length;
+            if (end <= from || p.offset >= to) {
+                left.push_back(p);
+                continue;
+            }
+            if (p.offset < from) left.push_back({p.offset, from - p.offset});
+            if (end > to) left.push_back({to, end - to});
+        }
+        ranges = left;
+    };
+    auto pinned = [&](uint64_t b) {
+        for (const auto& p : pins)
+            if (p.offset < (b + 1) * block && p.offset + p.length > b * block) return true;
+        return false;
+    };
     while (at < size) {
-        const uint64_t op = next(1) % 4;
+        const uint64_t op = next(1) % 6;
         const uint64_t offset = objectSize ? next(3) % objectSize : 0;
         const uint64_t length = next(3) % (objectSize - offset + 1);
         if (op == 0 && length) {
@@ -306,8 +327,8 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             std::vector<bool> take;
             bool inFlight = false;
             for (uint64_t b = range.begin; b < range.end; ++b) {
-                const bool absent = model[b] == BlockMap::Absent || (model[b] == BlockMap::Consumed && !prefetch);
-                take.push_back(absent && !skipped(b));
+                take.push_back(
+                    model[b] == BlockMap::Absent || (model[b] == BlockMap::Consumed && !prefetch && !skipped(b)));
                 inFlight = inFlight || model[b] == BlockMap::InFlight;
             }
             const BlockMap::Claim c = map.claim(range, skip, prefetch);
@@ -349,13 +370,16 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             const size_t k = next(1) % pending.size();
             map.settle(pending[k], fetched);
             for (const auto& r : pending[k]) {
-                for (uint64_t b = r.begin; b < r.end; ++b)
+                for (uint64_t b = r.begin; b < r.end; ++b) {
                     model[b] = fetched ? BlockMap::Present : BlockMap::Absent;
+                    unread[b] = fetched;
+                }
                 if (fetched) fetchedRuns.push_back(r);
             }
             pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
         } else if (op == 2) {
             const std::vector<BlockMap::Run> given = map.giveBack(offset, length);
+            if (length && offset < objectSize) subtract(pins, offset, offset + length);
             // the range's present blocks whose every byte is now done (given back since the block was last claimed)
             std::vector<BlockMap::Run> expected;
             if (length && offset < objectSize) {
@@ -379,9 +403,45 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             map.renew(range);
             for (uint64_t k = range.begin; k < range.end; ++k)
                 if (model[k] == BlockMap::Consumed) model[k] = BlockMap::Absent;
+        } else if (op == 4 && length) {
+            // a reader points into the range: its bytes are no longer done, its blocks are pinned
+            const bool pointing = next(1) % 2;
+            const BlockMap::Run range = map.blocksOf(offset, length);
+            if (pointing) {
+                map.reading(offset, length);
+                pins.push_back({offset, length});
+                for (uint64_t k = range.begin; k < range.end; ++k)
+                    subtract(doneSinceClaim[k], offset, offset + length);
+            } else {
+                map.used(range); // a copy out: read, not pointed into
+            }
+            for (uint64_t k = range.begin; k < range.end; ++k)
+                if (model[k] == BlockMap::Present) unread[k] = false;
+        } else if (op == 5) {
+            // the cache's clock: only present blocks no reader points into, at most as many as asked
+            const uint64_t want = next(1) % 8, visits = next(2) % (2 * map.blocks() + 2);
+            const bool evictUnread = next(1) % 2;
+            uint64_t cleared = 0;
+            uint64_t evicted = 0;
+            for (const BlockMap::Run& r : map.evict(want, visits, cleared, evictUnread))
+                for (uint64_t k = r.begin; k < r.end; ++k) {
+                    require(k < map.blocks() && model[k] == BlockMap::Present && !pinned(k),
+                        "only a present block no reader points into is evicted");
+                    require(evictUnread || !unread[k], "a block not read yet only when asked");
+                    model[k] = BlockMap::Absent;
+                    ++evicted;
+                }
+            require(evicted <= want && evicted + cleared <= visits, "at most as many as asked, one per visit");
+            // two rounds of the clock take every mark: a present block not pinned is then evicted
+            if (visits >= 2 * map.blocks() && evicted < want)
+                for (uint64_t k = 0; k < map.blocks(); ++k)
+                    require(model[k] != BlockMap::Present || pinned(k) || (unread[k] && !evictUnread),
+                        "two rounds evict what they may");
         }
-        for (uint64_t k = 0; k < map.blocks(); ++k)
+        for (uint64_t k = 0; k < map.blocks(); ++k) {
             require(map.state(k) == model[k], "the map agrees with the model");
+            require(map.pinned(k) == pinned(k), "a block is pinned while a reader points into it");
+        }
     }
     return Outcome::Accepted;
 }

@@ -3,6 +3,8 @@
 
     torch_check.py make-big OUT.pt                 a torch.save file over 16 MiB (a multipart upload when written)
     torch_check.py make-many OUT.pt                SGD momentum of 3,000 small parameters (a DCP of many small items)
+    torch_check.py make-sorted-dcp OUT_DIR         dcp.save of 2,000 small tensors of varied sizes: PyTorch's writer
+                                                   puts them in its file largest first, far from the keys' order
     torch_check.py load-pt A.pt B.pt               torch.load(weights_only=True) of both; equal tensors and values
     torch_check.py load-dcp DIR REFERENCE_DIR      DCP's own loader (dcp_to_torch_save) of both; equal
 """
@@ -35,6 +37,11 @@ elif cmd == "make-many":
                 "param_groups": [{"lr": 1e-2, "momentum": 0.9, "dampening": 0, "weight_decay": 0, "nesterov": False,
                                   "maximize": False, "foreach": None, "differentiable": False, "fused": None,
                                   "params": list(range(n))}]}, sys.argv[2])
+elif cmd == "make-sorted-dcp":
+    import torch.distributed.checkpoint as dcp
+    g = torch.Generator().manual_seed(13)
+    state = {f"layer{i}.weight": torch.randn(8 + i * 7919 % 997, generator=g) for i in range(2000)}
+    dcp.save(state, checkpoint_id=sys.argv[2])  # no process group: one rank, FileSystemWriter's defaults
 elif cmd == "load-pt":
     a, b = (torch.load(p, weights_only=True) for p in sys.argv[2:4])
     assert equal(a, b), "the files differ"

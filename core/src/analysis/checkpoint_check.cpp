@@ -463,12 +463,12 @@ private:
                     size_t i) { return owner.empty() || owner[i] == rank ? weights[i] : 0; },
                 [this](size_t i) {
                     try {
-                        TensorAssembler::prefetch(m_cp, m_cp.entries[i], uint64_t(128) << 20);
+                        TensorAssembler::prefetch(m_cp, m_cp.entries[i], lookAheadBytes());
                     } catch (const Error&) {
                         // the read meets it again, and reports it
                     }
                 },
-                uint64_t(128) << 20, 8);
+                lookAheadBytes(), 8);
             return;
         }
         std::vector<TensorChunk> sampled; // in checkTensor's order: the first chunk of each file

@@ -20,14 +20,15 @@ BlockMap::Run BlockMap::blocksOf(uint64_t offset, uint64_t length) const
 BlockMap::Claim BlockMap::claim(Run range, const std::vector<Run>& skip, bool prefetch)
 {
     auto wanted = [&](uint64_t b) {
-        const bool absent = m_state[b] == Absent || (m_state[b] == Consumed && !prefetch);
-        return absent && std::none_of(skip.begin(), skip.end(), [b](const Run& r) { return r.contains(b); });
+        if (state(b) == Absent) return true; // never fetched, or evicted since: whatever the skip list says
+        return state(b) == Consumed && !prefetch
+            && std::none_of(skip.begin(), skip.end(), [b](const Run& r) { return r.contains(b); });
     };
     Claim c;
     range.end = std::min<uint64_t>(range.end, m_state.size());
     for (uint64_t b = range.begin; b < range.end;) {
         if (!wanted(b)) {
-            c.waiting = c.waiting || m_state[b] == InFlight;
+            c.waiting = c.waiting || state(b) == InFlight;
             ++b;
             continue;
         }
@@ -47,30 +48,68 @@ BlockMap::Claim BlockMap::claim(Run range, const std::vector<Run>& skip, bool pr
 void BlockMap::renew(Run range)
 {
     for (uint64_t b = range.begin; b < range.end && b < m_state.size(); ++b)
-        if (m_state[b] == Consumed) m_state[b] = Absent;
+        if (state(b) == Consumed) m_state[b] = Absent;
 }
 
 void BlockMap::settle(const std::vector<Run>& runs, bool fetched)
 {
     for (const Run& r : runs)
         for (uint64_t b = r.begin; b < r.end && b < m_state.size(); ++b)
-            m_state[b] = fetched ? Present : Absent;
+            m_state[b] = fetched ? uint8_t(Present | kUnread) : uint8_t(Absent);
+}
+
+void BlockMap::reading(uint64_t offset, uint64_t length)
+{
+    if (length == 0 || offset >= m_size) return;
+    const uint64_t end = std::min(offset + length, m_size);
+    if (!m_done.empty()) undone(offset, end);
+    add(m_pinned, offset, end);
+    used(blocksOf(offset, end - offset));
+}
+
+bool BlockMap::pinned(uint64_t block) const
+{
+    const uint64_t from = block * m_block, to = from + m_block;
+    auto it = m_pinned.lower_bound(to); // the first range starting at or past the block's end
+    return it != m_pinned.begin() && std::prev(it)->second > from;
+}
+
+void BlockMap::used(Run range)
+{
+    for (uint64_t b = range.begin; b < range.end && b < m_state.size(); ++b)
+        if (state(b) == Present) m_state[b] = uint8_t((m_state[b] | kUsed) & ~kUnread);
+}
+
+std::vector<BlockMap::Run> BlockMap::evict(uint64_t want, uint64_t visits, uint64_t& cleared, bool unread)
+{
+    std::vector<Run> evicted;
+    uint64_t count = 0;
+    for (uint64_t v = 0; v < visits && count < want && !m_state.empty(); ++v) {
+        const uint64_t b = m_hand;
+        m_hand = m_hand + 1 < m_state.size() ? m_hand + 1 : 0;
+        if (state(b) != Present || ((m_state[b] & kUnread) && !unread) || pinned(b)) continue;
+        if (m_state[b] & kUsed) {
+            m_state[b] &= uint8_t(~kUsed);
+            ++cleared;
+            continue;
+        }
+        m_state[b] = Absent;
+        ++count;
+        if (!evicted.empty() && evicted.back().end == b)
+            evicted.back().end = b + 1;
+        else
+            evicted.push_back({b, b + 1});
+    }
+    return evicted;
 }
 
 std::vector<BlockMap::Run> BlockMap::giveBack(uint64_t offset, uint64_t length)
 {
     if (length == 0 || offset >= m_size) return {};
     const uint64_t end = std::min(offset + length, m_size);
-    // joined with the done ranges it touches or adjoins
-    uint64_t start = offset, stop = end;
-    auto it = m_done.upper_bound(start);
-    if (it != m_done.begin() && std::prev(it)->second >= start) --it;
-    while (it != m_done.end() && it->first <= stop) {
-        start = std::min(start, it->first);
-        stop = std::max(stop, it->second);
-        it = m_done.erase(it);
-    }
-    m_done.emplace(start, stop);
+    // the reader no longer points into it; joined with the done ranges it touches or adjoins
+    if (!m_pinned.empty()) remove(m_pinned, offset, end);
+    const auto [start, stop] = add(m_done, offset, end);
     // the range's blocks that [start, stop) covers whole (an object's last block ends at its end)
     const Run touched = blocksOf(offset, end - offset);
     Run r {std::max(touched.begin, (start + m_block - 1) / m_block),
@@ -79,7 +118,7 @@ std::vector<BlockMap::Run> BlockMap::giveBack(uint64_t offset, uint64_t length)
     // arrived), one absent has no memory
     std::vector<Run> given;
     for (uint64_t b = r.begin; b < r.end; ++b) {
-        if (m_state[b] != Present) continue;
+        if (state(b) != Present) continue;
         m_state[b] = Consumed;
         if (!given.empty() && given.back().end == b)
             given.back().end = b + 1;
@@ -89,19 +128,33 @@ std::vector<BlockMap::Run> BlockMap::giveBack(uint64_t offset, uint64_t length)
     return given;
 }
 
-void BlockMap::undone(uint64_t from, uint64_t to)
+std::pair<uint64_t, uint64_t> BlockMap::add(Ranges& ranges, uint64_t from, uint64_t to)
 {
-    auto it = m_done.upper_bound(from);
-    if (it != m_done.begin()) --it;
-    while (it != m_done.end() && it->first < to) {
+    uint64_t start = from, stop = to;
+    auto it = ranges.upper_bound(start);
+    if (it != ranges.begin() && std::prev(it)->second >= start) --it;
+    while (it != ranges.end() && it->first <= stop) {
+        start = std::min(start, it->first);
+        stop = std::max(stop, it->second);
+        it = ranges.erase(it);
+    }
+    ranges.emplace(start, stop);
+    return {start, stop};
+}
+
+void BlockMap::remove(Ranges& ranges, uint64_t from, uint64_t to)
+{
+    auto it = ranges.upper_bound(from);
+    if (it != ranges.begin()) --it;
+    while (it != ranges.end() && it->first < to) {
         const uint64_t start = it->first, stop = it->second;
         if (stop <= from) {
             ++it;
             continue;
         }
-        it = m_done.erase(it);
-        if (start < from) m_done.emplace(start, from);
-        if (stop > to) it = m_done.emplace(to, stop).first;
+        it = ranges.erase(it);
+        if (start < from) ranges.emplace(start, from);
+        if (stop > to) it = ranges.emplace(to, stop).first;
     }
 }
 

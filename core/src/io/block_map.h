@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace optscope {
@@ -39,13 +40,15 @@ public:
     uint64_t size() const { return m_size; }
     uint64_t blockBytes() const { return m_block; }
     uint64_t blocks() const { return m_state.size(); }
-    State state(uint64_t block) const { return static_cast<State>(m_state[block]); }
+    State state(uint64_t block) const { return static_cast<State>(m_state[block] & kStateBits); }
+    /// a reader points into the block (reading()) and has not given that range back: it keeps its memory
+    bool pinned(uint64_t block) const;
 
     /// the blocks holding [offset, offset + length) (inside the object: the caller checks)
     Run blocksOf(uint64_t offset, uint64_t length) const;
-    /// claims the absent blocks of @p range that are not in @p skip (runs the caller fetched already and a reader may
-    /// have given back since), and the consumed ones unless @p prefetch: they become in flight, to be fetched by the
-    /// parts returned
+    /// claims the absent blocks of @p range (never fetched, or evicted), and the consumed ones that are not in
+    /// @p skip (runs the caller fetched already and a reader gave back since) unless @p prefetch: they become in
+    /// flight, to be fetched by the parts returned
     Claim claim(Run range, const std::vector<Run>& skip, bool prefetch = false);
     /// the consumed blocks of @p range become absent: a prefetch asked from now on fetches them (a new pass over
     /// bytes read before), one asked before does not
@@ -59,19 +62,32 @@ public:
     /// the caller to drop their memory. Only present blocks are given back; a block claimed for a fetch is no longer
     /// done (a new read may point into it).
     std::vector<Run> giveBack(uint64_t offset, uint64_t length);
-    /// a reader points into [offset, offset + length): its bytes are no longer done (until given back again)
-    void reading(uint64_t offset, uint64_t length)
-    {
-        if (!m_done.empty() && length) undone(offset, offset + length);
-    }
+    /// a reader points into [offset, offset + length) (present): its bytes are no longer done and pin their blocks
+    /// (never evicted, whatever the cache's bound) until the range is given back
+    void reading(uint64_t offset, uint64_t length);
+    /// a reader copied bytes of @p range out: its present blocks were used lately (evicted after the others)
+    void used(Run range);
+    /// The block cache's clock: visits at most @p visits blocks from where the last call stopped, round the object;
+    /// a present block not pinned and not used since the last visit becomes absent (a read fetches it again), one
+    /// used since loses that mark. A block fetched and not read yet (a read-ahead: needed soon) is left unless
+    /// @p unread. Stops after @p want blocks. (A block is pinned while any of its bytes is.) Returns those evicted,
+    /// for the caller to drop their memory; @p cleared counts the marks taken (progress without eviction).
+    std::vector<Run> evict(uint64_t want, uint64_t visits, uint64_t& cleared, bool unread = false);
 
 private:
-    void undone(uint64_t from, uint64_t to); ///< [from, to) leaves the done bytes
+    static constexpr uint8_t kStateBits = 0x3, kUsed = 0x40, kUnread = 0x80; // a present block's marks
+    using Ranges = std::map<uint64_t, uint64_t>; ///< byte ranges, merged: start -> end
+    /// [from, to) joins @p ranges, merged with those it touches or adjoins: returns the range it became part of
+    static std::pair<uint64_t, uint64_t> add(Ranges& ranges, uint64_t from, uint64_t to);
+    static void remove(Ranges& ranges, uint64_t from, uint64_t to);
+    void undone(uint64_t from, uint64_t to) { remove(m_done, from, to); } ///< [from, to) leaves the done bytes
     uint64_t m_size;
     uint64_t m_block;
     uint64_t m_maxPart;
-    std::vector<uint8_t> m_state; ///< State per block
-    std::map<uint64_t, uint64_t> m_done; ///< the done bytes, merged: start -> end (few: done ranges adjoin)
+    std::vector<uint8_t> m_state; ///< State per block, with a present block's flags
+    uint64_t m_hand = 0; ///< where evict() goes on
+    Ranges m_done; ///< the done bytes (few ranges: done ranges adjoin)
+    Ranges m_pinned; ///< the bytes readers point into (ranges of items being read: few at a time)
 };
 
 } // namespace optscope

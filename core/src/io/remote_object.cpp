@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/remote_object.h"
 #include "optscope/base/error.h"
+#include "optscope/base/look_ahead.h"
 #include "optscope/io/block_map.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/sha256.h"
@@ -23,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace optscope {
@@ -750,6 +752,45 @@ ObjectInfo objectInfo(const std::string& urlIn)
 
 // ---- the remote ByteSource ------------------------------------------------------------------------------------------
 
+class RemoteObject;
+
+/// The bound on the fetched blocks the process holds, all objects together: remoteCacheBytes() (512 MiB unless
+/// OPTSCOPE_REMOTE_CACHE_MB is set), above the read-ahead (256 MiB, at most half of it) and the look-ahead (128 MiB,
+/// at most a quarter), which it must not evict before they are read. Blocks are given back as readers finish their
+/// bytes; what stays is bytes a reader has not finished: a block shared by small items of tensors read later (a DCP
+/// rank file written largest item first), a scan's read-ahead not reached. Beyond the bound the least lately used
+/// blocks are evicted (a clock over each object, visiting the objects in turn) and fetched again if read again; a block
+/// a reader points into (ByteSource::bytes) is never evicted.
+class BlockCache
+{
+public:
+    static BlockCache& instance()
+    {
+        static BlockCache* cache = new BlockCache; // never destroyed: a detached fetcher may outlive the statics
+        return *cache;
+    }
+    static int64_t bound() { return int64_t(remoteCacheBytes()); }
+    void add(const RemoteObject* o)
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_objects.insert(o);
+    }
+    void remove(const RemoteObject* o)
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_objects.erase(o);
+    }
+    /// evicts down to 7/8 of the bound when the process holds more. Call without an object's lock (lock order: the
+    /// cache's, then an object's). One thread trims at a time; the others go on.
+    void trimIfOver();
+
+private:
+    std::mutex m_mutex;
+    std::set<const RemoteObject*> m_objects; ///< the open objects
+    const RemoteObject* m_last = nullptr; ///< the object the last trim visited last: the next one starts after it
+    std::atomic<int64_t> m_stuckAt {0}; ///< the least held since a trim found nothing more to evict; 0: none did
+};
+
 class RemoteObject final : public ByteSource, private FetchClient
 {
 public:
@@ -770,9 +811,11 @@ public:
         }
         m_blocks = BlockMap(m_size, kBlock, kPart);
         ++g_openObjects;
+        BlockCache::instance().add(this);
     }
     ~RemoteObject() override
     {
+        BlockCache::instance().remove(this);
         {
             // the fetchers take no more work, and their transfers stop at once (a hung server must not hold an
             // exit for the retries' minutes)
@@ -811,8 +854,9 @@ public:
         std::unique_lock<std::mutex> lock(m_mutex);
         ensure(offset, length, lock);
         std::memcpy(destination, m_base + offset, length);
-        // the range's bytes are done: nobody else points into them
+        // the range's bytes are done: nobody else points into them; the rest of their blocks is likely read soon
         const uint64_t end = offset + length;
+        m_blocks.used(m_blocks.blocksOf(offset, length));
         giveBack(offset, length);
         // a sequential scan (a gather going through a rank file): the next range is fetched while this one is used
         const bool sequential
@@ -820,6 +864,8 @@ public:
         m_lastEnd = end;
         const uint64_t limit = std::min(scanEnd, m_size);
         if (sequential && end < limit) queueFetch(end, std::min(scanReadAhead(), limit - end), true);
+        lock.unlock();
+        BlockCache::instance().trimIfOver();
     }
 
     void finished(uint64_t offset, uint64_t length) const override
@@ -840,13 +886,14 @@ private:
     /// how far a sequential scan reads ahead: 64 MiB for one object, less when many are open, so that scans of all of
     /// them together (a check or gather going tensor by tensor through 1,024 rank files) keep at most 256 MiB ahead
     /// (64 MiB each fetched all 2.8 GB of a 1,024-rank checkpoint in its first seconds), never under 256 KiB
-    /// (OPTSCOPE_REMOTE_READ_AHEAD_MB sets the 256 MiB)
+    /// (OPTSCOPE_REMOTE_READ_AHEAD_MB sets the 256 MiB; at most half of BlockCache::bound())
     static uint64_t scanReadAhead()
     {
         static const uint64_t total = [] {
             const std::string mb = env("OPTSCOPE_REMOTE_READ_AHEAD_MB");
             const uint64_t n = mb.empty() ? 0 : std::strtoull(mb.c_str(), nullptr, 10);
-            return (n ? n : 256) << 20;
+            // at most half the cache: a read-ahead evicted before it is read would be fetched twice
+            return std::min<uint64_t>((n ? n : 256) << 20, uint64_t(BlockCache::bound()) / 2);
         }();
         constexpr uint64_t kMost = uint64_t(64) << 20, kLeast = uint64_t(256) << 10;
         return std::clamp(total / uint64_t(std::max(1, g_openObjects.load())), std::min(kLeast, total), kMost);
@@ -878,10 +925,30 @@ private:
         std::unique_lock<std::mutex> lock(m_mutex);
         ensure(offset, length, lock);
         // bytes() hands out a pointer: its block stays until the range is finished again (a second reader of an item
-        // done before, while another thread finishes the rest of its block)
+        // done before, while another thread finishes the rest of its block), and is never evicted
         m_blocks.reading(offset, length);
+        lock.unlock();
+        BlockCache::instance().trimIfOver();
     }
 
+public:
+    /// the cache's clock on this object (BlockCache::trimIfOver): evicts at most @p want blocks, visiting at most 64,
+    /// blocks not read yet only if @p unread. A read making its range present holds the lock from its last look to
+    /// its copy: a block evicted before fetches again (BlockMap::claim)
+    uint64_t evictSome(uint64_t want, uint64_t& cleared, bool unread) const
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        if (m_closing) return 0;
+        uint64_t bytes = 0;
+        for (const BlockMap::Run& r : m_blocks.evict(want, 64, cleared, unread)) {
+            ::madvise(const_cast<uint8_t*>(m_base) + r.begin * kBlock, bytesOf(r), MADV_DONTNEED);
+            bytes += bytesOf(r);
+        }
+        addHeld(-int64_t(bytes));
+        return bytes;
+    }
+
+private:
     /// makes [offset, offset+length) present. The blocks it claims are fetched with the lock released, so that a
     /// read-ahead and a read proceed together; blocks another thread is fetching are waited for (and fetched here
     /// if that fetch failed).
@@ -893,7 +960,8 @@ private:
                 "a read of " + std::to_string(length) + " bytes at offset " + std::to_string(offset)
                     + " lies past the end of the object (" + std::to_string(m_size) + " bytes)");
         const BlockMap::Run range = m_blocks.blocksOf(offset, length);
-        // blocks this call fetched: once given back by a reader that used them (copyOut), not fetched again here
+        // blocks this call fetched: once given back by a reader that used them (copyOut), not fetched again here (once
+        // evicted, they are)
         std::vector<BlockMap::Run> fetched;
         for (;;) {
             const BlockMap::Claim claim = m_blocks.claim(range, fetched);
@@ -981,6 +1049,9 @@ private:
             lock.lock();
             settle(batch.runs, fetched);
             m_cv.notify_all();
+            lock.unlock();
+            BlockCache::instance().trimIfOver();
+            lock.lock();
         }
         FetcherPool::instance().left(*this);
     }
@@ -1046,6 +1117,38 @@ private:
     mutable std::atomic<bool> m_changed {false};
     std::atomic<bool> m_closing {false}; ///< being destroyed: background transfers abort
 };
+
+void BlockCache::trimIfOver()
+{
+    const int64_t limit = bound();
+    const int64_t held = g_held.load();
+    if (held <= limit) return;
+    // the last trim found nothing more to evict (readers point into the rest): tried again once a further 1/8 of the
+    // bound is held above the least held since (a visit of every object per read would cost more than the reads)
+    for (int64_t stuck = m_stuckAt.load(); held < stuck && !m_stuckAt.compare_exchange_weak(stuck, held);) { }
+    if (held <= m_stuckAt.load() + limit / 8) return;
+    std::unique_lock<std::mutex> lock(m_mutex, std::try_to_lock);
+    if (!lock.owns_lock()) return; // another thread is trimming (or an object opening or closing: the next read trims)
+    const int64_t target = limit - limit / 8;
+    size_t idle = 0; // objects visited in a row that neither evicted nor took a mark
+    // blocks read and not finished first (a small item's neighbours, read later or never); then read-aheads not
+    // reached yet, which a read would fetch again soon
+    for (bool unread : {false, true}) {
+        for (idle = 0; g_held.load() > target && !m_objects.empty() && idle <= m_objects.size();) {
+            auto it = m_objects.upper_bound(m_last);
+            if (it == m_objects.end()) it = m_objects.begin();
+            m_last = *it;
+            // a few blocks from each object in turn: the clocks of all objects move together, close to one clock
+            // as many as reach the target, so that the hand passes no more blocks than a clock's victims need
+            const uint64_t need = uint64_t(std::max<int64_t>(g_held.load() - target, 0)) / kBlock + 1;
+            uint64_t cleared = 0;
+            const uint64_t evicted = (*it)->evictSome(std::min<uint64_t>(need, 16), cleared, unread);
+            idle = evicted || cleared ? 0 : idle + 1;
+        }
+    }
+    const int64_t left = g_held.load();
+    m_stuckAt.store(left > target ? left : 0);
+}
 
 // ---- uploads --------------------------------------------------------------------------------------------------------
 
@@ -1369,6 +1472,7 @@ RemoteTransferStats remoteTransferStats()
     s.bytesFetched = g_bytes.load();
     s.retries = g_retries.load();
     s.inFlight = g_inFlight.load();
+    s.held = uint64_t(std::max<int64_t>(0, g_held.load()));
     s.peakHeld = uint64_t(std::max<int64_t>(0, g_peakHeld.load()));
     return s;
 }

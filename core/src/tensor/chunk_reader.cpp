@@ -7,8 +7,6 @@
 
 namespace optscope {
 
-namespace { } // namespace
-
 int64_t ChunkData::numel() const
 {
     int64_t n = 1;
@@ -147,6 +145,18 @@ void ChunkReader::finishItem(const ChunkData& d, const TensorChunk& chunk)
 {
     if (chunk.source.kind != ChunkSource::Kind::StorageRecord && d.file && d.file->isRemote() && d.pointsIntoNoFile())
         d.file->finished(chunk.source.offset, chunk.source.length);
+}
+
+void ChunkReader::itemRead(const Checkpoint& checkpoint, const TensorChunk& chunk) noexcept
+{
+    const ChunkSource& src = chunk.source;
+    if (src.kind == ChunkSource::Kind::StorageRecord || src.file.empty() || src.length == 0) return;
+    try {
+        const auto file = checkpoint.files->open(src.file);
+        if (file->isRemote()) file->finished(src.offset, src.length);
+    } catch (...) {
+        // not open: nothing of it is held
+    }
 }
 
 } // namespace optscope

@@ -57,6 +57,9 @@ public:
     /// @p chunk's DCP item, read whole into @p d's own copy, is done: a remote object may give its blocks back
     /// (ByteSource::finished); nothing for a torch.save record, a local file or bytes d still points at
     static void finishItem(const ChunkData& d, const TensorChunk& chunk);
+    /// @p chunk's DCP item was read and the caller holds no ChunkData of it any more: a remote object may give its
+    /// blocks back. Never throws (a file that cannot be opened has nothing to give back).
+    static void itemRead(const Checkpoint& checkpoint, const TensorChunk& chunk) noexcept;
     /// Asks a remote chunk's bytes ahead of its read (ByteSource::prefetch): its stored range (for a DCP item the
     /// whole embedded archive, whose end records and headers resolve() parses) from the start, at most @p maxBytes
     /// of it, plus an item's last 64 KiB (where its zip index is). Returns the bytes asked; 0 for a local file,

@@ -75,6 +75,7 @@ TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entr
     : m_checkpoint(checkpoint)
     , m_entry(entry)
     , m_maxBlock(std::max<size_t>(maxBlockBytes, 1))
+    , m_readAhead(std::min(uint64_t(256) << 20, remoteCacheBytes() / 2))
 { }
 
 void TensorAssembler::checkExpansion(const Checkpoint& checkpoint, const Entry& entry)
@@ -295,6 +296,25 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
         if (!empty) live.push_back(i);
     }
 
+    // a remote DCP item read whole here is done once nothing points into it: its blocks may go (a gather of many
+    // small items held them all). Declared before the chunks' data, so that it runs after they are gone.
+    struct ItemsRead
+    {
+        const Checkpoint& checkpoint;
+        const TensorEntry& tensor;
+        std::vector<size_t> chunks;
+        ~ItemsRead()
+        {
+            for (size_t i : chunks)
+                ChunkReader::itemRead(checkpoint, tensor.chunks[i]);
+        }
+    } itemsRead {m_checkpoint, t, {}};
+    if (m_checkpoint.files && isUrl(m_checkpoint.files->rootDir()))
+        for (size_t i : live)
+            if (ndim == 0
+                || (t.chunks.offsetsOf(i)[0] >= rowBegin
+                    && t.chunks.offsetsOf(i)[0] + t.chunks.sizesOf(i)[0] <= rowEnd))
+                itemsRead.chunks.push_back(i);
     std::vector<std::optional<ChunkData>> resolved(t.chunks.size());
     auto data = [&](size_t i) -> const ChunkData& {
         if (!resolved[i]) {

@@ -11,13 +11,20 @@
 
 namespace optscope {
 
+/// The most fetched bytes of remote objects the process holds at once (their block cache, io's BlockCache):
+/// OPTSCOPE_REMOTE_CACHE_MB, 512 MiB unless set. What is read ahead must stay well under it, or it is evicted
+/// before it is read and fetched twice.
+uint64_t remoteCacheBytes();
+/// what a LookAhead keeps asked for by default: 128 MiB, at most a quarter of remoteCacheBytes()
+uint64_t lookAheadBytes();
+
 class LookAhead
 {
 public:
     /// @p bytesOf(n): what item n will read (0: nothing to ask, such as a value or another process's item);
     /// @p ask(n): starts fetching it
     LookAhead(size_t count, std::function<uint64_t(size_t)> bytesOf, std::function<void(size_t)> ask,
-        uint64_t maxBytes = uint64_t(128) << 20, size_t maxItems = 64)
+        uint64_t maxBytes = lookAheadBytes(), size_t maxItems = 64)
         : m_count(count)
         , m_bytesOf(std::move(bytesOf))
         , m_ask(std::move(ask))

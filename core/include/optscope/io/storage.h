@@ -93,7 +93,8 @@ struct RemoteTransferStats
     uint64_t bytesFetched = 0; ///< body bytes of ranged GETs
     uint64_t retries = 0;
     int inFlight = 0; ///< requests in flight now
-    uint64_t peakHeld = 0; ///< the most bytes of fetched blocks held at once (not yet given back)
+    uint64_t held = 0; ///< bytes of fetched blocks held now (not given back or evicted)
+    uint64_t peakHeld = 0; ///< the most bytes of fetched blocks held at once
 };
 RemoteTransferStats remoteTransferStats();
 /// forget the cached folder listings and object sizes (a watched run's folder grows)

@@ -27,7 +27,8 @@ public:
     using RegionSink = std::function<void(const ByteSource& file, uint64_t offset, uint64_t length)>;
 
     TensorAssembler(const Checkpoint& checkpoint, const Entry& entry, size_t maxBlockBytes = 64u << 20);
-    /// how far ahead of what it streams a remote tensor's chunks are asked for (256 MiB unless told): a caller that
+    /// how far ahead of what it streams a remote tensor's chunks are asked for (256 MiB, at most half the remote
+    /// cache, unless told): a caller that
     /// stops early (the first values of a tensor) says how much it will read, so that no more is fetched
     TensorAssembler& readAheadAtMost(uint64_t bytes)
     {
@@ -62,7 +63,7 @@ private:
     const Checkpoint& m_checkpoint;
     const Entry& m_entry;
     size_t m_maxBlock;
-    uint64_t m_readAhead = uint64_t(256) << 20;
+    uint64_t m_readAhead; ///< 256 MiB, at most half of remoteCacheBytes()
 };
 
 /// The boxes that, read one after the other, give the elements [first, first + count) of a tensor of @p shape in
