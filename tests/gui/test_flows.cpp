@@ -210,6 +210,7 @@ private Q_SLOTS:
     void openFailureIsReported();
     void openUrlReadsInPlace();
     void remoteScalarsAreReadOffTheUiThread();
+    void compareWithUrlMatchesTheLocalCompare();
     void treeFillsWhileLoading();
     void openFileRawShowsWhatTheFileHolds();
     void stateKeysNamesStayWhileScrollingRight();
@@ -792,6 +793,38 @@ void TestFlows::remoteScalarsAreReadOffTheUiThread()
         QVERIFY(changed.wait(Timeout));
         QCOMPARE(changed.first().at(0).value<QModelIndex>(), cell);
         QCOMPARE(cell.data().toString(), value);
+    }
+    nginx.terminate();
+    nginx.waitForFinished(5000);
+}
+
+void TestFlows::compareWithUrlMatchesTheLocalCompare()
+{
+    // Compare with… a checkpoint served over HTTP (nginx): the comparison reads it in place and finds what comparing
+    // with its local copy finds, entry by entry (one real Adam step apart: steps and moments change)
+    QTemporaryDir conf;
+    QProcess nginx;
+    const quint16 port = startNginx(nginx, QFileInfo(testData("diff/step4.pt")).absolutePath(), conf.path());
+    if (!port) QSKIP("nginx is not installed (the remote-storage tests' server)");
+    MainWindow w;
+    w.setPersistLayout(false);
+    QVERIFY(openAndWait(w, testData("diff/step3.pt")));
+    DiffPanel* diff = w.diffPanel();
+    QSignalSpy done(diff, &DiffPanel::finished);
+    diff->compareWith(testData("diff/step4.pt"));
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(done.takeFirst().at(0).toBool(), true);
+    const DiffReport local = diff->model()->report();
+    QVERIFY(local.count(DiffStatus::Changed) > 0);
+    diff->compareWith(QStringLiteral("http://127.0.0.1:%1/step4.pt").arg(port));
+    QVERIFY(done.wait(Timeout));
+    QCOMPARE(done.takeFirst().at(0).toBool(), true);
+    const DiffReport& remote = diff->model()->report();
+    QCOMPARE(remote.entries.size(), local.entries.size());
+    for (size_t i = 0; i < local.entries.size(); ++i) {
+        QCOMPARE(remote.entries[i].key, local.entries[i].key);
+        QCOMPARE(int(remote.entries[i].status), int(local.entries[i].status));
+        QCOMPARE(remote.entries[i].maxAbsDiff, local.entries[i].maxAbsDiff);
     }
     nginx.terminate();
     nginx.waitForFinished(5000);
