@@ -286,7 +286,7 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
         return reached >= last;
     };
     // the byte ranges readers point into (reading) and have not given back: they pin their blocks
-    std::vector<BlockMap::Part> pins;
+    std::vector<std::vector<BlockMap::Part>> pins(3); // per reader (threads): each gives back its own
     std::vector<bool> unread(map.blocks(), false); // fetched and not read since: a read-ahead's
     auto subtract = [](std::vector<BlockMap::Part>& ranges, uint64_t from, uint64_t to) {
         std::vector<BlockMap::Part> left;
@@ -302,8 +302,9 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
         ranges = left;
     };
     auto pinned = [&](uint64_t b) {
-        for (const auto& p : pins)
-            if (p.offset < (b + 1) * block && p.offset + p.length > b * block) return true;
+        for (const auto& readerPins : pins)
+            for (const auto& p : readerPins)
+                if (p.offset < (b + 1) * block && p.offset + p.length > b * block) return true;
         return false;
     };
     while (at < size) {
@@ -378,15 +379,17 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             }
             pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
         } else if (op == 2) {
-            const std::vector<BlockMap::Run> given = map.giveBack(offset, length);
-            if (length && offset < objectSize) subtract(pins, offset, offset + length);
+            const BlockMap::Reader reader = next(1) % 3;
+            const std::vector<BlockMap::Run> given = map.giveBack(offset, length, reader);
+            if (length && offset < objectSize) subtract(pins[reader], offset, offset + length);
             // the range's present blocks whose every byte is now done (given back since the block was last claimed)
             std::vector<BlockMap::Run> expected;
             if (length && offset < objectSize) {
                 const BlockMap::Run touched = map.blocksOf(offset, length);
                 for (uint64_t k = touched.begin; k < touched.end; ++k) {
                     doneSinceClaim[k].push_back({offset, length});
-                    if (!covered(k) || model[k] != BlockMap::Present) continue;
+                    // another reader's pins keep it
+                    if (!covered(k) || model[k] != BlockMap::Present || pinned(k)) continue;
                     model[k] = BlockMap::Consumed;
                     if (!expected.empty() && expected.back().end == k)
                         expected.back().end = k + 1;
@@ -408,8 +411,9 @@ Outcome fuzzBlockMap(const uint8_t* data, size_t size)
             const bool pointing = next(1) % 2;
             const BlockMap::Run range = map.blocksOf(offset, length);
             if (pointing) {
-                map.reading(offset, length);
-                pins.push_back({offset, length});
+                const BlockMap::Reader reader = next(1) % 3;
+                map.reading(offset, length, reader);
+                pins[reader].push_back({offset, length});
                 for (uint64_t k = range.begin; k < range.end; ++k)
                     subtract(doneSinceClaim[k], offset, offset + length);
             } else {

@@ -234,6 +234,14 @@ TEST(FuzzHarnesses, BlockMapEvictsBlocksNotUsedLatelyAndNeverPinnedOnes)
     // a block evicted is fetched again by a read, even one that fetched it before (its skip list)
     const BlockMap::Claim again = map.claim(map.blocksOf(0, 16), {{0, 1}});
     EXPECT_EQ(again.runs.size(), 1u);
+    map.settle(again.runs, true);
+    // two threads read one item: the first to finish gives back none of the bytes the other points into
+    map.settle(map.claim(map.blocksOf(0, 64), {}).runs, true);
+    map.reading(0, 16, 1);
+    map.reading(4, 8, 2);
+    EXPECT_EQ(runs(map.giveBack(0, 16, 1)), Runs {}) << "reader 2 still points into block 0";
+    EXPECT_TRUE(map.pinned(0));
+    EXPECT_EQ(runs(map.giveBack(4, 8, 2)), (Runs {{0, 1}}));
 }
 
 TEST(FuzzHarnesses, S3ListingIsReadAndBrokenOnesRejected)

@@ -58,20 +58,23 @@ void BlockMap::settle(const std::vector<Run>& runs, bool fetched)
             m_state[b] = fetched ? uint8_t(Present | kUnread) : uint8_t(Absent);
 }
 
-void BlockMap::reading(uint64_t offset, uint64_t length)
+void BlockMap::reading(uint64_t offset, uint64_t length, Reader reader)
 {
     if (length == 0 || offset >= m_size) return;
     const uint64_t end = std::min(offset + length, m_size);
     if (!m_done.empty()) undone(offset, end);
-    add(m_pinned, offset, end);
+    add(m_pins[reader], offset, end);
     used(blocksOf(offset, end - offset));
 }
 
 bool BlockMap::pinned(uint64_t block) const
 {
     const uint64_t from = block * m_block, to = from + m_block;
-    auto it = m_pinned.lower_bound(to); // the first range starting at or past the block's end
-    return it != m_pinned.begin() && std::prev(it)->second > from;
+    for (const auto& [reader, ranges] : m_pins) {
+        auto it = ranges.lower_bound(to); // the first range starting at or past the block's end
+        if (it != ranges.begin() && std::prev(it)->second > from) return true;
+    }
+    return false;
 }
 
 void BlockMap::used(Run range)
@@ -103,12 +106,15 @@ std::vector<BlockMap::Run> BlockMap::evict(uint64_t want, uint64_t visits, uint6
     return evicted;
 }
 
-std::vector<BlockMap::Run> BlockMap::giveBack(uint64_t offset, uint64_t length)
+std::vector<BlockMap::Run> BlockMap::giveBack(uint64_t offset, uint64_t length, Reader reader)
 {
     if (length == 0 || offset >= m_size) return {};
     const uint64_t end = std::min(offset + length, m_size);
     // the reader no longer points into it; joined with the done ranges it touches or adjoins
-    if (!m_pinned.empty()) remove(m_pinned, offset, end);
+    if (auto pins = m_pins.find(reader); pins != m_pins.end()) {
+        remove(pins->second, offset, end);
+        if (pins->second.empty()) m_pins.erase(pins);
+    }
     const auto [start, stop] = add(m_done, offset, end);
     // the range's blocks that [start, stop) covers whole (an object's last block ends at its end)
     const Run touched = blocksOf(offset, end - offset);
@@ -118,7 +124,7 @@ std::vector<BlockMap::Run> BlockMap::giveBack(uint64_t offset, uint64_t length)
     // arrived), one absent has no memory
     std::vector<Run> given;
     for (uint64_t b = r.begin; b < r.end; ++b) {
-        if (state(b) != Present) continue;
+        if (state(b) != Present || pinned(b)) continue;
         m_state[b] = Consumed;
         if (!given.empty() && given.back().end == b)
             given.back().end = b + 1;

@@ -43,6 +43,8 @@ public:
     State state(uint64_t block) const { return static_cast<State>(m_state[block] & kStateBits); }
     /// a reader points into the block (reading()) and has not given that range back: it keeps its memory
     bool pinned(uint64_t block) const;
+    /// who reads: a thread of the process (each gives back its own ranges; another's pins stay)
+    using Reader = uint64_t;
 
     /// the blocks holding [offset, offset + length) (inside the object: the caller checks)
     Run blocksOf(uint64_t offset, uint64_t length) const;
@@ -55,16 +57,18 @@ public:
     void renew(Run range);
     /// a claim's blocks become present (@p fetched) or absent again (its fetch failed)
     void settle(const std::vector<Run>& runs, bool fetched);
-    /// [offset, offset + length) is done: a reader copied it out, or will not read it again, and nobody points into
-    /// it. It joins the object's done bytes; the blocks of the range that every byte of which is now done become
-    /// consumed: the whole blocks inside it, and a block at either end whose other bytes were done before (a file of
-    /// many small items shares each block among several: it goes when the last of them is done). Returns them, for
-    /// the caller to drop their memory. Only present blocks are given back; a block claimed for a fetch is no longer
-    /// done (a new read may point into it).
-    std::vector<Run> giveBack(uint64_t offset, uint64_t length);
-    /// a reader points into [offset, offset + length) (present): its bytes are no longer done and pin their blocks
-    /// (never evicted, whatever the cache's bound) until the range is given back
-    void reading(uint64_t offset, uint64_t length);
+    /// [offset, offset + length) is done for @p reader: it copied it out, or will not read it again, and points into
+    /// it no more (its pins there go). It joins the object's done bytes; the blocks of the range that every byte of
+    /// which is now done become consumed: the whole blocks inside it, and a block at either end whose other bytes
+    /// were done before (a file of many small items shares each block among several: it goes when the last of them
+    /// is done). Returns them, for the caller to drop their memory. Only present blocks no other reader pins are
+    /// given back (two threads reading one item: the first to finish must not take the other's bytes; the block goes
+    /// when the other gives its range back); a block claimed for a fetch is no longer done (a new read may point
+    /// into it).
+    std::vector<Run> giveBack(uint64_t offset, uint64_t length, Reader reader = 0);
+    /// @p reader points into [offset, offset + length) (present): its bytes are no longer done and pin their blocks
+    /// (never evicted, whatever the cache's bound) until @p reader gives the range back
+    void reading(uint64_t offset, uint64_t length, Reader reader = 0);
     /// a reader copied bytes of @p range out: its present blocks were used lately (evicted after the others)
     void used(Run range);
     /// The block cache's clock: visits at most @p visits blocks from where the last call stopped, round the object;
@@ -87,7 +91,7 @@ private:
     std::vector<uint8_t> m_state; ///< State per block, with a present block's flags
     uint64_t m_hand = 0; ///< where evict() goes on
     Ranges m_done; ///< the done bytes (few ranges: done ranges adjoin)
-    Ranges m_pinned; ///< the bytes readers point into (ranges of items being read: few at a time)
+    std::map<Reader, Ranges> m_pins; ///< the bytes each reader points into (the items it is reading: few at a time)
 };
 
 } // namespace optscope

@@ -904,10 +904,17 @@ private:
     void giveBack(uint64_t offset, uint64_t length) const
     {
         if (offset >= m_size) return;
-        for (const BlockMap::Run& given : m_blocks.giveBack(offset, std::min(length, m_size - offset))) {
+        for (const BlockMap::Run& given : m_blocks.giveBack(offset, std::min(length, m_size - offset), thisReader())) {
             ::madvise(const_cast<uint8_t*>(m_base) + given.begin * kBlock, bytesOf(given), MADV_DONTNEED);
             addHeld(-int64_t(bytesOf(given)));
         }
+    }
+    /// the calling thread, as a BlockMap reader: a thread gives back its own pins, never another's
+    static BlockMap::Reader thisReader()
+    {
+        static std::atomic<BlockMap::Reader> next {1};
+        thread_local const BlockMap::Reader id = next++;
+        return id;
     }
     uint64_t bytesOf(const BlockMap::Run& r) const { return std::min(r.end * kBlock, m_size) - r.begin * kBlock; }
     /// a claim's fetch ended (under the lock): its blocks are present, or absent again
@@ -926,7 +933,7 @@ private:
         ensure(offset, length, lock);
         // bytes() hands out a pointer: its block stays until the range is finished again (a second reader of an item
         // done before, while another thread finishes the rest of its block), and is never evicted
-        m_blocks.reading(offset, length);
+        m_blocks.reading(offset, length, thisReader());
         lock.unlock();
         BlockCache::instance().trimIfOver();
     }
