@@ -338,8 +338,10 @@ void StateKeysModel::readScalarsInBackground() const
                 }
                 texts.emplace_back(node, text);
             }
+            QCoreApplication* app = QCoreApplication::instance(); // none once the application is gone
+            if (!app) return;
             QMetaObject::invokeMethod(
-                qApp,
+                app,
                 [self, generation, texts = std::move(texts)] {
                     if (self) self->scalarsRead(generation, texts);
                 },
