@@ -21,6 +21,16 @@ namespace optscope::ui {
 
 namespace {
 const std::vector<int> kNoChildren;
+
+/// a one-element tensor's cell: its value, or its shape when it cannot be read (the error shows in Tensor details)
+QString scalarCellText(const Checkpoint& checkpoint, const Entry& entry)
+{
+    try {
+        return QString::fromStdString(scalarValueText(checkpoint, entry).value_or(std::string()));
+    } catch (const std::exception&) {
+        return Format::shape(entry.tensor.shape);
+    }
+}
 } // namespace
 
 StateKeysModel::StateKeysModel(QObject* parent)
@@ -309,12 +319,7 @@ QString StateKeysModel::scalarText(int node, const Entry& entry) const
         readScalarsInBackground();
         return shape;
     }
-    QString text;
-    try {
-        text = QString::fromStdString(scalarValueText(*m_checkpoint, entry).value_or(std::string()));
-    } catch (const std::exception&) {
-        text = Format::shape(entry.tensor.shape); // unreadable: the error shows in Tensor details
-    }
+    const QString text = scalarCellText(*m_checkpoint, entry);
     m_scalarText.emplace(node, text);
     return text;
 }
@@ -329,15 +334,8 @@ void StateKeysModel::readScalarsInBackground() const
         [self, checkpoint = m_checkpoint, generation = m_generation, queue = std::move(m_scalarQueue)] {
             std::vector<std::pair<int, QString>> texts;
             texts.reserve(queue.size());
-            for (const auto& [node, entry] : queue) {
-                QString text;
-                try {
-                    text = QString::fromStdString(scalarValueText(*checkpoint, *entry).value_or(std::string()));
-                } catch (const std::exception&) {
-                    text = Format::shape(entry->tensor.shape); // unreadable: the error shows in Tensor details
-                }
-                texts.emplace_back(node, text);
-            }
+            for (const auto& [node, entry] : queue)
+                texts.emplace_back(node, scalarCellText(*checkpoint, *entry));
             QCoreApplication* app = QCoreApplication::instance(); // none once the application is gone
             if (!app) return;
             QMetaObject::invokeMethod(

@@ -157,18 +157,23 @@ TEST(FuzzHarnesses, BlockMapAgreesWithItsModel)
     }
 }
 
+using Runs = std::vector<std::pair<uint64_t, uint64_t>>;
+
+/// BlockMap runs as (begin, end) pairs, for EXPECT_EQ
+static Runs blockRuns(const std::vector<BlockMap::Run>& runs)
+{
+    Runs out;
+    for (const auto& x : runs)
+        out.emplace_back(x.begin, x.end);
+    return out;
+}
+
 // A DCP file of many small items (torch.save per chunk, ~1.3 KB each) shares every block among several: a block goes
 // back when its last item is done, not never (a remote check of 1,024 such files kept all 2.8 GB); a block fetched
 // again is kept until its bytes are all done again.
 TEST(FuzzHarnesses, BlockMapGivesBackABlockSharedBySmallItemsWhenTheLastIsDone)
 {
-    using Runs = std::vector<std::pair<uint64_t, uint64_t>>;
-    auto given = [](const std::vector<BlockMap::Run>& runs) {
-        Runs r;
-        for (const auto& x : runs)
-            r.emplace_back(x.begin, x.end);
-        return r;
-    };
+    const auto given = blockRuns;
     BlockMap map(40, 16, 64); // blocks [0,16) [16,32) [32,40)
     map.settle(map.claim(map.blocksOf(0, 40), {}).runs, true);
     EXPECT_EQ(given(map.giveBack(0, 10)), Runs {}) << "block 0 has bytes not done";
@@ -201,13 +206,7 @@ TEST(FuzzHarnesses, BlockMapGivesBackABlockSharedBySmallItemsWhenTheLastIsDone)
 // that range is given back. Without the bound a remote check of 1,024 rank files of small items held 1.56 GB.
 TEST(FuzzHarnesses, BlockMapEvictsBlocksNotUsedLatelyAndNeverPinnedOnes)
 {
-    using Runs = std::vector<std::pair<uint64_t, uint64_t>>;
-    auto runs = [](const std::vector<BlockMap::Run>& r) {
-        Runs out;
-        for (const auto& x : r)
-            out.emplace_back(x.begin, x.end);
-        return out;
-    };
+    const auto runs = blockRuns;
     BlockMap map(64, 16, 64); // blocks 0..3
     map.settle(map.claim(map.blocksOf(0, 64), {}).runs, true);
     uint64_t cleared = 0;

@@ -152,6 +152,23 @@ quint16 startNginx(QProcess& nginx, const QString& root, const QString& confDir)
     return 0;
 }
 
+/// nginx serving @p root while it lives (startNginx), stopped when it goes, also when a test fails midway; port 0 when
+/// nginx is not installed
+struct ServedFolder
+{
+    explicit ServedFolder(const QString& root)
+        : port(startNginx(nginx, root, conf.path()))
+    { }
+    ~ServedFolder()
+    {
+        nginx.terminate();
+        nginx.waitForFinished(5000);
+    }
+    QTemporaryDir conf;
+    QProcess nginx;
+    quint16 port;
+};
+
 /// answers the modal dialogs that open while it lives: an input dialog gets the next of @p texts and is accepted, a
 /// message box's text is kept in said() and it is closed
 class DialogAnswerer
@@ -730,9 +747,8 @@ void TestFlows::openUrlReadsInPlace()
 {
     // File > Open URL…: what is not a URL OptScope reads is refused with a warning, nothing opens; a DCP folder served
     // over HTTP (nginx) opens in place with the local copy's keys, and joins the recent list under its URL
-    QTemporaryDir conf;
-    QProcess nginx;
-    const quint16 port = startNginx(nginx, QFileInfo(testData("fsdp2_r2")).absolutePath(), conf.path());
+    const ServedFolder served(QFileInfo(testData("fsdp2_r2")).absolutePath());
+    const quint16 port = served.port;
     if (!port) QSKIP("nginx is not installed (the remote-storage tests' server)");
     MainWindow w; // persisting: the recent list is kept (init() clears the settings)
     auto* openUrl = w.findChild<QAction*>(QStringLiteral("openUrl"));
@@ -761,8 +777,6 @@ void TestFlows::openUrlReadsInPlace()
         QCOMPARE(remote->entries[i].key, local->entries[i].key);
     QCOMPARE(w.context()->path(), url);
     QCOMPARE(w.recentFiles().value(0), url);
-    nginx.terminate();
-    nginx.waitForFinished(5000);
 }
 
 void TestFlows::remoteScalarsAreReadOffTheUiThread()
@@ -770,9 +784,8 @@ void TestFlows::remoteScalarsAreReadOffTheUiThread()
     // a remote checkpoint's one-element tensors (`step`) show their values as a local one's do, but read on the thread
     // pool: a row shows its shape until its value is there (each read is a round trip to the store; read in data()
     // on the UI thread, a tree of many steps froze the window)
-    QTemporaryDir conf;
-    QProcess nginx;
-    const quint16 port = startNginx(nginx, QFileInfo(testData("fsdp2_r3")).absolutePath(), conf.path());
+    const ServedFolder served(QFileInfo(testData("fsdp2_r3")).absolutePath());
+    const quint16 port = served.port;
     if (!port) QSKIP("nginx is not installed (the remote-storage tests' server)");
     const CheckpointPtr remote = openCheckpoint(QStringLiteral("http://127.0.0.1:%1/fsdp2_r3").arg(port).toStdString());
     const CheckpointPtr local = openCheckpoint(testData("fsdp2_r3").toStdString());
@@ -794,17 +807,14 @@ void TestFlows::remoteScalarsAreReadOffTheUiThread()
         QCOMPARE(changed.first().at(0).value<QModelIndex>(), cell);
         QCOMPARE(cell.data().toString(), value);
     }
-    nginx.terminate();
-    nginx.waitForFinished(5000);
 }
 
 void TestFlows::compareWithUrlMatchesTheLocalCompare()
 {
     // Compare with… a checkpoint served over HTTP (nginx): the comparison reads it in place and finds what comparing
     // with its local copy finds, entry by entry (one real Adam step apart: steps and moments change)
-    QTemporaryDir conf;
-    QProcess nginx;
-    const quint16 port = startNginx(nginx, QFileInfo(testData("diff/step4.pt")).absolutePath(), conf.path());
+    const ServedFolder served(QFileInfo(testData("diff/step4.pt")).absolutePath());
+    const quint16 port = served.port;
     if (!port) QSKIP("nginx is not installed (the remote-storage tests' server)");
     MainWindow w;
     w.setPersistLayout(false);
@@ -826,8 +836,6 @@ void TestFlows::compareWithUrlMatchesTheLocalCompare()
         QCOMPARE(int(remote.entries[i].status), int(local.entries[i].status));
         QCOMPARE(remote.entries[i].maxAbsDiff, local.entries[i].maxAbsDiff);
     }
-    nginx.terminate();
-    nginx.waitForFinished(5000);
 }
 
 void TestFlows::openFailureIsReported()
