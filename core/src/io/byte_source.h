@@ -64,10 +64,10 @@ public:
         (void)offset;
         (void)length;
     }
-    /// the caller is done with [offset, offset+length) (a DCP item parsed and its tensor copied out) and nobody points
-    /// into it: a remote source gives back the memory of each block all of whose bytes are done, here or before (a
-    /// block shared by many small items goes with the last of them; a read fetches it again). A local file does
-    /// nothing: its pages are the page cache's.
+    /// the calling thread is done with [offset, offset+length) (a DCP item parsed and its tensor copied out) and
+    /// points into it no more: a remote source gives back the memory of each block all of whose bytes are done, here
+    /// or before, and into which no other thread points (a block shared by many small items goes with the last of
+    /// them; a read fetches it again). A local file does nothing: its pages are the page cache's.
     virtual void finished(uint64_t offset, uint64_t length) const
     {
         (void)offset;
