@@ -398,7 +398,7 @@ void StateKeysPanel::updateSummary()
     const auto& data = unsafe.dataClassPaths;
     std::vector<const CheckpointWarning*> shown;
     for (const auto& w : cp->warnings)
-        if (w.code != "unsafe-global"
+        if (w.code != ReaderCode::UnsafeGlobal
             || (std::find(library.begin(), library.end(), w.classPath) == library.end()
                 && std::find(data.begin(), data.end(), w.classPath) == data.end()))
             shown.push_back(&w);
@@ -412,8 +412,8 @@ void StateKeysPanel::updateSummary()
                 break;
             }
             lines << QStringLiteral("%1 %2: %3")
-                         .arg(w->isError ? QStringLiteral("⛔") : QStringLiteral("⚠"), QString::fromStdString(w->code),
-                             QString::fromStdString(w->message));
+                         .arg(w->isError ? QStringLiteral("⛔") : QStringLiteral("⚠"),
+                             QString::fromUtf8(readerCodeName(w->code)), QString::fromStdString(w->message));
         }
         m_warnings->setText(lines.join(QLatin1Char('\n')));
         m_warnings->show();

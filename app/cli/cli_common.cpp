@@ -152,9 +152,9 @@ std::string humanBytes(uint64_t bytes)
 void printDataWarnings(const Checkpoint& cp)
 {
     for (const auto& w : cp.warnings)
-        if (w.code == "param-order-assumed" || w.code == "megatron-bucket-layout")
-            std::cerr << "warning [" << w.code << "] " << w.message << (w.fix.empty() ? "" : "\n    fix: " + w.fix)
-                      << "\n";
+        if (w.code == ReaderCode::ParamOrderAssumed || w.code == ReaderCode::MegatronBucketLayout)
+            std::cerr << "warning [" << readerCodeName(w.code) << "] " << w.message
+                      << (w.fix.empty() ? "" : "\n    fix: " + w.fix) << "\n";
 }
 
 void printLeftOut(const std::vector<std::string>& leftOut)

@@ -102,8 +102,8 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
               << humanBytes(s["tensor_bytes"].get<uint64_t>()) << "), " << s["values"].get<size_t>() << " values"
               << ranks << "; " << report.json["format"].get<std::string>() << " (" << cp.formatDetail << ")\n";
     for (const auto& w : cp.warnings)
-        std::cerr << (w.isError ? "error" : "warning") << " [" << w.code << "]" << (w.key.empty() ? "" : " " + w.key)
-                  << ": " << w.message << "\n";
+        std::cerr << (w.isError ? "error" : "warning") << " [" << readerCodeName(w.code) << "]"
+                  << (w.key.empty() ? "" : " " + w.key) << ": " << w.message << "\n";
 }
 
 int run(const std::vector<std::string>& argv)

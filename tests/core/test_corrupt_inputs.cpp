@@ -324,7 +324,7 @@ TEST(CorruptInputs, MissingDistcpFile)
     CheckpointPtr cp = openCheckpoint(dir.string());
     bool missing = false;
     for (const auto& w : cp->warnings)
-        if (w.code == "missing-file" && w.isError && w.message.find("__1_0.distcp") != std::string::npos)
+        if (w.code == ReaderCode::MissingFile && w.isError && w.message.find("__1_0.distcp") != std::string::npos)
             missing = true;
     EXPECT_TRUE(missing);
     EXPECT_TRUE(cp->hasErrors());

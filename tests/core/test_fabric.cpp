@@ -69,7 +69,7 @@ TEST(Fabric, MetaPtKeysAreReadAtTheTopLevelAfterTheDcpPart)
     EXPECT_EQ(cp->format, CheckpointFormat::Dcp);
     EXPECT_NE(cp->formatDetail.find("Lightning Fabric meta.pt"), std::string::npos) << cp->formatDetail;
     for (const auto& w : cp->warnings)
-        ADD_FAILURE() << w.code << ": " << w.message;
+        ADD_FAILURE() << readerCodeName(w.code) << ": " << w.message;
     ASSERT_EQ(cp->companionFiles.size(), 1u);
     EXPECT_EQ(cp->companionFiles[0].file, "meta.pt");
     EXPECT_EQ(cp->companionFiles[0].keys, want["meta_keys"].get<std::vector<std::string>>());
@@ -143,7 +143,8 @@ TEST(Fabric, ReshardCopiesMetaPtAndKeepsItsKeysOutOfTheDcpPart)
         const auto back = openCheckpoint(out.string());
         EXPECT_EQ(keysOf(*back), keysOf(*src));
         for (const auto& w : back->warnings)
-            ADD_FAILURE() << w.code << ": " << w.message; // a key in both parts would be a duplicate-key
+            ADD_FAILURE() << readerCodeName(w.code) << ": "
+                          << w.message; // a key in both parts would be a duplicate-key
         // the DCP part alone holds no key of meta.pt
         fs::remove(out / "meta.pt");
         const auto dcpOnly = openCheckpoint(out.string());
@@ -185,7 +186,7 @@ TEST(Fabric, FixCopiesMetaPtAsReshardDoes)
     EXPECT_EQ(fileBytes(out / "meta.pt"), fileBytes(fs::path(kSource) / "meta.pt"));
     const auto fixed = openCheckpoint(out.string());
     for (const auto& w : fixed->warnings)
-        ADD_FAILURE() << w.code << ": " << w.message;
+        ADD_FAILURE() << readerCodeName(w.code) << ": " << w.message;
     EXPECT_NE(fixed->find("model.first.weight"), nullptr);
     EXPECT_NE(fixed->find("iteration"), nullptr);
     fs::remove(out / "meta.pt");

@@ -97,7 +97,8 @@ TEST(Fixtures, DangerousGlobalIsInertAndReported)
     CheckpointPtr cp = openCheckpoint(std::string(OPTSCOPE_TEST_DATA) + "/dangerous.pt");
     bool found = false;
     for (const auto& w : cp->warnings)
-        if (w.code == "unsafe-global" && w.key == "evil" && w.message.find("posix.system") != std::string::npos)
+        if (w.code == ReaderCode::UnsafeGlobal && w.key == "evil"
+            && w.message.find("posix.system") != std::string::npos)
             found = true;
     EXPECT_TRUE(found);
     const Entry* evil = cp->find("evil");
@@ -119,7 +120,7 @@ TEST(Fixtures, KnownClassesRaiseNoWarnings)
              "fsdp1_r2", "fsdp1_raw_r2/optim_rank0.pt"}) {
         CheckpointPtr cp = openCheckpoint(std::string(OPTSCOPE_TEST_DATA) + "/" + name);
         EXPECT_TRUE(cp->warnings.empty())
-            << name << ": " << cp->warnings.front().code << " " << cp->warnings.front().message;
+            << name << ": " << readerCodeName(cp->warnings.front().code) << " " << cp->warnings.front().message;
     }
 }
 

@@ -171,7 +171,7 @@ TEST(Safetensors, MissingShardIsAnErrorWarningNamingIt)
     fs::remove(dir / "model-00002-of-00002.safetensors");
     const auto cp = openCheckpoint(dir.path().string());
     ASSERT_TRUE(cp->hasErrors());
-    EXPECT_EQ(cp->warnings[0].code, "missing-file");
+    EXPECT_EQ(cp->warnings[0].code, ReaderCode::MissingFile);
     EXPECT_NE(cp->warnings[0].message.find("model-00002-of-00002.safetensors"), std::string::npos);
     EXPECT_FALSE(cp->entries.empty()); // the first shard's tensors are there
     const CheckReport report = checkCheckpoint(*cp, {});
@@ -230,7 +230,7 @@ TEST(Safetensors, CutShortDataAndUnrepresentableDtypesAreEntryErrors)
     EXPECT_FALSE(cp->find("d")->isTensor());
     std::set<std::string> codes;
     for (const auto& w : cp->warnings) {
-        codes.insert(w.code);
+        codes.insert(readerCodeName(w.code));
         EXPECT_TRUE(w.isError);
         EXPECT_NE(w.message.find("cut.safetensors"), std::string::npos) << w.message;
     }
@@ -490,8 +490,8 @@ TEST(HfTrainer, AccelerateFoldersOfSeveralModelsNameWhatIsNotRead)
     EXPECT_NE(
         cp->formatDetail.find("not read: model_1.safetensors, optimizer_1.bin, random_states_0.pkl"), std::string::npos)
         << cp->formatDetail;
-    const auto w = std::find_if(
-        cp->warnings.begin(), cp->warnings.end(), [](const CheckpointWarning& x) { return x.code == "unread-file"; });
+    const auto w = std::find_if(cp->warnings.begin(), cp->warnings.end(),
+        [](const CheckpointWarning& x) { return x.code == ReaderCode::UnreadFile; });
     ASSERT_NE(w, cp->warnings.end());
     EXPECT_NE(w->message.find("model_1.safetensors, optimizer_1.bin are not part of this view"), std::string::npos)
         << w->message;

@@ -48,7 +48,7 @@ std::string fileBytes(const std::string& path)
 const CheckpointWarning* warningOf(const Checkpoint& cp, const std::string& code)
 {
     for (const auto& w : cp.warnings)
-        if (w.code == code) return &w;
+        if (readerCodeName(w.code) == code) return &w;
     return nullptr;
 }
 
@@ -56,7 +56,7 @@ std::string allWarnings(const Checkpoint& cp)
 {
     std::string s;
     for (const auto& w : cp.warnings)
-        s += w.code + ": " + w.message + "\n";
+        s += std::string(readerCodeName(w.code)) + ": " + w.message + "\n";
     return s;
 }
 

@@ -191,7 +191,7 @@ void expectStr(const PyValue* v, std::string_view expected)
 bool hasUnsafeWarning(const PickleResult& r, const std::string& classPath)
 {
     for (const auto& w : r.warnings)
-        if (w.code == "unsafe-global" && w.classPath == classPath) return true;
+        if (w.code == ReaderCode::UnsafeGlobal && w.classPath == classPath) return true;
     return false;
 }
 
@@ -199,7 +199,7 @@ std::string warningsText(const PickleResult& r)
 {
     std::string s;
     for (const auto& w : r.warnings)
-        s += w.code + " " + w.classPath + ": " + w.message + "\n";
+        s += std::string(readerCodeName(w.code)) + " " + w.classPath + ": " + w.message + "\n";
     return s;
 }
 
@@ -820,7 +820,7 @@ TEST(PickleOpcodes, ReduceOnUnknownGlobalIsInert)
     expectStr(o->object->args->item(0), "echo pwned");
     ASSERT_EQ(u->result.warnings.size(), 1u);
     const PickleWarning& w = u->result.warnings[0];
-    EXPECT_EQ(w.code, "unsafe-global");
+    EXPECT_EQ(w.code, ReaderCode::UnsafeGlobal);
     EXPECT_EQ(w.classPath, "posix.system");
     EXPECT_EQ(w.offset, 2u); // the GLOBAL opcode
     EXPECT_NE(w.message.find("posix.system"), std::string::npos);
@@ -945,7 +945,7 @@ TEST(PickleOpcodes, Build)
     auto l = load(Pk().op(op::EMPTY_LIST).op(op::EMPTY_DICT).op(op::BUILD).stop());
     EXPECT_EQ(l->root()->kind, PyKind::List);
     ASSERT_EQ(l->result.warnings.size(), 1u);
-    EXPECT_EQ(l->result.warnings[0].code, "build-ignored");
+    EXPECT_EQ(l->result.warnings[0].code, ReaderCode::BuildIgnored);
 
     EXPECT_PICKLE_ERROR(Pk().op(op::EMPTY_DICT).op(op::BUILD).stop(), ErrorKind::Format, 1);
 }
@@ -969,7 +969,7 @@ TEST(PickleOpcodes, ExtensionCodesAreInert)
         const std::string path = "copyreg._extension_registry[" + std::to_string(c.code) + "]";
         EXPECT_EQ(u->root()->global->path(), path);
         ASSERT_EQ(u->result.warnings.size(), 1u);
-        EXPECT_EQ(u->result.warnings[0].code, "unsafe-global");
+        EXPECT_EQ(u->result.warnings[0].code, ReaderCode::UnsafeGlobal);
         EXPECT_EQ(u->result.warnings[0].classPath, path);
         EXPECT_EQ(u->result.warnings[0].offset, 2u);
     }

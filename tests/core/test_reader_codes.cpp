@@ -1,36 +1,65 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Every warning code a reader can emit (CheckpointBuilder::warn/error, CheckpointWarning::code) is known to the
-// check: a finding's name or an entry of its table of the readers' other codes. Before, a code nobody mapped became
-// bad-metadata without a word; now adding one without its mapping fails here.
+// The readers' codes are one table (model/reader_code.h): a reader can only emit a code it holds, since the code is
+// an enum. Here: the table is in declaration order, names are unique, a code named as a finding is that finding, and
+// what check makes of a reader's warning is the table's finding.
 #include "optscope/analysis/checkpoint_check.h"
+#include "optscope/model/reader_code.h"
 
-#include <filesystem>
-#include <fstream>
 #include <gtest/gtest.h>
-#include <regex>
 #include <set>
-#include <sstream>
+#include <string>
 
 using namespace optscope;
-namespace fs = std::filesystem;
 
-TEST(ReaderCodes, EveryCodeAReaderEmitsIsKnown)
+TEST(ReaderCodes, TableIsInOrderWithUniqueNames)
 {
-    const std::regex emitted(R"re((?:\bwarn|\berror)\(\s*"([a-z0-9-]+)"|\.code\s*=\s*"([a-z0-9-]+)")re");
-    std::set<std::string> codes;
-    for (const auto& f : fs::recursive_directory_iterator(fs::path(OPTSCOPE_SOURCE_DIR) / "core" / "src")) {
-        if (f.path().extension() != ".cpp") continue;
-        std::ifstream in(f.path());
-        std::stringstream text;
-        text << in.rdbuf();
-        const std::string s = text.str();
-        for (std::sregex_iterator m(s.begin(), s.end(), emitted), end; m != end; ++m)
-            codes.insert((*m)[1].matched ? (*m)[1].str() : (*m)[2].str());
+    const auto& table = readerCodeRegistry();
+    ASSERT_GT(table.size(), 30u);
+    std::set<std::string> names;
+    for (size_t i = 0; i < table.size(); ++i) {
+        EXPECT_EQ(static_cast<size_t>(table[i].code), i) << table[i].name;
+        EXPECT_TRUE(names.insert(table[i].name).second) << "two codes named " << table[i].name;
     }
-    EXPECT_GT(codes.size(), 30u) << "the scan finds the readers' codes";
-    for (const auto& code : codes)
-        EXPECT_TRUE(readerWarningFinding(code).has_value()) << "reader code '" << code << "' maps to no finding";
-    EXPECT_EQ(readerWarningFinding("chunk-out-of-range"), FindingCode::ChunkTruncated);
-    EXPECT_EQ(readerWarningFinding("missing-file"), FindingCode::MissingFile);
-    EXPECT_FALSE(readerWarningFinding("no-such-code").has_value());
+    EXPECT_STREQ(readerCodeName(ReaderCode::ZeroElastic), "zero-elastic");
+}
+
+TEST(ReaderCodes, ACodeNamedAsAFindingIsThatFinding)
+{
+    size_t same = 0;
+    for (const auto& code : readerCodeRegistry())
+        for (const auto& finding : findingRegistry())
+            if (std::string(code.name) == finding.name) {
+                EXPECT_EQ(code.finding, finding.code) << code.name;
+                ++same;
+            }
+    EXPECT_GT(same, 15u);
+    EXPECT_EQ(readerCodeInfo(ReaderCode::ChunkOutOfRange).finding, FindingCode::ChunkTruncated);
+    EXPECT_EQ(readerCodeInfo(ReaderCode::DtensorLayout).finding, FindingCode::BadMetadata);
+}
+
+TEST(ReaderCodes, CheckReportsAReadersErrorAsItsFinding)
+{
+    // one error and one plain warning of each code: every error becomes the table's finding, and a warning only where
+    // the table says check reports it
+    for (const auto& code : readerCodeRegistry()) {
+        if (code.code == ReaderCode::UnsafeGlobal) continue; // check tells its kinds of global apart (own tests)
+        for (bool isError : {true, false}) {
+            Checkpoint cp;
+            CheckpointWarning w;
+            w.code = code.code;
+            w.message = "said by a reader";
+            w.isError = isError;
+            cp.warnings.push_back(w);
+            CheckOptions opt;
+            opt.optimizers = false;
+            const CheckReport r = checkCheckpoint(cp, opt);
+            if (isError || code.checkedWhenWarning) {
+                ASSERT_EQ(r.findings.size(), 1u) << code.name << (isError ? " error" : " warning");
+                EXPECT_EQ(r.findings[0].code, code.finding) << code.name;
+                EXPECT_EQ(r.findings[0].message, "said by a reader");
+            } else {
+                EXPECT_TRUE(r.findings.empty()) << code.name << " warning";
+            }
+        }
+    }
 }

@@ -285,7 +285,8 @@ TEST(SharedReferences, AnAliasedStateDictIsExpandedAtEachKey)
     // os.system is pickled once and referenced by the next two objects: every entry holding one is reported
     std::set<std::string> warned;
     for (const auto& w : cp->warnings)
-        if (w.code == "unsafe-global" && w.message.find("posix.system") != std::string::npos) warned.insert(w.key);
+        if (w.code == ReaderCode::UnsafeGlobal && w.message.find("posix.system") != std::string::npos)
+            warned.insert(w.key);
     EXPECT_EQ(warned, (std::set<std::string> {"hooks.a", "hooks.b", "more"}));
 }
 
@@ -465,7 +466,7 @@ TEST(Keys, CheckpointIndexFindsEveryKeyAndTheFirstOfDuplicates)
     EXPECT_EQ(cp.find("state"), nullptr);
     std::set<std::string> duplicates;
     for (const auto& w : cp.warnings)
-        if (w.code == "duplicate-key") duplicates.insert(w.key);
+        if (w.code == ReaderCode::DuplicateKey) duplicates.insert(w.key);
     EXPECT_EQ(duplicates, (std::set<std::string> {"state.7", "state.9"}));
     const Checkpoint copy = cp; // positions, not pointers: a copy finds its own entries
     EXPECT_EQ(copy.find("state.123"), &copy.entries[123]);

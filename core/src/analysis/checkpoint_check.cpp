@@ -48,47 +48,6 @@ nlohmann::ordered_json CheckReport::toJson() const
 
 namespace {
 
-/// Reader codes that are not finding names, with the finding each becomes when a reader reports it as an error.
-/// Codes a reader only warns with (zero-elastic, dtensor-layout, ...) are listed too: every code a reader can emit is
-/// here or a finding name (ReaderCodes.EveryCodeAReaderEmitsIsKnown scans the readers' sources).
-constexpr std::pair<std::string_view, FindingCode> kReaderCodes[] = {
-    {"chunk-out-of-range", FindingCode::ChunkTruncated},
-    {"bad-storage-info", FindingCode::MissingStorageInfo},
-    {"no-storage-data", FindingCode::MissingStorageInfo},
-    {"bad-tensor", FindingCode::BadMetadata},
-    {"bad-shape", FindingCode::BadMetadata},
-    {"unsupported-tensor", FindingCode::BadMetadata},
-    {"unsupported-dtype", FindingCode::BadMetadata},
-    {"missing-tensor", FindingCode::BadMetadata},
-    {"duplicate-key", FindingCode::BadMetadata},
-    {"index-mismatch", FindingCode::BadMetadata},
-    {"unknown-offsets", FindingCode::BadMetadata},
-    {"unknown-metadata", FindingCode::BadMetadata},
-    {"lazy-bit", FindingCode::BadMetadata},
-    {"build-ignored", FindingCode::BadMetadata},
-    {"dtensor-layout", FindingCode::BadMetadata},
-    {"no-model", FindingCode::BadMetadata},
-    {"unread-file", FindingCode::BadMetadata},
-    {"zero-unread-file", FindingCode::BadMetadata},
-    {"zero-model-parallel", FindingCode::BadMetadata},
-    {"zero-frozen-missing", FindingCode::BadMetadata},
-    {"zero-frozen-from-module", FindingCode::BadMetadata},
-    {"zero-elastic", FindingCode::BadMetadata},
-};
-
-} // namespace
-
-std::optional<FindingCode> readerWarningFinding(std::string_view code)
-{
-    for (const auto& info : findingRegistry())
-        if (code == info.name) return info.code;
-    for (const auto& [name, finding] : kReaderCodes)
-        if (code == name) return finding;
-    return std::nullopt;
-}
-
-namespace {
-
 std::string numberText(double v)
 {
     std::ostringstream o;
@@ -108,24 +67,21 @@ public:
     CheckReport run()
     {
         for (const auto& w : m_cp.warnings) {
-            if (w.code == "unsafe-global") addGlobal(w);
-            if (w.code == "megatron-bucket-layout") add(FindingCode::MegatronBucketLayout, w.key, w.message);
-            if (w.code == "param-order-assumed") {
-                Finding& f = add(FindingCode::ParamOrderAssumed, w.key, w.message);
-                f.fix = w.fix;
+            const ReaderCodeInfo& code = readerCodeInfo(w.code);
+            if (w.code == ReaderCode::UnsafeGlobal) {
+                addGlobal(w);
+                continue;
             }
-            if (w.code == "megatron-param-groups") {
-                Finding& f = add(FindingCode::MegatronParamGroups, w.key, w.message);
-                f.fix = w.fix;
+            if (!w.isError) {
+                if (code.checkedWhenWarning) add(code.finding, w.key, w.message).fix = w.fix;
+                continue;
             }
-            if (!w.isError) continue;
-            // a code no table knows is a reader's bug (ReaderCodes.EveryCodeAReaderEmitsIsKnown): bad metadata
-            Finding& f = add(readerWarningFinding(w.code).value_or(FindingCode::BadMetadata), w.key, w.message);
+            Finding& f = add(code.finding, w.key, w.message);
             f.pytorchError = w.loadError; // the loading library's own error text (DeepSpeed's, for ZeRO folders)
             f.fix = w.fix;
             if (!w.file.empty()) m_missingFiles.insert(w.file); // a data file that is not read
 
-            if (w.code == "chunk-out-of-range") m_rangeFindings[w.key].push_back(m_report.findings.size() - 1);
+            if (w.code == ReaderCode::ChunkOutOfRange) m_rangeFindings[w.key].push_back(m_report.findings.size() - 1);
         }
         const size_t warningCount = m_report.findings.size();
         // Run as several processes, each reads and checks the tensors splitByWeight gives it (by bytes); rank 0
@@ -250,11 +206,8 @@ private:
             f.offsets = {std::vector<int64_t>(t.shape.size(), 0)};
             return;
         }
-        if (t.storesNoData()) {
-            add(FindingCode::TensorWithoutData, e.key,
-                "the tensor " + shapeText(t.shape) + " was saved without data ("
-                    + (t.subclass.empty() ? std::string("meta device") : t.subclass.str())
-                    + "): torch.load gives a meta tensor, with no values to load into a model or optimizer");
+        if (t.withoutData()) {
+            add(FindingCode::TensorWithoutData, e.key, t.withoutDataText());
             return;
         }
         const ShardLayout L = ShardLayout::of(t);

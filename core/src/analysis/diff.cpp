@@ -781,7 +781,7 @@ static DiffReport diffCheckpointsUnguarded(
     // may be that guess, not the checkpoints
     for (const auto& [label, cp] : {std::pair<const char*, const Checkpoint*> {"A", &a}, {"B", &b}})
         for (const auto& w : cp->warnings)
-            if (w.code == "param-order-assumed") report.notes.push_back(std::string(label) + ": " + w.message);
+            if (w.code == ReaderCode::ParamOrderAssumed) report.notes.push_back(std::string(label) + ": " + w.message);
     // one flattened side and one nested: hyperparameters are compared per parameter on both
     bool perParam = false;
     for (size_t i = 0; i < std::min(A.optimizers.size(), B.optimizers.size()); ++i)

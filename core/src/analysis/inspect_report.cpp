@@ -206,8 +206,8 @@ static InspectReport inspectCheckpointUnguarded(
     if (options.entriesJson) j["entries"] = std::move(entries);
     json warnings = json::array();
     for (const auto& w : cp.warnings)
-        warnings.push_back({{"code", w.code}, {"severity", w.isError ? "error" : "warning"}, {"message", w.message},
-            {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
+        warnings.push_back({{"code", readerCodeName(w.code)}, {"severity", w.isError ? "error" : "warning"},
+            {"message", w.message}, {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
     j["warnings"] = std::move(warnings);
     for (size_t i = 0; i < hashes.size() && i < errors.size(); ++i)
         if (!errors[i].empty()) hashes[i].clear();

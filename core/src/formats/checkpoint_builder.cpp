@@ -92,7 +92,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     e.subclass = std::string(t.subclass);
     if (t.wrapper) e.placements = std::string(t.wrapper->placements);
     if (t.conj || t.neg)
-        warn("lazy-bit", "tensor carries a lazy conj/neg bit; its stored bytes are shown as stored", key);
+        warn(ReaderCode::LazyBit, "tensor carries a lazy conj/neg bit; its stored bytes are shown as stored", key);
     if (t.storage) {
         e.chunks.push_back(chunkFromTensor(t, archive, fileRel, where));
     } else if (t.wrapper && !t.wrapper->shards.empty()) {
@@ -103,16 +103,14 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
             if (s.offsets.size() == c.sizes.size())
                 c.offsets = s.offsets;
             else
-                warn("unknown-offsets", "local shard of " + e.subclass.str() + " has no known global offset", key);
+                warn(ReaderCode::UnknownOffsets, "local shard of " + e.subclass.str() + " has no known global offset",
+                    key);
             e.chunks.push_back(std::move(c));
         }
     } else if (t.wrapper && metadataShardsCover(*t.wrapper, t.sizes)) {
         // a rank without rows (FSDP1's SHARDED_STATE_DICT of 4 rows on 3 ranks): the other ranks' files hold the
         // tensor, and the folder of all of them reads it whole (torch_save_ranks)
         e.shardsElsewhere = true;
-    } else {
-        warn("tensor-without-data",
-            "tensor (" + std::string(t.subclass.empty() ? "meta" : t.subclass) + ") has no stored data", key);
     }
     if (m_consumeGraphTensors && !shared && t.storage) {
         // no other path reaches this tensor value, and its chunk has copied what it needs
@@ -123,6 +121,9 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
         e.shape = t.sizes;
     }
     addTensor(std::move(path), std::move(e));
+    // after addTensor, which refuses a shape whose size does not fit
+    if (const TensorEntry& added = m_cp.entries.back().tensor; added.withoutData())
+        warn(ReaderCode::TensorWithoutData, added.withoutDataText(), key);
 }
 
 const PyValue* CheckpointBuilder::addTorchSaveFile(const std::string& fileRel, const KeyPath& prefix,
@@ -170,7 +171,8 @@ void CheckpointBuilder::addTensor(KeyPath path, TensorEntry tensor)
         std::string text;
         for (auto s : tensor.shape)
             text += (text.empty() ? "" : ", ") + std::to_string(s);
-        error("bad-shape", "tensor shape [" + text + "] has a negative dimension or more than 2^63 bytes", e.key);
+        error(ReaderCode::BadShape, "tensor shape [" + text + "] has a negative dimension or more than 2^63 bytes",
+            e.key);
         tensor.shape.clear();
         tensor.chunks.clear();
     }
@@ -183,17 +185,17 @@ void CheckpointBuilder::addTensor(KeyPath path, TensorEntry tensor)
 void CheckpointBuilder::addPickleWarnings(const std::vector<PickleWarning>& warnings)
 {
     for (const auto& w : warnings) {
-        if (w.code == "unsafe-global")
+        if (w.code == ReaderCode::UnsafeGlobal)
             m_unsafeGlobals.emplace(w.classPath, w.message);
         else
             warn(w.code, w.message);
     }
 }
 
-void CheckpointBuilder::warn(std::string code, std::string message, std::string key, bool isError)
+void CheckpointBuilder::warn(ReaderCode code, std::string message, std::string key, bool isError)
 {
     CheckpointWarning w;
-    w.code = std::move(code);
+    w.code = code;
     w.message = std::move(message);
     w.key = std::move(key);
     w.isError = isError;
@@ -203,9 +205,9 @@ void CheckpointBuilder::warn(std::string code, std::string message, std::string 
 void CheckpointBuilder::memberProblem(
     const MemberStat& m, const std::string& fileRel, const std::string& namedBy, const std::string& detail)
 {
-    const char* code = m.kind == MemberStat::Outside                  ? "path-outside-checkpoint"
-        : m.kind == MemberStat::Special || m.kind == MemberStat::Loop ? "special-file"
-                                                                      : "missing-file";
+    const ReaderCode code = m.kind == MemberStat::Outside             ? ReaderCode::PathOutsideCheckpoint
+        : m.kind == MemberStat::Special || m.kind == MemberStat::Loop ? ReaderCode::SpecialFile
+                                                                      : ReaderCode::MissingFile;
     std::string message = "data file '" + fileRel + "' named by " + namedBy + " " + m.what;
     if (!detail.empty()) message += " (" + detail + ")";
     if (m.kind == MemberStat::Outside) message += "; not read (--allow-outside-reads reads it)";
@@ -226,8 +228,8 @@ void CheckpointBuilder::finish()
             collectUnsafeGlobals(e.value, found, seen);
             for (const auto& path : found) {
                 auto it = m_unsafeGlobals.find(path);
-                warn("unsafe-global", it != m_unsafeGlobals.end() ? it->second : "global '" + path + "' kept inert",
-                    e.key);
+                warn(ReaderCode::UnsafeGlobal,
+                    it != m_unsafeGlobals.end() ? it->second : "global '" + path + "' kept inert", e.key);
                 m_cp.warnings.back().classPath = path;
                 attributed.insert(path);
             }
@@ -235,14 +237,14 @@ void CheckpointBuilder::finish()
     }
     for (const auto& [path, message] : m_unsafeGlobals)
         if (!attributed.count(path)) {
-            warn("unsafe-global", message);
+            warn(ReaderCode::UnsafeGlobal, message);
             m_cp.warnings.back().classPath = path;
         }
     m_cp.buildIndex();
     for (const auto& e : m_cp.entries)
         if (m_cp.find(e.key) != &e) // the index keeps the first of equal keys
-            warn("duplicate-key", "two entries flatten to the same key (DCP would refuse to save this state dict)",
-                e.key);
+            warn(ReaderCode::DuplicateKey,
+                "two entries flatten to the same key (DCP would refuse to save this state dict)", e.key);
 }
 
 } // namespace optscope

@@ -33,10 +33,10 @@ public:
     void addValue(KeyPath path, const PyValue* value);
     void addTensor(KeyPath path, TensorEntry tensor);
     void addPickleWarnings(const std::vector<PickleWarning>& warnings);
-    void warn(std::string code, std::string message, std::string key = {}, bool isError = false);
-    void error(std::string code, std::string message, std::string key = {})
+    void warn(ReaderCode code, std::string message, std::string key = {}, bool isError = false);
+    void error(ReaderCode code, std::string message, std::string key = {})
     {
-        warn(std::move(code), std::move(message), std::move(key), true);
+        warn(code, std::move(message), std::move(key), true);
     }
     /// A torch.save file of the checkpoint's folder (@p fileRel, relative to its root) as entries: unpickled inertly,
     /// flattened as DCP's flatten_state_dict would, each leaf under @p prefix (empty: at the top level), its tensors'

@@ -41,7 +41,7 @@ void addFabricMeta(Checkpoint& cp, CheckpointBuilder& builder, const fs::path& d
                   return true;
               });
         if (!root || !root->isMapping())
-            builder.error("unreadable-value",
+            builder.error(ReaderCode::UnreadableValue,
                 cp.files->absolute(DcpReader::kFabricMetaFile)
                     + " does not hold a dict (Lightning Fabric saves one: its checkpoint.update(meta) would fail)");
         else
@@ -49,10 +49,10 @@ void addFabricMeta(Checkpoint& cp, CheckpointBuilder& builder, const fs::path& d
                 if (!dcpKeys.count(pyStr(root->dictKey(i)))) companion.keys.push_back(pyStr(root->dictKey(i)));
     } catch (const Error& e) {
         if (e.kind() == ErrorKind::Cancelled) throw;
-        builder.error("unreadable-value", std::string(e.what()));
+        builder.error(ReaderCode::UnreadableValue, std::string(e.what()));
     }
     for (const auto& k : duplicates)
-        builder.warn("duplicate-key",
+        builder.warn(ReaderCode::DuplicateKey,
             "meta.pt and the DCP part both hold this key; the DCP part's is shown (Fabric's consolidation takes "
             "meta.pt's, and its load reads a module's or optimizer's from the DCP part)",
             k);
@@ -122,9 +122,9 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     cp->formatDetail = "DCP";
     if (!md.version.empty()) cp->formatDetail += " version " + md.version;
     for (const auto& e : md.storageErrors)
-        builder.error("bad-storage-info", e);
+        builder.error(ReaderCode::BadStorageInfo, e);
     if (!md.hasStorageData)
-        builder.error("no-storage-data", "Metadata has no storage_data: chunk locations are unknown");
+        builder.error(ReaderCode::NoStorageData, "Metadata has no storage_data: chunk locations are unknown");
 
     // storage entries sorted by (fqn, has offsets, offsets), first written first among equals: a chunk finds its
     // entry by binary search, with no per-chunk key string
@@ -203,14 +203,14 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         const int64_t size = fileSize(s.file);
         if (size < 0) return false;
         if (s.offset > static_cast<uint64_t>(size) || s.length > static_cast<uint64_t>(size) - s.offset) {
-            builder.error("chunk-out-of-range",
+            builder.error(ReaderCode::ChunkOutOfRange,
                 "item [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) + ") lies past the end of '"
                     + md.files->name(s.file) + "' (" + std::to_string(size) + " bytes)",
                 key);
             return false;
         }
         if (s.hasTransforms) {
-            builder.error("unsupported-transform",
+            builder.error(ReaderCode::UnsupportedTransform,
                 "item is stored through DCP stream transforms (compression/extensions), which are not supported", key);
             return false;
         }
@@ -256,7 +256,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         }
         DcpMetadata::Item& item = md.items[i];
         if (item.kind == DcpMetadata::ItemKind::Unknown && item.fqn.empty()) {
-            builder.error("bad-metadata", item.unknownText);
+            builder.error(ReaderCode::BadMetadata, item.unknownText);
             continue;
         }
         const std::string& fqn = item.fqn;
@@ -264,9 +264,10 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
 
         if (item.kind == DcpMetadata::ItemKind::Tensor) {
             TensorEntry t;
-            if (!item.dtype) builder.error("bad-metadata", "tensor has no readable dtype in its properties", fqn);
+            if (!item.dtype)
+                builder.error(ReaderCode::BadMetadata, "tensor has no readable dtype in its properties", fqn);
             t.dtype = item.dtype.value_or(DType::Unknown);
-            if (!item.shapeOk) builder.error("bad-metadata", "tensor has no readable size", fqn);
+            if (!item.shapeOk) builder.error(ReaderCode::BadMetadata, "tensor has no readable size", fqn);
             t.shape = std::move(item.shape);
             t.chunks.useFileTable(md.files);
             t.chunks.reserve(item.chunkCount, 0);
@@ -276,14 +277,14 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                     while (nextChunkError < md.chunkErrors.size() && md.chunkErrors[nextChunkError].first < k)
                         ++nextChunkError;
                     if (nextChunkError < md.chunkErrors.size() && md.chunkErrors[nextChunkError].first == k)
-                        builder.error("bad-metadata", md.chunkErrors[nextChunkError].second, fqn);
+                        builder.error(ReaderCode::BadMetadata, md.chunkErrors[nextChunkError].second, fqn);
                     continue;
                 }
                 const int64_t* offsets = md.dims.data() + c.dimsAt;
                 const int64_t* sizes = offsets + c.ndim;
                 const DcpMetadata::Storage* s = findStorage(fqn, offsets, c.ndim);
                 if (!s) {
-                    builder.error("missing-storage-info",
+                    builder.error(ReaderCode::MissingStorageInfo,
                         "no storage_data entry for the chunk at offsets " + shapeText({offsets, offsets + c.ndim}),
                         fqn);
                     t.chunks.appendBox(-1, offsets, sizes, c.ndim);
@@ -298,7 +299,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
             std::string err;
             if (!found) {
                 err = "no storage_data entry for this value";
-                builder.error("missing-storage-info", err, fqn);
+                builder.error(ReaderCode::MissingStorageInfo, err, fqn);
             } else if (checkRange(*found, fqn)) {
                 const DcpMetadata::Storage& s = *found;
                 const std::string& rel = md.files->name(s.file);
@@ -319,7 +320,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
                     continue;
                 } catch (const Error& e) {
                     err = e.what();
-                    builder.error("unreadable-value", err, fqn);
+                    builder.error(ReaderCode::UnreadableValue, err, fqn);
                 }
             } else {
                 // say which file and why (checkRange reported it for check; gather and the GUI show this text)
@@ -336,7 +337,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
             builder.addValue(std::move(path), cp->arena->makeNone());
             cp->entries.back().error = err;
         } else {
-            builder.warn("unknown-metadata", item.unknownText, fqn);
+            builder.warn(ReaderCode::UnknownMetadata, item.unknownText, fqn);
             builder.addValue(std::move(path), item.value ? item.value : cp->arena->makeNone());
         }
     }

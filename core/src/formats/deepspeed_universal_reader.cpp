@@ -136,7 +136,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             // ZeRO-3 stores the flat tensor: view it in the parameter's shape when it is contiguous and fits
             const bool flat1d = t.sizes.size() == 1 && (t.sizes[0] <= 1 || t.strides[0] == 1);
             if (!flat1d || t.sizes[0] != numelOf(shape)) {
-                builder.error("bad-metadata",
+                builder.error(ReaderCode::BadMetadata,
                     rel + " holds " + shapeText(t.sizes) + " but param_shapes says " + shapeText(shape), key);
                 return std::nullopt;
             }
@@ -164,7 +164,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             subOf[m.fqn] = static_cast<int>(s);
             const std::string folder = "zero/" + m.fqn;
             if (!isFolder(dir / folder)) {
-                builder.error("missing-file",
+                builder.error(ReaderCode::MissingFile,
                     "data file '" + folder + "/fp32.pt' is missing from " + dir.string() + " (no folder for '" + m.fqn
                         + "')",
                     "model." + m.fqn);
@@ -174,8 +174,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
                 builder.addTensor({KeyPathElem::fromKey("model"), KeyPathElem::fromKey(m.fqn)}, std::move(*w));
                 added.insert(m.fqn);
             } else {
-                builder.error("missing-file", "data file '" + folder + "/fp32.pt' is missing from " + dir.string(),
-                    "model." + m.fqn);
+                builder.error(ReaderCode::MissingFile,
+                    "data file '" + folder + "/fp32.pt' is missing from " + dir.string(), "model." + m.fqn);
             }
             // the states: exp_avg, exp_avg_sq first (as the optimizer keeps them), then the rest by name
             std::vector<std::string> names;
@@ -281,8 +281,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             }
         }
     } else {
-        builder.warn(
-            "zero-elastic", "zero/optimizer_state.pt is missing or has no param_groups: hyperparameters unknown");
+        builder.warn(ReaderCode::ZeroElastic,
+            "zero/optimizer_state.pt is missing or has no param_groups: hyperparameters unknown");
     }
     cp->formatDetail = "DeepSpeed universal checkpoint"
         + (stage ? " from ZeRO stage " + std::to_string(*stage) : std::string())

@@ -247,10 +247,10 @@ private:
         return e;
     }
 
-    void warn(std::string code, std::string message, bool isError, std::string loadError = {}, std::string fix = {})
+    void warn(ReaderCode code, std::string message, bool isError, std::string loadError = {}, std::string fix = {})
     {
         CheckpointWarning w;
-        w.code = std::move(code);
+        w.code = code;
         w.message = std::move(message);
         w.isError = isError;
         w.loadError = std::move(loadError);
@@ -343,7 +343,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     const int stage = bf16Optimizer ? 1 : stageCode;
     for (const auto& [dp, s] : stageOf)
         if (s != stageCode)
-            warn("zero-stage-mismatch",
+            warn(ReaderCode::ZeroStageMismatch,
                 optim[dp]->rel + " was written at ZeRO stage " + std::to_string(s) + " but " + optim[first]->rel
                     + " at stage " + std::to_string(stageCode)
                     + ": the rank files come from different runs (an old checkpoint partly overwritten?)",
@@ -366,7 +366,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
             model3[dp] = load(rel);
         if (model3.empty()) {
             if (!files.model.empty())
-                warn("zero-stage-mismatch",
+                warn(ReaderCode::ZeroStageMismatch,
                     "the optimizer files are ZeRO stage 3 but the folder holds the ZeRO-1/2 model states file "
                         + files.model + " and no 'zero_pp_rank_*_" + mpName(mp) + "_model_states.pt'",
                     true,
@@ -380,7 +380,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     } else {
         if (files.model.empty()) {
             if (!files.model3.empty())
-                warn("zero-stage-mismatch",
+                warn(ReaderCode::ZeroStageMismatch,
                     "the optimizer files are ZeRO stage " + std::to_string(stage)
                         + " but the folder holds only ZeRO-3 model states files (" + files.model3.begin()->second
                         + ", ...)",
@@ -404,7 +404,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     // ---- world size, rank files, stage: what DeepSpeed checks, with its own words
     const auto dpWorld = asInt(getKey(ms, "dp_world_size"));
     if (dpWorld && *dpWorld != W)
-        warn("zero-world-size-mismatch",
+        warn(ReaderCode::ZeroWorldSizeMismatch,
             modelFile->rel + " says dp_world_size " + std::to_string(*dpWorld)
                 + " but the optimizer state is partitioned " + "over " + std::to_string(W)
                 + " ranks (partition_count): the model states and the optimizer files " + "come from different runs",
@@ -417,7 +417,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
             "optscope-cli reshard");
     if (const PyValue* cfg = getKey(ms, "ds_config")) {
         if (auto cfgStage = asInt(getKey(getKey(cfg, "zero_optimization"), "stage")); cfgStage && *cfgStage != stage)
-            warn("zero-stage-mismatch",
+            warn(ReaderCode::ZeroStageMismatch,
                 modelFile->rel + "'s ds_config says ZeRO stage " + std::to_string(*cfgStage)
                     + " but the optimizer files were written at stage " + std::to_string(stage),
                 true, {}, "load it with the ZeRO stage it was saved with (zero_optimization.stage)");
@@ -432,7 +432,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     const std::string prefixName = bf16Optimizer ? "bf16_zero_pp_rank_" : "zero_pp_rank_";
     for (int r : missing) {
         const std::string name = prefixName + std::to_string(r) + "_" + mpName(mp) + "_optim_states.pt";
-        warn("zero-missing-rank-file",
+        warn(ReaderCode::ZeroMissingRankFile,
             "rank " + std::to_string(r) + "'s optimizer file " + name + " is missing (partition_count "
                 + std::to_string(W) + "): its partitions of every parameter are lost; DeepSpeed's rank "
                 + std::to_string(r) + " fails with FileNotFoundError: [Errno 2] No such file or directory: '"
@@ -442,14 +442,14 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     }
     for (const auto& [dp, l] : optim)
         if (dp >= W)
-            warn("zero-world-size-mismatch",
+            warn(ReaderCode::ZeroWorldSizeMismatch,
                 l->rel + " is for rank " + std::to_string(dp) + ", but the optimizer state is partitioned over "
                     + std::to_string(W) + " ranks: a file left from a run with more ranks",
                 true, z2fError, "remove the files of the other run");
     if (stage == 3)
         for (int r = 0; r < W; ++r)
             if (!model3.count(r))
-                warn("zero-missing-rank-file",
+                warn(ReaderCode::ZeroMissingRankFile,
                     "rank " + std::to_string(r) + "'s model states file zero_pp_rank_" + std::to_string(r) + "_"
                         + mpName(mp) + "_model_states.pt is missing (ZeRO-3 writes one per rank)",
                     true,
@@ -457,7 +457,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                         + std::to_string(r) + " in load_checkpoint",
                     "restore the file from the run that wrote the others");
     if (const auto mpWorld = asInt(getKey(ms, "mp_world_size")); main && mpWorld && *mpWorld != m_mpCount)
-        warn("zero-world-size-mismatch",
+        warn(ReaderCode::ZeroWorldSizeMismatch,
             modelFile->rel + " says mp_world_size " + std::to_string(*mpWorld) + " but the folder holds "
                 + std::to_string(m_mpCount) + " model-parallel rank(s)",
             true,
@@ -547,7 +547,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                     avail += v[g].real;
                 const int64_t align = 2 * int64_t(W);
                 if (ceilDiv(total, align) * align != ceilDiv(avail, align) * align)
-                    warn("zero-world-size-mismatch",
+                    warn(ReaderCode::ZeroWorldSizeMismatch,
                         "param group " + std::to_string(g) + " needs " + std::to_string(total) + " elements ("
                             + modelFile->rel + " param_shapes) but its partitions hold " + std::to_string(avail),
                         true,
@@ -654,7 +654,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                 baseGroups0 && baseGroups0->isSequence() && g < baseGroups0->size() ? baseGroups0->item(g) : nullptr);
         }
         if (elastic)
-            warn("zero-elastic",
+            warn(ReaderCode::ZeroElastic,
                 "elastic ZeRO checkpoint: the optimizer's hyperparameters (param_groups) are not saved", false);
         detail = std::string(bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
             + (bf16Optimizer ? "" : std::to_string(stage));
@@ -725,7 +725,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
         const int r0 = buf.begin()->first;
         const int64_t avail = buf[r0][""].total;
         if (pos != avail)
-            warn("zero-world-size-mismatch",
+            warn(ReaderCode::ZeroWorldSizeMismatch,
                 "param_shapes in " + modelFile->rel + " need " + std::to_string(pos)
                     + " elements per rank (partitions of " + "ceil(numel / " + std::to_string(W) + ")) but rank "
                     + std::to_string(r0) + "'s fp32_flat_groups hold " + std::to_string(avail),
@@ -837,8 +837,8 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
             auto shape = asShape(frozen->dictValue(i));
             const auto numel = shape ? boundedNumel(*shape) : std::nullopt;
             if (k->kind != PyKind::Str || !numel) {
-                warn("bad-metadata", modelFile->rel + ": frozen_param_shapes entry " + pyRepr(k, 60) + " is malformed",
-                    true);
+                warn(ReaderCode::BadMetadata,
+                    modelFile->rel + ": frozen_param_shapes entry " + pyRepr(k, 60) + " is malformed", true);
                 continue;
             }
             const std::string fqn(k->text);
@@ -847,7 +847,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                 if (frag)
                     weights[fqn] = wholeTensor(frag, *modelFile, "frozen_param_fragments '" + fqn + "'", 0);
                 else
-                    warn("missing-storage-info",
+                    warn(ReaderCode::MissingStorageInfo,
                         "frozen parameter '" + fqn + "' has no frozen_param_fragments entry in " + modelFile->rel,
                         true);
                 continue;
@@ -882,13 +882,13 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
             } else if (stage <= 2) {
                 // a parameter no optimizer group holds: frozen at ZeRO-1, which records none (zero_to_fp32 drops it)
                 weights[fqn] = wholeTensor(v, *modelFile, "module '" + fqn + "'", 0);
-                warn("zero-frozen-from-module",
+                warn(ReaderCode::ZeroFrozenFromModule,
                     "'" + fqn + "' is in no param group and in no frozen_param_shapes: taken from 'module' in "
                         + modelFile->rel + " (its " + std::string(dtypeName(v->tensor->dtype))
                         + " model weights); zero_to_fp32 leaves it out",
                     false);
             } else {
-                warn("zero-frozen-missing",
+                warn(ReaderCode::ZeroFrozenMissing,
                     "'" + fqn
                         + "' is in no param group and in no frozen_param_shapes, and ZeRO-3's 'module' holds only "
                         + "an empty placeholder: its values are not in the checkpoint",
@@ -1040,7 +1040,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
             if (best.empty())
                 throw Error(ErrorKind::Format, path, "holds no DeepSpeed checkpoint (no 'latest' and no tag folder)");
             CheckpointWarning w;
-            w.code = "zero-missing-latest";
+            w.code = ReaderCode::ZeroMissingLatest;
             w.message = "no 'latest' file in " + dir.string() + ": read tag '" + best + "', the newest of "
                 + std::to_string(count) + " tag folder(s)";
             w.isError = true;
@@ -1111,14 +1111,14 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
         std::string names;
         for (const auto& [mp, files] : mps)
             if (mp != mps.begin()->first) names += (names.empty() ? "" : ", ") + mpName(mp);
-        builder.warn("zero-model-parallel",
+        builder.warn(ReaderCode::ZeroModelParallel,
             std::to_string(mps.size()) + " model-parallel ranks (tensor/pipeline parallel): each holds its own slices "
                 + "of the parameters; " + names + " are separate shards, each read under its own name as a key "
                 + "prefix ('" + names.substr(0, names.find(',')) + ".model...'), not merged into one model");
         detail += ", " + std::to_string(mps.size()) + " model-parallel ranks";
     }
     for (const auto& name : other)
-        builder.warn("zero-unread-file",
+        builder.warn(ReaderCode::ZeroUnreadFile,
             name + " is not a ZeRO model/optim states file this reader knows (MoE expert files are not read)");
     cp->formatDetail = detail + (tagNote.empty() ? "" : ", " + tagNote);
     builder.finish();

@@ -79,7 +79,7 @@ void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::stri
     auto file = cp.files->open(rel);
     const std::string where = cp.files->absolute(rel);
     if (file->size() > (uint64_t(64) << 20)) {
-        builder.error("unreadable-value", where + " is larger than 64 MiB; not read");
+        builder.error(ReaderCode::UnreadableValue, where + " is larger than 64 MiB; not read");
         return;
     }
     nlohmann::ordered_json j;
@@ -87,11 +87,11 @@ void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::stri
         const char* text = reinterpret_cast<const char*>(file->all());
         j = nlohmann::ordered_json::parse(text, text + file->size());
     } catch (const nlohmann::json::exception& e) {
-        builder.error("unreadable-value", where + " is not valid JSON: " + e.what());
+        builder.error(ReaderCode::UnreadableValue, where + " is not valid JSON: " + e.what());
         return;
     }
     if (!j.is_object()) {
-        builder.error("unreadable-value", where + " is not a JSON object");
+        builder.error(ReaderCode::UnreadableValue, where + " is not a JSON object");
         return;
     }
     // flattened as every other part (and as DCP would store it): log_history.<i>.loss, stateful_callbacks....
@@ -122,7 +122,7 @@ void nameParameters(Checkpoint& cp, CheckpointBuilder& builder, const std::strin
             std::string why;
             for (const auto& n : table.notes)
                 why += (why.empty() ? "" : "; ") + n;
-            builder.error("param-mapping",
+            builder.error(ReaderCode::ParamMapping,
                 "the integer ids of " + optimizerFile + " cannot be named from the model beside it"
                     + (why.empty() ? std::string() : ": " + why)
                     + "; the state keeps its ids (did the model change since this checkpoint?)",
@@ -157,11 +157,11 @@ void nameParameters(Checkpoint& cp, CheckpointBuilder& builder, const std::strin
         for (const auto& [c, n] : byConfidence)
             summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + c;
         const auto assumed = byConfidence.find(confidenceText(Confidence::OrderAssumed));
-        builder.warn("param-mapping",
+        builder.warn(ReaderCode::ParamMapping,
             "the integer ids of " + optimizerFile + " were named by " + how + " (" + summary + ")", "optim");
         if (assumed != byConfidence.end()) {
             // a guess is not a fact: check, diagnose, gather and diff say so (gather's names were taken as exact)
-            builder.warn("param-order-assumed",
+            builder.warn(ReaderCode::ParamOrderAssumed,
                 std::to_string(assumed->second) + " of the names given to " + optimizerFile
                     + "'s integer ids rest on an assumed order: the model file does not store its parameter order "
                       "(safetensors lays tensors out by dtype and name), shapes cannot tell those parameters apart, "
@@ -211,7 +211,8 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
         detail += binModel;
     } else {
         detail += "missing";
-        builder.warn("no-model", "no model weights (model.safetensors, an index or pytorch_model.bin) in " + path);
+        builder.warn(
+            ReaderCode::NoModel, "no model weights (model.safetensors, an index or pytorch_model.bin) in " + path);
     }
     progress(0.4, "reading Trainer checkpoint");
     const std::string optimizer = firstExisting(dir, {kOptimizerNames[0], kOptimizerNames[1]});
@@ -219,7 +220,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
         builder.addTorchSaveFile(optimizer, {KeyPathElem::fromKey("optim")}, progress);
         detail += ", " + optimizer;
     } else {
-        builder.warn("no-optimizer", "no optimizer.pt in " + path + " (saved with save_only_model=True?)");
+        builder.warn(ReaderCode::NoOptimizer, "no optimizer.pt in " + path + " (saved with save_only_model=True?)");
     }
     progress(0.7, "reading Trainer checkpoint");
     std::error_code ec;
@@ -230,7 +231,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
             detail += ", " + scheduler;
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Cancelled) throw;
-            builder.error("unreadable-value", std::string(e.what()));
+            builder.error(ReaderCode::UnreadableValue, std::string(e.what()));
         }
     }
     if (isFile(dir / "trainer_state.json")) {
@@ -262,7 +263,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
         std::string names;
         for (const auto& n : others)
             names += (names.empty() ? "" : ", ") + n;
-        builder.warn("unread-file",
+        builder.warn(ReaderCode::UnreadFile,
             "this folder holds more models or optimizers than the first (accelerate's save_state of several): " + names
                 + " are not part of this view; open each file on its own");
     }

@@ -95,7 +95,7 @@ fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>&
             throw Error(ErrorKind::Format, path.string(), "has neither metadata.json nor " + std::string(kLatestFile));
         const std::string name = newest.filename().string();
         CheckpointWarning w;
-        w.code = "megatron-missing-latest";
+        w.code = ReaderCode::MegatronMissingLatest;
         w.message = "no " + std::string(kLatestFile) + " in " + path.string() + ": read " + name + ", the newest of "
             + std::to_string(count) + " iteration folder(s)";
         w.isError = true;
@@ -313,7 +313,7 @@ public:
             }
         }
         if (!assigned) {
-            m_builder.warn("megatron-param-groups",
+            m_builder.warn(ReaderCode::MegatronParamGroups,
                 "the " + std::to_string(groups->size()) + " param_groups in " + where
                     + " do not list their parameters and are not Megatron's default weight-decay / no-weight-decay "
                       "pair (a no_weight_decay_cond or scale_lr_cond makes more): their params lists are left empty "
@@ -386,7 +386,7 @@ private:
             b.ok = true;
         } catch (const Error& err) {
             if (err.kind() == ErrorKind::Cancelled) throw;
-            m_builder.error("unreadable-value", std::string("flat bucket item: ") + err.what(), e.key);
+            m_builder.error(ReaderCode::UnreadableValue, std::string("flat bucket item: ") + err.what(), e.key);
         }
         return b;
     }
@@ -524,7 +524,7 @@ private:
             if (e.tensor.shape.size() == 1) b.numel = e.tensor.shape[0];
         }
         if (buckets.empty()) {
-            m_builder.warn("megatron-bucket-layout", "dp_reshardable checkpoint without flat bucket tensors");
+            m_builder.warn(ReaderCode::MegatronBucketLayout, "dp_reshardable checkpoint without flat bucket tensors");
             return;
         }
         // the weights that fill the buffers, per parameter dtype, in registration (file) order
@@ -642,7 +642,7 @@ private:
             }
         }
         if (!failure.empty()) {
-            m_builder.warn("megatron-bucket-layout",
+            m_builder.warn(ReaderCode::MegatronBucketLayout,
                 "the flat dp_reshardable buckets are shown as they are: the model weights in reverse order at "
                 "64-element-aligned offsets do not explain them: "
                     + failure);
@@ -784,7 +784,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     std::optional<CheckpointWarning> missingMetadata;
     if (isTorchDistWithoutMetadataJson(dir)) {
         CheckpointWarning w;
-        w.code = "megatron-missing-metadata";
+        w.code = ReaderCode::MegatronMissingMetadata;
         w.message = "no metadata.json in " + dir.string()
             + ": read as Megatron-Core's torch_dist format, as its .metadata and common.pt say";
         w.isError = true;
@@ -840,7 +840,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     TorchSaveArchive ar;
     if (!isFile(dir / kCommon)) {
         CheckpointWarning w;
-        w.code = "megatron-missing-common";
+        w.code = ReaderCode::MegatronMissingCommon;
         w.message = "'" + commonAbs
             + "' is missing: Megatron-Core's load_common_state_dict needs it (iteration, args, optimizer param_groups)";
         w.isError = true;
@@ -860,7 +860,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
             commonLeaves = flattenStateDict(ar.root);
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Cancelled) throw;
-            builder.error("unreadable-value", e.what());
+            builder.error(ReaderCode::UnreadableValue, e.what());
             common = nullptr;
         }
     }
@@ -942,8 +942,8 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
             continue;
         const std::string key = joinKeyPath(leaf.path);
         if (keys.count(key)) {
-            builder.warn(
-                "duplicate-key", "common.pt and the sharded part both hold this key; the sharded one is shown", key);
+            builder.warn(ReaderCode::DuplicateKey,
+                "common.pt and the sharded part both hold this key; the sharded one is shown", key);
             continue;
         }
         builder.addLeaf(std::move(leaf.path), leaf.value, ar, kCommon, commonAbs);

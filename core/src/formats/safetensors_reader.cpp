@@ -147,7 +147,7 @@ AddedFile addFile(
         out.names.insert(t.name);
         if (!t.dtype) {
             // F4, F6_E2M3, F6_E3M2 (newer writers), or a dtype this version does not know: the rest stays readable
-            builder.error("unsupported-dtype",
+            builder.error(ReaderCode::UnsupportedDtype,
                 where + ": tensor " + quote(t.name) + " has dtype " + quote(t.dtypeText)
                     + ", which this version cannot represent; its data is not shown",
                 key);
@@ -159,7 +159,7 @@ AddedFile addFile(
         e.dtype = *t.dtype;
         e.shape = t.shape;
         if (t.end > dataBytes) {
-            builder.error("chunk-out-of-range",
+            builder.error(ReaderCode::ChunkOutOfRange,
                 where + ": tensor " + quote(t.name) + " needs bytes [" + std::to_string(out.header.dataStart + t.begin)
                     + ", " + std::to_string(out.header.dataStart + t.end) + ") but the file has "
                     + std::to_string(file->size()) + " bytes (cut short?)",
@@ -396,12 +396,12 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
         ++shards;
         for (const auto& n : names)
             if (!f.names.count(n))
-                builder.error("missing-tensor",
+                builder.error(ReaderCode::MissingTensor,
                     indexPath + " places tensor " + quote(n) + " in '" + rel + "', which does not hold it");
         std::set<std::string> listed(names.begin(), names.end());
         for (const auto& n : f.names)
             if (!listed.count(n))
-                builder.warn("index-mismatch",
+                builder.warn(ReaderCode::IndexMismatch,
                     "'" + rel + "' holds tensor " + quote(n) + ", which " + indexPath + " does not place there");
     }
     return std::to_string(shards) + " of " + std::to_string(byFile.size()) + " shards";

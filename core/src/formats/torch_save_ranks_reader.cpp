@@ -211,7 +211,7 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                     }
                     const Entry& er = ranks[r]->entries[it->second];
                     if (!er.isTensor() || er.tensor.shape != e0.tensor.shape || er.tensor.dtype != e0.tensor.dtype) {
-                        cp->warnings.push_back({"rank-files-disagree",
+                        cp->warnings.push_back({ReaderCode::RankFilesDisagree,
                             fs::path(paths[r]).filename().string() + " holds '" + e0.key
                                 + "' with another type, shape or dtype than rank 0's: its shard is left out",
                             e0.key, true, "", "", "", ""});
@@ -231,13 +231,13 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
             if (!first.find(er.key)) extra.push_back(er.key);
         const std::string name = fs::path(paths[r]).filename().string();
         if (!missing[r].empty())
-            cp->warnings.push_back({"rank-files-disagree",
+            cp->warnings.push_back({ReaderCode::RankFilesDisagree,
                 name + " lacks " + std::to_string(missing[r].size()) + " sharded tensor(s) that "
                     + fs::path(paths[0]).filename().string() + " has, first '" + missing[r].front()
                     + "': their shards of that rank are missing",
                 missing[r].front(), true, "", "", "", ""});
         if (!extra.empty())
-            cp->warnings.push_back({"rank-files-disagree",
+            cp->warnings.push_back({ReaderCode::RankFilesDisagree,
                 name + " has " + std::to_string(extra.size()) + " key(s) that " + fs::path(paths[0]).filename().string()
                     + " lacks, first '" + extra.front() + "': rank 0's keys are read",
                 extra.front(), false, "", "", "", ""});

@@ -101,7 +101,7 @@ UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
         return unsafe;
     };
     for (const auto& w : checkpoint.warnings) {
-        if (w.code != "unsafe-global") continue;
+        if (w.code != ReaderCode::UnsafeGlobal) continue;
         const Entry* e = w.key.empty() ? nullptr : checkpoint.find(w.key);
         if (e && !e->isTensor()) {
             std::set<std::string> found;

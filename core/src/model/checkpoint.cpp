@@ -43,6 +43,13 @@ std::string shapeText(const std::vector<int64_t>& shape)
     return t + "]";
 }
 
+std::string TensorEntry::withoutDataText() const
+{
+    return "the tensor " + shapeText(shape) + " was saved without data ("
+        + (subclass.empty() ? std::string("meta device") : subclass.str())
+        + "): torch.load gives a meta tensor, with no values to load into a model or optimizer";
+}
+
 std::string joinKeyPath(const KeyPath& path)
 {
     std::string key;

@@ -599,7 +599,7 @@ private:
     PyValue* makeObject(PyValue* callable, PyValue* args, PyValue* kwargs, PyObjectHow how);
     void build(PyValue* inst, PyValue* state);
     PyValue* persistentLoad(PyValue* pid);
-    void warn(const std::string& code, const std::string& message, const std::string& classPath = {});
+    void warn(ReaderCode code, const std::string& message, const std::string& classPath = {});
 
     // interpreted callables
     PyValue* rebuildTensor(const std::string& fn, PyValue* args);
@@ -641,7 +641,7 @@ private:
 
 // ---------------------------------------------------------------------------------------------------------------
 
-void Machine::warn(const std::string& code, const std::string& message, const std::string& classPath)
+void Machine::warn(ReaderCode code, const std::string& message, const std::string& classPath)
 {
     PickleWarning w;
     w.code = code;
@@ -1023,8 +1023,8 @@ PyValue* Machine::findClass(std::string_view module, std::string_view name)
     if (!known) {
         std::string path = std::string(module) + "." + std::string(name);
         if (m_warnedGlobals.insert(path).second)
-            warn("unsafe-global", "global '" + path + "' is not in the safe set; kept inert (never imported or called)",
-                path);
+            warn(ReaderCode::UnsafeGlobal,
+                "global '" + path + "' is not in the safe set; kept inert (never imported or called)", path);
     }
     return m_arena.makeGlobal(module, name, known);
 }
@@ -1081,21 +1081,21 @@ PyValue* Machine::rebuildTensor(const std::string& fn, PyValue* args)
     std::vector<int64_t> sizes, strides;
     if (!storage || storage->kind != PyKind::Storage || !offset || offset->kind != PyKind::Int
         || !intList(arg(args, 2), sizes) || !intList(arg(args, 3), strides) || sizes.size() != strides.size()) {
-        warn("bad-tensor", fn + " with unexpected arguments; kept inert");
+        warn(ReaderCode::BadTensor, fn + " with unexpected arguments; kept inert");
         return nullptr;
     }
     for (auto s : sizes)
         if (s < 0) {
-            warn("bad-tensor", fn + " with a negative size; kept inert");
+            warn(ReaderCode::BadTensor, fn + " with a negative size; kept inert");
             return nullptr;
         }
     for (auto s : strides)
         if (s < 0) {
-            warn("bad-tensor", fn + " with a negative stride; kept inert");
+            warn(ReaderCode::BadTensor, fn + " with a negative stride; kept inert");
             return nullptr;
         }
     if (offset->integer < 0) {
-        warn("bad-tensor", fn + " with a negative storage offset; kept inert");
+        warn(ReaderCode::BadTensor, fn + " with a negative storage offset; kept inert");
         return nullptr;
     }
     auto* t = m_arena.makeTensorInfo();
@@ -1112,7 +1112,7 @@ PyValue* Machine::rebuildTensor(const std::string& fn, PyValue* args)
         t->requiresGrad = asBool(arg(args, 4));
         const PyValue* dt = arg(args, 6);
         if (!dt || dt->kind != PyKind::Dtype) {
-            warn("bad-tensor", fn + " without a dtype; kept inert");
+            warn(ReaderCode::BadTensor, fn + " without a dtype; kept inert");
             return nullptr;
         }
         t->dtype = dt->dtype;
@@ -1147,7 +1147,7 @@ PyValue* Machine::rebuildWrapperSubclass(PyValue* args)
     const PyValue* dt = arg(args, 1);
     std::vector<int64_t> sizes, strides;
     if (!cls || cls->kind != PyKind::Global || !dt || dt->kind != PyKind::Dtype || !intList(arg(args, 2), sizes)) {
-        warn("bad-tensor", "_rebuild_wrapper_subclass with unexpected arguments; kept inert");
+        warn(ReaderCode::BadTensor, "_rebuild_wrapper_subclass with unexpected arguments; kept inert");
         return nullptr;
     }
     intList(arg(args, 3), strides);
@@ -1184,7 +1184,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
         // state = (local_shards, ShardedTensorMetadata, ProcessGroupState, sharding_spec, init_rrefs)
         const PyValue* shards = arg(state, 0);
         if (!shards || shards->kind != PyKind::List) {
-            warn("bad-tensor", "ShardedTensor without local shards");
+            warn(ReaderCode::BadTensor, "ShardedTensor without local shards");
             return;
         }
         const PyValue* pg = arg(state, 2);
@@ -1194,7 +1194,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
             const PyValue* md = objectField(s, "metadata");
             PyTensorShard shard;
             if (!tensor || tensor->kind != PyKind::Tensor) {
-                warn("bad-tensor", "ShardedTensor shard without a tensor");
+                warn(ReaderCode::BadTensor, "ShardedTensor shard without a tensor");
                 continue;
             }
             shard.tensor = const_cast<PyValue*>(tensor);
@@ -1232,7 +1232,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
         }
         const PyValue* local = slots ? slots->get("_local_tensor") : nullptr;
         if (!local || local->kind != PyKind::Tensor) {
-            warn("bad-tensor", "DTensor without a local tensor");
+            warn(ReaderCode::BadTensor, "DTensor without a local tensor");
             return;
         }
         PyTensorShard shard;
@@ -1285,7 +1285,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
         if (ok && localShape == local->tensor->sizes)
             shard.offsets = offsets;
         else
-            warn("dtensor-layout",
+            warn(ReaderCode::DtensorLayout,
                 "DTensor placements (" + names + ") do not give a plain slice; its global offsets are unknown");
         m_arena.wrapperOf(t).shards.push_back(std::move(shard));
         return;
@@ -1484,7 +1484,8 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
         }
         result = m_arena.makeStr(p, true);
     } else if (startsWith(fn, "torch._utils._rebuild_")) {
-        warn("unsupported-tensor", fn + ": this tensor kind (quantized, sparse, nested, device) is kept inert");
+        warn(
+            ReaderCode::UnsupportedTensor, fn + ": this tensor kind (quantized, sparse, nested, device) is kept inert");
     }
     if (result) {
         noteChild(result, args);
@@ -1519,7 +1520,7 @@ void Machine::build(PyValue* inst, PyValue* state)
         // legacy tensor BUILD (set_ state) or Parameter attributes: nothing a reader needs
         return;
     default:
-        warn("build-ignored", std::string("BUILD on a ") + pyKindName(inst->kind) + " ignored");
+        warn(ReaderCode::BuildIgnored, std::string("BUILD on a ") + pyKindName(inst->kind) + " ignored");
     }
 }
 
@@ -1874,7 +1875,7 @@ PickleResult Machine::run()
             const uint32_t code = m_op == EXT1 ? u8() : m_op == EXT2 ? u16() : u32();
             const std::string path = "copyreg._extension_registry[" + std::to_string(code) + "]";
             if (m_warnedGlobals.insert(path).second)
-                warn("unsafe-global",
+                warn(ReaderCode::UnsafeGlobal,
                     "extension code " + std::to_string(code) + " refers to a registered global; kept inert", path);
             push(m_arena.makeGlobal(
                 "copyreg", m_arena.copy("_extension_registry[" + std::to_string(code) + "]"), false));

@@ -22,6 +22,7 @@
 //  * Every failure throws Error with the source name and the byte offset of the opcode.
 
 #include "optscope/model/py_value.h"
+#include "optscope/model/reader_code.h"
 
 #include <cstdint>
 #include <functional>
@@ -45,7 +46,7 @@ struct PickleLimits
 
 struct PickleWarning
 {
-    std::string code; ///< "unsafe-global", "build-ignored", ...
+    ReaderCode code = ReaderCode::BadTensor;
     std::string message;
     std::string classPath; ///< for unsafe-global
     uint64_t offset = 0;

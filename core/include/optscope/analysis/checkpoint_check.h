@@ -44,9 +44,6 @@ struct CheckReport
 /// each chunk's stored dtype, shape and presence), and every optimizer state dict (empty state, `step` differing
 /// between parameters or between ranks). Problems become findings; nothing throws for a damaged checkpoint except
 /// cancellation.
-/// What a reader's warning code (CheckpointWarning::code) becomes as a finding when the reader reports it as an error:
-/// the finding of that name, or the one a table of the readers' other codes gives; none for a code nobody knows.
-std::optional<FindingCode> readerWarningFinding(std::string_view code);
 
 CheckReport checkCheckpoint(
     const Checkpoint& checkpoint, const CheckOptions& options = {}, const Progress& progress = {});

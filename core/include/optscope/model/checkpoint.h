@@ -15,6 +15,7 @@
 #include "optscope/model/chunk_table.h"
 #include "optscope/model/dtype.h"
 #include "optscope/model/py_value.h"
+#include "optscope/model/reader_code.h"
 
 #include <atomic>
 #include <cstdint>
@@ -101,6 +102,11 @@ struct TensorEntry
     /// hold (shardsElsewhere says when other ranks' files hold it). Nothing can be read, hashed, compared or
     /// resharded
     bool storesNoData() const { return chunks.empty() && numel() > 0; }
+    /// saved without its data and no other file holds it (a meta-device tensor): the tensor-without-data rule, which
+    /// a reader warns of and check reports
+    bool withoutData() const { return storesNoData() && !shardsElsewhere; }
+    /// what tensor-without-data says of it, wherever it is reported
+    std::string withoutDataText() const;
     /// distinct ranks holding chunks, ascending (-1 if unknown)
     std::vector<int> ranks() const;
 };
@@ -120,7 +126,7 @@ struct Entry
 
 struct CheckpointWarning
 {
-    std::string code; ///< stable: "unsafe-global", "missing-file", "chunk-out-of-range", ...
+    ReaderCode code = ReaderCode::BadMetadata; ///< readerCodeName gives its stable text
     std::string message;
     std::string key; ///< entry key, empty if the warning is not about one entry
     /// severity "error": part of the checkpoint cannot be read (missing file, range past the end, bad value);
