@@ -164,7 +164,7 @@ DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
         const CheckpointPtr cp = m_context->checkpoint();
         if (!cp) return;
         const QFileInfo in(m_context->path());
-        const bool dcp = cp->format == CheckpointFormat::Dcp;
+        const bool dcp = fixWritesDcpFolder(*cp);
         const QString suggestion = in.absolutePath() + QLatin1Char('/') + in.completeBaseName()
             + QStringLiteral("_fixed")
             + (dcp ? QString() : QStringLiteral(".") + (in.suffix().isEmpty() ? QStringLiteral("pt") : in.suffix()));

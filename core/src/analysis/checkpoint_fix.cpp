@@ -2,6 +2,7 @@
 #include "optscope/analysis/checkpoint_fix.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/dcp_writer.h"
+#include "optscope/formats/format_registry.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/optim/optimizer_view.h"
 #include "optscope/optim/param_table.h"
@@ -319,7 +320,7 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
             writeFloat32Scalar(static_cast<float>(readScalar(cp, *e).value_or(0.0)), sink);
         };
     };
-    const bool toDcp = cp.format == CheckpointFormat::Dcp;
+    const bool toDcp = fixWritesDcpFolder(cp);
     if (!toDcp) {
         StateTree tree;
         for (const auto& it : ordered) {
@@ -384,6 +385,11 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
     }
     writeDcp(plan, output, progress, options);
     return result;
+}
+
+bool fixWritesDcpFolder(const Checkpoint& optim)
+{
+    return formatInfo(optim.format).fixWritesDcp;
 }
 
 FixResult applyFixes(const Checkpoint& cp, const Diagnosis& diagnosis, const std::string& output,

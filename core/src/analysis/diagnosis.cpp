@@ -3,6 +3,7 @@
 #include "optscope/analysis/checkpoint_check.h"
 #include "optscope/analysis/finding_text.h"
 #include "optscope/base/error.h"
+#include "optscope/formats/format_registry.h"
 #include "optscope/optim/fqn_normalizer.h"
 
 #include <algorithm>
@@ -357,7 +358,7 @@ public:
             if (f.code != FindingCode::MissingFile && f.code != FindingCode::SpecialFile
                 && f.code != FindingCode::UnreadableChunk && f.code != FindingCode::ChunkTruncated)
                 continue;
-            const bool dcp = m_cp.format == CheckpointFormat::Dcp || m_cp.format == CheckpointFormat::MegatronDist;
+            const bool dcp = formatInfo(m_cp.format).loadsThroughDcp;
             const std::string exception = dcp ? "CheckpointException" : "RuntimeError";
             const std::string message = "reading the checkpoint fails: " + f.message;
             if (m_exp)
@@ -1731,7 +1732,8 @@ void worldSizeFindings(const Checkpoint& cp, int loadWorldSize, Diagnosis& d)
     if (loadWorldSize <= 0) return;
     const std::string m = std::to_string(loadWorldSize);
     const int saved = cp.savedDataParallelSize;
-    if (cp.format == CheckpointFormat::DeepSpeedZero && saved > 0) {
+    const OtherWorldSize otherWorldSize = formatInfo(cp.format).otherWorldSize;
+    if (otherWorldSize == OtherWorldSize::SavedOnly && saved > 0) {
         const std::string n = std::to_string(saved);
         if (loadWorldSize == saved) {
             d.notes.push_back("saved by " + n
@@ -1766,20 +1768,19 @@ void worldSizeFindings(const Checkpoint& cp, int loadWorldSize, Diagnosis& d)
         d.findings.push_back(std::move(f));
         return;
     }
-    switch (cp.format) {
-    case CheckpointFormat::DeepSpeedUniversal:
+    switch (otherWorldSize) {
+    case OtherWorldSize::Universal:
         d.notes.push_back("a DeepSpeed universal checkpoint loads on " + m
             + " data-parallel ranks as on any other number (\"checkpoint\": {\"load_universal\": true})");
         break;
-    case CheckpointFormat::MegatronDist:
-        break; // Megatron-Core decides by the optimizer's sharding type and the TP/PP layout, which the files alone do
-               // not settle
-    case CheckpointFormat::Dcp:
-    case CheckpointFormat::TorchSaveRanks:
+    case OtherWorldSize::LoaderDecides:
+        break; // the files alone do not settle it
+    case OtherWorldSize::ReshardedOnLoad:
         d.notes.push_back("sharded tensors are resharded on load: loading on " + m
             + " ranks reads each rank's part from the saved chunks, whatever the saved world size");
         break;
-    default:
+    case OtherWorldSize::FullStateDict:
+    case OtherWorldSize::SavedOnly: // without the saved world size in the files
         d.notes.push_back("a full state dict: each of the " + m
             + " ranks loads the same whole tensors (set_optimizer_state_dict with full_state_dict shards them)");
         break;

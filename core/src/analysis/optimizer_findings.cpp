@@ -3,8 +3,10 @@
 #include "optscope/analysis/checkpoint_check.h"
 #include "optscope/analysis/finding_text.h"
 #include "optscope/base/error.h"
+#include "optscope/formats/format_registry.h"
 #include "optscope/tensor/tensor_values.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -149,7 +151,9 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
         std::vector<std::string> orphans;
         // a Megatron reader that could not tell the groups' members leaves every params list empty and says so
         // (megatron-param-groups): the state is not orphaned, its groups are unknown
-        const bool groupsUnknown = cp.format == CheckpointFormat::MegatronDist && listed.empty();
+        const bool groupsUnknown = listed.empty()
+            && std::any_of(cp.warnings.begin(), cp.warnings.end(),
+                [](const CheckpointWarning& w) { return w.code == ReaderCode::MegatronParamGroups; });
         for (const ParamRow* r : rows)
             if (r->position < 0 && !groupsUnknown) orphans.push_back(label(*r));
         if (!orphans.empty()) {
@@ -194,9 +198,8 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             f.keys = head(steps.begin()->second);
             out.push_back(std::move(f));
         }
-        // Megatron's optimizers count steps per param group: its reader gives each parameter the group's number, a
-        // Python int or float by design, and its conversions write float32 tensors; PyTorch's rule is not broken
-        if (cp.format == CheckpointFormat::MegatronDist) oddDtype.clear();
+        // a format whose optimizers count steps per param group (Megatron's) keeps them as Python numbers by design
+        if (formatInfo(cp.format).stepsPerParamGroup) oddDtype.clear();
         // SparseAdam counts its steps in a Python int (torch 2.6 sparse_adam.py: state["step"] = 0, += 1), and
         // load_state_dict keeps it one
         if (kind == OptimizerKind::SparseAdam) oddDtype.clear();

@@ -58,35 +58,41 @@ CheckpointPtr openFileByContent(const std::string& path, const Progress& progres
 const std::vector<FormatInfo>& formatRegistry()
 {
     using F = CheckpointFormat;
+    using W = OtherWorldSize;
+    // {format, looksFor, probe, folderNames, open, writerLibrary, writerClassPrefix, loaderReadsDataObjects,
+    //  loadsThroughDcp, otherWorldSize, fixWritesDcp, stepsPerParamGroup}
     static const std::vector<FormatInfo> r = {
         {F::MegatronDist, "a Megatron-Core torch_dist folder (metadata.json, common.pt)",
             [](const std::string& p, bool dir) { return dir && MegatronDistReader::looksLikeMegatron(p) ? 90 : 0; },
             {"latest_checkpointed_iteration.txt", "metadata.json", "common.pt"}, MegatronDistReader::open,
-            "Megatron-Core", "megatron.core.", false},
+            "Megatron-Core", "megatron.core.", false, true, W::LoaderDecides, false, true},
         {F::Dcp, "a torch.distributed.checkpoint folder (.metadata)",
             [](const std::string& p, bool) { return DcpReader::looksLikeDcp(p) ? 80 : 0; },
-            {".metadata", DcpReader::kFabricMetaFile}, DcpReader::open, "", "", true},
+            {".metadata", DcpReader::kFabricMetaFile}, DcpReader::open, "", "", true, true, W::ReshardedOnLoad, true,
+            false},
         {F::HfTrainer, "a Hugging Face Trainer folder (optimizer.pt)",
             [](const std::string& p, bool dir) { return dir && HfTrainerReader::looksLikeTrainerFolder(p) ? 70 : 0; },
-            {"optimizer.pt", "optimizer.bin", "trainer_state.json"}, HfTrainerReader::open, "", "", false},
+            {"optimizer.pt", "optimizer.bin", "trainer_state.json"}, HfTrainerReader::open, "", "", false, false,
+            W::FullStateDict, false, false},
         {F::DeepSpeedZero, "DeepSpeed ZeRO checkpoint files",
             [](const std::string& p, bool) { return DeepSpeedZeroReader::looksLikeZero(p) ? 60 : 0; }, {"latest"},
-            DeepSpeedZeroReader::open, "DeepSpeed", "deepspeed.", false},
+            DeepSpeedZeroReader::open, "DeepSpeed", "deepspeed.", false, false, W::SavedOnly, false, false},
         {F::DeepSpeedUniversal, "DeepSpeed universal checkpoint files",
             [](const std::string& p, bool) { return DeepSpeedUniversalReader::looksLikeUniversal(p) ? 50 : 0; },
             {"zero", "zero/optimizer_state.pt", "latest_universal"}, DeepSpeedUniversalReader::open, "DeepSpeed",
-            "deepspeed.", false},
+            "deepspeed.", false, false, W::Universal, false, false},
         {F::Safetensors, "model.safetensors or a safetensors index",
             [](const std::string& p, bool) { return SafetensorsReader::looksLikeSafetensorsPath(p) ? 40 : 0; },
-            {"model.safetensors.index.json", "model.safetensors"}, SafetensorsReader::open, "", "", false},
+            {"model.safetensors.index.json", "model.safetensors"}, SafetensorsReader::open, "", "", false, false,
+            W::FullStateDict, false, false},
         {F::TorchSaveRanks, "one set of per-rank torch.save files (rank0.pt, rank1.pt, ...)",
             [](const std::string& p, bool dir) { return dir && TorchSaveRanksReader::looksLikeRankFiles(p) ? 30 : 0; },
             {}, // rank files are found by listing
-            TorchSaveRanksReader::open, "", "", false},
+            TorchSaveRanksReader::open, "", "", false, false, W::ReshardedOnLoad, false, false},
         // any other file: torch.save or safetensors by its content (openCheckpoint's last resort, which also names
         // the bytes it found)
         {F::TorchSave, "a torch.save file", [](const std::string&, bool dir) { return dir ? 0 : 1; }, {},
-            openFileByContent, "", "", false},
+            openFileByContent, "", "", false, false, W::FullStateDict, false, false},
     };
     return r;
 }

@@ -14,6 +14,15 @@
 
 namespace optscope {
 
+/// how a checkpoint of a format loads on a data-parallel world size other than the one that saved it
+enum class OtherWorldSize {
+    FullStateDict, ///< a full state dict: every rank loads the same whole tensors
+    ReshardedOnLoad, ///< sharded tensors: each rank reads its part of the saved chunks, whatever the saved size
+    Universal, ///< DeepSpeed's universal checkpoint: any world size
+    SavedOnly, ///< the loader refuses any other (DeepSpeed ZeRO's load_checkpoint raises)
+    LoaderDecides, ///< Megatron-Core: by the optimizer's sharding type and the TP/PP layout, not by the files alone
+};
+
 struct FormatInfo
 {
     CheckpointFormat format;
@@ -34,6 +43,15 @@ struct FormatInfo
     /// the format's loader reads pure-data values (io.BytesIO) with torch.load(weights_only=False): DCP's
     /// load_bytes does, so torchtitan's train state is no unsafe global there
     bool loaderReadsDataObjects;
+    /// PyTorch loads it with torch.distributed.checkpoint.load (which raises CheckpointException), not torch.load
+    bool loadsThroughDcp;
+    OtherWorldSize otherWorldSize;
+    /// `fix` writes the fixed checkpoint as a DCP folder, not as one torch.save file
+    bool fixWritesDcp;
+    /// its optimizers count steps per param group, and its reader gives each parameter its group's count as the
+    /// Python int or float the files hold (Megatron's; its conversions write float32 tensors): not a step-dtype
+    /// finding
+    bool stepsPerParamGroup;
 };
 
 /// every format, in no particular order (probes decide)

@@ -31,6 +31,9 @@ struct UserRename
     std::optional<std::string> apply(const std::string& name) const;
 };
 
+/// whether applyFixes writes @p optim's fixed copy as a DCP folder (else as one torch.save file): the format says
+bool fixWritesDcpFolder(const Checkpoint& optim);
+
 /// Applies every action of @p diagnosis, then @p renames, to @p optim and writes the result to @p output in the
 /// input's format (a torch.save file for torch.save input, a DCP folder for DCP input, its companion files such as
 /// Fabric's meta.pt copied as they are: a fix that would change one of their entries throws), under a temporary name
