@@ -80,8 +80,8 @@ int DcpReader::rankFromFileName(const std::string& relativePath)
 
 bool DcpReader::looksLikeDcp(const std::string& path)
 {
-    if (isFolder(path)) return isFile(fs::path(path) / ".metadata");
-    return fs::path(path).filename() == ".metadata" && isFile(path);
+    if (isFolder(path)) return isFile(fs::path(path) / kMetadataFile);
+    return fs::path(path).filename() == kMetadataFile && isFile(path);
 }
 
 std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const Progress& progress)
@@ -89,7 +89,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     progress(0.0, "reading metadata");
     fs::path dir = path;
     if (!isFolder(dir)) dir = dir.parent_path();
-    const std::string metaPath = (dir / ".metadata").string();
+    const std::string metaPath = (dir / kMetadataFile).string();
 
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::Dcp;
@@ -99,7 +99,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
     CheckpointBuilder builder(*cp);
 
     // through the checkpoint's files: a .metadata that is a symlink out of the folder is not read (statInside)
-    auto meta = cp->files->open(".metadata");
+    auto meta = cp->files->open(kMetadataFile);
     std::optional<DcpMetadata> fast = DcpMetadataReader::read(*meta, progress);
     DcpMetadata md;
     if (fast) {
@@ -195,7 +195,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         if (m.ok())
             cp->files->expectSize(rel, m.size);
         else
-            builder.memberProblem(m, rel, ".metadata", "in " + dir.string());
+            builder.memberProblem(m, rel, kMetadataFile, "in " + dir.string());
         if (!m.ok()) fileProblems[file] = m.what;
         return size;
     };

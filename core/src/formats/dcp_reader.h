@@ -48,6 +48,8 @@ public:
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});
     /// true if @p path is a folder holding a .metadata file, or a .metadata file
     static bool looksLikeDcp(const std::string& path);
+    /// the checkpoint's metadata file in its folder (the name probes ask for)
+    static constexpr const char* kMetadataFile = ".metadata";
     /// Lightning Fabric's file of the user's other state beside a sharded checkpoint
     static constexpr const char* kFabricMetaFile = "meta.pt";
     /// rank parsed from "__<rank>_<n>.distcp", -1 if the name has another form

@@ -2,6 +2,7 @@
 #include "optscope/formats/dcp_writer.h"
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
+#include "optscope/formats/dcp_reader.h"
 #include "optscope/io/job.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
@@ -499,7 +500,7 @@ static DcpWriteStats writeDcpUnnamed(
             progress.checkCancelled();
             if (options.beforeCommit && !split) options.beforeCommit();
         }
-        OutputFile metaFile(outputOf(".metadata"), inner);
+        OutputFile metaFile(outputOf(DcpReader::kMetadataFile), inner);
         metaFile.write(meta.data(), meta.size());
         metaFile.commit();
         stats.bytes += meta.size();

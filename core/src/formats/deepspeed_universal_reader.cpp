@@ -24,11 +24,12 @@ namespace {
 bool isUniversalFolder(const fs::path& dir)
 {
     std::error_code ec;
-    return isFolder(dir / "zero") && (isFile(dir / "zero" / "optimizer_state.pt") || [&] {
-        for (const FolderEntry& it : listFolder(dir / "zero"))
-            if (isFile(fs::path(it.location) / "fp32.pt")) return true;
-        return false;
-    }());
+    return isFolder(dir / DeepSpeedUniversalReader::kZeroFolder)
+        && (isFile(dir / DeepSpeedUniversalReader::kOptimizerStateFile) || [&] {
+               for (const FolderEntry& it : listFolder(dir / DeepSpeedUniversalReader::kZeroFolder))
+                   if (isFile(fs::path(it.location) / "fp32.pt")) return true;
+               return false;
+           }());
 }
 
 std::string readName(const fs::path& file)
@@ -57,8 +58,8 @@ bool DeepSpeedUniversalReader::looksLikeUniversal(const std::string& path)
         return std::regex_match(p.filename().string(), states) && isUniversalFolder(parent);
     }
     if (isUniversalFolder(p)) return true;
-    if (isFile(p / "latest_universal")) {
-        const std::string name = readName(p / "latest_universal");
+    if (isFile(p / DeepSpeedUniversalReader::kLatestFile)) {
+        const std::string name = readName(p / DeepSpeedUniversalReader::kLatestFile);
         return !name.empty() && name.find('/') == std::string::npos && isUniversalFolder(p / name);
     }
     return false;
@@ -72,9 +73,9 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
     if (!isFolder(dir)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
     std::string note;
     if (!isUniversalFolder(dir)) {
-        const std::string name = readName(dir / "latest_universal");
+        const std::string name = readName(dir / DeepSpeedUniversalReader::kLatestFile);
         if (name.empty() || name.find('/') != std::string::npos || !isUniversalFolder(dir / name))
-            throw Error(ErrorKind::Format, (dir / "latest_universal").string(),
+            throw Error(ErrorKind::Format, (dir / DeepSpeedUniversalReader::kLatestFile).string(),
                 "does not name a universal checkpoint folder ('" + name
                     + "'; DeepSpeed raises ValueError: Invalid for universal checkpoint)");
         dir = dir / name;
@@ -113,7 +114,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
     const PyValue* ms = load(modelRel).root;
     const auto groups = readParamShapes(getKey(ms, "param_shapes"), (dir / modelRel).string());
     const PyValue* optimState = nullptr;
-    if (isFile(dir / "zero" / "optimizer_state.pt")) optimState = load("zero/optimizer_state.pt").root;
+    if (isFile(dir / kOptimizerStateFile)) optimState = load(kOptimizerStateFile).root;
     const auto stage = zeroStageOf(getKey(optimState, "zero_stage"));
     const bool zero3 = stage ? *stage == 3 : modelRel.rfind("zero_pp_rank_", 0) == 0;
 
@@ -209,9 +210,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
                     TensorEntry e;
                     e.dtype = step->tensor->dtype;
                     e.shape = step->tensor->sizes;
-                    e.chunks.push_back(
-                        CheckpointBuilder::chunkFromTensor(*step->tensor, archives.at("zero/optimizer_state.pt"),
-                            "zero/optimizer_state.pt", (dir / "zero/optimizer_state.pt").string()));
+                    e.chunks.push_back(CheckpointBuilder::chunkFromTensor(*step->tensor,
+                        archives.at(kOptimizerStateFile), kOptimizerStateFile, (dir / kOptimizerStateFile).string()));
                     KeyPath p = base;
                     p.push_back(KeyPathElem::fromKey("step"));
                     // step first, as the ZeRO reader orders the optimizer's state

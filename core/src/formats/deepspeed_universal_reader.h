@@ -32,6 +32,10 @@ namespace optscope {
 class DeepSpeedUniversalReader
 {
 public:
+    /// the names its probe asks for (and the format registry's folderNames)
+    static constexpr const char* kZeroFolder = "zero";
+    static constexpr const char* kOptimizerStateFile = "zero/optimizer_state.pt";
+    static constexpr const char* kLatestFile = "latest_universal";
     /// a folder holding zero/<param>/fp32.pt, a folder whose latest_universal names one, or a file directly in it
     static bool looksLikeUniversal(const std::string& path);
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});

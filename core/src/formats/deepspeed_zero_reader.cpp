@@ -984,7 +984,7 @@ bool DeepSpeedZeroReader::looksLikeZero(const std::string& path)
     std::error_code ec;
     const fs::path p(path);
     if (isFolder(p)) {
-        if (isFile(p / "latest")) return true;
+        if (isFile(p / DeepSpeedZeroReader::kLatestFile)) return true;
         if (hasZeroFiles(p)) return true;
         // the save folder without `latest`: a tag folder inside holds the files
         for (const FolderEntry& it : listFolder(p))
@@ -1011,7 +1011,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
     // the tag folder: this one, the one `latest` names, or (no `latest`) the newest one holding ZeRO files
     std::string tagNote;
     if (!hasZeroFiles(dir)) {
-        const fs::path latest = dir / "latest";
+        const fs::path latest = dir / DeepSpeedZeroReader::kLatestFile;
         if (isFile(latest)) {
             const std::string tag = readTag(latest);
             if (tag.empty() || tag.find('/') != std::string::npos || tag == "." || tag == "..")
@@ -1045,12 +1045,12 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
                 + std::to_string(count) + " tag folder(s)";
             w.isError = true;
             w.loadError = "DeepSpeed's load_checkpoint(dir) without a tag logs \"Unable to find latest file at "
-                + (dir / "latest").string()
+                + (dir / DeepSpeedZeroReader::kLatestFile).string()
                 + ", if trying to load latest checkpoint please ensure this file exists or pass an explicit "
                   "checkpoint tag when loading a checkpoint.\" and returns (None, None): nothing is loaded and "
                   "training restarts from scratch";
-            w.fix = "write the tag into " + (dir / "latest").string() + " (echo " + best + " > latest) or pass tag='"
-                + best + "' to load_checkpoint";
+            w.fix = "write the tag into " + (dir / DeepSpeedZeroReader::kLatestFile).string() + " (echo " + best
+                + " > latest) or pass tag='" + best + "' to load_checkpoint";
             early.push_back(std::move(w));
             dir = dir / best;
             tagNote = "tag '" + best + "' (no latest)";

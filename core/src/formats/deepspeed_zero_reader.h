@@ -54,6 +54,8 @@ namespace optscope {
 class DeepSpeedZeroReader
 {
 public:
+    /// the tag file of a save folder: the name its probe asks for (and the format registry's folderNames)
+    static constexpr const char* kLatestFile = "latest";
     /// a folder holding ZeRO model/optim state files, a folder whose `latest` names one, or one of those files
     static bool looksLikeZero(const std::string& path);
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});

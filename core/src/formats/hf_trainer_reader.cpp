@@ -22,8 +22,6 @@ namespace optscope {
 
 namespace {
 
-constexpr const char* kOptimizerNames[] = {"optimizer.pt", "optimizer.bin"};
-
 std::string firstExisting(const fs::path& dir, std::initializer_list<const char*> names)
 {
     std::error_code ec;
@@ -184,8 +182,9 @@ bool HfTrainerReader::looksLikeTrainerFolder(const std::string& path)
     std::error_code ec;
     if (!isFolder(path)) return false;
     const fs::path dir(path);
-    const bool optimizer = !firstExisting(dir, {"optimizer.pt", "optimizer.bin"}).empty();
-    const bool state = isFile(dir / "trainer_state.json");
+    const bool optimizer
+        = !firstExisting(dir, {HfTrainerReader::kOptimizerFiles[0], HfTrainerReader::kOptimizerFiles[1]}).empty();
+    const bool state = isFile(dir / HfTrainerReader::kTrainerStateFile);
     return optimizer || state;
 }
 
@@ -215,7 +214,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
             ReaderCode::NoModel, "no model weights (model.safetensors, an index or pytorch_model.bin) in " + path);
     }
     progress(0.4, "reading Trainer checkpoint");
-    const std::string optimizer = firstExisting(dir, {kOptimizerNames[0], kOptimizerNames[1]});
+    const std::string optimizer = firstExisting(dir, {kOptimizerFiles[0], kOptimizerFiles[1]});
     if (!optimizer.empty()) {
         builder.addTorchSaveFile(optimizer, {KeyPathElem::fromKey("optim")}, progress);
         detail += ", " + optimizer;
@@ -234,9 +233,9 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
             builder.error(ReaderCode::UnreadableValue, std::string(e.what()));
         }
     }
-    if (isFile(dir / "trainer_state.json")) {
-        addTrainerState(*cp, builder, "trainer_state.json");
-        detail += ", trainer_state.json";
+    if (isFile(dir / HfTrainerReader::kTrainerStateFile)) {
+        addTrainerState(*cp, builder, kTrainerStateFile);
+        detail += ", " + std::string(kTrainerStateFile);
     }
     // every other checkpoint-like file is named: RNG states and training args as expected, a second model or
     // optimizer (accelerate's save_state of several: model_1.safetensors, optimizer_1.bin) with a warning

@@ -38,6 +38,9 @@ namespace optscope {
 class HfTrainerReader
 {
 public:
+    /// the names its probe asks for (and the format registry's folderNames)
+    static constexpr const char* kOptimizerFiles[] = {"optimizer.pt", "optimizer.bin"};
+    static constexpr const char* kTrainerStateFile = "trainer_state.json";
     /// a folder holding optimizer.pt or trainer_state.json next to model weights (or optimizer.pt alone)
     static bool looksLikeTrainerFolder(const std::string& path);
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});

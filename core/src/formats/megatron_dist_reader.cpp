@@ -24,9 +24,6 @@ namespace optscope {
 
 namespace {
 
-constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
-constexpr const char* kMetadataJson = "metadata.json";
-constexpr const char* kCommon = "common.pt";
 constexpr uint64_t kMaxSmallFile = uint64_t(1) << 20;
 
 std::string readSmallText(const fs::path& p)
@@ -64,7 +61,7 @@ std::pair<fs::path, size_t> newestIteration(const fs::path& dir)
     size_t count = 0;
     for (const FolderEntry& it : listFolder(dir)) {
         const int64_t n = iterationNumber(it.name);
-        if (n < 0 || !isFile(fs::path(it.location) / kMetadataJson)) continue;
+        if (n < 0 || !isFile(fs::path(it.location) / MegatronDistReader::kMetadataJson)) continue;
         ++count;
         if (n > bestNum) {
             bestNum = n;
@@ -78,8 +75,8 @@ std::pair<fs::path, size_t> newestIteration(const fs::path& dir)
 bool isTorchDistWithoutMetadataJson(const fs::path& dir)
 {
     std::error_code ec;
-    return !(locationKind(dir / kMetadataJson) != LocationKind::Missing) && isFile(dir / ".metadata")
-        && isFile(dir / kCommon);
+    return !(locationKind(dir / MegatronDistReader::kMetadataJson) != LocationKind::Missing)
+        && isFile(dir / DcpReader::kMetadataFile) && isFile(dir / MegatronDistReader::kCommonFile);
 }
 
 /// the iteration folder: @p path itself, the one latest_checkpointed_iteration.txt in @p path names, or, when a save
@@ -87,17 +84,18 @@ bool isTorchDistWithoutMetadataJson(const fs::path& dir)
 fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>& missingLatest)
 {
     std::error_code ec;
-    if (isFile(path / kMetadataJson) || isTorchDistWithoutMetadataJson(path)) return path;
-    const fs::path latest = path / kLatestFile;
+    if (isFile(path / MegatronDistReader::kMetadataJson) || isTorchDistWithoutMetadataJson(path)) return path;
+    const fs::path latest = path / MegatronDistReader::kLatestFile;
     if (!isFile(latest)) {
         const auto [newest, count] = newestIteration(path);
         if (newest.empty())
-            throw Error(ErrorKind::Format, path.string(), "has neither metadata.json nor " + std::string(kLatestFile));
+            throw Error(ErrorKind::Format, path.string(),
+                "has neither metadata.json nor " + std::string(MegatronDistReader::kLatestFile));
         const std::string name = newest.filename().string();
         CheckpointWarning w;
         w.code = ReaderCode::MegatronMissingLatest;
-        w.message = "no " + std::string(kLatestFile) + " in " + path.string() + ": read " + name + ", the newest of "
-            + std::to_string(count) + " iteration folder(s)";
+        w.message = "no " + std::string(MegatronDistReader::kLatestFile) + " in " + path.string() + ": read " + name
+            + ", the newest of " + std::to_string(count) + " iteration folder(s)";
         w.isError = true;
         // megatron/training/checkpointing.py, _load_base_checkpoint: no tracker file and no --ckpt-step
         w.loadError = "Megatron-LM's load_checkpoint prints \"WARNING: could not find the metadata file "
@@ -105,7 +103,8 @@ fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>&
             + "\" and \"    will not load any checkpoints and will start from random\": nothing is loaded and "
               "training restarts from iteration 0 (with --exit-on-missing-checkpoint it exits instead)";
         w.fix = "write the iteration into " + latest.string() + " (echo " + std::to_string(iterationNumber(name))
-            + " > " + kLatestFile + ") or pass --ckpt-step " + std::to_string(iterationNumber(name));
+            + " > " + MegatronDistReader::kLatestFile + ") or pass --ckpt-step "
+            + std::to_string(iterationNumber(name));
         missingLatest = std::move(w);
         return newest;
     }
@@ -759,17 +758,18 @@ bool MegatronDistReader::looksLikeMegatron(const std::string& path)
     std::error_code ec;
     if (!isFolder(path)) return false;
     const fs::path dir(path);
-    if (isFile(dir / kLatestFile)) return true;
+    if (isFile(dir / MegatronDistReader::kLatestFile)) return true;
     if (isTorchDistWithoutMetadataJson(dir)) return true; // its finding says what Megatron makes of it
-    if (!isFile(dir / kMetadataJson) && !isFile(dir / ".metadata") && !newestIteration(dir).first.empty())
+    if (!isFile(dir / MegatronDistReader::kMetadataJson) && !isFile(dir / DcpReader::kMetadataFile)
+        && !newestIteration(dir).first.empty())
         return true; // a save folder that lost its tracker file
-    if (!isFile(dir / kMetadataJson)) return false;
+    if (!isFile(dir / MegatronDistReader::kMetadataJson)) return false;
     // dist_checkpointing's metadata.json names its backends
     try {
-        const std::string text = readSmallText(dir / kMetadataJson);
+        const std::string text = readSmallText(dir / MegatronDistReader::kMetadataJson);
         return text.find("sharded_backend") != std::string::npos;
     } catch (const Error&) {
-        return isFile(dir / ".metadata");
+        return isFile(dir / DcpReader::kMetadataFile);
     }
 }
 
@@ -778,7 +778,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
     progress(0.0, "reading Megatron checkpoint");
     std::optional<CheckpointWarning> missingLatest;
     const fs::path dir = iterationFolder(fs::path(path), missingLatest);
-    const fs::path metaJson = dir / kMetadataJson;
+    const fs::path metaJson = dir / MegatronDistReader::kMetadataJson;
     std::string backend = "torch_dist";
     std::string version;
     std::optional<CheckpointWarning> missingMetadata;
@@ -821,8 +821,8 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
                         : std::string()));
     }
     std::error_code ec;
-    if (!isFile(dir / ".metadata"))
-        throw Error(ErrorKind::Io, (dir / ".metadata").string(),
+    if (!isFile(dir / DcpReader::kMetadataFile))
+        throw Error(ErrorKind::Io, (dir / DcpReader::kMetadataFile).string(),
             "is missing: metadata.json says torch_dist, whose sharded part is a DCP folder with a .metadata file");
 
     auto base = DcpReader::open(dir.string(), progress);
@@ -835,10 +835,10 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
 
     // common.pt: the non-sharded objects
     const PyValue* common = nullptr;
-    const std::string commonAbs = (dir / kCommon).string();
+    const std::string commonAbs = (dir / MegatronDistReader::kCommonFile).string();
     std::vector<FlattenedLeaf> commonLeaves;
     TorchSaveArchive ar;
-    if (!isFile(dir / kCommon)) {
+    if (!isFile(dir / MegatronDistReader::kCommonFile)) {
         CheckpointWarning w;
         w.code = ReaderCode::MegatronMissingCommon;
         w.message = "'" + commonAbs
@@ -852,7 +852,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
         cp->warnings.push_back(std::move(w));
     } else {
         try {
-            auto file = cp->files->open(kCommon);
+            auto file = cp->files->open(MegatronDistReader::kCommonFile);
             if (file->size() == 0) throw Error(ErrorKind::Format, commonAbs, "is empty (0 bytes)");
             ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, commonAbs);
             builder.addPickleWarnings(ar.warnings);
@@ -946,7 +946,7 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
                 "common.pt and the sharded part both hold this key; the sharded one is shown", key);
             continue;
         }
-        builder.addLeaf(std::move(leaf.path), leaf.value, ar, kCommon, commonAbs);
+        builder.addLeaf(std::move(leaf.path), leaf.value, ar, MegatronDistReader::kCommonFile, commonAbs);
     }
     mapper.addParamGroups(groups, groupsWhere);
 

@@ -66,6 +66,10 @@ namespace optscope {
 class MegatronDistReader
 {
 public:
+    /// the names its probe asks for (and the format registry's folderNames)
+    static constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
+    static constexpr const char* kMetadataJson = "metadata.json";
+    static constexpr const char* kCommonFile = "common.pt";
     /// a folder with a dist_checkpointing metadata.json, or a folder with latest_checkpointed_iteration.txt
     static bool looksLikeMegatron(const std::string& path);
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});

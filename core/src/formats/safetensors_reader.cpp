@@ -304,7 +304,7 @@ bool SafetensorsReader::looksLikeSafetensors(const uint8_t* data, uint64_t size)
 
 std::string SafetensorsReader::modelFileIn(const std::string& folder)
 {
-    for (const char* name : {"model.safetensors.index.json", "model.safetensors"})
+    for (const char* name : {kIndexFile, kSingleFile})
         if (isFile(childLocation(folder, name))) return name;
     if (!canListFolder(folder)) return {};
     std::string only;

@@ -61,6 +61,9 @@ struct SafetensorsHeader
 class SafetensorsReader
 {
 public:
+    /// the names its probe asks for in a folder (and the format registry's folderNames)
+    static constexpr const char* kIndexFile = "model.safetensors.index.json";
+    static constexpr const char* kSingleFile = "model.safetensors";
     /// the largest header accepted, as safetensors' own MAX_HEADER_SIZE
     static constexpr uint64_t kMaxHeaderLength = 100'000'000;
 
