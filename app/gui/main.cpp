@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "checkpointcontext.h"
 #include "mainwindow.h"
 #include "screenshotdriver.h"
+#include "session/checkpointcontext.h"
 
 #include <QApplication>
 #include <QCommandLineParser>

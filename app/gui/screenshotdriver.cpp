@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "screenshotdriver.h"
 
-#include "checkpointcontext.h"
-#include "diagnosepanel.h"
-#include "diffpanel.h"
-#include "jobrunner.h"
 #include "mainwindow.h"
-#include "qcp.h"
-#include "reshardpanel.h"
-#include "watchpanel.h"
+#include "panels/diagnosepanel.h"
+#include "panels/diffpanel.h"
+#include "panels/reshardpanel.h"
+#include "panels/watchpanel.h"
+#include "plots/qcp.h"
+#include "session/checkpointcontext.h"
+#include "session/jobrunner.h"
 
 #include "optscope/formats/run_folder.h"
 #include "optscope/model/checkpoint.h"
