@@ -6,6 +6,7 @@
 #include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/pickle/pickle_machine.h"
+#include "optscope/pickle/pickle_opcodes.h"
 
 #include <unordered_map>
 
@@ -17,6 +18,8 @@
 namespace optscope {
 
 namespace {
+
+using namespace pickle_op;
 
 /// thrown inside the reader when the pickle holds something it does not handle; caught in read()
 struct Unsupported
@@ -172,90 +175,87 @@ private:
             pos += bytes;
             return v;
         };
-        while (pos < m_size) {
-            const uint8_t op = m_data[pos++];
-            switch (op) {
-            case 0x80:
-                skip(1);
-                break; // PROTO
-            case 0x95:
-                skip(8);
-                break; // FRAME
-            case '.':
-                pos = m_size;
+        // steps over @p op's argument, as the one opcode table lays it out
+        auto step = [&](uint8_t op) {
+            switch (const Arg arg = argumentOf(op); arg.kind) {
+            case ArgKind::None:
                 break;
-            case '(':
-            case '}':
-            case ']':
-            case ')':
-            case 't':
-            case 0x85:
-            case 0x86:
-            case 0x87:
-            case 's':
-            case 'u':
-            case 'a':
-            case 'e':
-            case 'N':
-            case 0x88:
-            case 0x89:
-            case 0x93:
-            case 0x81:
-            case 'R':
+            case ArgKind::Fixed:
+                skip(arg.n);
                 break;
-            case 'b':
-                ++builds;
+            case ArgKind::Counted:
+                skip(uint(arg.n));
                 break;
-            case 'J':
-                ++ints;
-                skip(4);
-                break;
-            case 'K':
-                ++ints;
-                skip(1);
-                break;
-            case 'M':
-                ++ints;
-                skip(2);
-                break;
-            case 0x8a:
-                ++ints;
-                skip(uint(1));
-                break; // LONG1
-            case 'G':
-                skip(8);
-                break;
-            case 0x8c:
-                skip(uint(1));
-                break;
-            case 'X':
-                skip(uint(4));
-                break;
-            case 0x8d:
-                skip(uint(8));
-                break;
-            case 'c': // GLOBAL: two lines
-                for (int line = 0; line < 2; ++line) {
+            case ArgKind::Lines:
+                for (int line = 0; line < arg.n; ++line) {
                     const void* nl = pos < m_size ? std::memchr(m_data + pos, '\n', m_size - pos) : nullptr;
                     if (!nl) unsupported();
                     pos = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - m_data) + 1;
                 }
                 break;
-            case 0x94:
+            case ArgKind::Unknown:
+                unsupported();
+            }
+        };
+        while (pos < m_size) {
+            const uint8_t op = m_data[pos++];
+            // the opcodes DCP's pickles hold; any other is for the general reader
+            switch (op) {
+            case STOP:
+                pos = m_size;
+                break;
+            case PROTO:
+            case FRAME:
+            case MARK:
+            case EMPTY_DICT:
+            case EMPTY_LIST:
+            case EMPTY_TUPLE:
+            case TUPLE:
+            case TUPLE1:
+            case TUPLE2:
+            case TUPLE3:
+            case SETITEM:
+            case SETITEMS:
+            case APPEND:
+            case APPENDS:
+            case NONE:
+            case NEWTRUE:
+            case NEWFALSE:
+            case STACK_GLOBAL:
+            case NEWOBJ:
+            case REDUCE:
+            case BINFLOAT:
+            case SHORT_BINUNICODE:
+            case BINUNICODE:
+            case BINUNICODE8:
+            case GLOBAL:
+                step(op);
+                break;
+            case BUILD:
+                ++builds;
+                break;
+            case BININT:
+            case BININT1:
+            case BININT2:
+            case LONG1:
+                ++ints;
+                step(op);
+                break;
+            case MEMOIZE:
                 ++memoized;
                 break;
-            case 'q':
+            case BINPUT:
                 puts = true;
                 memoized = std::max<uint64_t>(memoized, uint(1) + 1);
                 break;
-            case 'r':
+            case LONG_BINPUT:
                 puts = true;
                 memoized = std::max<uint64_t>(memoized, uint(4) + 1);
                 break;
-            case 'h':
+            case BINGET:
                 get(uint(1));
                 break;
-            case 'j':
+            case LONG_BINGET:
                 get(uint(4));
                 break;
             default:
@@ -686,35 +686,35 @@ private:
             need(1);
             const uint8_t op = m_data[m_pos++];
             switch (op) {
-            case 0x80:
+            case PROTO:
                 m_out.protocol = static_cast<int>(readUInt(1));
                 break;
-            case 0x95: // FRAME: only a hint, but one past the end means a cut file
+            case FRAME: // FRAME: only a hint, but one past the end means a cut file
                 if (readUInt(8) > m_size - m_pos) unsupported();
                 break;
-            case '.': {
+            case STOP: {
                 if (m_stack.size() != 1 || m_stack[0].t != T::Meta || !m_marks.empty()) unsupported();
                 flushPreview();
                 finish();
                 return;
             }
-            case '(':
+            case MARK:
                 m_marks.push_back(m_stack.size());
                 break;
-            case '}':
-            case ']': {
+            case EMPTY_DICT:
+            case EMPTY_LIST: {
                 V v;
                 v.t = op == '}' ? T::Dict : T::List;
                 v.a = newContainer();
                 m_stack.push_back(v);
                 break;
             }
-            case ')':
-            case 't':
-            case 0x85:
-            case 0x86:
-            case 0x87: {
-                size_t n = op == ')' ? 0 : op == 0x85 ? 1 : op == 0x86 ? 2 : op == 0x87 ? 3 : 0;
+            case EMPTY_TUPLE:
+            case TUPLE:
+            case TUPLE1:
+            case TUPLE2:
+            case TUPLE3: {
+                size_t n = op == ')' ? 0 : op == TUPLE1 ? 1 : op == TUPLE2 ? 2 : op == TUPLE3 ? 3 : 0;
                 size_t from;
                 if (op == 't') {
                     from = popMark();
@@ -732,8 +732,8 @@ private:
                 m_stack.push_back(v);
                 break;
             }
-            case 's':
-            case 'u': {
+            case SETITEM:
+            case SETITEMS: {
                 const size_t from = op == 'u' ? popMark() : m_stack.size() - 2;
                 if (from < 1 || from > m_stack.size() || (m_stack.size() - from) % 2 != 0 || from < m_markFloor() + 1)
                     unsupported();
@@ -760,8 +760,8 @@ private:
                 }
                 break;
             }
-            case 'a':
-            case 'e': {
+            case APPEND:
+            case APPENDS: {
                 const size_t from = op == 'e' ? popMark() : m_stack.size() - 1;
                 if (from < 1 || from > m_stack.size() || from < m_markFloor() + 1) unsupported();
                 const V& l = m_stack[from - 1];
@@ -771,22 +771,22 @@ private:
                 m_stack.resize(from);
                 break;
             }
-            case 'J': {
+            case BININT: {
                 V v;
                 v.t = T::Int;
                 v.i = static_cast<int32_t>(static_cast<uint32_t>(readUInt(4)));
                 m_stack.push_back(v);
                 break;
             }
-            case 'K':
-            case 'M': {
+            case BININT1:
+            case BININT2: {
                 V v;
                 v.t = T::Int;
                 v.i = static_cast<int64_t>(readUInt(op == 'K' ? 1 : 2));
                 m_stack.push_back(v);
                 break;
             }
-            case 0x8a: {
+            case LONG1: {
                 const auto n = static_cast<unsigned>(readUInt(1));
                 if (n > 8) unsupported();
                 need(n);
@@ -801,28 +801,28 @@ private:
                 m_stack.push_back(v);
                 break;
             }
-            case 'N':
+            case NONE:
                 m_stack.push_back(V {});
                 break;
-            case 0x88:
-            case 0x89: {
+            case NEWTRUE:
+            case NEWFALSE: {
                 V v;
                 v.t = T::Bool;
-                v.i = op == 0x88;
+                v.i = op == NEWTRUE;
                 m_stack.push_back(v);
                 break;
             }
-            case 'G': {
+            case BINFLOAT: {
                 readUInt(8);
                 V v;
                 v.t = T::Float;
                 m_stack.push_back(v);
                 break;
             }
-            case 0x8c:
-            case 'X':
-            case 0x8d: {
-                const uint64_t n = readUInt(op == 0x8c ? 1 : op == 'X' ? 4 : 8);
+            case SHORT_BINUNICODE:
+            case BINUNICODE:
+            case BINUNICODE8: {
+                const uint64_t n = readUInt(op == SHORT_BINUNICODE ? 1 : op == 'X' ? 4 : 8);
                 need(n);
                 if (n > std::numeric_limits<uint32_t>::max()) unsupported();
                 V v;
@@ -833,14 +833,14 @@ private:
                 m_stack.push_back(v);
                 break;
             }
-            case 0x93: {
+            case STACK_GLOBAL: {
                 const V name = pop();
                 const V module = pop();
                 if (name.t != T::Str || module.t != T::Str) unsupported();
                 pushGlobal(str(module), str(name));
                 break;
             }
-            case 'c': {
+            case GLOBAL: {
                 std::string_view lines[2];
                 for (auto& line : lines) {
                     const void* nl = std::memchr(m_data + m_pos, '\n', m_size - m_pos);
@@ -852,10 +852,10 @@ private:
                 pushGlobal(lines[0], lines[1]);
                 break;
             }
-            case 0x94:
-            case 'q':
-            case 'r': {
-                const uint64_t idx = op == 0x94 ? memoNext++ : readUInt(op == 'q' ? 1 : 4);
+            case MEMOIZE:
+            case BINPUT:
+            case LONG_BINPUT: {
+                const uint64_t idx = op == MEMOIZE ? memoNext++ : readUInt(op == 'q' ? 1 : 4);
                 if (idx >= m_memoRead.size()) unsupported();
                 if (m_memoRead[idx]) {
                     V& v = top();
@@ -868,27 +868,27 @@ private:
                 }
                 break;
             }
-            case 'h':
-            case 'j': {
+            case BINGET:
+            case LONG_BINGET: {
                 const uint64_t idx = readUInt(op == 'h' ? 1 : 4);
                 auto it = m_memo.find(idx);
                 if (it == m_memo.end()) unsupported();
                 m_stack.push_back(it->second);
                 break;
             }
-            case 0x81: {
+            case NEWOBJ: {
                 const V args = pop();
                 const V cls = pop();
                 newObject(cls, args);
                 break;
             }
-            case 'R': {
+            case REDUCE: {
                 const V args = pop();
                 const V callable = pop();
                 reduce(callable, args);
                 break;
             }
-            case 'b':
+            case BUILD:
                 build();
                 break;
             default:

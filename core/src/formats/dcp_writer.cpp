@@ -43,8 +43,8 @@ public:
     {
         e.global(kMetadataModule, "Metadata");
         e.tuple(0);
-        e.op(0x81); // NEWOBJ
-        e.op('}');
+        e.op(pickle_op::NEWOBJ); // NEWOBJ
+        e.op(pickle_op::EMPTY_DICT);
         e.mark();
         e.str("state_dict_metadata");
         stateDictMetadata(plan);
@@ -53,10 +53,10 @@ public:
         e.str("storage_data");
         storageData(items, files);
         e.str("storage_meta");
-        e.op('N');
-        e.op('u'); // SETITEMS
-        e.op('b'); // BUILD
-        e.op('.');
+        e.op(pickle_op::NONE);
+        e.op(pickle_op::SETITEMS); // SETITEMS
+        e.op(pickle_op::BUILD); // BUILD
+        e.op(pickle_op::STOP);
         return std::move(e.out);
     }
 
@@ -69,13 +69,13 @@ private:
             e.integer(x);
         e.tuple(v.size());
         e.tuple(1);
-        e.op('R');
+        e.op(pickle_op::REDUCE);
     }
     void dataclass(const char* module, const char* name)
     {
         e.global(module, name);
         e.tuple(0);
-        e.op(0x81);
+        e.op(pickle_op::NEWOBJ);
     }
     static std::vector<std::pair<bool, size_t>> orderOf(const DcpPlan& plan)
     {
@@ -90,7 +90,7 @@ private:
     void tensorMetadata(const DcpPlan::Tensor& t)
     {
         dataclass(kMetadataModule, "TensorStorageMetadata");
-        e.op('}');
+        e.op(pickle_op::EMPTY_DICT);
         e.mark();
         e.str("properties");
         dataclass(kMetadataModule, "TensorProperties");
@@ -100,40 +100,40 @@ private:
         e.global("torch.serialization", "_get_layout");
         e.str("torch.strided");
         e.tuple(1);
-        e.op('R');
-        e.op(t.requiresGrad ? 0x88 : 0x89);
+        e.op(pickle_op::REDUCE);
+        e.op(t.requiresGrad ? pickle_op::NEWTRUE : pickle_op::NEWFALSE);
         e.global(kMetadataModule, "_MEM_FORMAT_ENCODING");
         e.integer(0); // TORCH_CONTIGUOUS_FORMAT
         e.tuple(1);
-        e.op('R');
-        e.op(0x89);
-        e.op('t');
-        e.op('b');
+        e.op(pickle_op::REDUCE);
+        e.op(pickle_op::NEWFALSE);
+        e.op(pickle_op::TUPLE);
+        e.op(pickle_op::BUILD);
         e.str("size");
         size(t.shape);
         e.str("chunks");
-        e.op(']');
+        e.op(pickle_op::EMPTY_LIST);
         if (!t.chunks.empty()) {
             e.mark();
             for (size_t c = 0; c < t.chunks.size(); ++c) {
                 dataclass(kMetadataModule, "ChunkStorageMetadata");
-                e.op('}');
+                e.op(pickle_op::EMPTY_DICT);
                 e.mark();
                 e.str("offsets");
                 size(t.chunks.offsetsOf(c));
                 e.str("sizes");
                 size(t.chunks.sizesOf(c));
-                e.op('u');
-                e.op('b');
+                e.op(pickle_op::SETITEMS);
+                e.op(pickle_op::BUILD);
             }
-            e.op('e');
+            e.op(pickle_op::APPENDS);
         }
-        e.op('u');
-        e.op('b');
+        e.op(pickle_op::SETITEMS);
+        e.op(pickle_op::BUILD);
     }
     void stateDictMetadata(const DcpPlan& plan)
     {
-        e.op('}');
+        e.op(pickle_op::EMPTY_DICT);
         const auto order = orderOf(plan);
         if (order.empty()) return;
         e.mark();
@@ -146,11 +146,11 @@ private:
                 dataclass(kMetadataModule, "BytesStorageMetadata");
             }
         }
-        e.op('u');
+        e.op(pickle_op::SETITEMS);
     }
     void plannerData(const DcpPlan& plan)
     {
-        e.op('}');
+        e.op(pickle_op::EMPTY_DICT);
         const auto order = orderOf(plan);
         if (order.empty()) return;
         e.mark();
@@ -166,16 +166,16 @@ private:
             }
             e.tuple(path.size());
         }
-        e.op('u');
+        e.op(pickle_op::SETITEMS);
     }
     void storageData(const std::vector<ItemLocation>& items, const std::vector<std::string>& files)
     {
-        e.op('}');
+        e.op(pickle_op::EMPTY_DICT);
         if (items.empty()) return;
         e.mark();
         for (const auto& it : items) {
             dataclass(kMetadataModule, "MetadataIndex");
-            e.op('}');
+            e.op(pickle_op::EMPTY_DICT);
             e.mark();
             e.str("fqn");
             e.str(joinKeyPath(it.tensor ? it.tensor->path : it.value->path));
@@ -185,10 +185,10 @@ private:
             }
             e.str("index");
             e.integer(it.tensor ? static_cast<int64_t>(it.chunk) : 0);
-            e.op('u');
-            e.op('b');
+            e.op(pickle_op::SETITEMS);
+            e.op(pickle_op::BUILD);
             dataclass("torch.distributed.checkpoint.filesystem", "_StorageInfo");
-            e.op('}');
+            e.op(pickle_op::EMPTY_DICT);
             e.mark();
             e.str("relative_path");
             e.str(files[it.file]);
@@ -196,10 +196,10 @@ private:
             e.integer(static_cast<int64_t>(it.offset));
             e.str("length");
             e.integer(static_cast<int64_t>(it.length));
-            e.op('u');
-            e.op('b');
+            e.op(pickle_op::SETITEMS);
+            e.op(pickle_op::BUILD);
         }
-        e.op('u');
+        e.op(pickle_op::SETITEMS);
     }
 
     PickleEmitter e;

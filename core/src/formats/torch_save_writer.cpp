@@ -68,7 +68,7 @@ public:
     std::string run()
     {
         node(m_tree.root(), 0);
-        e.op('.');
+        e.op(pickle_op::STOP);
         return std::move(e.out);
     }
 
@@ -85,7 +85,7 @@ private:
         const StateTree::Node& n = m_tree.node(i);
         switch (n.kind) {
         case StateTree::Kind::None:
-            e.op('N');
+            e.op(pickle_op::NONE);
             return;
         case StateTree::Kind::Value:
             value(n.value, depth);
@@ -94,7 +94,7 @@ private:
             tensor(m_tree.tensors()[n.tensor], n.tensor);
             return;
         case StateTree::Kind::Dict:
-            e.op('}');
+            e.op(pickle_op::EMPTY_DICT);
             for (size_t k = 0; k < n.children.size(); ++k) {
                 if (k % 1000 == 0) e.mark();
                 if (n.keyValues[k])
@@ -102,15 +102,15 @@ private:
                 else
                     e.str(n.keys[k]);
                 node(n.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op('u');
+                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op(pickle_op::SETITEMS);
             }
             return;
         case StateTree::Kind::List:
-            e.op(']');
+            e.op(pickle_op::EMPTY_LIST);
             for (size_t k = 0; k < n.children.size(); ++k) {
                 if (k % 1000 == 0) e.mark();
                 node(n.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op('e');
+                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op(pickle_op::APPENDS);
             }
             return;
         case StateTree::Kind::Tuple:
@@ -161,10 +161,10 @@ private:
     {
         switch (v->kind) {
         case PyKind::None:
-            e.op('N');
+            e.op(pickle_op::NONE);
             return;
         case PyKind::Bool:
-            e.op(v->boolean ? 0x88 : 0x89);
+            e.op(v->boolean ? pickle_op::NEWTRUE : pickle_op::NEWFALSE);
             return;
         case PyKind::Int:
             e.integer(v->integer);
@@ -194,7 +194,7 @@ private:
             e.str(latin);
             e.str("latin1");
             e.tuple(2);
-            e.op('R');
+            e.op(pickle_op::REDUCE);
             return;
         }
         case PyKind::Dtype:
@@ -207,29 +207,29 @@ private:
             e.tuple(v->size());
             return;
         case PyKind::List:
-            e.op(']');
+            e.op(pickle_op::EMPTY_LIST);
             if (memoEarly) e.putObject(v);
             if (v->size()) {
                 e.mark();
                 for (const auto* c : v->items())
                     value(c, depth + 1);
-                e.op('e');
+                e.op(pickle_op::APPENDS);
             }
             return;
         case PyKind::Set:
             e.global("builtins", "set");
-            e.op(']');
+            e.op(pickle_op::EMPTY_LIST);
             if (v->size()) {
                 e.mark();
                 for (const auto* c : v->items())
                     value(c, depth + 1);
-                e.op('e');
+                e.op(pickle_op::APPENDS);
             }
             e.tuple(1);
-            e.op('R');
+            e.op(pickle_op::REDUCE);
             return;
         case PyKind::Dict:
-            e.op('}');
+            e.op(pickle_op::EMPTY_DICT);
             if (memoEarly) e.putObject(v);
             if (v->size()) {
                 e.mark();
@@ -237,7 +237,7 @@ private:
                     value(v->dictKey(k), depth + 1);
                     value(v->dictValue(k), depth + 1);
                 }
-                e.op('u');
+                e.op(pickle_op::SETITEMS);
             }
             return;
         case PyKind::Object:
@@ -270,25 +270,27 @@ private:
             e.tuple(0);
         if (o.how == PyObjectHow::NewObj && o.kwargs) {
             value(o.kwargs, depth + 1);
-            e.op(0x92); // NEWOBJ_EX
+            e.op(pickle_op::NEWOBJ_EX); // NEWOBJ_EX
         } else {
-            e.op(o.how == PyObjectHow::NewObj ? 0x81 : 'R'); // INST calls the class with its arguments as REDUCE does
+            e.op(o.how == PyObjectHow::NewObj
+                    ? pickle_op::NEWOBJ
+                    : pickle_op::REDUCE); // INST calls the class with its arguments as REDUCE does
         }
         if (!o.listItems.empty()) {
             e.mark();
             for (const auto* item : o.listItems)
                 value(item, depth + 1);
-            e.op('e');
+            e.op(pickle_op::APPENDS);
         }
         if (!o.dictItems.empty()) {
             e.mark();
             for (const auto* item : o.dictItems)
                 value(item, depth + 1);
-            e.op('u');
+            e.op(pickle_op::SETITEMS);
         }
         if (o.state) {
             value(o.state, depth + 1);
-            e.op('b');
+            e.op(pickle_op::BUILD);
         }
     }
 
@@ -312,8 +314,8 @@ private:
         e.str("cpu");
         const int64_t numel = t.numel();
         e.integer(v3 ? numel * static_cast<int64_t>(dtypeSize(t.dtype)) : numel);
-        e.op('t');
-        e.op('Q');
+        e.op(pickle_op::TUPLE);
+        e.op(pickle_op::BINPERSID);
         e.integer(0); // storage offset
         if (t.shape.size() > 3) e.mark();
         for (auto s : t.shape)
@@ -327,20 +329,20 @@ private:
         for (auto s : strides)
             e.integer(s);
         e.tuple(strides.size());
-        e.op(t.requiresGrad && !t.isParameter ? 0x88 : 0x89);
+        e.op(t.requiresGrad && !t.isParameter ? pickle_op::NEWTRUE : pickle_op::NEWFALSE);
         e.global("collections", "OrderedDict");
         e.tuple(0);
-        e.op('R');
+        e.op(pickle_op::REDUCE);
         if (v3) e.global("torch", std::string(dtypeName(t.dtype)));
-        e.op('t');
-        e.op('R');
+        e.op(pickle_op::TUPLE);
+        e.op(pickle_op::REDUCE);
         if (t.isParameter) {
-            e.op(t.requiresGrad ? 0x88 : 0x89);
+            e.op(t.requiresGrad ? pickle_op::NEWTRUE : pickle_op::NEWFALSE);
             e.global("collections", "OrderedDict");
             e.tuple(0);
-            e.op('R');
+            e.op(pickle_op::REDUCE);
             e.tuple(3);
-            e.op('R');
+            e.op(pickle_op::REDUCE);
         }
     }
 

@@ -3,6 +3,8 @@
 
 // Internal: pickle protocol-2 emission, the opcodes torch.save's pickler produces (and pickle.load reads).
 
+#include "optscope/pickle/pickle_opcodes.h"
+
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -18,7 +20,7 @@ class PickleEmitter
 public:
     std::string out;
 
-    PickleEmitter() { op(0x80), out += '\x02'; }
+    PickleEmitter() { op(pickle_op::PROTO), out += '\x02'; }
     PickleEmitter& op(uint8_t code)
     {
         out += static_cast<char>(code);
@@ -32,14 +34,14 @@ public:
     void integer(int64_t v)
     {
         if (v >= 0 && v < 256) {
-            op('K');
+            op(pickle_op::BININT1);
             out += static_cast<char>(v);
         } else if (v >= 0 && v < 65536) {
-            op('M');
+            op(pickle_op::BININT2);
             out += static_cast<char>(v & 0xff);
             out += static_cast<char>(v >> 8);
         } else if (v >= INT32_MIN && v <= INT32_MAX) {
-            op('J');
+            op(pickle_op::BININT);
             u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
         } else {
             // LONG1: minimal little-endian two's complement
@@ -61,17 +63,17 @@ public:
     void longBytes(std::string_view le)
     {
         if (le.size() < 256) {
-            op(0x8a);
+            op(pickle_op::LONG1);
             out += static_cast<char>(le.size());
         } else {
-            op(0x8b);
+            op(pickle_op::LONG4);
             u32(static_cast<uint32_t>(le.size()));
         }
         out.append(le);
     }
     void floating(double d)
     {
-        op('G');
+        op(pickle_op::BINFLOAT);
         uint64_t bits;
         std::memcpy(&bits, &d, sizeof bits);
         for (int i = 7; i >= 0; --i)
@@ -79,7 +81,7 @@ public:
     }
     void str(std::string_view s)
     {
-        op('X');
+        op(pickle_op::BINUNICODE);
         u32(static_cast<uint32_t>(s.size()));
         out.append(s);
     }
@@ -91,19 +93,19 @@ public:
             get(it->second);
             return;
         }
-        op('c');
+        op(pickle_op::GLOBAL);
         out += key + "\n";
         put(key);
     }
-    void mark() { op('('); }
+    void mark() { op(pickle_op::MARK); }
     void tuple(size_t n)
     {
         if (n == 0)
-            op(')');
+            op(pickle_op::EMPTY_TUPLE);
         else if (n <= 3)
-            op(static_cast<uint8_t>(0x84 + n));
+            op(static_cast<uint8_t>(pickle_op::TUPLE1 + n - 1));
         else
-            op('t');
+            op(pickle_op::TUPLE);
     }
 
     /// A value written again is a memo GET, as pickle writes it: shared values stay shared (a list reached 2^64 times
@@ -124,10 +126,10 @@ public:
     void get(uint32_t idx)
     {
         if (idx < 256) {
-            op('h');
+            op(pickle_op::BINGET);
             out += static_cast<char>(idx);
         } else {
-            op('j');
+            op(pickle_op::LONG_BINGET);
             u32(idx);
         }
     }
@@ -142,10 +144,10 @@ private:
     void putIndex(uint32_t idx)
     {
         if (idx < 256) {
-            op('q');
+            op(pickle_op::BINPUT);
             out += static_cast<char>(idx);
         } else {
-            op('r');
+            op(pickle_op::LONG_BINPUT);
             u32(idx);
         }
     }

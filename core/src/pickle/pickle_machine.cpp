@@ -2,6 +2,7 @@
 #include "optscope/pickle/pickle_machine.h"
 #include "optscope/base/error.h"
 #include "optscope/model/dict_index.h"
+#include "optscope/pickle/pickle_opcodes.h"
 
 #include <algorithm>
 #include <charconv>
@@ -14,81 +15,7 @@ namespace optscope {
 
 namespace {
 
-// Opcode values, as in CPython's Lib/pickle.py.
-enum Op : uint8_t {
-    MARK = '(',
-    STOP = '.',
-    POP = '0',
-    POP_MARK = '1',
-    DUP = '2',
-    FLOAT = 'F',
-    INT = 'I',
-    BININT = 'J',
-    BININT1 = 'K',
-    LONG = 'L',
-    BININT2 = 'M',
-    NONE = 'N',
-    PERSID = 'P',
-    BINPERSID = 'Q',
-    REDUCE = 'R',
-    STRING = 'S',
-    BINSTRING = 'T',
-    SHORT_BINSTRING = 'U',
-    UNICODE = 'V',
-    BINUNICODE = 'X',
-    APPEND = 'a',
-    BUILD = 'b',
-    GLOBAL = 'c',
-    DICT = 'd',
-    EMPTY_DICT = '}',
-    APPENDS = 'e',
-    GET = 'g',
-    BINGET = 'h',
-    INST = 'i',
-    LONG_BINGET = 'j',
-    LIST = 'l',
-    EMPTY_LIST = ']',
-    OBJ = 'o',
-    PUT = 'p',
-    BINPUT = 'q',
-    LONG_BINPUT = 'r',
-    SETITEM = 's',
-    TUPLE = 't',
-    EMPTY_TUPLE = ')',
-    SETITEMS = 'u',
-    BINFLOAT = 'G',
-    // protocol 2
-    PROTO = 0x80,
-    NEWOBJ = 0x81,
-    EXT1 = 0x82,
-    EXT2 = 0x83,
-    EXT4 = 0x84,
-    TUPLE1 = 0x85,
-    TUPLE2 = 0x86,
-    TUPLE3 = 0x87,
-    NEWTRUE = 0x88,
-    NEWFALSE = 0x89,
-    LONG1 = 0x8a,
-    LONG4 = 0x8b,
-    // protocol 3
-    BINBYTES = 'B',
-    SHORT_BINBYTES = 'C',
-    // protocol 4
-    SHORT_BINUNICODE = 0x8c,
-    BINUNICODE8 = 0x8d,
-    BINBYTES8 = 0x8e,
-    EMPTY_SET = 0x8f,
-    ADDITEMS = 0x90,
-    FROZENSET = 0x91,
-    NEWOBJ_EX = 0x92,
-    STACK_GLOBAL = 0x93,
-    MEMOIZE = 0x94,
-    FRAME = 0x95,
-    // protocol 5
-    BYTEARRAY8 = 0x96,
-    NEXT_BUFFER = 0x97,
-    READONLY_BUFFER = 0x98,
-};
+using namespace pickle_op;
 
 /// Which memo entries a pickle ever reads back (GET, BINGET, LONG_BINGET), from one pass over its opcodes up to the
 /// first STOP. Empty when that cannot be told exactly (an opcode or argument the pass does not know, PUT and MEMOIZE
@@ -143,99 +70,10 @@ std::vector<bool> memoEntriesReadBack(const uint8_t* data, uint64_t size)
     };
     bool stopped = false;
     while (ok && !stopped && pos < size) {
-        switch (data[pos++]) {
+        const uint8_t op = data[pos++];
+        switch (op) {
         case STOP:
             stopped = true;
-            break;
-        case MARK:
-        case POP:
-        case POP_MARK:
-        case DUP:
-        case NONE:
-        case BINPERSID:
-        case REDUCE:
-        case APPEND:
-        case BUILD:
-        case DICT:
-        case EMPTY_DICT:
-        case APPENDS:
-        case LIST:
-        case EMPTY_LIST:
-        case OBJ:
-        case SETITEM:
-        case TUPLE:
-        case EMPTY_TUPLE:
-        case SETITEMS:
-        case NEWOBJ:
-        case TUPLE1:
-        case TUPLE2:
-        case TUPLE3:
-        case NEWTRUE:
-        case NEWFALSE:
-        case EMPTY_SET:
-        case ADDITEMS:
-        case FROZENSET:
-        case NEWOBJ_EX:
-        case STACK_GLOBAL:
-        case NEXT_BUFFER:
-        case READONLY_BUFFER:
-            break;
-        case FLOAT:
-        case INT:
-        case LONG:
-        case STRING:
-        case UNICODE:
-        case PERSID:
-            line();
-            break;
-        case GLOBAL:
-        case INST:
-            line();
-            line();
-            break;
-        case BININT:
-            skip(4);
-            break;
-        case BININT1:
-            skip(1);
-            break;
-        case BININT2:
-            skip(2);
-            break;
-        case BINFLOAT:
-            skip(8);
-            break;
-        case PROTO:
-            skip(1);
-            break;
-        case FRAME:
-            skip(8);
-            break;
-        case EXT1:
-            skip(1);
-            break;
-        case EXT2:
-            skip(2);
-            break;
-        case EXT4:
-            skip(4);
-            break;
-        case LONG1:
-        case SHORT_BINSTRING:
-        case SHORT_BINBYTES:
-        case SHORT_BINUNICODE:
-            skip(uint(1));
-            break;
-        case LONG4:
-        case BINSTRING:
-        case BINUNICODE:
-        case BINBYTES:
-            skip(uint(4));
-            break;
-        case BINUNICODE8:
-        case BINBYTES8:
-        case BYTEARRAY8:
-            skip(uint(8));
             break;
         case GET:
             gets.push_back(decimal(line()));
@@ -259,8 +97,24 @@ std::vector<bool> memoEntriesReadBack(const uint8_t* data, uint64_t size)
             memoizes = true;
             maxIndex = std::max(maxIndex, memoized++);
             break;
-        default:
-            ok = false;
+        default: // an argument to step over
+            switch (const Arg arg = argumentOf(op); arg.kind) {
+            case ArgKind::None:
+                break;
+            case ArgKind::Fixed:
+                skip(arg.n);
+                break;
+            case ArgKind::Counted:
+                skip(uint(arg.n));
+                break;
+            case ArgKind::Lines:
+                for (int i = 0; i < arg.n; ++i)
+                    line();
+                break;
+            case ArgKind::Unknown:
+                ok = false;
+                break;
+            }
         }
     }
     if (!ok || !stopped || (puts && memoizes) || maxIndex > size) return {};

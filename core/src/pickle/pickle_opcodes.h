@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// Internal: the pickle opcodes (values as in CPython's Lib/pickle.py) and how each one's argument is laid out in the
+// stream. One table for every reader of pickles: the general machine, its pre-scan of memo reads, the DCP
+// `.metadata` fast path and the emitter.
+
+#include <cstdint>
+
+namespace optscope::pickle_op {
+
+enum Op : uint8_t {
+    MARK = '(',
+    STOP = '.',
+    POP = '0',
+    POP_MARK = '1',
+    DUP = '2',
+    FLOAT = 'F',
+    INT = 'I',
+    BININT = 'J',
+    BININT1 = 'K',
+    LONG = 'L',
+    BININT2 = 'M',
+    NONE = 'N',
+    PERSID = 'P',
+    BINPERSID = 'Q',
+    REDUCE = 'R',
+    STRING = 'S',
+    BINSTRING = 'T',
+    SHORT_BINSTRING = 'U',
+    UNICODE = 'V',
+    BINUNICODE = 'X',
+    APPEND = 'a',
+    BUILD = 'b',
+    GLOBAL = 'c',
+    DICT = 'd',
+    EMPTY_DICT = '}',
+    APPENDS = 'e',
+    GET = 'g',
+    BINGET = 'h',
+    INST = 'i',
+    LONG_BINGET = 'j',
+    LIST = 'l',
+    EMPTY_LIST = ']',
+    OBJ = 'o',
+    PUT = 'p',
+    BINPUT = 'q',
+    LONG_BINPUT = 'r',
+    SETITEM = 's',
+    TUPLE = 't',
+    EMPTY_TUPLE = ')',
+    SETITEMS = 'u',
+    BINFLOAT = 'G',
+    // protocol 2
+    PROTO = 0x80,
+    NEWOBJ = 0x81,
+    EXT1 = 0x82,
+    EXT2 = 0x83,
+    EXT4 = 0x84,
+    TUPLE1 = 0x85,
+    TUPLE2 = 0x86,
+    TUPLE3 = 0x87,
+    NEWTRUE = 0x88,
+    NEWFALSE = 0x89,
+    LONG1 = 0x8a,
+    LONG4 = 0x8b,
+    // protocol 3
+    BINBYTES = 'B',
+    SHORT_BINBYTES = 'C',
+    // protocol 4
+    SHORT_BINUNICODE = 0x8c,
+    BINUNICODE8 = 0x8d,
+    BINBYTES8 = 0x8e,
+    EMPTY_SET = 0x8f,
+    ADDITEMS = 0x90,
+    FROZENSET = 0x91,
+    NEWOBJ_EX = 0x92,
+    STACK_GLOBAL = 0x93,
+    MEMOIZE = 0x94,
+    FRAME = 0x95,
+    // protocol 5
+    BYTEARRAY8 = 0x96,
+    NEXT_BUFFER = 0x97,
+    READONLY_BUFFER = 0x98,
+};
+
+/// How an opcode's argument follows it: nothing, a fixed number of bytes, a little-endian length of that many bytes
+/// and then as many bytes, or newline-terminated lines. Unknown: not an opcode.
+enum class ArgKind : uint8_t { None, Fixed, Counted, Lines, Unknown };
+
+struct Arg
+{
+    ArgKind kind;
+    uint8_t n; ///< Fixed: its bytes; Counted: the length's bytes; Lines: how many
+};
+
+constexpr Arg argumentOf(uint8_t op)
+{
+    switch (op) {
+    case MARK:
+    case STOP:
+    case POP:
+    case POP_MARK:
+    case DUP:
+    case NONE:
+    case BINPERSID:
+    case REDUCE:
+    case APPEND:
+    case BUILD:
+    case DICT:
+    case EMPTY_DICT:
+    case APPENDS:
+    case LIST:
+    case EMPTY_LIST:
+    case OBJ:
+    case SETITEM:
+    case TUPLE:
+    case EMPTY_TUPLE:
+    case SETITEMS:
+    case NEWOBJ:
+    case TUPLE1:
+    case TUPLE2:
+    case TUPLE3:
+    case NEWTRUE:
+    case NEWFALSE:
+    case EMPTY_SET:
+    case ADDITEMS:
+    case FROZENSET:
+    case NEWOBJ_EX:
+    case STACK_GLOBAL:
+    case MEMOIZE:
+    case NEXT_BUFFER:
+    case READONLY_BUFFER:
+        return {ArgKind::None, 0};
+    case FLOAT:
+    case INT:
+    case LONG:
+    case STRING:
+    case UNICODE:
+    case PERSID:
+    case GET:
+    case PUT:
+        return {ArgKind::Lines, 1};
+    case GLOBAL:
+    case INST:
+        return {ArgKind::Lines, 2};
+    case BININT1:
+    case PROTO:
+    case EXT1:
+    case BINGET:
+    case BINPUT:
+        return {ArgKind::Fixed, 1};
+    case BININT2:
+    case EXT2:
+        return {ArgKind::Fixed, 2};
+    case BININT:
+    case EXT4:
+    case LONG_BINGET:
+    case LONG_BINPUT:
+        return {ArgKind::Fixed, 4};
+    case BINFLOAT:
+    case FRAME:
+        return {ArgKind::Fixed, 8};
+    case LONG1:
+    case SHORT_BINSTRING:
+    case SHORT_BINBYTES:
+    case SHORT_BINUNICODE:
+        return {ArgKind::Counted, 1};
+    case LONG4:
+    case BINSTRING:
+    case BINUNICODE:
+    case BINBYTES:
+        return {ArgKind::Counted, 4};
+    case BINUNICODE8:
+    case BINBYTES8:
+    case BYTEARRAY8:
+        return {ArgKind::Counted, 8};
+    default:
+        return {ArgKind::Unknown, 0};
+    }
+}
+
+} // namespace optscope::pickle_op
