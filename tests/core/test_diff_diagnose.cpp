@@ -1101,6 +1101,30 @@ TEST(Diagnose, TargetParameterDtypesAsLoadStateDictCastsThem)
     }
 }
 
+TEST(Diagnose, AnOptimizerOfAnotherModelIsNotNamedByThisOne)
+{
+    // a GAN's file (load_cases/gan_two_optimizers, verdicts from PyTorch): diagnosed against the discriminator, the
+    // generator's optimizer does not fit; its ids are not named by the discriminator's order, and its id-keyed
+    // finding says so from its fields (idKeyedMessage), not by cutting the named message
+    const std::string dir = kData + "/load_cases/gan_two_optimizers/";
+    const ModelParams model = ModelParams::fromCheckpoint(*openCheckpoint(dir + "model.pt"));
+    const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(dir + "optim.pt"), &model);
+    ASSERT_TRUE(d.verdictsFor.has_value());
+    EXPECT_EQ(*d.verdictsFor, "disc_opt");
+    const Finding* gen = nullptr;
+    const Finding* disc = nullptr;
+    for (const auto& f : d.findings)
+        if (f.code == FindingCode::IdKeyed) (f.key == "gen_opt" ? gen : disc) = &f;
+    ASSERT_TRUE(gen && disc);
+    EXPECT_EQ(gen->message,
+        "optimizer 'gen_opt' is keyed by integer parameter ids (optimizer.state_dict()): loading pairs them with the "
+        "optimizer's parameters by position, and nothing checks names");
+    EXPECT_TRUE(gen->actions.empty());
+    EXPECT_EQ(gen->fix, "diagnose it against its own model to name its ids");
+    EXPECT_NE(disc->message.find("; named here by model order"), std::string::npos) << disc->message;
+    EXPECT_FALSE(disc->actions.empty());
+}
+
 TEST(Diagnose, SeveralOptimizersOverPartsOfOneModel)
 {
     // Lightning-layout checkpoints of a GAN (tests/data/multi_optim, make_fixtures.py group multi_optim): two

@@ -153,8 +153,8 @@ private:
         // the key is the finding's own: said once
         const std::string holder = w.key.empty() ? std::string("the checkpoint holds ") : std::string();
         // PyTorch 2.6's own words (torch.load(weights_only=True) of such a value)
-        const std::string refusal = "Unsupported global: GLOBAL " + cls
-            + " was not an allowed global by default. Please use `torch.serialization.add_safe_globals([" + shortName
+        const std::string refused = "Unsupported global: GLOBAL " + cls + " was not an allowed global by default";
+        const std::string refusal = refused + ". Please use `torch.serialization.add_safe_globals([" + shortName
             + "])` or the `torch.serialization.safe_globals([" + shortName
             + "])` context manager to allowlist this global if you trust this class/function.";
         if (isLoaderDataClass(m_cp.format, cls)) {
@@ -172,7 +172,7 @@ private:
                 + "', kept inert: it is pure data (a bytes buffer) and runs no code, but "
                   "torch.load(weights_only=True), "
                   "PyTorch's default since 2.6, refuses it (\""
-                + refusal.substr(0, refusal.find(". Please")) + "\")");
+                + refused + "\")");
         f.pytorchError = "_pickle.UnpicklingError: Weights only load failed. ... WeightsUnpickler error: " + refusal;
         f.fix = "load it with torch.load(PATH, weights_only=False), or allow the class: `with "
                 "torch.serialization.safe_globals([io."

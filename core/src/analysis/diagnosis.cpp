@@ -92,8 +92,7 @@ std::string LoadVerdict::outcomeText() const
 std::string Diagnosis::verdictsTitle() const
 {
     if (!verdictsFor) return "what PyTorch 2.6 does with it";
-    return "what PyTorch 2.6 does with "
-        + (verdictsFor->empty() ? std::string("the optimizer state dict") : "optimizer '" + *verdictsFor + "'");
+    return "what PyTorch 2.6 does with " + optimizerText(*verdictsFor);
 }
 
 bool Diagnosis::fixable() const
@@ -426,7 +425,7 @@ public:
                         f.actions.clear();
                         f.fix = "diagnose it against its own model to name its ids";
                         f.fixNeutral = f.fix;
-                        f.message = f.message.substr(0, f.message.find("; named here by"));
+                        f.message = idKeyedMessage(f.key, NameSource::None);
                     }
                 d.notes.push_back("optimizer '" + m_table.optimizers[oi].rootKey() + "' does not fit " + m_exp->source
                     + " (" + firstError(each[oi])
@@ -637,16 +636,19 @@ private:
     /// float8 implementation, which depends on the optimizer and its settings (measured on the CPU with each
     /// torch.optim class at its defaults: Adam, NAdam, RAdam, Adamax lerp_kernel_scalar; AdamW, RMSprop, Adadelta,
     /// ASGD mul_cpu_reduced_float; SGD with momentum add_stub; Adagrad addcmul_cpu_out; Rprop sign_cpu)
-    static std::string float8StepError(DType dtype)
+    /// @p when: say when it is raised (the first optimizer.step()) and which kernel; without, the error alone (as
+    /// DSD's own first step raises it at load time)
+    static std::string float8StepError(DType dtype, bool when = true)
     {
         const std::string type = dtype == DType::Float8_e5m2 ? "Float8_e5m2"
             : dtype == DType::Float8_e4m3fn                  ? "Float8_e4m3fn"
             : dtype == DType::Float8_e5m2fnuz                ? "Float8_e5m2fnuz"
             : dtype == DType::Float8_e4m3fnuz                ? "Float8_e4m3fnuz"
                                                              : "Float8_e8m0fnu";
-        return "RuntimeError: \"<kernel>\" not implemented for '" + type
-            + "' (at the first optimizer.step(); the kernel depends on the optimizer and its settings: "
-              "lerp_kernel_scalar for Adam at its defaults on the CPU)";
+        return "RuntimeError: \"<kernel>\" not implemented for '" + type + "'"
+            + (when ? " (at the first optimizer.step(); the kernel depends on the optimizer and its settings: "
+                      "lerp_kernel_scalar for Adam at its defaults on the CPU)"
+                    : "");
     }
 
     /// optimizer.load_state_dict (and so every loader) casts each state tensor but "step" to its parameter's dtype
@@ -894,7 +896,7 @@ private:
         const OptimizerView& v = m_table.optimizers[static_cast<size_t>(oi)];
         const OptimizerKind kind = m_table.kinds[static_cast<size_t>(oi)];
         const std::string root = v.rootKey();
-        const std::string where = root.empty() ? std::string("the optimizer state dict") : "optimizer '" + root + "'";
+        const std::string where = optimizerText(root);
         const ModelParams& exp = *m_exp;
         const auto rows = m_table.rowsOf(oi);
         std::vector<const ParamRow*> listed; // by position
@@ -1461,8 +1463,7 @@ private:
         // DSD first steps the fresh optimizer with zero gradients (_init_optim_state) whatever the file holds
         std::string initError = dsdInitError(kind, v);
         if (const std::string p = float8Param(); initError.empty() && !p.empty()) {
-            initError = float8StepError(*modelDtype(p));
-            initError = initError.substr(0, initError.find(" (at the first"));
+            initError = float8StepError(*modelDtype(p), false);
         }
         bool allInts = !v.flattened;
         for (const auto& p : v.params)
@@ -1636,8 +1637,7 @@ private:
         for (const auto& f : model.fqns)
             if (!held.count(f)) left.push_back(f);
         const OptimizerView& v = m_table.optimizers.front();
-        const std::string where
-            = v.rootKey().empty() ? std::string("the optimizer state dict") : "optimizer '" + v.rootKey() + "'";
+        const std::string where = optimizerText(v.rootKey());
         Finding f(FindingCode::FrozenParams,
             where + " holds " + std::to_string(held.size()) + " of the " + std::to_string(model.fqns.size())
                 + " parameters of " + model.source + ": the other " + std::to_string(left.size())
@@ -1677,8 +1677,7 @@ private:
             for (const size_t n : saved->groupSizes)
                 total += n;
             if (total == 0 || total >= model->fqns.size()) return std::nullopt;
-            saved->source = views.front().rootKey().empty() ? std::string("the optimizer state dict")
-                                                            : "optimizer '" + views.front().rootKey() + "'";
+            saved->source = optimizerText(views.front().rootKey());
             target = &*saved;
         }
         if (!target) return std::nullopt;

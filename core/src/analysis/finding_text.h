@@ -3,11 +3,24 @@
 
 // How findings quote names in their messages (check, diagnose).
 
+#include "optscope/optim/param_table.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
 namespace optscope {
+
+/// how a message names the optimizer at @p rootKey: "optimizer 'optim'", or "the optimizer state dict" when the file
+/// is one
+inline std::string optimizerText(const std::string& rootKey)
+{
+    return rootKey.empty() ? std::string("the optimizer state dict") : "optimizer '" + rootKey + "'";
+}
+
+/// id-keyed's message for the optimizer at @p rootKey, whose ids are named by @p namedBy (NameSource::None: not
+/// named, or the names are not its own)
+std::string idKeyedMessage(const std::string& rootKey, NameSource namedBy);
 
 /// 'a', 'b', ... (N in all): the first @p max names quoted
 inline std::string quoteList(const std::vector<std::string>& v, size_t max = 5)

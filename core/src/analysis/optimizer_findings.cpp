@@ -29,6 +29,15 @@ std::string label(const ParamRow& r)
 
 } // namespace
 
+std::string idKeyedMessage(const std::string& rootKey, NameSource namedBy)
+{
+    std::string message = optimizerText(rootKey)
+        + " is keyed by integer parameter ids (optimizer.state_dict()): loading pairs them with the optimizer's "
+          "parameters by position, and nothing checks names";
+    if (namedBy != NameSource::None) message += "; named here by " + std::string(nameSourceText(namedBy));
+    return message;
+}
+
 std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& table)
 {
     std::vector<Finding> out;
@@ -36,7 +45,7 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
         const OptimizerView& v = table.optimizers[oi];
         const OptimizerKind kind = table.kinds[oi];
         const std::string root = v.rootKey();
-        const std::string where = root.empty() ? std::string("the optimizer state dict") : "optimizer '" + root + "'";
+        const std::string where = optimizerText(root);
         const auto rows = table.rowsOf(static_cast<int>(oi));
         const auto listed = v.groupParams();
         // groups whose optimizer keeps no state (SGD without momentum): their parameters have none by design
@@ -86,12 +95,7 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             out.push_back(std::move(f));
         }
         if (v.idKeyed && !v.params.empty()) {
-            std::string msg = where
-                + " is keyed by integer parameter ids (optimizer.state_dict()): loading pairs "
-                  "them with the optimizer's parameters by position, and nothing checks names";
-            if (table.sources[oi] != NameSource::None)
-                msg += "; named here by " + std::string(nameSourceText(table.sources[oi]));
-            Finding f(FindingCode::IdKeyed, msg, root);
+            Finding f(FindingCode::IdKeyed, idKeyedMessage(root, table.sources[oi]), root);
             // only names the file or the user vouch for (param_names, --model); the model saved beside it may be
             // another wrapper's
             size_t assumed = 0; // names shapes could not decide (a model file without its order): never re-key by them
