@@ -175,9 +175,10 @@ private:
             pos += bytes;
             return v;
         };
-        // steps over @p op's argument, as the one opcode table lays it out
-        auto step = [&](uint8_t op) {
-            switch (const Arg arg = argumentOf(op); arg.kind) {
+        // steps over an argument laid out as @p arg says (the one opcode table, argumentOf): called with a constant,
+        // so the scan costs what a hand-written skip did
+        auto stepBy = [&](const Arg arg) {
+            switch (arg.kind) {
             case ArgKind::None:
                 break;
             case ArgKind::Fixed:
@@ -197,6 +198,17 @@ private:
                 unsupported();
             }
         };
+        static_assert(argumentOf(MARK).kind == ArgKind::None && argumentOf(EMPTY_DICT).kind == ArgKind::None
+                && argumentOf(EMPTY_LIST).kind == ArgKind::None && argumentOf(EMPTY_TUPLE).kind == ArgKind::None
+                && argumentOf(TUPLE).kind == ArgKind::None && argumentOf(TUPLE1).kind == ArgKind::None
+                && argumentOf(TUPLE2).kind == ArgKind::None && argumentOf(TUPLE3).kind == ArgKind::None
+                && argumentOf(SETITEM).kind == ArgKind::None && argumentOf(SETITEMS).kind == ArgKind::None
+                && argumentOf(APPEND).kind == ArgKind::None && argumentOf(APPENDS).kind == ArgKind::None
+                && argumentOf(NONE).kind == ArgKind::None && argumentOf(NEWTRUE).kind == ArgKind::None
+                && argumentOf(NEWFALSE).kind == ArgKind::None && argumentOf(STACK_GLOBAL).kind == ArgKind::None
+                && argumentOf(NEWOBJ).kind == ArgKind::None && argumentOf(REDUCE).kind == ArgKind::None
+                && argumentOf(BUILD).kind == ArgKind::None && argumentOf(MEMOIZE).kind == ArgKind::None,
+            "the opcodes stepped over without an argument have none");
         while (pos < m_size) {
             const uint8_t op = m_data[pos++];
             // the opcodes DCP's pickles hold; any other is for the general reader
@@ -204,8 +216,6 @@ private:
             case STOP:
                 pos = m_size;
                 break;
-            case PROTO:
-            case FRAME:
             case MARK:
             case EMPTY_DICT:
             case EMPTY_LIST:
@@ -224,39 +234,63 @@ private:
             case STACK_GLOBAL:
             case NEWOBJ:
             case REDUCE:
+                break;
+            case PROTO:
+                stepBy(argumentOf(PROTO));
+                break;
+            case FRAME:
+                stepBy(argumentOf(FRAME));
+                break;
             case BINFLOAT:
+                stepBy(argumentOf(BINFLOAT));
+                break;
             case SHORT_BINUNICODE:
+                stepBy(argumentOf(SHORT_BINUNICODE));
+                break;
             case BINUNICODE:
+                stepBy(argumentOf(BINUNICODE));
+                break;
             case BINUNICODE8:
+                stepBy(argumentOf(BINUNICODE8));
+                break;
             case GLOBAL:
-                step(op);
+                stepBy(argumentOf(GLOBAL));
                 break;
             case BUILD:
                 ++builds;
                 break;
             case BININT:
+                ++ints;
+                stepBy(argumentOf(BININT));
+                break;
             case BININT1:
+                ++ints;
+                stepBy(argumentOf(BININT1));
+                break;
             case BININT2:
+                ++ints;
+                stepBy(argumentOf(BININT2));
+                break;
             case LONG1:
                 ++ints;
-                step(op);
+                stepBy(argumentOf(LONG1));
                 break;
             case MEMOIZE:
                 ++memoized;
                 break;
             case BINPUT:
                 puts = true;
-                memoized = std::max<uint64_t>(memoized, uint(1) + 1);
+                memoized = std::max<uint64_t>(memoized, uint(argumentOf(BINPUT).n) + 1);
                 break;
             case LONG_BINPUT:
                 puts = true;
-                memoized = std::max<uint64_t>(memoized, uint(4) + 1);
+                memoized = std::max<uint64_t>(memoized, uint(argumentOf(LONG_BINPUT).n) + 1);
                 break;
             case BINGET:
-                get(uint(1));
+                get(uint(argumentOf(BINGET).n));
                 break;
             case LONG_BINGET:
-                get(uint(4));
+                get(uint(argumentOf(LONG_BINGET).n));
                 break;
             default:
                 unsupported(); // an opcode DCP's pickles never hold
