@@ -163,10 +163,6 @@ private:
             m_memoRead[g] = true;
         };
         uint64_t ints = 0, builds = 0; // upper bounds of the dims and chunks to come, to size them once
-        auto skip = [&](uint64_t n) {
-            if (n > m_size - pos) unsupported();
-            pos += n;
-        };
         auto uint = [&](unsigned bytes) {
             if (bytes > m_size - pos) unsupported();
             uint64_t v = 0;
@@ -178,25 +174,8 @@ private:
         // steps over an argument laid out as @p arg says (the one opcode table, argumentOf): called with a constant,
         // so the scan costs what a hand-written skip did
         auto stepBy = [&](const Arg arg) {
-            switch (arg.kind) {
-            case ArgKind::None:
-                break;
-            case ArgKind::Fixed:
-                skip(arg.n);
-                break;
-            case ArgKind::Counted:
-                skip(uint(arg.n));
-                break;
-            case ArgKind::Lines:
-                for (int line = 0; line < arg.n; ++line) {
-                    const void* nl = pos < m_size ? std::memchr(m_data + pos, '\n', m_size - pos) : nullptr;
-                    if (!nl) unsupported();
-                    pos = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - m_data) + 1;
-                }
-                break;
-            case ArgKind::Unknown:
-                unsupported();
-            }
+            pos = argumentEnd(m_data, m_size, pos, arg);
+            if (pos == kPastTheEnd) unsupported();
         };
         static_assert(argumentOf(MARK).kind == ArgKind::None && argumentOf(EMPTY_DICT).kind == ArgKind::None
                 && argumentOf(EMPTY_LIST).kind == ArgKind::None && argumentOf(EMPTY_TUPLE).kind == ArgKind::None

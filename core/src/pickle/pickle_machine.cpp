@@ -29,12 +29,6 @@ std::vector<bool> memoEntriesReadBack(const uint8_t* data, uint64_t size)
     bool puts = false, memoizes = false;
     uint64_t memoized = 0, maxIndex = 0;
     std::vector<uint64_t> gets;
-    auto skip = [&](uint64_t n) {
-        if (n > size - pos)
-            ok = false;
-        else
-            pos += n;
-    };
     auto uint = [&](unsigned n) -> uint64_t {
         if (n > size - pos) {
             ok = false;
@@ -98,23 +92,8 @@ std::vector<bool> memoEntriesReadBack(const uint8_t* data, uint64_t size)
             maxIndex = std::max(maxIndex, memoized++);
             break;
         default: // an argument to step over
-            switch (const Arg arg = argumentOf(op); arg.kind) {
-            case ArgKind::None:
-                break;
-            case ArgKind::Fixed:
-                skip(arg.n);
-                break;
-            case ArgKind::Counted:
-                skip(uint(arg.n));
-                break;
-            case ArgKind::Lines:
-                for (int i = 0; i < arg.n; ++i)
-                    line();
-                break;
-            case ArgKind::Unknown:
-                ok = false;
-                break;
-            }
+            pos = argumentEnd(data, size, pos, argumentOf(op));
+            ok = pos != kPastTheEnd;
         }
     }
     if (!ok || !stopped || (puts && memoizes) || maxIndex > size) return {};

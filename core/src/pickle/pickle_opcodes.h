@@ -6,6 +6,7 @@
 // `.metadata` fast path and the emitter.
 
 #include <cstdint>
+#include <cstring>
 
 namespace optscope::pickle_op {
 
@@ -178,6 +179,38 @@ constexpr Arg argumentOf(uint8_t op)
     default:
         return {ArgKind::Unknown, 0};
     }
+}
+
+constexpr uint64_t kPastTheEnd = ~uint64_t(0);
+
+/// Where @p arg, starting at @p pos (at most @p size) of the @p size bytes at @p data, ends: the position after it, or
+/// kPastTheEnd when it runs past them (or is not an opcode's). What a scan that does not read the argument steps by.
+inline uint64_t argumentEnd(const uint8_t* data, uint64_t size, uint64_t pos, Arg arg)
+{
+    switch (arg.kind) {
+    case ArgKind::None:
+        return pos;
+    case ArgKind::Fixed:
+        return arg.n <= size - pos ? pos + arg.n : kPastTheEnd;
+    case ArgKind::Counted: {
+        if (arg.n > size - pos) return kPastTheEnd;
+        uint64_t length = 0;
+        for (unsigned b = 0; b < arg.n; ++b)
+            length |= static_cast<uint64_t>(data[pos + b]) << (8 * b);
+        pos += arg.n;
+        return length <= size - pos ? pos + length : kPastTheEnd;
+    }
+    case ArgKind::Lines:
+        for (int line = 0; line < arg.n; ++line) {
+            const void* nl = pos < size ? std::memchr(data + pos, '\n', size - pos) : nullptr;
+            if (!nl) return kPastTheEnd;
+            pos = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - data) + 1;
+        }
+        return pos;
+    case ArgKind::Unknown:
+        break;
+    }
+    return kPastTheEnd;
 }
 
 } // namespace optscope::pickle_op
