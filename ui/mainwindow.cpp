@@ -14,6 +14,7 @@
 #include "session/comparisonsession.h"
 #include "session/jobrunner.h"
 
+#include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/storage.h"
 
 #include <QAction>
@@ -292,9 +293,10 @@ void MainWindow::setupMenus()
     QAction* openFile
         = file->addAction(QIcon::fromTheme(QStringLiteral("document-open")), tr("&Open File…"), this, [this] {
               const QString path = QFileDialog::getOpenFileName(this, tr("Open checkpoint"), QString(),
-                  tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.tar .metadata *.safetensors *.index.json);;All "
-                     "files (*)"));
-              if (!path.isEmpty()) openPath(path);
+                  tr("PyTorch checkpoints (*.pt *.pth *.bin *.ckpt *.tar .metadata *.distcp *.safetensors "
+                     "*.index.json);;All files (*)"));
+              // a DCP checkpoint's .metadata or .distcp file means its folder
+              if (!path.isEmpty()) openPath(QString::fromStdString(checkpointPathFor(path.toStdString())));
           });
     openFile->setShortcut(QKeySequence::Open);
     QAction* openFolder
@@ -589,12 +591,8 @@ void MainWindow::dropEvent(QDropEvent* event)
 {
     const auto urls = event->mimeData()->urls();
     if (urls.isEmpty() || !urls.constFirst().isLocalFile()) return;
-    QString path = urls.constFirst().toLocalFile();
     // a dropped .metadata or .distcp file means its DCP folder
-    const QFileInfo info(path);
-    if (info.fileName() == QLatin1String(".metadata") || info.suffix() == QLatin1String("distcp"))
-        path = info.absolutePath();
-    openPath(path);
+    openPath(QString::fromStdString(checkpointPathFor(urls.constFirst().toLocalFile().toStdString())));
     event->acceptProposedAction();
 }
 

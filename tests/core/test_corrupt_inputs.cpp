@@ -799,3 +799,26 @@ TEST(FormatRegistry, ProbesPickTheFormatThatContainsAnother)
     }
     std::filesystem::remove_all(dir);
 }
+
+TEST(FormatRegistry, AFileOfADcpCheckpointOpensItsFolder)
+{
+    // a user who picks __0_0.distcp (or .metadata) means the checkpoint: the CLI opens the folder (a .distcp's bytes
+    // alone are no zip: before, "ZIP64 end-of-central-directory record missing"), and the GUI's open and drop ask
+    // checkpointPathFor for the folder to show and remember
+    const std::string dir = kData + "/fsdp2_r3";
+    for (const std::string file : {"/__0_0.distcp", "/__2_0.distcp", "/.metadata"}) {
+        EXPECT_EQ(checkpointPathFor(dir + file), dir) << file;
+        const auto cp = openCheckpoint(dir + file);
+        EXPECT_EQ(cp->format, CheckpointFormat::Dcp) << file;
+        EXPECT_EQ(cp->entries.size(), openCheckpoint(dir)->entries.size()) << file;
+    }
+    EXPECT_EQ(checkpointPathFor(dir), dir);
+    EXPECT_EQ(checkpointPathFor(kData + "/adam_fp16.pt"), kData + "/adam_fp16.pt");
+    // a .distcp with no .metadata beside it is no checkpoint's: left as it is
+    const auto lone = std::filesystem::temp_directory_path() / ("optscope_lone_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(lone);
+    std::filesystem::copy_file(dir + "/__0_0.distcp", lone / "__0_0.distcp");
+    EXPECT_EQ(checkpointPathFor((lone / "__0_0.distcp").string()), (lone / "__0_0.distcp").string());
+    EXPECT_THROW(openCheckpoint((lone / "__0_0.distcp").string()), Error);
+    std::filesystem::remove_all(lone);
+}

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/base/error.h"
+#include "optscope/formats/dcp_reader.h"
 #include "optscope/formats/format_registry.h"
 #include "optscope/formats/torch_save_ranks_reader.h"
 #include "optscope/io/fault_injection.h"
@@ -72,6 +73,11 @@ static CheckpointPtr openGuarded(
     }
     pausePoint("opened");
     return cp;
+}
+
+std::string checkpointPathFor(const std::string& path)
+{
+    return DcpReader::folderOf(path);
 }
 
 CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)

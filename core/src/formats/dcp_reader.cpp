@@ -81,7 +81,16 @@ int DcpReader::rankFromFileName(const std::string& relativePath)
 bool DcpReader::looksLikeDcp(const std::string& path)
 {
     if (isFolder(path)) return isFile(fs::path(path) / kMetadataFile);
-    return fs::path(path).filename() == kMetadataFile && isFile(path);
+    const fs::path p(path);
+    if (p.filename() == kMetadataFile) return isFile(path);
+    // a data file of one: what a user who picks any file of the checkpoint means is the checkpoint (its bytes alone
+    // are no pickle and no zip)
+    return p.extension() == ".distcp" && isFile(p.parent_path() / kMetadataFile);
+}
+
+std::string DcpReader::folderOf(const std::string& path)
+{
+    return !isFolder(path) && looksLikeDcp(path) ? fs::path(path).parent_path().string() : path;
 }
 
 std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const Progress& progress)

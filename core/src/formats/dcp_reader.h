@@ -46,8 +46,10 @@ class DcpReader
 public:
     /// @p path is the checkpoint folder or its .metadata file
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});
-    /// true if @p path is a folder holding a .metadata file, or a .metadata file
+    /// true if @p path is a folder holding a .metadata file, or its .metadata or one of its .distcp files
     static bool looksLikeDcp(const std::string& path);
+    /// the folder of a DCP checkpoint's .metadata or .distcp file; @p path itself otherwise
+    static std::string folderOf(const std::string& path);
     /// the checkpoint's metadata file in its folder (the name probes ask for)
     static constexpr const char* kMetadataFile = ".metadata";
     /// Lightning Fabric's file of the user's other state beside a sharded checkpoint
