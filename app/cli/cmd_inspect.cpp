@@ -56,10 +56,10 @@ Row rowOf(const Checkpoint& cp, const InspectReport& report, size_t i, bool hash
     // escaped here, newlines included: a key must not end its row and forge the next (the stream escapes the rest)
     r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : displayText(e.key), 72);
     if (e.isTensor()) {
-        r.dtype = std::string(dtypeName(e.tensor.dtype));
-        r.shape = shapeText(e.tensor.shape);
-        r.chunks = ranksText(e.tensor.ranks(), e.tensor.chunks.size());
-        r.bytes = humanBytes(e.tensor.nbytes());
+        r.dtype = std::string(dtypeName(e.tensor->dtype));
+        r.shape = shapeText(e.tensor->shape);
+        r.chunks = ranksText(e.tensor->ranks(), e.tensor->chunks.size());
+        r.bytes = humanBytes(e.tensor->nbytes());
         if (hash && !report.sha256Of(i).empty()) r.hash = report.sha256Of(i).substr(0, 16);
     } else {
         r.dtype = inspectTypeName(e);

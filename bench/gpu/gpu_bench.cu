@@ -69,7 +69,7 @@ try {
     size_t total = 0, skipped = 0;
     for (const Entry& e : cp->entries) {
         if (!e.isTensor()) continue;
-        for (const auto& c : e.tensor.chunks) {
+        for (const auto& c : e.tensor->chunks) {
             if (c.numel() == 0) continue;
             ChunkData d = ChunkReader::resolve(*cp, e, c);
             if (!d.isContiguous()) {

@@ -546,8 +546,8 @@ TEST(CorruptInputs, DcpHugeTensorShapes)
         CheckpointPtr cp = openCheckpoint(dir.string());
         for (const auto& e : cp->entries) {
             if (!e.isTensor()) continue;
-            EXPECT_GE(e.tensor.numel(), 0) << c.what << ": " << e.key;
-            for (auto s : e.tensor.shape)
+            EXPECT_GE(e.tensor->numel(), 0) << c.what << ": " << e.key;
+            for (auto s : e.tensor->shape)
                 EXPECT_GE(s, 0) << c.what << ": " << e.key;
         }
     }

@@ -161,15 +161,15 @@ TEST(DcpMetadataReader, CheckpointFromTheFastIndexHasNoObjectGraph)
     EXPECT_EQ(cp->root, nullptr); // the Metadata object was never built
     const Entry* e = cp->find("model.model.layers.0.self_attn.q_proj.weight");
     ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->tensor.chunks.size(), 16u);
-    EXPECT_EQ(e->tensor.chunks.rank(5), 5);
-    EXPECT_EQ(e->tensor.chunks.offsetsOf(5)[0], 5 * 512);
-    EXPECT_EQ(e->tensor.chunks.sizesOf(5)[0], 512);
-    EXPECT_EQ(e->tensor.chunks.fileOf(5), "__5_0.distcp");
+    ASSERT_EQ(e->tensor->chunks.size(), 16u);
+    EXPECT_EQ(e->tensor->chunks.rank(5), 5);
+    EXPECT_EQ(e->tensor->chunks.offsetsOf(5)[0], 5 * 512);
+    EXPECT_EQ(e->tensor->chunks.sizesOf(5)[0], 512);
+    EXPECT_EQ(e->tensor->chunks.fileOf(5), "__5_0.distcp");
     // the rows of an entry share one file table with every other entry
     const Entry* m = cp->find("optim.state.model.layers.0.self_attn.q_proj.weight.exp_avg");
     ASSERT_NE(m, nullptr);
-    EXPECT_EQ(m->tensor.chunks.fileTable(), e->tensor.chunks.fileTable());
+    EXPECT_EQ(m->tensor->chunks.fileTable(), e->tensor->chunks.fileTable());
 }
 
 TEST(DcpMetadataReader, HandsOverEntriesAsItFindsThem)
@@ -191,11 +191,11 @@ TEST(DcpMetadataReader, HandsOverEntriesAsItFindsThem)
         SCOPED_TRACE(e.key);
         ASSERT_EQ(e.path.size(), 1u);
         EXPECT_EQ(e.path[0].key, e.key);
-        EXPECT_TRUE(e.tensor.chunks.size() == 0);
+        EXPECT_TRUE(e.tensor->chunks.size() == 0);
         const Entry* final = cp->find(e.key);
         ASSERT_NE(final, nullptr);
-        EXPECT_EQ(e.tensor.dtype, final->tensor.dtype);
-        EXPECT_EQ(e.tensor.shape, final->tensor.shape);
+        EXPECT_EQ(e.tensor->dtype, final->tensor->dtype);
+        EXPECT_EQ(e.tensor->shape, final->tensor->shape);
     }
     // and the ranks holding chunks, counted without a set per chunk
     std::vector<int> ranks(16);

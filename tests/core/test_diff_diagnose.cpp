@@ -820,8 +820,8 @@ TEST(Fix, StepsBecomeFloat32Tensors)
     const Entry* step = fixed->find("state.0.step");
     ASSERT_NE(step, nullptr);
     ASSERT_TRUE(step->isTensor());
-    EXPECT_EQ(step->tensor.dtype, DType::Float32);
-    EXPECT_TRUE(step->tensor.shape.empty());
+    EXPECT_EQ(step->tensor->dtype, DType::Float32);
+    EXPECT_TRUE(step->tensor->shape.empty());
     EXPECT_EQ(finding(diagnoseCheckpoint(*fixed, nullptr), "step-dtype"), nullptr);
 }
 

@@ -95,7 +95,7 @@ TEST(Fabric, MetaPtKeysAreReadAtTheTopLevelAfterTheDcpPart)
     EXPECT_EQ(it->value->integer, 2);
     const Entry* best = cp->find("best_loss");
     ASSERT_TRUE(best && best->isTensor());
-    EXPECT_EQ(best->tensor.shape, std::vector<int64_t>({2}));
+    EXPECT_EQ(best->tensor->shape, std::vector<int64_t>({2}));
     ASSERT_EQ(cp->companionOf(*best), &cp->companionFiles[0]);
     EXPECT_EQ(cp->companionOf(*cp->find("model.0.weight")), nullptr);
 }

@@ -224,8 +224,8 @@ TEST(Check, AFlippedBitInTensorBytesIsACrcMismatch)
         {
             const auto cp = openCheckpoint((tmp.path / "ck").string());
             for (const auto& e : cp->entries) {
-                if (!e.isTensor() || e.tensor.numel() < 4) continue;
-                const TensorChunk c = e.tensor.chunks[0];
+                if (!e.isTensor() || e.tensor->numel() < 4) continue;
+                const TensorChunk c = e.tensor->chunks[0];
                 const ChunkData d = ChunkReader::resolveAsStored(*cp, e, c);
                 key = e.key;
                 file = d.file->path();
@@ -254,10 +254,10 @@ TEST(Gather, ADamagedDcpItemNamesItsTensor)
     {
         const auto cp = openCheckpoint((tmp.path / "ck").string());
         for (const auto& e : cp->entries)
-            if (e.isTensor() && !e.tensor.chunks.empty()) {
+            if (e.isTensor() && !e.tensor->chunks.empty()) {
                 key = e.key;
-                file = cp->files->absolute(e.tensor.chunks.fileOf(0));
-                at = e.tensor.chunks.byteOffsetOf(0);
+                file = cp->files->absolute(e.tensor->chunks.fileOf(0));
+                at = e.tensor->chunks.byteOffsetOf(0);
                 break;
             }
     }
@@ -459,9 +459,9 @@ TEST(Check, Fsdp1ShardedRankFilesWithARankWithoutRows)
     EXPECT_TRUE(r.clean()) << r.toJson().dump(1);
     const Entry* weight = cp->find("model.weight");
     ASSERT_NE(weight, nullptr);
-    EXPECT_EQ(weight->tensor.shape, (std::vector<int64_t> {4, 3}));
-    EXPECT_EQ(weight->tensor.ranks(), (std::vector<int> {0, 1}));
-    EXPECT_FALSE(weight->tensor.shardsElsewhere);
+    EXPECT_EQ(weight->tensor->shape, (std::vector<int64_t> {4, 3}));
+    EXPECT_EQ(weight->tensor->ranks(), (std::vector<int> {0, 1}));
+    EXPECT_FALSE(weight->tensor->shardsElsewhere);
 
     // gather writes PyTorch's FULL_STATE_DICT of the same run (fsdp1_sharded_r3_full.pt), value for value (the
     // interop test loads it in PyTorch too)
@@ -477,7 +477,7 @@ TEST(Check, Fsdp1ShardedRankFilesWithARankWithoutRows)
     for (const auto& w : rank2->warnings)
         EXPECT_NE(w.code, ReaderCode::TensorWithoutData) << w.key;
     ASSERT_TRUE(rank2->find("model.weight"));
-    EXPECT_TRUE(rank2->find("model.weight")->tensor.shardsElsewhere);
+    EXPECT_TRUE(rank2->find("model.weight")->tensor->shardsElsewhere);
     const CheckReport alone = checkCheckpoint(*rank2);
     EXPECT_FALSE(hasFinding(alone, "tensor-without-data")) << alone.toJson().dump(1);
     EXPECT_TRUE(hasFinding(alone, "chunk-gap", "model.weight"));
@@ -546,7 +546,7 @@ TEST(Assembler, ElementRangesAreTheirBoxesInOrder)
     ASSERT_NE(e, nullptr);
     std::vector<uint8_t> whole, page;
     TensorAssembler(*cp, *e).stream([&](const uint8_t* p, size_t n) { whole.insert(whole.end(), p, p + n); });
-    const size_t elem = dtypeSize(e->tensor.dtype);
+    const size_t elem = dtypeSize(e->tensor->dtype);
     TensorAssembler(*cp, *e).streamElements(
         7, 41, [&](const uint8_t* p, size_t n) { page.insert(page.end(), p, p + n); });
     EXPECT_EQ(page, std::vector<uint8_t>(whole.begin() + 7 * elem, whole.begin() + 48 * elem));
@@ -574,9 +574,9 @@ TEST(Assembler, RowsLargerThanABlockAreCutIntoBoxes)
                 largest = std::max(largest, n);
             });
             EXPECT_EQ(h.hexDigest(), me["sha256"].get<std::string>()) << key << " with blocks of " << block;
-            const bool contiguous = ChunkReader::resolve(*cp, *e, e->tensor.chunks[0]).isContiguous();
+            const bool contiguous = ChunkReader::resolve(*cp, *e, e->tensor->chunks[0]).isContiguous();
             if (!contiguous) { // the zero-copy path hands out stored rows as they are
-                EXPECT_LE(largest, std::max<size_t>(block, dtypeSize(e->tensor.dtype)))
+                EXPECT_LE(largest, std::max<size_t>(block, dtypeSize(e->tensor->dtype)))
                     << key << " with blocks of " << block;
             }
         }

@@ -120,11 +120,11 @@ TEST(Megatron, ShardedStateDictMergesCommonAndNamesWeights)
     EXPECT_NE(cp->formatDetail.find("torch_dist"), std::string::npos) << cp->formatDetail;
     const Entry* w = cp->find("model.w");
     ASSERT_TRUE(w && w->isTensor());
-    EXPECT_EQ(w->tensor.shape, (std::vector<int64_t> {6, 4}));
-    EXPECT_EQ(w->tensor.chunks.size(), 2u);
-    EXPECT_EQ(w->tensor.ranks(), (std::vector<int> {0, 1}));
+    EXPECT_EQ(w->tensor->shape, (std::vector<int64_t> {6, 4}));
+    EXPECT_EQ(w->tensor->chunks.size(), 2u);
+    EXPECT_EQ(w->tensor->ranks(), (std::vector<int> {0, 1}));
     ASSERT_TRUE(cp->find("optim.state.w.exp_avg"));
-    EXPECT_EQ(cp->find("optim.state.w.exp_avg")->tensor.shape, (std::vector<int64_t> {6, 4}));
+    EXPECT_EQ(cp->find("optim.state.w.exp_avg")->tensor->shape, (std::vector<int64_t> {6, 4}));
     EXPECT_FALSE(cp->find("optimizer.state.exp_avg.model.w"));
     ASSERT_TRUE(cp->find("iteration"));
     EXPECT_EQ(pyRepr(cp->find("iteration")->value), "2");
@@ -179,12 +179,12 @@ TEST(Megatron, DpReshardableBucketsMapBackToParameters)
     // each moment points into the storage inside the DCP items, on the rank that wrote that range
     const Entry* e = cp->find("optim.state.inp.weight.exp_avg");
     ASSERT_TRUE(e);
-    EXPECT_EQ(e->tensor.ranks(), (std::vector<int> {1}));
-    for (size_t i = 0; i < e->tensor.chunks.size(); ++i)
-        EXPECT_EQ(e->tensor.chunks[i].source.kind, ChunkSource::Kind::StorageRecord);
+    EXPECT_EQ(e->tensor->ranks(), (std::vector<int> {1}));
+    for (size_t i = 0; i < e->tensor->chunks.size(); ++i)
+        EXPECT_EQ(e->tensor->chunks[i].source.kind, ChunkSource::Kind::StorageRecord);
     int64_t numel = 0;
-    for (size_t i = 0; i < e->tensor.chunks.size(); ++i)
-        numel += e->tensor.chunks.numelOf(i);
+    for (size_t i = 0; i < e->tensor->chunks.size(); ++i)
+        numel += e->tensor->chunks.numelOf(i);
     EXPECT_EQ(numel, 35);
 }
 
@@ -351,7 +351,7 @@ TEST(Megatron, Bf16TwoBucketsChunksCuttingParameters)
     const std::string ref = kMegatron + "/synthetic_bf16_r3/reference/";
     for (const std::string p : {"a.weight", "a.bias", "b.weight", "b.bias"}) {
         SCOPED_TRACE(p);
-        EXPECT_EQ(cp->find("model." + p)->tensor.dtype, DType::BFloat16);
+        EXPECT_EQ(cp->find("model." + p)->tensor->dtype, DType::BFloat16);
         EXPECT_EQ(bytesOf(*cp, "model." + p), fileBytes(ref + p + ".bin"));
         EXPECT_EQ(bytesOf(*cp, "optimizer.state.param.model." + p), fileBytes(ref + p + ".param.bin"));
         EXPECT_EQ(bytesOf(*cp, "optim.state." + p + ".exp_avg"), fileBytes(ref + p + ".exp_avg.bin"));
@@ -359,7 +359,7 @@ TEST(Megatron, Bf16TwoBucketsChunksCuttingParameters)
         EXPECT_EQ(pyRepr(cp->find("optim.state." + p + ".step")->value), "5.0");
     }
     // a.weight lies at [64, 99) of bucket 1, whose writers hold [0, 33), [33, 66), [66, 99)
-    EXPECT_EQ(cp->find("optim.state.a.weight.exp_avg")->tensor.ranks(), (std::vector<int> {1, 2}));
+    EXPECT_EQ(cp->find("optim.state.a.weight.exp_avg")->tensor->ranks(), (std::vector<int> {1, 2}));
     for (const auto& e : cp->entries)
         EXPECT_FALSE(e.isTensor() && e.key.find("bucket_idx_") != std::string::npos) << e.key;
     EXPECT_EQ(pyRepr(cp->find("optim.param_groups.1.params")->value), "['a.bias', 'b.bias']");
@@ -466,8 +466,8 @@ TEST(Megatron, ConversionWritesStepsAsPyTorchDoesAndCompareCallsThemEqual)
     for (const char* p : {"inp.weight", "inp.bias", "out.weight", "out.bias"}) {
         const Entry* e = rs->find(std::string("optim.state.") + p + ".step");
         ASSERT_TRUE(e && e->isTensor()) << p;
-        EXPECT_EQ(e->tensor.dtype, DType::Float32);
-        EXPECT_TRUE(e->tensor.shape.empty());
+        EXPECT_EQ(e->tensor->dtype, DType::Float32);
+        EXPECT_TRUE(e->tensor->shape.empty());
         EXPECT_EQ(bytesOf(*rs, e->key), std::string("\x00\x00\x00\x40", 4)); // 2.0f, little-endian
     }
     for (const auto& f : checkCheckpoint(*rs).findings)
@@ -582,7 +582,7 @@ TEST(Megatron, StackedLayerNormsAreInTheNoWeightDecayGroup)
     const auto cp = openCheckpoint(kMegatron + "/synthetic_gpt_tp2_pp2_dp2_fully");
     EXPECT_EQ(pyRepr(cp->find("optim.param_groups.1.params")->value),
         "['decoder.layers.mlp.linear_fc1.layer_norm_weight', 'decoder.final_layernorm.weight']");
-    EXPECT_EQ(cp->find("model.decoder.layers.mlp.linear_fc1.weight")->tensor.shape, (std::vector<int64_t> {4, 12, 6}));
+    EXPECT_EQ(cp->find("model.decoder.layers.mlp.linear_fc1.weight")->tensor->shape, (std::vector<int64_t> {4, 12, 6}));
 }
 
 TEST(Megatron, ArgsNamespaceIsLeftOutOfGatherAndWrittenByReshard)

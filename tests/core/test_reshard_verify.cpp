@@ -243,10 +243,10 @@ TEST(Reshard, RoundTripsKeepLayoutAndBytes)
             if (!e.isTensor()) continue;
             const Entry* b = again->find(e.key);
             ASSERT_NE(b, nullptr);
-            ASSERT_EQ(b->tensor.chunks.size(), e.tensor.chunks.size()) << e.key;
-            for (size_t i = 0; i < e.tensor.chunks.size(); ++i) {
-                EXPECT_EQ(b->tensor.chunks[i].offsets, e.tensor.chunks[i].offsets) << e.key;
-                EXPECT_EQ(b->tensor.chunks[i].sizes, e.tensor.chunks[i].sizes) << e.key;
+            ASSERT_EQ(b->tensor->chunks.size(), e.tensor->chunks.size()) << e.key;
+            for (size_t i = 0; i < e.tensor->chunks.size(); ++i) {
+                EXPECT_EQ(b->tensor->chunks[i].offsets, e.tensor->chunks[i].offsets) << e.key;
+                EXPECT_EQ(b->tensor->chunks[i].sizes, e.tensor->chunks[i].sizes) << e.key;
             }
         }
     }
@@ -262,8 +262,8 @@ TEST(Reshard, Fsdp1LayoutHasNoEmptyChunks)
     const auto cp = openCheckpoint((tmp.path / "f1").string());
     const Entry* e = cp->find("model.blocks.0.head.weight"); // 4 rows on 3 ranks: 2 + 2, nothing for rank 2
     ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->tensor.chunks.size(), 2u);
-    EXPECT_EQ(e->tensor.chunks[1].rank, 1);
+    ASSERT_EQ(e->tensor->chunks.size(), 2u);
+    EXPECT_EQ(e->tensor->chunks[1].rank, 1);
 }
 
 TEST(Reshard, OneEmptyChunkPerTensorLikeDcpDedup)
@@ -278,14 +278,14 @@ TEST(Reshard, OneEmptyChunkPerTensorLikeDcpDedup)
     for (const Entry& e : cp->entries) {
         if (!e.isTensor()) continue;
         std::set<std::vector<int64_t>> offsets;
-        for (const auto& c : e.tensor.chunks)
+        for (const auto& c : e.tensor->chunks)
             EXPECT_TRUE(offsets.insert(c.offsets).second) << e.key << ": two chunks at " << shapeText(c.offsets);
     }
     const Entry* e = cp->find("model.out.weight");
     ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->tensor.chunks.size(), 4u);
-    EXPECT_EQ(e->tensor.chunks[3].rank, 3);
-    EXPECT_EQ(e->tensor.chunks[3].sizes[0], 0);
+    ASSERT_EQ(e->tensor->chunks.size(), 4u);
+    EXPECT_EQ(e->tensor->chunks[3].rank, 3);
+    EXPECT_EQ(e->tensor->chunks[3].sizes[0], 0);
 }
 
 TEST(Reshard, RefusesAnExistingOutputAndLeavesNoTemporary)
@@ -366,7 +366,7 @@ TEST(Verify, AgainstNamesTheDamagedKeyAndRank)
     const auto rs = DcpReader::open(copy);
     const Entry* victim = rs->find("optim.state.blocks.1.proj.weight.exp_avg");
     ASSERT_NE(victim, nullptr);
-    const TensorChunk& chunk = victim->tensor.chunks.at(1);
+    const TensorChunk& chunk = victim->tensor->chunks.at(1);
     ASSERT_EQ(chunk.rank, 1);
     {
         // the storage record is the last thing before the zip's closing records: flip a byte of the data near its

@@ -156,7 +156,7 @@ TEST(TensorStats, ShardedDcpTensorMatchesPyTorch)
     const auto cp = openCheckpoint(kData + "/fsdp2_r3");
     const Entry* e = cp->find("optim.state.blocks.0.qkv.weight.exp_avg");
     ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->tensor.chunks.size(), 3u);
+    ASSERT_EQ(e->tensor->chunks.size(), 3u);
     const TensorStats s = computeTensorStats(*cp, *e, 4);
     EXPECT_EQ(s.numel, 42);
     expectNear(s.min, -0.35204219818115234, "min", e->key);

@@ -107,7 +107,7 @@ void exerciseCheckpoint(const Checkpoint& cp, bool statistics)
             require(e.value != nullptr, "a value entry has a value");
             continue;
         }
-        if (e.tensor.nbytes() > kMaxHashBytes) continue;
+        if (e.tensor->nbytes() > kMaxHashBytes) continue;
         try {
             const std::string h = hashTensor(cp, e);
             require(h.size() == 64, "a SHA-256 has 64 hex digits");
@@ -119,7 +119,7 @@ void exerciseCheckpoint(const Checkpoint& cp, bool statistics)
         } catch (const Error&) { }
         try {
             const TensorStats s = computeTensorStats(cp, e, 8);
-            require(s.numel == e.tensor.numel(), "statistics count every element");
+            require(s.numel == e.tensor->numel(), "statistics count every element");
             require(s.finite + s.nanCount + s.infCount == s.numel, "finite + NaN + inf == numel");
         } catch (const Error&) { }
     }
@@ -475,8 +475,8 @@ Outcome fuzzDcp(const uint8_t* data, size_t size)
         progress.entriesFound = [](std::vector<Entry>&& batch) {
             for (const Entry& e : batch) {
                 require(e.isTensor() && e.path.size() == 1 && e.path[0].key == e.key, "a preview entry is a flat key");
-                require(e.tensor.chunks.size() == 0, "a preview entry has no chunks");
-                (void)e.tensor.numel();
+                require(e.tensor->chunks.size() == 0, "a preview entry has no chunks");
+                (void)e.tensor->numel();
             }
         };
         const CheckpointPtr cp = openCheckpoint(dir.string(), progress);
@@ -494,8 +494,8 @@ Outcome fuzzSafetensors(const uint8_t* data, size_t size)
         const CheckpointPtr cp = openCheckpoint(file.string());
         require(cp->format == CheckpointFormat::Safetensors, "a .safetensors file opens as safetensors");
         for (const auto& e : cp->entries)
-            if (e.isTensor() && !e.tensor.chunks.empty())
-                require(e.tensor.chunks[0].source.offset + e.tensor.chunks[0].source.length <= size,
+            if (e.isTensor() && !e.tensor->chunks.empty())
+                require(e.tensor->chunks[0].source.offset + e.tensor->chunks[0].source.length <= size,
                     "a tensor's bytes lie inside the file");
         exerciseCheckpoint(*cp, true);
     });

@@ -111,11 +111,11 @@ TEST_F(GpuBox, AnyBoxEqualsTensorAssemblers)
         {"fsdp2_r3", "fsdp1_r2", "dtypes.pt", "fsdp1_sharded_r3", "gpu/fsdp2_bf16mp_fused_adamw/ckpt"}) {
         const auto cp = openCheckpoint(kData + "/" + fixture);
         for (const Entry& e : cp->entries) {
-            if (!e.isTensor() || e.tensor.numel() == 0) continue;
+            if (!e.isTensor() || e.tensor->numel() == 0) continue;
             SCOPED_TRACE(std::string(fixture) + " " + e.key);
             for (int trial = 0; trial < 4; ++trial) {
                 std::vector<int64_t> off, size;
-                for (const int64_t n : e.tensor.shape) {
+                for (const int64_t n : e.tensor->shape) {
                     const int64_t a = std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
                     off.push_back(a);
                     size.push_back(std::uniform_int_distribution<int64_t>(1, n - a)(rng));
@@ -137,13 +137,13 @@ TEST_F(GpuBox, DeviceCompareCountsExactlyTheDamagedElements)
     const auto cp = openCheckpoint(kData + "/fsdp2_r3");
     size_t tensors = 0;
     for (const Entry& e : cp->entries) {
-        if (!e.isTensor() || e.tensor.shape.empty() || e.tensor.shape[0] < 3) continue;
+        if (!e.isTensor() || e.tensor->shape.empty() || e.tensor->shape[0] < 3) continue;
         SCOPED_TRACE(e.key);
-        const size_t elem = dtypeSize(e.tensor.dtype);
+        const size_t elem = dtypeSize(e.tensor->dtype);
         std::vector<std::vector<uint8_t>> shards;
         for (int r = 0; r < 3; ++r) {
-            const Dim0Chunk c = chunkDim0(e.tensor.shape[0], 3, r);
-            std::vector<int64_t> off(e.tensor.shape.size(), 0), size(e.tensor.shape);
+            const Dim0Chunk c = chunkDim0(e.tensor->shape[0], 3, r);
+            std::vector<int64_t> off(e.tensor->shape.size(), 0), size(e.tensor->shape);
             off[0] = c.offset;
             size[0] = c.size;
             shards.emplace_back();

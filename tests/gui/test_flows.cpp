@@ -680,7 +680,7 @@ void TestFlows::reshardAndVerify()
     const CheckpointPtr copy = openCheckpoint(out.toStdString());
     std::set<int> ranks;
     for (const auto& e : copy->entries)
-        for (const auto& c : e.tensor.chunks)
+        for (const auto& c : e.tensor->chunks)
             ranks.insert(c.rank);
     QCOMPARE(*ranks.rbegin(), 3);
     // reports
@@ -975,7 +975,7 @@ void TestFlows::fileChangedWhileOpen()
     // the last tensor in the file: its bytes lie in the part the truncation removes
     QString last;
     for (const auto& e : w.context()->checkpoint()->entries)
-        if (e.isTensor() && e.tensor.numel() > 1) last = QString::fromStdString(e.key);
+        if (e.isTensor() && e.tensor->numel() > 1) last = QString::fromStdString(e.key);
     QVERIFY(!last.isEmpty());
     QVERIFY(::truncate(path.toLocal8Bit().constData(), QFileInfo(path).size() / 4) == 0);
     TensorDetailsPanel* details = w.tensorDetailsPanel();
@@ -1732,7 +1732,7 @@ void TestFlows::diffValuesSideBySide()
     diff->showKey(QStringLiteral("model.0.bias")); // 1-D: NaN in step 4
     QVERIFY(values.wait(Timeout));
     ValueCompareModel* m = diff->valuesModel();
-    const int n = static_cast<int>(w.context()->checkpoint()->find("model.0.bias")->tensor.numel());
+    const int n = static_cast<int>(w.context()->checkpoint()->find("model.0.bias")->tensor->numel());
     QCOMPARE(m->rowCount(), n);
     // A is the later step (step 4, opened second), B the open step 3
     const CheckpointPtr a = openCheckpoint(testData("diff/step4.pt").toStdString());
@@ -1917,8 +1917,8 @@ void TestFlows::filterOpensItsMatches()
                     KeyPathElem::fromKey(state)};
                 e.key = joinKeyPath(e.path);
                 e.kind = EntryKind::Tensor;
-                e.tensor.dtype = DType::Float32;
-                e.tensor.shape = {16};
+                e.tensor->dtype = DType::Float32;
+                e.tensor->shape = {16};
                 cp->entries.push_back(std::move(e));
             }
         cp->buildIndex();

@@ -201,8 +201,8 @@ void TestModels::stateKeysOpensHundredThousandKeysFast()
                 KeyPathElem::fromKey(name)};
             e.key = joinKeyPath(e.path);
             e.kind = EntryKind::Tensor;
-            e.tensor.dtype = DType::Float32;
-            e.tensor.shape = {4096, 1024};
+            e.tensor->dtype = DType::Float32;
+            e.tensor->shape = {4096, 1024};
             cp->entries.push_back(std::move(e));
         }
     }
@@ -259,7 +259,7 @@ void TestModels::shardLayoutOfAFileWithoutRanksHasOneLane()
     QVERIFY(e);
     ShardLayoutWidget w;
     w.resize(640, 300);
-    w.setShardLayout(ShardLayout::of(e->tensor));
+    w.setShardLayout(ShardLayout::of(*e->tensor));
     QCOMPARE(w.laneCount(), 1);
     QCOMPARE(w.lastRank(), -1);
     const QString tip = w.toolTipAt(QPoint(400, 90)); // inside the one lane
@@ -276,7 +276,7 @@ void TestModels::shardLayoutGroupsThousandsOfRanks()
     QVERIFY(e);
     ShardLayoutWidget w;
     w.resize(640, 150);
-    w.setShardLayout(ShardLayout::of(e->tensor));
+    w.setShardLayout(ShardLayout::of(*e->tensor));
     QCOMPARE(w.laneCount(), 16);
     QCOMPARE(w.ranksPerLane(), 4);
     const QString tip = w.toolTipAt(QPoint(200, 40));

@@ -147,13 +147,13 @@ void expectTensorsAsPyTorch(const std::string& fixture)
         const Entry* e = cp->find(key);
         ASSERT_NE(e, nullptr);
         ASSERT_TRUE(e->isTensor());
-        EXPECT_EQ(e->tensor.shape, t["shape"].get<std::vector<int64_t>>());
-        EXPECT_EQ(std::string(dtypeName(e->tensor.dtype)), t["dtype"].get<std::string>());
-        EXPECT_EQ(e->tensor.numel(), t["numel"].get<int64_t>());
+        EXPECT_EQ(e->tensor->shape, t["shape"].get<std::vector<int64_t>>());
+        EXPECT_EQ(std::string(dtypeName(e->tensor->dtype)), t["dtype"].get<std::string>());
+        EXPECT_EQ(e->tensor->numel(), t["numel"].get<int64_t>());
         EXPECT_EQ(hashTensor(*cp, *e), t["sha256"].get<std::string>());
-        if (e->tensor.numel() != 0) continue;
+        if (e->tensor->numel() != 0) continue;
         ++empty;
-        EXPECT_EQ(e->tensor.nbytes(), 0u);
+        EXPECT_EQ(e->tensor->nbytes(), 0u);
         uint64_t streamed = 0;
         TensorAssembler(*cp, *e).stream([&](const uint8_t*, size_t n) { streamed += n; });
         EXPECT_EQ(streamed, 0u);
@@ -189,8 +189,8 @@ TEST(ZeroSizeTensors, TorchSaveMatchesPyTorch)
     // an empty view into a 10-element storage keeps its storage offset
     const Entry* view = cp->find("extras.empty_view");
     ASSERT_NE(view, nullptr);
-    ASSERT_EQ(view->tensor.chunks.size(), 1u);
-    EXPECT_EQ(view->tensor.chunks[0].source.storageOffset, 2);
+    ASSERT_EQ(view->tensor->chunks.size(), 1u);
+    EXPECT_EQ(view->tensor->chunks[0].source.storageOffset, 2);
     // an empty list is a value; so is an empty dict (DCP's flatten_state_dict drops it on save, but the file holds it
     // and gather must write it back: an optimizer's "state": {} before its first step)
     const Entry* list = cp->find("extras.empty_list");
@@ -209,8 +209,8 @@ TEST(ZeroSizeTensors, DcpMatchesPyTorch)
     const CheckpointPtr cp = openCheckpoint((kData / "limits" / "zero_size_dcp").string());
     const Entry* e = cp->find("model.no_rows");
     ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->tensor.chunks.size(), 1u);
-    EXPECT_EQ(e->tensor.chunks[0].sizes, (std::vector<int64_t> {0, 4}));
+    ASSERT_EQ(e->tensor->chunks.size(), 1u);
+    EXPECT_EQ(e->tensor->chunks[0].sizes, (std::vector<int64_t> {0, 4}));
 }
 
 // --- deep nesting ---------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ void ChunkListModel::setData(CheckpointPtr checkpoint, const Entry* entry)
 
 int ChunkListModel::rowCount(const QModelIndex& parent) const
 {
-    return parent.isValid() || !m_entry ? 0 : static_cast<int>(m_entry->tensor.chunks.size());
+    return parent.isValid() || !m_entry ? 0 : static_cast<int>(m_entry->tensor->chunks.size());
 }
 
 int ChunkListModel::columnCount(const QModelIndex& parent) const
@@ -30,8 +30,8 @@ int ChunkListModel::columnCount(const QModelIndex& parent) const
 QVariant ChunkListModel::data(const QModelIndex& index, int role) const
 {
     if (!index.isValid() || !m_entry) return {};
-    const TensorChunk& c = m_entry->tensor.chunks[static_cast<size_t>(index.row())];
-    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * dtypeSize(m_entry->tensor.dtype);
+    const TensorChunk& c = m_entry->tensor->chunks[static_cast<size_t>(index.row())];
+    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * dtypeSize(m_entry->tensor->dtype);
     if (role == SortRole) {
         switch (index.column()) {
         case RankColumn:
@@ -55,7 +55,7 @@ QVariant ChunkListModel::data(const QModelIndex& index, int role) const
     if (role == Qt::ToolTipRole)
         return tr("rank %1 holds %2 of %3\nfile %4, byte %5")
             .arg(c.rank)
-            .arg(Format::box(c.offsets, c.sizes), Format::shape(m_entry->tensor.shape),
+            .arg(Format::box(c.offsets, c.sizes), Format::shape(m_entry->tensor->shape),
                 QString::fromStdString(c.source.file))
             .arg(c.source.offset);
     if (role != Qt::DisplayRole) return {};

@@ -28,7 +28,7 @@ QString scalarCellText(const Checkpoint& checkpoint, const Entry& entry)
     try {
         return QString::fromStdString(scalarValueText(checkpoint, entry).value_or(std::string()));
     } catch (const std::exception&) {
-        return Format::shape(entry.tensor.shape);
+        return Format::shape(entry.tensor->shape);
     }
 }
 } // namespace
@@ -280,13 +280,13 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
         if (!entry) return sort ? QVariant(QString()) : QVariant();
         if (entry->isTensor())
             return QString::fromLatin1(
-                dtypeName(entry->tensor.dtype).data(), static_cast<qsizetype>(dtypeName(entry->tensor.dtype).size()));
+                dtypeName(entry->tensor->dtype).data(), static_cast<qsizetype>(dtypeName(entry->tensor->dtype).size()));
         return QString::fromLatin1(pyKindName(entry->value->kind)).toLower();
     case ShapeColumn:
         if (!entry) return sort ? QVariant(node.leaves) : QVariant(tr("%n key(s)", nullptr, node.leaves));
         if (entry->isTensor()) {
             if (!sort && isScalarEntry(*entry)) return scalarText(static_cast<int>(index.internalId()), *entry);
-            return Format::shape(entry->tensor.shape);
+            return Format::shape(entry->tensor->shape);
         }
         return QString::fromStdString(pyRepr(entry->value, 80));
     case NumelColumn:
@@ -300,7 +300,7 @@ QVariant StateKeysModel::data(const QModelIndex& index, int role) const
         return Format::bytes(node.bytes);
     case RanksColumn:
         if (!entry || !entry->isTensor()) return sort ? QVariant(QString()) : QVariant();
-        return Format::ranks(entry->tensor.ranks());
+        return Format::ranks(entry->tensor->ranks());
     default:
         return {};
     }
@@ -313,7 +313,7 @@ QString StateKeysModel::scalarText(int node, const Entry& entry) const
     if (it != m_scalarText.end()) return it->second;
     if (isUrl(m_checkpoint->path)) {
         // a remote value is a request away: read on the thread pool, its shape shown until it is there
-        const QString shape = Format::shape(entry.tensor.shape);
+        const QString shape = Format::shape(entry.tensor->shape);
         m_scalarText.emplace(node, shape);
         m_scalarQueue.emplace_back(node, &entry);
         readScalarsInBackground();

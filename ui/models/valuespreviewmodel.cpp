@@ -31,7 +31,7 @@ ValuesPreviewModel::Slice ValuesPreviewModel::read(const Checkpoint& checkpoint,
     int64_t rows, int64_t maxColumns, const Progress& progress)
 {
     Slice s;
-    const TensorEntry& t = entry.tensor;
+    const TensorEntry& t = *entry.tensor;
     s.dtype = t.dtype;
     s.shape = t.shape;
     const size_t ndim = t.shape.size();
@@ -82,7 +82,7 @@ ValuesPreviewModel::Slice ValuesPreviewModel::readElements(
     const Checkpoint& checkpoint, const Entry& entry, int64_t first, int64_t count, const Progress& progress)
 {
     Slice s;
-    const TensorEntry& t = entry.tensor;
+    const TensorEntry& t = *entry.tensor;
     s.dtype = t.dtype;
     s.shape = t.shape;
     s.rowLength = 1;

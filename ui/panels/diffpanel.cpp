@@ -669,7 +669,7 @@ void DiffPanel::startValues(const DiffEntry& e, int64_t first)
     const CheckpointPtr b = m_session->checkpointB();
     const Entry* inA = a && !e.keyA.empty() ? a->find(e.keyA) : nullptr;
     const Entry* inB = b && !e.keyB.empty() ? b->find(e.keyB) : nullptr;
-    if (!inA || !inB || !inA->isTensor() || !inB->isTensor() || inA->tensor.shape != inB->tensor.shape) {
+    if (!inA || !inB || !inA->isTensor() || !inB->isTensor() || inA->tensor->shape != inB->tensor->shape) {
         m_context->runner()->cancel(QStringLiteral("diff-values"));
         m_valuesInfo->setText(m_session->showingRanks() ? tr("Values side by side compare two checkpoints.")
                 : !inA || !inB                          ? tr("Only in one of the two: nothing to set side by side.")
@@ -680,7 +680,7 @@ void DiffPanel::startValues(const DiffEntry& e, int64_t first)
     }
     const std::string keyA = e.keyA, keyB = e.keyB;
     const double rtol = m_session->shown().rtol, atol = m_session->shown().atol;
-    const int64_t numel = inA->tensor.numel();
+    const int64_t numel = inA->tensor->numel();
     first = std::min(first, std::max<int64_t>(numel - 1, 0)) / ValuesPage * ValuesPage;
     m_valuesFirst = first;
     m_valuesInfo->setText(tr("Reading…"));

@@ -142,7 +142,7 @@ void ShardLayoutPanel::onSelectionChanged()
         m_widget->setShardLayout(std::nullopt, message);
         return;
     }
-    if (entry->tensor.shape.empty()) {
+    if (entry->tensor->shape.empty()) {
         // a 0-dim tensor (`step`) has no rows to lay out: say who holds its one value instead of drawing an empty lane
         QString value;
         try {
@@ -151,15 +151,15 @@ void ShardLayoutPanel::onSelectionChanged()
         m_title->setText(tr("<b>%1</b> &nbsp; 0-dim").arg(Format::text(entry->key).toHtmlEscaped()));
         const QString message = tr("A 0-dim tensor: one value%1, held whole by %2.")
                                     .arg(value.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(value),
-                                        Format::ranks(entry->tensor.ranks()));
+                                        Format::ranks(entry->tensor->ranks()));
         m_summary->setText(m_needsRoom ? QString() : message);
         m_widget->setShardLayout(std::nullopt, message);
         return;
     }
     // pure geometry over the metadata: cheap enough for the UI thread even with thousands of chunks
-    ShardLayout layout = ShardLayout::of(m_preview ? reshardPreview(entry->tensor, *m_preview) : entry->tensor);
+    ShardLayout layout = ShardLayout::of(m_preview ? reshardPreview(*entry->tensor, *m_preview) : *entry->tensor);
     m_title->setText(tr("<b>%1</b> &nbsp; %2 &nbsp; %n chunk(s)", nullptr, static_cast<int>(layout.chunks.size()))
-                         .arg(Format::text(entry->key).toHtmlEscaped(), Format::shape(entry->tensor.shape)));
+                         .arg(Format::text(entry->key).toHtmlEscaped(), Format::shape(entry->tensor->shape)));
     if (m_preview)
         m_title->setText(
             tr("<span style=\"color:#6a3d9a\"><b>Preview</b>: after a reshard to %n rank(s) (%1), %2</span><br>",

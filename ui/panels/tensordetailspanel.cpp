@@ -242,7 +242,7 @@ void TensorDetailsPanel::onSelectionChanged()
         m_stack->setCurrentIndex(1);
         return;
     }
-    const TensorEntry& t = entry->tensor;
+    const TensorEntry& t = *entry->tensor;
     QString extra;
     if (!t.placements.empty())
         extra += QStringLiteral(" &nbsp; %1").arg(QString::fromStdString(t.placements).toHtmlEscaped());

@@ -177,7 +177,7 @@ QString CheckpointContext::representativeKey() const
     for (const auto& e : m_checkpoint->entries) {
         if (!e.isTensor()) continue;
         if (!firstTensor) firstTensor = &e;
-        if (e.key.find("exp_avg") != std::string::npos && e.tensor.shape.size() >= 2)
+        if (e.key.find("exp_avg") != std::string::npos && e.tensor->shape.size() >= 2)
             return QString::fromStdString(e.key);
     }
     return firstTensor ? QString::fromStdString(firstTensor->key) : QString();

@@ -49,8 +49,8 @@ std::shared_ptr<const KeyTree> KeyTree::build(const Checkpoint& checkpoint)
         }
         // aggregate sizes up the path
         const bool tensor = e.isTensor();
-        const int64_t numel = tensor ? e.tensor.numel() : 0;
-        const uint64_t bytes = tensor ? e.tensor.nbytes() : 0;
+        const int64_t numel = tensor ? e.tensor->numel() : 0;
+        const uint64_t bytes = tensor ? e.tensor->nbytes() : 0;
         for (int n = parent; n >= 0; n = nodes[static_cast<size_t>(n)].parent) {
             Node& node = nodes[static_cast<size_t>(n)];
             node.numel += numel;

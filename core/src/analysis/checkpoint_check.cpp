@@ -95,7 +95,7 @@ public:
         uint64_t totalWeight = 0;
         for (size_t i = 0; i < n; ++i)
             if (m_cp.entries[i].isTensor()) {
-                weights[i] = m_cp.entries[i].tensor.nbytes();
+                weights[i] = m_cp.entries[i].tensor->nbytes();
                 totalWeight += weights[i];
             }
         const std::vector<int> owner = split ? splitByWeight(weights, job.size()) : std::vector<int>();
@@ -182,8 +182,8 @@ private:
     bool sameBytes(const Entry& e, size_t a, size_t b)
     {
         try {
-            const ChunkData x = ChunkReader::resolve(m_cp, e, e.tensor.chunks[a]);
-            const ChunkData y = ChunkReader::resolve(m_cp, e, e.tensor.chunks[b]);
+            const ChunkData x = ChunkReader::resolve(m_cp, e, e.tensor->chunks[a]);
+            const ChunkData y = ChunkReader::resolve(m_cp, e, e.tensor->chunks[b]);
             return x.isContiguous() && y.isContiguous() && x.nbytes() == y.nbytes()
                 && std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
         } catch (const Error&) {
@@ -194,7 +194,7 @@ private:
     void checkTensor(const Entry& e)
     {
         ++m_report.tensorsChecked;
-        const TensorEntry& t = e.tensor;
+        const TensorEntry& t = *e.tensor;
         if (t.storesNoData() && t.shardsElsewhere) {
             // one rank's file, of a rank without rows: the others hold all of it (as a gap of a file holding one
             // shard, said the same way)
@@ -392,7 +392,7 @@ private:
         part(n.negInf, "-inf");
         auto& f = add(FindingCode::NonFinite, e.key,
             counts + " in the " + std::to_string(n.numel) + " elements of this "
-                + std::string(dtypeName(e.tensor.dtype)) + " tensor " + shapeText(e.tensor.shape));
+                + std::string(dtypeName(e.tensor->dtype)) + " tensor " + shapeText(e.tensor->shape));
         f.counts = {{"numel", n.numel}, {"nan", n.nan}, {"posinf", n.posInf}, {"neginf", n.negInf}};
         f.fix = "resume from an earlier checkpoint whose values are finite: the training step that wrote these "
                 "spread them through the weights and moments, and loading them carries them on";
@@ -427,7 +427,7 @@ private:
         std::vector<TensorChunk> sampled; // in checkTensor's order: the first chunk of each file
         for (const auto& e : m_cp.entries) {
             if (!e.isTensor()) continue;
-            const ChunkTable& chunks = e.tensor.chunks;
+            const ChunkTable& chunks = e.tensor->chunks;
             for (size_t c = 0; c < chunks.size(); ++c)
                 if (chunks.hasFile(c) && !fileMissing(chunks, c)
                     && m_sampledAhead.emplace(chunks.fileOf(c), sampled.size()).second)
@@ -495,9 +495,9 @@ private:
             for (size_t i = m_cp.entries.size(); i-- > 0;) {
                 const Entry& e = m_cp.entries[i];
                 if (!e.isTensor()) continue;
-                for (size_t c = 0; c < e.tensor.chunks.size(); ++c) {
-                    if (!e.tensor.chunks.hasFile(c)) continue;
-                    const TensorChunk chunk = e.tensor.chunks[c];
+                for (size_t c = 0; c < e.tensor->chunks.size(); ++c) {
+                    if (!e.tensor->chunks.hasFile(c)) continue;
+                    const TensorChunk chunk = e.tensor->chunks[c];
                     if (chunk.source.kind == ChunkSource::Kind::StorageRecord)
                         m_recordChecker[chunk.source.file][chunk.source.offset] = i;
                 }

@@ -326,8 +326,8 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
         for (const auto& it : ordered) {
             if (it.source && it.source->isTensor() && !it.castToFloat32) {
                 TensorToWrite w;
-                w.dtype = it.source->tensor.dtype;
-                w.shape = it.source->tensor.shape;
+                w.dtype = it.source->tensor->dtype;
+                w.shape = it.source->tensor->shape;
                 const Entry* e = it.source;
                 w.produce = [&cp, e](const ByteSink& sink) { TensorAssembler(cp, *e).stream(sink); };
                 tree.setTensor(it.path, std::move(w));
@@ -358,10 +358,10 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
         if (it.source && it.source->isTensor() && !it.castToFloat32) {
             DcpPlan::Tensor t;
             t.path = it.path;
-            t.dtype = it.source->tensor.dtype;
-            t.shape = it.source->tensor.shape;
+            t.dtype = it.source->tensor->dtype;
+            t.shape = it.source->tensor->shape;
             const Entry* e = it.source;
-            const ChunkTable& from = e->tensor.chunks;
+            const ChunkTable& from = e->tensor->chunks;
             for (size_t c = 0; c < from.size(); ++c)
                 t.chunks.appendBox(
                     std::max(0, from.rank(c)), from.offsetsOf(c).begin(), from.sizesOf(c).begin(), from.ndim(c));

@@ -675,11 +675,11 @@ private:
             const auto pdt = fqn.empty() ? std::nullopt : modelDtype(fqn);
             if (!pdt || !dtypeIsFloatingPoint(*pdt) || isFloat8(*pdt)) continue;
             for (const auto& [name, e] : r->param->states) {
-                if (name == "step" || !e->isTensor() || holdsAll(e->tensor.dtype, *pdt)) continue;
-                if (!dtypeIsFloatingPoint(e->tensor.dtype)) continue; // integer state: counts, never moments
-                casts.push_back(fqn + "." + name + " " + std::string(dtypeName(e->tensor.dtype)) + " -> "
+                if (name == "step" || !e->isTensor() || holdsAll(e->tensor->dtype, *pdt)) continue;
+                if (!dtypeIsFloatingPoint(e->tensor->dtype)) continue; // integer state: counts, never moments
+                casts.push_back(fqn + "." + name + " " + std::string(dtypeName(e->tensor->dtype)) + " -> "
                     + std::string(dtypeName(*pdt)));
-                ++pairs[std::string(dtypeName(e->tensor.dtype)) + " -> " + std::string(dtypeName(*pdt))];
+                ++pairs[std::string(dtypeName(e->tensor->dtype)) + " -> " + std::string(dtypeName(*pdt))];
             }
         }
         if (!casts.empty()) {
@@ -824,8 +824,8 @@ private:
         if (!row.param) return std::nullopt;
         for (const auto& [name, e] : row.param->states) {
             if (!e->isTensor()) continue;
-            const auto want = expectedStateShape(kind, name, e->tensor.shape);
-            if (want && *want == e->tensor.shape) return e->tensor.shape;
+            const auto want = expectedStateShape(kind, name, e->tensor->shape);
+            if (want && *want == e->tensor->shape) return e->tensor->shape;
         }
         return std::nullopt;
     }
@@ -871,10 +871,10 @@ private:
         for (const auto& [name, e] : row.param->states) {
             if (!e->isTensor()) continue;
             const auto want = expectedStateShape(kind, name, shape);
-            if (!want || e->tensor.shape == *want) continue;
-            if (kind == OptimizerKind::Adafactor && shape.size() < 2 && name == "variance" && e->tensor.shape == shape)
+            if (!want || e->tensor->shape == *want) continue;
+            if (kind == OptimizerKind::Adafactor && shape.size() < 2 && name == "variance" && e->tensor->shape == shape)
                 continue;
-            return name + " " + torchSizeText(e->tensor.shape) + " vs " + torchSizeText(*want);
+            return name + " " + torchSizeText(e->tensor->shape) + " vs " + torchSizeText(*want);
         }
         return {};
     }
@@ -943,7 +943,7 @@ private:
         bool allFlat = v.idKeyed && !v.params.empty() && !keepsAllStateOnFirstParam(kind);
         for (const auto& p : v.params)
             for (const auto& [name, e] : p.states)
-                if (e->isTensor() && !e->tensor.shape.empty()) allFlat = allFlat && e->tensor.shape.size() == 1;
+                if (e->isTensor() && !e->tensor->shape.empty()) allFlat = allFlat && e->tensor->shape.size() == 1;
         const bool named = !listed.empty()
             && std::all_of(listed.begin(), listed.end(), [](const ParamRow* r) { return !r->fqn.empty(); });
         if (rankSlices) {

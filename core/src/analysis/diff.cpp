@@ -351,7 +351,7 @@ std::vector<TensorBox> pieces(const TensorBox& box, int64_t maxElems)
 std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox& box)
 {
     std::vector<uint8_t> out;
-    out.reserve(static_cast<size_t>(box.numel()) * dtypeSize(e.tensor.dtype));
+    out.reserve(static_cast<size_t>(box.numel()) * dtypeSize(e.tensor->dtype));
     TensorAssembler(cp, e).streamBox(
         box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
     return out;
@@ -365,7 +365,7 @@ class BoxBytes
 public:
     BoxBytes(const Checkpoint& cp, const Entry& e, const TensorBox& box, const Progress& progress)
     {
-        const uint64_t want = static_cast<uint64_t>(box.numel()) * dtypeSize(e.tensor.dtype);
+        const uint64_t want = static_cast<uint64_t>(box.numel()) * dtypeSize(e.tensor->dtype);
         TensorAssembler(cp, e).streamBox(
             box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { append(p, n); }, progress,
             [&](const ByteSource& f, uint64_t offset, uint64_t length) {
@@ -425,14 +425,14 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
         edges.push_back(-lim + 2.0 * lim * double(i) / double(bins));
     TensorAssembler::checkExpansion(ca, a);
     TensorAssembler::checkExpansion(cb, b);
-    const TensorEntry& layoutSide = b.tensor.chunks.size() >= a.tensor.chunks.size() ? b.tensor : a.tensor;
+    const TensorEntry& layoutSide = b.tensor->chunks.size() >= a.tensor->chunks.size() ? *b.tensor : *a.tensor;
     for (const auto& [rank, box] : rankBoxes(layoutSide)) {
         (void)rank;
         for (const TensorBox& piece : pieces(box, kBlock)) {
             progress.checkCancelled();
             const auto x = fetch(ca, a, piece);
             const auto y = fetch(cb, b, piece);
-            aten::diffHistogram(x.data(), a.tensor.dtype, y.data(), b.tensor.dtype, piece.numel(), -lim, lim, counts);
+            aten::diffHistogram(x.data(), a.tensor->dtype, y.data(), b.tensor->dtype, piece.numel(), -lim, lim, counts);
         }
     }
 }
@@ -440,8 +440,8 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
 void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, const DiffOptions& opt,
     DiffEntry& d, const Progress& progress)
 {
-    const TensorEntry& ta = a.tensor;
-    const TensorEntry& tb = b.tensor;
+    const TensorEntry& ta = *a.tensor;
+    const TensorEntry& tb = *b.tensor;
     d.shapeA = ta.shape;
     d.shapeB = tb.shape;
     d.dtypeA = std::string(dtypeName(ta.dtype));
@@ -502,13 +502,13 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
                 std::vector<uint8_t> mine = fetch(cl, lay, piece);
                 // row-major start of the piece in the layout side (whole rows when layout is dim-0 sharded)
                 int64_t start = 0, stride = 1;
-                for (size_t dd = lay.tensor.shape.size(); dd-- > 0;) {
+                for (size_t dd = lay.tensor->shape.size(); dd-- > 0;) {
                     start += piece.offsets[dd] * stride;
-                    stride *= lay.tensor.shape[dd];
+                    stride *= lay.tensor->shape[dd];
                 }
                 const int64_t count = piece.numel();
                 std::vector<uint8_t> theirs;
-                const size_t elem = dtypeSize(other.tensor.dtype);
+                const size_t elem = dtypeSize(other.tensor->dtype);
                 uint64_t pos = 0;
                 TensorAssembler(co, other).stream([&](const uint8_t* p, size_t n) {
                     const uint64_t lo = static_cast<uint64_t>(start) * elem,
@@ -628,7 +628,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         order[i] = i;
     auto weight = [&](size_t i) {
         const Canon* c = pairs[i].first && pairs[i].second ? pairs[i].first : nullptr;
-        return c && c->entry->isTensor() ? c->entry->tensor.numel() : 0;
+        return c && c->entry->isTensor() ? c->entry->tensor->numel() : 0;
     };
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return weight(x) > weight(y); });
     // run as several processes (Job): each compares the pairs it owns (split by elements), rank 0 merges
@@ -671,9 +671,9 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                     d.status = pa ? DiffStatus::OnlyA : DiffStatus::OnlyB;
                     d.reason = pa ? "not in " + B.cp->path : "not in " + A.cp->path;
                     if (any->isTensor()) {
-                        (pa ? d.shapeA : d.shapeB) = any->tensor.shape;
-                        (pa ? d.dtypeA : d.dtypeB) = std::string(dtypeName(any->tensor.dtype));
-                        d.numel = any->tensor.numel();
+                        (pa ? d.shapeA : d.shapeB) = any->tensor->shape;
+                        (pa ? d.dtypeA : d.dtypeB) = std::string(dtypeName(any->tensor->dtype));
+                        d.numel = any->tensor->numel();
                     } else {
                         (pa ? d.valueA : d.valueB)
                             = pyRepr((pa ? pa : pb)->overrideValue ? (pa ? pa : pb)->overrideValue : any->value, 200);
@@ -802,8 +802,8 @@ DiffHistogram diffHistogram(
     const Entry* ea = a.find(entry.keyA);
     const Entry* eb = b.find(entry.keyB);
     // a pair the report formed from other entries (a flat parameter's slice) is not two entries: no histogram
-    if (!ea || !eb || !ea->isTensor() || !eb->isTensor() || ea->tensor.shape != eb->tensor.shape
-        || ea->tensor.shape != entry.shapeA)
+    if (!ea || !eb || !ea->isTensor() || !eb->isTensor() || ea->tensor->shape != eb->tensor->shape
+        || ea->tensor->shape != entry.shapeA)
         return h;
     fillHistogram(a, *ea, b, *eb, entry.maxAbsDiff, bins, h.edges, h.counts, progress);
     return h;
@@ -831,15 +831,15 @@ static DiffReport diffRanksUnguarded(
         for (const auto& e : cp.entries) {
             if (!e.isTensor()) continue;
             Entry r = e;
-            r.tensor.chunks.clear();
+            r.tensor->chunks.clear();
             // the rank's chunks, concatenated along dim 0, as a tensor of their own
             int64_t rows = 0;
             std::vector<int64_t> shape;
             bool stackable = true;
-            for (size_t i = 0; i < e.tensor.chunks.size(); ++i) {
-                if (e.tensor.chunks.rank(i) != rank) continue;
-                TensorChunk ch = e.tensor.chunks[i];
-                if (r.tensor.chunks.empty()) shape = ch.sizes;
+            for (size_t i = 0; i < e.tensor->chunks.size(); ++i) {
+                if (e.tensor->chunks.rank(i) != rank) continue;
+                TensorChunk ch = e.tensor->chunks[i];
+                if (r.tensor->chunks.empty()) shape = ch.sizes;
                 if (ch.sizes.size() != shape.size()
                     || (!shape.empty() && !std::equal(ch.sizes.begin() + 1, ch.sizes.end(), shape.begin() + 1)))
                     stackable = false;
@@ -848,12 +848,12 @@ static DiffReport diffRanksUnguarded(
                     ch.offsets[0] = rows;
                     rows += ch.sizes[0];
                 }
-                r.tensor.chunks.push_back(ch);
+                r.tensor->chunks.push_back(ch);
             }
-            if (r.tensor.chunks.empty()) continue;
+            if (r.tensor->chunks.empty()) continue;
             if (!stackable) continue;
             if (!shape.empty()) shape[0] = rows;
-            r.tensor.shape = shape;
+            r.tensor->shape = shape;
             c->entries.push_back(std::move(r));
         }
         c->buildIndex();

@@ -61,14 +61,14 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
             tree.setValue(e.path, e.value);
             continue;
         }
-        const ShardLayout layout = ShardLayout::of(e.tensor);
+        const ShardLayout layout = ShardLayout::of(*e.tensor);
         if (!layout.complete())
             throw Error(ErrorKind::Format, cp.path, "cannot gather '" + e.key + "': " + layoutProblem(layout));
         TensorToWrite t;
-        t.dtype = e.tensor.dtype;
-        t.shape = e.tensor.shape;
-        t.isParameter = e.tensor.isParameter;
-        t.requiresGrad = e.tensor.requiresGrad && e.tensor.isParameter;
+        t.dtype = e.tensor->dtype;
+        t.shape = e.tensor->shape;
+        t.isParameter = e.tensor->isParameter;
+        t.requiresGrad = e.tensor->requiresGrad && e.tensor->isParameter;
         const Entry* entry = &e;
         if (options.device == ComputeDevice::Cuda)
             t.produce = [&cp, entry](const ByteSink& sink) { gpuAssemble(cp, *entry, sink); };

@@ -53,7 +53,7 @@ json entryJson(const Entry& e, const InspectOptions& options, bool failed, const
     if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
     je["path"] = pathJson(e.path);
     if (e.isTensor()) {
-        const TensorEntry& t = e.tensor;
+        const TensorEntry& t = *e.tensor;
         je["type"] = "tensor";
         je["dtype"] = std::string(dtypeName(t.dtype));
         je["shape"] = t.shape;
@@ -116,12 +116,12 @@ static InspectReport inspectCheckpointUnguarded(
         std::vector<size_t> order;
         uint64_t totalBytes = 0;
         for (size_t i = 0; i < cp.entries.size(); ++i)
-            if (cp.entries[i].isTensor() && !cp.entries[i].tensor.storesNoData()) { // no bytes, no hash (null)
+            if (cp.entries[i].isTensor() && !cp.entries[i].tensor->storesNoData()) { // no bytes, no hash (null)
                 order.push_back(i);
-                totalBytes += cp.entries[i].tensor.nbytes();
+                totalBytes += cp.entries[i].tensor->nbytes();
             }
         std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return cp.entries[a].tensor.nbytes() > cp.entries[b].tensor.nbytes(); });
+            [&](size_t a, size_t b) { return cp.entries[a].tensor->nbytes() > cp.entries[b].tensor->nbytes(); });
         std::atomic<size_t> next {0};
         std::atomic<uint64_t> doneBytes {0};
         std::atomic<bool> cancelled {false};
@@ -150,7 +150,7 @@ static InspectReport inspectCheckpointUnguarded(
                 } catch (const std::exception& e) {
                     errors[i] = std::string("cannot hash: ") + e.what();
                 }
-                doneBytes += cp.entries[i].tensor.nbytes() - reported;
+                doneBytes += cp.entries[i].tensor->nbytes() - reported;
             }
         };
         std::vector<std::thread> pool;
@@ -183,8 +183,8 @@ static InspectReport inspectCheckpointUnguarded(
         if (failed) report.ok = false;
         if (e.isTensor()) {
             ++tensors;
-            for (size_t c = 0; c < e.tensor.chunks.size(); ++c) {
-                const int r = e.tensor.chunks.rank(c);
+            for (size_t c = 0; c < e.tensor->chunks.size(); ++c) {
+                const int r = e.tensor->chunks.rank(c);
                 if (r < 0) continue;
                 if (static_cast<size_t>(r) >= seenRank.size()) seenRank.resize(static_cast<size_t>(r) + 1);
                 if (!seenRank[static_cast<size_t>(r)]) ranks.push_back(r);

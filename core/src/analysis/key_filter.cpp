@@ -229,7 +229,7 @@ bool KeyFilter::matches(const std::string& key, const Entry* entry, const ValueF
             break;
         case TermKind::DType:
             if (!entry) continue; // not an entry of a checkpoint: only key terms apply
-            holds = entry->isTensor() && entry->tensor.dtype == t->dtype;
+            holds = entry->isTensor() && entry->tensor->dtype == t->dtype;
             break;
         case TermKind::Nan:
         case TermKind::Inf:
@@ -260,7 +260,7 @@ std::vector<ValueFacts> scanValueFacts(const Checkpoint& checkpoint, const Progr
     std::vector<ValueFacts> facts(checkpoint.entries.size());
     uint64_t total = 0, done = 0;
     for (const auto& e : checkpoint.entries)
-        if (e.isTensor()) total += e.tensor.nbytes();
+        if (e.isTensor()) total += e.tensor->nbytes();
     for (size_t i = 0; i < checkpoint.entries.size(); ++i) {
         progress.checkCancelled();
         const Entry& e = checkpoint.entries[i];
@@ -288,7 +288,7 @@ std::vector<ValueFacts> scanValueFacts(const Checkpoint& checkpoint, const Progr
             if (err.kind() == ErrorKind::Cancelled) throw;
             // unreadable: stays unknown, so no value predicate holds for it
         }
-        done += e.tensor.nbytes();
+        done += e.tensor->nbytes();
         progress(total ? static_cast<double>(done) / static_cast<double>(total) : 1.0, "reading values");
     }
     return facts;

@@ -177,9 +177,9 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             auto it = p.states.find("step");
             if (it == p.states.end()) continue;
             const Entry* e = it->second;
-            if (!e->isTensor() || e->tensor.dtype != DType::Float32 || !e->tensor.shape.empty())
+            if (!e->isTensor() || e->tensor->dtype != DType::Float32 || !e->tensor->shape.empty())
                 oddDtype.push_back(p.key + " ("
-                    + (e->isTensor() ? std::string(dtypeName(e->tensor.dtype)) : pyKindName(e->value->kind)) + ")");
+                    + (e->isTensor() ? std::string(dtypeName(e->tensor->dtype)) : pyKindName(e->value->kind)) + ")");
             try {
                 if (auto s = readScalar(cp, *e)) steps[*s].push_back(p.key);
             } catch (const Error&) {

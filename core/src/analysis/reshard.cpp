@@ -117,7 +117,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
             plan.values.push_back({e.path, e.value, 0});
             continue;
         }
-        const TensorEntry& t = e.tensor;
+        const TensorEntry& t = *e.tensor;
         if (!ShardLayout::of(t).complete())
             throw Error(ErrorKind::Format, cp.path,
                 "cannot reshard '" + e.key + "': its chunks do not tile the tensor (run `optscope-cli check`)");

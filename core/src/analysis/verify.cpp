@@ -145,7 +145,7 @@ void compareBox(const Checkpoint& src, const Entry& srcEntry, const std::vector<
     const std::vector<int64_t>& sizes, const uint8_t* loaded, size_t loadedBytes, VerifyRankResult& r,
     uint64_t& bytesCompared, const Progress& progress)
 {
-    const size_t elem = dtypeSize(srcEntry.tensor.dtype);
+    const size_t elem = dtypeSize(srcEntry.tensor->dtype);
     size_t pos = 0;
     bool sizeMismatch = false;
     TensorAssembler(src, srcEntry)
@@ -160,7 +160,7 @@ void compareBox(const Checkpoint& src, const Entry& srcEntry, const std::vector<
                     for (size_t k = 0; k < n; k += elem) {
                         if (std::memcmp(p + k, loaded + pos + k, elem) != 0) {
                             const int64_t idx = static_cast<int64_t>((pos + k) / elem);
-                            if (r.firstDiff < 0) r.firstDiff = globalIndex(idx, srcEntry.tensor.shape, offsets, sizes);
+                            if (r.firstDiff < 0) r.firstDiff = globalIndex(idx, srcEntry.tensor->shape, offsets, sizes);
                             ++r.differing;
                         }
                     }
@@ -171,7 +171,7 @@ void compareBox(const Checkpoint& src, const Entry& srcEntry, const std::vector<
             progress);
     if (sizeMismatch || pos != loadedBytes) {
         r.differing = r.elements;
-        if (r.firstDiff < 0) r.firstDiff = globalIndex(0, srcEntry.tensor.shape, offsets, sizes);
+        if (r.firstDiff < 0) r.firstDiff = globalIndex(0, srcEntry.tensor->shape, offsets, sizes);
     }
 }
 
@@ -250,7 +250,7 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
     Job& job = Job::current();
     const int self = job.rank();
     // progress by bytes (plus one per entry), from progressBase to 1; a job's is every process's, shown by rank 0
-    const auto weight = [](const Entry& e) { return (e.isTensor() ? e.tensor.nbytes() : 0) + 1; };
+    const auto weight = [](const Entry& e) { return (e.isTensor() ? e.tensor->nbytes() : 0) + 1; };
     uint64_t total = 0;
     for (const Entry& e : src.entries)
         total += weight(e);
@@ -281,7 +281,7 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
             if (e.isTensor() != back->isTensor() && sameNumberStoredTwoWays(src, e, other, *back)) {
                 ve.status = VerifyStatus::Identical;
                 ve.detail = "the same number, as a "
-                    + (back->isTensor() ? "0-dim " + std::string(dtypeName(back->tensor.dtype)) + " tensor"
+                    + (back->isTensor() ? "0-dim " + std::string(dtypeName(back->tensor->dtype)) + " tensor"
                                         : std::string("Python number"))
                     + " in " + otherName;
                 report.entries.push_back(std::move(ve));
@@ -296,13 +296,13 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
                 report.entries.push_back(std::move(ve));
                 continue;
             }
-            const TensorEntry& t = e.tensor;
+            const TensorEntry& t = *e.tensor;
             ve.elements = t.numel();
             ve.shape = t.shape;
-            if (!back->isTensor() || back->tensor.dtype != t.dtype || back->tensor.shape != t.shape) {
+            if (!back->isTensor() || back->tensor->dtype != t.dtype || back->tensor->shape != t.shape) {
                 ve.status = VerifyStatus::Different;
                 ve.detail = "is "
-                    + (back->isTensor() ? std::string(dtypeName(back->tensor.dtype)) + shapeText(back->tensor.shape)
+                    + (back->isTensor() ? std::string(dtypeName(back->tensor->dtype)) + shapeText(back->tensor->shape)
                                         : "a value")
                     + ", the source " + std::string(dtypeName(t.dtype)) + shapeText(t.shape);
                 ve.differing = ve.elements;
@@ -428,7 +428,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     if (job.distributed()) {
         std::vector<uint64_t> weights;
         for (const auto& e : src.entries)
-            weights.push_back(e.isTensor() ? e.tensor.nbytes() : 0);
+            weights.push_back(e.isTensor() ? e.tensor->nbytes() : 0);
         owner = splitByWeight(weights, job.size());
     }
 
@@ -436,7 +436,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     compareEntries(
         src, *rs, "the resharded checkpoint", 0.5, "loading and comparing", report, progress,
         [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
-            const TensorEntry& t = e.tensor;
+            const TensorEntry& t = *e.tensor;
             const size_t elem = dtypeSize(t.dtype);
             TensorAssembler::prefetch(src, e); // a remote source's chunks in flight while the shards are loaded
             // each rank's box (0-dim tensors: rank 0 holds the value)
@@ -501,11 +501,11 @@ static VerifyReport verifyAgainstUnguarded(const Checkpoint& src, const Checkpoi
     compareEntries(
         src, other, other.path, 0.0, "comparing", report, progress,
         [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
-            if (!ShardLayout::of(back.tensor).complete()) {
+            if (!ShardLayout::of(*back.tensor).complete()) {
                 throw Error(
                     ErrorKind::Format, other.path, "its chunks do not tile the tensor (run `optscope-cli check`)");
             }
-            for (const auto& c : back.tensor.chunks) {
+            for (const auto& c : back.tensor->chunks) {
                 if (c.numel() == 0) continue;
                 VerifyRankResult rr;
                 rr.rank = c.rank;

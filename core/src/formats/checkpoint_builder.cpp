@@ -122,7 +122,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     }
     addTensor(std::move(path), std::move(e));
     // after addTensor, which refuses a shape whose size does not fit
-    if (const TensorEntry& added = m_cp.entries.back().tensor; added.withoutData())
+    if (const TensorEntry& added = *m_cp.entries.back().tensor; added.withoutData())
         warn(ReaderCode::TensorWithoutData, added.withoutDataText(), key);
 }
 

@@ -666,13 +666,13 @@ private:
         e.key = std::string(str(key));
         e.path = {KeyPathElem::fromKey(e.key)};
         e.kind = EntryKind::Tensor;
-        if (t.dtype >= 0) e.tensor.dtype = static_cast<DType>(t.dtype);
+        if (t.dtype >= 0) e.tensor->dtype = static_cast<DType>(t.dtype);
         if (t.hasShape)
-            e.tensor.shape.assign(m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt),
+            e.tensor->shape.assign(m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt),
                 m_out.dims.begin() + static_cast<std::ptrdiff_t>(t.shapeAt + t.ndim));
         // a view sums numel and bytes over the keys: a hostile shape must not overflow there (the finished
         // checkpoint reports it as bad-shape)
-        if (!shapeIsRepresentable(e.tensor.shape, dtypeSize(e.tensor.dtype))) e.tensor.shape.clear();
+        if (!shapeIsRepresentable(e.tensor->shape, dtypeSize(e.tensor->dtype))) e.tensor->shape.clear();
         m_preview.push_back(std::move(e));
     }
     void flushPreview()

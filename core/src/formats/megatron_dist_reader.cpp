@@ -268,7 +268,7 @@ public:
         // param groups are assigned later, after entries may have moved: keep what they need by value
         for (size_t i : m_weights) {
             Entry& w = m_cp.entries[i];
-            if (m_trainable.count(w.key)) m_trainableInOrder.emplace_back(w.key, w.tensor.shape.size());
+            if (m_trainable.count(w.key)) m_trainableInOrder.emplace_back(w.key, w.tensor->shape.size());
             setPath(w, modelPath(fqnOf(w.key)));
         }
     }
@@ -361,7 +361,7 @@ private:
     /// the item's tensor as a StorageRecord chunk (the storage inside the embedded archive), cached per item
     const Blob& blob(const Entry& e, size_t c)
     {
-        const TensorChunk ch = e.tensor.chunks[c];
+        const TensorChunk ch = e.tensor->chunks[c];
         const std::string id = ch.source.file + "@" + std::to_string(ch.source.offset);
         auto it = m_blobs.find(id);
         if (it != m_blobs.end()) return it->second;
@@ -406,7 +406,7 @@ private:
         for (const auto& [k, b] : buckets) {
             groups.insert(k.dpGroup);
             for (const auto& [state, idx] : b.states) {
-                const ChunkTable& chunks = m_cp.entries[idx].tensor.chunks;
+                const ChunkTable& chunks = m_cp.entries[idx].tensor->chunks;
                 for (size_t c = 0; c < chunks.size(); ++c) {
                     writers.emplace_back(k.dpGroup, chunks.rank(c));
                     world = std::max(world, chunks.rank(c) + 1);
@@ -414,7 +414,7 @@ private:
             }
         }
         for (size_t w : m_weights) {
-            const ChunkTable& chunks = m_cp.entries[w].tensor.chunks;
+            const ChunkTable& chunks = m_cp.entries[w].tensor->chunks;
             for (size_t c = 0; c < chunks.size(); ++c)
                 world = std::max(world, chunks.rank(c) + 1);
         }
@@ -520,7 +520,7 @@ private:
             if (!k) continue;
             Bucket& b = buckets[*k];
             b.states[k->state] = i;
-            if (e.tensor.shape.size() == 1) b.numel = e.tensor.shape[0];
+            if (e.tensor->shape.size() == 1) b.numel = e.tensor->shape[0];
         }
         if (buckets.empty()) {
             m_builder.warn(ReaderCode::MegatronBucketLayout, "dp_reshardable checkpoint without flat bucket tensors");
@@ -533,7 +533,7 @@ private:
             const auto dt = paramDtypeOf(k.dtypeText);
             auto& list = byDtype[k.dtypeText];
             for (size_t w : m_weights)
-                if (!dt || m_cp.entries[w].tensor.dtype == *dt) list.push_back(w);
+                if (!dt || m_cp.entries[w].tensor->dtype == *dt) list.push_back(w);
         }
         auto nameOf = [](const BucketKey& k) {
             return "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf) + " " + k.dtypeText
@@ -572,7 +572,7 @@ private:
                 const auto& ws = byDtype[dtype];
                 const auto stacked = [&](size_t k) {
                     const Entry& e = m_cp.entries[ws[k]];
-                    return stackedLayers(e.key) && !e.tensor.shape.empty();
+                    return stackedLayers(e.key) && !e.tensor->shape.empty();
                 };
                 for (size_t i = 0; i < ws.size();) {
                     size_t j = i + 1;
@@ -582,7 +582,7 @@ private:
                     std::vector<Placed> run;
                     for (size_t k = i; k < j; ++k) {
                         Placed part {nullptr, ws[k], 0, {}, {}, true};
-                        if (rankPart(m_cp.entries[ws[k]].tensor, layout, tp, pp, part.offsets, part.sizes, part.emit,
+                        if (rankPart(*m_cp.entries[ws[k]].tensor, layout, tp, pp, part.offsets, part.sizes, part.emit,
                                 stacked(k)))
                             run.push_back(std::move(part));
                     }
@@ -670,8 +670,8 @@ private:
                 if (added) {
                     outputOrder.push_back(it->first);
                     out.kind = EntryKind::Tensor;
-                    out.tensor.dtype = flat.tensor.dtype;
-                    out.tensor.shape = w.tensor.shape;
+                    out.tensor->dtype = flat.tensor->dtype;
+                    out.tensor->shape = w.tensor->shape;
                     if (state == "param")
                         out.path = {KeyPathElem::fromKey("optimizer.state.param." + w.key)};
                     else
@@ -681,19 +681,19 @@ private:
                 // the part's elements lie row-major in the bucket: strides of the part, offsets of the weight
                 const auto strides = contiguousStrides(p.sizes);
                 std::set<int> ranks;
-                for (size_t c = 0; c < flat.tensor.chunks.size(); ++c) {
-                    const int64_t o = flat.tensor.chunks.offsetsOf(c)[0];
-                    const int64_t n = flat.tensor.chunks.sizesOf(c)[0];
+                for (size_t c = 0; c < flat.tensor->chunks.size(); ++c) {
+                    const int64_t o = flat.tensor->chunks.offsetsOf(c)[0];
+                    const int64_t n = flat.tensor->chunks.sizesOf(c)[0];
                     const int64_t a = std::max(o, p.start);
                     const int64_t z = std::min(o + n, p.start + numel);
                     if (a >= z) continue;
                     const Blob& bl = blob(flat, c);
                     if (!bl.ok) continue;
-                    ranks.insert(flat.tensor.chunks.rank(c));
+                    ranks.insert(flat.tensor->chunks.rank(c));
                     const int64_t begin = a - p.start;
                     for (const auto& box : flatRangeBoxes(p.sizes, begin, z - p.start)) {
                         TensorChunk piece;
-                        piece.rank = flat.tensor.chunks.rank(c);
+                        piece.rank = flat.tensor->chunks.rank(c);
                         piece.offsets = box.offsets;
                         for (size_t d = 0; d < piece.offsets.size(); ++d)
                             piece.offsets[d] += p.offsets[d];
@@ -701,7 +701,7 @@ private:
                         piece.source = bl.base.source;
                         piece.source.storageOffset = bl.base.source.storageOffset + (a - o) + (box.flatStart - begin);
                         piece.source.strides = p.sizes.empty() ? std::vector<int64_t> {} : strides;
-                        out.tensor.chunks.push_back(piece);
+                        out.tensor->chunks.push_back(piece);
                     }
                 }
                 if (ranksNote.empty())
@@ -716,7 +716,7 @@ private:
             slot.offset = p.start;
             slot.note = "elements [" + std::to_string(p.start) + ", " + std::to_string(p.start + numel) + ") of "
                 + std::to_string(b.numel)
-                + (p.sizes == w.tensor.shape ? std::string() : "; the rank's part " + boxText(p.offsets, p.sizes))
+                + (p.sizes == w.tensor->shape ? std::string() : "; the rank's part " + boxText(p.offsets, p.sizes))
                 + (ranksNote.empty() ? std::string() : "; held by " + ranksNote);
             m_cp.flatSlots.push_back(std::move(slot));
         }

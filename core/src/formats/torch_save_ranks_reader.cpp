@@ -147,7 +147,7 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
         files[r].reset(); // the rank's checkpoint holds it
     }
     const Checkpoint& first = *ranks.front();
-    const auto sharded = [](const Entry& e) { return e.isTensor() && !e.tensor.subclass.empty(); };
+    const auto sharded = [](const Entry& e) { return e.isTensor() && !e.tensor->subclass.empty(); };
     if (std::none_of(first.entries.begin(), first.entries.end(), sharded))
         throw Error(ErrorKind::Format, folder,
             "holds per-rank torch.save files (" + fs::path(paths.front()).filename().string() + " to "
@@ -189,8 +189,8 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
     for (const Entry& e0 : first.entries) {
         Entry e = e0;
         if (e0.isTensor()) {
-            e.tensor.chunks = ChunkTable();
-            e.tensor.chunks.useFileTable(fileTable);
+            e.tensor->chunks = ChunkTable();
+            e.tensor->chunks.useFileTable(fileTable);
             std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
             auto add = [&](const ChunkTable& from, int rank) {
                 for (size_t i = 0; i < from.size(); ++i) {
@@ -198,10 +198,10 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                     if (!boxes.emplace(from.offsetsOf(i).vec(), from.sizesOf(i).vec()).second) continue;
                     TensorChunk c = from[i];
                     c.rank = rank;
-                    e.tensor.chunks.push_back(c);
+                    e.tensor->chunks.push_back(c);
                 }
             };
-            add(e0.tensor.chunks, 0);
+            add(e0.tensor->chunks, 0);
             if (sharded(e0))
                 for (size_t r = 1; r < ranks.size(); ++r) {
                     const auto it = byKey[r].find(e0.key);
@@ -210,17 +210,18 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                         continue;
                     }
                     const Entry& er = ranks[r]->entries[it->second];
-                    if (!er.isTensor() || er.tensor.shape != e0.tensor.shape || er.tensor.dtype != e0.tensor.dtype) {
+                    if (!er.isTensor() || er.tensor->shape != e0.tensor->shape
+                        || er.tensor->dtype != e0.tensor->dtype) {
                         cp->warnings.push_back({ReaderCode::RankFilesDisagree,
                             fs::path(paths[r]).filename().string() + " holds '" + e0.key
                                 + "' with another type, shape or dtype than rank 0's: its shard is left out",
                             e0.key, true, "", "", "", ""});
                         continue;
                     }
-                    add(er.tensor.chunks, static_cast<int>(r));
+                    add(er.tensor->chunks, static_cast<int>(r));
                 }
             // the ranks' shards together: held here now (rank 0 itself may be the rank without rows)
-            if (!e.tensor.chunks.empty()) e.tensor.shardsElsewhere = false;
+            if (!e.tensor->chunks.empty()) e.tensor->shardsElsewhere = false;
         }
         cp->entries.push_back(std::move(e));
     }

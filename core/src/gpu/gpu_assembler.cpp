@@ -30,7 +30,7 @@ struct HostAssembly
 void prepare(const Checkpoint& cp, const Entry& entry, const std::vector<int64_t>& boxOffsets,
     const std::vector<int64_t>& boxSizes, HostAssembly& h)
 {
-    const TensorEntry& t = entry.tensor;
+    const TensorEntry& t = *entry.tensor;
     cuda::TensorAssembly& a = h.assembly;
     a.shape = t.shape;
     a.elementSize = dtypeSize(t.dtype);
@@ -96,14 +96,14 @@ void gpuAssembleBox(const Checkpoint& cp, const Entry& entry, const std::vector<
 
 void gpuAssemble(const Checkpoint& cp, const Entry& entry, const ByteSink& sink, int maxGpus)
 {
-    gpuAssembleBox(cp, entry, std::vector<int64_t>(entry.tensor.shape.size(), 0), entry.tensor.shape, sink, maxGpus);
+    gpuAssembleBox(cp, entry, std::vector<int64_t>(entry.tensor->shape.size(), 0), entry.tensor->shape, sink, maxGpus);
 }
 
 std::vector<uint64_t> gpuCompareShards(
     const Checkpoint& cp, const Entry& entry, const std::vector<std::vector<uint8_t>>& shards, int maxGpus)
 {
     HostAssembly h;
-    prepare(cp, entry, std::vector<int64_t>(entry.tensor.shape.size(), 0), entry.tensor.shape, h);
+    prepare(cp, entry, std::vector<int64_t>(entry.tensor->shape.size(), 0), entry.tensor->shape, h);
     size_t shardBytes = 1;
     std::vector<cuda::HostShard> hs;
     for (const auto& s : shards) {

@@ -214,7 +214,7 @@ uint64_t Checkpoint::tensorBytes() const
 {
     uint64_t n = 0;
     for (const auto& e : entries)
-        if (e.isTensor()) n += e.tensor.nbytes();
+        if (e.isTensor()) n += e.tensor->nbytes();
     return n;
 }
 
@@ -224,8 +224,8 @@ std::vector<int> Checkpoint::ranks() const
     std::vector<bool> seen; // by rank + 1
     std::set<int> sparse;
     for (const auto& e : entries)
-        for (size_t i = 0; i < e.tensor.chunks.size(); ++i) {
-            const auto at = static_cast<size_t>(std::max(e.tensor.chunks.rank(i), -1) + 1);
+        for (size_t i = 0; i < e.tensor->chunks.size(); ++i) {
+            const auto at = static_cast<size_t>(std::max(e.tensor->chunks.rank(i), -1) + 1);
             if (at >= kDense) {
                 sparse.insert(static_cast<int>(at - 1));
                 continue;

@@ -67,7 +67,7 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
         // shapes may also come from the optimizer state itself
         for (const auto& p : v.params)
             for (const auto& [name, entry] : p.states)
-                if (entry->isTensor() && !entry->tensor.shape.empty()) shapes.emplace(p.key, entry->tensor.shape);
+                if (entry->isTensor() && !entry->tensor->shape.empty()) shapes.emplace(p.key, entry->tensor->shape);
         m.notes.push_back("parameter order and names from the param_groups of '" + v.rootKey() + "' in " + model.path);
         break;
     }
@@ -138,9 +138,9 @@ bool isOrigParamsRankSlices(
         for (const int64_t d : shapes[k])
             numel *= d;
         for (const auto& [name, e] : p->states) {
-            if (!e->isTensor() || e->tensor.shape.empty()) continue;
-            if (e->tensor.shape.size() != 1 || e->tensor.shape[0] > numel) return false;
-            sliced = sliced || e->tensor.shape[0] < numel || shapes[k].size() > 1;
+            if (!e->isTensor() || e->tensor->shape.empty()) continue;
+            if (e->tensor->shape.size() != 1 || e->tensor->shape[0] > numel) return false;
+            sliced = sliced || e->tensor->shape[0] < numel || shapes[k].size() > 1;
         }
     }
     return sliced;
@@ -198,7 +198,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
     auto stateNames = [](const OptimizerParam& p) {
         StateNames n;
         for (const auto& [name, e] : p.states) {
-            if (e->isTensor() && !e->tensor.shape.empty())
+            if (e->isTensor() && !e->tensor->shape.empty())
                 n.tensors.push_back(name);
             else if (e->isTensor())
                 n.scalars.push_back(name);
@@ -217,7 +217,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
               for (const auto& name : names.scalars) {
                   const Entry* e = from.states.at(name);
                   TensorToWrite w;
-                  w.dtype = e->tensor.dtype;
+                  w.dtype = e->tensor->dtype;
                   w.shape.clear();
                   w.produce = [&cp, e](const ByteSink& sink) { TensorAssembler(cp, *e).stream(sink); };
                   result.tree.setTensor(statePath(fqn, name), std::move(w));
@@ -259,12 +259,12 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                 int64_t len = -1;
                 for (const auto& name : h.names.tensors) {
                     auto it = p->states.find(name);
-                    if (it == p->states.end() || !it->second->isTensor() || it->second->tensor.shape.size() != 1
-                        || (len >= 0 && it->second->tensor.shape[0] != len))
+                    if (it == p->states.end() || !it->second->isTensor() || it->second->tensor->shape.size() != 1
+                        || (len >= 0 && it->second->tensor->shape[0] != len))
                         throw Error(ErrorKind::Format, ranks[r]->path,
                             "parameter " + flatIds[k] + " has no 1-D tensor '" + name
                                 + "' of the length its other states have, as use_orig_params=True files hold");
-                    len = it->second->tensor.shape[0];
+                    len = it->second->tensor->shape[0];
                 }
                 h.numel += std::max<int64_t>(len, 0);
             }
@@ -310,7 +310,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
             ++result.params;
             for (const auto& name : h.names.tensors) {
                 TensorToWrite w;
-                w.dtype = first.states.at(name)->tensor.dtype;
+                w.dtype = first.states.at(name)->tensor->dtype;
                 w.shape = shape;
                 std::vector<std::pair<const Checkpoint*, const Entry*>> sources;
                 for (int r = 0; r < W; ++r)
@@ -347,7 +347,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                 if (it == p->states.end() || !it->second->isTensor())
                     throw Error(ErrorKind::Format, ranks[r]->path,
                         "flat parameter " + flatIds[k] + " has no tensor '" + name + "'");
-                const TensorEntry& t = it->second->tensor;
+                const TensorEntry& t = *it->second->tensor;
                 if (t.shape.size() != 1 || t.shape[0] != layout.shardNumel) {
                     std::ostringstream msg;
                     msg << "flat parameter " << flatIds[k] << " state '" << name << "' is " << shapeText(t.shape)
@@ -370,7 +370,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
             ++result.params;
             for (const auto& name : tensorNames) {
                 TensorToWrite w;
-                w.dtype = state0->states.at(name)->tensor.dtype;
+                w.dtype = state0->states.at(name)->tensor->dtype;
                 w.shape = member.shape;
                 std::vector<std::pair<const Checkpoint*, const Entry*>> sources;
                 for (int r = 0; r < W; ++r)
@@ -430,7 +430,7 @@ namespace {
 /// elements [begin, end) of the row-major tensor, streamed (the rest of the tensor is read and skipped)
 void streamFlatRange(const Checkpoint& cp, const Entry& e, int64_t begin, int64_t end, const ByteSink& sink)
 {
-    const size_t elem = dtypeSize(e.tensor.dtype);
+    const size_t elem = dtypeSize(e.tensor->dtype);
     const uint64_t lo = static_cast<uint64_t>(begin) * elem;
     const uint64_t hi = static_cast<uint64_t>(end) * elem;
     uint64_t pos = 0;
@@ -516,17 +516,18 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
             const Entry* first = nullptr;
             for (const auto* m : members)
                 if (m && !first) first = m->states.at(name);
-            if (first->isTensor() && !first->tensor.shape.empty()) {
+            if (first->isTensor() && !first->tensor->shape.empty()) {
                 // positive-dim tensors: concatenated in flat order, missing ones as zeros, sharded with right padding
                 for (const auto* m : members)
                     if (m
-                        && (!m->states.at(name)->isTensor() || m->states.at(name)->tensor.dtype != first->tensor.dtype))
+                        && (!m->states.at(name)->isTensor()
+                            || m->states.at(name)->tensor->dtype != first->tensor->dtype))
                         throw Error(ErrorKind::Format, full.path,
                             "All unflattened parameters comprising a single flat parameter must have "
                             "positive-dimension "
                             "tensor state with the same dtype for state "
                                 + name + " and unflattened parameter names " + listText(fqns, 64));
-                const DType dtype = first->tensor.dtype;
+                const DType dtype = first->tensor->dtype;
                 const size_t elem = dtypeSize(dtype);
                 for (int r = 0; r < W; ++r) {
                     TensorToWrite w;
@@ -570,7 +571,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
                     std::ostringstream os;
                     os << (x ? *x : 0.0);
                     values.push_back(os.str());
-                    dtypes.push_back("torch." + std::string(dtypeName(e->tensor.dtype)));
+                    dtypes.push_back("torch." + std::string(dtypeName(e->tensor->dtype)));
                 } else {
                     values.push_back(pyRepr(e->value, 60));
                 }
@@ -590,7 +591,7 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
                 p.push_back(KeyPathElem::fromKey(name));
                 if (first->isTensor()) {
                     TensorToWrite w;
-                    w.dtype = first->tensor.dtype;
+                    w.dtype = first->tensor->dtype;
                     w.produce = [&full, first](const ByteSink& sink) { TensorAssembler(full, *first).stream(sink); };
                     out.ranks[static_cast<size_t>(r)].setTensor(p, std::move(w));
                 } else {

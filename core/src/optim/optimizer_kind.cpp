@@ -130,7 +130,7 @@ std::vector<int64_t> paramShapeFromState(OptimizerKind kind, const OptimizerPara
     if (kind == OptimizerKind::LBFGS) return {};
     auto shapeOf = [&](const char* name) -> const std::vector<int64_t>* {
         auto it = param.states.find(name);
-        return it != param.states.end() && it->second->isTensor() ? &it->second->tensor.shape : nullptr;
+        return it != param.states.end() && it->second->isTensor() ? &it->second->tensor->shape : nullptr;
     };
     if (kind == OptimizerKind::Adafactor) {
         const auto* row = shapeOf("row_var");
@@ -143,8 +143,8 @@ std::vector<int64_t> paramShapeFromState(OptimizerKind kind, const OptimizerPara
         if (const auto* v = shapeOf("variance")) return *v;
     }
     for (const auto& [name, e] : param.states)
-        if (e->isTensor() && !e->tensor.shape.empty() && expectedStateShape(kind, name, e->tensor.shape))
-            return e->tensor.shape;
+        if (e->isTensor() && !e->tensor->shape.empty() && expectedStateShape(kind, name, e->tensor->shape))
+            return e->tensor->shape;
     return {};
 }
 

@@ -20,7 +20,7 @@ std::string cellText(const Checkpoint& cp, const Entry& e)
         // a tensor lr (capturable / compiled optimizers) reads as its value
         if (auto v = scalarValueText(cp, e)) return *v;
     } catch (const Error&) { }
-    return "tensor " + shapeText(e.tensor.shape);
+    return "tensor " + shapeText(e.tensor->shape);
 }
 
 } // namespace

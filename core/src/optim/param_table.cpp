@@ -122,7 +122,7 @@ int64_t numelOf(const std::vector<int64_t>& shape)
 const Entry* shapedState(const OptimizerParam& p)
 {
     for (const auto& [name, e] : p.states)
-        if (e->isTensor() && !e->tensor.shape.empty()) return e;
+        if (e->isTensor() && !e->tensor->shape.empty()) return e;
     return nullptr;
 }
 
@@ -171,8 +171,8 @@ bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view
     for (const auto& id : ids) {
         const OptimizerParam* p = view.param(id);
         const Entry* e = p ? shapedState(*p) : nullptr;
-        if (!e || e->tensor.shape.size() != 1) return false;
-        shardNumel.push_back(e->tensor.shape[0]);
+        if (!e || e->tensor->shape.size() != 1) return false;
+        shardNumel.push_back(e->tensor->shape[0]);
     }
     const std::vector<std::vector<std::string>> candidates = options.units.empty()
         ? std::vector<std::vector<std::string>> {guessUnits(model), {}}
@@ -371,12 +371,12 @@ namespace {
 /// tensor that is not one stored view (DCP chunks, several chunks)
 std::string storageViewOf(const Entry& e)
 {
-    if (e.tensor.chunks.size() != 1 || !e.tensor.chunks.hasFile(0)) return {};
-    const TensorChunk c = e.tensor.chunks[0];
+    if (e.tensor->chunks.size() != 1 || !e.tensor->chunks.hasFile(0)) return {};
+    const TensorChunk c = e.tensor->chunks[0];
     if (c.source.kind != ChunkSource::Kind::StorageRecord) return {};
     std::string key = c.source.file + '\n' + std::to_string(c.source.offset) + ' '
-        + std::to_string(c.source.storageOffset) + ' ' + std::string(dtypeName(e.tensor.dtype));
-    for (const int64_t s : e.tensor.shape)
+        + std::to_string(c.source.storageOffset) + ' ' + std::string(dtypeName(e.tensor->dtype));
+    for (const int64_t s : e.tensor->shape)
         key += ' ' + std::to_string(s);
     key += " /";
     for (const int64_t s : c.source.strides)
@@ -415,8 +415,8 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
             fqn = e.path[0].key;
         else
             continue;
-        m.shapes[fqn] = e.tensor.shape;
-        m.dtypes[fqn] = e.tensor.dtype;
+        m.shapes[fqn] = e.tensor->shape;
+        m.dtypes[fqn] = e.tensor->dtype;
         m.keys.push_back(fqn);
         if (isKnownBufferName(fqn)) {
             m.buffers.push_back(fqn);
@@ -431,8 +431,8 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
         }
         // safetensors lays tensors out by dtype and name: the model's order is not in the file
         const std::string sfx = ".safetensors";
-        if (!e.tensor.chunks.empty()) {
-            const std::string& file = e.tensor.chunks[0].source.file;
+        if (!e.tensor->chunks.empty()) {
+            const std::string& file = e.tensor->chunks[0].source.file;
             if (file.size() >= sfx.size() && file.compare(file.size() - sfx.size(), sfx.size(), sfx) == 0)
                 m.orderKnown = false;
         }
@@ -568,7 +568,7 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
                 bool oneDim = !view.params.empty() && !keepsAllStateOnFirstParam(out.kinds.back());
                 for (const auto& p : view.params) {
                     const Entry* e = shapedState(p);
-                    oneDim = oneDim && (!e || e->tensor.shape.size() == 1);
+                    oneDim = oneDim && (!e || e->tensor->shape.size() == 1);
                 }
                 const Checkpoint* modelCp = out.modelInFile ? &checkpoint : referenceCheckpoint;
                 const ModelParams* model = out.modelInFile ? &*out.modelInFile : reference;
@@ -810,7 +810,7 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
             }
             if (out.rankSlices.back() && inGroups) {
                 // FSDP1 use_orig_params=True: the state is this rank's slice of the parameter
-                const int64_t held = p && shapedState(*p) ? shapedState(*p)->tensor.shape[0] : 0;
+                const int64_t held = p && shapedState(*p) ? shapedState(*p)->tensor->shape[0] : 0;
                 r.note = "this rank holds " + std::to_string(held) + " of its " + std::to_string(r.numel)
                     + " elements (FSDP1 use_orig_params=True slice)";
             }

@@ -32,10 +32,10 @@ ChunkData ChunkReader::resolve(
     ChunkData d = resolveAsStored(checkpoint, entry, chunk, deferRemoteBytes);
     const std::string where
         = d.file->path() + "[" + std::to_string(chunk.source.offset) + "+" + std::to_string(chunk.source.length) + "]";
-    if (d.dtype != entry.tensor.dtype)
+    if (d.dtype != entry.tensor->dtype)
         throw Error(ErrorKind::Format, where,
             "DCP item of '" + entry.key + "' stores " + std::string(dtypeName(d.dtype)) + " but the metadata says "
-                + std::string(dtypeName(entry.tensor.dtype)));
+                + std::string(dtypeName(entry.tensor->dtype)));
     if (d.sizes != chunk.sizes)
         throw Error(ErrorKind::Format, where,
             "DCP item of '" + entry.key + "' stores shape " + shapeText(d.sizes) + " but the metadata chunk has "
@@ -100,7 +100,7 @@ ChunkData ChunkReader::resolveAsStored(
                 + ") lies past the end of the file (" + std::to_string(file->size()) + " bytes)");
     ChunkData d;
     d.file = file;
-    d.dtype = entry.tensor.dtype;
+    d.dtype = entry.tensor->dtype;
     if (src.kind == ChunkSource::Kind::StorageRecord) {
         d.storage = locateStorage(d, src.offset, src.length, deferRemoteBytes);
         d.storageBytes = src.length;

@@ -11,7 +11,7 @@ namespace optscope {
 bool isScalarEntry(const Entry& entry)
 {
     // complex numbers are not one number: their statistics (real parts) say more than a repr of half of it
-    if (entry.isTensor()) return entry.tensor.numel() == 1 && !dtypeIsComplex(entry.tensor.dtype);
+    if (entry.isTensor()) return entry.tensor->numel() == 1 && !dtypeIsComplex(entry.tensor->dtype);
     const PyValue* v = entry.value;
     return v && (v->kind == PyKind::Int || v->kind == PyKind::Float || v->kind == PyKind::Bool);
 }
@@ -22,7 +22,7 @@ std::optional<std::string> scalarValueText(const Checkpoint& cp, const Entry& en
     if (!entry.isTensor()) return pyRepr(entry.value);
     const auto v = readScalar(cp, entry);
     if (!v) return std::nullopt;
-    const DType dt = entry.tensor.dtype;
+    const DType dt = entry.tensor->dtype;
     if (dt == DType::Bool) return *v != 0.0 ? "True" : "False";
     if (dtypeIsFloatingPoint(dt) || dtypeIsComplex(dt) || !std::isfinite(*v)) return pyFloatRepr(*v);
     // integer dtypes print without a fraction (int64 beyond 2^53 loses digits in the double, as readScalar does)

@@ -80,13 +80,13 @@ TensorAssembler::TensorAssembler(const Checkpoint& checkpoint, const Entry& entr
 
 void TensorAssembler::checkExpansion(const Checkpoint& checkpoint, const Entry& entry)
 {
-    refuseExpansion(entry.tensor, entry.tensor.nbytes(), checkpoint.path + ": '" + entry.key + "'");
+    refuseExpansion(*entry.tensor, entry.tensor->nbytes(), checkpoint.path + ": '" + entry.key + "'");
 }
 
 void TensorAssembler::stream(
     const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
 {
-    streamRows(0, m_entry.tensor.shape.empty() ? 1 : m_entry.tensor.shape[0], sink, progress, onBytes, region);
+    streamRows(0, m_entry.tensor->shape.empty() ? 1 : m_entry.tensor->shape[0], sink, progress, onBytes, region);
 }
 
 namespace {
@@ -150,7 +150,7 @@ void elementRangeBoxes(const std::vector<int64_t>& shape, int64_t first, int64_t
 
 void TensorAssembler::streamElements(int64_t first, int64_t count, const Sink& sink, const Progress& progress)
 {
-    const TensorEntry& t = m_entry.tensor;
+    const TensorEntry& t = *m_entry.tensor;
     const int64_t numel = t.numel();
     if (first < 0 || count < 0 || first > numel || count > numel - first)
         throw Error(ErrorKind::Usage, m_checkpoint.path + ": '" + m_entry.key + "'",
@@ -165,14 +165,14 @@ void TensorAssembler::prefetch(const Checkpoint& checkpoint, const Entry& entry,
 {
     if (entry.isTensor())
         prefetchBox(
-            checkpoint, entry, std::vector<int64_t>(entry.tensor.shape.size(), 0), entry.tensor.shape, maxBytes);
+            checkpoint, entry, std::vector<int64_t>(entry.tensor->shape.size(), 0), entry.tensor->shape, maxBytes);
 }
 
 void TensorAssembler::prefetchBox(const Checkpoint& checkpoint, const Entry& entry, const std::vector<int64_t>& offsets,
     const std::vector<int64_t>& sizes, uint64_t maxBytes)
 {
     if (!entry.isTensor() || !checkpoint.files || !isUrl(checkpoint.files->rootDir())) return;
-    const TensorEntry& t = entry.tensor;
+    const TensorEntry& t = *entry.tensor;
     const ChunkTable& chunks = t.chunks;
     const size_t ndim = t.shape.size();
     if (offsets.size() != ndim || sizes.size() != ndim) return;
@@ -219,7 +219,7 @@ void TensorAssembler::prefetchBox(const Checkpoint& checkpoint, const Entry& ent
 void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
     const Sink& sink, const Progress& progress, const RegionSink& region)
 {
-    const TensorEntry& t = m_entry.tensor;
+    const TensorEntry& t = *m_entry.tensor;
     const size_t ndim = t.shape.size();
     const std::string where = m_checkpoint.path + ": '" + m_entry.key + "'";
     if (offsets.size() != ndim || sizes.size() != ndim) throw Error(ErrorKind::Usage, where, "box of the wrong rank");
@@ -261,7 +261,7 @@ void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::
 void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
     const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
 {
-    const TensorEntry& t = m_entry.tensor;
+    const TensorEntry& t = *m_entry.tensor;
     const auto& shape = t.shape;
     const size_t ndim = shape.size();
     const size_t elem = dtypeSize(t.dtype);

@@ -209,7 +209,7 @@ static TensorStats computeTensorStatsUnguarded(
 {
     const std::string where = checkpoint.path + ": '" + entry.key + "'";
     if (!entry.isTensor()) throw Error(ErrorKind::Usage, where, "statistics need a tensor entry");
-    const TensorEntry& t = entry.tensor;
+    const TensorEntry& t = *entry.tensor;
     if (!aten::statsSupported(t.dtype))
         throw Error(ErrorKind::Unsupported, where,
             "no statistics for dtype " + std::string(dtypeName(t.dtype)) + " (quantized or packed bits)");

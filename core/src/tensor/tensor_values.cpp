@@ -20,8 +20,8 @@ struct Enough
 
 std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, size_t maxElements)
 {
-    const size_t elem = dtypeSize(entry.tensor.dtype);
-    const size_t want = std::min<uint64_t>(maxElements, static_cast<uint64_t>(entry.tensor.numel())) * elem;
+    const size_t elem = dtypeSize(entry.tensor->dtype);
+    const size_t want = std::min<uint64_t>(maxElements, static_cast<uint64_t>(entry.tensor->numel())) * elem;
     std::vector<uint8_t> bytes;
     bytes.reserve(want);
     try {
@@ -35,7 +35,7 @@ std::vector<double> readTensorValues(const Checkpoint& cp, const Entry& entry, s
     } catch (const Enough&) { }
     cp.files->checkFaults(); // a truncated file read as zeros: say so instead of returning them
     // decoded here, not through ATen: check and diagnose read `step` values and must not load libtorch
-    return ElementDecoder::decode(bytes.data(), bytes.size() / elem, entry.tensor.dtype);
+    return ElementDecoder::decode(bytes.data(), bytes.size() / elem, entry.tensor->dtype);
 }
 
 namespace {
@@ -57,7 +57,7 @@ void askScalarsAhead(const Checkpoint& cp, const Entry& entry)
     if (from >= to || !cp.files->askScalarsBefore(asked, to)) return;
     for (size_t k = from; k < to; ++k) {
         const Entry& e = cp.entries[k];
-        if (!e.isTensor() || e.tensor.numel() != 1 || e.tensor.storesNoData()) continue;
+        if (!e.isTensor() || e.tensor->numel() != 1 || e.tensor->storesNoData()) continue;
         try {
             TensorAssembler::prefetch(cp, e, uint64_t(64) << 10);
         } catch (const Error&) {
@@ -71,7 +71,7 @@ void askScalarsAhead(const Checkpoint& cp, const Entry& entry)
 std::optional<double> readScalar(const Checkpoint& cp, const Entry& entry)
 {
     if (entry.isTensor()) {
-        if (entry.tensor.numel() != 1) return std::nullopt;
+        if (entry.tensor->numel() != 1) return std::nullopt;
         if (isUrl(cp.path) && cp.files) askScalarsAhead(cp, entry);
         const auto v = readTensorValues(cp, entry, 1);
         return v.empty() ? std::nullopt : std::optional<double>(v[0]);
@@ -95,7 +95,7 @@ bool sameNumberStoredTwoWays(const Checkpoint& a, const Entry& ea, const Checkpo
     auto isNumber = [](const Entry& e) {
         return !e.isTensor() && e.value && (e.value->kind == PyKind::Int || e.value->kind == PyKind::Float);
     };
-    auto is0dim = [](const Entry& e) { return e.isTensor() && e.tensor.shape.empty(); };
+    auto is0dim = [](const Entry& e) { return e.isTensor() && e.tensor->shape.empty(); };
     if (!((isNumber(ea) && is0dim(eb)) || (is0dim(ea) && isNumber(eb)))) return false;
     const auto x = readScalar(a, ea);
     const auto y = readScalar(b, eb);

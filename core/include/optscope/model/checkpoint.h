@@ -11,6 +11,7 @@
 // A Checkpoint is immutable once a reader returns it; share it as std::shared_ptr<const Checkpoint>.
 
 #include "optscope/base/compact_string.h"
+#include "optscope/base/lazy_box.h"
 #include "optscope/base/rare_string.h"
 #include "optscope/model/chunk_table.h"
 #include "optscope/model/dtype.h"
@@ -117,7 +118,7 @@ struct Entry
 {
     std::string key; ///< joinKeyPath(path)
     KeyPath path;
-    TensorEntry tensor; ///< kind == Tensor
+    LazyBox<TensorEntry> tensor; ///< kind == Tensor (a value entry leaves it unallocated)
     const PyValue* value = nullptr; ///< kind == Value (never null then)
     RareString error; ///< set when the entry's data cannot be read (value is then None)
     EntryKind kind = EntryKind::Value;
