@@ -6,6 +6,7 @@
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/tensor/tensor_assembler.h"
 
 #include <algorithm>
 #include <iostream>
@@ -60,7 +61,11 @@ Row rowOf(const Checkpoint& cp, const InspectReport& report, size_t i, bool hash
         r.shape = shapeText(e.tensor->shape);
         r.chunks = ranksText(e.tensor->ranks(), e.tensor->chunks.size());
         r.bytes = humanBytes(e.tensor->nbytes());
-        if (hash && !report.sha256Of(i).empty()) r.hash = report.sha256Of(i).substr(0, 16);
+        if (hash && !report.sha256Of(i).empty()) {
+            r.hash = report.sha256Of(i).substr(0, 16);
+            if (const auto view = broadcastStorageOf(e))
+                r.hash += " (of the " + shapeText(view->stored.tensor->shape) + " it stores: a broadcast view)";
+        }
     } else {
         r.dtype = inspectTypeName(e);
         r.shape = middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", 40);

@@ -1,20 +1,24 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // computeTensorStats against values PyTorch 2.6 computed on the same fixtures (torch.min/max/mean/std/norm/histc in
 // float64), and against simple known tensors.
+#include "optscope/analysis/diff_report.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/optim/optimizer_steps.h"
 #include "optscope/tensor/scalar_value.h"
+#include "optscope/tensor/tensor_assembler.h"
 #include "optscope/tensor/tensor_stats.h"
 #include "optscope/tensor/tensor_values.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 using namespace optscope;
 
@@ -266,4 +270,60 @@ TEST(ScalarValue, TrainingOrderByWriteTimeWithoutSteps)
     fs::last_write_time(dir / "old.pt", now);
     EXPECT_EQ(trainingOrder(*older, *newer).later, 0);
     fs::remove_all(dir);
+}
+
+// A broadcast view too large to expand (torch.expand: stride 0) is summarised and hashed through its storage, in no
+// time: statistics against PyTorch's over every element (tests/data/hostile/broadcast_views.json), the hash of its
+// stored elements, and two such views compared element for element without expanding either.
+TEST(TensorStats, ABroadcastViewTooLargeToExpandIsSummarisedThroughItsStorage)
+{
+    const nlohmann::json expected = [] {
+        std::ifstream in(kData + "/hostile/broadcast_views.json");
+        return nlohmann::json::parse(in);
+    }();
+    CheckpointPtr cp = openCheckpoint(kData + "/hostile/broadcast_views.pt");
+    for (const char* key : {"rows", "cols"}) {
+        SCOPED_TRACE(key);
+        const nlohmann::json& want = expected[key];
+        const Entry* e = cp->find(key);
+        ASSERT_TRUE(e);
+        const auto view = broadcastStorageOf(*e);
+        ASSERT_TRUE(view);
+        const auto start = std::chrono::steady_clock::now();
+        const TensorStats s = computeTensorStats(*cp, *e, 4);
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1)); // 512 MiB expanded: not read
+        EXPECT_EQ(s.numel, want["numel"].get<int64_t>());
+        EXPECT_EQ(s.nanCount, want["nan"].get<int64_t>());
+        EXPECT_EQ(s.finite, want["finite"].get<int64_t>());
+        EXPECT_EQ(s.zeroCount, want["zero"].get<int64_t>());
+        for (const auto& [name, got] : {std::pair {"min", s.min}, {"max", s.max}, {"sum", s.sum}, {"mean", s.mean},
+                 {"std", s.std}, {"l2", s.l2Norm}})
+            EXPECT_NEAR(got, want[name].get<double>(), 1e-9 * std::max(1.0, std::abs(want[name].get<double>())))
+                << name;
+        int64_t binned = 0;
+        for (int64_t c : s.histogramCounts)
+            binned += c;
+        EXPECT_EQ(binned, s.finite);
+        EXPECT_EQ(hashTensor(*cp, *e), want["stored_sha256"].get<std::string>());
+    }
+
+    // two views of 2^60 elements: 0 against 2 everywhere, and one against itself
+    CheckpointPtr zeros = openCheckpoint(kData + "/hostile/expanded.pt");
+    CheckpointPtr twos = openCheckpoint(kData + "/hostile/expanded_twos.pt");
+    DiffOptions opt;
+    opt.histogramBins = 4;
+    const DiffReport differ = diffCheckpoints(*zeros, *twos, opt);
+    ASSERT_EQ(differ.entries.size(), 1u);
+    const DiffEntry& d = differ.entries[0];
+    EXPECT_TRUE(d.valuesCompared);
+    EXPECT_EQ(d.numel, int64_t(1) << 60);
+    EXPECT_EQ(d.numDiff, int64_t(1) << 60);
+    EXPECT_EQ(d.maxAbsDiff, 2.0);
+    EXPECT_EQ(d.shapeA, (std::vector<int64_t> {int64_t(1) << 30, int64_t(1) << 30}));
+    int64_t binned = 0;
+    for (int64_t c : d.histogramCounts)
+        binned += c;
+    EXPECT_EQ(binned, int64_t(1) << 60);
+    EXPECT_FALSE(differ.equal);
+    EXPECT_TRUE(diffCheckpoints(*zeros, *zeros).equal);
 }

@@ -14,6 +14,7 @@
 
 #include "optscope/optim/param_groups_table.h"
 #include "optscope/tensor/scalar_value.h"
+#include "optscope/tensor/tensor_assembler.h"
 #include "optscope/tensor/tensor_stats.h"
 
 #include <QCheckBox>
@@ -247,6 +248,9 @@ void TensorDetailsPanel::onSelectionChanged()
     if (!t.placements.empty())
         extra += QStringLiteral(" &nbsp; %1").arg(QString::fromStdString(t.placements).toHtmlEscaped());
     if (t.isParameter) extra += tr(" &nbsp; Parameter");
+    if (const auto view = broadcastStorageOf(*entry))
+        extra += tr(" &nbsp; broadcast view of the %1 it stores, each element %2 times: statistics from those")
+                     .arg(Format::shape(view->stored.tensor->shape), QString::number(view->repeats));
     m_title->setText(
         tr("<b>%1</b> &nbsp; %2 %3 &nbsp; %4, %5 &nbsp; %n chunk(s)", nullptr, static_cast<int>(t.chunks.size()))
             .arg(key.toHtmlEscaped(),

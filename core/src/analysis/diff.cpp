@@ -413,6 +413,24 @@ void diffBlock(const uint8_t* a, DType da, const uint8_t* b, DType db, int64_t n
         aten::diffBlock(a, da, b, db, n, opt.rtol, opt.atol, acc);
 }
 
+/// Two broadcast views too large to expand (broadcastStorageOf), of one shape and broadcast along the same dimensions:
+/// each stored element stands for `repeats` equal ones on both sides, so the pair is compared through its storage
+struct BroadcastPair
+{
+    BroadcastStorage a, b;
+};
+std::optional<BroadcastPair> broadcastPairOf(const Entry& a, const Entry& b)
+{
+    auto va = broadcastStorageOf(a);
+    auto vb = broadcastStorageOf(b);
+    if (!va || !vb || a.tensor->shape != b.tensor->shape || va->stored.tensor->shape != vb->stored.tensor->shape)
+        return std::nullopt;
+    return BroadcastPair {std::move(*va), std::move(*vb)};
+}
+
+void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, double limit,
+    size_t bins, std::vector<double>& edges, std::vector<int64_t>& counts, const Progress& progress);
+
 /// the (a - b) histogram of two tensors of one shape over [-limit, limit], read along the layout with more chunks
 void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, double limit,
     size_t bins, std::vector<double>& edges, std::vector<int64_t>& counts, const Progress& progress)
@@ -423,6 +441,12 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
     edges.clear();
     for (size_t i = 0; i <= bins; ++i)
         edges.push_back(-lim + 2.0 * lim * double(i) / double(bins));
+    if (const auto pair = broadcastPairOf(a, b)) {
+        fillHistogram(ca, pair->a.stored, cb, pair->b.stored, limit, bins, edges, counts, progress);
+        for (int64_t& c : counts)
+            c *= pair->a.repeats;
+        return;
+    }
     TensorAssembler::checkExpansion(ca, a);
     TensorAssembler::checkExpansion(cb, b);
     const TensorEntry& layoutSide = b.tensor->chunks.size() >= a.tensor->chunks.size() ? *b.tensor : *a.tensor;
@@ -455,7 +479,25 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         if (sameNumel && (ta.shape.size() == 1 || tb.shape.size() == 1)) r += " (flat vs unflattened)";
         reasons.push_back(r);
     }
-    // a broadcast view is not expanded block by block either (2^30 one-row blocks of 4 GiB each)
+    if (const auto pair = broadcastPairOf(a, b)) {
+        DiffEntry once = d;
+        compareTensors(ca, pair->a.stored, cb, pair->b.stored, opt, once, progress);
+        const int64_t k = pair->a.repeats; // counts stay within the view's numel, which fits
+        once.shapeA = ta.shape;
+        once.shapeB = tb.shape;
+        once.numel = ta.numel();
+        for (int64_t* count : {&once.numDiff, &once.nanA, &once.nanB, &once.infA, &once.infB})
+            *count *= k;
+        for (DiffRank& r : once.ranks) {
+            r.numel *= k;
+            r.numDiff *= k;
+        }
+        for (int64_t& c : once.histogramCounts)
+            c *= k;
+        d = std::move(once);
+        return;
+    }
+    // any other broadcast view is not expanded block by block either (2^30 one-row blocks of 4 GiB each)
     TensorAssembler::checkExpansion(ca, a);
     TensorAssembler::checkExpansion(cb, b);
     const ShardLayout layoutA = ShardLayout::of(ta), layoutB = ShardLayout::of(tb);

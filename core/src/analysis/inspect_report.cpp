@@ -61,6 +61,8 @@ json entryJson(const Entry& e, const InspectOptions& options, bool failed, const
         je["bytes"] = t.nbytes();
         if (!t.subclass.empty()) je["subclass"] = t.subclass.str();
         if (!t.placements.empty()) je["placements"] = t.placements.str();
+        if (const auto view = broadcastStorageOf(e))
+            je["broadcast_view"] = {{"stored_shape", view->stored.tensor->shape}, {"repeats", view->repeats}};
         if (options.listChunks) {
             json chunks = json::array();
             for (size_t c = 0; c < t.chunks.size(); ++c) {

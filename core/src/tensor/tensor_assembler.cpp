@@ -48,11 +48,11 @@ int64_t copyIntoBox(const TensorEntry& t, const std::vector<size_t>& chunks, con
 /// Refuses to read @p requestedBytes of a broadcast view (a dimension of stride 0, as torch.expand makes) when that
 /// is far more than its storage holds: torch.zeros(1).expand(2**30, 2**30) is a 1.2 KB file that torch.save and
 /// torch.load keep a view; expanded it is 4 EiB, and hashing, comparing or gathering it never ended.
-void refuseExpansion(const TensorEntry& t, uint64_t requestedBytes, const std::string& where)
+bool expansionRefused(const TensorEntry& t, uint64_t requestedBytes, uint64_t* storedBytes = nullptr)
 {
     constexpr uint64_t kSlack = uint64_t(256) << 20;
     constexpr uint64_t kMaxFactor = 64;
-    if (requestedBytes <= kSlack) return;
+    if (requestedBytes <= kSlack) return false;
     uint64_t stored = 0;
     bool broadcast = false;
     for (size_t i = 0; i < t.chunks.size(); ++i) {
@@ -62,7 +62,14 @@ void refuseExpansion(const TensorEntry& t, uint64_t requestedBytes, const std::s
         for (size_t d = 0; d < strides.size() && d < sizes.size(); ++d)
             broadcast = broadcast || (strides[d] == 0 && sizes[d] > 1);
     }
-    if (!broadcast || stored > (requestedBytes - kSlack) / kMaxFactor) return;
+    if (storedBytes) *storedBytes = stored;
+    return broadcast && stored <= (requestedBytes - kSlack) / kMaxFactor;
+}
+
+void refuseExpansion(const TensorEntry& t, uint64_t requestedBytes, const std::string& where)
+{
+    uint64_t stored = 0;
+    if (!expansionRefused(t, requestedBytes, &stored)) return;
     throw Error(ErrorKind::Limit, where,
         "is a broadcast view (a dimension of stride 0, as torch.expand makes) of " + std::to_string(t.numel())
             + " elements over " + std::to_string(stored) + " stored bytes: reading " + std::to_string(requestedBytes)
@@ -572,9 +579,36 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
     }
 }
 
+std::optional<BroadcastStorage> broadcastStorageOf(const Entry& entry)
+{
+    if (!entry.isTensor()) return std::nullopt;
+    const TensorEntry& t = *entry.tensor;
+    if (t.chunks.size() != 1 || !expansionRefused(t, t.nbytes())) return std::nullopt;
+    TensorChunk chunk = t.chunks[0];
+    if (chunk.sizes.size() != t.shape.size() || chunk.source.strides.size() != t.shape.size()) return std::nullopt;
+    BroadcastStorage view;
+    std::vector<int64_t> shape = t.shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        if (chunk.offsets[d] != 0 || chunk.sizes[d] != shape[d]) return std::nullopt; // a part of a larger tensor
+        if (chunk.source.strides[d] != 0 || shape[d] <= 1) continue;
+        view.repeats *= shape[d]; // at most numel(), which fits
+        shape[d] = chunk.sizes[d] = 1;
+    }
+    view.stored.key = entry.key;
+    view.stored.kind = EntryKind::Tensor;
+    TensorEntry stored;
+    stored.shape = std::move(shape);
+    stored.dtype = t.dtype;
+    stored.chunks.useFileTable(t.chunks.fileTable());
+    stored.chunks.push_back(chunk);
+    view.stored.tensor = std::move(stored);
+    return view;
+}
+
 std::string hashTensor(const Checkpoint& checkpoint, const Entry& entry, const Progress& progress,
     const std::function<void(uint64_t)>& onBytes)
 {
+    if (const auto view = broadcastStorageOf(entry)) return hashTensor(checkpoint, view->stored, progress, onBytes);
     Sha256 h;
     TensorAssembler(checkpoint, entry).stream([&](const uint8_t* p, size_t n) { h.update(p, n); }, progress, onBytes);
     return h.hexDigest();

@@ -305,11 +305,33 @@ static TensorStats computeTensorStatsUnguarded(
     return s;
 }
 
+/// the statistics of @p once's elements each repeated @p repeats times (a broadcast view's, from its storage's)
+static TensorStats repeated(TensorStats once, int64_t repeats)
+{
+    TensorStats s = std::move(once);
+    const auto k = static_cast<double>(repeats);
+    const int64_t finiteOnce = s.finite;
+    for (int64_t* count : {&s.numel, &s.finite, &s.nanCount, &s.infCount, &s.posInfCount, &s.negInfCount, &s.zeroCount})
+        *count *= repeats; // at most the view's numel, which fits
+    for (int64_t& c : s.histogramCounts)
+        c *= repeats;
+    s.sum *= k;
+    s.l2Norm *= std::sqrt(k);
+    // the squared deviations repeat too: M2 = k * M2(once), over N - 1 = k * n - 1
+    const double m2 = finiteOnce > 1 ? s.std * s.std * static_cast<double>(finiteOnce - 1) : 0.0;
+    if (s.finite > 1) s.std = std::sqrt(m2 * k / static_cast<double>(s.finite - 1));
+    return s;
+}
+
 TensorStats computeTensorStats(
     const Checkpoint& checkpoint, const Entry& entry, size_t histogramBins, const Progress& progress)
 {
-    return readGuarded(
-        {&checkpoint}, [&] { return computeTensorStatsUnguarded(checkpoint, entry, histogramBins, progress); });
+    return readGuarded({&checkpoint}, [&] {
+        if (const auto view = broadcastStorageOf(entry))
+            return repeated(
+                computeTensorStatsUnguarded(checkpoint, view->stored, histogramBins, progress), view->repeats);
+        return computeTensorStatsUnguarded(checkpoint, entry, histogramBins, progress);
+    });
 }
 
 } // namespace optscope

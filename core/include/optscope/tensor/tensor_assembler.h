@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 namespace optscope {
 
@@ -72,7 +73,21 @@ private:
 void elementRangeBoxes(const std::vector<int64_t>& shape, int64_t first, int64_t count,
     const std::function<void(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes)>& onBox);
 
-/// SHA-256 (hex) of the entry's full tensor bytes in row-major C order, little-endian.
+/// A broadcast view too large to expand (what TensorAssembler::checkExpansion refuses), seen through its storage: the
+/// same entry with each broadcast dimension (stride 0, size > 1) cut to size 1, whose elements, each repeated
+/// `repeats` times, are the view's. Statistics and hashes of such a view are those of `stored`, so that they cost what
+/// the file holds, not the 4 EiB that torch.zeros(1).expand(2**30, 2**30) declares.
+struct BroadcastStorage
+{
+    Entry stored;
+    int64_t repeats = 1;
+};
+/// @p entry through its storage when reading it whole would be refused as an expansion, else nothing. Only a view
+/// saved as one chunk (torch.save) qualifies: DCP and safetensors store dense chunks.
+std::optional<BroadcastStorage> broadcastStorageOf(const Entry& entry);
+
+/// SHA-256 (hex) of the entry's full tensor bytes in row-major C order, little-endian; of a broadcast view too large to
+/// expand, of its stored elements (broadcastStorageOf), which inspect says.
 std::string hashTensor(const Checkpoint& checkpoint, const Entry& entry, const Progress& progress = {},
     const std::function<void(uint64_t)>& onBytes = {});
 
