@@ -2,7 +2,7 @@
 """Valid inputs that are cheap for PyTorch and were costly for OptScope (the safety issue's cost cases), written by
 real PyTorch and its own classes:
 
-    scripts/torch-python bench/hostile/make_inputs.py OUT [N_INTS] [N_SAFETENSORS] [N_CHUNKS]
+    scripts/torch-python bench/hostile/make_inputs.py OUT [N_INTS] [N_SAFETENSORS] [N_CHUNKS] [N_VALUES]
 
 - ints_N.pt: torch.save of a dict of N Python ints (gather was quadratic in N)
 - st_N.safetensors: safetensors.torch.save_file of N one-element tensors
@@ -12,6 +12,8 @@ real PyTorch and its own classes:
   FileSystemWriter lays them out: one torch.save archive per chunk)
 - overlap_N/: the same N chunks all covering row 0 (N^2 overlapping pairs)
 - expanded.pt: torch.zeros(1).expand(2**30, 2**30) (a stride-0 view)
+- values_N.pt: an optimizer state of N plain values ({"optim": {"state": {i: {"step": i, "lr": 0.1}}}} for N / 2
+  ids): memory per value entry
 """
 import io
 import os
@@ -60,6 +62,11 @@ def expanded(out):
     torch.save({"big": torch.zeros(1).expand(2**30, 2**30)}, os.path.join(out, "expanded.pt"))
 
 
+def values(out, n):
+    torch.save({"optim": {"state": {i: {"step": i, "lr": 0.1} for i in range(n // 2)}}},
+               os.path.join(out, f"values_{n}.pt"))
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -71,6 +78,7 @@ def main():
     chunked(out, n_chunks, False)
     chunked(out, min(n_chunks, 2000), True)
     expanded(out)
+    values(out, int(sys.argv[5]) if len(sys.argv) > 5 else 1000000)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ def measure(cmd, cwd=OUT, must_pass=False):
 
 
 def main():
-    subprocess.run([TP, os.path.join(ROOT, "bench/hostile/make_inputs.py"), OUT, "100000", "100000", "10000"],
+    subprocess.run([TP, os.path.join(ROOT, "bench/hostile/make_inputs.py"), OUT, "100000", "100000", "10000",
+                    "1000000"],
                    check=True, stderr=subprocess.DEVNULL)
     cases = [
         ("gather of a dict of 100k ints (1.8 MB)", ["gather", "ints_100000.pt", "-o", "o.pt", "--no-fsync"],
@@ -57,6 +58,12 @@ def main():
          "torch.load + torch.save"),
         ("inspect --hash of expand(2^30, 2^30) (1.2 KB)", ["inspect", "expanded.pt", "--hash"],
          ["load", "expanded.pt"], "torch.load"),
+        ("inspect of 1M values (15 MB)", ["inspect", "values_1000000.pt"], ["load", "values_1000000.pt"],
+         "torch.load"),
+        ("inspect --json of 1M values (15 MB)", ["inspect", "values_1000000.pt", "--json"],
+         ["load", "values_1000000.pt"], "torch.load"),
+        ("gather of 1M values (15 MB)", ["gather", "values_1000000.pt", "-o", "o.pt", "--no-fsync"],
+         ["load_save", "values_1000000.pt", "t.pt"], "torch.load + torch.save"),
     ]
     rows = []
     for name, ours, theirs, what in cases:
