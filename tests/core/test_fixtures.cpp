@@ -47,8 +47,11 @@ TEST_P(FixtureTest, MatchesTorchManifest)
     EXPECT_TRUE(report.ok) << report.json["warnings"].dump();
     // a value entry carries no tensor description (104 of 192 bytes, a million times over in a file of values), not
     // even after reading and inspecting it
-    for (const Entry& e : cp->entries)
-        if (!e.isTensor()) EXPECT_FALSE(e.tensor.allocated()) << name << ": " << e.key;
+    for (const Entry& e : cp->entries) {
+        if (!e.isTensor()) {
+            EXPECT_FALSE(e.tensor.allocated()) << name << ": " << e.key;
+        }
+    }
     std::map<std::string, json> got;
     for (const auto& e : report.json["entries"])
         got[e["key"].get<std::string>()] = json::parse(e.dump()); // ordered_json -> json

@@ -13,6 +13,7 @@
 #include "session/checkpointcontext.h"
 #include "session/comparisonsession.h"
 #include "session/jobrunner.h"
+#include "widgets/copykeyfilter.h"
 #include "widgets/frozenkeycolumn.h"
 #include "widgets/keycolumnsizer.h"
 
@@ -30,7 +31,6 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QInputDialog>
-#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
@@ -315,7 +315,10 @@ DiffPanel::DiffPanel(CheckpointContext* context, ComparisonSession* session, QWi
         Q_EMIT jumpRequested(key);
     });
     connect(m_heatmap, &DiffHeatmap::keyClicked, this, &DiffPanel::showKey);
-    m_view->installEventFilter(this);
+    // Ctrl+C copies the row's full key, not the current cell (a number)
+    new CopyKeyFilter(m_view, [](const QModelIndex& current) {
+        return current.sibling(current.row(), DiffModel::KeyColumn).data().toString();
+    });
     m_view->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(m_view, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
         const QModelIndex index = m_view->indexAt(pos);
@@ -481,25 +484,6 @@ void DiffPanel::onShown()
 bool DiffPanel::hasReport() const
 {
     return m_session->hasReport();
-}
-
-bool DiffPanel::eventFilter(QObject* watched, QEvent* event)
-{
-    // the table's own Ctrl+C copies the current cell (a number): copy the row's full key instead
-    if (watched == m_view && (event->type() == QEvent::KeyPress || event->type() == QEvent::ShortcutOverride)
-        && static_cast<QKeyEvent*>(event)->matches(QKeySequence::Copy)) {
-        if (event->type() == QEvent::KeyPress) copyCurrentKey();
-        event->accept();
-        return true;
-    }
-    return QWidget::eventFilter(watched, event);
-}
-
-void DiffPanel::copyCurrentKey()
-{
-    const QModelIndex current = m_view->currentIndex();
-    if (!current.isValid()) return;
-    QGuiApplication::clipboard()->setText(current.sibling(current.row(), DiffModel::KeyColumn).data().toString());
 }
 
 QMenu* DiffPanel::contextMenu(const QModelIndex& index)

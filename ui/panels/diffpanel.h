@@ -78,8 +78,6 @@ public:
     /// the context menu of a row: Copy full key, Copy value (scalars, A's), Show in shard layout, Inspect in Tensor
     /// details; its actions are named copyKey, copyValue, showShards, inspect. The caller owns it.
     QMenu* contextMenu(const QModelIndex& index);
-    /// copies the current row's full key (Ctrl+C), whichever cell is current
-    void copyCurrentKey();
     /// whether a report with keys is shown
     bool hasReport() const;
     QString exportJson(const QString& path) const;
@@ -94,9 +92,6 @@ Q_SIGNALS:
     void valuesReady();
     /// the Δ histogram of the current row, read when it was selected, is shown
     void histogramShown();
-
-protected:
-    bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     /// a comparison is shown: the summary, the heatmap, the first row

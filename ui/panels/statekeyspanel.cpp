@@ -6,6 +6,7 @@
 #include "session/checkpointcontext.h"
 #include "session/jobrunner.h"
 #include "session/keytree.h"
+#include "widgets/copykeyfilter.h"
 #include "widgets/frozentreecolumn.h"
 #include "widgets/keycolumnsizer.h"
 
@@ -14,7 +15,6 @@
 #include <QClipboard>
 #include <QGuiApplication>
 #include <QHeaderView>
-#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
@@ -105,7 +105,9 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
             if (m_selecting || m_previewing || !current.isValid()) return;
             m_context->select(current.data(StateKeysModel::KeyRole).toString());
         });
-    m_view->installEventFilter(this);
+    // Ctrl+C copies the row's full key, not the Key cell's text (the last path element, "exp_avg")
+    new CopyKeyFilter(
+        m_view, [](const QModelIndex& current) { return current.data(StateKeysModel::KeyRole).toString(); });
     m_view->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(m_view, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
         const QModelIndex index = m_view->indexAt(pos);
@@ -121,24 +123,6 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     });
     connect(m_context, &CheckpointContext::selectionChanged, this, &StateKeysPanel::onSelectionChanged);
     updateSummary();
-}
-
-bool StateKeysPanel::eventFilter(QObject* watched, QEvent* event)
-{
-    // the view's own Ctrl+C copies the Key cell's text, the last path element ("exp_avg"): copy the full key instead
-    if (watched == m_view && (event->type() == QEvent::KeyPress || event->type() == QEvent::ShortcutOverride)
-        && static_cast<QKeyEvent*>(event)->matches(QKeySequence::Copy)) {
-        if (event->type() == QEvent::KeyPress) copyCurrentKey();
-        event->accept();
-        return true;
-    }
-    return QWidget::eventFilter(watched, event);
-}
-
-void StateKeysPanel::copyCurrentKey()
-{
-    const QModelIndex current = m_view->currentIndex();
-    if (current.isValid()) QGuiApplication::clipboard()->setText(current.data(StateKeysModel::KeyRole).toString());
 }
 
 QMenu* StateKeysPanel::contextMenu(const QModelIndex& index)

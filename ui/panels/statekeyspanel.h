@@ -44,17 +44,12 @@ public:
     /// the context menu of a row: Copy full key, Copy value (scalars), Show in shard layout, Diff this key (when a
     /// comparison is open); its actions are named copyKey, copyValue, showShards, diffKey. The caller owns it.
     QMenu* contextMenu(const QModelIndex& index);
-    /// copies the current row's full key (Ctrl+C), not its name in the tree
-    void copyCurrentKey();
     /// whether a comparison is open, so that "Diff this key" can show something
     void setDiffAvailable(bool available) { m_diffAvailable = available; }
 
 Q_SIGNALS:
     void showInShardLayoutRequested(const QString& key);
     void diffKeyRequested(const QString& key);
-
-protected:
-    bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     void onCheckpointChanged();
