@@ -244,6 +244,29 @@ struct Job::State
         return failure.empty() ? "another process of the job failed" : failure;
     }
 
+    // The store is one thread (in rank 0, or torchrun's agent) that every process asks: each beat, each poll of a
+    // wait and each look at another's beat is a request. On a small job a beat every 250 ms and polls at most 20 ms
+    // apart keep failures and barriers prompt; on a larger one both are 2 ms per process (polls from 10 processes on,
+    // beats from 125; a 1,024-process job: a beat every 2 s, a poll every second), so that the store answers a
+    // bounded number of requests a second however large the job (bench/job/heartbeat_load.py). A beat stays within
+    // an eighth of the timeout, so a lost process is still noticed in time.
+    std::chrono::milliseconds perProcess() const { return std::chrono::milliseconds(2 * int64_t(spec.size)); }
+    std::chrono::milliseconds beatInterval() const
+    {
+        using std::chrono::milliseconds;
+        return std::max(milliseconds(250), std::min({perProcess(), milliseconds(2000), spec.timeout / 8}));
+    }
+    std::chrono::microseconds longestPoll() const
+    {
+        using std::chrono::milliseconds;
+        return std::max(milliseconds(20), std::min(perProcess(), milliseconds(1000)));
+    }
+    /// how often a waiting process reads the beats it watches: twice a beat, at least a second apart
+    Clock::duration watchInterval() const
+    {
+        return std::max<Clock::duration>(std::chrono::seconds(1), 2 * beatInterval());
+    }
+
     void beat()
     {
         const std::string key = spec.keyPrefix + "beat/" + std::to_string(spec.rank);
@@ -260,7 +283,7 @@ struct Job::State
             }
             if (n > 0) failed = true;
             lock.lock();
-            stopWake.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping; });
+            stopWake.wait_for(lock, beatInterval(), [&] { return stopping; });
         }
     }
 
@@ -282,7 +305,7 @@ struct Job::State
             if (failed) throw Error(ErrorKind::Io, {}, "stopped: " + failureText());
             if (ready()) return;
             const auto now = Clock::now();
-            if (now - w.lastCheck >= std::chrono::seconds(1)) {
+            if (now - w.lastCheck >= watchInterval()) {
                 w.lastCheck = now;
                 // rank 0 watches every rank it awaits; the others watch rank 0 and their two neighbours only, so the
                 // store answers O(ranks) reads a second, not O(ranks^2) (1,024 processes at a barrier); a rank that
@@ -305,7 +328,7 @@ struct Job::State
                 }
             }
             std::this_thread::sleep_for(pause);
-            pause = std::min(pause * 2, std::chrono::microseconds(20000));
+            pause = std::min<std::chrono::microseconds>(pause * 2, longestPoll());
         }
     }
 };

@@ -9,8 +9,7 @@ namespace optscope {
 /// description (112 bytes), which none of a value entry's million siblings use. Reads of an empty box see a
 /// default-constructed T, so a reader need not know whether it was ever written; non-const access allocates it. A
 /// value type: copies copy the T.
-template <class T>
-class LazyBox
+template<class T> class LazyBox
 {
 public:
     LazyBox() = default;
