@@ -282,6 +282,8 @@ TEST(TensorStats, ABroadcastViewTooLargeToExpandIsSummarisedThroughItsStorage)
         return nlohmann::json::parse(in);
     }();
     CheckpointPtr cp = openCheckpoint(kData + "/hostile/broadcast_views.pt");
+    // the process's first statistics load libtorch (half a second here, more on a busy machine): not what is timed
+    computeTensorStats(*cp, *cp->find("rows"), 4);
     for (const char* key : {"rows", "cols"}) {
         SCOPED_TRACE(key);
         const nlohmann::json& want = expected[key];
