@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "mainwindow.h"
+#include "optscope/io/remote_requests.h"
 #include "screenshotdriver.h"
 #include "session/checkpointcontext.h"
 
@@ -13,6 +14,7 @@
 #include <QStyleFactory>
 #include <QTimer>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace {
@@ -47,6 +49,9 @@ struct CommandLine
         QStringLiteral("follow a training run's checkpoint folder (step_100/, step_200/, ...): each step is read and "
                        "compared with the one before, the newest is shown (Watch panel)"),
         QStringLiteral("folder")};
+    QCommandLineOption timeout {QStringLiteral("timeout"),
+        QStringLiteral("--screenshot: give up (exit 2) when not done after this many seconds (default 120)"),
+        QStringLiteral("seconds")};
 
     void setup(QCommandLineParser& parser) const
     {
@@ -57,7 +62,7 @@ struct CommandLine
             QStringLiteral("checkpoint to open (torch.save file or DCP folder); the demo checkpoint without one"));
         parser.addPositionalArgument(QStringLiteral("compare"),
             QStringLiteral("a second checkpoint to compare with (Diff)"), QStringLiteral("[compare]"));
-        parser.addOptions({screenshot, panel, select, reference, worldSize, size, watch});
+        parser.addOptions({screenshot, panel, select, reference, worldSize, size, watch, timeout});
     }
 };
 
@@ -101,7 +106,7 @@ int main(int argc, char** argv)
     QCommandLineParser parser;
     commandLine.setup(parser);
     parser.process(app);
-    const auto& [screenshot, panel, select, reference, worldSize, size, watch] = commandLine;
+    const auto& [screenshot, panel, select, reference, worldSize, size, watch, timeout] = commandLine;
 
     const QStringList args = parser.positionalArguments();
     const QString demo = findDemo();
@@ -143,6 +148,16 @@ int main(int argc, char** argv)
         options.reference = parser.value(reference);
         options.worldSize = parser.value(worldSize).toInt();
         options.watch = watchFolder;
+        if (parser.isSet(timeout)) {
+            bool ok = false;
+            const double seconds = parser.value(timeout).toDouble(&ok);
+            if (!ok || seconds <= 0) {
+                std::fprintf(
+                    stderr, "optscope --timeout: not a number of seconds: %s\n", qPrintable(parser.value(timeout)));
+                return 2;
+            }
+            options.timeoutMs = static_cast<int>(std::min(seconds * 1000, 1e9));
+        }
         const QStringList wh = parser.value(size).split(QLatin1Char('x'));
         if (wh.size() == 2) options.size = QSize(wh[0].toInt(), wh[1].toInt());
         window.setFitToScreen(false); // rendered offscreen at the size asked for, whatever the screen
@@ -159,6 +174,7 @@ int main(int argc, char** argv)
         else
             driver.startWatch(watchFolder);
         app.exec();
+        optscope::abandonRemoteRequests(); // threads still reading end now: the exit waits for them
         return exitCode;
     }
 
@@ -187,5 +203,9 @@ int main(int argc, char** argv)
     QObject::connect(
         window.context(), &optscope::ui::CheckpointContext::checkpointChanged, &window,
         [&window, request] { window.applyStart(request); }, Qt::SingleShotConnection);
-    return app.exec();
+    const int exitCode = app.exec();
+    // the window is closed; a scalar read, a statistics job or a diff may still be reading a remote object, and the
+    // exit waits for every thread: their requests are given up rather than waited out (a stalled server: minutes)
+    optscope::abandonRemoteRequests();
+    return exitCode;
 }

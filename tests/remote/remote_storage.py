@@ -9,8 +9,9 @@
 Every read is compared with the same command on the local copy (--json output, hashes included); the faults must be
 retried and never used; errors name the URL and exit 2; the credentials never appear in any output.
 
-    python3 remote_storage.py OPTSCOPE_CLI TEST_DATA WORKDIR [TORCH_PYTHON [REPORT.md]]
-Without TORCH_PYTHON (no chroot) the S3 cases are skipped and say so.
+    python3 remote_storage.py OPTSCOPE_CLI TEST_DATA WORKDIR [TORCH_PYTHON [REPORT.md [OPTSCOPE_APP]]]
+Without TORCH_PYTHON (no chroot) the S3 cases are skipped and say so; without OPTSCOPE_APP (a build without the GUI)
+the app's case is.
 """
 import http.client
 import json
@@ -30,7 +31,8 @@ from servers import most_in_flight, requests_in_log, s3_put, start_moto, start_n
 
 CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
-REPORT = sys.argv[5] if len(sys.argv) > 5 else os.path.join(WORK, "remote.md")
+REPORT = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] else os.path.join(WORK, "remote.md")
+APP = sys.argv[6] if len(sys.argv) > 6 and sys.argv[6] else None
 SECRET = "OptScopeTestSecret+KEY/never-printed-4b1d"
 SIGNATURE = "X-Amz-Signature=deadbeefSIGNATUREnever-printed"
 results = []  # (case, outcome, ok)
@@ -172,6 +174,17 @@ class HttpLatencyProxy(FaultProxy):
             cls.now, cls.most = {"HEAD": 0, "GET": 0}, {"HEAD": 0, "GET": 0}
 
 
+class StallProxy(FaultProxy):
+    """forwards to nginx, but never answers a ranged GET of a .distcp (a server that stalls mid-job): the metadata
+    arrives, the data never does"""
+
+    def do_GET(self):
+        if "Range" in self.headers and self.path.endswith(".distcp"):
+            time.sleep(600)
+            return
+        self.forward(head=False)
+
+
 class S3FaultProxy(http.server.BaseHTTPRequestHandler):
     """forwards every request to moto_server; refuses the PUT of any key ending in /.metadata (403 AccessDenied), so
     that a DCP output's data objects are written and its last object fails, and the PUT of any upload's part 2, so
@@ -308,6 +321,28 @@ def fault_cases(http_port):
                "together",
                f"at most {most['HEAD']} HEADs and {most['GET']} GETs at once; {took:.2f} s; same as local: {same}",
                same and most["HEAD"] >= 10 and most["GET"] >= 2)
+
+
+def app_exit_case(http_port):
+    """the app closes while its threads still wait on a stalled server: the exit gives their requests up instead of
+    waiting them out (before: the stall timeout, retried, for every thread: here 5 minutes and more)"""
+    if not APP:
+        record("app: exit with remote reads in flight", "skipped: no GUI in this build", True)
+        return
+    url = f"http://127.0.0.1:{start_proxy(http_port, StallProxy)}/fsdp2_r2"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", OPTSCOPE_REMOTE_STALL_SECONDS="300")
+    # the screenshot waits for the statistics of the key it selects, whose data never comes: it gives up after 5 s
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([APP, url, "--screenshot", os.path.join(WORK, "stalled.png"), "--timeout", "5"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        took, rc, err = time.monotonic() - t0, p.returncode, p.stderr
+    except subprocess.TimeoutExpired as e:
+        took, rc, err = time.monotonic() - t0, None, (e.stderr or b"").decode(errors="replace")
+    outputs.append(err)
+    record("app: closing while reads wait on a stalled server ends at once, not when the requests time out",
+           f"exit {rc} after {took:.1f} s: {err.strip().splitlines()[-1][:120] if err.strip() else ''}",
+           rc == 2 and "timed out" in err and took < 30)
 
 
 def s3_cases():
@@ -696,6 +731,7 @@ def main():
         http_port, https_port, cert = start_nginx(DATA, WORK, procs)
         http_cases(http_port, https_port, cert)
         fault_cases(http_port)
+        app_exit_case(http_port)
         s3_cases()
     finally:
         stop(procs)

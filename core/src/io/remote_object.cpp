@@ -4,6 +4,7 @@
 #include "optscope/base/look_ahead.h"
 #include "optscope/io/block_map.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/remote_requests.h"
 #include "optscope/io/sha256.h"
 
 #include <climits>
@@ -33,6 +34,7 @@ namespace {
 
 std::atomic<uint64_t> g_requests {0}, g_bytes {0}, g_retries {0};
 std::atomic<int> g_inFlight {0};
+std::atomic<bool> g_abandoned {false}; ///< abandonRemoteRequests(): no request runs any more
 std::atomic<int> g_openObjects {0}; ///< RemoteObjects alive: a scan's read-ahead shrinks as they grow in number
 /// bytes of fetched blocks the process holds (not given back yet), and the most it held
 std::atomic<int64_t> g_held {0};
@@ -322,6 +324,7 @@ struct Transfer
     uint8_t* destination = nullptr; ///< a ranged GET's bytes go here ...
     uint64_t capacity = 0; ///< ... up to this many
     char errorBuffer[CURL_ERROR_SIZE] = {};
+    const std::atomic<bool>* giveUp = nullptr; ///< set: the transfer is given up once it is true
     ~Transfer()
     {
         if (headers) curl_slist_free_all(headers);
@@ -425,6 +428,15 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, u.scheme == RemoteUrl::Http ? 1L : 0L); // HF resolve URLs redirect
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "optscope");
+    // libcurl asks at least once a second whether to go on: not once the process abandons its requests, nor (a
+    // background fetch, @c t.giveUp) once its object closes
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, &t);
+    curl_easy_setopt(
+        e, CURLOPT_XFERINFOFUNCTION, +[](void* transfer, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
+            const std::atomic<bool>* giveUp = static_cast<const Transfer*>(transfer)->giveUp;
+            return g_abandoned.load() || (giveUp && giveUp->load()) ? 1 : 0;
+        });
     if (!c.caFile.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, c.caFile.c_str());
     std::vector<std::string> headers = extraHeaders;
     if (u.scheme != RemoteUrl::Http && !c.accessKey.empty()) {
@@ -576,7 +588,11 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
     std::vector<size_t> pending(count);
     for (size_t i = 0; i < count; ++i)
         pending[i] = i;
+    const auto abandoned = [] {
+        if (g_abandoned.load()) throw Error(ErrorKind::Io, {}, "given up: the application is closing");
+    };
     for (int attempt = 0; !pending.empty(); ++attempt) {
+        abandoned();
         std::vector<std::unique_ptr<Transfer>> transfers;
         std::vector<Transfer*> raw;
         for (const size_t i : pending) {
@@ -584,6 +600,7 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
             raw.push_back(transfers.back().get());
         }
         performAll(raw);
+        abandoned(); // the transfers were cut short: what they got is not an answer
         const bool mayRetry = attempt + 1 < kAttempts;
         std::vector<size_t> again;
         long retryAfter = -1;
@@ -598,7 +615,11 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
         pending.swap(again);
         if (!pending.empty()) {
             g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
-            std::this_thread::sleep_for(backoff(attempt, retryAfter));
+            // a Retry-After may be 30 s: waited in steps, so that abandoning the requests ends the wait too
+            const auto until = std::chrono::steady_clock::now() + backoff(attempt, retryAfter);
+            while (!g_abandoned.load() && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+                    std::chrono::milliseconds(100), until - std::chrono::steady_clock::now()));
         }
     }
 }
@@ -1079,15 +1100,7 @@ private:
                 curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
                 t->destination = const_cast<uint8_t*>(m_base) + p.offset;
                 t->capacity = p.length;
-                if (background) {
-                    curl_easy_setopt(t->easy, CURLOPT_NOPROGRESS, 0L);
-                    curl_easy_setopt(t->easy, CURLOPT_XFERINFODATA, &m_closing);
-                    curl_easy_setopt(
-                        t->easy, CURLOPT_XFERINFOFUNCTION,
-                        +[](void* closing, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
-                            return static_cast<const std::atomic<bool>*>(closing)->load() ? 1 : 0;
-                        });
-                }
+                if (background) t->giveUp = &m_closing;
                 return t;
             },
             [&](size_t i, Response& r, bool mayRetry) {
@@ -1482,6 +1495,11 @@ RemoteTransferStats remoteTransferStats()
     s.held = uint64_t(std::max<int64_t>(0, g_held.load()));
     s.peakHeld = uint64_t(std::max<int64_t>(0, g_peakHeld.load()));
     return s;
+}
+
+void abandonRemoteRequests()
+{
+    g_abandoned.store(true);
 }
 
 void forgetRemoteListings()
