@@ -100,6 +100,9 @@ int main(int argc, char** argv)
     }
     QApplication::setAttribute(Qt::AA_Use96Dpi);
     QApplication app(argc, argv);
+    // once the event loop ends, a scalar read, a statistics job or a diff may still be reading a remote object, and
+    // the exit waits for every thread: their requests are given up rather than waited out (a stalled server: minutes)
+    QObject::connect(&app, &QCoreApplication::aboutToQuit, [] { optscope::abandonRemoteRequests(); });
     setIdentity();
     QApplication::setWindowIcon(QIcon(QStringLiteral(":/optscope/optscope.png")));
 
@@ -174,7 +177,6 @@ int main(int argc, char** argv)
         else
             driver.startWatch(watchFolder);
         app.exec();
-        optscope::abandonRemoteRequests(); // threads still reading end now: the exit waits for them
         return exitCode;
     }
 
@@ -203,9 +205,5 @@ int main(int argc, char** argv)
     QObject::connect(
         window.context(), &optscope::ui::CheckpointContext::checkpointChanged, &window,
         [&window, request] { window.applyStart(request); }, Qt::SingleShotConnection);
-    const int exitCode = app.exec();
-    // the window is closed; a scalar read, a statistics job or a diff may still be reading a remote object, and the
-    // exit waits for every thread: their requests are given up rather than waited out (a stalled server: minutes)
-    optscope::abandonRemoteRequests();
-    return exitCode;
+    return app.exec();
 }
