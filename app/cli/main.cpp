@@ -326,6 +326,9 @@ int main(int argc, char** argv)
         } leave {job};
         try {
             checkSameCommandLine(args);
+            // the first interrupting signal also ends the waits on remote storage (a stalled server), not only the
+            // command's own checks
+            const optscope::CancelScope scope([] { return interruptingSignal() != 0; });
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const UsageError& e) {
             job.reportFailure(e.what());

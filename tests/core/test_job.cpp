@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The job of a run started by torchrun or srun: how the environment is read, how work is split, and that a job of
-// one is exactly one process. Several real processes: tests/job/job_test.py.
+// one is exactly one process; and CancelScope, how a cancel reaches the waits of a job's threads. Several real
+// processes: tests/job/job_test.py.
 #include "optscope/base/error.h"
+#include "optscope/base/progress.h"
 #include "optscope/io/job.h"
 
 #include <gtest/gtest.h>
 #include <thread>
 
+#include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -209,4 +213,41 @@ TEST(Job, AJobOfOneIsOneProcess)
     EXPECT_EQ(job.add("test-counter", 5), 5);
     EXPECT_EQ(job.add("test-counter", 2), 7);
     job.leave();
+}
+
+TEST(CancelScope, TheInnermostPredicateCountsAndAWorkerInstallsTheOneItWasGiven)
+{
+    EXPECT_FALSE(CancelScope::cancelled()); // outside every scope: nothing asks to stop
+    EXPECT_FALSE(CancelScope::current());
+    std::atomic<bool> stop {false};
+    {
+        const CancelScope work([&] { return stop.load(); });
+        EXPECT_FALSE(CancelScope::cancelled());
+        stop = true;
+        EXPECT_TRUE(CancelScope::cancelled());
+        EXPECT_THROW(CancelScope::check("s3://b/x"), Error);
+        {
+            // what undoes cancelled work's output runs in a scope of no predicate
+            const CancelScope undo(std::function<bool()> {});
+            EXPECT_FALSE(CancelScope::cancelled());
+            EXPECT_NO_THROW(CancelScope::check("s3://b/x"));
+        }
+        EXPECT_TRUE(CancelScope::cancelled());
+        // a thread starts in no scope; given the starter's predicate, it stops with the work
+        bool unscoped = true, inherited = false;
+        std::thread([&] { unscoped = CancelScope::cancelled(); }).join();
+        std::thread([&, cancel = CancelScope::current()] {
+            const CancelScope scope(cancel);
+            inherited = CancelScope::cancelled();
+        }).join();
+        EXPECT_FALSE(unscoped);
+        EXPECT_TRUE(inherited);
+        try {
+            CancelScope::check("s3://b/x");
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::Cancelled);
+            EXPECT_NE(std::string(e.what()).find("s3://b/x"), std::string::npos);
+        }
+    }
+    EXPECT_FALSE(CancelScope::cancelled()); // the scope's end restores the outer one
 }

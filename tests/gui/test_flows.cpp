@@ -35,6 +35,7 @@
 
 #include "optscope/analysis/diff_report.h"
 #include "optscope/base/error.h"
+#include "optscope/base/progress.h"
 #include "optscope/formats/checkpoint_loader.h"
 
 #include <arpa/inet.h>
@@ -49,6 +50,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QGuiApplication>
@@ -1060,6 +1062,25 @@ void TestFlows::jobRunnerSupersedesAndCancels()
     QVERIFY(!runner.isIdle());
     runner.cancelAll();
     QTRY_VERIFY_WITH_TIMEOUT(cancelled, Timeout);
+    // the job's thread sees its cancel through CancelScope too: what waits on a remote store without the job's
+    // Progress (a read stalled on its server) gives up with the job
+    std::atomic<bool> scopeSawCancel {false};
+    runner.run(
+        QStringLiteral("work"), QStringLiteral("fourth"), &context,
+        [&](const Progress&) {
+            QElapsedTimer waited;
+            waited.start();
+            while (!CancelScope::cancelled() && waited.elapsed() < 10000)
+                QThread::msleep(2);
+            scopeSawCancel = CancelScope::cancelled();
+            return 0;
+        },
+        [](int) {});
+    QThread::msleep(20);
+    runner.cancel(QStringLiteral("work"));
+    runner.waitForDone(); // the work's thread has ended
+    QVERIFY(scopeSawCancel);
+    QVERIFY(!CancelScope::cancelled()); // the UI thread is in no job's scope
     // cancelled after its work is done but before its result was delivered: still "cancelled", neither a result
     // nor an empty error
     int late = 0;

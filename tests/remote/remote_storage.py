@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import socketserver
 import subprocess
@@ -177,9 +178,11 @@ class HttpLatencyProxy(FaultProxy):
 class StallProxy(FaultProxy):
     """forwards to nginx, but never answers a ranged GET of a .distcp (a server that stalls mid-job): the metadata
     arrives, the data never does"""
+    stalled = threading.Event()  # a request is being stalled
 
     def do_GET(self):
         if "Range" in self.headers and self.path.endswith(".distcp"):
+            StallProxy.stalled.set()
             time.sleep(600)
             return
         self.forward(head=False)
@@ -247,6 +250,43 @@ class S3LatencyProxy(S3FaultProxy):
     def reset(cls):
         with cls.lock:
             cls.now = cls.most = cls.ranged = 0
+
+
+class S3StallProxy(S3FaultProxy):
+    """forwards every request to moto_server, but never answers the PUT of an upload's part 2 (a store that stalls
+    while an output is written)"""
+    stalled = threading.Event()
+
+    def handle_any(self):
+        if self.command == "PUT" and "partNumber=2&" in self.path:
+            self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+            S3StallProxy.stalled.set()
+            time.sleep(600)
+            return
+        S3FaultProxy.handle_any(self)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
+def interrupted(args, env, stalled):
+    """runs the CLI until @p stalled is set (it waits on a stalled server), then sends SIGINT: (exit, seconds from
+    the signal to the exit, stderr)"""
+    stalled.clear()
+    p = subprocess.Popen([CLI] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, **env))
+    if not stalled.wait(60):
+        p.kill()
+        return None, 0.0, "never reached the stalled request"
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    try:
+        err = p.communicate(timeout=120)[1]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        err = p.communicate()[1]
+    outputs.append(err)
+    return p.returncode, time.monotonic() - t0, err
 
 
 def start_proxy(upstream, handler=None):
@@ -343,6 +383,17 @@ def app_exit_case(http_port):
     record("app: closing while reads wait on a stalled server ends at once, not when the requests time out",
            f"exit {rc} after {took:.1f} s: {err.strip().splitlines()[-1][:120] if err.strip() else ''}",
            rc == 2 and "timed out" in err and took < 30)
+
+
+def interrupt_case(http_port):
+    """Ctrl+C while a read waits on a stalled server stops the command at once (before: the first signal was seen
+    only once the request timed out, every retry of it: here 6 x 300 s)"""
+    url = f"http://127.0.0.1:{start_proxy(http_port, StallProxy)}/fsdp2_r2"
+    rc, took, err = interrupted(["inspect", "--hash", url], {"OPTSCOPE_REMOTE_STALL_SECONDS": "300"},
+                                StallProxy.stalled)
+    record("HTTP: SIGINT while inspect --hash waits on a stalled server stops it within seconds",
+           f"exit {rc} {took:.1f} s after the signal: {err.strip().splitlines()[-1][:120] if err.strip() else ''}",
+           rc == 128 + signal.SIGINT and "stopped by SIGINT" in err and took < 10)
 
 
 def s3_cases():
@@ -722,6 +773,18 @@ def output_cases(port, env):
            f"exit {p.returncode}: {p.stderr.strip()[:140]}; objects: {left}; open uploads: {open_uploads}",
            p.returncode == 2 and "HTTP 403" in p.stderr and "s3://ckpt/written/aborted/g.pt" in p.stderr
            and not left and not open_uploads)
+    # Ctrl+C while an upload's part waits on a stalled store: the command stops within seconds, and the upload is
+    # still aborted (the requests that undo a cancelled output are not cancelled with it)
+    stall = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{start_proxy(port, S3StallProxy)}",
+                 OPTSCOPE_REMOTE_STALL_SECONDS="300")
+    rc, took, err = interrupted(["gather", os.path.join(out, "big.pt"), "-o", "s3://ckpt/written/stopped/g.pt"],
+                                stall, S3StallProxy.stalled)
+    left = s3_put(TORCH_PYTHON, WORK, port, "--list", "written/stopped").split()
+    open_uploads = s3_put(TORCH_PYTHON, WORK, port, "--uploads", "written/stopped").split()
+    record("S3 output: SIGINT while a part's PUT waits on a stalled store stops the gather within seconds; the "
+           "upload is aborted, no object left",
+           f"exit {rc} {took:.1f} s after the signal; objects: {left}; open uploads: {open_uploads}",
+           rc == 128 + signal.SIGINT and "stopped by SIGINT" in err and took < 10 and not left and not open_uploads)
 
 
 def main():
@@ -732,6 +795,7 @@ def main():
         http_cases(http_port, https_port, cert)
         fault_cases(http_port)
         app_exit_case(http_port)
+        interrupt_case(http_port)
         s3_cases()
     finally:
         stop(procs)

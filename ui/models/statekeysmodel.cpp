@@ -2,6 +2,7 @@
 #include "models/statekeysmodel.h"
 
 #include "optscope/base/display_text.h"
+#include "optscope/base/progress.h"
 
 #include "common/format.h"
 #include "session/keytree.h"
@@ -37,7 +38,10 @@ StateKeysModel::StateKeysModel(QObject* parent)
     : QAbstractItemModel(parent)
 { }
 
-StateKeysModel::~StateKeysModel() = default;
+StateKeysModel::~StateKeysModel()
+{
+    if (m_scalarStop) m_scalarStop->store(true);
+}
 
 void StateKeysModel::setData(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree)
 {
@@ -47,6 +51,7 @@ void StateKeysModel::setData(CheckpointPtr checkpoint, std::shared_ptr<const Key
     m_scalarText.clear();
     m_scalarQueue.clear();
     ++m_generation;
+    if (m_scalarStop) m_scalarStop->store(true); // a read for the checkpoint replaced
     m_facts.reset();
     m_unsafe = m_checkpoint ? findUnsafeGlobals(*m_checkpoint) : UnsafeGlobals {};
     rebuildFilter();
@@ -330,21 +335,23 @@ void StateKeysModel::readScalarsInBackground() const
     m_scalarReading = true;
     // the checkpoint is kept alive by the read (its entries with it); the model may be gone when it ends
     QPointer<StateKeysModel> self(const_cast<StateKeysModel*>(this));
-    QThreadPool::globalInstance()->start(
-        [self, checkpoint = m_checkpoint, generation = m_generation, queue = std::move(m_scalarQueue)] {
-            std::vector<std::pair<int, QString>> texts;
-            texts.reserve(queue.size());
-            for (const auto& [node, entry] : queue)
-                texts.emplace_back(node, scalarCellText(*checkpoint, *entry));
-            QCoreApplication* app = QCoreApplication::instance(); // none once the application is gone
-            if (!app) return;
-            QMetaObject::invokeMethod(
-                app,
-                [self, generation, texts = std::move(texts)] {
-                    if (self) self->scalarsRead(generation, texts);
-                },
-                Qt::QueuedConnection);
-        });
+    m_scalarStop = std::make_shared<std::atomic<bool>>(false);
+    QThreadPool::globalInstance()->start([self, checkpoint = m_checkpoint, generation = m_generation,
+                                             queue = std::move(m_scalarQueue), stop = m_scalarStop] {
+        const CancelScope scope([stop] { return stop->load(); });
+        std::vector<std::pair<int, QString>> texts;
+        texts.reserve(queue.size());
+        for (const auto& [node, entry] : queue)
+            texts.emplace_back(node, scalarCellText(*checkpoint, *entry));
+        QCoreApplication* app = QCoreApplication::instance(); // none once the application is gone
+        if (!app) return;
+        QMetaObject::invokeMethod(
+            app,
+            [self, generation, texts = std::move(texts)] {
+                if (self) self->scalarsRead(generation, texts);
+            },
+            Qt::QueuedConnection);
+    });
     m_scalarQueue.clear();
 }
 

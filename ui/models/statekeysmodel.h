@@ -7,6 +7,7 @@
 
 #include <QAbstractItemModel>
 
+#include <atomic>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -90,6 +91,9 @@ private:
     mutable std::vector<std::pair<int, const Entry*>> m_scalarQueue; ///< remote scalars shown, not read yet
     mutable bool m_scalarReading = false; ///< a background read is running
     quint64 m_generation = 0; ///< setData's count: a read for an earlier checkpoint is dropped
+    /// set to stop the background read of scalars running (a checkpoint replaced, the model gone): its requests to a
+    /// stalled server are given up (CancelScope) rather than waited out on the application's thread pool
+    mutable std::shared_ptr<std::atomic<bool>> m_scalarStop;
     UnsafeGlobals m_unsafe; ///< node -> value of a one-element tensor
 };
 

@@ -78,6 +78,7 @@ quint64 JobRunner::start(const QString& channel, const QString& label, QObject* 
         QString error;
         bool cancelled = false;
         try {
+            const CancelScope scope(progress); // cancelling the job also ends its waits on remote storage
             deliver = task(progress);
         } catch (const Error& e) {
             cancelled = e.kind() == ErrorKind::Cancelled;

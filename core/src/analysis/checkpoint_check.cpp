@@ -690,6 +690,7 @@ static CheckReport checkCheckpointUnguarded(
     if (!job.distributed()) return Checker(checkpoint, options, progress).run();
     Progress inJob = progress; // a job's process stops when another one fails
     inJob.cancelled = [&] { return progress.isCancelled() || job.failed(); };
+    const CancelScope cancelScope(inJob.cancelled); // a read stalled on a server ends too
     try {
         return Checker(checkpoint, options, inJob).run();
     } catch (const Error& e) {

@@ -3,6 +3,7 @@
 #include "optscope/analysis/diff_report.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
+#include "optscope/base/progress.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/csv.h"
 #include "optscope/io/job.h"
@@ -765,7 +766,10 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(order.size())));
     std::vector<std::thread> pool;
     for (unsigned t = 1; t < n; ++t)
-        pool.emplace_back(work);
+        pool.emplace_back([&work, cancel = CancelScope::current()] {
+            const CancelScope scope(cancel); // the caller's: a cancel also ends this thread's remote waits
+            work();
+        });
     work();
     for (auto& t : pool)
         t.join();

@@ -157,7 +157,10 @@ static InspectReport inspectCheckpointUnguarded(
         };
         std::vector<std::thread> pool;
         for (unsigned t = 1; t < nthreads; ++t)
-            pool.emplace_back(worker);
+            pool.emplace_back([&worker, cancel = CancelScope::current()] {
+                const CancelScope scope(cancel); // the caller's: a cancel also ends this thread's remote waits
+                worker();
+            });
         worker();
         for (auto& t : pool)
             t.join();

@@ -294,6 +294,7 @@ static DcpWriteStats writeDcpUnnamed(
     WriteOptions inner = options;
     inner.beforeCommit = nullptr;
     inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
+    const CancelScope cancelScope(inner.cancelled); // a read stalled on a server ends too
 
     std::map<int, std::vector<FileItem>> byRank;
     for (const auto& v : plan.values)

@@ -523,6 +523,7 @@ static WriteStats writeArchiveAsJob(
     WriteOptions inner = options;
     inner.beforeCommit = nullptr; // asked once, below, by every process for what it read
     inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
+    const CancelScope cancelScope(inner.cancelled); // a read stalled on a server ends too
     try {
         std::unique_ptr<OutputFile> out;
         if (job.isRoot()) {

@@ -2,6 +2,7 @@
 #include "optscope/io/remote_object.h"
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
+#include "optscope/base/progress.h"
 #include "optscope/io/block_map.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/remote_requests.h"
@@ -428,14 +429,15 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, u.scheme == RemoteUrl::Http ? 1L : 0L); // HF resolve URLs redirect
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "optscope");
-    // libcurl asks at least once a second whether to go on: not once the process abandons its requests, nor (a
-    // background fetch, @c t.giveUp) once its object closes
+    // libcurl asks at least once a second whether to go on: not once the process abandons its requests, nor once
+    // the work the calling thread does is cancelled (CancelScope), nor (a background fetch or an upload's part,
+    // @c t.giveUp) once its object closes or its upload is dropped
     curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(
         e, CURLOPT_XFERINFOFUNCTION, +[](void* transfer, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
             const std::atomic<bool>* giveUp = static_cast<const Transfer*>(transfer)->giveUp;
-            return g_abandoned.load() || (giveUp && giveUp->load()) ? 1 : 0;
+            return g_abandoned.load() || (giveUp && giveUp->load()) || CancelScope::cancelled() ? 1 : 0;
         });
     if (!c.caFile.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, c.caFile.c_str());
     std::vector<std::string> headers = extraHeaders;
@@ -582,6 +584,7 @@ void performAll(std::vector<Transfer*>& transfers)
 /// The one retry rule of every request made here: runs the transfers @p make builds (indices below @p count), all in
 /// flight at once; @p judge(i, response, mayRetry) returns true when transfer i is done, false to run it again (only
 /// while mayRetry), or throws. Retries wait an exponential backoff, or the server's Retry-After, and are counted.
+/// Work cancelled meanwhile (the calling thread's CancelScope) throws Error(Cancelled) within about a second.
 void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>(size_t)>& make,
     const std::function<bool(size_t, Response&, bool)>& judge)
 {
@@ -590,6 +593,7 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
         pending[i] = i;
     const auto abandoned = [] {
         if (g_abandoned.load()) throw Error(ErrorKind::Io, {}, "given up: the application is closing");
+        CancelScope::check({});
     };
     for (int attempt = 0; !pending.empty(); ++attempt) {
         abandoned();
@@ -615,14 +619,35 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
         pending.swap(again);
         if (!pending.empty()) {
             g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
-            // a Retry-After may be 30 s: waited in steps, so that abandoning the requests ends the wait too
+            // a Retry-After may be 30 s: waited in steps, so that abandoning the requests or cancelling the work ends
+            // the wait too
             const auto until = std::chrono::steady_clock::now() + backoff(attempt, retryAfter);
-            while (!g_abandoned.load() && std::chrono::steady_clock::now() < until)
+            while (!g_abandoned.load() && !CancelScope::cancelled() && std::chrono::steady_clock::now() < until)
                 std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
                     std::chrono::milliseconds(100), until - std::chrono::steady_clock::now()));
         }
     }
 }
+
+/// waits on @p changed until @p done() (under @p lock), in steps: work cancelled meanwhile (the calling thread's
+/// CancelScope) throws Error(Cancelled) naming @p location instead of waiting for another thread stalled on a server
+template<typename Done>
+void waitCancellable(
+    std::unique_lock<std::mutex>& lock, std::condition_variable& changed, const std::string& location, Done done)
+{
+    while (!done()) {
+        CancelScope::check(location);
+        changed.wait_for(lock, std::chrono::milliseconds(200));
+    }
+}
+
+/// requests that must run even when the work they belong to was cancelled: they undo what it wrote
+struct Uncancellable : CancelScope
+{
+    Uncancellable()
+        : CancelScope(std::function<bool()> {})
+    { }
+};
 
 /// one request, retried while retryable; returns the last response
 Response performOne(const RemoteUrl& u, const std::string& url, const std::vector<std::string>& headers, bool head,
@@ -1009,7 +1034,10 @@ private:
                 continue; // look again: another thread's fetch may have ended meanwhile
             }
             if (!claim.waiting) return; // all present
-            m_cv.wait(lock); // another thread's fetch (states change only under the lock: no wake-up is missed)
+            // another thread's fetch (states change only under the lock: no wake-up is missed); a background fetch
+            // stalled on its server is not waited out by cancelled work
+            CancelScope::check(m_path);
+            m_cv.wait_for(lock, std::chrono::milliseconds(200));
         }
     }
 
@@ -1254,6 +1282,8 @@ struct ObjectUpload::State
     std::exception_ptr failure; ///< the sender's, thrown to the writer
     bool finishing = false; ///< no more parts come
     bool completed = false;
+    bool senderEnded = false; ///< sendParts returned
+    std::atomic<bool> dropped {false}; ///< the upload will not complete: the sender's requests are given up
     std::thread sender;
 };
 
@@ -1269,6 +1299,7 @@ ObjectUpload::ObjectUpload(const std::string& url)
 ObjectUpload::~ObjectUpload()
 {
     if (m->sender.joinable()) {
+        m->dropped.store(true); // not completed: its parts in flight are of no use
         {
             std::lock_guard<std::mutex> lock(m->mutex);
             m->finishing = true;
@@ -1278,8 +1309,9 @@ ObjectUpload::~ObjectUpload()
         m->sender.join();
     }
     if (m->completed || m->uploadId.empty()) return;
-    // an upload that does not complete leaves nothing: its parts are dropped
+    // an upload that does not complete leaves nothing: its parts are dropped (also when cancelled: that is why)
     try {
+        const Uncancellable undo;
         std::vector<Response> done;
         const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
         std::vector<std::function<std::unique_ptr<Transfer>()>> abort {
@@ -1309,7 +1341,8 @@ void ObjectUpload::sendFilledPart()
         throw Error(ErrorKind::Io, m->shown, "cannot write: larger than the 10,000 parts of an upload hold");
     std::unique_lock<std::mutex> lock(m->mutex);
     const uint64_t bytes = m->filling.size();
-    m->changed.wait(lock, [&] { return m->failure || m->heldBytes == 0 || m->heldBytes + bytes <= kMaxHeldPartBytes; });
+    waitCancellable(lock, m->changed, m->shown,
+        [&] { return m->failure || m->heldBytes == 0 || m->heldBytes + bytes <= kMaxHeldPartBytes; });
     if (m->failure) std::rethrow_exception(m->failure);
     m->waiting.emplace_back(m->fillingNumber, std::move(m->filling));
     m->heldBytes += bytes;
@@ -1326,8 +1359,11 @@ void ObjectUpload::sendParts()
 {
     try {
         std::vector<Response> done;
-        std::vector<std::function<std::unique_ptr<Transfer>()>> start {
-            [&] { return bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0); }};
+        std::vector<std::function<std::unique_ptr<Transfer>()>> start {[&] {
+            auto t = bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0);
+            t->giveUp = &m->dropped;
+            return t;
+        }};
         performBodies(start, done, m->shown, "cannot start the upload");
         const std::string uploadId = xmlText(done[0].body, "UploadId");
         if (uploadId.empty())
@@ -1342,14 +1378,20 @@ void ObjectUpload::sendParts()
             {
                 std::unique_lock<std::mutex> lock(m->mutex);
                 m->changed.wait(lock, [&] { return !m->waiting.empty() || m->finishing; });
-                if (m->waiting.empty()) return;
+                if (m->waiting.empty()) {
+                    m->senderEnded = true;
+                    m->changed.notify_all();
+                    return;
+                }
                 batch.swap(m->waiting);
             }
             std::vector<std::function<std::unique_ptr<Transfer>()>> parts;
             for (const auto& [number, bytes] : batch)
                 parts.push_back([&, number = number, data = bytes.data(), size = bytes.size()] {
-                    return bodyRequest(m->remote, m->target + "?partNumber=" + std::to_string(number) + "&" + query,
+                    auto t = bodyRequest(m->remote, m->target + "?partNumber=" + std::to_string(number) + "&" + query,
                         "PUT", data, size);
+                    t->giveUp = &m->dropped;
+                    return t;
                 });
             performBodies(parts, done, m->shown, "cannot write");
             std::lock_guard<std::mutex> lock(m->mutex);
@@ -1365,6 +1407,7 @@ void ObjectUpload::sendParts()
         m->failure = std::current_exception();
         m->waiting.clear();
         m->heldBytes = 0;
+        m->senderEnded = true;
         m->changed.notify_all();
     }
 }
@@ -1380,10 +1423,12 @@ void ObjectUpload::complete()
     } else {
         if (!m->filling.empty()) sendFilledPart();
         {
-            std::lock_guard<std::mutex> lock(m->mutex);
+            std::unique_lock<std::mutex> lock(m->mutex);
             m->finishing = true;
+            m->changed.notify_all();
+            // the last parts' requests: cancelled work does not wait for them (the destructor drops the upload)
+            waitCancellable(lock, m->changed, m->shown, [&] { return m->senderEnded; });
         }
-        m->changed.notify_all();
         m->sender.join();
         if (m->failure) std::rethrow_exception(m->failure);
         std::string body = "<CompleteMultipartUpload>";
@@ -1396,6 +1441,8 @@ void ObjectUpload::complete()
             return bodyRequest(
                 m->remote, m->target + "?" + query, "POST", reinterpret_cast<const uint8_t*>(body.data()), body.size());
         }};
+        // not cut short by a cancel: the object would be there all the same, while the run reports it is not
+        const Uncancellable completing;
         performBodies(finish, done, m->shown, "cannot complete the upload");
     }
     m->completed = true;
@@ -1405,6 +1452,7 @@ void ObjectUpload::complete()
 void removeObject(const std::string& url)
 {
     try {
+        const Uncancellable undo; // removing what cancelled work wrote
         const RemoteUrl u = parseUrl(url);
         std::vector<Response> done;
         std::vector<std::function<std::unique_ptr<Transfer>()>> del {
@@ -1452,7 +1500,10 @@ void remoteStatAhead(const std::vector<std::string>& urlsIn)
     };
     std::vector<std::thread> pool;
     for (size_t t = 1; t < std::min(kThreads, todo.size()); ++t)
-        pool.emplace_back(worker);
+        pool.emplace_back([&worker, cancel = CancelScope::current()] {
+            const CancelScope scope(cancel); // the caller's work: its cancel ends these HEADs too
+            worker();
+        });
     worker();
     for (auto& t : pool)
         t.join();

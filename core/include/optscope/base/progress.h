@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,6 +32,35 @@ struct Progress
     bool isCancelled() const { return cancelled && cancelled(); }
     /// throws Error(Cancelled) if the caller asked to stop
     void checkCancelled() const;
+};
+
+/// Makes a cancel predicate (a Progress's) the calling thread's for the scope's life, so that code which waits on
+/// the world outside the process and has no Progress of its own (a remote request stalled on its server, a read
+/// waiting for another thread's fetch) can give up when the work it serves is cancelled, instead of waiting out its
+/// timeouts. Installed where work starts: a GUI job, a CLI command, a worker thread of a core call (with the
+/// predicate of the thread that started it, current()). Scopes nest; the innermost counts, so an empty predicate
+/// marks work that must run even after a cancel (removing what a cancelled output wrote).
+class CancelScope
+{
+public:
+    explicit CancelScope(std::function<bool()> cancelled);
+    explicit CancelScope(const Progress& progress)
+        : CancelScope(progress.cancelled)
+    { }
+    ~CancelScope();
+    CancelScope(const CancelScope&) = delete;
+    CancelScope& operator=(const CancelScope&) = delete;
+
+    /// the calling thread's innermost predicate (empty outside every scope): for a worker thread to install
+    static std::function<bool()> current();
+    /// the calling thread's innermost predicate says stop
+    static bool cancelled();
+    /// throws Error(Cancelled) naming @p location if cancelled()
+    static void check(const std::string& location);
+
+private:
+    std::function<bool()> m_cancelled;
+    const CancelScope* m_outer;
 };
 
 } // namespace optscope
