@@ -78,7 +78,14 @@ int runWatch(const std::vector<std::string>& argv)
     std::string lastWait;
     int idleLooks = 0; // looks in a row that found nothing to read
     while (!(progress.cancelled && progress.cancelled())) {
-        const RunFollower::Next next = follower.poll();
+        RunFollower::Next next;
+        try {
+            next = follower.poll();
+        } catch (const Error& e) {
+            // Ctrl-C while a look waits on a remote listing: it ends the watch, as between looks
+            if (e.kind() == ErrorKind::Cancelled && progress.isCancelled()) break;
+            throw;
+        }
         if (next.kind == RunFollower::Next::Skip) {
             print(follower.skip(next), json, shown);
             idleLooks = 0;

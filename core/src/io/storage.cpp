@@ -67,6 +67,8 @@ std::vector<FolderEntry> listFolder(const std::string& folder)
     try {
         for (auto& n : folderEntries(folder))
             out.push_back({n, childLocation(folder, n)});
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Cancelled) throw; // cancelled work's listing: no answer, not an empty folder
     } catch (const std::exception&) {
         // as std::filesystem's iteration with an error code: an unreadable folder holds nothing a reader can use
     }

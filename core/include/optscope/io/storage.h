@@ -70,6 +70,7 @@ inline bool isFile(const std::string& location)
 /// (over plain HTTP it never can: "cannot list a folder over HTTP")
 std::vector<std::string> folderEntries(const std::string& folder);
 /// what a folder holds, for readers that look at every entry; nothing when it cannot be listed (plain HTTP) or read
+/// (only a cancel, Error(Cancelled), is thrown: cancelled work must not take the folder for empty)
 struct FolderEntry
 {
     std::string name;
