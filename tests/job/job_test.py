@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """optscope-cli as a torchrun or srun job (issue 32), on this machine:
 
-    python3 job_test.py OPTSCOPE_CLI TEST_DATA WORKDIR [TORCH_PYTHON]
+    python3 job_test.py OPTSCOPE_CLI TEST_DATA WORKDIR [TORCH_PYTHON [PART]]
+
+PART runs one part (CMake makes a test of each, so that ctest runs them beside each other and the other tests; one
+test of all took 6 to 12 minutes, the longest of CI): "matrix" (reshard, gather, verify; PyTorch loads the output),
+"pairs" (diff, check), "faults" (faults, torchrun's agent store, S3). Without it, all three.
 
 Every run of several processes is started by launch.sh with exactly the variables `torchrun --no-python` or `srun`
 sets; fault cases start the processes from here with the same variables and one changed. Checks:
@@ -34,6 +38,7 @@ import servers  # noqa: E402
 
 CLI, DATA, WORK = (os.path.abspath(p) for p in sys.argv[1:4])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
+PART = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] else None
 TIMEOUT = 5  # OPTSCOPE_JOB_TIMEOUT for the fault cases (seconds): rendezvous and silence, under load too
 # the sanitizer build (OPTSCOPE_JOB_TEST_QUICK=1, set by CMake) runs every kind of case on fewer fixtures: it looks for
 # memory and threading errors in the job code, which the full matrix of the normal build does not add to
@@ -252,7 +257,7 @@ def agent_store():
         codes, errs, secs = finish(procs, 60)
         # Debian's libtorch 1.13 client predates the 2.x store protocol: then a clear error with the way out (on a
         # build against the agent's own libtorch the job runs on that store)
-        worked = codes == [0, 0, 0] and same_tree(os.path.join(WORK, "ref", "fsdp2_r3"), dest)
+        worked = codes == [0, 0, 0] and same_tree(reference("fsdp2_r3"), dest)
         refused = all(c == 2 for c in codes) and all("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in e for e in errs) \
             and not os.path.exists(dest)
         check(ready == "ready" and (worked or refused) and secs < 30,
@@ -446,7 +451,7 @@ def s3():
                      os.path.join(WORK, "logs", "s3"), env=env)
         check(all(c == 0 for c, _, _ in res), f"reshard to s3:// by 2 processes exits 0 ({res[0][2].strip()[-200:]})")
         keys = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "job5/").split()
-        ref = os.path.join(WORK, "ref", "fsdp2_r3")
+        ref = reference("fsdp2_r3")
         same = sorted(k[len("job5/"):] for k in keys) == files_of(ref)
         for k in keys:
             servers.s3_put(TORCH_PYTHON, s3work, port, "--get", k, "got")
@@ -472,16 +477,28 @@ def s3():
         servers.stop(procs)
 
 
+def reference(src):
+    """the one-process reshard of @p src to 5 ranks (made once; the matrix makes it for every source)"""
+    ref = os.path.join(WORK, "ref", src.replace("/", "_"))
+    if not os.path.isdir(ref):
+        os.makedirs(os.path.dirname(ref), exist_ok=True)
+        rc, _, err = run1(["reshard", os.path.join(DATA, src), "--world-size", "5", "-o", ref])
+        check(rc == 0, f"{src}: reshard by one process ({err.strip()[-200:]})")
+    return ref
+
+
+PARTS = {"matrix": (matrix, torch_loads), "pairs": (diffs, checks), "faults": (agent_store, faults, s3)}
+
+
 def main():
+    if PART is not None and PART not in PARTS:
+        sys.exit(f"job_test.py: no part {PART!r}; the parts: {', '.join(PARTS)}")
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
-    matrix()
-    diffs()
-    checks()
-    torch_loads()
-    agent_store()
-    faults()
-    s3()
+    for name, steps in PARTS.items():
+        if PART in (None, name):
+            for step in steps:
+                step()
     if failures:
         print(f"{len(failures)} FAILED:\n  " + "\n  ".join(failures))
         sys.exit(1)
