@@ -6,6 +6,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/run_folder.h"
+#include "optscope/io/storage.h"
 #include "optscope/optim/optimizer_kind.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +46,29 @@ std::vector<std::string> names(const std::vector<RunCheckpoint>& v)
 }
 
 } // namespace
+
+// what every reader lists a folder with: nothing there or a file is no entries; a folder that is there but cannot be
+// listed is an error naming it (tests/remote: an object store's 403 and 500), never an empty folder
+TEST(ListFolder, NothingThereOrAFileIsEmptyAndAFolderItsSortedEntries)
+{
+    TempDir dir;
+    write(dir.path / "b.pt", "x");
+    write(dir.path / "a" / "c.pt", "y");
+    const auto entries = listFolder(dir.path.string());
+    ASSERT_EQ(entries.size(), 2u);
+    EXPECT_EQ(entries[0].name, "a");
+    EXPECT_EQ(entries[0].location, (dir.path / "a").string());
+    EXPECT_EQ(entries[1].name, "b.pt");
+    EXPECT_TRUE(listFolder((dir.path / "b.pt").string()).empty());
+    EXPECT_TRUE(listFolder((dir.path / "none").string()).empty());
+    try {
+        folderEntries((dir.path / "none").string());
+        ADD_FAILURE() << "folderEntries of nothing did not throw";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Io);
+        EXPECT_EQ(e.file(), (dir.path / "none").string());
+    }
+}
 
 TEST(RunFolder, StepsInOrderWhateverTheNaming)
 {

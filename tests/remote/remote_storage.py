@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import http.server
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from servers import most_in_flight, requests_in_log, s3_put, start_moto, start_nginx, stop, torch_check  # noqa: E402
@@ -273,6 +274,28 @@ class S3StallProxy(S3FaultProxy):
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
 
+class S3ListDeniedProxy(S3FaultProxy):
+    """forwards every request to moto_server, but answers each listing (ListObjectsV2) of the keys under a prefix that
+    ends in `denied` with `status` (403 AccessDenied: a bucket policy that hides a folder; 500: a store failing)"""
+    denied = "/global_step2/"
+    status = 403
+
+    def handle_any(self):
+        cls = S3ListDeniedProxy
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        if self.command == "GET" and "list-type" in query and query.get("prefix", [""])[0].endswith(cls.denied):
+            code = b"AccessDenied" if cls.status == 403 else b"InternalError"
+            err = b"<?xml version='1.0'?><Error><Code>" + code + b"</Code><Message>no</Message></Error>"
+            self.send_response(cls.status)
+            self.send_header("Content-Length", str(len(err)))
+            self.end_headers()
+            self.wfile.write(err)
+            return
+        S3FaultProxy.handle_any(self)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
 def interrupted(args, env, stalled):
     """runs the CLI until @p stalled is set (it waits on a stalled server), then sends SIGINT: (exit, seconds from
     the signal to the exit, stderr)"""
@@ -475,6 +498,7 @@ def s3_cases():
     expect_error("S3: no such key names the URL", ["inspect", "s3://ckpt/no_such.pt"], ["s3://ckpt/no_such.pt"], env)
     expect_error("S3: no such bucket names the URL", ["inspect", "s3://no-such-bucket/x.pt"],
                  ["s3://no-such-bucket", "NoSuchBucket"], env)
+    listing_denied_cases(port, env)
     gs_cases(port, env)
     watch_cases(env)
     watch_reupload_case(port, env)
@@ -502,6 +526,21 @@ def s3_cases():
         and not os.path.exists(out)
     record("S3: an object replaced while read gives 'changed while being read', no output",
            f"exit {proc.returncode}: {se.strip()[:160]}", ok)
+
+
+def listing_denied_cases(port, env):
+    """a folder inside a checkpoint that the store refuses to list is an error naming it, never an empty folder (a
+    ZeRO checkpoint whose step folder looked empty was "not a checkpoint"; in a job, one process could see less)"""
+    denied = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{start_proxy(port, S3ListDeniedProxy)}")
+    folder = "s3://ckpt/zero/stage2/ckpt/global_step2"
+    for status, needle in ((403, "AccessDenied"), (500, "InternalError")):
+        S3ListDeniedProxy.status = status
+        for verb in (["inspect"], ["check"]):
+            p = cli(verb + ["s3://ckpt/zero/stage2/ckpt"], denied)
+            err = p.stderr.strip()
+            record(f"S3: {verb[0]} of a ZeRO checkpoint whose step folder's listing gets {status} names the folder "
+                   f"and the store's answer", f"exit {p.returncode}: {err.splitlines()[-1][:200] if err else ''}",
+                   p.returncode not in (0, 1) and folder in err and needle in err)
 
 
 def watch_cases(env):

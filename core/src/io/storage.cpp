@@ -54,8 +54,9 @@ std::vector<std::string> folderEntries(const std::string& folder)
     if (isUrl(folder)) return remoteFolderEntries(folder);
     std::vector<std::string> names;
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(folder, ec))
-        names.push_back(e.path().filename().string());
+    for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
+        names.push_back(it->path().filename().string());
+    if (ec) throw Error(ErrorKind::Io, folder, "cannot list the folder: " + ec.message());
     std::sort(names.begin(), names.end());
     return names;
 }
@@ -63,15 +64,13 @@ std::vector<std::string> folderEntries(const std::string& folder)
 std::vector<FolderEntry> listFolder(const std::string& folder)
 {
     std::vector<FolderEntry> out;
-    if (!canListFolder(folder)) return out;
-    try {
-        for (auto& n : folderEntries(folder))
-            out.push_back({n, childLocation(folder, n)});
-    } catch (const Error& e) {
-        if (e.kind() == ErrorKind::Cancelled) throw; // cancelled work's listing: no answer, not an empty folder
-    } catch (const std::exception&) {
-        // as std::filesystem's iteration with an error code: an unreadable folder holds nothing a reader can use
-    }
+    // Nothing there, a file, or a web server: no entries, as a reader that looks for its files expects. A folder that
+    // is there but cannot be listed (permission, an object store's 403 or 5xx, a dropped connection, a cancel) is an
+    // error naming it: taken for empty, it made a format's files look missing ("no optimizer state") or, in a job,
+    // made one process see another checkpoint than the others.
+    if (!canListFolder(folder) || (!isUrl(folder) && !isFolder(folder))) return out;
+    for (auto& n : folderEntries(folder))
+        out.push_back({n, childLocation(folder, n)});
     return out;
 }
 

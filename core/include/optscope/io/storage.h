@@ -69,8 +69,10 @@ inline bool isFile(const std::string& location)
 /// the names directly under a folder (files and folders, sorted); throws Error(Io) naming it when it cannot be listed
 /// (over plain HTTP it never can: "cannot list a folder over HTTP")
 std::vector<std::string> folderEntries(const std::string& folder);
-/// what a folder holds, for readers that look at every entry; nothing when it cannot be listed (plain HTTP) or read
-/// (only a cancel, Error(Cancelled), is thrown: cancelled work must not take the folder for empty)
+/// what a folder holds, for readers that look at every entry; nothing when there is no folder there (nothing, a file)
+/// or it cannot be listed (plain HTTP). A folder that is there but cannot be read throws, as folderEntries() does
+/// (Error(Io) naming it: a permission, an object store's 403 or 5xx, a dropped connection; Error(Cancelled)): taken
+/// for empty, it would make a format's files look missing
 struct FolderEntry
 {
     std::string name;
