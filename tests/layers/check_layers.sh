@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 status=0
 probe() { # layer header -> compiler's exit status, its messages in $work/out
     printf '#include "%s"\nint main() { return 0; }\n' "$2" >"$work/probe.cpp"
-    "$cxx" -std=c++17 -fsyntax-only -I "$roots/$1" "$work/probe.cpp" >"$work/out" 2>&1
+    "$cxx" -std=c++17 -E -o /dev/null -I "$roots/$1" "$work/probe.cpp" >"$work/out" 2>&1
 }
 for ((i = 0; i < ${#layers[@]}; ++i)); do
     layer=${layers[$i]}
