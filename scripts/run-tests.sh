@@ -31,7 +31,10 @@ stage() { # stage NAME: the time since the last stage
     stage_start=$now
 }
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPTSCOPE_TORCH_PYTHON="$torch_python"
+# debug info as line tables only (-g1, clang's -gline-tables-only): backtraces and sanitizer reports keep their
+# file:line, and a build takes about a third less time than with full -g (CI must stay under 45 minutes)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPTSCOPE_TORCH_PYTHON="$torch_python" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 cmake --build build -j "$jobs"
 stage "the main build"
 ctest --test-dir build --output-on-failure -j "$jobs"
@@ -40,7 +43,8 @@ stage "the main tests"
 # with the PyTorch chroot: the job tests' full runs (three processes over c10d's store, S3) and the remote tests' S3
 # cases (moto_server) run under the sanitizers too
 cmake -S . -B build-asan -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DOPTSCOPE_BUILD_GUI=OFF \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_C_FLAGS_DEBUG=-gline-tables-only \
+    -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only -DOPTSCOPE_BUILD_GUI=OFF \
     -DOPTSCOPE_WITH_CUDA=OFF -DOPTSCOPE_SANITIZE=address,undefined -DOPTSCOPE_BUILD_FUZZERS=ON \
     -DOPTSCOPE_TORCH_PYTHON="$torch_python"
 cmake --build build-asan -j "$jobs"
