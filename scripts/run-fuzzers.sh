@@ -26,7 +26,8 @@ shift $(($# > 2 ? 2 : $#))
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=(pickle zip torch_save dcp safetensors s3_listing block_map)
 build=${OPTSCOPE_FUZZ_BUILD:-build-fuzz}
-build_jobs=$(($(nproc) < 2 ? $(nproc) : 2))
+cores=$(nproc) # before OMP_NUM_THREADS=1 below: nproc counts that, not the machine
+build_jobs=$((cores < 2 ? cores : 2))
 
 if [ ! -f "$build/build.ninja" ]; then
     CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -93,7 +94,7 @@ fuzz_one() { # HARNESS: fuzzes it; its summary line in $work/logs/HARNESS.summar
     return $failed
 }
 
-slots=$(($(nproc) / jobs))
+slots=$((cores / jobs))
 [ "$slots" -ge 1 ] || slots=1
 status=0
 running=0
