@@ -274,16 +274,21 @@ class S3StallProxy(S3FaultProxy):
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
 
-class S3ListDeniedProxy(S3FaultProxy):
-    """forwards every request to moto_server, but answers each listing (ListObjectsV2) of the keys under a prefix that
-    ends in `denied` with `status` (403 AccessDenied: a bucket policy that hides a folder; 500: a store failing)"""
-    denied = "/global_step2/"
+class S3DeniedProxy(S3FaultProxy):
+    """forwards every request to moto_server, but answers with `status` (403 AccessDenied: a bucket policy that hides a
+    folder or an object; 500: a store failing) each listing (ListObjectsV2) of the keys under a prefix that ends in
+    `listing`, and each GET of an object whose key ends in `get`"""
+    listing = "/global_step2/"
+    get = None
     status = 403
 
     def handle_any(self):
-        cls = S3ListDeniedProxy
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-        if self.command == "GET" and "list-type" in query and query.get("prefix", [""])[0].endswith(cls.denied):
+        cls = S3DeniedProxy
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        listed = "list-type" in query and cls.listing and query.get("prefix", [""])[0].endswith(cls.listing)
+        got = "list-type" not in query and cls.get and url.path.endswith(cls.get)
+        if self.command == "GET" and (listed or got):
             code = b"AccessDenied" if cls.status == 403 else b"InternalError"
             err = b"<?xml version='1.0'?><Error><Code>" + code + b"</Code><Message>no</Message></Error>"
             self.send_response(cls.status)
@@ -498,7 +503,7 @@ def s3_cases():
     expect_error("S3: no such key names the URL", ["inspect", "s3://ckpt/no_such.pt"], ["s3://ckpt/no_such.pt"], env)
     expect_error("S3: no such bucket names the URL", ["inspect", "s3://no-such-bucket/x.pt"],
                  ["s3://no-such-bucket", "NoSuchBucket"], env)
-    listing_denied_cases(port, env)
+    denied_cases(port, env)
     gs_cases(port, env)
     watch_cases(env)
     watch_reupload_case(port, env)
@@ -528,19 +533,30 @@ def s3_cases():
            f"exit {proc.returncode}: {se.strip()[:160]}", ok)
 
 
-def listing_denied_cases(port, env):
-    """a folder inside a checkpoint that the store refuses to list is an error naming it, never an empty folder (a
-    ZeRO checkpoint whose step folder looked empty was "not a checkpoint"; in a job, one process could see less)"""
-    denied = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{start_proxy(port, S3ListDeniedProxy)}")
-    folder = "s3://ckpt/zero/stage2/ckpt/global_step2"
-    for status, needle in ((403, "AccessDenied"), (500, "InternalError")):
-        S3ListDeniedProxy.status = status
-        for verb in (["inspect"], ["check"]):
-            p = cli(verb + ["s3://ckpt/zero/stage2/ckpt"], denied)
-            err = p.stderr.strip()
-            record(f"S3: {verb[0]} of a ZeRO checkpoint whose step folder's listing gets {status} names the folder "
-                   f"and the store's answer", f"exit {p.returncode}: {err.splitlines()[-1][:200] if err else ''}",
-                   p.returncode not in (0, 1) and folder in err and needle in err)
+def denied_cases(port, env):
+    """a folder inside a checkpoint that the store refuses to list, or a file in it that it refuses to give, is an error
+    naming it and the store's answer, never an empty folder or "not this format" (a ZeRO checkpoint whose step folder
+    looked empty was "not a checkpoint"; rank files whose first one could not be read, "none of the formats")"""
+    denied = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{start_proxy(port, S3DeniedProxy)}")
+    cases = [("zero/stage2/ckpt", "/global_step2/", None, "s3://ckpt/zero/stage2/ckpt/global_step2",
+              "step folder's listing"),
+             ("zero/stage2/ckpt", None, "/ckpt/latest", "s3://ckpt/zero/stage2/ckpt/latest", "`latest`"),
+             ("zero/stage1", None, "/stage1/latest_universal", "s3://ckpt/zero/stage1/latest_universal",
+              "`latest_universal`"),
+             ("fsdp1_sharded_r3", None, "/rank0.pt", "s3://ckpt/fsdp1_sharded_r3/rank0.pt", "first rank file")]
+    try:
+        for rel, listing, get, named, what in cases:
+            S3DeniedProxy.listing, S3DeniedProxy.get = listing, get
+            for status, needle in ((403, "AccessDenied"), (500, "InternalError")):
+                S3DeniedProxy.status = status
+                for verb in ("inspect", "check"):
+                    p = cli([verb, f"s3://ckpt/{rel}"], denied)
+                    err = p.stderr.strip()
+                    record(f"S3: {verb} of {rel} whose {what} gets {status} names it and the store's answer",
+                           f"exit {p.returncode}: {err.splitlines()[-1][:200] if err else ''}",
+                           p.returncode == 2 and named in err and needle in err)
+    finally:
+        S3DeniedProxy.listing, S3DeniedProxy.get = "/global_step2/", None
 
 
 def watch_cases(env):

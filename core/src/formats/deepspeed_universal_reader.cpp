@@ -37,8 +37,9 @@ std::string readName(const fs::path& file)
     std::string t;
     try {
         t = readSmallFile(file.string(), 4096);
-    } catch (const Error&) {
-        return {}; // a name file that cannot be read (or is no name) names nothing
+    } catch (const Error& e) {
+        if (isReadFailure(e)) throw; // there but not readable: the failure, naming the file
+        return {}; // a name file too large to be a name names nothing
     }
     const auto b = t.find_first_not_of(" \t\r\n");
     const auto e = t.find_last_not_of(" \t\r\n");

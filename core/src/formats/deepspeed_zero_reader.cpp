@@ -96,8 +96,9 @@ std::string readTag(const fs::path& file)
     std::string tag;
     try {
         tag = readSmallFile(file.string(), kMaxTagFile);
-    } catch (const Error&) {
-        return {}; // as an unreadable file read before: no tag
+    } catch (const Error& e) {
+        if (isReadFailure(e)) throw; // a `latest` that is there but cannot be read names the file and the failure
+        return {}; // no tag
     }
     const auto b = tag.find_first_not_of(" \t\r\n");
     const auto e = tag.find_last_not_of(" \t\r\n");

@@ -82,7 +82,8 @@ std::string TorchSaveRanksReader::missingRankFiles(const std::string& folder)
             if (!looksLikeTorchSave(
                     first->bytes(0, std::min<uint64_t>(first->size(), 16)), std::min<uint64_t>(first->size(), 16)))
                 continue;
-        } catch (const Error&) {
+        } catch (const Error& e) {
+            if (isReadFailure(e)) throw; // a rank file listed but not readable: say so, not "no gaps"
             continue;
         }
         if (!found.empty()) return {}; // several such sets: no one answer
@@ -109,7 +110,8 @@ bool TorchSaveRanksReader::looksLikeRankFiles(const std::string& folder)
         const auto first = openByteSource(files.front());
         return looksLikeTorchSave(
             first->bytes(0, std::min<uint64_t>(first->size(), 16)), std::min<uint64_t>(first->size(), 16));
-    } catch (const Error&) {
+    } catch (const Error& e) {
+        if (isReadFailure(e)) throw; // listed but not readable: say so, not "holds none of the formats"
         return false;
     }
 }

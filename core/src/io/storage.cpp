@@ -74,6 +74,11 @@ std::vector<FolderEntry> listFolder(const std::string& folder)
     return out;
 }
 
+bool isReadFailure(const Error& e)
+{
+    return e.kind() == ErrorKind::Io || e.kind() == ErrorKind::Cancelled;
+}
+
 bool canListFolder(const std::string& folder)
 {
     return !isUrl(folder) || remoteCanList(folder);

@@ -79,6 +79,11 @@ struct FolderEntry
     std::string location; ///< childLocation(folder, name)
 };
 std::vector<FolderEntry> listFolder(const std::string& folder);
+class Error;
+/// whether @p e says that a location could not be read (ErrorKind::Io: gone, refused, an object store's 403 or 5xx, a
+/// dropped connection; or a cancel) rather than what its bytes are. A format's probe rethrows such an error: taken
+/// for "not this format", a refused read became "holds none of the checkpoint formats"
+bool isReadFailure(const Error& e);
 /// whether folderEntries() works for @p folder (local folders and object stores: yes; plain HTTP: no)
 bool canListFolder(const std::string& folder);
 
