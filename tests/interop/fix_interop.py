@@ -2,13 +2,19 @@
 """Interop for `optscope-cli fix`: real PyTorch loads each fixed file into the target model's optimizer without error,
 and the loaded state equals the original's (by position: same parameters, same numbers).
 
-    torch-python fix_interop.py CASE FIXED ORIGINAL
+    torch-python fix_interop.py CASE FIXED ORIGINAL [+ CASE FIXED ORIGINAL ...]
+
+(several cases in one run, separated by "+": make_fixtures.run_commands)
 """
+import os
 import sys
 
 import torch
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fixtures import run_commands  # noqa: E402
 
 
 def mlp():
@@ -37,8 +43,8 @@ def same_state(a, b):
             assert torch.equal(vx, vy), f"parameter {i} {k} differs"
 
 
-def main():
-    case, fixed_path, original_path = sys.argv[1:4]
+def main(args):
+    case, fixed_path, original_path = args
     fixed = torch.load(fixed_path, weights_only=True)
     original = torch.load(original_path, weights_only=True)
     model = mlp()
@@ -78,7 +84,8 @@ def main():
     else:
         raise SystemExit(f"unknown case {case}")
     print(f"fix/{case}: loaded into the target optimizer, state equals the original")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_commands(main))

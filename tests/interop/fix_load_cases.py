@@ -37,43 +37,51 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     shutil.copy(maker, os.path.join(work, "make_load_cases.py"))
-    passed = failed = 0
+    # fix and diagnose every case first, then PyTorch's verdicts on every fixed file in one run of it (a start of
+    # PyTorch costs seconds), then the comparison
+    errors_of, diag_of = {}, {}
     for case, extra in CASES.items():
         src = os.path.join(cases, case)
         dst = os.path.join(work, case)
         shutil.copytree(src, dst)
         ref = ["--model", os.path.join(dst, "model.pt"), "--target-optim", os.path.join(dst, "target_optim.pt")]
         fixed = os.path.join(dst, "fixed.pt")
-        errors = []
+        errors = errors_of[case] = []
         r = run([cli, "fix", os.path.join(dst, "optim.pt"), *ref, "-o", fixed, "--no-fsync", "--json", *extra])
         if r.returncode != 0:
             errors.append(f"fix exited {r.returncode}: {r.stderr.strip()}")
-        else:
-            # what fix says it did (the fixed copy diagnosed again) must be what diagnose then finds
-            after_fix = json.loads(r.stdout)["after_fix"]
-            r = run([cli, "diagnose", fixed, *ref, "--json"])
-            diag = json.loads(r.stdout)
-            left = [f for f in diag["findings"] if f["severity"] == "error"]
-            errors += [f"after fix: error [{f['code']}] {f['message']}" for f in left]
-            if after_fix["no_errors_left"] != (not left):
-                errors.append(f"fix said no_errors_left={after_fix['no_errors_left']}, diagnose found {len(left)}")
-            if not after_fix["resolved"]:
-                errors.append("fix said it resolved nothing")
-            still = {c["code"] for c in after_fix["remaining"] + after_fix["added"]}
-            found = {f["code"] for f in diag["findings"] if f["severity"] != "info"}
-            if still != found:
-                errors.append(f"fix said {sorted(still)} remain, diagnose found {sorted(found)}")
-            r = run([torch_python, "make_load_cases.py", "verdicts", case, os.path.join(case, "fixed.pt")], cwd=work)
-            if r.returncode != 0:
-                errors.append(f"PyTorch verdicts failed: {r.stderr.strip()[-2000:]}")
-            else:
-                torch_verdicts = json.loads(r.stdout)["verdicts"]
-                before = json.load(open(os.path.join(src, "case.json")))["verdicts"]
-                for path, want in torch_verdicts.items():
-                    errors += ["fixed file: " + e for e in compare(path, want, diag["verdicts"].get(path, {}))]
-                    if before.get(path, {}).get("loads") is False and path != "fsdp1.optim_state_dict_to_load":
-                        if want.get("loads") is not True:
-                            errors.append(f"{path} still fails after fix: {want}")
+            continue
+        # what fix says it did (the fixed copy diagnosed again) must be what diagnose then finds
+        after_fix = json.loads(r.stdout)["after_fix"]
+        r = run([cli, "diagnose", fixed, *ref, "--json"])
+        diag = diag_of[case] = json.loads(r.stdout)
+        left = [f for f in diag["findings"] if f["severity"] == "error"]
+        errors += [f"after fix: error [{f['code']}] {f['message']}" for f in left]
+        if after_fix["no_errors_left"] != (not left):
+            errors.append(f"fix said no_errors_left={after_fix['no_errors_left']}, diagnose found {len(left)}")
+        if not after_fix["resolved"]:
+            errors.append("fix said it resolved nothing")
+        still = {c["code"] for c in after_fix["remaining"] + after_fix["added"]}
+        found = {f["code"] for f in diag["findings"] if f["severity"] != "info"}
+        if still != found:
+            errors.append(f"fix said {sorted(still)} remain, diagnose found {sorted(found)}")
+    pairs = [a for case in diag_of for a in (case, os.path.join(case, "fixed.pt"))]
+    r = run([torch_python, "make_load_cases.py", "verdicts-many", *pairs], cwd=work)
+    if r.returncode != 0:
+        for case in diag_of:
+            errors_of[case].append(f"PyTorch verdicts failed: {r.stderr.strip()[-2000:]}")
+    else:
+        for case, res in zip(diag_of, json.loads(r.stdout)):
+            errors = errors_of[case]
+            torch_verdicts = res["verdicts"]
+            before = json.load(open(os.path.join(cases, case, "case.json")))["verdicts"]
+            for path, want in torch_verdicts.items():
+                errors += ["fixed file: " + e for e in compare(path, want, diag_of[case]["verdicts"].get(path, {}))]
+                if before.get(path, {}).get("loads") is False and path != "fsdp1.optim_state_dict_to_load":
+                    if want.get("loads") is not True:
+                        errors.append(f"{path} still fails after fix: {want}")
+    passed = failed = 0
+    for case, errors in errors_of.items():
         if errors:
             failed += 1
             print(f"FAIL {case}:")

@@ -11,6 +11,7 @@
                                                        (full_state_dict=True) must equal src.ref.pt bit for bit
     torch-python reshard_interop.py load_ranks OUTDIR M  the same from rs_ranks_M, the reshard of OUTDIR/src_ranks:
                                                        the source's state as per-rank torch.save files (DTensors)
+Several commands in one run: separated by "+" (make_fixtures.run_commands).
 """
 import os
 import random
@@ -22,7 +23,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, StateDictOptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fixtures import Net, fake_steps, spawn  # noqa: E402
+from make_fixtures import Net, fake_steps, run_commands, spawn  # noqa: E402
 from gather_interop import WideBlock, WideNet, same  # noqa: E402
 
 
@@ -147,12 +148,16 @@ def load(out, m, name="rs"):
     return 1 if errors else 0
 
 
+def main(args):
+    if args[0] == "make":
+        make(args[1])
+        return 0
+    if args[0] == "load_fsdp1":
+        return load_fsdp1(args[1], int(args[2]))
+    if args[0] == "load_ranks":
+        return load(args[1], int(args[2]), "rs_ranks")
+    return load(args[1], int(args[2]))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "make":
-        make(sys.argv[2])
-    elif sys.argv[1] == "load_fsdp1":
-        sys.exit(load_fsdp1(sys.argv[2], int(sys.argv[3])))
-    elif sys.argv[1] == "load_ranks":
-        sys.exit(load(sys.argv[2], int(sys.argv[3]), "rs_ranks"))
-    else:
-        sys.exit(load(sys.argv[2], int(sys.argv[3])))
+    sys.exit(run_commands(main))

@@ -3,12 +3,13 @@
 get_state_dict(..., full_state_dict=True) gives. With "orig" the run uses use_orig_params=True (one id per
 parameter, each rank's state its slice of it) and writes to OUTDIR/w<W>_orig.
 
-    torch-python unflatten_interop.py make OUTDIR W [orig]  OUTDIR/w<W>/optim_rank<r>.pt (raw, {"optim": osd}),
+    torch-python unflatten_interop.py make OUTDIR w<W>[_orig]  OUTDIR/w<W>/optim_rank<r>.pt (raw, {"optim": osd}),
                                                         OUTDIR/w<W>/model (DCP of get_state_dict), and
                                                         OUTDIR/w<W>/full.pt ({"optim": full osd}, the reference)
     (optscope-cli unflatten OUTDIR/w<W>/optim_rank*.pt --model OUTDIR/w<W>/model --units ... -o .../ours.pt)
-    torch-python unflatten_interop.py compare OUTDIR W [orig]  torch.load both (weights_only) and compare: same nesting, key
-                                                        order, bit-identical tensors, equal values
+    torch-python unflatten_interop.py compare OUTDIR w<W>[_orig]  torch.load both (weights_only) and compare: same
+                                                        nesting, key order, bit-identical tensors, equal values
+Several commands in one run: separated by "+" (make_fixtures.run_commands).
 """
 import os
 import random
@@ -20,7 +21,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, StateDictOptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fixtures import spawn  # noqa: E402
+from make_fixtures import run_commands, spawn  # noqa: E402
 from gather_interop import WideBlock, WideNet, same  # noqa: E402
 
 
@@ -50,25 +51,29 @@ def _worker(rank, world, port, out, seed, orig):
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
-    mode, out, world = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    orig = sys.argv[4:] == ["orig"]
-    d = os.path.join(out, f"w{world}" + ("_orig" if orig else ""))
+def main(args):
+    mode, out, name = args  # name: w<W>, or w<W>_orig for use_orig_params=True
+    world, orig = int(name[1:].split("_")[0]), name.endswith("_orig")
+    d = os.path.join(out, name)
     if mode == "make":
         os.makedirs(d, exist_ok=True)
         seed = random.SystemRandom().randint(0, 10**6)
-        print("seed", seed)
+        print(name, "seed", seed)
         spawn(_worker, world, d, seed, orig)
-    else:
-        ref = torch.load(os.path.join(d, "full.pt"), weights_only=True)
-        ours = torch.load(os.path.join(d, "ours.pt"), weights_only=True)
-        errors = []
-        # use_orig_params=True: PyTorch's full state lists the parameters in an order that varies from run to run
-        # (seen: model order, and sorted by name), so only its dicts' key sets are compared; lists (param_groups'
-        # params) keep their order
-        same(ref, ours, f"W={world}", errors, ordered=not orig)
-        what = "use_orig_params=True" if orig else "use_orig_params=False"
-        print(f"unflatten of {world} raw FSDP1 ranks ({what}): {'equal to get_state_dict(full_state_dict=True)' if not errors else 'DIFFERENT'}")
-        for e in errors[:20]:
-            print("   ", e)
-        sys.exit(1 if errors else 0)
+        return 0
+    ref = torch.load(os.path.join(d, "full.pt"), weights_only=True)
+    ours = torch.load(os.path.join(d, "ours.pt"), weights_only=True)
+    errors = []
+    # use_orig_params=True: PyTorch's full state lists the parameters in an order that varies from run to run
+    # (seen: model order, and sorted by name), so only its dicts' key sets are compared; lists (param_groups'
+    # params) keep their order
+    same(ref, ours, f"W={world}", errors, ordered=not orig)
+    what = "use_orig_params=True" if orig else "use_orig_params=False"
+    print(f"unflatten of {world} raw FSDP1 ranks ({what}): {'equal to get_state_dict(full_state_dict=True)' if not errors else 'DIFFERENT'}")
+    for e in errors[:20]:
+        print("   ", e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_commands(main))

@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Interop for DeepSpeed ZeRO checkpoints: what optscope makes of them, loaded by real PyTorch.
 
-    torch-python zero_reshard_interop.py STAGEDIR M...
+    torch-python zero_reshard_interop.py STAGEDIR M... [+ STAGEDIR M...] [+ synthetic VARIANTDIR M...]
+
+(several commands in one run, separated by "+": make_fixtures.run_commands; "synthetic" is
+zero_synthetic_interop.py's check)
 
 STAGEDIR holds one DeepSpeed sample (tests/data/zero/stageN: ckpt/, fp32/pytorch_model.bin from zero_to_fp32,
 universal/ from ds_to_universal, reference.pt with the parameters gathered in the training processes) plus
@@ -17,7 +20,8 @@ import os
 import sys
 
 import torch
-from make_fixtures import spawn  # noqa: E402
+from make_fixtures import run_commands, spawn  # noqa: E402
+import zero_synthetic_interop  # noqa: E402
 from zero_synthetic_interop import load_worker  # noqa: E402
 
 GROUPS = [["inp.weight", "hid.weight", "out.weight"], ["emb_scale", "inp.bias", "hid.bias", "out.bias"]]
@@ -81,5 +85,12 @@ def main(stage_dir, worlds):
     return 1 if errors else 0
 
 
+def command(args):
+    """STAGEDIR M..., or synthetic VARIANTDIR M... (zero_synthetic_interop.py's check, in the same run)"""
+    if args[0] == "synthetic":
+        return zero_synthetic_interop.main(args[1], [int(x) for x in args[2:]])
+    return main(args[0], [int(x) for x in args[1:]])
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], [int(x) for x in sys.argv[2:]]))
+    sys.exit(run_commands(command))
