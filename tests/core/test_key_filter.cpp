@@ -4,6 +4,7 @@
 // NaN in model.0.bias, inf in the Adam moments of that bias; written by tests/fixtures/make_fixtures.py).
 #include "optscope/analysis/key_filter.h"
 #include "optscope/base/error.h"
+#include "optscope/base/pattern.h"
 #include "optscope/formats/checkpoint_loader.h"
 
 #include <gtest/gtest.h>
@@ -73,6 +74,34 @@ TEST(KeyFilter, RegularExpressions)
     const KeyFilter bad = KeyFilter::parse("/blocks[/");
     EXPECT_NE(bad.error(), "");
     EXPECT_FALSE(bad.matchesKey(key));
+}
+
+// Pattern (base/pattern.h): the one place std::regex is compiled, for the key filter and the readers' file names
+TEST(Pattern, MatchesWholeOrSearchesAndGivesTheGroups)
+{
+    const Pattern optim(R"(^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_?optim_states\.pt$)");
+    std::vector<std::string> g;
+    ASSERT_TRUE(optim.matches("zero_pp_rank_12_mp_rank_03_optim_states.pt", &g));
+    EXPECT_EQ(g, (std::vector<std::string> {"zero_pp_rank_12_mp_rank_03_optim_states.pt", "", "12", "03"}));
+    ASSERT_TRUE(optim.matches("bf16_zero_pp_rank_0_mp_rank_00optim_states.pt", &g));
+    EXPECT_EQ(g[1], "bf16_");
+    EXPECT_FALSE(optim.matches("zero_pp_rank_0_mp_rank_00_optim_states.pt.tmp"));
+
+    const Pattern digits(R"((\d+)$)");
+    EXPECT_FALSE(digits.matches("global_step12")); // matches() is the whole text,
+    ASSERT_TRUE(digits.search("global_step12", &g)); // search() any part of it
+    EXPECT_EQ(g, (std::vector<std::string> {"12", "12"}));
+    EXPECT_FALSE(digits.search("global_step"));
+
+    EXPECT_TRUE(Pattern("QKV", true).search("attn.qkv.weight"));
+    EXPECT_FALSE(Pattern("QKV").search("attn.qkv.weight"));
+    // a std::string_view that is not the whole string: only its own characters are matched
+    const std::string text = "rank7.pt and more";
+    EXPECT_TRUE(Pattern(R"(rank\d\.pt)").matches(std::string_view(text).substr(0, 8)));
+
+    EXPECT_THROW(Pattern("blocks["), BadPattern);
+    Pattern moved = Pattern("a+");
+    EXPECT_TRUE(moved.matches("aaa"));
 }
 
 TEST(KeyFilter, MalformedPredicatesSayWhy)

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/key_filter.h"
 #include "optscope/base/error.h"
+#include "optscope/base/pattern.h"
 #include "optscope/tensor/tensor_stats.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <regex>
+#include <optional>
 
 namespace optscope {
 
@@ -15,7 +16,7 @@ struct KeyFilter::Term
     TermKind kind = TermKind::Contains;
     bool negated = false;
     std::string text; ///< Contains/Glob: lower-cased pattern
-    std::regex regex;
+    std::optional<Pattern> regex; ///< Regex: the expression, case-insensitive
     DType dtype = DType::Unknown;
     Compare compare = Compare::Greater;
     double bound = 0.0;
@@ -142,9 +143,9 @@ KeyFilter KeyFilter::parse(const std::string& text)
         if ((word.size() >= 2 && word.front() == '/' && word.back() == '/') || lw.rfind("re:", 0) == 0) {
             const std::string pattern = word.front() == '/' ? word.substr(1, word.size() - 2) : word.substr(3);
             try {
-                term->regex = std::regex(pattern, std::regex::ECMAScript | std::regex::icase);
+                term->regex.emplace(pattern, true);
                 term->kind = TermKind::Regex;
-            } catch (const std::regex_error& e) {
+            } catch (const BadPattern& e) {
                 fail("'" + word + "' is not a regular expression: " + e.what());
                 continue;
             }
@@ -225,7 +226,7 @@ bool KeyFilter::matches(const std::string& key, const Entry* entry, const ValueF
             holds = globMatch(t->text, key);
             break;
         case TermKind::Regex:
-            holds = std::regex_search(key, t->regex);
+            holds = t->regex->search(key);
             break;
         case TermKind::DType:
             if (!entry) continue; // not an entry of a checkpoint: only key terms apply

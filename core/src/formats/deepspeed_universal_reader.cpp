@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/deepspeed_universal_reader.h"
+#include "optscope/base/pattern.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/deepspeed_common.h"
 #include "optscope/formats/torch_save_reader.h"
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -54,9 +54,9 @@ bool DeepSpeedUniversalReader::looksLikeUniversal(const std::string& path)
     fs::path p(path);
     if (!isFolder(p)) {
         // a file: one of the model states files directly in a universal folder (any other file opens on its own)
-        static const std::regex states(R"(^(zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$)");
+        static const Pattern states(R"(^(zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$)");
         const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-        return std::regex_match(p.filename().string(), states) && isUniversalFolder(parent);
+        return states.matches(p.filename().string()) && isUniversalFolder(parent);
     }
     if (isUniversalFolder(p)) return true;
     if (isFile(p / DeepSpeedUniversalReader::kLatestFile)) {

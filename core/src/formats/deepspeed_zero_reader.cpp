@@ -2,6 +2,7 @@
 #include "optscope/formats/deepspeed_zero_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
+#include "optscope/base/pattern.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/deepspeed_common.h"
 #include "optscope/formats/torch_save_reader.h"
@@ -15,7 +16,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <unordered_map>
 
@@ -45,24 +45,24 @@ int smallInt(const std::string& digits)
 
 FileName parseFileName(const std::string& name)
 {
-    static const std::regex model(R"(^mp_rank_(\d+)_model_states\.pt$)");
-    static const std::regex model3(R"(^zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt$)");
+    static const Pattern model(R"(^mp_rank_(\d+)_model_states\.pt$)");
+    static const Pattern model3(R"(^zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt$)");
     // "..._mp_rank_00optim_states.pt" is the old name DeepSpeed still accepts
-    static const std::regex optim(R"(^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_?optim_states\.pt$)");
+    static const Pattern optim(R"(^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_?optim_states\.pt$)");
     FileName f;
-    std::smatch m;
-    if (std::regex_match(name, m, model)) {
+    std::vector<std::string> m;
+    if (model.matches(name, &m)) {
         f.kind = FileName::ModelStates;
-        f.mp = smallInt(m[1].str());
-    } else if (std::regex_match(name, m, model3)) {
+        f.mp = smallInt(m[1]);
+    } else if (model3.matches(name, &m)) {
         f.kind = FileName::Zero3ModelStates;
-        f.dp = smallInt(m[1].str());
-        f.mp = smallInt(m[2].str());
-    } else if (std::regex_match(name, m, optim)) {
+        f.dp = smallInt(m[1]);
+        f.mp = smallInt(m[2]);
+    } else if (optim.matches(name, &m)) {
         f.kind = FileName::OptimStates;
-        f.bf16 = m[1].matched;
-        f.dp = smallInt(m[2].str());
-        f.mp = smallInt(m[3].str());
+        f.bf16 = !m[1].empty();
+        f.dp = smallInt(m[2]);
+        f.mp = smallInt(m[3]);
     }
     if (f.mp < 0 || (f.kind != FileName::ModelStates && f.dp < 0)) f.kind = FileName::Other;
     return f;
@@ -108,10 +108,10 @@ std::string readTag(const fs::path& file)
 /// the number in a tag "global_step12" (-1 if none), to pick the newest folder when `latest` is missing
 int64_t tagNumber(const std::string& tag)
 {
-    static const std::regex num(R"((\d+)$)");
-    std::smatch m;
-    if (!std::regex_search(tag, m, num) || m[1].str().size() > 15) return -1;
-    return std::stoll(m[1].str());
+    static const Pattern num(R"((\d+)$)");
+    std::vector<std::string> m;
+    if (!num.search(tag, &m) || m[1].size() > 15) return -1;
+    return std::stoll(m[1]);
 }
 
 std::string mpName(int mp)

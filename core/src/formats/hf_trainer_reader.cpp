@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/hf_trainer_reader.h"
 #include "optscope/base/error.h"
+#include "optscope/base/pattern.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/safetensors_reader.h"
 #include "optscope/formats/state_flattener.h"
@@ -13,7 +14,6 @@
 
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -245,14 +245,14 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     read.insert("scheduler.pt");
     read.insert("scheduler.bin");
     std::set<std::string> notRead, others;
-    static const std::regex checkpointFile(R"(.*\.(pt|pth|bin|safetensors|pkl|ckpt))");
-    static const std::regex another(R"((model|pytorch_model|optimizer|scheduler)_[0-9]+\.(safetensors|bin|pt))");
+    static const Pattern checkpointFile(R"(.*\.(pt|pth|bin|safetensors|pkl|ckpt))");
+    static const Pattern another(R"((model|pytorch_model|optimizer|scheduler)_[0-9]+\.(safetensors|bin|pt))");
     for (const FolderEntry& e : listFolder(dir)) {
         const std::string& n = e.name;
-        if (read.count(n) || !std::regex_match(n, checkpointFile) || !isFile(e.location)) continue;
+        if (read.count(n) || !checkpointFile.matches(n) || !isFile(e.location)) continue;
         if (n.find("-of-") != std::string::npos) continue; // a shard of the sharded model, read through its index
         notRead.insert(n);
-        if (std::regex_match(n, another)) others.insert(n);
+        if (another.matches(n)) others.insert(n);
     }
     std::string skipped;
     for (const auto& n : notRead)

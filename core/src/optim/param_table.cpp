@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/optim/param_table.h"
 #include "optscope/base/error.h"
+#include "optscope/base/pattern.h"
 #include "optscope/io/csv.h"
 #include "optscope/model/flat_param_layout.h"
 #include "optscope/optim/fqn_normalizer.h"
@@ -8,7 +9,7 @@
 
 #include <algorithm>
 #include <fstream>
-#include <regex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -97,8 +98,8 @@ bool trainerDecaysByName(const std::string& fqn, bool legacy)
     std::string lower = fqn;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
     if (legacy) return lower.find("bias") == std::string::npos;
-    static const std::regex forbidden("bias|layernorm|rmsnorm|(?:^|\\.)norm(?:$|\\.)|_norm(?:$|\\.)");
-    return !std::regex_search(lower, forbidden);
+    static const Pattern forbidden("bias|layernorm|rmsnorm|(?:^|\\.)norm(?:$|\\.)|_norm(?:$|\\.)");
+    return !forbidden.search(lower);
 }
 
 namespace {
@@ -140,13 +141,12 @@ std::vector<std::string> guessUnits(const Checkpoint& model)
     std::vector<std::string> units;
     try {
         const Fsdp1Model m = Fsdp1Model::fromCheckpoint(model, {});
-        static const std::regex item("^(.*?\\.\\d+)\\.");
+        static const Pattern item("^(.*?\\.\\d+)\\.");
+        std::vector<std::string> groups;
         for (const auto& u : m.units)
             for (const auto& [fqn, shape] : u.params) {
-                std::smatch sm;
-                if (std::regex_search(fqn, sm, item)
-                    && std::find(units.begin(), units.end(), sm[1].str()) == units.end())
-                    units.push_back(sm[1].str());
+                if (item.search(fqn, &groups) && std::find(units.begin(), units.end(), groups[1]) == units.end())
+                    units.push_back(groups[1]);
             }
     } catch (const Error&) { }
     return units;
@@ -200,10 +200,11 @@ bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view
         }
         if (!world) continue;
         // which rank wrote this file, if its name says so (optim_rank1.pt)
-        static const std::regex rankRe("rank[_-]?(\\d+)");
+        static const Pattern rankRe("rank[_-]?(\\d+)");
         const std::string base = checkpoint.path.substr(checkpoint.path.find_last_of('/') + 1);
-        std::smatch rm;
-        const int fileRank = std::regex_search(base, rm, rankRe) ? std::stoi(rm[1].str()) : -1;
+        std::vector<std::string> rm;
+        // (up to 9 digits: a longer number is no rank, and std::stoi would throw)
+        const int fileRank = rankRe.search(base, &rm) && rm[1].size() <= 9 ? std::stoi(rm[1]) : -1;
         notes.push_back("raw FSDP1 optimizer state (use_orig_params=False): " + std::to_string(ids.size())
             + " flat parameters over " + std::to_string(world) + " ranks, units "
             + (units.empty() ? std::string("(root only)") : join(units, ", ")) + ", parameters from " + model.path);
