@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 namespace optscope::cli {
 

@@ -7,6 +7,7 @@
 #include "optscope/io/job.h"
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 namespace optscope::cli {
 

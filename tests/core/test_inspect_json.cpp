@@ -5,6 +5,7 @@
 #include "optscope/formats/checkpoint_loader.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 using namespace optscope;

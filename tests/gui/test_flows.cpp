@@ -40,6 +40,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <unistd.h>
 

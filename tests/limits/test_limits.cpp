@@ -29,6 +29,7 @@
 #include <gtest/gtest.h>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <sys/resource.h>

@@ -9,6 +9,7 @@
 #include <QFile>
 #include <QSaveFile>
 #include <QStringList>
+#include <nlohmann/json.hpp>
 
 namespace optscope::ui {
 

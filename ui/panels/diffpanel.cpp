@@ -44,6 +44,7 @@
 #include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <nlohmann/json.hpp>
 
 #include <mutex>
 #include <set>

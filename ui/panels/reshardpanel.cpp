@@ -34,6 +34,7 @@
 #include <QToolButton>
 #include <QTreeView>
 #include <QVBoxLayout>
+#include <nlohmann/json.hpp>
 
 #include <set>
 

@@ -23,6 +23,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 namespace optscope {

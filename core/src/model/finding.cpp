@@ -3,6 +3,7 @@
 #include "optscope/base/display_text.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 namespace optscope {

@@ -6,7 +6,7 @@
 #include "optscope/model/finding.h"
 #include "optscope/optim/param_table.h"
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
 #include <optional>
 #include <string>

@@ -8,7 +8,7 @@
 #include "optscope/base/progress.h"
 #include "optscope/model/checkpoint.h"
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
 #include <string>
 #include <vector>

@@ -4,7 +4,7 @@
 // One finding type for check and diagnose, and one registry of codes: a code always has the same name, severity and
 // meaning whichever command reports it (the README lists the registry; `optscope-cli codes` prints it).
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
 #include <cstdint>
 #include <string>

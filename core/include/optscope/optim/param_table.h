@@ -22,7 +22,7 @@
 #include "optscope/optim/optimizer_kind.h"
 #include "optscope/optim/optimizer_view.h"
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
 #include <map>
 #include <optional>
