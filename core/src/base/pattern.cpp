@@ -15,7 +15,7 @@ Pattern::Pattern(std::string_view expression, bool ignoreCase)
     auto flags = std::regex::ECMAScript;
     if (ignoreCase) flags |= std::regex::icase;
     try {
-        m_compiled = std::make_unique<Compiled>(Compiled{std::regex(expression.begin(), expression.end(), flags)});
+        m_compiled = std::make_unique<Compiled>(Compiled {std::regex(expression.begin(), expression.end(), flags)});
     } catch (const std::regex_error& e) {
         throw BadPattern(e.what());
     }
