@@ -23,7 +23,9 @@ sets; fault cases start the processes from here with the same variables and one 
   - OPTSCOPE_JOB_TEST_QUICK=1 (the sanitizer build): every kind of case, on fewer fixtures, one output format (--json)
     and one process count per command where the full run tries several;
   - a reshard to S3 (moto_server) by 2 processes: the objects byte-identical to one process's local files; a gather
-    from S3 by 3 processes: the one-process file; a gather to S3 as a job: refused, nothing uploaded.
+    from S3 by 3 processes: the one-process file; check --no-data of it by 3 processes: only rank 0 reads; a gather to S3 by 3 and 6 processes (each its share of one
+    multipart upload; at 6, runs shorter than S3's 5 MiB part joined to others'): the one-process file byte for byte,
+    loaded by PyTorch equal to its own conversion; a process killed mid-upload: no object, no upload left.
 """
 import os
 import resource
@@ -201,7 +203,7 @@ def checks():
     report byte for byte, every process exits as one process does (findings: 1)"""
     for path in [os.path.join(DATA, c) for c in (CHECKS_QUICK if QUICK else CHECKS)] + damaged_copies():
         name = os.path.relpath(path, DATA) if path.startswith(DATA) else os.path.basename(path) + " (damaged)"
-        # (--no-data: metadata only, done whole by every process, which must still exit as rank 0 does)
+        # (--no-data: metadata only, read by rank 0 alone; every process must still exit as rank 0 does)
         variants = (("--json", "torchrun", 3), (None, "slurm", 2), ("--no-data", "torchrun", 2))
         for fmt, style, n in variants[::2] if QUICK else variants:
             args = ["check", path] + ([fmt] if fmt else [])
@@ -472,13 +474,65 @@ def s3():
         same = rc == 0 and all(c == 0 for c, _, _ in res) and open(one, "rb").read() == open(three, "rb").read()
         check(same, f"gather from s3:// by 3 processes: the one-process file, byte for byte ({err.strip()[-200:]}; "
               f"{res[0][2].strip()[-200:]})")
-        res = launch("torchrun", 2, ["gather", src, "-o", "s3://ckpt/one.pt"], os.path.join(WORK, "logs", "s3g"),
-                     env=env)
-        keys = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "one.pt").split()
-        check(all(c == 2 for c, _, _ in res) and "written by one process" in res[0][2] and keys == [],
-              f"gather to s3:// as a job: a clear refusal, nothing uploaded ({res[0][2].strip()[-200:]}; {keys})")
+        # metadata only: rank 0 reads it alone, the others wait for its status (remote: 0 requests)
+        rc, out1, _ = run1(["check", "s3://ckpt/job5", "--no-data"], env=env)
+        res = launch("torchrun", 3, ["--remote-stats", "check", "s3://ckpt/job5", "--no-data"],
+                     os.path.join(WORK, "logs", "s3c"), env=env)
+        check(rc == 0 and all(c == rc for c, _, _ in res) and res[0][1] == out1
+              and "remote: 0 requests" not in res[0][2] and all("remote: 0 requests," in e for _, _, e in res[1:]),
+              f"check --no-data of s3:// by 3 processes: rank 0's report, only rank 0 reads the metadata "
+              f"({[c for c, _, _ in res]}; {[e.strip()[-80:] for _, _, e in res]})")
+        gather_to_s3(s3work, port, env)
     finally:
         servers.stop(procs)
+
+
+def gather_to_s3(s3work, port, env):
+    """gather into one object by several processes: each streams its run of records as its share of rank 0's
+    multipart upload, which rank 0 completes"""
+    big = os.path.join(s3work, "big")
+    servers.torch_check(TORCH_PYTHON, s3work, "make-big-dcp", "big")  # and big.converted.pt, PyTorch's conversion
+    for style, n in (("slurm", 6),) if QUICK else (("torchrun", 3), ("slurm", 6)):
+        name = f"g{n}.pt"  # the archive's records are named after the file: the one-process file has the same name
+        os.makedirs(os.path.join(s3work, "one"), exist_ok=True)
+        rc, _, err = run1(["gather", big, "-o", os.path.join(s3work, "one", name)])
+        res = launch(style, n, ["gather", big, "-o", f"s3://ckpt/gathered/{name}"], os.path.join(WORK, "logs", "s3g"),
+                     env=env)
+        try:
+            servers.s3_put(TORCH_PYTHON, s3work, port, "--get", f"gathered/{name}", name)
+        except subprocess.CalledProcessError:
+            pass  # not there: the check below says so
+        same = rc == 0 and all(c == 0 for c, _, _ in res) and all(o == "" for _, o, _ in res[1:]) \
+            and os.path.isfile(os.path.join(s3work, name)) \
+            and open(os.path.join(s3work, "one", name), "rb").read() == open(os.path.join(s3work, name), "rb").read()
+        check(same, f"gather to s3:// by {n} processes: the one-process file, byte for byte ({err.strip()[-200:]}; "
+              f"{[c for c, _, _ in res]}; {res[0][2].strip()[-200:]})")
+        got, said = servers.torch_check(TORCH_PYTHON, s3work, "load-pt", name, "big.converted.pt")
+        check(got == 0 and "equal" in said, f"torch.load reads the {n}-process upload, equal to PyTorch's "
+              f"dcp_to_torch_save ({said})")
+    # a process killed while it writes its share: rank 0 aborts the upload, nothing appears
+    fifo = os.path.join(WORK, "pause-s3")
+    for s in (".in", ".out"):
+        if os.path.exists(fifo + s):
+            os.unlink(fifo + s)
+        os.mkfifo(fifo + s)
+    port2 = servers.free_port()
+    command = ["gather", big, "-o", "s3://ckpt/killed/g.pt"]
+    job = {k: env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_PROFILE",
+                               "HOME")}
+    procs = [start(0, 3, port2, command, **job),
+             start(1, 3, port2, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo, **job),
+             start(2, 3, port2, command, **job)]
+    with open(fifo + ".out") as f:
+        said = f.readline().strip()
+    procs[1].kill()
+    codes, errs, secs = finish(procs, 60)
+    left = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "killed/").split() \
+        + servers.s3_put(TORCH_PYTHON, s3work, port, "--uploads", "killed/").split()
+    check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
+          and "rank 1 stopped answering" in errs[0] and left == [],
+          f"gather to s3://: a process killed mid-upload: the others exit non-zero in {secs:.1f} s naming rank 1, no "
+          f"object and no upload left ({codes}; {errs[0].strip()[-200:]}; {left})")
 
 
 def reference(src):

@@ -5,6 +5,9 @@
     torch_check.py make-many OUT.pt                SGD momentum of 3,000 small parameters (a DCP of many small items)
     torch_check.py make-sorted-dcp OUT_DIR         dcp.save of 2,000 small tensors of varied sizes: PyTorch's writer
                                                    puts them in its file largest first, far from the keys' order
+    torch_check.py make-big-dcp OUT_DIR            dcp.save of AdamW's state of 8 parameters, 21 MB in all (a torch.save
+                                                   file gathered from it by 3 processes is 3 shares of an upload), and
+                                                   OUT_DIR.converted.pt, PyTorch's dcp_to_torch_save of it
     torch_check.py load-pt A.pt B.pt               torch.load(weights_only=True) of both; equal tensors and values
     torch_check.py load-dcp DIR REFERENCE_DIR      DCP's own loader (dcp_to_torch_save) of both; equal
 """
@@ -42,6 +45,16 @@ elif cmd == "make-sorted-dcp":
     g = torch.Generator().manual_seed(13)
     state = {f"layer{i}.weight": torch.randn(8 + i * 7919 % 997, generator=g) for i in range(2000)}
     dcp.save(state, checkpoint_id=sys.argv[2])  # no process group: one rank, FileSystemWriter's defaults
+elif cmd == "make-big-dcp":
+    import torch.distributed.checkpoint as dcp
+    model = torch.nn.Sequential(*[torch.nn.Linear(400 + 40 * i, 400, bias=i % 2 == 0) for i in range(8)])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(17)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=g)
+    opt.step()
+    dcp.save({"model": model.state_dict(), "optim": opt.state_dict()}, checkpoint_id=sys.argv[2])
+    dcp_to_torch_save(sys.argv[2], sys.argv[2] + ".converted.pt")
 elif cmd == "load-pt":
     a, b = (torch.load(p, weights_only=True) for p in sys.argv[2:4])
     assert equal(a, b), "the files differ"

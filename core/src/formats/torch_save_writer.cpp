@@ -483,18 +483,54 @@ WriteStats TorchSaveWriter::writeArchive(
     return stats;
 }
 
-/// The archive written by the processes of a job into one file, byte-identical to one process's: every record's
-/// offset follows from the names and sizes (ZipWriter::recordSpan), so each process writes its run of tensor records
-/// at their offsets into rank 0's temporary (a shared file system), then says what it wrote (the CRCs); rank 0
-/// writes the pickle, the small records and, once every process is done, the central directory, and renames it.
+namespace {
+
+/// An object written by a job is uploaded in shares, one run of records per process (OutputFile::beginShare), and
+/// every share but the last must be OutputFile::kMinShareBytes long. A run shorter than that joins the run before
+/// it (rank 0's run holds the archive's head, the pickle and byteorder records of @p headBytes); a short last run
+/// joins the one before it, too. @p owner: tensor -> process, runs in order; @p span: tensor -> its record's bytes.
+std::vector<int> joinShortRuns(
+    const std::vector<int>& owner, const std::function<uint64_t(size_t)>& span, uint64_t headBytes, uint64_t minBytes)
+{
+    std::vector<int> joined(owner.size());
+    int current = 0, previous = -1;
+    uint64_t bytes = headBytes;
+    size_t currentFirst = 0;
+    for (size_t k = 0; k < owner.size(); ++k) {
+        if (owner[k] != current && bytes >= minBytes) {
+            previous = current;
+            current = owner[k];
+            currentFirst = k;
+            bytes = 0;
+        }
+        joined[k] = current;
+        bytes += span(k);
+    }
+    if (bytes < minBytes && previous >= 0)
+        std::fill(joined.begin() + static_cast<std::ptrdiff_t>(currentFirst), joined.end(), previous);
+    return joined;
+}
+
+/// one process's run of the archive's records [first, end) in the file's order
+struct ArchiveShare
+{
+    int rank;
+    size_t first;
+    size_t end;
+};
+
+} // namespace
+
+/// The archive written by the processes of a job into one output, byte-identical to one process's: every record's
+/// offset follows from the names and sizes (ZipWriter::recordSpan), so each process writes its run of records at
+/// their offsets, then says what it wrote (the CRCs). Rank 0 writes the pickle and the small records with its run
+/// and, once every process is done, the central directory, and publishes the output. A file: every process writes
+/// into rank 0's temporary (a shared file system), which rank 0 renames. An object: every process streams its run
+/// as its share of rank 0's multipart upload (its own parts), which rank 0 completes with every process's parts.
 static WriteStats writeArchiveAsJob(
     const StateTree& tree, const std::string& path, const Progress& progress, const WriteOptions& options)
 {
     Job& job = Job::current();
-    if (isUrl(path))
-        throw Error(ErrorKind::Usage, displayLocation(path),
-            "a torch.save file on object storage is written by one process: run gather alone, or as a job into a "
-            "shared folder and upload the file");
     checkWritableDtypes(tree, path);
     const std::string prefix = TorchSaveWriter::archivePrefix(path);
     const std::string pickle = TreePickler(tree, path).run();
@@ -516,7 +552,20 @@ static WriteStats writeArchiveAsJob(
     std::vector<uint64_t> offsets {0};
     for (size_t i = 0; i < names.size(); ++i)
         offsets.push_back(offsets[i] + ZipWriter::recordSpan(names[i], offsets[i], sizes[i]));
-    const std::vector<int> owner = splitContiguous(weights, job.size());
+    std::vector<int> owner = splitContiguous(weights, job.size());
+    const bool upload = isUrl(path);
+    if (upload)
+        owner = joinShortRuns(
+            owner, [&](size_t k) { return offsets[k + 3] - offsets[k + 2]; }, offsets[2], OutputFile::kMinShareBytes);
+    // the runs in the file's order; the last record (version) and the central directory are rank 0's, after the
+    // last run: with it when that is rank 0's, else a share of their own
+    const auto ownerOf = [&](size_t i) { return i < 2 || i + 1 == names.size() ? 0 : owner[i - 2]; };
+    std::vector<ArchiveShare> shares;
+    for (size_t i = 0; i < names.size(); ++i)
+        if (shares.empty() || shares.back().rank != ownerOf(i))
+            shares.push_back({ownerOf(i), i, i + 1});
+        else
+            shares.back().end = i + 1;
     const std::string fingerprint = std::to_string(names.size()) + " records, " + std::to_string(offsets.back())
         + " bytes, pickle " + std::to_string(std::hash<std::string> {}(pickle));
 
@@ -528,7 +577,7 @@ static WriteStats writeArchiveAsJob(
         std::unique_ptr<OutputFile> out;
         if (job.isRoot()) {
             out = std::make_unique<OutputFile>(path, inner);
-            job.broadcast("torch-save-start", out->tempPath() + "\n" + fingerprint);
+            job.broadcast("torch-save-start", out->shareWithJob() + "\n" + fingerprint);
         } else {
             const std::string start = job.broadcast("torch-save-start", {});
             const size_t nl = start.find('\n');
@@ -551,19 +600,28 @@ static WriteStats writeArchiveAsJob(
             if (out->position() != offsets[i + 1])
                 throw Error(ErrorKind::Format, path, "record '" + names[i] + "' did not end where it was planned to");
         };
-        if (job.isRoot()) {
-            writeRecord(0, [&] { zip.addRecord(names[0], pickle.data(), pickle.size()); });
-            writeRecord(1, [&] { zip.addRecord(names[1], "little", 6); });
-        }
         LookAhead ahead = lookAhead(tree, [&](size_t k) { return owner[k] == job.rank(); });
-        for (size_t k = 0; k < nTensors; ++k)
-            if (owner[k] == job.rank()) {
-                ahead.before(k);
-                writeRecord(2 + k, [&] {
-                    writeTensorRecord(zip, *out, prefix, k, tree.tensors()[k], [&](uint64_t n) { written.add(n); });
-                });
+        for (size_t s = 0; s < shares.size(); ++s) {
+            if (shares[s].rank != job.rank()) continue;
+            const bool last = s + 1 == shares.size();
+            out->beginShare(offsets[shares[s].first], s, shares.size(),
+                last ? 0 : offsets[shares[s].end] - offsets[shares[s].first]);
+            for (size_t i = shares[s].first; i < shares[s].end; ++i) {
+                if (i == 0)
+                    writeRecord(0, [&] { zip.addRecord(names[0], pickle.data(), pickle.size()); });
+                else if (i == 1)
+                    writeRecord(1, [&] { zip.addRecord(names[1], "little", 6); });
+                else if (i + 1 == names.size())
+                    writeRecord(i, [&] { zip.addRecord(names[i], "3\n", 2); });
+                else {
+                    const size_t k = i - 2;
+                    ahead.before(k);
+                    writeRecord(i, [&] {
+                        writeTensorRecord(zip, *out, prefix, k, tree.tensors()[k], [&](uint64_t n) { written.add(n); });
+                    });
+                }
             }
-        if (job.isRoot()) writeRecord(names.size() - 1, [&] { zip.addRecord(names.back(), "3\n", 2); });
+        }
         written.flush();
         if (!job.isRoot()) out->commit(); // flushed and synced: rank 0 publishes the file
         if (options.beforeCommit) options.beforeCommit(); // what this process read did not change meanwhile
@@ -576,6 +634,9 @@ static WriteStats writeArchiveAsJob(
         }
         const std::vector<std::string> parts
             = job.gather("torch-save-records", wordsToPayload(part), [&] { written.showTotal(); });
+        // an object: the parts of the upload each process sent
+        const std::vector<std::string> uploaded
+            = upload ? job.gather("torch-save-parts", out->partsWritten()) : std::vector<std::string>();
         if (!job.isRoot()) {
             job.broadcast("torch-save-commit", {}); // throws unless rank 0 published the file
             return stats;
@@ -595,6 +656,7 @@ static WriteStats writeArchiveAsJob(
                 theirs.push_back({names[i], offsets[i], sizes[i], static_cast<uint32_t>(w[at + 1])});
             }
             zip.addWrittenRecords(theirs);
+            if (upload) out->addPartsWritten(uploaded[p]);
         }
         if (std::find(listed.begin(), listed.end(), false) != listed.end())
             throw Error(ErrorKind::Format, path, "a record of the archive was written by no process");

@@ -180,12 +180,20 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
     m_buffer = new char[kBufferSize];
 }
 
-OutputFile::OutputFile(std::string path, const std::string& tempPath, WriteOptions options)
+const uint64_t OutputFile::kMinShareBytes = ObjectUpload::kMinPartBytes;
+
+OutputFile::OutputFile(std::string path, const std::string& shared, WriteOptions options)
     : m_path(std::move(path))
-    , m_temp(tempPath)
     , m_joined(true)
     , m_options(std::move(options))
 {
+    if (isUrl(m_path)) {
+        m_upload = std::make_unique<ObjectUpload>(m_path, shared);
+        m_buffer = new char[kBufferSize];
+        return;
+    }
+    const std::string& tempPath = shared;
+    m_temp = tempPath;
     m_fd = ::open(tempPath.c_str(), O_WRONLY | O_CLOEXEC);
     if (m_fd < 0)
         throw Error(ErrorKind::Io, m_path,
@@ -202,13 +210,30 @@ OutputFile::~OutputFile()
     if (!m_committed && !m_joined && !m_temp.empty()) ::unlink(m_temp.c_str());
 }
 
+std::string OutputFile::shareWithJob()
+{
+    return m_upload ? m_upload->startShared() : m_temp;
+}
+
+void OutputFile::beginShare(uint64_t position, size_t index, size_t count, uint64_t bytes)
+{
+    if (!m_upload) return seek(position);
+    flushBuffer();
+    m_upload->beginShare(index, count, bytes);
+    m_position = position;
+}
+
+void OutputFile::addPartsWritten(const std::string& parts)
+{
+    if (m_upload) m_upload->addParts(parts);
+}
+
 void OutputFile::seek(uint64_t position)
 {
     if (position == m_position) return;
     if (m_upload)
         throw Error(ErrorKind::Usage, m_path,
-            "an object is written front to back: parts out of order (a torch.save file written by several "
-            "processes) cannot be streamed to object storage; write to a shared file system");
+            "an object is written front to back: bytes out of order cannot be streamed to object storage");
     flushBuffer();
     if (::lseek(m_fd, static_cast<off_t>(position), SEEK_SET) < 0)
         throw Error(ErrorKind::Io, m_path, std::string("seek failed: ") + std::strerror(errno));
@@ -320,9 +345,10 @@ void OutputFile::commit()
     flushBuffer();
     if (m_fd >= 0 && m_options.fsync && ::fsync(m_fd) != 0)
         throw Error(ErrorKind::Io, m_path, std::string("fsync failed: ") + std::strerror(errno));
-    if (m_joined) { // its maker renames it
+    if (m_joined) { // its maker renames or completes it
+        if (m_upload) m_partsWritten = m_upload->finishShare();
         m_committed = true;
-        ::close(m_fd);
+        if (m_fd >= 0) ::close(m_fd);
         m_fd = -1;
         return;
     }

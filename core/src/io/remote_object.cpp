@@ -1273,11 +1273,17 @@ struct ObjectUpload::State
     std::string shown;
     std::vector<uint8_t> filling; ///< the part being filled
     size_t fillingNumber = 1;
+    // the share being written (a job's upload; alone: one share of all parts): its last part number, and its parts'
+    // size (0: 16 MiB doubling every 1,000 parts from its first)
+    size_t shareFirst = 1;
+    size_t shareLast = kMaxParts;
+    uint64_t sharePartBytes = 0;
+    bool joined = false; ///< another process's upload: that process completes or aborts it
     std::mutex mutex;
     std::condition_variable changed;
     std::vector<std::pair<size_t, std::vector<uint8_t>>> waiting; ///< full parts not yet taken by the sender
     uint64_t heldBytes = 0; ///< of the parts waiting or being sent
-    std::vector<std::string> etags; ///< per part number - 1, once sent
+    std::vector<std::string> etags; ///< per part number - 1, once sent (empty: a number no part has)
     std::string uploadId;
     std::exception_ptr failure; ///< the sender's, thrown to the writer
     bool finishing = false; ///< no more parts come
@@ -1296,6 +1302,13 @@ ObjectUpload::ObjectUpload(const std::string& url)
     m->shown = displayLocation(url);
 }
 
+ObjectUpload::ObjectUpload(const std::string& url, const std::string& uploadId)
+    : ObjectUpload(url)
+{
+    m->uploadId = uploadId;
+    m->joined = true;
+}
+
 ObjectUpload::~ObjectUpload()
 {
     if (m->sender.joinable()) {
@@ -1308,7 +1321,7 @@ ObjectUpload::~ObjectUpload()
         m->changed.notify_all();
         m->sender.join();
     }
-    if (m->completed || m->uploadId.empty()) return;
+    if (m->completed || m->uploadId.empty() || m->joined) return;
     // an upload that does not complete leaves nothing: its parts are dropped (also when cancelled: that is why)
     try {
         const Uncancellable undo;
@@ -1324,7 +1337,8 @@ void ObjectUpload::write(const void* data, size_t size)
 {
     const auto* p = static_cast<const uint8_t*>(data);
     while (size > 0) {
-        const uint64_t partSize = partSizeOf(m->fillingNumber);
+        const uint64_t partSize
+            = m->sharePartBytes ? m->sharePartBytes : partSizeOf(m->fillingNumber - m->shareFirst + 1);
         // a full part is sent once a byte follows it: an object of exactly one part stays a single PUT
         if (m->filling.size() == partSize) sendFilledPart();
         if (m->filling.capacity() < partSize) m->filling.reserve(partSize);
@@ -1337,8 +1351,10 @@ void ObjectUpload::write(const void* data, size_t size)
 
 void ObjectUpload::sendFilledPart()
 {
-    if (m->fillingNumber >= kMaxParts)
-        throw Error(ErrorKind::Io, m->shown, "cannot write: larger than the 10,000 parts of an upload hold");
+    if (m->fillingNumber > m->shareLast)
+        throw Error(ErrorKind::Io, m->shown,
+            m->shareLast == kMaxParts ? "cannot write: larger than the 10,000 parts of an upload hold"
+                                      : "cannot write: this process's share of the upload is longer than planned");
     std::unique_lock<std::mutex> lock(m->mutex);
     const uint64_t bytes = m->filling.size();
     waitCancellable(lock, m->changed, m->shown,
@@ -1359,19 +1375,12 @@ void ObjectUpload::sendParts()
 {
     try {
         std::vector<Response> done;
-        std::vector<std::function<std::unique_ptr<Transfer>()>> start {[&] {
-            auto t = bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0);
-            t->giveUp = &m->dropped;
-            return t;
-        }};
-        performBodies(start, done, m->shown, "cannot start the upload");
-        const std::string uploadId = xmlText(done[0].body, "UploadId");
-        if (uploadId.empty())
-            throw Error(ErrorKind::Io, m->shown, "cannot start the upload: the server gave no UploadId");
+        std::string uploadId;
         {
             std::lock_guard<std::mutex> lock(m->mutex);
-            m->uploadId = uploadId;
+            uploadId = m->uploadId; // a shared upload is started (or joined) before its first part
         }
+        if (uploadId.empty()) uploadId = startShared();
         const std::string query = "uploadId=" + encodeKey(uploadId, false);
         for (;;) {
             std::vector<std::pair<size_t, std::vector<uint8_t>>> batch;
@@ -1412,29 +1421,92 @@ void ObjectUpload::sendParts()
     }
 }
 
+std::string ObjectUpload::startShared()
+{
+    std::vector<Response> done;
+    std::vector<std::function<std::unique_ptr<Transfer>()>> start {[&] {
+        auto t = bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0);
+        t->giveUp = &m->dropped;
+        return t;
+    }};
+    performBodies(start, done, m->shown, "cannot start the upload");
+    const std::string uploadId = xmlText(done[0].body, "UploadId");
+    if (uploadId.empty()) throw Error(ErrorKind::Io, m->shown, "cannot start the upload: the server gave no UploadId");
+    std::lock_guard<std::mutex> lock(m->mutex);
+    m->uploadId = uploadId;
+    return uploadId;
+}
+
+void ObjectUpload::beginShare(size_t index, size_t count, uint64_t bytes)
+{
+    const size_t block = count ? kMaxParts / count : 0;
+    if (block == 0 || index >= count)
+        throw Error(ErrorKind::Usage, m->shown,
+            "cannot write share " + std::to_string(index) + " of " + std::to_string(count)
+                + " of an upload: an upload holds at most 10,000 parts");
+    if (!m->filling.empty()) sendFilledPart(); // the previous share's last part
+    m->shareFirst = 1 + index * block;
+    m->shareLast = index + 1 == count ? kMaxParts : m->shareFirst + block - 1;
+    constexpr uint64_t kMiB = uint64_t(1) << 20;
+    m->sharePartBytes = bytes ? std::max(kSinglePut, ((bytes + block - 1) / block + kMiB - 1) / kMiB * kMiB) : 0;
+    m->fillingNumber = m->shareFirst;
+}
+
+void ObjectUpload::sendLastParts()
+{
+    if (!m->filling.empty()) sendFilledPart();
+    if (!m->sender.joinable()) return;
+    {
+        std::unique_lock<std::mutex> lock(m->mutex);
+        m->finishing = true;
+        m->changed.notify_all();
+        // the last parts' requests: cancelled work does not wait for them (the destructor drops the upload)
+        waitCancellable(lock, m->changed, m->shown, [&] { return m->senderEnded; });
+    }
+    m->sender.join();
+    if (m->failure) std::rethrow_exception(m->failure);
+}
+
+std::string ObjectUpload::finishShare()
+{
+    sendLastParts();
+    std::string parts;
+    for (size_t i = 0; i < m->etags.size(); ++i)
+        if (!m->etags[i].empty()) parts += std::to_string(i + 1) + " " + m->etags[i] + "\n";
+    return parts;
+}
+
+void ObjectUpload::addParts(const std::string& parts)
+{
+    size_t at = 0;
+    while (at < parts.size()) {
+        const size_t space = parts.find(' ', at), nl = parts.find('\n', at);
+        size_t number = 0;
+        if (space < nl && nl != std::string::npos) number = std::strtoull(parts.c_str() + at, nullptr, 10);
+        if (number < 1 || number > kMaxParts)
+            throw Error(
+                ErrorKind::Format, m->shown, "a process of the job reported a part of the upload it cannot have");
+        if (m->etags.size() < number) m->etags.resize(number);
+        m->etags[number - 1] = parts.substr(space + 1, nl - space - 1);
+        at = nl + 1;
+    }
+}
+
 void ObjectUpload::complete()
 {
     std::vector<Response> done;
-    if (!m->sender.joinable()) {
+    if (!m->sender.joinable() && m->uploadId.empty()) {
         // 16 MiB or less: one PUT
         std::vector<std::function<std::unique_ptr<Transfer>()>> put {
             [&] { return bodyRequest(m->remote, m->target, "PUT", m->filling.data(), m->filling.size()); }};
         performBodies(put, done, m->shown, "cannot write");
     } else {
-        if (!m->filling.empty()) sendFilledPart();
-        {
-            std::unique_lock<std::mutex> lock(m->mutex);
-            m->finishing = true;
-            m->changed.notify_all();
-            // the last parts' requests: cancelled work does not wait for them (the destructor drops the upload)
-            waitCancellable(lock, m->changed, m->shown, [&] { return m->senderEnded; });
-        }
-        m->sender.join();
-        if (m->failure) std::rethrow_exception(m->failure);
+        sendLastParts();
         std::string body = "<CompleteMultipartUpload>";
         for (size_t i = 0; i < m->etags.size(); ++i)
-            body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + m->etags[i]
-                + "</ETag></Part>";
+            if (!m->etags[i].empty())
+                body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + m->etags[i]
+                    + "</ETag></Part>";
         body += "</CompleteMultipartUpload>";
         const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
         std::vector<std::function<std::unique_ptr<Transfer>()>> finish {[&] {

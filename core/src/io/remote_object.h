@@ -34,20 +34,44 @@ bool remoteCanList(const std::string& url);
 /// in flight; the writer waits for room. complete() makes the object visible: one PUT when it is 16 MiB or less,
 /// else CompleteMultipartUpload. Destroyed before complete(), a multipart upload is aborted: nothing appears.
 /// Failures are Error(Io) naming the URL, thrown by the write() or complete() after them.
+///
+/// Written by the processes of a job (one torch.save file): the object's bytes are cut into shares, contiguous runs
+/// in the object's order, each streamed front to back by one process. The process that made the upload starts it
+/// (startShared) and tells the others its id; they join it. Before a share's first byte, every writer says which
+/// share of how many it begins (beginShare): share i of n gets part numbers from 1 + i * (10,000 / n), so that the
+/// processes number their parts apart without talking, and parts large enough that a share of @p bytes fits its
+/// block. S3 needs every part but the object's last to be at least kMinPartBytes: the caller plans shares that long.
+/// A joined upload's finishShare() sends its last part and gives its parts (number and ETag each) for the maker's
+/// addParts(); only the maker completes or aborts.
 class ObjectUpload
 {
 public:
+    /// S3's smallest part but the last
+    static constexpr uint64_t kMinPartBytes = uint64_t(5) << 20;
+
     explicit ObjectUpload(const std::string& url);
+    /// joins the multipart upload @p uploadId of @p url that another process started (its startShared())
+    ObjectUpload(const std::string& url, const std::string& uploadId);
     ~ObjectUpload();
     ObjectUpload(const ObjectUpload&) = delete;
     ObjectUpload& operator=(const ObjectUpload&) = delete;
     void write(const void* data, size_t size);
     void complete();
 
+    /// starts the multipart upload now (nothing written yet); its id, for the other processes' joined uploads
+    std::string startShared();
+    /// the writes that follow are share @p index of @p count, @p bytes long (0: not known, the object's last share)
+    void beginShare(size_t index, size_t count, uint64_t bytes);
+    /// a joined upload: sends the last part and waits for all; "NUMBER ETAG" lines of every part this process sent
+    std::string finishShare();
+    /// the maker: parts another process sent (its finishShare()), listed when complete() completes the upload
+    void addParts(const std::string& parts);
+
 private:
     struct State;
     void sendFilledPart();
     void sendParts();
+    void sendLastParts();
     std::unique_ptr<State> m;
 };
 /// removes the object @p url (cleanup of an output that did not complete); errors are ignored

@@ -73,11 +73,13 @@ class OutputFile
 public:
     /// throws Error(Io) naming @p path if the temporary cannot be created
     explicit OutputFile(std::string path, WriteOptions options = {});
-    /// opens @p tempPath, the temporary that another process of a job made for @p path (its tempPath()), to write
-    /// this process's parts of it at the positions seek() gives; commit() then flushes and syncs them only, and
-    /// destroying it leaves the file to its maker, which renames it into place once every part is written. Throws
-    /// Error(Io) naming @p path when the temporary cannot be opened (the folder is not shared with that process).
-    OutputFile(std::string path, const std::string& tempPath, WriteOptions options);
+    /// joins the output that another process of a job made for @p path, @p shared being its shareWithJob(): a
+    /// file's temporary, to write this process's parts of it at the positions seek() gives, or an object's upload,
+    /// to stream this process's shares of it (beginShare()). commit() then flushes and syncs them only (an upload:
+    /// sends them, partsWritten() says which), and destroying it leaves the output to its maker, which publishes it
+    /// once every part is written. Throws Error(Io) naming @p path when the temporary cannot be opened (the folder is
+    /// not shared with that process).
+    OutputFile(std::string path, const std::string& shared, WriteOptions options);
     ~OutputFile();
     OutputFile(const OutputFile&) = delete;
     OutputFile& operator=(const OutputFile&) = delete;
@@ -89,8 +91,24 @@ public:
     /// the file systems allow it, through a buffer otherwise
     void copyFrom(int srcFd, uint64_t offset, uint64_t length);
     uint64_t position() const { return m_position; }
-    /// writes go on at @p position (the bytes in between belong to another writer or are written later)
+    /// writes go on at @p position (the bytes in between belong to another writer or are written later). An
+    /// object is written front to back: only beginShare() moves on there
     void seek(uint64_t position);
+
+    /// what another process of a job needs to join this output: a file's temporary path; an object's upload id (the
+    /// multipart upload starts now)
+    std::string shareWithJob();
+    /// the writes that follow begin at @p position, share @p index of the @p count that the processes of a job write
+    /// in the output's order, @p bytes long (0: not known, the last share). A file: seek(). An object: the share's
+    /// parts are numbered and sized apart from the other shares' (ObjectUpload::beginShare); every share but the last
+    /// must be at least ObjectUpload's kMinPartBytes (kMinShareBytes)
+    void beginShare(uint64_t position, size_t index, size_t count, uint64_t bytes);
+    /// a joined object's parts, once committed, for its maker's addPartsWritten(); "" for a file
+    const std::string& partsWritten() const { return m_partsWritten; }
+    /// the maker of an object: parts another process wrote, listed when commit() completes the upload
+    void addPartsWritten(const std::string& parts);
+    /// the shortest share but the last of an object written by several processes (S3's smallest part)
+    static const uint64_t kMinShareBytes;
     /// flush, fsync and rename over the destination (a joined temporary: flush and fsync)
     void commit();
     const std::string& path() const { return m_path; }
@@ -111,6 +129,7 @@ private:
     char* m_buffer = nullptr;
     size_t m_buffered = 0;
     std::unique_ptr<ObjectUpload> m_upload; ///< an object's output: streamed there, no local file
+    std::string m_partsWritten;
 };
 
 } // namespace optscope
