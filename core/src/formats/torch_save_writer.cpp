@@ -83,6 +83,11 @@ private:
     {
         if (depth > 400) unsupported("a structure nested deeper than 400 levels");
         const StateTree::Node& n = m_tree.node(i);
+        static const StateTree::Container none;
+        const StateTree::Container& c
+            = n.kind == StateTree::Kind::Dict || n.kind == StateTree::Kind::List || n.kind == StateTree::Kind::Tuple
+            ? m_tree.container(n)
+            : none;
         switch (n.kind) {
         case StateTree::Kind::None:
             e.op(pickle_op::NONE);
@@ -95,29 +100,29 @@ private:
             return;
         case StateTree::Kind::Dict:
             e.op(pickle_op::EMPTY_DICT);
-            for (size_t k = 0; k < n.children.size(); ++k) {
+            for (size_t k = 0; k < c.children.size(); ++k) {
                 if (k % 1000 == 0) e.mark();
-                if (n.keyValues[k])
-                    value(n.keyValues[k], depth + 1);
+                if (c.keyValues[k])
+                    value(c.keyValues[k], depth + 1);
                 else
-                    e.str(n.keys[k]);
-                node(n.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op(pickle_op::SETITEMS);
+                    e.str(c.keys[k]);
+                node(c.children[k], depth + 1);
+                if (k % 1000 == 999 || k + 1 == c.children.size()) e.op(pickle_op::SETITEMS);
             }
             return;
         case StateTree::Kind::List:
             e.op(pickle_op::EMPTY_LIST);
-            for (size_t k = 0; k < n.children.size(); ++k) {
+            for (size_t k = 0; k < c.children.size(); ++k) {
                 if (k % 1000 == 0) e.mark();
-                node(n.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == n.children.size()) e.op(pickle_op::APPENDS);
+                node(c.children[k], depth + 1);
+                if (k % 1000 == 999 || k + 1 == c.children.size()) e.op(pickle_op::APPENDS);
             }
             return;
         case StateTree::Kind::Tuple:
-            if (n.children.size() > 3) e.mark();
-            for (size_t c : n.children)
-                node(c, depth + 1);
-            e.tuple(n.children.size());
+            if (c.children.size() > 3) e.mark();
+            for (size_t child : c.children)
+                node(child, depth + 1);
+            e.tuple(c.children.size());
             return;
         }
     }

@@ -27,7 +27,18 @@ int64_t TensorToWrite::numel() const
 StateTree::StateTree()
 {
     m_nodes.push_back({});
-    m_nodes[0].kind = Kind::Dict;
+    setKind(0, Kind::Dict);
+}
+
+void StateTree::setKind(size_t node, Kind kind)
+{
+    const bool container = kind == Kind::Dict || kind == Kind::List || kind == Kind::Tuple;
+    const Kind was = m_nodes[node].kind;
+    if (container && was != Kind::Dict && was != Kind::List && was != Kind::Tuple) {
+        m_containers.emplace_back();
+        m_nodes[node].container = m_containers.size() - 1;
+    }
+    m_nodes[node].kind = kind;
 }
 
 size_t StateTree::keyHash(size_t parent, std::string_view key)
@@ -38,37 +49,36 @@ size_t StateTree::keyHash(size_t parent, std::string_view key)
 size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKind)
 {
     // containerKind: what to create if the child does not exist yet
-    auto make = [&]() {
-        Node n;
-        n.kind = containerKind;
-        m_nodes.push_back(std::move(n));
+    // (m_nodes and m_containers grow below: no reference into them is held across a new node)
+    auto make = [&](Kind kind) {
+        m_nodes.push_back({});
+        setKind(m_nodes.size() - 1, kind);
         return m_nodes.size() - 1;
     };
-    Node* p = &m_nodes[parent];
-    if (p->kind == Kind::Dict) {
+    const Kind parentKind = m_nodes[parent].kind;
+    const size_t box = m_nodes[parent].container;
+    if (parentKind == Kind::Dict) {
         const std::string_view key(elem.key.data(), elem.key.size());
         const size_t h = keyHash(parent, key);
         for (auto [it, end] = m_keyIndex.equal_range(h); it != end; ++it) {
             const auto [owner, pos] = it->second;
-            if (owner == parent && p->keys[pos] == key) return p->children[pos];
+            if (owner == parent && m_containers[box].keys[pos] == key) return m_containers[box].children[pos];
         }
-        const size_t c = make();
-        p = &m_nodes[parent];
-        m_keyIndex.emplace(h, std::make_pair(parent, p->keys.size()));
-        p->keys.push_back(elem.key.str());
-        p->keyValues.push_back(elem.keyValue && elem.keyValue->kind != PyKind::Str ? elem.keyValue : nullptr);
-        p->children.push_back(c);
+        const size_t c = make(containerKind);
+        Container& p = m_containers[box];
+        m_keyIndex.emplace(h, std::make_pair(parent, p.keys.size()));
+        p.keys.push_back(elem.key.str());
+        p.keyValues.push_back(elem.keyValue && elem.keyValue->kind != PyKind::Str ? elem.keyValue : nullptr);
+        p.children.push_back(c);
         return c;
     }
-    if (p->kind == Kind::List || p->kind == Kind::Tuple) {
-        while (p->children.size() <= static_cast<size_t>(elem.index)) {
-            const size_t none = make();
-            m_nodes[none].kind = Kind::None;
-            p = &m_nodes[parent];
-            p->children.push_back(none);
+    if (parentKind == Kind::List || parentKind == Kind::Tuple) {
+        while (m_containers[box].children.size() <= static_cast<size_t>(elem.index)) {
+            const size_t none = make(Kind::None);
+            m_containers[box].children.push_back(none);
         }
-        const size_t c = p->children[static_cast<size_t>(elem.index)];
-        if (m_nodes[c].kind == Kind::None) m_nodes[c].kind = containerKind;
+        const size_t c = m_containers[box].children[static_cast<size_t>(elem.index)];
+        if (m_nodes[c].kind == Kind::None) setKind(c, containerKind);
         return c;
     }
     throw Error(ErrorKind::Usage, {}, "state tree: cannot descend into a leaf at '" + elem.key + "'");
@@ -77,8 +87,8 @@ size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKi
 size_t StateTree::place(const KeyPath& path)
 {
     if (path.empty()) return 0;
-    if (path[0].isIndex() && m_nodes[0].kind == Kind::Dict && m_nodes[0].children.empty())
-        m_nodes[0].kind = path[0].inTuple ? Kind::Tuple : Kind::List; // a top-level list
+    if (path[0].isIndex() && m_nodes[0].kind == Kind::Dict && container(m_nodes[0]).children.empty())
+        setKind(0, path[0].inTuple ? Kind::Tuple : Kind::List); // a top-level list (the dict's empty contents)
     size_t cur = 0;
     for (size_t i = 0; i + 1 < path.size(); ++i) {
         const KeyPathElem& next = path[i + 1];

@@ -58,12 +58,18 @@ class StateTree
 {
 public:
     enum class Kind { Dict, List, Tuple, None, Value, Tensor };
-    struct Node
+    /// a dict's, list's or tuple's contents, apart from the nodes: most nodes are leaves (a million values of an
+    /// optimizer's state), and three empty vectors each tripled a node's size
+    struct Container
     {
-        Kind kind = Kind::None;
         std::vector<size_t> children; ///< Dict: values; List/Tuple: elements
         std::vector<std::string> keys; ///< Dict: str(key)
         std::vector<const PyValue*> keyValues; ///< Dict: the original key object, or null for a str key
+    };
+    struct Node
+    {
+        Kind kind = Kind::None;
+        size_t container = 0; ///< Dict, List, Tuple: its contents, container()
         const PyValue* value = nullptr; ///< Value
         size_t tensor = 0; ///< Tensor: index into tensors()
     };
@@ -73,14 +79,19 @@ public:
     void setTensor(const KeyPath& path, TensorToWrite tensor);
 
     const Node& node(size_t i) const { return m_nodes[i]; }
+    /// the contents of @p n, a Dict, List or Tuple
+    const Container& container(const Node& n) const { return m_containers[n.container]; }
     size_t root() const { return 0; }
     const std::vector<TensorToWrite>& tensors() const { return m_tensors; }
 
 private:
     size_t place(const KeyPath& path);
     size_t child(size_t parent, const KeyPathElem& elem, Kind containerKind);
+    /// @p node becomes of @p kind, with contents of its own when that is a container kind and it had none
+    void setKind(size_t node, Kind kind);
     static size_t keyHash(size_t parent, std::string_view key);
     std::vector<Node> m_nodes;
+    std::vector<Container> m_containers;
     /// the dict children of every node by hash(parent, key) -> (parent, position): finding a key is constant time
     /// (a linear search per key made a dict of N keys cost N^2 / 2 comparisons: 16 s at 100k); no key is copied
     std::unordered_multimap<size_t, std::pair<size_t, size_t>> m_keyIndex;
