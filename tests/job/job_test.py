@@ -20,6 +20,8 @@ sets; fault cases start the processes from here with the same variables and one 
   - faults: a worker that fails at start, is killed mid-write, or whose disk is full (RLIMIT_FSIZE), a rank that
     never comes, a wrong port, another command line, an output folder one process cannot see (a private mount): every
     process exits non-zero within a bounded time, the message names the rank, and nothing is left at the output;
+  - real srun: a one-node Slurm cluster (munged, slurmctld, slurmd from Debian, on private ports and folders, started
+    here as root) runs reshard and gather as `srun -n 3` jobs: the outputs byte-identical to one process's;
   - OPTSCOPE_JOB_TEST_QUICK=1 (the sanitizer build): every kind of case, on fewer fixtures, one output format (--json)
     and one process count per command where the full run tries several;
   - a reshard to S3 (moto_server) by 2 processes: the objects byte-identical to one process's local files; a gather
@@ -535,6 +537,106 @@ def gather_to_s3(s3work, port, env):
           f"object and no upload left ({codes}; {errs[0].strip()[-200:]}; {left})")
 
 
+def slurm():
+    """the same commands started by a real srun: a one-node cluster of Debian's Slurm, its own config, ports and
+    folders under WORK, munge for its authentication, all run as root and stopped at the end"""
+    tools = [shutil.which(t) for t in ("munged", "slurmctld", "slurmd", "srun")]
+    if os.geteuid() != 0 or not all(tools):
+        check(True, "srun (skipped: needs root and Debian's munge, slurmctld, slurmd, slurm-client)")
+        return
+    munged, slurmctld, slurmd, srun = tools
+    import socket
+    host = socket.gethostname().split(".")[0]
+    here = os.path.join(WORK, "slurm")
+    shutil.rmtree(here, ignore_errors=True)
+    for d in ("state", "spool", "log", "run"):
+        os.makedirs(os.path.join(here, d))
+    os.chmod(here, 0o755)
+    key = os.path.join(here, "munge.key")
+    with open(key, "wb") as f:
+        f.write(os.urandom(1024))
+    os.chmod(key, 0o600)
+    sock = os.path.join(here, "run", "munge.sock")
+    conf = os.path.join(here, "slurm.conf")
+    with open(conf, "w") as f:
+        f.write(f"""ClusterName=optscope
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={servers.free_port()}
+SlurmdPort={servers.free_port()}
+AuthType=auth/munge
+AuthInfo=socket={sock}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={here}/state
+SlurmdSpoolDir={here}/spool
+SlurmctldPidFile={here}/run/slurmctld.pid
+SlurmdPidFile={here}/run/slurmd.pid
+SlurmctldLogFile={here}/log/slurmctld.log
+SlurmdLogFile={here}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+MpiDefault=none
+ReturnToService=2
+NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+PartitionName=optscope Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+""")
+    env = dict(os.environ, SLURM_CONF=conf)
+    env.pop("SLURM_JOB_ID", None)
+    procs = []
+    try:
+        def daemon(*args):
+            procs.append(subprocess.Popen(list(args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+        daemon(munged, "-F", "-f", f"--key-file={key}", f"--socket={sock}", f"--pid-file={here}/run/munged.pid",
+               f"--seed-file={here}/run/seed", f"--log-file={here}/log/munged.log")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(sock) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        daemon(slurmctld, "-D", "-c", "-i")
+        daemon(slurmd, "-D", "-c", "-N", host)
+        ready = ""
+        while time.monotonic() < deadline and "idle" not in ready:
+            time.sleep(0.5)
+            ready = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout
+        if "idle" not in ready:
+            logs = ""
+            for name in ("slurmctld.log", "slurmd.log"):
+                if os.path.exists(os.path.join(here, "log", name)):
+                    logs += open(os.path.join(here, "log", name)).read()[-400:]
+            check(False, f"srun: the one-node Slurm cluster did not come up ({ready.strip()}; {logs})")
+            return
+        src = os.path.join(DATA, "fsdp2_r3")
+        job = dict(env, MASTER_ADDR="127.0.0.1", OPTSCOPE_JOB_TIMEOUT="60")
+        for command, out, ref in (
+                (["reshard", src, "--world-size", "5"], "reshard5", reference("fsdp2_r3")),
+                (["gather", src], "fsdp2_r3.pt", None)):
+            dest = os.path.join(here, "srun", out)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if ref is None:  # the one-process gather, of the same file name (the archive's records are named so)
+                ref = os.path.join(here, "one", out)
+                os.makedirs(os.path.dirname(ref), exist_ok=True)
+                run1(command + ["-o", ref])
+            p = subprocess.run([srun, "-n", "3", "-O", "--kill-on-bad-exit=1", CLI] + command + ["-o", dest, "--json"],
+                               env=dict(job, MASTER_PORT=str(servers.free_port())), capture_output=True, text=True,
+                               timeout=300)
+            same = p.returncode == 0 and (files_of(dest) == files_of(ref) and all(
+                open(os.path.join(dest, f), "rb").read() == open(os.path.join(ref, f), "rb").read()
+                for f in files_of(ref)) if os.path.isdir(ref) else open(dest, "rb").read() == open(ref, "rb").read())
+            # one report: rank 0's (three processes each alone would each print theirs, and write the same files)
+            check(same and p.stdout.count('"output"') == 1,
+                  f"srun -n 3 {command[0]}: one job, the one-process output byte for byte (exit {p.returncode}; "
+                  f"{p.stdout.count(chr(34) + 'output' + chr(34))} reports; {p.stderr.strip()[-300:]})")
+    finally:
+        servers.stop(procs)
+
+
 def reference(src):
     """the one-process reshard of @p src to 5 ranks (made once; the matrix makes it for every source)"""
     ref = os.path.join(WORK, "ref", src.replace("/", "_"))
@@ -545,7 +647,7 @@ def reference(src):
     return ref
 
 
-PARTS = {"matrix": (matrix, torch_loads), "pairs": (diffs, checks), "faults": (agent_store, faults, s3)}
+PARTS = {"matrix": (matrix, torch_loads), "pairs": (diffs, checks), "faults": (agent_store, faults, s3, slurm)}
 
 
 def main():
