@@ -7,7 +7,7 @@ reference: same keys in the same order, bit-identical tensors of the same dtype 
     torch-python unusual_interop.py make OUTDIR
     torch-python unusual_interop.py compare OUTDIR
 
-Cases: LBFGS state (lists of tensors), empty dicts (an optimizer's "state" before its first step, Lightning's loops), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
+Cases: broadcast views too large to expand (kept views), LBFGS state (lists of tensors), empty dicts (an optimizer's "state" before its first step, Lightning's loops), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
 (transposed, strided, offset), complex/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values, a
 legacy-format (pre-1.6 serialisation) state dict, a single-process DCP with nested lists, strings, None and the
 RNG state, and a 4-rank DCP mixing FSDP2 state with 2-D DTensors ([Shard(0), Shard(1)] and [Replicate(), Shard(1)]
@@ -64,6 +64,12 @@ def make_plain(out):
                 "u": torch.tensor(7, dtype=torch.uint8), "bytes": b"\x00\x01", "tuple": (1, 2.5, "x"),
                 "set": {1, 2}, "inf": math.inf}, f"{out}/misc.pt")
     names.append("misc.pt")
+
+    # views too large to expand (4 EiB and 512 MiB): torch.save keeps them views, and so must gather
+    torch.save({"zeros": torch.zeros(1).expand(2**30, 2**30),
+                "rows": torch.tensor([[1.5, -2.0, 3.0, -0.0]]).expand(2**25, 4),
+                "small": torch.arange(4.0).expand(3, 4)}, f"{out}/broadcast_views.pt")
+    names.append("broadcast_views.pt")
 
     torch.save(m.state_dict(), f"{out}/legacy_state_dict.pt", _use_new_zipfile_serialization=False)
     names.append("legacy_state_dict.pt")
@@ -142,6 +148,10 @@ def equal(a, b, path):
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor), f"{path}: tensor vs {type(b).__name__}"
         assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"
+        if a.numel() > 2**20 and 0 in a.stride():  # a view too large to expand: a view of the same strides over equal stored elements
+            assert a.stride() == b.stride(), f"{path}: strides {a.stride()} vs {b.stride()}"
+            stored = tuple(slice(0, 1) if s == 0 else slice(None) for s in a.stride())
+            a, b = (t[stored].clone(memory_format=torch.contiguous_format) for t in (a, b))
         if a.numel():  # compare the bytes, so that NaNs and -0.0 count too
             assert torch.equal(a.reshape(-1).contiguous().view(torch.uint8),
                                b.reshape(-1).contiguous().view(torch.uint8)), f"{path}: bytes differ"

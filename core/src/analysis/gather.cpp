@@ -44,6 +44,31 @@ std::string layoutProblem(const ShardLayout& L)
 
 } // namespace
 
+namespace {
+
+/// a broadcast view too large to expand (broadcastStorageOf) as a view to write: its storage holds the stored
+/// elements in row-major order, and a broadcast dimension's stride is 0
+TensorToWrite broadcastViewToWrite(const Checkpoint& cp, const Entry& e, BroadcastStorage view)
+{
+    TensorToWrite t;
+    t.dtype = e.tensor->dtype;
+    t.shape = e.tensor->shape;
+    t.isParameter = e.tensor->isParameter;
+    t.requiresGrad = e.tensor->requiresGrad && e.tensor->isParameter;
+    const std::vector<int64_t>& stored = view.stored.tensor->shape;
+    t.strides.assign(stored.size(), 1);
+    for (size_t d = stored.size(); d-- > 1;)
+        t.strides[d - 1] = t.strides[d] * std::max<int64_t>(stored[d], 1);
+    for (size_t d = 0; d < stored.size(); ++d)
+        if (stored[d] == 1 && t.shape[d] > 1) t.strides[d] = 0;
+    t.storageElements = view.stored.tensor->numel();
+    auto entry = std::make_shared<const Entry>(std::move(view.stored));
+    t.produce = [&cp, entry](const ByteSink& sink) { TensorAssembler(cp, *entry).stream(sink.bytes, {}, {}); };
+    return t;
+}
+
+} // namespace
+
 StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std::vector<std::string>* leftOut)
 {
     StateTree tree;
@@ -59,6 +84,12 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
                     continue;
                 }
             tree.setValue(e.path, e.value);
+            continue;
+        }
+        if (auto view = broadcastStorageOf(e)) {
+            // too large to expand: written as torch.save writes it, its stored elements and the view's strides (0
+            // along each broadcast dimension), as torch.load + torch.save keep it
+            tree.setTensor(e.path, broadcastViewToWrite(cp, e, std::move(*view)));
             continue;
         }
         const ShardLayout layout = ShardLayout::of(*e.tensor);

@@ -317,7 +317,7 @@ private:
             e.global("torch", cls);
         e.str(key);
         e.str("cpu");
-        const int64_t numel = t.numel();
+        const int64_t numel = t.storedNumel();
         e.integer(v3 ? numel * static_cast<int64_t>(dtypeSize(t.dtype)) : numel);
         e.op(pickle_op::TUPLE);
         e.op(pickle_op::BINPERSID);
@@ -326,10 +326,11 @@ private:
         for (auto s : t.shape)
             e.integer(s);
         e.tuple(t.shape.size());
-        // contiguous strides as torch computes them (sizes of 0 count as 1)
+        // a view's own strides, else contiguous strides as torch computes them (sizes of 0 count as 1)
         std::vector<int64_t> strides(t.shape.size(), 1);
         for (size_t d = t.shape.size(); d-- > 1;)
             strides[d - 1] = strides[d] * std::max<int64_t>(t.shape[d], 1);
+        if (!t.strides.empty()) strides = t.strides;
         if (strides.size() > 3) e.mark();
         for (auto s : strides)
             e.integer(s);
@@ -406,7 +407,7 @@ void checkWritableDtypes(const StateTree& tree, const std::string& path)
 
 uint64_t tensorBytes(const TensorToWrite& t)
 {
-    return static_cast<uint64_t>(t.numel()) * dtypeSize(t.dtype);
+    return static_cast<uint64_t>(t.storedNumel()) * dtypeSize(t.dtype);
 }
 
 /// asks for the tensors after the one being written (TensorToWrite::prefetch): those @p mine says this process writes

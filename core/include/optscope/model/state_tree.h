@@ -48,7 +48,13 @@ struct TensorToWrite
     /// optional: asks ahead for what produce() will read; a writer calls it for the next tensor while it writes this
     /// one, so that a remote source's requests are in flight across the boundary (TensorAssembler::prefetch)
     std::function<void()> prefetch;
+    /// a view written as a view (torch.save keeps one: a broadcast view too large to expand, whose gather was 4 EiB):
+    /// its strides, over a storage of storageElements elements that produce() delivers. Empty: contiguous, numel()
+    std::vector<int64_t> strides;
+    int64_t storageElements = 0;
     int64_t numel() const;
+    /// the elements its storage holds, which produce() delivers: numel(), or a view's storageElements
+    int64_t storedNumel() const { return strides.empty() ? numel() : storageElements; }
 };
 
 /// The object to save: nested dicts, lists and tuples whose leaves are plain values (from a checkpoint's value
