@@ -5,8 +5,8 @@
     torch_check.py make-many OUT.pt                SGD momentum of 3,000 small parameters (a DCP of many small items)
     torch_check.py make-sorted-dcp OUT_DIR         dcp.save of 2,000 small tensors of varied sizes: PyTorch's writer
                                                    puts them in its file largest first, far from the keys' order
-    torch_check.py make-big-dcp OUT_DIR            dcp.save of AdamW's state of 8 parameters, 21 MB in all (a torch.save
-                                                   file gathered from it by 3 processes is 3 shares of an upload), and
+    torch_check.py make-big-dcp OUT_DIR            dcp.save of AdamW's state of 8 parameters, 41 MB in all (a torch.save
+                                                   file gathered from it by 2 processes: 2 shares of 2 parts each), and
                                                    OUT_DIR.converted.pt, PyTorch's dcp_to_torch_save of it
     torch_check.py load-pt A.pt B.pt               torch.load(weights_only=True) of both; equal tensors and values
     torch_check.py load-dcp DIR REFERENCE_DIR      DCP's own loader (dcp_to_torch_save) of both; equal
@@ -47,7 +47,7 @@ elif cmd == "make-sorted-dcp":
     dcp.save(state, checkpoint_id=sys.argv[2])  # no process group: one rank, FileSystemWriter's defaults
 elif cmd == "make-big-dcp":
     import torch.distributed.checkpoint as dcp
-    model = torch.nn.Sequential(*[torch.nn.Linear(400 + 40 * i, 400, bias=i % 2 == 0) for i in range(8)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(400 + 40 * i, 800, bias=i % 2 == 0) for i in range(8)])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(17)
     for p in model.parameters():

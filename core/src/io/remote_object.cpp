@@ -1447,8 +1447,15 @@ void ObjectUpload::beginShare(size_t index, size_t count, uint64_t bytes)
     if (!m->filling.empty()) sendFilledPart(); // the previous share's last part
     m->shareFirst = 1 + index * block;
     m->shareLast = index + 1 == count ? kMaxParts : m->shareFirst + block - 1;
-    constexpr uint64_t kMiB = uint64_t(1) << 20;
-    m->sharePartBytes = bytes ? std::max(kSinglePut, ((bytes + block - 1) / block + kMiB - 1) / kMiB * kMiB) : 0;
+    // k parts of about bytes / k, not parts of a fixed size and a short rest: every part but the object's last must
+    // be 5 MiB (a 20 MiB share in 16 MiB parts left a 4 MiB one that S3 refuses). With k = bytes / base rounded up,
+    // each part is over base / 2 = 8 MiB, or the whole share, which the caller makes at least kMinPartBytes
+    m->sharePartBytes = 0;
+    if (bytes) {
+        const uint64_t base = std::max<uint64_t>(kSinglePut, (bytes + block - 1) / block);
+        const uint64_t parts = (bytes + base - 1) / base;
+        m->sharePartBytes = (bytes + parts - 1) / parts;
+    }
     m->fillingNumber = m->shareFirst;
 }
 

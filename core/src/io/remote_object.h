@@ -39,8 +39,9 @@ bool remoteCanList(const std::string& url);
 /// in the object's order, each streamed front to back by one process. The process that made the upload starts it
 /// (startShared) and tells the others its id; they join it. Before a share's first byte, every writer says which
 /// share of how many it begins (beginShare): share i of n gets part numbers from 1 + i * (10,000 / n), so that the
-/// processes number their parts apart without talking, and parts large enough that a share of @p bytes fits its
-/// block. S3 needs every part but the object's last to be at least kMinPartBytes: the caller plans shares that long.
+/// processes number their parts apart without talking, and k parts of about bytes / k each, so that a share fits its
+/// block and none of its parts is short. S3 needs every part but the object's last to be at least kMinPartBytes: the
+/// caller plans shares that long.
 /// A joined upload's finishShare() sends its last part and gives its parts (number and ETag each) for the maker's
 /// addParts(); only the maker completes or aborts.
 class ObjectUpload
