@@ -306,6 +306,17 @@ def finish(procs, limit):
     return codes, errs, time.monotonic() - t0
 
 
+def pause_fifos(name):
+    """fresh FIFOs NAME.in and NAME.out under WORK for OPTSCOPE_PAUSE_FIFO (a process paused at a pause point); their
+    common path"""
+    fifo = os.path.join(WORK, name)
+    for s in (".in", ".out"):
+        if os.path.exists(fifo + s):
+            os.unlink(fifo + s)
+        os.mkfifo(fifo + s)
+    return fifo
+
+
 def nothing_left(parent):
     return os.listdir(parent) == []
 
@@ -388,11 +399,7 @@ def worker_faults(command, parent, bound):
     is left in the output's folder"""
     # killed mid-write: paused at its first output bytes, then SIGKILL
     port = servers.free_port()
-    fifo = os.path.join(WORK, "pause")
-    for s in (".in", ".out"):
-        if os.path.exists(fifo + s):
-            os.unlink(fifo + s)
-        os.mkfifo(fifo + s)
+    fifo = pause_fifos("pause")
     procs = [start(0, 3, port, command),
              start(1, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
              start(2, 3, port, command)]
@@ -516,11 +523,7 @@ def gather_to_s3(s3work, port, env):
         check(got == 0 and "equal" in said, f"torch.load reads the {n}-process upload, equal to PyTorch's "
               f"dcp_to_torch_save ({said})")
     # a process killed while it writes its share: rank 0 aborts the upload, nothing appears
-    fifo = os.path.join(WORK, "pause-s3")
-    for s in (".in", ".out"):
-        if os.path.exists(fifo + s):
-            os.unlink(fifo + s)
-        os.mkfifo(fifo + s)
+    fifo = pause_fifos("pause-s3")
     port2 = servers.free_port()
     command = ["gather", big, "-o", "s3://ckpt/killed/g.pt"]
     job = {k: env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_PROFILE",

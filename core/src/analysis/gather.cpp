@@ -4,6 +4,7 @@
 #include "optscope/formats/torch_save_writer.h"
 #include "optscope/gpu/gpu_assembler.h"
 #include "optscope/gpu/gpu_devices.h"
+#include "optscope/model/flat_param_layout.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/model/shard_layout.h"
 #include "optscope/tensor/tensor_assembler.h"
@@ -55,10 +56,8 @@ TensorToWrite broadcastViewToWrite(const Checkpoint& cp, const Entry& e, Broadca
     t.shape = e.tensor->shape;
     t.isParameter = e.tensor->isParameter;
     t.requiresGrad = e.tensor->requiresGrad && e.tensor->isParameter;
-    const std::vector<int64_t>& stored = view.stored.tensor->shape;
-    t.strides.assign(stored.size(), 1);
-    for (size_t d = stored.size(); d-- > 1;)
-        t.strides[d - 1] = t.strides[d] * std::max<int64_t>(stored[d], 1);
+    const std::vector<int64_t>& stored = view.stored.tensor->shape; // no size 0: the view holds elements
+    t.strides = contiguousStrides(stored);
     for (size_t d = 0; d < stored.size(); ++d)
         if (stored[d] == 1 && t.shape[d] > 1) t.strides[d] = 0;
     t.storageElements = view.stored.tensor->numel();
