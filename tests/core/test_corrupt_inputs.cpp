@@ -783,6 +783,11 @@ TEST(FormatRegistry, ProbesPickTheFormatThatContainsAnother)
 {
     // a Megatron torch_dist folder is also a DCP folder, a Trainer folder also holds safetensors: the probe with the
     // higher score wins, whatever the table's order
+    std::set<int> scores;
+    for (const auto& f : formatRegistry())
+        EXPECT_TRUE(scores.insert(f.score).second) << f.looksFor << ": two formats of one score";
+    for (size_t i = 1; i < formatsByScore().size(); ++i)
+        EXPECT_GT(formatsByScore()[i - 1]->score, formatsByScore()[i]->score);
     EXPECT_EQ(openCheckpoint(kData + "/megatron/synthetic_tp2_dp2")->format, CheckpointFormat::MegatronDist);
     EXPECT_EQ(openCheckpoint(kData + "/fsdp2_r2")->format, CheckpointFormat::Dcp);
     EXPECT_EQ(openCheckpoint(kData + "/adam_fp16.pt")->format, CheckpointFormat::TorchSave);

@@ -28,14 +28,8 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
                 names.push_back(childLocation(path, name));
         statAhead(names); // plain HTTP: the probes' HEADs together (a local folder or an object store: nothing)
     }
-    const FormatInfo* best = nullptr;
-    int bestScore = 0;
-    for (const auto& f : formatRegistry())
-        if (const int score = f.probe(path, folder); score > bestScore) {
-            best = &f;
-            bestScore = score;
-        }
-    if (best) return best->open(path, progress);
+    for (const FormatInfo* f : formatsByScore())
+        if (f->probe(path, folder)) return f->open(path, progress);
     if (const std::string gaps = TorchSaveRanksReader::missingRankFiles(path); !gaps.empty())
         throw Error(ErrorKind::Format, path, gaps);
     std::string formats;

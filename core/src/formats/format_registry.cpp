@@ -59,44 +59,57 @@ const std::vector<FormatInfo>& formatRegistry()
 {
     using F = CheckpointFormat;
     using W = OtherWorldSize;
-    // {format, looksFor, probe, folderNames, open, writerLibrary, writerClassPrefix, loaderReadsDataObjects,
+    // {format, looksFor, score, probe, folderNames, open, writerLibrary, writerClassPrefix, loaderReadsDataObjects,
     //  loadsThroughDcp, otherWorldSize, fixWritesDcp, stepsPerParamGroup}
     static const std::vector<FormatInfo> r = {
-        {F::MegatronDist, "a Megatron-Core torch_dist folder (metadata.json, common.pt)",
-            [](const std::string& p, bool dir) { return dir && MegatronDistReader::looksLikeMegatron(p) ? 90 : 0; },
+        {F::MegatronDist, "a Megatron-Core torch_dist folder (metadata.json, common.pt)", 90,
+            [](const std::string& p, bool dir) { return dir && MegatronDistReader::looksLikeMegatron(p); },
             {MegatronDistReader::kLatestFile, MegatronDistReader::kMetadataJson, MegatronDistReader::kCommonFile},
             MegatronDistReader::open, "Megatron-Core", "megatron.core.", false, true, W::LoaderDecides, false, true},
-        {F::Dcp, "a torch.distributed.checkpoint folder (.metadata)",
-            [](const std::string& p, bool) { return DcpReader::looksLikeDcp(p) ? 80 : 0; },
+        {F::Dcp, "a torch.distributed.checkpoint folder (.metadata)", 80,
+            [](const std::string& p, bool) { return DcpReader::looksLikeDcp(p); },
             {DcpReader::kMetadataFile, DcpReader::kFabricMetaFile}, DcpReader::open, "", "", true, true,
             W::ReshardedOnLoad, true, false},
-        {F::HfTrainer, "a Hugging Face Trainer folder (optimizer.pt)",
-            [](const std::string& p, bool dir) { return dir && HfTrainerReader::looksLikeTrainerFolder(p) ? 70 : 0; },
+        {F::HfTrainer, "a Hugging Face Trainer folder (optimizer.pt)", 70,
+            [](const std::string& p, bool dir) { return dir && HfTrainerReader::looksLikeTrainerFolder(p); },
             {HfTrainerReader::kOptimizerFiles[0], HfTrainerReader::kOptimizerFiles[1],
                 HfTrainerReader::kTrainerStateFile},
             HfTrainerReader::open, "", "", false, false, W::FullStateDict, false, false},
-        {F::DeepSpeedZero, "DeepSpeed ZeRO checkpoint files",
-            [](const std::string& p, bool) { return DeepSpeedZeroReader::looksLikeZero(p) ? 60 : 0; },
+        {F::DeepSpeedZero, "DeepSpeed ZeRO checkpoint files", 60,
+            [](const std::string& p, bool) { return DeepSpeedZeroReader::looksLikeZero(p); },
             {DeepSpeedZeroReader::kLatestFile}, DeepSpeedZeroReader::open, "DeepSpeed", "deepspeed.", false, false,
             W::SavedOnly, false, false},
-        {F::DeepSpeedUniversal, "DeepSpeed universal checkpoint files",
-            [](const std::string& p, bool) { return DeepSpeedUniversalReader::looksLikeUniversal(p) ? 50 : 0; },
+        {F::DeepSpeedUniversal, "DeepSpeed universal checkpoint files", 50,
+            [](const std::string& p, bool) { return DeepSpeedUniversalReader::looksLikeUniversal(p); },
             {DeepSpeedUniversalReader::kZeroFolder, DeepSpeedUniversalReader::kOptimizerStateFile,
                 DeepSpeedUniversalReader::kLatestFile},
             DeepSpeedUniversalReader::open, "DeepSpeed", "deepspeed.", false, false, W::Universal, false, false},
-        {F::Safetensors, "model.safetensors or a safetensors index",
-            [](const std::string& p, bool) { return SafetensorsReader::looksLikeSafetensorsPath(p) ? 40 : 0; },
+        {F::Safetensors, "model.safetensors or a safetensors index", 40,
+            [](const std::string& p, bool) { return SafetensorsReader::looksLikeSafetensorsPath(p); },
             {SafetensorsReader::kIndexFile, SafetensorsReader::kSingleFile}, SafetensorsReader::open, "", "", false,
             false, W::FullStateDict, false, false},
-        {F::TorchSaveRanks, "one set of per-rank torch.save files (rank0.pt, rank1.pt, ...)",
-            [](const std::string& p, bool dir) { return dir && TorchSaveRanksReader::looksLikeRankFiles(p) ? 30 : 0; },
+        {F::TorchSaveRanks, "one set of per-rank torch.save files (rank0.pt, rank1.pt, ...)", 30,
+            [](const std::string& p, bool dir) { return dir && TorchSaveRanksReader::looksLikeRankFiles(p); },
             {}, // rank files are found by listing
             TorchSaveRanksReader::open, "", "", false, false, W::ReshardedOnLoad, false, false},
         // any other file: torch.save or safetensors by its content (openCheckpoint's last resort, which also names
         // the bytes it found)
-        {F::TorchSave, "a torch.save file", [](const std::string&, bool dir) { return dir ? 0 : 1; }, {},
-            openFileByContent, "", "", false, false, W::FullStateDict, false, false},
+        {F::TorchSave, "a torch.save file", 1, [](const std::string&, bool dir) { return !dir; }, {}, openFileByContent,
+            "", "", false, false, W::FullStateDict, false, false},
     };
+    return r;
+}
+
+const std::vector<const FormatInfo*>& formatsByScore()
+{
+    static const std::vector<const FormatInfo*> r = [] {
+        std::vector<const FormatInfo*> byScore;
+        for (const auto& f : formatRegistry())
+            byScore.push_back(&f);
+        std::sort(byScore.begin(), byScore.end(),
+            [](const FormatInfo* a, const FormatInfo* b) { return a->score > b->score; });
+        return byScore;
+    }();
     return r;
 }
 

@@ -28,10 +28,14 @@ struct FormatInfo
     CheckpointFormat format;
     /// what the path would hold, for the error that names every format when none recognises it
     const char* looksFor;
-    /// how strongly @p path looks like this format, 0 when it does not. Formats that contain another score above
-    /// it: a Megatron torch_dist folder is a DCP folder plus metadata.json and common.pt; a Trainer run under
-    /// DeepSpeed keeps global_stepN/ and `latest` beside its safetensors model
-    int (*probe)(const std::string& path, bool isFolder);
+    /// how strongly a path this format's probe matches looks like it: formats that contain another score above it
+    /// (a Megatron torch_dist folder is a DCP folder plus metadata.json and common.pt; a Trainer run under DeepSpeed
+    /// keeps global_stepN/ and `latest` beside its safetensors model). Distinct: the probes are asked from the
+    /// highest score down and the first match wins, so a folder's cheap probe (DCP's `.metadata`) spares the costly
+    /// ones below it (the rank files' listing: two LISTs of a 1,024-rank folder on S3)
+    int score;
+    /// whether @p path looks like this format
+    bool (*probe)(const std::string& path, bool isFolder);
     /// the names under a folder that probe (and open's first steps) ask about: over plain HTTP, which cannot list a
     /// folder, openCheckpoint asks for every format's together before the probes run (one round trip, not one each)
     std::vector<const char*> folderNames;
@@ -54,8 +58,10 @@ struct FormatInfo
     bool stepsPerParamGroup;
 };
 
-/// every format, in no particular order (probes decide)
+/// every format, in no particular order (scores decide)
 const std::vector<FormatInfo>& formatRegistry();
+/// the formats from the highest score down: the order openCheckpoint probes them in
+const std::vector<const FormatInfo*>& formatsByScore();
 /// the row of @p format
 const FormatInfo& formatInfo(CheckpointFormat format);
 
