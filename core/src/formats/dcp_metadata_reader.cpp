@@ -108,15 +108,21 @@ class Machine
 public:
     Machine(const ByteSource& file, const Progress& progress)
         : m_file(file)
-        , m_data(file.all())
+        , m_data(file.bytes(0, 0))
         , m_size(file.size())
+        , m_arrived(file.isRemote() ? 0 : file.size())
         , m_progress(progress)
     { }
 
     DcpMetadata run()
     {
-        m_file.adviseSequential(0, m_size);
+        // a remote .metadata streams in with one GET while the scan reads it (arrive); a local one is read ahead
+        if (m_arrived < m_size)
+            m_file.stream(0, m_size);
+        else
+            m_file.adviseSequential(0, m_size);
         scanMemoReads();
+        arrive(m_size);
         m_file.release(0, m_size);
         execute();
         m_file.release(0, m_size);
@@ -129,6 +135,15 @@ private:
     throw Unsupported                                                                                                  \
     {                                                                                                                  \
         __LINE__                                                                                                       \
+    }
+    /// the bytes before @p end (and up to a step more) have arrived: readable at m_data
+    void arrive(uint64_t end)
+    {
+        constexpr uint64_t kStep = uint64_t(1) << 20;
+        if (end <= m_arrived) return;
+        end = std::min(m_size, std::max(end, m_arrived + kStep));
+        m_file.bytes(m_arrived, end - m_arrived);
+        m_arrived = end;
     }
     void need(uint64_t n) const
     {
@@ -189,6 +204,7 @@ private:
                 && argumentOf(BUILD).kind == ArgKind::None && argumentOf(MEMOIZE).kind == ArgKind::None,
             "the opcodes stepped over without an argument have none");
         while (pos < m_size) {
+            arrive(pos + 16); // an opcode and its argument's length (a string's bytes are stepped over)
             const uint8_t op = m_data[pos++];
             // the opcodes DCP's pickles hold; any other is for the general reader
             switch (op) {
@@ -233,6 +249,7 @@ private:
                 stepBy(argumentOf(BINUNICODE8));
                 break;
             case GLOBAL:
+                arrive(m_size); // lines of any length: rare (protocol 2), so read whole
                 stepBy(argumentOf(GLOBAL));
                 break;
             case BUILD:
@@ -985,6 +1002,7 @@ private:
     const ByteSource& m_file;
     const uint8_t* m_data;
     uint64_t m_size;
+    uint64_t m_arrived; ///< the bytes before it are readable (a remote file's stream arrives while it is scanned)
     uint64_t m_pos = 0;
     const Progress& m_progress;
     std::vector<Entry> m_preview; ///< entries found since the last Progress::entriesFound

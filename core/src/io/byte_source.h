@@ -64,6 +64,18 @@ public:
         (void)offset;
         (void)length;
     }
+    /// the caller reads [offset, offset+length) now, once, from its start to its end (a `.metadata` parsed as it
+    /// arrives): a remote source fetches it with one GET in the background, and bytes() of a range returns as soon as
+    /// the range has arrived, not when the whole has. The parse overlaps the download, and one stream keeps pace with
+    /// a parse (both near 100 MB/s), where parallel ranged GETs would cost more requests for no time (a server that
+    /// serves a range by reading its object, as moto does, is far slower). A stream that fails or ends short leaves
+    /// the rest to bytes()'s own ranged GETs (counted as a retry). A range no larger than one ranged GET (8 MiB) is
+    /// fetched here and now instead. A local file does nothing.
+    virtual void stream(uint64_t offset, uint64_t length) const
+    {
+        (void)offset;
+        (void)length;
+    }
     /// the calling thread is done with [offset, offset+length) (a DCP item parsed and its tensor copied out) and
     /// points into it no more: a remote source gives back the memory of each block all of whose bytes are done, here
     /// or before, and into which no other thread points (a block shared by many small items goes with the last of

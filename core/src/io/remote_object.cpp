@@ -326,6 +326,8 @@ struct Transfer
     uint64_t capacity = 0; ///< ... up to this many
     char errorBuffer[CURL_ERROR_SIZE] = {};
     const std::atomic<bool>* giveUp = nullptr; ///< set: the transfer is given up once it is true
+    /// set: told the bytes received so far each time the destination grows (a stream makes them readable)
+    std::function<void(const Response&)> arrived;
     ~Transfer()
     {
         if (headers) curl_slist_free_all(headers);
@@ -343,6 +345,7 @@ size_t onBody(char* data, size_t size, size_t count, void* user)
         std::memcpy(t->destination + t->response.received, data, n);
         t->response.received += n;
         g_bytes.fetch_add(n, std::memory_order_relaxed);
+        if (t->arrived) t->arrived(t->response);
         return n;
     }
     if (t->response.body.size() < (size_t(16) << 20)) t->response.body.append(data, n);
@@ -729,13 +732,19 @@ void listNextPage(const RemoteUrl& u, const std::string& prefix, Listing& l, con
     l.complete = !page.truncated || l.continuation.empty();
 }
 
+/// what is known of the keys under @p prefix (g_cacheMutex held)
+Listing& cachedListing(const RemoteUrl& u, const std::string& prefix)
+{
+    return g_listings[std::to_string(u.scheme) + "\n" + u.bucket + "\n" + prefix];
+}
+
 /// the listing of the keys under @p prefix, paged far enough to answer for @p name (all of it when it is empty).
 /// S3 lists in byte order, so a name below the last one listed that is not listed does not exist. g_cacheMutex held.
 /// (a pointer: the listing lives in the cache, whatever temporaries the call was made with)
 const Listing* listingFor(
     const RemoteUrl& u, const std::string& prefix, const std::string& name, const std::string& shown)
 {
-    Listing& l = g_listings[std::to_string(u.scheme) + "\n" + u.bucket + "\n" + prefix];
+    Listing& l = cachedListing(u, prefix);
     while (!l.complete && (name.empty() || l.lastName.empty() || l.lastName < name))
         listNextPage(u, prefix, l, shown);
     return &l;
@@ -788,8 +797,17 @@ ObjectInfo objectInfo(const std::string& urlIn)
             const Listing& l = *listingFor(u, parentKey, leaf + "/", shown);
             if (auto it = l.entries.find(leaf); it != l.entries.end()) o = it->second;
         } else {
-            const Listing& l = *listingFor(u, u.key, "/", shown); // names "" (the object) and "/" (a folder)
-            if (auto it = l.entries.find(""); it != l.entries.end()) o = it->second;
+            // a name without an extension is most likely a checkpoint's folder: the first page of its own listing
+            // says so (any key under it) and is the page its files are then looked up in, one request fewer
+            if (leaf.find('.') == std::string::npos) {
+                Listing& inside = cachedListing(u, folderPrefix(u.key));
+                if (inside.entries.empty() && !inside.complete) listNextPage(u, folderPrefix(u.key), inside, shown);
+                if (!inside.entries.empty()) o.kind = LocationKind::Folder;
+            }
+            if (o.kind != LocationKind::Folder) {
+                const Listing& l = *listingFor(u, u.key, "/", shown); // names "" (the object) and "/" (a folder)
+                if (auto it = l.entries.find(""); it != l.entries.end()) o = it->second;
+            }
         }
     }
     g_objects[url] = o;
@@ -870,6 +888,7 @@ public:
             m_queue.clear();
         }
         FetcherPool::instance().forget(*this);
+        if (m_streamer.joinable()) m_streamer.join(); // its transfer gave up at m_closing
         std::lock_guard<std::mutex> lastFetcherGone(m_mutex);
         --g_openObjects;
         for (uint64_t b = 0; b < m_blocks.blocks(); ++b)
@@ -925,6 +944,25 @@ public:
         if (offset >= m_size || length == 0) return;
         std::unique_lock<std::mutex> lock(m_mutex);
         queueFetch(offset, std::min(length, m_size - offset), false);
+    }
+
+    void stream(uint64_t offset, uint64_t length) const override
+    {
+        if (offset >= m_size || length == 0) return;
+        if (std::min(length, m_size - offset) <= kPart) {
+            fetch(offset, std::min(length, m_size - offset)); // one ranged GET anyway: here, with its retries
+            return;
+        }
+        std::lock_guard<std::mutex> lock(m_mutex);
+        if (m_closing || m_streamer.joinable()) return; // one stream per object: a second reads by ranges
+        BlockMap::Claim claim = m_blocks.claim(m_blocks.blocksOf(offset, std::min(length, m_size - offset)), {});
+        if (claim.runs.size() != 1) {
+            // some of it is here already (or nothing is missing): the reads fetch the gaps by ranges
+            settle(claim.runs, false);
+            m_cv.notify_all();
+            return;
+        }
+        m_streamer = std::thread([this, run = claim.runs.front()] { streamRun(run); });
     }
 
 private:
@@ -1112,6 +1150,67 @@ private:
         FetcherPool::instance().left(*this);
     }
 
+    /// stream()'s thread: one GET of the claimed @p run. Every kStreamStep of bytes that arrives becomes present
+    /// (a reader waiting in ensure() goes on); what has not arrived when the request ends short or fails goes back
+    /// to absent and to the background fetchers, by ranges (their retries; a read reports their errors: a stream is
+    /// not retried).
+    void streamRun(BlockMap::Run run) const
+    {
+        constexpr uint64_t kStreamStep = uint64_t(1) << 20;
+        const uint64_t from = run.begin * kBlock, to = std::min(run.end * kBlock, m_size);
+        uint64_t settled = run.begin; // the run's blocks before this one are present
+        const auto settleUpTo = [&](uint64_t block) {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            settle({{settled, block}}, true);
+            settled = block;
+            m_cv.notify_all();
+        };
+        const bool whole = from == 0 && to == m_size;
+        try {
+            performRetrying(
+                1,
+                [&](size_t) {
+                    std::vector<std::string> headers {
+                        "Range: bytes=" + std::to_string(from) + "-" + std::to_string(to - 1)};
+                    if (!m_etag.empty()) headers.push_back("If-Match: " + m_etag);
+                    auto t = std::make_unique<Transfer>();
+                    prepare(*t, m_remote, requestUrl(m_remote, m_remote.key), headers);
+                    curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
+                    t->destination = const_cast<uint8_t*>(m_base) + from;
+                    t->capacity = to - from;
+                    t->giveUp = &m_closing;
+                    // a long body in large reads: a sixteenth of the system calls and callbacks of curl's 16 KiB
+                    curl_easy_setopt(t->easy, CURLOPT_BUFFERSIZE, 256L << 10);
+                    t->arrived = [&](const Response& r) {
+                        // the bytes of this range only: a 200 to a Range request would be the object's first bytes
+                        if (r.status != 206 && !(r.status == 200 && whole)) return;
+                        const uint64_t at = from + r.received;
+                        const uint64_t block = at == to ? run.end : at / kBlock;
+                        if (block == run.end ? block > settled : block >= settled + kStreamStep / kBlock)
+                            settleUpTo(block);
+                    };
+                    return t;
+                },
+                [&](size_t, Response& r, bool) {
+                    if (r.status == 412) m_changed.store(true);
+                    return true;
+                });
+        } catch (...) {
+            // given up (the object closing, the process abandoning its requests): the reads say what happened
+        }
+        std::lock_guard<std::mutex> lock(m_mutex);
+        if (settled < run.end) {
+            settle({{settled, run.end}}, false);
+            if (!m_closing) {
+                // the rest is asked for again, by the background fetchers' ranged GETs (with their retries) rather
+                // than by the reader's small steps
+                g_retries.fetch_add(1, std::memory_order_relaxed);
+                queueFetch(settled * kBlock, to - settled * kBlock, false);
+            }
+        }
+        m_cv.notify_all();
+    }
+
     /// @p background: a fetcher's, given up when the object closes
     void fetchParts(const Part* parts, size_t count, bool background = false) const
     {
@@ -1164,6 +1263,7 @@ private:
     mutable std::deque<Queued> m_queue; ///< ranges for the background fetchers
     mutable std::atomic<bool> m_changed {false};
     std::atomic<bool> m_closing {false}; ///< being destroyed: background transfers abort
+    mutable std::thread m_streamer; ///< stream()'s GET
 };
 
 void BlockCache::trimIfOver()
