@@ -373,6 +373,13 @@ def http_cases(http_port, https_port, cert):
     for rel in ("adam_int.pt", "adam_int_legacy.pt", "fsdp2_r2", "fsdp2_r2/.metadata", "hf/single/model.safetensors",
                 "hf/sharded", "hf/sharded/model.safetensors.index.json", "fsdp2_r3"):
         same_as_local(f"HTTP: inspect {rel}", f"{base}/{rel}", os.path.join(DATA, rel))
+    # DeepSpeed ZeRO over plain HTTP (no listing): the rank files found by DeepSpeed's names (before: "holds no
+    # DeepSpeed model or optim states files"); ZeRO-2, ZeRO-3, bf16 names, 4 ranks, a tag folder given directly; a
+    # universal checkpoint's states by torch.optim's state names (before: only fp32.pt, 7 of 28 tensors, silently)
+    for rel in ("zero/stage2/ckpt", "zero/stage3/ckpt", "zero/synthetic/bf16_z2_w2/ckpt",
+                "zero/synthetic/z2_frozen_w4/ckpt", "zero/stage2/ckpt/global_step2", "zero/stage1",
+                "zero/stage3/universal"):
+        same_as_local(f"HTTP: inspect {rel}", f"{base}/{rel}", os.path.join(DATA, rel))
     same_as_local("HTTP: a presigned URL's query is kept off every output", f"{base}/adam_int.pt?{SIGNATURE}",
                   os.path.join(DATA, "adam_int.pt"))
     p = cli(["diff", f"{base}/fsdp2_r2", os.path.join(DATA, "fsdp2_r2")])

@@ -151,6 +151,20 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
         return e;
     };
 
+    // Over plain HTTP a parameter's folder cannot be listed: its states are the names torch.optim's optimizers keep,
+    // asked for once for every parameter (their HEADs in flight together)
+    static const char* const kStateNames[]
+        = {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "exp_inf", "momentum_buffer", "sum", "square_avg",
+            "acc_delta", "grad_avg", "ax", "eta", "mu", "mu_product", "prev", "step_size"};
+    const bool listable = canListFolder((dir / "zero").string());
+    if (!listable) {
+        std::vector<std::string> ask;
+        for (const auto& g : groups)
+            for (const auto& m : g)
+                for (const char* n : kStateNames)
+                    ask.push_back((dir / ("zero/" + m.fqn) / (std::string(n) + ".pt")).string());
+        statAhead(ask);
+    }
     std::vector<std::vector<std::string>> subFqns;
     std::map<std::string, int> subOf;
     std::set<std::string> added;
@@ -181,10 +195,15 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
             }
             // the states: exp_avg, exp_avg_sq first (as the optimizer keeps them), then the rest by name
             std::vector<std::string> names;
-            for (const FolderEntry& it : listFolder(dir / folder)) {
-                const std::string f = it.name;
-                if (f.size() > 3 && f.compare(f.size() - 3, 3, ".pt") == 0 && f != "fp32.pt")
-                    names.push_back(f.substr(0, f.size() - 3));
+            if (listable) {
+                for (const FolderEntry& it : listFolder(dir / folder)) {
+                    const std::string f = it.name;
+                    if (f.size() > 3 && f.compare(f.size() - 3, 3, ".pt") == 0 && f != "fp32.pt")
+                        names.push_back(f.substr(0, f.size() - 3));
+                }
+            } else {
+                for (const char* n : kStateNames)
+                    if (isFile(dir / folder / (std::string(n) + ".pt"))) names.emplace_back(n);
             }
             std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
                 auto rank = [](const std::string& n) {

@@ -11,7 +11,8 @@
 //   <folder>/zero/optimizer_state.pt   rank 0's optimizer_state_dict without its partitions, plus param_groups (the
 //                                      torch optimizer's: ZeRO-1/2 params [g]; ZeRO-3 the sub-group ids)
 //   <folder>/zero/<fqn>/fp32.pt        the whole fp32 master weight of one parameter
-//   <folder>/zero/<fqn>/<state>.pt     exp_avg, exp_avg_sq, ... of it; step.pt its step (ZeRO-1/2 only)
+//   <folder>/zero/<fqn>/<state>.pt     exp_avg, exp_avg_sq, ... of it; step.pt its step (ZeRO-1/2 only). Over
+//                                      plain HTTP (no listing) the state names torch.optim's optimizers keep
 // ZeRO-1/2 write each as {"param": tensor in the parameter's shape, "cat_dim": int} (the tensor-parallel merge
 // dimension; more keys with tensor parallelism); ZeRO-3 writes the bare flat 1-D tensor, which takes the shape from
 // param_shapes here, and no step.pt (the step is the sub-group's in zero/optimizer_state.pt).

@@ -76,10 +76,97 @@ struct MpFiles
     std::map<int, std::string> optim; ///< dp rank -> [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt
 };
 
+std::string mpName(int mp)
+{
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "mp_rank_%02d", mp);
+    return buf;
+}
+
+std::string optimFileName(bool bf16, int dp, int mp)
+{
+    return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(dp) + "_" + mpName(mp)
+        + "_optim_states.pt";
+}
+
+std::string zero3ModelFileName(int dp, int mp)
+{
+    return "zero_pp_rank_" + std::to_string(dp) + "_" + mpName(mp) + "_model_states.pt";
+}
+
+/// A tag folder that cannot be listed (plain HTTP): its files, found by DeepSpeed's own names. Model-parallel rank 0's
+/// files say how the others are named (bf16_ or not; ZeRO-3 model states or not); then ranks are asked for in
+/// batches that double (their HEADs in flight together, statAhead) until a batch finds none: the model-parallel
+/// ranks, then each one's data-parallel ranks. A gap narrower than its batch is stepped over, as a listing would;
+/// files of other names (MoE experts) are not found, so their "not read" warning is missing.
+std::vector<FolderEntry> zeroFilesByName(const fs::path& dir)
+{
+    constexpr int kMostRanks = 1 << 20;
+    std::vector<FolderEntry> found;
+    // asks for @p names, keeps those that are files; returns how many were
+    const auto ask = [&](const std::vector<std::string>& names) {
+        std::vector<std::string> locations;
+        for (const auto& n : names)
+            locations.push_back(childLocation(dir.string(), n));
+        statAhead(locations);
+        size_t n = 0;
+        for (size_t i = 0; i < names.size(); ++i)
+            if (isFile(locations[i])) {
+                found.push_back({names[i], locations[i]});
+                ++n;
+            }
+        return n;
+    };
+    if (ask({mpName(0) + "_model_states.pt", optimFileName(false, 0, 0), optimFileName(true, 0, 0),
+            zero3ModelFileName(0, 0)})
+        == 0)
+        return found;
+    bool bf16 = false, zero3 = false;
+    for (const auto& f : found) {
+        const FileName n = parseFileName(f.name);
+        if (n.kind == FileName::OptimStates) bf16 = n.bf16;
+        if (n.kind == FileName::Zero3ModelStates) zero3 = true;
+    }
+    const auto namesOf = [&](int dp, int mp, std::vector<std::string>& names) {
+        names.push_back(optimFileName(bf16, dp, mp));
+        if (zero3) names.push_back(zero3ModelFileName(dp, mp));
+        if (!zero3 && dp == 0) names.push_back(mpName(mp) + "_model_states.pt");
+    };
+    int mpCount = 1;
+    for (int first = 1, batch = 8; first < kMostRanks; first += batch, batch *= 2) {
+        std::vector<std::string> names;
+        for (int mp = first; mp < first + batch; ++mp)
+            namesOf(0, mp, names);
+        if (ask(names) == 0) break;
+        mpCount = first + batch;
+    }
+    for (int first = 1, batch = 8; first < kMostRanks; first += batch, batch *= 2) {
+        std::vector<std::string> names;
+        for (int mp = 0; mp < mpCount; ++mp)
+            for (int dp = first; dp < first + batch; ++dp)
+                namesOf(dp, mp, names);
+        if (ask(names) == 0) break;
+    }
+    return found;
+}
+
+/// what a ZeRO folder holds: its listing, or over plain HTTP the files found by DeepSpeed's names
+std::vector<FolderEntry> zeroFolderFiles(const fs::path& dir)
+{
+    return canListFolder(dir.string()) ? listFolder(dir) : zeroFilesByName(dir);
+}
+
 bool hasZeroFiles(const fs::path& dir)
 {
     std::error_code ec;
     // the optimizer files make it ZeRO: a model states file alone is a plain (ZeRO-0) torch.save file
+    if (!canListFolder(dir.string())) {
+        // plain HTTP: rank 0's optimizer file of the first model-parallel rank, by either of its names
+        const std::vector<std::string> rank0 {childLocation(dir.string(), optimFileName(false, 0, 0)),
+            childLocation(dir.string(), optimFileName(true, 0, 0))};
+        statAhead(rank0);
+        return isFile(rank0[0]) || isFile(rank0[1]);
+    }
     for (const FolderEntry& it : listFolder(dir))
         if (parseFileName(it.name).kind == FileName::OptimStates) return true;
     return false;
@@ -112,13 +199,6 @@ int64_t tagNumber(const std::string& tag)
     std::vector<std::string> m;
     if (!num.search(tag, &m) || m[1].size() > 15) return -1;
     return std::stoll(m[1]);
-}
-
-std::string mpName(int mp)
-{
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "mp_rank_%02d", mp);
-    return buf;
 }
 
 // ---- one loaded file -----------------------------------------------------------------------------------------------
@@ -1062,7 +1142,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
     // the files, per model-parallel rank
     std::map<int, MpFiles> mps;
     std::vector<std::string> other;
-    for (const FolderEntry& it : listFolder(dir)) {
+    for (const FolderEntry& it : zeroFolderFiles(dir)) {
         if (!isFile(it.location)) continue;
         const std::string name = it.name;
         const FileName f = parseFileName(name);

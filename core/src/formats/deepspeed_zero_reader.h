@@ -10,6 +10,8 @@
 //     mp_rank_MM_model_states.pt         ZeRO 0/1/2, one per model-parallel rank MM (written by its DP rank 0)
 //     zero_pp_rank_R_mp_rank_MM_model_states.pt            ZeRO-3: one per data-parallel rank R
 //     [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt     one per DP rank ("bf16_": the BF16_Optimizer)
+//   Over plain HTTP, which cannot list a folder, the files are found by these names (HEADs in doubling batches of
+//   ranks, zeroFilesByName); files of other names (MoE experts) are then not seen.
 //
 // model states: {module: state dict (ZeRO-3: parameters are empty placeholders, buffers are whole), buffer_names,
 //   param_shapes: [OrderedDict name -> torch.Size] one per flat buffer (ZeRO-1/2: param group, in the flattening
