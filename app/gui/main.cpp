@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "mainwindow.h"
+#include "optscope/base/error.h"
 #include "optscope/io/remote_requests.h"
+#include "optscope/io/storage.h"
 #include "screenshotdriver.h"
 #include "session/checkpointcontext.h"
 
@@ -120,9 +122,21 @@ int main(int argc, char** argv)
             qPrintable(watchFolder));
         return 2;
     }
-    if (!watchFolder.isEmpty() && !QFileInfo(watchFolder).isDir()) {
-        std::fprintf(stderr, "optscope: --watch %s: not a folder\n", qPrintable(watchFolder));
-        return 2;
+    if (!watchFolder.isEmpty()) {
+        // a run's folder on disk or on object storage (s3://, gs://), asked as the Watch itself asks (before: a
+        // QFileInfo, which called every URL "not a folder")
+        bool folder = false;
+        try {
+            folder = optscope::isFolder(watchFolder.toStdString());
+        } catch (const optscope::Error& e) {
+            std::fprintf(stderr, "optscope: --watch: %s\n", e.what());
+            return 2;
+        }
+        if (!folder) {
+            std::fprintf(stderr, "optscope: --watch %s: not a folder\n",
+                optscope::displayLocation(watchFolder.toStdString()).c_str());
+            return 2;
+        }
     }
     const QString path = !watchFolder.isEmpty() ? QString() : args.isEmpty() ? demo : args.at(0);
     const QString compare = args.size() > 1 ? args.at(1) : QString();
