@@ -9,7 +9,7 @@
 #                   AddressSanitizer + UndefinedBehaviorSanitizer (and libFuzzer's coverage instrumentation): the core
 #                   tests again, then
 #   3.              from the same build, the committed regression inputs and each harness for OPTSCOPE_FUZZ_SECONDS
-#                   seconds (default 30) from seeds made of the fixtures (scripts/run-fuzzers.sh;
+#                   seconds (default 20) from seeds made of the fixtures (scripts/run-fuzzers.sh;
 #                   OPTSCOPE_FUZZ_SECONDS=0 replays regressions and seeds only). One sanitizer build instead of a gcc
 #                   one and a clang one saves a whole build of the core: CI must stay under 45 minutes on 2 cores.
 # Each stage's time is printed ("run-tests: ... took N s").
@@ -67,5 +67,5 @@ fi
 
 stage "the sanitizer tests"
 
-OPTSCOPE_FUZZ_BUILD=build-asan scripts/run-fuzzers.sh "${OPTSCOPE_FUZZ_SECONDS:-30}" 1
+OPTSCOPE_FUZZ_BUILD=build-asan scripts/run-fuzzers.sh "${OPTSCOPE_FUZZ_SECONDS:-20}" 1
 stage "fuzzing"

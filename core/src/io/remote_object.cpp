@@ -1151,9 +1151,9 @@ private:
     }
 
     /// stream()'s thread: one GET of the claimed @p run. Every kStreamStep of bytes that arrives becomes present
-    /// (a reader waiting in ensure() goes on); what has not arrived when the request ends short or fails goes back
-    /// to absent and to the background fetchers, by ranges (their retries; a read reports their errors: a stream is
-    /// not retried).
+    /// (a reader waiting in ensure() goes on); when the request ends short or fails, the whole blocks that arrived
+    /// are kept and the rest goes back to absent and to the background fetchers, by ranges (their retries; a read
+    /// reports their errors: a stream is not retried).
     void streamRun(BlockMap::Run run) const
     {
         constexpr uint64_t kStreamStep = uint64_t(1) << 20;
@@ -1166,6 +1166,7 @@ private:
             m_cv.notify_all();
         };
         const bool whole = from == 0 && to == m_size;
+        uint64_t arrivedAt = from; // the end of the bytes of this range received so far
         try {
             performRetrying(
                 1,
@@ -1184,7 +1185,7 @@ private:
                     t->arrived = [&](const Response& r) {
                         // the bytes of this range only: a 200 to a Range request would be the object's first bytes
                         if (r.status != 206 && !(r.status == 200 && whole)) return;
-                        const uint64_t at = from + r.received;
+                        const uint64_t at = arrivedAt = from + r.received;
                         const uint64_t block = at == to ? run.end : at / kBlock;
                         if (block == run.end ? block > settled : block >= settled + kStreamStep / kBlock)
                             settleUpTo(block);
@@ -1199,6 +1200,11 @@ private:
             // given up (the object closing, the process abandoning its requests): the reads say what happened
         }
         std::lock_guard<std::mutex> lock(m_mutex);
+        // the whole blocks that arrived before the stream broke are the object's bytes (If-Match): kept
+        if (const uint64_t received = arrivedAt / kBlock; received > settled && received < run.end) {
+            settle({{settled, received}}, true);
+            settled = received;
+        }
         if (settled < run.end) {
             settle({{settled, run.end}}, false);
             if (!m_closing) {
