@@ -89,6 +89,11 @@ std::string optimFileName(bool bf16, int dp, int mp)
         + "_optim_states.pt";
 }
 
+std::string modelFileName(int mp)
+{
+    return mpName(mp) + "_model_states.pt";
+}
+
 std::string zero3ModelFileName(int dp, int mp)
 {
     return "zero_pp_rank_" + std::to_string(dp) + "_" + mpName(mp) + "_model_states.pt";
@@ -117,9 +122,7 @@ std::vector<FolderEntry> zeroFilesByName(const fs::path& dir)
             }
         return n;
     };
-    if (ask({mpName(0) + "_model_states.pt", optimFileName(false, 0, 0), optimFileName(true, 0, 0),
-            zero3ModelFileName(0, 0)})
-        == 0)
+    if (ask({modelFileName(0), optimFileName(false, 0, 0), optimFileName(true, 0, 0), zero3ModelFileName(0, 0)}) == 0)
         return found;
     bool bf16 = false, zero3 = false;
     for (const auto& f : found) {
@@ -130,7 +133,7 @@ std::vector<FolderEntry> zeroFilesByName(const fs::path& dir)
     const auto namesOf = [&](int dp, int mp, std::vector<std::string>& names) {
         names.push_back(optimFileName(bf16, dp, mp));
         if (zero3) names.push_back(zero3ModelFileName(dp, mp));
-        if (!zero3 && dp == 0) names.push_back(mpName(mp) + "_model_states.pt");
+        if (!zero3 && dp == 0) names.push_back(modelFileName(mp));
     };
     int mpCount = 1;
     for (int first = 1, batch = 8; first < kMostRanks; first += batch, batch *= 2) {
@@ -452,7 +455,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                         + files.model + " and no 'zero_pp_rank_*_" + mpName(mp) + "_model_states.pt'",
                     true,
                     "FileNotFoundError: can't find model states file at '"
-                        + (m_dir / ("zero_pp_rank_0_" + mpName(mp) + "_model_states.pt")).string() + "'");
+                        + (m_dir / zero3ModelFileName(0, mp)).string() + "'");
             throw Error(ErrorKind::Format, tagDir,
                 "holds ZeRO-3 optimizer files but no 'zero_pp_rank_*_" + mpName(mp)
                     + "_model_states.pt' (zero_to_fp32: can't find model states file)");
@@ -467,10 +470,10 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                         + ", ...)",
                     true);
             throw Error(ErrorKind::Format, tagDir,
-                "has no '" + mpName(mp)
-                    + "_model_states.pt' (zero_to_fp32: FileNotFoundError: can't find model states "
+                "has no '" + modelFileName(mp)
+                    + "' (zero_to_fp32: FileNotFoundError: can't find model states "
                       "file at '"
-                    + (m_dir / (mpName(mp) + "_model_states.pt")).string() + "')");
+                    + (m_dir / modelFileName(mp)).string() + "')");
         }
         modelFile = load(files.model);
     }
@@ -510,9 +513,8 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
         + tagDir + "' but found " + std::to_string(optim.size())
         + " files. Possibly due to an overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more "
           "processes.";
-    const std::string prefixName = bf16Optimizer ? "bf16_zero_pp_rank_" : "zero_pp_rank_";
     for (int r : missing) {
-        const std::string name = prefixName + std::to_string(r) + "_" + mpName(mp) + "_optim_states.pt";
+        const std::string name = optimFileName(bf16Optimizer, r, mp);
         warn(ReaderCode::ZeroMissingRankFile,
             "rank " + std::to_string(r) + "'s optimizer file " + name + " is missing (partition_count "
                 + std::to_string(W) + "): its partitions of every parameter are lost; DeepSpeed's rank "
@@ -531,8 +533,8 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
         for (int r = 0; r < W; ++r)
             if (!model3.count(r))
                 warn(ReaderCode::ZeroMissingRankFile,
-                    "rank " + std::to_string(r) + "'s model states file zero_pp_rank_" + std::to_string(r) + "_"
-                        + mpName(mp) + "_model_states.pt is missing (ZeRO-3 writes one per rank)",
+                    "rank " + std::to_string(r) + "'s model states file " + zero3ModelFileName(r, mp)
+                        + " is missing (ZeRO-3 writes one per rank)",
                     true,
                     "AssertionError (DeepSpeed's SDLoaderBase.check_ckpt_list: assert len(self.ckpt_list) > 0) on rank "
                         + std::to_string(r) + " in load_checkpoint",
