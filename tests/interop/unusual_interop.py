@@ -6,6 +6,7 @@ reference: same keys in the same order, bit-identical tensors of the same dtype 
 
     torch-python unusual_interop.py make OUTDIR
     torch-python unusual_interop.py compare OUTDIR
+    torch-python unusual_interop.py compare_reshaped OUTDIR DIFF_JSON   (diff of the 2-D DCP and reshaped.pt)
 
 Cases: broadcast views too large to expand (kept views), LBFGS state (lists of tensors), empty dicts (an optimizer's "state" before its first step, Lightning's loops), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
 (transposed, strided, offset), complex/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values, a
@@ -135,6 +136,11 @@ def make(out):
     names = make_plain(out)
     spawn(_mesh_worker, 4, f"{out}/dcp_2d_mesh_4ranks")
     names.append("dcp_2d_mesh_4ranks")
+    # the 2-D DTensors again, of other shapes with the same elements in row-major order (one changed), for diff
+    full = torch.arange(9 * 11, dtype=torch.float32)
+    changed = full.clone()
+    changed[50] = -1.0
+    torch.save({"tp_2d": changed, "replicated_cols": full[:55].reshape(11, 5).clone()}, f"{out}/reshaped.pt")
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     for n in names:
@@ -179,6 +185,19 @@ def compare(out):
     print(f"all {len(names)} gather outputs equal PyTorch's own view")
 
 
+def compare_reshaped(out, report):
+    """optscope's diff of the 2-D DCP against reshaped.pt counts the elements that differ in row-major order, as
+    torch.equal of the two flattened would: a Shard(1) layout is no row-major run, and must not be read as one"""
+    ref = torch.load(f"{out}/dcp_2d_mesh_4ranks.ref.pt", weights_only=True)
+    other = torch.load(f"{out}/reshaped.pt", weights_only=True)
+    got = {e["key"]: e for e in json.load(open(report))["entries"]}
+    for key in ("tp_2d", "replicated_cols"):
+        want = int((ref[key].reshape(-1) != other[key].reshape(-1)).sum())
+        e = got[key]
+        assert e["values_compared"] and e["num_diff"] == want, f"{key}: optscope {e}, PyTorch {want} differ"
+        print(f"{key}: {want} of {ref[key].numel()} differ in row-major order, as PyTorch counts")
+
+
 def compare_objects(out):
     """the reshard of dcp_objects (dcp_objects.rs2) loads in PyTorch with its objects as they were saved"""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -195,4 +214,5 @@ def compare_objects(out):
 
 
 if __name__ == "__main__":
-    {"make": make, "compare": compare, "compare_objects": compare_objects}[sys.argv[1]](sys.argv[2])
+    {"make": make, "compare": compare, "compare_objects": compare_objects,
+     "compare_reshaped": compare_reshaped}[sys.argv[1]](*sys.argv[2:])

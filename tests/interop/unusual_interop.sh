@@ -19,6 +19,11 @@ for m in 2 3 5; do
     "$cli" verify "$out/dcp_2d_mesh_4ranks" --world-size "$m"
 done
 "$torch_python" unusual_interop.py compare "$out"
+# the 2-D DTensors against the same elements of other shapes: compared in row-major order (exit 1: they differ)
+rc=0
+"$cli" diff "$out/dcp_2d_mesh_4ranks" "$out/reshaped.pt" --json > "$out/reshaped.diff.json" || rc=$?
+[[ $rc == 1 ]]
+"$torch_python" unusual_interop.py compare_reshaped "$out" "$out/reshaped.diff.json"
 # objects (a BytesIO train state, an argparse.Namespace): left out of the weights-only gather, resharded as saved
 "$cli" gather "$out/dcp_objects" -o "$out/dcp_objects.optscope.pt" | grep -q "left out 2 value"
 "$cli" reshard "$out/dcp_objects" --world-size 2 -o "$out/dcp_objects.rs2"

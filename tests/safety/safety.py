@@ -381,6 +381,25 @@ def bounded_cost():
         check(f"stride-0 view: {name} ends at once", r.returncode == rc and took < 10 and says in out,
               f"exit {r.returncode}, {took:.1f} s, {out.strip()[-200:]}")
 
+    # broadcast along other dimensions: a column view of 1060 stored elements that reading whole would expand to
+    # 265 MiB (refused alone), against a row view that stores 256 KiB: read expanded, bounded by what the second
+    # stores, and counted as PyTorch counts; against a view that stores as little as it does, still refused
+    rows, cols = (os.path.join(HOSTILE, f"outer_{n}.pt") for n in ("rows", "cols"))
+    want = json.load(open(os.path.join(HOSTILE, "outer_views.json")))
+    t = time.time()
+    r = run(["diff", rows, cols, "--json"], timeout=120)
+    took = time.time() - t
+    got = json.loads(r.stdout)["entries"][0] if r.returncode == 1 else {}
+    check("views broadcast along other dimensions: diff counts what PyTorch counts", r.returncode == 1 and took < 30
+          and [got.get(k) for k in ("numel", "num_diff", "max_abs_diff")] == [want[k] for k in ("numel", "num_diff",
+          "max_abs_diff")], f"exit {r.returncode}, {took:.1f} s, {got or text(r.stderr).strip()[:200]}")
+    t = time.time()
+    r = run(["diff", rows, os.path.join(HOSTILE, "outer_zeros.pt")], timeout=60)
+    took = time.time() - t
+    check("views broadcast along other dimensions: against one that stores as little, refused at once",
+          r.returncode == 1 and took < 10 and "is a broadcast view" in text(r.stdout), f"exit {r.returncode}, "
+          f"{took:.1f} s, {text(r.stdout + r.stderr).strip()[:200]}")
+
     # a 3 GB `latest` beside a ZeRO tag (sparse: no disk used): at most 4 KiB of it is read, so opening the folder
     # costs nothing and says what is wrong with the file
     zero = os.path.join(d, "zero_latest")

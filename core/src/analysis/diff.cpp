@@ -332,22 +332,53 @@ bool sameChunkBoxes(const TensorEntry& a, const TensorEntry& b)
     return a.chunks.size() == b.chunks.size() && boxes(a) == boxes(b);
 }
 
-/// splits a box into pieces of whole dim-0 rows of at most @p maxElems elements (at least one row)
-std::vector<TensorBox> pieces(const TensorBox& box, int64_t maxElems)
+/// splits @p box into pieces of whole rows of dimension @p d, at most @p maxElems elements where a row fits. A longer
+/// row is one piece (a mapped chunk read in place), or, with @p splitRows, split the same way one dimension down: a
+/// broadcast view's row of a [4, 2^28] tensor is 1 GiB expanded. A box that is one row-major run gives runs.
+void pieces(const TensorBox& box, size_t d, int64_t maxElems, bool splitRows, std::vector<TensorBox>& out)
 {
-    if (box.offsets.empty()) return {box};
-    int64_t rowElems = 1;
-    for (size_t d = 1; d < box.sizes.size(); ++d)
-        rowElems *= box.sizes[d];
-    const int64_t rows = std::max<int64_t>(1, maxElems / std::max<int64_t>(rowElems, 1));
-    std::vector<TensorBox> out;
-    for (int64_t r = 0; r < box.sizes[0]; r += rows) {
-        TensorBox p = box;
-        p.offsets[0] = box.offsets[0] + r;
-        p.sizes[0] = std::min(rows, box.sizes[0] - r);
-        out.push_back(std::move(p));
+    if (d >= box.sizes.size()) {
+        out.push_back(box);
+        return;
     }
+    int64_t inner = 1;
+    for (size_t k = d + 1; k < box.sizes.size(); ++k)
+        inner *= box.sizes[k];
+    const int64_t rows = std::max<int64_t>(1, maxElems / std::max<int64_t>(inner, 1));
+    for (int64_t r = 0; r < box.sizes[d]; r += rows) {
+        TensorBox p = box;
+        p.offsets[d] = box.offsets[d] + r;
+        p.sizes[d] = std::min(rows, box.sizes[d] - r);
+        if (splitRows && inner > maxElems)
+            pieces(p, d + 1, maxElems, splitRows, out);
+        else
+            out.push_back(std::move(p));
+    }
+}
+
+std::vector<TensorBox> pieces(const TensorBox& box, int64_t maxElems, bool splitRows = false)
+{
+    std::vector<TensorBox> out;
+    pieces(box, 0, maxElems, splitRows, out);
     return out;
+}
+
+/// the first element of @p box in row-major order when the box is one row-major run of a tensor of @p shape (whole
+/// from some dimension on, one index wide before the one above it: a dim-0 shard, a piece of one), else nothing (a
+/// Shard(1) column block)
+std::optional<int64_t> rowMajorRunStart(const std::vector<int64_t>& shape, const TensorBox& box)
+{
+    size_t whole = shape.size(); // dimensions [whole, ndim) are spanned whole
+    while (whole > 0 && box.offsets[whole - 1] == 0 && box.sizes[whole - 1] == shape[whole - 1])
+        --whole;
+    for (size_t d = 0; d + 1 < whole; ++d)
+        if (box.sizes[d] != 1) return std::nullopt;
+    int64_t start = 0, stride = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+        start += box.offsets[d] * stride;
+        stride *= shape[d];
+    }
+    return start;
 }
 
 std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox& box)
@@ -361,12 +392,17 @@ std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox
 
 /// The bytes of one box of a tensor: a pointer into the mapped chunk file when one chunk stores the box as it is
 /// (a torch.save tensor, a dim-0 DCP shard: no copy), else assembled into a buffer. The mapped pages are dropped
-/// from this process when done (they stay in the page cache), which keeps resident memory at about one block.
+/// from this process when done (they stay in the page cache), which keeps resident memory at about one block. An
+/// assembled box goes into @p scratch, which the caller keeps from block to block: a fresh 4 MiB buffer per block cost
+/// more in page faults than the comparison itself.
 class BoxBytes
 {
 public:
-    BoxBytes(const Checkpoint& cp, const Entry& e, const TensorBox& box, const Progress& progress)
+    BoxBytes(const Checkpoint& cp, const Entry& e, const TensorBox& box, const Progress& progress,
+        std::vector<uint8_t>& scratch)
+        : m_buffer(scratch)
     {
+        m_buffer.clear();
         const uint64_t want = static_cast<uint64_t>(box.numel()) * dtypeSize(e.tensor->dtype);
         TensorAssembler(cp, e).streamBox(
             box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { append(p, n); }, progress,
@@ -400,7 +436,7 @@ private:
         }
         m_buffer.insert(m_buffer.end(), p, p + n);
     }
-    std::vector<uint8_t> m_buffer;
+    std::vector<uint8_t>& m_buffer;
     const ByteSource* m_file = nullptr;
     uint64_t m_offset = 0, m_length = 0;
 };
@@ -449,12 +485,12 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
             c *= pair->a.repeats;
         return;
     }
-    TensorAssembler::checkExpansion(ca, a);
-    TensorAssembler::checkExpansion(cb, b);
+    TensorAssembler::checkComparison(ca, a, cb, b);
     const TensorEntry& layoutSide = b.tensor->chunks.size() >= a.tensor->chunks.size() ? *b.tensor : *a.tensor;
+    const bool expands = TensorAssembler::expansionRefused(a) || TensorAssembler::expansionRefused(b);
     for (const auto& [rank, box] : rankBoxes(layoutSide)) {
         (void)rank;
-        for (const TensorBox& piece : pieces(box, kBlock)) {
+        for (const TensorBox& piece : pieces(box, kBlock, expands)) {
             progress.checkCancelled();
             const auto x = fetch(ca, a, piece);
             const auto y = fetch(cb, b, piece);
@@ -499,9 +535,8 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         d = std::move(once);
         return;
     }
-    // any other broadcast view is not expanded block by block either (2^30 one-row blocks of 4 GiB each)
-    TensorAssembler::checkExpansion(ca, a);
-    TensorAssembler::checkExpansion(cb, b);
+    // another broadcast view is read expanded, block by block, only against a side that stores about as much
+    TensorAssembler::checkComparison(ca, a, cb, b);
     const ShardLayout layoutA = ShardLayout::of(ta), layoutB = ShardLayout::of(tb);
     // both sides hold the same part of the tensor (one rank's file of a sharded save, a meta tensor holding none):
     // that part is compared, and the entry says it is all there is
@@ -529,41 +564,40 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     const bool sameShape = ta.shape == tb.shape;
     constexpr int64_t kBlock = 1 << 20; // elements per block: stays in cache for the several ATen passes
     aten::DiffAccumulator total;
-    for (const auto& [rank, box] : rankBoxes(layoutSide)) {
+    // of another shape, the two are compared in row-major order: each block of the layout side must be one row-major
+    // run of it, which a dim-0 shard is and a Shard(1) column block is not; then the whole tensor is cut into runs,
+    // without a per-rank picture
+    std::vector<std::pair<int, TensorBox>> parts = rankBoxes(layoutSide);
+    if (!sameShape && !std::all_of(parts.begin(), parts.end(), [&](const auto& part) {
+            return rowMajorRunStart(layoutSide.shape, part.second).has_value();
+        }))
+        parts = {{-1, TensorBox {std::vector<int64_t>(layoutSide.shape.size(), 0), layoutSide.shape}}};
+    std::vector<uint8_t> scratchA, scratchB, theirs;
+    const bool expands = TensorAssembler::expansionRefused(a) || TensorAssembler::expansionRefused(b);
+    for (const auto& [rank, box] : parts) {
         aten::DiffAccumulator acc;
-        for (const TensorBox& piece : pieces(box, kBlock)) {
+        for (const TensorBox& piece : pieces(box, kBlock, expands)) {
             progress.checkCancelled();
             if (sameShape) {
-                const BoxBytes x(ca, a, piece, progress);
-                const BoxBytes y(cb, b, piece, progress);
+                const BoxBytes x(ca, a, piece, progress, scratchA);
+                const BoxBytes y(cb, b, piece, progress, scratchB);
                 diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), opt, acc);
             } else {
-                // same numel, other shape: compare in row-major order; the box is in the layout side's shape
+                // same numel, other shape: the piece is a row-major run of the layout side, compared with the same
+                // elements of the other side
                 const Entry& lay = byB ? b : a;
                 const Entry& other = byB ? a : b;
                 const Checkpoint& cl = byB ? cb : ca;
                 const Checkpoint& co = byB ? ca : cb;
-                std::vector<uint8_t> mine = fetch(cl, lay, piece);
-                // row-major start of the piece in the layout side (whole rows when layout is dim-0 sharded)
-                int64_t start = 0, stride = 1;
-                for (size_t dd = lay.tensor->shape.size(); dd-- > 0;) {
-                    start += piece.offsets[dd] * stride;
-                    stride *= lay.tensor->shape[dd];
-                }
-                const int64_t count = piece.numel();
-                std::vector<uint8_t> theirs;
-                const size_t elem = dtypeSize(other.tensor->dtype);
-                uint64_t pos = 0;
-                TensorAssembler(co, other).stream([&](const uint8_t* p, size_t n) {
-                    const uint64_t lo = static_cast<uint64_t>(start) * elem,
-                                   hi = static_cast<uint64_t>(start + count) * elem;
-                    const uint64_t s = std::max(pos, lo), e = std::min<uint64_t>(pos + n, hi);
-                    if (s < e) theirs.insert(theirs.end(), p + (s - pos), p + (e - pos));
-                    pos += n;
-                });
-                const std::vector<uint8_t>& bytesA = byB ? theirs : mine;
-                const std::vector<uint8_t>& bytesB = byB ? mine : theirs;
-                diffBlock(bytesA.data(), ta.dtype, bytesB.data(), tb.dtype, piece.numel(), opt, acc);
+                const BoxBytes mine(cl, lay, piece, progress, scratchA);
+                theirs.clear();
+                theirs.reserve(static_cast<size_t>(piece.numel()) * dtypeSize(other.tensor->dtype));
+                TensorAssembler(co, other).streamElements(
+                    *rowMajorRunStart(lay.tensor->shape, piece), piece.numel(),
+                    [&](const uint8_t* p, size_t n) { theirs.insert(theirs.end(), p, p + n); }, progress);
+                const uint8_t* bytesA = byB ? theirs.data() : mine.data();
+                const uint8_t* bytesB = byB ? mine.data() : theirs.data();
+                diffBlock(bytesA, ta.dtype, bytesB, tb.dtype, piece.numel(), opt, acc);
             }
         }
         d.ranks.push_back({rank, acc.numel, acc.numDiff, acc.maxAbs});

@@ -90,6 +90,18 @@ void TensorAssembler::checkExpansion(const Checkpoint& checkpoint, const Entry& 
     refuseExpansion(*entry.tensor, entry.tensor->nbytes(), checkpoint.path + ": '" + entry.key + "'");
 }
 
+bool TensorAssembler::expansionRefused(const Entry& entry)
+{
+    return optscope::expansionRefused(*entry.tensor, entry.tensor->nbytes());
+}
+
+void TensorAssembler::checkComparison(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b)
+{
+    if (!expansionRefused(a) || !expansionRefused(b)) return;
+    checkExpansion(ca, a);
+    checkExpansion(cb, b);
+}
+
 void TensorAssembler::stream(
     const Sink& sink, const Progress& progress, const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
 {

@@ -49,6 +49,13 @@ public:
     /// throws Error(Limit) naming the entry when reading it whole would expand a broadcast view (a dimension of
     /// stride 0, as torch.expand makes) to far more bytes than it stores; every read above checks it too
     static void checkExpansion(const Checkpoint& checkpoint, const Entry& entry);
+    /// checkExpansion for comparing @p a and @p b element by element: a view that checkExpansion refuses is read
+    /// expanded when the other side stores about as many bytes as the comparison reads (a dense tensor, say), since
+    /// the reading is then bounded by that input; when both sides are such views (broadcast along other dimensions:
+    /// an outer difference of N * M elements) it throws as checkExpansion does
+    static void checkComparison(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b);
+    /// whether checkExpansion refuses @p entry
+    static bool expansionRefused(const Entry& entry);
     /// Asks ahead for the remote chunks of @p entry (ChunkReader::prefetch), in the order stream() reads them, at
     /// most @p maxBytes in all: a caller that streams tensor after tensor asks for the next one before it streams
     /// this one, so that a remote object's requests never wait for a tensor boundary. Nothing for a local checkpoint.
