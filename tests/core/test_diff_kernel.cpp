@@ -191,3 +191,67 @@ TEST(DiffKernel, TheRelativeDifferenceFilterMissesNoMaximum)
     EXPECT_EQ(ref.maxRel, static_cast<double>(0x1.e14392p-2f));
     expectSame(fused, ref, "rounding corner");
 }
+
+namespace {
+
+/// integers of every width, near each other and at the extremes: int64 beyond 2^53 (rounded as float64 alike), the
+/// most negative value, zeros, equal pairs
+template<typename I> std::vector<uint8_t> intBlock(size_t n, unsigned seed, bool second)
+{
+    std::mt19937_64 g(seed);
+    std::vector<uint8_t> out(n * sizeof(I));
+    for (size_t i = 0; i < n; ++i) {
+        const uint64_t r = g();
+        I v = static_cast<I>(r >> 3);
+        if (second && r % 5 == 0) v = static_cast<I>(v + static_cast<I>(1 + r % 7)); // near
+        if (second && r % 11 == 0) v = 0;
+        if (i % 997 == 0) v = std::numeric_limits<I>::min();
+        if (i % 1009 == 0) v = std::numeric_limits<I>::max();
+        if (second && i % 1013 == 0) v = static_cast<I>(std::numeric_limits<I>::max() - 1);
+        std::memcpy(out.data() + i * sizeof(I), &v, sizeof(I));
+    }
+    return out;
+}
+
+template<typename I> void expectIntMatches(DType dt, detail::DiffKernelIsa isa)
+{
+    const size_t n = 10007;
+    // the second block is the first with changes: same seed, so most elements are equal
+    const auto a = intBlock<I>(n, 7, false), b = intBlock<I>(n, 7, true);
+    for (auto [rtol, atol] : {std::pair {0.0, 0.0}, std::pair {1e-3, 2.0}, std::pair {0.5, 0.0}}) {
+        const std::string what = std::string(dtypeName(dt)) + " rtol " + std::to_string(rtol) + " atol "
+            + std::to_string(atol) + " isa " + std::to_string(static_cast<int>(isa));
+        aten::DiffAccumulator fused, ref;
+        for (size_t s = 0; s < n; s += 4000) {
+            const int64_t k = static_cast<int64_t>(std::min<size_t>(4000, n - s));
+            detail::diffBlockFusedWith(
+                isa, a.data() + s * sizeof(I), b.data() + s * sizeof(I), dt, k, rtol, atol, fused);
+            aten::diffBlock(a.data() + s * sizeof(I), dt, b.data() + s * sizeof(I), dt, k, rtol, atol, ref);
+        }
+        expectSame(fused, ref, what);
+        EXPECT_GT(ref.numDiff, 0) << what;
+        EXPECT_LT(ref.numDiff, static_cast<int64_t>(n)) << what;
+    }
+}
+
+} // namespace
+
+TEST(DiffKernel, IntegersMatchTheAtenKernel)
+{
+    for (auto isa : {detail::DiffKernelIsa::Baseline, detail::DiffKernelIsa::Avx2}) {
+        if (!detail::diffKernelAvailable(isa)) continue;
+        for (DType dt : {DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::UInt16,
+                 DType::UInt32, DType::UInt64})
+            ASSERT_TRUE(detail::fusedDiffSupports(dt, dt)) << dtypeName(dt);
+        expectIntMatches<int8_t>(DType::Int8, isa);
+        expectIntMatches<int16_t>(DType::Int16, isa);
+        expectIntMatches<int32_t>(DType::Int32, isa);
+        expectIntMatches<int64_t>(DType::Int64, isa);
+        expectIntMatches<uint8_t>(DType::UInt8, isa);
+        expectIntMatches<uint16_t>(DType::UInt16, isa);
+        expectIntMatches<uint32_t>(DType::UInt32, isa);
+        expectIntMatches<uint64_t>(DType::UInt64, isa);
+    }
+    EXPECT_FALSE(detail::fusedDiffSupports(DType::Int32, DType::Int64));
+    EXPECT_FALSE(detail::fusedDiffSupports(DType::Bool, DType::Bool));
+}

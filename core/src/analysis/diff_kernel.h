@@ -6,7 +6,8 @@
 // The ATen kernel (aten::diffBlock) expresses a block comparison as some twenty tensor ops, each a pass over the
 // block with its own temporaries; on two 2 GB checkpoints that is slower than PyTorch's own max |a - b|. This kernel
 // computes the same accumulator in one pass per block for the dtypes optimizer state is stored in (float32,
-// float64, bfloat16, float16, both sides the same dtype), without libtorch. Sub-blocks that hold a NaN or an infinity
+// float64, bfloat16, float16) and the integer ones (steps, quantized weights packed in uint8), both sides the same
+// dtype, without libtorch. Sub-blocks that hold a NaN or an infinity
 // take a scalar path with the ATen kernel's exact rules; aten::diffBlock stays the reference it is tested against
 // and the path for every other dtype pair.
 
@@ -22,9 +23,9 @@ enum class DiffKernelIsa { Baseline, Avx2 };
 bool diffKernelAvailable(DiffKernelIsa isa);
 
 /// Adds the comparison of @p n elements of @p a and @p b (both of @p dtype, dense little-endian) to @p acc, with the
-/// semantics of aten::diffBlock: values computed in float32 (float64 for float64), bit-identical elements equal,
-/// with a tolerance |a - b| <= atol + rtol * |b| equal, two NaNs equal, infinities equal when they match;
-/// max |a - b|, max relative difference and the sum of squares over pairs where both are finite.
+/// semantics of aten::diffBlock: values computed in float32 (float64 for float64 and integers), bit-identical elements
+/// equal, with a tolerance |a - b| <= atol + rtol * |b| equal, two NaNs equal, infinities equal when they match; max |a
+/// - b|, max relative difference and the sum of squares over pairs where both are finite.
 void diffBlockFused(
     const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc);
 /// diffBlockFused with a given instruction set (tests compare each with the ATen kernel); it must be available

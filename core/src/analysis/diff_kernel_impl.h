@@ -46,6 +46,7 @@ struct Float32Traits
 {
     using Bits = uint32_t;
     using Compute = float;
+    static constexpr bool kSpecials = true; ///< NaN and infinities exist
     static constexpr Bits kExpMask = 0x7f800000u;
     static Compute value(Bits b, const float*)
     {
@@ -59,6 +60,7 @@ struct Float64Traits
 {
     using Bits = uint64_t;
     using Compute = double;
+    static constexpr bool kSpecials = true;
     static constexpr Bits kExpMask = 0x7ff0000000000000ull;
     static Compute value(Bits b, const float*)
     {
@@ -72,6 +74,7 @@ struct BFloat16Traits
 {
     using Bits = uint16_t;
     using Compute = float;
+    static constexpr bool kSpecials = true;
     static constexpr Bits kExpMask = 0x7f80u;
     static Compute value(Bits b, const float*)
     {
@@ -86,8 +89,20 @@ struct Float16Traits
 {
     using Bits = uint16_t;
     using Compute = float;
+    static constexpr bool kSpecials = true;
     static constexpr Bits kExpMask = 0x7c00u;
     static Compute value(Bits b, const float* table) { return table[b]; }
+};
+
+/// An integer dtype: values taken as float64, as the ATen kernel takes them (int64 beyond 2^53 rounded to nearest
+/// alike); no NaN or infinity, so no sub-block takes the slow path.
+template<typename I> struct IntTraits
+{
+    using Bits = std::make_unsigned_t<I>;
+    using Compute = double;
+    static constexpr bool kSpecials = false;
+    static constexpr Bits kExpMask = 0;
+    static Compute value(Bits b, const float*) { return static_cast<double>(static_cast<I>(b)); }
 };
 
 /// products below this are near the underflow range, where rounding is not bounded relatively
@@ -148,10 +163,12 @@ void fused(const uint8_t* a, const uint8_t* b, int64_t n, double rtolD, double a
     for (int64_t s = 0; s < n; s += kSub) {
         const int64_t e = std::min(n, s + kSub);
         Bits special = 0; // nonzero when the sub-block holds a NaN or an infinity
+        if constexpr (T::kSpecials) {
 #pragma omp simd reduction(| : special)
-        for (int64_t i = s; i < e; ++i) {
-            const Bits x = load<T>(a, i) & T::kExpMask, y = load<T>(b, i) & T::kExpMask;
-            special |= static_cast<Bits>((x == T::kExpMask) | (y == T::kExpMask));
+            for (int64_t i = s; i < e; ++i) {
+                const Bits x = load<T>(a, i) & T::kExpMask, y = load<T>(b, i) & T::kExpMask;
+                special |= static_cast<Bits>((x == T::kExpMask) | (y == T::kExpMask));
+            }
         }
         if (special) {
             aten::DiffAccumulator part;
@@ -237,6 +254,30 @@ void diffBlockFused(
         break;
     case DType::Float16:
         dispatch<Float16Traits>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::Int8:
+        dispatch<IntTraits<int8_t>>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::Int16:
+        dispatch<IntTraits<int16_t>>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::Int32:
+        dispatch<IntTraits<int32_t>>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::Int64:
+        dispatch<IntTraits<int64_t>>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::UInt8:
+        dispatch<IntTraits<uint8_t>>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::UInt16:
+        dispatch<IntTraits<uint16_t>>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::UInt32:
+        dispatch<IntTraits<uint32_t>>(a, b, n, rtol, atol, acc);
+        break;
+    case DType::UInt64:
+        dispatch<IntTraits<uint64_t>>(a, b, n, rtol, atol, acc);
         break;
     default:
         break;
