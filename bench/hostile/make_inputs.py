@@ -12,6 +12,9 @@ real PyTorch and its own classes:
   FileSystemWriter lays them out: one torch.save archive per chunk)
 - overlap_N/: the same N chunks all covering row 0 (N^2 overlapping pairs)
 - expanded.pt: torch.zeros(1).expand(2**30, 2**30) (a stride-0 view)
+- view_1g.pt, dense_1g.pt: arange(4).view(4, 1).expand(4, 2**26) (float32, a 1 GiB view over 16 bytes) and the same
+  values stored dense (1 GiB): diff reads the view expanded, bounded by the dense side
+- u8_a.pt, u8_b.pt: 2^28 random uint8 (256 MiB; quantized weights are stored so), every 1000th changed
 - values_N.pt: an optimizer state of N plain values ({"optim": {"state": {i: {"step": i, "lr": 0.1}}}} for N / 2
   ids): memory per value entry
 """
@@ -62,6 +65,18 @@ def expanded(out):
     torch.save({"big": torch.zeros(1).expand(2**30, 2**30)}, os.path.join(out, "expanded.pt"))
 
 
+def views_and_ints(out):
+    v = torch.arange(4.0).view(4, 1).expand(4, 2**26)
+    torch.save({"b": v}, os.path.join(out, "view_1g.pt"))
+    torch.save({"b": v.clone()}, os.path.join(out, "dense_1g.pt"))
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 255, (2**28,), dtype=torch.uint8, generator=g)
+    b = a.clone()
+    b[::1000] += 1
+    torch.save({"q": a}, os.path.join(out, "u8_a.pt"))
+    torch.save({"q": b}, os.path.join(out, "u8_b.pt"))
+
+
 def values(out, n):
     torch.save({"optim": {"state": {i: {"step": i, "lr": 0.1} for i in range(n // 2)}}},
                os.path.join(out, f"values_{n}.pt"))
@@ -78,6 +93,7 @@ def main():
     chunked(out, n_chunks, False)
     chunked(out, min(n_chunks, 2000), True)
     expanded(out)
+    views_and_ints(out)
     values(out, int(sys.argv[5]) if len(sys.argv) > 5 else 1000000)
 
 

@@ -58,6 +58,10 @@ def main():
          "torch.load + torch.save"),
         ("inspect --hash of expand(2^30, 2^30) (1.2 KB)", ["inspect", "expanded.pt", "--hash"],
          ["load", "expanded.pt"], "torch.load"),
+        ("diff of a 1 GiB broadcast view and its dense copy", ["diff", "view_1g.pt", "dense_1g.pt"],
+         ["diff", "view_1g.pt", "dense_1g.pt"], "torch.load(mmap) + (a != b).sum(), max |a - b|"),
+        ("diff of two 256 MiB uint8 tensors", ["diff", "u8_a.pt", "u8_b.pt"], ["diff", "u8_a.pt", "u8_b.pt"],
+         "torch.load(mmap) + (a != b).sum(), max |a - b|"),
         ("inspect of 1M values (15 MB)", ["inspect", "values_1000000.pt"], ["load", "values_1000000.pt"],
          "torch.load"),
         ("inspect --json of 1M values (15 MB)", ["inspect", "values_1000000.pt", "--json"],
@@ -71,7 +75,8 @@ def main():
         if theirs:
             # the chroot sees the current folder only: run from the repository root with relative paths
             case, inp = theirs[0], os.path.relpath(os.path.join(OUT, theirs[1]), ROOT)
-            rel = [case, inp] + theirs[2:]  # the output, "t.pt", lands in the repository root and is removed
+            rel = [case, inp] + [os.path.relpath(os.path.join(OUT, t), ROOT) if case == "diff" else t
+                                 for t in theirs[2:]]  # an output, "t.pt", lands in the repository root and is removed
             tw, tm, _ = measure([TP, os.path.relpath(SIDE, ROOT)] + rel, cwd=ROOT, must_pass=True)
             rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what}: {tw:.2f} s, {tm:.0f} MiB | "
                         f"{tw / max(w, 1e-3):.1f}x | {tm / max(m, 1e-3):.1f}x |")

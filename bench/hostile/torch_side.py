@@ -5,7 +5,9 @@
 CASE: load_save (torch.load(weights_only=True) + torch.save: what gather does for a torch.save input),
       st_load (safetensors.torch.load_file), st_load_save (load_file + torch.save),
       dcp_load_hash (dcp.load of every tensor into a plain tensor, then SHA-256 of its bytes: inspect --hash),
-      load (torch.load(weights_only=True) alone)
+      load (torch.load(weights_only=True) alone),
+      diff (INPUT and OUT are two files of one tensor each, loaded with mmap=True: the elements that differ and the
+      max |a - b|, integers widened to int32)
 """
 import hashlib
 import sys
@@ -31,5 +33,10 @@ elif case == "dcp_load_hash":
     dcp.load(sd, checkpoint_id=inp)
     for t in sd.values():
         hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+elif case == "diff":
+    (a,), (b,) = (torch.load(p, weights_only=True, mmap=True).values() for p in (inp, out))
+    if not a.is_floating_point():
+        a, b = a.to(torch.int32), b.to(torch.int32)
+    print(int((a != b).sum()), (a - b).abs().max().item())
 else:
     sys.exit(f"unknown case {case}")
