@@ -80,6 +80,29 @@ for name, (kwargs, freeze, dtype) in KWARGS.items():
         for s, t in osd["state"][int(i)].items():
             check(same(resumed["state"][int(i)][s], t), f"{name}: resumed state id {i}.{s}")
 
+# diagnose of the frozen Trainer folder against its model file (hf_interop.sh wrote the report): the Trainer's own
+# resume, optimizer.load_state_dict into AdamW over its groups of the trainable parameters, loads every saved state,
+# and so must the verdict say; Trainer groups over every parameter raise the ValueError the frozen-params warning names
+report = json.load(open(os.path.join(out, "checkpoint-frozen.diagnose.json")))
+osd = torch.load(os.path.join(out, "checkpoint-frozen", "optimizer.pt"), weights_only=True)
+outcomes = []
+for frozen in (("embed.", "head."), ()):
+    model = fx.TinyLM()
+    for n, p in model.named_parameters():
+        p.requires_grad_(not n.startswith(frozen) if frozen else True)
+    try:
+        torch.optim.AdamW(fx.trainer_groups(model)[0]).load_state_dict(osd)
+        outcomes.append("loads")
+    except ValueError as e:
+        outcomes.append(str(e))
+v = report["verdicts"]["optimizer.load_state_dict"]
+saved = sum(len(g["params"]) for g in osd["param_groups"])
+check(outcomes[0] == "loads" and v["loads"] and v["params_with_state"] == v["params_total"] == saved,
+      f"checkpoint-frozen: PyTorch's Trainer resume {outcomes[0]}, diagnose says {v}")
+frozen_finding = [f for f in report["findings"] if f["code"] == "frozen-params"]
+check(outcomes[1] != "loads" and frozen_finding and outcomes[1] in json.dumps(frozen_finding),
+      f"checkpoint-frozen: over every parameter PyTorch says {outcomes[1]!r}; diagnose: {frozen_finding}")
+
 if failures:
     print("\n".join(failures))
     sys.exit(1)

@@ -3,7 +3,8 @@
 # hf_interop.sh TORCH_PYTHON OPTSCOPE_CLI HF_DATA: gather safetensors files and Hugging Face Trainer folders
 # (tests/data/hf) with optscope-cli into torch.save files, then check them in real PyTorch: weights_only loads equal the
 # safetensors tensors and optimizer.pt's state under the Trainer's names, and the gathered optimizer state resumes a
-# fresh Trainer-built AdamW (set_optimizer_state_dict) to exactly the saved state.
+# fresh Trainer-built AdamW (set_optimizer_state_dict) to exactly the saved state; diagnose's verdict on the frozen
+# folder is what the Trainer's own resume does.
 set -euo pipefail
 torch_python=$1
 cli=$2
@@ -17,4 +18,8 @@ cp -r "$data"/. "$out"/
 for c in checkpoint-3 checkpoint-tied checkpoint-frozen checkpoint-bin; do
     "$cli" gather "$out/$c" -o "$out/$c.optscope.pt"
 done
+rc=0
+"$cli" diagnose "$out/checkpoint-frozen" --model "$out/checkpoint-frozen/model.safetensors" --json \
+    > "$out/checkpoint-frozen.diagnose.json" || rc=$?
+[[ $rc == 1 ]] # warnings
 "$torch_python" hf_interop.py "$out"

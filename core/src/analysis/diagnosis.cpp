@@ -1666,7 +1666,7 @@ private:
         frozenReading = false;
         if (!model) return std::nullopt;
         std::optional<TargetOptimizer> saved;
-        if (!target && !model->fromOptimizer && cp.format != CheckpointFormat::HfTrainer) {
+        if (!target && !model->fromOptimizer) {
             const auto views = findOptimizers(cp);
             if (views.size() != 1 || views.front().flattened) return std::nullopt;
             try {
