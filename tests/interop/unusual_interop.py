@@ -141,6 +141,11 @@ def make(out):
     changed = full.clone()
     changed[50] = -1.0
     torch.save({"tp_2d": changed, "replicated_cols": full[:55].reshape(11, 5).clone()}, f"{out}/reshaped.pt")
+    # a broadcast view too large to expand (320 MiB over 20 bytes) and the same values stored dense: diff reads the
+    # view expanded against the dense file in blocks, whose mapped pages it gives back as it goes
+    wide = torch.arange(5, dtype=torch.float32).view(5, 1).expand(5, 2**24)
+    torch.save({"w": wide}, f"{out}/wide_view.pt")
+    torch.save({"w": wide.clone()}, f"{out}/wide_dense.pt")
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     for n in names:

@@ -16,6 +16,24 @@ namespace optscope {
 
 namespace {
 
+/// The mapped pages of @p d that a copy of the region [begin, begin + sizes) of it read go from this process (they
+/// stay in the page cache): a box assembled block by block from a large mapped chunk otherwise keeps all of it
+/// resident. Nothing for a chunk in no file; a remote object keeps its blocks (ByteSource::release).
+void releaseRegion(const ChunkData& d, const std::vector<int64_t>& begin, const std::vector<int64_t>& sizes)
+{
+    if (!d.file || d.pointsIntoNoFile() || d.strides.size() != sizes.size()) return;
+    int64_t first = d.storageOffset, last = d.storageOffset;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+        if (sizes[k] <= 0) return;
+        if (d.strides[k] < 0) return; // not made by torch.save or DCP; leave it alone
+        first += begin[k] * d.strides[k];
+        last += (begin[k] + sizes[k] - 1) * d.strides[k];
+    }
+    const uint64_t elem = d.elementSize();
+    d.file->release(d.file->offsetOf(d.storage) + static_cast<uint64_t>(first) * elem,
+        static_cast<uint64_t>(last - first + 1) * elem);
+}
+
 /// Copies the part of each listed chunk that lies inside the box [offsets, offsets + sizes) into @p out, the box's
 /// dense row-major bytes; returns how many elements were copied (the box's numel when the chunks tile it).
 template<typename ChunkDataOf>
@@ -39,7 +57,9 @@ int64_t copyIntoBox(const TensorEntry& t, const std::vector<size_t>& chunks, con
         }
         const int64_t vol = region.numel();
         progress.checkCancelled();
-        aten::copyBlock(dataOf(i), srcBegin, region.sizes, out, sizes, dstBegin);
+        const ChunkData& data = dataOf(i);
+        aten::copyBlock(data, srcBegin, region.sizes, out, sizes, dstBegin);
+        releaseRegion(data, srcBegin, region.sizes);
         covered += vol;
     }
     return covered;
