@@ -115,7 +115,7 @@ const std::vector<Command>& commands()
             "  --ranks R1,R2       compare what two ranks of one checkpoint hold\n"
             "  --all               also list equal entries\n"
             "  --threads N         tensors compared in parallel (default: one per core)\n"
-            "  --engine auto|aten  auto: a fused one-pass kernel for same-dtype float32/64, bf16, fp16 blocks,\n"
+            "  --engine auto|aten  auto: a fused one-pass kernel for same-dtype float, bf16, fp16, int blocks,\n"
             "                      ATen ops for the rest; aten: ATen ops only (the reference; same report, slower)\n"
             "  --csv               a row per key and per rank (the GUI's CSV export)\n"
             "  --json              {\"equal\": bool, \"entries\": [{\"key\", \"status\", \"reason\", "
