@@ -485,9 +485,8 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
             c *= pair->a.repeats;
         return;
     }
-    TensorAssembler::checkComparison(ca, a, cb, b);
+    const bool expands = TensorAssembler::checkComparison(ca, a, cb, b);
     const TensorEntry& layoutSide = b.tensor->chunks.size() >= a.tensor->chunks.size() ? *b.tensor : *a.tensor;
-    const bool expands = TensorAssembler::expansionRefused(a) || TensorAssembler::expansionRefused(b);
     for (const auto& [rank, box] : rankBoxes(layoutSide)) {
         (void)rank;
         for (const TensorBox& piece : pieces(box, kBlock, expands)) {
@@ -536,7 +535,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         return;
     }
     // another broadcast view is read expanded, block by block, only against a side that stores about as much
-    TensorAssembler::checkComparison(ca, a, cb, b);
+    const bool expands = TensorAssembler::checkComparison(ca, a, cb, b);
     const ShardLayout layoutA = ShardLayout::of(ta), layoutB = ShardLayout::of(tb);
     // both sides hold the same part of the tensor (one rank's file of a sharded save, a meta tensor holding none):
     // that part is compared, and the entry says it is all there is
@@ -573,7 +572,6 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         }))
         parts = {{-1, TensorBox {std::vector<int64_t>(layoutSide.shape.size(), 0), layoutSide.shape}}};
     std::vector<uint8_t> scratchA, scratchB, theirs;
-    const bool expands = TensorAssembler::expansionRefused(a) || TensorAssembler::expansionRefused(b);
     for (const auto& [rank, box] : parts) {
         aten::DiffAccumulator acc;
         for (const TensorBox& piece : pieces(box, kBlock, expands)) {

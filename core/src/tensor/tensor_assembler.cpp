@@ -110,16 +110,15 @@ void TensorAssembler::checkExpansion(const Checkpoint& checkpoint, const Entry& 
     refuseExpansion(*entry.tensor, entry.tensor->nbytes(), checkpoint.path + ": '" + entry.key + "'");
 }
 
-bool TensorAssembler::expansionRefused(const Entry& entry)
+bool TensorAssembler::checkComparison(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b)
 {
-    return optscope::expansionRefused(*entry.tensor, entry.tensor->nbytes());
-}
-
-void TensorAssembler::checkComparison(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b)
-{
-    if (!expansionRefused(a) || !expansionRefused(b)) return;
-    checkExpansion(ca, a);
-    checkExpansion(cb, b);
+    const bool refusedA = expansionRefused(*a.tensor, a.tensor->nbytes());
+    const bool refusedB = expansionRefused(*b.tensor, b.tensor->nbytes());
+    if (refusedA && refusedB) {
+        checkExpansion(ca, a);
+        checkExpansion(cb, b);
+    }
+    return refusedA || refusedB;
 }
 
 void TensorAssembler::stream(

@@ -52,10 +52,9 @@ public:
     /// checkExpansion for comparing @p a and @p b element by element: a view that checkExpansion refuses is read
     /// expanded when the other side stores about as many bytes as the comparison reads (a dense tensor, say), since
     /// the reading is then bounded by that input; when both sides are such views (broadcast along other dimensions:
-    /// an outer difference of N * M elements) it throws as checkExpansion does
-    static void checkComparison(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b);
-    /// whether checkExpansion refuses @p entry
-    static bool expansionRefused(const Entry& entry);
+    /// an outer difference of N * M elements) it throws as checkExpansion does. Returns whether one side is such a
+    /// view, read expanded (its rows then need cutting into blocks: a row of a [4, 2^28] view is 1 GiB)
+    static bool checkComparison(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b);
     /// Asks ahead for the remote chunks of @p entry (ChunkReader::prefetch), in the order stream() reads them, at
     /// most @p maxBytes in all: a caller that streams tensor after tensor asks for the next one before it streams
     /// this one, so that a remote object's requests never wait for a tensor boundary. Nothing for a local checkpoint.
