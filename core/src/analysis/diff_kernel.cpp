@@ -6,23 +6,7 @@ namespace optscope::detail {
 
 bool fusedDiffSupports(DType a, DType b)
 {
-    switch (a == b ? a : DType::Unknown) {
-    case DType::Float32:
-    case DType::Float64:
-    case DType::BFloat16:
-    case DType::Float16:
-    case DType::Int8:
-    case DType::Int16:
-    case DType::Int32:
-    case DType::Int64:
-    case DType::UInt8:
-    case DType::UInt16:
-    case DType::UInt32:
-    case DType::UInt64:
-        return true;
-    default:
-        return false;
-    }
+    return a == b && baseline::takesDtype(a);
 }
 
 bool diffKernelAvailable(DiffKernelIsa isa)

@@ -34,12 +34,14 @@ void diffBlockFusedWith(DiffKernelIsa isa, const uint8_t* a, const uint8_t* b, D
 
 /// one variant's entry point (diff_kernel_impl.h)
 namespace baseline {
+bool takesDtype(DType dtype); ///< the dtypes diffBlockFused takes (one list, in diff_kernel_impl.h)
 void diffBlockFused(
     const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc);
-}
+} // namespace baseline
 namespace avx2 {
+bool takesDtype(DType dtype);
 void diffBlockFused(
     const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc);
-}
+} // namespace avx2
 
 } // namespace optscope::detail

@@ -237,51 +237,63 @@ void dispatch(const uint8_t* a, const uint8_t* b, int64_t n, double rtol, double
         fused<T, false>(a, b, n, rtol, atol, acc);
 }
 
+/// The one list of the dtypes the kernel takes: calls @p f with the traits of @p dtype (a value of that type) and
+/// returns true, or returns false for a dtype it does not take (fusedDiffSupports asks the same list)
+template<typename F> bool withTraits(DType dtype, F&& f)
+{
+    switch (dtype) {
+    case DType::Float32:
+        f(Float32Traits {});
+        return true;
+    case DType::Float64:
+        f(Float64Traits {});
+        return true;
+    case DType::BFloat16:
+        f(BFloat16Traits {});
+        return true;
+    case DType::Float16:
+        f(Float16Traits {});
+        return true;
+    case DType::Int8:
+        f(IntTraits<int8_t> {});
+        return true;
+    case DType::Int16:
+        f(IntTraits<int16_t> {});
+        return true;
+    case DType::Int32:
+        f(IntTraits<int32_t> {});
+        return true;
+    case DType::Int64:
+        f(IntTraits<int64_t> {});
+        return true;
+    case DType::UInt8:
+        f(IntTraits<uint8_t> {});
+        return true;
+    case DType::UInt16:
+        f(IntTraits<uint16_t> {});
+        return true;
+    case DType::UInt32:
+        f(IntTraits<uint32_t> {});
+        return true;
+    case DType::UInt64:
+        f(IntTraits<uint64_t> {});
+        return true;
+    default:
+        return false;
+    }
+}
+
 } // namespace
+
+bool takesDtype(DType dtype)
+{
+    return withTraits(dtype, [](auto) {});
+}
 
 void diffBlockFused(
     const uint8_t* a, const uint8_t* b, DType dtype, int64_t n, double rtol, double atol, aten::DiffAccumulator& acc)
 {
-    switch (dtype) {
-    case DType::Float32:
-        dispatch<Float32Traits>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::Float64:
-        dispatch<Float64Traits>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::BFloat16:
-        dispatch<BFloat16Traits>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::Float16:
-        dispatch<Float16Traits>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::Int8:
-        dispatch<IntTraits<int8_t>>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::Int16:
-        dispatch<IntTraits<int16_t>>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::Int32:
-        dispatch<IntTraits<int32_t>>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::Int64:
-        dispatch<IntTraits<int64_t>>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::UInt8:
-        dispatch<IntTraits<uint8_t>>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::UInt16:
-        dispatch<IntTraits<uint16_t>>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::UInt32:
-        dispatch<IntTraits<uint32_t>>(a, b, n, rtol, atol, acc);
-        break;
-    case DType::UInt64:
-        dispatch<IntTraits<uint64_t>>(a, b, n, rtol, atol, acc);
-        break;
-    default:
-        break;
-    }
+    withTraits(dtype, [&](auto traits) { dispatch<decltype(traits)>(a, b, n, rtol, atol, acc); });
 }
 
 } // namespace optscope::detail::OPTSCOPE_DIFF_KERNEL_NS
