@@ -51,6 +51,8 @@ def main():
          ["st_load_save", "st_100000.safetensors", "t.pt"], "load_file + torch.save"),
         ("inspect --hash of one tensor in 10k chunks", ["inspect", "chunks_10000", "--hash"],
          ["dcp_load_hash", "chunks_10000"], "dcp.load + sha256"),
+        ("diff of one tensor in 10k chunks with itself", ["diff", "chunks_10000", "chunks_10000"],
+         ["dcp_diff", "chunks_10000", "chunks_10000"], "dcp.load of each + (a != b).sum(), max |a - b|"),
         ("check of 2,000 listings of one region", ["check", "overlap_2000"], None, "none (target < 1 s)"),
         ("gather of z = [z, z] x 64 (1.7 KB)", ["gather", os.path.join(ROOT, "tests/data/hostile/shared_strings.pt"),
                                                "-o", "o.pt", "--no-fsync"],
@@ -75,7 +77,7 @@ def main():
         if theirs:
             # the chroot sees the current folder only: run from the repository root with relative paths
             case, inp = theirs[0], os.path.relpath(os.path.join(OUT, theirs[1]), ROOT)
-            rel = [case, inp] + [os.path.relpath(os.path.join(OUT, t), ROOT) if case == "diff" else t
+            rel = [case, inp] + [os.path.relpath(os.path.join(OUT, t), ROOT) if case.endswith("diff") else t
                                  for t in theirs[2:]]  # an output, "t.pt", lands in the repository root and is removed
             tw, tm, _ = measure([TP, os.path.relpath(SIDE, ROOT)] + rel, cwd=ROOT, must_pass=True)
             rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what}: {tw:.2f} s, {tm:.0f} MiB | "

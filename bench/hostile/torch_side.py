@@ -7,7 +7,9 @@ CASE: load_save (torch.load(weights_only=True) + torch.save: what gather does fo
       dcp_load_hash (dcp.load of every tensor into a plain tensor, then SHA-256 of its bytes: inspect --hash),
       load (torch.load(weights_only=True) alone),
       diff (INPUT and OUT are two files of one tensor each, loaded with mmap=True: the elements that differ and the
-      max |a - b|, integers widened to int32)
+      max |a - b|, integers widened to int32),
+      dcp_diff (INPUT and OUT are two DCP folders: dcp.load of each into plain tensors, then the same comparison per
+      tensor)
 """
 import hashlib
 import sys
@@ -33,6 +35,18 @@ elif case == "dcp_load_hash":
     dcp.load(sd, checkpoint_id=inp)
     for t in sd.values():
         hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+elif case == "dcp_diff":
+    import torch.distributed.checkpoint as dcp
+
+    def load(path):
+        md = dcp.FileSystemReader(path).read_metadata()
+        sd = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in md.state_dict_metadata.items()
+              if hasattr(v, "size")}
+        dcp.load(sd, checkpoint_id=path)
+        return sd
+    sa, sb = load(inp), load(out)
+    for k in sa:
+        print(k, int((sa[k] != sb[k]).sum()), (sa[k] - sb[k]).abs().max().item())
 elif case == "diff":
     (a,), (b,) = (torch.load(p, weights_only=True, mmap=True).values() for p in (inp, out))
     if not a.is_floating_point():

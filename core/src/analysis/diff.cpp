@@ -381,12 +381,11 @@ std::optional<int64_t> rowMajorRunStart(const std::vector<int64_t>& shape, const
     return start;
 }
 
-std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox& box)
+std::vector<uint8_t> fetch(TensorAssembler& tensor, const Entry& e, const TensorBox& box)
 {
     std::vector<uint8_t> out;
     out.reserve(static_cast<size_t>(box.numel()) * dtypeSize(e.tensor->dtype));
-    TensorAssembler(cp, e).streamBox(
-        box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
+    tensor.streamBox(box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
     return out;
 }
 
@@ -394,17 +393,18 @@ std::vector<uint8_t> fetch(const Checkpoint& cp, const Entry& e, const TensorBox
 /// (a torch.save tensor, a dim-0 DCP shard: no copy), else assembled into a buffer. The mapped pages are dropped
 /// from this process when done (they stay in the page cache), which keeps resident memory at about one block. An
 /// assembled box goes into @p scratch, which the caller keeps from block to block: a fresh 4 MiB buffer per block cost
-/// more in page faults than the comparison itself.
+/// more in page faults than the comparison itself. The caller keeps @p tensor (the entry's assembler) from block to
+/// block too: it finds each block's chunks without a pass over all of them.
 class BoxBytes
 {
 public:
-    BoxBytes(const Checkpoint& cp, const Entry& e, const TensorBox& box, const Progress& progress,
+    BoxBytes(TensorAssembler& tensor, const Entry& e, const TensorBox& box, const Progress& progress,
         std::vector<uint8_t>& scratch)
         : m_buffer(scratch)
     {
         m_buffer.clear();
         const uint64_t want = static_cast<uint64_t>(box.numel()) * dtypeSize(e.tensor->dtype);
-        TensorAssembler(cp, e).streamBox(
+        tensor.streamBox(
             box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { append(p, n); }, progress,
             [&](const ByteSource& f, uint64_t offset, uint64_t length) {
                 if (!m_file && m_buffer.empty() && length == want) {
@@ -487,12 +487,13 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
     }
     const bool expands = TensorAssembler::checkComparison(ca, a, cb, b);
     const TensorEntry& layoutSide = b.tensor->chunks.size() >= a.tensor->chunks.size() ? *b.tensor : *a.tensor;
+    TensorAssembler tensorA(ca, a), tensorB(cb, b);
     for (const auto& [rank, box] : rankBoxes(layoutSide)) {
         (void)rank;
         for (const TensorBox& piece : pieces(box, kBlock, expands)) {
             progress.checkCancelled();
-            const auto x = fetch(ca, a, piece);
-            const auto y = fetch(cb, b, piece);
+            const auto x = fetch(tensorA, a, piece);
+            const auto y = fetch(tensorB, b, piece);
             aten::diffHistogram(x.data(), a.tensor->dtype, y.data(), b.tensor->dtype, piece.numel(), -lim, lim, counts);
         }
     }
@@ -572,27 +573,27 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         }))
         parts = {{-1, TensorBox {std::vector<int64_t>(layoutSide.shape.size(), 0), layoutSide.shape}}};
     std::vector<uint8_t> scratchA, scratchB, theirs;
+    TensorAssembler tensorA(ca, a), tensorB(cb, b);
     for (const auto& [rank, box] : parts) {
         aten::DiffAccumulator acc;
         for (const TensorBox& piece : pieces(box, kBlock, expands)) {
             progress.checkCancelled();
             if (sameShape) {
-                const BoxBytes x(ca, a, piece, progress, scratchA);
-                const BoxBytes y(cb, b, piece, progress, scratchB);
+                const BoxBytes x(tensorA, a, piece, progress, scratchA);
+                const BoxBytes y(tensorB, b, piece, progress, scratchB);
                 diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), opt, acc);
             } else {
                 // same numel, other shape: the piece is a row-major run of the layout side, compared with the same
                 // elements of the other side
                 const Entry& lay = byB ? b : a;
                 const Entry& other = byB ? a : b;
-                const Checkpoint& cl = byB ? cb : ca;
-                const Checkpoint& co = byB ? ca : cb;
-                const BoxBytes mine(cl, lay, piece, progress, scratchA);
+                const BoxBytes mine(byB ? tensorB : tensorA, lay, piece, progress, scratchA);
                 theirs.clear();
                 theirs.reserve(static_cast<size_t>(piece.numel()) * dtypeSize(other.tensor->dtype));
-                TensorAssembler(co, other).streamElements(
-                    *rowMajorRunStart(lay.tensor->shape, piece), piece.numel(),
-                    [&](const uint8_t* p, size_t n) { theirs.insert(theirs.end(), p, p + n); }, progress);
+                (byB ? tensorA : tensorB)
+                    .streamElements(
+                        *rowMajorRunStart(lay.tensor->shape, piece), piece.numel(),
+                        [&](const uint8_t* p, size_t n) { theirs.insert(theirs.end(), p, p + n); }, progress);
                 const uint8_t* bytesA = byB ? theirs.data() : mine.data();
                 const uint8_t* bytesB = byB ? mine.data() : theirs.data();
                 diffBlock(bytesA, ta.dtype, bytesB, tb.dtype, piece.numel(), opt, acc);
@@ -613,8 +614,8 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     if (ta.numel() > 0 && ta.shape.empty() && d.ranks.empty() && !samePart) {
         // 0-dim: one element
         aten::DiffAccumulator acc;
-        const auto x = fetch(ca, a, {{}, {}});
-        const auto y = fetch(cb, b, {{}, {}});
+        const auto x = fetch(tensorA, a, {{}, {}});
+        const auto y = fetch(tensorB, b, {{}, {}});
         diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, 1, opt, acc);
         total = acc;
         d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});

@@ -10,6 +10,7 @@
 #include "optscope/tensor/chunk_reader.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 namespace optscope {
@@ -46,13 +47,14 @@ int64_t copyIntoBox(const TensorEntry& t, const std::vector<size_t>& chunks, con
     std::vector<int64_t> srcBegin(ndim), dstBegin(ndim);
     int64_t covered = 0;
     for (size_t i : chunks) {
-        const auto& c = t.chunks[i];
-        if (c.numel() == 0) continue;
-        chunkBox.offsets.assign(c.offsets.begin(), c.offsets.end());
-        chunkBox.sizes.assign(c.sizes.begin(), c.sizes.end());
+        // through the table's accessors: a box meets few of a tensor's chunks, and nothing is made for the others
+        if (t.chunks.numelOf(i) == 0) continue;
+        const IntSpan chunkOffsets = t.chunks.offsetsOf(i);
+        chunkBox.offsets.assign(chunkOffsets.begin(), chunkOffsets.end());
+        chunkBox.sizes.assign(t.chunks.sizesOf(i).begin(), t.chunks.sizesOf(i).end());
         if (!intersect(box, chunkBox, region)) continue;
         for (size_t d = 0; d < ndim; ++d) {
-            srcBegin[d] = region.offsets[d] - c.offsets[d];
+            srcBegin[d] = region.offsets[d] - chunkOffsets[d];
             dstBegin[d] = region.offsets[d] - offsets[d];
         }
         const int64_t vol = region.numel();
@@ -283,17 +285,98 @@ void TensorAssembler::streamBox(const std::vector<int64_t>& offsets, const std::
     if (numel == 0) return;
     refuseExpansion(t, static_cast<uint64_t>(numel) * dtypeSize(t.dtype), where);
     std::vector<uint8_t> buffer(static_cast<size_t>(numel) * dtypeSize(t.dtype));
-    std::vector<size_t> all(t.chunks.size());
-    for (size_t i = 0; i < all.size(); ++i)
-        all[i] = i;
+    std::vector<size_t> met; // the chunks whose rows meet the box's: a column block of N row chunks reads few
+    chunksMeeting(offsets[0], offsets[0] + sizes[0], where, met);
     const int64_t covered = copyIntoBox(
-        t, all, [&](size_t i) { return ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i]); }, offsets, sizes,
+        t, met, [&](size_t i) { return ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i]); }, offsets, sizes,
         buffer.data(), progress);
     if (covered != numel)
         throw Error(ErrorKind::Format, where,
             std::string(covered < numel ? "chunks leave a gap" : "chunks overlap") + " in the box " + shapeText(offsets)
                 + "+" + shapeText(sizes));
     sink(buffer.data(), buffer.size());
+}
+
+void TensorAssembler::chunksMeeting(
+    int64_t rowBegin, int64_t rowEnd, const std::string& where, std::vector<size_t>& out)
+{
+    const TensorEntry& t = *m_entry.tensor;
+    const auto& shape = t.shape;
+    const size_t ndim = shape.size();
+    out.clear();
+    auto meets = [&](size_t i) {
+        return ndim == 0
+            || (t.chunks.offsetsOf(i)[0] < rowEnd && t.chunks.offsetsOf(i)[0] + t.chunks.sizesOf(i)[0] > rowBegin);
+    };
+    if (!m_chunksChecked) {
+        // every chunk must lie inside the tensor; empty chunks are legal and ignored
+        // (through the table's accessors: nothing is made per chunk, a tensor can have millions)
+        for (size_t i = 0; i < t.chunks.size(); ++i) {
+            const IntSpan offs = t.chunks.offsetsOf(i);
+            const IntSpan sizes = t.chunks.sizesOf(i);
+            if (t.chunks.ndim(i) != ndim)
+                throw Error(ErrorKind::Format, where,
+                    "chunk " + std::to_string(i) + " has rank " + std::to_string(t.chunks.ndim(i)) + ", the tensor "
+                        + std::to_string(ndim));
+            bool empty = false;
+            for (size_t d = 0; d < ndim; ++d) {
+                if (offs[d] < 0 || sizes[d] < 0 || offs[d] > shape[d] || sizes[d] > shape[d] - offs[d])
+                    throw Error(ErrorKind::Format, where,
+                        "chunk at offsets " + shapeText(offs.vec()) + " sizes " + shapeText(sizes.vec())
+                            + " lies outside the tensor " + shapeText(shape));
+                empty = empty || sizes[d] == 0;
+            }
+            if (!empty && meets(i)) out.push_back(i);
+        }
+        m_chunksChecked = true; // a one-box read is done in one pass; a second box builds the index
+        return;
+    }
+    if (!m_rows) {
+        RowIndex index;
+        for (size_t i = 0; i < t.chunks.size(); ++i)
+            if (t.chunks.numelOf(i) > 0) index.byStart.push_back(static_cast<uint32_t>(i));
+        if (ndim > 0) {
+            std::stable_sort(index.byStart.begin(), index.byStart.end(),
+                [&](uint32_t x, uint32_t y) { return t.chunks.offsetsOf(x)[0] < t.chunks.offsetsOf(y)[0]; });
+            while (index.leaves < index.byStart.size())
+                index.leaves *= 2;
+            index.maxEnd.assign(2 * index.leaves, std::numeric_limits<int64_t>::min());
+            for (size_t p = 0; p < index.byStart.size(); ++p)
+                index.maxEnd[index.leaves + p]
+                    = t.chunks.offsetsOf(index.byStart[p])[0] + t.chunks.sizesOf(index.byStart[p])[0];
+            for (size_t n = index.leaves; n-- > 1;)
+                index.maxEnd[n] = std::max(index.maxEnd[2 * n], index.maxEnd[2 * n + 1]);
+        }
+        m_rows = std::move(index);
+    }
+    const RowIndex& index = *m_rows;
+    if (ndim == 0) {
+        out.assign(index.byStart.begin(), index.byStart.end());
+        return;
+    }
+    // the chunks that begin before rowEnd (a prefix of byStart) and end after rowBegin (subtrees whose largest end
+    // does not reach past rowBegin are skipped whole): a chunk over every row does not make each query a scan
+    const size_t hi
+        = static_cast<size_t>(std::partition_point(index.byStart.begin(), index.byStart.end(), [&](uint32_t i) {
+              return t.chunks.offsetsOf(i)[0] < rowEnd;
+          }) - index.byStart.begin());
+    struct Node
+    {
+        size_t node, first, count; // a subtree and the leaves it spans
+    };
+    std::vector<Node> todo {{1, 0, index.leaves}};
+    while (!todo.empty()) {
+        const Node n = todo.back();
+        todo.pop_back();
+        if (n.first >= hi || index.maxEnd[n.node] <= rowBegin) continue;
+        if (n.count == 1) {
+            out.push_back(index.byStart[n.first]);
+            continue;
+        }
+        todo.push_back({2 * n.node + 1, n.first + n.count / 2, n.count / 2});
+        todo.push_back({2 * n.node, n.first, n.count / 2});
+    }
+    std::sort(out.begin(), out.end());
 }
 
 void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
@@ -313,26 +396,8 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
         refuseExpansion(
             t, t.nbytes() / static_cast<uint64_t>(shape[0]) * static_cast<uint64_t>(rowEnd - rowBegin), where);
 
-    // every chunk must lie inside the tensor; empty chunks are legal and ignored
-    // (through the table's accessors: nothing is made per chunk, a tensor can have millions)
     std::vector<size_t> live;
-    for (size_t i = 0; i < t.chunks.size(); ++i) {
-        const IntSpan offs = t.chunks.offsetsOf(i);
-        const IntSpan sizes = t.chunks.sizesOf(i);
-        if (t.chunks.ndim(i) != ndim)
-            throw Error(ErrorKind::Format, where,
-                "chunk " + std::to_string(i) + " has rank " + std::to_string(t.chunks.ndim(i)) + ", the tensor "
-                    + std::to_string(ndim));
-        bool empty = false;
-        for (size_t d = 0; d < ndim; ++d) {
-            if (offs[d] < 0 || sizes[d] < 0 || offs[d] > shape[d] || sizes[d] > shape[d] - offs[d])
-                throw Error(ErrorKind::Format, where,
-                    "chunk at offsets " + shapeText(offs.vec()) + " sizes " + shapeText(sizes.vec())
-                        + " lies outside the tensor " + shapeText(shape));
-            empty = empty || sizes[d] == 0;
-        }
-        if (!empty) live.push_back(i);
-    }
+    chunksMeeting(rowBegin, rowEnd, where, live);
 
     // a remote DCP item read whole here is done once nothing points into it: its blocks may go (a gather of many
     // small items held them all). Declared before the chunks' data, so that it runs after they are gone.
@@ -353,26 +418,32 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
                 || (t.chunks.offsetsOf(i)[0] >= rowBegin
                     && t.chunks.offsetsOf(i)[0] + t.chunks.sizesOf(i)[0] <= rowEnd))
                 itemsRead.chunks.push_back(i);
-    std::vector<std::optional<ChunkData>> resolved(t.chunks.size());
+    // per chunk of live (in table order, so a chunk's slot is found by binary search)
+    auto slotOf
+        = [&](size_t i) { return static_cast<size_t>(std::lower_bound(live.begin(), live.end(), i) - live.begin()); };
+    std::vector<std::optional<ChunkData>> resolved(live.size());
     auto data = [&](size_t i) -> const ChunkData& {
-        if (!resolved[i]) {
-            resolved[i] = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i]);
-            if (resolved[i]->sizes != t.chunks[i].sizes)
+        std::optional<ChunkData>& r = resolved[slotOf(i)];
+        if (!r) {
+            r = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i]);
+            if (t.chunks.sizesOf(i) != r->sizes)
                 throw Error(ErrorKind::Format, where, "chunk data shape differs from its metadata");
         }
-        return *resolved[i];
+        return *r;
     };
     // a chunk the dim-0 path reads rows of: a remote one is located only, and the rows read are fetched (a reshard
     // reads each source byte once, not the whole source chunk for every target box it feeds)
-    std::vector<std::optional<ChunkData>> locatedOnly(t.chunks.size());
+    std::vector<std::optional<ChunkData>> locatedOnly(live.size());
     auto located = [&](size_t i) -> const ChunkData& {
-        if (resolved[i]) return *resolved[i];
-        if (!locatedOnly[i]) {
-            locatedOnly[i] = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i], true);
-            if (locatedOnly[i]->sizes != t.chunks[i].sizes)
+        const size_t slot = slotOf(i);
+        if (resolved[slot]) return *resolved[slot];
+        std::optional<ChunkData>& r = locatedOnly[slot];
+        if (!r) {
+            r = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i], true);
+            if (t.chunks.sizesOf(i) != r->sizes)
                 throw Error(ErrorKind::Format, where, "chunk data shape differs from its metadata");
         }
-        return *locatedOnly[i];
+        return *r;
     };
     std::vector<uint8_t> rowsBuffer;
 

@@ -67,10 +67,25 @@ public:
 private:
     void streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
         const std::function<void(uint64_t)>& onBytes, const RegionSink& region);
+    /// the chunks of a tensor of one or more dims, checked to lie inside it once, and found by rows: a caller that
+    /// reads a tensor of N chunks box by box (diff, verify, reshard) keeps one assembler, and each box costs the
+    /// chunks it meets (log N to find them), not a pass over all N
+    struct RowIndex
+    {
+        std::vector<uint32_t> byStart; ///< the non-empty chunks by first row (ties in table order)
+        size_t leaves = 1; ///< a power of two >= byStart.size()
+        /// a max tree over byStart's end rows: leaf p at leaves + p, node n the larger of 2n and 2n + 1
+        std::vector<int64_t> maxEnd;
+    };
+    /// the non-empty chunks that rows [rowBegin, rowEnd) meet, in table order (all of them for a 0-dim tensor);
+    /// throws as streamRows does for a chunk of the wrong rank or outside the tensor
+    void chunksMeeting(int64_t rowBegin, int64_t rowEnd, const std::string& where, std::vector<size_t>& out);
     const Checkpoint& m_checkpoint;
     const Entry& m_entry;
     size_t m_maxBlock;
     uint64_t m_readAhead; ///< 256 MiB, at most half of remoteCacheBytes()
+    bool m_chunksChecked = false; ///< every chunk found inside the tensor (the first chunksMeeting)
+    std::optional<RowIndex> m_rows; ///< built by the second chunksMeeting
 };
 
 /// The boxes that, read one after the other, give the elements [first, first + count) of a tensor of @p shape in
