@@ -316,3 +316,24 @@ TEST(Safety, ATensorOfManyChunksIsComparedInLinearTime)
     std::printf("10k chunks: %.2f s, 40k chunks: %.2f s\n", small, large);
     EXPECT_LT(large, 8 * small + 0.5) << "10k chunks: " << small << " s, 40k: " << large << " s";
 }
+
+TEST(Safety, AFileInTheRunsOwnFolderLooksForNoStaleTemporaries)
+{
+    // a DCP output's rank files go into the temporary folder the run made: looking there for an earlier run's dead
+    // temporaries listed the folder once per file (a reshard to 5,000 ranks: 26 s, mostly readdir). Elsewhere a dead
+    // one (its PID gone, nobody holds its lock) is removed.
+    const fs::path dir = fs::temp_directory_path() / ("optscope_fresh_folder_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    const fs::path dead = dir / ".x.tmp-999999999-abcdef"; // no such PID
+    for (const bool fresh : {true, false}) {
+        std::ofstream(dead) << "left by a killed run";
+        WriteOptions options;
+        options.fsync = false;
+        options.inFreshFolder = fresh;
+        OutputFile out((dir / "x").string(), options);
+        out.write("x", 1);
+        out.commit();
+        EXPECT_EQ(fs::exists(dead), fresh);
+    }
+    fs::remove_all(dir);
+}

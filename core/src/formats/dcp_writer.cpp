@@ -294,6 +294,7 @@ static DcpWriteStats writeDcpUnnamed(
     WriteOptions inner = options;
     inner.beforeCommit = nullptr;
     inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
+    inner.inFreshFolder = !remote; // the rank files go into the temporary folder made below
     const CancelScope cancelScope(inner.cancelled); // a read stalled on a server ends too
 
     std::map<int, std::vector<FileItem>> byRank;

@@ -159,7 +159,7 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
         m_buffer = new char[kBufferSize];
         return;
     }
-    removeStaleTemporaries(m_path);
+    if (!m_options.inFreshFolder) removeStaleTemporaries(m_path);
     std::string templ;
     for (;;) {
         templ = temporaryPrefix(m_path) + "XXXXXX";

@@ -25,6 +25,10 @@ struct WriteOptions
     /// asked once more after the last byte is written and before the rename (the writers pass their Progress's):
     /// true makes commit() throw Error(Cancelled) and leave no output
     std::function<bool()> cancelled;
+    /// the file goes into a folder this run made for the output (a DCP output's temporary folder): no earlier run
+    /// left temporaries there to look for, and looking was a listing of the folder per file (quadratic: a reshard to
+    /// 5,000 ranks spent most of its 26 s in readdir)
+    bool inFreshFolder = false;
 };
 
 /// throws Error(Usage) naming @p output when it is one of @p inputs (the same path, or the same file by another name:
