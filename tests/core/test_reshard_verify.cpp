@@ -399,8 +399,12 @@ TEST(Verify, AgainstNamesTheDamagedKeyAndRank)
         EXPECT_EQ(e.key, "optim.state.blocks.1.proj.weight.exp_avg");
         EXPECT_EQ(e.status, VerifyStatus::Different);
         EXPECT_EQ(e.differing, 1);
+        // the second element of rank 1's chunk (a dim-0 shard: its rows are whole), as a row-major index
+        const TensorEntry& t = *victim->tensor;
+        const int64_t firstDiff = chunk.offsets[0] * (t.numel() / t.shape[0]) + 1;
         for (const auto& rr : e.ranks) {
             EXPECT_EQ(rr.differing, rr.rank == 1 ? 1 : 0);
+            EXPECT_EQ(rr.firstDiff, rr.rank == 1 ? firstDiff : -1);
         }
     }
     EXPECT_EQ(different, 1u);
