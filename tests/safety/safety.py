@@ -363,6 +363,15 @@ def bounded_cost():
               f"{took:.1f} s, {text(r.stderr).strip()[:200]}")
     size = os.path.getsize(os.path.join(d, "g.pt")) if os.path.exists(os.path.join(d, "g.pt")) else -1
     check("shared values stay shared in what gather writes (the pickle memo)", 0 < size < 8192, f"{size} bytes")
+    # a shared list whose contents are referred to once (5M leaves expanded): the repeats of what lies under it are
+    # charged too, so the expansion stops at the same bound (122,882 entries, as when every container was tracked)
+    subtree = os.path.join(HOSTILE, "shared_subtree.pt")
+    t = time.time()
+    r = run(["inspect", subtree], timeout=60)
+    took = time.time() - t
+    out = text(r.stdout)
+    check("a shared list of unshared values: inspect stops at the expansion bound", r.returncode == 0 and took < 10
+          and "122882 entries" in out, f"exit {r.returncode}, {took:.1f} s, {out.strip()[-200:]}")
     expanded = os.path.join(HOSTILE, "expanded.pt")  # torch.zeros(1).expand(2**30, 2**30): 4 EiB expanded
     twos = os.path.join(HOSTILE, "expanded_twos.pt")  # the same view of a 2
     # hashed and compared through its storage (what it stores, each element standing for 2^60 / 1); gathered as a

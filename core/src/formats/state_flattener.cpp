@@ -17,8 +17,12 @@ constexpr size_t kMaxRepeatedPathElements = size_t(1) << 20;
 struct Walk
 {
     std::unordered_map<const PyValue*, std::pair<bool, int>> holds; ///< holdsTensorOrMapping: (answer, depth)
-    std::unordered_set<const PyValue*> active; ///< containers on the current path: a cycle back to one is a leaf
-    std::unordered_set<const PyValue*> expanded; ///< containers expanded at least once
+    // Only a pinned container (one referred to from more than one place) can be met twice or close a cycle, so only
+    // pinned ones are looked up in these sets: an unpinned one is met again only inside a repeated expansion of a
+    // pinned ancestor (repeatedOnPath), and is charged as repeated then. 1M plain values spent a second here.
+    std::unordered_set<const PyValue*> active; ///< pinned containers on the current path: a cycle back is a leaf
+    std::unordered_set<const PyValue*> expanded; ///< pinned containers expanded at least once
+    int repeatedOnPath = 0; ///< containers on the current path expanded for a second (or later) time
     size_t repeatBudget = kMaxRepeatedPathElements;
     uint64_t pathBytes = 0; ///< keyPathBytes of the current path
     uint64_t totalBytes = 0; ///< keyPathBytes of every leaf so far
@@ -65,13 +69,16 @@ template<bool kCount> void traverse(KeyPath& path, const PyValue* v, int depth, 
     const bool emptyMapping = v->kind == PyKind::Dict && v->size() == 0 && !path.empty();
     const bool descend = depth > 0 && !emptyMapping
         && (v->kind == PyKind::Dict || (v->isSequence() && holdsTensorOrMapping(v, depth, w)));
-    if (descend && !w.active.count(v)) {
-        const bool repeated = !w.expanded.insert(v).second;
+    if (descend && (!v->pinned || !w.active.count(v))) {
+        const bool repeated = v->pinned ? !w.expanded.insert(v).second : w.repeatedOnPath > 0;
         const size_t charge = v->size() * (path.size() + 1);
         if (!repeated || charge <= w.repeatBudget) {
             if (repeated) w.repeatBudget -= charge;
-            w.active.insert(v);
-            if (v->pinned) ++w.pinnedOnPath;
+            if (v->pinned) {
+                w.active.insert(v);
+                ++w.pinnedOnPath;
+            }
+            w.repeatedOnPath += repeated;
             for (size_t i = 0; i < v->size(); ++i) {
                 if constexpr (kCount) {
                     path.emplace_back();
@@ -93,8 +100,11 @@ template<bool kCount> void traverse(KeyPath& path, const PyValue* v, int depth, 
                 w.pathBytes -= elemBytes(path.back());
                 path.pop_back();
             }
-            if (v->pinned) --w.pinnedOnPath;
-            w.active.erase(v);
+            w.repeatedOnPath -= repeated;
+            if (v->pinned) {
+                --w.pinnedOnPath;
+                w.active.erase(v);
+            }
             return;
         }
     }

@@ -58,12 +58,17 @@ struct Builder
 
     OptimizerParam& param(const std::string& key)
     {
+        // a parameter's states come one after the other (step, exp_avg, exp_avg_sq): the last one asked, first
+        if (!view.params.empty() && view.params[lastParam].key == key) return view.params[lastParam];
         auto it = paramIndex.find(key);
-        if (it != paramIndex.end()) return view.params[it->second];
-        paramIndex.emplace(key, view.params.size());
-        view.params.push_back({key, {}});
-        return view.params.back();
+        if (it == paramIndex.end()) {
+            it = paramIndex.emplace(key, view.params.size()).first;
+            view.params.push_back({key, {}});
+        }
+        lastParam = it->second;
+        return view.params[lastParam];
     }
+    size_t lastParam = 0;
 };
 
 std::string rootText(const KeyPath& path, size_t k)
@@ -77,7 +82,11 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
 {
     std::map<std::string, Builder> builders; // by root
     std::vector<std::string> order;
+    Builder* last = nullptr; // the entries of one optimizer come one after the other: its root is asked first
     auto builderFor = [&](const KeyPath& path, size_t k) -> Builder& {
+        if (last && last->view.root.size() == k
+            && std::equal(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(k), last->view.root.begin()))
+            return *last;
         const std::string id = rootText(path, k);
         auto it = builders.find(id);
         if (it == builders.end()) {
@@ -85,6 +94,7 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
             it = builders.emplace(id, Builder {}).first;
             it->second.view.root.assign(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(k));
         }
+        last = &it->second;
         return it->second;
     };
 

@@ -389,6 +389,11 @@ std::string storageViewOf(const Entry& e)
 
 std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
 {
+    return modelPartOf(cp, !findOptimizers(cp).empty());
+}
+
+std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp, bool holdsOptimizer)
+{
     // a model state dict under one of the usual keys, else top-level tensors when the file holds no optimizer
     std::optional<std::string> under;
     for (const auto& k : modelKeys()) {
@@ -399,7 +404,7 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
             }
         if (under) break;
     }
-    if (!under && !findOptimizers(cp).empty()) return std::nullopt;
+    if (!under && holdsOptimizer) return std::nullopt;
     ModelParams m;
     m.source = cp.path;
     if (under) {
@@ -530,7 +535,7 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
 {
     ParamTable out;
     out.optimizers = findOptimizers(checkpoint);
-    out.modelInFile = ModelParams::modelPartOf(checkpoint);
+    out.modelInFile = ModelParams::modelPartOf(checkpoint, !out.optimizers.empty());
     if (!out.optimizers.empty() && out.modelInFile && out.modelInFile->root.empty()) out.modelInFile.reset();
     const ModelParams* shapesFrom = reference ? reference : out.modelInFile ? &*out.modelInFile : nullptr;
     const ModelParams* inFile = out.modelInFile ? &*out.modelInFile : nullptr;
@@ -824,13 +829,13 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
     }
     if (out.optimizers.empty()) {
         // a model-only checkpoint: its parameters
-        if (auto m = ModelParams::modelPartOf(checkpoint)) {
+        if (const auto& m = out.modelInFile) { // as found above: without an optimizer nothing reset it
             for (const auto& fqn : m->fqns) {
                 ParamRow r;
                 r.fqn = fqn;
                 r.confidence = Confidence::Stored;
                 r.normalized = normalizeFqn(fqn).fqn;
-                r.shape = m->shapes[fqn];
+                if (const auto s = m->shapes.find(fqn); s != m->shapes.end()) r.shape = s->second;
                 r.numel = numelOf(r.shape);
                 r.jumpKey = (m->root.empty() ? std::string() : joinKeyPath(m->root) + ".") + fqn;
                 out.rows.push_back(std::move(r));

@@ -58,6 +58,9 @@ struct ModelParams
     /// the model state dict inside a checkpoint ("model", "state_dict" (Lightning), "model_state_dict", "module"
     /// (DeepSpeed), or top-level tensors of a file without optimizer); nullopt if there is none
     static std::optional<ModelParams> modelPartOf(const Checkpoint& checkpoint);
+    /// the same, for a caller that has found the checkpoint's optimizers already (findOptimizers is a pass over
+    /// every entry: 1M values took a second more)
+    static std::optional<ModelParams> modelPartOf(const Checkpoint& checkpoint, bool holdsOptimizer);
     /// a text file with one FQN per line ('#' comments; optional whitespace-separated shape "3,4")
     static ModelParams fromFqnList(const std::string& path);
 };
