@@ -4,6 +4,7 @@
 #include "optscope/io/job.h"
 
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <streambuf>
 
@@ -33,9 +34,12 @@ protected:
     }
     std::streamsize xsputn(const char* s, std::streamsize n) override
     {
-        for (std::streamsize i = 0; i < n; ++i) {
-            m_line.push_back(s[i]);
-            if (s[i] == '\n') flushLine();
+        for (std::streamsize i = 0; i < n;) {
+            const void* nl = std::memchr(s + i, '\n', static_cast<size_t>(n - i));
+            const std::streamsize end = nl ? static_cast<const char*>(nl) - s + 1 : n;
+            m_line.append(s + i, static_cast<size_t>(end - i));
+            if (nl) flushLine();
+            i = end;
         }
         return n;
     }
@@ -49,8 +53,12 @@ private:
     void flushLine()
     {
         if (m_line.empty()) return;
-        const std::string out = displayText(m_line, true);
-        m_target->sputn(out.data(), static_cast<std::streamsize>(out.size()));
+        if (!needsDisplayEscape(m_line, true)) { // most lines: as they are, no copy
+            m_target->sputn(m_line.data(), static_cast<std::streamsize>(m_line.size()));
+        } else {
+            const std::string out = displayText(m_line, true);
+            m_target->sputn(out.data(), static_cast<std::streamsize>(out.size()));
+        }
         m_line.clear();
     }
     std::streambuf* m_target;
