@@ -71,6 +71,10 @@ TensorToWrite broadcastViewToWrite(const Checkpoint& cp, const Entry& e, Broadca
 StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std::vector<std::string>* leftOut)
 {
     StateTree tree;
+    size_t pathElements = 1; // the root, and at most one node per path element
+    for (const Entry& e : cp.entries)
+        if (keyMatchesPrefix(e.key, options.onlyPrefix)) pathElements += e.path.size();
+    tree.reserve(pathElements);
     size_t selected = 0;
     for (const Entry& e : cp.entries) {
         if (!keyMatchesPrefix(e.key, options.onlyPrefix)) continue;

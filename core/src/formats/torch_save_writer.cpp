@@ -83,11 +83,7 @@ private:
     {
         if (depth > 400) unsupported("a structure nested deeper than 400 levels");
         const StateTree::Node& n = m_tree.node(i);
-        static const StateTree::Container none;
-        const StateTree::Container& c
-            = n.kind == StateTree::Kind::Dict || n.kind == StateTree::Kind::List || n.kind == StateTree::Kind::Tuple
-            ? m_tree.container(n)
-            : none;
+        size_t k = 0; // the child's place among n's
         switch (n.kind) {
         case StateTree::Kind::None:
             e.op(pickle_op::NONE);
@@ -100,29 +96,30 @@ private:
             return;
         case StateTree::Kind::Dict:
             e.op(pickle_op::EMPTY_DICT);
-            for (size_t k = 0; k < c.children.size(); ++k) {
+            m_tree.forEachChild(n, [&](size_t c, const StateTree::Node& child) {
                 if (k % 1000 == 0) e.mark();
-                if (c.keyValues[k])
-                    value(c.keyValues[k], depth + 1);
+                if (child.keyValue)
+                    value(child.keyValue, depth + 1);
                 else
-                    e.str(c.keys[k]);
-                node(c.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == c.children.size()) e.op(pickle_op::SETITEMS);
-            }
+                    e.str(child.key.view());
+                node(c, depth + 1);
+                if (k % 1000 == 999 || k + 1 == n.size) e.op(pickle_op::SETITEMS);
+                ++k;
+            });
             return;
         case StateTree::Kind::List:
             e.op(pickle_op::EMPTY_LIST);
-            for (size_t k = 0; k < c.children.size(); ++k) {
+            m_tree.forEachChild(n, [&](size_t c, const StateTree::Node&) {
                 if (k % 1000 == 0) e.mark();
-                node(c.children[k], depth + 1);
-                if (k % 1000 == 999 || k + 1 == c.children.size()) e.op(pickle_op::APPENDS);
-            }
+                node(c, depth + 1);
+                if (k % 1000 == 999 || k + 1 == n.size) e.op(pickle_op::APPENDS);
+                ++k;
+            });
             return;
         case StateTree::Kind::Tuple:
-            if (c.children.size() > 3) e.mark();
-            for (size_t child : c.children)
-                node(child, depth + 1);
-            e.tuple(c.children.size());
+            if (n.size > 3) e.mark();
+            m_tree.forEachChild(n, [&](size_t c, const StateTree::Node&) { node(c, depth + 1); });
+            e.tuple(n.size);
             return;
         }
     }

@@ -26,68 +26,132 @@ int64_t TensorToWrite::numel() const
 
 StateTree::StateTree()
 {
-    m_nodes.push_back({});
+    m_nodes.emplace_back();
     setKind(0, Kind::Dict);
+}
+
+void StateTree::reserve(size_t nodes)
+{
+    m_nodes.reserve(nodes);
 }
 
 void StateTree::setKind(size_t node, Kind kind)
 {
-    const bool container = kind == Kind::Dict || kind == Kind::List || kind == Kind::Tuple;
-    const Kind was = m_nodes[node].kind;
-    if (container && was != Kind::Dict && was != Kind::List && was != Kind::Tuple) {
-        m_containers.emplace_back();
-        m_nodes[node].container = m_containers.size() - 1;
-    }
+    // a container keeps its children when it changes kind (the root: an empty dict that becomes a list)
     m_nodes[node].kind = kind;
 }
 
-size_t StateTree::keyHash(size_t parent, std::string_view key)
+std::vector<size_t> StateTree::children(const Node& n) const
 {
-    return std::hash<std::string_view>()(key) ^ (parent * 0x9e3779b97f4a7c15ULL);
+    std::vector<size_t> out;
+    forEachChild(n, [&](size_t c, const Node&) { out.push_back(c); });
+    return out;
+}
+
+size_t StateTree::slotHash(uint32_t parent, bool keyed, std::string_view key, uint32_t position)
+{
+    uint64_t h = keyed ? std::hash<std::string_view>()(key) : position * 0xd6e8feb86659fd93ULL + 1;
+    h ^= (uint64_t(parent) + 1) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 31; // the slot is taken from the low bits: mix the high ones down
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return static_cast<size_t>(h ^ (h >> 29));
+}
+
+size_t StateTree::slotHash(const Node& n) const
+{
+    return slotHash(n.parent, n.keyed, n.key.view(), n.position);
+}
+
+void StateTree::index(uint32_t node)
+{
+    if ((m_indexed + 1) * 2 > m_slots.size()) grow();
+    const size_t mask = m_slots.size() - 1;
+    for (size_t s = slotHash(m_nodes[node]) & mask;; s = (s + 1) & mask)
+        if (m_slots[s] == 0) {
+            m_slots[s] = node;
+            ++m_indexed;
+            return;
+        }
+}
+
+void StateTree::grow()
+{
+    std::vector<uint32_t> old(std::max<size_t>(64, m_slots.size() * 2), 0);
+    old.swap(m_slots);
+    const size_t mask = m_slots.size() - 1;
+    for (uint32_t node : old) {
+        if (node == 0) continue;
+        size_t s = slotHash(m_nodes[node]) & mask;
+        while (m_slots[s] != 0)
+            s = (s + 1) & mask;
+        m_slots[s] = node;
+    }
+}
+
+uint32_t StateTree::append(uint32_t parent, Kind kind, const KeyPathElem* keyed)
+{
+    if (m_nodes.size() >= kNoNode - 1)
+        throw Error(ErrorKind::Usage, {}, "state tree: more than " + std::to_string(kNoNode - 1) + " nodes");
+    const auto n = static_cast<uint32_t>(m_nodes.size());
+    m_nodes.emplace_back();
+    Node& c = m_nodes.back();
+    c.kind = kind;
+    c.parent = parent;
+    Node& p = m_nodes[parent];
+    c.position = p.size++;
+    if (keyed) {
+        c.keyed = true;
+        c.key = keyed->key;
+        c.keyValue = keyed->keyValue && keyed->keyValue->kind != PyKind::Str ? keyed->keyValue : nullptr;
+    }
+    if (p.last == kNoNode)
+        p.first = n;
+    else
+        m_nodes[p.last].next = n;
+    p.last = n;
+    index(n);
+    return n;
 }
 
 size_t StateTree::child(size_t parent, const KeyPathElem& elem, Kind containerKind)
 {
     // containerKind: what to create if the child does not exist yet
-    // (m_nodes and m_containers grow below: no reference into them is held across a new node)
-    auto make = [&](Kind kind) {
-        m_nodes.push_back({});
-        setKind(m_nodes.size() - 1, kind);
-        return m_nodes.size() - 1;
-    };
+    // (m_nodes grows below: no reference into it is held across a new node)
     const Kind parentKind = m_nodes[parent].kind;
-    const size_t box = m_nodes[parent].container;
-    if (parentKind == Kind::Dict) {
-        const std::string_view key(elem.key.data(), elem.key.size());
-        const size_t h = keyHash(parent, key);
-        for (auto [it, end] = m_keyIndex.equal_range(h); it != end; ++it) {
-            const auto [owner, pos] = it->second;
-            if (owner == parent && m_containers[box].keys[pos] == key) return m_containers[box].children[pos];
-        }
-        const size_t c = make(containerKind);
-        Container& p = m_containers[box];
-        m_keyIndex.emplace(h, std::make_pair(parent, p.keys.size()));
-        p.keys.push_back(elem.key.str());
-        p.keyValues.push_back(elem.keyValue && elem.keyValue->kind != PyKind::Str ? elem.keyValue : nullptr);
-        p.children.push_back(c);
-        return c;
+    const auto p = static_cast<uint32_t>(parent);
+    const bool keyed = parentKind == Kind::Dict;
+    if (!keyed && parentKind != Kind::List && parentKind != Kind::Tuple)
+        throw Error(ErrorKind::Usage, {}, "state tree: cannot descend into a leaf at '" + elem.key + "'");
+    if (!keyed && !elem.isIndex())
+        throw Error(ErrorKind::Usage, {}, "state tree: a key '" + elem.key + "' inside a list or tuple");
+    if (!keyed && elem.index >= int64_t(kNoNode) - 1)
+        throw Error(ErrorKind::Usage, {}, "state tree: list index " + std::to_string(elem.index) + " is too large");
+    const std::string_view key = elem.key.view();
+    const auto position = static_cast<uint32_t>(keyed ? 0 : elem.index);
+    if (!keyed && position >= m_nodes[parent].size) {
+        while (m_nodes[parent].size < position) // padded with None up to the index
+            append(p, Kind::None, nullptr);
+        return append(p, containerKind, nullptr);
     }
-    if (parentKind == Kind::List || parentKind == Kind::Tuple) {
-        while (m_containers[box].children.size() <= static_cast<size_t>(elem.index)) {
-            const size_t none = make(Kind::None);
-            m_containers[box].children.push_back(none);
+    if (!m_slots.empty()) {
+        const size_t mask = m_slots.size() - 1;
+        for (size_t s = slotHash(p, keyed, key, position) & mask; m_slots[s] != 0; s = (s + 1) & mask) {
+            const Node& c = m_nodes[m_slots[s]];
+            if (c.parent != p || c.keyed != keyed) continue;
+            if (keyed ? c.key == key : c.position == position) {
+                const size_t found = m_slots[s];
+                if (!keyed && c.kind == Kind::None) setKind(found, containerKind);
+                return found;
+            }
         }
-        const size_t c = m_containers[box].children[static_cast<size_t>(elem.index)];
-        if (m_nodes[c].kind == Kind::None) setKind(c, containerKind);
-        return c;
     }
-    throw Error(ErrorKind::Usage, {}, "state tree: cannot descend into a leaf at '" + elem.key + "'");
+    return append(p, containerKind, keyed ? &elem : nullptr);
 }
 
 size_t StateTree::place(const KeyPath& path)
 {
     if (path.empty()) return 0;
-    if (path[0].isIndex() && m_nodes[0].kind == Kind::Dict && container(m_nodes[0]).children.empty())
+    if (path[0].isIndex() && m_nodes[0].kind == Kind::Dict && m_nodes[0].size == 0)
         setKind(0, path[0].inTuple ? Kind::Tuple : Kind::List); // a top-level list (the dict's empty contents)
     size_t cur = 0;
     for (size_t i = 0; i + 1 < path.size(); ++i) {
@@ -103,12 +167,6 @@ size_t StateTree::place(const KeyPath& path)
 
 void StateTree::setValue(const KeyPath& path, const PyValue* value)
 {
-    if (path.empty()) {
-        m_nodes[0] = {};
-        m_nodes[0].kind = Kind::Value;
-        m_nodes[0].value = value;
-        return;
-    }
     const size_t n = place(path);
     m_nodes[n].kind = Kind::Value;
     m_nodes[n].value = value;
@@ -117,16 +175,9 @@ void StateTree::setValue(const KeyPath& path, const PyValue* value)
 void StateTree::setTensor(const KeyPath& path, TensorToWrite tensor)
 {
     m_tensors.push_back(std::move(tensor));
-    const size_t index = m_tensors.size() - 1;
-    if (path.empty()) {
-        m_nodes[0] = {};
-        m_nodes[0].kind = Kind::Tensor;
-        m_nodes[0].tensor = index;
-        return;
-    }
     const size_t n = place(path);
     m_nodes[n].kind = Kind::Tensor;
-    m_nodes[n].tensor = index;
+    m_nodes[n].tensor = m_tensors.size() - 1;
 }
 
 } // namespace optscope

@@ -7,10 +7,11 @@
 
 #include "optscope/model/checkpoint.h"
 
+#include <cstdint>
+
 #include <functional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,47 +61,66 @@ struct TensorToWrite
 /// The object to save: nested dicts, lists and tuples whose leaves are plain values (from a checkpoint's value
 /// graph) or tensors. Paths create containers the way DCP's set_element does: a string key makes a dict, an integer
 /// a list (padded with None up to the index).
+///
+/// Memory is per node, with no allocation of its own: a million values of an optimizer's state are a million leaves
+/// (gather of 1M values held 230 MB in per-container vectors and a node-based hash map). A container's children are
+/// a list linked through the nodes, in insertion order; one open-addressing table over (parent, key or index) finds
+/// a child in constant time.
 class StateTree
 {
 public:
-    enum class Kind { Dict, List, Tuple, None, Value, Tensor };
-    /// a dict's, list's or tuple's contents, apart from the nodes: most nodes are leaves (a million values of an
-    /// optimizer's state), and three empty vectors each tripled a node's size
-    struct Container
-    {
-        std::vector<size_t> children; ///< Dict: values; List/Tuple: elements
-        std::vector<std::string> keys; ///< Dict: str(key)
-        std::vector<const PyValue*> keyValues; ///< Dict: the original key object, or null for a str key
-    };
+    enum class Kind : uint8_t { Dict, List, Tuple, None, Value, Tensor };
+    static constexpr uint32_t kNoNode = UINT32_MAX;
     struct Node
     {
         Kind kind = Kind::None;
-        size_t container = 0; ///< Dict, List, Tuple: its contents, container()
-        const PyValue* value = nullptr; ///< Value
-        size_t tensor = 0; ///< Tensor: index into tensors()
+        bool keyed = false; ///< a dict's child: found by key; otherwise a list's or tuple's, found by position
+        uint32_t parent = kNoNode;
+        uint32_t position = 0; ///< its place among its parent's children
+        uint32_t next = kNoNode; ///< the parent's next child
+        uint32_t first = kNoNode; ///< Dict, List, Tuple: first child
+        uint32_t last = kNoNode; ///< Dict, List, Tuple: last child
+        uint32_t size = 0; ///< Dict, List, Tuple: number of children
+        union {
+            const PyValue* value = nullptr; ///< Value
+            size_t tensor; ///< Tensor: index into tensors()
+        };
+        const PyValue* keyValue = nullptr; ///< keyed: the original key object, or null for a str key
+        CompactString key; ///< keyed: str(key)
     };
 
     StateTree(); ///< an empty dict as root
+    /// room for @p nodes nodes: a caller that knows its paths (the sum of their lengths bounds the nodes) spares the
+    /// copies of a growing array (untouched room costs address space, not memory)
+    void reserve(size_t nodes);
     void setValue(const KeyPath& path, const PyValue* value);
     void setTensor(const KeyPath& path, TensorToWrite tensor);
 
     const Node& node(size_t i) const { return m_nodes[i]; }
-    /// the contents of @p n, a Dict, List or Tuple
-    const Container& container(const Node& n) const { return m_containers[n.container]; }
     size_t root() const { return 0; }
+    /// calls @p f(index, node) for each child of @p n (a Dict, List or Tuple) in order
+    template<typename F> void forEachChild(const Node& n, F&& f) const
+    {
+        for (uint32_t c = n.first; c != kNoNode; c = m_nodes[c].next)
+            f(size_t(c), m_nodes[c]);
+    }
+    /// the children of @p n as indices (a copy: for tests and small containers)
+    std::vector<size_t> children(const Node& n) const;
     const std::vector<TensorToWrite>& tensors() const { return m_tensors; }
 
 private:
     size_t place(const KeyPath& path);
     size_t child(size_t parent, const KeyPathElem& elem, Kind containerKind);
-    /// @p node becomes of @p kind, with contents of its own when that is a container kind and it had none
+    /// a new node of @p kind appended to @p parent's children
+    uint32_t append(uint32_t parent, Kind kind, const KeyPathElem* keyed);
     void setKind(size_t node, Kind kind);
-    static size_t keyHash(size_t parent, std::string_view key);
+    static size_t slotHash(uint32_t parent, bool keyed, std::string_view key, uint32_t position);
+    size_t slotHash(const Node& n) const;
+    void index(uint32_t node);
+    void grow();
     std::vector<Node> m_nodes;
-    std::vector<Container> m_containers;
-    /// the dict children of every node by hash(parent, key) -> (parent, position): finding a key is constant time
-    /// (a linear search per key made a dict of N keys cost N^2 / 2 comparisons: 16 s at 100k); no key is copied
-    std::unordered_multimap<size_t, std::pair<size_t, size_t>> m_keyIndex;
+    std::vector<uint32_t> m_slots; ///< open addressing over every child node (0: empty; the root is no child)
+    size_t m_indexed = 0;
     std::vector<TensorToWrite> m_tensors;
 };
 
