@@ -10,6 +10,7 @@
 #include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 namespace optscope {
@@ -93,14 +94,14 @@ json entryJson(const Entry& e, const InspectOptions& options, bool failed, const
     return je;
 }
 
-/// the values of @p cp's value entries as JSON, rendered with one budget: entries sharing one large object must not
+/// a renderer of @p cp's value entries, in entry order, with one budget: entries sharing one large object must not
 /// render it once each
-std::vector<json> renderValues(const Checkpoint& cp)
+ValueJsonRenderer valueRenderer(const Checkpoint& cp)
 {
     std::vector<const PyValue*> roots;
     for (const auto& e : cp.entries)
         if (!e.isTensor()) roots.push_back(e.value);
-    return valuesToJson(roots);
+    return ValueJsonRenderer(roots);
 }
 
 } // namespace
@@ -176,8 +177,8 @@ static InspectReport inspectCheckpointUnguarded(
     std::vector<int> ranks;
     std::vector<bool> seenRank;
     size_t tensors = 0, values = 0;
-    std::vector<json> renderedValues = options.entriesJson ? renderValues(cp) : std::vector<json>();
-    size_t nextValue = 0;
+    std::optional<ValueJsonRenderer> renderer;
+    if (options.entriesJson) renderer.emplace(valueRenderer(cp));
     json entries = json::array();
     for (size_t i = 0; i < cp.entries.size(); ++i) {
         const Entry& e = cp.entries[i];
@@ -200,7 +201,7 @@ static InspectReport inspectCheckpointUnguarded(
             ++values;
         }
         if (!options.entriesJson) continue;
-        json rendered = e.isTensor() ? json() : std::move(renderedValues[nextValue++]);
+        json rendered = e.isTensor() ? json() : renderer->render(e.value);
         json je = entryJson(e, options, failed, failed ? errors[i] : std::string(),
             i < hashes.size() ? hashes[i] : std::string(), std::move(rendered));
         entries.push_back(std::move(je));
@@ -253,7 +254,7 @@ void writeInspectJson(
     std::ostream& out, const Checkpoint& cp, const InspectReport& report, const InspectOptions& options)
 {
     // one entry at a time: 1.7M value entries (a long trainer_state log) as JSON objects took 1.6 GB at once
-    std::vector<json> renderedValues = renderValues(cp);
+    ValueJsonRenderer renderer = valueRenderer(cp);
     out << "{";
     bool first = true;
     for (auto it = report.json.begin(); it != report.json.end(); ++it) {
@@ -268,11 +269,10 @@ void writeInspectJson(
             continue;
         }
         out << "[";
-        size_t nextValue = 0;
         for (size_t i = 0; i < cp.entries.size(); ++i) {
             const Entry& e = cp.entries[i];
             const std::string& error = report.errorOf(i);
-            json rendered = e.isTensor() ? json() : std::move(renderedValues[nextValue++]);
+            json rendered = e.isTensor() ? json() : renderer.render(e.value);
             out << (i ? ",\n    " : "\n    ");
             writeIndented(
                 out, dumped(entryJson(e, options, !error.empty(), error, report.sha256Of(i), std::move(rendered))), 4);

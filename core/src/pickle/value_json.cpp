@@ -100,11 +100,17 @@ private:
     std::unordered_map<std::string, size_t> m_index;
 };
 
-struct Render
+} // namespace
+
+struct ValueJsonRenderer::State
 {
     std::unordered_set<const PyValue*> active; ///< containers being rendered: a cycle back to one is "<...>"
     size_t budget = 0;
 };
+
+namespace {
+
+using Render = ValueJsonRenderer::State;
 
 nlohmann::ordered_json toJson(const PyValue* v, int depth, Render& r)
 {
@@ -198,15 +204,20 @@ nlohmann::ordered_json valueToJson(const PyValue* value, int maxDepth)
     return toJson(value, maxDepth, r);
 }
 
-std::vector<nlohmann::ordered_json> valuesToJson(const std::vector<const PyValue*>& values, int maxDepth)
+ValueJsonRenderer::ValueJsonRenderer(const std::vector<const PyValue*>& roots, int maxDepth)
+    : m_state(std::make_unique<State>())
+    , m_maxDepth(maxDepth)
 {
-    Render r;
-    r.budget = renderBudget(values);
-    std::vector<nlohmann::ordered_json> out;
-    out.reserve(values.size());
-    for (const auto* v : values)
-        out.push_back(toJson(v, maxDepth, r));
-    return out;
+    m_state->budget = renderBudget(roots);
+}
+
+ValueJsonRenderer::~ValueJsonRenderer() = default;
+ValueJsonRenderer::ValueJsonRenderer(ValueJsonRenderer&&) noexcept = default;
+ValueJsonRenderer& ValueJsonRenderer::operator=(ValueJsonRenderer&&) noexcept = default;
+
+nlohmann::ordered_json ValueJsonRenderer::render(const PyValue* value)
+{
+    return toJson(value, m_maxDepth, *m_state);
 }
 
 } // namespace optscope

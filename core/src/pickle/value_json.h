@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <vector>
 
 namespace optscope {
@@ -19,8 +20,24 @@ namespace optscope {
 /// "<...>". So a graph without sharing renders completely, and a small file cannot describe an exponentially large
 /// rendering.
 nlohmann::ordered_json valueToJson(const PyValue* value, int maxDepth = 64);
-/// valueToJson of each value, with one budget for all of them (many entries referencing one large object would
-/// otherwise render it once per entry: quadratic in the file's size)
-std::vector<nlohmann::ordered_json> valuesToJson(const std::vector<const PyValue*>& values, int maxDepth = 64);
+
+/// valueToJson of many values, one at a time, with one budget for all of them (many entries referencing one large
+/// object would otherwise render it once per entry: quadratic in the file's size). One at a time, so that a caller
+/// streaming a document holds one rendering, not a million (inspect --json of 1M values held 55 MB of them).
+/// render() must be called with @p roots in their order: the budget is spent as the renderings go.
+class ValueJsonRenderer
+{
+public:
+    explicit ValueJsonRenderer(const std::vector<const PyValue*>& roots, int maxDepth = 64);
+    ~ValueJsonRenderer();
+    ValueJsonRenderer(ValueJsonRenderer&&) noexcept;
+    ValueJsonRenderer& operator=(ValueJsonRenderer&&) noexcept;
+    nlohmann::ordered_json render(const PyValue* value);
+    struct State; ///< the budget left and the containers being rendered (value_json.cpp)
+
+private:
+    std::unique_ptr<State> m_state;
+    int m_maxDepth;
+};
 
 } // namespace optscope
