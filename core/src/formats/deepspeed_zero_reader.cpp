@@ -245,6 +245,8 @@ public:
     std::string detail;
     int m_mpCount = 1; ///< model-parallel ranks found
 
+    /// the files of model-parallel rank @p mp as entries under @p prefix; @p main: the rank whose facts (stage, world
+    /// size, partitions) the checkpoint reports
     void readMp(int mp, const MpFiles& files, const KeyPath& prefix, bool main);
 
     /// remote: the files readMp will load, in its order; while one is read, the first bytes of the next ones are
@@ -268,6 +270,41 @@ public:
     }
 
 private:
+    /// what the optimizer files of one model-parallel rank say
+    struct OptimFiles
+    {
+        std::map<int, const Loaded*> files; ///< by data-parallel rank
+        std::map<int, const PyValue*> stateDicts; ///< each file's optimizer_state_dict
+        const PyValue* sd0 = nullptr; ///< the lowest rank's optimizer_state_dict
+        int stage = 0; ///< 1, 2 or 3 (BF16_Optimizer: 1)
+        bool bf16Optimizer = false;
+        int worldSize = 0; ///< partition_count
+    };
+    struct ModelStates
+    {
+        const Loaded* file = nullptr; ///< mp_rank_MM_model_states.pt, or ZeRO-3's lowest rank's
+        std::map<int, const Loaded*> zero3; ///< ZeRO-3: every rank's, by data-parallel rank
+        const PyValue* root = nullptr; ///< file's
+        std::vector<std::vector<Member>> groups; ///< param_shapes
+    };
+    /// the parameters as read from the partitions, before they become entries
+    struct Params
+    {
+        std::map<std::string, TensorEntry> weights;
+        std::map<std::string, std::vector<ParamState>> states;
+        std::vector<std::vector<std::string>> groupFqns;
+        std::vector<const PyValue*> groupDicts; ///< hyperparameters per param group (null when not saved)
+        std::vector<FlatPartitionSlot> slots;
+        void addState(const std::string& fqn, ParamState s) { states[fqn].push_back(std::move(s)); }
+    };
+    OptimFiles readOptimFiles(int mp, const MpFiles& files);
+    ModelStates readModelStates(int mp, const MpFiles& files, int stage);
+    std::vector<int> checkRankFiles(int mp, const OptimFiles& o, const ModelStates& model, bool main);
+    void readZero12(const OptimFiles& o, const ModelStates& model, const std::vector<int>& missing, Params& out);
+    void readZero3(const OptimFiles& o, const ModelStates& model, Params& out);
+    std::vector<std::string> readModelOnlyTensors(const OptimFiles& o, const ModelStates& model, Params& out);
+    void addEntries(const KeyPath& prefix, const std::vector<std::string>& moduleOrder, Params& params);
+
     const Loaded* load(const std::string& rel)
     {
         auto it = m_loaded.find(rel);
@@ -388,17 +425,18 @@ std::string precisionText(const PyValue* modelStates, const PyValue* optimState)
     return text;
 }
 
-void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bool main)
+/// the optimizer files of one model-parallel rank: each rank's state dict, the ZeRO stage and the world size
+ZeroReading::OptimFiles ZeroReading::readOptimFiles(int mp, const MpFiles& files)
 {
     const std::string tagDir = m_dir.string();
-    // ---- optimizer files: stage, world size, per rank
+    OptimFiles o;
+    auto& optim = o.files;
+    auto& osd = o.stateDicts;
     if (files.optim.empty())
         throw Error(ErrorKind::Format, tagDir,
             "holds no '*_" + mpName(mp)
                 + "_optim_states.pt' files (a DeepSpeed checkpoint without ZeRO optimizer "
                   "state, or not a DeepSpeed checkpoint)");
-    std::map<int, const Loaded*> optim;
-    std::map<int, const PyValue*> osd;
     std::map<int, int> stageOf; // -1: BF16_Optimizer (no zero_stage)
     size_t done = 0;
     for (const auto& [dp, rel] : files.optim) {
@@ -421,10 +459,10 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                     + l->abs + " is not a zero checkpoint\")");
     }
     const int first = optim.begin()->first;
-    const PyValue* sd0 = osd[first];
+    o.sd0 = osd[first];
     const int stageCode = stageOf[first];
-    const bool bf16Optimizer = stageCode == -1;
-    const int stage = bf16Optimizer ? 1 : stageCode;
+    o.bf16Optimizer = stageCode == -1;
+    o.stage = o.bf16Optimizer ? 1 : stageCode;
     for (const auto& [dp, s] : stageOf)
         if (s != stageCode)
             warn(ReaderCode::ZeroStageMismatch,
@@ -434,17 +472,24 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                 true, {}, "save the checkpoint again, or restore the rank files of one run");
 
     int W = 0;
-    const PyValue* pc = getKey(sd0, "partition_count");
+    const PyValue* pc = getKey(o.sd0, "partition_count");
     if (auto n = asInt(pc)) W = static_cast<int>(*n);
     if (pc && pc->isSequence())
         for (const auto* x : pc->items())
             if (auto n = asInt(x)) W = std::max(W, static_cast<int>(*n));
     if (W <= 0 || W > (1 << 20))
         throw Error(ErrorKind::Format, optim[first]->abs, "has no valid partition_count (" + pyRepr(pc, 40) + ")");
+    o.worldSize = W;
+    return o;
+}
 
-    // ---- model states
-    const Loaded* modelFile = nullptr;
-    std::map<int, const Loaded*> model3;
+/// the model states: the one file (ZeRO-1/2) or every rank's (ZeRO-3), with the parameters' shapes by group
+ZeroReading::ModelStates ZeroReading::readModelStates(int mp, const MpFiles& files, int stage)
+{
+    const std::string tagDir = m_dir.string();
+    ModelStates states;
+    const Loaded*& modelFile = states.file;
+    auto& model3 = states.zero3;
     if (stage == 3) {
         for (const auto& [dp, rel] : files.model3)
             model3[dp] = load(rel);
@@ -477,15 +522,25 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
         }
         modelFile = load(files.model);
     }
-    const PyValue* ms = modelFile->ar.root;
-    if (!getKey(ms, "buffer_names"))
+    states.root = modelFile->ar.root;
+    if (!getKey(states.root, "buffer_names"))
         throw Error(ErrorKind::Format, modelFile->abs,
             "is not a model state checkpoint (no buffer_names; zero_to_fp32 says \"" + modelFile->abs
                 + " is not a model state checkpoint\")");
-    const auto groups = readParamShapes(getKey(ms, "param_shapes"), modelFile->abs);
-    const PyValue* module = getKey(ms, "module");
+    states.groups = readParamShapes(getKey(states.root, "param_shapes"), modelFile->abs);
+    return states;
+}
 
-    // ---- world size, rank files, stage: what DeepSpeed checks, with its own words
+/// the world size, rank files and stage as DeepSpeed checks them, with its own words; the ranks whose optimizer file
+/// is missing
+std::vector<int> ZeroReading::checkRankFiles(int mp, const OptimFiles& o, const ModelStates& model, bool main)
+{
+    const std::string tagDir = m_dir.string();
+    const auto& optim = o.files;
+    const Loaded* modelFile = model.file;
+    const PyValue* ms = model.root;
+    const int W = o.worldSize, stage = o.stage;
+    const bool bf16Optimizer = o.bf16Optimizer;
     const auto dpWorld = asInt(getKey(ms, "dp_world_size"));
     if (dpWorld && *dpWorld != W)
         warn(ReaderCode::ZeroWorldSizeMismatch,
@@ -531,7 +586,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                 true, z2fError, "remove the files of the other run");
     if (stage == 3)
         for (int r = 0; r < W; ++r)
-            if (!model3.count(r))
+            if (!model.zero3.count(r))
                 warn(ReaderCode::ZeroMissingRankFile,
                     "rank " + std::to_string(r) + "'s model states file " + zero3ModelFileName(r, mp)
                         + " is missing (ZeRO-3 writes one per rank)",
@@ -547,367 +602,398 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
             "AssertionError: checkpoint count " + std::to_string(m_mpCount) + " is different from saved mp_world_size "
                 + std::to_string(*mpWorld),
             "restore the missing mp_rank_* files");
+    return missing;
+}
 
-    // ---- the parameters
-    std::map<std::string, TensorEntry> weights;
-    std::map<std::string, std::vector<ParamState>> states;
-    std::vector<std::vector<std::string>> groupFqns;
-    std::vector<const PyValue*> groupDicts; // hyperparameters per param group (null when not saved)
-    std::vector<FlatPartitionSlot> slots;
-
-    auto addState = [&](const std::string& fqn, ParamState s) { states[fqn].push_back(std::move(s)); };
-
-    if (stage <= 2) {
-        const size_t G = groups.size();
-        // per rank and group: fp32 partition, padding, base state
-        struct RankGroup
-        {
-            FlatTensor fp32;
-            int64_t padding = 0;
-            int64_t real = 0; ///< elements of parameters (no padding)
-            const PyValue* state = nullptr; ///< the base optimizer's state of this group's flat partition
-        };
-        std::map<int, std::vector<RankGroup>> rg;
-        bool elastic = false;
-        const PyValue* baseGroups0 = nullptr;
-        for (const auto& [dp, sd] : osd) {
-            if (dp >= W) continue;
-            const Loaded& l = *optim[dp];
-            const PyValue* parts = getKey(sd, "single_partition_of_fp32_groups");
-            const PyValue* pads = getKey(sd, "group_paddings");
-            const PyValue* base = getKey(sd, "base_optimizer_state");
-            if (!parts || !parts->isSequence() || parts->size() != G)
-                throw Error(ErrorKind::Format, l.abs,
-                    "has " + std::to_string(parts && parts->isSequence() ? parts->size() : 0)
-                        + " single_partition_of_fp32_groups but param_shapes in " + modelFile->rel + " lists "
-                        + std::to_string(G) + " groups");
-            std::vector<RankGroup> v(G);
-            for (size_t g = 0; g < G; ++g) {
-                v[g].fp32 = flat(parts->item(g), l, "single_partition_of_fp32_groups[" + std::to_string(g) + "]");
-                const PyValue* pad = pads && pads->isSequence() && g < pads->size() ? pads->item(g) : nullptr;
-                v[g].padding = asInt(pad).value_or(0);
-                if (v[g].padding < 0 || v[g].padding > (int64_t(1) << 50)
-                    || (bf16Optimizer && v[g].padding > v[g].fp32.numel))
-                    throw Error(ErrorKind::Format, l.abs, "group_paddings[" + std::to_string(g) + "] is invalid");
-                v[g].real = bf16Optimizer ? v[g].fp32.numel - v[g].padding : v[g].fp32.numel;
-                if (base && base->isSequence()) { // elastic: a state per group, padding stripped
-                    elastic = true;
-                    v[g].state = g < base->size() ? base->item(g) : nullptr;
-                } else if (base && base->isMapping()) {
-                    const PyValue* pg = getKey(base, "param_groups");
-                    const PyValue* st = getKey(base, "state");
-                    const PyValue* group = pg && pg->isSequence() && g < pg->size() ? pg->item(g) : nullptr;
-                    const PyValue* ids = getKey(group, "params");
-                    const auto id
-                        = ids && ids->isSequence() && ids->size() == 1 ? asInt(ids->item(0)) : std::optional<int64_t>();
-                    v[g].state = id ? getIntKey(st, *id) : getIntKey(st, static_cast<int64_t>(g));
-                    if (!baseGroups0) baseGroups0 = pg;
-                }
-            }
-            rg[dp] = std::move(v);
-        }
-        if (rg.empty())
-            throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
-        const int r0 = rg.begin()->first;
+/// ZeRO-1/2 (and BF16_Optimizer): each param group flattened, padded to a multiple of 2W and cut into W equal
+/// partitions; a parameter's weights and states are the pieces of its range in the ranks' partitions
+void ZeroReading::readZero12(
+    const OptimFiles& o, const ModelStates& model, const std::vector<int>& missing, Params& out)
+{
+    const std::string tagDir = m_dir.string();
+    const auto& optim = o.files;
+    const auto& osd = o.stateDicts;
+    const Loaded* modelFile = model.file;
+    const auto& groups = model.groups;
+    const PyValue* sd0 = o.sd0;
+    const int W = o.worldSize, stage = o.stage;
+    const bool bf16Optimizer = o.bf16Optimizer;
+    auto& weights = out.weights;
+    auto& groupFqns = out.groupFqns;
+    auto& groupDicts = out.groupDicts;
+    auto& slots = out.slots;
+    const size_t G = groups.size();
+    // per rank and group: fp32 partition, padding, base state
+    struct RankGroup
+    {
+        FlatTensor fp32;
+        int64_t padding = 0;
+        int64_t real = 0; ///< elements of parameters (no padding)
+        const PyValue* state = nullptr; ///< the base optimizer's state of this group's flat partition
+    };
+    std::map<int, std::vector<RankGroup>> rg;
+    bool elastic = false;
+    const PyValue* baseGroups0 = nullptr;
+    for (const auto& [dp, sd] : osd) {
+        if (dp >= W) continue;
+        const Loaded& l = *optim.at(dp);
+        const PyValue* parts = getKey(sd, "single_partition_of_fp32_groups");
+        const PyValue* pads = getKey(sd, "group_paddings");
+        const PyValue* base = getKey(sd, "base_optimizer_state");
+        if (!parts || !parts->isSequence() || parts->size() != G)
+            throw Error(ErrorKind::Format, l.abs,
+                "has " + std::to_string(parts && parts->isSequence() ? parts->size() : 0)
+                    + " single_partition_of_fp32_groups but param_shapes in " + modelFile->rel + " lists "
+                    + std::to_string(G) + " groups");
+        std::vector<RankGroup> v(G);
         for (size_t g = 0; g < G; ++g) {
-            // every rank's partition has the same length P (the flat group is padded to a multiple of 2W first)
-            const int64_t P = rg[r0][g].real + rg[r0][g].padding;
-            if (P > (int64_t(1) << 62) / W)
-                throw Error(
-                    ErrorKind::Format, optim[r0]->abs, "group " + std::to_string(g) + "'s partitions are too large");
-            for (const auto& [dp, v] : rg)
-                if (v[g].real + v[g].padding != P)
-                    throw Error(ErrorKind::Format, optim[dp]->abs,
-                        "group " + std::to_string(g) + "'s partition holds " + std::to_string(v[g].real + v[g].padding)
-                            + " elements with padding, rank " + std::to_string(r0) + "'s " + std::to_string(P)
-                            + ": the rank files do not belong together");
-            int64_t total = 0;
-            for (const auto& m : groups[g])
-                total += m.numel;
-            if (missing.empty()) {
-                int64_t avail = 0;
-                for (const auto& [dp, v] : rg)
-                    avail += v[g].real;
-                const int64_t align = 2 * int64_t(W);
-                if (ceilDiv(total, align) * align != ceilDiv(avail, align) * align)
-                    warn(ReaderCode::ZeroWorldSizeMismatch,
-                        "param group " + std::to_string(g) + " needs " + std::to_string(total) + " elements ("
-                            + modelFile->rel + " param_shapes) but its partitions hold " + std::to_string(avail),
-                        true,
-                        "ValueError: consumed " + std::to_string(ceilDiv(total, align) * align) + " numels out of "
-                            + std::to_string(ceilDiv(avail, align) * align) + " - something is wrong");
+            v[g].fp32 = flat(parts->item(g), l, "single_partition_of_fp32_groups[" + std::to_string(g) + "]");
+            const PyValue* pad = pads && pads->isSequence() && g < pads->size() ? pads->item(g) : nullptr;
+            v[g].padding = asInt(pad).value_or(0);
+            if (v[g].padding < 0 || v[g].padding > (int64_t(1) << 50)
+                || (bf16Optimizer && v[g].padding > v[g].fp32.numel))
+                throw Error(ErrorKind::Format, l.abs, "group_paddings[" + std::to_string(g) + "] is invalid");
+            v[g].real = bf16Optimizer ? v[g].fp32.numel - v[g].padding : v[g].fp32.numel;
+            if (base && base->isSequence()) { // elastic: a state per group, padding stripped
+                elastic = true;
+                v[g].state = g < base->size() ? base->item(g) : nullptr;
+            } else if (base && base->isMapping()) {
+                const PyValue* pg = getKey(base, "param_groups");
+                const PyValue* st = getKey(base, "state");
+                const PyValue* group = pg && pg->isSequence() && g < pg->size() ? pg->item(g) : nullptr;
+                const PyValue* ids = getKey(group, "params");
+                const auto id
+                    = ids && ids->isSequence() && ids->size() == 1 ? asInt(ids->item(0)) : std::optional<int64_t>();
+                v[g].state = id ? getIntKey(st, *id) : getIntKey(st, static_cast<int64_t>(g));
+                if (!baseGroups0) baseGroups0 = pg;
             }
-            // the group's layout, as FSDP1 flat parameters are described
-            FlatParamLayout layout;
-            layout.worldSize = W;
-            layout.shardNumel = P;
-            int64_t off = 0;
-            for (const auto& m : groups[g]) {
-                layout.segments.push_back({false, static_cast<int>(layout.members.size()), off, m.numel});
-                layout.members.push_back({m.fqn, m.shape, m.numel, off});
-                off += m.numel;
-            }
-            if (W * P > off) layout.segments.push_back({true, -1, off, W * P - off});
-            layout.unpaddedNumel = off;
-
-            // state names of this group, in the first rank's order
-            std::vector<std::string> stateNames;
-            if (const PyValue* st = rg[r0][g].state; st && st->isMapping())
-                for (size_t i = 0; i < st->size(); ++i)
-                    if (st->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(st->dictKey(i)->text));
-            // per rank: its flat state tensors (1-D) checked once
-            std::map<int, std::map<std::string, FlatTensor>> stateFlat;
-            for (const auto& [dp, v] : rg)
-                for (const auto& name : stateNames) {
-                    const PyValue* t = getKey(v[g].state, name);
-                    if (!t || t->kind != PyKind::Tensor || t->tensor->sizes.empty()) continue;
-                    FlatTensor f
-                        = flat(t, *optim[dp], "base_optimizer_state group " + std::to_string(g) + " '" + name + "'");
-                    if (f.numel < v[g].real)
-                        throw Error(ErrorKind::Format, optim[dp]->abs,
-                            "base_optimizer_state group " + std::to_string(g) + " '" + name + "' holds "
-                                + std::to_string(f.numel) + " elements, fewer than the " + std::to_string(v[g].real)
-                                + " of its partition");
-                    stateFlat[dp].emplace(name, f);
-                }
-
-            groupFqns.emplace_back();
-            for (size_t k = 0; k < layout.members.size(); ++k) {
-                const auto& m = layout.members[k];
-                groupFqns.back().push_back(m.fqn);
-                TensorEntry w;
-                w.dtype = rg[r0][g].fp32.dtype;
-                w.shape = m.shape;
-                std::map<std::string, TensorEntry> tensorStates;
-                std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
-                for (const auto& [dp, v] : rg) {
-                    const int64_t lo = std::max(m.offset, int64_t(dp) * P);
-                    const int64_t hi = std::min(m.offset + m.numel, int64_t(dp) * P + v[g].real);
-                    if (lo >= hi) continue;
-                    pieces.push_back({dp, {lo - m.offset, hi - m.offset}});
-                    const int64_t at = lo - int64_t(dp) * P; // position in the rank's partition
-                    addPieces(w, lo - m.offset, hi - m.offset, v[g].fp32, at, dp);
-                    for (const auto& [name, f] : stateFlat[dp]) {
-                        auto& e = tensorStates[name];
-                        e.dtype = f.dtype;
-                        e.shape = m.shape;
-                        addPieces(e, lo - m.offset, hi - m.offset, f, at, dp);
-                    }
-                }
-                weights[m.fqn] = std::move(w);
-                for (const auto& name : stateNames) {
-                    ParamState s;
-                    s.name = name;
-                    const PyValue* t0 = getKey(rg[r0][g].state, name);
-                    if (auto it = tensorStates.find(name); it != tensorStates.end()) {
-                        s.tensor = true;
-                        s.entry = std::move(it->second);
-                        s.entry.shape = m.shape;
-                    } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
-                        s.tensor = true; // one value per flat partition (step): every parameter has it
-                        s.entry = wholeTensor(t0, *optim[r0], "base_optimizer_state '" + name + "'", r0);
-                    } else if (t0 && t0->kind == PyKind::Tensor) {
-                        continue; // a shaped state no rank holds a piece of (missing rank)
-                    } else {
-                        s.value = t0 ? t0 : m_cp.arena->makeNone();
-                    }
-                    addState(m.fqn, std::move(s));
-                }
-                if (elastic && !getKey(rg[r0][g].state, "step"))
-                    if (const PyValue* step = getKey(sd0, "base_optimizer_state_step")) {
-                        ParamState s;
-                        s.name = "step";
-                        s.value = step;
-                        addState(m.fqn, std::move(s));
-                    }
-                // the FQN mapping: where it lies in the partitions
-                FlatPartitionSlot slot;
-                slot.fqn = m.fqn;
-                slot.buffer = static_cast<int>(g);
-                slot.bufferName = "ZeRO-" + std::to_string(stage) + " group " + std::to_string(g);
-                slot.offset = m.offset;
-                slot.note = (pieces.size() > 1 ? "split over ranks: " : "") + rangesText(pieces) + " of "
-                    + std::to_string(m.numel) + " elements; partitions of " + std::to_string(P) + " per rank";
-                const int64_t pad = layout.rankPadding(W - 1);
-                if (k + 1 == layout.members.size() && pad > 0)
-                    slot.note += ", the group's last " + std::to_string(W * P - off) + " elements padding";
-                slots.push_back(std::move(slot));
-            }
-            groupDicts.push_back(
-                baseGroups0 && baseGroups0->isSequence() && g < baseGroups0->size() ? baseGroups0->item(g) : nullptr);
         }
-        if (elastic)
-            warn(ReaderCode::ZeroElastic,
-                "elastic ZeRO checkpoint: the optimizer's hyperparameters (param_groups) are not saved", false);
-        detail = std::string(bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
-            + (bf16Optimizer ? "" : std::to_string(stage));
-    } else {
-        // ---- ZeRO-3: each parameter partitioned on its own; a rank's sub-group flats joined in param_shapes order
-        struct Param
-        {
-            Member m;
-            int subGroup = 0;
-            int64_t q = 0; ///< partition per rank
-            int64_t at = 0; ///< position in each rank's joined sub-group flats
-        };
-        std::vector<Param> params;
-        int64_t pos = 0;
-        for (size_t s = 0; s < groups.size(); ++s)
-            for (const auto& m : groups[s]) {
-                Param p;
-                p.m = m;
-                p.subGroup = static_cast<int>(s);
-                p.q = ceilDiv(m.numel, W);
-                p.at = pos;
-                pos += p.q;
-                params.push_back(std::move(p));
-            }
-        // per rank: the flat tensors of "fp32" and of every shaped state, per sub-group, with their start positions
-        struct Joined
-        {
-            std::vector<FlatTensor> parts;
-            std::vector<int64_t> starts;
-            int64_t total = 0;
-        };
-        std::map<int, std::map<std::string, Joined>> buf;
-        const PyValue* pg0 = getKey(getKey(sd0, "optimizer_state_dict"), "param_groups");
+        rg[dp] = std::move(v);
+    }
+    if (rg.empty())
+        throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
+    const int r0 = rg.begin()->first;
+    for (size_t g = 0; g < G; ++g) {
+        // every rank's partition has the same length P (the flat group is padded to a multiple of 2W first)
+        const int64_t P = rg[r0][g].real + rg[r0][g].padding;
+        if (P > (int64_t(1) << 62) / W)
+            throw Error(
+                ErrorKind::Format, optim.at(r0)->abs, "group " + std::to_string(g) + "'s partitions are too large");
+        for (const auto& [dp, v] : rg)
+            if (v[g].real + v[g].padding != P)
+                throw Error(ErrorKind::Format, optim.at(dp)->abs,
+                    "group " + std::to_string(g) + "'s partition holds " + std::to_string(v[g].real + v[g].padding)
+                        + " elements with padding, rank " + std::to_string(r0) + "'s " + std::to_string(P)
+                        + ": the rank files do not belong together");
+        int64_t total = 0;
+        for (const auto& m : groups[g])
+            total += m.numel;
+        if (missing.empty()) {
+            int64_t avail = 0;
+            for (const auto& [dp, v] : rg)
+                avail += v[g].real;
+            const int64_t align = 2 * int64_t(W);
+            if (ceilDiv(total, align) * align != ceilDiv(avail, align) * align)
+                warn(ReaderCode::ZeroWorldSizeMismatch,
+                    "param group " + std::to_string(g) + " needs " + std::to_string(total) + " elements ("
+                        + modelFile->rel + " param_shapes) but its partitions hold " + std::to_string(avail),
+                    true,
+                    "ValueError: consumed " + std::to_string(ceilDiv(total, align) * align) + " numels out of "
+                        + std::to_string(ceilDiv(avail, align) * align) + " - something is wrong");
+        }
+        // the group's layout, as FSDP1 flat parameters are described
+        FlatParamLayout layout;
+        layout.worldSize = W;
+        layout.shardNumel = P;
+        int64_t off = 0;
+        for (const auto& m : groups[g]) {
+            layout.segments.push_back({false, static_cast<int>(layout.members.size()), off, m.numel});
+            layout.members.push_back({m.fqn, m.shape, m.numel, off});
+            off += m.numel;
+        }
+        if (W * P > off) layout.segments.push_back({true, -1, off, W * P - off});
+        layout.unpaddedNumel = off;
+
+        // state names of this group, in the first rank's order
         std::vector<std::string> stateNames;
-        std::map<int, const PyValue*> subState0; // sub-group -> first rank's state dict
-        for (const auto& [dp, sd] : osd) {
-            if (dp >= W) continue;
-            const Loaded& l = *optim[dp];
-            const PyValue* flats = getKey(sd, "fp32_flat_groups");
-            const PyValue* st = getKey(getKey(sd, "optimizer_state_dict"), "state");
-            if (!flats || !flats->isSequence())
-                throw Error(ErrorKind::Format, l.abs, "has no fp32_flat_groups list (ZeRO-3)");
-            auto& joined = buf[dp];
-            for (size_t s = 0; s < flats->size(); ++s) {
-                const PyValue* sub = getIntKey(st, static_cast<int64_t>(s));
-                if (subState0.find(static_cast<int>(s)) == subState0.end()) subState0[static_cast<int>(s)] = sub;
-                if (stateNames.empty() && sub && sub->isMapping())
-                    for (size_t i = 0; i < sub->size(); ++i)
-                        if (sub->dictKey(i)->kind == PyKind::Str)
-                            stateNames.push_back(std::string(sub->dictKey(i)->text));
-                auto push = [&](const std::string& name, const PyValue* v, const std::string& what) {
-                    Joined& j = joined[name];
-                    FlatTensor f = flat(v, l, what);
-                    j.starts.push_back(j.total);
-                    j.parts.push_back(f);
-                    j.total += f.numel;
-                };
-                push("", flats->item(s), "fp32_flat_groups[" + std::to_string(s) + "]");
-                for (const auto& name : stateNames) {
-                    const PyValue* t = getKey(sub, name);
-                    if (t && t->kind == PyKind::Tensor && !t->tensor->sizes.empty())
-                        push(name, t, "optimizer_state_dict state " + std::to_string(s) + " '" + name + "'");
-                }
+        if (const PyValue* st = rg[r0][g].state; st && st->isMapping())
+            for (size_t i = 0; i < st->size(); ++i)
+                if (st->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(st->dictKey(i)->text));
+        // per rank: its flat state tensors (1-D) checked once
+        std::map<int, std::map<std::string, FlatTensor>> stateFlat;
+        for (const auto& [dp, v] : rg)
+            for (const auto& name : stateNames) {
+                const PyValue* t = getKey(v[g].state, name);
+                if (!t || t->kind != PyKind::Tensor || t->tensor->sizes.empty()) continue;
+                FlatTensor f
+                    = flat(t, *optim.at(dp), "base_optimizer_state group " + std::to_string(g) + " '" + name + "'");
+                if (f.numel < v[g].real)
+                    throw Error(ErrorKind::Format, optim.at(dp)->abs,
+                        "base_optimizer_state group " + std::to_string(g) + " '" + name + "' holds "
+                            + std::to_string(f.numel) + " elements, fewer than the " + std::to_string(v[g].real)
+                            + " of its partition");
+                stateFlat[dp].emplace(name, f);
             }
-        }
-        if (buf.empty())
-            throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
-        const int r0 = buf.begin()->first;
-        const int64_t avail = buf[r0][""].total;
-        if (pos != avail)
-            warn(ReaderCode::ZeroWorldSizeMismatch,
-                "param_shapes in " + modelFile->rel + " need " + std::to_string(pos)
-                    + " elements per rank (partitions of " + "ceil(numel / " + std::to_string(W) + ")) but rank "
-                    + std::to_string(r0) + "'s fp32_flat_groups hold " + std::to_string(avail),
-                true,
-                "ValueError: consumed " + std::to_string(pos * W) + " numels out of " + std::to_string(avail * W)
-                    + " - something is wrong");
-        for (const auto& [dp, j] : buf)
-            if (j.at("").total != avail)
-                throw Error(ErrorKind::Format, optim[dp]->abs,
-                    "fp32_flat_groups hold " + std::to_string(j.at("").total) + " elements, rank " + std::to_string(r0)
-                        + "'s " + std::to_string(avail) + ": the rank files do not belong together");
 
-        // elements [at, at + n) of a rank's joined flats, as pieces of the tensor from @p begin
-        auto place = [&](TensorEntry& e, const Joined& j, int64_t at, int64_t begin, int64_t n, int rank) {
-            for (size_t i = 0; i < j.parts.size() && n > 0; ++i) {
-                const int64_t s = j.starts[i];
-                const int64_t end = s + j.parts[i].numel;
-                if (at >= end || at + n <= s) continue;
-                const int64_t lo = std::max(at, s);
-                const int64_t hi = std::min(at + n, end);
-                addPieces(e, begin + (lo - at), begin + (hi - at), j.parts[i], lo - s, rank);
-            }
-        };
-        std::vector<std::vector<std::string>> subFqns(groups.size());
-        for (const auto& p : params) {
-            subFqns[static_cast<size_t>(p.subGroup)].push_back(p.m.fqn);
+        groupFqns.emplace_back();
+        for (size_t k = 0; k < layout.members.size(); ++k) {
+            const auto& m = layout.members[k];
+            groupFqns.back().push_back(m.fqn);
             TensorEntry w;
-            w.shape = p.m.shape;
-            w.dtype = buf[r0][""].parts.empty() ? DType::Float32 : buf[r0][""].parts.front().dtype;
+            w.dtype = rg[r0][g].fp32.dtype;
+            w.shape = m.shape;
             std::map<std::string, TensorEntry> tensorStates;
             std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
-            for (const auto& [dp, j] : buf) {
-                const int64_t begin = int64_t(dp) * p.q;
-                const int64_t n = std::min(p.q, p.m.numel - begin);
-                if (n <= 0 || p.at + n > j.at("").total) continue;
-                pieces.push_back({dp, {begin, begin + n}});
-                place(w, j.at(""), p.at, begin, n, dp);
-                for (const auto& [name, joined] : j) {
-                    if (name.empty() || p.at + n > joined.total) continue;
+            for (const auto& [dp, v] : rg) {
+                const int64_t lo = std::max(m.offset, int64_t(dp) * P);
+                const int64_t hi = std::min(m.offset + m.numel, int64_t(dp) * P + v[g].real);
+                if (lo >= hi) continue;
+                pieces.push_back({dp, {lo - m.offset, hi - m.offset}});
+                const int64_t at = lo - int64_t(dp) * P; // position in the rank's partition
+                addPieces(w, lo - m.offset, hi - m.offset, v[g].fp32, at, dp);
+                for (const auto& [name, f] : stateFlat[dp]) {
                     auto& e = tensorStates[name];
-                    e.shape = p.m.shape;
-                    e.dtype = joined.parts.front().dtype;
-                    place(e, joined, p.at, begin, n, dp);
+                    e.dtype = f.dtype;
+                    e.shape = m.shape;
+                    addPieces(e, lo - m.offset, hi - m.offset, f, at, dp);
                 }
             }
-            weights[p.m.fqn] = std::move(w);
-            const PyValue* sub0 = subState0[p.subGroup];
+            weights[m.fqn] = std::move(w);
             for (const auto& name : stateNames) {
                 ParamState s;
                 s.name = name;
-                const PyValue* t0 = getKey(sub0, name);
+                const PyValue* t0 = getKey(rg[r0][g].state, name);
                 if (auto it = tensorStates.find(name); it != tensorStates.end()) {
                     s.tensor = true;
                     s.entry = std::move(it->second);
+                    s.entry.shape = m.shape;
                 } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
-                    s.tensor = true;
-                    s.entry = wholeTensor(t0, *optim[r0], "optimizer_state_dict '" + name + "'", r0);
+                    s.tensor = true; // one value per flat partition (step): every parameter has it
+                    s.entry = wholeTensor(t0, *optim.at(r0), "base_optimizer_state '" + name + "'", r0);
                 } else if (t0 && t0->kind == PyKind::Tensor) {
-                    continue;
+                    continue; // a shaped state no rank holds a piece of (missing rank)
                 } else {
                     s.value = t0 ? t0 : m_cp.arena->makeNone();
                 }
-                addState(p.m.fqn, std::move(s));
+                out.addState(m.fqn, std::move(s));
             }
+            if (elastic && !getKey(rg[r0][g].state, "step"))
+                if (const PyValue* step = getKey(sd0, "base_optimizer_state_step")) {
+                    ParamState s;
+                    s.name = "step";
+                    s.value = step;
+                    out.addState(m.fqn, std::move(s));
+                }
+            // the FQN mapping: where it lies in the partitions
             FlatPartitionSlot slot;
-            slot.fqn = p.m.fqn;
-            slot.buffer = p.subGroup;
-            slot.bufferName = "ZeRO-3 sub-group " + std::to_string(p.subGroup);
-            int64_t sgStart = 0;
-            if (!buf[r0][""].starts.empty() && static_cast<size_t>(p.subGroup) < buf[r0][""].starts.size())
-                sgStart = buf[r0][""].starts[static_cast<size_t>(p.subGroup)];
-            slot.offset = p.at - sgStart;
-            const int64_t pad = p.q * W - p.m.numel;
-            slot.note = "partitioned on its own: " + std::to_string(p.q) + " per rank (" + rangesText(pieces) + ")"
-                + (pad > 0 ? ", " + std::to_string(pad) + " elements padding on the last rank" : std::string());
+            slot.fqn = m.fqn;
+            slot.buffer = static_cast<int>(g);
+            slot.bufferName = "ZeRO-" + std::to_string(stage) + " group " + std::to_string(g);
+            slot.offset = m.offset;
+            slot.note = (pieces.size() > 1 ? "split over ranks: " : "") + rangesText(pieces) + " of "
+                + std::to_string(m.numel) + " elements; partitions of " + std::to_string(P) + " per rank";
+            const int64_t pad = layout.rankPadding(W - 1);
+            if (k + 1 == layout.members.size() && pad > 0)
+                slot.note += ", the group's last " + std::to_string(W * P - off) + " elements padding";
             slots.push_back(std::move(slot));
         }
-        // param groups list their sub-groups
-        if (pg0 && pg0->isSequence()) {
-            for (const auto* g : pg0->items()) {
-                groupFqns.emplace_back();
-                const PyValue* ids = getKey(g, "params");
-                if (ids && ids->isSequence())
-                    for (const auto* id : ids->items())
-                        if (auto s = asInt(id); s && *s >= 0 && static_cast<size_t>(*s) < subFqns.size())
-                            for (const auto& f : subFqns[static_cast<size_t>(*s)])
-                                groupFqns.back().push_back(f);
-                groupDicts.push_back(g);
-            }
-        } else {
-            for (const auto& f : subFqns) {
-                groupFqns.push_back(f);
-                groupDicts.push_back(nullptr);
+        groupDicts.push_back(
+            baseGroups0 && baseGroups0->isSequence() && g < baseGroups0->size() ? baseGroups0->item(g) : nullptr);
+    }
+    if (elastic)
+        warn(ReaderCode::ZeroElastic,
+            "elastic ZeRO checkpoint: the optimizer's hyperparameters (param_groups) are not saved", false);
+    detail = std::string(bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
+        + (bf16Optimizer ? "" : std::to_string(stage));
+}
+
+/// ZeRO-3: each parameter partitioned on its own (ceil(numel / W) per rank); a rank's sub-group flats joined in
+/// param_shapes order
+void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Params& out)
+{
+    const std::string tagDir = m_dir.string();
+    const auto& optim = o.files;
+    const auto& osd = o.stateDicts;
+    const Loaded* modelFile = model.file;
+    const auto& groups = model.groups;
+    const PyValue* sd0 = o.sd0;
+    const int W = o.worldSize;
+    auto& weights = out.weights;
+    auto& groupFqns = out.groupFqns;
+    auto& groupDicts = out.groupDicts;
+    auto& slots = out.slots;
+    struct Param
+    {
+        Member m;
+        int subGroup = 0;
+        int64_t q = 0; ///< partition per rank
+        int64_t at = 0; ///< position in each rank's joined sub-group flats
+    };
+    std::vector<Param> params;
+    int64_t pos = 0;
+    for (size_t s = 0; s < groups.size(); ++s)
+        for (const auto& m : groups[s]) {
+            Param p;
+            p.m = m;
+            p.subGroup = static_cast<int>(s);
+            p.q = ceilDiv(m.numel, W);
+            p.at = pos;
+            pos += p.q;
+            params.push_back(std::move(p));
+        }
+    // per rank: the flat tensors of "fp32" and of every shaped state, per sub-group, with their start positions
+    struct Joined
+    {
+        std::vector<FlatTensor> parts;
+        std::vector<int64_t> starts;
+        int64_t total = 0;
+    };
+    std::map<int, std::map<std::string, Joined>> buf;
+    const PyValue* pg0 = getKey(getKey(sd0, "optimizer_state_dict"), "param_groups");
+    std::vector<std::string> stateNames;
+    std::map<int, const PyValue*> subState0; // sub-group -> first rank's state dict
+    for (const auto& [dp, sd] : osd) {
+        if (dp >= W) continue;
+        const Loaded& l = *optim.at(dp);
+        const PyValue* flats = getKey(sd, "fp32_flat_groups");
+        const PyValue* st = getKey(getKey(sd, "optimizer_state_dict"), "state");
+        if (!flats || !flats->isSequence())
+            throw Error(ErrorKind::Format, l.abs, "has no fp32_flat_groups list (ZeRO-3)");
+        auto& joined = buf[dp];
+        for (size_t s = 0; s < flats->size(); ++s) {
+            const PyValue* sub = getIntKey(st, static_cast<int64_t>(s));
+            if (subState0.find(static_cast<int>(s)) == subState0.end()) subState0[static_cast<int>(s)] = sub;
+            if (stateNames.empty() && sub && sub->isMapping())
+                for (size_t i = 0; i < sub->size(); ++i)
+                    if (sub->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(sub->dictKey(i)->text));
+            auto push = [&](const std::string& name, const PyValue* v, const std::string& what) {
+                Joined& j = joined[name];
+                FlatTensor f = flat(v, l, what);
+                j.starts.push_back(j.total);
+                j.parts.push_back(f);
+                j.total += f.numel;
+            };
+            push("", flats->item(s), "fp32_flat_groups[" + std::to_string(s) + "]");
+            for (const auto& name : stateNames) {
+                const PyValue* t = getKey(sub, name);
+                if (t && t->kind == PyKind::Tensor && !t->tensor->sizes.empty())
+                    push(name, t, "optimizer_state_dict state " + std::to_string(s) + " '" + name + "'");
             }
         }
-        detail = "DeepSpeed ZeRO stage 3";
     }
+    if (buf.empty())
+        throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
+    const int r0 = buf.begin()->first;
+    const int64_t avail = buf[r0][""].total;
+    if (pos != avail)
+        warn(ReaderCode::ZeroWorldSizeMismatch,
+            "param_shapes in " + modelFile->rel + " need " + std::to_string(pos) + " elements per rank (partitions of "
+                + "ceil(numel / " + std::to_string(W) + ")) but rank " + std::to_string(r0)
+                + "'s fp32_flat_groups hold " + std::to_string(avail),
+            true,
+            "ValueError: consumed " + std::to_string(pos * W) + " numels out of " + std::to_string(avail * W)
+                + " - something is wrong");
+    for (const auto& [dp, j] : buf)
+        if (j.at("").total != avail)
+            throw Error(ErrorKind::Format, optim.at(dp)->abs,
+                "fp32_flat_groups hold " + std::to_string(j.at("").total) + " elements, rank " + std::to_string(r0)
+                    + "'s " + std::to_string(avail) + ": the rank files do not belong together");
 
-    // ---- frozen parameters, buffers, shared parameters (model states)
+    // elements [at, at + n) of a rank's joined flats, as pieces of the tensor from @p begin
+    auto place = [&](TensorEntry& e, const Joined& j, int64_t at, int64_t begin, int64_t n, int rank) {
+        for (size_t i = 0; i < j.parts.size() && n > 0; ++i) {
+            const int64_t s = j.starts[i];
+            const int64_t end = s + j.parts[i].numel;
+            if (at >= end || at + n <= s) continue;
+            const int64_t lo = std::max(at, s);
+            const int64_t hi = std::min(at + n, end);
+            addPieces(e, begin + (lo - at), begin + (hi - at), j.parts[i], lo - s, rank);
+        }
+    };
+    std::vector<std::vector<std::string>> subFqns(groups.size());
+    for (const auto& p : params) {
+        subFqns[static_cast<size_t>(p.subGroup)].push_back(p.m.fqn);
+        TensorEntry w;
+        w.shape = p.m.shape;
+        w.dtype = buf[r0][""].parts.empty() ? DType::Float32 : buf[r0][""].parts.front().dtype;
+        std::map<std::string, TensorEntry> tensorStates;
+        std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
+        for (const auto& [dp, j] : buf) {
+            const int64_t begin = int64_t(dp) * p.q;
+            const int64_t n = std::min(p.q, p.m.numel - begin);
+            if (n <= 0 || p.at + n > j.at("").total) continue;
+            pieces.push_back({dp, {begin, begin + n}});
+            place(w, j.at(""), p.at, begin, n, dp);
+            for (const auto& [name, joined] : j) {
+                if (name.empty() || p.at + n > joined.total) continue;
+                auto& e = tensorStates[name];
+                e.shape = p.m.shape;
+                e.dtype = joined.parts.front().dtype;
+                place(e, joined, p.at, begin, n, dp);
+            }
+        }
+        weights[p.m.fqn] = std::move(w);
+        const PyValue* sub0 = subState0[p.subGroup];
+        for (const auto& name : stateNames) {
+            ParamState s;
+            s.name = name;
+            const PyValue* t0 = getKey(sub0, name);
+            if (auto it = tensorStates.find(name); it != tensorStates.end()) {
+                s.tensor = true;
+                s.entry = std::move(it->second);
+            } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
+                s.tensor = true;
+                s.entry = wholeTensor(t0, *optim.at(r0), "optimizer_state_dict '" + name + "'", r0);
+            } else if (t0 && t0->kind == PyKind::Tensor) {
+                continue;
+            } else {
+                s.value = t0 ? t0 : m_cp.arena->makeNone();
+            }
+            out.addState(p.m.fqn, std::move(s));
+        }
+        FlatPartitionSlot slot;
+        slot.fqn = p.m.fqn;
+        slot.buffer = p.subGroup;
+        slot.bufferName = "ZeRO-3 sub-group " + std::to_string(p.subGroup);
+        int64_t sgStart = 0;
+        if (!buf[r0][""].starts.empty() && static_cast<size_t>(p.subGroup) < buf[r0][""].starts.size())
+            sgStart = buf[r0][""].starts[static_cast<size_t>(p.subGroup)];
+        slot.offset = p.at - sgStart;
+        const int64_t pad = p.q * W - p.m.numel;
+        slot.note = "partitioned on its own: " + std::to_string(p.q) + " per rank (" + rangesText(pieces) + ")"
+            + (pad > 0 ? ", " + std::to_string(pad) + " elements padding on the last rank" : std::string());
+        slots.push_back(std::move(slot));
+    }
+    // param groups list their sub-groups
+    if (pg0 && pg0->isSequence()) {
+        for (const auto* g : pg0->items()) {
+            groupFqns.emplace_back();
+            const PyValue* ids = getKey(g, "params");
+            if (ids && ids->isSequence())
+                for (const auto* id : ids->items())
+                    if (auto s = asInt(id); s && *s >= 0 && static_cast<size_t>(*s) < subFqns.size())
+                        for (const auto& f : subFqns[static_cast<size_t>(*s)])
+                            groupFqns.back().push_back(f);
+            groupDicts.push_back(g);
+        }
+    } else {
+        for (const auto& f : subFqns) {
+            groupFqns.push_back(f);
+            groupDicts.push_back(nullptr);
+        }
+    }
+    detail = "DeepSpeed ZeRO stage 3";
+}
+
+/// what the model states hold beyond the optimizer's groups: frozen parameters, buffers, shared parameters; the
+/// model's own order of its tensors
+std::vector<std::string> ZeroReading::readModelOnlyTensors(const OptimFiles& o, const ModelStates& model, Params& out)
+{
+    const Loaded* modelFile = model.file;
+    const PyValue* ms = model.root;
+    const PyValue* module = getKey(ms, "module");
+    const int W = o.worldSize, stage = o.stage;
+    auto& weights = out.weights;
     const PyValue* bufferNames = getKey(ms, "buffer_names");
     std::set<std::string> buffers;
     if (bufferNames && bufferNames->isSequence())
@@ -939,7 +1025,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
             w.shape = *shape;
             const int64_t n = *numel;
             const int64_t q = ceilDiv(n, W);
-            for (const auto& [dp, l] : model3) {
+            for (const auto& [dp, l] : model.zero3) {
                 const PyValue* frag = getKey(getKey(l->ar.root, "frozen_param_fragments"), fqn);
                 if (!frag || dp >= W) continue;
                 FlatTensor f = flat(frag, *l, "frozen_param_fragments '" + fqn + "'");
@@ -990,8 +1076,16 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
                 moduleOrder.push_back(std::string(a->text));
             }
         }
+    return moduleOrder;
+}
 
-    // ---- entries: model (module order), optimizer state (param group order), param groups
+/// the entries: model (module order), optimizer state (param group order), param groups
+void ZeroReading::addEntries(const KeyPath& prefix, const std::vector<std::string>& moduleOrder, Params& params)
+{
+    auto& weights = params.weights;
+    auto& states = params.states;
+    const auto& groupFqns = params.groupFqns;
+    const auto& groupDicts = params.groupDicts;
     auto path = [&](std::initializer_list<KeyPathElem> rest) {
         KeyPath p = prefix;
         p.insert(p.end(), rest.begin(), rest.end());
@@ -1049,13 +1143,28 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
             }
         if (!hasParams) m_builder.addValue(groupPath("params"), names);
     }
+}
+
+void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bool main)
+{
+    const OptimFiles optim = readOptimFiles(mp, files);
+    const ModelStates model = readModelStates(mp, files, optim.stage);
+    const std::vector<int> missing = checkRankFiles(mp, optim, model, main);
+    Params params;
+    if (optim.stage <= 2)
+        readZero12(optim, model, missing, params);
+    else
+        readZero3(optim, model, params);
+    const std::vector<std::string> moduleOrder = readModelOnlyTensors(optim, model, params);
+    addEntries(prefix, moduleOrder, params);
     if (main) {
-        m_cp.flatSlots = std::move(slots);
-        m_cp.zeroStage = stage;
+        const int W = optim.worldSize;
+        m_cp.flatSlots = std::move(params.slots);
+        m_cp.zeroStage = optim.stage;
         m_cp.savedDataParallelSize = W;
         detail += ", " + std::to_string(W) + (W == 1 ? " data-parallel rank" : " data-parallel ranks");
-        detail += precisionText(ms, sd0);
-        if (const PyValue* v = getKey(ms, "ds_version"); v && v->kind == PyKind::Str)
+        detail += precisionText(model.root, optim.sd0);
+        if (const PyValue* v = getKey(model.root, "ds_version"); v && v->kind == PyKind::Str)
             detail += ", DeepSpeed " + std::string(v->text);
     }
 }
