@@ -906,6 +906,34 @@ TEST(Csv, QuotesAndReportRows)
     EXPECT_EQ(static_cast<size_t>(std::count(map.begin(), map.end(), '\n')), t.rows.size() + 1);
 }
 
+TEST(ParamTable, AModelWithoutAnOrderNamesIdsByShapes)
+{
+    // one group of integer ids against model.safetensors, which stores no parameter order: the ids are named by
+    // matching shapes; the three parameters of shape [3] (0.bias, the LayerNorm's weight and bias) only by the order
+    // of their names, which the rows and a note say
+    const CheckpointPtr model = open("unordered_model/model.safetensors");
+    const ModelParams params = ModelParams::fromCheckpoint(*model);
+    ASSERT_FALSE(params.orderKnown);
+    const ParamTable t = ParamTable::build(*open("unordered_model/optim.pt"), &params, model.get());
+    ASSERT_EQ(t.sources.size(), 1u);
+    EXPECT_EQ(t.sources[0], NameSource::ReferenceOrder);
+    const std::vector<std::pair<std::string, Confidence>> expected {{"0.weight", Confidence::ShapeUnique},
+        {"0.bias", Confidence::OrderAssumed}, {"1.weight", Confidence::OrderAssumed},
+        {"1.bias", Confidence::OrderAssumed}, {"2.weight", Confidence::ShapeUnique},
+        {"2.bias", Confidence::ShapeUnique}};
+    ASSERT_EQ(t.rows.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(t.rows[i].fqn, expected[i].first) << i;
+        EXPECT_EQ(t.rows[i].confidence, expected[i].second) << i;
+    }
+    auto noted = [&](const std::string& text) {
+        return std::any_of(
+            t.notes.begin(), t.notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
+    };
+    EXPECT_TRUE(noted("does not record the parameters' order: ids matched by shapes"));
+    EXPECT_TRUE(noted("3 of 6 names rest on an assumed order"));
+}
+
 TEST(ParamTable, NamesIdsOnceForEveryConsumer)
 {
     // param_names win; Lightning's model under "state_dict" names by position; LBFGS keeps state on one parameter;

@@ -530,6 +530,204 @@ ModelParams ModelParams::fromFqnList(const std::string& path)
     return e;
 }
 
+namespace {
+
+/// An id-keyed optimizer's parameters named: a name per position (as its param_groups list them), how sure each is,
+/// and the rule that named them (None: no rule could).
+struct IdNames
+{
+    std::vector<std::string> names;
+    std::vector<Confidence> confidences; ///< per name, when derived
+    NameSource source = NameSource::None;
+    bool rankSlices = false; ///< FSDP1 use_orig_params=True: each state is one rank's slice of its parameter
+};
+
+/// per param group, per position: the parameter's shape as its state says (empty when it has none)
+using GroupShapes = std::vector<std::vector<std::vector<int64_t>>>;
+
+GroupShapes stateShapesByGroup(const OptimizerView& view, OptimizerKind kind)
+{
+    GroupShapes shapes;
+    for (const auto& g : view.groups) {
+        shapes.emplace_back();
+        for (const auto& id : g.params) {
+            const OptimizerParam* p = view.param(id);
+            shapes.back().push_back(p ? paramShapeFromState(kind, *p) : std::vector<int64_t> {});
+        }
+    }
+    return shapes;
+}
+
+std::vector<std::vector<int64_t>> allShapes(const GroupShapes& groups)
+{
+    std::vector<std::vector<int64_t>> all;
+    for (const auto& g : groups)
+        all.insert(all.end(), g.begin(), g.end());
+    return all;
+}
+
+/// 2. param_names in every group
+bool nameByParamNames(const OptimizerView& view, IdNames& out)
+{
+    bool complete = !view.groups.empty();
+    std::vector<std::string> names;
+    for (const auto& g : view.groups) {
+        complete = complete && g.paramNames.size() == g.params.size();
+        names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
+    }
+    if (!complete || names.empty()) return false;
+    out.names = std::move(names);
+    out.source = NameSource::ParamNames;
+    return true;
+}
+
+/// whether @p m, in its order, names the @p count ids position by position with shapes that fit
+bool fitsByPosition(const ModelParams& m, size_t count, const GroupShapes& groupShapes)
+{
+    if (m.fqns.size() != count) return false;
+    std::vector<std::string> n;
+    std::vector<Confidence> c;
+    ModelParams known = m;
+    known.orderKnown = true;
+    return matchGroup(m.fqns, allShapes(groupShapes), known, n, c);
+}
+
+/// 6. the Hugging Face Trainer's two groups, weight decay then none: the current rule by names, then the pre-4.48 one
+/// ("bias" only); 1-D weights beside a bias of their shape (nn.LayerNorm, excluded by type) first without decay, then
+/// with
+bool nameByTrainerGroups(const OptimizerView& view, size_t count, const ModelParams& model,
+    const GroupShapes& groupShapes, IdNames& out, std::vector<std::string>& notes)
+{
+    const auto members = moduleMembers(model);
+    std::vector<char> byName, byNameLegacy, layerNorm; // per parameter, computed once
+    for (const auto& f : model.fqns) {
+        byName.push_back(trainerDecaysByName(f, false));
+        byNameLegacy.push_back(trainerDecaysByName(f, true));
+        layerNorm.push_back(looksLikeLayerNorm(model, members, f));
+    }
+    for (const bool legacy : {false, true})
+        for (const bool layerNormByType : {true, false}) {
+            std::vector<std::string> decay, noDecay;
+            for (size_t k = 0; k < model.fqns.size(); ++k) {
+                const bool wd = (legacy ? byNameLegacy[k] : byName[k]) && !(layerNormByType && layerNorm[k]);
+                (wd ? decay : noDecay).push_back(model.fqns[k]);
+            }
+            std::vector<std::string> n;
+            std::vector<Confidence> c;
+            if (!matchGroup(decay, groupShapes[0], model, n, c) || !matchGroup(noDecay, groupShapes[1], model, n, c))
+                continue;
+            out.names = std::move(n);
+            out.confidences = std::move(c);
+            out.source = NameSource::TrainerGroups;
+            const size_t frozen = model.fqns.size() - count;
+            notes.push_back("'" + view.rootKey() + "': the Hugging Face Trainer's groups ("
+                + std::to_string(decay.size()) + " parameters with weight decay, then " + std::to_string(noDecay.size())
+                + " without" + (legacy ? ", pre-4.48 rule: only 'bias' by name" : "")
+                + (frozen ? "; " + std::to_string(frozen) + " frozen, in no group" : std::string())
+                + ") fit every state's shape, parameters from " + model.source);
+            return true;
+        }
+    return false;
+}
+
+/// a model that does not record its parameters' order: the groups in model order, matched by shapes, frozen
+/// parameters skipped
+void nameByShapes(const OptimizerView& view, size_t count, const ModelParams& model, NameSource source,
+    const GroupShapes& groupShapes, IdNames& out, std::vector<std::string>& notes)
+{
+    std::vector<std::string> n;
+    std::vector<Confidence> c;
+    if (matchGroup(model.fqns, allShapes(groupShapes), model, n, c)) {
+        out.names = std::move(n);
+        out.confidences = std::move(c);
+        out.source = source;
+        notes.push_back("'" + view.rootKey() + "': " + model.source
+            + " does not record the parameters' order: ids matched by shapes");
+    } else {
+        notes.push_back("'" + view.rootKey() + "': the shapes of its " + std::to_string(count)
+            + " parameters cannot be matched to the " + std::to_string(model.fqns.size()) + " of " + model.source);
+    }
+}
+
+/// 4./5. a model whose order is known, position by position; where the states' shapes disagree with that order, one
+/// rank's FSDP1 slices, or param_groups that list the parameters in another order
+void nameByModelOrder(const OptimizerView& view, OptimizerKind kind, size_t count, const ModelParams& m,
+    NameSource source, const GroupShapes& groupShapes, IdNames& out, std::vector<std::string>& notes)
+{
+    if (m.fqns.size() != count) {
+        notes.push_back("'" + view.rootKey() + "' has " + std::to_string(count) + " parameters but " + m.source
+            + " has " + std::to_string(m.fqns.size()) + ": ids cannot be named by position");
+        return;
+    }
+    out.names = m.fqns;
+    out.source = source;
+    if (fitsByPosition(m, count, groupShapes)) {
+        out.confidences.assign(out.names.size(), Confidence::Exact);
+        return;
+    }
+    std::vector<std::vector<int64_t>> shapes;
+    for (const auto& f : m.fqns) {
+        const auto it = m.shapes.find(f);
+        shapes.push_back(it == m.shapes.end() ? std::vector<int64_t> {} : it->second);
+    }
+    if (isOrigParamsRankSlices(view, shapes, keepsAllStateOnFirstParam(kind))) {
+        // one rank's slices of the parameters (FSDP1 use_orig_params=True): ids in model order, each slice no
+        // longer than its parameter
+        out.confidences.assign(out.names.size(), Confidence::Exact);
+        out.rankSlices = true;
+        notes.push_back("'" + view.rootKey()
+            + "' is one rank's raw optimizer state of FSDP1 with use_orig_params=True: each parameter's state is the "
+              "rank's 1-D slice of it (none for parameters wholly on other ranks); named by position from "
+            + m.source);
+        return;
+    }
+    // ids follow the param_groups, which need not follow the model (SGD([{fc2}, {fc1}])): when the shapes disagree
+    // with the model's order, the k-th position of a shape is the k-th parameter of that shape
+    ModelParams unordered = m;
+    unordered.orderKnown = false;
+    std::vector<std::string> n;
+    std::vector<Confidence> c;
+    if (matchGroup(m.fqns, allShapes(groupShapes), unordered, n, c)) {
+        out.names = std::move(n);
+        out.confidences = std::move(c);
+        notes.push_back("'" + view.rootKey() + "': its param_groups do not list the parameters in the order of "
+            + m.source + " (the state's shapes say so): ids matched by shapes");
+    } else {
+        out.confidences.assign(out.names.size(), Confidence::OrderAssumed);
+    }
+}
+
+/// 4.-6. ids named from a model: @p inFile (the model saved beside the optimizer) or else @p reference. The
+/// Trainer's groups when they fit the shapes (and the model's own order does not); a model without a known order by
+/// shapes; else by position
+void nameByModel(const OptimizerView& view, OptimizerKind kind, size_t count, const ModelParams* inFile,
+    const ModelParams* reference, IdNames& out, std::vector<std::string>& notes)
+{
+    const ModelParams* byShape = inFile ? inFile : reference;
+    const GroupShapes groupShapes = stateShapesByGroup(view, kind);
+    if (byShape && view.groups.size() == 2 && byShape->fqns.size() >= count
+        && !(byShape->orderKnown && fitsByPosition(*byShape, count, groupShapes)))
+        nameByTrainerGroups(view, count, *byShape, groupShapes, out, notes);
+    if (out.source == NameSource::None && byShape && !byShape->orderKnown)
+        nameByShapes(view, count, *byShape, inFile ? NameSource::ModelInFile : NameSource::ReferenceOrder, groupShapes,
+            out, notes);
+    const std::pair<const ModelParams*, NameSource> candidates[]
+        = {{inFile, NameSource::ModelInFile}, {reference, NameSource::ReferenceOrder}};
+    for (const auto& [m, source] : candidates)
+        if (m && out.source == NameSource::None && m->orderKnown)
+            nameByModelOrder(view, kind, count, *m, source, groupShapes, out, notes);
+    size_t assumed = 0;
+    for (auto c : out.confidences)
+        assumed += c == Confidence::OrderAssumed;
+    if (assumed)
+        notes.push_back("'" + view.rootKey() + "': " + std::to_string(assumed) + " of "
+            + std::to_string(out.confidences.size())
+            + " names rest on an assumed order (parameters of one shape in one group, or frozen ones skipped): shapes "
+              "cannot tell them apart");
+}
+
+} // namespace
+
 ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* reference,
     const Checkpoint* referenceCheckpoint, const ParamTableOptions& options)
 {
@@ -554,188 +752,34 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
         out.kinds.push_back(detectOptimizerKind(view));
         out.rankSlices.push_back(0);
         const std::vector<std::string> ids = view.groupParams();
-        NameSource source = view.idKeyed ? NameSource::None
-            : view.flattened             ? NameSource::FlattenedKey
-                                         : NameSource::StateKey;
-        std::vector<std::string> names;
-        std::vector<Confidence> confidences; ///< per name, when derived
-        if (view.idKeyed) {
-            // 2. param_names in every group
-            bool complete = !view.groups.empty();
-            for (const auto& g : view.groups) {
-                complete = complete && g.paramNames.size() == g.params.size();
-                names.insert(names.end(), g.paramNames.begin(), g.paramNames.end());
+        IdNames named;
+        named.source = view.idKeyed ? NameSource::None
+            : view.flattened        ? NameSource::FlattenedKey
+                                    : NameSource::StateKey;
+        if (view.idKeyed && !nameByParamNames(view, named)) {
+            // 3. raw FSDP1 shards: fewer, all 1-D "parameters" than the model has
+            bool oneDim = !view.params.empty() && !keepsAllStateOnFirstParam(out.kinds.back());
+            for (const auto& p : view.params) {
+                const Entry* e = shapedState(p);
+                oneDim = oneDim && (!e || e->tensor->shape.size() == 1);
             }
-            if (complete && !names.empty()) {
-                source = NameSource::ParamNames;
-            } else {
-                names.clear();
-                // 3. raw FSDP1 shards: fewer, all 1-D "parameters" than the model has
-                bool oneDim = !view.params.empty() && !keepsAllStateOnFirstParam(out.kinds.back());
-                for (const auto& p : view.params) {
-                    const Entry* e = shapedState(p);
-                    oneDim = oneDim && (!e || e->tensor->shape.size() == 1);
-                }
-                const Checkpoint* modelCp = out.modelInFile ? &checkpoint : referenceCheckpoint;
-                const ModelParams* model = out.modelInFile ? &*out.modelInFile : reference;
-                if (oneDim && modelCp && model && model->fqns.size() != ids.size()
-                    && mapFsdp1(checkpoint, index, view, *modelCp, options, out.rows, out.notes)) {
-                    out.sources.push_back(NameSource::Fsdp1Layout);
-                    continue;
-                }
-                if (oneDim && !model && ids.size() > 0)
-                    out.notes.push_back("every state of '" + view.rootKey()
-                        + "' is 1-D: if this is a raw FSDP1 optimizer file, give the model to map flat parameters "
-                          "to FQNs");
-                // 4./5. a model by position; 6. the Trainer's decay/no-decay groups when they fit the shapes (and
-                // the model's own order does not); a model without a known order is matched by shapes
-                const ModelParams* byShape = out.modelInFile ? &*out.modelInFile : reference;
-                const NameSource byShapeSource = out.modelInFile ? NameSource::ModelInFile : NameSource::ReferenceOrder;
-                std::vector<std::vector<std::vector<int64_t>>> groupShapes; // per group, per position
-                for (const auto& g : view.groups) {
-                    groupShapes.emplace_back();
-                    for (const auto& id : g.params) {
-                        const OptimizerParam* p = view.param(id);
-                        groupShapes.back().push_back(
-                            p ? paramShapeFromState(out.kinds.back(), *p) : std::vector<int64_t> {});
-                    }
-                }
-                auto positionalFits = [&](const ModelParams& m) {
-                    if (m.fqns.size() != ids.size()) return false;
-                    std::vector<std::string> n;
-                    std::vector<Confidence> c;
-                    std::vector<std::vector<int64_t>> all;
-                    for (const auto& g : groupShapes)
-                        all.insert(all.end(), g.begin(), g.end());
-                    ModelParams known = m;
-                    known.orderKnown = true;
-                    return matchGroup(m.fqns, all, known, n, c);
-                };
-                if (byShape && view.groups.size() == 2 && byShape->fqns.size() >= ids.size()
-                    && !(byShape->orderKnown && positionalFits(*byShape))) {
-                    // the current rule by names, then the pre-4.48 one ("bias" only); 1-D weights beside a bias of
-                    // their shape (nn.LayerNorm, excluded by type) first without decay, then with
-                    const auto members = moduleMembers(*byShape);
-                    std::vector<char> byName, byNameLegacy, layerNorm; // per parameter, computed once
-                    for (const auto& f : byShape->fqns) {
-                        byName.push_back(trainerDecaysByName(f, false));
-                        byNameLegacy.push_back(trainerDecaysByName(f, true));
-                        layerNorm.push_back(looksLikeLayerNorm(*byShape, members, f));
-                    }
-                    for (const bool legacy : {false, true}) {
-                        for (const bool layerNormByType : {true, false}) {
-                            std::vector<std::string> decay, noDecay;
-                            for (size_t k = 0; k < byShape->fqns.size(); ++k) {
-                                const std::string& f = byShape->fqns[k];
-                                const bool wd
-                                    = (legacy ? byNameLegacy[k] : byName[k]) && !(layerNormByType && layerNorm[k]);
-                                (wd ? decay : noDecay).push_back(f);
-                            }
-                            std::vector<std::string> n;
-                            std::vector<Confidence> c;
-                            if (matchGroup(decay, groupShapes[0], *byShape, n, c)
-                                && matchGroup(noDecay, groupShapes[1], *byShape, n, c)) {
-                                names = std::move(n);
-                                confidences = std::move(c);
-                                source = NameSource::TrainerGroups;
-                                const size_t frozen = byShape->fqns.size() - ids.size();
-                                out.notes.push_back("'" + view.rootKey() + "': the Hugging Face Trainer's groups ("
-                                    + std::to_string(decay.size()) + " parameters with weight decay, then "
-                                    + std::to_string(noDecay.size()) + " without"
-                                    + (legacy ? ", pre-4.48 rule: only 'bias' by name" : "")
-                                    + (frozen ? "; " + std::to_string(frozen) + " frozen, in no group" : std::string())
-                                    + ") fit every state's shape, parameters from " + byShape->source);
-                                break;
-                            }
-                        }
-                        if (source != NameSource::None) break;
-                    }
-                }
-                if (source == NameSource::None && byShape && !byShape->orderKnown) {
-                    // the groups in model order, matched by shapes, frozen parameters skipped
-                    std::vector<std::vector<int64_t>> all;
-                    for (const auto& g : groupShapes)
-                        all.insert(all.end(), g.begin(), g.end());
-                    std::vector<std::string> n;
-                    std::vector<Confidence> c;
-                    if (matchGroup(byShape->fqns, all, *byShape, n, c)) {
-                        names = std::move(n);
-                        confidences = std::move(c);
-                        source = byShapeSource;
-                        out.notes.push_back("'" + view.rootKey() + "': " + byShape->source
-                            + " does not record the parameters' order: ids matched by shapes");
-                    } else {
-                        out.notes.push_back("'" + view.rootKey() + "': the shapes of its " + std::to_string(ids.size())
-                            + " parameters cannot be matched to the " + std::to_string(byShape->fqns.size()) + " of "
-                            + byShape->source);
-                    }
-                }
-                const ModelParams* inFile = out.modelInFile ? &*out.modelInFile : nullptr;
-                const std::pair<const ModelParams*, NameSource> candidates[]
-                    = {{inFile, NameSource::ModelInFile}, {reference, NameSource::ReferenceOrder}};
-                for (const auto& [m, src] : candidates) {
-                    if (!m || source != NameSource::None || !m->orderKnown) continue;
-                    if (m->fqns.size() == ids.size()) {
-                        names = m->fqns;
-                        source = src;
-                        if (positionalFits(*m)) {
-                            confidences.assign(names.size(), Confidence::Exact);
-                            continue;
-                        }
-                        std::vector<std::vector<int64_t>> shapes;
-                        for (const auto& f : m->fqns) {
-                            const auto it = m->shapes.find(f);
-                            shapes.push_back(it == m->shapes.end() ? std::vector<int64_t> {} : it->second);
-                        }
-                        if (isOrigParamsRankSlices(view, shapes, keepsAllStateOnFirstParam(out.kinds.back()))) {
-                            // one rank's slices of the parameters (FSDP1 use_orig_params=True): ids in model order,
-                            // each slice no longer than its parameter
-                            confidences.assign(names.size(), Confidence::Exact);
-                            out.rankSlices.back() = 1;
-                            out.notes.push_back("'" + view.rootKey()
-                                + "' is one rank's raw optimizer state of FSDP1 with use_orig_params=True: each "
-                                  "parameter's state is the rank's 1-D slice of it (none for parameters wholly on "
-                                  "other ranks); named by position from "
-                                + m->source);
-                            continue;
-                        }
-                        // ids follow the param_groups, which need not follow the model (SGD([{fc2}, {fc1}])): when
-                        // the shapes disagree with the model's order, the k-th position of a shape is the k-th
-                        // parameter of that shape
-                        std::vector<std::vector<int64_t>> all;
-                        for (const auto& g : groupShapes)
-                            all.insert(all.end(), g.begin(), g.end());
-                        ModelParams unordered = *m;
-                        unordered.orderKnown = false;
-                        std::vector<std::string> n;
-                        std::vector<Confidence> c;
-                        if (matchGroup(m->fqns, all, unordered, n, c)) {
-                            names = std::move(n);
-                            confidences = std::move(c);
-                            out.notes.push_back("'" + view.rootKey() + "': its param_groups do not list the parameters "
-                                + "in the order of " + m->source
-                                + " (the state's shapes say so): ids matched by shapes");
-                        } else {
-                            confidences.assign(names.size(), Confidence::OrderAssumed);
-                        }
-                    } else {
-                        out.notes.push_back("'" + view.rootKey() + "' has " + std::to_string(ids.size())
-                            + " parameters but " + m->source + " has " + std::to_string(m->fqns.size())
-                            + ": ids cannot be named by position");
-                    }
-                }
-                if (!confidences.empty()) {
-                    size_t assumed = 0;
-                    for (auto c : confidences)
-                        assumed += c == Confidence::OrderAssumed;
-                    if (assumed)
-                        out.notes.push_back("'" + view.rootKey() + "': " + std::to_string(assumed) + " of "
-                            + std::to_string(confidences.size())
-                            + " names rest on an assumed order (parameters of one shape in one group, or frozen "
-                              "ones skipped): shapes cannot tell them apart");
-                }
+            const Checkpoint* modelCp = out.modelInFile ? &checkpoint : referenceCheckpoint;
+            const ModelParams* model = out.modelInFile ? &*out.modelInFile : reference;
+            if (oneDim && modelCp && model && model->fqns.size() != ids.size()
+                && mapFsdp1(checkpoint, index, view, *modelCp, options, out.rows, out.notes)) {
+                out.sources.push_back(NameSource::Fsdp1Layout);
+                continue;
             }
+            if (oneDim && !model && ids.size() > 0)
+                out.notes.push_back("every state of '" + view.rootKey()
+                    + "' is 1-D: if this is a raw FSDP1 optimizer file, give the model to map flat parameters to "
+                      "FQNs");
+            nameByModel(view, out.kinds.back(), ids.size(), inFile, reference, named, out.notes);
         }
+        out.rankSlices.back() = named.rankSlices;
+        NameSource source = named.source;
+        const std::vector<std::string>& names = named.names;
+        const std::vector<Confidence>& confidences = named.confidences;
         std::map<std::string, const ParamOrigin*> origins;
         NameSource readerSource = source;
         for (const auto& o : checkpoint.paramOrigins)
