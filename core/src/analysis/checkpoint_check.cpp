@@ -458,6 +458,17 @@ private:
         bool matched = false; ///< a chunk's record is one of its entries: the archive is the file's own
     };
 
+    /// no record of @p z verified yet; all of them when its writer recorded no CRC-32s:
+    /// torch.serialization.set_crc32_options(False) stores 0 for every record, and PyTorch reads such files as any
+    /// other (a record of no bytes sums to 0 too, so those prove nothing either way)
+    static void startVerifying(ZipCrcs& z)
+    {
+        const auto& entries = z.zip->entries();
+        const bool recorded
+            = std::any_of(entries.begin(), entries.end(), [](const ZipEntry& e) { return e.size > 0 && e.crc32 != 0; });
+        z.verified.assign(entries.size(), !recorded);
+    }
+
     /// The CRC-32 of the zip record holding chunk @p c, once per record: the writer stored one per record, and
     /// nothing else notices a flipped bit in tensor bytes (torch.load does not check it)
     void verifyCrc(const Entry& e, const TensorChunk& c, const ChunkData& d)
@@ -482,7 +493,7 @@ private:
         item.file = d.file;
         item.offset = c.source.offset;
         item.zip = ZipArchive::parseInPlace(file, c.source.offset, c.source.length, file.path());
-        item.verified.assign(item.zip->entries().size(), false);
+        startVerifying(item);
         for (size_t k = 0; k < item.verified.size(); ++k)
             verifyEntry(item, k, e.key, c.rank, &d);
     }
@@ -522,7 +533,7 @@ private:
         } catch (const Error&) {
             return z; // the reader read it; a directory it cannot parse again is reported by what reads the chunks
         }
-        z.verified.assign(z.zip->entries().size(), false);
+        startVerifying(z);
         for (size_t k = 0; k < z.zip->entries().size(); ++k)
             z.byData.emplace(z.zip->entries()[k].dataOffset, k);
         return z;
