@@ -9,7 +9,7 @@ reference: same keys in the same order, bit-identical tensors of the same dtype 
     torch-python unusual_interop.py compare_reshaped OUTDIR DIFF_JSON   (diff of the 2-D DCP and reshaped.pt)
 
 Cases: broadcast views too large to expand (kept views), LBFGS state (lists of tensors), empty dicts (an optimizer's "state" before its first step, Lightning's loops), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
-(transposed, strided, offset), complex/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values, a
+(transposed, strided, offset), complex64/complex32/uint16/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values, a
 legacy-format (pre-1.6 serialisation) state dict, a single-process DCP with nested lists, strings, None and the
 RNG state, and a 4-rank DCP mixing FSDP2 state with 2-D DTensors ([Shard(0), Shard(1)] and [Replicate(), Shard(1)]
 on a 2x2 mesh).
@@ -61,7 +61,8 @@ def make_plain(out):
                f"{out}/views.pt")
     names.append("views.pt")
 
-    torch.save({"c": torch.randn(3, dtype=torch.complex64), "b": torch.tensor(True), "e": torch.empty(0, 5),
+    torch.save({"c": torch.randn(3, dtype=torch.complex64), "ch": torch.tensor([1 + 2j, 3 - 1j], dtype=torch.chalf),
+                "u16": torch.tensor([1, 2, 65535], dtype=torch.uint16), "b": torch.tensor(True), "e": torch.empty(0, 5),
                 "u": torch.tensor(7, dtype=torch.uint8), "bytes": b"\x00\x01", "tuple": (1, 2.5, "x"),
                 "set": {1, 2}, "inf": math.inf}, f"{out}/misc.pt")
     names.append("misc.pt")

@@ -20,6 +20,9 @@ namespace optscope {
 
 namespace {
 
+/// the typed storage class _rebuild_tensor_v2 names, for the dtypes PyTorch still saves so; empty: the dtype is saved
+/// as PyTorch saves it, _rebuild_tensor_v3 over an UntypedStorage (complex32 too: torch has no ComplexHalfStorage, and
+/// a file naming it loads nowhere)
 std::string storageClassName(DType d)
 {
     switch (d) {
@@ -43,8 +46,6 @@ std::string storageClassName(DType d)
         return "ByteStorage";
     case DType::Bool:
         return "BoolStorage";
-    case DType::Complex32:
-        return "ComplexHalfStorage";
     case DType::Complex64:
         return "ComplexFloatStorage";
     case DType::Complex128:
