@@ -168,9 +168,7 @@ void printDataWarnings(const Checkpoint& cp)
 void printLeftOut(const std::vector<std::string>& leftOut)
 {
     if (leftOut.empty()) return;
-    std::cout << "left out " << leftOut.size()
-              << " value(s) that torch.load(weights_only=True) cannot read (objects of classes a weights-only load "
-                 "refuses):\n";
+    std::cout << "left out " << leftOut.size() << " value(s) the output cannot hold (each with why):\n";
     for (const auto& l : leftOut)
         std::cout << "  " << l << "\n";
 }

@@ -65,7 +65,7 @@ std::string commandUsage(const std::string& name);
 /// the reader's warnings that change what an output names or holds (param-order-assumed: optimizer ids named by a
 /// guessed order; megatron-bucket-layout: moments left flat), on stderr, for the commands that write outputs
 void printDataWarnings(const Checkpoint& checkpoint);
-/// "left out N value(s) that torch.load(weights_only=True) cannot read:" and one indented line each; nothing when
+/// "left out N value(s) the output cannot hold (each with why):" and one indented line each; nothing when
 /// @p leftOut is empty (gather and reshard)
 void printLeftOut(const std::vector<std::string>& leftOut);
 /// --world-size M: a positive integer (at most 2^20); throws UsageError when it is missing or not one

@@ -208,6 +208,36 @@ static void flipBit(const fs::path& path, uint64_t offset)
     f.write(&c, 1);
 }
 
+TEST(Gather, ValuesAWeightsOnlyLoadReadsAreWrittenOrNamedWithWhy)
+{
+    // torch.load(weights_only=True) of PyTorch 2.6 reads a complex, a bytearray, a sparse and a quantized tensor:
+    // check finds no unsafe global among them (the quantization scheme was one); gather writes the complex and the
+    // bytearray and names the two tensors it does not write yet as such (it said a weights-only load refuses all four)
+    const auto cp = openCheckpoint(kData + "/weights_only_values/values.pt");
+    const CheckReport report = checkCheckpoint(*cp);
+    EXPECT_FALSE(hasFinding(report, "unsafe-global")) << report.toJson().dump(1);
+    TempDir tmp;
+    const std::string out = (tmp.path / "out.pt").string();
+    const GatherResult r = gatherCheckpoint(*cp, out, {});
+    ASSERT_EQ(r.leftOut.size(), 2u);
+    EXPECT_EQ(r.leftOut[0].rfind("coo: a sparse tensor (torch reads it;", 0), 0u) << r.leftOut[0];
+    EXPECT_EQ(r.leftOut[1].rfind("q: a quantized tensor (torch reads it;", 0), 0u) << r.leftOut[1];
+    const auto back = openCheckpoint(out);
+    const Entry* c = back->find("cplx");
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(c->value->kind, PyKind::Complex);
+    EXPECT_EQ(c->value->real, 1.5);
+    EXPECT_EQ(c->value->imag, -2.0);
+    const Entry* b = back->find("ba");
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(b->value->kind, PyKind::ByteArray);
+    EXPECT_EQ(b->value->text,
+        std::string_view("a\xff"
+                         "b",
+            3));
+    EXPECT_NE(back->find("dense"), nullptr);
+}
+
 TEST(Check, FilesSavedWithoutCrcsAreNotCorrupt)
 {
     // torch.serialization.set_crc32_options(False) stores CRC-32 0 in every record; PyTorch reads such files as any

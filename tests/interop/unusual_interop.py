@@ -64,6 +64,7 @@ def make_plain(out):
     torch.save({"c": torch.randn(3, dtype=torch.complex64), "ch": torch.tensor([1 + 2j, 3 - 1j], dtype=torch.chalf),
                 "u16": torch.tensor([1, 2, 65535], dtype=torch.uint16), "b": torch.tensor(True), "e": torch.empty(0, 5),
                 "u": torch.tensor(7, dtype=torch.uint8), "bytes": b"\x00\x01", "tuple": (1, 2.5, "x"),
+                "cplx": 1.5 - 2j, "ba": bytearray(b"a\xffb"),
                 "set": {1, 2}, "inf": math.inf}, f"{out}/misc.pt")
     names.append("misc.pt")
 

@@ -73,11 +73,29 @@ public:
         return std::move(e.out);
     }
 
+    /// what the last unsupported() could not write ("a value of type complex"), for unwritableReason
+    const std::string& unwritable() const { return m_unwritable; }
+
 private:
-    [[noreturn]] void unsupported(const std::string& what) const
+    [[noreturn]] void unsupported(const std::string& what)
     {
+        m_unwritable = what;
         throw Error(ErrorKind::Unsupported, m_where,
             "cannot write " + what + " into a file that torch.load(weights_only=True) accepts");
+    }
+
+    /// an inert object that a weights-only file cannot hold as it is: tensors torch rebuilds that this writer does
+    /// not write yet, or a class outside what a weights-only load accepts
+    static std::string unwritableObject(const PyValue& v)
+    {
+        const std::string cls = v.className();
+        if (cls == "torch._utils._rebuild_sparse_tensor" || cls == "torch._utils._rebuild_sparse_csr_tensor")
+            return "a sparse tensor (torch reads it; this writer does not write sparse tensors yet)";
+        if (cls == "torch._utils._rebuild_qtensor")
+            return "a quantized tensor (torch reads it; this writer does not write quantized tensors yet)";
+        if (cls == "torch._utils._rebuild_nested_tensor")
+            return "a nested tensor (this writer does not write nested tensors yet)";
+        return "an object of class '" + cls + "' (a weights-only load refuses classes outside its safe set)";
     }
 
     void node(size_t i, int depth)
@@ -181,25 +199,22 @@ private:
         case PyKind::Str:
             e.str(v->text);
             return;
-        case PyKind::Bytes: {
-            // protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1")
-            std::string latin;
-            for (char c : v->text) {
-                const auto b = static_cast<uint8_t>(c);
-                if (b < 0x80) {
-                    latin += c;
-                } else {
-                    latin += static_cast<char>(0xc0 | (b >> 6));
-                    latin += static_cast<char>(0x80 | (b & 0x3f));
-                }
-            }
-            e.global("_codecs", "encode");
-            e.str(latin);
-            e.str("latin1");
+        case PyKind::Complex: // as pickle's protocol 2: complex(real, imag)
+            e.global("builtins", "complex");
+            e.floating(v->real);
+            e.floating(v->imag);
             e.tuple(2);
             e.op(pickle_op::REDUCE);
             return;
-        }
+        case PyKind::Bytes:
+            latin1Bytes(v->text);
+            return;
+        case PyKind::ByteArray: // as pickle's protocol 2: bytearray(bytes)
+            e.global("builtins", "bytearray");
+            latin1Bytes(v->text);
+            e.tuple(1);
+            e.op(pickle_op::REDUCE);
+            return;
         case PyKind::Dtype:
             e.global("torch", std::string(dtypeName(v->dtype)));
             return;
@@ -244,7 +259,7 @@ private:
             }
             return;
         case PyKind::Object:
-            if (!m_objects) unsupported("an object of class '" + v->className() + "'");
+            if (!m_objects) unsupported(unwritableObject(*v));
             object(*v, depth);
             return;
         case PyKind::Global:
@@ -256,6 +271,26 @@ private:
         default:
             unsupported(std::string("a value of type ") + pyKindName(v->kind));
         }
+    }
+
+    /// bytes as protocol 2 pickles them: _codecs.encode(their latin-1 text, "latin1")
+    void latin1Bytes(std::string_view bytes)
+    {
+        std::string latin;
+        for (char c : bytes) {
+            const auto b = static_cast<uint8_t>(c);
+            if (b < 0x80) {
+                latin += c;
+            } else {
+                latin += static_cast<char>(0xc0 | (b >> 6));
+                latin += static_cast<char>(0x80 | (b & 0x3f));
+            }
+        }
+        e.global("_codecs", "encode");
+        e.str(latin);
+        e.str("latin1");
+        e.tuple(2);
+        e.op(pickle_op::REDUCE);
     }
 
     /// an inert object as the pickle that made it: callable and arguments (REDUCE, or NEWOBJ / NEWOBJ_EX for a class
@@ -353,6 +388,7 @@ private:
     const StateTree& m_tree;
     std::string m_where;
     bool m_objects = false;
+    std::string m_unwritable;
     PickleEmitter e;
 };
 
@@ -369,16 +405,13 @@ std::string TorchSaveWriter::unwritableReason(const PyValue* value, bool objects
 {
     StateTree tree;
     tree.setValue({KeyPathElem::fromKey("value")}, value);
+    TreePickler pickler(tree, {}, objects);
     try {
-        TreePickler(tree, {}, objects).run();
+        pickler.run();
         return {};
     } catch (const Error& e) {
         if (e.kind() != ErrorKind::Unsupported) throw;
-        // "cannot write an object of class 'X' into a file that ..." -> "an object of class 'X'"
-        static const std::string head = "cannot write ", tail = " into a file that";
-        const std::string& d = e.detail();
-        const size_t end = d.find(tail);
-        return d.rfind(head, 0) == 0 && end != std::string::npos ? d.substr(head.size(), end - head.size()) : d;
+        return pickler.unwritable().empty() ? e.detail() : pickler.unwritable();
     }
 }
 

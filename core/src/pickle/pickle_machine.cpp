@@ -153,6 +153,12 @@ const std::unordered_set<std::string>& knownPaths()
         "torch.Tensor",
         "torch.nn.parameter.Parameter",
         "torch.serialization._get_layout",
+        // quantization schemes (a quantized tensor's), which weights_only allows
+        "torch.per_tensor_affine",
+        "torch.per_tensor_symmetric",
+        "torch.per_channel_affine",
+        "torch.per_channel_symmetric",
+        "torch.per_channel_affine_float_qparams",
         "torch._utils._rebuild_tensor",
         "torch._utils._rebuild_tensor_v2",
         "torch._utils._rebuild_tensor_v3",
