@@ -91,8 +91,8 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     e.isParameter = t.isParameter;
     e.subclass = std::string(t.subclass);
     if (t.wrapper) e.placements = std::string(t.wrapper->placements);
-    if (t.conj || t.neg)
-        warn(ReaderCode::LazyBit, "tensor carries a lazy conj/neg bit; its stored bytes are shown as stored", key);
+    e.lazyBit = t.conj || t.neg;
+    if (e.lazyBit) warn(ReaderCode::LazyBit, lazyBitText(), key);
     if (t.storage) {
         e.chunks.push_back(chunkFromTensor(t, archive, fileRel, where));
     } else if (t.wrapper && !t.wrapper->shards.empty()) {

@@ -50,6 +50,13 @@ std::string TensorEntry::withoutDataText() const
         + "): torch.load gives a meta tensor, with no values to load into a model or optimizer";
 }
 
+std::string lazyBitText()
+{
+    return "saved from a lazy conj() or neg view (its conj/neg bit is set): torch.load applies the bit to the stored "
+           "bytes, OptScope does not apply it yet, so its values are not read (save it resolved: "
+           "tensor.resolve_conj() / tensor.resolve_neg())";
+}
+
 std::string joinKeyPath(const KeyPath& path)
 {
     std::string key;

@@ -40,6 +40,8 @@ ChunkData ChunkReader::resolve(
         throw Error(ErrorKind::Format, where,
             "DCP item of '" + entry.key + "' stores shape " + shapeText(d.sizes) + " but the metadata chunk has "
                 + shapeText(chunk.sizes));
+    if (d.lazyBit || entry.tensor->lazyBit)
+        throw Error(ErrorKind::Unsupported, where, "'" + entry.key + "': " + lazyBitText());
     return d;
 }
 
@@ -137,6 +139,7 @@ ChunkData ChunkReader::resolveAsStored(
     d.strides = t.strides;
     d.storageOffset = t.storageOffset;
     d.bigEndian = ar.bigEndian;
+    d.lazyBit = t.conj || t.neg;
     if (!keepItem) finishItem(d, chunk);
     return d;
 }

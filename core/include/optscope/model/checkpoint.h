@@ -82,6 +82,9 @@ using KeyPath = std::vector<KeyPathElem>;
 /// '.'-joined path, as DCP forms flat keys
 std::string joinKeyPath(const KeyPath& path);
 
+/// why the values of a tensor saved with a lazy conj/neg bit are not read (TensorEntry::lazyBit), wherever it is said
+std::string lazyBitText();
+
 /// "[2, 3]": how messages and reports write a shape
 std::string shapeText(const std::vector<int64_t>& shape);
 
@@ -97,6 +100,10 @@ struct TensorEntry
     /// a ShardedTensor of which this file holds no local shard while its metadata lists the shards, which cover
     /// it, on other ranks (a rank torch.chunk leaves without rows): its data is in the other ranks' files
     bool shardsElsewhere = false;
+    /// saved from a lazy conj() or _neg_view view: torch.load applies the bit to the stored bytes, which OptScope
+    /// does not do yet, so its values are refused wherever they are read (lazyBitText) rather than read wrong. DCP
+    /// items carry the bit in their own pickle: the chunk's read finds it (ChunkData::lazyBit)
+    bool lazyBit = false;
     int64_t numel() const;
     uint64_t nbytes() const;
     /// no chunk at all although it has elements: a meta-device tensor, or a subclass whose data the file does not
