@@ -611,18 +611,8 @@ void ZeroReading::readZero12(
     const OptimFiles& o, const ModelStates& model, const std::vector<int>& missing, Params& out)
 {
     const std::string tagDir = m_dir.string();
-    const auto& optim = o.files;
-    const auto& osd = o.stateDicts;
-    const Loaded* modelFile = model.file;
-    const auto& groups = model.groups;
-    const PyValue* sd0 = o.sd0;
-    const int W = o.worldSize, stage = o.stage;
-    const bool bf16Optimizer = o.bf16Optimizer;
-    auto& weights = out.weights;
-    auto& groupFqns = out.groupFqns;
-    auto& groupDicts = out.groupDicts;
-    auto& slots = out.slots;
-    const size_t G = groups.size();
+    const int W = o.worldSize;
+    const size_t G = model.groups.size();
     // per rank and group: fp32 partition, padding, base state
     struct RankGroup
     {
@@ -634,16 +624,16 @@ void ZeroReading::readZero12(
     std::map<int, std::vector<RankGroup>> rg;
     bool elastic = false;
     const PyValue* baseGroups0 = nullptr;
-    for (const auto& [dp, sd] : osd) {
+    for (const auto& [dp, sd] : o.stateDicts) {
         if (dp >= W) continue;
-        const Loaded& l = *optim.at(dp);
+        const Loaded& l = *o.files.at(dp);
         const PyValue* parts = getKey(sd, "single_partition_of_fp32_groups");
         const PyValue* pads = getKey(sd, "group_paddings");
         const PyValue* base = getKey(sd, "base_optimizer_state");
         if (!parts || !parts->isSequence() || parts->size() != G)
             throw Error(ErrorKind::Format, l.abs,
                 "has " + std::to_string(parts && parts->isSequence() ? parts->size() : 0)
-                    + " single_partition_of_fp32_groups but param_shapes in " + modelFile->rel + " lists "
+                    + " single_partition_of_fp32_groups but param_shapes in " + model.file->rel + " lists "
                     + std::to_string(G) + " groups");
         std::vector<RankGroup> v(G);
         for (size_t g = 0; g < G; ++g) {
@@ -651,9 +641,9 @@ void ZeroReading::readZero12(
             const PyValue* pad = pads && pads->isSequence() && g < pads->size() ? pads->item(g) : nullptr;
             v[g].padding = asInt(pad).value_or(0);
             if (v[g].padding < 0 || v[g].padding > (int64_t(1) << 50)
-                || (bf16Optimizer && v[g].padding > v[g].fp32.numel))
+                || (o.bf16Optimizer && v[g].padding > v[g].fp32.numel))
                 throw Error(ErrorKind::Format, l.abs, "group_paddings[" + std::to_string(g) + "] is invalid");
-            v[g].real = bf16Optimizer ? v[g].fp32.numel - v[g].padding : v[g].fp32.numel;
+            v[g].real = o.bf16Optimizer ? v[g].fp32.numel - v[g].padding : v[g].fp32.numel;
             if (base && base->isSequence()) { // elastic: a state per group, padding stripped
                 elastic = true;
                 v[g].state = g < base->size() ? base->item(g) : nullptr;
@@ -678,15 +668,15 @@ void ZeroReading::readZero12(
         const int64_t P = rg[r0][g].real + rg[r0][g].padding;
         if (P > (int64_t(1) << 62) / W)
             throw Error(
-                ErrorKind::Format, optim.at(r0)->abs, "group " + std::to_string(g) + "'s partitions are too large");
+                ErrorKind::Format, o.files.at(r0)->abs, "group " + std::to_string(g) + "'s partitions are too large");
         for (const auto& [dp, v] : rg)
             if (v[g].real + v[g].padding != P)
-                throw Error(ErrorKind::Format, optim.at(dp)->abs,
+                throw Error(ErrorKind::Format, o.files.at(dp)->abs,
                     "group " + std::to_string(g) + "'s partition holds " + std::to_string(v[g].real + v[g].padding)
                         + " elements with padding, rank " + std::to_string(r0) + "'s " + std::to_string(P)
                         + ": the rank files do not belong together");
         int64_t total = 0;
-        for (const auto& m : groups[g])
+        for (const auto& m : model.groups[g])
             total += m.numel;
         if (missing.empty()) {
             int64_t avail = 0;
@@ -696,7 +686,7 @@ void ZeroReading::readZero12(
             if (ceilDiv(total, align) * align != ceilDiv(avail, align) * align)
                 warn(ReaderCode::ZeroWorldSizeMismatch,
                     "param group " + std::to_string(g) + " needs " + std::to_string(total) + " elements ("
-                        + modelFile->rel + " param_shapes) but its partitions hold " + std::to_string(avail),
+                        + model.file->rel + " param_shapes) but its partitions hold " + std::to_string(avail),
                     true,
                     "ValueError: consumed " + std::to_string(ceilDiv(total, align) * align) + " numels out of "
                         + std::to_string(ceilDiv(avail, align) * align) + " - something is wrong");
@@ -706,7 +696,7 @@ void ZeroReading::readZero12(
         layout.worldSize = W;
         layout.shardNumel = P;
         int64_t off = 0;
-        for (const auto& m : groups[g]) {
+        for (const auto& m : model.groups[g]) {
             layout.segments.push_back({false, static_cast<int>(layout.members.size()), off, m.numel});
             layout.members.push_back({m.fqn, m.shape, m.numel, off});
             off += m.numel;
@@ -726,19 +716,19 @@ void ZeroReading::readZero12(
                 const PyValue* t = getKey(v[g].state, name);
                 if (!t || t->kind != PyKind::Tensor || t->tensor->sizes.empty()) continue;
                 FlatTensor f
-                    = flat(t, *optim.at(dp), "base_optimizer_state group " + std::to_string(g) + " '" + name + "'");
+                    = flat(t, *o.files.at(dp), "base_optimizer_state group " + std::to_string(g) + " '" + name + "'");
                 if (f.numel < v[g].real)
-                    throw Error(ErrorKind::Format, optim.at(dp)->abs,
+                    throw Error(ErrorKind::Format, o.files.at(dp)->abs,
                         "base_optimizer_state group " + std::to_string(g) + " '" + name + "' holds "
                             + std::to_string(f.numel) + " elements, fewer than the " + std::to_string(v[g].real)
                             + " of its partition");
                 stateFlat[dp].emplace(name, f);
             }
 
-        groupFqns.emplace_back();
+        out.groupFqns.emplace_back();
         for (size_t k = 0; k < layout.members.size(); ++k) {
             const auto& m = layout.members[k];
-            groupFqns.back().push_back(m.fqn);
+            out.groupFqns.back().push_back(m.fqn);
             TensorEntry w;
             w.dtype = rg[r0][g].fp32.dtype;
             w.shape = m.shape;
@@ -758,7 +748,7 @@ void ZeroReading::readZero12(
                     addPieces(e, lo - m.offset, hi - m.offset, f, at, dp);
                 }
             }
-            weights[m.fqn] = std::move(w);
+            out.weights[m.fqn] = std::move(w);
             for (const auto& name : stateNames) {
                 ParamState s;
                 s.name = name;
@@ -769,7 +759,7 @@ void ZeroReading::readZero12(
                     s.entry.shape = m.shape;
                 } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
                     s.tensor = true; // one value per flat partition (step): every parameter has it
-                    s.entry = wholeTensor(t0, *optim.at(r0), "base_optimizer_state '" + name + "'", r0);
+                    s.entry = wholeTensor(t0, *o.files.at(r0), "base_optimizer_state '" + name + "'", r0);
                 } else if (t0 && t0->kind == PyKind::Tensor) {
                     continue; // a shaped state no rank holds a piece of (missing rank)
                 } else {
@@ -778,7 +768,7 @@ void ZeroReading::readZero12(
                 out.addState(m.fqn, std::move(s));
             }
             if (elastic && !getKey(rg[r0][g].state, "step"))
-                if (const PyValue* step = getKey(sd0, "base_optimizer_state_step")) {
+                if (const PyValue* step = getKey(o.sd0, "base_optimizer_state_step")) {
                     ParamState s;
                     s.name = "step";
                     s.value = step;
@@ -788,23 +778,23 @@ void ZeroReading::readZero12(
             FlatPartitionSlot slot;
             slot.fqn = m.fqn;
             slot.buffer = static_cast<int>(g);
-            slot.bufferName = "ZeRO-" + std::to_string(stage) + " group " + std::to_string(g);
+            slot.bufferName = "ZeRO-" + std::to_string(o.stage) + " group " + std::to_string(g);
             slot.offset = m.offset;
             slot.note = (pieces.size() > 1 ? "split over ranks: " : "") + rangesText(pieces) + " of "
                 + std::to_string(m.numel) + " elements; partitions of " + std::to_string(P) + " per rank";
             const int64_t pad = layout.rankPadding(W - 1);
             if (k + 1 == layout.members.size() && pad > 0)
                 slot.note += ", the group's last " + std::to_string(W * P - off) + " elements padding";
-            slots.push_back(std::move(slot));
+            out.slots.push_back(std::move(slot));
         }
-        groupDicts.push_back(
+        out.groupDicts.push_back(
             baseGroups0 && baseGroups0->isSequence() && g < baseGroups0->size() ? baseGroups0->item(g) : nullptr);
     }
     if (elastic)
         warn(ReaderCode::ZeroElastic,
             "elastic ZeRO checkpoint: the optimizer's hyperparameters (param_groups) are not saved", false);
-    detail = std::string(bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
-        + (bf16Optimizer ? "" : std::to_string(stage));
+    detail = std::string(o.bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
+        + (o.bf16Optimizer ? "" : std::to_string(o.stage));
 }
 
 /// ZeRO-3: each parameter partitioned on its own (ceil(numel / W) per rank); a rank's sub-group flats joined in
@@ -812,16 +802,7 @@ void ZeroReading::readZero12(
 void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Params& out)
 {
     const std::string tagDir = m_dir.string();
-    const auto& optim = o.files;
-    const auto& osd = o.stateDicts;
-    const Loaded* modelFile = model.file;
-    const auto& groups = model.groups;
-    const PyValue* sd0 = o.sd0;
     const int W = o.worldSize;
-    auto& weights = out.weights;
-    auto& groupFqns = out.groupFqns;
-    auto& groupDicts = out.groupDicts;
-    auto& slots = out.slots;
     struct Param
     {
         Member m;
@@ -831,8 +812,8 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
     };
     std::vector<Param> params;
     int64_t pos = 0;
-    for (size_t s = 0; s < groups.size(); ++s)
-        for (const auto& m : groups[s]) {
+    for (size_t s = 0; s < model.groups.size(); ++s)
+        for (const auto& m : model.groups[s]) {
             Param p;
             p.m = m;
             p.subGroup = static_cast<int>(s);
@@ -849,12 +830,12 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
         int64_t total = 0;
     };
     std::map<int, std::map<std::string, Joined>> buf;
-    const PyValue* pg0 = getKey(getKey(sd0, "optimizer_state_dict"), "param_groups");
+    const PyValue* pg0 = getKey(getKey(o.sd0, "optimizer_state_dict"), "param_groups");
     std::vector<std::string> stateNames;
     std::map<int, const PyValue*> subState0; // sub-group -> first rank's state dict
-    for (const auto& [dp, sd] : osd) {
+    for (const auto& [dp, sd] : o.stateDicts) {
         if (dp >= W) continue;
-        const Loaded& l = *optim.at(dp);
+        const Loaded& l = *o.files.at(dp);
         const PyValue* flats = getKey(sd, "fp32_flat_groups");
         const PyValue* st = getKey(getKey(sd, "optimizer_state_dict"), "state");
         if (!flats || !flats->isSequence())
@@ -887,7 +868,7 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
     const int64_t avail = buf[r0][""].total;
     if (pos != avail)
         warn(ReaderCode::ZeroWorldSizeMismatch,
-            "param_shapes in " + modelFile->rel + " need " + std::to_string(pos) + " elements per rank (partitions of "
+            "param_shapes in " + model.file->rel + " need " + std::to_string(pos) + " elements per rank (partitions of "
                 + "ceil(numel / " + std::to_string(W) + ")) but rank " + std::to_string(r0)
                 + "'s fp32_flat_groups hold " + std::to_string(avail),
             true,
@@ -895,7 +876,7 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
                 + " - something is wrong");
     for (const auto& [dp, j] : buf)
         if (j.at("").total != avail)
-            throw Error(ErrorKind::Format, optim.at(dp)->abs,
+            throw Error(ErrorKind::Format, o.files.at(dp)->abs,
                 "fp32_flat_groups hold " + std::to_string(j.at("").total) + " elements, rank " + std::to_string(r0)
                     + "'s " + std::to_string(avail) + ": the rank files do not belong together");
 
@@ -910,7 +891,7 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
             addPieces(e, begin + (lo - at), begin + (hi - at), j.parts[i], lo - s, rank);
         }
     };
-    std::vector<std::vector<std::string>> subFqns(groups.size());
+    std::vector<std::vector<std::string>> subFqns(model.groups.size());
     for (const auto& p : params) {
         subFqns[static_cast<size_t>(p.subGroup)].push_back(p.m.fqn);
         TensorEntry w;
@@ -932,7 +913,7 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
                 place(e, joined, p.at, begin, n, dp);
             }
         }
-        weights[p.m.fqn] = std::move(w);
+        out.weights[p.m.fqn] = std::move(w);
         const PyValue* sub0 = subState0[p.subGroup];
         for (const auto& name : stateNames) {
             ParamState s;
@@ -943,7 +924,7 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
                 s.entry = std::move(it->second);
             } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
                 s.tensor = true;
-                s.entry = wholeTensor(t0, *optim.at(r0), "optimizer_state_dict '" + name + "'", r0);
+                s.entry = wholeTensor(t0, *o.files.at(r0), "optimizer_state_dict '" + name + "'", r0);
             } else if (t0 && t0->kind == PyKind::Tensor) {
                 continue;
             } else {
@@ -962,24 +943,24 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
         const int64_t pad = p.q * W - p.m.numel;
         slot.note = "partitioned on its own: " + std::to_string(p.q) + " per rank (" + rangesText(pieces) + ")"
             + (pad > 0 ? ", " + std::to_string(pad) + " elements padding on the last rank" : std::string());
-        slots.push_back(std::move(slot));
+        out.slots.push_back(std::move(slot));
     }
     // param groups list their sub-groups
     if (pg0 && pg0->isSequence()) {
         for (const auto* g : pg0->items()) {
-            groupFqns.emplace_back();
+            out.groupFqns.emplace_back();
             const PyValue* ids = getKey(g, "params");
             if (ids && ids->isSequence())
                 for (const auto* id : ids->items())
                     if (auto s = asInt(id); s && *s >= 0 && static_cast<size_t>(*s) < subFqns.size())
                         for (const auto& f : subFqns[static_cast<size_t>(*s)])
-                            groupFqns.back().push_back(f);
-            groupDicts.push_back(g);
+                            out.groupFqns.back().push_back(f);
+            out.groupDicts.push_back(g);
         }
     } else {
         for (const auto& f : subFqns) {
-            groupFqns.push_back(f);
-            groupDicts.push_back(nullptr);
+            out.groupFqns.push_back(f);
+            out.groupDicts.push_back(nullptr);
         }
     }
     detail = "DeepSpeed ZeRO stage 3";
