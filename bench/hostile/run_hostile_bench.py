@@ -19,7 +19,7 @@ TP = os.path.join(ROOT, "scripts/torch-python")
 SIDE = os.path.join(ROOT, "bench/hostile/torch_side.py")
 
 
-def timeRatio(theirs, ours):
+def time_ratio(theirs, ours):
     """theirs / ours; GNU time counts hundredths, so a run it shows as 0.00 s is at least '>= theirs / 0.01'"""
     return f">= {theirs / 0.01:.0f}x" if ours < 0.01 else f"{theirs / ours:.1f}x"
 
@@ -86,7 +86,7 @@ def main():
                                  for t in theirs[2:]]  # an output, "t.pt", lands in the repository root and is removed
             tw, tm, _ = measure([TP, os.path.relpath(SIDE, ROOT)] + rel, cwd=ROOT, must_pass=True)
             rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what}: {tw:.2f} s, {tm:.0f} MiB | "
-                        f"{timeRatio(tw, w)} | {tm / max(m, 1e-3):.1f}x |")
+                        f"{time_ratio(tw, w)} | {tm / max(m, 1e-3):.1f}x |")
         else:
             rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what} | - | - |")
         print(rows[-1], flush=True)
