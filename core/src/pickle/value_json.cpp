@@ -57,23 +57,32 @@ template<typename F> void forEachChild(const PyValue* v, F&& f)
     }
 }
 
-/// The budget of a rendering: twice what rendering every object reachable from @p roots once costs, plus 65536.
+/// The budget of a rendering: twice what rendering every object reachable from @p roots once costs (a one-unit value
+/// with nothing inside: at each reference), plus 65536.
 /// Objects shared through the pickle memo render at each reference, so a few bytes can describe a rendering of
 /// exponential (or, over many entries, quadratic) size; a graph without sharing always fits.
 size_t renderBudget(const std::vector<const PyValue*>& roots)
 {
+    // a value of one unit with nothing inside (a number, None, a short string) is counted at each reference, as it
+    // renders: looking it up would cost more than it saves (a million plain values' entries kept 25 MB of set), and
+    // references are bounded by the file's size; anything larger or with contents is counted once
+    auto leaf = [](const PyValue* v) { return cost(v) == 1 && v->kind != PyKind::Object && !v->hasContainer(); };
     std::unordered_set<const PyValue*> seen;
     std::vector<const PyValue*> stack;
     size_t total = 0;
+    auto visit = [&](const PyValue* v) {
+        if (leaf(v))
+            ++total;
+        else if (seen.insert(v).second)
+            stack.push_back(v);
+    };
     for (const auto* r : roots)
-        if (r && seen.insert(r).second) stack.push_back(r);
+        if (r) visit(r);
     while (!stack.empty()) {
         const PyValue* v = stack.back();
         stack.pop_back();
         total += cost(v);
-        forEachChild(v, [&](const PyValue* c) {
-            if (seen.insert(c).second) stack.push_back(c);
-        });
+        forEachChild(v, visit);
     }
     return 2 * total + (size_t(1) << 16);
 }

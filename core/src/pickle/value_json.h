@@ -16,7 +16,8 @@ namespace optscope {
 /// bytes as {"__bytes__": hex}, tensors as {"__tensor__": {"dtype", "shape"}}, inert objects as
 /// {"__class__": path, "args": [...], "state": ...}. Cycles and nesting beyond @p maxDepth render as "<...>".
 /// An object referenced from several places (shared through the pickle memo) renders at each of them, within a
-/// budget of twice what rendering every reachable object once costs (plus 65536 values): past it, the rest renders as
+/// budget of twice what rendering every reachable object once costs (a one-unit value with nothing inside, a number
+/// or a short string, counted at each reference; plus 65536 values): past it, the rest renders as
 /// "<...>". So a graph without sharing renders completely, and a small file cannot describe an exponentially large
 /// rendering.
 nlohmann::ordered_json valueToJson(const PyValue* value, int maxDepth = 64);
