@@ -1033,6 +1033,19 @@ TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
         EXPECT_EQ(finding(d, "missing-state"), nullptr);
         EXPECT_EQ(finding(d, "extra-params"), nullptr);
     }
+    {
+        // a layer frozen and left out of the saved optimizer; the target optimizer holds it, without state after its
+        // step: frozen when it loads too, which set_optimizer_state_dict skips (it was predicted to raise KeyError)
+        const std::string dir = cases + "frozen_left_out_all_target_dsd/";
+        const ModelParams ref = ModelParams::fromCheckpoint(*openCheckpoint(dir + "model.pt"));
+        const TargetOptimizer target = TargetOptimizer::fromCheckpoint(*openCheckpoint(dir + "target_optim.pt"));
+        EXPECT_EQ(target.frozenNames(), (std::set<std::string> {"fc1.weight", "fc1.bias"}));
+        const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(dir + "optim.pt"), &ref, {}, &target);
+        EXPECT_EQ(finding(d, "missing-state"), nullptr) << d.toJson().dump(1);
+        const DiagnosisFinding* frozen = finding(d, "frozen-params");
+        ASSERT_NE(frozen, nullptr) << d.toJson().dump(1);
+        EXPECT_EQ(frozen->keys, (std::vector<std::string> {"fc1.weight", "fc1.bias"}));
+    }
 }
 
 TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)

@@ -190,6 +190,7 @@ TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
     for (const ParamRow* r : table.rowsOf(0))
         if (r->position >= 0) {
             t.shapes.push_back(r->shape);
+            t.withState.push_back(r->param != nullptr);
             const bool stored = r->confidence == Confidence::Stored || r->source == NameSource::StateKey
                 || r->source == NameSource::FlattenedKey;
             named = named && stored && !r->fqn.empty();
@@ -197,6 +198,16 @@ TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
         }
     if (!named) t.names.clear();
     return t;
+}
+
+std::set<std::string> TargetOptimizer::frozenNames() const
+{
+    std::set<std::string> out;
+    if (names.size() != withState.size() || std::find(withState.begin(), withState.end(), true) == withState.end())
+        return out;
+    for (size_t i = 0; i < names.size(); ++i)
+        if (!withState[i]) out.insert(normalizeFqn(names[i]).fqn);
+    return out;
 }
 
 std::vector<std::string> TargetOptimizer::paramsOf(
@@ -994,8 +1005,24 @@ private:
                 else
                     extra.push_back(n);
             }
+            // in the target without state after its step: frozen in the loading run as when it was saved
+            const std::set<std::string> frozenInTarget = m_target ? m_target->frozenNames() : std::set<std::string>();
+            std::vector<std::string> frozenHere;
             for (const auto& n : exp.fqns)
-                if (!covered.count(canon(n))) missing.push_back(n);
+                if (!covered.count(canon(n))) (frozenInTarget.count(canon(n)) ? frozenHere : missing).push_back(n);
+            if (!frozenHere.empty()) {
+                Finding f(FindingCode::FrozenParams,
+                    std::to_string(frozenHere.size()) + " parameter(s) of " + exp.source + " are not in " + where
+                        + ", and " + m_target->source
+                        + " holds them without state after its step: frozen (requires_grad=False) when it was saved "
+                          "and when it loads: "
+                        + quoteList(frozenHere),
+                    root);
+                f.fix = "nothing to do while they stay frozen (set_optimizer_state_dict looks up state only for "
+                        "parameters that require grad); one made trainable starts with empty state";
+                f.keys = head(frozenHere);
+                d.findings.push_back(std::move(f));
+            }
             if (!missing.empty() && trainer) {
                 // the Trainer puts requires_grad=False parameters in no group: they were frozen when it saved
                 Finding f(FindingCode::FrozenParams,
@@ -1071,10 +1098,15 @@ private:
                         + "the others are frozen and the loading code gives the optimizer only the trainable ones, it "
                           "loads (give the target optimizer"; // the CLI's option added below, for the CLI's text
             }
+            const size_t frozenCount = m_target ? m_target->frozenNames().size() : 0;
             f.fix = savedTotal != targetTotal
                 ? "the optimizer was saved for " + std::to_string(savedTotal) + " parameters; the target has "
                     + std::to_string(targetTotal)
-                    + (subsetNote.empty() ? ": it is another model" : subsetNote + ", --target-optim, to check)")
+                    + (frozenCount && savedTotal + frozenCount == targetTotal ? ", " + std::to_string(frozenCount)
+                                + " of them frozen: build it over the trainable parameters only, or load with "
+                                  "set_optimizer_state_dict, which skips frozen ones"
+                            : subsetNote.empty() ? ": it is another model"
+                                                 : subsetNote + ", --target-optim, to check)")
                 : "build the optimizer with the same param groups as the run that saved it (same order, same split)";
             if (savedTotal != targetTotal && !subsetNote.empty())
                 f.fixNeutral = "the optimizer was saved for " + std::to_string(savedTotal)
@@ -1475,6 +1507,7 @@ private:
             p2.why = "integer-keyed state is handed to optimizer.load_state_dict unchanged";
         } else {
             std::set<std::string> stateKeys, listedNoState;
+            const std::set<std::string> frozenInTarget = m_target ? m_target->frozenNames() : std::set<std::string>();
             for (const auto& p : v.params)
                 stateKeys.insert(p.key);
             for (const ParamRow* r : listed)
@@ -1493,6 +1526,9 @@ private:
                     continue;
                 }
                 if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
+                // the target holds it without state: frozen there, and DSD's _split_optim_state_dict looks up state
+                // only for parameters that require grad
+                if (frozenInTarget.count(dsd)) continue;
                 if (firstMissing.empty()) firstMissing = dsd;
             }
             if (!firstMissing.empty())

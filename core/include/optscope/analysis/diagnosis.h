@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ struct TargetOptimizer
     std::vector<std::vector<int64_t>> shapes;
     /// per position: the parameter's name when the saved target records it (param_names, FQN keys); else empty
     std::vector<std::string> names;
+    /// per position: the saved target holds state for it (saved after a step: one without is frozen, or unused)
+    std::vector<bool> withState;
+    /// the names of the positions without state, when the target records names and holds state for some: saved
+    /// after a step, those were frozen (requires_grad=False) in the loading run. Empty otherwise
+    std::set<std::string> frozenNames() const;
     static TargetOptimizer fromCheckpoint(const Checkpoint& optimizer);
     /// The model parameters the target optimizer holds, in its order: all of @p model's when it holds as many, else
     /// the ones its names give, else @p savedNames (the saved optimizer's) when their shapes are the target's, else
