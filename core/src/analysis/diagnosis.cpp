@@ -877,6 +877,22 @@ private:
     }
 
     /// first state of @p row whose shape is not what the parameter @p shape needs; "" if none
+    /// FQN-keyed state paired with the model's parameters by name (DSD, FSDP1): some state does not fit the shape of
+    /// the parameter of its name
+    bool namedStateMisfits(const OptimizerView& v, const std::vector<const ParamRow*>& listed, OptimizerKind kind) const
+    {
+        std::set<std::string> stateKeys;
+        for (const auto& p : v.params)
+            stateKeys.insert(p.key);
+        for (const auto& fqn : m_exp->fqns) {
+            const std::string key = normalizeFqn(fqn).fqn;
+            if (!stateKeys.count(key) || !modelShape(fqn)) continue;
+            for (const ParamRow* r : listed)
+                if (r->id == key && !wrongState(*r, kind, *modelShape(fqn)).empty()) return true;
+        }
+        return false;
+    }
+
     std::string wrongState(const ParamRow& row, OptimizerKind kind, const std::vector<int64_t>& shape) const
     {
         if (!row.param) return {};
@@ -1514,15 +1530,12 @@ private:
                 if (!r->param) listedNoState.insert(r->id);
             int withState = 0;
             std::string firstMissing;
-            bool shapeBad = false;
+            const bool shapeBad = namedStateMisfits(v, listed, kind);
             for (const auto& fqn : exp.fqns) {
                 const std::string dsd = normalizeFqn(fqn).fqn;
                 const std::string key = v.flattened ? dsd : dsd;
                 if (stateKeys.count(key)) {
                     ++withState;
-                    for (const ParamRow* r : listed)
-                        if (r->id == key && modelShape(fqn) && !wrongState(*r, kind, *modelShape(fqn)).empty())
-                            shapeBad = true;
                     continue;
                 }
                 if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
@@ -1585,8 +1598,11 @@ private:
                 pf = LoadVerdict::raises(
                     pf.path, "ValueError", groupError, "param groups differ from the target optimizer's");
             } else {
+                // _rekey_sharded_optim_state_dict pairs the state with the target's parameters by name, not by
+                // position: a target that lists them in another order steps fine
                 pf = LoadVerdict::loads(pf.path, static_cast<int>(v.params.size()), targetTotal,
-                    wrongByPosition.empty() ? "ok" : "RuntimeError", "every saved name is a model parameter");
+                    namedStateMisfits(v, listed, kind) ? "RuntimeError" : "ok",
+                    "every saved name is a model parameter; state is paired by name");
             }
         }
         d.verdicts.push_back(pf);
