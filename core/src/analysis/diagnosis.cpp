@@ -877,6 +877,30 @@ private:
     }
 
     /// first state of @p row whose shape is not what the parameter @p shape needs; "" if none
+    /// DSD's _split_optim_state_dict gives each saved group's hyperparameters to the last of the target's groups that
+    /// holds one of its parameters: the first target group left with none (its first step() raises KeyError on a
+    /// hyperparameter), or -1. Known only for FQN-keyed state and a target that records its parameters' names
+    int targetGroupWithoutHyperparameters(const OptimizerView& v) const
+    {
+        if (!m_target || m_target->names.empty() || v.idKeyed || v.flattened) return -1;
+        std::map<std::string, size_t> targetGroupOf; // canonical name -> target group
+        size_t pos = 0;
+        for (size_t g = 0; g < m_target->groupSizes.size(); ++g)
+            for (size_t k = 0; k < m_target->groupSizes[g] && pos < m_target->names.size(); ++k, ++pos)
+                targetGroupOf[normalizeFqn(m_target->names[pos]).fqn] = g;
+        std::vector<bool> given(m_target->groupSizes.size(), false);
+        for (const auto& saved : v.groups) {
+            int last = -1;
+            for (const auto& p : saved.params)
+                if (const auto it = targetGroupOf.find(normalizeFqn(p).fqn); it != targetGroupOf.end())
+                    last = std::max(last, static_cast<int>(it->second));
+            if (last >= 0) given[static_cast<size_t>(last)] = true;
+        }
+        for (size_t g = 0; g < given.size(); ++g)
+            if (!given[g]) return static_cast<int>(g);
+        return -1;
+    }
+
     /// FQN-keyed state paired with the model's parameters by name (DSD, FSDP1): some state does not fit the shape of
     /// the parameter of its name
     bool namedStateMisfits(const OptimizerView& v, const std::vector<const ParamRow*>& listed, OptimizerKind kind) const
@@ -1095,8 +1119,9 @@ private:
                 root);
             f.pytorchError = "ValueError: " + groupError + " (optimizer.load_state_dict"
                 + (v.idKeyed ? std::string(" and set_optimizer_state_dict)")
-                             : std::string("; set_optimizer_state_dict regroups FQN-keyed state and gives each group "
-                                           "the hyperparameters of the saved group holding its parameters)"));
+                             : std::string("; set_optimizer_state_dict regroups FQN-keyed state and gives each saved "
+                                           "group's hyperparameters to the last target group holding one of its "
+                                           "parameters)"));
             std::string subsetNote;
             if (!m_target && savedTotal < targetTotal) {
                 // an optimizer over the trainable parameters only (frozen backbone, LoRA) holds fewer
@@ -1551,6 +1576,12 @@ private:
             else
                 p2 = LoadVerdict::loads(p2.path, withState, targetTotal, shapeBad ? "RuntimeError" : "ok",
                     "every trainable model parameter has state under its name");
+            if (const int g = targetGroupWithoutHyperparameters(v); g >= 0 && p2.outcome == LoadOutcome::Loads) {
+                p2.stepAfterLoad = "KeyError";
+                p2.why += "; the target's param group " + std::to_string(g)
+                    + " gets no saved group's hyperparameters (each goes to the last target group holding one of its "
+                      "parameters), so its first step() misses them";
+            }
         }
         if (!initError.empty()) {
             const auto colon = initError.find(": ");
