@@ -1046,6 +1046,25 @@ TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
         ASSERT_NE(frozen, nullptr) << d.toJson().dump(1);
         EXPECT_EQ(frozen->keys, (std::vector<std::string> {"fc1.weight", "fc1.bias"}));
     }
+    {
+        // heads of one shape inserted in the other order: optimizer.load_state_dict pairs by position and swaps their
+        // state without a word (PyTorch loads and steps); the names on both sides say so. A plain case says nothing
+        const std::string dir = cases + "same_shape_heads_reordered/";
+        const ModelParams ref = ModelParams::fromCheckpoint(*openCheckpoint(dir + "model.pt"));
+        const TargetOptimizer target = TargetOptimizer::fromCheckpoint(*openCheckpoint(dir + "target_optim.pt"));
+        for (const TargetOptimizer* t : {&target, static_cast<const TargetOptimizer*>(nullptr)}) {
+            const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(dir + "optim.pt"), &ref, {}, t);
+            const DiagnosisFinding* order = finding(d, "param-order-mismatch");
+            ASSERT_NE(order, nullptr) << d.toJson().dump(1);
+            EXPECT_EQ(order->keys,
+                (std::vector<std::string> {"heads.b.weight", "heads.b.bias", "heads.a.weight", "heads.a.bias"}));
+            EXPECT_NE(order->message.find("heads.b.weight <- heads.a.weight"), std::string::npos) << order->message;
+        }
+        const ModelParams plain = ModelParams::fromCheckpoint(*openCheckpoint(cases + "adamw/model.pt"));
+        EXPECT_EQ(
+            finding(diagnoseCheckpoint(*openCheckpoint(cases + "adamw/optim.pt"), &plain), "param-order-mismatch"),
+            nullptr);
+    }
 }
 
 TEST(Finding, RegistryIsInDeclarationOrderAndNamesAreUnique)

@@ -877,6 +877,61 @@ private:
     }
 
     /// first state of @p row whose shape is not what the parameter @p shape needs; "" if none
+    /// optimizer.load_state_dict pairs the saved parameters with the target's by position: where both sides record
+    /// names (param_names, FQN keys or the model saved beside it; the target's own, or model order for the default
+    /// one-group target) and the
+    /// saved name at a position is another target parameter's, that parameter gets the other's state, silently where
+    /// the shapes agree. @p sameOrder: the target is taken to build the saved groups (a resume, the Trainer)
+    void positionFindings(const std::vector<const ParamRow*>& listed, const Names& names, bool sameOrder,
+        const std::string& where, const std::string& root, bool shapesFit, Diagnosis& d) const
+    {
+        const ModelParams& exp = *m_exp;
+        std::vector<std::string> targetNames;
+        // a target without names over one group holds model.parameters(): the model's order
+        const bool modelOrder = m_target ? m_target->names.empty() && m_target->groupSizes.size() == 1 : !sameOrder;
+        if (m_target && m_target->names.size() == listed.size())
+            targetNames = m_target->names;
+        else if (modelOrder && !m_frozenReading && !exp.fromOptimizer && exp.orderKnown
+            && exp.fqns.size() == listed.size())
+            targetNames = exp.fqns;
+        if (targetNames.empty()) return;
+        std::set<std::string> targetSet;
+        for (const auto& n : targetNames)
+            targetSet.insert(canon(n));
+        std::vector<std::string> pairs, keys;
+        for (size_t i = 0; i < listed.size(); ++i) {
+            const ParamRow& r = *listed[i];
+            // names the file records, or the order of the model saved beside it (the saving run's own)
+            const bool known = r.confidence == Confidence::Stored
+                || (r.source == NameSource::ModelInFile && r.confidence == Confidence::Exact);
+            if (!known || r.fqn.empty()) continue;
+            const auto renamed = names.rename.find(r.fqn);
+            const std::string saved = canon(renamed == names.rename.end() ? r.fqn : renamed->second);
+            const std::string target = canon(targetNames[i]);
+            if (saved == target || !targetSet.count(saved)) continue; // the same, or not a permutation of names
+            pairs.push_back(target + " <- " + saved);
+            keys.push_back(target);
+        }
+        if (pairs.empty()) return;
+        Finding f(FindingCode::ParamOrderMismatch,
+            where + " lists its parameters in another order than " + (m_target ? m_target->source : exp.source) + ": "
+                + std::to_string(pairs.size())
+                + " position(s) pair a parameter with another's state under optimizer.load_state_dict, which pairs "
+                  "by position: "
+                + quoteList(pairs, 4)
+                + (shapesFit ? " (their shapes agree: it loads and trains on the wrong moments without a word)"
+                             : " (the first step() fails where the shapes differ)"),
+            root);
+        f.pytorchError = shapesFit
+            ? "none: optimizer.load_state_dict loads each state into the parameter at its position"
+            : "RuntimeError: The size of tensor a must match the size of tensor b (at the first "
+              "optimizer.step() after loading)";
+        f.fix = "load it with set_optimizer_state_dict, which pairs by name, or build the optimizer's param groups in "
+                "the saved order";
+        f.keys = head(keys);
+        d.findings.push_back(std::move(f));
+    }
+
     /// DSD's _split_optim_state_dict gives each saved group's hyperparameters to the last of the target's groups that
     /// holds one of its parameters: the first target group left with none (its first step() raises KeyError on a
     /// hyperparameter), or -1. Known only for FQN-keyed state and a target that records its parameters' names
@@ -1207,6 +1262,9 @@ private:
             f.keys = head(wrongByPosition);
             d.findings.push_back(std::move(f));
         }
+
+        if (groupError.empty() && !fsdp1 && !rankSlices && !v.flattened)
+            positionFindings(listed, names, trainer || sameGroupsAssumed, where, root, wrongByPosition.empty(), d);
 
         dtypeFindings(listed, names, named && !v.idKeyed, where, root, d);
 

@@ -93,6 +93,9 @@ const std::vector<FindingInfo>& findingRegistry()
             "and ignores them, name-based tools see other names"},
         {C::RenamedParams, "renamed-params", S::Error,
             "parameters whose names differ but whose shapes and positions agree: probably renamed"},
+        {C::ParamOrderMismatch, "param-order-mismatch", S::Error,
+            "the saved parameters are in another order than the target's: optimizer.load_state_dict pairs by "
+            "position and gives parameters each other's state (silently where their shapes agree)"},
         {C::MissingState, "missing-state", S::Error, "parameters of the model have no entry in the optimizer"},
         {C::ExtraParams, "extra-params", S::Warning,
             "the optimizer names parameters the model does not have; name-based loaders ignore them"},

@@ -57,6 +57,7 @@ enum class FindingCode {
     PrefixMismatch,
     ParamNamesPrefix,
     RenamedParams,
+    ParamOrderMismatch,
     MissingState,
     ExtraParams,
     ParamGroupsMismatch,
