@@ -348,6 +348,7 @@ public:
         , m_model(expected)
         , m_exp(m_optimizerParams ? &*m_optimizerParams : expected)
         , m_table(ParamTable::build(cp, m_exp))
+        , m_frozenInTarget(target ? target->frozenNames() : std::set<std::string>())
     { }
 
     Diagnosis run()
@@ -1101,10 +1102,9 @@ private:
                     extra.push_back(n);
             }
             // in the target without state after its step: frozen in the loading run as when it was saved
-            const std::set<std::string> frozenInTarget = m_target ? m_target->frozenNames() : std::set<std::string>();
             std::vector<std::string> frozenHere;
             for (const auto& n : exp.fqns)
-                if (!covered.count(canon(n))) (frozenInTarget.count(canon(n)) ? frozenHere : missing).push_back(n);
+                if (!covered.count(canon(n))) (m_frozenInTarget.count(canon(n)) ? frozenHere : missing).push_back(n);
             if (!frozenHere.empty()) {
                 Finding f(FindingCode::FrozenParams,
                     std::to_string(frozenHere.size()) + " parameter(s) of " + exp.source + " are not in " + where
@@ -1194,7 +1194,7 @@ private:
                         + "the others are frozen and the loading code gives the optimizer only the trainable ones, it "
                           "loads (give the target optimizer"; // the CLI's option added below, for the CLI's text
             }
-            const size_t frozenCount = m_target ? m_target->frozenNames().size() : 0;
+            const size_t frozenCount = m_frozenInTarget.size();
             f.fix = savedTotal != targetTotal
                 ? "the optimizer was saved for " + std::to_string(savedTotal) + " parameters; the target has "
                     + std::to_string(targetTotal)
@@ -1606,7 +1606,6 @@ private:
             p2.why = "integer-keyed state is handed to optimizer.load_state_dict unchanged";
         } else {
             std::set<std::string> stateKeys, listedNoState;
-            const std::set<std::string> frozenInTarget = m_target ? m_target->frozenNames() : std::set<std::string>();
             for (const auto& p : v.params)
                 stateKeys.insert(p.key);
             for (const ParamRow* r : listed)
@@ -1624,7 +1623,7 @@ private:
                 if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
                 // the target holds it without state: frozen there, and DSD's _split_optim_state_dict looks up state
                 // only for parameters that require grad
-                if (frozenInTarget.count(dsd)) continue;
+                if (m_frozenInTarget.count(dsd)) continue;
                 if (firstMissing.empty()) firstMissing = dsd;
             }
             if (!firstMissing.empty())
@@ -1860,6 +1859,8 @@ private:
     const ModelParams* m_model; ///< the model given
     const ModelParams* m_exp;
     ParamTable m_table;
+    /// the target's parameters without state after its step (TargetOptimizer::frozenNames): frozen when it loads
+    std::set<std::string> m_frozenInTarget;
     bool m_reportedModelPart = false;
 };
 
