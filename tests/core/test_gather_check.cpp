@@ -264,6 +264,25 @@ TEST(Gather, ALazyConjOrNegBitIsRefusedNotReadWrong)
     }
 }
 
+TEST(Check, ALazyConjOrNegBitIsAWarningPerTensor)
+{
+    // check said "clean" on both files, while gather, diff and reshard refuse those tensors' values: one lazy-bit
+    // warning per tensor with the bit (a DCP item's bit is in its own pickle, found as check reads it: with its rank)
+    for (const std::string name : {"lazy_bits/views.pt", "lazy_bits/dcp"}) {
+        SCOPED_TRACE(name);
+        const auto cp = openCheckpoint(kData + "/" + name);
+        const CheckReport r = checkCheckpoint(*cp);
+        std::set<std::string> keys;
+        for (const Finding& f : r.findings)
+            if (f.code == FindingCode::LazyBit) {
+                EXPECT_TRUE(keys.insert(f.key).second) << f.key; // once per tensor
+                EXPECT_EQ(f.severity, Severity::Warning);
+                if (name == "lazy_bits/dcp") EXPECT_EQ(f.ranks, std::vector<int> {0});
+            }
+        EXPECT_EQ(keys, (std::set<std::string> {"zc", "neg"})) << r.toJson().dump(1);
+    }
+}
+
 TEST(Check, FilesSavedWithoutCrcsAreNotCorrupt)
 {
     // torch.serialization.set_crc32_options(False) stores CRC-32 0 in every record; PyTorch reads such files as any

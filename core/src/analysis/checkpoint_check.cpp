@@ -211,6 +211,8 @@ private:
             add(FindingCode::TensorWithoutData, e.key, t.withoutDataText());
             return;
         }
+        // a lazy conj/neg bit in a torch.save file's pickle, known at open (a DCP item's: below, as it is read)
+        if (t.lazyBit) add(FindingCode::LazyBit, e.key, lazyBitText());
         const ShardLayout L = ShardLayout::of(t);
         for (size_t i : L.outOfBounds) {
             auto& f = add(FindingCode::ChunkOutOfBounds, e.key,
@@ -321,6 +323,9 @@ private:
         NonFiniteCounts nonFinite;
         std::set<int> nonFiniteRanks;
         std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> counted;
+        // a DCP item's lazy conj/neg bit, in its own pickle; the stored bytes of a tensor with a bit are checked as
+        // any (CRCs, shapes), its values are not counted (a neg bit swaps +inf and -inf)
+        std::set<int> lazyBitRanks;
         for (size_t i = 0; i < t.chunks.size(); ++i) {
             // already reported (missing-storage-info / missing-file): decided per file id, with no value per chunk
             // (2.2M chunks whose files are missing took 20% of check in set lookups and chunk copies)
@@ -334,6 +339,7 @@ private:
                 // sampling reads a chunk's header only (dtype, shape): a remote chunk's bytes are left where they are
                 const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c, !m_opt.readChunks, true);
                 if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, d);
+                if (d.lazyBit && !t.lazyBit) lazyBitRanks.insert(c.rank);
                 if (d.dtype != t.dtype) {
                     auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
                         "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
@@ -347,7 +353,8 @@ private:
                             + ", the metadata says " + shapeText(c.sizes));
                     f.ranks = {c.rank};
                     f.offsets = {c.offsets};
-                } else if (countValues && d.dtype == t.dtype && counted.emplace(c.offsets, c.sizes).second) {
+                } else if (countValues && d.dtype == t.dtype && !d.lazyBit && !t.lazyBit
+                    && counted.emplace(c.offsets, c.sizes).second) {
                     const NonFiniteCounts n = countNonFinite(d);
                     m_cp.files->checkFaults(); // a fault zeroed what was counted: that chunk is unreadable
                     nonFinite += n;
@@ -379,6 +386,10 @@ private:
             }
         }
         if (nonFinite.any()) addNonFinite(e, nonFinite, nonFiniteRanks);
+        if (!lazyBitRanks.empty()) { // one finding per tensor, with the ranks whose items carry the bit
+            auto& f = add(FindingCode::LazyBit, e.key, lazyBitText());
+            f.ranks.assign(lazyBitRanks.begin(), lazyBitRanks.end());
+        }
     }
 
     /// one finding per tensor holding NaN or ±inf, with torch.isnan / isposinf / isneginf's counts

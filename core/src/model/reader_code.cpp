@@ -43,7 +43,8 @@ const std::vector<ReaderCodeInfo>& readerCodeRegistry()
         {R::IndexMismatch, "index-mismatch", F::BadMetadata},
         {R::UnknownOffsets, "unknown-offsets", F::BadMetadata},
         {R::UnknownMetadata, "unknown-metadata", F::BadMetadata},
-        {R::LazyBit, "lazy-bit", F::BadMetadata},
+        // check finds it from the entry (a torch.save file) or from each DCP item's own pickle, as it reads them
+        {R::LazyBit, "lazy-bit", F::LazyBit},
         {R::BuildIgnored, "build-ignored", F::BadMetadata},
         {R::DtensorLayout, "dtensor-layout", F::BadMetadata},
         {R::NoModel, "no-model", F::BadMetadata},

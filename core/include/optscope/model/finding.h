@@ -82,6 +82,7 @@ enum class FindingCode {
     WrapperPrefix,
     // structure, found later
     TensorWithoutData,
+    LazyBit,
     // values (check, reading every chunk)
     NonFinite,
 };
