@@ -71,6 +71,63 @@ begin() { # LOGS TITLE
     echo "# $2 $(date -u +%FT%TZ)" >"$summary"
 }
 
+# issue 32's job bench: COMMAND P=1,2,4,8 on CKPT, the best of two runs, into $OUT/job.json and the summary table
+# (bash's dynamic scope: the caller's logs and summary). Also runs alone here: OUT=/tmp/o scripts/device-check.sh
+# job-bench CKPT CLI PYTHON.
+job_bench() { # CKPT CLI PYTHON
+    local ckpt=$1 cli=$2 py=$3 t0 t1 what
+    # The 2-core build machine cannot show a job's speed-up (bench/results/job.md); this one has 16 cores. The same
+    # page-cached 2 GB DCP folder, --device cpu, the best of two runs; TMPDIR beside the outputs (verify's copy).
+    local jb=/tmp/jobbench port=29611
+    {
+        echo '{'
+        local firstj=1 p rep best secs
+        for what in "reshard $ckpt --world-size 8 --no-fsync -o $jb/out" "gather $ckpt --no-fsync -o $jb/out.pt" \
+            "verify $ckpt --world-size 8" "check $ckpt"; do
+            for p in 1 2 4 8; do
+                best=
+                for rep in $(seq "${JOB_REPS:-2}"); do
+                    rm -rf $jb && mkdir -p $jb/logs
+                    t0=$(date +%s.%N)
+                    if [ $p = 1 ]; then
+                        TMPDIR=$jb "$cli" $what >$jb/logs/rank0.out 2>$jb/logs/rank0.err
+                        echo "rank 0 exit $?" >$jb/exits
+                    else
+                        port=$((port + 1))
+                        TMPDIR=$jb sh tests/job/launch.sh torchrun $p $port $jb/logs "$cli" $what >$jb/exits
+                    fi
+                    t1=$(date +%s.%N)
+                    secs=$(awk "BEGIN {print $t1 - $t0}")
+                    grep -qv ' exit [01]$' $jb/exits && {
+                        echo "FAILED P=$p $what: $(cat $jb/exits) $(cat $jb/logs/*.err | head -5)" >>$logs/job.log
+                        secs=null
+                    }
+                    if [ "$secs" != null ] && { [ -z "$best" ] || awk "BEGIN {exit !($secs < $best)}"; }; then
+                        best=$secs
+                    fi
+                done
+                [ $firstj = 1 ] || echo ","
+                firstj=0
+                echo "\"${what%% *} P=$p\": ${best:-null}"
+            done
+        done
+        echo '}'
+    } >$OUT/job.json 2>>$logs/job.log
+    "$py" - "$OUT/job.json" <<'EOF' | tee -a "$summary"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("job.json unreadable:", e); sys.exit()
+print("| command | P = 1 (s) | P = 2 | P = 4 | P = 8 | speed-up at 2 / 4 / 8 |\n|---|---:|---:|---:|---:|---|")
+for c in ("reshard", "gather", "verify", "check"):
+    t = [j.get(f"{c} P={p}") for p in (1, 2, 4, 8)]
+    sp = " / ".join(f"{t[0] / x:.2f}x" if (t[0] and x) else "-" for x in t[1:])
+    print(f"| {c} | " + " | ".join(f"{x:.2f}" if x else "failed" for x in t) + f" | {sp} |")
+EOF
+
+}
+
 run() {
     : "${OUT:?run is for the GPU machine (the device tool sets OUT)}"
     local t_start=$SECONDS logs=/tmp/device-check-logs summary=$OUT/summary.md
@@ -157,6 +214,16 @@ run() {
     } >$logs/build-torch-libs.log 2>&1 # say() puts the outcome in the summary too
     grep -E "^liboptscope" $logs/build-torch-libs.log
 
+    if [ -n "${JOB_ONLY_GB:-}" ]; then # `JOB_ONLY_GB=12 scripts/device-check.sh run`: only the job bench, larger
+        step "6. issue 32: P = 1, 2, 4, 8 processes on a ${JOB_ONLY_GB} GB one-process DCP folder"
+        "$py" bench/gpu/torch_h2d.py make /tmp/h2d "$JOB_ONLY_GB" >$logs/bench.log 2>&1 && rm -f /tmp/h2d/big.pt
+        say "$(du -sh /tmp/h2d/big_dcp)"
+        cat /tmp/h2d/big_dcp/* >/dev/null
+        job_bench /tmp/h2d/big_dcp "$cli" "$py"
+        step "done"
+        tar -C $logs -czf $OUT/logs.tar.gz .
+        return
+    fi
     step "3. ctest -L cuda, then the core tests"
     withlibs ctest --test-dir build-gpu -L cuda --output-on-failure -j 4 >$logs/ctest-cuda.log 2>&1
     say "ctest -L cuda: exit $? — $(grep -E 'tests passed|tests failed' $logs/ctest-cuda.log)"
@@ -258,6 +325,9 @@ if p:
 print("\nCLI:", json.dumps(b.get("cli")))
 EOF
 
+    step "6. issue 32 on this machine's cores: P = 1, 2, 4, 8 processes (tests/job/launch.sh, torchrun's variables)"
+    job_bench $h2d/big_dcp "$cli" "$py"
+
     step "done"
     say "total $((SECONDS - t_start)) s"
     tar -C $logs -czf $OUT/logs.tar.gz .
@@ -317,6 +387,10 @@ case $mode in
 pack) pack ;;
 run) run ;;
 run-build) run_build ;;
+job-bench)
+    : "${OUT:?job-bench writes under OUT}"
+    logs=$OUT summary=$OUT/summary.md job_bench "$2" "$3" "${4:-python3}"
+    ;;
 *)
     echo "usage: scripts/device-check.sh pack|run|run-build" >&2
     exit 2
