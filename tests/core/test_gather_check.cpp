@@ -277,7 +277,9 @@ TEST(Check, ALazyConjOrNegBitIsAWarningPerTensor)
             if (f.code == FindingCode::LazyBit) {
                 EXPECT_TRUE(keys.insert(f.key).second) << f.key; // once per tensor
                 EXPECT_EQ(f.severity, Severity::Warning);
-                if (name == "lazy_bits/dcp") EXPECT_EQ(f.ranks, std::vector<int> {0});
+                if (name == "lazy_bits/dcp") {
+                    EXPECT_EQ(f.ranks, std::vector<int> {0});
+                }
             }
         EXPECT_EQ(keys, (std::set<std::string> {"zc", "neg"})) << r.toJson().dump(1);
     }

@@ -19,6 +19,7 @@ from compare_verdicts import compare  # noqa: E402  (copied beside this script)
 CASES = {
     "compiled": [],  # param_names and the model saved beside carry _orig_mod.
     "ddp": [],  # the same with module.
+    "nested_state_ddp": [],  # the same, both nested under a top-level "state" key (optimizer and model found there)
     "compiled_ddp": [],  # torch.compile(DDP(model)): the model saved beside carries _orig_mod.module.
     "flattened_dsd": [],  # DSD flattened format -> nested: optimizer.load_state_dict reads it
     "renamed_layer": [],  # FQN-keyed; fc1 -> fc_in proposed from shapes and positions

@@ -291,9 +291,10 @@ static FixResult applyFixesUnguarded(const Checkpoint& cp, const Diagnosis& diag
                 Item it;
                 it.path = e.path;
                 // the model state dict saved beside the optimizer
-                if (modelPart && !modelPart->root.empty() && e.path.size() == 2 && e.path[0] == modelPart->root[0])
-                    if (auto mr = modelRename.find(e.path[1].key.str()); mr != modelRename.end()) {
-                        it.path[1] = key(mr->second);
+                if (modelPart && !modelPart->root.empty() && e.path.size() == modelPart->root.size() + 1
+                    && std::equal(modelPart->root.begin(), modelPart->root.end(), e.path.begin()))
+                    if (auto mr = modelRename.find(e.path.back().key.str()); mr != modelRename.end()) {
+                        it.path.back() = key(mr->second);
                         ++result.renamedKeys;
                     }
                 it.source = &e;

@@ -98,11 +98,33 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
         return it->second;
     };
 
+    // The roots that hold param_groups (nested or flattened), first: a "state" key counts only under one of them.
+    // A trainer's checkpoint can itself be {"state": {"model": ..., "optim": {"state": ..., "param_groups": ...}}}
+    // (MosaicML Composer's layout): its outer "state" is not an optimizer's, and the search goes on to the inner.
+    std::vector<KeyPath> groupRoots;
+    const auto isGroupsRoot = [&groupRoots](const KeyPath& p, size_t k) {
+        for (const KeyPath& r : groupRoots)
+            if (r.size() == k && std::equal(r.begin(), r.end(), p.begin())) return true;
+        return false;
+    };
+    for (const Entry& e : checkpoint.entries) {
+        const KeyPath& p = e.path;
+        for (size_t k = 0; k < p.size(); ++k) {
+            if (p[k].isIndex()) continue;
+            const std::string_view s = p[k].key.view();
+            const bool nested = s == "param_groups" && k + 2 < p.size() && p[k + 1].isIndex();
+            if (!nested && !(k + 1 == p.size() && s.rfind("param_groups.", 0) == 0)) continue;
+            if (!isGroupsRoot(p, k)) groupRoots.emplace_back(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(k));
+            break;
+        }
+    }
+
     for (const Entry& e : checkpoint.entries) {
         const KeyPath& p = e.path;
         for (size_t k = 0; k < p.size(); ++k) {
             if (p[k].isIndex()) continue;
             const std::string s = p[k].key.str();
+            if ((s == "state" || startsWith(s, "state.")) && !isGroupsRoot(p, k)) continue;
             if (s == "state" && k + 2 < p.size()) {
                 Builder& b = builderFor(p, k);
                 std::string name;
@@ -155,7 +177,7 @@ std::vector<OptimizerView> findOptimizers(const Checkpoint& checkpoint)
     std::vector<OptimizerView> out;
     for (const auto& id : order) {
         Builder& b = builders[id];
-        if (!b.hasGroups) continue; // a "state" without param_groups is not an optimizer state dict
+        if (!b.hasGroups) continue; // (only roots with param_groups take states: kept as a guard)
         for (auto& [index, g] : b.nestedGroups)
             b.view.groups.push_back(std::move(g));
         // flattened: a guess at the grouping, parameters with identical hyperparameters form one group (in

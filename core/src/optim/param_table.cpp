@@ -394,29 +394,36 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp)
 
 std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp, bool holdsOptimizer)
 {
-    // a model state dict under one of the usual keys, else top-level tensors when the file holds no optimizer
-    std::optional<std::string> under;
-    for (const auto& k : modelKeys()) {
-        for (const auto& e : cp.entries)
-            if (e.isTensor() && e.path.size() == 2 && e.path[0].key == k) {
-                under = k;
-                break;
-            }
-        if (under) break;
+    // a model state dict under one of the usual keys, the shallowest first and at a depth in the usual keys' order
+    // (a trainer's checkpoint nests it: {"ckpt": {"model": ..., "optim": ...}}, Composer's {"state": {"model": ...}}),
+    // else top-level tensors when the file holds no optimizer
+    std::optional<KeyPath> under;
+    size_t underRank = 0;
+    for (const auto& e : cp.entries) {
+        const KeyPath& p = e.path;
+        if (!e.isTensor() || p.size() < 2 || (under && p.size() - 1 > under->size())) continue;
+        if (!std::all_of(p.begin(), p.end() - 1, [](const KeyPathElem& x) { return !x.isIndex(); })) continue;
+        const auto& keys = modelKeys();
+        const size_t rank
+            = static_cast<size_t>(std::find(keys.begin(), keys.end(), p[p.size() - 2].key) - keys.begin());
+        if (rank == keys.size()) continue;
+        if (under && p.size() - 1 == under->size() && rank >= underRank) continue;
+        under = KeyPath(p.begin(), p.end() - 1);
+        underRank = rank;
     }
     if (!under && holdsOptimizer) return std::nullopt;
     ModelParams m;
     m.source = cp.path;
     if (under) {
-        m.root = {KeyPathElem::fromKey(*under)};
-        m.source += " ('" + *under + "')";
+        m.root = *under;
+        m.source += " ('" + joinKeyPath(*under) + "')";
     }
     std::map<std::string, std::string> firstOfView; // storage view -> the first parameter saved as it
     for (const auto& e : cp.entries) {
         if (!e.isTensor()) continue;
         std::string fqn;
-        if (under && e.path.size() == 2 && e.path[0].key == *under)
-            fqn = e.path[1].key;
+        if (under && e.path.size() == under->size() + 1 && std::equal(under->begin(), under->end(), e.path.begin()))
+            fqn = e.path.back().key;
         else if (!under && e.path.size() == 1)
             fqn = e.path[0].key;
         else
