@@ -264,6 +264,23 @@ TEST(Gather, ALazyConjOrNegBitIsRefusedNotReadWrong)
     }
 }
 
+TEST(Gather, AMetaTensorIsRefusedAsWhatItIs)
+{
+    // a meta-device tensor stores no bytes: gather said "no chunk covers [0:3, 0:4]", as of a checkpoint with a gap
+    const auto cp = openCheckpoint(kData + "/partial/meta.pt");
+    TempDir tmp;
+    const std::string out = (tmp.path / "out.pt").string();
+    try {
+        gatherCheckpoint(*cp, out, {});
+        ADD_FAILURE() << "gathered";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+        EXPECT_NE(std::string(e.what()).find("was saved without data"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("no chunk covers"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(Check, ALazyConjOrNegBitIsAWarningPerTensor)
 {
     // check said "clean" on both files, while gather, diff and reshard refuse those tensors' values: one lazy-bit

@@ -65,7 +65,10 @@ def make_plain(out):
                 "u16": torch.tensor([1, 2, 65535], dtype=torch.uint16), "b": torch.tensor(True), "e": torch.empty(0, 5),
                 "u": torch.tensor(7, dtype=torch.uint8), "bytes": b"\x00\x01", "tuple": (1, 2.5, "x"),
                 "cplx": 1.5 - 2j, "ba": bytearray(b"a\xffb"),
-                "set": {1, 2}, "inf": math.inf}, f"{out}/misc.pt")
+                "set": {1, 2}, "inf": math.inf,
+                # torch.load keeps requires_grad of a plain tensor as of a Parameter (gather dropped the plain one's)
+                "rg": torch.randn(3, requires_grad=True), "frozen_param": nn.Parameter(torch.ones(2), requires_grad=False),
+                "param": nn.Parameter(torch.zeros(2))}, f"{out}/misc.pt")
     names.append("misc.pt")
 
     # views too large to expand (4 EiB and 512 MiB): torch.save keeps them views, and so must gather
@@ -161,6 +164,8 @@ def equal(a, b, path):
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor), f"{path}: tensor vs {type(b).__name__}"
         assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"
+        assert type(a) is type(b) and a.requires_grad == b.requires_grad, \
+            f"{path}: {type(a).__name__}(requires_grad={a.requires_grad}) vs {type(b).__name__}(requires_grad={b.requires_grad})"
         if a.numel() > 2**20 and 0 in a.stride():  # a view too large to expand: a view of the same strides over equal stored elements
             assert a.stride() == b.stride(), f"{path}: strides {a.stride()} vs {b.stride()}"
             stored = tuple(slice(0, 1) if s == 0 else slice(None) for s in a.stride())

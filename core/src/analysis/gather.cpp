@@ -55,7 +55,7 @@ TensorToWrite broadcastViewToWrite(const Checkpoint& cp, const Entry& e, Broadca
     t.dtype = e.tensor->dtype;
     t.shape = e.tensor->shape;
     t.isParameter = e.tensor->isParameter;
-    t.requiresGrad = e.tensor->requiresGrad && e.tensor->isParameter;
+    t.requiresGrad = e.tensor->requiresGrad; // as torch.load gives it, a plain tensor's too
     const std::vector<int64_t>& stored = view.stored.tensor->shape; // no size 0: the view holds elements
     t.strides = contiguousStrides(stored);
     for (size_t d = 0; d < stored.size(); ++d)
@@ -95,6 +95,9 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
             tree.setTensor(e.path, broadcastViewToWrite(cp, e, std::move(*view)));
             continue;
         }
+        if (e.tensor->withoutData()) // (its layout has no chunk at all: said as what it is)
+            throw Error(
+                ErrorKind::Unsupported, cp.path, "cannot gather '" + e.key + "': " + e.tensor->withoutDataText());
         const ShardLayout layout = ShardLayout::of(*e.tensor);
         if (!layout.complete())
             throw Error(ErrorKind::Format, cp.path, "cannot gather '" + e.key + "': " + layoutProblem(layout));
@@ -102,7 +105,7 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
         t.dtype = e.tensor->dtype;
         t.shape = e.tensor->shape;
         t.isParameter = e.tensor->isParameter;
-        t.requiresGrad = e.tensor->requiresGrad && e.tensor->isParameter;
+        t.requiresGrad = e.tensor->requiresGrad; // as torch.load gives it, a plain tensor's too
         const Entry* entry = &e;
         if (options.device == ComputeDevice::Cuda)
             t.produce = [&cp, entry](const ByteSink& sink) { gpuAssemble(cp, *entry, sink); };
