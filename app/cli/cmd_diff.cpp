@@ -82,11 +82,15 @@ int runDiff(const std::vector<std::string>& argv)
             std::cout << diffStatusName(e.status) << "  " << e.key;
             if (!e.keyB.empty() && e.keyB != e.key) std::cout << "  <->  " << e.keyB;
             if (!e.reason.empty()) std::cout << "  (" << e.reason << ")";
+            // NaN and inf stay out of max|d| and rms: said so where a pair is not finite (a max|d| of 0 beside
+            // elements that differ would read as a contradiction), and their counts show where they are
+            const bool nonFinite = e.valuesCompared && e.finitePairs < e.numel;
             if (e.status == DiffStatus::Changed && e.type == "tensor" && e.valuesCompared && e.numDiff > 0)
                 std::cout << "  max|d|=" << number(e.maxAbsDiff) << " maxrel=" << number(e.maxRelDiff)
-                          << " rms=" << number(e.rmsDiff) << " diff=" << e.numDiff << "/" << e.numel;
-            // NaN and inf stay out of max|d| and rms: their counts show where they appear or vanish
-            if (e.type == "tensor" && e.valuesCompared && (e.nanA != e.nanB || e.infA != e.infB))
+                          << " rms=" << number(e.rmsDiff)
+                          << (nonFinite ? " (from the " + std::to_string(e.finitePairs) + " finite pairs)" : "")
+                          << " diff=" << e.numDiff << "/" << e.numel;
+            if (e.type == "tensor" && e.valuesCompared && (nonFinite || e.nanA != e.nanB || e.infA != e.infB))
                 std::cout << "  nan=" << e.nanA << "->" << e.nanB << " inf=" << e.infA << "->" << e.infB;
             if (e.status == DiffStatus::Changed && e.type == "value")
                 std::cout << "  " << e.valueA << " -> " << e.valueB;

@@ -94,6 +94,28 @@ TEST(CliFindings, CheckReportsNonFiniteCountsAndNoDataSkipsThem)
     }
 }
 
+TEST(CliFindings, DiffSaysItsNumbersComeFromTheFinitePairs)
+{
+    // max|d|, maxrel and rms leave NaN and ±inf pairs out: a tensor whose elements differ only where one side is
+    // infinite printed max|d|=0 beside diff=N/M; now the text says how many pairs the numbers are from, the NaN/inf
+    // counts show whenever a pair is not finite (a +inf -> -inf swap keeps the counts), and JSON has finite_pairs
+    TempDir tmp;
+    const std::string a = "'" + kData + "/diff/step3.pt'", b = "'" + kData + "/diff/step4.pt'";
+    CliResult r = runCli(tmp, "diff " + a + " " + b);
+    EXPECT_EQ(r.exitCode, 1) << r.err;
+    std::string line;
+    for (std::istringstream in(r.out); std::getline(in, line);)
+        if (line.find("optim.state.0.bias.exp_avg ") != std::string::npos) break;
+    EXPECT_NE(line.find("(from the 8 finite pairs) diff=9/9  nan=0->0 inf=0->1"), std::string::npos) << line;
+    r = runCli(tmp, "diff " + a + " " + b + " --json");
+    for (const auto& e : nlohmann::json::parse(r.out)["entries"])
+        if (e["key"] == "optim.state.0.bias.exp_avg") {
+            EXPECT_EQ(e["finite_pairs"], 8) << e.dump();
+        } else if (e["key"] == "optim.state.0.bias.step") {
+            EXPECT_EQ(e["finite_pairs"], 1) << e.dump();
+        }
+}
+
 TEST(CliFindings, InspectAndGatherOfFsdp1ShardedRankFilesWarnOfNoTensorWithoutData)
 {
     TempDir tmp;

@@ -82,6 +82,7 @@ nlohmann::ordered_json DiffReport::toJson() const
             je["max_abs_diff"] = num(e.maxAbsDiff);
             je["max_rel_diff"] = num(e.maxRelDiff);
             je["rms_diff"] = num(e.rmsDiff);
+            if (e.valuesCompared) je["finite_pairs"] = e.finitePairs;
             je["num_diff"] = e.numDiff;
             je["numel"] = e.numel;
             je["values_compared"] = e.valuesCompared;
@@ -524,7 +525,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         once.shapeA = ta.shape;
         once.shapeB = tb.shape;
         once.numel = ta.numel();
-        for (int64_t* count : {&once.numDiff, &once.nanA, &once.nanB, &once.infA, &once.infB})
+        for (int64_t* count : {&once.numDiff, &once.nanA, &once.nanB, &once.infA, &once.infB, &once.finitePairs})
             *count *= k;
         for (DiffRank& r : once.ranks) {
             r.numel *= k;
@@ -630,6 +631,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     d.maxAbsDiff = total.maxAbs;
     d.maxRelDiff = total.maxRel;
     d.rmsDiff = total.numel ? std::sqrt(total.sumSq / double(total.numel)) : 0.0;
+    d.finitePairs = total.finitePairs;
     if (d.numDiff > 0) reasons.insert(reasons.begin(), "values differ");
     d.status = reasons.empty() ? DiffStatus::Equal : DiffStatus::Changed;
     // equal or not, the comparison covered only what both store: say so

@@ -71,7 +71,10 @@ struct DiffEntry
     int64_t numDiff = 0; ///< elements outside the tolerance (bitwise different when rtol = atol = 0)
     double maxAbsDiff = 0.0;
     double maxRelDiff = 0.0; ///< max |a - b| / |b| over elements with b != 0
-    double rmsDiff = 0.0; ///< sqrt(mean((a - b)^2))
+    double rmsDiff = 0.0; ///< sqrt(mean((a - b)^2)), a pair not both finite counting 0
+    /// pairs where both values are finite: max |a - b|, max rel and the RMS's differences are taken over these (a
+    /// NaN or ±inf pair counts in numDiff and in the NaN/inf counts, never as a difference of 0 or inf)
+    int64_t finitePairs = 0;
     int64_t nanA = 0, nanB = 0, infA = 0, infB = 0;
     std::vector<DiffRank> ranks;
     std::string valueA, valueB; ///< values: short renderings
