@@ -184,6 +184,7 @@ TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
     TargetOptimizer t;
     t.source = optimizer.path;
     const ParamTable table = ParamTable::build(optimizer);
+    t.kind = table.kinds.front();
     for (const auto& g : table.optimizers.front().groups)
         t.groupSizes.push_back(g.params.size());
     bool named = true;
@@ -668,6 +669,49 @@ private:
     /// when the parameter is floating point (Optimizer._process_value_according_to_param_policy, torch 2.6): float32
     /// moments into bfloat16 parameters are rounded without a word; into float8 parameters they load, and the first
     /// step raises
+    /// what the target optimizer's class reads and the saved groups or states lack (another class's state, a
+    /// hand-edited group), when the target optimizer is given and its class known
+    std::optional<ClassReadMiss> targetClassMiss(int oi) const
+    {
+        if (!m_target || m_target->kind == OptimizerKind::Unknown) return std::nullopt;
+        return firstMissForClass(m_target->kind, m_cp, m_table.optimizers[static_cast<size_t>(oi)]);
+    }
+
+    void classFindings(int oi, OptimizerKind savedKind, const std::string& where, const std::string& root, Diagnosis& d)
+    {
+        const auto miss = targetClassMiss(oi);
+        if (!miss) return;
+        const std::string target = optimizerKindName(m_target->kind);
+        const bool otherClass = savedKind != m_target->kind && savedKind != OptimizerKind::Unknown;
+        const std::string lacks = miss->groupKey
+            ? "its param group " + std::to_string(miss->group) + " has no '" + miss->key + "'"
+            : "the state of its parameter '" + miss->param + "' has no '" + miss->key + "'";
+        Finding f(FindingCode::OptimizerClassMismatch,
+            where
+                + (otherClass ? " was saved by " + std::string(optimizerKindName(savedKind))
+                            + ", the target optimizer (" + m_target->source + ") is " + target
+                              : " does not hold what the target optimizer's class (" + target + ") reads")
+                + ": load_state_dict takes the saved param groups' hyperparameters and the saved states as they are, "
+                  "and "
+                + lacks + ", which " + target
+                + (miss->atLoad ? "'s __setstate__ reads while it loads" : "'s step() reads"),
+            root);
+        f.pytorchError = "KeyError: '" + miss->key + "' ("
+            + (miss->atLoad ? "optimizer.load_state_dict" : "at the first optimizer.step() after loading") + ")";
+        f.fix = otherClass
+            ? "load it into the optimizer class that saved it (" + std::string(optimizerKindName(savedKind))
+                + "), or keep the new optimizer's fresh state: load the model weights only"
+            : "give the saved param groups and states what " + target
+                + " reads (the class's default for a hyperparameter), or load it into an optimizer built as the saved "
+                  "one";
+        f.fixNeutral = otherClass ? "load it into an optimizer of the class that saved it, or keep the new optimizer's "
+                                    "fresh state and load the model weights only"
+                                  : "restore what the optimizer's class reads, or load it into an optimizer built as "
+                                    "the saved one";
+        f.keys = {miss->key};
+        d.findings.push_back(std::move(f));
+    }
+
     void dtypeFindings(const std::vector<const ParamRow*>& listed, const Names& names, bool byName,
         const std::string& where, const std::string& root, Diagnosis& d) const
     {
@@ -1267,6 +1311,7 @@ private:
             positionFindings(listed, names, trainer || sameGroupsAssumed, where, root, wrongByPosition.empty(), d);
 
         dtypeFindings(listed, names, named && !v.idKeyed, where, root, d);
+        classFindings(oi, kind, where, root, d);
 
         // the model state dict saved beside the optimizer
         modelPartFindings(names.rename, d);
@@ -1585,6 +1630,21 @@ private:
                 p1.why += "; the model's parameters are float8, for which torch.optim has no kernels";
             }
         }
+        // another class's state (or a group without a key the class reads): the load or the first step misses it
+        const auto miss = targetClassMiss(oi);
+        const auto applyClassMiss = [&](LoadVerdict& p) {
+            if (!miss || p.outcome != LoadOutcome::Loads) return;
+            const std::string cls = optimizerKindName(m_target->kind);
+            if (miss->atLoad) {
+                p = LoadVerdict::raises(p.path, "KeyError", "'" + miss->key + "'",
+                    cls + "'s __setstate__ reads '" + miss->key + "' from every saved state, which has none");
+            } else {
+                p.stepAfterLoad = "KeyError";
+                p.why += "; " + cls + "'s step() reads '" + miss->key + "', which the saved "
+                    + (miss->groupKey ? "param groups lack" : "state lacks");
+            }
+        };
+        applyClassMiss(p1);
         d.verdicts.push_back(p1);
 
         // 2./3. set_optimizer_state_dict: integer-keyed state goes straight to load_state_dict; FQN-keyed state is
@@ -1593,7 +1653,8 @@ private:
         LoadVerdict p2;
         p2.path = LoadPath::SetOptimizerStateDict;
         // DSD first steps the fresh optimizer with zero gradients (_init_optim_state) whatever the file holds
-        std::string initError = dsdInitError(kind, v);
+        std::string initError
+            = dsdInitError(m_target && m_target->kind != OptimizerKind::Unknown ? m_target->kind : kind, v);
         if (const std::string p = float8Param(); initError.empty() && !p.empty()) {
             initError = float8StepError(*modelDtype(p), false);
         }
@@ -1633,6 +1694,7 @@ private:
             else
                 p2 = LoadVerdict::loads(p2.path, withState, targetTotal, shapeBad ? "RuntimeError" : "ok",
                     "every trainable model parameter has state under its name");
+            applyClassMiss(p2);
             if (const int g = targetGroupWithoutHyperparameters(v); g >= 0 && p2.outcome == LoadOutcome::Loads) {
                 p2.stepAfterLoad = "KeyError";
                 p2.why += "; the target's param group " + std::to_string(g)
@@ -1693,6 +1755,7 @@ private:
                     "every saved name is a model parameter; state is paired by name");
             }
         }
+        applyClassMiss(pf);
         d.verdicts.push_back(pf);
 
         // 4. the model saved beside the optimizer

@@ -96,6 +96,10 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::ParamOrderMismatch, "param-order-mismatch", S::Error,
             "the saved parameters are in another order than the target's: optimizer.load_state_dict pairs by "
             "position and gives parameters each other's state (silently where their shapes agree)"},
+        {C::OptimizerClassMismatch, "optimizer-class-mismatch", S::Error,
+            "the saved param groups or states lack what the target optimizer's class reads (another class saved "
+            "them: Adagrad's state into Adam): load_state_dict takes them as they are, then the load or the first "
+            "step() raises KeyError"},
         {C::MissingState, "missing-state", S::Error, "parameters of the model have no entry in the optimizer"},
         {C::ExtraParams, "extra-params", S::Warning,
             "the optimizer names parameters the model does not have; name-based loaders ignore them"},

@@ -4,6 +4,7 @@
 #include "optscope/base/error.h"
 #include "optscope/tensor/tensor_values.h"
 
+#include <algorithm>
 #include <set>
 
 namespace optscope {
@@ -69,6 +70,119 @@ OptimizerKind detectOptimizerKind(const OptimizerView& view)
     if (has(hp, "betas") && !has(hp, "weight_decay")) return OptimizerKind::SparseAdam;
     if (has(st, "exp_avg")) return OptimizerKind::Adam;
     return OptimizerKind::Unknown;
+}
+
+namespace {
+
+/// a state the step reads when a group flag is set (Adam's max_exp_avg_sq with amsgrad), or always (no flag)
+struct StateRead
+{
+    const char* name;
+    const char* flag = nullptr; ///< group key whose truthy value (True, a nonzero number) makes the step read it
+};
+
+/// What one torch.optim class reads of its param groups and states, as torch 2.6's sources do (torch/optim/*.py:
+/// __setstate__, step, _init_group); the one table firstMissForClass reads.
+struct ClassReads
+{
+    OptimizerKind kind;
+    std::vector<const char*> setstateDefaults; ///< group keys __setstate__ fills in (group.setdefault)
+    std::vector<const char*> setstateStates; ///< states __setstate__ reads from every non-empty saved state
+    std::vector<const char*> groupKeysFirst; ///< group keys step() reads before a parameter's state
+    std::vector<StateRead> states; ///< states _init_group reads with state[...] from a non-empty state, in order
+    std::vector<const char*> groupKeysThen; ///< group keys step() reads after them
+};
+
+const std::vector<ClassReads>& classReads()
+{
+    using K = OptimizerKind;
+    static const std::vector<ClassReads> t = {
+        {K::Adam, {"amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused"}, {"step"}, {"betas"},
+            {{"exp_avg"}, {"exp_avg_sq"}, {"max_exp_avg_sq", "amsgrad"}, {"step"}}, {"lr", "weight_decay", "eps"}},
+        {K::NAdam, {"maximize", "foreach", "capturable", "differentiable", "decoupled_weight_decay"},
+            {"step", "mu_product"}, {"betas"}, {{"exp_avg"}, {"exp_avg_sq"}, {"mu_product"}, {"step"}},
+            {"lr", "weight_decay", "momentum_decay", "eps"}},
+        {K::RAdam, {"foreach", "maximize", "differentiable", "decoupled_weight_decay", "capturable"}, {"step"},
+            {"betas"}, {{"exp_avg"}, {"exp_avg_sq"}, {"step"}}, {"lr", "weight_decay", "eps"}},
+        {K::Adamax, {"foreach", "maximize", "differentiable", "capturable"}, {"step"},
+            {"betas", "eps", "lr", "weight_decay"}, {{"exp_avg"}, {"exp_inf"}, {"step"}}, {}},
+        {K::Adagrad, {"foreach", "maximize", "differentiable", "fused"}, {"step"}, {}, {{"sum"}, {"step"}},
+            {"lr", "weight_decay", "lr_decay", "eps"}},
+        {K::Adadelta, {"foreach", "maximize", "differentiable", "capturable"}, {"step"},
+            {"lr", "rho", "eps", "weight_decay"}, {{"square_avg"}, {"acc_delta"}, {"step"}}, {}},
+        {K::ASGD, {"foreach", "maximize", "differentiable", "capturable"}, {"step", "eta", "mu"}, {},
+            {{"mu"}, {"ax"}, {"eta"}, {"step"}}, {"lambd", "lr", "t0", "alpha", "weight_decay"}},
+        {K::RMSprop, {"momentum", "centered", "foreach", "maximize", "differentiable", "capturable"}, {"step"}, {},
+            {{"square_avg"}, {"step"}, {"momentum_buffer", "momentum"}, {"grad_avg", "centered"}},
+            {"lr", "alpha", "eps", "weight_decay"}},
+        {K::Rprop, {"foreach", "maximize", "differentiable", "capturable"}, {"step"}, {"etas", "step_sizes"},
+            {{"prev"}, {"step_size"}, {"step"}}, {}},
+        // _init_group reads group["momentum"] per parameter, and the momentum buffer with state.get (never missing)
+        {K::SGD, {"nesterov", "maximize", "foreach", "differentiable", "fused"}, {}, {"momentum"}, {},
+            {"weight_decay", "lr", "dampening"}},
+        // row_var / col_var / variance are read with state.get
+        {K::Adafactor, {"foreach"}, {"step"}, {"eps"}, {{"step"}},
+            {"d", "lr", "beta2_decay", "weight_decay", "maximize"}},
+    };
+    return t;
+}
+
+bool truthy(const Checkpoint& checkpoint, const Entry* e)
+{
+    if (!e) return false;
+    if (!e->isTensor() && e->value && e->value->kind == PyKind::Bool) return e->value->boolean;
+    try {
+        const std::optional<double> v = readScalar(checkpoint, *e);
+        return v && *v != 0.0;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+} // namespace
+
+std::optional<ClassReadMiss> firstMissForClass(
+    OptimizerKind target, const Checkpoint& checkpoint, const OptimizerView& saved)
+{
+    const auto& table = classReads();
+    const auto rules = std::find_if(table.begin(), table.end(), [&](const ClassReads& r) { return r.kind == target; });
+    if (rules == table.end() || saved.groups.empty()) return std::nullopt;
+    const auto has = [](const std::vector<const char*>& keys, const std::string& k) {
+        return std::any_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; });
+    };
+    const auto stateOf = [&](const std::string& p) -> const std::map<std::string, const Entry*>* {
+        const OptimizerParam* s = saved.param(p);
+        return s && !s->states.empty() ? &s->states : nullptr;
+    };
+    // load_state_dict: __setstate__ fills in its defaults, then reads from every non-empty state
+    for (size_t g = 0; g < saved.groups.size(); ++g)
+        for (const auto& p : saved.groups[g].params)
+            if (const auto* st = stateOf(p))
+                for (const char* k : rules->setstateStates)
+                    if (!st->count(k)) return ClassReadMiss {true, false, k, g, p};
+    // the first step(), group by group
+    for (size_t g = 0; g < saved.groups.size(); ++g) {
+        const auto& hp = saved.groups[g].hyperparams;
+        const auto groupMiss = [&](const std::vector<const char*>& keys) -> std::optional<ClassReadMiss> {
+            for (const char* k : keys)
+                if (!hp.count(k) && !has(rules->setstateDefaults, k)) return ClassReadMiss {false, true, k, g, {}};
+            return std::nullopt;
+        };
+        if (auto m = groupMiss(rules->groupKeysFirst)) return m;
+        for (const auto& p : saved.groups[g].params) {
+            const auto* st = stateOf(p);
+            if (!st) continue; // an empty state is made fresh by the step
+            for (const StateRead& r : rules->states) {
+                if (r.flag) {
+                    const auto f = hp.find(r.flag);
+                    if (f == hp.end() || !truthy(checkpoint, f->second)) continue;
+                }
+                if (!st->count(r.name)) return ClassReadMiss {false, false, r.name, g, p};
+            }
+        }
+        if (auto m = groupMiss(rules->groupKeysThen)) return m;
+    }
+    return std::nullopt;
 }
 
 bool groupKeepsNoState(OptimizerKind kind, const Checkpoint& checkpoint, const OptimizerGroup& group)

@@ -29,6 +29,7 @@ using DiagnosisFinding = Finding;
 struct TargetOptimizer
 {
     std::string source;
+    OptimizerKind kind = OptimizerKind::Unknown; ///< the class that saved it (its names and states tell)
     std::vector<size_t> groupSizes;
     /// per position in param_groups order: the parameter's shape (from its state), empty when unknown; groups may
     /// reorder parameters (Hugging Face Trainer: decay, then no-decay), so position i is not model.parameters()[i]

@@ -58,6 +58,7 @@ enum class FindingCode {
     ParamNamesPrefix,
     RenamedParams,
     ParamOrderMismatch,
+    OptimizerClassMismatch,
     MissingState,
     ExtraParams,
     ParamGroupsMismatch,

@@ -56,6 +56,24 @@ bool isScalarState(const std::string& name);
 /// moves by the steps between two checkpoints, which says nothing about the values (Watch leaves it out of its chart)
 bool isStepCounterKey(const std::string& key, int64_t numel);
 
+/// A key that a torch.optim class reads from what load_state_dict handed it and does not find: load_state_dict
+/// replaces the optimizer's param groups by the saved ones (only "params" kept) and takes the saved states as they
+/// are, so an optimizer of another class (Adagrad's state into Adam) or a hand-edited group misses what it reads.
+struct ClassReadMiss
+{
+    bool atLoad = false; ///< its __setstate__ (inside load_state_dict) reads it: the load raises; else the first step()
+    bool groupKey = false; ///< a param group's hyperparameter ("betas"); else a parameter's state ("exp_avg_sq")
+    std::string key;
+    size_t group = 0; ///< the saved param group it is read from (a state key: the group of that parameter)
+    std::string param; ///< a state key: the saved parameter's key in "state"
+};
+
+/// The first key that class @p target (torch 2.6) reads and @p saved's groups and states lack, in the order its
+/// __setstate__ and then its first step() read them (every parameter given a gradient); nullopt when none is missing.
+/// Not modelled: Unknown, LBFGS (its step needs a closure) and SparseAdam (sparse gradients only).
+std::optional<ClassReadMiss> firstMissForClass(
+    OptimizerKind target, const Checkpoint& checkpoint, const OptimizerView& saved);
+
 /// The parameter's shape as its state shows it: the first parameter-shaped state (exp_avg, momentum_buffer, ...), or
 /// for Adafactor's factored second moment row_var [..., r, 1] and col_var [..., 1, c] together; empty when unknown.
 std::vector<int64_t> paramShapeFromState(OptimizerKind kind, const OptimizerParam& param);
