@@ -318,8 +318,8 @@ TEST(HfTrainer, FolderIsOneCheckpointWithModelOptimizerSchedulerAndState)
 TEST(HfTrainer, IdsAreNamedAsTheTrainerGroupsThem)
 {
     // checked by value: optim.state.<fqn>.exp_avg of the folder is the bytes of state.<id>.exp_avg of optimizer.pt
-    for (const char* name :
-        {"checkpoint-3", "checkpoint-tied", "checkpoint-frozen", "checkpoint-ambiguous", "checkpoint-bin"}) {
+    for (const char* name : {"checkpoint-3", "checkpoint-tied", "checkpoint-frozen", "checkpoint-ambiguous",
+             "checkpoint-bin", "checkpoint-bin-sharded"}) {
         SCOPED_TRACE(name);
         const TrainerCase c = openCase(name);
         EXPECT_FALSE(c.folder->hasErrors());
@@ -346,7 +346,7 @@ TEST(HfTrainer, IdsAreNamedAsTheTrainerGroupsThem)
         // q/k/v/o of both layers come out k, o, q, v by name; a torch.save model (pytorch_model.bin) keeps
         // named_parameters() order, so every name there is exact
         EXPECT_EQ(wrong, std::string(name) == "checkpoint-ambiguous" ? 8u : 0u);
-        if (std::string(name) == "checkpoint-bin") {
+        if (std::string(name).rfind("checkpoint-bin", 0) == 0) {
             for (const ParamRow& r : table.rows)
                 EXPECT_EQ(r.confidence, Confidence::Exact) << r.fqn;
         }

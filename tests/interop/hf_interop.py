@@ -35,15 +35,31 @@ for name in ("single", "sharded"):
 
 KWARGS = {"checkpoint-3": ({}, (), torch.float32), "checkpoint-tied": ({"tie": True, "wte_name": "wte"}, (), torch.bfloat16),
           "checkpoint-frozen": ({}, ("embed.", "head."), torch.float32),
-          "checkpoint-bin": ({"split_qkv": True, "layers": 1}, (), torch.float32)}
+          "checkpoint-bin": ({"split_qkv": True, "layers": 1}, (), torch.float32),
+          "checkpoint-bin-sharded": ({"split_qkv": True, "layers": 1}, (), torch.float32)}
+
+
+def torch_model_ref(folder):
+    """pytorch_model.bin, or its shards through pytorch_model.bin.index.json, as transformers loads them"""
+    index = os.path.join(folder, "pytorch_model.bin.index.json")
+    if not os.path.exists(index):
+        return torch.load(os.path.join(folder, "pytorch_model.bin"), weights_only=True)
+    sd = {}
+    for shard in sorted(set(json.load(open(index))["weight_map"].values())):
+        sd.update(torch.load(os.path.join(folder, shard), weights_only=True))
+    return sd
+
+
+
 for name, (kwargs, freeze, dtype) in KWARGS.items():
     truth = expected["checkpoints"][name]
     g = torch.load(os.path.join(out, f"{name}.optscope.pt"), weights_only=True)
     st = os.path.join(out, name, "model.safetensors")
-    model_ref = load_file(st) if os.path.exists(st) else \
-        torch.load(os.path.join(out, name, "pytorch_model.bin"), weights_only=True)
+    model_ref = load_file(st) if os.path.exists(st) else torch_model_ref(os.path.join(out, name))
     osd = torch.load(os.path.join(out, name, "optimizer.pt"), weights_only=True)
     check(set(g["model"]) == set(model_ref), f"{name}: model keys")
+    if not os.path.exists(st):  # a torch.save model keeps the state dict's order, shards too
+        check(list(g["model"]) == list(model_ref), f"{name}: model key order")
     for k, t in model_ref.items():
         check(same(g["model"][k], t), f"{name}: model.{k}")
     stored = {n: truth["safetensors_metadata"].get(n, n) for n in truth["ids"].values()}

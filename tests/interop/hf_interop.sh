@@ -15,7 +15,7 @@ mkdir -p "$out"
 cp -r "$data"/. "$out"/
 "$cli" gather "$out/single/model.safetensors" -o "$out/single.optscope.pt"
 "$cli" gather "$out/sharded" -o "$out/sharded.optscope.pt"
-for c in checkpoint-3 checkpoint-tied checkpoint-frozen checkpoint-bin; do
+for c in checkpoint-3 checkpoint-tied checkpoint-frozen checkpoint-bin checkpoint-bin-sharded; do
     "$cli" gather "$out/$c" -o "$out/$c.optscope.pt"
 done
 rc=0

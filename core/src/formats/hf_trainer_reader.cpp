@@ -5,6 +5,7 @@
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/safetensors_reader.h"
 #include "optscope/formats/state_flattener.h"
+#include "optscope/formats/weight_index.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"
@@ -202,16 +203,36 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
 
     const std::string modelFile = SafetensorsReader::modelFileIn(path);
     const std::string binModel = firstExisting(dir, {"pytorch_model.bin"});
+    const std::string binIndex = firstExisting(dir, {kBinIndexFile});
+    const KeyPath modelRoot {KeyPathElem::fromKey("model")};
     if (!modelFile.empty()) {
-        detail += "safetensors ("
-            + SafetensorsReader::addModel(*cp, builder, modelFile, {KeyPathElem::fromKey("model")}, progress) + ")";
+        detail += "safetensors (" + SafetensorsReader::addModel(*cp, builder, modelFile, modelRoot, progress) + ")";
     } else if (!binModel.empty()) {
-        builder.addTorchSaveFile(binModel, {KeyPathElem::fromKey("model")}, progress);
+        builder.addTorchSaveFile(binModel, modelRoot, progress);
         detail += binModel;
+    } else if (!binIndex.empty()) {
+        // save_pretrained(safe_serialization=False) of a model larger than a shard: torch.save files of the state
+        // dict's runs, read in the index's (the model's) order
+        const auto shards = readWeightIndex(*cp, binIndex);
+        detail += binIndex + " ("
+            + addIndexedShards(
+                *cp, builder, binIndex, shards,
+                [&](const std::string& rel) {
+                    const size_t first = cp->entries.size();
+                    builder.addTorchSaveFile(rel, modelRoot, progress);
+                    std::set<std::string> held;
+                    for (size_t i = first; i < cp->entries.size(); ++i) {
+                        const KeyPath& p = cp->entries[i].path; // model.<fqn>: a state dict's keys are one element
+                        held.insert(p.size() == 2 ? p[1].key.str() : joinKeyPath(KeyPath(p.begin() + 1, p.end())));
+                    }
+                    return held;
+                },
+                {}, progress, "reading pytorch_model shards")
+            + ")";
     } else {
         detail += "missing";
-        builder.warn(
-            ReaderCode::NoModel, "no model weights (model.safetensors, an index or pytorch_model.bin) in " + path);
+        builder.warn(ReaderCode::NoModel,
+            "no model weights (model.safetensors, pytorch_model.bin or either's index) in " + path);
     }
     progress(0.4, "reading Trainer checkpoint");
     const std::string optimizer = firstExisting(dir, {kOptimizerFiles[0], kOptimizerFiles[1]});
@@ -240,7 +261,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     // every other checkpoint-like file is named: RNG states and training args as expected, a second model or
     // optimizer (accelerate's save_state of several: model_1.safetensors, optimizer_1.bin) with a warning
     std::set<std::string> read;
-    for (const auto& n : {optimizer, binModel, modelFile})
+    for (const auto& n : {optimizer, binModel, modelFile, binIndex})
         if (!n.empty()) read.insert(fs::path(n).filename().string());
     read.insert("scheduler.pt");
     read.insert("scheduler.bin");

@@ -5,7 +5,8 @@
 //
 //   checkpoint-N/model.safetensors                 the model (save_pretrained; safetensors_reader.h), or sharded
 //                model-0000K-of-0000N.safetensors  + model.safetensors.index.json; pytorch_model.bin (torch.save of
-//                                                  the state dict) when save_safetensors=False
+//                                                  the state dict) when save_safetensors=False, or sharded
+//                pytorch_model-0000K-of-0000N.bin  + pytorch_model.bin.index.json (weight_index.h)
 //   checkpoint-N/optimizer.pt                      torch.save(optimizer.state_dict()): state keyed by integer ids,
 //                                                  param_groups without names (Trainer.create_optimizer builds two
 //                                                  groups from model.named_parameters(): the parameters
@@ -41,6 +42,8 @@ public:
     /// the names its probe asks for (and the format registry's folderNames)
     static constexpr const char* kOptimizerFiles[] = {"optimizer.pt", "optimizer.bin"};
     static constexpr const char* kTrainerStateFile = "trainer_state.json";
+    /// a model saved in torch.save shards (save_safetensors=False): their index (weight_index.h)
+    static constexpr const char* kBinIndexFile = "pytorch_model.bin.index.json";
     /// a folder holding optimizer.pt or trainer_state.json next to model weights (or optimizer.pt alone)
     static bool looksLikeTrainerFolder(const std::string& path);
     static std::shared_ptr<const Checkpoint> open(const std::string& path, const Progress& progress = {});

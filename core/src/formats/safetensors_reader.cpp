@@ -3,6 +3,7 @@
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
 #include "optscope/formats/checkpoint_builder.h"
+#include "optscope/formats/weight_index.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"
@@ -68,15 +69,6 @@ std::string describeMetadata(const SafetensorsHeader& h)
     for (const auto& [k, v] : h.metadata)
         t += (t.empty() ? "" : ", ") + k + ": " + (v.size() > 40 ? v.substr(0, 40) + "..." : v);
     return t;
-}
-
-/// file names an index may point to: relative, inside the folder
-bool isPlainRelative(const std::string& name)
-{
-    if (name.empty() || name[0] == '/') return false;
-    for (const auto& part : fs::path(name))
-        if (part == "..") return false;
-    return true;
 }
 
 struct AddedFile
@@ -339,36 +331,12 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
     }
 
     // the index: weight_map names every tensor and the shard holding it
-    const std::string indexPath = cp.files->absolute(modelFile);
-    auto indexFile = cp.files->open(modelFile);
-    if (indexFile->size() > kMaxHeaderLength)
-        throw Error(
-            ErrorKind::Limit, indexPath, "index of " + std::to_string(indexFile->size()) + " bytes is too large");
-    json index;
-    try {
-        const char* text = reinterpret_cast<const char*>(indexFile->all());
-        index = json::parse(text, text + indexFile->size());
-    } catch (const json::exception& e) {
-        throw Error(ErrorKind::Format, indexPath, std::string("is not valid JSON: ") + e.what());
-    }
-    const auto wm = index.is_object() ? index.find("weight_map") : index.end();
-    if (!index.is_object() || wm == index.end() || !wm->is_object())
-        throw Error(ErrorKind::Format, indexPath, "has no \"weight_map\" object (not a safetensors index)");
-    std::map<std::string, std::vector<std::string>> byFile; // shard -> names, shards in name order
-    for (const auto& [name, file] : wm->items()) {
-        if (!file.is_string())
-            throw Error(ErrorKind::Format, indexPath, "weight_map entry " + quote(name) + " is not a file name");
-        const std::string f = file.get<std::string>();
-        if (!isPlainRelative(f))
-            throw Error(ErrorKind::Format, indexPath,
-                "weight_map entry " + quote(name) + " points outside the folder: " + quote(f));
-        byFile[f].push_back(name);
-    }
+    const std::vector<WeightIndexShard> shards = readWeightIndex(cp, modelFile);
     // remote shards: their sizes asked for together (HEADs over plain HTTP), and while one shard's header is read
     // the next ones' first blocks (the header's length and most headers) are fetched
     std::vector<std::string> shardNames;
-    for (const auto& [rel, names] : byFile)
-        shardNames.push_back(rel);
+    for (const auto& s : shards)
+        shardNames.push_back(s.file);
     const bool remote = isUrl(cp.files->rootDir());
     if (remote) statInsideAhead(cp.files->rootDir(), shardNames);
     LookAhead ahead(
@@ -382,29 +350,13 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
             }
         },
         uint64_t(4) << 20, 16);
-    size_t shards = 0, shardIndex = 0;
-    for (const auto& [rel, names] : byFile) {
-        progress(static_cast<double>(shards) / static_cast<double>(byFile.size()), "reading safetensors shards");
-        if (remote) ahead.before(shardIndex);
-        ++shardIndex;
-        if (const MemberStat m = statInside(cp.files->rootDir(), rel); !m.ok()) {
-            builder.memberProblem(
-                m, rel, indexPath, std::to_string(names.size()) + " tensors, e.g. " + quote(names.front()));
-            continue;
-        }
-        AddedFile f = addFile(cp, builder, rel, prefix, progress);
-        ++shards;
-        for (const auto& n : names)
-            if (!f.names.count(n))
-                builder.error(ReaderCode::MissingTensor,
-                    indexPath + " places tensor " + quote(n) + " in '" + rel + "', which does not hold it");
-        std::set<std::string> listed(names.begin(), names.end());
-        for (const auto& n : f.names)
-            if (!listed.count(n))
-                builder.warn(ReaderCode::IndexMismatch,
-                    "'" + rel + "' holds tensor " + quote(n) + ", which " + indexPath + " does not place there");
-    }
-    return std::to_string(shards) + " of " + std::to_string(byFile.size()) + " shards";
+    return addIndexedShards(
+        cp, builder, modelFile, shards,
+        [&](const std::string& rel) { return addFile(cp, builder, rel, prefix, progress).names; },
+        [&](size_t i) {
+            if (remote) ahead.before(i);
+        },
+        progress, "reading safetensors shards");
 }
 
 std::shared_ptr<const Checkpoint> SafetensorsReader::open(const std::string& path, const Progress& progress)
