@@ -25,7 +25,26 @@ from make_fixtures import run_commands, spawn  # noqa: E402
 from gather_interop import WideBlock, WideNet, same  # noqa: E402
 
 
-def _worker(rank, world, port, out, seed, orig):
+class TiedNet(WideNet):
+    """WideNet whose input projection and output head share one weight (as a language model ties its embedding and
+    head): FSDP1 flattens the shared parameter once, and a plain model.state_dict() saved with torch.save keeps both
+    names on one storage"""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(10, 6, bias=False)
+        self.blocks = torch.nn.ModuleList([WideBlock(6), WideBlock(10)])
+        self.out = torch.nn.Linear(10, 6, bias=False)
+        self.out.weight = self.inp.weight  # [6, 10] both
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.out(x)
+
+
+def _worker(rank, world, port, out, seed, orig, tied=False):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -33,10 +52,13 @@ def _worker(rank, world, port, out, seed, orig):
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     torch.manual_seed(seed)
-    model = FSDP(WideNet(), auto_wrap_policy=ModuleWrapPolicy({WideBlock}), device_id=torch.device("cpu"),
+    net = TiedNet() if tied else WideNet()
+    if tied and rank == 0:  # the unwrapped model's state dict: --model for unflatten, its tied names on one storage
+        torch.save(net.state_dict(), os.path.join(out, "plain_model.pt"))
+    model = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({WideBlock}), device_id=torch.device("cpu"),
                  use_orig_params=orig)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
-    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(seed))
+    x = torch.randn(4, 10 if tied else 6, generator=torch.Generator().manual_seed(seed))
     for _ in range(3):
         model(x).pow(2).sum().backward()
         opt.step()
@@ -52,14 +74,14 @@ def _worker(rank, world, port, out, seed, orig):
 
 
 def main(args):
-    mode, out, name = args  # name: w<W>, or w<W>_orig for use_orig_params=True
-    world, orig = int(name[1:].split("_")[0]), name.endswith("_orig")
+    mode, out, name = args  # name: w<W>, or w<W>_orig for use_orig_params=True, w<W>_tied for TiedNet
+    world, orig, tied = int(name[1:].split("_")[0]), name.endswith("_orig"), name.endswith("_tied")
     d = os.path.join(out, name)
     if mode == "make":
         os.makedirs(d, exist_ok=True)
         seed = random.SystemRandom().randint(0, 10**6)
         print(name, "seed", seed)
-        spawn(_worker, world, d, seed, orig)
+        spawn(_worker, world, d, seed, orig, tied)
         return 0
     ref = torch.load(os.path.join(d, "full.pt"), weights_only=True)
     ours = torch.load(os.path.join(d, "ours.pt"), weights_only=True)

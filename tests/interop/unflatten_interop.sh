@@ -8,7 +8,7 @@ torch_python=$1
 cli=$2
 out=unflatten_out
 rm -rf "$out"
-cases=(w2 w2_orig w3 w3_orig w4 w4_orig)
+cases=(w2 w2_orig w3 w3_orig w4 w4_orig w3_tied)
 make=() compare=()
 for c in "${cases[@]}"; do
     make+=(${make[0]+"+"} make "$out" "$c")
@@ -20,6 +20,9 @@ done
 for c in "${cases[@]}"; do
     d="$out/$c"
     # use_orig_params=True files need no --units; giving them must not matter
-    "$cli" unflatten "$d"/optim_rank*.pt --model "$d/model" --units blocks.0,blocks.1 -o "$d/ours.pt"
+    # a tied model: its plain torch.save'd state dict as the model (both tied names on one storage)
+    model="$d/model"
+    [[ $c == *_tied ]] && model="$d/plain_model.pt"
+    "$cli" unflatten "$d"/optim_rank*.pt --model "$model" --units blocks.0,blocks.1 -o "$d/ours.pt"
 done
 "$torch_python" unflatten_interop.py "${compare[@]}"

@@ -71,8 +71,9 @@ std::vector<WeightIndexShard> readWeightIndex(const Checkpoint& cp, const std::s
 }
 
 std::string addIndexedShards(Checkpoint& cp, CheckpointBuilder& builder, const std::string& indexFile,
-    const std::vector<WeightIndexShard>& shards, const std::function<std::set<std::string>(const std::string&)>& addShard,
-    const std::function<void(size_t)>& before, const Progress& progress, const char* what)
+    const std::vector<WeightIndexShard>& shards,
+    const std::function<std::set<std::string>(const std::string&)>& addShard, const std::function<void(size_t)>& before,
+    const Progress& progress, const char* what)
 {
     const std::string indexPath = cp.files->absolute(indexFile);
     size_t read = 0;

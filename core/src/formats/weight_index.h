@@ -37,7 +37,8 @@ std::vector<WeightIndexShard> readWeightIndex(const Checkpoint& cp, const std::s
 /// holds that the index does not place there, are said through @p builder. @p before(i) runs before shard i is read
 /// (a look-ahead). Returns "K of N shards".
 std::string addIndexedShards(Checkpoint& cp, CheckpointBuilder& builder, const std::string& indexFile,
-    const std::vector<WeightIndexShard>& shards, const std::function<std::set<std::string>(const std::string&)>& addShard,
-    const std::function<void(size_t)>& before, const Progress& progress, const char* what);
+    const std::vector<WeightIndexShard>& shards,
+    const std::function<std::set<std::string>(const std::string&)>& addShard, const std::function<void(size_t)>& before,
+    const Progress& progress, const char* what);
 
 } // namespace optscope

@@ -55,7 +55,10 @@ Fsdp1Model Fsdp1Model::fromCheckpoint(const Checkpoint& model, const std::vector
     std::string under;
     if (const auto part = ModelParams::modelPartOf(model)) {
         shapes = part->shapes;
-        tensorOrder = part->keys;
+        // a weight tied to another (head.weight sharing embed.weight's storage, which torch.save keeps) is one
+        // parameter: FSDP1 flattens it once, under its first name
+        for (const auto& k : part->keys)
+            if (!part->tiedTo.count(k)) tensorOrder.push_back(k);
         if (!part->root.empty()) under = " under '" + joinKeyPath(part->root) + "'";
     }
 
