@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Interop for `optscope-cli unflatten`: raw FSDP1 optimizer shards, one file per rank, must unflatten to exactly what
 get_state_dict(..., full_state_dict=True) gives. With "orig" the run uses use_orig_params=True (one id per
-parameter, each rank's state its slice of it) and writes to OUTDIR/w<W>_orig.
+parameter, each rank's state its slice of it) and writes to OUTDIR/w<W>_orig; with "tied" a model whose input
+projection and head share a weight, stepped by RMSprop (centered, momentum), its --model a plain torch.save'd
+state dict.
 
     torch-python unflatten_interop.py make OUTDIR w<W>[_orig]  OUTDIR/w<W>/optim_rank<r>.pt (raw, {"optim": osd}),
                                                         OUTDIR/w<W>/model (DCP of get_state_dict), and
@@ -57,7 +59,10 @@ def _worker(rank, world, port, out, seed, orig, tied=False):
         torch.save(net.state_dict(), os.path.join(out, "plain_model.pt"))
     model = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({WideBlock}), device_id=torch.device("cpu"),
                  use_orig_params=orig)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    # the tied case steps RMSprop: its state names (step, square_avg, momentum_buffer, grad_avg) are not in the
+    # sorted order FSDP gives them back in, as AdamW's are
+    opt = torch.optim.RMSprop(model.parameters(), lr=1e-3, momentum=0.9, centered=True) if tied else \
+        torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     x = torch.randn(4, 10 if tied else 6, generator=torch.Generator().manual_seed(seed))
     for _ in range(3):
         model(x).pow(2).sum().backward()

@@ -193,7 +193,8 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
     auto statePath = [&](const std::string& fqn, const std::string& name) {
         return path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(fqn), KeyPathElem::fromKey(name)});
     };
-    // a parameter's state names in DSD's order (positive-dim tensors, 0-dim, non-tensors), each kind in file order
+    // a parameter's state names in FSDP's order (positive-dim tensors, 0-dim, non-tensors), each kind sorted by name
+    // (_optim_utils._unflatten_optim_state's sorted_items: RMSprop's grad_avg, momentum_buffer, square_avg, then step)
     struct StateNames
     {
         std::vector<std::string> tensors, scalars, values;
@@ -209,9 +210,7 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                 n.values.push_back(name);
         }
         for (auto* names : {&n.tensors, &n.scalars, &n.values})
-            std::sort(names->begin(), names->end(), [&](const std::string& a, const std::string& b) {
-                return p.states.at(a) < p.states.at(b); // entries are stored in file order
-            });
+            std::sort(names->begin(), names->end());
         return n;
     };
     // 0-dim and plain state: one value per parameter (flat or original), from the given rank
