@@ -712,6 +712,45 @@ private:
         d.findings.push_back(std::move(f));
     }
 
+    /// the saved optimizer's DTensor states, when the target model is known to hold plain tensors (a torch.save'd,
+    /// safetensors or Trainer model file without DTensors): every step mixes the two. Empty otherwise
+    std::vector<std::string> dtensorStatesIntoPlain(int oi) const
+    {
+        std::vector<std::string> keys;
+        if (m_cp.format != CheckpointFormat::TorchSave || !m_model || m_model->fromOptimizer
+            || !m_model->tensorClassesKnown || !m_model->dtensors.empty())
+            return keys;
+        for (const auto& p : m_table.optimizers[static_cast<size_t>(oi)].params)
+            for (const auto& [name, e] : p.states)
+                if (e->isTensor() && isDTensorSubclass(e->tensor->subclass.str())) keys.push_back(p.key + "." + name);
+        return keys;
+    }
+    static constexpr const char* kMixedDTensor
+        = "got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor before calling distributed "
+          "operators!";
+
+    void dtensorFindings(int oi, const std::string& where, const std::string& root, Diagnosis& d)
+    {
+        const std::vector<std::string> keys = dtensorStatesIntoPlain(oi);
+        if (keys.empty()) return;
+        Finding f(FindingCode::DTensorState,
+            where + " holds " + std::to_string(keys.size()) + " DTensor state(s) (" + quoteList(keys, 3)
+                + "): get_optimizer_state_dict of a fully_shard or tensor-parallel model, torch.save'd. "
+                + m_model->source
+                + " holds plain tensors: optimizer.load_state_dict and set_optimizer_state_dict "
+                  "take the DTensors as they are, and the first step() mixes them with the plain parameters",
+            root);
+        f.pytorchError = "RuntimeError: aten.lerp_.Scalar: " + std::string(kMixedDTensor)
+            + " (at the first optimizer.step() after loading; the op named is the optimizer's first)";
+        f.fix = "`optscope-cli gather` of the file (of every rank's file, for a job of several ranks) writes each "
+                "DTensor as the plain full tensor, which loads into the plain model; or save it with "
+                "StateDictOptions(full_state_dict=True), or load it into the model sharded as it was saved";
+        f.fixNeutral = "gather the file (every rank's file) into plain full tensors, or load it into the model "
+                       "sharded as it was saved";
+        f.keys = head(keys);
+        d.findings.push_back(std::move(f));
+    }
+
     void dtypeFindings(const std::vector<const ParamRow*>& listed, const Names& names, bool byName,
         const std::string& where, const std::string& root, Diagnosis& d) const
     {
@@ -1312,6 +1351,7 @@ private:
 
         dtypeFindings(listed, names, named && !v.idKeyed, where, root, d);
         classFindings(oi, kind, where, root, d);
+        dtensorFindings(oi, where, root, d);
 
         // the model state dict saved beside the optimizer
         modelPartFindings(names.rename, d);
@@ -1645,6 +1685,14 @@ private:
             }
         };
         applyClassMiss(p1);
+        // DTensor states into plain parameters: they load; the step mixes the two (FSDP1's loader converts them)
+        const bool dtensorsIntoPlain = !dtensorStatesIntoPlain(oi).empty();
+        const auto applyDTensors = [&](LoadVerdict& p) {
+            if (!dtensorsIntoPlain || p.outcome != LoadOutcome::Loads || p.stepAfterLoad != "ok") return;
+            p.stepAfterLoad = "RuntimeError";
+            p.why += "; the saved state is DTensors and the model's parameters are plain: step() mixes them";
+        };
+        applyDTensors(p1);
         d.verdicts.push_back(p1);
 
         // 2./3. set_optimizer_state_dict: integer-keyed state goes straight to load_state_dict; FQN-keyed state is
@@ -1695,6 +1743,7 @@ private:
                 p2 = LoadVerdict::loads(p2.path, withState, targetTotal, shapeBad ? "RuntimeError" : "ok",
                     "every trainable model parameter has state under its name");
             applyClassMiss(p2);
+            applyDTensors(p2);
             if (const int g = targetGroupWithoutHyperparameters(v); g >= 0 && p2.outcome == LoadOutcome::Loads) {
                 p2.stepAfterLoad = "KeyError";
                 p2.why += "; the target's param group " + std::to_string(g)
@@ -1769,11 +1818,22 @@ private:
             const ModelParams& part = *m_table.modelInFile;
             std::vector<std::string> missing, unexpected, sizes;
             keyDifference(part, exp, missing, unexpected);
-            for (const auto& k : part.keys)
-                if (exp.shapes.count(k) && part.shapes.at(k) != exp.shapes.at(k))
+            // a DTensor into a plain tensor of the same shape: copy_ raises, and load_state_dict collects it
+            const bool dtensorsIntoPlainModel = m_model && !m_model->fromOptimizer && m_model->tensorClassesKnown
+                && m_model->dtensors.empty() && !part.dtensors.empty();
+            // in the model's order, as _load_from_state_dict meets them (the file's when the model's is not known)
+            for (const auto& k : exp.keys.empty() ? part.keys : exp.keys) {
+                if (!part.shapes.count(k) || !exp.shapes.count(k)) continue;
+                if (part.shapes.at(k) != exp.shapes.at(k))
                     sizes.push_back("size mismatch for " + k + ": copying a param with shape "
                         + torchSizeText(part.shapes.at(k)) + " from checkpoint, the shape in current model is "
                         + torchSizeText(exp.shapes.at(k)) + ".");
+                else if (dtensorsIntoPlainModel && part.dtensors.count(k))
+                    sizes.push_back("While copying the parameter named \"" + k
+                        + "\", whose dimensions in the model are " + torchSizeText(exp.shapes.at(k))
+                        + " and whose dimensions in the checkpoint are " + torchSizeText(part.shapes.at(k))
+                        + ", an exception occurred : ('aten.copy_.default: " + kMixedDTensor + "',).");
+            }
             if (missing.empty() && unexpected.empty() && sizes.empty()) {
                 p4.outcome = LoadOutcome::Loads;
                 p4.why = "same keys and shapes";

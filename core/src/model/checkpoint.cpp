@@ -50,6 +50,12 @@ std::string TensorEntry::withoutDataText() const
         + "): torch.load gives a meta tensor, with no values to load into a model or optimizer";
 }
 
+bool isDTensorSubclass(std::string_view subclass)
+{
+    const std::string_view suffix = ".DTensor";
+    return subclass.size() > suffix.size() && subclass.substr(subclass.size() - suffix.size()) == suffix;
+}
+
 std::string lazyBitText()
 {
     return "saved from a lazy conj() or neg view (its conj/neg bit is set): torch.load applies the bit to the stored "

@@ -100,6 +100,10 @@ const std::vector<FindingInfo>& findingRegistry()
             "the saved param groups or states lack what the target optimizer's class reads (another class saved "
             "them: Adagrad's state into Adam): load_state_dict takes them as they are, then the load or the first "
             "step() raises KeyError"},
+        {C::DTensorState, "dtensor-state", S::Error,
+            "the saved state is DTensors (a fully_shard or tensor-parallel model's get_optimizer_state_dict, "
+            "torch.save'd) and the target model's tensors are plain: the optimizer loads it and its first step() "
+            "raises RuntimeError (mixed torch.Tensor and DTensor)"},
         {C::MissingState, "missing-state", S::Error, "parameters of the model have no entry in the optimizer"},
         {C::ExtraParams, "extra-params", S::Warning,
             "the optimizer names parameters the model does not have; name-based loaders ignore them"},

@@ -431,6 +431,7 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp, bool h
         m.shapes[fqn] = e.tensor->shape;
         m.dtypes[fqn] = e.tensor->dtype;
         m.keys.push_back(fqn);
+        if (isDTensorSubclass(e.tensor->subclass.str())) m.dtensors.insert(fqn);
         if (isKnownBufferName(fqn)) {
             m.buffers.push_back(fqn);
         } else if (const std::string view = storageViewOf(e); !view.empty()) {
@@ -451,6 +452,8 @@ std::optional<ModelParams> ModelParams::modelPartOf(const Checkpoint& cp, bool h
         }
     }
     if (m.fqns.empty()) return std::nullopt;
+    m.tensorClassesKnown = cp.format == CheckpointFormat::TorchSave || cp.format == CheckpointFormat::Safetensors
+        || cp.format == CheckpointFormat::HfTrainer;
     if (!m.orderKnown) {
         std::stable_sort(m.fqns.begin(), m.fqns.end(), moduleOrderLess);
         std::stable_sort(m.keys.begin(), m.keys.end(), moduleOrderLess);
@@ -492,6 +495,8 @@ ModelParams ModelParams::fromCheckpoint(const Checkpoint& model)
         e.keys = part->keys;
         e.tiedTo = part->tiedTo;
         e.root = part->root;
+        e.tensorClassesKnown = part->tensorClassesKnown;
+        e.dtensors = part->dtensors;
         if (e.fqns.empty()) {
             e.fqns = part->fqns;
             e.source = part->source;

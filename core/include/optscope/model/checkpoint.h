@@ -82,6 +82,10 @@ using KeyPath = std::vector<KeyPathElem>;
 /// '.'-joined path, as DCP forms flat keys
 std::string joinKeyPath(const KeyPath& path);
 
+/// a TensorEntry::subclass that is a DTensor ("torch.distributed.tensor.DTensor", the older
+/// "torch.distributed._tensor.api.DTensor")
+bool isDTensorSubclass(std::string_view subclass);
+
 /// why the values of a tensor saved with a lazy conj/neg bit are not read (TensorEntry::lazyBit), wherever it is said
 std::string lazyBitText();
 

@@ -59,6 +59,7 @@ enum class FindingCode {
     RenamedParams,
     ParamOrderMismatch,
     OptimizerClassMismatch,
+    DTensorState,
     MissingState,
     ExtraParams,
     ParamGroupsMismatch,

@@ -26,6 +26,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ struct ModelParams
     /// fqns are in the model's named_parameters() order; false when the file does not record it (safetensors): fqns
     /// are then in the order moduleOrderLess guesses from the names
     bool orderKnown = true;
+    /// the source stores what class each tensor is (a pickle: torch.save, a Trainer folder; safetensors holds plain
+    /// tensors only), so a plain tensor there is a plain tensor; DCP stores no class
+    bool tensorClassesKnown = false;
+    /// tensors saved as DTensors (a fully_shard or tensor-parallel model's state dict, torch.save'd)
+    std::set<std::string> dtensors;
 
     /// a model state dict (file or DCP, or the model part of a training checkpoint), or an optimizer checkpoint whose
     /// parameters are named; throws Error(Format) when it names no parameters
