@@ -665,24 +665,27 @@ private:
                     : "");
     }
 
-    /// optimizer.load_state_dict (and so every loader) casts each state tensor but "step" to its parameter's dtype
-    /// when the parameter is floating point (Optimizer._process_value_according_to_param_policy, torch 2.6): float32
-    /// moments into bfloat16 parameters are rounded without a word; into float8 parameters they load, and the first
-    /// step raises
-    /// what the target optimizer's class reads and the saved groups or states lack (another class's state, a
-    /// hand-edited group), when the target optimizer is given and its class known
+    /// the class that loads the saved optimizer: the target optimizer's when it is given and known, else the saved
+    /// one's own (the target built as the saved one was)
+    OptimizerKind loadingClass(int oi) const
+    {
+        if (m_target && m_target->kind != OptimizerKind::Unknown) return m_target->kind;
+        return m_table.kinds[static_cast<size_t>(oi)];
+    }
+
+    /// what the loading class reads and the saved groups or states lack (another class's state, a group edited by
+    /// hand or by a tool)
     std::optional<ClassReadMiss> targetClassMiss(int oi) const
     {
-        if (!m_target || m_target->kind == OptimizerKind::Unknown) return std::nullopt;
-        return firstMissForClass(m_target->kind, m_cp, m_table.optimizers[static_cast<size_t>(oi)]);
+        return firstMissForClass(loadingClass(oi), m_cp, m_table.optimizers[static_cast<size_t>(oi)]);
     }
 
     void classFindings(int oi, OptimizerKind savedKind, const std::string& where, const std::string& root, Diagnosis& d)
     {
         const auto miss = targetClassMiss(oi);
         if (!miss) return;
-        const std::string target = optimizerKindName(m_target->kind);
-        const bool otherClass = savedKind != m_target->kind && savedKind != OptimizerKind::Unknown;
+        const std::string target = optimizerKindName(loadingClass(oi));
+        const bool otherClass = m_target && savedKind != m_target->kind && savedKind != OptimizerKind::Unknown;
         const std::string lacks = miss->groupKey
             ? "its param group " + std::to_string(miss->group) + " has no '" + miss->key + "'"
             : "the state of its parameter '" + miss->param + "' has no '" + miss->key + "'";
@@ -690,7 +693,8 @@ private:
             where
                 + (otherClass ? " was saved by " + std::string(optimizerKindName(savedKind))
                             + ", the target optimizer (" + m_target->source + ") is " + target
-                              : " does not hold what the target optimizer's class (" + target + ") reads")
+                              : " does not hold what " + std::string(m_target ? "the target optimizer's" : "its own")
+                            + " class (" + target + ") reads")
                 + ": load_state_dict takes the saved param groups' hyperparameters and the saved states as they are, "
                   "and "
                 + lacks + ", which " + target
@@ -701,13 +705,13 @@ private:
         f.fix = otherClass
             ? "load it into the optimizer class that saved it (" + std::string(optimizerKindName(savedKind))
                 + "), or keep the new optimizer's fresh state: load the model weights only"
-            : "give the saved param groups and states what " + target
-                + " reads (the class's default for a hyperparameter), or load it into an optimizer built as the saved "
-                  "one";
+            : "the file was edited or written by another tool: add '" + miss->key + "' to the saved "
+                + (miss->groupKey ? "param groups (" + target + "'s default for it)" : "states")
+                + " before loading, or keep the new optimizer's fresh state: load the model weights only";
         f.fixNeutral = otherClass ? "load it into an optimizer of the class that saved it, or keep the new optimizer's "
                                     "fresh state and load the model weights only"
-                                  : "restore what the optimizer's class reads, or load it into an optimizer built as "
-                                    "the saved one";
+                                  : "add what the optimizer's class reads to the saved groups or states, or keep the "
+                                    "new optimizer's fresh state";
         f.keys = {miss->key};
         d.findings.push_back(std::move(f));
     }
@@ -751,6 +755,10 @@ private:
         d.findings.push_back(std::move(f));
     }
 
+    /// optimizer.load_state_dict (and so every loader) casts each state tensor but "step" to its parameter's dtype
+    /// when the parameter is floating point (Optimizer._process_value_according_to_param_policy, torch 2.6): float32
+    /// moments into bfloat16 parameters are rounded without a word; into float8 parameters they load, and the first
+    /// step raises
     void dtypeFindings(const std::vector<const ParamRow*>& listed, const Names& names, bool byName,
         const std::string& where, const std::string& root, Diagnosis& d) const
     {
@@ -1674,7 +1682,7 @@ private:
         const auto miss = targetClassMiss(oi);
         const auto applyClassMiss = [&](LoadVerdict& p) {
             if (!miss || p.outcome != LoadOutcome::Loads) return;
-            const std::string cls = optimizerKindName(m_target->kind);
+            const std::string cls = optimizerKindName(loadingClass(oi));
             if (miss->atLoad) {
                 p = LoadVerdict::raises(p.path, "KeyError", "'" + miss->key + "'",
                     cls + "'s __setstate__ reads '" + miss->key + "' from every saved state, which has none");
