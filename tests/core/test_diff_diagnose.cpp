@@ -437,6 +437,25 @@ Diagnosis diagnose(const std::string& optim, const std::string& model = "diag/mo
     return diagnoseCheckpoint(*cp, &exp);
 }
 
+TEST(Diagnose, AGroupWithoutAKeyItsOwnClassReadsIsFoundWithoutATarget)
+{
+    // SGD's state dict with 'dampening' deleted from its group (PyTorch 2.6: loads, the first step raises KeyError:
+    // 'dampening'): without --target-optim the saved optimizer's own class is the one that loads it
+    const Diagnosis d = diagnose(
+        "load_cases/sgd_group_without_dampening/optim.pt", "load_cases/sgd_group_without_dampening/model.pt");
+    const DiagnosisFinding* f = finding(d, "optimizer-class-mismatch");
+    ASSERT_NE(f, nullptr);
+    EXPECT_NE(f->pytorchError.find("KeyError: 'dampening'"), std::string::npos) << f->pytorchError;
+    ASSERT_FALSE(d.verdicts.empty());
+    EXPECT_EQ(d.verdicts[0].path, LoadPath::OptimizerLoadStateDict);
+    EXPECT_EQ(d.verdicts[0].outcome, LoadOutcome::Loads);
+    EXPECT_EQ(d.verdicts[0].stepAfterLoad, "KeyError");
+    // the same SGD's complete state dict: nothing missing
+    EXPECT_EQ(finding(diagnose("load_cases/sgd_nesterov/optim.pt", "load_cases/sgd_nesterov/model.pt"),
+                  "optimizer-class-mismatch"),
+        nullptr);
+}
+
 TEST(Diagnose, WhatAFixChangedByCode)
 {
     // before: a gap (error), two step warnings, an info; after: one step warning left and an unreadable chunk new
