@@ -1954,7 +1954,15 @@ private:
         }
         if (!target) return std::nullopt;
         bool unique = true;
-        std::vector<std::string> params = target->paramsOf(*model, savedNames(cp), note, unique);
+        std::vector<std::string> named = savedNames(cp);
+        if (named.empty()) {
+            // integer ids without param_names: as the one id -> FQN rule names them against this model (the
+            // Trainer's decay / no-decay groups over the trainable parameters), which paramsOf checks by shapes
+            const ParamTable table = ParamTable::build(cp, model);
+            if (!table.optimizers.empty()) named = table.fqnsInOrder(0);
+            if (std::find(named.begin(), named.end(), std::string()) != named.end()) named.clear();
+        }
+        std::vector<std::string> params = target->paramsOf(*model, named, note, unique);
         frozenReading = saved.has_value() && !params.empty();
         if (params.empty() || params == model->fqns) return std::nullopt;
         ModelParams m = *model;

@@ -296,16 +296,21 @@ bool matchGroup(const std::vector<std::string>& candidates, const std::vector<st
     if (candidates.size() < shapes.size()) return false;
     const bool skips = candidates.size() > shapes.size();
     if (model.orderKnown) {
-        size_t c = 0;
-        for (const auto& want : shapes) {
-            for (; c < candidates.size(); ++c) {
-                const auto* s = shapeIn(model, candidates[c]);
+        // some candidates are frozen (in no group): where shapes leave a choice, the last fit in model order, as
+        // frozen layers usually come first (a frozen embedding or bottom layers; TargetOptimizer::paramsOf likewise)
+        std::vector<std::string> picked(shapes.size());
+        size_t c = candidates.size();
+        for (size_t w = shapes.size(); w-- > 0;) {
+            const auto& want = shapes[w];
+            for (; c > 0; --c) {
+                const auto* s = shapeIn(model, candidates[c - 1]);
                 if (want.empty() || !s || *s == want) break;
             }
-            if (c == candidates.size()) return false;
-            names.push_back(candidates[c++]);
-            confidence.push_back(skips ? Confidence::OrderAssumed : Confidence::Exact);
+            if (c == 0) return false;
+            picked[w] = candidates[--c];
         }
+        names.insert(names.end(), picked.begin(), picked.end());
+        confidence.insert(confidence.end(), shapes.size(), skips ? Confidence::OrderAssumed : Confidence::Exact);
         return true;
     }
     std::map<std::vector<int64_t>, std::vector<std::string>> byShape; // candidates of each shape, in order
