@@ -33,8 +33,8 @@ namespace optscope {
 // output byte for byte
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffRank, rank, numel, numDiff, maxAbsDiff)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, key, keyA, keyB, type, status, reason, match, shapeA, shapeB, dtypeA,
-    dtypeB, numel, valuesCompared, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, nanA, nanB, infA, infB, ranks, valueA,
-    valueB, histogramEdges, histogramCounts)
+    dtypeB, numel, valuesCompared, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs, nanA, nanB, infA, infB, ranks,
+    valueA, valueB, histogramEdges, histogramCounts)
 
 const char* diffStatusName(DiffStatus status)
 {
