@@ -1732,15 +1732,15 @@ private:
             const bool shapeBad = namedStateMisfits(v, listed, kind);
             for (const auto& fqn : exp.fqns) {
                 const std::string dsd = normalizeFqn(fqn).fqn;
-                const std::string key = v.flattened ? dsd : dsd;
+                const std::string key = dsd;
+                // the target holds it without state: frozen there, and DSD's _split_optim_state_dict looks up state
+                // only for parameters that require grad: it gets none, whether the file holds some or not
+                if (m_frozenInTarget.count(dsd)) continue;
                 if (stateKeys.count(key)) {
                     ++withState;
                     continue;
                 }
                 if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
-                // the target holds it without state: frozen there, and DSD's _split_optim_state_dict looks up state
-                // only for parameters that require grad
-                if (m_frozenInTarget.count(dsd)) continue;
                 if (firstMissing.empty()) firstMissing = dsd;
             }
             if (!firstMissing.empty())
