@@ -108,7 +108,8 @@ TEST(CliFindings, DiffSaysItsNumbersComeFromTheFinitePairs)
         if (line.find("optim.state.0.bias.exp_avg ") != std::string::npos) break;
     EXPECT_NE(line.find("(from the 8 finite pairs) diff=9/9  nan=0->0 inf=0->1"), std::string::npos) << line;
     r = runCli(tmp, "diff " + a + " " + b + " --json");
-    for (const auto& e : nlohmann::json::parse(r.out)["entries"])
+    const nlohmann::json report = nlohmann::json::parse(r.out); // (the loop's range must outlive it)
+    for (const auto& e : report["entries"])
         if (e["key"] == "optim.state.0.bias.exp_avg") {
             EXPECT_EQ(e["finite_pairs"], 8) << e.dump();
         } else if (e["key"] == "optim.state.0.bias.step") {
