@@ -456,6 +456,24 @@ TEST(Diagnose, AGroupWithoutAKeyItsOwnClassReadsIsFoundWithoutATarget)
         nullptr);
 }
 
+TEST(Diagnose, StateThatDsdDropsForAFrozenTargetLayerIsNamed)
+{
+    // saved fully trainable (FQN keys); the target freezes fc1 and its optimizer holds it without state: PyTorch 2.6's
+    // set_optimizer_state_dict gives fc1 no state (4 of 6), silently. The verdict says so, and a warning names fc1
+    const std::string c = "load_cases/saved_trainable_target_frozen_dsd/";
+    const auto cp = open(c + "optim.pt");
+    const ExpectedParams exp = ExpectedParams::fromCheckpoint(*open(c + "model.pt"));
+    const TargetOptimizer target = TargetOptimizer::fromCheckpoint(*open(c + "target_optim.pt"));
+    const Diagnosis d = diagnoseCheckpoint(*cp, &exp, {}, &target);
+    const DiagnosisFinding* f = finding(d, "frozen-params");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->keys, (std::vector<std::string> {"fc1.weight", "fc1.bias"}));
+    EXPECT_NE(f->message.find("drops theirs"), std::string::npos) << f->message;
+    ASSERT_GE(d.verdicts.size(), 2u);
+    EXPECT_EQ(d.verdicts[1].path, LoadPath::SetOptimizerStateDict);
+    EXPECT_EQ(d.verdicts[1].paramsWithState, 4);
+}
+
 TEST(Diagnose, WhatAFixChangedByCode)
 {
     // before: a gap (error), two step warnings, an info; after: one step warning left and an unreadable chunk new

@@ -1209,6 +1209,25 @@ private:
                 f.keys = head(frozenHere);
                 d.findings.push_back(std::move(f));
             }
+            // saved with state, frozen in the target: set_optimizer_state_dict drops that state without a word
+            std::vector<std::string> dropped;
+            if (!v.idKeyed)
+                for (const ParamRow* r : listed)
+                    if (r->param && m_frozenInTarget.count(canon(r->fqn))) dropped.push_back(r->fqn);
+            if (!dropped.empty()) {
+                Finding f(FindingCode::FrozenParams,
+                    std::to_string(dropped.size()) + " parameter(s) have saved state in " + where + ", but "
+                        + m_target->source
+                        + " holds them without state after its step: frozen (requires_grad=False) where it loads. "
+                          "set_optimizer_state_dict looks up state only for parameters that require grad and drops "
+                          "theirs: "
+                        + quoteList(dropped),
+                    root);
+                f.fix = "make them trainable before loading if their state should carry over; "
+                        "optimizer.load_state_dict of the same file keeps it";
+                f.keys = head(dropped);
+                d.findings.push_back(std::move(f));
+            }
             if (!missing.empty() && trainer) {
                 // the Trainer puts requires_grad=False parameters in no group: they were frozen when it saved
                 Finding f(FindingCode::FrozenParams,
