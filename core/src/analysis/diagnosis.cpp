@@ -1196,49 +1196,42 @@ private:
             std::vector<std::string> frozenHere;
             for (const auto& n : exp.fqns)
                 if (!covered.count(canon(n))) (m_frozenInTarget.count(canon(n)) ? frozenHere : missing).push_back(n);
-            if (!frozenHere.empty()) {
-                Finding f(FindingCode::FrozenParams,
-                    std::to_string(frozenHere.size()) + " parameter(s) of " + exp.source + " are not in " + where
-                        + ", and " + m_target->source
+            // a frozen-params warning: "<count> parameter(s) <what>: <the names>"
+            const auto frozenFinding
+                = [&](const std::vector<std::string>& names, const std::string& what, const char* fix) {
+                      Finding f(FindingCode::FrozenParams,
+                          std::to_string(names.size()) + " parameter(s) " + what + ": " + quoteList(names), root);
+                      f.fix = fix;
+                      f.keys = head(names);
+                      d.findings.push_back(std::move(f));
+                  };
+            if (!frozenHere.empty())
+                frozenFinding(frozenHere,
+                    "of " + exp.source + " are not in " + where + ", and " + m_target->source
                         + " holds them without state after its step: frozen (requires_grad=False) when it was saved "
-                          "and when it loads: "
-                        + quoteList(frozenHere),
-                    root);
-                f.fix = "nothing to do while they stay frozen (set_optimizer_state_dict looks up state only for "
-                        "parameters that require grad); one made trainable starts with empty state";
-                f.keys = head(frozenHere);
-                d.findings.push_back(std::move(f));
-            }
+                          "and when it loads",
+                    "nothing to do while they stay frozen (set_optimizer_state_dict looks up state only for "
+                    "parameters that require grad); one made trainable starts with empty state");
             // saved with state, frozen in the target: set_optimizer_state_dict drops that state without a word
             std::vector<std::string> dropped;
             if (!v.idKeyed)
                 for (const ParamRow* r : listed)
                     if (r->param && m_frozenInTarget.count(canon(r->fqn))) dropped.push_back(r->fqn);
-            if (!dropped.empty()) {
-                Finding f(FindingCode::FrozenParams,
-                    std::to_string(dropped.size()) + " parameter(s) have saved state in " + where + ", but "
-                        + m_target->source
+            if (!dropped.empty())
+                frozenFinding(dropped,
+                    "have saved state in " + where + ", but " + m_target->source
                         + " holds them without state after its step: frozen (requires_grad=False) where it loads. "
                           "set_optimizer_state_dict looks up state only for parameters that require grad and drops "
-                          "theirs: "
-                        + quoteList(dropped),
-                    root);
-                f.fix = "make them trainable before loading if their state should carry over; "
-                        "optimizer.load_state_dict of the same file keeps it";
-                f.keys = head(dropped);
-                d.findings.push_back(std::move(f));
-            }
+                          "theirs",
+                    "make them trainable before loading if their state should carry over; "
+                    "optimizer.load_state_dict of the same file keeps it");
             if (!missing.empty() && trainer) {
                 // the Trainer puts requires_grad=False parameters in no group: they were frozen when it saved
-                Finding f(FindingCode::FrozenParams,
-                    std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are in neither of the "
-                        + "Trainer's param groups of " + where
-                        + ": frozen (requires_grad=False) when it was saved: " + quoteList(missing),
-                    root);
-                f.fix = "nothing to do if they are still frozen; a parameter trainable now starts with empty state "
-                        "(and the Trainer's groups then differ in size: optimizer.load_state_dict raises)";
-                f.keys = head(missing);
-                d.findings.push_back(std::move(f));
+                frozenFinding(missing,
+                    "of " + exp.source + " are in neither of the Trainer's param groups of " + where
+                        + ": frozen (requires_grad=False) when it was saved",
+                    "nothing to do if they are still frozen; a parameter trainable now starts with empty state "
+                    "(and the Trainer's groups then differ in size: optimizer.load_state_dict raises)");
             } else if (!missing.empty()) {
                 Finding f(FindingCode::MissingState,
                     std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where + ": "
