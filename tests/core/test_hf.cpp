@@ -498,3 +498,42 @@ TEST(HfTrainer, AccelerateFoldersOfSeveralModelsNameWhatIsNotRead)
         << w->message;
     fs::remove_all(dir);
 }
+
+TEST(HfModelBin, ShardedTorchSaveModelOpensAsOneStateDictFromItsFolderOrIndex)
+{
+    // save_pretrained(safe_serialization=False) without a Trainer around it: the model folder alone, or its index
+    const auto trainer = openCheckpoint(kHf + "/checkpoint-bin-sharded");
+    TempDir dir;
+    for (const auto& e : fs::directory_iterator(kHf + "/checkpoint-bin-sharded"))
+        if (e.path().filename().string().rfind("pytorch_model", 0) == 0)
+            fs::copy(e.path(), dir / e.path().filename().string());
+    for (const std::string& p : {dir.path().string(), (dir / "pytorch_model.bin.index.json").string()}) {
+        SCOPED_TRACE(p);
+        const auto cp = openCheckpoint(p);
+        EXPECT_EQ(cp->format, CheckpointFormat::TorchSave);
+        EXPECT_NE(cp->formatDetail.find("2 of 2 shards"), std::string::npos) << cp->formatDetail;
+        EXPECT_TRUE(cp->warnings.empty());
+        size_t models = 0;
+        for (const auto& e : trainer->entries)
+            if (e.path[0].key.str() == "model") {
+                ++models;
+                const Entry* mine = cp->find(e.key.substr(6));
+                ASSERT_TRUE(mine) << e.key;
+                EXPECT_EQ(hashOf(*cp, *mine), hashOf(*trainer, e)) << e.key;
+            }
+        EXPECT_EQ(cp->entries.size(), models);
+        EXPECT_GT(models, 0u);
+    }
+    // unsharded: a folder holding pytorch_model.bin is that file
+    TempDir one;
+    fs::copy(dir / "pytorch_model-00001-of-00002.bin", one / "pytorch_model.bin");
+    const auto single = openCheckpoint(one.path().string());
+    EXPECT_EQ(single->format, CheckpointFormat::TorchSave);
+    EXPECT_EQ(single->entries.size(), openCheckpoint((one / "pytorch_model.bin").string())->entries.size());
+    // a shard the index names but the folder lacks: an error warning naming it, the other shard read
+    fs::remove(dir / "pytorch_model-00002-of-00002.bin");
+    const auto missing = openCheckpoint(dir.path().string());
+    ASSERT_TRUE(missing->hasErrors());
+    EXPECT_NE(missing->warnings[0].message.find("pytorch_model-00002-of-00002.bin"), std::string::npos);
+    EXPECT_FALSE(missing->entries.empty());
+}

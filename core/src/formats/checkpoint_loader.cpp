@@ -34,7 +34,7 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
         throw Error(ErrorKind::Format, path, gaps);
     std::string formats;
     for (const auto& f : formatRegistry())
-        if (f.format != CheckpointFormat::TorchSave) formats += (formats.empty() ? "" : "; ") + std::string(f.looksFor);
+        if (&f != formatsByScore().back()) formats += (formats.empty() ? "" : "; ") + std::string(f.looksFor);
     if (isUrl(path) && !canListFolder(path))
         throw Error(ErrorKind::Io, displayLocation(path),
             "is no object (" + statLocation(path).detail

@@ -96,6 +96,12 @@ const std::vector<FormatInfo>& formatRegistry()
         // the bytes it found)
         {F::TorchSave, "a torch.save file", 1, [](const std::string&, bool dir) { return !dir; }, {}, openFileByContent,
             "", "", false, false, W::FullStateDict, false, false},
+        // a second way to read torch.save (formatInfo gives the general row above: rows of one format come general
+        // first)
+        {F::TorchSave, "pytorch_model.bin or its shards' index (pytorch_model.bin.index.json)", 35,
+            [](const std::string& p, bool) { return TorchSaveReader::looksLikeHfModel(p); },
+            {TorchSaveReader::kShardIndexFile, TorchSaveReader::kSingleModelFile}, TorchSaveReader::openHfModel, "", "",
+            false, false, W::FullStateDict, false, false},
     };
     return r;
 }
@@ -117,7 +123,7 @@ const FormatInfo& formatInfo(CheckpointFormat format)
 {
     for (const auto& f : formatRegistry())
         if (f.format == format) return f;
-    return formatRegistry().back();
+    return *formatsByScore().back(); // the last resort
 }
 
 } // namespace optscope

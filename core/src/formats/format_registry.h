@@ -58,11 +58,12 @@ struct FormatInfo
     bool stepsPerParamGroup;
 };
 
-/// every format, in no particular order (scores decide)
+/// every format, in no particular order (scores decide); a format recognised in more than one way has a row per way,
+/// its general row first
 const std::vector<FormatInfo>& formatRegistry();
 /// the formats from the highest score down: the order openCheckpoint probes them in
 const std::vector<const FormatInfo*>& formatsByScore();
-/// the row of @p format
+/// the (first, general) row of @p format
 const FormatInfo& formatInfo(CheckpointFormat format);
 
 } // namespace optscope

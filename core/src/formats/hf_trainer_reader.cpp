@@ -211,24 +211,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
         builder.addTorchSaveFile(binModel, modelRoot, progress);
         detail += binModel;
     } else if (!binIndex.empty()) {
-        // save_pretrained(safe_serialization=False) of a model larger than a shard: torch.save files of the state
-        // dict's runs, read in the index's (the model's) order
-        const auto shards = readWeightIndex(*cp, binIndex);
-        detail += binIndex + " ("
-            + addIndexedShards(
-                *cp, builder, binIndex, shards,
-                [&](const std::string& rel) {
-                    const size_t first = cp->entries.size();
-                    builder.addTorchSaveFile(rel, modelRoot, progress);
-                    std::set<std::string> held;
-                    for (size_t i = first; i < cp->entries.size(); ++i) {
-                        const KeyPath& p = cp->entries[i].path; // model.<fqn>: a state dict's keys are one element
-                        held.insert(p.size() == 2 ? p[1].key.str() : joinKeyPath(KeyPath(p.begin() + 1, p.end())));
-                    }
-                    return held;
-                },
-                {}, progress, "reading pytorch_model shards")
-            + ")";
+        detail += binIndex + " (" + addTorchSaveShards(*cp, builder, binIndex, modelRoot, progress) + ")";
     } else {
         detail += "missing";
         builder.warn(ReaderCode::NoModel,

@@ -3,7 +3,9 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/state_flattener.h"
+#include "optscope/formats/weight_index.h"
 #include "optscope/io/byte_source.h"
+#include "optscope/io/storage.h"
 
 #include <filesystem>
 
@@ -48,6 +50,52 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(
     builder.addPickleWarnings(ar.warnings);
     builder.finish();
     progress(1.0, "reading");
+    return cp;
+}
+
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix)
+{
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+} // namespace
+
+bool TorchSaveReader::looksLikeHfModel(const std::string& path)
+{
+    if (isFolder(path))
+        return isFile(childLocation(path, kShardIndexFile)) || isFile(childLocation(path, kSingleModelFile));
+    return endsWith(std::filesystem::path(displayLocation(path)).filename().string(), ".bin.index.json")
+        && isFile(path);
+}
+
+std::shared_ptr<const Checkpoint> TorchSaveReader::openHfModel(const std::string& path, const Progress& progress)
+{
+    const bool folder = isFolder(path);
+    if (folder && !isFile(childLocation(path, kShardIndexFile))) {
+        // unsharded: the one file, as a checkpoint of its folder's name
+        auto cp = std::const_pointer_cast<Checkpoint>(open(childLocation(path, kSingleModelFile), progress));
+        cp->formatDetail = std::string(kSingleModelFile) + ", " + cp->formatDetail;
+        return cp;
+    }
+    progress(0.0, "reading pytorch_model shards");
+    // a presigned URL's query is a credential: the index goes by its name without it
+    const std::string shown = displayLocation(path);
+    const std::filesystem::path root
+        = folder ? std::filesystem::path(shown) : std::filesystem::path(shown).parent_path();
+    const std::string indexFile = folder ? kShardIndexFile : std::filesystem::path(shown).filename().string();
+    auto cp = std::make_shared<Checkpoint>();
+    cp->format = CheckpointFormat::TorchSave;
+    cp->path = shown;
+    cp->arena = std::make_shared<PyArena>();
+    cp->files = std::make_shared<CheckpointFiles>(root.string());
+    if (!folder && path != shown) cp->files->add(indexFile, openByteSource(path));
+    CheckpointBuilder builder(*cp);
+    cp->formatDetail = "Hugging Face torch.save shards, " + indexFile + " ("
+        + addTorchSaveShards(*cp, builder, indexFile, {}, progress) + ")";
+    builder.finish();
+    progress(1.0, "reading pytorch_model shards");
     return cp;
 }
 

@@ -101,4 +101,26 @@ std::string addIndexedShards(Checkpoint& cp, CheckpointBuilder& builder, const s
     return std::to_string(read) + " of " + std::to_string(shards.size()) + " shards";
 }
 
+std::string addTorchSaveShards(Checkpoint& cp, CheckpointBuilder& builder, const std::string& indexFile,
+    const KeyPath& prefix, const Progress& progress)
+{
+    const auto shards = readWeightIndex(cp, indexFile);
+    return addIndexedShards(
+        cp, builder, indexFile, shards,
+        [&](const std::string& rel) {
+            const size_t first = cp.entries.size();
+            builder.addTorchSaveFile(rel, prefix, progress);
+            std::set<std::string> held;
+            for (size_t i = first; i < cp.entries.size(); ++i) {
+                // a state dict's keys are one element after the prefix
+                const KeyPath& p = cp.entries[i].path;
+                held.insert(p.size() == prefix.size() + 1
+                        ? p.back().key.str()
+                        : joinKeyPath(KeyPath(p.begin() + static_cast<std::ptrdiff_t>(prefix.size()), p.end())));
+            }
+            return held;
+        },
+        {}, progress, "reading pytorch_model shards");
+}
+
 } // namespace optscope

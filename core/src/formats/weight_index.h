@@ -41,4 +41,10 @@ std::string addIndexedShards(Checkpoint& cp, CheckpointBuilder& builder, const s
     const std::function<std::set<std::string>(const std::string&)>& addShard, const std::function<void(size_t)>& before,
     const Progress& progress, const char* what);
 
+/// The torch.save shards of @p indexFile (pytorch_model.bin.index.json: save_pretrained(safe_serialization=False) of
+/// a model larger than a shard), read in the index's (the model's) order, each tensor at @p prefix + its name.
+/// Returns "K of N shards".
+std::string addTorchSaveShards(Checkpoint& cp, CheckpointBuilder& builder, const std::string& indexFile,
+    const KeyPath& prefix, const Progress& progress);
+
 } // namespace optscope
