@@ -284,6 +284,14 @@ std::vector<std::string> TargetOptimizer::paramsOf(
 namespace {
 
 /// how nn.Module.load_state_dict lists keys
+/// an exception PyTorch raises, its type and str(e) apart (a verdict holds them apart, a finding says "type: message")
+struct PythonError
+{
+    std::string type;
+    std::string message;
+    std::string text() const { return type + ": " + message; }
+};
+
 std::string torchKeyList(const std::vector<std::string>& v)
 {
     std::string s;
@@ -650,19 +658,14 @@ private:
     /// float8 implementation, which depends on the optimizer and its settings (measured on the CPU with each
     /// torch.optim class at its defaults: Adam, NAdam, RAdam, Adamax lerp_kernel_scalar; AdamW, RMSprop, Adadelta,
     /// ASGD mul_cpu_reduced_float; SGD with momentum add_stub; Adagrad addcmul_cpu_out; Rprop sign_cpu)
-    /// @p when: say when it is raised (the first optimizer.step()) and which kernel; without, the error alone (as
-    /// DSD's own first step raises it at load time)
-    static std::string float8StepError(DType dtype, bool when = true)
+    static PythonError float8StepError(DType dtype)
     {
         const std::string type = dtype == DType::Float8_e5m2 ? "Float8_e5m2"
             : dtype == DType::Float8_e4m3fn                  ? "Float8_e4m3fn"
             : dtype == DType::Float8_e5m2fnuz                ? "Float8_e5m2fnuz"
             : dtype == DType::Float8_e4m3fnuz                ? "Float8_e4m3fnuz"
                                                              : "Float8_e8m0fnu";
-        return "RuntimeError: \"<kernel>\" not implemented for '" + type + "'"
-            + (when ? " (at the first optimizer.step(); the kernel depends on the optimizer and its settings: "
-                      "lerp_kernel_scalar for Adam at its defaults on the CPU)"
-                    : "");
+        return {"RuntimeError", "\"<kernel>\" not implemented for '" + type + "'"};
     }
 
     /// the class that loads the saved optimizer: the target optimizer's when it is given and known, else the saved
@@ -809,7 +812,10 @@ private:
                     + ", but torch.optim has no float8 kernels and the first step() raises; "
                       "set_optimizer_state_dict raises in its own first step",
                 root);
-            f.pytorchError = float8StepError(dt);
+            // when and where: the kernel depends on the optimizer and its settings
+            f.pytorchError = float8StepError(dt).text()
+                + " (at the first optimizer.step(); the kernel depends on the optimizer and its settings: "
+                  "lerp_kernel_scalar for Adam at its defaults on the CPU)";
             f.fix
                 = "train float8 with float32 or bfloat16 parameters (torchao's Float8Linear casts in the forward) and "
                   "load the optimizer into those";
@@ -1377,7 +1383,7 @@ private:
         modelPartFindings(names.rename, d);
 
         Diagnosis v2;
-        verdicts(oi, kind, listed, names, groupError, wrongByPosition, v2);
+        verdicts({oi, kind, v, listed, groupError, wrongByPosition}, v2);
         // what the name findings cost on load: set_optimizer_state_dict's error (strict changes nothing), else the
         // positional loader's
         const LoadVerdict* byName = &v2.verdicts[1];
@@ -1654,217 +1660,264 @@ private:
         return s;
     }
 
-    void verdicts(int oi, OptimizerKind kind, const std::vector<const ParamRow*>& listed, const Names& names,
-        const std::string& groupError, const std::vector<std::string>& wrongByPosition, Diagnosis& d)
+    /// What every load path's verdict is worked out from: the optimizer (its index and view, its class), the saved
+    /// parameters it lists in the target's order, the group mismatch load_state_dict raises ("" when the groups fit)
+    /// and the parameters whose state pairs with another shape by position.
+    struct VerdictFacts
     {
-        const OptimizerView& v = m_table.optimizers[static_cast<size_t>(oi)];
-        const ModelParams& exp = *m_exp;
-        const int targetTotal = static_cast<int>(exp.fqns.size());
+        int oi;
+        OptimizerKind kind;
+        const OptimizerView& v;
+        const std::vector<const ParamRow*>& listed;
+        const std::string& groupError;
+        const std::vector<std::string>& wrongByPosition;
+    };
 
-        // 1. optimizer.load_state_dict: group count, group sizes, then pairs by position (no names, no shapes)
-        LoadVerdict p1;
-        p1.path = LoadPath::OptimizerLoadStateDict;
-        if (v.flattened) {
-            p1 = LoadVerdict::raises(
-                p1.path, "KeyError", "'param_groups'", "the flattened format has no \"param_groups\" key");
-        } else if (!groupError.empty()) {
-            p1 = LoadVerdict::raises(
-                p1.path, "ValueError", groupError, "param groups differ from the target optimizer's");
-        } else {
-            int withState = 0;
-            for (const ParamRow* r : listed)
-                withState += r->param != nullptr;
-            p1 = LoadVerdict::loads(p1.path, withState, targetTotal, wrongByPosition.empty() ? "ok" : "RuntimeError",
-                "state pairs with the target's parameters by position");
-            if (capturable(v)) {
-                p1.stepAfterLoad = "AssertionError";
-                p1.why += "; capturable=True comes back with the param groups and cannot step on a CPU target";
-            }
-            if (differentiable(v)) {
-                p1.stepAfterLoad = "RuntimeError";
-                p1.why += "; differentiable=True comes back with the param groups: step() updates the leaf parameters "
-                          "in place with autograd on";
-            }
-            if (!float8Param().empty()) {
-                p1.stepAfterLoad = "RuntimeError";
-                p1.why += "; the model's parameters are float8, for which torch.optim has no kernels";
-            }
-        }
-        // another class's state (or a group without a key the class reads): the load or the first step misses it
-        const auto miss = targetClassMiss(oi);
-        const auto applyClassMiss = [&](LoadVerdict& p) {
-            if (!miss || p.outcome != LoadOutcome::Loads) return;
-            const std::string cls = optimizerKindName(loadingClass(oi));
-            if (miss->atLoad) {
-                p = LoadVerdict::raises(p.path, "KeyError", "'" + miss->key + "'",
-                    cls + "'s __setstate__ reads '" + miss->key + "' from every saved state, which has none");
-            } else {
-                p.stepAfterLoad = "KeyError";
-                p.why += "; " + cls + "'s step() reads '" + miss->key + "', which the saved "
-                    + (miss->groupKey ? "param groups lack" : "state lacks");
-            }
-        };
-        applyClassMiss(p1);
-        // DTensor states into plain parameters: they load; the step mixes the two (FSDP1's loader converts them)
-        const bool dtensorsIntoPlain = !dtensorStatesIntoPlain(oi).empty();
-        const auto applyDTensors = [&](LoadVerdict& p) {
-            if (!dtensorsIntoPlain || p.outcome != LoadOutcome::Loads || p.stepAfterLoad != "ok") return;
-            p.stepAfterLoad = "RuntimeError";
-            p.why += "; the saved state is DTensors and the model's parameters are plain: step() mixes them";
-        };
-        applyDTensors(p1);
+    /// The verdicts, one per load path. Each path's own reading decides whether it loads and how many parameters get
+    /// state; then the rules of what the load or the first step() meets apply, in this order:
+    ///
+    ///   path                                   reading                    then
+    ///   optimizer.load_state_dict              byPositionVerdict          flagsAtStep, classMiss, dtensorsAtStep
+    ///   set_optimizer_state_dict (and strict=False: the same)
+    ///                                          integer keys: the above;   groupWithoutHyperparameters;
+    ///                                          names: byNameVerdict,      dsdInitStep (raises at load),
+    ///                                          classMiss, dtensorsAtStep  differentiable at step
+    ///   fsdp1.optim_state_dict_to_load         fsdp1Verdict               classMiss
+    ///   model.load_state_dict                  modelVerdict               -
+    void verdicts(const VerdictFacts& f, Diagnosis& d) const
+    {
+        LoadVerdict p1 = byPositionVerdict(f);
+        applyFlagsAtStep(f, p1);
+        applyClassMiss(f, p1);
+        applyDTensorsAtStep(f, p1);
         d.verdicts.push_back(p1);
 
-        // 2./3. set_optimizer_state_dict: integer-keyed state goes straight to load_state_dict; FQN-keyed state is
-        // looked up by each trainable model parameter's name (wrappers stripped), KeyError when absent; strict=False
-        // changes nothing for the optimizer
         LoadVerdict p2;
-        p2.path = LoadPath::SetOptimizerStateDict;
-        // DSD first steps the fresh optimizer with zero gradients (_init_optim_state) whatever the file holds
-        std::string initError
-            = dsdInitError(m_target && m_target->kind != OptimizerKind::Unknown ? m_target->kind : kind, v);
-        if (const std::string p = float8Param(); initError.empty() && !p.empty()) {
-            initError = float8StepError(*modelDtype(p), false);
-        }
-        bool allInts = !v.flattened;
-        for (const auto& p : v.params)
-            allInts = allInts && !p.key.empty() && std::all_of(p.key.begin(), p.key.end(), ::isdigit);
-        if (allInts) {
+        if (allIntegerKeys(f.v)) {
             p2 = p1;
             p2.path = LoadPath::SetOptimizerStateDict;
             p2.why = "integer-keyed state is handed to optimizer.load_state_dict unchanged";
         } else {
-            std::set<std::string> stateKeys, listedNoState;
-            for (const auto& p : v.params)
-                stateKeys.insert(p.key);
-            for (const ParamRow* r : listed)
-                if (!r->param) listedNoState.insert(r->id);
-            int withState = 0;
-            std::string firstMissing;
-            const bool shapeBad = namedStateMisfits(v, listed, kind);
-            for (const auto& fqn : exp.fqns) {
-                const std::string dsd = normalizeFqn(fqn).fqn;
-                const std::string key = dsd;
-                // the target holds it without state: frozen there, and DSD's _split_optim_state_dict looks up state
-                // only for parameters that require grad: it gets none, whether the file holds some or not
-                if (m_frozenInTarget.count(dsd)) continue;
-                if (stateKeys.count(key)) {
-                    ++withState;
-                    continue;
-                }
-                if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
-                if (firstMissing.empty()) firstMissing = dsd;
-            }
-            if (!firstMissing.empty())
-                p2 = LoadVerdict::raises(p2.path, "KeyError",
-                    v.flattened ? "'state." + firstMissing + "." + firstStateName(v) + "'" : "'" + firstMissing + "'",
-                    "the model parameter '" + firstMissing + "' has no state under that name");
-            else
-                p2 = LoadVerdict::loads(p2.path, withState, targetTotal, shapeBad ? "RuntimeError" : "ok",
-                    "every trainable model parameter has state under its name");
-            applyClassMiss(p2);
-            applyDTensors(p2);
-            if (const int g = targetGroupWithoutHyperparameters(v); g >= 0 && p2.outcome == LoadOutcome::Loads) {
-                p2.stepAfterLoad = "KeyError";
-                p2.why += "; the target's param group " + std::to_string(g)
-                    + " gets no saved group's hyperparameters (each goes to the last target group holding one of its "
-                      "parameters), so its first step() misses them";
-            }
+            p2 = byNameVerdict(f);
+            applyClassMiss(f, p2);
+            applyDTensorsAtStep(f, p2);
+            applyGroupWithoutHyperparameters(f, p2);
         }
-        if (!initError.empty()) {
-            const auto colon = initError.find(": ");
-            p2 = LoadVerdict::raises(LoadPath::SetOptimizerStateDict, initError.substr(0, colon),
-                initError.substr(colon + 2),
-                "set_optimizer_state_dict first calls optimizer.step() with zero gradients (_init_optim_state)");
-        }
-        if (p2.outcome == LoadOutcome::Loads && differentiable(v)) p2.stepAfterLoad = "RuntimeError";
+        applyDsdInitStep(f, p2);
+        if (p2.outcome == LoadOutcome::Loads && differentiable(f.v)) p2.stepAfterLoad = "RuntimeError";
         d.verdicts.push_back(p2);
-        LoadVerdict p3 = p2;
+        LoadVerdict p3 = p2; // strict applies to the model only
         p3.path = LoadPath::SetOptimizerStateDictNonStrict;
         d.verdicts.push_back(p3);
 
-        // FSDP1 (use_orig_params=True): integer keys are refused; every saved name must be a model parameter, then
-        // the positional group checks of load_state_dict apply
-        LoadVerdict pf;
-        pf.path = LoadPath::Fsdp1OptimStateDictToLoad;
-        if (v.flattened) {
-            // _optim_utils._optim_state_dict_to_load_impl checks the nested format's keys first
-            pf = LoadVerdict::raises(pf.path, "ValueError",
-                "`optim_state_dict` must have the keys \"state\"to be a valid optimizer state dict",
-                "FSDP1 reads the nested {state, param_groups} format only");
-        } else if (v.idKeyed && v.params.empty() && !v.groupParams().empty()) {
-            // no state to trip over: the param_groups' integer ids are looked up as names
-            // (_rekey_sharded_optim_state_dict), and a KeyError of an int prints without quotes
-            pf = LoadVerdict::raises(pf.path, "KeyError", v.groupParams().front(),
-                "FSDP1 expects FQN keys; the param_groups list integer ids");
-        } else if (v.idKeyed) {
-            pf = LoadVerdict::raises(pf.path, "AttributeError", "'int' object has no attribute 'unflat_param_names'",
-                "FSDP1 expects FQN keys");
-        } else {
-            std::set<std::string> modelNames;
-            for (const auto& f : exp.fqns)
-                modelNames.insert(normalizeFqn(f).fqn);
-            std::string unknown;
-            for (const auto& p : v.params)
-                if (!modelNames.count(p.key)) {
-                    unknown = p.key;
-                    break;
-                }
-            if (!unknown.empty()) {
-                pf = LoadVerdict::raises(pf.path, "KeyError", "'" + unknown + "'",
-                    "the saved parameter '" + unknown + "' is not a parameter of the model");
-            } else if (!groupError.empty()) {
-                pf = LoadVerdict::raises(
-                    pf.path, "ValueError", groupError, "param groups differ from the target optimizer's");
-            } else {
-                // _rekey_sharded_optim_state_dict pairs the state with the target's parameters by name, not by
-                // position: a target that lists them in another order steps fine
-                pf = LoadVerdict::loads(pf.path, static_cast<int>(v.params.size()), targetTotal,
-                    namedStateMisfits(v, listed, kind) ? "RuntimeError" : "ok",
-                    "every saved name is a model parameter; state is paired by name");
-            }
-        }
-        applyClassMiss(pf);
+        LoadVerdict pf = fsdp1Verdict(f);
+        applyClassMiss(f, pf);
         d.verdicts.push_back(pf);
 
-        // 4. the model saved beside the optimizer
-        LoadVerdict p4;
-        p4.path = LoadPath::ModelLoadStateDict;
-        if (!m_table.modelInFile) {
-            p4.why = "the file holds no model state dict";
-        } else if (exp.fromOptimizer) {
-            p4.why = "the reference is an optimizer: the model's keys are not known";
-        } else {
-            const ModelParams& part = *m_table.modelInFile;
-            std::vector<std::string> missing, unexpected, sizes;
-            keyDifference(part, exp, missing, unexpected);
-            // a DTensor into a plain tensor of the same shape: copy_ raises, and load_state_dict collects it
-            const bool dtensorsIntoPlainModel = m_model && !m_model->fromOptimizer && m_model->tensorClassesKnown
-                && m_model->dtensors.empty() && !part.dtensors.empty();
-            // in the model's order, as _load_from_state_dict meets them (the file's when the model's is not known)
-            for (const auto& k : exp.keys.empty() ? part.keys : exp.keys) {
-                if (!part.shapes.count(k) || !exp.shapes.count(k)) continue;
-                if (part.shapes.at(k) != exp.shapes.at(k))
-                    sizes.push_back("size mismatch for " + k + ": copying a param with shape "
-                        + torchSizeText(part.shapes.at(k)) + " from checkpoint, the shape in current model is "
-                        + torchSizeText(exp.shapes.at(k)) + ".");
-                else if (dtensorsIntoPlainModel && part.dtensors.count(k))
-                    sizes.push_back("While copying the parameter named \"" + k
-                        + "\", whose dimensions in the model are " + torchSizeText(exp.shapes.at(k))
-                        + " and whose dimensions in the checkpoint are " + torchSizeText(part.shapes.at(k))
-                        + ", an exception occurred : ('aten.copy_.default: " + kMixedDTensor + "',).");
+        d.verdicts.push_back(modelVerdict());
+    }
+
+    /// optimizer.load_state_dict: group count, group sizes, then pairs by position (no names, no shapes)
+    LoadVerdict byPositionVerdict(const VerdictFacts& f) const
+    {
+        const LoadPath path = LoadPath::OptimizerLoadStateDict;
+        if (f.v.flattened)
+            return LoadVerdict::raises(
+                path, "KeyError", "'param_groups'", "the flattened format has no \"param_groups\" key");
+        if (!f.groupError.empty())
+            return LoadVerdict::raises(
+                path, "ValueError", f.groupError, "param groups differ from the target optimizer's");
+        int withState = 0;
+        for (const ParamRow* r : f.listed)
+            withState += r->param != nullptr;
+        return LoadVerdict::loads(path, withState, static_cast<int>(m_exp->fqns.size()),
+            f.wrongByPosition.empty() ? "ok" : "RuntimeError", "state pairs with the target's parameters by position");
+    }
+
+    /// set_optimizer_state_dict of FQN-keyed state: each trainable model parameter's state looked up by its name
+    /// (wrappers stripped), KeyError when absent
+    LoadVerdict byNameVerdict(const VerdictFacts& f) const
+    {
+        const LoadPath path = LoadPath::SetOptimizerStateDict;
+        std::set<std::string> stateKeys, listedNoState;
+        for (const auto& p : f.v.params)
+            stateKeys.insert(p.key);
+        for (const ParamRow* r : f.listed)
+            if (!r->param) listedNoState.insert(r->id);
+        int withState = 0;
+        std::string firstMissing;
+        for (const auto& fqn : m_exp->fqns) {
+            const std::string key = normalizeFqn(fqn).fqn;
+            // the target holds it without state: frozen there, and DSD's _split_optim_state_dict looks up state
+            // only for parameters that require grad: it gets none, whether the file holds some or not
+            if (m_frozenInTarget.count(key)) continue;
+            if (stateKeys.count(key)) {
+                ++withState;
+                continue;
             }
-            if (missing.empty() && unexpected.empty() && sizes.empty()) {
-                p4.outcome = LoadOutcome::Loads;
-                p4.why = "same keys and shapes";
-            } else {
-                p4 = LoadVerdict::raises(p4.path, "RuntimeError", modelLoadMessage(missing, unexpected, sizes),
-                    std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) + " unexpected, "
-                        + std::to_string(sizes.size()) + " of another shape");
-            }
+            if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
+            if (firstMissing.empty()) firstMissing = key;
         }
-        d.verdicts.push_back(p4);
-        (void)names;
+        if (!firstMissing.empty())
+            return LoadVerdict::raises(path, "KeyError",
+                f.v.flattened ? "'state." + firstMissing + "." + firstStateName(f.v) + "'" : "'" + firstMissing + "'",
+                "the model parameter '" + firstMissing + "' has no state under that name");
+        return LoadVerdict::loads(path, withState, static_cast<int>(m_exp->fqns.size()),
+            namedStateMisfits(f.v, f.listed, f.kind) ? "RuntimeError" : "ok",
+            "every trainable model parameter has state under its name");
+    }
+
+    /// FSDP1 (use_orig_params=True): integer keys are refused; every saved name must be a model parameter, then the
+    /// positional group checks of load_state_dict apply
+    LoadVerdict fsdp1Verdict(const VerdictFacts& f) const
+    {
+        const LoadPath path = LoadPath::Fsdp1OptimStateDictToLoad;
+        const OptimizerView& v = f.v;
+        if (v.flattened) // _optim_utils._optim_state_dict_to_load_impl checks the nested format's keys first
+            return LoadVerdict::raises(path, "ValueError",
+                "`optim_state_dict` must have the keys \"state\"to be a valid optimizer state dict",
+                "FSDP1 reads the nested {state, param_groups} format only");
+        if (v.idKeyed && v.params.empty() && !v.groupParams().empty())
+            // no state to trip over: the param_groups' integer ids are looked up as names
+            // (_rekey_sharded_optim_state_dict), and a KeyError of an int prints without quotes
+            return LoadVerdict::raises(
+                path, "KeyError", v.groupParams().front(), "FSDP1 expects FQN keys; the param_groups list integer ids");
+        if (v.idKeyed)
+            return LoadVerdict::raises(
+                path, "AttributeError", "'int' object has no attribute 'unflat_param_names'", "FSDP1 expects FQN keys");
+        std::set<std::string> modelNames;
+        for (const auto& fqn : m_exp->fqns)
+            modelNames.insert(normalizeFqn(fqn).fqn);
+        for (const auto& p : v.params)
+            if (!modelNames.count(p.key))
+                return LoadVerdict::raises(path, "KeyError", "'" + p.key + "'",
+                    "the saved parameter '" + p.key + "' is not a parameter of the model");
+        if (!f.groupError.empty())
+            return LoadVerdict::raises(
+                path, "ValueError", f.groupError, "param groups differ from the target optimizer's");
+        // _rekey_sharded_optim_state_dict pairs the state with the target's parameters by name, not by position: a
+        // target that lists them in another order steps fine
+        return LoadVerdict::loads(path, static_cast<int>(v.params.size()), static_cast<int>(m_exp->fqns.size()),
+            namedStateMisfits(v, f.listed, f.kind) ? "RuntimeError" : "ok",
+            "every saved name is a model parameter; state is paired by name");
+    }
+
+    /// model.load_state_dict of the model saved beside the optimizer
+    LoadVerdict modelVerdict() const
+    {
+        LoadVerdict p;
+        p.path = LoadPath::ModelLoadStateDict;
+        const ModelParams& exp = *m_exp;
+        if (!m_table.modelInFile) {
+            p.why = "the file holds no model state dict";
+            return p;
+        }
+        if (exp.fromOptimizer) {
+            p.why = "the reference is an optimizer: the model's keys are not known";
+            return p;
+        }
+        const ModelParams& part = *m_table.modelInFile;
+        std::vector<std::string> missing, unexpected, sizes;
+        keyDifference(part, exp, missing, unexpected);
+        // a DTensor into a plain tensor of the same shape: copy_ raises, and load_state_dict collects it
+        const bool dtensorsIntoPlainModel = m_model && !m_model->fromOptimizer && m_model->tensorClassesKnown
+            && m_model->dtensors.empty() && !part.dtensors.empty();
+        // in the model's order, as _load_from_state_dict meets them (the file's when the model's is not known)
+        for (const auto& k : exp.keys.empty() ? part.keys : exp.keys) {
+            if (!part.shapes.count(k) || !exp.shapes.count(k)) continue;
+            if (part.shapes.at(k) != exp.shapes.at(k))
+                sizes.push_back("size mismatch for " + k + ": copying a param with shape "
+                    + torchSizeText(part.shapes.at(k)) + " from checkpoint, the shape in current model is "
+                    + torchSizeText(exp.shapes.at(k)) + ".");
+            else if (dtensorsIntoPlainModel && part.dtensors.count(k))
+                sizes.push_back("While copying the parameter named \"" + k + "\", whose dimensions in the model are "
+                    + torchSizeText(exp.shapes.at(k)) + " and whose dimensions in the checkpoint are "
+                    + torchSizeText(part.shapes.at(k))
+                    + ", an exception occurred : ('aten.copy_.default: " + kMixedDTensor + "',).");
+        }
+        if (missing.empty() && unexpected.empty() && sizes.empty()) {
+            p.outcome = LoadOutcome::Loads;
+            p.why = "same keys and shapes";
+            return p;
+        }
+        return LoadVerdict::raises(p.path, "RuntimeError", modelLoadMessage(missing, unexpected, sizes),
+            std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) + " unexpected, "
+                + std::to_string(sizes.size()) + " of another shape");
+    }
+
+    /// the saved groups' flags that come back with them, and float8 parameters: the first step() raises
+    void applyFlagsAtStep(const VerdictFacts& f, LoadVerdict& p) const
+    {
+        if (p.outcome != LoadOutcome::Loads) return;
+        if (capturable(f.v)) {
+            p.stepAfterLoad = "AssertionError";
+            p.why += "; capturable=True comes back with the param groups and cannot step on a CPU target";
+        }
+        if (differentiable(f.v)) {
+            p.stepAfterLoad = "RuntimeError";
+            p.why += "; differentiable=True comes back with the param groups: step() updates the leaf parameters "
+                     "in place with autograd on";
+        }
+        if (!float8Param().empty()) {
+            p.stepAfterLoad = "RuntimeError";
+            p.why += "; the model's parameters are float8, for which torch.optim has no kernels";
+        }
+    }
+
+    /// another class's state (or a group without a key the class reads): the load or the first step misses it
+    void applyClassMiss(const VerdictFacts& f, LoadVerdict& p) const
+    {
+        const auto miss = targetClassMiss(f.oi);
+        if (!miss || p.outcome != LoadOutcome::Loads) return;
+        const std::string cls = optimizerKindName(loadingClass(f.oi));
+        if (miss->atLoad) {
+            p = LoadVerdict::raises(p.path, "KeyError", "'" + miss->key + "'",
+                cls + "'s __setstate__ reads '" + miss->key + "' from every saved state, which has none");
+        } else {
+            p.stepAfterLoad = "KeyError";
+            p.why += "; " + cls + "'s step() reads '" + miss->key + "', which the saved "
+                + (miss->groupKey ? "param groups lack" : "state lacks");
+        }
+    }
+
+    /// DTensor states into plain parameters: they load; the step mixes the two (FSDP1's loader converts them)
+    void applyDTensorsAtStep(const VerdictFacts& f, LoadVerdict& p) const
+    {
+        if (dtensorStatesIntoPlain(f.oi).empty() || p.outcome != LoadOutcome::Loads || p.stepAfterLoad != "ok") return;
+        p.stepAfterLoad = "RuntimeError";
+        p.why += "; the saved state is DTensors and the model's parameters are plain: step() mixes them";
+    }
+
+    /// a target group that no saved group's hyperparameters reach (DSD gives each to the last target group holding one
+    /// of its parameters): its first step() misses them
+    void applyGroupWithoutHyperparameters(const VerdictFacts& f, LoadVerdict& p) const
+    {
+        if (const int g = targetGroupWithoutHyperparameters(f.v); g >= 0 && p.outcome == LoadOutcome::Loads) {
+            p.stepAfterLoad = "KeyError";
+            p.why += "; the target's param group " + std::to_string(g)
+                + " gets no saved group's hyperparameters (each goes to the last target group holding one of its "
+                  "parameters), so its first step() misses them";
+        }
+    }
+
+    /// set_optimizer_state_dict first steps the fresh optimizer with zero gradients (_init_optim_state) whatever the
+    /// file holds: what that step raises is the load's error
+    void applyDsdInitStep(const VerdictFacts& f, LoadVerdict& p) const
+    {
+        std::optional<PythonError> e
+            = dsdInitError(m_target && m_target->kind != OptimizerKind::Unknown ? m_target->kind : f.kind, f.v);
+        if (const std::string fp8 = float8Param(); !e && !fp8.empty()) e = float8StepError(*modelDtype(fp8));
+        if (e)
+            p = LoadVerdict::raises(p.path, e->type, e->message,
+                "set_optimizer_state_dict first calls optimizer.step() with zero gradients (_init_optim_state)");
+    }
+
+    static bool allIntegerKeys(const OptimizerView& v)
+    {
+        if (v.flattened) return false;
+        for (const auto& p : v.params)
+            if (p.key.empty() || !std::all_of(p.key.begin(), p.key.end(), ::isdigit)) return false;
+        return true;
     }
 
     /// a boolean hyperparameter (capturable, differentiable) that some param group sets to True
@@ -1882,22 +1935,23 @@ private:
     /// for leaf tensors that require grad (model.parameters()): every optimizer's step raises (torch 2.6, checked
     /// for each torch.optim class that has the flag)
     static bool differentiable(const OptimizerView& v) { return groupFlag(v, "differentiable"); }
-    static constexpr const char* kLeafInPlaceError
-        = "RuntimeError: a leaf Variable that requires grad is being used in an in-place operation.";
-
     /// what the zero-gradient step set_optimizer_state_dict runs first raises, for optimizers built like the saved one
-    /// on a CPU target ("" when it works)
-    static std::string dsdInitError(OptimizerKind kind, const OptimizerView& v)
+    /// on a CPU target (none when it works)
+    static std::optional<PythonError> dsdInitError(OptimizerKind kind, const OptimizerView& v)
     {
-        if (kind == OptimizerKind::LBFGS) return "TypeError: 'NoneType' object is not callable"; // step(closure=None)
+        if (kind == OptimizerKind::LBFGS) return PythonError {"TypeError", "'NoneType' object is not callable"};
         if (kind == OptimizerKind::SparseAdam)
-            return "RuntimeError: SparseAdam does not support dense gradients, please consider Adam instead";
+            return PythonError {
+                "RuntimeError", "SparseAdam does not support dense gradients, please consider Adam instead"};
         if (capturable(v))
-            return "AssertionError: If capturable=True, params and state_steps must be on supported devices: "
-                   "['cuda', 'xpu', 'hpu', 'privateuseone', 'xla'].";
+            return PythonError {"AssertionError",
+                "If capturable=True, params and state_steps must be on supported devices: "
+                "['cuda', 'xpu', 'hpu', 'privateuseone', 'xla']."};
         // Adagrad makes its state in __init__: DSD then skips its first step, and the error comes at the user's
-        if (differentiable(v) && kind != OptimizerKind::Adagrad) return kLeafInPlaceError;
-        return {};
+        if (differentiable(v) && kind != OptimizerKind::Adagrad)
+            return PythonError {
+                "RuntimeError", "a leaf Variable that requires grad is being used in an in-place operation."};
+        return std::nullopt;
     }
 
     static std::string firstStateName(const OptimizerView& v)
