@@ -1096,61 +1096,127 @@ private:
         return {m_exp->fqns.size()};
     }
 
+    /// What the rules of compare() read about one optimizer against the model, worked out once.
+    struct OptimizerReading
+    {
+        int oi = 0;
+        const OptimizerView* view = nullptr;
+        OptimizerKind kind = OptimizerKind::Unknown;
+        std::string root; ///< its key path
+        std::string where; ///< its name in messages
+        std::vector<const ParamRow*> listed; ///< its parameters by position
+        bool fsdp1 = false; ///< FSDP1 flat parameters, named by their layout
+        bool rankSlices = false; ///< one rank's raw FSDP1 slices
+        bool named = false; ///< every listed parameter has a name
+        /// ids named by the Hugging Face Trainer's groups: the run resuming it builds the same two groups from the
+        /// same model (Trainer.create_optimizer), so that is the target, and each position has its named parameter
+        bool trainer = false;
+        /// no target optimizer given, and the saved groups hold as many parameters as the model: the loading code is
+        /// taken to build the same groups (a resume runs the same training script: decay / no-decay, per-layer lr)
+        bool sameGroupsAssumed = false;
+        std::vector<size_t> savedSizes, targetSizes; ///< parameters per group
+        size_t savedTotal = 0, targetTotal = 0;
+        std::string targetText; ///< the optimizer it loads into, in words
+    };
+
+    /// The findings of one optimizer against the model, and (@p withVerdicts) what each load path does with it. The
+    /// rules run in this order, each reading what the ones before found: flat FSDP1 state, names (prefixes, renames,
+    /// then coverage: missing, extra, frozen), param groups, state shapes, positions, dtypes, class, DTensors, the
+    /// model part; then the verdicts, whose errors the name findings quote.
     void compare(int oi, Diagnosis& d, bool withVerdicts)
     {
-        const OptimizerView& v = m_table.optimizers[static_cast<size_t>(oi)];
-        const OptimizerKind kind = m_table.kinds[static_cast<size_t>(oi)];
-        const std::string root = v.rootKey();
-        const std::string where = optimizerText(root);
+        const OptimizerReading r = readOptimizer(oi, d);
+        const OptimizerView& v = *r.view;
+        flatStateFindings(r, d);
+        // names: wrapper/plain prefixes, then renamed layers (same shape, same position), then what is left
+        Names names;
+        for (const ParamRow* row : r.listed)
+            names.opt.push_back(row->fqn);
+        const size_t firstFinding = d.findings.size();
+        if (r.named && !r.fsdp1) {
+            nameFindings(oi, r.where, r.listed, names, d);
+            coverageFindings(r, names, d);
+        }
+        const std::string groupError = groupFindings(r, d);
+        const std::vector<std::string> wrongByPosition = shapeFindings(r, names, groupError, d);
+        if (groupError.empty() && !r.fsdp1 && !r.rankSlices && !v.flattened)
+            positionFindings(
+                r.listed, names, r.trainer || r.sameGroupsAssumed, r.where, r.root, wrongByPosition.empty(), d);
+        dtypeFindings(r.listed, names, r.named && !v.idKeyed, r.where, r.root, d);
+        classFindings(oi, r.kind, r.where, r.root, d);
+        dtensorFindings(oi, r.where, r.root, d);
+        // the model state dict saved beside the optimizer
+        modelPartFindings(names.rename, d);
+
+        Diagnosis v2;
+        verdicts({oi, r.kind, v, r.listed, groupError, wrongByPosition}, v2);
+        quoteLoadErrors(v2.verdicts, firstFinding, d);
+        if (withVerdicts) d.verdicts = std::move(v2.verdicts);
+    }
+
+    OptimizerReading readOptimizer(int oi, Diagnosis& d) const
+    {
+        OptimizerReading r;
+        r.oi = oi;
+        r.view = &m_table.optimizers[static_cast<size_t>(oi)];
+        r.kind = m_table.kinds[static_cast<size_t>(oi)];
+        r.root = r.view->rootKey();
+        r.where = optimizerText(r.root);
         const ModelParams& exp = *m_exp;
-        const auto rows = m_table.rowsOf(oi);
-        std::vector<const ParamRow*> listed; // by position
-        for (const ParamRow* r : rows)
-            if (r->position >= 0 && r->source != NameSource::Fsdp1Layout) listed.push_back(r);
-        const bool fsdp1 = m_table.sources[static_cast<size_t>(oi)] == NameSource::Fsdp1Layout;
-        const bool rankSlices = m_table.rankSlices[static_cast<size_t>(oi)];
-        std::vector<size_t> savedSizes;
-        for (const auto& g : v.groups)
-            savedSizes.push_back(g.params.size());
-        // ids named by the Hugging Face Trainer's groups: the run resuming it builds the same two groups from the
-        // same model (Trainer.create_optimizer), so that is the target, and each position has its named parameter
-        const bool trainer
+        for (const ParamRow* row : m_table.rowsOf(oi))
+            if (row->position >= 0 && row->source != NameSource::Fsdp1Layout) r.listed.push_back(row);
+        r.fsdp1 = m_table.sources[static_cast<size_t>(oi)] == NameSource::Fsdp1Layout;
+        r.rankSlices = m_table.rankSlices[static_cast<size_t>(oi)];
+        r.named = !r.listed.empty()
+            && std::all_of(r.listed.begin(), r.listed.end(), [](const ParamRow* row) { return !row->fqn.empty(); });
+        for (const auto& g : r.view->groups)
+            r.savedSizes.push_back(g.params.size());
+        r.trainer
             = !m_target && !exp.fromOptimizer && m_table.sources[static_cast<size_t>(oi)] == NameSource::TrainerGroups;
-        std::vector<size_t> targetSizes = trainer ? savedSizes : targetGroupSizes();
-        size_t savedTotal = 0, targetTotal = 0;
-        for (auto s : savedSizes)
-            savedTotal += s;
-        for (auto s : targetSizes)
-            targetTotal += s;
-        // no target optimizer given, and the saved groups hold as many parameters as the model: the loading code is
-        // taken to build the same groups (a resume runs the same training script: decay / no-decay, per-layer lr)
-        const bool sameGroupsAssumed = !m_target && !exp.fromOptimizer && !trainer && !v.groupsGuessed
-            && savedSizes.size() > 1 && savedTotal == targetTotal;
-        if (sameGroupsAssumed) {
-            targetSizes = savedSizes;
+        r.targetSizes = r.trainer ? r.savedSizes : targetGroupSizes();
+        for (auto s : r.savedSizes)
+            r.savedTotal += s;
+        for (auto s : r.targetSizes)
+            r.targetTotal += s;
+        r.sameGroupsAssumed = !m_target && !exp.fromOptimizer && !r.trainer && !r.view->groupsGuessed
+            && r.savedSizes.size() > 1 && r.savedTotal == r.targetTotal;
+        if (r.sameGroupsAssumed) {
+            r.targetSizes = r.savedSizes;
             std::string sizes;
-            for (size_t g = 0; g < savedSizes.size(); ++g)
-                sizes += (g ? ", " : "") + std::to_string(savedSizes[g]);
+            for (size_t g = 0; g < r.savedSizes.size(); ++g)
+                sizes += (g ? ", " : "") + std::to_string(r.savedSizes[g]);
             d.notes.push_back("no target optimizer given: the loading code is taken to build the same "
-                + std::to_string(savedSizes.size()) + " param groups as " + where + " ([" + sizes
+                + std::to_string(r.savedSizes.size()) + " param groups as " + r.where + " ([" + sizes
                 + "] parameters), as a resume with the same training script does; one group over "
                   "model.parameters() would raise ValueError: "
                 + kGroupCountError + " (give the target optimizer to check it)");
         }
-        const std::string targetText = m_target ? m_target->source
-            : m_frozenReading   ? "an optimizer over the model's trainable parameters (the ones it holds)"
-            : exp.fromOptimizer ? exp.source
-            : trainer           ? "the Hugging Face Trainer's optimizer (decay and no-decay groups over the model)"
-            : sameGroupsAssumed ? "the same groups over the model"
-                                : "an optimizer over model.parameters() in one group";
+        r.targetText = m_target   ? m_target->source
+            : m_frozenReading     ? "an optimizer over the model's trainable parameters (the ones it holds)"
+            : exp.fromOptimizer   ? exp.source
+            : r.trainer           ? "the Hugging Face Trainer's optimizer (decay and no-decay groups over the model)"
+            : r.sameGroupsAssumed ? "the same groups over the model"
+                                  : "an optimizer over model.parameters() in one group";
+        return r;
+    }
 
-        // raw FSDP1 flat-parameter state
+    /// raw FSDP1 flat-parameter state: one rank's slices, or flat parameters
+    void flatStateFindings(const OptimizerReading& reading, Diagnosis& d) const
+    {
+        const OptimizerView& v = *reading.view;
+        const OptimizerKind kind = reading.kind;
+        const std::string& root = reading.root;
+        const std::string& where = reading.where;
+        const ModelParams& exp = *m_exp;
+        const std::vector<const ParamRow*>& listed = reading.listed;
+        const bool fsdp1 = reading.fsdp1;
+        const bool rankSlices = reading.rankSlices;
+        const size_t savedTotal = reading.savedTotal;
+        const bool named = reading.named;
         bool allFlat = v.idKeyed && !v.params.empty() && !keepsAllStateOnFirstParam(kind);
         for (const auto& p : v.params)
             for (const auto& [name, e] : p.states)
                 if (e->isTensor() && !e->tensor->shape.empty()) allFlat = allFlat && e->tensor->shape.size() == 1;
-        const bool named = !listed.empty()
-            && std::all_of(listed.begin(), listed.end(), [](const ParamRow* r) { return !r->fqn.empty(); });
         if (rankSlices) {
             size_t held = 0;
             for (const ParamRow* r : listed)
@@ -1177,91 +1243,109 @@ private:
             f.fixNeutral = "unflatten it with all ranks' files and the model (optscope-cli unflatten)";
             d.findings.push_back(std::move(f));
         }
+    }
 
-        // names: wrapper/plain prefixes, then renamed layers (same shape, same position), then what is left
-        Names names;
-        for (const ParamRow* r : listed)
-            names.opt.push_back(r->fqn);
+    /// after the name rules: the model's parameters without saved state (missing, or frozen when saved or where it
+    /// loads) and the saved ones the model lacks
+    void coverageFindings(const OptimizerReading& reading, const Names& names, Diagnosis& d) const
+    {
+        const OptimizerView& v = *reading.view;
+        const std::string& root = reading.root;
+        const std::string& where = reading.where;
+        const ModelParams& exp = *m_exp;
+        const std::vector<const ParamRow*>& listed = reading.listed;
+        const bool trainer = reading.trainer;
         std::set<std::string> expected; // the names DSD looks up
         for (const auto& n : exp.fqns)
             expected.insert(canon(n));
         std::vector<std::string> missing, extra;
-        const size_t firstFinding = d.findings.size();
-        if (named && !fsdp1) {
-            nameFindings(oi, where, listed, names, d);
-            std::set<std::string> covered;
-            for (const auto& n : names.opt) {
-                const auto it = names.rename.find(n);
-                const std::string to = it == names.rename.end() ? n : it->second;
-                if (expected.count(to))
-                    covered.insert(to);
-                else
-                    extra.push_back(n);
-            }
-            // in the target without state after its step: frozen in the loading run as when it was saved
-            std::vector<std::string> frozenHere;
-            for (const auto& n : exp.fqns)
-                if (!covered.count(canon(n))) (m_frozenInTarget.count(canon(n)) ? frozenHere : missing).push_back(n);
-            // a frozen-params warning: "<count> parameter(s) <what>: <the names>"
-            const auto frozenFinding
-                = [&](const std::vector<std::string>& names, const std::string& what, const char* fix) {
-                      Finding f(FindingCode::FrozenParams,
-                          std::to_string(names.size()) + " parameter(s) " + what + ": " + quoteList(names), root);
-                      f.fix = fix;
-                      f.keys = head(names);
-                      d.findings.push_back(std::move(f));
-                  };
-            if (!frozenHere.empty())
-                frozenFinding(frozenHere,
-                    "of " + exp.source + " are not in " + where + ", and " + m_target->source
-                        + " holds them without state after its step: frozen (requires_grad=False) when it was saved "
-                          "and when it loads",
-                    "nothing to do while they stay frozen (set_optimizer_state_dict looks up state only for "
-                    "parameters that require grad); one made trainable starts with empty state");
-            // saved with state, frozen in the target: set_optimizer_state_dict drops that state without a word
-            std::vector<std::string> dropped;
-            if (!v.idKeyed)
-                for (const ParamRow* r : listed)
-                    if (r->param && m_frozenInTarget.count(canon(r->fqn))) dropped.push_back(r->fqn);
-            if (!dropped.empty())
-                frozenFinding(dropped,
-                    "have saved state in " + where + ", but " + m_target->source
-                        + " holds them without state after its step: frozen (requires_grad=False) where it loads. "
-                          "set_optimizer_state_dict looks up state only for parameters that require grad and drops "
-                          "theirs",
-                    "make them trainable before loading if their state should carry over; "
-                    "optimizer.load_state_dict of the same file keeps it");
-            if (!missing.empty() && trainer) {
-                // the Trainer puts requires_grad=False parameters in no group: they were frozen when it saved
-                frozenFinding(missing,
-                    "of " + exp.source + " are in neither of the Trainer's param groups of " + where
-                        + ": frozen (requires_grad=False) when it was saved",
-                    "nothing to do if they are still frozen; a parameter trainable now starts with empty state "
-                    "(and the Trainer's groups then differ in size: optimizer.load_state_dict raises)");
-            } else if (!missing.empty()) {
-                Finding f(FindingCode::MissingState,
-                    std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where + ": "
-                        + quoteList(missing),
-                    root);
-                f.fix = "the optimizer was saved for a different model, or before these layers were added; if they "
-                        "are new, build the optimizer state for them from zero: load with optimizer.load_state_dict "
-                        "after rebuilding the param groups, or drop them from the model before loading";
-                f.keys = head(missing);
-                d.findings.push_back(std::move(f));
-            }
-            if (!extra.empty()) {
-                Finding f(FindingCode::ExtraParams,
-                    std::to_string(extra.size()) + " parameter(s) of " + where + " are not in " + exp.source + ": "
-                        + quoteList(extra)
-                        + "; set_optimizer_state_dict ignores them silently, optimizer.load_state_dict pairs by "
-                          "position and counts them",
-                    root);
-                f.fix = "check that the model is the one this optimizer was trained with";
-                f.keys = head(extra);
-                d.findings.push_back(std::move(f));
-            }
+        std::set<std::string> covered;
+        for (const auto& n : names.opt) {
+            const auto it = names.rename.find(n);
+            const std::string to = it == names.rename.end() ? n : it->second;
+            if (expected.count(to))
+                covered.insert(to);
+            else
+                extra.push_back(n);
         }
+        // in the target without state after its step: frozen in the loading run as when it was saved
+        std::vector<std::string> frozenHere;
+        for (const auto& n : exp.fqns)
+            if (!covered.count(canon(n))) (m_frozenInTarget.count(canon(n)) ? frozenHere : missing).push_back(n);
+        // a frozen-params warning: "<count> parameter(s) <what>: <the names>"
+        const auto frozenFinding
+            = [&](const std::vector<std::string>& names, const std::string& what, const char* fix) {
+                  Finding f(FindingCode::FrozenParams,
+                      std::to_string(names.size()) + " parameter(s) " + what + ": " + quoteList(names), root);
+                  f.fix = fix;
+                  f.keys = head(names);
+                  d.findings.push_back(std::move(f));
+              };
+        if (!frozenHere.empty())
+            frozenFinding(frozenHere,
+                "of " + exp.source + " are not in " + where + ", and " + m_target->source
+                    + " holds them without state after its step: frozen (requires_grad=False) when it was saved "
+                      "and when it loads",
+                "nothing to do while they stay frozen (set_optimizer_state_dict looks up state only for "
+                "parameters that require grad); one made trainable starts with empty state");
+        // saved with state, frozen in the target: set_optimizer_state_dict drops that state without a word
+        std::vector<std::string> dropped;
+        if (!v.idKeyed)
+            for (const ParamRow* r : listed)
+                if (r->param && m_frozenInTarget.count(canon(r->fqn))) dropped.push_back(r->fqn);
+        if (!dropped.empty())
+            frozenFinding(dropped,
+                "have saved state in " + where + ", but " + m_target->source
+                    + " holds them without state after its step: frozen (requires_grad=False) where it loads. "
+                      "set_optimizer_state_dict looks up state only for parameters that require grad and drops "
+                      "theirs",
+                "make them trainable before loading if their state should carry over; "
+                "optimizer.load_state_dict of the same file keeps it");
+        if (!missing.empty() && trainer) {
+            // the Trainer puts requires_grad=False parameters in no group: they were frozen when it saved
+            frozenFinding(missing,
+                "of " + exp.source + " are in neither of the Trainer's param groups of " + where
+                    + ": frozen (requires_grad=False) when it was saved",
+                "nothing to do if they are still frozen; a parameter trainable now starts with empty state "
+                "(and the Trainer's groups then differ in size: optimizer.load_state_dict raises)");
+        } else if (!missing.empty()) {
+            Finding f(FindingCode::MissingState,
+                std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where + ": "
+                    + quoteList(missing),
+                root);
+            f.fix = "the optimizer was saved for a different model, or before these layers were added; if they "
+                    "are new, build the optimizer state for them from zero: load with optimizer.load_state_dict "
+                    "after rebuilding the param groups, or drop them from the model before loading";
+            f.keys = head(missing);
+            d.findings.push_back(std::move(f));
+        }
+        if (!extra.empty()) {
+            Finding f(FindingCode::ExtraParams,
+                std::to_string(extra.size()) + " parameter(s) of " + where + " are not in " + exp.source + ": "
+                    + quoteList(extra)
+                    + "; set_optimizer_state_dict ignores them silently, optimizer.load_state_dict pairs by "
+                      "position and counts them",
+                root);
+            f.fix = "check that the model is the one this optimizer was trained with";
+            f.keys = head(extra);
+            d.findings.push_back(std::move(f));
+        }
+    }
 
+    /// the positional loader's group count and sizes; returns the ValueError load_state_dict raises ("" if they fit)
+    std::string groupFindings(const OptimizerReading& reading, Diagnosis& d) const
+    {
+        const OptimizerView& v = *reading.view;
+        const std::string& root = reading.root;
+        const std::string& where = reading.where;
+        const ModelParams& exp = *m_exp;
+        const std::vector<const ParamRow*>& listed = reading.listed;
+        const bool fsdp1 = reading.fsdp1;
+        const std::vector<size_t>& savedSizes = reading.savedSizes;
+        const std::vector<size_t>& targetSizes = reading.targetSizes;
+        const size_t savedTotal = reading.savedTotal;
+        const size_t targetTotal = reading.targetTotal;
+        const std::string& targetText = reading.targetText;
         // the positional loader: group count and sizes, then state shapes by position
         std::string groupError;
         if (savedSizes.size() != targetSizes.size())
@@ -1318,6 +1402,25 @@ private:
                     + " parameters; the target has " + std::to_string(targetTotal) + subsetNote + " to check)";
             d.findings.push_back(std::move(f));
         }
+        return groupError;
+    }
+
+    /// state tensors whose shape is not their parameter's, by name (set_optimizer_state_dict) and by position
+    /// (optimizer.load_state_dict); returns those by position
+    std::vector<std::string> shapeFindings(
+        const OptimizerReading& reading, const Names& names, const std::string& groupError, Diagnosis& d) const
+    {
+        const OptimizerView& v = *reading.view;
+        const OptimizerKind kind = reading.kind;
+        const std::string& root = reading.root;
+        const std::string& where = reading.where;
+        const ModelParams& exp = *m_exp;
+        const std::vector<const ParamRow*>& listed = reading.listed;
+        const bool fsdp1 = reading.fsdp1;
+        const bool rankSlices = reading.rankSlices;
+        const bool trainer = reading.trainer;
+        const bool sameGroupsAssumed = reading.sameGroupsAssumed;
+        const bool named = reading.named;
         std::vector<std::string> wrongByPosition;
         if (!fsdp1)
             for (size_t i = 0; i < listed.size() && i < exp.fqns.size(); ++i) {
@@ -1372,37 +1475,29 @@ private:
             d.findings.push_back(std::move(f));
         }
 
-        if (groupError.empty() && !fsdp1 && !rankSlices && !v.flattened)
-            positionFindings(listed, names, trainer || sameGroupsAssumed, where, root, wrongByPosition.empty(), d);
+        return wrongByPosition;
+    }
 
-        dtypeFindings(listed, names, named && !v.idKeyed, where, root, d);
-        classFindings(oi, kind, where, root, d);
-        dtensorFindings(oi, where, root, d);
-
-        // the model state dict saved beside the optimizer
-        modelPartFindings(names.rename, d);
-
-        Diagnosis v2;
-        verdicts({oi, kind, v, listed, groupError, wrongByPosition}, v2);
-        // what the name findings cost on load: set_optimizer_state_dict's error (strict changes nothing), else the
-        // positional loader's
-        const LoadVerdict* byName = &v2.verdicts[1];
+    /// what the name findings cost on load: set_optimizer_state_dict's error (strict changes nothing), else the
+    /// positional loader's
+    static void quoteLoadErrors(const std::vector<LoadVerdict>& verdicts, size_t firstFinding, Diagnosis& d)
+    {
+        const LoadVerdict& byName = verdicts[1];
+        const LoadVerdict& byPosition = verdicts[0];
         for (size_t i = firstFinding; i < d.findings.size(); ++i) {
             Finding& f = d.findings[i];
             if (f.code != FindingCode::PrefixMismatch && f.code != FindingCode::RenamedParams
                 && f.code != FindingCode::MissingState && f.code != FindingCode::ParamNamesPrefix)
                 continue;
-            if (byName->outcome == LoadOutcome::Raises)
-                f.pytorchError = byName->exception + ": " + byName->message
+            if (byName.outcome == LoadOutcome::Raises)
+                f.pytorchError = byName.exception + ": " + byName.message
                     + " (set_optimizer_state_dict, also with StateDictOptions(strict=False): strict applies to the "
                       "model only)";
-            else if (v2.verdicts[0].outcome == LoadOutcome::Raises)
-                f.pytorchError
-                    = v2.verdicts[0].exception + ": " + v2.verdicts[0].message + " (optimizer.load_state_dict)";
+            else if (byPosition.outcome == LoadOutcome::Raises)
+                f.pytorchError = byPosition.exception + ": " + byPosition.message + " (optimizer.load_state_dict)";
             else
                 f.pytorchError.clear();
         }
-        if (withVerdicts) d.verdicts = std::move(v2.verdicts);
     }
 
     void nameFindings(
