@@ -212,7 +212,7 @@ private:
             return;
         }
         // a lazy conj/neg bit in a torch.save file's pickle, known at open (a DCP item's: below, as it is read)
-        if (t.lazyBit) add(FindingCode::LazyBit, e.key, lazyBitText());
+        if (t.lazyBits) add(FindingCode::LazyBit, e.key, lazyBitText(t.lazyBits, t.dtype));
         const ShardLayout L = ShardLayout::of(t);
         for (size_t i : L.outOfBounds) {
             auto& f = add(FindingCode::ChunkOutOfBounds, e.key,
@@ -326,6 +326,7 @@ private:
         // a DCP item's lazy conj/neg bit, in its own pickle; the stored bytes of a tensor with a bit are checked as
         // any (CRCs, shapes), its values are not counted (a neg bit swaps +inf and -inf)
         std::set<int> lazyBitRanks;
+        uint8_t itemBits = 0;
         for (size_t i = 0; i < t.chunks.size(); ++i) {
             // already reported (missing-storage-info / missing-file): decided per file id, with no value per chunk
             // (2.2M chunks whose files are missing took 20% of check in set lookups and chunk copies)
@@ -339,7 +340,10 @@ private:
                 // sampling reads a chunk's header only (dtype, shape): a remote chunk's bytes are left where they are
                 const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c, !m_opt.readChunks, true);
                 if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, d);
-                if (d.lazyBit && !t.lazyBit) lazyBitRanks.insert(c.rank);
+                if (d.lazyBits && !t.lazyBits) {
+                    lazyBitRanks.insert(c.rank);
+                    itemBits |= d.lazyBits;
+                }
                 if (d.dtype != t.dtype) {
                     auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
                         "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
@@ -353,7 +357,7 @@ private:
                             + ", the metadata says " + shapeText(c.sizes));
                     f.ranks = {c.rank};
                     f.offsets = {c.offsets};
-                } else if (countValues && d.dtype == t.dtype && !d.lazyBit && !t.lazyBit
+                } else if (countValues && d.dtype == t.dtype && !d.lazyBits && !t.lazyBits
                     && counted.emplace(c.offsets, c.sizes).second) {
                     const NonFiniteCounts n = countNonFinite(d);
                     m_cp.files->checkFaults(); // a fault zeroed what was counted: that chunk is unreadable
@@ -387,7 +391,7 @@ private:
         }
         if (nonFinite.any()) addNonFinite(e, nonFinite, nonFiniteRanks);
         if (!lazyBitRanks.empty()) { // one finding per tensor, with the ranks whose items carry the bit
-            auto& f = add(FindingCode::LazyBit, e.key, lazyBitText());
+            auto& f = add(FindingCode::LazyBit, e.key, lazyBitText(itemBits, t.dtype));
             f.ranks.assign(lazyBitRanks.begin(), lazyBitRanks.end());
         }
     }

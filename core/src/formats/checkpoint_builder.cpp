@@ -91,8 +91,10 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     e.isParameter = t.isParameter;
     e.subclass = std::string(t.subclass);
     if (t.wrapper) e.placements = std::string(t.wrapper->placements);
-    e.lazyBit = t.conj || t.neg;
-    if (e.lazyBit) warn(ReaderCode::LazyBit, lazyBitText(), key);
+    e.lazyBits = static_cast<uint8_t>((t.conj ? kLazyConj : 0) | (t.neg ? kLazyNeg : 0));
+    // bits every read applies need no word at open (check names them); those no read can apply do
+    if (e.lazyBits && !lazyBitsUnreadable(e.lazyBits, e.dtype).empty())
+        warn(ReaderCode::LazyBit, lazyBitText(e.lazyBits, e.dtype), key);
     if (t.storage) {
         e.chunks.push_back(chunkFromTensor(t, archive, fileRel, where));
     } else if (t.wrapper && !t.wrapper->shards.empty()) {

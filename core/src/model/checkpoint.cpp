@@ -56,11 +56,44 @@ bool isDTensorSubclass(std::string_view subclass)
     return subclass.size() > suffix.size() && subclass.substr(subclass.size() - suffix.size()) == suffix;
 }
 
-std::string lazyBitText()
+std::string lazyBitsUnreadable(uint8_t lazyBits, DType dtype)
 {
-    return "saved from a lazy conj() or neg view (its conj/neg bit is set): torch.load applies the bit to the stored "
-           "bytes, OptScope does not apply it yet, so its values are not read (save it resolved: "
-           "tensor.resolve_conj() / tensor.resolve_neg())";
+    const bool complex = dtype == DType::Complex32 || dtype == DType::Complex64 || dtype == DType::Complex128;
+    if ((lazyBits & kLazyConj) && !complex)
+        return "a conj bit on a " + std::string(dtypeName(dtype)) + " tensor (conj() sets it on complex tensors only)";
+    if (!(lazyBits & kLazyNeg) || complex) return {};
+    switch (dtype) {
+    case DType::Float64:
+    case DType::Float32:
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Int8:
+    case DType::Int16:
+    case DType::Int32:
+    case DType::Int64:
+    case DType::UInt8:
+    case DType::UInt16:
+    case DType::UInt32:
+    case DType::UInt64:
+        return {};
+    default:
+        // what torch 2.6 says when the loaded tensor's bit is resolved (values printed, compared, copied)
+        return "PyTorch cannot resolve a neg bit on " + std::string(dtypeName(dtype)) + " either (\"neg_cpu\" not "
+            + "implemented), so the tensor torch.load gives cannot be read";
+    }
+}
+
+std::string lazyBitText(uint8_t lazyBits, DType dtype)
+{
+    const std::string view = lazyBits == (kLazyConj | kLazyNeg) ? "conj() and neg view (its conj and neg bits are"
+        : lazyBits & kLazyConj                                  ? "conj() view (its conj bit is"
+                                                                : "neg view (its neg bit is";
+    const std::string saved = "saved from a lazy " + view + " set): torch.load applies the bit to the stored bytes";
+    if (const std::string why = lazyBitsUnreadable(lazyBits, dtype); !why.empty())
+        return saved + "; its values are not read: " + why;
+    return saved
+        + ", and so does every read here (statistics, hashes, diff); what gather, fix and reshard write holds "
+          "the values resolved, without the bit";
 }
 
 std::string joinKeyPath(const KeyPath& path)

@@ -152,9 +152,10 @@ const std::vector<FindingInfo>& findingRegistry()
         {C::TensorWithoutData, "tensor-without-data", S::Warning,
             "a tensor saved without its data (a meta-device tensor): torch.load gives a meta tensor with no values, "
             "and nothing can read, compare or reshard it"},
-        {C::LazyBit, "lazy-bit", S::Warning,
-            "a tensor saved from a lazy conj() or neg view (its bit set): torch.load applies the bit to the stored "
-            "bytes; OptScope does not apply it yet, so gather, diff, reshard and verify refuse its values"},
+        {C::LazyBit, "lazy-bit", S::Info,
+            "a tensor saved from a lazy conj() or neg view (its bit set): its bytes are stored unresolved and "
+            "torch.load "
+            "applies the bit, as every read here does; what gather, fix and reshard write holds the values resolved"},
         {C::NonFinite, "non-finite", S::Warning,
             "a weight or optimizer state holds NaN or +-inf values (counted as torch.isnan / isposinf / isneginf "
             "count them): torch.load and load_state_dict take them as they are, and the next steps spread them"},

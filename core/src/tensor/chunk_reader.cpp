@@ -5,7 +5,88 @@
 #include "optscope/io/storage.h"
 #include "optscope/pickle/torch_save_archive.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace optscope {
+
+namespace {
+
+/// flips the sign bit of the float of @p width bytes at @p p (little- or big-endian): IEEE negation, NaN included
+void flipSign(uint8_t* p, size_t width, bool bigEndian)
+{
+    p[bigEndian ? 0 : width - 1] ^= 0x80;
+}
+
+/// 0.0 - x of the float64 at @p p (a zero becomes +0, unlike a sign flip)
+void subtractFromZero(uint8_t* p, bool bigEndian)
+{
+    uint8_t b[8];
+    for (size_t i = 0; i < 8; ++i)
+        b[i] = p[bigEndian ? 7 - i : i];
+    double v;
+    std::memcpy(&v, b, 8);
+    v = 0.0 - v;
+    std::memcpy(b, &v, 8);
+    for (size_t i = 0; i < 8; ++i)
+        p[bigEndian ? 7 - i : i] = b[i];
+}
+
+/// two's complement negation (wrapping, as torch.neg of int8 -128 and of uint8 200 gives -128 and 56)
+void negateInteger(uint8_t* p, size_t width, bool bigEndian)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < width; ++i)
+        v |= uint64_t(p[bigEndian ? width - 1 - i : i]) << (8 * i);
+    v = ~v + 1;
+    for (size_t i = 0; i < width; ++i)
+        p[bigEndian ? width - 1 - i : i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+/// the values torch.load gives a tensor saved with lazy @p bits (lazyBitsUnreadable(bits, d.dtype) is ""): its
+/// storage copied, the bits applied to every element of it (so the view's offset and strides stay as they are)
+void applyLazyBits(ChunkData& d, uint8_t bits)
+{
+    const size_t width = d.elementSize();
+    const uint64_t n = d.storageBytes;
+    std::shared_ptr<uint8_t[]> copy(new uint8_t[std::max<uint64_t>(n, 1)]);
+    if (d.deferred) {
+        d.file->copyOut(d.storageAt, n, copy.get()); // located only: fetched now, as every element is rewritten
+        d.deferred = false;
+    } else if (n) {
+        std::memcpy(copy.get(), d.storage, n);
+    }
+    const bool complex = d.dtype == DType::Complex32 || d.dtype == DType::Complex64 || d.dtype == DType::Complex128;
+    const bool isFloat = d.dtype == DType::Float64 || d.dtype == DType::Float32 || d.dtype == DType::Float16
+        || d.dtype == DType::BFloat16;
+    uint8_t* p = copy.get();
+    for (uint64_t i = 0; i + width <= n; i += width, p += width) {
+        if (complex) {
+            // neg first, then conj (the imaginary part's sign), as torch 2.6 resolves both; its complex128 neg
+            // subtracts from zero (a zero stays +0), the others flip signs
+            const size_t half = width / 2;
+            if (bits & kLazyNeg) {
+                if (d.dtype == DType::Complex128) {
+                    subtractFromZero(p, d.bigEndian);
+                    subtractFromZero(p + half, d.bigEndian);
+                } else {
+                    flipSign(p, half, d.bigEndian);
+                    flipSign(p + half, half, d.bigEndian);
+                }
+            }
+            if (bits & kLazyConj) flipSign(p + half, half, d.bigEndian);
+        } else if (isFloat) {
+            flipSign(p, width, d.bigEndian);
+        } else {
+            negateInteger(p, width, d.bigEndian);
+        }
+    }
+    d.owned = copy;
+    d.storage = copy.get();
+    d.lazyBits = 0;
+}
+
+} // namespace
 
 int64_t ChunkData::numel() const
 {
@@ -40,8 +121,11 @@ ChunkData ChunkReader::resolve(
         throw Error(ErrorKind::Format, where,
             "DCP item of '" + entry.key + "' stores shape " + shapeText(d.sizes) + " but the metadata chunk has "
                 + shapeText(chunk.sizes));
-    if (d.lazyBit || entry.tensor->lazyBit)
-        throw Error(ErrorKind::Unsupported, where, "'" + entry.key + "': " + lazyBitText());
+    if (const uint8_t bits = d.lazyBits | entry.tensor->lazyBits) {
+        if (!lazyBitsUnreadable(bits, d.dtype).empty())
+            throw Error(ErrorKind::Unsupported, where, "'" + entry.key + "': " + lazyBitText(bits, d.dtype));
+        applyLazyBits(d, bits);
+    }
     return d;
 }
 
@@ -139,7 +223,7 @@ ChunkData ChunkReader::resolveAsStored(
     d.strides = t.strides;
     d.storageOffset = t.storageOffset;
     d.bigEndian = ar.bigEndian;
-    d.lazyBit = t.conj || t.neg;
+    d.lazyBits = static_cast<uint8_t>((t.conj ? kLazyConj : 0) | (t.neg ? kLazyNeg : 0));
     if (!keepItem) finishItem(d, chunk);
     return d;
 }

@@ -29,8 +29,9 @@ struct ChunkData
     std::vector<int64_t> strides; ///< elements
     int64_t storageOffset = 0; ///< elements
     bool bigEndian = false;
-    /// the stored tensor carries a lazy conj or neg bit (a DCP item saved from a conj() or _neg_view view)
-    bool lazyBit = false;
+    /// the stored tensor's lazy conj or neg bits (kLazyConj | kLazyNeg: a DCP item saved from a conj() or _neg_view
+    /// view), as stored: resolve() applies them to a copy and clears them, resolveAsStored() leaves them
+    uint8_t lazyBits = 0;
 
     size_t elementSize() const { return dtypeSize(dtype); }
     int64_t numel() const;
@@ -45,8 +46,9 @@ class ChunkReader
 public:
     /// Locates @p chunk of @p entry. For DCP chunks this parses the embedded torch.save archive and checks that
     /// the stored tensor matches the metadata (dtype, sizes). Throws Error naming the file on any problem
-    /// (missing file, range past the end, damaged archive, mismatch, a lazy conj/neg bit: its values would be read
-    /// wrong, see TensorEntry::lazyBit).
+    /// (missing file, range past the end, damaged archive, mismatch). A tensor saved with lazy conj/neg bits
+    /// (TensorEntry::lazyBits, or the DCP item's own) comes back in a copy of its storage with the bits applied, the
+    /// values torch.load gives; bits that cannot be applied (lazyBitsUnreadable) throw.
     /// @p deferRemoteBytes: a remote chunk's storage is located but not fetched (ChunkData::deferred), for a caller
     /// that reads only some of its rows (a reshard's box of a larger source chunk)
     static ChunkData resolve(

@@ -86,8 +86,16 @@ std::string joinKeyPath(const KeyPath& path);
 /// "torch.distributed._tensor.api.DTensor")
 bool isDTensorSubclass(std::string_view subclass);
 
-/// why the values of a tensor saved with a lazy conj/neg bit are not read (TensorEntry::lazyBit), wherever it is said
-std::string lazyBitText();
+/// A tensor's lazy bits (torch.save's tensor metadata "conj" and "neg", set by conj() of a complex tensor and by
+/// _neg_view): the stored bytes are the unresolved ones, and torch.load gives a tensor that applies the bits wherever
+/// its values are used. ChunkReader::resolve applies them too, so every read sees the values torch.load gives.
+constexpr uint8_t kLazyConj = 1;
+constexpr uint8_t kLazyNeg = 2;
+/// "" when a read can apply @p lazyBits to elements of @p dtype, else why not (a conj bit on a real dtype; a neg bit
+/// on a type without negation in PyTorch: float8, bool, quantized, packed)
+std::string lazyBitsUnreadable(uint8_t lazyBits, DType dtype);
+/// what is said of a tensor saved with @p lazyBits (check's lazy-bit finding, the read's error when unreadable)
+std::string lazyBitText(uint8_t lazyBits, DType dtype);
 
 /// "[2, 3]": how messages and reports write a shape
 std::string shapeText(const std::vector<int64_t>& shape);
@@ -104,10 +112,10 @@ struct TensorEntry
     /// a ShardedTensor of which this file holds no local shard while its metadata lists the shards, which cover
     /// it, on other ranks (a rank torch.chunk leaves without rows): its data is in the other ranks' files
     bool shardsElsewhere = false;
-    /// saved from a lazy conj() or _neg_view view: torch.load applies the bit to the stored bytes, which OptScope
-    /// does not do yet, so its values are refused wherever they are read (lazyBitText) rather than read wrong. DCP
-    /// items carry the bit in their own pickle: the chunk's read finds it (ChunkData::lazyBit)
-    bool lazyBit = false;
+    /// saved from a lazy conj() or _neg_view view (kLazyConj | kLazyNeg): torch.load applies the bits to the stored
+    /// bytes, and so does every read (ChunkReader::resolve). DCP items carry the bits in their own pickle: the chunk's
+    /// read finds them (ChunkData::lazyBits)
+    uint8_t lazyBits = 0;
     int64_t numel() const;
     uint64_t nbytes() const;
     /// no chunk at all although it has elements: a meta-device tensor, or a subclass whose data the file does not
