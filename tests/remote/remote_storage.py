@@ -29,7 +29,8 @@ import http.server
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servers import most_in_flight, requests_in_log, s3_put, start_moto, start_nginx, stop, torch_check  # noqa: E402
+from servers import (free_port, most_in_flight, requests_in_log, s3_put, start_moto, start_nginx, stop,  # noqa: E402
+                     torch_check, wait_port)
 
 CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
@@ -68,7 +69,7 @@ def same_as_local(case, url, local, env=None, extra=()):
         return
     rj, lj = json.loads(r.stdout), json.loads(l.stdout)
     rj.pop("path", None), lj.pop("path", None)
-    text = json.dumps(rj, sort_keys=True).replace(url.split("?")[0], local)
+    text = json.dumps(rj, sort_keys=True).replace(url.split("?")[0].rstrip("/"), local)
     ok = json.loads(text) == lj
     record(case, f"{len(lj.get('entries', lj.get('keys', [])))} entries, same --json as the local copy" if ok
            else "differs from the local copy", ok)
@@ -396,6 +397,38 @@ def http_cases(http_port, https_port, cert):
                  env={"CURL_CA_BUNDLE": "", "SSL_CERT_FILE": ""})
 
 
+def http_edge_cases():
+    """a server that ignores Range (Python's http.server answers 200 with the whole object), and names an index gives
+    that need percent-encoding in a URL"""
+    port = free_port()
+    plain = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=DATA,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(plain)
+    wait_port(port, "python3 -m http.server", plain)
+    t0 = time.monotonic()
+    p = cli(["inspect", "--hash", f"http://127.0.0.1:{port}/fsdp2_r2/.metadata"])
+    took = time.monotonic() - t0
+    record("HTTP: a server that ignores Range is named at once, not retried (before: 200 s and more, 458 requests)",
+           f"exit {p.returncode} in {took:.1f} s: {p.stderr.strip()[-160:]}",
+           p.returncode == 2 and "does not serve byte ranges" in p.stderr and took < 30)
+    # shard names with a space, '+', '#', '?', '%' and a non-ASCII letter (before: "URL using bad/illegal format", the
+    # name cut at '#')
+    root = os.path.join(WORK, "odd_http")
+    odd = os.path.join(root, "hf_odd")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(os.path.join(DATA, "hf", "sharded"), odd)
+    index = json.load(open(os.path.join(odd, "model.safetensors.index.json")))
+    names = {"model-00001-of-00002.safetensors": "sh+ard 1 \u00fc.safetensors",
+             "model-00002-of-00002.safetensors": "sh%20ard#2?.safetensors"}
+    for old, new in names.items():
+        os.rename(os.path.join(odd, old), os.path.join(odd, new))
+    index["weight_map"] = {k: names[v] for k, v in index["weight_map"].items()}
+    json.dump(index, open(os.path.join(odd, "model.safetensors.index.json"), "w"))
+    odd_port, _, _ = start_nginx(root, os.path.join(WORK, "odd_nginx"), procs)
+    same_as_local("HTTP: shard names that need percent-encoding are encoded in their URLs",
+                  f"http://127.0.0.1:{odd_port}/hf_odd", odd)
+
+
 def fault_cases(http_port):
     proxy = start_proxy(http_port)
     FaultProxy.faults = ["503", "reset", "short", "slowdown"]
@@ -498,6 +531,9 @@ def s3_cases():
     shutil.copy(os.path.join(DATA, "..", "..", "bench", "scale", "make_scale_metadata.py"), WORK)
     subprocess.run([TORCH_PYTHON, "-W", "ignore", "make_scale_metadata.py", os.path.join("up", "m128"), "128", "20"],
                    cwd=WORK, check=True, capture_output=True)
+    # a key with '#', '?' and a space: s3:// keys hold them as any other character
+    os.makedirs(os.path.join(up, "odd"), exist_ok=True)
+    shutil.copy(os.path.join(DATA, "adam_int.pt"), os.path.join(up, "odd", "a#b ?c.pt"))
     s3_put(TORCH_PYTHON, WORK, port, "up")
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAOPTSCOPETEST",
            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "HOME": WORK}
@@ -505,6 +541,17 @@ def s3_cases():
                  "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1", "fsdp1_sharded_r3")
     for rel in inspected[::2] if QUICK else inspected:
         same_as_local(f"S3: inspect {rel}", f"s3://ckpt/{rel}", os.path.join(DATA, rel), env)
+    # a folder URL ending in '/', as `aws s3 ls` prints prefixes, is the folder (before: "s3://ckpt/fsdp2_r2//.metadata:
+    # no such object" for DCP, safetensors, Trainer and Megatron folders, and "holds none" for ZeRO's with two)
+    for rel in ("fsdp2_r2/", "hf/sharded/") if QUICK else ("fsdp2_r2/", "hf/sharded/", "hf/checkpoint-3/",
+                                                            "megatron/synthetic_pp2_dp2/", "zero/stage2/ckpt//"):
+        same_as_local(f"S3: a folder URL ending in '/' is the folder: {rel}", f"s3://ckpt/{rel}",
+                      os.path.join(DATA, rel.rstrip("/")), env)
+    odd = "s3://ckpt/odd/a#b ?c.pt"
+    p = cli(["check", "--json", odd], env)
+    shown = json.loads(p.stdout).get("path") if p.returncode == 0 else None
+    record("S3: a key with '#', '?' and a space is read, and named whole (before: 's3://ckpt/odd/a')",
+           f"exit {p.returncode}, named {shown!r}", shown == odd)
     # a store 100 ms from here: a checkpoint of many files asks for the next files' first bytes while it reads one
     # (before: one round trip after the other, file by file, which at 1,024 ranks is minutes)
     latency = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{start_proxy(port, S3LatencyProxy)}")
@@ -963,6 +1010,7 @@ def main():
         http_port, https_port, cert = start_nginx(DATA, WORK, procs)
         http_cases(http_port, https_port, cert)
         fault_cases(http_port)
+        http_edge_cases()
         app_exit_case(http_port)
         interrupt_case(http_port)
         s3_cases()

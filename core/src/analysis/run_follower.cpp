@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/run_follower.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/storage.h"
 #include "optscope/optim/optimizer_kind.h"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ std::string RunStepSummary::statusText() const
 }
 
 RunFollower::RunFollower(std::string folder, DiffOptions options, size_t trackedPerStep)
-    : m_folder(std::move(folder))
+    : m_folder(canonicalLocation(folder))
     , m_options(options)
     , m_trackedPerStep(trackedPerStep)
 { }

@@ -1245,9 +1245,13 @@ private:
                     m_changed.store(true);
                     checkUnchanged();
                 }
-                if (r.curl == CURLE_OK && r.status == 200 && !whole)
+                // (whether or not the body fitted: a whole object overflows the range's buffer and fails the transfer,
+                // which must not be retried as a network fault, once per range)
+                if (r.status == 200 && !whole)
                     throw Error(ErrorKind::Io, m_path,
-                        "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place");
+                        "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place; "
+                        "download the checkpoint, or serve it with a server that answers Range (nginx, S3, "
+                        "Hugging Face)");
                 const bool shortBody = r.curl == CURLE_OK && (r.status == 206 || r.status == 200);
                 if ((retryable(r) || shortBody) && mayRetry) return false;
                 if (shortBody)

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 namespace optscope {
@@ -18,10 +19,54 @@ bool isUrl(const std::string& location)
     return false;
 }
 
+namespace {
+
+bool isHttp(const std::string& location)
+{
+    return location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0;
+}
+
+/// where an http(s) URL's query or fragment begins; npos when it has none, and always for s3:// and gs://, whose
+/// keys may hold '?' and '#' as any other character
+size_t queryStart(const std::string& location)
+{
+    return isHttp(location) ? location.find_first_of("?#") : std::string::npos;
+}
+
+/// RFC 3986 percent-encoding of a name appended to an http(s) URL's path ('/' kept: "sub/file" stays two segments)
+std::string encodePath(const std::string& name)
+{
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (const unsigned char c : name) {
+        if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+            out += static_cast<char>(c);
+        } else {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+    }
+    return out;
+}
+
+} // namespace
+
+std::string canonicalLocation(const std::string& location)
+{
+    if (!isUrl(location)) return location;
+    const size_t q = queryStart(location);
+    std::string base = location.substr(0, q);
+    const size_t keep = base.find("://") + 4; // "s3://b": the bucket's (the host's) first character stays
+    while (base.size() > keep && base.back() == '/')
+        base.pop_back();
+    return q == std::string::npos ? base : base + location.substr(q);
+}
+
 std::string displayLocation(const std::string& location)
 {
     if (!isUrl(location)) return location;
-    std::string s = location.substr(0, location.find_first_of("?#"));
+    std::string s = location.substr(0, queryStart(location));
     const auto scheme = s.find("://");
     const auto at = s.find('@', scheme + 3);
     const auto slash = s.find('/', scheme + 3);
@@ -87,7 +132,12 @@ bool canListFolder(const std::string& folder)
 std::string childLocation(const std::string& folder, const std::string& name)
 {
     if (folder.empty()) return name;
-    return folder.back() == '/' ? folder + name : folder + "/" + name;
+    if (!isUrl(folder)) return folder.back() == '/' ? folder + name : folder + "/" + name;
+    // a URL: the name before an http(s) query (a token that holds for the folder's objects), encoded as a path
+    const size_t q = queryStart(folder);
+    const std::string base = folder.substr(0, q);
+    const std::string n = isHttp(folder) ? encodePath(name) : name;
+    return (base.back() == '/' ? base + n : base + "/" + n) + (q == std::string::npos ? "" : folder.substr(q));
 }
 
 std::string readSmallFile(const std::string& location, uint64_t maxBytes)

@@ -2,6 +2,7 @@
 #include "optscope/model/checkpoint.h"
 #include "optscope/base/error.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/storage.h"
 
 #include <algorithm>
 #include <set>
@@ -137,7 +138,7 @@ std::string CheckpointFiles::absolute(const std::string& relative) const
 {
     if (!relative.empty() && relative.front() == '/') return relative;
     if (m_root.empty()) return relative;
-    return m_root + "/" + relative;
+    return childLocation(m_root, relative);
 }
 
 std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relative) const

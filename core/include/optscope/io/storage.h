@@ -27,6 +27,9 @@ namespace optscope {
 
 /// s3://, gs://, http:// or https://
 bool isUrl(const std::string& location);
+/// @p location as every reader builds on it: a URL without trailing slashes after its bucket or host
+/// (s3://b/run/ is the folder s3://b/run, as `aws s3 ls` names prefixes); a path as it is
+std::string canonicalLocation(const std::string& location);
 /// a URL as messages show it: no query string (a presigned URL's signature), no user:password
 std::string displayLocation(const std::string& location);
 
@@ -91,7 +94,8 @@ bool canListFolder(const std::string& folder);
 /// @p maxBytes (a 3 GB file named like a tag is not read), Error(Io) when it cannot be read
 std::string readSmallFile(const std::string& location, uint64_t maxBytes);
 
-/// @p folder + "/" + @p name, for paths and URLs alike
+/// @p folder + "/" + @p name, for paths and URLs alike; appended to an http(s) URL, @p name is percent-encoded and goes
+/// before the URL's query
 std::string childLocation(const std::string& folder, const std::string& name);
 
 /// what remote reads did so far in this process (the status bar, the benchmarks)
