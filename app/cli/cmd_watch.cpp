@@ -5,6 +5,7 @@
 
 #include "optscope/analysis/run_follower.h"
 #include "optscope/base/error.h"
+#include "optscope/io/storage.h"
 
 #include <nlohmann/json.hpp>
 
@@ -74,6 +75,9 @@ int runWatch(const std::vector<std::string>& argv)
     const size_t shown = topArg ? static_cast<size_t>(std::max(0, std::atoi(topArg->c_str()))) : 3;
     const bool json = args.has("--json"), once = args.has("--once");
     const Progress progress = terminalProgress();
+    // a local folder that is not there: --once has nothing to wait for (a follow waits for the run to make it)
+    if (once && !isUrl(args.positional()[0]) && !isFolder(args.positional()[0]))
+        throw Error(ErrorKind::Io, args.positional()[0], "no such folder");
     RunFollower follower(args.positional()[0], options);
     std::string lastWait;
     int idleLooks = 0; // looks in a row that found nothing to read

@@ -374,7 +374,7 @@ def start_proxy(upstream, handler=None):
 def http_cases(http_port, https_port, cert):
     base = f"http://127.0.0.1:{http_port}"
     for rel in ("adam_int.pt", "adam_int_legacy.pt", "fsdp2_r2", "fsdp2_r2/.metadata", "hf/single/model.safetensors",
-                "hf/sharded", "hf/sharded/model.safetensors.index.json", "fsdp2_r3"):
+                "hf/sharded", "hf/sharded/model.safetensors.index.json", "fsdp2_r3", "fsdp1_sharded_r3"):
         same_as_local(f"HTTP: inspect {rel}", f"{base}/{rel}", os.path.join(DATA, rel))
     # DeepSpeed ZeRO over plain HTTP (no listing): the rank files found by DeepSpeed's names (before: "holds no
     # DeepSpeed model or optim states files"); ZeRO-2, ZeRO-3, bf16 names, 4 ranks, a tag folder given directly; a
@@ -388,6 +388,11 @@ def http_cases(http_port, https_port, cert):
     p = cli(["diff", f"{base}/fsdp2_r2", os.path.join(DATA, "fsdp2_r2")])
     record("HTTP: diff URL against the local copy", f"exit {p.returncode}", p.returncode == 0)
     expect_error("HTTP 404 names the URL", ["inspect", f"{base}/no_such.pt"], [f"{base}/no_such.pt", "HTTP 404"])
+    # watch lists the run's folder at every look (before: nothing printed and exit 0, also for a server not there)
+    expect_error("HTTP: watch refuses a folder it cannot list", ["watch", "--once", f"{base}/fsdp2_r2"],
+                 ["cannot be listed over HTTP", f"{base}/fsdp2_r2"])
+    expect_error("watch --once of a local folder that is not there says so",
+                 ["watch", "--once", os.path.join(WORK, "no_such_run")], ["no such folder"])
     expect_error("HTTP: a folder no format's file names is refused, saying HTTP cannot list",
                  ["inspect", f"{base}/torchtitan"], ["cannot be listed over HTTP"])
     same_as_local("HTTPS with the server's CA (CURL_CA_BUNDLE)", f"https://127.0.0.1:{https_port}/fsdp2_r2",

@@ -90,7 +90,7 @@ const std::vector<FormatInfo>& formatRegistry()
             false, W::FullStateDict, false, false},
         {F::TorchSaveRanks, "one set of per-rank torch.save files (rank0.pt, rank1.pt, ...)", 30,
             [](const std::string& p, bool dir) { return dir && TorchSaveRanksReader::looksLikeRankFiles(p); },
-            {}, // rank files are found by listing
+            {}, // rank files are found by listing (over plain HTTP: the common names, asked for by the reader)
             TorchSaveRanksReader::open, "", "", false, false, W::ReshardedOnLoad, false, false},
         // any other file: torch.save or safetensors by its content (openCheckpoint's last resort, which also names
         // the bytes it found)

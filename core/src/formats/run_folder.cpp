@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/run_folder.h"
+#include "optscope/base/error.h"
 #include "optscope/io/storage.h"
 
 #include <algorithm>
@@ -134,6 +135,10 @@ std::vector<RunCheckpoint> scanRemoteRunFolder(const std::string& folder)
 std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
 {
     std::vector<RunCheckpoint> out;
+    if (isUrl(folder) && !canListFolder(folder))
+        throw Error(ErrorKind::Usage, displayLocation(folder),
+            "is a plain HTTP URL, and a folder cannot be listed over HTTP: follow the run on s3:// or gs://, or in a "
+            "local folder");
     if (isUrl(folder)) {
         out = scanRemoteRunFolder(folder);
     } else {

@@ -36,10 +36,46 @@ bool splitLastNumber(const std::string& name, std::string& pattern, long& number
     return true;
 }
 
+/// rank-file names as training scripts commonly write them ('#' the rank): what is asked for where a folder cannot
+/// be listed (plain HTTP)
+constexpr const char* kCommonRankNames[] = {"rank#.pt", "rank_#.pt", "rank-#.pt", "rank#.pth", "model_rank#.pt",
+    "optim_rank#.pt", "ckpt_rank#.pt", "checkpoint_rank#.pt", "shard#.pt", "shard_#.pt"};
+
+std::string rankName(const std::string& pattern, long rank)
+{
+    const auto hash = pattern.find('#');
+    return pattern.substr(0, hash) + std::to_string(rank) + pattern.substr(hash + 1);
+}
+
+/// a folder that cannot be listed (plain HTTP): the common names' ranks 0 and 1 asked for together, then each set
+/// found followed up in batches (8, 16, ... at once) until a rank is missing. A set with gaps ends at its first gap.
+std::map<std::string, std::map<long, std::string>> guessedSets(const std::string& folder)
+{
+    std::vector<std::string> first;
+    for (const char* p : kCommonRankNames)
+        for (long r : {0L, 1L})
+            first.push_back(childLocation(folder, rankName(p, r)));
+    statAhead(first);
+    std::map<std::string, std::map<long, std::string>> sets;
+    for (const char* p : kCommonRankNames) {
+        if (!isFile(childLocation(folder, rankName(p, 0))) || !isFile(childLocation(folder, rankName(p, 1)))) continue;
+        auto& ranks = sets[p];
+        for (long next = 0, batch = 8; ranks.size() == static_cast<size_t>(next); next += batch, batch *= 2) {
+            std::vector<std::string> ask;
+            for (long r = next; r < next + batch; ++r)
+                ask.push_back(childLocation(folder, rankName(p, r)));
+            statAhead(ask);
+            for (long r = next; r < next + batch && isFile(ask[static_cast<size_t>(r - next)]); ++r)
+                ranks[r] = rankName(p, r);
+        }
+    }
+    return sets;
+}
+
 /// the folder's files named alike but for their last number: pattern -> number -> file name
 std::map<std::string, std::map<long, std::string>> numberedSets(const std::string& folder)
 {
-    std::error_code ec;
+    if (!canListFolder(folder)) return guessedSets(folder);
     std::map<std::string, std::map<long, std::string>> sets;
     for (const FolderEntry& it : listFolder(folder)) {
         if (!isFile(it.location)) continue;

@@ -13,8 +13,10 @@
 //
 // The folder holds the files of one set: the names that differ only in their last number, numbered 0..N-1, N >= 2,
 // torch.save archives (zip or legacy), rank 0's holding at least one DTensor or ShardedTensor. Other files beside them
-// are left alone. Files of one rank that are plain tensors only (raw FSDP1 flat-parameter optimizer files) are not
-// such a set: `optscope-cli unflatten` reads those with the model.
+// are left alone. A folder that cannot be listed (plain HTTP) is asked for the common names (rank#.pt, rank_#.pt,
+// optim_rank#.pt, ...: torch_save_ranks_reader.cpp), each set followed up to its first missing rank. Files of one rank
+// that are plain tensors only (raw FSDP1 flat-parameter optimizer files) are not such a set: `optscope-cli unflatten`
+// reads those with the model.
 //
 // The checkpoint: rank 0's entries in its order; each DTensor/ShardedTensor entry's chunks are every rank's shards,
 // with the rank from the file name (a Replicate placement's copies once: the first rank's). A key that a rank's file
