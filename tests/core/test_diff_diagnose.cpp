@@ -176,6 +176,47 @@ TEST(Diff, DcpEqualsItsOwnTorchSaveConversion)
     EXPECT_TRUE(diffCheckpoints(*open("fsdp2_r3"), *open("fsdp2_r2")).equal);
 }
 
+TEST(Diff, TensorsKeptInertAreComparedByTheirData)
+{
+    // sparse, quantized and nested tensors, a storage and a tensor inside an object are values whose pickled metadata
+    // (dtype, shape) is the same in a.pt and b.pt; PyTorch finds their data different. diff said EQUAL, exit 0
+    const DiffReport r = diffCheckpoints(*open("inert_values/a.pt"), *open("inert_values/b.pt"));
+    EXPECT_FALSE(r.equal);
+    for (const char* key : {"sp", "csr", "q", "nested", "storage", "ns"}) {
+        const DiffEntry* e = entry(r, key);
+        ASSERT_NE(e, nullptr) << key;
+        EXPECT_EQ(e->status, DiffStatus::Changed) << key;
+        EXPECT_EQ(e->reason, "the data of a tensor inside differs") << key;
+    }
+    // the same state saved again, and a DCP bytes item against its own
+    EXPECT_TRUE(diffCheckpoints(*open("inert_values/a.pt"), *open("inert_values/a2.pt")).equal);
+    const DiffReport dcp = diffCheckpoints(*open("inert_values/dcp_a"), *open("inert_values/dcp_b"));
+    ASSERT_NE(entry(dcp, "extra.ns"), nullptr);
+    EXPECT_EQ(entry(dcp, "extra.ns")->status, DiffStatus::Changed);
+    EXPECT_TRUE(diffCheckpoints(*open("inert_values/dcp_a"), *open("inert_values/dcp_a")).equal);
+}
+
+TEST(Diff, NumbersCompareAsPythonDoesBitIdenticalByDefault)
+{
+    const auto a = open("inert_values/numbers_a.pt"), b = open("inert_values/numbers_b.pt");
+    const DiffReport r = diffCheckpoints(*a, *b);
+    const std::map<std::string, DiffStatus> want {
+        {"x", DiffStatus::Changed}, // 2**53 + 1 != 2.0**53 (was equal: both went through a double)
+        {"y", DiffStatus::Equal}, // 10**20 == 1e20 (was "type int -> float")
+        {"z", DiffStatus::Changed}, // -0.0 vs 0.0: bit-identical, as tensors (was equal)
+        {"i", DiffStatus::Equal}, // 1 == 1.0
+        {"big", DiffStatus::Changed}, // 2**70 vs 2**70 + 1
+        {"lr", DiffStatus::Changed}, {"same", DiffStatus::Equal}};
+    for (const auto& [key, status] : want) {
+        ASSERT_NE(entry(r, key), nullptr) << key;
+        EXPECT_EQ(entry(r, key)->status, status) << key;
+    }
+    // --rtol and --atol apply to values too (were ignored)
+    DiffOptions tolerant;
+    tolerant.rtol = 1e-6;
+    EXPECT_TRUE(diffCheckpoints(*a, *b, tolerant).equal);
+}
+
 TEST(Diff, BitIdenticalFilesAreEqualAndExitSemanticsHold)
 {
     const DiffReport r = diffCheckpoints(*open("adam_int.pt"), *open("adam_int_proto4.pt"));

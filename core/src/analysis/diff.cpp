@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/diff_kernel.h"
 #include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/value_compare.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/base/progress.h"
@@ -648,7 +649,8 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
         fillHistogram(ca, a, cb, b, d.maxAbsDiff, opt.histogramBins, d.histogramEdges, d.histogramCounts, progress);
 }
 
-void compareValues(const Canon& a, const Canon& b, DiffEntry& d)
+void compareValues(
+    const Checkpoint& cpA, const Canon& a, const Checkpoint& cpB, const Canon& b, const DiffOptions& opt, DiffEntry& d)
 {
     const PyValue* va = a.overrideValue ? a.overrideValue : a.entry->value;
     const PyValue* vb = b.overrideValue ? b.overrideValue : b.entry->value;
@@ -659,11 +661,9 @@ void compareValues(const Canon& a, const Canon& b, DiffEntry& d)
         d.reason = "unreadable: " + (a.entry->error.empty() ? b.entry->error : a.entry->error);
         return;
     }
-    const bool same = valueToJson(va) == valueToJson(vb);
-    d.status = same ? DiffStatus::Equal : DiffStatus::Changed;
-    if (!same)
-        d.reason = va->kind != vb->kind ? std::string("type ") + pyKindName(va->kind) + " -> " + pyKindName(vb->kind)
-                                        : "values differ";
+    const ValueComparison c = compareValueEntries(cpA, *a.entry, va, cpB, *b.entry, vb, opt.rtol, opt.atol);
+    d.status = c.equal ? DiffStatus::Equal : DiffStatus::Changed;
+    d.reason = c.reason;
 }
 
 std::string joinHow(const std::vector<std::string>& a, const std::vector<std::string>& b)
@@ -772,7 +772,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                     } else if (pa->entry->isTensor()) {
                         compareTensors(*A.cp, *pa->entry, *B.cp, *pb->entry, opt, d, progress);
                     } else {
-                        compareValues(*pa, *pb, d);
+                        compareValues(*A.cp, *pa, *B.cp, *pb, opt, d);
                     }
                 }
             } catch (const Error& e) {

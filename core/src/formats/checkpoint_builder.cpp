@@ -77,7 +77,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     const std::string& fileRel, const std::string& where, bool shared)
 {
     if (value->kind != PyKind::Tensor) {
-        addValue(std::move(path), value);
+        addValue(std::move(path), value, fileRel);
         return;
     }
     const PyTensorInfo& t = *value->tensor;
@@ -152,7 +152,7 @@ const PyValue* CheckpointBuilder::addTorchSaveFile(const std::string& fileRel, c
     return ar.root;
 }
 
-void CheckpointBuilder::addValue(KeyPath path, const PyValue* value)
+void CheckpointBuilder::addValue(KeyPath path, const PyValue* value, const std::string& storageFile)
 {
     chargeKeyPath(path);
     Entry e;
@@ -160,6 +160,7 @@ void CheckpointBuilder::addValue(KeyPath path, const PyValue* value)
     e.path = std::move(path);
     e.kind = EntryKind::Value;
     e.value = value;
+    if (!storageFile.empty() && holdsLocatedStorage(value)) e.valueFile = storageFile;
     m_cp.entries.push_back(std::move(e));
 }
 

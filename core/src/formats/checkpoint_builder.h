@@ -30,7 +30,9 @@ public:
     /// @p shared: the value may be reached again (FlattenedLeaf::shared), so consumeGraphTensors() leaves it alone
     void addLeaf(KeyPath path, const PyValue* value, const TorchSaveArchive& archive, const std::string& fileRel,
         const std::string& where, bool shared = true);
-    void addValue(KeyPath path, const PyValue* value);
+    /// @p storageFile: the file (relative to the root) whose bytes the value's storages point into, kept when it holds
+    /// one (Entry::valueFile)
+    void addValue(KeyPath path, const PyValue* value, const std::string& storageFile = {});
     void addTensor(KeyPath path, TensorEntry tensor);
     void addPickleWarnings(const std::vector<PickleWarning>& warnings);
     void warn(ReaderCode code, std::string message, std::string key = {}, bool isError = false);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/model/py_value.h"
+
 #include "optscope/model/dict_index.h"
+#include <unordered_set>
 
 #include <algorithm>
 #include <cmath>
@@ -92,6 +94,20 @@ const PyValue* PyValue::get(std::string_view key) const
         if (it[i]->kind == PyKind::Str && it[i]->text == key) return it[i + 1];
     }
     return nullptr;
+}
+
+bool holdsLocatedStorage(const PyValue* value)
+{
+    std::vector<const PyValue*> todo {value};
+    std::unordered_set<const PyValue*> seen;
+    while (!todo.empty()) {
+        const PyValue* v = todo.back();
+        todo.pop_back();
+        if (!v || !seen.insert(v).second) continue;
+        if (v->kind == PyKind::Storage && v->storage && v->storage->located) return true;
+        forEachChild(v, [&](const PyValue* c) { todo.push_back(c); });
+    }
+    return false;
 }
 
 std::string PyValue::className() const

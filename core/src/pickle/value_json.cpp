@@ -41,22 +41,6 @@ size_t cost(const PyValue* v)
     }
 }
 
-template<typename F> void forEachChild(const PyValue* v, F&& f)
-{
-    if (v->kind == PyKind::Object) {
-        const auto& o = *v->object;
-        for (const PyValue* c : {o.callable, o.args, o.kwargs, o.state})
-            if (c) f(c);
-        for (const auto* i : o.listItems)
-            f(i);
-        for (const auto* i : o.dictItems)
-            f(i);
-    } else if (v->hasContainer()) {
-        for (const auto* i : v->container->items)
-            f(i);
-    }
-}
-
 /// The budget of a rendering: twice what rendering every object reachable from @p roots once costs (a one-unit value
 /// with nothing inside: at each reference), plus 65536.
 /// Objects shared through the pickle memo render at each reference, so a few bytes can describe a rendering of

@@ -140,6 +140,9 @@ struct Entry
     LazyBox<TensorEntry> tensor; ///< kind == Tensor (a value entry leaves it unallocated)
     const PyValue* value = nullptr; ///< kind == Value (never null then)
     RareString error; ///< set when the entry's data cannot be read (value is then None)
+    /// a value holding tensors or storages that are not entries of their own (a sparse or quantized tensor, a tensor
+    /// inside an object): the checkpoint's file their bytes are in (PyStorageInfo::recordOffset), for diff to compare
+    RareString valueFile;
     EntryKind kind = EntryKind::Value;
     bool isTensor() const { return kind == EntryKind::Tensor; }
 };

@@ -183,6 +183,35 @@ struct PyValue
     bool isClass(std::string_view path) const;
 };
 
+/// Calls @p f with every value directly inside @p v: a container's items (and a dict's BUILD attributes), an object's
+/// callable, arguments, state and items, a tensor's storage and its wrapper's local shards. Shared values come once per
+/// reference (a walk over the graph keeps its own set of the visited).
+template<typename F> void forEachChild(const PyValue* v, F&& f)
+{
+    if (v->kind == PyKind::Object && v->object) {
+        const PyObjectInfo& o = *v->object;
+        for (const PyValue* c : {o.callable, o.args, o.kwargs, o.state})
+            if (c) f(c);
+        for (const PyValue* c : o.listItems)
+            f(c);
+        for (const PyValue* c : o.dictItems)
+            f(c);
+    } else if (v->hasContainer()) {
+        for (const PyValue* c : v->container->items)
+            f(c);
+        if (v->container->attrs) f(v->container->attrs);
+    } else if (v->kind == PyKind::Tensor && v->tensor) {
+        if (v->tensor->storage) f(v->tensor->storage);
+        if (v->tensor->wrapper)
+            for (const auto& s : v->tensor->wrapper->shards)
+                if (s.tensor) f(s.tensor);
+    }
+}
+
+/// Whether @p value refers, anywhere inside it, to a storage whose bytes the archive holds (a sparse or quantized
+/// tensor kept inert, a tensor inside an object). Shared and cyclic parts are visited once.
+bool holdsLocatedStorage(const PyValue* value);
+
 /// Owns values, extension records and copied strings; keeps the input bytes alive.
 /// None, the two bools and the small integers are made once per arena and shared: values are immutable once built,
 /// and a torch.save pickle spells out a few of them (offset 0, sizes, strides, requires_grad) for every tensor.
