@@ -217,6 +217,19 @@ TEST(Diff, NumbersCompareAsPythonDoesBitIdenticalByDefault)
     EXPECT_TRUE(diffCheckpoints(*a, *b, tolerant).equal);
 }
 
+TEST(Diff, LegacyTorchSaveOfEveryPickleProtocolReadsAsItsZipTwin)
+{
+    // torch.save(..., _use_new_zipfile_serialization=False, pickle_protocol=3/4/5) was "not a torch.save file"
+    for (int p : {2, 3, 4, 5}) {
+        SCOPED_TRACE(p);
+        const auto legacy = open("legacy_proto/p" + std::to_string(p) + ".pt");
+        EXPECT_NE(legacy->formatDetail.find("legacy"), std::string::npos);
+        const DiffReport r = diffCheckpoints(*legacy, *open("legacy_proto/zip.pt"));
+        EXPECT_TRUE(r.equal) << r.toJson().dump().substr(0, 600);
+        EXPECT_EQ(r.entries.size(), 5u);
+    }
+}
+
 TEST(Diff, BitIdenticalFilesAreEqualAndExitSemanticsHold)
 {
     const DiffReport r = diffCheckpoints(*open("adam_int.pt"), *open("adam_int_proto4.pt"));

@@ -36,7 +36,7 @@ CheckpointPtr openFileByContent(const std::string& path, const Progress& progres
     auto file = openByteSource(path);
     if (file->size() == 0) throw Error(ErrorKind::Format, file->path(), "is empty (0 bytes), not a checkpoint");
     // the first bytes say which (one ranged read when remote)
-    const uint64_t headSize = std::min<uint64_t>(file->size(), 16);
+    const uint64_t headSize = std::min(file->size(), kTorchSaveHeadBytes);
     const uint8_t* head = file->bytes(0, headSize);
     if (!looksLikeTorchSave(head, headSize)) {
         // by content, or by name: a damaged .safetensors file gets the safetensors reader's own error

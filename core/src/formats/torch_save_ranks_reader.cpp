@@ -115,8 +115,8 @@ std::string TorchSaveRanksReader::missingRankFiles(const std::string& folder)
         if (ranks.size() < 2 || ranks.begin()->first != 0 || ranks.rbegin()->first == long(ranks.size()) - 1) continue;
         try {
             const auto first = openByteSource((fs::path(folder) / ranks.begin()->second).string());
-            if (!looksLikeTorchSave(
-                    first->bytes(0, std::min<uint64_t>(first->size(), 16)), std::min<uint64_t>(first->size(), 16)))
+            if (!looksLikeTorchSave(first->bytes(0, std::min(first->size(), kTorchSaveHeadBytes)),
+                    std::min(first->size(), kTorchSaveHeadBytes)))
                 continue;
         } catch (const Error& e) {
             if (isReadFailure(e)) throw; // a rank file listed but not readable: say so, not "no gaps"
@@ -144,8 +144,8 @@ bool TorchSaveRanksReader::looksLikeRankFiles(const std::string& folder)
     if (files.empty()) return false;
     try {
         const auto first = openByteSource(files.front());
-        return looksLikeTorchSave(
-            first->bytes(0, std::min<uint64_t>(first->size(), 16)), std::min<uint64_t>(first->size(), 16));
+        return looksLikeTorchSave(first->bytes(0, std::min(first->size(), kTorchSaveHeadBytes)),
+            std::min(first->size(), kTorchSaveHeadBytes));
     } catch (const Error& e) {
         if (isReadFailure(e)) throw; // listed but not readable: say so, not "holds none of the formats"
         return false;

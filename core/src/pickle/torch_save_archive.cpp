@@ -220,9 +220,12 @@ bool isTar(const uint8_t* data, uint64_t size)
 bool looksLikeTorchSave(const uint8_t* data, uint64_t size)
 {
     if (looksLikeZip(data, size)) return true;
-    // legacy: PROTO 2, LONG1 10 <magic>
-    return size >= 13 && data[0] == 0x80 && data[1] == 0x02 && data[2] == 0x8a && data[3] == 10
-        && std::memcmp(data + 4, kLegacyMagicLe, 9) == 0;
+    // legacy: PROTO 2-5 (torch.save's pickle_protocol), from 4 on a FRAME (0x95 and its 8-byte length), LONG1 10
+    // <magic>
+    if (size < 13 || data[0] != 0x80 || data[1] < 2 || data[1] > 5) return false;
+    const uint64_t at = data[1] >= 4 && data[2] == 0x95 ? 11 : 2;
+    return size >= at + 11 && data[at] == 0x8a && data[at + 1] == 10
+        && std::memcmp(data + at + 2, kLegacyMagicLe, 9) == 0;
 }
 
 TorchSaveArchive readTorchSaveArchive(const std::shared_ptr<const ByteSource>& file, uint64_t offset, uint64_t length,

@@ -61,5 +61,7 @@ void checkTorchSaveTensorExtent(const PyTensorInfo& t, uint64_t storageBytes, co
 
 /// true if the bytes look like a torch.save file of either format (zip with a data.pkl, or the legacy magic)
 bool looksLikeTorchSave(const uint8_t* data, uint64_t size);
+/// the first bytes looksLikeTorchSave needs (a legacy file of pickle protocol 4 or 5 frames its magic: 22)
+constexpr uint64_t kTorchSaveHeadBytes = 24;
 
 } // namespace optscope
