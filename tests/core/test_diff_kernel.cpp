@@ -190,6 +190,22 @@ TEST(DiffKernel, TheRelativeDifferenceFilterMissesNoMaximum)
     aten::diffBlock(x, DType::Float32, y, DType::Float32, 4096, 0, 0, ref);
     EXPECT_EQ(ref.maxRel, static_cast<double>(0x1.e14392p-2f));
     expectSame(fused, ref, "rounding corner");
+    // a relative difference of 1e30 in one sub-block, then a pair whose float32 difference overflows (3e38 - -3e38):
+    // the filter's bound 1e30 * 3e38 is inf as well, and inf > inf let the pair slip (auto said 1e30, aten inf)
+    std::vector<float> p(4096, 1.0f), q(4096, 1.0f);
+    p[5] = 1e30f;
+    p[2100] = 3e38f;
+    q[2100] = -3e38f;
+    for (auto isa : {detail::DiffKernelIsa::Baseline, detail::DiffKernelIsa::Avx2}) {
+        if (!detail::diffKernelAvailable(isa)) continue;
+        aten::DiffAccumulator f, r;
+        detail::diffBlockFusedWith(isa, reinterpret_cast<const uint8_t*>(p.data()),
+            reinterpret_cast<const uint8_t*>(q.data()), DType::Float32, 4096, 0, 0, f);
+        aten::diffBlock(reinterpret_cast<const uint8_t*>(p.data()), DType::Float32,
+            reinterpret_cast<const uint8_t*>(q.data()), DType::Float32, 4096, 0, 0, r);
+        EXPECT_TRUE(std::isinf(r.maxRel));
+        expectSame(f, r, "an overflowing difference after a large relative one");
+    }
 }
 
 namespace {

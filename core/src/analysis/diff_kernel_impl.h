@@ -201,7 +201,8 @@ void fused(const uint8_t* a, const uint8_t* b, int64_t n, double rtolD, double a
             const C ab = y < 0 ? -y : y;
             mx = ad > mx ? ad : mx;
             const C bound = shrunk * ab;
-            relCandidates |= (ab != 0) & ((ad > bound) | (bound < kTinyProduct<C>));
+            // (>=: a difference that overflows to inf against a bound that does too still raises the maximum to inf)
+            relCandidates |= (ab != 0) & ((ad >= bound) | (bound < kTinyProduct<C>));
             ss += static_cast<double>(d) * static_cast<double>(d);
             if constexpr (Exact)
                 nd += ba != bb;
