@@ -787,6 +787,11 @@ def gs_cases(port, env):
 def output_cases(port, env):
     """outputs to S3: gather (one PUT, and a multipart upload over 16 MiB), reshard (data objects, .metadata last),
     each downloaded with boto3 and loaded by real PyTorch; refusals; a failed DCP upload leaves nothing"""
+    # one file's output named like a folder (before: an object "x/gdir/" holding the .pt, exit 0)
+    expect_error("S3: gather -o a prefix ending in '/' is refused", ["gather", os.path.join(DATA, "adam_int.pt"), "-o",
+                 "s3://ckpt/x/gdir/"], ["names a folder", "s3://ckpt/x/gdir/out.pt"], env)
+    expect_error("gather -o an existing local folder is refused as a folder", ["gather",
+                 os.path.join(DATA, "adam_int.pt"), "-o", WORK], ["names a folder"])
     out = os.path.join(WORK, "out")
     shutil.rmtree(out, ignore_errors=True)
     for d in ("s3", "local", "rs_local"):

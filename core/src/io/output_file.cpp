@@ -154,6 +154,12 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
     , m_options(options)
 {
     refuseOutputOverInputs(m_path, m_options.inputs);
+    // one file or object: a name ending in '/' (on object storage it would become a "folder" marker holding the data)
+    // or a folder that is there names none
+    if (!m_path.empty() && (displayLocation(m_path).back() == '/' || (!isUrl(m_path) && isFolder(m_path))))
+        throw Error(ErrorKind::Usage, displayLocation(m_path),
+            "names a folder: name the file to write in it (for example "
+                + childLocation(displayLocation(m_path), "out.pt") + ")");
     if (isUrl(m_path)) {
         m_upload = std::make_unique<ObjectUpload>(m_path); // visible only once commit() completes it
         m_buffer = new char[kBufferSize];
