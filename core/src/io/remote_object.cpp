@@ -1595,6 +1595,9 @@ std::string ObjectUpload::finishShare()
 
 void ObjectUpload::addParts(const std::string& parts)
 {
+    // the sender thread records this process's own parts in etags meanwhile (ThreadSanitizer found the two resizing
+    // the vector at once in a 2-process gather to s3://)
+    std::lock_guard<std::mutex> lock(m->mutex);
     size_t at = 0;
     while (at < parts.size()) {
         const size_t space = parts.find(' ', at), nl = parts.find('\n', at);
