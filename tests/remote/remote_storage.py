@@ -416,6 +416,10 @@ def http_edge_cases():
     record("HTTP: a server that ignores Range is named at once, not retried (before: 200 s and more, 458 requests)",
            f"exit {p.returncode} in {took:.1f} s: {p.stderr.strip()[-160:]}",
            p.returncode == 2 and "does not serve byte ranges" in p.stderr and took < 30)
+    # its page of a folder's entries (200, text/html) is a folder, whose files the formats look for (before: "is not a
+    # torch.save file ... starts with bytes 3c 21 44 4f"); a file small enough for one whole GET needs no Range
+    same_as_local("HTTP: a server's HTML page of a folder is the folder", f"http://127.0.0.1:{port}/hf/single",
+                  os.path.join(DATA, "hf", "single"))
     # shard names with a space, '+', '#', '?', '%' and a non-ASCII letter (before: "URL using bad/illegal format", the
     # name cut at '#')
     root = os.path.join(WORK, "odd_http")

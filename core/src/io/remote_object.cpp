@@ -312,6 +312,7 @@ struct Response
     std::string curlError;
     std::string body; ///< listings and error bodies (bounded)
     uint64_t contentLength = 0;
+    std::string contentType; ///< lower case, without parameters ("text/html")
     std::string etag;
     long retryAfter = -1;
     uint64_t received = 0; ///< bytes written into the destination (ranged GETs)
@@ -376,6 +377,13 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         value.pop_back();
     if (name == "etag") t->response.etag = value;
     if (name == "content-length") t->response.contentLength = std::strtoull(value.c_str(), nullptr, 10);
+    if (name == "content-type") {
+        std::string type = value.substr(0, value.find(';'));
+        while (!type.empty() && type.back() == ' ')
+            type.pop_back();
+        std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
+        t->response.contentType = type;
+    }
     if (name == "retry-after") t->response.retryAfter = std::strtol(value.c_str(), nullptr, 10);
     return n;
 }
@@ -760,7 +768,12 @@ ObjectInfo httpHead(const std::string& url)
     const RemoteUrl u = parseUrl(url);
     const Response r = performOne(u, requestUrl(u, u.key), {}, true, displayLocation(url), "cannot read");
     ObjectInfo o;
-    if (r.status >= 200 && r.status < 300) {
+    if (r.status >= 200 && r.status < 300 && r.contentType == "text/html") {
+        // a web server's page of a folder's entries (Python's http.server, Apache's autoindex): a folder, whose
+        // files the formats look for by name. No checkpoint file is served as HTML.
+        o.kind = LocationKind::Folder;
+        o.httpStatus = r.status;
+    } else if (r.status >= 200 && r.status < 300) {
         o.kind = LocationKind::File;
         o.size = r.contentLength;
         o.etag = r.etag;
