@@ -1669,6 +1669,11 @@ void removeObject(const std::string& url)
 std::shared_ptr<const ByteSource> openRemoteObject(const std::string& url)
 {
     ObjectInfo info = objectInfo(url);
+    // plain HTTP cannot tell a folder from nothing (httpHead): its answer, not a guess, is what is said
+    if (info.kind == LocationKind::Folder && info.httpStatus && info.httpStatus != 200)
+        throw Error(ErrorKind::Io, displayLocation(url),
+            info.httpStatus == 404 ? "no such object (HTTP 404)"
+                                   : "cannot read: HTTP " + std::to_string(info.httpStatus) + ", no object to read");
     if (info.kind == LocationKind::Folder)
         throw Error(ErrorKind::Io, displayLocation(url), "is a folder (a prefix), expected an object");
     if (info.kind != LocationKind::File) throw Error(ErrorKind::Io, displayLocation(url), "no such object");
