@@ -216,11 +216,7 @@ void Diagnoser::positionFindings(const std::vector<const ParamRow*>& listed, con
 void Diagnoser::coverageFindings(const OptimizerReading& reading, const Names& names, Diagnosis& d) const
 {
     const OptimizerView& v = *reading.view;
-    const std::string& root = reading.root;
-    const std::string& where = reading.where;
     const ModelParams& exp = *m_exp;
-    const std::vector<const ParamRow*>& listed = reading.listed;
-    const bool trainer = reading.trainer;
     std::set<std::string> expected; // the names DSD looks up
     for (const auto& n : exp.fqns)
         expected.insert(canon(n));
@@ -241,14 +237,14 @@ void Diagnoser::coverageFindings(const OptimizerReading& reading, const Names& n
     // a frozen-params warning: "<count> parameter(s) <what>: <the names>"
     const auto frozenFinding = [&](const std::vector<std::string>& names, const std::string& what, const char* fix) {
         Finding f(FindingCode::FrozenParams,
-            std::to_string(names.size()) + " parameter(s) " + what + ": " + quoteList(names), root);
+            std::to_string(names.size()) + " parameter(s) " + what + ": " + quoteList(names), reading.root);
         f.fix = fix;
         f.keys = head(names);
         d.findings.push_back(std::move(f));
     };
     if (!frozenHere.empty())
         frozenFinding(frozenHere,
-            "of " + exp.source + " are not in " + where + ", and " + m_target->source
+            "of " + exp.source + " are not in " + reading.where + ", and " + m_target->source
                 + " holds them without state after its step: frozen (requires_grad=False) when it was saved "
                   "and when it loads",
             "nothing to do while they stay frozen (set_optimizer_state_dict looks up state only for "
@@ -256,28 +252,28 @@ void Diagnoser::coverageFindings(const OptimizerReading& reading, const Names& n
     // saved with state, frozen in the target: set_optimizer_state_dict drops that state without a word
     std::vector<std::string> dropped;
     if (!v.idKeyed)
-        for (const ParamRow* r : listed)
+        for (const ParamRow* r : reading.listed)
             if (r->param && m_frozenInTarget.count(canon(r->fqn))) dropped.push_back(r->fqn);
     if (!dropped.empty())
         frozenFinding(dropped,
-            "have saved state in " + where + ", but " + m_target->source
+            "have saved state in " + reading.where + ", but " + m_target->source
                 + " holds them without state after its step: frozen (requires_grad=False) where it loads. "
                   "set_optimizer_state_dict looks up state only for parameters that require grad and drops "
                   "theirs",
             "make them trainable before loading if their state should carry over; "
             "optimizer.load_state_dict of the same file keeps it");
-    if (!missing.empty() && trainer) {
+    if (!missing.empty() && reading.trainer) {
         // the Trainer puts requires_grad=False parameters in no group: they were frozen when it saved
         frozenFinding(missing,
-            "of " + exp.source + " are in neither of the Trainer's param groups of " + where
+            "of " + exp.source + " are in neither of the Trainer's param groups of " + reading.where
                 + ": frozen (requires_grad=False) when it was saved",
             "nothing to do if they are still frozen; a parameter trainable now starts with empty state "
             "(and the Trainer's groups then differ in size: optimizer.load_state_dict raises)");
     } else if (!missing.empty()) {
         Finding f(FindingCode::MissingState,
-            std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + where + ": "
+            std::to_string(missing.size()) + " parameter(s) of " + exp.source + " are not in " + reading.where + ": "
                 + quoteList(missing),
-            root);
+            reading.root);
         f.fix = "the optimizer was saved for a different model, or before these layers were added; if they "
                 "are new, build the optimizer state for them from zero: load with optimizer.load_state_dict "
                 "after rebuilding the param groups, or drop them from the model before loading";
@@ -286,11 +282,11 @@ void Diagnoser::coverageFindings(const OptimizerReading& reading, const Names& n
     }
     if (!extra.empty()) {
         Finding f(FindingCode::ExtraParams,
-            std::to_string(extra.size()) + " parameter(s) of " + where + " are not in " + exp.source + ": "
+            std::to_string(extra.size()) + " parameter(s) of " + reading.where + " are not in " + exp.source + ": "
                 + quoteList(extra)
                 + "; set_optimizer_state_dict ignores them silently, optimizer.load_state_dict pairs by "
                   "position and counts them",
-            root);
+            reading.root);
         f.fix = "check that the model is the one this optimizer was trained with";
         f.keys = head(extra);
         d.findings.push_back(std::move(f));

@@ -353,40 +353,34 @@ Diagnoser::OptimizerReading Diagnoser::readOptimizer(int oi, Diagnosis& d) const
 void Diagnoser::flatStateFindings(const OptimizerReading& reading, Diagnosis& d) const
 {
     const OptimizerView& v = *reading.view;
-    const OptimizerKind kind = reading.kind;
-    const std::string& root = reading.root;
-    const std::string& where = reading.where;
     const ModelParams& exp = *m_exp;
-    const std::vector<const ParamRow*>& listed = reading.listed;
-    const bool fsdp1 = reading.fsdp1;
-    const bool rankSlices = reading.rankSlices;
-    const size_t savedTotal = reading.savedTotal;
-    const bool named = reading.named;
-    bool allFlat = v.idKeyed && !v.params.empty() && !keepsAllStateOnFirstParam(kind);
+    bool allFlat = v.idKeyed && !v.params.empty() && !keepsAllStateOnFirstParam(reading.kind);
     for (const auto& p : v.params)
         for (const auto& [name, e] : p.states)
             if (e->isTensor() && !e->tensor->shape.empty()) allFlat = allFlat && e->tensor->shape.size() == 1;
-    if (rankSlices) {
+    if (reading.rankSlices) {
         size_t held = 0;
-        for (const ParamRow* r : listed)
+        for (const ParamRow* r : reading.listed)
             held += r->param != nullptr;
         Finding f(FindingCode::Fsdp1FlatState,
-            where + " is one rank's raw optimizer state of FSDP1 with use_orig_params=True: each parameter's state "
-                + "is the rank's 1-D slice of it (" + std::to_string(held) + " of its " + std::to_string(savedTotal)
+            reading.where
+                + " is one rank's raw optimizer state of FSDP1 with use_orig_params=True: each parameter's state "
+                + "is the rank's 1-D slice of it (" + std::to_string(held) + " of its "
+                + std::to_string(reading.savedTotal)
                 + " parameters have elements on this rank). It loads only on the same rank of the same FSDP1 "
                   "model and world size; anywhere else the slices do not fit the parameters",
-            root);
+            reading.root);
         f.pytorchError = "RuntimeError: The size of tensor a must match the size of tensor b (at the first "
                          "optimizer.step() after loading it into an unsharded model)";
         f.fix = "unflatten it with all ranks' files: `optscope-cli unflatten RANK_FILE... --model MODEL`";
         f.fixNeutral = "unflatten it with all ranks' files and the model (optscope-cli unflatten)";
         d.findings.push_back(std::move(f));
-    } else if (fsdp1 || (allFlat && !named && savedTotal < exp.fqns.size())) {
+    } else if (reading.fsdp1 || (allFlat && !reading.named && reading.savedTotal < exp.fqns.size())) {
         Finding f(FindingCode::Fsdp1FlatState,
-            where + " holds " + std::to_string(savedTotal) + " flat 1-D parameters for the "
+            reading.where + " holds " + std::to_string(reading.savedTotal) + " flat 1-D parameters for the "
                 + std::to_string(exp.fqns.size()) + " parameters of " + exp.source
                 + ": this is raw FSDP1 flat-parameter state (one rank's padded shard per flat parameter)",
-            root);
+            reading.root);
         f.pytorchError = std::string("ValueError: ") + kGroupSizeError;
         f.fix = "unflatten it with all ranks' files: `optscope-cli unflatten RANK_FILE... --model MODEL`";
         f.fixNeutral = "unflatten it with all ranks' files and the model (optscope-cli unflatten)";
@@ -397,70 +391,64 @@ void Diagnoser::flatStateFindings(const OptimizerReading& reading, Diagnosis& d)
 std::string Diagnoser::groupFindings(const OptimizerReading& reading, Diagnosis& d) const
 {
     const OptimizerView& v = *reading.view;
-    const std::string& root = reading.root;
-    const std::string& where = reading.where;
     const ModelParams& exp = *m_exp;
-    const std::vector<const ParamRow*>& listed = reading.listed;
-    const bool fsdp1 = reading.fsdp1;
-    const std::vector<size_t>& savedSizes = reading.savedSizes;
-    const std::vector<size_t>& targetSizes = reading.targetSizes;
-    const size_t savedTotal = reading.savedTotal;
-    const size_t targetTotal = reading.targetTotal;
-    const std::string& targetText = reading.targetText;
     // the positional loader: group count and sizes, then state shapes by position
     std::string groupError;
-    if (savedSizes.size() != targetSizes.size())
+    if (reading.savedSizes.size() != reading.targetSizes.size())
         groupError = kGroupCountError;
-    else if (savedSizes != targetSizes)
+    else if (reading.savedSizes != reading.targetSizes)
         groupError = kGroupSizeError;
     // a flattened optimizer's groups are a guess, and set_optimizer_state_dict (the path that reads it) takes
     // them from the live optimizer: nothing to compare (flattened-format covers optimizer.load_state_dict)
-    if (!groupError.empty() && !fsdp1 && !v.groupsGuessed) {
+    if (!groupError.empty() && !reading.fsdp1 && !v.groupsGuessed) {
         std::string sizes;
-        for (size_t g = 0; g < savedSizes.size(); ++g)
-            sizes += (g ? ", " : "") + std::to_string(savedSizes[g]);
+        for (size_t g = 0; g < reading.savedSizes.size(); ++g)
+            sizes += (g ? ", " : "") + std::to_string(reading.savedSizes[g]);
         std::string tsizes;
-        for (size_t g = 0; g < targetSizes.size(); ++g)
-            tsizes += (g ? ", " : "") + std::to_string(targetSizes[g]);
+        for (size_t g = 0; g < reading.targetSizes.size(); ++g)
+            tsizes += (g ? ", " : "") + std::to_string(reading.targetSizes[g]);
         Finding f(FindingCode::ParamGroupsMismatch,
-            where + " has " + std::to_string(savedSizes.size()) + " param group(s) of [" + sizes + "] parameters; "
-                + targetText + " has " + std::to_string(targetSizes.size()) + " of [" + tsizes + "]",
-            root);
+            reading.where + " has " + std::to_string(reading.savedSizes.size()) + " param group(s) of [" + sizes
+                + "] parameters; " + reading.targetText + " has " + std::to_string(reading.targetSizes.size()) + " of ["
+                + tsizes + "]",
+            reading.root);
         f.pytorchError = "ValueError: " + groupError + " (optimizer.load_state_dict"
             + (v.idKeyed ? std::string(" and set_optimizer_state_dict)")
                          : std::string("; set_optimizer_state_dict regroups FQN-keyed state and gives each saved "
                                        "group's hyperparameters to the last target group holding one of its "
                                        "parameters)"));
         std::string subsetNote;
-        if (!m_target && savedTotal < targetTotal) {
+        if (!m_target && reading.savedTotal < reading.targetTotal) {
             // an optimizer over the trainable parameters only (frozen backbone, LoRA) holds fewer
             std::vector<std::vector<int64_t>> shapes;
-            for (const ParamRow* r : listed)
+            for (const ParamRow* r : reading.listed)
                 shapes.push_back(r->shape);
             TargetOptimizer saved;
-            saved.source = where;
-            saved.groupSizes = savedSizes;
+            saved.source = reading.where;
+            saved.groupSizes = reading.savedSizes;
             saved.shapes = shapes;
             std::string note;
             bool unique = true;
             if (!saved.paramsOf(exp, {}, note, unique).empty())
-                subsetNote = "; their shapes fit " + std::to_string(savedTotal) + " of the model's parameters: if "
+                subsetNote = "; their shapes fit " + std::to_string(reading.savedTotal)
+                    + " of the model's parameters: if "
                     + "the others are frozen and the loading code gives the optimizer only the trainable ones, it "
                       "loads (give the target optimizer"; // the CLI's option added below, for the CLI's text
         }
         const size_t frozenCount = m_frozenInTarget.size();
-        f.fix = savedTotal != targetTotal
-            ? "the optimizer was saved for " + std::to_string(savedTotal) + " parameters; the target has "
-                + std::to_string(targetTotal)
-                + (frozenCount && savedTotal + frozenCount == targetTotal ? ", " + std::to_string(frozenCount)
+        f.fix = reading.savedTotal != reading.targetTotal
+            ? "the optimizer was saved for " + std::to_string(reading.savedTotal) + " parameters; the target has "
+                + std::to_string(reading.targetTotal)
+                + (frozenCount && reading.savedTotal + frozenCount == reading.targetTotal
+                        ? ", " + std::to_string(frozenCount)
                             + " of them frozen: build it over the trainable parameters only, or load with "
                               "set_optimizer_state_dict, which skips frozen ones"
                         : subsetNote.empty() ? ": it is another model"
                                              : subsetNote + ", --target-optim, to check)")
             : "build the optimizer with the same param groups as the run that saved it (same order, same split)";
-        if (savedTotal != targetTotal && !subsetNote.empty())
-            f.fixNeutral = "the optimizer was saved for " + std::to_string(savedTotal) + " parameters; the target has "
-                + std::to_string(targetTotal) + subsetNote + " to check)";
+        if (reading.savedTotal != reading.targetTotal && !subsetNote.empty())
+            f.fixNeutral = "the optimizer was saved for " + std::to_string(reading.savedTotal)
+                + " parameters; the target has " + std::to_string(reading.targetTotal) + subsetNote + " to check)";
         d.findings.push_back(std::move(f));
     }
     return groupError;
@@ -470,68 +458,58 @@ std::vector<std::string> Diagnoser::shapeFindings(
     const OptimizerReading& reading, const Names& names, const std::string& groupError, Diagnosis& d) const
 {
     const OptimizerView& v = *reading.view;
-    const OptimizerKind kind = reading.kind;
-    const std::string& root = reading.root;
-    const std::string& where = reading.where;
     const ModelParams& exp = *m_exp;
-    const std::vector<const ParamRow*>& listed = reading.listed;
-    const bool fsdp1 = reading.fsdp1;
-    const bool rankSlices = reading.rankSlices;
-    const bool trainer = reading.trainer;
-    const bool sameGroupsAssumed = reading.sameGroupsAssumed;
-    const bool named = reading.named;
     std::vector<std::string> wrongByPosition;
-    if (!fsdp1)
-        for (size_t i = 0; i < listed.size() && i < exp.fqns.size(); ++i) {
+    if (!reading.fsdp1)
+        for (size_t i = 0; i < reading.listed.size() && i < exp.fqns.size(); ++i) {
             const bool byTarget = m_target && m_target->shapes.size() == exp.fqns.size();
             // a model whose order is not stored (safetensors) names the rows by shapes: compare with the
             // parameter each row was given, not the guessed order's i-th
             // the same groups built by the same script: position i holds the parameter the saved position i held
-            const bool byRow = trainer || ((!exp.orderKnown || sameGroupsAssumed) && !listed[i]->fqn.empty());
+            const bool byRow = reading.trainer
+                || ((!exp.orderKnown || reading.sameGroupsAssumed) && !reading.listed[i]->fqn.empty());
             const auto* shape = byTarget ? &m_target->shapes[i]
-                : byRow                  ? modelShape(listed[i]->fqn)
+                : byRow                  ? modelShape(reading.listed[i]->fqn)
                                          : modelShape(exp.fqns[i]);
             if (!shape || shape->empty()) continue;
-            const std::string w = wrongState(*listed[i], kind, *shape);
+            const std::string w = wrongState(*reading.listed[i], reading.kind, *shape);
             if (!w.empty())
-                wrongByPosition.push_back((listed[i]->fqn.empty() ? "id " + listed[i]->id : listed[i]->fqn) + "." + w);
+                wrongByPosition.push_back(
+                    (reading.listed[i]->fqn.empty() ? "id " + reading.listed[i]->id : reading.listed[i]->fqn) + "."
+                    + w);
         }
     // FQN-keyed state: shapes by name (after the renames), as set_optimizer_state_dict pairs them
     std::vector<std::string> wrongByName;
-    if (named && !v.idKeyed && !fsdp1)
-        for (const ParamRow* r : listed) {
+    if (reading.named && !v.idKeyed && !reading.fsdp1)
+        for (const ParamRow* r : reading.listed) {
             const auto it = names.rename.find(r->fqn);
             const auto* shape = modelShape(it == names.rename.end() ? r->fqn : it->second);
             if (!shape) continue;
-            const std::string w = wrongState(*r, kind, *shape);
+            const std::string w = wrongState(*r, reading.kind, *shape);
             if (!w.empty()) wrongByName.push_back(r->fqn + "." + w);
         }
-    if (!wrongByName.empty()) {
+    // "<n> state tensor(s) of <optimizer> do not have <what>: <names><consequence>"
+    const auto shapeFinding = [&](const std::vector<std::string>& wrong, const std::string& what,
+                                  const char* consequence, const char* fix) {
         Finding f(FindingCode::ShapeMismatch,
-            std::to_string(wrongByName.size()) + " state tensor(s) of " + where
-                + " do not have their parameter's shape in " + exp.source + ": " + quoteList(wrongByName, 4)
-                + ". The loaders do not compare shapes; the first step() after loading fails",
-            root);
+            std::to_string(wrong.size()) + " state tensor(s) of " + reading.where + " do not have " + what + ": "
+                + quoteList(wrong, 4) + consequence,
+            reading.root);
         f.pytorchError = "RuntimeError: The size of tensor a must match the size of tensor b (at the first "
                          "optimizer.step() after loading)";
-        f.fix = "the optimizer belongs to a different architecture; it cannot be loaded into this model";
-        f.keys = head(wrongByName);
+        f.fix = fix;
+        f.keys = head(wrong);
         d.findings.push_back(std::move(f));
-    }
+    };
+    if (!wrongByName.empty())
+        shapeFinding(wrongByName, "their parameter's shape in " + exp.source,
+            ". The loaders do not compare shapes; the first step() after loading fails",
+            "the optimizer belongs to a different architecture; it cannot be loaded into this model");
     // positions pair up only when the groups do: with other groups load_state_dict raises before any shape matters
-    if (!wrongByPosition.empty() && (v.idKeyed || !named) && groupError.empty() && !rankSlices) {
-        Finding f(FindingCode::ShapeMismatch,
-            std::to_string(wrongByPosition.size()) + " state tensor(s) of " + where
-                + " do not have the shape of the model parameter at their position: " + quoteList(wrongByPosition, 4)
-                + ". optimizer.load_state_dict does not look at shapes and loads them; the first step() fails",
-            root);
-        f.pytorchError = "RuntimeError: The size of tensor a must match the size of tensor b (at the first "
-                         "optimizer.step() after loading)";
-        f.fix = "the optimizer belongs to a different architecture (or another parameter order)";
-        f.keys = head(wrongByPosition);
-        d.findings.push_back(std::move(f));
-    }
-
+    if (!wrongByPosition.empty() && (v.idKeyed || !reading.named) && groupError.empty() && !reading.rankSlices)
+        shapeFinding(wrongByPosition, "the shape of the model parameter at their position",
+            ". optimizer.load_state_dict does not look at shapes and loads them; the first step() fails",
+            "the optimizer belongs to a different architecture (or another parameter order)");
     return wrongByPosition;
 }
 
