@@ -9,6 +9,7 @@
 #             and set_state_dict; every model and optimizer tensor must equal the reference bit for bit, and so must
 #             every tensor of GATHERED (OptScope's gather, a torch.save file, read with weights_only=True).
 import os
+import socket
 import sys
 
 import torch
@@ -21,7 +22,11 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 def setup(device):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
+    if "MASTER_PORT" not in os.environ:
+        # a port free now (a fixed one failed CI once, taken by another PyTorch run on the machine)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     cuda = device == "cuda"
     if cuda and not torch.cuda.is_available():
         sys.exit("interop: no CUDA device (the device argument cpu tests the script on the CPU)")
