@@ -4,6 +4,7 @@
 #include "optscope/analysis/checkpoint_check.h"
 #include "optscope/analysis/diagnosis.h"
 #include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/gather.h"
 #include "optscope/analysis/verify_report.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
@@ -530,10 +531,36 @@ TEST(HfModelBin, ShardedTorchSaveModelOpensAsOneStateDictFromItsFolderOrIndex)
     const auto single = openCheckpoint(one.path().string());
     EXPECT_EQ(single->format, CheckpointFormat::TorchSave);
     EXPECT_EQ(single->entries.size(), openCheckpoint((one / "pytorch_model.bin").string())->entries.size());
-    // a shard the index names but the folder lacks: an error warning naming it, the other shard read
+    // the index placing a tensor in the other shard than the one holding it: read from where it is, as a loader that
+    // reads every shard finds it, with a warning (was: an error in inspect while diff and gather went on silently)
+    TempDir moved;
+    for (const auto& e : fs::directory_iterator(dir.path()))
+        fs::copy(e.path(), moved / e.path().filename().string());
+    {
+        nlohmann::json index = nlohmann::json::parse(std::ifstream(moved / "pytorch_model.bin.index.json"));
+        auto& map = index["weight_map"];
+        const std::string first = map.begin().key(), shard = map.begin().value();
+        map[first] = shard == "pytorch_model-00001-of-00002.bin" ? "pytorch_model-00002-of-00002.bin"
+                                                                 : "pytorch_model-00001-of-00002.bin";
+        std::ofstream(moved / "pytorch_model.bin.index.json") << index.dump();
+    }
+    const auto misplaced = openCheckpoint(moved.path().string());
+    EXPECT_FALSE(misplaced->hasErrors());
+    ASSERT_FALSE(misplaced->warnings.empty());
+    EXPECT_EQ(misplaced->warnings[0].code, ReaderCode::IndexMismatch);
+    EXPECT_TRUE(diffCheckpoints(*misplaced, *openCheckpoint(dir.path().string())).equal);
+    // a shard the index names but the folder lacks: an error warning naming it, the other shard read; nothing is
+    // gathered from it and diff calls it equal to nothing (were: a partial gather, exit 0; diff EQUAL to a copy)
     fs::remove(dir / "pytorch_model-00002-of-00002.bin");
     const auto missing = openCheckpoint(dir.path().string());
     ASSERT_TRUE(missing->hasErrors());
     EXPECT_NE(missing->warnings[0].message.find("pytorch_model-00002-of-00002.bin"), std::string::npos);
     EXPECT_FALSE(missing->entries.empty());
+    TempDir out;
+    EXPECT_THROW(gatherCheckpoint(*missing, (out / "g.pt").string(), {}), Error);
+    EXPECT_FALSE(fs::exists(out / "g.pt"));
+    const DiffReport self = diffCheckpoints(*missing, *openCheckpoint(dir.path().string()));
+    EXPECT_FALSE(self.equal);
+    ASSERT_FALSE(self.notes.empty());
+    EXPECT_NE(self.notes[0].find("is not whole"), std::string::npos);
 }

@@ -864,6 +864,13 @@ static DiffReport diffCheckpointsUnguarded(
     for (const auto& [label, cp] : {std::pair<const char*, const Checkpoint*> {"A", &a}, {"B", &b}})
         for (const auto& w : cp->warnings)
             if (w.code == ReaderCode::ParamOrderAssumed) report.notes.push_back(std::string(label) + ": " + w.message);
+    // a side that could not be read whole: its missing keys are no difference to show, and no equality either
+    bool whole = true;
+    for (const auto& [label, cp] : {std::pair<const char*, const Checkpoint*> {"A", &a}, {"B", &b}})
+        if (const std::string why = cp->missingDataReason(); !why.empty()) {
+            report.notes.push_back(std::string(label) + " is not whole: " + why);
+            whole = false;
+        }
     // one flattened side and one nested: hyperparameters are compared per parameter on both
     bool perParam = false;
     for (size_t i = 0; i < std::min(A.optimizers.size(), B.optimizers.size()); ++i)
@@ -873,7 +880,9 @@ static DiffReport diffCheckpointsUnguarded(
     PyArena arena;
     auto ca = canonicalize(A, perParam, arena);
     auto cb = canonicalize(B, perParam, arena);
-    return runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
+    report = runDiff(A, B, std::move(ca), std::move(cb), options, progress, std::move(report));
+    report.equal = report.equal && whole;
+    return report;
 }
 
 DiffHistogram diffHistogram(

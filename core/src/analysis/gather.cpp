@@ -140,6 +140,8 @@ static GatherResult gatherCheckpointUnguarded(
 GatherResult gatherCheckpoint(
     const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
 {
+    if (const std::string why = cp.missingDataReason(); !why.empty())
+        throw Error(ErrorKind::Format, cp.path, "is not whole, nothing written: " + why);
     GatherOptions guarded = options;
     guarded.write = guardedWrite(options.write, {&cp}); // nothing is published from an input that changed
     refuseOutputOverInputs(output, guarded.write.inputs); // before any work

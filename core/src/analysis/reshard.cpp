@@ -174,6 +174,8 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
 DcpWriteStats reshardCheckpoint(
     const Checkpoint& cp, const std::string& outDir, const ReshardOptions& options, const Progress& progress)
 {
+    if (const std::string why = cp.missingDataReason(); !why.empty())
+        throw Error(ErrorKind::Format, cp.path, "is not whole, nothing written: " + why);
     // nothing is published from an input that changed while it was read
     const WriteOptions write = guardedWrite(options.write, {&cp});
     refuseOutputOverInputs(outDir, write.inputs); // before the plan, which can take seconds

@@ -524,6 +524,8 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
 
 VerifyReport verifyByLoad(const Checkpoint& src, const VerifyOptions& options, const Progress& progress)
 {
+    if (const std::string why = src.missingDataReason(); !why.empty())
+        throw Error(ErrorKind::Format, src.path, "is not whole, nothing verified: " + why);
     return readGuarded({&src}, [&] { return verifyByLoadUnguarded(src, options, progress); });
 }
 

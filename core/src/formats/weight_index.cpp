@@ -77,6 +77,8 @@ std::string addIndexedShards(Checkpoint& cp, CheckpointBuilder& builder, const s
 {
     const std::string indexPath = cp.files->absolute(indexFile);
     size_t read = 0;
+    std::map<std::string, std::string> holder; // tensor -> the shard read that holds it
+    std::vector<bool> wasRead(shards.size(), false);
     for (size_t i = 0; i < shards.size(); ++i) {
         const WeightIndexShard& s = shards[i];
         progress(static_cast<double>(i) / static_cast<double>(shards.size()), what);
@@ -86,18 +88,32 @@ std::string addIndexedShards(Checkpoint& cp, CheckpointBuilder& builder, const s
                 m, s.file, indexPath, std::to_string(s.names.size()) + " tensors, e.g. " + quote(s.names.front()));
             continue;
         }
-        const std::set<std::string> held = addShard(s.file);
+        for (const auto& n : addShard(s.file))
+            holder.emplace(n, s.file);
+        wasRead[i] = true;
         ++read;
-        for (const auto& n : s.names)
-            if (!held.count(n))
-                builder.error(ReaderCode::MissingTensor,
-                    indexPath + " places tensor " + quote(n) + " in '" + s.file + "', which does not hold it");
-        const std::set<std::string> listed(s.names.begin(), s.names.end());
-        for (const auto& n : held)
-            if (!listed.count(n))
-                builder.warn(ReaderCode::IndexMismatch,
-                    "'" + s.file + "' holds tensor " + quote(n) + ", which " + indexPath + " does not place there");
     }
+    // a tensor in another shard than the index says is still there, as a loader that reads every shard finds it (a
+    // warning); one that no shard holds is missing (an error)
+    std::set<std::string> placed;
+    for (size_t i = 0; i < shards.size(); ++i) {
+        for (const auto& n : shards[i].names) {
+            placed.insert(n);
+            if (!wasRead[i]) continue; // its shard is missing: said above
+            const auto it = holder.find(n);
+            if (it == holder.end())
+                builder.error(ReaderCode::MissingTensor,
+                    indexPath + " places tensor " + quote(n) + " in '" + shards[i].file + "', which does not hold it");
+            else if (it->second != shards[i].file)
+                builder.warn(ReaderCode::IndexMismatch,
+                    indexPath + " places tensor " + quote(n) + " in '" + shards[i].file + "', but '" + it->second
+                        + "' holds it");
+        }
+    }
+    for (const auto& [n, file] : holder)
+        if (!placed.count(n))
+            builder.warn(ReaderCode::IndexMismatch,
+                "'" + file + "' holds tensor " + quote(n) + ", which " + indexPath + " does not place anywhere");
     return std::to_string(read) + " of " + std::to_string(shards.size()) + " shards";
 }
 

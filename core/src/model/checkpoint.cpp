@@ -298,4 +298,14 @@ bool Checkpoint::hasErrors() const
     return std::any_of(warnings.begin(), warnings.end(), [](const CheckpointWarning& w) { return w.isError; });
 }
 
+std::string Checkpoint::missingDataReason() const
+{
+    for (const CheckpointWarning& w : warnings)
+        if (w.isError
+            && (w.code == ReaderCode::MissingFile || w.code == ReaderCode::MissingTensor
+                || w.code == ReaderCode::SpecialFile || w.code == ReaderCode::PathOutsideCheckpoint))
+            return w.message;
+    return {};
+}
+
 } // namespace optscope

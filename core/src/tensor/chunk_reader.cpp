@@ -18,6 +18,18 @@ void flipSign(uint8_t* p, size_t width, bool bigEndian)
     p[bigEndian ? 0 : width - 1] ^= 0x80;
 }
 
+bool isBf16Nan(const uint8_t* p, bool bigEndian)
+{
+    const unsigned bits = unsigned(p[bigEndian ? 0 : 1]) << 8 | p[bigEndian ? 1 : 0];
+    return (bits & 0x7f80) == 0x7f80 && (bits & 0x007f) != 0;
+}
+
+bool isF16Nan(const uint8_t* p, bool bigEndian)
+{
+    const unsigned bits = unsigned(p[bigEndian ? 0 : 1]) << 8 | p[bigEndian ? 1 : 0];
+    return (bits & 0x7c00) == 0x7c00 && (bits & 0x03ff) != 0;
+}
+
 /// 0.0 - x of the float64 at @p p (a zero becomes +0, unlike a sign flip)
 void subtractFromZero(uint8_t* p, bool bigEndian)
 {
@@ -75,6 +87,14 @@ void applyLazyBits(ChunkData& d, uint8_t bits)
                 }
             }
             if (bits & kLazyConj) flipSign(p + half, half, d.bigEndian);
+        } else if (d.dtype == DType::BFloat16 && isBf16Nan(p, d.bigEndian)) {
+            // torch negates bfloat16 through float32, and its conversion back makes every NaN 0x7fc0
+            p[d.bigEndian ? 0 : 1] = 0x7f;
+            p[d.bigEndian ? 1 : 0] = 0xc0;
+        } else if (d.dtype == DType::Float16 && isF16Nan(p, d.bigEndian)) {
+            // float16 too goes through float32: the sign flips, the payload stays, and the way back sets the quiet bit
+            flipSign(p, width, d.bigEndian);
+            p[d.bigEndian ? 0 : 1] |= 0x02;
         } else if (isFloat) {
             flipSign(p, width, d.bigEndian);
         } else {

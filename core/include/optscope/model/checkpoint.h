@@ -267,6 +267,10 @@ public:
     std::vector<int> ranks() const;
     /// any warning of severity error
     bool hasErrors() const;
+    /// why some data the checkpoint's own metadata or index names was not read (a file missing, not a plain file, or
+    /// outside the folder; a shard that does not hold the tensor its index places there): the first such error
+    /// warning's message, "" when none. What is written, verified or called equal from it would be part of it.
+    std::string missingDataReason() const;
 
 private:
     /// open-addressing table of entry positions + 1 (0: free), keyed by the entry's key: indices rather than copies
