@@ -3,6 +3,7 @@
 #include "optscope/io/byte_source.h"
 #include "optscope/pickle/value_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -51,7 +52,7 @@ public:
     /// the values' structure and numbers; their storages' bytes are left in storagePairs
     bool equal(const PyValue* a, const PyValue* b, int depth = 0)
     {
-        if (a == b && !a) return true;
+        if (!a && !b) return true;
         if (!a || !b) return differ("values differ");
         if (depth > 256) return valueToJson(a) == valueToJson(b) || differ("values differ");
         if (!m_inProgress.insert({a, b}).second) return true; // a cycle (or a shared part) met again
