@@ -2,7 +2,8 @@
 // Property tests for the safety rules (tests/safety/safety.py drives the CLI with real hostile files): over many
 // random inputs, escaped text holds no control or direction character, CSV cells never start a formula, a region
 // listed k times is k - 1 overlap pairs, lexical '..' escapes are caught, every spelling of an input is refused
-// as an output, and a tensor of many chunks is compared box by box in linear time.
+// as an output, a tensor of many chunks is compared box by box in linear time, and a URL's token query never
+// reaches a location that readers build names on (and so any message).
 #include "optscope/analysis/diff_report.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
@@ -10,6 +11,7 @@
 #include "optscope/io/csv.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/checkpoint.h"
 #include "optscope/model/shard_layout.h"
 
@@ -374,4 +376,29 @@ TEST(Safety, AFileInTheRunsOwnFolderLooksForNoStaleTemporaries)
         EXPECT_EQ(fs::exists(dead), fresh);
     }
     fs::remove_all(dir);
+}
+
+TEST(Safety, AUrlsTokenQueryStaysOffTheLocationsReadersBuild)
+{
+    // readers name files by parentLocation/locationName/childLocation: a URL's query stays on the folder, and a name
+    // is shown as a listing shows it
+    const std::string file = "http://h/run/my%20file%2B1.pt?sig=s3cr3t";
+    EXPECT_EQ(parentLocation(file), "http://h/run?sig=s3cr3t");
+    EXPECT_EQ(locationName(file), "my file+1.pt");
+    EXPECT_EQ(childLocation(parentLocation(file), locationName(file)), file);
+    EXPECT_EQ(locationName("http://h/run/a%2Fb.pt"), "a%2Fb.pt"); // decoded, it would read as two names
+    EXPECT_EQ(parentLocation("http://h/run/"), "http://h");
+    EXPECT_EQ(parentLocation("http://h"), "http://h");
+    EXPECT_EQ(locationName("http://h"), "");
+    // an object store's key may hold '?' and '%' as any other character
+    EXPECT_EQ(parentLocation("s3://b/run/x?y%20"), "s3://b/run");
+    EXPECT_EQ(locationName("s3://b/run/x?y%20"), "x?y%20");
+    EXPECT_EQ(parentLocation("s3://b"), "s3://b");
+    EXPECT_EQ(parentLocation("run/x.pt"), "run");
+    EXPECT_EQ(locationName("run/x.pt"), "x.pt");
+    // what openCheckpoint builds on: no query, no fragment, no trailing slash (the token is kept for the requests)
+    EXPECT_EQ(readerLocation("http://h/run/?sig=s3cr3t#part"), "http://h/run");
+    EXPECT_EQ(readerLocation("https://h/a/b.safetensors?download=true"), "https://h/a/b.safetensors");
+    EXPECT_EQ(readerLocation("s3://b/run/x?y"), "s3://b/run/x?y");
+    EXPECT_EQ(readerLocation("run/x.pt?y"), "run/x.pt?y");
 }

@@ -29,8 +29,8 @@ import http.server
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servers import (free_port, most_in_flight, requests_in_log, s3_put, start_moto, start_nginx, stop,  # noqa: E402
-                     torch_check, wait_port)
+from servers import (FOLDER_TOKEN, free_port, most_in_flight, requests_in_log, s3_put, start_moto,  # noqa: E402
+                     start_nginx, stop, torch_check, wait_port)
 
 CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
@@ -387,6 +387,43 @@ def http_cases(http_port, https_port, cert):
                   os.path.join(DATA, "adam_int.pt"))
     p = cli(["diff", f"{base}/fsdp2_r2", os.path.join(DATA, "fsdp2_r2")])
     record("HTTP: diff URL against the local copy", f"exit {p.returncode}", p.returncode == 0)
+    # a folder URL with a token query (an Azure SAS, a gateway's token): every object under it is asked for with the
+    # token (before: "is no object (HTTP 403), nor a folder": the readers joined names after the query)
+    token = f"sig={FOLDER_TOKEN}"
+    for rel in ("fsdp2_r2", "hf/sharded", "zero/stage2/ckpt", "zero/stage3/universal", "megatron/sharded_torch_dist"):
+        if os.path.exists(os.path.join(DATA, rel)):
+            same_as_local(f"HTTP: the folder URL {rel}?TOKEN: its objects are asked for with the token",
+                          f"{base}/signed/{rel}?{token}", os.path.join(DATA, rel))
+    same_as_local("HTTP: a file URL with a token query, a DCP .metadata: its data files carry the token too",
+                  f"{base}/signed/fsdp2_r2/.metadata?{token}", os.path.join(DATA, "fsdp2_r2"))
+    expect_error("HTTP: the same folder without its token is refused, naming the URL",
+                 ["inspect", f"{base}/signed/fsdp2_r2/.metadata"], [f"{base}/signed/fsdp2_r2/.metadata", "HTTP 403"])
+    # a ZeRO `latest` naming a tag that is not there, as the local folder says it (before, over HTTP: "holds no
+    # DeepSpeed model or optim states files", as every name is a folder there)
+    served = os.path.join(WORK, "served", "zero_badtag")
+    shutil.copytree(os.path.join(DATA, "zero", "stage2", "ckpt"), served)
+    with open(os.path.join(served, "latest"), "w") as f:
+        f.write("global_step99")
+    expect_error("HTTP: a ZeRO `latest` naming a missing tag says so",
+                 ["inspect", f"{base}/served/zero_badtag"], ["names tag 'global_step99', but there is no folder"])
+    # a .metadata signed for itself alone: its data files are refused, and that is what is said (before: "is missing")
+    p = cli(["check", f"{base}/perobject/fsdp2_r2/.metadata?{token}"])
+    record("HTTP: data files the server refuses are said to be refused (HTTP 403), not missing",
+           f"exit {p.returncode}: {p.stdout.strip()[:160]}",
+           p.returncode == 1 and "'__0_0.distcp' named by .metadata cannot be read: HTTP 403" in p.stdout)
+    p = cli(["diff", f"{base}/signed/fsdp2_r2?{token}", f"{base}/fsdp2_r2"])
+    record("HTTP: diff of a token-query folder against the plain one", f"exit {p.returncode}", p.returncode == 0)
+    out, local_out = os.path.join(WORK, "signed", "g.pt"), os.path.join(WORK, "signed_local", "g.pt")
+    [os.makedirs(os.path.dirname(o), exist_ok=True) for o in (out, local_out)]
+    p = cli(["gather", f"{base}/signed/fsdp2_r2?{token}", "-o", out])
+    l = cli(["gather", os.path.join(DATA, "fsdp2_r2"), "-o", local_out])
+    same = p.returncode == 0 and l.returncode == 0 and open(out, "rb").read() == open(local_out, "rb").read()
+    record("HTTP: gather of a token-query folder writes the local gather's bytes", f"exit {p.returncode}", same)
+    # a name that the URL percent-encodes is shown decoded, as the local file's name is (before: "odd%20name%2B1.pt")
+    p = cli(["inspect", "--json", f"{base}/odd%20name%2B1.pt"])
+    files = set(re.findall(r'"file": "([^"]*)"', p.stdout))
+    record("HTTP: a percent-encoded file name is shown decoded", f"exit {p.returncode}, files {sorted(files)}",
+           p.returncode == 0 and files == {"odd name+1.pt"})
     expect_error("HTTP 404 names the URL", ["inspect", f"{base}/no_such.pt"], [f"{base}/no_such.pt", "HTTP 404"])
     # watch lists the run's folder at every look (before: nothing printed and exit 0, also for a server not there)
     expect_error("HTTP: watch refuses a folder it cannot list", ["watch", "--once", f"{base}/fsdp2_r2"],

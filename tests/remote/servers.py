@@ -30,6 +30,9 @@ def wait_port(port, what, proc=None, timeout=60):
     raise SystemExit(f"{what} did not listen on port {port} in {timeout} s")
 
 
+FOLDER_TOKEN = "folderSIGNATUREnever-printed"
+
+
 def start_nginx(root, work, procs, limit_rate=None):
     """nginx serving root over HTTP, and over HTTPS with a self-signed certificate made here (for 127.0.0.1), its
     process appended to procs; returns (http_port, https_port, certificate file). limit_rate ("4m"): each connection
@@ -43,13 +46,22 @@ def start_nginx(root, work, procs, limit_rate=None):
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
                    check=True, capture_output=True)
     http_port, https_port = free_port(), free_port()
+    # /signed/...: root's files again, for requests that carry ?sig=FOLDER_TOKEN only (as an Azure SAS or any token
+    # that holds for a folder's objects); "/odd name+1.pt": a name that a URL percent-encodes
+    guarded = (f'location /signed/ {{ if ($arg_sig != "{FOLDER_TOKEN}") {{ return 403; }} alias {root.rstrip("/")}/; }} '
+               f'location = "/odd name+1.pt" {{ alias {root.rstrip("/")}/adam_int.pt; }} '
+               # a signature for one object, as S3's presigned URLs: its siblings are refused
+               # files a test lays out as it runs (work/served)
+               f'location /served/ {{ alias {work.rstrip("/")}/served/; }} '
+               f'location /perobject/ {{ return 403; }} location = /perobject/fsdp2_r2/.metadata {{ '
+               f'if ($arg_sig != "{FOLDER_TOKEN}") {{ return 403; }} alias {root.rstrip("/")}/fsdp2_r2/.metadata; }}')
     temp = "".join(f" {k}_temp_path {conf_dir}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     with open(os.path.join(conf_dir, "nginx.conf"), "w") as f:
         f.write(f"""daemon off; pid {conf_dir}/nginx.pid; error_log {conf_dir}/error.log;
 events {{}}
 http {{ log_format timed '$connection $connection_requests $msec $request_time $status "$http_range"';
   access_log {conf_dir}/access.log timed; {temp} {f"limit_rate {limit_rate};" if limit_rate else ""}
-  server {{ listen 127.0.0.1:{http_port}; root {root}; }}
+  server {{ listen 127.0.0.1:{http_port}; root {root}; {guarded} }}
   server {{ listen 127.0.0.1:{https_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key}; root {root}; }}
 }}
 """)

@@ -76,7 +76,7 @@ std::string checkpointPathFor(const std::string& path)
 
 CheckpointPtr openCheckpoint(const std::string& path, const Progress& progress)
 {
-    return openGuarded(canonicalLocation(path), progress, openUnguarded);
+    return openGuarded(readerLocation(path), progress, openUnguarded);
 }
 
 static CheckpointPtr openFileUnguarded(const std::string& path, const Progress& progress)
@@ -90,7 +90,7 @@ static CheckpointPtr openFileUnguarded(const std::string& path, const Progress& 
 
 CheckpointPtr openCheckpointFile(const std::string& path, const Progress& progress)
 {
-    return openGuarded(canonicalLocation(path), progress, openFileUnguarded);
+    return openGuarded(readerLocation(path), progress, openFileUnguarded);
 }
 
 } // namespace optscope

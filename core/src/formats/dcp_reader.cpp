@@ -25,9 +25,9 @@ namespace {
 
 /// Lightning Fabric's meta.pt (see dcp_reader.h): its keys at the top level, after the DCP part's, where Fabric's
 /// consolidation puts them; recorded as a companion file, which reshard copies as it is
-void addFabricMeta(Checkpoint& cp, CheckpointBuilder& builder, const fs::path& dir, const Progress& progress)
+void addFabricMeta(Checkpoint& cp, CheckpointBuilder& builder, const std::string& dir, const Progress& progress)
 {
-    if (!isFile(dir / DcpReader::kFabricMetaFile)) return;
+    if (!isFile(childLocation(dir, DcpReader::kFabricMetaFile))) return;
     std::set<std::string> dcpKeys;
     for (const auto& e : cp.entries)
         if (!e.path.empty()) dcpKeys.insert(e.path.front().key.str());
@@ -80,31 +80,30 @@ int DcpReader::rankFromFileName(const std::string& relativePath)
 
 bool DcpReader::looksLikeDcp(const std::string& path)
 {
-    if (isFolder(path)) return isFile(fs::path(path) / kMetadataFile);
-    const fs::path p(path);
-    if (p.filename() == kMetadataFile) return isFile(path);
+    if (isFolder(path)) return isFile(childLocation(path, kMetadataFile));
+    const std::string name = locationName(path);
+    if (name == kMetadataFile) return isFile(path);
     // a data file of one: what a user who picks any file of the checkpoint means is the checkpoint (its bytes alone
     // are no pickle and no zip)
-    return p.extension() == ".distcp" && isFile(p.parent_path() / kMetadataFile);
+    return fs::path(name).extension() == ".distcp" && isFile(childLocation(parentLocation(path), kMetadataFile));
 }
 
 std::string DcpReader::folderOf(const std::string& path)
 {
-    return !isFolder(path) && looksLikeDcp(path) ? fs::path(path).parent_path().string() : path;
+    return !isFolder(path) && looksLikeDcp(path) ? parentLocation(path) : path;
 }
 
 std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading metadata");
-    fs::path dir = path;
-    if (!isFolder(dir)) dir = dir.parent_path();
-    const std::string metaPath = (dir / kMetadataFile).string();
+    const std::string dir = isFolder(path) ? path : parentLocation(path);
+    const std::string metaPath = childLocation(dir, kMetadataFile);
 
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::Dcp;
     cp->path = path;
     cp->arena = std::make_shared<PyArena>();
-    cp->files = std::make_shared<CheckpointFiles>(dir.string());
+    cp->files = std::make_shared<CheckpointFiles>(dir);
     CheckpointBuilder builder(*cp);
 
     // through the checkpoint's files: a .metadata that is a symlink out of the folder is not read (statInside)
@@ -199,12 +198,12 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         int64_t& size = fileSizes[file];
         if (size != -2) return size;
         const std::string& rel = md.files->name(file);
-        const MemberStat m = statInside(dir.string(), rel);
+        const MemberStat m = statInside(dir, rel);
         size = m.ok() ? static_cast<int64_t>(m.size) : -1;
         if (m.ok())
             cp->files->expectSize(rel, m.size);
         else
-            builder.memberProblem(m, rel, kMetadataFile, "in " + dir.string());
+            builder.memberProblem(m, rel, kMetadataFile, "in " + dir);
         if (!m.ok()) fileProblems[file] = m.what;
         return size;
     };
@@ -231,12 +230,12 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
         std::vector<std::string> names(fileCount);
         for (size_t f = 0; f < fileCount; ++f)
             names[f] = md.files->name(static_cast<uint32_t>(f));
-        statInsideAhead(dir.string(), names);
+        statInsideAhead(dir, names);
     }
     // values stored as pickles (param_groups, extra state) are read one by one below, each a round trip on a remote
     // checkpoint: ask for them all first, so that they are fetched together (a local file has nothing to ask). Quiet:
     // what is wrong with a file or an item is reported below, in item order.
-    if (isUrl(dir.string())) {
+    if (isUrl(dir)) {
         constexpr uint64_t kAskAtMost = uint64_t(64) << 20;
         uint64_t asked = 0;
         for (const auto& item : md.items) {
@@ -244,7 +243,7 @@ std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const
             const DcpMetadata::Storage* s = findStorage(item.fqn, nullptr, 0);
             if (!s || s->hasTransforms) continue;
             const std::string& rel = md.files->name(s->file);
-            const MemberStat m = statInside(dir.string(), rel); // remembered: the loop's own stat costs nothing
+            const MemberStat m = statInside(dir, rel); // remembered: the loop's own stat costs nothing
             if (!m.ok() || s->offset > m.size || s->length > m.size - s->offset) continue;
             if ((asked += s->length) > kAskAtMost) break;
             try {

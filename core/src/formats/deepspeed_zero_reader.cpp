@@ -1189,7 +1189,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
             const std::string tag = readTag(latest);
             if (tag.empty() || tag.find('/') != std::string::npos || tag == "." || tag == "..")
                 throw Error(ErrorKind::Format, latest.string(), "does not name a checkpoint tag ('" + tag + "')");
-            if (!isFolder(dir / tag))
+            // over plain HTTP every name is a "folder" (no listing tells): there the tag folder is one with ZeRO files
+            if (!isFolder(dir / tag) || (!canListFolder(dir.string()) && !hasZeroFiles(dir / tag)))
                 throw Error(ErrorKind::Format, latest.string(),
                     "names tag '" + tag + "', but there is no folder '" + (dir / tag).string()
                         + "' (DeepSpeed's load_checkpoint finds no checkpoint files and fails with AssertionError in "

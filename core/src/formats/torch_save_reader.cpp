@@ -24,9 +24,9 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(
     cp->format = CheckpointFormat::TorchSave;
     cp->path = file->path(); // a URL without its query (a presigned URL's signature is a credential)
     cp->arena = std::make_shared<PyArena>();
-    const std::filesystem::path p(cp->path); // a presigned URL's query is a credential: the file goes by its name
-    const std::string fileName = p.filename().string();
-    cp->files = std::make_shared<CheckpointFiles>(p.parent_path().string());
+    // the file goes by its name as a listing shows it ("my file.pt", not "my%20file.pt")
+    const std::string fileName = locationName(cp->path);
+    cp->files = std::make_shared<CheckpointFiles>(parentLocation(cp->path));
     cp->files->add(fileName, file);
 
     TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, cp->path);

@@ -212,7 +212,14 @@ MemberStat statInside(const std::string& root, const std::string& relative)
             return m;
         }
         LocationStat s = statLocation(childLocation(root, relative));
-        if (s.kind == LocationKind::Folder && !canListFolder(root)) s.kind = LocationKind::Missing; // HTTP: not there
+        if (s.kind == LocationKind::Folder && !canListFolder(root)) {
+            // plain HTTP: no object there. A refusal is not an absence: say what the server said
+            m.kind = s.detail == "HTTP 403" ? MemberStat::Unreadable : MemberStat::Missing;
+            m.what = s.detail == "HTTP 403" ? "cannot be read: HTTP 403 (access denied; a signed URL's signature may "
+                                              "hold for the one object it names)"
+                                            : "is missing" + (s.detail.empty() ? std::string() : " (" + s.detail + ")");
+            return m;
+        }
         m.kind = s.kind == LocationKind::File ? MemberStat::Regular
             : s.kind == LocationKind::Missing ? MemberStat::Missing
                                               : MemberStat::Special;

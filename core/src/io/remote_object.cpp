@@ -293,10 +293,29 @@ std::string encodeKey(const std::string& key, bool keepSlash = true)
     return out;
 }
 
+std::mutex g_queriesMutex;
+std::map<std::string, std::string> g_requestQueries; // by base URL (rememberRequestQuery)
+
+/// @p url with the query remembered for it or for the folder it lies under
+std::string withRememberedQuery(const std::string& url)
+{
+    if (url.find('?') != std::string::npos) return url;
+    std::lock_guard<std::mutex> lock(g_queriesMutex);
+    const std::string* best = nullptr;
+    size_t bestLength = 0;
+    for (const auto& [base, query] : g_requestQueries)
+        if (base.size() >= bestLength && url.compare(0, base.size(), base) == 0
+            && (url.size() == base.size() || url[base.size()] == '/')) {
+            best = &query;
+            bestLength = base.size();
+        }
+    return best ? url + "?" + *best : url;
+}
+
 /// the request URL of an object (or of the bucket, for a listing)
 std::string requestUrl(const RemoteUrl& u, const std::string& key)
 {
-    if (u.scheme == RemoteUrl::Http) return u.http;
+    if (u.scheme == RemoteUrl::Http) return withRememberedQuery(u.http);
     const StoreConfig& c = storeConfig();
     if (u.scheme == RemoteUrl::Gs) return c.gsEndpoint + "/" + u.bucket + "/" + encodeKey(key);
     if (!c.endpoint.empty()) return c.endpoint + "/" + u.bucket + "/" + encodeKey(key);
@@ -1756,6 +1775,12 @@ RemoteTransferStats remoteTransferStats()
     s.held = uint64_t(std::max<int64_t>(0, g_held.load()));
     s.peakHeld = uint64_t(std::max<int64_t>(0, g_peakHeld.load()));
     return s;
+}
+
+void rememberRequestQuery(const std::string& base, const std::string& query)
+{
+    std::lock_guard<std::mutex> lock(g_queriesMutex);
+    g_requestQueries[base] = query;
 }
 
 void abandonRemoteRequests()

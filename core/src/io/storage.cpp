@@ -50,7 +50,59 @@ std::string encodePath(const std::string& name)
     return out;
 }
 
+/// the inverse of encodePath; a malformed escape stays as it is, as servers take it
+std::string decodePath(const std::string& name)
+{
+    const auto hexValue = [](char c) {
+        return c >= '0' && c <= '9' ? c - '0'
+            : c >= 'a' && c <= 'f'  ? c - 'a' + 10
+            : c >= 'A' && c <= 'F'  ? c - 'A' + 10
+                                    : -1;
+    };
+    std::string out;
+    for (size_t i = 0; i < name.size(); ++i) {
+        const int hi = name[i] == '%' && i + 2 < name.size() ? hexValue(name[i + 1]) : -1;
+        const int lo = hi >= 0 ? hexValue(name[i + 2]) : -1;
+        if (lo >= 0) {
+            out += static_cast<char>(hi * 16 + lo);
+            i += 2;
+        } else {
+            out += name[i];
+        }
+    }
+    return out;
+}
+
+/// a URL without its query and trailing slashes, and where its path begins (after the bucket or host)
+std::pair<std::string, size_t> urlPath(const std::string& location)
+{
+    std::string base = canonicalLocation(location.substr(0, queryStart(location)));
+    const size_t host = base.find("://") + 3;
+    return {base, base.find('/', host)};
+}
+
 } // namespace
+
+std::string parentLocation(const std::string& location)
+{
+    if (!isUrl(location)) return std::filesystem::path(location).parent_path().string();
+    const auto [base, pathStart] = urlPath(location);
+    if (pathStart == std::string::npos) return location;
+    const size_t q = queryStart(location);
+    return base.substr(0, base.rfind('/')) + (q == std::string::npos ? "" : location.substr(q));
+}
+
+std::string locationName(const std::string& location)
+{
+    if (!isUrl(location)) return std::filesystem::path(location).filename().string();
+    const auto [base, pathStart] = urlPath(location);
+    if (pathStart == std::string::npos) return {};
+    const std::string name = base.substr(base.rfind('/') + 1);
+    if (!isHttp(location)) return name;
+    // "%2F" stays encoded: decoded, it would read as two names
+    const std::string decoded = decodePath(name);
+    return decoded.find('/') == std::string::npos ? decoded : name;
+}
 
 std::string canonicalLocation(const std::string& location)
 {
@@ -61,6 +113,23 @@ std::string canonicalLocation(const std::string& location)
     while (base.size() > keep && base.back() == '/')
         base.pop_back();
     return q == std::string::npos ? base : base + location.substr(q);
+}
+
+std::string readerLocation(const std::string& location)
+{
+    const std::string canonical = canonicalLocation(location);
+    const size_t q = queryStart(canonical);
+    if (q == std::string::npos) return canonical;
+    const std::string base = canonicalLocation(canonical.substr(0, q));
+    // a fragment is the client's own ("#frag" is never sent)
+    const std::string query = canonical.substr(q, canonical.find('#', q) - q);
+    if (query.size() > 1) {
+        // the folder's too: a file given with a token that holds for its folder (a DCP .metadata with an Azure SAS)
+        // reads its siblings with it; a per-object signature fails there as it would without it (HTTP 403)
+        rememberRequestQuery(parentLocation(base), query.substr(1));
+        rememberRequestQuery(base, query.substr(1));
+    }
+    return base;
 }
 
 std::string displayLocation(const std::string& location)

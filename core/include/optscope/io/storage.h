@@ -30,6 +30,12 @@ bool isUrl(const std::string& location);
 /// @p location as every reader builds on it: a URL without trailing slashes after its bucket or host
 /// (s3://b/run/ is the folder s3://b/run, as `aws s3 ls` names prefixes); a path as it is
 std::string canonicalLocation(const std::string& location);
+/// canonicalLocation(@p location), and an http(s) URL's query taken off and kept, for this process, as a token that
+/// every request for that URL and for the locations under it and under its folder carries (an Azure SAS, a presigned
+/// or signed URL, a token for a folder's objects; the folder's a file's siblings, a DCP's data files beside the
+/// .metadata given): readers build names on the plain URL, and no message, report or listing built from
+/// them can show the token. What openCheckpoint does with what the user gives
+std::string readerLocation(const std::string& location);
 /// a URL as messages show it: no query string (a presigned URL's signature), no user:password
 std::string displayLocation(const std::string& location);
 
@@ -97,6 +103,14 @@ std::string readSmallFile(const std::string& location, uint64_t maxBytes);
 /// @p folder + "/" + @p name, for paths and URLs alike; appended to an http(s) URL, @p name is percent-encoded and goes
 /// before the URL's query
 std::string childLocation(const std::string& folder, const std::string& name);
+/// the folder that holds @p location, for paths and URLs alike (std::filesystem's parent_path, which reads a URL's
+/// query as part of its last name): an http(s) URL's query stays on the folder (an Azure SAS token or any token that
+/// holds for the folder's objects), so childLocation(parentLocation(x), locationName(x)) is x again. A bucket or host
+/// has no parent: it is returned as it is
+std::string parentLocation(const std::string& location);
+/// the last name of @p location (std::filesystem's filename()): without an http(s) URL's query, percent-decoded (the
+/// name a listing or a local copy shows; childLocation encodes it again)
+std::string locationName(const std::string& location);
 
 /// what remote reads did so far in this process (the status bar, the benchmarks)
 struct RemoteTransferStats
