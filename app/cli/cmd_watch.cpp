@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -36,6 +37,7 @@ void print(const RunStepSummary& s, bool json, size_t shown)
         if (s.skipped) j["reason"] = s.reason;
         j["entries"] = s.entries;
         if (s.compared) j["changed"] = s.changed;
+        if (!s.notes.empty()) j["notes"] = s.notes;
         j["top"] = nlohmann::ordered_json::array();
         for (size_t i = 0; i < s.top.size() && i < shown; ++i)
             j["top"].push_back({{"key", s.top[i].first}, {"max_abs_diff", s.top[i].second}});
@@ -58,7 +60,7 @@ int runWatch(const std::vector<std::string>& argv)
 {
     const Args args(argv,
         {{"--once", false, "read the steps complete now, then exit"},
-            {"--interval", true, "seconds between two looks at the folder (default 1.5)"},
+            {"--interval", true, "seconds between two looks at the folder (default 1.5, at least 0.1)"},
             {"--json", false, "one JSON object per step"}, {"--top", true, "most changed keys shown per step (3)"},
             {"--rtol", true, "relative tolerance"}, {"--atol", true, "absolute tolerance"},
             {"--help", false, "show this help", "-h"}});
@@ -70,7 +72,8 @@ int runWatch(const std::vector<std::string>& argv)
     DiffOptions options;
     options.rtol = nonNegativeNumber(args, "--rtol", 0);
     options.atol = nonNegativeNumber(args, "--atol", 0);
-    const double interval = nonNegativeNumber(args, "--interval", 1.5);
+    // at least 0.1 s: a look lists the folder and stats its files, and 0 would do that without a pause
+    const double interval = std::max(0.1, nonNegativeNumber(args, "--interval", 1.5));
     const auto topArg = args.value("--top");
     const size_t shown = topArg ? static_cast<size_t>(std::max(0, std::atoi(topArg->c_str()))) : 3;
     const bool json = args.has("--json"), once = args.has("--once");
@@ -97,7 +100,7 @@ int runWatch(const std::vector<std::string>& argv)
         }
         if (next.kind == RunFollower::Next::Read) {
             try {
-                const auto read = RunFollower::readStep(next.entry.path, follower.previous(), options, Progress {});
+                const auto read = RunFollower::readStep(next, follower.previous(), options, Progress {});
                 print(follower.accept(next.entry, read), json, shown);
             } catch (const Error& e) {
                 follower.failed(next.entry, e.what()); // not complete yet, or broken: said while it is waited for

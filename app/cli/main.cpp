@@ -225,7 +225,7 @@ const std::vector<Command>& commands()
             "A step still being written is waited for and said so on stderr; one that never opens is skipped once a\n"
             "later one is complete. Runs until Ctrl-C. DIR may be an s3:// or gs:// prefix (listed at every look).\n"
             "  --once          read the steps that are complete now, then exit (a CI job)\n"
-            "  --interval S    seconds between two looks at the folder (default 1.5)\n"
+            "  --interval S    seconds between two looks at the folder (default 1.5, at least 0.1)\n"
             "  --json          one JSON object per step (step, name, path, status, entries, changed, top)\n"
             "  --top N         most changed keys per step (default 3)\n"
             "Exit status: 0 (also when stopped by Ctrl-C), 2 error.\n",

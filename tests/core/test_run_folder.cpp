@@ -76,6 +76,13 @@ TEST(RunFolder, StepsInOrderWhateverTheNaming)
     for (const char* d : {"step_1000", "step_200", "checkpoint-30", "global_step4"})
         write(t.path / d / ".metadata", "x");
     write(t.path / "epoch=1-step=500.ckpt", "x");
+    // Lightning's epoch=E-step=S-val_loss=L: the step is S, not the loss's digits (before: 93, then 52, ...)
+    write(t.path / "epoch=0-step=100-val_loss=0.93.ckpt", "x");
+    write(t.path / "iter_0000450", "x");
+    write(t.path / "tmp-checkpoint-700" / "model.safetensors", "x"); // transformers 4.36-4.38, renamed when done
+    // per-rank files of one step side by side: the lowest rank's is followed (before: rank 1 compared with rank 0)
+    write(t.path / "ckpt_step9_rank0.pt", "x");
+    write(t.path / "ckpt_step9_rank1.pt", "x");
     write(t.path / "ckpt_600.pt", "x");
     write(t.path / "latest", "global_step4"); // no number: not a checkpoint
     write(t.path / ".step_700.tmp", "x"); // a writer's temporary name
@@ -83,10 +90,16 @@ TEST(RunFolder, StepsInOrderWhateverTheNaming)
     write(t.path / "step_900.pt.tmp", "x");
     const auto runs = scanRunFolder(t.path.string());
     EXPECT_EQ(names(runs),
-        (std::vector<std::string> {
-            "global_step4", "checkpoint-30", "step_200", "epoch=1-step=500.ckpt", "ckpt_600.pt", "step_1000"}));
+        (std::vector<std::string> {"global_step4", "ckpt_step9_rank0.pt", "checkpoint-30",
+            "epoch=0-step=100-val_loss=0.93.ckpt", "step_200", "iter_0000450", "epoch=1-step=500.ckpt", "ckpt_600.pt",
+            "step_1000"}));
     EXPECT_EQ(runs.front().step, 4);
-    EXPECT_EQ(runs[3].step, 500);
+    EXPECT_EQ(runs[3].step, 100);
+    EXPECT_EQ(runs[5].step, 450);
+    EXPECT_EQ(runs[6].step, 500);
+    ASSERT_EQ(runs[1].notes.size(), 1u);
+    EXPECT_EQ(
+        runs[1].notes[0], "rank 0's file of 2 per-rank files (ckpt_step9_rank*.pt): the other ranks are not followed");
     EXPECT_TRUE(scanRunFolder((t.path / "missing").string()).empty());
 }
 
@@ -139,7 +152,7 @@ TEST(RunFollower, ReadsEachStepOnceCompleteWaitsForOneBeingWrittenAndSkipsOneTha
     ASSERT_EQ(n.kind, RunFollower::Next::Read);
     EXPECT_EQ(n.entry.name, "ckpt_3.pt");
     EXPECT_TRUE(n.newest);
-    RunStepSummary s = f.accept(n.entry, RunFollower::readStep(n.entry.path, f.previous(), f.options(), {}));
+    RunStepSummary s = f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
     EXPECT_FALSE(s.compared);
     EXPECT_EQ(s.statusText(), "read (" + std::to_string(s.entries) + " entries)");
 
@@ -152,20 +165,22 @@ TEST(RunFollower, ReadsEachStepOnceCompleteWaitsForOneBeingWrittenAndSkipsOneTha
     write(t.path / "ckpt_4.pt", step4.substr(0, step4.size() / 2));
     n = f.poll();
     EXPECT_EQ(n.kind, RunFollower::Next::Wait);
-    EXPECT_EQ(n.reason, "ckpt_4.pt is still being written");
+    EXPECT_EQ(n.reason, "ckpt_4.pt is new: read once its files rest until the next look");
     n = f.poll();
     ASSERT_EQ(n.kind, RunFollower::Next::Read);
-    EXPECT_THROW(RunFollower::readStep(n.entry.path, f.previous(), f.options(), {}), Error);
+    EXPECT_THROW(RunFollower::readStep(n, f.previous(), f.options(), {}), Error);
     f.failed(n.entry, "cut short");
     n = f.poll();
     EXPECT_EQ(n.kind, RunFollower::Next::Wait);
     EXPECT_EQ(n.reason, "ckpt_4.pt does not open yet (cut short)");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     write(t.path / "ckpt_4.pt", step4);
-    EXPECT_EQ(f.poll().kind, RunFollower::Next::Wait); // changed
+    n = f.poll();
+    EXPECT_EQ(n.kind, RunFollower::Next::Wait); // changed
+    EXPECT_EQ(n.reason, "ckpt_4.pt is still being written");
     n = f.poll();
     ASSERT_EQ(n.kind, RunFollower::Next::Read);
-    s = f.accept(n.entry, RunFollower::readStep(n.entry.path, f.previous(), f.options(), {}));
+    s = f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
     ASSERT_TRUE(s.compared);
     EXPECT_EQ(s.step, 4);
     EXPECT_GT(s.changed, 0u);
@@ -202,6 +217,147 @@ TEST(RunFollower, ReadsEachStepOnceCompleteWaitsForOneBeingWrittenAndSkipsOneTha
     EXPECT_EQ(n.entry.name, "ckpt_6.pt");
     EXPECT_EQ(f.previousPath(), (t.path / "ckpt_4.pt").string());
     EXPECT_EQ(f.poll().kind, RunFollower::Next::Read); // not accepted yet: asked again
+}
+
+// a run that removes or replaces the step read last (a Trainer's save_total_limit, a rename over it): the next step
+// is compared with it as it was read (before: "removed while being read" for every later step, none read again)
+TEST(RunFollower, TheStepReadLastIsComparedAsReadAfterTheRunRemovesOrReplacesIt)
+{
+    TempDir t;
+    const auto readNext = [](RunFollower& f) {
+        RunFollower::Next n = f.poll();
+        if (n.kind == RunFollower::Next::Wait) n = f.poll();
+        EXPECT_EQ(n.kind, RunFollower::Next::Read) << n.reason;
+        return f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
+    };
+    copyFixture("diff/step3.pt", t.path / "ckpt_3.pt");
+    RunFollower f(t.path.string());
+    EXPECT_FALSE(readNext(f).compared);
+    copyFixture("diff/step4.pt", t.path / "ckpt_4.pt");
+    fs::remove(t.path / "ckpt_3.pt"); // rotated away
+    RunStepSummary s = readNext(f);
+    EXPECT_EQ(s.name, "ckpt_4.pt");
+    ASSERT_TRUE(s.compared) << s.statusText();
+    EXPECT_GT(s.changed, 0u);
+    EXPECT_TRUE(s.notes.empty()) << s.statusText();
+    // replaced by a rename (another file of the same bytes), then step 5 comes
+    copyFixture("diff/step3.pt", t.path / "ckpt_5.pt");
+    copyFixture("diff/step4.pt", t.path / "replacement.tmp");
+    fs::rename(t.path / "replacement.tmp", t.path / "ckpt_4.pt");
+    f.poll(); // the replacement is seen ...
+    s = readNext(f); // ... and at rest: it is read again, as the run wrote it again
+    EXPECT_EQ(s.name, "ckpt_4.pt");
+    EXPECT_FALSE(s.compared); // nothing before it is left to compare with
+    ASSERT_FALSE(s.notes.empty());
+    EXPECT_EQ(s.notes[0].rfind("read again: the run wrote it again", 0), 0u) << s.notes[0];
+    s = readNext(f);
+    EXPECT_EQ(s.name, "ckpt_5.pt");
+    EXPECT_TRUE(s.compared) << s.statusText();
+}
+
+// a run resumed from an earlier step writes the steps after it again: they are read again, compared with the step
+// before them (before: dropped without a word)
+TEST(RunFollower, StepsTheRunWritesAgainAreReadAgainFromTheStepBeforeThem)
+{
+    TempDir t;
+    copyFixture("diff/step3.pt", t.path / "ckpt_3.pt");
+    copyFixture("diff/step4.pt", t.path / "ckpt_4.pt");
+    copyFixture("diff/step3.pt", t.path / "ckpt_5.pt");
+    RunFollower f(t.path.string());
+    std::vector<RunStepSummary> read;
+    for (int looks = 0; looks < 8; ++looks) {
+        RunFollower::Next n = f.poll();
+        if (n.kind == RunFollower::Next::Read)
+            read.push_back(f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {})));
+    }
+    ASSERT_EQ(read.size(), 3u);
+    EXPECT_EQ(f.series().at("model.0.weight").size(), 2u);
+    // resumed at step 3: steps 4 and 5 written again, in place
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    copyFixture("diff/step3.pt", t.path / "ckpt_4.pt");
+    copyFixture("diff/step4.pt", t.path / "ckpt_5.pt");
+    read.clear();
+    for (int looks = 0; looks < 8; ++looks) {
+        RunFollower::Next n = f.poll();
+        if (n.kind == RunFollower::Next::Read)
+            read.push_back(f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {})));
+    }
+    ASSERT_EQ(read.size(), 2u);
+    EXPECT_EQ(read[0].name, "ckpt_4.pt");
+    ASSERT_TRUE(read[0].compared);
+    EXPECT_EQ(read[0].changed, 0u); // the new step 4 is step 3's bytes: compared with step 3, not the old step 5
+    EXPECT_EQ(read[0].notes.at(0).rfind("read again", 0), 0u);
+    EXPECT_EQ(read[1].name, "ckpt_5.pt");
+    EXPECT_GT(read[1].changed, 0u);
+    // the series holds the run as it is now: one point per step
+    const auto& points = f.series().at("model.0.weight");
+    ASSERT_EQ(points.size(), 2u);
+    EXPECT_EQ(points[0].first, 4);
+    EXPECT_EQ(points[1].first, 5);
+}
+
+// the step read last changed in place after it was read: the next step is read, said not compared, and why
+TEST(RunFollower, AStepBeforeThatChangedInPlaceLeavesTheNextReadButNotCompared)
+{
+    TempDir t;
+    copyFixture("diff/step3.pt", t.path / "ckpt_3.pt");
+    copyFixture("diff/step4.pt", t.path / "ckpt_4.pt");
+    RunFollower::Next first;
+    first.entry.path = (t.path / "ckpt_3.pt").string();
+    const CheckpointPtr held = RunFollower::readStep(first, nullptr, {}, {}).checkpoint;
+    fs::resize_file(t.path / "ckpt_3.pt", fs::file_size(t.path / "ckpt_3.pt") / 2); // the same file, cut in place
+    RunFollower::Next second;
+    second.entry.path = (t.path / "ckpt_4.pt").string();
+    const RunFollower::StepRead r = RunFollower::readStep(second, held, {}, {});
+    EXPECT_FALSE(r.compared);
+    ASSERT_EQ(r.notes.size(), 1u);
+    EXPECT_EQ(r.notes[0].rfind("not compared: the step before it changed after it was read (", 0), 0u) << r.notes[0];
+    EXPECT_NE(r.notes[0].find("ckpt_3.pt"), std::string::npos) << r.notes[0];
+}
+
+// a Trainer writes checkpoint-N/ in parts, its trainer_state.json last: the folder is waited for until then (before:
+// read at the first rest, model only, and never again), and read as it is once a later step is complete
+TEST(RunFollower, ATrainerFolderIsCompleteWithItsTrainerState)
+{
+    TempDir t;
+    const fs::path source = kTestData + "/hf/checkpoint-3";
+    const auto copyTrainer = [&](const fs::path& to, bool withState) {
+        fs::create_directories(to);
+        for (const auto& e : fs::directory_iterator(source))
+            if (withState || e.path().filename() != "trainer_state.json")
+                fs::copy_file(e.path(), to / e.path().filename(), fs::copy_options::overwrite_existing);
+    };
+    copyTrainer(t.path / "checkpoint-1", false);
+    RunFollower f(t.path.string());
+    f.poll();
+    RunFollower::Next n = f.poll();
+    EXPECT_EQ(n.kind, RunFollower::Next::Wait);
+    EXPECT_EQ(n.reason, "checkpoint-1 has no trainer_state.json yet (the Trainer writes it last)");
+    fs::copy_file(source / "trainer_state.json", t.path / "checkpoint-1" / "trainer_state.json");
+    EXPECT_EQ(f.poll().kind, RunFollower::Next::Wait); // changed
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    RunStepSummary s = f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
+    EXPECT_TRUE(s.notes.empty()) << s.statusText();
+    // a save that never finished, then a complete one
+    copyTrainer(t.path / "checkpoint-2", false);
+    copyTrainer(t.path / "checkpoint-3", true);
+    f.poll();
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    EXPECT_EQ(n.entry.name, "checkpoint-2");
+    s = f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
+    ASSERT_EQ(s.notes.size(), 1u) << s.statusText();
+    EXPECT_EQ(s.notes[0],
+        "read though it has no trainer_state.json yet (the Trainer writes it last): a later step is complete");
+    EXPECT_GT(s.changed, 0u); // trainer_state.* only in the step before
+    // a staging folder (transformers 4.36-4.38) is no step
+    copyTrainer(t.path / "tmp-checkpoint-4", true);
+    n = f.poll();
+    ASSERT_EQ(n.kind, RunFollower::Next::Read);
+    EXPECT_EQ(n.entry.name, "checkpoint-3");
+    f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
+    EXPECT_EQ(f.poll().kind, RunFollower::Next::Wait);
 }
 
 TEST(CliWatch, OnceReadsTheCompleteStepsAsJsonLinesOrText)

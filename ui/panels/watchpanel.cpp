@@ -219,13 +219,14 @@ void WatchPanel::pollNow()
     const DiffOptions options = m_follower->options();
     m_context->runner()->run(
         QStringLiteral("watch"), tr("Watch: reading %1").arg(name), this,
-        [previous, path = entry.path, options](
-            const Progress& progress) { return RunFollower::readStep(path, previous, options, progress); },
+        [previous, next, options](
+            const Progress& progress) { return RunFollower::readStep(next, previous, options, progress); },
         [this, entry, name, newest, generation, options](RunFollower::StepRead read) {
             if (generation != m_generation || !m_follower) return;
             m_busy = false;
-            const QString previousPath = QString::fromStdString(m_follower->previousPath());
-            const CheckpointPtr previousCheckpoint = m_follower->previous();
+            // what it was compared with (the step read before, or the one before a step its run rewrote)
+            const QString previousPath = QString::fromStdString(read.previousPath);
+            const CheckpointPtr previousCheckpoint = read.previous;
             const RunStepSummary s = m_follower->accept(entry, read);
             addStepRow(s.step, name, QString::fromStdString(s.statusText()), QString::fromStdString(entry.path));
             updateChart();

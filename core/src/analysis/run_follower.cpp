@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/run_follower.h"
+#include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/storage.h"
 #include "optscope/optim/optimizer_kind.h"
@@ -10,13 +11,16 @@ namespace optscope {
 
 std::string RunStepSummary::statusText() const
 {
-    if (skipped) return "skipped: " + reason;
-    if (!compared) return "read (" + std::to_string(entries) + " entries)";
-    return std::to_string(changed) + " of " + std::to_string(entries) + " keys changed from the step before";
+    std::string text = skipped ? "skipped: " + reason
+        : !compared            ? "read (" + std::to_string(entries) + " entries)"
+                    : std::to_string(changed) + " of " + std::to_string(entries) + " keys changed from the step before";
+    for (const auto& n : notes)
+        text += "; " + n;
+    return text;
 }
 
 RunFollower::RunFollower(std::string folder, DiffOptions options, size_t trackedPerStep)
-    : m_folder(canonicalLocation(folder))
+    : m_folder(readerLocation(folder))
     , m_options(options)
     , m_trackedPerStep(trackedPerStep)
 { }
@@ -24,6 +28,35 @@ RunFollower::RunFollower(std::string folder, DiffOptions options, size_t tracked
 RunFollower::Next RunFollower::poll()
 {
     const std::vector<RunCheckpoint> entries = scanRunFolder(m_folder);
+    const auto readAlready = [this](const RunCheckpoint& c) {
+        return c.step < m_lastStep || (c.step == m_lastStep && c.name <= m_lastName);
+    };
+    const auto stable = [this](const RunCheckpoint& c) {
+        auto before = m_lastSignature.find(c.path);
+        return before != m_lastSignature.end() && before->second == c.signature;
+    };
+    // a step read before that the run wrote again, now at rest (resumed from an earlier step, it writes the steps
+    // after that one again): read again from there, compared with the step before it (entries are in reading order:
+    // the steps read already come first)
+    for (size_t i = 0; i < entries.size() && readAlready(entries[i]); ++i) {
+        const RunCheckpoint& c = entries[i];
+        auto read = m_readSignature.find(c.path);
+        if (read == m_readSignature.end() || read->second == c.signature || !stable(c)) continue;
+        m_lastStep = i > 0 ? entries[i - 1].step : -1;
+        m_lastName = i > 0 ? entries[i - 1].name : std::string();
+        m_compareWith = i > 0 ? entries[i - 1].path : std::string();
+        m_previous.reset();
+        m_previousPath.clear();
+        m_rewrittenNote = "read again: the run wrote it again after it was read (resumed from an earlier step?), and "
+                          "the steps after it are read again too";
+        for (size_t j = i; j < entries.size(); ++j)
+            m_readSignature.erase(entries[j].path);
+        for (auto& [key, points] : m_series)
+            points.erase(std::remove_if(points.begin(), points.end(),
+                             [&c](const std::pair<int64_t, double>& p) { return p.first >= c.step; }),
+                points.end());
+        break;
+    }
     // every entry's signature is kept, also those behind one still being written: a run caught up on reads them
     // once they are stable
     std::map<std::string, uint64_t> seen;
@@ -31,30 +64,32 @@ RunFollower::Next RunFollower::poll()
         seen[c.path] = c.signature;
     const RunCheckpoint* next = nullptr;
     const RunCheckpoint* writing = nullptr;
-    bool laterStable = false;
+    bool firstLook = false;
+    bool laterComplete = false;
     for (const auto& c : entries) {
-        if (c.step < m_lastStep || (c.step == m_lastStep && c.name <= m_lastName)) continue; // read already
-        auto before = m_lastSignature.find(c.path);
-        const bool stable = before != m_lastSignature.end() && before->second == c.signature;
+        if (readAlready(c)) continue;
         if (!next) {
-            if (!stable) {
-                writing = &c; // still being written: the later ones wait behind it
+            if (!stable(c)) {
+                writing = &c; // still being written (or new): the later ones wait behind it
+                firstLook = !m_lastSignature.count(c.path);
                 break;
             }
             next = &c;
-        } else if (stable) {
-            laterStable = true;
+        } else if (stable(c) && c.incomplete.empty()) {
+            laterComplete = true;
             break;
         }
     }
     m_lastSignature = std::move(seen);
     Next out;
-    if (writing) out.reason = writing->name + " is still being written";
+    if (writing)
+        out.reason = writing->name
+            + (firstLook ? " is new: read once its files rest until the next look" : " is still being written");
     if (!next) return out;
     out.entry = *next;
     if (auto failed = m_failed.find(next->path); failed != m_failed.end() && failed->second.first == next->signature) {
         // it did not open and has not changed since: skipped once a later step is complete, else waited for
-        if (!laterStable) {
+        if (!laterComplete) {
             out.reason = next->name + " does not open yet (" + failed->second.second + ")";
             return out;
         }
@@ -62,20 +97,72 @@ RunFollower::Next RunFollower::poll()
         out.reason = failed->second.second;
         return out;
     }
+    if (!next->incomplete.empty()) {
+        // known to be written in parts (a Trainer's model first, its state last): waited for until a later step is
+        // complete, which says this one's save ended; then read as it is
+        if (!laterComplete) {
+            out.reason = next->name + " " + next->incomplete;
+            return out;
+        }
+        out.entry.notes.push_back("read though it " + next->incomplete + ": a later step is complete");
+    }
+    if (!m_rewrittenNote.empty()) out.entry.notes.insert(out.entry.notes.begin(), m_rewrittenNote);
     out.kind = Next::Read;
-    out.newest = !laterStable;
+    out.newest = !laterComplete;
+    if (!m_previous) out.compareWith = m_compareWith;
     return out;
 }
 
+namespace {
+
+/// why @p e, met comparing a step with the one before, is about the step before (its files changed or went since it
+/// was read): its text; empty when it is about the step being read
+std::string previousStepFault(const Checkpoint& previous, const Error& e)
+{
+    if (!previous.files) return {};
+    for (const auto& f : previous.files->knownFiles())
+        if (f == e.file() || displayLocation(f) == e.file()) return e.what();
+    try {
+        previous.files->checkUnchanged();
+    } catch (const Error& changed) {
+        return changed.what();
+    }
+    return {};
+}
+
+} // namespace
+
 RunFollower::StepRead RunFollower::readStep(
-    const std::string& path, const CheckpointPtr& previous, const DiffOptions& options, const Progress& progress)
+    const Next& next, const CheckpointPtr& previous, const DiffOptions& options, const Progress& progress)
 {
     StepRead out;
-    out.checkpoint = openCheckpoint(path, progress);
-    if (previous) {
-        out.report = diffCheckpoints(*out.checkpoint, *previous, options, progress);
-        out.compared = true;
+    out.checkpoint = openCheckpoint(next.entry.path, progress);
+    CheckpointPtr before = previous;
+    if (!next.compareWith.empty()) {
+        try {
+            before = openCheckpoint(next.compareWith, progress);
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Cancelled) throw;
+            out.notes.push_back(std::string("not compared: the step before it does not open (") + e.what() + ")");
+        }
     }
+    if (before) {
+        try {
+            out.report = diffCheckpoints(*out.checkpoint, *before, options, progress);
+            out.compared = true;
+            out.previous = before;
+            out.previousPath = next.compareWith.empty() ? before->path : next.compareWith;
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Cancelled) throw;
+            const std::string why = previousStepFault(*before, e);
+            if (why.empty()) throw;
+            // the run took the step before away, or rewrote it: this one is still read
+            out.notes.push_back("not compared: the step before it changed after it was read (" + why + ")");
+            out.report = {};
+        }
+    }
+    // the next step is compared with this one as it is now, whatever the run does to its files meanwhile
+    if (out.checkpoint->files) out.checkpoint->files->hold();
     return out;
 }
 
@@ -84,12 +171,27 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
     m_lastStep = entry.step;
     m_lastName = entry.name;
     m_failed.erase(entry.path);
+    m_readSignature[entry.path] = entry.signature;
+    m_compareWith.clear();
+    m_rewrittenNote.clear();
     RunStepSummary s;
     s.name = entry.name;
     s.path = entry.path;
     s.step = entry.step;
     s.entries = read.checkpoint ? read.checkpoint->entries.size() : 0;
     s.compared = read.compared;
+    s.notes = entry.notes;
+    s.notes.insert(s.notes.end(), read.notes.begin(), read.notes.end());
+    if (read.checkpoint) {
+        // what the step itself lacks (a file cut short, a tensor not there): a count of changes says nothing of it
+        size_t errors = 0;
+        const CheckpointWarning* first = nullptr;
+        for (const auto& w : read.checkpoint->warnings)
+            if (w.isError && !errors++) first = &w;
+        if (first)
+            s.notes.push_back(std::to_string(errors) + " error(s) in this step, first: " + first->message
+                + (first->key.empty() ? "" : " (" + first->key + ")"));
+    }
     if (read.compared) {
         s.entries = read.report.entries.size();
         std::vector<const DiffEntry*> tensors;
@@ -99,13 +201,13 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
                 && !isStepCounterKey(e.key, e.numel))
                 tensors.push_back(&e);
         }
-        const size_t top = std::min(tensors.size(), m_trackedPerStep);
-        std::partial_sort(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(top), tensors.end(),
+        std::sort(tensors.begin(), tensors.end(),
             [](const DiffEntry* a, const DiffEntry* b) { return a->maxAbsDiff > b->maxAbsDiff; });
-        for (size_t i = 0; i < tensors.size(); ++i) {
-            const std::string& key = tensors[i]->key;
-            if (i < top) s.top.emplace_back(key, tensors[i]->maxAbsDiff);
-            if (i < top || m_series.count(key)) m_series[key].emplace_back(entry.step, tensors[i]->maxAbsDiff);
+        // the most changed are the changed ones only: within the tolerances a difference is no change
+        for (const DiffEntry* e : tensors) {
+            const bool top = e->status == DiffStatus::Changed && s.top.size() < m_trackedPerStep;
+            if (top) s.top.emplace_back(e->key, e->maxAbsDiff);
+            if (top || m_series.count(e->key)) m_series[e->key].emplace_back(entry.step, e->maxAbsDiff);
         }
     }
     m_previous = read.checkpoint;
@@ -123,6 +225,7 @@ RunStepSummary RunFollower::skip(const Next& next)
     m_lastStep = next.entry.step;
     m_lastName = next.entry.name;
     m_failed.erase(next.entry.path);
+    m_readSignature[next.entry.path] = next.entry.signature;
     RunStepSummary s;
     s.name = next.entry.name;
     s.path = next.entry.path;

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/run_folder.h"
 #include "optscope/base/error.h"
+#include "optscope/formats/hf_trainer_reader.h"
+#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/torch_save_reader.h"
 #include "optscope/io/storage.h"
 
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 namespace optscope {
@@ -14,9 +18,31 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int64_t lastNumber(const std::string& name)
+/// the digits right after @p word in @p lower (a lower-cased name), past one '=', '_' or '-': "step=100" -> 100;
+/// -1 when there are none
+int64_t numberAfter(const std::string& lower, const std::string& word)
 {
-    // the last run of digits (epoch=1-step=500 -> 500; checkpoint-200 -> 200)
+    for (size_t at = lower.find(word); at != std::string::npos; at = lower.find(word, at + 1)) {
+        size_t i = at + word.size();
+        if (i < lower.size() && (lower[i] == '=' || lower[i] == '_' || lower[i] == '-')) ++i;
+        size_t end = i;
+        while (end < lower.size() && std::isdigit(static_cast<unsigned char>(lower[end])) && end - i < 18)
+            ++end;
+        if (end > i) return std::stoll(lower.substr(i, end - i));
+    }
+    return -1;
+}
+
+/// the step a name says: the number after "step" or "iter" where it has one (Lightning's
+/// epoch=0-step=100-val_loss=0.93.ckpt -> 100, global_step300, iter_0000400), else its last run of digits
+/// (checkpoint-200 -> 200)
+int64_t stepNumber(const std::string& name)
+{
+    std::string lower = name;
+    for (char& ch : lower)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (const char* word : {"step", "iter"})
+        if (const int64_t n = numberAfter(lower, word); n >= 0) return n;
     size_t end = name.size();
     while (end > 0 && !std::isdigit(static_cast<unsigned char>(name[end - 1])))
         --end;
@@ -28,14 +54,33 @@ int64_t lastNumber(const std::string& name)
     return std::stoll(name.substr(begin, end - begin));
 }
 
+/// where the rank number of a per-rank file's name is ("ckpt_step4_rank1.pt": the "1"), and the number; npos when
+/// the name says no rank
+std::pair<size_t, int64_t> rankInName(const std::string& name)
+{
+    std::string lower = name;
+    for (char& ch : lower)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const size_t at = lower.rfind("rank");
+    if (at == std::string::npos) return {std::string::npos, -1};
+    size_t i = at + 4;
+    if (i < lower.size() && (lower[i] == '=' || lower[i] == '_' || lower[i] == '-')) ++i;
+    size_t end = i;
+    while (end < lower.size() && std::isdigit(static_cast<unsigned char>(lower[end])) && end - i < 9)
+        ++end;
+    if (end == i) return {std::string::npos, -1};
+    return {i, std::stoll(lower.substr(i, end - i))};
+}
+
 bool temporaryName(const std::string& name)
 {
     auto endsWith = [&name](const char* suffix) {
         const std::string s(suffix);
         return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
     };
-    return name.empty() || name[0] == '.' || endsWith(".tmp") || endsWith(".partial") || endsWith("~")
-        || endsWith(".lock");
+    // "tmp-checkpoint-N": transformers 4.36-4.38 write a Trainer checkpoint there, then rename it
+    return name.empty() || name[0] == '.' || name.compare(0, 4, "tmp-") == 0 || endsWith(".tmp") || endsWith(".partial")
+        || endsWith("~") || endsWith(".lock");
 }
 
 void mix(uint64_t& h, uint64_t v)
@@ -83,7 +128,7 @@ uint64_t signatureOf(const fs::directory_entry& entry)
 std::optional<RunCheckpoint> stepEntry(const std::string& name, const std::string& path)
 {
     if (temporaryName(name)) return std::nullopt;
-    const int64_t step = lastNumber(name);
+    const int64_t step = stepNumber(name);
     if (step < 0) return std::nullopt;
     RunCheckpoint c;
     c.path = path;
@@ -130,6 +175,56 @@ std::vector<RunCheckpoint> scanRemoteRunFolder(const std::string& folder)
     return out;
 }
 
+/// per-rank files of one step side by side: only the lowest rank's stays, noted (a step is not compared with its own
+/// other ranks; `diff --ranks` compares ranks)
+void followLowestRank(std::vector<RunCheckpoint>& entries)
+{
+    std::map<std::string, std::pair<int64_t, size_t>> lowest; // by the name without its rank number: rank, files
+    std::vector<std::string> groups(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+        const auto [at, rank] = rankInName(entries[i].name);
+        if (at == std::string::npos) continue;
+        size_t end = at;
+        while (end < entries[i].name.size() && std::isdigit(static_cast<unsigned char>(entries[i].name[end])))
+            ++end;
+        groups[i] = entries[i].name.substr(0, at) + "*" + entries[i].name.substr(end);
+        auto [it, added] = lowest.try_emplace(groups[i], rank, 0);
+        it->second.first = std::min(it->second.first, rank);
+        ++it->second.second;
+    }
+    std::vector<RunCheckpoint> kept;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        if (!groups[i].empty()) {
+            const auto& [rank, files] = lowest.at(groups[i]);
+            if (files < 2) {
+                groups[i].clear(); // one file: the rank is just part of its name
+            } else if (rankInName(entries[i].name).second != rank) {
+                continue;
+            } else {
+                entries[i].notes.push_back("rank " + std::to_string(rank) + "'s file of " + std::to_string(files)
+                    + " per-rank files (" + groups[i] + "): the other ranks are not followed");
+            }
+        }
+        kept.push_back(std::move(entries[i]));
+    }
+    entries = std::move(kept);
+}
+
+/// RunCheckpoint::incomplete for @p c
+std::string incompleteReason(const RunCheckpoint& c)
+{
+    // a Trainer checkpoint (Trainer's own name, checkpoint-N) without its state: written last
+    if (c.name.compare(0, 11, "checkpoint-") != 0) return {};
+    if (statLocation(c.path).kind != LocationKind::Folder) return {};
+    if (isFile(childLocation(c.path, HfTrainerReader::kTrainerStateFile))) return {};
+    bool trainerFiles = false;
+    for (const char* name :
+        {HfTrainerReader::kOptimizerFiles[0], HfTrainerReader::kOptimizerFiles[1], SafetensorsReader::kSingleFile,
+            SafetensorsReader::kIndexFile, TorchSaveReader::kSingleModelFile, TorchSaveReader::kShardIndexFile})
+        trainerFiles = trainerFiles || isFile(childLocation(c.path, name));
+    return trainerFiles ? "has no trainer_state.json yet (the Trainer writes it last)" : std::string();
+}
+
 } // namespace
 
 std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
@@ -151,6 +246,9 @@ std::vector<RunCheckpoint> scanRunFolder(const std::string& folder)
             out.push_back(std::move(*c));
         }
     }
+    followLowestRank(out);
+    for (auto& c : out)
+        c.incomplete = incompleteReason(c);
     std::sort(out.begin(), out.end(), [](const RunCheckpoint& a, const RunCheckpoint& b) {
         return a.step != b.step ? a.step < b.step : a.name < b.name;
     });

@@ -42,6 +42,10 @@ public:
     /// throws Error(Io) "changed while being read …", "removed while being read" or "replaced while being read" when
     /// the source is no longer the one read
     virtual void checkUnchanged() const = 0;
+    /// checkUnchanged() for a source whose bytes are kept though its path moves on: throws only when the bytes it
+    /// was read from changed. A local map keeps the file it was made of, so a path that now names another file or
+    /// none (a run's old step rotated away, or replaced by a rename) is no change; one rewritten in place is
+    virtual void checkContentUnchanged() const { checkUnchanged(); }
     /// hint that [offset, offset+length) will be read sequentially soon
     virtual void adviseSequential(uint64_t offset, uint64_t length) const = 0;
     /// this process no longer needs [offset, offset+length): its memory may go (reading it again brings it back)

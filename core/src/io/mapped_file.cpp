@@ -146,6 +146,19 @@ void MappedFile::checkUnchanged() const
         throw Error(ErrorKind::Io, m_path, "changed while being read (was " + sizeText(m_size) + ", now " + now + ")");
 }
 
+void MappedFile::checkContentUnchanged() const
+{
+    struct stat st
+    { };
+    if (m_fd < 0 || ::fstat(m_fd, &st) != 0) return checkUnchanged();
+    // the file the map was made of, wherever its path now leads
+    if (faulted() || static_cast<uint64_t>(st.st_size) != m_size || st.st_mtim.tv_sec != m_mtimeSec
+        || st.st_mtim.tv_nsec != m_mtimeNsec)
+        throw Error(ErrorKind::Io, m_path,
+            "changed while being read (was " + sizeText(m_size) + ", now " + sizeText(static_cast<uint64_t>(st.st_size))
+                + (st.st_size == static_cast<off_t>(m_size) ? ", rewritten" : "") + ")");
+}
+
 namespace {
 
 std::atomic<bool> g_allowOutside {false};

@@ -61,6 +61,7 @@ public:
     /// throws Error(Io) "changed while being read (was N bytes, now M)", "removed while being read" or "replaced
     /// while being read" when a read faulted or the file on disk is no longer the one mapped (size, mtime, inode)
     void checkUnchanged() const override;
+    void checkContentUnchanged() const override;
     /// faults handled in this process so far (all maps): a cheap test before the per-file checks
     static uint64_t faultCount();
 

@@ -177,11 +177,31 @@ void CheckpointFiles::checkUnchanged() const
         for (const auto& [name, f] : m_files)
             files.push_back(f);
     }
+    const bool held = m_held.load();
+    const auto check = [held](const ByteSource& f) { held ? f.checkContentUnchanged() : f.checkUnchanged(); };
     // faulted ones first: their message says what the reader met
     for (const auto& f : files)
-        if (f->faulted()) f->checkUnchanged();
+        if (f->faulted()) check(*f);
     for (const auto& f : files)
-        f->checkUnchanged();
+        check(*f);
+}
+
+void CheckpointFiles::hold() const
+{
+    std::vector<std::string> unopened;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        for (const auto& [name, size] : m_expectedSizes)
+            if (!m_files.count(name) && !isUrl(absolute(name))) unopened.push_back(name);
+    }
+    for (const auto& name : unopened) {
+        try {
+            open(name);
+        } catch (const Error&) {
+            // gone already or not a file: its first read says so
+        }
+    }
+    m_held.store(true);
 }
 
 void CheckpointFiles::checkFaults() const
@@ -195,7 +215,7 @@ void CheckpointFiles::checkFaults() const
             files.push_back(f);
     }
     for (const auto& f : files)
-        if (f->faulted()) f->checkUnchanged();
+        if (f->faulted()) m_held.load() ? f->checkContentUnchanged() : f->checkUnchanged();
     m_faultsSeen.store(n, std::memory_order_relaxed); // the faults were another checkpoint's
 }
 

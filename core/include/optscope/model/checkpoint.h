@@ -187,8 +187,14 @@ public:
     void expectSize(const std::string& relative, uint64_t size) const;
 
     /// throws Error(Io) naming the file when any file mapped so far changed, vanished or was replaced since it was
-    /// read (ByteSource::checkUnchanged): called after long reads and before an output is committed
+    /// read (ByteSource::checkUnchanged): called after long reads and before an output is committed. Once held, only
+    /// a change of the bytes themselves counts (ByteSource::checkContentUnchanged)
     void checkUnchanged() const;
+    /// maps every file the reader named (and sized) that is not mapped yet, and from now on reads them from those
+    /// maps whatever their paths come to name: a watched run's step stays readable, as it was, after the run removes
+    /// or replaces it (a Trainer's save_total_limit). Files that cannot be mapped are left to their first read; remote
+    /// objects are pinned to their ETags already
+    void hold() const;
     /// the same, but only when a mapped read faulted somewhere in the process since the last call (one atomic load
     /// otherwise): cheap enough to call after every block
     void checkFaults() const;
@@ -207,6 +213,7 @@ private:
     mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
     mutable std::atomic<uint64_t> m_faultsSeen {0};
     mutable std::atomic<size_t> m_scalarsAsked {0};
+    mutable std::atomic<bool> m_held {false};
 };
 
 /// How a reader named a parameter that its files key otherwise (an optimizer's integer id): the reader re-keys the
