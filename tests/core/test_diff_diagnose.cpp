@@ -262,6 +262,31 @@ TEST(Diff, OnePairsHistogramEqualsTheReportsHistogram)
     EXPECT_GE(withHistogram, 8u);
 }
 
+// per-rank torch.save files whose replicated state disagrees (real PyTorch, tests/data/rank_desync: rank 1 took one
+// more step and set lr 0.5): each rank loads its own file, so check says so (before: clean), and diff --ranks leaves
+// the replicated copies out, saying why (before: "only_a ... not in rank 1" for each step counter)
+TEST(Diff, PerRankFilesWhoseReplicatedStateDisagreesAreSaidToDisagree)
+{
+    const auto both = open("rank_desync");
+    ASSERT_EQ(both->format, CheckpointFormat::TorchSaveRanks);
+    const CheckReport c = checkCheckpoint(*both);
+    ASSERT_EQ(c.findings.size(), 1u) << c.toJson().dump(1);
+    EXPECT_EQ(c.findings[0].severity, Severity::Error);
+    const std::string text = c.findings[0].message;
+    // 16 step counters and the lr, as torch.load of the two files says (make_rank_desync asserts it)
+    EXPECT_NE(text.find("dtensor_rank1.pt holds 17 replicated value(s) that differ from dtensor_rank0.pt's"),
+        std::string::npos)
+        << text;
+    EXPECT_NE(text.find("(3.0, rank 0: 2.0)"), std::string::npos) << text;
+    // the same run without the extra step agrees with itself
+    EXPECT_TRUE(checkCheckpoint(*open("partial")).clean());
+    const DiffReport ranks = diffRanks(*both, 0, 1);
+    for (const auto& e : ranks.entries)
+        EXPECT_NE(e.status, DiffStatus::OnlyA) << e.key << ": " << e.reason;
+    ASSERT_EQ(ranks.notes.size(), 1u);
+    EXPECT_EQ(ranks.notes[0].rfind("16 replicated tensor(s)", 0), 0u) << ranks.notes[0];
+}
+
 TEST(Diff, FilesHoldingPartOfATensorCompareWhatTheyHold)
 {
     // one rank's torch.save of FSDP2 DTensor state dicts (real PyTorch, tests/data/partial): each tensor holds that

@@ -913,6 +913,10 @@ static DiffReport diffRanksUnguarded(
     DiffReport report;
     report.pathA = cp.path + " (rank " + std::to_string(rankA) + ")";
     report.pathB = cp.path + " (rank " + std::to_string(rankB) + ")";
+    // per-rank files: a replicated tensor (a step counter) is each file's own copy, read from rank 0's; which rank
+    // holds it says nothing (before: "not in rank 1", though rank 1's file holds it). The reader compares the copies.
+    const bool perRankFiles = cp.format == CheckpointFormat::TorchSaveRanks;
+    size_t replicated = 0;
     auto restrict = [&](int rank) {
         auto c = std::make_shared<Checkpoint>();
         c->format = cp.format;
@@ -921,6 +925,10 @@ static DiffReport diffRanksUnguarded(
         c->files = cp.files;
         for (const auto& e : cp.entries) {
             if (!e.isTensor()) continue;
+            if (perRankFiles && e.tensor->subclass.empty()) {
+                replicated += rank == rankA;
+                continue;
+            }
             Entry r = e;
             r.tensor->chunks.clear();
             // the rank's chunks, concatenated along dim 0, as a tensor of their own
@@ -953,6 +961,10 @@ static DiffReport diffRanksUnguarded(
     auto a = restrict(rankA);
     auto b = restrict(rankB);
     b->path = report.pathB;
+    if (replicated)
+        report.notes.push_back(std::to_string(replicated)
+            + " replicated tensor(s) (each rank file's own copy, such as step counters) are not compared here: check "
+              "compares every rank's copy with rank 0's (rank-files-disagree)");
     Side A, B;
     A.cp = a.get();
     B.cp = b.get();

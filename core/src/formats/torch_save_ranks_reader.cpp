@@ -7,10 +7,14 @@
 #include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"
+#include "optscope/pickle/value_json.h"
+#include "optscope/tensor/scalar_value.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -86,6 +90,46 @@ std::map<std::string, std::map<long, std::string>> numberedSets(const std::strin
         if (splitLastNumber(name, pattern, rank)) sets[pattern][rank] = name;
     }
     return sets;
+}
+
+/// whether rank r's own copy of a replicated entry (a step counter, a hyperparameter: every rank saves its own) says
+/// the same as rank 0's. Values compare as inspect --json renders them; tensors by their stored bytes when each is one
+/// plain storage record of at most kReplicaBytes in a local file (an object store would pay a request per copy);
+/// nullopt: not compared
+constexpr uint64_t kReplicaBytes = uint64_t(1) << 20;
+std::optional<bool> sameReplica(const Checkpoint& c0, const Entry& e0, const Checkpoint& cr, const Entry& er)
+{
+    if (e0.isTensor() != er.isTensor()) return false;
+    if (!e0.isTensor()) return valueToJson(e0.value) == valueToJson(er.value);
+    const TensorEntry& t0 = *e0.tensor;
+    const TensorEntry& tr = *er.tensor;
+    if (t0.dtype != tr.dtype || t0.shape != tr.shape) return false;
+    if (t0.chunks.size() != 1 || tr.chunks.size() != 1 || t0.lazyBits != tr.lazyBits) return std::nullopt;
+    const TensorChunk a = t0.chunks[0], b = tr.chunks[0];
+    if (a.source.kind != ChunkSource::Kind::StorageRecord || b.source.kind != ChunkSource::Kind::StorageRecord
+        || a.source.length != b.source.length || a.source.length > kReplicaBytes
+        || a.source.storageOffset != b.source.storageOffset || a.source.strides != b.source.strides
+        || a.source.bigEndian != b.source.bigEndian || !c0.files || !cr.files
+        || isUrl(c0.files->absolute(a.source.file)))
+        return std::nullopt;
+    const auto fa = c0.files->open(a.source.file);
+    const auto fb = cr.files->open(b.source.file);
+    if (a.source.offset + a.source.length > fa->size() || b.source.offset + b.source.length > fb->size())
+        return std::nullopt; // cut short: the reader's own warning says so
+    return std::memcmp(fa->bytes(a.source.offset, a.source.length), fb->bytes(b.source.offset, b.source.length),
+               a.source.length)
+        == 0;
+}
+
+/// a replicated entry's value as a message shows it ("2.0", "0.5"); empty when it is no short number or string
+std::string replicaText(const Checkpoint& cp, const Entry& e)
+{
+    try {
+        if (auto scalar = scalarValueText(cp, e)) return *scalar;
+    } catch (const Error&) { }
+    if (e.isTensor()) return {};
+    const std::string text = valueToJson(e.value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return text.size() <= 40 ? text : std::string();
 }
 
 } // namespace
@@ -223,6 +267,8 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
         for (size_t i = 0; i < ranks[r]->entries.size(); ++i)
             byKey[r].emplace(ranks[r]->entries[i].key, i);
     std::vector<std::vector<std::string>> missing(ranks.size());
+    std::vector<std::vector<size_t>> differing(
+        ranks.size()); // rank 0's entries whose rank-r copy differs (1,000 at most)
     cp->entries.reserve(first.entries.size());
     for (const Entry& e0 : first.entries) {
         Entry e = e0;
@@ -261,6 +307,14 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
             // the ranks' shards together: held here now (rank 0 itself may be the rank without rows)
             if (!e.tensor->chunks.empty()) e.tensor->shardsElsewhere = false;
         }
+        if (!sharded(e0))
+            for (size_t r = 1; r < ranks.size(); ++r) {
+                const auto it = byKey[r].find(e0.key);
+                if (it == byKey[r].end() || differing[r].size() >= 1000) continue;
+                const Entry& er = ranks[r]->entries[it->second];
+                if (sameReplica(first, e0, *ranks[r], er) == std::optional<bool>(false))
+                    differing[r].push_back(&e0 - first.entries.data());
+            }
         cp->entries.push_back(std::move(e));
     }
     // keys a rank's file has and rank 0's does not
@@ -275,6 +329,19 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                     + fs::path(paths[0]).filename().string() + " has, first '" + missing[r].front()
                     + "': their shards of that rank are missing",
                 missing[r].front(), true, "", "", "", ""});
+        if (!differing[r].empty()) {
+            // each rank loads its own file: ranks that saved different replicated state resume out of step (Adam's
+            // bias correction by another step, another lr) and nothing in PyTorch says so
+            const Entry& e0 = first.entries[differing[r].front()];
+            const Entry& er = ranks[r]->entries[byKey[r].at(e0.key)];
+            const std::string v0 = replicaText(first, e0), vr = replicaText(*ranks[r], er);
+            cp->warnings.push_back({ReaderCode::RankFilesDisagree,
+                name + " holds " + std::to_string(differing[r].size()) + (differing[r].size() >= 1000 ? "+" : "")
+                    + " replicated value(s) that differ from " + fs::path(paths[0]).filename().string() + "'s, first '"
+                    + e0.key + "'" + (v0.empty() || vr.empty() ? std::string() : " (" + vr + ", rank 0: " + v0 + ")")
+                    + ": each rank loads its own file, so the ranks resume out of step; rank 0's are shown",
+                e0.key, true, "", "", "", ""});
+        }
         if (!extra.empty())
             cp->warnings.push_back({ReaderCode::RankFilesDisagree,
                 name + " has " + std::to_string(extra.size()) + " key(s) that " + fs::path(paths[0]).filename().string()

@@ -9,7 +9,9 @@
 //     that rank's local shard (its offsets follow from the placements, see torch_save_reader.h);
 //   FSDP1 SHARDED_STATE_DICT: ShardedTensors, each file's holding the rank's local shards with their global offsets.
 // Everything else in the files (plain tensors such as a replicated step, numbers, param_groups) is each rank's own
-// copy, the same on every rank for replicated state: rank 0's is read.
+// copy, the same on every rank for replicated state: rank 0's is read, and every rank's copy is compared with it
+// (values as inspect --json renders them; tensors by their stored bytes, one storage record of at most 1 MiB in a
+// local file): a difference is an error (rank-files-disagree), since each rank loads its own file.
 //
 // The folder holds the files of one set: the names that differ only in their last number, numbered 0..N-1, N >= 2,
 // torch.save archives (zip or legacy), rank 0's holding at least one DTensor or ShardedTensor. Other files beside them
