@@ -294,6 +294,59 @@ TEST(RunFollower, StepsTheRunWritesAgainAreReadAgainFromTheStepBeforeThem)
     ASSERT_EQ(points.size(), 2u);
     EXPECT_EQ(points[0].first, 4);
     EXPECT_EQ(points[1].first, 5);
+    // resumed again from the start: step 3 written again; steps 4 and 5 are still the old run's until it writes them
+    // again, and are not compared with the new step 3 (before: old step 4 against new step 3, no note)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    copyFixture("diff/step4.pt", t.path / "ckpt_3.pt");
+    read.clear();
+    for (int looks = 0; looks < 8; ++looks) {
+        RunFollower::Next n = f.poll();
+        if (n.kind == RunFollower::Next::Read)
+            read.push_back(f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {})));
+    }
+    ASSERT_EQ(read.size(), 1u);
+    EXPECT_EQ(read[0].name, "ckpt_3.pt");
+    EXPECT_FALSE(read[0].compared); // nothing before it
+}
+
+// the step read last emptied in place, then the next step: the emptied one is read again and skipped, saying so;
+// the next is compared with the last step read, saying which (before: compared with it silently, and carrying the
+// "read again" note of the step skipped)
+TEST(RunFollower, AStepEmptiedAfterItWasReadIsSkippedAndTheNextSaysWhatItIsComparedWith)
+{
+    TempDir t;
+    copyFixture("diff/step3.pt", t.path / "ckpt_3.pt");
+    copyFixture("diff/step4.pt", t.path / "ckpt_4.pt");
+    RunFollower f(t.path.string());
+    std::vector<RunStepSummary> out;
+    const auto looks = [&](int n) {
+        for (int i = 0; i < n; ++i) {
+            RunFollower::Next next = f.poll();
+            if (next.kind == RunFollower::Next::Skip) out.push_back(f.skip(next));
+            if (next.kind != RunFollower::Next::Read) continue;
+            try {
+                out.push_back(f.accept(next.entry, RunFollower::readStep(next, f.previous(), f.options(), {})));
+            } catch (const Error& e) {
+                f.failed(next.entry, e.what());
+            }
+        }
+    };
+    looks(6);
+    ASSERT_EQ(out.size(), 2u);
+    out.clear();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    fs::resize_file(t.path / "ckpt_4.pt", 0);
+    copyFixture("diff/step3.pt", t.path / "ckpt_5.pt");
+    looks(8);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].name, "ckpt_4.pt");
+    EXPECT_TRUE(out[0].skipped);
+    ASSERT_FALSE(out[0].notes.empty());
+    EXPECT_EQ(out[0].notes[0].rfind("read again", 0), 0u);
+    EXPECT_EQ(out[1].name, "ckpt_5.pt");
+    ASSERT_TRUE(out[1].compared) << out[1].statusText();
+    EXPECT_EQ(out[1].changed, 0u); // step 5 is step 3's bytes
+    EXPECT_EQ(out[1].notes, (std::vector<std::string> {"compared with ckpt_3.pt, the last step read"}));
 }
 
 // the step read last changed in place after it was read: the next step is read, said not compared, and why

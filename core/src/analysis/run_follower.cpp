@@ -47,10 +47,7 @@ RunFollower::Next RunFollower::poll()
         m_compareWith = i > 0 ? entries[i - 1].path : std::string();
         m_previous.reset();
         m_previousPath.clear();
-        m_rewrittenNote = "read again: the run wrote it again after it was read (resumed from an earlier step?), and "
-                          "the steps after it are read again too";
-        for (size_t j = i; j < entries.size(); ++j)
-            m_readSignature.erase(entries[j].path);
+        m_rewrittenNote = "read again: the run wrote it again after it was read (resumed from an earlier step?)";
         for (auto& [key, points] : m_series)
             points.erase(std::remove_if(points.begin(), points.end(),
                              [&c](const std::pair<int64_t, double>& p) { return p.first >= c.step; }),
@@ -68,6 +65,10 @@ RunFollower::Next RunFollower::poll()
     bool laterComplete = false;
     for (const auto& c : entries) {
         if (readAlready(c)) continue;
+        // behind a step read again: a later step as it was read, which the resumed run has not written again yet (it
+        // is read again once it is)
+        if (auto read = m_readSignature.find(c.path); read != m_readSignature.end() && read->second == c.signature)
+            continue;
         if (!next) {
             if (!stable(c)) {
                 writing = &c; // still being written (or new): the later ones wait behind it
@@ -87,6 +88,7 @@ RunFollower::Next RunFollower::poll()
             + (firstLook ? " is new: read once its files rest until the next look" : " is still being written");
     if (!next) return out;
     out.entry = *next;
+    if (!m_rewrittenNote.empty()) out.entry.notes.insert(out.entry.notes.begin(), m_rewrittenNote);
     if (auto failed = m_failed.find(next->path); failed != m_failed.end() && failed->second.first == next->signature) {
         // it did not open and has not changed since: skipped once a later step is complete, else waited for
         if (!laterComplete) {
@@ -106,7 +108,6 @@ RunFollower::Next RunFollower::poll()
         }
         out.entry.notes.push_back("read though it " + next->incomplete + ": a later step is complete");
     }
-    if (!m_rewrittenNote.empty()) out.entry.notes.insert(out.entry.notes.begin(), m_rewrittenNote);
     out.kind = Next::Read;
     out.newest = !laterComplete;
     if (!m_previous) out.compareWith = m_compareWith;
@@ -182,6 +183,9 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
     s.compared = read.compared;
     s.notes = entry.notes;
     s.notes.insert(s.notes.end(), read.notes.begin(), read.notes.end());
+    if (read.compared && m_skippedSinceRead && !read.previousPath.empty())
+        s.notes.push_back("compared with " + locationName(read.previousPath) + ", the last step read");
+    m_skippedSinceRead = false;
     if (read.checkpoint) {
         // what the step itself lacks (a file cut short, a tensor not there): a count of changes says nothing of it
         size_t errors = 0;
@@ -226,12 +230,15 @@ RunStepSummary RunFollower::skip(const Next& next)
     m_lastName = next.entry.name;
     m_failed.erase(next.entry.path);
     m_readSignature[next.entry.path] = next.entry.signature;
+    m_rewrittenNote.clear();
+    m_skippedSinceRead = true;
     RunStepSummary s;
     s.name = next.entry.name;
     s.path = next.entry.path;
     s.step = next.entry.step;
     s.skipped = true;
     s.reason = next.reason;
+    s.notes = next.entry.notes;
     return s;
 }
 

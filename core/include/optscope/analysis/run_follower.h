@@ -16,7 +16,8 @@
 // over it) and the next step is still compared with it as it was read. When it cannot be (rewritten in place, or a
 // file never read is gone), the next step is read and said not compared, and why: a run is never stuck behind a
 // step it no longer has. A step already read that changes (a run resumed from an earlier step writes the steps
-// after it again) is read again, with the steps after it, compared with the step before it.
+// after it again) is read again, compared with the step before it; the steps after it are read again as the run
+// writes them again (until then they are the old run's, read already).
 
 #include "optscope/analysis/diff_report.h"
 #include "optscope/base/progress.h"
@@ -110,6 +111,7 @@ private:
     std::map<std::string, uint64_t> m_readSignature; ///< by path: the signature of each step read, when it was read
     std::string m_compareWith; ///< Next::compareWith of the step read next
     std::string m_rewrittenNote; ///< said with the step read next: it is read again, and why
+    bool m_skippedSinceRead = false; ///< a step was skipped since the last one read: the next is compared with that
     int64_t m_lastStep = -1;
     std::string m_lastName;
     CheckpointPtr m_previous;
