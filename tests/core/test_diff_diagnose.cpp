@@ -194,6 +194,14 @@ TEST(Diff, TensorsKeptInertAreComparedByTheirData)
     ASSERT_NE(entry(dcp, "extra.ns"), nullptr);
     EXPECT_EQ(entry(dcp, "extra.ns")->status, DiffStatus::Changed);
     EXPECT_TRUE(diffCheckpoints(*open("inert_values/dcp_a"), *open("inert_values/dcp_a")).equal);
+    // views inside a value compare what they look at, as torch.equal does (make_inert_values asserts it): storages
+    // that differ only outside the views are equal (before: "the data of a tensor inside differs"); a strided view
+    // whose own element differs is not
+    EXPECT_TRUE(diffCheckpoints(*open("inert_values/views_a.pt"), *open("inert_values/views_b.pt")).equal);
+    const DiffReport views = diffCheckpoints(*open("inert_values/views_a.pt"), *open("inert_values/views_c.pt"));
+    ASSERT_NE(entry(views, "ns"), nullptr);
+    EXPECT_EQ(entry(views, "ns")->status, DiffStatus::Changed);
+    EXPECT_EQ(entry(views, "ns")->reason, "the data of a tensor inside differs");
 }
 
 TEST(Diff, NumbersCompareAsPythonDoesBitIdenticalByDefault)

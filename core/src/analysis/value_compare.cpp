@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -105,6 +106,14 @@ public:
 
     std::string reason;
     std::vector<std::pair<const PyStorageInfo*, const PyStorageInfo*>> storagePairs;
+    /// tensors inside: the elements their views look at (the same layout on both sides), not their whole storages
+    struct ViewPair
+    {
+        const PyStorageInfo* a;
+        const PyStorageInfo* b;
+        const PyTensorInfo* view;
+    };
+    std::vector<ViewPair> viewPairs;
 
 private:
     bool differ(std::string why)
@@ -188,7 +197,14 @@ private:
         if (x.strides != y.strides || x.storageOffset != y.storageOffset || x.subclass != y.subclass || x.conj != y.conj
             || x.neg != y.neg)
             return differ("a tensor inside is laid out differently");
-        if (!equal(x.storage, y.storage, depth + 1)) return false;
+        const PyValue *sx = x.storage, *sy = y.storage;
+        if (sx && sy && sx->kind == PyKind::Storage && sy->kind == PyKind::Storage && sx->storage && sy->storage
+            && sx->storage->dtype == sy->storage->dtype && dtypeSize(x.dtype) > 0) {
+            // Python compares the tensors: what the views look at, whatever else their storages hold
+            viewPairs.push_back({sx->storage, sy->storage, &x});
+        } else if (!equal(sx, sy, depth + 1)) {
+            return false;
+        }
         const size_t shards = x.wrapper ? x.wrapper->shards.size() : 0;
         if (shards != (y.wrapper ? y.wrapper->shards.size() : 0))
             return differ("a tensor inside is sharded differently");
@@ -213,6 +229,50 @@ bool sameBytes(const ByteSource& fa, const PyStorageInfo& a, const ByteSource& f
     return true;
 }
 
+/// whether the elements a view looks at are the same in two storages (the same layout on both sides); nullopt when
+/// the view cannot be walked within them (out of bounds, or far more elements than the storage holds: an odd
+/// as_strided), where the whole storages are compared instead
+std::optional<bool> sameViewBytes(const ByteSource& fa, const PyStorageInfo& a, const ByteSource& fb,
+    const PyStorageInfo& b, const PyTensorInfo& view)
+{
+    const uint64_t elem = dtypeSize(view.dtype);
+    if (view.sizes.size() != view.strides.size() || view.storageOffset < 0) return std::nullopt;
+    // dimensions of one element, or of stride 0 (the same elements again), add nothing to compare
+    std::vector<int64_t> sizes, strides;
+    uint64_t count = 1, last = static_cast<uint64_t>(view.storageOffset);
+    for (size_t d = 0; d < view.sizes.size(); ++d) {
+        if (view.sizes[d] == 0) return true;
+        if (view.sizes[d] < 0 || view.strides[d] < 0) return std::nullopt;
+        if (view.sizes[d] == 1 || view.strides[d] == 0) continue;
+        sizes.push_back(view.sizes[d]);
+        strides.push_back(view.strides[d]);
+        if (count > (uint64_t(1) << 40) / static_cast<uint64_t>(view.sizes[d])) return std::nullopt;
+        count *= static_cast<uint64_t>(view.sizes[d]);
+        last += static_cast<uint64_t>(view.sizes[d] - 1) * static_cast<uint64_t>(view.strides[d]);
+    }
+    const uint64_t held = std::min(a.recordLength, b.recordLength) / elem;
+    if (last >= held || count > 4 * held + 1024) return std::nullopt;
+    // innermost runs of consecutive elements are compared at once
+    const bool contiguousRun = !strides.empty() && strides.back() == 1;
+    const uint64_t run = contiguousRun ? static_cast<uint64_t>(sizes.back()) : 1;
+    const size_t outer = contiguousRun ? sizes.size() - 1 : sizes.size();
+    std::vector<int64_t> index(outer, 0);
+    for (uint64_t done = 0; done < count; done += run) {
+        uint64_t at = static_cast<uint64_t>(view.storageOffset);
+        for (size_t d = 0; d < outer; ++d)
+            at += static_cast<uint64_t>(index[d]) * static_cast<uint64_t>(strides[d]);
+        if (std::memcmp(fa.bytes(a.recordOffset + at * elem, run * elem),
+                fb.bytes(b.recordOffset + at * elem, run * elem), run * elem)
+            != 0)
+            return false;
+        for (size_t d = outer; d-- > 0;) {
+            if (++index[d] < sizes[d]) break;
+            index[d] = 0;
+        }
+    }
+    return true;
+}
+
 } // namespace
 
 ValueComparison compareValueEntries(const Checkpoint& a, const Entry& entryA, const PyValue* valueA,
@@ -222,7 +282,7 @@ ValueComparison compareValueEntries(const Checkpoint& a, const Entry& entryA, co
     ValueComparison out;
     out.equal = c.equal(valueA, valueB);
     out.reason = c.reason;
-    if (!out.equal || c.storagePairs.empty()) return out;
+    if (!out.equal || (c.storagePairs.empty() && c.viewPairs.empty())) return out;
     if (entryA.valueFile.empty() || entryB.valueFile.empty()) {
         out.reason = "the data of the tensors inside is not compared (where their bytes are is not known)";
         return out;
@@ -234,6 +294,18 @@ ValueComparison compareValueEntries(const Checkpoint& a, const Entry& entryA, co
             continue;
         }
         if (!sameBytes(*fileA, *sa, *fileB, *sb)) {
+            out.equal = false;
+            out.reason = "the data of a tensor inside differs";
+            return out;
+        }
+    }
+    for (const auto& v : c.viewPairs) {
+        if (!v.a->located || !v.b->located) {
+            out.reason = "the data of a tensor inside is not compared (the archive does not hold it)";
+            continue;
+        }
+        const std::optional<bool> same = sameViewBytes(*fileA, *v.a, *fileB, *v.b, *v.view);
+        if (!(same ? *same : v.a->recordLength == v.b->recordLength && sameBytes(*fileA, *v.a, *fileB, *v.b))) {
             out.equal = false;
             out.reason = "the data of a tensor inside differs";
             return out;

@@ -11,9 +11,9 @@
 //   containers  the same kind (a list is not a tuple), the same length, item by item; dicts by key, in any order;
 //               sets by their items' text
 //   objects     the same callable, arguments, state and items
-//   tensors and storages inside a value: dtype, shape, strides, offset, and the bytes of their storages, read from the
-//               file each side names (Entry::valueFile); where no file is known their data is not compared, and the
-//               reason says so
+//   tensors and storages inside a value: dtype, shape, strides, offset, and the bytes a tensor's view looks at (a
+//               storage's: all of them), read from the file each side names (Entry::valueFile); where no file is
+//               known their data is not compared, and the reason says so
 
 #include "optscope/model/checkpoint.h"
 
