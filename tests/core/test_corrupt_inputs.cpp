@@ -300,6 +300,24 @@ TEST(CorruptInputs, DcpMetadataTruncated)
     }
 }
 
+// a data file of a DCP save whose .metadata is not there yet (DCP writes it last): said so, not the zip error of its
+// first item ("ZIP64 end-of-central-directory record missing")
+TEST(CorruptInputs, DistcpWithoutItsMetadataSaysSo)
+{
+    TempDir tmp;
+    const fs::path dir = tmp.copyFixtureDir("fsdp2_r3");
+    fs::remove(dir / ".metadata");
+    try {
+        openCheckpoint((dir / "__1_0.distcp").string());
+        ADD_FAILURE() << "a .distcp without .metadata opened";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Format);
+        EXPECT_NE(std::string(e.what()).find("is a torch.distributed.checkpoint data file with no .metadata beside it"),
+            std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(CorruptInputs, DistcpTruncated)
 {
     TempDir tmp;

@@ -28,6 +28,13 @@ static CheckpointPtr openUnguarded(const std::string& path, const Progress& prog
                 names.push_back(childLocation(path, name));
         statAhead(names); // plain HTTP: the probes' HEADs together (a local folder or an object store: nothing)
     }
+    // a DCP data file without its .metadata: its first item is a zip, which the torch.save reader would take and fail
+    // on ("ZIP64 end-of-central-directory record missing")
+    if (!folder && fs::path(locationName(path)).extension() == ".distcp" && !DcpReader::looksLikeDcp(path))
+        throw Error(ErrorKind::Format, displayLocation(path),
+            std::string("is a torch.distributed.checkpoint data file with no ") + DcpReader::kMetadataFile
+                + " beside it: DCP writes .metadata last, once every rank's data is written (a save still running, "
+                  "or one that failed). Open the folder once it is there");
     for (const FormatInfo* f : formatsByScore())
         if (f->probe(path, folder)) return f->open(path, progress);
     if (const std::string gaps = TorchSaveRanksReader::missingRankFiles(path); !gaps.empty())
