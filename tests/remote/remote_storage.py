@@ -419,6 +419,14 @@ def http_cases(http_port, https_port, cert):
     l = cli(["gather", os.path.join(DATA, "fsdp2_r2"), "-o", local_out])
     same = p.returncode == 0 and l.returncode == 0 and open(out, "rb").read() == open(local_out, "rb").read()
     record("HTTP: gather of a token-query folder writes the local gather's bytes", f"exit {p.returncode}", same)
+    # two versions of one object, told apart by their queries: two locations (a query taken for a folder's token
+    # would have read one of them twice: EQUAL)
+    p = cli(["diff", f"{base}/versioned.pt?v=1", f"{base}/versioned.pt?v=2"])
+    l = cli(["diff", os.path.join(DATA, "adam_fp16.pt"), os.path.join(DATA, "adam_bf16.pt")])
+    record("HTTP: two versions of one object picked by their queries are two checkpoints",
+           f"exit {p.returncode} (local copies: {l.returncode})", p.returncode == 1 and l.returncode == 1)
+    same_as_local("HTTP: a file URL with a token query reads with it", f"{base}/signed/adam_int.pt?{token}",
+                  os.path.join(DATA, "adam_int.pt"))
     # a name that the URL percent-encodes is shown decoded, as the local file's name is (before: "odd%20name%2B1.pt")
     p = cli(["inspect", "--json", f"{base}/odd%20name%2B1.pt"])
     files = set(re.findall(r'"file": "([^"]*)"', p.stdout))
@@ -1068,6 +1076,8 @@ def main():
     finally:
         stop(procs)
     leaked = [o for o in outputs if SECRET in o or "SIGNATUREnever-printed" in o]
+    for o in leaked:
+        print("LEAKED:", o[:600])
     record("no credential (secret key, presigned signature) in any output", f"{len(outputs)} outputs searched",
            not leaked)
     with open(REPORT, "w") as f:

@@ -51,6 +51,9 @@ def start_nginx(root, work, procs, limit_rate=None):
     guarded = (f'location /signed/ {{ if ($arg_sig != "{FOLDER_TOKEN}") {{ return 403; }} alias {root.rstrip("/")}/; }} '
                f'location = "/odd name+1.pt" {{ alias {root.rstrip("/")}/adam_int.pt; }} '
                # a signature for one object, as S3's presigned URLs: its siblings are refused
+               # one object in two versions, picked by its query (as ?versionId= or an endpoint that picks a file)
+               f'location = /versioned.pt {{ if ($arg_v = "2") {{ rewrite ^ /adam_bf16.pt last; }} '
+               f'rewrite ^ /adam_fp16.pt last; }} '
                # files a test lays out as it runs (work/served)
                f'location /served/ {{ alias {work.rstrip("/")}/served/; }} '
                f'location /perobject/ {{ return 403; }} location = /perobject/fsdp2_r2/.metadata {{ '

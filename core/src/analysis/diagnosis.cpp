@@ -5,6 +5,7 @@
 #include "optscope/analysis/finding_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/format_registry.h"
+#include "optscope/io/storage.h"
 #include "optscope/optim/fqn_normalizer.h"
 
 #include <algorithm>
@@ -518,7 +519,7 @@ void worldSizeFindings(const Checkpoint& cp, int loadWorldSize, Diagnosis& d)
                   "SDLoaderBase.check_ckpt_list: assert len(self.ckpt_list) > 0); the others: "
                 + text
             : text;
-        const std::string tag = cp.files ? std::filesystem::path(cp.files->rootDir()).filename().string() : "TAG";
+        const std::string tag = cp.files ? locationName(cp.files->rootDir()) : "TAG";
         f.fix = "convert it to a universal checkpoint, which loads on any world size: python "
                 "deepspeed/checkpoint/ds_to_universal.py --input_folder SAVE_DIR/"
             + tag + " --output_folder SAVE_DIR/" + tag

@@ -21,18 +21,18 @@ using namespace deepspeed;
 
 namespace {
 
-bool isUniversalFolder(const fs::path& dir)
+bool isUniversalFolder(const Location& dir)
 {
     std::error_code ec;
     return isFolder(dir / DeepSpeedUniversalReader::kZeroFolder)
         && (isFile(dir / DeepSpeedUniversalReader::kOptimizerStateFile) || [&] {
                for (const FolderEntry& it : listFolder(dir / DeepSpeedUniversalReader::kZeroFolder))
-                   if (isFile(fs::path(it.location) / "fp32.pt")) return true;
+                   if (isFile(Location(it.location) / "fp32.pt")) return true;
                return false;
            }());
 }
 
-std::string readName(const fs::path& file)
+std::string readName(const Location& file)
 {
     std::string t;
     try {
@@ -51,11 +51,11 @@ std::string readName(const fs::path& file)
 bool DeepSpeedUniversalReader::looksLikeUniversal(const std::string& path)
 {
     std::error_code ec;
-    fs::path p(path);
+    Location p(path);
     if (!isFolder(p)) {
         // a file: one of the model states files directly in a universal folder (any other file opens on its own)
         static const Pattern states(R"(^(zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$)");
-        const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+        const Location parent = p.parent_path().empty() ? Location(".") : p.parent_path();
         return states.matches(p.filename().string()) && isUniversalFolder(parent);
     }
     if (isUniversalFolder(p)) return true;
@@ -70,8 +70,8 @@ std::shared_ptr<const Checkpoint> DeepSpeedUniversalReader::open(const std::stri
 {
     progress(0.0, "reading");
     std::error_code ec;
-    fs::path dir(path);
-    if (!isFolder(dir)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+    Location dir(path);
+    if (!isFolder(dir)) dir = dir.parent_path().empty() ? Location(".") : dir.parent_path();
     std::string note;
     if (!isUniversalFolder(dir)) {
         const std::string name = readName(dir / DeepSpeedUniversalReader::kLatestFile);

@@ -104,7 +104,7 @@ std::string zero3ModelFileName(int dp, int mp)
 /// batches that double (their HEADs in flight together, statAhead) until a batch finds none: the model-parallel
 /// ranks, then each one's data-parallel ranks. A gap narrower than its batch is stepped over, as a listing would;
 /// files of other names (MoE experts) are not found, so their "not read" warning is missing.
-std::vector<FolderEntry> zeroFilesByName(const fs::path& dir)
+std::vector<FolderEntry> zeroFilesByName(const Location& dir)
 {
     constexpr int kMostRanks = 1 << 20;
     std::vector<FolderEntry> found;
@@ -154,12 +154,12 @@ std::vector<FolderEntry> zeroFilesByName(const fs::path& dir)
 }
 
 /// what a ZeRO folder holds: its listing, or over plain HTTP the files found by DeepSpeed's names
-std::vector<FolderEntry> zeroFolderFiles(const fs::path& dir)
+std::vector<FolderEntry> zeroFolderFiles(const Location& dir)
 {
     return canListFolder(dir.string()) ? listFolder(dir) : zeroFilesByName(dir);
 }
 
-bool hasZeroFiles(const fs::path& dir)
+bool hasZeroFiles(const Location& dir)
 {
     std::error_code ec;
     // the optimizer files make it ZeRO: a model states file alone is a plain (ZeRO-0) torch.save file
@@ -175,7 +175,7 @@ bool hasZeroFiles(const fs::path& dir)
     return false;
 }
 
-std::string readTag(const fs::path& file)
+std::string readTag(const Location& file)
 {
     // a tag is a folder name: 4 KiB is plenty, and a 3 GB file named latest must not be read whole
     constexpr size_t kMaxTagFile = 4096;
@@ -235,7 +235,7 @@ struct ParamState
 class ZeroReading
 {
 public:
-    ZeroReading(Checkpoint& cp, CheckpointBuilder& builder, fs::path tagDir, const Progress& progress)
+    ZeroReading(Checkpoint& cp, CheckpointBuilder& builder, Location tagDir, const Progress& progress)
         : m_cp(cp)
         , m_builder(builder)
         , m_dir(std::move(tagDir))
@@ -381,7 +381,7 @@ private:
 
     Checkpoint& m_cp;
     CheckpointBuilder& m_builder;
-    fs::path m_dir;
+    Location m_dir;
     const Progress& m_progress;
     std::map<std::string, std::unique_ptr<Loaded>> m_loaded;
     std::vector<std::string> m_order; ///< willLoad's
@@ -1155,25 +1155,25 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
 bool DeepSpeedZeroReader::looksLikeZero(const std::string& path)
 {
     std::error_code ec;
-    const fs::path p(path);
+    const Location p(path);
     if (isFolder(p)) {
         if (isFile(p / DeepSpeedZeroReader::kLatestFile)) return true;
         if (hasZeroFiles(p)) return true;
         // the save folder without `latest`: a tag folder inside holds the files
         for (const FolderEntry& it : listFolder(p))
-            if (isFolder(it.location) && hasZeroFiles(fs::path(it.location))) return true;
+            if (isFolder(it.location) && hasZeroFiles(Location(it.location))) return true;
         return false;
     }
     const FileName f = parseFileName(p.filename().string());
-    return f.kind != FileName::Other && hasZeroFiles(p.parent_path().empty() ? fs::path(".") : p.parent_path());
+    return f.kind != FileName::Other && hasZeroFiles(p.parent_path().empty() ? Location(".") : p.parent_path());
 }
 
 std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading");
     std::error_code ec;
-    fs::path dir(path);
-    if (!isFolder(dir)) dir = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+    Location dir(path);
+    if (!isFolder(dir)) dir = dir.parent_path().empty() ? Location(".") : dir.parent_path();
 
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::DeepSpeedZero;
@@ -1184,7 +1184,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
     // the tag folder: this one, the one `latest` names, or (no `latest`) the newest one holding ZeRO files
     std::string tagNote;
     if (!hasZeroFiles(dir)) {
-        const fs::path latest = dir / DeepSpeedZeroReader::kLatestFile;
+        const Location latest = dir / DeepSpeedZeroReader::kLatestFile;
         if (isFile(latest)) {
             const std::string tag = readTag(latest);
             if (tag.empty() || tag.find('/') != std::string::npos || tag == "." || tag == "..")
@@ -1202,7 +1202,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
             int64_t bestNum = -2;
             size_t count = 0;
             for (const FolderEntry& it : listFolder(dir)) {
-                if (!isFolder(it.location) || !hasZeroFiles(fs::path(it.location))) continue;
+                if (!isFolder(it.location) || !hasZeroFiles(Location(it.location))) continue;
                 ++count;
                 const std::string name = it.name;
                 const int64_t n = tagNumber(name);

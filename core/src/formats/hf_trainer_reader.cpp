@@ -23,7 +23,7 @@ namespace optscope {
 
 namespace {
 
-std::string firstExisting(const fs::path& dir, std::initializer_list<const char*> names)
+std::string firstExisting(const Location& dir, std::initializer_list<const char*> names)
 {
     std::error_code ec;
     for (const char* n : names)
@@ -182,7 +182,7 @@ bool HfTrainerReader::looksLikeTrainerFolder(const std::string& path)
 {
     std::error_code ec;
     if (!isFolder(path)) return false;
-    const fs::path dir(path);
+    const Location dir(path);
     const bool optimizer
         = !firstExisting(dir, {HfTrainerReader::kOptimizerFiles[0], HfTrainerReader::kOptimizerFiles[1]}).empty();
     const bool state = isFile(dir / HfTrainerReader::kTrainerStateFile);
@@ -192,7 +192,7 @@ bool HfTrainerReader::looksLikeTrainerFolder(const std::string& path)
 std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading Trainer checkpoint");
-    const fs::path dir(path);
+    const Location dir(path);
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::HfTrainer;
     cp->path = path;
@@ -245,7 +245,7 @@ std::shared_ptr<const Checkpoint> HfTrainerReader::open(const std::string& path,
     // optimizer (accelerate's save_state of several: model_1.safetensors, optimizer_1.bin) with a warning
     std::set<std::string> read;
     for (const auto& n : {optimizer, binModel, modelFile, binIndex})
-        if (!n.empty()) read.insert(fs::path(n).filename().string());
+        if (!n.empty()) read.insert(Location(n).filename().string());
     read.insert("scheduler.pt");
     read.insert("scheduler.bin");
     std::set<std::string> notRead, others;

@@ -26,7 +26,7 @@ namespace {
 
 constexpr uint64_t kMaxSmallFile = uint64_t(1) << 20;
 
-std::string readSmallText(const fs::path& p)
+std::string readSmallText(const Location& p)
 {
     auto file = openByteSource(p.string());
     if (file->size() > kMaxSmallFile) throw Error(ErrorKind::Limit, p.string(), "is larger than 1 MiB");
@@ -53,26 +53,26 @@ int64_t iterationNumber(const std::string& name)
 }
 
 /// the newest iter_NNNNNNN/ folder of a save folder that has one with a metadata.json, and how many there are
-std::pair<fs::path, size_t> newestIteration(const fs::path& dir)
+std::pair<Location, size_t> newestIteration(const Location& dir)
 {
     std::error_code ec;
-    fs::path best;
+    Location best;
     int64_t bestNum = -1;
     size_t count = 0;
     for (const FolderEntry& it : listFolder(dir)) {
         const int64_t n = iterationNumber(it.name);
-        if (n < 0 || !isFile(fs::path(it.location) / MegatronDistReader::kMetadataJson)) continue;
+        if (n < 0 || !isFile(Location(it.location) / MegatronDistReader::kMetadataJson)) continue;
         ++count;
         if (n > bestNum) {
             bestNum = n;
-            best = fs::path(it.location);
+            best = Location(it.location);
         }
     }
     return {best, count};
 }
 
 /// the torch_dist part of a dist_checkpointing folder without its metadata.json: the DCP index and common.pt
-bool isTorchDistWithoutMetadataJson(const fs::path& dir)
+bool isTorchDistWithoutMetadataJson(const Location& dir)
 {
     std::error_code ec;
     return !(locationKind(dir / MegatronDistReader::kMetadataJson) != LocationKind::Missing)
@@ -81,11 +81,11 @@ bool isTorchDistWithoutMetadataJson(const fs::path& dir)
 
 /// the iteration folder: @p path itself, the one latest_checkpointed_iteration.txt in @p path names, or, when a save
 /// folder lost that file, its newest iteration (with a warning in @p missingLatest)
-fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>& missingLatest)
+Location iterationFolder(const Location& path, std::optional<CheckpointWarning>& missingLatest)
 {
     std::error_code ec;
     if (isFile(path / MegatronDistReader::kMetadataJson) || isTorchDistWithoutMetadataJson(path)) return path;
-    const fs::path latest = path / MegatronDistReader::kLatestFile;
+    const Location latest = path / MegatronDistReader::kLatestFile;
     if (!isFile(latest)) {
         const auto [newest, count] = newestIteration(path);
         if (newest.empty())
@@ -126,7 +126,7 @@ fs::path iterationFolder(const fs::path& path, std::optional<CheckpointWarning>&
         std::snprintf(buf, sizeof buf, "iter_%07lld", std::stoll(text));
         name = buf;
     }
-    const fs::path dir = path / name;
+    const Location dir = path / name;
     if (!isFolder(dir)) throw Error(ErrorKind::Io, dir.string(), "is missing (named by " + latest.string() + ")");
     return dir;
 }
@@ -757,7 +757,7 @@ bool MegatronDistReader::looksLikeMegatron(const std::string& path)
 {
     std::error_code ec;
     if (!isFolder(path)) return false;
-    const fs::path dir(path);
+    const Location dir(path);
     if (isFile(dir / MegatronDistReader::kLatestFile)) return true;
     if (isTorchDistWithoutMetadataJson(dir)) return true; // its finding says what Megatron makes of it
     if (!isFile(dir / MegatronDistReader::kMetadataJson) && !isFile(dir / DcpReader::kMetadataFile)
@@ -777,8 +777,8 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
 {
     progress(0.0, "reading Megatron checkpoint");
     std::optional<CheckpointWarning> missingLatest;
-    const fs::path dir = iterationFolder(fs::path(path), missingLatest);
-    const fs::path metaJson = dir / MegatronDistReader::kMetadataJson;
+    const Location dir = iterationFolder(Location(path), missingLatest);
+    const Location metaJson = dir / MegatronDistReader::kMetadataJson;
     std::string backend = "torch_dist";
     std::string version;
     std::optional<CheckpointWarning> missingMetadata;

@@ -313,7 +313,7 @@ std::string SafetensorsReader::modelFileIn(const std::string& folder)
 bool SafetensorsReader::looksLikeSafetensorsPath(const std::string& path)
 {
     if (isFolder(path)) return !modelFileIn(path).empty();
-    const std::string n = fs::path(path).filename().string();
+    const std::string n = locationName(path);
     const std::string suffix = ".safetensors.index.json";
     return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0 && isFile(path);
 }
@@ -362,7 +362,7 @@ std::string SafetensorsReader::addModel(Checkpoint& cp, CheckpointBuilder& build
 std::shared_ptr<const Checkpoint> SafetensorsReader::open(const std::string& path, const Progress& progress)
 {
     progress(0.0, "reading safetensors");
-    fs::path root;
+    std::string root;
     std::string modelFile;
     if (isFolder(path)) {
         root = path;
@@ -370,17 +370,16 @@ std::shared_ptr<const Checkpoint> SafetensorsReader::open(const std::string& pat
         if (modelFile.empty())
             throw Error(ErrorKind::Format, path, "is a folder without model.safetensors or a safetensors index");
     } else {
-        // a presigned URL's query is a credential: the file goes by its name without it
-        const std::string shown = displayLocation(path);
-        root = fs::path(shown).parent_path();
-        modelFile = fs::path(shown).filename().string();
+        // a URL's query tag stays with the folder (its shards are asked for with it); the file goes by its name
+        root = parentLocation(path);
+        modelFile = locationName(path);
     }
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::Safetensors;
     cp->path = displayLocation(path);
     cp->arena = std::make_shared<PyArena>();
-    cp->files = std::make_shared<CheckpointFiles>(root.string());
-    if (path != cp->path) cp->files->add(modelFile, openByteSource(path));
+    cp->files = std::make_shared<CheckpointFiles>(root);
+    if (!isFolder(path) && isUrl(path)) cp->files->add(modelFile, openByteSource(path)); // the URL as given
     CheckpointBuilder builder(*cp);
     cp->formatDetail = "safetensors, " + addModel(*cp, builder, modelFile, {}, progress);
     builder.finish();

@@ -145,7 +145,7 @@ std::vector<std::string> TorchSaveRanksReader::rankFiles(const std::string& fold
         ++complete;
         found.clear();
         for (const auto& [rank, name] : ranks)
-            found.push_back((fs::path(folder) / name).string());
+            found.push_back((Location(folder) / name).string());
     }
     if (complete != 1) return {}; // none, or several sets (model_rank#.pt and optim_rank#.pt): which one?
     return found;
@@ -158,7 +158,7 @@ std::string TorchSaveRanksReader::missingRankFiles(const std::string& folder)
         // from rank 0, with gaps: a set of rank files that lost some (a step_100, step_300 series has no rank 0)
         if (ranks.size() < 2 || ranks.begin()->first != 0 || ranks.rbegin()->first == long(ranks.size()) - 1) continue;
         try {
-            const auto first = openByteSource((fs::path(folder) / ranks.begin()->second).string());
+            const auto first = openByteSource((Location(folder) / ranks.begin()->second).string());
             if (!looksLikeTorchSave(first->bytes(0, std::min(first->size(), kTorchSaveHeadBytes)),
                     std::min(first->size(), kTorchSaveHeadBytes)))
                 continue;
@@ -232,8 +232,8 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
     const auto sharded = [](const Entry& e) { return e.isTensor() && !e.tensor->subclass.empty(); };
     if (std::none_of(first.entries.begin(), first.entries.end(), sharded))
         throw Error(ErrorKind::Format, folder,
-            "holds per-rank torch.save files (" + fs::path(paths.front()).filename().string() + " to "
-                + fs::path(paths.back()).filename().string()
+            "holds per-rank torch.save files (" + Location(paths.front()).filename().string() + " to "
+                + Location(paths.back()).filename().string()
                 + ") without a DTensor or ShardedTensor: each rank's file stands alone. Open one of them; raw FSDP1 "
                   "optimizer files (flat parameters) become FQN-keyed with `optscope-cli unflatten FILES... --model "
                   "MODEL`");
@@ -242,13 +242,13 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
     cp->format = CheckpointFormat::TorchSaveRanks;
     cp->path = folder;
     cp->pickleProtocol = first.pickleProtocol;
-    cp->formatDetail = std::to_string(paths.size()) + " rank files " + fs::path(paths.front()).filename().string()
-        + " to " + fs::path(paths.back()).filename().string() + "; " + first.formatDetail;
+    cp->formatDetail = std::to_string(paths.size()) + " rank files " + Location(paths.front()).filename().string()
+        + " to " + Location(paths.back()).filename().string() + "; " + first.formatDetail;
     cp->root = first.root;
     cp->arena = first.arena; // rank 0's values; the other ranks give chunks only, which point into their files
     cp->files = std::make_shared<CheckpointFiles>(folder);
     for (size_t r = 0; r < paths.size(); ++r) {
-        const std::string name = fs::path(paths[r]).filename().string();
+        const std::string name = Location(paths[r]).filename().string();
         cp->files->add(name, ranks[r]->files->open(name));
         for (const auto& w : ranks[r]->warnings) {
             CheckpointWarning copy = w;
@@ -297,7 +297,7 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                     if (!er.isTensor() || er.tensor->shape != e0.tensor->shape
                         || er.tensor->dtype != e0.tensor->dtype) {
                         cp->warnings.push_back({ReaderCode::RankFilesDisagree,
-                            fs::path(paths[r]).filename().string() + " holds '" + e0.key
+                            Location(paths[r]).filename().string() + " holds '" + e0.key
                                 + "' with another type, shape or dtype than rank 0's: its shard is left out",
                             e0.key, true, "", "", "", ""});
                         continue;
@@ -322,11 +322,11 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
         std::vector<std::string> extra;
         for (const Entry& er : ranks[r]->entries)
             if (!first.find(er.key)) extra.push_back(er.key);
-        const std::string name = fs::path(paths[r]).filename().string();
+        const std::string name = Location(paths[r]).filename().string();
         if (!missing[r].empty())
             cp->warnings.push_back({ReaderCode::RankFilesDisagree,
                 name + " lacks " + std::to_string(missing[r].size()) + " sharded tensor(s) that "
-                    + fs::path(paths[0]).filename().string() + " has, first '" + missing[r].front()
+                    + Location(paths[0]).filename().string() + " has, first '" + missing[r].front()
                     + "': their shards of that rank are missing",
                 missing[r].front(), true, "", "", "", ""});
         if (!differing[r].empty()) {
@@ -337,14 +337,14 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
             const std::string v0 = replicaText(first, e0), vr = replicaText(*ranks[r], er);
             cp->warnings.push_back({ReaderCode::RankFilesDisagree,
                 name + " holds " + std::to_string(differing[r].size()) + (differing[r].size() >= 1000 ? "+" : "")
-                    + " replicated value(s) that differ from " + fs::path(paths[0]).filename().string() + "'s, first '"
+                    + " replicated value(s) that differ from " + Location(paths[0]).filename().string() + "'s, first '"
                     + e0.key + "'" + (v0.empty() || vr.empty() ? std::string() : " (" + vr + ", rank 0: " + v0 + ")")
                     + ": each rank loads its own file, so the ranks resume out of step; rank 0's are shown",
                 e0.key, true, "", "", "", ""});
         }
         if (!extra.empty())
             cp->warnings.push_back({ReaderCode::RankFilesDisagree,
-                name + " has " + std::to_string(extra.size()) + " key(s) that " + fs::path(paths[0]).filename().string()
+                name + " has " + std::to_string(extra.size()) + " key(s) that " + Location(paths[0]).filename().string()
                     + " lacks, first '" + extra.front() + "': rank 0's keys are read",
                 extra.front(), false, "", "", "", ""});
     }

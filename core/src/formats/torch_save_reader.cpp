@@ -66,8 +66,7 @@ bool TorchSaveReader::looksLikeHfModel(const std::string& path)
 {
     if (isFolder(path))
         return isFile(childLocation(path, kShardIndexFile)) || isFile(childLocation(path, kSingleModelFile));
-    return endsWith(std::filesystem::path(displayLocation(path)).filename().string(), ".bin.index.json")
-        && isFile(path);
+    return endsWith(locationName(path), ".bin.index.json") && isFile(path);
 }
 
 std::shared_ptr<const Checkpoint> TorchSaveReader::openHfModel(const std::string& path, const Progress& progress)
@@ -80,17 +79,15 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::openHfModel(const std::string
         return cp;
     }
     progress(0.0, "reading pytorch_model shards");
-    // a presigned URL's query is a credential: the index goes by its name without it
-    const std::string shown = displayLocation(path);
-    const std::filesystem::path root
-        = folder ? std::filesystem::path(shown) : std::filesystem::path(shown).parent_path();
-    const std::string indexFile = folder ? kShardIndexFile : std::filesystem::path(shown).filename().string();
+    // a URL's query tag stays with the folder (its shards are asked for with it); the index goes by its name
+    const std::string root = folder ? path : parentLocation(path);
+    const std::string indexFile = folder ? kShardIndexFile : locationName(path);
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::TorchSave;
-    cp->path = shown;
+    cp->path = displayLocation(path);
     cp->arena = std::make_shared<PyArena>();
-    cp->files = std::make_shared<CheckpointFiles>(root.string());
-    if (!folder && path != shown) cp->files->add(indexFile, openByteSource(path));
+    cp->files = std::make_shared<CheckpointFiles>(root);
+    if (!folder && isUrl(path)) cp->files->add(indexFile, openByteSource(path)); // the URL as given
     CheckpointBuilder builder(*cp);
     cp->formatDetail = "Hugging Face torch.save shards, " + indexFile + " ("
         + addTorchSaveShards(*cp, builder, indexFile, {}, progress) + ")";

@@ -294,22 +294,20 @@ std::string encodeKey(const std::string& key, bool keepSlash = true)
 }
 
 std::mutex g_queriesMutex;
-std::map<std::string, std::string> g_requestQueries; // by base URL (rememberRequestQuery)
+std::vector<std::string> g_requestQueries; // by tag number (tagRequestQuery)
 
-/// @p url with the query remembered for it or for the folder it lies under
+/// @p url as it is sent: a tag (readerLocation's "#q=N") becomes the query it stands for; a fragment is never sent
 std::string withRememberedQuery(const std::string& url)
 {
-    if (url.find('?') != std::string::npos) return url;
-    std::lock_guard<std::mutex> lock(g_queriesMutex);
-    const std::string* best = nullptr;
-    size_t bestLength = 0;
-    for (const auto& [base, query] : g_requestQueries)
-        if (base.size() >= bestLength && url.compare(0, base.size(), base) == 0
-            && (url.size() == base.size() || url[base.size()] == '/')) {
-            best = &query;
-            bestLength = base.size();
-        }
-    return best ? url + "?" + *best : url;
+    const size_t hash = url.find('#');
+    if (hash == std::string::npos) return url;
+    std::string sent = url.substr(0, hash);
+    if (url.compare(hash, 3, "#q=") == 0) {
+        const size_t n = std::strtoul(url.c_str() + hash + 3, nullptr, 10);
+        std::lock_guard<std::mutex> lock(g_queriesMutex);
+        if (n < g_requestQueries.size() && sent.find('?') == std::string::npos) sent += "?" + g_requestQueries[n];
+    }
+    return sent;
 }
 
 /// the request URL of an object (or of the bucket, for a listing)
@@ -1777,10 +1775,12 @@ RemoteTransferStats remoteTransferStats()
     return s;
 }
 
-void rememberRequestQuery(const std::string& base, const std::string& query)
+std::string tagRequestQuery(const std::string& query)
 {
     std::lock_guard<std::mutex> lock(g_queriesMutex);
-    g_requestQueries[base] = query;
+    auto it = std::find(g_requestQueries.begin(), g_requestQueries.end(), query);
+    if (it == g_requestQueries.end()) it = g_requestQueries.insert(it, query);
+    return "q=" + std::to_string(it - g_requestQueries.begin());
 }
 
 void abandonRemoteRequests()

@@ -26,9 +26,9 @@ LocationStat remoteStat(const std::string& url);
 void remoteStatAhead(const std::vector<std::string>& urls);
 std::vector<std::string> remoteFolderEntries(const std::string& url);
 bool remoteCanList(const std::string& url);
-/// every later request for the http(s) URL @p base, or for one under it ("BASE/..."), that has no query of its own
-/// carries @p query (readerLocation); the longest such base wins
-void rememberRequestQuery(const std::string& base, const std::string& query);
+/// a tag that stands for @p query in a location ("q=N", readerLocation puts it after '#'): a request for a URL that
+/// carries it is sent with the query instead (the same query, the same tag)
+std::string tagRequestQuery(const std::string& query);
 
 /// A streamed upload to the object @p url (s3:// or gs:// only): an output larger than the local disk is never
 /// staged there. write() appends; each part of 16 MiB (doubling every 1,000 parts, so the 10,000 parts S3 allows

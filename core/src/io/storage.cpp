@@ -121,15 +121,10 @@ std::string readerLocation(const std::string& location)
     const size_t q = queryStart(canonical);
     if (q == std::string::npos) return canonical;
     const std::string base = canonicalLocation(canonical.substr(0, q));
-    // a fragment is the client's own ("#frag" is never sent)
-    const std::string query = canonical.substr(q, canonical.find('#', q) - q);
-    if (query.size() > 1) {
-        // the folder's too: a file given with a token that holds for its folder (a DCP .metadata with an Azure SAS)
-        // reads its siblings with it; a per-object signature fails there as it would without it (HTTP 403)
-        rememberRequestQuery(parentLocation(base), query.substr(1));
-        rememberRequestQuery(base, query.substr(1));
-    }
-    return base;
+    // the query, not a fragment ("#frag" is never sent); the location carries a tag for it, as a fragment: names
+    // built on it go before it (childLocation), messages leave it out (displayLocation), requests send the query
+    const std::string query = canonical[q] == '?' ? canonical.substr(q + 1, canonical.find('#', q) - q - 1) : "";
+    return query.empty() ? base : base + "#" + tagRequestQuery(query);
 }
 
 std::string displayLocation(const std::string& location)

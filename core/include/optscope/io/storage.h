@@ -30,11 +30,11 @@ bool isUrl(const std::string& location);
 /// @p location as every reader builds on it: a URL without trailing slashes after its bucket or host
 /// (s3://b/run/ is the folder s3://b/run, as `aws s3 ls` names prefixes); a path as it is
 std::string canonicalLocation(const std::string& location);
-/// canonicalLocation(@p location), and an http(s) URL's query taken off and kept, for this process, as a token that
-/// every request for that URL and for the locations under it and under its folder carries (an Azure SAS, a presigned
-/// or signed URL, a token for a folder's objects; the folder's a file's siblings, a DCP's data files beside the
-/// .metadata given): readers build names on the plain URL, and no message, report or listing built from
-/// them can show the token. What openCheckpoint does with what the user gives
+/// canonicalLocation(@p location), and an http(s) URL's query (a presigned URL's signature, an Azure SAS, a token
+/// for a folder's objects) replaced by a tag after '#' ("#q=N") that stands for it in this process: every request for
+/// the location, and for names built on it (childLocation, parentLocation keep the tag), is sent with the query. So
+/// no message, report or listing built from locations can show it, and two versions of one object (?versionId=)
+/// are two locations. What openCheckpoint does with what the user gives
 std::string readerLocation(const std::string& location);
 /// a URL as messages show it: no query string (a presigned URL's signature), no user:password
 std::string displayLocation(const std::string& location);
@@ -111,6 +111,35 @@ std::string parentLocation(const std::string& location);
 /// the last name of @p location (std::filesystem's filename()): without an http(s) URL's query, percent-decoded (the
 /// name a listing or a local copy shows; childLocation encodes it again)
 std::string locationName(const std::string& location);
+
+/// A location to build names on, spelled as std::filesystem::path is for local paths, for paths and URLs alike:
+/// `dir / "name"` is childLocation, parent_path() parentLocation, filename() locationName (a URL's query or tag stays
+/// with the folder; std::filesystem::path would put names after it and read it as part of the last name)
+class Location
+{
+public:
+    Location() = default;
+    Location(std::string location)
+        : m_location(std::move(location))
+    { }
+    Location(const char* location)
+        : m_location(location)
+    { }
+    const std::string& string() const { return m_location; }
+    operator const std::string&() const { return m_location; }
+    bool empty() const { return m_location.empty(); }
+    Location parent_path() const { return parentLocation(m_location); }
+    Location filename() const { return locationName(m_location); }
+    friend Location operator/(const Location& folder, const std::string& name)
+    {
+        return childLocation(folder.m_location, name);
+    }
+    friend bool operator==(const Location& a, const std::string& b) { return a.m_location == b; }
+    friend bool operator!=(const Location& a, const std::string& b) { return a.m_location != b; }
+
+private:
+    std::string m_location;
+};
 
 /// what remote reads did so far in this process (the status bar, the benchmarks)
 struct RemoteTransferStats
