@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 namespace optscope::cli {
 
@@ -22,22 +24,63 @@ bool runsAsJob(const std::string& command)
         || command == "check";
 }
 
-/// every process of a job must run the same command on the same inputs: rank 0 compares the command lines
+std::string signalName(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+}
+
+/// the local paths among @p args as this process resolves them (an argument that names a file or folder here, or an
+/// output's): the same relative path run from another folder is another checkpoint
+std::vector<std::string> resolvedPaths(const std::vector<std::string>& args)
+{
+    std::vector<std::string> out;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        const bool output = i > 0 && (args[i - 1] == "-o" || args[i - 1] == "--keep");
+        if (a.empty() || a[0] == '-' || optscope::isUrl(a)
+            || !(output || optscope::locationKind(a) != optscope::LocationKind::Missing))
+            continue;
+        out.push_back(std::filesystem::absolute(a).lexically_normal().string());
+    }
+    return out;
+}
+
+/// every process of a job must run the same command on the same inputs in a job of the same size: rank 0 compares
+/// the command lines, the job's size each process was given (WORLD_SIZE, SLURM_NTASKS) and the paths as each
+/// resolves them
 void checkSameCommandLine(const std::vector<std::string>& args)
 {
     Job& job = Job::current();
     if (!job.distributed()) return;
-    std::string line;
-    for (const auto& a : args)
-        line += (line.empty() ? "" : std::string(1, '\0')) + a;
-    const std::vector<std::string> all = job.gather("command-line", line);
-    for (size_t r = 1; r < all.size(); ++r)
-        if (all[r] != line) {
-            std::string theirs = all[r];
-            std::replace(theirs.begin(), theirs.end(), '\0', ' ');
-            throw UsageError("rank " + std::to_string(r) + " runs `optscope-cli " + theirs
+    nlohmann::json mine = {{"size", job.size()}, {"args", args}, {"paths", resolvedPaths(args)}};
+    const std::vector<std::string> all = job.gather("command-line", mine.dump());
+    for (size_t r = 1; r < all.size(); ++r) {
+        const nlohmann::json theirs = nlohmann::json::parse(all[r], nullptr, false);
+        const std::string rank = "rank " + std::to_string(r);
+        if (theirs.is_discarded() || theirs.value("size", -1) != job.size())
+            throw UsageError(rank + " was told the job has " + std::to_string(theirs.value("size", -1))
+                + " processes (WORLD_SIZE or SLURM_NTASKS), rank 0 " + std::to_string(job.size())
+                + ": every process of the job must be given the same size");
+        if (theirs["args"] != mine["args"]) {
+            std::string line;
+            for (const auto& a : theirs["args"])
+                line += (line.empty() ? "" : " ") + a.get<std::string>();
+            throw UsageError(rank + " runs `optscope-cli " + line
                 + "`, another command line than rank 0's: every process of the job must run the same one");
         }
+        if (theirs["paths"] != mine["paths"]) {
+            const auto& a = mine["paths"];
+            const auto& b = theirs["paths"];
+            size_t i = 0;
+            while (i < a.size() && i < b.size() && a[i] == b[i])
+                ++i;
+            throw UsageError(rank + " resolves the paths of the command line to "
+                + (i < b.size() ? b[i].get<std::string>() : std::string("fewer files")) + ", rank 0 to "
+                + (i < a.size() ? a[i].get<std::string>() : std::string("fewer files"))
+                + ": every process of the job must see the same files (start them in the same folder, or give "
+                  "absolute paths)");
+        }
+    }
 }
 
 } // namespace
@@ -301,6 +344,9 @@ int main(int argc, char** argv)
     }
     const std::string name = args[0];
     installInterruptHandlers();
+    // the first interrupting signal ends the work and every wait: on remote storage (a stalled server) and on the
+    // job's other processes (a rendezvous, a gather), which torchrun and srun stop with SIGTERM
+    const optscope::CancelScope scope([] { return interruptingSignal() != 0; });
     for (const auto& c : commands()) {
         if (c.name != name) continue;
         // started by torchrun or srun as several processes: the commands that split their work join the job
@@ -316,6 +362,10 @@ int main(int argc, char** argv)
             printError(name, e.what());
             return ExitError;
         } catch (const optscope::Error& e) {
+            if (const int sig = interruptingSignal(); sig && e.kind() == optscope::ErrorKind::Cancelled) {
+                printError(name, "stopped by " + signalName(sig) + " while the job's processes met");
+                return 128 + sig;
+            }
             printError(name, e.what());
             return ExitError;
         }
@@ -326,9 +376,6 @@ int main(int argc, char** argv)
         } leave {job};
         try {
             checkSameCommandLine(args);
-            // the first interrupting signal also ends the waits on remote storage (a stalled server), not only the
-            // command's own checks
-            const optscope::CancelScope scope([] { return interruptingSignal() != 0; });
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const UsageError& e) {
             job.reportFailure(e.what());
@@ -336,12 +383,7 @@ int main(int argc, char** argv)
             return ExitError;
         } catch (const optscope::Error& e) {
             if (const int sig = interruptingSignal(); sig && e.kind() == optscope::ErrorKind::Cancelled) {
-                printError(name,
-                    std::string("stopped by ")
-                        + (sig == SIGINT         ? "SIGINT"
-                                : sig == SIGTERM ? "SIGTERM"
-                                                 : "SIGHUP")
-                        + "; no output was left behind");
+                printError(name, "stopped by " + signalName(sig) + "; no output was left behind");
                 job.reportFailure("stopped by a signal");
                 return 128 + sig;
             }

@@ -285,9 +285,9 @@ def job_env(r, n, port, **extra):
     return e
 
 
-def start(r, n, port, args, preexec=None, **extra):
+def start(r, n, port, args, preexec=None, cwd=None, **extra):
     return subprocess.Popen([CLI] + args, env=job_env(r, n, port, **extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec, cwd=cwd)
 
 
 def finish(procs, limit):
@@ -365,6 +365,46 @@ def faults():
     codes, errs, secs = finish(procs, bound)
     check(all(c == 2 for c in codes) and "another command line" in errs[0] and nothing_left(parent),
           f"another command line on rank 1: both exit 2 ({codes}; {errs[0].strip()[-200:]})")
+
+    # processes that do not agree on the job (found by hunt 11): each was a wrong output or a hang before
+    # - one told another job size: a reshard was published without that rank's files, exit 0
+    port = servers.free_port()
+    procs = [start(0, 3, port, args), start(1, 3, port, args), start(2, 3, port, args, WORLD_SIZE="4")]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and "rank 2 was told the job has 4 processes" in errs[0]
+          and nothing_left(parent) and secs < bound, f"a process told another WORLD_SIZE: all exit non-zero in "
+          f"{secs:.1f} s, rank 0 names it ({codes}; {errs[0].strip()[-200:]})")
+    # - two processes that say the same rank (and no rank 2): every process waited without a bound
+    port = servers.free_port()
+    procs = [start(0, 3, port, args), start(1, 3, port, args), start(1, 3, port, args)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and any("two processes say they are rank 1" in e for e in errs)
+          and nothing_left(parent) and secs < bound, f"RANK given twice: all exit non-zero in {secs:.1f} s, naming "
+          f"it ({codes}; {' | '.join(e.strip()[-120:] for e in errs)})")
+    # - the same relative path run from two folders is two checkpoints: they were mixed into one output, exit 0
+    for folder, fixture in (("cwd_a", "fsdp2_r3"), ("cwd_b", "fsdp2_r2")):
+        shutil.rmtree(os.path.join(WORK, folder), ignore_errors=True)
+        shutil.copytree(os.path.join(DATA, fixture), os.path.join(WORK, folder, "ck"))
+    port = servers.free_port()
+    one = os.path.join(parent, "one.pt")
+    rel = ["gather", "ck", "-o", one]
+    procs = [start(0, 2, port, rel, cwd=os.path.join(WORK, "cwd_a")), start(1, 2, port, rel, cwd=os.path.join(WORK, "cwd_b"))]
+    codes, errs, secs = finish(procs, bound)
+    check(codes == [2, 2] and "rank 1 resolves the paths of the command line to" in errs[0]
+          and os.path.join(WORK, "cwd_b", "ck") in errs[0] and nothing_left(parent),
+          f"one relative path in two folders: both exit 2, naming both ({codes}; {errs[0].strip()[-220:]})")
+    # - SIGTERM while waiting for a rank that never comes: each stops at once (before: at the timeout, later still
+    #   with the default 60 s), with 128 + 15 and nothing left
+    port = servers.free_port()
+    procs = [start(0, 3, port, args, OPTSCOPE_JOB_TIMEOUT="60"), start(1, 3, port, args, OPTSCOPE_JOB_TIMEOUT="60")]
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    codes, errs, _ = finish(procs, 30)
+    secs = time.monotonic() - t0
+    check(codes == [143, 143] and secs < 10 and nothing_left(parent),
+          f"SIGTERM while the job waits: both exit 143 in {secs:.1f} s ({codes}; {errs[0].strip()[-160:]})")
 
     # the output exists already: rank 0 refuses, every process exits non-zero, the folder untouched
     os.makedirs(out)

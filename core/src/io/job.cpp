@@ -303,6 +303,9 @@ struct Job::State
         auto pause = std::chrono::microseconds(200);
         for (;;) {
             if (failed) throw Error(ErrorKind::Io, {}, "stopped: " + failureText());
+            // SIGTERM or SIGINT (torchrun and srun stop a job so): this process stops now, not when the others come
+            if (CancelScope::cancelled())
+                throw Error(ErrorKind::Cancelled, {}, "stopped while waiting for the job's other processes");
             if (ready()) return;
             const auto now = Clock::now();
             if (now - w.lastCheck >= watchInterval()) {
@@ -405,9 +408,21 @@ void Job::join(const JobSpec& spec)
     State* raw = st.get();
     st->heartbeat = std::thread([raw] { raw->beat(); });
     job.m_state = std::move(st);
+    // two processes that say the same rank (RANK or SLURM_PROCID given twice, or a second job started on the same
+    // MASTER_PORT) would both wait for a rank that never comes: said at once, to every process
+    if (job.m_state->add("rank-claims/" + std::to_string(spec.rank), 1) > 1) {
+        const std::string why = "two processes say they are rank " + std::to_string(spec.rank) + " of the job at "
+            + job.m_state->where
+            + " (RANK or SLURM_PROCID given twice, or another job started on the same "
+              "MASTER_ADDR:MASTER_PORT)";
+        job.m_state->publishFailure(why);
+        throw Error(ErrorKind::Usage, {}, why);
+    }
     if (spec.rank != 0) return; // rank 0 says whether the job is complete, at the first gather or broadcast
     const auto start = Clock::now();
     while (job.m_state->add("joined", 0) < spec.size) {
+        if (job.m_state->failed) throw Error(ErrorKind::Io, {}, "stopped: " + job.m_state->failureText());
+        if (CancelScope::cancelled()) throw Error(ErrorKind::Cancelled, {}, "stopped while the job's processes met");
         if (Clock::now() - start > spec.timeout) {
             std::string missing;
             int count = 0;
