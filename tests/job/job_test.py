@@ -452,6 +452,21 @@ def worker_faults(command, parent, bound):
           f"{command[0]}: a worker killed mid-write: the others exit non-zero in {secs:.1f} s naming rank 1, no "
           f"output, no temporary ({codes}; {errs[0].strip()[-200:]}; {os.listdir(parent)})")
 
+    # rank 0 killed mid-write (the OOM killer): the others remove the temporary it made beside the output, which
+    # no process was left to remove (found by hunt 11)
+    port = servers.free_port()
+    fifo = pause_fifos("pause0")
+    procs = [start(0, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
+             start(1, 3, port, command), start(2, 3, port, command)]
+    with open(fifo + ".out") as f:
+        said = f.readline().strip()
+    time.sleep(2)  # the others have their own shares written by then, and wait for rank 0
+    procs[0].kill()
+    codes, errs, secs = finish(procs, bound)
+    check(said == "writing" and codes[1] not in (0, None) and codes[2] not in (0, None) and nothing_left(parent)
+          and secs < bound, f"{command[0]}: rank 0 killed mid-write: the others exit non-zero in {secs:.1f} s, no "
+          f"output, no temporary ({codes}; {errs[1].strip()[-200:]}; {os.listdir(parent)})")
+
     # a full disk on one worker (RLIMIT_FSIZE: its writes fail as on a full disk; SIGXFSZ ignored)
     def small_disk():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

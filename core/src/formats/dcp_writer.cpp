@@ -323,12 +323,12 @@ static DcpWriteStats writeDcpUnnamed(
     std::vector<std::string> uploaded; // by this process, removed again unless the folder is published
     DcpWriteStats stats;
     stats.leftOut = plan.leftOut;
+    std::string tmpPath; // the temporary folder (a process of a job: rank 0's)
     try {
         // 1. the output is checked, and the temporary folder made, by one process
         const std::string fingerprint = std::to_string(files.size()) + " files, " + std::to_string(totalBytes)
             + " tensor bytes, " + std::to_string(plan.tensors.size()) + " tensors, "
             + std::to_string(plan.values.size()) + " values";
-        std::string tmpPath;
         if (job.isRoot()) {
             refuseOutputOverInputs(outDir, options.inputs); // before the temporary folder is made next to it
             std::error_code ec;
@@ -527,6 +527,13 @@ static DcpWriteStats writeDcpUnnamed(
             removeObject(u);
         if (!split) throw;
         if (remote && job.isRoot()) removeObjectsUnder(outDir);
+        // (a temporary of this output's, as temporaryPrefix names them: "DIR/.NAME.tmp-PID-")
+        const std::string ours = temporaryPrefix(outDir);
+        if (!remote && job.rootLost() && tmpPath.rfind(ours.substr(0, ours.rfind(".tmp-") + 5), 0) == 0) {
+            // rank 0 gone (killed): the temporary folder it made beside the output is left to us
+            std::error_code ec;
+            fs::remove_all(tmpPath, ec);
+        }
         // a process stopped because another failed says so, naming that process
         if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
             throw Error(ErrorKind::Io, outDir, "stopped: " + job.failure());

@@ -610,8 +610,8 @@ static WriteStats writeArchiveAsJob(
     inner.beforeCommit = nullptr; // asked once, below, by every process for what it read
     inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
     const CancelScope cancelScope(inner.cancelled); // a read stalled on a server ends too
+    std::unique_ptr<OutputFile> out;
     try {
-        std::unique_ptr<OutputFile> out;
         if (job.isRoot()) {
             out = std::make_unique<OutputFile>(path, inner);
             job.broadcast("torch-save-start", out->shareWithJob() + "\n" + fingerprint);
@@ -706,6 +706,8 @@ static WriteStats writeArchiveAsJob(
         return stats;
     } catch (const Error& e) {
         job.reportFailure(e.what()); // the other processes stop now, not at the next gather
+        // rank 0 gone (killed): the temporary it made is left to us
+        if (out && job.rootLost()) out->abandonJoined();
         // a process stopped because another failed says so, naming that process
         if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
             throw Error(ErrorKind::Io, path, "stopped: " + job.failure());

@@ -144,6 +144,7 @@ struct Job::State
     uint64_t sequence = 0; ///< calls of gather/broadcast so far: every process makes the same calls in the same order
 
     std::atomic<bool> failed {false};
+    std::atomic<bool> storeLost {false}; ///< a store call failed: the store (rank 0's, or torchrun's agent's) is gone
     mutable std::mutex failureMutex;
     std::string failure; ///< the first failure once known here
 
@@ -173,6 +174,7 @@ struct Job::State
     {
         std::string error;
         if (f(error)) return;
+        storeLost = true;
         throw Error(ErrorKind::Io, {}, lostStoreText(error));
     }
     std::string lostStoreText(const std::string& error) const
@@ -277,6 +279,7 @@ struct Job::State
             std::string error;
             int64_t n = 0;
             if (!ops->add(store, key, 1, n, error) || !ops->add(store, failedKey, 0, n, error)) {
+                storeLost = true;
                 setFailure(lostStoreText(error));
                 lock.lock();
                 break;
@@ -538,6 +541,11 @@ void Job::reportFailure(const std::string& message)
 bool Job::failed() const
 {
     return m_state && m_state->failed;
+}
+
+bool Job::rootLost() const
+{
+    return m_state && !isRoot() && !m_state->spec.agentStore && m_state->storeLost;
 }
 
 std::string Job::failure() const

@@ -216,6 +216,11 @@ OutputFile::~OutputFile()
     if (!m_committed && !m_joined && !m_temp.empty()) ::unlink(m_temp.c_str());
 }
 
+void OutputFile::abandonJoined()
+{
+    if (m_joined && !m_temp.empty() && !isUrl(m_path)) ::unlink(m_temp.c_str());
+}
+
 std::string OutputFile::shareWithJob()
 {
     return m_upload ? m_upload->startShared() : m_temp;

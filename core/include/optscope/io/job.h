@@ -93,6 +93,9 @@ public:
     void reportFailure(const std::string& message);
     /// true once any process reported a failure or one was declared gone: long work polls it to stop early
     bool failed() const;
+    /// this process (not rank 0) lost the store that rank 0 serves: rank 0 exited, was killed or cannot be reached,
+    /// and what it made for the job (a temporary output) is left to the others to remove
+    bool rootLost() const;
     /// the first failure, "rank R: what it said"
     std::string failure() const;
     /// adds @p delta to the job-wide counter @p name and returns the total over all processes (progress)

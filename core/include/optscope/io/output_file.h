@@ -107,6 +107,9 @@ public:
     /// parts are numbered and sized apart from the other shares' (ObjectUpload::beginShare); every share but the last
     /// must be at least ObjectUpload's kMinPartBytes (kMinShareBytes)
     void beginShare(uint64_t position, size_t index, size_t count, uint64_t bytes);
+    /// a joined temporary file whose maker is gone (killed: it can no longer remove it): removed, so that no
+    /// partial output stays beside the destination. Objects: their maker's upload is never completed
+    void abandonJoined();
     /// a joined object's parts, once committed, for its maker's addPartsWritten(); "" for a file
     const std::string& partsWritten() const { return m_partsWritten; }
     /// the maker of an object: parts another process wrote, listed when commit() completes the upload
@@ -126,7 +129,7 @@ private:
     int m_fd = -1;
     uint64_t m_position = 0;
     bool m_committed = false;
-    bool m_joined = false; ///< another process's temporary: not ours to rename or remove
+    bool m_joined = false; ///< another process's temporary: not ours to rename or remove (but see abandonJoined)
     WriteOptions m_options;
     // small writes (headers, pickles) are batched; large blocks go straight to the kernel
     static constexpr size_t kBufferSize = 1 << 16;
