@@ -34,8 +34,10 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -405,6 +407,43 @@ def faults():
     secs = time.monotonic() - t0
     check(codes == [143, 143] and secs < 10 and nothing_left(parent),
           f"SIGTERM while the job waits: both exit 143 in {secs:.1f} s ({codes}; {errs[0].strip()[-160:]})")
+
+    # - a store that accepts connections and never answers (another program on MASTER_PORT): the processes waited
+    #   for ever in libtorch's client; now each stops once a call has had no answer for the timeout and 5 s
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held = []
+    threading.Thread(target=lambda: [held.append(listener.accept()) for _ in range(8)], daemon=True).start()
+    port = listener.getsockname()[1]
+    procs = [start(1, 3, port, args), start(2, 3, port, args)]
+    codes, errs, secs = finish(procs, bound)
+    listener.close()
+    check(codes == [2, 2] and all("did not answer" in e for e in errs) and secs < bound and nothing_left(parent),
+          f"a port whose listener never answers: both exit 2 in {secs:.1f} s ({codes}; {errs[0].strip()[-200:]})")
+    # - rank 0 given the smaller job size: its gather waited for exactly size-1 answers and got more: a hang
+    port = servers.free_port()
+    procs = [start(0, 2, port, args), start(1, 3, port, args), start(2, 3, port, args)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and secs < bound and nothing_left(parent),
+          f"rank 0 given the smaller WORLD_SIZE: all exit non-zero in {secs:.1f} s ({codes}; {errs[0].strip()[-200:]})")
+    # - rank 0 stopped (SIGSTOP) mid-write: the others waited about five timeouts; now the timeout and 5 s
+    port = servers.free_port()
+    fifo = pause_fifos("stop0")
+    procs = [start(0, 3, port, args, OPTSCOPE_JOB_TIMEOUT="3", OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo)]
+    procs += [start(r, 3, port, args, OPTSCOPE_JOB_TIMEOUT="3") for r in (1, 2)]
+    with open(fifo + ".out") as f:
+        f.readline()
+    procs[0].send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    codes, errs, _ = finish(procs[1:], bound)
+    secs = time.monotonic() - t0
+    procs[0].kill()
+    procs[0].wait()
+    check(all(c not in (0, None) for c in codes) and secs < 3 + 5 + 6,
+          f"rank 0 stopped (SIGSTOP): the others exit non-zero in {secs:.1f} s ({codes}; {errs[0].strip()[-160:]})")
+    for leftover in os.listdir(parent):  # rank 0's temporary, if it had made one: it never ran again to remove it
+        shutil.rmtree(os.path.join(parent, leftover), ignore_errors=True)
 
     # the output exists already: rank 0 refuses, every process exits non-zero, the folder untouched
     os.makedirs(out)

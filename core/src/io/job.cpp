@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -152,6 +153,12 @@ struct Job::State
     std::condition_variable stopWake;
     bool stopping = false;
     std::thread heartbeat;
+    /// when the calls to the store in flight began (ns on the steady clock; 0: none), the main thread's and the
+    /// heartbeat's: a store that accepts a connection and never answers (rank 0 stopped, another program on
+    /// MASTER_PORT) blocks a call for ever, libtorch's client having no receive timeout
+    std::atomic<int64_t> mainCallSince {0};
+    std::atomic<int64_t> beatCallSince {0};
+    std::thread watchdog;
 
     State() = default;
     State(const State&) = delete;
@@ -166,14 +173,22 @@ struct Job::State
         }
         stopWake.notify_all();
         if (heartbeat.joinable()) heartbeat.join();
+        if (watchdog.joinable()) watchdog.join();
         if (store) ops->close(store);
     }
 
     /// a store call that throws Error naming the store (and, off rank 0, what losing it means)
+    static int64_t nowNs()
+    {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    }
     template<typename F> void call(F&& f)
     {
         std::string error;
-        if (f(error)) return;
+        mainCallSince = nowNs();
+        const bool ok = f(error);
+        mainCallSince = 0;
+        if (ok) return;
         storeLost = true;
         throw Error(ErrorKind::Io, {}, lostStoreText(error));
     }
@@ -278,7 +293,10 @@ struct Job::State
             lock.unlock();
             std::string error;
             int64_t n = 0;
-            if (!ops->add(store, key, 1, n, error) || !ops->add(store, failedKey, 0, n, error)) {
+            beatCallSince = nowNs();
+            const bool ok = ops->add(store, key, 1, n, error) && ops->add(store, failedKey, 0, n, error);
+            beatCallSince = 0;
+            if (!ok) {
                 storeLost = true;
                 setFailure(lostStoreText(error));
                 lock.lock();
@@ -287,6 +305,32 @@ struct Job::State
             if (n > 0) failed = true;
             lock.lock();
             stopWake.wait_for(lock, beatInterval(), [&] { return stopping; });
+        }
+    }
+
+    /// Ends the process when a call to the store has not returned for the timeout and 5 s: nothing else can (the
+    /// call blocks in libtorch), and the job cannot go on without its store. Its temporaries are rank 0's, whose
+    /// loss the other processes see in turn.
+    void watch()
+    {
+        const int64_t limit
+            = std::chrono::duration_cast<std::chrono::nanoseconds>(spec.timeout).count() + 5'000'000'000LL;
+        std::unique_lock<std::mutex> lock(stopMutex);
+        while (!stopping) {
+            stopWake.wait_for(lock, std::chrono::seconds(1), [&] { return stopping; });
+            const int64_t now = nowNs();
+            for (const int64_t since : {mainCallSince.load(), beatCallSince.load()})
+                if (since != 0 && now - since > limit) {
+                    std::fprintf(stderr,
+                        "optscope-cli (rank %d of %d): the job's store at %s did not answer for %lld s (%s); "
+                        "stopping\n",
+                        spec.rank, spec.size, where.c_str(), static_cast<long long>(limit / 1'000'000'000LL),
+                        spec.rank != 0 && !spec.agentStore
+                            ? "rank 0, which serves it, is stopped or hangs, or another program listens on MASTER_PORT"
+                            : "the process serving it is stopped or hangs");
+                    std::fflush(stderr);
+                    std::_Exit(2);
+                }
         }
     }
 
@@ -397,8 +441,13 @@ void Job::join(const JobSpec& spec)
                         : spec.rank == 0 ? "serving the store"
                                          : "connecting to rank 0's store")
                 + "; OPTSCOPE_JOB_TIMEOUT " + std::to_string(spec.timeout.count() / 1000) + " s): " + error);
+    State* raw = st.get();
+    st->watchdog = std::thread([raw] { raw->watch(); });
     int64_t joined = 0;
-    if (!st->ops->add(st->store, spec.keyPrefix + "joined", 1, joined, error)) {
+    st->mainCallSince = State::nowNs();
+    const bool added = st->ops->add(st->store, spec.keyPrefix + "joined", 1, joined, error);
+    st->mainCallSince = 0;
+    if (!added) {
         if (!spec.agentStore) throw Error(ErrorKind::Io, {}, st->lostStoreText(error));
         // torchrun >= 2.3 shares its agent's store, whose protocol (a validation message first) a libtorch older
         // than the agent's does not speak: the server drops the connection at the first request
@@ -408,7 +457,6 @@ void Job::join(const JobSpec& spec)
                   "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and --rdzv-backend c10d (or --standalone), so that rank 0 "
                   "serves the job's store itself");
     }
-    State* raw = st.get();
     st->heartbeat = std::thread([raw] { raw->beat(); });
     job.m_state = std::move(st);
     // two processes that say the same rank (RANK or SLURM_PROCID given twice, or a second job started on the same
@@ -509,7 +557,17 @@ std::vector<std::string> Job::gather(
                 whileWaiting();
                 lastCall = Clock::now();
             }
-            return st.add(prefix + "count", 0) == size() - 1;
+            const int64_t count = st.add(prefix + "count", 0);
+            // more answers than the job has other processes: one was given a larger job size (WORLD_SIZE,
+            // SLURM_NTASKS) and came as a rank this job does not have; waiting for exactly size-1 never ended
+            if (count > size() - 1) {
+                const std::string why = "more processes answered than the job's " + std::to_string(size())
+                    + " (WORLD_SIZE or SLURM_NTASKS differs among them: rank 0 was told " + std::to_string(size())
+                    + ")";
+                st.publishFailure(why);
+                throw Error(ErrorKind::Usage, {}, why);
+            }
+            return count == size() - 1;
         },
         [&](int r) { return !st.exists(prefix + std::to_string(r)); });
     std::vector<std::string> all {payload};
