@@ -140,6 +140,23 @@ void copyFixture(const std::string& rel, const fs::path& to)
     fs::copy_file(kTestData + "/" + rel, to, fs::copy_options::overwrite_existing);
 }
 
+/// @p n looks at the run, as optscope-cli watch takes them: each step read or skipped, in order
+std::vector<RunStepSummary> follow(RunFollower& f, int n)
+{
+    std::vector<RunStepSummary> out;
+    for (int i = 0; i < n; ++i) {
+        const RunFollower::Next next = f.poll();
+        if (next.kind == RunFollower::Next::Skip) out.push_back(f.skip(next));
+        if (next.kind != RunFollower::Next::Read) continue;
+        try {
+            out.push_back(f.accept(next.entry, RunFollower::readStep(next, f.previous(), f.options(), {})));
+        } catch (const Error& e) {
+            f.failed(next.entry, e.what());
+        }
+    }
+    return out;
+}
+
 } // namespace
 
 TEST(RunFollower, ReadsEachStepOnceCompleteWaitsForOneBeingWrittenAndSkipsOneThatNeverOpens)
@@ -264,24 +281,14 @@ TEST(RunFollower, StepsTheRunWritesAgainAreReadAgainFromTheStepBeforeThem)
     copyFixture("diff/step4.pt", t.path / "ckpt_4.pt");
     copyFixture("diff/step3.pt", t.path / "ckpt_5.pt");
     RunFollower f(t.path.string());
-    std::vector<RunStepSummary> read;
-    for (int looks = 0; looks < 8; ++looks) {
-        RunFollower::Next n = f.poll();
-        if (n.kind == RunFollower::Next::Read)
-            read.push_back(f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {})));
-    }
+    std::vector<RunStepSummary> read = follow(f, 8);
     ASSERT_EQ(read.size(), 3u);
     EXPECT_EQ(f.series().at("model.0.weight").size(), 2u);
     // resumed at step 3: steps 4 and 5 written again, in place
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     copyFixture("diff/step3.pt", t.path / "ckpt_4.pt");
     copyFixture("diff/step4.pt", t.path / "ckpt_5.pt");
-    read.clear();
-    for (int looks = 0; looks < 8; ++looks) {
-        RunFollower::Next n = f.poll();
-        if (n.kind == RunFollower::Next::Read)
-            read.push_back(f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {})));
-    }
+    read = follow(f, 8);
     ASSERT_EQ(read.size(), 2u);
     EXPECT_EQ(read[0].name, "ckpt_4.pt");
     ASSERT_TRUE(read[0].compared);
@@ -298,12 +305,7 @@ TEST(RunFollower, StepsTheRunWritesAgainAreReadAgainFromTheStepBeforeThem)
     // again, and are not compared with the new step 3 (before: old step 4 against new step 3, no note)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     copyFixture("diff/step4.pt", t.path / "ckpt_3.pt");
-    read.clear();
-    for (int looks = 0; looks < 8; ++looks) {
-        RunFollower::Next n = f.poll();
-        if (n.kind == RunFollower::Next::Read)
-            read.push_back(f.accept(n.entry, RunFollower::readStep(n, f.previous(), f.options(), {})));
-    }
+    read = follow(f, 8);
     ASSERT_EQ(read.size(), 1u);
     EXPECT_EQ(read[0].name, "ckpt_3.pt");
     EXPECT_FALSE(read[0].compared); // nothing before it
@@ -318,26 +320,11 @@ TEST(RunFollower, AStepEmptiedAfterItWasReadIsSkippedAndTheNextSaysWhatItIsCompa
     copyFixture("diff/step3.pt", t.path / "ckpt_3.pt");
     copyFixture("diff/step4.pt", t.path / "ckpt_4.pt");
     RunFollower f(t.path.string());
-    std::vector<RunStepSummary> out;
-    const auto looks = [&](int n) {
-        for (int i = 0; i < n; ++i) {
-            RunFollower::Next next = f.poll();
-            if (next.kind == RunFollower::Next::Skip) out.push_back(f.skip(next));
-            if (next.kind != RunFollower::Next::Read) continue;
-            try {
-                out.push_back(f.accept(next.entry, RunFollower::readStep(next, f.previous(), f.options(), {})));
-            } catch (const Error& e) {
-                f.failed(next.entry, e.what());
-            }
-        }
-    };
-    looks(6);
-    ASSERT_EQ(out.size(), 2u);
-    out.clear();
+    ASSERT_EQ(follow(f, 6).size(), 2u);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     fs::resize_file(t.path / "ckpt_4.pt", 0);
     copyFixture("diff/step3.pt", t.path / "ckpt_5.pt");
-    looks(8);
+    const std::vector<RunStepSummary> out = follow(f, 8);
     ASSERT_EQ(out.size(), 2u);
     EXPECT_EQ(out[0].name, "ckpt_4.pt");
     EXPECT_TRUE(out[0].skipped);

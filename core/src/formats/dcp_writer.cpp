@@ -527,9 +527,8 @@ static DcpWriteStats writeDcpUnnamed(
             removeObject(u);
         if (!split) throw;
         if (remote && job.isRoot()) removeObjectsUnder(outDir);
-        // (a temporary of this output's, as temporaryPrefix names them: "DIR/.NAME.tmp-PID-")
-        const std::string ours = temporaryPrefix(outDir);
-        if (!remote && job.rootLost() && tmpPath.rfind(ours.substr(0, ours.rfind(".tmp-") + 5), 0) == 0) {
+        // (only a temporary of this output's: "DIR/.NAME.tmp-...")
+        if (!remote && job.rootLost() && tmpPath.rfind(temporaryNamePrefix(outDir), 0) == 0) {
             // rank 0 gone (killed): the temporary folder it made beside the output is left to us
             std::error_code ec;
             fs::remove_all(tmpPath, ec);

@@ -18,19 +18,31 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// the digits right after @p word in @p lower (a lower-cased name), past one '=', '_' or '-': "step=100" -> 100;
-/// -1 when there are none
-int64_t numberAfter(const std::string& lower, const std::string& word)
+/// a run of digits in a name: where it lies and its value (begin == npos: none)
+struct DigitRun
 {
-    for (size_t at = lower.find(word); at != std::string::npos; at = lower.find(word, at + 1)) {
+    size_t begin = std::string::npos;
+    size_t end = std::string::npos;
+    int64_t value = -1;
+};
+
+/// the digits right after @p word (in any case), past one '=', '_' or '-' ("step=100" -> 100): after its first
+/// occurrence that has them, or, with @p lastOnly, after its last occurrence only
+DigitRun digitsAfter(const std::string& name, const std::string& word, bool lastOnly)
+{
+    std::string lower = name;
+    for (char& ch : lower)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    size_t at = lastOnly ? lower.rfind(word) : lower.find(word);
+    for (; at != std::string::npos; at = lastOnly ? std::string::npos : lower.find(word, at + 1)) {
         size_t i = at + word.size();
         if (i < lower.size() && (lower[i] == '=' || lower[i] == '_' || lower[i] == '-')) ++i;
         size_t end = i;
         while (end < lower.size() && std::isdigit(static_cast<unsigned char>(lower[end])) && end - i < 18)
             ++end;
-        if (end > i) return std::stoll(lower.substr(i, end - i));
+        if (end > i) return {i, end, std::stoll(lower.substr(i, end - i))};
     }
-    return -1;
+    return {};
 }
 
 /// the step a name says: the number after "step" or "iter" where it has one (Lightning's
@@ -38,11 +50,8 @@ int64_t numberAfter(const std::string& lower, const std::string& word)
 /// (checkpoint-200 -> 200)
 int64_t stepNumber(const std::string& name)
 {
-    std::string lower = name;
-    for (char& ch : lower)
-        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     for (const char* word : {"step", "iter"})
-        if (const int64_t n = numberAfter(lower, word); n >= 0) return n;
+        if (const DigitRun n = digitsAfter(name, word, false); n.value >= 0) return n.value;
     size_t end = name.size();
     while (end > 0 && !std::isdigit(static_cast<unsigned char>(name[end - 1])))
         --end;
@@ -52,24 +61,6 @@ int64_t stepNumber(const std::string& name)
         --begin;
     if (end - begin > 18) return -1;
     return std::stoll(name.substr(begin, end - begin));
-}
-
-/// where the rank number of a per-rank file's name is ("ckpt_step4_rank1.pt": the "1"), and the number; npos when
-/// the name says no rank
-std::pair<size_t, int64_t> rankInName(const std::string& name)
-{
-    std::string lower = name;
-    for (char& ch : lower)
-        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    const size_t at = lower.rfind("rank");
-    if (at == std::string::npos) return {std::string::npos, -1};
-    size_t i = at + 4;
-    if (i < lower.size() && (lower[i] == '=' || lower[i] == '_' || lower[i] == '-')) ++i;
-    size_t end = i;
-    while (end < lower.size() && std::isdigit(static_cast<unsigned char>(lower[end])) && end - i < 9)
-        ++end;
-    if (end == i) return {std::string::npos, -1};
-    return {i, std::stoll(lower.substr(i, end - i))};
 }
 
 bool temporaryName(const std::string& name)
@@ -180,30 +171,25 @@ std::vector<RunCheckpoint> scanRemoteRunFolder(const std::string& folder)
 void followLowestRank(std::vector<RunCheckpoint>& entries)
 {
     std::map<std::string, std::pair<int64_t, size_t>> lowest; // by the name without its rank number: rank, files
+    std::vector<DigitRun> ranks(entries.size());
     std::vector<std::string> groups(entries.size());
     for (size_t i = 0; i < entries.size(); ++i) {
-        const auto [at, rank] = rankInName(entries[i].name);
-        if (at == std::string::npos) continue;
-        size_t end = at;
-        while (end < entries[i].name.size() && std::isdigit(static_cast<unsigned char>(entries[i].name[end])))
-            ++end;
-        groups[i] = entries[i].name.substr(0, at) + "*" + entries[i].name.substr(end);
-        auto [it, added] = lowest.try_emplace(groups[i], rank, 0);
-        it->second.first = std::min(it->second.first, rank);
+        // "ckpt_step4_rank1.pt": the "1"
+        ranks[i] = digitsAfter(entries[i].name, "rank", true);
+        if (ranks[i].value < 0) continue;
+        groups[i] = entries[i].name.substr(0, ranks[i].begin) + "*" + entries[i].name.substr(ranks[i].end);
+        auto [it, added] = lowest.try_emplace(groups[i], ranks[i].value, 0);
+        it->second.first = std::min(it->second.first, ranks[i].value);
         ++it->second.second;
     }
     std::vector<RunCheckpoint> kept;
     for (size_t i = 0; i < entries.size(); ++i) {
         if (!groups[i].empty()) {
             const auto& [rank, files] = lowest.at(groups[i]);
-            if (files < 2) {
-                groups[i].clear(); // one file: the rank is just part of its name
-            } else if (rankInName(entries[i].name).second != rank) {
-                continue;
-            } else {
+            if (files >= 2 && ranks[i].value != rank) continue;
+            if (files >= 2) // one file: the rank is just part of its name
                 entries[i].notes.push_back("rank " + std::to_string(rank) + "'s file of " + std::to_string(files)
                     + " per-rank files (" + groups[i] + "): the other ranks are not followed");
-            }
         }
         kept.push_back(std::move(entries[i]));
     }

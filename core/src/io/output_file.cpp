@@ -19,11 +19,16 @@
 
 namespace optscope {
 
-std::string temporaryPrefix(const std::string& output)
+std::string temporaryNamePrefix(const std::string& output)
 {
     const std::filesystem::path p(output);
     const std::string dir = p.has_parent_path() ? p.parent_path().string() : std::string(".");
-    return dir + "/." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-";
+    return dir + "/." + p.filename().string() + ".tmp-";
+}
+
+std::string temporaryPrefix(const std::string& output)
+{
+    return temporaryNamePrefix(output) + std::to_string(::getpid()) + "-";
 }
 
 bool TemporaryLock::lock(const std::string& path)

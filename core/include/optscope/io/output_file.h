@@ -42,8 +42,10 @@ void refuseOutputOverInputs(const std::string& output, const std::vector<std::st
 /// where it means anything here, is gone. A live temporary of a writer in another container or on another host
 /// sharing the folder is never touched. Returns how many it removed.
 size_t removeStaleTemporaries(const std::string& output);
-/// the temporary name prefix for @p output: ".NAME.tmp-PID-"
+/// the temporary name prefix for @p output: "DIR/.NAME.tmp-PID-"
 std::string temporaryPrefix(const std::string& output);
+/// what every temporary of @p output starts with, whichever process made it: "DIR/.NAME.tmp-"
+std::string temporaryNamePrefix(const std::string& output);
 /// removes the entries of @p dir named "PREFIX<PID>-..." (@p prefix given, e.g. "optscope-verify-") that are
 /// provably dead as above; how many it removed. The rule of removeStaleTemporaries, for scratch folders.
 size_t removeDeadEntries(const std::string& dir, const std::string& prefix);
