@@ -149,57 +149,16 @@ bool isOrigParamsRankSlices(
     return sliced;
 }
 
-UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fsdp1Model& model)
+namespace {
+
+/// a parameter's state names in FSDP's order (positive-dim tensors, 0-dim, non-tensors), each kind sorted by name
+/// (_optim_utils._unflatten_optim_state's sorted_items: RMSprop's grad_avg, momentum_buffer, square_avg, then step)
+struct StateNames
 {
-    if (ranks.empty()) throw Error(ErrorKind::Usage, {}, "unflatten needs at least one rank file");
-    const int W = static_cast<int>(ranks.size());
-    std::vector<std::vector<OptimizerView>> keep(ranks.size());
-    std::vector<const OptimizerView*> opts;
-    for (size_t r = 0; r < ranks.size(); ++r)
-        opts.push_back(&rawOptimizer(*ranks[r], keep[r]));
-    const OptimizerView& o0 = *opts[0];
-    const Checkpoint& cp0 = *ranks[0];
+    std::vector<std::string> tensors, scalars, values;
 
-    // flat parameter ids in the order the optimizer lists them
-    const std::vector<std::string> flatIds = o0.groupParams();
-    for (size_t r = 1; r < ranks.size(); ++r)
-        if (opts[r]->groupParams() != flatIds)
-            throw Error(ErrorKind::Format, ranks[r]->path,
-                "lists flat parameters " + listText(opts[r]->groupParams()) + " but rank 0 lists " + listText(flatIds));
-    size_t modelParams = model.ordered.size();
-    // one id per parameter of the model, not one per unit: FSDP1 with use_orig_params=True keeps the original
-    // parameters, and each rank's state of a parameter is its slice of the rank's flat shard
-    const bool orig = flatIds.size() != model.units.size() && flatIds.size() == modelParams;
-    if (!orig && flatIds.size() != model.units.size()) {
-        std::string units;
-        for (const auto& u : model.units)
-            units += (units.empty() ? "'" : ", '") + u.prefix + "'";
-        throw Error(ErrorKind::Format, cp0.path,
-            "has " + std::to_string(flatIds.size()) + " flat parameters, but the model gives "
-                + std::to_string(model.units.size()) + " FSDP units (" + units + ") and " + std::to_string(modelParams)
-                + " parameters; pass the wrapped module prefixes with --units (use_orig_params=False files hold one "
-                  "flat parameter per unit, use_orig_params=True files one per parameter)");
-    }
-
-    UnflattenResult result;
-    result.flatParams = orig ? 0 : flatIds.size();
-    result.origParams = orig;
-    const KeyPath root = o0.root;
-    auto path = [&](std::initializer_list<KeyPathElem> rest) {
-        KeyPath p = root;
-        p.insert(p.end(), rest.begin(), rest.end());
-        return p;
-    };
-    auto statePath = [&](const std::string& fqn, const std::string& name) {
-        return path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(fqn), KeyPathElem::fromKey(name)});
-    };
-    // a parameter's state names in FSDP's order (positive-dim tensors, 0-dim, non-tensors), each kind sorted by name
-    // (_optim_utils._unflatten_optim_state's sorted_items: RMSprop's grad_avg, momentum_buffer, square_avg, then step)
-    struct StateNames
+    static StateNames of(const OptimizerParam& p)
     {
-        std::vector<std::string> tensors, scalars, values;
-    };
-    auto stateNames = [](const OptimizerParam& p) {
         StateNames n;
         for (const auto& [name, e] : p.states) {
             if (e->isTensor() && !e->tensor->shape.empty())
@@ -212,171 +171,250 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
         for (auto* names : {&n.tensors, &n.scalars, &n.values})
             std::sort(names->begin(), names->end());
         return n;
-    };
-    // 0-dim and plain state: one value per parameter (flat or original), from the given rank
-    auto copyScalars
-        = [&](const StateNames& names, const Checkpoint& cp, const OptimizerParam& from, const std::string& fqn) {
-              for (const auto& name : names.scalars) {
-                  const Entry* e = from.states.at(name);
-                  TensorToWrite w;
-                  w.dtype = e->tensor->dtype;
-                  w.shape.clear();
-                  w.produce = [&cp, e](const ByteSink& sink) { TensorAssembler(cp, *e).stream(sink); };
-                  result.tree.setTensor(statePath(fqn, name), std::move(w));
-              }
-              for (const auto& name : names.values)
-                  result.tree.setValue(statePath(fqn, name), from.states.at(name)->value);
-          };
-    // the FQNs an id of param_groups stands for
-    const std::vector<std::pair<std::string, std::vector<int64_t>>>* origOrder = &model.ordered;
-    auto fqnsOf = [&](size_t pos) {
-        std::vector<std::string> f;
-        if (orig)
-            f.push_back((*origOrder)[pos].first);
+    }
+};
+
+using OrderedParams = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+/// FSDP1's raw per-rank optimizer files into one FQN-keyed optimizer state dict, step by step: the ranks' flat
+/// parameter ids, then either the original parameters' slices (use_orig_params=True) or each flat parameter's
+/// members (use_orig_params=False), then the param groups
+class Fsdp1Unflattener
+{
+public:
+    Fsdp1Unflattener(const std::vector<CheckpointPtr>& ranks, const Fsdp1Model& model)
+        : m_ranks(ranks)
+        , m_model(model)
+        , m_world(static_cast<int>(ranks.size()))
+        , m_keep(ranks.size())
+    {
+        if (ranks.empty()) throw Error(ErrorKind::Usage, {}, "unflatten needs at least one rank file");
+        for (size_t r = 0; r < ranks.size(); ++r)
+            m_opts.push_back(&rawOptimizer(*ranks[r], m_keep[r]));
+        m_flatIds = m_opts[0]->groupParams();
+    }
+
+    UnflattenResult run()
+    {
+        checkSameFlatIds();
+        m_result.origParams = m_orig;
+        m_result.flatParams = m_orig ? 0 : m_flatIds.size();
+        if (m_orig)
+            origParamItems();
         else
-            for (const auto& pr : model.units[pos].params)
-                f.push_back(pr.first);
-        return f;
+            for (size_t k = 0; k < m_flatIds.size(); ++k)
+                flatParamItems(k);
+        paramGroupItems();
+        m_result.notes.insert(m_result.notes.begin(), m_model.notes.begin(), m_model.notes.end());
+        return std::move(m_result);
+    }
+
+private:
+    const OptimizerView& o0() const { return *m_opts[0]; }
+    const Checkpoint& cp0() const { return *m_ranks[0]; }
+
+    /// every rank lists rank 0's flat parameter ids; their count says which form the files are in
+    void checkSameFlatIds()
+    {
+        for (size_t r = 1; r < m_ranks.size(); ++r)
+            if (m_opts[r]->groupParams() != m_flatIds)
+                throw Error(ErrorKind::Format, m_ranks[r]->path,
+                    "lists flat parameters " + listText(m_opts[r]->groupParams()) + " but rank 0 lists "
+                        + listText(m_flatIds));
+        const size_t modelParams = m_model.ordered.size();
+        // one id per parameter of the model, not one per unit: FSDP1 with use_orig_params=True keeps the original
+        // parameters, and each rank's state of a parameter is its slice of the rank's flat shard
+        m_orig = m_flatIds.size() != m_model.units.size() && m_flatIds.size() == modelParams;
+        if (!m_orig && m_flatIds.size() != m_model.units.size()) {
+            std::string units;
+            for (const auto& u : m_model.units)
+                units += (units.empty() ? "'" : ", '") + u.prefix + "'";
+            throw Error(ErrorKind::Format, cp0().path,
+                "has " + std::to_string(m_flatIds.size()) + " flat parameters, but the model gives "
+                    + std::to_string(m_model.units.size()) + " FSDP units (" + units + ") and "
+                    + std::to_string(modelParams)
+                    + " parameters; pass the wrapped module prefixes with --units (use_orig_params=False files hold "
+                      "one flat parameter per unit, use_orig_params=True files one per parameter)");
+        }
+    }
+
+    KeyPath path(std::initializer_list<KeyPathElem> rest) const
+    {
+        KeyPath p = o0().root;
+        p.insert(p.end(), rest.begin(), rest.end());
+        return p;
+    }
+
+    KeyPath statePath(const std::string& fqn, const std::string& name) const
+    {
+        return path({KeyPathElem::fromKey("state"), KeyPathElem::fromKey(fqn), KeyPathElem::fromKey(name)});
+    }
+
+    /// 0-dim and plain state: one value per parameter (flat or original), from the given rank
+    void copyScalars(const StateNames& names, const Checkpoint& cp, const OptimizerParam& from, const std::string& fqn)
+    {
+        for (const auto& name : names.scalars) {
+            const Entry* e = from.states.at(name);
+            TensorToWrite w;
+            w.dtype = e->tensor->dtype;
+            w.shape.clear();
+            w.produce = [&cp, e](const ByteSink& sink) { TensorAssembler(cp, *e).stream(sink); };
+            m_result.tree.setTensor(statePath(fqn, name), std::move(w));
+        }
+        for (const auto& name : names.values)
+            m_result.tree.setValue(statePath(fqn, name), from.states.at(name)->value);
+    }
+
+    /// use_orig_params=True, per id: the ranks holding it, and how many elements they hold together
+    struct Held
+    {
+        int first = -1; ///< first rank with state; -1: no state anywhere (never stepped, frozen)
+        int64_t numel = 0;
+        StateNames names;
     };
 
-    if (orig) {
-        // use_orig_params=True: the ranks' 1-D slices in rank order are the flattened parameter. Per id: the ranks
-        // holding it, and how many elements they hold together
-        struct Held
-        {
-            int first = -1; ///< first rank with state; -1: no state anywhere (never stepped, frozen)
-            int64_t numel = 0;
-            StateNames names;
-        };
-        std::vector<Held> held(flatIds.size());
-        for (size_t k = 0; k < flatIds.size(); ++k) {
+    std::vector<Held> heldPerId() const
+    {
+        std::vector<Held> held(m_flatIds.size());
+        for (size_t k = 0; k < m_flatIds.size(); ++k) {
             Held& h = held[k];
-            for (int r = 0; r < W; ++r) {
-                const OptimizerParam* p = opts[r]->param(flatIds[k]);
+            for (int r = 0; r < m_world; ++r) {
+                const OptimizerParam* p = m_opts[r]->param(m_flatIds[k]);
                 if (!p) continue;
                 if (h.first < 0) {
                     h.first = r;
-                    h.names = stateNames(*p);
+                    h.names = StateNames::of(*p);
                 }
                 int64_t len = -1;
                 for (const auto& name : h.names.tensors) {
                     auto it = p->states.find(name);
                     if (it == p->states.end() || !it->second->isTensor() || it->second->tensor->shape.size() != 1
                         || (len >= 0 && it->second->tensor->shape[0] != len))
-                        throw Error(ErrorKind::Format, ranks[r]->path,
-                            "parameter " + flatIds[k] + " has no 1-D tensor '" + name
+                        throw Error(ErrorKind::Format, m_ranks[r]->path,
+                            "parameter " + m_flatIds[k] + " has no 1-D tensor '" + name
                                 + "' of the length its other states have, as use_orig_params=True files hold");
                     len = it->second->tensor->shape[0];
                 }
                 h.numel += std::max<int64_t>(len, 0);
             }
         }
-        // which order of the model's parameters the ids follow: the one whose every parameter has the elements the
-        // ranks hold of its id (the model's own order; an optimizer's param_groups in the model file may list them
-        // in FSDP1's flat order)
-        using Ordered = std::vector<std::pair<std::string, std::vector<int64_t>>>;
-        auto mismatch = [&](const Ordered& order) -> std::string {
-            if (order.size() != flatIds.size()) return "the model has " + std::to_string(order.size()) + " parameters";
-            for (size_t k = 0; k < order.size(); ++k) {
-                int64_t numel = 1;
-                for (const int64_t d : order[k].second)
-                    numel *= d;
-                if (held[k].first < 0 || held[k].names.tensors.empty() || held[k].numel == numel) continue;
-                std::ostringstream msg;
-                msg << "parameter " << flatIds[k] << " holds " << held[k].numel << " elements over the " << W
-                    << " rank files, but parameter " << k << " of the model, '" << order[k].first << "' "
-                    << shapeText(order[k].second) << ", has " << numel;
-                return msg.str();
-            }
-            return {};
-        };
-        const Ordered* order = &model.ordered;
-        std::string why = mismatch(model.ordered);
-        if (!why.empty() && !model.stateDictOrdered.empty() && mismatch(model.stateDictOrdered).empty()) {
-            order = &model.stateDictOrdered;
+        return held;
+    }
+
+    /// why the ids cannot follow @p order: some parameter has not the elements the ranks hold of its id
+    std::string orderMismatch(const OrderedParams& order, const std::vector<Held>& held) const
+    {
+        if (order.size() != m_flatIds.size()) return "the model has " + std::to_string(order.size()) + " parameters";
+        for (size_t k = 0; k < order.size(); ++k) {
+            int64_t numel = 1;
+            for (const int64_t d : order[k].second)
+                numel *= d;
+            if (held[k].first < 0 || held[k].names.tensors.empty() || held[k].numel == numel) continue;
+            std::ostringstream msg;
+            msg << "parameter " << m_flatIds[k] << " holds " << held[k].numel << " elements over the " << m_world
+                << " rank files, but parameter " << k << " of the model, '" << order[k].first << "' "
+                << shapeText(order[k].second) << ", has " << numel;
+            return msg.str();
+        }
+        return {};
+    }
+
+    /// use_orig_params=True: the ranks' 1-D slices in rank order are the flattened parameter. The ids follow the
+    /// model's own order, or the model state dict's key order (an optimizer's param_groups in the model file may
+    /// list them in FSDP1's flat order)
+    void origParamItems()
+    {
+        const std::vector<Held> held = heldPerId();
+        m_origOrder = &m_model.ordered;
+        std::string why = orderMismatch(m_model.ordered, held);
+        if (!why.empty() && !m_model.stateDictOrdered.empty()
+            && orderMismatch(m_model.stateDictOrdered, held).empty()) {
+            m_origOrder = &m_model.stateDictOrdered;
             why.clear();
-            result.notes.push_back("parameter ids paired with the model state dict's parameters in its key order");
+            m_result.notes.push_back("parameter ids paired with the model state dict's parameters in its key order");
         }
         if (!why.empty())
-            throw Error(ErrorKind::Format, cp0.path,
+            throw Error(ErrorKind::Format, cp0().path,
                 why
                     + ": the optimizer does not list the parameters in the model's order (param groups in another "
                       "order?), or rank files are missing");
-        origOrder = order;
 
-        for (size_t k = 0; k < flatIds.size(); ++k) {
+        for (size_t k = 0; k < m_flatIds.size(); ++k) {
             const Held& h = held[k];
             if (h.first < 0) continue;
-            const auto& [fqn, shape] = (*order)[k];
-            const OptimizerParam& first = *opts[h.first]->param(flatIds[k]);
-            ++result.params;
+            const auto& [fqn, shape] = (*m_origOrder)[k];
+            const OptimizerParam& first = *m_opts[h.first]->param(m_flatIds[k]);
+            ++m_result.params;
             for (const auto& name : h.names.tensors) {
                 TensorToWrite w;
                 w.dtype = first.states.at(name)->tensor->dtype;
                 w.shape = shape;
                 std::vector<std::pair<const Checkpoint*, const Entry*>> sources;
-                for (int r = 0; r < W; ++r)
-                    if (const OptimizerParam* p = opts[r]->param(flatIds[k]))
-                        sources.push_back({ranks[r].get(), p->states.at(name)});
+                for (int r = 0; r < m_world; ++r)
+                    if (const OptimizerParam* p = m_opts[r]->param(m_flatIds[k]))
+                        sources.push_back({m_ranks[r].get(), p->states.at(name)});
                 w.produce = [sources](const ByteSink& sink) {
                     for (const auto& [cp, e] : sources)
                         TensorAssembler(*cp, *e).stream(sink);
                 };
-                result.tree.setTensor(statePath(fqn, name), std::move(w));
+                m_result.tree.setTensor(statePath(fqn, name), std::move(w));
             }
-            copyScalars(h.names, *ranks[h.first], first, fqn);
+            copyScalars(h.names, *m_ranks[h.first], first, fqn);
         }
     }
 
-    // use_orig_params=False: per flat parameter, its layout; each member's state is its range of the padded shards
-    for (size_t k = 0; !orig && k < flatIds.size(); ++k) {
-        const Fsdp1Model::Unit& unit = model.units[k];
-        const FlatParamLayout layout = FlatParamLayout::compute(unit.params, W, 0);
-        const OptimizerParam* state0 = o0.param(flatIds[k]);
-        if (!state0) continue; // never stepped (frozen unit): no state, as get_state_dict reports it
-        const StateNames names = stateNames(*state0);
-        const std::vector<std::string>& tensorNames = names.tensors;
-
-        // every rank must hold a padded 1-D shard of exactly layout.shardNumel elements
+    /// use_orig_params=False: every rank must hold a padded 1-D shard of exactly layout.shardNumel elements
+    std::vector<const OptimizerParam*> checkedShards(
+        size_t k, const FlatParamLayout& layout, const std::vector<std::string>& tensorNames) const
+    {
+        const Fsdp1Model::Unit& unit = m_model.units[k];
         std::vector<const OptimizerParam*> perRank;
-        for (int r = 0; r < W; ++r) {
-            const OptimizerParam* p = opts[r]->param(flatIds[k]);
+        for (int r = 0; r < m_world; ++r) {
+            const OptimizerParam* p = m_opts[r]->param(m_flatIds[k]);
             if (!p)
-                throw Error(ErrorKind::Format, ranks[r]->path,
-                    "has no state for flat parameter " + flatIds[k] + " but rank 0 does");
+                throw Error(ErrorKind::Format, m_ranks[r]->path,
+                    "has no state for flat parameter " + m_flatIds[k] + " but rank 0 does");
             for (const auto& name : tensorNames) {
                 auto it = p->states.find(name);
                 if (it == p->states.end() || !it->second->isTensor())
-                    throw Error(ErrorKind::Format, ranks[r]->path,
-                        "flat parameter " + flatIds[k] + " has no tensor '" + name + "'");
+                    throw Error(ErrorKind::Format, m_ranks[r]->path,
+                        "flat parameter " + m_flatIds[k] + " has no tensor '" + name + "'");
                 const TensorEntry& t = *it->second->tensor;
                 if (t.shape.size() != 1 || t.shape[0] != layout.shardNumel) {
+                    std::vector<std::string> members;
+                    for (const auto& pr : unit.params)
+                        members.push_back(pr.first);
                     std::ostringstream msg;
-                    msg << "flat parameter " << flatIds[k] << " state '" << name << "' is " << shapeText(t.shape)
+                    msg << "flat parameter " << m_flatIds[k] << " state '" << name << "' is " << shapeText(t.shape)
                         << " on this rank, but unit '" << unit.prefix << "' of the model has " << layout.unpaddedNumel
-                        << " elements in " << unit.params.size() << " parameters (" << listText([&] {
-                               std::vector<std::string> f;
-                               for (const auto& pr : unit.params)
-                                   f.push_back(pr.first);
-                               return f;
-                           }())
-                        << "), which shard to [" << layout.shardNumel << "] on " << W
+                        << " elements in " << unit.params.size() << " parameters (" << listText(members)
+                        << "), which shard to [" << layout.shardNumel << "] on " << m_world
                         << " ranks; check --units and the number of rank files";
-                    throw Error(ErrorKind::Format, ranks[r]->path, msg.str());
+                    throw Error(ErrorKind::Format, m_ranks[r]->path, msg.str());
                 }
             }
             perRank.push_back(p);
         }
+        return perRank;
+    }
 
+    /// use_orig_params=False: flat parameter @p k's layout; each member's state is its range of the padded shards
+    void flatParamItems(size_t k)
+    {
+        const FlatParamLayout layout = FlatParamLayout::compute(m_model.units[k].params, m_world, 0);
+        const OptimizerParam* state0 = o0().param(m_flatIds[k]);
+        if (!state0) return; // never stepped (frozen unit): no state, as get_state_dict reports it
+        const StateNames names = StateNames::of(*state0);
+        const std::vector<const OptimizerParam*> perRank = checkedShards(k, layout, names.tensors);
         for (const auto& member : layout.members) {
-            ++result.params;
-            for (const auto& name : tensorNames) {
+            ++m_result.params;
+            for (const auto& name : names.tensors) {
                 TensorToWrite w;
                 w.dtype = state0->states.at(name)->tensor->dtype;
                 w.shape = member.shape;
                 std::vector<std::pair<const Checkpoint*, const Entry*>> sources;
-                for (int r = 0; r < W; ++r)
-                    sources.push_back({ranks[r].get(), perRank[r]->states.at(name)});
+                for (int r = 0; r < m_world; ++r)
+                    sources.push_back({m_ranks[r].get(), perRank[r]->states.at(name)});
                 const int64_t off = member.offset;
                 const int64_t numel = member.numel;
                 const int64_t C = layout.shardNumel;
@@ -390,41 +428,74 @@ UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fs
                         pos = end;
                     }
                 };
-                result.tree.setTensor(statePath(member.fqn, name), std::move(w));
+                m_result.tree.setTensor(statePath(member.fqn, name), std::move(w));
             }
-            copyScalars(names, cp0, *state0, member.fqn); // rank 0's, as FSDP does
+            copyScalars(names, cp0(), *state0, member.fqn); // rank 0's, as FSDP does
         }
     }
 
-    // param_groups: rank 0's fields in file order, "params" (and "param_names") as the FQNs the group's ids stand for
-    result.arena = std::make_shared<PyArena>();
-    for (size_t g = 0; g < o0.groups.size(); ++g) {
-        const auto gi = static_cast<int64_t>(g);
-        const KeyPath groupPath = path({KeyPathElem::fromKey("param_groups"), KeyPathElem::fromIndex(gi)});
-        PyValue* fqns = result.arena->makeContainer(PyKind::List);
-        for (const auto& id : o0.groups[g].params) {
-            const auto pos = std::find(flatIds.begin(), flatIds.end(), id) - flatIds.begin();
-            for (const auto& fqn : fqnsOf(static_cast<size_t>(pos)))
-                fqns->container->items.push_back(result.arena->makeStr(fqn, true));
-        }
-        for (const Entry& e : cp0.entries) {
-            if (e.path.size() < groupPath.size() + 1 || !std::equal(groupPath.begin(), groupPath.end(), e.path.begin()))
-                continue;
-            KeyPath p = groupPath;
-            p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
-            const std::string_view field = e.path[groupPath.size()].key;
-            if (field == "params" || field == "param_names") {
-                result.tree.setValue(p, fqns);
-                continue;
+    /// the FQNs an id of param_groups stands for
+    std::vector<std::string> fqnsOf(size_t pos) const
+    {
+        std::vector<std::string> f;
+        if (m_orig)
+            f.push_back((*m_origOrder)[pos].first);
+        else
+            for (const auto& pr : m_model.units[pos].params)
+                f.push_back(pr.first);
+        return f;
+    }
+
+    /// param_groups: rank 0's fields in file order, "params" (and "param_names") as the FQNs the group's ids stand
+    /// for
+    void paramGroupItems()
+    {
+        m_result.arena = std::make_shared<PyArena>();
+        const OptimizerView& o = o0();
+        for (size_t g = 0; g < o.groups.size(); ++g) {
+            const auto gi = static_cast<int64_t>(g);
+            const KeyPath groupPath = path({KeyPathElem::fromKey("param_groups"), KeyPathElem::fromIndex(gi)});
+            PyValue* fqns = m_result.arena->makeContainer(PyKind::List);
+            for (const auto& id : o.groups[g].params) {
+                const auto pos = std::find(m_flatIds.begin(), m_flatIds.end(), id) - m_flatIds.begin();
+                for (const auto& fqn : fqnsOf(static_cast<size_t>(pos)))
+                    fqns->container->items.push_back(m_result.arena->makeStr(fqn, true));
             }
-            if (e.isTensor())
-                throw Error(ErrorKind::Unsupported, cp0.path,
-                    "a tensor-valued hyperparameter ('" + e.key + "') cannot be unflattened");
-            result.tree.setValue(p, e.value);
+            for (const Entry& e : cp0().entries) {
+                if (e.path.size() < groupPath.size() + 1
+                    || !std::equal(groupPath.begin(), groupPath.end(), e.path.begin()))
+                    continue;
+                KeyPath p = groupPath;
+                p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
+                const std::string_view field = e.path[groupPath.size()].key;
+                if (field == "params" || field == "param_names") {
+                    m_result.tree.setValue(p, fqns);
+                    continue;
+                }
+                if (e.isTensor())
+                    throw Error(ErrorKind::Unsupported, cp0().path,
+                        "a tensor-valued hyperparameter ('" + e.key + "') cannot be unflattened");
+                m_result.tree.setValue(p, e.value);
+            }
         }
     }
-    result.notes.insert(result.notes.begin(), model.notes.begin(), model.notes.end());
-    return result;
+
+    const std::vector<CheckpointPtr>& m_ranks;
+    const Fsdp1Model& m_model;
+    const int m_world;
+    std::vector<std::vector<OptimizerView>> m_keep; ///< each rank's optimizers, which m_opts point into
+    std::vector<const OptimizerView*> m_opts;
+    std::vector<std::string> m_flatIds; ///< flat parameter ids in the order rank 0's optimizer lists them
+    bool m_orig = false; ///< use_orig_params=True: one id per model parameter
+    const OrderedParams* m_origOrder = nullptr; ///< m_orig: the order of the model's parameters the ids follow
+    UnflattenResult m_result;
+};
+
+} // namespace
+
+UnflattenResult unflattenFsdp1(const std::vector<CheckpointPtr>& ranks, const Fsdp1Model& model)
+{
+    return Fsdp1Unflattener(ranks, model).run();
 }
 
 namespace {
