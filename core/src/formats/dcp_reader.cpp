@@ -93,266 +93,340 @@ std::string DcpReader::folderOf(const std::string& path)
     return !isFolder(path) && looksLikeDcp(path) ? parentLocation(path) : path;
 }
 
-std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const Progress& progress)
+namespace {
+
+/// The storage entries sorted by (fqn, has offsets, offsets), first written first among equals: a chunk finds its
+/// entry by binary search, with no per-chunk key string
+class StorageIndex
 {
-    progress(0.0, "reading metadata");
-    const std::string dir = isFolder(path) ? path : parentLocation(path);
-    const std::string metaPath = childLocation(dir, kMetadataFile);
-
-    auto cp = std::make_shared<Checkpoint>();
-    cp->format = CheckpointFormat::Dcp;
-    cp->path = path;
-    cp->arena = std::make_shared<PyArena>();
-    cp->files = std::make_shared<CheckpointFiles>(dir);
-    CheckpointBuilder builder(*cp);
-
-    // through the checkpoint's files: a .metadata that is a symlink out of the folder is not read (statInside)
-    auto meta = cp->files->open(kMetadataFile);
-    std::optional<DcpMetadata> fast = DcpMetadataReader::read(*meta, progress);
-    DcpMetadata md;
-    if (fast) {
-        md = std::move(*fast);
-        cp->pickleProtocol = md.protocol;
-    } else {
-        cp->arena->keepAlive(meta);
-        PickleOptions opt;
-        opt.sourceName = metaPath;
-        PickleResult r = unpickle(meta->all(), meta->size(), *cp->arena, opt);
-        cp->pickleProtocol = r.protocol;
-        cp->root = r.root;
-        builder.addPickleWarnings(r.warnings);
-        md = DcpMetadataReader::fromGraph(r.root, metaPath, r.protocol);
+public:
+    explicit StorageIndex(DcpMetadata& md)
+        : m_md(md)
+    {
+        // in place (stable_sort's buffer was a copy of the whole table, 89 MB at 2.2M chunks, at the peak of the
+        // open): ties are ordered by where they were written, which offsetsAt says (dims are appended in write
+        // order; an entry without offsets has no use for it and gets its position)
+        for (size_t i = 0; i < md.storage.size(); ++i)
+            if (!md.storage[i].hasOffset) md.storage[i].offsetsAt = i;
+        std::sort(md.storage.begin(), md.storage.end(), [&](const Storage& a, const Storage& b) {
+            if (a.fqn != b.fqn) return a.fqn < b.fqn;
+            if (a.hasOffset != b.hasOffset) return a.hasOffset < b.hasOffset;
+            const auto [a0, a1] = offsetsOf(a);
+            const auto [b0, b1] = offsetsOf(b);
+            const auto [ma, mb] = std::mismatch(a0, a1, b0, b1);
+            if (ma != a1 && mb != b1) return *ma < *mb;
+            if (ma != a1 || mb != b1) return mb != b1; // a is a prefix of b
+            return a.offsetsAt < b.offsetsAt;
+        });
+        m_fqnIds.reserve(md.storageFqns.size());
+        for (size_t i = 0; i < md.storageFqns.size(); ++i)
+            m_fqnIds.emplace(md.storageFqns[i], static_cast<uint32_t>(i));
     }
-    // .metadata is checked for change like the data files (checkUnchanged): one replaced while it was read, or while
-    // the chunks it names were, is "changed while being read", not a silently mixed view. Its pages leave our resident
-    // memory (a 1,024-rank .metadata is hundreds of MB); the map itself costs nothing.
-    if (fast) meta->release(0, meta->size());
-    cp->formatDetail = "DCP";
-    if (!md.version.empty()) cp->formatDetail += " version " + md.version;
-    for (const auto& e : md.storageErrors)
-        builder.error(ReaderCode::BadStorageInfo, e);
-    if (!md.hasStorageData)
-        builder.error(ReaderCode::NoStorageData, "Metadata has no storage_data: chunk locations are unknown");
 
-    // storage entries sorted by (fqn, has offsets, offsets), first written first among equals: a chunk finds its
-    // entry by binary search, with no per-chunk key string
-    const auto& dims = md.dims;
-    constexpr uint64_t kProbe = ~uint64_t(0); // a search key: its offsets are in probeOffsets, not in dims
-    std::vector<int64_t> probeOffsets;
-    auto offsetsOf = [&](const DcpMetadata::Storage& s) {
-        if (s.ndim == 0) return std::make_pair(dims.data(), dims.data());
-        const int64_t* p = s.offsetsAt == kProbe ? probeOffsets.data() : dims.data() + s.offsetsAt;
-        return std::make_pair(p, p + s.ndim);
-    };
-    auto storageLess = [&](const DcpMetadata::Storage& a, const DcpMetadata::Storage& b) {
-        if (a.fqn != b.fqn) return a.fqn < b.fqn;
-        if (a.hasOffset != b.hasOffset) return a.hasOffset < b.hasOffset;
-        const auto [a0, a1] = offsetsOf(a);
-        const auto [b0, b1] = offsetsOf(b);
-        return std::lexicographical_compare(a0, a1, b0, b1);
-    };
-    // in place (stable_sort's buffer was a copy of the whole table, 89 MB at 2.2M chunks, at the peak of the
-    // open): ties are ordered by where they were written, which offsetsAt says (dims are appended in write order; an
-    // entry without offsets has no use for it and gets its position)
-    for (size_t i = 0; i < md.storage.size(); ++i)
-        if (!md.storage[i].hasOffset) md.storage[i].offsetsAt = i;
-    std::sort(md.storage.begin(), md.storage.end(), [&](const DcpMetadata::Storage& a, const DcpMetadata::Storage& b) {
-        if (a.fqn != b.fqn) return a.fqn < b.fqn;
-        if (a.hasOffset != b.hasOffset) return a.hasOffset < b.hasOffset;
-        const auto [a0, a1] = offsetsOf(a);
-        const auto [b0, b1] = offsetsOf(b);
-        const auto [ma, mb] = std::mismatch(a0, a1, b0, b1);
-        if (ma != a1 && mb != b1) return *ma < *mb;
-        if (ma != a1 || mb != b1) return mb != b1; // a is a prefix of b
-        return a.offsetsAt < b.offsetsAt;
-    });
-    std::unordered_map<std::string_view, uint32_t> fqnIds;
-    fqnIds.reserve(md.storageFqns.size());
-    for (size_t i = 0; i < md.storageFqns.size(); ++i)
-        fqnIds.emplace(md.storageFqns[i], static_cast<uint32_t>(i));
-    auto findStorage
-        = [&](const std::string& fqn, const int64_t* offsets, uint32_t ndim) -> const DcpMetadata::Storage* {
-        auto id = fqnIds.find(fqn);
-        if (id == fqnIds.end()) return nullptr;
-        DcpMetadata::Storage probe;
+    /// the entry of @p fqn's chunk at @p offsets (a tensor chunk), or of its value (@p offsets null)
+    const DcpMetadata::Storage* find(const std::string& fqn, const int64_t* offsets, uint32_t ndim)
+    {
+        auto id = m_fqnIds.find(fqn);
+        if (id == m_fqnIds.end()) return nullptr;
+        Storage probe;
         probe.fqn = id->second;
         probe.hasOffset = offsets != nullptr;
         if (offsets) {
             probe.ndim = ndim;
             probe.offsetsAt = kProbe;
-            probeOffsets.assign(offsets, offsets + ndim);
+            m_probeOffsets.assign(offsets, offsets + ndim);
         }
-        auto it = std::lower_bound(md.storage.begin(), md.storage.end(), probe, storageLess);
-        const bool found = it != md.storage.end() && !storageLess(probe, *it);
+        auto less = [&](const Storage& a, const Storage& b) {
+            if (a.fqn != b.fqn) return a.fqn < b.fqn;
+            if (a.hasOffset != b.hasOffset) return a.hasOffset < b.hasOffset;
+            const auto [a0, a1] = offsetsOf(a);
+            const auto [b0, b1] = offsetsOf(b);
+            return std::lexicographical_compare(a0, a1, b0, b1);
+        };
+        auto it = std::lower_bound(m_md.storage.begin(), m_md.storage.end(), probe, less);
+        const bool found = it != m_md.storage.end() && !less(probe, *it);
         return found ? &*it : nullptr;
-    };
+    }
 
-    // data files: existence and size, checked once each
-    const size_t fileCount = md.files->size();
-    std::vector<int64_t> fileSizes(fileCount, -2); // -2 unchecked, -1 missing
-    std::vector<std::string> fileProblems(fileCount); // what a file that is not read is ("is missing", "is a FIFO")
-    std::vector<int> fileRanks(fileCount);
-    for (size_t f = 0; f < fileCount; ++f)
-        fileRanks[f] = rankFromFileName(md.files->name(static_cast<uint32_t>(f)));
-    auto fileSize = [&](uint32_t file) {
-        int64_t& size = fileSizes[file];
+private:
+    using Storage = DcpMetadata::Storage;
+    static constexpr uint64_t kProbe = ~uint64_t(0); ///< a search key: its offsets are in m_probeOffsets
+
+    std::pair<const int64_t*, const int64_t*> offsetsOf(const Storage& s) const
+    {
+        const auto& dims = m_md.dims;
+        if (s.ndim == 0) return std::make_pair(dims.data(), dims.data());
+        const int64_t* p = s.offsetsAt == kProbe ? m_probeOffsets.data() : dims.data() + s.offsetsAt;
+        return std::make_pair(p, p + s.ndim);
+    }
+
+    DcpMetadata& m_md;
+    std::vector<int64_t> m_probeOffsets;
+    std::unordered_map<std::string_view, uint32_t> m_fqnIds;
+};
+
+/// One open of a DCP folder: its .metadata, then an entry per item, each chunk placed in its data file (whose
+/// existence and size are checked once each)
+class DcpOpening
+{
+public:
+    DcpOpening(const std::string& path, const Progress& progress)
+        : m_progress(progress)
+        , m_dir(isFolder(path) ? path : parentLocation(path))
+        , m_cp(std::make_shared<Checkpoint>())
+        , m_builder(*m_cp)
+    {
+        m_cp->format = CheckpointFormat::Dcp;
+        m_cp->path = path;
+        m_cp->arena = std::make_shared<PyArena>();
+        m_cp->files = std::make_shared<CheckpointFiles>(m_dir);
+    }
+
+    std::shared_ptr<const Checkpoint> run()
+    {
+        readMetadata();
+        StorageIndex index(m_md);
+        m_index = &index;
+        const size_t fileCount = m_md.files->size();
+        m_fileSizes.assign(fileCount, -2);
+        m_fileProblems.assign(fileCount, {});
+        m_fileRanks.resize(fileCount);
+        for (size_t f = 0; f < fileCount; ++f)
+            m_fileRanks[f] = DcpReader::rankFromFileName(m_md.files->name(static_cast<uint32_t>(f)));
+        askAhead();
+        const size_t total = m_md.items.size();
+        for (size_t i = 0; i < total; ++i) {
+            if (i % 64 == 0) {
+                m_progress.checkCancelled();
+                m_progress(0.9 + 0.1 * static_cast<double>(i) / static_cast<double>(total), "reading metadata");
+            }
+            addItem(m_md.items[i]);
+        }
+        addFabricMeta(*m_cp, m_builder, m_dir, m_progress);
+        m_builder.finish();
+        m_progress(1.0, "reading metadata");
+        return m_cp;
+    }
+
+private:
+    /// .metadata by the fast reader, or by the pickle machine where the fast reader declines
+    void readMetadata()
+    {
+        m_progress(0.0, "reading metadata");
+        const std::string metaPath = childLocation(m_dir, DcpReader::kMetadataFile);
+        // through the checkpoint's files: a .metadata that is a symlink out of the folder is not read (statInside)
+        auto meta = m_cp->files->open(DcpReader::kMetadataFile);
+        std::optional<DcpMetadata> fast = DcpMetadataReader::read(*meta, m_progress);
+        if (fast) {
+            m_md = std::move(*fast);
+            m_cp->pickleProtocol = m_md.protocol;
+        } else {
+            m_cp->arena->keepAlive(meta);
+            PickleOptions opt;
+            opt.sourceName = metaPath;
+            PickleResult r = unpickle(meta->all(), meta->size(), *m_cp->arena, opt);
+            m_cp->pickleProtocol = r.protocol;
+            m_cp->root = r.root;
+            m_builder.addPickleWarnings(r.warnings);
+            m_md = DcpMetadataReader::fromGraph(r.root, metaPath, r.protocol);
+        }
+        // .metadata is checked for change like the data files (checkUnchanged): one replaced while it was read, or
+        // while the chunks it names were, is "changed while being read", not a silently mixed view. Its pages leave
+        // our resident memory (a 1,024-rank .metadata is hundreds of MB); the map itself costs nothing.
+        if (fast) meta->release(0, meta->size());
+        m_cp->formatDetail = "DCP";
+        if (!m_md.version.empty()) m_cp->formatDetail += " version " + m_md.version;
+        for (const auto& e : m_md.storageErrors)
+            m_builder.error(ReaderCode::BadStorageInfo, e);
+        if (!m_md.hasStorageData)
+            m_builder.error(ReaderCode::NoStorageData, "Metadata has no storage_data: chunk locations are unknown");
+    }
+
+    /// a data file's size, -1 when it cannot be read (said once, with what it is: "is missing", "is a FIFO")
+    int64_t fileSize(uint32_t file)
+    {
+        int64_t& size = m_fileSizes[file];
         if (size != -2) return size;
-        const std::string& rel = md.files->name(file);
-        const MemberStat m = statInside(dir, rel);
+        const std::string& rel = m_md.files->name(file);
+        const MemberStat m = statInside(m_dir, rel);
         size = m.ok() ? static_cast<int64_t>(m.size) : -1;
         if (m.ok())
-            cp->files->expectSize(rel, m.size);
+            m_cp->files->expectSize(rel, m.size);
         else
-            builder.memberProblem(m, rel, kMetadataFile, "in " + dir);
-        if (!m.ok()) fileProblems[file] = m.what;
+            m_builder.memberProblem(m, rel, DcpReader::kMetadataFile, "in " + m_dir);
+        if (!m.ok()) m_fileProblems[file] = m.what;
         return size;
-    };
-    auto checkRange = [&](const DcpMetadata::Storage& s, const std::string& key) {
+    }
+
+    /// the item's bytes lie inside a readable data file, untransformed (reported for check when not)
+    bool checkRange(const DcpMetadata::Storage& s, const std::string& key)
+    {
         const int64_t size = fileSize(s.file);
         if (size < 0) return false;
         if (s.offset > static_cast<uint64_t>(size) || s.length > static_cast<uint64_t>(size) - s.offset) {
-            builder.error(ReaderCode::ChunkOutOfRange,
+            m_builder.error(ReaderCode::ChunkOutOfRange,
                 "item [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) + ") lies past the end of '"
-                    + md.files->name(s.file) + "' (" + std::to_string(size) + " bytes)",
+                    + m_md.files->name(s.file) + "' (" + std::to_string(size) + " bytes)",
                 key);
             return false;
         }
         if (s.hasTransforms) {
-            builder.error(ReaderCode::UnsupportedTransform,
+            m_builder.error(ReaderCode::UnsupportedTransform,
                 "item is stored through DCP stream transforms (compression/extensions), which are not supported", key);
             return false;
         }
         return true;
-    };
-
-    // over plain HTTP each data file's size is a HEAD: asked for together, not one round trip per rank file
-    {
-        std::vector<std::string> names(fileCount);
-        for (size_t f = 0; f < fileCount; ++f)
-            names[f] = md.files->name(static_cast<uint32_t>(f));
-        statInsideAhead(dir, names);
     }
-    // values stored as pickles (param_groups, extra state) are read one by one below, each a round trip on a remote
-    // checkpoint: ask for them all first, so that they are fetched together (a local file has nothing to ask). Quiet:
-    // what is wrong with a file or an item is reported below, in item order.
-    if (isUrl(dir)) {
+
+    /// what a remote checkpoint would otherwise ask for one round trip at a time
+    void askAhead()
+    {
+        // over plain HTTP each data file's size is a HEAD: asked for together, not one round trip per rank file
+        std::vector<std::string> names(m_md.files->size());
+        for (size_t f = 0; f < names.size(); ++f)
+            names[f] = m_md.files->name(static_cast<uint32_t>(f));
+        statInsideAhead(m_dir, names);
+        // values stored as pickles (param_groups, extra state) are read one by one below, each a round trip on a
+        // remote checkpoint: ask for them all first, so that they are fetched together (a local file has nothing to
+        // ask). Quiet: what is wrong with a file or an item is reported below, in item order.
+        if (!isUrl(m_dir)) return;
         constexpr uint64_t kAskAtMost = uint64_t(64) << 20;
         uint64_t asked = 0;
-        for (const auto& item : md.items) {
+        for (const auto& item : m_md.items) {
             if (item.kind != DcpMetadata::ItemKind::Bytes) continue;
-            const DcpMetadata::Storage* s = findStorage(item.fqn, nullptr, 0);
+            const DcpMetadata::Storage* s = m_index->find(item.fqn, nullptr, 0);
             if (!s || s->hasTransforms) continue;
-            const std::string& rel = md.files->name(s->file);
-            const MemberStat m = statInside(dir, rel); // remembered: the loop's own stat costs nothing
+            const std::string& rel = m_md.files->name(s->file);
+            const MemberStat m = statInside(m_dir, rel); // remembered: the loop's own stat costs nothing
             if (!m.ok() || s->offset > m.size || s->length > m.size - s->offset) continue;
             if ((asked += s->length) > kAskAtMost) break;
             try {
-                cp->files->expectSize(rel, m.size);
-                cp->files->open(rel)->prefetch(s->offset, s->length);
+                m_cp->files->expectSize(rel, m.size);
+                m_cp->files->open(rel)->prefetch(s->offset, s->length);
             } catch (const Error&) {
                 // the loop meets it again and says so
             }
         }
     }
 
-    size_t nextChunkError = 0;
-    const size_t total = md.items.size();
-    for (size_t i = 0; i < total; ++i) {
-        if (i % 64 == 0) {
-            progress.checkCancelled();
-            progress(0.9 + 0.1 * static_cast<double>(i) / static_cast<double>(total), "reading metadata");
-        }
-        DcpMetadata::Item& item = md.items[i];
+    void addItem(DcpMetadata::Item& item)
+    {
         if (item.kind == DcpMetadata::ItemKind::Unknown && item.fqn.empty()) {
-            builder.error(ReaderCode::BadMetadata, item.unknownText);
-            continue;
+            m_builder.error(ReaderCode::BadMetadata, item.unknownText);
+            return;
         }
-        const std::string& fqn = item.fqn;
-        KeyPath path = item.path.empty() ? KeyPath {KeyPathElem::fromKey(fqn)} : std::move(item.path);
-
-        if (item.kind == DcpMetadata::ItemKind::Tensor) {
-            TensorEntry t;
-            if (!item.dtype)
-                builder.error(ReaderCode::BadMetadata, "tensor has no readable dtype in its properties", fqn);
-            t.dtype = item.dtype.value_or(DType::Unknown);
-            if (!item.shapeOk) builder.error(ReaderCode::BadMetadata, "tensor has no readable size", fqn);
-            t.shape = std::move(item.shape);
-            t.chunks.useFileTable(md.files);
-            t.chunks.reserve(item.chunkCount, 0);
-            for (uint64_t k = item.firstChunk; k < item.firstChunk + item.chunkCount; ++k) {
-                const DcpMetadata::Chunk& c = md.chunks[k];
-                if (!c.ok) {
-                    while (nextChunkError < md.chunkErrors.size() && md.chunkErrors[nextChunkError].first < k)
-                        ++nextChunkError;
-                    if (nextChunkError < md.chunkErrors.size() && md.chunkErrors[nextChunkError].first == k)
-                        builder.error(ReaderCode::BadMetadata, md.chunkErrors[nextChunkError].second, fqn);
-                    continue;
-                }
-                const int64_t* offsets = md.dims.data() + c.dimsAt;
-                const int64_t* sizes = offsets + c.ndim;
-                const DcpMetadata::Storage* s = findStorage(fqn, offsets, c.ndim);
-                if (!s) {
-                    builder.error(ReaderCode::MissingStorageInfo,
-                        "no storage_data entry for the chunk at offsets " + shapeText({offsets, offsets + c.ndim}),
-                        fqn);
-                    t.chunks.appendBox(-1, offsets, sizes, c.ndim);
-                    continue;
-                }
-                checkRange(*s, fqn);
-                t.chunks.appendBlob(fileRanks[s->file], s->file, s->offset, s->length, offsets, sizes, c.ndim);
-            }
-            builder.addTensor(std::move(path), std::move(t));
-        } else if (item.kind == DcpMetadata::ItemKind::Bytes) {
-            const DcpMetadata::Storage* found = findStorage(fqn, nullptr, 0);
-            std::string err;
-            if (!found) {
-                err = "no storage_data entry for this value";
-                builder.error(ReaderCode::MissingStorageInfo, err, fqn);
-            } else if (checkRange(*found, fqn)) {
-                const DcpMetadata::Storage& s = *found;
-                const std::string& rel = md.files->name(s.file);
-                const std::string where
-                    = cp->files->absolute(rel) + "[" + std::to_string(s.offset) + "+" + std::to_string(s.length) + "]";
-                try {
-                    auto file = cp->files->open(rel);
-                    TorchSaveArchive ar = readTorchSaveArchive(file, s.offset, s.length, *cp->arena, where);
-                    builder.addPickleWarnings(ar.warnings);
-                    // values of old (<= 2.3) checkpoints may still be nested (param_groups as one list): flatten them
-                    auto leaves = flattenStateDict(ar.root);
-                    if (leaves.empty()) leaves.push_back({{}, ar.root}); // an empty mapping stays one value
-                    for (auto& leaf : leaves) {
-                        KeyPath full = path;
-                        full.insert(full.end(), leaf.path.begin(), leaf.path.end());
-                        builder.addLeaf(std::move(full), leaf.value, ar, rel, where);
-                    }
-                    continue;
-                } catch (const Error& e) {
-                    err = e.what();
-                    builder.error(ReaderCode::UnreadableValue, err, fqn);
-                }
-            } else {
-                // say which file and why (checkRange reported it for check; gather and the GUI show this text)
-                const DcpMetadata::Storage& s = *found;
-                const std::string abs = cp->files->absolute(md.files->name(s.file));
-                const int64_t size = fileSize(s.file);
-                err = size < 0 ? "its data file '" + abs + "' " + fileProblems[s.file] + " (written by rank "
-                        + std::to_string(fileRanks[s.file]) + ")"
-                    : s.hasTransforms
-                    ? "it is stored in '" + abs + "' through DCP stream transforms, which are not supported"
-                    : "its bytes [" + std::to_string(s.offset) + ", +" + std::to_string(s.length)
-                        + ") lie past the end of '" + abs + "' (" + std::to_string(size) + " bytes)";
-            }
-            builder.addValue(std::move(path), cp->arena->makeNone());
-            cp->entries.back().error = err;
-        } else {
-            builder.warn(ReaderCode::UnknownMetadata, item.unknownText, fqn);
-            builder.addValue(std::move(path), item.value ? item.value : cp->arena->makeNone());
+        KeyPath path = item.path.empty() ? KeyPath {KeyPathElem::fromKey(item.fqn)} : std::move(item.path);
+        if (item.kind == DcpMetadata::ItemKind::Tensor)
+            addTensor(item, std::move(path));
+        else if (item.kind == DcpMetadata::ItemKind::Bytes)
+            addValue(item, std::move(path));
+        else {
+            m_builder.warn(ReaderCode::UnknownMetadata, item.unknownText, item.fqn);
+            m_builder.addValue(std::move(path), item.value ? item.value : m_cp->arena->makeNone());
         }
     }
-    addFabricMeta(*cp, builder, dir, progress);
-    builder.finish();
-    progress(1.0, "reading metadata");
-    return cp;
+
+    /// a tensor: every chunk placed in its data file
+    void addTensor(DcpMetadata::Item& item, KeyPath path)
+    {
+        const std::string& fqn = item.fqn;
+        TensorEntry t;
+        if (!item.dtype)
+            m_builder.error(ReaderCode::BadMetadata, "tensor has no readable dtype in its properties", fqn);
+        t.dtype = item.dtype.value_or(DType::Unknown);
+        if (!item.shapeOk) m_builder.error(ReaderCode::BadMetadata, "tensor has no readable size", fqn);
+        t.shape = std::move(item.shape);
+        t.chunks.useFileTable(m_md.files);
+        t.chunks.reserve(item.chunkCount, 0);
+        for (uint64_t k = item.firstChunk; k < item.firstChunk + item.chunkCount; ++k) {
+            const DcpMetadata::Chunk& c = m_md.chunks[k];
+            if (!c.ok) {
+                while (m_nextChunkError < m_md.chunkErrors.size() && m_md.chunkErrors[m_nextChunkError].first < k)
+                    ++m_nextChunkError;
+                if (m_nextChunkError < m_md.chunkErrors.size() && m_md.chunkErrors[m_nextChunkError].first == k)
+                    m_builder.error(ReaderCode::BadMetadata, m_md.chunkErrors[m_nextChunkError].second, fqn);
+                continue;
+            }
+            const int64_t* offsets = m_md.dims.data() + c.dimsAt;
+            const int64_t* sizes = offsets + c.ndim;
+            const DcpMetadata::Storage* s = m_index->find(fqn, offsets, c.ndim);
+            if (!s) {
+                m_builder.error(ReaderCode::MissingStorageInfo,
+                    "no storage_data entry for the chunk at offsets " + shapeText({offsets, offsets + c.ndim}), fqn);
+                t.chunks.appendBox(-1, offsets, sizes, c.ndim);
+                continue;
+            }
+            checkRange(*s, fqn);
+            t.chunks.appendBlob(m_fileRanks[s->file], s->file, s->offset, s->length, offsets, sizes, c.ndim);
+        }
+        m_builder.addTensor(std::move(path), std::move(t));
+    }
+
+    /// a value stored as a pickle (BYTE_IO): read now, its leaves under the item's path; None with the reason when
+    /// it cannot be read
+    void addValue(const DcpMetadata::Item& item, KeyPath path)
+    {
+        const std::string& fqn = item.fqn;
+        const DcpMetadata::Storage* found = m_index->find(fqn, nullptr, 0);
+        std::string err;
+        if (!found) {
+            err = "no storage_data entry for this value";
+            m_builder.error(ReaderCode::MissingStorageInfo, err, fqn);
+        } else if (checkRange(*found, fqn)) {
+            const DcpMetadata::Storage& s = *found;
+            const std::string& rel = m_md.files->name(s.file);
+            const std::string where
+                = m_cp->files->absolute(rel) + "[" + std::to_string(s.offset) + "+" + std::to_string(s.length) + "]";
+            try {
+                auto file = m_cp->files->open(rel);
+                TorchSaveArchive ar = readTorchSaveArchive(file, s.offset, s.length, *m_cp->arena, where);
+                m_builder.addPickleWarnings(ar.warnings);
+                // values of old (<= 2.3) checkpoints may still be nested (param_groups as one list): flatten them
+                auto leaves = flattenStateDict(ar.root);
+                if (leaves.empty()) leaves.push_back({{}, ar.root}); // an empty mapping stays one value
+                for (auto& leaf : leaves) {
+                    KeyPath full = path;
+                    full.insert(full.end(), leaf.path.begin(), leaf.path.end());
+                    m_builder.addLeaf(std::move(full), leaf.value, ar, rel, where);
+                }
+                return;
+            } catch (const Error& e) {
+                err = e.what();
+                m_builder.error(ReaderCode::UnreadableValue, err, fqn);
+            }
+        } else {
+            // say which file and why (checkRange reported it for check; gather and the GUI show this text)
+            const DcpMetadata::Storage& s = *found;
+            const std::string abs = m_cp->files->absolute(m_md.files->name(s.file));
+            const int64_t size = fileSize(s.file);
+            err = size < 0 ? "its data file '" + abs + "' " + m_fileProblems[s.file] + " (written by rank "
+                    + std::to_string(m_fileRanks[s.file]) + ")"
+                : s.hasTransforms
+                ? "it is stored in '" + abs + "' through DCP stream transforms, which are not supported"
+                : "its bytes [" + std::to_string(s.offset) + ", +" + std::to_string(s.length)
+                    + ") lie past the end of '" + abs + "' (" + std::to_string(size) + " bytes)";
+        }
+        m_builder.addValue(std::move(path), m_cp->arena->makeNone());
+        m_cp->entries.back().error = err;
+    }
+
+    const Progress& m_progress;
+    const std::string m_dir;
+    std::shared_ptr<Checkpoint> m_cp;
+    CheckpointBuilder m_builder;
+    DcpMetadata m_md;
+    StorageIndex* m_index = nullptr; ///< run()'s, over m_md's storage entries
+    std::vector<int64_t> m_fileSizes; ///< per data file: -2 unchecked, -1 cannot be read
+    std::vector<std::string> m_fileProblems; ///< what a data file that is not read is ("is missing", "is a FIFO")
+    std::vector<int> m_fileRanks;
+    size_t m_nextChunkError = 0; ///< into m_md.chunkErrors, which are in chunk order
+};
+
+} // namespace
+
+std::shared_ptr<const Checkpoint> DcpReader::open(const std::string& path, const Progress& progress)
+{
+    return DcpOpening(path, progress).run();
 }
 
 } // namespace optscope
