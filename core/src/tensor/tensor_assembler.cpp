@@ -379,87 +379,51 @@ void TensorAssembler::chunksMeeting(
     std::sort(out.begin(), out.end());
 }
 
-void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
-    const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
+namespace {
+
+/// One streamRows call over the chunks its rows meet: the chunks' data resolved once each, then the rows emitted
+/// segment by segment along dim 0 (between consecutive chunk boundaries the set of chunks is constant), each segment
+/// zero-copy from one chunk, assembled block by block from several, or, for rows larger than a block, box by box
+class RowStream
 {
-    const TensorEntry& t = *m_entry.tensor;
-    const auto& shape = t.shape;
-    const size_t ndim = shape.size();
-    const size_t elem = dtypeSize(t.dtype);
-    const std::string where = m_checkpoint.path + ": '" + m_entry.key + "'";
-    if (t.dtype == DType::Unknown) throw Error(ErrorKind::Format, where, "tensor has an unknown dtype");
-    for (auto s : shape)
-        if (s < 0) throw Error(ErrorKind::Format, where, "tensor has a negative dimension " + shapeText(shape));
-    const int64_t total = t.numel();
-    if (total == 0) return;
-    if (ndim > 0 && rowEnd > rowBegin)
-        refuseExpansion(
-            t, t.nbytes() / static_cast<uint64_t>(shape[0]) * static_cast<uint64_t>(rowEnd - rowBegin), where);
+public:
+    using Sink = TensorAssembler::Sink;
+    using RegionSink = TensorAssembler::RegionSink;
 
-    std::vector<size_t> live;
-    chunksMeeting(rowBegin, rowEnd, where, live);
-
-    // a remote DCP item read whole here is done once nothing points into it: its blocks may go (a gather of many
-    // small items held them all). Declared before the chunks' data, so that it runs after they are gone.
-    struct ItemsRead
+    RowStream(const Checkpoint& checkpoint, const Entry& entry, std::string where, std::vector<size_t> live,
+        int64_t rowBegin, int64_t rowEnd, size_t maxBlock, uint64_t readAhead, const Sink& sink,
+        const Progress& progress, const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
+        : m_checkpoint(checkpoint)
+        , m_entry(entry)
+        , m_t(*entry.tensor)
+        , m_where(std::move(where))
+        , m_live(std::move(live))
+        , m_rowBegin(rowBegin)
+        , m_rowEnd(rowEnd)
+        , m_maxBlock(maxBlock)
+        , m_readAhead(readAhead)
+        , m_sink(sink)
+        , m_progress(progress)
+        , m_onBytes(onBytes)
+        , m_region(region)
+        , m_itemsRead {checkpoint, m_t, {}}
+        , m_resolved(m_live.size())
+        , m_locatedOnly(m_live.size())
     {
-        const Checkpoint& checkpoint;
-        const TensorEntry& tensor;
-        std::vector<size_t> chunks;
-        ~ItemsRead()
-        {
-            for (size_t i : chunks)
-                ChunkReader::itemRead(checkpoint, tensor.chunks[i]);
-        }
-    } itemsRead {m_checkpoint, t, {}};
-    if (m_checkpoint.files && isUrl(m_checkpoint.files->rootDir()))
-        for (size_t i : live)
-            if (ndim == 0
-                || (t.chunks.offsetsOf(i)[0] >= rowBegin
-                    && t.chunks.offsetsOf(i)[0] + t.chunks.sizesOf(i)[0] <= rowEnd))
-                itemsRead.chunks.push_back(i);
-    // per chunk of live (in table order, so a chunk's slot is found by binary search)
-    auto slotOf
-        = [&](size_t i) { return static_cast<size_t>(std::lower_bound(live.begin(), live.end(), i) - live.begin()); };
-    std::vector<std::optional<ChunkData>> resolved(live.size());
-    auto data = [&](size_t i) -> const ChunkData& {
-        std::optional<ChunkData>& r = resolved[slotOf(i)];
-        if (!r) {
-            r = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i]);
-            if (t.chunks.sizesOf(i) != r->sizes)
-                throw Error(ErrorKind::Format, where, "chunk data shape differs from its metadata");
-        }
-        return *r;
-    };
-    // a chunk the dim-0 path reads rows of: a remote one is located only, and the rows read are fetched (a reshard
-    // reads each source byte once, not the whole source chunk for every target box it feeds)
-    std::vector<std::optional<ChunkData>> locatedOnly(live.size());
-    auto located = [&](size_t i) -> const ChunkData& {
-        const size_t slot = slotOf(i);
-        if (resolved[slot]) return *resolved[slot];
-        std::optional<ChunkData>& r = locatedOnly[slot];
-        if (!r) {
-            r = ChunkReader::resolve(m_checkpoint, m_entry, t.chunks[i], true);
-            if (t.chunks.sizesOf(i) != r->sizes)
-                throw Error(ErrorKind::Format, where, "chunk data shape differs from its metadata");
-        }
-        return *r;
-    };
-    std::vector<uint8_t> rowsBuffer;
+        const size_t ndim = m_t.shape.size();
+        if (m_checkpoint.files && isUrl(m_checkpoint.files->rootDir()))
+            for (size_t i : m_live)
+                if (ndim == 0 || (firstRow(i) >= rowBegin && endRow(i) <= rowEnd)) m_itemsRead.chunks.push_back(i);
+    }
 
-    uint64_t produced = 0;
-    auto emit = [&](const uint8_t* p, size_t n) {
-        sink(p, n);
-        m_checkpoint.files->checkFaults(); // the sink read mapped bytes: stop at the first block a fault zeroed
-        produced += n;
-        if (onBytes) onBytes(produced);
-    };
-
-    if (ndim == 0) {
-        if (live.size() != 1)
-            throw Error(ErrorKind::Format, where,
-                "0-dim tensor has " + std::to_string(live.size()) + " chunks (expected exactly one)");
-        const ChunkData& d = data(live[0]);
+    /// a 0-dim tensor: its one element
+    void scalar()
+    {
+        if (m_live.size() != 1)
+            throw Error(ErrorKind::Format, m_where,
+                "0-dim tensor has " + std::to_string(m_live.size()) + " chunks (expected exactly one)");
+        const ChunkData& d = data(m_live[0]);
+        const size_t elem = dtypeSize(m_t.dtype);
         if (d.bigEndian && elem > 1) {
             std::vector<uint8_t> buf(elem);
             aten::copyBlock(d, {}, {}, buf.data(), {}, {});
@@ -467,33 +431,248 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
         } else {
             emit(d.data(), elem);
         }
-        return;
     }
 
-    // segments along dim 0 (within the requested rows): between consecutive chunk boundaries the set of chunks is
-    // constant
-    auto firstRow = [&](size_t i) { return t.chunks.offsetsOf(i)[0]; };
-    auto endRow = [&](size_t i) { return t.chunks.offsetsOf(i)[0] + t.chunks.sizesOf(i)[0]; };
-    std::vector<int64_t> cuts {rowBegin, rowEnd};
-    for (size_t i : live) {
-        for (int64_t b : {firstRow(i), endRow(i)})
-            if (b > rowBegin && b < rowEnd) cuts.push_back(b);
+    void rows()
+    {
+        const auto& shape = m_t.shape;
+        std::vector<int64_t> cuts {m_rowBegin, m_rowEnd};
+        for (size_t i : m_live) {
+            for (int64_t b : {firstRow(i), endRow(i)})
+                if (b > m_rowBegin && b < m_rowEnd) cuts.push_back(b);
+        }
+        std::sort(cuts.begin(), cuts.end());
+        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+        m_rowElems = 1;
+        for (size_t d = 1; d < shape.size(); ++d)
+            m_rowElems *= shape[d];
+        m_rowBytes = static_cast<uint64_t>(m_rowElems) * dtypeSize(m_t.dtype);
+
+        // a sweep over the chunks by first row: each segment's chunks are those begun and not yet ended (a scan of
+        // every chunk per segment was quadratic: 5 s for one tensor in 10k chunks)
+        std::vector<size_t> byStart = m_live;
+        std::stable_sort(byStart.begin(), byStart.end(), [&](size_t x, size_t y) { return firstRow(x) < firstRow(y); });
+        size_t nextStart = 0;
+        // remote chunks the box reads whole are asked for ahead of the scan (ChunkReader::prefetch), many at once: a
+        // window (LookAhead) of m_readAhead bytes over the chunks in the order they are read; a chunk the box reads
+        // in part is left to copyOut's read-ahead, which stays inside the box
+        const bool remote = !byStart.empty() && m_checkpoint.files && isUrl(m_checkpoint.files->rootDir());
+        auto readWhole = [&](size_t position) {
+            return firstRow(byStart[position]) >= m_rowBegin && endRow(byStart[position]) <= m_rowEnd;
+        };
+        LookAhead ahead(
+            byStart.size(),
+            [&](size_t n) -> uint64_t {
+                return remote && readWhole(n) ? std::min(m_t.chunks[byStart[n]].source.length, m_readAhead) : 0;
+            },
+            [&](size_t n) { ChunkReader::prefetch(m_checkpoint, m_t.chunks[byStart[n]], m_readAhead); }, m_readAhead);
+        std::vector<size_t> here;
+        for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+            const int64_t a = cuts[s];
+            const int64_t b = cuts[s + 1];
+            if (remote) ahead.before(nextStart); // before the chunks of this segment are begun
+            here.erase(std::remove_if(here.begin(), here.end(), [&](size_t i) { return endRow(i) <= a; }), here.end());
+            for (; nextStart < byStart.size() && firstRow(byStart[nextStart]) < b; ++nextStart)
+                if (endRow(byStart[nextStart]) > a) here.push_back(byStart[nextStart]);
+            // in table order, as before: the order of overlapping chunks decides nothing, but keeps results identical
+            std::sort(here.begin(), here.end());
+            if (here.empty())
+                throw Error(ErrorKind::Format, m_where,
+                    "no chunk covers rows [" + std::to_string(a) + ", " + std::to_string(b) + ") of "
+                        + shapeText(shape));
+            segment(a, b, here);
+        }
     }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
 
-    int64_t rowElems = 1;
-    for (size_t d = 1; d < ndim; ++d)
-        rowElems *= shape[d];
-    const uint64_t rowBytes = static_cast<uint64_t>(rowElems) * elem;
-    const int64_t rowsPerBlock
-        = std::max<int64_t>(1, static_cast<int64_t>(m_maxBlock / std::max<uint64_t>(rowBytes, 1)));
-    std::vector<uint8_t> buffer;
+private:
+    int64_t firstRow(size_t i) const { return m_t.chunks.offsetsOf(i)[0]; }
+    int64_t endRow(size_t i) const { return m_t.chunks.offsetsOf(i)[0] + m_t.chunks.sizesOf(i)[0]; }
 
-    // A row larger than one block (a huge inner extent, such as a [1, 10^10] broadcast saved with stride 0, whose
-    // file is tiny) is cut into boxes of at most one block, emitted in row-major order: the outermost dim k >= 1 whose
-    // trailing extent fits a block is split into runs, the dims between 1 and k are walked one index at a time.
-    auto emitRowInBoxes = [&](int64_t row, const std::vector<size_t>& here) {
+    /// chunk i's slot in m_live (in table order, so a chunk's slot is found by binary search)
+    size_t slotOf(size_t i) const
+    {
+        return static_cast<size_t>(std::lower_bound(m_live.begin(), m_live.end(), i) - m_live.begin());
+    }
+
+    /// chunk i's data, read
+    const ChunkData& data(size_t i)
+    {
+        std::optional<ChunkData>& r = m_resolved[slotOf(i)];
+        if (!r) {
+            r = ChunkReader::resolve(m_checkpoint, m_entry, m_t.chunks[i]);
+            if (m_t.chunks.sizesOf(i) != r->sizes)
+                throw Error(ErrorKind::Format, m_where, "chunk data shape differs from its metadata");
+        }
+        return *r;
+    }
+
+    /// a chunk the dim-0 path reads rows of: a remote one is located only, and the rows read are fetched (a reshard
+    /// reads each source byte once, not the whole source chunk for every target box it feeds)
+    const ChunkData& located(size_t i)
+    {
+        const size_t slot = slotOf(i);
+        if (m_resolved[slot]) return *m_resolved[slot];
+        std::optional<ChunkData>& r = m_locatedOnly[slot];
+        if (!r) {
+            r = ChunkReader::resolve(m_checkpoint, m_entry, m_t.chunks[i], true);
+            if (m_t.chunks.sizesOf(i) != r->sizes)
+                throw Error(ErrorKind::Format, m_where, "chunk data shape differs from its metadata");
+        }
+        return *r;
+    }
+
+    void emit(const uint8_t* p, size_t n)
+    {
+        m_sink(p, n);
+        m_checkpoint.files->checkFaults(); // the sink read mapped bytes: stop at the first block a fault zeroed
+        m_produced += n;
+        if (m_onBytes) m_onBytes(m_produced);
+    }
+
+    /// rows [a, b), which the chunks @p here cover, block by block
+    void segment(int64_t a, int64_t b, const std::vector<size_t>& here)
+    {
+        const auto& shape = m_t.shape;
+        const size_t ndim = shape.size();
+        const size_t elem = dtypeSize(m_t.dtype);
+        // zero-copy: one chunk spanning the full rows, stored densely in little-endian order
+        bool direct = false;
+        if (here.size() == 1) {
+            const auto& c = m_t.chunks[here[0]];
+            bool fullRows = true;
+            for (size_t d = 1; d < ndim; ++d)
+                fullRows = fullRows && c.offsets[d] == 0 && c.sizes[d] == shape[d];
+            if (fullRows) {
+                const ChunkData& d = located(here[0]);
+                direct = d.isContiguous() && (!d.bigEndian || elem == 1);
+            }
+        }
+        const int64_t rowsPerBlock
+            = std::max<int64_t>(1, static_cast<int64_t>(m_maxBlock / std::max<uint64_t>(m_rowBytes, 1)));
+        for (int64_t r0 = a; r0 < b; r0 += rowsPerBlock) {
+            m_progress.checkCancelled();
+            const int64_t r1 = std::min(b, r0 + rowsPerBlock);
+            if (direct) {
+                directRows(here[0], r0, r1, b);
+                continue;
+            }
+            checkRowsCovered(here, r0, r1);
+            if (m_rowBytes > m_maxBlock)
+                emitRowInBoxes(r0, here);
+            else
+                copyRows(here, r0, r1);
+        }
+    }
+
+    /// rows [r0, r1) of one chunk that stores them densely (the box ends at row @p boxEnd)
+    void directRows(size_t chunk, int64_t r0, int64_t r1, int64_t boxEnd)
+    {
+        const auto& c = m_t.chunks[chunk];
+        const ChunkData& d = located(chunk);
+        const uint8_t* p = d.data() + static_cast<uint64_t>(r0 - c.offsets[0]) * m_rowBytes;
+        const uint64_t len = static_cast<uint64_t>(r1 - r0) * m_rowBytes;
+        if (d.deferred) { // these rows only, fetched now and their memory given back once copied
+            m_rowsBuffer.resize(static_cast<size_t>(len));
+            // read ahead within this box only: the chunk's other rows may feed another box, read before
+            const uint8_t* end = d.data() + static_cast<uint64_t>(boxEnd - c.offsets[0]) * m_rowBytes;
+            d.file->copyOut(d.file->offsetOf(p), len, m_rowsBuffer.data(), d.file->offsetOf(end));
+            emit(m_rowsBuffer.data(), static_cast<size_t>(len));
+            return;
+        }
+        if (d.owned) { // a remote chunk's own copy: no file region to hand on or give back
+            emit(p, static_cast<size_t>(len));
+            return;
+        }
+        const uint64_t fileOffset = d.file->offsetOf(p);
+        if (m_region) {
+            // the consumer copies the region itself (in the kernel): no bytes through this process
+            m_region(*d.file, fileOffset, len);
+            m_produced += len;
+            if (m_onBytes) m_onBytes(m_produced);
+            return;
+        }
+        d.file->adviseSequential(fileOffset, len);
+        emit(p, static_cast<size_t>(len));
+        d.file->release(fileOffset, len);
+    }
+
+    /// before a buffer for rows [r0, r1) is allocated, the chunks (resolved: their stored shapes match the metadata)
+    /// must cover them exactly; a damaged global shape must not become a huge allocation
+    void checkRowsCovered(const std::vector<size_t>& here, int64_t r0, int64_t r1)
+    {
+        const int64_t want = (r1 - r0) * m_rowElems;
+        int64_t claimed = 0;
+        bool overlap = false;
+        for (size_t i : here) {
+            const auto& c = m_t.chunks[i];
+            const int64_t rows = std::min(r1, c.offsets[0] + c.sizes[0]) - std::max(r0, c.offsets[0]);
+            if (rows <= 0) continue;
+            data(i);
+            const int64_t part = rows * (c.numel() / c.sizes[0]);
+            overlap = overlap || part > want - claimed;
+            if (!overlap) claimed += part;
+        }
+        if (overlap || claimed != want)
+            throw Error(ErrorKind::Format, m_where,
+                std::string(overlap ? "chunks overlap" : "chunks leave a gap") + " in rows [" + std::to_string(r0)
+                    + ", " + std::to_string(r1) + ") of " + shapeText(m_t.shape));
+    }
+
+    /// rows [r0, r1) assembled in one buffer from the chunks @p here
+    void copyRows(const std::vector<size_t>& here, int64_t r0, int64_t r1)
+    {
+        const auto& shape = m_t.shape;
+        const size_t ndim = shape.size();
+        const size_t elem = dtypeSize(m_t.dtype);
+        const int64_t want = (r1 - r0) * m_rowElems;
+        std::vector<int64_t> blockShape(shape);
+        blockShape[0] = r1 - r0;
+        m_buffer.assign(static_cast<size_t>(static_cast<uint64_t>(r1 - r0) * m_rowBytes), 0);
+        int64_t covered = 0;
+        for (size_t i : here) {
+            const auto& c = m_t.chunks[i];
+            std::vector<int64_t> srcBegin(ndim, 0), extent(ndim), dstBegin(ndim);
+            const int64_t lo = std::max(r0, c.offsets[0]);
+            const int64_t hi = std::min(r1, c.offsets[0] + c.sizes[0]);
+            if (lo >= hi) continue;
+            srcBegin[0] = lo - c.offsets[0];
+            extent[0] = hi - lo;
+            dstBegin[0] = lo - r0;
+            int64_t vol = extent[0];
+            for (size_t d = 1; d < ndim; ++d) {
+                extent[d] = c.sizes[d];
+                dstBegin[d] = c.offsets[d];
+                vol *= extent[d];
+            }
+            const ChunkData& cd = data(i);
+            aten::copyBlock(cd, srcBegin, extent, m_buffer.data(), blockShape, dstBegin);
+            covered += vol;
+            if (cd.isContiguous() && !cd.owned) {
+                // the rows just copied are done with
+                int64_t chunkRow = 1;
+                for (size_t d = 1; d < ndim; ++d)
+                    chunkRow *= c.sizes[d];
+                const uint64_t rb = static_cast<uint64_t>(chunkRow) * elem;
+                cd.file->release(cd.file->offsetOf(cd.data()) + static_cast<uint64_t>(srcBegin[0]) * rb,
+                    static_cast<uint64_t>(extent[0]) * rb);
+            }
+        }
+        if (covered != want)
+            throw Error(ErrorKind::Format, m_where,
+                std::string(covered < want ? "chunks leave a gap" : "chunks overlap") + " in rows ["
+                    + std::to_string(r0) + ", " + std::to_string(r1) + ") of " + shapeText(shape) + " ("
+                    + std::to_string(covered) + " of " + std::to_string(want) + " elements covered)");
+        emit(m_buffer.data(), m_buffer.size());
+    }
+
+    /// A row larger than one block (a huge inner extent, such as a [1, 10^10] broadcast saved with stride 0, whose
+    /// file is tiny) is cut into boxes of at most one block, emitted in row-major order: the outermost dim k >= 1
+    /// whose trailing extent fits a block is split into runs, the dims between 1 and k are walked one index at a time.
+    void emitRowInBoxes(int64_t row, const std::vector<size_t>& here)
+    {
+        const auto& shape = m_t.shape;
+        const size_t ndim = shape.size();
+        const size_t elem = dtypeSize(m_t.dtype);
         size_t k = ndim - 1;
         uint64_t trailing = elem; // bytes of one index of dim k (dims k+1.. whole)
         for (size_t d = 1; d < ndim; ++d) {
@@ -512,20 +691,21 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
         size[0] = 1;
         for (size_t d = 1; d < k; ++d)
             size[d] = 1;
+        auto dataOf = [this](size_t i) -> const ChunkData& { return data(i); };
         while (true) {
             for (off[k] = 0; off[k] < shape[k]; off[k] += run) {
-                progress.checkCancelled();
+                m_progress.checkCancelled();
                 size[k] = std::min(run, shape[k] - off[k]);
                 int64_t want = 1;
                 for (auto v : size)
                     want *= v;
-                buffer.assign(static_cast<size_t>(want) * elem, 0);
-                const int64_t covered = copyIntoBox(t, here, data, off, size, buffer.data(), progress);
+                m_buffer.assign(static_cast<size_t>(want) * elem, 0);
+                const int64_t covered = copyIntoBox(m_t, here, dataOf, off, size, m_buffer.data(), m_progress);
                 if (covered != want)
-                    throw Error(ErrorKind::Format, where,
+                    throw Error(ErrorKind::Format, m_where,
                         std::string(covered < want ? "chunks leave a gap" : "chunks overlap") + " in the box "
                             + shapeText(off) + "+" + shapeText(size) + " of " + shapeText(shape));
-                emit(buffer.data(), buffer.size());
+                emit(m_buffer.data(), m_buffer.size());
             }
             // the next index of dims 1 .. k-1 (odometer); done when it wraps around
             bool done = true;
@@ -538,147 +718,66 @@ void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& s
             }
             if (done) return;
         }
-    };
-
-    // a sweep over the chunks by first row: each segment's chunks are those begun and not yet ended (a scan of every
-    // chunk per segment was quadratic: 5 s for one tensor in 10k chunks)
-    std::vector<size_t> byStart = live;
-    std::stable_sort(byStart.begin(), byStart.end(), [&](size_t x, size_t y) { return firstRow(x) < firstRow(y); });
-    size_t nextStart = 0;
-    // remote chunks the box reads whole are asked for ahead of the scan (ChunkReader::prefetch), many at once: a
-    // window (LookAhead) of m_readAhead bytes over the chunks in the order they are read; a chunk the box reads in part
-    // is left to copyOut's read-ahead, which stays inside the box
-    const bool remote = !byStart.empty() && m_checkpoint.files && isUrl(m_checkpoint.files->rootDir());
-    auto readWhole = [&](size_t position) {
-        return firstRow(byStart[position]) >= rowBegin && endRow(byStart[position]) <= rowEnd;
-    };
-    LookAhead ahead(
-        byStart.size(),
-        [&](size_t n) -> uint64_t {
-            return remote && readWhole(n) ? std::min(t.chunks[byStart[n]].source.length, m_readAhead) : 0;
-        },
-        [&](size_t n) { ChunkReader::prefetch(m_checkpoint, t.chunks[byStart[n]], m_readAhead); }, m_readAhead);
-    std::vector<size_t> here;
-    for (size_t s = 0; s + 1 < cuts.size(); ++s) {
-        const int64_t a = cuts[s];
-        const int64_t b = cuts[s + 1];
-        if (remote) ahead.before(nextStart); // before the chunks of this segment are begun
-        here.erase(std::remove_if(here.begin(), here.end(), [&](size_t i) { return endRow(i) <= a; }), here.end());
-        for (; nextStart < byStart.size() && firstRow(byStart[nextStart]) < b; ++nextStart)
-            if (endRow(byStart[nextStart]) > a) here.push_back(byStart[nextStart]);
-        // in table order, as before: the order of overlapping chunks decides nothing, but keeps results identical
-        std::sort(here.begin(), here.end());
-        if (here.empty())
-            throw Error(ErrorKind::Format, where,
-                "no chunk covers rows [" + std::to_string(a) + ", " + std::to_string(b) + ") of " + shapeText(shape));
-
-        // zero-copy: one chunk spanning the full rows, stored densely in little-endian order
-        bool direct = false;
-        if (here.size() == 1) {
-            const auto& c = t.chunks[here[0]];
-            bool fullRows = true;
-            for (size_t d = 1; d < ndim; ++d)
-                fullRows = fullRows && c.offsets[d] == 0 && c.sizes[d] == shape[d];
-            if (fullRows) {
-                const ChunkData& d = located(here[0]);
-                direct = d.isContiguous() && (!d.bigEndian || elem == 1);
-            }
-        }
-        for (int64_t r0 = a; r0 < b; r0 += rowsPerBlock) {
-            progress.checkCancelled();
-            const int64_t r1 = std::min(b, r0 + rowsPerBlock);
-            if (direct) {
-                const auto& c = t.chunks[here[0]];
-                const ChunkData& d = located(here[0]);
-                const uint8_t* p = d.data() + static_cast<uint64_t>(r0 - c.offsets[0]) * rowBytes;
-                const uint64_t len = static_cast<uint64_t>(r1 - r0) * rowBytes;
-                if (d.deferred) { // these rows only, fetched now and their memory given back once copied
-                    rowsBuffer.resize(static_cast<size_t>(len));
-                    // read ahead within this box only: the chunk's other rows may feed another box, read before
-                    const uint8_t* boxEnd = d.data() + static_cast<uint64_t>(b - c.offsets[0]) * rowBytes;
-                    d.file->copyOut(d.file->offsetOf(p), len, rowsBuffer.data(), d.file->offsetOf(boxEnd));
-                    emit(rowsBuffer.data(), static_cast<size_t>(len));
-                    continue;
-                }
-                if (d.owned) { // a remote chunk's own copy: no file region to hand on or give back
-                    emit(p, static_cast<size_t>(len));
-                    continue;
-                }
-                const uint64_t fileOffset = d.file->offsetOf(p);
-                if (region) {
-                    // the consumer copies the region itself (in the kernel): no bytes through this process
-                    region(*d.file, fileOffset, len);
-                    produced += len;
-                    if (onBytes) onBytes(produced);
-                    continue;
-                }
-                d.file->adviseSequential(fileOffset, len);
-                emit(p, static_cast<size_t>(len));
-                d.file->release(fileOffset, len);
-                continue;
-            }
-            // before a buffer for these rows is allocated, the chunks (resolved: their stored shapes match the
-            // metadata) must cover them exactly; a damaged global shape must not become a huge allocation
-            const int64_t want = (r1 - r0) * rowElems;
-            int64_t claimed = 0;
-            bool overlap = false;
-            for (size_t i : here) {
-                const auto& c = t.chunks[i];
-                const int64_t rows = std::min(r1, c.offsets[0] + c.sizes[0]) - std::max(r0, c.offsets[0]);
-                if (rows <= 0) continue;
-                data(i);
-                const int64_t part = rows * (c.numel() / c.sizes[0]);
-                overlap = overlap || part > want - claimed;
-                if (!overlap) claimed += part;
-            }
-            if (overlap || claimed != want)
-                throw Error(ErrorKind::Format, where,
-                    std::string(overlap ? "chunks overlap" : "chunks leave a gap") + " in rows [" + std::to_string(r0)
-                        + ", " + std::to_string(r1) + ") of " + shapeText(shape));
-            if (rowBytes > m_maxBlock) {
-                emitRowInBoxes(r0, here);
-                continue;
-            }
-            std::vector<int64_t> blockShape(shape);
-            blockShape[0] = r1 - r0;
-            buffer.assign(static_cast<size_t>(static_cast<uint64_t>(r1 - r0) * rowBytes), 0);
-            int64_t covered = 0;
-            for (size_t i : here) {
-                const auto& c = t.chunks[i];
-                std::vector<int64_t> srcBegin(ndim, 0), extent(ndim), dstBegin(ndim);
-                const int64_t lo = std::max(r0, c.offsets[0]);
-                const int64_t hi = std::min(r1, c.offsets[0] + c.sizes[0]);
-                if (lo >= hi) continue;
-                srcBegin[0] = lo - c.offsets[0];
-                extent[0] = hi - lo;
-                dstBegin[0] = lo - r0;
-                int64_t vol = extent[0];
-                for (size_t d = 1; d < ndim; ++d) {
-                    extent[d] = c.sizes[d];
-                    dstBegin[d] = c.offsets[d];
-                    vol *= extent[d];
-                }
-                const ChunkData& cd = data(i);
-                aten::copyBlock(cd, srcBegin, extent, buffer.data(), blockShape, dstBegin);
-                covered += vol;
-                if (cd.isContiguous() && !cd.owned) {
-                    // the rows just copied are done with
-                    int64_t chunkRow = 1;
-                    for (size_t d = 1; d < ndim; ++d)
-                        chunkRow *= c.sizes[d];
-                    const uint64_t rb = static_cast<uint64_t>(chunkRow) * elem;
-                    cd.file->release(cd.file->offsetOf(cd.data()) + static_cast<uint64_t>(srcBegin[0]) * rb,
-                        static_cast<uint64_t>(extent[0]) * rb);
-                }
-            }
-            if (covered != want)
-                throw Error(ErrorKind::Format, where,
-                    std::string(covered < want ? "chunks leave a gap" : "chunks overlap") + " in rows ["
-                        + std::to_string(r0) + ", " + std::to_string(r1) + ") of " + shapeText(shape) + " ("
-                        + std::to_string(covered) + " of " + std::to_string(want) + " elements covered)");
-            emit(buffer.data(), buffer.size());
-        }
     }
+
+    /// a remote DCP item read whole here is done once nothing points into it: its blocks may go (a gather of many
+    /// small items held them all). A member before the chunks' data, so that it runs after they are gone.
+    struct ItemsRead
+    {
+        const Checkpoint& checkpoint;
+        const TensorEntry& tensor;
+        std::vector<size_t> chunks;
+        ~ItemsRead()
+        {
+            for (size_t i : chunks)
+                ChunkReader::itemRead(checkpoint, tensor.chunks[i]);
+        }
+    };
+
+    const Checkpoint& m_checkpoint;
+    const Entry& m_entry;
+    const TensorEntry& m_t;
+    const std::string m_where;
+    const std::vector<size_t> m_live; ///< the chunks the rows meet, in table order
+    const int64_t m_rowBegin, m_rowEnd;
+    const size_t m_maxBlock;
+    const uint64_t m_readAhead;
+    const Sink& m_sink;
+    const Progress& m_progress;
+    const std::function<void(uint64_t)>& m_onBytes;
+    const RegionSink& m_region;
+    ItemsRead m_itemsRead;
+    std::vector<std::optional<ChunkData>> m_resolved; ///< per chunk of m_live: read
+    std::vector<std::optional<ChunkData>> m_locatedOnly; ///< per chunk of m_live: located, not read (located())
+    std::vector<uint8_t> m_rowsBuffer, m_buffer;
+    int64_t m_rowElems = 1;
+    uint64_t m_rowBytes = 0;
+    uint64_t m_produced = 0;
+};
+
+} // namespace
+
+void TensorAssembler::streamRows(int64_t rowBegin, int64_t rowEnd, const Sink& sink, const Progress& progress,
+    const std::function<void(uint64_t)>& onBytes, const RegionSink& region)
+{
+    const TensorEntry& t = *m_entry.tensor;
+    const auto& shape = t.shape;
+    const std::string where = m_checkpoint.path + ": '" + m_entry.key + "'";
+    if (t.dtype == DType::Unknown) throw Error(ErrorKind::Format, where, "tensor has an unknown dtype");
+    for (auto s : shape)
+        if (s < 0) throw Error(ErrorKind::Format, where, "tensor has a negative dimension " + shapeText(shape));
+    if (t.numel() == 0) return;
+    if (!shape.empty() && rowEnd > rowBegin)
+        refuseExpansion(
+            t, t.nbytes() / static_cast<uint64_t>(shape[0]) * static_cast<uint64_t>(rowEnd - rowBegin), where);
+    std::vector<size_t> live;
+    chunksMeeting(rowBegin, rowEnd, where, live);
+    RowStream rows(m_checkpoint, m_entry, where, std::move(live), rowBegin, rowEnd, m_maxBlock, m_readAhead, sink,
+        progress, onBytes, region);
+    if (shape.empty())
+        rows.scalar();
+    else
+        rows.rows();
 }
 
 std::optional<BroadcastStorage> broadcastStorageOf(const Entry& entry)
