@@ -254,18 +254,29 @@ private:
         const std::vector<std::string>& wrongByPosition;
     };
 
-    /// The verdicts, one per load path. Each path's own reading decides whether it loads and how many parameters get
-    /// state; then the rules of what the load or the first step() meets apply, in this order:
-    ///
-    ///   path                                   reading                    then
-    ///   optimizer.load_state_dict              byPositionVerdict          flagsAtStep, classMiss, dtensorsAtStep
-    ///   set_optimizer_state_dict (and strict=False: the same)
-    ///                                          integer keys: the above;   groupWithoutHyperparameters;
-    ///                                          names: byNameVerdict,      dsdInitStep (raises at load),
-    ///                                          classMiss, dtensorsAtStep  differentiable at step
-    ///   fsdp1.optim_state_dict_to_load         fsdp1Verdict               classMiss
-    ///   model.load_state_dict                  modelVerdict               -
+    /// The verdicts, one per load path, as verdictPipelines() lists them (diagnosis_verdicts.cpp): each path's own
+    /// reading decides whether it loads and how many parameters get state; then the rules of what the load or the
+    /// first step() meets apply, in the table's order.
     void verdicts(const VerdictFacts& f, Diagnosis& d) const;
+
+    using VerdictReading = LoadVerdict (Diagnoser::*)(const VerdictFacts&) const;
+    using VerdictRule = void (Diagnoser::*)(const VerdictFacts&, LoadVerdict&) const;
+    /// How one load path's verdict is worked out: a reading, then rules in order; or the verdict of another path
+    /// (`sameAs`), relabelled
+    struct VerdictPipeline
+    {
+        LoadPath path;
+        VerdictReading reading = nullptr;
+        std::vector<VerdictRule> rules;
+        std::optional<LoadPath> sameAs = std::nullopt;
+    };
+    /// one row per load path, in the order the verdicts are shown
+    static const std::vector<VerdictPipeline>& verdictPipelines();
+    LoadVerdict verdictOf(const VerdictPipeline& pipeline, const VerdictFacts& f) const;
+
+    /// set_optimizer_state_dict's reading: integer-keyed state is handed to optimizer.load_state_dict unchanged (its
+    /// pipeline, relabelled); FQN-keyed state is looked up by name (byNameVerdict, then the rules of its own pipeline)
+    LoadVerdict setOptimizerStateDictReading(const VerdictFacts& f) const;
 
     /// optimizer.load_state_dict: group count, group sizes, then pairs by position (no names, no shapes)
     LoadVerdict byPositionVerdict(const VerdictFacts& f) const;
@@ -278,8 +289,8 @@ private:
     /// positional group checks of load_state_dict apply
     LoadVerdict fsdp1Verdict(const VerdictFacts& f) const;
 
-    /// model.load_state_dict of the model saved beside the optimizer
-    LoadVerdict modelVerdict() const;
+    /// model.load_state_dict of the model saved beside the optimizer (the optimizer's facts play no part)
+    LoadVerdict modelVerdict(const VerdictFacts& f) const;
 
     /// the saved groups' flags that come back with them, and float8 parameters: the first step() raises
     void applyFlagsAtStep(const VerdictFacts& f, LoadVerdict& p) const;
@@ -297,6 +308,9 @@ private:
     /// set_optimizer_state_dict first steps the fresh optimizer with zero gradients (_init_optim_state) whatever the
     /// file holds: what that step raises is the load's error
     void applyDsdInitStep(const VerdictFacts& f, LoadVerdict& p) const;
+
+    /// differentiable=True in the saved groups: a load that gets through steps into autograd's in-place refusal
+    void applyDifferentiableAtStep(const VerdictFacts& f, LoadVerdict& p) const;
 
     static bool allIntegerKeys(const OptimizerView& v);
 

@@ -6,37 +6,59 @@
 
 namespace optscope {
 
+const std::vector<Diagnoser::VerdictPipeline>& Diagnoser::verdictPipelines()
+{
+    // path                              reading                          then
+    static const std::vector<VerdictPipeline> pipelines {
+        {LoadPath::OptimizerLoadStateDict, &Diagnoser::byPositionVerdict,
+            {&Diagnoser::applyFlagsAtStep, &Diagnoser::applyClassMiss, &Diagnoser::applyDTensorsAtStep}},
+        {LoadPath::SetOptimizerStateDict, &Diagnoser::setOptimizerStateDictReading,
+            {&Diagnoser::applyDsdInitStep, &Diagnoser::applyDifferentiableAtStep}},
+        // strict applies to the model only
+        {LoadPath::SetOptimizerStateDictNonStrict, nullptr, {}, LoadPath::SetOptimizerStateDict},
+        // what FSDP1's loader returns goes to optimizer.load_state_dict, the saved groups' flags with it
+        {LoadPath::Fsdp1OptimStateDictToLoad, &Diagnoser::fsdp1Verdict,
+            {&Diagnoser::applyFlagsAtStep, &Diagnoser::applyClassMiss}},
+        {LoadPath::ModelLoadStateDict, &Diagnoser::modelVerdict, {}},
+    };
+    return pipelines;
+}
+
+LoadVerdict Diagnoser::verdictOf(const VerdictPipeline& pipeline, const VerdictFacts& f) const
+{
+    LoadVerdict p = (this->*pipeline.reading)(f);
+    for (const VerdictRule rule : pipeline.rules)
+        (this->*rule)(f, p);
+    return p;
+}
+
 void Diagnoser::verdicts(const VerdictFacts& f, Diagnosis& d) const
 {
-    LoadVerdict p1 = byPositionVerdict(f);
-    applyFlagsAtStep(f, p1);
-    applyClassMiss(f, p1);
-    applyDTensorsAtStep(f, p1);
-    d.verdicts.push_back(p1);
-
-    LoadVerdict p2;
-    if (allIntegerKeys(f.v)) {
-        p2 = p1;
-        p2.path = LoadPath::SetOptimizerStateDict;
-        p2.why = "integer-keyed state is handed to optimizer.load_state_dict unchanged";
-    } else {
-        p2 = byNameVerdict(f);
-        applyClassMiss(f, p2);
-        applyDTensorsAtStep(f, p2);
-        applyGroupWithoutHyperparameters(f, p2);
+    const auto first = static_cast<std::ptrdiff_t>(d.verdicts.size());
+    for (const VerdictPipeline& pipeline : verdictPipelines()) {
+        if (pipeline.sameAs) {
+            const auto same = std::find_if(d.verdicts.begin() + first, d.verdicts.end(),
+                [&](const LoadVerdict& v) { return v.path == *pipeline.sameAs; });
+            LoadVerdict p = *same; // the table lists it before
+            p.path = pipeline.path;
+            d.verdicts.push_back(std::move(p));
+            continue;
+        }
+        d.verdicts.push_back(verdictOf(pipeline, f));
     }
-    applyDsdInitStep(f, p2);
-    if (p2.outcome == LoadOutcome::Loads && differentiable(f.v)) p2.stepAfterLoad = "RuntimeError";
-    d.verdicts.push_back(p2);
-    LoadVerdict p3 = p2; // strict applies to the model only
-    p3.path = LoadPath::SetOptimizerStateDictNonStrict;
-    d.verdicts.push_back(p3);
+}
 
-    LoadVerdict pf = fsdp1Verdict(f);
-    applyClassMiss(f, pf);
-    d.verdicts.push_back(pf);
-
-    d.verdicts.push_back(modelVerdict());
+LoadVerdict Diagnoser::setOptimizerStateDictReading(const VerdictFacts& f) const
+{
+    if (allIntegerKeys(f.v)) {
+        LoadVerdict p = verdictOf(verdictPipelines().front(), f);
+        p.path = LoadPath::SetOptimizerStateDict;
+        p.why = "integer-keyed state is handed to optimizer.load_state_dict unchanged";
+        return p;
+    }
+    static const VerdictPipeline byName {LoadPath::SetOptimizerStateDict, &Diagnoser::byNameVerdict,
+        {&Diagnoser::applyClassMiss, &Diagnoser::applyDTensorsAtStep, &Diagnoser::applyGroupWithoutHyperparameters}};
+    return verdictOf(byName, f);
 }
 
 LoadVerdict Diagnoser::byPositionVerdict(const VerdictFacts& f) const
@@ -117,7 +139,7 @@ LoadVerdict Diagnoser::fsdp1Verdict(const VerdictFacts& f) const
         "every saved name is a model parameter; state is paired by name");
 }
 
-LoadVerdict Diagnoser::modelVerdict() const
+LoadVerdict Diagnoser::modelVerdict(const VerdictFacts&) const
 {
     LoadVerdict p;
     p.path = LoadPath::ModelLoadStateDict;
@@ -175,6 +197,11 @@ void Diagnoser::applyFlagsAtStep(const VerdictFacts& f, LoadVerdict& p) const
         p.stepAfterLoad = "RuntimeError";
         p.why += "; the model's parameters are float8, for which torch.optim has no kernels";
     }
+}
+
+void Diagnoser::applyDifferentiableAtStep(const VerdictFacts& f, LoadVerdict& p) const
+{
+    if (p.outcome == LoadOutcome::Loads && differentiable(f.v)) p.stepAfterLoad = "RuntimeError";
 }
 
 void Diagnoser::applyClassMiss(const VerdictFacts& f, LoadVerdict& p) const
