@@ -18,7 +18,17 @@ volatile std::sig_atomic_t g_signal = 0;
 
 void onInterrupt(int sig)
 {
-    g_signal = sig; // SA_RESETHAND: the next one takes the default action
+    if (!g_signal) {
+        g_signal = sig; // the first cancels the work, which unwinds and removes its temporaries
+        return;
+    }
+    // a second one ends the process now (as a second Ctrl-C does in most tools), but says so: what it leaves behind
+    // is a temporary, never a partial output, and the next run that writes the same output removes it
+    static const char kMessage[]
+        = "\noptscope-cli: interrupted again: exiting now without cleaning up; a temporary (.NAME.tmp-PID-...) next "
+          "to the output may remain, and the next run that writes that output removes it\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+    ::_exit(128 + sig);
 }
 
 } // namespace
@@ -29,7 +39,7 @@ void installInterruptHandlers()
     { };
     sa.sa_handler = onInterrupt;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sa.sa_flags = SA_RESTART;
     for (int sig : {SIGINT, SIGTERM, SIGHUP})
         ::sigaction(sig, &sa, nullptr);
 }

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 CLI, DATA, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 HOSTILE = os.path.join(DATA, "hostile")
@@ -301,6 +302,18 @@ def temporaries():
             check(f"{signal.Signals(sig).name} mid-write: {cmd} stops and leaves nothing",
                   p.returncode == 128 + sig and not left and b"stopped by" in err,
                   f"exit {p.returncode}, left {left}, {text(err).strip()[:200]}")
+    # a second signal ends the process at once and says so; the temporary it leaves goes with the next run
+    p, _ = paused(["gather", "in.pt", "-o", "out3.pt"], d, "writing")
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    left = [n for n in listing(d) if "out3.pt" in n]
+    r = run(["gather", "in.pt", "-o", "out3.pt", "--no-fsync"], cwd=d)
+    check("a second SIGTERM exits at once, says so, and its temporary goes with the next run",
+          p.returncode == 143 and b"interrupted again" in err and left and all(".tmp-" in n for n in left)
+          and r.returncode == 0 and [n for n in listing(d) if "out3.pt" in n] == ["out3.pt"],
+          f"exit {p.returncode}, left {left}, {text(err).strip()[-200:]}; rerun exit {r.returncode}")
     # a live temporary of a writer in another PID namespace: its PID means nothing here, its lock says it is alive
     live = os.path.join(d, ".out2.pt.tmp-999999-abcdef")
     with open(live, "wb") as f:
