@@ -281,263 +281,343 @@ void removeObjectsUnder(const std::string& prefix)
 
 } // namespace
 
-static DcpWriteStats writeDcpUnnamed(
-    const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
+namespace {
+
+/// One write of a DCP folder. Run as several processes (Job), every process builds the same plan; each writes the
+/// rank files it owns (split by bytes) into one temporary folder (local output: rank 0 makes it, on storage all
+/// processes share) or uploads them (object storage), and rank 0, once every process has said what it wrote where,
+/// writes .metadata and publishes the folder. The files are byte-identical to those one process writes.
+class DcpFolderWriting
 {
-    // Run as several processes (Job), every process builds the same plan; each writes the rank files it owns (split
-    // by bytes) into one temporary folder (local output: rank 0 makes it, on storage all processes share) or
-    // uploads them (object storage), and rank 0, once every process has said what it wrote where, writes .metadata
-    // and publishes the folder. The files are byte-identical to those one process writes.
-    Job& job = Job::current();
-    const bool split = job.distributed();
-    const bool remote = isUrl(outDir);
-    WriteOptions inner = options;
-    inner.beforeCommit = nullptr;
-    inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
-    inner.inFreshFolder = !remote; // the rank files go into the temporary folder made below
-    const CancelScope cancelScope(inner.cancelled); // a read stalled on a server ends too
-
-    std::map<int, std::vector<FileItem>> byRank;
-    for (const auto& v : plan.values)
-        byRank[v.rank].push_back({&v, {nullptr, 0}});
-    for (const auto& t : plan.tensors)
-        for (size_t c = 0; c < t.chunks.size(); ++c)
-            byRank[t.chunks.rank(c)].push_back({nullptr, {&t, c}});
-    std::vector<const std::vector<FileItem>*> fileItems;
-    std::vector<std::string> files;
-    std::vector<uint64_t> fileBytes;
-    uint64_t totalBytes = 0;
-    for (const auto& [rank, list] : byRank) {
-        files.push_back("__" + std::to_string(rank) + "_0.distcp");
-        fileItems.push_back(&list);
-        uint64_t b = 0;
-        for (const auto& item : list)
-            if (const auto* t = item.second.first)
-                b += static_cast<uint64_t>(t->chunks.numelOf(item.second.second)) * dtypeSize(t->dtype);
-        fileBytes.push_back(b);
-        totalBytes += b;
+public:
+    DcpFolderWriting(const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
+        : m_plan(plan)
+        , m_outDir(outDir)
+        , m_progress(progress)
+        , m_options(std::move(options))
+        , m_job(Job::current())
+        , m_split(m_job.distributed())
+        , m_remote(isUrl(outDir))
+        , m_inner(innerOptions())
+        , m_cancelScope(m_inner.cancelled) // a read stalled on a server ends too
+    {
+        planFiles();
+        m_stats.leftOut = plan.leftOut;
     }
-    const std::vector<int> owner = split ? splitByWeight(fileBytes, job.size()) : std::vector<int>(files.size(), 0);
 
-    std::unique_ptr<TempDir> tmp;
-    std::vector<std::string> uploaded; // by this process, removed again unless the folder is published
-    DcpWriteStats stats;
-    stats.leftOut = plan.leftOut;
-    std::string tmpPath; // the temporary folder (a process of a job: rank 0's)
-    try {
-        // 1. the output is checked, and the temporary folder made, by one process
-        const std::string fingerprint = std::to_string(files.size()) + " files, " + std::to_string(totalBytes)
-            + " tensor bytes, " + std::to_string(plan.tensors.size()) + " tensors, "
-            + std::to_string(plan.values.size()) + " values";
-        if (job.isRoot()) {
-            refuseOutputOverInputs(outDir, options.inputs); // before the temporary folder is made next to it
+    DcpWriteStats run()
+    {
+        try {
+            start();
+            writeOwnedFiles();
+            // every process checks what it read before it reports its part done
+            if (m_split && m_options.beforeCommit) m_options.beforeCommit();
+            if (m_split && !gatherLocations()) {
+                m_job.broadcast("dcp-commit", {}); // throws unless rank 0 published the folder
+                m_uploaded.clear();
+                return m_stats;
+            }
+            copyCompanions();
+            writeMetadataAndPublish();
+            if (m_split) m_job.broadcast("dcp-commit", {});
+            m_progress(1.0, "writing shards");
+            return m_stats;
+        } catch (const Error& e) {
+            cleanUpAfter(e);
+            throw;
+        }
+    }
+
+private:
+    WriteOptions innerOptions() const
+    {
+        WriteOptions inner = m_options;
+        inner.beforeCommit = nullptr;
+        inner.cancelled = [this] { return m_progress.isCancelled() || m_job.failed(); };
+        inner.inFreshFolder = !m_remote; // the rank files go into the temporary folder start() makes
+        return inner;
+    }
+
+    /// one file per rank of the plan, its items in FileSystemWriter's order, and the process that writes it
+    void planFiles()
+    {
+        for (const auto& v : m_plan.values)
+            m_byRank[v.rank].push_back({&v, {nullptr, 0}});
+        for (const auto& t : m_plan.tensors)
+            for (size_t c = 0; c < t.chunks.size(); ++c)
+                m_byRank[t.chunks.rank(c)].push_back({nullptr, {&t, c}});
+        std::vector<uint64_t> fileBytes;
+        for (const auto& [rank, list] : m_byRank) {
+            m_files.push_back("__" + std::to_string(rank) + "_0.distcp");
+            m_fileItems.push_back(&list);
+            uint64_t b = 0;
+            for (const auto& item : list)
+                if (const auto* t = item.second.first)
+                    b += static_cast<uint64_t>(t->chunks.numelOf(item.second.second)) * dtypeSize(t->dtype);
+            fileBytes.push_back(b);
+            m_totalBytes += b;
+        }
+        m_owner = m_split ? splitByWeight(fileBytes, m_job.size()) : std::vector<int>(m_files.size(), 0);
+        m_locations.resize(m_files.size());
+    }
+
+    /// 1. the output is checked, and the temporary folder made, by one process; the others check they planned the
+    /// same and see the folder
+    void start()
+    {
+        const std::string fingerprint = std::to_string(m_files.size()) + " files, " + std::to_string(m_totalBytes)
+            + " tensor bytes, " + std::to_string(m_plan.tensors.size()) + " tensors, "
+            + std::to_string(m_plan.values.size()) + " values";
+        if (m_job.isRoot()) {
+            refuseOutputOverInputs(m_outDir, m_options.inputs); // before the temporary folder is made next to it
             std::error_code ec;
-            if (remote) {
-                checkWritableUrl(outDir);
-                const LocationKind k = locationKind(outDir);
-                if (k == LocationKind::File || (k == LocationKind::Folder && !folderEntries(outDir).empty()))
-                    throw Error(ErrorKind::Io, displayLocation(outDir),
+            if (m_remote) {
+                checkWritableUrl(m_outDir);
+                const LocationKind k = locationKind(m_outDir);
+                if (k == LocationKind::File || (k == LocationKind::Folder && !folderEntries(m_outDir).empty()))
+                    throw Error(ErrorKind::Io, displayLocation(m_outDir),
                         "already holds objects; choose a new output prefix (nothing there is overwritten)");
-            } else if (fs::exists(outDir, ec) && !(fs::is_directory(outDir, ec) && fs::is_empty(outDir, ec))) {
+            } else if (fs::exists(m_outDir, ec) && !(fs::is_directory(m_outDir, ec) && fs::is_empty(m_outDir, ec))) {
                 throw Error(
-                    ErrorKind::Io, outDir, "already exists and is not an empty folder; choose a new output folder");
+                    ErrorKind::Io, m_outDir, "already exists and is not an empty folder; choose a new output folder");
             }
-            if (!remote) {
-                tmp = std::make_unique<TempDir>(outDir);
-                tmpPath = tmp->path.string();
+            if (!m_remote) {
+                m_tmp = std::make_unique<TempDir>(m_outDir);
+                m_tmpPath = m_tmp->path.string();
             }
-            if (split) job.broadcast("dcp-start", tmpPath + "\n" + fingerprint);
-        } else {
-            const std::string start = job.broadcast("dcp-start", {});
-            const size_t nl = start.find('\n');
-            tmpPath = start.substr(0, nl);
-            if (nl == std::string::npos || start.substr(nl + 1) != fingerprint)
-                throw Error(ErrorKind::Usage, outDir,
-                    "this process planned " + fingerprint + ", rank 0 "
-                        + (nl == std::string::npos ? std::string("nothing") : start.substr(nl + 1))
-                        + ": every process of the job must read the same checkpoint with the same options");
-            std::error_code ec;
-            if (!remote && !fs::is_directory(tmpPath, ec))
-                throw Error(ErrorKind::Io, outDir,
-                    "rank 0's temporary folder " + tmpPath
-                        + " is not visible to this process: the output must be on a file system every process of "
-                          "the job shares");
+            if (m_split) m_job.broadcast("dcp-start", m_tmpPath + "\n" + fingerprint);
+            return;
         }
-        // where a file of the output is written: into the temporary folder, or straight to its object (streamed, it
-        // appears when its OutputFile commits; .metadata last makes the checkpoint whole)
-        const fs::path dir = tmp ? tmp->path : fs::path(tmpPath);
-        const auto outputOf
-            = [&](const std::string& name) { return remote ? childLocation(outDir, name) : (dir / name).string(); };
+        const std::string started = m_job.broadcast("dcp-start", {});
+        const size_t nl = started.find('\n');
+        m_tmpPath = started.substr(0, nl);
+        if (nl == std::string::npos || started.substr(nl + 1) != fingerprint)
+            throw Error(ErrorKind::Usage, m_outDir,
+                "this process planned " + fingerprint + ", rank 0 "
+                    + (nl == std::string::npos ? std::string("nothing") : started.substr(nl + 1))
+                    + ": every process of the job must read the same checkpoint with the same options");
+        std::error_code ec;
+        if (!m_remote && !fs::is_directory(m_tmpPath, ec))
+            throw Error(ErrorKind::Io, m_outDir,
+                "rank 0's temporary folder " + m_tmpPath
+                    + " is not visible to this process: the output must be on a file system every process of the "
+                      "job shares");
+    }
 
-        // 2. each process writes the rank files it owns
-        std::vector<std::vector<ItemLocation>> locations(files.size());
-        JobProgress written(job, "dcp-bytes", totalBytes, progress, "writing shards");
-        for (size_t f = 0; f < files.size(); ++f) {
-            if (owner[f] != job.rank()) continue;
-            OutputFile out(outputOf(files[f]), inner);
-            const std::vector<FileItem>& itemsOfFile = *fileItems[f];
-            // the tensor boxes after the one being written ask for their source bytes (DcpPlan::Tensor::prefetch)
-            LookAhead ahead(
-                itemsOfFile.size(),
-                [&](size_t n) -> uint64_t {
-                    const auto& [nt, nc] = itemsOfFile[n].second;
-                    if (itemsOfFile[n].first || !nt->prefetch) return 0;
-                    return static_cast<uint64_t>(nt->chunks.numelOf(nc)) * dtypeSize(nt->dtype);
-                },
-                [&](size_t n) {
-                    const auto& [nt, nc] = itemsOfFile[n].second;
-                    nt->prefetch(nt->chunks.offsetsOf(nc).vec(), nt->chunks.sizesOf(nc).vec());
-                });
-            for (size_t k = 0; k < itemsOfFile.size(); ++k) {
-                const auto& [value, tensorChunk] = itemsOfFile[k];
-                progress.checkCancelled();
-                ahead.before(k);
-                ItemLocation loc;
-                loc.file = static_cast<uint32_t>(f);
-                loc.offset = out.position();
-                StateTree tree;
-                if (value) {
+    /// where a file of the output is written: into the temporary folder, or straight to its object (streamed, it
+    /// appears when its OutputFile commits; .metadata last makes the checkpoint whole)
+    std::string outputOf(const std::string& name) const
+    {
+        const fs::path dir = m_tmp ? m_tmp->path : fs::path(m_tmpPath);
+        return m_remote ? childLocation(m_outDir, name) : (dir / name).string();
+    }
+
+    /// 2. each process writes the rank files it owns
+    void writeOwnedFiles()
+    {
+        m_written = std::make_unique<JobProgress>(m_job, "dcp-bytes", m_totalBytes, m_progress, "writing shards");
+        for (size_t f = 0; f < m_files.size(); ++f)
+            if (m_owner[f] == m_job.rank()) writeFile(f);
+        m_written->flush();
+    }
+
+    void writeFile(size_t f)
+    {
+        OutputFile out(outputOf(m_files[f]), m_inner);
+        const std::vector<FileItem>& itemsOfFile = *m_fileItems[f];
+        // the tensor boxes after the one being written ask for their source bytes (DcpPlan::Tensor::prefetch)
+        LookAhead ahead(
+            itemsOfFile.size(),
+            [&](size_t n) -> uint64_t {
+                const auto& [nt, nc] = itemsOfFile[n].second;
+                if (itemsOfFile[n].first || !nt->prefetch) return 0;
+                return static_cast<uint64_t>(nt->chunks.numelOf(nc)) * dtypeSize(nt->dtype);
+            },
+            [&](size_t n) {
+                const auto& [nt, nc] = itemsOfFile[n].second;
+                nt->prefetch(nt->chunks.offsetsOf(nc).vec(), nt->chunks.sizesOf(nc).vec());
+            });
+        for (size_t k = 0; k < itemsOfFile.size(); ++k) {
+            const auto& [value, tensorChunk] = itemsOfFile[k];
+            m_progress.checkCancelled();
+            ahead.before(k);
+            ItemLocation loc;
+            loc.file = static_cast<uint32_t>(f);
+            loc.offset = out.position();
+            StateTree tree;
+            if (value) {
+                loc.value = value;
+                tree.setValue({}, value->value);
+                ++m_stats.valueItems;
+            } else {
+                const auto& [t, c] = tensorChunk;
+                loc.tensor = t;
+                loc.chunk = static_cast<uint32_t>(c);
+                TensorToWrite w;
+                w.dtype = t->dtype;
+                w.shape = t->chunks.sizesOf(c).vec();
+                // (a structured binding cannot be captured in C++17: name the tensor)
+                w.produce = [tensor = t, offsets = t->chunks.offsetsOf(c).vec(), sizes = w.shape](
+                                const ByteSink& sink) { tensor->produce(offsets, sizes, sink); };
+                tree.setTensor({}, std::move(w));
+                ++m_stats.tensorItems;
+            }
+            Progress itemProgress;
+            itemProgress.cancelled = m_inner.cancelled;
+            // a value item is unpickled by DCP's loader with weights_only=False (torch 2.6 load_bytes): objects
+            // (a torchtitan BytesIO, Megatron-LM's args Namespace) are written back as they were pickled
+            const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", itemProgress, true);
+            m_written->add(ws.tensorBytes);
+            loc.length = out.position() - loc.offset;
+            m_locations[f].push_back(loc);
+        }
+        m_stats.bytes += out.position();
+        out.commit();
+        if (m_remote) m_uploaded.push_back(outputOf(m_files[f]));
+        ++m_stats.files;
+    }
+
+    /// 3. rank 0 learns where every item went: each process sends, per file it owns, each item's offset and length
+    /// (the items themselves are known to every process from the plan), and its totals. Returns whether this
+    /// process goes on to publish (rank 0)
+    bool gatherLocations()
+    {
+        std::vector<uint64_t> part {m_stats.bytes, m_stats.files, m_stats.tensorItems, m_stats.valueItems};
+        for (size_t f = 0; f < m_files.size(); ++f) {
+            if (m_owner[f] != m_job.rank()) continue;
+            part.push_back(f);
+            for (const auto& loc : m_locations[f]) {
+                part.push_back(loc.offset);
+                part.push_back(loc.length);
+            }
+        }
+        const std::vector<std::string> parts
+            = m_job.gather("dcp-files", wordsToPayload(part), [&] { m_written->showTotal(); });
+        if (!m_job.isRoot()) return false;
+        for (size_t p = 1; p < parts.size(); ++p) {
+            const std::vector<uint64_t> w = wordsFromPayload(parts[p]);
+            if (w.size() < 4) throw Error(ErrorKind::Format, m_outDir, "rank " + std::to_string(p) + " sent no part");
+            m_stats.bytes += w[0];
+            m_stats.files += w[1];
+            m_stats.tensorItems += w[2];
+            m_stats.valueItems += w[3];
+            size_t at = 4;
+            while (at < w.size()) {
+                const size_t f = w[at++];
+                if (f >= m_files.size() || m_owner[f] != static_cast<int>(p)
+                    || at + 2 * m_fileItems[f]->size() > w.size())
+                    throw Error(ErrorKind::Format, m_outDir,
+                        "rank " + std::to_string(p) + " reported items of a file it does not own");
+                for (const auto& [value, tensorChunk] : *m_fileItems[f]) {
+                    ItemLocation loc;
+                    loc.file = static_cast<uint32_t>(f);
                     loc.value = value;
-                    tree.setValue({}, value->value);
-                    ++stats.valueItems;
-                } else {
-                    const auto& [t, c] = tensorChunk;
-                    loc.tensor = t;
-                    loc.chunk = static_cast<uint32_t>(c);
-                    TensorToWrite w;
-                    w.dtype = t->dtype;
-                    w.shape = t->chunks.sizesOf(c).vec();
-                    // (a structured binding cannot be captured in C++17: name the tensor)
-                    w.produce = [tensor = t, offsets = t->chunks.offsetsOf(c).vec(), sizes = w.shape](
-                                    const ByteSink& sink) { tensor->produce(offsets, sizes, sink); };
-                    tree.setTensor({}, std::move(w));
-                    ++stats.tensorItems;
-                }
-                Progress itemProgress;
-                itemProgress.cancelled = inner.cancelled;
-                // a value item is unpickled by DCP's loader with weights_only=False (torch 2.6 load_bytes): objects
-                // (a torchtitan BytesIO, Megatron-LM's args Namespace) are written back as they were pickled
-                const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", itemProgress, true);
-                written.add(ws.tensorBytes);
-                loc.length = out.position() - loc.offset;
-                locations[f].push_back(loc);
-            }
-            stats.bytes += out.position();
-            out.commit();
-            if (remote) uploaded.push_back(outputOf(files[f]));
-            ++stats.files;
-        }
-        written.flush();
-        // every process checks what it read before it reports its part done
-        if (split && options.beforeCommit) options.beforeCommit();
-
-        // 3. rank 0 learns where every item went
-        if (split) {
-            // what this process wrote, for rank 0's .metadata: per file it owns, each item's offset and length (the
-            // items themselves are known to every process from the plan), and its totals
-            std::vector<uint64_t> part {stats.bytes, stats.files, stats.tensorItems, stats.valueItems};
-            for (size_t f = 0; f < files.size(); ++f) {
-                if (owner[f] != job.rank()) continue;
-                part.push_back(f);
-                for (const auto& loc : locations[f]) {
-                    part.push_back(loc.offset);
-                    part.push_back(loc.length);
-                }
-            }
-            const std::vector<std::string> parts
-                = job.gather("dcp-files", wordsToPayload(part), [&] { written.showTotal(); });
-            if (!job.isRoot()) {
-                job.broadcast("dcp-commit", {}); // throws unless rank 0 published the folder
-                uploaded.clear();
-                return stats;
-            }
-            for (size_t p = 1; p < parts.size(); ++p) {
-                const std::vector<uint64_t> w = wordsFromPayload(parts[p]);
-                if (w.size() < 4) throw Error(ErrorKind::Format, outDir, "rank " + std::to_string(p) + " sent no part");
-                stats.bytes += w[0];
-                stats.files += w[1];
-                stats.tensorItems += w[2];
-                stats.valueItems += w[3];
-                size_t at = 4;
-                while (at < w.size()) {
-                    const size_t f = w[at++];
-                    if (f >= files.size() || owner[f] != static_cast<int>(p)
-                        || at + 2 * fileItems[f]->size() > w.size())
-                        throw Error(ErrorKind::Format, outDir,
-                            "rank " + std::to_string(p) + " reported items of a file it does not own");
-                    for (const auto& [value, tensorChunk] : *fileItems[f]) {
-                        ItemLocation loc;
-                        loc.file = static_cast<uint32_t>(f);
-                        loc.value = value;
-                        loc.tensor = tensorChunk.first;
-                        loc.chunk = static_cast<uint32_t>(tensorChunk.second);
-                        loc.offset = w[at++];
-                        loc.length = w[at++];
-                        locations[f].push_back(loc);
-                    }
+                    loc.tensor = tensorChunk.first;
+                    loc.chunk = static_cast<uint32_t>(tensorChunk.second);
+                    loc.offset = w[at++];
+                    loc.length = w[at++];
+                    m_locations[f].push_back(loc);
                 }
             }
         }
-        std::vector<ItemLocation> items;
-        for (auto& l : locations)
-            items.insert(items.end(), l.begin(), l.end());
+        return true;
+    }
 
-        // 4. rank 0: the companion files, .metadata, and the folder published
-        for (const auto& c : plan.copies) {
-            progress.checkCancelled();
-            OutputFile out(outputOf(c.name), inner);
+    /// 4a. rank 0: the companion files (Fabric's meta.pt), copied as they are
+    void copyCompanions()
+    {
+        for (const auto& c : m_plan.copies) {
+            m_progress.checkCancelled();
+            OutputFile out(outputOf(c.name), m_inner);
             if (c.source->fd() >= 0)
                 out.copyFrom(c.source->fd(), 0, c.source->size());
             else
                 out.write(c.source->all(), c.source->size()); // a remote input's companion
-            stats.bytes += out.position();
+            m_stats.bytes += out.position();
             out.commit();
-            if (remote) uploaded.push_back(outputOf(c.name));
-            stats.copied.push_back(c.name);
+            if (m_remote) m_uploaded.push_back(outputOf(c.name));
+            m_stats.copied.push_back(c.name);
         }
+    }
+
+    /// 4b. rank 0: .metadata, and the folder published (renamed into place; on object storage, .metadata last is
+    /// what DCP readers take as a complete checkpoint)
+    void writeMetadataAndPublish()
+    {
+        std::vector<ItemLocation> items;
+        for (auto& l : m_locations)
+            items.insert(items.end(), l.begin(), l.end());
         MetadataPickler pickler;
-        const std::string meta = pickler.run(plan, items, files);
-        if (remote) {
-            // the data objects are there: .metadata, last, is what DCP readers take as a complete checkpoint
-            progress.checkCancelled();
-            if (options.beforeCommit && !split) options.beforeCommit();
+        const std::string meta = pickler.run(m_plan, items, m_files);
+        if (m_remote) {
+            m_progress.checkCancelled();
+            if (m_options.beforeCommit && !m_split) m_options.beforeCommit();
         }
-        OutputFile metaFile(outputOf(DcpReader::kMetadataFile), inner);
+        OutputFile metaFile(outputOf(DcpReader::kMetadataFile), m_inner);
         metaFile.write(meta.data(), meta.size());
         metaFile.commit();
-        stats.bytes += meta.size();
-        if (remote) {
-            uploaded.clear();
-        } else {
-            progress.checkCancelled(); // the last moment to stop with nothing published
-            std::error_code ec;
-            if (fs::exists(outDir, ec)) fs::remove(outDir, ec); // the empty destination folder
-            if (options.beforeCommit && !split) options.beforeCommit(); // a job's processes each checked above
-            fs::rename(tmp->path, outDir, ec);
-            if (ec)
-                throw Error(
-                    ErrorKind::Io, outDir, "cannot rename the finished temporary folder into place: " + ec.message());
-            tmp->committed = true;
+        m_stats.bytes += meta.size();
+        if (m_remote) {
+            m_uploaded.clear();
+            return;
         }
-        if (split) job.broadcast("dcp-commit", {});
-        progress(1.0, "writing shards");
-        return stats;
-    } catch (const Error& e) {
-        for (const auto& u : uploaded)
+        m_progress.checkCancelled(); // the last moment to stop with nothing published
+        std::error_code ec;
+        if (fs::exists(m_outDir, ec)) fs::remove(m_outDir, ec); // the empty destination folder
+        if (m_options.beforeCommit && !m_split) m_options.beforeCommit(); // a job's processes each checked above
+        fs::rename(m_tmp->path, m_outDir, ec);
+        if (ec)
+            throw Error(
+                ErrorKind::Io, m_outDir, "cannot rename the finished temporary folder into place: " + ec.message());
+        m_tmp->committed = true;
+    }
+
+    /// what this process wrote goes (the temporary folder goes with m_tmp); in a job, what a lost rank 0 left too
+    void cleanUpAfter(const Error& e)
+    {
+        for (const auto& u : m_uploaded)
             removeObject(u);
-        if (!split) throw;
-        if (remote && job.isRoot()) removeObjectsUnder(outDir);
+        if (!m_split) return;
+        if (m_remote && m_job.isRoot()) removeObjectsUnder(m_outDir);
         // (only a temporary of this output's: "DIR/.NAME.tmp-...")
-        if (!remote && job.rootLost() && tmpPath.rfind(temporaryNamePrefix(outDir), 0) == 0) {
+        if (!m_remote && m_job.rootLost() && m_tmpPath.rfind(temporaryNamePrefix(m_outDir), 0) == 0) {
             // rank 0 gone (killed): the temporary folder it made beside the output is left to us
             std::error_code ec;
-            fs::remove_all(tmpPath, ec);
+            fs::remove_all(m_tmpPath, ec);
         }
         // a process stopped because another failed says so, naming that process
-        if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
-            throw Error(ErrorKind::Io, outDir, "stopped: " + job.failure());
-        throw;
+        if (m_job.failed() && e.kind() == ErrorKind::Cancelled && !m_progress.isCancelled())
+            throw Error(ErrorKind::Io, m_outDir, "stopped: " + m_job.failure());
     }
+
+    const DcpPlan& m_plan;
+    const std::string m_outDir;
+    const Progress& m_progress;
+    const WriteOptions m_options;
+    Job& m_job;
+    const bool m_split; ///< a process of a job
+    const bool m_remote; ///< to object storage
+    const WriteOptions m_inner; ///< for each file written: cancelled also when another process failed
+    const CancelScope m_cancelScope;
+    std::map<int, std::vector<FileItem>> m_byRank;
+    std::vector<std::string> m_files; ///< the rank files' names
+    std::vector<const std::vector<FileItem>*> m_fileItems; ///< per file
+    std::vector<int> m_owner; ///< per file: the process that writes it
+    uint64_t m_totalBytes = 0;
+    std::unique_ptr<TempDir> m_tmp; ///< rank 0's temporary folder (local output)
+    std::string m_tmpPath; ///< the temporary folder (a process of a job: rank 0's)
+    std::vector<std::vector<ItemLocation>> m_locations; ///< per file: where its items went
+    std::unique_ptr<JobProgress> m_written;
+    std::vector<std::string> m_uploaded; ///< by this process, removed again unless the folder is published
+    DcpWriteStats m_stats;
+};
+
+} // namespace
+
+static DcpWriteStats writeDcpUnnamed(
+    const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
+{
+    return DcpFolderWriting(plan, outDir, progress, std::move(options)).run();
 }
 
 } // namespace optscope
