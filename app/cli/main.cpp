@@ -45,6 +45,20 @@ std::vector<std::string> resolvedPaths(const std::vector<std::string>& args)
     return out;
 }
 
+/// a command line as a message shows it: each URL (also an option's "--name=URL") without its query or user info
+std::string commandLineText(const nlohmann::json& args)
+{
+    std::string line;
+    for (const auto& arg : args) {
+        std::string a = arg.is_string() ? arg.get<std::string>() : arg.dump();
+        const size_t eq = a.rfind("--", 0) == 0 ? a.find('=') : std::string::npos;
+        const size_t at = eq == std::string::npos ? 0 : eq + 1;
+        if (optscope::isUrl(a.substr(at))) a = a.substr(0, at) + optscope::displayLocation(a.substr(at));
+        line += (line.empty() ? "" : " ") + a;
+    }
+    return line;
+}
+
 /// every process of a job must run the same command on the same inputs in a job of the same size: rank 0 compares
 /// the command lines, the job's size each process was given (WORLD_SIZE, SLURM_NTASKS) and the paths as each
 /// resolves them
@@ -62,11 +76,12 @@ void checkSameCommandLine(const std::vector<std::string>& args)
                 + " processes (WORLD_SIZE or SLURM_NTASKS), rank 0 " + std::to_string(job.size())
                 + ": every process of the job must be given the same size");
         if (theirs["args"] != mine["args"]) {
-            std::string line;
-            for (const auto& a : theirs["args"])
-                line += (line.empty() ? "" : " ") + a.get<std::string>();
-            throw UsageError(rank + " runs `optscope-cli " + line
-                + "`, another command line than rank 0's: every process of the job must run the same one");
+            const std::string line = commandLineText(theirs["args"]);
+            // a URL's query (a presigned signature, a SAS token) is never shown: lines that differ only there say so
+            throw UsageError(rank + " runs `optscope-cli " + line + "`, another command line than rank 0's"
+                + (line == commandLineText(mine["args"]) ? std::string(" (their URLs' queries differ; not shown)")
+                                                         : std::string())
+                + ": every process of the job must run the same one");
         }
         if (theirs["paths"] != mine["paths"]) {
             const auto& a = mine["paths"];

@@ -383,6 +383,16 @@ def faults():
     check(all(c not in (0, None) for c in codes) and any("two processes say they are rank 1" in e for e in errs)
           and nothing_left(parent) and secs < bound, f"RANK given twice: all exit non-zero in {secs:.1f} s, naming "
           f"it ({codes}; {' | '.join(e.strip()[-120:] for e in errs)})")
+    # - command lines that differ in a URL's query (each process presigned its own URL): refused, and the token of
+    #   neither is shown (rank 0 printed rank 1's whole command line)
+    port = servers.free_port()
+    url = "http://127.0.0.1:9/ckpt/x.pt?X-Amz-Signature="
+    procs = [start(r, 2, port, ["gather", url + secret, "--against=" + url + secret, "-o", "one.pt"], cwd=parent)
+             for r, secret in ((0, "rank0SECRETsig"), (1, "rank1SECRETsig"))]
+    codes, errs, secs = finish(procs, bound)
+    check(codes == [2, 2] and "queries differ; not shown" in errs[0] and not any("SECRET" in e for e in errs)
+          and nothing_left(parent), f"command lines that differ in a URL's query: refused, no token shown ({codes}; "
+          f"{errs[0].strip()[:200]})")
     # - the same relative path run from two folders is two checkpoints: they were mixed into one output, exit 0
     for folder, fixture in (("cwd_a", "fsdp2_r3"), ("cwd_b", "fsdp2_r2")):
         shutil.rmtree(os.path.join(WORK, folder), ignore_errors=True)
