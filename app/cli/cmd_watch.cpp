@@ -36,7 +36,12 @@ void print(const RunStepSummary& s, bool json, size_t shown)
         j["status"] = s.skipped ? "skipped" : s.compared ? "compared" : "read";
         if (s.skipped) j["reason"] = s.reason;
         j["entries"] = s.entries;
-        if (s.compared) j["changed"] = s.changed;
+        if (s.compared) {
+            j["changed"] = s.changed;
+            j["only_before"] = s.gone;
+            j["new"] = s.added;
+            j["unreadable"] = s.unreadable;
+        }
         if (!s.notes.empty()) j["notes"] = s.notes;
         j["top"] = nlohmann::ordered_json::array();
         for (size_t i = 0; i < s.top.size() && i < shown; ++i)

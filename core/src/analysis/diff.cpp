@@ -34,8 +34,8 @@ namespace optscope {
 // output byte for byte
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffRank, rank, numel, numDiff, maxAbsDiff)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, key, keyA, keyB, type, status, reason, match, shapeA, shapeB, dtypeA,
-    dtypeB, numel, valuesCompared, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs, nanA, nanB, infA, infB, ranks,
-    valueA, valueB, histogramEdges, histogramCounts)
+    dtypeB, numel, valuesCompared, unreadable, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs, nanA, nanB, infA,
+    infB, ranks, valueA, valueB, histogramEdges, histogramCounts)
 
 const char* diffStatusName(DiffStatus status)
 {
@@ -658,6 +658,7 @@ void compareValues(
     d.valueB = pyRepr(vb, 200);
     if (!a.entry->error.empty() || !b.entry->error.empty()) {
         d.status = DiffStatus::Changed;
+        d.unreadable = true;
         d.reason = "unreadable: " + (a.entry->error.empty() ? b.entry->error : a.entry->error);
         return;
     }
@@ -781,6 +782,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                     return;
                 }
                 d.status = DiffStatus::Changed;
+                d.unreadable = true;
                 d.reason = std::string("unreadable: ") + e.what();
             }
             std::lock_guard<std::mutex> lock(progressMutex);

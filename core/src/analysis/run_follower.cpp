@@ -14,7 +14,10 @@ std::string RunStepSummary::statusText() const
 {
     std::string text = skipped ? "skipped: " + reason
         : !compared            ? "read (" + std::to_string(entries) + " entries)"
-                    : std::to_string(changed) + " of " + std::to_string(entries) + " keys changed from the step before";
+                    : std::to_string(changed) + " of " + std::to_string(entries) + " keys changed from the step before"
+            + (gone ? ", " + std::to_string(gone) + " only in the step before" : std::string())
+            + (added ? ", " + std::to_string(added) + " new" : std::string())
+            + (unreadable ? ", " + std::to_string(unreadable) + " unreadable (not compared)" : std::string());
     for (const auto& n : notes)
         text += "; " + n;
     return text;
@@ -48,7 +51,8 @@ RunFollower::Next RunFollower::poll()
         m_compareWith = i > 0 ? entries[i - 1].path : std::string();
         m_previous.reset();
         m_previousPath.clear();
-        m_rewrittenNote = "read again: the run wrote it again after it was read (resumed from an earlier step?)";
+        m_rewrittenNote = "read again: its files changed after it was read (it was still being written or uploaded "
+                          "then, or the run resumed from an earlier step)";
         for (auto& [key, points] : m_series)
             points.erase(std::remove_if(points.begin(), points.end(),
                              [&c](const std::pair<int64_t, double>& p) { return p.first >= c.step; }),
@@ -204,7 +208,15 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
         s.entries = read.report.entries.size();
         std::vector<const DiffEntry*> tensors;
         for (const auto& e : read.report.entries) {
-            if (e.status != DiffStatus::Equal) ++s.changed;
+            // this step is A, the step before B
+            if (e.status == DiffStatus::OnlyA)
+                ++s.added;
+            else if (e.status == DiffStatus::OnlyB)
+                ++s.gone;
+            else if (e.unreadable)
+                ++s.unreadable;
+            else if (e.status == DiffStatus::Changed)
+                ++s.changed;
             if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal)
                 && !isStepCounterKey(e.key, e.numel))
                 tensors.push_back(&e);

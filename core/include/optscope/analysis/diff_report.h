@@ -68,6 +68,7 @@ struct DiffEntry
     /// the values were read and compared (false: a shape, numel or stored part that differs stopped it, and the
     /// numbers below say nothing)
     bool valuesCompared = false;
+    bool unreadable = false; ///< Changed because one side could not be read (reason says why), not a difference
     int64_t numDiff = 0; ///< elements outside the tolerance (bitwise different when rtol = atol = 0)
     double maxAbsDiff = 0.0;
     double maxRelDiff = 0.0; ///< max |a - b| / |b| over elements with b != 0

@@ -42,7 +42,10 @@ struct RunStepSummary
     std::string reason;
     size_t entries = 0;
     bool compared = false; ///< there was a step before it
-    size_t changed = 0; ///< keys not equal to the step before
+    size_t changed = 0; ///< keys in both steps whose values differ
+    size_t unreadable = 0; ///< keys in both that could not be read (a data file missing or cut short): not compared
+    size_t added = 0; ///< keys only in this step
+    size_t gone = 0; ///< keys only in the step before (a file of this step not there yet, or a state dropped)
     /// the tensors that changed most (max |Δ|, largest first; step counters left out: they move by the steps
     /// between two saves and would crowd out the keys that say something), at most trackedPerStep of them
     std::vector<std::pair<std::string, double>> top;
