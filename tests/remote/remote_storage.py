@@ -1018,6 +1018,9 @@ def output_cases(port, env):
     expect_error("S3 output: a prefix that holds objects is refused",
                  ["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/written/rs"],
                  ["already holds objects"], env)
+    # "rs" is now a checkpoint folder: an object "rs" beside it is one no reader opens (it opens the folder)
+    expect_error("S3 output: a single-file output naming a folder is refused, as a local folder is",
+                 ["gather", "s3://ckpt/fsdp2_r2", "-o", "s3://ckpt/written/rs"], ["names a folder"], env)
     expect_error("S3 output: inside the input is refused",
                  ["gather", "s3://ckpt/fsdp2_r2", "-o", "s3://ckpt/fsdp2_r2/g.pt"], ["inside the input"], env)
     expect_error("HTTP output is refused", ["gather", "s3://ckpt/fsdp2_r2", "-o", "http://127.0.0.1:1/g.pt"],

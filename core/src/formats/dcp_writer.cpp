@@ -334,7 +334,8 @@ private:
         WriteOptions inner = m_options;
         inner.beforeCommit = nullptr;
         inner.cancelled = [this] { return m_progress.isCancelled() || m_job.failed(); };
-        inner.inFreshFolder = !m_remote; // the rank files go into the temporary folder start() makes
+        // the rank files go into the temporary folder start() makes, or under a prefix start() found empty
+        inner.inFreshFolder = true;
         return inner;
     }
 

@@ -166,6 +166,13 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
             "names a folder: name the file to write in it (for example "
                 + childLocation(displayLocation(m_path), "out.pt") + ")");
     if (isUrl(m_path)) {
+        // on object storage "P" and the folder "P/" can both be there; an object beside a checkpoint folder of the
+        // same name is one no reader opens (it opens the folder). One listing; none for the files of a fresh output
+        checkWritableUrl(m_path);
+        if (!m_options.inFreshFolder && isFolder(m_path))
+            throw Error(ErrorKind::Usage, displayLocation(m_path),
+                "names a folder: name the file to write in it (for example "
+                    + childLocation(displayLocation(m_path), "out.pt") + ")");
         m_upload = std::make_unique<ObjectUpload>(m_path); // visible only once commit() completes it
         m_buffer = new char[kBufferSize];
         return;
