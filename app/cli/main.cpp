@@ -397,13 +397,19 @@ int main(int argc, char** argv)
             printError(name, std::string(e.what()) + "\n" + c.usage);
             return ExitError;
         } catch (const optscope::Error& e) {
+            const std::vector<std::string> left = optscope::remoteLeftBehind();
+            std::string leftText;
+            for (const auto& l : left)
+                leftText += "\n  left behind: " + l;
             if (const int sig = interruptingSignal(); sig && e.kind() == optscope::ErrorKind::Cancelled) {
-                printError(name, "stopped by " + signalName(sig) + "; no output was left behind");
+                printError(name,
+                    "stopped by " + signalName(sig)
+                        + (left.empty() ? "; no output was left behind" : "; what could not be undone:" + leftText));
                 job.reportFailure("stopped by a signal");
                 return 128 + sig;
             }
             job.reportFailure(e.what());
-            printError(name, e.what());
+            printError(name, e.what() + leftText);
             return ExitError;
         } catch (const std::exception& e) {
             job.reportFailure(std::string("internal error: ") + e.what());

@@ -290,8 +290,12 @@ class S3StallProxy(S3FaultProxy):
     while an output is written)"""
     stalled = threading.Event()
     listings = False  # also never answer a listing (ListObjectsV2)
+    deletes = False  # also never answer a DELETE (the abort of an upload: the whole store stalls)
 
     def handle_any(self):
+        if S3StallProxy.deletes and self.command == "DELETE":
+            time.sleep(600)
+            return
         if S3StallProxy.listings and self.command == "GET" and "list-type=2" in self.path:
             S3StallProxy.stalled.set()
             time.sleep(600)
@@ -1053,6 +1057,19 @@ def output_cases(port, env):
            "upload is aborted, no object left",
            f"exit {rc} {took:.1f} s after the signal; objects: {left}; open uploads: {open_uploads}",
            rc == 128 + signal.SIGINT and "stopped by SIGINT" in err and took < 10 and not left and not open_uploads)
+    # the same with the abort stalled too (the whole store stops answering): the undo is given up after 20 s, and the
+    # open upload is said, with its id (before: 3 minutes of the abort's retries, then "no output was left behind")
+    S3StallProxy.deletes = True
+    try:
+        rc, took, err = interrupted(["gather", os.path.join(out, "big.pt"), "-o", "s3://ckpt/written/stalled/g.pt"],
+                                    stall, S3StallProxy.stalled)
+    finally:
+        S3StallProxy.deletes = False
+    record("S3 output: SIGINT while the whole store stalls, its abort too: stops within the undo's 20 s and says the "
+           "incomplete upload it leaves, with its id",
+           f"exit {rc} {took:.1f} s after the signal: {err.strip()[-220:]}",
+           rc == 128 + signal.SIGINT and took < 35 and "left behind: s3://ckpt/written/stalled/g.pt: an incomplete "
+           "multipart upload (upload id " in err and "no output was left behind" not in err)
     # Ctrl+C is how a watch ends, also while a look waits on a stalled listing: exit 0 at once (not 130, nor after
     # the listing's timeouts)
     S3StallProxy.listings = True

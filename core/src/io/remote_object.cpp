@@ -677,6 +677,28 @@ struct Uncancellable : CancelScope
     { }
 };
 
+/// requests that undo what unfinished work wrote (abort an upload, remove an object): not cut short by the cancel
+/// that stopped the work, but given up after kUndoSeconds: a store that does not answer must not hold a Ctrl-C for
+/// the retries' minutes. What could not be undone is said (remoteLeftBehind).
+struct BoundedUndo : CancelScope
+{
+    static constexpr int kUndoSeconds = 20;
+    BoundedUndo()
+        : CancelScope([until = std::chrono::steady_clock::now() + std::chrono::seconds(kUndoSeconds)] {
+            return std::chrono::steady_clock::now() > until;
+        })
+    { }
+};
+
+std::mutex g_leftBehindMutex;
+std::vector<std::string> g_leftBehind;
+
+void leftBehind(std::string what)
+{
+    std::lock_guard<std::mutex> lock(g_leftBehindMutex);
+    g_leftBehind.push_back(std::move(what));
+}
+
 /// one request, retried while retryable; returns the last response
 Response performOne(const RemoteUrl& u, const std::string& url, const std::vector<std::string>& headers, bool head,
     const std::string& shown, const char* what)
@@ -1464,13 +1486,20 @@ ObjectUpload::~ObjectUpload()
     if (m->completed || m->uploadId.empty() || m->joined) return;
     // an upload that does not complete leaves nothing: its parts are dropped (also when cancelled: that is why)
     try {
-        const Uncancellable undo;
+        const BoundedUndo undo;
         std::vector<Response> done;
         const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
         std::vector<std::function<std::unique_ptr<Transfer>()>> abort {
             [&] { return bodyRequest(m->remote, m->target + "?" + query, "DELETE", nullptr, 0); }};
         performBodies(abort, done, m->shown, "cannot abort the upload");
-    } catch (const std::exception&) { }
+    } catch (const std::exception& e) {
+        const Error* error = dynamic_cast<const Error*>(&e);
+        leftBehind(m->shown + ": an incomplete multipart upload (upload id " + m->uploadId + "; "
+            + (error && error->kind() == ErrorKind::Cancelled
+                    ? "the abort got no answer in " + std::to_string(BoundedUndo::kUndoSeconds) + " s"
+                    : std::string(e.what()))
+            + ")");
+    }
 }
 
 void ObjectUpload::write(const void* data, size_t size)
@@ -1674,13 +1703,19 @@ void ObjectUpload::complete()
 void removeObject(const std::string& url)
 {
     try {
-        const Uncancellable undo; // removing what cancelled work wrote
+        const BoundedUndo undo; // removing what cancelled work wrote
         const RemoteUrl u = parseUrl(url);
         std::vector<Response> done;
         std::vector<std::function<std::unique_ptr<Transfer>()>> del {
             [&] { return bodyRequest(u, requestUrl(u, u.key), "DELETE", nullptr, 0); }};
         performBodies(del, done, displayLocation(url), "cannot remove");
-    } catch (const Error&) { }
+    } catch (const Error& e) {
+        leftBehind(displayLocation(url) + ": written, and not removed ("
+            + (e.kind() == ErrorKind::Cancelled
+                    ? "the DELETE got no answer in " + std::to_string(BoundedUndo::kUndoSeconds) + " s"
+                    : std::string(e.what()))
+            + ")");
+    }
 }
 
 std::shared_ptr<const ByteSource> openRemoteObject(const std::string& url)
@@ -1761,6 +1796,12 @@ std::vector<std::string> remoteFolderEntries(const std::string& url)
 bool remoteCanList(const std::string& url)
 {
     return parseUrl(url).scheme != RemoteUrl::Http;
+}
+
+std::vector<std::string> remoteLeftBehind()
+{
+    std::lock_guard<std::mutex> lock(g_leftBehindMutex);
+    return g_leftBehind;
 }
 
 RemoteTransferStats remoteTransferStats()

@@ -152,6 +152,10 @@ struct RemoteTransferStats
     uint64_t peakHeld = 0; ///< the most bytes of fetched blocks held at once
 };
 RemoteTransferStats remoteTransferStats();
+/// what undoing an unfinished output on object storage could not remove (the server did not answer in time, or
+/// refused), one line each naming the object: an incomplete multipart upload (with its id, for
+/// `aws s3api abort-multipart-upload`), or an object written and not removed. The CLI says them when it exits.
+std::vector<std::string> remoteLeftBehind();
 /// forget the cached folder listings and object sizes (a watched run's folder grows)
 void forgetRemoteListings();
 
