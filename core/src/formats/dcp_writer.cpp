@@ -277,6 +277,7 @@ void removeObjectsUnder(const std::string& prefix)
     } catch (const Error&) {
         // best effort: the failure being reported matters more
     }
+    abortUploadsUnder(childLocation(prefix, "")); // a killed process's upload, open under the prefix
 }
 
 } // namespace
@@ -579,7 +580,8 @@ private:
         for (const auto& u : m_uploaded)
             removeObject(u);
         if (!m_split) return;
-        if (m_remote && m_job.isRoot()) removeObjectsUnder(m_outDir);
+        // rank 0 (or, rank 0 lost, every other process) removes what any process wrote
+        if (m_remote && (m_job.isRoot() || m_job.rootLost())) removeObjectsUnder(m_outDir);
         // (only a temporary of this output's: "DIR/.NAME.tmp-...")
         if (!m_remote && m_job.rootLost() && m_tmpPath.rfind(temporaryNamePrefix(m_outDir), 0) == 0) {
             // rank 0 gone (killed): the temporary folder it made beside the output is left to us

@@ -4,6 +4,7 @@
 #include "optscope/base/look_ahead.h"
 #include "optscope/io/job.h"
 #include "optscope/io/output_file.h"
+#include "optscope/io/remote_object.h"
 #include "optscope/io/storage.h"
 #include "optscope/io/zip_writer.h"
 #include "optscope/pickle/pickle_emitter.h"
@@ -708,6 +709,8 @@ static WriteStats writeArchiveAsJob(
         job.reportFailure(e.what()); // the other processes stop now, not at the next gather
         // rank 0 gone (killed): the temporary it made is left to us
         if (out && job.rootLost()) out->abandonJoined();
+        // rank 0 gone before it said which upload it started: the object's open uploads are found by listing
+        if (!out && upload && job.rootLost()) abortUploadsUnder(path);
         // a process stopped because another failed says so, naming that process
         if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
             throw Error(ErrorKind::Io, path, "stopped: " + job.failure());

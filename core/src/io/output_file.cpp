@@ -231,6 +231,8 @@ OutputFile::~OutputFile()
 void OutputFile::abandonJoined()
 {
     if (m_joined && !m_temp.empty() && !isUrl(m_path)) ::unlink(m_temp.c_str());
+    // the upload rank 0 started, which it will never complete or abort
+    if (m_joined && isUrl(m_path)) abortUploadsUnder(m_path);
 }
 
 std::string OutputFile::shareWithJob()

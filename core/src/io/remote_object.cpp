@@ -4,6 +4,7 @@
 #include "optscope/base/look_ahead.h"
 #include "optscope/base/progress.h"
 #include "optscope/io/block_map.h"
+#include "optscope/io/fault_injection.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/remote_requests.h"
 #include "optscope/io/sha256.h"
@@ -1601,8 +1602,11 @@ std::string ObjectUpload::startShared()
     performBodies(start, done, m->shown, "cannot start the upload");
     const std::string uploadId = xmlText(done[0].body, "UploadId");
     if (uploadId.empty()) throw Error(ErrorKind::Io, m->shown, "cannot start the upload: the server gave no UploadId");
-    std::lock_guard<std::mutex> lock(m->mutex);
-    m->uploadId = uploadId;
+    {
+        std::lock_guard<std::mutex> lock(m->mutex);
+        m->uploadId = uploadId;
+    }
+    pausePoint("uploading"); // tests: a process killed with its upload open
     return uploadId;
 }
 
@@ -1715,6 +1719,80 @@ void removeObject(const std::string& url)
                     ? "the DELETE got no answer in " + std::to_string(BoundedUndo::kUndoSeconds) + " s"
                     : std::string(e.what()))
             + ")");
+    }
+}
+
+void abortUploadsUnder(const std::string& url)
+{
+    try {
+        const BoundedUndo undo;
+        const RemoteUrl u = parseUrl(url);
+        if (u.scheme == RemoteUrl::Http || u.key.empty()) return;
+        const bool underFolder = u.key.back() == '/'; // else the one object's uploads only
+        std::string keyMarker, idMarker;
+        for (int page = 0; page < 1000; ++page) {
+            std::string list = requestUrl(u, "") + "?prefix=" + encodeKey(u.key, false) + "&uploads=";
+            if (!keyMarker.empty())
+                list
+                    += "&key-marker=" + encodeKey(keyMarker, false) + "&upload-id-marker=" + encodeKey(idMarker, false);
+            const Response r = performOne(u, list, {}, false, displayLocation(url), "cannot list uploads");
+            if (r.status != 200) {
+                leftBehind(displayLocation(url) + ": its incomplete multipart uploads could not be listed (HTTP "
+                    + std::to_string(r.status) + ")");
+                return;
+            }
+            xmlDocPtr doc = xmlReadMemory(r.body.data(), static_cast<int>(std::min<size_t>(r.body.size(), INT_MAX)),
+                "uploads.xml", nullptr, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+            if (!doc) return;
+            std::vector<std::pair<std::string, std::string>> uploads; // key, upload id
+            bool truncated = false;
+            auto text = [](xmlNodePtr n) {
+                xmlChar* t = xmlNodeGetContent(n);
+                std::string s = t ? reinterpret_cast<const char*>(t) : "";
+                xmlFree(t);
+                return s;
+            };
+            if (xmlNodePtr root = xmlDocGetRootElement(doc))
+                for (xmlNodePtr n = root->children; n; n = n->next) {
+                    if (n->type != XML_ELEMENT_NODE) continue;
+                    if (xmlStrcmp(n->name, BAD_CAST "Upload") == 0) {
+                        std::string key, id;
+                        for (xmlNodePtr f = n->children; f; f = f->next) {
+                            if (f->type != XML_ELEMENT_NODE) continue;
+                            if (xmlStrcmp(f->name, BAD_CAST "Key") == 0) key = text(f);
+                            if (xmlStrcmp(f->name, BAD_CAST "UploadId") == 0) id = text(f);
+                        }
+                        if (!key.empty() && !id.empty()) uploads.emplace_back(key, id);
+                    } else if (xmlStrcmp(n->name, BAD_CAST "IsTruncated") == 0) {
+                        truncated = text(n) == "true";
+                    } else if (xmlStrcmp(n->name, BAD_CAST "NextKeyMarker") == 0) {
+                        keyMarker = text(n);
+                    } else if (xmlStrcmp(n->name, BAD_CAST "NextUploadIdMarker") == 0) {
+                        idMarker = text(n);
+                    }
+                }
+            xmlFreeDoc(doc);
+            for (const auto& [key, id] : uploads) {
+                if (!underFolder && key != u.key) continue;
+                const std::string shown
+                    = displayLocation(url) + (key.size() > u.key.size() ? key.substr(u.key.size()) : "");
+                try {
+                    std::vector<Response> done;
+                    std::vector<std::function<std::unique_ptr<Transfer>()>> abort {[&] {
+                        return bodyRequest(
+                            u, requestUrl(u, key) + "?uploadId=" + encodeKey(id, false), "DELETE", nullptr, 0);
+                    }};
+                    performBodies(abort, done, shown, "cannot abort the upload");
+                } catch (const Error& e) {
+                    // another process of the job aborted it first: NoSuchUpload
+                    if (std::string(e.what()).find("404") == std::string::npos)
+                        leftBehind(shown + ": an incomplete multipart upload (upload id " + id + "; " + e.what() + ")");
+                }
+            }
+            if (!truncated || keyMarker.empty()) return;
+        }
+    } catch (const Error& e) {
+        leftBehind(displayLocation(url) + ": its incomplete multipart uploads were not aborted (" + e.what() + ")");
     }
 }
 

@@ -80,6 +80,10 @@ private:
 };
 /// removes the object @p url (cleanup of an output that did not complete); errors are ignored
 void removeObject(const std::string& url);
+/// aborts the incomplete multipart uploads of the object @p url, or of every key under it when it ends in '/' (a
+/// job's output, whose killed process left its upload open: no process would ever complete or abort it); best
+/// effort, given up after the undo's 20 s, and what is left is said (remoteLeftBehind)
+void abortUploadsUnder(const std::string& url);
 /// throws Error(Usage) naming @p url when outputs cannot be written there (plain HTTP)
 void checkWritableUrl(const std::string& url);
 
