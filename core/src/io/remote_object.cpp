@@ -1772,7 +1772,10 @@ void abortUploadsUnder(const std::string& url)
                     }
                 }
             xmlFreeDoc(doc);
-            for (const auto& [key, id] : uploads) {
+            for (const auto& upload : uploads) {
+                // (named: a structured binding cannot be captured in C++17, which clang holds to)
+                const std::string& key = upload.first;
+                const std::string& id = upload.second;
                 if (!underFolder && key != u.key) continue;
                 const std::string shown
                     = displayLocation(url) + (key.size() > u.key.size() ? key.substr(u.key.size()) : "");
