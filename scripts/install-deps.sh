@@ -12,6 +12,7 @@ packages=(
     libgtest-dev googletest                    # tests
     python3 debootstrap                        # interop tests (scripts/torch-python builds a PyTorch 2.6 chroot)
     slurmctld slurmd slurm-client munge        # job tests: a one-node Slurm cluster that srun starts jobs on
+    gdb                                        # job tests: the threads' stacks of a process that hangs
     time                                       # benchmarks: peak RSS
     dpkg-dev file                              # packaging tests (cpack DEB)
     clang-14 libclang-rt-14-dev                # fuzzing (libFuzzer) and sanitizers

@@ -252,6 +252,11 @@ Outcome fuzzS3Listing(const uint8_t* data, size_t size)
             require(item.folder || item.name == item.listedAs, "an object's name is its key below the prefix");
             require(item.folder || item.etag.size() >= 2, "an object's ETag is quoted");
         }
+        const UploadsPage uploads = parseUploadsPage(body, prefix, "s3://bucket/ckpt/step_1");
+        for (const auto& upload : uploads.uploads) {
+            require(upload.key.compare(0, prefix.size(), prefix) == 0, "an upload's key lies below the prefix");
+            require(!upload.id.empty(), "an upload has its id");
+        }
     });
 }
 

@@ -38,8 +38,9 @@ Outcome fuzzDcp(const uint8_t* data, size_t size);
 /// inspected, hashed and with statistics like fuzzTorchSave.
 Outcome fuzzSafetensors(const uint8_t* data, size_t size);
 
-/// An S3 ListObjectsV2 answer (what a server or anything between it and us sends back): parseListingPage for the
-/// prefix kListingPrefix, and s3ErrorCode; every item listed lies below the prefix.
+/// An S3 XML answer (what a server or anything between it and us sends back), read as a ListObjectsV2 page
+/// (parseListingPage), a ListMultipartUploads page (parseUploadsPage), both for the prefix kListingPrefix, and an
+/// error (s3ErrorCode); every item or upload listed lies below the prefix.
 Outcome fuzzS3Listing(const uint8_t* data, size_t size);
 constexpr std::string_view kListingPrefix = "ckpt/step_1/";
 

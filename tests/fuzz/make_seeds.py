@@ -99,7 +99,8 @@ def plain_values():
 
 def s3_listings():
     """ListObjectsV2 answers in the shape S3 (and moto, MinIO) send them: objects and common prefixes under the
-    prefix the harness lists, a truncated page with its continuation token, an empty page, an error body"""
+    prefix the harness lists, a truncated page with its continuation token, an empty page; a ListMultipartUploads
+    page; an error body"""
     def page(contents, prefixes, truncated=False, token=""):
         body = ['<?xml version="1.0" encoding="UTF-8"?>',
                 '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
@@ -120,6 +121,15 @@ def s3_listings():
     yield page([("model.safetensors.index.json", 23950)], ["checkpoint-3", "runs"], True,
                "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=")
     yield page([], [])
+    # ListMultipartUploads (what abortUploadsUnder reads): two uploads of one key, a truncated page's markers
+    yield ('<?xml version="1.0" encoding="UTF-8"?><ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/'
+           '2006-03-01/"><Bucket>bucket</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker>'
+           '<NextKeyMarker>ckpt/step_1/g.pt</NextKeyMarker><NextUploadIdMarker>VXBsb2FkMg</NextUploadIdMarker>'
+           '<Prefix>ckpt/step_1/</Prefix><MaxUploads>1000</MaxUploads><IsTruncated>true</IsTruncated>'
+           + "".join(f"<Upload><Key>ckpt/step_1/{k}</Key><UploadId>{u}</UploadId><Initiated>2026-11-27T08:00:00.000Z"
+                     f"</Initiated><StorageClass>STANDARD</StorageClass></Upload>"
+                     for k, u in (("g.pt", "VXBsb2FkMQ"), ("g.pt", "VXBsb2FkMg"), ("out/__1_0.distcp", "VXBsb2FkMw")))
+           + "</ListMultipartUploadsResult>").encode()
     yield (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchBucket</Code><Message>The specified bucket '
            b"does not exist</Message><BucketName>bucket</BucketName><RequestId>4442587FB7D0A2F9</RequestId></Error>")
 

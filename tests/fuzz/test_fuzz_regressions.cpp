@@ -4,6 +4,7 @@
 // keeps them fixed without clang or libFuzzer. Also runs the real fixtures through the harnesses: a harness that
 // rejected valid checkpoints would fuzz nothing but the error paths.
 #include "fuzz_targets.h"
+#include "optscope/base/error.h"
 #include "optscope/io/block_map.h"
 #include "optscope/io/remote_object.h"
 
@@ -265,6 +266,31 @@ TEST(FuzzHarnesses, S3ListingIsReadAndBrokenOnesRejected)
     for (size_t cut : {size_t(0), size_t(10), page.size() / 2, page.size() - 3})
         EXPECT_EQ(fuzzS3Listing(bytes(page), cut), Outcome::Rejected) << cut;
     EXPECT_EQ(s3ErrorCode("<Error><Code>SlowDown</Code></Error>"), "SlowDown");
+}
+
+TEST(FuzzHarnesses, S3UploadsPageIsReadAndBrokenOnesRejected)
+{
+    // a ListMultipartUploads page as S3 sends it: two uploads below the prefix (one key twice: a killed process's
+    // and a later run's), one outside it, one without its id, more pages to come
+    const std::string page
+        = "<?xml version=\"1.0\"?><ListMultipartUploadsResult><Bucket>bucket</Bucket>"
+          "<NextKeyMarker>ckpt/step_1/g.pt</NextKeyMarker><NextUploadIdMarker>u2</NextUploadIdMarker>"
+          "<IsTruncated>true</IsTruncated>"
+          "<Upload><Key>ckpt/step_1/g.pt</Key><UploadId>u1</UploadId></Upload>"
+          "<Upload><Key>ckpt/step_1/g.pt</Key><UploadId>u2</UploadId></Upload>"
+          "<Upload><Key>ckpt/other</Key><UploadId>u3</UploadId></Upload>"
+          "<Upload><Key>ckpt/step_1/x</Key></Upload></ListMultipartUploadsResult>";
+    EXPECT_EQ(fuzzS3Listing(bytes(page), page.size()), Outcome::Accepted);
+    const UploadsPage p = parseUploadsPage(page, std::string(kListingPrefix), "s3://bucket/ckpt/step_1");
+    ASSERT_EQ(p.uploads.size(), 2u);
+    EXPECT_EQ(p.uploads[0].key, "ckpt/step_1/g.pt");
+    EXPECT_EQ(p.uploads[0].id, "u1");
+    EXPECT_EQ(p.uploads[1].id, "u2");
+    EXPECT_TRUE(p.truncated);
+    EXPECT_EQ(p.nextKeyMarker, "ckpt/step_1/g.pt");
+    EXPECT_EQ(p.nextUploadIdMarker, "u2");
+    for (size_t cut : {size_t(0), size_t(10), page.size() / 2, page.size() - 3})
+        EXPECT_THROW(parseUploadsPage(page.substr(0, cut), std::string(kListingPrefix), "s3://b/k"), Error) << cut;
 }
 
 TEST(FuzzHarnesses, SafetensorsFixturesAreAcceptedAndCutsRejected)

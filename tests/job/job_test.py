@@ -28,11 +28,17 @@ sets; fault cases start the processes from here with the same variables and one 
     from S3 by 3 processes: the one-process file; check --no-data of it by 3 processes: only rank 0 reads; a gather
     to S3 by 2, 3 and 6 processes (each its share of one multipart upload; at 2, shares of two parts; at 6, runs
     shorter than S3's 5 MiB part joined to others'): the one-process file byte for byte, loaded by PyTorch equal to
-    its own conversion; a process killed mid-upload: no object, no upload left.
+    its own conversion; a process killed mid-upload: no object, no upload left; a reshard by 2 processes over a
+    prefix that holds a checkpoint: refused, every object kept; a 2-process reshard racing another run into one
+    prefix: the job stops, the other checkpoint stays whole.
+Only failures are printed as they happen (ctest shows a failed test's first lines); every check goes to
+WORK/checks.log, and to the output with OPTSCOPE_TEST_VERBOSE=1. A process still running past its limit is described
+by its threads' stacks (gdb) before it is killed.
 """
 import os
 import resource
 import shutil
+import select
 import signal
 import socket
 import subprocess
@@ -53,13 +59,23 @@ TIMEOUT = 5  # OPTSCOPE_JOB_TIMEOUT for the fault cases (seconds): rendezvous an
 # report as --json): it looks for memory and threading errors in the job code, which the full matrix of the normal
 # build does not add to, and each process under ASan costs about 2 s of CPU
 QUICK = os.environ.get("OPTSCOPE_JOB_TEST_QUICK") == "1"
-failures = []
+VERBOSE = os.environ.get("OPTSCOPE_TEST_VERBOSE") == "1"
+failures, passed = [], []
 
 
 def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    """a failure is printed at once; every check goes to WORK/checks.log, and to the output with
+    OPTSCOPE_TEST_VERBOSE=1: ctest shows a failed test's output, and CI shows its first lines, which must be the
+    failures, not sixty lines of passed checks"""
+    line = ("ok    " if ok else "FAIL  ") + what
+    with open(os.path.join(WORK, "checks.log"), "a") as log:
+        log.write(line + "\n")
+    if not ok or VERBOSE:
+        print(line, flush=True)
     if not ok:
         failures.append(what)
+    else:
+        passed.append(what)
 
 
 def run1(args, env=None):
@@ -300,12 +316,62 @@ def finish(procs, limit):
         try:
             _, err = p.communicate(timeout=max(1, limit - (time.monotonic() - t0)))
         except subprocess.TimeoutExpired:
+            where = threads_of(p.pid)
             p.kill()
             _, err = p.communicate()
-            err = "STILL RUNNING after the limit; " + err
+            err = f"STILL RUNNING after the limit ({where}); " + err
         codes.append(p.returncode)
         errs.append(err)
     return codes, errs, time.monotonic() - t0
+
+
+def threads_of(pid):
+    """where a process that hangs is: each thread's stack (gdb, when this machine has it), else each thread's name,
+    state and kernel wait channel"""
+    if shutil.which("gdb"):
+        try:
+            p = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 12"],
+                               capture_output=True, text=True, timeout=60)
+            frames = [ln for ln in p.stdout.splitlines() if ln.startswith(("#", "Thread "))]
+            if frames:
+                return " / ".join(frames)
+        except subprocess.TimeoutExpired:
+            pass
+    found = []
+    for t in sorted(os.listdir(f"/proc/{pid}/task")):
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/task/{t}/wchan") as f:
+                wchan = f.read().strip()
+            found.append(f"{stat[stat.index('(') + 1:stat.rindex(')')]} {stat[stat.rindex(')') + 2]} {wchan}")
+        except OSError:
+            pass
+    return "; ".join(found)
+
+
+def paused_at(fifo, proc, limit=120):
+    """the pause point @p proc says it reached (its line on FIFO.out), or why it said none: it exited first, or
+    the limit passed (a blocking open of the FIFO waited for ever when the process exited before its pause point)"""
+    fd = os.open(fifo + ".out", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        said, deadline = b"", time.monotonic() + limit
+        while b"\n" not in said:
+            exited = proc.poll() is not None  # (asked before the read: what it wrote before it exited is read)
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            chunk = os.read(fd, 256) if ready else b""
+            said += chunk
+            if b"\n" in said:
+                break
+            if exited:
+                return f"(exited with {proc.returncode} before a pause point)"
+            if time.monotonic() > deadline:
+                return f"(no pause point in {limit} s)"
+            if not chunk:
+                time.sleep(0.05)  # no writer yet: the FIFO reads as at its end at once
+        return said.split(b"\n")[0].decode()
+    finally:
+        os.close(fd)
 
 
 def pause_fifos(name):
@@ -445,8 +511,7 @@ def faults():
     procs = [start(0, 3, port, quick, OPTSCOPE_JOB_TIMEOUT="3", OPTSCOPE_PAUSE_AT="writing",
                    OPTSCOPE_PAUSE_FIFO=fifo)]
     procs += [start(r, 3, port, quick, OPTSCOPE_JOB_TIMEOUT="3") for r in (1, 2)]
-    with open(fifo + ".out") as f:
-        f.readline()
+    paused_at(fifo, procs[0])
     procs[0].send_signal(signal.SIGSTOP)
     t0 = time.monotonic()
     codes, errs, _ = finish(procs[1:], bound)
@@ -497,8 +562,7 @@ def worker_faults(command, parent, bound):
     procs = [start(0, 3, port, command),
              start(1, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
              start(2, 3, port, command)]
-    with open(fifo + ".out") as f:
-        said = f.readline().strip()
+    said = paused_at(fifo, procs[1])
     procs[1].kill()
     codes, errs, secs = finish(procs, bound)
     check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
@@ -512,8 +576,7 @@ def worker_faults(command, parent, bound):
     fifo = pause_fifos("pause0")
     procs = [start(0, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
              start(1, 3, port, command), start(2, 3, port, command)]
-    with open(fifo + ".out") as f:
-        said = f.readline().strip()
+    said = paused_at(fifo, procs[0])
     time.sleep(2)  # the others have their own shares written by then, and wait for rank 0
     procs[0].kill()
     codes, errs, secs = finish(procs, bound)
@@ -557,6 +620,17 @@ def not_shared(parent, bound):
               f"nothing left ({codes}; {errs[1].strip()[-200:]}; {errs[0].strip()[-120:]}; {os.listdir(parent)})")
 
 
+def objects_under(s3work, port, prefix, folder):
+    """the keys under s3://ckpt/PREFIX, and whether they are the files of @p folder, byte for byte"""
+    keys = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", prefix).split()
+    same = sorted(k[len(prefix):] for k in keys) == files_of(folder)
+    for k in keys if same else []:
+        servers.s3_put(TORCH_PYTHON, s3work, port, "--get", k, "got")
+        with open(os.path.join(s3work, "got"), "rb") as a, open(os.path.join(folder, k[len(prefix):]), "rb") as b:
+            same = same and a.read() == b.read()
+    return keys, same
+
+
 def s3():
     if not TORCH_PYTHON:
         check(True, "S3 output (skipped: no TORCH_PYTHON for moto_server)")
@@ -575,14 +649,40 @@ def s3():
         res = launch("torchrun", 2, ["reshard", src, "--world-size", "5", "-o", "s3://ckpt/job5"],
                      os.path.join(WORK, "logs", "s3"), env=env)
         check(all(c == 0 for c, _, _ in res), f"reshard to s3:// by 2 processes exits 0 ({res[0][2].strip()[-200:]})")
-        keys = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "job5/").split()
         ref = reference("fsdp2_r3")
-        same = sorted(k[len("job5/"):] for k in keys) == files_of(ref)
-        for k in keys:
-            servers.s3_put(TORCH_PYTHON, s3work, port, "--get", k, "got")
-            with open(os.path.join(s3work, "got"), "rb") as a, open(os.path.join(ref, k[len("job5/"):]), "rb") as b:
-                same = same and a.read() == b.read()
+        keys, same = objects_under(s3work, port, "job5/", ref)
         check(same, f"the objects 2 processes wrote are the one-process files, byte for byte ({keys})")
+        # the same prefix again: rank 0 refuses to write over it, and no process removes what is there (before,
+        # rank 0's clean-up after its own refusal deleted every object under the prefix: the user's checkpoint)
+        res = launch("torchrun", 2, ["reshard", src, "--world-size", "3", "-o", "s3://ckpt/job5"],
+                     os.path.join(WORK, "logs", "s3again"), env=env)
+        again = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "job5/").split()
+        check(all(c == 2 for c, _, _ in res) and "already holds objects" in res[0][2] and again == keys,
+              f"reshard by 2 processes to a prefix that holds a checkpoint: refused, every object stays "
+              f"({[c for c, _, _ in res]}; {res[0][2].strip()[-160:]}; {again})")
+        # a job and one process write one prefix at once: the job found it empty, and its processes pause before
+        # their first objects while the other run writes its checkpoint there. The job's objects are created only
+        # where none is: it stops, and its clean-up removes only objects it wrote (their tag), so the other
+        # checkpoint stays whole (before: both exited 0 over a mix of files; a clean-up removed every object there)
+        job = {k: env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+                                   "AWS_PROFILE", "HOME")}
+        fifos = [pause_fifos(f"race{r}") for r in range(2)]
+        port2 = servers.free_port()
+        command = ["reshard", src, "--world-size", "3", "-o", "s3://ckpt/race"]
+        procs = [start(r, 2, port2, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifos[r], **job)
+                 for r in range(2)]
+        said = [paused_at(fifos[r], procs[r]) for r in range(2)]
+        rc, _, err = run1(["reshard", src, "--world-size", "5", "-o", "s3://ckpt/race"], env=env)
+        for f in fifos:
+            with open(f + ".in", "w") as w:
+                w.write("go\n")
+        codes, errs, secs = finish(procs, 60)
+        raced, whole = objects_under(s3work, port, "race/", ref)
+        left = servers.s3_put(TORCH_PYTHON, s3work, port, "--uploads", "race/").split()
+        check(said == ["writing", "writing"] and rc == 0 and all(c not in (0, None) for c in codes)
+              and any("another writer created this object" in e for e in errs) and whole and left == [],
+              f"a 2-process reshard and another run into one prefix at once: the job stops, the other checkpoint "
+              f"stays whole ({said}; {rc}; {codes}; {' | '.join(e.strip()[-160:] for e in errs)}; {raced}; {left})")
         # reading from object storage: gather of what was just uploaded, by 3 processes into one local file (the
         # same file name as one process's: the archive's records are named after it)
         one, three = (os.path.join(s3work, d, "full.pt") for d in ("one", "three"))
@@ -641,8 +741,7 @@ def gather_to_s3(s3work, port, env):
     procs = [start(0, 3, port2, command, **job),
              start(1, 3, port2, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo, **job),
              start(2, 3, port2, command, **job)]
-    with open(fifo + ".out") as f:
-        said = f.readline().strip()
+    said = paused_at(fifo, procs[1])
     procs[1].kill()
     codes, errs, secs = finish(procs, 60)
     left = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "killed/").split() \
@@ -662,8 +761,7 @@ def gather_to_s3(s3work, port, env):
         at = "writing" if command[0] == "gather" else "uploading"
         procs = [start(r, n, port2, command, **job, **({"OPTSCOPE_PAUSE_AT": at, "OPTSCOPE_PAUSE_FIFO": fifo}
                                                         if r == killed else {})) for r in range(n)]
-        with open(fifo + ".out") as f:
-            said = f.readline().strip()
+        said = paused_at(fifo, procs[killed])
         procs[killed].kill()
         codes, errs, secs = finish(procs, 60)
         left = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", prefix + "/").split() \
@@ -796,10 +894,11 @@ def main():
         if PART in (None, name):
             for step in steps:
                 step()
+    said = f"{len(passed)} checks passed (each: {os.path.join(WORK, 'checks.log')})"
     if failures:
-        print(f"{len(failures)} FAILED:\n  " + "\n  ".join(failures))
+        print(f"{len(failures)} FAILED, {said}:\n  " + "\n  ".join(failures))
         sys.exit(1)
-    print("all passed")
+    print(f"all {said}")
 
 
 main()

@@ -197,13 +197,15 @@ class S3FaultProxy(http.server.BaseHTTPRequestHandler):
     that a DCP output's data objects are written and its last object fails, and the PUT of any upload's part 2, so
     that a multipart upload fails after a part was sent"""
     upstream = 0
+    refuse = True  # the PUTs above; a subclass that only forwards sets False
 
     def log_message(self, *a):
         pass
 
     def handle_any(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
-        if self.command == "PUT" and (self.path.split("?")[0].endswith("/.metadata") or "partNumber=2&" in self.path):
+        if self.refuse and self.command == "PUT" and (self.path.split("?")[0].endswith("/.metadata")
+                                                      or "partNumber=2&" in self.path):
             err = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>"
             self.send_response(403)
             self.send_header("Content-Length", str(len(err)))
@@ -222,6 +224,28 @@ class S3FaultProxy(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
+class S3LostAnswerProxy(S3FaultProxy):
+    """forwards every request to moto_server; the first PUT of each object and the first completion of each
+    multipart upload reach it, but their answers are lost (the connection closes with none): the writer asks again,
+    and the object is there already"""
+    seen = set()
+    refuse = False
+
+    def handle_any(self):
+        first = (self.command == "PUT" and "partNumber=" not in self.path) or \
+            (self.command == "POST" and "uploadId=" in self.path)
+        if not first or self.path in S3LostAnswerProxy.seen:
+            return S3FaultProxy.handle_any(self)
+        S3LostAnswerProxy.seen.add(self.path)
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        c = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=60)
+        c.request(self.command, self.path, body=body or None, headers=dict(self.headers.items()))
+        c.getresponse().read()
+        self.close_connection = True  # no answer
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
@@ -1080,6 +1104,69 @@ def output_cases(port, env):
     record("S3: SIGINT while watch waits on a stalled listing ends the watch within seconds, exit 0",
            f"exit {rc} {took:.1f} s after the signal: {err.strip().splitlines()[-1][:120] if err.strip() else ''}",
            rc == 0 and took < 10)
+    conflict_cases(port, env, out)
+
+
+def prefix_holds(port, prefix, folder):
+    """the keys under s3://ckpt/PREFIX/, and whether they are the files of @p folder, byte for byte"""
+    keys = s3_put(TORCH_PYTHON, WORK, port, "--list", prefix + "/").split()
+    same = sorted(k[len(prefix) + 1:] for k in keys) == sorted(os.listdir(folder))
+    for k in keys if same else []:
+        s3_put(TORCH_PYTHON, WORK, port, "--get", k, "got")
+        with open(os.path.join(WORK, "got"), "rb") as g, open(os.path.join(folder, k[len(prefix) + 1:]), "rb") as f:
+            same = same and g.read() == f.read()
+    return keys, same
+
+
+def conflict_cases(port, env, out):
+    """two runs write one DCP prefix at once: run A checks that the prefix is empty and pauses before its first
+    object; run B writes its whole checkpoint there; A goes on. A's objects are created only where none is (If-None-
+    Match: *): it stops at its first object, naming it, and removes nothing of B's, which stays whole. Before, both
+    exited 0 and the prefix held A's files over B's. A's rank files under 16 MiB (one PUT each), and over it (a
+    multipart upload, refused at its completion and aborted)"""
+    # the answer to an object's creation lost, and asked again: the object there is this run's own (its tag), not
+    # another writer's
+    lost = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{start_proxy(port, S3LostAnswerProxy)}")
+    for what, src, name in (("one PUT", os.path.join(DATA, "fsdp2_r2"), "lost_small"),
+                            ("a multipart upload", os.path.join(out, "big.pt"), "lost_big")):
+        p = cli(["reshard", src, "--world-size", "2", "-o", f"s3://ckpt/{name}"], lost)
+        local = os.path.join(out, name + "_local")
+        shutil.rmtree(local, ignore_errors=True)
+        cli(["reshard", src, "--world-size", "2", "-o", local], check=0)
+        keys, whole = prefix_holds(port, name, local)
+        record(f"S3 output: the answer to each object's creation lost ({what}): asked again, the object there is the "
+               "run's own, and the reshard completes", f"exit {p.returncode}: {p.stderr.strip()[-160:]}; {keys}",
+               p.returncode == 0 and whole)
+    for what, src, small in (("one PUT", os.path.join(DATA, "fsdp2_r2"), True),
+                             ("a multipart upload", os.path.join(out, "big.pt"), False)):
+        prefix = "race_small" if small else "race_big"
+        fifo = os.path.join(WORK, "pause-" + prefix)
+        for s in (".out", ".in"):
+            if os.path.exists(fifo + s):
+                os.unlink(fifo + s)
+            os.mkfifo(fifo + s)
+        e = dict(os.environ, **env, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo)
+        a = subprocess.Popen([CLI, "reshard", src, "--world-size", "3", "-o", f"s3://ckpt/{prefix}"], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with open(fifo + ".out") as f:
+            f.readline()
+        b = cli(["reshard", src, "--world-size", "2", "-o", f"s3://ckpt/{prefix}"], env)
+        with open(fifo + ".in", "w") as f:
+            f.write("go\n")
+        so, se = a.communicate(timeout=300)
+        outputs.append(so + se)
+        # B's checkpoint, byte for byte as a local reshard writes it
+        local = os.path.join(out, prefix + "_local")
+        shutil.rmtree(local, ignore_errors=True)
+        cli(["reshard", src, "--world-size", "2", "-o", local], check=0)
+        keys, whole = prefix_holds(port, prefix, local)
+        open_uploads = s3_put(TORCH_PYTHON, WORK, port, "--uploads", prefix + "/").split()
+        record(f"S3 output: two reshards into one prefix at once ({what}): the second to write stops naming the "
+               "object the other created, and that checkpoint stays whole",
+               f"B exit {b.returncode}, A exit {a.returncode}: {se.strip()[-200:]}; objects {keys}; open uploads "
+               f"{open_uploads}",
+               b.returncode == 0 and a.returncode == 2 and "another writer created this object" in se
+               and f"s3://ckpt/{prefix}/__" in se and whole and not open_uploads)
 
 
 def main():

@@ -268,12 +268,12 @@ using FileItem = std::pair<const DcpPlan::Value*, std::pair<const DcpPlan::Tenso
 
 /// removes every object under @p prefix (the job's output prefix, empty when the job began): what a process that
 /// died after uploading left there
-void removeObjectsUnder(const std::string& prefix)
+void removeObjectsUnder(const std::string& prefix, const std::string& writerTag)
 {
     try {
         forgetRemoteListings();
         for (const auto& name : folderEntries(prefix))
-            removeObject(childLocation(prefix, name));
+            removeObject(childLocation(prefix, name), writerTag); // this run's: another writer's objects are kept
     } catch (const Error&) {
         // best effort: the failure being reported matters more
     }
@@ -364,7 +364,9 @@ private:
     }
 
     /// 1. the output is checked, and the temporary folder made, by one process; the others check they planned the
-    /// same and see the folder
+    /// same and see the folder. In a job, rank 0 writes nothing until every process has heard that the output is
+    /// new (dcp-started): what may be removed after a failure is known to all of them first, and a process that
+    /// never heard it removes nothing (it may be a user's checkpoint that rank 0 refused to write over)
     void start()
     {
         const std::string fingerprint = std::to_string(m_files.size()) + " files, " + std::to_string(m_totalBytes)
@@ -386,24 +388,35 @@ private:
             if (!m_remote) {
                 m_tmp = std::make_unique<TempDir>(m_outDir);
                 m_tmpPath = m_tmp->path.string();
+            } else {
+                std::random_device rd;
+                m_inner.newObjectsTag = std::to_string(::getpid()) + "-" + std::to_string(rd()) + std::to_string(rd());
             }
-            if (m_split) m_job.broadcast("dcp-start", m_tmpPath + "\n" + fingerprint);
+            if (m_split) {
+                m_job.broadcast("dcp-start", m_tmpPath + "\n" + m_inner.newObjectsTag + "\n" + fingerprint);
+                m_job.gather("dcp-started", {});
+            }
+            m_outputIsOurs = true;
             return;
         }
+        // the temporary folder (local), the run's tag for its objects (object storage), rank 0's plan
         const std::string started = m_job.broadcast("dcp-start", {});
-        const size_t nl = started.find('\n');
+        const size_t nl = started.find('\n'), nl2 = nl == std::string::npos ? nl : started.find('\n', nl + 1);
         m_tmpPath = started.substr(0, nl);
-        if (nl == std::string::npos || started.substr(nl + 1) != fingerprint)
+        if (nl2 == std::string::npos || started.substr(nl2 + 1) != fingerprint)
             throw Error(ErrorKind::Usage, m_outDir,
                 "this process planned " + fingerprint + ", rank 0 "
-                    + (nl == std::string::npos ? std::string("nothing") : started.substr(nl + 1))
+                    + (nl2 == std::string::npos ? std::string("nothing") : started.substr(nl2 + 1))
                     + ": every process of the job must read the same checkpoint with the same options");
+        m_inner.newObjectsTag = started.substr(nl + 1, nl2 - nl - 1);
         std::error_code ec;
         if (!m_remote && !fs::is_directory(m_tmpPath, ec))
             throw Error(ErrorKind::Io, m_outDir,
                 "rank 0's temporary folder " + m_tmpPath
                     + " is not visible to this process: the output must be on a file system every process of the "
                       "job shares");
+        m_outputIsOurs = true;
+        m_job.gather("dcp-started", {});
     }
 
     /// where a file of the output is written: into the temporary folder, or straight to its object (streamed, it
@@ -578,10 +591,12 @@ private:
     void cleanUpAfter(const Error& e)
     {
         for (const auto& u : m_uploaded)
-            removeObject(u);
+            removeObject(u, m_inner.newObjectsTag);
         if (!m_split) return;
-        // rank 0 (or, rank 0 lost, every other process) removes what any process wrote
-        if (m_remote && (m_job.isRoot() || m_job.rootLost())) removeObjectsUnder(m_outDir);
+        // rank 0 (or, rank 0 lost, every other process) removes what any process wrote: never before the output
+        // was found new (an existing prefix holds a user's checkpoint, which rank 0 refused to write over)
+        if (m_remote && m_outputIsOurs && (m_job.isRoot() || m_job.rootLost()))
+            removeObjectsUnder(m_outDir, m_inner.newObjectsTag);
         // (only a temporary of this output's: "DIR/.NAME.tmp-...")
         if (!m_remote && m_job.rootLost() && m_tmpPath.rfind(temporaryNamePrefix(m_outDir), 0) == 0) {
             // rank 0 gone (killed): the temporary folder it made beside the output is left to us
@@ -600,7 +615,7 @@ private:
     Job& m_job;
     const bool m_split; ///< a process of a job
     const bool m_remote; ///< to object storage
-    const WriteOptions m_inner; ///< for each file written: cancelled also when another process failed
+    WriteOptions m_inner; ///< for each file written: cancelled also when another process failed; this run's tag
     const CancelScope m_cancelScope;
     std::map<int, std::vector<FileItem>> m_byRank;
     std::vector<std::string> m_files; ///< the rank files' names
@@ -612,6 +627,7 @@ private:
     std::vector<std::vector<ItemLocation>> m_locations; ///< per file: where its items went
     std::unique_ptr<JobProgress> m_written;
     std::vector<std::string> m_uploaded; ///< by this process, removed again unless the folder is published
+    bool m_outputIsOurs = false; ///< the output was found new, and (a job) every process knows it
     DcpWriteStats m_stats;
 };
 

@@ -613,6 +613,10 @@ static WriteStats writeArchiveAsJob(
     const CancelScope cancelScope(inner.cancelled); // a read stalled on a server ends too
     std::unique_ptr<OutputFile> out;
     try {
+        // rank 0 starts the output (a temporary, an upload) once every process is here, where a failure is cleaned
+        // up: rank 0 killed after it started the upload, the others find it and abort it (a process still reading
+        // the checkpoint when rank 0 died left it open for ever)
+        job.gather("torch-save-ready", {});
         if (job.isRoot()) {
             out = std::make_unique<OutputFile>(path, inner);
             job.broadcast("torch-save-start", out->shareWithJob() + "\n" + fingerprint);

@@ -174,6 +174,7 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
                 "names a folder: name the file to write in it (for example "
                     + childLocation(displayLocation(m_path), "out.pt") + ")");
         m_upload = std::make_unique<ObjectUpload>(m_path); // visible only once commit() completes it
+        if (!m_options.newObjectsTag.empty()) m_upload->createOnlyNew(m_options.newObjectsTag);
         m_buffer = new char[kBufferSize];
         return;
     }

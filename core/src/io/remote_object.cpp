@@ -249,6 +249,11 @@ const StoreConfig& storeConfig()
 
 // ---- URLs -----------------------------------------------------------------------------------------------------------
 
+/// the metadata a created-only-if-new object carries (ObjectUpload::createOnlyNew): which run wrote it (GCS answers
+/// its own spelling, x-goog-meta-)
+constexpr const char* kWriterTagHeader = "x-amz-meta-optscope-writer";
+constexpr const char* kGcsWriterTagHeader = "x-goog-meta-optscope-writer";
+
 struct RemoteUrl
 {
     enum Scheme { S3, Gs, Http } scheme = Http;
@@ -332,6 +337,7 @@ struct Response
     uint64_t contentLength = 0;
     std::string contentType; ///< lower case, without parameters ("text/html")
     std::string etag;
+    std::string writerTag; ///< the object's kWriterTagHeader (a HEAD of an object this program wrote)
     long retryAfter = -1;
     uint64_t received = 0; ///< bytes written into the destination (ranged GETs)
 };
@@ -379,6 +385,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     if (startsWith(line, "HTTP/")) {
         // a new response (after a redirect or 100-continue): what came before is not this one's
         t->response.etag.clear();
+        t->response.writerTag.clear();
         t->response.retryAfter = -1;
         const auto sp = line.find(' ');
         if (sp != std::string::npos) t->response.status = std::strtol(line.c_str() + sp + 1, nullptr, 10);
@@ -394,6 +401,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
         value.pop_back();
     if (name == "etag") t->response.etag = value;
+    if (name == kWriterTagHeader || name == kGcsWriterTagHeader) t->response.writerTag = value;
     if (name == "content-length") t->response.contentLength = std::strtoull(value.c_str(), nullptr, 10);
     if (name == "content-type") {
         std::string type = value.substr(0, value.find(';'));
@@ -509,22 +517,58 @@ std::chrono::milliseconds backoff(int attempt, long retryAfter)
     return std::chrono::milliseconds(std::min(100L << attempt, 5000L));
 }
 
+/// an S3 XML answer as libxml2 reads it (no network, no entities fetched), freed with it: the one place the
+/// answers (errors, listings, uploads) are parsed, each by its elements' names
+class XmlAnswer
+{
+public:
+    XmlAnswer(const std::string& body, const char* name, int options = 0)
+        : m_doc(xmlReadMemory(body.data(), static_cast<int>(std::min<size_t>(body.size(), INT_MAX)), name, nullptr,
+            XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | options))
+    { }
+    ~XmlAnswer() { xmlFreeDoc(m_doc); }
+    XmlAnswer(const XmlAnswer&) = delete;
+    XmlAnswer& operator=(const XmlAnswer&) = delete;
+    explicit operator bool() const { return m_doc != nullptr; }
+    /// calls @p f(element) for each element child of the root element
+    template<typename F> void eachTopElement(F f) const
+    {
+        if (xmlNodePtr root = m_doc ? xmlDocGetRootElement(m_doc) : nullptr) eachElement(root, f);
+    }
+    template<typename F> static void eachElement(xmlNodePtr parent, F f)
+    {
+        for (xmlNodePtr n = parent->children; n; n = n->next)
+            if (n->type == XML_ELEMENT_NODE) f(n);
+    }
+    static bool is(xmlNodePtr n, const char* name) { return xmlStrcmp(n->name, BAD_CAST name) == 0; }
+    static std::string text(xmlNodePtr n)
+    {
+        xmlChar* t = xmlNodeGetContent(n);
+        std::string s = t ? reinterpret_cast<const char*>(t) : "";
+        xmlFree(t);
+        return s;
+    }
+    /// the text of @p n's first child element named @p name, or ""
+    static std::string child(xmlNodePtr n, const char* name)
+    {
+        for (xmlNodePtr c = n->children; c; c = c->next)
+            if (c->type == XML_ELEMENT_NODE && is(c, name)) return text(c);
+        return {};
+    }
+
+private:
+    xmlDocPtr m_doc;
+};
+
 /// the S3 error code of an XML error body ("NoSuchKey", "SignatureDoesNotMatch"), or ""
 std::string xmlErrorCode(const std::string& body)
 {
     if (body.find("<Error") == std::string::npos) return {};
-    xmlDocPtr doc = xmlReadMemory(body.data(), static_cast<int>(body.size()), "error.xml", nullptr,
-        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-    if (!doc) return {};
+    const XmlAnswer doc(body, "error.xml");
     std::string code;
-    if (xmlNodePtr root = xmlDocGetRootElement(doc))
-        for (xmlNodePtr n = root->children; n; n = n->next)
-            if (n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, BAD_CAST "Code") == 0) {
-                xmlChar* text = xmlNodeGetContent(n);
-                code = text ? reinterpret_cast<const char*>(text) : "";
-                xmlFree(text);
-            }
-    xmlFreeDoc(doc);
+    doc.eachTopElement([&](xmlNodePtr n) {
+        if (XmlAnswer::is(n, "Code")) code = XmlAnswer::text(n);
+    });
     return code;
 }
 
@@ -690,6 +734,15 @@ struct BoundedUndo : CancelScope
         })
     { }
 };
+
+/// why an undo failed: its error, or that the server gave no answer within the undo's time
+std::string undoFailure(const std::exception& e)
+{
+    const Error* error = dynamic_cast<const Error*>(&e);
+    if (error && error->kind() == ErrorKind::Cancelled)
+        return "no answer in " + std::to_string(BoundedUndo::kUndoSeconds) + " s";
+    return e.what();
+}
 
 std::mutex g_leftBehindMutex;
 std::vector<std::string> g_leftBehind;
@@ -1397,12 +1450,28 @@ void performBodies(std::vector<std::function<std::unique_ptr<Transfer>()>>& make
         });
 }
 
+/// a DELETE that undoes what this run wrote (an object, an upload), retried while it may be; a 404 counts as done:
+/// another process of the job undid it first. Throws naming @p shown as fail() does otherwise
+void performUndo(const RemoteUrl& u, const std::string& url, const std::string& shown, const char* what)
+{
+    performRetrying(
+        1, [&](size_t) { return bodyRequest(u, url, "DELETE", nullptr, 0); },
+        [&](size_t, Response& r, bool mayRetry) {
+            if (r.curl == CURLE_OK && ((r.status >= 200 && r.status < 300) || r.status == 404)) return true;
+            if (retryable(r) && mayRetry) return false;
+            fail(shown, r, what);
+        });
+}
+
+/// the text of the root element's child @p element in the XML answer @p body ("UploadId"), or ""
 std::string xmlText(const std::string& body, const char* element)
 {
-    const std::string open = std::string("<") + element + ">", close = std::string("</") + element + ">";
-    const auto a = body.find(open);
-    const auto b = a == std::string::npos ? std::string::npos : body.find(close, a);
-    return b == std::string::npos ? std::string() : body.substr(a + open.size(), b - a - open.size());
+    const XmlAnswer doc(body, "answer.xml");
+    std::string found;
+    doc.eachTopElement([&](xmlNodePtr n) {
+        if (found.empty() && XmlAnswer::is(n, element)) found = XmlAnswer::text(n);
+    });
+    return found;
 }
 
 } // namespace
@@ -1453,6 +1522,7 @@ struct ObjectUpload::State
     bool completed = false;
     bool senderEnded = false; ///< sendParts returned
     std::atomic<bool> dropped {false}; ///< the upload will not complete: the sender's requests are given up
+    std::string writerTag; ///< set: the object is created only where none is, and carries this tag
     std::thread sender;
 };
 
@@ -1472,6 +1542,61 @@ ObjectUpload::ObjectUpload(const std::string& url, const std::string& uploadId)
     m->joined = true;
 }
 
+void ObjectUpload::createOnlyNew(const std::string& writerTag)
+{
+    m->writerTag = writerTag;
+}
+
+namespace {
+
+/// the header that makes a write create its object only where none is, in the store's own spelling
+std::string createOnlyHeader(const RemoteUrl& u)
+{
+    return u.scheme == RemoteUrl::Gs ? "x-goog-if-generation-match: 0" : "If-None-Match: *";
+}
+
+/// the metadata header that tags an object with the run that wrote it
+std::string writerTagHeader(const RemoteUrl& u, const std::string& tag)
+{
+    return std::string(u.scheme == RemoteUrl::Gs ? kGcsWriterTagHeader : kWriterTagHeader) + ": " + tag;
+}
+
+/// the writer tag of the object at @p target ("" when it has none or is not there)
+std::string writerTagOf(const RemoteUrl& u, const std::string& target, const std::string& shown)
+{
+    const Response r = performOne(u, target, {}, true, shown, "cannot read");
+    return r.status == 200 ? r.writerTag : std::string();
+}
+
+/// runs the request that creates the object (its PUT, or the upload's completion). Created only where none is: a
+/// 412 means an object is there, ours when it carries our tag (an earlier try went through and its answer was
+/// lost), else another writer's, which is said and kept
+void performCreate(const RemoteUrl& u, const std::string& target, const std::string& shown,
+    const std::string& writerTag, const std::function<std::unique_ptr<Transfer>()>& make, const char* what)
+{
+    bool there = false;
+    performRetrying(
+        1, [&](size_t) { return make(); },
+        [&](size_t, Response& r, bool mayRetry) {
+            // S3 may answer a CompleteMultipartUpload with 200 and an error in the body
+            if (r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty()) return true;
+            if (r.curl == CURLE_OK && r.status == 412 && !writerTag.empty()) {
+                there = true;
+                return true;
+            }
+            // 409 ConditionalRequestConflict: another conditional write of the key is in flight; asked again
+            const bool conflict = r.curl == CURLE_OK && r.status == 409 && !writerTag.empty();
+            if ((retryable(r) || conflict || (r.curl == CURLE_OK && r.status == 200)) && mayRetry) return false;
+            fail(shown, r, what);
+        });
+    if (there && writerTagOf(u, target, shown) != writerTag)
+        throw Error(ErrorKind::Io, shown,
+            "another writer created this object while this run wrote it (HTTP 412: it was to be created only where "
+            "none is): two runs write to one output; what the other wrote is kept");
+}
+
+} // namespace
+
 ObjectUpload::~ObjectUpload()
 {
     if (m->sender.joinable()) {
@@ -1488,18 +1613,11 @@ ObjectUpload::~ObjectUpload()
     // an upload that does not complete leaves nothing: its parts are dropped (also when cancelled: that is why)
     try {
         const BoundedUndo undo;
-        std::vector<Response> done;
-        const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
-        std::vector<std::function<std::unique_ptr<Transfer>()>> abort {
-            [&] { return bodyRequest(m->remote, m->target + "?" + query, "DELETE", nullptr, 0); }};
-        performBodies(abort, done, m->shown, "cannot abort the upload");
+        performUndo(
+            m->remote, m->target + "?uploadId=" + encodeKey(m->uploadId, false), m->shown, "cannot abort the upload");
     } catch (const std::exception& e) {
-        const Error* error = dynamic_cast<const Error*>(&e);
-        leftBehind(m->shown + ": an incomplete multipart upload (upload id " + m->uploadId + "; "
-            + (error && error->kind() == ErrorKind::Cancelled
-                    ? "the abort got no answer in " + std::to_string(BoundedUndo::kUndoSeconds) + " s"
-                    : std::string(e.what()))
-            + ")");
+        leftBehind(
+            m->shown + ": an incomplete multipart upload (upload id " + m->uploadId + "; " + undoFailure(e) + ")");
     }
 }
 
@@ -1594,8 +1712,10 @@ void ObjectUpload::sendParts()
 std::string ObjectUpload::startShared()
 {
     std::vector<Response> done;
+    std::vector<std::string> headers;
+    if (!m->writerTag.empty()) headers.push_back(writerTagHeader(m->remote, m->writerTag));
     std::vector<std::function<std::unique_ptr<Transfer>()>> start {[&] {
-        auto t = bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0);
+        auto t = bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0, headers);
         t->giveUp = &m->dropped;
         return t;
     }};
@@ -1680,9 +1800,12 @@ void ObjectUpload::complete()
     std::vector<Response> done;
     if (!m->sender.joinable() && m->uploadId.empty()) {
         // 16 MiB or less: one PUT
-        std::vector<std::function<std::unique_ptr<Transfer>()>> put {
-            [&] { return bodyRequest(m->remote, m->target, "PUT", m->filling.data(), m->filling.size()); }};
-        performBodies(put, done, m->shown, "cannot write");
+        std::vector<std::string> headers;
+        if (!m->writerTag.empty()) headers = {createOnlyHeader(m->remote), writerTagHeader(m->remote, m->writerTag)};
+        performCreate(
+            m->remote, m->target, m->shown, m->writerTag,
+            [&] { return bodyRequest(m->remote, m->target, "PUT", m->filling.data(), m->filling.size(), headers); },
+            "cannot write");
     } else {
         sendLastParts();
         std::string body = "<CompleteMultipartUpload>";
@@ -1692,33 +1815,32 @@ void ObjectUpload::complete()
                     + "</ETag></Part>";
         body += "</CompleteMultipartUpload>";
         const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
-        std::vector<std::function<std::unique_ptr<Transfer>()>> finish {[&] {
-            return bodyRequest(
-                m->remote, m->target + "?" + query, "POST", reinterpret_cast<const uint8_t*>(body.data()), body.size());
-        }};
+        std::vector<std::string> headers;
+        if (!m->writerTag.empty()) headers.push_back(createOnlyHeader(m->remote));
         // not cut short by a cancel: the object would be there all the same, while the run reports it is not
         const Uncancellable completing;
-        performBodies(finish, done, m->shown, "cannot complete the upload");
+        performCreate(
+            m->remote, m->target, m->shown, m->writerTag,
+            [&] {
+                return bodyRequest(m->remote, m->target + "?" + query, "POST",
+                    reinterpret_cast<const uint8_t*>(body.data()), body.size(), headers);
+            },
+            "cannot complete the upload");
     }
     m->completed = true;
     forgetRemoteListings(); // what was known of that location is no longer true
 }
 
-void removeObject(const std::string& url)
+void removeObject(const std::string& url, const std::string& writerTag)
 {
     try {
         const BoundedUndo undo; // removing what cancelled work wrote
         const RemoteUrl u = parseUrl(url);
-        std::vector<Response> done;
-        std::vector<std::function<std::unique_ptr<Transfer>()>> del {
-            [&] { return bodyRequest(u, requestUrl(u, u.key), "DELETE", nullptr, 0); }};
-        performBodies(del, done, displayLocation(url), "cannot remove");
-    } catch (const Error& e) {
-        leftBehind(displayLocation(url) + ": written, and not removed ("
-            + (e.kind() == ErrorKind::Cancelled
-                    ? "the DELETE got no answer in " + std::to_string(BoundedUndo::kUndoSeconds) + " s"
-                    : std::string(e.what()))
-            + ")");
+        // another writer's object (another run's, written to the same output meanwhile) is not ours to remove
+        if (!writerTag.empty() && writerTagOf(u, requestUrl(u, u.key), displayLocation(url)) != writerTag) return;
+        performUndo(u, requestUrl(u, u.key), displayLocation(url), "cannot remove");
+    } catch (const std::exception& e) {
+        leftBehind(displayLocation(url) + ": written, and not removed (" + undoFailure(e) + ")");
     }
 }
 
@@ -1741,61 +1863,26 @@ void abortUploadsUnder(const std::string& url)
                     + std::to_string(r.status) + ")");
                 return;
             }
-            xmlDocPtr doc = xmlReadMemory(r.body.data(), static_cast<int>(std::min<size_t>(r.body.size(), INT_MAX)),
-                "uploads.xml", nullptr, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-            if (!doc) return;
-            std::vector<std::pair<std::string, std::string>> uploads; // key, upload id
-            bool truncated = false;
-            auto text = [](xmlNodePtr n) {
-                xmlChar* t = xmlNodeGetContent(n);
-                std::string s = t ? reinterpret_cast<const char*>(t) : "";
-                xmlFree(t);
-                return s;
-            };
-            if (xmlNodePtr root = xmlDocGetRootElement(doc))
-                for (xmlNodePtr n = root->children; n; n = n->next) {
-                    if (n->type != XML_ELEMENT_NODE) continue;
-                    if (xmlStrcmp(n->name, BAD_CAST "Upload") == 0) {
-                        std::string key, id;
-                        for (xmlNodePtr f = n->children; f; f = f->next) {
-                            if (f->type != XML_ELEMENT_NODE) continue;
-                            if (xmlStrcmp(f->name, BAD_CAST "Key") == 0) key = text(f);
-                            if (xmlStrcmp(f->name, BAD_CAST "UploadId") == 0) id = text(f);
-                        }
-                        if (!key.empty() && !id.empty()) uploads.emplace_back(key, id);
-                    } else if (xmlStrcmp(n->name, BAD_CAST "IsTruncated") == 0) {
-                        truncated = text(n) == "true";
-                    } else if (xmlStrcmp(n->name, BAD_CAST "NextKeyMarker") == 0) {
-                        keyMarker = text(n);
-                    } else if (xmlStrcmp(n->name, BAD_CAST "NextUploadIdMarker") == 0) {
-                        idMarker = text(n);
-                    }
-                }
-            xmlFreeDoc(doc);
-            for (const auto& upload : uploads) {
-                // (named: a structured binding cannot be captured in C++17, which clang holds to)
-                const std::string& key = upload.first;
-                const std::string& id = upload.second;
-                if (!underFolder && key != u.key) continue;
-                const std::string shown
-                    = displayLocation(url) + (key.size() > u.key.size() ? key.substr(u.key.size()) : "");
+            const UploadsPage uploads = parseUploadsPage(r.body, u.key, displayLocation(url));
+            for (const UploadsPage::Upload& upload : uploads.uploads) {
+                if (!underFolder && upload.key != u.key) continue;
+                const std::string shown = displayLocation(url) + upload.key.substr(u.key.size());
                 try {
-                    std::vector<Response> done;
-                    std::vector<std::function<std::unique_ptr<Transfer>()>> abort {[&] {
-                        return bodyRequest(
-                            u, requestUrl(u, key) + "?uploadId=" + encodeKey(id, false), "DELETE", nullptr, 0);
-                    }};
-                    performBodies(abort, done, shown, "cannot abort the upload");
-                } catch (const Error& e) {
-                    // another process of the job aborted it first: NoSuchUpload
-                    if (std::string(e.what()).find("404") == std::string::npos)
-                        leftBehind(shown + ": an incomplete multipart upload (upload id " + id + "; " + e.what() + ")");
+                    // 404 (NoSuchUpload): another process of the job aborted it first
+                    performUndo(u, requestUrl(u, upload.key) + "?uploadId=" + encodeKey(upload.id, false), shown,
+                        "cannot abort the upload");
+                } catch (const std::exception& e) {
+                    leftBehind(shown + ": an incomplete multipart upload (upload id " + upload.id + "; "
+                        + undoFailure(e) + ")");
                 }
             }
-            if (!truncated || keyMarker.empty()) return;
+            if (!uploads.truncated || uploads.nextKeyMarker.empty()) return;
+            keyMarker = uploads.nextKeyMarker;
+            idMarker = uploads.nextUploadIdMarker;
         }
-    } catch (const Error& e) {
-        leftBehind(displayLocation(url) + ": its incomplete multipart uploads were not aborted (" + e.what() + ")");
+    } catch (const std::exception& e) {
+        leftBehind(
+            displayLocation(url) + ": its incomplete multipart uploads were not aborted (" + undoFailure(e) + ")");
     }
 }
 
@@ -1919,45 +2006,53 @@ void forgetRemoteListings()
 
 ListingPage parseListingPage(const std::string& body, const std::string& prefix, const std::string& shown)
 {
-    xmlDocPtr doc = xmlReadMemory(body.data(), static_cast<int>(std::min<size_t>(body.size(), INT_MAX)), "list.xml",
-        nullptr, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_HUGE);
+    const XmlAnswer doc(body, "list.xml", XML_PARSE_HUGE);
     if (!doc) throw Error(ErrorKind::Io, shown, "cannot list: the server's listing is not XML");
-    auto text = [](xmlNodePtr n) {
-        xmlChar* t = xmlNodeGetContent(n);
-        std::string s = t ? reinterpret_cast<const char*>(t) : "";
-        xmlFree(t);
-        return s;
-    };
-    auto child = [&](xmlNodePtr n, const char* name) -> std::string {
-        for (xmlNodePtr c = n->children; c; c = c->next)
-            if (c->type == XML_ELEMENT_NODE && xmlStrcmp(c->name, BAD_CAST name) == 0) return text(c);
-        return {};
-    };
     ListingPage page;
-    if (xmlNodePtr root = xmlDocGetRootElement(doc))
-        for (xmlNodePtr n = root->children; n; n = n->next) {
-            if (n->type != XML_ELEMENT_NODE) continue;
-            const bool object = xmlStrcmp(n->name, BAD_CAST "Contents") == 0;
-            if (object || xmlStrcmp(n->name, BAD_CAST "CommonPrefixes") == 0) {
-                const std::string key = child(n, object ? "Key" : "Prefix");
-                if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
-                ListingPage::Item item;
-                item.listedAs = item.name = key.substr(prefix.size());
-                item.folder = !object;
-                if (object) {
-                    item.size = std::strtoull(child(n, "Size").c_str(), nullptr, 10);
-                    item.etag = quotedEtag(child(n, "ETag"));
-                } else if (!item.name.empty() && item.name.back() == '/') {
-                    item.name.pop_back();
-                }
-                page.items.push_back(std::move(item));
-            } else if (xmlStrcmp(n->name, BAD_CAST "IsTruncated") == 0) {
-                page.truncated = text(n) == "true";
-            } else if (xmlStrcmp(n->name, BAD_CAST "NextContinuationToken") == 0) {
-                page.continuation = text(n);
+    doc.eachTopElement([&](xmlNodePtr n) {
+        const bool object = XmlAnswer::is(n, "Contents");
+        if (object || XmlAnswer::is(n, "CommonPrefixes")) {
+            const std::string key = XmlAnswer::child(n, object ? "Key" : "Prefix");
+            if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) return;
+            ListingPage::Item item;
+            item.listedAs = item.name = key.substr(prefix.size());
+            item.folder = !object;
+            if (object) {
+                item.size = std::strtoull(XmlAnswer::child(n, "Size").c_str(), nullptr, 10);
+                item.etag = quotedEtag(XmlAnswer::child(n, "ETag"));
+            } else if (!item.name.empty() && item.name.back() == '/') {
+                item.name.pop_back();
             }
+            page.items.push_back(std::move(item));
+        } else if (XmlAnswer::is(n, "IsTruncated")) {
+            page.truncated = XmlAnswer::text(n) == "true";
+        } else if (XmlAnswer::is(n, "NextContinuationToken")) {
+            page.continuation = XmlAnswer::text(n);
         }
-    xmlFreeDoc(doc);
+    });
+    return page;
+}
+
+UploadsPage parseUploadsPage(const std::string& body, const std::string& prefix, const std::string& shown)
+{
+    const XmlAnswer doc(body, "uploads.xml", XML_PARSE_HUGE);
+    if (!doc) throw Error(ErrorKind::Io, shown, "cannot list uploads: the server's answer is not XML");
+    UploadsPage page;
+    doc.eachTopElement([&](xmlNodePtr n) {
+        if (XmlAnswer::is(n, "Upload")) {
+            UploadsPage::Upload upload {XmlAnswer::child(n, "Key"), XmlAnswer::child(n, "UploadId")};
+            if (upload.id.empty() || upload.key.size() < prefix.size()
+                || upload.key.compare(0, prefix.size(), prefix) != 0)
+                return;
+            page.uploads.push_back(std::move(upload));
+        } else if (XmlAnswer::is(n, "IsTruncated")) {
+            page.truncated = XmlAnswer::text(n) == "true";
+        } else if (XmlAnswer::is(n, "NextKeyMarker")) {
+            page.nextKeyMarker = XmlAnswer::text(n);
+        } else if (XmlAnswer::is(n, "NextUploadIdMarker")) {
+            page.nextUploadIdMarker = XmlAnswer::text(n);
+        }
+    });
     return page;
 }
 

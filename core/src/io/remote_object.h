@@ -62,6 +62,10 @@ public:
     void write(const void* data, size_t size);
     void complete();
 
+    /// the object is created only where none is (If-None-Match: * on S3, x-goog-if-generation-match: 0 on GCS) and
+    /// carries @p writerTag as its metadata: an object another writer created meanwhile is an error, and kept; a
+    /// failed run's clean-up removes its own objects by their tag (removeObject). Before the first write.
+    void createOnlyNew(const std::string& writerTag);
     /// starts the multipart upload now (nothing written yet); its id, for the other processes' joined uploads
     std::string startShared();
     /// the writes that follow are share @p index of @p count, @p bytes long (0: not known, the object's last share)
@@ -78,8 +82,10 @@ private:
     void sendLastParts();
     std::unique_ptr<State> m;
 };
-/// removes the object @p url (cleanup of an output that did not complete); errors are ignored
-void removeObject(const std::string& url);
+/// removes the object @p url (cleanup of an output that did not complete); errors are ignored, and what could not be
+/// removed is said (remoteLeftBehind). With @p writerTag, only an object that carries it (createOnlyNew): one another
+/// writer created there is kept
+void removeObject(const std::string& url, const std::string& writerTag = {});
 /// aborts the incomplete multipart uploads of the object @p url, or of every key under it when it ends in '/' (a
 /// job's output, whose killed process left its upload open: no process would ever complete or abort it); best
 /// effort, given up after the undo's 20 s, and what is left is said (remoteLeftBehind)
@@ -105,6 +111,21 @@ struct ListingPage
     bool truncated = false;
 };
 ListingPage parseListingPage(const std::string& body, const std::string& prefix, const std::string& shown);
+/// One page of an S3 ListMultipartUploads answer (@p body, XML) for the keys under @p prefix: each incomplete upload
+/// (its key and id) below it, the markers of the next page, whether more pages follow. Throws Error(Io) naming
+/// @p shown when the body is not XML. Apart from its request, so that it is fuzzed (tests/fuzz).
+struct UploadsPage
+{
+    struct Upload
+    {
+        std::string key; ///< the whole key, below the prefix
+        std::string id;
+    };
+    std::vector<Upload> uploads;
+    std::string nextKeyMarker, nextUploadIdMarker;
+    bool truncated = false;
+};
+UploadsPage parseUploadsPage(const std::string& body, const std::string& prefix, const std::string& shown);
 /// the S3 error code of an XML error body ("NoSuchKey", "SignatureDoesNotMatch"), or ""
 std::string s3ErrorCode(const std::string& body);
 

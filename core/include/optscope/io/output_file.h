@@ -29,6 +29,10 @@ struct WriteOptions
     /// left temporaries there to look for, and looking was a listing of the folder per file (quadratic: a reshard to
     /// 5,000 ranks spent most of its 26 s in readdir)
     bool inFreshFolder = false;
+    /// object storage: set, the object is created only where none is, tagged with this (ObjectUpload::createOnlyNew):
+    /// a DCP output's objects, so that two runs writing one prefix cannot both succeed with a mix of their files,
+    /// and a failed run removes only its own
+    std::string newObjectsTag;
 };
 
 /// throws Error(Usage) naming @p output when it is one of @p inputs (the same path, or the same file by another name:
