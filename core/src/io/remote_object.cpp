@@ -1568,24 +1568,35 @@ std::string writerTagOf(const RemoteUrl& u, const std::string& target, const std
     return r.status == 200 ? r.writerTag : std::string();
 }
 
-/// runs the request that creates the object (its PUT, or the upload's completion). Created only where none is: a
-/// 412 means an object is there, ours when it carries our tag (an earlier try went through and its answer was
-/// lost), else another writer's, which is said and kept
+/// the store answered a create-only-if-new with 501 NotImplemented (an S3-compatible store without conditional
+/// writes): this process creates its objects without the condition from then on
+std::atomic<bool> g_storeRefusesConditions {false};
+
+/// runs the request that creates the object (its PUT, or the upload's completion), made by @p make(conditional).
+/// Created only where none is (with a writer tag): a 412 means an object is there, ours when it carries our tag (an
+/// earlier try went through and its answer was lost), else another writer's, which is said and kept. A store that
+/// does not implement the condition (501) is asked again without it: the prefix was found empty when the run
+/// started, only a second writer at the same time goes unnoticed there
 void performCreate(const RemoteUrl& u, const std::string& target, const std::string& shown,
-    const std::string& writerTag, const std::function<std::unique_ptr<Transfer>()>& make, const char* what)
+    const std::string& writerTag, const std::function<std::unique_ptr<Transfer>(bool)>& make, const char* what)
 {
     bool there = false;
     performRetrying(
-        1, [&](size_t) { return make(); },
+        1, [&](size_t) { return make(!writerTag.empty() && !g_storeRefusesConditions.load()); },
         [&](size_t, Response& r, bool mayRetry) {
             // S3 may answer a CompleteMultipartUpload with 200 and an error in the body
             if (r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty()) return true;
-            if (r.curl == CURLE_OK && r.status == 412 && !writerTag.empty()) {
+            const bool conditional = !writerTag.empty() && !g_storeRefusesConditions.load();
+            if (r.curl == CURLE_OK && r.status == 412 && conditional) {
                 there = true;
                 return true;
             }
+            if (r.curl == CURLE_OK && r.status == 501 && conditional && mayRetry) {
+                g_storeRefusesConditions.store(true);
+                return false;
+            }
             // 409 ConditionalRequestConflict: another conditional write of the key is in flight; asked again
-            const bool conflict = r.curl == CURLE_OK && r.status == 409 && !writerTag.empty();
+            const bool conflict = r.curl == CURLE_OK && r.status == 409 && conditional;
             if ((retryable(r) || conflict || (r.curl == CURLE_OK && r.status == 200)) && mayRetry) return false;
             fail(shown, r, what);
         });
@@ -1797,14 +1808,16 @@ void ObjectUpload::addParts(const std::string& parts)
 
 void ObjectUpload::complete()
 {
-    std::vector<Response> done;
     if (!m->sender.joinable() && m->uploadId.empty()) {
         // 16 MiB or less: one PUT
-        std::vector<std::string> headers;
-        if (!m->writerTag.empty()) headers = {createOnlyHeader(m->remote), writerTagHeader(m->remote, m->writerTag)};
         performCreate(
             m->remote, m->target, m->shown, m->writerTag,
-            [&] { return bodyRequest(m->remote, m->target, "PUT", m->filling.data(), m->filling.size(), headers); },
+            [&](bool conditional) {
+                std::vector<std::string> headers;
+                if (!m->writerTag.empty()) headers.push_back(writerTagHeader(m->remote, m->writerTag));
+                if (conditional) headers.push_back(createOnlyHeader(m->remote));
+                return bodyRequest(m->remote, m->target, "PUT", m->filling.data(), m->filling.size(), headers);
+            },
             "cannot write");
     } else {
         sendLastParts();
@@ -1815,15 +1828,14 @@ void ObjectUpload::complete()
                     + "</ETag></Part>";
         body += "</CompleteMultipartUpload>";
         const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
-        std::vector<std::string> headers;
-        if (!m->writerTag.empty()) headers.push_back(createOnlyHeader(m->remote));
         // not cut short by a cancel: the object would be there all the same, while the run reports it is not
         const Uncancellable completing;
         performCreate(
             m->remote, m->target, m->shown, m->writerTag,
-            [&] {
+            [&](bool conditional) {
                 return bodyRequest(m->remote, m->target + "?" + query, "POST",
-                    reinterpret_cast<const uint8_t*>(body.data()), body.size(), headers);
+                    reinterpret_cast<const uint8_t*>(body.data()), body.size(),
+                    conditional ? std::vector<std::string> {createOnlyHeader(m->remote)} : std::vector<std::string>());
             },
             "cannot complete the upload");
     }
