@@ -38,28 +38,42 @@ std::string idKeyedMessage(const std::string& rootKey, NameSource namedBy)
     return message;
 }
 
-std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& table)
-{
-    std::vector<Finding> out;
-    for (size_t oi = 0; oi < table.optimizers.size(); ++oi) {
-        const OptimizerView& v = table.optimizers[oi];
-        const OptimizerKind kind = table.kinds[oi];
-        const std::string root = v.rootKey();
-        const std::string where = optimizerText(root);
-        const auto rows = table.rowsOf(static_cast<int>(oi));
-        const auto listed = v.groupParams();
-        // groups whose optimizer keeps no state (SGD without momentum): their parameters have none by design
-        std::vector<bool> keepsNone(v.groups.size());
-        bool allKeepNone = !v.groups.empty();
-        for (size_t g = 0; g < v.groups.size(); ++g) {
-            keepsNone[g] = groupKeepsNoState(kind, cp, v.groups[g]);
-            allKeepNone = allKeepNone && keepsNone[g];
-        }
-        const auto keepsNoState = [&](const ParamRow& r) {
-            return r.group >= 0 && static_cast<size_t>(r.group) < keepsNone.size()
-                && keepsNone[static_cast<size_t>(r.group)];
-        };
+namespace {
 
+/// The rules about one optimizer of a checkpoint, each adding its findings to out, in the order they are reported
+struct OptimizerReview
+{
+    const Checkpoint& cp;
+    const ParamTable& table;
+    size_t oi;
+    std::vector<Finding>& out;
+    const OptimizerView& v = table.optimizers[oi];
+    const OptimizerKind kind = table.kinds[oi];
+    const std::string root = v.rootKey();
+    const std::string where = optimizerText(root);
+    const std::vector<const ParamRow*> rows = table.rowsOf(static_cast<int>(oi));
+    const std::vector<std::string> listed = v.groupParams();
+    /// per group: its optimizer keeps no state (SGD without momentum), so its parameters have none by design
+    std::vector<bool> keepsNone = groupsKeepingNoState();
+
+    std::vector<bool> groupsKeepingNoState() const
+    {
+        std::vector<bool> none(v.groups.size());
+        for (size_t g = 0; g < v.groups.size(); ++g)
+            none[g] = groupKeepsNoState(kind, cp, v.groups[g]);
+        return none;
+    }
+    bool keepsNoState(const ParamRow& r) const
+    {
+        return r.group >= 0 && static_cast<size_t>(r.group) < keepsNone.size()
+            && keepsNone[static_cast<size_t>(r.group)];
+    }
+
+    /// no state at all though the groups list parameters: the only finding then (true)
+    bool emptyState()
+    {
+        const bool allKeepNone
+            = !keepsNone.empty() && std::all_of(keepsNone.begin(), keepsNone.end(), [](bool b) { return b; });
         if (v.params.empty() && !listed.empty() && !allKeepNone) {
             Finding f(FindingCode::EmptyState,
                 where + " lists " + std::to_string(listed.size())
@@ -70,8 +84,14 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             f.fix = "save after optimizer.step(), and check that get_optimizer_state_dict returns state";
             f.keys = head(listed);
             out.push_back(std::move(f));
-            continue;
+            return true;
         }
+        return false;
+    }
+
+    /// DSD's flattened format, which optimizer.load_state_dict cannot read
+    void flattenedFormat()
+    {
         if (v.flattened) {
             Finding f(FindingCode::FlattenedFormat,
                 where
@@ -94,6 +114,11 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
                 + guessed;
             out.push_back(std::move(f));
         }
+    }
+
+    /// keyed by integer ids: loading pairs by position; the fix re-keys by FQN when the names are known
+    void idKeyed()
+    {
         if (v.idKeyed && !v.params.empty()) {
             Finding f(FindingCode::IdKeyed, idKeyedMessage(root, table.sources[oi]), root);
             // only names the file or the user vouch for (param_names, --model); the model saved beside it may be
@@ -131,8 +156,12 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             }
             out.push_back(std::move(f));
         }
+    }
 
-        // parameters without state: frozen, or never given a gradient. LBFGS keeps all its state on the first one.
+    /// parameters listed in the groups without state: frozen, or never given a gradient (LBFGS keeps all its state
+    /// on the first one)
+    void statelessParams()
+    {
         std::vector<std::string> stateless;
         // (one rank's FSDP1 use_orig_params=True slices: parameters wholly on other ranks have none here)
         if (!v.params.empty() && !keepsAllStateOnFirstParam(kind) && !table.rankSlices[oi])
@@ -152,6 +181,11 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             f.keys = head(stateless);
             out.push_back(std::move(f));
         }
+    }
+
+    /// state for parameters that no group lists
+    void orphanState()
+    {
         std::vector<std::string> orphans;
         // a Megatron reader that could not tell the groups' members leaves every params list empty and says so
         // (megatron-param-groups): the state is not orphaned, its groups are unknown
@@ -169,8 +203,11 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
             f.keys = head(orphans);
             out.push_back(std::move(f));
         }
+    }
 
-        // step: one value per optimizer, a 0-dim float32 tensor
+    /// step: one value per optimizer, a 0-dim float32 tensor
+    void steps()
+    {
         std::map<double, std::vector<std::string>> steps;
         std::vector<std::string> oddDtype;
         for (const auto& p : v.params) {
@@ -221,6 +258,22 @@ std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& t
                 {FixAction::Kind::CastStep, "", "float32", "cast every step to a 0-dim float32 tensor"});
             out.push_back(std::move(f));
         }
+    }
+};
+
+} // namespace
+
+std::vector<Finding> optimizerFindings(const Checkpoint& cp, const ParamTable& table)
+{
+    std::vector<Finding> out;
+    for (size_t oi = 0; oi < table.optimizers.size(); ++oi) {
+        OptimizerReview review {cp, table, oi, out};
+        if (review.emptyState()) continue;
+        review.flattenedFormat();
+        review.idKeyed();
+        review.statelessParams();
+        review.orphanState();
+        review.steps();
     }
     return out;
 }
