@@ -864,6 +864,18 @@ TEST(Diagnose, ShardGapOverlapAndEmptyState)
     EXPECT_NE(finding(diagnose("adam_empty_state.pt", ""), "empty-state"), nullptr);
 }
 
+TEST(Diagnose, StateThatNoGroupListsIsNamed)
+{
+    // Adam's state dict with id 3 taken out of its group, its state kept: PyTorch's load_state_dict keeps that state
+    // under the raw id 3, where no parameter reads it (tests/fixtures/make_fixtures.py, orphan_state)
+    const Diagnosis d = diagnose("adam_orphan_state.pt", "");
+    const DiagnosisFinding* f = finding(d, "unexpected-state");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->keys, (std::vector<std::string> {"id 3"}));
+    EXPECT_NE(f->message.find("no param_group lists"), std::string::npos) << f->message;
+    EXPECT_EQ(finding(diagnose("adam_int.pt", ""), "unexpected-state"), nullptr);
+}
+
 TEST(Diagnose, FqnListAsTheModel)
 {
     const ExpectedParams exp = ExpectedParams::fromFqnList(kData + "/diag/model_fqns.txt");
