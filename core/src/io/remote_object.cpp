@@ -1432,6 +1432,13 @@ std::unique_ptr<Transfer> bodyRequest(const RemoteUrl& u, const std::string& url
     return t;
 }
 
+/// a body request's answer is a success: 2xx without an error in the body (S3 may answer a CompleteMultipartUpload
+/// with 200 and an error in the body)
+bool succeeded(const Response& r)
+{
+    return r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty();
+}
+
 /// runs body requests, retrying the ones that may be retried; throws naming @p shown for the first that fails
 void performBodies(std::vector<std::function<std::unique_ptr<Transfer>()>>& make, std::vector<Response>& out,
     const std::string& shown, const char* what)
@@ -1440,8 +1447,7 @@ void performBodies(std::vector<std::function<std::unique_ptr<Transfer>()>>& make
     performRetrying(
         make.size(), [&](size_t i) { return make[i](); },
         [&](size_t i, Response& r, bool mayRetry) {
-            // S3 may answer a CompleteMultipartUpload with 200 and an error in the body
-            if (r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty()) {
+            if (succeeded(r)) {
                 out[i] = std::move(r);
                 return true;
             }
@@ -1581,12 +1587,15 @@ void performCreate(const RemoteUrl& u, const std::string& target, const std::str
     const std::string& writerTag, const std::function<std::unique_ptr<Transfer>(bool)>& make, const char* what)
 {
     bool there = false;
+    bool conditional = false; // the request in flight asked for the condition
     performRetrying(
-        1, [&](size_t) { return make(!writerTag.empty() && !g_storeRefusesConditions.load()); },
+        1,
+        [&](size_t) {
+            conditional = !writerTag.empty() && !g_storeRefusesConditions.load();
+            return make(conditional);
+        },
         [&](size_t, Response& r, bool mayRetry) {
-            // S3 may answer a CompleteMultipartUpload with 200 and an error in the body
-            if (r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && xmlErrorCode(r.body).empty()) return true;
-            const bool conditional = !writerTag.empty() && !g_storeRefusesConditions.load();
+            if (succeeded(r)) return true;
             if (r.curl == CURLE_OK && r.status == 412 && conditional) {
                 there = true;
                 return true;
