@@ -19,9 +19,10 @@ using namespace optscope;
 
 namespace {
 
-const char* const kJobVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-    "SLURM_NTASKS", "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
-    "OPTSCOPE_JOB_TIMEOUT", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
+const char* const kJobVariables[]
+    = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+        "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "OPTSCOPE_JOB_TIMEOUT",
+        "OPTSCOPE_JOB_STALL_TIMEOUT", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
 
 /// sets the variables for one test and restores the process's environment afterwards
 class Environment
@@ -82,8 +83,23 @@ TEST(Job, TorchrunVariables)
     EXPECT_EQ(s.masterAddr, "node7");
     EXPECT_EQ(s.masterPort, 29500);
     EXPECT_EQ(s.timeout.count(), 2500);
+    EXPECT_EQ(s.stallTimeout.count(), 600000); // the default
     EXPECT_FALSE(s.agentStore);
     EXPECT_EQ(s.localSize, 1); // not said: alone on its machine
+}
+
+TEST(Job, StallTimeoutIsAtLeastTheTimeout)
+{
+    const std::map<std::string, std::string> job {
+        {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
+    auto with = [&](std::map<std::string, std::string> more) {
+        more.insert(job.begin(), job.end());
+        Environment env(more);
+        return jobSpecFromEnvironment();
+    };
+    EXPECT_EQ(with({{"OPTSCOPE_JOB_STALL_TIMEOUT", "90.5"}}).stallTimeout.count(), 90500);
+    // a stall shorter than the silence that declares a process gone would call a slow beat a hang
+    EXPECT_EQ(with({{"OPTSCOPE_JOB_TIMEOUT", "30"}, {"OPTSCOPE_JOB_STALL_TIMEOUT", "5"}}).stallTimeout.count(), 30000);
 }
 
 TEST(Job, ProcessesOnOneMachineAreCountedForThreadPools)
@@ -152,6 +168,10 @@ TEST(Job, BadVariablesAreUsageErrorsNamingThem)
     EXPECT_NE(usageError({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
                              {"OPTSCOPE_JOB_TIMEOUT", "0"}})
                   .find("OPTSCOPE_JOB_TIMEOUT"),
+        std::string::npos);
+    EXPECT_NE(usageError({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
+                             {"OPTSCOPE_JOB_STALL_TIMEOUT", "ten"}})
+                  .find("OPTSCOPE_JOB_STALL_TIMEOUT must be seconds"),
         std::string::npos);
 }
 

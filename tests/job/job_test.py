@@ -525,6 +525,42 @@ def faults():
     for leftover in os.listdir(parent):  # rank 0's temporary, if it had made one: it never ran again to remove it
         shutil.rmtree(os.path.join(parent, leftover), ignore_errors=True)
 
+    # - a worker whose main thread hangs (paused at its first output bytes: blocked opening a FIFO, as on a read
+    #   from a hung file system) while its heartbeat thread beats on: the others waited for ever; now they declare
+    #   it hung after OPTSCOPE_JOB_STALL_TIMEOUT, and it ends itself once the job has failed (srun would keep it)
+    port = servers.free_port()
+    fifo = pause_fifos("hang1")
+    stall = dict(OPTSCOPE_JOB_STALL_TIMEOUT=str(TIMEOUT))
+    procs = [start(0, 3, port, quick, **stall),
+             start(1, 3, port, quick, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo, **stall),
+             start(2, 3, port, quick, **stall)]
+    said = paused_at(fifo, procs[1])
+    codes, errs, secs = finish(procs, bound + TIMEOUT)
+    check(said == "writing" and codes == [2, 2, 2] and "rank 1 is alive but its work has not moved" in errs[0]
+          and "exiting now" in errs[1] and secs < bound + TIMEOUT and nothing_left(parent),
+          f"a worker whose main thread hangs, heartbeat alive: all exit 2 in {secs:.1f} s, rank 0 names it, it ends "
+          f"itself, nothing left ({codes}; {errs[0].strip()[-160:]}; {errs[1].strip()[-120:]}; {os.listdir(parent)})")
+    # - rank 0 hangs so: it leaves its temporary (nothing can remove it while its thread is stuck), as it says, and
+    #   the next run to that output removes it
+    port = servers.free_port()
+    fifo = pause_fifos("hang0")
+    procs = [start(0, 3, port, quick, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo, **stall),
+             start(1, 3, port, quick, **stall), start(2, 3, port, quick, **stall)]
+    said = paused_at(fifo, procs[0])
+    codes, errs, secs = finish(procs, bound + TIMEOUT)
+    rc, _, err = run1(quick)
+    check(said == "writing" and codes == [2, 2, 2] and "rank 0 is alive but its work has not moved" in errs[1]
+          and "a temporary next to the output may remain" in errs[0] and rc == 0 and os.listdir(parent) == ["out"],
+          f"rank 0's main thread hangs: all exit 2 in {secs:.1f} s naming it; the next run removes its temporary "
+          f"({codes}; {errs[1].strip()[-120:]}; {rc} {err.strip()[-120:]}; {os.listdir(parent)})")
+    shutil.rmtree(out, ignore_errors=True)
+    # - and the same stall timeout on a job that works: no process is taken for hung
+    port = servers.free_port()
+    codes, errs, secs = finish([start(r, 3, port, quick, **stall) for r in range(3)], bound)
+    check(codes == [0, 0, 0], f"the same stall timeout on a job that works: all exit 0 ({codes}; "
+          f"{' | '.join(e.strip()[-120:] for e in errs)})")
+    shutil.rmtree(out, ignore_errors=True)
+
     # the output exists already: rank 0 refuses, every process exits non-zero, the folder untouched
     os.makedirs(out)
     with open(os.path.join(out, "keep"), "w") as f:

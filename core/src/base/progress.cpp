@@ -2,7 +2,36 @@
 #include "optscope/base/progress.h"
 #include "optscope/base/error.h"
 
+#include <atomic>
+
 namespace optscope {
+
+namespace {
+std::atomic<bool> g_workMoved {false};
+}
+
+void markWorkMoved()
+{
+    // a load first: polls from many threads do not all write one cache line when it is marked already
+    if (!g_workMoved.load(std::memory_order_relaxed)) g_workMoved.store(true, std::memory_order_relaxed);
+}
+
+bool takeWorkMoved()
+{
+    return g_workMoved.exchange(false, std::memory_order_relaxed);
+}
+
+void Progress::operator()(double fraction, std::string_view stage) const
+{
+    markWorkMoved();
+    if (report) report(fraction, stage);
+}
+
+bool Progress::isCancelled() const
+{
+    markWorkMoved();
+    return cancelled && cancelled();
+}
 
 void Progress::checkCancelled() const
 {
@@ -32,6 +61,7 @@ std::function<bool()> CancelScope::current()
 
 bool CancelScope::cancelled()
 {
+    markWorkMoved();
     return t_innermost && t_innermost->m_cancelled && t_innermost->m_cancelled();
 }
 

@@ -76,6 +76,19 @@ bool envInt(const char* name, long lo, long hi, long& out)
     return true;
 }
 
+/// the variable @p name as seconds (fractions allowed) into @p out, unchanged when it is not set; throws Error(Usage)
+void envSeconds(const char* name, std::chrono::milliseconds& out)
+{
+    const char* t = std::getenv(name);
+    if (!t) return;
+    char* end = nullptr;
+    const double s = std::strtod(t, &end);
+    if (*t == '\0' || *end != '\0' || !(s > 0) || s > 86400)
+        throw Error(ErrorKind::Usage, {},
+            std::string(name) + " must be seconds, more than 0 and at most 86400, not '" + t + "'");
+    out = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
+}
+
 } // namespace
 
 JobSpec jobSpecFromEnvironment()
@@ -125,14 +138,9 @@ JobSpec jobSpecFromEnvironment()
     if (!envInt("MASTER_PORT", 1, 65535, port))
         throw Error(ErrorKind::Usage, {}, "a job of " + std::to_string(size) + " processes needs MASTER_PORT");
     spec.masterPort = static_cast<uint16_t>(port);
-    if (const char* t = std::getenv("OPTSCOPE_JOB_TIMEOUT")) {
-        char* end = nullptr;
-        const double s = std::strtod(t, &end);
-        if (*t == '\0' || *end != '\0' || !(s > 0) || s > 86400)
-            throw Error(ErrorKind::Usage, {},
-                std::string("OPTSCOPE_JOB_TIMEOUT must be seconds, more than 0 and at most 86400, not '") + t + "'");
-        spec.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
-    }
+    envSeconds("OPTSCOPE_JOB_TIMEOUT", spec.timeout);
+    envSeconds("OPTSCOPE_JOB_STALL_TIMEOUT", spec.stallTimeout);
+    spec.stallTimeout = std::max(spec.stallTimeout, spec.timeout);
     return spec;
 }
 
@@ -158,6 +166,8 @@ struct Job::State
     /// MASTER_PORT) blocks a call for ever, libtorch's client having no receive timeout
     std::atomic<int64_t> mainCallSince {0};
     std::atomic<int64_t> beatCallSince {0};
+    /// when the heartbeat last found this process's work moved (ns on the steady clock)
+    std::atomic<int64_t> workMovedAt {nowNs()};
     std::thread watchdog;
 
     State() = default;
@@ -284,6 +294,12 @@ struct Job::State
         return std::max<Clock::duration>(std::chrono::seconds(1), 2 * beatInterval());
     }
 
+    /// A beat is one add to "beat/RANK": 1, and kWorkMoved more when the process's work moved since the last beat.
+    /// The low 32 bits count beats (the process lives), the rest count beats with work (it is not hung).
+    static constexpr int64_t kWorkMoved = int64_t(1) << 32;
+    static bool sameBeats(int64_t a, int64_t b) { return (a & (kWorkMoved - 1)) == (b & (kWorkMoved - 1)); }
+    static bool sameWork(int64_t a, int64_t b) { return a / kWorkMoved == b / kWorkMoved; }
+
     void beat()
     {
         const std::string key = spec.keyPrefix + "beat/" + std::to_string(spec.rank);
@@ -293,8 +309,11 @@ struct Job::State
             lock.unlock();
             std::string error;
             int64_t n = 0;
+            const bool moved = takeWorkMoved();
+            if (moved) workMovedAt = nowNs();
             beatCallSince = nowNs();
-            const bool ok = ops->add(store, key, 1, n, error) && ops->add(store, failedKey, 0, n, error);
+            const bool ok
+                = ops->add(store, key, moved ? 1 + kWorkMoved : 1, n, error) && ops->add(store, failedKey, 0, n, error);
             beatCallSince = 0;
             if (!ok) {
                 storeLost = true;
@@ -310,15 +329,27 @@ struct Job::State
 
     /// Ends the process when a call to the store has not returned for the timeout and 5 s: nothing else can (the
     /// call blocks in libtorch), and the job cannot go on without its store. Its temporaries are rank 0's, whose
-    /// loss the other processes see in turn.
+    /// loss the other processes see in turn. Ends it too when the job has failed and this process's work has not
+    /// moved for the stall timeout: it hangs (the others may have declared it so), and would otherwise hold its
+    /// share of the cluster until the scheduler's time limit.
     void watch()
     {
         const int64_t limit
             = std::chrono::duration_cast<std::chrono::nanoseconds>(spec.timeout).count() + 5'000'000'000LL;
+        const int64_t stallLimit = std::chrono::duration_cast<std::chrono::nanoseconds>(spec.stallTimeout).count();
         std::unique_lock<std::mutex> lock(stopMutex);
         while (!stopping) {
             stopWake.wait_for(lock, std::chrono::seconds(1), [&] { return stopping; });
             const int64_t now = nowNs();
+            if (failed && now - workMovedAt > stallLimit) {
+                std::fprintf(stderr,
+                    "optscope-cli (rank %d of %d): the job failed and this process's work has not moved for %lld s "
+                    "(OPTSCOPE_JOB_STALL_TIMEOUT; it hangs, e.g. on a read that never returns); exiting now: a "
+                    "temporary next to the output may remain, which the next run that writes that output removes\n",
+                    spec.rank, spec.size, static_cast<long long>(stallLimit / 1'000'000'000LL));
+                std::fflush(stderr);
+                std::_Exit(2);
+            }
             for (const int64_t since : {mainCallSince.load(), beatCallSince.load()})
                 if (since != 0 && now - since > limit) {
                     std::fprintf(stderr,
@@ -338,7 +369,8 @@ struct Job::State
     struct Watch
     {
         std::vector<int64_t> beats;
-        std::vector<Clock::time_point> changed;
+        std::vector<Clock::time_point> changed; ///< when the rank's beats last moved
+        std::vector<Clock::time_point> worked; ///< when its work last moved
         Clock::time_point lastCheck = Clock::now();
     };
     /// waits until @p ready(); @p pending(r) says whether rank r is still awaited. Throws Error on any failure.
@@ -347,6 +379,7 @@ struct Job::State
         Watch w;
         w.beats.assign(static_cast<size_t>(spec.size), -1);
         w.changed.assign(static_cast<size_t>(spec.size), Clock::now());
+        w.worked = w.changed;
         auto pause = std::chrono::microseconds(200);
         for (;;) {
             if (failed) throw Error(ErrorKind::Io, {}, "stopped: " + failureText());
@@ -367,13 +400,21 @@ struct Job::State
                 for (int r = 0; r < spec.size; ++r) {
                     if (r == spec.rank || !pending(r) || !watched(r)) continue;
                     const int64_t b = add("beat/" + std::to_string(r), 0);
-                    if (b != w.beats[r]) {
-                        w.beats[r] = b;
-                        w.changed[r] = now;
-                    } else if (now - w.changed[r] > spec.timeout) {
-                        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(spec.timeout).count();
-                        publishFailure("rank " + std::to_string(r) + " stopped answering for " + std::to_string(secs)
+                    const bool first = w.beats[r] == -1;
+                    if (first || !sameWork(b, w.beats[r])) w.worked[r] = now;
+                    if (first || !sameBeats(b, w.beats[r])) w.changed[r] = now;
+                    w.beats[r] = b;
+                    using std::chrono::duration_cast;
+                    using std::chrono::seconds;
+                    if (now - w.changed[r] > spec.timeout) {
+                        publishFailure("rank " + std::to_string(r) + " stopped answering for "
+                            + std::to_string(duration_cast<seconds>(spec.timeout).count())
                             + " s (it was killed, or it hangs)");
+                    } else if (now - w.worked[r] > spec.stallTimeout) {
+                        publishFailure("rank " + std::to_string(r) + " is alive but its work has not moved for "
+                            + std::to_string(duration_cast<seconds>(spec.stallTimeout).count())
+                            + " s (OPTSCOPE_JOB_STALL_TIMEOUT): it hangs, e.g. on a read that never returns or a "
+                              "file system that stopped answering");
                     }
                 }
             }

@@ -25,14 +25,18 @@ struct Progress
     /// checkpoint counts.
     std::function<void(std::vector<Entry>&& batch)> entriesFound;
 
-    void operator()(double fraction, std::string_view stage) const
-    {
-        if (report) report(fraction, stage);
-    }
-    bool isCancelled() const { return cancelled && cancelled(); }
+    void operator()(double fraction, std::string_view stage) const;
+    bool isCancelled() const;
     /// throws Error(Cancelled) if the caller asked to stop
     void checkCancelled() const;
 };
+
+/// Whether this process's work moved since the last take: every progress report and every poll for cancellation
+/// (Progress, CancelScope) marks it with one relaxed store. A job's heartbeat takes the mark at each beat, so that the
+/// others can tell a process whose work goes on from one whose threads all wait on something that never comes (a
+/// read from a hung file system, a deadlock) while its heartbeat thread still beats.
+void markWorkMoved();
+bool takeWorkMoved();
 
 /// Makes a cancel predicate (a Progress's) the calling thread's for the scope's life, so that code which waits on
 /// the world outside the process and has no Progress of its own (a remote request stalled on its server, a read

@@ -11,7 +11,10 @@
 // that is killed or hangs stops its heartbeat (a thread, every 250 ms, 2 ms per process from 125 processes on: the
 // store answers a bounded load) and is declared gone after the job's timeout
 // (OPTSCOPE_JOB_TIMEOUT seconds, default 60), which also bounds the rendezvous; losing rank 0 (which serves the
-// store) is an error on every other process at once.
+// store) is an error on every other process at once. A process whose heartbeat goes on but whose work has stopped
+// moving (every thread waits on a read that never returns, a deadlock: the beat carries whether its work moved) is
+// declared hung after OPTSCOPE_JOB_STALL_TIMEOUT (default 600 s); once the job has failed, such a process ends
+// itself after that time too, since nothing else would (srun keeps a job's other tasks running by default).
 
 #include <chrono>
 #include <cstdint>
@@ -40,13 +43,16 @@ struct JobSpec
     bool agentStore = false;
     std::string keyPrefix;
     std::chrono::milliseconds timeout {60000};
+    /// how long a process whose heartbeat goes on may go without its work moving (markWorkMoved) before it is
+    /// declared hung (OPTSCOPE_JOB_STALL_TIMEOUT; at least the timeout)
+    std::chrono::milliseconds stallTimeout {600000};
 };
 
 /// torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE,
 /// TORCHELASTIC_RESTART_COUNT) or, without RANK, Slurm's
-/// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, with MASTER_ADDR and MASTER_PORT given); OPTSCOPE_JOB_TIMEOUT
-/// (seconds). Neither set, or a world of one: a one-process spec. Throws Error(Usage) naming the variable that is
-/// missing or malformed.
+/// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, with MASTER_ADDR and MASTER_PORT given); OPTSCOPE_JOB_TIMEOUT and
+/// OPTSCOPE_JOB_STALL_TIMEOUT (seconds). Neither set, or a world of one: a one-process spec. Throws Error(Usage) naming
+/// the variable that is missing or malformed.
 JobSpec jobSpecFromEnvironment();
 
 /// Which of @p parts processes does each unit of work, given each unit's weight (bytes): the heaviest first, each to
