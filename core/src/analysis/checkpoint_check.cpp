@@ -213,7 +213,14 @@ private:
         }
         // a lazy conj/neg bit in a torch.save file's pickle, known at open (a DCP item's: below, as it is read)
         if (t.lazyBits) add(FindingCode::LazyBit, e.key, lazyBitText(t.lazyBits, t.dtype));
-        const ShardLayout L = ShardLayout::of(t);
+        checkLayout(e, ShardLayout::of(t));
+        if (m_opt.readChunks || m_opt.firstChunkPerFile) checkStoredChunks(e);
+    }
+
+    /// what the metadata alone says of the chunks' placement: outside the tensor, overlapping, gaps
+    void checkLayout(const Entry& e, const ShardLayout& L)
+    {
+        const TensorEntry& t = *e.tensor;
         for (size_t i : L.outOfBounds) {
             auto& f = add(FindingCode::ChunkOutOfBounds, e.key,
                 "chunk at offsets " + shapeText(t.chunks[i].offsets) + " sizes " + shapeText(t.chunks[i].sizes)
@@ -221,7 +228,6 @@ private:
             f.ranks = {t.chunks[i].rank};
             f.offsets = {t.chunks[i].offsets};
         }
-        const bool isStep = !e.path.empty() && e.path.back().key == "step";
         // A region listed k times is one finding (the k - 1 pairs ShardLayout lists for it, each repeat with the
         // first), partly overlapping pairs one finding each up to kMaxPairFindings, then one that counts the rest:
         // 2,000 listings of one row were 1,999,001 findings (1.37 GB of output)
@@ -231,8 +237,7 @@ private:
             const auto& o = L.overlaps[k];
             const TensorChunk a = t.chunks[o.first];
             const TensorChunk b = t.chunks[o.second];
-            const bool identical = a.offsets == b.offsets && a.sizes == b.sizes;
-            if (!identical) {
+            if (a.offsets != b.offsets || a.sizes != b.sizes) {
                 ++k;
                 if (pairFindings == kMaxPairFindings) {
                     ++pairsNotListed;
@@ -250,55 +255,7 @@ private:
             std::vector<size_t> listed {o.first};
             for (; k < L.overlaps.size() && L.overlaps[k].first == o.first; ++k)
                 listed.push_back(L.overlaps[k].second);
-            std::vector<int> ranks;
-            for (size_t idx : listed)
-                ranks.push_back(t.chunks.rank(idx));
-            std::string rankList;
-            for (size_t r = 0; r < ranks.size() && r < 8; ++r)
-                rankList += (r ? ", " : "") + std::to_string(ranks[r]);
-            if (ranks.size() > 8) rankList += ", ...";
-            const std::string times = listed.size() == 2 ? "twice" : std::to_string(listed.size()) + " times";
-            Finding* f = nullptr;
-            bool same = m_opt.readChunks;
-            for (size_t r = 1; same && r < listed.size(); ++r)
-                same = sameBytes(e, listed[0], listed[r]);
-            if (same) {
-                f = &add(FindingCode::ChunkDuplicate, e.key,
-                    "the same region " + boxText(o.region) + " is listed " + times + " "
-                        + (listed.size() == 2 && a.rank == b.rank
-                                ? "(both entries point to rank " + std::to_string(a.rank) + "'s copy)"
-                                : listed.size() == 2
-                                ? "(ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + ")"
-                                : "(ranks " + rankList + ")")
-                        + " with identical bytes");
-            } else if (isStep && m_opt.readChunks) {
-                std::string values;
-                for (size_t r = 0; r < listed.size() && r < 8; ++r) {
-                    const size_t idx = listed[r];
-                    try {
-                        TensorEntry one = t;
-                        one.chunks = {t.chunks[idx]};
-                        Entry tmp = e;
-                        tmp.tensor = one;
-                        const auto v = readTensorValues(m_cp, tmp, 1);
-                        values += (values.empty() ? "" : " vs ") + std::string("rank ")
-                            + std::to_string(t.chunks.rank(idx)) + ": " + (v.empty() ? "?" : numberText(v[0]));
-                    } catch (const Error&) { }
-                }
-                if (listed.size() > 8) values += " vs ...";
-                f = &add(FindingCode::StepRankConflict, e.key, "step differs between ranks (" + values + ")");
-            } else if (listed.size() == 2) {
-                f = &add(FindingCode::ChunkOverlap, e.key,
-                    "chunks of ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + " overlap at "
-                        + boxText(o.region) + " (same region, different bytes)");
-            } else {
-                f = &add(FindingCode::ChunkOverlap, e.key,
-                    "the same region " + boxText(o.region) + " is listed " + times + " (ranks " + rankList
-                        + "), not all with the same bytes");
-            }
-            f->ranks = ranks;
-            f->offsets = {a.offsets};
-            if (listed.size() == 2) f->offsets.push_back(b.offsets);
+            addRepeatedRegion(e, o.region, listed);
         }
         if (pairsNotListed > 0 || L.overlapsTruncated)
             add(FindingCode::ChunkOverlap, e.key,
@@ -315,18 +272,92 @@ private:
             add(FindingCode::ChunkGap, e.key,
                 "chunks cover " + std::to_string(L.coveredElements) + " of " + std::to_string(L.totalElements)
                     + " elements");
+    }
 
-        if (!m_opt.readChunks && !m_opt.firstChunkPerFile) return;
-        // NaN and ±inf, counted in the chunks as they are read (every byte is read anyway); a region listed twice
-        // (a replicated chunk, a duplicate) counts once
-        const bool countValues = m_opt.readChunks && dtypeHasNonFinite(t.dtype);
+    /// one region listed by the chunks @p listed (two or more): the same bytes (a duplicate), a step counter whose
+    /// values differ between ranks, or an overlap of different bytes
+    void addRepeatedRegion(const Entry& e, const TensorBox& region, const std::vector<size_t>& listed)
+    {
+        const TensorEntry& t = *e.tensor;
+        const TensorChunk a = t.chunks[listed[0]];
+        const TensorChunk b = t.chunks[listed[1]];
+        std::vector<int> ranks;
+        for (size_t idx : listed)
+            ranks.push_back(t.chunks.rank(idx));
+        std::string rankList;
+        for (size_t r = 0; r < ranks.size() && r < 8; ++r)
+            rankList += (r ? ", " : "") + std::to_string(ranks[r]);
+        if (ranks.size() > 8) rankList += ", ...";
+        const std::string times = listed.size() == 2 ? "twice" : std::to_string(listed.size()) + " times";
+        const bool isStep = !e.path.empty() && e.path.back().key == "step";
+        Finding* f = nullptr;
+        bool same = m_opt.readChunks;
+        for (size_t r = 1; same && r < listed.size(); ++r)
+            same = sameBytes(e, listed[0], listed[r]);
+        if (same) {
+            f = &add(FindingCode::ChunkDuplicate, e.key,
+                "the same region " + boxText(region) + " is listed " + times + " "
+                    + (listed.size() == 2 && a.rank == b.rank
+                            ? "(both entries point to rank " + std::to_string(a.rank) + "'s copy)"
+                            : listed.size() == 2
+                            ? "(ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + ")"
+                            : "(ranks " + rankList + ")")
+                    + " with identical bytes");
+        } else if (isStep && m_opt.readChunks) {
+            f = &add(
+                FindingCode::StepRankConflict, e.key, "step differs between ranks (" + stepValues(e, listed) + ")");
+        } else if (listed.size() == 2) {
+            f = &add(FindingCode::ChunkOverlap, e.key,
+                "chunks of ranks " + std::to_string(a.rank) + " and " + std::to_string(b.rank) + " overlap at "
+                    + boxText(region) + " (same region, different bytes)");
+        } else {
+            f = &add(FindingCode::ChunkOverlap, e.key,
+                "the same region " + boxText(region) + " is listed " + times + " (ranks " + rankList
+                    + "), not all with the same bytes");
+        }
+        f->ranks = ranks;
+        f->offsets = {a.offsets};
+        if (listed.size() == 2) f->offsets.push_back(b.offsets);
+    }
+
+    /// "rank 0: 3 vs rank 1: 4": the step counter each of the first 8 chunks @p listed holds
+    std::string stepValues(const Entry& e, const std::vector<size_t>& listed)
+    {
+        const TensorEntry& t = *e.tensor;
+        std::string values;
+        for (size_t r = 0; r < listed.size() && r < 8; ++r) {
+            const size_t idx = listed[r];
+            try {
+                TensorEntry one = t;
+                one.chunks = {t.chunks[idx]};
+                Entry tmp = e;
+                tmp.tensor = one;
+                const auto v = readTensorValues(m_cp, tmp, 1);
+                values += (values.empty() ? "" : " vs ") + std::string("rank ") + std::to_string(t.chunks.rank(idx))
+                    + ": " + (v.empty() ? "?" : numberText(v[0]));
+            } catch (const Error&) { }
+        }
+        if (listed.size() > 8) values += " vs ...";
+        return values;
+    }
+
+    /// What a tensor's chunks read back: CRCs, the stored dtype and shape against the metadata's, lazy bits and
+    /// (reading every byte anyway) NaN and ±inf. Sampling (firstChunkPerFile) reads one chunk's header per file.
+    struct ChunkTally
+    {
         NonFiniteCounts nonFinite;
         std::set<int> nonFiniteRanks;
+        /// regions counted already: one listed twice (a replicated chunk, a duplicate) counts once
         std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> counted;
-        // a DCP item's lazy conj/neg bit, in its own pickle; the stored bytes of a tensor with a bit are checked as
+        // a DCP item's lazy conj/neg bit, in its own pickle: the stored bytes of a tensor with a bit are checked as
         // any (CRCs, shapes), its values are not counted (a neg bit swaps +inf and -inf)
         std::set<int> lazyBitRanks;
         uint8_t itemBits = 0;
+    };
+    void checkStoredChunks(const Entry& e)
+    {
+        const TensorEntry& t = *e.tensor;
+        ChunkTally tally;
         for (size_t i = 0; i < t.chunks.size(); ++i) {
             // already reported (missing-storage-info / missing-file): decided per file id, with no value per chunk
             // (2.2M chunks whose files are missing took 20% of check in set lookups and chunk copies)
@@ -337,63 +368,74 @@ private:
                 if (auto k = m_sampledAhead.find(c.source.file); k != m_sampledAhead.end()) m_ahead->before(k->second);
             ++m_report.chunksChecked;
             try {
-                // sampling reads a chunk's header only (dtype, shape): a remote chunk's bytes are left where they are
-                const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c, !m_opt.readChunks, true);
-                if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, d);
-                if (d.lazyBits && !t.lazyBits) {
-                    lazyBitRanks.insert(c.rank);
-                    itemBits |= d.lazyBits;
-                }
-                if (d.dtype != t.dtype) {
-                    auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
-                        "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
-                            + ", the tensor is " + std::string(dtypeName(t.dtype)));
-                    f.ranks = {c.rank};
-                    f.offsets = {c.offsets};
-                }
-                if (d.sizes != c.sizes) {
-                    auto& f = add(FindingCode::ChunkShapeMismatch, e.key,
-                        "chunk of rank " + std::to_string(c.rank) + " stores shape " + shapeText(d.sizes)
-                            + ", the metadata says " + shapeText(c.sizes));
-                    f.ranks = {c.rank};
-                    f.offsets = {c.offsets};
-                } else if (countValues && d.dtype == t.dtype && !d.lazyBits && !t.lazyBits
-                    && counted.emplace(c.offsets, c.sizes).second) {
-                    const NonFiniteCounts n = countNonFinite(d);
-                    m_cp.files->checkFaults(); // a fault zeroed what was counted: that chunk is unreadable
-                    nonFinite += n;
-                    if (n.any()) nonFiniteRanks.insert(c.rank);
-                }
-                // a DCP item read whole (its CRCs summed, its values counted from d's own copy): a remote object
-                // gives its blocks back as the items are done
-                ChunkReader::finishItem(d, c);
+                checkStoredChunk(e, c, tally);
             } catch (const Error& err) {
                 if (err.kind() == ErrorKind::Cancelled) throw;
-                if (err.kind() == ErrorKind::Truncated) {
-                    // the reader found this range past the end of its file already: that finding gets the rank
-                    // and offsets, rather than a second finding of the same chunk
-                    auto it = m_rangeFindings.find(e.key);
-                    if (it != m_rangeFindings.end() && !it->second.empty()) {
-                        Finding& f = m_report.findings[it->second.front()];
-                        m_completedWarnings.push_back(it->second.front());
-                        it->second.erase(it->second.begin());
-                        f.ranks = {c.rank};
-                        f.offsets = {c.offsets};
-                        continue;
-                    }
-                }
-                auto& f = add(
-                    err.kind() == ErrorKind::Truncated ? FindingCode::ChunkTruncated : FindingCode::UnreadableChunk,
-                    e.key, err.what());
-                f.ranks = {c.rank};
-                f.offsets = {c.offsets};
+                addUnreadableChunk(e, c, err);
             }
         }
-        if (nonFinite.any()) addNonFinite(e, nonFinite, nonFiniteRanks);
-        if (!lazyBitRanks.empty()) { // one finding per tensor, with the ranks whose items carry the bit
-            auto& f = add(FindingCode::LazyBit, e.key, lazyBitText(itemBits, t.dtype));
-            f.ranks.assign(lazyBitRanks.begin(), lazyBitRanks.end());
+        if (tally.nonFinite.any()) addNonFinite(e, tally.nonFinite, tally.nonFiniteRanks);
+        if (!tally.lazyBitRanks.empty()) { // one finding per tensor, with the ranks whose items carry the bit
+            auto& f = add(FindingCode::LazyBit, e.key, lazyBitText(tally.itemBits, t.dtype));
+            f.ranks.assign(tally.lazyBitRanks.begin(), tally.lazyBitRanks.end());
         }
+    }
+
+    void checkStoredChunk(const Entry& e, const TensorChunk& c, ChunkTally& tally)
+    {
+        const TensorEntry& t = *e.tensor;
+        // sampling reads a chunk's header only (dtype, shape): a remote chunk's bytes are left where they are
+        const ChunkData d = ChunkReader::resolveAsStored(m_cp, e, c, !m_opt.readChunks, true);
+        if (m_opt.readChunks && m_opt.checksums) verifyCrc(e, c, d);
+        if (d.lazyBits && !t.lazyBits) {
+            tally.lazyBitRanks.insert(c.rank);
+            tally.itemBits |= d.lazyBits;
+        }
+        if (d.dtype != t.dtype) {
+            auto& f = add(FindingCode::ChunkDtypeMismatch, e.key,
+                "chunk of rank " + std::to_string(c.rank) + " stores " + std::string(dtypeName(d.dtype))
+                    + ", the tensor is " + std::string(dtypeName(t.dtype)));
+            f.ranks = {c.rank};
+            f.offsets = {c.offsets};
+        }
+        const bool countValues = m_opt.readChunks && dtypeHasNonFinite(t.dtype);
+        if (d.sizes != c.sizes) {
+            auto& f = add(FindingCode::ChunkShapeMismatch, e.key,
+                "chunk of rank " + std::to_string(c.rank) + " stores shape " + shapeText(d.sizes)
+                    + ", the metadata says " + shapeText(c.sizes));
+            f.ranks = {c.rank};
+            f.offsets = {c.offsets};
+        } else if (countValues && d.dtype == t.dtype && !d.lazyBits && !t.lazyBits
+            && tally.counted.emplace(c.offsets, c.sizes).second) {
+            const NonFiniteCounts n = countNonFinite(d);
+            m_cp.files->checkFaults(); // a fault zeroed what was counted: that chunk is unreadable
+            tally.nonFinite += n;
+            if (n.any()) tally.nonFiniteRanks.insert(c.rank);
+        }
+        // a DCP item read whole (its CRCs summed, its values counted from d's own copy): a remote object gives its
+        // blocks back as the items are done
+        ChunkReader::finishItem(d, c);
+    }
+
+    void addUnreadableChunk(const Entry& e, const TensorChunk& c, const Error& err)
+    {
+        if (err.kind() == ErrorKind::Truncated) {
+            // the reader found this range past the end of its file already: that finding gets the rank and
+            // offsets, rather than a second finding of the same chunk
+            auto it = m_rangeFindings.find(e.key);
+            if (it != m_rangeFindings.end() && !it->second.empty()) {
+                Finding& f = m_report.findings[it->second.front()];
+                m_completedWarnings.push_back(it->second.front());
+                it->second.erase(it->second.begin());
+                f.ranks = {c.rank};
+                f.offsets = {c.offsets};
+                return;
+            }
+        }
+        auto& f = add(err.kind() == ErrorKind::Truncated ? FindingCode::ChunkTruncated : FindingCode::UnreadableChunk,
+            e.key, err.what());
+        f.ranks = {c.rank};
+        f.offsets = {c.offsets};
     }
 
     /// one finding per tensor holding NaN or ±inf, with torch.isnan / isposinf / isneginf's counts
