@@ -864,6 +864,33 @@ TEST(Diagnose, ShardGapOverlapAndEmptyState)
     EXPECT_NE(finding(diagnose("adam_empty_state.pt", ""), "empty-state"), nullptr);
 }
 
+// Replicated DTensors saved once per rank whose copies disagree (real DCP writing with deduplication skipped,
+// tests/data/diag/dcp_replica_conflict: extra.step 2.0 on rank 0 and 3.0 on rank 1). DCP's metadata keys a chunk's
+// storage by key and offsets, so the second copy's location replaces the first's: both listings point to rank 1's
+// bytes, which is what dcp.load reads (3.0, checked by the generator). Check says so for each key, and a region
+// listed twice is counted once for NaN and inf.
+TEST(Check, ReplicatedCopiesListedTwiceAreOneCopyAndCountedOnce)
+{
+    const auto cp = open("diag/dcp_replica_conflict");
+    const CheckReport r = checkCheckpoint(*cp);
+    std::map<std::string, std::vector<const Finding*>> byKey;
+    for (const auto& f : r.findings)
+        byKey[f.key].push_back(&f);
+    ASSERT_EQ(byKey.size(), 3u) << r.toJson().dump(1);
+    for (const char* key : {"extra.step", "extra.ema", "extra.scale"}) {
+        const auto& fs = byKey[key];
+        ASSERT_FALSE(fs.empty()) << key;
+        EXPECT_EQ(fs[0]->code, FindingCode::ChunkDuplicate) << key;
+        EXPECT_NE(fs[0]->message.find("both entries point to rank 1's copy"), std::string::npos) << fs[0]->message;
+        EXPECT_EQ(fs[0]->ranks, (std::vector<int> {1, 1})) << key;
+    }
+    ASSERT_EQ(byKey["extra.scale"].size(), 2u);
+    const Finding& nonFinite = *byKey["extra.scale"][1];
+    EXPECT_EQ(nonFinite.code, FindingCode::NonFinite);
+    const std::vector<std::pair<std::string, int64_t>> once {{"numel", 4}, {"nan", 1}, {"posinf", 1}, {"neginf", 0}};
+    EXPECT_EQ(nonFinite.counts, once);
+}
+
 TEST(Diagnose, StateThatNoGroupListsIsNamed)
 {
     // Adam's state dict with id 3 taken out of its group, its state kept: PyTorch's load_state_dict keeps that state
