@@ -510,7 +510,29 @@ private:
         return s + "]";
     }
 
+    /// The flat per-bucket tensors of a dp_reshardable DistributedOptimizer checkpoint, as one entry per weight and
+    /// state: where each rank's part of each weight lies in its buckets (placeInBuffers), then those ranges as the
+    /// weights' chunks (emitPlaced). Buckets the model weights do not explain stay as they are, with a warning.
     void mapBuckets()
+    {
+        const std::map<BucketKey, Bucket> buckets = collectBuckets();
+        if (buckets.empty()) {
+            m_builder.warn(ReaderCode::MegatronBucketLayout, "dp_reshardable checkpoint without flat bucket tensors");
+            return;
+        }
+        std::string failure;
+        const std::vector<Placed> placed = placeInBuffers(buckets, failure);
+        if (!failure.empty()) {
+            m_builder.warn(ReaderCode::MegatronBucketLayout,
+                "the flat dp_reshardable buckets are shown as they are: the model weights in reverse order at "
+                "64-element-aligned offsets do not explain them: "
+                    + failure);
+            return;
+        }
+        emitPlaced(buckets, placed);
+    }
+
+    std::map<BucketKey, Bucket> collectBuckets() const
     {
         std::map<BucketKey, Bucket> buckets;
         for (size_t i = 0; i < m_cp.entries.size(); ++i) {
@@ -522,10 +544,33 @@ private:
             b.states[k->state] = i;
             if (e.tensor->shape.size() == 1) b.numel = e.tensor->shape[0];
         }
-        if (buckets.empty()) {
-            m_builder.warn(ReaderCode::MegatronBucketLayout, "dp_reshardable checkpoint without flat bucket tensors");
-            return;
-        }
+        return buckets;
+    }
+
+    static std::string bucketName(const BucketKey& k)
+    {
+        return "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf) + " " + k.dtypeText
+            + ", bucket " + std::to_string(k.bucket);
+    }
+
+    /// a rank's part of one weight at its place in a bucket
+    struct Placed
+    {
+        const BucketKey* key;
+        size_t weight;
+        int64_t start;
+        std::vector<int64_t> offsets, sizes; ///< the rank's part of the weight (the whole weight without TP)
+        bool emit; ///< false for the copies of a replicated weight on tensor-parallel ranks after the first
+    };
+
+    /// Each dp group is the model chunk of one (tensor, pipeline) parallel rank (core_v0.16.1: dp_group_idx = tp +
+    /// TP * pp; a writer's rank = tp + TP * dp + TP * DP * pp). Its buffer holds the parameters that rank holds, in
+    /// reverse registration order at 64-element-aligned offsets, cut into buckets that each end with a parameter: for
+    /// a tensor-parallel weight the rank's shard (its chunk of the weight), for a replicated one (a row-parallel bias)
+    /// the whole tensor, which every tensor-parallel rank holds and the first one gives. @p failure says why the
+    /// buckets do not fit that.
+    std::vector<Placed> placeInBuffers(const std::map<BucketKey, Bucket>& buckets, std::string& failure) const
+    {
         // the weights that fill the buffers, per parameter dtype, in registration (file) order
         std::map<std::string, std::vector<size_t>> byDtype; // dtype text -> weights
         for (const auto& [k, b] : buckets) {
@@ -535,26 +580,7 @@ private:
             for (size_t w : m_weights)
                 if (!dt || m_cp.entries[w].tensor->dtype == *dt) list.push_back(w);
         }
-        auto nameOf = [](const BucketKey& k) {
-            return "dp group " + std::to_string(k.dpGroup) + ", buffer " + std::to_string(k.gbuf) + " " + k.dtypeText
-                + ", bucket " + std::to_string(k.bucket);
-        };
-        std::string failure;
         const ParallelLayout layout = parallelLayout(buckets, failure);
-
-        // each dp group is the model chunk of one (tensor, pipeline) parallel rank (core_v0.16.1: dp_group_idx = tp +
-        // TP * pp; a writer's rank = tp + TP * dp + TP * DP * pp). Its buffer holds the parameters that rank holds,
-        // in reverse registration order at 64-element-aligned offsets, cut into buckets that each end with a
-        // parameter: for a tensor-parallel weight the rank's shard (its chunk of the weight), for a replicated one
-        // (a row-parallel bias) the whole tensor, which every tensor-parallel rank holds and the first one gives
-        struct Placed
-        {
-            const BucketKey* key;
-            size_t weight;
-            int64_t start;
-            std::vector<int64_t> offsets, sizes; ///< the rank's part of the weight (the whole weight without TP)
-            bool emit; ///< false for the copies of a replicated weight on tensor-parallel ranks after the first
-        };
         std::vector<Placed> placed;
         std::set<int> groups;
         for (const auto& [k, b] : buckets)
@@ -565,90 +591,103 @@ private:
             for (const auto& [k, b] : buckets)
                 if (k.dpGroup == *g) groupBuckets[k.dtypeText].push_back({&k, b.numel});
             for (const auto& [dtype, list] : groupBuckets) {
-                // this rank's parts of the weights of its stage, in registration order; a block's layers stacked
-                // on one axis (decoder.layers.<name>, the default) are registered layer by layer, each layer with
-                // every weight of the stack: the stage's rows of the run of stacked weights, one layer at a time
-                std::vector<Placed> parts;
-                const auto& ws = byDtype[dtype];
-                const auto stacked = [&](size_t k) {
-                    const Entry& e = m_cp.entries[ws[k]];
-                    return stackedLayers(e.key) && !e.tensor->shape.empty();
-                };
-                for (size_t i = 0; i < ws.size();) {
-                    size_t j = i + 1;
-                    if (stacked(i))
-                        while (j < ws.size() && stacked(j))
-                            ++j;
-                    std::vector<Placed> run;
-                    for (size_t k = i; k < j; ++k) {
-                        Placed part {nullptr, ws[k], 0, {}, {}, true};
-                        if (rankPart(*m_cp.entries[ws[k]].tensor, layout, tp, pp, part.offsets, part.sizes, part.emit,
-                                stacked(k)))
-                            run.push_back(std::move(part));
-                    }
-                    if (!stacked(i) || run.empty()) {
-                        parts.insert(parts.end(), run.begin(), run.end());
-                    } else {
-                        const int64_t first = run.front().offsets[0], layers = run.front().sizes[0];
-                        for (const auto& r : run)
-                            if (r.offsets[0] != first || r.sizes[0] != layers)
-                                failure = "the stacked weights from '" + m_cp.entries[ws[i]].key
-                                    + "' hold different layers on pipeline stage " + std::to_string(pp);
-                        for (int64_t l = first; l < first + layers; ++l)
-                            for (const auto& r : run) {
-                                Placed layer = r;
-                                layer.offsets[0] = l;
-                                layer.sizes[0] = 1;
-                                parts.push_back(std::move(layer));
-                            }
-                    }
-                    i = j;
-                }
-                if (!failure.empty()) break;
-                size_t item = parts.size(); // placed from the last: the buffer's order is reversed
-                for (const auto& [k, numel] : list) {
-                    if (numel <= 0) {
-                        failure = nameOf(*k) + " has no 1-D flat tensors";
-                        break;
-                    }
-                    int64_t pos = 0;
-                    while (pos < numel && failure.empty()) {
-                        if (item == 0) {
-                            failure = nameOf(*k) + " holds " + std::to_string(numel)
-                                + " elements, more than the weights of its rank fill";
-                            break;
-                        }
-                        Placed& part = parts[--item];
-                        const int64_t start = (pos + 63) / 64 * 64;
-                        const int64_t end = start + numelOf(part.sizes);
-                        if (end > numel) {
-                            failure = "'" + m_cp.entries[part.weight].key + "' (" + std::to_string(numelOf(part.sizes))
-                                + " elements at " + std::to_string(start) + ") does not end inside " + nameOf(*k) + " ("
-                                + std::to_string(numel) + " elements)";
-                            break;
-                        }
-                        part.key = k;
-                        part.start = start;
-                        placed.push_back(part);
-                        pos = end;
-                    }
-                    if (!failure.empty()) break;
-                }
-                if (failure.empty() && item != 0)
-                    failure = std::to_string(item) + " model weights of " + dtype + " of dp group " + std::to_string(*g)
+                std::vector<Placed> parts = rankParts(byDtype[dtype], layout, tp, pp, failure);
+                if (failure.empty()) fillBuckets(parts, list, placed, failure);
+                if (failure.empty() && !parts.empty())
+                    failure = std::to_string(parts.size()) + " model weights of " + dtype + " of dp group "
+                        + std::to_string(*g)
                         + " are left over after its last bucket (buffers, frozen weights or other model chunks)";
                 if (!failure.empty()) break;
             }
         }
-        if (!failure.empty()) {
-            m_builder.warn(ReaderCode::MegatronBucketLayout,
-                "the flat dp_reshardable buckets are shown as they are: the model weights in reverse order at "
-                "64-element-aligned offsets do not explain them: "
-                    + failure);
-            return;
-        }
+        return placed;
+    }
 
-        // one entry per weight and state, its chunks gathered from every group that holds a part of it
+    /// The rank (@p tp, @p pp)'s parts of the weights @p ws of its stage, in registration order. A block's layers
+    /// stacked on one axis (decoder.layers.<name>, the default) are registered layer by layer, each layer with every
+    /// weight of the stack: the stage's rows of the run of stacked weights, one layer at a time.
+    std::vector<Placed> rankParts(
+        const std::vector<size_t>& ws, const ParallelLayout& layout, int tp, int pp, std::string& failure) const
+    {
+        std::vector<Placed> parts;
+        const auto stacked = [&](size_t k) {
+            const Entry& e = m_cp.entries[ws[k]];
+            return stackedLayers(e.key) && !e.tensor->shape.empty();
+        };
+        for (size_t i = 0; i < ws.size();) {
+            size_t j = i + 1;
+            if (stacked(i))
+                while (j < ws.size() && stacked(j))
+                    ++j;
+            std::vector<Placed> run;
+            for (size_t k = i; k < j; ++k) {
+                Placed part {nullptr, ws[k], 0, {}, {}, true};
+                if (rankPart(
+                        *m_cp.entries[ws[k]].tensor, layout, tp, pp, part.offsets, part.sizes, part.emit, stacked(k)))
+                    run.push_back(std::move(part));
+            }
+            if (!stacked(i) || run.empty()) {
+                parts.insert(parts.end(), run.begin(), run.end());
+            } else {
+                const int64_t first = run.front().offsets[0], layers = run.front().sizes[0];
+                for (const auto& r : run)
+                    if (r.offsets[0] != first || r.sizes[0] != layers) {
+                        failure = "the stacked weights from '" + m_cp.entries[ws[i]].key
+                            + "' hold different layers on pipeline stage " + std::to_string(pp);
+                        return parts;
+                    }
+                for (int64_t l = first; l < first + layers; ++l)
+                    for (const auto& r : run) {
+                        Placed layer = r;
+                        layer.offsets[0] = l;
+                        layer.sizes[0] = 1;
+                        parts.push_back(std::move(layer));
+                    }
+            }
+            i = j;
+        }
+        return parts;
+    }
+
+    /// places @p parts into the buckets @p list (key, numel) of one buffer, from the last part (the buffer's order
+    /// is reversed), each at the next 64-element boundary; what is placed moves to @p placed, what no bucket took
+    /// stays in @p parts
+    void fillBuckets(std::vector<Placed>& parts, const std::vector<std::pair<const BucketKey*, int64_t>>& list,
+        std::vector<Placed>& placed, std::string& failure) const
+    {
+        for (const auto& [k, numel] : list) {
+            if (numel <= 0) {
+                failure = bucketName(*k) + " has no 1-D flat tensors";
+                return;
+            }
+            for (int64_t pos = 0; pos < numel;) {
+                if (parts.empty()) {
+                    failure = bucketName(*k) + " holds " + std::to_string(numel)
+                        + " elements, more than the weights of its rank fill";
+                    return;
+                }
+                Placed part = std::move(parts.back());
+                parts.pop_back();
+                const int64_t start = (pos + 63) / 64 * 64;
+                const int64_t end = start + numelOf(part.sizes);
+                if (end > numel) {
+                    failure = "'" + m_cp.entries[part.weight].key + "' (" + std::to_string(numelOf(part.sizes))
+                        + " elements at " + std::to_string(start) + ") does not end inside " + bucketName(*k) + " ("
+                        + std::to_string(numel) + " elements)";
+                    return;
+                }
+                part.key = k;
+                part.start = start;
+                placed.push_back(std::move(part));
+                pos = end;
+            }
+        }
+    }
+
+    /// the placed parts as entries: one per weight and state, its chunks gathered from every group that holds a part
+    /// of it, in place of the flat buckets
+    void emitPlaced(const std::map<BucketKey, Bucket>& buckets, const std::vector<Placed>& placed)
+    {
         std::set<size_t> consumed;
         std::map<const BucketKey*, int> bufferIds;
         std::map<std::pair<size_t, std::string>, Entry> outputs; // (weight, state) -> entry
