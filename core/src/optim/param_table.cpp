@@ -743,6 +743,178 @@ void nameByModel(const OptimizerView& view, OptimizerKind kind, size_t count, co
               "cannot tell them apart");
 }
 
+/// a note per model whose tied weights were saved as one tensor: @p reference always, the model in the file when
+/// the table lists an optimizer's parameters
+void noteTiedWeights(
+    const ModelParams* reference, const ModelParams* inFile, bool optimizers, std::vector<std::string>& notes)
+{
+    for (const ModelParams* m : {reference, inFile})
+        if (m && !m->tiedTo.empty() && (m == reference || optimizers)) {
+            std::string tied;
+            for (const auto& [name, to] : m->tiedTo)
+                tied += (tied.empty() ? "" : ", ") + name + " = " + to;
+            notes.push_back(m->source + ": tied weights saved as one tensor (" + tied
+                + "): one parameter each, as model.parameters() lists them");
+        }
+}
+
+/// The parameters a reader named for the optimizer @p view (its file keyed them by integer id): FQN -> origin, and
+/// the rule it named them by in @p readerSource (unchanged when it named none)
+std::map<std::string, const ParamOrigin*> readerNamed(
+    const Checkpoint& checkpoint, const OptimizerView& view, NameSource& readerSource)
+{
+    std::map<std::string, const ParamOrigin*> origins;
+    for (const auto& o : checkpoint.paramOrigins)
+        if (!view.idKeyed && o.optimizer == view.rootKey()) {
+            origins.emplace(o.fqn, &o);
+            for (auto s : {NameSource::ModelInFile, NameSource::ReferenceOrder, NameSource::TrainerGroups,
+                     NameSource::ParamNames, NameSource::Fsdp1Layout})
+                if (o.how == nameSourceText(s)) readerSource = s;
+        }
+    return origins;
+}
+
+/// how the rows of one optimizer are named: the names of its id-keyed parameters in group order (or none: its keys
+/// are names), the rule, and the reader's namings
+struct RowNaming
+{
+    NameSource source = NameSource::None;
+    NameSource readerSource = NameSource::None;
+    std::vector<std::string> names;
+    std::vector<Confidence> confidences;
+    std::map<std::string, const ParamOrigin*> origins;
+};
+
+/// the name, rule and confidence of row @p r (parameter @p i of @p order; @p inGroups: param_groups lists it)
+void nameRow(ParamRow& r, const OptimizerView& view, const RowNaming& naming, size_t i, bool inGroups)
+{
+    if (!view.idKeyed) {
+        r.fqn = r.id;
+        r.source = naming.source;
+        r.confidence = Confidence::Stored;
+        // a parameter the reader named (its file keyed it by integer id): that id and the rule
+        if (auto o = naming.origins.find(r.id); o != naming.origins.end()) {
+            r.id = o->second->id;
+            r.source = naming.readerSource;
+            for (auto c : {Confidence::Stored, Confidence::Exact, Confidence::ShapeUnique, Confidence::IndexOrder,
+                     Confidence::OrderAssumed})
+                if (o->second->confidence == confidenceText(c)) r.confidence = c;
+        }
+    } else if (inGroups && i < naming.names.size()) {
+        r.fqn = naming.names[i];
+        r.source = naming.source;
+        r.confidence = naming.source == NameSource::ParamNames ? Confidence::Stored
+            : i < naming.confidences.size()                    ? naming.confidences[i]
+                                                               : Confidence::Exact;
+    }
+}
+
+/// the shape, numel and note of row @p r: from its state, then the model's shape for its name (@p shapesFrom)
+void shapeRow(ParamRow& r, OptimizerKind kind, const OptimizerParam* p, bool inGroups, bool rankSlices,
+    const ModelParams* shapesFrom)
+{
+    if (p) {
+        for (const auto& [name, e] : p->states)
+            r.states.push_back(name);
+        r.shape = paramShapeFromState(kind, *p);
+        if (!r.shape.empty()) r.numel = numelOf(r.shape);
+    } else if (inGroups) {
+        r.note = "no state (frozen, or no step taken yet)";
+    }
+    if (shapesFrom && !r.fqn.empty()) {
+        auto ms = shapesFrom->shapes.find(r.fqn);
+        if (ms == shapesFrom->shapes.end()) ms = shapesFrom->shapes.find(r.normalized);
+        if (ms != shapesFrom->shapes.end()) {
+            const auto want
+                = p ? expectedStateShape(kind, "exp_avg", ms->second) : std::optional<std::vector<int64_t>>();
+            if (p && want && r.shape != *want && !r.shape.empty())
+                r.note = "state shape " + shapeText(r.shape) + " differs from the model's " + shapeText(ms->second);
+            r.shape = ms->second;
+            r.numel = numelOf(r.shape);
+        }
+    }
+    if (rankSlices && inGroups) {
+        // FSDP1 use_orig_params=True: the state is this rank's slice of the parameter
+        const int64_t held = p && shapedState(*p) ? shapedState(*p)->tensor->shape[0] : 0;
+        r.note = "this rank holds " + std::to_string(held) + " of its " + std::to_string(r.numel)
+            + " elements (FSDP1 use_orig_params=True slice)";
+    }
+    if (!inGroups) r.note = "has state but is in no param_group";
+    if (keepsAllStateOnFirstParam(kind) && r.position > 0 && !p)
+        r.note = std::string(optimizerKindName(kind)) + " keeps its state on the first parameter";
+}
+
+/// the rows of a model-only checkpoint: its parameters
+void addModelRows(const ModelParams& m, std::vector<ParamRow>& rows)
+{
+    for (const auto& fqn : m.fqns) {
+        ParamRow r;
+        r.fqn = fqn;
+        r.confidence = Confidence::Stored;
+        r.normalized = normalizeFqn(fqn).fqn;
+        if (const auto s = m.shapes.find(fqn); s != m.shapes.end()) r.shape = s->second;
+        r.numel = numelOf(r.shape);
+        r.jumpKey = (m.root.empty() ? std::string() : joinKeyPath(m.root) + ".") + fqn;
+        rows.push_back(std::move(r));
+    }
+}
+
+/// parameters stored in flat per-rank partitions (DeepSpeed ZeRO, Megatron's buckets): the flat columns say where, as
+/// for FSDP1
+void placeFlatSlots(const Checkpoint& checkpoint, ParamTable& table)
+{
+    if (checkpoint.flatSlots.empty()) return;
+    std::map<std::string, const FlatPartitionSlot*> slotOf;
+    for (const auto& slot : checkpoint.flatSlots)
+        slotOf.emplace(slot.fqn, &slot);
+    size_t mapped = 0;
+    for (auto& r : table.rows) {
+        auto it = slotOf.find(r.fqn);
+        // only the main model-parallel rank's optimizer ("optim"); others sit under their mp_rank_MM prefix
+        const bool mainOptimizer
+            = r.optimizer < 0 || table.optimizers[static_cast<size_t>(r.optimizer)].rootKey() == "optim";
+        if (it == slotOf.end() || r.flatParam >= 0 || !mainOptimizer) continue;
+        r.flatParam = it->second->buffer;
+        r.flatUnit = it->second->bufferName;
+        r.flatOffset = it->second->offset;
+        const std::string where
+            = it->second->bufferName + " at " + std::to_string(it->second->offset) + ": " + it->second->note;
+        r.note = r.note.empty() ? where : r.note + "; " + where;
+        ++mapped;
+    }
+    if (mapped)
+        table.notes.push_back(std::to_string(mapped) + " parameters lie in flat per-rank partitions ("
+            + checkpoint.formatDetail + "): flat parameter = the partitioned buffer, offset = first element in it");
+}
+
+/// How the id-keyed parameters of optimizer @p index are named (by stored param_names, by the model's order and
+/// shapes); false when they were mapped as raw FSDP1 shards, whose rows mapFsdp1 added
+bool nameIds(ParamTable& t, const Checkpoint& checkpoint, int index, const ModelParams* reference,
+    const Checkpoint* referenceCheckpoint, const ParamTableOptions& options, IdNames& named)
+{
+    const OptimizerView& view = t.optimizers[static_cast<size_t>(index)];
+    const std::vector<std::string> ids = view.groupParams();
+    if (!view.idKeyed || nameByParamNames(view, named)) return true;
+    // 3. raw FSDP1 shards: fewer, all 1-D "parameters" than the model has
+    bool oneDim = !view.params.empty() && !keepsAllStateOnFirstParam(t.kinds.back());
+    for (const auto& p : view.params) {
+        const Entry* e = shapedState(p);
+        oneDim = oneDim && (!e || e->tensor->shape.size() == 1);
+    }
+    const Checkpoint* modelCp = t.modelInFile ? &checkpoint : referenceCheckpoint;
+    const ModelParams* model = t.modelInFile ? &*t.modelInFile : reference;
+    if (oneDim && modelCp && model && model->fqns.size() != ids.size()
+        && mapFsdp1(checkpoint, index, view, *modelCp, options, t.rows, t.notes)) {
+        t.sources.push_back(NameSource::Fsdp1Layout);
+        return false;
+    }
+    if (oneDim && !model && ids.size() > 0)
+        t.notes.push_back("every state of '" + view.rootKey()
+            + "' is 1-D: if this is a raw FSDP1 optimizer file, give the model to map flat parameters to FQNs");
+    nameByModel(view, t.kinds.back(), ids.size(), t.modelInFile ? &*t.modelInFile : nullptr, reference, named, t.notes);
+    return true;
+}
+
 } // namespace
 
 ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* reference,
@@ -753,181 +925,65 @@ ParamTable ParamTable::build(const Checkpoint& checkpoint, const ModelParams* re
     out.modelInFile = ModelParams::modelPartOf(checkpoint, !out.optimizers.empty());
     if (!out.optimizers.empty() && out.modelInFile && out.modelInFile->root.empty()) out.modelInFile.reset();
     const ModelParams* shapesFrom = reference ? reference : out.modelInFile ? &*out.modelInFile : nullptr;
-    const ModelParams* inFile = out.modelInFile ? &*out.modelInFile : nullptr;
-    for (const ModelParams* m : {reference, inFile})
-        if (m && !m->tiedTo.empty() && (m == reference || !out.optimizers.empty())) {
-            std::string tied;
-            for (const auto& [name, to] : m->tiedTo)
-                tied += (tied.empty() ? "" : ", ") + name + " = " + to;
-            out.notes.push_back(m->source + ": tied weights saved as one tensor (" + tied
-                + "): one parameter each, as model.parameters() lists them");
-        }
+    noteTiedWeights(reference, out.modelInFile ? &*out.modelInFile : nullptr, !out.optimizers.empty(), out.notes);
 
     for (size_t oi = 0; oi < out.optimizers.size(); ++oi) {
         const int index = static_cast<int>(oi);
         const OptimizerView& view = out.optimizers[oi];
         out.kinds.push_back(detectOptimizerKind(view));
         out.rankSlices.push_back(0);
-        const std::vector<std::string> ids = view.groupParams();
         IdNames named;
         named.source = view.idKeyed ? NameSource::None
             : view.flattened        ? NameSource::FlattenedKey
                                     : NameSource::StateKey;
-        if (view.idKeyed && !nameByParamNames(view, named)) {
-            // 3. raw FSDP1 shards: fewer, all 1-D "parameters" than the model has
-            bool oneDim = !view.params.empty() && !keepsAllStateOnFirstParam(out.kinds.back());
-            for (const auto& p : view.params) {
-                const Entry* e = shapedState(p);
-                oneDim = oneDim && (!e || e->tensor->shape.size() == 1);
-            }
-            const Checkpoint* modelCp = out.modelInFile ? &checkpoint : referenceCheckpoint;
-            const ModelParams* model = out.modelInFile ? &*out.modelInFile : reference;
-            if (oneDim && modelCp && model && model->fqns.size() != ids.size()
-                && mapFsdp1(checkpoint, index, view, *modelCp, options, out.rows, out.notes)) {
-                out.sources.push_back(NameSource::Fsdp1Layout);
-                continue;
-            }
-            if (oneDim && !model && ids.size() > 0)
-                out.notes.push_back("every state of '" + view.rootKey()
-                    + "' is 1-D: if this is a raw FSDP1 optimizer file, give the model to map flat parameters to "
-                      "FQNs");
-            nameByModel(view, out.kinds.back(), ids.size(), inFile, reference, named, out.notes);
-        }
+        if (!nameIds(out, checkpoint, index, reference, referenceCheckpoint, options, named)) continue;
         out.rankSlices.back() = named.rankSlices;
-        NameSource source = named.source;
-        const std::vector<std::string>& names = named.names;
-        const std::vector<Confidence>& confidences = named.confidences;
-        std::map<std::string, const ParamOrigin*> origins;
-        NameSource readerSource = source;
-        for (const auto& o : checkpoint.paramOrigins)
-            if (!view.idKeyed && o.optimizer == view.rootKey()) {
-                origins.emplace(o.fqn, &o);
-                for (auto s : {NameSource::ModelInFile, NameSource::ReferenceOrder, NameSource::TrainerGroups,
-                         NameSource::ParamNames, NameSource::Fsdp1Layout})
-                    if (o.how == nameSourceText(s)) readerSource = s;
-            }
-        if (!origins.empty()) {
-            source = readerSource;
-            out.notes.push_back("'" + view.rootKey() + "': " + std::to_string(origins.size())
+        RowNaming naming;
+        naming.source = named.source;
+        naming.readerSource = named.source;
+        naming.names = std::move(named.names);
+        naming.confidences = std::move(named.confidences);
+        naming.origins = readerNamed(checkpoint, view, naming.readerSource);
+        if (!naming.origins.empty()) {
+            naming.source = naming.readerSource;
+            out.notes.push_back("'" + view.rootKey() + "': " + std::to_string(naming.origins.size())
                 + " parameters were keyed by integer id in the file; the reader named them by "
-                + nameSourceText(readerSource));
+                + nameSourceText(naming.readerSource));
         }
-        out.sources.push_back(source);
+        out.sources.push_back(naming.source);
 
         std::map<std::string, int> groupOf;
         for (size_t g = 0; g < view.groups.size(); ++g)
             for (const auto& p : view.groups[g].params)
                 groupOf.emplace(p, static_cast<int>(g));
         // every parameter named by param_groups, then any with state but no group
+        const std::vector<std::string> ids = view.groupParams();
         std::vector<std::string> order = ids;
         std::set<std::string> seen(ids.begin(), ids.end());
         for (const auto& p : view.params)
             if (seen.insert(p.key).second) order.push_back(p.key);
         for (size_t i = 0; i < order.size(); ++i) {
-            const std::string& key = order[i];
-            const OptimizerParam* p = view.param(key);
+            const OptimizerParam* p = view.param(order[i]);
+            const bool inGroups = i < ids.size();
             ParamRow r;
             r.optimizer = index;
-            r.id = key;
+            r.id = order[i];
             r.param = p;
-            const bool inGroups = i < ids.size();
             r.position = inGroups ? static_cast<int>(i) : -1;
-            if (!view.idKeyed) {
-                r.fqn = key;
-                r.source = source;
-                r.confidence = Confidence::Stored;
-                // a parameter the reader named (its file keyed it by integer id): that id and the rule
-                if (auto o = origins.find(key); o != origins.end()) {
-                    r.id = o->second->id;
-                    r.source = readerSource;
-                    for (auto c : {Confidence::Stored, Confidence::Exact, Confidence::ShapeUnique,
-                             Confidence::IndexOrder, Confidence::OrderAssumed})
-                        if (o->second->confidence == confidenceText(c)) r.confidence = c;
-                }
-            } else if (inGroups && i < names.size()) {
-                r.fqn = names[i];
-                r.source = source;
-                r.confidence = source == NameSource::ParamNames ? Confidence::Stored
-                    : i < confidences.size()                    ? confidences[i]
-                                                                : Confidence::Exact;
-            }
+            nameRow(r, view, naming, i, inGroups);
             r.normalized = normalizeFqn(r.fqn).fqn;
-            auto git = groupOf.find(key);
+            auto git = groupOf.find(order[i]);
             r.group = git == groupOf.end() ? -1 : git->second;
-            if (p) {
-                for (const auto& [name, e] : p->states)
-                    r.states.push_back(name);
-                r.shape = paramShapeFromState(out.kinds.back(), *p);
-                if (!r.shape.empty()) r.numel = numelOf(r.shape);
-            } else if (inGroups) {
-                r.note = "no state (frozen, or no step taken yet)";
-            }
-            if (shapesFrom && !r.fqn.empty()) {
-                auto ms = shapesFrom->shapes.find(r.fqn);
-                if (ms == shapesFrom->shapes.end()) ms = shapesFrom->shapes.find(r.normalized);
-                if (ms != shapesFrom->shapes.end()) {
-                    const auto want = p ? expectedStateShape(out.kinds.back(), "exp_avg", ms->second)
-                                        : std::optional<std::vector<int64_t>>();
-                    if (p && want && r.shape != *want && !r.shape.empty())
-                        r.note = "state shape " + shapeText(r.shape) + " differs from the model's "
-                            + shapeText(ms->second);
-                    r.shape = ms->second;
-                    r.numel = numelOf(r.shape);
-                }
-            }
-            if (out.rankSlices.back() && inGroups) {
-                // FSDP1 use_orig_params=True: the state is this rank's slice of the parameter
-                const int64_t held = p && shapedState(*p) ? shapedState(*p)->tensor->shape[0] : 0;
-                r.note = "this rank holds " + std::to_string(held) + " of its " + std::to_string(r.numel)
-                    + " elements (FSDP1 use_orig_params=True slice)";
-            }
-            if (!inGroups) r.note = "has state but is in no param_group";
-            if (keepsAllStateOnFirstParam(out.kinds.back()) && r.position > 0 && !p)
-                r.note = std::string(optimizerKindName(out.kinds.back())) + " keeps its state on the first parameter";
+            shapeRow(r, out.kinds.back(), p, inGroups, out.rankSlices.back(), shapesFrom);
             r.jumpKey = jumpKeyOf(view, p);
             out.rows.push_back(std::move(r));
         }
     }
     if (out.optimizers.empty()) {
-        // a model-only checkpoint: its parameters
-        if (const auto& m = out.modelInFile) { // as found above: without an optimizer nothing reset it
-            for (const auto& fqn : m->fqns) {
-                ParamRow r;
-                r.fqn = fqn;
-                r.confidence = Confidence::Stored;
-                r.normalized = normalizeFqn(fqn).fqn;
-                if (const auto s = m->shapes.find(fqn); s != m->shapes.end()) r.shape = s->second;
-                r.numel = numelOf(r.shape);
-                r.jumpKey = (m->root.empty() ? std::string() : joinKeyPath(m->root) + ".") + fqn;
-                out.rows.push_back(std::move(r));
-            }
-        }
+        if (out.modelInFile) addModelRows(*out.modelInFile, out.rows); // without an optimizer nothing reset it
         if (out.rows.empty()) out.notes.push_back("no optimizer state dict and no model parameters found");
     }
-    // parameters stored in flat per-rank partitions (DeepSpeed ZeRO): the flat columns say where, as for FSDP1
-    if (!checkpoint.flatSlots.empty()) {
-        std::map<std::string, const FlatPartitionSlot*> slotOf;
-        for (const auto& slot : checkpoint.flatSlots)
-            slotOf.emplace(slot.fqn, &slot);
-        size_t mapped = 0;
-        for (auto& r : out.rows) {
-            auto it = slotOf.find(r.fqn);
-            // only the main model-parallel rank's optimizer ("optim"); others sit under their mp_rank_MM prefix
-            const bool mainOptimizer
-                = r.optimizer < 0 || out.optimizers[static_cast<size_t>(r.optimizer)].rootKey() == "optim";
-            if (it == slotOf.end() || r.flatParam >= 0 || !mainOptimizer) continue;
-            r.flatParam = it->second->buffer;
-            r.flatUnit = it->second->bufferName;
-            r.flatOffset = it->second->offset;
-            const std::string where
-                = it->second->bufferName + " at " + std::to_string(it->second->offset) + ": " + it->second->note;
-            r.note = r.note.empty() ? where : r.note + "; " + where;
-            ++mapped;
-        }
-        if (mapped)
-            out.notes.push_back(std::to_string(mapped) + " parameters lie in flat per-rank partitions ("
-                + checkpoint.formatDetail + "): flat parameter = the partitioned buffer, offset = first element in it");
-    }
+    placeFlatSlots(checkpoint, out);
     return out;
 }
 
