@@ -299,6 +299,20 @@ TEST(ZeroDamaged, MissingRankFileIsAnErrorWithDeepSpeedsTextAndLeavesGaps)
     EXPECT_FALSE(f->fix.empty());
     EXPECT_EQ(bytesOf(*cp, "model.inp.weight"),
         bytesOf(*openCheckpoint(kZero + "/stage2/fp32/pytorch_model.bin"), "inp.weight"));
+    // a parameter whose partition lay wholly on rank 1, and its moments, are there without data: a gap of all of
+    // it, not a tensor "saved without data (meta device)" (said before; its moments were left out altogether)
+    for (const char* key : {"model.out.bias", "optim.state.out.bias.exp_avg", "optim.state.out.bias.exp_avg_sq"}) {
+        const Entry* e = cp->find(key);
+        ASSERT_TRUE(e) << key;
+        EXPECT_TRUE(e->tensor->storesNoData()) << key;
+        EXPECT_FALSE(e->tensor->withoutData()) << key;
+        const Finding* g = nullptr;
+        for (const auto& x : report.findings)
+            if (x.key == key && x.code == FindingCode::ChunkGap) g = &x;
+        ASSERT_TRUE(g) << key;
+        EXPECT_NE(g->message.find("no chunk covers [0:3] of the tensor [3]"), std::string::npos) << g->message;
+    }
+    EXPECT_EQ(findingOf(report.findings, FindingCode::TensorWithoutData), nullptr);
 }
 
 TEST(ZeroDamaged, MissingLatestReadsTheNewestTagAndSaysDeepSpeedLoadsNothing)

@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -212,6 +213,20 @@ TEST(Megatron, MissingCommonIsAnErrorNamingIt)
     // the sharded part still reads
     EXPECT_EQ(
         bytesOf(*cp, "model.inp.weight"), fileBytes(kMegatron + "/distopt_fully_reshardable/reference/inp.weight.bin"));
+    // but nothing that writes or verifies all of it runs without the iteration, args and param_groups (gather,
+    // reshard and verify wrote or passed without them, exit 0): each refuses, naming the file
+    const std::string out = (t.path / "out").string();
+    for (const auto& run : std::vector<std::function<void()>> {[&] { gatherCheckpoint(*cp, out + ".pt", {}); },
+             [&] { reshardCheckpoint(*cp, out, ReshardOptions {}); }, [&] { verifyByLoad(*cp, VerifyOptions {}); }}) {
+        try {
+            run();
+            ADD_FAILURE() << "ran on a checkpoint without its common.pt";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("common.pt' is missing"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_FALSE(fs::exists(out + ".pt"));
+    EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(Megatron, DamagedCommonIsAnErrorNamingIt)

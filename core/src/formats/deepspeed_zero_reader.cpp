@@ -748,6 +748,7 @@ void ZeroReading::readZero12(
                     addPieces(e, lo - m.offset, hi - m.offset, f, at, dp);
                 }
             }
+            w.inMissingFile = pieces.empty() && !missing.empty();
             out.weights[m.fqn] = std::move(w);
             for (const auto& name : stateNames) {
                 ParamState s;
@@ -761,7 +762,12 @@ void ZeroReading::readZero12(
                     s.tensor = true; // one value per flat partition (step): every parameter has it
                     s.entry = wholeTensor(t0, *o.files.at(r0), "base_optimizer_state '" + name + "'", r0);
                 } else if (t0 && t0->kind == PyKind::Tensor) {
-                    continue; // a shaped state no rank holds a piece of (missing rank)
+                    if (missing.empty()) continue;
+                    // a shaped state whose partitions all lie in the missing rank files: there, with no chunk
+                    s.tensor = true;
+                    s.entry.dtype = t0->tensor->dtype;
+                    s.entry.shape = m.shape;
+                    s.entry.inMissingFile = true;
                 } else {
                     s.value = t0 ? t0 : m_cp.arena->makeNone();
                 }

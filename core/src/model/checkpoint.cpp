@@ -321,10 +321,7 @@ bool Checkpoint::hasErrors() const
 std::string Checkpoint::missingDataReason() const
 {
     for (const CheckpointWarning& w : warnings)
-        if (w.isError
-            && (w.code == ReaderCode::MissingFile || w.code == ReaderCode::MissingTensor
-                || w.code == ReaderCode::SpecialFile || w.code == ReaderCode::PathOutsideCheckpoint))
-            return w.message;
+        if (w.isError && readerCodeInfo(w.code).contentMissing) return w.message;
     return {};
 }
 

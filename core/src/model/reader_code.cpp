@@ -9,10 +9,11 @@ const std::vector<ReaderCodeInfo>& readerCodeRegistry()
     using F = FindingCode;
     static const std::vector<ReaderCodeInfo> r = {
         // a global outside the safe set: check tells a writer library's class, pure data and the unsafe apart
+        // name, finding, checkedWhenWarning, contentMissing
         {R::UnsafeGlobal, "unsafe-global", F::UnsafeGlobal, true},
-        {R::MissingFile, "missing-file", F::MissingFile},
-        {R::PathOutsideCheckpoint, "path-outside-checkpoint", F::PathOutsideCheckpoint},
-        {R::SpecialFile, "special-file", F::SpecialFile},
+        {R::MissingFile, "missing-file", F::MissingFile, false, true},
+        {R::PathOutsideCheckpoint, "path-outside-checkpoint", F::PathOutsideCheckpoint, false, true},
+        {R::SpecialFile, "special-file", F::SpecialFile, false, true},
         {R::MissingStorageInfo, "missing-storage-info", F::MissingStorageInfo},
         {R::UnreadableValue, "unreadable-value", F::UnreadableValue},
         {R::BadMetadata, "bad-metadata", F::BadMetadata},
@@ -22,7 +23,7 @@ const std::vector<ReaderCodeInfo>& readerCodeRegistry()
         {R::ParamOrderAssumed, "param-order-assumed", F::ParamOrderAssumed, true},
         // check finds it from the entry (TensorEntry::withoutData), on every path that builds one
         {R::TensorWithoutData, "tensor-without-data", F::TensorWithoutData},
-        {R::ZeroMissingRankFile, "zero-missing-rank-file", F::ZeroMissingRankFile},
+        {R::ZeroMissingRankFile, "zero-missing-rank-file", F::ZeroMissingRankFile, false, true},
         {R::ZeroWorldSizeMismatch, "zero-world-size-mismatch", F::ZeroWorldSizeMismatch},
         {R::ZeroStageMismatch, "zero-stage-mismatch", F::ZeroStageMismatch},
         {R::ZeroMissingLatest, "zero-missing-latest", F::ZeroMissingLatest},
@@ -30,7 +31,7 @@ const std::vector<ReaderCodeInfo>& readerCodeRegistry()
         {R::MegatronParamGroups, "megatron-param-groups", F::MegatronParamGroups, true},
         {R::MegatronMissingLatest, "megatron-missing-latest", F::MegatronMissingLatest},
         {R::MegatronMissingMetadata, "megatron-missing-metadata", F::MegatronMissingMetadata},
-        {R::MegatronMissingCommon, "megatron-missing-common", F::MegatronMissingCommon},
+        {R::MegatronMissingCommon, "megatron-missing-common", F::MegatronMissingCommon, false, true},
         {R::ChunkOutOfRange, "chunk-out-of-range", F::ChunkTruncated},
         {R::BadStorageInfo, "bad-storage-info", F::MissingStorageInfo},
         {R::NoStorageData, "no-storage-data", F::MissingStorageInfo},
@@ -38,7 +39,7 @@ const std::vector<ReaderCodeInfo>& readerCodeRegistry()
         {R::BadShape, "bad-shape", F::BadMetadata},
         {R::UnsupportedTensor, "unsupported-tensor", F::BadMetadata},
         {R::UnsupportedDtype, "unsupported-dtype", F::BadMetadata},
-        {R::MissingTensor, "missing-tensor", F::BadMetadata},
+        {R::MissingTensor, "missing-tensor", F::BadMetadata, false, true},
         {R::DuplicateKey, "duplicate-key", F::BadMetadata},
         {R::IndexMismatch, "index-mismatch", F::BadMetadata},
         {R::UnknownOffsets, "unknown-offsets", F::BadMetadata},

@@ -112,6 +112,10 @@ struct TensorEntry
     /// a ShardedTensor of which this file holds no local shard while its metadata lists the shards, which cover
     /// it, on other ranks (a rank torch.chunk leaves without rows): its data is in the other ranks' files
     bool shardsElsewhere = false;
+    /// its data lies in a file of the checkpoint that is missing (a ZeRO rank's optimizer file, whose partition held
+    /// all of it): no chunk, but no meta tensor either; check reports its region as a gap, beside the reader's error
+    /// naming the file
+    bool inMissingFile = false;
     /// saved from a lazy conj() or _neg_view view (kLazyConj | kLazyNeg): torch.load applies the bits to the stored
     /// bytes, and so does every read (ChunkReader::resolve). DCP items carry the bits in their own pickle: the chunk's
     /// read finds them (ChunkData::lazyBits)
@@ -124,7 +128,7 @@ struct TensorEntry
     bool storesNoData() const { return chunks.empty() && numel() > 0; }
     /// saved without its data and no other file holds it (a meta-device tensor): the tensor-without-data rule, which
     /// a reader warns of and check reports
-    bool withoutData() const { return storesNoData() && !shardsElsewhere; }
+    bool withoutData() const { return storesNoData() && !shardsElsewhere && !inMissingFile; }
     /// what tensor-without-data says of it, wherever it is reported
     std::string withoutDataText() const;
     /// distinct ranks holding chunks, ascending (-1 if unknown)

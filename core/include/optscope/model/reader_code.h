@@ -67,6 +67,10 @@ struct ReaderCodeInfo
     /// check reports it even when the reader only warns (the others: only when the reader says part of the
     /// checkpoint cannot be read, CheckpointWarning::isError)
     bool checkedWhenWarning = false;
+    /// as an error (CheckpointWarning::isError), part of the checkpoint's content is not there (a file, a tensor):
+    /// the commands that write or compare all of it (gather, reshard, verify, diff) refuse, naming it
+    /// (Checkpoint::missingDataReason)
+    bool contentMissing = false;
 };
 
 /// every code, in declaration order
