@@ -6,6 +6,7 @@
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/formats/unsafe_globals.h"
 #include "optscope/tensor/tensor_assembler.h"
 
 #include <algorithm>
@@ -106,9 +107,11 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
     std::cout << s["entries"].get<size_t>() << " entries: " << s["tensors"].get<size_t>() << " tensors ("
               << humanBytes(s["tensor_bytes"].get<uint64_t>()) << "), " << s["values"].get<size_t>() << " values"
               << ranks << "; " << report.json["format"].get<std::string>() << " (" << cp.formatDetail << ")\n";
-    for (const auto& w : cp.warnings)
-        std::cerr << (w.isError ? "error" : "warning") << " [" << readerCodeName(w.code) << "]"
-                  << (w.key.empty() ? "" : " " + w.key) << ": " << w.message << "\n";
+    for (const auto& w : cp.warnings) {
+        const WarningLabel label = warningLabel(cp, w);
+        std::cerr << label.severity << " [" << label.code << "]" << (w.key.empty() ? "" : " " + w.key) << ": "
+                  << w.message << "\n";
+    }
 }
 
 int run(const std::vector<std::string>& argv)

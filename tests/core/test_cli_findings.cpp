@@ -9,11 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <tuple>
 
 namespace fs = std::filesystem;
 
@@ -61,6 +64,37 @@ TEST(CliFindings, CheckAndDiagnoseExitZeroOnADcpTrainStateOfBytesIO)
     r = runCli(tmp, "check '" + kData + "/torchtitan/torchtitan.pt'");
     EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
     EXPECT_NE(r.out.find("warning [unsafe-global] train_state.global_avg_losses"), std::string::npos) << r.out;
+}
+
+// inspect (its lines and --json) labels a global outside the safe set as check does: DeepSpeed's own classes in a
+// ZeRO checkpoint and the BytesIO that dcp.load reads are info, a global in a torch.save file is an unsafe-global
+// warning (inspect called DeepSpeed's classes unsafe-global warnings, check library-global info)
+TEST(CliFindings, InspectLabelsGlobalsAsCheckDoes)
+{
+    TempDir tmp;
+    for (const char* rel : {"zero/stage1/ckpt", "torchtitan/dcp", "torchtitan/torchtitan.pt", "dangerous.pt"}) {
+        const std::string path = "'" + kData + "/" + rel + "'";
+        const CliResult check = runCli(tmp, "check --json " + path);
+        // (key, code, severity) of each global check reports (check words a DCP data global at more length)
+        std::set<std::tuple<std::string, std::string, std::string>> checked;
+        const nlohmann::json checkJson = nlohmann::json::parse(check.out);
+        for (const auto& f : checkJson["findings"])
+            checked.insert({f["key"].is_string() ? f["key"].get<std::string>() : "", f["code"], f["severity"]});
+        const CliResult inspect = runCli(tmp, "inspect --json " + path);
+        const CliResult lines = runCli(tmp, "inspect " + path);
+        size_t globals = 0;
+        const nlohmann::json inspectJson = nlohmann::json::parse(inspect.out);
+        for (const auto& w : inspectJson["warnings"]) {
+            const std::string code = w["code"], severity = w["severity"];
+            if (code.find("-global") == std::string::npos) continue;
+            ++globals;
+            const std::string key = w["key"].is_string() ? w["key"].get<std::string>() : "";
+            EXPECT_TRUE(checked.count({key, code, severity})) << rel << ": " << w.dump() << "\n" << check.out;
+            // and the table's lines say the same
+            EXPECT_NE(lines.err.find(severity + " [" + code + "]"), std::string::npos) << lines.err;
+        }
+        EXPECT_GT(globals, 0u) << rel;
+    }
 }
 
 TEST(CliFindings, CheckReportsNonFiniteCountsAndNoDataSkipsThem)

@@ -378,14 +378,9 @@ void StateKeysPanel::updateSummary()
     m_summary->setText(text);
     // the writer library's own classes and the pure data its loader reads are explained by the banner above, as
     // information (check calls them library-global and dcp-data-global): not listed again here as warnings
-    const auto& library = unsafe.libraryClassPaths;
-    const auto& data = unsafe.dataClassPaths;
     std::vector<const CheckpointWarning*> shown;
     for (const auto& w : cp->warnings)
-        if (w.code != ReaderCode::UnsafeGlobal
-            || (std::find(library.begin(), library.end(), w.classPath) == library.end()
-                && std::find(data.begin(), data.end(), w.classPath) == data.end()))
-            shown.push_back(&w);
+        if (std::string_view(warningLabel(*cp, w).severity) != "info") shown.push_back(&w);
     if (shown.empty()) {
         m_warnings->hide();
     } else {

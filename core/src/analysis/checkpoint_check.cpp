@@ -141,12 +141,9 @@ private:
     /// (info), or unsafe (a warning; for pure data, with what torch.load(weights_only=True) says of it)
     void addGlobal(const CheckpointWarning& w)
     {
-        if (isWriterLibraryClass(m_cp.format, w.classPath)) {
-            add(FindingCode::LibraryGlobal, w.key, w.message);
-            return;
-        }
-        if (!isPureDataClass(w.classPath)) {
-            add(FindingCode::UnsafeGlobal, w.key, w.message);
+        const FindingCode kind = globalFinding(m_cp.format, w.classPath);
+        if (kind == FindingCode::LibraryGlobal || !isPureDataClass(w.classPath)) {
+            add(kind, w.key, w.message);
             return;
         }
         const std::string& cls = w.classPath;
@@ -158,7 +155,7 @@ private:
         const std::string refusal = refused + ". Please use `torch.serialization.add_safe_globals([" + shortName
             + "])` or the `torch.serialization.safe_globals([" + shortName
             + "])` context manager to allowlist this global if you trust this class/function.";
-        if (isLoaderDataClass(m_cp.format, cls)) {
+        if (kind == FindingCode::DcpDataGlobal) {
             add(FindingCode::DcpDataGlobal, w.key,
                 holder + "an object of class '" + cls
                     + "' (pure data: a bytes buffer), kept inert: DCP saved it with torch.save, and dcp.load reads "

@@ -2,6 +2,7 @@
 #include "optscope/analysis/inspect_report.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
+#include "optscope/formats/unsafe_globals.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/pickle/value_json.h"
 #include "optscope/tensor/tensor_assembler.h"
@@ -212,9 +213,11 @@ static InspectReport inspectCheckpointUnguarded(
         {"tensor_bytes", cp.tensorBytes()}, {"ranks", ranks}};
     if (options.entriesJson) j["entries"] = std::move(entries);
     json warnings = json::array();
-    for (const auto& w : cp.warnings)
-        warnings.push_back({{"code", readerCodeName(w.code)}, {"severity", w.isError ? "error" : "warning"},
-            {"message", w.message}, {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
+    for (const auto& w : cp.warnings) {
+        const WarningLabel label = warningLabel(cp, w);
+        warnings.push_back({{"code", label.code}, {"severity", label.severity}, {"message", w.message},
+            {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
+    }
     j["warnings"] = std::move(warnings);
     for (size_t i = 0; i < hashes.size() && i < errors.size(); ++i)
         if (!errors[i].empty()) hashes[i].clear();

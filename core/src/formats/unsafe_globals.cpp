@@ -89,9 +89,10 @@ UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
     auto keep = [&](const std::set<std::string>& found) {
         std::vector<std::string> unsafe;
         for (const auto& path : found) {
-            if (isWriterLibraryClass(checkpoint.format, path)) {
+            const FindingCode kind = globalFinding(checkpoint.format, path);
+            if (kind == FindingCode::LibraryGlobal) {
                 library.insert(path);
-            } else if (isLoaderDataClass(checkpoint.format, path)) {
+            } else if (kind == FindingCode::DcpDataGlobal) {
                 data.insert(path);
             } else {
                 unsafe.push_back(path);
@@ -117,6 +118,22 @@ UnsafeGlobals findUnsafeGlobals(const Checkpoint& checkpoint)
     out.libraryClassPaths.assign(library.begin(), library.end());
     out.dataClassPaths.assign(data.begin(), data.end());
     return out;
+}
+
+FindingCode globalFinding(CheckpointFormat format, const std::string& classPath)
+{
+    if (isWriterLibraryClass(format, classPath)) return FindingCode::LibraryGlobal;
+    if (isLoaderDataClass(format, classPath)) return FindingCode::DcpDataGlobal;
+    return FindingCode::UnsafeGlobal;
+}
+
+WarningLabel warningLabel(const Checkpoint& checkpoint, const CheckpointWarning& warning)
+{
+    if (warning.code == ReaderCode::UnsafeGlobal && !warning.classPath.empty()) {
+        const FindingCode f = globalFinding(checkpoint.format, warning.classPath);
+        if (f != FindingCode::UnsafeGlobal) return {findingName(f), severityName(findingInfo(f).severity)};
+    }
+    return {readerCodeName(warning.code), warning.isError ? "error" : "warning"};
 }
 
 } // namespace optscope

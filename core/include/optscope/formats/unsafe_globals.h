@@ -46,4 +46,18 @@ bool isLoaderDataClass(CheckpointFormat format, const std::string& classPath);
 /// "DeepSpeed", "Megatron-Core", or "" for formats written by PyTorch itself
 const char* writerLibraryName(CheckpointFormat format);
 
+/// What a global outside the safe set is in a checkpoint of @p format: the writer library's own class
+/// (library-global), pure data the format's own loader reads (dcp-data-global), or unsafe (unsafe-global). check,
+/// inspect and the GUI all take it from here.
+FindingCode globalFinding(CheckpointFormat format, const std::string& classPath);
+
+/// How inspect (its table and --json) and the GUI label a reader's warning: its code's name and severity ("error",
+/// "warning", or "info" for a global that globalFinding calls the library's or the loader's data, as check does)
+struct WarningLabel
+{
+    const char* code;
+    const char* severity;
+};
+WarningLabel warningLabel(const Checkpoint& checkpoint, const CheckpointWarning& warning);
+
 } // namespace optscope
