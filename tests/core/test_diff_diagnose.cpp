@@ -543,6 +543,25 @@ TEST(Diagnose, AGroupWithoutAKeyItsOwnClassReadsIsFoundWithoutATarget)
         nullptr);
 }
 
+TEST(Diagnose, WithoutATargetALayerReplacedByOneOfOtherShapesFailsTheFirstStep)
+{
+    // decay / no-decay groups saved FQN-keyed; the model replaces fc1 by a Conv1d fc_in of other shapes (load case
+    // replaced_layer_other_shape; PyTorch 2.6: load_state_dict loads 6 of 6, the first step() raises RuntimeError).
+    // Without --target-optim the same groups are assumed and rows are compared with the parameter of their name:
+    // fc1.weight names none, so it was not compared and the step was said to work (a hunt's Megatron case). It takes
+    // the place of a parameter no row names, and none of those has its state's shape.
+    const std::string c = "load_cases/replaced_layer_other_shape/";
+    const Diagnosis d = diagnose(c + "optim.pt", c + "model.pt");
+    ASSERT_FALSE(d.verdicts.empty());
+    EXPECT_EQ(d.verdicts[0].path, LoadPath::OptimizerLoadStateDict);
+    EXPECT_EQ(d.verdicts[0].outcome, LoadOutcome::Loads);
+    EXPECT_EQ(d.verdicts[0].stepAfterLoad, "RuntimeError");
+    // a rename to the same shapes still steps (renamed_layer: PyTorch loads and steps)
+    const Diagnosis same = diagnose("load_cases/renamed_layer/optim.pt", "load_cases/renamed_layer/model.pt");
+    ASSERT_FALSE(same.verdicts.empty());
+    EXPECT_EQ(same.verdicts[0].stepAfterLoad, "ok");
+}
+
 TEST(Diagnose, StateThatDsdDropsForAFrozenTargetLayerIsNamed)
 {
     // saved fully trainable (FQN keys); the target freezes fc1 and its optimizer holds it without state: PyTorch 2.6's

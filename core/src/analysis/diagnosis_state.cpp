@@ -460,23 +460,44 @@ std::vector<std::string> Diagnoser::shapeFindings(
     const OptimizerView& v = *reading.view;
     const ModelParams& exp = *m_exp;
     std::vector<std::string> wrongByPosition;
+    // the model's parameters that no row names (a renamed or replaced layer's), once
+    std::optional<std::vector<const std::vector<int64_t>*>> unnamed;
+    const auto unnamedShapes = [&]() -> const std::vector<const std::vector<int64_t>*>& {
+        if (!unnamed) {
+            std::set<const std::vector<int64_t>*> named;
+            for (const ParamRow* r : reading.listed)
+                if (const auto* s = modelShape(r->fqn)) named.insert(s);
+            unnamed.emplace();
+            for (const auto& f : exp.fqns)
+                if (const auto* s = modelShape(f); s && !named.count(s)) unnamed->push_back(s);
+        }
+        return *unnamed;
+    };
     if (!reading.fsdp1)
         for (size_t i = 0; i < reading.listed.size() && i < exp.fqns.size(); ++i) {
+            const ParamRow& row = *reading.listed[i];
             const bool byTarget = m_target && m_target->shapes.size() == exp.fqns.size();
             // a model whose order is not stored (safetensors) names the rows by shapes: compare with the
             // parameter each row was given, not the guessed order's i-th
             // the same groups built by the same script: position i holds the parameter the saved position i held
-            const bool byRow = reading.trainer
-                || ((!exp.orderKnown || reading.sameGroupsAssumed) && !reading.listed[i]->fqn.empty());
-            const auto* shape = byTarget ? &m_target->shapes[i]
-                : byRow                  ? modelShape(reading.listed[i]->fqn)
-                                         : modelShape(exp.fqns[i]);
-            if (!shape || shape->empty()) continue;
-            const std::string w = wrongState(*reading.listed[i], reading.kind, *shape);
-            if (!w.empty())
-                wrongByPosition.push_back(
-                    (reading.listed[i]->fqn.empty() ? "id " + reading.listed[i]->id : reading.listed[i]->fqn) + "."
-                    + w);
+            const bool byRow = reading.trainer || ((!exp.orderKnown || reading.sameGroupsAssumed) && !row.fqn.empty());
+            const auto* shape = byTarget ? &m_target->shapes[i] : byRow ? modelShape(row.fqn) : modelShape(exp.fqns[i]);
+            std::string w;
+            if (shape && !shape->empty()) {
+                w = wrongState(row, reading.kind, *shape);
+            } else if (!shape && byRow && !byTarget) {
+                // a row for a parameter the model does not have takes the place of one that no row names: when
+                // none of those has its shape, the first step() fails whichever it gets
+                for (const auto* other : unnamedShapes()) {
+                    const std::string wrong = other->empty() ? std::string() : wrongState(row, reading.kind, *other);
+                    if (wrong.empty()) {
+                        w.clear();
+                        break;
+                    }
+                    if (w.empty()) w = wrong;
+                }
+            }
+            if (!w.empty()) wrongByPosition.push_back((row.fqn.empty() ? "id " + row.id : row.fqn) + "." + w);
         }
     // FQN-keyed state: shapes by name (after the renames), as set_optimizer_state_dict pairs them
     std::vector<std::string> wrongByName;
