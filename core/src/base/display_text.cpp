@@ -58,7 +58,7 @@ bool escapeOne(std::string_view s, size_t i, size_t n, uint32_t cp, bool keepNew
     if (n == 0) {
         std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<uint8_t>(s[i])));
     } else if (n == 1 && (cp < 0x20 || cp == 0x7F)) {
-        if (cp == '\n' && keepNewlines) return false;
+        if ((cp == '\n' || cp == '\t') && keepNewlines) return false;
         std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
     } else if ((cp >= 0x80 && cp <= 0x9F) || isDirectionMark(cp)) {
         std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
@@ -101,7 +101,7 @@ bool needsDisplayEscape(std::string_view text, bool keepNewlines)
     size_t start = 0;
     while (start < text.size()) {
         const auto c = static_cast<unsigned char>(text[start]);
-        if ((c < 0x20 || c > 0x7e) && !(c == '\n' && keepNewlines)) break;
+        if ((c < 0x20 || c > 0x7e) && !((c == '\n' || c == '\t') && keepNewlines)) break;
         ++start;
     }
     for (size_t i = start; i < text.size();) {

@@ -12,7 +12,8 @@
 namespace optscope {
 
 /// @p text with what a terminal or a reader could be fooled by written as visible escapes: C0 controls and DEL as
-/// \xNN (\n too unless @p keepNewlines), C1 controls and the bidi / zero-width direction marks (U+061C, U+200E,
+/// \xNN (\n and \t too unless @p keepNewlines: a multi-line message keeps its layout, as PyTorch's "\n\tMissing
+/// key(s)"), C1 controls and the bidi / zero-width direction marks (U+061C, U+200E,
 /// U+200F, U+202A-U+202E, U+2066-U+2069) as \uXXXX, bytes that are not UTF-8 as \xNN. Everything else, backslashes
 /// included, is kept: the escapes are for reading, the JSON output is the exact form.
 std::string displayText(std::string_view text, bool keepNewlines = false);
