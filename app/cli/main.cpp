@@ -203,15 +203,18 @@ const std::vector<Command>& commands()
             "            \"verdicts\": {PATH: {\"loads\", \"exception\", \"message\", ...}}}\n"
             "Exit status: 0 nothing but information, 1 findings, 2 error.\n",
             runDiagnose},
-        {"fix", "apply the renames and re-keying diagnose proposes; write the result in the input's format",
+        {"fix",
+            "apply the renames and re-keying diagnose proposes; write the result as a torch.save file or DCP folder",
             "usage: optscope-cli fix OPTIM --model MODEL -o OUT [--rename OLD=NEW]... [--json]\n"
             "\n"
             "Applies what `diagnose OPTIM --model MODEL` proposes (wrapper/prefix renames, renamed layers paired by\n"
             "shape and position, integer ids -> FQNs, flattened -> nested optimizer format, float32 steps) and every\n"
             "--rename (a parameter name or a module prefix: --rename fc1=fc_in renames fc1.weight and fc1.bias), to\n"
             "every part that names parameters: state keys, params, param_names, and the model state dict saved beside\n"
-            "the optimizer. Writes OUT in OPTIM's format: a torch.save file, or a new DCP folder. OPTIM is never\n"
-            "modified; OUT appears only when complete (and synced; --no-fsync skips that).\n"
+            "the optimizer. Writes OUT as a new DCP folder when OPTIM is one, else as a torch.save file (a "
+            "Megatron-Core,\n"
+            "DeepSpeed or Trainer folder: its whole state in one file, as gather writes it). OPTIM is never modified;\n"
+            "OUT appears only when complete (and synced; --no-fsync skips that).\n"
             "Exit status: 0 written, 2 error (including: nothing to fix).\n",
             runFix},
         {"map", "the parameter table: integer id <-> FQN <-> FSDP1 flat parameter <-> shape <-> states <-> group",

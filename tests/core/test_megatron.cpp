@@ -5,6 +5,8 @@
 // training processes (reference/<fqn>.bin from reference.pt) and the moments real PyTorch reads from the model-space
 // items (tests/fixtures/make_megatron_reference.py); and damaged copies of them.
 #include "optscope/analysis/checkpoint_check.h"
+#include "optscope/analysis/checkpoint_fix.h"
+#include "optscope/analysis/diagnosis.h"
 #include "optscope/analysis/diff_report.h"
 #include "optscope/analysis/gather.h"
 #include "optscope/analysis/reshard.h"
@@ -630,4 +632,28 @@ TEST(Megatron, ArgsNamespaceIsLeftOutOfGatherAndWrittenByReshard)
     EXPECT_TRUE(v.identical());
     EXPECT_EQ(v.count(VerifyStatus::Identical), v.entries.size());
     fs::remove_all(tmp);
+}
+
+// fix of a Megatron folder writes one torch.save file of per-parameter state: Megatron's per-group steps (Python
+// numbers, which diagnose accepts in its own format) become 0-dim float32 tensors there, as reshard writes them.
+// Before, the fixed copy's own diagnosis found a step-dtype the fix had made (found by a hunt)
+TEST(Megatron, FixWritesPerParameterStepsAsFloat32Tensors)
+{
+    const auto cp = openCheckpoint(kMegatron + "/distopt_dp_reshardable");
+    TempCopy out(kMegatron + "/distopt_dp_reshardable/latest_checkpointed_iteration.txt");
+    const std::string fixed = (out.path / "fixed.pt").string();
+    applyFixes(*cp, diagnoseCheckpoint(*cp, nullptr), fixed, {}, {}, {UserRename::parse("inp=inp_renamed")});
+    const auto back = openCheckpoint(fixed);
+    size_t steps = 0;
+    for (const auto& e : back->entries)
+        if (e.key.rfind("optim.state.", 0) == 0 && e.key.size() > 5 && e.key.substr(e.key.size() - 5) == ".step") {
+            ++steps;
+            ASSERT_TRUE(e.isTensor()) << e.key;
+            EXPECT_EQ(e.tensor->dtype, DType::Float32) << e.key;
+            EXPECT_TRUE(e.tensor->shape.empty()) << e.key;
+        }
+    EXPECT_EQ(steps, 4u);
+    EXPECT_TRUE(back->find("optim.state.inp_renamed.weight.step"));
+    for (const auto& f : diagnoseCheckpoint(*back, nullptr).findings)
+        EXPECT_NE(f.code, FindingCode::StepDtype) << f.message;
 }

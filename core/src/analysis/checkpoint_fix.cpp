@@ -92,6 +92,12 @@ public:
         takeDiagnosisActions(diagnosis);
         for (const auto& u : userRenames)
             takeUserRename(u);
+        // a format that counts steps per param group (Megatron's) keeps them as Python numbers, which diagnose
+        // accepts there; written out as a torch.save file of per-parameter state they would be the step-dtype that
+        // torch's optimizers do not count on, so they become 0-dim float32 tensors, as reshard writes them
+        if (!fixWritesDcpFolder(m_cp) && formatInfo(m_cp.format).stepsPerParamGroup)
+            for (auto& r : m_rewrites)
+                r.castStep = true;
         for (const auto& r : m_rewrites)
             optimizerItems(r);
         const std::vector<Item> ordered = inFileOrder();

@@ -35,7 +35,8 @@ struct UserRename
 bool fixWritesDcpFolder(const Checkpoint& optim);
 
 /// Applies every action of @p diagnosis, then @p renames, to @p optim and writes the result to @p output in the
-/// input's format (a torch.save file for torch.save input, a DCP folder for DCP input, its companion files such as
+/// input's format (a torch.save file for torch.save input, a DCP folder for DCP input; a Megatron-Core, DeepSpeed or
+/// Trainer folder becomes one torch.save file, its per-group steps 0-dim float32 tensors; companion files such as
 /// Fabric's meta.pt copied as they are: a fix that would change one of their entries throws), under a temporary name
 /// renamed when complete. Every part that names parameters is rewritten: state keys, params, param_names, and the keys
 /// of a model state dict saved beside the optimizer. Throws Error(Usage) if there is nothing to apply.
