@@ -6,6 +6,7 @@
 // rank files of two runs mixed, a file cut short), which must give DeepSpeed's own error text.
 #include "optscope/analysis/checkpoint_check.h"
 #include "optscope/analysis/diagnosis.h"
+#include "optscope/analysis/diff_report.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/model/flat_param_layout.h"
@@ -699,5 +700,30 @@ TEST(ZeroDiagnose, LoadingOnAnotherWorldSizeIsDeepSpeedsRefusalWithTheWayAround)
             noted = noted || n.find("any other number") != std::string::npos
                 || n.find("resharded on load") != std::string::npos;
         EXPECT_TRUE(noted) << path;
+    }
+}
+
+// a DeepSpeed checkpoint against DeepSpeed's own zero_to_fp32 output: the checkpoint's model part pairs with the bare
+// model state dict without its root ("model.inp.weight" with "inp.weight"), bit for bit; before, every key was only
+// on one side and nothing was compared (found by a hunt)
+TEST(ZeroSamples, DiffPairsTheModelPartWithAZeroToFp32StateDict)
+{
+    for (const char* stage : {"stage1", "stage2", "stage3"}) {
+        const auto ckpt = openCheckpoint(kZero + "/" + stage + "/ckpt");
+        const auto fp32 = openCheckpoint(kZero + "/" + stage + "/fp32/pytorch_model.bin");
+        for (const bool fp32First : {false, true}) {
+            const DiffReport r = fp32First ? diffCheckpoints(*fp32, *ckpt) : diffCheckpoints(*ckpt, *fp32);
+            size_t equal = 0, onlyFp32 = 0;
+            for (const auto& e : r.entries) {
+                if (e.status == DiffStatus::Equal) {
+                    ++equal;
+                    EXPECT_NE(e.match.find("model part 'model'"), std::string::npos) << stage << " " << e.match;
+                }
+                if (e.status == (fp32First ? DiffStatus::OnlyA : DiffStatus::OnlyB)) ++onlyFp32;
+                EXPECT_NE(e.status, DiffStatus::Changed) << stage << " " << e.key;
+            }
+            EXPECT_EQ(equal, fp32->entries.size()) << stage;
+            EXPECT_EQ(onlyFp32, 0u) << stage;
+        }
     }
 }

@@ -151,7 +151,23 @@ struct Side
     std::vector<OptimizerView> optimizers;
     /// per optimizer: integer id -> (fqn, where it came from)
     std::vector<std::map<std::string, std::pair<std::string, std::string>>> idToFqn;
+    /// the root of this side's model part, compared without it (the other side is a bare model state dict)
+    KeyPath modelRoot;
 };
+
+/// A training checkpoint's model part against a bare model state dict (a DeepSpeed checkpoint against its
+/// zero_to_fp32 output, a Lightning checkpoint against the model it exported): the part's keys pair without their
+/// root ("model.inp.weight" with "inp.weight"), said in a note and per pair
+void alignModelPart(Side& self, const Side& other, std::vector<std::string>& notes)
+{
+    if (!other.optimizers.empty()) return;
+    const auto mine = ModelParams::modelPartOf(*self.cp, !self.optimizers.empty());
+    const auto theirs = ModelParams::modelPartOf(*other.cp, false);
+    if (!mine || !theirs || mine->root.empty() || !theirs->root.empty()) return;
+    self.modelRoot = mine->root;
+    notes.push_back(self.cp->path + ": its model part '" + joinKeyPath(mine->root) + "' is compared with "
+        + other.cp->path + ", a bare model state dict, without that root");
+}
 
 /// ids -> FQNs by the core's one rule (param_table.h); the other side, when it names its parameters, is the
 /// reference by position. Ids are only translated when the other side names its parameters: two id-keyed sides
@@ -299,12 +315,19 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
             }
         }
     }
+    const size_t rootSize = side.modelRoot.size();
     for (const Entry& e : cp.entries) {
         if (done.count(&e)) continue;
         Canon c;
         c.entry = &e;
-        for (size_t i = 0; i < e.path.size(); ++i) {
-            if (i) c.canonical += kSep;
+        size_t first = 0;
+        if (rootSize && e.path.size() > rootSize
+            && std::equal(side.modelRoot.begin(), side.modelRoot.end(), e.path.begin())) {
+            first = rootSize;
+            c.how.push_back("model part '" + joinKeyPath(side.modelRoot) + "' against a bare model state dict");
+        }
+        for (size_t i = first; i < e.path.size(); ++i) {
+            if (i > first) c.canonical += kSep;
             c.canonical += e.path[i].isIndex() ? e.path[i].key.str() : canonicalFqn(e.path[i].key.str(), c.how);
         }
         out.push_back(std::move(c));
@@ -861,6 +884,8 @@ static DiffReport diffCheckpointsUnguarded(
     }
     mapIds(A, B, report.notes);
     mapIds(B, A, report.notes);
+    alignModelPart(A, B, report.notes);
+    alignModelPart(B, A, report.notes);
     // a side whose reader named optimizer ids by a guessed order: differences between same-shaped parameters' state
     // may be that guess, not the checkpoints
     for (const auto& [label, cp] : {std::pair<const char*, const Checkpoint*> {"A", &a}, {"B", &b}})
