@@ -451,6 +451,10 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     if (!t.easy) throw Error(ErrorKind::Io, url, "cannot start a request (curl_easy_init failed)");
     CURL* e = t.easy;
     curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+    // an object key is literal: "x/../y.pt" and "./" are part of its name, as boto3 and S3 take them. libcurl would
+    // remove such dot segments (RFC 3986) and send the request to another key than the one checked and reported: an
+    // output named ".../x/../in/.metadata" replaced the input's .metadata
+    if (u.scheme != RemoteUrl::Http) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     if (CURLSH* share = sharedDnsAndTls()) curl_easy_setopt(e, CURLOPT_SHARE, share);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.errorBuffer);
