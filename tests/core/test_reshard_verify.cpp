@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Flatten/unflatten of raw FSDP1 optimizer state against PyTorch's own files, reshard round trips N -> M -> N, and
 // verify-by-load: that it passes on good data and names the key and rank when a resharded copy is damaged.
+#include "optscope/analysis/diff_report.h"
 #include "optscope/analysis/inspect_report.h"
 #include "optscope/analysis/reshard.h"
 #include "optscope/analysis/verify_report.h"
@@ -304,6 +305,25 @@ TEST(Reshard, RefusesAnExistingOutputAndLeavesNoTemporary)
         ++n;
     }
     EXPECT_EQ(n, 1u);
+}
+
+// "-o out/" names the folder out, new or empty, as without the slash (before: "cannot create a temporary folder next
+// to it", and for an empty one "cannot rename the finished temporary folder into place"; found by a hunt)
+TEST(Reshard, AnOutputFolderNamedWithATrailingSlashIsThatFolder)
+{
+    TempDir tmp;
+    fs::create_directories(tmp.path / "empty");
+    ReshardOptions o;
+    o.worldSize = 2;
+    const auto cp = openCheckpoint(kData + "/fsdp2_r2");
+    for (const std::string out : {(tmp.path / "new").string() + "/", (tmp.path / "empty").string() + "//"}) {
+        reshardCheckpoint(*cp, out, o);
+        EXPECT_TRUE(diffCheckpoints(*cp, *openCheckpoint(out)).equal) << out;
+    }
+    std::set<std::string> names;
+    for (const auto& f : fs::directory_iterator(tmp.path))
+        names.insert(f.path().filename().string());
+    EXPECT_EQ(names, (std::set<std::string> {"empty", "new"})); // no temporary left beside them
 }
 
 TEST(Reshard, CudaWithoutGpuIsAClearErrorAndWritesNothing)

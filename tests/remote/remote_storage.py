@@ -901,6 +901,22 @@ def output_cases(port, env):
     rc, said = torch_check(TORCH_PYTHON, WORK, "load-pt", "out/s3/g.pt", "out/local/g.pt")
     record("S3 output: gather -o s3:// (one PUT) is byte-identical with the local gather; PyTorch loads it",
            f"exit {a.returncode}; torch.load: {said}", same and rc == 0)
+    # a key is literal: 'x/../fsdp2_r2/.metadata' is an object of its own, as boto3 and S3 take it (libcurl removed
+    # the dot segments: the gather replaced the input's .metadata, exit 0; found by a hunt)
+    a = cli(["gather", "s3://ckpt/fsdp2_r2", "-o", "s3://ckpt/x/../fsdp2_r2/.metadata"], env)
+    keys = s3_put(TORCH_PYTHON, WORK, port, "--list", "x/").split()
+    back = cli(["diff", "s3://ckpt/fsdp2_r2", os.path.join(DATA, "fsdp2_r2")], env)
+    record("S3 output: a key with '..' is written as named, and the input it would collapse to stays whole",
+           f"exit {a.returncode}; keys {keys}; input against the local copy: exit {back.returncode}",
+           a.returncode == 0 and keys == ["x/../fsdp2_r2/.metadata"] and back.returncode == 0)
+    # a folder named with '//' at its end is the folder (its objects were 'dslash//.metadata', which no URL read)
+    a = cli(["reshard", os.path.join(DATA, "fsdp2_r2"), "--world-size", "2", "-o", "s3://ckpt/dslash//"], env)
+    keys = s3_put(TORCH_PYTHON, WORK, port, "--list", "dslash").split()
+    back = cli(["diff", "s3://ckpt/dslash", os.path.join(DATA, "fsdp2_r2")], env)
+    record("S3 output: reshard -o a prefix ending in '//' writes the folder that reads back at that URL",
+           f"exit {a.returncode}; keys {keys}; read back: exit {back.returncode}",
+           a.returncode == 0 and sorted(keys) == ["dslash/.metadata", "dslash/__0_0.distcp", "dslash/__1_0.distcp"]
+           and back.returncode == 0)
     # over 16 MiB: a multipart upload
     rc, said = torch_check(TORCH_PYTHON, WORK, "make-big", "out/big.pt")
     assert rc == 0, said

@@ -293,7 +293,7 @@ class DcpFolderWriting
 public:
     DcpFolderWriting(const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
         : m_plan(plan)
-        , m_outDir(outDir)
+        , m_outDir(folderLocation(outDir)) // "out/": the folder "out", not a name inside it
         , m_progress(progress)
         , m_options(std::move(options))
         , m_job(Job::current())
