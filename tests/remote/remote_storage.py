@@ -638,6 +638,22 @@ def s3_cases():
     s3_put(TORCH_PYTHON, WORK, port, "up")
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAOPTSCOPETEST",
            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "HOME": WORK}
+    # credentials that cannot be used as given stop the command, as boto3 does (before: a missing profile sent
+    # anonymous requests and a key without its secret signed with none; found by a hunt); no secret is shown
+    home = os.path.join(WORK, "credhome")
+    os.makedirs(os.path.join(home, ".aws"), exist_ok=True)
+    with open(os.path.join(home, ".aws", "credentials"), "w") as f:
+        f.write(f"[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = {SECRET}\n"
+                "[half]\naws_access_key_id = AKIAHALF\n")
+    bare = {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    for case, extra, needle in (
+            ("AWS_PROFILE naming a profile no file holds", {"AWS_PROFILE": "nosuch"}, "'nosuch' (AWS_PROFILE) is in neither"),
+            ("AWS_DEFAULT_PROFILE naming one", {"AWS_DEFAULT_PROFILE": "nosuch"}, "(AWS_DEFAULT_PROFILE) is in neither"),
+            ("a profile with a key and no secret", {"AWS_PROFILE": "half"}, "has an aws_access_key_id but no"),
+            ("AWS_ACCESS_KEY_ID without AWS_SECRET_ACCESS_KEY", {"AWS_ACCESS_KEY_ID": "AKIAONLY"},
+             "AWS_SECRET_ACCESS_KEY is not")):
+        expect_error(f"S3: {case} stops the command, naming it", ["inspect", "s3://ckpt/adam_int.pt"],
+                     [needle], dict(bare, HOME=home, **extra))
     inspected = ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
                  "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1", "fsdp1_sharded_r3")
     for rel in inspected[::2] if QUICK else inspected:

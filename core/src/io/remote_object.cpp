@@ -193,6 +193,9 @@ struct StoreConfig
     std::string accessKey, secretKey, sessionToken;
     std::string caFile;
     long stallSeconds = 30;
+    /// credentials that cannot be used as given (a profile no file holds, a key without its secret): every s3:// or
+    /// gs:// URL is refused with it, as boto3 refuses to start, rather than sent unsigned or half-signed
+    std::string problem;
 };
 
 const StoreConfig& storeConfig()
@@ -200,7 +203,11 @@ const StoreConfig& storeConfig()
     static const StoreConfig c = [] {
         StoreConfig c;
         const std::string home = env("HOME");
-        const std::string profile = env("AWS_PROFILE").empty() ? "default" : env("AWS_PROFILE");
+        // botocore's order: AWS_PROFILE, then AWS_DEFAULT_PROFILE
+        const char* const profileVariable = !env("AWS_PROFILE").empty() ? "AWS_PROFILE"
+            : !env("AWS_DEFAULT_PROFILE").empty()                       ? "AWS_DEFAULT_PROFILE"
+                                                                        : nullptr;
+        const std::string profile = profileVariable ? env(profileVariable) : "default";
         const std::string credPath = env("AWS_SHARED_CREDENTIALS_FILE").empty() ? home + "/.aws/credentials"
                                                                                 : env("AWS_SHARED_CREDENTIALS_FILE");
         const std::string confPath = env("AWS_CONFIG_FILE").empty() ? home + "/.aws/config" : env("AWS_CONFIG_FILE");
@@ -214,7 +221,16 @@ const StoreConfig& storeConfig()
             c.accessKey = creds.get(profile, "aws_access_key_id");
             c.secretKey = creds.get(profile, "aws_secret_access_key");
             c.sessionToken = creds.get(profile, "aws_session_token");
+            if (!c.accessKey.empty() && c.secretKey.empty())
+                c.problem = "the profile '" + profile + "' in " + credPath
+                    + " has an aws_access_key_id but no aws_secret_access_key";
+        } else if (c.secretKey.empty()) {
+            c.problem = "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not: set both (or neither, to use a "
+                        "profile)";
         }
+        if (profileVariable && !creds.sections.count(profile) && !conf.sections.count(confSection))
+            c.problem = "the config profile '" + profile + "' (" + profileVariable + ") is in neither " + credPath
+                + " nor " + confPath + ": name a profile one of them holds, or unset " + profileVariable;
         for (const std::string& r : {env("AWS_REGION"), env("AWS_DEFAULT_REGION"), conf.get(confSection, "region")})
             if (!r.empty()) {
                 c.region = r;
@@ -276,6 +292,8 @@ RemoteUrl parseUrl(const std::string& url)
         u.bucket = rest.substr(0, slash);
         u.key = slash == std::string::npos ? std::string() : rest.substr(slash + 1);
         if (u.bucket.empty()) throw Error(ErrorKind::Usage, url, "names no bucket (expected s3://BUCKET/KEY)");
+        if (const std::string& problem = storeConfig().problem; !problem.empty())
+            throw Error(ErrorKind::Usage, url, problem);
         return u;
     }
     u.http = url;
