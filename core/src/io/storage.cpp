@@ -206,18 +206,11 @@ std::string childLocation(const std::string& folder, const std::string& name)
 
 std::string folderLocation(const std::string& location)
 {
-    const size_t q = isUrl(location) ? queryStart(location) : std::string::npos;
-    std::string base = location.substr(0, q);
-    // what must stay: the root's '/', or the '/' after a URL's bucket or host
-    size_t keep = 1;
-    if (isUrl(base)) {
-        const size_t slash = base.find('/', base.find("://") + 3);
-        if (slash == std::string::npos) return location;
-        keep = slash + 1;
-    }
-    while (base.size() > keep && base.back() == '/')
-        base.pop_back();
-    return base + (q == std::string::npos ? "" : location.substr(q));
+    if (isUrl(location)) return canonicalLocation(location);
+    std::string path = location;
+    while (path.size() > 1 && path.back() == '/')
+        path.pop_back();
+    return path;
 }
 
 std::string readSmallFile(const std::string& location, uint64_t maxBytes)

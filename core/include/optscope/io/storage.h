@@ -103,9 +103,9 @@ std::string readSmallFile(const std::string& location, uint64_t maxBytes);
 /// @p folder + "/" + @p name, for paths and URLs alike; appended to an http(s) URL, @p name is percent-encoded and goes
 /// before the URL's query
 std::string childLocation(const std::string& folder, const std::string& name);
-/// a folder's location without the '/'s that may end it ("out/" -> "out", "s3://b/ckpt//" -> "s3://b/ckpt"; "/", a
-/// bucket or a host alone kept): what a written folder's files are named from, so that they are where a reader of
-/// the same location lists them
+/// a folder's location without the '/'s that may end it ("out/" -> "out", "s3://b/ckpt//" -> "s3://b/ckpt", as
+/// canonicalLocation; "/" kept): what a written folder's files are named from, so that they are where a reader of the
+/// same location lists them
 std::string folderLocation(const std::string& location);
 /// the folder that holds @p location, for paths and URLs alike (std::filesystem's parent_path, which reads a URL's
 /// query as part of its last name): an http(s) URL's query stays on the folder (an Azure SAS token or any token that
