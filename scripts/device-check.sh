@@ -20,6 +20,7 @@
 #             cudaMemcpy, a pageable one, the device compare) and by PyTorch (torch.load(map_location="cuda"), DCP
 #             load), and gather/reshard/verify --device cuda against --device cpu;
 #          and writes summary.md, bench.json and the logs under $OUT (at most 8 files: the device tool's limit).
+#          CTEST_ONLY=REGEX runs steps 1-2 and only those tests (a rerun after a fix); JOB_ONLY_GB=N only the job bench.
 #   scripts/device-check.sh run-build  (on the GPU machine, $OUT set) the full build there instead of the pack's
 #          binaries: CMake configures core, CLI and tests (CUDA sm_90, no GUI) against the image's gcc, CUDA and the
 #          PyTorch in its Python (find_package(Torch) from that wheel), with the pack's curl/libxml2/ICU headers and
@@ -214,6 +215,16 @@ run() {
     } >$logs/build-torch-libs.log 2>&1 # say() puts the outcome in the summary too
     grep -E "^liboptscope" $logs/build-torch-libs.log
 
+    if [ -n "${CTEST_ONLY:-}" ]; then # `CTEST_ONLY='^job\.' scripts/device-check.sh run`: those tests only (a rerun)
+        step "3. ctest -R '$CTEST_ONLY'"
+        withlibs ctest --test-dir build-gpu -R "$CTEST_ONLY" -j "$(nproc)" --timeout 300 --output-on-failure \
+            >$logs/ctest-only.log 2>&1
+        say "ctest -R '$CTEST_ONLY': exit $? — $(grep -E 'tests passed|tests failed' $logs/ctest-only.log)"
+        grep -E "Passed|\*\*\*Failed|^FAIL|Timeout" $logs/ctest-only.log | sed 's/^ *//' | head -40 >>"$summary"
+        step "done"
+        tar -C $logs -czf $OUT/logs.tar.gz .
+        return
+    fi
     if [ -n "${JOB_ONLY_GB:-}" ]; then # `JOB_ONLY_GB=12 scripts/device-check.sh run`: only the job bench, larger
         step "6. issue 32: P = 1, 2, 4, 8 processes on a ${JOB_ONLY_GB} GB one-process DCP folder"
         "$py" bench/gpu/torch_h2d.py make /tmp/h2d "$JOB_ONLY_GB" >$logs/bench.log 2>&1 && rm -f /tmp/h2d/big.pt

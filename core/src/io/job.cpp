@@ -473,7 +473,13 @@ void Job::join(const JobSpec& spec)
     if (!serves) waitUntilListening(spec.masterAddr, spec.masterPort, spec.timeout);
     const auto left = std::max<int64_t>(
         1000, (spec.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)).count());
+    // the watchdog covers the connection too: a newer libtorch's client asks the store a first question (a ping)
+    // inside TCPStore's constructor, which a listener that never answers blocks for ever (seen with libtorch 2.11)
+    State* raw = st.get();
+    st->watchdog = std::thread([raw] { raw->watch(); });
+    st->mainCallSince = State::nowNs();
     st->store = st->ops->connect(spec.masterAddr, spec.masterPort, serves, spec.size, left, error);
+    st->mainCallSince = 0;
     if (!st->store)
         throw Error(ErrorKind::Io, st->where,
             "the job's " + std::to_string(spec.size) + " processes did not meet (rank " + std::to_string(spec.rank)
@@ -482,8 +488,6 @@ void Job::join(const JobSpec& spec)
                         : spec.rank == 0 ? "serving the store"
                                          : "connecting to rank 0's store")
                 + "; OPTSCOPE_JOB_TIMEOUT " + std::to_string(spec.timeout.count() / 1000) + " s): " + error);
-    State* raw = st.get();
-    st->watchdog = std::thread([raw] { raw->watch(); });
     int64_t joined = 0;
     st->mainCallSince = State::nowNs();
     const bool added = st->ops->add(st->store, spec.keyPrefix + "joined", 1, joined, error);
