@@ -11,6 +11,8 @@
     s3_put.py ENDPOINT BUCKET --list PREFIX      print the keys under PREFIX, one per line
     s3_put.py ENDPOINT BUCKET --uploads PREFIX   print the keys of multipart uploads under PREFIX not completed or
                                                  aborted, one per line
+    s3_put.py ENDPOINT BUCKET --assume-role FILE  create BUCKET, upload FILE, take a role's temporary credentials
+                                                 from STS (three requests); prints them as JSON
 """
 import os
 import sys
@@ -27,6 +29,15 @@ elif sys.argv[3] == "--get":
     start = time.monotonic()
     s3.download_file(bucket, sys.argv[4], sys.argv[5])
     print(f"{time.monotonic() - start:.3f}")
+elif sys.argv[3] == "--assume-role":
+    import json
+    s3.create_bucket(Bucket=bucket)
+    s3.upload_file(sys.argv[4], bucket, os.path.basename(sys.argv[4]))
+    sts = boto3.client("sts", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                       region_name="us-east-1")
+    c = sts.assume_role(RoleArn="arn:aws:iam::123456789012:role/reader", RoleSessionName="optscope-test")
+    c = c["Credentials"]
+    print(json.dumps({"key": c["AccessKeyId"], "secret": c["SecretAccessKey"], "token": c["SessionToken"]}))
 elif sys.argv[3] == "--list":
     for o in s3.list_objects_v2(Bucket=bucket, Prefix=sys.argv[4]).get("Contents", []):
         print(o["Key"])

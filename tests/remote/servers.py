@@ -77,11 +77,18 @@ http {{ log_format timed '$connection $connection_requests $msec $request_time $
     return http_port, https_port, cert
 
 
-def start_moto(torch_python, work, procs):
-    """moto_server on a free port, its process (a session of its own) appended to procs; returns the port"""
+def start_moto(torch_python, work, procs, free_requests=None):
+    """moto_server on a free port, its process (a session of its own) appended to procs; returns the port. With
+    free_requests, moto's IAM emulation is on after that many requests (the set-up's): from then on it checks access
+    keys and session tokens and answers as S3 does (InvalidAccessKeyId, InvalidToken, SignatureDoesNotMatch)"""
     port = free_port()
-    p = subprocess.Popen([torch_python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], cwd=work,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    command = [torch_python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    if free_requests is not None:  # the chroot starts with an empty environment: set in the process itself
+        command = [torch_python, "-c", "import os, sys; os.environ['INITIAL_NO_AUTH_ACTION_COUNT'] = sys.argv[1]; "
+                   "from moto.server import main; main(sys.argv[2:])", str(free_requests), "-H", "127.0.0.1", "-p",
+                   str(port)]
+    p = subprocess.Popen(command, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
     procs.append(p)
     wait_port(port, "moto_server", p, timeout=120)
     return port
@@ -107,6 +114,20 @@ def most_in_flight(rows):
         now += d
         most = max(most, now)
     return most
+
+
+def start_sigv4_front(torch_python, work, procs, upstream, access_key, secret):
+    """tests/remote/sigv4_proxy.py in front of moto_server at upstream (botocore checks every request's signature);
+    returns (its port, the path of its log of verdicts)"""
+    shutil.copy(os.path.join(HERE, "sigv4_proxy.py"), os.path.join(work, "sigv4_proxy.py"))
+    port, log = free_port(), os.path.join(work, "sigv4.log")
+    if os.path.exists(log):
+        os.unlink(log)
+    p = subprocess.Popen([torch_python, "sigv4_proxy.py", str(port), str(upstream), access_key, secret, "sigv4.log"],
+                         cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    procs.append(p)
+    wait_port(port, "the SigV4 front", p, timeout=60)
+    return port, log
 
 
 def s3_put(torch_python, work, port, *args):

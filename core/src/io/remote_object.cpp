@@ -186,6 +186,7 @@ struct IniFile
 struct StoreConfig
 {
     std::string endpoint; ///< empty: AWS's own, virtual-hosted
+    std::string endpointSource; ///< where endpoint came from ("AWS_ENDPOINT_URL"), for messages
     /// gs://: Google's XML API, or the emulator that STORAGE_EMULATOR_HOST names (Google's own client libraries
     /// honour that variable the same way), path-style
     std::string gsEndpoint = "https://storage.googleapis.com";
@@ -236,10 +237,13 @@ const StoreConfig& storeConfig()
                 c.region = r;
                 break;
             }
-        for (const std::string& e :
-            {env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL"), conf.get(confSection, "endpoint_url")})
+        const std::pair<std::string, std::string> endpoints[]
+            = {{env("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"}, {env("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"},
+                {conf.get(confSection, "endpoint_url"), "endpoint_url in " + confPath}};
+        for (const auto& [e, source] : endpoints)
             if (!e.empty()) {
                 c.endpoint = e;
+                c.endpointSource = source;
                 break;
             }
         while (!c.endpoint.empty() && c.endpoint.back() == '/')
@@ -315,6 +319,19 @@ std::string encodeKey(const std::string& key, bool keepSlash = true)
         }
     }
     return out;
+}
+
+/// "?a=1&b=2": the query of an S3 or GCS request, its parameters sorted by name and their values percent-encoded,
+/// which is SigV4's canonical query string. curl (7.88) signs a query as it is written, in that order, while the
+/// store recomputes the signature from the sorted one: any other order is refused as SignatureDoesNotMatch. A
+/// parameter without value is written "name=" (its canonical form).
+std::string signedQuery(std::vector<std::pair<std::string, std::string>> parameters)
+{
+    std::sort(parameters.begin(), parameters.end());
+    std::string q;
+    for (const auto& [name, value] : parameters)
+        q += (q.empty() ? "?" : "&") + name + "=" + encodeKey(value, false);
+    return q;
 }
 
 std::mutex g_queriesMutex;
@@ -594,6 +611,48 @@ std::string xmlErrorCode(const std::string& body)
     return code;
 }
 
+/// what S3's error codes for credentials the store refused mean, and what to do (AWS's documented codes; a
+/// store's other 401 and 403 answers are "access denied")
+struct CredentialHint
+{
+    const char* code;
+    const char* what;
+};
+constexpr CredentialHint kCredentialHints[] = {
+    {"InvalidAccessKeyId",
+        "the store knows no such access key id: check that AWS_ACCESS_KEY_ID (or the profile's) is one of this "
+        "store's"},
+    {"SignatureDoesNotMatch",
+        "the request's signature does not match: the secret key (AWS_SECRET_ACCESS_KEY, or the profile's) is not "
+        "the one of the access key id"},
+    {"InvalidToken",
+        "the session token was refused: renew the temporary credentials (AWS_SESSION_TOKEN, or the profile's "
+        "aws_session_token), or unset it for long-term keys"},
+    {"ExpiredToken",
+        "the session token has expired: renew the temporary credentials (AWS_SESSION_TOKEN, or the profile's "
+        "aws_session_token)"},
+    {"TokenRefreshRequired",
+        "the session token has expired: renew the temporary credentials (AWS_SESSION_TOKEN, or the profile's "
+        "aws_session_token)"},
+    {"RequestTimeTooSkewed", "this machine's clock differs from the store's by more than 15 minutes: correct it"},
+};
+
+/// " at ENDPOINT (where it was given)" for a URL on a store other than AWS's or Google's own, whose name alone does
+/// not say where the request went; userinfo in the endpoint is left out
+std::string storeNamed(const std::string& shown)
+{
+    const StoreConfig& c = storeConfig();
+    const bool s3 = startsWith(shown, "s3://") && !c.endpoint.empty();
+    const bool gs = startsWith(shown, "gs://") && c.gsEndpoint != "https://storage.googleapis.com";
+    if (!s3 && !gs) return {};
+    std::string endpoint = s3 ? c.endpoint : c.gsEndpoint;
+    const size_t scheme = endpoint.find("://");
+    const size_t hostStart = scheme == std::string::npos ? 0 : scheme + 3;
+    const size_t at = endpoint.find('@', hostStart);
+    if (at != std::string::npos && at < endpoint.find('/', hostStart)) endpoint.erase(hostStart, at + 1 - hostStart);
+    return " at " + endpoint + " (" + (s3 ? c.endpointSource : std::string("STORAGE_EMULATOR_HOST")) + ")";
+}
+
 /// the failure of a request that will not be retried, as a message that names the URL and says what to do
 [[noreturn]] void fail(const std::string& shown, const Response& r, const char* what)
 {
@@ -607,10 +666,16 @@ std::string xmlErrorCode(const std::string& body)
     }
     const std::string code = xmlErrorCode(r.body);
     std::string detail = std::string(what) + ": HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
-    if (r.status == 403 || r.status == 401)
+    const auto hint = std::find_if(std::begin(kCredentialHints), std::end(kCredentialHints),
+        [&](const CredentialHint& h) { return code == h.code; });
+    if (hint != std::end(kCredentialHints))
+        detail += std::string("; ") + hint->what;
+    else if (r.status == 403 || r.status == 401)
         detail += "; access denied: check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket's policy";
+    else if (r.status == 404 && code == "NoSuchBucket")
+        detail += "; no such bucket" + storeNamed(shown);
     else if (r.status == 404)
-        detail += code == "NoSuchBucket" ? "; no such bucket" : "; no such object";
+        detail += "; no such object";
     else if (r.status == 412)
         throw Error(ErrorKind::Io, shown, "changed while being read (the object was replaced: its ETag changed)");
     throw Error(ErrorKind::Io, shown, detail);
@@ -838,8 +903,9 @@ std::string quotedEtag(std::string etag)
 void listNextPage(const RemoteUrl& u, const std::string& prefix, Listing& l, const std::string& shown)
 {
     std::string url = requestUrl(u, "");
-    url += "?list-type=2&delimiter=%2F&prefix=" + encodeKey(prefix, false);
-    if (!l.continuation.empty()) url += "&continuation-token=" + encodeKey(l.continuation, false);
+    std::vector<std::pair<std::string, std::string>> query {{"list-type", "2"}, {"delimiter", "/"}, {"prefix", prefix}};
+    if (!l.continuation.empty()) query.emplace_back("continuation-token", l.continuation);
+    url += signedQuery(std::move(query));
     const Response r = performOne(u, url, {}, false, shown, "cannot list");
     if (r.status != 200) fail(shown, r, "cannot list");
     const ListingPage page = parseListingPage(r.body, prefix, shown);
@@ -1444,7 +1510,8 @@ std::unique_ptr<Transfer> bodyRequest(const RemoteUrl& u, const std::string& url
 {
     auto t = std::make_unique<Transfer>();
     const std::string hash = Sha256::hex(body, size);
-    headers.push_back("Expect:"); // no 100-continue round trip
+    // no "Expect:" to turn curl's 100-continue off: curl 7.88 signs that removal as an empty "expect" header it then
+    // does not send, and the store refuses every such PUT and POST as SignatureDoesNotMatch
     headers.push_back("Content-Type: application/octet-stream"); // not curl's form encoding, which servers parse
     prepare(*t, u, url, headers, hash);
     curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
@@ -1656,7 +1723,7 @@ ObjectUpload::~ObjectUpload()
     try {
         const BoundedUndo undo;
         performUndo(
-            m->remote, m->target + "?uploadId=" + encodeKey(m->uploadId, false), m->shown, "cannot abort the upload");
+            m->remote, m->target + signedQuery({{"uploadId", m->uploadId}}), m->shown, "cannot abort the upload");
     } catch (const std::exception& e) {
         leftBehind(
             m->shown + ": an incomplete multipart upload (upload id " + m->uploadId + "; " + undoFailure(e) + ")");
@@ -1711,7 +1778,6 @@ void ObjectUpload::sendParts()
             uploadId = m->uploadId; // a shared upload is started (or joined) before its first part
         }
         if (uploadId.empty()) uploadId = startShared();
-        const std::string query = "uploadId=" + encodeKey(uploadId, false);
         for (;;) {
             std::vector<std::pair<size_t, std::vector<uint8_t>>> batch;
             {
@@ -1727,7 +1793,8 @@ void ObjectUpload::sendParts()
             std::vector<std::function<std::unique_ptr<Transfer>()>> parts;
             for (const auto& [number, bytes] : batch)
                 parts.push_back([&, number = number, data = bytes.data(), size = bytes.size()] {
-                    auto t = bodyRequest(m->remote, m->target + "?partNumber=" + std::to_string(number) + "&" + query,
+                    auto t = bodyRequest(m->remote,
+                        m->target + signedQuery({{"partNumber", std::to_string(number)}, {"uploadId", uploadId}}),
                         "PUT", data, size);
                     t->giveUp = &m->dropped;
                     return t;
@@ -1757,7 +1824,7 @@ std::string ObjectUpload::startShared()
     std::vector<std::string> headers;
     if (!m->writerTag.empty()) headers.push_back(writerTagHeader(m->remote, m->writerTag));
     std::vector<std::function<std::unique_ptr<Transfer>()>> start {[&] {
-        auto t = bodyRequest(m->remote, m->target + "?uploads", "POST", nullptr, 0, headers);
+        auto t = bodyRequest(m->remote, m->target + signedQuery({{"uploads", ""}}), "POST", nullptr, 0, headers);
         t->giveUp = &m->dropped;
         return t;
     }};
@@ -1858,14 +1925,14 @@ void ObjectUpload::complete()
                 body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + m->etags[i]
                     + "</ETag></Part>";
         body += "</CompleteMultipartUpload>";
-        const std::string query = "uploadId=" + encodeKey(m->uploadId, false);
+        const std::string query = signedQuery({{"uploadId", m->uploadId}});
         // not cut short by a cancel: the object would be there all the same, while the run reports it is not
         const Uncancellable completing;
         performCreate(
             m->remote, m->target, m->shown, m->writerTag,
             [&](bool conditional) {
-                return bodyRequest(m->remote, m->target + "?" + query, "POST",
-                    reinterpret_cast<const uint8_t*>(body.data()), body.size(),
+                return bodyRequest(m->remote, m->target + query, "POST", reinterpret_cast<const uint8_t*>(body.data()),
+                    body.size(),
                     conditional ? std::vector<std::string> {createOnlyHeader(m->remote)} : std::vector<std::string>());
             },
             "cannot complete the upload");
@@ -1896,10 +1963,12 @@ void abortUploadsUnder(const std::string& url)
         const bool underFolder = u.key.back() == '/'; // else the one object's uploads only
         std::string keyMarker, idMarker;
         for (int page = 0; page < 1000; ++page) {
-            std::string list = requestUrl(u, "") + "?prefix=" + encodeKey(u.key, false) + "&uploads=";
-            if (!keyMarker.empty())
-                list
-                    += "&key-marker=" + encodeKey(keyMarker, false) + "&upload-id-marker=" + encodeKey(idMarker, false);
+            std::vector<std::pair<std::string, std::string>> query {{"prefix", u.key}, {"uploads", ""}};
+            if (!keyMarker.empty()) {
+                query.emplace_back("key-marker", keyMarker);
+                query.emplace_back("upload-id-marker", idMarker);
+            }
+            const std::string list = requestUrl(u, "") + signedQuery(std::move(query));
             const Response r = performOne(u, list, {}, false, displayLocation(url), "cannot list uploads");
             if (r.status != 200) {
                 leftBehind(displayLocation(url) + ": its incomplete multipart uploads could not be listed (HTTP "
@@ -1912,7 +1981,7 @@ void abortUploadsUnder(const std::string& url)
                 const std::string shown = displayLocation(url) + upload.key.substr(u.key.size());
                 try {
                     // 404 (NoSuchUpload): another process of the job aborted it first
-                    performUndo(u, requestUrl(u, upload.key) + "?uploadId=" + encodeKey(upload.id, false), shown,
+                    performUndo(u, requestUrl(u, upload.key) + signedQuery({{"uploadId", upload.id}}), shown,
                         "cannot abort the upload");
                 } catch (const std::exception& e) {
                     leftBehind(shown + ": an incomplete multipart upload (upload id " + upload.id + "; "
