@@ -2,6 +2,7 @@
 #include "mainwindow.h"
 
 #include "common/format.h"
+#include "common/warning.h"
 #include "panels/diagnosepanel.h"
 #include "panels/diffpanel.h"
 #include "panels/fqnmappingpanel.h"
@@ -128,7 +129,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_context, &CheckpointContext::loadFailed, this, [this](const QString& path, const QString& message) {
         statusBar()->showMessage(tr("Cannot open %1").arg(Format::displayPath(path)), 10000);
         if (isVisible() && !QApplication::platformName().startsWith(QLatin1String("offscreen")))
-            QMessageBox::warning(this, tr("Cannot open checkpoint"), tr("Cannot open %1:\n\n%2").arg(path, message));
+            showWarning(this, tr("Cannot open checkpoint"), tr("Cannot open %1:\n\n%2").arg(path, message));
+    });
+    connect(m_context, &CheckpointContext::loadCancelled, this, [this](const QString& path) {
+        statusBar()->showMessage(tr("Stopped opening %1").arg(Format::displayPath(path)), 5000);
     });
     connect(m_context, &CheckpointContext::referenceFailed, this, [this](const QString& path, const QString& message) {
         statusBar()->showMessage(tr("Cannot open the model %1: %2").arg(Format::displayPath(path), message), 10000);
@@ -315,7 +319,7 @@ void MainWindow::setupMenus()
                                     .trimmed();
             if (!ok || url.isEmpty()) return;
             if (!optscope::isUrl(url.toStdString())) {
-                QMessageBox::warning(this, tr("Open URL"),
+                showWarning(this, tr("Open URL"),
                     tr("%1 is not a URL OptScope reads: use s3://, gs://, http:// or https://").arg(url));
                 return;
             }
@@ -353,7 +357,7 @@ void MainWindow::setupMenus()
                                 .trimmed();
         if (!ok || url.isEmpty()) return;
         if (!optscope::isUrl(url.toStdString()) || !optscope::canListFolder(url.toStdString())) {
-            QMessageBox::warning(this, tr("Watch URL"),
+            showWarning(this, tr("Watch URL"),
                 tr("%1 cannot be listed: watch an s3:// or gs:// prefix (a plain HTTP server cannot list a folder)")
                     .arg(url));
             return;

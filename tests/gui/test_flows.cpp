@@ -4,6 +4,7 @@
 #include "guitest.h"
 
 #include "common/format.h"
+#include "common/warning.h"
 #include "mainwindow.h"
 #include "models/chunklistmodel.h"
 #include "models/diagnosismodel.h"
@@ -232,6 +233,8 @@ private Q_SLOTS:
     void remoteScalarsAreReadOffTheUiThread();
     void compareWithUrlMatchesTheLocalCompare();
     void treeFillsWhileLoading();
+    void cancelledLoadGivesTheTreeBack();
+    void warningsShowTextAsPlainText();
     void openFileRawShowsWhatTheFileHolds();
     void stateKeysNamesStayWhileScrollingRight();
     void fileChangedWhileOpen();
@@ -881,6 +884,58 @@ void TestFlows::treeFillsWhileLoading()
     // the finished tree: model / optim at the top, the summary counts ranks
     QVERIFY(keys->model()->rowCount() < previewRows);
     QVERIFY2(keys->summaryText().contains(QLatin1String("16 rank(s)")), qPrintable(keys->summaryText()));
+}
+
+void TestFlows::cancelledLoadGivesTheTreeBack()
+{
+    // a load cancelled once its first keys are shown (Esc, or Stop): the tree goes back to the checkpoint that stays
+    // open and answers clicks again. Before, it kept the cancelled load's keys under "Reading…" for good, its rows
+    // ignoring every click (found by a hunt)
+    MainWindow w;
+    w.setPersistLayout(false);
+    StateKeysPanel* keys = w.stateKeysPanel();
+    const QString open = testData("adam_int.pt");
+    QVERIFY(openAndWait(w, open));
+    const int openRows = keys->model()->rowCount();
+    int previews = 0;
+    connect(w.context(), &CheckpointContext::loadPreview, this, [&] {
+        if (++previews == 1) w.context()->runner()->cancelAll();
+    });
+    QSignalSpy cancelled(w.context(), &CheckpointContext::loadCancelled);
+    w.openPath(testData("scale/r16_l1"));
+    QVERIFY(cancelled.wait(Timeout));
+    QCOMPARE(previews, 1);
+    QTest::qWait(200); // anything the load still had queued
+    QCOMPARE(w.context()->path(), open);
+    QCOMPARE(keys->model()->rowCount(), openRows);
+    QVERIFY2(!keys->summaryText().startsWith(QLatin1String("Reading")), qPrintable(keys->summaryText()));
+    // the rows answer clicks: the context's selection follows
+    const QModelIndex last = keys->model()->index(openRows - 1, 0);
+    const QString key = last.data(StateKeysModel::KeyRole).toString();
+    QVERIFY(!key.isEmpty());
+    keys->view()->setCurrentIndex(last);
+    QCOMPARE(w.context()->selectedKey(), key);
+    QVERIFY2(w.statusBar()->currentMessage().startsWith(QLatin1String("Stopped opening")),
+        qPrintable(w.statusBar()->currentMessage()));
+}
+
+void TestFlows::warningsShowTextAsPlainText()
+{
+    // error texts carry paths, URLs and key names: one that looks like HTML is shown as written, not rendered (before:
+    // QMessageBox's Qt::AutoText rendered it)
+    Qt::TextFormat format = Qt::AutoText;
+    QString text;
+    QTimer::singleShot(0, this, [&] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        format = box->textFormat();
+        text = box->text();
+        box->accept();
+    });
+    const QString html = QStringLiteral("Cannot open <b>evil</b><img src=x>.pt");
+    showWarning(nullptr, QStringLiteral("Cannot open checkpoint"), html);
+    QCOMPARE(format, Qt::PlainText);
+    QCOMPARE(text, html);
 }
 
 void TestFlows::openFileRawShowsWhatTheFileHolds()

@@ -3,6 +3,7 @@
 
 #include "common/format.h"
 #include "common/reportexport.h"
+#include "common/warning.h"
 #include "models/diffmodel.h"
 #include "models/statusfilterproxy.h"
 #include "models/valuecomparemodel.h"
@@ -170,13 +171,13 @@ DiffPanel::DiffPanel(CheckpointContext* context, ComparisonSession* session, QWi
         const QString p
             = QFileDialog::getSaveFileName(this, tr("Export diff"), QStringLiteral("diff.json"), tr("JSON (*.json)"));
         if (!p.isEmpty())
-            if (const QString err = exportJson(p); !err.isEmpty()) QMessageBox::warning(this, tr("Export diff"), err);
+            if (const QString err = exportJson(p); !err.isEmpty()) showWarning(this, tr("Export diff"), err);
     });
     exportMenu->addAction(tr("CSV…"), this, [this] {
         const QString p
             = QFileDialog::getSaveFileName(this, tr("Export diff"), QStringLiteral("diff.csv"), tr("CSV (*.csv)"));
         if (!p.isEmpty())
-            if (const QString err = exportCsv(p); !err.isEmpty()) QMessageBox::warning(this, tr("Export diff"), err);
+            if (const QString err = exportCsv(p); !err.isEmpty()) showWarning(this, tr("Export diff"), err);
     });
     m_export->setMenu(exportMenu);
     m_export->setEnabled(false);
@@ -330,7 +331,11 @@ DiffPanel::DiffPanel(CheckpointContext* context, ComparisonSession* session, QWi
     });
     connect(m_session, &ComparisonSession::cleared, this, [this] {
         // nothing of the last comparison stays: its A | B | Δ values, and (for another checkpoint, not the next
-        // step of the same run) its filters
+        // step of the same run) its filters; a histogram or page of values still being read for it is dropped
+        // (it was drawn into the cleared panel when it came after)
+        m_context->runner()->cancel(QStringLiteral("diff-histogram"));
+        m_context->runner()->cancel(QStringLiteral("diff-values"));
+        m_histogramFor = -1;
         m_values->clear();
         m_valuesInfo->clear();
         if (!m_context->continuesPrevious()) {

@@ -3,6 +3,7 @@
 
 #include "common/format.h"
 #include "common/reportexport.h"
+#include "common/warning.h"
 #include "models/statusfilterproxy.h"
 #include "models/verifymodel.h"
 #include "session/checkpointcontext.h"
@@ -105,15 +106,13 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
         const QString path = QFileDialog::getSaveFileName(this, tr("Export report"),
             QFileInfo(m_context->path()).absoluteDir().filePath(QStringLiteral("verify.json")), tr("JSON (*.json)"));
         if (!path.isEmpty())
-            if (const QString err = exportJson(path); !err.isEmpty())
-                QMessageBox::warning(this, tr("Export report"), err);
+            if (const QString err = exportJson(path); !err.isEmpty()) showWarning(this, tr("Export report"), err);
     });
     menu->addAction(tr("CSV…"), this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export report"),
             QFileInfo(m_context->path()).absoluteDir().filePath(QStringLiteral("verify.csv")), tr("CSV (*.csv)"));
         if (!path.isEmpty())
-            if (const QString err = exportCsv(path); !err.isEmpty())
-                QMessageBox::warning(this, tr("Export report"), err);
+            if (const QString err = exportCsv(path); !err.isEmpty()) showWarning(this, tr("Export report"), err);
     });
     m_export->setMenu(menu);
     m_export->setEnabled(false);

@@ -118,9 +118,12 @@ StateKeysPanel::StateKeysPanel(CheckpointContext* context, QWidget* parent)
     });
     connect(m_context, &CheckpointContext::checkpointChanged, this, &StateKeysPanel::onCheckpointChanged);
     connect(m_context, &CheckpointContext::loadPreview, this, &StateKeysPanel::onLoadPreview);
-    connect(m_context, &CheckpointContext::loadFailed, this, [this] {
-        if (m_previewing) onCheckpointChanged(); // back to the checkpoint that stays open
-    });
+    // back to the checkpoint that stays open (or to none) when a load ends without one
+    const auto loadEnded = [this] {
+        if (m_previewing) onCheckpointChanged();
+    };
+    connect(m_context, &CheckpointContext::loadFailed, this, loadEnded);
+    connect(m_context, &CheckpointContext::loadCancelled, this, loadEnded);
     connect(m_context, &CheckpointContext::selectionChanged, this, &StateKeysPanel::onSelectionChanged);
     updateSummary();
 }

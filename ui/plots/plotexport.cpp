@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "plots/plotexport.h"
 
+#include "common/warning.h"
 #include "plots/qcp.h"
 
 #include <QDir>
@@ -104,7 +105,7 @@ void PlotExport::install(QWidget* plot, std::function<QString()> startDir, const
                 QDir(dir.isEmpty() ? QDir::homePath() : dir).filePath(baseName + QStringLiteral(".png")), fileFilter());
             if (path.isEmpty()) return;
             if (const QString err = PlotExport::save(plot, path); !err.isEmpty())
-                QMessageBox::warning(plot, QObject::tr("Save image"), err);
+                showWarning(plot, QObject::tr("Save image"), err);
         });
         saveAction->setObjectName(QStringLiteral("saveImage"));
         menu->popup(plot->mapToGlobal(pos));

@@ -67,9 +67,7 @@ void CheckpointContext::open(const QString& path, OpenAs as)
         [this, path, as](Loaded l) {
             install(std::move(l.checkpoint), std::move(l.tree), std::move(l.optimizers), path, as == OpenAs::RawFile);
         },
-        [this, path](const QString& message, bool cancelled) {
-            if (!cancelled) Q_EMIT loadFailed(path, message);
-        });
+        [this, path](const QString& message, bool cancelled) { loadEnded(path, message, cancelled); });
 }
 
 void CheckpointContext::adopt(const QString& path, CheckpointPtr checkpoint)
@@ -89,9 +87,17 @@ void CheckpointContext::adopt(const QString& path, CheckpointPtr checkpoint)
         },
         [this, path](
             Loaded l) { install(std::move(l.checkpoint), std::move(l.tree), std::move(l.optimizers), path, false); },
-        [this, path](const QString& message, bool cancelled) {
-            if (!cancelled) Q_EMIT loadFailed(path, message);
-        });
+        [this, path](const QString& message, bool cancelled) { loadEnded(path, message, cancelled); });
+}
+
+void CheckpointContext::loadEnded(const QString& path, const QString& message, bool cancelled)
+{
+    // a preview the load queued before it ended must not come after this (it would stand for a load that is over)
+    ++m_loadGeneration;
+    if (cancelled)
+        Q_EMIT loadCancelled(path);
+    else
+        Q_EMIT loadFailed(path, message);
 }
 
 void CheckpointContext::install(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree,
@@ -137,6 +143,7 @@ void CheckpointContext::clearReference()
 void CheckpointContext::close()
 {
     m_runner->cancelAll();
+    ++m_loadGeneration;
     m_checkpoint.reset();
     m_tree.reset();
     m_optimizers.clear();

@@ -30,7 +30,8 @@ public:
     /// How open() reads a path: as the checkpoint it belongs to, or one file as the torch.save / safetensors file
     /// it is (a DeepSpeed rank file's raw flat partitions: core openCheckpointFile, the CLI's inspect --raw)
     enum class OpenAs { Checkpoint, RawFile };
-    /// Opens @p path in the background; checkpointChanged() follows on success, loadFailed() otherwise.
+    /// Opens @p path in the background; checkpointChanged() follows on success, loadFailed() or loadCancelled()
+    /// otherwise.
     void open(const QString& path, OpenAs as = OpenAs::Checkpoint);
     /// shows @p checkpoint, already read from @p path elsewhere (File > Watch folder), as open() would: its key tree
     /// and optimizers are built in the background, its files are not read again
@@ -71,16 +72,20 @@ Q_SIGNALS:
     void loadPreview(const CheckpointPtr& preview, const std::shared_ptr<const KeyTree>& tree);
     void checkpointChanged();
     void loadFailed(const QString& path, const QString& message);
+    /// open() of @p path was cancelled (Esc, Stop, another open or Close): what was open stays open
+    void loadCancelled(const QString& path);
     void selectionChanged(const QString& key);
     void referenceChanged();
     void referenceFailed(const QString& path, const QString& message);
 
 private:
+    /// the end of an open() or adopt() that did not install its checkpoint
+    void loadEnded(const QString& path, const QString& message, bool cancelled);
     /// makes @p checkpoint the open one (the end of open() and adopt())
     void install(CheckpointPtr checkpoint, std::shared_ptr<const KeyTree> tree, std::vector<OptimizerView> optimizers,
         const QString& path, bool raw);
     JobRunner* m_runner;
-    uint64_t m_loadGeneration = 0; ///< previews of a superseded open() are dropped
+    uint64_t m_loadGeneration = 0; ///< previews of an open() that was superseded or has ended are dropped
     CheckpointPtr m_checkpoint;
     std::shared_ptr<const KeyTree> m_tree;
     std::vector<OptimizerView> m_optimizers;
