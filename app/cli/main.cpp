@@ -34,9 +34,14 @@ std::string signalName(int sig)
 std::vector<std::string> resolvedPaths(const std::vector<std::string>& args)
 {
     std::vector<std::string> out;
+    const auto isOutputOption = [](const std::string& o) { return o == "-o" || o == "--output" || o == "--keep"; };
     for (size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        const bool output = i > 0 && (args[i - 1] == "-o" || args[i - 1] == "--keep");
+        std::string a = args[i];
+        bool output = i > 0 && isOutputOption(args[i - 1]);
+        if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) { // "--output=rel.pt"
+            output = isOutputOption(a.substr(0, eq));
+            a = a.substr(eq + 1);
+        }
         if (a.empty() || a[0] == '-' || optscope::isUrl(a)
             || !(output || optscope::locationKind(a) != optscope::LocationKind::Missing))
             continue;
@@ -78,9 +83,10 @@ void checkSameCommandLine(const std::vector<std::string>& args)
         if (theirs["args"] != mine["args"]) {
             const std::string line = commandLineText(theirs["args"]);
             // a URL's query (a presigned signature, a SAS token) is never shown: lines that differ only there say so
+            const std::string ours = commandLineText(mine["args"]);
             throw UsageError(rank + " runs `optscope-cli " + line + "`, another command line than rank 0's"
-                + (line == commandLineText(mine["args"]) ? std::string(" (their URLs' queries differ; not shown)")
-                                                         : std::string())
+                + (line == ours ? std::string(" (their URLs' queries differ; not shown)")
+                                : " (`optscope-cli " + ours + "`)")
                 + ": every process of the job must run the same one");
         }
         if (theirs["paths"] != mine["paths"]) {
@@ -337,6 +343,9 @@ int main(int argc, char** argv)
     // index that names ../x or /x, a symlink out of the folder), as PyTorch's own loaders do
     // --remote-stats: what the remote reads cost, on stderr when the command ends (requests, bytes, retries)
     bool remoteStats = false;
+    // what the processes of a job compare: the whole command line, global options too (a rank that may read outside
+    // the checkpoint and one that may not gave a report that matched no one-process run; found by a hunt)
+    const std::vector<std::string> commandLine = args;
     for (auto it = args.begin(); it != args.end();)
         if (*it == "--allow-outside-reads") {
             optscope::allowReadsOutsideCheckpoint(true);
@@ -395,7 +404,7 @@ int main(int argc, char** argv)
             ~LeaveJob() { job.leave(); }
         } leave {job};
         try {
-            checkSameCommandLine(args);
+            checkSameCommandLine(commandLine);
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const UsageError& e) {
             job.reportFailure(e.what());

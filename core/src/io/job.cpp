@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -426,6 +427,30 @@ struct Job::State
 
 namespace {
 
+/// connects a probe socket to @p a from a local port other than @p port: a connection from a local port to the same
+/// port on the same host, while nothing listens there, connects to itself (TCP's simultaneous open) and holds the
+/// port, which rank 0 then cannot bind ("Address already in use", the job never meets). Linux picks such a port for
+/// connect() from its ephemeral range (32768-60999, even ports first), where a MASTER_PORT may well lie.
+bool probeConnects(const addrinfo* a, uint16_t port)
+{
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) return false;
+    sockaddr_storage local {};
+    local.ss_family = static_cast<sa_family_t>(a->ai_family);
+    const socklen_t localSize = a->ai_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    socklen_t size = sizeof local;
+    const auto portOf = [](const sockaddr_storage& s) {
+        return ntohs(s.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(s).sin6_port
+                                             : reinterpret_cast<const sockaddr_in&>(s).sin_port);
+    };
+    // bound first (any address, a port of the kernel's choosing): never the port asked for
+    const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&local), localSize) == 0
+        && ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) == 0 && portOf(local) != port;
+    const bool open = bound && ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+    return open;
+}
+
 /// waits until @p host:@p port accepts a TCP connection (polling every 10 ms), or @p limit passes: c10d's client
 /// retries a refused connection only after a second, which a process started just before rank 0's server paid in
 /// full at every start
@@ -438,12 +463,8 @@ void waitUntilListening(const std::string& host, uint16_t port, std::chrono::mil
     if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return;
     const auto start = Clock::now();
     for (bool open = false; !open && Clock::now() - start < limit;) {
-        for (addrinfo* a = found; a && !open; a = a->ai_next) {
-            const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-            if (fd < 0) continue;
-            open = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-            ::close(fd);
-        }
+        for (addrinfo* a = found; a && !open; a = a->ai_next)
+            open = probeConnects(a, port);
         if (!open) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     ::freeaddrinfo(found);
