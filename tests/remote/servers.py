@@ -117,13 +117,14 @@ def most_in_flight(rows):
 
 
 def start_sigv4_front(torch_python, work, procs, upstream, access_key, secret):
-    """tests/remote/sigv4_proxy.py in front of moto_server at upstream (botocore checks every request's signature);
-    returns (its port, the path of its log of verdicts)"""
+    """tests/remote/sigv4_proxy.py in front of moto_server at upstream (botocore checks every request's signature;
+    the buckets are in us-east-1); returns (its port, the path of its log of verdicts)"""
     shutil.copy(os.path.join(HERE, "sigv4_proxy.py"), os.path.join(work, "sigv4_proxy.py"))
     port, log = free_port(), os.path.join(work, "sigv4.log")
     if os.path.exists(log):
         os.unlink(log)
-    p = subprocess.Popen([torch_python, "sigv4_proxy.py", str(port), str(upstream), access_key, secret, "sigv4.log"],
+    p = subprocess.Popen([torch_python, "sigv4_proxy.py", str(port), str(upstream), access_key, secret, "sigv4.log",
+                          "us-east-1"],
                          cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     procs.append(p)
     wait_port(port, "the SigV4 front", p, timeout=60)

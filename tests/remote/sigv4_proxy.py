@@ -2,14 +2,15 @@
 """A front for moto_server that checks every signed request's AWS Signature Version 4 as S3 does, with botocore's own
 signer (the AWS SDK's S3SigV4Auth), before it forwards the request; runs in the PyTorch chroot (botocore).
 
-    sigv4_proxy.py LISTEN_PORT UPSTREAM_PORT ACCESS_KEY SECRET LOG
+    sigv4_proxy.py LISTEN_PORT UPSTREAM_PORT ACCESS_KEY SECRET LOG [REGION]
 
 moto_server checks no signature unless its IAM emulation is on, and then rebuilds the request from a decoded URL
 (it refuses boto3's own listings with a delimiter), so a client that signs wrongly passed every test. This front
 recomputes the signature from the request exactly as it arrived (path and query as sent, the headers SignedHeaders
 names, the payload hash x-amz-content-sha256 gives, checked against the body) and refuses a mismatch with 403
 SignatureDoesNotMatch, an x-amz-* header left unsigned, a body whose hash is not the one signed, or another access
-key. Anonymous requests pass. Each request's verdict is appended to LOG: "ok METHOD PATH" or "refused WHY ..." with
+key. With REGION, the buckets are in that region: a request signed for another (but "auto", GCS's) gets AWS's answer,
+400 AuthorizationHeaderMalformed naming the region in <Region>. Anonymous requests pass. Each request's verdict is appended to LOG: "ok METHOD PATH" or "refused WHY ..." with
 the canonical request botocore computed, so a refusal can be read.
 """
 import hashlib
@@ -24,6 +25,7 @@ from botocore.credentials import Credentials
 
 listen, upstream, access_key, secret, log_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], \
     sys.argv[5]
+bucket_region = sys.argv[6] if len(sys.argv) > 6 else None
 log_lock = threading.Lock()
 
 
@@ -81,6 +83,14 @@ class Front(http.server.BaseHTTPRequestHandler):
 
     def handle_any(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        auth = self.headers.get("Authorization", "")
+        signed_for = between(auth, "Credential=", ",").split("/")[2:3]
+        if bucket_region and signed_for and signed_for[0] not in (bucket_region, "auto"):
+            log(f"region {signed_for[0]} {self.command} {self.path}")
+            err = ("<?xml version='1.0'?><Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization "
+                   f"header is malformed; the region '{signed_for[0]}' is wrong; expecting '{bucket_region}'</Message>"
+                   f"<Region>{bucket_region}</Region></Error>").encode()
+            return self.answer(400, [("Content-Type", "application/xml")], err, False)
         why = refusal(self.headers, body, self.command, self.path)
         log(f"{'refused ' + why if why else 'ok'} {self.command} {self.path}")
         if why:

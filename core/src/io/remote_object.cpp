@@ -374,6 +374,7 @@ struct Response
     std::string etag;
     std::string writerTag; ///< the object's kWriterTagHeader (a HEAD of an object this program wrote)
     long retryAfter = -1;
+    std::string bucketRegion; ///< x-amz-bucket-region: S3 says where a bucket is (with a 301, or a wrong region)
     uint64_t received = 0; ///< bytes written into the destination (ranged GETs)
 };
 
@@ -446,6 +447,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         t->response.contentType = type;
     }
     if (name == "retry-after") t->response.retryAfter = std::strtol(value.c_str(), nullptr, 10);
+    if (name == "x-amz-bucket-region") t->response.bucketRegion = value;
     return n;
 }
 
@@ -599,16 +601,22 @@ private:
     xmlDocPtr m_doc;
 };
 
-/// the S3 error code of an XML error body ("NoSuchKey", "SignatureDoesNotMatch"), or ""
-std::string xmlErrorCode(const std::string& body)
+/// the text of the element @p name of an S3 XML error body ("Code": "NoSuchKey"; "Region"), or ""
+std::string xmlErrorElement(const std::string& body, const char* name)
 {
     if (body.find("<Error") == std::string::npos) return {};
     const XmlAnswer doc(body, "error.xml");
-    std::string code;
+    std::string text;
     doc.eachTopElement([&](xmlNodePtr n) {
-        if (XmlAnswer::is(n, "Code")) code = XmlAnswer::text(n);
+        if (XmlAnswer::is(n, name)) text = XmlAnswer::text(n);
     });
-    return code;
+    return text;
+}
+
+/// the S3 error code of an XML error body ("NoSuchKey", "SignatureDoesNotMatch"), or ""
+std::string xmlErrorCode(const std::string& body)
+{
+    return xmlErrorElement(body, "Code");
 }
 
 /// what S3's error codes for credentials the store refused mean, and what to do (AWS's documented codes; a
@@ -668,7 +676,13 @@ std::string storeNamed(const std::string& shown)
     std::string detail = std::string(what) + ": HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
     const auto hint = std::find_if(std::begin(kCredentialHints), std::end(kCredentialHints),
         [&](const CredentialHint& h) { return code == h.code; });
-    if (hint != std::end(kCredentialHints))
+    // a bucket in another region than the requests were signed for: S3 says which (400 AuthorizationHeaderMalformed
+    // with <Region>, or 301 PermanentRedirect with x-amz-bucket-region)
+    const std::string region = !r.bucketRegion.empty() ? r.bucketRegion : xmlErrorElement(r.body, "Region");
+    if (!region.empty() && region != storeConfig().region && startsWith(shown, "s3://"))
+        detail += "; the bucket is in region " + region + ", the requests were signed for " + storeConfig().region
+            + ": set AWS_REGION=" + region;
+    else if (hint != std::end(kCredentialHints))
         detail += std::string("; ") + hint->what;
     else if (r.status == 403 || r.status == 401)
         detail += "; access denied: check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket's policy";
