@@ -5,6 +5,7 @@
 
 #include "optscope/analysis/checkpoint_fix.h"
 #include "optscope/analysis/diagnosis.h"
+#include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 
@@ -137,12 +138,14 @@ int runFix(const std::vector<std::string>& argv)
             return text;
         };
         std::cout << "the fixed copy, diagnosed again: ";
-        if (change.resolved.empty() && change.remaining.empty() && change.added.empty())
+        if (change.resolved.empty() && change.remaining.empty() && change.added.empty() && change.broken.empty())
             std::cout << "no problems before or after\n";
         else {
             std::cout << "resolved: " << (change.resolved.empty() ? "none" : list(change.resolved));
             if (!change.remaining.empty()) std::cout << "; still there: " << list(change.remaining);
             if (!change.added.empty()) std::cout << "; new: " << list(change.added);
+            if (!change.broken.empty())
+                std::cout << "; it fails where the original loads: " << displayText(change.brokenText());
             std::cout << (change.noErrorsLeft() ? "; no error is left\n" : "; errors are left\n");
         }
     }

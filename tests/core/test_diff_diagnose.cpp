@@ -580,6 +580,27 @@ TEST(Diagnose, StateThatDsdDropsForAFrozenTargetLayerIsNamed)
     EXPECT_EQ(d.verdicts[1].paramsWithState, 4);
 }
 
+TEST(Diagnose, FrozenSavedTrainedInTargetAndAFixThatBreaksALoader)
+{
+    // fc1 frozen when saved (in the groups, no state), trainable in the target: DSD's set_optimizer_state_dict looks
+    // its state up by name (KeyError; diagnose said it loads, found by a hunt). Saved with integer ids, it loads
+    // (by position); re-keyed by name, as fix does for id-keyed state, it no longer does: the change says so
+    const std::string c = "load_cases/frozen_saved_trained_in_target";
+    const ExpectedParams exp = ExpectedParams::fromCheckpoint(*open(c + "/model.pt"));
+    const TargetOptimizer target = TargetOptimizer::fromCheckpoint(*open(c + "/target_optim.pt"));
+    const Diagnosis byName = diagnoseCheckpoint(*open(c + "/optim.pt"), &exp, {}, &target);
+    ASSERT_GE(byName.verdicts.size(), 2u);
+    EXPECT_EQ(byName.verdicts[1].path, LoadPath::SetOptimizerStateDict);
+    EXPECT_EQ(byName.verdicts[1].outcomeText(), "raises KeyError: 'fc1.weight'");
+    const Diagnosis byId = diagnoseCheckpoint(*open(c + "_ids/optim.pt"), &exp, {}, &target);
+    EXPECT_EQ(byId.verdicts[1].outcome, LoadOutcome::Loads);
+    const DiagnosisChange change = compareDiagnoses(byId, byName);
+    ASSERT_EQ(change.broken.size(), 2u); // strict and not
+    EXPECT_EQ(change.brokenText().substr(0, 55), "set_optimizer_state_dict raises KeyError: 'fc1.weight';");
+    EXPECT_FALSE(change.noErrorsLeft());
+    EXPECT_EQ(change.toJson()["broken"][0]["exception"], "KeyError");
+}
+
 TEST(Diagnose, WhatAFixChangedByCode)
 {
     // before: a gap (error), two step warnings, an info; after: one step warning left and an unreadable chunk new

@@ -414,11 +414,13 @@ QString DiagnosePanel::changeText(const DiagnosisChange& change)
         return out.join(QStringLiteral(", "));
     };
     QString text = tr("<b>After the fix</b>: ");
-    if (change.resolved.empty() && change.remaining.empty() && change.added.empty())
+    if (change.resolved.empty() && change.remaining.empty() && change.added.empty() && change.broken.empty())
         return text + tr("no problems, before or after.");
     text += tr("resolved %1").arg(change.resolved.empty() ? tr("nothing") : codes(change.resolved));
     if (!change.remaining.empty()) text += tr("; still there: %1").arg(codes(change.remaining));
     if (!change.added.empty()) text += tr("; new: %1").arg(codes(change.added));
+    if (!change.broken.empty())
+        text += tr("; it fails where the original loads: %1").arg(Format::text(change.brokenText()).toHtmlEscaped());
     return text
         + (change.noErrorsLeft() ? tr(". <b style=\"color:#2e7d32\">No error is left.</b>")
                                  : tr(". <b style=\"color:#d62728\">Errors are left.</b>"));

@@ -63,6 +63,7 @@ public:
         , m_exp(m_optimizerParams ? &*m_optimizerParams : expected)
         , m_table(ParamTable::build(cp, m_exp))
         , m_frozenInTarget(target ? target->frozenNames() : std::set<std::string>())
+        , m_trainableInTarget(target ? target->trainableNames() : std::set<std::string>())
     { }
 
     Diagnosis run();
@@ -359,6 +360,8 @@ private:
     ParamTable m_table;
     /// the target's parameters without state after its step (TargetOptimizer::frozenNames): frozen when it loads
     std::set<std::string> m_frozenInTarget;
+    /// the target's parameters with state after its step (TargetOptimizer::trainableNames)
+    std::set<std::string> m_trainableInTarget;
     bool m_reportedModelPart = false;
 };
 

@@ -130,7 +130,21 @@ DiagnosisChange compareDiagnoses(const Diagnosis& before, const Diagnosis& after
         if (c.before > 0 && c.after > 0) change.remaining.push_back(c);
         if (c.before == 0 && c.after > 0) change.added.push_back(c);
     }
+    for (const LoadVerdict& was : before.verdicts) {
+        if (was.outcome != LoadOutcome::Loads) continue;
+        const auto now = std::find_if(
+            after.verdicts.begin(), after.verdicts.end(), [&](const LoadVerdict& v) { return v.path == was.path; });
+        if (now != after.verdicts.end() && now->outcome == LoadOutcome::Raises) change.broken.push_back(*now);
+    }
     return change;
+}
+
+std::string DiagnosisChange::brokenText() const
+{
+    std::string text;
+    for (const LoadVerdict& v : broken)
+        text += (text.empty() ? "" : "; ") + std::string(loadPathName(v.path)) + " " + v.outcomeText();
+    return text;
 }
 
 std::string DiagnosisChange::CodeCount::countText() const
@@ -141,6 +155,7 @@ std::string DiagnosisChange::CodeCount::countText() const
 
 bool DiagnosisChange::noErrorsLeft() const
 {
+    if (!broken.empty()) return false;
     for (const auto* list : {&remaining, &added})
         for (const auto& c : *list)
             if (findingInfo(c.code).severity == Severity::Error) return false;
@@ -155,8 +170,11 @@ nlohmann::ordered_json DiagnosisChange::toJson() const
             a.push_back({{"code", findingName(c.code)}, {"before", c.before}, {"after", c.after}});
         return a;
     };
+    nlohmann::ordered_json brokenPaths = nlohmann::ordered_json::array();
+    for (const LoadVerdict& v : broken)
+        brokenPaths.push_back(v.toJson());
     return {{"resolved", codes(resolved)}, {"remaining", codes(remaining)}, {"added", codes(added)},
-        {"no_errors_left", noErrorsLeft()}};
+        {"broken", brokenPaths}, {"no_errors_left", noErrorsLeft()}};
 }
 
 nlohmann::ordered_json Diagnosis::toJson() const
@@ -203,14 +221,29 @@ TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
     return t;
 }
 
-std::set<std::string> TargetOptimizer::frozenNames() const
+namespace {
+/// the target's parameter names whose state presence is @p stateful (empty when the target's names are not known or
+/// no parameter has state: a target saved before its first step says nothing about which are frozen)
+std::set<std::string> namesWithState(const TargetOptimizer& t, bool stateful)
 {
     std::set<std::string> out;
-    if (names.size() != withState.size() || std::find(withState.begin(), withState.end(), true) == withState.end())
+    if (t.names.size() != t.withState.size()
+        || std::find(t.withState.begin(), t.withState.end(), true) == t.withState.end())
         return out;
-    for (size_t i = 0; i < names.size(); ++i)
-        if (!withState[i]) out.insert(normalizeFqn(names[i]).fqn);
+    for (size_t i = 0; i < t.names.size(); ++i)
+        if (t.withState[i] == stateful) out.insert(normalizeFqn(t.names[i]).fqn);
     return out;
+}
+} // namespace
+
+std::set<std::string> TargetOptimizer::frozenNames() const
+{
+    return namesWithState(*this, false);
+}
+
+std::set<std::string> TargetOptimizer::trainableNames() const
+{
+    return namesWithState(*this, true);
 }
 
 std::vector<std::string> TargetOptimizer::paramsOf(

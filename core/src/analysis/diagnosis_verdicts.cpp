@@ -95,7 +95,9 @@ LoadVerdict Diagnoser::byNameVerdict(const VerdictFacts& f) const
             ++withState;
             continue;
         }
-        if (listedNoState.count(key)) continue; // no state saved: frozen there, taken as frozen here too
+        // no state saved: frozen there, taken as frozen here too unless the target trains it (then DSD looks its
+        // state up: KeyError)
+        if (listedNoState.count(key) && !m_trainableInTarget.count(key)) continue;
         if (firstMissing.empty()) firstMissing = key;
     }
     if (!firstMissing.empty())
@@ -130,6 +132,11 @@ LoadVerdict Diagnoser::fsdp1Verdict(const VerdictFacts& f) const
         if (!modelNames.count(p.key))
             return LoadVerdict::raises(path, "KeyError", "'" + p.key + "'",
                 "the saved parameter '" + p.key + "' is not a parameter of the model");
+    // _rekey_sharded_optim_state_dict then looks up every name the saved param_groups list, state or not
+    for (const auto& name : v.groupParams())
+        if (!modelNames.count(normalizeFqn(name).fqn))
+            return LoadVerdict::raises(path, "KeyError", "'" + name + "'",
+                "the saved param_groups list '" + name + "', which is not a parameter of the model");
     if (!f.groupError.empty())
         return LoadVerdict::raises(path, "ValueError", f.groupError, "param groups differ from the target optimizer's");
     // _rekey_sharded_optim_state_dict pairs the state with the target's parameters by name, not by position: a

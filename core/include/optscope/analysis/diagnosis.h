@@ -41,6 +41,8 @@ struct TargetOptimizer
     /// the names of the positions without state, when the target records names and holds state for some: saved
     /// after a step, those were frozen (requires_grad=False) in the loading run. Empty otherwise
     std::set<std::string> frozenNames() const;
+    /// the parameters with state after the target's step, by canonical name: trainable there (empty when unknown)
+    std::set<std::string> trainableNames() const;
     static TargetOptimizer fromCheckpoint(const Checkpoint& optimizer);
     /// The model parameters the target optimizer holds, in its order: all of @p model's when it holds as many, else
     /// the ones its names give, else @p savedNames (the saved optimizer's) when their shapes are the target's, else
@@ -117,9 +119,16 @@ struct DiagnosisChange
     std::vector<CodeCount> resolved; ///< after == 0
     std::vector<CodeCount> remaining; ///< before > 0 and after > 0
     std::vector<CodeCount> added; ///< before == 0
-    /// no error is left in the fixed copy (remaining or added)
+    /// the fixed copy's verdicts for the load paths the original loaded on and the copy does not: a fix that makes
+    /// a loader fail is not a fix for who loads that way (re-keying by name for a target that trains a parameter
+    /// saved without state)
+    std::vector<LoadVerdict> broken;
+    /// no error is left in the fixed copy (remaining or added), and no load path broke
     bool noErrorsLeft() const;
-    /// {"resolved": [{"code", "before", "after"}], "remaining": [...], "added": [...], "no_errors_left": bool}
+    /// the broken paths as the CLI and the app say them: "set_optimizer_state_dict raises KeyError: 'fc1.weight'"
+    std::string brokenText() const;
+    /// {"resolved": [{"code", "before", "after"}], "remaining": [...], "added": [...], "broken": [verdict...],
+    /// "no_errors_left": bool}
     nlohmann::ordered_json toJson() const;
 };
 DiagnosisChange compareDiagnoses(const Diagnosis& before, const Diagnosis& after);
