@@ -5,6 +5,7 @@
 #include "optscope/analysis/checkpoint_check.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/job.h"
+#include "optscope/io/storage.h"
 
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -40,7 +41,7 @@ int runCheck(const std::vector<std::string>& argv)
         return report.clean() ? ExitOk : ExitFindings;
     if (args.has("--json")) {
         auto j = report.toJson();
-        j["path"] = cp->path;
+        j["path"] = optscope::displayLocation(cp->path);
         std::cout << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else {
         for (const auto& f : report.findings)
@@ -48,7 +49,8 @@ int runCheck(const std::vector<std::string>& argv)
                       << ": " << f.message << "\n";
         std::cout << (report.clean() ? "clean: " : std::to_string(report.findings.size()) + " finding(s): ")
                   << report.tensorsChecked << " tensors, " << report.chunksChecked << " chunks, "
-                  << report.optimizersChecked << " optimizer state dict(s) checked in " << cp->path << "\n";
+                  << report.optimizersChecked << " optimizer state dict(s) checked in "
+                  << optscope::displayLocation(cp->path) << "\n";
     }
     return report.clean() ? ExitOk : ExitFindings;
 }

@@ -7,6 +7,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/unsafe_globals.h"
+#include "optscope/io/storage.h"
 #include "optscope/tensor/tensor_assembler.h"
 
 #include <algorithm>
@@ -152,7 +153,8 @@ int run(const std::vector<std::string>& argv)
             }
         for (size_t i = 0; first.empty() && i < report.errors.size(); ++i)
             if (!report.errors[i].empty()) first = cp->entries[i].key + ": " + report.errors[i];
-        printError("inspect", cp->path + ": parts of the checkpoint cannot be read: " + first);
+        printError(
+            "inspect", optscope::displayLocation(cp->path) + ": parts of the checkpoint cannot be read: " + first);
         return ExitError;
     }
     return ExitOk;

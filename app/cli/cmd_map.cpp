@@ -4,6 +4,7 @@
 #include "cli_common.h"
 
 #include "optscope/formats/checkpoint_loader.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/finding.h"
 #include "optscope/optim/param_table.h"
 
@@ -48,7 +49,7 @@ int runMap(const std::vector<std::string>& argv)
     finishTerminalProgress();
     if (args.has("--json")) {
         auto j = table.toJson();
-        j["path"] = cp->path;
+        j["path"] = optscope::displayLocation(cp->path);
         std::cout << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else if (args.has("--csv")) {
         std::cout << table.toCsv();

@@ -319,7 +319,7 @@ std::vector<std::string> TargetOptimizer::paramsOf(
 Diagnosis Diagnoser::run()
 {
     Diagnosis d;
-    d.path = m_cp.path;
+    d.path = displayLocation(m_cp.path); // shown: a URL without its password and query
     d.expectedSource = m_exp ? m_exp->source : std::string();
     // the structure as check sees it (metadata only: diagnosing never reads every chunk)
     // (and the first chunk of each data file: one read per file finds a file overwritten or of another kind)

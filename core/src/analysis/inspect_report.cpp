@@ -3,6 +3,7 @@
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/unsafe_globals.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/pickle/value_json.h"
 #include "optscope/tensor/tensor_assembler.h"
@@ -172,7 +173,7 @@ static InspectReport inspectCheckpointUnguarded(
 
     json& j = report.json;
     j["format"] = checkpointFormatName(cp.format);
-    j["path"] = cp.path;
+    j["path"] = displayLocation(cp.path); // a URL without its password and query
     j["detail"] = cp.formatDetail;
     j["pickle_protocol"] = cp.pickleProtocol;
     std::vector<int> ranks;

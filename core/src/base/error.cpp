@@ -28,7 +28,12 @@ namespace {
 std::string composeMessage(const std::string& file, const std::string& detail, uint64_t offset)
 {
     std::string msg;
-    if (!file.empty()) msg = file + ": ";
+    // a URL's location may end in the tag that stands for its password and query (readerLocation's "#q=N"): a
+    // message shows neither, nor the tag
+    const size_t tag = file.rfind("#q=");
+    const bool tagged = tag != std::string::npos && tag + 3 < file.size()
+        && file.find_first_not_of("0123456789", tag + 3) == std::string::npos;
+    if (!file.empty()) msg = (tagged ? file.substr(0, tag) : file) + ": ";
     msg += detail;
     if (offset != Error::NoOffset) msg += " (at byte " + std::to_string(offset) + ")";
     return msg;

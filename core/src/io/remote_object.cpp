@@ -334,10 +334,17 @@ std::string signedQuery(std::vector<std::pair<std::string, std::string>> paramet
     return q;
 }
 
+/// what a URL's location leaves out and its requests send: the user info ("user:password") and the query
+struct RequestParts
+{
+    std::string userinfo, query;
+    bool operator==(const RequestParts& o) const { return userinfo == o.userinfo && query == o.query; }
+};
 std::mutex g_queriesMutex;
-std::vector<std::string> g_requestQueries; // by tag number (tagRequestQuery)
+std::vector<RequestParts> g_requestParts; // by tag number (tagRequestParts)
 
-/// @p url as it is sent: a tag (readerLocation's "#q=N") becomes the query it stands for; a fragment is never sent
+/// @p url as it is sent: a tag (readerLocation's "#q=N") gives back the user info and the query it stands for; a
+/// fragment is never sent
 std::string withRememberedQuery(const std::string& url)
 {
     const size_t hash = url.find('#');
@@ -346,7 +353,12 @@ std::string withRememberedQuery(const std::string& url)
     if (url.compare(hash, 3, "#q=") == 0) {
         const size_t n = std::strtoul(url.c_str() + hash + 3, nullptr, 10);
         std::lock_guard<std::mutex> lock(g_queriesMutex);
-        if (n < g_requestQueries.size() && sent.find('?') == std::string::npos) sent += "?" + g_requestQueries[n];
+        if (n < g_requestParts.size()) {
+            const RequestParts& p = g_requestParts[n];
+            if (!p.query.empty() && sent.find('?') == std::string::npos) sent += "?" + p.query;
+            const size_t host = sent.find("://");
+            if (!p.userinfo.empty() && host != std::string::npos) sent.insert(host + 3, p.userinfo + "@");
+        }
     }
     return sent;
 }
@@ -370,11 +382,14 @@ struct Response
     std::string curlError;
     std::string body; ///< listings and error bodies (bounded)
     uint64_t contentLength = 0;
+    bool lengthGiven = false; ///< the answer had a Content-Length (a HEAD may leave it out)
     std::string contentType; ///< lower case, without parameters ("text/html")
     std::string etag;
     std::string writerTag; ///< the object's kWriterTagHeader (a HEAD of an object this program wrote)
     long retryAfter = -1;
     std::string bucketRegion; ///< x-amz-bucket-region: S3 says where a bucket is (with a 301, or a wrong region)
+    /// Content-Range "bytes A-B/N": A (-1: none), and N (-1: none or '*'): what a 206 holds, and the object's size
+    int64_t rangeFirst = -1, rangeTotal = -1;
     uint64_t received = 0; ///< bytes written into the destination (ranged GETs)
 };
 
@@ -423,6 +438,11 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         t->response.etag.clear();
         t->response.writerTag.clear();
         t->response.retryAfter = -1;
+        t->response.contentType.clear(); // a redirect's text/html made the object it leads to a "folder"
+        t->response.contentLength = 0; // and its length, the object's size
+        t->response.lengthGiven = false;
+        t->response.bucketRegion.clear();
+        t->response.rangeFirst = t->response.rangeTotal = -1;
         const auto sp = line.find(' ');
         if (sp != std::string::npos) t->response.status = std::strtol(line.c_str() + sp + 1, nullptr, 10);
         return n;
@@ -438,7 +458,10 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         value.pop_back();
     if (name == "etag") t->response.etag = value;
     if (name == kWriterTagHeader || name == kGcsWriterTagHeader) t->response.writerTag = value;
-    if (name == "content-length") t->response.contentLength = std::strtoull(value.c_str(), nullptr, 10);
+    if (name == "content-length") {
+        t->response.contentLength = std::strtoull(value.c_str(), nullptr, 10);
+        t->response.lengthGiven = true;
+    }
     if (name == "content-type") {
         std::string type = value.substr(0, value.find(';'));
         while (!type.empty() && type.back() == ' ')
@@ -448,6 +471,14 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     }
     if (name == "retry-after") t->response.retryAfter = std::strtol(value.c_str(), nullptr, 10);
     if (name == "x-amz-bucket-region") t->response.bucketRegion = value;
+    if (name == "content-range" && startsWith(value, "bytes ")) { // "bytes 100-199/1000", "bytes 0-9/*"
+        char* end = nullptr;
+        const long long first = std::strtoll(value.c_str() + 6, &end, 10);
+        if (end != value.c_str() + 6 && *end == '-') t->response.rangeFirst = first;
+        const size_t slash = value.find('/');
+        if (slash != std::string::npos && slash + 1 < value.size() && value[slash + 1] != '*')
+            t->response.rangeTotal = std::strtoll(value.c_str() + slash + 1, nullptr, 10);
+    }
     return n;
 }
 
@@ -958,10 +989,49 @@ std::string folderPrefix(const std::string& key)
     return key.empty() || key.back() == '/' ? key : key + "/";
 }
 
+/// a GET of @p url's first byte, the transfer stopped there: what a HEAD would have said, from a server that refuses
+/// HEAD (a presigned S3 URL is signed for GET alone: 403; some servers answer 405) or leaves its size out
+Response probeFirstByte(const RemoteUrl& u, const std::string& url, const std::string& shown)
+{
+    uint8_t first = 0;
+    Response last;
+    performRetrying(
+        1,
+        [&](size_t) {
+            auto t = std::make_unique<Transfer>();
+            prepare(*t, u, url, {"Range: bytes=0-0"});
+            curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
+            t->destination = &first; // a server that ignores Range: its second byte ends the transfer
+            t->capacity = 1;
+            return t;
+        },
+        [&](size_t, Response& r, bool mayRetry) {
+            if (retryable(r) && mayRetry) return false;
+            if (r.curl != CURLE_OK && r.curl != CURLE_WRITE_ERROR) fail(shown, r, "cannot read");
+            last = std::move(r);
+            return true;
+        });
+    return last;
+}
+
 ObjectInfo httpHead(const std::string& url)
 {
     const RemoteUrl u = parseUrl(url);
-    const Response r = performOne(u, requestUrl(u, u.key), {}, true, displayLocation(url), "cannot read");
+    Response r = performOne(u, requestUrl(u, u.key), {}, true, displayLocation(url), "cannot read");
+    const bool sizeless = r.status >= 200 && r.status < 300 && r.contentType != "text/html" && !r.lengthGiven;
+    if (u.scheme == RemoteUrl::Http && (r.status == 403 || r.status == 405 || sizeless)) {
+        const Response g = probeFirstByte(u, requestUrl(u, u.key), displayLocation(url));
+        if (g.status == 206 && g.rangeTotal >= 0) {
+            r = g;
+            r.contentLength = static_cast<uint64_t>(g.rangeTotal);
+            r.lengthGiven = true;
+        } else if (g.status == 200 && g.lengthGiven) {
+            r = g; // Range ignored: the whole object's length (reads will say the server serves no ranges)
+        } else if (sizeless) {
+            throw Error(ErrorKind::Io, displayLocation(url),
+                "the server gives no size for it (no Content-Length, no Content-Range): cannot read in place");
+        }
+    }
     ObjectInfo o;
     if (r.status >= 200 && r.status < 300 && r.contentType == "text/html") {
         // a web server's page of a folder's entries (Python's http.server, Apache's autoindex): a folder, whose
@@ -1068,7 +1138,9 @@ class RemoteObject final : public ByteSource, private FetchClient
 public:
     RemoteObject(const std::string& url, const ObjectInfo& info)
         : m_remote(parseUrl(url))
-        , m_etag(info.etag)
+        // a weak ETag (W/"…", nginx's for a compressed answer) never matches If-Match, which compares strongly: a
+        // server that honours it would answer 412 to every read. Such an object is read unpinned
+        , m_etag(startsWith(info.etag, "W/") ? std::string() : info.etag)
     {
         m_path = displayLocation(url);
         m_size = info.size;
@@ -1393,6 +1465,7 @@ private:
                     t->arrived = [&](const Response& r) {
                         // the bytes of this range only: a 200 to a Range request would be the object's first bytes
                         if (r.status != 206 && !(r.status == 200 && whole)) return;
+                        if (r.status == 206 && r.rangeFirst != static_cast<int64_t>(from)) return; // not what was asked
                         const uint64_t at = arrivedAt = from + r.received;
                         const uint64_t block = at == to ? run.end : at / kBlock;
                         if (block == run.end ? block > settled : block >= settled + kStreamStep / kBlock)
@@ -1447,6 +1520,15 @@ private:
             [&](size_t i, Response& r, bool mayRetry) {
                 const auto& p = parts[i];
                 const bool whole = p.offset == 0 && p.length == m_size;
+                // a 206 holds the range its Content-Range says: another than the one asked for is not these bytes
+                if (r.curl == CURLE_OK && r.status == 206 && r.rangeFirst != static_cast<int64_t>(p.offset))
+                    throw Error(ErrorKind::Io, m_path,
+                        "the server answered a request for bytes " + std::to_string(p.offset) + "-"
+                            + std::to_string(p.offset + p.length - 1) + " with "
+                            + (r.rangeFirst < 0 ? std::string("no Content-Range")
+                                                : "bytes from " + std::to_string(r.rangeFirst))
+                            + " (HTTP 206): cannot read in place; download the checkpoint, or serve it with a server "
+                              "that answers Range as asked (nginx, S3, Hugging Face)");
                 if (r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole)) && r.received == p.length)
                     return true;
                 if (r.status == 412) {
@@ -2110,12 +2192,13 @@ RemoteTransferStats remoteTransferStats()
     return s;
 }
 
-std::string tagRequestQuery(const std::string& query)
+std::string tagRequestParts(const std::string& userinfo, const std::string& query)
 {
     std::lock_guard<std::mutex> lock(g_queriesMutex);
-    auto it = std::find(g_requestQueries.begin(), g_requestQueries.end(), query);
-    if (it == g_requestQueries.end()) it = g_requestQueries.insert(it, query);
-    return "q=" + std::to_string(it - g_requestQueries.begin());
+    const RequestParts parts {userinfo, query};
+    auto it = std::find(g_requestParts.begin(), g_requestParts.end(), parts);
+    if (it == g_requestParts.end()) it = g_requestParts.insert(it, parts);
+    return "q=" + std::to_string(it - g_requestParts.begin());
 }
 
 void abandonRemoteRequests()

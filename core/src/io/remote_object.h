@@ -26,9 +26,10 @@ LocationStat remoteStat(const std::string& url);
 void remoteStatAhead(const std::vector<std::string>& urls);
 std::vector<std::string> remoteFolderEntries(const std::string& url);
 bool remoteCanList(const std::string& url);
-/// a tag that stands for @p query in a location ("q=N", readerLocation puts it after '#'): a request for a URL that
-/// carries it is sent with the query instead (the same query, the same tag)
-std::string tagRequestQuery(const std::string& query);
+/// a tag that stands for @p userinfo ("user:password") and @p query in a location ("q=N", readerLocation puts it
+/// after '#'): a request for a URL that carries it is sent with them instead (the same pair, the same tag). So no
+/// location, which messages and reports show, holds a password or a presigned signature
+std::string tagRequestParts(const std::string& userinfo, const std::string& query);
 
 /// A streamed upload to the object @p url (s3:// or gs:// only): an output larger than the local disk is never
 /// staged there. write() appends; each part of 16 MiB (doubling every 1,000 parts, so the 10,000 parts S3 allows

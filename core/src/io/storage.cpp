@@ -118,13 +118,22 @@ std::string canonicalLocation(const std::string& location)
 std::string readerLocation(const std::string& location)
 {
     const std::string canonical = canonicalLocation(location);
+    if (!isHttp(canonical)) return canonical;
     const size_t q = queryStart(canonical);
-    if (q == std::string::npos) return canonical;
-    const std::string base = canonicalLocation(canonical.substr(0, q));
-    // the query, not a fragment ("#frag" is never sent); the location carries a tag for it, as a fragment: names
-    // built on it go before it (childLocation), messages leave it out (displayLocation), requests send the query
-    const std::string query = canonical[q] == '?' ? canonical.substr(q + 1, canonical.find('#', q) - q - 1) : "";
-    return query.empty() ? base : base + "#" + tagRequestQuery(query);
+    std::string base = canonicalLocation(canonical.substr(0, q));
+    // the user info ("user:password@host") and the query, not a fragment ("#frag" is never sent): the location
+    // carries a tag for them, as a fragment: names built on it go before it (childLocation), messages and reports
+    // show it without them, requests send them
+    const size_t host = base.find("://") + 3;
+    const size_t at = base.find('@', host);
+    std::string userinfo;
+    if (at != std::string::npos && at < base.find('/', host)) {
+        userinfo = base.substr(host, at - host);
+        base.erase(host, at + 1 - host);
+    }
+    const std::string query
+        = q != std::string::npos && canonical[q] == '?' ? canonical.substr(q + 1, canonical.find('#', q) - q - 1) : "";
+    return query.empty() && userinfo.empty() ? base : base + "#" + tagRequestParts(userinfo, query);
 }
 
 std::string displayLocation(const std::string& location)
