@@ -104,6 +104,20 @@ LoadVerdict Diagnoser::byNameVerdict(const VerdictFacts& f) const
         return LoadVerdict::raises(path, "KeyError",
             f.v.flattened ? "'state." + firstMissing + "." + firstStateName(f.v) + "'" : "'" + firstMissing + "'",
             "the model parameter '" + firstMissing + "' has no state under that name");
+    // DSD's _split_optim_state_dict gives a shared parameter (tied weights) every one of its names that the saved
+    // param_groups list: saved apart and tied in the target, two names for one parameter, and
+    // optimizer.load_state_dict refuses the group's size
+    if (m_model && !f.v.flattened) {
+        std::set<std::string> listed;
+        for (const auto& name : f.v.groupParams())
+            listed.insert(normalizeFqn(name).fqn);
+        for (const auto& [alias, to] : m_model->tiedTo)
+            if (listed.count(normalizeFqn(alias).fqn) && listed.count(normalizeFqn(to).fqn))
+                return LoadVerdict::raises(path, "ValueError",
+                    "loaded state dict contains a parameter group that doesn't match the size of optimizer's group",
+                    "the target ties '" + alias + "' to '" + to
+                        + "', which the checkpoint lists apart: both names go to one parameter");
+    }
     return LoadVerdict::loads(path, withState, static_cast<int>(m_exp->fqns.size()),
         namedStateMisfits(f.v, f.listed, f.kind) ? "RuntimeError" : "ok",
         "every trainable model parameter has state under its name");
