@@ -1242,6 +1242,17 @@ def output_cases(port, env):
     expect_error("S3 output: a prefix that holds objects is refused",
                  ["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/written/rs"],
                  ["already holds objects"], env)
+    # data objects and no .metadata: what a DCP output whose run was killed leaves; said so, with what to do
+    left = os.path.join(WORK, "unfinished")
+    shutil.rmtree(left, ignore_errors=True)
+    os.makedirs(left)
+    for n in ("__0_0.distcp", "__1_0.distcp"):
+        shutil.copy(os.path.join(DATA, "fsdp2_r2", n), os.path.join(left, n))
+    s3_put(TORCH_PYTHON, WORK, port, "unfinished", "written/unfinished")
+    expect_error("S3 output: a prefix holding only an unfinished DCP output's data objects is refused, saying so",
+                 ["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/written/unfinished"],
+                 ["already holds 2 DCP data object(s) (__0_0.distcp, ...) and no .metadata: an unfinished output"],
+                 env)
     # "rs" is now a checkpoint folder: an object "rs" beside it is one no reader opens (it opens the folder)
     expect_error("S3 output: a single-file output naming a folder is refused, as a local folder is",
                  ["gather", "s3://ckpt/fsdp2_r2", "-o", "s3://ckpt/written/rs"], ["names a folder"], env)

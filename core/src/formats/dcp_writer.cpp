@@ -10,6 +10,7 @@
 #include "optscope/io/storage.h"
 #include "optscope/pickle/pickle_emitter.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -21,6 +22,23 @@ namespace fs = std::filesystem;
 namespace optscope {
 
 namespace {
+
+/// why an object-storage output prefix that holds objects is refused; data objects without a .metadata are what a
+/// DCP output whose run was stopped before it completed leaves (objects are written where they stay, not renamed)
+std::string whyPrefixIsTaken(const std::vector<std::string>& names)
+{
+    const auto isDataObject = [](const std::string& n) {
+        return n.size() > 9 && n.rfind("__", 0) == 0 && n.compare(n.size() - 7, 7, ".distcp") == 0;
+    };
+    if (names.empty() || std::find(names.begin(), names.end(), ".metadata") != names.end()
+        || !std::all_of(names.begin(), names.end(), isDataObject))
+        return "already holds objects; choose a new output prefix (nothing there is overwritten)";
+    return "already holds " + std::to_string(names.size()) + " DCP data object(s) (" + names.front()
+        + (names.size() > 1 ? ", ..." : "")
+        + ") and no .metadata: an unfinished output, left by a run stopped before it completed. If no run writes "
+          "there now, remove them (aws s3 rm --recursive on the prefix), or choose a new output prefix (nothing "
+          "there is overwritten)";
+}
 
 /// Where one written item lies: a value, or chunk `chunk` of a tensor of the plan (its key and offsets are read from
 /// the plan when .metadata is pickled: a reshard to 2,048 ranks writes millions of chunks, none of them copied here)
@@ -378,9 +396,10 @@ private:
             if (m_remote) {
                 checkWritableUrl(m_outDir);
                 const LocationKind k = locationKind(m_outDir);
-                if (k == LocationKind::File || (k == LocationKind::Folder && !folderEntries(m_outDir).empty()))
-                    throw Error(ErrorKind::Io, displayLocation(m_outDir),
-                        "already holds objects; choose a new output prefix (nothing there is overwritten)");
+                const std::vector<std::string> there
+                    = k == LocationKind::Folder ? folderEntries(m_outDir) : std::vector<std::string>();
+                if (k == LocationKind::File || !there.empty())
+                    throw Error(ErrorKind::Io, displayLocation(m_outDir), whyPrefixIsTaken(there));
             } else if (fs::exists(m_outDir, ec) && !(fs::is_directory(m_outDir, ec) && fs::is_empty(m_outDir, ec))) {
                 throw Error(
                     ErrorKind::Io, m_outDir, "already exists and is not an empty folder; choose a new output folder");
