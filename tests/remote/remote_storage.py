@@ -159,7 +159,8 @@ class OddServerProxy(FaultProxy):
     nolen: a HEAD without Content-Length (HTTP allows it);
     redir: a 302 with Content-Type text/html and a body, to the object served without Content-Type;
     weak: a weak ETag (W/"..."), and If-Match compared strongly (RFC 9110): a weak tag never matches, 412;
-    presign: HEAD refused with 403, as S3 answers a presigned URL signed for GET"""
+    presign: HEAD refused with 403, as S3 answers a presigned URL signed for GET;
+    newer: If-Match ignored, and every GET answered with another ETag than the HEAD's (replaced since)"""
 
     def do_HEAD(self):
         self.odd(head=True)
@@ -178,6 +179,8 @@ class OddServerProxy(FaultProxy):
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")}
         if mode == "weak" and "If-Match" in self.headers:
             return self.reply(412, [], b"", head)  # a weak tag never matches strongly
+        if mode == "newer":
+            headers.pop("If-Match", None)
         if mode == "shift" and "Range" in self.headers:
             a, b = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
             if a > 0:
@@ -190,6 +193,8 @@ class OddServerProxy(FaultProxy):
         for k, v in r.getheaders():
             if k.lower() == "etag" and mode == "weak":
                 v = "W/" + v
+            if k.lower() == "etag" and mode == "newer" and not head:
+                v = v[:-1] + '-2"'
             if k.lower() == "content-length" and mode == "nolen" and head:
                 continue
             if k.lower() == "content-type" and mode == "plain":
@@ -618,7 +623,7 @@ def odd_server_cases(http_port):
         cli(["reshard", os.path.join(big, "big.pt"), "--world-size", "2", "-o", os.path.join(big, "dcp")], check=0)
     port = start_proxy(http_port, OddServerProxy)
     for mode, expect in (("nolen", "same"), ("redir", "same"), ("weak", "same"), ("presign", "same"),
-                         ("shift", "the server answered a request for bytes")):
+                         ("shift", "the server answered a request for bytes"), ("newer", "changed while being read")):
         for rel in ("big.pt", "dcp"):
             url = f"http://127.0.0.1:{port}/{mode}/served/odd/{rel}"
             local = cli(["check", "--json", os.path.join(big, rel)])
@@ -631,7 +636,7 @@ def odd_server_cases(http_port):
                 ok = p.returncode != 0 and expect in p.stdout + p.stderr
                 outcome = f"exit {p.returncode}: {(p.stdout + p.stderr).strip()[-200:]}"
             record(f"HTTP ({mode}): check --json {rel} " + ("as the local copy" if expect == "same" else
-                   "says the server answered another range"), outcome, ok)
+                   f"says '{expect}'"), outcome, ok)
 
 
 def fault_cases(http_port):

@@ -944,6 +944,18 @@ std::string quotedEtag(std::string etag)
     return etag;
 }
 
+/// whether an answer's ETag says it is another version of the object than the one pinned: a server that ignores
+/// If-Match still labels its answer (compared without quotes and weakness, which servers spell differently)
+bool otherVersion(const std::string& pinned, const std::string& answered)
+{
+    const auto bare = [](std::string e) {
+        if (e.rfind("W/", 0) == 0) e.erase(0, 2);
+        if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
+        return e;
+    };
+    return !pinned.empty() && !answered.empty() && bare(pinned) != bare(answered);
+}
+
 /// one more page of the S3 listing of the keys under @p prefix (delimiter '/')
 void listNextPage(const RemoteUrl& u, const std::string& prefix, Listing& l, const std::string& shown)
 {
@@ -1466,6 +1478,7 @@ private:
                         // the bytes of this range only: a 200 to a Range request would be the object's first bytes
                         if (r.status != 206 && !(r.status == 200 && whole)) return;
                         if (r.status == 206 && r.rangeFirst != static_cast<int64_t>(from)) return; // not what was asked
+                        if (otherVersion(m_etag, r.etag)) return; // If-Match ignored: another version's bytes
                         const uint64_t at = arrivedAt = from + r.received;
                         const uint64_t block = at == to ? run.end : at / kBlock;
                         if (block == run.end ? block > settled : block >= settled + kStreamStep / kBlock)
@@ -1474,7 +1487,7 @@ private:
                     return t;
                 },
                 [&](size_t, Response& r, bool) {
-                    if (r.status == 412) m_changed.store(true);
+                    if (r.status == 412 || (r.status < 300 && otherVersion(m_etag, r.etag))) m_changed.store(true);
                     return true;
                 });
         } catch (...) {
@@ -1520,6 +1533,11 @@ private:
             [&](size_t i, Response& r, bool mayRetry) {
                 const auto& p = parts[i];
                 const bool whole = p.offset == 0 && p.length == m_size;
+                // a server that ignores If-Match still says which version it answered with
+                if (r.curl == CURLE_OK && r.status < 300 && otherVersion(m_etag, r.etag)) {
+                    m_changed.store(true);
+                    checkUnchanged();
+                }
                 // a 206 holds the range its Content-Range says: another than the one asked for is not these bytes
                 if (r.curl == CURLE_OK && r.status == 206 && r.rangeFirst != static_cast<int64_t>(p.offset))
                     throw Error(ErrorKind::Io, m_path,
