@@ -846,11 +846,20 @@ std::string decodeRawUnicodeEscape(std::string_view s, bool& ok)
 
 PyValue* Machine::findClass(std::string_view module, std::string_view name)
 {
-    // Python 2 names, as pickle's fix_imports maps them
-    if (module == "__builtin__")
+    // Python 2 names, as pickle's fix_imports maps them (_compat_pickle's IMPORT_MAPPING and, for the builtins a
+    // protocol 2 pickle names, NAME_MAPPING: range(3) is written '__builtin__ xrange', and a copy written back as
+    // 'builtins xrange' loads nowhere)
+    static const std::pair<std::string_view, std::string_view> renamedBuiltins[]
+        = {{"xrange", "range"}, {"unicode", "str"}, {"basestring", "str"}, {"long", "int"}, {"unichr", "chr"}};
+    if (module == "__builtin__") {
         module = "builtins";
-    else if (module == "copy_reg")
+        for (const auto& [py2, py3] : renamedBuiltins)
+            if (name == py2) name = py3;
+        if (name == "reduce") module = "functools";
+        if (name == "intern") module = "sys";
+    } else if (module == "copy_reg") {
         module = "copyreg";
+    }
     if (module == "torch") {
         if (auto dt = dtypeFromName(name); dt && name.find('.') == std::string_view::npos) {
             PyValue* v = m_arena.make(PyKind::Dtype);
