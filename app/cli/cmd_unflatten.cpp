@@ -2,6 +2,7 @@
 // optscope-cli unflatten RANK_FILE... --model MODEL [--units PREFIX,...] -o OUT.pt [--json]
 #include "cli_common.h"
 
+#include "optscope/analysis/gather.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/torch_save_writer.h"
 #include "optscope/optim/fsdp1_optim.h"
@@ -85,9 +86,9 @@ int runUnflatten(const std::vector<std::string>& argv)
     write.fsync = !args.has("--no-fsync");
     write.inputs = files; // no output over a rank file or the model
     write.inputs.push_back(*model);
-    refuseOutputOverInputs(*out, write.inputs); // before the work, not after it
-    const UnflattenResult r = unflattenFsdp1(ranks, layout);
-    const WriteStats s = TorchSaveWriter::write(r.tree, *out, progress, write);
+    const UnflattenWritten written = unflattenToFile(ranks, *modelCp, layout, *out, progress, write);
+    const UnflattenResult& r = written.result;
+    const WriteStats& s = written.stats;
     finishTerminalProgress();
     if (args.has("--json")) {
         nlohmann::ordered_json j {{"output", *out}, {"world_size", ranks.size()}, {"use_orig_params", r.origParams},

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 CLI, DATA, WORK = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
 REPORT = sys.argv[4] if len(sys.argv) > 4 else None
@@ -50,8 +51,21 @@ def paused_run(args, cwd, at, damage):
         os.mkfifo(fifo + s)
     env = dict(os.environ, OPTSCOPE_PAUSE_AT=at, OPTSCOPE_PAUSE_FIFO=fifo)
     p = subprocess.Popen([CLI] + args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with open(fifo + ".out") as f:
-        reached = f.readline().strip()
+    # (not a blocking open: a run that fails before its pause point would leave the test waiting for ever)
+    fd, said = os.open(fifo + ".out", os.O_RDONLY | os.O_NONBLOCK), b""
+    while b"\n" not in said:
+        if p.poll() is not None:
+            os.close(fd)
+            raise AssertionError(f"{' '.join(args)}: exit {p.returncode} before pause point {at}: {p.stderr.read()}")
+        try:
+            chunk = os.read(fd, 256)
+        except BlockingIOError:
+            chunk = b""
+        said += chunk
+        if not chunk:
+            time.sleep(0.01)
+    os.close(fd)
+    reached = said.decode().strip()
     assert reached == at, f"paused at {reached!r}"
     kill = damage(p)
     if not kill:
@@ -121,6 +135,41 @@ def input_faults():
                 record(f"{kind} input {fault} after open", name, ok, f"exit {rc}: {err.splitlines()[-1] if err else ''}")
 
 
+def unflatten_faults():
+    """unflatten (FSDP1 flat rank files into one file) with a rank file damaged while the output is written: nothing
+    published (before: no check at all, a rank file rewritten in place gave a corrupt output with exit 0; found by a
+    hunt)"""
+    for fault in ("truncated", "rewritten in place", "replaced", "removed"):
+        d = fresh("unflatten")
+        ranks = os.path.join(d, "raw")
+        shutil.copytree(os.path.join(DATA, "fsdp1_raw_r2"), ranks)
+        victim = os.path.join(ranks, "optim_rank1.pt")
+        size = os.path.getsize(victim)
+        out = os.path.join(d, "out.pt")
+
+        def damage(p, victim=victim, size=size, fault=fault):
+            if fault == "truncated":
+                os.truncate(victim, size // 3)
+            elif fault == "rewritten in place":
+                with open(victim, "r+b") as f:  # same size, same inode, other bytes
+                    f.seek(size // 2)
+                    f.write(b"\xff" * 64)
+            elif fault == "replaced":
+                tmp = victim + ".new"
+                shutil.copy(victim, tmp)
+                os.replace(tmp, victim)
+            else:
+                os.unlink(victim)
+            return False
+
+        rc, err = paused_run(["unflatten", os.path.join(ranks, "optim_rank0.pt"), victim, "--model",
+                              os.path.join(DATA, "fsdp1_r2"), "--units", "blocks.0,blocks.1", "-o", out, "--no-fsync"],
+                             d, "writing", damage)
+        ok = rc == 2 and "optim_rank1.pt" in err and "while being read" in err and not leftovers(d, out)
+        record(f"FSDP1 rank file {fault} while the output is written", "unflatten", ok,
+               f"exit {rc}: {err.splitlines()[-1] if err else ''}")
+
+
 def output_faults():
     can_mount = os.geteuid() == 0 and subprocess.run(["unshare", "-m", "true"]).returncode == 0
     d = fresh("out")
@@ -172,6 +221,7 @@ def output_faults():
 
 
 input_faults()
+unflatten_faults()
 output_faults()
 failed = sum(1 for r in results if not r[3])
 if REPORT:

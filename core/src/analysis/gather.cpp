@@ -137,6 +137,22 @@ static GatherResult gatherCheckpointUnguarded(
     return r;
 }
 
+UnflattenWritten unflattenToFile(const std::vector<CheckpointPtr>& ranks, const Checkpoint& model,
+    const Fsdp1Model& layout, const std::string& output, const Progress& progress, WriteOptions write)
+{
+    std::vector<const Checkpoint*> inputs {&model};
+    for (const auto& r : ranks)
+        inputs.push_back(r.get());
+    write = guardedWrite(std::move(write), inputs); // nothing is published from an input that changed
+    refuseOutputOverInputs(output, write.inputs); // before the work, not after it
+    UnflattenWritten w;
+    runReadGuarded(inputs, [&] {
+        w.result = unflattenFsdp1(ranks, layout);
+        w.stats = TorchSaveWriter::write(w.result.tree, output, progress, write);
+    });
+    return w;
+}
+
 GatherResult gatherCheckpoint(
     const Checkpoint& cp, const std::string& output, const GatherOptions& options, const Progress& progress)
 {

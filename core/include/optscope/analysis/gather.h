@@ -4,6 +4,7 @@
 #include "optscope/base/progress.h"
 #include "optscope/formats/torch_save_writer.h"
 #include "optscope/model/checkpoint.h"
+#include "optscope/optim/fsdp1_optim.h"
 
 #include <string>
 
@@ -49,6 +50,17 @@ StateTree buildStateTree(
     const Checkpoint& checkpoint, const GatherOptions& options, std::vector<std::string>* leftOut = nullptr);
 
 /// Writes the full state dict of @p checkpoint as one torch.save file at @p output (temporary name, then rename).
+/// FSDP1 flat-parameter rank files (@p ranks) unflattened against @p model's parameters (@p layout, built from it)
+/// and written to @p output as one torch.save file, the CLI's unflatten: nothing is published from a rank file or
+/// model that changed or vanished while read (before: an overwritten rank file gave a corrupt output, exit 0)
+struct UnflattenWritten
+{
+    UnflattenResult result;
+    WriteStats stats;
+};
+UnflattenWritten unflattenToFile(const std::vector<CheckpointPtr>& ranks, const Checkpoint& model,
+    const Fsdp1Model& layout, const std::string& output, const Progress& progress, WriteOptions write);
+
 GatherResult gatherCheckpoint(const Checkpoint& checkpoint, const std::string& output, const GatherOptions& options,
     const Progress& progress = {});
 
