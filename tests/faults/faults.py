@@ -182,6 +182,11 @@ def output_faults():
         r = subprocess.run([CLI] + cmd, capture_output=True, text=True)
         ok = r.returncode == 2 and "no/such" in r.stderr and not os.path.exists(os.path.join(d, "no"))
         record("output parent missing", name, ok, f"exit {r.returncode}: {r.stderr.strip()}")
+    # verify's scratch folder where TMPDIR names nothing (before: "internal error: filesystem error: ...")
+    r = subprocess.run([CLI, "verify", SRC_DCP, "--world-size", "2"], capture_output=True, text=True,
+                       env=dict(os.environ, TMPDIR=os.path.join(d, "no-such-tmp")))
+    record("TMPDIR names no folder", "verify", r.returncode == 2 and "no-such-tmp" in r.stderr and "TMPDIR" in r.stderr
+           and "internal error" not in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}")
     if not can_mount:
         record("full disk / read-only folder", "all", True, "skipped: needs root and a mount namespace")
     else:

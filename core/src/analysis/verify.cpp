@@ -15,6 +15,7 @@
 #include "optscope/tensor/tensor_assembler.h"
 #include "optscope/tensor/tensor_values.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -217,7 +218,14 @@ public:
             path = keep;
             return;
         }
-        const fs::path tmp = fs::temp_directory_path();
+        std::error_code tmpError;
+        const fs::path tmp = fs::temp_directory_path(tmpError);
+        if (tmpError) {
+            const char* named = std::getenv("TMPDIR");
+            throw Error(ErrorKind::Io, named ? named : "/tmp",
+                std::string("cannot use it for verify's resharded copy (") + (named ? "TMPDIR" : "the temporary folder")
+                    + "): " + tmpError.message() + "; point TMPDIR at a folder with room, or give --keep FOLDER");
+        }
         removeDeadEntries(tmp.string(), kPrefix);
         std::random_device rd;
         for (;;) {
