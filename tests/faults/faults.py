@@ -187,6 +187,21 @@ def output_faults():
                        env=dict(os.environ, TMPDIR=os.path.join(d, "no-such-tmp")))
     record("TMPDIR names no folder", "verify", r.returncode == 2 and "no-such-tmp" in r.stderr and "TMPDIR" in r.stderr
            and "internal error" not in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}")
+    # an empty output folder the finished output cannot be renamed onto: refused before the work (before: found at
+    # the rename, after writing everything next to it; found by a hunt)
+    empty = os.path.join(d, "empty_cwd")
+    os.makedirs(empty, exist_ok=True)
+    r = subprocess.run([CLI, "reshard", inp, "--world-size", "2", "-o", "."], cwd=empty, capture_output=True,
+                       text=True)
+    record("output is the current folder", "reshard", r.returncode == 2 and "is the current folder" in r.stderr
+           and not os.listdir(empty) and not [n for n in os.listdir(d) if n.startswith(".empty_cwd")],
+           f"exit {r.returncode}: {r.stderr.strip()}")
+    if can_mount:
+        script = (f"mkdir -p /mnt/t && mount -t tmpfs -o size=64k tmpfs /mnt/t && "
+                  f"{CLI} reshard {inp} --world-size 2 -o /mnt/t; rc=$?; ls -A /mnt/t; exit $rc")
+        r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True)
+        record("output is an empty mount point", "reshard", r.returncode == 2 and "is a mount point" in r.stderr
+               and r.stdout.strip() == "", f"exit {r.returncode}: {r.stderr.strip()}")
     if not can_mount:
         record("full disk / read-only folder", "all", True, "skipped: needs root and a mount namespace")
     else:

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -22,6 +23,27 @@ namespace fs = std::filesystem;
 namespace optscope {
 
 namespace {
+
+/// why an existing empty output folder cannot be replaced by the finished temporary folder (the output is renamed
+/// into place; before, these were found at that rename, after all the work), or "": the current folder, and a
+/// mount point (the temporary is made next to it, on the parent's file system, and a mount point is busy)
+std::string whyEmptyFolderCannotBeReplaced(const std::string& folder)
+{
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec)) return {};
+    const fs::path here = fs::canonical(folder, ec);
+    if (ec) return {};
+    if (here == fs::canonical(fs::current_path(ec), ec) && !ec)
+        return "is the current folder, which the output cannot replace; name a new folder (e.g. -o out)";
+    struct stat self
+    {
+    }, parent {};
+    if (::stat(here.c_str(), &self) == 0 && ::stat(here.parent_path().c_str(), &parent) == 0
+        && (self.st_dev != parent.st_dev || here == here.parent_path()))
+        return "is a mount point, which the output cannot replace (it is written next to it, then renamed into "
+               "place); name a new folder inside it";
+    return {};
+}
 
 /// why an object-storage output prefix that holds objects is refused; data objects without a .metadata are what a
 /// DCP output whose run was stopped before it completed leaves (objects are written where they stay, not renamed)
@@ -403,6 +425,8 @@ private:
             } else if (fs::exists(m_outDir, ec) && !(fs::is_directory(m_outDir, ec) && fs::is_empty(m_outDir, ec))) {
                 throw Error(
                     ErrorKind::Io, m_outDir, "already exists and is not an empty folder; choose a new output folder");
+            } else if (const std::string why = whyEmptyFolderCannotBeReplaced(m_outDir); !why.empty()) {
+                throw Error(ErrorKind::Io, m_outDir, why); // before the work: the rename at its end would fail
             }
             if (!m_remote) {
                 m_tmp = std::make_unique<TempDir>(m_outDir);
