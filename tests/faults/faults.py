@@ -36,6 +36,24 @@ def fresh(name):
     return d
 
 
+def damage_file(victim, fault):
+    """what happens to an input while it is read: truncated, rewritten in place (same size, same inode, other bytes),
+    replaced (a new file of the same size, other bytes: a rewrite, not a shrink) or removed"""
+    size = os.path.getsize(victim)
+    if fault == "truncated":
+        os.truncate(victim, size // 3)
+    elif fault == "rewritten in place":
+        with open(victim, "r+b") as f:
+            f.seek(size // 2)
+            f.write(b"\xff" * 64)
+    elif fault == "replaced":
+        shutil.copy(victim, victim + ".new")
+        damage_file(victim + ".new", "rewritten in place")
+        os.replace(victim + ".new", victim)
+    else:
+        os.unlink(victim)
+
+
 def leftovers(d, output):
     """the output and any temporary named after it"""
     base = os.path.basename(output)
@@ -107,21 +125,10 @@ def input_faults():
                 else:
                     shutil.copy(src, inp)
                     victim = inp
-                size = os.path.getsize(victim)
                 out = os.path.join(d, "out")
 
-                def damage(p, victim=victim, size=size, fault=fault):
-                    if fault == "truncated":
-                        os.truncate(victim, size // 3)
-                    elif fault == "replaced":
-                        tmp = victim + ".new"
-                        shutil.copy(victim, tmp)
-                        with open(tmp, "r+b") as f:  # same size, other bytes: a rewrite, not a shrink
-                            f.seek(size // 2)
-                            f.write(b"\xff" * 64)
-                        os.replace(tmp, victim)
-                    else:
-                        os.unlink(victim)
+                def damage(p, victim=victim, fault=fault):
+                    damage_file(victim, fault)
                     return False
 
                 rc, err = paused_run(cmd("input", "out"), d, "opened", damage)
@@ -144,22 +151,10 @@ def unflatten_faults():
         ranks = os.path.join(d, "raw")
         shutil.copytree(os.path.join(DATA, "fsdp1_raw_r2"), ranks)
         victim = os.path.join(ranks, "optim_rank1.pt")
-        size = os.path.getsize(victim)
         out = os.path.join(d, "out.pt")
 
-        def damage(p, victim=victim, size=size, fault=fault):
-            if fault == "truncated":
-                os.truncate(victim, size // 3)
-            elif fault == "rewritten in place":
-                with open(victim, "r+b") as f:  # same size, same inode, other bytes
-                    f.seek(size // 2)
-                    f.write(b"\xff" * 64)
-            elif fault == "replaced":
-                tmp = victim + ".new"
-                shutil.copy(victim, tmp)
-                os.replace(tmp, victim)
-            else:
-                os.unlink(victim)
+        def damage(p, victim=victim, fault=fault):
+            damage_file(victim, fault)
             return False
 
         rc, err = paused_run(["unflatten", os.path.join(ranks, "optim_rank0.pt"), victim, "--model",
