@@ -677,19 +677,15 @@ constexpr CredentialHint kCredentialHints[] = {
 };
 
 /// " at ENDPOINT (where it was given)" for a URL on a store other than AWS's or Google's own, whose name alone does
-/// not say where the request went; userinfo in the endpoint is left out
+/// not say where the request went; shown as a location is (displayLocation: without user info)
 std::string storeNamed(const std::string& shown)
 {
     const StoreConfig& c = storeConfig();
     const bool s3 = startsWith(shown, "s3://") && !c.endpoint.empty();
     const bool gs = startsWith(shown, "gs://") && c.gsEndpoint != "https://storage.googleapis.com";
     if (!s3 && !gs) return {};
-    std::string endpoint = s3 ? c.endpoint : c.gsEndpoint;
-    const size_t scheme = endpoint.find("://");
-    const size_t hostStart = scheme == std::string::npos ? 0 : scheme + 3;
-    const size_t at = endpoint.find('@', hostStart);
-    if (at != std::string::npos && at < endpoint.find('/', hostStart)) endpoint.erase(hostStart, at + 1 - hostStart);
-    return " at " + endpoint + " (" + (s3 ? c.endpointSource : std::string("STORAGE_EMULATOR_HOST")) + ")";
+    return " at " + displayLocation(s3 ? c.endpoint : c.gsEndpoint) + " ("
+        + (s3 ? c.endpointSource : std::string("STORAGE_EMULATOR_HOST")) + ")";
 }
 
 /// the failure of a request that will not be retried, as a message that names the URL and says what to do
