@@ -8,6 +8,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/dcp_writer.h"
 #include "optscope/gpu/gpu_devices.h"
 #include "optscope/optim/fsdp1_optim.h"
 
@@ -254,6 +255,71 @@ TEST(Reshard, RoundTripsKeepLayoutAndBytes)
     }
 }
 
+// DCP's traversal never descends a tuple, and a list only for a tensor, a mapping or such a list among its elements:
+// what a reader flattened further goes back into the one item dcp.save makes (the interop test loads them in PyTorch)
+TEST(Reshard, KeepsTheItemsDcpSaveMakes)
+{
+    PyArena arena;
+    const auto key = [](const char* k) { return KeyPathElem::fromKey(k); };
+    const auto index = [](int64_t i, bool inTuple) {
+        KeyPathElem e = KeyPathElem::fromIndex(i);
+        e.inTuple = inTuple;
+        return e;
+    };
+    DcpPlan plan;
+    const auto tensor = [&](KeyPath path) {
+        DcpPlan::Tensor t;
+        t.path = std::move(path);
+        t.shape = {2};
+        t.addChunk(0, {0}, {1});
+        t.addChunk(1, {1}, {1});
+        t.produce = [](const std::vector<int64_t>&, const std::vector<int64_t>& sizes, const ByteSink& sink) {
+            const std::vector<uint8_t> bytes(static_cast<size_t>(sizes[0]) * 4, 7);
+            sink(bytes.data(), bytes.size());
+        };
+        plan.order.push_back({true, plan.tensors.size()});
+        plan.tensors.push_back(std::move(t));
+    };
+    const auto value = [&](KeyPath path) {
+        plan.order.push_back({false, plan.values.size()});
+        plan.values.push_back({std::move(path), arena.makeInt(5), 0, {}});
+    };
+    tensor({key("model"), key("w")});
+    tensor({key("tup"), index(0, true)}); // (tensor, 5)
+    value({key("tup"), index(1, true)});
+    tensor({key("lot"), index(0, false), index(0, true)}); // [(tensor, 5)]
+    value({key("lot"), index(0, false), index(1, true)});
+    tensor({key("mixed"), index(0, false)}); // [tensor, (tensor, {"k": tensor})]
+    tensor({key("mixed"), index(1, false), index(0, true)});
+    tensor({key("mixed"), index(1, false), index(1, true), key("k")});
+    value({key("groups"), index(0, false), key("lr")}); // [{"lr": 5}]
+    tensor({key("lst"), index(0, false)}); // [tensor, tensor]
+    tensor({key("lst"), index(1, false)});
+
+    keepDcpItemsWhole(plan);
+    std::vector<std::string> items;
+    for (const auto& [isTensor, i] : plan.order) {
+        const auto& path = isTensor ? plan.tensors[i].path : plan.values[i].path;
+        items.push_back(joinKeyPath(path) + (isTensor ? "" : "=" + std::to_string(plan.values[i].parts.size())));
+    }
+    EXPECT_EQ(items,
+        (std::vector<std::string> {
+            "model.w", "tup=2", "lot=2", "mixed.0", "mixed.1=2", "groups.0.lr=0", "lst.0", "lst.1"}));
+    const auto& tup = plan.values[0];
+    ASSERT_EQ(tup.parts.size(), 2u);
+    EXPECT_TRUE(tup.parts[0].path.front().inTuple);
+    EXPECT_EQ(tup.parts[0].value, nullptr);
+    std::string whole;
+    tup.parts[0].tensor.produce([&](const uint8_t* d, size_t n) { whole.append(reinterpret_cast<const char*>(d), n); });
+    EXPECT_EQ(whole.size(), 8u); // the whole tensor, where the plan had it in two ranks' chunks
+    EXPECT_NE(tup.parts[1].value, nullptr);
+    EXPECT_EQ(plan.tensors.size(), 4u);
+
+    const size_t before = plan.order.size();
+    keepDcpItemsWhole(plan); // already whole: unchanged
+    EXPECT_EQ(plan.order.size(), before);
+}
+
 TEST(Reshard, Fsdp1LayoutHasNoEmptyChunks)
 {
     TempDir tmp;
@@ -316,7 +382,7 @@ TEST(Reshard, AnOutputFolderNamedWithATrailingSlashIsThatFolder)
     ReshardOptions o;
     o.worldSize = 2;
     const auto cp = openCheckpoint(kData + "/fsdp2_r2");
-    for (const std::string out : {(tmp.path / "new").string() + "/", (tmp.path / "empty").string() + "//"}) {
+    for (const std::string& out : {(tmp.path / "new").string() + "/", (tmp.path / "empty").string() + "//"}) {
         reshardCheckpoint(*cp, out, o);
         EXPECT_TRUE(diffCheckpoints(*cp, *openCheckpoint(out)).equal) << out;
     }

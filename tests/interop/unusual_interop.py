@@ -98,6 +98,16 @@ def make_plain(out):
     dcp.save(sd, checkpoint_id=f"{out}/dcp_single_process")  # no process group: DCP saves as one rank
     names.append("dcp_single_process")
 
+    # tensors inside what DCP saves as one item: it never descends a tuple, nor a list of tuples; a reshard must write
+    # each such value as one item, tensors inside (compare_tuples), not a key per element that its loader never asks for
+    tuples = {"model": m.state_dict(), "tup": (torch.ones(2), 5), "lot": [(torch.arange(3), "a")],
+              "mixed": [torch.zeros(2), (torch.full((2,), 7.0), {"k": torch.ones(1)})],
+              "tdict": ({"w": torch.eye(2)}, None), "betas": (0.9, 0.99)}
+    dcp.save(tuples, checkpoint_id=f"{out}/dcp_tuples")
+    names.append("dcp_tuples")
+    torch.save(tuples, f"{out}/tuples.pt")
+    names.append("tuples.pt")
+
     # objects a weights-only load refuses, as torchtitan's TrainState saves its losses (an io.BytesIO of a torch.save)
     # and Megatron-LM its args: gather leaves them out; reshard writes them back (compare_objects)
     import argparse
@@ -225,6 +235,35 @@ def compare_objects(out):
     print("dcp_objects: resharded, its Namespace and BytesIO load as saved")
 
 
+def compare_tuples(out, *resharded):
+    """each reshard of dcp_tuples / tuples.pt has the items dcp.save made of the same state dict (a tuple holding a
+    tensor is one BYTE_IO item), and dcp.load into a target of that structure gives the values saved"""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    def items(path):
+        md = FileSystemReader(path).read_metadata()
+        return {k: type(v).__name__ for k, v in md.state_dict_metadata.items()}
+
+    def target(o):  # tensors zeroed; a tuple is one item that the load puts back whole
+        if isinstance(o, torch.Tensor):
+            return torch.zeros_like(o)
+        if isinstance(o, dict):
+            return {k: target(v) for k, v in o.items()}
+        if isinstance(o, list):
+            return [target(v) for v in o]
+        return None if isinstance(o, tuple) else o
+
+    ref = torch.load(f"{out}/dcp_tuples.ref.pt", weights_only=True)
+    want = items(f"{out}/dcp_tuples")
+    for path in resharded:
+        got = items(path)
+        assert got == want, f"{path}: items {got}, dcp.save made {want}"
+        loaded = target(ref)
+        dcp.load(loaded, checkpoint_id=path)
+        equal(ref, loaded, path)
+        print(f"{path}: the items dcp.save makes, and dcp.load gives the tuples back with their tensors")
+
+
 if __name__ == "__main__":
-    {"make": make, "compare": compare, "compare_objects": compare_objects,
+    {"make": make, "compare": compare, "compare_objects": compare_objects, "compare_tuples": compare_tuples,
      "compare_reshaped": compare_reshaped}[sys.argv[1]](*sys.argv[2:])

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # unusual_interop.sh TORCH_PYTHON OPTSCOPE_CLI: checkpoints unlike the fixtures (unusual_interop.py), made by real
 # PyTorch; each must inspect, check clean and gather into what PyTorch itself sees; the 4-rank DCP with 2-D DTensors
-# must also verify bit-identical after resharding to 2, 3 and 5 ranks.
+# must also verify bit-identical after resharding to 2, 3 and 5 ranks; tuples holding tensors must reshard into the
+# items dcp.save makes.
 set -euo pipefail
 torch_python=$1
 cli=$2
@@ -41,3 +42,8 @@ echo "verify of the 320 MiB dense tensor on one rank: peak RSS ${rss} KiB"
 "$cli" reshard "$out/dcp_objects" --world-size 2 -o "$out/dcp_objects.rs2"
 "$cli" verify "$out/dcp_objects" --world-size 3
 "$torch_python" unusual_interop.py compare_objects "$out"
+# tuples holding tensors, from DCP and from torch.save, resharded: one item per tuple, as dcp.save writes it
+"$cli" reshard "$out/dcp_tuples" --world-size 2 -o "$out/dcp_tuples.rs2"
+"$cli" reshard "$out/tuples.pt" --world-size 3 -o "$out/tuples.rs3"
+"$cli" verify "$out/dcp_tuples" --world-size 3
+"$torch_python" unusual_interop.py compare_tuples "$out" "$out/dcp_tuples.rs2" "$out/tuples.rs3"

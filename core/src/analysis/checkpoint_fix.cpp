@@ -459,7 +459,7 @@ private:
                 plan.tensors.push_back(std::move(t));
             } else {
                 plan.order.push_back({false, plan.values.size()});
-                plan.values.push_back({it.path, it.value, 0});
+                plan.values.push_back({it.path, it.value, 0, {}});
             }
         }
         writeDcp(plan, m_result.output, progress, options);

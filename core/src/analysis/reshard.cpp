@@ -114,7 +114,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
                 continue;
             }
             plan.order.push_back({false, plan.values.size()});
-            plan.values.push_back({e.path, e.value, 0});
+            plan.values.push_back({e.path, e.value, 0, {}});
             continue;
         }
         const TensorEntry& t = *e.tensor;
@@ -145,6 +145,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
     }
     if (plan.tensors.empty() && plan.values.empty())
         throw Error(ErrorKind::Format, cp.path, "has no entries to reshard");
+    keepDcpItemsWhole(plan); // (writeDcp would too; here the dry run's counts see it)
     return plan;
 }
 

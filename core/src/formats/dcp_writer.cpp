@@ -17,12 +17,25 @@
 #include <random>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unordered_set>
 
 namespace fs = std::filesystem;
 
 namespace optscope {
 
 namespace {
+
+/// the plan's items in .metadata order: DcpPlan::order, or its tensors, then its values
+std::vector<std::pair<bool, size_t>> itemOrder(const DcpPlan& plan)
+{
+    if (!plan.order.empty()) return plan.order;
+    std::vector<std::pair<bool, size_t>> o;
+    for (size_t i = 0; i < plan.tensors.size(); ++i)
+        o.push_back({true, i});
+    for (size_t i = 0; i < plan.values.size(); ++i)
+        o.push_back({false, i});
+    return o;
+}
 
 /// why an existing empty output folder cannot be replaced by the finished temporary folder (the output is renamed
 /// into place; before, these were found at that rename, after all the work), or "": the current folder, and a
@@ -117,16 +130,6 @@ private:
         e.tuple(0);
         e.op(pickle_op::NEWOBJ);
     }
-    static std::vector<std::pair<bool, size_t>> orderOf(const DcpPlan& plan)
-    {
-        if (!plan.order.empty()) return plan.order;
-        std::vector<std::pair<bool, size_t>> o;
-        for (size_t i = 0; i < plan.tensors.size(); ++i)
-            o.push_back({true, i});
-        for (size_t i = 0; i < plan.values.size(); ++i)
-            o.push_back({false, i});
-        return o;
-    }
     void tensorMetadata(const DcpPlan::Tensor& t)
     {
         dataclass(kMetadataModule, "TensorStorageMetadata");
@@ -174,7 +177,7 @@ private:
     void stateDictMetadata(const DcpPlan& plan)
     {
         e.op(pickle_op::EMPTY_DICT);
-        const auto order = orderOf(plan);
+        const auto order = itemOrder(plan);
         if (order.empty()) return;
         e.mark();
         for (const auto& [isTensor, i] : order) {
@@ -191,7 +194,7 @@ private:
     void plannerData(const DcpPlan& plan)
     {
         e.op(pickle_op::EMPTY_DICT);
-        const auto order = orderOf(plan);
+        const auto order = itemOrder(plan);
         if (order.empty()) return;
         e.mark();
         for (const auto& [isTensor, i] : order) {
@@ -277,6 +280,130 @@ public:
 };
 
 } // namespace
+
+namespace {
+
+/// For each of @p n leaves (pathOf(i); marksList(i): a tensor or a mapping, which makes a list holding it descended),
+/// how many elements of its path name the item dcp.save keeps it in (keepDcpItemsWhole's rule)
+template<typename PathOf, typename MarksList>
+std::vector<uint32_t> dcpItemDepths(size_t n, const PathOf& pathOf, const MarksList& marksList)
+{
+    std::vector<uint32_t> depths(n);
+    const auto hasIndex = [](const KeyPath& path) {
+        return std::any_of(path.begin(), path.end(), [](const KeyPathElem& e) { return e.isIndex(); });
+    };
+    // prefixes[k] names the container path[0..k) (length-prefixed keys cannot run into each other)
+    const auto prefixes = [](const KeyPath& path) {
+        std::vector<std::string> out(path.size() + 1);
+        for (size_t k = 0; k < path.size(); ++k)
+            out[k + 1] = out[k] + std::to_string(path[k].key.size()) + (path[k].isIndex() ? '#' : ':')
+                + std::string(path[k].key.view());
+        return out;
+    };
+    // Only paths through a list or tuple can differ from the leaves. A list is descended when an element is a
+    // tensor, a mapping or a descended list: walking each path up from its leaf, `marks` says whether what lies at
+    // prefix k + 1 makes the list at prefix k descended (other elements' paths mark it on their own walk).
+    std::unordered_set<std::string> descendedLists;
+    for (size_t i = 0; i < n; ++i) {
+        const KeyPath& path = pathOf(i);
+        depths[i] = static_cast<uint32_t>(path.size());
+        if (!hasIndex(path)) continue;
+        const auto pre = prefixes(path);
+        bool marks = marksList(i);
+        for (size_t k = path.size(); k-- > 0;) {
+            const KeyPathElem& elem = path[k]; // the container at prefix k: a dict (key), list or tuple (index)
+            if (!elem.isIndex())
+                marks = true;
+            else if (elem.inTuple)
+                marks = false;
+            else if (marks)
+                descendedLists.insert(pre[k]);
+        }
+    }
+    for (size_t i = 0; i < n; ++i) {
+        const KeyPath& path = pathOf(i);
+        if (!hasIndex(path)) continue;
+        const auto pre = prefixes(path);
+        for (size_t k = 0; k < path.size(); ++k)
+            if (path[k].isIndex() && (path[k].inTuple || !descendedLists.count(pre[k]))) {
+                depths[i] = static_cast<uint32_t>(k);
+                break;
+            }
+    }
+    return depths;
+}
+
+} // namespace
+
+namespace {
+
+const KeyPath& itemPath(const DcpPlan& plan, std::pair<bool, size_t> item)
+{
+    return item.first ? plan.tensors[item.second].path : plan.values[item.second].path;
+}
+
+/// dcpItemDepths of the plan's items, in itemOrder; empty when every item is one that dcp.save makes
+std::vector<uint32_t> splitItemDepths(const DcpPlan& plan, const std::vector<std::pair<bool, size_t>>& order)
+{
+    const auto pathOf = [&](size_t n) -> const KeyPath& { return itemPath(plan, order[n]); };
+    const auto marksList = [&](size_t n) {
+        const auto& [isTensor, i] = order[n];
+        const PyValue* v = isTensor ? nullptr : plan.values[i].value; // (a Value of parts is a tuple: it marks none)
+        return isTensor || (v && (v->kind == PyKind::Dict || v->kind == PyKind::Tensor));
+    };
+    std::vector<uint32_t> depths = dcpItemDepths(order.size(), pathOf, marksList);
+    for (size_t n = 0; n < order.size(); ++n)
+        if (depths[n] != pathOf(n).size()) return depths;
+    return {};
+}
+
+} // namespace
+
+void keepDcpItemsWhole(DcpPlan& plan)
+{
+    const auto order = itemOrder(plan);
+    const std::vector<uint32_t> depths = splitItemDepths(plan, order);
+    if (depths.empty()) return;
+    const auto pathOf = [&](size_t n) -> const KeyPath& { return itemPath(plan, order[n]); };
+
+    DcpPlan out;
+    out.copies = std::move(plan.copies);
+    out.leftOut = std::move(plan.leftOut);
+    std::map<std::string, size_t> itemOf; // a kept-whole item's key -> its index in out.values
+    for (size_t n = 0; n < order.size(); ++n) {
+        const auto& [isTensor, i] = order[n];
+        const KeyPath& path = pathOf(n);
+        if (depths[n] == path.size()) {
+            out.order.push_back({isTensor, isTensor ? out.tensors.size() : out.values.size()});
+            if (isTensor)
+                out.tensors.push_back(std::move(plan.tensors[i]));
+            else
+                out.values.push_back(std::move(plan.values[i]));
+            continue;
+        }
+        const KeyPath itemPath(path.begin(), path.begin() + depths[n]);
+        auto [at, added] = itemOf.emplace(joinKeyPath(itemPath), out.values.size());
+        if (added) {
+            out.order.push_back({false, out.values.size()});
+            out.values.push_back({itemPath, nullptr, 0, {}});
+        }
+        DcpPlan::Value::Part part;
+        part.path.assign(path.begin() + depths[n], path.end());
+        if (isTensor) {
+            DcpPlan::Tensor& t = plan.tensors[i];
+            part.tensor.dtype = t.dtype;
+            part.tensor.shape = t.shape;
+            part.tensor.requiresGrad = t.requiresGrad;
+            part.tensor.produce = [box = std::move(t.produce), shape = t.shape](const ByteSink& sink) {
+                box(std::vector<int64_t>(shape.size(), 0), shape, sink);
+            };
+        } else {
+            part.value = plan.values[i].value;
+        }
+        out.values[at->second].parts.push_back(std::move(part));
+    }
+    plan = std::move(out);
+}
 
 static DcpWriteStats writeDcpUnnamed(
     const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options);
@@ -393,9 +520,13 @@ private:
             m_files.push_back("__" + std::to_string(rank) + "_0.distcp");
             m_fileItems.push_back(&list);
             uint64_t b = 0;
-            for (const auto& item : list)
+            for (const auto& item : list) {
                 if (const auto* t = item.second.first)
                     b += static_cast<uint64_t>(t->chunks.numelOf(item.second.second)) * dtypeSize(t->dtype);
+                if (item.first)
+                    for (const auto& part : item.first->parts)
+                        if (!part.value) b += static_cast<uint64_t>(part.tensor.numel()) * dtypeSize(part.tensor.dtype);
+            }
             fileBytes.push_back(b);
             m_totalBytes += b;
         }
@@ -505,7 +636,13 @@ private:
             StateTree tree;
             if (value) {
                 loc.value = value;
-                tree.setValue({}, value->value);
+                if (value->value) tree.setValue({}, value->value);
+                for (const auto& part : value->parts) {
+                    if (part.value)
+                        tree.setValue(part.path, part.value);
+                    else
+                        tree.setTensor(part.path, part.tensor);
+                }
                 ++m_stats.valueItems;
             } else {
                 const auto& [t, c] = tensorChunk;
@@ -679,6 +816,11 @@ private:
 static DcpWriteStats writeDcpUnnamed(
     const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
 {
+    if (!splitItemDepths(plan, itemOrder(plan)).empty()) {
+        DcpPlan whole = plan;
+        keepDcpItemsWhole(whole);
+        return DcpFolderWriting(whole, outDir, progress, std::move(options)).run();
+    }
     return DcpFolderWriting(plan, outDir, progress, std::move(options)).run();
 }
 

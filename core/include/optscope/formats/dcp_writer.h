@@ -46,8 +46,17 @@ struct DcpPlan
     struct Value
     {
         KeyPath path;
-        const PyValue* value = nullptr;
+        const PyValue* value = nullptr; ///< the whole value, or null when parts hold it
         int rank = 0;
+        /// A value DCP keeps as one item although entries lie inside it (dcpItemDepths: a tuple holding a tensor):
+        /// its leaves, by path below `path`, saved together in the item's archive as dcp.save pickles the tuple.
+        struct Part
+        {
+            KeyPath path; ///< below the item's path; its first element is the tuple's or list's index
+            const PyValue* value = nullptr; ///< a value leaf, or null for a tensor
+            TensorToWrite tensor;
+        };
+        std::vector<Part> parts;
     };
     /// a file written into the folder as it is, byte for byte (Checkpoint::companionFiles: Fabric's meta.pt)
     struct Copy
@@ -76,6 +85,14 @@ struct DcpWriteStats
     uint64_t bytes = 0; ///< all files written, .metadata and copies included
     std::vector<std::string> leftOut; ///< the plan's (DcpPlan::leftOut)
 };
+
+/// Makes @p plan's items the ones dcp.save (torch 2.4+ traverse_state_dict) makes of the same state dict, where a
+/// reader flattened further (flattenStateDict shows each tensor inside a tuple as an entry of its own). DCP descends
+/// every mapping, never a tuple, and a list only when one of its elements is a tensor, a mapping or such a list; so
+/// {"t": (tensor, 5)} is the one item "t", saved whole with the tensor in its archive, and so is [(tensor, 5)]: the
+/// tensors and values inside become one Value's parts, in the place of the first. writeDcp does this to every plan;
+/// a caller that counts the plan's items does it first.
+void keepDcpItemsWhole(DcpPlan& plan);
 
 /// Writes @p plan as a DCP folder at @p outDir, which must not exist yet (or be an empty directory).
 DcpWriteStats writeDcp(
