@@ -72,6 +72,14 @@ TEST(Safety, DisplayTextLeavesNoControlOrDirectionCharacter)
     // PyTorch's own layout of a multi-line error ("\n\tMissing key(s) in state_dict: ...") reads as it prints
     EXPECT_EQ(displayText("for Small:\n\tMissing", true), "for Small:\n\tMissing");
     EXPECT_EQ(displayText("a\tb"), "a\\x09b");
+    // DEL as a JSON escape too (--json output passes through here); zero-width and line-separator characters visible
+    EXPECT_EQ(displayText("del\x7f"
+                          "key"),
+        "del\\u007fkey");
+    EXPECT_EQ(displayText("layer\xe2\x80\x8b.weight"), "layer\\u200b.weight");
+    EXPECT_EQ(displayText("\xef\xbb\xbf"
+                          "bom \xe2\x80\xa8line"),
+        "\\ufeffbom \\u2028line");
     EXPECT_EQ(displayText("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80"); // text stays text
     EXPECT_EQ(displayText("lone\xed\xa0\x80"), "lone\\xed\\xa0\\x80");
 }

@@ -227,7 +227,7 @@ def reads_outside():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-RAW_CONTROLS = [b"\x1b", b"\r", b"\x07", b"\x00", "\u202e".encode()]
+RAW_CONTROLS = [b"\x1b", b"\r", b"\x07", b"\x00", b"\x7f", "\u202e".encode()]
 
 
 def escaping():
@@ -259,8 +259,8 @@ def escaping():
     # JSON keeps every key exactly (control characters as JSON escapes)
     r = run(["inspect", evil, "--json"])
     keys = [e["key"] for e in json.loads(r.stdout)["entries"]]
-    exact = [k for k in keys if any(c in k for c in ("\x1b", "\u202e", "\n", "\x00", "\r", "\x07"))]
-    check("escaping: --json keeps the keys exactly", len(exact) == 7, str(exact))
+    exact = [k for k in keys if any(c in k for c in ("\x1b", "\u202e", "\n", "\x00", "\r", "\x07", "\x7f"))]
+    check("escaping: --json keeps the keys exactly", len(exact) == 8, str(exact))
     # CSV: cells a spreadsheet would run are quoted with a leading '
     for name, args in (("diff --csv", ["diff", evil, evil_b, "--csv", "--all"]), ("map --csv", ["map", evil, "--csv"])):
         r = run(args)

@@ -44,10 +44,12 @@ size_t decodeUtf8(std::string_view s, size_t i, uint32_t& cp)
     return n;
 }
 
-bool isDirectionMark(uint32_t cp)
+/// bidi marks (a key that reads backwards), zero-width characters (two keys that read the same) and the Unicode line
+/// and paragraph separators (a line break to some terminals and editors)
+bool isDirectionOrInvisibleMark(uint32_t cp)
 {
-    return cp == 0x061C || cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E)
-        || (cp >= 0x2066 && cp <= 0x2069);
+    return cp == 0x061C || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E)
+        || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF;
 }
 
 /// appends the escape for the sequence at @p i (length @p n, code point @p cp; n == 0: one invalid byte); false when
@@ -57,10 +59,11 @@ bool escapeOne(std::string_view s, size_t i, size_t n, uint32_t cp, bool keepNew
     char buf[12];
     if (n == 0) {
         std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<uint8_t>(s[i])));
-    } else if (n == 1 && (cp < 0x20 || cp == 0x7F)) {
+    } else if (n == 1 && cp < 0x20) {
         if ((cp == '\n' || cp == '\t') && keepNewlines) return false;
         std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
-    } else if ((cp >= 0x80 && cp <= 0x9F) || isDirectionMark(cp)) {
+    } else if (cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || isDirectionOrInvisibleMark(cp)) {
+        // (as \u, a JSON escape too: --json output passes through this, and JSON writers leave these raw)
         std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
     } else {
         return false;

@@ -11,11 +11,11 @@
 
 namespace optscope {
 
-/// @p text with what a terminal or a reader could be fooled by written as visible escapes: C0 controls and DEL as
-/// \xNN (\n and \t too unless @p keepNewlines: a multi-line message keeps its layout, as PyTorch's "\n\tMissing
-/// key(s)"), C1 controls and the bidi / zero-width direction marks (U+061C, U+200E,
-/// U+200F, U+202A-U+202E, U+2066-U+2069) as \uXXXX, bytes that are not UTF-8 as \xNN. Everything else, backslashes
-/// included, is kept: the escapes are for reading, the JSON output is the exact form.
+/// @p text with what a terminal or a reader could be fooled by written as visible escapes: C0 controls as \xNN (\n
+/// and \t too unless @p keepNewlines: a multi-line message keeps its layout, as PyTorch's "\n\tMissing key(s)"),
+/// DEL, C1 controls, the bidi and zero-width marks and the Unicode line separators (U+061C, U+200B-U+200F,
+/// U+2028-U+202E, U+2060-U+2069, U+FEFF) as \uXXXX (a JSON escape too), bytes that are not UTF-8 as \xNN. Everything
+/// else, backslashes included, is kept: the escapes are for reading, the JSON output is the exact form.
 std::string displayText(std::string_view text, bool keepNewlines = false);
 /// whether @p text is valid UTF-8 (no surrogates: a Python str with a lone surrogate, pickled with surrogatepass, is
 /// not). JSON output writes such a text with U+FFFD in place of each bad byte, and beside it the exact bytes in hex
