@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -137,6 +138,34 @@ def outputs_over_inputs():
     # the same commands with an output beside the inputs work
     r = run(["gather", dcp, "-o", os.path.join(d, "out.pt"), "--no-fsync"])
     check("output beside the input is written", r.returncode == 0, text(r.stderr).strip())
+
+
+def outputs_over_special_files():
+    """the output is renamed onto its name when whole: a device, FIFO or symbolic link there is refused, never turned
+    into a regular file (as root, -o /dev/null would have replaced /dev/null)"""
+    d = fresh("special")
+    os.mkfifo(os.path.join(d, "fifo"))
+    open(os.path.join(d, "real.pt"), "wb").close()
+    os.symlink("real.pt", os.path.join(d, "link.pt"))
+    os.symlink("nowhere", os.path.join(d, "dangling.pt"))
+    cases = [("fifo", "a FIFO"), ("link.pt", "a symbolic link"), ("dangling.pt", "a symbolic link")]
+    if os.geteuid() == 0:
+        os.mknod(os.path.join(d, "null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        cases.append(("null", "a character device"))
+    before = {n: os.lstat(os.path.join(d, n)) for n, _ in cases}
+    src = os.path.join(DATA, "fsdp2_r2")
+    for name, what in cases:
+        for cmd in (["gather", src], ["fix", os.path.join(DATA, "diag/compiled_fqn.pt"), "--model",
+                                        os.path.join(DATA, "diag/model.pt")]):
+            r = run(cmd + ["-o", os.path.join(d, name)])
+            err = text(r.stderr)
+            now = os.lstat(os.path.join(d, name))
+            same = (now.st_mode, now.st_ino, now.st_rdev) == (before[name].st_mode, before[name].st_ino,
+                                                              before[name].st_rdev)
+            check(f"output over a special file: {cmd[0]} -o {name} ({what}) is refused and left as it was",
+                  r.returncode == 2 and f"is {what}" in err and same, f"exit {r.returncode}: {err.strip()[:200]}")
+    check("output over a special file: nothing else written", sorted(os.listdir(d)) == sorted(
+        ["fifo", "real.pt", "link.pt", "dangling.pt"] + (["null"] if os.geteuid() == 0 else [])), str(os.listdir(d)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -457,6 +486,7 @@ def json_bytes():
 
 
 outputs_over_inputs()
+outputs_over_special_files()
 bounded_cost()
 json_bytes()
 reads_outside()
