@@ -1137,6 +1137,31 @@ TEST(ParamTable, AModelWithoutAnOrderNamesIdsByShapes)
     EXPECT_TRUE(noted("3 of 6 names rest on an assumed order"));
 }
 
+TEST(ParamTable, AnOptimizerOverSomeParametersIsNoFlatFsdp1State)
+{
+    // subset_optim (real PyTorch): a bias-only Adam and an SGD over a learnable temperature keep 1-D states whose
+    // size FSDP1 flat parameters would have on 3 and 13 ranks; they were mapped as such, and diff of the bias-only
+    // file against its own get_state_dict form saw different keys. PyTorch loads them as plain optimizers.
+    for (const auto& [file, fqn] :
+        {std::pair<std::string, std::string> {"bias_only.pt", "bias"}, {"temperature.pt", "temp"}}) {
+        SCOPED_TRACE(file);
+        const ParamTable t = ParamTable::build(*open("subset_optim/" + file));
+        ASSERT_EQ(t.sources.size(), 1u);
+        EXPECT_NE(t.sources[0], NameSource::Fsdp1Layout);
+        ASSERT_EQ(t.rows.size(), 1u);
+        EXPECT_EQ(t.rows[0].fqn, fqn);
+        EXPECT_EQ(t.rows[0].confidence, Confidence::ShapeUnique);
+    }
+    const DiffReport d = diffCheckpoints(*open("subset_optim/bias_only.pt"), *open("subset_optim/bias_only_fqn.pt"));
+    EXPECT_TRUE(d.equal) << d.toJson().dump().substr(0, 1000);
+    // asked for, the FSDP1 reading is still there (3 ranks: 9 elements, 3 per rank)
+    ParamTableOptions fsdp1;
+    fsdp1.worldSize = 3;
+    const ParamTable t = ParamTable::build(*open("subset_optim/bias_only.pt"), nullptr, nullptr, fsdp1);
+    ASSERT_EQ(t.sources.size(), 1u);
+    EXPECT_EQ(t.sources[0], NameSource::Fsdp1Layout);
+}
+
 TEST(ParamTable, NamesIdsOnceForEveryConsumer)
 {
     // param_names win; Lightning's model under "state_dict" names by position; LBFGS keeps state on one parameter;

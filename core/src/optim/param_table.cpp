@@ -672,6 +672,25 @@ void nameByModelOrder(const OptimizerView& view, OptimizerKind kind, size_t coun
     NameSource source, const GroupShapes& groupShapes, IdNames& out, std::vector<std::string>& notes)
 {
     if (m.fqns.size() != count) {
+        // fewer: an optimizer over some of the parameters (a bias-only or a temperature optimizer), named when each
+        // state's shape is that of one parameter of the model only (otherwise which of them is a guess: the parts of
+        // several optimizers over one model are worked out from all of them, in the diagnosis)
+        std::vector<std::string> n;
+        std::vector<Confidence> c;
+        std::map<std::vector<int64_t>, int> seen;
+        for (const auto& f : m.fqns)
+            if (const auto* s = shapeIn(m, f)) ++seen[*s];
+        const auto shapes = allShapes(groupShapes);
+        const bool unique = std::all_of(shapes.begin(), shapes.end(), [&](const auto& s) { return seen[s] == 1; });
+        if (unique && m.fqns.size() > count && matchGroup(m.fqns, shapes, m, n, c)) {
+            c.assign(n.size(), Confidence::ShapeUnique);
+            out.names = std::move(n);
+            out.confidences = std::move(c);
+            out.source = source;
+            notes.push_back("'" + view.rootKey() + "' has " + std::to_string(count) + " of the "
+                + std::to_string(m.fqns.size()) + " parameters of " + m.source + ": named by their states' shapes");
+            return;
+        }
         notes.push_back("'" + view.rootKey() + "' has " + std::to_string(count) + " parameters but " + m.source
             + " has " + std::to_string(m.fqns.size()) + ": ids cannot be named by position");
         return;
@@ -903,10 +922,23 @@ bool nameIds(ParamTable& t, const Checkpoint& checkpoint, int index, const Model
     }
     const Checkpoint* modelCp = t.modelInFile ? &checkpoint : referenceCheckpoint;
     const ModelParams* model = t.modelInFile ? &*t.modelInFile : reference;
-    if (oneDim && modelCp && model && model->fqns.size() != ids.size()
-        && mapFsdp1(checkpoint, index, view, *modelCp, options, t.rows, t.notes)) {
-        t.sources.push_back(NameSource::Fsdp1Layout);
-        return false;
+    if (oneDim && modelCp && model && model->fqns.size() != ids.size()) {
+        // 1-D states that are the shapes of some of the model's 1-D parameters, in order (an optimizer over the
+        // biases, a learnable temperature) are that, not flat parameters whose shard size happens to match
+        // (a world size up to 4,096 fits almost any size), unless the FSDP1 layout is asked for
+        std::vector<std::string> n;
+        std::vector<Confidence> c;
+        const auto shapes = allShapes(stateShapesByGroup(view, t.kinds.back()));
+        const bool plainSubset = options.worldSize <= 0 && options.units.empty() && model->fqns.size() > ids.size()
+            && std::none_of(shapes.begin(), shapes.end(), [](const auto& s) { return s.empty(); })
+            && matchGroup(model->fqns, shapes, *model, n, c);
+        if (plainSubset)
+            t.notes.push_back("'" + view.rootKey() + "': its 1-D states have the shapes of model parameters, read "
+                + "as a plain optimizer over them; for raw FSDP1 flat parameters give --world-size");
+        else if (mapFsdp1(checkpoint, index, view, *modelCp, options, t.rows, t.notes)) {
+            t.sources.push_back(NameSource::Fsdp1Layout);
+            return false;
+        }
     }
     if (oneDim && !model && ids.size() > 0)
         t.notes.push_back("every state of '" + view.rootKey()
