@@ -102,7 +102,9 @@ def make_plain(out):
     # each such value as one item, tensors inside (compare_tuples), not a key per element that its loader never asks for
     tuples = {"model": m.state_dict(), "tup": (torch.ones(2), 5), "lot": [(torch.arange(3), "a")],
               "mixed": [torch.zeros(2), (torch.full((2,), 7.0), {"k": torch.ones(1)})],
-              "tdict": ({"w": torch.eye(2)}, None), "betas": (0.9, 0.99)}
+              "tdict": ({"w": torch.eye(2)}, None), "betas": (0.9, 0.99),
+              # torch's own plain types: a weights-only load gives them back as they were, and so must we
+              "dev": torch.device("cuda", 1), "cpu": torch.device("cpu"), "size": torch.Size([2, 3])}
     dcp.save(tuples, checkpoint_id=f"{out}/dcp_tuples")
     names.append("dcp_tuples")
     torch.save(tuples, f"{out}/tuples.pt")
@@ -115,7 +117,8 @@ def make_plain(out):
     losses = io.BytesIO()
     torch.save([1.5, 1.25], losses)
     dcp.save({"model": m.state_dict(), "train_state": {"step": 3, "global_avg_losses": losses},
-              "args": argparse.Namespace(lr=0.5, name="run-7")}, checkpoint_id=f"{out}/dcp_objects")
+              "args": argparse.Namespace(lr=0.5, name="run-7"), "fz": frozenset({"a"})},
+             checkpoint_id=f"{out}/dcp_objects")
     return names
 
 
@@ -228,11 +231,12 @@ def compare_objects(out):
     ref = torch.load(f"{out}/dcp_objects.pt", weights_only=False)
     got = torch.load(f"{out}/dcp_objects.rs2.pt", weights_only=False)
     assert vars(got["args"]) == vars(ref["args"]) == {"lr": 0.5, "name": "run-7"}, got["args"]
+    assert type(got["fz"]) is frozenset and got["fz"] == ref["fz"] == frozenset({"a"}), got["fz"]
     assert got["train_state"]["global_avg_losses"].getvalue() == ref["train_state"]["global_avg_losses"].getvalue()
     got["train_state"]["global_avg_losses"].seek(0)
     assert torch.load(got["train_state"]["global_avg_losses"], weights_only=False) == [1.5, 1.25]
     equal(ref["model"], got["model"], "dcp_objects.model")
-    print("dcp_objects: resharded, its Namespace and BytesIO load as saved")
+    print("dcp_objects: resharded, its Namespace, BytesIO and frozenset load as saved")
 
 
 def compare_tuples(out, *resharded):

@@ -43,7 +43,7 @@ std::string inspectTypeName(const Entry& entry)
         const std::string c = v->className();
         return c.empty() ? "object" : c;
     }
-    return pyKindName(v->kind);
+    return pyTypeName(v);
 }
 
 namespace {

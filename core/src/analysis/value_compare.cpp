@@ -58,8 +58,8 @@ public:
         if (depth > 256) return valueToJson(a) == valueToJson(b) || differ("values differ");
         if (!m_inProgress.insert({a, b}).second) return true; // a cycle (or a shared part) met again
         if (isNumber(a) && isNumber(b)) return numbersEqual(a, b) || differ("values differ");
-        if (a->kind != b->kind)
-            return differ(std::string("type ") + pyKindName(a->kind) + " -> " + pyKindName(b->kind));
+        if (a->kind != b->kind || a->torchType != b->torchType)
+            return differ(std::string("type ") + pyTypeName(a) + " -> " + pyTypeName(b));
         switch (a->kind) {
         case PyKind::None:
             return true;

@@ -154,6 +154,7 @@ private:
         case PyKind::Tuple:
         case PyKind::List:
         case PyKind::Set:
+        case PyKind::FrozenSet:
         case PyKind::Dict:
         case PyKind::Object:
             return true;
@@ -198,6 +199,20 @@ private:
             e.floating(v->real);
             return;
         case PyKind::Str:
+            if (v->torchType == PyTorchType::Device) { // torch.device(type[, index]), as its __reduce__ gives it
+                // the reader made it "type" or "type:index" (index from an int); anything else goes back whole
+                const std::string_view d = v->text;
+                const size_t colon = d.rfind(':');
+                const std::string_view digits = colon == std::string_view::npos ? "" : d.substr(colon + 1);
+                const bool indexed = !digits.empty() && digits.size() <= 18
+                    && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+                e.global("torch", "device");
+                e.str(indexed ? d.substr(0, colon) : d);
+                if (indexed) e.integer(std::stoll(std::string(digits)));
+                e.tuple(indexed ? 2 : 1);
+                e.op(pickle_op::REDUCE);
+                return;
+            }
             e.str(v->text);
             return;
         case PyKind::Complex: // as pickle's protocol 2: complex(real, imag)
@@ -220,10 +235,15 @@ private:
             e.global("torch", std::string(dtypeName(v->dtype)));
             return;
         case PyKind::Tuple:
+            if (v->torchType == PyTorchType::Size) e.global("torch", "Size"); // torch.Size((2, 3))
             if (v->size() > 3) e.mark();
             for (const auto* c : v->items())
                 value(c, depth + 1);
             e.tuple(v->size());
+            if (v->torchType == PyTorchType::Size) {
+                e.tuple(1);
+                e.op(pickle_op::REDUCE);
+            }
             return;
         case PyKind::List:
             e.op(pickle_op::EMPTY_LIST);
@@ -235,8 +255,11 @@ private:
                 e.op(pickle_op::APPENDS);
             }
             return;
+        case PyKind::FrozenSet: // (outside the weights-only set: a DCP value only, which loads with objects)
+            if (!m_objects) unsupported("a value of type frozenset");
+            [[fallthrough]];
         case PyKind::Set:
-            e.global("builtins", "set");
+            e.global("builtins", v->kind == PyKind::Set ? "set" : "frozenset");
             e.op(pickle_op::EMPTY_LIST);
             if (v->size()) {
                 e.mark();

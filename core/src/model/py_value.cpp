@@ -147,6 +147,13 @@ PyValue* PyArena::make(PyKind kind)
     return v;
 }
 
+const char* pyTypeName(const PyValue* v)
+{
+    if (v->torchType == PyTorchType::Size) return "torch.Size";
+    if (v->torchType == PyTorchType::Device) return "torch.device";
+    return pyKindName(v->kind);
+}
+
 PyValue* PyArena::makeContainer(PyKind kind)
 {
     PyValue* v = make(kind);
@@ -442,6 +449,15 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
         out += "(" + pyFloatRepr(v->real) + "+" + pyFloatRepr(v->imag) + "j)";
         return;
     case PyKind::Str:
+        if (v->torchType == PyTorchType::Device) { // as Python shows it: device(type='cuda', index=0)
+            const std::string_view d = v->text;
+            const size_t colon = d.find(':');
+            out += "device(type=";
+            appendQuoted(out, d.substr(0, colon));
+            if (colon != std::string_view::npos) out += ", index=" + std::string(d.substr(colon + 1));
+            out += ")";
+            return;
+        }
         appendQuoted(out, v->text);
         return;
     case PyKind::Bytes:
@@ -454,9 +470,11 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
     case PyKind::List:
     case PyKind::Set:
     case PyKind::FrozenSet: {
-        const char* open = v->kind == PyKind::Tuple ? "(" : v->kind == PyKind::List ? "[" : "{";
-        const char* close = v->kind == PyKind::Tuple ? ")" : v->kind == PyKind::List ? "]" : "}";
+        const bool size = v->torchType == PyTorchType::Size; // torch.Size([2, 3])
+        const char* open = size ? "[" : v->kind == PyKind::Tuple ? "(" : v->kind == PyKind::List ? "[" : "{";
+        const char* close = size ? "]" : v->kind == PyKind::Tuple ? ")" : v->kind == PyKind::List ? "]" : "}";
         if (v->kind == PyKind::FrozenSet) out += "frozenset(";
+        if (size) out += "torch.Size(";
         out += open;
         const auto& items = v->items();
         for (size_t i = 0; i < items.size(); ++i) {
@@ -467,9 +485,9 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
             }
             reprInto(out, items[i], maxLength, depth + 1);
         }
-        if (v->kind == PyKind::Tuple && items.size() == 1) out += ",";
+        if (v->kind == PyKind::Tuple && items.size() == 1 && !size) out += ",";
         out += close;
-        if (v->kind == PyKind::FrozenSet) out += ")";
+        if (v->kind == PyKind::FrozenSet || size) out += ")";
         return;
     }
     case PyKind::Dict: {

@@ -1284,6 +1284,7 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
         const PyValue* a0 = arg(args, 0);
         if (a0 && a0->isSequence()) pinItems(a0);
         result = makeSequence(PyKind::Tuple, a0 && a0->isSequence() ? a0->container->items : std::vector<PyValue*>());
+        result->torchType = PyTorchType::Size;
     } else if (fn == "torch.device") {
         const PyValue* type = arg(args, 0);
         const PyValue* index = arg(args, 1);
@@ -1291,6 +1292,7 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
             std::string d(type->text);
             if (index && index->kind == PyKind::Int) d += ":" + std::to_string(index->integer);
             result = m_arena.makeStr(d, true);
+            result->torchType = PyTorchType::Device;
         }
     } else if (fn == "torch.serialization._get_layout") {
         const PyValue* name = arg(args, 0);

@@ -46,7 +46,12 @@ enum class PyKind : unsigned char {
 
 const char* pyKindName(PyKind kind);
 
+/// What a plain value was made by, where torch made it (PyValue::torchType).
+enum class PyTorchType : unsigned char { None, Size, Device };
+
 struct PyValue;
+/// @p v's Python type as Python names it: pyKindName, or "torch.Size" / "torch.device"
+const char* pyTypeName(const PyValue* v);
 
 /// How an Object came to be (which opcode would have called the class).
 enum class PyObjectHow : unsigned char { Reduce, NewObj, Inst };
@@ -144,7 +149,12 @@ struct PyValue
     /// Referred to from more than one place (interned, memoised and read back, DUP, aliased by an interpreted call):
     /// PyArena::release leaves it alone
     bool pinned = false;
-    int32_t depth = 0; ///< container nesting below this value, as seen while building (a cap on hostile input)
+    /// container nesting below this value, as seen while building (a cap on hostile input: PickleLimits::maxNesting,
+    /// 2,000, fails the read long before 16 bits run out)
+    int16_t depth = 0;
+    /// a Tuple that torch.Size made, a Str that torch.device made: read as the plain values they hold, written back
+    /// and shown as what they were (a weights-only load accepts both)
+    PyTorchType torchType = PyTorchType::None;
     double real = 0.0; ///< Float, Complex (real part)
     std::string_view text; ///< Str, Bytes, ByteArray, BigInt
     /// The record of the kind: one field, not six (a 100k-tensor torch.save makes 300k values). Read only the one
