@@ -84,6 +84,42 @@ TEST(Safety, DisplayTextLeavesNoControlOrDirectionCharacter)
     EXPECT_EQ(displayText("lone\xed\xa0\x80"), "lone\\xed\\xa0\\x80");
 }
 
+// A checkpoint of more files than the process may keep open (4,096 ranks under `ulimit -n 1024`) closes the least
+// recently read ones; a closed file that changed is still found, when it is opened again and by checkUnchanged()
+TEST(Safety, FilesClosedToStayWithinTheBudgetAreStillCheckedUnchanged)
+{
+    const fs::path dir = fs::temp_directory_path() / ("optscope-budget-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto write = [&](const char* name, const std::string& bytes) { std::ofstream(dir / name) << bytes; };
+    write("a", "aaaa");
+    write("b", "bbbb");
+    write("c", "cccc");
+    {
+        // (the budget counts every checkpoint's open files: this test's own budget is 1 above what is open now)
+        const CheckpointFiles files(dir.string(), 1);
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(files.open("a")->all()), 4), "aaaa");
+        files.open("b");
+        files.open("c"); // a and b are closed by now, if the budget is full
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(files.open("a")->all()), 4), "aaaa");
+        files.open("b");
+        files.open("c");
+        EXPECT_NO_THROW(files.checkUnchanged());
+        write("a", "AAAAA"); // a closed file rewritten
+        EXPECT_THROW(
+            {
+                try {
+                    files.checkUnchanged();
+                } catch (const Error& e) {
+                    EXPECT_NE(std::string(e.what()).find("changed while being read"), std::string::npos) << e.what();
+                    throw;
+                }
+            },
+            Error);
+        EXPECT_THROW(files.open("a"), Error);
+    }
+    fs::remove_all(dir);
+}
+
 TEST(Safety, CsvCellsNeverStartAFormula)
 {
     std::mt19937 rng(27);

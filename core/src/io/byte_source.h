@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,11 @@ public:
     /// was read from changed. A local map keeps the file it was made of, so a path that now names another file or
     /// none (a run's old step rotated away, or replaced by a rename) is no change; one rewritten in place is
     virtual void checkContentUnchanged() const { checkUnchanged(); }
+    /// checkUnchanged() kept apart from the source: a closure that throws as checkUnchanged() would when the path no
+    /// longer names the bytes that were read. A cache of open files closes a local file with it and checks it later
+    /// (and again when it opens the file anew). Null for a source that is never closed early (remote: pinned to its
+    /// ETag instead)
+    virtual std::function<void()> detachedCheck() const { return nullptr; }
     /// hint that [offset, offset+length) will be read sequentially soon
     virtual void adviseSequential(uint64_t offset, uint64_t length) const = 0;
     /// this process no longer needs [offset, offset+length): its memory may go (reading it again brings it back)

@@ -129,21 +129,56 @@ bool MappedFile::faulted() const
     return m_slot >= 0 && g_slots[m_slot].faulted.load(std::memory_order_acquire) != 0;
 }
 
+namespace {
+
+/// what a file read as (path, size, mtime, inode) against what its path names now
+struct FileIdentity
+{
+    std::string path;
+    uint64_t size = 0, dev = 0, ino = 0;
+    int64_t mtimeSec = 0, mtimeNsec = 0;
+    void check(bool faulted) const
+    {
+        struct stat st
+        { };
+        const bool exists = ::stat(path.c_str(), &st) == 0;
+        const std::string now = exists ? sizeText(static_cast<uint64_t>(st.st_size)) : std::string("gone");
+        if (faulted)
+            throw Error(ErrorKind::Io, path, "changed while being read (was " + sizeText(size) + ", now " + now + ")");
+        if (!exists) throw Error(ErrorKind::Io, path, "removed while being read (was " + sizeText(size) + ")");
+        if (static_cast<uint64_t>(st.st_dev) != dev || static_cast<uint64_t>(st.st_ino) != ino)
+            throw Error(ErrorKind::Io, path,
+                "replaced while being read (was " + sizeText(size) + ", now another file of " + now + ")");
+        if (static_cast<uint64_t>(st.st_size) != size || st.st_mtim.tv_sec != mtimeSec
+            || st.st_mtim.tv_nsec != mtimeNsec)
+            throw Error(ErrorKind::Io, path, "changed while being read (was " + sizeText(size) + ", now " + now + ")");
+    }
+};
+
+} // namespace
+
+size_t openFileBudget()
+{
+    static const size_t budget = [] {
+        raiseOpenFileLimit();
+        struct rlimit rl
+        { };
+        const uint64_t soft = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+            ? static_cast<uint64_t>(rl.rlim_cur)
+            : uint64_t(1) << 20;
+        return static_cast<size_t>(std::clamp<uint64_t>(soft / 2, 32, 16384));
+    }();
+    return budget;
+}
+
 void MappedFile::checkUnchanged() const
 {
-    struct stat st
-    { };
-    const bool exists = ::stat(m_path.c_str(), &st) == 0;
-    const std::string now = exists ? sizeText(static_cast<uint64_t>(st.st_size)) : std::string("gone");
-    if (faulted())
-        throw Error(ErrorKind::Io, m_path, "changed while being read (was " + sizeText(m_size) + ", now " + now + ")");
-    if (!exists) throw Error(ErrorKind::Io, m_path, "removed while being read (was " + sizeText(m_size) + ")");
-    if (static_cast<uint64_t>(st.st_dev) != m_dev || static_cast<uint64_t>(st.st_ino) != m_ino)
-        throw Error(ErrorKind::Io, m_path,
-            "replaced while being read (was " + sizeText(m_size) + ", now another file of " + now + ")");
-    if (static_cast<uint64_t>(st.st_size) != m_size || st.st_mtim.tv_sec != m_mtimeSec
-        || st.st_mtim.tv_nsec != m_mtimeNsec)
-        throw Error(ErrorKind::Io, m_path, "changed while being read (was " + sizeText(m_size) + ", now " + now + ")");
+    FileIdentity {m_path, m_size, m_dev, m_ino, m_mtimeSec, m_mtimeNsec}.check(faulted());
+}
+
+std::function<void()> MappedFile::detachedCheck() const
+{
+    return [id = FileIdentity {m_path, m_size, m_dev, m_ino, m_mtimeSec, m_mtimeNsec}] { id.check(false); };
 }
 
 void MappedFile::checkContentUnchanged() const

@@ -45,6 +45,11 @@ MemberStat statInside(const std::string& root, const std::string& relative);
 /// over plain HTTP learns its files' sizes with their HEADs in flight together. Local: nothing to do.
 void statInsideAhead(const std::string& root, const std::vector<std::string>& relatives);
 
+/// How many local files a checkpoint keeps open and mapped at once (CheckpointFiles): half the descriptors the
+/// process may open, after raising its soft limit to the hard one, between 32 and 16,384 (well under the kernel's
+/// 65,530 maps). A checkpoint of more files closes the least recently read ones.
+size_t openFileBudget();
+
 class MappedFile final : public ByteSource
 {
 public:
@@ -62,6 +67,8 @@ public:
     /// while being read" when a read faulted or the file on disk is no longer the one mapped (size, mtime, inode)
     void checkUnchanged() const override;
     void checkContentUnchanged() const override;
+    /// checkUnchanged() by path, size, mtime and inode, without the map (a read that faulted was reported already)
+    std::function<void()> detachedCheck() const override;
     /// faults handled in this process so far (all maps): a cheap test before the per-file checks
     static uint64_t faultCount();
 

@@ -130,9 +130,21 @@ std::vector<int> TensorEntry::ranks() const
     return r;
 }
 
-CheckpointFiles::CheckpointFiles(std::string rootDir)
+namespace {
+
+std::atomic<size_t> g_localFilesOpen {0}; ///< CheckpointFiles' local files open, every checkpoint's
+
+} // namespace
+
+CheckpointFiles::CheckpointFiles(std::string rootDir, size_t maxOpen)
     : m_root(std::move(rootDir))
+    , m_maxOpen(maxOpen ? maxOpen : openFileBudget())
 { }
+
+CheckpointFiles::~CheckpointFiles()
+{
+    g_localFilesOpen -= m_localOpen;
+}
 
 std::string CheckpointFiles::absolute(const std::string& relative) const
 {
@@ -143,13 +155,19 @@ std::string CheckpointFiles::absolute(const std::string& relative) const
 
 std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relative) const
 {
+    bool closedBefore = false;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         auto it = m_files.find(relative);
-        if (it != m_files.end()) return it->second;
+        if (it != m_files.end()) {
+            it->second.lastUse = ++m_uses;
+            return it->second.source;
+        }
+        closedBefore = m_closed.count(relative) > 0;
     }
-    // the checkpoint's files only: a path its metadata names may lead anywhere (statInside)
-    if (!m_root.empty()) {
+    // the checkpoint's files only: a path its metadata names may lead anywhere (statInside). A file closed to stay
+    // within the budget was looked at then; that it is the same file now, wherever its path leads, is checked below
+    if (!m_root.empty() && !closedBefore) {
         const MemberStat m = statInside(m_root, relative);
         if (m.kind != MemberStat::Regular && m.kind != MemberStat::Missing)
             throw Error(ErrorKind::Io, absolute(relative), m.what + ": not read");
@@ -160,7 +178,30 @@ std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relat
         throw Error(ErrorKind::Io, f->path(),
             "changed while being read (was " + std::to_string(e->second) + " bytes, now " + std::to_string(f->size())
                 + " bytes)");
-    return m_files.emplace(relative, std::move(f)).first->second;
+    if (auto closed = m_closed.find(relative); closed != m_closed.end()) {
+        closed->second(); // read before, closed since: the same file still
+        m_closed.erase(closed);
+    }
+    auto [at, added] = m_files.emplace(relative, OpenFile {std::move(f), ++m_uses});
+    if (!added) return at->second.source; // another thread opened it meanwhile
+    if (at->second.source->detachedCheck()) {
+        ++m_localOpen;
+        if (++g_localFilesOpen > m_maxOpen && !m_keepOpen.load()) {
+            // close the least recently opened local file (its readers keep it until they are done)
+            auto oldest = m_files.end();
+            for (auto it = m_files.begin(); it != m_files.end(); ++it)
+                if (it != at && !it->second.source->isRemote()
+                    && (oldest == m_files.end() || it->second.lastUse < oldest->second.lastUse))
+                    oldest = it;
+            if (oldest != m_files.end()) {
+                if (auto c = oldest->second.source->detachedCheck()) m_closed[oldest->first] = std::move(c);
+                m_files.erase(oldest);
+                --m_localOpen;
+                --g_localFilesOpen;
+            }
+        }
+    }
+    return m_files.at(relative).source;
 }
 
 void CheckpointFiles::expectSize(const std::string& relative, uint64_t size) const
@@ -172,10 +213,13 @@ void CheckpointFiles::expectSize(const std::string& relative, uint64_t size) con
 void CheckpointFiles::checkUnchanged() const
 {
     std::vector<std::shared_ptr<const ByteSource>> files;
+    std::vector<std::function<void()>> closed;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         for (const auto& [name, f] : m_files)
-            files.push_back(f);
+            files.push_back(f.source);
+        for (const auto& [name, check] : m_closed)
+            closed.push_back(check);
     }
     const bool held = m_held.load();
     const auto check = [held](const ByteSource& f) { held ? f.checkContentUnchanged() : f.checkUnchanged(); };
@@ -184,10 +228,13 @@ void CheckpointFiles::checkUnchanged() const
         if (f->faulted()) check(*f);
     for (const auto& f : files)
         check(*f);
+    for (const auto& c : closed)
+        c();
 }
 
 void CheckpointFiles::hold() const
 {
+    m_keepOpen.store(true); // every file from now on, and those opened here
     std::vector<std::string> unopened;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
@@ -212,7 +259,7 @@ void CheckpointFiles::checkFaults() const
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         for (const auto& [name, f] : m_files)
-            files.push_back(f);
+            files.push_back(f.source);
     }
     for (const auto& f : files)
         if (f->faulted()) m_held.load() ? f->checkContentUnchanged() : f->checkUnchanged();
@@ -223,18 +270,24 @@ std::vector<std::string> CheckpointFiles::knownFiles() const
 {
     std::lock_guard<std::mutex> lock(m_mutex);
     std::vector<std::string> out;
-    out.reserve(m_files.size() + m_expectedSizes.size());
+    out.reserve(m_files.size() + m_closed.size() + m_expectedSizes.size());
     for (const auto& [name, f] : m_files)
-        out.push_back(f->path());
-    for (const auto& [name, size] : m_expectedSizes)
+        out.push_back(f.source->path());
+    for (const auto& [name, check] : m_closed)
         if (!m_files.count(name)) out.push_back(absolute(name));
+    for (const auto& [name, size] : m_expectedSizes)
+        if (!m_files.count(name) && !m_closed.count(name)) out.push_back(absolute(name));
     return out;
 }
 
 void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const ByteSource> file) const
 {
     std::lock_guard<std::mutex> lock(m_mutex);
-    m_files.emplace(relative, std::move(file));
+    const bool local = file->detachedCheck() != nullptr;
+    if (m_files.emplace(relative, OpenFile {std::move(file), ++m_uses}).second && local) {
+        ++m_localOpen;
+        ++g_localFilesOpen;
+    }
 }
 
 const Entry* Checkpoint::find(std::string_view key) const

@@ -471,7 +471,16 @@ public:
             const int64_t a = cuts[s];
             const int64_t b = cuts[s + 1];
             if (remote) ahead.before(nextStart); // before the chunks of this segment are begun
-            here.erase(std::remove_if(here.begin(), here.end(), [&](size_t i) { return endRow(i) <= a; }), here.end());
+            // a chunk the sweep has passed is let go: its file may close (a tensor over 4,096 ranks' files held
+            // every one open at once)
+            here.erase(std::remove_if(here.begin(), here.end(),
+                           [&](size_t i) {
+                               if (endRow(i) > a) return false;
+                               m_resolved[slotOf(i)].reset();
+                               m_locatedOnly[slotOf(i)].reset();
+                               return true;
+                           }),
+                here.end());
             for (; nextStart < byStart.size() && firstRow(byStart[nextStart]) < b; ++nextStart)
                 if (endRow(byStart[nextStart]) > a) here.push_back(byStart[nextStart]);
             // in table order, as before: the order of overlapping chunks decides nothing, but keeps results identical

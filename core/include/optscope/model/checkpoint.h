@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -176,11 +177,18 @@ struct FlatPartitionSlot
     std::string note; ///< which ranks hold which range, padding
 };
 
-/// Opens and caches the memory maps of a checkpoint's data files. Thread-safe.
+/// Opens and caches the memory maps of a checkpoint's data files. Thread-safe. At most openFileBudget() local files
+/// stay open in the process, all checkpoints together (a 4,096-rank DCP ran out of descriptors): past it the least
+/// recently opened one is closed, once its readers let go of it, and checked unchanged when it is opened again and
+/// by checkUnchanged(). hold() keeps every file open.
 class CheckpointFiles
 {
 public:
-    explicit CheckpointFiles(std::string rootDir);
+    /// @p maxOpen: the budget of local files open in the process (0: openFileBudget())
+    explicit CheckpointFiles(std::string rootDir, size_t maxOpen = 0);
+    ~CheckpointFiles();
+    CheckpointFiles(const CheckpointFiles&) = delete;
+    CheckpointFiles& operator=(const CheckpointFiles&) = delete;
     /// @p relative to the root; throws Error(Io) naming the file if it cannot be mapped
     std::shared_ptr<const ByteSource> open(const std::string& relative) const;
     /// seed the cache with a file already mapped (the reader's own)
@@ -213,7 +221,19 @@ public:
 private:
     std::string m_root;
     mutable std::mutex m_mutex;
-    mutable std::unordered_map<std::string, std::shared_ptr<const ByteSource>> m_files;
+    struct OpenFile
+    {
+        std::shared_ptr<const ByteSource> source;
+        uint64_t lastUse = 0;
+    };
+    /// the files open now; at most m_maxOpen local ones unless held
+    mutable std::unordered_map<std::string, OpenFile> m_files;
+    /// local files closed to stay within m_maxOpen: how to check each is still the file that was read
+    mutable std::unordered_map<std::string, std::function<void()>> m_closed;
+    mutable uint64_t m_uses = 0;
+    mutable size_t m_localOpen = 0; ///< of m_files; all checkpoints' together are counted against m_maxOpen
+    size_t m_maxOpen = 0;
+    mutable std::atomic<bool> m_keepOpen {false};
     mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
     mutable std::atomic<uint64_t> m_faultsSeen {0};
     mutable std::atomic<size_t> m_scalarsAsked {0};
