@@ -194,6 +194,29 @@ def reads_outside():
     r = run(["--allow-outside-reads", "gather", os.path.join(d, "dcp_dotdot"), "-o", os.path.join(d, "allowed.pt")])
     check("dcp_dotdot: --allow-outside-reads reads it as PyTorch does", r.returncode == 0, text(r.stderr).strip())
 
+    # a folder the format picks (DeepSpeed's tag from `latest`, Megatron's iter_ folder) that is a symlink out
+    tagged = fresh("tag_symlink")
+    ds = os.path.join(tagged, "ds")
+    os.makedirs(ds)
+    with open(os.path.join(ds, "latest"), "w") as f:
+        f.write("global_step2")
+    os.symlink(os.path.join(DATA, "zero/stage1/ckpt/global_step2"), os.path.join(ds, "global_step2"))
+    mg = os.path.join(tagged, "mg")
+    os.makedirs(mg)
+    with open(os.path.join(mg, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("5")
+    os.symlink(os.path.join(DATA, "megatron/synthetic_tp2_dp2"), os.path.join(mg, "iter_0000005"))
+    for name, ck in (("DeepSpeed tag folder", ds), ("Megatron iter_ folder", mg)):
+        for cmd in (["inspect", ck], ["gather", ck, "-o", os.path.join(tagged, "out.pt")]):
+            r = run(cmd)
+            err = text(r.stderr)
+            check(f"{name} that is a symlink out: {cmd[0]} refuses it", r.returncode == 2
+                  and "leads outside the checkpoint" in err and not os.path.exists(os.path.join(tagged, "out.pt")),
+                  f"exit {r.returncode}: {err.strip()[:200]}")
+        r = run(["--allow-outside-reads", "inspect", ck])
+        check(f"{name} that is a symlink out: --allow-outside-reads reads it", r.returncode in (0, 1),
+              text(r.stderr).strip()[:200])
+
     # data files that are symlinks out of the folder, FIFOs, /dev/zero, a symlink loop
     elsewhere = fresh("elsewhere")
     src = os.path.join(DATA, "fsdp2_r2")

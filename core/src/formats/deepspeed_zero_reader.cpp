@@ -1201,6 +1201,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
                     "names tag '" + tag + "', but there is no folder '" + (dir / tag).string()
                         + "' (DeepSpeed's load_checkpoint finds no checkpoint files and fails with AssertionError in "
                           "SDLoaderBase.check_ckpt_list)");
+            refuseFolderOutside(dir.string(), tag, "named by " + latest.string());
             dir = dir / tag;
             tagNote = "tag '" + tag + "' from latest";
         } else {
@@ -1232,6 +1233,7 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
             w.fix = "write the tag into " + (dir / DeepSpeedZeroReader::kLatestFile).string() + " (echo " + best
                 + " > latest) or pass tag='" + best + "' to load_checkpoint";
             early.push_back(std::move(w));
+            refuseFolderOutside(dir.string(), best, "of the newest tag");
             dir = dir / best;
             tagNote = "tag '" + best + "' (no latest)";
         }

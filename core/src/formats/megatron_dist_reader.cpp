@@ -106,6 +106,7 @@ Location iterationFolder(const Location& path, std::optional<CheckpointWarning>&
             + " > " + MegatronDistReader::kLatestFile + ") or pass --ckpt-step "
             + std::to_string(iterationNumber(name));
         missingLatest = std::move(w);
+        refuseFolderOutside(path.string(), name, "of the newest iteration");
         return newest;
     }
     const std::string text = trim(readSmallText(latest));
@@ -128,6 +129,7 @@ Location iterationFolder(const Location& path, std::optional<CheckpointWarning>&
     }
     const Location dir = path / name;
     if (!isFolder(dir)) throw Error(ErrorKind::Io, dir.string(), "is missing (named by " + latest.string() + ")");
+    refuseFolderOutside(path.string(), name, "named by " + latest.string());
     return dir;
 }
 

@@ -335,6 +335,14 @@ MemberStat statInside(const std::string& root, const std::string& relative)
     return m;
 }
 
+void refuseFolderOutside(const std::string& root, const std::string& name, const std::string& namedBy)
+{
+    const MemberStat m = statInside(root, name);
+    if (m.kind == MemberStat::Outside)
+        throw Error(ErrorKind::Io, childLocation(root, name),
+            "(the folder " + namedBy + ") " + m.what + "; not read (--allow-outside-reads reads it)");
+}
+
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path)
 {
     // O_NONBLOCK: a FIFO named like a checkpoint file must not block the open (it is refused below as not regular)

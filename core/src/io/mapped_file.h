@@ -41,6 +41,10 @@ struct MemberStat
 /// the checkpoint the user named: a .metadata or index can name any path, and a data file can be a symlink out of the
 /// folder. allowReadsOutsideCheckpoint(true) (the CLI's --allow-outside-reads) lets Outside paths through as Regular.
 MemberStat statInside(const std::string& root, const std::string& relative);
+/// A folder inside @p root that a format picks as the checkpoint (DeepSpeed's tag folder, Megatron's iter_ folder,
+/// @p namedBy says how): throws Error(Io) naming it when a symlink leads it outside @p root, as a data file there
+/// would be refused (statInside; --allow-outside-reads lets it through)
+void refuseFolderOutside(const std::string& root, const std::string& name, const std::string& namedBy);
 /// Asks ahead about many of @p root's members (statAhead), those statInside would look at: a remote checkpoint
 /// over plain HTTP learns its files' sizes with their HEADs in flight together. Local: nothing to do.
 void statInsideAhead(const std::string& root, const std::vector<std::string>& relatives);
