@@ -173,7 +173,7 @@ void printLeftOut(const std::vector<std::string>& leftOut)
         std::cout << "  " << l << "\n";
 }
 
-void printError(const std::string& command, const std::string& message)
+void printError(const std::string& command, const std::string& message, const std::string& more)
 {
     finishTerminalProgress();
     // the processes of a job share one terminal: each says which it is
@@ -181,7 +181,8 @@ void printError(const std::string& command, const std::string& message)
     const std::string who = job.distributed()
         ? " (rank " + std::to_string(job.rank()) + " of " + std::to_string(job.size()) + ")"
         : std::string();
-    std::cerr << "optscope-cli" << (command.empty() ? "" : " " + command) << who << ": " << message << std::endl;
+    std::cerr << "optscope-cli" << (command.empty() ? "" : " " + command) << who << ": " << displayText(message) << more
+              << std::endl;
 }
 
 } // namespace optscope::cli

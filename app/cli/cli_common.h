@@ -75,8 +75,10 @@ int parseWorldSize(const Args& args);
 double nonNegativeNumber(const Args& args, const std::string& name, double fallback = 0.0);
 /// formats 1536 as "1.5 KiB"
 std::string humanBytes(uint64_t bytes);
-/// prints "optscope-cli <cmd>: <message>" on stderr
-void printError(const std::string& command, const std::string& message);
+/// prints "optscope-cli <cmd>: <message>" on stderr, on one line: a newline the message quotes from a file (a tag in
+/// DeepSpeed's `latest`, a key) is shown escaped, so that it cannot forge a line; @p more (the usage, what was left
+/// behind), our own text, follows as it is
+void printError(const std::string& command, const std::string& message, const std::string& more = {});
 
 /// Makes std::cout and std::cerr escape control and bidi characters (displayText, newlines kept): every text a
 /// command prints is safe on a terminal, whatever the checkpoint's keys hold. Called once by main.

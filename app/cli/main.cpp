@@ -410,7 +410,7 @@ int main(int argc, char** argv)
             return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
         } catch (const UsageError& e) {
             job.reportFailure(e.what());
-            printError(name, std::string(e.what()) + "\n" + c.usage);
+            printError(name, e.what(), "\n" + c.usage);
             return ExitError;
         } catch (const optscope::Error& e) {
             const std::vector<std::string> left = optscope::remoteLeftBehind();
@@ -418,14 +418,13 @@ int main(int argc, char** argv)
             for (const auto& l : left)
                 leftText += "\n  left behind: " + l;
             if (const int sig = interruptingSignal(); sig && e.kind() == optscope::ErrorKind::Cancelled) {
-                printError(name,
-                    "stopped by " + signalName(sig)
-                        + (left.empty() ? "; no output was left behind" : "; what could not be undone:" + leftText));
+                printError(name, "stopped by " + signalName(sig),
+                    left.empty() ? "; no output was left behind" : "; what could not be undone:" + leftText);
                 job.reportFailure("stopped by a signal");
                 return 128 + sig;
             }
             job.reportFailure(e.what());
-            printError(name, e.what() + leftText);
+            printError(name, e.what(), leftText);
             return ExitError;
         } catch (const std::exception& e) {
             job.reportFailure(std::string("internal error: ") + e.what());

@@ -17,6 +17,7 @@ mkdir -p "$out"
 cp "$scale"/make_scale_metadata.py "$scale"/make_scale_checkpoint.py "$scale"/check_scale_checkpoint.py "$out"/
 cd "$out"
 "$torch_python" -W ignore make_scale_checkpoint.py c200 200 1
+"$torch_python" -W ignore make_scale_checkpoint.py c200b 200 1 --seed model.model.layers.0.self_attn.q_proj.weight=5
 [[ $(ls c200 | wc -l) == 200 ]]
 mkdir unlimited limited
 "$cli" gather c200 -o unlimited/g.pt --no-fsync
@@ -28,7 +29,27 @@ mkdir unlimited limited
     "$cli" reshard c200 --world-size 3 -o rs3 --no-fsync
     "$cli" verify c200 --world-size 5 | grep "^IDENTICAL" > /dev/null
     "$cli" diff c200 rs3 | grep "^EQUAL" > /dev/null
+    # two checkpoints of 200 files each: diff held a raw pointer into a file the budget closed (a segfault)
+    "$cli" diff c200 c200b --json > diff.json || [[ $? == 1 ]]
+    # a watched run: the step read first is held open only as far as the budget goes (it took every descriptor, and
+    # the next step did not open)
+    mkdir run
+    ln -s ../c200 run/step_100
+    ln -s ../c200b run/step_200
+    "$cli" watch run --once > watch.txt
+    grep "^step 200 .*1 of 59 keys changed" watch.txt > /dev/null
 )
+(
+    ulimit -n 24 # a budget of the least: 4 files
+    "$cli" diff c200 c200b > /dev/null || [[ $? == 1 ]]
+    "$cli" gather c200 -o small.pt --no-fsync
+)
+python3 - <<'PY'
+import json
+d = json.load(open("diff.json"))
+changed = [e["key"] for e in d["entries"] if e["status"] != "equal"]
+assert changed == ["model.model.layers.0.self_attn.q_proj.weight"], changed
+PY
 cmp unlimited/g.pt limited/g.pt
 "$torch_python" -W ignore check_scale_checkpoint.py --layers 1 pt limited/g.pt
-echo "200 rank files under ulimit -n 64: check, inspect --hash, gather, reshard, verify and diff work"
+echo "200 rank files under ulimit -n 64 (and 24): check, inspect --hash, gather, reshard, verify, diff and watch work"

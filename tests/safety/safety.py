@@ -308,6 +308,12 @@ def escaping():
     r = run(["inspect", bad])
     check("escaping: an error quoting file bytes is escaped", not any(c in r.stderr for c in RAW_CONTROLS),
           text(r.stderr)[:300])
+    # ... on one line (a newline in the tag forged a second one), and whole (a NUL ended the message there)
+    with open(os.path.join(bad, "latest"), "wb") as f:
+        f.write(b"global_step2\nFAKE: forged line\n\x00junk")
+    r = run(["inspect", bad])
+    check("escaping: an error quoting a newline and a NUL is one whole line", r.returncode == 2
+          and r.stderr.count(b"\n") == 1 and b"\\x0aFAKE: forged line\\x0a\\x00junk" in r.stderr, text(r.stderr)[:300])
     # JSON keeps every key exactly (control characters as JSON escapes)
     r = run(["inspect", evil, "--json"])
     keys = [e["key"] for e in json.loads(r.stdout)["entries"]]

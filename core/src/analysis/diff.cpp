@@ -432,9 +432,11 @@ public:
         tensor.streamBox(
             box.offsets, box.sizes, [&](const uint8_t* p, size_t n) { append(p, n); }, progress,
             [&](const ByteSource& f, uint64_t offset, uint64_t length) {
-                if (!m_file && m_buffer.empty() && length == want) {
-                    // the checkpoint's file cache keeps the mapping alive as long as the checkpoint
-                    m_file = &f;
+                std::shared_ptr<const ByteSource> held;
+                if (!m_file && m_buffer.empty() && length == want) held = f.weak_from_this().lock();
+                if (held) {
+                    // held here: the checkpoint may close a file it has not read lately (CheckpointFiles' budget)
+                    m_file = std::move(held);
                     m_offset = offset;
                     m_length = length;
                     f.adviseSequential(offset, length);
@@ -457,12 +459,12 @@ private:
         if (m_file) { // a second piece after a whole-box region cannot happen, but stay correct if it does
             const uint8_t* held = m_file->bytes(m_offset, m_length);
             m_buffer.assign(held, held + m_length);
-            m_file = nullptr;
+            m_file.reset();
         }
         m_buffer.insert(m_buffer.end(), p, p + n);
     }
     std::vector<uint8_t>& m_buffer;
-    const ByteSource* m_file = nullptr;
+    std::shared_ptr<const ByteSource> m_file;
     uint64_t m_offset = 0, m_length = 0;
 };
 

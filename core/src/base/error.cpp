@@ -36,6 +36,9 @@ std::string composeMessage(const std::string& file, const std::string& detail, u
     if (!file.empty()) msg = (tagged ? file.substr(0, tag) : file) + ": ";
     msg += detail;
     if (offset != Error::NoOffset) msg += " (at byte " + std::to_string(offset) + ")";
+    // what() is a C string: a NUL that the detail quotes from a file (a `latest` tag) would end the message there
+    for (size_t at = msg.find('\0'); at != std::string::npos; at = msg.find('\0', at + 4))
+        msg.replace(at, 1, "\\x00");
     return msg;
 }
 } // namespace

@@ -14,7 +14,7 @@ namespace optscope {
 /// anonymous map of its size whose ranges are fetched the first time bytes() asks for them. Readers and algorithms do
 /// not know which one they read from: they ask for the range they are about to read, and keep the pointer while the
 /// source lives.
-class ByteSource
+class ByteSource : public std::enable_shared_from_this<ByteSource>
 {
 public:
     virtual ~ByteSource() = default;

@@ -166,7 +166,8 @@ size_t openFileBudget()
         const uint64_t soft = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
             ? static_cast<uint64_t>(rl.rlim_cur)
             : uint64_t(1) << 20;
-        return static_cast<size_t>(std::clamp<uint64_t>(soft / 2, 32, 16384));
+        // the rest is for the process's own: standard streams, outputs, and the files readers hold while reading
+        return static_cast<size_t>(std::clamp<uint64_t>(soft > 32 ? (soft - 24) / 2 : 4, 4, 16384));
     }();
     return budget;
 }

@@ -49,8 +49,8 @@ void refuseFolderOutside(const std::string& root, const std::string& name, const
 /// over plain HTTP learns its files' sizes with their HEADs in flight together. Local: nothing to do.
 void statInsideAhead(const std::string& root, const std::vector<std::string>& relatives);
 
-/// How many local files a checkpoint keeps open and mapped at once (CheckpointFiles): half the descriptors the
-/// process may open, after raising its soft limit to the hard one, between 32 and 16,384 (well under the kernel's
+/// How many local files checkpoints keep open and mapped at once (CheckpointFiles): about half the descriptors the
+/// process may open, after raising its soft limit to the hard one, between 4 and 16,384 (well under the kernel's
 /// 65,530 maps). A checkpoint of more files closes the least recently read ones.
 size_t openFileBudget();
 

@@ -234,13 +234,20 @@ void CheckpointFiles::checkUnchanged() const
 
 void CheckpointFiles::hold() const
 {
-    m_keepOpen.store(true); // every file from now on, and those opened here
     std::vector<std::string> unopened;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         for (const auto& [name, size] : m_expectedSizes)
             if (!m_files.count(name) && !isUrl(absolute(name))) unopened.push_back(name);
+        // within the budget only: a step of more files than the process may open (a watched 4,096-rank run) keeps
+        // what fits, and the rest is checked by path like any closed file (checkUnchanged: "removed while being
+        // read" once the run rotates it away, never a silent mix)
+        if (g_localFilesOpen.load() + unopened.size() + m_closed.size() > m_maxOpen) {
+            m_held.store(true);
+            return;
+        }
     }
+    m_keepOpen.store(true); // every file from now on, and those opened here
     for (const auto& name : unopened) {
         try {
             open(name);

@@ -180,7 +180,7 @@ struct FlatPartitionSlot
 /// Opens and caches the memory maps of a checkpoint's data files. Thread-safe. At most openFileBudget() local files
 /// stay open in the process, all checkpoints together (a 4,096-rank DCP ran out of descriptors): past it the least
 /// recently opened one is closed, once its readers let go of it, and checked unchanged when it is opened again and
-/// by checkUnchanged(). hold() keeps every file open.
+/// by checkUnchanged(). hold() keeps every file open when they fit in the budget.
 class CheckpointFiles
 {
 public:
@@ -205,7 +205,8 @@ public:
     /// maps every file the reader named (and sized) that is not mapped yet, and from now on reads them from those
     /// maps whatever their paths come to name: a watched run's step stays readable, as it was, after the run removes
     /// or replaces it (a Trainer's save_total_limit). Files that cannot be mapped are left to their first read; remote
-    /// objects are pinned to their ETags already
+    /// objects are pinned to their ETags already. A checkpoint of more files than the budget leaves (openFileBudget)
+    /// is not mapped whole: its closed files are checked by path, and one the run removed is "removed while being read"
     void hold() const;
     /// the same, but only when a mapped read faulted somewhere in the process since the last call (one atomic load
     /// otherwise): cheap enough to call after every block
