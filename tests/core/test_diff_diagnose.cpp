@@ -1154,6 +1154,19 @@ TEST(ParamTable, AnOptimizerOverSomeParametersIsNoFlatFsdp1State)
     }
     const DiffReport d = diffCheckpoints(*open("subset_optim/bias_only.pt"), *open("subset_optim/bias_only_fqn.pt"));
     EXPECT_TRUE(d.equal) << d.toJson().dump().substr(0, 1000);
+    // real FSDP1 rank files whose flat shard (15 elements) has the bias's size: their names say the rank, and they
+    // are read as flat parameters, weight on ranks 0-2 and bias on rank 3
+    {
+        const CheckpointPtr fsdp1Model = open("subset_optim/fsdp1_model.pt");
+        const ModelParams params = ModelParams::fromCheckpoint(*fsdp1Model);
+        const ParamTable t = ParamTable::build(*open("subset_optim/fsdp1_optim_rank0.pt"), &params, fsdp1Model.get());
+        ASSERT_EQ(t.sources.size(), 1u);
+        EXPECT_EQ(t.sources[0], NameSource::Fsdp1Layout);
+        ASSERT_EQ(t.rows.size(), 2u);
+        EXPECT_EQ(t.rows[0].fqn, "weight");
+        EXPECT_EQ(t.rows[1].fqn, "bias");
+        EXPECT_EQ(t.rows[1].note.rfind("on rank 3", 0), 0u) << t.rows[1].note;
+    }
     // asked for, the FSDP1 reading is still there (3 ranks: 9 elements, 3 per rank)
     ParamTableOptions fsdp1;
     fsdp1.worldSize = 3;

@@ -160,6 +160,16 @@ std::string join(const std::vector<std::string>& v, const char* sep)
     return s;
 }
 
+/// which rank wrote the file at @p path, if its name says so (optim_rank1.pt), or -1
+int rankInFileName(const std::string& path)
+{
+    static const Pattern rankRe("rank[_-]?(\\d+)");
+    const std::string base = path.substr(path.find_last_of('/') + 1);
+    std::vector<std::string> rm;
+    // (up to 9 digits: a longer number is no rank, and std::stoi would throw)
+    return rankRe.search(base, &rm) && rm[1].size() <= 9 ? std::stoi(rm[1]) : -1;
+}
+
 /// Explains an id-keyed optimizer with 1-D states as raw FSDP1 flat parameters of @p model. Returns false when no
 /// unit split and world size reproduce the shard sizes.
 bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view, const Checkpoint& model,
@@ -199,12 +209,7 @@ bool mapFsdp1(const Checkpoint& checkpoint, int index, const OptimizerView& view
             if (fits) world = w;
         }
         if (!world) continue;
-        // which rank wrote this file, if its name says so (optim_rank1.pt)
-        static const Pattern rankRe("rank[_-]?(\\d+)");
-        const std::string base = checkpoint.path.substr(checkpoint.path.find_last_of('/') + 1);
-        std::vector<std::string> rm;
-        // (up to 9 digits: a longer number is no rank, and std::stoi would throw)
-        const int fileRank = rankRe.search(base, &rm) && rm[1].size() <= 9 ? std::stoi(rm[1]) : -1;
+        const int fileRank = rankInFileName(checkpoint.path);
         notes.push_back("raw FSDP1 optimizer state (use_orig_params=False): " + std::to_string(ids.size())
             + " flat parameters over " + std::to_string(world) + " ranks, units "
             + (units.empty() ? std::string("(root only)") : join(units, ", ")) + ", parameters from " + model.path);
@@ -925,16 +930,19 @@ bool nameIds(ParamTable& t, const Checkpoint& checkpoint, int index, const Model
     if (oneDim && modelCp && model && model->fqns.size() != ids.size()) {
         // 1-D states that are the shapes of some of the model's 1-D parameters, in order (an optimizer over the
         // biases, a learnable temperature) are that, not flat parameters whose shard size happens to match
-        // (a world size up to 4,096 fits almost any size), unless the FSDP1 layout is asked for
+        // (a world size up to 4,096 fits almost any size), unless the FSDP1 layout is asked for or the file's name
+        // says it is one rank's (optim_rank0.pt: Linear(3, 15) on 4 ranks has flat shards of its bias's size)
         std::vector<std::string> n;
         std::vector<Confidence> c;
         const auto shapes = allShapes(stateShapesByGroup(view, t.kinds.back()));
-        const bool plainSubset = options.worldSize <= 0 && options.units.empty() && model->fqns.size() > ids.size()
+        const bool plainSubset = options.worldSize <= 0 && options.units.empty() && rankInFileName(checkpoint.path) < 0
+            && model->fqns.size() > ids.size()
             && std::none_of(shapes.begin(), shapes.end(), [](const auto& s) { return s.empty(); })
             && matchGroup(model->fqns, shapes, *model, n, c);
         if (plainSubset)
             t.notes.push_back("'" + view.rootKey() + "': its 1-D states have the shapes of model parameters, read "
-                + "as a plain optimizer over them; for raw FSDP1 flat parameters give --world-size");
+                + "as a plain optimizer over them; for one rank's raw FSDP1 flat parameters give --world-size (or a "
+                  "file name with its rank, optim_rank0.pt)");
         else if (mapFsdp1(checkpoint, index, view, *modelCp, options, t.rows, t.notes)) {
             t.sources.push_back(NameSource::Fsdp1Layout);
             return false;
