@@ -110,6 +110,23 @@ def make_plain(out):
     torch.save(tuples, f"{out}/tuples.pt")
     names.append("tuples.pt")
 
+    # torch.device / torch.Size calls of arguments torch does not take (as a hostile file has them, made here by
+    # __reduce__), beside well-formed ones: gather keeps the good ones as they are and leaves the others out, never
+    # writing what torch.load then refuses (compare_torch_types)
+    class Call:
+        def __init__(self, fn, args):
+            self.fn, self.args = fn, args
+
+        def __reduce__(self):
+            return (self.fn, self.args)
+
+    D, S = torch.device, torch.Size
+    torch.save({"w": torch.ones(2), "good_dev": D("cuda", 3), "good_meta": D("meta"), "good_size": S([4, -1]),
+                "bad_colon": Call(D, ("a:b",)), "bad_index": Call(D, ("cuda", -1)), "bad_wrap": Call(D, ("cuda", 128)),
+                "bad_both": Call(D, ("cuda:1", 2)), "bad_type": Call(D, ("npu", 0)), "bad_str": Call(S, (["a"],)),
+                "bad_big": Call(S, ([2**70],)), "bad_nested": Call(S, ([[1]],)), "bad_int": Call(S, (5,))},
+               f"{out}/torch_types_hostile.pt")
+
     # objects a weights-only load refuses, as torchtitan's TrainState saves its losses (an io.BytesIO of a torch.save)
     # and Megatron-LM its args: gather leaves them out; reshard writes them back (compare_objects)
     import argparse
@@ -268,6 +285,18 @@ def compare_tuples(out, *resharded):
         print(f"{path}: the items dcp.save makes, and dcp.load gives the tuples back with their tensors")
 
 
+def compare_torch_types(out):
+    """the gather of torch_types_hostile.pt loads with weights_only=True: the well-formed device and Size values as
+    they were, the calls torch would refuse left out"""
+    got = torch.load(f"{out}/torch_types_hostile.pt.optscope.pt", weights_only=True)
+    assert list(got) == ["w", "good_dev", "good_meta", "good_size"], list(got)
+    assert type(got["good_dev"]) is torch.device and got["good_dev"] == torch.device("cuda", 3), got["good_dev"]
+    assert got["good_meta"] == torch.device("meta") and type(got["good_size"]) is torch.Size, got
+    assert got["good_size"] == torch.Size([4, -1]), got["good_size"]
+    print("torch_types_hostile.pt: good devices and Sizes kept, 9 calls torch refuses left out")
+
+
 if __name__ == "__main__":
     {"make": make, "compare": compare, "compare_objects": compare_objects, "compare_tuples": compare_tuples,
+     "compare_torch_types": compare_torch_types,
      "compare_reshaped": compare_reshaped}[sys.argv[1]](*sys.argv[2:])

@@ -96,6 +96,8 @@ private:
             return "a quantized tensor (torch reads it; this writer does not write quantized tensors yet)";
         if (cls == "torch._utils._rebuild_nested_tensor")
             return "a nested tensor (this writer does not write nested tensors yet)";
+        if (cls == "torch.device" || cls == "torch.Size") // (well-formed ones are read as such: PyTorchType)
+            return "a " + cls + " of arguments torch does not take (loading it raises)";
         return "an object of class '" + cls + "' (a weights-only load refuses classes outside its safe set)";
     }
 

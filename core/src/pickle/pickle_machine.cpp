@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -1281,14 +1282,30 @@ PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
             result = makeObject(cls, makeSequence(PyKind::Tuple, std::move(rest)), nullptr, PyObjectHow::NewObj);
         }
     } else if (fn == "torch.Size") {
+        // a Size of ints, as torch.Size.__reduce__ gives it; anything else stays the inert call it is (a writer
+        // leaves it out, saying why), never a Size that torch.load would refuse
         const PyValue* a0 = arg(args, 0);
-        if (a0 && a0->isSequence()) pinItems(a0);
-        result = makeSequence(PyKind::Tuple, a0 && a0->isSequence() ? a0->container->items : std::vector<PyValue*>());
-        result->torchType = PyTorchType::Size;
+        if (a0 && a0->isSequence() && args->size() == 1 // (arg() found a0: args is a sequence)
+            && std::all_of(
+                a0->items().begin(), a0->items().end(), [](const PyValue* i) { return i->kind == PyKind::Int; })) {
+            pinItems(a0);
+            result = makeSequence(PyKind::Tuple, a0->container->items);
+            result->torchType = PyTorchType::Size;
+        }
     } else if (fn == "torch.device") {
+        // torch.device(type[, index]) as its __reduce__ gives it: a device type torch knows, an index it takes
+        // (c10::DeviceIndex: 0..127); anything else stays the inert call it is
+        static const std::set<std::string, std::less<>> kDeviceTypes {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl",
+            "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
+            "privateuseone"};
         const PyValue* type = arg(args, 0);
         const PyValue* index = arg(args, 1);
-        if (type && type->kind == PyKind::Str) {
+        const size_t nargs = args && args->isSequence() ? args->size() : 0;
+        const bool indexOk = nargs == 1
+            || (nargs == 2
+                && (index->kind == PyKind::None
+                    || (index->kind == PyKind::Int && index->integer >= 0 && index->integer <= 127)));
+        if (type && type->kind == PyKind::Str && kDeviceTypes.count(type->text) && indexOk) {
             std::string d(type->text);
             if (index && index->kind == PyKind::Int) d += ":" + std::to_string(index->integer);
             result = m_arena.makeStr(d, true);
