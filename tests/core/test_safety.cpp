@@ -80,6 +80,12 @@ TEST(Safety, DisplayTextLeavesNoControlOrDirectionCharacter)
     EXPECT_EQ(displayText("\xef\xbb\xbf"
                           "bom \xe2\x80\xa8line"),
         "\\ufeffbom \\u2028line");
+    // soft hyphen, a variation selector, a Hangul filler, a tag character (as a surrogate pair: JSON reads it)
+    EXPECT_EQ(displayText("a\xc2\xad"
+                          "b\xef\xb8\x8f"
+                          "c\xe3\x85\xa4"
+                          "d\xf3\xa0\x81\x81"),
+        "a\\u00adb\\ufe0fc\\u3164d\\udb40\\udc41");
     EXPECT_EQ(displayText("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80"); // text stays text
     EXPECT_EQ(displayText("lone\xed\xa0\x80"), "lone\\xed\\xa0\\x80");
 }

@@ -164,8 +164,19 @@ def outputs_over_special_files():
                                                               before[name].st_rdev)
             check(f"output over a special file: {cmd[0]} -o {name} ({what}) is refused and left as it was",
                   r.returncode == 2 and f"is {what}" in err and same, f"exit {r.returncode}: {err.strip()[:200]}")
+    # a folder output: a link to an empty folder became a real folder, a dangling one failed after all the work
+    os.makedirs(os.path.join(d, "empty"))
+    os.symlink("empty", os.path.join(d, "link_dir"))
+    os.symlink("nowhere", os.path.join(d, "dangling_dir"))
+    for name in ("link_dir", "dangling_dir"):
+        r = run(["reshard", os.path.join(DATA, "fsdp2_r2"), "--world-size", "2", "-o", os.path.join(d, name)])
+        err = text(r.stderr)
+        check(f"output over a special file: reshard -o {name} (a symbolic link) is refused first, the link kept",
+              r.returncode == 2 and "is a symbolic link" in err and os.path.islink(os.path.join(d, name)),
+              f"exit {r.returncode}: {err.strip()[:200]}")
     check("output over a special file: nothing else written", sorted(os.listdir(d)) == sorted(
-        ["fifo", "real.pt", "link.pt", "dangling.pt"] + (["null"] if os.geteuid() == 0 else [])), str(os.listdir(d)))
+        ["fifo", "real.pt", "link.pt", "dangling.pt", "empty", "link_dir", "dangling_dir"]
+        + (["null"] if os.geteuid() == 0 else [])), str(os.listdir(d)))
 
 
 # ---------------------------------------------------------------------------------------------------------------

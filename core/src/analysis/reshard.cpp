@@ -165,6 +165,14 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
             s.bytes += bytes;
             ++s.tensorItems;
         }
+    // tensors inside a value kept whole (a tuple holding one) are in the value's item, on its rank
+    for (const auto& v : plan.values)
+        for (const auto& part : v.parts)
+            if (!part.value) {
+                const uint64_t bytes = static_cast<uint64_t>(part.tensor.numel()) * dtypeSize(part.tensor.dtype);
+                s.bytesPerRank[static_cast<size_t>(std::clamp(v.rank, 0, options.worldSize - 1))] += bytes;
+                s.bytes += bytes;
+            }
     s.valueItems = plan.values.size();
     for (const auto& c : plan.copies)
         s.copied.push_back(c.name);

@@ -49,14 +49,19 @@ size_t decodeUtf8(std::string_view s, size_t i, uint32_t& cp)
 bool isDirectionOrInvisibleMark(uint32_t cp)
 {
     return cp == 0x061C || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E)
-        || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF;
+        || (cp >= 0x2060 && cp <= 0x2069)
+        || cp == 0xFEFF
+        // blank or invisible letters and marks: soft hyphen, Mongolian vowel separator, the Hangul fillers,
+        // variation selectors and the tag characters (a key that reads as another)
+        || cp == 0x00AD || cp == 0x180E || cp == 0x115F || cp == 0x1160 || cp == 0x3164 || cp == 0xFFA0
+        || (cp >= 0xFE00 && cp <= 0xFE0F) || (cp >= 0xE0000 && cp <= 0xE007F);
 }
 
 /// appends the escape for the sequence at @p i (length @p n, code point @p cp; n == 0: one invalid byte); false when
 /// it needs none
 bool escapeOne(std::string_view s, size_t i, size_t n, uint32_t cp, bool keepNewlines, std::string* out)
 {
-    char buf[12];
+    char buf[16];
     if (n == 0) {
         std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<uint8_t>(s[i])));
     } else if (n == 1 && cp < 0x20) {
@@ -64,7 +69,11 @@ bool escapeOne(std::string_view s, size_t i, size_t n, uint32_t cp, bool keepNew
         std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
     } else if (cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || isDirectionOrInvisibleMark(cp)) {
         // (as \u, a JSON escape too: --json output passes through this, and JSON writers leave these raw)
-        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+        if (cp > 0xFFFF) // as a UTF-16 surrogate pair: a JSON escape too
+            std::snprintf(
+                buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF));
+        else
+            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
     } else {
         return false;
     }
