@@ -5,6 +5,7 @@
 #include "optscope/base/error.h"
 #include "optscope/model/py_value.h"
 #include "optscope/pickle/pickle_machine.h"
+#include "optscope/pickle/value_json.h"
 
 #include <chrono>
 #include <cmath>
@@ -1121,6 +1122,19 @@ TEST(PickleSafety, KnownGlobalsAreInterpretedWithoutWarnings)
     EXPECT_EQ(cx->root()->real, 1.0);
     EXPECT_EQ(cx->root()->imag, -2.5);
     EXPECT_TRUE(cx->result.warnings.empty()) << warningsText(cx->result);
+
+    // complex(1.0, nan): JSON shows the part as a float's, "nan" (it was null)
+    auto cn = load(Pk().proto(2)
+                       .global("__builtin__", "complex")
+                       .op(op::FLOAT)
+                       .line("1.0")
+                       .op(op::FLOAT)
+                       .line("nan")
+                       .op(op::TUPLE2)
+                       .op(op::REDUCE)
+                       .stop());
+    ASSERT_EQ(cn->root()->kind, PyKind::Complex);
+    EXPECT_EQ(valueToJson(cn->root()).dump(), R"({"real":1.0,"imag":"nan"})");
 }
 
 TEST(PickleSafety, GetattrOnAClass)

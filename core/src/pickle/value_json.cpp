@@ -123,8 +123,10 @@ nlohmann::ordered_json toJson(const PyValue* v, int depth, Render& r)
     case PyKind::Float:
         if (!std::isfinite(v->real)) return pyFloatRepr(v->real);
         return v->real;
-    case PyKind::Complex:
-        return json {{"real", v->real}, {"imag", v->imag}};
+    case PyKind::Complex: { // a part that is not finite as a float's is ("nan", "inf"): JSON has no such number
+        const auto part = [](double x) { return std::isfinite(x) ? json(x) : json(pyFloatRepr(x)); };
+        return json {{"real", part(v->real)}, {"imag", part(v->imag)}};
+    }
     case PyKind::Str:
         return std::string(v->text);
     case PyKind::Bytes:
