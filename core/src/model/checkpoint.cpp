@@ -184,7 +184,7 @@ std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relat
     }
     auto [at, added] = m_files.emplace(relative, OpenFile {std::move(f), ++m_uses});
     if (!added) return at->second.source; // another thread opened it meanwhile
-    if (at->second.source->detachedCheck()) {
+    if (!at->second.source->isRemote()) { // a local file counts against the budget (a remote one holds no descriptor)
         ++m_localOpen;
         if (++g_localFilesOpen > m_maxOpen && !m_keepOpen.load()) {
             // close the least recently opened local file (its readers keep it until they are done)
@@ -290,7 +290,7 @@ std::vector<std::string> CheckpointFiles::knownFiles() const
 void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const ByteSource> file) const
 {
     std::lock_guard<std::mutex> lock(m_mutex);
-    const bool local = file->detachedCheck() != nullptr;
+    const bool local = !file->isRemote();
     if (m_files.emplace(relative, OpenFile {std::move(file), ++m_uses}).second && local) {
         ++m_localOpen;
         ++g_localFilesOpen;
