@@ -143,7 +143,7 @@ CheckpointFiles::CheckpointFiles(std::string rootDir, size_t maxOpen)
 
 CheckpointFiles::~CheckpointFiles()
 {
-    g_localFilesOpen -= m_localOpen;
+    g_localFilesOpen -= m_lru.size();
 }
 
 std::string CheckpointFiles::absolute(const std::string& relative) const
@@ -160,7 +160,7 @@ std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relat
         std::lock_guard<std::mutex> lock(m_mutex);
         auto it = m_files.find(relative);
         if (it != m_files.end()) {
-            it->second.lastUse = ++m_uses;
+            if (it->second.lru != m_lru.end()) m_lru.splice(m_lru.end(), m_lru, it->second.lru); // used last now
             return it->second.source;
         }
         closedBefore = m_closed.count(relative) > 0;
@@ -182,26 +182,22 @@ std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relat
         closed->second(); // read before, closed since: the same file still
         m_closed.erase(closed);
     }
-    auto [at, added] = m_files.emplace(relative, OpenFile {std::move(f), ++m_uses});
+    const bool local = !f->isRemote(); // a local file counts against the budget (a remote one holds no descriptor)
+    auto [at, added] = m_files.emplace(relative, OpenFile {std::move(f), m_lru.end()});
     if (!added) return at->second.source; // another thread opened it meanwhile
-    if (!at->second.source->isRemote()) { // a local file counts against the budget (a remote one holds no descriptor)
-        ++m_localOpen;
-        if (++g_localFilesOpen > m_maxOpen && !m_keepOpen.load()) {
+    auto source = at->second.source;
+    if (local) {
+        at->second.lru = m_lru.insert(m_lru.end(), &at->first);
+        if (++g_localFilesOpen > m_maxOpen && !m_keepOpen.load() && m_lru.size() > 1) {
             // close the least recently opened local file (its readers keep it until they are done)
-            auto oldest = m_files.end();
-            for (auto it = m_files.begin(); it != m_files.end(); ++it)
-                if (it != at && !it->second.source->isRemote()
-                    && (oldest == m_files.end() || it->second.lastUse < oldest->second.lastUse))
-                    oldest = it;
-            if (oldest != m_files.end()) {
-                if (auto c = oldest->second.source->detachedCheck()) m_closed[oldest->first] = std::move(c);
-                m_files.erase(oldest);
-                --m_localOpen;
-                --g_localFilesOpen;
-            }
+            const auto oldest = m_files.find(*m_lru.front());
+            if (auto c = oldest->second.source->detachedCheck()) m_closed[oldest->first] = std::move(c);
+            m_lru.pop_front();
+            m_files.erase(oldest);
+            --g_localFilesOpen;
         }
     }
-    return m_files.at(relative).source;
+    return source;
 }
 
 void CheckpointFiles::expectSize(const std::string& relative, uint64_t size) const
@@ -291,8 +287,9 @@ void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const Byt
 {
     std::lock_guard<std::mutex> lock(m_mutex);
     const bool local = !file->isRemote();
-    if (m_files.emplace(relative, OpenFile {std::move(file), ++m_uses}).second && local) {
-        ++m_localOpen;
+    auto [at, added] = m_files.emplace(relative, OpenFile {std::move(file), m_lru.end()});
+    if (added && local) {
+        at->second.lru = m_lru.insert(m_lru.end(), &at->first);
         ++g_localFilesOpen;
     }
 }

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -225,14 +226,15 @@ private:
     struct OpenFile
     {
         std::shared_ptr<const ByteSource> source;
-        uint64_t lastUse = 0;
+        std::list<const std::string*>::iterator lru; ///< its place in m_lru; a remote file's is m_lru.end()
     };
     /// the files open now; at most m_maxOpen local ones unless held
     mutable std::unordered_map<std::string, OpenFile> m_files;
+    /// the local ones among them (their keys in m_files), least recently opened first: what the budget closes.
+    /// All checkpoints' together are counted against m_maxOpen (g_localFilesOpen)
+    mutable std::list<const std::string*> m_lru;
     /// local files closed to stay within m_maxOpen: how to check each is still the file that was read
     mutable std::unordered_map<std::string, std::function<void()>> m_closed;
-    mutable uint64_t m_uses = 0;
-    mutable size_t m_localOpen = 0; ///< of m_files; all checkpoints' together are counted against m_maxOpen
     size_t m_maxOpen = 0;
     mutable std::atomic<bool> m_keepOpen {false};
     mutable std::unordered_map<std::string, uint64_t> m_expectedSizes;
