@@ -168,11 +168,15 @@ def outputs_over_special_files():
     os.makedirs(os.path.join(d, "empty"))
     os.symlink("empty", os.path.join(d, "link_dir"))
     os.symlink("nowhere", os.path.join(d, "dangling_dir"))
-    for name in ("link_dir", "dangling_dir"):
+    for name, what in (("link_dir", "a symbolic link"), ("link_dir/", "a symbolic link"),
+                       ("dangling_dir", "a symbolic link"), ("fifo", "a FIFO")):
         r = run(["reshard", os.path.join(DATA, "fsdp2_r2"), "--world-size", "2", "-o", os.path.join(d, name)])
         err = text(r.stderr)
-        check(f"output over a special file: reshard -o {name} (a symbolic link) is refused first, the link kept",
-              r.returncode == 2 and "is a symbolic link" in err and os.path.islink(os.path.join(d, name)),
+        kept = os.lstat(os.path.join(d, name.rstrip("/"))).st_mode == before.get(name, os.lstat(os.path.join(
+            d, name.rstrip("/")))).st_mode
+        check(f"output over a special file: reshard -o {name} ({what}) is refused first, left as it was",
+              r.returncode == 2 and f"is {what}" in err and kept
+              and (what != "a symbolic link" or os.path.islink(os.path.join(d, name.rstrip("/")))),
               f"exit {r.returncode}: {err.strip()[:200]}")
     check("output over a special file: nothing else written", sorted(os.listdir(d)) == sorted(
         ["fifo", "real.pt", "link.pt", "dangling.pt", "empty", "link_dir", "dangling_dir"]

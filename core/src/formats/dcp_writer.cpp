@@ -553,19 +553,15 @@ private:
                     = k == LocationKind::Folder ? folderEntries(m_outDir) : std::vector<std::string>();
                 if (k == LocationKind::File || !there.empty())
                     throw Error(ErrorKind::Io, displayLocation(m_outDir), whyPrefixIsTaken(there));
-            } else if (fs::is_symlink(fs::path(m_outDir).parent_path() / fs::path(m_outDir).filename(), ec)
-                || (fs::path(m_outDir).filename().empty()
-                    && fs::is_symlink(fs::path(m_outDir).parent_path(), ec))) { // ("out/" names the link too)
+            } else {
                 // the finished folder is renamed onto the name: a link there would become a folder (one to an empty
                 // folder), or the rename would fail after all the work (a dangling one)
-                throw Error(ErrorKind::Usage, m_outDir,
-                    "is a symbolic link: the output folder is written whole and renamed onto its name, which would "
-                    "replace the link; name the folder itself (or a new name)");
-            } else if (fs::exists(m_outDir, ec) && !(fs::is_directory(m_outDir, ec) && fs::is_empty(m_outDir, ec))) {
-                throw Error(
-                    ErrorKind::Io, m_outDir, "already exists and is not an empty folder; choose a new output folder");
-            } else if (const std::string why = whyEmptyFolderCannotBeReplaced(m_outDir); !why.empty()) {
-                throw Error(ErrorKind::Io, m_outDir, why); // before the work: the rename at its end would fail
+                refuseOutputOverSpecialFile(m_outDir, OutputShape::Folder);
+                if (fs::exists(m_outDir, ec) && !(fs::is_directory(m_outDir, ec) && fs::is_empty(m_outDir, ec)))
+                    throw Error(ErrorKind::Io, m_outDir,
+                        "already exists and is not an empty folder; choose a new output folder");
+                if (const std::string why = whyEmptyFolderCannotBeReplaced(m_outDir); !why.empty())
+                    throw Error(ErrorKind::Io, m_outDir, why); // before the work: the rename at its end would fail
             }
             if (!m_remote) {
                 m_tmp = std::make_unique<TempDir>(m_outDir);

@@ -103,6 +103,32 @@ bool isWithin(const std::filesystem::path& a, const std::filesystem::path& b)
 
 } // namespace
 
+void refuseOutputOverSpecialFile(const std::string& output, OutputShape shape)
+{
+    std::string name = output;
+    while (name.size() > 1 && name.back() == '/') // "out/" names the link "out" too
+        name.pop_back();
+    struct stat there
+    { };
+    if (::lstat(name.c_str(), &there) != 0 || S_ISREG(there.st_mode) || S_ISDIR(there.st_mode)) return;
+    const bool link = S_ISLNK(there.st_mode);
+    const char* what = link       ? "a symbolic link"
+        : S_ISCHR(there.st_mode)  ? "a character device"
+        : S_ISBLK(there.st_mode)  ? "a block device"
+        : S_ISFIFO(there.st_mode) ? "a FIFO"
+        : S_ISSOCK(there.st_mode) ? "a socket"
+                                  : "not a regular file";
+    const bool folder = shape == OutputShape::Folder;
+    throw Error(ErrorKind::Usage, output,
+        std::string("is ") + what + ": the output " + (folder ? "folder" : "") + (folder ? " is" : "is")
+            + " written whole and then renamed onto its name, which would replace it with a "
+            + (folder ? "folder" : "regular file") + "; name a " + (folder ? "folder" : "regular file")
+            + " (or a new name)"
+            + (link ? (folder ? ", the folder the link leads to if that is where to write"
+                              : ", the file the link leads to if that is the one to replace")
+                    : ""));
+}
+
 void refuseOutputOverInputs(const std::string& output, const std::vector<std::string>& inputs)
 {
     if (isUrl(output)) {
@@ -178,24 +204,7 @@ OutputFile::OutputFile(std::string path, WriteOptions options)
         m_buffer = new char[kBufferSize];
         return;
     }
-    // the finished file is renamed onto the name: what is there must be a file that may be replaced. A device, FIFO
-    // or socket would become a regular file (as root, -o /dev/null would replace /dev/null for the whole machine),
-    // and a symbolic link would be replaced, not the file it leads to
-    struct stat there
-    { };
-    if (::lstat(m_path.c_str(), &there) == 0 && !S_ISREG(there.st_mode)) {
-        const char* what = S_ISLNK(there.st_mode) ? "a symbolic link"
-            : S_ISCHR(there.st_mode)              ? "a character device"
-            : S_ISBLK(there.st_mode)              ? "a block device"
-            : S_ISFIFO(there.st_mode)             ? "a FIFO"
-            : S_ISSOCK(there.st_mode)             ? "a socket"
-                                                  : "not a regular file";
-        throw Error(ErrorKind::Usage, m_path,
-            std::string("is ") + what
-                + ": the output is written whole and then renamed onto its name, which would replace it with a "
-                  "regular file; name a regular file (or a new name)"
-                + (S_ISLNK(there.st_mode) ? ", the file the link leads to if that is the one to replace" : ""));
-    }
+    refuseOutputOverSpecialFile(m_path, OutputShape::File);
     if (!m_options.inFreshFolder) removeStaleTemporaries(m_path);
     std::string templ;
     for (;;) {

@@ -40,6 +40,14 @@ struct WriteOptions
 /// destroy or change what is being read. Paths that do not exist yet are compared by their resolved parent.
 void refuseOutputOverInputs(const std::string& output, const std::vector<std::string>& inputs);
 
+/// What an output is renamed onto its name as.
+enum class OutputShape { File, Folder };
+/// throws Error(Usage) naming local @p output when what is at that name (a trailing slash ignored, links not followed)
+/// is not what the finished output may replace: the rename would replace a symbolic link, not what it leads to, and
+/// turn a device, FIFO or socket into a regular file (as root, -o /dev/null would replace it for the whole machine).
+/// A file output may replace a regular file; a folder output is checked further by its writer (empty folders only)
+void refuseOutputOverSpecialFile(const std::string& output, OutputShape shape);
+
 /// Temporaries are named ".NAME.tmp-PID-XXXXXX" next to the output NAME, and their writer holds an exclusive flock
 /// on each (TemporaryLock) until it is done. A later run that writes NAME removes those that are provably dead: the
 /// lock can be taken (the kernel drops a dead process's locks, whatever PID namespace or host it ran in) and the PID,
