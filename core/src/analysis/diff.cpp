@@ -26,7 +26,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace optscope {
 
@@ -206,9 +209,11 @@ std::string canonicalFqn(const std::string& fqn, std::vector<std::string>& how)
 std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& arena)
 {
     const Checkpoint& cp = *side.cp;
-    std::map<const Entry*, std::pair<size_t, std::string>> optimizerEntry; // entry -> (optimizer, role)
     std::vector<Canon> out;
-    std::set<const Entry*> done;
+    out.reserve(cp.entries.size());
+    // per entry of cp (by its index): compared as optimizer state already
+    std::vector<char> doneAt(cp.entries.size(), 0);
+    const auto done = [&](const Entry* e) -> char& { return doneAt[static_cast<size_t>(e - cp.entries.data())]; };
 
     for (size_t oi = 0; oi < side.optimizers.size(); ++oi) {
         const OptimizerView& v = side.optimizers[oi];
@@ -230,7 +235,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
                 c.canonical = opt + kSep + "state" + kSep + fqn + kSep + name;
                 if (v.flattened) c.how.push_back("flattened optimizer format");
                 out.push_back(std::move(c));
-                done.insert(e);
+                done(e) = 1;
             }
         }
         // param_groups
@@ -254,7 +259,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
                 // map the ids is not compared again
                 if (namesMapped && e.path.size() == v.root.size() + 3 && e.path.back().key == "param_names"
                     && std::equal(v.root.begin(), v.root.end(), e.path.begin())) {
-                    done.insert(&e);
+                    done(&e) = 1;
                     continue;
                 }
                 const KeyPath& path = e.path;
@@ -278,7 +283,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
                 }
             }
             for (const Entry* e : fields) {
-                done.insert(e);
+                done(e) = 1;
                 const std::string field = e->path.back().key.str();
                 const bool isParams = field == "params" || field == "param_names";
                 if (v.flattened) {
@@ -317,7 +322,7 @@ std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& 
     }
     const size_t rootSize = side.modelRoot.size();
     for (const Entry& e : cp.entries) {
-        if (done.count(&e)) continue;
+        if (done(&e)) continue;
         Canon c;
         c.entry = &e;
         size_t first = 0;
@@ -707,12 +712,14 @@ std::string joinHow(const std::vector<std::string>& a, const std::vector<std::st
 DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vector<Canon> cb, const DiffOptions& opt,
     const Progress& progress, DiffReport report)
 {
-    std::map<std::string, size_t> indexB;
+    // names point into ca and cb, which stay as they are from here on (hash tables: a million values' names)
+    std::unordered_map<std::string_view, size_t> indexB(cb.size());
     for (size_t i = 0; i < cb.size(); ++i)
         indexB.emplace(cb[i].canonical, i);
     std::vector<std::pair<const Canon*, const Canon*>> pairs;
-    std::set<size_t> usedB;
-    std::set<std::string> seenA;
+    pairs.reserve(std::max(ca.size(), cb.size()));
+    std::vector<char> usedB(cb.size(), 0);
+    std::unordered_set<std::string_view> seenA(ca.size());
     for (const auto& c : ca) {
         if (!seenA.insert(c.canonical).second) continue; // two A entries normalise to one name: compare the first
         auto it = indexB.find(c.canonical);
@@ -720,11 +727,11 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
             pairs.push_back({&c, nullptr});
         } else {
             pairs.push_back({&c, &cb[it->second]});
-            usedB.insert(it->second);
+            usedB[it->second] = 1;
         }
     }
     for (size_t i = 0; i < cb.size(); ++i)
-        if (!usedB.count(i) && indexB.at(cb[i].canonical) == i) pairs.push_back({nullptr, &cb[i]});
+        if (!usedB[i] && indexB.at(cb[i].canonical) == i) pairs.push_back({nullptr, &cb[i]});
 
     report.entries.resize(pairs.size());
     // the largest tensors first, so that no thread is left with a big one while the others are done
