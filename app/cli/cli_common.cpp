@@ -75,6 +75,7 @@ void escapeStandardStreams()
 }
 
 Args::Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& specs)
+    : m_specs(specs)
 {
     bool onlyPositional = false;
     for (size_t i = 0; i < argv.size(); ++i) {
@@ -108,6 +109,27 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<OptionSpec>& 
             m_values.emplace(spec->name, "");
         }
     }
+}
+
+std::string Args::help(const std::string& command) const
+{
+    std::string text = commandUsage(command);
+    const auto named = [&](const std::string& option) {
+        for (size_t at = text.find(option); at != std::string::npos; at = text.find(option, at + 1)) {
+            const size_t end = at + option.size(); // "--world-size" is not named by "--world-size-of"
+            if (end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '-'))
+                return true;
+        }
+        return false;
+    };
+    std::string more;
+    for (const auto& s : m_specs) {
+        if (s.name == "--help" || named(s.name) || (!s.shortName.empty() && named(s.shortName))) continue;
+        std::string left = "  " + (s.shortName.empty() ? "" : s.shortName + ", ") + s.name + (s.takesValue ? " X" : "");
+        left.resize(std::max<size_t>(left.size() + 2, 24), ' ');
+        more += left + s.help + "\n";
+    }
+    return more.empty() ? text : text + "Also:\n" + more;
 }
 
 std::optional<std::string> Args::value(const std::string& name) const

@@ -39,8 +39,12 @@ public:
     std::optional<std::string> value(const std::string& name) const;
     std::vector<std::string> values(const std::string& name) const;
     const std::vector<std::string>& positional() const { return m_positional; }
+    /// @p command's help text (commandUsage), then a line from its spec for each option the text does not name:
+    /// an option is declared once, and --help can never leave one out
+    std::string help(const std::string& command) const;
 
 private:
+    std::vector<OptionSpec> m_specs;
     std::multimap<std::string, std::string> m_values;
     std::vector<std::string> m_positional;
 };

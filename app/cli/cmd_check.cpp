@@ -19,7 +19,7 @@ int runCheck(const std::vector<std::string>& argv)
             {"--no-crc", false, "do not verify the CRC-32 of zip records (reads every byte once)"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("check");
+        std::cout << args.help("check");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("check takes exactly one PATH");

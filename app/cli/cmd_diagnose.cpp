@@ -71,7 +71,7 @@ int runDiagnose(const std::vector<std::string>& argv)
             {"--world-size", true, "data-parallel ranks of the loading run"}, {"--json", false, "print JSON"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("diagnose");
+        std::cout << args.help("diagnose");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("diagnose takes exactly one OPTIM path");
@@ -99,7 +99,7 @@ int runFix(const std::vector<std::string>& argv)
             {"--output", true, "output (file, or folder for DCP input)", "-o"}, {"--json", false, "print JSON"},
             {"--no-fsync", false, "skip fsync before the rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("fix");
+        std::cout << args.help("fix");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("fix takes exactly one OPTIM path");

@@ -33,7 +33,7 @@ int runDiff(const std::vector<std::string>& argv)
             {"--engine", true, "auto (fused kernel, ATen for other dtypes) or aten (ATen ops only, the reference)"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("diff");
+        std::cout << args.help("diff");
         return ExitOk;
     }
     DiffOptions options;

@@ -18,7 +18,7 @@ int runGather(const std::vector<std::string>& argv)
             {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"},
             {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("gather");
+        std::cout << args.help("gather");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("gather takes exactly one PATH");

@@ -119,7 +119,7 @@ int run(const std::vector<std::string>& argv)
 {
     const Args args(argv, kOptions);
     if (args.has("--help")) {
-        std::cout << commandUsage("inspect");
+        std::cout << args.help("inspect");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("inspect takes exactly one PATH");

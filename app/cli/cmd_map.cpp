@@ -24,7 +24,7 @@ int runMap(const std::vector<std::string>& argv)
             {"--units", true, "FSDP1 unit prefixes, comma separated"}, {"--world-size", true, "FSDP1 world size"},
             {"--json", false, "print JSON"}, {"--csv", false, "print CSV"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("map");
+        std::cout << args.help("map");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("map takes exactly one OPTIM path");
@@ -93,7 +93,7 @@ int runCodes(const std::vector<std::string>& argv)
 {
     const Args args(argv, {{"--json", false, "print JSON"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("codes");
+        std::cout << args.help("codes");
         return ExitOk;
     }
     if (args.has("--json")) {

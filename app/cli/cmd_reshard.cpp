@@ -35,7 +35,7 @@ int runReshard(const std::vector<std::string>& argv)
             {"--dry-run", false, "plan only: print what would be written, read and write no data"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("reshard");
+        std::cout << args.help("reshard");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("reshard takes exactly one PATH");

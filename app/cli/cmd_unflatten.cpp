@@ -64,7 +64,7 @@ int runUnflatten(const std::vector<std::string>& argv)
             {"--output", true, "output torch.save file", "-o"}, {"--json", false, "print a JSON summary"},
             {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("unflatten");
+        std::cout << args.help("unflatten");
         return ExitOk;
     }
     if (args.positional().empty()) throw UsageError("unflatten needs the rank files");

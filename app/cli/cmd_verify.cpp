@@ -18,7 +18,7 @@ int runVerify(const std::vector<std::string>& argv)
             {"--keep", true, "keep the resharded checkpoint in this new folder"}, {"--json", false, "print JSON"},
             {"--csv", false, "print CSV (a row per key and per rank)"}, {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("verify");
+        std::cout << args.help("verify");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("verify takes exactly one PATH");

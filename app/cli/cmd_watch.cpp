@@ -70,7 +70,7 @@ int runWatch(const std::vector<std::string>& argv)
             {"--rtol", true, "relative tolerance"}, {"--atol", true, "absolute tolerance"},
             {"--help", false, "show this help", "-h"}});
     if (args.has("--help")) {
-        std::cout << commandUsage("watch");
+        std::cout << args.help("watch");
         return ExitOk;
     }
     if (args.positional().size() != 1) throw UsageError("watch takes one folder");

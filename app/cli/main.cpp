@@ -131,12 +131,14 @@ const std::vector<Command>& commands()
 {
     static const std::vector<Command> list = {
         {"inspect", "list every entry of a checkpoint (keys, dtypes, shapes, chunks, values)",
-            "usage: optscope-cli inspect PATH [--json] [--hash] [--threads N]\n"
+            "usage: optscope-cli inspect PATH [--json] [--hash] [--threads N] [--raw]\n"
             "\n"
-            "PATH is a torch.save file or a torch.distributed.checkpoint folder (detected by content).\n"
+            "PATH is any checkpoint OptScope reads (a file or folder; the format is detected by content).\n"
             "  --json       print {\"format\", \"path\", \"entries\": [...], \"warnings\": [...]}\n"
             "  --hash       add the SHA-256 of every full tensor (row-major C order, little-endian)\n"
             "  --threads N  hashing threads (default: one per core)\n"
+            "  --raw        PATH as the one torch.save or safetensors file it is, not the checkpoint it belongs to\n"
+            "               (a DeepSpeed rank file: its raw flat partitions and DeepSpeed objects)\n"
             "Exit status: 0 read (warnings allowed), 2 unreadable input or bad usage.\n",
             runInspect},
         {"gather", "write the full state dict as one torch.save file (like dcp_to_torch_save)",
@@ -213,7 +215,8 @@ const std::vector<Command>& commands()
             runDiagnose},
         {"fix",
             "apply the renames and re-keying diagnose proposes; write the result as a torch.save file or DCP folder",
-            "usage: optscope-cli fix OPTIM --model MODEL -o OUT [--rename OLD=NEW]... [--json]\n"
+            "usage: optscope-cli fix OPTIM --model MODEL -o OUT [--target-optim TARGET] [--rename OLD=NEW]... "
+            "[--json]\n"
             "\n"
             "Applies what `diagnose OPTIM --model MODEL` proposes (wrapper/prefix renames, renamed layers paired by\n"
             "shape and position, integer ids -> FQNs, flattened -> nested optimizer format, float32 steps) and every\n"
@@ -221,7 +224,9 @@ const std::vector<Command>& commands()
             "every part that names parameters: state keys, params, param_names, and the model state dict saved beside\n"
             "the optimizer. Writes OUT as a new DCP folder when OPTIM is one, else as a torch.save file (a "
             "Megatron-Core,\n"
-            "DeepSpeed or Trainer folder: its whole state in one file, as gather writes it). OPTIM is never modified;\n"
+            "DeepSpeed or Trainer folder: its whole state in one file, as gather writes it). TARGET is the optimizer\n"
+            "the loading code builds (as for diagnose): turning DSD's flattened format back into param groups needs\n"
+            "its groups when the file cannot tell them. OPTIM is never modified;\n"
             "OUT appears only when complete (and synced; --no-fsync skips that).\n"
             "Exit status: 0 written, 2 error (including: nothing to fix).\n",
             runFix},
@@ -314,27 +319,26 @@ int main(int argc, char** argv)
     using namespace optscope::cli;
     escapeStandardStreams();
     std::vector<std::string> args(argv + 1, argv + argc);
-    auto usage = [] {
-        std::cerr << "usage: optscope-cli COMMAND [ARGS...]\n\ncommands:\n";
+    // asked for (--help): stdout, as a pager or grep expects; a command line without a command: stderr
+    auto usage = [](std::ostream& to) {
+        to << "usage: optscope-cli COMMAND [ARGS...]\n\ncommands:\n";
         for (const auto& c : commands())
-            std::cerr << "  " << c.name << std::string(c.name.size() < 10 ? 10 - c.name.size() : 1, ' ') << c.synopsis
-                      << "\n";
-        std::cerr
-            << "\n'optscope-cli COMMAND --help' shows a command's options.\n"
-               "--allow-outside-reads (with any command) reads data files that a checkpoint's metadata places\n"
-               "outside its folder (absolute paths, '..', symlinks out of it); by default they are not read.\n"
-               "--remote-stats (with any command) prints what remote reads cost: requests, bytes, retries.\n"
-               "\nA PATH may be a URL: s3://BUCKET/KEY, gs://BUCKET/KEY, http(s)://HOST/PATH (read in place with\n"
-               "ranged requests; credentials and endpoint as AWS tools take them: AWS_ACCESS_KEY_ID,\n"
-               "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_ENDPOINT_URL, AWS_REGION; "
-               "CURL_CA_BUNDLE).\n";
+            to << "  " << c.name << std::string(c.name.size() < 10 ? 10 - c.name.size() : 1, ' ') << c.synopsis << "\n";
+        to << "\n'optscope-cli COMMAND --help' shows a command's options.\n"
+              "--allow-outside-reads (with any command) reads data files that a checkpoint's metadata places\n"
+              "outside its folder (absolute paths, '..', symlinks out of it); by default they are not read.\n"
+              "--remote-stats (with any command) prints what remote reads cost: requests, bytes, retries.\n"
+              "\nA PATH may be a URL: s3://BUCKET/KEY, gs://BUCKET/KEY, http(s)://HOST/PATH (read in place with\n"
+              "ranged requests; credentials and endpoint as AWS tools take them: AWS_ACCESS_KEY_ID,\n"
+              "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_ENDPOINT_URL, AWS_REGION; "
+              "CURL_CA_BUNDLE).\n";
     };
     if (args.empty()) {
-        usage();
+        usage(std::cerr);
         return ExitError;
     }
     if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-        usage();
+        usage(std::cout);
         return ExitOk;
     }
     if (args[0] == "--version") {
@@ -370,7 +374,7 @@ int main(int argc, char** argv)
         }
     } printRemoteStats {remoteStats};
     if (args.empty()) {
-        usage();
+        usage(std::cerr);
         return ExitError;
     }
     const std::string name = args[0];
@@ -433,6 +437,6 @@ int main(int argc, char** argv)
         }
     }
     printError("", "unknown command '" + name + "'");
-    usage();
+    usage(std::cerr);
     return ExitError;
 }

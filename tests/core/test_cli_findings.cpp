@@ -17,6 +17,7 @@
 #include <string>
 #include <sys/wait.h>
 #include <tuple>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -168,3 +169,31 @@ TEST(CliFindings, InspectAndGatherOfFsdp1ShardedRankFilesWarnOfNoTensorWithoutDa
 }
 
 } // namespace
+
+TEST(CliFindings, EveryCommandsHelpNamesEveryOptionItTakes)
+{
+    // Args::help lists, under "Also:", each option a command takes that its help text leaves out: the text must
+    // name them all itself (fix's --target-optim and inspect's --raw were taken but never named)
+    TempDir dir;
+    const CliResult list = runCli(dir.path, "--help");
+    ASSERT_EQ(list.exitCode, 0) << list.err;
+    std::istringstream lines(list.out);
+    std::vector<std::string> commands;
+    bool inList = false;
+    for (std::string line; std::getline(lines, line);) {
+        if (line == "commands:") {
+            inList = true;
+        } else if (inList && line.rfind("  ", 0) == 0) {
+            commands.push_back(line.substr(2, line.find(' ', 2) - 2));
+        } else if (inList) {
+            break;
+        }
+    }
+    ASSERT_GE(commands.size(), 12u) << list.out;
+    for (const auto& c : commands) {
+        const CliResult r = runCli(dir.path, c + " --help");
+        EXPECT_EQ(r.exitCode, 0) << c << ": " << r.err;
+        EXPECT_NE(r.out.find("usage: optscope-cli " + c), std::string::npos) << c << ": " << r.out;
+        EXPECT_EQ(r.out.find("\nAlso:\n"), std::string::npos) << c << " --help leaves options out:\n" << r.out;
+    }
+}
