@@ -173,6 +173,28 @@ TEST(Check, MissingDistcpIsReportedAndGatherRefuses)
         EXPECT_EQ(f.path().filename(), "ck");
 }
 
+TEST(Check, DtensorsPickledWholeSayWhyTheOtherRanksRowsAreMissing)
+{
+    // dcp.save with DefaultSavePlanner(flatten_state_dict=False) on 2 ranks (tests/data/diag/dcp_noflat): "model" and
+    // "optim" are one pickled item each, written by one rank, so half of every DTensor is gone. The item-level finding
+    // says why; each tensor's gap is there too, and gather refuses
+    const auto cp = openCheckpoint(kData + "/diag/dcp_noflat");
+    const auto r = checkCheckpoint(*cp);
+    std::set<std::string> explained;
+    size_t gaps = 0;
+    for (const auto& f : r.findings) {
+        if (f.code != FindingCode::ChunkGap) continue;
+        if (f.message.find("flatten_state_dict=False") != std::string::npos)
+            explained.insert(f.key);
+        else
+            ++gaps;
+    }
+    EXPECT_EQ(explained, (std::set<std::string> {"model", "optim"}));
+    EXPECT_EQ(gaps, 12u); // 4 model tensors and 2 moments of each
+    TempDir tmp;
+    EXPECT_THROW(gatherCheckpoint(*cp, (tmp.path / "out.pt").string(), {}), Error);
+}
+
 TEST(Check, ChunkCutShortIsReported)
 {
     TempDir tmp;

@@ -384,11 +384,21 @@ private:
                 // values of old (<= 2.3) checkpoints may still be nested (param_groups as one list): flatten them
                 auto leaves = flattenStateDict(ar.root);
                 if (leaves.empty()) leaves.push_back({{}, ar.root}); // an empty mapping stays one value
+                size_t partial = 0;
                 for (auto& leaf : leaves) {
                     KeyPath full = path;
                     full.insert(full.end(), leaf.path.begin(), leaf.path.end());
+                    if (isPartOfShardedTensor(leaf.value)) ++partial;
                     m_builder.addLeaf(std::move(full), leaf.value, ar, rel, where);
                 }
+                if (partial)
+                    m_builder.warn(ReaderCode::ShardedTensorPickled,
+                        "this value holds " + std::to_string(partial)
+                            + " sharded tensor(s) (DTensor or ShardedTensor) pickled whole rather than saved as "
+                              "tensor items, as dcp.save does when its planner does not flatten the state dict "
+                              "(DefaultSavePlanner(flatten_state_dict=False)); a value is written by one rank, so "
+                              "only that rank's shards are in the checkpoint and the others' are lost",
+                        fqn);
                 return;
             } catch (const Error& e) {
                 err = e.what();
@@ -408,6 +418,23 @@ private:
         }
         m_builder.addValue(std::move(path), m_cp->arena->makeNone());
         m_cp->entries.back().error = err;
+    }
+
+    /// a DTensor's or ShardedTensor's local shards that do not make up the whole tensor
+    static bool isPartOfShardedTensor(const PyValue* v)
+    {
+        if (!v || v->kind != PyKind::Tensor || !v->tensor->wrapper || v->tensor->wrapper->shards.empty()) return false;
+        int64_t whole = 1, held = 0;
+        for (const int64_t d : v->tensor->sizes)
+            whole = d < 0 ? 0 : whole * d;
+        for (const auto& s : v->tensor->wrapper->shards)
+            if (s.tensor && s.tensor->kind == PyKind::Tensor) {
+                int64_t n = 1;
+                for (const int64_t d : s.tensor->tensor->sizes)
+                    n *= d;
+                held += n;
+            }
+        return held < whole;
     }
 
     const Progress& m_progress;

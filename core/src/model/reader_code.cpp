@@ -57,6 +57,9 @@ const std::vector<ReaderCodeInfo>& readerCodeRegistry()
         {R::ZeroElastic, "zero-elastic", F::BadMetadata},
         // torch_save_ranks: a rank file whose keys or tensors differ from rank 0's (the shards left out are gaps too)
         {R::RankFilesDisagree, "rank-files-disagree", F::BadMetadata},
+        // a DCP value item holding DTensor/ShardedTensor shards pickled whole: one rank wrote it, the others' shards
+        // are not in the checkpoint (why each such tensor's chunk-gap is there)
+        {R::ShardedTensorPickled, "sharded-tensor-pickled", F::ChunkGap, true},
     };
     return r;
 }

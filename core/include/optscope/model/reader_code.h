@@ -57,6 +57,7 @@ enum class ReaderCode : unsigned char {
     ZeroFrozenFromModule,
     ZeroElastic,
     RankFilesDisagree,
+    ShardedTensorPickled,
 };
 
 struct ReaderCodeInfo
