@@ -411,7 +411,18 @@ int main(int argc, char** argv)
         } leave {job};
         try {
             checkSameCommandLine(commandLine);
-            return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+            const int rc = c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+            // findings or differences (exit 1) that may be the store's failures, not the checkpoint's: a CI job
+            // that runs check or diff must not read "damaged" or "different" when the store was down
+            if (const auto stats = optscope::remoteTransferStats(); rc == ExitFindings && stats.readFailures) {
+                const std::string why = "reading from storage failed (" + std::to_string(stats.readFailures)
+                    + " read(s) given up after retries; the first: " + stats.firstReadFailure
+                    + "): what is reported above as unreadable may be the store's failure, not the checkpoint's";
+                job.reportFailure(why);
+                printError(name, why);
+                return ExitError;
+            }
+            return rc;
         } catch (const UsageError& e) {
             job.reportFailure(e.what());
             printError(name, e.what(), "\n" + c.usage);

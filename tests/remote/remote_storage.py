@@ -143,7 +143,8 @@ class FaultProxy(http.server.BaseHTTPRequestHandler):
         body = r.read()
         self.send_response(r.status)
         for k, v in r.getheaders():
-            if k.lower() in ("content-length", "content-range", "etag", "content-type", "accept-ranges"):
+            if k.lower() in ("content-length", "content-range", "etag", "content-type", "accept-ranges",
+                             "last-modified"):
                 self.send_header(k, v)
         self.end_headers()
         if not head:
@@ -160,7 +161,9 @@ class OddServerProxy(FaultProxy):
     redir: a 302 with Content-Type text/html and a body, to the object served without Content-Type;
     weak: a weak ETag (W/"..."), and If-Match compared strongly (RFC 9110): a weak tag never matches, 412;
     presign: HEAD refused with 403, as S3 answers a presigned URL signed for GET;
-    newer: If-Match ignored, and every GET answered with another ETag than the HEAD's (replaced since)"""
+    newer: If-Match ignored, and every GET answered with another ETag than the HEAD's (replaced since);
+    weaknewer: weak ETags, and every GET's another than the HEAD's (a replaced file, read unpinned by If-Match);
+    noetag: no ETag, only Last-Modified; datenewer: the same, every GET's Last-Modified another than the HEAD's"""
 
     def do_HEAD(self):
         self.odd(head=True)
@@ -177,7 +180,7 @@ class OddServerProxy(FaultProxy):
             return self.reply(302, [("Location", "/plain" + path), ("Content-Type", "text/html")], b"<html>moved" * 40,
                               head)
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")}
-        if mode == "weak" and "If-Match" in self.headers:
+        if mode in ("weak", "weaknewer") and "If-Match" in self.headers:
             return self.reply(412, [], b"", head)  # a weak tag never matches strongly
         if mode == "newer":
             headers.pop("If-Match", None)
@@ -191,15 +194,20 @@ class OddServerProxy(FaultProxy):
         body = r.read()
         out = []
         for k, v in r.getheaders():
-            if k.lower() == "etag" and mode == "weak":
+            if k.lower() == "etag" and mode in ("weak", "weaknewer"):
                 v = "W/" + v
-            if k.lower() == "etag" and mode == "newer" and not head:
+            if k.lower() == "etag" and mode in ("newer", "weaknewer") and not head:
                 v = v[:-1] + '-2"'
+            if k.lower() == "etag" and mode in ("noetag", "datenewer"):
+                continue
+            if k.lower() == "last-modified" and mode == "datenewer" and not head:
+                v = "Tue, 01 Dec 2026 00:00:00 GMT"
             if k.lower() == "content-length" and mode == "nolen" and head:
                 continue
             if k.lower() == "content-type" and mode == "plain":
                 continue
-            if k.lower() in ("content-length", "content-range", "etag", "content-type", "accept-ranges"):
+            if k.lower() in ("content-length", "content-range", "etag", "content-type", "accept-ranges",
+                             "last-modified"):
                 out.append((k, v))
         self.reply(r.status, out, body, head, length_given=True)
 
@@ -256,6 +264,72 @@ class StallProxy(FaultProxy):
             time.sleep(600)
             return
         self.forward(head=False)
+
+
+class DataFailProxy(FaultProxy):
+    """forwards to nginx, but answers every ranged GET of a .distcp with 500 (a store that fails on the data, after
+    the metadata read fine)"""
+
+    def do_GET(self):
+        if "Range" in self.headers and self.path.endswith(".distcp"):
+            body = b"<?xml version='1.0'?><Error><Code>InternalError</Code></Error>"
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.forward(head=False)
+
+
+class OverlongProxy(FaultProxy):
+    """forwards to nginx over kept-alive connections (HTTP/1.1), but follows the first ranged GET's body with 7 bytes
+    more than its Content-Length: the next request on that connection reads them as its answer's first line"""
+    protocol_version = "HTTP/1.1"
+    spoiled = []
+
+    def do_GET(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=30)
+        c.request("GET", self.path, headers={k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")})
+        r = c.getresponse()
+        body = r.read()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() in ("content-length", "content-range", "etag", "content-type", "accept-ranges"):
+                self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+        with FaultProxy.lock:
+            spoil = "Range" in self.headers and not OverlongProxy.spoiled
+            if spoil:
+                OverlongProxy.spoiled.append(self.path)
+        if spoil:
+            self.wfile.write(b"garbage")
+        self.wfile.flush()
+
+
+class TrickleProxy(FaultProxy):
+    """forwards to nginx, but sends the body of every ranged GET a byte every 0.2 s (a server that never stalls, and
+    never finishes)"""
+
+    def do_GET(self):
+        if "Range" not in self.headers:
+            return self.forward(head=False)
+        c = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=30)
+        c.request("GET", self.path, headers={k: v for k, v in self.headers.items() if k.lower() == "range"})
+        r = c.getresponse()
+        body = r.read()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() in ("content-length", "content-range", "etag", "content-type"):
+                self.send_header(k, v)
+        self.end_headers()
+        try:
+            for i in range(len(body)):
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass  # the client gave up
 
 
 class S3FaultProxy(http.server.BaseHTTPRequestHandler):
@@ -611,7 +685,8 @@ def odd_server_cases(http_port):
     its DCP folder (larger than one request, so that ranges are asked for). Found by a hunt: a shifted 206 was used as the
     bytes asked for (a good checkpoint reported corrupt, or worse); a HEAD without Content-Length read as empty; a
     redirect's Content-Type and length taken for the object's; a weak ETag pinned with If-Match (every read "changed
-    while being read"); a presigned URL (HEAD refused) taken for a folder"""
+    while being read"); a presigned URL (HEAD refused) taken for a folder; a file replaced while read, weakly tagged or
+    dated only (read unpinned), silently mixed from both versions"""
     big = os.path.join(WORK, "served", "odd")
     os.makedirs(big, exist_ok=True)
     if not TORCH_PYTHON:
@@ -623,7 +698,9 @@ def odd_server_cases(http_port):
         cli(["reshard", os.path.join(big, "big.pt"), "--world-size", "2", "-o", os.path.join(big, "dcp")], check=0)
     port = start_proxy(http_port, OddServerProxy)
     for mode, expect in (("nolen", "same"), ("redir", "same"), ("weak", "same"), ("presign", "same"),
-                         ("shift", "the server answered a request for bytes"), ("newer", "changed while being read")):
+                         ("shift", "the server answered a request for bytes"), ("newer", "changed while being read"),
+                         ("weaknewer", "changed while being read"), ("noetag", "same"),
+                         ("datenewer", "changed while being read")):
         for rel in ("big.pt", "dcp"):
             url = f"http://127.0.0.1:{port}/{mode}/served/odd/{rel}"
             local = cli(["check", "--json", os.path.join(big, rel)])
@@ -697,6 +774,44 @@ def app_exit_case(http_port):
     record("app: closing while reads wait on a stalled server ends at once, not when the requests time out",
            f"exit {rc} after {took:.1f} s: {err.strip().splitlines()[-1][:120] if err.strip() else ''}",
            rc == 2 and "timed out" in err and took < 30)
+
+
+def overlong_case(http_port):
+    """an answer longer than its Content-Length on a kept connection: the next request there meets the extra bytes
+    ("Received HTTP/0.9 when not allowed"), a malformed answer that is retried on a new connection like a reset (it
+    was fatal at once, found by a hunt)"""
+    url = f"http://127.0.0.1:{start_proxy(http_port, OverlongProxy)}/fsdp2_r2"
+    same_as_local("HTTP: a kept connection spoiled by an overlong answer is retried, not fatal", url,
+                  os.path.join(DATA, "fsdp2_r2"))
+    record("HTTP: the overlong answer was sent", str(OverlongProxy.spoiled), len(OverlongProxy.spoiled) == 1)
+
+
+def store_failure_cases(http_port):
+    """a store that fails on the data after the retries: check, diff and diagnose exit 2 saying so, not 1 (the
+    checkpoint damaged, the checkpoints different), found by a hunt"""
+    url = f"http://127.0.0.1:{start_proxy(http_port, DataFailProxy)}/fsdp2_r2"
+    for args in (["check", url], ["diff", url, os.path.join(DATA, "fsdp2_r2")], ["diagnose", url]):
+        p = cli(args)
+        record(f"HTTP: {args[0]} over a store failing on the data exits 2, naming the store's failure",
+               f"exit {p.returncode}: {p.stderr.strip()[-200:]}",
+               p.returncode == 2 and "reading from storage failed" in p.stderr and "HTTP 500" in p.stderr)
+
+
+def trickle_case(http_port):
+    """a server that sends a byte at a time, never stalling: given up as too slow (under 1 KiB/s over the stall time)
+    and retried, then exit 2 naming the URL (before: curl's floor of 1 byte a second let a read run for ever)"""
+    url = f"http://127.0.0.1:{start_proxy(http_port, TrickleProxy)}/adam_int.pt"
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([CLI, "check", url], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, OPTSCOPE_REMOTE_STALL_SECONDS="2"))
+        rc, err = p.returncode, p.stderr + p.stdout
+    except subprocess.TimeoutExpired:
+        rc, err = None, "still reading after 120 s"
+    took = time.monotonic() - t0
+    record("HTTP: a server that trickles bytes is given up as too slow, exit 2 naming the URL",
+           f"exit {rc} after {took:.1f} s: {err.strip()[-200:]}",
+           rc in (1, 2) and "adam_int.pt" in err and "slow" in err.lower() and took < 100)
 
 
 def interrupt_case(http_port):
@@ -1399,6 +1514,9 @@ def main():
         http_edge_cases()
         app_exit_case(http_port)
         interrupt_case(http_port)
+        trickle_case(http_port)
+        store_failure_cases(http_port)
+        overlong_case(http_port)
         s3_cases()
     finally:
         stop(procs)

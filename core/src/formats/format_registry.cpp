@@ -50,7 +50,7 @@ CheckpointPtr openFileByContent(const std::string& path, const Progress& progres
                 + "; expected a zip archive 'PK\\x03\\x04', a legacy torch pickle or a safetensors header "
                   "length and '{')");
     }
-    return TorchSaveReader::open(path, progress);
+    return TorchSaveReader::open(file, progress); // the source already open: a small remote file was fetched twice
 }
 
 } // namespace

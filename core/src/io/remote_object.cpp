@@ -35,6 +35,21 @@ namespace optscope {
 namespace {
 
 std::atomic<uint64_t> g_requests {0}, g_bytes {0}, g_retries {0};
+std::atomic<uint64_t> g_readFailures {0};
+/// reads given up since the last request answered well: while the store keeps failing, a request is tried twice, not
+/// kAttempts times (a diff of 75 items over a store answering 500 ran for minutes, each read retrying on its own)
+std::atomic<uint64_t> g_failingStreak {0};
+std::mutex g_readFailureMutex;
+std::string g_firstReadFailure; ///< remoteTransferStats().firstReadFailure
+
+/// an object's bytes could not be read (after the retries): counted, the first one's text kept
+void noteReadFailure(const std::string& what)
+{
+    g_failingStreak.fetch_add(1);
+    if (g_readFailures.fetch_add(1) > 0) return;
+    std::lock_guard<std::mutex> lock(g_readFailureMutex);
+    g_firstReadFailure = what;
+}
 std::atomic<int> g_inFlight {0};
 std::atomic<bool> g_abandoned {false}; ///< abandonRemoteRequests(): no request runs any more
 std::atomic<int> g_openObjects {0}; ///< RemoteObjects alive: a scan's read-ahead shrinks as they grow in number
@@ -385,6 +400,7 @@ struct Response
     bool lengthGiven = false; ///< the answer had a Content-Length (a HEAD may leave it out)
     std::string contentType; ///< lower case, without parameters ("text/html")
     std::string etag;
+    std::string lastModified; ///< as the server wrote it: compared as text, never parsed
     std::string writerTag; ///< the object's kWriterTagHeader (a HEAD of an object this program wrote)
     long retryAfter = -1;
     std::string bucketRegion; ///< x-amz-bucket-region: S3 says where a bucket is (with a 301, or a wrong region)
@@ -457,6 +473,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
         value.pop_back();
     if (name == "etag") t->response.etag = value;
+    if (name == "last-modified") t->response.lastModified = value;
     if (name == kWriterTagHeader || name == kGcsWriterTagHeader) t->response.writerTag = value;
     if (name == "content-length") {
         t->response.contentLength = std::strtoull(value.c_str(), nullptr, 10);
@@ -531,8 +548,9 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, onHeader);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 15L);
-    // a connection that delivers nothing for stallSeconds is given up (and retried)
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    // a connection that delivers less than 1 KiB a second over stallSeconds is given up (and retried): nothing at
+    // all, or a trickle (a byte every half second kept a read going for ever under curl's floor of one byte)
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, c.stallSeconds);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, u.scheme == RemoteUrl::Http ? 1L : 0L); // HF resolve URLs redirect
@@ -577,6 +595,10 @@ bool retryable(const Response& r)
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_WRITE_ERROR: // more body than asked: a confused server or proxy; ask again
+    // a malformed answer: on a kept connection, what an earlier answer's extra bytes left there ("Received HTTP/0.9
+    // when not allowed"); curl drops that connection, and a new one answers
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_UNSUPPORTED_PROTOCOL:
         return true;
     default:
         return false;
@@ -711,6 +733,8 @@ std::string storeNamed(const std::string& shown)
             + ": set AWS_REGION=" + region;
     else if (hint != std::end(kCredentialHints))
         detail += std::string("; ") + hint->what;
+    else if ((r.status == 403 || r.status == 401) && (startsWith(shown, "http://") || startsWith(shown, "https://")))
+        detail += "; access denied by the server (a presigned URL may have expired: sign a new one)";
     else if (r.status == 403 || r.status == 401)
         detail += "; access denied: check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket's policy";
     else if (r.status == 404 && code == "NoSuchBucket")
@@ -718,7 +742,8 @@ std::string storeNamed(const std::string& shown)
     else if (r.status == 404)
         detail += "; no such object";
     else if (r.status == 412)
-        throw Error(ErrorKind::Io, shown, "changed while being read (the object was replaced: its ETag changed)");
+        throw Error(
+            ErrorKind::Io, shown, "changed while being read (the object was replaced: its ETag, date or size changed)");
     throw Error(ErrorKind::Io, shown, detail);
 }
 
@@ -806,12 +831,16 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
         }
         performAll(raw);
         abandoned(); // the transfers were cut short: what they got is not an answer
-        const bool mayRetry = attempt + 1 < kAttempts;
+        const bool mayRetry = attempt + 1 < (g_failingStreak.load() ? 2 : kAttempts);
         std::vector<size_t> again;
         long retryAfter = -1;
         for (size_t k = 0; k < pending.size(); ++k) {
             Response& r = transfers[k]->response;
-            if (judge(pending[k], r, mayRetry)) continue;
+            const bool answered = r.curl == CURLE_OK && r.status >= 200 && r.status < 300;
+            if (judge(pending[k], r, mayRetry)) {
+                if (answered) g_failingStreak.store(0, std::memory_order_relaxed);
+                continue;
+            }
             if (!mayRetry)
                 throw Error(ErrorKind::Io, {}, "a request was neither done nor failed after its last attempt");
             again.push_back(pending[k]);
@@ -911,6 +940,7 @@ struct ObjectInfo
     LocationKind kind = LocationKind::Missing;
     uint64_t size = 0;
     std::string etag;
+    std::string lastModified; ///< a HEAD's Last-Modified (listings give none): what pins an object without an ETag
     long httpStatus = 0; ///< plain HTTP: the HEAD's answer when it was no object
 };
 
@@ -1050,6 +1080,7 @@ ObjectInfo httpHead(const std::string& url)
         o.kind = LocationKind::File;
         o.size = r.contentLength;
         o.etag = r.etag;
+        o.lastModified = r.lastModified;
     } else if (r.status == 404 || r.status == 403 || (r.status >= 300 && r.status < 400)) {
         // plain HTTP cannot tell a folder from nothing: a folder is where a format looks for its files
         o.kind = LocationKind::Folder;
@@ -1147,8 +1178,11 @@ public:
     RemoteObject(const std::string& url, const ObjectInfo& info)
         : m_remote(parseUrl(url))
         // a weak ETag (W/"…", nginx's for a compressed answer) never matches If-Match, which compares strongly: a
-        // server that honours it would answer 412 to every read. Such an object is read unpinned
+        // server that honours it would answer 412 to every read. Such an object is not pinned by If-Match, but every
+        // answer's tag is still compared with it (answeredOtherVersion)
         , m_etag(startsWith(info.etag, "W/") ? std::string() : info.etag)
+        , m_seenEtag(info.etag)
+        , m_seenModified(info.lastModified)
     {
         m_path = displayLocation(url);
         m_size = info.size;
@@ -1188,7 +1222,8 @@ public:
     void checkUnchanged() const override
     {
         if (m_changed.load())
-            throw Error(ErrorKind::Io, m_path, "changed while being read (the object was replaced: its ETag changed)");
+            throw Error(ErrorKind::Io, m_path,
+                "changed while being read (the object was replaced: its ETag, date or size changed)");
     }
     void adviseSequential(uint64_t offset, uint64_t length) const override
     {
@@ -1474,7 +1509,7 @@ private:
                         // the bytes of this range only: a 200 to a Range request would be the object's first bytes
                         if (r.status != 206 && !(r.status == 200 && whole)) return;
                         if (r.status == 206 && r.rangeFirst != static_cast<int64_t>(from)) return; // not what was asked
-                        if (otherVersion(m_etag, r.etag)) return; // If-Match ignored: another version's bytes
+                        if (answeredOtherVersion(r)) return; // If-Match ignored: another version's bytes
                         const uint64_t at = arrivedAt = from + r.received;
                         const uint64_t block = at == to ? run.end : at / kBlock;
                         if (block == run.end ? block > settled : block >= settled + kStreamStep / kBlock)
@@ -1483,7 +1518,7 @@ private:
                     return t;
                 },
                 [&](size_t, Response& r, bool) {
-                    if (r.status == 412 || (r.status < 300 && otherVersion(m_etag, r.etag))) m_changed.store(true);
+                    if (r.status == 412 || (r.status < 300 && answeredOtherVersion(r))) m_changed.store(true);
                     return true;
                 });
         } catch (...) {
@@ -1530,7 +1565,7 @@ private:
                 const auto& p = parts[i];
                 const bool whole = p.offset == 0 && p.length == m_size;
                 // a server that ignores If-Match still says which version it answered with
-                if (r.curl == CURLE_OK && r.status < 300 && otherVersion(m_etag, r.etag)) {
+                if (r.curl == CURLE_OK && r.status < 300 && answeredOtherVersion(r)) {
                     m_changed.store(true);
                     checkUnchanged();
                 }
@@ -1551,24 +1586,43 @@ private:
                 }
                 // (whether or not the body fitted: a whole object overflows the range's buffer and fails the transfer,
                 // which must not be retried as a network fault, once per range)
-                if (r.status == 200 && !whole)
-                    throw Error(ErrorKind::Io, m_path,
+                if (r.status == 200 && !whole) {
+                    const Error e(ErrorKind::Io, m_path,
                         "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place; "
                         "download the checkpoint, or serve it with a server that answers Range (nginx, S3, "
                         "Hugging Face)");
+                    noteReadFailure(e.what());
+                    throw e;
+                }
                 const bool shortBody = r.curl == CURLE_OK && (r.status == 206 || r.status == 200);
                 if ((retryable(r) || shortBody) && mayRetry) return false;
-                if (shortBody)
-                    throw Error(ErrorKind::Io, m_path,
-                        "the server sent " + std::to_string(r.received) + " of the " + std::to_string(p.length)
-                            + " bytes asked at offset " + std::to_string(p.offset) + ", " + std::to_string(kAttempts)
-                            + " times");
-                fail(m_path, r, "cannot read");
+                try {
+                    if (shortBody)
+                        throw Error(ErrorKind::Io, m_path,
+                            "the server sent " + std::to_string(r.received) + " of the " + std::to_string(p.length)
+                                + " bytes asked at offset " + std::to_string(p.offset) + ", on every try");
+                    fail(m_path, r, "cannot read");
+                } catch (const Error& e) {
+                    if (r.curl != CURLE_ABORTED_BY_CALLBACK) noteReadFailure(e.what()); // (not a cancel)
+                    throw;
+                }
             });
     }
 
     RemoteUrl m_remote;
-    std::string m_etag;
+    std::string m_etag; ///< sent as If-Match (a strong ETag only)
+    std::string m_seenEtag; ///< the ETag the object was opened with, weak or strong
+    std::string m_seenModified; ///< its Last-Modified
+    /// whether an answer is another version of the object than the one opened: its ETag (weak ones too: a server
+    /// that labels a replaced file weakly still changes the label), else its Last-Modified, differs, or its
+    /// Content-Range gives another size. A replaced file of the same size read without If-Match was a silent mix of
+    /// two versions (weakly tagged, or tagged only by its date)
+    bool answeredOtherVersion(const Response& r) const
+    {
+        if (r.rangeTotal >= 0 && static_cast<uint64_t>(r.rangeTotal) != m_size) return true;
+        if (!m_seenEtag.empty() && !r.etag.empty()) return otherVersion(m_seenEtag, r.etag);
+        return !m_seenModified.empty() && !r.lastModified.empty() && r.lastModified != m_seenModified;
+    }
     mutable std::mutex m_mutex;
     mutable std::condition_variable m_cv; ///< a fetch finished: blocks changed state
     mutable BlockMap m_blocks {0, kBlock, kPart}; ///< which blocks are absent, being fetched, present
@@ -2203,6 +2257,11 @@ RemoteTransferStats remoteTransferStats()
     s.inFlight = g_inFlight.load();
     s.held = uint64_t(std::max<int64_t>(0, g_held.load()));
     s.peakHeld = uint64_t(std::max<int64_t>(0, g_peakHeld.load()));
+    s.readFailures = g_readFailures.load();
+    if (s.readFailures) {
+        std::lock_guard<std::mutex> lock(g_readFailureMutex);
+        s.firstReadFailure = g_firstReadFailure;
+    }
     return s;
 }
 

@@ -154,6 +154,10 @@ struct RemoteTransferStats
     int inFlight = 0; ///< requests in flight now
     uint64_t held = 0; ///< bytes of fetched blocks held now (not given back or evicted)
     uint64_t peakHeld = 0; ///< the most bytes of fetched blocks held at once
+    /// reads of an object's bytes given up after the retries (the store failing, not the checkpoint), and what the
+    /// first said: a command whose findings may be those failures says so (check, diff, diagnose exit 2, not 1)
+    uint64_t readFailures = 0;
+    std::string firstReadFailure;
 };
 RemoteTransferStats remoteTransferStats();
 /// what undoing an unfinished output on object storage could not remove (the server did not answer in time, or
