@@ -411,6 +411,28 @@ def faults():
     not_shared(parent, bound)
     self_connect(bound)
 
+    # verify with rank 0 killed while the scratch copy is written: its scratch folder (rank 0's, which only rank 0
+    # removed) is removed by the others once rank 0 is dead; it was left behind, a whole resharded copy when killed
+    # later (found by a hunt)
+    scratch = os.path.join(parent, "tmp")
+    os.makedirs(scratch)
+    port = servers.free_port()
+    fifo = pause_fifos("pausev")
+    vargs = ["verify", os.path.join(DATA, "fsdp2_r3"), "--world-size", "3"]
+    procs = [start(0, 3, port, vargs, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo, TMPDIR=scratch),
+             start(1, 3, port, vargs, TMPDIR=scratch), start(2, 3, port, vargs, TMPDIR=scratch)]
+    said = paused_at(fifo, procs[0])
+    left_while_paused = os.listdir(scratch)
+    time.sleep(2)
+    procs[0].kill()
+    codes, errs, secs = finish(procs, bound)
+    check(said == "writing" and len(left_while_paused) == 1 and codes[1] not in (0, None)
+          and codes[2] not in (0, None) and os.listdir(scratch) == [] and secs < bound,
+          f"verify, rank 0 killed mid-write: the others exit non-zero in {secs:.1f} s and remove its scratch folder "
+          f"({codes}; scratch while paused {left_while_paused}, after {os.listdir(scratch)}; "
+          f"{errs[1].strip()[-160:]})")
+    shutil.rmtree(scratch)
+
     # a rank that never comes: the rendezvous ends with an error, not a hang
     port = servers.free_port()
     procs = [start(0, 3, port, args), start(1, 3, port, args)]
@@ -606,6 +628,49 @@ def faults():
     check(rc == 0 and os.path.exists(os.path.join(out, ".metadata")),
           f"WORLD_SIZE=1 runs as one process ({err.strip()[-160:]})")
     shutil.rmtree(out, ignore_errors=True)
+    # ... but a rank beyond it is refused (found by a hunt: RANK=2 WORLD_SIZE=1 ran alone and published its output
+    # while the job it belonged to failed)
+    rc, _, err = run1(args, env=dict(e, RANK="2"))
+    check(rc == 2 and "rank 2 is not below the job's size 1" in err and nothing_left(parent),
+          f"RANK=2 WORLD_SIZE=1 is refused, nothing written ({rc}: {err.strip()[-160:]})")
+
+    # another program on MASTER_PORT (a web server that answers anything with HTTP 400 and keeps the connection): not
+    # taken for a store, nor its bytes for a duplicate rank (found by a hunt)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def answer_http():
+        conns = []
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = listener.accept()
+            except OSError:
+                continue
+            c.settimeout(0.2)
+            conns.append(c)
+            try:
+                c.recv(4096)
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\n\r\nbad request" * 4)
+            except OSError:
+                pass
+        for c in conns:
+            c.close()
+
+    server = threading.Thread(target=answer_http, daemon=True)
+    server.start()
+    procs = [start(1, 3, port, args), start(2, 3, port, args)]
+    codes, errs, secs = finish(procs, bound)
+    stop.set()
+    server.join()
+    listener.close()
+    check(all(c not in (0, None) for c in codes) and all("is not this job's store" in e for e in errs)
+          and not any("two processes say" in e for e in errs) and nothing_left(parent) and secs < bound,
+          f"another program on MASTER_PORT: named as such in {secs:.1f} s ({codes}; "
+          f"{' | '.join(e.strip()[-160:] for e in errs)})")
 
 
 def worker_faults(command, parent, bound):

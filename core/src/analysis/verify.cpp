@@ -17,6 +17,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -246,6 +247,36 @@ public:
     }
     std::string path;
 
+    /// Another process of a job, whose rank 0 made the scratch folder of @p resharded: when this process leaves by an
+    /// exception because rank 0 is lost (Job::rootLost: killed, so its lock is free), it removes that folder. Only
+    /// rank 0 removed it, so a rank 0 killed mid-verify left a whole resharded copy behind. (Not by
+    /// removeDeadEntries' PID rule: a killed rank 0 not yet reaped by its launcher still has its PID.)
+    class RemovedIfRootIsLost
+    {
+    public:
+        RemovedIfRootIsLost(const Job& job, const std::string& resharded)
+            : m_job(job)
+        {
+            const fs::path scratch = fs::path(resharded).parent_path();
+            if (fs::path(resharded).filename() == "resharded" && scratch.filename().string().rfind(kPrefix, 0) == 0)
+                m_scratch = scratch.string();
+        }
+        ~RemovedIfRootIsLost()
+        {
+            if (m_scratch.empty() || std::uncaught_exceptions() == 0 || !m_job.rootLost()) return;
+            TemporaryLock lock;
+            if (!lock.lock(m_scratch)) return; // rank 0 holds it still: it removes it itself
+            std::error_code ec;
+            fs::remove_all(m_scratch, ec);
+        }
+        RemovedIfRootIsLost(const RemovedIfRootIsLost&) = delete;
+        RemovedIfRootIsLost& operator=(const RemovedIfRootIsLost&) = delete;
+
+    private:
+        const Job& m_job;
+        std::string m_scratch;
+    };
+
 private:
     static constexpr const char* kPrefix = "optscope-verify-";
     std::string scratch;
@@ -446,6 +477,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
                 "rank 0's scratch folder for the resharded copy is not visible to this process: give every process "
                 "a TMPDIR (or --keep DIR) on a file system they share");
     }
+    const TempFolder::RemovedIfRootIsLost lostRootsScratch(job, job.isRoot() ? std::string() : folderPath);
     ReshardOptions ro;
     ro.worldSize = M;
     ro.device = options.device;

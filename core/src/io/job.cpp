@@ -121,10 +121,12 @@ JobSpec jobSpecFromEnvironment()
             if (const char* t = std::getenv("SLURM_TASKS_PER_NODE")) localSize = std::max(1L, std::atol(t));
         spec.launcher = "slurm";
     }
-    if (size <= 1) return JobSpec {};
+    // before a job of one is taken as no job: RANK=2 WORLD_SIZE=1 ran alone, published its output, and left the
+    // job's other processes to fail
     if (rank >= size)
         throw Error(ErrorKind::Usage, {},
             "this process's rank " + std::to_string(rank) + " is not below the job's size " + std::to_string(size));
+    if (size <= 1) return JobSpec {};
     spec.rank = static_cast<int>(rank);
     spec.size = static_cast<int>(size);
     spec.localRank = static_cast<int>(local);
@@ -523,6 +525,14 @@ void Job::join(const JobSpec& spec)
                   "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and --rdzv-backend c10d (or --standalone), so that rank 0 "
                   "serves the job's store itself");
     }
+    if (added && (joined < 1 || joined > spec.size)) {
+        // the first answer of a c10d store counts this process in: anything else is another program on the port
+        // (a web server's bytes read as a number), or a store of another job; either would pass for a duplicate rank
+        const std::string why = "what answers at " + st->where + " is not this job's store: it counted "
+            + std::to_string(joined) + " processes joined to a job of " + std::to_string(spec.size)
+            + " (another program or another job on MASTER_ADDR:MASTER_PORT; choose a free MASTER_PORT)";
+        throw Error(ErrorKind::Io, {}, why);
+    }
     st->heartbeat = std::thread([raw] { raw->beat(); });
     job.m_state = std::move(st);
     // two processes that say the same rank (RANK or SLURM_PROCID given twice, or a second job started on the same
@@ -541,15 +551,19 @@ void Job::join(const JobSpec& spec)
         if (job.m_state->failed) throw Error(ErrorKind::Io, {}, "stopped: " + job.m_state->failureText());
         if (CancelScope::cancelled()) throw Error(ErrorKind::Cancelled, {}, "stopped while the job's processes met");
         if (Clock::now() - start > spec.timeout) {
+            // the first eight that never beat, by name, and how many in all (from the count, not a question per
+            // rank: a job of millions asked for minutes, deaf to its timeout and to SIGTERM)
+            const int64_t count = std::max<int64_t>(1, spec.size - job.m_state->add("joined", 0));
             std::string missing;
-            int count = 0;
-            for (int r = 1; r < spec.size; ++r)
-                if (!job.m_state->exists("beat/" + std::to_string(r)) && ++count <= 8)
+            int named = 0;
+            for (int r = 1; r < spec.size && named < 8 && !CancelScope::cancelled(); ++r)
+                if (!job.m_state->exists("beat/" + std::to_string(r)) && ++named)
                     missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-            if (count > 8) missing += " and " + std::to_string(count - 8) + " more";
+            if (count > named && named) missing += " and " + std::to_string(count - named) + " more";
+            const std::string who
+                = named ? std::string("rank") + (count > 1 ? "s " : " ") + missing : std::to_string(count) + " of them";
             const std::string why = "the job's processes did not all meet at " + job.m_state->where + " within "
-                + std::to_string(spec.timeout.count() / 1000) + " s (OPTSCOPE_JOB_TIMEOUT): rank"
-                + (count > 1 ? "s " : " ") + missing + " never joined";
+                + std::to_string(spec.timeout.count() / 1000) + " s (OPTSCOPE_JOB_TIMEOUT): " + who + " never joined";
             job.m_state->publishFailure(why);
             throw Error(ErrorKind::Io, {}, why);
         }
