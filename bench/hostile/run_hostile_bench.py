@@ -75,6 +75,8 @@ def main():
          ["load", "values_1000000.pt"], "torch.load"),
         ("gather of 1M values (15 MB)", ["gather", "values_1000000.pt", "-o", "o.pt", "--no-fsync"],
          ["load_save", "values_1000000.pt", "t.pt"], "torch.load + torch.save"),
+        ("diff of 1M values with themselves (15 MB)", ["diff", "values_1000000.pt", "values_1000000.pt"],
+         ["values_diff", "values_1000000.pt", "values_1000000.pt"], "torch.load of each + compare every key"),
     ]
     rows = []
     for name, ours, theirs, what in cases:

@@ -52,5 +52,9 @@ elif case == "diff":
     if not a.is_floating_point():
         a, b = a.to(torch.int32), b.to(torch.int32)
     print(int((a != b).sum()), (a - b).abs().max().item())
+elif case == "values_diff":
+    # every key of two torch.save'd dicts of values compared, as diff does
+    a, b = torch.load(inp, weights_only=True), torch.load(out, weights_only=True)
+    print(sum(1 for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
 else:
     sys.exit(f"unknown case {case}")
