@@ -17,6 +17,7 @@ retried and never used; errors name the URL and exit 2; the credentials never ap
 Without TORCH_PYTHON (no chroot) the S3 cases are skipped and say so; without OPTSCOPE_APP (a build without the GUI)
 the app's case is.
 """
+import email.utils
 import http.client
 import json
 import os
@@ -163,7 +164,9 @@ class OddServerProxy(FaultProxy):
     presign: HEAD refused with 403, as S3 answers a presigned URL signed for GET;
     newer: If-Match ignored, and every GET answered with another ETag than the HEAD's (replaced since);
     weaknewer: weak ETags, and every GET's another than the HEAD's (a replaced file, read unpinned by If-Match);
-    noetag: no ETag, only Last-Modified; datenewer: the same, every GET's Last-Modified another than the HEAD's"""
+    noetag: no ETag, only Last-Modified; datenewer: the same, every GET's Last-Modified another than the HEAD's;
+    lmfmt: no ETag, and each GET's Last-Modified the same date in RFC 850's form (another legal HTTP-date);
+    lmnow: no ETag, and Last-Modified the time of each answer (as some dynamic servers date theirs)"""
 
     def do_HEAD(self):
         self.odd(head=True)
@@ -198,10 +201,14 @@ class OddServerProxy(FaultProxy):
                 v = "W/" + v
             if k.lower() == "etag" and mode in ("newer", "weaknewer") and not head:
                 v = v[:-1] + '-2"'
-            if k.lower() == "etag" and mode in ("noetag", "datenewer"):
+            if k.lower() == "etag" and mode in ("noetag", "datenewer", "lmfmt", "lmnow"):
                 continue
             if k.lower() == "last-modified" and mode == "datenewer" and not head:
-                v = "Tue, 01 Dec 2026 00:00:00 GMT"
+                v = "Thu, 01 Jan 2015 00:00:00 GMT"
+            if k.lower() == "last-modified" and mode == "lmfmt" and not head:
+                v = email.utils.parsedate_to_datetime(v).strftime("%A, %d-%b-%y %H:%M:%S GMT")
+            if k.lower() == "last-modified" and mode == "lmnow":
+                v = email.utils.formatdate(usegmt=True)
             if k.lower() == "content-length" and mode == "nolen" and head:
                 continue
             if k.lower() == "content-type" and mode == "plain":
@@ -696,11 +703,16 @@ def odd_server_cases(http_port):
         rc, said = torch_check(TORCH_PYTHON, WORK, "make-big", "served/odd/big.pt")
         assert rc == 0, said
         cli(["reshard", os.path.join(big, "big.pt"), "--world-size", "2", "-o", os.path.join(big, "dcp")], check=0)
+    # dated an hour ago: a Last-Modified within a second of the answer's Date is no version (a server dating every
+    # answer now), and the files were made just now
+    for folder, _, files in os.walk(big):
+        for f in files:
+            os.utime(os.path.join(folder, f), (time.time() - 3600, time.time() - 3600))
     port = start_proxy(http_port, OddServerProxy)
     for mode, expect in (("nolen", "same"), ("redir", "same"), ("weak", "same"), ("presign", "same"),
                          ("shift", "the server answered a request for bytes"), ("newer", "changed while being read"),
                          ("weaknewer", "changed while being read"), ("noetag", "same"),
-                         ("datenewer", "changed while being read")):
+                         ("datenewer", "changed while being read"), ("lmfmt", "same"), ("lmnow", "same")):
         for rel in ("big.pt", "dcp"):
             url = f"http://127.0.0.1:{port}/{mode}/served/odd/{rel}"
             local = cli(["check", "--json", os.path.join(big, rel)])

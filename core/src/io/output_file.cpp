@@ -119,14 +119,19 @@ void refuseOutputOverSpecialFile(const std::string& output, OutputShape shape)
         : S_ISSOCK(there.st_mode) ? "a socket"
                                   : "not a regular file";
     const bool folder = shape == OutputShape::Folder;
+    struct stat target
+    { };
+    // the hint names what the link leads to only when that is what this output is (a folder for a folder)
+    const bool leadsToShape
+        = link && ::stat(name.c_str(), &target) == 0 && (folder ? S_ISDIR(target.st_mode) : S_ISREG(target.st_mode));
     throw Error(ErrorKind::Usage, output,
         std::string("is ") + what + ": the output " + (folder ? "folder" : "") + (folder ? " is" : "is")
             + " written whole and then renamed onto its name, which would replace it with a "
             + (folder ? "folder" : "regular file") + "; name a " + (folder ? "folder" : "regular file")
             + " (or a new name)"
-            + (link ? (folder ? ", the folder the link leads to if that is where to write"
-                              : ", the file the link leads to if that is the one to replace")
-                    : ""));
+            + (leadsToShape ? (folder ? ", the folder the link leads to if that is where to write"
+                                      : ", the file the link leads to if that is the one to replace")
+                            : ""));
 }
 
 void refuseOutputOverInputs(const std::string& output, const std::vector<std::string>& inputs)

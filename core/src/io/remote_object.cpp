@@ -400,7 +400,8 @@ struct Response
     bool lengthGiven = false; ///< the answer had a Content-Length (a HEAD may leave it out)
     std::string contentType; ///< lower case, without parameters ("text/html")
     std::string etag;
-    std::string lastModified; ///< as the server wrote it: compared as text, never parsed
+    std::string lastModified; ///< as the server wrote it (an HTTP-date, in one of its three forms)
+    std::string date; ///< the answer's Date: when the server answered
     std::string writerTag; ///< the object's kWriterTagHeader (a HEAD of an object this program wrote)
     long retryAfter = -1;
     std::string bucketRegion; ///< x-amz-bucket-region: S3 says where a bucket is (with a 301, or a wrong region)
@@ -474,6 +475,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         value.pop_back();
     if (name == "etag") t->response.etag = value;
     if (name == "last-modified") t->response.lastModified = value;
+    if (name == "date") t->response.date = value;
     if (name == kWriterTagHeader || name == kGcsWriterTagHeader) t->response.writerTag = value;
     if (name == "content-length") {
         t->response.contentLength = std::strtoull(value.c_str(), nullptr, 10);
@@ -940,7 +942,8 @@ struct ObjectInfo
     LocationKind kind = LocationKind::Missing;
     uint64_t size = 0;
     std::string etag;
-    std::string lastModified; ///< a HEAD's Last-Modified (listings give none): what pins an object without an ETag
+    /// a HEAD's Last-Modified (listings give none; 0: none to trust): what pins an object without an ETag
+    int64_t lastModified = 0;
     long httpStatus = 0; ///< plain HTTP: the HEAD's answer when it was no object
 };
 
@@ -968,6 +971,23 @@ std::string quotedEtag(std::string etag)
     // If-Match wants the ETag quoted, as a HEAD gives it; listings may give it bare
     if (etag.size() < 2 || etag.front() != '"') etag = "\"" + etag + "\"";
     return etag;
+}
+
+/// an HTTP-date header as seconds since the epoch (curl parses its three forms: one server may send two of them);
+/// 0 when absent or unreadable
+int64_t httpDate(const std::string& value)
+{
+    if (value.empty()) return 0;
+    const time_t t = curl_getdate(value.c_str(), nullptr);
+    return t > 0 ? static_cast<int64_t>(t) : 0;
+}
+
+/// an answer's Last-Modified when it can tell versions apart: not one within a second of the answer's own Date (a
+/// server that dates every answer now would make each read "changed")
+int64_t trustedLastModified(const Response& r)
+{
+    const int64_t modified = httpDate(r.lastModified), now = httpDate(r.date);
+    return modified && (!now || modified < now - 1) ? modified : 0;
 }
 
 /// whether an answer's ETag says it is another version of the object than the one pinned: a server that ignores
@@ -1080,7 +1100,7 @@ ObjectInfo httpHead(const std::string& url)
         o.kind = LocationKind::File;
         o.size = r.contentLength;
         o.etag = r.etag;
-        o.lastModified = r.lastModified;
+        o.lastModified = trustedLastModified(r);
     } else if (r.status == 404 || r.status == 403 || (r.status >= 300 && r.status < 400)) {
         // plain HTTP cannot tell a folder from nothing: a folder is where a format looks for its files
         o.kind = LocationKind::Folder;
@@ -1612,7 +1632,7 @@ private:
     RemoteUrl m_remote;
     std::string m_etag; ///< sent as If-Match (a strong ETag only)
     std::string m_seenEtag; ///< the ETag the object was opened with, weak or strong
-    std::string m_seenModified; ///< its Last-Modified
+    int64_t m_seenModified = 0; ///< its Last-Modified (ObjectInfo::lastModified)
     /// whether an answer is another version of the object than the one opened: its ETag (weak ones too: a server
     /// that labels a replaced file weakly still changes the label), else its Last-Modified, differs, or its
     /// Content-Range gives another size. A replaced file of the same size read without If-Match was a silent mix of
@@ -1621,7 +1641,8 @@ private:
     {
         if (r.rangeTotal >= 0 && static_cast<uint64_t>(r.rangeTotal) != m_size) return true;
         if (!m_seenEtag.empty() && !r.etag.empty()) return otherVersion(m_seenEtag, r.etag);
-        return !m_seenModified.empty() && !r.lastModified.empty() && r.lastModified != m_seenModified;
+        const int64_t modified = httpDate(r.lastModified);
+        return m_seenModified && modified && modified != m_seenModified;
     }
     mutable std::mutex m_mutex;
     mutable std::condition_variable m_cv; ///< a fetch finished: blocks changed state
