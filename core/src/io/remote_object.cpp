@@ -550,9 +550,12 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, onHeader);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 15L);
-    // a connection that delivers less than 1 KiB a second over stallSeconds is given up (and retried): nothing at
-    // all, or a trickle (a byte every half second kept a read going for ever under curl's floor of one byte)
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    // a ranged read that delivers less than 1 KiB a second over stallSeconds is given up (and retried): nothing at
+    // all, or a trickle (a byte every half second kept a read going for ever under curl's floor of one byte). Other
+    // requests keep that floor: S3 answers a long CompleteMultipartUpload with a space now and then to keep it open
+    const bool rangedRead = std::any_of(
+        extraHeaders.begin(), extraHeaders.end(), [](const std::string& h) { return startsWith(h, "Range: "); });
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, rangedRead ? 1024L : 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, c.stallSeconds);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, u.scheme == RemoteUrl::Http ? 1L : 0L); // HF resolve URLs redirect
