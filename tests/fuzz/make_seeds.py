@@ -134,11 +134,18 @@ def s3_listings():
            b"does not exist</Message><BucketName>bucket</BucketName><RequestId>4442587FB7D0A2F9</RequestId></Error>")
 
 
+SLOW_WHOLE_CHECKPOINTS = {"hostile/shared_subtree.pt"}
+
+
 def main() -> None:
     data, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     for p in sorted(data.rglob("*.pt")):
         blob = p.read_bytes()
-        write(out, "torch_save", blob)
+        # not as a whole checkpoint: opening its 122,882 values sharing one subtree takes 15-25 s under ASan and
+        # coverage, past libFuzzer's 10 s per input (safety.cli and bench/hostile test its cost; its pickle and zip
+        # records stay seeds below)
+        if p.relative_to(data).as_posix() not in SLOW_WHOLE_CHECKPOINTS:
+            write(out, "torch_save", blob)
         if blob.startswith(b"PK\x03\x04"):
             write(out, "zip", blob)
             pkl = data_pkl(blob)
