@@ -1628,3 +1628,44 @@ TEST(PyRepr, FloatsAsPythonReprWritesThem)
     for (const auto& [v, want] : cases)
         EXPECT_EQ(optscope::pyFloatRepr(v), want) << v;
 }
+
+// Which values hold bytes of their archive, answered once for shared parts and exactly across cycles: a cycle whose
+// storage is found after the walk has come back round (a -> b -> a, a -> storage) must still count for b.
+TEST(LocatedStorageReach, SharedAndCyclicValues)
+{
+    using optscope::PyKind;
+    PyArena arena;
+    auto list = [&](std::vector<optscope::PyValue*> items) {
+        optscope::PyValue* v = arena.makeContainer(PyKind::List);
+        v->container->items = std::move(items);
+        return v;
+    };
+    auto storage = [&](bool located) {
+        optscope::PyValue* v = arena.make(PyKind::Storage);
+        v->storage = arena.makeStorageInfo();
+        v->storage->located = located;
+        return v;
+    };
+    optscope::PyValue* a = list({});
+    optscope::PyValue* b = list({a});
+    a->container->items = {b, storage(true)};
+    optscope::PyValue* c = list({storage(false), arena.makeInt(1)});
+    optscope::PyValue* d = list({c, c, b});
+    optscope::PyValue* e = list({c});
+    optscope::PyValue* loop = list({});
+    loop->container->items = {loop, c};
+
+    optscope::LocatedStorageReach reach;
+    EXPECT_TRUE(reach.holds(b)); // walked from b: the storage lies behind a, which leads back to b
+    EXPECT_TRUE(reach.holds(a));
+    EXPECT_FALSE(reach.holds(c));
+    EXPECT_TRUE(reach.holds(d));
+    EXPECT_FALSE(reach.holds(e));
+    EXPECT_FALSE(reach.holds(loop));
+    EXPECT_FALSE(reach.holds(nullptr));
+    optscope::LocatedStorageReach fresh; // the same answers in another order: from a, b is left before the storage
+    EXPECT_FALSE(fresh.holds(loop));
+    EXPECT_TRUE(fresh.holds(a));
+    EXPECT_TRUE(fresh.holds(b));
+    EXPECT_TRUE(fresh.holds(d));
+}

@@ -160,7 +160,7 @@ void CheckpointBuilder::addValue(KeyPath path, const PyValue* value, const std::
     e.path = std::move(path);
     e.kind = EntryKind::Value;
     e.value = value;
-    if (!storageFile.empty() && holdsLocatedStorage(value)) e.valueFile = storageFile;
+    if (!storageFile.empty() && m_locatedStorage.holds(value)) e.valueFile = storageFile;
     m_cp.entries.push_back(std::move(e));
 }
 

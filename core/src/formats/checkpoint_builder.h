@@ -67,6 +67,7 @@ private:
     Checkpoint& m_cp;
     std::shared_ptr<FileNameTable> m_fileNames = std::make_shared<FileNameTable>();
     std::map<std::string, std::string> m_unsafeGlobals; ///< class path -> message
+    LocatedStorageReach m_locatedStorage; ///< which values hold bytes of their archive (Entry::valueFile)
     uint64_t m_keyPathBytes = 0;
     bool m_consumeGraphTensors = false;
 };

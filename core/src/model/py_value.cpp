@@ -2,7 +2,6 @@
 #include "optscope/model/py_value.h"
 
 #include "optscope/model/dict_index.h"
-#include <unordered_set>
 
 #include <algorithm>
 #include <cmath>
@@ -96,18 +95,70 @@ const PyValue* PyValue::get(std::string_view key) const
     return nullptr;
 }
 
-bool holdsLocatedStorage(const PyValue* value)
+bool LocatedStorageReach::holds(const PyValue* value)
 {
-    std::vector<const PyValue*> todo {value};
-    std::unordered_set<const PyValue*> seen;
-    while (!todo.empty()) {
-        const PyValue* v = todo.back();
-        todo.pop_back();
-        if (!v || !seen.insert(v).second) continue;
-        if (v->kind == PyKind::Storage && v->storage && v->storage->located) return true;
-        forEachChild(v, [&](const PyValue* c) { todo.push_back(c); });
+    if (!value) return false;
+    if (auto known = m_nodes.find(value); known != m_nodes.end()) return known->second.result;
+    struct Frame
+    {
+        const PyValue* value;
+        Node* node;
+        size_t nextChild, childrenStart;
+    };
+    std::vector<Frame> frames;
+    std::vector<const PyValue*> children; ///< the children of every open frame, each frame's after its parent's
+    std::vector<Node*> component; ///< Tarjan's stack
+    auto enter = [&](const PyValue* v) {
+        Node& n = m_nodes[v];
+        n.index = n.low = m_next++;
+        n.onStack = true;
+        n.result = v->kind == PyKind::Storage && v->storage && v->storage->located;
+        component.push_back(&n);
+        const size_t start = children.size();
+        forEachChild(v, [&](const PyValue* c) {
+            if (c) children.push_back(c);
+        });
+        frames.push_back({v, &n, start, start});
+    };
+    enter(value);
+    while (!frames.empty()) {
+        Frame& f = frames.back();
+        if (f.nextChild < children.size()) { // the top frame's children end the vector
+            const PyValue* c = children[f.nextChild++];
+            auto known = m_nodes.find(c);
+            if (known == m_nodes.end()) {
+                enter(c);
+                continue;
+            }
+            const Node& cn = known->second;
+            if (cn.onStack) f.node->low = std::min(f.node->low, cn.index);
+            f.node->result = f.node->result || cn.result;
+            continue;
+        }
+        Node* n = f.node;
+        children.resize(f.childrenStart);
+        frames.pop_back();
+        if (n->low == n->index) {
+            // n roots a component: all of it reaches what any of it reaches
+            size_t first = component.size();
+            bool result = false;
+            do {
+                --first;
+                result = result || component[first]->result;
+            } while (component[first] != n);
+            for (size_t i = first; i < component.size(); ++i) {
+                component[i]->result = result;
+                component[i]->onStack = false;
+            }
+            component.resize(first);
+        }
+        if (!frames.empty()) {
+            Node* parent = frames.back().node;
+            parent->low = std::min(parent->low, n->low);
+            parent->result = parent->result || n->result;
+        }
     }
-    return false;
+    return m_nodes[value].result;
 }
 
 std::string PyValue::className() const

@@ -218,9 +218,24 @@ template<typename F> void forEachChild(const PyValue* v, F&& f)
     }
 }
 
-/// Whether @p value refers, anywhere inside it, to a storage whose bytes the archive holds (a sparse or quantized
-/// tensor kept inert, a tensor inside an object). Shared and cyclic parts are visited once.
-bool holdsLocatedStorage(const PyValue* value);
+/// Whether a value refers, anywhere inside it, to a storage whose bytes the archive holds (a sparse or quantized
+/// tensor kept inert, a tensor inside an object). One instance answers for many values of one arena and remembers
+/// every answer, so values that share a subtree cost its walk once in all (a walk per value was quadratic in a
+/// hostile file of shared lists); cycles are answered per strongly connected component (Tarjan), exactly.
+class LocatedStorageReach
+{
+public:
+    bool holds(const PyValue* value);
+
+private:
+    struct Node
+    {
+        uint32_t index = 0, low = 0;
+        bool onStack = false, result = false;
+    };
+    std::unordered_map<const PyValue*, Node> m_nodes; ///< element references stay valid as it grows
+    uint32_t m_next = 0;
+};
 
 /// Owns values, extension records and copied strings; keeps the input bytes alive.
 /// None, the two bools and the small integers are made once per arena and shared: values are immutable once built,
