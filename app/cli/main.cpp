@@ -2,6 +2,7 @@
 // optscope-cli: the command-line twin of the OptScope GUI. Every subcommand calls the same core functions.
 #include "cli_common.h"
 
+#include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/base/read_policy.h"
 #include "optscope/io/job.h"
@@ -337,6 +338,16 @@ int main(int argc, char** argv)
         usage(std::cerr);
         return ExitError;
     }
+    // help in a job (torchrun and srun start every process with one command line): rank 0 prints it, the others
+    // stay quiet, and no process waits for the others to meet (a malformed job environment: printed, as alone)
+    const bool helpAsked
+        = std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; })
+        || args[0] == "help";
+    if (helpAsked) {
+        try {
+            if (optscope::jobSpecFromEnvironment().rank != 0) return ExitOk;
+        } catch (const optscope::Error&) { }
+    }
     if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
         usage(std::cout);
         return ExitOk;
@@ -387,6 +398,7 @@ int main(int argc, char** argv)
         // started by torchrun or srun as several processes: the commands that split their work join the job
         optscope::Job& job = optscope::Job::current();
         try {
+            if (helpAsked) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
             const optscope::JobSpec spec = optscope::jobSpecFromEnvironment();
             if (spec.size > 1 && !runsAsJob(name))
                 throw UsageError("'" + name + "' runs as one process, but this is rank " + std::to_string(spec.rank)
@@ -439,6 +451,14 @@ int main(int argc, char** argv)
                 return 128 + sig;
             }
             job.reportFailure(e.what());
+            if (job.failedAfterAnother() && e.kind() != optscope::ErrorKind::Cancelled
+                && e.detail().rfind("stopped: ", 0) != 0) {
+                // another process failed first: what went wrong here may be its effect (rank 0 removed the
+                // temporary folder this process wrote into), so the cause comes first
+                printError(
+                    name, "stopped: " + job.failure(), "\n  then here: " + optscope::displayText(e.what()) + leftText);
+                return ExitError;
+            }
             printError(name, e.what(), leftText);
             return ExitError;
         } catch (const std::exception& e) {

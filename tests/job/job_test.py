@@ -408,6 +408,37 @@ def faults():
           and secs < bound, f"a worker that fails at start: all exit non-zero in {secs:.1f} s, rank 0 names it "
           f"({codes}; {errs[0].strip()[-200:]})")
 
+    # --help in a job: rank 0 prints it, the others stay quiet; none waits for the others (here rank 0 is not even
+    # started; each printed it, the command's after a rendezvous)
+    for helped in (["--help"], ["reshard", "--help"], ["check", "-h"]):
+        port = servers.free_port()
+        procs = [start(1, 3, port, helped), start(2, 3, port, helped)]
+        outs = [p.communicate(timeout=bound) for p in procs]
+        zero = subprocess.run([CLI] + helped, env=job_env(0, 3, port), capture_output=True, text=True, timeout=bound)
+        check(all(p.returncode == 0 and o == ("", "") for p, o in zip(procs, outs)) and zero.returncode == 0
+              and "usage" in zero.stdout.lower(), f"{' '.join(helped)} in a job: only rank 0 prints it, at once "
+              f"({[p.returncode for p in procs]}, {outs}, rank 0: {zero.returncode} {zero.stdout[:80]!r})")
+
+    # a worker killed after its share, before it said it left: rank 0 ends once no process beats any more, not after
+    # the whole timeout (30 s here; it waited all of it, found by a hunt); the output was published whole
+    port = servers.free_port()
+    fifo = pause_fifos("pauseleave")
+    out_leave = os.path.join(parent, "left")
+    largs = ["reshard", src, "--world-size", "7", "-o", out_leave]
+    procs = [start(0, 3, port, largs, OPTSCOPE_JOB_TIMEOUT="30"),
+             start(1, 3, port, largs, OPTSCOPE_JOB_TIMEOUT="30", OPTSCOPE_PAUSE_AT="leaving", OPTSCOPE_PAUSE_FIFO=fifo),
+             start(2, 3, port, largs, OPTSCOPE_JOB_TIMEOUT="30")]
+    said = paused_at(fifo, procs[1])
+    t0 = time.monotonic()
+    procs[1].kill()
+    codes, errs, _ = finish([procs[0], procs[2]], 60)
+    secs = time.monotonic() - t0
+    check(said == "leaving" and codes == [0, 0] and secs < 15 and os.path.exists(os.path.join(out_leave, ".metadata")),
+          f"a worker killed as it leaves: rank 0 ends in {secs:.1f} s, not the job's 30 s timeout, output whole "
+          f"({said}; {codes}; {errs[0].strip()[-200:]})")
+    procs[1].communicate()
+    shutil.rmtree(out_leave, ignore_errors=True)
+
     not_shared(parent, bound)
     self_connect(bound)
 
@@ -440,6 +471,12 @@ def faults():
     check(all(c not in (0, None) for c in codes) and "rank 2 never joined" in errs[0] and secs < bound
           and nothing_left(parent), f"a rank that never comes: both exit non-zero in {secs:.1f} s "
           f"({codes}; {errs[0].strip()[-200:]}; {errs[1].strip()[-200:]})")
+
+    # a MASTER_ADDR that does not resolve: said so, not a socket timeout after the whole timeout (found by a hunt)
+    procs = [start(1, 2, servers.free_port(), args, MASTER_ADDR="no-such-host.invalid")]
+    codes, errs, secs = finish(procs, bound)
+    check(codes == [2] and "'no-such-host.invalid' does not resolve" in errs[0] and secs < bound,
+          f"an unresolvable MASTER_ADDR: exit 2 in {secs:.1f} s, saying so ({codes}; {errs[0].strip()[-200:]})")
 
     # a wrong port on one process
     port = servers.free_port()
@@ -715,6 +752,17 @@ def worker_faults(command, parent, bound):
           and nothing_left(parent) and secs < bound,
           f"{command[0]}: a worker whose disk is full: all exit non-zero in {secs:.1f} s, rank 0 names rank 1 and "
           f"its error, no output ({codes}; {errs[0].strip()[-200:]})")
+
+    # a full disk on rank 0: it removes the temporary it made, and the others fail on what is gone; each names rank 0's
+    # error as the cause (each named its own 'No such file or directory', every time, found by a hunt)
+    port = servers.free_port()
+    procs = [start(0, 3, port, command, preexec=small_disk), start(1, 3, port, command), start(2, 3, port, command)]
+    codes, errs, secs = finish(procs, bound)
+    check(all(c not in (0, None) for c in codes) and all("rank 0" in e and "File too large" in e for e in errs)
+          and all(e.find("File too large") < e.find("No such file") or "No such file" not in e for e in errs)
+          and nothing_left(parent) and secs < bound,
+          f"{command[0]}: rank 0's disk is full: all exit non-zero in {secs:.1f} s, every process names rank 0's "
+          f"error first, no output ({codes}; {[e.strip()[-200:] for e in errs]})")
 
 
 def self_connect(bound):

@@ -411,21 +411,22 @@ static DcpWriteStats writeDcpUnnamed(
 DcpWriteStats writeDcp(const DcpPlan& plan, const std::string& outDir, const Progress& progress, WriteOptions options)
 {
     try {
-        try {
-            return writeDcpUnnamed(plan, outDir, progress, std::move(options));
-        } catch (const Error& e) {
-            // a write inside the temporary folder failed (disk full, quota): name the output the user asked for
-            const std::string tmpMark = "/." + fs::path(outDir).filename().string() + ".tmp-";
-            if (e.kind() == ErrorKind::Io && e.file().find(tmpMark) != std::string::npos)
-                throw Error(ErrorKind::Io, outDir,
-                    "writing " + fs::path(e.file()).filename().string() + ": " + e.detail()
-                        + " (nothing was written: the temporary folder is removed)");
-            throw;
-        }
+        return writeDcpUnnamed(plan, outDir, progress, std::move(options));
     } catch (const Error& e) {
         Job::current().reportFailure(e.what()); // the other processes of a job stop now, not at the next gather
         throw;
     }
+}
+
+/// a write inside the temporary folder failed (disk full, quota): the error names the output the user asked for
+static Error namingTheOutput(const Error& e, const std::string& outDir)
+{
+    const std::string tmpMark = "/." + fs::path(outDir).filename().string() + ".tmp-";
+    if (e.kind() == ErrorKind::Io && e.file().find(tmpMark) != std::string::npos)
+        return Error(ErrorKind::Io, outDir,
+            "writing " + fs::path(e.file()).filename().string() + ": " + e.detail()
+                + " (nothing was written: the temporary folder is removed)");
+    return e;
 }
 
 namespace {
@@ -490,9 +491,13 @@ public:
             if (m_split) m_job.broadcast("dcp-commit", {});
             m_progress(1.0, "writing shards");
             return m_stats;
-        } catch (const Error& e) {
+        } catch (const Error& caught) {
+            const Error e = namingTheOutput(caught, m_outDir);
+            // reported before the clean-up: removing the temporary folder makes the processes still writing into it
+            // fail too, and the first report is the cause every process names
+            if (e.kind() != ErrorKind::Cancelled) m_job.reportFailure(e.what());
             cleanUpAfter(e);
-            throw;
+            throw e;
         }
     }
 

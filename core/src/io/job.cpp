@@ -4,6 +4,7 @@
 
 #include "optscope/base/core_library.h"
 #include "optscope/base/error.h"
+#include "optscope/io/fault_injection.h"
 #include "optscope/io/job_store.h"
 
 #include <algorithm>
@@ -159,6 +160,8 @@ struct Job::State
     std::atomic<bool> storeLost {false}; ///< a store call failed: the store (rank 0's, or torchrun's agent's) is gone
     mutable std::mutex failureMutex;
     std::string failure; ///< the first failure once known here
+    bool ownReported = false; ///< this process reported its own failure (Job::reportFailure)
+    bool ownFirst = false; ///< ... and it was the job's first
 
     std::mutex stopMutex;
     std::condition_variable stopWake;
@@ -241,15 +244,31 @@ struct Job::State
         if (failure.empty()) failure = text;
         failed = true;
     }
-    /// publishes @p text as the job's failure unless another came first
-    void publishFailure(const std::string& text)
+    /// publishes @p text as the job's failure unless another came first; true when it was the first (or the store is
+    /// gone: then every process learns that on its own, and this one's own failure is the news here)
+    bool publishFailure(const std::string& text)
     {
-        setFailure(text);
+        failed = true;
+        bool first = true;
         try {
-            if (add("failed", 1) == 1) set("failure", text);
-        } catch (const Error&) {
-            // the store is gone: every process learns that on its own
+            first = add("failed", 1) == 1;
+            if (first) set("failure", text);
+        } catch (const Error&) { }
+        // not the first: failureText() asks the store for the one that was (what this process saw may be its effect)
+        if (first) setFailure(text);
+        return first;
+    }
+    bool reportOwnFailure(const std::string& text)
+    {
+        {
+            std::lock_guard<std::mutex> lock(failureMutex);
+            if (ownReported) return ownFirst;
+            ownReported = true;
         }
+        const bool first = publishFailure(text);
+        std::lock_guard<std::mutex> lock(failureMutex);
+        ownFirst = first;
+        return first;
     }
     std::string failureText()
     {
@@ -455,15 +474,25 @@ bool probeConnects(const addrinfo* a, uint16_t port)
 
 /// waits until @p host:@p port accepts a TCP connection (polling every 10 ms), or @p limit passes: c10d's client
 /// retries a refused connection only after a second, which a process started just before rank 0's server paid in
-/// full at every start
+/// full at every start. Throws Error when @p host does not resolve.
 void waitUntilListening(const std::string& host, uint16_t port, std::chrono::milliseconds limit)
 {
     addrinfo hints {};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return;
     const auto start = Clock::now();
+    // a name that does not resolve is said as such (it was a 'socket timeout' after the whole timeout); a resolver
+    // that fails for now (EAI_AGAIN: DNS unreachable) is asked again within the timeout
+    for (;;) {
+        const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+        if (rc == 0 && found) break;
+        if (rc != EAI_AGAIN || Clock::now() - start >= limit)
+            throw Error(ErrorKind::Io, host + ":" + std::to_string(port),
+                "MASTER_ADDR '" + host + "' does not resolve to an address (" + ::gai_strerror(rc)
+                    + "): name the host of rank 0 as this machine knows it");
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
     for (bool open = false; !open && Clock::now() - start < limit;) {
         for (addrinfo* a = found; a && !open; a = a->ai_next)
             open = probeConnects(a, port);
@@ -670,10 +699,17 @@ std::string Job::broadcast(const std::string& phase, const std::string& payload)
     return st.get(key);
 }
 
-void Job::reportFailure(const std::string& message)
+bool Job::reportFailure(const std::string& message)
 {
-    if (!m_state) return;
-    m_state->publishFailure("rank " + std::to_string(rank()) + ": " + message);
+    if (!m_state) return true;
+    return m_state->reportOwnFailure("rank " + std::to_string(rank()) + ": " + message);
+}
+
+bool Job::failedAfterAnother() const
+{
+    if (!m_state || !m_state->failed) return false;
+    std::lock_guard<std::mutex> lock(m_state->failureMutex);
+    return !m_state->ownReported || !m_state->ownFirst;
 }
 
 bool Job::failed() const
@@ -714,14 +750,33 @@ void Job::leave()
     State& st = *m_state;
     try {
         if (!isRoot()) {
+            pausePoint("leaving"); // tests: a process killed after its share, before it says it left
             st.add("left", 1);
         } else if (!st.spec.agentStore) {
             // rank 0 serves the store: stay until the others are done reading from it, or gone
             // (after a failure, a process that died never comes: a short grace for the others to read it)
             const auto start = Clock::now();
+            // a process that left stops beating, and so does one that died after its share (which made rank 0
+            // wait out the whole timeout at the end of a job that had succeeded): once no process has beaten for
+            // a few beats, whoever has not left is gone. One that lives beats from its own thread, whatever its
+            // work, until it leaves.
+            const Clock::duration silence = std::min<Clock::duration>(
+                st.spec.timeout, std::max<Clock::duration>(std::chrono::seconds(3), 4 * st.beatInterval()));
+            std::vector<int64_t> beats(size_t(size()), -1);
+            auto lastBeat = start, lastLook = start;
             while (st.add("left", 0) < size() - 1) {
-                const auto waited = Clock::now() - start;
+                const auto now = Clock::now();
+                const auto waited = now - start;
                 if (waited > st.spec.timeout || (st.failed && waited > std::chrono::seconds(2))) break;
+                if (now - lastLook >= st.watchInterval()) {
+                    lastLook = now;
+                    for (int r = 1; r < size(); ++r) {
+                        const int64_t b = st.add("beat/" + std::to_string(r), 0);
+                        if (!State::sameBeats(b, beats[size_t(r)])) lastBeat = now;
+                        beats[size_t(r)] = b;
+                    }
+                    if (now - lastBeat > silence) break;
+                }
                 std::this_thread::sleep_for(std::chrono::milliseconds(5));
             }
         }

@@ -94,9 +94,13 @@ public:
         const std::string& phase, const std::string& payload, const std::function<void()>& whileWaiting = {});
     /// rank 0's @p payload on every process (rank 0 returns its own); throws Error as gather does
     std::string broadcast(const std::string& phase, const std::string& payload);
-    /// tells every process that this one failed with @p message (the first report wins); failed() turns true
-    /// everywhere within a poll interval. No-op in a job of one.
-    void reportFailure(const std::string& message);
+    /// tells every process that this one failed with @p message (the first report wins; a process reports once, later
+    /// calls return what the first returned); failed() turns true everywhere within a poll interval. Returns whether
+    /// it was the job's first failure. No-op (true) in a job of one.
+    bool reportFailure(const std::string& message);
+    /// the job failed, and not first here: what went wrong in this process may be an effect of another's failure (rank
+    /// 0 failed and removed the temporary folder the others write into), so failure() is the cause to name
+    bool failedAfterAnother() const;
     /// true once any process reported a failure or one was declared gone: long work polls it to stop early
     bool failed() const;
     /// this process (not rank 0) lost the store that rank 0 serves: rank 0 exited, was killed or cannot be reached,
