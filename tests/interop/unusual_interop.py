@@ -110,6 +110,18 @@ def make_plain(out):
     torch.save(tuples, f"{out}/tuples.pt")
     names.append("tuples.pt")
 
+    # SparseAdam keeps its step a Python int (every other class a tensor since 1.12): a reshard must keep it one, or
+    # dcp.load into the live optimizer's state dict raises 'expected BytesStorageMetadata' (compare_sparse_adam)
+    emb = nn.Embedding(10, 4, sparse=True)
+    sparse_opt = torch.optim.SparseAdam(emb.parameters(), lr=0.01)
+    for _ in range(3):
+        sparse_opt.zero_grad()
+        emb(torch.tensor([1, 3, 5])).sum().backward()
+        sparse_opt.step()
+    assert isinstance(sparse_opt.state_dict()["state"][0]["step"], int)
+    torch.save({"model": emb.state_dict(), "optim": sparse_opt.state_dict()}, f"{out}/sparse_adam.pt")
+    names.append("sparse_adam.pt")
+
     # torch.device / torch.Size calls of arguments torch does not take (as a hostile file has them, made here by
     # __reduce__), beside well-formed ones: gather keeps the good ones as they are and leaves the others out, never
     # writing what torch.load then refuses (compare_torch_types)
@@ -285,6 +297,36 @@ def compare_tuples(out, *resharded):
         print(f"{path}: the items dcp.save makes, and dcp.load gives the tuples back with their tensors")
 
 
+def compare_sparse_adam(out, resharded):
+    """the reshard of sparse_adam.pt has the items dcp.save makes of the same dict (SparseAdam's step a bytes item,
+    an int), and dcp.load into a state dict of the saved structure gives what it gives from dcp.save's folder"""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    ref = torch.load(f"{out}/sparse_adam.pt", weights_only=True)
+    theirs = f"{out}/sparse_adam.torch_dcp"
+    dcp.save(ref, checkpoint_id=theirs)
+
+    def items(path):
+        md = FileSystemReader(path).read_metadata()
+        return {k: type(v).__name__ for k, v in md.state_dict_metadata.items()}
+
+    def loaded(path):
+        target = {"model": {k: torch.zeros_like(v) for k, v in ref["model"].items()},
+                  "optim": {"state": {0: {k: (torch.zeros_like(v) if isinstance(v, torch.Tensor) else 0)
+                                          for k, v in ref["optim"]["state"][0].items()}},
+                            "param_groups": ref["optim"]["param_groups"]}}
+        dcp.load(target, checkpoint_id=path)
+        return target
+
+    assert items(resharded) == items(theirs), f"{resharded}: items {items(resharded)}, dcp.save made {items(theirs)}"
+    got = loaded(resharded)
+    # (DCP puts what it loads of an int-keyed dict under the str key its metadata names, beside the target's int key)
+    steps = [v["step"] for v in got["optim"]["state"].values()]
+    assert ref["optim"]["state"][0]["step"] in steps and all(type(s) is int for s in steps), steps
+    equal(loaded(theirs), got, resharded)
+    print(f"{resharded}: SparseAdam's int step stays an int item, and dcp.load gives what dcp.save's folder gives")
+
+
 def compare_torch_types(out):
     """the gather of torch_types_hostile.pt loads with weights_only=True: the well-formed device and Size values as
     they were, the calls torch would refuse left out"""
@@ -298,5 +340,5 @@ def compare_torch_types(out):
 
 if __name__ == "__main__":
     {"make": make, "compare": compare, "compare_objects": compare_objects, "compare_tuples": compare_tuples,
-     "compare_torch_types": compare_torch_types,
+     "compare_torch_types": compare_torch_types, "compare_sparse_adam": compare_sparse_adam,
      "compare_reshaped": compare_reshaped}[sys.argv[1]](*sys.argv[2:])

@@ -52,3 +52,7 @@ echo "verify of the 320 MiB dense tensor on one rank: peak RSS ${rss} KiB"
 "$cli" gather "$out/torch_types_hostile.pt" -o "$out/torch_types_hostile.pt.optscope.pt" > "$out/types.log"
 grep "left out 9 value" "$out/types.log" > /dev/null
 "$torch_python" unusual_interop.py compare_torch_types "$out"
+# SparseAdam's int step: resharded as the int it is (it became a float32 tensor, which dcp.load into the live
+# optimizer's state dict refused; found by a hunt)
+"$cli" reshard "$out/sparse_adam.pt" --world-size 2 -o "$out/sparse_adam.rs2"
+"$torch_python" unusual_interop.py compare_sparse_adam "$out" "$out/sparse_adam.rs2"

@@ -6,6 +6,7 @@
 #include "optscope/gpu/gpu_assembler.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/model/shard_layout.h"
+#include "optscope/optim/optimizer_kind.h"
 #include "optscope/optim/optimizer_view.h"
 #include "optscope/tensor/tensor_assembler.h"
 #include "optscope/tensor/tensor_values.h"
@@ -64,7 +65,8 @@ TensorEntry reshardPreview(const TensorEntry& tensor, const ReshardOptions& opti
 namespace {
 
 /// An optimizer step kept as a Python number (Megatron's per-group count, PyTorch before 1.12) as the float32 that
-/// PyTorch's optimizers save, when float32 holds it exactly; nullopt otherwise (it then stays a number)
+/// PyTorch's optimizers save (savesStepAsTensor), when float32 holds it exactly; nullopt otherwise (it then stays a
+/// number)
 std::optional<float> stepAsFloat32(const PyValue* v)
 {
     if (!v || (v->kind != PyKind::Int && v->kind != PyKind::Float)) return std::nullopt;
@@ -83,10 +85,12 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
     if (options.worldSize < 1) throw Error(ErrorKind::Usage, cp.path, "--world-size must be at least 1");
     DcpPlan plan;
     std::set<const Entry*> numericSteps;
-    for (const auto& view : findOptimizers(cp))
+    for (const auto& view : findOptimizers(cp)) {
+        if (!savesStepAsTensor(detectOptimizerKind(view))) continue;
         for (const auto& p : view.params)
             if (auto it = p.states.find("step"); it != p.states.end() && !it->second->isTensor())
                 numericSteps.insert(it->second);
+    }
     // a companion file (Fabric's meta.pt) goes into the output as it is, and its entries stay out of the DCP part
     for (const auto& c : cp.companionFiles)
         plan.copies.push_back({c.file, cp.files->open(c.file)});

@@ -219,6 +219,11 @@ bool keepsAllStateOnFirstParam(OptimizerKind kind)
     return kind == OptimizerKind::LBFGS;
 }
 
+bool savesStepAsTensor(OptimizerKind kind)
+{
+    return kind != OptimizerKind::SparseAdam;
+}
+
 std::optional<std::vector<int64_t>> expectedStateShape(
     OptimizerKind kind, const std::string& name, const std::vector<int64_t>& param)
 {

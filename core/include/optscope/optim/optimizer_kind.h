@@ -38,6 +38,12 @@ OptimizerKind detectOptimizerKind(const OptimizerView& view);
 /// LBFGS keeps its whole state (d, t, old_dirs, ...) under the first parameter; the others have none, by design
 bool keepsAllStateOnFirstParam(OptimizerKind kind);
 
+/// Whether the class keeps its step counter as a tensor (torch >= 1.12, every class with a step but SparseAdam, whose
+/// step is still a Python int in 2.6): a number step of such a class is from an older PyTorch or Megatron, and a
+/// writer that turns it into the tensor the class saves today keeps dcp.load into today's optimizer working (which
+/// needs the same kind on both sides); SparseAdam's int turned into a tensor broke it (found by a hunt)
+bool savesStepAsTensor(OptimizerKind kind);
+
 /// The shape state @p name must have for a parameter of shape @p param; nullopt when the state has no fixed relation
 /// to the parameter's shape (scalars like step/eta/mu, LBFGS's flat history).
 std::optional<std::vector<int64_t>> expectedStateShape(
