@@ -328,6 +328,8 @@ private:
     static std::optional<PythonError> dsdInitError(OptimizerKind kind, const OptimizerView& v);
 
     static std::string firstStateName(const OptimizerView& v);
+    /// the KeyError's message when set_optimizer_state_dict looks up the state of @p fqn and finds none
+    static std::string missingStateKeyText(const OptimizerView& v, const std::string& fqn);
 
     /// the model given (m_exp is restricted to the optimizer's parameters under the frozen reading)
     const ModelParams* expectedModel() const { return m_model; }

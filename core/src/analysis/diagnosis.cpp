@@ -53,6 +53,10 @@ nlohmann::ordered_json LoadVerdict::toJson() const
             j["params_total"] = paramsTotal;
             j["step_after_load"] = stepAfterLoad;
         }
+        if (!assumedFrozen.empty()) {
+            j["assumes_frozen"] = assumedFrozen;
+            j["if_trainable"] = json {{"exception", ifTrainableException}, {"message", ifTrainableMessage}};
+        }
     }
     j["why"] = why;
     return j;
@@ -89,6 +93,16 @@ std::string LoadVerdict::outcomeText() const
     if (paramsTotal >= 0)
         t += " (" + std::to_string(paramsWithState) + " of " + std::to_string(paramsTotal) + " parameters get state)";
     if (!stepAfterLoad.empty() && stepAfterLoad != "ok") t += "; the first step() raises " + stepAfterLoad;
+    if (!assumedFrozen.empty()) {
+        std::string names;
+        for (size_t i = 0; i < assumedFrozen.size() && i < 3; ++i)
+            names += (i ? ", '" : "'") + assumedFrozen[i] + "'";
+        if (assumedFrozen.size() > 3) names += " and " + std::to_string(assumedFrozen.size() - 3) + " more";
+        const bool one = assumedFrozen.size() == 1;
+        t += std::string(" if ") + names + (one ? " is" : " are") + " frozen in the model; raises "
+            + ifTrainableException + ": " + ifTrainableMessage + " if " + (one ? "it is" : "one is")
+            + " trainable there";
+    }
     return t;
 }
 

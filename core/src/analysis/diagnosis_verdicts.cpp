@@ -86,6 +86,7 @@ LoadVerdict Diagnoser::byNameVerdict(const VerdictFacts& f) const
         if (!r->param) listedNoState.insert(r->id);
     int withState = 0;
     std::string firstMissing;
+    std::vector<std::string> assumedFrozen;
     for (const auto& fqn : m_exp->fqns) {
         const std::string key = normalizeFqn(fqn).fqn;
         // the target holds it without state: frozen there, and DSD's _split_optim_state_dict looks up state
@@ -96,13 +97,16 @@ LoadVerdict Diagnoser::byNameVerdict(const VerdictFacts& f) const
             continue;
         }
         // no state saved: frozen there, taken as frozen here too unless the target trains it (then DSD looks its
-        // state up: KeyError)
-        if (listedNoState.count(key) && !m_trainableInTarget.count(key)) continue;
+        // state up: KeyError); without a target that stepped, an assumption the verdict states (a parameter that
+        // never got a gradient is saved so too, and trainable it raises)
+        if (listedNoState.count(key) && !m_trainableInTarget.count(key)) {
+            if (!m_frozenInTarget.count(key)) assumedFrozen.push_back(key);
+            continue;
+        }
         if (firstMissing.empty()) firstMissing = key;
     }
     if (!firstMissing.empty())
-        return LoadVerdict::raises(path, "KeyError",
-            f.v.flattened ? "'state." + firstMissing + "." + firstStateName(f.v) + "'" : "'" + firstMissing + "'",
+        return LoadVerdict::raises(path, "KeyError", missingStateKeyText(f.v, firstMissing),
             "the model parameter '" + firstMissing + "' has no state under that name");
     // DSD's _split_optim_state_dict gives a shared parameter (tied weights) every one of its names that the saved
     // param_groups list: saved apart and tied in the target, two names for one parameter, and
@@ -118,9 +122,15 @@ LoadVerdict Diagnoser::byNameVerdict(const VerdictFacts& f) const
                     "the target ties '" + alias + "' to '" + to
                         + "', which the checkpoint lists apart: both names go to one parameter");
     }
-    return LoadVerdict::loads(path, withState, static_cast<int>(m_exp->fqns.size()),
+    LoadVerdict loads = LoadVerdict::loads(path, withState, static_cast<int>(m_exp->fqns.size()),
         namedStateMisfits(f.v, f.listed, f.kind) ? "RuntimeError" : "ok",
         "every trainable model parameter has state under its name");
+    if (!assumedFrozen.empty()) {
+        loads.ifTrainableException = "KeyError";
+        loads.ifTrainableMessage = missingStateKeyText(f.v, assumedFrozen.front());
+        loads.assumedFrozen = std::move(assumedFrozen);
+    }
+    return loads;
 }
 
 LoadVerdict Diagnoser::fsdp1Verdict(const VerdictFacts& f) const
@@ -306,6 +316,12 @@ std::string Diagnoser::firstStateName(const OptimizerView& v)
     for (const auto& p : v.params)
         if (!p.states.empty()) return p.states.begin()->first;
     return "step";
+}
+
+std::string Diagnoser::missingStateKeyText(const OptimizerView& v, const std::string& fqn)
+{
+    // DSD looks the state up by name: the flattened format's first state key of it, the nested one's name
+    return v.flattened ? "'state." + fqn + "." + firstStateName(v) + "'" : "'" + fqn + "'";
 }
 
 } // namespace optscope

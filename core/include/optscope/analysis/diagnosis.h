@@ -76,6 +76,11 @@ struct LoadVerdict
     int paramsTotal = -1;
     std::string stepAfterLoad; ///< Loads: "ok", or the exception type the first step() raises ("RuntimeError")
     std::string why; ///< NotApplicable: why; otherwise what decided it
+    /// Loads on an assumption the files cannot settle: these parameters, saved without state, are taken as frozen
+    /// in the model (requires_grad=False: no state is looked up for them); were one trainable there, the load
+    /// raises @c ifTrainableException: @c ifTrainableMessage instead (a target optimizer with state says which)
+    std::vector<std::string> assumedFrozen;
+    std::string ifTrainableException, ifTrainableMessage;
     nlohmann::ordered_json toJson() const;
     /// the outcome in words, as the CLI and the GUI show it: "loads (27 of 27 parameters get state); the first
     /// step() raises RuntimeError", "raises ValueError: ...", "n/a (why)"
