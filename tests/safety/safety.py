@@ -512,6 +512,13 @@ def bounded_cost():
           and r.returncode == 2 and max(peak, before) < 1024 * 1024, f"exit {r.returncode}, {took:.1f} s, "
           f"peak {peak // 1024} MB: {err.strip()[:200]}")
 
+    # a tensor nested 251 dicts deep: past how deep a state dict is descended, kept inside one value; check said
+    # "clean" of a checkpoint whose tensor it never saw
+    r = run(["check", os.path.join(HOSTILE, "deep_nested.pt"), "--json"], timeout=60)
+    codes = [f["code"] for f in json.loads(r.stdout)["findings"]] if r.stdout else []
+    check("a tensor nested past the depth bound: check says so", r.returncode == 1 and codes == ["nested-too-deep"],
+          f"exit {r.returncode}, {codes}, {text(r.stderr).strip()[:200]}")
+
     # a chunk of 300 dimensions (hostile/too_many_dims, PyTorch's own Metadata classes): refused as a limit, at once
     deep = os.path.join(HOSTILE, "too_many_dims")
     for cmd in (["check", deep], ["inspect", deep]):

@@ -77,6 +77,11 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
     const std::string& fileRel, const std::string& where, bool shared)
 {
     if (value->kind != PyKind::Tensor) {
+        if (path.size() >= static_cast<size_t>(kMaxStateDepth) && m_locatedStorage.holds(value))
+            warn(ReaderCode::NestedTooDeep,
+                "tensors nested deeper than " + std::to_string(kMaxStateDepth)
+                    + " levels are kept inside this value: they are not listed, checked or written as tensors",
+                joinKeyPath(path));
         addValue(std::move(path), value, fileRel);
         return;
     }

@@ -156,6 +156,9 @@ const std::vector<FindingInfo>& findingRegistry()
             "a tensor saved from a lazy conj() or neg view (its bit set): its bytes are stored unresolved and "
             "torch.load "
             "applies the bit, as every read here does; what gather, fix and reshard write holds the values resolved"},
+        {C::NestedTooDeep, "nested-too-deep", S::Warning,
+            "tensors nested deeper than 200 levels are kept inside one value: they are not listed, checked, "
+            "gathered, resharded or compared as tensors (torch.load reads them)"},
         {C::NonFinite, "non-finite", S::Warning,
             "a weight or optimizer state holds NaN or +-inf values (counted as torch.isnan / isposinf / isneginf "
             "count them): torch.load and load_state_dict take them as they are, and the next steps spread them"},

@@ -60,6 +60,8 @@ const std::vector<ReaderCodeInfo>& readerCodeRegistry()
         // a DCP value item holding DTensor/ShardedTensor shards pickled whole: one rank wrote it, the others' shards
         // are not in the checkpoint (why each such tensor's chunk-gap is there)
         {R::ShardedTensorPickled, "sharded-tensor-pickled", F::ChunkGap, true},
+        // a value past kMaxStateDepth that holds tensors: they are not entries (check said "clean" of them)
+        {R::NestedTooDeep, "nested-too-deep", F::NestedTooDeep, true},
     };
     return r;
 }

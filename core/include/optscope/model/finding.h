@@ -85,6 +85,7 @@ enum class FindingCode {
     // structure, found later
     TensorWithoutData,
     LazyBit,
+    NestedTooDeep,
     // values (check, reading every chunk)
     NonFinite,
 };

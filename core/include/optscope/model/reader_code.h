@@ -58,6 +58,7 @@ enum class ReaderCode : unsigned char {
     ZeroElastic,
     RankFilesDisagree,
     ShardedTensorPickled,
+    NestedTooDeep,
 };
 
 struct ReaderCodeInfo
