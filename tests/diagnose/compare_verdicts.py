@@ -23,8 +23,12 @@ def compare(path, want, got):
         return [f"{path}: diagnose skipped ({got['skipped']}), PyTorch: {want}"]
     if not want["loads"] and got.get("loads") and "if_trainable" in got:
         # diagnose said both: loads if the parameters it names are frozen, raises if one is trainable (the files
-        # cannot tell); PyTorch's target trained one, so the second is the prediction
+        # cannot tell), naming the first that is; PyTorch's target trained one, so the second is the prediction
+        named = [n for n in got["assumes_frozen"] if f"'{n}'" in want["message"] or f"'state.{n}." in want["message"]]
         got = dict(got, loads=False, **got["if_trainable"])
+        if named:  # the same message for the one PyTorch met first (a flattened key keeps its state name)
+            got["message"] = got["message"].replace(f"'{got['assumes_frozen'][0]}'", f"'{named[0]}'").replace(
+                f"'state.{got['assumes_frozen'][0]}.", f"'state.{named[0]}.")
     if want["loads"] != got["loads"]:
         return [f"{path}: PyTorch {'loads' if want['loads'] else 'raises ' + want['exception'] + ': ' + want['message']}"
                 f", diagnose {'loads' if got['loads'] else 'raises ' + got['exception'] + ': ' + got['message']}"]

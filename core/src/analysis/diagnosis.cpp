@@ -98,10 +98,12 @@ std::string LoadVerdict::outcomeText() const
         for (size_t i = 0; i < assumedFrozen.size() && i < 3; ++i)
             names += (i ? ", '" : "'") + assumedFrozen[i] + "'";
         if (assumedFrozen.size() > 3) names += " and " + std::to_string(assumedFrozen.size() - 3) + " more";
-        const bool one = assumedFrozen.size() == 1;
-        t += std::string(" if ") + names + (one ? " is" : " are") + " frozen in the model; raises "
-            + ifTrainableException + ": " + ifTrainableMessage + " if " + (one ? "it is" : "one is")
-            + " trainable there";
+        if (assumedFrozen.size() == 1)
+            t += " if " + names + " is frozen in the model; raises " + ifTrainableException + ": " + ifTrainableMessage
+                + " if it is trainable there";
+        else
+            t += " if " + names + " are frozen in the model; raises " + ifTrainableException
+                + " naming the first of them that is trainable there (" + ifTrainableMessage + " if all are)";
     }
     return t;
 }

@@ -126,6 +126,7 @@ LoadVerdict Diagnoser::byNameVerdict(const VerdictFacts& f) const
         namedStateMisfits(f.v, f.listed, f.kind) ? "RuntimeError" : "ok",
         "every trainable model parameter has state under its name");
     if (!assumedFrozen.empty()) {
+        // (the KeyError names the first of them that is trainable there: this one when all are)
         loads.ifTrainableException = "KeyError";
         loads.ifTrainableMessage = missingStateKeyText(f.v, assumedFrozen.front());
         loads.assumedFrozen = std::move(assumedFrozen);
@@ -313,8 +314,14 @@ std::optional<PythonError> Diagnoser::dsdInitError(OptimizerKind kind, const Opt
 
 std::string Diagnoser::firstStateName(const OptimizerView& v)
 {
-    for (const auto& p : v.params)
-        if (!p.states.empty()) return p.states.begin()->first;
+    // the first in the order the optimizer made them (its save's order: Adam's step, then exp_avg), which DSD looks
+    // them up in; the map's alphabetical first (exp_avg) named the wrong key (found by a hunt)
+    for (const auto& p : v.params) {
+        const std::pair<const std::string, const Entry*>* first = nullptr;
+        for (const auto& s : p.states)
+            if (!first || std::less<const Entry*>()(s.second, first->second)) first = &s;
+        if (first) return first->first;
+    }
     return "step";
 }
 

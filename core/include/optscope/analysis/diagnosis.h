@@ -78,7 +78,8 @@ struct LoadVerdict
     std::string why; ///< NotApplicable: why; otherwise what decided it
     /// Loads on an assumption the files cannot settle: these parameters, saved without state, are taken as frozen
     /// in the model (requires_grad=False: no state is looked up for them); were one trainable there, the load
-    /// raises @c ifTrainableException: @c ifTrainableMessage instead (a target optimizer with state says which)
+    /// raises @c ifTrainableException instead, naming the first of them trainable there (@c ifTrainableMessage: when
+    /// all are). A target optimizer that stepped, saved with names, says which
     std::vector<std::string> assumedFrozen;
     std::string ifTrainableException, ifTrainableMessage;
     nlohmann::ordered_json toJson() const;
