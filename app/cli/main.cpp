@@ -340,9 +340,10 @@ int main(int argc, char** argv)
     }
     // help in a job (torchrun and srun start every process with one command line): rank 0 prints it, the others
     // stay quiet, and no process waits for the others to meet (a malformed job environment: printed, as alone)
-    const bool helpAsked
-        = std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; })
-        || args[0] == "help";
+    // (-h as an option's value, '-o -h', is no help: left to the command, job and all)
+    bool helpAsked = args[0] == "help";
+    for (size_t i = 0; i < args.size(); ++i)
+        helpAsked = helpAsked || ((args[i] == "--help" || args[i] == "-h") && (i == 0 || args[i - 1][0] != '-'));
     if (helpAsked) {
         try {
             if (optscope::jobSpecFromEnvironment().rank != 0) return ExitOk;
@@ -428,7 +429,7 @@ int main(int argc, char** argv)
             // that runs check or diff must not read "damaged" or "different" when the store was down
             if (const auto stats = optscope::remoteTransferStats(); rc == ExitFindings && stats.readFailures) {
                 const std::string why = "reading from storage failed (" + std::to_string(stats.readFailures)
-                    + " read(s) given up after retries; the first: " + stats.firstReadFailure
+                    + " read(s) failed, retried where a retry could help; the first: " + stats.firstReadFailure
                     + "): what is reported above as unreadable may be the store's failure, not the checkpoint's";
                 job.reportFailure(why);
                 printError(name, why);

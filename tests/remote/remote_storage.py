@@ -655,8 +655,9 @@ def http_edge_cases():
     """a server that ignores Range (Python's http.server answers 200 with the whole object), and names an index gives
     that need percent-encoding in a URL"""
     port = free_port()
+    plain_log = os.path.join(WORK, "plain_http.log")
     plain = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=DATA,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=open(plain_log, "w"))
     procs.append(plain)
     wait_port(port, "python3 -m http.server", plain)
     t0 = time.monotonic()
@@ -665,6 +666,15 @@ def http_edge_cases():
     record("HTTP: a server that ignores Range is named at once, not retried (before: 200 s and more, 458 requests)",
            f"exit {p.returncode} in {took:.1f} s: {p.stderr.strip()[-160:]}",
            p.returncode == 2 and "does not serve byte ranges" in p.stderr and took < 30)
+    # check of the DCP folder reads every item of its data files: each file is asked for once or twice, not once per
+    # item (86 KB fetched whole about 90 times per command; found by a hunt), and the message counts failed reads
+    before = open(plain_log).read().count("__1_0.distcp")
+    p = cli(["check", f"http://127.0.0.1:{port}/fsdp2_r2"])
+    gets = open(plain_log).read().count("__1_0.distcp") - before
+    record("HTTP: check of a DCP folder on a server that ignores Range: each data file fetched at most twice",
+           f"exit {p.returncode}, __1_0.distcp asked {gets} times: {p.stderr.strip()[-160:]}",
+           p.returncode == 2 and "does not serve byte ranges" in p.stderr and 0 < gets <= 2
+           and "given up after retries" not in p.stderr)
     # its page of a folder's entries (200, text/html) is a folder, whose files the formats look for (before: "is not a
     # torch.save file ... starts with bytes 3c 21 44 4f"); a file small enough for one whole GET needs no Range
     same_as_local("HTTP: a server's HTML page of a folder is the folder", f"http://127.0.0.1:{port}/hf/single",
@@ -856,6 +866,15 @@ def s3_cases():
     shutil.copy(os.path.join(DATA, "diff", "step3.pt"), os.path.join(run, "ckpt_3.pt"))
     shutil.copy(os.path.join(DATA, "diff", "step4.pt"), os.path.join(run, "ckpt_4.pt"))
     shutil.copytree(os.path.join(DATA, "fsdp2_r2"), os.path.join(run, "global_step5"))
+    # a run folder of many entries that are no checkpoint (20 notes) beside two steps: watch asks the store about each
+    # entry from the folder's listing, not once per entry at every look (watch_cases)
+    run_many = os.path.join(up, "run_many")
+    os.makedirs(run_many, exist_ok=True)
+    shutil.copy(os.path.join(DATA, "diff", "step3.pt"), os.path.join(run_many, "ckpt_3.pt"))
+    shutil.copy(os.path.join(DATA, "diff", "step4.pt"), os.path.join(run_many, "ckpt_4.pt"))
+    for i in range(1, 21):
+        with open(os.path.join(run_many, f"note_{i:02d}.txt"), "w") as f:
+            f.write("x\n")
     # a run whose second step is first uploaded broken, then re-uploaded whole with the same size (watch_reupload_case)
     run_etag = os.path.join(up, "run_etag")
     os.makedirs(run_etag, exist_ok=True)
@@ -1088,16 +1107,26 @@ def watch_cases(env):
     l = cli(args + [os.path.join(WORK, "up", "run")])
     def lines(p, root):
         out = []
-        for line in p.stdout.splitlines():
-            j = json.loads(line)
-            j["path"] = j["path"].replace(root, "RUN")
-            out.append(j)
+        for line in p.stdout.splitlines():  # (the root in a reason too: "RUN/note_01.txt: is not a torch.save file")
+            out.append(json.loads(line.replace(json.dumps(root)[1:-1], "RUN")))
         return out
     got, want = lines(r, "s3://ckpt/run"), lines(l, os.path.join(WORK, "up", "run"))
     ok = r.returncode == 0 and len(want) == 3 and got == want
     record("S3: watch --once of a run folder (2 torch.save steps, a DCP step) gives the local folder's lines",
            f"exit {r.returncode}: {[(j.get('step'), j.get('status')) for j in got]}" if ok
            else f"exit {r.returncode}: {r.stderr.strip()[:160]} {got} != {want}", ok)
+    # 22 entries (the last note waited for: 21 lines), each note taking two looks: about 40 looks of one listing
+    # each, plus the reads (it was a listing per entry at every look, 800 and more; 1,952 requests for 30 entries in
+    # the hunt that found it)
+    r = cli(["--remote-stats"] + args + ["s3://ckpt/run_many"], env)
+    l = cli(args + [os.path.join(WORK, "up", "run_many")])
+    got, want = lines(r, "s3://ckpt/run_many"), lines(l, os.path.join(WORK, "up", "run_many"))
+    stats = remote_stats(r)
+    requests = stats[0] if stats else -1
+    ok = r.returncode == 0 and len(want) == 21 and got == want and 0 < requests < 200
+    record("S3: watch --once of a run folder of 22 entries: the local folder's lines, a listing per look",
+           f"exit {r.returncode}, {len(got)} lines, {requests} requests" if ok
+           else f"exit {r.returncode}, {requests} requests: {r.stderr.strip()[-160:]} {got} != {want}", ok)
     if not APP:
         record("app: --watch s3://", "skipped: no GUI in this build", True)
         return

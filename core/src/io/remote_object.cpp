@@ -1568,6 +1568,9 @@ private:
     /// @p background: a fetcher's, given up when the object closes
     void fetchParts(const Part* parts, size_t count, bool background = false) const
     {
+        // a server that answered a Range request with the whole object does not serve ranges: said again at once
+        // (each item of a check fetched the whole file again, about 90 times per command; found by a hunt)
+        if (m_rangesRefused.load()) throw rangesRefusedError();
         const std::string url = requestUrl(m_remote, m_remote.key);
         performRetrying(
             count,
@@ -1610,11 +1613,8 @@ private:
                 // (whether or not the body fitted: a whole object overflows the range's buffer and fails the transfer,
                 // which must not be retried as a network fault, once per range)
                 if (r.status == 200 && !whole) {
-                    const Error e(ErrorKind::Io, m_path,
-                        "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place; "
-                        "download the checkpoint, or serve it with a server that answers Range (nginx, S3, "
-                        "Hugging Face)");
-                    noteReadFailure(e.what());
+                    const Error e = rangesRefusedError();
+                    if (!m_rangesRefused.exchange(true)) noteReadFailure(e.what());
                     throw e;
                 }
                 const bool shortBody = r.curl == CURLE_OK && (r.status == 206 || r.status == 200);
@@ -1632,7 +1632,15 @@ private:
             });
     }
 
+    Error rangesRefusedError() const
+    {
+        return Error(ErrorKind::Io, m_path,
+            "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place; download "
+            "the checkpoint, or serve it with a server that answers Range (nginx, S3, Hugging Face)");
+    }
+
     RemoteUrl m_remote;
+    mutable std::atomic<bool> m_rangesRefused {false}; ///< a Range request was answered with the whole object
     std::string m_etag; ///< sent as If-Match (a strong ETag only)
     std::string m_seenEtag; ///< the ETag the object was opened with, weak or strong
     int64_t m_seenModified = 0; ///< its Last-Modified (ObjectInfo::lastModified)
@@ -2258,6 +2266,9 @@ std::vector<std::string> remoteFolderEntries(const std::string& url)
     names.reserve(l.entries.size());
     for (const auto& [name, info] : l.entries)
         if (!name.empty()) names.push_back(name);
+    // a folder listed is known as one: what is then asked of its entries is answered from this listing (watch asked
+    // the store once per entry of a run folder, at every look: N^2 requests; found by a hunt)
+    if (!names.empty()) g_objects.try_emplace(folder).first->second.kind = LocationKind::Folder;
     return names;
 }
 
