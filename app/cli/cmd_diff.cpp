@@ -6,6 +6,7 @@
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/job.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -106,8 +107,15 @@ int runDiff(const std::vector<std::string>& argv)
                   << " only in A, " << report.count(DiffStatus::OnlyB) << " only in B"
                   << (options.rtol > 0 || options.atol > 0
                              ? " (rtol " + number(options.rtol) + ", atol " + number(options.atol) + ")"
-                             : " (bit-identical)")
-                  << "\n";
+                             : " (bit-identical)");
+        // equal with a reason: equal as far as compared (the data of tensors inside a value not read): not hidden
+        // behind the summary's "bit-identical"
+        const size_t partly = static_cast<size_t>(std::count_if(report.entries.begin(), report.entries.end(),
+            [](const DiffEntry& e) { return e.status == DiffStatus::Equal && !e.reason.empty(); }));
+        if (partly)
+            std::cout << "; " << partly << " of the equal compared in part only (the data of tensors inside a value"
+                      << (args.has("--all") ? ": the reason above)" : ": --all lists them)");
+        std::cout << "\n";
     }
     return report.equal ? ExitOk : ExitFindings;
 }
