@@ -108,10 +108,10 @@ int runDiff(const std::vector<std::string>& argv)
                   << (options.rtol > 0 || options.atol > 0
                              ? " (rtol " + number(options.rtol) + ", atol " + number(options.atol) + ")"
                              : " (bit-identical)");
-        // equal with a reason: equal as far as compared (the data of tensors inside a value not read): not hidden
-        // behind the summary's "bit-identical"
-        const size_t partly = static_cast<size_t>(std::count_if(report.entries.begin(), report.entries.end(),
-            [](const DiffEntry& e) { return e.status == DiffStatus::Equal && !e.reason.empty(); }));
+        // equal as far as compared (the data of tensors inside a value not read): not hidden behind the summary's
+        // "bit-identical"
+        const size_t partly = static_cast<size_t>(std::count_if(
+            report.entries.begin(), report.entries.end(), [](const DiffEntry& e) { return e.comparedInPart; }));
         if (partly)
             std::cout << "; " << partly << " of the equal compared in part only (the data of tensors inside a value"
                       << (args.has("--all") ? ": the reason above)" : ": --all lists them)");

@@ -37,8 +37,8 @@ namespace optscope {
 // output byte for byte
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffRank, rank, numel, numDiff, maxAbsDiff)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, key, keyA, keyB, type, status, reason, match, shapeA, shapeB, dtypeA,
-    dtypeB, numel, valuesCompared, unreadable, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs, nanA, nanB, infA,
-    infB, ranks, valueA, valueB, histogramEdges, histogramCounts)
+    dtypeB, numel, valuesCompared, unreadable, comparedInPart, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs,
+    nanA, nanB, infA, infB, ranks, valueA, valueB, histogramEdges, histogramCounts)
 
 const char* diffStatusName(DiffStatus status)
 {
@@ -695,6 +695,7 @@ void compareValues(
     const ValueComparison c = compareValueEntries(cpA, *a.entry, va, cpB, *b.entry, vb, opt.rtol, opt.atol);
     d.status = c.equal ? DiffStatus::Equal : DiffStatus::Changed;
     d.reason = c.reason;
+    d.comparedInPart = c.equal && c.partly;
 }
 
 std::string joinHow(const std::vector<std::string>& a, const std::vector<std::string>& b)

@@ -59,6 +59,7 @@ public:
             // past the recursion bound: the structure and numbers (JSON), not the bytes of tensors inside, which it
             // does not hold; said, not passed off as equal data (a changed tensor 400 lists deep read "bit-identical")
             if (valueToJson(a) != valueToJson(b)) return differ("values differ");
+            partly = true;
             if (reason.empty())
                 reason = "nested deeper than 256 levels: compared by structure and numbers, the data of tensors inside "
                          "is not compared";
@@ -113,6 +114,7 @@ public:
     }
 
     std::string reason;
+    bool partly = false; ///< past the depth bound: tensors inside compared by structure only
     std::vector<std::pair<const PyStorageInfo*, const PyStorageInfo*>> storagePairs;
     /// tensors inside: the elements their views look at (the same layout on both sides), not their whole storages
     struct ViewPair
@@ -290,15 +292,18 @@ ValueComparison compareValueEntries(const Checkpoint& a, const Entry& entryA, co
     ValueComparison out;
     out.equal = c.equal(valueA, valueB);
     out.reason = c.reason;
+    out.partly = c.partly;
     if (!out.equal || (c.storagePairs.empty() && c.viewPairs.empty())) return out;
     if (entryA.valueFile.empty() || entryB.valueFile.empty()) {
         out.reason = "the data of the tensors inside is not compared (where their bytes are is not known)";
+        out.partly = true;
         return out;
     }
     const auto fileA = a.files->open(entryA.valueFile), fileB = b.files->open(entryB.valueFile);
     for (const auto& [sa, sb] : c.storagePairs) {
         if (!sa->located || !sb->located) {
             out.reason = "the data of a tensor inside is not compared (the archive does not hold it)";
+            out.partly = true;
             continue;
         }
         if (!sameBytes(*fileA, *sa, *fileB, *sb)) {
@@ -310,6 +315,7 @@ ValueComparison compareValueEntries(const Checkpoint& a, const Entry& entryA, co
     for (const auto& v : c.viewPairs) {
         if (!v.a->located || !v.b->located) {
             out.reason = "the data of a tensor inside is not compared (the archive does not hold it)";
+            out.partly = true;
             continue;
         }
         const std::optional<bool> same = sameViewBytes(*fileA, *v.a, *fileB, *v.b, *v.view);

@@ -25,6 +25,7 @@ struct ValueComparison
 {
     bool equal = true;
     std::string reason; ///< why not equal ("type int -> str", "values differ", ...), or what was not compared
+    bool partly = false; ///< equal as far as compared: the data of tensors inside was not (all) compared
 };
 
 ValueComparison compareValueEntries(const Checkpoint& a, const Entry& entryA, const PyValue* valueA,

@@ -69,6 +69,8 @@ struct DiffEntry
     /// numbers below say nothing)
     bool valuesCompared = false;
     bool unreadable = false; ///< Changed because one side could not be read (reason says why), not a difference
+    /// Equal as far as compared: the data of tensors inside a value was not (all) compared (reason says why)
+    bool comparedInPart = false;
     int64_t numDiff = 0; ///< elements outside the tolerance (bitwise different when rtol = atol = 0)
     double maxAbsDiff = 0.0;
     double maxRelDiff = 0.0; ///< max |a - b| / |b| over elements with b != 0
