@@ -16,6 +16,7 @@
 #include <map>
 #include <random>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 #include <unordered_set>
 
@@ -270,8 +271,14 @@ public:
     ~TempDir()
     {
         if (!committed) {
+            // the job's other processes may still remove or create files in it as they stop (remove_all then fails
+            // part-way, or the folder is not empty at its end): tried again for up to a second until it is gone
             std::error_code ec;
-            fs::remove_all(path, ec);
+            for (int i = 0; i < 50; ++i) {
+                fs::remove_all(path, ec);
+                if (!fs::exists(path, ec)) break;
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
         }
     }
     fs::path path;
