@@ -60,6 +60,9 @@ struct Command
     std::string synopsis; ///< one line for the command list
     std::string usage; ///< full help text
     int (*run)(const std::vector<std::string>& args);
+    /// set for the commands that split their work over the processes of a torchrun/srun job: their options, so
+    /// that a job's processes know before they meet whether the command line asks for help
+    std::vector<OptionSpec> (*jobOptions)() = nullptr;
 };
 
 const std::vector<Command>& commands();

@@ -12,12 +12,16 @@
 
 namespace optscope::cli {
 
+std::vector<OptionSpec> checkOptions()
+{
+    return {{"--json", false, "print JSON"}, {"--no-data", false, "metadata only"},
+        {"--no-crc", false, "do not verify the CRC-32 of zip records (reads every byte once)"},
+        {"--help", false, "show this help", "-h"}};
+}
+
 int runCheck(const std::vector<std::string>& argv)
 {
-    const Args args(argv,
-        {{"--json", false, "print JSON"}, {"--no-data", false, "metadata only"},
-            {"--no-crc", false, "do not verify the CRC-32 of zip records (reads every byte once)"},
-            {"--help", false, "show this help", "-h"}});
+    const Args args(argv, checkOptions());
     if (args.has("--help")) {
         std::cout << args.help("check");
         return ExitOk;

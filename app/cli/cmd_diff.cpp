@@ -24,15 +24,19 @@ std::string number(double v)
 
 } // namespace
 
+std::vector<OptionSpec> diffOptions()
+{
+    return {{"--rtol", true, "relative tolerance"}, {"--atol", true, "absolute tolerance"},
+        {"--ranks", true, "compare two ranks of one checkpoint: R1,R2"}, {"--json", false, "print JSON"},
+        {"--csv", false, "print CSV (a row per key and per rank)"}, {"--all", false, "also list equal entries"},
+        {"--threads", true, "threads"},
+        {"--engine", true, "auto (fused kernel, ATen for other dtypes) or aten (ATen ops only, the reference)"},
+        {"--help", false, "show this help", "-h"}};
+}
+
 int runDiff(const std::vector<std::string>& argv)
 {
-    const Args args(argv,
-        {{"--rtol", true, "relative tolerance"}, {"--atol", true, "absolute tolerance"},
-            {"--ranks", true, "compare two ranks of one checkpoint: R1,R2"}, {"--json", false, "print JSON"},
-            {"--csv", false, "print CSV (a row per key and per rank)"}, {"--all", false, "also list equal entries"},
-            {"--threads", true, "threads"},
-            {"--engine", true, "auto (fused kernel, ATen for other dtypes) or aten (ATen ops only, the reference)"},
-            {"--help", false, "show this help", "-h"}});
+    const Args args(argv, diffOptions());
     if (args.has("--help")) {
         std::cout << args.help("diff");
         return ExitOk;

@@ -11,12 +11,16 @@
 
 namespace optscope::cli {
 
+std::vector<OptionSpec> gatherOptions()
+{
+    return {{"--output", true, "output torch.save file", "-o"}, {"--only", true, "only keys with this prefix"},
+        {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"},
+        {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}};
+}
+
 int runGather(const std::vector<std::string>& argv)
 {
-    const Args args(argv,
-        {{"--output", true, "output torch.save file", "-o"}, {"--only", true, "only keys with this prefix"},
-            {"--device", true, "cpu or cuda"}, {"--json", false, "print a JSON summary"},
-            {"--no-fsync", false, "skip fsync before the final rename"}, {"--help", false, "show this help", "-h"}});
+    const Args args(argv, gatherOptions());
     if (args.has("--help")) {
         std::cout << args.help("gather");
         return ExitOk;

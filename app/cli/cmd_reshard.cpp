@@ -26,14 +26,18 @@ int parseWorldSize(const Args& args)
     }
 }
 
+std::vector<OptionSpec> reshardOptions()
+{
+    return {{"--world-size", true, "target world size M"}, {"--output", true, "output folder", "-o"},
+        {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--device", true, "cpu or cuda"},
+        {"--json", false, "print a JSON summary"}, {"--no-fsync", false, "skip fsync before the final rename"},
+        {"--dry-run", false, "plan only: print what would be written, read and write no data"},
+        {"--help", false, "show this help", "-h"}};
+}
+
 int runReshard(const std::vector<std::string>& argv)
 {
-    const Args args(argv,
-        {{"--world-size", true, "target world size M"}, {"--output", true, "output folder", "-o"},
-            {"--layout", true, "fsdp2 (default) or fsdp1"}, {"--device", true, "cpu or cuda"},
-            {"--json", false, "print a JSON summary"}, {"--no-fsync", false, "skip fsync before the final rename"},
-            {"--dry-run", false, "plan only: print what would be written, read and write no data"},
-            {"--help", false, "show this help", "-h"}});
+    const Args args(argv, reshardOptions());
     if (args.has("--help")) {
         std::cout << args.help("reshard");
         return ExitOk;

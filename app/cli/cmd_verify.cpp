@@ -11,12 +11,16 @@
 
 namespace optscope::cli {
 
+std::vector<OptionSpec> verifyOptions()
+{
+    return {{"--world-size", true, "M"}, {"--device", true, "cpu or cuda"}, {"--against", true, "a resharded copy"},
+        {"--keep", true, "keep the resharded checkpoint in this new folder"}, {"--json", false, "print JSON"},
+        {"--csv", false, "print CSV (a row per key and per rank)"}, {"--help", false, "show this help", "-h"}};
+}
+
 int runVerify(const std::vector<std::string>& argv)
 {
-    const Args args(argv,
-        {{"--world-size", true, "M"}, {"--device", true, "cpu or cuda"}, {"--against", true, "a resharded copy"},
-            {"--keep", true, "keep the resharded checkpoint in this new folder"}, {"--json", false, "print JSON"},
-            {"--csv", false, "print CSV (a row per key and per rank)"}, {"--help", false, "show this help", "-h"}});
+    const Args args(argv, verifyOptions());
     if (args.has("--help")) {
         std::cout << args.help("verify");
         return ExitOk;

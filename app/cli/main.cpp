@@ -18,13 +18,6 @@ namespace optscope::cli {
 
 namespace {
 
-/// the commands that split their work over the processes of a torchrun/srun job
-bool runsAsJob(const std::string& command)
-{
-    return command == "gather" || command == "reshard" || command == "verify" || command == "diff"
-        || command == "check";
-}
-
 std::string signalName(int sig)
 {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
@@ -110,11 +103,16 @@ void checkSameCommandLine(const std::vector<std::string>& args)
 int runInspect(const std::vector<std::string>& argv);
 int runDevices(const std::vector<std::string>& argv);
 int runGather(const std::vector<std::string>& argv);
+std::vector<OptionSpec> gatherOptions();
 int runCheck(const std::vector<std::string>& argv);
+std::vector<OptionSpec> checkOptions();
 int runReshard(const std::vector<std::string>& argv);
+std::vector<OptionSpec> reshardOptions();
 int runVerify(const std::vector<std::string>& argv);
+std::vector<OptionSpec> verifyOptions();
 int runUnflatten(const std::vector<std::string>& argv);
 int runDiff(const std::vector<std::string>& argv);
+std::vector<OptionSpec> diffOptions();
 int runWatch(const std::vector<std::string>& argv);
 int runDiagnose(const std::vector<std::string>& argv);
 int runFix(const std::vector<std::string>& argv);
@@ -154,7 +152,7 @@ const std::vector<Command>& commands()
             "  --device cpu|cuda    assemble in host memory (default) or on the local GPUs\n"
             "  --no-fsync           skip the fsync before the final rename (faster; not crash-safe)\n"
             "Exit status: 0 written, 2 error (the checkpoint is incomplete, unreadable, or bad usage).\n",
-            runGather},
+            runGather, gatherOptions},
         {"check", "structural findings: coverage, overlaps, bounds, missing files, empty state, step",
             "usage: optscope-cli check PATH [--json] [--no-data] [--no-crc]\n"
             "\n"
@@ -167,7 +165,7 @@ const std::vector<Command>& commands()
             "  --no-data   metadata only: do not open the chunks themselves (no CRC, no non-finite counts)\n"
             "  --no-crc    do not verify the CRC-32 of zip records\n"
             "Exit status: 0 clean, 1 findings, 2 unreadable input or bad usage.\n",
-            runCheck},
+            runCheck, checkOptions},
         {"diff", "compare two checkpoints (any formats, world sizes, key styles), key by key and number by number",
             "usage: optscope-cli diff A B [--rtol R] [--atol A] [--all] [--engine auto|aten] [--json|--csv]\n"
             "       optscope-cli diff PATH --ranks R1,R2 [--json]\n"
@@ -191,7 +189,7 @@ const std::vector<Command>& commands()
             "\"max_abs_diff\",\n"
             "                      \"max_rel_diff\", \"rms_diff\", \"num_diff\", \"numel\", ...}]}\n"
             "Exit status: 0 equal within tolerance, 1 different, 2 error.\n",
-            runDiff},
+            runDiff, diffOptions},
         {"diagnose", "explain missing/unexpected-key errors: what is wrong, PyTorch's error, the fix",
             "usage: optscope-cli diagnose OPTIM [--model MODEL] [--target-optim TARGET] [--world-size M] [--json]\n"
             "\n"
@@ -276,7 +274,7 @@ const std::vector<Command>& commands()
             "  --no-fsync           skip the fsync of each file before the final rename\n"
             "  --dry-run            plan only: chunks and bytes per target rank; reads and writes no tensor data\n"
             "Exit status: 0 written (or planned), 2 error.\n",
-            runReshard},
+            runReshard, reshardOptions},
         {"verify", "reshard to M ranks, load each rank's shard, gather back, compare bit for bit",
             "usage: optscope-cli verify PATH [--world-size M] [--device cpu|cuda] [--keep DIR] [--json|--csv]\n"
             "       optscope-cli verify PATH --against RESHARDED [--json|--csv]\n"
@@ -291,7 +289,7 @@ const std::vector<Command>& commands()
             "  --against B     compare PATH with B, a resharded copy made by any tool (PyTorch itself, say),\n"
             "                  per key and per chunk of B\n"
             "Exit status: 0 bit-identical, 1 not, 2 error.\n",
-            runVerify},
+            runVerify, verifyOptions},
         {"watch", "follow a training run's checkpoint folder: what each new step changed",
             "usage: optscope-cli watch DIR [--once] [--interval S] [--json] [--top N] [--rtol R] [--atol A]\n"
             "\n"
@@ -341,9 +339,21 @@ int main(int argc, char** argv)
     // help in a job (torchrun and srun start every process with one command line): rank 0 prints it, the others
     // stay quiet, and no process waits for the others to meet (a malformed job environment: printed, as alone)
     // (-h as an option's value, '-o -h', is no help: left to the command, job and all)
-    bool helpAsked = args[0] == "help";
-    for (size_t i = 0; i < args.size(); ++i)
-        helpAsked = helpAsked || ((args[i] == "--help" || args[i] == "-h") && (i == 0 || args[i - 1][0] != '-'));
+    // a job's command reads its line with its own options ('--json --help' is help, '-o -h' names an output -h);
+    // a line it cannot read is no help, and fails alike in every process; any other command is run alone in any
+    // case, and its help is any --help or -h not right after another option
+    bool helpAsked = args[0] == "help" || args[0] == "--help" || args[0] == "-h";
+    const auto command
+        = std::find_if(commands().begin(), commands().end(), [&](const Command& c) { return c.name == args[0]; });
+    if (command != commands().end() && command->jobOptions) {
+        try {
+            helpAsked
+                = Args(std::vector<std::string>(args.begin() + 1, args.end()), command->jobOptions()).has("--help");
+        } catch (const UsageError&) { }
+    } else {
+        for (size_t i = 0; i < args.size(); ++i)
+            helpAsked = helpAsked || ((args[i] == "--help" || args[i] == "-h") && (i == 0 || args[i - 1][0] != '-'));
+    }
     if (helpAsked) {
         try {
             if (optscope::jobSpecFromEnvironment().rank != 0) return ExitOk;
@@ -401,10 +411,14 @@ int main(int argc, char** argv)
         try {
             if (helpAsked) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
             const optscope::JobSpec spec = optscope::jobSpecFromEnvironment();
-            if (spec.size > 1 && !runsAsJob(name))
+            if (spec.size > 1 && !c.jobOptions) {
+                std::string jobCommands;
+                for (const auto& other : commands())
+                    if (other.jobOptions) jobCommands += (jobCommands.empty() ? "" : ", ") + other.name;
                 throw UsageError("'" + name + "' runs as one process, but this is rank " + std::to_string(spec.rank)
                     + " of " + std::to_string(spec.size) + " (" + spec.launcher
-                    + " variables are set); run it alone. As a job: gather, reshard, verify, diff, check");
+                    + " variables are set); run it alone. As a job: " + jobCommands);
+            }
             optscope::Job::join(spec);
         } catch (const UsageError& e) {
             printError(name, e.what());

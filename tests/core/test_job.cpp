@@ -19,10 +19,10 @@ using namespace optscope;
 
 namespace {
 
-const char* const kJobVariables[]
-    = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-        "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "OPTSCOPE_JOB_TIMEOUT",
-        "OPTSCOPE_JOB_STALL_TIMEOUT", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
+const char* const kJobVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+    "SLURM_NTASKS", "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
+    "OPTSCOPE_JOB_TIMEOUT", "OPTSCOPE_JOB_STALL_TIMEOUT", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS"};
 
 /// sets the variables for one test and restores the process's environment afterwards
 class Environment
@@ -139,6 +139,15 @@ TEST(Job, SlurmVariablesCountOnlyWithMasterPort)
         Environment env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}});
         EXPECT_EQ(jobSpecFromEnvironment().size, 1);
     }
+    {
+        // a step of one task (srun -n 1 inside a larger allocation): one process
+        Environment env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_NUM_TASKS", "1"}});
+        EXPECT_EQ(jobSpecFromEnvironment().size, 1);
+    }
+    // srun -n 4 without MASTER_PORT: four copies of the whole command on one output; refused, saying what to give
+    const std::string many = usageError({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_NUM_TASKS", "4"}});
+    EXPECT_NE(many.find("srun started this command as 4 tasks"), std::string::npos) << many;
+    EXPECT_NE(many.find("MASTER_PORT"), std::string::npos) << many;
     Environment env({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"MASTER_ADDR", "n0"},
         {"MASTER_PORT", "29501"}});
     const JobSpec s = jobSpecFromEnvironment();

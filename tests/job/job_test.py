@@ -410,7 +410,9 @@ def faults():
 
     # --help in a job: rank 0 prints it, the others stay quiet; none waits for the others (here rank 0 is not even
     # started; each printed it, the command's after a rendezvous)
-    for helped in (["--help"], ["reshard", "--help"], ["check", "-h"]):
+    # ('--json --help': help after a flag that takes no value; it joined the job and printed on every rank)
+    for helped in (["--help"], ["reshard", "--help"], ["check", "-h"], ["gather", "--json", "--help"],
+                   ["diff", "--all", "-h", "x"]):
         port = servers.free_port()
         procs = [start(1, 3, port, helped), start(2, 3, port, helped)]
         outs = [p.communicate(timeout=bound) for p in procs]
@@ -418,6 +420,14 @@ def faults():
         check(all(p.returncode == 0 and o == ("", "") for p, o in zip(procs, outs)) and zero.returncode == 0
               and "usage" in zero.stdout.lower(), f"{' '.join(helped)} in a job: only rank 0 prints it, at once "
               f"({[p.returncode for p in procs]}, {outs}, rank 0: {zero.returncode} {zero.stdout[:80]!r})")
+
+    # an output named -h ('-o -h') is no help: the job runs and writes it (the help check reads the command's options)
+    port = servers.free_port()
+    hargs = ["gather", os.path.join(DATA, "fsdp2_r3"), "-o", "-h"]
+    codes, errs, secs = finish([start(r, 2, port, hargs, cwd=parent) for r in range(2)], bound)
+    check(codes == [0, 0] and os.path.isfile(os.path.join(parent, "-h")),
+          f"'-o -h' in a job is an output, not help ({codes}; {errs[0].strip()[-200:]})")
+    os.remove(os.path.join(parent, "-h"))
 
     not_shared(parent, bound)
     self_connect(bound)
@@ -1042,6 +1052,14 @@ PartitionName=optscope Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSu
             check(same and p.stdout.count('"output"') == 1,
                   f"srun -n 3 {command[0]}: one job, the one-process output byte for byte (exit {p.returncode}; "
                   f"{p.stdout.count(chr(34) + 'output' + chr(34))} reports; {p.stderr.strip()[-300:]})")
+        # srun -n 2 without MASTER_PORT: each task ran the whole gather alone, two copies racing on one output
+        dest = os.path.join(here, "srun", "no-port.pt")
+        alone = {k: v for k, v in job.items() if k != "MASTER_PORT"}
+        p = subprocess.run([srun, "-n", "2", "-O", CLI, "gather", src, "-o", dest], env=alone, capture_output=True,
+                           text=True, timeout=300)
+        check(p.returncode != 0 and p.stderr.count("srun started this command as 2 tasks") == 2
+              and not os.path.exists(dest), f"srun -n 2 without MASTER_PORT: refused by both tasks, nothing written "
+              f"(exit {p.returncode}; {p.stderr.strip()[-300:]})")
     finally:
         servers.stop(procs)
 

@@ -12,7 +12,7 @@ while [ "$r" -lt "$n" ]; do
         MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n GROUP_RANK=0 \
             ROLE_RANK=$r ROLE_WORLD_SIZE=$n TORCHELASTIC_RESTART_COUNT=0 "$@" >"$logs/rank$r.out" 2>"$logs/rank$r.err" &
     else
-        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SLURM_PROCID=$r SLURM_NTASKS=$n SLURM_LOCALID=$r SLURM_NODEID=0 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SLURM_PROCID=$r SLURM_NTASKS=$n SLURM_STEP_NUM_TASKS=$n SLURM_LOCALID=$r SLURM_NODEID=0 \
             SLURM_NNODES=1 SLURM_TASKS_PER_NODE=$n "$@" >"$logs/rank$r.out" 2>"$logs/rank$r.err" &
     fi
     eval "pid$r=\$!"

@@ -120,6 +120,14 @@ JobSpec jobSpecFromEnvironment()
         if (!envInt("SLURM_NTASKS_PER_NODE", 1, 1 << 24, localSize))
             if (const char* t = std::getenv("SLURM_TASKS_PER_NODE")) localSize = std::max(1L, std::atol(t));
         spec.launcher = "slurm";
+    } else if (long stepTasks = 1; !std::getenv("MASTER_PORT") && std::getenv("SLURM_PROCID")
+               && envInt("SLURM_STEP_NUM_TASKS", 1, 1 << 24, stepTasks) && stepTasks > 1) {
+        // a task of a step that srun started several times (only srun sets SLURM_STEP_NUM_TASKS, a batch script's
+        // shell does not): without MASTER_PORT each task ran the whole command alone, N copies racing on one output
+        throw Error(ErrorKind::Usage, {},
+            "srun started this command as " + std::to_string(stepTasks)
+                + " tasks (SLURM_STEP_NUM_TASKS), but MASTER_ADDR and MASTER_PORT are not set: give them (the host "
+                  "of task 0 and a free port there) to run it as one job, or start one task (srun -n 1)");
     }
     // before a job of one is taken as no job: RANK=2 WORLD_SIZE=1 ran alone, published its output, and left the
     // job's other processes to fail
