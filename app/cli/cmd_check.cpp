@@ -37,7 +37,7 @@ int runCheck(const std::vector<std::string>& argv)
     const bool rootAlone = job.distributed() && !options.readChunks;
     if (rootAlone && !job.isRoot()) return job.broadcast("check-status", {}) == "clean" ? ExitOk : ExitFindings;
     const Progress progress = terminalProgress();
-    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    CheckpointPtr cp = keptUntilExit(openCheckpoint(args.positional()[0], progress));
     const CheckReport report = checkCheckpoint(*cp, options, progress);
     finishTerminalProgress();
     if (rootAlone) job.broadcast("check-status", report.clean() ? "clean" : "findings");

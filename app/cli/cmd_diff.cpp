@@ -52,7 +52,7 @@ int runDiff(const std::vector<std::string>& argv)
             throw UsageError("--engine is auto or aten, got '" + *e + "'");
     }
     const Progress progress = terminalProgress();
-    DiffReport report;
+    DiffReport& report = *keptUntilExit(std::make_shared<DiffReport>());
     if (auto ranks = args.value("--ranks")) {
         if (args.positional().size() != 1) throw UsageError("diff --ranks R1,R2 takes one PATH");
         const auto comma = ranks->find(',');
@@ -64,12 +64,12 @@ int runDiff(const std::vector<std::string>& argv)
         } catch (...) {
             throw UsageError("--ranks needs two ranks, e.g. --ranks 0,1");
         }
-        CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+        CheckpointPtr cp = keptUntilExit(openCheckpoint(args.positional()[0], progress));
         report = diffRanks(*cp, r1, r2, options, progress);
     } else {
         if (args.positional().size() != 2) throw UsageError("diff takes two paths A and B");
-        CheckpointPtr a = openCheckpoint(args.positional()[0], progress);
-        CheckpointPtr b = openCheckpoint(args.positional()[1], progress);
+        CheckpointPtr a = keptUntilExit(openCheckpoint(args.positional()[0], progress));
+        CheckpointPtr b = keptUntilExit(openCheckpoint(args.positional()[1], progress));
         report = diffCheckpoints(*a, *b, options, progress);
     }
     finishTerminalProgress();

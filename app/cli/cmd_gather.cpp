@@ -33,7 +33,7 @@ int runGather(const std::vector<std::string>& argv)
     options.device = computeDeviceFromName(args.value("--device").value_or("cpu"));
     options.write.fsync = !args.has("--no-fsync");
     const Progress progress = terminalProgress();
-    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    CheckpointPtr cp = keptUntilExit(openCheckpoint(args.positional()[0], progress));
     const GatherResult r = gatherCheckpoint(*cp, *out, options, progress);
     finishTerminalProgress();
     if (!Job::current().isRoot()) return ExitOk; // rank 0 speaks for the job

@@ -135,9 +135,9 @@ int run(const std::vector<std::string>& argv)
         }
     }
     const Progress progress = terminalProgress();
-    CheckpointPtr cp = args.has("--raw") ? openCheckpointFile(args.positional()[0], progress)
-                                         : openCheckpoint(args.positional()[0], progress);
-    InspectReport report = inspectCheckpoint(*cp, options, progress);
+    CheckpointPtr cp = keptUntilExit(args.has("--raw") ? openCheckpointFile(args.positional()[0], progress)
+                                                       : openCheckpoint(args.positional()[0], progress));
+    InspectReport& report = *keptUntilExit(std::make_shared<InspectReport>(inspectCheckpoint(*cp, options, progress)));
     finishTerminalProgress();
     if (args.has("--json")) {
         writeInspectJson(std::cout, *cp, report, options);

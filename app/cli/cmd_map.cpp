@@ -30,11 +30,11 @@ int runMap(const std::vector<std::string>& argv)
     if (args.positional().size() != 1) throw UsageError("map takes exactly one OPTIM path");
     if (args.has("--json") && args.has("--csv")) throw UsageError("--json and --csv exclude each other");
     const Progress progress = terminalProgress();
-    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    CheckpointPtr cp = keptUntilExit(openCheckpoint(args.positional()[0], progress));
     CheckpointPtr model;
     std::optional<ModelParams> reference;
     if (auto m = args.value("--model")) {
-        model = openCheckpoint(*m, progress);
+        model = keptUntilExit(openCheckpoint(*m, progress));
         reference = ModelParams::fromCheckpoint(*model);
     }
     ParamTableOptions options;

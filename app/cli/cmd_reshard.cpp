@@ -52,7 +52,7 @@ int runReshard(const std::vector<std::string>& argv)
     options.write.fsync = !args.has("--no-fsync");
     options.device = computeDeviceFromName(args.value("--device").value_or("cpu"));
     const Progress progress = terminalProgress();
-    CheckpointPtr cp = openCheckpoint(args.positional()[0], progress);
+    CheckpointPtr cp = keptUntilExit(openCheckpoint(args.positional()[0], progress));
     if (dryRun) {
         const ReshardSummary s = summarizeReshard(*cp, options);
         finishTerminalProgress();

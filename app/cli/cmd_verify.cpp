@@ -27,14 +27,14 @@ int runVerify(const std::vector<std::string>& argv)
     }
     if (args.positional().size() != 1) throw UsageError("verify takes exactly one PATH");
     const Progress progress = terminalProgress();
-    CheckpointPtr src = openCheckpoint(args.positional()[0], progress);
+    CheckpointPtr src = keptUntilExit(openCheckpoint(args.positional()[0], progress));
     VerifyReport report;
     if (const auto against = args.value("--against")) {
         if (Job::current().distributed())
             throw UsageError("--against runs as one process; as a job, verify reshards and compares by load");
         if (args.has("--world-size") || args.has("--keep"))
             throw UsageError("--against compares two existing checkpoints; --world-size and --keep do not apply");
-        CheckpointPtr other = openCheckpoint(*against, progress);
+        CheckpointPtr other = keptUntilExit(openCheckpoint(*against, progress));
         report = verifyAgainst(*src, *other, progress);
     } else {
         VerifyOptions options;
