@@ -558,6 +558,22 @@ TEST(PickleOpcodes, DictReplacesDuplicateKeys)
     EXPECT_PICKLE_ERROR(Pk().op(op::MARK).int1(1).op(op::DICT).stop(), ErrorKind::Format, 3); // odd items
 }
 
+TEST(DictIndex, KeysOfOneHashAreToldApartByTheCaller)
+{
+    // the index keeps hashes, not keys: two keys of one hash are both found, each by its own position
+    DictIndex index;
+    EXPECT_EQ(index.find(7, [](size_t) { return true; }), DictIndex::npos);
+    index.insert(7, 0);
+    index.insert(7, 2);
+    for (size_t i = 2; i < 2000; ++i) // grows past its first tables, every position still found
+        index.insert(DictIndex::hashOf(std::to_string(i)), 2 * i);
+    EXPECT_EQ(index.find(7, [](size_t at) { return at == 2; }), 2u);
+    EXPECT_EQ(index.find(7, [](size_t at) { return at == 0; }), 0u);
+    EXPECT_EQ(index.find(7, [](size_t) { return false; }), DictIndex::npos);
+    for (size_t i = 2; i < 2000; ++i)
+        ASSERT_EQ(index.find(DictIndex::hashOf(std::to_string(i)), [&](size_t at) { return at == 2 * i; }), 2 * i);
+}
+
 TEST(PickleOpcodes, SetItemAndSetItems)
 {
     // SETITEM on an existing key replaces the value

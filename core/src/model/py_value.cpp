@@ -86,8 +86,9 @@ const PyValue* PyValue::get(std::string_view key) const
         // rendered as 's' <length> ':' <text> (a linear scan made DCP's planner_data lookups quadratic)
         std::string h = "s" + std::to_string(key.size()) + ":";
         h.append(key);
-        auto found = container->index->find(dictIndexKey(std::move(h)));
-        return found == container->index->end() ? nullptr : it[found->second + 1];
+        const size_t found = container->index->find(
+            DictIndex::hashOf(h), [&](size_t at) { return it[at]->kind == PyKind::Str && it[at]->text == key; });
+        return found == DictIndex::npos ? nullptr : it[found + 1];
     }
     for (size_t i = 0; i + 1 < it.size(); i += 2) {
         if (it[i]->kind == PyKind::Str && it[i]->text == key) return it[i + 1];

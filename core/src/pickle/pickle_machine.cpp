@@ -593,17 +593,23 @@ void Machine::setItem(PyValue* target, PyValue* key, PyValue* value)
                 c.items.push_back(value);
                 return;
             }
-            c.index = std::make_unique<std::unordered_map<std::string, size_t>>();
+            c.index = std::make_unique<DictIndex>();
             for (size_t i = 0; i < c.items.size(); i += 2) {
                 std::string other;
-                if (hashKey(c.items[i], other)) c.index->emplace(dictIndexKey(std::move(other)), i);
+                if (hashKey(c.items[i], other)) c.index->insert(DictIndex::hashOf(other), i);
             }
         }
-        auto [it, inserted] = c.index->emplace(dictIndexKey(std::move(h)), c.items.size());
-        if (!inserted) {
-            c.items[it->second + 1] = value;
+        // the hash matched: the key there is this one when its rendering is the same (a 64-bit hash rarely lies)
+        const uint64_t hash = DictIndex::hashOf(h);
+        const size_t found = c.index->find(hash, [&](size_t at) {
+            std::string other;
+            return hashKey(c.items[at], other) && other == h;
+        });
+        if (found != DictIndex::npos) {
+            c.items[found + 1] = value;
             return;
         }
+        c.index->insert(hash, c.items.size());
     }
     c.items.push_back(key);
     c.items.push_back(value);

@@ -9,6 +9,7 @@
 // (memo), which an owning tree could not represent. The arena owns every value and keeps the input bytes alive,
 // because strings point into them (zero-copy).
 
+#include "optscope/model/dict_index.h"
 #include "optscope/model/dtype.h"
 
 #include <cstdint>
@@ -80,8 +81,8 @@ struct PyContainer
     std::vector<PyValue*> items; ///< Dict: key0, value0, key1, value1, ...
     PyValue* attrs = nullptr; ///< BUILD state applied to a dict (OrderedDict.__dict__, e.g. state_dict _metadata)
     /// Dict (built by the pickle machine once past 16 items or given a long key): hashable key -> position of the key
-    /// in items, under the key's rendering (src/dict_index.h)
-    std::unique_ptr<std::unordered_map<std::string, size_t>> index;
+    /// in items, under the hash of the key's rendering (dict_index.h)
+    std::unique_ptr<DictIndex> index;
 };
 
 struct PyStorageInfo
