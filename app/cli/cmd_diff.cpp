@@ -76,7 +76,8 @@ int runDiff(const std::vector<std::string>& argv)
     if (!Job::current().isRoot()) { // rank 0 speaks for the job; every process exits with the same status
         return report.equal ? ExitOk : ExitFindings;
     } else if (args.has("--json")) {
-        std::cout << report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+        report.writeJson(std::cout);
+        std::cout << std::endl;
     } else if (args.has("--csv")) {
         std::cout << report.toCsv();
     } else {

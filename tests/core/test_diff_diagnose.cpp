@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
@@ -119,6 +120,30 @@ INSTANTIATE_TEST_SUITE_P(RealPairs, DiffAgainstTorch,
         return std::string(std::get<0>(info.param).name)
             + (std::get<1>(info.param) == DiffEngine::Aten ? "_aten" : "_auto");
     });
+
+// --json writes the report entry by entry: the same text as the whole document's dump, notes, ranks, histograms,
+// non-finite numbers and an empty report included
+TEST(Diff, StreamedJsonIsTheDocumentsDump)
+{
+    const std::pair<const char*, const char*> pairs[] = {{"diff/step3.pt", "diff/step4.pt"}, {"fsdp2_r3", "fsdp2_r2"},
+        {"adamw_fqn.pt", "compiled.pt"}, {"hostile/deep_lists_a.pt", "hostile/deep_lists_b.pt"}};
+    for (const auto& [a, b] : pairs) {
+        SCOPED_TRACE(std::string(a) + " vs " + b);
+        DiffOptions options;
+        options.histogramBins = 4;
+        const DiffReport report = diffCheckpoints(*open(a), *open(b), options);
+        ASSERT_FALSE(report.entries.empty());
+        std::ostringstream streamed;
+        report.writeJson(streamed);
+        EXPECT_EQ(
+            streamed.str(), report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    }
+    DiffReport none;
+    none.notes = {"a note with [] in it"};
+    std::ostringstream streamed;
+    none.writeJson(streamed);
+    EXPECT_EQ(streamed.str(), none.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
 
 // the two engines agree on every entry of every real pair, ranks included, not only on the keys torch computed
 TEST(Diff, FusedKernelAndAtenGiveTheSameReport)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/diff_kernel.h"
 #include "optscope/analysis/diff_report.h"
+#include "optscope/analysis/json_text.h"
 #include "optscope/analysis/value_compare.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
@@ -61,12 +62,68 @@ size_t DiffReport::count(DiffStatus status) const
         std::count_if(entries.begin(), entries.end(), [&](const DiffEntry& e) { return e.status == status; }));
 }
 
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json numberJson(double v)
+{
+    return std::isfinite(v) ? json(v) : json(v > 0 ? "inf" : std::isnan(v) ? "nan" : "-inf");
+}
+
+/// one element of the report's "entries"
+json entryJson(const DiffEntry& e)
+{
+    const auto num = numberJson;
+    json je {{"key", e.key}, {"status", diffStatusName(e.status)}, {"type", e.type}};
+    if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
+    je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
+    je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
+    if (e.keyA != e.key && !e.keyA.empty()) je["key_a"] = e.keyA;
+    if (e.keyB != e.key && !e.keyB.empty()) je["key_b"] = e.keyB;
+    if (e.type == "tensor") {
+        je["max_abs_diff"] = num(e.maxAbsDiff);
+        je["max_rel_diff"] = num(e.maxRelDiff);
+        je["rms_diff"] = num(e.rmsDiff);
+        if (e.valuesCompared) je["finite_pairs"] = e.finitePairs;
+        je["num_diff"] = e.numDiff;
+        je["numel"] = e.numel;
+        je["values_compared"] = e.valuesCompared;
+        je["dtype_a"] = e.dtypeA.empty() ? json(nullptr) : json(e.dtypeA);
+        je["dtype_b"] = e.dtypeB.empty() ? json(nullptr) : json(e.dtypeB);
+        je["shape_a"] = e.status == DiffStatus::OnlyB ? json(nullptr) : json(e.shapeA);
+        je["shape_b"] = e.status == DiffStatus::OnlyA ? json(nullptr) : json(e.shapeB);
+        je["nan"] = {e.nanA, e.nanB};
+        je["inf"] = {e.infA, e.infB};
+        if (!e.ranks.empty()) {
+            json ranks = json::array();
+            for (const auto& r : e.ranks)
+                ranks.push_back({{"rank", r.rank}, {"numel", r.numel}, {"num_diff", r.numDiff},
+                    {"max_abs_diff", num(r.maxAbsDiff)}});
+            je["ranks"] = std::move(ranks);
+        }
+        if (!e.histogramCounts.empty()) {
+            je["histogram"] = {{"edges", e.histogramEdges}, {"counts", e.histogramCounts}};
+        }
+    } else {
+        if (e.status != DiffStatus::OnlyB) je["value_a"] = e.valueA;
+        if (e.status != DiffStatus::OnlyA) je["value_b"] = e.valueB;
+    }
+    return je;
+}
+
+} // namespace
+
 nlohmann::ordered_json DiffReport::toJson() const
 {
-    using json = nlohmann::ordered_json;
-    auto num = [](double v) {
-        return std::isfinite(v) ? json(v) : json(v > 0 ? "inf" : std::isnan(v) ? "nan" : "-inf");
-    };
+    json j = headJson();
+    for (const auto& e : entries)
+        j["entries"].push_back(entryJson(e));
+    return j;
+}
+
+nlohmann::ordered_json DiffReport::headJson() const
+{
     json j;
     j["equal"] = equal;
     j["a"] = pathA;
@@ -75,44 +132,25 @@ nlohmann::ordered_json DiffReport::toJson() const
         {"only_a", count(DiffStatus::OnlyA)}, {"only_b", count(DiffStatus::OnlyB)}};
     j["notes"] = notes;
     j["entries"] = json::array();
-    for (const auto& e : entries) {
-        json je {{"key", e.key}, {"status", diffStatusName(e.status)}, {"type", e.type}};
-        if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
-        je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
-        je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
-        if (e.keyA != e.key && !e.keyA.empty()) je["key_a"] = e.keyA;
-        if (e.keyB != e.key && !e.keyB.empty()) je["key_b"] = e.keyB;
-        if (e.type == "tensor") {
-            je["max_abs_diff"] = num(e.maxAbsDiff);
-            je["max_rel_diff"] = num(e.maxRelDiff);
-            je["rms_diff"] = num(e.rmsDiff);
-            if (e.valuesCompared) je["finite_pairs"] = e.finitePairs;
-            je["num_diff"] = e.numDiff;
-            je["numel"] = e.numel;
-            je["values_compared"] = e.valuesCompared;
-            je["dtype_a"] = e.dtypeA.empty() ? json(nullptr) : json(e.dtypeA);
-            je["dtype_b"] = e.dtypeB.empty() ? json(nullptr) : json(e.dtypeB);
-            je["shape_a"] = e.status == DiffStatus::OnlyB ? json(nullptr) : json(e.shapeA);
-            je["shape_b"] = e.status == DiffStatus::OnlyA ? json(nullptr) : json(e.shapeB);
-            je["nan"] = {e.nanA, e.nanB};
-            je["inf"] = {e.infA, e.infB};
-            if (!e.ranks.empty()) {
-                json ranks = json::array();
-                for (const auto& r : e.ranks)
-                    ranks.push_back({{"rank", r.rank}, {"numel", r.numel}, {"num_diff", r.numDiff},
-                        {"max_abs_diff", num(r.maxAbsDiff)}});
-                je["ranks"] = std::move(ranks);
-            }
-            if (!e.histogramCounts.empty()) {
-                je["histogram"] = {{"edges", e.histogramEdges}, {"counts", e.histogramCounts}};
-            }
-        } else {
-            if (e.status != DiffStatus::OnlyB) je["value_a"] = e.valueA;
-            if (e.status != DiffStatus::OnlyA) je["value_b"] = e.valueB;
-        }
-        j["entries"].push_back(std::move(je));
-    }
     return j;
+}
+
+void DiffReport::writeJson(std::ostream& out) const
+{
+    // the head's last member is "entries", empty: its "[]" is where the entries go, one at a time
+    const std::string head = dumpedJson(headJson());
+    const size_t empty = head.rfind("[]");
+    if (entries.empty() || empty == std::string::npos) {
+        out << head;
+        return;
+    }
+    out.write(head.data(), static_cast<std::streamsize>(empty));
+    out << "[";
+    for (size_t i = 0; i < entries.size(); ++i) {
+        out << (i ? ",\n    " : "\n    ");
+        writeIndented(out, dumpedJson(entryJson(entries[i])), 4);
+    }
+    out << "\n  ]" << head.substr(empty + 2);
 }
 
 std::string DiffReport::toCsv() const

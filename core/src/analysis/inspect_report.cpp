@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/inspect_report.h"
+#include "optscope/analysis/json_text.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/unsafe_globals.h"
@@ -232,28 +233,6 @@ InspectReport inspectCheckpoint(const Checkpoint& cp, const InspectOptions& opti
     return readGuarded({&cp}, [&] { return inspectCheckpointUnguarded(cp, options, progress); });
 }
 
-namespace {
-
-/// @p text (a dump with indent 2) as nested @p spaces deeper: every line after the first moved right
-void writeIndented(std::ostream& out, const std::string& text, size_t spaces)
-{
-    const std::string pad(spaces, ' ');
-    size_t from = 0;
-    for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', from)) {
-        out.write(text.data() + from, static_cast<std::streamsize>(nl + 1 - from));
-        out << pad;
-        from = nl + 1;
-    }
-    out.write(text.data() + from, static_cast<std::streamsize>(text.size() - from));
-}
-
-std::string dumped(const json& j)
-{
-    return j.dump(2, ' ', false, json::error_handler_t::replace);
-}
-
-} // namespace
-
 void writeInspectJson(
     std::ostream& out, const Checkpoint& cp, const InspectReport& report, const InspectOptions& options)
 {
@@ -263,9 +242,9 @@ void writeInspectJson(
     bool first = true;
     for (auto it = report.json.begin(); it != report.json.end(); ++it) {
         if (it.key() == "entries") continue; // a report made with entriesJson: its entries are written below
-        out << (first ? "\n  " : ",\n  ") << dumped(json(it.key())) << ": ";
+        out << (first ? "\n  " : ",\n  ") << dumpedJson(json(it.key())) << ": ";
         first = false;
-        writeIndented(out, dumped(it.value()), 2);
+        writeIndented(out, dumpedJson(it.value()), 2);
         if (it.key() != "summary") continue;
         out << ",\n  \"entries\": ";
         if (cp.entries.empty()) {
@@ -278,8 +257,8 @@ void writeInspectJson(
             const std::string& error = report.errorOf(i);
             json rendered = e.isTensor() ? json() : renderer.render(e.value);
             out << (i ? ",\n    " : "\n    ");
-            writeIndented(
-                out, dumped(entryJson(e, options, !error.empty(), error, report.sha256Of(i), std::move(rendered))), 4);
+            writeIndented(out,
+                dumpedJson(entryJson(e, options, !error.empty(), error, report.sha256Of(i), std::move(rendered))), 4);
         }
         out << "\n  ]";
     }

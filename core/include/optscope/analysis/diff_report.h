@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
 #include <functional>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -95,8 +96,14 @@ struct DiffReport
     /// {"equal": bool, "entries": [{"key", "status", "reason", "max_abs_diff", "max_rel_diff", "rms_diff", "num_diff",
     ///  "numel", ...}], ...}
     nlohmann::ordered_json toJson() const;
+    /// toJson()'s text (indent 2), written entry by entry: a report of a million entries is not first built as one
+    /// JSON document
+    void writeJson(std::ostream& out) const;
     /// one row per entry and one per rank of it (`diff --csv`, the GUI's CSV export)
     std::string toCsv() const;
+
+private:
+    nlohmann::ordered_json headJson() const; ///< toJson() with "entries" empty
 };
 
 /// Compares two checkpoints: exit semantics "equal within tolerance" = DiffReport::equal.
