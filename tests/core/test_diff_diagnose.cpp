@@ -1300,6 +1300,21 @@ TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
         EXPECT_EQ(finding(d, "extra-params"), nullptr);
     }
     {
+        // a 0-dim parameter among the trainable ones, frozen matrices left out, int ids: the 0-dim state's shape [] is
+        // a shape (it was taken as unknown, fit the frozen 'tail', and a shape-mismatch said the first step() fails)
+        const std::string dir = cases + "zero_dim_frozen_left_out_ids/";
+        const ModelParams ref = ModelParams::fromCheckpoint(*openCheckpoint(dir + "model.pt"));
+        const TargetOptimizer target = TargetOptimizer::fromCheckpoint(*openCheckpoint(dir + "target_optim.pt"));
+        for (const TargetOptimizer* t : {&target, static_cast<const TargetOptimizer*>(nullptr)}) {
+            const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(dir + "optim.pt"), &ref, {}, t);
+            EXPECT_EQ(finding(d, "shape-mismatch"), nullptr) << d.toJson().dump(1);
+            if (t) continue; // the target holds as many: nothing is taken as frozen
+            const DiagnosisFinding* frozen = finding(d, "frozen-params");
+            ASSERT_NE(frozen, nullptr) << d.toJson().dump(1);
+            EXPECT_NE(frozen->message.find("'frozen', 'tail'"), std::string::npos) << frozen->message;
+        }
+    }
+    {
         // a layer frozen and left out of the saved optimizer; the target optimizer holds it, without state after its
         // step: frozen when it loads too, which set_optimizer_state_dict skips (it was predicted to raise KeyError)
         const std::string dir = cases + "frozen_left_out_all_target_dsd/";

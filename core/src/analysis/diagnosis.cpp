@@ -227,6 +227,7 @@ TargetOptimizer TargetOptimizer::fromCheckpoint(const Checkpoint& optimizer)
     for (const ParamRow* r : table.rowsOf(0))
         if (r->position >= 0) {
             t.shapes.push_back(r->shape);
+            t.zeroDim.push_back(r->param && paramIsZeroDimByState(t.kind, *r->param));
             t.withState.push_back(r->param != nullptr);
             const bool stored = r->confidence == Confidence::Stored || r->source == NameSource::StateKey
                 || r->source == NameSource::FlattenedKey;
@@ -283,11 +284,13 @@ std::vector<std::string> TargetOptimizer::paramsOf(
         }
         return out;
     };
+    // a position's shape is unknown when empty and not known 0-dim: it fits any parameter
+    const auto unknownShape = [&](size_t k) { return shapes[k].empty() && !(k < zeroDim.size() && zeroDim[k]); };
     auto shapesFit = [&](const std::vector<std::string>& fqns) {
         if (fqns.size() != shapes.size()) return false;
         for (size_t k = 0; k < fqns.size(); ++k) {
             const auto it = model.shapes.find(fqns[k]);
-            if (!shapes[k].empty() && (it == model.shapes.end() || it->second != shapes[k])) return false;
+            if (!unknownShape(k) && (it == model.shapes.end() || it->second != shapes[k])) return false;
         }
         return true;
     };
@@ -310,7 +313,7 @@ std::vector<std::string> TargetOptimizer::paramsOf(
     // the subsequence of model parameters with the target's shapes: matched from the end, and from the start to
     // see whether the choice is unique. An unknown shape (no state: LBFGS keeps all of it on the first parameter)
     // fits any parameter
-    const auto fits = [&](size_t i, size_t k) { return shapes[k].empty() || shapeOf(i) == shapes[k]; };
+    const auto fits = [&](size_t i, size_t k) { return unknownShape(k) || shapeOf(i) == shapes[k]; };
     std::vector<std::string> last(total), first;
     size_t i = model.fqns.size();
     for (size_t k = total; k-- > 0;) {

@@ -420,13 +420,13 @@ std::string Diagnoser::groupFindings(const OptimizerReading& reading, Diagnosis&
         std::string subsetNote;
         if (!m_target && reading.savedTotal < reading.targetTotal) {
             // an optimizer over the trainable parameters only (frozen backbone, LoRA) holds fewer
-            std::vector<std::vector<int64_t>> shapes;
-            for (const ParamRow* r : reading.listed)
-                shapes.push_back(r->shape);
             TargetOptimizer saved;
+            for (const ParamRow* r : reading.listed) {
+                saved.shapes.push_back(r->shape);
+                saved.zeroDim.push_back(r->param && paramIsZeroDimByState(reading.kind, *r->param));
+            }
             saved.source = reading.where;
             saved.groupSizes = reading.savedSizes;
-            saved.shapes = shapes;
             std::string note;
             bool unique = true;
             if (!saved.paramsOf(exp, {}, note, unique).empty())

@@ -138,6 +138,15 @@ LoadVerdict Diagnoser::fsdp1Verdict(const VerdictFacts& f) const
 {
     const LoadPath path = LoadPath::Fsdp1OptimStateDictToLoad;
     const OptimizerView& v = f.v;
+    // wrapping the model comes first: FSDP1 refuses a 0-dim parameter (_init_utils._verify_managed_params, the
+    // first in named_parameters() order; 2.6's text, its typo included)
+    if (!m_exp->fromOptimizer)
+        for (const auto& fqn : m_exp->fqns)
+            if (const auto it = m_exp->shapes.find(fqn); it != m_exp->shapes.end() && it->second.empty()) {
+                return LoadVerdict::raises(path, "ValueError",
+                    "FSDP doesn't support salar parameters. Change " + fqn + " to a 1D tensor with numel equal to 1.",
+                    "FSDP1 cannot wrap a model with a 0-dim parameter (FullyShardedDataParallel(model) raises)");
+            }
     if (v.flattened) // _optim_utils._optim_state_dict_to_load_impl checks the nested format's keys first
         return LoadVerdict::raises(path, "ValueError",
             "`optim_state_dict` must have the keys \"state\"to be a valid optimizer state dict",

@@ -267,4 +267,14 @@ std::vector<int64_t> paramShapeFromState(OptimizerKind kind, const OptimizerPara
     return {};
 }
 
+bool paramIsZeroDimByState(OptimizerKind kind, const OptimizerParam& param)
+{
+    // a custom class's 0-dim state may be a scalar of its own; LBFGS's are scalars and flat directions
+    if (kind == OptimizerKind::Unknown || kind == OptimizerKind::LBFGS || !paramShapeFromState(kind, param).empty())
+        return false;
+    for (const auto& [name, e] : param.states)
+        if (e->isTensor() && e->tensor->shape.empty() && expectedStateShape(kind, name, {})) return true;
+    return false;
+}
+
 } // namespace optscope

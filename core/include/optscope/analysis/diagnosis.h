@@ -34,6 +34,8 @@ struct TargetOptimizer
     /// per position in param_groups order: the parameter's shape (from its state), empty when unknown; groups may
     /// reorder parameters (Hugging Face Trainer: decay, then no-decay), so position i is not model.parameters()[i]
     std::vector<std::vector<int64_t>> shapes;
+    /// per position: the empty shape is known, a 0-dim parameter (paramIsZeroDimByState); else empty means unknown
+    std::vector<bool> zeroDim;
     /// per position: the parameter's name when the saved target records it (param_names, FQN keys); else empty
     std::vector<std::string> names;
     /// per position: the saved target holds state for it (saved after a step: one without is frozen, or unused)

@@ -83,5 +83,8 @@ std::optional<ClassReadMiss> firstMissForClass(
 /// The parameter's shape as its state shows it: the first parameter-shaped state (exp_avg, momentum_buffer, ...), or
 /// for Adafactor's factored second moment row_var [..., r, 1] and col_var [..., 1, c] together; empty when unknown.
 std::vector<int64_t> paramShapeFromState(OptimizerKind kind, const OptimizerParam& param);
+/// The state of a known optimizer class shows a 0-dim parameter (CLIP's logit_scale): a parameter-shaped state
+/// (exp_avg, momentum_buffer, ...) of shape []. paramShapeFromState's empty shape is then known, not unknown.
+bool paramIsZeroDimByState(OptimizerKind kind, const OptimizerParam& param);
 
 } // namespace optscope
