@@ -1300,6 +1300,24 @@ TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
         EXPECT_EQ(finding(d, "extra-params"), nullptr);
     }
     {
+        // what another class's step() raises on the saved groups and states, as PyTorch words it: Adafactor unpacks
+        // eps into two (Adam's is a float), Adagrad's state from __init__ is replaced by the saved empty one, a fresh
+        // Adamax is told by its groups (found by a hunt: KeyError 'd', KeyError 'lr_decay', and "loads")
+        const std::pair<const char*, const char*> cases_[]
+            = {{"adam_into_adafactor", "TypeError: cannot unpack non-iterable float object"},
+                {"sgd_no_momentum_into_adagrad", "KeyError: 'sum'"}, {"adam_into_fresh_adamax", "KeyError: 'exp_inf'"}};
+        for (const auto& [name, error] : cases_) {
+            SCOPED_TRACE(name);
+            const std::string dir = cases + name + "/";
+            const ModelParams ref = ModelParams::fromCheckpoint(*openCheckpoint(dir + "model.pt"));
+            const TargetOptimizer target = TargetOptimizer::fromCheckpoint(*openCheckpoint(dir + "target_optim.pt"));
+            const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(dir + "optim.pt"), &ref, {}, &target);
+            const DiagnosisFinding* f = finding(d, "optimizer-class-mismatch");
+            ASSERT_NE(f, nullptr) << d.toJson().dump(1);
+            EXPECT_EQ(f->pytorchError.rfind(error, 0), 0u) << f->pytorchError;
+        }
+    }
+    {
         // a 0-dim parameter among the trainable ones, frozen matrices left out, int ids: the 0-dim state's shape [] is
         // a shape (it was taken as unknown, fit the frozen 'tail', and a shape-mismatch said the first step() fails)
         const std::string dir = cases + "zero_dim_frozen_left_out_ids/";

@@ -67,9 +67,13 @@ void Diagnoser::classFindings(
     if (!miss) return;
     const std::string target = optimizerKindName(loadingClass(oi));
     const bool otherClass = m_target && savedKind != m_target->kind && savedKind != OptimizerKind::Unknown;
-    const std::string lacks = miss->groupKey
-        ? "its param group " + std::to_string(miss->group) + " has no '" + miss->key + "'"
-        : "the state of its parameter '" + miss->param + "' has no '" + miss->key + "'";
+    const bool unpacked = miss->exception() != "KeyError";
+    const std::string lacks = unpacked
+        ? "its param group " + std::to_string(miss->group) + " has a '" + miss->key + "' that is no pair ("
+            + (miss->nonIterableType.empty() ? std::to_string(miss->unpackedLength) + " values" : miss->nonIterableType)
+            + ")"
+        : miss->groupKey ? "its param group " + std::to_string(miss->group) + " has no '" + miss->key + "'"
+                         : "the state of its parameter '" + miss->param + "' has no '" + miss->key + "'";
     Finding f(FindingCode::OptimizerClassMismatch,
         where
             + (otherClass ? " was saved by " + std::string(optimizerKindName(savedKind)) + ", the target optimizer ("
@@ -78,13 +82,17 @@ void Diagnoser::classFindings(
                         + " class (" + target + ") reads")
             + ": load_state_dict takes the saved param groups' hyperparameters and the saved states as they are, "
               "and "
-            + lacks + ", which " + target + (miss->atLoad ? "'s __setstate__ reads while it loads" : "'s step() reads"),
+            + lacks + ", which " + target
+            + (miss->atLoad    ? "'s __setstate__ reads while it loads"
+                    : unpacked ? "'s step() unpacks into two"
+                               : "'s step() reads"),
         root);
-    f.pytorchError = "KeyError: '" + miss->key + "' ("
+    f.pytorchError = miss->exception() + ": " + miss->message() + " ("
         + (miss->atLoad ? "optimizer.load_state_dict" : "at the first optimizer.step() after loading") + ")";
     f.fix = otherClass ? "load it into the optimizer class that saved it (" + std::string(optimizerKindName(savedKind))
             + "), or keep the new optimizer's fresh state: load the model weights only"
-                       : "the file was edited or written by another tool: add '" + miss->key + "' to the saved "
+                       : "the file was edited or written by another tool: " + std::string(unpacked ? "set" : "add")
+            + " '" + miss->key + "' " + (unpacked ? "in" : "to") + " the saved "
             + (miss->groupKey ? "param groups (" + target + "'s default for it)" : "states")
             + " before loading, or keep the new optimizer's fresh state: load the model weights only";
     f.fixNeutral = otherClass ? "load it into an optimizer of the class that saved it, or keep the new optimizer's "

@@ -251,8 +251,12 @@ void Diagnoser::applyClassMiss(const VerdictFacts& f, LoadVerdict& p) const
     if (!miss || p.outcome != LoadOutcome::Loads) return;
     const std::string cls = optimizerKindName(loadingClass(f.oi));
     if (miss->atLoad) {
-        p = LoadVerdict::raises(p.path, "KeyError", "'" + miss->key + "'",
+        p = LoadVerdict::raises(p.path, miss->exception(), miss->message(),
             cls + "'s __setstate__ reads '" + miss->key + "' from every saved state, which has none");
+    } else if (miss->exception() != "KeyError") {
+        p.stepAfterLoad = miss->exception();
+        p.why += "; " + cls + "'s step() unpacks the saved param groups' '" + miss->key
+            + "' into two: " + miss->message();
     } else {
         p.stepAfterLoad = "KeyError";
         p.why += "; " + cls + "'s step() reads '" + miss->key + "', which the saved "

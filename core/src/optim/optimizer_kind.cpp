@@ -66,6 +66,9 @@ OptimizerKind detectOptimizerKind(const OptimizerView& view)
     if (has(st, "exp_inf")) return OptimizerKind::Adamax;
     if (has(hp, "amsgrad")) return OptimizerKind::Adam;
     if (has(hp, "decoupled_weight_decay")) return OptimizerKind::RAdam;
+    // Adamax saved before its first step (no exp_inf yet): betas and capturable without Adam's amsgrad, NAdam's
+    // momentum_decay or RAdam's decoupled_weight_decay (2.1 and later, when both gained capturable)
+    if (has(hp, "betas") && has(hp, "capturable") && has(hp, "weight_decay")) return OptimizerKind::Adamax;
     if (has(hp, "nesterov") || has(hp, "dampening") || has(st, "momentum_buffer")) return OptimizerKind::SGD;
     if (has(hp, "betas") && !has(hp, "weight_decay")) return OptimizerKind::SparseAdam;
     if (has(st, "exp_avg")) return OptimizerKind::Adam;
@@ -91,6 +94,8 @@ struct ClassReads
     std::vector<const char*> groupKeysFirst; ///< group keys step() reads before a parameter's state
     std::vector<StateRead> states; ///< states _init_group reads with state[...] from a non-empty state, in order
     std::vector<const char*> groupKeysThen; ///< group keys step() reads after them
+    std::vector<const char*> pairs = {}; ///< of those group keys, the ones step() unpacks into two ("beta1, beta2 =")
+    bool stateMadeAtInit = false; ///< __init__ makes every parameter's state; a saved empty one replaces it
 };
 
 const std::vector<ClassReads>& classReads()
@@ -98,16 +103,17 @@ const std::vector<ClassReads>& classReads()
     using K = OptimizerKind;
     static const std::vector<ClassReads> t = {
         {K::Adam, {"amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused"}, {"step"}, {"betas"},
-            {{"exp_avg"}, {"exp_avg_sq"}, {"max_exp_avg_sq", "amsgrad"}, {"step"}}, {"lr", "weight_decay", "eps"}},
+            {{"exp_avg"}, {"exp_avg_sq"}, {"max_exp_avg_sq", "amsgrad"}, {"step"}}, {"lr", "weight_decay", "eps"},
+            {"betas"}},
         {K::NAdam, {"maximize", "foreach", "capturable", "differentiable", "decoupled_weight_decay"},
             {"step", "mu_product"}, {"betas"}, {{"exp_avg"}, {"exp_avg_sq"}, {"mu_product"}, {"step"}},
-            {"lr", "weight_decay", "momentum_decay", "eps"}},
+            {"lr", "weight_decay", "momentum_decay", "eps"}, {"betas"}},
         {K::RAdam, {"foreach", "maximize", "differentiable", "decoupled_weight_decay", "capturable"}, {"step"},
-            {"betas"}, {{"exp_avg"}, {"exp_avg_sq"}, {"step"}}, {"lr", "weight_decay", "eps"}},
+            {"betas"}, {{"exp_avg"}, {"exp_avg_sq"}, {"step"}}, {"lr", "weight_decay", "eps"}, {"betas"}},
         {K::Adamax, {"foreach", "maximize", "differentiable", "capturable"}, {"step"},
-            {"betas", "eps", "lr", "weight_decay"}, {{"exp_avg"}, {"exp_inf"}, {"step"}}, {}},
+            {"betas", "eps", "lr", "weight_decay"}, {{"exp_avg"}, {"exp_inf"}, {"step"}}, {}, {"betas"}},
         {K::Adagrad, {"foreach", "maximize", "differentiable", "fused"}, {"step"}, {}, {{"sum"}, {"step"}},
-            {"lr", "weight_decay", "lr_decay", "eps"}},
+            {"lr", "weight_decay", "lr_decay", "eps"}, {}, true},
         {K::Adadelta, {"foreach", "maximize", "differentiable", "capturable"}, {"step"},
             {"lr", "rho", "eps", "weight_decay"}, {{"square_avg"}, {"acc_delta"}, {"step"}}, {}},
         {K::ASGD, {"foreach", "maximize", "differentiable", "capturable"}, {"step", "eta", "mu"}, {},
@@ -116,13 +122,13 @@ const std::vector<ClassReads>& classReads()
             {{"square_avg"}, {"step"}, {"momentum_buffer", "momentum"}, {"grad_avg", "centered"}},
             {"lr", "alpha", "eps", "weight_decay"}},
         {K::Rprop, {"foreach", "maximize", "differentiable", "capturable"}, {"step"}, {"etas", "step_sizes"},
-            {{"prev"}, {"step_size"}, {"step"}}, {}},
+            {{"prev"}, {"step_size"}, {"step"}}, {}, {"etas", "step_sizes"}},
         // _init_group reads group["momentum"] per parameter, and the momentum buffer with state.get (never missing)
         {K::SGD, {"nesterov", "maximize", "foreach", "differentiable", "fused"}, {}, {"momentum"}, {},
             {"weight_decay", "lr", "dampening"}},
         // row_var / col_var / variance are read with state.get
         {K::Adafactor, {"foreach"}, {"step"}, {"eps"}, {{"step"}},
-            {"d", "lr", "beta2_decay", "weight_decay", "maximize"}},
+            {"d", "lr", "beta2_decay", "weight_decay", "maximize"}, {"eps"}},
     };
     return t;
 }
@@ -139,7 +145,48 @@ bool truthy(const Checkpoint& checkpoint, const Entry* e)
     }
 }
 
+/// @p e, a group value step() unpacks into two (beta1, beta2 = group["betas"]): false when it can be; else fills
+/// @p miss with what Python says (a float: cannot unpack; a tuple of three: too many values)
+bool unpacksAsNoPair(const Entry* e, ClassReadMiss& miss)
+{
+    if (!e || e->isTensor() || !e->value) return false; // a tensor of two unpacks; other tensors: not modelled
+    const PyValue& v = *e->value;
+    switch (v.kind) {
+    case PyKind::Tuple:
+    case PyKind::List:
+        if (v.size() == 2) return false;
+        miss.unpackedLength = static_cast<int64_t>(v.size());
+        return true;
+    case PyKind::Float:
+    case PyKind::Int:
+    case PyKind::BigInt:
+    case PyKind::Bool:
+    case PyKind::None:
+        miss.nonIterableType = v.kind == PyKind::Float ? "float"
+            : v.kind == PyKind::Bool                   ? "bool"
+            : v.kind == PyKind::None                   ? "NoneType"
+                                                       : "int";
+        return true;
+    default:
+        return false;
+    }
+}
+
 } // namespace
+
+std::string ClassReadMiss::exception() const
+{
+    return !nonIterableType.empty() ? "TypeError" : unpackedLength >= 0 ? "ValueError" : "KeyError";
+}
+
+std::string ClassReadMiss::message() const
+{
+    if (!nonIterableType.empty()) return "cannot unpack non-iterable " + nonIterableType + " object";
+    if (unpackedLength > 2) return "too many values to unpack (expected 2)";
+    if (unpackedLength >= 0)
+        return "not enough values to unpack (expected 2, got " + std::to_string(unpackedLength) + ")";
+    return "'" + key + "'";
+}
 
 std::optional<ClassReadMiss> firstMissForClass(
     OptimizerKind target, const Checkpoint& checkpoint, const OptimizerView& saved)
@@ -159,25 +206,34 @@ std::optional<ClassReadMiss> firstMissForClass(
         for (const auto& p : saved.groups[g].params)
             if (const auto* st = stateOf(p))
                 for (const char* k : rules->setstateStates)
-                    if (!st->count(k)) return ClassReadMiss {true, false, k, g, p};
+                    if (!st->count(k)) return ClassReadMiss {true, false, k, g, p, {}, -1};
     // the first step(), group by group
     for (size_t g = 0; g < saved.groups.size(); ++g) {
         const auto& hp = saved.groups[g].hyperparams;
         const auto groupMiss = [&](const std::vector<const char*>& keys) -> std::optional<ClassReadMiss> {
-            for (const char* k : keys)
-                if (!hp.count(k) && !has(rules->setstateDefaults, k)) return ClassReadMiss {false, true, k, g, {}};
+            for (const char* k : keys) {
+                const auto it = hp.find(k);
+                if (it == hp.end() && !has(rules->setstateDefaults, k))
+                    return ClassReadMiss {false, true, k, g, {}, {}, -1};
+                if (it == hp.end() || !has(rules->pairs, k)) continue;
+                ClassReadMiss notPair {false, true, k, g, {}, {}, -1};
+                if (unpacksAsNoPair(it->second, notPair)) return notPair;
+            }
             return std::nullopt;
         };
         if (auto m = groupMiss(rules->groupKeysFirst)) return m;
         for (const auto& p : saved.groups[g].params) {
             const auto* st = stateOf(p);
-            if (!st) continue; // an empty state is made fresh by the step
+            // an empty state is made fresh by the step, but one __init__ made is replaced by the saved empty one
+            if (!st && rules->stateMadeAtInit && !rules->states.empty())
+                return ClassReadMiss {false, false, rules->states.front().name, g, p, {}, -1};
+            if (!st) continue;
             for (const StateRead& r : rules->states) {
                 if (r.flag) {
                     const auto f = hp.find(r.flag);
                     if (f == hp.end() || !truthy(checkpoint, f->second)) continue;
                 }
-                if (!st->count(r.name)) return ClassReadMiss {false, false, r.name, g, p};
+                if (!st->count(r.name)) return ClassReadMiss {false, false, r.name, g, p, {}, -1};
             }
         }
         if (auto m = groupMiss(rules->groupKeysThen)) return m;

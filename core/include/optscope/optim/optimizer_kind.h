@@ -72,6 +72,12 @@ struct ClassReadMiss
     std::string key;
     size_t group = 0; ///< the saved param group it is read from (a state key: the group of that parameter)
     std::string param; ///< a state key: the saved parameter's key in "state"
+    /// a group value there that step() unpacks into two and cannot: its Python type ("float"), or the length of a
+    /// tuple or list of other than two; both unset: the key is missing
+    std::string nonIterableType;
+    int64_t unpackedLength = -1;
+    std::string exception() const; ///< "KeyError", or "TypeError" / "ValueError" of an unpacking
+    std::string message() const; ///< str(e) as Python gives it: "'exp_avg'", "cannot unpack non-iterable float object"
 };
 
 /// The first key that class @p target (torch 2.6) reads and @p saved's groups and states lack, in the order its
