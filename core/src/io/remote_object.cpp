@@ -372,7 +372,11 @@ std::string withRememberedQuery(const std::string& url)
             const RequestParts& p = g_requestParts[n];
             if (!p.query.empty() && sent.find('?') == std::string::npos) sent += "?" + p.query;
             const size_t host = sent.find("://");
-            if (!p.userinfo.empty() && host != std::string::npos) sent.insert(host + 3, p.userinfo + "@");
+            // an '@' pasted unencoded in the password (the user info ends at the last one) is sent encoded
+            std::string userinfo;
+            for (const char c : p.userinfo)
+                userinfo += c == '@' ? std::string("%40") : std::string(1, c);
+            if (!userinfo.empty() && host != std::string::npos) sent.insert(host + 3, userinfo + "@");
         }
     }
     return sent;

@@ -33,6 +33,28 @@ size_t queryStart(const std::string& location)
     return isHttp(location) ? location.find_first_of("?#") : std::string::npos;
 }
 
+/// the '@' that ends a URL's user info ("user:password@host"): the last one before the path, query or fragment
+/// (a password may hold an unencoded '@'), npos when there is none; @p host is where the authority starts
+size_t userInfoEnd(const std::string& url, size_t host)
+{
+    const size_t end = std::min(url.find_first_of("/?#", host), url.size());
+    const size_t at = end > host ? url.rfind('@', end - 1) : std::string::npos;
+    return at != std::string::npos && at >= host ? at : std::string::npos;
+}
+
+/// a URL whose password holds '/', '?' or '#' unencoded ("user:Pw/x@host/..."): its authority ends early at a
+/// port that is no number, and an '@' comes later; the position of the last '@', else npos
+size_t unencodedUserInfoEnd(const std::string& url, size_t host)
+{
+    const size_t end = std::min(url.find_first_of("/?#", host), url.size());
+    const size_t colon = url.find(':', host);
+    const size_t lastAt = url.rfind('@');
+    if (userInfoEnd(url, host) == std::string::npos && colon < end && url[host] != '['
+        && url.find_first_not_of("0123456789", colon + 1) < end && lastAt != std::string::npos && lastAt > colon)
+        return lastAt;
+    return std::string::npos;
+}
+
 /// RFC 3986 percent-encoding of a name appended to an http(s) URL's path ('/' kept: "sub/file" stays two segments)
 std::string encodePath(const std::string& name)
 {
@@ -117,6 +139,9 @@ std::string canonicalLocation(const std::string& location)
 
 std::string readerLocation(const std::string& location)
 {
+    if (isHttp(location) && unencodedUserInfoEnd(location, location.find("://") + 3) != std::string::npos)
+        throw Error(ErrorKind::Usage, displayLocation(location),
+            "the password in the URL holds '/', '?' or '#' unencoded: percent-encode them (%2F, %3F, %23)");
     const std::string canonical = canonicalLocation(location);
     if (!isHttp(canonical)) return canonical;
     const size_t q = queryStart(canonical);
@@ -125,9 +150,9 @@ std::string readerLocation(const std::string& location)
     // carries a tag for them, as a fragment: names built on it go before it (childLocation), messages and reports
     // show it without them, requests send them
     const size_t host = base.find("://") + 3;
-    const size_t at = base.find('@', host);
+    const size_t at = userInfoEnd(base, host);
     std::string userinfo;
-    if (at != std::string::npos && at < base.find('/', host)) {
+    if (at != std::string::npos) {
         userinfo = base.substr(host, at - host);
         base.erase(host, at + 1 - host);
     }
@@ -139,12 +164,14 @@ std::string readerLocation(const std::string& location)
 std::string displayLocation(const std::string& location)
 {
     if (!isUrl(location)) return location;
-    std::string s = location.substr(0, queryStart(location));
-    const auto scheme = s.find("://");
-    const auto at = s.find('@', scheme + 3);
-    const auto slash = s.find('/', scheme + 3);
-    if (at != std::string::npos && (slash == std::string::npos || at < slash)) s.erase(scheme + 3, at + 1 - scheme - 3);
-    return s;
+    std::string s = location;
+    const size_t host = s.find("://") + 3;
+    if (const size_t at = userInfoEnd(s, host); at != std::string::npos) {
+        s.erase(host, at + 1 - host);
+    } else if (const size_t last = unencodedUserInfoEnd(s, host); last != std::string::npos) {
+        s.erase(host, last + 1 - host); // a malformed URL's secret must not show either
+    }
+    return s.substr(0, queryStart(s));
 }
 
 LocationStat statLocation(const std::string& location)
