@@ -235,7 +235,7 @@ const std::vector<Command>& commands()
             "Prints the table the GUI's FQN mapping panel shows, for every optimizer state dict in OPTIM. Integer ids\n"
             "are named from param_names, from raw FSDP1 flat-parameter layouts (MODEL needed), or by position from\n"
             "the model in the same file or MODEL; the source of every name is given.\n"
-            "Exit status: 0, or 2 error.\n",
+            "Exit status: 0, or 2 error (also when values the map reads cannot be read: the table is incomplete).\n",
             runMap},
         {"codes", "the finding codes check and diagnose report, with severity and meaning",
             "usage: optscope-cli codes [--json]\n", runCodes},

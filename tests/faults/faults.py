@@ -235,7 +235,29 @@ def output_faults():
     record("inputs unchanged", "all output faults", sha(inp) == before, "input.pt byte-identical after every case")
 
 
+def missing_file_map():
+    """map of a DCP with one data file missing: the same table (the file held tensors only), or exit 2 naming it
+    (it held the values the map reads); it printed a table of ungrouped parameters and exit 0 (found by a hunt)"""
+    intact = subprocess.run([CLI, "map", SRC_DCP], capture_output=True, text=True)
+    names = sorted(n for n in os.listdir(SRC_DCP) if n.endswith(".distcp"))
+    refused = 0
+    for name in names:
+        d = fresh("map")
+        inp = os.path.join(d, "input")
+        shutil.copytree(SRC_DCP, inp)
+        os.remove(os.path.join(inp, name))
+        r = subprocess.run([CLI, "map", "input"], cwd=d, capture_output=True, text=True)
+        same = r.returncode == 0 and r.stdout == intact.stdout
+        named = r.returncode == 2 and name in r.stderr and "incomplete" in r.stderr
+        refused += named
+        record(f"DCP data file {name} missing", "map", same or named,
+               f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'nothing on stderr'}")
+    record("a DCP data file holding values missing", "map", intact.returncode == 0 and refused >= 1,
+           f"{refused} of {len(names)} missing files refused (the one holding param_groups among them)")
+
+
 input_faults()
+missing_file_map()
 unflatten_faults()
 output_faults()
 failed = sum(1 for r in results if not r[3])
