@@ -11,6 +11,7 @@
 #include "optscope/io/csv.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
+#include "optscope/io/remote_object.h"
 #include "optscope/io/storage.h"
 #include "optscope/model/checkpoint.h"
 #include "optscope/model/shard_layout.h"
@@ -471,6 +472,13 @@ TEST(Safety, AUrlsTokenQueryStaysOffTheLocationsReadersBuild)
         }
     }
     EXPECT_THROW(readerLocation("http://u:S3cr3t/x@h/run"), Error);
+    // AWS's own endpoint, as botocore addresses it: virtual-hosted for a DNS label, path-style for a dotted or legacy
+    // name (it sent my.dotted.bucket.s3... under a one-label wildcard certificate, and My_Bucket.s3... as a host)
+    EXPECT_EQ(awsObjectUrl("ckpt-1", "eu-west-1", "a/b.pt"), "https://ckpt-1.s3.eu-west-1.amazonaws.com/a/b.pt");
+    EXPECT_EQ(
+        awsObjectUrl("my.dotted.bucket", "us-east-1", "x"), "https://s3.us-east-1.amazonaws.com/my.dotted.bucket/x");
+    EXPECT_EQ(awsObjectUrl("My_Bucket", "us-east-1", ""), "https://s3.us-east-1.amazonaws.com/My_Bucket/");
+    EXPECT_EQ(awsObjectUrl("-bad", "us-east-1", "x"), "https://s3.us-east-1.amazonaws.com/-bad/x");
     EXPECT_EQ(displayLocation("http://u:S3c@r3t@h/run"), "http://h/run");
     EXPECT_EQ(displayLocation("http://h/run/a@b"), "http://h/run/a@b"); // an '@' in a path is no user info
     EXPECT_EQ(displayLocation("http://[::1]:8080/run"), "http://[::1]:8080/run");

@@ -382,6 +382,21 @@ std::string withRememberedQuery(const std::string& url)
     return sent;
 }
 
+} // namespace
+
+std::string awsObjectUrl(const std::string& bucket, const std::string& region, const std::string& encodedKey)
+{
+    const auto lowerOrDigit = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    bool label
+        = bucket.size() >= 3 && bucket.size() <= 63 && lowerOrDigit(bucket.front()) && lowerOrDigit(bucket.back());
+    for (const char c : bucket)
+        label = label && (lowerOrDigit(c) || c == '-');
+    return label ? "https://" + bucket + ".s3." + region + ".amazonaws.com/" + encodedKey
+                 : "https://s3." + region + ".amazonaws.com/" + bucket + "/" + encodedKey;
+}
+
+namespace {
+
 /// the request URL of an object (or of the bucket, for a listing)
 std::string requestUrl(const RemoteUrl& u, const std::string& key)
 {
@@ -389,7 +404,7 @@ std::string requestUrl(const RemoteUrl& u, const std::string& key)
     const StoreConfig& c = storeConfig();
     if (u.scheme == RemoteUrl::Gs) return c.gsEndpoint + "/" + u.bucket + "/" + encodeKey(key);
     if (!c.endpoint.empty()) return c.endpoint + "/" + u.bucket + "/" + encodeKey(key);
-    return "https://" + u.bucket + ".s3." + c.region + ".amazonaws.com/" + encodeKey(key);
+    return awsObjectUrl(u.bucket, c.region, encodeKey(key));
 }
 
 // ---- one request ----------------------------------------------------------------------------------------------------

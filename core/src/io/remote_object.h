@@ -31,6 +31,12 @@ bool remoteCanList(const std::string& url);
 /// location, which messages and reports show, holds a password or a presigned signature
 std::string tagRequestParts(const std::string& userinfo, const std::string& query);
 
+/// The URL of @p encodedKey in @p bucket on AWS's own endpoint of @p region, addressed as botocore's default does:
+/// virtual-hosted (https://BUCKET.s3.REGION.amazonaws.com/KEY) when the name is a DNS label without dots, else
+/// path-style (https://s3.REGION.amazonaws.com/BUCKET/KEY): a dotted name fails TLS under the one-label wildcard
+/// certificate, and a legacy name (upper case, '_') is no host name at all
+std::string awsObjectUrl(const std::string& bucket, const std::string& region, const std::string& encodedKey);
+
 /// A streamed upload to the object @p url (s3:// or gs:// only): an output larger than the local disk is never
 /// staged there. write() appends; each part of 16 MiB (doubling every 1,000 parts, so the 10,000 parts S3 allows
 /// reach 16 TiB) is sent as soon as the next byte arrives, by a background thread while the writer goes on, each
