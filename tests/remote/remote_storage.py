@@ -18,6 +18,7 @@ Without TORCH_PYTHON (no chroot) the S3 cases are skipped and say so; without OP
 the app's case is.
 """
 import email.utils
+import gzip
 import http.client
 import json
 import os
@@ -166,7 +167,8 @@ class OddServerProxy(FaultProxy):
     weaknewer: weak ETags, and every GET's another than the HEAD's (a replaced file, read unpinned by If-Match);
     noetag: no ETag, only Last-Modified; datenewer: the same, every GET's Last-Modified another than the HEAD's;
     lmfmt: no ETag, and each GET's Last-Modified the same date in RFC 850's form (another legal HTTP-date);
-    lmnow: no ETag, and Last-Modified the time of each answer (as some dynamic servers date theirs)"""
+    lmnow: no ETag, and Last-Modified the time of each answer (as some dynamic servers date theirs);
+    gzip: every GET's body gzipped with Content-Encoding: gzip, though none was asked for"""
 
     def do_HEAD(self):
         self.odd(head=True)
@@ -216,6 +218,10 @@ class OddServerProxy(FaultProxy):
             if k.lower() in ("content-length", "content-range", "etag", "content-type", "accept-ranges",
                              "last-modified"):
                 out.append((k, v))
+        if mode == "gzip" and not head:
+            body = gzip.compress(body)
+            out = [(k, str(len(body)) if k.lower() == "content-length" else v) for k, v in out]
+            out.append(("Content-Encoding", "gzip"))
         self.reply(r.status, out, body, head, length_given=True)
 
     def reply(self, status, headers, body, head=False, length_given=False):
@@ -722,7 +728,8 @@ def odd_server_cases(http_port):
     for mode, expect in (("nolen", "same"), ("redir", "same"), ("weak", "same"), ("presign", "same"),
                          ("shift", "the server answered a request for bytes"), ("newer", "changed while being read"),
                          ("weaknewer", "changed while being read"), ("noetag", "same"),
-                         ("datenewer", "changed while being read"), ("lmfmt", "same"), ("lmnow", "same")):
+                         ("datenewer", "changed while being read"), ("lmfmt", "same"), ("lmnow", "same"),
+                         ("gzip", "content-encoded (Content-Encoding: gzip)")):
         for rel in ("big.pt", "dcp"):
             url = f"http://127.0.0.1:{port}/{mode}/served/odd/{rel}"
             local = cli(["check", "--json", os.path.join(big, rel)])

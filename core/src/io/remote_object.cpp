@@ -424,6 +424,7 @@ struct Response
     std::string writerTag; ///< the object's kWriterTagHeader (a HEAD of an object this program wrote)
     long retryAfter = -1;
     std::string bucketRegion; ///< x-amz-bucket-region: S3 says where a bucket is (with a 301, or a wrong region)
+    std::string contentEncoding; ///< lower case; none is asked for, so any but "identity" is not the stored bytes
     /// Content-Range "bytes A-B/N": A (-1: none), and N (-1: none or '*'): what a 206 holds, and the object's size
     int64_t rangeFirst = -1, rangeTotal = -1;
     uint64_t received = 0; ///< bytes written into the destination (ranged GETs)
@@ -478,6 +479,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         t->response.contentLength = 0; // and its length, the object's size
         t->response.lengthGiven = false;
         t->response.bucketRegion.clear();
+        t->response.contentEncoding.clear();
         t->response.rangeFirst = t->response.rangeTotal = -1;
         const auto sp = line.find(' ');
         if (sp != std::string::npos) t->response.status = std::strtol(line.c_str() + sp + 1, nullptr, 10);
@@ -509,6 +511,11 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     }
     if (name == "retry-after") t->response.retryAfter = std::strtol(value.c_str(), nullptr, 10);
     if (name == "x-amz-bucket-region") t->response.bucketRegion = value;
+    if (name == "content-encoding") {
+        t->response.contentEncoding = value;
+        std::transform(value.begin(), value.end(), t->response.contentEncoding.begin(),
+            [](unsigned char c) { return std::tolower(c); });
+    }
     if (name == "content-range" && startsWith(value, "bytes ")) { // "bytes 100-199/1000", "bytes 0-9/*"
         char* end = nullptr;
         const long long first = std::strtoll(value.c_str() + 6, &end, 10);
@@ -1623,6 +1630,14 @@ private:
                                                 : "bytes from " + std::to_string(r.rangeFirst))
                             + " (HTTP 206): cannot read in place; download the checkpoint, or serve it with a server "
                               "that answers Range as asked (nginx, S3, Hugging Face)");
+                // bytes compressed on the way (no Accept-Encoding was sent): their length and offsets are not the
+                // object's; no retry changes that (a short body "on every try" said nothing of why)
+                if (r.curl == CURLE_OK && r.status >= 200 && r.status < 300 && !r.contentEncoding.empty()
+                    && r.contentEncoding != "identity")
+                    throw Error(ErrorKind::Io, m_path,
+                        "the server sent the bytes content-encoded (Content-Encoding: " + r.contentEncoding
+                            + ") though no encoding was asked for: cannot read in place; serve the files as they are "
+                              "stored");
                 if (r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole)) && r.received == p.length)
                     return true;
                 if (r.status == 412) {
