@@ -345,10 +345,14 @@ int main(int argc, char** argv)
     bool helpAsked = args[0] == "help" || args[0] == "--help" || args[0] == "-h";
     const auto command
         = std::find_if(commands().begin(), commands().end(), [&](const Command& c) { return c.name == args[0]; });
+    const auto isGlobalOption
+        = [](const std::string& a) { return a == "--allow-outside-reads" || a == "--remote-stats"; };
     if (command != commands().end() && command->jobOptions) {
+        std::vector<std::string> own; // the command's line without the global options, which any command takes
+        std::copy_if(args.begin() + 1, args.end(), std::back_inserter(own),
+            [&](const std::string& a) { return !isGlobalOption(a); });
         try {
-            helpAsked
-                = Args(std::vector<std::string>(args.begin() + 1, args.end()), command->jobOptions()).has("--help");
+            helpAsked = Args(own, command->jobOptions()).has("--help");
         } catch (const UsageError&) { }
     } else {
         for (size_t i = 0; i < args.size(); ++i)
@@ -375,14 +379,12 @@ int main(int argc, char** argv)
     // the checkpoint and one that may not gave a report that matched no one-process run; found by a hunt)
     const std::vector<std::string> commandLine = args;
     for (auto it = args.begin(); it != args.end();)
-        if (*it == "--allow-outside-reads") {
-            optscope::allowReadsOutsideCheckpoint(true);
-            it = args.erase(it);
-        } else if (*it == "--remote-stats") {
-            remoteStats = true;
-            it = args.erase(it);
-        } else {
+        if (!isGlobalOption(*it)) {
             ++it;
+        } else {
+            if (*it == "--allow-outside-reads") optscope::allowReadsOutsideCheckpoint(true);
+            if (*it == "--remote-stats") remoteStats = true;
+            it = args.erase(it);
         }
     struct PrintRemoteStats
     {

@@ -1316,6 +1316,13 @@ TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
             ASSERT_NE(f, nullptr) << d.toJson().dump(1);
             EXPECT_EQ(f->pytorchError.rfind(error, 0), 0u) << f->pytorchError;
         }
+        // an Adam file whose groups lost amsgrad stays Adam: its groups alone looked like a fresh Adamax's, and its
+        // own class was said to raise KeyError 'exp_inf' (found by a review hunt)
+        const std::string dir = cases + "adam_group_without_amsgrad/";
+        const ModelParams ref = ModelParams::fromCheckpoint(*openCheckpoint(dir + "model.pt"));
+        const Diagnosis d = diagnoseCheckpoint(*openCheckpoint(dir + "optim.pt"), &ref);
+        EXPECT_EQ(finding(d, "optimizer-class-mismatch"), nullptr) << d.toJson().dump(1);
+        EXPECT_EQ(d.toJson().value("optimizer_kind", ""), "Adam/AdamW");
     }
     {
         // a 0-dim parameter among the trainable ones, frozen matrices left out, int ids: the 0-dim state's shape [] is

@@ -412,7 +412,7 @@ def faults():
     # started; each printed it, the command's after a rendezvous)
     # ('--json --help': help after a flag that takes no value; it joined the job and printed on every rank)
     for helped in (["--help"], ["reshard", "--help"], ["check", "-h"], ["gather", "--json", "--help"],
-                   ["diff", "--all", "-h", "x"]):
+                   ["diff", "--all", "-h", "x"], ["check", "--remote-stats", "x", "--help"]):
         port = servers.free_port()
         procs = [start(1, 3, port, helped), start(2, 3, port, helped)]
         outs = [p.communicate(timeout=bound) for p in procs]

@@ -68,7 +68,9 @@ OptimizerKind detectOptimizerKind(const OptimizerView& view)
     if (has(hp, "decoupled_weight_decay")) return OptimizerKind::RAdam;
     // Adamax saved before its first step (no exp_inf yet): betas and capturable without Adam's amsgrad, NAdam's
     // momentum_decay or RAdam's decoupled_weight_decay (2.1 and later, when both gained capturable)
-    if (has(hp, "betas") && has(hp, "capturable") && has(hp, "weight_decay")) return OptimizerKind::Adamax;
+    // (and no state of Adam's: an Adam file whose groups lost amsgrad stays Adam; found by a review hunt)
+    if (has(hp, "betas") && has(hp, "capturable") && has(hp, "weight_decay") && !has(st, "exp_avg"))
+        return OptimizerKind::Adamax;
     if (has(hp, "nesterov") || has(hp, "dampening") || has(st, "momentum_buffer")) return OptimizerKind::SGD;
     if (has(hp, "betas") && !has(hp, "weight_decay")) return OptimizerKind::SparseAdam;
     if (has(st, "exp_avg")) return OptimizerKind::Adam;
