@@ -426,6 +426,9 @@ int main(int argc, char** argv)
             printError(name, e.what());
             return ExitError;
         } catch (const optscope::Error& e) {
+            // rank 0 published why the job cannot start (a rank never joined): it serves the store, so it stays
+            // until those that joined have read that, rather than leave them only "lost the job's store"
+            job.leave();
             if (const int sig = interruptingSignal(); sig && e.kind() == optscope::ErrorKind::Cancelled) {
                 printError(name, "stopped by " + signalName(sig) + " while the job's processes met");
                 return 128 + sig;

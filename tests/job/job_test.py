@@ -454,13 +454,17 @@ def faults():
           f"{errs[1].strip()[-160:]})")
     shutil.rmtree(scratch)
 
-    # a rank that never comes: the rendezvous ends with an error, not a hang
-    port = servers.free_port()
-    procs = [start(0, 3, port, args), start(1, 3, port, args)]
-    codes, errs, secs = finish(procs, bound)
-    check(all(c not in (0, None) for c in codes) and "rank 2 never joined" in errs[0] and secs < bound
-          and nothing_left(parent), f"a rank that never comes: both exit non-zero in {secs:.1f} s "
-          f"({codes}; {errs[0].strip()[-200:]}; {errs[1].strip()[-200:]})")
+    # a rank that never comes: the rendezvous ends with an error, not a hang, and every process that came names it
+    # (rank 0 exited at once after saying so, and in about 2 runs of 5 the others only said that they lost rank 0's
+    # store: three runs, as the race needs)
+    for attempt in range(3):
+        port = servers.free_port()
+        procs = [start(0, 4, port, args), start(1, 4, port, args), start(3, 4, port, args)]
+        codes, errs, secs = finish(procs, bound)
+        check(all(c not in (0, None) for c in codes) and all("rank 2 never joined" in e for e in errs)
+              and secs < bound and nothing_left(parent), f"a rank that never comes ({attempt + 1} of 3): all exit "
+              f"non-zero in {secs:.1f} s, each naming it ({codes}; "
+              + "; ".join(e.strip()[-160:] for e in errs) + ")")
 
     # a MASTER_ADDR that does not resolve: said so, not a socket timeout after the whole timeout (found by a hunt)
     procs = [start(1, 2, servers.free_port(), args, MASTER_ADDR="no-such-host.invalid")]

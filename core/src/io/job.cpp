@@ -277,6 +277,20 @@ struct Job::State
         ownFirst = first;
         return first;
     }
+    /// takes the job's failure text from the store if it is there yet (the failing process adds to "failed" before
+    /// it sets "failure"); from the heartbeat, with its own calls, so that a hung main call does not block it
+    void fetchFailure()
+    {
+        {
+            std::lock_guard<std::mutex> lock(failureMutex);
+            if (!failure.empty()) return;
+        }
+        bool there = false;
+        std::string text, error;
+        if (ops->check(store, spec.keyPrefix + "failure", there, error) && there
+            && ops->get(store, spec.keyPrefix + "failure", text, error))
+            setFailure(text);
+    }
     std::string failureText()
     {
         {
@@ -350,7 +364,12 @@ struct Job::State
                 lock.lock();
                 break;
             }
-            if (n > 0) failed = true;
+            if (n > 0) {
+                failed = true;
+                // the failure's text now, while the store is surely there: rank 0 (which serves it) may exit soon
+                // after, and a process busy with its share would then only learn that the store was lost
+                fetchFailure();
+            }
             lock.lock();
             stopWake.wait_for(lock, beatInterval(), [&] { return stopping; });
         }
@@ -764,8 +783,10 @@ void Job::leave()
             // killed after its share costs the whole timeout here; a shorter bound on the others' silence was tried
             // and undone: a rank stopped for seconds (SIGSTOP, a debugger, a frozen cgroup) before it read the last
             // broadcast then lost the store and failed a job whose output was published (found by a hunt)
+            // after a failure, only those that joined can come: a rank that never joined must not hold the others'
+            // news (the failure) hostage for the grace, nor make it pass before they read it
             const auto start = Clock::now();
-            while (st.add("left", 0) < size() - 1) {
+            while (st.add("left", 0) < (st.failed ? st.add("joined", 0) : int64_t(size())) - 1) {
                 const auto waited = Clock::now() - start;
                 if (waited > st.spec.timeout || (st.failed && waited > std::chrono::seconds(2))) break;
                 std::this_thread::sleep_for(std::chrono::milliseconds(5));
