@@ -168,7 +168,8 @@ class OddServerProxy(FaultProxy):
     noetag: no ETag, only Last-Modified; datenewer: the same, every GET's Last-Modified another than the HEAD's;
     lmfmt: no ETag, and each GET's Last-Modified the same date in RFC 850's form (another legal HTTP-date);
     lmnow: no ETag, and Last-Modified the time of each answer (as some dynamic servers date theirs);
-    gzip: every GET's body gzipped with Content-Encoding: gzip, though none was asked for"""
+    gzip: every GET's body gzipped with Content-Encoding: gzip, though none was asked for;
+    cap: a ranged GET answered with at most 1 MiB, labelled truthfully (as servers that cap each answer do)"""
 
     def do_HEAD(self):
         self.odd(head=True)
@@ -193,6 +194,9 @@ class OddServerProxy(FaultProxy):
             a, b = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
             if a > 0:
                 headers["Range"] = f"bytes={a - 1}-{b - 1}"
+        if mode == "cap" and "Range" in self.headers:
+            a, b = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
+            headers["Range"] = f"bytes={a}-{min(b, a + (1 << 20) - 1)}"
         c = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=30)
         c.request("HEAD" if head else "GET", path, headers=headers)
         r = c.getresponse()
@@ -709,7 +713,7 @@ def odd_server_cases(http_port):
     bytes asked for (a good checkpoint reported corrupt, or worse); a HEAD without Content-Length read as empty; a
     redirect's Content-Type and length taken for the object's; a weak ETag pinned with If-Match (every read "changed
     while being read"); a presigned URL (HEAD refused) taken for a folder; a file replaced while read, weakly tagged or
-    dated only (read unpinned), silently mixed from both versions"""
+    dated only (read unpinned), silently mixed from both versions; a server capping each answer at 1 MiB refused"""
     big = os.path.join(WORK, "served", "odd")
     os.makedirs(big, exist_ok=True)
     if not TORCH_PYTHON:
@@ -729,7 +733,7 @@ def odd_server_cases(http_port):
                          ("shift", "the server answered a request for bytes"), ("newer", "changed while being read"),
                          ("weaknewer", "changed while being read"), ("noetag", "same"),
                          ("datenewer", "changed while being read"), ("lmfmt", "same"), ("lmnow", "same"),
-                         ("gzip", "content-encoded (Content-Encoding: gzip)")):
+                         ("gzip", "content-encoded (Content-Encoding: gzip)"), ("cap", "same")):
         for rel in ("big.pt", "dcp"):
             url = f"http://127.0.0.1:{port}/{mode}/served/odd/{rel}"
             local = cli(["check", "--json", os.path.join(big, rel)])

@@ -425,8 +425,9 @@ struct Response
     long retryAfter = -1;
     std::string bucketRegion; ///< x-amz-bucket-region: S3 says where a bucket is (with a 301, or a wrong region)
     std::string contentEncoding; ///< lower case; none is asked for, so any but "identity" is not the stored bytes
-    /// Content-Range "bytes A-B/N": A (-1: none), and N (-1: none or '*'): what a 206 holds, and the object's size
-    int64_t rangeFirst = -1, rangeTotal = -1;
+    /// Content-Range "bytes A-B/N": A and B (-1: none), and N (-1: none or '*'): what a 206 holds, and the object's
+    /// size
+    int64_t rangeFirst = -1, rangeLast = -1, rangeTotal = -1;
     uint64_t received = 0; ///< bytes written into the destination (ranged GETs)
 };
 
@@ -480,7 +481,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         t->response.lengthGiven = false;
         t->response.bucketRegion.clear();
         t->response.contentEncoding.clear();
-        t->response.rangeFirst = t->response.rangeTotal = -1;
+        t->response.rangeFirst = t->response.rangeLast = t->response.rangeTotal = -1;
         const auto sp = line.find(' ');
         if (sp != std::string::npos) t->response.status = std::strtol(line.c_str() + sp + 1, nullptr, 10);
         return n;
@@ -519,7 +520,12 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     if (name == "content-range" && startsWith(value, "bytes ")) { // "bytes 100-199/1000", "bytes 0-9/*"
         char* end = nullptr;
         const long long first = std::strtoll(value.c_str() + 6, &end, 10);
-        if (end != value.c_str() + 6 && *end == '-') t->response.rangeFirst = first;
+        if (end != value.c_str() + 6 && *end == '-') {
+            t->response.rangeFirst = first;
+            char* lastEnd = nullptr;
+            const long long last = std::strtoll(end + 1, &lastEnd, 10);
+            if (lastEnd != end + 1 && *lastEnd == '/' && last >= first) t->response.rangeLast = last;
+        }
         const size_t slash = value.find('/');
         if (slash != std::string::npos && slash + 1 < value.size() && value[slash + 1] != '*')
             t->response.rangeTotal = std::strtoll(value.c_str() + slash + 1, nullptr, 10);
@@ -1591,8 +1597,21 @@ private:
         m_cv.notify_all();
     }
 
-    /// @p background: a fetcher's, given up when the object closes
+    /// @p background: a fetcher's, given up when the object closes. A server may answer a range with less than asked,
+    /// labelled so ("bytes A-B/N", B short of the end asked: RFC 9110 lets it; some cap each answer at a few MiB): the
+    /// rest is asked for in turn, until every part is whole
     void fetchParts(const Part* parts, size_t count, bool background = false) const
+    {
+        std::vector<Part> rest;
+        fetchPartsOnce(parts, count, background, rest);
+        while (!rest.empty()) {
+            std::vector<Part> asked;
+            asked.swap(rest);
+            fetchPartsOnce(asked.data(), asked.size(), background, rest);
+        }
+    }
+    /// fetches @p parts; what a server answered in part (a truthful, shorter 206) is added to @p rest
+    void fetchPartsOnce(const Part* parts, size_t count, bool background, std::vector<Part>& rest) const
     {
         // a server that answered a Range request with the whole object does not serve ranges: said again at once
         // (each item of a check fetched the whole file again, about 90 times per command; found by a hunt)
@@ -1640,6 +1659,12 @@ private:
                               "stored");
                 if (r.curl == CURLE_OK && (r.status == 206 || (r.status == 200 && whole)) && r.received == p.length)
                     return true;
+                // a shorter range than asked, whole as labelled: kept (the bytes are at their place), the rest asked
+                if (r.curl == CURLE_OK && r.status == 206 && r.received > 0 && r.received < p.length
+                    && r.rangeLast == static_cast<int64_t>(p.offset + r.received - 1)) {
+                    rest.push_back({p.offset + r.received, p.length - r.received});
+                    return true;
+                }
                 if (r.status == 412) {
                     m_changed.store(true);
                     checkUnchanged();
