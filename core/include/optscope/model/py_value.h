@@ -197,6 +197,13 @@ struct PyValue
 /// Calls @p f with every value directly inside @p v: a container's items (and a dict's BUILD attributes), an object's
 /// callable, arguments, state and items, a tensor's storage and its wrapper's local shards. Shared values come once per
 /// reference (a walk over the graph keeps its own set of the visited).
+/// whether forEachChild may call its function for @p v (an object, a container or a tensor): a value without is a
+/// leaf, answered on its own (a million scalars need no walk and no memo)
+inline bool mayHaveChildren(const PyValue* v)
+{
+    return (v->kind == PyKind::Object && v->object) || v->hasContainer() || (v->kind == PyKind::Tensor && v->tensor);
+}
+
 template<typename F> void forEachChild(const PyValue* v, F&& f)
 {
     if (v->kind == PyKind::Object && v->object) {
