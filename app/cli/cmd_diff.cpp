@@ -79,7 +79,7 @@ int runDiff(const std::vector<std::string>& argv)
         report.writeJson(std::cout);
         std::cout << std::endl;
     } else if (args.has("--csv")) {
-        std::cout << report.toCsv();
+        report.writeCsv(std::cout);
     } else {
         for (const auto& n : report.notes)
             std::cout << "note: " << n << "\n";

@@ -49,7 +49,7 @@ int runVerify(const std::vector<std::string>& argv)
     } else if (args.has("--json")) {
         std::cout << report.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else if (args.has("--csv")) {
-        std::cout << report.toCsv();
+        report.writeCsv(std::cout);
     } else {
         for (const auto& e : report.entries) {
             if (e.status == VerifyStatus::Identical) continue;

@@ -1121,6 +1121,17 @@ TEST(Csv, QuotesAndReportRows)
     EXPECT_EQ(CsvWriter::field("plain"), "plain");
     EXPECT_EQ(CsvWriter::field("a,b"), "\"a,b\"");
     EXPECT_EQ(CsvWriter::field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
+    // rows written to a stream as they come (diff --csv, verify --csv) are the rows a kept writer holds
+    std::ostringstream streamed;
+    CsvWriter sink(streamed);
+    CsvWriter kept;
+    for (CsvWriter* w : {&sink, &kept}) {
+        w->row({"=1+1", "a,b", "-0.5"});
+        w->row({""});
+    }
+    EXPECT_EQ(kept.text(), "\"'=1+1\",\"a,b\",-0.5\n\n");
+    EXPECT_EQ(streamed.str(), kept.text());
+    EXPECT_TRUE(sink.text().empty());
     const DiffReport r = diffCheckpoints(*open("fsdp2_r2"), *open("fsdp2_r3"));
     const std::string csv = r.toCsv();
     size_t rows = 1; // header

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -155,7 +156,14 @@ void DiffReport::writeJson(std::ostream& out) const
 
 std::string DiffReport::toCsv() const
 {
-    CsvWriter w;
+    std::ostringstream out;
+    writeCsv(out);
+    return out.str();
+}
+
+void DiffReport::writeCsv(std::ostream& out) const
+{
+    CsvWriter w(out);
     w.row({"key", "key_a", "key_b", "type", "status", "reason", "numel", "num_diff", "max_abs_diff", "max_rel_diff",
         "rms_diff", "rank", "match"});
     auto num = [](double v) {
@@ -170,7 +178,6 @@ std::string DiffReport::toCsv() const
             w.row({e.key, "", "", "rank", r.numDiff ? "changed" : "equal", "", std::to_string(r.numel),
                 std::to_string(r.numDiff), num(r.maxAbsDiff), "", "", std::to_string(r.rank), ""});
     }
-    return w.text();
 }
 
 namespace {

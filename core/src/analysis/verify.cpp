@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -70,7 +71,14 @@ size_t VerifyReport::count(VerifyStatus status) const
 
 std::string VerifyReport::toCsv() const
 {
-    CsvWriter w;
+    std::ostringstream out;
+    writeCsv(out);
+    return out.str();
+}
+
+void VerifyReport::writeCsv(std::ostream& out) const
+{
+    CsvWriter w(out);
     w.row({"key", "type", "status", "rank", "elements", "differing", "first_diff", "detail"});
     for (const auto& e : entries) {
         const bool tensor = e.type == "tensor";
@@ -81,7 +89,6 @@ std::string VerifyReport::toCsv() const
                 std::to_string(r.elements), std::to_string(r.differing),
                 r.firstDiff >= 0 ? std::to_string(r.firstDiff) : "", ""});
     }
-    return w.text();
 }
 
 nlohmann::ordered_json VerifyReport::toJson() const

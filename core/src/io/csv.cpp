@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <ostream>
 #include <string_view>
 
 namespace optscope {
@@ -39,9 +40,14 @@ std::string CsvWriter::field(const std::string& value)
 
 void CsvWriter::row(const std::vector<std::string>& fields)
 {
+    std::string line;
     for (size_t i = 0; i < fields.size(); ++i)
-        m_text += (i ? "," : "") + field(fields[i]);
-    m_text += '\n';
+        line += (i ? "," : "") + field(fields[i]);
+    line += '\n';
+    if (m_sink)
+        m_sink->write(line.data(), static_cast<std::streamsize>(line.size()));
+    else
+        m_text += line;
 }
 
 } // namespace optscope

@@ -6,6 +6,7 @@
 // is written as '"'VALUE"' (OWASP's CSV-injection advice): shown as text, never evaluated.
 // The one CSV writer of the core: `map --csv`, `diff --csv`, `verify --csv` and the GUI's exports all use it.
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,18 @@ namespace optscope {
 class CsvWriter
 {
 public:
+    /// rows are kept, for text()
+    CsvWriter() = default;
+    /// rows go to @p sink as they come (a million-row report is not first built as one string)
+    explicit CsvWriter(std::ostream& sink)
+        : m_sink(&sink)
+    { }
     static std::string field(const std::string& value);
     void row(const std::vector<std::string>& fields);
     const std::string& text() const { return m_text; }
 
 private:
+    std::ostream* m_sink = nullptr;
     std::string m_text;
 };
 

@@ -101,6 +101,8 @@ struct DiffReport
     void writeJson(std::ostream& out) const;
     /// one row per entry and one per rank of it (`diff --csv`, the GUI's CSV export)
     std::string toCsv() const;
+    /// toCsv()'s text, written row by row (`diff --csv`: a million entries are not first one string)
+    void writeCsv(std::ostream& out) const;
 
 private:
     nlohmann::ordered_json headJson() const; ///< toJson() with "entries" empty

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,8 @@ struct VerifyReport
     nlohmann::ordered_json toJson() const;
     /// one row per entry and one per rank of it (`verify --csv`, the GUI's CSV export)
     std::string toCsv() const;
+    /// toCsv()'s text, written row by row (`verify --csv`)
+    void writeCsv(std::ostream& out) const;
 };
 
 struct VerifyOptions
