@@ -85,8 +85,8 @@ int runDiff(const std::vector<std::string>& argv)
             std::cout << "note: " << n << "\n";
         for (const auto& e : report.entries) {
             if (e.status == DiffStatus::Equal && !args.has("--all")) continue;
-            std::cout << diffStatusName(e.status) << "  " << e.key;
-            if (!e.keyB.empty() && e.keyB != e.key) std::cout << "  <->  " << e.keyB;
+            std::cout << diffStatusName(e.status) << "  " << e.key();
+            if (!e.keyB.empty() && e.keyB != e.key()) std::cout << "  <->  " << e.keyB;
             if (!e.reason.empty()) std::cout << "  (" << e.reason << ")";
             // NaN and inf stay out of max|d| and rms: said so where a pair is not finite (a max|d| of 0 beside
             // elements that differ would read as a contradiction), and their counts show where they are

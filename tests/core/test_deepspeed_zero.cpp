@@ -720,7 +720,7 @@ TEST(ZeroSamples, DiffPairsTheModelPartWithAZeroToFp32StateDict)
                     EXPECT_NE(e.match.find("model part 'model'"), std::string::npos) << stage << " " << e.match;
                 }
                 if (e.status == (fp32First ? DiffStatus::OnlyA : DiffStatus::OnlyB)) ++onlyFp32;
-                EXPECT_NE(e.status, DiffStatus::Changed) << stage << " " << e.key;
+                EXPECT_NE(e.status, DiffStatus::Changed) << stage << " " << e.key();
             }
             EXPECT_EQ(equal, fp32->entries.size()) << stage;
             EXPECT_EQ(onlyFp32, 0u) << stage;

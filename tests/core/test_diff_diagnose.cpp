@@ -55,7 +55,7 @@ public:
 const DiffEntry* entry(const DiffReport& r, const std::string& key)
 {
     for (const auto& e : r.entries)
-        if (e.key == key || e.keyB == key) return &e;
+        if (e.key() == key || e.keyB == key) return &e;
     return nullptr;
 }
 
@@ -167,8 +167,8 @@ TEST(Diff, FusedKernelAndAtenGiveTheSameReport)
             for (size_t i = 0; i < x.entries.size(); ++i) {
                 const DiffEntry& p = x.entries[i];
                 const DiffEntry& q = y.entries[i];
-                SCOPED_TRACE(p.key);
-                EXPECT_EQ(p.key, q.key);
+                SCOPED_TRACE(p.key());
+                EXPECT_EQ(p.key(), q.key());
                 EXPECT_EQ(p.status, q.status);
                 EXPECT_EQ(p.numDiff, q.numDiff);
                 EXPECT_EQ(p.maxAbsDiff, q.maxAbsDiff);
@@ -287,8 +287,8 @@ TEST(Diff, OnePairsHistogramEqualsTheReportsHistogram)
         for (size_t i = 0; i < full.entries.size(); ++i) {
             EXPECT_TRUE(plain.entries[i].histogramCounts.empty());
             const DiffHistogram h = diffHistogram(*x, *y, plain.entries[i], 16);
-            EXPECT_EQ(h.counts, full.entries[i].histogramCounts) << full.entries[i].key;
-            EXPECT_EQ(h.edges, full.entries[i].histogramEdges) << full.entries[i].key;
+            EXPECT_EQ(h.counts, full.entries[i].histogramCounts) << full.entries[i].key();
+            EXPECT_EQ(h.edges, full.entries[i].histogramEdges) << full.entries[i].key();
             withHistogram += h.counts.empty() ? 0 : 1;
         }
     }
@@ -315,7 +315,7 @@ TEST(Diff, PerRankFilesWhoseReplicatedStateDisagreesAreSaidToDisagree)
     EXPECT_TRUE(checkCheckpoint(*open("partial")).clean());
     const DiffReport ranks = diffRanks(*both, 0, 1);
     for (const auto& e : ranks.entries)
-        EXPECT_NE(e.status, DiffStatus::OnlyA) << e.key << ": " << e.reason;
+        EXPECT_NE(e.status, DiffStatus::OnlyA) << e.key() << ": " << e.reason;
     ASSERT_EQ(ranks.notes.size(), 1u);
     EXPECT_EQ(ranks.notes[0].rfind("16 replicated tensor(s)", 0), 0u) << ranks.notes[0];
 }
@@ -333,7 +333,7 @@ TEST(Diff, FilesHoldingPartOfATensorCompareWhatTheyHold)
     for (const auto& e : self.entries)
         if (e.reason.find("compared where both store it") != std::string::npos) {
             ++partial;
-            EXPECT_TRUE(e.valuesCompared) << e.key;
+            EXPECT_TRUE(e.valuesCompared) << e.key();
         }
     EXPECT_GT(partial, 10u);
     const DiffReport ranks = diffCheckpoints(*r0, *r1);
@@ -342,8 +342,8 @@ TEST(Diff, FilesHoldingPartOfATensorCompareWhatTheyHold)
     for (const auto& e : ranks.entries)
         if (e.reason.find("store different parts") != std::string::npos) {
             ++different;
-            EXPECT_FALSE(e.valuesCompared) << e.key;
-            EXPECT_EQ(e.status, DiffStatus::Changed) << e.key;
+            EXPECT_FALSE(e.valuesCompared) << e.key();
+            EXPECT_EQ(e.status, DiffStatus::Changed) << e.key();
         }
     EXPECT_GT(different, 10u);
 
@@ -434,12 +434,12 @@ TEST(Diff, HandsOverEachEntryAsItFinishesWithProgressByElements)
     ASSERT_EQ(streamed.size(), r.entries.size());
     std::map<std::string, const DiffEntry*> byKey;
     for (const auto& e : r.entries)
-        byKey[e.key] = &e;
+        byKey[e.key()] = &e;
     for (const auto& e : streamed) {
-        ASSERT_TRUE(byKey.count(e.key)) << e.key;
-        EXPECT_EQ(e.status, byKey[e.key]->status) << e.key;
-        EXPECT_EQ(e.numDiff, byKey[e.key]->numDiff) << e.key;
-        byKey.erase(e.key); // once each
+        ASSERT_TRUE(byKey.count(e.key())) << e.key();
+        EXPECT_EQ(e.status, byKey[e.key()]->status) << e.key();
+        EXPECT_EQ(e.numDiff, byKey[e.key()]->numDiff) << e.key();
+        byKey.erase(e.key()); // once each
     }
     ASSERT_FALSE(fractions.empty());
     EXPECT_DOUBLE_EQ(fractions.back(), 1.0);
@@ -525,7 +525,7 @@ TEST(Diff, HistogramCountsEveryElementOfEveryChangedTensor)
             int64_t total = 0;
             for (auto c : e.histogramCounts)
                 total += c;
-            EXPECT_EQ(total, e.numel) << a << " vs " << b << ": " << e.key;
+            EXPECT_EQ(total, e.numel) << a << " vs " << b << ": " << e.key();
             ++checked;
         }
         EXPECT_GT(checked, 0u) << a << " vs " << b;

@@ -495,8 +495,8 @@ TEST(Megatron, ConversionWritesStepsAsPyTorchDoesAndCompareCallsThemEqual)
     EXPECT_TRUE(d.equal);
     bool said = false;
     for (const auto& e : d.entries)
-        said
-            = said || (e.key == "optim.state.inp.weight.step" && e.reason.find("the same number") != std::string::npos);
+        said = said
+            || (e.key() == "optim.state.inp.weight.step" && e.reason.find("the same number") != std::string::npos);
     EXPECT_TRUE(said);
 
     // a step that float32 cannot hold exactly stays the number it is (check then warns step-dtype): never a silent

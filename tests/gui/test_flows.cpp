@@ -443,7 +443,7 @@ void TestFlows::diffChangedCheckpoints()
         const auto b = openCheckpoint(testData("adam_step_mismatch.pt").toStdString());
         int64_t n = 0;
         for (const auto& e : r.entries)
-            if (e.key == key)
+            if (e.key() == key)
                 for (auto c : diffHistogram(*a, *b, e, DiffPanel::HistogramBins).counts)
                     n += c;
         return n;
@@ -838,7 +838,7 @@ void TestFlows::compareWithUrlMatchesTheLocalCompare()
     const DiffReport& remote = diff->model()->report();
     QCOMPARE(remote.entries.size(), local.entries.size());
     for (size_t i = 0; i < local.entries.size(); ++i) {
-        QCOMPARE(remote.entries[i].key, local.entries[i].key);
+        QCOMPARE(remote.entries[i].key(), local.entries[i].key());
         QCOMPARE(int(remote.entries[i].status), int(local.entries[i].status));
         QCOMPARE(remote.entries[i].maxAbsDiff, local.entries[i].maxAbsDiff);
     }
@@ -1832,7 +1832,7 @@ void TestFlows::diffValuesSideBySide()
     // as many as the diff counted (the whole tensor fits the window)
     const auto& entries = diff->model()->report().entries;
     const auto it
-        = std::find_if(entries.begin(), entries.end(), [](const DiffEntry& e) { return e.key == "model.0.bias"; });
+        = std::find_if(entries.begin(), entries.end(), [](const DiffEntry& e) { return e.key() == "model.0.bias"; });
     QCOMPARE(int64_t(differing), it->numDiff);
     QCOMPARE(m->differingCount(), differing);
     QVERIFY(diff->valuesInfo().contains(QStringLiteral("%1 differ").arg(differing)));
@@ -2135,7 +2135,7 @@ void TestFlows::watchFolderFollowsARun()
     QCOMPARE(series.size(), size_t(1));
     QCOMPARE(series.front().first, int64_t(4));
     for (const auto& e : reference.entries)
-        if (e.key == "model.0.weight") QCOMPARE(series.front().second, e.maxAbsDiff);
+        if (e.key() == "model.0.weight") QCOMPARE(series.front().second, e.maxAbsDiff);
     QVERIFY(series.front().second > 0);
     QVERIFY(watch->series(QStringLiteral("optim.state.0.weight.step")).empty());
     QVERIFY(!watch->chartedKeys().isEmpty());

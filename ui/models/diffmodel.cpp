@@ -94,7 +94,7 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
         };
         switch (col) {
         case KeyColumn:
-            return QString::fromStdString(e.key);
+            return QString::fromStdString(e.key());
         case StatusColumn:
             return QString::fromLatin1(diffStatusName(e.status));
         case MaxAbsColumn:
@@ -114,7 +114,7 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
     if (role != Qt::DisplayRole && role != SortRole) return {};
     switch (col) {
     case KeyColumn:
-        return Format::text(e.key);
+        return Format::text(e.key());
     case StatusColumn:
         return statusText(e.status);
     case MaxAbsColumn:

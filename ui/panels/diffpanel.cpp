@@ -497,7 +497,7 @@ QMenu* DiffPanel::contextMenu(const QModelIndex& index)
     auto* menu = new QMenu(this);
     const int row = index.data(DiffModel::EntryIndexRole).toInt();
     const DiffEntry& e = m_model->report().entries[static_cast<size_t>(row)];
-    const QString key = QString::fromStdString(e.key);
+    const QString key = QString::fromStdString(e.key());
     const QString openKey = QString::fromStdString(m_session->openKey(e));
     QAction* copyKey
         = menu->addAction(tr("Copy full key"), this, [key] { QGuiApplication::clipboard()->setText(key); });
@@ -566,7 +566,7 @@ void DiffPanel::showKey(const QString& key)
         const auto& e = m_model->report()
                             .entries[static_cast<size_t>(m_proxy->index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
         // the report's display key, or the open checkpoint's key as the State keys view names it
-        if (e.key == k || m_session->openKey(e) == k) {
+        if (e.key() == k || m_session->openKey(e) == k) {
             m_view->setCurrentIndex(m_proxy->index(r, 0));
             m_view->scrollTo(m_proxy->index(r, 0));
             return;
@@ -579,7 +579,7 @@ void DiffPanel::showEntry(int entryIndex)
     const auto& entries = m_model->report().entries;
     if (entryIndex < 0 || entryIndex >= static_cast<int>(entries.size())) return;
     const DiffEntry& e = entries[static_cast<size_t>(entryIndex)];
-    m_histTitle->setText(tr("Δ = A − B of %1").arg(Format::text(e.key)));
+    m_histTitle->setText(tr("Δ = A − B of %1").arg(Format::text(e.key())));
     m_valuesEntry = entryIndex;
     startValues(e, 0);
     if (e.type == "tensor" && e.numel == 1 && e.status == DiffStatus::Changed) {
@@ -615,7 +615,7 @@ void DiffPanel::showEntry(int entryIndex)
         const int shown = entryIndex;
         m_histogramFor = shown;
         m_context->runner()->run(
-            QStringLiteral("diff-histogram"), tr("Δ histogram of %1").arg(Format::text(e.key)), this,
+            QStringLiteral("diff-histogram"), tr("Δ histogram of %1").arg(Format::text(e.key())), this,
             [a, b, pair](const Progress& progress) {
                 return std::make_shared<DiffHistogram>(diffHistogram(*a, *b, pair, HistogramBins, progress));
             },
@@ -675,7 +675,7 @@ void DiffPanel::startValues(const DiffEntry& e, int64_t first)
     m_valuesFirst = first;
     m_valuesInfo->setText(tr("Reading…"));
     m_context->runner()->run(
-        QStringLiteral("diff-values"), tr("Values of %1").arg(Format::text(e.key)), this,
+        QStringLiteral("diff-values"), tr("Values of %1").arg(Format::text(e.key())), this,
         [a, b, keyA, keyB, first](const Progress& progress) {
             // the same page of both
             return std::make_pair(ValuesPreviewModel::readElements(*a, *a->find(keyA), first, ValuesPage, progress),

@@ -127,15 +127,15 @@ QString DiffHeatmap::toolTipAt(int keyRow, int rankColumn) const
         const int rank = m_rankIds[static_cast<size_t>(rankColumn)];
         where = tr("rank %1").arg(rank);
         auto it = std::find_if(e.ranks.begin(), e.ranks.end(), [rank](const DiffRank& r) { return r.rank == rank; });
-        if (it == e.ranks.end()) return tr("%1\n%2: holds none of it").arg(QString::fromStdString(e.key), where);
+        if (it == e.ranks.end()) return tr("%1\n%2: holds none of it").arg(QString::fromStdString(e.key()), where);
         maxAbs = it->maxAbsDiff;
         numDiff = it->numDiff;
         numel = it->numel;
     }
     if (numDiff <= 0)
-        return tr("%1\n%2: equal (%3)").arg(QString::fromStdString(e.key), where, Format::elements(numel));
+        return tr("%1\n%2: equal (%3)").arg(QString::fromStdString(e.key()), where, Format::elements(numel));
     return tr("%1\n%2: max |Δ| %3, %4 of %5 differ")
-        .arg(QString::fromStdString(e.key), where, Format::number(maxAbs), Format::count(numDiff),
+        .arg(QString::fromStdString(e.key()), where, Format::number(maxAbs), Format::count(numDiff),
             Format::elements(numel));
 }
 
@@ -165,7 +165,7 @@ void DiffHeatmap::setReport(const DiffReport& report)
     const auto before = [](const DiffEntry* a, const DiffEntry* b) {
         const bool ca = a->numDiff > 0, cb = b->numDiff > 0;
         if (ca != cb) return ca;
-        const bool sa = isStepCounterKey(a->key, a->numel), sb = isStepCounterKey(b->key, b->numel);
+        const bool sa = isStepCounterKey(a->key(), a->numel), sb = isStepCounterKey(b->key(), b->numel);
         if (sa != sb) return sb;
         return a->maxAbsDiff > b->maxAbsDiff;
     };
@@ -204,7 +204,7 @@ void DiffHeatmap::layoutRows()
     m_ranks = perRank ? static_cast<int>(m_rankIds.size()) : 1;
     m_keys.clear();
     for (const auto* e : rows)
-        m_keys << QString::fromStdString(e->key);
+        m_keys << QString::fromStdString(e->key());
 
     const int nx = m_ranks, ny = std::max<int>(static_cast<int>(rows.size()), 1);
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -230,7 +230,7 @@ void DiffHeatmap::layoutRows()
         for (size_t y = 0; y < rows.size(); ++y)
             for (int x = 0; x < nx; ++x)
                 if (const double v = m_values[y * static_cast<size_t>(nx) + static_cast<size_t>(x)]; v > 0) {
-                    double& m = kindMax[kindOf(rows[y]->key)];
+                    double& m = kindMax[kindOf(rows[y]->key())];
                     m = std::max(m, v);
                 }
     // QCPColorMap draws nothing along a dimension of one cell (its range is a point): one column (a whole-tensor
@@ -244,7 +244,7 @@ void DiffHeatmap::layoutRows()
         for (int x = 0; x < nx; ++x) {
             double v = m_values[static_cast<size_t>(y * nx + x)];
             if (v > 0 && m_normalization == Normalization::PerKind)
-                v /= kindMax[kindOf(rows[static_cast<size_t>(y)]->key)];
+                v /= kindMax[kindOf(rows[static_cast<size_t>(y)]->key())];
             for (int cy = y; cy < (ny == 1 ? 2 : y + 1); ++cy)
                 for (int cx = x; cx < (nx == 1 ? 2 : x + 1); ++cx)
                     m_map->data()->setCell(cx, cy, v);

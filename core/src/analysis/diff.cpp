@@ -38,9 +38,9 @@ namespace optscope {
 // a report's entries between the processes of a job (CBOR): every field, so that rank 0's output is the one-process
 // output byte for byte
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffRank, rank, numel, numDiff, maxAbsDiff)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, key, keyA, keyB, type, status, reason, match, shapeA, shapeB, dtypeA,
-    dtypeB, numel, valuesCompared, unreadable, comparedInPart, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs,
-    nanA, nanB, infA, infB, ranks, valueA, valueB, histogramEdges, histogramCounts)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, keyA, keyB, type, status, reason, match, shapeA, shapeB, dtypeA, dtypeB,
+    numel, valuesCompared, unreadable, comparedInPart, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs, nanA,
+    nanB, infA, infB, ranks, valueA, valueB, histogramEdges, histogramCounts)
 
 const char* diffStatusName(DiffStatus status)
 {
@@ -76,12 +76,12 @@ json numberJson(double v)
 json entryJson(const DiffEntry& e)
 {
     const auto num = numberJson;
-    json je {{"key", e.key}, {"status", diffStatusName(e.status)}, {"type", e.type}};
-    if (!isUtf8(e.key)) je["key_hex"] = hexBytes(e.key); // the exact bytes (README: JSON output)
+    json je {{"key", e.key()}, {"status", diffStatusName(e.status)}, {"type", e.type}};
+    if (!isUtf8(e.key())) je["key_hex"] = hexBytes(e.key()); // the exact bytes (README: JSON output)
     je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
     je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
-    if (e.keyA != e.key && !e.keyA.empty()) je["key_a"] = e.keyA;
-    if (e.keyB != e.key && !e.keyB.empty()) je["key_b"] = e.keyB;
+    if (e.keyA != e.key() && !e.keyA.empty()) je["key_a"] = e.keyA;
+    if (e.keyB != e.key() && !e.keyB.empty()) je["key_b"] = e.keyB;
     if (e.type == "tensor") {
         je["max_abs_diff"] = num(e.maxAbsDiff);
         je["max_rel_diff"] = num(e.maxRelDiff);
@@ -172,10 +172,10 @@ void DiffReport::writeCsv(std::ostream& out) const
         return std::string(b);
     };
     for (const auto& e : entries) {
-        w.row({e.key, e.keyA, e.keyB, e.type, diffStatusName(e.status), e.reason, std::to_string(e.numel),
+        w.row({e.key(), e.keyA, e.keyB, e.type, diffStatusName(e.status), e.reason, std::to_string(e.numel),
             std::to_string(e.numDiff), num(e.maxAbsDiff), num(e.maxRelDiff), num(e.rmsDiff), "", e.match});
         for (const auto& r : e.ranks)
-            w.row({e.key, "", "", "rank", r.numDiff ? "changed" : "equal", "", std::to_string(r.numel),
+            w.row({e.key(), "", "", "rank", r.numDiff ? "changed" : "equal", "", std::to_string(r.numel),
                 std::to_string(r.numDiff), num(r.maxAbsDiff), "", "", std::to_string(r.rank), ""});
     }
 }
@@ -826,7 +826,6 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
             DiffEntry& d = report.entries[i];
             d.keyA = pa ? pa->entry->key : std::string();
             d.keyB = pb ? pb->entry->key : std::string();
-            d.key = pa ? d.keyA : d.keyB;
             const Entry* any = pa ? pa->entry : pb->entry;
             d.type = any->isTensor() ? "tensor" : "value";
             try {

@@ -218,7 +218,7 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
             else if (e.status == DiffStatus::Changed)
                 ++s.changed;
             if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal)
-                && !isStepCounterKey(e.key, e.numel))
+                && !isStepCounterKey(e.key(), e.numel))
                 tensors.push_back(&e);
         }
         std::sort(tensors.begin(), tensors.end(),
@@ -226,8 +226,8 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
         // the most changed are the changed ones only: within the tolerances a difference is no change
         for (const DiffEntry* e : tensors) {
             const bool top = e->status == DiffStatus::Changed && s.top.size() < m_trackedPerStep;
-            if (top) s.top.emplace_back(e->key, e->maxAbsDiff);
-            if (top || m_series.count(e->key)) m_series[e->key].emplace_back(entry.step, e->maxAbsDiff);
+            if (top) s.top.emplace_back(e->key(), e->maxAbsDiff);
+            if (top || m_series.count(e->key())) m_series[e->key()].emplace_back(entry.step, e->maxAbsDiff);
         }
     }
     m_previous = read.checkpoint;

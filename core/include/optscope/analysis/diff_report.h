@@ -56,9 +56,10 @@ struct DiffRank
 
 struct DiffEntry
 {
-    std::string key; ///< display key: A's key, or B's for only_b
-    std::string keyA;
-    std::string keyB;
+    /// display key: A's key, or B's for only_b (derived, not a third copy: a million rows' keys)
+    const std::string& key() const { return keyA.empty() ? keyB : keyA; }
+    std::string keyA; ///< empty for only_b
+    std::string keyB; ///< empty for only_a
     std::string type; ///< "tensor" or "value"
     DiffStatus status = DiffStatus::Equal;
     std::string reason; ///< why changed: "values differ", "shape [3, 4] -> [4, 3]", "dtype float32 -> bfloat16", ...
