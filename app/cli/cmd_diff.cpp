@@ -91,15 +91,14 @@ int runDiff(const std::vector<std::string>& argv)
             // NaN and inf stay out of max|d| and rms: said so where a pair is not finite (a max|d| of 0 beside
             // elements that differ would read as a contradiction), and their counts show where they are
             const bool nonFinite = e.valuesCompared && e.finitePairs < e.numel;
-            if (e.status == DiffStatus::Changed && e.type == "tensor" && e.valuesCompared && e.numDiff > 0)
+            if (e.status == DiffStatus::Changed && e.tensor && e.valuesCompared && e.numDiff > 0)
                 std::cout << "  max|d|=" << number(e.maxAbsDiff) << " maxrel=" << number(e.maxRelDiff)
                           << " rms=" << number(e.rmsDiff)
                           << (nonFinite ? " (from the " + std::to_string(e.finitePairs) + " finite pairs)" : "")
                           << " diff=" << e.numDiff << "/" << e.numel;
-            if (e.type == "tensor" && e.valuesCompared && (nonFinite || e.nanA != e.nanB || e.infA != e.infB))
+            if (e.tensor && e.valuesCompared && (nonFinite || e.nanA != e.nanB || e.infA != e.infB))
                 std::cout << "  nan=" << e.nanA << "->" << e.nanB << " inf=" << e.infA << "->" << e.infB;
-            if (e.status == DiffStatus::Changed && e.type == "value")
-                std::cout << "  " << e.valueA << " -> " << e.valueB;
+            if (e.status == DiffStatus::Changed && !e.tensor) std::cout << "  " << e.valueA << " -> " << e.valueB;
             if (!e.match.empty() && e.match != "exact") std::cout << "  [" << e.match << "]";
             std::cout << "\n";
             for (const auto& r : e.ranks)

@@ -208,7 +208,7 @@ TEST(RunFollower, ReadsEachStepOnceCompleteWaitsForOneBeingWrittenAndSkipsOneTha
         *openCheckpoint(kTestData + "/diff/step4.pt"), *openCheckpoint(kTestData + "/diff/step3.pt"), DiffOptions {});
     double most = 0;
     for (const auto& e : reference.entries)
-        if (e.type == "tensor" && !isStepCounterKey(e.key(), e.numel)) most = std::max(most, e.maxAbsDiff);
+        if (e.tensor && !isStepCounterKey(e.key(), e.numel)) most = std::max(most, e.maxAbsDiff);
     ASSERT_FALSE(s.top.empty());
     EXPECT_EQ(s.top.front().second, most);
     for (const auto& [key, value] : s.top)

@@ -545,8 +545,8 @@ void TestModels::diffModel()
     for (int r = 0; r < proxy.rowCount(); ++r) {
         const auto& e
             = model.report().entries[static_cast<size_t>(proxy.index(r, 0).data(DiffModel::EntryIndexRole).toInt())];
-        if (e.type == "tensor" && e.valuesCompared && e.numel > 1) lastTensor = r;
-        if (firstCounter < 0 && e.type == "tensor" && e.valuesCompared && e.numel <= 1) firstCounter = r;
+        if (e.tensor && e.valuesCompared && e.numel > 1) lastTensor = r;
+        if (firstCounter < 0 && e.tensor && e.valuesCompared && e.numel <= 1) firstCounter = r;
     }
     QVERIFY(firstCounter > lastTensor);
     QCOMPARE(proxy.index(firstCounter, DiffModel::KeyColumn).data().toString(), QStringLiteral("state.3.step"));

@@ -63,7 +63,7 @@ QVariant DiffModel::data(const QModelIndex& index, int role) const
     if (!index.isValid()) return {};
     const DiffEntry& e = m_report.entries[static_cast<size_t>(index.row())];
     const int col = index.column();
-    const bool tensor = e.type == "tensor";
+    const bool tensor = e.tensor;
     // numbers only where values were compared (not across a shape or stored-part change)
     const bool numbers = tensor && e.valuesCompared;
     if (role == StatusRole) return QString::fromLatin1(diffStatusName(e.status));

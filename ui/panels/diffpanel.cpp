@@ -509,7 +509,7 @@ QMenu* DiffPanel::contextMenu(const QModelIndex& index)
     const Entry* inA = a && !e.keyA.empty() ? a->find(e.keyA) : nullptr;
     const CheckpointPtr open = m_context->checkpoint();
     const Entry* inOpen = open && !openKey.isEmpty() ? open->find(openKey.toStdString()) : nullptr;
-    if (e.type != "tensor")
+    if (!e.tensor)
         value = QString::fromStdString(e.valueA);
     else if (inA && isScalarEntry(*inA)) {
         try {
@@ -582,7 +582,7 @@ void DiffPanel::showEntry(int entryIndex)
     m_histTitle->setText(tr("Δ = A − B of %1").arg(Format::text(e.key())));
     m_valuesEntry = entryIndex;
     startValues(e, 0);
-    if (e.type == "tensor" && e.numel == 1 && e.status == DiffStatus::Changed) {
+    if (e.tensor && e.numel == 1 && e.status == DiffStatus::Changed) {
         // one number (`step`): its two values say more than a histogram of one difference
         auto valueOf = [](const CheckpointPtr& cp, const std::string& key) {
             const Entry* entry = cp && !key.empty() ? cp->find(key) : nullptr;
@@ -603,7 +603,7 @@ void DiffPanel::showEntry(int entryIndex)
     m_context->runner()->cancel(QStringLiteral("diff-histogram"));
     if (!e.histogramCounts.empty()) {
         m_histogram->setHistogram(e.histogramEdges, e.histogramCounts, tr("a − b"));
-    } else if (e.type == "tensor" && e.valuesCompared && e.numDiff > 0 && e.shapeA == e.shapeB && a && b
+    } else if (e.tensor && e.valuesCompared && e.numDiff > 0 && e.shapeA == e.shapeB && a && b
         && !m_session->showingRanks() && !m_session->isRunning()) {
         // read the pair again for its histogram, off the UI thread; a newer selection supersedes it
         m_histogram->clearHistogram(tr("Computing the histogram…"));
@@ -633,8 +633,8 @@ void DiffPanel::showEntry(int entryIndex)
     } else if (e.status == DiffStatus::Equal)
         m_histogram->clearHistogram(tr("Equal: no differences"));
     else
-        m_histogram->clearHistogram(e.type == "tensor" ? tr("No histogram (%1)").arg(QString::fromStdString(e.reason))
-                                                       : tr("A value, not a tensor"));
+        m_histogram->clearHistogram(
+            e.tensor ? tr("No histogram (%1)").arg(QString::fromStdString(e.reason)) : tr("A value, not a tensor"));
 }
 
 QString DiffPanel::valuesInfo() const

@@ -153,8 +153,7 @@ void DiffHeatmap::setReport(const DiffReport& report)
     // tensors that differ, largest first; then equal ones to fill up (so the map shows where things agree too)
     std::vector<const DiffEntry*> rows;
     for (const auto& e : report.entries)
-        if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal))
-            rows.push_back(&e);
+        if (e.tensor && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal)) rows.push_back(&e);
     m_candidates = rows.size();
     m_differing = 0;
     for (const auto* e : rows)

@@ -38,7 +38,7 @@ namespace optscope {
 // a report's entries between the processes of a job (CBOR): every field, so that rank 0's output is the one-process
 // output byte for byte
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffRank, rank, numel, numDiff, maxAbsDiff)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, keyA, keyB, type, status, reason, match, shapeA, shapeB, dtypeA, dtypeB,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DiffEntry, keyA, keyB, tensor, status, reason, match, shapeA, shapeB, dtypeA, dtypeB,
     numel, valuesCompared, unreadable, comparedInPart, numDiff, maxAbsDiff, maxRelDiff, rmsDiff, finitePairs, nanA,
     nanB, infA, infB, ranks, valueA, valueB, histogramEdges, histogramCounts)
 
@@ -76,13 +76,13 @@ json numberJson(double v)
 json entryJson(const DiffEntry& e)
 {
     const auto num = numberJson;
-    json je {{"key", e.key()}, {"status", diffStatusName(e.status)}, {"type", e.type}};
+    json je {{"key", e.key()}, {"status", diffStatusName(e.status)}, {"type", e.typeName()}};
     if (!isUtf8(e.key())) je["key_hex"] = hexBytes(e.key()); // the exact bytes (README: JSON output)
     je["reason"] = e.reason.empty() ? json(nullptr) : json(e.reason);
     je["match"] = e.match.empty() ? json(nullptr) : json(e.match);
     if (e.keyA != e.key() && !e.keyA.empty()) je["key_a"] = e.keyA;
     if (e.keyB != e.key() && !e.keyB.empty()) je["key_b"] = e.keyB;
-    if (e.type == "tensor") {
+    if (e.tensor) {
         je["max_abs_diff"] = num(e.maxAbsDiff);
         je["max_rel_diff"] = num(e.maxRelDiff);
         je["rms_diff"] = num(e.rmsDiff);
@@ -172,7 +172,7 @@ void DiffReport::writeCsv(std::ostream& out) const
         return std::string(b);
     };
     for (const auto& e : entries) {
-        w.row({e.key(), e.keyA, e.keyB, e.type, diffStatusName(e.status), e.reason, std::to_string(e.numel),
+        w.row({e.key(), e.keyA, e.keyB, e.typeName(), diffStatusName(e.status), e.reason, std::to_string(e.numel),
             std::to_string(e.numDiff), num(e.maxAbsDiff), num(e.maxRelDiff), num(e.rmsDiff), "", e.match});
         for (const auto& r : e.ranks)
             w.row({e.key(), "", "", "rank", r.numDiff ? "changed" : "equal", "", std::to_string(r.numel),
@@ -827,7 +827,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
             d.keyA = pa ? pa->entry->key : std::string();
             d.keyB = pb ? pb->entry->key : std::string();
             const Entry* any = pa ? pa->entry : pb->entry;
-            d.type = any->isTensor() ? "tensor" : "value";
+            d.tensor = any->isTensor();
             try {
                 if (!pa || !pb) {
                     d.status = pa ? DiffStatus::OnlyA : DiffStatus::OnlyB;
@@ -975,7 +975,7 @@ DiffHistogram diffHistogram(
     const Checkpoint& a, const Checkpoint& b, const DiffEntry& entry, size_t bins, const Progress& progress)
 {
     DiffHistogram h;
-    if (bins == 0 || entry.type != "tensor" || !entry.valuesCompared || entry.numDiff == 0) return h;
+    if (bins == 0 || !entry.tensor || !entry.valuesCompared || entry.numDiff == 0) return h;
     const Entry* ea = a.find(entry.keyA);
     const Entry* eb = b.find(entry.keyB);
     // a pair the report formed from other entries (a flat parameter's slice) is not two entries: no histogram

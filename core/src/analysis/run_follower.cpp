@@ -217,7 +217,7 @@ RunStepSummary RunFollower::accept(const RunCheckpoint& entry, const StepRead& r
                 ++s.unreadable;
             else if (e.status == DiffStatus::Changed)
                 ++s.changed;
-            if (e.type == "tensor" && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal)
+            if (e.tensor && (e.status == DiffStatus::Changed || e.status == DiffStatus::Equal)
                 && !isStepCounterKey(e.key(), e.numel))
                 tensors.push_back(&e);
         }

@@ -60,19 +60,21 @@ struct DiffEntry
     const std::string& key() const { return keyA.empty() ? keyB : keyA; }
     std::string keyA; ///< empty for only_b
     std::string keyB; ///< empty for only_a
-    std::string type; ///< "tensor" or "value"
     DiffStatus status = DiffStatus::Equal;
-    std::string reason; ///< why changed: "values differ", "shape [3, 4] -> [4, 3]", "dtype float32 -> bfloat16", ...
-    std::string match; ///< how A's and B's keys were paired: "exact", "strip '_orig_mod.'", "id 3 -> 'fc.weight'", ...
-    std::vector<int64_t> shapeA, shapeB;
-    std::string dtypeA, dtypeB;
-    int64_t numel = 0;
+    bool tensor = false; ///< two tensors compared (or one, for only_a/only_b); else plain values
     /// the values were read and compared (false: a shape, numel or stored part that differs stopped it, and the
     /// numbers below say nothing)
     bool valuesCompared = false;
     bool unreadable = false; ///< Changed because one side could not be read (reason says why), not a difference
     /// Equal as far as compared: the data of tensors inside a value was not (all) compared (reason says why)
     bool comparedInPart = false;
+    /// "tensor" or "value" (JSON, CSV)
+    const char* typeName() const { return tensor ? "tensor" : "value"; }
+    std::string reason; ///< why changed: "values differ", "shape [3, 4] -> [4, 3]", "dtype float32 -> bfloat16", ...
+    std::string match; ///< how A's and B's keys were paired: "exact", "strip '_orig_mod.'", "id 3 -> 'fc.weight'", ...
+    std::vector<int64_t> shapeA, shapeB;
+    std::string dtypeA, dtypeB;
+    int64_t numel = 0;
     int64_t numDiff = 0; ///< elements outside the tolerance (bitwise different when rtol = atol = 0)
     double maxAbsDiff = 0.0;
     double maxRelDiff = 0.0; ///< max |a - b| / |b| over elements with b != 0
