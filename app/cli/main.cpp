@@ -456,8 +456,9 @@ int main(int argc, char** argv)
             }
             return rc;
         } catch (const UsageError& e) {
+            // every process says what is wrong; the usage text once, from rank 0 (not once per process)
             job.reportFailure(e.what());
-            printError(name, e.what(), "\n" + c.usage);
+            printError(name, e.what(), job.isRoot() ? "\n" + c.usage : std::string());
             return ExitError;
         } catch (const optscope::Error& e) {
             const std::vector<std::string> left = optscope::remoteLeftBehind();

@@ -429,6 +429,16 @@ def faults():
           f"'-o -h' in a job is an output, not help ({codes}; {errs[0].strip()[-200:]})")
     os.remove(os.path.join(parent, "-h"))
 
+    # a usage error in a job (verify --against compares as one process): every process says it and exits 2, the
+    # usage text comes once, from rank 0 (every process printed it)
+    port = servers.free_port()
+    vargs = ["verify", os.path.join(DATA, "fsdp2_r3"), "--against", os.path.join(DATA, "fsdp2_r2")]
+    codes, errs, secs = finish([start(r, 3, port, vargs) for r in range(3)], bound)
+    check(codes == [2, 2, 2] and all("--against runs as one process" in e for e in errs)
+          and "usage: optscope-cli verify" in errs[0] and not any("usage:" in e for e in errs[1:]),
+          f"a usage error in a job: every process says it, the usage text from rank 0 only ({codes}; "
+          f"{[e.strip()[-160:] for e in errs]})")
+
     not_shared(parent, bound)
     self_connect(bound)
 
