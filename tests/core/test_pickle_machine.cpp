@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <map>
 #include <memory>
@@ -1635,14 +1636,32 @@ TEST(PyRepr, FloatsAsPythonReprWritesThem)
 {
     // Python's repr: the shortest round-trip digits, positional for 1e-4 <= |v| < 1e16 (an optimizer's step 200.0
     // showed as "2e+02": one digit round-trips, and %g then picks an exponent)
-    const std::pair<double, const char*> cases[]
-        = {{200.0, "200.0"}, {1e15, "1000000000000000.0"}, {1e16, "1e+16"}, {0.0001, "0.0001"}, {1.5e-5, "1.5e-05"},
-            {123.456, "123.456"}, {2500000.0, "2500000.0"}, {0.1, "0.1"}, {0.0001 * 0.99, "9.900000000000001e-05"},
-            {3.0, "3.0"}, {-200.0, "-200.0"}, {1.0000000000000002, "1.0000000000000002"},
-            {12345678901234.5, "12345678901234.5"}, {9007199254740993.0, "9007199254740992.0"}, {5e-324, "5e-324"},
-            {1.7976931348623157e308, "1.7976931348623157e+308"}};
+    const std::pair<double, const char*> cases[] = {{200.0, "200.0"}, {1e15, "1000000000000000.0"}, {1e16, "1e+16"},
+        {0.0001, "0.0001"}, {1.5e-5, "1.5e-05"}, {123.456, "123.456"}, {2500000.0, "2500000.0"}, {0.1, "0.1"},
+        {0.0001 * 0.99, "9.900000000000001e-05"}, {3.0, "3.0"}, {-200.0, "-200.0"},
+        {1.0000000000000002, "1.0000000000000002"}, {12345678901234.5, "12345678901234.5"},
+        {9007199254740993.0, "9007199254740992.0"}, {5e-324, "5e-324"}, {13787319205155662.0, "1.3787319205155662e+16"},
+        {-1.7976931348623157e308, "-1.7976931348623157e+308"}, {1.7976931348623157e308, "1.7976931348623157e+308"}};
     for (const auto& [v, want] : cases)
         EXPECT_EQ(optscope::pyFloatRepr(v), want) << v;
+}
+
+// Python's own repr of 1,712 doubles (tests/fixtures/make_float_repr.py): random bit patterns, every decade,
+// subnormals, and 17-digit values at or above 1e16, which pyFloatRepr wrote positionally until this test
+TEST(PyRepr, MatchesPythonOnWrittenCases)
+{
+    std::ifstream in(std::string(OPTSCOPE_TEST_DATA) + "/float_repr/cases.txt");
+    ASSERT_TRUE(in) << "tests/data/float_repr/cases.txt";
+    std::string hex, want;
+    size_t n = 0;
+    while (in >> hex >> want) {
+        const uint64_t bits = std::stoull(hex, nullptr, 16);
+        double v;
+        std::memcpy(&v, &bits, sizeof v);
+        EXPECT_EQ(optscope::pyFloatRepr(v), want) << hex;
+        ++n;
+    }
+    EXPECT_EQ(n, 1712u);
 }
 
 // Which values hold bytes of their archive, answered once for shared parts and exactly across cycles: a cycle whose
