@@ -783,6 +783,9 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     indexB = {};
     seenA = {};
     std::vector<char>().swap(usedB);
+    for (auto* side : {&ca, &cb}) // and so did the canonical names (2M of them, most on the heap, in such a diff)
+        for (Canon& c : *side)
+            std::string().swap(c.canonical);
 
     report.entries.resize(pairs.size());
     // the largest tensors first, so that no thread is left with a big one while the others are done
