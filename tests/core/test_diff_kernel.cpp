@@ -271,3 +271,34 @@ TEST(DiffKernel, IntegersMatchTheAtenKernel)
     EXPECT_FALSE(detail::fusedDiffSupports(DType::Int32, DType::Int64));
     EXPECT_FALSE(detail::fusedDiffSupports(DType::Bool, DType::Bool));
 }
+
+// 64-bit integers past 2^53 that differ by little: as a difference of doubles 2^63 - 1 and 2^63 - 2 were the same
+// number (a diff said "1 of 2 elements differ" with max |a - b| = 0); |a - b| is exact, then rounded once
+TEST(DiffKernel, WideIntegersDifferExactly)
+{
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+    const std::vector<int64_t> a {kMax, 5, kMin, (int64_t(1) << 62) + 1}, b {kMax - 1, 5, kMax, int64_t(1) << 62};
+    const std::vector<uint64_t> ua {~uint64_t(0), 3}, ub {~uint64_t(0) - 3, 3};
+    for (auto isa : {detail::DiffKernelIsa::Baseline, detail::DiffKernelIsa::Avx2}) {
+        if (!detail::diffKernelAvailable(isa)) continue;
+        for (const bool both : {false, true}) { // the first two elements alone, then all four
+            const int64_t n = both ? 4 : 2;
+            aten::DiffAccumulator fused, ref;
+            const auto* x = reinterpret_cast<const uint8_t*>(a.data());
+            const auto* y = reinterpret_cast<const uint8_t*>(b.data());
+            detail::diffBlockFusedWith(isa, x, y, DType::Int64, n, 0, 0, fused);
+            aten::diffBlock(x, DType::Int64, y, DType::Int64, n, 0, 0, ref);
+            expectSame(fused, ref, "int64");
+            EXPECT_EQ(ref.numDiff, both ? 3 : 1);
+            EXPECT_EQ(ref.maxAbs, both ? 18446744073709551615.0 : 1.0); // |kMin - kMax| = 2^64 - 1, rounded
+        }
+        aten::DiffAccumulator fused, ref;
+        const auto* x = reinterpret_cast<const uint8_t*>(ua.data());
+        const auto* y = reinterpret_cast<const uint8_t*>(ub.data());
+        detail::diffBlockFusedWith(isa, x, y, DType::UInt64, 2, 0, 0, fused);
+        aten::diffBlock(x, DType::UInt64, y, DType::UInt64, 2, 0, 0, ref);
+        expectSame(fused, ref, "uint64");
+        EXPECT_EQ(ref.maxAbs, 3.0);
+        EXPECT_EQ(ref.sumSq, 9.0);
+    }
+}

@@ -95,7 +95,8 @@ struct Float16Traits
 };
 
 /// An integer dtype: values taken as float64, as the ATen kernel takes them (int64 beyond 2^53 rounded to nearest
-/// alike); no NaN or infinity, so no sub-block takes the slow path.
+/// alike), but a - b taken exactly and rounded once (difference); no NaN or infinity, so no sub-block takes the slow
+/// path.
 template<typename I> struct IntTraits
 {
     using Bits = std::make_unsigned_t<I>;
@@ -103,7 +104,25 @@ template<typename I> struct IntTraits
     static constexpr bool kSpecials = false;
     static constexpr Bits kExpMask = 0;
     static Compute value(Bits b, const float*) { return static_cast<double>(static_cast<I>(b)); }
+    /// a - b: |a - b| fits the unsigned type of the width; as a difference of doubles, 2^63 - 1 and 2^63 - 2 were
+    /// the same number ("1 of 2 elements differ, max |a - b| = 0")
+    static Compute difference(Bits ba, Bits bb)
+    {
+        const I x = static_cast<I>(ba), y = static_cast<I>(bb);
+        const Bits magnitude = x >= y ? static_cast<Bits>(ba - bb) : static_cast<Bits>(bb - ba);
+        return x >= y ? static_cast<double>(magnitude) : -static_cast<double>(magnitude);
+    }
 };
+
+/// a - b in the compute type: the values' difference for floating point, the exact one for integers
+template<typename T>
+typename T::Compute differenceOf(typename T::Bits ba, typename T::Bits bb, typename T::Compute x, typename T::Compute y)
+{
+    if constexpr (T::kSpecials)
+        return x - y;
+    else
+        return T::difference(ba, bb);
+}
 
 /// products below this are near the underflow range, where rounding is not bounded relatively
 template<typename C> constexpr C kTinyProduct = std::numeric_limits<C>::min() * 4;
@@ -131,7 +150,7 @@ void slowPath(const uint8_t* a, const uint8_t* b, int64_t begin, int64_t end, bo
         acc.infB += std::isinf(y);
         bool close = false;
         if (fa && fb) {
-            const C d = x - y;
+            const C d = differenceOf<T>(ba, bb, x, y);
             const C ad = std::fabs(d);
             const C ab = std::fabs(y);
             acc.maxAbs = std::max(acc.maxAbs, static_cast<double>(ad));
@@ -196,7 +215,7 @@ void fused(const uint8_t* a, const uint8_t* b, int64_t n, double rtolD, double a
         for (int64_t i = s; i < e; ++i) {
             const Bits ba = load<T>(a, i), bb = load<T>(b, i);
             const C x = T::value(ba, table), y = T::value(bb, table);
-            const C d = x - y;
+            const C d = differenceOf<T>(ba, bb, x, y);
             const C ad = d < 0 ? -d : d;
             const C ab = y < 0 ? -y : y;
             mx = ad > mx ? ad : mx;
@@ -211,9 +230,10 @@ void fused(const uint8_t* a, const uint8_t* b, int64_t n, double rtolD, double a
         }
         if (relCandidates) {
             for (int64_t i = s; i < e; ++i) {
-                const C x = T::value(load<T>(a, i), table), y = T::value(load<T>(b, i), table);
+                const Bits ba = load<T>(a, i), bb = load<T>(b, i);
+                const C x = T::value(ba, table), y = T::value(bb, table);
                 const C ab = std::fabs(y);
-                if (ab != 0) maxRel = std::max(maxRel, std::fabs(x - y) / ab);
+                if (ab != 0) maxRel = std::max(maxRel, std::fabs(differenceOf<T>(ba, bb, x, y)) / ab);
             }
         }
         maxAbs = std::max(maxAbs, mx);
