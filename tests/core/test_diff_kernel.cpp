@@ -292,6 +292,11 @@ TEST(DiffKernel, WideIntegersDifferExactly)
             EXPECT_EQ(ref.numDiff, both ? 3 : 1);
             EXPECT_EQ(ref.maxAbs, both ? 18446744073709551615.0 : 1.0); // |kMin - kMax| = 2^64 - 1, rounded
         }
+        // the histogram of a - b takes them so too: 1 and 0 (as doubles, 0 twice)
+        std::vector<int64_t> counts(3, 0);
+        aten::diffHistogram(reinterpret_cast<const uint8_t*>(a.data()), DType::Int64,
+            reinterpret_cast<const uint8_t*>(b.data()), DType::Int64, 2, -1.5, 1.5, counts);
+        EXPECT_EQ(counts, (std::vector<int64_t> {0, 1, 1}));
         aten::DiffAccumulator fused, ref;
         const auto* x = reinterpret_cast<const uint8_t*>(ua.data());
         const auto* y = reinterpret_cast<const uint8_t*>(ub.data());

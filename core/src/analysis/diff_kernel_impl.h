@@ -4,6 +4,7 @@
 // atol + rtol * |b| differently from the ATen kernel this one is tested against. (No include guard: that is the
 // point.)
 #include "optscope/analysis/diff_kernel.h"
+#include "optscope/base/integer_difference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -104,14 +105,7 @@ template<typename I> struct IntTraits
     static constexpr bool kSpecials = false;
     static constexpr Bits kExpMask = 0;
     static Compute value(Bits b, const float*) { return static_cast<double>(static_cast<I>(b)); }
-    /// a - b: |a - b| fits the unsigned type of the width; as a difference of doubles, 2^63 - 1 and 2^63 - 2 were
-    /// the same number ("1 of 2 elements differ, max |a - b| = 0")
-    static Compute difference(Bits ba, Bits bb)
-    {
-        const I x = static_cast<I>(ba), y = static_cast<I>(bb);
-        const Bits magnitude = x >= y ? static_cast<Bits>(ba - bb) : static_cast<Bits>(bb - ba);
-        return x >= y ? static_cast<double>(magnitude) : -static_cast<double>(magnitude);
-    }
+    static Compute difference(Bits ba, Bits bb) { return integerDifference(static_cast<I>(ba), static_cast<I>(bb)); }
 };
 
 /// a - b in the compute type: the values' difference for floating point, the exact one for integers

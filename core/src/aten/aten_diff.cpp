@@ -2,6 +2,7 @@
 // The numeric kernel of diff: ATen ops over blocks of two tensors (never whole tensors).
 #include "optscope/aten/aten_impl.h"
 #include "optscope/aten/aten_scalar_type.h"
+#include "optscope/base/integer_difference.h"
 
 #include <ATen/ATen.h>
 
@@ -100,9 +101,7 @@ void diffComplex(const at::Tensor& A, const at::Tensor& B, DType da, DType db, i
     acc.numDiff += n - ok.sum().item<int64_t>();
 }
 
-/// Two blocks of 64-bit integers, compared as integers: as doubles, values past 2^53 that differ by little had the
-/// same double (2^63 - 1 against 2^63 - 2: "1 of 2 elements differ, max |a - b| = 0"). |a - b| is exact as an
-/// unsigned integer and only then rounded to a double.
+/// Two blocks of 64-bit integers: a - b taken exactly (integerDifference), not as a difference of doubles
 template<typename T>
 void diffInt64(
     const uint8_t* a, const uint8_t* b, int64_t n, bool exact, double rtol, double atol, DiffAccumulator& acc)
@@ -111,8 +110,7 @@ void diffInt64(
         T x, y;
         std::memcpy(&x, a + i * 8, 8);
         std::memcpy(&y, b + i * 8, 8);
-        const uint64_t magnitude = x >= y ? uint64_t(x) - uint64_t(y) : uint64_t(y) - uint64_t(x);
-        const auto ad = static_cast<double>(magnitude);
+        const double ad = std::fabs(integerDifference(x, y));
         const double absB = std::fabs(static_cast<double>(y));
         acc.maxAbs = std::max(acc.maxAbs, ad);
         if (y != 0) acc.maxRel = std::max(acc.maxRel, ad / absB);
@@ -180,9 +178,21 @@ void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64
 {
     if (n <= 0 || counts.empty() || lanes(da, n) != lanes(db, n)) return;
     std::vector<double> sa, sb;
-    at::Tensor A = values(a, da, n, at::kDouble, sa);
-    at::Tensor B = values(b, db, n, at::kDouble, sb);
-    at::Tensor d = A - B;
+    at::Tensor d;
+    if (da == db && (da == DType::Int64 || da == DType::UInt64)) { // as diffBlock takes them
+        sa.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+            uint64_t x, y;
+            std::memcpy(&x, a + i * 8, 8);
+            std::memcpy(&y, b + i * 8, 8);
+            sa[static_cast<size_t>(i)] = da == DType::Int64
+                ? integerDifference(static_cast<int64_t>(x), static_cast<int64_t>(y))
+                : integerDifference(x, y);
+        }
+        d = at::from_blob(sa.data(), {n}, at::TensorOptions().dtype(at::kDouble));
+    } else {
+        d = values(a, da, n, at::kDouble, sa) - values(b, db, n, at::kDouble, sb);
+    }
     d = d.masked_select(at::isfinite(d));
     if (d.numel() == 0) return;
     if (hi <= lo) hi = lo + 1.0;
