@@ -52,7 +52,7 @@ int runMap(const std::vector<std::string>& argv)
         j["path"] = optscope::displayLocation(cp->path);
         std::cout << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     } else if (args.has("--csv")) {
-        std::cout << table.toCsv();
+        table.writeCsv(std::cout);
     } else {
         for (size_t i = 0; i < table.optimizers.size(); ++i)
             std::cout << "optimizer '" << table.optimizers[i].rootKey() << "': " << optimizerKindName(table.kinds[i])

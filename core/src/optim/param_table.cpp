@@ -1079,7 +1079,14 @@ nlohmann::ordered_json ParamTable::toJson() const
 
 std::string ParamTable::toCsv() const
 {
-    CsvWriter w;
+    std::ostringstream out;
+    writeCsv(out);
+    return out.str();
+}
+
+void ParamTable::writeCsv(std::ostream& out) const
+{
+    CsvWriter w(out);
     w.row({"optimizer", "id", "fqn", "normalized", "source", "confidence", "group", "position", "shape", "numel",
         "states", "flat_param", "flat_unit", "flat_offset", "note"});
     auto num = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
@@ -1088,7 +1095,6 @@ std::string ParamTable::toCsv() const
             r.normalized, nameSourceText(r.source), confidenceText(r.confidence), num(r.group), num(r.position),
             r.shape.empty() && r.numel < 0 ? "" : shapeText(r.shape), num(r.numel), join(r.states, " "),
             num(r.flatParam), r.flatUnit, num(r.flatOffset), r.note});
-    return w.text();
 }
 
 } // namespace optscope

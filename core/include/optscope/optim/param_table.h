@@ -24,6 +24,7 @@
 
 #include <nlohmann/json_fwd.hpp> // the full header (25k lines) only where JSON is built
 
+#include <iosfwd>
 #include <map>
 #include <optional>
 #include <set>
@@ -162,6 +163,8 @@ struct ParamTable
 
     nlohmann::ordered_json toJson() const;
     std::string toCsv() const;
+    /// toCsv()'s text, written row by row (`map --csv`)
+    void writeCsv(std::ostream& out) const;
 };
 
 } // namespace optscope
