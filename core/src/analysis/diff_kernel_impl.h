@@ -108,7 +108,8 @@ template<typename I> struct IntTraits
     static Compute difference(Bits ba, Bits bb) { return integerDifference(static_cast<I>(ba), static_cast<I>(bb)); }
 };
 
-/// a - b in the compute type: the values' difference for floating point, the exact one for integers
+/// a - b in the compute type: the values' difference for floating point (the traits with NaN and infinities), the
+/// exact one for integers
 template<typename T>
 typename T::Compute differenceOf(typename T::Bits ba, typename T::Bits bb, typename T::Compute x, typename T::Compute y)
 {

@@ -101,15 +101,25 @@ void diffComplex(const at::Tensor& A, const at::Tensor& B, DType da, DType db, i
     acc.numDiff += n - ok.sum().item<int64_t>();
 }
 
-/// Two blocks of 64-bit integers: a - b taken exactly (integerDifference), not as a difference of doubles
+/// two blocks of 64-bit integers, whose a - b is taken exactly (integerDifference), not as a difference of doubles
+bool wideIntegers(DType da, DType db)
+{
+    return da == db && (da == DType::Int64 || da == DType::UInt64);
+}
+
+template<typename T> T load64(const uint8_t* p, int64_t i)
+{
+    T v;
+    std::memcpy(&v, p + i * 8, 8);
+    return v;
+}
+
 template<typename T>
 void diffInt64(
     const uint8_t* a, const uint8_t* b, int64_t n, bool exact, double rtol, double atol, DiffAccumulator& acc)
 {
     for (int64_t i = 0; i < n; ++i) {
-        T x, y;
-        std::memcpy(&x, a + i * 8, 8);
-        std::memcpy(&y, b + i * 8, 8);
+        const T x = load64<T>(a, i), y = load64<T>(b, i);
         const double ad = std::fabs(integerDifference(x, y));
         const double absB = std::fabs(static_cast<double>(y));
         acc.maxAbs = std::max(acc.maxAbs, ad);
@@ -128,7 +138,7 @@ void diffBlock(
     if (n <= 0) return;
     acc.numel += n;
     const bool exact = rtol == 0.0 && atol == 0.0;
-    if (da == db && (da == DType::Int64 || da == DType::UInt64)) {
+    if (wideIntegers(da, db)) {
         da == DType::Int64 ? diffInt64<int64_t>(a, b, n, exact, rtol, atol, acc)
                            : diffInt64<uint64_t>(a, b, n, exact, rtol, atol, acc);
         return;
@@ -179,16 +189,14 @@ void diffHistogram(const uint8_t* a, DType da, const uint8_t* b, DType db, int64
     if (n <= 0 || counts.empty() || lanes(da, n) != lanes(db, n)) return;
     std::vector<double> sa, sb;
     at::Tensor d;
-    if (da == db && (da == DType::Int64 || da == DType::UInt64)) { // as diffBlock takes them
+    if (wideIntegers(da, db)) { // as diffBlock takes them
         sa.resize(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-            uint64_t x, y;
-            std::memcpy(&x, a + i * 8, 8);
-            std::memcpy(&y, b + i * 8, 8);
-            sa[static_cast<size_t>(i)] = da == DType::Int64
-                ? integerDifference(static_cast<int64_t>(x), static_cast<int64_t>(y))
-                : integerDifference(x, y);
-        }
+        const auto fill = [&](auto width) {
+            using T = decltype(width);
+            for (int64_t i = 0; i < n; ++i)
+                sa[static_cast<size_t>(i)] = integerDifference(load64<T>(a, i), load64<T>(b, i));
+        };
+        da == DType::Int64 ? fill(int64_t()) : fill(uint64_t());
         d = at::from_blob(sa.data(), {n}, at::TensorOptions().dtype(at::kDouble));
     } else {
         d = values(a, da, n, at::kDouble, sa) - values(b, db, n, at::kDouble, sb);
