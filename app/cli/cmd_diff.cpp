@@ -51,6 +51,9 @@ int runDiff(const std::vector<std::string>& argv)
         else if (*e != "auto")
             throw UsageError("--engine is auto or aten, got '" + *e + "'");
     }
+    // the text lists what differs: the equal are only counted, unless listed (a million equal values' rows are
+    // most of such a diff's memory)
+    options.keepEqual = args.has("--json") || args.has("--csv") || args.has("--all");
     const Progress progress = terminalProgress();
     DiffReport& report = *keptUntilExit(std::make_shared<DiffReport>());
     if (auto ranks = args.value("--ranks")) {

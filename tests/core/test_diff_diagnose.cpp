@@ -145,6 +145,42 @@ TEST(Diff, StreamedJsonIsTheDocumentsDump)
     EXPECT_EQ(streamed.str(), none.toJson().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
+// `diff` without --all keeps no row of an equal entry compared whole (a million equal values were 464 MB of rows):
+// the rows it keeps are the full report's others, in its order and field for field, and the counts are the same
+TEST(Diff, EqualEntriesLeftOutAreCountedAndTheRestIsTheFullReport)
+{
+    const std::pair<const char*, const char*> pairs[] = {{"diff/step3.pt", "diff/step4.pt"}, {"fsdp2_r3", "fsdp2_r2"},
+        {"inert_values/numbers_a.pt", "inert_values/numbers_b.pt"},
+        {"hostile/deep_lists_a.pt", "hostile/deep_lists_b.pt"}, {"adam_int.pt", "adam_int_proto4.pt"}};
+    size_t leftOutSeen = 0, partlySeen = 0;
+    for (const auto& [a, b] : pairs) {
+        SCOPED_TRACE(std::string(a) + " vs " + b);
+        const auto ca = open(a), cb = open(b);
+        const DiffReport full = diffCheckpoints(*ca, *cb);
+        DiffOptions listing;
+        listing.keepEqual = false;
+        const DiffReport part = diffCheckpoints(*ca, *cb, listing);
+        const nlohmann::ordered_json fullEntries = full.toJson()["entries"];
+        nlohmann::ordered_json want = nlohmann::ordered_json::array();
+        size_t equalWhole = 0;
+        for (const auto& e : full.entries) {
+            partlySeen += e.comparedInPart;
+            if (e.status == DiffStatus::Equal && !e.comparedInPart)
+                ++equalWhole;
+            else
+                want.push_back(fullEntries[static_cast<size_t>(&e - full.entries.data())]);
+        }
+        EXPECT_EQ(part.toJson()["entries"], want);
+        EXPECT_EQ(part.equalLeftOut, equalWhole);
+        leftOutSeen += part.equalLeftOut;
+        EXPECT_EQ(part.equal, full.equal);
+        for (auto s : {DiffStatus::Equal, DiffStatus::Changed, DiffStatus::OnlyA, DiffStatus::OnlyB})
+            EXPECT_EQ(part.count(s), full.count(s)) << diffStatusName(s);
+        EXPECT_EQ(part.notes, full.notes);
+    }
+    EXPECT_GT(leftOutSeen, 20u); // the cases hold equal entries to leave out
+    EXPECT_GT(partlySeen, 0u); // and one compared in part, which stays
+}
 // the two engines agree on every entry of every real pair, ranks included, not only on the keys torch computed
 TEST(Diff, FusedKernelAndAtenGiveTheSameReport)
 {

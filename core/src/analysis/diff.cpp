@@ -59,8 +59,9 @@ const char* diffStatusName(DiffStatus status)
 
 size_t DiffReport::count(DiffStatus status) const
 {
-    return static_cast<size_t>(
-        std::count_if(entries.begin(), entries.end(), [&](const DiffEntry& e) { return e.status == status; }));
+    return (status == DiffStatus::Equal ? equalLeftOut : 0)
+        + static_cast<size_t>(
+            std::count_if(entries.begin(), entries.end(), [&](const DiffEntry& e) { return e.status == status; }));
 }
 
 namespace {
@@ -131,6 +132,7 @@ nlohmann::ordered_json DiffReport::headJson() const
     j["b"] = pathB;
     j["summary"] = {{"equal", count(DiffStatus::Equal)}, {"changed", count(DiffStatus::Changed)},
         {"only_a", count(DiffStatus::OnlyA)}, {"only_b", count(DiffStatus::OnlyB)}};
+    if (equalLeftOut) j["summary"]["equal_left_out"] = equalLeftOut; // counted in "equal", not among the entries
     j["notes"] = notes;
     j["entries"] = json::array();
     return j;
@@ -787,7 +789,24 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         for (Canon& c : *side)
             std::string().swap(c.canonical);
 
-    report.entries.resize(pairs.size());
+    // where each compared entry goes: its place in the report, or (keepEqual false) a list of the kept ones with
+    // their places, put in order at the end
+    const bool keepAll = opt.keepEqual;
+    if (keepAll) report.entries.resize(pairs.size());
+    std::vector<std::pair<size_t, DiffEntry>> kept;
+    size_t leftOut = 0;
+    std::mutex keptMutex;
+    auto store = [&](size_t i, DiffEntry&& d) {
+        if (keepAll) {
+            report.entries[i] = std::move(d);
+            return;
+        }
+        std::lock_guard<std::mutex> lock(keptMutex);
+        if (d.status == DiffStatus::Equal && !d.comparedInPart)
+            ++leftOut;
+        else
+            kept.emplace_back(i, std::move(d));
+    };
     // the largest tensors first, so that no thread is left with a big one while the others are done
     std::vector<size_t> order(pairs.size());
     for (size_t i = 0; i < order.size(); ++i)
@@ -826,7 +845,7 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         for (size_t k = next++; k < order.size() && !cancelled; k = next++) {
             const size_t i = order[k];
             const auto [pa, pb] = pairs[i];
-            DiffEntry& d = report.entries[i];
+            DiffEntry d;
             d.keyA = pa ? pa->entry->key : std::string();
             d.keyB = pb ? pb->entry->key : std::string();
             const Entry* any = pa ? pa->entry : pb->entry;
@@ -870,9 +889,12 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
                 d.unreadable = true;
                 d.reason = std::string("unreadable: ") + e.what();
             }
-            std::lock_guard<std::mutex> lock(progressMutex);
-            compared.add(static_cast<uint64_t>(weight(i)) + 1);
-            if (opt.onEntry) opt.onEntry(d);
+            {
+                std::lock_guard<std::mutex> lock(progressMutex);
+                compared.add(static_cast<uint64_t>(weight(i)) + 1);
+                if (opt.onEntry) opt.onEntry(d);
+            }
+            store(i, std::move(d));
         }
     };
     auto work = [&] {
@@ -898,26 +920,57 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         t.join();
     if (failure) std::rethrow_exception(failure);
     if (cancelled) throw Error(ErrorKind::Cancelled, {}, "cancelled");
+    // the kept entries in the report's order
+    auto placeKept = [&] {
+        if (keepAll) return;
+        std::sort(kept.begin(), kept.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        report.entries.clear();
+        report.entries.reserve(kept.size());
+        for (auto& [i, d] : kept)
+            report.entries.push_back(std::move(d));
+        std::vector<std::pair<size_t, DiffEntry>>().swap(kept);
+        report.equalLeftOut = leftOut;
+    };
     if (job.distributed()) {
         // rank 0 puts every process's entries in their places, and every process gets the whole report back (the
         // same exit status everywhere)
         nlohmann::json mine = nlohmann::json::array();
-        for (const size_t i : order)
-            mine.push_back({i, report.entries[i]});
-        const std::vector<uint8_t> wire = nlohmann::json::to_cbor(mine);
+        if (keepAll)
+            for (const size_t i : order)
+                mine.push_back({i, report.entries[i]});
+        else
+            for (const auto& [i, d] : kept)
+                mine.push_back({i, d});
+        const std::vector<uint8_t> wire
+            = nlohmann::json::to_cbor(nlohmann::json {{"entries", mine}, {"left_out", leftOut}});
+        mine = {};
         compared.flush();
         const std::vector<std::string> parts
             = job.gather("diff-entries", std::string(wire.begin(), wire.end()), [&] { compared.showTotal(); });
         std::string merged;
         if (job.isRoot()) {
-            for (size_t p = 1; p < parts.size(); ++p)
-                for (const auto& x : nlohmann::json::from_cbor(parts[p]))
-                    report.entries.at(x[0].get<size_t>()) = x[1].get<DiffEntry>();
-            const std::vector<uint8_t> all = nlohmann::json::to_cbor(report.entries);
+            for (size_t p = 1; p < parts.size(); ++p) {
+                const nlohmann::json theirs = nlohmann::json::from_cbor(parts[p]);
+                leftOut += theirs.at("left_out").get<size_t>();
+                for (const auto& x : theirs.at("entries"))
+                    if (keepAll)
+                        report.entries.at(x[0].get<size_t>()) = x[1].get<DiffEntry>();
+                    else
+                        kept.emplace_back(x[0].get<size_t>(), x[1].get<DiffEntry>());
+            }
+            placeKept();
+            const std::vector<uint8_t> all = nlohmann::json::to_cbor(
+                nlohmann::json {{"entries", report.entries}, {"left_out", report.equalLeftOut}});
             merged.assign(all.begin(), all.end());
         }
         merged = job.broadcast("diff-report", merged);
-        if (!job.isRoot()) report.entries = nlohmann::json::from_cbor(merged).get<std::vector<DiffEntry>>();
+        if (!job.isRoot()) {
+            const nlohmann::json whole = nlohmann::json::from_cbor(merged);
+            report.entries = whole.at("entries").get<std::vector<DiffEntry>>();
+            report.equalLeftOut = whole.at("left_out").get<size_t>();
+        }
+    } else {
+        placeKept();
     }
     report.equal = true;
     for (const auto& e : report.entries)

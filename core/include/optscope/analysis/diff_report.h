@@ -40,6 +40,9 @@ struct DiffOptions
     int threads = 0; ///< 0 = one per core
     size_t histogramBins = 0; ///< > 0: also a histogram of (a - b) per tensor, for the UI
     DiffEngine engine = DiffEngine::Auto;
+    /// false: an Equal entry compared whole is counted (DiffReport::equalLeftOut), not kept, for a display that lists
+    /// what differs (`diff` without --all): a diff of a million equal values then holds no million rows (464 MB)
+    bool keepEqual = true;
     /// called with each entry as soon as it is compared (from worker threads, one call at a time), for displays that
     /// fill as the comparison runs; the report's order comes at the end
     std::function<void(const DiffEntry&)> onEntry;
@@ -94,6 +97,8 @@ struct DiffReport
     std::string pathA, pathB;
     bool equal = true;
     std::vector<DiffEntry> entries;
+    /// Equal entries compared whole that were not kept (DiffOptions::keepEqual false); count(Equal) includes them
+    size_t equalLeftOut = 0;
     std::vector<std::string> notes; ///< normalisations applied, in words
     size_t count(DiffStatus status) const;
     /// {"equal": bool, "entries": [{"key", "status", "reason", "max_abs_diff", "max_rel_diff", "rms_diff", "num_diff",
