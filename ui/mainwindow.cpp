@@ -15,6 +15,7 @@
 #include "session/comparisonsession.h"
 #include "session/jobrunner.h"
 
+#include "optscope/base/display_text.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/storage.h"
 
@@ -461,6 +462,17 @@ void MainWindow::setupStatusBar()
     connect(m_cancel, &QToolButton::clicked, this, [this] { statusBar()->showMessage(tr("Cancelled"), 3000); });
     connect(runner, &JobRunner::jobFinished, this, [this, runner](quint64, const QString&, bool) {
         if (!runner->isIdle()) setJobText(runner->currentLabel());
+        // an object read with nothing to hold the reads to one version: said once per new one, as the CLI says it
+        if (const auto remote = optscope::remoteTransferStats(); remote.unpinnedObjects > m_unpinnedSaid) {
+            m_unpinnedSaid = remote.unpinnedObjects;
+            statusBar()->showMessage(
+                tr("%1 object(s) read without a version to hold the reads to (the server sent no "
+                   "ETag, and no Last-Modified older than its answer; the first: %2): a change while "
+                   "read would have gone unseen")
+                    .arg(remote.unpinnedObjects)
+                    .arg(QString::fromStdString(optscope::displayText(remote.firstUnpinned))),
+                30000);
+        }
     });
     connect(runner, &JobRunner::idle, this, [this, showTimer] {
         showTimer->stop();

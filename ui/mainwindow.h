@@ -116,6 +116,7 @@ private:
     QMenu* m_viewMenu = nullptr;
     QMenu* m_recentMenu = nullptr;
     QLabel* m_jobLabel = nullptr;
+    quint64 m_unpinnedSaid = 0; ///< remote objects read unpinned that the status bar has told of
     QProgressBar* m_progress = nullptr;
     QToolButton* m_cancel = nullptr;
     QLabel* m_checkpointLabel = nullptr;

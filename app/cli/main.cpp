@@ -397,6 +397,23 @@ int main(int argc, char** argv)
                       << " retries, at most " << s.peakHeld << " bytes held" << std::endl;
         }
     } printRemoteStats {remoteStats};
+    // objects whose server gave nothing to hold the reads to (no ETag, no Last-Modified): a change while they were
+    // read went unseen, which is said rather than left to trust (once, by the process that speaks for a job)
+    struct SayUnpinned
+    {
+        ~SayUnpinned()
+        {
+            const auto s = optscope::remoteTransferStats();
+            if (!s.unpinnedObjects || !optscope::Job::current().isRoot()) return;
+            const bool one = s.unpinnedObjects == 1;
+            std::cerr << "optscope-cli: note: " << s.unpinnedObjects << (one ? " object was" : " objects were")
+                      << " read without a version to hold the reads to (the server sent no ETag, and no "
+                         "Last-Modified older than its answer"
+                      << (one ? " for " : "; the first: ") << optscope::displayText(s.firstUnpinned)
+                      << "): a change while " << (one ? "it was" : "they were") << " read would have gone unseen"
+                      << std::endl;
+        }
+    } sayUnpinned;
     if (args.empty()) {
         usage(std::cerr);
         return ExitError;

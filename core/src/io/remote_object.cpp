@@ -42,6 +42,17 @@ std::atomic<uint64_t> g_failingStreak {0};
 std::mutex g_readFailureMutex;
 std::string g_firstReadFailure; ///< remoteTransferStats().firstReadFailure
 
+std::mutex g_unpinnedMutex;
+std::set<std::string> g_unpinned; ///< remoteTransferStats().unpinnedObjects: the objects' shown URLs, each once
+
+/// an object read with neither an ETag nor a usable Last-Modified to hold its reads to: a change while it is read
+/// cannot be seen, which the user is told (remoteTransferStats) rather than left to trust
+void noteUnpinned(const std::string& shown)
+{
+    std::lock_guard<std::mutex> lock(g_unpinnedMutex);
+    g_unpinned.insert(shown);
+}
+
 /// an object's bytes could not be read (after the retries): counted, the first one's text kept
 void noteReadFailure(const std::string& what)
 {
@@ -1242,6 +1253,7 @@ public:
         m_path = displayLocation(url);
         m_size = info.size;
         m_fetchOnRead = true;
+        if (m_seenEtag.empty() && !m_seenModified && m_size > 0) noteUnpinned(m_path);
         if (m_size > 0) {
             void* p
                 = ::mmap(nullptr, m_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -2355,6 +2367,11 @@ RemoteTransferStats remoteTransferStats()
     if (s.readFailures) {
         std::lock_guard<std::mutex> lock(g_readFailureMutex);
         s.firstReadFailure = g_firstReadFailure;
+    }
+    {
+        std::lock_guard<std::mutex> lock(g_unpinnedMutex);
+        s.unpinnedObjects = g_unpinned.size();
+        if (!g_unpinned.empty()) s.firstUnpinned = *g_unpinned.begin();
     }
     return s;
 }

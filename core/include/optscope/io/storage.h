@@ -158,6 +158,11 @@ struct RemoteTransferStats
     /// first said: a command whose findings may be those failures says so (check, diff, diagnose exit 2, not 1)
     uint64_t readFailures = 0;
     std::string firstReadFailure;
+    /// objects read with neither an ETag nor a Last-Modified older than the answer (a dynamic answer): their reads
+    /// could not be held to one version, so a change while they were read went unseen. The CLI and the GUI say so,
+    /// naming one
+    uint64_t unpinnedObjects = 0;
+    std::string firstUnpinned; ///< the first by name, as messages show URLs
 };
 RemoteTransferStats remoteTransferStats();
 /// what undoing an unfinished output on object storage could not remove (the server did not answer in time, or
