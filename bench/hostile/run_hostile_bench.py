@@ -2,7 +2,8 @@
 """The safety issue's cost cases, side by side with the PyTorch way in one run: wall time (median of RUNS) and peak
 RSS (GNU time), as ratios; writes bench/results/hostile.md.
 
-    python3 bench/hostile/run_hostile_bench.py OPTSCOPE_CLI [RUNS]
+    python3 bench/hostile/run_hostile_bench.py OPTSCOPE_CLI [RUNS] [ONLY]
+ONLY: measure only the cases whose name holds it, and replace their rows in the table as it is.
 Inputs come from bench/hostile/make_inputs.py (real PyTorch, scripts/torch-python) into bench/out/hostile.
 """
 import os
@@ -14,6 +15,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLI = os.path.abspath(sys.argv[1])
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+ONLY = sys.argv[3] if len(sys.argv) > 3 else None
 OUT = os.path.join(ROOT, "bench/out/hostile")
 TP = os.path.join(ROOT, "scripts/torch-python")
 SIDE = os.path.join(ROOT, "bench/hostile/torch_side.py")
@@ -79,6 +81,7 @@ def main():
          ["values_diff", "values_1000000.pt", "values_1000000.pt"], "torch.load of each + compare every key"),
     ]
     rows = []
+    cases = [c for c in cases if ONLY is None or ONLY in c[0]]
     for name, ours, theirs, what in cases:
         w, m, rc = measure([CLI] + ours)
         if theirs:
@@ -92,7 +95,16 @@ def main():
         else:
             rows.append(f"| {name} | {w:.2f} s, {m:.0f} MiB (exit {rc}) | {what} | - | - |")
         print(rows[-1], flush=True)
-    with open(os.path.join(ROOT, "bench/results/hostile.md"), "w") as f:
+    table = os.path.join(ROOT, "bench/results/hostile.md")
+    if ONLY is not None:
+        with open(table) as f:
+            lines = f.read().splitlines()
+        for (name, *_), row in zip(cases, rows):
+            lines = [row if line.startswith(f"| {name} |") else line for line in lines]
+        with open(table, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return
+    with open(table, "w") as f:
         f.write("# Hostile but valid inputs: cost against the PyTorch way\n\n")
         f.write(f"`python3 bench/hostile/run_hostile_bench.py {os.path.relpath(CLI, ROOT)} {RUNS}` (median of "
                 f"{RUNS} runs, peak RSS; PyTorch 2.6 through scripts/torch-python, whose start-up of about 1 s is "
