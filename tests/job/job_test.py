@@ -389,6 +389,49 @@ def nothing_left(parent):
     return os.listdir(parent) == []
 
 
+def suspended_job(args, out, parent, bound):
+    """the whole job suspended for longer than its timeout and the store watchdog's, then resumed, as Slurm's
+    `scontrol suspend` and `resume` do (SIGSTOP to every process, then SIGCONT, one after the other). A process
+    that did not run itself says nothing of the store's or the others' silence over that time: the job completes.
+    Before, (a) with rank 0 (which serves the store) stopped first and woken last, the others timed their calls in
+    flight to it from before the suspension and ended themselves ("the job's store did not answer"); (b) with rank 1
+    stopped first and woken last, rank 0 woke, found rank 1's beat unmoved for longer than the timeout and declared
+    it gone ("stopped answering"), though it had not run itself for most of that time"""
+    for first in (0, 1):
+        port = servers.free_port()
+        fifo = pause_fifos("suspend")
+        procs = [start(0, 3, port, args, OPTSCOPE_JOB_TIMEOUT="3")]
+        procs.append(start(1, 3, port, args, OPTSCOPE_JOB_TIMEOUT="3", OPTSCOPE_PAUSE_AT="writing",
+                           OPTSCOPE_PAUSE_FIFO=fifo))
+        procs.append(start(2, 3, port, args, OPTSCOPE_JOB_TIMEOUT="3"))
+        paused_at(fifo, procs[1])
+        time.sleep(1)  # ranks 0 and 2 are done with their shares and wait for rank 1
+        rest = [p for r, p in enumerate(procs) if r != first]
+        procs[first].send_signal(signal.SIGSTOP)
+        time.sleep(1.5)  # (a) the others' next beats are sent to the stopped store; (b) rank 0 reads rank 1's last
+        for p in rest:
+            p.send_signal(signal.SIGSTOP)
+        time.sleep(10)  # over the timeout (3 s) and the store watchdog's (the timeout and 5 s)
+        for p in rest:
+            p.send_signal(signal.SIGCONT)
+        time.sleep(1.5)  # under the timeout: the others' watchdogs and waits look (every second)
+        procs[first].send_signal(signal.SIGCONT)
+        while procs[1].poll() is None:  # rank 1 released, unless it has ended (a blocking open would wait for ever)
+            try:
+                fd = os.open(fifo + ".in", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: not reading it (yet)
+                time.sleep(0.05)
+                continue
+            os.write(fd, b"go\n")
+            os.close(fd)
+            break
+        codes, errs, secs = finish(procs, bound + 10)
+        check(codes == [0, 0, 0] and os.path.isdir(out) and len(os.listdir(parent)) == 1,
+              f"the whole job suspended for 10 s (its timeout 3 s), rank {first} first, and resumed, rank {first} "
+              f"last: it completes ({codes}; {max(errs, key=len).strip()[-200:]})")
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def faults():
     src = os.path.join(DATA, "hf/checkpoint-3")
     parent = os.path.join(WORK, "faults")
@@ -606,6 +649,7 @@ def faults():
           f"rank 0 stopped (SIGSTOP): the others exit non-zero in {secs:.1f} s ({codes}; {errs[0].strip()[-160:]})")
     for leftover in os.listdir(parent):  # rank 0's temporary, if it had made one: it never ran again to remove it
         shutil.rmtree(os.path.join(parent, leftover), ignore_errors=True)
+    suspended_job(quick, out, parent, bound)
 
     # - a worker whose main thread hangs (paused at its first output bytes: blocked opening a FIFO, as on a read
     #   from a hung file system) while its heartbeat thread beats on: the others waited for ever; now they declare

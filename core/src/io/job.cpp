@@ -386,10 +386,16 @@ struct Job::State
             = std::chrono::duration_cast<std::chrono::nanoseconds>(spec.timeout).count() + 5'000'000'000LL;
         const int64_t stallLimit = std::chrono::duration_cast<std::chrono::nanoseconds>(spec.stallTimeout).count();
         std::unique_lock<std::mutex> lock(stopMutex);
+        int64_t lastWake = nowNs(), resumedAt = 0;
         while (!stopping) {
             stopWake.wait_for(lock, std::chrono::seconds(1), [&] { return stopping; });
             const int64_t now = nowNs();
-            if (failed && now - workMovedAt > stallLimit) {
+            // this process did not run for a while (the whole job suspended: Slurm's `scontrol suspend` stops every
+            // process, the store's server too): a call in flight over that time was not refused by the store, and
+            // work that did not move was not hung. Both are timed from the resume
+            if (now - lastWake > 3'000'000'000LL) resumedAt = now;
+            lastWake = now;
+            if (failed && now - std::max(workMovedAt.load(), resumedAt) > stallLimit) {
                 std::fprintf(stderr,
                     "optscope-cli (rank %d of %d): the job failed and this process's work has not moved for %lld s "
                     "(OPTSCOPE_JOB_STALL_TIMEOUT; it hangs, e.g. on a read that never returns); exiting now: a "
@@ -399,7 +405,7 @@ struct Job::State
                 std::_Exit(2);
             }
             for (const int64_t since : {mainCallSince.load(), beatCallSince.load()})
-                if (since != 0 && now - since > limit) {
+                if (since != 0 && now - std::max(since, resumedAt) > limit) {
                     std::fprintf(stderr,
                         "optscope-cli (rank %d of %d): the job's store at %s did not answer for %lld s (%s); "
                         "stopping\n",
@@ -437,6 +443,13 @@ struct Job::State
             if (ready()) return;
             const auto now = Clock::now();
             if (now - w.lastCheck >= watchInterval()) {
+                // this process itself did not run for a while (stopped by SIGSTOP or a debugger, a suspended machine,
+                // starved): the others' silence over that time says nothing about them, and blaming one would name
+                // the wrong rank. Their clocks start again now; one that is really gone is seen a timeout later
+                if (now - w.lastCheck > std::min(spec.timeout, spec.stallTimeout) / 2) {
+                    std::fill(w.changed.begin(), w.changed.end(), now);
+                    std::fill(w.worked.begin(), w.worked.end(), now);
+                }
                 w.lastCheck = now;
                 // rank 0 watches every rank it awaits; the others watch rank 0 and their two neighbours only, so the
                 // store answers O(ranks) reads a second, not O(ranks^2) (1,024 processes at a barrier); a rank that
