@@ -82,6 +82,26 @@ def values(out, n):
                os.path.join(out, f"values_{n}.pt"))
 
 
+def trainer_state(out, n=300000):
+    """a Hugging Face Trainer folder (the test fixture's, real PyTorch files) whose trainer_state.json holds a
+    log_history of n steps, written as the Trainer writes it (json.dumps, indent 2): about 53 MB for 300k"""
+    import json
+    import random
+    import shutil
+    folder = os.path.join(out, "trainer_log")
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "hf",
+                                 "checkpoint-3"), folder)
+    path = os.path.join(folder, "trainer_state.json")
+    with open(path) as f:
+        state = json.load(f)
+    rng = random.Random(0)
+    state["log_history"] = [{"epoch": i / 1000, "grad_norm": rng.random() * 3, "learning_rate": 1e-4 * rng.random(),
+                             "loss": rng.random() * 4, "step": i} for i in range(n)]
+    with open(path, "w") as f:
+        f.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -95,6 +115,7 @@ def main():
     expanded(out)
     views_and_ints(out)
     values(out, int(sys.argv[5]) if len(sys.argv) > 5 else 1000000)
+    trainer_state(out)
 
 
 if __name__ == "__main__":

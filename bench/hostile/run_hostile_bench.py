@@ -77,6 +77,8 @@ def main():
          ["load", "values_1000000.pt"], "torch.load"),
         ("gather of 1M values (15 MB)", ["gather", "values_1000000.pt", "-o", "o.pt", "--no-fsync"],
          ["load_save", "values_1000000.pt", "t.pt"], "torch.load + torch.save"),
+        ("inspect of a Trainer folder with a 53 MB trainer_state.json", ["inspect", "trainer_log"],
+         ["json_load", "trainer_log"], "json.load, as the Trainer reads it"),
         ("diff of 1M values with themselves (15 MB)", ["diff", "values_1000000.pt", "values_1000000.pt"],
          ["values_diff", "values_1000000.pt", "values_1000000.pt"], "torch.load of each + compare every key"),
     ]

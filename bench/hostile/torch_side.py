@@ -18,7 +18,13 @@ import torch
 
 case, inp = sys.argv[1], sys.argv[2]
 out = sys.argv[3] if len(sys.argv) > 3 else None
-if case in ("load_save", "load"):
+if case == "json_load":
+    # what the Trainer does with trainer_state.json (TrainerState.load_from_json)
+    import json
+    import os
+    with open(os.path.join(inp, "trainer_state.json")) as f:
+        print(len(json.load(f)["log_history"]))
+elif case in ("load_save", "load"):
     obj = torch.load(inp, weights_only=True)
     if case == "load_save":
         torch.save(obj, out)
