@@ -388,6 +388,19 @@ class S3FaultProxy(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
 
+class S3HostRecordingProxy(S3FaultProxy):
+    """forwards every request to moto_server, Host header and all, and records each request's Host and path: which
+    addressing the client used (moto serves both)"""
+    refuse = False
+    seen = []
+
+    def handle_any(self):
+        S3HostRecordingProxy.seen.append((self.headers.get("Host", ""), self.path))
+        S3FaultProxy.handle_any(self)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
 class S3LostAnswerProxy(S3FaultProxy):
     """forwards every request to moto_server; the first PUT of each object and the first completion of each
     multipart upload reach it, but their answers are lost (the connection closes with none): the writer asks again,
@@ -994,6 +1007,7 @@ def s3_cases():
                  ["AuthorizationHeaderMalformed", "the bucket is in region us-east-1, the requests were signed for "
                   "eu-west-1: set AWS_REGION=us-east-1"], dict(env, AWS_REGION="eu-west-1"))
     stream_cases(port, env)
+    addressing_cases(port, env)
     denied_cases(port, env)
     gs_cases(front, env)
     refused_credentials_cases()
@@ -1055,6 +1069,41 @@ def refused_credentials_cases():
                f"exit {p.returncode}: {err[-220:]}",
                p.returncode == 2 and "s3://ckpt/adam_int.pt" in err and all(n in err for n in needles)
                and role["secret"] not in err and role["secret"][::-1] not in err and role["token"][8:] not in err)
+
+
+def addressing_cases(port, env):
+    """the profile's `s3 = addressing_style = virtual | path` (as the AWS CLI reads it): virtual names the bucket in
+    the host (ckpt.localhost, which curl resolves to the loopback), for stores that serve buckets only so; path in
+    the path; reads, a listing and an upload alike. Before: always path-style on an endpoint of one's own"""
+    proxy = start_proxy(port, S3HostRecordingProxy)
+    conf = os.path.join(WORK, "addressing.conf")
+    with open(conf, "w") as f:
+        f.write("[profile virt]\ns3 =\n    addressing_style = virtual\n"
+                "[profile pathy]\ns3 =\n    addressing_style = path\n"
+                "[profile odd]\ns3 =\n    addressing_style = sideways\n")
+    base = dict(env, AWS_ENDPOINT_URL=f"http://localhost:{proxy}", AWS_CONFIG_FILE=conf)
+    os.makedirs(os.path.join(WORK, "addressing"), exist_ok=True)
+    for profile, host in (("virt", f"ckpt.localhost:{proxy}"), ("pathy", f"localhost:{proxy}")):
+        e = dict(base, AWS_PROFILE=profile)
+        local_out = os.path.join(WORK, "addressing", f"{profile}.pt")  # the same name: the zip's folder comes from it
+        cli(["gather", os.path.join(DATA, "fsdp2_r2"), "-o", local_out, "--no-fsync"])
+        S3HostRecordingProxy.seen = []
+        same_as_local(f"S3 addressing_style = {profile}: inspect fsdp2_r2", "s3://ckpt/fsdp2_r2",
+                      os.path.join(DATA, "fsdp2_r2"), e)
+        out = f"s3://ckpt/addressing/{profile}.pt"
+        g = cli(["gather", "s3://ckpt/fsdp2_r2", "-o", out], e)
+        same_as_local(f"S3 addressing_style = {profile}: gather to s3:// writes what the local gather writes", out,
+                      local_out, e)
+        seen = list(S3HostRecordingProxy.seen)
+        in_path = [p for _, p in seen if p.startswith("/ckpt/") or p.startswith("/ckpt?")]
+        ok = g.returncode == 0 and len(seen) > 5 and all(h == host for h, _ in seen) and \
+            (not in_path if profile == "virt" else len(in_path) == len(seen))
+        record(f"S3 addressing_style = {profile}: every request (listing, reads, upload) is addressed so",
+               f"gather exit {g.returncode}; {len(seen)} requests, hosts {sorted(set(h for h, _ in seen))}, "
+               f"{len(in_path)} with the bucket in the path", ok)
+    expect_error("S3: an addressing_style the AWS CLI does not take stops the command, naming it",
+                 ["inspect", "s3://ckpt/adam_int.pt"], ["addressing_style", "'sideways'", "auto, path or virtual"],
+                 dict(base, AWS_PROFILE="odd"))
 
 
 def stream_cases(port, env):

@@ -217,6 +217,10 @@ struct StoreConfig
     /// honour that variable the same way), path-style
     std::string gsEndpoint = "https://storage.googleapis.com";
     std::string region = "us-east-1";
+    /// how an s3:// object's URL names its bucket (the profile's `s3 = addressing_style = ...`, as botocore reads
+    /// it): Auto (AWS: virtual-hosted where the name allows, awsObjectUrl; another endpoint: path-style), Path
+    /// (ENDPOINT/BUCKET/KEY), Virtual (BUCKET.ENDPOINT-HOST/KEY: stores that serve buckets as host names only)
+    enum class Addressing { Auto, Path, Virtual } addressing = Addressing::Auto;
     std::string accessKey, secretKey, sessionToken;
     std::string caFile;
     long stallSeconds = 30;
@@ -274,6 +278,14 @@ const StoreConfig& storeConfig()
             }
         while (!c.endpoint.empty() && c.endpoint.back() == '/')
             c.endpoint.pop_back();
+        // botocore nests it under "s3 =" in the profile; the indented line reads as the profile's own key here
+        if (const std::string style = conf.get(confSection, "addressing_style"); style == "path")
+            c.addressing = StoreConfig::Addressing::Path;
+        else if (style == "virtual")
+            c.addressing = StoreConfig::Addressing::Virtual;
+        else if (!style.empty() && style != "auto")
+            c.problem = "addressing_style in the profile '" + profile + "' of " + confPath + " is '" + style
+                + "': auto, path or virtual (as the AWS CLI takes it)";
         if (std::string g = env("STORAGE_EMULATOR_HOST"); !g.empty()) {
             if (g.find("://") == std::string::npos) g = "http://" + g; // "host:port", as Google's libraries take it
             while (g.back() == '/')
@@ -414,7 +426,17 @@ std::string requestUrl(const RemoteUrl& u, const std::string& key)
     if (u.scheme == RemoteUrl::Http) return withRememberedQuery(u.http);
     const StoreConfig& c = storeConfig();
     if (u.scheme == RemoteUrl::Gs) return c.gsEndpoint + "/" + u.bucket + "/" + encodeKey(key);
-    if (!c.endpoint.empty()) return c.endpoint + "/" + u.bucket + "/" + encodeKey(key);
+    using Addressing = StoreConfig::Addressing;
+    const std::string endpoint = c.endpoint.empty() ? "https://s3." + c.region + ".amazonaws.com" : c.endpoint;
+    if (c.addressing == Addressing::Virtual) {
+        // the bucket before the endpoint's host: http://localhost:9000 -> http://BUCKET.localhost:9000
+        const size_t host = endpoint.find("://");
+        return host == std::string::npos
+            ? u.bucket + "." + endpoint + "/" + encodeKey(key)
+            : endpoint.substr(0, host + 3) + u.bucket + "." + endpoint.substr(host + 3) + "/" + encodeKey(key);
+    }
+    if (c.addressing == Addressing::Path || !c.endpoint.empty())
+        return endpoint + "/" + u.bucket + "/" + encodeKey(key);
     return awsObjectUrl(u.bucket, c.region, encodeKey(key));
 }
 
