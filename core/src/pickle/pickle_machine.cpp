@@ -8,9 +8,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace optscope {
 
@@ -443,8 +446,25 @@ private:
 
     // interpreted callables
     PyValue* rebuildTensor(const std::string& fn, PyValue* args);
-    PyValue* rebuildFromTypeV2(PyValue* args);
-    PyValue* rebuildWrapperSubclass(PyValue* args);
+    PyValue* rebuildFromTypeV2(const std::string& fn, PyValue* args);
+    PyValue* rebuildWrapperSubclass(const std::string& fn, PyValue* args);
+    // the rules callReduce applies, one per callable (or family of callables): nullptr leaves the call inert
+    using ReduceRule = PyValue* (Machine::*)(const std::string& fn, PyValue* args);
+    static const std::unordered_map<std::string_view, ReduceRule>& reduceRules();
+    PyValue* reduceDict(const std::string& fn, PyValue* args);
+    PyValue* reduceSequence(const std::string& fn, PyValue* args);
+    PyValue* reduceBytes(const std::string& fn, PyValue* args);
+    PyValue* reduceComplex(const std::string& fn, PyValue* args);
+    PyValue* reduceScalar(const std::string& fn, PyValue* args);
+    PyValue* reduceGetattr(const std::string& fn, PyValue* args);
+    PyValue* reduceReconstructor(const std::string& fn, PyValue* args);
+    PyValue* reduceNewobj(const std::string& fn, PyValue* args);
+    PyValue* reduceSize(const std::string& fn, PyValue* args);
+    PyValue* reduceDevice(const std::string& fn, PyValue* args);
+    PyValue* reduceLayout(const std::string& fn, PyValue* args);
+    PyValue* rebuildParameter(const std::string& fn, PyValue* args);
+    PyValue* rebuildMetaTensor(const std::string& fn, PyValue* args);
+    PyValue* reducePath(const std::string& fn, PyValue* args);
     void applyWrapperState(PyValue* tensor, PyValue* state);
 
     const uint8_t* m_data;
@@ -995,7 +1015,7 @@ PyValue* copyTensor(PyArena& arena, const PyValue* src)
     return v;
 }
 
-PyValue* Machine::rebuildWrapperSubclass(PyValue* args)
+PyValue* Machine::rebuildWrapperSubclass(const std::string&, PyValue* args)
 {
     // _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad)
     const PyValue* cls = arg(args, 0);
@@ -1147,7 +1167,7 @@ void Machine::applyWrapperState(PyValue* tensorValue, PyValue* state)
     }
 }
 
-PyValue* Machine::rebuildFromTypeV2(PyValue* args)
+PyValue* Machine::rebuildFromTypeV2(const std::string&, PyValue* args)
 {
     // _rebuild_from_type_v2(func, new_type, args, state): ret = func(*args); ret = ret.as_subclass(new_type) if
     // needed; then the state is applied (attributes, or the wrapper's slots).
@@ -1174,188 +1194,289 @@ PyValue* Machine::rebuildFromTypeV2(PyValue* args)
     return inner;
 }
 
+/// dict(), OrderedDict(), Counter(), defaultdict(factory, items): a dict of the items
+PyValue* Machine::reduceDict(const std::string& fn, PyValue* args)
+{
+    PyValue* result = m_arena.makeContainer(PyKind::Dict);
+    const PyValue* init = fn == "collections.defaultdict" ? arg(args, 1) : arg(args, 0);
+    pinItems(init);
+    if (init && init->isSequence())
+        for (const auto* pair : init->items())
+            pinItems(pair);
+    if (init && init->kind == PyKind::Dict) {
+        for (size_t i = 0; i < init->size(); ++i)
+            setItem(result, const_cast<PyValue*>(init->dictKey(i)), const_cast<PyValue*>(init->dictValue(i)));
+    } else if (init && init->isSequence()) {
+        for (const auto* pair : init->items())
+            if (pair->isSequence() && pair->size() == 2)
+                setItem(result, const_cast<PyValue*>(pair->item(0)), const_cast<PyValue*>(pair->item(1)));
+    }
+    return result;
+}
+
+/// set(), frozenset(), list(), tuple() of a sequence
+PyValue* Machine::reduceSequence(const std::string& fn, PyValue* args)
+{
+    const PyKind kind = fn == "builtins.set" ? PyKind::Set
+        : fn == "builtins.frozenset"         ? PyKind::FrozenSet
+        : fn == "builtins.list"              ? PyKind::List
+                                             : PyKind::Tuple;
+    std::vector<PyValue*> items;
+    if (const PyValue* init = arg(args, 0); init && init->hasContainer()) {
+        items = init->kind == PyKind::Dict ? std::vector<PyValue*>() : init->container->items;
+        pinItems(init);
+    }
+    return makeSequence(kind, std::move(items));
+}
+
+/// bytes(), bytearray() and _codecs.encode(text, 'latin1'), protocol 2's spelling of bytes
+PyValue* Machine::reduceBytes(const std::string& fn, PyValue* args)
+{
+    PyValue* result = nullptr;
+    const PyValue* a0 = arg(args, 0);
+    const PyValue* enc = arg(args, 1);
+    const PyKind kind = fn == "builtins.bytearray" ? PyKind::ByteArray : PyKind::Bytes;
+    if (!a0) {
+        result = m_arena.makeBytes({}, false, kind);
+    } else if (a0->kind == PyKind::Bytes || a0->kind == PyKind::ByteArray) {
+        result = m_arena.makeBytes(a0->text, false, kind);
+    } else if (a0->kind == PyKind::Str) {
+        std::string e = enc && enc->kind == PyKind::Str ? std::string(enc->text) : "utf-8";
+        std::transform(e.begin(), e.end(), e.begin(), ::tolower);
+        if (e == "latin1" || e == "latin-1" || e == "iso-8859-1" || e == "iso8859-1") {
+            // the protocol-2 bytes encoding: each code point < 256 is one byte
+            std::string out;
+            const std::string_view s = a0->text;
+            bool ok = true;
+            for (size_t i = 0; i < s.size() && ok;) {
+                const auto c = static_cast<uint8_t>(s[i]);
+                uint32_t cp = c;
+                size_t len = 1;
+                if (c >= 0xc0 && c < 0xe0 && i + 1 < s.size()) {
+                    cp = ((c & 0x1fu) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3fu);
+                    len = 2;
+                } else if (c >= 0x80) {
+                    ok = false;
+                }
+                if (cp > 0xff) ok = false;
+                out += static_cast<char>(cp);
+                i += len;
+            }
+            result = ok ? m_arena.makeBytes(out, true, kind) : nullptr;
+        } else if (e == "utf-8" || e == "utf8") {
+            result = m_arena.makeBytes(a0->text, false, kind);
+        }
+    }
+    return result;
+}
+
+/// complex(re, im)
+PyValue* Machine::reduceComplex(const std::string&, PyValue* args)
+{
+    PyValue* result = m_arena.make(PyKind::Complex);
+    const PyValue* re = arg(args, 0);
+    const PyValue* im = arg(args, 1);
+    auto num = [](const PyValue* v) {
+        return !v ? 0.0 : v->kind == PyKind::Float ? v->real : v->kind == PyKind::Int ? double(v->integer) : 0.0;
+    };
+    result->real = num(re);
+    result->imag = num(im);
+    return result;
+}
+
+/// int(), float(), str(), bool() of a value of that type, or of nothing
+PyValue* Machine::reduceScalar(const std::string& fn, PyValue* args)
+{
+    PyValue* result = nullptr;
+    const PyValue* a0 = arg(args, 0);
+    if (!a0)
+        result = fn == "builtins.str" ? m_arena.makeStr({}, false)
+            : fn == "builtins.float"  ? m_arena.makeFloat(0)
+            : fn == "builtins.bool"   ? m_arena.makeBool(false)
+                                      : m_arena.makeInt(0);
+    else if ((fn == "builtins.int" && a0->kind == PyKind::Int) || (fn == "builtins.float" && a0->kind == PyKind::Float)
+        || (fn == "builtins.str" && a0->kind == PyKind::Str) || (fn == "builtins.bool" && a0->kind == PyKind::Bool))
+        result = pin(a0);
+    return result;
+}
+
+/// getattr(cls, "name")
+PyValue* Machine::reduceGetattr(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    // getattr(cls, "name"): nested classes (protocol < 4) and enum members on some CPython 3.11 builds
+    const PyValue* obj = arg(args, 0);
+    const PyValue* attr = arg(args, 1);
+    if (obj && obj->kind == PyKind::Global && attr && attr->kind == PyKind::Str) {
+        const std::string name = std::string(obj->global->name) + "." + std::string(attr->text);
+        const bool known = obj->global->known || isKnownGlobal(obj->global->module, name);
+        result = m_arena.makeGlobal(obj->global->module, m_arena.copy(name), known);
+    }
+    return result;
+}
+
+/// copyreg._reconstructor(cls, base, state)
+PyValue* Machine::reduceReconstructor(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    // _reconstructor(cls, base, state): object.__new__(cls) (+ base.__init__(obj, state))
+    PyValue* cls = const_cast<PyValue*>(arg(args, 0));
+    if (cls) {
+        PyValue* rest = makeSequence(PyKind::Tuple, {});
+        if (const PyValue* st = arg(args, 2); st && st->kind != PyKind::None)
+            rest = makeSequence(PyKind::Tuple, {pin(st)});
+        result = makeObject(cls, rest, nullptr, PyObjectHow::NewObj);
+    }
+    return result;
+}
+
+/// copyreg.__newobj__(cls, *args)
+PyValue* Machine::reduceNewobj(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    PyValue* cls = const_cast<PyValue*>(arg(args, 0));
+    if (cls) {
+        pinItems(args);
+        std::vector<PyValue*> rest(args->items().begin() + 1, args->items().end());
+        result = makeObject(cls, makeSequence(PyKind::Tuple, std::move(rest)), nullptr, PyObjectHow::NewObj);
+    }
+    return result;
+}
+
+/// torch.Size(ints)
+PyValue* Machine::reduceSize(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    // a Size of ints, as torch.Size.__reduce__ gives it; anything else stays the inert call it is (a writer
+    // leaves it out, saying why), never a Size that torch.load would refuse
+    const PyValue* a0 = arg(args, 0);
+    if (a0 && a0->isSequence() && args->size() == 1 // (arg() found a0: args is a sequence)
+        && std::all_of(
+            a0->items().begin(), a0->items().end(), [](const PyValue* i) { return i->kind == PyKind::Int; })) {
+        pinItems(a0);
+        result = makeSequence(PyKind::Tuple, a0->container->items);
+        result->torchType = PyTorchType::Size;
+    }
+    return result;
+}
+
+/// torch.device(type[, index])
+PyValue* Machine::reduceDevice(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    // torch.device(type[, index]) as its __reduce__ gives it: a device type torch knows, an index it takes
+    // (c10::DeviceIndex: 0..127); anything else stays the inert call it is
+    static const std::set<std::string, std::less<>> kDeviceTypes {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl",
+        "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
+        "privateuseone"};
+    const PyValue* type = arg(args, 0);
+    const PyValue* index = arg(args, 1);
+    const size_t nargs = args && args->isSequence() ? args->size() : 0;
+    const bool indexOk = nargs == 1
+        || (nargs == 2
+            && (index->kind == PyKind::None
+                || (index->kind == PyKind::Int && index->integer >= 0 && index->integer <= 127)));
+    if (type && type->kind == PyKind::Str && kDeviceTypes.count(type->text) && indexOk) {
+        std::string d(type->text);
+        if (index && index->kind == PyKind::Int) d += ":" + std::to_string(index->integer);
+        result = m_arena.makeStr(d, true);
+        result->torchType = PyTorchType::Device;
+    }
+    return result;
+}
+
+/// torch.serialization._get_layout(name): the layout by name
+PyValue* Machine::reduceLayout(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    const PyValue* name = arg(args, 0);
+    if (name && name->kind == PyKind::Str) result = m_arena.makeStr(name->text, false);
+    return result;
+}
+
+/// torch._utils._rebuild_parameter(data, requires_grad, ...)
+PyValue* Machine::rebuildParameter(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    const PyValue* data = arg(args, 0);
+    if (data && data->kind == PyKind::Tensor) {
+        result = copyTensor(m_arena, data);
+        result->tensor->isParameter = true;
+        result->tensor->requiresGrad = asBool(arg(args, 1));
+    }
+    return result;
+}
+
+/// torch._utils._rebuild_meta_tensor_no_storage(dtype, size, stride, requires_grad)
+PyValue* Machine::rebuildMetaTensor(const std::string&, PyValue* args)
+{
+    PyValue* result = nullptr;
+    // (dtype, size, stride, requires_grad): a tensor with no data
+    const PyValue* dt = arg(args, 0);
+    std::vector<int64_t> sizes, strides;
+    if (dt && dt->kind == PyKind::Dtype && intList(arg(args, 1), sizes)) {
+        intList(arg(args, 2), strides);
+        auto* t = m_arena.makeTensorInfo();
+        t->dtype = dt->dtype;
+        t->sizes = std::move(sizes);
+        t->strides = std::move(strides);
+        t->subclass = "meta";
+        result = m_arena.make(PyKind::Tensor);
+        result->tensor = t;
+    }
+    return result;
+}
+
+/// pathlib.*Path(parts...): the path as a string
+PyValue* Machine::reducePath(const std::string&, PyValue* args)
+{
+    std::string p;
+    for (const auto* part : args ? args->items() : std::vector<PyValue*>()) {
+        if (part->kind != PyKind::Str) continue;
+        if (!p.empty() && p.back() != '/') p += '/';
+        p.append(part->text);
+    }
+    return m_arena.makeStr(p, true);
+}
+
+/// The calls a REDUCE is interpreted for, one rule each, by the callable's path; every other call stays an inert
+/// object (what torch.load's weights_only unpickler allows, and the classes DCP's metadata and optimizers use)
+const std::unordered_map<std::string_view, Machine::ReduceRule>& Machine::reduceRules()
+{
+    static const std::pair<std::string_view, ReduceRule> kRules[]
+        = {{"collections.OrderedDict", &Machine::reduceDict}, {"collections.Counter", &Machine::reduceDict},
+            {"collections.defaultdict", &Machine::reduceDict}, {"builtins.dict", &Machine::reduceDict},
+            {"builtins.set", &Machine::reduceSequence}, {"builtins.frozenset", &Machine::reduceSequence},
+            {"builtins.list", &Machine::reduceSequence}, {"builtins.tuple", &Machine::reduceSequence},
+            {"builtins.bytearray", &Machine::reduceBytes}, {"_codecs.encode", &Machine::reduceBytes},
+            {"builtins.bytes", &Machine::reduceBytes}, {"builtins.complex", &Machine::reduceComplex},
+            {"builtins.int", &Machine::reduceScalar}, {"builtins.float", &Machine::reduceScalar},
+            {"builtins.str", &Machine::reduceScalar}, {"builtins.bool", &Machine::reduceScalar},
+            {"builtins.getattr", &Machine::reduceGetattr}, {"copyreg._reconstructor", &Machine::reduceReconstructor},
+            {"copyreg.__newobj__", &Machine::reduceNewobj}, {"torch.Size", &Machine::reduceSize},
+            {"torch.device", &Machine::reduceDevice}, {"torch.serialization._get_layout", &Machine::reduceLayout},
+            {"torch._utils._rebuild_tensor", &Machine::rebuildTensor},
+            {"torch._utils._rebuild_tensor_v2", &Machine::rebuildTensor},
+            {"torch._utils._rebuild_tensor_v3", &Machine::rebuildTensor},
+            {"torch._utils._rebuild_parameter", &Machine::rebuildParameter},
+            {"torch._utils._rebuild_parameter_with_state", &Machine::rebuildParameter},
+            {"torch._tensor._rebuild_from_type_v2", &Machine::rebuildFromTypeV2},
+            {"torch._utils._rebuild_wrapper_subclass", &Machine::rebuildWrapperSubclass},
+            {"torch._utils._rebuild_meta_tensor_no_storage", &Machine::rebuildMetaTensor}};
+    static const std::unordered_map<std::string_view, ReduceRule> rules(std::begin(kRules), std::end(kRules));
+    return rules;
+}
+
 PyValue* Machine::callReduce(PyValue* callable, PyValue* args)
 {
     if (callable->kind != PyKind::Global || !callable->global->known)
         return makeObject(callable, args, nullptr, PyObjectHow::Reduce);
     const std::string fn = callable->global->path();
     PyValue* result = nullptr;
-    if (fn == "collections.OrderedDict" || fn == "collections.Counter" || fn == "collections.defaultdict"
-        || fn == "builtins.dict") {
-        result = m_arena.makeContainer(PyKind::Dict);
-        const PyValue* init = fn == "collections.defaultdict" ? arg(args, 1) : arg(args, 0);
-        pinItems(init);
-        if (init && init->isSequence())
-            for (const auto* pair : init->items())
-                pinItems(pair);
-        if (init && init->kind == PyKind::Dict) {
-            for (size_t i = 0; i < init->size(); ++i)
-                setItem(result, const_cast<PyValue*>(init->dictKey(i)), const_cast<PyValue*>(init->dictValue(i)));
-        } else if (init && init->isSequence()) {
-            for (const auto* pair : init->items())
-                if (pair->isSequence() && pair->size() == 2)
-                    setItem(result, const_cast<PyValue*>(pair->item(0)), const_cast<PyValue*>(pair->item(1)));
-        }
-    } else if (fn == "builtins.set" || fn == "builtins.frozenset" || fn == "builtins.list" || fn == "builtins.tuple") {
-        const PyKind kind = fn == "builtins.set" ? PyKind::Set
-            : fn == "builtins.frozenset"         ? PyKind::FrozenSet
-            : fn == "builtins.list"              ? PyKind::List
-                                                 : PyKind::Tuple;
-        std::vector<PyValue*> items;
-        if (const PyValue* init = arg(args, 0); init && init->hasContainer()) {
-            items = init->kind == PyKind::Dict ? std::vector<PyValue*>() : init->container->items;
-            pinItems(init);
-        }
-        result = makeSequence(kind, std::move(items));
-    } else if (fn == "builtins.bytearray" || fn == "_codecs.encode" || fn == "builtins.bytes") {
-        const PyValue* a0 = arg(args, 0);
-        const PyValue* enc = arg(args, 1);
-        const PyKind kind = fn == "builtins.bytearray" ? PyKind::ByteArray : PyKind::Bytes;
-        if (!a0) {
-            result = m_arena.makeBytes({}, false, kind);
-        } else if (a0->kind == PyKind::Bytes || a0->kind == PyKind::ByteArray) {
-            result = m_arena.makeBytes(a0->text, false, kind);
-        } else if (a0->kind == PyKind::Str) {
-            std::string e = enc && enc->kind == PyKind::Str ? std::string(enc->text) : "utf-8";
-            std::transform(e.begin(), e.end(), e.begin(), ::tolower);
-            if (e == "latin1" || e == "latin-1" || e == "iso-8859-1" || e == "iso8859-1") {
-                // the protocol-2 bytes encoding: each code point < 256 is one byte
-                std::string out;
-                const std::string_view s = a0->text;
-                bool ok = true;
-                for (size_t i = 0; i < s.size() && ok;) {
-                    const auto c = static_cast<uint8_t>(s[i]);
-                    uint32_t cp = c;
-                    size_t len = 1;
-                    if (c >= 0xc0 && c < 0xe0 && i + 1 < s.size()) {
-                        cp = ((c & 0x1fu) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3fu);
-                        len = 2;
-                    } else if (c >= 0x80) {
-                        ok = false;
-                    }
-                    if (cp > 0xff) ok = false;
-                    out += static_cast<char>(cp);
-                    i += len;
-                }
-                result = ok ? m_arena.makeBytes(out, true, kind) : nullptr;
-            } else if (e == "utf-8" || e == "utf8") {
-                result = m_arena.makeBytes(a0->text, false, kind);
-            }
-        }
-    } else if (fn == "builtins.complex") {
-        result = m_arena.make(PyKind::Complex);
-        const PyValue* re = arg(args, 0);
-        const PyValue* im = arg(args, 1);
-        auto num = [](const PyValue* v) {
-            return !v ? 0.0 : v->kind == PyKind::Float ? v->real : v->kind == PyKind::Int ? double(v->integer) : 0.0;
-        };
-        result->real = num(re);
-        result->imag = num(im);
-    } else if (fn == "builtins.int" || fn == "builtins.float" || fn == "builtins.str" || fn == "builtins.bool") {
-        const PyValue* a0 = arg(args, 0);
-        if (!a0)
-            result = fn == "builtins.str" ? m_arena.makeStr({}, false)
-                : fn == "builtins.float"  ? m_arena.makeFloat(0)
-                : fn == "builtins.bool"   ? m_arena.makeBool(false)
-                                          : m_arena.makeInt(0);
-        else if ((fn == "builtins.int" && a0->kind == PyKind::Int)
-            || (fn == "builtins.float" && a0->kind == PyKind::Float)
-            || (fn == "builtins.str" && a0->kind == PyKind::Str) || (fn == "builtins.bool" && a0->kind == PyKind::Bool))
-            result = pin(a0);
-    } else if (fn == "builtins.getattr") {
-        // getattr(cls, "name"): nested classes (protocol < 4) and enum members on some CPython 3.11 builds
-        const PyValue* obj = arg(args, 0);
-        const PyValue* attr = arg(args, 1);
-        if (obj && obj->kind == PyKind::Global && attr && attr->kind == PyKind::Str) {
-            const std::string name = std::string(obj->global->name) + "." + std::string(attr->text);
-            const bool known = obj->global->known || isKnownGlobal(obj->global->module, name);
-            result = m_arena.makeGlobal(obj->global->module, m_arena.copy(name), known);
-        }
-    } else if (fn == "copyreg._reconstructor") {
-        // _reconstructor(cls, base, state): object.__new__(cls) (+ base.__init__(obj, state))
-        PyValue* cls = const_cast<PyValue*>(arg(args, 0));
-        if (cls) {
-            PyValue* rest = makeSequence(PyKind::Tuple, {});
-            if (const PyValue* st = arg(args, 2); st && st->kind != PyKind::None)
-                rest = makeSequence(PyKind::Tuple, {pin(st)});
-            result = makeObject(cls, rest, nullptr, PyObjectHow::NewObj);
-        }
-    } else if (fn == "copyreg.__newobj__") {
-        PyValue* cls = const_cast<PyValue*>(arg(args, 0));
-        if (cls) {
-            pinItems(args);
-            std::vector<PyValue*> rest(args->items().begin() + 1, args->items().end());
-            result = makeObject(cls, makeSequence(PyKind::Tuple, std::move(rest)), nullptr, PyObjectHow::NewObj);
-        }
-    } else if (fn == "torch.Size") {
-        // a Size of ints, as torch.Size.__reduce__ gives it; anything else stays the inert call it is (a writer
-        // leaves it out, saying why), never a Size that torch.load would refuse
-        const PyValue* a0 = arg(args, 0);
-        if (a0 && a0->isSequence() && args->size() == 1 // (arg() found a0: args is a sequence)
-            && std::all_of(
-                a0->items().begin(), a0->items().end(), [](const PyValue* i) { return i->kind == PyKind::Int; })) {
-            pinItems(a0);
-            result = makeSequence(PyKind::Tuple, a0->container->items);
-            result->torchType = PyTorchType::Size;
-        }
-    } else if (fn == "torch.device") {
-        // torch.device(type[, index]) as its __reduce__ gives it: a device type torch knows, an index it takes
-        // (c10::DeviceIndex: 0..127); anything else stays the inert call it is
-        static const std::set<std::string, std::less<>> kDeviceTypes {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl",
-            "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
-            "privateuseone"};
-        const PyValue* type = arg(args, 0);
-        const PyValue* index = arg(args, 1);
-        const size_t nargs = args && args->isSequence() ? args->size() : 0;
-        const bool indexOk = nargs == 1
-            || (nargs == 2
-                && (index->kind == PyKind::None
-                    || (index->kind == PyKind::Int && index->integer >= 0 && index->integer <= 127)));
-        if (type && type->kind == PyKind::Str && kDeviceTypes.count(type->text) && indexOk) {
-            std::string d(type->text);
-            if (index && index->kind == PyKind::Int) d += ":" + std::to_string(index->integer);
-            result = m_arena.makeStr(d, true);
-            result->torchType = PyTorchType::Device;
-        }
-    } else if (fn == "torch.serialization._get_layout") {
-        const PyValue* name = arg(args, 0);
-        if (name && name->kind == PyKind::Str) result = m_arena.makeStr(name->text, false);
-    } else if (fn == "torch._utils._rebuild_tensor" || fn == "torch._utils._rebuild_tensor_v2"
-        || fn == "torch._utils._rebuild_tensor_v3") {
-        result = rebuildTensor(fn, args);
-    } else if (fn == "torch._utils._rebuild_parameter" || fn == "torch._utils._rebuild_parameter_with_state") {
-        const PyValue* data = arg(args, 0);
-        if (data && data->kind == PyKind::Tensor) {
-            result = copyTensor(m_arena, data);
-            result->tensor->isParameter = true;
-            result->tensor->requiresGrad = asBool(arg(args, 1));
-        }
-    } else if (fn == "torch._tensor._rebuild_from_type_v2") {
-        result = rebuildFromTypeV2(args);
-    } else if (fn == "torch._utils._rebuild_wrapper_subclass") {
-        result = rebuildWrapperSubclass(args);
-    } else if (fn == "torch._utils._rebuild_meta_tensor_no_storage") {
-        // (dtype, size, stride, requires_grad): a tensor with no data
-        const PyValue* dt = arg(args, 0);
-        std::vector<int64_t> sizes, strides;
-        if (dt && dt->kind == PyKind::Dtype && intList(arg(args, 1), sizes)) {
-            intList(arg(args, 2), strides);
-            auto* t = m_arena.makeTensorInfo();
-            t->dtype = dt->dtype;
-            t->sizes = std::move(sizes);
-            t->strides = std::move(strides);
-            t->subclass = "meta";
-            result = m_arena.make(PyKind::Tensor);
-            result->tensor = t;
-        }
+    if (const auto rule = reduceRules().find(fn); rule != reduceRules().end()) {
+        result = (this->*rule->second)(fn, args);
     } else if (startsWith(fn, "pathlib.")) {
-        std::string p;
-        for (const auto* part : args ? args->items() : std::vector<PyValue*>()) {
-            if (part->kind != PyKind::Str) continue;
-            if (!p.empty() && p.back() != '/') p += '/';
-            p.append(part->text);
-        }
-        result = m_arena.makeStr(p, true);
+        result = reducePath(fn, args);
     } else if (startsWith(fn, "torch._utils._rebuild_")) {
         warn(
             ReaderCode::UnsupportedTensor, fn + ": this tensor kind (quantized, sparse, nested, device) is kept inert");
