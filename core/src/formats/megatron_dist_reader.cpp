@@ -792,34 +792,15 @@ private:
     std::map<std::string, Blob> m_blobs;
 };
 
-} // namespace
-
-bool MegatronDistReader::looksLikeMegatron(const std::string& path)
+/// metadata.json, which Megatron-Core's loader reads first: its backend must be torch_dist (the one it registers
+/// for loading); a torch_dist folder without the file reads on, the error Megatron-Core's load raises a finding
+struct Backend
 {
-    std::error_code ec;
-    if (!isFolder(path)) return false;
-    const Location dir(path);
-    if (isFile(dir / MegatronDistReader::kLatestFile)) return true;
-    if (isTorchDistWithoutMetadataJson(dir)) return true; // its finding says what Megatron makes of it
-    if (!isFile(dir / MegatronDistReader::kMetadataJson) && !isFile(dir / DcpReader::kMetadataFile)
-        && !newestIteration(dir).first.empty())
-        return true; // a save folder that lost its tracker file
-    if (!isFile(dir / MegatronDistReader::kMetadataJson)) return false;
-    // dist_checkpointing's metadata.json names its backends
-    try {
-        const std::string text = readSmallText(dir / MegatronDistReader::kMetadataJson);
-        return text.find("sharded_backend") != std::string::npos;
-    } catch (const Error&) {
-        return isFile(dir / DcpReader::kMetadataFile);
-    }
-}
-
-std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& path, const Progress& progress)
+    std::string version; ///< sharded_backend_version, as written
+    std::optional<CheckpointWarning> missingMetadata;
+};
+Backend readBackend(const Location& dir, const Location& metaJson)
 {
-    progress(0.0, "reading Megatron checkpoint");
-    std::optional<CheckpointWarning> missingLatest;
-    const Location dir = iterationFolder(Location(path), missingLatest);
-    const Location metaJson = dir / MegatronDistReader::kMetadataJson;
     std::string backend = "torch_dist";
     std::string version;
     std::optional<CheckpointWarning> missingMetadata;
@@ -861,24 +842,21 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
                             + backend + "', " + version + ")"
                         : std::string()));
     }
-    std::error_code ec;
-    if (!isFile(dir / DcpReader::kMetadataFile))
-        throw Error(ErrorKind::Io, (dir / DcpReader::kMetadataFile).string(),
-            "is missing: metadata.json says torch_dist, whose sharded part is a DCP folder with a .metadata file");
+    return {version, std::move(missingMetadata)};
+}
 
-    auto base = DcpReader::open(dir.string(), progress);
-    auto cp = std::make_shared<Checkpoint>(*base);
-    cp->format = CheckpointFormat::MegatronDist;
-    cp->path = path;
-    if (missingLatest) cp->warnings.insert(cp->warnings.begin(), std::move(*missingLatest));
-    if (missingMetadata) cp->warnings.insert(cp->warnings.begin(), std::move(*missingMetadata));
-    CheckpointBuilder builder(*cp);
-
-    // common.pt: the non-sharded objects
-    const PyValue* common = nullptr;
-    const std::string commonAbs = (dir / MegatronDistReader::kCommonFile).string();
-    std::vector<FlattenedLeaf> commonLeaves;
-    TorchSaveArchive ar;
+/// common.pt, the objects not sharded (iteration, args, the optimizer's param_groups), with its leaves; missing or
+/// unreadable, a finding and no objects
+struct CommonFile
+{
+    const PyValue* root = nullptr;
+    std::vector<FlattenedLeaf> leaves;
+    TorchSaveArchive archive; ///< what the leaves' values were read from
+};
+CommonFile readCommon(const std::shared_ptr<Checkpoint>& cp, CheckpointBuilder& builder, const Location& dir,
+    const std::string& commonAbs)
+{
+    CommonFile out;
     if (!isFile(dir / MegatronDistReader::kCommonFile)) {
         CheckpointWarning w;
         w.code = ReaderCode::MegatronMissingCommon;
@@ -895,31 +873,23 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
         try {
             auto file = cp->files->open(MegatronDistReader::kCommonFile);
             if (file->size() == 0) throw Error(ErrorKind::Format, commonAbs, "is empty (0 bytes)");
-            ar = readTorchSaveArchive(file, 0, file->size(), *cp->arena, commonAbs);
-            builder.addPickleWarnings(ar.warnings);
-            common = ar.root;
-            commonLeaves = flattenStateDict(ar.root);
+            out.archive = readTorchSaveArchive(file, 0, file->size(), *cp->arena, commonAbs);
+            builder.addPickleWarnings(out.archive.warnings);
+            out.root = out.archive.root;
+            out.leaves = flattenStateDict(out.archive.root);
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Cancelled) throw;
             builder.error(ReaderCode::UnreadableValue, e.what());
-            common = nullptr;
+            out.root = nullptr;
         }
     }
-    auto commonGet = [&](std::initializer_list<const char*> keys) -> const PyValue* {
-        const PyValue* v = common;
-        for (const char* k : keys) {
-            if (!v || !v->isMapping()) return nullptr;
-            v = v->get(k);
-        }
-        return v;
-    };
-    std::string sharding;
-    if (const PyValue* s = commonGet({"content_metadata", "distrib_optim_sharding_type"}); s && s->kind == PyKind::Str)
-        sharding = std::string(s->text);
-    else if (const PyValue* s2 = commonGet({"optimizer", "param_state_sharding_type"}); s2 && s2->kind == PyKind::Str)
-        sharding = std::string(s2->text);
+    return out;
+}
 
-    Mapper mapper(*cp, builder, progress);
+/// Maps the DCP entries to Megatron's names (@p mapper); the DCP reader's warnings named entries by their keys in
+/// the files, and follow the renames
+void mapEntries(const std::shared_ptr<Checkpoint>& cp, Mapper& mapper, const std::string& sharding)
+{
     std::vector<std::string> oldKeys;
     for (const auto& e : cp->entries)
         oldKeys.push_back(e.key);
@@ -935,49 +905,55 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
             if (it != renamed.end()) w.key = it->second;
         }
     }
+}
 
-    // param_groups: common.pt (fully_reshardable) or the pickled optimizer of dp group 0 (dp_reshardable)
-    const PyValue* groups = commonGet({"optimizer", "optimizer", "param_groups"});
-    std::string groupsWhere = commonAbs;
-    if (!groups) {
-        // the DCP reader flattened the pickled optimizer object into leaves; rebuild the group dicts from them
-        std::map<int64_t, PyValue*> byGroup;
+/// The optimizer's param_groups where common.pt has none (dp_reshardable): rebuilt from the leaves the DCP reader
+/// made of the pickled optimizer of dp group 0, which are dropped (the groups become optim.param_groups); nullptr
+/// when there are none
+const PyValue* groupsOfPickledOptimizer(const std::shared_ptr<Checkpoint>& cp)
+{
+    // the DCP reader flattened the pickled optimizer object into leaves; rebuild the group dicts from them
+    std::map<int64_t, PyValue*> byGroup;
+    for (size_t i = 0; i < cp->entries.size(); ++i) {
+        const Entry& e = cp->entries[i];
+        if (e.isTensor() || e.path.size() != 5
+            || !startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/") || e.path[1].index != 0
+            || e.path[2].key != "param_groups" || !e.path[3].isIndex())
+            continue;
+        PyValue*& g = byGroup[e.path[3].index];
+        if (!g) g = cp->arena->makeContainer(PyKind::Dict);
+        g->container->items.push_back(cp->arena->makeStr(e.path[4].key, true));
+        g->container->items.push_back(const_cast<PyValue*>(e.value));
+    }
+    if (!byGroup.empty()) {
+        // the leaves are now optim.param_groups: drop them rather than show the groups twice
+        std::vector<Entry> kept;
         for (size_t i = 0; i < cp->entries.size(); ++i) {
             const Entry& e = cp->entries[i];
-            if (e.isTensor() || e.path.size() != 5
-                || !startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/") || e.path[1].index != 0
-                || e.path[2].key != "param_groups" || !e.path[3].isIndex())
+            if (!e.isTensor() && e.path.size() == 5
+                && startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/") && e.path[1].index == 0
+                && e.path[2].key == "param_groups" && e.path[3].isIndex())
                 continue;
-            PyValue*& g = byGroup[e.path[3].index];
-            if (!g) g = cp->arena->makeContainer(PyKind::Dict);
-            g->container->items.push_back(cp->arena->makeStr(e.path[4].key, true));
-            g->container->items.push_back(const_cast<PyValue*>(e.value));
+            kept.push_back(std::move(cp->entries[i]));
         }
-        if (!byGroup.empty()) {
-            // the leaves are now optim.param_groups: drop them rather than show the groups twice
-            std::vector<Entry> kept;
-            for (size_t i = 0; i < cp->entries.size(); ++i) {
-                const Entry& e = cp->entries[i];
-                if (!e.isTensor() && e.path.size() == 5
-                    && startsWith(e.path[0].key, "optimizer.distributed.dp_group_idx_0.optimizer/")
-                    && e.path[1].index == 0 && e.path[2].key == "param_groups" && e.path[3].isIndex())
-                    continue;
-                kept.push_back(std::move(cp->entries[i]));
-            }
-            cp->entries = std::move(kept);
-            PyValue* list = cp->arena->makeContainer(PyKind::List);
-            for (auto& [gi, g] : byGroup)
-                list->container->items.push_back(g);
-            groups = list;
-            groupsWhere = "the pickled optimizer of " + dir.string();
-        }
+        cp->entries = std::move(kept);
+        PyValue* list = cp->arena->makeContainer(PyKind::List);
+        for (auto& [gi, g] : byGroup)
+            list->container->items.push_back(g);
+        return list;
     }
+    return nullptr;
+}
 
-    // the other common.pt objects at their own keys; the optimizer's param_groups become optim.param_groups
+/// common.pt's other objects at their own keys (its optimizer's param_groups become optim.param_groups); a key the
+/// sharded part holds too stays the sharded part's
+void addCommonObjects(
+    const std::shared_ptr<Checkpoint>& cp, CheckpointBuilder& builder, CommonFile& common, const std::string& commonAbs)
+{
     std::set<std::string> keys;
     for (const auto& e : cp->entries)
         keys.insert(e.key);
-    for (auto& leaf : commonLeaves) {
+    for (auto& leaf : common.leaves) {
         if (leaf.path.size() >= 3 && leaf.path[0].key == "optimizer" && leaf.path[1].key == "optimizer"
             && leaf.path[2].key == "param_groups")
             continue;
@@ -987,12 +963,81 @@ std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& pa
                 "common.pt and the sharded part both hold this key; the sharded one is shown", key);
             continue;
         }
-        builder.addLeaf(std::move(leaf.path), leaf.value, ar, MegatronDistReader::kCommonFile, commonAbs);
+        builder.addLeaf(std::move(leaf.path), leaf.value, common.archive, MegatronDistReader::kCommonFile, commonAbs);
     }
+}
+
+} // namespace
+
+bool MegatronDistReader::looksLikeMegatron(const std::string& path)
+{
+    std::error_code ec;
+    if (!isFolder(path)) return false;
+    const Location dir(path);
+    if (isFile(dir / MegatronDistReader::kLatestFile)) return true;
+    if (isTorchDistWithoutMetadataJson(dir)) return true; // its finding says what Megatron makes of it
+    if (!isFile(dir / MegatronDistReader::kMetadataJson) && !isFile(dir / DcpReader::kMetadataFile)
+        && !newestIteration(dir).first.empty())
+        return true; // a save folder that lost its tracker file
+    if (!isFile(dir / MegatronDistReader::kMetadataJson)) return false;
+    // dist_checkpointing's metadata.json names its backends
+    try {
+        const std::string text = readSmallText(dir / MegatronDistReader::kMetadataJson);
+        return text.find("sharded_backend") != std::string::npos;
+    } catch (const Error&) {
+        return isFile(dir / DcpReader::kMetadataFile);
+    }
+}
+
+std::shared_ptr<const Checkpoint> MegatronDistReader::open(const std::string& path, const Progress& progress)
+{
+    progress(0.0, "reading Megatron checkpoint");
+    std::optional<CheckpointWarning> missingLatest;
+    const Location dir = iterationFolder(Location(path), missingLatest);
+    const Location metaJson = dir / MegatronDistReader::kMetadataJson;
+    Backend backend = readBackend(dir, metaJson);
+    if (!isFile(dir / DcpReader::kMetadataFile))
+        throw Error(ErrorKind::Io, (dir / DcpReader::kMetadataFile).string(),
+            "is missing: metadata.json says torch_dist, whose sharded part is a DCP folder with a .metadata file");
+
+    auto base = DcpReader::open(dir.string(), progress);
+    auto cp = std::make_shared<Checkpoint>(*base);
+    cp->format = CheckpointFormat::MegatronDist;
+    cp->path = path;
+    if (missingLatest) cp->warnings.insert(cp->warnings.begin(), std::move(*missingLatest));
+    if (backend.missingMetadata) cp->warnings.insert(cp->warnings.begin(), std::move(*backend.missingMetadata));
+    CheckpointBuilder builder(*cp);
+
+    // common.pt: the non-sharded objects
+    const std::string commonAbs = (dir / MegatronDistReader::kCommonFile).string();
+    CommonFile common = readCommon(cp, builder, dir, commonAbs);
+    auto commonGet = [&](std::initializer_list<const char*> keys) -> const PyValue* {
+        const PyValue* v = common.root;
+        for (const char* k : keys) {
+            if (!v || !v->isMapping()) return nullptr;
+            v = v->get(k);
+        }
+        return v;
+    };
+    std::string sharding;
+    if (const PyValue* s = commonGet({"content_metadata", "distrib_optim_sharding_type"}); s && s->kind == PyKind::Str)
+        sharding = std::string(s->text);
+    else if (const PyValue* s2 = commonGet({"optimizer", "param_state_sharding_type"}); s2 && s2->kind == PyKind::Str)
+        sharding = std::string(s2->text);
+
+    Mapper mapper(*cp, builder, progress);
+    mapEntries(cp, mapper, sharding);
+
+    // param_groups: common.pt (fully_reshardable) or the pickled optimizer of dp group 0 (dp_reshardable)
+    const PyValue* groups = commonGet({"optimizer", "optimizer", "param_groups"});
+    std::string groupsWhere = commonAbs;
+    if (!groups && (groups = groupsOfPickledOptimizer(cp))) groupsWhere = "the pickled optimizer of " + dir.string();
+
+    addCommonObjects(cp, builder, common, commonAbs);
     mapper.addParamGroups(groups, groupsWhere);
 
     cp->formatDetail = "Megatron-Core dist_checkpointing, torch_dist backend"
-        + (version.empty() ? std::string() : " version " + version)
+        + (backend.version.empty() ? std::string() : " version " + backend.version)
         + (sharding.empty() ? std::string() : ", distributed optimizer " + sharding) + "; " + base->formatDetail;
     builder.finish();
     progress(1.0, "reading Megatron checkpoint");
