@@ -15,7 +15,6 @@
 #include "session/comparisonsession.h"
 #include "session/jobrunner.h"
 
-#include "optscope/base/display_text.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/storage.h"
 
@@ -465,13 +464,7 @@ void MainWindow::setupStatusBar()
         // an object read with nothing to hold the reads to one version: said once per new one, as the CLI says it
         if (const auto remote = optscope::remoteTransferStats(); remote.unpinnedObjects > m_unpinnedSaid) {
             m_unpinnedSaid = remote.unpinnedObjects;
-            statusBar()->showMessage(
-                tr("%1 object(s) read without a version to hold the reads to (the server sent no "
-                   "ETag, and no Last-Modified older than its answer; the first: %2): a change while "
-                   "read would have gone unseen")
-                    .arg(remote.unpinnedObjects)
-                    .arg(QString::fromStdString(optscope::displayText(remote.firstUnpinned))),
-                30000);
+            statusBar()->showMessage(QString::fromStdString(optscope::unpinnedObjectsNote(remote)), 30000);
         }
     });
     connect(runner, &JobRunner::idle, this, [this, showTimer] {

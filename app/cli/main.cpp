@@ -403,15 +403,9 @@ int main(int argc, char** argv)
     {
         ~SayUnpinned()
         {
-            const auto s = optscope::remoteTransferStats();
-            if (!s.unpinnedObjects || !optscope::Job::current().isRoot()) return;
-            const bool one = s.unpinnedObjects == 1;
-            std::cerr << "optscope-cli: note: " << s.unpinnedObjects << (one ? " object was" : " objects were")
-                      << " read without a version to hold the reads to (the server sent no ETag, and no "
-                         "Last-Modified older than its answer"
-                      << (one ? " for " : "; the first: ") << optscope::displayText(s.firstUnpinned)
-                      << "): a change while " << (one ? "it was" : "they were") << " read would have gone unseen"
-                      << std::endl;
+            const std::string note = optscope::unpinnedObjectsNote(optscope::remoteTransferStats());
+            if (!note.empty() && optscope::Job::current().isRoot())
+                std::cerr << "optscope-cli: note: " << note << std::endl;
         }
     } sayUnpinned;
     if (args.empty()) {

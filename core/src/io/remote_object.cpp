@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/io/remote_object.h"
+#include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
 #include "optscope/base/progress.h"
@@ -2396,6 +2397,17 @@ RemoteTransferStats remoteTransferStats()
         if (!g_unpinned.empty()) s.firstUnpinned = *g_unpinned.begin();
     }
     return s;
+}
+
+std::string unpinnedObjectsNote(const RemoteTransferStats& stats)
+{
+    if (!stats.unpinnedObjects) return {};
+    const bool one = stats.unpinnedObjects == 1;
+    return std::to_string(stats.unpinnedObjects) + (one ? " object was" : " objects were")
+        + " read without a version to hold the reads to (the server sent no ETag, and no Last-Modified older than its "
+          "answer"
+        + (one ? " for " : "; the first: ") + displayText(stats.firstUnpinned) + "): a change while "
+        + (one ? "it was" : "they were") + " read would have gone unseen";
 }
 
 std::string tagRequestParts(const std::string& userinfo, const std::string& query)

@@ -165,6 +165,9 @@ struct RemoteTransferStats
     std::string firstUnpinned; ///< the first by name, as messages show URLs
 };
 RemoteTransferStats remoteTransferStats();
+/// what the CLI (at exit) and the GUI (status bar) say of @p stats' unpinned objects, one sentence naming the first;
+/// empty when there are none
+std::string unpinnedObjectsNote(const RemoteTransferStats& stats);
 /// what undoing an unfinished output on object storage could not remove (the server did not answer in time, or
 /// refused), one line each naming the object: an incomplete multipart upload (with its id, for
 /// `aws s3api abort-multipart-upload`), or an object written and not removed. The CLI says them when it exits.
