@@ -574,6 +574,33 @@ def interrupted(args, env, stalled):
     return p.returncode, time.monotonic() - t0, err
 
 
+class S3RedirectProxy(http.server.BaseHTTPRequestHandler):
+    """answers every request with a redirect of the same path and query to `target`, as S3 answers a request for a
+    bucket another endpoint serves (307 TemporaryRedirect, the bucket's region in x-amz-bucket-region); records each
+    request"""
+    target = ""
+    region = "us-east-1"
+    seen = []
+
+    def log_message(self, *a):
+        pass
+
+    def handle_any(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        S3RedirectProxy.seen.append((self.command, self.path))
+        body = b"" if self.command == "HEAD" else (
+            b"<?xml version='1.0'?><Error><Code>TemporaryRedirect</Code><Message>Please re-send this request to the "
+            b"specified temporary endpoint.</Message></Error>")
+        self.send_response(307)
+        self.send_header("Location", self.target + self.path)
+        self.send_header("x-amz-bucket-region", self.region)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
 def start_proxy(upstream, handler=None):
     handler = handler or FaultProxy
     handler.upstream = upstream
@@ -1008,6 +1035,7 @@ def s3_cases():
                   "eu-west-1: set AWS_REGION=us-east-1"], dict(env, AWS_REGION="eu-west-1"))
     stream_cases(port, env)
     addressing_cases(port, env)
+    redirect_cases(front, env)
     denied_cases(port, env)
     gs_cases(front, env)
     refused_credentials_cases()
@@ -1104,6 +1132,37 @@ def addressing_cases(port, env):
     expect_error("S3: an addressing_style the AWS CLI does not take stops the command, naming it",
                  ["inspect", "s3://ckpt/adam_int.pt"], ["addressing_style", "'sideways'", "auto, path or virtual"],
                  dict(base, AWS_PROFILE="odd"))
+
+
+def redirect_cases(front, env):
+    """a bucket S3 redirects (307 TemporaryRedirect with Location and x-amz-bucket-region) is asked where it says,
+    signed for the region it says (the SigV4 front behind checks, for us-east-1 only), and the bucket's next requests
+    go there at once; a redirect to another host is not followed (the signed request would go where the user never
+    said), and said. Before: "HTTP 307 TemporaryRedirect" and exit 2"""
+    redir = start_proxy(0, S3RedirectProxy)
+    S3RedirectProxy.target = f"http://127.0.0.1:{front}"
+    e = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{redir}", AWS_REGION="eu-west-1")
+    S3RedirectProxy.seen = []
+    same_as_local("S3: a bucket redirected (307, another region) is read where S3 says", "s3://ckpt/fsdp2_r2",
+                  os.path.join(DATA, "fsdp2_r2"), e)
+    first = list(S3RedirectProxy.seen)
+    S3RedirectProxy.seen = []
+    out = "s3://ckpt/redirected/g.pt"
+    g = cli(["gather", "s3://ckpt/fsdp2_r2", "-o", out], e)
+    local_out = os.path.join(WORK, "redirected", "g.pt")
+    os.makedirs(os.path.dirname(local_out), exist_ok=True)
+    cli(["gather", os.path.join(DATA, "fsdp2_r2"), "-o", local_out, "--no-fsync"])
+    written = list(S3RedirectProxy.seen)
+    same_as_local("S3: a gather to a redirected bucket writes what the local gather writes", out, local_out, env)
+    # the first request of each process is redirected, and those sent beside it; none after
+    record("S3: after the first redirect, the bucket's requests go where S3 said at once",
+           f"gather exit {g.returncode}; redirected: {len(first)} requests of the inspect, {len(written)} of the "
+           f"gather", g.returncode == 0 and 1 <= len(first) <= 3 and 1 <= len(written) <= 3)
+    S3RedirectProxy.target = "http://elsewhere.invalid:1"
+    expect_error("S3: a redirect to another host is not followed, and said",
+                 ["inspect", "s3://ckpt/adam_int.pt"],
+                 ["s3://ckpt/adam_int.pt", "HTTP 307 TemporaryRedirect",
+                  "redirected the request to http://elsewhere.invalid:1/ckpt/adam_int.pt", "not followed"], e)
 
 
 def stream_cases(port, env):

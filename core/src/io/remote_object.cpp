@@ -458,6 +458,7 @@ struct Response
     std::string writerTag; ///< the object's kWriterTagHeader (a HEAD of an object this program wrote)
     long retryAfter = -1;
     std::string bucketRegion; ///< x-amz-bucket-region: S3 says where a bucket is (with a 301, or a wrong region)
+    std::string location; ///< a redirect's Location
     std::string contentEncoding; ///< lower case; none is asked for, so any but "identity" is not the stored bytes
     /// Content-Range "bytes A-B/N": A and B (-1: none), and N (-1: none or '*'): what a 206 holds, and the object's
     /// size
@@ -468,6 +469,9 @@ struct Response
 struct Transfer
 {
     CURL* easy = nullptr;
+    RemoteUrl::Scheme scheme = RemoteUrl::Http;
+    std::string bucket; ///< S3 and GCS
+    std::string url; ///< as sent (after a bucket's redirect)
     curl_slist* headers = nullptr;
     Response response;
     uint8_t* destination = nullptr; ///< a ranged GET's bytes go here ...
@@ -514,6 +518,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
         t->response.contentLength = 0; // and its length, the object's size
         t->response.lengthGiven = false;
         t->response.bucketRegion.clear();
+        t->response.location.clear();
         t->response.contentEncoding.clear();
         t->response.rangeFirst = t->response.rangeLast = t->response.rangeTotal = -1;
         const auto sp = line.find(' ');
@@ -546,6 +551,7 @@ size_t onHeader(char* data, size_t size, size_t count, void* user)
     }
     if (name == "retry-after") t->response.retryAfter = std::strtol(value.c_str(), nullptr, 10);
     if (name == "x-amz-bucket-region") t->response.bucketRegion = value;
+    if (name == "location") t->response.location = value;
     if (name == "content-encoding") {
         t->response.contentEncoding = value;
         std::transform(value.begin(), value.end(), t->response.contentEncoding.begin(),
@@ -596,6 +602,103 @@ CURLSH* sharedDnsAndTls()
     return s->handle;
 }
 
+// ---- S3's redirects ------------------------------------------------------------------------------------------------
+
+/// S3 answers a request for a bucket that another endpoint serves (a bucket new to its region, whose name does not
+/// lead there yet in DNS; a bucket of another region asked at the global endpoint) with a redirect to the endpoint to
+/// ask (307 TemporaryRedirect, 301 or 308 with a Location) and says the bucket's region (x-amz-bucket-region); boto3
+/// asks there, signed for that region, and so do we. Kept per bucket for the process: the bucket's next requests go
+/// there at once. Followed only within the same store (redirectAllowed), a few times per bucket at most.
+struct BucketRedirect
+{
+    std::string from; ///< the origin (scheme://host[:port]) the bucket's requests are addressed to
+    std::string to; ///< the origin they are sent to instead
+    std::string region; ///< the region they are signed for (empty: the configured one)
+    int hops = 0;
+};
+constexpr int kMaxRedirectHops = 3;
+std::mutex g_redirectsMutex;
+std::map<std::string, BucketRedirect> g_redirects; // by bucket
+
+/// scheme://host[:port] of @p url ("" when it has no "://")
+std::string originOf(const std::string& url)
+{
+    const size_t s = url.find("://");
+    if (s == std::string::npos) return {};
+    const size_t end = url.find_first_of("/?#", s + 3);
+    return url.substr(0, end);
+}
+
+/// the host of an origin, lower case, without port ("[::1]" stays bracketed)
+std::string hostOfOrigin(const std::string& origin)
+{
+    std::string host = origin.substr(origin.find("://") + 3);
+    if (const size_t at = host.rfind('@'); at != std::string::npos) host.erase(0, at + 1);
+    const size_t colon = host.rfind(':');
+    if (colon != std::string::npos && host.find(']', colon) == std::string::npos) host.erase(colon);
+    std::transform(host.begin(), host.end(), host.begin(), [](unsigned char c) { return std::tolower(c); });
+    return host;
+}
+
+/// whether a request sent to @p from may follow a redirect to @p to: the same host (another port), or AWS's own
+/// endpoints to each other; never from https to http. Elsewhere, the signed request (and its session token) would
+/// go to a host the user never named
+bool redirectAllowed(const std::string& from, const std::string& to)
+{
+    const bool fromHttps = startsWith(from, "https://"), toHttps = startsWith(to, "https://");
+    if ((fromHttps && !toHttps) || (!toHttps && !startsWith(to, "http://"))) return false;
+    const std::string a = hostOfOrigin(from), b = hostOfOrigin(to);
+    const auto aws = [](const std::string& h) {
+        for (const char* suffix : {".amazonaws.com", ".amazonaws.com.cn"}) {
+            const size_t n = std::strlen(suffix);
+            if (h.size() > n && h.compare(h.size() - n, n, suffix) == 0) return true;
+        }
+        return false;
+    };
+    return !b.empty() && (a == b || (aws(a) && aws(b)));
+}
+
+/// @p url and @p region as a request of @p bucket is sent and signed: to where the bucket was redirected
+void applyRedirect(const std::string& bucket, std::string& url, std::string& region)
+{
+    std::lock_guard<std::mutex> lock(g_redirectsMutex);
+    const auto it = g_redirects.find(bucket);
+    if (it == g_redirects.end()) return;
+    const BucketRedirect& r = it->second;
+    if (url.compare(0, r.from.size(), r.from) == 0 && (url.size() == r.from.size() || url[r.from.size()] == '/'))
+        url = r.to + url.substr(r.from.size());
+    if (!r.region.empty()) region = r.region;
+}
+
+/// when @p t's answer is a redirect of an S3 request that may be followed (the same object, within the same store),
+/// records it for the bucket and returns true: the request is to be sent again, where it now goes
+bool followRedirect(const Transfer& t)
+{
+    const Response& r = t.response;
+    if (t.scheme != RemoteUrl::S3 || r.curl != CURLE_OK || r.location.empty()
+        || (r.status != 301 && r.status != 302 && r.status != 307 && r.status != 308))
+        return false;
+    const std::string from = originOf(t.url), to = originOf(r.location);
+    const auto pathOf = [](const std::string& url, size_t origin) {
+        return url.substr(origin, url.find_first_of("?#", origin) - origin);
+    };
+    // the same object at another place: a redirect elsewhere in the store is not this request's answer
+    if (from.empty() || to.empty() || to == from || pathOf(t.url, from.size()) != pathOf(r.location, to.size())
+        || !redirectAllowed(from, to))
+        return false;
+    std::lock_guard<std::mutex> lock(g_redirectsMutex);
+    BucketRedirect& b = g_redirects[t.bucket];
+    if (b.from.empty()) b.from = from; // sent before any redirect: where the bucket's requests are addressed
+    if (from != b.from && from != b.to) return false; // sent elsewhere: not this bucket's addressing
+    if (b.to != to) {
+        if (b.hops >= kMaxRedirectHops) return false;
+        b.to = to;
+        ++b.hops;
+    }
+    if (!r.bucketRegion.empty()) b.region = r.bucketRegion;
+    return true;
+}
+
 void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std::vector<std::string>& extraHeaders,
     const std::string& payloadHash = kEmptySha256)
 {
@@ -603,7 +706,12 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     t.easy = curl_easy_init();
     if (!t.easy) throw Error(ErrorKind::Io, url, "cannot start a request (curl_easy_init failed)");
     CURL* e = t.easy;
-    curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+    t.scheme = u.scheme;
+    t.bucket = u.bucket;
+    t.url = url;
+    std::string region = c.region;
+    if (u.scheme == RemoteUrl::S3) applyRedirect(u.bucket, t.url, region);
+    curl_easy_setopt(e, CURLOPT_URL, t.url.c_str());
     // an object key is literal: "x/../y.pt" and "./" are part of its name, as boto3 and S3 take them. libcurl would
     // remove such dot segments (RFC 3986) and send the request to another key than the one checked and reported: an
     // output named ".../x/../in/.metadata" replaced the input's .metadata
@@ -640,7 +748,7 @@ void prepare(Transfer& t, const RemoteUrl& u, const std::string& url, const std:
     if (!c.caFile.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, c.caFile.c_str());
     std::vector<std::string> headers = extraHeaders;
     if (u.scheme != RemoteUrl::Http && !c.accessKey.empty()) {
-        const std::string sigv4 = "aws:amz:" + (u.scheme == RemoteUrl::Gs ? std::string("auto") : c.region) + ":s3";
+        const std::string sigv4 = "aws:amz:" + (u.scheme == RemoteUrl::Gs ? std::string("auto") : region) + ":s3";
         curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str()); // curl copies option strings
         curl_easy_setopt(e, CURLOPT_USERNAME, c.accessKey.c_str());
         curl_easy_setopt(e, CURLOPT_PASSWORD, c.secretKey.c_str());
@@ -799,9 +907,16 @@ std::string storeNamed(const std::string& shown)
     // a bucket in another region than the requests were signed for: S3 says which (400 AuthorizationHeaderMalformed
     // with <Region>, or 301 PermanentRedirect with x-amz-bucket-region)
     const std::string region = !r.bucketRegion.empty() ? r.bucketRegion : xmlErrorElement(r.body, "Region");
-    if (!region.empty() && region != storeConfig().region && startsWith(shown, "s3://"))
+    if (r.status >= 300 && r.status < 400 && !r.location.empty())
+        // followRedirect did not follow it: another host, a downgrade to http, another object, or too many
+        detail += "; the server redirected the request to " + displayLocation(r.location)
+            + ", which is not followed (only redirects to the same object within the same store are): give that "
+              "endpoint in AWS_ENDPOINT_URL if it is the store's";
+    else if (!region.empty() && region != storeConfig().region && startsWith(shown, "s3://"))
         detail += "; the bucket is in region " + region + ", the requests were signed for " + storeConfig().region
             + ": set AWS_REGION=" + region;
+    else if (r.status >= 300 && r.status < 400)
+        detail += "; the server redirected the request without saying where (no Location)";
     else if (hint != std::end(kCredentialHints))
         detail += std::string("; ") + hint->what;
     else if ((r.status == 403 || r.status == 401) && (startsWith(shown, "http://") || startsWith(shown, "https://")))
@@ -892,7 +1007,7 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
         if (g_abandoned.load()) throw Error(ErrorKind::Io, {}, "given up: the application is closing");
         CancelScope::check({});
     };
-    for (int attempt = 0; !pending.empty(); ++attempt) {
+    for (int attempt = 0; !pending.empty();) {
         abandoned();
         std::vector<std::unique_ptr<Transfer>> transfers;
         std::vector<Transfer*> raw;
@@ -903,10 +1018,14 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
         performAll(raw);
         abandoned(); // the transfers were cut short: what they got is not an answer
         const bool mayRetry = attempt + 1 < (g_failingStreak.load() ? 2 : kAttempts);
-        std::vector<size_t> again;
+        std::vector<size_t> again, redirected;
         long retryAfter = -1;
         for (size_t k = 0; k < pending.size(); ++k) {
             Response& r = transfers[k]->response;
+            if (followRedirect(*transfers[k])) { // sent again at once, where the bucket now goes; not a retry
+                redirected.push_back(pending[k]);
+                continue;
+            }
             const bool answered = r.curl == CURLE_OK && r.status >= 200 && r.status < 300;
             if (judge(pending[k], r, mayRetry)) {
                 if (answered) g_failingStreak.store(0, std::memory_order_relaxed);
@@ -919,14 +1038,16 @@ void performRetrying(size_t count, const std::function<std::unique_ptr<Transfer>
         }
         pending.swap(again);
         if (!pending.empty()) {
+            ++attempt;
             g_retries.fetch_add(pending.size(), std::memory_order_relaxed);
             // a Retry-After may be 30 s: waited in steps, so that abandoning the requests or cancelling the work ends
             // the wait too
-            const auto until = std::chrono::steady_clock::now() + backoff(attempt, retryAfter);
+            const auto until = std::chrono::steady_clock::now() + backoff(attempt - 1, retryAfter);
             while (!g_abandoned.load() && !CancelScope::cancelled() && std::chrono::steady_clock::now() < until)
                 std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
                     std::chrono::milliseconds(100), until - std::chrono::steady_clock::now()));
         }
+        pending.insert(pending.end(), redirected.begin(), redirected.end());
     }
 }
 
