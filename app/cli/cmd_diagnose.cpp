@@ -9,7 +9,6 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -22,16 +21,7 @@ std::optional<ExpectedParams> expectedFrom(const Args& args, const Progress& pro
 {
     const auto model = args.value("--model");
     if (!model) return std::nullopt;
-    try {
-        return ExpectedParams::fromCheckpoint(*openCheckpoint(*model, progress));
-    } catch (const Error& e) {
-        // not a checkpoint: a plain text list of FQNs?
-        std::error_code ec;
-        if (std::filesystem::is_regular_file(*model, ec) && e.kind() == ErrorKind::Format
-            && std::string(e.what()).find("is not a torch.save file") != std::string::npos)
-            return ExpectedParams::fromFqnList(*model);
-        throw;
-    }
+    return expectedParamsFrom(*model, progress);
 }
 
 std::optional<TargetOptimizer> targetFrom(const Args& args, const Progress& progress)

@@ -1013,6 +1013,43 @@ TEST(Diagnose, FqnListAsTheModel)
     EXPECT_NE(finding(d, "prefix-mismatch"), nullptr);
 }
 
+// the CLI's --model and the app's reference take the same rule (expectedParamsFrom): a list by its content, whatever
+// its name (before: the CLI read a file as a list when the torch.save reader's error message said so, the app when it
+// was named .txt or .lst), and a checkpoint as one
+TEST(Diagnose, ReferenceIsAnFqnListByContentAndACheckpointOtherwise)
+{
+    TempDir tmp;
+    const std::string noSuffix = (tmp.path / "names").string();
+    std::filesystem::copy_file(kData + "/diag/model_fqns.txt", noSuffix);
+    for (const std::string& list : {kData + "/diag/model_fqns.txt", noSuffix}) {
+        const ExpectedParams exp = expectedParamsFrom(list);
+        EXPECT_EQ(exp.fqns, ExpectedParams::fromFqnList(list).fqns) << list;
+        EXPECT_EQ(exp.shapes.at("0.weight"), (std::vector<int64_t> {5, 6})) << list;
+    }
+    const ExpectedParams model = expectedParamsFrom(kData + "/diag/model.pt");
+    EXPECT_EQ(model.fqns, ExpectedParams::fromCheckpoint(*open("diag/model.pt")).fqns);
+    EXPECT_EQ(expectedParamsFrom(kData + "/fsdp2_r3").fqns, ExpectedParams::fromCheckpoint(*open("fsdp2_r3")).fqns);
+    // no checkpoint file's first bytes read as a list: zip, pickle, safetensors, DCP items and metadata, JSON
+    for (const char* file : {"diag/model.pt", "fsdp2_r3/.metadata", "fsdp2_r3/__0_0.distcp",
+             "hf/single/model.safetensors", "hf/sharded/model.safetensors.index.json", "adam_int_legacy.pt"}) {
+        std::ifstream in(kData + "/" + file, std::ios::binary);
+        std::string head(4096, '\0');
+        in.read(head.data(), static_cast<std::streamsize>(head.size()));
+        head.resize(static_cast<size_t>(in.gcount()));
+        EXPECT_FALSE(ModelParams::looksLikeFqnList(reinterpret_cast<const uint8_t*>(head.data()), head.size())) << file;
+    }
+    // a text file that is not a list still says what is wrong with it, naming it
+    const std::string bad = (tmp.path / "bad.txt").string();
+    std::ofstream(bad) << "layer.weight 3,x\n";
+    try {
+        expectedParamsFrom(bad);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("bad shape '3,x'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("bad.txt"), std::string::npos) << e.what();
+    }
+}
+
 TEST(Diagnose, CleanCheckpointHasNoErrors)
 {
     const Diagnosis d = diagnose("adamw_fqn.pt", "adamw_fqn.pt");

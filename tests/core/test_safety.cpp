@@ -462,7 +462,9 @@ TEST(Safety, AUrlsTokenQueryStaysOffTheLocationsReadersBuild)
     EXPECT_EQ(displayLocation(folder), "http://h/run");
     // a password never shows, also pasted unencoded ('/', '?', '#', '@' in it: a malformed URL; found by a hunt)
     for (const char* url : {"http://u:S3cr3t@h:80/run", "http://u:S3cr3t/x@h/run", "http://u:S3cr3t?x@h/run",
-             "http://u:S3cr3t#x@h/run", "http://u:S3c@r3t@h/run", "https://u:S3cr3t/x/y@h:8443/run/a@b"}) {
+             "http://u:S3cr3t#x@h/run", "http://u:S3c@r3t@h/run", "https://u:S3cr3t/x/y@h:8443/run/a@b",
+             // digits first: the authority reads as host "u", port 1234 (shown as such before)
+             "http://u:1234/S3cr3t@h/run", "http://u:1234?S3cr3t@h:80/run", "http://u:1234#S3c@h/run/a@b"}) {
         EXPECT_EQ(displayLocation(url).find("S3c"), std::string::npos) << url;
         try {
             EXPECT_EQ(displayLocation(readerLocation(url)).find("S3c"), std::string::npos) << url;
@@ -481,6 +483,10 @@ TEST(Safety, AUrlsTokenQueryStaysOffTheLocationsReadersBuild)
     EXPECT_EQ(awsObjectUrl("-bad", "us-east-1", "x"), "https://s3.us-east-1.amazonaws.com/-bad/x");
     EXPECT_EQ(displayLocation("http://u:S3c@r3t@h/run"), "http://h/run");
     EXPECT_EQ(displayLocation("http://h/run/a@b"), "http://h/run/a@b"); // an '@' in a path is no user info
+    EXPECT_EQ(displayLocation("http://h:8080/run/a@b"), "http://h:8080/run/a@b");
+    EXPECT_EQ(displayLocation("http://h:8080/@scope/x"), "http://h:8080/@scope/x");
+    EXPECT_EQ(displayLocation("http://u:1234/S3cr3t@h:80/run"), "http://h:80/run");
+    EXPECT_THROW(readerLocation("http://u:1234/S3cr3t@h/run"), Error);
     EXPECT_EQ(displayLocation("http://[::1]:8080/run"), "http://[::1]:8080/run");
     EXPECT_EQ(readerLocation("https://h/a/b.safetensors#frag"), "https://h/a/b.safetensors");
     EXPECT_EQ(readerLocation("s3://b/run/x?y"), "s3://b/run/x?y");

@@ -38,12 +38,6 @@ namespace {
 
 enum ReferenceKind { ModelFile, ModelFolder, ModelUrl, FqnList };
 
-bool isFqnList(const QString& path)
-{
-    const QFileInfo info(path);
-    return info.isFile() && (info.suffix() == QLatin1String("txt") || info.suffix() == QLatin1String("lst"));
-}
-
 } // namespace
 
 DiagnosePanel::DiagnosePanel(CheckpointContext* context, QWidget* parent)
@@ -266,23 +260,15 @@ void DiagnosePanel::diagnose()
     if (!cp) return;
     const QString ref = m_reference->text().trimmed();
     const std::string refPath = ref.toStdString();
-    const bool list = isFqnList(ref);
     const std::string targetPath = m_target->text().trimmed().toStdString();
     const int worldSize = m_worldSize->value();
     setBusy(true);
     m_summary->setText(tr("Diagnosing…"));
     m_context->runner()->run(
         QStringLiteral("diagnose"), tr("Diagnose"), this,
-        [cp, refPath, list, targetPath, worldSize](const Progress& progress) {
+        [cp, refPath, targetPath, worldSize](const Progress& progress) {
             std::unique_ptr<ExpectedParams> expected;
-            if (!refPath.empty()) {
-                if (list) {
-                    expected = std::make_unique<ExpectedParams>(ExpectedParams::fromFqnList(refPath));
-                } else {
-                    const CheckpointPtr model = openCheckpoint(refPath, progress);
-                    expected = std::make_unique<ExpectedParams>(ExpectedParams::fromCheckpoint(*model));
-                }
-            }
+            if (!refPath.empty()) expected = std::make_unique<ExpectedParams>(expectedParamsFrom(refPath, progress));
             std::optional<TargetOptimizer> target;
             if (!targetPath.empty()) target = TargetOptimizer::fromCheckpoint(*openCheckpoint(targetPath, progress));
             return diagnoseCheckpoint(*cp, expected.get(), progress, target ? &*target : nullptr, worldSize);

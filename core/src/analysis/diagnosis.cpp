@@ -4,7 +4,9 @@
 #include "optscope/analysis/diagnoser.h"
 #include "optscope/analysis/finding_text.h"
 #include "optscope/base/error.h"
+#include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/format_registry.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/storage.h"
 #include "optscope/optim/fqn_normalizer.h"
 
@@ -604,6 +606,17 @@ void worldSizeFindings(const Checkpoint& cp, int loadWorldSize, Diagnosis& d)
 }
 
 } // namespace
+
+ExpectedParams expectedParamsFrom(const std::string& location, const Progress& progress)
+{
+    if (isFile(location) && !formatTakesFileByName(location)) {
+        const auto source = openByteSource(location);
+        const uint64_t headSize = std::min<uint64_t>(source->size(), 4096);
+        if (headSize > 0 && ModelParams::looksLikeFqnList(source->bytes(0, headSize), headSize))
+            return ModelParams::fromFqnList(location);
+    }
+    return ModelParams::fromCheckpoint(*openCheckpoint(location, progress));
+}
 
 Diagnosis diagnoseCheckpoint(const Checkpoint& optim, const ModelParams* expected, const Progress& progress,
     const TargetOptimizer* target, int loadWorldSize)

@@ -76,6 +76,13 @@ static CheckpointPtr openGuarded(
     return cp;
 }
 
+bool formatTakesFileByName(const std::string& path)
+{
+    for (const FormatInfo* f : formatsByScore())
+        if (f != formatsByScore().back() && f->probe(path, false)) return true;
+    return false;
+}
+
 std::string checkpointPathFor(const std::string& path)
 {
     return DcpReader::folderOf(path);

@@ -43,16 +43,24 @@ size_t userInfoEnd(const std::string& url, size_t host)
 }
 
 /// a URL whose password holds '/', '?' or '#' unencoded ("user:Pw/x@host/..."): its authority ends early at a
-/// port that is no number, and an '@' comes later; the position of the last '@', else npos
+/// port that is no number, and an '@' comes later; the position of the last '@', else npos. A password of digits
+/// before the '/' ("user:1234/secret@host/...") reads as a host and port, its rest as the first path segment, which
+/// then holds an '@' (not first: "/@scope/x" is a path; nor after a '=' in a query, "?to=a@b"): its last '@'. A path
+/// whose first segment holds an '@' after a port is taken so too (refused, asked to be encoded), never shown raw
 size_t unencodedUserInfoEnd(const std::string& url, size_t host)
 {
     const size_t end = std::min(url.find_first_of("/?#", host), url.size());
     const size_t colon = url.find(':', host);
+    if (userInfoEnd(url, host) != std::string::npos || colon >= end || url[host] == '[') return std::string::npos;
     const size_t lastAt = url.rfind('@');
-    if (userInfoEnd(url, host) == std::string::npos && colon < end && url[host] != '['
-        && url.find_first_not_of("0123456789", colon + 1) < end && lastAt != std::string::npos && lastAt > colon)
+    if (url.find_first_not_of("0123456789", colon + 1) < end && lastAt != std::string::npos && lastAt > colon)
         return lastAt;
-    return std::string::npos;
+    if (end + 1 >= url.size()) return std::string::npos;
+    const size_t segmentEnd = std::min(url.find('/', end + 1), url.size());
+    const size_t at = url.rfind('@', segmentEnd - 1);
+    if (at == std::string::npos || at <= end + 1) return std::string::npos;
+    if (url[end] == '?' && url.find('=', end) < at) return std::string::npos;
+    return at;
 }
 
 /// RFC 3986 percent-encoding of a name appended to an http(s) URL's path ('/' kept: "sub/file" stays two segments)

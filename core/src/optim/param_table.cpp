@@ -3,12 +3,12 @@
 #include "optscope/base/error.h"
 #include "optscope/base/pattern.h"
 #include "optscope/io/csv.h"
+#include "optscope/io/storage.h"
 #include "optscope/model/flat_param_layout.h"
 #include "optscope/optim/fqn_normalizer.h"
 #include "optscope/optim/fsdp1_optim.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -518,10 +518,21 @@ ModelParams ModelParams::fromCheckpoint(const Checkpoint& model)
     return e;
 }
 
-ModelParams ModelParams::fromFqnList(const std::string& path)
+bool ModelParams::looksLikeFqnList(const uint8_t* head, size_t size)
 {
-    std::ifstream in(path);
-    if (!in) throw Error(ErrorKind::Io, path, "cannot read the FQN list");
+    size_t first = 0;
+    while (first < size && (head[first] == ' ' || head[first] == '\t' || head[first] == '\r' || head[first] == '\n'))
+        ++first;
+    if (first < size && (head[first] == '{' || head[first] == '[')) return false;
+    return std::none_of(
+        head, head + size, [](uint8_t c) { return (c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f; });
+}
+
+ModelParams ModelParams::fromFqnList(const std::string& location)
+{
+    // a list of a million FQNs is some 60 MB
+    std::istringstream in(readSmallFile(location, uint64_t(1) << 30));
+    const std::string path = displayLocation(location);
     ModelParams e;
     e.source = path;
     std::string line;

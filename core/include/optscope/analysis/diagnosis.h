@@ -141,6 +141,11 @@ struct DiagnosisChange
 };
 DiagnosisChange compareDiagnoses(const Diagnosis& before, const Diagnosis& after);
 
+/// What a diagnosis checks against, as the CLI's --model and the app's reference take it: a checkpoint (a model, a
+/// training checkpoint, a reference optimizer whose parameters are named) or a text file of FQNs (a file no format
+/// takes by name whose first bytes are text: ModelParams::looksLikeFqnList), local or remote.
+ExpectedParams expectedParamsFrom(const std::string& location, const Progress& progress = {});
+
 /// Diagnoses @p optim (any checkpoint holding one or more optimizer state dicts) against @p expected (may be null:
 /// then only the structure and self-consistency are checked). @p target (may be null) says how the loading code
 /// builds its optimizer's param groups. @p loadWorldSize (0: not given) is the number of data-parallel ranks the

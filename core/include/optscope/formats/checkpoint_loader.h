@@ -22,4 +22,9 @@ std::string checkpointPathFor(const std::string& path);
 /// `__0_0.distcp` is refused (its bytes are not a pickle). `inspect --raw`.
 CheckpointPtr openCheckpointFile(const std::string& path, const Progress& progress = {});
 
+/// whether a format takes the file @p path by its name or place (a DCP's .metadata or item, DeepSpeed's `latest`, a
+/// safetensors or pytorch_model.bin index): a file none takes is torch.save or safetensors by its content, or no
+/// checkpoint at all
+bool formatTakesFileByName(const std::string& path);
+
 } // namespace optscope

@@ -68,8 +68,12 @@ struct ModelParams
     /// the same, for a caller that has found the checkpoint's optimizers already (findOptimizers is a pass over
     /// every entry: 1M values took a second more)
     static std::optional<ModelParams> modelPartOf(const Checkpoint& checkpoint, bool holdsOptimizer);
-    /// a text file with one FQN per line ('#' comments; optional whitespace-separated shape "3,4")
-    static ModelParams fromFqnList(const std::string& path);
+    /// a text file (or object) with one FQN per line ('#' comments; optional whitespace-separated shape "3,4")
+    static ModelParams fromFqnList(const std::string& location);
+    /// whether a file's first bytes @p head are such a list's: text (no control characters but tab, CR and LF), not
+    /// JSON. No checkpoint file is: a zip starts "PK\x03\x04", a pickle "\x80\x02", safetensors with a length
+    /// whose high bytes are NUL
+    static bool looksLikeFqnList(const uint8_t* head, size_t size);
 };
 
 enum class NameSource {
