@@ -42,7 +42,7 @@ stage "the main tests"
 
 # the core's tests under the sanitizers, with the CLI's fault, safety and diagnose suites and the job tests' pairs
 # (diff and check by three processes over c10d's store: the store, the reduction, the job's threads). The job tests'
-# matrix and faults and the remote suite (S3 through moto_server, nginx, the fault proxies) ran here too, QUICK: 1,070
+# matrix and faults and the remote suite (S3 through moto_server, nginx, the fault proxies) ran here too, QUICK: 1,020
 # of this stage's 1,660 test-seconds, which put CI at 50 minutes; they run in full in the main tests above, and
 # under the sanitizers by hand after touching their code: ctest --test-dir build-asan -R 'job|remote' (with the
 # options below), or scripts/run-tsan.sh
