@@ -475,6 +475,30 @@ TEST(ZipArchive, BadCentralRecords)
     EXPECT_ZIP_ERROR(slash, ErrorKind::Format, l.cdOffset, "has no '/'");
 }
 
+// torch.load refuses an archive holding a record outside the first record's folder ("file in archive is not in a
+// subdirectory adam_int/: ../../etc/xyz/1", checked with PyTorch 2.6); one that only names ".." inside it loads
+TEST(ZipArchive, ARecordOutsideTheArchivesFolderIsRefusedAsTorchLoadDoes)
+{
+    const Bytes orig = readFixture("adam_int.pt");
+    const Layout l = layoutOf(orig);
+    const size_t i = l.indexOf("adam_int/data/1");
+    ASSERT_LT(i, l.names.size());
+    auto renamed = [&](const std::string& to) {
+        EXPECT_EQ(to.size(), l.names[i].size());
+        Bytes b = orig;
+        std::copy(to.begin(), to.end(), b.begin() + static_cast<std::ptrdiff_t>(l.central[i] + 46));
+        return b;
+    };
+    EXPECT_ZIP_ERROR(renamed("../../etc/xyz/1"), ErrorKind::Format, l.central[i],
+        "record '../../etc/xyz/1' is not in the archive's folder 'adam_int/' (torch.load refuses the file: \"file "
+        "in archive is not in a subdirectory adam_int/: ../../etc/xyz/1\")");
+    // the prefix's letters without its '/'
+    EXPECT_ZIP_ERROR(renamed("adam_intxdata/1"), ErrorKind::Format, l.central[i], "is not in the archive's folder");
+    const Bytes dotted = renamed("adam_int/../x/1");
+    const ZipArchive inside = ZipArchive::parse(dotted.data(), dotted.size(), "t");
+    EXPECT_NE(inside.find("adam_int/../x/1"), nullptr);
+}
+
 TEST(ZipArchive, RandomBytesAreRejected)
 {
     std::mt19937 rng(1234);

@@ -142,6 +142,22 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
         if (cdEnd - pos < recLen)
             fail(ErrorKind::Format, "central directory record " + std::to_string(i) + " runs past the directory", pos);
         e.name = std::string_view(reinterpret_cast<const char*>(c + kCentralSize), nameLen);
+        if (i == 0) {
+            const auto slash = e.name.find('/');
+            if (slash == std::string_view::npos)
+                fail(ErrorKind::Format,
+                    "first entry '" + std::string(e.name) + "' has no '/' (not a torch.save archive)", pos);
+            z.m_prefix = std::string(e.name.substr(0, slash));
+        }
+        // every record lies in the first one's folder: torch.load refuses an archive with one outside it, as "../x"
+        // (PyTorchStreamReader: "file in archive is not in a subdirectory PREFIX/: NAME")
+        if (e.name.size() <= z.m_prefix.size() || e.name.compare(0, z.m_prefix.size(), z.m_prefix) != 0
+            || e.name[z.m_prefix.size()] != '/')
+            fail(ErrorKind::Format,
+                "record '" + std::string(e.name) + "' is not in the archive's folder '" + z.m_prefix
+                    + "/' (torch.load refuses the file: \"file in archive is not in a subdirectory " + z.m_prefix
+                    + "/: " + std::string(e.name) + "\")",
+                pos);
         // ZIP64 extra field: the 64-bit values appear only for fields that are 0xFFFFFFFF, in this order
         const uint8_t* x = c + kCentralSize + nameLen;
         const uint8_t* xEnd = x + extraLen;
@@ -198,12 +214,6 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
         pos += recLen;
     }
     if (z.m_entries.empty()) fail(ErrorKind::Format, "archive has no entries", eocd);
-    const std::string_view first = z.m_entries.front().name;
-    const auto slash = first.find('/');
-    if (slash == std::string_view::npos)
-        fail(ErrorKind::Format, "first entry '" + std::string(first) + "' has no '/' (not a torch.save archive)",
-            cdOffset);
-    z.m_prefix = std::string(first.substr(0, slash));
     return z;
 }
 

@@ -16,10 +16,13 @@
 //     torch pads the extra field ("FB" id) so that the data is 64-byte aligned relative to the archive start.
 //  5. Method must be 0 (STORED); torch never compresses. CRC-32 is not checked on read (torch.load does not either);
 //     check verifies it (recordCrc32).
-//  6. The archive prefix is the first entry's name up to its first '/'; every record is "<prefix>/<name>".
+//  6. The archive prefix is the first entry's name up to its first '/'; every record is "<prefix>/<name>" (torch.load
+//  refuses
+//     an archive with a record outside that folder, such as "../x"; so does parse).
 //
 // Failure semantics: anything inconsistent (bad signatures, entries or data past the end, compressed entries,
-// duplicate names, a first entry without '/') throws Error naming the archive and the byte offset.
+// duplicate names, a first entry without '/', a record outside the prefix) throws Error naming the archive and the byte
+// offset.
 
 #include <cstdint>
 #include <functional>
