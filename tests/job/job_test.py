@@ -17,9 +17,11 @@ sets; fault cases start the processes from here with the same variables and one 
   - reshard and verify over fixtures of every format with 2 and 3 processes (torchrun and Slurm variables): the files
     byte-identical to one process's, rank 0's --json/--csv byte-identical, the others silent, the same exit status;
   - the P=3 output loaded by real PyTorch (DCP's own loader) equal to the source (TORCH_PYTHON);
-  - faults: a worker that fails at start, is killed mid-write, or whose disk is full (RLIMIT_FSIZE), a rank that
+  - faults: a worker that fails at start, is killed mid-write (seen at once, not after the timeout), or whose disk
+    is full (RLIMIT_FSIZE), a rank that
     never comes, a wrong port, another command line, an output folder one process cannot see (a private mount): every
-    process exits non-zero within a bounded time, the message names the rank, and nothing is left at the output;
+    process exits non-zero within a bounded time, the message names the rank, and nothing is left at the output; a
+    worker killed after its share: the others exit 0 at once, the output published;
   - real srun: a one-node Slurm cluster (munged, slurmctld, slurmd from Debian, on private ports and folders, started
     here as root) runs reshard and gather as `srun -n 3` jobs: the outputs byte-identical to one process's;
   - OPTSCOPE_JOB_TEST_QUICK=1 (the sanitizer build): every kind of case, on fewer fixtures, one output format (--json)
@@ -761,19 +763,41 @@ def faults():
 def worker_faults(command, parent, bound):
     """a worker killed while it writes, or whose disk is full: every process exits non-zero, rank 0 names it, nothing
     is left in the output's folder"""
-    # killed mid-write: paused at its first output bytes, then SIGKILL
+    # killed mid-write: paused at its first output bytes, then SIGKILL. Its process is seen ended on this machine,
+    # so the others stop at once, not after the job's timeout (30 s here: before, they took all of it)
+    long_timeout = dict(OPTSCOPE_JOB_TIMEOUT="30")
     port = servers.free_port()
     fifo = pause_fifos("pause")
-    procs = [start(0, 3, port, command),
-             start(1, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo),
-             start(2, 3, port, command)]
+    procs = [start(0, 3, port, command, **long_timeout),
+             start(1, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo, **long_timeout),
+             start(2, 3, port, command, **long_timeout)]
     said = paused_at(fifo, procs[1])
     procs[1].kill()
-    codes, errs, secs = finish(procs, bound)
+    codes, errs, secs = finish(procs, bound + 30)
     check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
-          and "rank 1 stopped answering" in errs[0] and nothing_left(parent) and secs < bound,
-          f"{command[0]}: a worker killed mid-write: the others exit non-zero in {secs:.1f} s naming rank 1, no "
-          f"output, no temporary ({codes}; {errs[0].strip()[-200:]}; {os.listdir(parent)})")
+          and "rank 1 ended before the job was done" in errs[0] and nothing_left(parent) and secs < bound,
+          f"{command[0]}: a worker killed mid-write: the others exit non-zero in {secs:.1f} s (its timeout 30 s) "
+          f"naming rank 1, no output, no temporary ({codes}; {errs[0].strip()[-200:]}; {os.listdir(parent)})")
+
+    # killed after its share (paused as it leaves, then SIGKILL): the job's output is whole and published; rank 0,
+    # which serves the store, waited the whole timeout for it to say it left
+    port = servers.free_port()
+    fifo = pause_fifos("leaving")
+    procs = [start(0, 3, port, command, **long_timeout),
+             start(1, 3, port, command, OPTSCOPE_PAUSE_AT="leaving", OPTSCOPE_PAUSE_FIFO=fifo, **long_timeout),
+             start(2, 3, port, command, **long_timeout)]
+    said = paused_at(fifo, procs[1])
+    t0 = time.monotonic()
+    procs[1].kill()
+    codes, errs, _ = finish(procs, bound + 30)
+    secs = time.monotonic() - t0
+    made = os.listdir(parent)
+    check(said == "leaving" and codes == [0, -9, 0] and len(made) == 1 and secs < 10,
+          f"{command[0]}: a worker killed after its share: the others exit 0 in {secs:.1f} s (its timeout 30 s), "
+          f"the output published ({codes}; {errs[0].strip()[-200:]}; {made})")
+    for leftover in made:
+        p = os.path.join(parent, leftover)
+        shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
 
     # rank 0 killed mid-write (the OOM killer): the others remove the temporary it made beside the output, which
     # no process was left to remove (found by hunt 11)
@@ -1151,4 +1175,5 @@ def main():
     print(f"all {said}")
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@
 // moment instead of guessing with sleeps. Without the variables a point costs one cached getenv.
 //   "opened"   a checkpoint's index is built, no tensor data read yet (openCheckpoint)
 //   "writing"  an output's temporary file has its first bytes (OutputFile)
+//   "leaving"  a job's process other than rank 0 is done with its share, about to say it leaves (Job::leave)
 
 namespace optscope {
 

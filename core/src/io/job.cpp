@@ -4,6 +4,7 @@
 
 #include "optscope/base/core_library.h"
 #include "optscope/base/error.h"
+#include "optscope/io/fault_injection.h"
 #include "optscope/io/job_store.h"
 
 #include <algorithm>
@@ -11,14 +12,18 @@
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sstream>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -155,6 +160,68 @@ JobSpec jobSpecFromEnvironment()
     return spec;
 }
 
+namespace {
+
+/// The state letter and start time (clock ticks since boot) of process @p pid from /proc; false when unreadable.
+bool readProcessStat(const std::string& pid, std::string& state, std::string& start)
+{
+    std::ifstream stat("/proc/" + pid + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return false;
+    // after the command's name in parentheses (which may hold anything, ')' too): the state, then 19 more fields
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) return false;
+    std::istringstream rest(line.substr(close + 1));
+    rest >> state;
+    for (int field = 4; field <= 22 && rest >> start; ++field) { }
+    return static_cast<bool>(rest);
+}
+
+/// the kernel's boot (boot_id) and this process's PID namespace (a container sharing the kernel has its own): what
+/// PIDs mean; empty when /proc cannot tell
+const std::string& thisMachine()
+{
+    static const std::string machine = [] {
+        std::ifstream boot("/proc/sys/kernel/random/boot_id");
+        std::string id;
+        struct stat ns
+        { };
+        if (!std::getline(boot, id) || id.empty() || ::stat("/proc/self/ns/pid", &ns) != 0) return std::string();
+        return id + ":" + std::to_string(ns.st_dev) + ":" + std::to_string(ns.st_ino);
+    }();
+    return machine;
+}
+
+/// This process as another process on the same machine can check it: "MACHINE PID START" (a PID given again to
+/// another process has another START). Empty when /proc cannot tell.
+std::string thisProcessIdentity()
+{
+    const std::string pid = std::to_string(::getpid());
+    std::string state, start;
+    if (thisMachine().empty() || !readProcessStat(pid, state, start)) return {};
+    return thisMachine() + " " + pid + " " + start;
+}
+
+/// true when @p identity (another process's thisProcessIdentity()) names a process of this machine that has ended:
+/// no such PID, a zombie (killed, not yet reaped), or another process under that PID. False when it cannot tell
+/// (another machine or PID namespace, no /proc); a stopped process (SIGSTOP, a debugger, a frozen cgroup) lives
+bool processEnded(const std::string& identity)
+{
+    const std::string& machine = thisMachine();
+    if (machine.empty() || identity.size() <= machine.size() + 1 || identity.compare(0, machine.size(), machine) != 0
+        || identity[machine.size()] != ' ')
+        return false;
+    std::istringstream fields(identity.substr(machine.size() + 1));
+    long pid = 0;
+    std::string start, stateNow, startNow;
+    if (!(fields >> pid >> start) || pid <= 0) return false;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+    if (!readProcessStat(std::to_string(pid), stateNow, startNow)) return false;
+    return stateNow == "Z" || stateNow == "X" || stateNow == "x" || startNow != start;
+}
+
+} // namespace
+
 struct Job::State
 {
     const job::StoreOps* ops = nullptr;
@@ -243,6 +310,24 @@ struct Job::State
     void set(const std::string& key, const std::string& value)
     {
         call([&](std::string& e) { return ops->set(store, spec.keyPrefix + key, value, e); });
+    }
+
+    /// each rank's thisProcessIdentity() as it published it ("who/RANK"), read when first needed; "-": it could not
+    std::vector<std::string> identities;
+    /// rank @p r's process has ended, as this process can prove (on the same machine): then its PID, else empty
+    std::string rankEnded(int r)
+    {
+        if (identities.empty()) identities.assign(static_cast<size_t>(spec.size), std::string());
+        std::string& who = identities[static_cast<size_t>(r)];
+        if (who.empty()) {
+            const std::string key = "who/" + std::to_string(r);
+            if (!exists(key)) return {};
+            who = get(key);
+            if (who.empty()) who = "-";
+        }
+        if (!processEnded(who)) return {};
+        const size_t pid = who.find(' ') + 1;
+        return who.substr(pid, who.find(' ', pid) - pid);
     }
 
     void setFailure(const std::string& text)
@@ -462,12 +547,20 @@ struct Job::State
                     if (r == spec.rank || !pending(r) || !watched(r)) continue;
                     const int64_t b = add("beat/" + std::to_string(r), 0);
                     const bool first = w.beats[r] == -1;
+                    const bool silent = !first && sameBeats(b, w.beats[r]);
                     if (first || !sameWork(b, w.beats[r])) w.worked[r] = now;
-                    if (first || !sameBeats(b, w.beats[r])) w.changed[r] = now;
+                    if (!silent) w.changed[r] = now;
                     w.beats[r] = b;
                     using std::chrono::duration_cast;
                     using std::chrono::seconds;
-                    if (now - w.changed[r] > spec.timeout) {
+                    // a silent rank whose process this machine shows ended is gone now, not after the timeout (a
+                    // stopped one lives, and is timed as before)
+                    if (const std::string pid = silent ? rankEnded(r) : std::string(); !pid.empty()) {
+                        // what it was awaited for may have come just before it ended (rank 0 publishes, then exits)
+                        if (ready()) return;
+                        publishFailure("rank " + std::to_string(r) + " ended before the job was done (its process, PID "
+                            + pid + " on this machine, is gone: killed, e.g. by the OOM killer, or crashed)");
+                    } else if (now - w.changed[r] > spec.timeout) {
                         publishFailure("rank " + std::to_string(r) + " stopped answering for "
                             + std::to_string(duration_cast<seconds>(spec.timeout).count())
                             + " s (it was killed, or it hangs)");
@@ -613,6 +706,8 @@ void Job::join(const JobSpec& spec)
         job.m_state->publishFailure(why);
         throw Error(ErrorKind::Usage, {}, why);
     }
+    // what the others on this machine read to tell this process ended, should it be killed
+    job.m_state->set("who/" + std::to_string(spec.rank), thisProcessIdentity());
     if (spec.rank != 0) return; // rank 0 says whether the job is complete, at the first gather or broadcast
     const auto start = Clock::now();
     while (job.m_state->add("joined", 0) < spec.size) {
@@ -789,19 +884,33 @@ void Job::leave()
     State& st = *m_state;
     try {
         if (!isRoot()) {
+            pausePoint("leaving"); // tests: a process killed after its share
+            st.set("left/" + std::to_string(rank()), "");
             st.add("left", 1);
         } else if (!st.spec.agentStore) {
-            // rank 0 serves the store: stay until the others are done reading from it, or gone
-            // (after a failure, a process that died never comes: a short grace for the others to read it). A rank
-            // killed after its share costs the whole timeout here; a shorter bound on the others' silence was tried
-            // and undone: a rank stopped for seconds (SIGSTOP, a debugger, a frozen cgroup) before it read the last
-            // broadcast then lost the store and failed a job whose output was published (found by a hunt)
+            // rank 0 serves the store: stay until the others are done reading from it, or gone. A rank that ended
+            // after its share never says it left: once a second the ranks not yet left are looked at, and one whose
+            // process this machine shows ended is not waited for. One on another machine, or only stopped (SIGSTOP,
+            // a debugger, a frozen cgroup: it may still read the last broadcast), is waited for up to the timeout
             // after a failure, only those that joined can come: a rank that never joined must not hold the others'
             // news (the failure) hostage for the grace, nor make it pass before they read it
             const auto start = Clock::now();
+            auto lastLook = start;
+            std::vector<char> settled(static_cast<size_t>(size()), 0);
             while (st.add("left", 0) < (st.failed ? st.add("joined", 0) : int64_t(size())) - 1) {
-                const auto waited = Clock::now() - start;
+                const auto now = Clock::now();
+                const auto waited = now - start;
                 if (waited > st.spec.timeout || (st.failed && waited > std::chrono::seconds(2))) break;
+                if (!st.failed && now - lastLook >= std::chrono::seconds(1)) {
+                    lastLook = now;
+                    int r = 1;
+                    for (; r < size(); ++r) {
+                        if (settled[static_cast<size_t>(r)]) continue;
+                        if (!st.exists("left/" + std::to_string(r)) && st.rankEnded(r).empty()) break;
+                        settled[static_cast<size_t>(r)] = 1;
+                    }
+                    if (r == size()) break;
+                }
                 std::this_thread::sleep_for(std::chrono::milliseconds(5));
             }
         }

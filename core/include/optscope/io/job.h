@@ -10,7 +10,9 @@
 // Faults: a process that fails says so (reportFailure); every process sees it within a poll interval and stops. One
 // that is killed or hangs stops its heartbeat (a thread, every 250 ms, 2 ms per process from 125 processes on: the
 // store answers a bounded load) and is declared gone after the job's timeout
-// (OPTSCOPE_JOB_TIMEOUT seconds, default 60), which also bounds the rendezvous; losing rank 0 (which serves the
+// (OPTSCOPE_JOB_TIMEOUT seconds, default 60), which also bounds the rendezvous, or at once when it is on the same
+// machine and its process has ended (each publishes its boot, PID namespace, PID and start time: a process merely
+// stopped, by SIGSTOP or a debugger, is not taken for ended); losing rank 0 (which serves the
 // store) is an error on every other process at once. A process whose heartbeat goes on but whose work has stopped
 // moving (every thread waits on a read that never returns, a deadlock: the beat carries whether its work moved) is
 // declared hung after OPTSCOPE_JOB_STALL_TIMEOUT (default 600 s); once the job has failed, such a process ends
