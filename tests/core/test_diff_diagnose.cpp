@@ -1323,6 +1323,26 @@ TEST(ParamTable, NamesIdsOnceForEveryConsumer)
     }
 }
 
+TEST(Diagnose, ARenamedModuleOfLbfgsIsFoundByNamesAtTheirPositions)
+{
+    // LBFGS keeps all its state, flat, on the first parameter: no shape says which model module an optimizer module
+    // is. The same parameter names at the same positions do (load_cases/lbfgs_renamed_layer, PyTorch's verdicts
+    // checked by diagnose.verdicts_match_pytorch, the fix loaded by interop.fixed_load_cases_load_in_pytorch); it was
+    // missing-state and extra-params, and fix proposed nothing
+    const std::string c = "load_cases/lbfgs_renamed_layer/";
+    const Diagnosis d = diagnose(c + "optim.pt", c + "model.pt");
+    const DiagnosisFinding* renamed = finding(d, "renamed-params");
+    ASSERT_NE(renamed, nullptr);
+    EXPECT_EQ(finding(d, "missing-state"), nullptr);
+    EXPECT_EQ(finding(d, "extra-params"), nullptr);
+    std::vector<std::pair<std::string, std::string>> renames;
+    for (const auto& a : renamed->actions)
+        renames.emplace_back(a.from, a.to);
+    EXPECT_EQ(renames,
+        (std::vector<std::pair<std::string, std::string>> {
+            {"fc1.bias", "fc_in.bias"}, {"fc1.weight", "fc_in.weight"}}));
+}
+
 TEST(ParamTable, CasesUnlikeTheFixturesItWasBuiltOn)
 {
     // real PyTorch 2.6 checkpoints (tests/data/load_cases; every load path of each is checked against PyTorch by

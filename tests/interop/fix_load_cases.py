@@ -25,7 +25,11 @@ CASES = {
     "renamed_layer": [],  # FQN-keyed; fc1 -> fc_in proposed from shapes and positions
     "renamed_layer_ids": ["--rename", "fc1=fc_in"],  # the user names the rename
     "renamed_module_two_groups": [],  # FQN-keyed, decay / no-decay groups: fc1 -> fc_in found as a module
+    "lbfgs_renamed_layer": [],  # FQN-keyed LBFGS (no per-parameter shapes): fc1 -> fc_in found by names and positions
 }
+# what no rename can change: DSD steps a fresh LBFGS without the closure it needs
+UNFIXABLE = {("lbfgs_renamed_layer", "set_optimizer_state_dict"), ("lbfgs_renamed_layer",
+                                                                   "set_optimizer_state_dict(strict=False)")}
 
 
 def run(cmd, **kw):
@@ -78,7 +82,8 @@ def main():
             before = json.load(open(os.path.join(cases, case, "case.json")))["verdicts"]
             for path, want in torch_verdicts.items():
                 errors += ["fixed file: " + e for e in compare(path, want, diag_of[case]["verdicts"].get(path, {}))]
-                if before.get(path, {}).get("loads") is False and path != "fsdp1.optim_state_dict_to_load":
+                if (before.get(path, {}).get("loads") is False and path != "fsdp1.optim_state_dict_to_load"
+                        and (case, path) not in UNFIXABLE):
                     if want.get("loads") is not True:
                         errors.append(f"{path} still fails after fix: {want}")
     passed = failed = 0

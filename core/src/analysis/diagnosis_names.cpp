@@ -400,7 +400,13 @@ void Diagnoser::moduleRenameFindings(const std::string& where, const std::string
     const std::vector<const ParamRow*>& listed, const std::set<std::string>& expected, Names& names, Diagnosis& d)
 {
     const ModelParams& exp = *m_exp;
-    using Leaves = std::map<std::string, const std::vector<int64_t>*>; // parameter name in its module -> shape
+    // parameter name in its module -> its shape (null: unknown) and its position (in the param groups; in the model)
+    struct Leaf
+    {
+        const std::vector<int64_t>* shape = nullptr;
+        size_t position = 0;
+    };
+    using Leaves = std::map<std::string, Leaf>;
     auto splitModule = [](const std::string& n) {
         const auto dot = n.rfind('.');
         return dot == std::string::npos ? std::make_pair(std::string(), n)
@@ -414,26 +420,30 @@ void Diagnoser::moduleRenameFindings(const std::string& where, const std::string
         const std::string& o = names.opt[i];
         if (o.empty() || names.rename.count(o) || expected.count(o)) continue;
         const auto [module, leaf] = splitModule(o);
-        fromModules[module][leaf] = listed[i]->param && !listed[i]->shape.empty() ? &listed[i]->shape : nullptr;
+        fromModules[module][leaf] = {listed[i]->param && !listed[i]->shape.empty() ? &listed[i]->shape : nullptr, i};
     }
-    for (const auto& f : exp.fqns) {
-        const std::string m = canon(f);
+    for (size_t i = 0; i < exp.fqns.size(); ++i) {
+        const std::string m = canon(exp.fqns[i]);
         if (covered.count(m)) continue;
         const auto [module, leaf] = splitModule(m);
-        toModules[module][leaf] = modelShape(f);
+        toModules[module][leaf] = {modelShape(exp.fqns[i]), i};
     }
+    // the same parameter names, and the same shapes where both sides know one; where neither leaf's shape is known on
+    // the optimizer's side (LBFGS keeps all its state, flat, on the first parameter), the same positions instead:
+    // the optimizer lists the module's parameters where the model has the other's
     auto fits = [](const Leaves& a, const Leaves& b) {
         if (a.size() != b.size()) return false;
-        bool anyShape = false;
-        for (const auto& [leaf, shape] : a) {
+        bool anyShape = false, samePositions = true;
+        for (const auto& [leaf, info] : a) {
             const auto it = b.find(leaf);
             if (it == b.end()) return false;
-            if (shape && it->second) {
-                if (*shape != *it->second) return false;
+            samePositions = samePositions && info.position == it->second.position;
+            if (info.shape && it->second.shape) {
+                if (*info.shape != *it->second.shape) return false;
                 anyShape = true;
             }
         }
-        return anyShape;
+        return anyShape || samePositions;
     };
     std::vector<std::pair<std::string, std::string>> modules; // from -> to, each side used once
     std::map<std::string, int> toUses;
@@ -464,7 +474,8 @@ void Diagnoser::moduleRenameFindings(const std::string& where, const std::string
     Finding f(FindingCode::RenamedParams,
         std::to_string(pairs.size()) + " parameter(s) of " + where
             + " are not in the model, but a module of the model that has no state has the same parameter names "
-              "and shapes: probably renamed modules: "
+              "and shapes (or, where the state gives no shapes, the same names at the same positions): probably "
+              "renamed modules: "
             + list,
         root);
     f.fix = "`optscope-cli fix` applies these renames (or `optscope-cli fix --rename OLD=NEW` for a module)";
