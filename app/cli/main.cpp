@@ -494,8 +494,9 @@ int main(int argc, char** argv)
             printError(name, e.what(), leftText);
             return ExitError;
         } catch (const std::exception& e) {
-            job.reportFailure(std::string("internal error: ") + e.what());
-            printError(name, std::string("internal error: ") + e.what());
+            const std::string what = optscope::unexpectedErrorText(e);
+            job.reportFailure(what);
+            printError(name, what);
             return ExitError;
         }
     }

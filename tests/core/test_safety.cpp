@@ -14,7 +14,10 @@
 #include "optscope/io/remote_object.h"
 #include "optscope/io/storage.h"
 #include "optscope/model/checkpoint.h"
+
 #include "optscope/model/shard_layout.h"
+#include <new>
+#include <stdexcept>
 
 #include <chrono>
 #include <cstdio>
@@ -44,6 +47,17 @@ std::string randomBytes(std::mt19937& rng, size_t maxLen)
 }
 
 } // namespace
+
+TEST(Safety, RunningOutOfMemoryIsSaidSoNotAsAnInternalError)
+{
+    // the CLI printed "internal error: std::bad_alloc" for a checkpoint too large for the memory it may use, which
+    // reads as a crash; the CLI and the app both say it through unexpectedErrorText
+    const std::string oom = unexpectedErrorText(std::bad_alloc());
+    EXPECT_EQ(oom.rfind("ran out of memory (", 0), 0u) << oom;
+    EXPECT_EQ(oom.find("bad_alloc"), std::string::npos) << oom;
+    EXPECT_EQ(unexpectedErrorText(std::length_error("vector::_M_default_append")),
+        "internal error: vector::_M_default_append");
+}
 
 TEST(Safety, DisplayTextLeavesNoControlOrDirectionCharacter)
 {

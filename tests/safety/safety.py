@@ -12,7 +12,8 @@ read outside the checkpoint, bounded cost, output that cannot be turned against 
 - a safetensors header that names a tensor twice is refused;
 - SIGINT/SIGTERM leave no temporary; a live temporary of another PID namespace (its writer holds the lock) is never
   removed, a dead one is; a verify killed with SIGKILL leaves a scratch copy that the next verify removes;
-- a .metadata replaced while the checkpoint is read is "replaced while being read".
+- a .metadata replaced while the checkpoint is read is "replaced while being read";
+- a command that runs out of memory says so (not "internal error: std::bad_alloc") and leaves no scratch copy.
 
     python3 safety.py OPTSCOPE_CLI TEST_DATA WORKDIR
 Each case prints "ok" or "FAIL"; the last line is "N passed, M failed".
@@ -533,6 +534,24 @@ def bounded_cost():
         out = text(r.stdout + r.stderr)
         check(f"too many chunk dimensions: {cmd[0]} refuses it, saying so", r.returncode == 2
               and "a chunk of 300 dimensions" in out and "too_many_dims" in out, out.strip()[:200])
+
+    # (last: the peak of a child counted above is the largest so far) shared_subtree.pt's verify (a reshard read
+    # back: 5M values) under a 1.5 GB address-space limit: it said "internal error: std::bad_alloc", as a crash would; out of memory is said so, and no scratch copy is left. (Not under ASan, whose
+    # shadow memory does not fit such a limit)
+    with open(CLI, "rb") as f:
+        sanitized = b"__asan_init" in f.read()
+    if not sanitized:
+        import resource
+        tmpdir = fresh("oom_tmp")
+
+        def limited():
+            resource.setrlimit(resource.RLIMIT_AS, (1500 << 20, 1500 << 20))
+        p = subprocess.run([CLI, "verify", subtree, "--world-size", "2"], capture_output=True, timeout=120,
+                           env=dict(os.environ, TMPDIR=tmpdir), preexec_fn=limited)
+        err = text(p.stderr)
+        check("out of memory is said so, naming no internal error, and no scratch copy is left", p.returncode == 2
+              and "ran out of memory (" in err and "internal error" not in err and listing(tmpdir) == [],
+              f"exit {p.returncode}, {err.strip()[:200]}, {listing(tmpdir)}")
 
 
 def json_bytes():

@@ -84,7 +84,7 @@ quint64 JobRunner::start(const QString& channel, const QString& label, QObject* 
             cancelled = e.kind() == ErrorKind::Cancelled;
             error = QString::fromStdString(e.what());
         } catch (const std::exception& e) {
-            error = QString::fromStdString(e.what());
+            error = QString::fromStdString(unexpectedErrorText(e));
         }
         if (job->cancelled.load()) cancelled = true;
         QMetaObject::invokeMethod(

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/base/error.h"
 
+#include <new>
+
 namespace optscope {
 
 const char* errorKindName(ErrorKind kind)
@@ -50,5 +52,13 @@ Error::Error(ErrorKind kind, std::string file, std::string detail, uint64_t offs
     , m_detail(std::move(detail))
     , m_offset(offset)
 { }
+
+std::string unexpectedErrorText(const std::exception& e)
+{
+    if (dynamic_cast<const std::bad_alloc*>(&e))
+        return "ran out of memory (this checkpoint needs more than this process may use: the machine's memory, or a "
+               "limit set on it such as ulimit -v or a cgroup's memory.max)";
+    return std::string("internal error: ") + e.what();
+}
 
 } // namespace optscope

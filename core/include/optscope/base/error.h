@@ -41,4 +41,9 @@ private:
     uint64_t m_offset;
 };
 
+/// What to say of an exception that is not an Error (the CLI and the app both say this): running out of memory (a
+/// checkpoint's structure larger than the memory this process may use: the machine's, or a limit set on it), or an
+/// internal error, a bug, with what it says.
+std::string unexpectedErrorText(const std::exception& e);
+
 } // namespace optscope
