@@ -9,7 +9,8 @@ reference: same keys in the same order, bit-identical tensors of the same dtype 
     torch-python unusual_interop.py compare_reshaped OUTDIR DIFF_JSON   (diff of the 2-D DCP and reshaped.pt)
 
 Cases: broadcast views too large to expand (kept views), LBFGS state (lists of tensors), empty dicts (an optimizer's "state" before its first step, Lightning's loops), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
-(transposed, strided, offset), complex64/complex32/uint16/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values, a
+(transposed, strided, offset), complex64/complex32/uint16/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values,
+dict keys of torch.device, dtype, tuple, int and str, a
 legacy-format (pre-1.6 serialisation) state dict, a single-process DCP with nested lists, strings, None and the
 RNG state, and a 4-rank DCP mixing FSDP2 state with 2-D DTensors ([Shard(0), Shard(1)] and [Replicate(), Shard(1)]
 on a 2x2 mesh).
@@ -68,7 +69,10 @@ def make_plain(out):
                 "set": {1, 2}, "inf": math.inf,
                 # torch.load keeps requires_grad of a plain tensor as of a Parameter (gather dropped the plain one's)
                 "rg": torch.randn(3, requires_grad=True), "frozen_param": nn.Parameter(torch.ones(2), requires_grad=False),
-                "param": nn.Parameter(torch.zeros(2))}, f"{out}/misc.pt")
+                "param": nn.Parameter(torch.zeros(2)),
+                # dict keys of every type a weights-only load gives back (a torch.device key became a str)
+                "keys": {torch.device("cpu"): 1, torch.device("cuda", 1): 2, torch.float16: 3, (1, "a"): 4, 5: 6,
+                         "s": 7}}, f"{out}/misc.pt")
     names.append("misc.pt")
 
     # views too large to expand (4 EiB and 512 MiB): torch.save keeps them views, and so must gather

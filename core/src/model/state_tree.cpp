@@ -102,7 +102,9 @@ uint32_t StateTree::append(uint32_t parent, Kind kind, const KeyPathElem* keyed)
     if (keyed) {
         c.keyed = true;
         c.key = keyed->key;
-        c.keyValue = keyed->keyValue && keyed->keyValue->kind != PyKind::Str ? keyed->keyValue : nullptr;
+        // a key that is not a plain str keeps its object (an int, a tuple, a torch.device: a str with its torch type)
+        const PyValue* k = keyed->keyValue;
+        c.keyValue = k && (k->kind != PyKind::Str || k->torchType != PyTorchType::None) ? k : nullptr;
     }
     if (p.last == kNoNode)
         p.first = n;
