@@ -301,6 +301,31 @@ private:
     ModelStates readModelStates(int mp, const MpFiles& files, int stage);
     std::vector<int> checkRankFiles(int mp, const OptimFiles& o, const ModelStates& model, bool main);
     void readZero12(const OptimFiles& o, const ModelStates& model, const std::vector<int>& missing, Params& out);
+    /// ZeRO-1/2, one rank's view of one param group: its fp32 partition, padding and base optimizer state
+    struct Zero12Part
+    {
+        FlatTensor fp32;
+        int64_t padding = 0;
+        int64_t real = 0; ///< elements of parameters (no padding)
+        const PyValue* state = nullptr; ///< the base optimizer's state of this group's flat partition
+    };
+    using Zero12Parts = std::map<int, std::vector<Zero12Part>>; ///< by data-parallel rank, then by group
+    /// what ZeRO-1/2's rank files say of their groups, by rank; whether the checkpoint is elastic (a state per group,
+    /// no hyperparameters), and the first rank's base param_groups
+    Zero12Parts readZero12Parts(
+        const OptimFiles& o, const ModelStates& model, bool& elastic, const PyValue*& baseGroups);
+    /// group @p g's partition length, the same on every rank (checked); its elements against param_shapes'
+    int64_t zero12PartitionLength(const OptimFiles& o, const ModelStates& model, const Zero12Parts& parts, size_t g,
+        const std::vector<int>& missing);
+    /// per rank: the flat 1-D state tensors @p names of group @p g, each checked to cover the partition
+    std::map<int, std::map<std::string, FlatTensor>> zero12StateFlats(
+        const OptimFiles& o, const Zero12Parts& parts, size_t g, const std::vector<std::string>& names);
+    /// parameter @p k of group @p g: its weight and states from the pieces of its range in the ranks' partitions,
+    /// and where it lies (the FQN mapping)
+    void addZero12Param(const OptimFiles& o, const Zero12Parts& parts, size_t g, const FlatParamLayout& layout,
+        size_t k, const std::vector<std::string>& stateNames,
+        const std::map<int, std::map<std::string, FlatTensor>>& stateFlat, const std::vector<int>& missing,
+        bool elastic, Params& out);
     void readZero3(const OptimFiles& o, const ModelStates& model, Params& out);
     std::vector<std::string> readModelOnlyTensors(const OptimFiles& o, const ModelStates& model, Params& out);
     void addEntries(const KeyPath& prefix, const std::vector<std::string>& moduleOrder, Params& params);
@@ -388,6 +413,24 @@ private:
     std::unordered_map<std::string, size_t> m_orderIndex;
     std::optional<LookAhead> m_ahead;
 };
+
+/// a ZeRO-1/2 param group's layout, as FSDP1 flat parameters are described: its members one after another in a
+/// flat buffer of @p worldSize partitions of @p partition elements, the rest padding
+FlatParamLayout zeroGroupLayout(const std::vector<Member>& members, int worldSize, int64_t partition)
+{
+    FlatParamLayout layout;
+    layout.worldSize = worldSize;
+    layout.shardNumel = partition;
+    int64_t off = 0;
+    for (const auto& m : members) {
+        layout.segments.push_back({false, static_cast<int>(layout.members.size()), off, m.numel});
+        layout.members.push_back({m.fqn, m.shape, m.numel, off});
+        off += m.numel;
+    }
+    if (worldSize * partition > off) layout.segments.push_back({true, -1, off, worldSize * partition - off});
+    layout.unpaddedNumel = off;
+    return layout;
+}
 
 std::string rangesText(const std::vector<std::pair<int, std::pair<int64_t, int64_t>>>& pieces)
 {
@@ -610,20 +653,38 @@ std::vector<int> ZeroReading::checkRankFiles(int mp, const OptimFiles& o, const 
 void ZeroReading::readZero12(
     const OptimFiles& o, const ModelStates& model, const std::vector<int>& missing, Params& out)
 {
-    const std::string tagDir = m_dir.string();
-    const int W = o.worldSize;
-    const size_t G = model.groups.size();
-    // per rank and group: fp32 partition, padding, base state
-    struct RankGroup
-    {
-        FlatTensor fp32;
-        int64_t padding = 0;
-        int64_t real = 0; ///< elements of parameters (no padding)
-        const PyValue* state = nullptr; ///< the base optimizer's state of this group's flat partition
-    };
-    std::map<int, std::vector<RankGroup>> rg;
     bool elastic = false;
     const PyValue* baseGroups0 = nullptr;
+    const Zero12Parts parts = readZero12Parts(o, model, elastic, baseGroups0);
+    const int r0 = parts.begin()->first;
+    for (size_t g = 0; g < model.groups.size(); ++g) {
+        const int64_t P = zero12PartitionLength(o, model, parts, g, missing);
+        const FlatParamLayout layout = zeroGroupLayout(model.groups[g], o.worldSize, P);
+        // state names of this group, in the first rank's order
+        std::vector<std::string> stateNames;
+        if (const PyValue* st = parts.at(r0)[g].state; st && st->isMapping())
+            for (size_t i = 0; i < st->size(); ++i)
+                if (st->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(st->dictKey(i)->text));
+        const auto stateFlat = zero12StateFlats(o, parts, g, stateNames);
+        out.groupFqns.emplace_back();
+        for (size_t k = 0; k < layout.members.size(); ++k)
+            addZero12Param(o, parts, g, layout, k, stateNames, stateFlat, missing, elastic, out);
+        out.groupDicts.push_back(
+            baseGroups0 && baseGroups0->isSequence() && g < baseGroups0->size() ? baseGroups0->item(g) : nullptr);
+    }
+    if (elastic)
+        warn(ReaderCode::ZeroElastic,
+            "elastic ZeRO checkpoint: the optimizer's hyperparameters (param_groups) are not saved", false);
+    detail = std::string(o.bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
+        + (o.bf16Optimizer ? "" : std::to_string(o.stage));
+}
+
+ZeroReading::Zero12Parts ZeroReading::readZero12Parts(
+    const OptimFiles& o, const ModelStates& model, bool& elastic, const PyValue*& baseGroups0)
+{
+    const int W = o.worldSize;
+    const size_t G = model.groups.size();
+    Zero12Parts rg;
     for (const auto& [dp, sd] : o.stateDicts) {
         if (dp >= W) continue;
         const Loaded& l = *o.files.at(dp);
@@ -635,7 +696,7 @@ void ZeroReading::readZero12(
                 "has " + std::to_string(parts && parts->isSequence() ? parts->size() : 0)
                     + " single_partition_of_fp32_groups but param_shapes in " + model.file->rel + " lists "
                     + std::to_string(G) + " groups");
-        std::vector<RankGroup> v(G);
+        std::vector<Zero12Part> v(G);
         for (size_t g = 0; g < G; ++g) {
             v[g].fp32 = flat(parts->item(g), l, "single_partition_of_fp32_groups[" + std::to_string(g) + "]");
             const PyValue* pad = pads && pads->isSequence() && g < pads->size() ? pads->item(g) : nullptr;
@@ -661,146 +722,139 @@ void ZeroReading::readZero12(
         rg[dp] = std::move(v);
     }
     if (rg.empty())
-        throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
+        throw Error(ErrorKind::Format, m_dir.string(), "holds no optimizer file of a rank below " + std::to_string(W));
+    return rg;
+}
+
+int64_t ZeroReading::zero12PartitionLength(
+    const OptimFiles& o, const ModelStates& model, const Zero12Parts& rg, size_t g, const std::vector<int>& missing)
+{
+    const int W = o.worldSize;
     const int r0 = rg.begin()->first;
-    for (size_t g = 0; g < G; ++g) {
-        // every rank's partition has the same length P (the flat group is padded to a multiple of 2W first)
-        const int64_t P = rg[r0][g].real + rg[r0][g].padding;
-        if (P > (int64_t(1) << 62) / W)
-            throw Error(
-                ErrorKind::Format, o.files.at(r0)->abs, "group " + std::to_string(g) + "'s partitions are too large");
+    // every rank's partition has the same length P (the flat group is padded to a multiple of 2W first)
+    const int64_t P = rg.at(r0)[g].real + rg.at(r0)[g].padding;
+    if (P > (int64_t(1) << 62) / W)
+        throw Error(
+            ErrorKind::Format, o.files.at(r0)->abs, "group " + std::to_string(g) + "'s partitions are too large");
+    for (const auto& [dp, v] : rg)
+        if (v[g].real + v[g].padding != P)
+            throw Error(ErrorKind::Format, o.files.at(dp)->abs,
+                "group " + std::to_string(g) + "'s partition holds " + std::to_string(v[g].real + v[g].padding)
+                    + " elements with padding, rank " + std::to_string(r0) + "'s " + std::to_string(P)
+                    + ": the rank files do not belong together");
+    int64_t total = 0;
+    for (const auto& m : model.groups[g])
+        total += m.numel;
+    if (missing.empty()) {
+        int64_t avail = 0;
         for (const auto& [dp, v] : rg)
-            if (v[g].real + v[g].padding != P)
-                throw Error(ErrorKind::Format, o.files.at(dp)->abs,
-                    "group " + std::to_string(g) + "'s partition holds " + std::to_string(v[g].real + v[g].padding)
-                        + " elements with padding, rank " + std::to_string(r0) + "'s " + std::to_string(P)
-                        + ": the rank files do not belong together");
-        int64_t total = 0;
-        for (const auto& m : model.groups[g])
-            total += m.numel;
-        if (missing.empty()) {
-            int64_t avail = 0;
-            for (const auto& [dp, v] : rg)
-                avail += v[g].real;
-            const int64_t align = 2 * int64_t(W);
-            if (ceilDiv(total, align) * align != ceilDiv(avail, align) * align)
-                warn(ReaderCode::ZeroWorldSizeMismatch,
-                    "param group " + std::to_string(g) + " needs " + std::to_string(total) + " elements ("
-                        + model.file->rel + " param_shapes) but its partitions hold " + std::to_string(avail),
-                    true,
-                    "ValueError: consumed " + std::to_string(ceilDiv(total, align) * align) + " numels out of "
-                        + std::to_string(ceilDiv(avail, align) * align) + " - something is wrong");
-        }
-        // the group's layout, as FSDP1 flat parameters are described
-        FlatParamLayout layout;
-        layout.worldSize = W;
-        layout.shardNumel = P;
-        int64_t off = 0;
-        for (const auto& m : model.groups[g]) {
-            layout.segments.push_back({false, static_cast<int>(layout.members.size()), off, m.numel});
-            layout.members.push_back({m.fqn, m.shape, m.numel, off});
-            off += m.numel;
-        }
-        if (W * P > off) layout.segments.push_back({true, -1, off, W * P - off});
-        layout.unpaddedNumel = off;
-
-        // state names of this group, in the first rank's order
-        std::vector<std::string> stateNames;
-        if (const PyValue* st = rg[r0][g].state; st && st->isMapping())
-            for (size_t i = 0; i < st->size(); ++i)
-                if (st->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(st->dictKey(i)->text));
-        // per rank: its flat state tensors (1-D) checked once
-        std::map<int, std::map<std::string, FlatTensor>> stateFlat;
-        for (const auto& [dp, v] : rg)
-            for (const auto& name : stateNames) {
-                const PyValue* t = getKey(v[g].state, name);
-                if (!t || t->kind != PyKind::Tensor || t->tensor->sizes.empty()) continue;
-                FlatTensor f
-                    = flat(t, *o.files.at(dp), "base_optimizer_state group " + std::to_string(g) + " '" + name + "'");
-                if (f.numel < v[g].real)
-                    throw Error(ErrorKind::Format, o.files.at(dp)->abs,
-                        "base_optimizer_state group " + std::to_string(g) + " '" + name + "' holds "
-                            + std::to_string(f.numel) + " elements, fewer than the " + std::to_string(v[g].real)
-                            + " of its partition");
-                stateFlat[dp].emplace(name, f);
-            }
-
-        out.groupFqns.emplace_back();
-        for (size_t k = 0; k < layout.members.size(); ++k) {
-            const auto& m = layout.members[k];
-            out.groupFqns.back().push_back(m.fqn);
-            TensorEntry w;
-            w.dtype = rg[r0][g].fp32.dtype;
-            w.shape = m.shape;
-            std::map<std::string, TensorEntry> tensorStates;
-            std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
-            for (const auto& [dp, v] : rg) {
-                const int64_t lo = std::max(m.offset, int64_t(dp) * P);
-                const int64_t hi = std::min(m.offset + m.numel, int64_t(dp) * P + v[g].real);
-                if (lo >= hi) continue;
-                pieces.push_back({dp, {lo - m.offset, hi - m.offset}});
-                const int64_t at = lo - int64_t(dp) * P; // position in the rank's partition
-                addPieces(w, lo - m.offset, hi - m.offset, v[g].fp32, at, dp);
-                for (const auto& [name, f] : stateFlat[dp]) {
-                    auto& e = tensorStates[name];
-                    e.dtype = f.dtype;
-                    e.shape = m.shape;
-                    addPieces(e, lo - m.offset, hi - m.offset, f, at, dp);
-                }
-            }
-            w.inMissingFile = pieces.empty() && !missing.empty();
-            out.weights[m.fqn] = std::move(w);
-            for (const auto& name : stateNames) {
-                ParamState s;
-                s.name = name;
-                const PyValue* t0 = getKey(rg[r0][g].state, name);
-                if (auto it = tensorStates.find(name); it != tensorStates.end()) {
-                    s.tensor = true;
-                    s.entry = std::move(it->second);
-                    s.entry.shape = m.shape;
-                } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
-                    s.tensor = true; // one value per flat partition (step): every parameter has it
-                    s.entry = wholeTensor(t0, *o.files.at(r0), "base_optimizer_state '" + name + "'", r0);
-                } else if (t0 && t0->kind == PyKind::Tensor) {
-                    if (missing.empty()) continue;
-                    // a shaped state whose partitions all lie in the missing rank files: there, with no chunk
-                    s.tensor = true;
-                    s.entry.dtype = t0->tensor->dtype;
-                    s.entry.shape = m.shape;
-                    s.entry.inMissingFile = true;
-                } else {
-                    s.value = t0 ? t0 : m_cp.arena->makeNone();
-                }
-                out.addState(m.fqn, std::move(s));
-            }
-            if (elastic && !getKey(rg[r0][g].state, "step"))
-                if (const PyValue* step = getKey(o.sd0, "base_optimizer_state_step")) {
-                    ParamState s;
-                    s.name = "step";
-                    s.value = step;
-                    out.addState(m.fqn, std::move(s));
-                }
-            // the FQN mapping: where it lies in the partitions
-            FlatPartitionSlot slot;
-            slot.fqn = m.fqn;
-            slot.buffer = static_cast<int>(g);
-            slot.bufferName = "ZeRO-" + std::to_string(o.stage) + " group " + std::to_string(g);
-            slot.offset = m.offset;
-            slot.note = (pieces.size() > 1 ? "split over ranks: " : "") + rangesText(pieces) + " of "
-                + std::to_string(m.numel) + " elements; partitions of " + std::to_string(P) + " per rank";
-            const int64_t pad = layout.rankPadding(W - 1);
-            if (k + 1 == layout.members.size() && pad > 0)
-                slot.note += ", the group's last " + std::to_string(W * P - off) + " elements padding";
-            out.slots.push_back(std::move(slot));
-        }
-        out.groupDicts.push_back(
-            baseGroups0 && baseGroups0->isSequence() && g < baseGroups0->size() ? baseGroups0->item(g) : nullptr);
+            avail += v[g].real;
+        const int64_t align = 2 * int64_t(W);
+        if (ceilDiv(total, align) * align != ceilDiv(avail, align) * align)
+            warn(ReaderCode::ZeroWorldSizeMismatch,
+                "param group " + std::to_string(g) + " needs " + std::to_string(total) + " elements (" + model.file->rel
+                    + " param_shapes) but its partitions hold " + std::to_string(avail),
+                true,
+                "ValueError: consumed " + std::to_string(ceilDiv(total, align) * align) + " numels out of "
+                    + std::to_string(ceilDiv(avail, align) * align) + " - something is wrong");
     }
-    if (elastic)
-        warn(ReaderCode::ZeroElastic,
-            "elastic ZeRO checkpoint: the optimizer's hyperparameters (param_groups) are not saved", false);
-    detail = std::string(o.bf16Optimizer ? "DeepSpeed BF16_Optimizer (ZeRO stage 1)" : "DeepSpeed ZeRO stage ")
-        + (o.bf16Optimizer ? "" : std::to_string(o.stage));
+    return P;
+}
+
+std::map<int, std::map<std::string, FlatTensor>> ZeroReading::zero12StateFlats(
+    const OptimFiles& o, const Zero12Parts& rg, size_t g, const std::vector<std::string>& stateNames)
+{
+    std::map<int, std::map<std::string, FlatTensor>> stateFlat;
+    for (const auto& [dp, v] : rg)
+        for (const auto& name : stateNames) {
+            const PyValue* t = getKey(v[g].state, name);
+            if (!t || t->kind != PyKind::Tensor || t->tensor->sizes.empty()) continue;
+            FlatTensor f
+                = flat(t, *o.files.at(dp), "base_optimizer_state group " + std::to_string(g) + " '" + name + "'");
+            if (f.numel < v[g].real)
+                throw Error(ErrorKind::Format, o.files.at(dp)->abs,
+                    "base_optimizer_state group " + std::to_string(g) + " '" + name + "' holds "
+                        + std::to_string(f.numel) + " elements, fewer than the " + std::to_string(v[g].real)
+                        + " of its partition");
+            stateFlat[dp].emplace(name, f);
+        }
+    return stateFlat;
+}
+
+void ZeroReading::addZero12Param(const OptimFiles& o, const Zero12Parts& rg, size_t g, const FlatParamLayout& layout,
+    size_t k, const std::vector<std::string>& stateNames,
+    const std::map<int, std::map<std::string, FlatTensor>>& stateFlat, const std::vector<int>& missing, bool elastic,
+    Params& out)
+{
+    const int W = o.worldSize;
+    const int r0 = rg.begin()->first;
+    const int64_t P = layout.shardNumel;
+    const auto& m = layout.members[k];
+    out.groupFqns.back().push_back(m.fqn);
+    TensorEntry w;
+    w.dtype = rg.at(r0)[g].fp32.dtype;
+    w.shape = m.shape;
+    std::map<std::string, TensorEntry> tensorStates;
+    std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
+    for (const auto& [dp, v] : rg) {
+        const int64_t lo = std::max(m.offset, int64_t(dp) * P);
+        const int64_t hi = std::min(m.offset + m.numel, int64_t(dp) * P + v[g].real);
+        if (lo >= hi) continue;
+        pieces.push_back({dp, {lo - m.offset, hi - m.offset}});
+        const int64_t at = lo - int64_t(dp) * P; // position in the rank's partition
+        addPieces(w, lo - m.offset, hi - m.offset, v[g].fp32, at, dp);
+        if (const auto flats = stateFlat.find(dp); flats != stateFlat.end())
+            for (const auto& [name, f] : flats->second) {
+                auto& e = tensorStates[name];
+                e.dtype = f.dtype;
+                e.shape = m.shape;
+                addPieces(e, lo - m.offset, hi - m.offset, f, at, dp);
+            }
+    }
+    w.inMissingFile = pieces.empty() && !missing.empty();
+    out.weights[m.fqn] = std::move(w);
+    for (const auto& name : stateNames) {
+        ParamState s;
+        s.name = name;
+        const PyValue* t0 = getKey(rg.at(r0)[g].state, name);
+        if (auto it = tensorStates.find(name); it != tensorStates.end()) {
+            s.tensor = true;
+            s.entry = std::move(it->second);
+            s.entry.shape = m.shape;
+        } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
+            s.tensor = true; // one value per flat partition (step): every parameter has it
+            s.entry = wholeTensor(t0, *o.files.at(r0), "base_optimizer_state '" + name + "'", r0);
+        } else if (t0 && t0->kind == PyKind::Tensor) {
+            if (missing.empty()) continue;
+            // a shaped state whose partitions all lie in the missing rank files: there, with no chunk
+            s.tensor = true;
+            s.entry.dtype = t0->tensor->dtype;
+            s.entry.shape = m.shape;
+            s.entry.inMissingFile = true;
+        } else {
+            s.value = t0 ? t0 : m_cp.arena->makeNone();
+        }
+        out.addState(m.fqn, std::move(s));
+    }
+    if (elastic && !getKey(rg.at(r0)[g].state, "step"))
+        if (const PyValue* step = getKey(o.sd0, "base_optimizer_state_step")) {
+            ParamState s;
+            s.name = "step";
+            s.value = step;
+            out.addState(m.fqn, std::move(s));
+        }
+    // the FQN mapping: where it lies in the partitions
+    FlatPartitionSlot slot;
+    slot.fqn = m.fqn;
+    slot.buffer = static_cast<int>(g);
+    slot.bufferName = "ZeRO-" + std::to_string(o.stage) + " group " + std::to_string(g);
+    slot.offset = m.offset;
+    slot.note = (pieces.size() > 1 ? "split over ranks: " : "") + rangesText(pieces) + " of " + std::to_string(m.numel)
+        + " elements; partitions of " + std::to_string(P) + " per rank";
+    const int64_t pad = layout.rankPadding(W - 1);
+    if (k + 1 == layout.members.size() && pad > 0)
+        slot.note += ", the group's last " + std::to_string(W * P - layout.unpaddedNumel) + " elements padding";
+    out.slots.push_back(std::move(slot));
 }
 
 /// ZeRO-3: each parameter partitioned on its own (ceil(numel / W) per rank); a rank's sub-group flats joined in
