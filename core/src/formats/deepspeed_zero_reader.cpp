@@ -327,6 +327,30 @@ private:
         const std::map<int, std::map<std::string, FlatTensor>>& stateFlat, const std::vector<int>& missing,
         bool elastic, Params& out);
     void readZero3(const OptimFiles& o, const ModelStates& model, Params& out);
+    /// ZeRO-3, one parameter: its sub-group, its partition per rank, where it lies in each rank's joined flats
+    struct Zero3Param
+    {
+        Member m;
+        int subGroup = 0;
+        int64_t q = 0; ///< partition per rank
+        int64_t at = 0; ///< position in each rank's joined sub-group flats
+    };
+    /// ZeRO-3, one rank: the flat tensors of "fp32" (named "") or of a shaped state, per sub-group, with their starts
+    struct Zero3Joined
+    {
+        std::vector<FlatTensor> parts;
+        std::vector<int64_t> starts;
+        int64_t total = 0;
+    };
+    using Zero3Flats = std::map<int, std::map<std::string, Zero3Joined>>; ///< by data-parallel rank, then name
+    /// every rank's joined flats; the state names (the first rank's order) and each sub-group's first state dict
+    Zero3Flats readZero3Flats(
+        const OptimFiles& o, std::vector<std::string>& stateNames, std::map<int, const PyValue*>& subState0);
+    /// the rank files' flats against the @p perRank elements param_shapes need, and against each other
+    void checkZero3Lengths(const OptimFiles& o, const ModelStates& model, const Zero3Flats& flats, int64_t perRank);
+    /// parameter @p p: its weight and states from its pieces in the ranks' joined flats, and its FQN-mapping slot
+    void addZero3Param(const OptimFiles& o, const Zero3Flats& flats, const Zero3Param& p,
+        const std::vector<std::string>& stateNames, const PyValue* subState, Params& out);
     std::vector<std::string> readModelOnlyTensors(const OptimFiles& o, const ModelStates& model, Params& out);
     void addEntries(const KeyPath& prefix, const std::vector<std::string>& moduleOrder, Params& params);
 
@@ -861,20 +885,12 @@ void ZeroReading::addZero12Param(const OptimFiles& o, const Zero12Parts& rg, siz
 /// param_shapes order
 void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Params& out)
 {
-    const std::string tagDir = m_dir.string();
     const int W = o.worldSize;
-    struct Param
-    {
-        Member m;
-        int subGroup = 0;
-        int64_t q = 0; ///< partition per rank
-        int64_t at = 0; ///< position in each rank's joined sub-group flats
-    };
-    std::vector<Param> params;
+    std::vector<Zero3Param> params;
     int64_t pos = 0;
     for (size_t s = 0; s < model.groups.size(); ++s)
         for (const auto& m : model.groups[s]) {
-            Param p;
+            Zero3Param p;
             p.m = m;
             p.subGroup = static_cast<int>(s);
             p.q = ceilDiv(m.numel, W);
@@ -882,130 +898,18 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
             pos += p.q;
             params.push_back(std::move(p));
         }
-    // per rank: the flat tensors of "fp32" and of every shaped state, per sub-group, with their start positions
-    struct Joined
-    {
-        std::vector<FlatTensor> parts;
-        std::vector<int64_t> starts;
-        int64_t total = 0;
-    };
-    std::map<int, std::map<std::string, Joined>> buf;
-    const PyValue* pg0 = getKey(getKey(o.sd0, "optimizer_state_dict"), "param_groups");
     std::vector<std::string> stateNames;
     std::map<int, const PyValue*> subState0; // sub-group -> first rank's state dict
-    for (const auto& [dp, sd] : o.stateDicts) {
-        if (dp >= W) continue;
-        const Loaded& l = *o.files.at(dp);
-        const PyValue* flats = getKey(sd, "fp32_flat_groups");
-        const PyValue* st = getKey(getKey(sd, "optimizer_state_dict"), "state");
-        if (!flats || !flats->isSequence())
-            throw Error(ErrorKind::Format, l.abs, "has no fp32_flat_groups list (ZeRO-3)");
-        auto& joined = buf[dp];
-        for (size_t s = 0; s < flats->size(); ++s) {
-            const PyValue* sub = getIntKey(st, static_cast<int64_t>(s));
-            if (subState0.find(static_cast<int>(s)) == subState0.end()) subState0[static_cast<int>(s)] = sub;
-            if (stateNames.empty() && sub && sub->isMapping())
-                for (size_t i = 0; i < sub->size(); ++i)
-                    if (sub->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(sub->dictKey(i)->text));
-            auto push = [&](const std::string& name, const PyValue* v, const std::string& what) {
-                Joined& j = joined[name];
-                FlatTensor f = flat(v, l, what);
-                j.starts.push_back(j.total);
-                j.parts.push_back(f);
-                j.total += f.numel;
-            };
-            push("", flats->item(s), "fp32_flat_groups[" + std::to_string(s) + "]");
-            for (const auto& name : stateNames) {
-                const PyValue* t = getKey(sub, name);
-                if (t && t->kind == PyKind::Tensor && !t->tensor->sizes.empty())
-                    push(name, t, "optimizer_state_dict state " + std::to_string(s) + " '" + name + "'");
-            }
-        }
-    }
-    if (buf.empty())
-        throw Error(ErrorKind::Format, tagDir, "holds no optimizer file of a rank below " + std::to_string(W));
-    const int r0 = buf.begin()->first;
-    const int64_t avail = buf[r0][""].total;
-    if (pos != avail)
-        warn(ReaderCode::ZeroWorldSizeMismatch,
-            "param_shapes in " + model.file->rel + " need " + std::to_string(pos) + " elements per rank (partitions of "
-                + "ceil(numel / " + std::to_string(W) + ")) but rank " + std::to_string(r0)
-                + "'s fp32_flat_groups hold " + std::to_string(avail),
-            true,
-            "ValueError: consumed " + std::to_string(pos * W) + " numels out of " + std::to_string(avail * W)
-                + " - something is wrong");
-    for (const auto& [dp, j] : buf)
-        if (j.at("").total != avail)
-            throw Error(ErrorKind::Format, o.files.at(dp)->abs,
-                "fp32_flat_groups hold " + std::to_string(j.at("").total) + " elements, rank " + std::to_string(r0)
-                    + "'s " + std::to_string(avail) + ": the rank files do not belong together");
-
-    // elements [at, at + n) of a rank's joined flats, as pieces of the tensor from @p begin
-    auto place = [&](TensorEntry& e, const Joined& j, int64_t at, int64_t begin, int64_t n, int rank) {
-        for (size_t i = 0; i < j.parts.size() && n > 0; ++i) {
-            const int64_t s = j.starts[i];
-            const int64_t end = s + j.parts[i].numel;
-            if (at >= end || at + n <= s) continue;
-            const int64_t lo = std::max(at, s);
-            const int64_t hi = std::min(at + n, end);
-            addPieces(e, begin + (lo - at), begin + (hi - at), j.parts[i], lo - s, rank);
-        }
-    };
+    const Zero3Flats flats = readZero3Flats(o, stateNames, subState0);
+    checkZero3Lengths(o, model, flats, pos);
     std::vector<std::vector<std::string>> subFqns(model.groups.size());
     for (const auto& p : params) {
         subFqns[static_cast<size_t>(p.subGroup)].push_back(p.m.fqn);
-        TensorEntry w;
-        w.shape = p.m.shape;
-        w.dtype = buf[r0][""].parts.empty() ? DType::Float32 : buf[r0][""].parts.front().dtype;
-        std::map<std::string, TensorEntry> tensorStates;
-        std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
-        for (const auto& [dp, j] : buf) {
-            const int64_t begin = int64_t(dp) * p.q;
-            const int64_t n = std::min(p.q, p.m.numel - begin);
-            if (n <= 0 || p.at + n > j.at("").total) continue;
-            pieces.push_back({dp, {begin, begin + n}});
-            place(w, j.at(""), p.at, begin, n, dp);
-            for (const auto& [name, joined] : j) {
-                if (name.empty() || p.at + n > joined.total) continue;
-                auto& e = tensorStates[name];
-                e.shape = p.m.shape;
-                e.dtype = joined.parts.front().dtype;
-                place(e, joined, p.at, begin, n, dp);
-            }
-        }
-        out.weights[p.m.fqn] = std::move(w);
-        const PyValue* sub0 = subState0[p.subGroup];
-        for (const auto& name : stateNames) {
-            ParamState s;
-            s.name = name;
-            const PyValue* t0 = getKey(sub0, name);
-            if (auto it = tensorStates.find(name); it != tensorStates.end()) {
-                s.tensor = true;
-                s.entry = std::move(it->second);
-            } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
-                s.tensor = true;
-                s.entry = wholeTensor(t0, *o.files.at(r0), "optimizer_state_dict '" + name + "'", r0);
-            } else if (t0 && t0->kind == PyKind::Tensor) {
-                continue;
-            } else {
-                s.value = t0 ? t0 : m_cp.arena->makeNone();
-            }
-            out.addState(p.m.fqn, std::move(s));
-        }
-        FlatPartitionSlot slot;
-        slot.fqn = p.m.fqn;
-        slot.buffer = p.subGroup;
-        slot.bufferName = "ZeRO-3 sub-group " + std::to_string(p.subGroup);
-        int64_t sgStart = 0;
-        if (!buf[r0][""].starts.empty() && static_cast<size_t>(p.subGroup) < buf[r0][""].starts.size())
-            sgStart = buf[r0][""].starts[static_cast<size_t>(p.subGroup)];
-        slot.offset = p.at - sgStart;
-        const int64_t pad = p.q * W - p.m.numel;
-        slot.note = "partitioned on its own: " + std::to_string(p.q) + " per rank (" + rangesText(pieces) + ")"
-            + (pad > 0 ? ", " + std::to_string(pad) + " elements padding on the last rank" : std::string());
-        out.slots.push_back(std::move(slot));
+        const auto sub = subState0.find(p.subGroup);
+        addZero3Param(o, flats, p, stateNames, sub == subState0.end() ? nullptr : sub->second, out);
     }
     // param groups list their sub-groups
+    const PyValue* pg0 = getKey(getKey(o.sd0, "optimizer_state_dict"), "param_groups");
     if (pg0 && pg0->isSequence()) {
         for (const auto* g : pg0->items()) {
             out.groupFqns.emplace_back();
@@ -1024,6 +928,134 @@ void ZeroReading::readZero3(const OptimFiles& o, const ModelStates& model, Param
         }
     }
     detail = "DeepSpeed ZeRO stage 3";
+}
+
+ZeroReading::Zero3Flats ZeroReading::readZero3Flats(
+    const OptimFiles& o, std::vector<std::string>& stateNames, std::map<int, const PyValue*>& subState0)
+{
+    const int W = o.worldSize;
+    Zero3Flats buf;
+    for (const auto& [dp, sd] : o.stateDicts) {
+        if (dp >= W) continue;
+        const Loaded& l = *o.files.at(dp);
+        const PyValue* flats = getKey(sd, "fp32_flat_groups");
+        const PyValue* st = getKey(getKey(sd, "optimizer_state_dict"), "state");
+        if (!flats || !flats->isSequence())
+            throw Error(ErrorKind::Format, l.abs, "has no fp32_flat_groups list (ZeRO-3)");
+        auto& joined = buf[dp];
+        joined[""]; // the fp32 flats, even when the list is empty (then their lengths are what is wrong)
+        for (size_t s = 0; s < flats->size(); ++s) {
+            const PyValue* sub = getIntKey(st, static_cast<int64_t>(s));
+            if (subState0.find(static_cast<int>(s)) == subState0.end()) subState0[static_cast<int>(s)] = sub;
+            if (stateNames.empty() && sub && sub->isMapping())
+                for (size_t i = 0; i < sub->size(); ++i)
+                    if (sub->dictKey(i)->kind == PyKind::Str) stateNames.push_back(std::string(sub->dictKey(i)->text));
+            auto push = [&](const std::string& name, const PyValue* v, const std::string& what) {
+                Zero3Joined& j = joined[name];
+                FlatTensor f = flat(v, l, what);
+                j.starts.push_back(j.total);
+                j.parts.push_back(f);
+                j.total += f.numel;
+            };
+            push("", flats->item(s), "fp32_flat_groups[" + std::to_string(s) + "]");
+            for (const auto& name : stateNames) {
+                const PyValue* t = getKey(sub, name);
+                if (t && t->kind == PyKind::Tensor && !t->tensor->sizes.empty())
+                    push(name, t, "optimizer_state_dict state " + std::to_string(s) + " '" + name + "'");
+            }
+        }
+    }
+    if (buf.empty())
+        throw Error(ErrorKind::Format, m_dir.string(), "holds no optimizer file of a rank below " + std::to_string(W));
+    return buf;
+}
+
+void ZeroReading::checkZero3Lengths(const OptimFiles& o, const ModelStates& model, const Zero3Flats& buf, int64_t pos)
+{
+    const int W = o.worldSize;
+    const int r0 = buf.begin()->first;
+    const int64_t avail = buf.at(r0).at("").total;
+    if (pos != avail)
+        warn(ReaderCode::ZeroWorldSizeMismatch,
+            "param_shapes in " + model.file->rel + " need " + std::to_string(pos) + " elements per rank (partitions of "
+                + "ceil(numel / " + std::to_string(W) + ")) but rank " + std::to_string(r0)
+                + "'s fp32_flat_groups hold " + std::to_string(avail),
+            true,
+            "ValueError: consumed " + std::to_string(pos * W) + " numels out of " + std::to_string(avail * W)
+                + " - something is wrong");
+    for (const auto& [dp, j] : buf)
+        if (j.at("").total != avail)
+            throw Error(ErrorKind::Format, o.files.at(dp)->abs,
+                "fp32_flat_groups hold " + std::to_string(j.at("").total) + " elements, rank " + std::to_string(r0)
+                    + "'s " + std::to_string(avail) + ": the rank files do not belong together");
+}
+
+void ZeroReading::addZero3Param(const OptimFiles& o, const Zero3Flats& buf, const Zero3Param& p,
+    const std::vector<std::string>& stateNames, const PyValue* sub0, Params& out)
+{
+    const int W = o.worldSize;
+    const int r0 = buf.begin()->first;
+    const Zero3Joined& fp32 = buf.at(r0).at("");
+    // elements [at, at + n) of a rank's joined flats, as pieces of the tensor from @p begin
+    auto place = [&](TensorEntry& e, const Zero3Joined& j, int64_t at, int64_t begin, int64_t n, int rank) {
+        for (size_t i = 0; i < j.parts.size() && n > 0; ++i) {
+            const int64_t s = j.starts[i];
+            const int64_t end = s + j.parts[i].numel;
+            if (at >= end || at + n <= s) continue;
+            const int64_t lo = std::max(at, s);
+            const int64_t hi = std::min(at + n, end);
+            addPieces(e, begin + (lo - at), begin + (hi - at), j.parts[i], lo - s, rank);
+        }
+    };
+    TensorEntry w;
+    w.shape = p.m.shape;
+    w.dtype = fp32.parts.empty() ? DType::Float32 : fp32.parts.front().dtype;
+    std::map<std::string, TensorEntry> tensorStates;
+    std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;
+    for (const auto& [dp, j] : buf) {
+        const int64_t begin = int64_t(dp) * p.q;
+        const int64_t n = std::min(p.q, p.m.numel - begin);
+        if (n <= 0 || p.at + n > j.at("").total) continue;
+        pieces.push_back({dp, {begin, begin + n}});
+        place(w, j.at(""), p.at, begin, n, dp);
+        for (const auto& [name, joined] : j) {
+            if (name.empty() || p.at + n > joined.total) continue;
+            auto& e = tensorStates[name];
+            e.shape = p.m.shape;
+            e.dtype = joined.parts.front().dtype;
+            place(e, joined, p.at, begin, n, dp);
+        }
+    }
+    out.weights[p.m.fqn] = std::move(w);
+    for (const auto& name : stateNames) {
+        ParamState s;
+        s.name = name;
+        const PyValue* t0 = getKey(sub0, name);
+        if (auto it = tensorStates.find(name); it != tensorStates.end()) {
+            s.tensor = true;
+            s.entry = std::move(it->second);
+        } else if (t0 && t0->kind == PyKind::Tensor && t0->tensor->sizes.empty()) {
+            s.tensor = true;
+            s.entry = wholeTensor(t0, *o.files.at(r0), "optimizer_state_dict '" + name + "'", r0);
+        } else if (t0 && t0->kind == PyKind::Tensor) {
+            continue;
+        } else {
+            s.value = t0 ? t0 : m_cp.arena->makeNone();
+        }
+        out.addState(p.m.fqn, std::move(s));
+    }
+    FlatPartitionSlot slot;
+    slot.fqn = p.m.fqn;
+    slot.buffer = p.subGroup;
+    slot.bufferName = "ZeRO-3 sub-group " + std::to_string(p.subGroup);
+    int64_t sgStart = 0;
+    if (!fp32.starts.empty() && static_cast<size_t>(p.subGroup) < fp32.starts.size())
+        sgStart = fp32.starts[static_cast<size_t>(p.subGroup)];
+    slot.offset = p.at - sgStart;
+    const int64_t pad = p.q * W - p.m.numel;
+    slot.note = "partitioned on its own: " + std::to_string(p.q) + " per rank (" + rangesText(pieces) + ")"
+        + (pad > 0 ? ", " + std::to_string(pad) + " elements padding on the last rank" : std::string());
+    out.slots.push_back(std::move(slot));
 }
 
 /// what the model states hold beyond the optimizer's groups: frozen parameters, buffers, shared parameters; the
