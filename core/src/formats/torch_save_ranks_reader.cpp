@@ -196,10 +196,22 @@ bool TorchSaveRanksReader::looksLikeRankFiles(const std::string& folder)
     }
 }
 
-CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progress& progress)
+namespace {
+
+bool isShardedTensor(const Entry& e)
 {
-    const std::vector<std::string> paths = rankFiles(folder);
-    if (paths.empty()) throw Error(ErrorKind::Format, folder, "holds no set of per-rank torch.save files");
+    return e.isTensor() && !e.tensor->subclass.empty();
+}
+
+std::string fileNameOf(const std::string& path)
+{
+    return Location(path).filename().string();
+}
+
+/// every rank file read as a torch.save checkpoint of its own, in rank order
+std::vector<CheckpointPtr> readRankFiles(
+    const std::string& folder, const std::vector<std::string>& paths, const Progress& progress)
+{
     // remote rank files: while one is read, the first bytes of the next ones are fetched (a round trip or three for
     // each file one after the other, at 1,024 ranks, was most of the time); opened as they are read, a missing one
     // fails where it did
@@ -228,48 +240,46 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
         ranks.push_back(TorchSaveReader::open(fileOf(r), quiet));
         files[r].reset(); // the rank's checkpoint holds it
     }
-    const Checkpoint& first = *ranks.front();
-    const auto sharded = [](const Entry& e) { return e.isTensor() && !e.tensor->subclass.empty(); };
-    if (std::none_of(first.entries.begin(), first.entries.end(), sharded))
-        throw Error(ErrorKind::Format, folder,
-            "holds per-rank torch.save files (" + Location(paths.front()).filename().string() + " to "
-                + Location(paths.back()).filename().string()
-                + ") without a DTensor or ShardedTensor: each rank's file stands alone. Open one of them; raw FSDP1 "
-                  "optimizer files (flat parameters) become FQN-keyed with `optscope-cli unflatten FILES... --model "
-                  "MODEL`");
+    return ranks;
+}
 
-    auto cp = std::make_shared<Checkpoint>();
-    cp->format = CheckpointFormat::TorchSaveRanks;
-    cp->path = folder;
-    cp->pickleProtocol = first.pickleProtocol;
-    cp->formatDetail = std::to_string(paths.size()) + " rank files " + Location(paths.front()).filename().string()
-        + " to " + Location(paths.back()).filename().string() + "; " + first.formatDetail;
-    cp->root = first.root;
-    cp->arena = first.arena; // rank 0's values; the other ranks give chunks only, which point into their files
-    cp->files = std::make_shared<CheckpointFiles>(folder);
+/// the ranks' files into @p cp's, and their warnings: each once, naming the rank's file past rank 0
+void addRankFilesAndWarnings(
+    Checkpoint& cp, const std::vector<CheckpointPtr>& ranks, const std::vector<std::string>& paths)
+{
     for (size_t r = 0; r < paths.size(); ++r) {
-        const std::string name = Location(paths[r]).filename().string();
-        cp->files->add(name, ranks[r]->files->open(name));
+        const std::string name = fileNameOf(paths[r]);
+        cp.files->add(name, ranks[r]->files->open(name));
         for (const auto& w : ranks[r]->warnings) {
             CheckpointWarning copy = w;
             if (r > 0) copy.message = name + ": " + copy.message;
             // the same warning of every rank once
-            const bool seen = r > 0 && std::any_of(cp->warnings.begin(), cp->warnings.end(), [&](const auto& o) {
+            const bool seen = r > 0 && std::any_of(cp.warnings.begin(), cp.warnings.end(), [&](const auto& o) {
                 return o.code == w.code && o.key == w.key;
             });
-            if (!seen) cp->warnings.push_back(std::move(copy));
+            if (!seen) cp.warnings.push_back(std::move(copy));
         }
     }
+}
 
+/// How the ranks' entries disagree with rank 0's, by rank: the sharded tensors a rank lacks, and rank 0's entries
+/// whose replicated copy differs on that rank (1,000 at most)
+struct RankDisagreement
+{
+    std::vector<std::vector<std::string>> missing;
+    std::vector<std::vector<size_t>> differing;
+};
+
+/// rank 0's entries, each sharded tensor with every rank's shards (a replicated shard once: the first rank's)
+RankDisagreement mergeRankEntries(Checkpoint& cp, const std::vector<CheckpointPtr>& ranks,
+    const std::vector<std::string>& paths, const std::vector<std::unordered_map<std::string, size_t>>& byKey)
+{
+    const Checkpoint& first = *ranks.front();
     const auto fileTable = std::make_shared<FileNameTable>();
-    std::vector<std::unordered_map<std::string, size_t>> byKey(ranks.size());
-    for (size_t r = 1; r < ranks.size(); ++r)
-        for (size_t i = 0; i < ranks[r]->entries.size(); ++i)
-            byKey[r].emplace(ranks[r]->entries[i].key, i);
-    std::vector<std::vector<std::string>> missing(ranks.size());
-    std::vector<std::vector<size_t>> differing(
-        ranks.size()); // rank 0's entries whose rank-r copy differs (1,000 at most)
-    cp->entries.reserve(first.entries.size());
+    RankDisagreement d;
+    d.missing.resize(ranks.size());
+    d.differing.resize(ranks.size());
+    cp.entries.reserve(first.entries.size());
     for (const Entry& e0 : first.entries) {
         Entry e = e0;
         if (e0.isTensor()) {
@@ -286,18 +296,18 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
                 }
             };
             add(e0.tensor->chunks, 0);
-            if (sharded(e0))
+            if (isShardedTensor(e0))
                 for (size_t r = 1; r < ranks.size(); ++r) {
                     const auto it = byKey[r].find(e0.key);
                     if (it == byKey[r].end()) {
-                        missing[r].push_back(e0.key);
+                        d.missing[r].push_back(e0.key);
                         continue;
                     }
                     const Entry& er = ranks[r]->entries[it->second];
                     if (!er.isTensor() || er.tensor->shape != e0.tensor->shape
                         || er.tensor->dtype != e0.tensor->dtype) {
-                        cp->warnings.push_back({ReaderCode::RankFilesDisagree,
-                            Location(paths[r]).filename().string() + " holds '" + e0.key
+                        cp.warnings.push_back({ReaderCode::RankFilesDisagree,
+                            fileNameOf(paths[r]) + " holds '" + e0.key
                                 + "' with another type, shape or dtype than rank 0's: its shard is left out",
                             e0.key, true, "", "", "", ""});
                         continue;
@@ -307,47 +317,89 @@ CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progre
             // the ranks' shards together: held here now (rank 0 itself may be the rank without rows)
             if (!e.tensor->chunks.empty()) e.tensor->shardsElsewhere = false;
         }
-        if (!sharded(e0))
+        if (!isShardedTensor(e0))
             for (size_t r = 1; r < ranks.size(); ++r) {
                 const auto it = byKey[r].find(e0.key);
-                if (it == byKey[r].end() || differing[r].size() >= 1000) continue;
+                if (it == byKey[r].end() || d.differing[r].size() >= 1000) continue;
                 const Entry& er = ranks[r]->entries[it->second];
                 if (sameReplica(first, e0, *ranks[r], er) == std::optional<bool>(false))
-                    differing[r].push_back(&e0 - first.entries.data());
+                    d.differing[r].push_back(&e0 - first.entries.data());
             }
-        cp->entries.push_back(std::move(e));
+        cp.entries.push_back(std::move(e));
     }
-    // keys a rank's file has and rank 0's does not
+    return d;
+}
+
+/// what each rank's file holds that rank 0's does not, lacks, or holds otherwise, as warnings
+void addRankDisagreementWarnings(Checkpoint& cp, const std::vector<CheckpointPtr>& ranks,
+    const std::vector<std::string>& paths, const std::vector<std::unordered_map<std::string, size_t>>& byKey,
+    const RankDisagreement& d)
+{
+    const Checkpoint& first = *ranks.front();
+    const std::string firstName = fileNameOf(paths[0]);
     for (size_t r = 1; r < ranks.size(); ++r) {
+        // keys a rank's file has and rank 0's does not
         std::vector<std::string> extra;
         for (const Entry& er : ranks[r]->entries)
             if (!first.find(er.key)) extra.push_back(er.key);
-        const std::string name = Location(paths[r]).filename().string();
-        if (!missing[r].empty())
-            cp->warnings.push_back({ReaderCode::RankFilesDisagree,
-                name + " lacks " + std::to_string(missing[r].size()) + " sharded tensor(s) that "
-                    + Location(paths[0]).filename().string() + " has, first '" + missing[r].front()
-                    + "': their shards of that rank are missing",
-                missing[r].front(), true, "", "", "", ""});
-        if (!differing[r].empty()) {
+        const std::string name = fileNameOf(paths[r]);
+        if (!d.missing[r].empty())
+            cp.warnings.push_back({ReaderCode::RankFilesDisagree,
+                name + " lacks " + std::to_string(d.missing[r].size()) + " sharded tensor(s) that " + firstName
+                    + " has, first '" + d.missing[r].front() + "': their shards of that rank are missing",
+                d.missing[r].front(), true, "", "", "", ""});
+        if (!d.differing[r].empty()) {
             // each rank loads its own file: ranks that saved different replicated state resume out of step (Adam's
             // bias correction by another step, another lr) and nothing in PyTorch says so
-            const Entry& e0 = first.entries[differing[r].front()];
+            const Entry& e0 = first.entries[d.differing[r].front()];
             const Entry& er = ranks[r]->entries[byKey[r].at(e0.key)];
             const std::string v0 = replicaText(first, e0), vr = replicaText(*ranks[r], er);
-            cp->warnings.push_back({ReaderCode::RankFilesDisagree,
-                name + " holds " + std::to_string(differing[r].size()) + (differing[r].size() >= 1000 ? "+" : "")
-                    + " replicated value(s) that differ from " + Location(paths[0]).filename().string() + "'s, first '"
-                    + e0.key + "'" + (v0.empty() || vr.empty() ? std::string() : " (" + vr + ", rank 0: " + v0 + ")")
+            cp.warnings.push_back({ReaderCode::RankFilesDisagree,
+                name + " holds " + std::to_string(d.differing[r].size()) + (d.differing[r].size() >= 1000 ? "+" : "")
+                    + " replicated value(s) that differ from " + firstName + "'s, first '" + e0.key + "'"
+                    + (v0.empty() || vr.empty() ? std::string() : " (" + vr + ", rank 0: " + v0 + ")")
                     + ": each rank loads its own file, so the ranks resume out of step; rank 0's are shown",
                 e0.key, true, "", "", "", ""});
         }
         if (!extra.empty())
-            cp->warnings.push_back({ReaderCode::RankFilesDisagree,
-                name + " has " + std::to_string(extra.size()) + " key(s) that " + Location(paths[0]).filename().string()
-                    + " lacks, first '" + extra.front() + "': rank 0's keys are read",
+            cp.warnings.push_back({ReaderCode::RankFilesDisagree,
+                name + " has " + std::to_string(extra.size()) + " key(s) that " + firstName + " lacks, first '"
+                    + extra.front() + "': rank 0's keys are read",
                 extra.front(), false, "", "", "", ""});
     }
+}
+
+} // namespace
+
+CheckpointPtr TorchSaveRanksReader::open(const std::string& folder, const Progress& progress)
+{
+    const std::vector<std::string> paths = rankFiles(folder);
+    if (paths.empty()) throw Error(ErrorKind::Format, folder, "holds no set of per-rank torch.save files");
+    const std::vector<CheckpointPtr> ranks = readRankFiles(folder, paths, progress);
+    const Checkpoint& first = *ranks.front();
+    if (std::none_of(first.entries.begin(), first.entries.end(), isShardedTensor))
+        throw Error(ErrorKind::Format, folder,
+            "holds per-rank torch.save files (" + fileNameOf(paths.front()) + " to " + fileNameOf(paths.back())
+                + ") without a DTensor or ShardedTensor: each rank's file stands alone. Open one of them; raw FSDP1 "
+                  "optimizer files (flat parameters) become FQN-keyed with `optscope-cli unflatten FILES... --model "
+                  "MODEL`");
+
+    auto cp = std::make_shared<Checkpoint>();
+    cp->format = CheckpointFormat::TorchSaveRanks;
+    cp->path = folder;
+    cp->pickleProtocol = first.pickleProtocol;
+    cp->formatDetail = std::to_string(paths.size()) + " rank files " + fileNameOf(paths.front()) + " to "
+        + fileNameOf(paths.back()) + "; " + first.formatDetail;
+    cp->root = first.root;
+    cp->arena = first.arena; // rank 0's values; the other ranks give chunks only, which point into their files
+    cp->files = std::make_shared<CheckpointFiles>(folder);
+    addRankFilesAndWarnings(*cp, ranks, paths);
+    std::vector<std::unordered_map<std::string, size_t>> byKey(ranks.size());
+    for (size_t r = 1; r < ranks.size(); ++r)
+        for (size_t i = 0; i < ranks[r]->entries.size(); ++i)
+            byKey[r].emplace(ranks[r]->entries[i].key, i);
+    const RankDisagreement d = mergeRankEntries(*cp, ranks, paths, byKey);
+    addRankDisagreementWarnings(*cp, ranks, paths, byKey, d);
     cp->buildIndex();
     progress(1.0, "read");
     return cp;
