@@ -14,6 +14,8 @@
 #include "session/checkpointcontext.h"
 #include "session/comparisonsession.h"
 #include "session/jobrunner.h"
+#include "session/reshardpreview.h"
+#include "session/watchsession.h"
 
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/io/storage.h"
@@ -69,12 +71,14 @@ MainWindow::MainWindow(QWidget* parent)
     m_keys = new StateKeysPanel(m_context, this);
     m_details = new TensorDetailsPanel(m_context, this);
     m_fqn = new FqnMappingPanel(m_context, this);
-    m_shards = new ShardLayoutPanel(m_context, this);
+    m_reshardPreview = new ReshardPreview(this);
+    m_shards = new ShardLayoutPanel(m_context, m_reshardPreview, this);
     m_comparison = new ComparisonSession(m_context, this);
     m_diff = new DiffPanel(m_context, m_comparison, this);
     m_diagnose = new DiagnosePanel(m_context, this);
-    m_reshard = new ReshardPanel(m_context, this);
-    m_watch = new WatchPanel(m_context, m_comparison, this);
+    m_reshard = new ReshardPanel(m_context, m_reshardPreview, this);
+    m_watchSession = new WatchSession(m_context, m_comparison, this);
+    m_watch = new WatchPanel(m_context, m_watchSession, this);
     addPanel(QStringLiteral("keys"), tr("State keys"), m_keys, QKeySequence(Qt::ALT | Qt::Key_1));
     addPanel(QStringLiteral("details"), tr("Tensor details"), m_details, QKeySequence(Qt::ALT | Qt::Key_2));
     addPanel(QStringLiteral("shards"), tr("Shard layout"), m_shards, QKeySequence(Qt::ALT | Qt::Key_3));
@@ -107,12 +111,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_comparison, &ComparisonSession::otherChanged, m_details, &TensorDetailsPanel::setComparison);
     connect(m_diagnose, &DiagnosePanel::openRequested, this, &MainWindow::openPath);
     connect(m_reshard, &ReshardPanel::openRequested, this, &MainWindow::openPath);
-    connect(m_reshard, &ReshardPanel::previewChanged, this, [this](std::optional<ReshardOptions> options) {
-        const bool on = options.has_value();
-        m_shards->setPreview(std::move(options));
-        if (on) raisePanel(QStringLiteral("shards"));
+    // a preview turned on or changed: its drawing comes to the front
+    connect(m_reshardPreview, &ReshardPreview::targetChanged, this, [this] {
+        if (m_reshardPreview->target()) raisePanel(QStringLiteral("shards"));
     });
-    connect(m_reshard, &ReshardPanel::written, m_shards, &ShardLayoutPanel::setPreviewWritten);
     connect(m_shards, &ShardLayoutPanel::needsRoomChanged, this, &MainWindow::fitShardLayout);
     connect(m_context, &CheckpointContext::loadStarted, this,
         [this](const QString& path) { statusBar()->showMessage(tr("Opening %1…").arg(Format::displayPath(path))); });
@@ -482,7 +484,7 @@ void MainWindow::openPath(const QString& path)
 
 void MainWindow::watchFolder(const QString& folder)
 {
-    m_watch->watch(folder);
+    m_watchSession->watch(folder);
     raisePanel(QStringLiteral("watch"));
 }
 

@@ -16,6 +16,8 @@ namespace optscope::ui {
 class CheckpointContext;
 class DiagnosePanel;
 class ComparisonSession;
+class ReshardPreview;
+class WatchSession;
 class DiffPanel;
 class FqnMappingPanel;
 class ReshardPanel;
@@ -68,6 +70,7 @@ public:
     DiagnosePanel* diagnosePanel() const { return m_diagnose; }
     ReshardPanel* reshardPanel() const { return m_reshard; }
     WatchPanel* watchPanel() const { return m_watch; }
+    WatchSession* watchSession() const { return m_watchSession; }
 
     /// panel names for --panel: keys, details, fqn, shards, diff, diagnose, reshard
     static QStringList panelNames();
@@ -108,6 +111,8 @@ private:
     FqnMappingPanel* m_fqn = nullptr;
     ShardLayoutPanel* m_shards = nullptr;
     ComparisonSession* m_comparison = nullptr;
+    ReshardPreview* m_reshardPreview = nullptr;
+    WatchSession* m_watchSession = nullptr;
     DiffPanel* m_diff = nullptr;
     DiagnosePanel* m_diagnose = nullptr;
     ReshardPanel* m_reshard = nullptr;

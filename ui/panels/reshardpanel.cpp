@@ -8,6 +8,7 @@
 #include "models/verifymodel.h"
 #include "session/checkpointcontext.h"
 #include "session/jobrunner.h"
+#include "session/reshardpreview.h"
 #include "widgets/keycolumnsizer.h"
 
 #include "optscope/analysis/reshard.h"
@@ -41,9 +42,10 @@
 
 namespace optscope::ui {
 
-ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
+ReshardPanel::ReshardPanel(CheckpointContext* context, ReshardPreview* preview, QWidget* parent)
     : QWidget(parent)
     , m_context(context)
+    , m_previewed(preview)
     , m_world(new QSpinBox(this))
     , m_layout(new QComboBox(this))
     , m_device(new QComboBox(this))
@@ -146,7 +148,7 @@ ReshardPanel::ReshardPanel(CheckpointContext* context, QWidget* parent)
     });
     connect(m_preview, &QPushButton::toggled, this, &ReshardPanel::setPreviewing);
     auto followOptions = [this] {
-        if (m_preview->isChecked()) Q_EMIT previewChanged(targetOptions());
+        if (m_preview->isChecked()) m_previewed->setTarget(targetOptions());
     };
     connect(m_world, qOverload<int>(&QSpinBox::valueChanged), this, followOptions);
     connect(m_layout, qOverload<int>(&QComboBox::currentIndexChanged), this, followOptions);
@@ -180,7 +182,7 @@ void ReshardPanel::setPreviewing(bool on)
         m_preview->setChecked(on); // toggled() comes back here
         return;
     }
-    Q_EMIT previewChanged(on ? std::optional<ReshardOptions>(targetOptions()) : std::nullopt);
+    m_previewed->setTarget(on ? std::optional<ReshardOptions>(targetOptions()) : std::nullopt);
 }
 
 QString ReshardPanel::suggestedOutput() const
@@ -345,7 +347,7 @@ void ReshardPanel::reshardTo(const QString& outDir)
                 m_summary->text() + tr("<br>Saved to %1").arg(Format::displayPath(outDir).toHtmlEscaped()));
             m_lastOutput = outDir;
             m_open->show();
-            Q_EMIT written(outDir, options);
+            m_previewed->setWritten(outDir, options);
             Q_EMIT finished(true);
         },
         [this](const QString& message, bool cancelled) {

@@ -18,6 +18,7 @@ class QTreeView;
 namespace optscope::ui {
 
 class CheckpointContext;
+class ReshardPreview;
 class StatusFilterProxy;
 class VerifyModel;
 
@@ -28,7 +29,8 @@ class ReshardPanel : public QWidget
 {
     Q_OBJECT
 public:
-    explicit ReshardPanel(CheckpointContext* context, QWidget* parent = nullptr);
+    /// reshards the checkpoint of @p context; its "Preview layout" sets @p preview's target
+    ReshardPanel(CheckpointContext* context, ReshardPreview* preview, QWidget* parent = nullptr);
 
     VerifyModel* model() const { return m_model; }
     StatusFilterProxy* proxy() const { return m_proxy; }
@@ -55,12 +57,8 @@ public:
 
 Q_SIGNALS:
     void finished(bool ok);
-    /// the Shard layout view should show the target layout (options) or the checkpoint's own (nullopt)
-    void previewChanged(std::optional<optscope::ReshardOptions> options);
     /// "Open resharded": the main window opens the written folder
     void openRequested(const QString& path);
-    /// "Reshard and save" wrote @p outDir in the layout @p options describe
-    void written(const QString& outDir, optscope::ReshardOptions options);
 
 private:
     void onCheckpointChanged();
@@ -69,6 +67,7 @@ private:
     void showReport();
 
     CheckpointContext* m_context;
+    ReshardPreview* m_previewed;
     QSpinBox* m_world;
     QComboBox* m_layout;
     QComboBox* m_device;

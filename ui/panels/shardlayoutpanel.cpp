@@ -5,6 +5,7 @@
 #include "plots/plotexport.h"
 #include "plots/shardlayoutwidget.h"
 #include "session/checkpointcontext.h"
+#include "session/reshardpreview.h"
 
 #include "optscope/model/shard_layout.h"
 #include "optscope/tensor/scalar_value.h"
@@ -44,12 +45,13 @@ QWidget* legendSwatch(const QBrush& brush, const QPen& pen, const QString& text,
 
 } // namespace
 
-ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, QWidget* parent)
+ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, ReshardPreview* preview, QWidget* parent)
     : QWidget(parent)
     , m_context(context)
     , m_title(new QLabel(this))
     , m_widget(new ShardLayoutWidget(this))
     , m_summary(new QLabel(this))
+    , m_preview(preview)
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -89,6 +91,9 @@ ShardLayoutPanel::ShardLayoutPanel(CheckpointContext* context, QWidget* parent)
     connect(m_context, &CheckpointContext::selectionChanged, this, &ShardLayoutPanel::onSelectionChanged);
     connect(m_context, &CheckpointContext::checkpointChanged, this, &ShardLayoutPanel::updateNeedsRoom);
     connect(m_context, &CheckpointContext::checkpointChanged, this, &ShardLayoutPanel::onSelectionChanged);
+    connect(m_preview, &ReshardPreview::targetChanged, this, &ShardLayoutPanel::updateNeedsRoom);
+    connect(m_preview, &ReshardPreview::targetChanged, this, &ShardLayoutPanel::onSelectionChanged);
+    connect(m_preview, &ReshardPreview::writtenChanged, this, &ShardLayoutPanel::onSelectionChanged);
     onSelectionChanged();
 }
 
@@ -96,7 +101,7 @@ void ShardLayoutPanel::updateNeedsRoom()
 {
     // one pass over the chunk tables that makes nothing per chunk; a torch.save file's chunks have no rank (-1)
     const CheckpointPtr cp = m_context->checkpoint();
-    const bool needs = m_preview.has_value() || !cp || cp->ranks().size() > 1;
+    const bool needs = isPreviewing() || !cp || cp->ranks().size() > 1;
     if (needs == m_needsRoom) return;
     m_needsRoom = needs;
     // not sharded: every tensor is one lane of one chunk, which the title and the summary already say
@@ -110,19 +115,9 @@ QString ShardLayoutPanel::summaryText() const
     return m_summary->text();
 }
 
-void ShardLayoutPanel::setPreview(std::optional<ReshardOptions> options)
+bool ShardLayoutPanel::isPreviewing() const
 {
-    m_preview = std::move(options);
-    m_previewWrittenTo.clear();
-    updateNeedsRoom();
-    onSelectionChanged();
-}
-
-void ShardLayoutPanel::setPreviewWritten(const QString& outDir, const ReshardOptions& options)
-{
-    if (!m_preview || m_preview->worldSize != options.worldSize || m_preview->layout != options.layout) return;
-    m_previewWrittenTo = outDir;
-    onSelectionChanged();
+    return m_preview->target().has_value();
 }
 
 QString ShardLayoutPanel::titleText() const
@@ -157,17 +152,18 @@ void ShardLayoutPanel::onSelectionChanged()
         return;
     }
     // pure geometry over the metadata: cheap enough for the UI thread even with thousands of chunks
-    ShardLayout layout = ShardLayout::of(m_preview ? reshardPreview(*entry->tensor, *m_preview) : *entry->tensor);
+    const std::optional<ReshardOptions>& preview = m_preview->target();
+    ShardLayout layout = ShardLayout::of(preview ? reshardPreview(*entry->tensor, *preview) : *entry->tensor);
     m_title->setText(tr("<b>%1</b> &nbsp; %2 &nbsp; %n chunk(s)", nullptr, static_cast<int>(layout.chunks.size()))
                          .arg(Format::text(entry->key).toHtmlEscaped(), Format::shape(entry->tensor->shape)));
-    if (m_preview)
+    if (preview)
         m_title->setText(
             tr("<span style=\"color:#6a3d9a\"><b>Preview</b>: after a reshard to %n rank(s) (%1), %2</span><br>",
-                nullptr, m_preview->worldSize)
-                .arg(m_preview->layout == ShardingStyle::Fsdp1 ? QStringLiteral("FSDP1") : QStringLiteral("FSDP2"),
-                    m_previewWrittenTo.isEmpty()
+                nullptr, preview->worldSize)
+                .arg(preview->layout == ShardingStyle::Fsdp1 ? QStringLiteral("FSDP1") : QStringLiteral("FSDP2"),
+                    m_preview->writtenTo().isEmpty()
                         ? tr("nothing written yet")
-                        : tr("written to %1").arg(Format::displayPath(m_previewWrittenTo).toHtmlEscaped()))
+                        : tr("written to %1").arg(Format::displayPath(m_preview->writtenTo()).toHtmlEscaped()))
             + m_title->text());
     QStringList problems;
     if (!layout.gaps.empty())

@@ -5,32 +5,23 @@
 #include "plots/plotexport.h"
 #include "plots/qcp.h"
 #include "session/checkpointcontext.h"
-#include "session/comparisonsession.h"
-#include "session/jobrunner.h"
-
-#include "optscope/analysis/diff_report.h"
-#include "optscope/formats/checkpoint_loader.h"
-#include "optscope/io/storage.h"
-#include "optscope/optim/optimizer_kind.h"
+#include "session/watchsession.h"
 
 #include <QCheckBox>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QFileSystemWatcher>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
 #include <QSplitter>
 #include <QTableWidget>
-#include <QTimer>
-
 #include <QVBoxLayout>
-#include <cmath>
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
+#include <map>
+#include <string>
 
 namespace optscope::ui {
 
@@ -38,16 +29,14 @@ namespace {
 constexpr int MaxChartedKeys = 6;
 } // namespace
 
-WatchPanel::WatchPanel(CheckpointContext* context, ComparisonSession* comparison, QWidget* parent)
+WatchPanel::WatchPanel(CheckpointContext* context, WatchSession* session, QWidget* parent)
     : QWidget(parent)
     , m_context(context)
-    , m_comparison(comparison)
+    , m_session(session)
     , m_title(new QLabel(this))
     , m_follow(new QCheckBox(tr("Follow: open the newest and diff it"), this))
     , m_steps(new QTableWidget(0, 3, this))
     , m_chart(new QCustomPlot(this))
-    , m_watcher(new QFileSystemWatcher(this))
-    , m_poll(new QTimer(this))
 {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -55,8 +44,9 @@ WatchPanel::WatchPanel(CheckpointContext* context, ComparisonSession* comparison
     m_title->setWordWrap(true);
     m_title->setText(tr("File > Watch Folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
     bar->addWidget(m_title, 1);
-    m_follow->setChecked(true);
+    m_follow->setChecked(m_session->follows());
     m_follow->setToolTip(tr("Open each new checkpoint in the window and compare it with the one before"));
+    connect(m_follow, &QCheckBox::toggled, m_session, &WatchSession::setFollow);
     bar->addWidget(m_follow);
     // the panel starts a watch itself, not only File > Watch Folder…
     auto* start = new QPushButton(tr("Watch a folder…"), this);
@@ -70,7 +60,7 @@ WatchPanel::WatchPanel(CheckpointContext* context, ComparisonSession* comparison
     m_stopButton = new QPushButton(tr("Stop watching"), this);
     m_stopButton->setObjectName(QStringLiteral("stopWatching"));
     m_stopButton->setEnabled(false); // nothing watched yet
-    connect(m_stopButton, &QPushButton::clicked, this, &WatchPanel::stop);
+    connect(m_stopButton, &QPushButton::clicked, m_session, &WatchSession::stop);
     bar->addWidget(m_stopButton);
     layout->addLayout(bar);
 
@@ -109,17 +99,16 @@ WatchPanel::WatchPanel(CheckpointContext* context, ComparisonSession* comparison
     m_chart->legend->setBorderPen(Qt::NoPen);
     m_chart->legend->setBrush(Qt::NoBrush);
     PlotExport::install(
-        m_chart, [this] { return m_folder; }, QStringLiteral("watch"));
+        m_chart, [this] { return m_session->folder(); }, QStringLiteral("watch"));
     split->addWidget(m_chart);
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 2);
     layout->addWidget(split, 1);
 
-    m_poll->setInterval(1500);
-    connect(m_poll, &QTimer::timeout, this, &WatchPanel::pollNow);
-    connect(m_watcher, &QFileSystemWatcher::directoryChanged, this,
-        [this] { QTimer::singleShot(300, this, &WatchPanel::pollNow); });
-    updateChart();
+    connect(m_session, &WatchSession::watchingChanged, this, &WatchPanel::onWatchingChanged);
+    connect(m_session, &WatchSession::waitingChanged, this, &WatchPanel::updateTitle);
+    connect(m_session, &WatchSession::stepAdded, this, &WatchPanel::onStepAdded);
+    onWatchingChanged();
 }
 
 void WatchPanel::setFollow(bool on)
@@ -129,33 +118,71 @@ void WatchPanel::setFollow(bool on)
 
 void WatchPanel::watch(const QString& folder)
 {
-    stop();
-    const bool remote = optscope::isUrl(folder.toStdString());
-    m_folder = remote ? folder : QFileInfo(folder).absoluteFilePath();
-    ++m_generation;
-    if (!remote) m_watcher->addPath(m_folder); // a bucket prefix is only polled
-    m_title->setText(tr("Watching <b>%1</b>").arg(Format::displayPath(m_folder).toHtmlEscaped()));
-    m_title->setToolTip(m_folder);
-    m_stopButton->setEnabled(true);
-    m_follower = std::make_unique<RunFollower>(
-        m_folder.toStdString(), m_comparison->options(), static_cast<size_t>(m_trackedPerStep));
-    m_poll->start();
-    pollNow();
+    m_session->watch(folder);
 }
 
 void WatchPanel::stop()
 {
-    if (!m_watcher->directories().isEmpty()) m_watcher->removePaths(m_watcher->directories());
-    m_poll->stop();
-    if (m_stopButton) m_stopButton->setEnabled(false);
-    m_context->runner()->cancel(QStringLiteral("watch"));
-    ++m_generation;
-    m_busy = false;
-    m_folder.clear();
-    m_follower.reset();
+    m_session->stop();
+}
+
+bool WatchPanel::isWatching() const
+{
+    return m_session->isWatching();
+}
+
+QString WatchPanel::folder() const
+{
+    return m_session->folder();
+}
+
+void WatchPanel::pollNow()
+{
+    m_session->pollNow();
+}
+
+CheckpointPtr WatchPanel::latestCheckpoint() const
+{
+    return m_session->latestCheckpoint();
+}
+
+void WatchPanel::setTrackedPerStep(int keys)
+{
+    m_session->setTrackedPerStep(keys);
+}
+
+void WatchPanel::updateTitle()
+{
+    if (!m_session->isWatching()) {
+        m_title->setText(
+            tr("File > Watch Folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
+        m_title->setToolTip(QString());
+        return;
+    }
+    // a step still being written (or not opening yet) is waited for, and the panel says so
+    const QString watching = tr("Watching <b>%1</b>").arg(Format::displayPath(m_session->folder()).toHtmlEscaped());
+    m_title->setText(m_session->waiting().isEmpty()
+            ? watching
+            : watching + QStringLiteral(" — ") + tr("waiting: %1").arg(m_session->waiting().toHtmlEscaped()));
+    m_title->setToolTip(m_session->folder());
+}
+
+void WatchPanel::onWatchingChanged()
+{
+    m_stopButton->setEnabled(m_session->isWatching());
     m_steps->setRowCount(0);
-    m_title->setText(tr("File > Watch Folder… follows a training run's checkpoint folder (step_100/, step_200/, …)."));
+    for (const auto& step : m_session->steps())
+        addStepRow(step.step, step.name, step.status, step.path);
+    updateTitle();
     updateChart();
+}
+
+void WatchPanel::onStepAdded(const QString& name)
+{
+    const WatchSession::Step& step = m_session->steps().back();
+    addStepRow(step.step, step.name, step.status, step.path);
+    updateChart();
+    if (!step.path.isEmpty()) Q_EMIT stepRead(name); // read (a skipped step is not)
 }
 
 std::vector<std::pair<QString, QString>> WatchPanel::steps() const
@@ -168,9 +195,9 @@ std::vector<std::pair<QString, QString>> WatchPanel::steps() const
 
 std::vector<std::pair<int64_t, double>> WatchPanel::series(const QString& key) const
 {
-    if (!m_follower) return {};
-    auto it = m_follower->series().find(key.toStdString());
-    return it == m_follower->series().end() ? std::vector<std::pair<int64_t, double>>() : it->second;
+    const auto& all = m_session->series();
+    auto it = all.find(key.toStdString());
+    return it == all.end() ? std::vector<std::pair<int64_t, double>>() : it->second;
 }
 
 void WatchPanel::openStep(int row)
@@ -192,79 +219,12 @@ void WatchPanel::addStepRow(int64_t step, const QString& name, const QString& st
     m_steps->scrollToBottom();
 }
 
-void WatchPanel::pollNow()
-{
-    if (!isWatching() || m_busy || !m_follower) return;
-    const RunFollower::Next next = m_follower->poll();
-    // a step still being written (or not opening yet) is waited for, and the panel says so
-    const QString watching = tr("Watching <b>%1</b>").arg(Format::displayPath(m_folder).toHtmlEscaped());
-    m_title->setText(next.kind == RunFollower::Next::Wait && !next.reason.empty() ? watching + QStringLiteral(" — ")
-                + tr("waiting: %1").arg(QString::fromStdString(next.reason).toHtmlEscaped())
-                                                                                  : watching);
-    if (next.kind == RunFollower::Next::Wait) return;
-    if (next.kind == RunFollower::Next::Skip) {
-        const RunStepSummary s = m_follower->skip(next);
-        addStepRow(s.step, QString::fromStdString(s.name), QString::fromStdString(s.statusText()), QString());
-        QTimer::singleShot(0, this, &WatchPanel::pollNow);
-        return;
-    }
-    m_busy = true;
-    const RunCheckpoint entry = next.entry;
-    const CheckpointPtr previous = m_follower->previous();
-    const QString name = QString::fromStdString(entry.name);
-    const bool newest = next.newest;
-    const quint64 generation = m_generation;
-    // the new step is A and the one before B, with the Diff panel's options: followed, the window shows this very
-    // comparison and this very checkpoint, neither read nor compared again
-    const DiffOptions options = m_follower->options();
-    m_context->runner()->run(
-        QStringLiteral("watch"), tr("Watch: reading %1").arg(name), this,
-        [previous, next, options](
-            const Progress& progress) { return RunFollower::readStep(next, previous, options, progress); },
-        [this, entry, name, newest, generation, options](RunFollower::StepRead read) {
-            if (generation != m_generation || !m_follower) return;
-            m_busy = false;
-            // what it was compared with (the step read before, or the one before a step its run rewrote)
-            const QString previousPath = QString::fromStdString(read.previousPath);
-            const CheckpointPtr previousCheckpoint = read.previous;
-            const RunStepSummary s = m_follower->accept(entry, read);
-            addStepRow(s.step, name, QString::fromStdString(s.statusText()), QString::fromStdString(entry.path));
-            updateChart();
-            // the window follows the newest step only (catching up on a run's past steps opens nothing)
-            if (m_follow->isChecked() && newest) {
-                const QString newPath = QString::fromStdString(entry.path);
-                auto* once = new QObject(this);
-                auto report = std::make_shared<DiffReport>(std::move(read.report));
-                const bool compared = read.compared;
-                connect(m_context, &CheckpointContext::checkpointChanged, once,
-                    [this, once, newPath, previousPath, previousCheckpoint, report, compared, options] {
-                        const bool same = optscope::isUrl(newPath.toStdString())
-                            ? m_context->path() == newPath
-                            : QFileInfo(m_context->path()) == QFileInfo(newPath);
-                        if (same && compared && previousCheckpoint)
-                            m_comparison->showComparison(previousPath, previousCheckpoint, std::move(*report), options);
-                        once->deleteLater();
-                    });
-                m_context->adopt(newPath, read.checkpoint);
-            }
-            Q_EMIT stepRead(name);
-            QTimer::singleShot(0, this, &WatchPanel::pollNow);
-        },
-        [this, entry, generation](const QString& message, bool cancelled) {
-            if (generation != m_generation || !m_follower) return;
-            m_busy = false;
-            // not complete yet, or broken: retried when its files change; skipped once a later step is complete
-            if (!cancelled) m_follower->failed(entry, message.toStdString());
-        });
-}
-
 void WatchPanel::updateChart()
 {
     m_chart->clearGraphs();
     // the keys that changed most at the newest comparison
     std::vector<std::pair<double, QString>> newest;
-    static const std::map<std::string, std::vector<std::pair<int64_t, double>>> none;
-    const auto& allSeries = m_follower ? m_follower->series() : none;
+    const auto& allSeries = m_session->series();
     for (const auto& [key, points] : allSeries)
         if (!points.empty()) newest.emplace_back(points.back().second, QString::fromStdString(key));
     std::sort(newest.begin(), newest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

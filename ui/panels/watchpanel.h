@@ -1,46 +1,40 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-#include "optscope/analysis/run_follower.h"
-#include "optscope/formats/run_folder.h"
 #include "optscope/model/checkpoint.h"
 
 #include <QWidget>
 
-#include <algorithm>
-#include <map>
-#include <memory>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 class QCheckBox;
 class QCustomPlot;
-class QFileSystemWatcher;
 class QLabel;
 class QPushButton;
 class QTableWidget;
-class QTimer;
 
 namespace optscope::ui {
 
 class CheckpointContext;
-class ComparisonSession;
+class WatchSession;
 
-/// The "Watch" dock (File > Watch folder…): follows a training run's checkpoint folder (step_100/, step_200/, ...),
-/// opens each new checkpoint once it is complete (its files stopped changing and it opens), compares it with the one
-/// before and charts max |Δ| of each key across the steps. With "Follow" the newest step is also opened in the
-/// window and compared with the one before in the Diff panel.
+/// The "Watch" dock (File > Watch folder…): shows the watched training run (WatchSession: the folder's steps, each
+/// new checkpoint read once it is complete and compared with the one before) as a table of steps and a chart of max
+/// |Δ| of the most changed keys across the steps. With "Follow" the newest step is also opened in the window and
+/// compared with the one before in the Diff panel.
 class WatchPanel : public QWidget
 {
     Q_OBJECT
 public:
-    WatchPanel(CheckpointContext* context, ComparisonSession* comparison, QWidget* parent = nullptr);
+    WatchPanel(CheckpointContext* context, WatchSession* session, QWidget* parent = nullptr);
 
-    /// starts following @p folder (the checkpoints already there are read in order)
+    /// starts following @p folder (the checkpoints already there are read in order): the session's watch()
     void watch(const QString& folder);
     void stop();
-    bool isWatching() const { return !m_folder.isEmpty(); }
-    QString folder() const { return m_folder; }
+    bool isWatching() const;
+    QString folder() const;
     /// looks at the folder now (also done on a timer and when the folder changes)
     void pollNow();
     /// the steps read so far, in order: name and what happened
@@ -53,12 +47,12 @@ public:
     /// the chart (tests: its axes and legend)
     QCustomPlot* chart() const { return m_chart; }
     /// the newest step read (the one the next is compared with)
-    CheckpointPtr latestCheckpoint() const { return m_follower ? m_follower->previous() : nullptr; }
+    CheckpointPtr latestCheckpoint() const;
     void setFollow(bool on);
     /// opens the step of row @p row in the window (double-click or Enter on a row); a skipped step has nothing to open
     void openStep(int row);
     /// how many of the most changed keys start a series at each step (32)
-    void setTrackedPerStep(int keys) { m_trackedPerStep = std::max(1, keys); }
+    void setTrackedPerStep(int keys);
 
 Q_SIGNALS:
     /// a step was read (and compared with the one before, when there is one)
@@ -66,24 +60,19 @@ Q_SIGNALS:
 
 private:
     void updateChart();
+    void updateTitle();
     void addStepRow(int64_t step, const QString& name, const QString& status, const QString& path);
+    void onWatchingChanged();
+    void onStepAdded(const QString& name);
 
     CheckpointContext* m_context;
-    ComparisonSession* m_comparison;
+    WatchSession* m_session;
     QLabel* m_title;
     QCheckBox* m_follow;
     QPushButton* m_stopButton = nullptr;
     QTableWidget* m_steps;
     QCustomPlot* m_chart;
-    QFileSystemWatcher* m_watcher;
-    QTimer* m_poll;
-    QString m_folder;
-    quint64 m_generation = 0; ///< bumped by watch()/stop(): results of an older watch are dropped
-    bool m_busy = false;
-    /// which step is next and what each changed: the core's RunFollower, as optscope-cli watch uses it
-    std::unique_ptr<RunFollower> m_follower;
     QStringList m_charted;
-    int m_trackedPerStep = 32;
 };
 
 } // namespace optscope::ui
