@@ -765,14 +765,19 @@ def worker_faults(command, parent, bound):
     is left in the output's folder"""
     # killed mid-write: paused at its first output bytes, then SIGKILL. Its process is seen ended on this machine,
     # so the others stop at once, not after the job's timeout (30 s here: before, they took all of it)
-    long_timeout = dict(OPTSCOPE_JOB_TIMEOUT="30")
-    port = servers.free_port()
-    fifo = pause_fifos("pause")
-    procs = [start(0, 3, port, command, **long_timeout),
-             start(1, 3, port, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifo, **long_timeout),
-             start(2, 3, port, command, **long_timeout)]
-    said = paused_at(fifo, procs[1])
-    procs[1].kill()
+    def rank1_killed_at(point):
+        """3 processes with a 30 s timeout, rank 1 killed once it reaches the pause point; (procs, what it said)"""
+        port = servers.free_port()
+        fifo = pause_fifos(point)
+        env = dict(OPTSCOPE_JOB_TIMEOUT="30")
+        procs = [start(0, 3, port, command, **env),
+                 start(1, 3, port, command, OPTSCOPE_PAUSE_AT=point, OPTSCOPE_PAUSE_FIFO=fifo, **env),
+                 start(2, 3, port, command, **env)]
+        said = paused_at(fifo, procs[1])
+        procs[1].kill()
+        return procs, said
+
+    procs, said = rank1_killed_at("writing")
     codes, errs, secs = finish(procs, bound + 30)
     check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
           and "rank 1 ended before the job was done" in errs[0] and nothing_left(parent) and secs < bound,
@@ -781,16 +786,8 @@ def worker_faults(command, parent, bound):
 
     # killed after its share (paused as it leaves, then SIGKILL): the job's output is whole and published; rank 0,
     # which serves the store, waited the whole timeout for it to say it left
-    port = servers.free_port()
-    fifo = pause_fifos("leaving")
-    procs = [start(0, 3, port, command, **long_timeout),
-             start(1, 3, port, command, OPTSCOPE_PAUSE_AT="leaving", OPTSCOPE_PAUSE_FIFO=fifo, **long_timeout),
-             start(2, 3, port, command, **long_timeout)]
-    said = paused_at(fifo, procs[1])
-    t0 = time.monotonic()
-    procs[1].kill()
-    codes, errs, _ = finish(procs, bound + 30)
-    secs = time.monotonic() - t0
+    procs, said = rank1_killed_at("leaving")
+    codes, errs, secs = finish(procs, bound + 30)
     made = os.listdir(parent)
     check(said == "leaving" and codes == [0, -9, 0] and len(made) == 1 and secs < 10,
           f"{command[0]}: a worker killed after its share: the others exit 0 in {secs:.1f} s (its timeout 30 s), "

@@ -889,11 +889,11 @@ void Job::leave()
             st.add("left", 1);
         } else if (!st.spec.agentStore) {
             // rank 0 serves the store: stay until the others are done reading from it, or gone. A rank that ended
-            // after its share never says it left: once a second the ranks not yet left are looked at, and one whose
-            // process this machine shows ended is not waited for. One on another machine, or only stopped (SIGSTOP,
-            // a debugger, a frozen cgroup: it may still read the last broadcast), is waited for up to the timeout
-            // after a failure, only those that joined can come: a rank that never joined must not hold the others'
-            // news (the failure) hostage for the grace, nor make it pass before they read it
+            // (killed after its share, or mid-run: the job failed) never says it left: once a second the ranks not yet
+            // left are looked at, and one whose process this machine shows ended is not waited for. One on another
+            // machine, or only stopped (SIGSTOP, a debugger, a frozen cgroup: it may still read the last broadcast), is
+            // waited for up to the timeout after a failure, only those that joined can come: a rank that never joined
+            // must not hold the others' news (the failure) hostage for the grace, nor make it pass before they read it
             const auto start = Clock::now();
             auto lastLook = start;
             std::vector<char> settled(static_cast<size_t>(size()), 0);
@@ -901,7 +901,7 @@ void Job::leave()
                 const auto now = Clock::now();
                 const auto waited = now - start;
                 if (waited > st.spec.timeout || (st.failed && waited > std::chrono::seconds(2))) break;
-                if (!st.failed && now - lastLook >= std::chrono::seconds(1)) {
+                if (now - lastLook >= std::chrono::seconds(1)) {
                     lastLook = now;
                     int r = 1;
                     for (; r < size(); ++r) {
