@@ -1010,7 +1010,7 @@ def gather_to_s3(s3work, port, env):
     left = servers.s3_put(TORCH_PYTHON, s3work, port, "--list", "killed/").split() \
         + servers.s3_put(TORCH_PYTHON, s3work, port, "--uploads", "killed/").split()
     check(said == "writing" and codes[0] not in (0, None) and codes[2] not in (0, None)
-          and "rank 1 stopped answering" in errs[0] and left == [],
+          and "rank 1 ended before the job was done" in errs[0] and left == [],
           f"gather to s3://: a process killed mid-upload: the others exit non-zero in {secs:.1f} s naming rank 1, no "
           f"object and no upload left ({codes}; {errs[0].strip()[-200:]}; {left})")
     # the upload a killed process started is found and aborted by the others: rank 0 of a gather, killed before it
