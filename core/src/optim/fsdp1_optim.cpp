@@ -536,151 +536,130 @@ std::string valuesText(const std::vector<std::string>& v)
 
 } // namespace
 
-FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int W)
+namespace {
+
+/// One FSDP1 flat parameter (unit) being written: its layout over the ranks, its members' optimizer state (null for a
+/// member without state) and FQNs, and the path of its state in the flattened optimizer
+struct FlatUnit
 {
-    if (W < 1) throw Error(ErrorKind::Usage, full.path, "world size must be at least 1");
-    const auto views = findOptimizers(full);
-    if (views.empty()) throw Error(ErrorKind::Format, full.path, "holds no optimizer state dict");
-    const OptimizerView& v = views.front();
-    if (v.idKeyed || v.flattened)
-        throw Error(ErrorKind::Format, full.path, "flatten needs a nested optimizer state keyed by parameter FQNs");
-    FlattenResult out;
-    out.arena = std::make_shared<PyArena>();
-    out.ranks.resize(static_cast<size_t>(W));
-    const KeyPath root = v.root;
+    FlatParamLayout layout;
+    std::vector<const OptimizerParam*> members;
+    std::vector<std::string> fqns;
+    KeyPath statePath; ///< <root>.state.<flat id>
+};
 
-    // which flat parameter (unit) each FQN belongs to
-    std::map<std::string, size_t> unitOf;
-    for (size_t k = 0; k < model.units.size(); ++k)
-        for (const auto& [fqn, shape] : model.units[k].params)
-            unitOf[fqn] = k;
+/// the state names every member with state has, the same for all (FSDP1's own check, its text); empty: none has state
+std::vector<std::string> unitStateNames(const Checkpoint& full, const FlatUnit& unit)
+{
+    std::vector<std::string> names;
+    for (const auto* p : unit.members) {
+        if (!p) continue;
+        std::vector<std::string> n;
+        for (const auto& [name, e] : p->states)
+            n.push_back(name);
+        if (names.empty())
+            names = n;
+        else if (names != n)
+            throw Error(ErrorKind::Format, full.path,
+                "Differing optimizer state names for the unflattened parameters: " + listText(unit.fqns, 64));
+    }
+    return names;
+}
 
-    std::vector<PyValue*> ids;
-    for (size_t k = 0; k < model.units.size(); ++k)
-        ids.push_back(out.arena->makeInt(static_cast<int64_t>(k)));
-    auto idElem = [&](size_t k) {
-        KeyPathElem e = KeyPathElem::fromKey(std::to_string(k));
-        e.keyValue = ids[k];
-        return e;
-    };
+/// a positive-dim tensor state: the members' tensors concatenated in flat order, a member without state as zeros,
+/// cut into the ranks' shards with FSDP's right padding
+void flattenTensorState(const Checkpoint& full, const FlatUnit& unit, const std::string& name, const Entry& first,
+    int W, std::vector<StateTree>& ranks)
+{
+    for (const auto* m : unit.members)
+        if (m && (!m->states.at(name)->isTensor() || m->states.at(name)->tensor->dtype != first.tensor->dtype))
+            throw Error(ErrorKind::Format, full.path,
+                "All unflattened parameters comprising a single flat parameter must have positive-dimension "
+                "tensor state with the same dtype for state "
+                    + name + " and unflattened parameter names " + listText(unit.fqns, 64));
+    const DType dtype = first.tensor->dtype;
+    const size_t elem = dtypeSize(dtype);
+    std::vector<std::pair<const Entry*, FlatParamLayout::Member>> parts;
+    for (size_t i = 0; i < unit.members.size(); ++i)
+        parts.push_back({unit.members[i] ? unit.members[i]->states.at(name) : nullptr, unit.layout.members[i]});
+    for (int r = 0; r < W; ++r) {
+        TensorToWrite w;
+        w.dtype = dtype;
+        w.shape.assign(1, unit.layout.shardNumel);
+        const int64_t start = unit.layout.rankStart(r);
+        const int64_t stop = start + unit.layout.shardNumel;
+        w.produce = [&full, parts, start, stop, elem](const ByteSink& sink) {
+            int64_t pos = start;
+            for (const auto& [e, m] : parts) {
+                const int64_t a = std::max(pos, m.offset);
+                const int64_t b = std::min(stop, m.offset + m.numel);
+                if (a >= b) continue;
+                zeros(sink, static_cast<uint64_t>(a - pos) * elem);
+                if (e)
+                    streamFlatRange(full, *e, a - m.offset, b - m.offset, sink);
+                else
+                    zeros(sink, static_cast<uint64_t>(b - a) * elem);
+                pos = b;
+            }
+            zeros(sink, static_cast<uint64_t>(stop - pos) * elem);
+        };
+        KeyPath p = unit.statePath;
+        p.push_back(KeyPathElem::fromKey(name));
+        ranks[static_cast<size_t>(r)].setTensor(p, std::move(w));
+    }
+}
 
-    for (size_t k = 0; k < model.units.size(); ++k) {
-        const Fsdp1Model::Unit& unit = model.units[k];
-        const FlatParamLayout layout = FlatParamLayout::compute(unit.params, W, 0);
-        std::vector<std::string> names;
-        std::vector<const OptimizerParam*> members;
-        std::vector<std::string> fqns;
-        for (const auto& [fqn, shape] : unit.params) {
-            fqns.push_back(fqn);
-            const OptimizerParam* p = v.param(fqn);
-            members.push_back(p);
-            if (!p) continue;
-            std::vector<std::string> n;
-            for (const auto& [name, e] : p->states)
-                n.push_back(name);
-            if (names.empty())
-                names = n;
-            else if (names != n)
-                throw Error(ErrorKind::Format, full.path,
-                    "Differing optimizer state names for the unflattened parameters: " + listText(fqns, 64));
-        }
-        if (names.empty()) continue; // no parameter of this unit has state
-        for (const auto& name : names) {
-            const Entry* first = nullptr;
-            for (const auto* m : members)
-                if (m && !first) first = m->states.at(name);
-            if (first->isTensor() && !first->tensor->shape.empty()) {
-                // positive-dim tensors: concatenated in flat order, missing ones as zeros, sharded with right padding
-                for (const auto* m : members)
-                    if (m
-                        && (!m->states.at(name)->isTensor()
-                            || m->states.at(name)->tensor->dtype != first->tensor->dtype))
-                        throw Error(ErrorKind::Format, full.path,
-                            "All unflattened parameters comprising a single flat parameter must have "
-                            "positive-dimension "
-                            "tensor state with the same dtype for state "
-                                + name + " and unflattened parameter names " + listText(fqns, 64));
-                const DType dtype = first->tensor->dtype;
-                const size_t elem = dtypeSize(dtype);
-                for (int r = 0; r < W; ++r) {
-                    TensorToWrite w;
-                    w.dtype = dtype;
-                    w.shape.assign(1, layout.shardNumel);
-                    const int64_t start = layout.rankStart(r);
-                    const int64_t stop = start + layout.shardNumel;
-                    std::vector<std::pair<const Entry*, FlatParamLayout::Member>> parts;
-                    for (size_t i = 0; i < members.size(); ++i)
-                        parts.push_back({members[i] ? members[i]->states.at(name) : nullptr, layout.members[i]});
-                    w.produce = [&full, parts, start, stop, elem](const ByteSink& sink) {
-                        int64_t pos = start;
-                        for (const auto& [e, m] : parts) {
-                            const int64_t a = std::max(pos, m.offset);
-                            const int64_t b = std::min(stop, m.offset + m.numel);
-                            if (a >= b) continue;
-                            zeros(sink, static_cast<uint64_t>(a - pos) * elem);
-                            if (e)
-                                streamFlatRange(full, *e, a - m.offset, b - m.offset, sink);
-                            else
-                                zeros(sink, static_cast<uint64_t>(b - a) * elem);
-                            pos = b;
-                        }
-                        zeros(sink, static_cast<uint64_t>(stop - pos) * elem);
-                    };
-                    KeyPath p = root;
-                    p.push_back(KeyPathElem::fromKey("state"));
-                    p.push_back(idElem(k));
-                    p.push_back(KeyPathElem::fromKey(name));
-                    out.ranks[static_cast<size_t>(r)].setTensor(p, std::move(w));
-                }
-                continue;
-            }
-            // 0-dim tensors and plain values: one value per flat parameter, which all its parameters must share
-            std::vector<std::string> values, dtypes;
-            for (const auto* m : members) {
-                if (!m) continue;
-                const Entry* e = m->states.at(name);
-                if (e->isTensor()) {
-                    const auto x = readScalar(full, *e);
-                    std::ostringstream os;
-                    os << (x ? *x : 0.0);
-                    values.push_back(os.str());
-                    dtypes.push_back("torch." + std::string(dtypeName(e->tensor->dtype)));
-                } else {
-                    values.push_back(pyRepr(e->value, 60));
-                }
-            }
-            if (std::set<std::string>(values.begin(), values.end()).size() > 1
-                || std::set<std::string>(dtypes.begin(), dtypes.end()).size() > 1)
-                throw Error(ErrorKind::Format, full.path,
-                    "All unflattened parameters comprising a single flat parameter must have scalar state with the "
-                    "same "
-                    "value and dtype but got values "
-                        + valuesText(values) + " and dtypes " + valuesText(dtypes) + " for state " + name
-                        + " and unflattened parameter names " + listText(fqns, 64));
-            for (int r = 0; r < W; ++r) {
-                KeyPath p = root;
-                p.push_back(KeyPathElem::fromKey("state"));
-                p.push_back(idElem(k));
-                p.push_back(KeyPathElem::fromKey(name));
-                if (first->isTensor()) {
-                    TensorToWrite w;
-                    w.dtype = first->tensor->dtype;
-                    w.produce = [&full, first](const ByteSink& sink) { TensorAssembler(full, *first).stream(sink); };
-                    out.ranks[static_cast<size_t>(r)].setTensor(p, std::move(w));
-                } else {
-                    out.ranks[static_cast<size_t>(r)].setValue(p, first->value);
-                }
-            }
+/// a 0-dim tensor or plain value state: one value per flat parameter, which all its members must share (FSDP1's own
+/// check, its text), on every rank
+void flattenScalarState(const Checkpoint& full, const FlatUnit& unit, const std::string& name, const Entry& first,
+    int W, std::vector<StateTree>& ranks)
+{
+    std::vector<std::string> values, dtypes;
+    for (const auto* m : unit.members) {
+        if (!m) continue;
+        const Entry* e = m->states.at(name);
+        if (e->isTensor()) {
+            const auto x = readScalar(full, *e);
+            std::ostringstream os;
+            os << (x ? *x : 0.0);
+            values.push_back(os.str());
+            dtypes.push_back("torch." + std::string(dtypeName(e->tensor->dtype)));
+        } else {
+            values.push_back(pyRepr(e->value, 60));
         }
     }
+    if (std::set<std::string>(values.begin(), values.end()).size() > 1
+        || std::set<std::string>(dtypes.begin(), dtypes.end()).size() > 1)
+        throw Error(ErrorKind::Format, full.path,
+            "All unflattened parameters comprising a single flat parameter must have scalar state with the same "
+            "value and dtype but got values "
+                + valuesText(values) + " and dtypes " + valuesText(dtypes) + " for state " + name
+                + " and unflattened parameter names " + listText(unit.fqns, 64));
+    for (int r = 0; r < W; ++r) {
+        KeyPath p = unit.statePath;
+        p.push_back(KeyPathElem::fromKey(name));
+        if (first.isTensor()) {
+            TensorToWrite w;
+            w.dtype = first.tensor->dtype;
+            const Entry* one = &first;
+            w.produce = [&full, one](const ByteSink& sink) { TensorAssembler(full, *one).stream(sink); };
+            ranks[static_cast<size_t>(r)].setTensor(p, std::move(w));
+        } else {
+            ranks[static_cast<size_t>(r)].setValue(p, first.value);
+        }
+    }
+}
 
-    // param_groups: the same hyperparameters; params as the flat-parameter ids of the group's units
+/// param_groups: the same hyperparameters; params as the flat-parameter ids of the group's units
+void flattenParamGroups(const Checkpoint& full, const OptimizerView& v, const std::map<std::string, size_t>& unitOf,
+    const std::vector<PyValue*>& ids, PyArena& arena, std::vector<StateTree>& ranks)
+{
     for (size_t g = 0; g < v.groups.size(); ++g) {
         const auto gi = static_cast<int64_t>(g);
-        KeyPath groupPath = root;
+        KeyPath groupPath = v.root;
         groupPath.push_back(KeyPathElem::fromKey("param_groups"));
         groupPath.push_back(KeyPathElem::fromIndex(gi));
-        PyValue* flatIds = out.arena->makeContainer(PyKind::List);
+        PyValue* flatIds = arena.makeContainer(PyKind::List);
         std::set<size_t> added;
         for (const auto& fqn : v.groups[g].params) {
             auto it = unitOf.find(fqn);
@@ -696,10 +675,58 @@ FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int 
             p.insert(p.end(), e.path.begin() + static_cast<std::ptrdiff_t>(groupPath.size()), e.path.end());
             const std::string_view field = e.path[groupPath.size()].key;
             if (field == "param_names") continue; // names of original parameters mean nothing for flat parameters
-            for (auto& tree : out.ranks)
+            for (auto& tree : ranks)
                 tree.setValue(p, field == "params" ? flatIds : e.value);
         }
     }
+}
+
+} // namespace
+
+FlattenResult flattenFsdp1(const Checkpoint& full, const Fsdp1Model& model, int W)
+{
+    if (W < 1) throw Error(ErrorKind::Usage, full.path, "world size must be at least 1");
+    const auto views = findOptimizers(full);
+    if (views.empty()) throw Error(ErrorKind::Format, full.path, "holds no optimizer state dict");
+    const OptimizerView& v = views.front();
+    if (v.idKeyed || v.flattened)
+        throw Error(ErrorKind::Format, full.path, "flatten needs a nested optimizer state keyed by parameter FQNs");
+    FlattenResult out;
+    out.arena = std::make_shared<PyArena>();
+    out.ranks.resize(static_cast<size_t>(W));
+
+    // which flat parameter (unit) each FQN belongs to, and each unit's id
+    std::map<std::string, size_t> unitOf;
+    for (size_t k = 0; k < model.units.size(); ++k)
+        for (const auto& [fqn, shape] : model.units[k].params)
+            unitOf[fqn] = k;
+    std::vector<PyValue*> ids;
+    for (size_t k = 0; k < model.units.size(); ++k)
+        ids.push_back(out.arena->makeInt(static_cast<int64_t>(k)));
+
+    for (size_t k = 0; k < model.units.size(); ++k) {
+        FlatUnit unit;
+        unit.layout = FlatParamLayout::compute(model.units[k].params, W, 0);
+        for (const auto& [fqn, shape] : model.units[k].params) {
+            unit.fqns.push_back(fqn);
+            unit.members.push_back(v.param(fqn));
+        }
+        unit.statePath = v.root;
+        unit.statePath.push_back(KeyPathElem::fromKey("state"));
+        KeyPathElem id = KeyPathElem::fromKey(std::to_string(k));
+        id.keyValue = ids[k];
+        unit.statePath.push_back(id);
+        for (const auto& name : unitStateNames(full, unit)) {
+            const Entry* first = nullptr;
+            for (const auto* m : unit.members)
+                if (m && !first) first = m->states.at(name);
+            if (first->isTensor() && !first->tensor->shape.empty())
+                flattenTensorState(full, unit, name, *first, W, out.ranks);
+            else
+                flattenScalarState(full, unit, name, *first, W, out.ranks);
+        }
+    }
+    flattenParamGroups(full, v, unitOf, ids, *out.arena, out.ranks);
     return out;
 }
 
