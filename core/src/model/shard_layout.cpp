@@ -42,14 +42,11 @@ namespace {
 
 constexpr int64_t kMaxGridCells = 1 << 22;
 
-} // namespace
-
-ShardLayout ShardLayout::of(const TensorEntry& tensor)
+/// every chunk's box and rank into @p L, those outside the tensor's shape in its outOfBounds; the others that hold
+/// elements, by index
+std::vector<size_t> collectChunks(const TensorEntry& tensor, ShardLayout& L)
 {
-    ShardLayout L;
-    L.shape = tensor.shape;
     const size_t ndim = L.shape.size();
-    L.totalElements = tensor.numel();
     std::vector<size_t> valid; // in bounds, non-empty
     const ChunkTable& table = tensor.chunks;
     L.ranks.reserve(table.size());
@@ -68,19 +65,15 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
         }
         if (table.numelOf(i) > 0) valid.push_back(i);
     }
+    return valid;
+}
 
-    // overlaps: pairs whose boxes intersect; sorted by dim-0 start so that a sweep stops early
-    if (ndim == 0) {
-        if (valid.size() > 1)
-            for (size_t k = 1; k < valid.size(); ++k)
-                L.overlaps.push_back({valid[0], valid[k], TensorBox {}});
-        L.coveredElements = valid.empty() ? 0 : 1;
-        if (valid.empty()) L.gaps.push_back(TensorBox {});
-        return L;
-    }
-    // A region listed k times (replicas, or a hostile .metadata: 2,000 entries for one row) is k - 1 pairs, each
-    // repeat against its first listing, not k(k-1)/2: chunks with one box are grouped first, and only one of each
-    // box takes part in the sweep for partial overlaps, whose list stops at kMaxOverlapPairs (overlapsTruncated).
+/// overlaps of the @p valid chunks (at least 1-dim): pairs whose boxes intersect. A region listed k times (replicas,
+/// or a hostile .metadata: 2,000 entries for one row) is k - 1 pairs, each repeat against its first listing, not
+/// k(k-1)/2: chunks with one box are grouped first, and only one of each box takes part in the sweep (sorted by dim-0
+/// start, so that it stops early) for partial overlaps, whose list stops at kMaxOverlapPairs (overlapsTruncated).
+void findOverlaps(const std::vector<size_t>& valid, ShardLayout& L)
+{
     std::vector<size_t> byBox(valid);
     auto boxLess = [&](size_t a, size_t b) {
         const TensorBox& x = L.chunks[a];
@@ -109,18 +102,21 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
             if (b.offsets[0] >= a.offsets[0] + a.sizes[0]) break;
             TensorBox region;
             if (!intersect(a, b, region)) continue;
-            if (++partial > kMaxOverlapPairs) {
+            if (++partial > ShardLayout::kMaxOverlapPairs) {
                 L.overlapsTruncated = true;
                 break;
             }
             L.overlaps.push_back({std::min(byStart[x], byStart[y]), std::max(byStart[x], byStart[y]), region});
         }
     }
+}
 
-    if (L.totalElements == 0) return L;
-
-    // coverage on the grid of all chunk boundaries (coordinate compression)
-    std::vector<std::vector<int64_t>> cuts(ndim);
+/// the grid of all chunk boundaries per dimension (coordinate compression) and its number of cells, or more than
+/// kMaxGridCells when that is too many to enumerate
+int64_t boundaryGrid(const std::vector<size_t>& valid, const ShardLayout& L, std::vector<std::vector<int64_t>>& cuts)
+{
+    const size_t ndim = L.shape.size();
+    cuts.assign(ndim, {});
     int64_t cells = 1;
     for (size_t d = 0; d < ndim; ++d) {
         cuts[d] = {0, L.shape[d]};
@@ -133,18 +129,28 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
         const int64_t n = static_cast<int64_t>(cuts[d].size()) - 1;
         cells = cells > kMaxGridCells / std::max<int64_t>(n, 1) ? kMaxGridCells + 1 : cells * n;
     }
-    if (cells > kMaxGridCells) {
-        // too many cells to enumerate: coverage by volume (exact when there are no overlaps)
-        int64_t sum = 0;
-        for (size_t i : valid)
-            sum += L.chunks[i].numel();
-        for (const auto& o : L.overlaps)
-            sum -= o.region.numel();
-        L.coveredElements = std::min(sum, L.totalElements);
-        // (pairs of partial overlaps sharing elements are subtracted twice, and a truncated list misses some)
-        L.gapsExact = L.coveredElements >= L.totalElements && !L.overlapsTruncated;
-        return L;
-    }
+    return cells;
+}
+
+/// coverage by volume, where the grid has too many cells: exact when there are no overlaps (pairs of partial overlaps
+/// sharing elements are subtracted twice, and a truncated list misses some)
+void coverByVolume(const std::vector<size_t>& valid, ShardLayout& L)
+{
+    int64_t sum = 0;
+    for (size_t i : valid)
+        sum += L.chunks[i].numel();
+    for (const auto& o : L.overlaps)
+        sum -= o.region.numel();
+    L.coveredElements = std::min(sum, L.totalElements);
+    L.gapsExact = L.coveredElements >= L.totalElements && !L.overlapsTruncated;
+}
+
+/// coverage cell by cell of the boundary grid: the covered volume, and the uncovered cells as gaps, merged along dim 0
+/// when the rest of the box matches
+void coverByGrid(
+    const std::vector<size_t>& valid, const std::vector<std::vector<int64_t>>& cuts, int64_t cells, ShardLayout& L)
+{
+    const size_t ndim = L.shape.size();
     std::vector<int64_t> dims(ndim);
     for (size_t d = 0; d < ndim; ++d)
         dims[d] = static_cast<int64_t>(cuts[d].size()) - 1;
@@ -173,7 +179,6 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
             if (d == static_cast<size_t>(-1)) break;
         }
     }
-    // sum covered volume; uncovered cells become gaps, merged along dim 0 when the rest of the box matches
     std::vector<int64_t> idx(ndim, 0);
     for (int64_t c = 0; c < cells; ++c) {
         int64_t rem = c;
@@ -204,6 +209,32 @@ ShardLayout ShardLayout::of(const TensorEntry& tensor)
         }
         if (!merged) L.gaps.push_back(std::move(cell));
     }
+}
+
+} // namespace
+
+ShardLayout ShardLayout::of(const TensorEntry& tensor)
+{
+    ShardLayout L;
+    L.shape = tensor.shape;
+    L.totalElements = tensor.numel();
+    const std::vector<size_t> valid = collectChunks(tensor, L);
+    if (L.shape.empty()) { // 0-dim: every chunk holds the one element
+        if (valid.size() > 1)
+            for (size_t k = 1; k < valid.size(); ++k)
+                L.overlaps.push_back({valid[0], valid[k], TensorBox {}});
+        L.coveredElements = valid.empty() ? 0 : 1;
+        if (valid.empty()) L.gaps.push_back(TensorBox {});
+        return L;
+    }
+    findOverlaps(valid, L);
+    if (L.totalElements == 0) return L;
+    std::vector<std::vector<int64_t>> cuts;
+    const int64_t cells = boundaryGrid(valid, L, cuts);
+    if (cells > kMaxGridCells)
+        coverByVolume(valid, L);
+    else
+        coverByGrid(valid, cuts, cells, L);
     return L;
 }
 
