@@ -1260,21 +1260,13 @@ bool DeepSpeedZeroReader::looksLikeZero(const std::string& path)
     return f.kind != FileName::Other && hasZeroFiles(p.parent_path().empty() ? Location(".") : p.parent_path());
 }
 
-std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& path, const Progress& progress)
+namespace {
+
+/// The tag folder of the checkpoint at @p dir: @p dir itself when it holds ZeRO files, the one `latest` names, or (no
+/// `latest`) the newest one holding ZeRO files, which is a warning in @p early. @p tagNote says which.
+Location zeroTagFolder(
+    Location dir, const std::string& path, std::vector<CheckpointWarning>& early, std::string& tagNote)
 {
-    progress(0.0, "reading");
-    std::error_code ec;
-    Location dir(path);
-    if (!isFolder(dir)) dir = dir.parent_path().empty() ? Location(".") : dir.parent_path();
-
-    auto cp = std::make_shared<Checkpoint>();
-    cp->format = CheckpointFormat::DeepSpeedZero;
-    cp->path = path;
-    cp->arena = std::make_shared<PyArena>();
-    std::vector<CheckpointWarning> early;
-
-    // the tag folder: this one, the one `latest` names, or (no `latest`) the newest one holding ZeRO files
-    std::string tagNote;
     if (!hasZeroFiles(dir)) {
         const Location latest = dir / DeepSpeedZeroReader::kLatestFile;
         if (isFile(latest)) {
@@ -1324,11 +1316,13 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
             tagNote = "tag '" + best + "' (no latest)";
         }
     }
-    cp->files = std::make_shared<CheckpointFiles>(dir.string());
+    return dir;
+}
 
-    // the files, per model-parallel rank
+/// the tag folder's ZeRO files by model-parallel rank; @p other: the .pt files of other names
+std::map<int, MpFiles> zeroFilesByMpRank(const Location& dir, std::vector<std::string>& other)
+{
     std::map<int, MpFiles> mps;
-    std::vector<std::string> other;
     for (const FolderEntry& it : zeroFolderFiles(dir)) {
         if (!isFile(it.location)) continue;
         const std::string name = it.name;
@@ -1350,6 +1344,31 @@ std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& p
     }
     if (mps.empty()) throw Error(ErrorKind::Format, dir.string(), "holds no DeepSpeed model or optim states files");
 
+    return mps;
+}
+
+} // namespace
+
+std::shared_ptr<const Checkpoint> DeepSpeedZeroReader::open(const std::string& path, const Progress& progress)
+{
+    progress(0.0, "reading");
+    Location dir(path);
+    if (!isFolder(dir)) dir = dir.parent_path().empty() ? Location(".") : dir.parent_path();
+
+    auto cp = std::make_shared<Checkpoint>();
+    cp->format = CheckpointFormat::DeepSpeedZero;
+    cp->path = path;
+    cp->arena = std::make_shared<PyArena>();
+    std::vector<CheckpointWarning> early;
+
+    // the tag folder: this one, the one `latest` names, or (no `latest`) the newest one holding ZeRO files
+    std::string tagNote;
+    dir = zeroTagFolder(dir, path, early, tagNote);
+    cp->files = std::make_shared<CheckpointFiles>(dir.string());
+
+    // the files, per model-parallel rank
+    std::vector<std::string> other;
+    const std::map<int, MpFiles> mps = zeroFilesByMpRank(dir, other);
     CheckpointBuilder builder(*cp);
     for (auto& w : early)
         cp->warnings.push_back(std::move(w));
