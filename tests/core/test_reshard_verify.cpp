@@ -9,6 +9,7 @@
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/dcp_reader.h"
 #include "optscope/formats/dcp_writer.h"
+#include "optscope/formats/torch_save_writer.h"
 #include "optscope/gpu/gpu_devices.h"
 #include "optscope/optim/fsdp1_optim.h"
 
@@ -282,7 +283,7 @@ TEST(Reshard, KeepsTheItemsDcpSaveMakes)
     };
     const auto value = [&](KeyPath path) {
         plan.order.push_back({false, plan.values.size()});
-        plan.values.push_back({std::move(path), arena.makeInt(5), 0, {}});
+        plan.values.push_back({std::move(path), arena.makeInt(5), 0, {}, {}});
     };
     tensor({key("model"), key("w")});
     tensor({key("tup"), index(0, true)}); // (tensor, 5)
@@ -318,6 +319,41 @@ TEST(Reshard, KeepsTheItemsDcpSaveMakes)
     const size_t before = plan.order.size();
     keepDcpItemsWhole(plan); // already whole: unchanged
     EXPECT_EQ(plan.order.size(), before);
+}
+
+TEST(Reshard, ATensorInsideAValueIsWrittenOnlyWhenItsViewLiesInItsStorage)
+{
+    // a namedtuple's tensor field is written over its storage's record (compare_nested in the interop tests loads it
+    // in PyTorch); one that looks outside its storage, which torch.load refuses, is left out, never read past it
+    PyArena arena;
+    PyValue* storage = arena.make(PyKind::Storage);
+    storage->storage = arena.makeStorageInfo();
+    storage->storage->located = true;
+    storage->storage->recordLength = 16; // 4 float32
+    const auto view = [&](int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+        PyValue* t = arena.make(PyKind::Tensor);
+        t->tensor = arena.makeTensorInfo();
+        t->tensor->storage = storage;
+        t->tensor->dtype = DType::Float32;
+        t->tensor->storageOffset = offset;
+        t->tensor->sizes = std::move(sizes);
+        t->tensor->strides = std::move(strides);
+        return TorchSaveWriter::nestedTensorUnwritable(t);
+    };
+    EXPECT_EQ(view(0, {2, 2}, {2, 1}), "");
+    EXPECT_EQ(view(2, {2}, {1}), "");
+    EXPECT_EQ(view(0, {0, 9}, {1, 1}), ""); // no elements
+    EXPECT_EQ(view(0, {1 << 20}, {0}), ""); // a broadcast view of one element
+    const std::string outside = "a tensor inside a value laid out outside its storage";
+    EXPECT_EQ(view(1, {2, 2}, {2, 1}), outside);
+    EXPECT_EQ(view(0, {5}, {1}), outside);
+    EXPECT_EQ(view(-1, {1}, {1}), outside);
+    EXPECT_EQ(view(0, {2, 2}, {1}), outside);
+    EXPECT_EQ(view(0, {INT64_MAX}, {INT64_MAX}), outside); // (overflows: refused, not wrapped into range)
+    storage->storage->recordLength = 15;
+    EXPECT_EQ(view(0, {1}, {1}), "a tensor inside a value whose storage is not a whole number of its elements");
+    storage->storage->located = false;
+    EXPECT_EQ(view(0, {1}, {1}), "a tensor inside a value whose bytes the file does not hold");
 }
 
 TEST(Reshard, Fsdp1LayoutHasNoEmptyChunks)

@@ -9,7 +9,7 @@ reference: same keys in the same order, bit-identical tensors of the same dtype 
     torch-python unusual_interop.py compare_reshaped OUTDIR DIFF_JSON   (diff of the 2-D DCP and reshaped.pt)
 
 Cases: broadcast views too large to expand (kept views), LBFGS state (lists of tensors), empty dicts (an optimizer's "state" before its first step, Lightning's loops), Adam amsgrad+fused saved with pickle protocol 2, views sharing one storage
-(transposed, strided, offset), complex64/complex32/uint16/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values,
+(transposed, strided, offset), tensors inside namedtuples and objects, complex64/complex32/uint16/bool/uint8 0-dim/empty tensors next to bytes, tuple and set values,
 dict keys of torch.device, dtype, tuple, int and str, a
 legacy-format (pre-1.6 serialisation) state dict, a single-process DCP with nested lists, strings, None and the
 RNG state, and a 4-rank DCP mixing FSDP2 state with 2-D DTensors ([Shard(0), Shard(1)] and [Replicate(), Shard(1)]
@@ -26,6 +26,16 @@ import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from make_fixtures import spawn  # noqa: E402
+
+
+# classes whose instances hold tensors, which DCP pickles whole into one item (compare_nested); loading them back
+# finds them here, as __main__'s
+Point = __import__("collections").namedtuple("Point", ["x", "y"])
+
+
+class Holder:
+    def __init__(self, w, step):
+        self.w, self.step = w, step
 
 
 def small_model():
@@ -142,6 +152,16 @@ def make_plain(out):
                 "bad_both": Call(D, ("cuda:1", 2)), "bad_type": Call(D, ("npu", 0)), "bad_str": Call(S, (["a"],)),
                 "bad_big": Call(S, ([2**70],)), "bad_nested": Call(S, ([[1]],)), "bad_int": Call(S, (5,))},
                f"{out}/torch_types_hostile.pt")
+
+    # tensors inside objects that dcp.save pickles whole, tensors and all (a namedtuple's fields, a plain object's
+    # attribute, a list of namedtuples), two views over one storage among them: a reshard writes each as that one
+    # item, its tensors inside and sharing their storage as torch.save keeps them (compare_nested)
+    base = torch.arange(12, dtype=torch.float32)
+    nested = {"model": m.state_dict(), "point": Point(base, base[4:].view(2, 4)),
+              "holder": Holder(torch.ones(3, dtype=torch.bfloat16), step=7), "points": [Point(torch.zeros(2), 1)],
+              "t": base[:2]}
+    dcp.save(nested, checkpoint_id=f"{out}/dcp_nested")
+    torch.save(nested, f"{out}/nested.pt")
 
     # objects a weights-only load refuses, as torchtitan's TrainState saves its losses (an io.BytesIO of a torch.save)
     # and Megatron-LM its args: gather leaves them out; reshard writes them back (compare_objects)
@@ -331,6 +351,38 @@ def compare_sparse_adam(out, resharded):
     print(f"{resharded}: SparseAdam's int step stays an int item, and dcp.load gives what dcp.save's folder gives")
 
 
+def compare_nested(out, *resharded):
+    """each reshard of dcp_nested / nested.pt has the items dcp.save made, and loads (weights_only=False, as DCP's
+    loader unpickles a value item) with the namedtuples' and the object's tensors as saved, the two views of one
+    storage still over one storage"""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    def items(path):
+        md = FileSystemReader(path).read_metadata()
+        return {k: type(v).__name__ for k, v in md.state_dict_metadata.items()}
+
+    want = items(f"{out}/dcp_nested")
+    ref = torch.load(f"{out}/nested.pt", weights_only=False)
+    for path in resharded:
+        assert items(path) == want, f"{path}: items {items(path)}, dcp.save made {want}"
+        dcp_to_torch_save(path, f"{path}.pt")
+        got = torch.load(f"{path}.pt", weights_only=False)
+        equal(ref["model"], got["model"], f"{path}.model")
+        equal(ref["t"], got["t"], f"{path}.t")
+        p = got["point"]
+        assert type(p) is Point, type(p)
+        equal(ref["point"].x, p.x, f"{path}.point.x")
+        equal(ref["point"].y, p.y, f"{path}.point.y")
+        assert p.y.untyped_storage().data_ptr() == p.x.untyped_storage().data_ptr() and p.y.storage_offset() == 4, \
+            f"{path}: point.y is no longer a view of point.x's storage"
+        assert type(got["holder"]) is Holder and got["holder"].step == 7, vars(got["holder"])
+        equal(ref["holder"].w, got["holder"].w, f"{path}.holder.w")
+        assert type(got["points"]) is list and type(got["points"][0]) is Point and got["points"][0].y == 1
+        equal(ref["points"][0].x, got["points"][0].x, f"{path}.points.0.x")
+        print(f"{path}: the items dcp.save makes, tensors inside objects as saved, views sharing their storage")
+
+
 def compare_torch_types(out):
     """the gather of torch_types_hostile.pt loads with weights_only=True: the well-formed device and Size values as
     they were, the calls torch would refuse left out"""
@@ -345,4 +397,4 @@ def compare_torch_types(out):
 if __name__ == "__main__":
     {"make": make, "compare": compare, "compare_objects": compare_objects, "compare_tuples": compare_tuples,
      "compare_torch_types": compare_torch_types, "compare_sparse_adam": compare_sparse_adam,
-     "compare_reshaped": compare_reshaped}[sys.argv[1]](*sys.argv[2:])
+     "compare_reshaped": compare_reshaped, "compare_nested": compare_nested}[sys.argv[1]](*sys.argv[2:])

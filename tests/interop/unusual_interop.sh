@@ -48,6 +48,14 @@ echo "verify of the 320 MiB dense tensor on one rank: peak RSS ${rss} KiB"
 "$cli" reshard "$out/tuples.pt" --world-size 3 -o "$out/tuples.rs3"
 "$cli" verify "$out/dcp_tuples" --world-size 3
 "$torch_python" unusual_interop.py compare_tuples "$out" "$out/dcp_tuples.rs2" "$out/tuples.rs3"
+# tensors inside namedtuples and objects, from DCP and from torch.save, resharded: one item each, tensors inside
+# (they were left out: "a tensor nested inside a plain value")
+"$cli" reshard "$out/dcp_nested" --world-size 2 -o "$out/dcp_nested.rs2" > "$out/nested.log"
+"$cli" reshard "$out/nested.pt" --world-size 3 -o "$out/nested.rs3" >> "$out/nested.log"
+! grep "left out" "$out/nested.log"
+"$cli" verify "$out/dcp_nested" --world-size 3 | grep -q "^IDENTICAL"
+"$cli" verify "$out/nested.pt" --world-size 2 | grep -q "^IDENTICAL"
+"$torch_python" unusual_interop.py compare_nested "$out" "$out/dcp_nested.rs2" "$out/nested.rs3"
 # torch.device / torch.Size of arguments torch does not take: left out, saying so; the output loads in PyTorch
 "$cli" gather "$out/torch_types_hostile.pt" -o "$out/torch_types_hostile.pt.optscope.pt" > "$out/types.log"
 grep "left out 9 value" "$out/types.log" > /dev/null

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/checkpoint_fix.h"
+#include "optscope/analysis/reshard.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/dcp_writer.h"
 #include "optscope/formats/format_registry.h"
@@ -459,7 +460,9 @@ private:
                 plan.tensors.push_back(std::move(t));
             } else {
                 plan.order.push_back({false, plan.values.size()});
-                plan.values.push_back({it.path, it.value, 0, {}});
+                plan.values.push_back({it.path, it.value, 0, {},
+                    it.source && it.value == it.source->value ? storagesInside(cp, *it.source)
+                                                              : std::vector<DcpPlan::Value::Storage> {}});
             }
         }
         writeDcp(plan, m_result.output, progress, options);

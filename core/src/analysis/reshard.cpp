@@ -15,6 +15,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <unordered_set>
 
 namespace optscope {
 
@@ -118,7 +119,7 @@ DcpPlan planReshard(const Checkpoint& cp, const ReshardOptions& options)
                 continue;
             }
             plan.order.push_back({false, plan.values.size()});
-            plan.values.push_back({e.path, e.value, 0, {}});
+            plan.values.push_back({e.path, e.value, 0, {}, storagesInside(cp, e)});
             continue;
         }
         const TensorEntry& t = *e.tensor;
@@ -169,19 +170,65 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
             s.bytes += bytes;
             ++s.tensorItems;
         }
-    // tensors inside a value kept whole (a tuple holding one) are in the value's item, on its rank
-    for (const auto& v : plan.values)
-        for (const auto& part : v.parts)
-            if (!part.value) {
-                const uint64_t bytes = static_cast<uint64_t>(part.tensor.numel()) * dtypeSize(part.tensor.dtype);
-                s.bytesPerRank[static_cast<size_t>(std::clamp(v.rank, 0, options.worldSize - 1))] += bytes;
-                s.bytes += bytes;
-            }
+    // tensors inside a value kept whole (a tuple or namedtuple holding one) are in the value's item, on its rank
+    for (const auto& v : plan.values) {
+        const uint64_t bytes = valueTensorBytes(v);
+        s.bytesPerRank[static_cast<size_t>(std::clamp(v.rank, 0, options.worldSize - 1))] += bytes;
+        s.bytes += bytes;
+    }
     s.valueItems = plan.values.size();
     for (const auto& c : plan.copies)
         s.copied.push_back(c.name);
     s.leftOut = plan.leftOut;
     return s;
+}
+
+// read as a flat tensor of its elements: endianness, change checks and remote reads as every tensor's. Shared
+// storages and values come once; a value without located storages is not walked
+std::vector<DcpPlan::Value::Storage> storagesInside(const Checkpoint& cp, const Entry& e)
+{
+    std::vector<DcpPlan::Value::Storage> out;
+    if (e.valueFile.empty()) return out;
+    std::unordered_set<const PyValue*> seen;
+    std::unordered_set<const PyStorageInfo*> storages;
+    std::vector<const PyValue*> stack {e.value};
+    while (!stack.empty()) {
+        const PyValue* v = stack.back();
+        stack.pop_back();
+        if (!mayHaveChildren(v) || !seen.insert(v).second) continue;
+        if (v->kind == PyKind::Tensor && v->tensor->storage && v->tensor->storage->kind == PyKind::Storage
+            && v->tensor->storage->storage && !v->tensor->wrapper) {
+            const PyStorageInfo* s = v->tensor->storage->storage;
+            if (!s->located || !storages.insert(s).second) continue;
+            const uint64_t elem = std::max<uint64_t>(dtypeSize(v->tensor->dtype), 1);
+            TensorEntry stored;
+            stored.dtype = v->tensor->dtype;
+            stored.shape = {static_cast<int64_t>(s->recordLength / elem)};
+            TensorChunk chunk;
+            chunk.offsets = {0};
+            chunk.sizes = stored.shape;
+            chunk.source.file = e.valueFile.str();
+            chunk.source.offset = s->recordOffset;
+            chunk.source.length = s->recordLength;
+            chunk.source.strides = {1};
+            chunk.source.bigEndian = e.valueBigEndian;
+            stored.chunks.push_back(std::move(chunk));
+            auto entry = std::make_shared<Entry>();
+            entry->key = e.key;
+            entry->kind = EntryKind::Tensor;
+            entry->tensor = std::move(stored);
+            TensorToWrite bytes;
+            bytes.dtype = v->tensor->dtype;
+            bytes.shape = entry->tensor->shape;
+            bytes.produce = [&cp, entry = std::shared_ptr<const Entry>(entry)](const ByteSink& sink) {
+                TensorAssembler(cp, *entry).stream(sink.bytes, {}, {}, sink.region);
+            };
+            out.push_back({s, std::move(bytes)});
+            continue;
+        }
+        forEachChild(v, [&](const PyValue* c) { stack.push_back(c); });
+    }
+    return out;
 }
 
 DcpWriteStats reshardCheckpoint(

@@ -83,6 +83,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
                     + " levels are kept inside this value: they are not listed, checked or written as tensors",
                 joinKeyPath(path));
         addValue(std::move(path), value, fileRel);
+        m_cp.entries.back().valueBigEndian = archive.bigEndian;
         return;
     }
     const PyTensorInfo& t = *value->tensor;

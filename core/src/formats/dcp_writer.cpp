@@ -392,7 +392,7 @@ void keepDcpItemsWhole(DcpPlan& plan)
         auto [at, added] = itemOf.emplace(joinKeyPath(itemPath), out.values.size());
         if (added) {
             out.order.push_back({false, out.values.size()});
-            out.values.push_back({itemPath, nullptr, 0, {}});
+            out.values.push_back({itemPath, nullptr, 0, {}, {}});
         }
         DcpPlan::Value::Part part;
         part.path.assign(path.begin() + depths[n], path.end());
@@ -406,10 +406,22 @@ void keepDcpItemsWhole(DcpPlan& plan)
             };
         } else {
             part.value = plan.values[i].value;
+            for (auto& storage : plan.values[i].storages)
+                out.values[at->second].storages.push_back(std::move(storage));
         }
         out.values[at->second].parts.push_back(std::move(part));
     }
     plan = std::move(out);
+}
+
+uint64_t valueTensorBytes(const DcpPlan::Value& value)
+{
+    uint64_t bytes = 0;
+    for (const auto& part : value.parts)
+        if (!part.value) bytes += static_cast<uint64_t>(part.tensor.numel()) * dtypeSize(part.tensor.dtype);
+    for (const auto& storage : value.storages)
+        bytes += static_cast<uint64_t>(storage.bytes.numel()) * dtypeSize(storage.bytes.dtype);
+    return bytes;
 }
 
 static DcpWriteStats writeDcpUnnamed(
@@ -535,9 +547,7 @@ private:
             for (const auto& item : list) {
                 if (const auto* t = item.second.first)
                     b += static_cast<uint64_t>(t->chunks.numelOf(item.second.second)) * dtypeSize(t->dtype);
-                if (item.first)
-                    for (const auto& part : item.first->parts)
-                        if (!part.value) b += static_cast<uint64_t>(part.tensor.numel()) * dtypeSize(part.tensor.dtype);
+                if (item.first) b += valueTensorBytes(*item.first);
             }
             fileBytes.push_back(b);
             m_totalBytes += b;
@@ -659,6 +669,8 @@ private:
                     else
                         tree.setTensor(part.path, part.tensor);
                 }
+                for (const auto& storage : value->storages)
+                    tree.addStorage(storage.storage, storage.bytes);
                 ++m_stats.valueItems;
             } else {
                 const auto& [t, c] = tensorChunk;

@@ -56,15 +56,24 @@ std::string storageClassName(DType d)
     }
 }
 
+/// whether this writer writes tensors of @p d (quantized ones need their scales, which it does not write)
+bool writableDtype(DType d)
+{
+    return d != DType::Unknown && d != DType::QInt8 && d != DType::QUInt8 && d != DType::QInt32 && d != DType::QUInt4x2
+        && d != DType::QUInt2x4;
+}
+
 class TreePickler
 {
 public:
     /// @p objects: write inert objects back as they were pickled (callable, arguments, state): for a DCP value,
     /// which DCP's loader unpickles with weights_only=False; a torch.save for weights_only=True loading refuses them
-    TreePickler(const StateTree& tree, const std::string& where, bool objects = false)
+    /// @p probe: only to see whether it can be written (unwritableReason): a tensor inside a value needs no record
+    TreePickler(const StateTree& tree, const std::string& where, bool objects = false, bool probe = false)
         : m_tree(tree)
         , m_where(where)
         , m_objects(objects)
+        , m_probe(probe)
     { }
 
     std::string run()
@@ -82,7 +91,8 @@ private:
     {
         m_unwritable = what;
         throw Error(ErrorKind::Unsupported, m_where,
-            "cannot write " + what + " into a file that torch.load(weights_only=True) accepts");
+            "cannot write " + what
+                + (m_objects ? " into a DCP value item" : " into a file that torch.load(weights_only=True) accepts"));
     }
 
     /// an inert object that a weights-only file cannot hold as it is: tensors torch rebuilds that this writer does
@@ -159,6 +169,7 @@ private:
         case PyKind::FrozenSet:
         case PyKind::Dict:
         case PyKind::Object:
+        case PyKind::Tensor: // (one tensor reached twice stays one tensor, as pickle keeps it)
             return true;
         default:
             return false;
@@ -293,7 +304,8 @@ private:
             e.global(std::string(v->global->module), std::string(v->global->name));
             return;
         case PyKind::Tensor:
-            unsupported("a tensor nested inside a plain value");
+            nestedTensor(*v);
+            return;
         default:
             unsupported(std::string("a value of type ") + pyKindName(v->kind));
         }
@@ -358,6 +370,27 @@ private:
         }
     }
 
+    /// a tensor inside a value (a DCP value item: dcp.save pickles a namedtuple whole, tensors and all), written
+    /// as torch.save writes it: a view over its storage's record, which the tree holds (StateTree::addStorage)
+    void nestedTensor(const PyValue& v)
+    {
+        if (!m_objects) unsupported("a tensor nested inside a plain value");
+        if (const std::string why = TorchSaveWriter::nestedTensorUnwritable(&v); !why.empty()) unsupported(why);
+        const PyTensorInfo& t = *v.tensor;
+        const PyStorageInfo& storage = *t.storage->storage;
+        int64_t record = m_tree.storageRecordOf(&storage);
+        if (record < 0 && !m_probe) unsupported("a tensor inside a value whose storage's bytes were not given");
+        TensorToWrite view;
+        view.dtype = t.dtype;
+        view.shape = t.sizes;
+        view.strides = t.strides;
+        view.storageElements = static_cast<int64_t>(storage.recordLength / dtypeSize(t.dtype));
+        view.storageOffset = t.storageOffset;
+        view.isParameter = t.isParameter;
+        view.requiresGrad = t.requiresGrad;
+        tensor(view, static_cast<size_t>(std::max<int64_t>(record, 0)));
+    }
+
     void tensor(const TensorToWrite& t, size_t index)
     {
         // storage k holds tensor k: records are written in tensor order, whatever order the pickle meets them in
@@ -380,7 +413,7 @@ private:
         e.integer(v3 ? numel * static_cast<int64_t>(dtypeSize(t.dtype)) : numel);
         e.op(pickle_op::TUPLE);
         e.op(pickle_op::BINPERSID);
-        e.integer(0); // storage offset
+        e.integer(t.storageOffset);
         if (t.shape.size() > 3) e.mark();
         for (auto s : t.shape)
             e.integer(s);
@@ -414,6 +447,7 @@ private:
     const StateTree& m_tree;
     std::string m_where;
     bool m_objects = false;
+    bool m_probe = false;
     std::string m_unwritable;
     PickleEmitter e;
 };
@@ -427,11 +461,42 @@ bool isAscii(const std::string& s)
 
 } // namespace
 
+std::string TorchSaveWriter::nestedTensorUnwritable(const PyValue* value)
+{
+    const PyTensorInfo* t = value->tensor;
+    if (!t) return "a tensor without its description";
+    if (t->wrapper || !t->subclass.empty())
+        return "a " + std::string(t->subclass.empty() ? "tensor subclass" : t->subclass)
+            + " inside a value (this writer does not write sharded tensors inside values yet)";
+    const PyValue* s = t->storage;
+    if (!s || s->kind != PyKind::Storage || !s->storage || !s->storage->located)
+        return "a tensor inside a value whose bytes the file does not hold";
+    if (t->conj || t->neg) return "a tensor inside a value with a lazy conj or neg bit";
+    if (!writableDtype(t->dtype)) return "a tensor of dtype " + std::string(dtypeName(t->dtype)) + " inside a value";
+    const uint64_t elem = dtypeSize(t->dtype);
+    if (elem == 0 || s->storage->recordLength % elem != 0)
+        return "a tensor inside a value whose storage is not a whole number of its elements";
+    // the view must lie inside its storage, as torch.load's set_ checks
+    const auto held = static_cast<int64_t>(s->storage->recordLength / elem);
+    if (t->sizes.size() != t->strides.size() || t->storageOffset < 0)
+        return "a tensor inside a value laid out outside its storage";
+    int64_t last = t->storageOffset;
+    for (size_t d = 0; d < t->sizes.size(); ++d) {
+        if (t->sizes[d] == 0) return {};
+        int64_t step = 0;
+        if (t->sizes[d] < 0 || t->strides[d] < 0 || __builtin_mul_overflow(t->sizes[d] - 1, t->strides[d], &step)
+            || __builtin_add_overflow(last, step, &last))
+            return "a tensor inside a value laid out outside its storage";
+    }
+    if (last >= held) return "a tensor inside a value laid out outside its storage";
+    return {};
+}
+
 std::string TorchSaveWriter::unwritableReason(const PyValue* value, bool objects)
 {
     StateTree tree;
     tree.setValue({KeyPathElem::fromKey("value")}, value);
-    TreePickler pickler(tree, {}, objects);
+    TreePickler pickler(tree, {}, objects, true);
     try {
         pickler.run();
         return {};
@@ -456,8 +521,7 @@ void checkWritableDtypes(const StateTree& tree, const std::string& path)
 {
     // tensor types must be representable before anything is written
     for (const auto& t : tree.tensors())
-        if (t.dtype == DType::Unknown || t.dtype == DType::QInt8 || t.dtype == DType::QUInt8 || t.dtype == DType::QInt32
-            || t.dtype == DType::QUInt4x2 || t.dtype == DType::QUInt2x4)
+        if (!writableDtype(t.dtype))
             throw Error(ErrorKind::Unsupported, path,
                 std::string("cannot write a tensor of dtype ") + std::string(dtypeName(t.dtype)));
 }

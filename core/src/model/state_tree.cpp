@@ -182,4 +182,16 @@ void StateTree::setTensor(const KeyPath& path, TensorToWrite tensor)
     m_nodes[n].tensor = m_tensors.size() - 1;
 }
 
+void StateTree::addStorage(const PyStorageInfo* storage, TensorToWrite bytes)
+{
+    if (!m_storages.emplace(storage, m_tensors.size()).second) return;
+    m_tensors.push_back(std::move(bytes));
+}
+
+int64_t StateTree::storageRecordOf(const PyStorageInfo* storage) const
+{
+    const auto it = m_storages.find(storage);
+    return it == m_storages.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
 } // namespace optscope

@@ -45,6 +45,10 @@ ShardingStyle shardingStyleFromName(const std::string& name);
 
 /// The DCP items of @p checkpoint laid out for options.worldSize ranks; chunk producers read the source lazily.
 /// Throws Error if a tensor's chunks do not tile it, a value is unreadable, or the checkpoint is not a state dict.
+/// the storages that tensors inside value entry @p e look at (a namedtuple's tensor field, which dcp.save pickles
+/// whole), each with a producer of its bytes from the entry's file: what a DCP value item of it holds
+std::vector<DcpPlan::Value::Storage> storagesInside(const Checkpoint& cp, const Entry& e);
+
 DcpPlan planReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
 
 /// What a reshard would write, without reading or writing any tensor data (reshard --dry-run; the GUI's preview).

@@ -57,6 +57,14 @@ struct DcpPlan
             TensorToWrite tensor;
         };
         std::vector<Part> parts;
+        /// the storages that tensors inside the value look at (a namedtuple holding a tensor, which dcp.save pickles
+        /// whole), each with its bytes: records of the item's archive (StateTree::addStorage)
+        struct Storage
+        {
+            const PyStorageInfo* storage = nullptr;
+            TensorToWrite bytes;
+        };
+        std::vector<Storage> storages;
     };
     /// a file written into the folder as it is, byte for byte (Checkpoint::companionFiles: Fabric's meta.pt)
     struct Copy
@@ -93,6 +101,9 @@ struct DcpWriteStats
 /// tensors and values inside become one Value's parts, in the place of the first. writeDcp does this to every plan;
 /// a caller that counts the plan's items does it first.
 void keepDcpItemsWhole(DcpPlan& plan);
+
+/// the bytes of the tensors a value item holds (its parts' tensors, the storages of tensors inside it)
+uint64_t valueTensorBytes(const DcpPlan::Value& value);
 
 /// Writes @p plan as a DCP folder at @p outDir, which must not exist yet (or be an empty directory).
 DcpWriteStats writeDcp(

@@ -48,9 +48,13 @@ public:
     /// the archive prefix torch.save uses for @p path: its file name without the last extension
     static std::string archivePrefix(const std::string& path);
     /// why @p value cannot be written into a file that torch.load(weights_only=True) accepts ("an object of class
-    /// 'argparse.Namespace'"), or with @p objects into a DCP value (a tensor inside a value, nesting past 400
-    /// levels), or empty when it can: the writer's own rule (the value is pickled once to see)
+    /// 'argparse.Namespace'"), or with @p objects into a DCP value (nesting past 400 levels, a tensor inside it
+    /// that nestedTensorUnwritable refuses), or empty when it can: the writer's own rule (the value is pickled once to
+    /// see)
     static std::string unwritableReason(const PyValue* value, bool objects = false);
+    /// why the tensor @p value, found inside a value, cannot be written over its storage's bytes (a sharded or
+    /// meta tensor, a view outside its storage), or empty when it can
+    static std::string nestedTensorUnwritable(const PyValue* value);
 };
 
 } // namespace optscope

@@ -150,6 +150,8 @@ struct Entry
     /// inside an object): the checkpoint's file their bytes are in (PyStorageInfo::recordOffset), for diff to compare
     RareString valueFile;
     EntryKind kind = EntryKind::Value;
+    /// valueFile's storages hold their elements big-endian (a torch.save written on such a machine)
+    bool valueBigEndian = false;
     bool isTensor() const { return kind == EntryKind::Tensor; }
 };
 

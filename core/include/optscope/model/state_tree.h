@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,8 @@ struct TensorToWrite
     /// its strides, over a storage of storageElements elements that produce() delivers. Empty: contiguous, numel()
     std::vector<int64_t> strides;
     int64_t storageElements = 0;
+    /// a view's first element in its storage (elements of dtype); 0 but for a tensor inside a value (addStorage)
+    int64_t storageOffset = 0;
     int64_t numel() const;
     /// the elements its storage holds, which produce() delivers: numel(), or a view's storageElements
     int64_t storedNumel() const { return strides.empty() ? numel() : storageElements; }
@@ -95,6 +98,13 @@ public:
     void reserve(size_t nodes);
     void setValue(const KeyPath& path, const PyValue* value);
     void setTensor(const KeyPath& path, TensorToWrite tensor);
+    /// The bytes of @p storage, a storage that tensors inside a value look at (a namedtuple's field, an object's
+    /// attribute: dcp.save pickles such a value whole, tensors and all): written as a storage record of its own,
+    /// which every tensor of the value's graph over @p storage refers to, as torch.save shares one storage among its
+    /// views. @p bytes: a flat tensor of the storage's elements, in the dtype its tensors have
+    void addStorage(const PyStorageInfo* storage, TensorToWrite bytes);
+    /// the index in tensors() of @p storage's record (addStorage), or -1
+    int64_t storageRecordOf(const PyStorageInfo* storage) const;
 
     const Node& node(size_t i) const { return m_nodes[i]; }
     size_t root() const { return 0; }
@@ -122,6 +132,7 @@ private:
     std::vector<uint32_t> m_slots; ///< open addressing over every child node (0: empty; the root is no child)
     size_t m_indexed = 0;
     std::vector<TensorToWrite> m_tensors;
+    std::unordered_map<const PyStorageInfo*, size_t> m_storages; ///< addStorage's: storage -> its record
 };
 
 } // namespace optscope
