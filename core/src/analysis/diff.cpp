@@ -757,19 +757,23 @@ std::string joinHow(const std::vector<std::string>& a, const std::vector<std::st
     return s.empty() ? "exact" : s;
 }
 
-DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vector<Canon> cb, const DiffOptions& opt,
-    const Progress& progress, DiffReport report)
+using CanonPair = std::pair<const Canon*, const Canon*>;
+
+/// A's and B's entries paired by canonical name, A's order first, then B's alone; two entries of one side that
+/// normalise to one name: the first is compared. The hash tables and the canonical names (a million values' names
+/// are about 90 MB of tables and 2M strings) are freed before the report's rows are made: names point into ca and cb,
+/// which stay as they are from here on
+std::vector<CanonPair> pairByName(std::vector<Canon>& ca, std::vector<Canon>& cb)
 {
-    // names point into ca and cb, which stay as they are from here on (hash tables: a million values' names)
     std::unordered_map<std::string_view, size_t> indexB(cb.size());
     for (size_t i = 0; i < cb.size(); ++i)
         indexB.emplace(cb[i].canonical, i);
-    std::vector<std::pair<const Canon*, const Canon*>> pairs;
+    std::vector<CanonPair> pairs;
     pairs.reserve(std::max(ca.size(), cb.size()));
     std::vector<char> usedB(cb.size(), 0);
     std::unordered_set<std::string_view> seenA(ca.size());
     for (const auto& c : ca) {
-        if (!seenA.insert(c.canonical).second) continue; // two A entries normalise to one name: compare the first
+        if (!seenA.insert(c.canonical).second) continue;
         auto it = indexB.find(c.canonical);
         if (it == indexB.end()) {
             pairs.push_back({&c, nullptr});
@@ -780,33 +784,166 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     }
     for (size_t i = 0; i < cb.size(); ++i)
         if (!usedB[i] && indexB.at(cb[i].canonical) == i) pairs.push_back({nullptr, &cb[i]});
-    // the hash tables served to pair the names: freed before the report's rows are made (a million names' tables
-    // are about 90 MB, at the peak of a diff of two dicts of a million values)
     indexB = {};
     seenA = {};
     std::vector<char>().swap(usedB);
-    for (auto* side : {&ca, &cb}) // and so did the canonical names (2M of them, most on the heap, in such a diff)
+    for (auto* side : {&ca, &cb})
         for (Canon& c : *side)
             std::string().swap(c.canonical);
+    return pairs;
+}
 
-    // where each compared entry goes: its place in the report, or (keepEqual false) a list of the kept ones with
-    // their places, put in order at the end
-    const bool keepAll = opt.keepEqual;
-    if (keepAll) report.entries.resize(pairs.size());
-    std::vector<std::pair<size_t, DiffEntry>> kept;
-    size_t leftOut = 0;
-    std::mutex keptMutex;
-    auto store = [&](size_t i, DiffEntry&& d) {
-        if (keepAll) {
-            report.entries[i] = std::move(d);
+/// one row of the report: an entry on one side only, or the two entries compared (an unreadable one says why)
+DiffEntry diffPair(
+    const Side& A, const Side& B, const CanonPair& pair, const DiffOptions& opt, const Progress& progress)
+{
+    const auto [pa, pb] = pair;
+    DiffEntry d;
+    d.keyA = pa ? pa->entry->key : std::string();
+    d.keyB = pb ? pb->entry->key : std::string();
+    const Entry* any = pa ? pa->entry : pb->entry;
+    d.tensor = any->isTensor();
+    try {
+        if (!pa || !pb) {
+            d.status = pa ? DiffStatus::OnlyA : DiffStatus::OnlyB;
+            d.reason = pa ? "not in " + B.cp->path : "not in " + A.cp->path;
+            if (any->isTensor()) {
+                (pa ? d.shapeA : d.shapeB) = any->tensor->shape;
+                (pa ? d.dtypeA : d.dtypeB) = std::string(dtypeName(any->tensor->dtype));
+                d.numel = any->tensor->numel();
+            } else {
+                (pa ? d.valueA : d.valueB)
+                    = pyRepr((pa ? pa : pb)->overrideValue ? (pa ? pa : pb)->overrideValue : any->value, 200);
+            }
+            return d;
+        }
+        d.match = joinHow(pa->how, pb->how);
+        if (d.keyA != d.keyB && d.match == "exact") d.match = "layout";
+        if (pa->entry->isTensor() != pb->entry->isTensor()
+            && sameNumberStoredTwoWays(*A.cp, *pa->entry, *B.cp, *pb->entry)) {
+            // a step as Megatron keeps it and as PyTorch saves it (a conversion): the state is the same
+            d.status = DiffStatus::Equal;
+            d.reason = pa->entry->isTensor() ? "the same number: a 0-dim tensor in A, a value in B"
+                                             : "the same number: a value in A, a 0-dim tensor in B";
+        } else if (pa->entry->isTensor() != pb->entry->isTensor()) {
+            d.status = DiffStatus::Changed;
+            d.reason = pa->entry->isTensor() ? "tensor -> value" : "value -> tensor";
+        } else if (pa->entry->isTensor()) {
+            compareTensors(*A.cp, *pa->entry, *B.cp, *pb->entry, opt, d, progress);
+        } else {
+            compareValues(*A.cp, *pa, *B.cp, *pb, opt, d);
+        }
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Cancelled) throw;
+        d.status = DiffStatus::Changed;
+        d.unreadable = true;
+        d.reason = std::string("unreadable: ") + e.what();
+    }
+    return d;
+}
+
+/// The report's rows as the threads make them: every row in its place (keepEqual), or only the rows that are not
+/// wholly equal, with their places, and a count of the others (a diff of a million equal values keeps none)
+class ReportRows
+{
+public:
+    ReportRows(DiffReport& report, size_t pairs, bool keepAll)
+        : m_report(report)
+        , m_keepAll(keepAll)
+    {
+        if (keepAll) report.entries.resize(pairs);
+    }
+
+    /// thread-safe for distinct @p i
+    void store(size_t i, DiffEntry&& d)
+    {
+        if (m_keepAll) {
+            m_report.entries[i] = std::move(d);
             return;
         }
-        std::lock_guard<std::mutex> lock(keptMutex);
+        std::lock_guard<std::mutex> lock(m_mutex);
         if (d.status == DiffStatus::Equal && !d.comparedInPart)
-            ++leftOut;
+            ++m_leftOut;
         else
-            kept.emplace_back(i, std::move(d));
-    };
+            m_kept.emplace_back(i, std::move(d));
+    }
+
+    /// the rows this process made (its pairs, @p mine) and its count, for rank 0 of a job
+    nlohmann::json wire(const std::vector<size_t>& mine) const
+    {
+        nlohmann::json rows = nlohmann::json::array();
+        if (m_keepAll)
+            for (const size_t i : mine)
+                rows.push_back({i, m_report.entries[i]});
+        else
+            for (const auto& [i, d] : m_kept)
+                rows.push_back({i, d});
+        return nlohmann::json {{"entries", std::move(rows)}, {"left_out", m_leftOut}};
+    }
+
+    /// another process's wire()
+    void add(const nlohmann::json& theirs)
+    {
+        m_leftOut += theirs.at("left_out").get<size_t>();
+        for (const auto& x : theirs.at("entries"))
+            if (m_keepAll)
+                m_report.entries.at(x[0].get<size_t>()) = x[1].get<DiffEntry>();
+            else
+                m_kept.emplace_back(x[0].get<size_t>(), x[1].get<DiffEntry>());
+    }
+
+    /// the kept rows into the report, in its order
+    void place()
+    {
+        if (m_keepAll) return;
+        std::sort(m_kept.begin(), m_kept.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        m_report.entries.clear();
+        m_report.entries.reserve(m_kept.size());
+        for (auto& [i, d] : m_kept)
+            m_report.entries.push_back(std::move(d));
+        std::vector<std::pair<size_t, DiffEntry>>().swap(m_kept);
+        m_report.equalLeftOut = m_leftOut;
+    }
+
+private:
+    DiffReport& m_report;
+    const bool m_keepAll;
+    std::vector<std::pair<size_t, DiffEntry>> m_kept;
+    size_t m_leftOut = 0;
+    std::mutex m_mutex;
+};
+
+/// a job's processes' rows: rank 0 puts every process's rows in their places, and every process gets the whole
+/// report back (the same exit status everywhere)
+void mergeJobRows(
+    Job& job, DiffReport& report, ReportRows& rows, const std::vector<size_t>& mine, JobProgress& compared)
+{
+    const std::vector<uint8_t> wire = nlohmann::json::to_cbor(rows.wire(mine));
+    compared.flush();
+    const std::vector<std::string> parts
+        = job.gather("diff-entries", std::string(wire.begin(), wire.end()), [&] { compared.showTotal(); });
+    std::string merged;
+    if (job.isRoot()) {
+        for (size_t p = 1; p < parts.size(); ++p)
+            rows.add(nlohmann::json::from_cbor(parts[p]));
+        rows.place();
+        const std::vector<uint8_t> all
+            = nlohmann::json::to_cbor(nlohmann::json {{"entries", report.entries}, {"left_out", report.equalLeftOut}});
+        merged.assign(all.begin(), all.end());
+    }
+    merged = job.broadcast("diff-report", merged);
+    if (!job.isRoot()) {
+        const nlohmann::json whole = nlohmann::json::from_cbor(merged);
+        report.entries = whole.at("entries").get<std::vector<DiffEntry>>();
+        report.equalLeftOut = whole.at("left_out").get<size_t>();
+    }
+}
+
+DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vector<Canon> cb, const DiffOptions& opt,
+    const Progress& progress, DiffReport report)
+{
+    const std::vector<CanonPair> pairs = pairByName(ca, cb);
+    ReportRows rows(report, pairs.size(), opt.keepEqual);
     // the largest tensors first, so that no thread is left with a big one while the others are done
     std::vector<size_t> order(pairs.size());
     for (size_t i = 0; i < order.size(); ++i)
@@ -818,17 +955,14 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return weight(x) > weight(y); });
     // run as several processes (Job): each compares the pairs it owns (split by elements), rank 0 merges
     Job& job = Job::current();
-    std::vector<int> owner;
     if (job.distributed()) {
         std::vector<uint64_t> weights(pairs.size());
         for (size_t i = 0; i < pairs.size(); ++i)
             weights[i] = static_cast<uint64_t>(weight(i));
-        owner = splitByWeight(weights, job.size());
+        const std::vector<int> owner = splitByWeight(weights, job.size());
         order.erase(
             std::remove_if(order.begin(), order.end(), [&](size_t i) { return owner[i] != job.rank(); }), order.end());
     }
-    std::atomic<size_t> next {0};
-    std::atomic<bool> cancelled {false};
     // progress by elements (plus one per entry): the largest tensors come first, and counting entries left the
     // fraction near 0 while they were compared
     // (a job's: every process's pairs, summed through the store; rank 0 shows the total)
@@ -837,141 +971,28 @@ DiffReport runDiff(const Side& A, const Side& B, std::vector<Canon> ca, std::vec
         totalWork += static_cast<uint64_t>(weight(i)) + 1;
     JobProgress compared(job, "diff-work", totalWork, progress, "comparing");
     std::mutex progressMutex;
-    // an exception other than Error (bad_alloc, say) must not escape a worker thread (std::terminate): the first
-    // one stops the others and is rethrown on the calling thread
-    std::mutex failureMutex;
-    std::exception_ptr failure;
-    auto compareAll = [&] {
-        for (size_t k = next++; k < order.size() && !cancelled; k = next++) {
+    const unsigned hw = job.threadsPerProcess(); // a job's processes on one machine share its cores
+    const unsigned threads
+        = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(order.size())));
+    try {
+        forEachOnThreads(order.size(), threads, [&](size_t k) {
             const size_t i = order[k];
-            const auto [pa, pb] = pairs[i];
-            DiffEntry d;
-            d.keyA = pa ? pa->entry->key : std::string();
-            d.keyB = pb ? pb->entry->key : std::string();
-            const Entry* any = pa ? pa->entry : pb->entry;
-            d.tensor = any->isTensor();
-            try {
-                if (!pa || !pb) {
-                    d.status = pa ? DiffStatus::OnlyA : DiffStatus::OnlyB;
-                    d.reason = pa ? "not in " + B.cp->path : "not in " + A.cp->path;
-                    if (any->isTensor()) {
-                        (pa ? d.shapeA : d.shapeB) = any->tensor->shape;
-                        (pa ? d.dtypeA : d.dtypeB) = std::string(dtypeName(any->tensor->dtype));
-                        d.numel = any->tensor->numel();
-                    } else {
-                        (pa ? d.valueA : d.valueB)
-                            = pyRepr((pa ? pa : pb)->overrideValue ? (pa ? pa : pb)->overrideValue : any->value, 200);
-                    }
-                } else {
-                    d.match = joinHow(pa->how, pb->how);
-                    if (d.keyA != d.keyB && d.match == "exact") d.match = "layout";
-                    if (pa->entry->isTensor() != pb->entry->isTensor()
-                        && sameNumberStoredTwoWays(*A.cp, *pa->entry, *B.cp, *pb->entry)) {
-                        // a step as Megatron keeps it and as PyTorch saves it (a conversion): the state is the same
-                        d.status = DiffStatus::Equal;
-                        d.reason = pa->entry->isTensor() ? "the same number: a 0-dim tensor in A, a value in B"
-                                                         : "the same number: a value in A, a 0-dim tensor in B";
-                    } else if (pa->entry->isTensor() != pb->entry->isTensor()) {
-                        d.status = DiffStatus::Changed;
-                        d.reason = pa->entry->isTensor() ? "tensor -> value" : "value -> tensor";
-                    } else if (pa->entry->isTensor()) {
-                        compareTensors(*A.cp, *pa->entry, *B.cp, *pb->entry, opt, d, progress);
-                    } else {
-                        compareValues(*A.cp, *pa, *B.cp, *pb, opt, d);
-                    }
-                }
-            } catch (const Error& e) {
-                if (e.kind() == ErrorKind::Cancelled) {
-                    cancelled = true;
-                    return;
-                }
-                d.status = DiffStatus::Changed;
-                d.unreadable = true;
-                d.reason = std::string("unreadable: ") + e.what();
-            }
+            DiffEntry d = diffPair(A, B, pairs[i], opt, progress);
             {
                 std::lock_guard<std::mutex> lock(progressMutex);
                 compared.add(static_cast<uint64_t>(weight(i)) + 1);
                 if (opt.onEntry) opt.onEntry(d);
             }
-            store(i, std::move(d));
-        }
-    };
-    auto work = [&] {
-        try {
-            compareAll();
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(failureMutex);
-            if (!failure) failure = std::current_exception();
-            cancelled = true;
-        }
-    };
-    const unsigned hw = job.threadsPerProcess(); // a job's processes on one machine share its cores
-    const unsigned n
-        = std::max(1u, std::min<unsigned>(opt.threads > 0 ? unsigned(opt.threads) : hw, unsigned(order.size())));
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < n; ++t)
-        pool.emplace_back([&work, cancel = CancelScope::current()] {
-            const CancelScope scope(cancel); // the caller's: a cancel also ends this thread's remote waits
-            work();
+            rows.store(i, std::move(d));
         });
-    work();
-    for (auto& t : pool)
-        t.join();
-    if (failure) std::rethrow_exception(failure);
-    if (cancelled) throw Error(ErrorKind::Cancelled, {}, "cancelled");
-    // the kept entries in the report's order
-    auto placeKept = [&] {
-        if (keepAll) return;
-        std::sort(kept.begin(), kept.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-        report.entries.clear();
-        report.entries.reserve(kept.size());
-        for (auto& [i, d] : kept)
-            report.entries.push_back(std::move(d));
-        std::vector<std::pair<size_t, DiffEntry>>().swap(kept);
-        report.equalLeftOut = leftOut;
-    };
-    if (job.distributed()) {
-        // rank 0 puts every process's entries in their places, and every process gets the whole report back (the
-        // same exit status everywhere)
-        nlohmann::json mine = nlohmann::json::array();
-        if (keepAll)
-            for (const size_t i : order)
-                mine.push_back({i, report.entries[i]});
-        else
-            for (const auto& [i, d] : kept)
-                mine.push_back({i, d});
-        const std::vector<uint8_t> wire
-            = nlohmann::json::to_cbor(nlohmann::json {{"entries", mine}, {"left_out", leftOut}});
-        mine = {};
-        compared.flush();
-        const std::vector<std::string> parts
-            = job.gather("diff-entries", std::string(wire.begin(), wire.end()), [&] { compared.showTotal(); });
-        std::string merged;
-        if (job.isRoot()) {
-            for (size_t p = 1; p < parts.size(); ++p) {
-                const nlohmann::json theirs = nlohmann::json::from_cbor(parts[p]);
-                leftOut += theirs.at("left_out").get<size_t>();
-                for (const auto& x : theirs.at("entries"))
-                    if (keepAll)
-                        report.entries.at(x[0].get<size_t>()) = x[1].get<DiffEntry>();
-                    else
-                        kept.emplace_back(x[0].get<size_t>(), x[1].get<DiffEntry>());
-            }
-            placeKept();
-            const std::vector<uint8_t> all = nlohmann::json::to_cbor(
-                nlohmann::json {{"entries", report.entries}, {"left_out", report.equalLeftOut}});
-            merged.assign(all.begin(), all.end());
-        }
-        merged = job.broadcast("diff-report", merged);
-        if (!job.isRoot()) {
-            const nlohmann::json whole = nlohmann::json::from_cbor(merged);
-            report.entries = whole.at("entries").get<std::vector<DiffEntry>>();
-            report.equalLeftOut = whole.at("left_out").get<size_t>();
-        }
-    } else {
-        placeKept();
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Cancelled) throw Error(ErrorKind::Cancelled, {}, "cancelled");
+        throw;
     }
+    if (job.distributed())
+        mergeJobRows(job, report, rows, order, compared);
+    else
+        rows.place();
     report.equal = true;
     for (const auto& e : report.entries)
         if (e.status != DiffStatus::Equal) report.equal = false;

@@ -129,16 +129,14 @@ static InspectReport inspectCheckpointUnguarded(
             }
         std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return cp.entries[a].tensor->nbytes() > cp.entries[b].tensor->nbytes(); });
-        std::atomic<size_t> next {0};
         std::atomic<uint64_t> doneBytes {0};
-        std::atomic<bool> cancelled {false};
         std::mutex progressMutex;
         const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
         const unsigned nthreads = std::max(1u,
             std::min<unsigned>(
                 options.threads > 0 ? unsigned(options.threads) : hw, static_cast<unsigned>(order.size())));
-        auto worker = [&] {
-            for (size_t k = next++; k < order.size() && !cancelled; k = next++) {
+        try {
+            forEachOnThreads(order.size(), nthreads, [&](size_t k) {
                 const size_t i = order[k];
                 uint64_t reported = 0;
                 try {
@@ -149,27 +147,17 @@ static InspectReport inspectCheckpointUnguarded(
                         progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "hashing");
                     });
                 } catch (const Error& e) {
-                    if (e.kind() == ErrorKind::Cancelled) {
-                        cancelled = true;
-                        return;
-                    }
+                    if (e.kind() == ErrorKind::Cancelled) throw;
                     errors[i] = e.what();
                 } catch (const std::exception& e) {
                     errors[i] = std::string("cannot hash: ") + e.what();
                 }
                 doneBytes += cp.entries[i].tensor->nbytes() - reported;
-            }
-        };
-        std::vector<std::thread> pool;
-        for (unsigned t = 1; t < nthreads; ++t)
-            pool.emplace_back([&worker, cancel = CancelScope::current()] {
-                const CancelScope scope(cancel); // the caller's: a cancel also ends this thread's remote waits
-                worker();
             });
-        worker();
-        for (auto& t : pool)
-            t.join();
-        if (cancelled) throw Error(ErrorKind::Cancelled, cp.path, "cancelled");
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Cancelled) throw Error(ErrorKind::Cancelled, cp.path, "cancelled");
+            throw;
+        }
     }
 
     json& j = report.json;

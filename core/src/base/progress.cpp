@@ -3,6 +3,10 @@
 #include "optscope/base/error.h"
 
 #include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 namespace optscope {
 
@@ -68,6 +72,34 @@ bool CancelScope::cancelled()
 void CancelScope::check(const std::string& location)
 {
     if (cancelled()) throw Error(ErrorKind::Cancelled, location, "cancelled");
+}
+
+void forEachOnThreads(size_t count, unsigned threads, const std::function<void(size_t)>& each)
+{
+    std::atomic<size_t> next {0};
+    std::atomic<bool> stop {false};
+    std::mutex failureMutex;
+    std::exception_ptr failure;
+    auto work = [&] {
+        try {
+            for (size_t k = next++; k < count && !stop; k = next++)
+                each(k);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(failureMutex);
+            if (!failure) failure = std::current_exception();
+            stop = true;
+        }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < threads; ++t)
+        pool.emplace_back([&work, cancel = CancelScope::current()] {
+            const CancelScope scope(cancel); // the caller's: a cancel also ends this thread's remote waits
+            work();
+        });
+    work();
+    for (auto& t : pool)
+        t.join();
+    if (failure) std::rethrow_exception(failure);
 }
 
 } // namespace optscope

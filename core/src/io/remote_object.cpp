@@ -2438,28 +2438,17 @@ void remoteStatAhead(const std::vector<std::string>& urlsIn)
     if (todo.size() < 2) return;
     constexpr size_t kThreads
         = 64; // HEADs in flight, as many as the fetcher pool (each thread's transfers share the process's connections)
-    std::atomic<size_t> next {0};
-    auto worker = [&] {
-        for (size_t i = next++; i < todo.size(); i = next++) {
-            ObjectInfo o;
-            try {
-                o = httpHead(todo[i]);
-            } catch (...) {
-                continue; // statLocation asks again, and reports
-            }
-            std::lock_guard<std::mutex> lock(g_cacheMutex);
-            g_objects.emplace(todo[i], o);
+    // (each under the caller's cancel scope: its cancel ends these HEADs too)
+    forEachOnThreads(todo.size(), static_cast<unsigned>(std::min(kThreads, todo.size())), [&](size_t i) {
+        ObjectInfo o;
+        try {
+            o = httpHead(todo[i]);
+        } catch (...) {
+            return; // statLocation asks again, and reports
         }
-    };
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < std::min(kThreads, todo.size()); ++t)
-        pool.emplace_back([&worker, cancel = CancelScope::current()] {
-            const CancelScope scope(cancel); // the caller's work: its cancel ends these HEADs too
-            worker();
-        });
-    worker();
-    for (auto& t : pool)
-        t.join();
+        std::lock_guard<std::mutex> lock(g_cacheMutex);
+        g_objects.emplace(todo[i], o);
+    });
 }
 
 LocationStat remoteStat(const std::string& url)

@@ -67,4 +67,10 @@ private:
     const CancelScope* m_outer;
 };
 
+/// Runs @p each(k) for every k in [0, count) on @p threads threads, the calling thread one of them, each worker under
+/// the caller's cancel predicate (CancelScope::current()); items are taken in order, one at a time. The first
+/// exception thrown (an Error, or a bad_alloc, which must not escape a worker thread: std::terminate) stops the others
+/// from taking more and is rethrown on the calling thread once all have stopped.
+void forEachOnThreads(size_t count, unsigned threads, const std::function<void(size_t)>& each);
+
 } // namespace optscope
