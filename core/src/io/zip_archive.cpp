@@ -58,88 +58,80 @@ ZipArchive ZipArchive::parseInPlace(const ByteSource& file, uint64_t offset, uin
         [&file, offset](uint64_t at, uint64_t length) { file.bytes(offset + at, length); });
 }
 
-ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string name,
-    const std::function<void(uint64_t offset, uint64_t length)>& need)
+namespace {
+
+/// Reads a zip archive's directory (parse's stages), each failure an Error naming the archive and the offset
+class ZipDirectoryReader
 {
-    auto fetch = [&](uint64_t offset, uint64_t length) {
-        if (need && offset < size) need(offset, std::min(length, size - offset));
-    };
-    ZipArchive z;
-    z.m_data = data;
-    z.m_size = size;
-    z.m_name = std::move(name);
-    auto fail = [&](ErrorKind kind, const std::string& what, uint64_t offset) {
-        throw Error(kind, z.m_name, "zip: " + what, offset);
+public:
+    ZipDirectoryReader(const uint8_t* data, uint64_t size, const std::string& name,
+        const std::function<void(uint64_t offset, uint64_t length)>& need)
+        : m_data(data)
+        , m_size(size)
+        , m_name(name)
+        , m_need(need)
+    { }
+
+    struct Directory
+    {
+        uint64_t eocd = 0; ///< where the end-of-central-directory record is
+        uint64_t entries = 0;
+        uint64_t offset = 0;
+        uint64_t size = 0;
     };
 
-    if (size < kEocdSize)
-        fail(ErrorKind::Truncated, "too short to be a zip archive (" + std::to_string(size) + " bytes)", 0);
-
-    // 1. EOCD: scan back over a possible comment (at most 65535 bytes)
-    uint64_t eocd = UINT64_MAX;
-    const uint64_t scanStart = size - kEocdSize;
-    const uint64_t scanEnd = scanStart > kMaxComment ? scanStart - kMaxComment : 0;
-    // a remote archive: the record without a comment (torch.save writes none) and a ZIP64 locator before it first,
-    // the 64 KiB a comment may take only when that is not it (a check parsing a DCP item again after its storage's
-    // blocks were given back fetched a 64 KiB block of tensor bytes again for this)
-    const uint64_t noComment = std::min<uint64_t>(size, kEocdSize + 20);
-    fetch(size - noComment, noComment);
-    if (rd32(data + scanStart) != kEocdSig || rd16(data + scanStart + 20) != 0) fetch(scanEnd, size - scanEnd);
-    for (uint64_t pos = scanStart + 1; pos-- > scanEnd;) {
-        if (rd32(data + pos) == kEocdSig && pos + kEocdSize + rd16(data + pos + 20) == size) {
-            eocd = pos;
-            break;
+    /// the end-of-central-directory record (scanned back over a comment of at most 65535 bytes) and the ZIP64 one
+    /// its locator names, checked against the archive's size
+    Directory directory() const
+    {
+        if (m_size < kEocdSize)
+            fail(ErrorKind::Truncated, "too short to be a zip archive (" + std::to_string(m_size) + " bytes)", 0);
+        Directory d;
+        d.eocd = findEocd();
+        d.entries = rd16(m_data + d.eocd + 10);
+        d.size = rd32(m_data + d.eocd + 12);
+        d.offset = rd32(m_data + d.eocd + 16);
+        // a ZIP64 locator right before the EOCD
+        if (d.eocd >= 20 && rd32(m_data + d.eocd - 20) == kEocd64LocatorSig) {
+            const uint64_t eocd64 = rd64(m_data + d.eocd - 20 + 8);
+            if (eocd64 <= m_size && m_size - eocd64 >= 56) fetch(eocd64, 56);
+            if (eocd64 > m_size || m_size - eocd64 < 56 || rd32(m_data + eocd64) != kEocd64Sig)
+                fail(ErrorKind::Format, "ZIP64 end-of-central-directory record missing or out of range", d.eocd - 20);
+            d.entries = rd64(m_data + eocd64 + 32);
+            d.size = rd64(m_data + eocd64 + 40);
+            d.offset = rd64(m_data + eocd64 + 48);
         }
+        if (d.offset > m_size || d.size > m_size - d.offset)
+            fail(ErrorKind::Format,
+                "central directory [" + std::to_string(d.offset) + ", +" + std::to_string(d.size)
+                    + ") lies outside the archive of " + std::to_string(m_size) + " bytes",
+                d.eocd);
+        if (d.entries > d.size / kCentralSize)
+            fail(ErrorKind::Format,
+                std::to_string(d.entries) + " entries cannot fit a central directory of " + std::to_string(d.size)
+                    + " bytes",
+                d.eocd);
+        fetch(d.offset, d.size);
+        return d;
     }
-    if (eocd == UINT64_MAX)
-        fail(ErrorKind::Truncated, "no end-of-central-directory record (file cut short or not a zip archive)", size);
 
-    uint64_t entryCount = rd16(data + eocd + 10);
-    uint64_t cdSize = rd32(data + eocd + 12);
-    uint64_t cdOffset = rd32(data + eocd + 16);
-
-    // 2. ZIP64 locator right before the EOCD
-    if (eocd >= 20 && rd32(data + eocd - 20) == kEocd64LocatorSig) {
-        const uint64_t eocd64 = rd64(data + eocd - 20 + 8);
-        if (eocd64 <= size && size - eocd64 >= 56) fetch(eocd64, 56);
-        if (eocd64 > size || size - eocd64 < 56 || rd32(data + eocd64) != kEocd64Sig)
-            fail(ErrorKind::Format, "ZIP64 end-of-central-directory record missing or out of range", eocd - 20);
-        entryCount = rd64(data + eocd64 + 32);
-        cdSize = rd64(data + eocd64 + 40);
-        cdOffset = rd64(data + eocd64 + 48);
-    }
-    if (cdOffset > size || cdSize > size - cdOffset)
-        fail(ErrorKind::Format,
-            "central directory [" + std::to_string(cdOffset) + ", +" + std::to_string(cdSize)
-                + ") lies outside the archive of " + std::to_string(size) + " bytes",
-            eocd);
-    if (entryCount > cdSize / kCentralSize)
-        fail(ErrorKind::Format,
-            std::to_string(entryCount) + " entries cannot fit a central directory of " + std::to_string(cdSize)
-                + " bytes",
-            eocd);
-
-    fetch(cdOffset, cdSize);
-    z.m_entries.reserve(static_cast<size_t>(entryCount));
-    z.m_byName.reserve(static_cast<size_t>(entryCount));
-    uint64_t pos = cdOffset;
-    const uint64_t cdEnd = cdOffset + cdSize;
-    for (uint64_t i = 0; i < entryCount; ++i) {
-        if (cdEnd - pos < kCentralSize || rd32(data + pos) != kCentralSig)
+    /// central directory record @p i at @p pos (before @p end): its entry, with where its data is (its local
+    /// header), in @p prefix's folder (the first record's, which it sets); @p recordLength is set to its length
+    ZipEntry record(uint64_t i, uint64_t pos, uint64_t end, std::string& prefix, uint64_t& recordLength) const
+    {
+        if (end - pos < kCentralSize || rd32(m_data + pos) != kCentralSig)
             fail(ErrorKind::Format, "bad central directory record " + std::to_string(i), pos);
-        const uint8_t* c = data + pos;
+        const uint8_t* c = m_data + pos;
         const uint16_t flags = rd16(c + 8);
         const uint16_t method = rd16(c + 10);
         ZipEntry e;
         e.crc32 = rd32(c + 16);
-        uint64_t compSize = rd32(c + 20);
-        uint64_t size32 = rd32(c + 24);
+        Sizes sizes {rd32(c + 20), rd32(c + 24), rd32(c + 42)};
         const uint16_t nameLen = rd16(c + 28);
         const uint16_t extraLen = rd16(c + 30);
         const uint16_t commentLen = rd16(c + 32);
-        uint64_t localOffset = rd32(c + 42);
-        const uint64_t recLen = kCentralSize + nameLen + extraLen + commentLen;
-        if (cdEnd - pos < recLen)
+        recordLength = kCentralSize + nameLen + extraLen + commentLen;
+        if (end - pos < recordLength)
             fail(ErrorKind::Format, "central directory record " + std::to_string(i) + " runs past the directory", pos);
         e.name = std::string_view(reinterpret_cast<const char*>(c + kCentralSize), nameLen);
         if (i == 0) {
@@ -147,73 +139,146 @@ ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string nam
             if (slash == std::string_view::npos)
                 fail(ErrorKind::Format,
                     "first entry '" + std::string(e.name) + "' has no '/' (not a torch.save archive)", pos);
-            z.m_prefix = std::string(e.name.substr(0, slash));
+            prefix = std::string(e.name.substr(0, slash));
         }
-        // every record lies in the first one's folder: torch.load refuses an archive with one outside it, as "../x"
-        // (PyTorchStreamReader: "file in archive is not in a subdirectory PREFIX/: NAME")
-        if (e.name.size() <= z.m_prefix.size() || e.name.compare(0, z.m_prefix.size(), z.m_prefix) != 0
-            || e.name[z.m_prefix.size()] != '/')
-            fail(ErrorKind::Format,
-                "record '" + std::string(e.name) + "' is not in the archive's folder '" + z.m_prefix
-                    + "/' (torch.load refuses the file: \"file in archive is not in a subdirectory " + z.m_prefix
-                    + "/: " + std::string(e.name) + "\")",
-                pos);
-        // ZIP64 extra field: the 64-bit values appear only for fields that are 0xFFFFFFFF, in this order
-        const uint8_t* x = c + kCentralSize + nameLen;
-        const uint8_t* xEnd = x + extraLen;
-        while (xEnd - x >= 4) {
-            const uint16_t id = rd16(x);
-            const uint16_t len = rd16(x + 2);
-            if (xEnd - x - 4 < len)
-                fail(ErrorKind::Format, "extra field of '" + std::string(e.name) + "' runs past its record", pos);
-            if (id == 0x0001) {
-                const uint8_t* f = x + 4;
-                const uint8_t* fEnd = f + len;
-                auto next = [&](uint64_t& field) {
-                    if (field != 0xFFFFFFFFu) return;
-                    if (fEnd - f < 8)
-                        fail(ErrorKind::Format, "short ZIP64 extra field of '" + std::string(e.name) + "'", pos);
-                    field = rd64(f);
-                    f += 8;
-                };
-                next(size32);
-                next(compSize);
-                next(localOffset);
-            }
-            x += 4 + len;
-        }
+        checkInFolder(e.name, prefix, pos);
+        zip64Extra(c + kCentralSize + nameLen, extraLen, e.name, sizes, pos);
         if (method != 0)
             fail(ErrorKind::Unsupported,
                 "entry '" + std::string(e.name) + "' is compressed (method " + std::to_string(method)
                     + "); torch.save archives store records uncompressed",
                 pos);
         if (flags & 0x1) fail(ErrorKind::Unsupported, "entry '" + std::string(e.name) + "' is encrypted", pos);
-        if (compSize != size32)
+        if (sizes.compressed != sizes.uncompressed)
             fail(ErrorKind::Format, "entry '" + std::string(e.name) + "' has different stored and uncompressed sizes",
                 pos);
-        e.size = size32;
-        // local header gives the data offset (its extra field differs from the central one: torch's alignment pad)
+        e.size = sizes.uncompressed;
+        e.dataOffset = dataOffset(e, sizes.localOffset, pos);
+        return e;
+    }
+
+    [[noreturn]] void fail(ErrorKind kind, const std::string& what, uint64_t offset) const
+    {
+        throw Error(kind, m_name, "zip: " + what, offset);
+    }
+
+private:
+    /// a record's sizes and local header offset, 32-bit in the record and 64-bit in its ZIP64 extra field
+    struct Sizes
+    {
+        uint64_t compressed, uncompressed, localOffset;
+    };
+
+    void fetch(uint64_t offset, uint64_t length) const
+    {
+        if (m_need && offset < m_size) m_need(offset, std::min(length, m_size - offset));
+    }
+
+    uint64_t findEocd() const
+    {
+        const uint64_t scanStart = m_size - kEocdSize;
+        const uint64_t scanEnd = scanStart > kMaxComment ? scanStart - kMaxComment : 0;
+        // a remote archive: the record without a comment (torch.save writes none) and a ZIP64 locator before it
+        // first, the 64 KiB a comment may take only when that is not it (a check parsing a DCP item again after its
+        // storage's blocks were given back fetched a 64 KiB block of tensor bytes again for this)
+        const uint64_t noComment = std::min<uint64_t>(m_size, kEocdSize + 20);
+        fetch(m_size - noComment, noComment);
+        if (rd32(m_data + scanStart) != kEocdSig || rd16(m_data + scanStart + 20) != 0)
+            fetch(scanEnd, m_size - scanEnd);
+        for (uint64_t pos = scanStart + 1; pos-- > scanEnd;)
+            if (rd32(m_data + pos) == kEocdSig && pos + kEocdSize + rd16(m_data + pos + 20) == m_size) return pos;
+        fail(ErrorKind::Truncated, "no end-of-central-directory record (file cut short or not a zip archive)", m_size);
+    }
+
+    /// every record lies in the first one's folder: torch.load refuses an archive with one outside it, as "../x"
+    /// (PyTorchStreamReader: "file in archive is not in a subdirectory PREFIX/: NAME")
+    void checkInFolder(std::string_view name, const std::string& prefix, uint64_t pos) const
+    {
+        if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 || name[prefix.size()] != '/')
+            fail(ErrorKind::Format,
+                "record '" + std::string(name) + "' is not in the archive's folder '" + prefix
+                    + "/' (torch.load refuses the file: \"file in archive is not in a subdirectory " + prefix
+                    + "/: " + std::string(name) + "\")",
+                pos);
+    }
+
+    /// the ZIP64 extra field: the 64-bit values appear only for fields that are 0xFFFFFFFF, in this order
+    void zip64Extra(const uint8_t* x, uint16_t length, std::string_view name, Sizes& sizes, uint64_t pos) const
+    {
+        const uint8_t* xEnd = x + length;
+        while (xEnd - x >= 4) {
+            const uint16_t id = rd16(x);
+            const uint16_t len = rd16(x + 2);
+            if (xEnd - x - 4 < len)
+                fail(ErrorKind::Format, "extra field of '" + std::string(name) + "' runs past its record", pos);
+            if (id == 0x0001) {
+                const uint8_t* f = x + 4;
+                const uint8_t* fEnd = f + len;
+                auto next = [&](uint64_t& field) {
+                    if (field != 0xFFFFFFFFu) return;
+                    if (fEnd - f < 8)
+                        fail(ErrorKind::Format, "short ZIP64 extra field of '" + std::string(name) + "'", pos);
+                    field = rd64(f);
+                    f += 8;
+                };
+                next(sizes.uncompressed);
+                next(sizes.compressed);
+                next(sizes.localOffset);
+            }
+            x += 4 + len;
+        }
+    }
+
+    /// where @p e's data starts: after its local header, whose extra field differs from the central one (torch's
+    /// alignment pad)
+    uint64_t dataOffset(const ZipEntry& e, uint64_t localOffset, uint64_t pos) const
+    {
         fetch(localOffset, kLocalSize);
-        if (localOffset > size || size - localOffset < kLocalSize || rd32(data + localOffset) != kLocalHeaderSig)
+        if (localOffset > m_size || m_size - localOffset < kLocalSize || rd32(m_data + localOffset) != kLocalHeaderSig)
             fail(ErrorKind::Format,
                 "entry '" + std::string(e.name) + "' has no local header at its recorded offset "
                     + std::to_string(localOffset),
                 pos);
-        const uint64_t lNameLen = rd16(data + localOffset + 26);
-        const uint64_t lExtraLen = rd16(data + localOffset + 28);
-        e.dataOffset = localOffset + kLocalSize + lNameLen + lExtraLen;
-        if (e.dataOffset > size || e.size > size - e.dataOffset)
+        const uint64_t lNameLen = rd16(m_data + localOffset + 26);
+        const uint64_t lExtraLen = rd16(m_data + localOffset + 28);
+        const uint64_t at = localOffset + kLocalSize + lNameLen + lExtraLen;
+        if (at > m_size || e.size > m_size - at)
             fail(ErrorKind::Truncated,
-                "entry '" + std::string(e.name) + "' data [" + std::to_string(e.dataOffset) + ", +"
-                    + std::to_string(e.size) + ") runs past the end of the archive (" + std::to_string(size)
-                    + " bytes)",
+                "entry '" + std::string(e.name) + "' data [" + std::to_string(at) + ", +" + std::to_string(e.size)
+                    + ") runs past the end of the archive (" + std::to_string(m_size) + " bytes)",
                 localOffset);
-        if (!z.m_byName.emplace(e.name, z.m_entries.size()).second)
-            fail(ErrorKind::Format, "duplicate entry '" + std::string(e.name) + "'", pos);
-        z.m_entries.push_back(std::move(e));
-        pos += recLen;
+        return at;
     }
-    if (z.m_entries.empty()) fail(ErrorKind::Format, "archive has no entries", eocd);
+
+    const uint8_t* m_data;
+    uint64_t m_size;
+    const std::string& m_name;
+    const std::function<void(uint64_t offset, uint64_t length)>& m_need;
+};
+
+} // namespace
+
+ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string name,
+    const std::function<void(uint64_t offset, uint64_t length)>& need)
+{
+    ZipArchive z;
+    z.m_data = data;
+    z.m_size = size;
+    z.m_name = std::move(name);
+    const ZipDirectoryReader reader(data, size, z.m_name, need);
+    const ZipDirectoryReader::Directory d = reader.directory();
+    z.m_entries.reserve(static_cast<size_t>(d.entries));
+    z.m_byName.reserve(static_cast<size_t>(d.entries));
+    uint64_t pos = d.offset;
+    for (uint64_t i = 0; i < d.entries; ++i) {
+        uint64_t length = 0;
+        ZipEntry e = reader.record(i, pos, d.offset + d.size, z.m_prefix, length);
+        if (!z.m_byName.emplace(e.name, z.m_entries.size()).second)
+            reader.fail(ErrorKind::Format, "duplicate entry '" + std::string(e.name) + "'", pos);
+        z.m_entries.push_back(std::move(e));
+        pos += length;
+    }
+    if (z.m_entries.empty()) reader.fail(ErrorKind::Format, "archive has no entries", d.eocd);
     return z;
 }
 
