@@ -579,73 +579,94 @@ void fillHistogram(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, c
 }
 
 void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, const DiffOptions& opt,
-    DiffEntry& d, const Progress& progress)
+    DiffEntry& d, const Progress& progress);
+
+/// what differs before any value is read: dtype and shape
+std::vector<std::string> metadataDifferences(const TensorEntry& ta, const TensorEntry& tb, const DiffEntry& d)
+{
+    std::vector<std::string> reasons;
+    if (ta.dtype != tb.dtype) reasons.push_back("dtype " + d.dtypeA + " -> " + d.dtypeB);
+    if (ta.shape != tb.shape) {
+        std::string r = "shape " + shapeText(ta.shape) + " -> " + shapeText(tb.shape);
+        if (ta.numel() == tb.numel() && (ta.shape.size() == 1 || tb.shape.size() == 1)) r += " (flat vs unflattened)";
+        reasons.push_back(r);
+    }
+    return reasons;
+}
+
+/// two broadcast views over the same stored shape: their stored elements compared once, every count scaled by the
+/// repeats
+void compareBroadcastPair(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b,
+    const BroadcastPair& pair, const DiffOptions& opt, DiffEntry& d, const Progress& progress)
+{
+    DiffEntry once = d;
+    compareTensors(ca, pair.a.stored, cb, pair.b.stored, opt, once, progress);
+    const int64_t k = pair.a.repeats; // counts stay within the view's numel, which fits
+    once.shapeA = a.tensor->shape;
+    once.shapeB = b.tensor->shape;
+    once.numel = a.tensor->numel();
+    for (int64_t* count : {&once.numDiff, &once.nanA, &once.nanB, &once.infA, &once.infB, &once.finitePairs})
+        *count *= k;
+    for (DiffRank& r : once.ranks) {
+        r.numel *= k;
+        r.numDiff *= k;
+    }
+    for (int64_t& c : once.histogramCounts)
+        c *= k;
+    d = std::move(once);
+}
+
+/// why two tensors cannot be compared element by element (other element counts, or one side holding only part of
+/// it that the other does not hold alike): the entry is Changed with that reason; false when they can
+bool notComparable(const TensorEntry& ta, const TensorEntry& tb, const ShardLayout& layoutA, const ShardLayout& layoutB,
+    bool samePart, std::vector<std::string>& reasons, DiffEntry& d)
+{
+    if (ta.numel() == tb.numel() && ((layoutA.complete() && layoutB.complete()) || samePart)) return false;
+    if (!layoutA.complete() || !layoutB.complete()) {
+        const auto stored = [](const ShardLayout& l) {
+            return std::to_string(l.coveredElements) + " of " + std::to_string(l.totalElements);
+        };
+        reasons.push_back(layoutA.complete() ? "B stores only part of the tensor (" + stored(layoutB) + " elements)"
+                : layoutB.complete()         ? "A stores only part of the tensor (" + stored(layoutA) + " elements)"
+                                     : "A and B store different parts of the tensor (" + stored(layoutA) + " and "
+                    + stored(layoutB) + " elements)");
+    }
+    d.status = DiffStatus::Changed;
+    d.numDiff = std::max(ta.numel(), tb.numel());
+    d.reason = reasons.empty() ? "values differ" : reasons.front();
+    for (size_t i = 1; i < reasons.size(); ++i)
+        d.reason += "; " + reasons[i];
+    return true;
+}
+
+void addCounts(aten::DiffAccumulator& total, const aten::DiffAccumulator& acc)
+{
+    total.numel += acc.numel;
+    total.numDiff += acc.numDiff;
+    total.nanA += acc.nanA;
+    total.nanB += acc.nanB;
+    total.infA += acc.infA;
+    total.infB += acc.infB;
+    total.maxAbs = std::max(total.maxAbs, acc.maxAbs);
+    total.maxRel = std::max(total.maxRel, acc.maxRel);
+    total.sumSq += acc.sumSq;
+    total.finitePairs += acc.finitePairs;
+}
+
+/// the values compared block by block along the layout of the side with more chunks (the per-rank picture, into
+/// d.ranks); of another shape, in row-major order: each block of the layout side must be one row-major run of it,
+/// which a dim-0 shard is and a Shard(1) column block is not; else the whole tensor is cut into runs, without a
+/// per-rank picture. @p expands: a broadcast view read expanded (TensorAssembler::checkComparison)
+aten::DiffAccumulator compareByRank(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b,
+    bool expands, const DiffOptions& opt, DiffEntry& d, const Progress& progress)
 {
     const TensorEntry& ta = *a.tensor;
     const TensorEntry& tb = *b.tensor;
-    d.shapeA = ta.shape;
-    d.shapeB = tb.shape;
-    d.dtypeA = std::string(dtypeName(ta.dtype));
-    d.dtypeB = std::string(dtypeName(tb.dtype));
-    d.numel = ta.numel();
-    std::vector<std::string> reasons;
-    if (ta.dtype != tb.dtype) reasons.push_back("dtype " + d.dtypeA + " -> " + d.dtypeB);
-    const bool sameNumel = ta.numel() == tb.numel();
-    if (ta.shape != tb.shape) {
-        std::string r = "shape " + shapeText(ta.shape) + " -> " + shapeText(tb.shape);
-        if (sameNumel && (ta.shape.size() == 1 || tb.shape.size() == 1)) r += " (flat vs unflattened)";
-        reasons.push_back(r);
-    }
-    if (const auto pair = broadcastPairOf(a, b)) {
-        DiffEntry once = d;
-        compareTensors(ca, pair->a.stored, cb, pair->b.stored, opt, once, progress);
-        const int64_t k = pair->a.repeats; // counts stay within the view's numel, which fits
-        once.shapeA = ta.shape;
-        once.shapeB = tb.shape;
-        once.numel = ta.numel();
-        for (int64_t* count : {&once.numDiff, &once.nanA, &once.nanB, &once.infA, &once.infB, &once.finitePairs})
-            *count *= k;
-        for (DiffRank& r : once.ranks) {
-            r.numel *= k;
-            r.numDiff *= k;
-        }
-        for (int64_t& c : once.histogramCounts)
-            c *= k;
-        d = std::move(once);
-        return;
-    }
-    // another broadcast view is read expanded, block by block, only against a side that stores about as much
-    const bool expands = TensorAssembler::checkComparison(ca, a, cb, b);
-    const ShardLayout layoutA = ShardLayout::of(ta), layoutB = ShardLayout::of(tb);
-    // both sides hold the same part of the tensor (one rank's file of a sharded save, a meta tensor holding none):
-    // that part is compared, and the entry says it is all there is
-    const bool samePart = !layoutA.complete() && !layoutB.complete() && ta.shape == tb.shape && sameChunkBoxes(ta, tb);
-    if (!sameNumel || ((!layoutA.complete() || !layoutB.complete()) && !samePart)) {
-        if (!layoutA.complete() || !layoutB.complete()) {
-            const auto stored = [](const ShardLayout& l) {
-                return std::to_string(l.coveredElements) + " of " + std::to_string(l.totalElements);
-            };
-            reasons.push_back(layoutA.complete() ? "B stores only part of the tensor (" + stored(layoutB) + " elements)"
-                    : layoutB.complete()         ? "A stores only part of the tensor (" + stored(layoutA) + " elements)"
-                                         : "A and B store different parts of the tensor (" + stored(layoutA) + " and "
-                        + stored(layoutB) + " elements)");
-        }
-        d.status = DiffStatus::Changed;
-        d.numDiff = std::max(ta.numel(), tb.numel());
-        d.reason = reasons.empty() ? "values differ" : reasons.front();
-        for (size_t i = 1; i < reasons.size(); ++i)
-            d.reason += "; " + reasons[i];
-        return;
-    }
-    // compare along the layout of the side with more chunks: that gives the per-rank picture
     const bool byB = tb.chunks.size() >= ta.chunks.size();
     const TensorEntry& layoutSide = byB ? tb : ta;
     const bool sameShape = ta.shape == tb.shape;
     constexpr int64_t kBlock = 1 << 20; // elements per block: stays in cache for the several ATen passes
     aten::DiffAccumulator total;
-    // of another shape, the two are compared in row-major order: each block of the layout side must be one row-major
-    // run of it, which a dim-0 shard is and a Shard(1) column block is not; then the whole tensor is cut into runs,
-    // without a per-rank picture
     std::vector<std::pair<int, TensorBox>> parts = rankBoxes(layoutSide);
     if (!sameShape && !std::all_of(parts.begin(), parts.end(), [&](const auto& part) {
             return rowMajorRunStart(layoutSide.shape, part.second).has_value();
@@ -661,42 +682,58 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
                 const BoxBytes x(tensorA, a, piece, progress, scratchA);
                 const BoxBytes y(tensorB, b, piece, progress, scratchB);
                 diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, piece.numel(), opt, acc);
-            } else {
-                // same numel, other shape: the piece is a row-major run of the layout side, compared with the same
-                // elements of the other side
-                const Entry& lay = byB ? b : a;
-                const Entry& other = byB ? a : b;
-                const BoxBytes mine(byB ? tensorB : tensorA, lay, piece, progress, scratchA);
-                theirs.clear();
-                theirs.reserve(static_cast<size_t>(piece.numel()) * dtypeSize(other.tensor->dtype));
-                (byB ? tensorA : tensorB)
-                    .streamElements(
-                        *rowMajorRunStart(lay.tensor->shape, piece), piece.numel(),
-                        [&](const uint8_t* p, size_t n) { theirs.insert(theirs.end(), p, p + n); }, progress);
-                const uint8_t* bytesA = byB ? theirs.data() : mine.data();
-                const uint8_t* bytesB = byB ? mine.data() : theirs.data();
-                diffBlock(bytesA, ta.dtype, bytesB, tb.dtype, piece.numel(), opt, acc);
+                continue;
             }
+            // same numel, other shape: the piece is a row-major run of the layout side, compared with the same
+            // elements of the other side
+            const Entry& lay = byB ? b : a;
+            const Entry& other = byB ? a : b;
+            const BoxBytes mine(byB ? tensorB : tensorA, lay, piece, progress, scratchA);
+            theirs.clear();
+            theirs.reserve(static_cast<size_t>(piece.numel()) * dtypeSize(other.tensor->dtype));
+            (byB ? tensorA : tensorB)
+                .streamElements(
+                    *rowMajorRunStart(lay.tensor->shape, piece), piece.numel(),
+                    [&](const uint8_t* p, size_t n) { theirs.insert(theirs.end(), p, p + n); }, progress);
+            const uint8_t* bytesA = byB ? theirs.data() : mine.data();
+            const uint8_t* bytesB = byB ? mine.data() : theirs.data();
+            diffBlock(bytesA, ta.dtype, bytesB, tb.dtype, piece.numel(), opt, acc);
         }
         d.ranks.push_back({rank, acc.numel, acc.numDiff, acc.maxAbs});
-        total.numel += acc.numel;
-        total.numDiff += acc.numDiff;
-        total.nanA += acc.nanA;
-        total.nanB += acc.nanB;
-        total.infA += acc.infA;
-        total.infB += acc.infB;
-        total.maxAbs = std::max(total.maxAbs, acc.maxAbs);
-        total.maxRel = std::max(total.maxRel, acc.maxRel);
-        total.sumSq += acc.sumSq;
-        total.finitePairs += acc.finitePairs;
+        addCounts(total, acc);
     }
+    return total;
+}
+
+void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b, const DiffOptions& opt,
+    DiffEntry& d, const Progress& progress)
+{
+    const TensorEntry& ta = *a.tensor;
+    const TensorEntry& tb = *b.tensor;
+    d.shapeA = ta.shape;
+    d.shapeB = tb.shape;
+    d.dtypeA = std::string(dtypeName(ta.dtype));
+    d.dtypeB = std::string(dtypeName(tb.dtype));
+    d.numel = ta.numel();
+    std::vector<std::string> reasons = metadataDifferences(ta, tb, d);
+    if (const auto pair = broadcastPairOf(a, b)) return compareBroadcastPair(ca, a, cb, b, *pair, opt, d, progress);
+    // another broadcast view is read expanded, block by block, only against a side that stores about as much
+    const bool expands = TensorAssembler::checkComparison(ca, a, cb, b);
+    const ShardLayout layoutA = ShardLayout::of(ta), layoutB = ShardLayout::of(tb);
+    // both sides hold the same part of the tensor (one rank's file of a sharded save, a meta tensor holding none):
+    // that part is compared, and the entry says it is all there is
+    const bool samePart = !layoutA.complete() && !layoutB.complete() && ta.shape == tb.shape && sameChunkBoxes(ta, tb);
+    if (notComparable(ta, tb, layoutA, layoutB, samePart, reasons, d)) return;
+    aten::DiffAccumulator total = compareByRank(ca, a, cb, b, expands, opt, d, progress);
     if (ta.numel() > 0 && ta.shape.empty() && d.ranks.empty() && !samePart) {
         // 0-dim: one element
         aten::DiffAccumulator acc;
+        TensorAssembler tensorA(ca, a), tensorB(cb, b);
         const auto x = fetch(tensorA, a, {{}, {}});
         const auto y = fetch(tensorB, b, {{}, {}});
         diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, 1, opt, acc);
         total = acc;
+        const TensorEntry& layoutSide = tb.chunks.size() >= ta.chunks.size() ? tb : ta;
         d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});
     }
     if (d.ranks.size() <= 1 && (d.ranks.empty() || d.ranks[0].rank < 0)) d.ranks.clear(); // no rank structure to show
@@ -721,8 +758,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     d.reason.clear();
     for (size_t i = 0; i < reasons.size(); ++i)
         d.reason += (i ? "; " : "") + reasons[i];
-
-    if (opt.histogramBins > 0 && d.numDiff > 0 && sameShape)
+    if (opt.histogramBins > 0 && d.numDiff > 0 && ta.shape == tb.shape)
         fillHistogram(ca, a, cb, b, d.maxAbsDiff, opt.histogramBins, d.histogramEdges, d.histogramCounts, progress);
 }
 

@@ -648,6 +648,161 @@ struct ArchiveShare
 
 } // namespace
 
+namespace {
+
+/// The archive a job writes, as every process plans it alike: its records in the one-process order (pickle,
+/// byteorder, tensors, version), where each lies, and which process writes which run of them
+struct JobArchivePlan
+{
+    std::string path; ///< the output, as errors name it
+    std::string prefix;
+    std::string pickle;
+    std::vector<std::string> names;
+    std::vector<uint64_t> sizes;
+    std::vector<uint64_t> offsets; ///< of each record, and the end of the last
+    std::vector<int> owner; ///< tensor k's process
+    std::vector<ArchiveShare> shares; ///< the runs in the file's order
+    std::string fingerprint; ///< what every process must have planned alike
+    bool upload = false;
+    WriteStats stats;
+};
+
+JobArchivePlan planJobArchive(const StateTree& tree, const std::string& path, const Job& job)
+{
+    JobArchivePlan a;
+    a.path = path;
+    a.prefix = TorchSaveWriter::archivePrefix(path);
+    a.pickle = TreePickler(tree, path).run();
+    const size_t nTensors = tree.tensors().size();
+    a.names = {a.prefix + "/data.pkl", a.prefix + "/byteorder"};
+    a.sizes = {a.pickle.size(), 6};
+    std::vector<uint64_t> weights;
+    for (size_t k = 0; k < nTensors; ++k) {
+        a.names.push_back(a.prefix + "/data/" + std::to_string(k));
+        a.sizes.push_back(tensorBytes(tree.tensors()[k]));
+        weights.push_back(a.sizes.back());
+        a.stats.tensorBytes += a.sizes.back();
+    }
+    a.stats.tensors = nTensors;
+    a.names.push_back(a.prefix + "/version");
+    a.sizes.push_back(2);
+    a.offsets = {0};
+    for (size_t i = 0; i < a.names.size(); ++i)
+        a.offsets.push_back(a.offsets[i] + ZipWriter::recordSpan(a.names[i], a.offsets[i], a.sizes[i]));
+    a.owner = splitContiguous(weights, job.size());
+    a.upload = isUrl(path);
+    if (a.upload)
+        a.owner = joinShortRuns(
+            a.owner, [&](size_t k) { return a.offsets[k + 3] - a.offsets[k + 2]; }, a.offsets[2],
+            OutputFile::kMinShareBytes);
+    // the last record (version) and the central directory are rank 0's, after the last run: with it when that is
+    // rank 0's, else a share of their own
+    const auto ownerOf = [&](size_t i) { return i < 2 || i + 1 == a.names.size() ? 0 : a.owner[i - 2]; };
+    for (size_t i = 0; i < a.names.size(); ++i)
+        if (a.shares.empty() || a.shares.back().rank != ownerOf(i))
+            a.shares.push_back({ownerOf(i), i, i + 1});
+        else
+            a.shares.back().end = i + 1;
+    a.fingerprint = std::to_string(a.names.size()) + " records, " + std::to_string(a.offsets.back()) + " bytes, pickle "
+        + std::to_string(std::hash<std::string> {}(a.pickle));
+    return a;
+}
+
+/// rank 0 starts the output (a temporary, an upload) once every process is here, where a failure is cleaned up:
+/// rank 0 killed after it started the upload, the others find it and abort it (a process still reading the
+/// checkpoint when rank 0 died left it open for ever); the others join it, having planned the same
+std::unique_ptr<OutputFile> startJobOutput(
+    Job& job, const std::string& path, const std::string& fingerprint, const WriteOptions& options)
+{
+    job.gather("torch-save-ready", {});
+    if (job.isRoot()) {
+        auto out = std::make_unique<OutputFile>(path, options);
+        job.broadcast("torch-save-start", out->shareWithJob() + "\n" + fingerprint);
+        return out;
+    }
+    const std::string start = job.broadcast("torch-save-start", {});
+    const size_t nl = start.find('\n');
+    if (nl == std::string::npos || start.substr(nl + 1) != fingerprint)
+        throw Error(ErrorKind::Usage, path,
+            "this process planned " + fingerprint + ", rank 0 "
+                + (nl == std::string::npos ? std::string("nothing") : start.substr(nl + 1))
+                + ": every process of the job must read the same checkpoint with the same options");
+    return std::make_unique<OutputFile>(path, start.substr(0, nl), options);
+}
+
+/// this process's runs of records, each at its planned offset; returns the records it wrote, as zip.records()
+/// lists them
+std::vector<size_t> writeOwnShares(const JobArchivePlan& a, const StateTree& tree, ZipWriter& zip, OutputFile& out,
+    const Job& job, const Progress& progress, const std::function<bool()>& cancelled, JobProgress& written)
+{
+    std::vector<size_t> mine;
+    const auto writeRecord = [&](size_t i, const std::function<void()>& body) {
+        progress.checkCancelled();
+        if (cancelled()) throw Error(ErrorKind::Cancelled, a.path, "cancelled");
+        out.seek(a.offsets[i]);
+        body();
+        mine.push_back(i);
+        if (out.position() != a.offsets[i + 1])
+            throw Error(ErrorKind::Format, a.path, "record '" + a.names[i] + "' did not end where it was planned to");
+    };
+    LookAhead ahead = lookAhead(tree, [&](size_t k) { return a.owner[k] == job.rank(); });
+    for (size_t s = 0; s < a.shares.size(); ++s) {
+        if (a.shares[s].rank != job.rank()) continue;
+        const bool last = s + 1 == a.shares.size();
+        out.beginShare(a.offsets[a.shares[s].first], s, a.shares.size(),
+            last ? 0 : a.offsets[a.shares[s].end] - a.offsets[a.shares[s].first]);
+        for (size_t i = a.shares[s].first; i < a.shares[s].end; ++i) {
+            if (i == 0)
+                writeRecord(0, [&] { zip.addRecord(a.names[0], a.pickle.data(), a.pickle.size()); });
+            else if (i == 1)
+                writeRecord(1, [&] { zip.addRecord(a.names[1], "little", 6); });
+            else if (i + 1 == a.names.size())
+                writeRecord(i, [&] { zip.addRecord(a.names[i], "3\n", 2); });
+            else {
+                const size_t k = i - 2;
+                ahead.before(k);
+                writeRecord(i, [&] {
+                    writeTensorRecord(zip, out, a.prefix, k, tree.tensors()[k], [&](uint64_t n) { written.add(n); });
+                });
+            }
+        }
+    }
+    return mine;
+}
+
+/// rank 0: every other process's records (index, CRC-32 pairs in @p parts) and upload parts listed with its own,
+/// each checked to be the sender's and every record written once; then the central directory, and the file
+/// published
+void finishJobArchive(const JobArchivePlan& a, ZipWriter& zip, OutputFile& out, const std::vector<size_t>& mine,
+    const std::vector<std::string>& parts, const std::vector<std::string>& uploaded, WriteStats& stats)
+{
+    std::vector<bool> listed(a.names.size(), false);
+    for (const size_t i : mine)
+        listed[i] = true;
+    for (size_t p = 1; p < parts.size(); ++p) {
+        const std::vector<uint64_t> w = wordsFromPayload(parts[p]);
+        std::vector<ZipWriter::Record> theirs;
+        for (size_t at = 0; at + 1 < w.size(); at += 2) {
+            const uint64_t i = w[at];
+            if (i < 2 || i + 1 >= a.names.size() || a.owner[i - 2] != static_cast<int>(p) || listed[i])
+                throw Error(
+                    ErrorKind::Format, a.path, "rank " + std::to_string(p) + " reported a record it does not own");
+            listed[i] = true;
+            theirs.push_back({a.names[i], a.offsets[i], a.sizes[i], static_cast<uint32_t>(w[at + 1])});
+        }
+        zip.addWrittenRecords(theirs);
+        if (a.upload) out.addPartsWritten(uploaded[p]);
+    }
+    if (std::find(listed.begin(), listed.end(), false) != listed.end())
+        throw Error(ErrorKind::Format, a.path, "a record of the archive was written by no process");
+    out.seek(a.offsets.back());
+    zip.finish();
+    stats.fileBytes = zip.size();
+    out.commit();
+}
+
+} // namespace
+
 /// The archive written by the processes of a job into one output, byte-identical to one process's: every record's
 /// offset follows from the names and sizes (ZipWriter::recordSpan), so each process writes its run of records at
 /// their offsets, then says what it wrote (the CRCs). Rank 0 writes the pickle and the small records with its run
@@ -659,100 +814,17 @@ static WriteStats writeArchiveAsJob(
 {
     Job& job = Job::current();
     checkWritableDtypes(tree, path);
-    const std::string prefix = TorchSaveWriter::archivePrefix(path);
-    const std::string pickle = TreePickler(tree, path).run();
-    const size_t nTensors = tree.tensors().size();
-    // records in the one-process order: pickle, byteorder, tensors, version
-    std::vector<std::string> names {prefix + "/data.pkl", prefix + "/byteorder"};
-    std::vector<uint64_t> sizes {pickle.size(), 6};
-    std::vector<uint64_t> weights;
-    WriteStats stats;
-    for (size_t k = 0; k < nTensors; ++k) {
-        names.push_back(prefix + "/data/" + std::to_string(k));
-        sizes.push_back(tensorBytes(tree.tensors()[k]));
-        weights.push_back(sizes.back());
-        stats.tensorBytes += sizes.back();
-    }
-    stats.tensors = nTensors;
-    names.push_back(prefix + "/version");
-    sizes.push_back(2);
-    std::vector<uint64_t> offsets {0};
-    for (size_t i = 0; i < names.size(); ++i)
-        offsets.push_back(offsets[i] + ZipWriter::recordSpan(names[i], offsets[i], sizes[i]));
-    std::vector<int> owner = splitContiguous(weights, job.size());
-    const bool upload = isUrl(path);
-    if (upload)
-        owner = joinShortRuns(
-            owner, [&](size_t k) { return offsets[k + 3] - offsets[k + 2]; }, offsets[2], OutputFile::kMinShareBytes);
-    // the runs in the file's order; the last record (version) and the central directory are rank 0's, after the
-    // last run: with it when that is rank 0's, else a share of their own
-    const auto ownerOf = [&](size_t i) { return i < 2 || i + 1 == names.size() ? 0 : owner[i - 2]; };
-    std::vector<ArchiveShare> shares;
-    for (size_t i = 0; i < names.size(); ++i)
-        if (shares.empty() || shares.back().rank != ownerOf(i))
-            shares.push_back({ownerOf(i), i, i + 1});
-        else
-            shares.back().end = i + 1;
-    const std::string fingerprint = std::to_string(names.size()) + " records, " + std::to_string(offsets.back())
-        + " bytes, pickle " + std::to_string(std::hash<std::string> {}(pickle));
-
+    JobArchivePlan a = planJobArchive(tree, path, job);
     WriteOptions inner = options;
     inner.beforeCommit = nullptr; // asked once, below, by every process for what it read
     inner.cancelled = [&] { return progress.isCancelled() || job.failed(); };
     const CancelScope cancelScope(inner.cancelled); // a read stalled on a server ends too
     std::unique_ptr<OutputFile> out;
     try {
-        // rank 0 starts the output (a temporary, an upload) once every process is here, where a failure is cleaned
-        // up: rank 0 killed after it started the upload, the others find it and abort it (a process still reading
-        // the checkpoint when rank 0 died left it open for ever)
-        job.gather("torch-save-ready", {});
-        if (job.isRoot()) {
-            out = std::make_unique<OutputFile>(path, inner);
-            job.broadcast("torch-save-start", out->shareWithJob() + "\n" + fingerprint);
-        } else {
-            const std::string start = job.broadcast("torch-save-start", {});
-            const size_t nl = start.find('\n');
-            if (nl == std::string::npos || start.substr(nl + 1) != fingerprint)
-                throw Error(ErrorKind::Usage, path,
-                    "this process planned " + fingerprint + ", rank 0 "
-                        + (nl == std::string::npos ? std::string("nothing") : start.substr(nl + 1))
-                        + ": every process of the job must read the same checkpoint with the same options");
-            out = std::make_unique<OutputFile>(path, start.substr(0, nl), inner);
-        }
+        out = startJobOutput(job, path, a.fingerprint, inner);
         ZipWriter zip(*out, 64, 0);
-        std::vector<size_t> mine; // the records this process wrote, as zip.records() lists them
-        JobProgress written(job, "torch-save-bytes", stats.tensorBytes, progress, "writing");
-        const auto writeRecord = [&](size_t i, const std::function<void()>& body) {
-            progress.checkCancelled();
-            if (inner.cancelled()) throw Error(ErrorKind::Cancelled, path, "cancelled");
-            out->seek(offsets[i]);
-            body();
-            mine.push_back(i);
-            if (out->position() != offsets[i + 1])
-                throw Error(ErrorKind::Format, path, "record '" + names[i] + "' did not end where it was planned to");
-        };
-        LookAhead ahead = lookAhead(tree, [&](size_t k) { return owner[k] == job.rank(); });
-        for (size_t s = 0; s < shares.size(); ++s) {
-            if (shares[s].rank != job.rank()) continue;
-            const bool last = s + 1 == shares.size();
-            out->beginShare(offsets[shares[s].first], s, shares.size(),
-                last ? 0 : offsets[shares[s].end] - offsets[shares[s].first]);
-            for (size_t i = shares[s].first; i < shares[s].end; ++i) {
-                if (i == 0)
-                    writeRecord(0, [&] { zip.addRecord(names[0], pickle.data(), pickle.size()); });
-                else if (i == 1)
-                    writeRecord(1, [&] { zip.addRecord(names[1], "little", 6); });
-                else if (i + 1 == names.size())
-                    writeRecord(i, [&] { zip.addRecord(names[i], "3\n", 2); });
-                else {
-                    const size_t k = i - 2;
-                    ahead.before(k);
-                    writeRecord(i, [&] {
-                        writeTensorRecord(zip, *out, prefix, k, tree.tensors()[k], [&](uint64_t n) { written.add(n); });
-                    });
-                }
-            }
-        }
+        JobProgress written(job, "torch-save-bytes", a.stats.tensorBytes, progress, "writing");
+        const std::vector<size_t> mine = writeOwnShares(a, tree, zip, *out, job, progress, inner.cancelled, written);
         written.flush();
         if (!job.isRoot()) out->commit(); // flushed and synced: rank 0 publishes the file
         if (options.beforeCommit) options.beforeCommit(); // what this process read did not change meanwhile
@@ -767,43 +839,21 @@ static WriteStats writeArchiveAsJob(
             = job.gather("torch-save-records", wordsToPayload(part), [&] { written.showTotal(); });
         // an object: the parts of the upload each process sent
         const std::vector<std::string> uploaded
-            = upload ? job.gather("torch-save-parts", out->partsWritten()) : std::vector<std::string>();
+            = a.upload ? job.gather("torch-save-parts", out->partsWritten()) : std::vector<std::string>();
         if (!job.isRoot()) {
             job.broadcast("torch-save-commit", {}); // throws unless rank 0 published the file
-            return stats;
+            return a.stats;
         }
-        std::vector<bool> listed(names.size(), false);
-        for (const size_t i : mine)
-            listed[i] = true;
-        for (size_t p = 1; p < parts.size(); ++p) {
-            const std::vector<uint64_t> w = wordsFromPayload(parts[p]);
-            std::vector<ZipWriter::Record> theirs;
-            for (size_t at = 0; at + 1 < w.size(); at += 2) {
-                const uint64_t i = w[at];
-                if (i < 2 || i + 1 >= names.size() || owner[i - 2] != static_cast<int>(p) || listed[i])
-                    throw Error(
-                        ErrorKind::Format, path, "rank " + std::to_string(p) + " reported a record it does not own");
-                listed[i] = true;
-                theirs.push_back({names[i], offsets[i], sizes[i], static_cast<uint32_t>(w[at + 1])});
-            }
-            zip.addWrittenRecords(theirs);
-            if (upload) out->addPartsWritten(uploaded[p]);
-        }
-        if (std::find(listed.begin(), listed.end(), false) != listed.end())
-            throw Error(ErrorKind::Format, path, "a record of the archive was written by no process");
-        out->seek(offsets.back());
-        zip.finish();
-        stats.fileBytes = zip.size();
-        out->commit();
+        finishJobArchive(a, zip, *out, mine, parts, uploaded, a.stats);
         job.broadcast("torch-save-commit", {});
         progress(1.0, "writing");
-        return stats;
+        return a.stats;
     } catch (const Error& e) {
         job.reportFailure(e.what()); // the other processes stop now, not at the next gather
         // rank 0 gone (killed): the temporary it made is left to us
         if (out && job.rootLost()) out->abandonJoined();
         // rank 0 gone before it said which upload it started: the object's open uploads are found by listing
-        if (!out && upload && job.rootLost()) abortUploadsUnder(path);
+        if (!out && a.upload && job.rootLost()) abortUploadsUnder(path);
         // a process stopped because another failed says so, naming that process
         if (job.failed() && e.kind() == ErrorKind::Cancelled && !progress.isCancelled())
             throw Error(ErrorKind::Io, path, "stopped: " + job.failure());
