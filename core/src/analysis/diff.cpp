@@ -253,138 +253,200 @@ std::string canonicalFqn(const std::string& fqn, std::vector<std::string>& how)
 }
 
 /// every entry of one side under its canonical name
-std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& arena)
+/// Each entry of one side under the name it is paired by: an optimizer's state and param_groups under
+/// "<optimizer N>" with ids mapped to FQNs and prefixes stripped, the rest by its path with each key's FQN
+/// normalised (canonicalize). Each entry is named once; those of an optimizer first.
+class Canonicalizer
 {
-    const Checkpoint& cp = *side.cp;
-    std::vector<Canon> out;
-    out.reserve(cp.entries.size());
-    // per entry of cp (by its index): compared as optimizer state already
-    std::vector<char> doneAt(cp.entries.size(), 0);
-    const auto done = [&](const Entry* e) -> char& { return doneAt[static_cast<size_t>(e - cp.entries.data())]; };
+public:
+    Canonicalizer(const Side& side, bool perParamGroups, PyArena& arena)
+        : m_side(side)
+        , m_cp(*side.cp)
+        , m_perParamGroups(perParamGroups)
+        , m_arena(arena)
+        , m_done(m_cp.entries.size(), 0)
+    {
+        m_out.reserve(m_cp.entries.size());
+    }
 
-    for (size_t oi = 0; oi < side.optimizers.size(); ++oi) {
-        const OptimizerView& v = side.optimizers[oi];
-        const std::string opt = "<optimizer " + std::to_string(oi) + ">";
-        auto resolve = [&](const std::string& param, std::vector<std::string>& how) {
-            auto it = side.idToFqn[oi].find(param);
-            std::string fqn = param;
-            if (it != side.idToFqn[oi].end()) {
-                fqn = it->second.first;
-                how.push_back("id " + param + " -> '" + fqn + "' (" + it->second.second + ")");
-            }
-            return canonicalFqn(fqn, how);
-        };
-        for (const auto& p : v.params) {
+    std::vector<Canon> run()
+    {
+        for (size_t oi = 0; oi < m_side.optimizers.size(); ++oi) {
+            addState(oi);
+            const std::vector<std::vector<const Entry*>> lists = groupListEntries(oi);
+            for (size_t g = 0; g < m_side.optimizers[oi].groups.size(); ++g)
+                addGroup(oi, g, lists[g]);
+        }
+        addTheRest();
+        return std::move(m_out);
+    }
+
+private:
+    char& done(const Entry* e) { return m_done[static_cast<size_t>(e - m_cp.entries.data())]; }
+    static std::string optimizerName(size_t oi) { return "<optimizer " + std::to_string(oi) + ">"; }
+    bool under(const OptimizerView& v, const KeyPath& path, size_t extra) const
+    {
+        return path.size() == v.root.size() + extra && std::equal(v.root.begin(), v.root.end(), path.begin());
+    }
+
+    /// @p param's canonical FQN: an id mapped to its name (saying how), then canonicalFqn
+    std::string resolve(size_t oi, const std::string& param, std::vector<std::string>& how) const
+    {
+        auto it = m_side.idToFqn[oi].find(param);
+        std::string fqn = param;
+        if (it != m_side.idToFqn[oi].end()) {
+            fqn = it->second.first;
+            how.push_back("id " + param + " -> '" + fqn + "' (" + it->second.second + ")");
+        }
+        return canonicalFqn(fqn, how);
+    }
+
+    void addState(size_t oi)
+    {
+        const OptimizerView& v = m_side.optimizers[oi];
+        for (const auto& p : v.params)
             for (const auto& [name, e] : p.states) {
                 Canon c;
                 c.entry = e;
-                const std::string fqn = resolve(p.key, c.how);
-                c.canonical = opt + kSep + "state" + kSep + fqn + kSep + name;
+                const std::string fqn = resolve(oi, p.key, c.how);
+                c.canonical = optimizerName(oi) + kSep + "state" + kSep + fqn + kSep + name;
                 if (v.flattened) c.how.push_back("flattened optimizer format");
-                out.push_back(std::move(c));
+                m_out.push_back(std::move(c));
                 done(e) = 1;
             }
-        }
-        // param_groups
-        for (size_t g = 0; g < v.groups.size(); ++g) {
-            const OptimizerGroup& group = v.groups[g];
-            // the params list, as canonical FQNs (ids mapped, prefixes stripped)
-            PyValue* list = arena.makeContainer(PyKind::List);
-            std::vector<std::string> listHow;
-            std::vector<std::string> canonicalParams;
-            for (const auto& p : group.params) {
-                canonicalParams.push_back(resolve(p, listHow));
-                list->container->items.push_back(arena.makeStr(canonicalParams.back(), true));
-            }
-            std::vector<const Entry*> fields;
-            for (const auto& [field, e] : group.hyperparams)
-                fields.push_back(e);
-            const bool namesMapped
-                = !side.idToFqn[oi].empty() && side.idToFqn[oi].begin()->second.second == "param_names";
-            for (const Entry& e : cp.entries) {
-                // the params / param_names entries of this group (not in hyperparams); param_names that served to
-                // map the ids is not compared again
-                if (namesMapped && e.path.size() == v.root.size() + 3 && e.path.back().key == "param_names"
-                    && std::equal(v.root.begin(), v.root.end(), e.path.begin())) {
-                    done(&e) = 1;
-                    continue;
-                }
-                const KeyPath& path = e.path;
-                if (path.size() == v.root.size() + 3 && std::equal(v.root.begin(), v.root.end(), path.begin())
-                    && path[v.root.size()].key == "param_groups"
-                    && path[v.root.size() + 1].index == static_cast<int64_t>(g)
-                    && (path.back().key == "params" || path.back().key == "param_names"))
-                    fields.push_back(&e);
+    }
+
+    /// per group of optimizer @p oi, in one pass over the entries: its params / param_names entries (not in its
+    /// hyperparams), or for DSD's flattened format every "param_groups.<fqn>.<hp>" entry of its parameters; the
+    /// param_names that served to map the ids are marked done, not compared again
+    std::vector<std::vector<const Entry*>> groupListEntries(size_t oi)
+    {
+        const OptimizerView& v = m_side.optimizers[oi];
+        std::vector<std::vector<const Entry*>> lists(v.groups.size());
+        if (v.groups.empty()) return lists;
+        std::unordered_map<std::string, std::vector<size_t>> groupsOf; // flattened: fqn -> its groups
+        if (v.flattened)
+            for (size_t g = 0; g < v.groups.size(); ++g)
+                for (const auto& p : v.groups[g].params)
+                    groupsOf[p].push_back(g);
+        const bool namesMapped
+            = !m_side.idToFqn[oi].empty() && m_side.idToFqn[oi].begin()->second.second == "param_names";
+        for (const Entry& e : m_cp.entries) {
+            const KeyPath& path = e.path;
+            if (namesMapped && under(v, path, 3) && path.back().key == "param_names") {
+                done(&e) = 1;
+                continue;
             }
             if (v.flattened) {
-                // DSD's flattened format: every "param_groups.<fqn>.<hp>" entry of this group's parameters
-                const std::set<std::string> members(group.params.begin(), group.params.end());
-                fields.clear();
-                for (const Entry& e : cp.entries) {
-                    if (e.path.size() != v.root.size() + 1 || !std::equal(v.root.begin(), v.root.end(), e.path.begin()))
-                        continue;
-                    const std::string s = e.path.back().key.str();
-                    const auto dot = s.rfind('.');
-                    if (s.rfind("param_groups.", 0) == 0 && dot > 13 && members.count(s.substr(13, dot - 13)))
-                        fields.push_back(&e);
-                }
+                if (!under(v, path, 1)) continue;
+                const std::string s = path.back().key.str();
+                const auto dot = s.rfind('.');
+                if (s.rfind("param_groups.", 0) != 0 || dot <= 13) continue;
+                if (const auto it = groupsOf.find(s.substr(13, dot - 13)); it != groupsOf.end())
+                    for (const size_t g : it->second)
+                        lists[g].push_back(&e);
+                continue;
             }
-            for (const Entry* e : fields) {
-                done(e) = 1;
-                const std::string field = e->path.back().key.str();
-                const bool isParams = field == "params" || field == "param_names";
-                if (v.flattened) {
-                    // "param_groups.<fqn>.<hp>": one entry per parameter already
-                    Canon c;
-                    c.entry = e;
-                    const std::string s = e->path.back().key.str();
-                    const auto dot = s.rfind('.');
-                    const std::string fqn = resolve(s.substr(13, dot - 13), c.how);
-                    c.canonical = opt + kSep + "pg" + kSep + fqn + kSep + s.substr(dot + 1);
-                    c.how.push_back("flattened optimizer format");
-                    out.push_back(std::move(c));
-                    continue;
-                }
-                if (perParamGroups) {
-                    if (isParams) continue; // membership is implied by the per-parameter keys
-                    for (const auto& fqn : canonicalParams) {
-                        Canon c;
-                        c.entry = e;
-                        c.canonical = opt + kSep + "pg" + kSep + fqn + kSep + field;
-                        c.how.push_back("param_groups expanded per parameter");
-                        out.push_back(std::move(c));
-                    }
-                    continue;
-                }
+            if (!under(v, path, 3)) continue;
+            const int64_t g = path[v.root.size() + 1].index;
+            if (path[v.root.size()].key == "param_groups" && g >= 0 && static_cast<size_t>(g) < v.groups.size()
+                && (path.back().key == "params" || path.back().key == "param_names"))
+                lists[static_cast<size_t>(g)].push_back(&e);
+        }
+        return lists;
+    }
+
+    /// group @p g's fields: its hyperparameters and @p lists (groupListEntries), named per group, per parameter
+    /// (the flattened format; or both sides' groups expanded when one side is flattened), its params list compared
+    /// as canonical FQNs
+    void addGroup(size_t oi, size_t g, const std::vector<const Entry*>& lists)
+    {
+        const OptimizerView& v = m_side.optimizers[oi];
+        const OptimizerGroup& group = v.groups[g];
+        const std::string opt = optimizerName(oi);
+        PyValue* list = m_arena.makeContainer(PyKind::List);
+        std::vector<std::string> listHow;
+        std::vector<std::string> canonicalParams;
+        for (const auto& p : group.params) {
+            canonicalParams.push_back(resolve(oi, p, listHow));
+            list->container->items.push_back(m_arena.makeStr(canonicalParams.back(), true));
+        }
+        std::vector<const Entry*> fields;
+        if (!v.flattened)
+            for (const auto& [field, e] : group.hyperparams)
+                fields.push_back(e);
+        fields.insert(fields.end(), lists.begin(), lists.end());
+        for (const Entry* e : fields) {
+            done(e) = 1;
+            const std::string field = e->path.back().key.str();
+            const bool isParams = field == "params" || field == "param_names";
+            if (v.flattened) {
+                // "param_groups.<fqn>.<hp>": one entry per parameter already
                 Canon c;
                 c.entry = e;
-                c.canonical = opt + kSep + "param_groups" + kSep + std::to_string(g) + kSep + field;
-                if (isParams) {
-                    c.overrideValue = list;
-                    c.how = listHow;
-                }
-                out.push_back(std::move(c));
+                const auto dot = field.rfind('.');
+                const std::string fqn = resolve(oi, field.substr(13, dot - 13), c.how);
+                c.canonical = opt + kSep + "pg" + kSep + fqn + kSep + field.substr(dot + 1);
+                c.how.push_back("flattened optimizer format");
+                m_out.push_back(std::move(c));
+                continue;
             }
+            if (m_perParamGroups) {
+                if (isParams) continue; // membership is implied by the per-parameter keys
+                for (const auto& fqn : canonicalParams) {
+                    Canon c;
+                    c.entry = e;
+                    c.canonical = opt + kSep + "pg" + kSep + fqn + kSep + field;
+                    c.how.push_back("param_groups expanded per parameter");
+                    m_out.push_back(std::move(c));
+                }
+                continue;
+            }
+            Canon c;
+            c.entry = e;
+            c.canonical = opt + kSep + "param_groups" + kSep + std::to_string(g) + kSep + field;
+            if (isParams) {
+                c.overrideValue = list;
+                c.how = listHow;
+            }
+            m_out.push_back(std::move(c));
         }
     }
-    const size_t rootSize = side.modelRoot.size();
-    for (const Entry& e : cp.entries) {
-        if (done(&e)) continue;
-        Canon c;
-        c.entry = &e;
-        size_t first = 0;
-        if (rootSize && e.path.size() > rootSize
-            && std::equal(side.modelRoot.begin(), side.modelRoot.end(), e.path.begin())) {
-            first = rootSize;
-            c.how.push_back("model part '" + joinKeyPath(side.modelRoot) + "' against a bare model state dict");
+
+    /// every entry not named as optimizer state: its path, each key's FQN normalised, the model part's root left
+    /// out against a bare model state dict
+    void addTheRest()
+    {
+        const size_t rootSize = m_side.modelRoot.size();
+        for (const Entry& e : m_cp.entries) {
+            if (done(&e)) continue;
+            Canon c;
+            c.entry = &e;
+            size_t first = 0;
+            if (rootSize && e.path.size() > rootSize
+                && std::equal(m_side.modelRoot.begin(), m_side.modelRoot.end(), e.path.begin())) {
+                first = rootSize;
+                c.how.push_back("model part '" + joinKeyPath(m_side.modelRoot) + "' against a bare model state dict");
+            }
+            for (size_t i = first; i < e.path.size(); ++i) {
+                if (i > first) c.canonical += kSep;
+                c.canonical += e.path[i].isIndex() ? e.path[i].key.str() : canonicalFqn(e.path[i].key.str(), c.how);
+            }
+            m_out.push_back(std::move(c));
         }
-        for (size_t i = first; i < e.path.size(); ++i) {
-            if (i > first) c.canonical += kSep;
-            c.canonical += e.path[i].isIndex() ? e.path[i].key.str() : canonicalFqn(e.path[i].key.str(), c.how);
-        }
-        out.push_back(std::move(c));
     }
-    return out;
+
+    const Side& m_side;
+    const Checkpoint& m_cp;
+    const bool m_perParamGroups;
+    PyArena& m_arena;
+    std::vector<char> m_done; ///< per entry of the checkpoint (by index): named already
+    std::vector<Canon> m_out;
+};
+
+std::vector<Canon> canonicalize(const Side& side, bool perParamGroups, PyArena& arena)
+{
+    return Canonicalizer(side, perParamGroups, arena).run();
 }
 
 /// (offsets, sizes) boxes of @p e's chunks with their ranks; a single whole box when it has one chunk
