@@ -486,6 +486,7 @@ private:
         return at;
     }
 
+    /// BUILD: the object on the stack made from its state, by its class (one of DCP's metadata classes)
     void build()
     {
         const V state = pop();
@@ -498,119 +499,27 @@ private:
         if (obj.t != T::Object) unsupported();
         V built;
         switch (static_cast<Cls>(obj.a)) {
-        case Cls::ChunkStorageMetadata: {
-            expectFields(state, {"offsets", "sizes"});
-            const V* offsets = dictGet(state, "offsets");
-            const V* sizes = dictGet(state, "sizes");
-            if (!offsets || !sizes || offsets->t != T::Size || sizes->t != T::Size || offsets->a != sizes->a)
-                unsupported();
-            DcpMetadata::Chunk ch;
-            ch.ndim = offsets->a;
-            ch.dimsAt = keepSize(*offsets);
-            keepSize(*sizes);
-            const V o = *offsets, s = *sizes;
-            releaseSize(s);
-            releaseSize(o);
-            m_out.chunks.push_back(ch);
-            built.t = T::Chunk;
-            built.i = static_cast<int64_t>(m_out.chunks.size() - 1);
+        case Cls::ChunkStorageMetadata:
+            built = buildChunk(state);
             break;
-        }
-        case Cls::TensorProperties: {
-            built.t = T::Props;
-            built.i = -1;
-            const V* dt = nullptr;
-            if (state.t == T::Tuple && state.a >= 1) // __getstate__: (dtype, layout, requires_grad, ...)
-                dt = tupleItems(state);
-            else if (state.t == T::Dict)
-                dt = dictGet(state, "dtype");
-            else
-                unsupported();
-            if (!dt || dt->t != T::Global || static_cast<Cls>(dt->a) != Cls::Dtype) unsupported();
-            built.i = dt->i;
+        case Cls::TensorProperties:
+            built = buildProperties(state);
             break;
-        }
-        case Cls::TensorStorageMetadata: {
-            expectFields(state, {"properties", "size", "chunks"});
-            const V* props = dictGet(state, "properties");
-            const V* size = dictGet(state, "size");
-            const V* chunks = dictGet(state, "chunks");
-            if (!props || props->t != T::Props || !size || size->t != T::Size || !chunks || chunks->t != T::List)
-                unsupported();
-            TensorRec t;
-            t.dtype = props->i;
-            t.hasShape = true;
-            t.ndim = size->a;
-            t.shapeAt = keepSize(*size);
-            const auto& items = m_containers[chunks->a].items;
-            for (size_t k = 0; k < items.size(); ++k) {
-                if (items[k].t != T::Chunk) unsupported();
-                const auto idx = static_cast<uint64_t>(items[k].i);
-                if (k == 0) t.firstChunk = idx;
-                if (idx != t.firstChunk + k) unsupported(); // chunks shared between tensors: not DCP
-            }
-            t.chunkCount = items.size();
-            releaseContainer(*chunks);
-            m_tensors.push_back(t);
-            built.t = T::Tensor;
-            built.i = static_cast<int64_t>(m_tensors.size() - 1);
+        case Cls::TensorStorageMetadata:
+            built = buildTensor(state);
             break;
-        }
-        case Cls::MetadataIndex: {
-            expectFields(state, {"fqn", "offset", "index"});
-            const V* fqn = dictGet(state, "fqn");
-            const V* offset = dictGet(state, "offset");
-            const V* index = dictGet(state, "index");
-            if (!fqn || fqn->t != T::Str || (offset && offset->t != T::Size && offset->t != T::None)
-                || (index && index->t != T::Int && index->t != T::None))
-                unsupported();
-            IndexRec r;
-            r.pinned = obj.pinned;
-            r.fqn = *fqn;
-            if (offset && offset->t == T::Size) {
-                r.hasOffset = true;
-                r.ndim = offset->a;
-                r.offsetsAt = keepSize(*offset);
-                releaseSize(*offset);
-            }
-            m_indexes.push_back(r);
-            built.t = T::Index;
-            built.i = static_cast<int64_t>(m_indexes.size() - 1);
+        case Cls::MetadataIndex:
+            built = buildIndex(state, obj.pinned);
             break;
-        }
-        case Cls::StorageInfo: {
-            expectFields(state, {"relative_path", "offset", "length", "transform_descriptors"});
-            const V* rel = dictGet(state, "relative_path");
-            const V* td = dictGet(state, "transform_descriptors");
-            if (!rel || rel->t != T::Str) unsupported();
-            InfoRec r;
-            r.pinned = obj.pinned;
-            const int64_t off = intField(state, "offset");
-            const int64_t len = intField(state, "length");
-            if (off < 0 || len < 0) unsupported();
-            r.offset = static_cast<uint64_t>(off);
-            r.length = static_cast<uint64_t>(len);
-            if (td && td->t != T::None) {
-                if (td->t == T::List)
-                    r.transforms = !m_containers[td->a].items.empty();
-                else if (td->t == T::Tuple)
-                    r.transforms = td->a > 0;
-                else
-                    unsupported();
-            }
-            r.file = fileId(*rel);
-            m_infos.push_back(r);
-            built.t = T::Info;
-            built.i = static_cast<int64_t>(m_infos.size() - 1);
+        case Cls::StorageInfo:
+            built = buildStorageInfo(state, obj.pinned);
             break;
-        }
-        case Cls::Metadata: {
+        case Cls::Metadata:
             expectFields(state, {"state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version"});
             m_meta = state;
             m_meta.pinned = true; // its dicts are read at the end
             built.t = T::Meta;
             break;
-        }
         default:
             unsupported();
         }
@@ -622,6 +531,132 @@ private:
         built.pinned = obj.pinned;
         if (obj.pinned) m_memo[static_cast<uint64_t>(obj.i)] = built;
         obj = built;
+    }
+
+    /// ChunkStorageMetadata(offsets, sizes): a chunk, its dims kept in out.dims
+    V buildChunk(const V& state)
+    {
+        expectFields(state, {"offsets", "sizes"});
+        const V* offsets = dictGet(state, "offsets");
+        const V* sizes = dictGet(state, "sizes");
+        if (!offsets || !sizes || offsets->t != T::Size || sizes->t != T::Size || offsets->a != sizes->a) unsupported();
+        DcpMetadata::Chunk ch;
+        ch.ndim = offsets->a;
+        ch.dimsAt = keepSize(*offsets);
+        keepSize(*sizes);
+        const V o = *offsets, s = *sizes;
+        releaseSize(s);
+        releaseSize(o);
+        m_out.chunks.push_back(ch);
+        V built;
+        built.t = T::Chunk;
+        built.i = static_cast<int64_t>(m_out.chunks.size() - 1);
+        return built;
+    }
+
+    /// TensorProperties: only its dtype is kept, from __getstate__'s tuple (dtype, layout, requires_grad, ...) or a
+    /// dict
+    V buildProperties(const V& state)
+    {
+        const V* dt = nullptr;
+        if (state.t == T::Tuple && state.a >= 1)
+            dt = tupleItems(state);
+        else if (state.t == T::Dict)
+            dt = dictGet(state, "dtype");
+        else
+            unsupported();
+        if (!dt || dt->t != T::Global || static_cast<Cls>(dt->a) != Cls::Dtype) unsupported();
+        V built;
+        built.t = T::Props;
+        built.i = dt->i;
+        return built;
+    }
+
+    /// TensorStorageMetadata(properties, size, chunks): a tensor over a run of consecutive chunks (chunks shared
+    /// between tensors are not DCP's)
+    V buildTensor(const V& state)
+    {
+        expectFields(state, {"properties", "size", "chunks"});
+        const V* props = dictGet(state, "properties");
+        const V* size = dictGet(state, "size");
+        const V* chunks = dictGet(state, "chunks");
+        if (!props || props->t != T::Props || !size || size->t != T::Size || !chunks || chunks->t != T::List)
+            unsupported();
+        TensorRec t;
+        t.dtype = props->i;
+        t.hasShape = true;
+        t.ndim = size->a;
+        t.shapeAt = keepSize(*size);
+        const auto& items = m_containers[chunks->a].items;
+        for (size_t k = 0; k < items.size(); ++k) {
+            if (items[k].t != T::Chunk) unsupported();
+            const auto idx = static_cast<uint64_t>(items[k].i);
+            if (k == 0) t.firstChunk = idx;
+            if (idx != t.firstChunk + k) unsupported();
+        }
+        t.chunkCount = items.size();
+        releaseContainer(*chunks);
+        m_tensors.push_back(t);
+        V built;
+        built.t = T::Tensor;
+        built.i = static_cast<int64_t>(m_tensors.size() - 1);
+        return built;
+    }
+
+    /// MetadataIndex(fqn, offset, index): a storage_data key
+    V buildIndex(const V& state, bool pinned)
+    {
+        expectFields(state, {"fqn", "offset", "index"});
+        const V* fqn = dictGet(state, "fqn");
+        const V* offset = dictGet(state, "offset");
+        const V* index = dictGet(state, "index");
+        if (!fqn || fqn->t != T::Str || (offset && offset->t != T::Size && offset->t != T::None)
+            || (index && index->t != T::Int && index->t != T::None))
+            unsupported();
+        IndexRec r;
+        r.pinned = pinned;
+        r.fqn = *fqn;
+        if (offset && offset->t == T::Size) {
+            r.hasOffset = true;
+            r.ndim = offset->a;
+            r.offsetsAt = keepSize(*offset);
+            releaseSize(*offset);
+        }
+        m_indexes.push_back(r);
+        V built;
+        built.t = T::Index;
+        built.i = static_cast<int64_t>(m_indexes.size() - 1);
+        return built;
+    }
+
+    /// _StorageInfo(relative_path, offset, length, transform_descriptors): where an item's bytes are
+    V buildStorageInfo(const V& state, bool pinned)
+    {
+        expectFields(state, {"relative_path", "offset", "length", "transform_descriptors"});
+        const V* rel = dictGet(state, "relative_path");
+        const V* td = dictGet(state, "transform_descriptors");
+        if (!rel || rel->t != T::Str) unsupported();
+        InfoRec r;
+        r.pinned = pinned;
+        const int64_t off = intField(state, "offset");
+        const int64_t len = intField(state, "length");
+        if (off < 0 || len < 0) unsupported();
+        r.offset = static_cast<uint64_t>(off);
+        r.length = static_cast<uint64_t>(len);
+        if (td && td->t != T::None) {
+            if (td->t == T::List)
+                r.transforms = !m_containers[td->a].items.empty();
+            else if (td->t == T::Tuple)
+                r.transforms = td->a > 0;
+            else
+                unsupported();
+        }
+        r.file = fileId(*rel);
+        m_infos.push_back(r);
+        V built;
+        built.t = T::Info;
+        built.i = static_cast<int64_t>(m_infos.size() - 1);
+        return built;
     }
 
     uint32_t fileId(const V& s)
