@@ -718,9 +718,10 @@ void addCounts(aten::DiffAccumulator& total, const aten::DiffAccumulator& acc)
 /// the values compared block by block along the layout of the side with more chunks (the per-rank picture, into
 /// d.ranks); of another shape, in row-major order: each block of the layout side must be one row-major run of it,
 /// which a dim-0 shard is and a Shard(1) column block is not; else the whole tensor is cut into runs, without a
-/// per-rank picture. @p expands: a broadcast view read expanded (TensorAssembler::checkComparison)
+/// per-rank picture; a 0-dim tensor is its one element. @p expands: a broadcast view read expanded
+/// (TensorAssembler::checkComparison); @p samePart: both sides hold the same part only
 aten::DiffAccumulator compareByRank(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, const Entry& b,
-    bool expands, const DiffOptions& opt, DiffEntry& d, const Progress& progress)
+    bool expands, bool samePart, const DiffOptions& opt, DiffEntry& d, const Progress& progress)
 {
     const TensorEntry& ta = *a.tensor;
     const TensorEntry& tb = *b.tensor;
@@ -764,6 +765,14 @@ aten::DiffAccumulator compareByRank(const Checkpoint& ca, const Entry& a, const 
         d.ranks.push_back({rank, acc.numel, acc.numDiff, acc.maxAbs});
         addCounts(total, acc);
     }
+    if (ta.numel() > 0 && ta.shape.empty() && d.ranks.empty() && !samePart) {
+        aten::DiffAccumulator acc;
+        const auto x = fetch(tensorA, a, {{}, {}});
+        const auto y = fetch(tensorB, b, {{}, {}});
+        diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, 1, opt, acc);
+        total = acc;
+        d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});
+    }
     return total;
 }
 
@@ -786,18 +795,7 @@ void compareTensors(const Checkpoint& ca, const Entry& a, const Checkpoint& cb, 
     // that part is compared, and the entry says it is all there is
     const bool samePart = !layoutA.complete() && !layoutB.complete() && ta.shape == tb.shape && sameChunkBoxes(ta, tb);
     if (notComparable(ta, tb, layoutA, layoutB, samePart, reasons, d)) return;
-    aten::DiffAccumulator total = compareByRank(ca, a, cb, b, expands, opt, d, progress);
-    if (ta.numel() > 0 && ta.shape.empty() && d.ranks.empty() && !samePart) {
-        // 0-dim: one element
-        aten::DiffAccumulator acc;
-        TensorAssembler tensorA(ca, a), tensorB(cb, b);
-        const auto x = fetch(tensorA, a, {{}, {}});
-        const auto y = fetch(tensorB, b, {{}, {}});
-        diffBlock(x.data(), ta.dtype, y.data(), tb.dtype, 1, opt, acc);
-        total = acc;
-        const TensorEntry& layoutSide = tb.chunks.size() >= ta.chunks.size() ? tb : ta;
-        d.ranks.push_back({layoutSide.chunks.empty() ? -1 : layoutSide.chunks[0].rank, 1, acc.numDiff, acc.maxAbs});
-    }
+    const aten::DiffAccumulator total = compareByRank(ca, a, cb, b, expands, samePart, opt, d, progress);
     if (d.ranks.size() <= 1 && (d.ranks.empty() || d.ranks[0].rank < 0)) d.ranks.clear(); // no rank structure to show
     d.valuesCompared = true;
     d.numDiff = total.numDiff;

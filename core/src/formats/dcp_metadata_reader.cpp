@@ -533,6 +533,15 @@ private:
         obj = built;
     }
 
+    /// what a builder made: the record at @p index of its kind's table
+    static V made(T kind, size_t index)
+    {
+        V built;
+        built.t = kind;
+        built.i = static_cast<int64_t>(index);
+        return built;
+    }
+
     /// ChunkStorageMetadata(offsets, sizes): a chunk, its dims kept in out.dims
     V buildChunk(const V& state)
     {
@@ -548,10 +557,7 @@ private:
         releaseSize(s);
         releaseSize(o);
         m_out.chunks.push_back(ch);
-        V built;
-        built.t = T::Chunk;
-        built.i = static_cast<int64_t>(m_out.chunks.size() - 1);
-        return built;
+        return made(T::Chunk, m_out.chunks.size() - 1);
     }
 
     /// TensorProperties: only its dtype is kept, from __getstate__'s tuple (dtype, layout, requires_grad, ...) or a
@@ -566,10 +572,7 @@ private:
         else
             unsupported();
         if (!dt || dt->t != T::Global || static_cast<Cls>(dt->a) != Cls::Dtype) unsupported();
-        V built;
-        built.t = T::Props;
-        built.i = dt->i;
-        return built;
+        return made(T::Props, static_cast<size_t>(dt->i));
     }
 
     /// TensorStorageMetadata(properties, size, chunks): a tensor over a run of consecutive chunks (chunks shared
@@ -597,10 +600,7 @@ private:
         t.chunkCount = items.size();
         releaseContainer(*chunks);
         m_tensors.push_back(t);
-        V built;
-        built.t = T::Tensor;
-        built.i = static_cast<int64_t>(m_tensors.size() - 1);
-        return built;
+        return made(T::Tensor, m_tensors.size() - 1);
     }
 
     /// MetadataIndex(fqn, offset, index): a storage_data key
@@ -623,10 +623,7 @@ private:
             releaseSize(*offset);
         }
         m_indexes.push_back(r);
-        V built;
-        built.t = T::Index;
-        built.i = static_cast<int64_t>(m_indexes.size() - 1);
-        return built;
+        return made(T::Index, m_indexes.size() - 1);
     }
 
     /// _StorageInfo(relative_path, offset, length, transform_descriptors): where an item's bytes are
@@ -653,10 +650,7 @@ private:
         }
         r.file = fileId(*rel);
         m_infos.push_back(r);
-        V built;
-        built.t = T::Info;
-        built.i = static_cast<int64_t>(m_infos.size() - 1);
-        return built;
+        return made(T::Info, m_infos.size() - 1);
     }
 
     uint32_t fileId(const V& s)
