@@ -932,14 +932,16 @@ def s3():
         fifos = [pause_fifos(f"race{r}") for r in range(2)]
         port2 = servers.free_port()
         command = ["reshard", src, "--world-size", "3", "-o", "s3://ckpt/race"]
-        procs = [start(r, 2, port2, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifos[r], **job)
-                 for r in range(2)]
-        said = [paused_at(fifos[r], procs[r]) for r in range(2)]
+        # (a list of their own: procs holds moto_server, which the finally below stops; rebinding it left that
+        # server running after every run)
+        racers = [start(r, 2, port2, command, OPTSCOPE_PAUSE_AT="writing", OPTSCOPE_PAUSE_FIFO=fifos[r], **job)
+                  for r in range(2)]
+        said = [paused_at(fifos[r], racers[r]) for r in range(2)]
         rc, _, err = run1(["reshard", src, "--world-size", "5", "-o", "s3://ckpt/race"], env=env)
         for f in fifos:
             with open(f + ".in", "w") as w:
                 w.write("go\n")
-        codes, errs, secs = finish(procs, 60)
+        codes, errs, secs = finish(racers, 60)
         raced, whole = objects_under(s3work, port, "race/", ref)
         left = servers.s3_put(TORCH_PYTHON, s3work, port, "--uploads", "race/").split()
         check(said == ["writing", "writing"] and rc == 0 and all(c not in (0, None) for c in codes)
