@@ -163,6 +163,21 @@ def make_plain(out):
     dcp.save(nested, checkpoint_id=f"{out}/dcp_nested")
     torch.save(nested, f"{out}/nested.pt")
 
+    # values shared through the pickle memo (compare_shared): a list of strings under three keys; a list of 100 dicts
+    # shared 150 times 48 dicts deep, past the budget for expanding repeats (the later ones stay whole, one of them
+    # cut in the middle); a tensor 250 dicts deep, past how deep a state dict is descended (200). A reshard writes a
+    # shared value once, every key's item pointing at it, and reads back the same keys
+    words = ["x", "y"]
+    q = [{"a": i} for i in range(100)]
+    deep = {"y": [q] * 150}
+    for _ in range(48):
+        deep = {"d": deep}
+    nest = {"w": torch.arange(3.0)}
+    for _ in range(250):
+        nest = {"n": nest}
+    torch.save({"w": torch.ones(2), "a": words, "b": words, "g": {"x": words}, "deep": deep, "nest": nest},
+               f"{out}/shared.pt")
+
     # objects a weights-only load refuses, as torchtitan's TrainState saves its losses (an io.BytesIO of a torch.save)
     # and Megatron-LM its args: gather leaves them out; reshard writes them back (compare_objects)
     import argparse
@@ -383,6 +398,28 @@ def compare_nested(out, *resharded):
         print(f"{path}: the items dcp.save makes, tensors inside objects as saved, views sharing their storage")
 
 
+def compare_shared(out, resharded):
+    """the reshard of shared.pt loads as torch.load reads the source, and writes each shared value once: the
+    items of the keys that share it point at the same bytes"""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(resharded, f"{resharded}.pt")
+    equal(torch.load(f"{out}/shared.pt", weights_only=True), torch.load(f"{resharded}.pt", weights_only=False),
+          resharded)
+    where = {}
+    for index, info in FileSystemReader(resharded).read_metadata().storage_data.items():
+        where.setdefault((info.relative_path, info.offset, info.length), []).append(index.fqn)
+    shared = sorted(sorted(keys) for keys in where.values() if len(keys) > 1)
+    assert ["a", "b", "g.x"] in shared, [keys[:3] for keys in shared]
+    # the lists kept whole past the budget: "deep.d...d.y.N", all at the bytes of one
+    whole = "deep." + "d." * 48 + "y."
+    kept = [keys for keys in shared if all(k.startswith(whole) and k[len(whole):].isdigit() for k in keys)]
+    assert len(kept) == 1 and len(kept[0]) > 10, [(keys[0], len(keys)) for keys in shared]
+    print(f"{resharded}: loads as the source; {len(shared)} shared values written once, the whole lists under "
+          f"{len(kept[0])} keys")
+
+
 def compare_torch_types(out):
     """the gather of torch_types_hostile.pt loads with weights_only=True: the well-formed device and Size values as
     they were, the calls torch would refuse left out"""
@@ -397,4 +434,5 @@ def compare_torch_types(out):
 if __name__ == "__main__":
     {"make": make, "compare": compare, "compare_objects": compare_objects, "compare_tuples": compare_tuples,
      "compare_torch_types": compare_torch_types, "compare_sparse_adam": compare_sparse_adam,
-     "compare_reshaped": compare_reshaped, "compare_nested": compare_nested}[sys.argv[1]](*sys.argv[2:])
+     "compare_reshaped": compare_reshaped, "compare_nested": compare_nested,
+     "compare_shared": compare_shared}[sys.argv[1]](*sys.argv[2:])

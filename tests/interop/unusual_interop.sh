@@ -56,6 +56,11 @@ echo "verify of the 320 MiB dense tensor on one rank: peak RSS ${rss} KiB"
 "$cli" verify "$out/dcp_nested" --world-size 3 | grep -q "^IDENTICAL"
 "$cli" verify "$out/nested.pt" --world-size 2 | grep -q "^IDENTICAL"
 "$torch_python" unusual_interop.py compare_nested "$out" "$out/dcp_nested.rs2" "$out/nested.rs3"
+# values shared through the pickle memo: resharded once each (every key's item pointing at it), read back under the
+# same keys (a whole value was flattened into entries of its own, and verify said DIFFERENT)
+"$cli" reshard "$out/shared.pt" --world-size 2 -o "$out/shared.rs2"
+"$cli" verify "$out/shared.pt" --world-size 2 | grep -q "^IDENTICAL"
+"$torch_python" unusual_interop.py compare_shared "$out" "$out/shared.rs2"
 # torch.device / torch.Size of arguments torch does not take: left out, saying so; the output loads in PyTorch
 "$cli" gather "$out/torch_types_hostile.pt" -o "$out/torch_types_hostile.pt.optscope.pt" > "$out/types.log"
 grep "left out 9 value" "$out/types.log" > /dev/null

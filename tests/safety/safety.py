@@ -459,6 +459,25 @@ def bounded_cost():
     out = text(r.stdout)
     check("a shared list of unshared values: inspect stops at the expansion bound", r.returncode == 0 and took < 10
           and "122882 entries" in out, f"exit {r.returncode}, {took:.1f} s, {out.strip()[-200:]}")
+    # its reshard writes the shared list once (every key kept whole pointing at its bytes: they were 154 MB, one copy
+    # per key) and reads back the same keys: verify said DIFFERENT, reading back 5M values in 18 s and 4 GB
+    t = time.time()
+    r = run(["verify", subtree, "--world-size", "1"], timeout=120)
+    took = time.time() - t
+    out = text(r.stdout)
+    check("a shared list of unshared values: verify reads back what it wrote, bounded", r.returncode == 0
+          and took < 10 and "IDENTICAL: 122882 of 122882" in out, f"exit {r.returncode}, {took:.1f} s, "
+          f"{out.strip()[-200:]}")
+    r = run(["reshard", subtree, "--world-size", "1", "-o", os.path.join(d, "subtree"), "--no-fsync"], timeout=120)
+    data = os.path.join(d, "subtree", "__0_0.distcp")
+    size = os.path.getsize(data) if os.path.exists(data) else -1
+    check("a shared list of unshared values: resharded once, not once per key", r.returncode == 0
+          and 0 < size < 8 << 20, f"exit {r.returncode}, {size} bytes")
+    # a value kept whole past how deep a state dict is descended (200): read back as one value too (it was flattened
+    # further, and verify said DIFFERENT)
+    r = run(["verify", os.path.join(HOSTILE, "deep_nested.pt"), "--world-size", "1"], timeout=60)
+    check("a value nested past the depth bound: verify reads back the same keys", r.returncode == 0
+          and "IDENTICAL" in text(r.stdout), f"exit {r.returncode}, {text(r.stdout + r.stderr).strip()[-200:]}")
     expanded = os.path.join(HOSTILE, "expanded.pt")  # torch.zeros(1).expand(2**30, 2**30): 4 EiB expanded
     twos = os.path.join(HOSTILE, "expanded_twos.pt")  # the same view of a 2
     # hashed and compared through its storage (what it stores, each element standing for 2^60 / 1); gathered as a
@@ -535,9 +554,9 @@ def bounded_cost():
         check(f"too many chunk dimensions: {cmd[0]} refuses it, saying so", r.returncode == 2
               and "a chunk of 300 dimensions" in out and "too_many_dims" in out, out.strip()[:200])
 
-    # (last: the peak of a child counted above is the largest so far) shared_subtree.pt's verify (a reshard read
-    # back: 5M values) under a 1.5 GB address-space limit: it said "internal error: std::bad_alloc", as a crash would; out of memory is said so, and no scratch copy is left. (Not under ASan, whose
-    # shadow memory does not fit such a limit)
+    # shared_subtree.pt's verify (a reshard read back: 123k values, about 180 MB) under a 150 MB address-space limit,
+    # which a small verify fits (checked first): it said "internal error: std::bad_alloc", as a crash would; out of
+    # memory is said so, and no scratch copy is left. (Not under ASan, whose shadow memory does not fit such a limit)
     with open(CLI, "rb") as f:
         sanitized = b"__asan_init" in f.read()
     if not sanitized:
@@ -545,7 +564,11 @@ def bounded_cost():
         tmpdir = fresh("oom_tmp")
 
         def limited():
-            resource.setrlimit(resource.RLIMIT_AS, (1500 << 20, 1500 << 20))
+            resource.setrlimit(resource.RLIMIT_AS, (150 << 20, 150 << 20))
+        p = subprocess.run([CLI, "verify", os.path.join(HOSTILE, "deep_nested.pt")], capture_output=True, timeout=120,
+                           env=dict(os.environ, TMPDIR=tmpdir), preexec_fn=limited)
+        check("a small verify fits the address-space limit below", p.returncode == 0,
+              f"exit {p.returncode}, {text(p.stderr).strip()[:200]}")
         p = subprocess.run([CLI, "verify", subtree, "--world-size", "2"], capture_output=True, timeout=120,
                            env=dict(os.environ, TMPDIR=tmpdir), preexec_fn=limited)
         err = text(p.stderr)

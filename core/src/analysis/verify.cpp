@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/reshard.h"
+#include "optscope/analysis/value_compare.h"
 #include "optscope/analysis/verify_report.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/state_flattener.h"
 #include "optscope/gpu/gpu_assembler.h"
 #include "optscope/io/csv.h"
 #include "optscope/io/job.h"
@@ -209,11 +211,6 @@ void compareLoadedBox(TensorAssembler& loaded, TensorAssembler& source, const Te
     }
 }
 
-bool sameValue(const PyValue* a, const PyValue* b)
-{
-    return valueToJson(a) == valueToJson(b);
-}
-
 class TempFolder
 {
 public:
@@ -296,10 +293,6 @@ int sourceRanks(const Checkpoint& cp)
     return ranks.empty() || ranks.back() < 0 ? 1 : ranks.back() + 1;
 }
 
-/// The per-entry frame both verifications share: every source entry is looked up in @p other, values are compared
-/// by value, tensors by dtype and shape and then by @p compareTensor (which adds ranks and differing counts); errors
-/// of one entry are reported on that entry; entries only @p other has are listed as unexpected. Progress runs from
-/// @p progressBase to 1.
 /// "key: why" lines (DcpWriteStats::leftOut) by key
 std::map<std::string, std::string> leftOutByKey(const std::vector<std::string>& lines)
 {
@@ -311,12 +304,50 @@ std::map<std::string, std::string> leftOutByKey(const std::vector<std::string>& 
     return out;
 }
 
+/// A value the source's reader kept whole (past the flattening's budget for shared containers) that @p other's
+/// reader flattened into entries (one DCP item per value, read on its own): the value's leaves, flattened the same
+/// way, each equal to @p other's entry of that key. Returns how many entries it matched (their keys into @p seen),
+/// 0 when the value is not so flattened in @p other or a leaf differs.
+size_t sameValueAsFlattened(const Checkpoint& src, const Entry& e, const Checkpoint& other, std::set<std::string>& seen)
+{
+    if (e.isTensor() || !e.value) return 0;
+    std::vector<std::string> keys;
+    bool same = true;
+    const int depthLeft = std::max(0, kMaxStateDepth - static_cast<int>(e.path.size()));
+    forEachStateLeaf(
+        e.value,
+        [&](FlattenedLeaf&& leaf) {
+            if (!same || leaf.path.empty()) {
+                same = false;
+                return;
+            }
+            KeyPath full = e.path;
+            full.insert(full.end(), leaf.path.begin(), leaf.path.end());
+            std::string key = joinKeyPath(full);
+            const Entry* back = other.find(key);
+            same = back && !back->isTensor()
+                && compareValueEntries(src, e, leaf.value, other, *back, back->value, 0, 0).equal;
+            keys.push_back(std::move(key));
+        },
+        depthLeft);
+    if (!same || keys.empty()) return 0;
+    for (auto& key : keys)
+        seen.insert(std::move(key));
+    return keys.size();
+}
+
+/// The per-entry frame both verifications share: every source entry is looked up in @p other, values are compared
+/// by value, tensors by dtype and shape and then by @p compareTensor (which adds ranks and differing counts); errors
+/// of one entry are reported on that entry; entries only @p other has are listed as unexpected. Progress runs from
+/// @p progressBase to 1.
+
 template<typename CompareTensor>
 void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::string& otherName, double progressBase,
     const char* label, VerifyReport& report, const Progress& progress, const CompareTensor& compareTensor,
     const std::map<std::string, std::string>& leftOut = {}, const std::vector<int>* owner = nullptr)
 {
     std::set<std::string> seen;
+    std::map<std::pair<const PyValue*, const PyValue*>, ValueComparison> sharedPairs;
     const size_t n = src.entries.size();
     Job& job = Job::current();
     const int self = job.rank();
@@ -342,6 +373,12 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
         ve.type = e.isTensor() ? "tensor" : "value";
         const Entry* back = other.find(e.key);
         if (!back) {
+            if (const size_t leaves = sameValueAsFlattened(src, e, other, seen)) {
+                ve.status = VerifyStatus::Identical;
+                ve.detail = "the same value, as " + std::to_string(leaves) + " entries under its key in " + otherName;
+                report.entries.push_back(std::move(ve));
+                continue;
+            }
             const auto why = leftOut.find(e.key);
             ve.status = why != leftOut.end() ? VerifyStatus::LeftOut : VerifyStatus::Missing;
             ve.detail = why != leftOut.end() ? "not written: " + why->second : "not in " + otherName;
@@ -359,11 +396,21 @@ void compareEntries(const Checkpoint& src, const Checkpoint& other, const std::s
                 continue;
             }
             if (!e.isTensor()) {
-                ve.status = !back->isTensor() && sameValue(e.value, back->value) ? VerifyStatus::Identical
-                                                                                 : VerifyStatus::Different;
-                if (ve.status == VerifyStatus::Different)
+                // as diff compares values, bit-identical (value_compare.h): tensors inside too, by their bytes
+                // (a value shared by many keys is compared once: a shared subtree of a million leaves at each)
+                const bool shared = !back->isTensor() && e.value && e.value->pinned;
+                const auto known = shared ? sharedPairs.find({e.value, back->value}) : sharedPairs.end();
+                const ValueComparison c = back->isTensor() ? ValueComparison {false, {}, false}
+                    : known != sharedPairs.end()
+                    ? known->second
+                    : compareValueEntries(src, e, e.value, other, *back, back->value, 0, 0);
+                if (shared && known == sharedPairs.end()) sharedPairs.emplace(std::make_pair(e.value, back->value), c);
+                ve.status = c.equal ? VerifyStatus::Identical : VerifyStatus::Different;
+                if (!c.equal)
                     ve.detail = (back->isTensor() ? std::string("a tensor") : pyRepr(back->value, 80))
-                        + " != " + pyRepr(e.value, 80);
+                        + " != " + pyRepr(e.value, 80) + (c.reason.empty() ? std::string() : " (" + c.reason + ")");
+                else if (c.partly)
+                    ve.detail = c.reason;
                 report.entries.push_back(std::move(ve));
                 continue;
             }

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <set>
 #include <sys/stat.h>
+#include <tuple>
 #include <unordered_map>
 
 namespace fs = std::filesystem;
@@ -194,6 +195,7 @@ public:
         for (size_t f = 0; f < fileCount; ++f)
             m_fileRanks[f] = DcpReader::rankFromFileName(m_md.files->name(static_cast<uint32_t>(f)));
         askAhead();
+        findSharedValueRanges();
         const size_t total = m_md.items.size();
         for (size_t i = 0; i < total; ++i) {
             if (i % 64 == 0) {
@@ -362,6 +364,24 @@ private:
         m_builder.addTensor(std::move(path), std::move(t));
     }
 
+    using ByteRange = std::tuple<uint32_t, uint64_t, uint64_t>; ///< file, offset, length
+
+    /// the byte ranges that more than one value item points at: a writer that keeps one object shared by several
+    /// keys writes it once (OptScope's, for a value shared through the pickle memo); dcp.save never does
+    void findSharedValueRanges()
+    {
+        std::map<ByteRange, bool> seen; // range -> met more than once
+        for (const auto& item : m_md.items) {
+            if (item.kind != DcpMetadata::ItemKind::Bytes) continue;
+            if (const DcpMetadata::Storage* s = m_index->find(item.fqn, nullptr, 0)) {
+                auto [at, added] = seen.emplace(ByteRange {s->file, s->offset, s->length}, false);
+                if (!added) at->second = true;
+            }
+        }
+        for (const auto& [range, shared] : seen)
+            if (shared) m_sharedValues.emplace(range, nullptr);
+    }
+
     /// a value stored as a pickle (BYTE_IO): read now, its leaves under the item's path; None with the reason when
     /// it cannot be read
     void addValue(const DcpMetadata::Item& item, KeyPath path)
@@ -378,11 +398,26 @@ private:
             const std::string where
                 = m_cp->files->absolute(rel) + "[" + std::to_string(s.offset) + "+" + std::to_string(s.length) + "]";
             try {
+                // a value several items share is read once and stays one value at each (not flattened, as a
+                // repeated container past the flattening's budget stays one): flattening it at every key would
+                // multiply what the writer kept shared
+                const auto sharedRange = m_sharedValues.find(ByteRange {s.file, s.offset, s.length});
+                if (sharedRange != m_sharedValues.end() && sharedRange->second) {
+                    m_builder.addLeaf(std::move(path), sharedRange->second->root, *sharedRange->second, rel, where);
+                    return;
+                }
                 auto file = m_cp->files->open(rel);
                 TorchSaveArchive ar = readTorchSaveArchive(file, s.offset, s.length, *m_cp->arena, where);
                 m_builder.addPickleWarnings(ar.warnings);
-                // values of old (<= 2.3) checkpoints may still be nested (param_groups as one list): flatten them
-                auto leaves = flattenStateDict(ar.root);
+                if (sharedRange != m_sharedValues.end()) {
+                    sharedRange->second = std::make_unique<TorchSaveArchive>(std::move(ar));
+                    m_builder.addLeaf(std::move(path), sharedRange->second->root, *sharedRange->second, rel, where);
+                    return;
+                }
+                // values of old (<= 2.3) checkpoints may still be nested (param_groups as one list): flatten them,
+                // as deep as the state dict is descended from its root (an item already that deep stays whole)
+                const int depthLeft = std::max(0, kMaxStateDepth - static_cast<int>(path.size()));
+                auto leaves = flattenStateDict(ar.root, depthLeft);
                 if (leaves.empty()) leaves.push_back({{}, ar.root}); // an empty mapping stays one value
                 size_t partial = 0;
                 for (auto& leaf : leaves) {
@@ -447,6 +482,8 @@ private:
     std::vector<std::string> m_fileProblems; ///< what a data file that is not read is ("is missing", "is a FIFO")
     std::vector<int> m_fileRanks;
     size_t m_nextChunkError = 0; ///< into m_md.chunkErrors, which are in chunk order
+    /// findSharedValueRanges: each shared range's archive, once read
+    std::map<ByteRange, std::unique_ptr<TorchSaveArchive>> m_sharedValues;
 };
 
 } // namespace

@@ -652,6 +652,9 @@ private:
                 const auto& [nt, nc] = itemsOfFile[n].second;
                 nt->prefetch(nt->chunks.offsetsOf(nc).vec(), nt->chunks.sizesOf(nc).vec());
             });
+        // a value object that several keys share (through the pickle memo) is written once, every key's item
+        // pointing at its bytes: written at each key, a subtree the reader kept shared would multiply
+        std::unordered_map<const PyValue*, std::pair<uint64_t, uint64_t>> writtenValues;
         for (size_t k = 0; k < itemsOfFile.size(); ++k) {
             const auto& [value, tensorChunk] = itemsOfFile[k];
             m_progress.checkCancelled();
@@ -660,6 +663,17 @@ private:
             loc.file = static_cast<uint32_t>(f);
             loc.offset = out.position();
             StateTree tree;
+            const bool plainValue = value && value->value && value->parts.empty() && value->storages.empty();
+            if (plainValue && value->value->pinned) {
+                const auto written = writtenValues.find(value->value);
+                if (written != writtenValues.end()) {
+                    loc.value = value;
+                    std::tie(loc.offset, loc.length) = written->second;
+                    m_locations[f].push_back(loc);
+                    ++m_stats.valueItems;
+                    continue;
+                }
+            }
             if (value) {
                 loc.value = value;
                 if (value->value) tree.setValue({}, value->value);
@@ -692,6 +706,8 @@ private:
             const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", itemProgress, true);
             m_written->add(ws.tensorBytes);
             loc.length = out.position() - loc.offset;
+            if (plainValue && value->value->pinned)
+                writtenValues.emplace(value->value, std::make_pair(loc.offset, loc.length));
             m_locations[f].push_back(loc);
         }
         m_stats.bytes += out.position();
