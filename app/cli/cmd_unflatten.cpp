@@ -4,7 +4,7 @@
 
 #include "optscope/analysis/gather.h"
 #include "optscope/formats/checkpoint_loader.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/optim/fsdp1_optim.h"
 
 #include <algorithm>

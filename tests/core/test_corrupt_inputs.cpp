@@ -11,7 +11,7 @@
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/format_registry.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/zip_archive.h"
 #include "optscope/model/finding.h"

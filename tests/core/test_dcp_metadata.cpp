@@ -3,8 +3,8 @@
 // never a crash or a wrong index on cut or damaged input (it gives up, and the general reader judges).
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
-#include "optscope/formats/dcp_metadata_reader.h"
-#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/dcp/dcp_metadata_reader.h"
+#include "optscope/formats/dcp/dcp_reader.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/pickle/pickle_machine.h"
 

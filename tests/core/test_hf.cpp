@@ -8,7 +8,7 @@
 #include "optscope/analysis/verify_report.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
-#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/safetensors/safetensors_reader.h"
 #include "optscope/io/sha256.h"
 #include "optscope/model/element_decoder.h"
 #include "optscope/optim/param_table.h"

@@ -7,9 +7,9 @@
 #include "optscope/analysis/verify_report.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
-#include "optscope/formats/dcp_reader.h"
-#include "optscope/formats/dcp_writer.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/dcp/dcp_reader.h"
+#include "optscope/formats/dcp/dcp_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/gpu/gpu_devices.h"
 #include "optscope/optim/fsdp1_optim.h"
 

@@ -7,7 +7,7 @@
 #include "optscope/analysis/diff_report.h"
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/io/csv.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"

@@ -13,7 +13,7 @@
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/formats/state_flattener.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/pickle/pickle_machine.h"
 #include "optscope/pickle/value_json.h"

@@ -2,7 +2,7 @@
 #include "optscope/analysis/checkpoint_fix.h"
 #include "optscope/analysis/reshard.h"
 #include "optscope/base/error.h"
-#include "optscope/formats/dcp_writer.h"
+#include "optscope/formats/dcp/dcp_writer.h"
 #include "optscope/formats/format_registry.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/optim/optimizer_view.h"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/gather.h"
 #include "optscope/base/error.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/gpu/gpu_assembler.h"
 #include "optscope/gpu/gpu_devices.h"
 #include "optscope/model/flat_param_layout.h"

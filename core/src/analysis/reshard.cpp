@@ -2,7 +2,7 @@
 #include "optscope/analysis/reshard.h"
 
 #include "optscope/base/error.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/gpu/gpu_assembler.h"
 #include "optscope/model/read_guard.h"
 #include "optscope/model/shard_layout.h"

@@ -5,7 +5,7 @@
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_loader.h"
-#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/dcp/dcp_reader.h"
 #include "optscope/formats/state_flattener.h"
 #include "optscope/gpu/gpu_assembler.h"
 #include "optscope/io/csv.h"

@@ -4,7 +4,7 @@
 // Internal: turns unpickled leaves into Checkpoint entries and attributes warnings to keys. Shared by the readers.
 
 #include "optscope/base/progress.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/model/checkpoint.h"
 #include "optscope/pickle/pickle_machine.h"

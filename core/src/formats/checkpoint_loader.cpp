@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/checkpoint_loader.h"
 #include "optscope/base/error.h"
-#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/dcp/dcp_reader.h"
 #include "optscope/formats/format_registry.h"
-#include "optscope/formats/torch_save_ranks_reader.h"
+#include "optscope/formats/torch_save_ranks/torch_save_ranks_reader.h"
 #include "optscope/io/fault_injection.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/format_registry.h"
 #include "optscope/base/error.h"
-#include "optscope/formats/dcp_reader.h"
-#include "optscope/formats/deepspeed_universal_reader.h"
-#include "optscope/formats/deepspeed_zero_reader.h"
-#include "optscope/formats/hf_trainer_reader.h"
-#include "optscope/formats/megatron_dist_reader.h"
-#include "optscope/formats/safetensors_reader.h"
-#include "optscope/formats/torch_save_ranks_reader.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/dcp/dcp_reader.h"
+#include "optscope/formats/deepspeed/deepspeed_universal_reader.h"
+#include "optscope/formats/deepspeed/deepspeed_zero_reader.h"
+#include "optscope/formats/hf_trainer/hf_trainer_reader.h"
+#include "optscope/formats/megatron/megatron_dist_reader.h"
+#include "optscope/formats/safetensors/safetensors_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
+#include "optscope/formats/torch_save_ranks/torch_save_ranks_reader.h"
 #include "optscope/io/byte_source.h"
 
 #include <algorithm>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/formats/run_folder.h"
 #include "optscope/base/error.h"
-#include "optscope/formats/hf_trainer_reader.h"
-#include "optscope/formats/safetensors_reader.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/hf_trainer/hf_trainer_reader.h"
+#include "optscope/formats/safetensors/safetensors_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/io/storage.h"
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 
 // Internal: the GPU twin of TensorAssembler. Without CUDA support built in, every call throws Error(Unsupported).
 
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/model/checkpoint.h"
 
 #include <cstdint>

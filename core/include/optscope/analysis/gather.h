@@ -2,7 +2,7 @@
 #pragma once
 
 #include "optscope/base/progress.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/model/checkpoint.h"
 #include "optscope/optim/fsdp1_optim.h"
 

@@ -3,7 +3,7 @@
 
 #include "optscope/analysis/gather.h"
 #include "optscope/base/progress.h"
-#include "optscope/formats/dcp_writer.h"
+#include "optscope/formats/dcp/dcp_writer.h"
 #include "optscope/model/checkpoint.h"
 #include "optscope/model/flat_param_layout.h"
 

@@ -10,7 +10,7 @@
 // The folder is written under a temporary name next to the destination and renamed when complete.
 
 #include "optscope/base/progress.h"
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/model/checkpoint.h"
 
 #include <memory>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/safetensors/safetensors_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
 #include "optscope/formats/checkpoint_builder.h"

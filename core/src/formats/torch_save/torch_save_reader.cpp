@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/state_flattener.h"

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/megatron_dist_reader.h"
+#include "optscope/formats/megatron/megatron_dist_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_builder.h"
-#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/dcp/dcp_reader.h"
 #include "optscope/formats/state_flattener.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/deepspeed_universal_reader.h"
+#include "optscope/formats/deepspeed/deepspeed_universal_reader.h"
 #include "optscope/base/pattern.h"
 #include "optscope/formats/checkpoint_builder.h"
-#include "optscope/formats/deepspeed_common.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/deepspeed/deepspeed_common.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"
 #include "optscope/model/flat_param_layout.h"

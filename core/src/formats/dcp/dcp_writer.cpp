@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/dcp_writer.h"
+#include "optscope/formats/dcp/dcp_writer.h"
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
-#include "optscope/formats/dcp_reader.h"
+#include "optscope/formats/dcp/dcp_reader.h"
 #include "optscope/io/job.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/torch_save_ranks_reader.h"
+#include "optscope/formats/torch_save_ranks/torch_save_ranks_reader.h"
 
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/hf_trainer_reader.h"
+#include "optscope/formats/hf_trainer/hf_trainer_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/base/pattern.h"
 #include "optscope/formats/checkpoint_builder.h"
-#include "optscope/formats/safetensors_reader.h"
+#include "optscope/formats/safetensors/safetensors_reader.h"
 #include "optscope/formats/state_flattener.h"
 #include "optscope/formats/weight_index.h"
 #include "optscope/io/byte_source.h"

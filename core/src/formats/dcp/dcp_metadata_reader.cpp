@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/dcp_metadata_reader.h"
+#include "optscope/formats/dcp/dcp_metadata_reader.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/checkpoint_builder.h"
 #include "optscope/formats/state_flattener.h"
-#include "optscope/formats/torch_save_reader.h"
+#include "optscope/formats/torch_save/torch_save_reader.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/pickle/pickle_machine.h"
 #include "optscope/pickle/pickle_opcodes.h"

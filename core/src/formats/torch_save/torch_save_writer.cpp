@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-#include "optscope/formats/torch_save_writer.h"
+#include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/base/error.h"
 #include "optscope/base/look_ahead.h"
 #include "optscope/io/job.h"
