@@ -497,6 +497,114 @@ void mergeAcrossJob(VerifyReport& report, const std::vector<int>& owner)
     }
 }
 
+/// The scratch folder of the resharded copy: rank 0's (a TempFolder, in @p folder), broadcast to the job; each
+/// process checks that it sees where the copy goes
+std::string scratchFolderOfJob(Job& job, const VerifyOptions& options, std::unique_ptr<TempFolder>& folder)
+{
+    std::string folderPath;
+    if (job.isRoot()) {
+        folder = std::make_unique<TempFolder>(options.keepResharded);
+        folderPath = folder->path;
+    }
+    if (!job.distributed()) return folderPath;
+    folderPath = job.broadcast("verify-folder", folderPath);
+    std::error_code ec;
+    // (the copy itself appears only when it is complete: its parent is what must be there)
+    const fs::path parent = fs::path(folderPath).parent_path();
+    if (!job.isRoot() && !fs::is_directory(parent.empty() ? fs::path(".") : parent, ec))
+        throw Error(ErrorKind::Io, folderPath,
+            "rank 0's scratch folder for the resharded copy is not visible to this process: give every process "
+            "a TMPDIR (or --keep DIR) on a file system they share");
+    return folderPath;
+}
+
+/// what each of @p M ranks holds of @p t in the resharded copy: torch.chunk on dim 0 (a 0-dim tensor: rank 0 alone)
+std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rankBoxesOf(const TensorEntry& t, int M)
+{
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
+    for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {
+        std::vector<int64_t> off(t.shape.size(), 0), size(t.shape);
+        if (!t.shape.empty()) {
+            const Dim0Chunk c = chunkDim0(t.shape[0], M, r);
+            off[0] = c.offset;
+            size[0] = c.size;
+        }
+        boxes.emplace_back(off, size);
+    }
+    return boxes;
+}
+
+/// One source tensor against the resharded copy's: every rank's shard loaded and compared with the source's box
+struct ReshardedTensorComparison
+{
+    const Checkpoint& src;
+    const Checkpoint& copy;
+    int M;
+    bool gpu;
+    VerifyReport& report;
+    const Progress& progress;
+
+    void operator()(const Entry& e, const Entry& back, VerifyEntry& ve) const
+    {
+        TensorAssembler::prefetch(src, e); // a remote source's chunks in flight while the shards are loaded
+        const auto boxes = rankBoxesOf(*e.tensor, M);
+        TensorAssembler loaded(copy, back), source(src, e);
+        if (gpu)
+            onGpu(e, boxes, loaded, source, ve);
+        else
+            onCpu(*e.tensor, boxes, loaded, source, ve);
+    }
+
+    /// each rank's shard loaded and compared a run of rows at a time
+    void onCpu(const TensorEntry& t, const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& boxes,
+        TensorAssembler& loaded, TensorAssembler& source, VerifyEntry& ve) const
+    {
+        for (size_t r = 0; r < boxes.size(); ++r) {
+            VerifyRankResult rr;
+            rr.rank = static_cast<int>(r);
+            rr.elements = TensorBox {boxes[r].first, boxes[r].second}.numel();
+            compareLoadedBox(loaded, source, t, boxes[r].first, boxes[r].second, rr, report.bytesCompared, progress);
+            ve.differing += rr.differing;
+            ve.ranks.push_back(rr);
+        }
+    }
+
+    /// with the GPUs, the shards are gathered and compared there; the CPU looks again only at a rank whose shard
+    /// differs (for the first differing index) and must find the same count
+    void onGpu(const Entry& e, const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& boxes,
+        TensorAssembler& loaded, TensorAssembler& source, VerifyEntry& ve) const
+    {
+        const TensorEntry& t = *e.tensor;
+        const size_t elem = dtypeSize(t.dtype);
+        std::vector<std::vector<uint8_t>> shards;
+        for (const auto& [off, size] : boxes)
+            shards.push_back(collect(loaded, off, size, progress)); // what each rank loads
+        std::vector<uint64_t> onDevice;
+        uint64_t total = 0;
+        for (const auto& s : shards)
+            total += s.size();
+        if (total == t.nbytes()) onDevice = gpuCompareShards(src, e, shards);
+        for (size_t r = 0; r < boxes.size(); ++r) {
+            VerifyRankResult rr;
+            rr.rank = static_cast<int>(r);
+            rr.elements = static_cast<int64_t>(shards[r].size() / elem);
+            if (!onDevice.empty() && onDevice[r] == 0) {
+                report.bytesCompared += shards[r].size();
+            } else {
+                compareBox(source, t, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
+                    report.bytesCompared, progress);
+                if (!onDevice.empty() && static_cast<uint64_t>(rr.differing) != onDevice[r])
+                    throw Error(ErrorKind::Unsupported, src.path,
+                        "'" + e.key + "': the GPU counted " + std::to_string(onDevice[r])
+                            + " differing elements of rank " + std::to_string(r) + ", the CPU "
+                            + std::to_string(rr.differing));
+            }
+            ve.differing += rr.differing;
+            ve.ranks.push_back(rr);
+        }
+    }
+};
+
 } // namespace
 
 static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOptions& options, const Progress& progress)
@@ -516,21 +624,7 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     // --keep) that every node sees; each process writes its share of the files and compares its share of the keys
     Job& job = Job::current();
     std::unique_ptr<TempFolder> folder;
-    std::string folderPath;
-    if (job.isRoot()) {
-        folder = std::make_unique<TempFolder>(options.keepResharded);
-        folderPath = folder->path;
-    }
-    if (job.distributed()) {
-        folderPath = job.broadcast("verify-folder", folderPath);
-        std::error_code ec;
-        // (the copy itself appears only when it is complete: its parent is what must be there)
-        const fs::path parent = fs::path(folderPath).parent_path();
-        if (!job.isRoot() && !fs::is_directory(parent.empty() ? fs::path(".") : parent, ec))
-            throw Error(ErrorKind::Io, folderPath,
-                "rank 0's scratch folder for the resharded copy is not visible to this process: give every process "
-                "a TMPDIR (or --keep DIR) on a file system they share");
-    }
+    const std::string folderPath = scratchFolderOfJob(job, options, folder);
     const TempFolder::RemovedIfRootIsLost lostRootsScratch(job, job.isRoot() ? std::string() : folderPath);
     ReshardOptions ro;
     ro.worldSize = M;
@@ -552,66 +646,8 @@ static VerifyReport verifyByLoadUnguarded(const Checkpoint& src, const VerifyOpt
     }
 
     // 3-4. every rank loads its shard; the shards are gathered back and compared with the source
-    compareEntries(
-        src, *rs, "the resharded checkpoint", 0.5, "loading and comparing", report, progress,
-        [&](const Entry& e, const Entry& back, VerifyEntry& ve) {
-            const TensorEntry& t = *e.tensor;
-            const size_t elem = dtypeSize(t.dtype);
-            TensorAssembler::prefetch(src, e); // a remote source's chunks in flight while the shards are loaded
-            // each rank's box (0-dim tensors: rank 0 holds the value)
-            std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
-            for (int r = 0; r < (t.shape.empty() ? 1 : M); ++r) {
-                std::vector<int64_t> off(t.shape.size(), 0), size(t.shape);
-                if (!t.shape.empty()) {
-                    const Dim0Chunk c = chunkDim0(t.shape[0], M, r);
-                    off[0] = c.offset;
-                    size[0] = c.size;
-                }
-                boxes.emplace_back(off, size);
-            }
-            TensorAssembler loaded(*rs, back), source(src, e);
-            if (!gpu) { // each rank's shard loaded and compared a run of rows at a time
-                for (size_t r = 0; r < boxes.size(); ++r) {
-                    VerifyRankResult rr;
-                    rr.rank = static_cast<int>(r);
-                    rr.elements = TensorBox {boxes[r].first, boxes[r].second}.numel();
-                    compareLoadedBox(
-                        loaded, source, t, boxes[r].first, boxes[r].second, rr, report.bytesCompared, progress);
-                    ve.differing += rr.differing;
-                    ve.ranks.push_back(rr);
-                }
-                return;
-            }
-            std::vector<std::vector<uint8_t>> shards;
-            for (const auto& [off, size] : boxes)
-                shards.push_back(collect(loaded, off, size, progress)); // what each rank loads
-            // with the GPUs, the shards are gathered and compared there; the CPU looks again only at a rank whose
-            // shard differs (for the first differing index) and must find the same count
-            std::vector<uint64_t> onDevice;
-            uint64_t total = 0;
-            for (const auto& s : shards)
-                total += s.size();
-            if (total == t.nbytes()) onDevice = gpuCompareShards(src, e, shards);
-            for (size_t r = 0; r < boxes.size(); ++r) {
-                VerifyRankResult rr;
-                rr.rank = static_cast<int>(r);
-                rr.elements = static_cast<int64_t>(shards[r].size() / elem);
-                if (!onDevice.empty() && onDevice[r] == 0) {
-                    report.bytesCompared += shards[r].size();
-                } else {
-                    compareBox(source, t, boxes[r].first, boxes[r].second, shards[r].data(), shards[r].size(), rr,
-                        report.bytesCompared, progress);
-                    if (!onDevice.empty() && static_cast<uint64_t>(rr.differing) != onDevice[r])
-                        throw Error(ErrorKind::Unsupported, src.path,
-                            "'" + e.key + "': the GPU counted " + std::to_string(onDevice[r])
-                                + " differing elements of rank " + std::to_string(r) + ", the CPU "
-                                + std::to_string(rr.differing));
-                }
-                ve.differing += rr.differing;
-                ve.ranks.push_back(rr);
-            }
-        },
-        leftOut, job.distributed() ? &owner : nullptr);
+    compareEntries(src, *rs, "the resharded checkpoint", 0.5, "loading and comparing", report, progress,
+        ReshardedTensorComparison {src, *rs, M, gpu, report, progress}, leftOut, job.distributed() ? &owner : nullptr);
     if (job.distributed()) mergeAcrossJob(report, owner);
     return report;
 }
