@@ -9,7 +9,9 @@ CASE: load_save (torch.load(weights_only=True) + torch.save: what gather does fo
       diff (INPUT and OUT are two files of one tensor each, loaded with mmap=True: the elements that differ and the
       max |a - b|, integers widened to int32),
       dcp_diff (INPUT and OUT are two DCP folders: dcp.load of each into plain tensors, then the same comparison per
-      tensor)
+      tensor),
+      dcp_roundtrip (what verify does, the PyTorch way: torch.load, dcp.save into the folder OUT, load it back whole
+      with dcp_to_torch_save, compare with ==; stopped with exit 124 after DEADLINE seconds, the fourth argument)
 """
 import hashlib
 import sys
@@ -58,6 +60,23 @@ elif case == "diff":
     if not a.is_floating_point():
         a, b = a.to(torch.int32), b.to(torch.int32)
     print(int((a != b).sum()), (a - b).abs().max().item())
+elif case == "dcp_roundtrip":
+    import os
+    import shutil
+    import signal
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    signal.signal(signal.SIGALRM, lambda *_: os._exit(124))
+    signal.alarm(int(sys.argv[4]))
+    shutil.rmtree(out, ignore_errors=True)
+    obj = torch.load(inp, weights_only=True)
+    dcp.save(obj, storage_writer=dcp.FileSystemWriter(out))
+    dcp_to_torch_save(out, out + ".pt")
+    assert torch.load(out + ".pt", weights_only=True) == obj
+    shutil.rmtree(out)
+    os.unlink(out + ".pt")
 elif case == "values_diff":
     # every key of two torch.save'd dicts of values compared, as diff does
     a, b = torch.load(inp, weights_only=True), torch.load(out, weights_only=True)

@@ -178,6 +178,14 @@ def make_plain(out):
     torch.save({"w": torch.ones(2), "a": words, "b": words, "g": {"x": words}, "deep": deep, "nest": nest},
                f"{out}/shared.pt")
 
+    # sparse tensors of every layout a weights-only load rebuilds (torch._utils._rebuild_sparse_tensor over their
+    # indices and values, the layout by torch.serialization._get_layout), one inside a list (compare_sparse)
+    coo = torch.sparse_coo_tensor(torch.tensor([[0, 2, 1], [1, 0, 2]]), torch.tensor([1.5, -2.0, 3.25]), (3, 4))
+    torch.save({"w": torch.ones(2), "coo": coo, "coalesced": coo.coalesce(), "csr": torch.eye(3).to_sparse_csr(),
+                "csc": (torch.arange(12.0).view(3, 4) % 3).to_sparse_csc(),
+                "bsr": torch.eye(4, dtype=torch.float64).to_sparse_bsr((2, 2)), "in_list": [coo.double()]},
+               f"{out}/sparse.pt")
+
     # objects a weights-only load refuses, as torchtitan's TrainState saves its losses (an io.BytesIO of a torch.save)
     # and Megatron-LM its args: gather leaves them out; reshard writes them back (compare_objects)
     import argparse
@@ -420,6 +428,41 @@ def compare_shared(out, resharded):
           f"{len(kept[0])} keys")
 
 
+def _same_sparse(a, b, path):
+    if isinstance(a, list):
+        assert type(b) is list and len(a) == len(b), f"{path}: {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_sparse(x, y, f"{path}.{i}")
+        return
+    assert a.layout == b.layout and a.dtype == b.dtype and a.shape == b.shape, \
+        f"{path}: {a.layout} {a.dtype} {list(a.shape)} vs {b.layout} {b.dtype} {list(b.shape)}"
+    if a.layout == torch.strided:
+        assert torch.equal(a, b), path
+    elif a.layout == torch.sparse_coo:
+        assert a.is_coalesced() == b.is_coalesced(), f"{path}: coalesced {a.is_coalesced()} vs {b.is_coalesced()}"
+        assert torch.equal(a._indices(), b._indices()) and torch.equal(a._values(), b._values()), path
+    else:
+        rows = a.layout in (torch.sparse_csr, torch.sparse_bsr)
+        ca, pa = (a.crow_indices(), a.col_indices()) if rows else (a.ccol_indices(), a.row_indices())
+        cb, pb = (b.crow_indices(), b.col_indices()) if rows else (b.ccol_indices(), b.row_indices())
+        assert torch.equal(ca, cb) and torch.equal(pa, pb) and torch.equal(a.values(), b.values()), path
+
+
+def compare_sparse(out, gathered, resharded):
+    """sparse.pt gathered (loaded weights-only) and resharded (loaded by DCP) holds the same sparse tensors: layout,
+    indices and values as saved"""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    ref = torch.load(f"{out}/sparse.pt", weights_only=True)
+    dcp_to_torch_save(resharded, f"{resharded}.pt")
+    for path, got in ((gathered, torch.load(gathered, weights_only=True)),
+                      (resharded, torch.load(f"{resharded}.pt", weights_only=False))):
+        assert list(got) == list(ref), f"{path}: {list(got)}"
+        for k in ref:
+            _same_sparse(ref[k], got[k], f"{path}.{k}")
+        print(f"{path}: the sparse tensors of every layout as saved")
+
+
 def compare_torch_types(out):
     """the gather of torch_types_hostile.pt loads with weights_only=True: the well-formed device and Size values as
     they were, the calls torch would refuse left out"""
@@ -435,4 +478,4 @@ if __name__ == "__main__":
     {"make": make, "compare": compare, "compare_objects": compare_objects, "compare_tuples": compare_tuples,
      "compare_torch_types": compare_torch_types, "compare_sparse_adam": compare_sparse_adam,
      "compare_reshaped": compare_reshaped, "compare_nested": compare_nested,
-     "compare_shared": compare_shared}[sys.argv[1]](*sys.argv[2:])
+     "compare_shared": compare_shared, "compare_sparse": compare_sparse}[sys.argv[1]](*sys.argv[2:])

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "optscope/analysis/gather.h"
+#include "optscope/analysis/reshard.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/torch_save/torch_save_writer.h"
 #include "optscope/gpu/gpu_assembler.h"
@@ -87,6 +88,9 @@ StateTree buildStateTree(const Checkpoint& cp, const GatherOptions& options, std
                     continue;
                 }
             tree.setValue(e.path, e.value);
+            // the tensors a value holds (a sparse tensor's indices and values) over their storages' records
+            for (auto& storage : storagesInside(cp, e))
+                tree.addStorage(storage.storage, std::move(storage.bytes));
             continue;
         }
         if (auto view = broadcastStorageOf(e)) {

@@ -213,6 +213,7 @@ const char* pyTypeName(const PyValue* v)
 {
     if (v->torchType == PyTorchType::Size) return "torch.Size";
     if (v->torchType == PyTorchType::Device) return "torch.device";
+    if (v->torchType == PyTorchType::Layout) return "torch.layout";
     return pyKindName(v->kind);
 }
 
@@ -519,6 +520,10 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
         out += "(" + pyFloatRepr(v->real) + "+" + pyFloatRepr(v->imag) + "j)";
         return;
     case PyKind::Str:
+        if (v->torchType == PyTorchType::Layout) { // as Python shows it: torch.sparse_coo
+            out += v->text;
+            return;
+        }
         if (v->torchType == PyTorchType::Device) { // as Python shows it: device(type='cuda', index=0)
             const std::string_view d = v->text;
             const size_t colon = d.find(':');

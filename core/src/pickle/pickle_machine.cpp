@@ -1390,7 +1390,10 @@ PyValue* Machine::reduceLayout(const std::string&, PyValue* args)
 {
     PyValue* result = nullptr;
     const PyValue* name = arg(args, 0);
-    if (name && name->kind == PyKind::Str) result = m_arena.makeStr(name->text, false);
+    if (name && name->kind == PyKind::Str) {
+        result = m_arena.makeStr(name->text, false);
+        result->torchType = PyTorchType::Layout; // written back as the call (a sparse tensor's rebuild compares it)
+    }
     return result;
 }
 

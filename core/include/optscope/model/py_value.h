@@ -48,10 +48,10 @@ enum class PyKind : unsigned char {
 const char* pyKindName(PyKind kind);
 
 /// What a plain value was made by, where torch made it (PyValue::torchType).
-enum class PyTorchType : unsigned char { None, Size, Device };
+enum class PyTorchType : unsigned char { None, Size, Device, Layout };
 
 struct PyValue;
-/// @p v's Python type as Python names it: pyKindName, or "torch.Size" / "torch.device"
+/// @p v's Python type as Python names it: pyKindName, or "torch.Size" / "torch.device" / "torch.layout"
 const char* pyTypeName(const PyValue* v);
 
 /// How an Object came to be (which opcode would have called the class).
@@ -153,8 +153,9 @@ struct PyValue
     /// container nesting below this value, as seen while building (a cap on hostile input: PickleLimits::maxNesting,
     /// 2,000, fails the read long before 16 bits run out)
     int16_t depth = 0;
-    /// a Tuple that torch.Size made, a Str that torch.device made: read as the plain values they hold, written back
-    /// and shown as what they were (a weights-only load accepts both)
+    /// a Tuple that torch.Size made, a Str that torch.device or a layout (torch.serialization._get_layout, a sparse
+    /// tensor's) made: read as the plain values they hold, written back and shown as what they were (a weights-only
+    /// load accepts them)
     PyTorchType torchType = PyTorchType::None;
     double real = 0.0; ///< Float, Complex (real part)
     std::string_view text; ///< Str, Bytes, ByteArray, BigInt

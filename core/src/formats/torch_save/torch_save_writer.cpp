@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 
 namespace optscope {
 
@@ -101,7 +102,8 @@ private:
     {
         const std::string cls = v.className();
         if (cls == "torch._utils._rebuild_sparse_tensor" || cls == "torch._utils._rebuild_sparse_csr_tensor")
-            return "a sparse tensor (torch reads it; this writer does not write sparse tensors yet)";
+            return "a sparse tensor of a form this writer does not write (torch.save calls "
+                   "_rebuild_sparse_tensor(layout, (tensors..., size, ...)))";
         if (cls == "torch._utils._rebuild_qtensor")
             return "a quantized tensor (torch reads it; this writer does not write quantized tensors yet)";
         if (cls == "torch._utils._rebuild_nested_tensor")
@@ -109,6 +111,28 @@ private:
         if (cls == "torch.device" || cls == "torch.Size") // (well-formed ones are read as such: PyTorchType)
             return "a " + cls + " of arguments torch does not take (loading it raises)";
         return "an object of class '" + cls + "' (a weights-only load refuses classes outside its safe set)";
+    }
+
+    /// The torch rebuild calls a weights-only load makes (torch/_weights_only_unpickler.py): a sparse tensor is
+    /// _rebuild_sparse_tensor(layout, (indices, values, size, ...)) over tensors of its own, written back as read,
+    /// with those tensors over their storages (StateTree::addStorage)
+    static bool isWeightsOnlyRebuild(const PyValue& v)
+    {
+        if (v.kind != PyKind::Object || !v.object->callable || v.object->how != PyObjectHow::Reduce || !v.object->args
+            || v.object->args->kind != PyKind::Tuple || v.object->state || !v.object->listItems.empty()
+            || !v.object->dictItems.empty())
+            return false;
+        const std::string cls = v.className();
+        return cls == "torch._utils._rebuild_sparse_tensor" || cls == "torch._utils._rebuild_sparse_csr_tensor";
+    }
+
+    /// the globals such a call names: the call itself and a tensor layout
+    static bool isWeightsOnlyRebuildGlobal(const PyGlobalInfo& g)
+    {
+        static const std::set<std::string> names {"torch._utils._rebuild_sparse_tensor",
+            "torch._utils._rebuild_sparse_csr_tensor", "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc",
+            "torch.sparse_bsr", "torch.sparse_bsc", "torch.strided"};
+        return names.count(g.path()) > 0;
     }
 
     void node(size_t i, int depth)
@@ -212,6 +236,13 @@ private:
             e.floating(v->real);
             return;
         case PyKind::Str:
+            if (v->torchType == PyTorchType::Layout) { // torch.serialization._get_layout(name), as torch pickles it
+                e.global("torch.serialization", "_get_layout");
+                e.str(v->text);
+                e.tuple(1);
+                e.op(pickle_op::REDUCE);
+                return;
+            }
             if (v->torchType == PyTorchType::Device) { // torch.device(type[, index]), as its __reduce__ gives it
                 // the reader made it "type" or "type:index" (index from an int); anything else goes back whole
                 const std::string_view d = v->text;
@@ -295,12 +326,17 @@ private:
                 e.op(pickle_op::SETITEMS);
             }
             return;
-        case PyKind::Object:
-            if (!m_objects) unsupported(unwritableObject(*v));
+        case PyKind::Object: {
+            const bool rebuild = isWeightsOnlyRebuild(*v);
+            if (!m_objects && !rebuild) unsupported(unwritableObject(*v));
+            m_insideRebuild += rebuild;
             object(*v, depth);
+            m_insideRebuild -= rebuild;
             return;
+        }
         case PyKind::Global:
-            if (!m_objects) unsupported("the class or function '" + v->global->path() + "'");
+            if (!m_objects && !(m_insideRebuild > 0 && isWeightsOnlyRebuildGlobal(*v->global)))
+                unsupported("the class or function '" + v->global->path() + "'");
             e.global(std::string(v->global->module), std::string(v->global->name));
             return;
         case PyKind::Tensor:
@@ -374,7 +410,7 @@ private:
     /// as torch.save writes it: a view over its storage's record, which the tree holds (StateTree::addStorage)
     void nestedTensor(const PyValue& v)
     {
-        if (!m_objects) unsupported("a tensor nested inside a plain value");
+        if (!m_objects && m_insideRebuild == 0) unsupported("a tensor nested inside a plain value");
         if (const std::string why = TorchSaveWriter::nestedTensorUnwritable(&v); !why.empty()) unsupported(why);
         const PyTensorInfo& t = *v.tensor;
         const PyStorageInfo& storage = *t.storage->storage;
@@ -448,6 +484,7 @@ private:
     std::string m_where;
     bool m_objects = false;
     bool m_probe = false;
+    int m_insideRebuild = 0; ///< torch rebuild calls (isWeightsOnlyRebuild) being written
     std::string m_unwritable;
     PickleEmitter e;
 };
