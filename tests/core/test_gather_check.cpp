@@ -251,8 +251,11 @@ TEST(Gather, ValuesAWeightsOnlyLoadReadsAreWrittenOrNamedWithWhy)
     EXPECT_EQ(coo->value->className(), "torch._utils._rebuild_sparse_tensor");
     // its layout, indices and values as saved (diff compares the tensors inside by their bytes)
     const DiffReport d = diffCheckpoints(*cp, *back, {});
-    for (const auto& e : d.entries)
-        if (e.keyA == "coo") EXPECT_EQ(e.status, DiffStatus::Equal) << e.reason;
+    for (const auto& e : d.entries) {
+        if (e.keyA == "coo") {
+            EXPECT_EQ(e.status, DiffStatus::Equal) << e.reason;
+        }
+    }
     const Entry* c = back->find("cplx");
     ASSERT_NE(c, nullptr);
     ASSERT_EQ(c->value->kind, PyKind::Complex);

@@ -105,6 +105,8 @@ public:
     void addStorage(const PyStorageInfo* storage, TensorToWrite bytes);
     /// the index in tensors() of @p storage's record (addStorage), or -1
     int64_t storageRecordOf(const PyStorageInfo* storage) const;
+    /// how many of tensors() are such storages' records: the rest are the tree's tensors
+    size_t storageRecords() const { return m_storages.size(); }
 
     const Node& node(size_t i) const { return m_nodes[i]; }
     size_t root() const { return 0; }

@@ -638,9 +638,9 @@ WriteStats TorchSaveWriter::writeArchive(
             done += n;
             progress(total ? double(done) / double(total) : 1.0, "writing");
         });
-        ++stats.tensors;
         stats.tensorBytes += tensorBytes(tree.tensors()[k]);
     }
+    stats.tensors = tree.tensors().size() - tree.storageRecords();
     zip.addRecord(prefix + "/version", "3\n", 2);
     zip.finish();
     stats.fileBytes = zip.size();
@@ -720,7 +720,7 @@ JobArchivePlan planJobArchive(const StateTree& tree, const std::string& path, co
         weights.push_back(a.sizes.back());
         a.stats.tensorBytes += a.sizes.back();
     }
-    a.stats.tensors = nTensors;
+    a.stats.tensors = nTensors - tree.storageRecords();
     a.names.push_back(a.prefix + "/version");
     a.sizes.push_back(2);
     a.offsets = {0};

@@ -27,8 +27,8 @@ namespace optscope {
 
 struct WriteStats
 {
-    size_t tensors = 0;
-    uint64_t tensorBytes = 0;
+    size_t tensors = 0; ///< the tree's tensors (not the storages of tensors inside its values: StateTree::addStorage)
+    uint64_t tensorBytes = 0; ///< every record's, those storages' too
     uint64_t fileBytes = 0;
 };
 
