@@ -648,8 +648,9 @@ TEST(ZeroDiagnose, LoadingOnAnotherWorldSizeIsDeepSpeedsRefusalWithTheWayAround)
     // DeepSpeed v0.19.5 engine.py _load_zero_checkpoint (read in its source): any stage, before any optimizer file
     for (const char* stage : {"stage1", "stage2", "stage3"}) {
         const auto cp = openCheckpoint(kZero + "/" + stage + "/ckpt");
-        EXPECT_EQ(cp->savedDataParallelSize, 2);
-        EXPECT_EQ(cp->zeroStage, stage[5] - '0');
+        ASSERT_TRUE(cp->zero);
+        EXPECT_EQ(cp->zero->dataParallelSize, 2);
+        EXPECT_EQ(cp->zero->stage, stage[5] - '0');
         const Diagnosis same = diagnoseCheckpoint(*cp, nullptr, {}, nullptr, 2);
         EXPECT_FALSE(findingOf(same.findings, FindingCode::ZeroWorldSizeChange)) << stage;
         EXPECT_FALSE(same.notes.empty());
@@ -692,7 +693,7 @@ TEST(ZeroDiagnose, LoadingOnAnotherWorldSizeIsDeepSpeedsRefusalWithTheWayAround)
     // a universal checkpoint and a DCP checkpoint load on any world size: a note, no finding
     for (const std::string& path : {kZero + "/stage2/universal", std::string(OPTSCOPE_TEST_DATA) + "/fsdp2_r3"}) {
         const auto cp = openCheckpoint(path);
-        EXPECT_EQ(cp->savedDataParallelSize, 0);
+        EXPECT_FALSE(cp->zero);
         const Diagnosis d = diagnoseCheckpoint(*cp, nullptr, {}, nullptr, 5);
         EXPECT_FALSE(findingOf(d.findings, FindingCode::ZeroWorldSizeChange)) << path;
         bool noted = false;

@@ -549,7 +549,8 @@ void worldSizeFindings(const Checkpoint& cp, int loadWorldSize, Diagnosis& d)
 {
     if (loadWorldSize <= 0) return;
     const std::string m = std::to_string(loadWorldSize);
-    const int saved = cp.savedDataParallelSize;
+    const int saved = cp.zero ? cp.zero->dataParallelSize : 0;
+    const int stage = cp.zero ? cp.zero->stage : 0;
     const OtherWorldSize otherWorldSize = formatInfo(cp.format).otherWorldSize;
     if (otherWorldSize == OtherWorldSize::SavedOnly && saved > 0) {
         const std::string n = std::to_string(saved);
@@ -560,14 +561,14 @@ void worldSizeFindings(const Checkpoint& cp, int loadWorldSize, Diagnosis& d)
             return;
         }
         Finding f(FindingCode::ZeroWorldSizeChange,
-            "saved by " + n + " data-parallel ranks (ZeRO stage " + std::to_string(cp.zeroStage) + "), loaded on " + m
+            "saved by " + n + " data-parallel ranks (ZeRO stage " + std::to_string(stage) + "), loaded on " + m
                 + ": DeepSpeed's load_checkpoint raises before it reads any optimizer state, after it has already "
                   "loaded the weights, the lr scheduler and the step counters");
         const std::string text = "ZeRORuntimeException: The checkpoint being loaded used a DP world size of " + n
             + " but the current world size is " + m
             + ". Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently "
               "supported.";
-        f.pytorchError = cp.zeroStage == 3 && loadWorldSize > saved
+        f.pytorchError = stage == 3 && loadWorldSize > saved
             ? (loadWorldSize - saved == 1 ? "rank " + n : "ranks " + n + " to " + std::to_string(loadWorldSize - 1))
                 + " (no zero_pp_rank_R model states file of their own): AssertionError (DeepSpeed's "
                   "SDLoaderBase.check_ckpt_list: assert len(self.ckpt_list) > 0); the others: "

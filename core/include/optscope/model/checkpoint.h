@@ -24,6 +24,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -266,6 +267,13 @@ struct CompanionFile
     std::vector<std::string> keys; ///< the top-level keys of the entries read from it
 };
 
+/// What a DeepSpeed ZeRO run saved with that its loader needs again: facts of that format alone (Checkpoint::zero)
+struct ZeroRunFacts
+{
+    int stage = 0; ///< 1-3
+    int dataParallelSize = 0; ///< the data-parallel world size the run saved with
+};
+
 class Checkpoint
 {
 public:
@@ -281,10 +289,8 @@ public:
     std::vector<ParamOrigin> paramOrigins; ///< parameters a reader named (Hugging Face Trainer folders)
     std::vector<CompanionFile> companionFiles; ///< files copied as they are by a writer of the same layout
     std::vector<FlatPartitionSlot> flatSlots; ///< parameters in flat partitions (DeepSpeed ZeRO); empty otherwise
-    /// DeepSpeed ZeRO: the stage (1-3) and the data-parallel world size the run saved with, which its loader needs
-    /// again; 0 for other formats
-    int zeroStage = 0;
-    int savedDataParallelSize = 0;
+    /// DeepSpeed ZeRO's (DeepSpeedZeroReader); empty for every other format
+    std::optional<ZeroRunFacts> zero;
 
     std::shared_ptr<PyArena> arena; ///< owns every PyValue above
     std::shared_ptr<CheckpointFiles> files;

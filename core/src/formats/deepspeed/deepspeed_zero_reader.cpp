@@ -1233,8 +1233,7 @@ void ZeroReading::readMp(int mp, const MpFiles& files, const KeyPath& prefix, bo
     if (main) {
         const int W = optim.worldSize;
         m_cp.flatSlots = std::move(params.slots);
-        m_cp.zeroStage = optim.stage;
-        m_cp.savedDataParallelSize = W;
+        m_cp.zero = ZeroRunFacts {optim.stage, W};
         detail += ", " + std::to_string(W) + (W == 1 ? " data-parallel rank" : " data-parallel ranks");
         detail += precisionText(model.root, optim.sd0);
         if (const PyValue* v = getKey(model.root, "ds_version"); v && v->kind == PyKind::Str)
