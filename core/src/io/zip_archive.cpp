@@ -146,7 +146,10 @@ public:
         if (method != 0)
             fail(ErrorKind::Unsupported,
                 "entry '" + std::string(e.name) + "' is compressed (method " + std::to_string(method)
-                    + "); torch.save archives store records uncompressed",
+                    + (method == 8 ? ", deflate" : "")
+                    + "): torch.save stores records uncompressed, so the file was zipped again by another tool; "
+                      "torch.load reads it, but OptScope reads records in place and does not decompress them: "
+                      "save it again with torch.save(torch.load(PATH), NEW_PATH), or zip it again with -0 (stored)",
                 pos);
         if (flags & 0x1) fail(ErrorKind::Unsupported, "entry '" + std::string(e.name) + "' is encrypted", pos);
         if (sizes.compressed != sizes.uncompressed)
