@@ -179,11 +179,19 @@ def make_plain(out):
                f"{out}/shared.pt")
 
     # sparse tensors of every layout a weights-only load rebuilds (torch._utils._rebuild_sparse_tensor over their
-    # indices and values, the layout by torch.serialization._get_layout), one inside a list (compare_sparse)
+    # indices and values, the layout by torch.serialization._get_layout), one inside a list; quantized tensors
+    # (_rebuild_qtensor over their storage: per tensor, per channel with tensors of scales and zero points, a view)
+    # (compare_sparse)
     coo = torch.sparse_coo_tensor(torch.tensor([[0, 2, 1], [1, 0, 2]]), torch.tensor([1.5, -2.0, 3.25]), (3, 4))
+    x = torch.linspace(-3, 3, 24).view(4, 6)
+    per_channel = torch.quantize_per_channel(x, torch.tensor([0.1, 0.2, 0.05, 0.3], dtype=torch.float64),
+                                             torch.tensor([0, 1, -2, 3]), 0, torch.qint8)
     torch.save({"w": torch.ones(2), "coo": coo, "coalesced": coo.coalesce(), "csr": torch.eye(3).to_sparse_csr(),
                 "csc": (torch.arange(12.0).view(3, 4) % 3).to_sparse_csc(),
-                "bsr": torch.eye(4, dtype=torch.float64).to_sparse_bsr((2, 2)), "in_list": [coo.double()]},
+                "bsr": torch.eye(4, dtype=torch.float64).to_sparse_bsr((2, 2)), "in_list": [coo.double()],
+                "q_u8": torch.quantize_per_tensor(x, 0.05, 60, torch.quint8), "q_channel": per_channel,
+                "q_i32": torch.quantize_per_tensor(x, 0.001, -7, torch.qint32),
+                "q_view": torch.quantize_per_tensor(x, 0.1, 3, torch.qint8)[1:3, ::2]},
                f"{out}/sparse.pt")
 
     # objects a weights-only load refuses, as torchtitan's TrainState saves its losses (an io.BytesIO of a torch.save)
@@ -436,7 +444,17 @@ def _same_sparse(a, b, path):
         return
     assert a.layout == b.layout and a.dtype == b.dtype and a.shape == b.shape, \
         f"{path}: {a.layout} {a.dtype} {list(a.shape)} vs {b.layout} {b.dtype} {list(b.shape)}"
-    if a.layout == torch.strided:
+    if a.is_quantized:
+        assert b.is_quantized and a.qscheme() == b.qscheme() and a.stride() == b.stride(), path
+        assert a.storage_offset() == b.storage_offset(), path
+        if a.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+            assert a.q_scale() == b.q_scale() and a.q_zero_point() == b.q_zero_point(), path
+        else:
+            assert torch.equal(a.q_per_channel_scales(), b.q_per_channel_scales()), path
+            assert torch.equal(a.q_per_channel_zero_points(), b.q_per_channel_zero_points()), path
+            assert a.q_per_channel_axis() == b.q_per_channel_axis(), path
+        assert torch.equal(a.int_repr(), b.int_repr()), f"{path}: values differ"
+    elif a.layout == torch.strided:
         assert torch.equal(a, b), path
     elif a.layout == torch.sparse_coo:
         assert a.is_coalesced() == b.is_coalesced(), f"{path}: coalesced {a.is_coalesced()} vs {b.is_coalesced()}"
@@ -449,8 +467,8 @@ def _same_sparse(a, b, path):
 
 
 def compare_sparse(out, gathered, resharded):
-    """sparse.pt gathered (loaded weights-only) and resharded (loaded by DCP) holds the same sparse tensors: layout,
-    indices and values as saved"""
+    """sparse.pt gathered (loaded weights-only) and resharded (loaded by DCP) holds the same sparse tensors (layout,
+    indices and values) and quantized tensors (scheme, scales, zero points, view, integers) as saved"""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     ref = torch.load(f"{out}/sparse.pt", weights_only=True)
@@ -460,7 +478,7 @@ def compare_sparse(out, gathered, resharded):
         assert list(got) == list(ref), f"{path}: {list(got)}"
         for k in ref:
             _same_sparse(ref[k], got[k], f"{path}.{k}")
-        print(f"{path}: the sparse tensors of every layout as saved")
+        print(f"{path}: the sparse tensors of every layout and the quantized tensors as saved")
 
 
 def compare_torch_types(out):

@@ -61,9 +61,9 @@ echo "verify of the 320 MiB dense tensor on one rank: peak RSS ${rss} KiB"
 "$cli" reshard "$out/shared.pt" --world-size 2 -o "$out/shared.rs2"
 "$cli" verify "$out/shared.pt" --world-size 2 | grep -q "^IDENTICAL"
 "$torch_python" unusual_interop.py compare_shared "$out" "$out/shared.rs2"
-# sparse tensors of each layout: gathered into a file a weights-only load reads (they were left out: "this writer
-# does not write sparse tensors yet") and resharded with their layout (it was written as a plain str, which torch's
-# rebuild refuses); quantized ones are still left out, saying so
+# sparse tensors of each layout and quantized tensors: gathered into a file a weights-only load reads (they were left
+# out: "this writer does not write sparse/quantized tensors yet") and resharded (a sparse tensor's layout was written
+# as a plain str, which torch's rebuild refuses; a quantized tensor was left out as "a value of type storage")
 "$cli" gather "$out/sparse.pt" -o "$out/sparse.gathered.pt" > "$out/sparse.log"
 ! grep "left out" "$out/sparse.log"
 "$cli" reshard "$out/sparse.pt" --world-size 2 -o "$out/sparse.rs2"

@@ -183,6 +183,27 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
     return s;
 }
 
+namespace {
+
+/// the plain dtype whose elements a storage of @p d holds, byte for byte (a quantized storage's integers)
+DType plainDtypeOfStorage(DType d)
+{
+    switch (d) {
+    case DType::QInt32:
+        return DType::Int32;
+    case DType::QInt8:
+        return DType::Int8;
+    case DType::QUInt8:
+    case DType::QUInt4x2:
+    case DType::QUInt2x4:
+        return DType::UInt8;
+    default:
+        return d;
+    }
+}
+
+} // namespace
+
 // read as a flat tensor of its elements: endianness, change checks and remote reads as every tensor's. Shared
 // storages and values come once; a value without located storages is not walked
 std::vector<DcpPlan::Value::Storage> storagesInside(const Checkpoint& cp, const Entry& e)
@@ -195,14 +216,19 @@ std::vector<DcpPlan::Value::Storage> storagesInside(const Checkpoint& cp, const 
     while (!stack.empty()) {
         const PyValue* v = stack.back();
         stack.pop_back();
-        if (!mayHaveChildren(v) || !seen.insert(v).second) continue;
-        if (v->kind == PyKind::Tensor && v->tensor->storage && v->tensor->storage->kind == PyKind::Storage
-            && v->tensor->storage->storage && !v->tensor->wrapper) {
-            const PyStorageInfo* s = v->tensor->storage->storage;
+        // a storage on its own: a quantized tensor's (_rebuild_qtensor), its elements read as the plain integers of
+        // their size (so that a big-endian file's are swapped as those are)
+        const bool bare = v->kind == PyKind::Storage && v->storage;
+        if ((!bare && !mayHaveChildren(v)) || !seen.insert(v).second) continue;
+        const bool ofTensor = v->kind == PyKind::Tensor && v->tensor->storage
+            && v->tensor->storage->kind == PyKind::Storage && v->tensor->storage->storage && !v->tensor->wrapper;
+        if (ofTensor || bare) {
+            const PyStorageInfo* s = bare ? v->storage : v->tensor->storage->storage;
             if (!s->located || !storages.insert(s).second) continue;
-            const uint64_t elem = std::max<uint64_t>(dtypeSize(v->tensor->dtype), 1);
+            const DType dtype = bare ? plainDtypeOfStorage(s->dtype) : v->tensor->dtype;
+            const uint64_t elem = std::max<uint64_t>(dtypeSize(dtype), 1);
             TensorEntry stored;
-            stored.dtype = v->tensor->dtype;
+            stored.dtype = dtype;
             stored.shape = {static_cast<int64_t>(s->recordLength / elem)};
             TensorChunk chunk;
             chunk.offsets = {0};
@@ -218,7 +244,7 @@ std::vector<DcpPlan::Value::Storage> storagesInside(const Checkpoint& cp, const 
             entry->kind = EntryKind::Tensor;
             entry->tensor = std::move(stored);
             TensorToWrite bytes;
-            bytes.dtype = v->tensor->dtype;
+            bytes.dtype = dtype;
             bytes.shape = entry->tensor->shape;
             bytes.produce = [&cp, entry = std::shared_ptr<const Entry>(entry)](const ByteSink& sink) {
                 TensorAssembler(cp, *entry).stream(sink.bytes, {}, {}, sink.region);

@@ -46,6 +46,16 @@ std::string storageClassName(DType d)
         return "LongStorage";
     case DType::UInt8:
         return "ByteStorage";
+    case DType::QUInt8:
+        return "QUInt8Storage";
+    case DType::QInt8:
+        return "QInt8Storage";
+    case DType::QInt32:
+        return "QInt32Storage";
+    case DType::QUInt4x2:
+        return "QUInt4x2Storage";
+    case DType::QUInt2x4:
+        return "QUInt2x4Storage";
     case DType::Bool:
         return "BoolStorage";
     case DType::Complex64:
@@ -105,7 +115,8 @@ private:
             return "a sparse tensor of a form this writer does not write (torch.save calls "
                    "_rebuild_sparse_tensor(layout, (tensors..., size, ...)))";
         if (cls == "torch._utils._rebuild_qtensor")
-            return "a quantized tensor (torch reads it; this writer does not write quantized tensors yet)";
+            return "a quantized tensor of a form this writer does not write (torch.save calls "
+                   "_rebuild_qtensor(storage, offset, size, stride, quantizer_params, ...))";
         if (cls == "torch._utils._rebuild_nested_tensor")
             return "a nested tensor (this writer does not write nested tensors yet)";
         if (cls == "torch.device" || cls == "torch.Size") // (well-formed ones are read as such: PyTorchType)
@@ -114,8 +125,9 @@ private:
     }
 
     /// The torch rebuild calls a weights-only load makes (torch/_weights_only_unpickler.py): a sparse tensor is
-    /// _rebuild_sparse_tensor(layout, (indices, values, size, ...)) over tensors of its own, written back as read,
-    /// with those tensors over their storages (StateTree::addStorage)
+    /// _rebuild_sparse_tensor(layout, (indices, values, size, ...)) over tensors of its own, a quantized one
+    /// _rebuild_qtensor(storage, offset, size, stride, (qscheme, scale(s), zero point(s)[, axis]), ...) over its
+    /// storage; written back as read, with those tensors and storages over their records (StateTree::addStorage)
     static bool isWeightsOnlyRebuild(const PyValue& v)
     {
         if (v.kind != PyKind::Object || !v.object->callable || v.object->how != PyObjectHow::Reduce || !v.object->args
@@ -123,15 +135,18 @@ private:
             || !v.object->dictItems.empty())
             return false;
         const std::string cls = v.className();
-        return cls == "torch._utils._rebuild_sparse_tensor" || cls == "torch._utils._rebuild_sparse_csr_tensor";
+        return cls == "torch._utils._rebuild_sparse_tensor" || cls == "torch._utils._rebuild_sparse_csr_tensor"
+            || cls == "torch._utils._rebuild_qtensor";
     }
 
     /// the globals such a call names: the call itself and a tensor layout
     static bool isWeightsOnlyRebuildGlobal(const PyGlobalInfo& g)
     {
         static const std::set<std::string> names {"torch._utils._rebuild_sparse_tensor",
-            "torch._utils._rebuild_sparse_csr_tensor", "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc",
-            "torch.sparse_bsr", "torch.sparse_bsc", "torch.strided"};
+            "torch._utils._rebuild_sparse_csr_tensor", "torch._utils._rebuild_qtensor", "torch.sparse_coo",
+            "torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc", "torch.strided",
+            "torch.per_tensor_affine", "torch.per_channel_affine", "torch.per_channel_affine_float_qparams",
+            "torch.per_tensor_symmetric", "torch.per_channel_symmetric"};
         return names.count(g.path()) > 0;
     }
 
@@ -342,6 +357,9 @@ private:
         case PyKind::Tensor:
             nestedTensor(*v);
             return;
+        case PyKind::Storage:
+            bareStorage(*v);
+            return;
         default:
             unsupported(std::string("a value of type ") + pyKindName(v->kind));
         }
@@ -425,6 +443,27 @@ private:
         view.isParameter = t.isParameter;
         view.requiresGrad = t.requiresGrad;
         tensor(view, static_cast<size_t>(std::max<int64_t>(record, 0)));
+    }
+
+    /// a storage as a rebuild call's argument (a quantized tensor's): its persistent id over its record, which the
+    /// tree holds (StateTree::addStorage)
+    void bareStorage(const PyValue& v)
+    {
+        if (m_insideRebuild == 0 && !m_objects) unsupported("a value of type storage");
+        const PyStorageInfo* storage = v.storage;
+        const std::string cls = storage ? storageClassName(storage->dtype) : std::string();
+        if (cls.empty() || storage->untyped) unsupported("a storage of a type this writer does not write");
+        const int64_t record = m_tree.storageRecordOf(storage);
+        if (record < 0 && !m_probe) unsupported("a storage inside a value whose bytes were not given");
+        // persistent id ('storage', StorageClass, key, 'cpu', numel)
+        e.mark();
+        e.str("storage");
+        e.global("torch", cls);
+        e.str(std::to_string(std::max<int64_t>(record, 0)));
+        e.str("cpu");
+        e.integer(storage->numel);
+        e.op(pickle_op::TUPLE);
+        e.op(pickle_op::BINPERSID);
     }
 
     void tensor(const TensorToWrite& t, size_t index)
