@@ -105,6 +105,13 @@ std::optional<DType> dtypeFromStorageClass(std::string_view className)
     return std::nullopt;
 }
 
+std::string_view dtypeStorageClass(DType dtype)
+{
+    for (const auto& i : kInfos)
+        if (i.dtype == dtype) return i.storageClass;
+    return {};
+}
+
 bool dtypeIsFloatingPoint(DType d)
 {
     switch (d) {

@@ -52,6 +52,8 @@ size_t dtypeSize(DType dtype);
 std::optional<DType> dtypeFromName(std::string_view name);
 /// from a legacy storage class name ("FloatStorage", "BFloat16Storage", ...); UntypedStorage gives UInt8
 std::optional<DType> dtypeFromStorageClass(std::string_view className);
+/// the legacy typed storage class of @p dtype ("FloatStorage", "QUInt8Storage", ...); empty if it has none
+std::string_view dtypeStorageClass(DType dtype);
 bool dtypeIsFloatingPoint(DType dtype);
 bool dtypeIsComplex(DType dtype);
 

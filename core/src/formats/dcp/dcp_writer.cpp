@@ -663,9 +663,13 @@ private:
             loc.file = static_cast<uint32_t>(f);
             loc.offset = out.position();
             StateTree tree;
-            const bool plainValue = value && value->value && value->parts.empty() && value->storages.empty();
-            if (plainValue && value->value->pinned) {
-                const auto written = writtenValues.find(value->value);
+            // (one object with nothing beside it in its item: a value of parts or storages is one key's own)
+            const PyValue* shareable
+                = value && value->value && value->value->pinned && value->parts.empty() && value->storages.empty()
+                ? value->value
+                : nullptr;
+            if (shareable) {
+                const auto written = writtenValues.find(shareable);
                 if (written != writtenValues.end()) {
                     loc.value = value;
                     std::tie(loc.offset, loc.length) = written->second;
@@ -706,8 +710,7 @@ private:
             const WriteStats ws = TorchSaveWriter::writeArchive(tree, out, "archive", itemProgress, true);
             m_written->add(ws.tensorBytes);
             loc.length = out.position() - loc.offset;
-            if (plainValue && value->value->pinned)
-                writtenValues.emplace(value->value, std::make_pair(loc.offset, loc.length));
+            if (shareable) writtenValues.emplace(shareable, std::make_pair(loc.offset, loc.length));
             m_locations[f].push_back(loc);
         }
         m_stats.bytes += out.position();

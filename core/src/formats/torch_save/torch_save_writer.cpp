@@ -27,44 +27,7 @@ namespace {
 /// a file naming it loads nowhere)
 std::string storageClassName(DType d)
 {
-    switch (d) {
-    case DType::Float64:
-        return "DoubleStorage";
-    case DType::Float32:
-        return "FloatStorage";
-    case DType::Float16:
-        return "HalfStorage";
-    case DType::BFloat16:
-        return "BFloat16Storage";
-    case DType::Int8:
-        return "CharStorage";
-    case DType::Int16:
-        return "ShortStorage";
-    case DType::Int32:
-        return "IntStorage";
-    case DType::Int64:
-        return "LongStorage";
-    case DType::UInt8:
-        return "ByteStorage";
-    case DType::QUInt8:
-        return "QUInt8Storage";
-    case DType::QInt8:
-        return "QInt8Storage";
-    case DType::QInt32:
-        return "QInt32Storage";
-    case DType::QUInt4x2:
-        return "QUInt4x2Storage";
-    case DType::QUInt2x4:
-        return "QUInt2x4Storage";
-    case DType::Bool:
-        return "BoolStorage";
-    case DType::Complex64:
-        return "ComplexFloatStorage";
-    case DType::Complex128:
-        return "ComplexDoubleStorage";
-    default:
-        return {};
-    }
+    return d == DType::Complex32 ? std::string() : std::string(dtypeStorageClass(d));
 }
 
 /// whether this writer writes tensors of @p d (quantized ones need their scales, which it does not write)
