@@ -68,6 +68,8 @@ std::atomic<int> g_openObjects {0}; ///< RemoteObjects alive: a scan's read-ahea
 /// bytes of fetched blocks the process holds (not given back yet), and the most it held
 std::atomic<int64_t> g_held {0};
 std::atomic<int64_t> g_peakHeld {0};
+/// bytes of objects held whole because their server serves no ranges (RemoteObject::holdWhole), all open ones
+std::atomic<uint64_t> g_heldWhole {0};
 
 void addHeld(int64_t bytes)
 {
@@ -1426,6 +1428,7 @@ public:
         --g_openObjects;
         for (uint64_t b = 0; b < m_blocks.blocks(); ++b)
             if (m_blocks.state(b) == BlockMap::Present) addHeld(-int64_t(bytesOf({b, b + 1})));
+        if (m_heldWhole) g_heldWhole.fetch_sub(m_size);
         if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
     }
 
@@ -1521,7 +1524,7 @@ private:
     /// [offset, offset+length) is done (under the lock): the blocks all of whose bytes are done drop their memory
     void giveBack(uint64_t offset, uint64_t length) const
     {
-        if (offset >= m_size) return;
+        if (offset >= m_size || m_heldWhole) return; // fetched again only whole: kept until the object closes
         for (const BlockMap::Run& given : m_blocks.giveBack(offset, std::min(length, m_size - offset), thisReader())) {
             ::madvise(const_cast<uint8_t*>(m_base) + given.begin * kBlock, bytesOf(given), MADV_DONTNEED);
             addHeld(-int64_t(bytesOf(given)));
@@ -1563,7 +1566,7 @@ public:
     uint64_t evictSome(uint64_t want, uint64_t& cleared, bool unread) const
     {
         std::lock_guard<std::mutex> lock(m_mutex);
-        if (m_closing) return 0;
+        if (m_closing || m_heldWhole) return 0; // (held whole: a read of any of it would fetch it all again)
         uint64_t bytes = 0;
         for (const BlockMap::Run& r : m_blocks.evict(want, 64, cleared, unread)) {
             ::madvise(const_cast<uint8_t*>(m_base) + r.begin * kBlock, bytesOf(r), MADV_DONTNEED);
@@ -1584,23 +1587,28 @@ private:
             throw Error(ErrorKind::Io, m_path,
                 "a read of " + std::to_string(length) + " bytes at offset " + std::to_string(offset)
                     + " lies past the end of the object (" + std::to_string(m_size) + " bytes)");
-        const BlockMap::Run range = m_blocks.blocksOf(offset, length);
         // blocks this call fetched: once given back by a reader that used them (copyOut), not fetched again here (once
         // evicted, they are)
         std::vector<BlockMap::Run> fetched;
         for (;;) {
-            const BlockMap::Claim claim = m_blocks.claim(range, fetched);
+            const bool whole = m_heldWhole;
+            const BlockMap::Claim claim
+                = m_blocks.claim(whole ? m_blocks.blocksOf(0, m_size) : m_blocks.blocksOf(offset, length), fetched);
             if (!claim.parts.empty()) {
                 lock.unlock();
                 std::exception_ptr failure;
                 try {
-                    fetchParts(claim.parts.data(), claim.parts.size());
+                    if (whole)
+                        fetchWhole(claim.runs);
+                    else
+                        fetchParts(claim.parts.data(), claim.parts.size());
                 } catch (...) {
                     failure = std::current_exception();
                 }
                 lock.lock();
                 settle(claim.runs, !failure);
                 m_cv.notify_all();
+                if (failure && !whole && m_rangesRefused.load() && holdWhole()) continue;
                 if (failure) std::rethrow_exception(failure);
                 fetched.insert(fetched.end(), claim.runs.begin(), claim.runs.end());
                 continue; // look again: another thread's fetch may have ended meanwhile
@@ -1755,23 +1763,28 @@ private:
 
     /// @p background: a fetcher's, given up when the object closes. A server may answer a range with less than asked,
     /// labelled so ("bytes A-B/N", B short of the end asked: RFC 9110 lets it; some cap each answer at a few MiB): the
-    /// rest is asked for in turn, until every part is whole
-    void fetchParts(const Part* parts, size_t count, bool background = false) const
+    /// rest is asked for in turn, until every part is whole. The bytes go to their offsets in @p base (the object's
+    /// memory unless given).
+    void fetchParts(const Part* parts, size_t count, bool background = false, uint8_t* base = nullptr) const
     {
         std::vector<Part> rest;
-        fetchPartsOnce(parts, count, background, rest);
+        fetchPartsOnce(parts, count, background, rest, base);
         while (!rest.empty()) {
             std::vector<Part> asked;
             asked.swap(rest);
-            fetchPartsOnce(asked.data(), asked.size(), background, rest);
+            fetchPartsOnce(asked.data(), asked.size(), background, rest, base);
         }
     }
     /// fetches @p parts; what a server answered in part (a truthful, shorter 206) is added to @p rest
-    void fetchPartsOnce(const Part* parts, size_t count, bool background, std::vector<Part>& rest) const
+    void fetchPartsOnce(
+        const Part* parts, size_t count, bool background, std::vector<Part>& rest, uint8_t* base = nullptr) const
     {
         // a server that answered a Range request with the whole object does not serve ranges: said again at once
-        // (each item of a check fetched the whole file again, about 90 times per command; found by a hunt)
-        if (m_rangesRefused.load()) throw rangesRefusedError();
+        // (each item of a check fetched the whole file again, about 90 times per command; found by a hunt), unless
+        // the whole object is asked for
+        if (m_rangesRefused.load() && !(count == 1 && parts[0].offset == 0 && parts[0].length == m_size))
+            throw rangesRefusedError(false);
+        if (!base) base = const_cast<uint8_t*>(m_base);
         const std::string url = requestUrl(m_remote, m_remote.key);
         performRetrying(
             count,
@@ -1783,7 +1796,7 @@ private:
                 auto t = std::make_unique<Transfer>();
                 prepare(*t, m_remote, url, headers);
                 curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t.get());
-                t->destination = const_cast<uint8_t*>(m_base) + p.offset;
+                t->destination = base + p.offset;
                 t->capacity = p.length;
                 if (background) t->giveUp = &m_closing;
                 return t;
@@ -1828,9 +1841,8 @@ private:
                 // (whether or not the body fitted: a whole object overflows the range's buffer and fails the transfer,
                 // which must not be retried as a network fault, once per range)
                 if (r.status == 200 && !whole) {
-                    const Error e = rangesRefusedError();
-                    if (!m_rangesRefused.exchange(true)) noteReadFailure(e.what());
-                    throw e;
+                    m_rangesRefused.store(true);
+                    throw rangesRefusedError(false);
                 }
                 const bool shortBody = r.curl == CURLE_OK && (r.status == 206 || r.status == 200);
                 if ((retryable(r) || shortBody) && mayRetry) return false;
@@ -1847,15 +1859,55 @@ private:
             });
     }
 
-    Error rangesRefusedError() const
+    /// the object's server answered a Range request with the whole object: @p final, it is too large to be held
+    /// whole (holdWhole), which is counted as a read failure once (before, the read that found it retries whole)
+    Error rangesRefusedError(bool final) const
     {
-        return Error(ErrorKind::Io, m_path,
-            "the server does not serve byte ranges (HTTP 200 to a Range request): cannot read in place; download "
-            "the checkpoint, or serve it with a server that answers Range (nginx, S3, Hugging Face)");
+        if (!final)
+            return Error(ErrorKind::Io, m_path, "the server does not serve byte ranges (HTTP 200 to a Range request)");
+        Error e(ErrorKind::Io, m_path,
+            "the server does not serve byte ranges (HTTP 200 to a Range request), and the object ("
+                + std::to_string(m_size) + " bytes) is larger than what is read whole then ("
+                + std::to_string(wholeBudget() - std::min(wholeBudget(), g_heldWhole.load()))
+                + " bytes left of half the remote cache, OPTSCOPE_REMOTE_CACHE_MB): cannot read in place; download "
+                  "the checkpoint, or serve it with a server that answers Range (nginx, S3, Hugging Face)");
+        if (!m_refusalNoted.exchange(true)) noteReadFailure(e.what());
+        return e;
+    }
+    /// what objects held whole may take together: half the block cache's bound (what eviction cannot free)
+    static uint64_t wholeBudget() { return uint64_t(BlockCache::bound()) / 2; }
+
+    /// (under the lock) the server serves no ranges: the object is fetched whole with one GET and kept until it
+    /// closes, if it fits what is left of wholeBudget(); else a read of it fails (rangesRefusedError(true))
+    bool holdWhole() const
+    {
+        if (m_heldWhole) return true;
+        for (uint64_t held = g_heldWhole.load();;) {
+            if (m_size > wholeBudget() || held > wholeBudget() - m_size) throw rangesRefusedError(true);
+            if (g_heldWhole.compare_exchange_weak(held, held + m_size)) break;
+        }
+        m_heldWhole = true;
+        return true;
+    }
+    /// one GET of the whole object; @p claimed are the blocks to fill (the others are present: a reader may point
+    /// into them, so the answer goes to a scratch buffer first and only the claimed blocks are copied)
+    void fetchWhole(const std::vector<BlockMap::Run>& claimed) const
+    {
+        const Part whole {0, m_size};
+        if (claimed.size() == 1 && claimed.front().begin == 0 && claimed.front().end == m_blocks.blocks()) {
+            fetchParts(&whole, 1);
+            return;
+        }
+        std::vector<uint8_t> scratch(m_size);
+        fetchParts(&whole, 1, false, scratch.data());
+        for (const BlockMap::Run& r : claimed)
+            std::memcpy(const_cast<uint8_t*>(m_base) + r.begin * kBlock, scratch.data() + r.begin * kBlock, bytesOf(r));
     }
 
     RemoteUrl m_remote;
     mutable std::atomic<bool> m_rangesRefused {false}; ///< a Range request was answered with the whole object
+    mutable std::atomic<bool> m_refusalNoted {false}; ///< rangesRefusedError(true) counted as a read failure
+    mutable bool m_heldWhole = false; ///< (under the lock) fetched whole, never evicted: holdWhole()
     std::string m_etag; ///< sent as If-Match (a strong ETag only)
     std::string m_seenEtag; ///< the ETag the object was opened with, weak or strong
     int64_t m_seenModified = 0; ///< its Last-Modified (ObjectInfo::lastModified)
