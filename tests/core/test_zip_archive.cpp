@@ -5,11 +5,15 @@
 #include "optscope/base/error.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
+#include "optscope/io/storage.h"
 #include "optscope/io/zip_archive.h"
+#include "optscope/io/zip_inflate.h"
 #include "optscope/io/zip_writer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <optional>
 #include <random>
@@ -614,4 +618,136 @@ TEST(ZipWriter, RecordsWrittenByTwoWritersAtPlannedOffsetsMakeTheOneWritersArchi
     first.commit();
     EXPECT_EQ(fileBytes(dir + "/two.zip"), fileBytes(dir + "/one.zip"));
     std::filesystem::remove_all(dir);
+}
+
+// ---- archives zipped again with deflate (tests/data/deflated: adam_int.pt repacked by Python's zipfile) ----------
+
+namespace {
+
+/// TMPDIR pointed at a fresh folder for the test's life (the inflated copies go there)
+struct ScopedTmpDir
+{
+    std::string dir;
+    std::string saved;
+    bool had = false;
+    explicit ScopedTmpDir(const std::string& name)
+        : dir((std::filesystem::temp_directory_path() / name).string())
+    {
+        std::filesystem::remove_all(dir);
+        std::filesystem::create_directories(dir);
+        if (const char* t = std::getenv("TMPDIR")) {
+            had = true;
+            saved = t;
+        }
+        ::setenv("TMPDIR", dir.c_str(), 1);
+    }
+    ~ScopedTmpDir()
+    {
+        if (had)
+            ::setenv("TMPDIR", saved.c_str(), 1);
+        else
+            ::unsetenv("TMPDIR");
+        std::filesystem::remove_all(dir);
+    }
+    bool empty() const { return std::filesystem::is_empty(dir); }
+};
+
+void writeBytes(const std::string& path, const Bytes& b)
+{
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+} // namespace
+
+TEST(ZipInflate, OnlyArchivesWithCompressedRecordsAreInflated)
+{
+    for (const char* name : {"deflated/adam_int.pt", "deflated/adam_int_mixed.pt"}) {
+        const Bytes b = readFixture(name);
+        EXPECT_TRUE(zipHasCompressedRecords(b.data(), b.size())) << name;
+    }
+    for (const char* name : {"adam_int.pt", "fsdp2_r2/__0_0.distcp", "fsdp2_r2/.metadata"}) {
+        const Bytes b = readFixture(name);
+        EXPECT_FALSE(zipHasCompressedRecords(b.data(), b.size())) << name;
+        const auto file = MappedFile::open(kData + "/" + name);
+        EXPECT_EQ(inflatedIfCompressed(file).get(), file.get()) << name; // the file itself, not a copy
+    }
+}
+
+TEST(ZipInflate, CopyHoldsTheRecordsTorchSaveWrote)
+{
+    const ScopedTmpDir tmp("optscope-test-inflate");
+    const Bytes stored = readFixture("adam_int.pt");
+    const ZipArchive original = ZipArchive::parse(stored.data(), stored.size(), "adam_int.pt");
+    for (const char* name : {"deflated/adam_int.pt", "deflated/adam_int_mixed.pt"}) {
+        SCOPED_TRACE(name);
+        const auto file = openByteSource(kData + "/" + name);
+        EXPECT_EQ(file->path(), kData + "/" + name); // errors and change checks name the file, not the copy
+        EXPECT_NE(file->readAs().find("inflated"), std::string::npos);
+        EXPECT_GE(file->fd(), 0); // gather copies records from it in the kernel
+        EXPECT_NO_THROW(file->checkUnchanged());
+        const ZipArchive copy = ZipArchive::parse(file->all(), file->size(), name);
+        ASSERT_EQ(copy.entries().size(), original.entries().size());
+        for (size_t i = 0; i < copy.entries().size(); ++i) {
+            const ZipEntry& a = original.entries()[i];
+            const ZipEntry& b = copy.entries()[i];
+            EXPECT_EQ(a.name, b.name);
+            EXPECT_EQ(a.crc32, b.crc32);
+            EXPECT_EQ(b.dataOffset % 64, 0u) << b.name; // aligned as torch.save aligns
+            EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(stored.data() + a.dataOffset), a.size),
+                std::string_view(reinterpret_cast<const char*>(file->all() + b.dataOffset), b.size))
+                << b.name;
+        }
+        EXPECT_TRUE(tmp.empty()); // unlinked at once: nothing stays in TMPDIR
+    }
+}
+
+TEST(ZipInflate, DamagedRecordIsRefusedNamingTheFile)
+{
+    const ScopedTmpDir tmp("optscope-test-inflate-damaged");
+    const Bytes orig = readFixture("deflated/adam_int.pt");
+    const ZipArchive z = ZipArchive::parse(orig.data(), orig.size(), "x", {}, true);
+    const ZipEntry* pkl = z.findRecord("data.pkl");
+    ASSERT_NE(pkl, nullptr);
+    ASSERT_EQ(pkl->method, 8);
+    const std::string path = tmp.dir + "/../optscope-test-damaged.pt";
+    // a byte of the deflate stream changed (it inflates to other bytes or not at all), and the central directory's
+    // CRC-32 of the record changed (the bytes inflate well, but are not what was zipped)
+    const uint64_t crcAt = [&] {
+        const std::string name(pkl->name);
+        for (uint64_t p = orig.size() - 22; p-- > 0;)
+            if (rd32(orig, p) == 0x02014b50u && p + 46 + name.size() <= orig.size()
+                && std::equal(name.begin(), name.end(), orig.begin() + long(p) + 46))
+                return p + 16;
+        return uint64_t(0);
+    }();
+    ASSERT_NE(crcAt, 0u);
+    for (uint64_t at : {pkl->dataOffset + pkl->storedSize / 2, crcAt}) {
+        SCOPED_TRACE(at);
+        Bytes b = orig;
+        b[at] ^= 0x5a;
+        writeBytes(path, b);
+        try {
+            (void)openByteSource(path);
+            ADD_FAILURE() << "a damaged deflated record was read";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.file(), path);
+            EXPECT_EQ(e.kind(), ErrorKind::Format);
+            EXPECT_NE(std::string(e.what()).find("data.pkl"), std::string::npos) << e.what();
+        }
+        EXPECT_TRUE(tmp.empty()); // the partial copy is removed
+    }
+    std::filesystem::remove(path);
+}
+
+TEST(ZipInflate, UnusableTemporaryFolderIsSaid)
+{
+    const ScopedTmpDir tmp("optscope-test-inflate-tmp");
+    ::setenv("TMPDIR", (tmp.dir + "/not-there").c_str(), 1);
+    try {
+        (void)openByteSource(kData + "/deflated/adam_int.pt");
+        ADD_FAILURE() << "read without a temporary folder";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.file(), kData + "/deflated/adam_int.pt");
+        EXPECT_NE(std::string(e.what()).find("TMPDIR"), std::string::npos) << e.what();
+    }
 }

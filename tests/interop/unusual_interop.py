@@ -203,6 +203,25 @@ def make_plain(out):
     dcp.save({"model": m.state_dict(), "train_state": {"step": 3, "global_avg_losses": losses},
               "args": argparse.Namespace(lr=0.5, name="run-7"), "fz": frozenset({"a"})},
              checkpoint_id=f"{out}/dcp_objects")
+
+    # a torch.save file zipped again by another tool (torch.load reads deflated records): every record deflated, and
+    # one with the tensors' records deflated and the rest stored (zip skips compressing what does not shrink); a 3 MB
+    # tensor (many pieces of inflate), an empty one, shared views. Each is read, gathered and compared as the others,
+    # and is EQUAL to the file before it was zipped again (unusual_interop.sh)
+    import zipfile
+    big = torch.arange(3 * 2**18, dtype=torch.float32).view(-1, 1024)
+    torch.save({"model": m.state_dict(), "big": big, "row": big[7], "empty": torch.zeros(0, 3), "step": 5},
+               f"{out}/to_deflate.pt")
+    for name, deflate in (("deflated.pt", lambda n: True), ("deflated_mixed.pt", lambda n: "/data/" in n)):
+        with zipfile.ZipFile(f"{out}/to_deflate.pt") as zin, zipfile.ZipFile(f"{out}/{name}", "w") as zout:
+            for info in zin.infolist():
+                zout.writestr(info.filename, zin.read(info.filename),
+                              compress_type=zipfile.ZIP_DEFLATED if deflate(info.filename) else zipfile.ZIP_STORED)
+        with zipfile.ZipFile(f"{out}/{name}") as z:
+            assert any(i.compress_type == zipfile.ZIP_DEFLATED for i in z.infolist()), name
+        loaded = torch.load(f"{out}/{name}", weights_only=True)  # torch reads it as the file it was zipped from
+        assert torch.equal(loaded["big"], big) and loaded["step"] == 5, name
+        names.append(name)
     return names
 
 

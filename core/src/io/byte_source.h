@@ -97,6 +97,9 @@ public:
     }
     /// an open descriptor for kernel-side copies (copy_file_range), or -1 when there is none (remote)
     virtual int fd() const { return -1; }
+    /// how the bytes differ from the file's own, for a reader to say ("" when they do not): a deflated torch.save
+    /// archive's inflated copy (zip_inflate.h)
+    virtual std::string readAs() const { return {}; }
     bool isRemote() const { return m_fetchOnRead; }
 
 protected:

@@ -3,6 +3,7 @@
 #include "optscope/base/error.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/remote_object.h"
+#include "optscope/io/zip_inflate.h"
 
 #include <sys/stat.h>
 
@@ -269,7 +270,7 @@ std::string readSmallFile(const std::string& location, uint64_t maxBytes)
 std::shared_ptr<const ByteSource> openByteSource(const std::string& location)
 {
     if (isUrl(location)) return openRemoteObject(location);
-    return MappedFile::open(location);
+    return inflatedIfCompressed(MappedFile::open(location)); // a torch.save archive zipped again (zip_inflate.h)
 }
 
 } // namespace optscope

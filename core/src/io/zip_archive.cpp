@@ -65,11 +65,12 @@ class ZipDirectoryReader
 {
 public:
     ZipDirectoryReader(const uint8_t* data, uint64_t size, const std::string& name,
-        const std::function<void(uint64_t offset, uint64_t length)>& need)
+        const std::function<void(uint64_t offset, uint64_t length)>& need, bool compressedAllowed = false)
         : m_data(data)
         , m_size(size)
         , m_name(name)
         , m_need(need)
+        , m_compressedAllowed(compressedAllowed)
     { }
 
     struct Directory
@@ -143,18 +144,23 @@ public:
         }
         checkInFolder(e.name, prefix, pos);
         zip64Extra(c + kCentralSize + nameLen, extraLen, e.name, sizes, pos);
-        if (method != 0)
+        if (method != 0 && !(method == 8 && m_compressedAllowed))
             fail(ErrorKind::Unsupported,
                 "entry '" + std::string(e.name) + "' is compressed (method " + std::to_string(method)
                     + (method == 8 ? ", deflate" : "")
-                    + "): torch.save stores records uncompressed, so the file was zipped again by another tool; "
-                      "torch.load reads it, but OptScope reads records in place and does not decompress them: "
-                      "save it again with torch.save(torch.load(PATH), NEW_PATH), or zip it again with -0 (stored)",
+                    + (method == 8 ? "): torch.save stores records uncompressed, so the file was zipped again by "
+                                     "another tool; OptScope inflates such a file on disk when it opens it, but not an "
+                                     "archive inside another file or at a URL: download it, or save it again with "
+                                     "torch.save(torch.load(PATH), NEW_PATH)"
+                                   : "): torch.save stores records uncompressed and torch.load reads only deflate "
+                                     "besides; zip it again with -0 (stored)"),
                 pos);
         if (flags & 0x1) fail(ErrorKind::Unsupported, "entry '" + std::string(e.name) + "' is encrypted", pos);
-        if (sizes.compressed != sizes.uncompressed)
+        if (method == 0 && sizes.compressed != sizes.uncompressed)
             fail(ErrorKind::Format, "entry '" + std::string(e.name) + "' has different stored and uncompressed sizes",
                 pos);
+        e.method = method;
+        e.storedSize = sizes.compressed;
         e.size = sizes.uncompressed;
         e.dataOffset = dataOffset(e, sizes.localOffset, pos);
         return e;
@@ -245,9 +251,9 @@ private:
         const uint64_t lNameLen = rd16(m_data + localOffset + 26);
         const uint64_t lExtraLen = rd16(m_data + localOffset + 28);
         const uint64_t at = localOffset + kLocalSize + lNameLen + lExtraLen;
-        if (at > m_size || e.size > m_size - at)
+        if (at > m_size || e.storedSize > m_size - at)
             fail(ErrorKind::Truncated,
-                "entry '" + std::string(e.name) + "' data [" + std::to_string(at) + ", +" + std::to_string(e.size)
+                "entry '" + std::string(e.name) + "' data [" + std::to_string(at) + ", +" + std::to_string(e.storedSize)
                     + ") runs past the end of the archive (" + std::to_string(m_size) + " bytes)",
                 localOffset);
         return at;
@@ -257,18 +263,41 @@ private:
     uint64_t m_size;
     const std::string& m_name;
     const std::function<void(uint64_t offset, uint64_t length)>& m_need;
+    bool m_compressedAllowed;
 };
 
 } // namespace
 
+bool zipHasCompressedRecords(const uint8_t* data, uint64_t size)
+{
+    if (!looksLikeZip(data, size)) return false;
+    const std::string name;
+    const std::function<void(uint64_t, uint64_t)> none;
+    try {
+        const auto d = ZipDirectoryReader(data, size, name, none).directory();
+        const uint64_t end = d.offset + d.size;
+        uint64_t pos = d.offset;
+        for (uint64_t i = 0; i < d.entries && end - pos >= kCentralSize; ++i) {
+            const uint8_t* c = data + pos;
+            if (rd32(c) != kCentralSig) return false;
+            if (rd16(c + 10) != 0) return true;
+            pos += kCentralSize + rd16(c + 28) + rd16(c + 30) + rd16(c + 32);
+            if (pos > end) return false;
+        }
+    } catch (const Error&) {
+        return false; // not an archive of its own (a DCP data file starting with an item's): parse says why
+    }
+    return false;
+}
+
 ZipArchive ZipArchive::parse(const uint8_t* data, uint64_t size, std::string name,
-    const std::function<void(uint64_t offset, uint64_t length)>& need)
+    const std::function<void(uint64_t offset, uint64_t length)>& need, bool compressedAllowed)
 {
     ZipArchive z;
     z.m_data = data;
     z.m_size = size;
     z.m_name = std::move(name);
-    const ZipDirectoryReader reader(data, size, z.m_name, need);
+    const ZipDirectoryReader reader(data, size, z.m_name, need, compressedAllowed);
     const ZipDirectoryReader::Directory d = reader.directory();
     z.m_entries.reserve(static_cast<size_t>(d.entries));
     z.m_byName.reserve(static_cast<size_t>(d.entries));
@@ -304,6 +333,8 @@ std::string_view ZipArchive::recordBytes(std::string_view record) const
     const ZipEntry* e = findRecord(record);
     if (!e)
         throw Error(ErrorKind::Format, m_name, "zip: missing record '" + m_prefix + "/" + std::string(record) + "'");
+    if (e->method != 0) // (parsed with compressedAllowed: its bytes are inflated elsewhere)
+        throw Error(ErrorKind::Unsupported, m_name, "zip: record '" + std::string(e->name) + "' is compressed");
     return {reinterpret_cast<const char*>(m_data + e->dataOffset), static_cast<size_t>(e->size)};
 }
 

@@ -14,8 +14,10 @@
 //     so the local header's sizes are zero.
 //  4. Local header "PK\3\4" (30 bytes + name + extra). Data starts at local_offset + 30 + name_len + extra_len;
 //     torch pads the extra field ("FB" id) so that the data is 64-byte aligned relative to the archive start.
-//  5. Method must be 0 (STORED); torch never compresses. CRC-32 is not checked on read (torch.load does not either);
-//     check verifies it (recordCrc32).
+//  5. Method must be 0 (STORED); torch never compresses. An archive zipped again by another tool (deflate, method 8,
+//     which torch.load reads) is inflated into a stored copy when its file is opened (zip_inflate.h); parse reads
+//     it only when asked to (compressedAllowed). CRC-32 is not checked on read (torch.load does not either); check
+//     verifies it (recordCrc32), and the inflated copy is checked against it.
 //  6. The archive prefix is the first entry's name up to its first '/'; every record is "<prefix>/<name>" (torch.load
 //  refuses
 //     an archive with a record outside that folder, such as "../x"; so does parse).
@@ -41,8 +43,10 @@ struct ZipEntry
 {
     std::string_view name; ///< full name, including the prefix (in the archive's bytes: 100k records copied no names)
     uint64_t dataOffset = 0; ///< first data byte, relative to the archive start
-    uint64_t size = 0; ///< stored (= uncompressed) size
+    uint64_t size = 0; ///< uncompressed size
     uint32_t crc32 = 0;
+    uint16_t method = 0; ///< 0: stored; 8: deflate (only when parsed with compressedAllowed)
+    uint64_t storedSize = 0; ///< the bytes at dataOffset: size, or the compressed size
 };
 
 class ZipArchive
@@ -52,8 +56,9 @@ public:
     /// The bytes must outlive the ZipArchive. @p need(offset, length), when given, is called before each range of
     /// the archive is read (the end records, the central directory, each local header): a remote source fetches
     /// those, not the records' data.
+    /// @p compressedAllowed: deflated records are listed (method, storedSize) rather than refused
     static ZipArchive parse(const uint8_t* data, uint64_t size, std::string name,
-        const std::function<void(uint64_t offset, uint64_t length)>& need = {});
+        const std::function<void(uint64_t offset, uint64_t length)>& need = {}, bool compressedAllowed = false);
     /// The archive at [offset, offset + size) of @p file, parsed reading only what parse reads (each range fetched
     /// first from a remote source: ByteSource::bytes); its records' data is fetched when a reader asks for it.
     /// @p file must outlive the ZipArchive.
@@ -87,6 +92,9 @@ std::vector<std::pair<uint64_t, uint64_t>> zipFirstReads(uint64_t size);
 
 /// true if the bytes start like a zip local header ("PK\3\4")
 bool looksLikeZip(const uint8_t* data, uint64_t size);
+/// true if [data, data+size) is a zip archive (its directory readable) with a record that is not stored: a look at
+/// each central directory record's method, nothing else parsed
+bool zipHasCompressedRecords(const uint8_t* data, uint64_t size);
 
 /// CRC-32 (zip's, zlib's) of @p size bytes at @p data, in pieces of at most @p piece bytes; @p afterPiece(done) runs
 /// after each (to check for cancellation, report progress, drop the pages read)

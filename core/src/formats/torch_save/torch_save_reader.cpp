@@ -34,6 +34,7 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(
     cp->root = ar.root;
     cp->formatDetail = ar.legacy ? "legacy (pre-1.6) format" : "zip, prefix '" + ar.prefix + "/'";
     if (ar.bigEndian) cp->formatDetail += ", big-endian";
+    if (const std::string as = file->readAs(); !as.empty()) cp->formatDetail += ", " + as;
 
     CheckpointBuilder builder(*cp);
     builder.consumeGraphTensors(); // cp->root's tensors are read through the entries only

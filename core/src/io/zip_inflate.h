@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+
+// A torch.save archive zipped again by another tool (`zip -r`, Python's zipfile with ZIP_DEFLATED): torch.save stores
+// every record, but torch.load (miniz) also reads deflated ones. OptScope reads records in place, so such a local
+// file is inflated once, when it is opened, into a stored archive in an unlinked temporary file (TMPDIR): the same
+// records, in the same order, 64-byte aligned as torch.save writes them, each checked against its CRC-32. Readers read
+// that copy as they read any torch.save file; its path, change checks and errors are the original file's.
+
+#include <memory>
+
+namespace optscope {
+
+class ByteSource;
+
+/// @p file inflated as above when it is a zip archive with a deflated record; @p file itself otherwise. Throws
+/// Error naming @p file when a record does not inflate to its size and CRC-32 (damaged), for another compression
+/// method, or when the copy cannot be written (the temporary folder full: what to do is said).
+std::shared_ptr<const ByteSource> inflatedIfCompressed(std::shared_ptr<const ByteSource> file);
+
+} // namespace optscope
