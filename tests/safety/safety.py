@@ -542,12 +542,16 @@ def bounded_cost():
     check("a tensor nested past the depth bound: check says so", r.returncode == 1 and codes == ["nested-too-deep"],
           f"exit {r.returncode}, {codes}, {text(r.stderr).strip()[:200]}")
 
-    # a sparse tensor (a value) 301 lists deep, its data changed: compared past 256 levels by structure only, which
-    # diff said was "bit-identical" and nothing more
+    # a sparse tensor (a value) 301 lists deep, its data changed: diff said "bit-identical" (compared by structure
+    # past 256 levels), then "compared in part only"; values are now walked at any depth, the tensor's data too
     r = run(["diff", os.path.join(HOSTILE, "deep_lists_a.pt"), os.path.join(HOSTILE, "deep_lists_b.pt")], timeout=60)
     out = text(r.stdout)
-    check("a value nested past 256 levels: diff says its tensors' data was not compared",
-          r.returncode in (0, 1) and "compared in part only" in out, f"exit {r.returncode}, {out.strip()[-200:]}")
+    check("a value nested 301 levels deep: diff compares its tensors' data and finds the change",
+          r.returncode == 1 and "the data of a tensor inside differs" in out, f"exit {r.returncode}, {out.strip()[-200:]}")
+    r = run(["diff", os.path.join(HOSTILE, "deep_lists_a.pt"), os.path.join(HOSTILE, "deep_lists_a.pt")], timeout=60)
+    out = text(r.stdout)
+    check("a value nested 301 levels deep: diff of the file with itself is EQUAL, wholly compared",
+          r.returncode == 0 and "EQUAL" in out and "in part" not in out, f"exit {r.returncode}, {out.strip()[-200:]}")
 
     # a chunk of 300 dimensions (hostile/too_many_dims, PyTorch's own Metadata classes): refused as a limit, at once
     deep = os.path.join(HOSTILE, "too_many_dims")

@@ -50,21 +50,26 @@ public:
         , m_atol(atol)
     { }
 
-    /// the values' structure and numbers; their storages' bytes are left in storagePairs
-    bool equal(const PyValue* a, const PyValue* b, int depth = 0)
+    /// the values' structure and numbers; their storages' bytes are left in storagePairs. Walked with a stack of its
+    /// own, depth first in order, at any depth (a value nested 300 levels compared the data of tensors inside too)
+    bool equal(const PyValue* a, const PyValue* b)
+    {
+        std::vector<Pair> todo {{a, b}};
+        while (!todo.empty()) {
+            const Pair p = todo.back();
+            todo.pop_back();
+            m_children.clear();
+            if (!visit(p.first, p.second)) return false;
+            todo.insert(todo.end(), m_children.rbegin(), m_children.rend());
+        }
+        return true;
+    }
+
+    /// compares @p a and @p b themselves; the pairs of values inside them to compare go to m_children, in order
+    bool visit(const PyValue* a, const PyValue* b)
     {
         if (!a && !b) return true;
         if (!a || !b) return differ("values differ");
-        if (depth > 256) {
-            // past the recursion bound: the structure and numbers (JSON), not the bytes of tensors inside, which it
-            // does not hold; said, not passed off as equal data (a changed tensor 400 lists deep read "bit-identical")
-            if (valueToJson(a) != valueToJson(b)) return differ("values differ");
-            partly = true;
-            if (reason.empty())
-                reason = "nested deeper than 256 levels: compared by structure and numbers, the data of tensors inside "
-                         "is not compared";
-            return true;
-        }
         if (!m_inProgress.insert({a, b}).second) return true; // a cycle (or a shared part) met again
         if (isNumber(a) && isNumber(b)) return numbersEqual(a, b) || differ("values differ");
         if (a->kind != b->kind || a->torchType != b->torchType)
@@ -88,15 +93,15 @@ public:
         case PyKind::List:
             if (a->size() != b->size()) return differ("lengths differ");
             for (size_t i = 0; i < a->size(); ++i)
-                if (!equal(a->item(i), b->item(i), depth + 1)) return false;
+                m_children.push_back({a->item(i), b->item(i)});
             return true;
         case PyKind::Dict:
-            return dictsEqual(a, b, depth);
+            return dictsEqual(a, b);
         case PyKind::Set:
         case PyKind::FrozenSet:
             return itemTexts(a) == itemTexts(b) || differ("values differ");
         case PyKind::Object:
-            return objectsEqual(a, b, depth);
+            return objectsEqual(a, b);
         case PyKind::Storage:
             if (!a->storage || !b->storage) return (!a->storage && !b->storage) || differ("values differ");
             if (a->storage->dtype != b->storage->dtype || a->storage->numel != b->storage->numel)
@@ -104,7 +109,7 @@ public:
             storagePairs.push_back({a->storage, b->storage});
             return true;
         case PyKind::Tensor:
-            return tensorsEqual(a, b, depth);
+            return tensorsEqual(a, b);
         case PyKind::Int:
         case PyKind::BigInt:
         case PyKind::Float:
@@ -114,7 +119,7 @@ public:
     }
 
     std::string reason;
-    bool partly = false; ///< past the depth bound: tensors inside compared by structure only
+    bool partly = false; ///< tensors inside whose data could not be compared
     std::vector<std::pair<const PyStorageInfo*, const PyStorageInfo*>> storagePairs;
     /// tensors inside: the elements their views look at (the same layout on both sides), not their whole storages
     struct ViewPair
@@ -167,7 +172,7 @@ private:
         return texts;
     }
 
-    bool dictsEqual(const PyValue* a, const PyValue* b, int depth)
+    bool dictsEqual(const PyValue* a, const PyValue* b)
     {
         if (a->size() != b->size()) return differ("keys differ");
         std::map<std::string, size_t> keysOfB;
@@ -176,12 +181,12 @@ private:
         for (size_t i = 0; i < a->size(); ++i) {
             const auto it = keysOfB.find(valueToJson(a->dictKey(i)).dump());
             if (it == keysOfB.end()) return differ("keys differ");
-            if (!equal(a->dictValue(i), b->dictValue(it->second), depth + 1)) return false;
+            m_children.push_back({a->dictValue(i), b->dictValue(it->second)});
         }
         return true;
     }
 
-    bool objectsEqual(const PyValue* a, const PyValue* b, int depth)
+    bool objectsEqual(const PyValue* a, const PyValue* b)
     {
         if (!a->object || !b->object) return (!a->object && !b->object) || differ("values differ");
         const PyObjectInfo &x = *a->object, &y = *b->object;
@@ -190,15 +195,15 @@ private:
             return differ("values differ");
         for (auto [p, q] :
             {std::pair {x.callable, y.callable}, {x.args, y.args}, {x.kwargs, y.kwargs}, {x.state, y.state}})
-            if (!equal(p, q, depth + 1)) return false;
+            m_children.push_back({p, q});
         for (size_t i = 0; i < x.listItems.size(); ++i)
-            if (!equal(x.listItems[i], y.listItems[i], depth + 1)) return false;
+            m_children.push_back({x.listItems[i], y.listItems[i]});
         for (size_t i = 0; i < x.dictItems.size(); ++i)
-            if (!equal(x.dictItems[i], y.dictItems[i], depth + 1)) return false;
+            m_children.push_back({x.dictItems[i], y.dictItems[i]});
         return true;
     }
 
-    bool tensorsEqual(const PyValue* a, const PyValue* b, int depth)
+    bool tensorsEqual(const PyValue* a, const PyValue* b)
     {
         if (!a->tensor || !b->tensor) return (!a->tensor && !b->tensor) || differ("values differ");
         const PyTensorInfo &x = *a->tensor, &y = *b->tensor;
@@ -212,17 +217,19 @@ private:
             && sx->storage->dtype == sy->storage->dtype && dtypeSize(x.dtype) > 0) {
             // Python compares the tensors: what the views look at, whatever else their storages hold
             viewPairs.push_back({sx->storage, sy->storage, &x});
-        } else if (!equal(sx, sy, depth + 1)) {
-            return false;
+        } else {
+            m_children.push_back({sx, sy});
         }
         const size_t shards = x.wrapper ? x.wrapper->shards.size() : 0;
         if (shards != (y.wrapper ? y.wrapper->shards.size() : 0))
             return differ("a tensor inside is sharded differently");
         for (size_t i = 0; i < shards; ++i)
-            if (!equal(x.wrapper->shards[i].tensor, y.wrapper->shards[i].tensor, depth + 1)) return false;
+            m_children.push_back({x.wrapper->shards[i].tensor, y.wrapper->shards[i].tensor});
         return true;
     }
 
+    using Pair = std::pair<const PyValue*, const PyValue*>;
+    std::vector<Pair> m_children; ///< what visit() found inside the pair it compared
     double m_rtol, m_atol;
     std::set<std::pair<const PyValue*, const PyValue*>> m_inProgress;
 };
