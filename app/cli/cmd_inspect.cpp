@@ -52,12 +52,24 @@ struct Row
     std::string key, dtype, shape, chunks, bytes, hash;
 };
 
+constexpr size_t kKeyWidth = 72, kValueWidth = 40; ///< the widest KEY and value cells: longer ones are cut
+
+std::string keyCell(const Entry& e)
+{
+    // escaped here, newlines included: a key must not end its row and forge the next (the stream escapes the rest)
+    return middleEllipsis(e.key.empty() ? std::string("<root>") : displayText(e.key), kKeyWidth);
+}
+
+std::string valueCell(const Entry& e)
+{
+    return middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", kValueWidth);
+}
+
 Row rowOf(const Checkpoint& cp, const InspectReport& report, size_t i, bool hash)
 {
     const Entry& e = cp.entries[i];
     Row r;
-    // escaped here, newlines included: a key must not end its row and forge the next (the stream escapes the rest)
-    r.key = middleEllipsis(e.key.empty() ? std::string("<root>") : displayText(e.key), 72);
+    r.key = keyCell(e);
     if (e.isTensor()) {
         r.dtype = std::string(dtypeName(e.tensor->dtype));
         r.shape = shapeText(e.tensor->shape);
@@ -70,7 +82,7 @@ Row rowOf(const Checkpoint& cp, const InspectReport& report, size_t i, bool hash
         }
     } else {
         r.dtype = inspectTypeName(e);
-        r.shape = middleEllipsis(e.error.empty() ? pyRepr(e.value, 60) : "<unreadable>", 40);
+        r.shape = valueCell(e);
     }
     if (hash && !report.errorOf(i).empty()) r.hash = "<error>";
     return r;
@@ -82,6 +94,13 @@ void printTable(const Checkpoint& cp, const InspectReport& report, bool hash)
     const Row head {"KEY", "DTYPE/TYPE", "SHAPE/VALUE", "CHUNKS", "BYTES", "SHA256"};
     size_t wk = head.key.size(), wd = head.dtype.size(), ws = head.shape.size(), wc = head.chunks.size();
     for (size_t i = 0; i < cp.entries.size(); ++i) {
+        const Entry& e = cp.entries[i];
+        if (!e.isTensor()) { // a value's cells only as far as they can widen their columns (1.5M reprs of a log)
+            if (wk < kKeyWidth) wk = std::max(wk, keyCell(e).size());
+            wd = std::max(wd, inspectTypeName(e).size());
+            if (ws < kValueWidth) ws = std::max(ws, valueCell(e).size());
+            continue;
+        }
         const Row r = rowOf(cp, report, i, hash);
         wk = std::max(wk, r.key.size());
         wd = std::max(wd, r.dtype.size());

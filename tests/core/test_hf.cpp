@@ -564,3 +564,66 @@ TEST(HfModelBin, ShardedTorchSaveModelOpensAsOneStateDictFromItsFolderOrIndex)
     ASSERT_FALSE(self.notes.empty());
     EXPECT_NE(self.notes[0].find("is not whole"), std::string::npos);
 }
+
+// trainer_state.json becomes values as Python's json.load makes them (read as it is parsed, with no JSON document in
+// between): a repeated key keeps its first place and takes its last value, numbers keep their kinds, a value nested
+// past 64 levels is cut with a placeholder and its siblings read on, and a file that is not JSON says so
+TEST(HfTrainer, TrainerStateIsReadAsJsonLoadReadsIt)
+{
+    TempDir dir;
+    fs::copy(kHf + "/checkpoint-3", dir.path(), fs::copy_options::recursive);
+    std::string deep;
+    for (int i = 0; i < 70; ++i)
+        deep += "[";
+    deep += "1";
+    for (int i = 0; i < 70; ++i)
+        deep += "]";
+    std::string many = "{"; // a dict of many keys (looked up by a map of its own), one repeated
+    for (int i = 0; i < 40; ++i)
+        many += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ", ";
+    many += "\"k5\": \"again\"}";
+    std::ofstream(dir / "trainer_state.json")
+        << R"({"a": 1, "b": {"x": 2, "x": 3.5, "y": null}, "a": true, "big": 18446744073709551615, "neg": -7,)"
+        << R"( "s": "caf\u00e9", "deep": )" << deep << R"(, "after": [false, 1e-5], "many": )" << many << "}";
+    auto cp = openCheckpoint(dir.path().string());
+    EXPECT_FALSE(cp->hasErrors());
+    std::vector<std::string> keys;
+    for (const Entry& e : cp->entries)
+        if (e.key.rfind("trainer_state.", 0) == 0) keys.push_back(e.key);
+    ASSERT_GE(keys.size(), 6u);
+    EXPECT_EQ(keys[0], "trainer_state.a"); // the first place of "a"
+    EXPECT_EQ(keys[1], "trainer_state.b.x");
+    EXPECT_EQ(keys[2], "trainer_state.b.y");
+    EXPECT_EQ(cp->find("trainer_state.a")->value->kind, PyKind::Bool); // its last value
+    EXPECT_DOUBLE_EQ(cp->find("trainer_state.b.x")->value->real, 3.5);
+    EXPECT_EQ(cp->find("trainer_state.b.y")->value->kind, PyKind::None);
+    EXPECT_EQ(cp->find("trainer_state.big")->value->kind, PyKind::Float); // past int64
+    EXPECT_EQ(cp->find("trainer_state.neg")->value->integer, -7);
+    EXPECT_EQ(cp->find("trainer_state.s")->value->text, "caf\xc3\xa9");
+    EXPECT_EQ(pyRepr(cp->find("trainer_state.after")->value, 40), "[False, 1e-05]"); // read on past the cut
+    EXPECT_EQ(cp->find("trainer_state.many.k5")->value->text, "again");
+    EXPECT_EQ(cp->find("trainer_state.many.k39")->value->integer, 39);
+    EXPECT_EQ(cp->find("trainer_state.many.k5") + 1, cp->find("trainer_state.many.k6")); // in its first place
+    // the root is level 0: lists at levels 1 to 64, the one at 65 cut
+    const PyValue* v = cp->find("trainer_state.deep")->value;
+    int lists = 0;
+    for (; v && v->kind == PyKind::List && v->size() == 1; v = v->item(0))
+        ++lists;
+    EXPECT_EQ(lists, 64);
+    ASSERT_TRUE(v && v->kind == PyKind::Str);
+    EXPECT_EQ(v->text, "<nested too deep>");
+
+    std::ofstream(dir / "trainer_state.json", std::ios::trunc) << R"({"a": [1, 2)";
+    cp = openCheckpoint(dir.path().string());
+    ASSERT_TRUE(cp->hasErrors());
+    bool said = false;
+    for (const auto& w : cp->warnings)
+        said = said || w.message.find("trainer_state.json is not valid JSON") != std::string::npos;
+    EXPECT_TRUE(said);
+    std::ofstream(dir / "trainer_state.json", std::ios::trunc) << R"([1, 2])";
+    cp = openCheckpoint(dir.path().string());
+    said = false;
+    for (const auto& w : cp->warnings)
+        said = said || w.message.find("trainer_state.json is not a JSON object") != std::string::npos;
+    EXPECT_TRUE(said);
+}

@@ -249,11 +249,9 @@ void CheckpointBuilder::finish()
             warn(ReaderCode::UnsafeGlobal, message);
             m_cp.warnings.back().classPath = path;
         }
-    m_cp.buildIndex();
-    for (const auto& e : m_cp.entries)
-        if (m_cp.find(e.key) != &e) // the index keeps the first of equal keys
-            warn(ReaderCode::DuplicateKey,
-                "two entries flatten to the same key (DCP would refuse to save this state dict)", e.key);
+    for (const size_t i : m_cp.buildIndex()) // (the index keeps the first of equal keys)
+        warn(ReaderCode::DuplicateKey, "two entries flatten to the same key (DCP would refuse to save this state dict)",
+            m_cp.entries[i].key);
 }
 
 } // namespace optscope

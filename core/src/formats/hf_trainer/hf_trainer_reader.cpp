@@ -33,50 +33,111 @@ std::string firstExisting(const Location& dir, std::initializer_list<const char*
     return {};
 }
 
-/// @p keys: each dict key's value, made once (a log_history of 300k entries names the same five keys 300k times)
-PyValue* jsonToPy(
-    PyArena& arena, const nlohmann::ordered_json& j, int depth, std::unordered_map<std::string, PyValue*>& keys)
+/// Python values straight from JSON text, as json.load makes them (nlohmann's SAX interface: no JSON document in
+/// between, which for a 53 MB log_history took about twice the file and a third of the read). A duplicate key keeps
+/// its first place and its last value, as a Python dict does. Past 64 levels a value becomes "<nested too deep>".
+class JsonToPy
 {
-    using t = nlohmann::ordered_json::value_t;
-    if (depth > 64) return arena.makeStr("<nested too deep>", false);
-    switch (j.type()) {
-    case t::null:
-    case t::discarded:
-        return arena.makeNone();
-    case t::boolean:
-        return arena.makeBool(j.get<bool>());
-    case t::number_integer:
-        return arena.makeInt(j.get<int64_t>());
-    case t::number_unsigned: {
-        const auto v = j.get<uint64_t>();
-        return v <= static_cast<uint64_t>(INT64_MAX) ? arena.makeInt(static_cast<int64_t>(v))
-                                                     : arena.makeFloat(static_cast<double>(v));
+public:
+    explicit JsonToPy(PyArena& arena)
+        : m_arena(arena)
+    { }
+    PyValue* root = nullptr;
+    std::string error;
+
+    bool null() { return add(m_arena.makeNone()); }
+    bool boolean(bool v) { return add(m_arena.makeBool(v)); }
+    bool number_integer(int64_t v) { return add(m_arena.makeInt(v)); }
+    bool number_unsigned(uint64_t v)
+    {
+        return add(v <= static_cast<uint64_t>(INT64_MAX) ? m_arena.makeInt(static_cast<int64_t>(v))
+                                                         : m_arena.makeFloat(static_cast<double>(v)));
     }
-    case t::number_float:
-        return arena.makeFloat(j.get<double>());
-    case t::string:
-        return arena.makeStr(j.get_ref<const std::string&>(), true);
-    case t::array: {
-        PyValue* v = arena.makeContainer(PyKind::List);
-        for (const auto& x : j)
-            v->container->items.push_back(jsonToPy(arena, x, depth + 1, keys));
-        return v;
-    }
-    case t::object: {
-        PyValue* v = arena.makeContainer(PyKind::Dict);
-        for (const auto& [k, x] : j.items()) {
-            PyValue*& key = keys[k];
-            if (!key) key = arena.makeStr(k, true);
-            v->container->items.push_back(key);
-            v->container->items.push_back(jsonToPy(arena, x, depth + 1, keys));
+    bool number_float(double v, const std::string&) { return add(m_arena.makeFloat(v)); }
+    bool string(std::string& v) { return add(m_arena.makeStr(v, true)); }
+    bool binary(std::vector<uint8_t>&) { return add(m_arena.makeNone()); }
+    bool start_object(size_t) { return open(PyKind::Dict); }
+    bool start_array(size_t) { return open(PyKind::List); }
+    bool end_object() { return close(); }
+    bool end_array() { return close(); }
+    bool key(std::string& k)
+    {
+        if (m_skipped) return true;
+        PyValue*& interned = m_keys[k]; // a log_history of 300k entries names the same five keys 300k times
+        if (!interned) interned = m_arena.makeStr(k, true);
+        Open& o = m_open.back();
+        auto& items = o.value->container->items;
+        o.replaceAt = SIZE_MAX;
+        if (o.byKey.empty() && items.size() >= 32)
+            for (size_t i = 0; i < items.size(); i += 2)
+                o.byKey.emplace(items[i], i);
+        if (!o.byKey.empty()) {
+            if (const auto it = o.byKey.find(interned); it != o.byKey.end()) o.replaceAt = it->second + 1;
+        } else {
+            for (size_t i = 0; i < items.size() && o.replaceAt == SIZE_MAX; i += 2)
+                if (items[i] == interned) o.replaceAt = i + 1;
         }
-        return v;
+        if (o.replaceAt != SIZE_MAX) return true;
+        if (!o.byKey.empty()) o.byKey.emplace(interned, items.size());
+        items.push_back(interned);
+        return true;
     }
-    case t::binary:
-        return arena.makeNone();
+    template<typename Exception> bool parse_error(size_t, const std::string&, const Exception& e)
+    {
+        error = e.what();
+        return false;
     }
-    return arena.makeNone();
-}
+
+private:
+    struct Open
+    {
+        PyValue* value;
+        size_t replaceAt = SIZE_MAX; ///< a dict: where the value of a key seen before goes
+        std::unordered_map<const PyValue*, size_t> byKey; ///< a dict of many keys: where each key is
+    };
+    bool add(PyValue* v)
+    {
+        if (m_skipped) return true;
+        if (m_open.empty()) {
+            root = v;
+            return true;
+        }
+        Open& o = m_open.back();
+        auto& items = o.value->container->items;
+        if (o.replaceAt != SIZE_MAX) {
+            items[o.replaceAt] = v;
+            o.replaceAt = SIZE_MAX;
+        } else {
+            items.push_back(v);
+        }
+        return true;
+    }
+    bool open(PyKind kind)
+    {
+        if (m_skipped || m_open.size() > 64) {
+            if (!m_skipped) add(m_arena.makeStr("<nested too deep>", false));
+            ++m_skipped;
+            return true;
+        }
+        PyValue* v = m_arena.makeContainer(kind);
+        add(v);
+        m_open.push_back(Open {v, SIZE_MAX, {}});
+        return true;
+    }
+    bool close()
+    {
+        if (m_skipped) {
+            --m_skipped;
+            return true;
+        }
+        m_open.pop_back();
+        return true;
+    }
+    PyArena& m_arena;
+    std::vector<Open> m_open;
+    size_t m_skipped = 0; ///< levels inside a value past the depth bound
+    std::unordered_map<std::string, PyValue*> m_keys;
+};
 
 /// trainer_state.json: its fields as value entries
 void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::string& rel)
@@ -87,23 +148,16 @@ void addTrainerState(Checkpoint& cp, CheckpointBuilder& builder, const std::stri
         builder.error(ReaderCode::UnreadableValue, where + " is larger than 64 MiB; not read");
         return;
     }
-    const PyValue* root = nullptr;
-    {
-        // the JSON document only while it becomes values: a long log_history's document is several times the file
-        nlohmann::ordered_json j;
-        try {
-            const char* text = reinterpret_cast<const char*>(file->all());
-            j = nlohmann::ordered_json::parse(text, text + file->size());
-        } catch (const nlohmann::json::exception& e) {
-            builder.error(ReaderCode::UnreadableValue, where + " is not valid JSON: " + e.what());
-            return;
-        }
-        if (!j.is_object()) {
-            builder.error(ReaderCode::UnreadableValue, where + " is not a JSON object");
-            return;
-        }
-        std::unordered_map<std::string, PyValue*> keys;
-        root = jsonToPy(*cp.arena, j, 0, keys);
+    JsonToPy values(*cp.arena);
+    const char* text = reinterpret_cast<const char*>(file->all());
+    if (!nlohmann::json::sax_parse(text, text + file->size(), &values)) {
+        builder.error(ReaderCode::UnreadableValue, where + " is not valid JSON: " + values.error);
+        return;
+    }
+    const PyValue* root = values.root;
+    if (!root || root->kind != PyKind::Dict) {
+        builder.error(ReaderCode::UnreadableValue, where + " is not a JSON object");
+        return;
     }
     // flattened as every other part (and as DCP would store it): log_history.<i>.loss, stateful_callbacks....; leaf
     // by leaf into entries reserved for them (a 53 MB log_history is 1.5M values: no second list of their paths, no
