@@ -109,56 +109,71 @@ ValueJsonRenderer valueRenderer(const Checkpoint& cp)
 
 } // namespace
 
+/// the SHA-256 of every tensor that stores data, in parallel (largest first, so that the pool stays busy): @p hashes
+/// and @p errors by entry, an error in place of a hash that could not be made
+static void hashEveryTensor(const Checkpoint& cp, const InspectOptions& options, const Progress& progress,
+    std::vector<std::string>& hashes, std::vector<std::string>& errors)
+{
+    std::vector<size_t> order;
+    uint64_t totalBytes = 0;
+    for (size_t i = 0; i < cp.entries.size(); ++i)
+        if (cp.entries[i].isTensor() && !cp.entries[i].tensor->storesNoData()) { // no bytes, no hash (null)
+            order.push_back(i);
+            totalBytes += cp.entries[i].tensor->nbytes();
+        }
+    std::sort(order.begin(), order.end(),
+        [&](size_t a, size_t b) { return cp.entries[a].tensor->nbytes() > cp.entries[b].tensor->nbytes(); });
+    std::atomic<uint64_t> doneBytes {0};
+    std::mutex progressMutex;
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned nthreads = std::max(1u,
+        std::min<unsigned>(options.threads > 0 ? unsigned(options.threads) : hw, static_cast<unsigned>(order.size())));
+    try {
+        forEachOnThreads(order.size(), nthreads, [&](size_t k) {
+            const size_t i = order[k];
+            uint64_t reported = 0;
+            try {
+                hashes[i] = hashTensor(cp, cp.entries[i], progress, [&](uint64_t bytes) {
+                    doneBytes += bytes - reported;
+                    reported = bytes;
+                    std::lock_guard<std::mutex> lock(progressMutex);
+                    progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "hashing");
+                });
+            } catch (const Error& e) {
+                if (e.kind() == ErrorKind::Cancelled) throw;
+                errors[i] = e.what();
+            } catch (const std::exception& e) {
+                errors[i] = std::string("cannot hash: ") + e.what();
+            }
+            doneBytes += cp.entries[i].tensor->nbytes() - reported;
+        });
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Cancelled) throw Error(ErrorKind::Cancelled, cp.path, "cancelled");
+        throw;
+    }
+}
+
+/// the reader's warnings as the report lists them
+static json warningsJson(const Checkpoint& cp)
+{
+    json warnings = json::array();
+    for (const auto& w : cp.warnings) {
+        const WarningLabel label = warningLabel(cp, w);
+        warnings.push_back({{"code", label.code}, {"severity", label.severity}, {"message", w.message},
+            {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
+    }
+    return warnings;
+}
+
 static InspectReport inspectCheckpointUnguarded(
     const Checkpoint& cp, const InspectOptions& options, const Progress& progress)
 {
     InspectReport report;
     report.ok = !cp.hasErrors();
-
-    // hashes first, in parallel over tensors (largest first, so the pool stays busy)
     // per entry only where something can be there: 100k keys without --hash would carry 6 MB of empty strings
     std::vector<std::string> hashes(options.hash ? cp.entries.size() : 0);
     std::vector<std::string> errors(options.hash ? cp.entries.size() : 0);
-    if (options.hash) {
-        std::vector<size_t> order;
-        uint64_t totalBytes = 0;
-        for (size_t i = 0; i < cp.entries.size(); ++i)
-            if (cp.entries[i].isTensor() && !cp.entries[i].tensor->storesNoData()) { // no bytes, no hash (null)
-                order.push_back(i);
-                totalBytes += cp.entries[i].tensor->nbytes();
-            }
-        std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return cp.entries[a].tensor->nbytes() > cp.entries[b].tensor->nbytes(); });
-        std::atomic<uint64_t> doneBytes {0};
-        std::mutex progressMutex;
-        const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-        const unsigned nthreads = std::max(1u,
-            std::min<unsigned>(
-                options.threads > 0 ? unsigned(options.threads) : hw, static_cast<unsigned>(order.size())));
-        try {
-            forEachOnThreads(order.size(), nthreads, [&](size_t k) {
-                const size_t i = order[k];
-                uint64_t reported = 0;
-                try {
-                    hashes[i] = hashTensor(cp, cp.entries[i], progress, [&](uint64_t bytes) {
-                        doneBytes += bytes - reported;
-                        reported = bytes;
-                        std::lock_guard<std::mutex> lock(progressMutex);
-                        progress(totalBytes ? double(doneBytes) / double(totalBytes) : 1.0, "hashing");
-                    });
-                } catch (const Error& e) {
-                    if (e.kind() == ErrorKind::Cancelled) throw;
-                    errors[i] = e.what();
-                } catch (const std::exception& e) {
-                    errors[i] = std::string("cannot hash: ") + e.what();
-                }
-                doneBytes += cp.entries[i].tensor->nbytes() - reported;
-            });
-        } catch (const Error& e) {
-            if (e.kind() == ErrorKind::Cancelled) throw Error(ErrorKind::Cancelled, cp.path, "cancelled");
-            throw;
-        }
-    }
+    if (options.hash) hashEveryTensor(cp, options, progress, hashes, errors);
 
     json& j = report.json;
     j["format"] = checkpointFormatName(cp.format);
@@ -202,13 +217,7 @@ static InspectReport inspectCheckpointUnguarded(
     j["summary"] = {{"entries", cp.entries.size()}, {"tensors", tensors}, {"values", values},
         {"tensor_bytes", cp.tensorBytes()}, {"ranks", ranks}};
     if (options.entriesJson) j["entries"] = std::move(entries);
-    json warnings = json::array();
-    for (const auto& w : cp.warnings) {
-        const WarningLabel label = warningLabel(cp, w);
-        warnings.push_back({{"code", label.code}, {"severity", label.severity}, {"message", w.message},
-            {"key", w.key.empty() ? json(nullptr) : json(w.key)}});
-    }
-    j["warnings"] = std::move(warnings);
+    j["warnings"] = warningsJson(cp);
     for (size_t i = 0; i < hashes.size() && i < errors.size(); ++i)
         if (!errors[i].empty()) hashes[i].clear();
     report.sha256 = std::move(hashes);

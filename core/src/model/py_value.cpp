@@ -489,6 +489,67 @@ void appendQuoted(std::string& out, std::string_view s)
     out += '\'';
 }
 
+void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth);
+
+/// a str as Python shows it, torch's layouts and devices (kept as str) as theirs: torch.sparse_coo,
+/// device(type='cuda', index=0)
+void strReprInto(std::string& out, const PyValue* v)
+{
+    if (v->torchType == PyTorchType::Layout) {
+        out += v->text;
+        return;
+    }
+    if (v->torchType == PyTorchType::Device) {
+        const std::string_view d = v->text;
+        const size_t colon = d.find(':');
+        out += "device(type=";
+        appendQuoted(out, d.substr(0, colon));
+        if (colon != std::string_view::npos) out += ", index=" + std::string(d.substr(colon + 1));
+        out += ")";
+        return;
+    }
+    appendQuoted(out, v->text);
+}
+
+/// a tuple, list, set, frozenset or torch.Size([2, 3]), cut with "..." past @p maxLength
+void sequenceReprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
+{
+    const bool size = v->torchType == PyTorchType::Size;
+    const char* open = size ? "[" : v->kind == PyKind::Tuple ? "(" : v->kind == PyKind::List ? "[" : "{";
+    const char* close = size ? "]" : v->kind == PyKind::Tuple ? ")" : v->kind == PyKind::List ? "]" : "}";
+    if (v->kind == PyKind::FrozenSet) out += "frozenset(";
+    if (size) out += "torch.Size(";
+    out += open;
+    const auto& items = v->items();
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ", ";
+        if (out.size() > maxLength) {
+            out += "...";
+            break;
+        }
+        reprInto(out, items[i], maxLength, depth + 1);
+    }
+    if (v->kind == PyKind::Tuple && items.size() == 1 && !size) out += ",";
+    out += close;
+    if (v->kind == PyKind::FrozenSet || size) out += ")";
+}
+
+void dictReprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
+{
+    out += "{";
+    for (size_t i = 0; i < v->size(); ++i) {
+        if (i) out += ", ";
+        if (out.size() > maxLength) {
+            out += "...";
+            break;
+        }
+        reprInto(out, v->dictKey(i), maxLength, depth + 1);
+        out += ": ";
+        reprInto(out, v->dictValue(i), maxLength, depth + 1);
+    }
+    out += "}";
+}
+
 void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
 {
     if (out.size() > maxLength) return;
@@ -520,20 +581,7 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
         out += "(" + pyFloatRepr(v->real) + "+" + pyFloatRepr(v->imag) + "j)";
         return;
     case PyKind::Str:
-        if (v->torchType == PyTorchType::Layout) { // as Python shows it: torch.sparse_coo
-            out += v->text;
-            return;
-        }
-        if (v->torchType == PyTorchType::Device) { // as Python shows it: device(type='cuda', index=0)
-            const std::string_view d = v->text;
-            const size_t colon = d.find(':');
-            out += "device(type=";
-            appendQuoted(out, d.substr(0, colon));
-            if (colon != std::string_view::npos) out += ", index=" + std::string(d.substr(colon + 1));
-            out += ")";
-            return;
-        }
-        appendQuoted(out, v->text);
+        strReprInto(out, v);
         return;
     case PyKind::Bytes:
     case PyKind::ByteArray:
@@ -544,42 +592,12 @@ void reprInto(std::string& out, const PyValue* v, size_t maxLength, int depth)
     case PyKind::Tuple:
     case PyKind::List:
     case PyKind::Set:
-    case PyKind::FrozenSet: {
-        const bool size = v->torchType == PyTorchType::Size; // torch.Size([2, 3])
-        const char* open = size ? "[" : v->kind == PyKind::Tuple ? "(" : v->kind == PyKind::List ? "[" : "{";
-        const char* close = size ? "]" : v->kind == PyKind::Tuple ? ")" : v->kind == PyKind::List ? "]" : "}";
-        if (v->kind == PyKind::FrozenSet) out += "frozenset(";
-        if (size) out += "torch.Size(";
-        out += open;
-        const auto& items = v->items();
-        for (size_t i = 0; i < items.size(); ++i) {
-            if (i) out += ", ";
-            if (out.size() > maxLength) {
-                out += "...";
-                break;
-            }
-            reprInto(out, items[i], maxLength, depth + 1);
-        }
-        if (v->kind == PyKind::Tuple && items.size() == 1 && !size) out += ",";
-        out += close;
-        if (v->kind == PyKind::FrozenSet || size) out += ")";
+    case PyKind::FrozenSet:
+        sequenceReprInto(out, v, maxLength, depth);
         return;
-    }
-    case PyKind::Dict: {
-        out += "{";
-        for (size_t i = 0; i < v->size(); ++i) {
-            if (i) out += ", ";
-            if (out.size() > maxLength) {
-                out += "...";
-                break;
-            }
-            reprInto(out, v->dictKey(i), maxLength, depth + 1);
-            out += ": ";
-            reprInto(out, v->dictValue(i), maxLength, depth + 1);
-        }
-        out += "}";
+    case PyKind::Dict:
+        dictReprInto(out, v, maxLength, depth);
         return;
-    }
     case PyKind::Global:
         out += "<" + v->global->path() + ">";
         return;
