@@ -60,6 +60,10 @@ def make_plain(out):
         opt.step(closure)
     torch.save({"optim": opt.state_dict()}, f"{out}/lbfgs.pt")
     names.append("lbfgs.pt")
+    # the same optimizer alone (integer ids) beside its model, for `fix` to name: its lists of tensors are values
+    # holding tensors, which the fixed file must carry as saved (compare_lbfgs_fix)
+    torch.save(opt.state_dict(), f"{out}/lbfgs_optim.pt")
+    torch.save(m.state_dict(), f"{out}/lbfgs_model.pt")
 
     opt2 = torch.optim.Adam(m.parameters(), amsgrad=True, foreach=False, fused=True)
     m(x).sum().backward()
@@ -500,6 +504,19 @@ def compare_sparse(out, gathered, resharded):
         print(f"{path}: the sparse tensors of every layout and the quantized tensors as saved")
 
 
+def compare_lbfgs_fix(out):
+    """fix of the integer-keyed LBFGS optimizer against its model: the state is under the parameter's name, the groups
+    list the names, and every state value (lists of tensors, tensors, numbers) is as saved, bit for bit"""
+    orig = torch.load(f"{out}/lbfgs_optim.pt", weights_only=True)
+    fixed = torch.load(f"{out}/lbfgs_optim.fixed.pt", weights_only=True)
+    names = list(torch.load(f"{out}/lbfgs_model.pt", weights_only=True))
+    assert fixed["param_groups"][0]["params"] == names, fixed["param_groups"][0]["params"]
+    assert list(fixed["state"]) == [names[0]], list(fixed["state"])  # LBFGS keeps its state on the first parameter
+    equal(orig["state"][0], fixed["state"][names[0]], "state")
+    assert any(isinstance(v, list) and v and isinstance(v[0], torch.Tensor) for v in orig["state"][0].values())
+    print(f"lbfgs_optim.pt fixed: the state of {names[0]} as saved, its lists of tensors included")
+
+
 def compare_torch_types(out):
     """the gather of torch_types_hostile.pt loads with weights_only=True: the well-formed device and Size values as
     they were, the calls torch would refuse left out"""
@@ -515,4 +532,5 @@ if __name__ == "__main__":
     {"make": make, "compare": compare, "compare_objects": compare_objects, "compare_tuples": compare_tuples,
      "compare_torch_types": compare_torch_types, "compare_sparse_adam": compare_sparse_adam,
      "compare_reshaped": compare_reshaped, "compare_nested": compare_nested,
-     "compare_shared": compare_shared, "compare_sparse": compare_sparse}[sys.argv[1]](*sys.argv[2:])
+     "compare_shared": compare_shared, "compare_sparse": compare_sparse,
+     "compare_lbfgs_fix": compare_lbfgs_fix}[sys.argv[1]](*sys.argv[2:])

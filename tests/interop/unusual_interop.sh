@@ -78,6 +78,10 @@ grep "left out 9 value" "$out/types.log" > /dev/null
 # optimizer's state dict refused; found by a hunt)
 "$cli" reshard "$out/sparse_adam.pt" --world-size 2 -o "$out/sparse_adam.rs2"
 "$torch_python" unusual_interop.py compare_sparse_adam "$out" "$out/sparse_adam.rs2"
+# fix of an integer-keyed LBFGS optimizer (its state holds lists of tensors) against its model: named, the lists as
+# saved
+"$cli" fix "$out/lbfgs_optim.pt" --model "$out/lbfgs_model.pt" -o "$out/lbfgs_optim.fixed.pt" | grep -q "keys renamed"
+"$torch_python" unusual_interop.py compare_lbfgs_fix "$out"
 # torch.save files zipped again with deflate (torch.load reads them): inflated into a temporary copy when opened,
 # EQUAL to the file before, resharded and verified; the copy is not left in TMPDIR (OptScope refused them before)
 export TMPDIR="$PWD/$out/tmp"

@@ -635,6 +635,24 @@ def http_cases(http_port, https_port, cert):
                   os.path.join(DATA, "adam_int.pt"))
     p = cli(["diff", f"{base}/fsdp2_r2", os.path.join(DATA, "fsdp2_r2")])
     record("HTTP: diff URL against the local copy", f"exit {p.returncode}", p.returncode == 0)
+    # values that hold tensors (a sparse COO and a quantized tensor; LBFGS-like lists; a value 301 lists deep): read,
+    # compared and gathered from a URL as from the local file, the tensors' bytes inside them too
+    for rel in ("weights_only_values/values.pt", "hostile/deep_lists_a.pt"):
+        same_as_local(f"HTTP: inspect {rel} (values holding tensors)", f"{base}/{rel}", os.path.join(DATA, rel))
+        p = cli(["diff", f"{base}/{rel}", os.path.join(DATA, rel)])
+        record(f"HTTP: diff of {rel} (values holding tensors) against the local copy: EQUAL, wholly compared",
+               f"exit {p.returncode}: {p.stdout.strip()[-160:]}",
+               p.returncode == 0 and "EQUAL" in p.stdout and "in part" not in p.stdout)
+        outs = [os.path.join(WORK, "values_gather", side) for side in ("remote", "local")]
+        for d in outs:
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+        p = cli(["gather", f"{base}/{rel}", "-o", os.path.join(outs[0], "g.pt")])
+        l = cli(["gather", os.path.join(DATA, rel), "-o", os.path.join(outs[1], "g.pt")])
+        record(f"HTTP: gather of {rel} (values holding tensors) is byte-identical to the local gather",
+               f"exit {p.returncode} (local {l.returncode}): {p.stderr.strip()[-160:]}",
+               p.returncode == 0 and l.returncode == 0
+               and filecmp.cmp(os.path.join(outs[0], "g.pt"), os.path.join(outs[1], "g.pt"), shallow=False))
     # a password in a folder URL (user info, sent as HTTP basic auth): never shown (before: inspect's JSON path, check's
     # and diagnose's summaries printed it for a folder; found by a hunt)
     with_password = base.replace("://", f"://optscope:{PASSWORD}@", 1)
