@@ -212,6 +212,19 @@ def output_faults():
                 ok = r.returncode == 2 and "/mnt/t/out" in r.stderr and reason in r.stderr and r.stdout.strip() == ""
                 record(fault, name, ok, f"exit {r.returncode}: {r.stderr.strip()}"
                        + (f"; left: {r.stdout.strip()}" if r.stdout.strip() else "; nothing left"))
+    # a deflated torch.save (zipped again) is inflated into TMPDIR: with room, read and nothing left there; without,
+    # refused before a byte is written, naming the file and what to do
+    if can_mount:
+        deflated = os.path.join(DATA, "deflated", "adam_int.pt")
+        for fault, opts, want in (("deflated input, TMPDIR with room (64 KiB tmpfs)", "size=64k", 0),
+                                  ("deflated input, TMPDIR too small (4 KiB tmpfs)", "size=4k", 2)):
+            script = (f"mkdir -p /mnt/t && mount -t tmpfs -o {opts} tmpfs /mnt/t && "
+                      f"TMPDIR=/mnt/t {CLI} inspect --hash {deflated} >/dev/null; rc=$?; ls -A /mnt/t; exit $rc")
+            r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True)
+            ok = r.returncode == want and r.stdout.strip() == "" and (
+                want == 0 or (deflated in r.stderr and "bytes free" in r.stderr and "TMPDIR" in r.stderr))
+            record(fault, "inspect", ok, f"exit {r.returncode}: {r.stderr.strip()[-200:]}"
+                   + (f"; left: {r.stdout.strip()}" if r.stdout.strip() else "; nothing left"))
     # SIGKILL while the output is being written, then a rerun
     for name, args in (("gather", lambda o: ["gather", "input.pt", "-o", o, "--no-fsync"]),
                        ("reshard", lambda o: ["reshard", "input.pt", "--world-size", "3", "-o", o, "--no-fsync"]),

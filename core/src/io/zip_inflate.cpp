@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <vector>
 #include <zlib.h>
@@ -113,6 +114,19 @@ std::shared_ptr<const ByteSource> inflatedIfCompressed(std::shared_ptr<const Byt
             "temporary folder cannot be used: "
                 + ec.message() + "; point TMPDIR at a folder with room");
     removeDeadEntries(dir.string(), kCopyPrefix); // left by a run killed between its copy's rename and unlink
+    // the copy's size is known before a byte is written (the records' sizes, their headers): a copy that cannot fit
+    // is refused now, not after filling the disk (a small file may inflate a thousandfold)
+    uint64_t needed = 128; // the end records (ZIP64 and plain)
+    for (const ZipEntry& e : archive.entries()) // each record, and its central directory record with a ZIP64 field
+        needed += ZipWriter::recordSpan(std::string(e.name), needed, e.size) + 46 + e.name.size() + 32;
+    if (struct statvfs fsInfo {}; ::statvfs(dir.c_str(), &fsInfo) == 0) {
+        const uint64_t available = uint64_t(fsInfo.f_bavail) * fsInfo.f_frsize;
+        if (needed > available)
+            throw Error(ErrorKind::Io, file->path(),
+                "its records are deflated (zipped again by another tool) and are inflated into a temporary copy of "
+                    + std::to_string(needed) + " bytes, but " + dir.string() + " has " + std::to_string(available)
+                    + " bytes free; point TMPDIR at a folder with room");
+    }
     static std::atomic<unsigned> counter {0};
     const std::string copyPath = (dir
         / (kCopyPrefix + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-"
