@@ -195,6 +195,58 @@ private:
         if (memo && !early && e.memoOf(v) < 0) e.putObject(v);
     }
 
+    /// a str; torch's layouts and devices (kept as str by the reader) as torch pickles them
+    void strValue(const PyValue& v)
+    {
+        if (v.torchType == PyTorchType::Layout) { // torch.serialization._get_layout(name)
+            e.global("torch.serialization", "_get_layout");
+            e.str(v.text);
+            e.tuple(1);
+            e.op(pickle_op::REDUCE);
+            return;
+        }
+        if (v.torchType == PyTorchType::Device) { // torch.device(type[, index]), as its __reduce__ gives it
+            // the reader made it "type" or "type:index" (index from an int); anything else goes back whole
+            const std::string_view d = v.text;
+            const size_t colon = d.rfind(':');
+            const std::string_view digits = colon == std::string_view::npos ? "" : d.substr(colon + 1);
+            const bool indexed = !digits.empty() && digits.size() <= 18
+                && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+            e.global("torch", "device");
+            e.str(indexed ? d.substr(0, colon) : d);
+            if (indexed) e.integer(std::stoll(std::string(digits)));
+            e.tuple(indexed ? 2 : 1);
+            e.op(pickle_op::REDUCE);
+            return;
+        }
+        e.str(v.text);
+    }
+
+    /// a tuple; torch.Size((2, 3)) as torch pickles it
+    void tupleValue(const PyValue& v, int depth)
+    {
+        const bool size = v.torchType == PyTorchType::Size;
+        if (size) e.global("torch", "Size");
+        if (v.size() > 3) e.mark();
+        for (const auto* c : v.items())
+            value(c, depth + 1);
+        e.tuple(v.size());
+        if (size) {
+            e.tuple(1);
+            e.op(pickle_op::REDUCE);
+        }
+    }
+
+    /// a list's (or a set's list's) items after its EMPTY_LIST: MARK, the items, APPENDS
+    void appendedItems(const PyValue& v, int depth)
+    {
+        if (!v.size()) return;
+        e.mark();
+        for (const auto* c : v.items())
+            value(c, depth + 1);
+        e.op(pickle_op::APPENDS);
+    }
+
     void valueUnmemoised(const PyValue* v, int depth, bool memoEarly)
     {
         switch (v->kind) {
@@ -214,28 +266,7 @@ private:
             e.floating(v->real);
             return;
         case PyKind::Str:
-            if (v->torchType == PyTorchType::Layout) { // torch.serialization._get_layout(name), as torch pickles it
-                e.global("torch.serialization", "_get_layout");
-                e.str(v->text);
-                e.tuple(1);
-                e.op(pickle_op::REDUCE);
-                return;
-            }
-            if (v->torchType == PyTorchType::Device) { // torch.device(type[, index]), as its __reduce__ gives it
-                // the reader made it "type" or "type:index" (index from an int); anything else goes back whole
-                const std::string_view d = v->text;
-                const size_t colon = d.rfind(':');
-                const std::string_view digits = colon == std::string_view::npos ? "" : d.substr(colon + 1);
-                const bool indexed = !digits.empty() && digits.size() <= 18
-                    && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-                e.global("torch", "device");
-                e.str(indexed ? d.substr(0, colon) : d);
-                if (indexed) e.integer(std::stoll(std::string(digits)));
-                e.tuple(indexed ? 2 : 1);
-                e.op(pickle_op::REDUCE);
-                return;
-            }
-            e.str(v->text);
+            strValue(*v);
             return;
         case PyKind::Complex: // as pickle's protocol 2: complex(real, imag)
             e.global("builtins", "complex");
@@ -257,38 +288,20 @@ private:
             e.global("torch", std::string(dtypeName(v->dtype)));
             return;
         case PyKind::Tuple:
-            if (v->torchType == PyTorchType::Size) e.global("torch", "Size"); // torch.Size((2, 3))
-            if (v->size() > 3) e.mark();
-            for (const auto* c : v->items())
-                value(c, depth + 1);
-            e.tuple(v->size());
-            if (v->torchType == PyTorchType::Size) {
-                e.tuple(1);
-                e.op(pickle_op::REDUCE);
-            }
+            tupleValue(*v, depth);
             return;
         case PyKind::List:
             e.op(pickle_op::EMPTY_LIST);
             if (memoEarly) e.putObject(v);
-            if (v->size()) {
-                e.mark();
-                for (const auto* c : v->items())
-                    value(c, depth + 1);
-                e.op(pickle_op::APPENDS);
-            }
+            appendedItems(*v, depth);
             return;
         case PyKind::FrozenSet: // (outside the weights-only set: a DCP value only, which loads with objects)
             if (!m_objects) unsupported("a value of type frozenset");
             [[fallthrough]];
-        case PyKind::Set:
+        case PyKind::Set: // builtins.set([items]), as pickle's protocol 2 writes it
             e.global("builtins", v->kind == PyKind::Set ? "set" : "frozenset");
             e.op(pickle_op::EMPTY_LIST);
-            if (v->size()) {
-                e.mark();
-                for (const auto* c : v->items())
-                    value(c, depth + 1);
-                e.op(pickle_op::APPENDS);
-            }
+            appendedItems(*v, depth);
             e.tuple(1);
             e.op(pickle_op::REDUCE);
             return;
