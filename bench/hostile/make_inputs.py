@@ -102,6 +102,20 @@ def trainer_state(out, n=300000):
         f.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
+def deflated(out):
+    """a 240 MB torch.save file (50M random floats, 10M zeros) zipped again with deflate, as `zip -r` or Python's
+    zipfile would: 185 MB. torch.load reads it; OptScope inflates it into TMPDIR once"""
+    import zipfile
+    torch.manual_seed(0)
+    stored = os.path.join(out, "to_deflate_240m.pt")
+    torch.save({"w": torch.randn(50_000_000), "b": torch.zeros(10_000_000)}, stored)
+    with zipfile.ZipFile(stored) as zin, zipfile.ZipFile(os.path.join(out, "deflated_240m.pt"), "w",
+                                                         zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    os.unlink(stored)
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -116,6 +130,7 @@ def main():
     views_and_ints(out)
     values(out, int(sys.argv[5]) if len(sys.argv) > 5 else 1000000)
     trainer_state(out)
+    deflated(out)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,8 @@ def main():
          "torch.load(mmap) + (a != b).sum(), max |a - b|"),
         ("inspect of 1M values (15 MB)", ["inspect", "values_1000000.pt"], ["load", "values_1000000.pt"],
          "torch.load"),
+        ("inspect --hash of a 240 MB torch.save zipped again with deflate", ["inspect", "deflated_240m.pt", "--hash"],
+         ["load_hash", "deflated_240m.pt"], "torch.load + sha256"),
         ("inspect --json of 1M values (15 MB)", ["inspect", "values_1000000.pt", "--json"],
          ["load", "values_1000000.pt"], "torch.load"),
         ("gather of 1M values (15 MB)", ["gather", "values_1000000.pt", "-o", "o.pt", "--no-fsync"],

@@ -5,7 +5,8 @@
 CASE: load_save (torch.load(weights_only=True) + torch.save: what gather does for a torch.save input),
       st_load (safetensors.torch.load_file), st_load_save (load_file + torch.save),
       dcp_load_hash (dcp.load of every tensor into a plain tensor, then SHA-256 of its bytes: inspect --hash),
-      load (torch.load(weights_only=True) alone),
+      load (torch.load(weights_only=True) alone), load_hash (torch.load(weights_only=True), then SHA-256 of every
+      tensor's bytes: inspect --hash of a torch.save file),
       diff (INPUT and OUT are two files of one tensor each, loaded with mmap=True: the elements that differ and the
       max |a - b|, integers widened to int32),
       dcp_diff (INPUT and OUT are two DCP folders: dcp.load of each into plain tensors, then the same comparison per
@@ -30,6 +31,9 @@ elif case in ("load_save", "load"):
     obj = torch.load(inp, weights_only=True)
     if case == "load_save":
         torch.save(obj, out)
+elif case == "load_hash":
+    for t in torch.load(inp, weights_only=True).values():
+        hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
 elif case in ("st_load", "st_load_save"):
     from safetensors.torch import load_file
     obj = load_file(inp)
