@@ -183,27 +183,6 @@ ReshardSummary summarizeReshard(const Checkpoint& cp, const ReshardOptions& opti
     return s;
 }
 
-namespace {
-
-/// the plain dtype whose elements a storage of @p d holds, byte for byte (a quantized storage's integers)
-DType plainDtypeOfStorage(DType d)
-{
-    switch (d) {
-    case DType::QInt32:
-        return DType::Int32;
-    case DType::QInt8:
-        return DType::Int8;
-    case DType::QUInt8:
-    case DType::QUInt4x2:
-    case DType::QUInt2x4:
-        return DType::UInt8;
-    default:
-        return d;
-    }
-}
-
-} // namespace
-
 // read as a flat tensor of its elements: endianness, change checks and remote reads as every tensor's. Shared
 // storages and values come once; a value without located storages is not walked
 std::vector<DcpPlan::Value::Storage> storagesInside(const Checkpoint& cp, const Entry& e)
@@ -225,7 +204,7 @@ std::vector<DcpPlan::Value::Storage> storagesInside(const Checkpoint& cp, const 
         if (ofTensor || bare) {
             const PyStorageInfo* s = bare ? v->storage : v->tensor->storage->storage;
             if (!s->located || !storages.insert(s).second) continue;
-            const DType dtype = bare ? plainDtypeOfStorage(s->dtype) : v->tensor->dtype;
+            const DType dtype = bare ? dtypeStoredAs(s->dtype) : v->tensor->dtype;
             const uint64_t elem = std::max<uint64_t>(dtypeSize(dtype), 1);
             TensorEntry stored;
             stored.dtype = dtype;

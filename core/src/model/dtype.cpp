@@ -112,6 +112,27 @@ std::string_view dtypeStorageClass(DType dtype)
     return {};
 }
 
+DType dtypeStoredAs(DType dtype)
+{
+    switch (dtype) {
+    case DType::QInt32:
+        return DType::Int32;
+    case DType::QInt8:
+        return DType::Int8;
+    case DType::QUInt8:
+    case DType::QUInt4x2:
+    case DType::QUInt2x4:
+        return DType::UInt8;
+    default:
+        return dtype;
+    }
+}
+
+bool dtypeIsQuantized(DType dtype)
+{
+    return dtypeStoredAs(dtype) != dtype;
+}
+
 bool dtypeIsFloatingPoint(DType d)
 {
     switch (d) {

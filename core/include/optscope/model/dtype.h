@@ -54,6 +54,11 @@ std::optional<DType> dtypeFromName(std::string_view name);
 std::optional<DType> dtypeFromStorageClass(std::string_view className);
 /// the legacy typed storage class of @p dtype ("FloatStorage", "QUInt8Storage", ...); empty if it has none
 std::string_view dtypeStorageClass(DType dtype);
+/// the plain dtype whose elements a storage of @p dtype holds byte for byte: a quantized dtype's integers (qint8 ->
+/// int8, quint8 and the packed quint4x2/quint2x4 -> uint8, qint32 -> int32); @p dtype itself otherwise
+DType dtypeStoredAs(DType dtype);
+/// qint8, quint8, qint32, quint4x2, quint2x4: their values need scales and zero points besides the stored integers
+bool dtypeIsQuantized(DType dtype);
 bool dtypeIsFloatingPoint(DType dtype);
 bool dtypeIsComplex(DType dtype);
 

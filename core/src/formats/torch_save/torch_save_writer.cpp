@@ -33,8 +33,7 @@ std::string storageClassName(DType d)
 /// whether this writer writes tensors of @p d (quantized ones need their scales, which it does not write)
 bool writableDtype(DType d)
 {
-    return d != DType::Unknown && d != DType::QInt8 && d != DType::QUInt8 && d != DType::QInt32 && d != DType::QUInt4x2
-        && d != DType::QUInt2x4;
+    return d != DType::Unknown && !dtypeIsQuantized(d);
 }
 
 class TreePickler
