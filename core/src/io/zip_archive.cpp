@@ -35,6 +35,11 @@ uint64_t rd64(const uint8_t* p)
 {
     return static_cast<uint64_t>(rd32(p)) | (static_cast<uint64_t>(rd32(p + 4)) << 32);
 }
+/// a central directory record's length at @p c: its fixed part, name, extra field and comment
+uint64_t centralRecordLength(const uint8_t* c)
+{
+    return kCentralSize + rd16(c + 28) + rd16(c + 30) + rd16(c + 32);
+}
 
 } // namespace
 
@@ -130,8 +135,7 @@ public:
         Sizes sizes {rd32(c + 20), rd32(c + 24), rd32(c + 42)};
         const uint16_t nameLen = rd16(c + 28);
         const uint16_t extraLen = rd16(c + 30);
-        const uint16_t commentLen = rd16(c + 32);
-        recordLength = kCentralSize + nameLen + extraLen + commentLen;
+        recordLength = centralRecordLength(c);
         if (end - pos < recordLength)
             fail(ErrorKind::Format, "central directory record " + std::to_string(i) + " runs past the directory", pos);
         e.name = std::string_view(reinterpret_cast<const char*>(c + kCentralSize), nameLen);
@@ -281,7 +285,7 @@ bool zipHasCompressedRecords(const uint8_t* data, uint64_t size)
             const uint8_t* c = data + pos;
             if (rd32(c) != kCentralSig) return false;
             if (rd16(c + 10) != 0) return true;
-            pos += kCentralSize + rd16(c + 28) + rd16(c + 30) + rd16(c + 32);
+            pos += centralRecordLength(c);
             if (pos > end) return false;
         }
     } catch (const Error&) {
