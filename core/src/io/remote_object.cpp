@@ -1608,7 +1608,10 @@ private:
                 lock.lock();
                 settle(claim.runs, !failure);
                 m_cv.notify_all();
-                if (failure && !whole && m_rangesRefused.load() && holdWhole()) continue;
+                if (failure && !whole && m_rangesRefused.load()) {
+                    holdWhole();
+                    continue;
+                }
                 if (failure) std::rethrow_exception(failure);
                 fetched.insert(fetched.end(), claim.runs.begin(), claim.runs.end());
                 continue; // look again: another thread's fetch may have ended meanwhile
@@ -1783,7 +1786,7 @@ private:
         // (each item of a check fetched the whole file again, about 90 times per command; found by a hunt), unless
         // the whole object is asked for
         if (m_rangesRefused.load() && !(count == 1 && parts[0].offset == 0 && parts[0].length == m_size))
-            throw rangesRefusedError(false);
+            throw rangesRefusedError();
         if (!base) base = const_cast<uint8_t*>(m_base);
         const std::string url = requestUrl(m_remote, m_remote.key);
         performRetrying(
@@ -1842,7 +1845,7 @@ private:
                 // which must not be retried as a network fault, once per range)
                 if (r.status == 200 && !whole) {
                     m_rangesRefused.store(true);
-                    throw rangesRefusedError(false);
+                    throw rangesRefusedError();
                 }
                 const bool shortBody = r.curl == CURLE_OK && (r.status == 206 || r.status == 200);
                 if ((retryable(r) || shortBody) && mayRetry) return false;
@@ -1859,35 +1862,34 @@ private:
             });
     }
 
-    /// the object's server answered a Range request with the whole object: @p final, it is too large to be held
-    /// whole (holdWhole), which is counted as a read failure once (before, the read that found it retries whole)
-    Error rangesRefusedError(bool final) const
+    /// the object's server answered a Range request with the whole object (the read that finds it holds the object
+    /// whole instead: holdWhole)
+    Error rangesRefusedError() const
     {
-        if (!final)
-            return Error(ErrorKind::Io, m_path, "the server does not serve byte ranges (HTTP 200 to a Range request)");
-        Error e(ErrorKind::Io, m_path,
-            "the server does not serve byte ranges (HTTP 200 to a Range request), and the object ("
-                + std::to_string(m_size) + " bytes) is larger than what is read whole then ("
-                + std::to_string(wholeBudget() - std::min(wholeBudget(), g_heldWhole.load()))
-                + " bytes left of half the remote cache, OPTSCOPE_REMOTE_CACHE_MB): cannot read in place; download "
-                  "the checkpoint, or serve it with a server that answers Range (nginx, S3, Hugging Face)");
-        if (!m_refusalNoted.exchange(true)) noteReadFailure(e.what());
-        return e;
+        return Error(ErrorKind::Io, m_path, "the server does not serve byte ranges (HTTP 200 to a Range request)");
     }
     /// what objects held whole may take together: half the block cache's bound (what eviction cannot free)
     static uint64_t wholeBudget() { return uint64_t(BlockCache::bound()) / 2; }
 
-    /// (under the lock) the server serves no ranges: the object is fetched whole with one GET and kept until it
-    /// closes, if it fits what is left of wholeBudget(); else a read of it fails (rangesRefusedError(true))
-    bool holdWhole() const
+    /// (under the lock) the server serves no ranges: from now on the object is fetched whole with one GET and kept
+    /// until it closes, if it fits what is left of wholeBudget(). Else throws, saying so, counted as a read failure
+    /// once.
+    void holdWhole() const
     {
-        if (m_heldWhole) return true;
-        for (uint64_t held = g_heldWhole.load();;) {
-            if (m_size > wholeBudget() || held > wholeBudget() - m_size) throw rangesRefusedError(true);
-            if (g_heldWhole.compare_exchange_weak(held, held + m_size)) break;
+        for (uint64_t held = g_heldWhole.load(); !m_heldWhole;) {
+            if (m_size > wholeBudget() || held > wholeBudget() - m_size) {
+                const Error e(ErrorKind::Io, m_path,
+                    "the server does not serve byte ranges (HTTP 200 to a Range request), and the object ("
+                        + std::to_string(m_size) + " bytes) is larger than what is read whole then ("
+                        + std::to_string(wholeBudget() - std::min(wholeBudget(), held))
+                        + " bytes left of half the remote cache, OPTSCOPE_REMOTE_CACHE_MB): cannot read in place; "
+                          "download the checkpoint, or serve it with a server that answers Range (nginx, S3, Hugging "
+                          "Face)");
+                if (!m_refusalNoted.exchange(true)) noteReadFailure(e.what());
+                throw e;
+            }
+            if (g_heldWhole.compare_exchange_weak(held, held + m_size)) m_heldWhole = true;
         }
-        m_heldWhole = true;
-        return true;
     }
     /// one GET of the whole object; @p claimed are the blocks to fill (the others are present: a reader may point
     /// into them, so the answer goes to a scratch buffer first and only the claimed blocks are copied)
@@ -1906,7 +1908,7 @@ private:
 
     RemoteUrl m_remote;
     mutable std::atomic<bool> m_rangesRefused {false}; ///< a Range request was answered with the whole object
-    mutable std::atomic<bool> m_refusalNoted {false}; ///< rangesRefusedError(true) counted as a read failure
+    mutable std::atomic<bool> m_refusalNoted {false}; ///< holdWhole's refusal counted as a read failure
     mutable bool m_heldWhole = false; ///< (under the lock) fetched whole, never evicted: holdWhole()
     std::string m_etag; ///< sent as If-Match (a strong ETag only)
     std::string m_seenEtag; ///< the ETag the object was opened with, weak or strong
