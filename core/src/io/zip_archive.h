@@ -17,7 +17,7 @@
 //  5. Method must be 0 (STORED); torch never compresses. An archive zipped again by another tool (deflate, method 8,
 //     which torch.load reads) is inflated into a stored copy when its file is opened (zip_inflate.h); parse reads
 //     it only when asked to (compressedAllowed). CRC-32 is not checked on read (torch.load does not either); check
-//     verifies it (recordCrc32), and the inflated copy is checked against it.
+//     verifies it (recordCrc32), and each record the copy inflates is checked against it.
 //  6. The archive prefix is the first entry's name up to its first '/'; every record is "<prefix>/<name>" (torch.load
 //  refuses
 //     an archive with a record outside that folder, such as "../x"; so does parse).

@@ -4,8 +4,9 @@
 // A torch.save archive zipped again by another tool (`zip -r`, Python's zipfile with ZIP_DEFLATED): torch.save stores
 // every record, but torch.load (miniz) also reads deflated ones. OptScope reads records in place, so such a local
 // file is inflated once, when it is opened, into a stored archive in an unlinked temporary file (TMPDIR): the same
-// records, in the same order, 64-byte aligned as torch.save writes them, each checked against its CRC-32. Readers read
-// that copy as they read any torch.save file; its path, change checks and errors are the original file's.
+// records, in the same order, 64-byte aligned as torch.save writes them, each inflated record checked against its
+// CRC-32 (a stored one is copied as it is, as torch.load checks none). Readers read that copy as they read any
+// torch.save file; its path, change checks and errors are the original file's.
 
 #include <memory>
 
