@@ -139,12 +139,14 @@ void ZipWriter::writeFromFile(const ByteSource& file, uint64_t offset, uint64_t 
         return;
     }
     if (file.fd() < 0) {
-        // a remote object: fetched 64 MiB at a time (many ranged GETs in flight), written, and its memory given back
+        // a remote object: copied out 64 MiB at a time (many ranged GETs in flight, the next piece fetched while this
+        // one is written), each piece's memory given back as it is copied
         constexpr uint64_t piece = 64u << 20;
+        std::vector<uint8_t> buffer(static_cast<size_t>(std::min(piece, length)));
         for (uint64_t done = 0; done < length;) {
             const uint64_t n = std::min(piece, length - done);
-            write(file.bytes(offset + done, n), static_cast<size_t>(n));
-            file.release(offset + done, n);
+            file.copyOut(offset + done, n, buffer.data(), offset + length);
+            write(buffer.data(), static_cast<size_t>(n));
             done += n;
         }
         return;
