@@ -8,6 +8,7 @@
 #include "optscope/base/display_text.h"
 #include "optscope/base/error.h"
 #include "optscope/formats/torch_save/torch_save_writer.h"
+#include "optscope/io/byte_source.h"
 #include "optscope/io/csv.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
@@ -137,6 +138,52 @@ TEST(Safety, FilesClosedToStayWithinTheBudgetAreStillCheckedUnchanged)
             },
             Error);
         EXPECT_THROW(files.open("a"), Error);
+    }
+    fs::remove_all(dir);
+}
+
+namespace {
+
+/// bytes that opening their path again would not give back: as a remote torch.save archive's inflated copy
+/// (zip_inflate.h), whose URL names the deflated archive. No detached check
+class BytesNotAtTheirPath final : public ByteSource
+{
+public:
+    BytesNotAtTheirPath(std::string path, std::string bytes)
+        : m_bytes(std::move(bytes))
+    {
+        m_path = std::move(path);
+        m_base = reinterpret_cast<const uint8_t*>(m_bytes.data());
+        m_size = m_bytes.size();
+    }
+    bool faulted() const override { return false; }
+    void checkUnchanged() const override { }
+    void adviseSequential(uint64_t, uint64_t) const override { }
+    void release(uint64_t, uint64_t) const override { }
+
+private:
+    void fetch(uint64_t, uint64_t) const override { }
+    std::string m_bytes;
+};
+
+} // namespace
+
+// The budget closes only a file that opening its path again brings back (checked then): before, a remote archive's
+// inflated copy was closed like a local file, and the next read of it got the deflated archive from its URL
+TEST(Safety, ASourceThatItsPathWouldNotGiveBackIsNeverClosedByTheBudget)
+{
+    const fs::path dir = fs::temp_directory_path() / ("optscope-budget-held-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    for (const char* name : {"a", "b", "c"})
+        std::ofstream(dir / name) << "on disk";
+    {
+        const CheckpointFiles files(dir.string(), 1);
+        const auto held = std::make_shared<BytesNotAtTheirPath>((dir / "a").string(), "inflated");
+        files.add("a", held);
+        files.open("b");
+        files.open("c"); // the budget is full: the least recently opened closable file goes
+        EXPECT_EQ(files.open("a").get(), held.get());
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(files.open("a")->all()), 8), "inflated");
     }
     fs::remove_all(dir);
 }

@@ -34,6 +34,7 @@ import threading
 import time
 import http.server
 import urllib.parse
+import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from servers import (FOLDER_TOKEN, free_port, most_in_flight, requests_in_log, s3_put, start_moto,  # noqa: E402
@@ -51,6 +52,16 @@ PASSWORD = "OptScopePassword-never-printed"  # in a URL's user info
 results = []  # (case, outcome, ok)
 outputs = []  # every stdout/stderr the CLI printed: the secret must be in none
 procs = []
+
+
+def deflate_again(path):
+    """@p path, a torch.save archive, zipped again in place with every record deflated (Python's zipfile), as
+    tests/fixtures/make_fixtures.py's make_deflated does"""
+    with zipfile.ZipFile(path) as zin:
+        records = [(info.filename, zin.read(info.filename)) for info in zin.infolist()]
+    with zipfile.ZipFile(path, "w") as zout:
+        for name, data in records:
+            zout.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED)
 
 
 def cli(args, env=None, check=None):
@@ -653,6 +664,30 @@ def http_cases(http_port, https_port, cert):
                f"exit {p.returncode} (local {l.returncode}): {p.stderr.strip()[-160:]}",
                p.returncode == 0 and l.returncode == 0
                and filecmp.cmp(os.path.join(outs[0], "g.pt"), os.path.join(outs[1], "g.pt"), shallow=False))
+    # torch.save archives zipped again with deflate (tests/data/deflated/, read by torch.load): inflated from the URL
+    # into a local copy as a local file is, and nothing of it left in TMPDIR (before: refused, "download it")
+    tmp = os.path.join(WORK, "deflated_tmp")
+    os.makedirs(tmp, exist_ok=True)
+    for rel in ("deflated/adam_int.pt", "deflated/adam_int_mixed.pt"):
+        same_as_local(f"HTTP: inspect {rel} (records deflated by another tool)", f"{base}/{rel}",
+                      os.path.join(DATA, rel), {"TMPDIR": tmp})
+        p = cli(["diff", f"{base}/{rel}", os.path.join(DATA, "adam_int.pt")], {"TMPDIR": tmp})
+        record(f"HTTP: diff of {rel} against adam_int.pt before it was zipped again: EQUAL",
+               f"exit {p.returncode}: {(p.stdout + p.stderr).strip()[-160:]}", p.returncode == 0 and "EQUAL" in p.stdout)
+        outs = [os.path.join(WORK, "deflated_gather", side) for side in ("remote", "local")]
+        for d in outs:
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+        p = cli(["gather", f"{base}/{rel}", "-o", os.path.join(outs[0], "g.pt")], {"TMPDIR": tmp})
+        l = cli(["gather", os.path.join(DATA, rel), "-o", os.path.join(outs[1], "g.pt")])
+        record(f"HTTP: gather of {rel} is byte-identical to the local gather; TMPDIR left empty",
+               f"exit {p.returncode} (local {l.returncode}): {p.stderr.strip()[-160:]}; TMPDIR holds {os.listdir(tmp)}",
+               p.returncode == 0 and l.returncode == 0 and not os.listdir(tmp)
+               and filecmp.cmp(os.path.join(outs[0], "g.pt"), os.path.join(outs[1], "g.pt"), shallow=False))
+    expect_error("HTTP: a deflated archive with TMPDIR unusable is refused, naming the URL and what to do",
+                 ["inspect", f"{base}/deflated/adam_int.pt"],
+                 [f"{base}/deflated/adam_int.pt", "point TMPDIR at a folder with room"],
+                 {"TMPDIR": os.path.join(WORK, "no_such_tmp")})
     # a password in a folder URL (user info, sent as HTTP basic auth): never shown (before: inspect's JSON path, check's
     # and diagnose's summaries printed it for a folder; found by a hunt)
     with_password = base.replace("://", f"://optscope:{PASSWORD}@", 1)
@@ -990,6 +1025,16 @@ def s3_cases():
     shutil.copy(os.path.join(DATA, "..", "..", "bench", "scale", "make_scale_metadata.py"), WORK)
     subprocess.run([TORCH_PYTHON, "-W", "ignore", "make_scale_metadata.py", os.path.join("up", "m128"), "128", "20"],
                    cwd=WORK, check=True, capture_output=True)
+    # checkpoints of many torch.save files, each zipped again with deflate as tests/data/deflated/ is: a per-rank set, a
+    # Trainer folder (optimizer.pt, scheduler.pt), a ZeRO-2 folder; read from S3 as from the same folder on disk
+    for rel in ("fsdp1_sharded_r3", "hf/checkpoint-3", "zero/stage2/ckpt"):
+        src, dst = os.path.join(DATA, rel), os.path.join(up, "deflated", rel)
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
+        for folder, _, names in os.walk(dst):
+            for n in names:
+                if n.endswith((".pt", ".pth")) and zipfile.is_zipfile(os.path.join(folder, n)):
+                    deflate_again(os.path.join(folder, n))
     # a key with '#', '?' and a space: s3:// keys hold them as any other character
     os.makedirs(os.path.join(up, "odd"), exist_ok=True)
     shutil.copy(os.path.join(DATA, "adam_int.pt"), os.path.join(up, "odd", "a#b ?c.pt"))
@@ -1015,6 +1060,15 @@ def s3_cases():
              "AWS_SECRET_ACCESS_KEY is not")):
         expect_error(f"S3: {case} stops the command, naming it", ["inspect", "s3://ckpt/adam_int.pt"],
                      [needle], dict(bare, HOME=home, **extra))
+    tmp = os.path.join(WORK, "deflated_tmp_s3")
+    os.makedirs(tmp, exist_ok=True)
+    for rel in ("fsdp1_sharded_r3",) if QUICK else ("fsdp1_sharded_r3", "hf/checkpoint-3", "zero/stage2/ckpt"):
+        same_as_local(f"S3: inspect {rel} with every torch.save file zipped again (deflate)", f"s3://ckpt/deflated/{rel}",
+                      os.path.join(up, "deflated", rel), dict(env, TMPDIR=tmp))
+        p = cli(["diff", f"s3://ckpt/deflated/{rel}", os.path.join(DATA, rel)], dict(env, TMPDIR=tmp))
+        record(f"S3: diff of deflated {rel} against the folder before it was zipped again: EQUAL; TMPDIR left empty",
+               f"exit {p.returncode}: {(p.stdout + p.stderr).strip()[-160:]}; TMPDIR holds {os.listdir(tmp)}",
+               p.returncode == 0 and "EQUAL" in p.stdout and not os.listdir(tmp))
     inspected = ("adam_int.pt", "fsdp2_r2", "hf/sharded", "hf/checkpoint-3", "megatron/synthetic_pp2_dp2",
                  "torchtitan/flat/groups_2rank", "zero/stage2/ckpt", "zero/stage3/ckpt", "zero/stage1", "fsdp1_sharded_r3")
     for rel in inspected[::2] if QUICK else inspected:

@@ -137,7 +137,7 @@ void CheckpointBuilder::addLeaf(KeyPath path, const PyValue* value, const TorchS
 const PyValue* CheckpointBuilder::addTorchSaveFile(const std::string& fileRel, const KeyPath& prefix,
     const Progress& progress, const std::function<bool(const KeyPath&)>& skip)
 {
-    auto file = m_cp.files->open(fileRel);
+    auto file = m_cp.files->openArchive(fileRel);
     const std::string where = m_cp.files->absolute(fileRel);
     if (file->size() == 0) throw Error(ErrorKind::Format, where, "is empty (0 bytes)");
     TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *m_cp.arena, where);

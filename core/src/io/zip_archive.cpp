@@ -57,10 +57,12 @@ bool looksLikeZip(const uint8_t* data, uint64_t size)
     return size >= 4 && rd32(data) == kLocalHeaderSig;
 }
 
-ZipArchive ZipArchive::parseInPlace(const ByteSource& file, uint64_t offset, uint64_t size, std::string name)
+ZipArchive ZipArchive::parseInPlace(
+    const ByteSource& file, uint64_t offset, uint64_t size, std::string name, bool compressedAllowed)
 {
-    return parse(file.bytes(offset, 0), size, std::move(name),
-        [&file, offset](uint64_t at, uint64_t length) { file.bytes(offset + at, length); });
+    return parse(
+        file.bytes(offset, 0), size, std::move(name),
+        [&file, offset](uint64_t at, uint64_t length) { file.bytes(offset + at, length); }, compressedAllowed);
 }
 
 namespace {
@@ -153,9 +155,8 @@ public:
                 "entry '" + std::string(e.name) + "' is compressed (method " + std::to_string(method)
                     + (method == 8 ? ", deflate" : "")
                     + (method == 8 ? "): torch.save stores records uncompressed, so the file was zipped again by "
-                                     "another tool; OptScope inflates such a file on disk when it opens it, but not an "
-                                     "archive inside another file or at a URL: download it, or save it again with "
-                                     "torch.save(torch.load(PATH), NEW_PATH)"
+                                     "another tool; OptScope inflates such a file when it opens it, but not an archive "
+                                     "inside another file: save it again with torch.save(torch.load(PATH), NEW_PATH)"
                                    : "): torch.save stores records uncompressed and torch.load reads only deflate "
                                      "besides; zip it again with -0 (stored)"),
                 pos);
@@ -272,13 +273,14 @@ private:
 
 } // namespace
 
-bool zipHasCompressedRecords(const uint8_t* data, uint64_t size)
+bool zipHasCompressedRecords(
+    const uint8_t* data, uint64_t size, const std::function<void(uint64_t offset, uint64_t length)>& need)
 {
+    if (need) need(0, std::min<uint64_t>(size, 4));
     if (!looksLikeZip(data, size)) return false;
     const std::string name;
-    const std::function<void(uint64_t, uint64_t)> none;
     try {
-        const auto d = ZipDirectoryReader(data, size, name, none).directory();
+        const auto d = ZipDirectoryReader(data, size, name, need).directory();
         const uint64_t end = d.offset + d.size;
         uint64_t pos = d.offset;
         for (uint64_t i = 0; i < d.entries && end - pos >= kCentralSize; ++i) {

@@ -62,7 +62,8 @@ public:
     /// The archive at [offset, offset + size) of @p file, parsed reading only what parse reads (each range fetched
     /// first from a remote source: ByteSource::bytes); its records' data is fetched when a reader asks for it.
     /// @p file must outlive the ZipArchive.
-    static ZipArchive parseInPlace(const ByteSource& file, uint64_t offset, uint64_t size, std::string name);
+    static ZipArchive parseInPlace(
+        const ByteSource& file, uint64_t offset, uint64_t size, std::string name, bool compressedAllowed = false);
 
     const std::string& prefix() const { return m_prefix; }
     const std::vector<ZipEntry>& entries() const { return m_entries; }
@@ -90,11 +91,17 @@ private:
 /// over) and the archive's first block (torch.save writes data.pkl first). Relative to the archive's start.
 std::vector<std::pair<uint64_t, uint64_t>> zipFirstReads(uint64_t size);
 
+/// a remote archive no larger than this is fetched whole, with one request, before it is parsed; a larger one has its
+/// end records, central directory and local headers fetched first
+constexpr uint64_t kZipFetchWholeBytes = 4u << 20;
+
 /// true if the bytes start like a zip local header ("PK\3\4")
 bool looksLikeZip(const uint8_t* data, uint64_t size);
 /// true if [data, data+size) is a zip archive (its directory readable) with a record that is not stored: a look at
-/// each central directory record's method, nothing else parsed
-bool zipHasCompressedRecords(const uint8_t* data, uint64_t size);
+/// each central directory record's method, nothing else parsed. @p need as parse's: the ranges read (the first bytes,
+/// the end records, the central directory) are asked for first
+bool zipHasCompressedRecords(
+    const uint8_t* data, uint64_t size, const std::function<void(uint64_t offset, uint64_t length)>& need = {});
 
 /// CRC-32 (zip's, zlib's) of @p size bytes at @p data, in pieces of at most @p piece bytes; @p afterPiece(done) runs
 /// after each (to check for cancellation, report progress, drop the pages read)

@@ -67,13 +67,19 @@ void inflateRecord(const ByteSource& file, const ZipEntry& e, ZipWriter& zip)
         ~End() { inflateEnd(&z); }
     } end {z};
     constexpr uint64_t kPiece = uint64_t(1) << 20; // zlib's lengths are 32-bit
+    // a remote object is copied out 16 MiB at a time, as ZipWriter::writeFromFile does (many ranged GETs in flight,
+    // the next piece fetched while this one inflates, each piece's memory given back); a local one is read in place
+    const bool remote = file.isRemote();
+    const uint64_t inPiece = remote ? uint64_t(16) << 20 : kPiece;
+    std::vector<uint8_t> in(remote ? static_cast<size_t>(std::min(inPiece, e.storedSize)) : 0);
     std::vector<uint8_t> out(kPiece);
     uint64_t readAt = 0, written = 0;
     int status = Z_OK;
     while (status != Z_STREAM_END) {
         if (z.avail_in == 0 && readAt < e.storedSize) {
-            const uint64_t n = std::min(kPiece, e.storedSize - readAt);
-            z.next_in = const_cast<Bytef*>(file.bytes(e.dataOffset + readAt, n));
+            const uint64_t n = std::min(inPiece, e.storedSize - readAt);
+            if (remote) file.copyOut(e.dataOffset + readAt, n, in.data(), e.dataOffset + e.storedSize);
+            z.next_in = remote ? in.data() : const_cast<Bytef*>(file.bytes(e.dataOffset + readAt, n));
             z.avail_in = static_cast<uInt>(n);
             readAt += n;
         }
@@ -104,8 +110,16 @@ void inflateRecord(const ByteSource& file, const ZipEntry& e, ZipWriter& zip)
 
 std::shared_ptr<const ByteSource> inflatedIfCompressed(std::shared_ptr<const ByteSource> file)
 {
-    if (file->isRemote() || !zipHasCompressedRecords(file->all(), file->size())) return file;
-    const ZipArchive archive = ZipArchive::parse(file->all(), file->size(), file->path(), {}, true);
+    if (file->isRemote()) {
+        // the central directory only (a smaller archive whole, as readTorchSaveArchive fetches it): the ranges the
+        // archive's own parse reads first, so no request is added
+        if (file->size() <= kZipFetchWholeBytes) file->all();
+        const auto need = [&file](uint64_t at, uint64_t length) { file->bytes(at, length); };
+        if (!zipHasCompressedRecords(file->bytes(0, 0), file->size(), need)) return file;
+    } else if (!zipHasCompressedRecords(file->all(), file->size())) {
+        return file;
+    }
+    const ZipArchive archive = ZipArchive::parseInPlace(*file, 0, file->size(), file->path(), true);
     std::error_code ec;
     const fs::path dir = fs::temp_directory_path(ec);
     if (ec)

@@ -3,6 +3,7 @@
 #include "optscope/base/error.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/storage.h"
+#include "optscope/io/zip_inflate.h"
 
 #include <algorithm>
 #include <set>
@@ -146,6 +147,14 @@ CheckpointFiles::~CheckpointFiles()
     g_localFilesOpen -= m_lru.size();
 }
 
+/// a source the budget of open files may close: a local file, which opening its path again brings back as it was
+/// (checked then). Not a remote object (it holds no descriptor), nor an inflated copy of one (opening its URL again
+/// would give the deflated archive): neither has a detached check
+static bool closable(const ByteSource& f)
+{
+    return !f.isRemote() && f.detachedCheck();
+}
+
 std::string CheckpointFiles::absolute(const std::string& relative) const
 {
     if (!relative.empty() && relative.front() == '/') return relative;
@@ -182,7 +191,7 @@ std::shared_ptr<const ByteSource> CheckpointFiles::open(const std::string& relat
         closed->second(); // read before, closed since: the same file still
         m_closed.erase(closed);
     }
-    const bool local = !f->isRemote(); // a local file counts against the budget (a remote one holds no descriptor)
+    const bool local = closable(*f); // a local file counts against the budget (a remote one holds no descriptor)
     auto [at, added] = m_files.emplace(relative, OpenFile {std::move(f), m_lru.end()});
     if (!added) return at->second.source; // another thread opened it meanwhile
     auto source = at->second.source;
@@ -283,10 +292,21 @@ std::vector<std::string> CheckpointFiles::knownFiles() const
     return out;
 }
 
+std::shared_ptr<const ByteSource> CheckpointFiles::openArchive(const std::string& relative) const
+{
+    auto file = open(relative);
+    if (!file->isRemote()) return file; // a local one is inflated when opened (openByteSource)
+    auto inflated = inflatedIfCompressed(file);
+    if (inflated == file) return file;
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (auto it = m_files.find(relative); it != m_files.end()) it->second.source = inflated; // never closed: as remote
+    return inflated;
+}
+
 void CheckpointFiles::add(const std::string& relative, std::shared_ptr<const ByteSource> file) const
 {
     std::lock_guard<std::mutex> lock(m_mutex);
-    const bool local = !file->isRemote();
+    const bool local = closable(*file);
     auto [at, added] = m_files.emplace(relative, OpenFile {std::move(file), m_lru.end()});
     if (added && local) {
         at->second.lru = m_lru.insert(m_lru.end(), &at->first);

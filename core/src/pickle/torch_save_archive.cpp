@@ -78,9 +78,9 @@ TorchSaveArchive readZip(const std::shared_ptr<const ByteSource>& file, uint64_t
     // a large remote archive (or one whose storages the caller leaves): its end records, central directory and local
     // headers are fetched, then its records other than tensor storages (the pickle, byteorder, version); a storage's
     // bytes when a reader asks for them
-    constexpr uint64_t kFetchWhole = 4u << 20; // below: one request for all is cheaper
     constexpr uint64_t kSkipStorages = 256u << 10; // below: fetched whole even for its headers (a round trip less)
-    const bool targeted = file->isRemote() && (length > kFetchWhole || (storagesLater && length > kSkipStorages));
+    const bool targeted
+        = file->isRemote() && (length > kZipFetchWholeBytes || (storagesLater && length > kSkipStorages));
     ZipArchive zip = targeted ? ZipArchive::parseInPlace(*file, offset, length, where)
                               : ZipArchive::parse(file->bytes(offset, length), length, where);
     const uint8_t* base = zip.base();

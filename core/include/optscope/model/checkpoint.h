@@ -195,6 +195,9 @@ public:
     CheckpointFiles& operator=(const CheckpointFiles&) = delete;
     /// @p relative to the root; throws Error(Io) naming the file if it cannot be mapped
     std::shared_ptr<const ByteSource> open(const std::string& relative) const;
+    /// open() of a file read as one whole torch.save archive: a remote one whose records another tool deflated is
+    /// inflated as a local one is when opened (zip_inflate.h), and read from that copy from now on
+    std::shared_ptr<const ByteSource> openArchive(const std::string& relative) const;
     /// seed the cache with a file already mapped (the reader's own)
     void add(const std::string& relative, std::shared_ptr<const ByteSource> file) const;
     const std::string& rootDir() const { return m_root; }

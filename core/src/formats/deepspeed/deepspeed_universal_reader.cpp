@@ -141,7 +141,7 @@ private:
         if (it != m_archives.end()) return it->second;
         m_progress.checkCancelled();
         // through the checkpoint's files: a file that is a symlink out of the folder is not read
-        auto file = m_cp->files->open(rel);
+        auto file = m_cp->files->openArchive(rel);
         TorchSaveArchive ar = readTorchSaveArchive(file, 0, file->size(), *m_cp->arena, (m_dir / rel).string());
         m_builder->addPickleWarnings(ar.warnings);
         return m_archives.emplace(rel, std::move(ar)).first->second;

@@ -364,7 +364,7 @@ private:
         l->rel = rel;
         l->abs = (m_dir / rel).string();
         // through the checkpoint's files: a rank file that is a symlink out of the tag folder is not read
-        auto file = m_cp.files->open(rel);
+        auto file = m_cp.files->openArchive(rel);
         l->ar = readTorchSaveArchive(file, 0, file->size(), *m_cp.arena, l->abs);
         m_builder.addPickleWarnings(l->ar.warnings);
         return m_loaded.emplace(rel, std::move(l)).first->second.get();

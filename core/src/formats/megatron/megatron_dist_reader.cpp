@@ -871,7 +871,7 @@ CommonFile readCommon(const std::shared_ptr<Checkpoint>& cp, CheckpointBuilder& 
         cp->warnings.push_back(std::move(w));
     } else {
         try {
-            auto file = cp->files->open(MegatronDistReader::kCommonFile);
+            auto file = cp->files->openArchive(MegatronDistReader::kCommonFile);
             if (file->size() == 0) throw Error(ErrorKind::Format, commonAbs, "is empty (0 bytes)");
             out.archive = readTorchSaveArchive(file, 0, file->size(), *cp->arena, commonAbs);
             builder.addPickleWarnings(out.archive.warnings);

@@ -6,6 +6,7 @@
 #include "optscope/formats/weight_index.h"
 #include "optscope/io/byte_source.h"
 #include "optscope/io/storage.h"
+#include "optscope/io/zip_inflate.h"
 
 #include <filesystem>
 
@@ -20,6 +21,8 @@ std::shared_ptr<const Checkpoint> TorchSaveReader::open(
     std::shared_ptr<const ByteSource> file, const Progress& progress)
 {
     progress(0.0, "reading");
+    // a remote archive zipped again (a local one is inflated when opened: openByteSource)
+    if (file->isRemote()) file = inflatedIfCompressed(std::move(file));
     auto cp = std::make_shared<Checkpoint>();
     cp->format = CheckpointFormat::TorchSave;
     cp->path = file->path(); // a URL without its query (a presigned URL's signature is a credential)
