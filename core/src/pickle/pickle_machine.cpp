@@ -270,6 +270,14 @@ public:
     PickleResult run();
 
 private:
+    // --- the opcodes, by what they do (pickle_opcodes.h's groupOf) ---------------------------------------------
+    void stackOp();
+    void pushNumber();
+    void pushText();
+    void buildContainer();
+    void memoOp();
+    void objectOp();
+
     // --- input ---------------------------------------------------------------------------------------------
     [[noreturn]] void fail(ErrorKind kind, const std::string& detail) const
     {
@@ -1530,9 +1538,381 @@ PyValue* Machine::persistentLoad(PyValue* pid)
     return v;
 }
 
+/// the stack and framing: MARK, POP, DUP, the protocol and frame headers, buffers
+void Machine::stackOp()
+{
+    switch (m_op) {
+    case MARK:
+        if (m_marks.size() >= m_limits.maxMarks)
+            fail(ErrorKind::Limit, "more than " + std::to_string(m_limits.maxMarks) + " open MARKs");
+        m_marks.push_back(m_stack.size());
+        break;
+    case POP:
+        if (m_stack.size() > frameBase())
+            m_stack.pop_back();
+        else
+            popMark();
+        break;
+    case POP_MARK:
+        popMark();
+        break;
+    case DUP:
+        top()->pinned = true;
+        push(top());
+        break;
+    case NEXT_BUFFER:
+        fail(ErrorKind::Unsupported, "out-of-band buffers (NEXT_BUFFER) are not supported");
+    case READONLY_BUFFER:
+        top();
+        break;
+    case PROTO: {
+        const uint8_t v = u8();
+        if (v > 5) fail(ErrorKind::Unsupported, "pickle protocol " + std::to_string(v) + " (supported: 0-5)");
+        m_protocol = v;
+        break;
+    }
+    case FRAME: {
+        const uint64_t n = u64();
+        if (n > m_size - m_pos)
+            fail(ErrorKind::Truncated, "FRAME of " + std::to_string(n) + " bytes past the end of the input");
+        break;
+    }
+    }
+}
+
+/// numbers and constants: the value the opcode (and its argument) spells, pushed
+void Machine::pushNumber()
+{
+    switch (m_op) {
+    case FLOAT: {
+        const std::string s(line());
+        char* end = nullptr;
+        const double d = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size())
+            fail(ErrorKind::Format, "bad float literal '" + s.substr(0, 40) + "'");
+        push(m_arena.makeFloat(d));
+        break;
+    }
+    case INT: {
+        const std::string_view s = line();
+        if (s == "00" || s == "01")
+            push(m_arena.makeBool(s == "01"));
+        else
+            push(parseDecimalInt(s));
+        break;
+    }
+    case BININT:
+        push(m_arena.makeInt(i32()));
+        break;
+    case BININT1:
+        push(m_arena.makeInt(u8()));
+        break;
+    case BININT2:
+        push(m_arena.makeInt(u16()));
+        break;
+    case LONG:
+        push(parseDecimalInt(line()));
+        break;
+    case LONG1: {
+        const uint8_t n = u8();
+        push(makeInt(bytes(n)));
+        break;
+    }
+    case LONG4: {
+        const int32_t n = i32();
+        if (n < 0) fail(ErrorKind::Format, "LONG4 with negative length");
+        push(makeInt(bytes(static_cast<uint64_t>(n))));
+        break;
+    }
+    case NONE:
+        push(m_arena.makeNone());
+        break;
+    case NEWTRUE:
+        push(m_arena.makeBool(true));
+        break;
+    case NEWFALSE:
+        push(m_arena.makeBool(false));
+        break;
+    case BINFLOAT: {
+        const uint8_t* p = take(8);
+        uint64_t bits = 0;
+        for (int i = 0; i < 8; ++i)
+            bits = (bits << 8) | p[i]; // big-endian
+        double d;
+        std::memcpy(&d, &bits, sizeof d);
+        push(m_arena.makeFloat(d));
+        break;
+    }
+    }
+}
+
+/// str, bytes and bytearray: the argument decoded, pushed
+void Machine::pushText()
+{
+    switch (m_op) {
+    case STRING: {
+        bool ok = false;
+        const std::string s = decodeStringLiteral(line(), ok);
+        if (!ok) fail(ErrorKind::Format, "bad STRING literal");
+        push(decodeUtf8OrLatin1(m_arena.copy(s)));
+        break;
+    }
+    case BINSTRING: {
+        const int32_t n = i32();
+        if (n < 0) fail(ErrorKind::Format, "BINSTRING with negative length");
+        push(decodeUtf8OrLatin1(bytes(static_cast<uint64_t>(n))));
+        break;
+    }
+    case SHORT_BINSTRING:
+        push(decodeUtf8OrLatin1(bytes(u8())));
+        break;
+    case UNICODE: {
+        bool ok = false;
+        const std::string s = decodeRawUnicodeEscape(line(), ok);
+        if (!ok) fail(ErrorKind::Format, "bad UNICODE escape");
+        push(m_arena.makeStr(s, true));
+        break;
+    }
+    case BINUNICODE:
+        push(m_arena.makeStr(bytes(u32()), false));
+        break;
+    case SHORT_BINUNICODE:
+        push(m_arena.makeStr(bytes(u8()), false));
+        break;
+    case BINUNICODE8:
+        push(m_arena.makeStr(bytes(u64()), false));
+        break;
+    case BINBYTES:
+        push(m_arena.makeBytes(bytes(u32()), false));
+        break;
+    case SHORT_BINBYTES:
+        push(m_arena.makeBytes(bytes(u8()), false));
+        break;
+    case BINBYTES8:
+        push(m_arena.makeBytes(bytes(u64()), false));
+        break;
+    case BYTEARRAY8:
+        push(m_arena.makeBytes(bytes(u64()), false, PyKind::ByteArray));
+        break;
+    }
+}
+
+/// lists, dicts, tuples and sets: made from the stack (or since the MARK), or items added to the one on top
+void Machine::buildContainer()
+{
+    switch (m_op) {
+    case APPEND: {
+        PyValue* v = pop();
+        append(top(), v);
+        break;
+    }
+    case APPENDS: {
+        auto items = popMark();
+        PyValue* target = top();
+        for (auto* v : items)
+            append(target, v);
+        break;
+    }
+    case DICT: {
+        auto items = popMark();
+        if (items.size() % 2) fail(ErrorKind::Format, "DICT with an odd number of items");
+        PyValue* d = m_arena.makeContainer(PyKind::Dict);
+        for (size_t i = 0; i < items.size(); i += 2)
+            setItem(d, items[i], items[i + 1]);
+        push(d);
+        break;
+    }
+    case EMPTY_DICT:
+        push(m_arena.makeContainer(PyKind::Dict));
+        break;
+    case LIST:
+        push(makeSequence(PyKind::List, popMark()));
+        break;
+    case EMPTY_LIST:
+        push(m_arena.makeContainer(PyKind::List));
+        break;
+    case SETITEM: {
+        PyValue* value = pop();
+        PyValue* key = pop();
+        setItem(top(), key, value);
+        break;
+    }
+    case SETITEMS: {
+        auto items = popMark();
+        if (items.size() % 2) fail(ErrorKind::Format, "SETITEMS with an odd number of items");
+        PyValue* target = top();
+        for (size_t i = 0; i < items.size(); i += 2)
+            setItem(target, items[i], items[i + 1]);
+        break;
+    }
+    case TUPLE:
+        push(makeSequence(PyKind::Tuple, popMark()));
+        break;
+    case EMPTY_TUPLE:
+        push(makeSequence(PyKind::Tuple, {}));
+        break;
+    case TUPLE1: {
+        PyValue* a = pop();
+        push(makeSequence(PyKind::Tuple, {a}));
+        break;
+    }
+    case TUPLE2: {
+        PyValue* b = pop();
+        PyValue* a = pop();
+        push(makeSequence(PyKind::Tuple, {a, b}));
+        break;
+    }
+    case TUPLE3: {
+        PyValue* c = pop();
+        PyValue* b = pop();
+        PyValue* a = pop();
+        push(makeSequence(PyKind::Tuple, {a, b, c}));
+        break;
+    }
+    case EMPTY_SET:
+        push(m_arena.makeContainer(PyKind::Set));
+        break;
+    case ADDITEMS: {
+        auto items = popMark();
+        PyValue* target = top();
+        for (auto* v : items)
+            addToSet(target, v);
+        break;
+    }
+    case FROZENSET:
+        push(makeSequence(PyKind::FrozenSet, popMark()));
+        break;
+    }
+}
+
+/// the memo: the top of the stack stored at an index, or the value at an index pushed
+void Machine::memoOp()
+{
+    switch (m_op) {
+    case GET: {
+        const std::string_view s = line();
+        uint64_t idx = 0;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
+        if (ec != std::errc() || p != s.data() + s.size()) fail(ErrorKind::Format, "bad GET index");
+        push(memoGet(idx));
+        break;
+    }
+    case BINGET:
+        push(memoGet(u8()));
+        break;
+    case LONG_BINGET:
+        push(memoGet(u32()));
+        break;
+    case PUT: {
+        const std::string_view s = line();
+        uint64_t idx = 0;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
+        if (ec != std::errc() || p != s.data() + s.size()) fail(ErrorKind::Format, "bad PUT index");
+        memoPut(idx, top());
+        break;
+    }
+    case BINPUT:
+        memoPut(u8(), top());
+        break;
+    case LONG_BINPUT:
+        memoPut(u32(), top());
+        break;
+    case MEMOIZE:
+        memoPut(m_memoCount, top());
+        break;
+    }
+}
+
+/// globals, calls and objects: GLOBAL names a class (kept inert: nothing is imported), REDUCE/NEWOBJ/INST/OBJ call
+/// it (the torch rebuild rules, or an inert object), BUILD sets state, PERSID loads a storage
+void Machine::objectOp()
+{
+    switch (m_op) {
+    case PERSID:
+        push(persistentLoad(m_arena.makeStr(line(), false)));
+        break;
+    case BINPERSID: {
+        PyValue* pid = pop();
+        PyValue* v = persistentLoad(pid);
+        push(v);
+        if (v != pid) m_arena.release(pid); // ('storage', cls, key, location, numel) per storage
+        break;
+    }
+    case REDUCE: {
+        PyValue* args = pop();
+        PyValue* callable = pop();
+        PyValue* v = callReduce(callable, args);
+        push(v);
+        // An interpreted call keeps nothing of its arguments (a tensor copies sizes and strides; what a result
+        // shares with them is pinned) and they were only on the stack: give them back. Not an Object, which holds
+        // its arguments, and not in callReduce, which also runs on tuples that stay reachable.
+        if (v->kind != PyKind::Object && v != args) m_arena.release(args);
+        break;
+    }
+    case BUILD: {
+        PyValue* state = pop();
+        build(top(), state);
+        break;
+    }
+    case GLOBAL: {
+        const std::string_view module = line();
+        const std::string_view name = line();
+        push(findClass(module, name));
+        break;
+    }
+    case STACK_GLOBAL: {
+        PyValue* name = pop();
+        PyValue* module = pop();
+        if (name->kind != PyKind::Str || module->kind != PyKind::Str)
+            fail(ErrorKind::Format, "STACK_GLOBAL needs two strings");
+        push(findClass(module->text, name->text));
+        break;
+    }
+    case INST: {
+        const std::string_view module = line();
+        const std::string_view name = line();
+        auto args = popMark();
+        PyValue* cls = findClass(module, name);
+        push(makeObject(cls, makeSequence(PyKind::Tuple, std::move(args)), nullptr, PyObjectHow::Inst));
+        break;
+    }
+    case OBJ: {
+        auto items = popMark();
+        if (items.empty()) fail(ErrorKind::Format, "OBJ without a class");
+        PyValue* cls = items.front();
+        items.erase(items.begin());
+        push(makeObject(cls, makeSequence(PyKind::Tuple, std::move(items)), nullptr, PyObjectHow::Inst));
+        break;
+    }
+    case NEWOBJ: {
+        PyValue* args = pop();
+        PyValue* cls = pop();
+        push(makeObject(cls, args, nullptr, PyObjectHow::NewObj));
+        break;
+    }
+    case NEWOBJ_EX: {
+        PyValue* kwargs = pop();
+        PyValue* args = pop();
+        PyValue* cls = pop();
+        push(makeObject(cls, args, kwargs, PyObjectHow::NewObj));
+        break;
+    }
+    case EXT1:
+    case EXT2:
+    case EXT4: {
+        const uint32_t code = m_op == EXT1 ? u8() : m_op == EXT2 ? u16() : u32();
+        const std::string path = "copyreg._extension_registry[" + std::to_string(code) + "]";
+        if (m_warnedGlobals.insert(path).second)
+            warn(ReaderCode::UnsafeGlobal,
+                "extension code " + std::to_string(code) + " refers to a registered global; kept inert", path);
+        push(m_arena.makeGlobal("copyreg", m_arena.copy("_extension_registry[" + std::to_string(code) + "]"), false));
+        break;
+    }
+    }
+}
+
 PickleResult Machine::run()
 {
-    PickleResult result;
     while (true) {
         if (m_pos >= m_size) {
             m_opOffset = m_pos;
@@ -1540,345 +1920,34 @@ PickleResult Machine::run()
         }
         m_opOffset = m_pos;
         m_op = m_data[m_pos++];
-        switch (m_op) {
-        case MARK:
-            if (m_marks.size() >= m_limits.maxMarks)
-                fail(ErrorKind::Limit, "more than " + std::to_string(m_limits.maxMarks) + " open MARKs");
-            m_marks.push_back(m_stack.size());
+        switch (groupOf(m_op)) {
+        case OpGroup::Stack:
+            stackOp();
             break;
-        case STOP:
+        case OpGroup::Number:
+            pushNumber();
+            break;
+        case OpGroup::Text:
+            pushText();
+            break;
+        case OpGroup::Container:
+            buildContainer();
+            break;
+        case OpGroup::Memo:
+            memoOp();
+            break;
+        case OpGroup::Object:
+            objectOp();
+            break;
+        case OpGroup::Stop: {
+            PickleResult result;
             result.root = pop();
             result.protocol = m_protocol;
             result.bytesConsumed = m_pos;
             result.warnings = std::move(m_warnings);
             return result;
-        case POP:
-            if (m_stack.size() > frameBase())
-                m_stack.pop_back();
-            else
-                popMark();
-            break;
-        case POP_MARK:
-            popMark();
-            break;
-        case DUP:
-            top()->pinned = true;
-            push(top());
-            break;
-        case FLOAT: {
-            const std::string s(line());
-            char* end = nullptr;
-            const double d = std::strtod(s.c_str(), &end);
-            if (s.empty() || end != s.c_str() + s.size())
-                fail(ErrorKind::Format, "bad float literal '" + s.substr(0, 40) + "'");
-            push(m_arena.makeFloat(d));
-            break;
         }
-        case INT: {
-            const std::string_view s = line();
-            if (s == "00" || s == "01")
-                push(m_arena.makeBool(s == "01"));
-            else
-                push(parseDecimalInt(s));
-            break;
-        }
-        case BININT:
-            push(m_arena.makeInt(i32()));
-            break;
-        case BININT1:
-            push(m_arena.makeInt(u8()));
-            break;
-        case BININT2:
-            push(m_arena.makeInt(u16()));
-            break;
-        case LONG:
-            push(parseDecimalInt(line()));
-            break;
-        case LONG1: {
-            const uint8_t n = u8();
-            push(makeInt(bytes(n)));
-            break;
-        }
-        case LONG4: {
-            const int32_t n = i32();
-            if (n < 0) fail(ErrorKind::Format, "LONG4 with negative length");
-            push(makeInt(bytes(static_cast<uint64_t>(n))));
-            break;
-        }
-        case NONE:
-            push(m_arena.makeNone());
-            break;
-        case NEWTRUE:
-            push(m_arena.makeBool(true));
-            break;
-        case NEWFALSE:
-            push(m_arena.makeBool(false));
-            break;
-        case PERSID:
-            push(persistentLoad(m_arena.makeStr(line(), false)));
-            break;
-        case BINPERSID: {
-            PyValue* pid = pop();
-            PyValue* v = persistentLoad(pid);
-            push(v);
-            if (v != pid) m_arena.release(pid); // ('storage', cls, key, location, numel) per storage
-            break;
-        }
-        case REDUCE: {
-            PyValue* args = pop();
-            PyValue* callable = pop();
-            PyValue* v = callReduce(callable, args);
-            push(v);
-            // An interpreted call keeps nothing of its arguments (a tensor copies sizes and strides; what a result
-            // shares with them is pinned) and they were only on the stack: give them back. Not an Object, which holds
-            // its arguments, and not in callReduce, which also runs on tuples that stay reachable.
-            if (v->kind != PyKind::Object && v != args) m_arena.release(args);
-            break;
-        }
-        case STRING: {
-            bool ok = false;
-            const std::string s = decodeStringLiteral(line(), ok);
-            if (!ok) fail(ErrorKind::Format, "bad STRING literal");
-            push(decodeUtf8OrLatin1(m_arena.copy(s)));
-            break;
-        }
-        case BINSTRING: {
-            const int32_t n = i32();
-            if (n < 0) fail(ErrorKind::Format, "BINSTRING with negative length");
-            push(decodeUtf8OrLatin1(bytes(static_cast<uint64_t>(n))));
-            break;
-        }
-        case SHORT_BINSTRING:
-            push(decodeUtf8OrLatin1(bytes(u8())));
-            break;
-        case UNICODE: {
-            bool ok = false;
-            const std::string s = decodeRawUnicodeEscape(line(), ok);
-            if (!ok) fail(ErrorKind::Format, "bad UNICODE escape");
-            push(m_arena.makeStr(s, true));
-            break;
-        }
-        case BINUNICODE:
-            push(m_arena.makeStr(bytes(u32()), false));
-            break;
-        case SHORT_BINUNICODE:
-            push(m_arena.makeStr(bytes(u8()), false));
-            break;
-        case BINUNICODE8:
-            push(m_arena.makeStr(bytes(u64()), false));
-            break;
-        case BINBYTES:
-            push(m_arena.makeBytes(bytes(u32()), false));
-            break;
-        case SHORT_BINBYTES:
-            push(m_arena.makeBytes(bytes(u8()), false));
-            break;
-        case BINBYTES8:
-            push(m_arena.makeBytes(bytes(u64()), false));
-            break;
-        case BYTEARRAY8:
-            push(m_arena.makeBytes(bytes(u64()), false, PyKind::ByteArray));
-            break;
-        case NEXT_BUFFER:
-            fail(ErrorKind::Unsupported, "out-of-band buffers (NEXT_BUFFER) are not supported");
-        case READONLY_BUFFER:
-            top();
-            break;
-        case APPEND: {
-            PyValue* v = pop();
-            append(top(), v);
-            break;
-        }
-        case APPENDS: {
-            auto items = popMark();
-            PyValue* target = top();
-            for (auto* v : items)
-                append(target, v);
-            break;
-        }
-        case BUILD: {
-            PyValue* state = pop();
-            build(top(), state);
-            break;
-        }
-        case GLOBAL: {
-            const std::string_view module = line();
-            const std::string_view name = line();
-            push(findClass(module, name));
-            break;
-        }
-        case STACK_GLOBAL: {
-            PyValue* name = pop();
-            PyValue* module = pop();
-            if (name->kind != PyKind::Str || module->kind != PyKind::Str)
-                fail(ErrorKind::Format, "STACK_GLOBAL needs two strings");
-            push(findClass(module->text, name->text));
-            break;
-        }
-        case DICT: {
-            auto items = popMark();
-            if (items.size() % 2) fail(ErrorKind::Format, "DICT with an odd number of items");
-            PyValue* d = m_arena.makeContainer(PyKind::Dict);
-            for (size_t i = 0; i < items.size(); i += 2)
-                setItem(d, items[i], items[i + 1]);
-            push(d);
-            break;
-        }
-        case EMPTY_DICT:
-            push(m_arena.makeContainer(PyKind::Dict));
-            break;
-        case GET: {
-            const std::string_view s = line();
-            uint64_t idx = 0;
-            auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
-            if (ec != std::errc() || p != s.data() + s.size()) fail(ErrorKind::Format, "bad GET index");
-            push(memoGet(idx));
-            break;
-        }
-        case BINGET:
-            push(memoGet(u8()));
-            break;
-        case LONG_BINGET:
-            push(memoGet(u32()));
-            break;
-        case PUT: {
-            const std::string_view s = line();
-            uint64_t idx = 0;
-            auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), idx);
-            if (ec != std::errc() || p != s.data() + s.size()) fail(ErrorKind::Format, "bad PUT index");
-            memoPut(idx, top());
-            break;
-        }
-        case BINPUT:
-            memoPut(u8(), top());
-            break;
-        case LONG_BINPUT:
-            memoPut(u32(), top());
-            break;
-        case MEMOIZE:
-            memoPut(m_memoCount, top());
-            break;
-        case INST: {
-            const std::string_view module = line();
-            const std::string_view name = line();
-            auto args = popMark();
-            PyValue* cls = findClass(module, name);
-            push(makeObject(cls, makeSequence(PyKind::Tuple, std::move(args)), nullptr, PyObjectHow::Inst));
-            break;
-        }
-        case OBJ: {
-            auto items = popMark();
-            if (items.empty()) fail(ErrorKind::Format, "OBJ without a class");
-            PyValue* cls = items.front();
-            items.erase(items.begin());
-            push(makeObject(cls, makeSequence(PyKind::Tuple, std::move(items)), nullptr, PyObjectHow::Inst));
-            break;
-        }
-        case LIST:
-            push(makeSequence(PyKind::List, popMark()));
-            break;
-        case EMPTY_LIST:
-            push(m_arena.makeContainer(PyKind::List));
-            break;
-        case NEWOBJ: {
-            PyValue* args = pop();
-            PyValue* cls = pop();
-            push(makeObject(cls, args, nullptr, PyObjectHow::NewObj));
-            break;
-        }
-        case NEWOBJ_EX: {
-            PyValue* kwargs = pop();
-            PyValue* args = pop();
-            PyValue* cls = pop();
-            push(makeObject(cls, args, kwargs, PyObjectHow::NewObj));
-            break;
-        }
-        case SETITEM: {
-            PyValue* value = pop();
-            PyValue* key = pop();
-            setItem(top(), key, value);
-            break;
-        }
-        case SETITEMS: {
-            auto items = popMark();
-            if (items.size() % 2) fail(ErrorKind::Format, "SETITEMS with an odd number of items");
-            PyValue* target = top();
-            for (size_t i = 0; i < items.size(); i += 2)
-                setItem(target, items[i], items[i + 1]);
-            break;
-        }
-        case TUPLE:
-            push(makeSequence(PyKind::Tuple, popMark()));
-            break;
-        case EMPTY_TUPLE:
-            push(makeSequence(PyKind::Tuple, {}));
-            break;
-        case TUPLE1: {
-            PyValue* a = pop();
-            push(makeSequence(PyKind::Tuple, {a}));
-            break;
-        }
-        case TUPLE2: {
-            PyValue* b = pop();
-            PyValue* a = pop();
-            push(makeSequence(PyKind::Tuple, {a, b}));
-            break;
-        }
-        case TUPLE3: {
-            PyValue* c = pop();
-            PyValue* b = pop();
-            PyValue* a = pop();
-            push(makeSequence(PyKind::Tuple, {a, b, c}));
-            break;
-        }
-        case EMPTY_SET:
-            push(m_arena.makeContainer(PyKind::Set));
-            break;
-        case ADDITEMS: {
-            auto items = popMark();
-            PyValue* target = top();
-            for (auto* v : items)
-                addToSet(target, v);
-            break;
-        }
-        case FROZENSET:
-            push(makeSequence(PyKind::FrozenSet, popMark()));
-            break;
-        case BINFLOAT: {
-            const uint8_t* p = take(8);
-            uint64_t bits = 0;
-            for (int i = 0; i < 8; ++i)
-                bits = (bits << 8) | p[i]; // big-endian
-            double d;
-            std::memcpy(&d, &bits, sizeof d);
-            push(m_arena.makeFloat(d));
-            break;
-        }
-        case PROTO: {
-            const uint8_t v = u8();
-            if (v > 5) fail(ErrorKind::Unsupported, "pickle protocol " + std::to_string(v) + " (supported: 0-5)");
-            m_protocol = v;
-            break;
-        }
-        case FRAME: {
-            const uint64_t n = u64();
-            if (n > m_size - m_pos)
-                fail(ErrorKind::Truncated, "FRAME of " + std::to_string(n) + " bytes past the end of the input");
-            break;
-        }
-        case EXT1:
-        case EXT2:
-        case EXT4: {
-            const uint32_t code = m_op == EXT1 ? u8() : m_op == EXT2 ? u16() : u32();
-            const std::string path = "copyreg._extension_registry[" + std::to_string(code) + "]";
-            if (m_warnedGlobals.insert(path).second)
-                warn(ReaderCode::UnsafeGlobal,
-                    "extension code " + std::to_string(code) + " refers to a registered global; kept inert", path);
-            push(m_arena.makeGlobal(
-                "copyreg", m_arena.copy("_extension_registry[" + std::to_string(code) + "]"), false));
-            break;
-        }
-        default:
+        case OpGroup::Unknown:
             fail(ErrorKind::Format, "unknown opcode " + hex2(m_op));
         }
     }

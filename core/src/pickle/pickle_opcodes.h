@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 
-// Internal: the pickle opcodes (values as in CPython's Lib/pickle.py) and how each one's argument is laid out in the
-// stream. One table for every reader of pickles: the general machine, its pre-scan of memo reads, the DCP
+// Internal: the pickle opcodes (values as in CPython's Lib/pickle.py), how each one's argument is laid out in the
+// stream and what kind of work each does. One table for every reader of pickles: the general machine, its pre-scan of
+// memo reads, the DCP
 // `.metadata` fast path and the emitter.
 
 #include <cstdint>
@@ -178,6 +179,94 @@ constexpr Arg argumentOf(uint8_t op)
         return {ArgKind::Counted, 8};
     default:
         return {ArgKind::Unknown, 0};
+    }
+}
+
+/// What an opcode does, by which the machine dispatches it: the stack and framing; push a number or constant; push
+/// text or bytes; build or fill a container; read or write the memo; name, call or build an object (globals, REDUCE,
+/// persistent ids); STOP. Unknown: not an opcode.
+enum class OpGroup : uint8_t { Stack, Number, Text, Container, Memo, Object, Stop, Unknown };
+
+constexpr OpGroup groupOf(uint8_t op)
+{
+    switch (op) {
+    case MARK:
+    case POP:
+    case POP_MARK:
+    case DUP:
+    case PROTO:
+    case FRAME:
+    case NEXT_BUFFER:
+    case READONLY_BUFFER:
+        return OpGroup::Stack;
+    case FLOAT:
+    case INT:
+    case BININT:
+    case BININT1:
+    case BININT2:
+    case LONG:
+    case LONG1:
+    case LONG4:
+    case NONE:
+    case NEWTRUE:
+    case NEWFALSE:
+    case BINFLOAT:
+        return OpGroup::Number;
+    case STRING:
+    case BINSTRING:
+    case SHORT_BINSTRING:
+    case UNICODE:
+    case BINUNICODE:
+    case SHORT_BINUNICODE:
+    case BINUNICODE8:
+    case BINBYTES:
+    case SHORT_BINBYTES:
+    case BINBYTES8:
+    case BYTEARRAY8:
+        return OpGroup::Text;
+    case APPEND:
+    case APPENDS:
+    case DICT:
+    case EMPTY_DICT:
+    case LIST:
+    case EMPTY_LIST:
+    case SETITEM:
+    case SETITEMS:
+    case TUPLE:
+    case EMPTY_TUPLE:
+    case TUPLE1:
+    case TUPLE2:
+    case TUPLE3:
+    case EMPTY_SET:
+    case ADDITEMS:
+    case FROZENSET:
+        return OpGroup::Container;
+    case GET:
+    case BINGET:
+    case LONG_BINGET:
+    case PUT:
+    case BINPUT:
+    case LONG_BINPUT:
+    case MEMOIZE:
+        return OpGroup::Memo;
+    case PERSID:
+    case BINPERSID:
+    case REDUCE:
+    case BUILD:
+    case GLOBAL:
+    case STACK_GLOBAL:
+    case INST:
+    case OBJ:
+    case NEWOBJ:
+    case NEWOBJ_EX:
+    case EXT1:
+    case EXT2:
+    case EXT4:
+        return OpGroup::Object;
+    case STOP:
+        return OpGroup::Stop;
+    default:
+        return OpGroup::Unknown;
     }
 }
 

@@ -731,7 +731,7 @@ private:
     void execute()
     {
         m_pos = 0;
-        uint64_t memoNext = 0;
+        m_memoNext = 0;
         uint64_t nextProgress = 0;
         while (true) {
             if (m_pos >= nextProgress) {
@@ -744,215 +744,287 @@ private:
             }
             need(1);
             const uint8_t op = m_data[m_pos++];
-            switch (op) {
-            case PROTO:
-                m_out.protocol = static_cast<int>(readUInt(1));
+            switch (groupOf(op)) {
+            case OpGroup::Stack:
+                stackOp(op);
                 break;
-            case FRAME: // FRAME: only a hint, but one past the end means a cut file
-                if (readUInt(8) > m_size - m_pos) unsupported();
+            case OpGroup::Number:
+                pushNumber(op);
                 break;
-            case STOP: {
+            case OpGroup::Text:
+                pushText(op);
+                break;
+            case OpGroup::Container:
+                buildContainer(op);
+                break;
+            case OpGroup::Memo:
+                memoOp(op);
+                break;
+            case OpGroup::Object:
+                objectOp(op);
+                break;
+            case OpGroup::Stop: {
                 if (m_stack.size() != 1 || m_stack[0].t != T::Meta || !m_marks.empty()) unsupported();
                 flushPreview();
                 finish();
                 return;
             }
-            case MARK:
-                m_marks.push_back(m_stack.size());
-                break;
-            case EMPTY_DICT:
-            case EMPTY_LIST: {
-                V v;
-                v.t = op == '}' ? T::Dict : T::List;
-                v.a = newContainer();
-                m_stack.push_back(v);
-                break;
-            }
-            case EMPTY_TUPLE:
-            case TUPLE:
-            case TUPLE1:
-            case TUPLE2:
-            case TUPLE3: {
-                size_t n = op == ')' ? 0 : op == TUPLE1 ? 1 : op == TUPLE2 ? 2 : op == TUPLE3 ? 3 : 0;
-                size_t from;
-                if (op == 't') {
-                    from = popMark();
-                    n = m_stack.size() - from;
-                } else {
-                    if (m_stack.size() < m_markFloor() + n) unsupported();
-                    from = m_stack.size() - n;
-                }
-                V v;
-                v.t = T::Tuple;
-                v.a = static_cast<uint32_t>(n);
-                v.i = static_cast<int64_t>(m_tuples.size());
-                m_tuples.insert(m_tuples.end(), m_stack.begin() + static_cast<std::ptrdiff_t>(from), m_stack.end());
-                m_stack.resize(from);
-                m_stack.push_back(v);
-                break;
-            }
-            case SETITEM:
-            case SETITEMS: {
-                const size_t from = op == 'u' ? popMark() : m_stack.size() - 2;
-                if (from < 1 || from > m_stack.size() || (m_stack.size() - from) % 2 != 0 || from < m_markFloor() + 1)
-                    unsupported();
-                const V& d = m_stack[from - 1];
-                if (d.t != T::Dict) unsupported();
-                Container& c = m_containers[d.a];
-                // the index and info records of a storage_data batch (pickle writes dicts 1,000 pairs at a time) are
-                // consumed here; kept, they were 2.2M records, 140 MB at 1,024 ranks
-                size_t firstIndex = m_indexes.size(), firstInfo = m_infos.size();
-                for (size_t k = from; k < m_stack.size(); k += 2) {
-                    const V &key = m_stack[k], &value = m_stack[k + 1];
-                    if (key.t == T::Index && value.t == T::Info) {
-                        firstIndex = std::min(firstIndex, static_cast<size_t>(key.i));
-                        firstInfo = std::min(firstInfo, static_cast<size_t>(value.i));
-                    }
-                    setItem(c, key, value);
-                }
-                m_stack.resize(from);
-                if (c.storageDict) {
-                    while (m_indexes.size() > firstIndex && !m_indexes.back().pinned)
-                        m_indexes.pop_back();
-                    while (m_infos.size() > firstInfo && !m_infos.back().pinned)
-                        m_infos.pop_back();
-                }
-                break;
-            }
-            case APPEND:
-            case APPENDS: {
-                const size_t from = op == 'e' ? popMark() : m_stack.size() - 1;
-                if (from < 1 || from > m_stack.size() || from < m_markFloor() + 1) unsupported();
-                const V& l = m_stack[from - 1];
-                if (l.t != T::List) unsupported();
-                auto& items = m_containers[l.a].items;
-                items.insert(items.end(), m_stack.begin() + static_cast<std::ptrdiff_t>(from), m_stack.end());
-                m_stack.resize(from);
-                break;
-            }
-            case BININT: {
-                V v;
-                v.t = T::Int;
-                v.i = static_cast<int32_t>(static_cast<uint32_t>(readUInt(4)));
-                m_stack.push_back(v);
-                break;
-            }
-            case BININT1:
-            case BININT2: {
-                V v;
-                v.t = T::Int;
-                v.i = static_cast<int64_t>(readUInt(op == 'K' ? 1 : 2));
-                m_stack.push_back(v);
-                break;
-            }
-            case LONG1: {
-                const auto n = static_cast<unsigned>(readUInt(1));
-                if (n > 8) unsupported();
-                need(n);
-                uint64_t u = 0;
-                for (unsigned b = 0; b < n; ++b)
-                    u |= static_cast<uint64_t>(m_data[m_pos + b]) << (8 * b);
-                if (n > 0 && n < 8 && (m_data[m_pos + n - 1] & 0x80)) u |= ~uint64_t(0) << (8 * n); // sign
-                m_pos += n;
-                V v;
-                v.t = T::Int;
-                v.i = static_cast<int64_t>(u);
-                m_stack.push_back(v);
-                break;
-            }
-            case NONE:
-                m_stack.push_back(V {});
-                break;
-            case NEWTRUE:
-            case NEWFALSE: {
-                V v;
-                v.t = T::Bool;
-                v.i = op == NEWTRUE;
-                m_stack.push_back(v);
-                break;
-            }
-            case BINFLOAT: {
-                readUInt(8);
-                V v;
-                v.t = T::Float;
-                m_stack.push_back(v);
-                break;
-            }
-            case SHORT_BINUNICODE:
-            case BINUNICODE:
-            case BINUNICODE8: {
-                const uint64_t n = readUInt(op == SHORT_BINUNICODE ? 1 : op == 'X' ? 4 : 8);
-                need(n);
-                if (n > std::numeric_limits<uint32_t>::max()) unsupported();
-                V v;
-                v.t = T::Str;
-                v.i = static_cast<int64_t>(m_pos);
-                v.a = static_cast<uint32_t>(n);
-                m_pos += n;
-                m_stack.push_back(v);
-                break;
-            }
-            case STACK_GLOBAL: {
-                const V name = pop();
-                const V module = pop();
-                if (name.t != T::Str || module.t != T::Str) unsupported();
-                pushGlobal(str(module), str(name));
-                break;
-            }
-            case GLOBAL: {
-                std::string_view lines[2];
-                for (auto& line : lines) {
-                    const void* nl = std::memchr(m_data + m_pos, '\n', m_size - m_pos);
-                    if (!nl) unsupported();
-                    const auto end = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - m_data);
-                    line = {reinterpret_cast<const char*>(m_data) + m_pos, end - m_pos};
-                    m_pos = end + 1;
-                }
-                pushGlobal(lines[0], lines[1]);
-                break;
-            }
-            case MEMOIZE:
-            case BINPUT:
-            case LONG_BINPUT: {
-                const uint64_t idx = op == MEMOIZE ? memoNext++ : readUInt(op == 'q' ? 1 : 4);
-                if (idx >= m_memoRead.size()) unsupported();
-                if (m_memoRead[idx]) {
-                    V& v = top();
-                    if (v.t == T::Object) {
-                        if (v.pinned) unsupported(); // memoized twice
-                        v.i = static_cast<int64_t>(idx); // where BUILD puts the built value
-                    }
-                    v.pinned = true;
-                    m_memo[idx] = v;
-                }
-                break;
-            }
-            case BINGET:
-            case LONG_BINGET: {
-                const uint64_t idx = readUInt(op == 'h' ? 1 : 4);
-                auto it = m_memo.find(idx);
-                if (it == m_memo.end()) unsupported();
-                m_stack.push_back(it->second);
-                break;
-            }
-            case NEWOBJ: {
-                const V args = pop();
-                const V cls = pop();
-                newObject(cls, args);
-                break;
-            }
-            case REDUCE: {
-                const V args = pop();
-                const V callable = pop();
-                reduce(callable, args);
-                break;
-            }
-            case BUILD:
-                build();
-                break;
-            default:
+            case OpGroup::Unknown:
                 unsupported();
             }
+        }
+    }
+
+    /// the protocol and frame headers, MARK
+    void stackOp(uint8_t op)
+    {
+        switch (op) {
+        case PROTO:
+            m_out.protocol = static_cast<int>(readUInt(1));
+            break;
+        case FRAME: // FRAME: only a hint, but one past the end means a cut file
+            if (readUInt(8) > m_size - m_pos) unsupported();
+            break;
+        case MARK:
+            m_marks.push_back(m_stack.size());
+            break;
+        default:
+            unsupported(); // an opcode DCP's pickles never hold
+        }
+    }
+
+    /// ints, booleans, None and floats (a float is never kept: DCP metadata holds none that matters)
+    void pushNumber(uint8_t op)
+    {
+        switch (op) {
+        case BININT: {
+            V v;
+            v.t = T::Int;
+            v.i = static_cast<int32_t>(static_cast<uint32_t>(readUInt(4)));
+            m_stack.push_back(v);
+            break;
+        }
+        case BININT1:
+        case BININT2: {
+            V v;
+            v.t = T::Int;
+            v.i = static_cast<int64_t>(readUInt(op == 'K' ? 1 : 2));
+            m_stack.push_back(v);
+            break;
+        }
+        case LONG1: {
+            const auto n = static_cast<unsigned>(readUInt(1));
+            if (n > 8) unsupported();
+            need(n);
+            uint64_t u = 0;
+            for (unsigned b = 0; b < n; ++b)
+                u |= static_cast<uint64_t>(m_data[m_pos + b]) << (8 * b);
+            if (n > 0 && n < 8 && (m_data[m_pos + n - 1] & 0x80)) u |= ~uint64_t(0) << (8 * n); // sign
+            m_pos += n;
+            V v;
+            v.t = T::Int;
+            v.i = static_cast<int64_t>(u);
+            m_stack.push_back(v);
+            break;
+        }
+        case NONE:
+            m_stack.push_back(V {});
+            break;
+        case NEWTRUE:
+        case NEWFALSE: {
+            V v;
+            v.t = T::Bool;
+            v.i = op == NEWTRUE;
+            m_stack.push_back(v);
+            break;
+        }
+        case BINFLOAT: {
+            readUInt(8);
+            V v;
+            v.t = T::Float;
+            m_stack.push_back(v);
+            break;
+        }
+        default:
+            unsupported(); // an opcode DCP's pickles never hold
+        }
+    }
+
+    /// str: kept as a position and length in the input
+    void pushText(uint8_t op)
+    {
+        switch (op) {
+        case SHORT_BINUNICODE:
+        case BINUNICODE:
+        case BINUNICODE8: {
+            const uint64_t n = readUInt(op == SHORT_BINUNICODE ? 1 : op == 'X' ? 4 : 8);
+            need(n);
+            if (n > std::numeric_limits<uint32_t>::max()) unsupported();
+            V v;
+            v.t = T::Str;
+            v.i = static_cast<int64_t>(m_pos);
+            v.a = static_cast<uint32_t>(n);
+            m_pos += n;
+            m_stack.push_back(v);
+            break;
+        }
+        default:
+            unsupported(); // an opcode DCP's pickles never hold
+        }
+    }
+
+    /// dicts, lists and tuples: made, or items added to the one under them (a storage_data batch consumed here)
+    void buildContainer(uint8_t op)
+    {
+        switch (op) {
+        case EMPTY_DICT:
+        case EMPTY_LIST: {
+            V v;
+            v.t = op == '}' ? T::Dict : T::List;
+            v.a = newContainer();
+            m_stack.push_back(v);
+            break;
+        }
+        case EMPTY_TUPLE:
+        case TUPLE:
+        case TUPLE1:
+        case TUPLE2:
+        case TUPLE3: {
+            size_t n = op == ')' ? 0 : op == TUPLE1 ? 1 : op == TUPLE2 ? 2 : op == TUPLE3 ? 3 : 0;
+            size_t from;
+            if (op == 't') {
+                from = popMark();
+                n = m_stack.size() - from;
+            } else {
+                if (m_stack.size() < m_markFloor() + n) unsupported();
+                from = m_stack.size() - n;
+            }
+            V v;
+            v.t = T::Tuple;
+            v.a = static_cast<uint32_t>(n);
+            v.i = static_cast<int64_t>(m_tuples.size());
+            m_tuples.insert(m_tuples.end(), m_stack.begin() + static_cast<std::ptrdiff_t>(from), m_stack.end());
+            m_stack.resize(from);
+            m_stack.push_back(v);
+            break;
+        }
+        case SETITEM:
+        case SETITEMS: {
+            const size_t from = op == 'u' ? popMark() : m_stack.size() - 2;
+            if (from < 1 || from > m_stack.size() || (m_stack.size() - from) % 2 != 0 || from < m_markFloor() + 1)
+                unsupported();
+            const V& d = m_stack[from - 1];
+            if (d.t != T::Dict) unsupported();
+            Container& c = m_containers[d.a];
+            // the index and info records of a storage_data batch (pickle writes dicts 1,000 pairs at a time) are
+            // consumed here; kept, they were 2.2M records, 140 MB at 1,024 ranks
+            size_t firstIndex = m_indexes.size(), firstInfo = m_infos.size();
+            for (size_t k = from; k < m_stack.size(); k += 2) {
+                const V &key = m_stack[k], &value = m_stack[k + 1];
+                if (key.t == T::Index && value.t == T::Info) {
+                    firstIndex = std::min(firstIndex, static_cast<size_t>(key.i));
+                    firstInfo = std::min(firstInfo, static_cast<size_t>(value.i));
+                }
+                setItem(c, key, value);
+            }
+            m_stack.resize(from);
+            if (c.storageDict) {
+                while (m_indexes.size() > firstIndex && !m_indexes.back().pinned)
+                    m_indexes.pop_back();
+                while (m_infos.size() > firstInfo && !m_infos.back().pinned)
+                    m_infos.pop_back();
+            }
+            break;
+        }
+        case APPEND:
+        case APPENDS: {
+            const size_t from = op == 'e' ? popMark() : m_stack.size() - 1;
+            if (from < 1 || from > m_stack.size() || from < m_markFloor() + 1) unsupported();
+            const V& l = m_stack[from - 1];
+            if (l.t != T::List) unsupported();
+            auto& items = m_containers[l.a].items;
+            items.insert(items.end(), m_stack.begin() + static_cast<std::ptrdiff_t>(from), m_stack.end());
+            m_stack.resize(from);
+            break;
+        }
+        default:
+            unsupported(); // an opcode DCP's pickles never hold
+        }
+    }
+
+    /// the memo: only entries scanMemoReads saw read back are kept
+    void memoOp(uint8_t op)
+    {
+        switch (op) {
+        case MEMOIZE:
+        case BINPUT:
+        case LONG_BINPUT: {
+            const uint64_t idx = op == MEMOIZE ? m_memoNext++ : readUInt(op == 'q' ? 1 : 4);
+            if (idx >= m_memoRead.size()) unsupported();
+            if (m_memoRead[idx]) {
+                V& v = top();
+                if (v.t == T::Object) {
+                    if (v.pinned) unsupported(); // memoized twice
+                    v.i = static_cast<int64_t>(idx); // where BUILD puts the built value
+                }
+                v.pinned = true;
+                m_memo[idx] = v;
+            }
+            break;
+        }
+        case BINGET:
+        case LONG_BINGET: {
+            const uint64_t idx = readUInt(op == 'h' ? 1 : 4);
+            auto it = m_memo.find(idx);
+            if (it == m_memo.end()) unsupported();
+            m_stack.push_back(it->second);
+            break;
+        }
+        default:
+            unsupported(); // an opcode DCP's pickles never hold
+        }
+    }
+
+    /// globals (the DCP classes, else the general reader), NEWOBJ and REDUCE of them, BUILD of their state
+    void objectOp(uint8_t op)
+    {
+        switch (op) {
+        case STACK_GLOBAL: {
+            const V name = pop();
+            const V module = pop();
+            if (name.t != T::Str || module.t != T::Str) unsupported();
+            pushGlobal(str(module), str(name));
+            break;
+        }
+        case GLOBAL: {
+            std::string_view lines[2];
+            for (auto& line : lines) {
+                const void* nl = std::memchr(m_data + m_pos, '\n', m_size - m_pos);
+                if (!nl) unsupported();
+                const auto end = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - m_data);
+                line = {reinterpret_cast<const char*>(m_data) + m_pos, end - m_pos};
+                m_pos = end + 1;
+            }
+            pushGlobal(lines[0], lines[1]);
+            break;
+        }
+        case NEWOBJ: {
+            const V args = pop();
+            const V cls = pop();
+            newObject(cls, args);
+            break;
+        }
+        case REDUCE: {
+            const V args = pop();
+            const V callable = pop();
+            reduce(callable, args);
+            break;
+        }
+        case BUILD:
+            build();
+            break;
+        default:
+            unsupported(); // an opcode DCP's pickles never hold
         }
     }
 
@@ -1036,6 +1108,7 @@ private:
     const Progress& m_progress;
     std::vector<Entry> m_preview; ///< entries found since the last Progress::entriesFound
     std::vector<bool> m_memoRead;
+    uint64_t m_memoNext = 0; ///< the index MEMOIZE stores at next (execute)
     std::unordered_map<uint64_t, V> m_memo;
     std::vector<V> m_stack;
     std::vector<size_t> m_marks;
