@@ -406,6 +406,8 @@ int main(int argc, char** argv)
             const std::string note = optscope::unpinnedObjectsNote(optscope::remoteTransferStats());
             if (!note.empty() && optscope::Job::current().isRoot())
                 std::cerr << "optscope-cli: note: " << note << std::endl;
+            for (const auto& undone : optscope::killedRunsNotes()) // (by the process that undid it)
+                std::cerr << "optscope-cli: note: " << undone << std::endl;
         }
     } sayUnpinned;
     if (args.empty()) {

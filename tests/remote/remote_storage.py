@@ -1639,6 +1639,7 @@ def output_cases(port, env):
                  ["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/written/unfinished"],
                  ["already holds 2 DCP data object(s) (__0_0.distcp, ...) and no .metadata: an unfinished output"],
                  env)
+    killed_run_cases(port, env, os.path.join(WORK, "out", "big.pt"))
     # "rs" is now a checkpoint folder: an object "rs" beside it is one no reader opens (it opens the folder)
     expect_error("S3 output: a single-file output naming a folder is refused, as a local folder is",
                  ["gather", "s3://ckpt/fsdp2_r2", "-o", "s3://ckpt/written/rs"], ["names a folder"], env)
@@ -1698,6 +1699,54 @@ def output_cases(port, env):
            f"exit {rc} {took:.1f} s after the signal: {err.strip().splitlines()[-1][:120] if err.strip() else ''}",
            rc == 0 and took < 10)
     conflict_cases(port, env, out)
+
+
+def killed_run_cases(port, env, big):
+    """A run killed (SIGKILL: it can undo nothing) with its output unfinished on S3 leaves an open multipart upload
+    (gather over 16 MiB) or a DCP output's first data object without .metadata (reshard). The next run on this machine
+    that writes to object storage undoes it from the killed run's journal and says so, and the killed reshard's output
+    can then be written again (before: the upload stayed open, unseen and billed, for ever; the prefix was refused as
+    "an unfinished output" until removed by hand)"""
+    state = os.path.join(WORK, "killed_state")
+    shutil.rmtree(state, ignore_errors=True)
+    e = dict(env, XDG_STATE_HOME=state)
+    journals = os.path.join(state, "optscope", "outputs")
+    fifo = os.path.join(WORK, "pause_killed")
+    runs = (("gather", ["gather", big, "-o", "s3://ckpt/killed/one/g.pt"], "uploading", "killed/one/",
+             "s3://ckpt/killed/one/g.pt: a run killed on this machine left its upload open (upload id "),
+            ("reshard", ["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/killed/dcp"], "uploaded",
+             "killed/dcp/", "s3://ckpt/killed/dcp: a run killed on this machine left this DCP output unfinished: its "
+                            "objects are removed"))
+    for i, (name, command, at, prefix, said_after) in enumerate(runs):
+        for suffix in (".out", ".in"):
+            if os.path.exists(fifo + suffix):
+                os.unlink(fifo + suffix)
+            os.mkfifo(fifo + suffix)
+        proc = subprocess.Popen([CLI] + command, env=dict(os.environ, **e, OPTSCOPE_PAUSE_AT=at,
+                                                           OPTSCOPE_PAUSE_FIFO=fifo),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(fifo + ".out") as f:
+            said = f.readline().strip()
+        proc.kill()
+        proc.wait()
+
+        def left():
+            return s3_put(TORCH_PYTHON, WORK, port, "--list", prefix).split() + \
+                s3_put(TORCH_PYTHON, WORK, port, "--uploads", prefix).split()
+        before = left()
+        record(f"S3 output: a {name} killed at '{at}' leaves its output unfinished, and its journal",
+               f"paused at {said!r}; left: {before}; journals: {os.listdir(journals) if os.path.isdir(journals) else []}",
+               said == at and before and os.path.isdir(journals) and os.listdir(journals))
+        p = cli(["gather", os.path.join(DATA, "adam_int.pt"), "-o", f"s3://ckpt/killed/after{i}.pt"], e)
+        after = left()
+        record(f"S3 output: the next run undoes what the killed {name} left, saying so; no journal is left",
+               f"exit {p.returncode}: {p.stderr.strip()[-300:]}; left: {after}; journals: {os.listdir(journals)}",
+               p.returncode == 0 and not after and not os.listdir(journals) and said_after in p.stderr)
+    p = cli(["reshard", "s3://ckpt/fsdp2_r2", "--world-size", "2", "-o", "s3://ckpt/killed/dcp"], e)
+    back = cli(["verify", "s3://ckpt/fsdp2_r2", "--against", "s3://ckpt/killed/dcp"], e)
+    record("S3 output: the killed reshard's output is then written whole and verifies",
+           f"exit {p.returncode}, verify exit {back.returncode}: {(p.stderr + back.stderr).strip()[-200:]}",
+           p.returncode == 0 and back.returncode == 0 and "note:" not in p.stderr)
 
 
 def prefix_holds(port, prefix, folder):

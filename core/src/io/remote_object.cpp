@@ -7,6 +7,7 @@
 #include "optscope/io/block_map.h"
 #include "optscope/io/fault_injection.h"
 #include "optscope/io/mapped_file.h"
+#include "optscope/io/output_journal.h"
 #include "optscope/io/remote_requests.h"
 #include "optscope/io/sha256.h"
 
@@ -2043,6 +2044,7 @@ void checkWritableUrl(const std::string& url)
         throw Error(ErrorKind::Usage, displayLocation(url),
             "outputs cannot be written over plain HTTP: write to s3:// or gs://, or to a local path");
     if (u.key.empty()) throw Error(ErrorKind::Usage, displayLocation(url), "names a bucket, not an object to write");
+    undoKilledRuns(); // what runs killed on this machine left there (output_journal.h), before this one looks
 }
 
 namespace {
@@ -2060,6 +2062,7 @@ uint64_t partSizeOf(size_t number)
 
 struct ObjectUpload::State
 {
+    std::string url; ///< as given (output_journal.h names the upload by it)
     RemoteUrl remote;
     std::string target; ///< the object's request URL
     std::string shown;
@@ -2089,6 +2092,7 @@ struct ObjectUpload::State
 ObjectUpload::ObjectUpload(const std::string& url)
     : m(std::make_unique<State>())
 {
+    m->url = url;
     checkWritableUrl(url);
     m->remote = parseUrl(url);
     m->target = requestUrl(m->remote, m->remote.key);
@@ -2189,6 +2193,7 @@ ObjectUpload::~ObjectUpload()
         const BoundedUndo undo;
         performUndo(
             m->remote, m->target + signedQuery({{"uploadId", m->uploadId}}), m->shown, "cannot abort the upload");
+        journalSettled(m->url, m->uploadId);
     } catch (const std::exception& e) {
         leftBehind(
             m->shown + ": an incomplete multipart upload (upload id " + m->uploadId + "; " + undoFailure(e) + ")");
@@ -2300,6 +2305,7 @@ std::string ObjectUpload::startShared()
         std::lock_guard<std::mutex> lock(m->mutex);
         m->uploadId = uploadId;
     }
+    journalOutput(JournalledOutput::Upload, m->url, uploadId); // a killed run's, undone later
     pausePoint("uploading"); // tests: a process killed with its upload open
     return uploadId;
 }
@@ -2403,6 +2409,8 @@ void ObjectUpload::complete()
             "cannot complete the upload");
     }
     m->completed = true;
+    if (!m->uploadId.empty() && !m->joined) journalSettled(m->url, m->uploadId);
+    pausePoint("uploaded"); // tests: a process killed after an object of its output is stored
     forgetRemoteListings(); // what was known of that location is no longer true
 }
 
@@ -2460,6 +2468,45 @@ void abortUploadsUnder(const std::string& url)
     } catch (const std::exception& e) {
         leftBehind(
             displayLocation(url) + ": its incomplete multipart uploads were not aborted (" + undoFailure(e) + ")");
+    }
+}
+
+std::string storeOf(const std::string& url)
+{
+    const RemoteUrl u = parseUrl(url);
+    return requestUrl(u, "");
+}
+
+bool abortUpload(const std::string& url, const std::string& uploadId)
+{
+    try {
+        const BoundedUndo undo;
+        const RemoteUrl u = parseUrl(url);
+        performUndo(u, requestUrl(u, u.key) + signedQuery({{"uploadId", uploadId}}), displayLocation(url),
+            "cannot abort the upload");
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+bool removeTaggedObjectsUnder(const std::string& prefix, const std::string& writerTag)
+{
+    try {
+        const BoundedUndo undo;
+        forgetRemoteListings();
+        for (const auto& name : folderEntries(prefix)) {
+            const std::string url = childLocation(prefix, name);
+            const RemoteUrl u = parseUrl(url);
+            // another writer's object (another run's, written to the same output meanwhile) is not ours to remove
+            if (writerTagOf(u, requestUrl(u, u.key), displayLocation(url)) == writerTag)
+                performUndo(u, requestUrl(u, u.key), displayLocation(url), "cannot remove");
+        }
+        forgetRemoteListings();
+        return true;
+    } catch (const std::exception&) {
+        forgetRemoteListings();
+        return false;
     }
 }
 

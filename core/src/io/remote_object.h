@@ -97,8 +97,18 @@ void removeObject(const std::string& url, const std::string& writerTag = {});
 /// job's output, whose killed process left its upload open: no process would ever complete or abort it); best
 /// effort, given up after the undo's 20 s, and what is left is said (remoteLeftBehind)
 void abortUploadsUnder(const std::string& url);
-/// throws Error(Usage) naming @p url when outputs cannot be written there (plain HTTP)
+/// throws Error(Usage) naming @p url when outputs cannot be written there (plain HTTP); first undoes, once per process,
+/// what runs killed on this machine left on object storage (output_journal.h)
 void checkWritableUrl(const std::string& url);
+/// the store @p url is asked at, as this process's settings resolve it (its bucket's request URL: the endpoint and
+/// addressing): a journalled output is undone only against the store it was written to
+std::string storeOf(const std::string& url);
+/// aborts the multipart upload @p uploadId of the object @p url; false when the store did not confirm it (one that
+/// is not there any more is aborted)
+bool abortUpload(const std::string& url, const std::string& uploadId);
+/// removes the objects under the folder @p prefix that carry @p writerTag (createOnlyNew); false when one could not
+/// be listed, read or removed
+bool removeTaggedObjectsUnder(const std::string& prefix, const std::string& writerTag);
 
 /// One page of an S3 ListObjectsV2 answer (@p body, XML) for the keys under @p prefix: each object or common prefix
 /// below it, the continuation token, whether more pages follow. Throws Error(Io) naming @p shown when the body is

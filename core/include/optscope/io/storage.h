@@ -172,6 +172,10 @@ std::string unpinnedObjectsNote(const RemoteTransferStats& stats);
 /// refused), one line each naming the object: an incomplete multipart upload (with its id, for
 /// `aws s3api abort-multipart-upload`), or an object written and not removed. The CLI says them when it exits.
 std::vector<std::string> remoteLeftBehind();
+/// what this run undid of the outputs that runs killed on this machine left unfinished on object storage (their open
+/// uploads aborted, their DCP outputs' objects removed), or could not: one sentence each, naming the URL. The CLI
+/// says them when it exits (output_journal.h)
+std::vector<std::string> killedRunsNotes();
 /// forget the cached folder listings and object sizes (a watched run's folder grows)
 void forgetRemoteListings();
 

@@ -6,6 +6,7 @@
 #include "optscope/io/job.h"
 #include "optscope/io/mapped_file.h"
 #include "optscope/io/output_file.h"
+#include "optscope/io/output_journal.h"
 #include "optscope/io/remote_object.h"
 #include "optscope/io/storage.h"
 #include "optscope/pickle/pickle_emitter.h"
@@ -592,6 +593,9 @@ private:
                 std::random_device rd;
                 m_inner.newObjectsTag = std::to_string(::getpid()) + "-" + std::to_string(rd()) + std::to_string(rd());
             }
+            // a run killed from here on leaves objects only a later run can remove (output_journal.h)
+            if (m_remote)
+                journalOutput(JournalledOutput::Folder, m_outDir, m_inner.newObjectsTag, DcpReader::kMetadataFile);
             if (m_split) {
                 m_job.broadcast("dcp-start", m_tmpPath + "\n" + m_inner.newObjectsTag + "\n" + fingerprint);
                 m_job.gather("dcp-started", {});
@@ -801,6 +805,7 @@ private:
         m_stats.bytes += meta.size();
         if (m_remote) {
             m_uploaded.clear();
+            if (m_job.isRoot()) journalSettled(m_outDir, m_inner.newObjectsTag); // whole
             return;
         }
         m_progress.checkCancelled(); // the last moment to stop with nothing published
@@ -819,11 +824,12 @@ private:
     {
         for (const auto& u : m_uploaded)
             removeObject(u, m_inner.newObjectsTag);
-        if (!m_split) return;
         // rank 0 (or, rank 0 lost, every other process) removes what any process wrote: never before the output
         // was found new (an existing prefix holds a user's checkpoint, which rank 0 refused to write over)
-        if (m_remote && m_outputIsOurs && (m_job.isRoot() || m_job.rootLost()))
+        if (m_split && m_remote && m_outputIsOurs && (m_job.isRoot() || m_job.rootLost()))
             removeObjectsUnder(m_outDir, m_inner.newObjectsTag);
+        if (m_remote && m_outputIsOurs && m_job.isRoot()) journalSettled(m_outDir, m_inner.newObjectsTag); // undone
+        if (!m_split) return;
         // (only a temporary of this output's: "DIR/.NAME.tmp-...")
         if (!m_remote && m_job.rootLost() && m_tmpPath.rfind(temporaryNamePrefix(m_outDir), 0) == 0) {
             // rank 0 gone (killed): the temporary folder it made beside the output is left to us
