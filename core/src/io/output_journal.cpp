@@ -52,7 +52,8 @@ public:
         }
         const std::string text = line + "\n";
         // one write of a whole line, appended: a process killed between two writes leaves whole lines
-        if (::write(m_fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && !settles) m_open.insert(key);
+        if (::write(m_fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && !settles)
+            m_open.insert(key);
     }
 
     ~Journal()
@@ -155,8 +156,7 @@ bool undoJournal(const fs::path& path)
         std::string storeNow;
         try {
             storeNow = storeOf(url);
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) { }
         if (storeNow != stores[key]) { // written to another store (endpoint) than this run's settings name: its own
             all = false;
             continue;
@@ -180,9 +180,11 @@ bool undoJournal(const fs::path& path)
                         : shown + ": a run killed on this machine left its upload open (upload id " + id
                         + "), and it could not be aborted: tried again by the next run that writes to object storage");
         else
-            note(undone ? shown + ": a run killed on this machine left this DCP output unfinished: its objects are removed"
-                        : shown + ": a run killed on this machine left this DCP output unfinished, and not all of its "
-                                  "objects could be removed: tried again by the next run that writes to object storage");
+            note(undone
+                    ? shown + ": a run killed on this machine left this DCP output unfinished: its objects are removed"
+                    : shown
+                        + ": a run killed on this machine left this DCP output unfinished, and not all of its "
+                          "objects could be removed: tried again by the next run that writes to object storage");
     }
     return all;
 }
